@@ -1,0 +1,7 @@
+//! piw core: the durable state store, the wire protocol, and (in later layers) the host,
+//! supervision, client and worker libraries. See `ARCHITECTURE.md` at the repository root.
+
+pub mod clock;
+pub mod ids;
+pub mod protocol;
+pub mod store;

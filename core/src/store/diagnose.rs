@@ -1,0 +1,373 @@
+//! `diagnose` (read-only) lists contradictory rows; `repair` fixes only the findings whose fix
+//! follows from durable evidence alone and never invents successful work.
+//!
+//! Each check is one SQL query that returns the offending run and the ids involved. The same
+//! table of checks drives both: a check either names its repair or says a person must look.
+
+use rusqlite::params;
+use serde::Serialize;
+use serde_json::json;
+
+use super::{queue_state_for, RunStatus, Store, StoreResult};
+
+/// One contradiction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    /// Stable identifier of the check.
+    pub code: &'static str,
+    pub run_id: String,
+    /// The rows involved (attempt, decision, interaction, effect ids ...).
+    pub ids: Vec<String>,
+    pub detail: String,
+    /// Whether `repair` can fix it from durable evidence.
+    pub repairable: bool,
+}
+
+/// What `repair` did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RepairReport {
+    pub repaired: Vec<Finding>,
+    /// Findings that need a person (the evidence does not decide the fix).
+    pub left_for_review: Vec<Finding>,
+}
+
+struct Check {
+    code: &'static str,
+    /// Returns (run_id, ids joined by ',', detail).
+    sql: &'static str,
+    repairable: bool,
+}
+
+fn checks() -> Vec<Check> {
+    vec![
+        Check {
+            code: "running_without_live_owner_record",
+            sql: "SELECT r.run_id, '', 'run is running but its claim has no owner'
+                  FROM runs r JOIN claims c ON c.run_id = r.run_id
+                  WHERE r.status = 'running' AND c.owner_kind IS NULL",
+            repairable: true,
+        },
+        Check {
+            code: "host_claim_on_idle_run",
+            sql: "SELECT r.run_id, c.generation, 'run is ' || r.status || ' but a host claim is bound'
+                  FROM runs r JOIN claims c ON c.run_id = r.run_id
+                  WHERE r.status != 'running' AND c.owner_kind = 'host'",
+            repairable: true,
+        },
+        Check {
+            code: "claim_on_terminal_run",
+            sql: "SELECT r.run_id, c.generation, 'terminal run still has a claim'
+                  FROM runs r JOIN claims c ON c.run_id = r.run_id
+                  WHERE r.status IN ('completed','failed','cancelled','timed_out')
+                    AND c.owner_kind IS NOT NULL",
+            repairable: true,
+        },
+        Check {
+            code: "missing_claim_row",
+            sql: "SELECT r.run_id, '', 'run has no claim row'
+                  FROM runs r LEFT JOIN claims c ON c.run_id = r.run_id WHERE c.run_id IS NULL",
+            repairable: true,
+        },
+        Check {
+            code: "missing_queue_row",
+            sql: "SELECT r.run_id, '', 'run has no queue row'
+                  FROM runs r LEFT JOIN queue q ON q.run_id = r.run_id WHERE q.run_id IS NULL",
+            repairable: true,
+        },
+        Check {
+            code: "open_attempt_on_terminal_run",
+            sql: "SELECT a.run_id, group_concat(a.attempt_id), 'terminal run has open attempts'
+                  FROM attempts a JOIN runs r ON r.run_id = a.run_id
+                  WHERE r.status IN ('completed','failed','cancelled','timed_out')
+                    AND a.status IN ('running','waiting') GROUP BY a.run_id",
+            repairable: true,
+        },
+        Check {
+            code: "running_attempt_without_running_run",
+            sql: "SELECT a.run_id, group_concat(a.attempt_id), 'attempt is running but run is ' || r.status
+                  FROM attempts a JOIN runs r ON r.run_id = a.run_id
+                  WHERE a.status = 'running' AND r.status IN ('queued','waiting','review')
+                  GROUP BY a.run_id",
+            repairable: true,
+        },
+        Check {
+            code: "several_open_attempts",
+            sql: "SELECT run_id, group_concat(attempt_id), count(*) || ' open attempts'
+                  FROM attempts WHERE status IN ('running','waiting')
+                  GROUP BY run_id HAVING count(*) > 1",
+            repairable: false,
+        },
+        Check {
+            code: "current_attempt_mismatch",
+            sql: "SELECT r.run_id, r.current_attempt,
+                         'current attempt is missing, of another run, or of another node'
+                  FROM runs r LEFT JOIN attempts a ON a.attempt_id = r.current_attempt
+                  WHERE r.current_attempt IS NOT NULL
+                    AND (a.attempt_id IS NULL OR a.run_id != r.run_id
+                         OR a.node_id IS NOT r.current_node)",
+            repairable: false,
+        },
+        Check {
+            code: "pending_request_on_terminal_run",
+            sql: "SELECT run_id, group_concat(id), 'terminal run has pending decisions or interactions'
+                  FROM (SELECT d.run_id, d.decision_id AS id FROM decisions d JOIN runs r USING (run_id)
+                        WHERE d.status = 'pending'
+                          AND r.status IN ('completed','failed','cancelled','timed_out')
+                        UNION ALL
+                        SELECT i.run_id, i.interaction_id FROM interactions i JOIN runs r USING (run_id)
+                        WHERE i.status IN ('pending','validating')
+                          AND r.status IN ('completed','failed','cancelled','timed_out'))
+                  GROUP BY run_id",
+            repairable: true,
+        },
+        Check {
+            code: "waiting_without_request",
+            sql: "SELECT r.run_id, COALESCE(r.current_attempt, ''),
+                         'run is waiting but has no pending decision or interaction'
+                  FROM runs r WHERE r.status = 'waiting'
+                    AND NOT EXISTS (SELECT 1 FROM decisions d WHERE d.run_id = r.run_id AND d.status = 'pending')
+                    AND NOT EXISTS (SELECT 1 FROM interactions i WHERE i.run_id = r.run_id AND i.status = 'pending')",
+            repairable: false,
+        },
+        Check {
+            code: "validating_submission_mismatch",
+            sql: "SELECT i.run_id, s.submission_id || ',' || i.interaction_id,
+                         'submission is validating but its interaction is ' || i.status
+                  FROM submissions s JOIN interactions i ON i.interaction_id = s.interaction_id
+                  WHERE s.state = 'validating' AND i.status != 'validating'",
+            repairable: false,
+        },
+        Check {
+            code: "live_effect_on_terminal_run",
+            sql: "SELECT e.run_id, group_concat(e.effect_id), 'terminal run has reserved or applying effects'
+                  FROM effects e JOIN runs r ON r.run_id = e.run_id
+                  WHERE e.state IN ('reserved','applying')
+                    AND r.status IN ('completed','failed','cancelled','timed_out')
+                  GROUP BY e.run_id",
+            repairable: true,
+        },
+        Check {
+            code: "terminal_without_finish_time",
+            sql: "SELECT run_id, '', 'terminal run has no finished_at'
+                  FROM runs WHERE status IN ('completed','failed','cancelled','timed_out')
+                    AND finished_at IS NULL",
+            repairable: false,
+        },
+        Check {
+            code: "event_sequence_mismatch",
+            sql: "SELECT r.run_id, '', 'revision ' || r.revision || ' but last event '
+                         || COALESCE((SELECT MAX(seq) FROM events e WHERE e.run_id = r.run_id), 0)
+                  FROM runs r
+                  WHERE r.revision != COALESCE((SELECT MAX(seq) FROM events e WHERE e.run_id = r.run_id), 0)
+                     OR r.revision != (SELECT COUNT(*) FROM events e WHERE e.run_id = r.run_id)",
+            repairable: false,
+        },
+        Check {
+            code: "projection_mismatch",
+            sql: "SELECT r.run_id, '', 'viewer projection differs from the run'
+                  FROM runs r LEFT JOIN run_views v ON v.run_id = r.run_id
+                  WHERE v.run_id IS NULL OR v.status != r.status OR v.paused != r.paused
+                     OR v.revision != r.revision OR v.current_node IS NOT r.current_node
+                     OR v.workflow_name != r.workflow_name
+                     OR v.origin_session IS NOT r.origin_session",
+            repairable: true,
+        },
+    ]
+}
+
+impl Store {
+    /// Lists every contradiction in the database. Read-only.
+    pub fn diagnose(&self) -> StoreResult<Vec<Finding>> {
+        let mut findings = Vec::new();
+        for check in checks() {
+            let mut stmt = self.conn.prepare_cached(check.sql)?;
+            let rows = stmt.query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, Option<String>>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            })?;
+            for row in rows {
+                let (run_id, ids, detail) = row?;
+                findings.push(Finding {
+                    code: check.code,
+                    run_id,
+                    ids: ids
+                        .unwrap_or_default()
+                        .split(',')
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_owned)
+                        .collect(),
+                    detail,
+                    repairable: check.repairable,
+                });
+            }
+        }
+        // The queue row must be what the status and pause flag say it is.
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT r.run_id, r.status, r.paused, q.state FROM runs r JOIN queue q USING (run_id)",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, bool>(2)?, r.get::<_, String>(3)?))
+        })?;
+        for row in rows {
+            let (run_id, status, paused, state) = row?;
+            let Some(status) = RunStatus::parse(&status) else {
+                continue;
+            };
+            let expected = queue_state_for(status, paused);
+            if expected.as_str() != state {
+                findings.push(Finding {
+                    code: "queue_state_mismatch",
+                    run_id,
+                    ids: vec![],
+                    detail: format!("queue is {state}, a {status} run needs {expected}"),
+                    repairable: true,
+                });
+            }
+        }
+        findings.sort_by(|a, b| (&a.run_id, a.code).cmp(&(&b.run_id, b.code)));
+        Ok(findings)
+    }
+
+    /// Fixes the repairable findings, each from its durable evidence, in one transaction:
+    ///
+    /// - a `running` run nobody owns is requeued and its running attempt interrupted (the
+    ///   work is redone, never assumed done); `applying` effects of `never` contracts become
+    ///   uncertain and the run goes to review, exactly as recovery does;
+    /// - claims bound to idle or terminal runs are released; missing claim/queue rows created;
+    /// - a terminal run's open attempts, pending requests and live effects are closed as
+    ///   cancelled (effects that were applying become uncertain, never applied);
+    /// - queue rows and viewer projections are rebuilt from the run row.
+    ///
+    /// Findings that need judgement are reported in `left_for_review` and left alone.
+    pub fn repair(&mut self) -> StoreResult<RepairReport> {
+        let findings = self.diagnose()?;
+        let mut report = RepairReport::default();
+        if findings.iter().all(|f| !f.repairable) {
+            report.left_for_review = findings;
+            return Ok(report);
+        }
+        self.write(|w| {
+            for f in findings {
+                if !f.repairable {
+                    report.left_for_review.push(f);
+                    continue;
+                }
+                w.repair_one(&f)?;
+                report.repaired.push(f);
+            }
+            Ok(())
+        })?;
+        Ok(report)
+    }
+}
+
+impl super::WriteTx<'_> {
+    fn repair_one(&mut self, f: &Finding) -> StoreResult<()> {
+        let run_id = f.run_id.as_str();
+        let now = self.now;
+        let c = self.conn();
+        match f.code {
+            "running_without_live_owner_record" => {
+                let run = self.run_row(run_id)?;
+                // Same path as expiry recovery: interrupt, count the loss, requeue or review.
+                self.requeue_after_loss(run_id, &run, "repair: running without an owner", "repaired")?;
+                return Ok(());
+            }
+            "host_claim_on_idle_run" | "claim_on_terminal_run" => self.release_claim(run_id)?,
+            "missing_claim_row" => {
+                c.execute(
+                    "INSERT INTO claims (run_id, generation)
+                     VALUES (?1, (SELECT COALESCE(MAX(generation), 0) FROM attempts WHERE run_id = ?1))",
+                    [run_id],
+                )?;
+            }
+            "missing_queue_row" => {
+                c.execute(
+                    "INSERT INTO queue (run_id, state, available_at) VALUES (?1, 'done', ?2)",
+                    params![run_id, now],
+                )?;
+            }
+            "open_attempt_on_terminal_run" | "running_attempt_without_running_run" => {
+                let status = if f.code == "open_attempt_on_terminal_run" { "cancelled" } else { "interrupted" };
+                c.execute(
+                    "UPDATE attempts SET status = ?2, error = 'closed by repair', finished_at = ?3
+                     WHERE run_id = ?1 AND status = 'running'",
+                    params![run_id, status, now],
+                )?;
+                if f.code == "open_attempt_on_terminal_run" {
+                    c.execute(
+                        "UPDATE attempts SET status = 'cancelled', error = 'closed by repair',
+                                finished_at = ?2 WHERE run_id = ?1 AND status = 'waiting'",
+                        params![run_id, now],
+                    )?;
+                }
+            }
+            "pending_request_on_terminal_run" => {
+                c.execute(
+                    "UPDATE decisions SET status = 'cancelled' WHERE run_id = ?1 AND status = 'pending'",
+                    [run_id],
+                )?;
+                c.execute(
+                    "UPDATE submissions SET state = 'rejected', error = 'closed by repair', settled_at = ?2
+                     WHERE state = 'validating'
+                       AND interaction_id IN (SELECT interaction_id FROM interactions WHERE run_id = ?1)",
+                    params![run_id, now],
+                )?;
+                c.execute(
+                    "UPDATE interactions SET status = 'cancelled', closed_at = ?2
+                     WHERE run_id = ?1 AND status IN ('pending','validating')",
+                    params![run_id, now],
+                )?;
+            }
+            "live_effect_on_terminal_run" => {
+                c.execute(
+                    "UPDATE effects SET state = 'cancelled', updated_at = ?2 WHERE run_id = ?1 AND state = 'reserved'",
+                    params![run_id, now],
+                )?;
+                c.execute(
+                    "UPDATE effects SET state = 'uncertain', updated_at = ?2,
+                            error = 'found applying on a finished run; outcome unknown'
+                     WHERE run_id = ?1 AND state = 'applying'",
+                    params![run_id, now],
+                )?;
+            }
+            // Rebuilt below by finish_run_write.
+            "queue_state_mismatch" | "projection_mismatch" => {}
+            _ => return Ok(()),
+        }
+        if f.code == "projection_mismatch" || f.code == "queue_state_mismatch" {
+            // Rebuild without a new event when the event log itself is consistent: a repair of
+            // a derived row is not a domain change.
+            self.rebuild_derived_rows(run_id)?;
+            return Ok(());
+        }
+        self.finish_run_write(run_id, "repaired", json!({ "finding": f.code, "ids": f.ids }))?;
+        Ok(())
+    }
+
+    fn rebuild_derived_rows(&mut self, run_id: &str) -> StoreResult<()> {
+        let run = self.run_row(run_id)?;
+        self.conn().execute(
+            "UPDATE queue SET state = ?2 WHERE run_id = ?1",
+            params![run_id, queue_state_for(run.status, run.paused).as_str()],
+        )?;
+        self.conn().execute(
+            "INSERT INTO run_views (run_id, workflow_name, origin_session, status, paused,
+                                    current_node, revision, last_event, updated_at)
+             SELECT r.run_id, r.workflow_name, r.origin_session, r.status, r.paused, r.current_node,
+                    r.revision, COALESCE((SELECT kind FROM events e WHERE e.run_id = r.run_id
+                                          ORDER BY seq DESC LIMIT 1), 'repaired'), r.updated_at
+             FROM runs r WHERE r.run_id = ?1
+             ON CONFLICT (run_id) DO UPDATE SET
+                workflow_name = excluded.workflow_name, origin_session = excluded.origin_session,
+                status = excluded.status, paused = excluded.paused,
+                current_node = excluded.current_node, revision = excluded.revision,
+                last_event = excluded.last_event, updated_at = excluded.updated_at",
+            [run_id],
+        )?;
+        Ok(())
+    }
+}

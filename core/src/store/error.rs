@@ -1,0 +1,111 @@
+//! Typed store errors. None of them carries a claim token or a token hash.
+
+use std::path::PathBuf;
+
+use super::model::{ClaimLostReason, Op, RunStatus};
+
+/// The instruction every refused database error ends with.
+pub(crate) fn reset_instruction(path: &std::path::Path) -> String {
+    format!(
+        "The file was left untouched. To start over, back it up and reset: \
+         `cp '{p}' '{p}.bak' && piw state reset` (the backup keeps every run for inspection).",
+        p = path.display()
+    )
+}
+
+/// Everything a store operation can refuse or fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A fenced write was refused. Nothing was written, not even a failure event.
+    #[error("claim lost for run {run_id}: {reason}")]
+    ClaimLost {
+        run_id: String,
+        reason: ClaimLostReason,
+    },
+
+    /// The database at `path` is not a piw state database of this version.
+    #[error("refusing to open {path}: {detail}. {instruction}", instruction = reset_instruction(path))]
+    IncompatibleDatabase { path: PathBuf, detail: String },
+
+    #[error("run {0} not found")]
+    RunNotFound(String),
+
+    #[error("{what} {id} not found")]
+    NotFound { what: &'static str, id: String },
+
+    /// The run is not in a state that allows the operation.
+    #[error("cannot {op} run {run_id}: {detail}", op = op.as_str())]
+    InvalidTransition {
+        run_id: String,
+        op: Op,
+        status: RunStatus,
+        detail: String,
+    },
+
+    /// The caller acted on an older view of the run.
+    #[error("stale revision for run {run_id}: expected {expected}, current {actual}")]
+    StaleRevision {
+        run_id: String,
+        expected: u64,
+        actual: u64,
+    },
+
+    /// The caller named an attempt that is not the run's current open attempt.
+    #[error("stale attempt for run {run_id}: {presented} is not the current attempt ({current})")]
+    StaleAttempt {
+        run_id: String,
+        presented: String,
+        current: String,
+    },
+
+    /// The same idempotency key (or request id) arrived with a different request.
+    #[error("idempotency conflict: key {key} was used for a different request")]
+    IdempotencyConflict { key: String },
+
+    /// The same effect key arrived with a different request fingerprint.
+    #[error("effect conflict on run {run_id}: key {effect_key} was reserved with another fingerprint")]
+    EffectConflict { run_id: String, effect_key: String },
+
+    /// The effect may have happened; it is never retried automatically.
+    #[error("effect {effect_key} of run {run_id} is uncertain and needs manual review")]
+    EffectUncertain { run_id: String, effect_key: String },
+
+    /// The caller may not take this path (for example the model answering a protected human
+    /// decision).
+    #[error("forbidden: {0}")]
+    Forbidden(String),
+
+    /// A value did not fit its declared limits or shape.
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+
+    /// A test-only fault hook aborted the transaction before commit.
+    #[error("injected fault before commit of {0}")]
+    InjectedFault(String),
+
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+
+    #[error("i/o error on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+
+    #[error("corrupt stored JSON: {0}")]
+    Json(#[from] serde_json::Error),
+
+    /// A stored value is outside the schema's vocabulary (hand-edited database).
+    #[error("corrupt row: {0}")]
+    CorruptRow(String),
+}
+
+impl StoreError {
+    /// Whether this error is a claim loss (the caller must stop quietly, not fail the run).
+    pub fn is_claim_lost(&self) -> bool {
+        matches!(self, StoreError::ClaimLost { .. })
+    }
+}
+
+/// Shorthand for store results.
+pub type StoreResult<T> = Result<T, StoreError>;

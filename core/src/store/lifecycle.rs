@@ -1,0 +1,1198 @@
+//! Lifecycle operations: each one is a single atomic change of run, queue, attempt, decision,
+//! interaction, effect, claim, event and projection (plan Part 2).
+
+use rusqlite::{params, OptionalExtension as _};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::{
+    parse_enum, parse_status, AttemptOutcome, AttemptStatus, Answerer, Claim, ChildMode,
+    DecisionKind, ExecutionMode, Fence, InteractionKind, MessageKind, Op, OwnerKind, RetryContract,
+    RunStatus, StoreError, StoreResult, WriteTx,
+};
+use crate::clock::UnixMillis;
+use crate::ids::{new_id, sha256_hex};
+
+/// Everything needed to create a run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NewRun {
+    pub workflow_name: String,
+    /// Root source identity (for example the canonical path of the workflow file).
+    pub source_root: String,
+    /// Content hash of the root source.
+    pub source_hash: String,
+    /// Mount name to source hash, as resolved at start.
+    pub mounted_sources: Value,
+    /// Data-only graph snapshot, when already known at start.
+    pub definition: Option<Value>,
+    pub input: Value,
+    pub origin_session: Option<String>,
+    pub execution_mode: ExecutionMode,
+    pub project_dir: String,
+}
+
+/// Where the child of a fresh activation picks up, derived from durable state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "resume", rename_all = "snake_case")]
+pub enum Resume {
+    /// No open attempt: start the run's current node (or the graph's start node when none).
+    Fresh { node_id: Option<String> },
+    /// A waiting attempt was answered (checkpoint or human decision); continue it.
+    Continue { node_id: String, attempt_id: String },
+    /// A submission awaits validation by the workflow's `validate` (child mode `validate`).
+    Validate {
+        node_id: String,
+        attempt_id: String,
+        submission_id: String,
+    },
+    /// The interaction's deadline passed: record the attempt as timed out and route.
+    InteractionExpired { node_id: String, attempt_id: String },
+}
+
+/// The result of activating a queued run.
+#[derive(Debug, Clone)]
+pub struct Activation {
+    pub claim: Claim,
+    pub mode: ChildMode,
+    pub resume: Resume,
+    pub revision: u64,
+}
+
+/// A child's proposal to close the current attempt and start the next node.
+#[derive(Debug, Clone)]
+pub struct TransitionRequest {
+    pub attempt_id: String,
+    pub outcome: AttemptOutcome,
+    pub next_node: String,
+    pub next_deadline_at: Option<UnixMillis>,
+}
+
+/// What a committed transition produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transitioned {
+    pub next_attempt_id: String,
+    pub revision: u64,
+    /// A pause was requested: the owner should park the run at this boundary.
+    pub pause_requested: bool,
+}
+
+/// What a cancellation closed, all in its one commit.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct CancelSummary {
+    pub attempts_closed: usize,
+    pub decisions_cancelled: usize,
+    pub interactions_cancelled: usize,
+    pub submissions_rejected: usize,
+    pub effects_cancelled: usize,
+    pub effects_uncertain: usize,
+}
+
+/// One run that recovery or a child loss put back (or stopped for review).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RecoveredRun {
+    pub run_id: String,
+    pub status: RunStatus,
+    pub reason: String,
+}
+
+/// The slice of a run row the operations decide on.
+#[derive(Debug, Clone)]
+pub(crate) struct RunRow {
+    pub status: RunStatus,
+    pub paused: bool,
+    pub current_node: Option<String>,
+    pub current_attempt: Option<String>,
+    pub revision: u64,
+    pub origin_session: Option<String>,
+    pub workflow_name: String,
+}
+
+struct AttemptRow {
+    node_id: String,
+    status: AttemptStatus,
+}
+
+impl WriteTx<'_> {
+    pub(crate) fn run_row(&self, run_id: &str) -> StoreResult<RunRow> {
+        let row = self
+            .conn()
+            .prepare_cached(
+                "SELECT status, paused, current_node, current_attempt, revision, origin_session,
+                        workflow_name FROM runs WHERE run_id = ?1",
+            )?
+            .query_row([run_id], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, bool>(1)?,
+                    r.get::<_, Option<String>>(2)?,
+                    r.get::<_, Option<String>>(3)?,
+                    r.get::<_, i64>(4)?,
+                    r.get::<_, Option<String>>(5)?,
+                    r.get::<_, String>(6)?,
+                ))
+            })
+            .optional()?
+            .ok_or_else(|| StoreError::RunNotFound(run_id.to_owned()))?;
+        Ok(RunRow {
+            status: parse_status(&row.0)?,
+            paused: row.1,
+            current_node: row.2,
+            current_attempt: row.3,
+            revision: row.4 as u64,
+            origin_session: row.5,
+            workflow_name: row.6,
+        })
+    }
+
+    /// Loads the run and refuses `op` when its status does not allow it.
+    fn run_for(&self, run_id: &str, op: Op) -> StoreResult<RunRow> {
+        let run = self.run_row(run_id)?;
+        if !op.allowed(run.status) {
+            return Err(invalid(run_id, op, run.status, format!("the run is {}", run.status)));
+        }
+        Ok(run)
+    }
+
+    fn attempt_row(&self, attempt_id: &str) -> StoreResult<Option<AttemptRow>> {
+        let row = self
+            .conn()
+            .prepare_cached("SELECT node_id, status FROM attempts WHERE attempt_id = ?1")?
+            .query_row([attempt_id], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+            .optional()?;
+        row.map(|(node_id, status)| {
+            Ok(AttemptRow {
+                node_id,
+                status: parse_enum(&status, AttemptStatus::parse, "attempt status")?,
+            })
+        })
+        .transpose()
+    }
+
+    /// Requires `attempt_id` to be the run's current attempt and in `status`.
+    fn current_attempt(
+        &self,
+        run_id: &str,
+        run: &RunRow,
+        attempt_id: &str,
+        status: AttemptStatus,
+    ) -> StoreResult<AttemptRow> {
+        let stale = || StoreError::StaleAttempt {
+            run_id: run_id.to_owned(),
+            presented: attempt_id.to_owned(),
+            current: run.current_attempt.clone().unwrap_or_else(|| "none".into()),
+        };
+        if run.current_attempt.as_deref() != Some(attempt_id) {
+            return Err(stale());
+        }
+        match self.attempt_row(attempt_id)? {
+            Some(a) if a.status == status => Ok(a),
+            _ => Err(stale()),
+        }
+    }
+
+    fn open_attempt(
+        &mut self,
+        run_id: &str,
+        node_id: &str,
+        generation: u64,
+        deadline_at: Option<UnixMillis>,
+    ) -> StoreResult<String> {
+        validate_node_id(node_id)?;
+        let attempt_id = new_id("att");
+        self.conn()
+            .prepare_cached(
+                "INSERT INTO attempts (attempt_id, run_id, node_id, ordinal, generation, status,
+                                       deadline_at, started_at)
+                 VALUES (?1, ?2, ?3,
+                         (SELECT COALESCE(MAX(ordinal), 0) + 1 FROM attempts
+                          WHERE run_id = ?2 AND node_id = ?3),
+                         ?4, 'running', ?5, ?6)",
+            )?
+            .execute(params![attempt_id, run_id, node_id, generation as i64, deadline_at, self.now])?;
+        self.conn()
+            .prepare_cached(
+                "UPDATE runs SET current_node = ?2, current_attempt = ?3 WHERE run_id = ?1",
+            )?
+            .execute(params![run_id, node_id, attempt_id])?;
+        Ok(attempt_id)
+    }
+
+    fn close_attempt(&mut self, attempt_id: &str, outcome: &AttemptOutcome) -> StoreResult<()> {
+        let (output, error) = match outcome {
+            AttemptOutcome::Succeeded { output } => (Some(output.to_string()), None),
+            AttemptOutcome::Failed { error } => (None, Some(error.clone())),
+            AttemptOutcome::TimedOut => (None, Some("node deadline passed".to_owned())),
+        };
+        self.set_attempt_closed(attempt_id, outcome.status(), output, error)
+    }
+
+    fn set_attempt_closed(
+        &mut self,
+        attempt_id: &str,
+        status: AttemptStatus,
+        output: Option<String>,
+        error: Option<String>,
+    ) -> StoreResult<()> {
+        self.conn()
+            .prepare_cached(
+                "UPDATE attempts SET status = ?2, output = ?3, error = ?4, finished_at = ?5
+                 WHERE attempt_id = ?1",
+            )?
+            .execute(params![attempt_id, status.as_str(), output, error, self.now])?;
+        Ok(())
+    }
+
+    fn set_status(&mut self, run_id: &str, status: RunStatus) -> StoreResult<()> {
+        self.conn()
+            .prepare_cached("UPDATE runs SET status = ?2 WHERE run_id = ?1")?
+            .execute(params![run_id, status.as_str()])?;
+        Ok(())
+    }
+
+    fn set_available(&mut self, run_id: &str, at: UnixMillis) -> StoreResult<()> {
+        self.conn()
+            .prepare_cached("UPDATE queue SET available_at = ?2 WHERE run_id = ?1")?
+            .execute(params![run_id, at])?;
+        Ok(())
+    }
+
+    // ----- start and activation ------------------------------------------------------------
+
+    /// Creates a queued run. Returns its id.
+    pub fn start_run(&mut self, new: &NewRun) -> StoreResult<String> {
+        let run_id = new_id("run");
+        let input = new.input.to_string();
+        let definition = new.definition.as_ref().map(|d| d.to_string());
+        let digest = definition.as_ref().map(|d| sha256_hex(d.as_bytes()));
+        self.conn()
+            .prepare_cached(
+                "INSERT INTO runs (run_id, workflow_name, source_root, source_hash, mounted_sources,
+                                   definition, definition_digest, input, input_hash, origin_session,
+                                   execution_mode, project_dir, status, revision, created_at,
+                                   updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 'queued', 0, ?13, ?13)",
+            )?
+            .execute(params![
+                run_id,
+                new.workflow_name,
+                new.source_root,
+                new.source_hash,
+                new.mounted_sources.to_string(),
+                definition,
+                digest,
+                input,
+                sha256_hex(input.as_bytes()),
+                new.origin_session,
+                new.execution_mode.as_str(),
+                new.project_dir,
+                self.now
+            ])?;
+        self.conn()
+            .prepare_cached("INSERT INTO claims (run_id, generation) VALUES (?1, 0)")?
+            .execute([&run_id])?;
+        self.conn()
+            .prepare_cached(
+                "INSERT INTO queue (run_id, state, available_at) VALUES (?1, 'ready', ?2)",
+            )?
+            .execute(params![run_id, self.now])?;
+        self.finish_run_write(&run_id, "started", json!({ "workflow": new.workflow_name }))?;
+        Ok(run_id)
+    }
+
+    /// Claims a queued run for the host `owner_id`: generation + 1, a new token, status
+    /// running. A waiting attempt that was answered, submitted or expired is reopened.
+    pub fn activate(&mut self, run_id: &str, owner_id: &str) -> StoreResult<Activation> {
+        let run = self.run_for(run_id, Op::Activate)?;
+        if run.paused {
+            return Err(invalid(run_id, Op::Activate, run.status, "the run is paused".into()));
+        }
+        self.authorize(run_id, Fence::Unclaimed, Op::Activate)?;
+        let claim = self.bind_new_claim(run_id, OwnerKind::Host, owner_id)?;
+        let (mode, resume) = self.resume_point(&run)?;
+        if let Some(attempt_id) = &run.current_attempt {
+            // A waiting attempt continues under the new generation.
+            self.conn()
+                .prepare_cached(
+                    "UPDATE attempts SET status = 'running', generation = ?2
+                     WHERE attempt_id = ?1 AND status = 'waiting'",
+                )?
+                .execute(params![attempt_id, claim.generation as i64])?;
+        }
+        self.set_status(run_id, RunStatus::Running)?;
+        let revision = self.finish_run_write(
+            run_id,
+            "activated",
+            json!({ "generation": claim.generation, "mode": mode.as_str() }),
+        )?;
+        Ok(Activation {
+            claim,
+            mode,
+            resume,
+            revision,
+        })
+    }
+
+    fn resume_point(&self, run: &RunRow) -> StoreResult<(ChildMode, Resume)> {
+        let Some(attempt_id) = run.current_attempt.clone() else {
+            return Ok((
+                ChildMode::Run,
+                Resume::Fresh {
+                    node_id: run.current_node.clone(),
+                },
+            ));
+        };
+        let attempt = self.attempt_row(&attempt_id)?;
+        let Some(attempt) = attempt.filter(|a| a.status == AttemptStatus::Waiting) else {
+            return Ok((
+                ChildMode::Run,
+                Resume::Fresh {
+                    node_id: run.current_node.clone(),
+                },
+            ));
+        };
+        let node_id = attempt.node_id;
+        let interaction: Option<(String, String)> = self
+            .conn()
+            .prepare_cached(
+                "SELECT interaction_id, status FROM interactions WHERE attempt_id = ?1
+                 ORDER BY created_at DESC LIMIT 1",
+            )?
+            .query_row([&attempt_id], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?;
+        match interaction {
+            Some((interaction_id, status)) if status == "validating" => {
+                let submission_id: String = self
+                    .conn()
+                    .prepare_cached(
+                        "SELECT submission_id FROM submissions
+                         WHERE interaction_id = ?1 AND state = 'validating'",
+                    )?
+                    .query_row([&interaction_id], |r| r.get(0))?;
+                Ok((
+                    ChildMode::Validate,
+                    Resume::Validate {
+                        node_id,
+                        attempt_id,
+                        submission_id,
+                    },
+                ))
+            }
+            Some((_, status)) if status == "expired" => Ok((
+                ChildMode::Run,
+                Resume::InteractionExpired {
+                    node_id,
+                    attempt_id,
+                },
+            )),
+            _ => Ok((
+                ChildMode::Run,
+                Resume::Continue {
+                    node_id,
+                    attempt_id,
+                },
+            )),
+        }
+    }
+
+    /// Renews the claim without any domain change (the host's backup timer while a child
+    /// computes for a long time). Writes no event and does not bump the revision.
+    pub fn heartbeat(&mut self, claim: &Claim) -> StoreResult<()> {
+        self.fence(claim)?;
+        self.ops.push("heartbeat");
+        Ok(())
+    }
+
+    /// Stores the graph snapshot at first activation (the host validates it first).
+    pub fn record_definition(&mut self, claim: &Claim, definition: &Value) -> StoreResult<()> {
+        self.run_for(&claim.run_id, Op::NodeStarted)?;
+        self.fence(claim)?;
+        let text = definition.to_string();
+        let digest = sha256_hex(text.as_bytes());
+        let changed = self
+            .conn()
+            .prepare_cached(
+                "UPDATE runs SET definition = ?2, definition_digest = ?3
+                 WHERE run_id = ?1 AND definition IS NULL",
+            )?
+            .execute(params![claim.run_id, text, digest])?;
+        if changed == 0 {
+            return Err(invalid(
+                &claim.run_id,
+                Op::NodeStarted,
+                RunStatus::Running,
+                "the run already has a definition snapshot".into(),
+            ));
+        }
+        self.finish_run_write(&claim.run_id, "definition_recorded", json!({ "digest": digest }))?;
+        Ok(())
+    }
+
+    // ----- execution -------------------------------------------------------------------------
+
+    /// Opens the first attempt of `node_id` after an activation without an open attempt.
+    pub fn node_started(
+        &mut self,
+        claim: &Claim,
+        node_id: &str,
+        deadline_at: Option<UnixMillis>,
+    ) -> StoreResult<String> {
+        let run = self.run_for(&claim.run_id, Op::NodeStarted)?;
+        self.fence(claim)?;
+        if let Some(current) = &run.current_attempt {
+            if self.attempt_row(current)?.is_some_and(|a| a.status.is_open()) {
+                return Err(invalid(
+                    &claim.run_id,
+                    Op::NodeStarted,
+                    run.status,
+                    format!("attempt {current} is still open"),
+                ));
+            }
+        }
+        let attempt_id = self.open_attempt(&claim.run_id, node_id, claim.generation, deadline_at)?;
+        self.finish_run_write(
+            &claim.run_id,
+            "node_started",
+            json!({ "node": node_id, "attempt": attempt_id }),
+        )?;
+        Ok(attempt_id)
+    }
+
+    /// Closes the current attempt with its outcome and opens the next node's attempt.
+    pub fn transition(&mut self, claim: &Claim, req: &TransitionRequest) -> StoreResult<Transitioned> {
+        let run = self.run_for(&claim.run_id, Op::Transition)?;
+        self.fence(claim)?;
+        let from = self.current_attempt(&claim.run_id, &run, &req.attempt_id, AttemptStatus::Running)?;
+        self.close_attempt(&req.attempt_id, &req.outcome)?;
+        let next_attempt_id =
+            self.open_attempt(&claim.run_id, &req.next_node, claim.generation, req.next_deadline_at)?;
+        // Progress: the run no longer counts as crash-looping.
+        self.conn()
+            .prepare_cached("UPDATE queue SET crash_count = 0 WHERE run_id = ?1 AND crash_count != 0")?
+            .execute([&claim.run_id])?;
+        let revision = self.finish_run_write(
+            &claim.run_id,
+            "transitioned",
+            json!({
+                "from": from.node_id,
+                "outcome": req.outcome.status().as_str(),
+                "to": req.next_node,
+                "attempt": next_attempt_id,
+            }),
+        )?;
+        Ok(Transitioned {
+            next_attempt_id,
+            revision,
+            pause_requested: run.paused,
+        })
+    }
+
+    /// Releases the run at a durable boundary; it becomes ready again at `available_at` (now
+    /// when `None`). An attempt still running is interrupted and reruns on the next activation.
+    pub fn park(&mut self, claim: &Claim, available_at: Option<UnixMillis>) -> StoreResult<u64> {
+        let run = self.run_for(&claim.run_id, Op::Park)?;
+        self.fence(claim)?;
+        self.interrupt_running_attempt(&run, "parked")?;
+        self.release_claim(&claim.run_id)?;
+        self.set_status(&claim.run_id, RunStatus::Queued)?;
+        self.set_available(&claim.run_id, available_at.unwrap_or(self.now))?;
+        self.finish_run_write(&claim.run_id, "parked", json!({ "available_at": available_at }))
+    }
+
+    fn interrupt_running_attempt(&mut self, run: &RunRow, why: &str) -> StoreResult<bool> {
+        let Some(attempt_id) = &run.current_attempt else {
+            return Ok(false);
+        };
+        let changed = self
+            .conn()
+            .prepare_cached(
+                "UPDATE attempts SET status = 'interrupted', error = ?2, finished_at = ?3
+                 WHERE attempt_id = ?1 AND status = 'running'",
+            )?
+            .execute(params![attempt_id, why, self.now])?;
+        Ok(changed > 0)
+    }
+
+    /// Parks the current attempt on an ordinary checkpoint or a protected human decision and
+    /// releases the claim. Returns the decision id.
+    pub fn wait_for_decision(
+        &mut self,
+        claim: &Claim,
+        attempt_id: &str,
+        kind: DecisionKind,
+        request: &Value,
+    ) -> StoreResult<String> {
+        let run = self.run_for(&claim.run_id, Op::Wait)?;
+        self.fence(claim)?;
+        let attempt = self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
+        let decision_id = new_id("dec");
+        self.conn()
+            .prepare_cached(
+                "INSERT INTO decisions (decision_id, run_id, attempt_id, node_id, kind, request,
+                                        status, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7)",
+            )?
+            .execute(params![
+                decision_id,
+                claim.run_id,
+                attempt_id,
+                attempt.node_id,
+                kind.as_str(),
+                request.to_string(),
+                self.now
+            ])?;
+        self.suspend_attempt(&claim.run_id, attempt_id)?;
+        self.finish_run_write(
+            &claim.run_id,
+            "waiting",
+            json!({ "decision": decision_id, "kind": kind.as_str() }),
+        )?;
+        Ok(decision_id)
+    }
+
+    /// attempt -> waiting, claim released, run -> waiting.
+    fn suspend_attempt(&mut self, run_id: &str, attempt_id: &str) -> StoreResult<()> {
+        self.conn()
+            .prepare_cached("UPDATE attempts SET status = 'waiting' WHERE attempt_id = ?1")?
+            .execute([attempt_id])?;
+        self.release_claim(run_id)?;
+        self.set_status(run_id, RunStatus::Waiting)
+    }
+
+    /// Records a durable interactive request bound to the run's origin session, parks the
+    /// attempt and releases the claim. Returns the interaction id.
+    pub fn request_interaction(
+        &mut self,
+        claim: &Claim,
+        attempt_id: &str,
+        kind: InteractionKind,
+        request: &Value,
+        deadline_at: Option<UnixMillis>,
+    ) -> StoreResult<String> {
+        let run = self.run_for(&claim.run_id, Op::RequestInteraction)?;
+        self.fence(claim)?;
+        let attempt = self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
+        let interaction_id = new_id("int");
+        self.conn()
+            .prepare_cached(
+                "INSERT INTO interactions (interaction_id, run_id, attempt_id, node_id,
+                                           origin_session, kind, request, deadline_at, status,
+                                           created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'pending', ?9)",
+            )?
+            .execute(params![
+                interaction_id,
+                claim.run_id,
+                attempt_id,
+                attempt.node_id,
+                run.origin_session,
+                kind.as_str(),
+                request.to_string(),
+                deadline_at,
+                self.now
+            ])?;
+        self.suspend_attempt(&claim.run_id, attempt_id)?;
+        self.finish_run_write(
+            &claim.run_id,
+            "interaction_requested",
+            json!({ "interaction": interaction_id, "kind": kind.as_str() }),
+        )?;
+        Ok(interaction_id)
+    }
+
+    /// Records a provisional submission (`validating`) for a pending interaction and queues
+    /// the run for a validation child. A repeat with the same idempotency key and payload
+    /// returns the original submission id; with another payload it is a conflict.
+    pub fn submit(
+        &mut self,
+        interaction_id: &str,
+        attempt_id: &str,
+        payload: &Value,
+        idempotency_key: Option<&str>,
+    ) -> StoreResult<String> {
+        let (run_id, interaction_attempt, status): (String, String, String) = self
+            .conn()
+            .prepare_cached(
+                "SELECT run_id, attempt_id, status FROM interactions WHERE interaction_id = ?1",
+            )?
+            .query_row([interaction_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .optional()?
+            .ok_or_else(|| StoreError::NotFound {
+                what: "interaction",
+                id: interaction_id.to_owned(),
+            })?;
+        let payload_text = payload.to_string();
+        if let Some(key) = idempotency_key {
+            let prior: Option<(String, String)> = self
+                .conn()
+                .prepare_cached(
+                    "SELECT submission_id, payload FROM submissions
+                     WHERE interaction_id = ?1 AND idempotency_key = ?2",
+                )?
+                .query_row(params![interaction_id, key], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?;
+            if let Some((submission_id, prior_payload)) = prior {
+                if prior_payload == payload_text {
+                    return Ok(submission_id);
+                }
+                return Err(StoreError::IdempotencyConflict { key: key.to_owned() });
+            }
+        }
+        let run = self.run_row(&run_id)?;
+        if attempt_id != interaction_attempt {
+            return Err(StoreError::StaleAttempt {
+                run_id,
+                presented: attempt_id.to_owned(),
+                current: interaction_attempt,
+            });
+        }
+        if !Op::Submit.allowed(run.status) || status != "pending" {
+            return Err(invalid(
+                &run_id,
+                Op::Submit,
+                run.status,
+                format!("interaction {interaction_id} is {status}"),
+            ));
+        }
+        self.authorize(&run_id, Fence::Unclaimed, Op::Submit)?;
+        let submission_id = new_id("sub");
+        self.conn()
+            .prepare_cached(
+                "INSERT INTO submissions (submission_id, interaction_id, payload, state,
+                                          idempotency_key, created_at)
+                 VALUES (?1, ?2, ?3, 'validating', ?4, ?5)",
+            )?
+            .execute(params![submission_id, interaction_id, payload_text, idempotency_key, self.now])?;
+        self.conn()
+            .prepare_cached("UPDATE interactions SET status = 'validating' WHERE interaction_id = ?1")?
+            .execute([interaction_id])?;
+        self.set_status(&run_id, RunStatus::Queued)?;
+        self.set_available(&run_id, self.now)?;
+        self.finish_run_write(
+            &run_id,
+            "submitted",
+            json!({ "interaction": interaction_id, "submission": submission_id }),
+        )?;
+        Ok(submission_id)
+    }
+
+    /// Settles a validating submission with the validation child's verdict. Accepting settles
+    /// the interaction and keeps the attempt running under the claim (the child goes on to
+    /// propose the transition); rejecting keeps the request pending, parks the attempt and
+    /// releases the claim.
+    pub fn settle(
+        &mut self,
+        claim: &Claim,
+        submission_id: &str,
+        verdict: Result<(), String>,
+    ) -> StoreResult<()> {
+        let run = self.run_for(&claim.run_id, Op::Settle)?;
+        self.fence(claim)?;
+        let (interaction_id, state): (String, String) = self
+            .conn()
+            .prepare_cached(
+                "SELECT s.interaction_id, s.state FROM submissions s
+                 JOIN interactions i ON i.interaction_id = s.interaction_id
+                 WHERE s.submission_id = ?1 AND i.run_id = ?2",
+            )?
+            .query_row(params![submission_id, claim.run_id], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?
+            .ok_or_else(|| StoreError::NotFound {
+                what: "submission",
+                id: submission_id.to_owned(),
+            })?;
+        if state != "validating" {
+            return Err(invalid(
+                &claim.run_id,
+                Op::Settle,
+                run.status,
+                format!("submission {submission_id} is already {state}"),
+            ));
+        }
+        let accepted = verdict.is_ok();
+        let (sub_state, int_state) = if accepted {
+            ("accepted", "settled")
+        } else {
+            ("rejected", "pending")
+        };
+        self.conn()
+            .prepare_cached(
+                "UPDATE submissions SET state = ?2, error = ?3, settled_at = ?4 WHERE submission_id = ?1",
+            )?
+            .execute(params![submission_id, sub_state, verdict.as_ref().err(), self.now])?;
+        self.conn()
+            .prepare_cached(
+                "UPDATE interactions SET status = ?2,
+                        closed_at = CASE WHEN ?2 = 'settled' THEN ?3 ELSE NULL END
+                 WHERE interaction_id = ?1",
+            )?
+            .execute(params![interaction_id, int_state, self.now])?;
+        if !accepted {
+            let attempt_id = run.current_attempt.clone().unwrap_or_default();
+            self.suspend_attempt(&claim.run_id, &attempt_id)?;
+        }
+        self.finish_run_write(
+            &claim.run_id,
+            if accepted { "submission_accepted" } else { "submission_rejected" },
+            json!({ "submission": submission_id, "error": verdict.err() }),
+        )?;
+        Ok(())
+    }
+
+    /// Answers a pending decision and queues the run to continue. A protected human decision
+    /// refuses the model-facing path.
+    pub fn answer_decision(
+        &mut self,
+        decision_id: &str,
+        answer: &Value,
+        answered_by: Answerer,
+    ) -> StoreResult<()> {
+        let (run_id, kind, status): (String, String, String) = self
+            .conn()
+            .prepare_cached("SELECT run_id, kind, status FROM decisions WHERE decision_id = ?1")?
+            .query_row([decision_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .optional()?
+            .ok_or_else(|| StoreError::NotFound {
+                what: "decision",
+                id: decision_id.to_owned(),
+            })?;
+        let kind = parse_enum(&kind, DecisionKind::parse, "decision kind")?;
+        let run = self.run_row(&run_id)?;
+        if kind == DecisionKind::HumanDecision && answered_by == Answerer::Model {
+            return Err(StoreError::Forbidden(format!(
+                "decision {decision_id} is a protected human decision; only a person may answer it"
+            )));
+        }
+        if !Op::AnswerDecision.allowed(run.status) || status != "pending" {
+            return Err(invalid(
+                &run_id,
+                Op::AnswerDecision,
+                run.status,
+                format!("decision {decision_id} is {status}"),
+            ));
+        }
+        self.authorize(&run_id, Fence::Unclaimed, Op::AnswerDecision)?;
+        self.conn()
+            .prepare_cached(
+                "UPDATE decisions SET status = 'answered', answer = ?2, answered_by = ?3,
+                        answered_at = ?4 WHERE decision_id = ?1",
+            )?
+            .execute(params![decision_id, answer.to_string(), answered_by.as_str(), self.now])?;
+        self.set_status(&run_id, RunStatus::Queued)?;
+        self.set_available(&run_id, self.now)?;
+        self.finish_run_write(
+            &run_id,
+            "decision_answered",
+            json!({ "decision": decision_id, "by": answered_by.as_str() }),
+        )?;
+        Ok(())
+    }
+
+    /// Closes a pending interaction whose deadline has passed and queues the run so a child
+    /// records the same attempt as timed out and routes it.
+    pub fn expire_interaction(&mut self, interaction_id: &str) -> StoreResult<()> {
+        let (run_id, status, deadline): (String, String, Option<i64>) = self
+            .conn()
+            .prepare_cached(
+                "SELECT run_id, status, deadline_at FROM interactions WHERE interaction_id = ?1",
+            )?
+            .query_row([interaction_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .optional()?
+            .ok_or_else(|| StoreError::NotFound {
+                what: "interaction",
+                id: interaction_id.to_owned(),
+            })?;
+        let run = self.run_row(&run_id)?;
+        let due = deadline.is_some_and(|d| d <= self.now);
+        if !Op::ExpireInteraction.allowed(run.status) || status != "pending" || !due {
+            return Err(invalid(
+                &run_id,
+                Op::ExpireInteraction,
+                run.status,
+                format!("interaction {interaction_id} is {status} with deadline {deadline:?}"),
+            ));
+        }
+        self.authorize(&run_id, Fence::Unclaimed, Op::ExpireInteraction)?;
+        self.conn()
+            .prepare_cached(
+                "UPDATE interactions SET status = 'expired', closed_at = ?2 WHERE interaction_id = ?1",
+            )?
+            .execute(params![interaction_id, self.now])?;
+        self.set_status(&run_id, RunStatus::Queued)?;
+        self.set_available(&run_id, self.now)?;
+        self.finish_run_write(&run_id, "interaction_expired", json!({ "interaction": interaction_id }))?;
+        Ok(())
+    }
+
+    /// Adds a notify-node message for the origin session in the same transaction as the
+    /// source fact. Detached runs without an origin session record the event only.
+    pub fn notify(&mut self, claim: &Claim, content: &Value) -> StoreResult<Option<String>> {
+        let run = self.run_for(&claim.run_id, Op::NodeStarted)?;
+        self.fence(claim)?;
+        let message_id = self.add_message(&claim.run_id, &run, MessageKind::Notify, content)?;
+        self.finish_run_write(&claim.run_id, "notified", json!({ "message": message_id }))?;
+        Ok(message_id)
+    }
+
+    fn add_message(
+        &mut self,
+        run_id: &str,
+        run: &RunRow,
+        kind: MessageKind,
+        content: &Value,
+    ) -> StoreResult<Option<String>> {
+        let Some(session) = &run.origin_session else {
+            return Ok(None);
+        };
+        let message_id = new_id("msg");
+        self.conn()
+            .prepare_cached(
+                "INSERT INTO workflow_messages (message_id, run_id, origin_session, kind, content,
+                                                created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?
+            .execute(params![message_id, run_id, session, kind.as_str(), content.to_string(), self.now])?;
+        Ok(Some(message_id))
+    }
+
+    // ----- pause and resume ------------------------------------------------------------------
+
+    /// Sets the paused flag. A queued or waiting run is held back from activation; a running
+    /// run keeps going until its next boundary, where the owner parks it.
+    pub fn pause(&mut self, run_id: &str, fence: Fence<'_>) -> StoreResult<u64> {
+        let run = self.run_for(run_id, Op::Pause)?;
+        if run.paused {
+            return Err(invalid(run_id, Op::Pause, run.status, "the run is already paused".into()));
+        }
+        self.authorize(run_id, fence, Op::Pause)?;
+        self.set_paused(run_id, true)?;
+        self.finish_run_write(run_id, "paused", json!({}))
+    }
+
+    /// Clears the paused flag; a queued run becomes ready now.
+    pub fn resume(&mut self, run_id: &str, fence: Fence<'_>) -> StoreResult<u64> {
+        let run = self.run_for(run_id, Op::Resume)?;
+        if !run.paused {
+            return Err(invalid(run_id, Op::Resume, run.status, "the run is not paused".into()));
+        }
+        self.authorize(run_id, fence, Op::Resume)?;
+        self.set_paused(run_id, false)?;
+        if run.status == RunStatus::Queued {
+            self.set_available(run_id, self.now)?;
+        }
+        self.finish_run_write(run_id, "resumed", json!({}))
+    }
+
+    fn set_paused(&mut self, run_id: &str, paused: bool) -> StoreResult<()> {
+        self.conn()
+            .prepare_cached("UPDATE runs SET paused = ?2 WHERE run_id = ?1")?
+            .execute(params![run_id, paused])?;
+        Ok(())
+    }
+
+    // ----- terminal operations ---------------------------------------------------------------
+
+    /// Closes the current attempt with `output` and completes the run with `result`.
+    pub fn complete(
+        &mut self,
+        claim: &Claim,
+        attempt_id: &str,
+        output: &Value,
+        result: &Value,
+    ) -> StoreResult<u64> {
+        let run = self.run_for(&claim.run_id, Op::Complete)?;
+        self.fence(claim)?;
+        self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
+        self.close_attempt(attempt_id, &AttemptOutcome::Succeeded { output: output.clone() })?;
+        self.conn()
+            .prepare_cached("UPDATE runs SET result = ?2 WHERE run_id = ?1")?
+            .execute(params![claim.run_id, result.to_string()])?;
+        self.end_run(&claim.run_id, &run, RunStatus::Completed, json!({ "result": result }))
+    }
+
+    /// Ends the run `failed` (or `timed_out` when the outcome is a timeout), closing the
+    /// current attempt with `outcome` when one is named.
+    pub fn fail(
+        &mut self,
+        claim: &Claim,
+        attempt_id: Option<&str>,
+        outcome: &AttemptOutcome,
+        error: &str,
+    ) -> StoreResult<u64> {
+        let run = self.run_for(&claim.run_id, Op::Fail)?;
+        self.fence(claim)?;
+        if let Some(attempt_id) = attempt_id {
+            self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
+            self.close_attempt(attempt_id, outcome)?;
+        } else {
+            self.interrupt_running_attempt(&run, error)?;
+        }
+        self.conn()
+            .prepare_cached("UPDATE runs SET error = ?2 WHERE run_id = ?1")?
+            .execute(params![claim.run_id, error])?;
+        let status = if matches!(outcome, AttemptOutcome::TimedOut) {
+            RunStatus::TimedOut
+        } else {
+            RunStatus::Failed
+        };
+        self.end_run(&claim.run_id, &run, status, json!({ "error": error }))
+    }
+
+    /// Cancels the run in one commit: closes the open attempt, cancels pending decisions and
+    /// interactions (rejecting validating submissions), cancels effects that have not started
+    /// and marks `applying` effects `uncertain`, releases the claim.
+    ///
+    /// A run held by a live claim can only be cancelled by that claim's holder; an expired run
+    /// is cancelled through [`WriteTx::control_claim`].
+    pub fn cancel(&mut self, run_id: &str, fence: Fence<'_>, reason: &str) -> StoreResult<CancelSummary> {
+        let run = self.run_for(run_id, Op::Cancel)?;
+        self.authorize(run_id, fence, Op::Cancel)?;
+        let mut summary = CancelSummary::default();
+        let c = self.conn();
+        summary.attempts_closed = c
+            .prepare_cached(
+                "UPDATE attempts SET status = 'cancelled', error = ?2, finished_at = ?3
+                 WHERE run_id = ?1 AND status IN ('running', 'waiting')",
+            )?
+            .execute(params![run_id, reason, self.now])?;
+        summary.decisions_cancelled = c
+            .prepare_cached(
+                "UPDATE decisions SET status = 'cancelled', answered_at = ?2
+                 WHERE run_id = ?1 AND status = 'pending'",
+            )?
+            .execute(params![run_id, self.now])?;
+        summary.submissions_rejected = c
+            .prepare_cached(
+                "UPDATE submissions SET state = 'rejected', error = 'run cancelled', settled_at = ?2
+                 WHERE state = 'validating' AND interaction_id IN
+                       (SELECT interaction_id FROM interactions WHERE run_id = ?1)",
+            )?
+            .execute(params![run_id, self.now])?;
+        summary.interactions_cancelled = c
+            .prepare_cached(
+                "UPDATE interactions SET status = 'cancelled', closed_at = ?2
+                 WHERE run_id = ?1 AND status IN ('pending', 'validating')",
+            )?
+            .execute(params![run_id, self.now])?;
+        summary.effects_cancelled = c
+            .prepare_cached(
+                "UPDATE effects SET state = 'cancelled', updated_at = ?2
+                 WHERE run_id = ?1 AND state = 'reserved'",
+            )?
+            .execute(params![run_id, self.now])?;
+        summary.effects_uncertain = c
+            .prepare_cached(
+                "UPDATE effects SET state = 'uncertain', updated_at = ?2,
+                        error = 'run cancelled while the effect was applying'
+                 WHERE run_id = ?1 AND state = 'applying'",
+            )?
+            .execute(params![run_id, self.now])?;
+        c.prepare_cached("UPDATE runs SET error = ?2 WHERE run_id = ?1")?
+            .execute(params![run_id, reason])?;
+        self.end_run(
+            run_id,
+            &run,
+            RunStatus::Cancelled,
+            json!({ "reason": reason, "summary": summary }),
+        )?;
+        Ok(summary)
+    }
+
+    fn end_run(
+        &mut self,
+        run_id: &str,
+        run: &RunRow,
+        status: RunStatus,
+        data: Value,
+    ) -> StoreResult<u64> {
+        self.release_claim(run_id)?;
+        self.conn()
+            .prepare_cached("UPDATE runs SET status = ?2, finished_at = ?3 WHERE run_id = ?1")?
+            .execute(params![run_id, status.as_str(), self.now])?;
+        let mut content = data.clone();
+        if let Value::Object(map) = &mut content {
+            map.insert("status".into(), json!(status.as_str()));
+            map.insert("workflow".into(), json!(run.workflow_name));
+        }
+        self.add_message(run_id, run, MessageKind::Terminal, &content)?;
+        let event = match status {
+            RunStatus::Completed => "completed",
+            RunStatus::Cancelled => "cancelled",
+            RunStatus::TimedOut => "timed_out",
+            _ => "failed",
+        };
+        self.finish_run_write(run_id, event, data)
+    }
+
+    // ----- stale runs, losses and review -----------------------------------------------------
+
+    /// Takes an atomic control claim on a run whose lease is expired or absent: refuses live
+    /// claims and terminal rows, bumps the generation and binds a new token before anything
+    /// else changes (plan Part 3).
+    pub fn control_claim(&mut self, run_id: &str, owner_id: &str) -> StoreResult<Claim> {
+        self.run_for(run_id, Op::ControlClaim)?;
+        self.authorize(run_id, Fence::Unclaimed, Op::ControlClaim)?;
+        let claim = self.bind_new_claim(run_id, OwnerKind::Control, owner_id)?;
+        self.finish_run_write(
+            run_id,
+            "control_claimed",
+            json!({ "generation": claim.generation, "owner": owner_id }),
+        )?;
+        Ok(claim)
+    }
+
+    /// The owner reports that the run's child went away without finishing (crash, kill,
+    /// handshake timeout). The run is requeued, or stopped for review after too many losses
+    /// in a row or when an effect's outcome is unknown.
+    pub fn child_lost(&mut self, claim: &Claim, reason: &str) -> StoreResult<RecoveredRun> {
+        let run = self.run_for(&claim.run_id, Op::ChildLost)?;
+        self.fence(claim)?;
+        self.requeue_after_loss(&claim.run_id, &run, reason, "child_lost")
+    }
+
+    /// Makes every running row whose claim has expired (or vanished) claimable again, in one
+    /// commit per call. Used at host start and by the host's expiry timer.
+    pub fn recover_expired(&mut self) -> StoreResult<Vec<RecoveredRun>> {
+        let expired: Vec<String> = self
+            .conn()
+            .prepare_cached(
+                "SELECT r.run_id FROM runs r JOIN claims c ON c.run_id = r.run_id
+                 WHERE r.status = 'running' AND (c.expires_at IS NULL OR c.expires_at <= ?1)
+                 ORDER BY r.run_id",
+            )?
+            .query_map([self.now], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        let mut out = Vec::with_capacity(expired.len());
+        for run_id in expired {
+            let run = self.run_row(&run_id)?;
+            out.push(self.requeue_after_loss(&run_id, &run, "claim expired", "recovered")?);
+        }
+        Ok(out)
+    }
+
+    pub(crate) fn requeue_after_loss(
+        &mut self,
+        run_id: &str,
+        run: &RunRow,
+        reason: &str,
+        event: &'static str,
+    ) -> StoreResult<RecoveredRun> {
+        self.release_claim(run_id)?;
+        // A validation child that died rejects only its provisional submission.
+        let rejected = self
+            .conn()
+            .prepare_cached(
+                "UPDATE submissions SET state = 'rejected', error = ?3, settled_at = ?2
+                 WHERE state = 'validating' AND interaction_id IN
+                       (SELECT interaction_id FROM interactions WHERE run_id = ?1)",
+            )?
+            .execute(params![run_id, self.now, format!("validation did not finish: {reason}")])?;
+        if rejected > 0 {
+            self.conn()
+                .prepare_cached(
+                    "UPDATE interactions SET status = 'pending' WHERE run_id = ?1 AND status = 'validating'",
+                )?
+                .execute([run_id])?;
+            if let Some(attempt_id) = &run.current_attempt {
+                self.conn()
+                    .prepare_cached("UPDATE attempts SET status = 'waiting' WHERE attempt_id = ?1")?
+                    .execute([attempt_id])?;
+            }
+        } else {
+            self.interrupt_running_attempt(run, reason)?;
+        }
+        let uncertain = self.mark_interrupted_effects_uncertain(run_id)?;
+        let crashes: i64 = self
+            .conn()
+            .prepare_cached(
+                "UPDATE queue SET crash_count = crash_count + 1, available_at = ?2 WHERE run_id = ?1
+                 RETURNING crash_count",
+            )?
+            .query_row(params![run_id, self.now], |r| r.get(0))?;
+        let (status, why) = if let Some(key) = uncertain.first() {
+            (RunStatus::Review, format!("uncertain effect {key}: {reason}"))
+        } else if crashes >= i64::from(self.config.max_child_losses) {
+            (
+                RunStatus::Review,
+                format!("its child was lost {crashes} times without progress: {reason}"),
+            )
+        } else if rejected > 0 {
+            (RunStatus::Waiting, reason.to_owned())
+        } else {
+            (RunStatus::Queued, reason.to_owned())
+        };
+        self.set_status(run_id, status)?;
+        if status == RunStatus::Review {
+            self.set_review_reason(run_id, &why)?;
+        }
+        self.finish_run_write(
+            run_id,
+            event,
+            json!({ "reason": why, "losses": crashes, "status": status.as_str() }),
+        )?;
+        Ok(RecoveredRun {
+            run_id: run_id.to_owned(),
+            status,
+            reason: why,
+        })
+    }
+
+    /// `applying` effects whose contract forbids retry become `uncertain`. Returns their keys.
+    fn mark_interrupted_effects_uncertain(&mut self, run_id: &str) -> StoreResult<Vec<String>> {
+        let keys: Vec<String> = self
+            .conn()
+            .prepare_cached(
+                "UPDATE effects SET state = 'uncertain', updated_at = ?2,
+                        error = 'the child went away while applying; no receipt was stored'
+                 WHERE run_id = ?1 AND state = 'applying' AND retry_contract = ?3
+                 RETURNING effect_key",
+            )?
+            .query_map(params![run_id, self.now, RetryContract::Never.as_str()], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        Ok(keys)
+    }
+
+    fn set_review_reason(&mut self, run_id: &str, why: &str) -> StoreResult<()> {
+        self.conn()
+            .prepare_cached("UPDATE runs SET review_reason = ?2 WHERE run_id = ?1")?
+            .execute(params![run_id, why])?;
+        Ok(())
+    }
+
+    /// Stops a running run for manual review (for example `source_changed`): the attempt is
+    /// interrupted and the claim released; nothing is retried until a person acts.
+    pub fn send_to_review(&mut self, claim: &Claim, reason: &str) -> StoreResult<u64> {
+        let run = self.run_for(&claim.run_id, Op::Review)?;
+        self.fence(claim)?;
+        self.interrupt_running_attempt(&run, reason)?;
+        self.release_claim(&claim.run_id)?;
+        self.set_status(&claim.run_id, RunStatus::Review)?;
+        self.set_review_reason(&claim.run_id, reason)?;
+        self.finish_run_write(&claim.run_id, "review", json!({ "reason": reason }))
+    }
+}
+
+pub(crate) fn invalid(run_id: &str, op: Op, status: RunStatus, detail: String) -> StoreError {
+    StoreError::InvalidTransition {
+        run_id: run_id.to_owned(),
+        op,
+        status,
+        detail,
+    }
+}
+
+/// Node ids follow the graph's identifier rule so they are safe in paths, logs and routes.
+fn validate_node_id(node_id: &str) -> StoreResult<()> {
+    let mut chars = node_id.chars();
+    let ok = node_id.len() <= 128
+        && chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if ok {
+        Ok(())
+    } else {
+        Err(StoreError::InvalidInput(format!(
+            "node id {node_id:?} must match [A-Za-z_][A-Za-z0-9_-]* (at most 128 characters)"
+        )))
+    }
+}

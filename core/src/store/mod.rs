@@ -1,0 +1,459 @@
+//! The durable state store: the only module that speaks SQL.
+//!
+//! A [`Store`] owns one read-write SQLite connection to `$PIW_HOME/state.sqlite`. Every change
+//! happens inside [`Store::write`], which opens one `BEGIN IMMEDIATE` transaction and hands out a
+//! [`WriteTx`]. Each lifecycle operation on `WriteTx` is atomic on its own (it runs inside a
+//! savepoint when batched) and ends with [`WriteTx::finish_run_write`], which bumps the run's
+//! revision, appends exactly one event (whose sequence number equals the new revision), derives
+//! the queue row and refreshes the viewer projection. Operations that need ownership first pass
+//! the fence ([`WriteTx::fence`]), which checks and renews the claim in the same transaction.
+//!
+//! Invariants kept here (plan "Core rules" 1–6, 11, 12):
+//! - a run has one claim row; its generation only grows and is never reused;
+//! - a fenced write with a stale, expired, foreign or released claim changes nothing;
+//! - an expired claim never renews itself;
+//! - the claim token is never stored (only its SHA-256), logged, or put in an error.
+
+mod diagnose;
+mod dump;
+mod effects;
+mod error;
+mod lifecycle;
+pub mod model;
+mod read;
+mod receipts;
+mod schema;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension as _, TransactionBehavior};
+
+pub use diagnose::{Finding, RepairReport};
+pub use effects::{EffectResult, Reservation};
+pub use error::{StoreError, StoreResult};
+pub use lifecycle::{
+    Activation, CancelSummary, NewRun, RecoveredRun, Resume, TransitionRequest, Transitioned,
+};
+pub use model::*;
+pub use read::{
+    AttemptRecord, ClaimInfo, DecisionRecord, EffectRecord, EventRecord, InteractionRecord,
+    MessageRecord, RunRecord, RunView, SubmissionRecord,
+};
+pub use receipts::{CommandMeta, CommandOutcome, StoredReceipt};
+pub use schema::{ddl_digest, DDL, SCHEMA_ID};
+
+use crate::clock::{Clock, SystemClock, UnixMillis};
+use crate::ids::ClaimToken;
+
+/// Default claim lease: a claim not renewed by a write or heartbeat for this long expires.
+pub const DEFAULT_LEASE_MS: i64 = 30_000;
+/// Default number of consecutive child losses without progress before a run stops for review.
+pub const DEFAULT_MAX_CHILD_LOSSES: u32 = 3;
+
+/// Called with the names of the operations in a transaction just before it commits; returning
+/// `true` aborts the transaction (rolls it back) with [`StoreError::InjectedFault`]. Only crash
+/// tests install one.
+pub type FaultHook = Arc<dyn Fn(&[&'static str]) -> bool + Send + Sync>;
+
+/// How a store behaves.
+#[derive(Clone)]
+pub struct StoreConfig {
+    /// Lease length in milliseconds, renewed by every fenced write.
+    pub lease_ms: i64,
+    /// Consecutive child losses without a committed transition before the run stops for review.
+    pub max_child_losses: u32,
+    /// The time source for every lease decision.
+    pub clock: Arc<dyn Clock>,
+    /// Test-only: abort a transaction just before commit.
+    pub fault_hook: Option<FaultHook>,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            lease_ms: DEFAULT_LEASE_MS,
+            max_child_losses: DEFAULT_MAX_CHILD_LOSSES,
+            clock: Arc::new(SystemClock),
+            fault_hook: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for StoreConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreConfig")
+            .field("lease_ms", &self.lease_ms)
+            .field("max_child_losses", &self.max_child_losses)
+            .field("clock", &self.clock)
+            .field("fault_hook", &self.fault_hook.is_some())
+            .finish()
+    }
+}
+
+/// The authority a writer holds over one run.
+///
+/// The token is secret: `Debug` redacts it and only its hash reaches the database.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    pub run_id: String,
+    pub owner_kind: OwnerKind,
+    pub owner_id: String,
+    pub generation: u64,
+    pub token: ClaimToken,
+}
+
+/// How a write that may or may not need ownership is authorized.
+#[derive(Debug, Clone, Copy)]
+pub enum Fence<'a> {
+    /// The writer holds this claim; the fence checks and renews it.
+    Claim(&'a Claim),
+    /// The writer holds no claim; the write is refused if anyone holds a live one.
+    Unclaimed,
+}
+
+/// The durable state store.
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+    config: StoreConfig,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("path", &self.path).finish()
+    }
+}
+
+impl Store {
+    /// Opens (creating if absent) the state database at `path` for reading and writing.
+    ///
+    /// An existing file must be a piw state database with this build's schema id and DDL
+    /// digest; anything else (another digest, a foreign SQLite database, a non-SQLite or empty
+    /// file) is refused with [`StoreError::IncompatibleDatabase`] and left untouched.
+    pub fn open(path: impl AsRef<Path>, config: StoreConfig) -> StoreResult<Self> {
+        let path = path.as_ref().to_path_buf();
+        if path.exists() {
+            schema::check_existing(&path)?;
+        } else {
+            schema::create_new(&path, config.clock.now_ms())?;
+        }
+        let conn = Connection::open_with_flags(
+            &path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        conn.set_prepared_statement_cache_capacity(128);
+        Ok(Self { conn, path, config })
+    }
+
+    /// Opens an existing state database read-only, for viewers and `diagnose`.
+    pub fn open_read_only(path: impl AsRef<Path>, config: StoreConfig) -> StoreResult<Self> {
+        let path = path.as_ref().to_path_buf();
+        if !path.exists() {
+            return Err(StoreError::Io {
+                path,
+                source: std::io::Error::from(std::io::ErrorKind::NotFound),
+            });
+        }
+        schema::check_existing(&path)?;
+        let conn = Connection::open_with_flags(
+            &path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        Ok(Self { conn, path, config })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The configuration this store was opened with.
+    pub fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
+    /// The store's current time.
+    pub fn now_ms(&self) -> UnixMillis {
+        self.config.clock.now_ms()
+    }
+
+    /// Runs `f` in one `BEGIN IMMEDIATE` transaction and commits it if `f` succeeds.
+    ///
+    /// If `f` fails, nothing it did is kept. Operations inside `f` that should fail on their own
+    /// without undoing their neighbours (group commit) go through [`WriteTx::savepoint`].
+    pub fn write<T>(&mut self, f: impl FnOnce(&mut WriteTx<'_>) -> StoreResult<T>) -> StoreResult<T> {
+        let now = self.config.clock.now_ms();
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut w = WriteTx {
+            tx,
+            now,
+            config: &self.config,
+            ops: Vec::new(),
+        };
+        let out = f(&mut w)?;
+        if let Some(hook) = &self.config.fault_hook {
+            if hook(&w.ops) {
+                let names = w.ops.join(",");
+                drop(w); // rolls back
+                return Err(StoreError::InjectedFault(names));
+            }
+        }
+        w.tx.commit()?;
+        Ok(out)
+    }
+}
+
+/// One open write transaction. Obtained from [`Store::write`].
+pub struct WriteTx<'a> {
+    tx: rusqlite::Transaction<'a>,
+    now: UnixMillis,
+    config: &'a StoreConfig,
+    ops: Vec<&'static str>,
+}
+
+impl WriteTx<'_> {
+    /// The transaction time: every expiry comparison in this transaction uses it.
+    pub fn now_ms(&self) -> UnixMillis {
+        self.now
+    }
+
+    /// Runs `f` inside a savepoint: if it fails, only its own changes are undone and the error
+    /// is returned, while the enclosing transaction stays usable.
+    pub fn savepoint<T>(
+        &mut self,
+        f: impl FnOnce(&mut Self) -> StoreResult<T>,
+    ) -> StoreResult<T> {
+        self.tx.execute_batch("SAVEPOINT piw_op")?;
+        let ops_before = self.ops.len();
+        match f(self) {
+            Ok(v) => {
+                self.tx.execute_batch("RELEASE piw_op")?;
+                Ok(v)
+            }
+            Err(e) => {
+                self.tx
+                    .execute_batch("ROLLBACK TO piw_op; RELEASE piw_op")?;
+                self.ops.truncate(ops_before);
+                Err(e)
+            }
+        }
+    }
+
+    fn conn(&self) -> &Connection {
+        &self.tx
+    }
+
+    /// Checks `claim` against the stored claim at transaction time and, when it holds, renews
+    /// heartbeat and expiry. On failure nothing is written and the reason is typed.
+    pub(crate) fn fence(&mut self, claim: &Claim) -> StoreResult<()> {
+        let stored = self.stored_claim(&claim.run_id)?;
+        let token_hash = claim.token.hash();
+        let presented = PresentedClaim {
+            generation: claim.generation,
+            owner_kind: claim.owner_kind,
+            owner_id: &claim.owner_id,
+            token_hash: &token_hash,
+        };
+        if let Err(reason) = check_fence(&stored, presented, self.now) {
+            // Run id and reason only: never the token or its hash.
+            tracing::debug!(run_id = %claim.run_id, %reason, "fenced write refused");
+            return Err(StoreError::ClaimLost {
+                run_id: claim.run_id.clone(),
+                reason,
+            });
+        }
+        self.conn()
+            .prepare_cached(
+                "UPDATE claims SET heartbeat_at = ?2, expires_at = ?3 WHERE run_id = ?1",
+            )?
+            .execute(params![claim.run_id, self.now, self.now + self.config.lease_ms])?;
+        Ok(())
+    }
+
+    /// Authorizes a write under `fence`: a claim must pass the fence; an unclaimed writer is
+    /// refused while anyone holds a live claim.
+    pub(crate) fn authorize(&mut self, run_id: &str, fence: Fence<'_>, op: Op) -> StoreResult<()> {
+        match fence {
+            Fence::Claim(claim) => {
+                if claim.run_id != run_id {
+                    return Err(StoreError::InvalidInput(format!(
+                        "claim for run {} presented for run {run_id}",
+                        claim.run_id
+                    )));
+                }
+                self.fence(claim)
+            }
+            Fence::Unclaimed => {
+                let stored = self.stored_claim(run_id)?;
+                if stored.is_live(self.now) {
+                    let status = self.run_row(run_id)?.status;
+                    return Err(StoreError::InvalidTransition {
+                        run_id: run_id.to_owned(),
+                        op,
+                        status,
+                        detail: format!(
+                            "a live {} claim (generation {}) owns the run",
+                            stored.owner_kind.map(|k| k.as_str()).unwrap_or("unknown"),
+                            stored.generation
+                        ),
+                    });
+                }
+                Ok(())
+            }
+        }
+    }
+
+    pub(crate) fn stored_claim(&self, run_id: &str) -> StoreResult<StoredClaim> {
+        let row = self
+            .conn()
+            .prepare_cached(
+                "SELECT generation, owner_kind, owner_id, token_hash, expires_at
+                 FROM claims WHERE run_id = ?1",
+            )?
+            .query_row([run_id], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, Option<String>>(1)?,
+                    r.get::<_, Option<String>>(2)?,
+                    r.get::<_, Option<String>>(3)?,
+                    r.get::<_, Option<i64>>(4)?,
+                ))
+            })
+            .optional()?;
+        let Some((generation, kind, owner_id, token_hash, expires_at)) = row else {
+            return Err(StoreError::RunNotFound(run_id.to_owned()));
+        };
+        Ok(StoredClaim {
+            generation: generation as u64,
+            owner_kind: kind.as_deref().map(parse_owner).transpose()?,
+            owner_id,
+            token_hash,
+            expires_at,
+        })
+    }
+
+    /// Binds a fresh claim for `owner`, bumping the generation. The caller has checked that
+    /// no live claim exists.
+    pub(crate) fn bind_new_claim(
+        &mut self,
+        run_id: &str,
+        owner_kind: OwnerKind,
+        owner_id: &str,
+    ) -> StoreResult<Claim> {
+        let token = ClaimToken::generate();
+        let generation: i64 = self
+            .conn()
+            .prepare_cached(
+                "UPDATE claims SET generation = generation + 1, owner_kind = ?2, owner_id = ?3,
+                        token_hash = ?4, heartbeat_at = ?5, expires_at = ?6
+                 WHERE run_id = ?1 RETURNING generation",
+            )?
+            .query_row(
+                params![
+                    run_id,
+                    owner_kind.as_str(),
+                    owner_id,
+                    token.hash(),
+                    self.now,
+                    self.now + self.config.lease_ms
+                ],
+                |r| r.get(0),
+            )?;
+        Ok(Claim {
+            run_id: run_id.to_owned(),
+            owner_kind,
+            owner_id: owner_id.to_owned(),
+            generation: generation as u64,
+            token,
+        })
+    }
+
+    /// Releases whatever claim the run has; the generation stays.
+    pub(crate) fn release_claim(&mut self, run_id: &str) -> StoreResult<()> {
+        self.conn()
+            .prepare_cached(
+                "UPDATE claims SET owner_kind = NULL, owner_id = NULL, token_hash = NULL,
+                        expires_at = NULL WHERE run_id = ?1",
+            )?
+            .execute([run_id])?;
+        Ok(())
+    }
+
+    /// Refuses the write with [`StoreError::StaleRevision`] unless the run is at `expected`.
+    pub fn expect_revision(&mut self, run_id: &str, expected: u64) -> StoreResult<()> {
+        let actual = self.run_row(run_id)?.revision;
+        if actual != expected {
+            return Err(StoreError::StaleRevision {
+                run_id: run_id.to_owned(),
+                expected,
+                actual,
+            });
+        }
+        Ok(())
+    }
+
+    /// The closing step of every run write: bump the revision, append the one event of this
+    /// write (sequence = new revision), derive the queue state, refresh the projection.
+    /// Returns the new revision.
+    pub(crate) fn finish_run_write(
+        &mut self,
+        run_id: &str,
+        op: &'static str,
+        data: serde_json::Value,
+    ) -> StoreResult<u64> {
+        self.ops.push(op);
+        let (revision, status, paused): (i64, String, bool) = self
+            .conn()
+            .prepare_cached(
+                "UPDATE runs SET revision = revision + 1, updated_at = ?2 WHERE run_id = ?1
+                 RETURNING revision, status, paused",
+            )?
+            .query_row(params![run_id, self.now], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })?;
+        let status = parse_status(&status)?;
+        self.conn()
+            .prepare_cached("INSERT INTO events (run_id, seq, kind, at, data) VALUES (?1, ?2, ?3, ?4, ?5)")?
+            .execute(params![run_id, revision, op, self.now, data.to_string()])?;
+        self.conn()
+            .prepare_cached("UPDATE queue SET state = ?2 WHERE run_id = ?1 AND state != ?2")?
+            .execute(params![run_id, queue_state_for(status, paused).as_str()])?;
+        self.conn()
+            .prepare_cached(
+                "INSERT INTO run_views (run_id, workflow_name, origin_session, status, paused,
+                                        current_node, revision, last_event, updated_at)
+                 SELECT run_id, workflow_name, origin_session, status, paused, current_node,
+                        revision, ?2, updated_at FROM runs WHERE run_id = ?1
+                 ON CONFLICT (run_id) DO UPDATE SET
+                    status = excluded.status, paused = excluded.paused,
+                    current_node = excluded.current_node, revision = excluded.revision,
+                    last_event = excluded.last_event, updated_at = excluded.updated_at",
+            )?
+            .execute(params![run_id, op])?;
+        Ok(revision as u64)
+    }
+}
+
+pub(crate) fn parse_status(text: &str) -> StoreResult<RunStatus> {
+    RunStatus::parse(text).ok_or_else(|| StoreError::CorruptRow(format!("run status {text:?}")))
+}
+
+fn parse_owner(text: &str) -> StoreResult<OwnerKind> {
+    OwnerKind::parse(text).ok_or_else(|| StoreError::CorruptRow(format!("owner kind {text:?}")))
+}
+
+pub(crate) fn parse_enum<T>(
+    text: &str,
+    parse: fn(&str) -> Option<T>,
+    what: &str,
+) -> StoreResult<T> {
+    parse(text).ok_or_else(|| StoreError::CorruptRow(format!("{what} {text:?}")))
+}

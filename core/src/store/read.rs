@@ -1,0 +1,452 @@
+//! Read-only queries. They never return claim tokens or token hashes.
+
+use rusqlite::{params, OptionalExtension as _, Row};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::{parse_enum, parse_status, OwnerKind, RunStatus, Store, StoreError, StoreResult};
+use crate::clock::UnixMillis;
+
+/// A run as stored (without the definition snapshot and input, which can be large).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunRecord {
+    pub run_id: String,
+    pub workflow_name: String,
+    pub source_root: String,
+    pub source_hash: String,
+    pub definition_digest: Option<String>,
+    pub input_hash: String,
+    pub origin_session: Option<String>,
+    pub execution_mode: String,
+    pub project_dir: String,
+    pub status: RunStatus,
+    pub paused: bool,
+    pub current_node: Option<String>,
+    pub current_attempt: Option<String>,
+    pub revision: u64,
+    pub result: Option<Value>,
+    pub error: Option<String>,
+    pub review_reason: Option<String>,
+    pub created_at: UnixMillis,
+    pub updated_at: UnixMillis,
+    pub finished_at: Option<UnixMillis>,
+}
+
+/// The claim's public face: who and which generation, never the token or its hash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ClaimInfo {
+    pub generation: u64,
+    pub owner_kind: Option<OwnerKind>,
+    pub owner_id: Option<String>,
+    pub heartbeat_at: Option<UnixMillis>,
+    pub expires_at: Option<UnixMillis>,
+}
+
+/// One row of the viewer projection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RunView {
+    pub run_id: String,
+    pub workflow_name: String,
+    pub origin_session: Option<String>,
+    pub status: String,
+    pub paused: bool,
+    pub current_node: Option<String>,
+    pub revision: u64,
+    pub last_event: String,
+    pub updated_at: UnixMillis,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EventRecord {
+    pub run_id: String,
+    pub seq: u64,
+    pub kind: String,
+    pub at: UnixMillis,
+    pub data: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AttemptRecord {
+    pub attempt_id: String,
+    pub node_id: String,
+    pub ordinal: u64,
+    pub generation: u64,
+    pub status: String,
+    pub deadline_at: Option<UnixMillis>,
+    pub output: Option<Value>,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DecisionRecord {
+    pub decision_id: String,
+    pub run_id: String,
+    pub attempt_id: String,
+    pub node_id: String,
+    pub kind: String,
+    pub request: Value,
+    pub status: String,
+    pub answer: Option<Value>,
+    pub answered_by: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct InteractionRecord {
+    pub interaction_id: String,
+    pub run_id: String,
+    pub attempt_id: String,
+    pub node_id: String,
+    pub origin_session: Option<String>,
+    pub kind: String,
+    pub request: Value,
+    pub deadline_at: Option<UnixMillis>,
+    pub status: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SubmissionRecord {
+    pub submission_id: String,
+    pub interaction_id: String,
+    pub payload: Value,
+    pub state: String,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EffectRecord {
+    pub effect_id: String,
+    pub run_id: String,
+    pub attempt_id: String,
+    pub effect_key: String,
+    pub fingerprint: String,
+    pub state: String,
+    pub retry_contract: String,
+    pub receipt: Option<Value>,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MessageRecord {
+    pub message_id: String,
+    pub run_id: String,
+    pub origin_session: String,
+    pub kind: String,
+    pub content: Value,
+    pub delivered_at: Option<UnixMillis>,
+}
+
+fn json_col(row: &Row<'_>, idx: usize) -> rusqlite::Result<Option<Value>> {
+    let text: Option<String> = row.get(idx)?;
+    text.map(|t| {
+        serde_json::from_str(&t).map_err(|e| {
+            rusqlite::Error::FromSqlConversionFailure(idx, rusqlite::types::Type::Text, Box::new(e))
+        })
+    })
+    .transpose()
+}
+
+const RUN_COLUMNS: &str = "run_id, workflow_name, source_root, source_hash, definition_digest,
+    input_hash, origin_session, execution_mode, project_dir, status, paused, current_node,
+    current_attempt, revision, result, error, review_reason, created_at, updated_at, finished_at";
+
+fn run_from_row(r: &Row<'_>) -> rusqlite::Result<(RunRecord, String)> {
+    Ok((
+        RunRecord {
+            run_id: r.get(0)?,
+            workflow_name: r.get(1)?,
+            source_root: r.get(2)?,
+            source_hash: r.get(3)?,
+            definition_digest: r.get(4)?,
+            input_hash: r.get(5)?,
+            origin_session: r.get(6)?,
+            execution_mode: r.get(7)?,
+            project_dir: r.get(8)?,
+            status: RunStatus::Queued,
+            paused: r.get(10)?,
+            current_node: r.get(11)?,
+            current_attempt: r.get(12)?,
+            revision: r.get::<_, i64>(13)? as u64,
+            result: json_col(r, 14)?,
+            error: r.get(15)?,
+            review_reason: r.get(16)?,
+            created_at: r.get(17)?,
+            updated_at: r.get(18)?,
+            finished_at: r.get(19)?,
+        },
+        r.get(9)?,
+    ))
+}
+
+impl Store {
+    /// One run.
+    pub fn run(&self, run_id: &str) -> StoreResult<RunRecord> {
+        let row = self
+            .conn
+            .prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?1"))?
+            .query_row([run_id], run_from_row)
+            .optional()?
+            .ok_or_else(|| StoreError::RunNotFound(run_id.to_owned()))?;
+        let (mut run, status) = row;
+        run.status = parse_status(&status)?;
+        Ok(run)
+    }
+
+    /// The run's input and definition snapshot (for the child's launch).
+    pub fn run_payload(&self, run_id: &str) -> StoreResult<(Value, Option<Value>, Value)> {
+        let (input, definition, mounted): (String, Option<String>, String) = self
+            .conn
+            .prepare_cached("SELECT input, definition, mounted_sources FROM runs WHERE run_id = ?1")?
+            .query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .optional()?
+            .ok_or_else(|| StoreError::RunNotFound(run_id.to_owned()))?;
+        Ok((
+            serde_json::from_str(&input)?,
+            definition.map(|d| serde_json::from_str(&d)).transpose()?,
+            serde_json::from_str(&mounted)?,
+        ))
+    }
+
+    /// Runs, newest first, optionally of one origin session.
+    pub fn list_runs(&self, session: Option<&str>, limit: u32) -> StoreResult<Vec<RunRecord>> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE (?1 IS NULL OR origin_session = ?1)
+             ORDER BY created_at DESC, run_id LIMIT ?2"
+        ))?;
+        let rows = stmt.query_map(params![session, limit], run_from_row)?;
+        rows.map(|row| {
+            let (mut run, status) = row?;
+            run.status = parse_status(&status)?;
+            Ok(run)
+        })
+        .collect()
+    }
+
+    /// Run counts by status.
+    pub fn count_by_status(&self) -> StoreResult<Vec<(RunStatus, u64)>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT status, COUNT(*) FROM runs GROUP BY status ORDER BY status")?;
+        let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+        rows.map(|row| {
+            let (s, n) = row?;
+            Ok((parse_status(&s)?, n as u64))
+        })
+        .collect()
+    }
+
+    /// The claim's public fields.
+    pub fn claim_info(&self, run_id: &str) -> StoreResult<ClaimInfo> {
+        let row: Option<(i64, Option<String>, Option<String>, Option<i64>, Option<i64>)> = self
+            .conn
+            .prepare_cached(
+                "SELECT generation, owner_kind, owner_id, heartbeat_at, expires_at FROM claims
+                 WHERE run_id = ?1",
+            )?
+            .query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
+            .optional()?;
+        let (generation, kind, owner_id, heartbeat_at, expires_at) =
+            row.ok_or_else(|| StoreError::RunNotFound(run_id.to_owned()))?;
+        Ok(ClaimInfo {
+            generation: generation as u64,
+            owner_kind: kind
+                .as_deref()
+                .map(|k| parse_enum(k, OwnerKind::parse, "owner kind"))
+                .transpose()?,
+            owner_id,
+            heartbeat_at,
+            expires_at,
+        })
+    }
+
+    /// The viewer projection row.
+    pub fn run_view(&self, run_id: &str) -> StoreResult<Option<RunView>> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT run_id, workflow_name, origin_session, status, paused, current_node,
+                        revision, last_event, updated_at FROM run_views WHERE run_id = ?1",
+            )?
+            .query_row([run_id], |r| {
+                Ok(RunView {
+                    run_id: r.get(0)?,
+                    workflow_name: r.get(1)?,
+                    origin_session: r.get(2)?,
+                    status: r.get(3)?,
+                    paused: r.get(4)?,
+                    current_node: r.get(5)?,
+                    revision: r.get::<_, i64>(6)? as u64,
+                    last_event: r.get(7)?,
+                    updated_at: r.get(8)?,
+                })
+            })
+            .optional()?)
+    }
+
+    /// The run's events in order, optionally only those after `after_seq`.
+    pub fn events(&self, run_id: &str, after_seq: u64) -> StoreResult<Vec<EventRecord>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT run_id, seq, kind, at, data FROM events WHERE run_id = ?1 AND seq > ?2 ORDER BY seq",
+        )?;
+        let rows = stmt.query_map(params![run_id, after_seq as i64], |r| {
+            Ok(EventRecord {
+                run_id: r.get(0)?,
+                seq: r.get::<_, i64>(1)? as u64,
+                kind: r.get(2)?,
+                at: r.get(3)?,
+                data: json_col(r, 4)?.unwrap_or(Value::Null),
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The run's attempts in start order.
+    pub fn attempts(&self, run_id: &str) -> StoreResult<Vec<AttemptRecord>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT attempt_id, node_id, ordinal, generation, status, deadline_at, output, error
+             FROM attempts WHERE run_id = ?1 ORDER BY started_at, rowid",
+        )?;
+        let rows = stmt.query_map([run_id], |r| {
+            Ok(AttemptRecord {
+                attempt_id: r.get(0)?,
+                node_id: r.get(1)?,
+                ordinal: r.get::<_, i64>(2)? as u64,
+                generation: r.get::<_, i64>(3)? as u64,
+                status: r.get(4)?,
+                deadline_at: r.get(5)?,
+                output: json_col(r, 6)?,
+                error: r.get(7)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The run's decisions in creation order.
+    pub fn decisions(&self, run_id: &str) -> StoreResult<Vec<DecisionRecord>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT decision_id, run_id, attempt_id, node_id, kind, request, status, answer,
+                    answered_by FROM decisions WHERE run_id = ?1 ORDER BY created_at, rowid",
+        )?;
+        let rows = stmt.query_map([run_id], |r| {
+            Ok(DecisionRecord {
+                decision_id: r.get(0)?,
+                run_id: r.get(1)?,
+                attempt_id: r.get(2)?,
+                node_id: r.get(3)?,
+                kind: r.get(4)?,
+                request: json_col(r, 5)?.unwrap_or(Value::Null),
+                status: r.get(6)?,
+                answer: json_col(r, 7)?,
+                answered_by: r.get(8)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Interactions of a run (`by_run`) or the open ones of an origin session.
+    pub fn interactions(&self, run_id: Option<&str>, session: Option<&str>) -> StoreResult<Vec<InteractionRecord>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT interaction_id, run_id, attempt_id, node_id, origin_session, kind, request,
+                    deadline_at, status FROM interactions
+             WHERE (?1 IS NULL OR run_id = ?1)
+               AND (?2 IS NULL OR (origin_session = ?2 AND status IN ('pending', 'validating')))
+             ORDER BY created_at, rowid",
+        )?;
+        let rows = stmt.query_map(params![run_id, session], |r| {
+            Ok(InteractionRecord {
+                interaction_id: r.get(0)?,
+                run_id: r.get(1)?,
+                attempt_id: r.get(2)?,
+                node_id: r.get(3)?,
+                origin_session: r.get(4)?,
+                kind: r.get(5)?,
+                request: json_col(r, 6)?.unwrap_or(Value::Null),
+                deadline_at: r.get(7)?,
+                status: r.get(8)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Submissions of an interaction in order.
+    pub fn submissions(&self, interaction_id: &str) -> StoreResult<Vec<SubmissionRecord>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT submission_id, interaction_id, payload, state, error FROM submissions
+             WHERE interaction_id = ?1 ORDER BY created_at, rowid",
+        )?;
+        let rows = stmt.query_map([interaction_id], |r| {
+            Ok(SubmissionRecord {
+                submission_id: r.get(0)?,
+                interaction_id: r.get(1)?,
+                payload: json_col(r, 2)?.unwrap_or(Value::Null),
+                state: r.get(3)?,
+                error: r.get(4)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Effects of a run.
+    pub fn effects(&self, run_id: &str) -> StoreResult<Vec<EffectRecord>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT effect_id, run_id, attempt_id, effect_key, fingerprint, state, retry_contract,
+                    receipt, error FROM effects WHERE run_id = ?1 ORDER BY created_at, rowid",
+        )?;
+        let rows = stmt.query_map([run_id], |r| {
+            Ok(EffectRecord {
+                effect_id: r.get(0)?,
+                run_id: r.get(1)?,
+                attempt_id: r.get(2)?,
+                effect_key: r.get(3)?,
+                fingerprint: r.get(4)?,
+                state: r.get(5)?,
+                retry_contract: r.get(6)?,
+                receipt: json_col(r, 7)?,
+                error: r.get(8)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Workflow messages of a run in order.
+    pub fn messages(&self, run_id: &str) -> StoreResult<Vec<MessageRecord>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT message_id, run_id, origin_session, kind, content, delivered_at
+             FROM workflow_messages WHERE run_id = ?1 ORDER BY created_at, rowid",
+        )?;
+        let rows = stmt.query_map([run_id], |r| {
+            Ok(MessageRecord {
+                message_id: r.get(0)?,
+                run_id: r.get(1)?,
+                origin_session: r.get(2)?,
+                kind: r.get(3)?,
+                content: json_col(r, 4)?.unwrap_or(Value::Null),
+                delivered_at: r.get(5)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Runs ready to activate at `now`, oldest first.
+    pub fn ready_runs(&self, now: UnixMillis, limit: u32) -> StoreResult<Vec<String>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT run_id FROM queue WHERE state = 'ready' AND available_at <= ?1
+             ORDER BY available_at, run_id LIMIT ?2",
+        )?;
+        let rows = stmt.query_map(params![now, limit], |r| r.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The earliest future time anything becomes due (a delayed ready run, a claim expiry, an
+    /// interaction or attempt deadline), so the host can sleep until exactly then.
+    pub fn next_due(&self) -> StoreResult<Option<UnixMillis>> {
+        Ok(self.conn.prepare_cached(
+            "SELECT MIN(t) FROM (
+                SELECT MIN(available_at) AS t FROM queue WHERE state = 'ready'
+                UNION ALL SELECT MIN(expires_at) FROM claims WHERE owner_kind IS NOT NULL
+                UNION ALL SELECT MIN(deadline_at) FROM interactions WHERE status = 'pending'
+                UNION ALL SELECT MIN(a.deadline_at) FROM attempts a WHERE a.status = 'running'
+            )",
+        )?
+        .query_row([], |r| r.get(0))?)
+    }
+}

@@ -1,0 +1,138 @@
+//! The DDL, its digest, and the checks that decide whether a file may be opened.
+//!
+//! Alpha policy (plan Part 9): there are no migrations. A file whose schema id or DDL digest
+//! differs from this build's is refused and left byte-for-byte untouched, with one instruction:
+//! back it up, then `piw state reset`.
+
+use std::fs;
+use std::io::Read as _;
+use std::path::Path;
+
+use rusqlite::{Connection, OpenFlags, OptionalExtension as _};
+
+use super::error::{StoreError, StoreResult};
+use crate::ids::sha256_hex;
+
+/// The schema id. It stays `piw.state.v1` for the whole alpha.
+pub const SCHEMA_ID: &str = "piw.state.v1";
+
+/// The DDL this build creates and expects.
+pub const DDL: &str = include_str!("schema.sql");
+
+/// SHA-256 of [`DDL`], stored in `schema_info` and compared on every open.
+pub fn ddl_digest() -> String {
+    sha256_hex(DDL.as_bytes())
+}
+
+const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
+
+fn incompatible(path: &Path, detail: impl Into<String>) -> StoreError {
+    StoreError::IncompatibleDatabase {
+        path: path.to_path_buf(),
+        detail: detail.into(),
+    }
+}
+
+/// Decides, without writing anything, whether the existing file at `path` is a piw state
+/// database of this build. Opens the file read-only; never creates or changes it.
+pub(crate) fn check_existing(path: &Path) -> StoreResult<()> {
+    let io = |source| StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut header = [0u8; 16];
+    let mut file = fs::File::open(path).map_err(io)?;
+    let len = file.metadata().map_err(io)?.len();
+    if len == 0 {
+        return Err(incompatible(path, "the file is empty (zero bytes)"));
+    }
+    if len < 16 || file.read_exact(&mut header).is_err() || &header != SQLITE_MAGIC {
+        return Err(incompatible(path, "the file is not an SQLite database"));
+    }
+    drop(file);
+
+    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .map_err(|e| incompatible(path, format!("SQLite cannot read it: {e}")))?;
+    let has_info: bool = conn
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_info')",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(|e| incompatible(path, format!("SQLite cannot read it: {e}")))?;
+    if !has_info {
+        return Err(incompatible(
+            path,
+            "it is an SQLite database but not a piw state database (no schema_info table)",
+        ));
+    }
+    let row: Option<(String, String)> = conn
+        .query_row(
+            "SELECT schema_id, ddl_digest FROM schema_info WHERE id = 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()
+        .map_err(|e| incompatible(path, format!("its schema_info is unreadable: {e}")))?;
+    let Some((schema_id, digest)) = row else {
+        return Err(incompatible(path, "its schema_info table is empty"));
+    };
+    if schema_id != SCHEMA_ID {
+        return Err(incompatible(
+            path,
+            format!("it has schema id {schema_id:?}, this piw expects {SCHEMA_ID:?}"),
+        ));
+    }
+    let expected = ddl_digest();
+    if digest != expected {
+        return Err(incompatible(
+            path,
+            format!(
+                "its schema digest {digest} differs from this piw's {expected} \
+                 (it was written by another build of piw)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Creates a new database at `path` atomically: the schema is written to a temporary file in
+/// the same directory, synced, and renamed into place, so a crash never leaves a half-made file
+/// at `path` that later opens would refuse.
+pub(crate) fn create_new(path: &Path, now_ms: i64) -> StoreResult<()> {
+    let io = |source| StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    let tmp = dir.join(format!(
+        ".{}.creating-{}",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("state"),
+        std::process::id()
+    ));
+    let _ = fs::remove_file(&tmp);
+    {
+        let mut conn = Connection::open(&tmp)?;
+        conn.pragma_update(None, "journal_mode", "DELETE")?;
+        let tx = conn.transaction()?;
+        tx.execute_batch(DDL)?;
+        tx.execute(
+            "INSERT INTO schema_info (id, schema_id, ddl_digest, created_at) VALUES (1, ?1, ?2, ?3)",
+            rusqlite::params![SCHEMA_ID, ddl_digest(), now_ms],
+        )?;
+        tx.commit()?;
+    }
+    fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(io)?;
+    // hard_link fails if another process created the file meanwhile; then we use theirs.
+    match fs::hard_link(&tmp, path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => {
+            let _ = fs::remove_file(&tmp);
+            return Err(io(e));
+        }
+    }
+    let _ = fs::remove_file(&tmp);
+    fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
+    Ok(())
+}

@@ -1,0 +1,217 @@
+-- piw durable state, schema piw.state.v1.
+-- This text is hashed into the DDL digest stored in schema_info; any edit changes the digest and
+-- makes existing databases refuse to open (alpha policy: no migrations, explicit backup and reset).
+
+CREATE TABLE schema_info (
+    id          INTEGER PRIMARY KEY CHECK (id = 1),
+    schema_id   TEXT    NOT NULL,
+    ddl_digest  TEXT    NOT NULL,
+    created_at  INTEGER NOT NULL
+);
+
+-- One row per host process that opened the store for writing. The epoch fences children of
+-- earlier hosts.
+CREATE TABLE host_epochs (
+    epoch       INTEGER PRIMARY KEY AUTOINCREMENT,
+    pid         INTEGER NOT NULL,
+    started_at  INTEGER NOT NULL,
+    stopped_at  INTEGER
+);
+
+CREATE TABLE runs (
+    run_id             TEXT    PRIMARY KEY,
+    workflow_name      TEXT    NOT NULL,
+    source_root        TEXT    NOT NULL,
+    source_hash        TEXT    NOT NULL,
+    mounted_sources    TEXT    NOT NULL,   -- JSON object: mount name -> source hash
+    definition         TEXT,               -- JSON graph snapshot, stored at first activation
+    definition_digest  TEXT,
+    input              TEXT    NOT NULL,   -- JSON
+    input_hash         TEXT    NOT NULL,
+    origin_session     TEXT,
+    execution_mode     TEXT    NOT NULL CHECK (execution_mode IN ('interactive', 'detached')),
+    project_dir        TEXT    NOT NULL,
+    status             TEXT    NOT NULL CHECK (status IN
+                           ('queued', 'running', 'waiting', 'review',
+                            'completed', 'failed', 'cancelled', 'timed_out')),
+    paused             INTEGER NOT NULL DEFAULT 0 CHECK (paused IN (0, 1)),
+    current_node       TEXT,
+    current_attempt    TEXT,
+    revision           INTEGER NOT NULL,
+    result             TEXT,               -- JSON, terminal success only
+    error              TEXT,               -- terminal failure or cancellation reason
+    review_reason      TEXT,
+    created_at         INTEGER NOT NULL,
+    updated_at         INTEGER NOT NULL,
+    finished_at        INTEGER
+);
+CREATE INDEX runs_by_status ON runs (status);
+CREATE INDEX runs_by_session ON runs (origin_session);
+
+-- Exactly one row per run. The generation survives release so it is never reused.
+CREATE TABLE claims (
+    run_id        TEXT    PRIMARY KEY REFERENCES runs (run_id),
+    generation    INTEGER NOT NULL CHECK (generation >= 0),
+    owner_kind    TEXT    CHECK (owner_kind IN ('host', 'control')),
+    owner_id      TEXT,
+    token_hash    TEXT,                    -- SHA-256 of the claim token; the token is never stored
+    heartbeat_at  INTEGER,
+    expires_at    INTEGER,
+    CHECK ((owner_kind IS NULL) = (token_hash IS NULL)),
+    CHECK ((owner_kind IS NULL) = (expires_at IS NULL))
+);
+
+CREATE TABLE queue (
+    run_id        TEXT    PRIMARY KEY REFERENCES runs (run_id),
+    state         TEXT    NOT NULL CHECK (state IN
+                      ('ready', 'claimed', 'waiting', 'paused', 'review', 'done')),
+    available_at  INTEGER NOT NULL,
+    crash_count   INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX queue_ready ON queue (state, available_at);
+
+CREATE TABLE attempts (
+    attempt_id   TEXT    PRIMARY KEY,
+    run_id       TEXT    NOT NULL REFERENCES runs (run_id),
+    node_id      TEXT    NOT NULL,
+    ordinal      INTEGER NOT NULL,
+    generation   INTEGER NOT NULL,
+    status       TEXT    NOT NULL CHECK (status IN
+                     ('running', 'waiting', 'succeeded', 'failed', 'timed_out',
+                      'interrupted', 'cancelled')),
+    deadline_at  INTEGER,
+    output       TEXT,
+    error        TEXT,
+    started_at   INTEGER NOT NULL,
+    finished_at  INTEGER,
+    UNIQUE (run_id, node_id, ordinal)
+);
+CREATE INDEX attempts_open ON attempts (run_id, status);
+
+CREATE TABLE decisions (
+    decision_id      TEXT    PRIMARY KEY,
+    run_id           TEXT    NOT NULL REFERENCES runs (run_id),
+    attempt_id       TEXT    NOT NULL REFERENCES attempts (attempt_id),
+    node_id          TEXT    NOT NULL,
+    kind             TEXT    NOT NULL CHECK (kind IN ('checkpoint', 'human_decision')),
+    request          TEXT    NOT NULL,
+    status           TEXT    NOT NULL CHECK (status IN ('pending', 'answered', 'cancelled')),
+    answer           TEXT,
+    answered_by      TEXT    CHECK (answered_by IN ('model', 'person')),
+    idempotency_key  TEXT,
+    created_at       INTEGER NOT NULL,
+    answered_at      INTEGER
+);
+CREATE INDEX decisions_by_run ON decisions (run_id, status);
+
+CREATE TABLE interactions (
+    interaction_id  TEXT    PRIMARY KEY,
+    run_id          TEXT    NOT NULL REFERENCES runs (run_id),
+    attempt_id      TEXT    NOT NULL REFERENCES attempts (attempt_id),
+    node_id         TEXT    NOT NULL,
+    origin_session  TEXT,
+    kind            TEXT    NOT NULL CHECK (kind IN ('agent', 'assistant_message')),
+    request         TEXT    NOT NULL,
+    deadline_at     INTEGER,
+    status          TEXT    NOT NULL CHECK (status IN
+                        ('pending', 'validating', 'settled', 'expired', 'cancelled')),
+    created_at      INTEGER NOT NULL,
+    closed_at       INTEGER
+);
+CREATE INDEX interactions_by_run ON interactions (run_id, status);
+CREATE INDEX interactions_by_session ON interactions (origin_session, status);
+
+CREATE TABLE submissions (
+    submission_id    TEXT    PRIMARY KEY,
+    interaction_id   TEXT    NOT NULL REFERENCES interactions (interaction_id),
+    payload          TEXT    NOT NULL,
+    state            TEXT    NOT NULL CHECK (state IN ('validating', 'accepted', 'rejected')),
+    error            TEXT,
+    idempotency_key  TEXT,
+    created_at       INTEGER NOT NULL,
+    settled_at       INTEGER
+);
+CREATE INDEX submissions_by_interaction ON submissions (interaction_id, state);
+
+CREATE TABLE effects (
+    effect_id       TEXT    PRIMARY KEY,
+    run_id          TEXT    NOT NULL REFERENCES runs (run_id),
+    attempt_id      TEXT    NOT NULL REFERENCES attempts (attempt_id),
+    effect_key      TEXT    NOT NULL,
+    fingerprint     TEXT    NOT NULL,
+    state           TEXT    NOT NULL CHECK (state IN
+                        ('reserved', 'applying', 'applied', 'failed', 'uncertain', 'cancelled')),
+    retry_contract  TEXT    NOT NULL CHECK (retry_contract IN
+                        ('never', 'idempotency_key', 'read_back')),
+    receipt         TEXT,
+    error           TEXT,
+    created_at      INTEGER NOT NULL,
+    updated_at      INTEGER NOT NULL,
+    UNIQUE (run_id, effect_key)
+);
+
+CREATE TABLE command_receipts (
+    request_id       TEXT    PRIMARY KEY,
+    idempotency_key  TEXT    UNIQUE,
+    fingerprint      TEXT    NOT NULL,
+    kind             TEXT    NOT NULL,
+    run_id           TEXT,
+    response         TEXT    NOT NULL,
+    created_at       INTEGER NOT NULL
+);
+
+CREATE TABLE children (
+    child_epoch         INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id              TEXT    NOT NULL REFERENCES runs (run_id),
+    generation          INTEGER NOT NULL,
+    host_epoch          INTEGER NOT NULL REFERENCES host_epochs (epoch),
+    mode                TEXT    NOT NULL CHECK (mode IN ('run', 'validate')),
+    pid                 INTEGER,
+    process_start_time  INTEGER,           -- from /proc, so a reused pid is never killed
+    spawned_at          INTEGER NOT NULL,
+    handshake_at        INTEGER,
+    exited_at           INTEGER,
+    exit_code           INTEGER,
+    signal              INTEGER,
+    reason              TEXT,
+    stdout_tail         BLOB,
+    stderr_tail         BLOB
+);
+CREATE INDEX children_live ON children (exited_at, host_epoch);
+
+-- The only record of content Pi must add to an origin session.
+CREATE TABLE workflow_messages (
+    message_id        TEXT    PRIMARY KEY,
+    run_id            TEXT    NOT NULL REFERENCES runs (run_id),
+    origin_session    TEXT    NOT NULL,
+    kind              TEXT    NOT NULL CHECK (kind IN ('notify', 'terminal')),
+    content           TEXT    NOT NULL,
+    created_at        INTEGER NOT NULL,
+    claimed_by        TEXT,
+    claim_expires_at  INTEGER,
+    delivered_at      INTEGER
+);
+CREATE INDEX workflow_messages_pending ON workflow_messages (origin_session, delivered_at);
+
+-- Immutable. seq equals the run's revision after the write that appended it.
+CREATE TABLE events (
+    run_id  TEXT    NOT NULL REFERENCES runs (run_id),
+    seq     INTEGER NOT NULL,
+    kind    TEXT    NOT NULL,
+    at      INTEGER NOT NULL,
+    data    TEXT    NOT NULL,
+    PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
+
+-- What a viewer reads: one cheap row per run, kept in step with runs by every write.
+CREATE TABLE run_views (
+    run_id          TEXT    PRIMARY KEY REFERENCES runs (run_id),
+    workflow_name   TEXT    NOT NULL,
+    origin_session  TEXT,
+    status          TEXT    NOT NULL,
+    paused          INTEGER NOT NULL,
+    current_node    TEXT,
+    revision        INTEGER NOT NULL,
+    last_event      TEXT    NOT NULL,
+    updated_at      INTEGER NOT NULL
+);

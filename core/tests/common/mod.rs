@@ -1,0 +1,92 @@
+//! Shared fixtures for the store's integration tests.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use piw_core::clock::FakeClock;
+use piw_core::store::{
+    Activation, AttemptOutcome, ExecutionMode, NewRun, Store, StoreConfig, TransitionRequest,
+};
+use serde_json::json;
+use tempfile::TempDir;
+
+pub const LEASE_MS: i64 = 30_000;
+pub const T0: i64 = 1_700_000_000_000;
+pub const HOST: &str = "host-test";
+
+pub struct Fixture {
+    pub dir: TempDir,
+    pub store: Store,
+    pub clock: FakeClock,
+    /// When set, the next commit is aborted just before it happens.
+    pub fail_next_commit: Arc<AtomicBool>,
+}
+
+impl Fixture {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let clock = FakeClock::new(T0);
+        let fail_next_commit = Arc::new(AtomicBool::new(false));
+        let flag = fail_next_commit.clone();
+        let config = StoreConfig {
+            lease_ms: LEASE_MS,
+            clock: Arc::new(clock.clone()),
+            fault_hook: Some(Arc::new(move |_ops: &[&'static str]| flag.swap(false, Ordering::SeqCst))),
+            ..StoreConfig::default()
+        };
+        let store = Store::open(dir.path().join("state.sqlite"), config).expect("open store");
+        Self { dir, store, clock, fail_next_commit }
+    }
+
+    pub fn start(&mut self) -> String {
+        self.start_with(new_run(Some("session-1")))
+    }
+
+    pub fn start_with(&mut self, run: NewRun) -> String {
+        self.store.write(|w| w.start_run(&run)).expect("start run")
+    }
+
+    pub fn activate(&mut self, run_id: &str) -> Activation {
+        self.store.write(|w| w.activate(run_id, HOST)).expect("activate")
+    }
+
+    /// Starts and activates a run and opens the first attempt at node `a`.
+    pub fn running(&mut self) -> (String, Activation, String) {
+        let run_id = self.start();
+        let act = self.activate(&run_id);
+        let attempt = self
+            .store
+            .write(|w| w.node_started(&act.claim, "a", None))
+            .expect("node started");
+        (run_id, act, attempt)
+    }
+
+    pub fn assert_clean(&self) {
+        let findings = self.store.diagnose().expect("diagnose");
+        assert!(findings.is_empty(), "diagnose found: {findings:#?}");
+    }
+}
+
+pub fn new_run(session: Option<&str>) -> NewRun {
+    NewRun {
+        workflow_name: "demo".into(),
+        source_root: "/tmp/demo.workflow.mjs".into(),
+        source_hash: "abc".into(),
+        mounted_sources: json!({}),
+        definition: None,
+        input: json!({"n": 1}),
+        origin_session: session.map(str::to_owned),
+        execution_mode: ExecutionMode::Interactive,
+        project_dir: "/tmp".into(),
+    }
+}
+
+pub fn step(attempt_id: &str, next: &str) -> TransitionRequest {
+    TransitionRequest {
+        attempt_id: attempt_id.to_owned(),
+        outcome: AttemptOutcome::Succeeded { output: json!({"ok": true}) },
+        next_node: next.to_owned(),
+        next_deadline_at: None,
+    }
+}
