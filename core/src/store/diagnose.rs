@@ -49,14 +49,15 @@ fn checks() -> Vec<Check> {
         },
         Check {
             code: "host_claim_on_idle_run",
-            sql: "SELECT r.run_id, c.generation, 'run is ' || r.status || ' but a host claim is bound'
+            sql: "SELECT r.run_id, '', 'run is ' || r.status || ' but a host claim (generation '
+                         || c.generation || ') is bound'
                   FROM runs r JOIN claims c ON c.run_id = r.run_id
                   WHERE r.status != 'running' AND c.owner_kind = 'host'",
             repairable: true,
         },
         Check {
             code: "claim_on_terminal_run",
-            sql: "SELECT r.run_id, c.generation, 'terminal run still has a claim'
+            sql: "SELECT r.run_id, '', 'terminal run still has a claim (generation ' || c.generation || ')'
                   FROM runs r JOIN claims c ON c.run_id = r.run_id
                   WHERE r.status IN ('completed','failed','cancelled','timed_out')
                     AND c.owner_kind IS NOT NULL",
