@@ -21,15 +21,30 @@ fn diagnose_lists_contradictions_with_ids_and_changes_nothing() {
     let (run_id, _act, attempt) = f.running();
     // A "completed" run with its attempt still running and its claim still bound: the shape the
     // original failure left behind, inverted.
-    corrupt(&f, &format!("UPDATE runs SET status = 'completed', finished_at = 1 WHERE run_id = '{run_id}'"));
+    corrupt(
+        &f,
+        &format!("UPDATE runs SET status = 'completed', finished_at = 1 WHERE run_id = '{run_id}'"),
+    );
     let before = f.store.canonical_dump().unwrap();
     let findings = f.store.diagnose().unwrap();
-    assert_eq!(f.store.canonical_dump().unwrap(), before, "diagnose is read-only");
+    assert_eq!(
+        f.store.canonical_dump().unwrap(),
+        before,
+        "diagnose is read-only"
+    );
     let c = codes(&findings);
-    for expected in ["claim_on_terminal_run", "open_attempt_on_terminal_run", "projection_mismatch", "queue_state_mismatch"] {
+    for expected in [
+        "claim_on_terminal_run",
+        "open_attempt_on_terminal_run",
+        "projection_mismatch",
+        "queue_state_mismatch",
+    ] {
         assert!(c.contains(&expected), "missing {expected} in {c:?}");
     }
-    let open = findings.iter().find(|x| x.code == "open_attempt_on_terminal_run").unwrap();
+    let open = findings
+        .iter()
+        .find(|x| x.code == "open_attempt_on_terminal_run")
+        .unwrap();
     assert_eq!(open.run_id, run_id);
     assert_eq!(open.ids, vec![attempt.clone()]);
 
@@ -51,15 +66,24 @@ fn a_running_row_without_an_owner_is_requeued_not_completed() {
     else {
         panic!()
     };
-    f.store.write(|w| w.effect_applying(&act.claim, &effect_id)).unwrap();
+    f.store
+        .write(|w| w.effect_applying(&act.claim, &effect_id))
+        .unwrap();
     corrupt(&f, &format!(
         "UPDATE claims SET owner_kind = NULL, owner_id = NULL, token_hash = NULL, expires_at = NULL WHERE run_id = '{run_id}'"
     ));
-    assert_eq!(codes(&f.store.diagnose().unwrap()), vec!["running_without_live_owner_record"]);
+    assert_eq!(
+        codes(&f.store.diagnose().unwrap()),
+        vec!["running_without_live_owner_record"]
+    );
     let report = f.store.repair().unwrap();
     assert_eq!(report.repaired.len(), 1);
     let run = f.store.run(&run_id).unwrap();
-    assert_eq!(run.status, RunStatus::Review, "an applying effect without receipt stops for review");
+    assert_eq!(
+        run.status,
+        RunStatus::Review,
+        "an applying effect without receipt stops for review"
+    );
     assert_eq!(f.store.effects(&run_id).unwrap()[0].state, "uncertain");
     assert_eq!(f.store.attempts(&run_id).unwrap()[0].status, "interrupted");
     f.assert_clean();
@@ -73,26 +97,45 @@ fn contradictions_without_exact_evidence_are_left_for_review() {
         .write(|w| w.wait_for_decision(&act.claim, &a, DecisionKind::Checkpoint, &json!({})))
         .unwrap();
     // The decision vanished: nobody can tell what the answer would have been.
-    corrupt(&f, &format!("UPDATE decisions SET status = 'cancelled' WHERE run_id = '{run_id}'"));
+    corrupt(
+        &f,
+        &format!("UPDATE decisions SET status = 'cancelled' WHERE run_id = '{run_id}'"),
+    );
     let before = f.store.canonical_dump().unwrap();
     let report = f.store.repair().unwrap();
     assert!(report.repaired.is_empty());
-    assert_eq!(codes(&report.left_for_review), vec!["waiting_without_request"]);
+    assert_eq!(
+        codes(&report.left_for_review),
+        vec!["waiting_without_request"]
+    );
     assert!(!report.left_for_review[0].repairable);
-    assert_eq!(f.store.canonical_dump().unwrap(), before, "nothing is guessed");
+    assert_eq!(
+        f.store.canonical_dump().unwrap(),
+        before,
+        "nothing is guessed"
+    );
 }
 
 #[test]
 fn derived_rows_are_rebuilt_from_the_run() {
     let mut f = Fixture::new();
     let run_id = f.start();
-    corrupt(&f, &format!(
-        "UPDATE run_views SET status = 'completed' WHERE run_id = '{run_id}';
+    corrupt(
+        &f,
+        &format!(
+            "UPDATE run_views SET status = 'completed' WHERE run_id = '{run_id}';
          UPDATE queue SET state = 'done' WHERE run_id = '{run_id}';"
-    ));
-    assert_eq!(codes(&f.store.diagnose().unwrap()), vec!["projection_mismatch", "queue_state_mismatch"]);
+        ),
+    );
+    assert_eq!(
+        codes(&f.store.diagnose().unwrap()),
+        vec!["projection_mismatch", "queue_state_mismatch"]
+    );
     f.store.repair().unwrap();
     f.assert_clean();
     assert_eq!(f.store.run_view(&run_id).unwrap().unwrap().status, "queued");
-    assert_eq!(f.store.ready_runs(f.store.now_ms(), 5).unwrap(), vec![run_id]);
+    assert_eq!(
+        f.store.ready_runs(f.store.now_ms(), 5).unwrap(),
+        vec![run_id]
+    );
 }

@@ -22,7 +22,11 @@ fn back_to_back_transitions_for_several_lease_intervals_never_lapse() {
             .expect("a valid write renews and never lapses");
         attempt = t.next_attempt_id;
         let info = f.store.claim_info(&run_id).unwrap();
-        assert_eq!(info.expires_at, Some(f.store.now_ms() + LEASE_MS), "renewed in the same write");
+        assert_eq!(
+            info.expires_at,
+            Some(f.store.now_ms() + LEASE_MS),
+            "renewed in the same write"
+        );
         assert_eq!(info.heartbeat_at, Some(f.store.now_ms()));
         assert_eq!(info.generation, act.claim.generation);
     }
@@ -39,19 +43,43 @@ fn an_expired_claim_cannot_renew_itself_and_loss_writes_nothing() {
     let before = f.store.canonical_dump().unwrap();
     for result in [
         f.store.write(|w| w.heartbeat(&act.claim)).map(|_| ()),
-        f.store.write(|w| w.transition(&act.claim, &step(&attempt, "b"))).map(|_| ()),
         f.store
-            .write(|w| w.fail(&act.claim, Some(&attempt), &AttemptOutcome::Failed { error: "x".into() }, "x"))
+            .write(|w| w.transition(&act.claim, &step(&attempt, "b")))
+            .map(|_| ()),
+        f.store
+            .write(|w| {
+                w.fail(
+                    &act.claim,
+                    Some(&attempt),
+                    &AttemptOutcome::Failed { error: "x".into() },
+                    "x",
+                )
+            })
             .map(|_| ()),
     ] {
         match result {
-            Err(StoreError::ClaimLost { reason, .. }) => assert_eq!(reason, ClaimLostReason::Expired),
+            Err(StoreError::ClaimLost { reason, .. }) => {
+                assert_eq!(reason, ClaimLostReason::Expired)
+            }
             other => panic!("expected ClaimLost(expired), got {other:?}"),
         }
     }
-    assert_eq!(f.store.canonical_dump().unwrap(), before, "a claim loss changes nothing");
-    let kinds: Vec<_> = f.store.events(&run_id, 0).unwrap().into_iter().map(|e| e.kind).collect();
-    assert!(!kinds.iter().any(|k| k == "failed"), "no failed event: {kinds:?}");
+    assert_eq!(
+        f.store.canonical_dump().unwrap(),
+        before,
+        "a claim loss changes nothing"
+    );
+    let kinds: Vec<_> = f
+        .store
+        .events(&run_id, 0)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert!(
+        !kinds.iter().any(|k| k == "failed"),
+        "no failed event: {kinds:?}"
+    );
     assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Running);
 }
 
@@ -65,25 +93,67 @@ fn a_new_generation_fences_the_old_token() {
     assert_eq!(recovered[0].status, RunStatus::Queued);
     // Released: the old holder learns the claim is missing.
     let err = f.store.write(|w| w.heartbeat(&old.claim)).unwrap_err();
-    assert!(matches!(err, StoreError::ClaimLost { reason: ClaimLostReason::Missing, .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            StoreError::ClaimLost {
+                reason: ClaimLostReason::Missing,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     let new = f.activate(&run_id);
     assert!(new.claim.generation > old.claim.generation);
     let events_before = f.store.events(&run_id, 0).unwrap().len();
-    let err = f.store.write(|w| w.transition(&old.claim, &step(&attempt, "b"))).unwrap_err();
+    let err = f
+        .store
+        .write(|w| w.transition(&old.claim, &step(&attempt, "b")))
+        .unwrap_err();
     assert!(
-        matches!(err, StoreError::ClaimLost { reason: ClaimLostReason::GenerationMismatch, .. }),
+        matches!(
+            err,
+            StoreError::ClaimLost {
+                reason: ClaimLostReason::GenerationMismatch,
+                ..
+            }
+        ),
         "{err:?}"
     );
     // Same generation, wrong token or owner.
-    let forged = Claim { token: piw_core::ids::ClaimToken::generate(), ..new.claim.clone() };
+    let forged = Claim {
+        token: piw_core::ids::ClaimToken::generate(),
+        ..new.claim.clone()
+    };
     let err = f.store.write(|w| w.heartbeat(&forged)).unwrap_err();
-    assert!(matches!(err, StoreError::ClaimLost { reason: ClaimLostReason::TokenMismatch, .. }));
-    let other_owner = Claim { owner_id: "someone-else".into(), ..new.claim.clone() };
+    assert!(matches!(
+        err,
+        StoreError::ClaimLost {
+            reason: ClaimLostReason::TokenMismatch,
+            ..
+        }
+    ));
+    let other_owner = Claim {
+        owner_id: "someone-else".into(),
+        ..new.claim.clone()
+    };
     let err = f.store.write(|w| w.heartbeat(&other_owner)).unwrap_err();
-    assert!(matches!(err, StoreError::ClaimLost { reason: ClaimLostReason::OwnerMismatch, .. }));
-    assert_eq!(f.store.events(&run_id, 0).unwrap().len(), events_before, "losses append no event");
+    assert!(matches!(
+        err,
+        StoreError::ClaimLost {
+            reason: ClaimLostReason::OwnerMismatch,
+            ..
+        }
+    ));
+    assert_eq!(
+        f.store.events(&run_id, 0).unwrap().len(),
+        events_before,
+        "losses append no event"
+    );
     // The new holder continues.
-    f.store.write(|w| w.node_started(&new.claim, "a", None)).unwrap();
+    f.store
+        .write(|w| w.node_started(&new.claim, "a", None))
+        .unwrap();
     f.assert_clean();
 }
 
@@ -118,7 +188,9 @@ fn the_claim_token_never_reaches_the_database_logs_or_errors() {
     f.clock.advance(LEASE_MS * 2);
     for err in [
         f.store.write(|w| w.heartbeat(&act.claim)).unwrap_err(),
-        f.store.write(|w| w.transition(&act.claim, &step(&attempt, "b"))).unwrap_err(),
+        f.store
+            .write(|w| w.transition(&act.claim, &step(&attempt, "b")))
+            .unwrap_err(),
     ] {
         texts.push(err.to_string());
         texts.push(format!("{err:?}"));
@@ -131,10 +203,16 @@ fn the_claim_token_never_reaches_the_database_logs_or_errors() {
     let raw = std::fs::read(f.store.path()).unwrap();
     let wal = std::fs::read(f.store.path().with_extension("sqlite-wal")).unwrap_or_default();
     for bytes in [raw, wal] {
-        assert!(!bytes.windows(secret.len()).any(|w| w == secret.as_bytes()), "not in the file bytes");
+        assert!(
+            !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+            "not in the file bytes"
+        );
     }
     assert!(texts.last().is_some());
-    assert!(texts.iter().any(|t| t.contains("fenced write refused")), "the loss was logged: {texts:?}");
+    assert!(
+        texts.iter().any(|t| t.contains("fenced write refused")),
+        "the loss was logged: {texts:?}"
+    );
     for t in &texts {
         assert!(!t.contains(&secret), "token leaked into: {t}");
         assert!(!t.contains(&hash), "token hash leaked into: {t}");

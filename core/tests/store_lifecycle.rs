@@ -6,13 +6,21 @@ use common::*;
 use piw_core::store::*;
 use serde_json::json;
 
-fn assert_invalid<T: std::fmt::Debug>(f: &mut Fixture, what: &str, op: impl FnOnce(&mut WriteTx<'_>) -> StoreResult<T>) {
+fn assert_invalid<T: std::fmt::Debug>(
+    f: &mut Fixture,
+    what: &str,
+    op: impl FnOnce(&mut WriteTx<'_>) -> StoreResult<T>,
+) {
     let before = f.store.canonical_dump().unwrap();
     match f.store.write(op) {
         Err(StoreError::InvalidTransition { .. }) => {}
         other => panic!("{what}: expected InvalidTransition, got {other:?}"),
     }
-    assert_eq!(f.store.canonical_dump().unwrap(), before, "{what}: a refusal changed the database");
+    assert_eq!(
+        f.store.canonical_dump().unwrap(),
+        before,
+        "{what}: a refusal changed the database"
+    );
 }
 
 #[test]
@@ -20,42 +28,83 @@ fn impossible_transitions_are_refused() {
     let mut f = Fixture::new();
     // Completing a cancelled run.
     let (run_id, act, a) = f.running();
-    f.store.write(|w| w.cancel(&run_id, Fence::Claim(&act.claim), "user")).unwrap();
-    assert_invalid(&mut f, "complete cancelled", |w| w.complete(&act.claim, &a, &json!(1), &json!(1)));
-    assert_invalid(&mut f, "cancel cancelled", |w| w.cancel(&run_id, Fence::Unclaimed, "again"));
+    f.store
+        .write(|w| w.cancel(&run_id, Fence::Claim(&act.claim), "user"))
+        .unwrap();
+    assert_invalid(&mut f, "complete cancelled", |w| {
+        w.complete(&act.claim, &a, &json!(1), &json!(1))
+    });
+    assert_invalid(&mut f, "cancel cancelled", |w| {
+        w.cancel(&run_id, Fence::Unclaimed, "again")
+    });
     assert_invalid(&mut f, "activate cancelled", |w| w.activate(&run_id, HOST));
-    assert_invalid(&mut f, "control claim on terminal", |w| w.control_claim(&run_id, "cli"));
+    assert_invalid(&mut f, "control claim on terminal", |w| {
+        w.control_claim(&run_id, "cli")
+    });
 
     // Resuming a completed run; resuming a run that is not paused.
     let (run_id, act, a) = f.running();
-    assert_invalid(&mut f, "resume not paused", |w| w.resume(&run_id, Fence::Claim(&act.claim)));
-    f.store.write(|w| w.complete(&act.claim, &a, &json!(1), &json!(1))).unwrap();
-    assert_invalid(&mut f, "resume completed", |w| w.resume(&run_id, Fence::Unclaimed));
-    assert_invalid(&mut f, "pause completed", |w| w.pause(&run_id, Fence::Unclaimed));
+    assert_invalid(&mut f, "resume not paused", |w| {
+        w.resume(&run_id, Fence::Claim(&act.claim))
+    });
+    f.store
+        .write(|w| w.complete(&act.claim, &a, &json!(1), &json!(1)))
+        .unwrap();
+    assert_invalid(&mut f, "resume completed", |w| {
+        w.resume(&run_id, Fence::Unclaimed)
+    });
+    assert_invalid(&mut f, "pause completed", |w| {
+        w.pause(&run_id, Fence::Unclaimed)
+    });
 
     // A transition for an attempt that is not the current one.
     let (run_id, act, a) = f.running();
-    let t = f.store.write(|w| w.transition(&act.claim, &step(&a, "b"))).unwrap();
+    let t = f
+        .store
+        .write(|w| w.transition(&act.claim, &step(&a, "b")))
+        .unwrap();
     let before = f.store.canonical_dump().unwrap();
-    let err = f.store.write(|w| w.transition(&act.claim, &step(&a, "c"))).unwrap_err();
+    let err = f
+        .store
+        .write(|w| w.transition(&act.claim, &step(&a, "c")))
+        .unwrap_err();
     assert!(matches!(err, StoreError::StaleAttempt { .. }), "{err:?}");
     assert_eq!(f.store.canonical_dump().unwrap(), before);
 
     // Settling a submission twice.
     let i = f
         .store
-        .write(|w| w.request_interaction(&act.claim, &t.next_attempt_id, InteractionKind::Agent, &json!({}), None))
+        .write(|w| {
+            w.request_interaction(
+                &act.claim,
+                &t.next_attempt_id,
+                InteractionKind::Agent,
+                &json!({}),
+                None,
+            )
+        })
         .unwrap();
-    let s = f.store.write(|w| w.submit(&i, &t.next_attempt_id, &json!(1), None)).unwrap();
+    let s = f
+        .store
+        .write(|w| w.submit(&i, &t.next_attempt_id, &json!(1), None))
+        .unwrap();
     let act = f.activate(&run_id);
     f.store.write(|w| w.settle(&act.claim, &s, Ok(()))).unwrap();
-    assert_invalid(&mut f, "settle twice", |w| w.settle(&act.claim, &s, Err("late".into())));
+    assert_invalid(&mut f, "settle twice", |w| {
+        w.settle(&act.claim, &s, Err("late".into()))
+    });
 
     // An unclaimed writer cannot act on a run a live owner holds.
-    assert_invalid(&mut f, "unclaimed cancel of live run", |w| w.cancel(&run_id, Fence::Unclaimed, "x"));
-    assert_invalid(&mut f, "control claim on live run", |w| w.control_claim(&run_id, "cli"));
+    assert_invalid(&mut f, "unclaimed cancel of live run", |w| {
+        w.cancel(&run_id, Fence::Unclaimed, "x")
+    });
+    assert_invalid(&mut f, "control claim on live run", |w| {
+        w.control_claim(&run_id, "cli")
+    });
     // node_started while an attempt is open.
-    assert_invalid(&mut f, "second node_started", |w| w.node_started(&act.claim, "z", None));
+    assert_invalid(&mut f, "second node_started", |w| {
+        w.node_started(&act.claim, "z", None)
+    });
     f.assert_clean();
 }
 
@@ -65,52 +114,101 @@ fn protected_human_decision_refuses_the_model_path() {
     let (_run_id, act, a) = f.running();
     let d = f
         .store
-        .write(|w| w.wait_for_decision(&act.claim, &a, DecisionKind::HumanDecision, &json!({"q": 1})))
+        .write(|w| {
+            w.wait_for_decision(
+                &act.claim,
+                &a,
+                DecisionKind::HumanDecision,
+                &json!({"q": 1}),
+            )
+        })
         .unwrap();
-    let err = f.store.write(|w| w.answer_decision(&d, &json!("yes"), Answerer::Model)).unwrap_err();
+    let err = f
+        .store
+        .write(|w| w.answer_decision(&d, &json!("yes"), Answerer::Model))
+        .unwrap_err();
     assert!(matches!(err, StoreError::Forbidden(_)), "{err:?}");
-    f.store.write(|w| w.answer_decision(&d, &json!("yes"), Answerer::Person)).unwrap();
-    assert_invalid(&mut f, "answer twice", |w| w.answer_decision(&d, &json!("no"), Answerer::Person));
+    f.store
+        .write(|w| w.answer_decision(&d, &json!("yes"), Answerer::Person))
+        .unwrap();
+    assert_invalid(&mut f, "answer twice", |w| {
+        w.answer_decision(&d, &json!("no"), Answerer::Person)
+    });
 }
 
 #[test]
 fn cancel_an_expired_running_row_through_a_control_claim() {
     let mut f = Fixture::new();
     let (run_id, act, a) = f.running();
-    let Reservation::Reserved { effect_id: applying, .. } = f
+    let Reservation::Reserved {
+        effect_id: applying,
+        ..
+    } = f
         .store
         .write(|w| w.reserve_effect(&act.claim, &a, "charge", "fp", RetryContract::Never))
         .unwrap()
     else {
         panic!()
     };
-    f.store.write(|w| w.effect_applying(&act.claim, &applying)).unwrap();
-    f.store.write(|w| w.reserve_effect(&act.claim, &a, "email", "fp", RetryContract::Never)).unwrap();
+    f.store
+        .write(|w| w.effect_applying(&act.claim, &applying))
+        .unwrap();
+    f.store
+        .write(|w| w.reserve_effect(&act.claim, &a, "email", "fp", RetryContract::Never))
+        .unwrap();
     let gen_before = f.store.claim_info(&run_id).unwrap().generation;
 
     // Live: refused.
-    let err = f.store.write(|w| w.control_claim(&run_id, "cli")).unwrap_err();
-    assert!(matches!(err, StoreError::InvalidTransition { .. }), "{err:?}");
+    let err = f
+        .store
+        .write(|w| w.control_claim(&run_id, "cli"))
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::InvalidTransition { .. }),
+        "{err:?}"
+    );
 
     f.clock.advance(LEASE_MS + 1);
     let control = f.store.write(|w| w.control_claim(&run_id, "cli")).unwrap();
     assert_eq!(control.owner_kind, OwnerKind::Control);
-    assert_eq!(control.generation, gen_before + 1, "the generation is bumped before any mutation");
+    assert_eq!(
+        control.generation,
+        gen_before + 1,
+        "the generation is bumped before any mutation"
+    );
     // The old owner is fenced from here on.
-    assert!(f.store.write(|w| w.heartbeat(&act.claim)).unwrap_err().is_claim_lost());
+    assert!(f
+        .store
+        .write(|w| w.heartbeat(&act.claim))
+        .unwrap_err()
+        .is_claim_lost());
 
-    let summary = f.store.write(|w| w.cancel(&run_id, Fence::Claim(&control), "operator")).unwrap();
+    let summary = f
+        .store
+        .write(|w| w.cancel(&run_id, Fence::Claim(&control), "operator"))
+        .unwrap();
     assert_eq!(summary.attempts_closed, 1);
     assert_eq!(summary.effects_cancelled, 1);
     assert_eq!(summary.effects_uncertain, 1);
     let run = f.store.run(&run_id).unwrap();
     assert_eq!(run.status, RunStatus::Cancelled);
     let effects = f.store.effects(&run_id).unwrap();
-    let state = |key: &str| effects.iter().find(|e| e.effect_key == key).unwrap().state.clone();
+    let state = |key: &str| {
+        effects
+            .iter()
+            .find(|e| e.effect_key == key)
+            .unwrap()
+            .state
+            .clone()
+    };
     assert_eq!(state("charge"), "uncertain");
     assert_eq!(state("email"), "cancelled");
     assert_eq!(f.store.attempts(&run_id).unwrap()[0].status, "cancelled");
-    assert_eq!(f.store.claim_info(&run_id).unwrap().owner_kind, None, "claim released");
+    assert_eq!(
+        f.store.claim_info(&run_id).unwrap().owner_kind,
+        None,
+        "claim released"
+    );
     f.assert_clean();
 }
 
@@ -118,23 +216,67 @@ fn cancel_an_expired_running_row_through_a_control_claim() {
 fn recover_a_resumable_expired_run() {
     let mut f = Fixture::new();
     let (run_id, act, a) = f.running();
-    let t = f.store.write(|w| w.transition(&act.claim, &step(&a, "b"))).unwrap();
+    let t = f
+        .store
+        .write(|w| w.transition(&act.claim, &step(&a, "b")))
+        .unwrap();
     // Nothing is recovered while the claim is live.
     assert!(f.store.write(|w| w.recover_expired()).unwrap().is_empty());
     f.clock.advance(LEASE_MS + 1);
     let rec = f.store.write(|w| w.recover_expired()).unwrap();
-    assert_eq!(rec, vec![RecoveredRun { run_id: run_id.clone(), status: RunStatus::Queued, reason: "claim expired".into() }]);
-    assert_eq!(f.store.ready_runs(f.store.now_ms(), 10).unwrap(), vec![run_id.clone()]);
+    assert_eq!(
+        rec,
+        vec![RecoveredRun {
+            run_id: run_id.clone(),
+            status: RunStatus::Queued,
+            reason: "claim expired".into()
+        }]
+    );
+    assert_eq!(
+        f.store.ready_runs(f.store.now_ms(), 10).unwrap(),
+        vec![run_id.clone()]
+    );
     let act2 = f.activate(&run_id);
     // It resumes from its last durable boundary: node b, with the interrupted attempt rerun.
-    assert_eq!(act2.resume, Resume::Fresh { node_id: Some("b".into()) });
+    assert_eq!(
+        act2.resume,
+        Resume::Fresh {
+            node_id: Some("b".into())
+        }
+    );
     let attempts = f.store.attempts(&run_id).unwrap();
-    assert_eq!(attempts.iter().find(|x| x.attempt_id == t.next_attempt_id).unwrap().status, "interrupted");
-    let b2 = f.store.write(|w| w.node_started(&act2.claim, "b", None)).unwrap();
-    f.store.write(|w| w.complete(&act2.claim, &b2, &json!(1), &json!("done"))).unwrap();
+    assert_eq!(
+        attempts
+            .iter()
+            .find(|x| x.attempt_id == t.next_attempt_id)
+            .unwrap()
+            .status,
+        "interrupted"
+    );
+    let b2 = f
+        .store
+        .write(|w| w.node_started(&act2.claim, "b", None))
+        .unwrap();
+    f.store
+        .write(|w| w.complete(&act2.claim, &b2, &json!(1), &json!("done")))
+        .unwrap();
     let attempts = f.store.attempts(&run_id).unwrap();
-    assert_eq!(attempts.iter().filter(|x| x.node_id == "a" && x.status == "succeeded").count(), 1, "a ran once");
-    assert_eq!(attempts.iter().filter(|x| x.node_id == "b").map(|x| x.ordinal).max(), Some(2));
+    assert_eq!(
+        attempts
+            .iter()
+            .filter(|x| x.node_id == "a" && x.status == "succeeded")
+            .count(),
+        1,
+        "a ran once"
+    );
+    assert_eq!(
+        attempts
+            .iter()
+            .filter(|x| x.node_id == "b")
+            .map(|x| x.ordinal)
+            .max(),
+        Some(2)
+    );
     f.assert_clean();
 }
 
@@ -149,7 +291,9 @@ fn an_uncertain_effect_stops_the_run_for_review_and_is_never_retried() {
     else {
         panic!()
     };
-    f.store.write(|w| w.effect_applying(&act.claim, &effect_id)).unwrap();
+    f.store
+        .write(|w| w.effect_applying(&act.claim, &effect_id))
+        .unwrap();
     f.clock.advance(LEASE_MS + 1);
     let rec = f.store.write(|w| w.recover_expired()).unwrap();
     assert_eq!(rec[0].status, RunStatus::Review);
@@ -167,9 +311,17 @@ fn an_uncertain_effect_stops_the_run_for_review_and_is_never_retried() {
         .store
         .write(|w| w.reserve_effect(&control, &a, "charge", "fp", RetryContract::Never))
         .unwrap_err();
-    assert!(matches!(err, StoreError::InvalidTransition { .. } | StoreError::EffectUncertain { .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            StoreError::InvalidTransition { .. } | StoreError::EffectUncertain { .. }
+        ),
+        "{err:?}"
+    );
     // A person can still cancel it.
-    f.store.write(|w| w.cancel(&run_id, Fence::Claim(&control), "reviewed")).unwrap();
+    f.store
+        .write(|w| w.cancel(&run_id, Fence::Claim(&control), "reviewed"))
+        .unwrap();
     f.assert_clean();
 }
 
@@ -184,16 +336,33 @@ fn retry_contracts_decide_whether_an_interrupted_effect_may_run_again() {
     else {
         panic!()
     };
-    f.store.write(|w| w.effect_applying(&act.claim, &effect_id)).unwrap();
-    f.store.write(|w| w.child_lost(&act.claim, "killed")).unwrap();
-    assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Queued, "idempotent effects do not block");
+    f.store
+        .write(|w| w.effect_applying(&act.claim, &effect_id))
+        .unwrap();
+    f.store
+        .write(|w| w.child_lost(&act.claim, "killed"))
+        .unwrap();
+    assert_eq!(
+        f.store.run(&run_id).unwrap().status,
+        RunStatus::Queued,
+        "idempotent effects do not block"
+    );
     let act2 = f.activate(&run_id);
-    let a2 = f.store.write(|w| w.node_started(&act2.claim, "a", None)).unwrap();
+    let a2 = f
+        .store
+        .write(|w| w.node_started(&act2.claim, "a", None))
+        .unwrap();
     let r = f
         .store
         .write(|w| w.reserve_effect(&act2.claim, &a2, "put", "fp", RetryContract::IdempotencyKey))
         .unwrap();
-    assert_eq!(r, Reservation::Reserved { effect_id: effect_id.clone(), retry: true });
+    assert_eq!(
+        r,
+        Reservation::Reserved {
+            effect_id: effect_id.clone(),
+            retry: true
+        }
+    );
     f.assert_clean();
 }
 
@@ -201,29 +370,59 @@ fn retry_contracts_decide_whether_an_interrupted_effect_may_run_again() {
 fn a_duplicate_effect_request_returns_its_receipt() {
     let mut f = Fixture::new();
     let (run_id, act, a) = f.running();
-    let Reservation::Reserved { effect_id, retry: false } = f
+    let Reservation::Reserved {
+        effect_id,
+        retry: false,
+    } = f
         .store
         .write(|w| w.reserve_effect(&act.claim, &a, "append", "fp-1", RetryContract::Never))
         .unwrap()
     else {
         panic!()
     };
-    f.store.write(|w| w.effect_applying(&act.claim, &effect_id)).unwrap();
     f.store
-        .write(|w| w.settle_effect(&act.claim, &effect_id, &EffectResult::Applied { receipt: json!({"line": 1}) }))
+        .write(|w| w.effect_applying(&act.claim, &effect_id))
+        .unwrap();
+    f.store
+        .write(|w| {
+            w.settle_effect(
+                &act.claim,
+                &effect_id,
+                &EffectResult::Applied {
+                    receipt: json!({"line": 1}),
+                },
+            )
+        })
         .unwrap();
     assert_invalid(&mut f, "settle effect twice", |w| {
-        w.settle_effect(&act.claim, &effect_id, &EffectResult::Applied { receipt: json!({"line": 2}) })
+        w.settle_effect(
+            &act.claim,
+            &effect_id,
+            &EffectResult::Applied {
+                receipt: json!({"line": 2}),
+            },
+        )
     });
     // The child dies after the receipt; the rerun asks again and gets the receipt.
-    f.store.write(|w| w.child_lost(&act.claim, "killed")).unwrap();
+    f.store
+        .write(|w| w.child_lost(&act.claim, "killed"))
+        .unwrap();
     let act2 = f.activate(&run_id);
-    let a2 = f.store.write(|w| w.node_started(&act2.claim, "a", None)).unwrap();
+    let a2 = f
+        .store
+        .write(|w| w.node_started(&act2.claim, "a", None))
+        .unwrap();
     let r = f
         .store
         .write(|w| w.reserve_effect(&act2.claim, &a2, "append", "fp-1", RetryContract::Never))
         .unwrap();
-    assert_eq!(r, Reservation::AlreadyApplied { effect_id, receipt: json!({"line": 1}) });
+    assert_eq!(
+        r,
+        Reservation::AlreadyApplied {
+            effect_id,
+            receipt: json!({"line": 1})
+        }
+    );
     let err = f
         .store
         .write(|w| w.reserve_effect(&act2.claim, &a2, "append", "fp-2", RetryContract::Never))
@@ -238,19 +437,41 @@ fn a_run_whose_children_keep_dying_stops_for_review() {
     let run_id = f.start();
     for loss in 1..=DEFAULT_MAX_CHILD_LOSSES {
         let act = f.activate(&run_id);
-        f.store.write(|w| w.node_started(&act.claim, "a", None)).unwrap();
-        let rec = f.store.write(|w| w.child_lost(&act.claim, "segfault")).unwrap();
-        let expected = if loss < DEFAULT_MAX_CHILD_LOSSES { RunStatus::Queued } else { RunStatus::Review };
+        f.store
+            .write(|w| w.node_started(&act.claim, "a", None))
+            .unwrap();
+        let rec = f
+            .store
+            .write(|w| w.child_lost(&act.claim, "segfault"))
+            .unwrap();
+        let expected = if loss < DEFAULT_MAX_CHILD_LOSSES {
+            RunStatus::Queued
+        } else {
+            RunStatus::Review
+        };
         assert_eq!(rec.status, expected, "after loss {loss}");
     }
-    assert!(f.store.run(&run_id).unwrap().review_reason.unwrap().contains("3 times"));
+    assert!(f
+        .store
+        .run(&run_id)
+        .unwrap()
+        .review_reason
+        .unwrap()
+        .contains("3 times"));
     // Progress resets the count.
     let run2 = f.start();
     for _ in 0..5 {
         let act = f.activate(&run2);
-        let a = f.store.write(|w| w.node_started(&act.claim, "a", None)).unwrap();
-        f.store.write(|w| w.transition(&act.claim, &step(&a, "a"))).unwrap();
-        f.store.write(|w| w.child_lost(&act.claim, "segfault")).unwrap();
+        let a = f
+            .store
+            .write(|w| w.node_started(&act.claim, "a", None))
+            .unwrap();
+        f.store
+            .write(|w| w.transition(&act.claim, &step(&a, "a")))
+            .unwrap();
+        f.store
+            .write(|w| w.child_lost(&act.claim, "segfault"))
+            .unwrap();
     }
     assert_eq!(f.store.run(&run2).unwrap().status, RunStatus::Queued);
     f.assert_clean();
@@ -262,29 +483,79 @@ fn interactive_validation_reject_then_accept_and_duplicate_submission() {
     let (run_id, act, a) = f.running();
     let i = f
         .store
-        .write(|w| w.request_interaction(&act.claim, &a, InteractionKind::Agent, &json!({"ask": "x"}), Some(T0 + 60_000)))
+        .write(|w| {
+            w.request_interaction(
+                &act.claim,
+                &a,
+                InteractionKind::Agent,
+                &json!({"ask": "x"}),
+                Some(T0 + 60_000),
+            )
+        })
         .unwrap();
-    assert_eq!(f.store.interactions(None, Some("session-1")).unwrap().len(), 1);
-    let s1 = f.store.write(|w| w.submit(&i, &a, &json!({"v": 1}), Some("key-1"))).unwrap();
+    assert_eq!(
+        f.store.interactions(None, Some("session-1")).unwrap().len(),
+        1
+    );
+    let s1 = f
+        .store
+        .write(|w| w.submit(&i, &a, &json!({"v": 1}), Some("key-1")))
+        .unwrap();
     // Duplicate: the original submission id.
-    assert_eq!(f.store.write(|w| w.submit(&i, &a, &json!({"v": 1}), Some("key-1"))).unwrap(), s1);
-    let err = f.store.write(|w| w.submit(&i, &a, &json!({"v": 9}), Some("key-1"))).unwrap_err();
+    assert_eq!(
+        f.store
+            .write(|w| w.submit(&i, &a, &json!({"v": 1}), Some("key-1")))
+            .unwrap(),
+        s1
+    );
+    let err = f
+        .store
+        .write(|w| w.submit(&i, &a, &json!({"v": 9}), Some("key-1")))
+        .unwrap_err();
     assert!(matches!(err, StoreError::IdempotencyConflict { .. }));
-    let stale = f.store.write(|w| w.submit(&i, "att-old", &json!({"v": 1}), None)).unwrap_err();
-    assert!(matches!(stale, StoreError::StaleAttempt { .. }), "{stale:?}");
+    let stale = f
+        .store
+        .write(|w| w.submit(&i, "att-old", &json!({"v": 1}), None))
+        .unwrap_err();
+    assert!(
+        matches!(stale, StoreError::StaleAttempt { .. }),
+        "{stale:?}"
+    );
 
     let act = f.activate(&run_id);
-    assert_eq!(act.resume, Resume::Validate { node_id: "a".into(), attempt_id: a.clone(), submission_id: s1.clone() });
-    f.store.write(|w| w.settle(&act.claim, &s1, Err("v must be 2".into()))).unwrap();
+    assert_eq!(
+        act.resume,
+        Resume::Validate {
+            node_id: "a".into(),
+            attempt_id: a.clone(),
+            submission_id: s1.clone()
+        }
+    );
+    f.store
+        .write(|w| w.settle(&act.claim, &s1, Err("v must be 2".into())))
+        .unwrap();
     assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Waiting);
     let subs = f.store.submissions(&i).unwrap();
-    assert_eq!((subs[0].state.as_str(), subs[0].error.as_deref()), ("rejected", Some("v must be 2")));
+    assert_eq!(
+        (subs[0].state.as_str(), subs[0].error.as_deref()),
+        ("rejected", Some("v must be 2"))
+    );
 
-    let s2 = f.store.write(|w| w.submit(&i, &a, &json!({"v": 2}), Some("key-2"))).unwrap();
+    let s2 = f
+        .store
+        .write(|w| w.submit(&i, &a, &json!({"v": 2}), Some("key-2")))
+        .unwrap();
     let act = f.activate(&run_id);
-    f.store.write(|w| w.settle(&act.claim, &s2, Ok(()))).unwrap();
-    f.store.write(|w| w.complete(&act.claim, &a, &json!({"v": 2}), &json!("ok"))).unwrap();
-    assert_eq!(f.store.interactions(Some(&run_id), None).unwrap()[0].status, "settled");
+    f.store
+        .write(|w| w.settle(&act.claim, &s2, Ok(())))
+        .unwrap();
+    f.store
+        .write(|w| w.complete(&act.claim, &a, &json!({"v": 2}), &json!("ok")))
+        .unwrap();
+    assert_eq!(
+        f.store.interactions(Some(&run_id), None).unwrap()[0].status,
+        "settled"
+    );
     f.assert_clean();
 }
 
@@ -296,14 +567,25 @@ fn a_validation_child_that_dies_rejects_only_its_submission() {
         .store
         .write(|w| w.request_interaction(&act.claim, &a, InteractionKind::Agent, &json!({}), None))
         .unwrap();
-    let s = f.store.write(|w| w.submit(&i, &a, &json!(1), None)).unwrap();
+    let s = f
+        .store
+        .write(|w| w.submit(&i, &a, &json!(1), None))
+        .unwrap();
     let act = f.activate(&run_id);
-    f.store.write(|w| w.child_lost(&act.claim, "validator crashed")).unwrap();
+    f.store
+        .write(|w| w.child_lost(&act.claim, "validator crashed"))
+        .unwrap();
     assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Waiting);
     assert_eq!(f.store.submissions(&i).unwrap()[0].state, "rejected");
-    assert_eq!(f.store.interactions(Some(&run_id), None).unwrap()[0].status, "pending");
+    assert_eq!(
+        f.store.interactions(Some(&run_id), None).unwrap()[0].status,
+        "pending"
+    );
     // A corrected retry is accepted for the same request.
-    let s2 = f.store.write(|w| w.submit(&i, &a, &json!(2), None)).unwrap();
+    let s2 = f
+        .store
+        .write(|w| w.submit(&i, &a, &json!(2), None))
+        .unwrap();
     assert_ne!(s, s2);
     f.assert_clean();
 }
@@ -322,29 +604,60 @@ fn command_receipts_replay_and_conflict() {
     let m1 = meta("r1", Some("k1"), "fp");
     let first = f
         .store
-        .write(|w| w.command(&m1, |w| w.pause(&run_id, Fence::Unclaimed).map(|rev| json!({"revision": rev}))))
+        .write(|w| {
+            w.command(&m1, |w| {
+                w.pause(&run_id, Fence::Unclaimed)
+                    .map(|rev| json!({"revision": rev}))
+            })
+        })
         .unwrap();
     assert!(!first.replayed);
     let events = f.store.events(&run_id, 0).unwrap().len();
     // Same request id: stored response, applied once (a second pause would have been refused).
     let again = f
         .store
-        .write(|w| w.command(&m1, |w| w.pause(&run_id, Fence::Unclaimed).map(|rev| json!({"revision": rev}))))
+        .write(|w| {
+            w.command(&m1, |w| {
+                w.pause(&run_id, Fence::Unclaimed)
+                    .map(|rev| json!({"revision": rev}))
+            })
+        })
         .unwrap();
     assert_eq!((again.replayed, &again.response), (true, &first.response));
     // Same idempotency key under a new request id: also the stored response.
-    let by_key = f.store.write(|w| w.command(&meta("r2", Some("k1"), "fp"), |_| Ok(json!("never run")))).unwrap();
+    let by_key = f
+        .store
+        .write(|w| w.command(&meta("r2", Some("k1"), "fp"), |_| Ok(json!("never run"))))
+        .unwrap();
     assert_eq!(by_key.response, first.response);
     assert_eq!(f.store.events(&run_id, 0).unwrap().len(), events);
     // Same key or id, different request: conflict.
     for m in [meta("r3", Some("k1"), "other"), meta("r1", None, "other")] {
-        let err = f.store.write(|w| w.command(&m, |_| Ok(json!(1)))).unwrap_err();
-        assert!(matches!(err, StoreError::IdempotencyConflict { .. }), "{err:?}");
+        let err = f
+            .store
+            .write(|w| w.command(&m, |_| Ok(json!(1))))
+            .unwrap_err();
+        assert!(
+            matches!(err, StoreError::IdempotencyConflict { .. }),
+            "{err:?}"
+        );
     }
     // A failing command stores no receipt; a later retry runs again.
     let m4 = meta("r4", None, "fp4");
-    assert!(f.store.write(|w| w.command(&m4, |w| w.pause(&run_id, Fence::Unclaimed).map(|_| json!(1)))).is_err());
-    let ok = f.store.write(|w| w.command(&m4, |w| w.resume(&run_id, Fence::Unclaimed).map(|_| json!(2)))).unwrap();
+    assert!(f
+        .store
+        .write(|w| w.command(&m4, |w| w
+            .pause(&run_id, Fence::Unclaimed)
+            .map(|_| json!(1))))
+        .is_err());
+    let ok = f
+        .store
+        .write(|w| {
+            w.command(&m4, |w| {
+                w.resume(&run_id, Fence::Unclaimed).map(|_| json!(2))
+            })
+        })
+        .unwrap();
     assert!(!ok.replayed);
     f.assert_clean();
 }
@@ -354,12 +667,22 @@ fn stale_revision_is_refused() {
     let mut f = Fixture::new();
     let run_id = f.start();
     let rev = f.store.run(&run_id).unwrap().revision;
-    f.store.write(|w| { w.expect_revision(&run_id, rev)?; w.pause(&run_id, Fence::Unclaimed) }).unwrap();
+    f.store
+        .write(|w| {
+            w.expect_revision(&run_id, rev)?;
+            w.pause(&run_id, Fence::Unclaimed)
+        })
+        .unwrap();
     let err = f
         .store
-        .write(|w| { w.expect_revision(&run_id, rev)?; w.resume(&run_id, Fence::Unclaimed) })
+        .write(|w| {
+            w.expect_revision(&run_id, rev)?;
+            w.resume(&run_id, Fence::Unclaimed)
+        })
         .unwrap_err();
-    assert!(matches!(err, StoreError::StaleRevision { expected, actual, .. } if expected == rev && actual == rev + 1));
+    assert!(
+        matches!(err, StoreError::StaleRevision { expected, actual, .. } if expected == rev && actual == rev + 1)
+    );
 }
 
 #[test]
@@ -385,14 +708,30 @@ fn group_commit_isolates_a_failing_command() {
 fn pause_holds_a_run_back_until_resumed() {
     let mut f = Fixture::new();
     let (run_id, act, a) = f.running();
-    f.store.write(|w| w.pause(&run_id, Fence::Claim(&act.claim))).unwrap();
-    let t = f.store.write(|w| w.transition(&act.claim, &step(&a, "b"))).unwrap();
-    assert!(t.pause_requested, "the owner learns to park at this boundary");
+    f.store
+        .write(|w| w.pause(&run_id, Fence::Claim(&act.claim)))
+        .unwrap();
+    let t = f
+        .store
+        .write(|w| w.transition(&act.claim, &step(&a, "b")))
+        .unwrap();
+    assert!(
+        t.pause_requested,
+        "the owner learns to park at this boundary"
+    );
     f.store.write(|w| w.park(&act.claim, None)).unwrap();
     assert!(f.store.ready_runs(f.store.now_ms(), 10).unwrap().is_empty());
     assert!(f.store.write(|w| w.activate(&run_id, HOST)).is_err());
-    f.store.write(|w| w.resume(&run_id, Fence::Unclaimed)).unwrap();
-    assert_eq!(f.store.ready_runs(f.store.now_ms(), 10).unwrap(), vec![run_id.clone()]);
-    assert_eq!(f.store.run_view(&run_id).unwrap().unwrap().last_event, "resumed");
+    f.store
+        .write(|w| w.resume(&run_id, Fence::Unclaimed))
+        .unwrap();
+    assert_eq!(
+        f.store.ready_runs(f.store.now_ms(), 10).unwrap(),
+        vec![run_id.clone()]
+    );
+    assert_eq!(
+        f.store.run_view(&run_id).unwrap().unwrap().last_event,
+        "resumed"
+    );
     f.assert_clean();
 }

@@ -8,13 +8,28 @@ use piw_core::store::{Store, StoreConfig, StoreError, SCHEMA_ID};
 fn refuse(path: &Path) -> String {
     let before = std::fs::read(path).expect("read before");
     let err = Store::open(path, StoreConfig::default()).expect_err("must refuse");
-    assert!(matches!(err, StoreError::IncompatibleDatabase { .. }), "{err:?}");
+    assert!(
+        matches!(err, StoreError::IncompatibleDatabase { .. }),
+        "{err:?}"
+    );
     let after = std::fs::read(path).expect("read after");
-    assert_eq!(before, after, "the refused file must be byte-for-byte unchanged");
+    assert_eq!(
+        before, after,
+        "the refused file must be byte-for-byte unchanged"
+    );
     let text = err.to_string();
-    assert!(text.contains(&path.display().to_string()), "names the file: {text}");
-    assert!(text.contains("left untouched"), "says it was left untouched: {text}");
-    assert!(text.contains("piw state reset") && text.contains(".bak"), "gives the backup-and-reset instruction: {text}");
+    assert!(
+        text.contains(&path.display().to_string()),
+        "names the file: {text}"
+    );
+    assert!(
+        text.contains("left untouched"),
+        "says it was left untouched: {text}"
+    );
+    assert!(
+        text.contains("piw state reset") && text.contains(".bak"),
+        "gives the backup-and-reset instruction: {text}"
+    );
     // Read-only opening refuses the same way.
     assert!(matches!(
         Store::open_read_only(path, StoreConfig::default()),
@@ -93,7 +108,13 @@ fn a_new_database_is_created_and_reopens() {
         .filter_map(|e| e.ok())
         .filter(|e| e.file_name().to_string_lossy().contains("creating"))
         .collect();
-    assert!(leftovers.is_empty(), "no temporary creation file is left behind");
+    assert!(
+        leftovers.is_empty(),
+        "no temporary creation file is left behind"
+    );
     let mut ro = Store::open_read_only(&path, StoreConfig::default()).unwrap();
-    assert!(ro.write(|w| w.start_run(&common::new_run(None))).is_err(), "read-only store refuses writes");
+    assert!(
+        ro.write(|w| w.start_run(&common::new_run(None))).is_err(),
+        "read-only store refuses writes"
+    );
 }

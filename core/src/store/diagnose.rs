@@ -210,7 +210,12 @@ impl Store {
             "SELECT r.run_id, r.status, r.paused, q.state FROM runs r JOIN queue q USING (run_id)",
         )?;
         let rows = stmt.query_map([], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, bool>(2)?, r.get::<_, String>(3)?))
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, bool>(2)?,
+                r.get::<_, String>(3)?,
+            ))
         })?;
         for row in rows {
             let (run_id, status, paused, state) = row?;
@@ -274,7 +279,12 @@ impl super::WriteTx<'_> {
             "running_without_live_owner_record" => {
                 let run = self.run_row(run_id)?;
                 // Same path as expiry recovery: interrupt, count the loss, requeue or review.
-                self.requeue_after_loss(run_id, &run, "repair: running without an owner", "repaired")?;
+                self.requeue_after_loss(
+                    run_id,
+                    &run,
+                    "repair: running without an owner",
+                    "repaired",
+                )?;
                 return Ok(());
             }
             "host_claim_on_idle_run" | "claim_on_terminal_run" => self.release_claim(run_id)?,
@@ -292,7 +302,11 @@ impl super::WriteTx<'_> {
                 )?;
             }
             "open_attempt_on_terminal_run" | "running_attempt_without_running_run" => {
-                let status = if f.code == "open_attempt_on_terminal_run" { "cancelled" } else { "interrupted" };
+                let status = if f.code == "open_attempt_on_terminal_run" {
+                    "cancelled"
+                } else {
+                    "interrupted"
+                };
                 c.execute(
                     "UPDATE attempts SET status = ?2, error = 'closed by repair', finished_at = ?3
                      WHERE run_id = ?1 AND status = 'running'",
@@ -345,7 +359,11 @@ impl super::WriteTx<'_> {
             self.rebuild_derived_rows(run_id)?;
             return Ok(());
         }
-        self.finish_run_write(run_id, "repaired", json!({ "finding": f.code, "ids": f.ids }))?;
+        self.finish_run_write(
+            run_id,
+            "repaired",
+            json!({ "finding": f.code, "ids": f.ids }),
+        )?;
         Ok(())
     }
 

@@ -7,7 +7,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::lifecycle::invalid;
-use super::{parse_enum, AttemptStatus, Claim, EffectState, Op, RetryContract, StoreError, StoreResult, WriteTx};
+use super::{
+    parse_enum, AttemptStatus, Claim, EffectState, Op, RetryContract, StoreError, StoreResult,
+    WriteTx,
+};
 use crate::ids::new_id;
 
 /// The answer to a reserve.
@@ -35,7 +38,9 @@ pub enum EffectResult {
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum ReserveDecision {
     /// Reuse the record as a fresh reservation (optionally counting it as a retry).
-    Rereserve { retry: bool },
+    Rereserve {
+        retry: bool,
+    },
     ReturnReceipt,
     ReturnFailure,
     Conflict,
@@ -58,11 +63,23 @@ pub(crate) fn decide_reserve(
         EffectState::Applied => ReserveDecision::ReturnReceipt,
         EffectState::Failed => ReserveDecision::ReturnFailure,
         // An interrupted application may be repeated only under a contract that makes it safe.
-        EffectState::Applying if contract.allows_retry() => ReserveDecision::Rereserve { retry: true },
+        EffectState::Applying if contract.allows_retry() => {
+            ReserveDecision::Rereserve { retry: true }
+        }
         EffectState::Applying | EffectState::Uncertain => ReserveDecision::Uncertain,
         EffectState::Cancelled => ReserveDecision::Refuse,
     }
 }
+
+/// effect_id, fingerprint, state, retry_contract, receipt, error
+type EffectRow = (
+    String,
+    String,
+    String,
+    String,
+    Option<String>,
+    Option<String>,
+);
 
 impl WriteTx<'_> {
     /// Reserves the effect `effect_key` for the current attempt, or answers from its record.
@@ -76,18 +93,30 @@ impl WriteTx<'_> {
     ) -> StoreResult<Reservation> {
         let run = self.run_row(&claim.run_id)?;
         if !Op::Effect.allowed(run.status) {
-            return Err(invalid(&claim.run_id, Op::Effect, run.status, format!("the run is {}", run.status)));
+            return Err(invalid(
+                &claim.run_id,
+                Op::Effect,
+                run.status,
+                format!("the run is {}", run.status),
+            ));
         }
         self.fence(claim)?;
         self.require_running_attempt(&claim.run_id, run.current_attempt.as_deref(), attempt_id)?;
-        let existing: Option<(String, String, String, String, Option<String>, Option<String>)> = self
+        let existing: Option<EffectRow> = self
             .conn()
             .prepare_cached(
                 "SELECT effect_id, fingerprint, state, retry_contract, receipt, error FROM effects
                  WHERE run_id = ?1 AND effect_key = ?2",
             )?
             .query_row(params![claim.run_id, effect_key], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?))
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                ))
             })
             .optional()?;
         let Some((effect_id, stored_fp, state, stored_contract, receipt, error)) = existing else {
@@ -98,9 +127,24 @@ impl WriteTx<'_> {
                                           state, retry_contract, created_at, updated_at)
                      VALUES (?1, ?2, ?3, ?4, ?5, 'reserved', ?6, ?7, ?7)",
                 )?
-                .execute(params![effect_id, claim.run_id, attempt_id, effect_key, fingerprint, contract.as_str(), self.now])?;
-            self.finish_run_write(&claim.run_id, "effect_reserved", json!({ "effect": effect_id, "key": effect_key }))?;
-            return Ok(Reservation::Reserved { effect_id, retry: false });
+                .execute(params![
+                    effect_id,
+                    claim.run_id,
+                    attempt_id,
+                    effect_key,
+                    fingerprint,
+                    contract.as_str(),
+                    self.now
+                ])?;
+            self.finish_run_write(
+                &claim.run_id,
+                "effect_reserved",
+                json!({ "effect": effect_id, "key": effect_key }),
+            )?;
+            return Ok(Reservation::Reserved {
+                effect_id,
+                retry: false,
+            });
         };
         let state = parse_enum(&state, EffectState::parse, "effect state")?;
         let stored_contract = parse_enum(&stored_contract, RetryContract::parse, "retry contract")?;
@@ -147,19 +191,41 @@ impl WriteTx<'_> {
     /// Records that the child is about to apply the effect. From here on, a child that
     /// vanishes without a receipt leaves the effect uncertain (contract `never`).
     pub fn effect_applying(&mut self, claim: &Claim, effect_id: &str) -> StoreResult<()> {
-        self.move_effect(claim, effect_id, EffectState::Reserved, EffectState::Applying, None, None)?;
-        self.finish_run_write(&claim.run_id, "effect_applying", json!({ "effect": effect_id }))?;
+        self.move_effect(
+            claim,
+            effect_id,
+            EffectState::Reserved,
+            EffectState::Applying,
+            None,
+            None,
+        )?;
+        self.finish_run_write(
+            &claim.run_id,
+            "effect_applying",
+            json!({ "effect": effect_id }),
+        )?;
         Ok(())
     }
 
     /// Stores the outcome of an application: the receipt, or a definitive failure.
-    pub fn settle_effect(&mut self, claim: &Claim, effect_id: &str, result: &EffectResult) -> StoreResult<()> {
+    pub fn settle_effect(
+        &mut self,
+        claim: &Claim,
+        effect_id: &str,
+        result: &EffectResult,
+    ) -> StoreResult<()> {
         let (to, receipt, error) = match result {
-            EffectResult::Applied { receipt } => (EffectState::Applied, Some(receipt.to_string()), None),
+            EffectResult::Applied { receipt } => {
+                (EffectState::Applied, Some(receipt.to_string()), None)
+            }
             EffectResult::Failed { error } => (EffectState::Failed, None, Some(error.clone())),
         };
         self.move_effect(claim, effect_id, EffectState::Applying, to, receipt, error)?;
-        self.finish_run_write(&claim.run_id, "effect_settled", json!({ "effect": effect_id, "state": to.as_str() }))?;
+        self.finish_run_write(
+            &claim.run_id,
+            "effect_settled",
+            json!({ "effect": effect_id, "state": to.as_str() }),
+        )?;
         Ok(())
     }
 
@@ -174,7 +240,12 @@ impl WriteTx<'_> {
     ) -> StoreResult<()> {
         let run = self.run_row(&claim.run_id)?;
         if !Op::Effect.allowed(run.status) {
-            return Err(invalid(&claim.run_id, Op::Effect, run.status, format!("the run is {}", run.status)));
+            return Err(invalid(
+                &claim.run_id,
+                Op::Effect,
+                run.status,
+                format!("the run is {}", run.status),
+            ));
         }
         self.fence(claim)?;
         let state: String = self
@@ -182,7 +253,10 @@ impl WriteTx<'_> {
             .prepare_cached("SELECT state FROM effects WHERE effect_id = ?1 AND run_id = ?2")?
             .query_row(params![effect_id, claim.run_id], |r| r.get(0))
             .optional()?
-            .ok_or_else(|| StoreError::NotFound { what: "effect", id: effect_id.to_owned() })?;
+            .ok_or_else(|| StoreError::NotFound {
+                what: "effect",
+                id: effect_id.to_owned(),
+            })?;
         if state != from.as_str() {
             return Err(invalid(
                 &claim.run_id,
@@ -200,13 +274,19 @@ impl WriteTx<'_> {
         Ok(())
     }
 
-    fn require_running_attempt(&self, run_id: &str, current: Option<&str>, attempt_id: &str) -> StoreResult<()> {
+    fn require_running_attempt(
+        &self,
+        run_id: &str,
+        current: Option<&str>,
+        attempt_id: &str,
+    ) -> StoreResult<()> {
         let status: Option<String> = self
             .conn()
             .prepare_cached("SELECT status FROM attempts WHERE attempt_id = ?1")?
             .query_row([attempt_id], |r| r.get(0))
             .optional()?;
-        if current != Some(attempt_id) || status.as_deref() != Some(AttemptStatus::Running.as_str()) {
+        if current != Some(attempt_id) || status.as_deref() != Some(AttemptStatus::Running.as_str())
+        {
             return Err(StoreError::StaleAttempt {
                 run_id: run_id.to_owned(),
                 presented: attempt_id.to_owned(),
@@ -225,16 +305,44 @@ mod tests {
     fn reserve_rules() {
         use EffectState::*;
         use RetryContract::*;
-        assert_eq!(decide_reserve(Applied, Never, false), ReserveDecision::Conflict);
-        assert_eq!(decide_reserve(Applied, Never, true), ReserveDecision::ReturnReceipt);
-        assert_eq!(decide_reserve(Reserved, Never, true), ReserveDecision::Rereserve { retry: false });
-        assert_eq!(decide_reserve(Applying, Never, true), ReserveDecision::Uncertain);
-        assert_eq!(decide_reserve(Applying, IdempotencyKey, true), ReserveDecision::Rereserve { retry: true });
-        assert_eq!(decide_reserve(Applying, ReadBack, true), ReserveDecision::Rereserve { retry: true });
+        assert_eq!(
+            decide_reserve(Applied, Never, false),
+            ReserveDecision::Conflict
+        );
+        assert_eq!(
+            decide_reserve(Applied, Never, true),
+            ReserveDecision::ReturnReceipt
+        );
+        assert_eq!(
+            decide_reserve(Reserved, Never, true),
+            ReserveDecision::Rereserve { retry: false }
+        );
+        assert_eq!(
+            decide_reserve(Applying, Never, true),
+            ReserveDecision::Uncertain
+        );
+        assert_eq!(
+            decide_reserve(Applying, IdempotencyKey, true),
+            ReserveDecision::Rereserve { retry: true }
+        );
+        assert_eq!(
+            decide_reserve(Applying, ReadBack, true),
+            ReserveDecision::Rereserve { retry: true }
+        );
         for c in RetryContract::ALL {
-            assert_eq!(decide_reserve(Uncertain, *c, true), ReserveDecision::Uncertain, "uncertain is never retried");
+            assert_eq!(
+                decide_reserve(Uncertain, *c, true),
+                ReserveDecision::Uncertain,
+                "uncertain is never retried"
+            );
         }
-        assert_eq!(decide_reserve(Failed, Never, true), ReserveDecision::ReturnFailure);
-        assert_eq!(decide_reserve(Cancelled, Never, true), ReserveDecision::Refuse);
+        assert_eq!(
+            decide_reserve(Failed, Never, true),
+            ReserveDecision::ReturnFailure
+        );
+        assert_eq!(
+            decide_reserve(Cancelled, Never, true),
+            ReserveDecision::Refuse
+        );
     }
 }

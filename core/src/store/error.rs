@@ -63,7 +63,9 @@ pub enum StoreError {
     IdempotencyConflict { key: String },
 
     /// The same effect key arrived with a different request fingerprint.
-    #[error("effect conflict on run {run_id}: key {effect_key} was reserved with another fingerprint")]
+    #[error(
+        "effect conflict on run {run_id}: key {effect_key} was reserved with another fingerprint"
+    )]
     EffectConflict { run_id: String, effect_key: String },
 
     /// The effect may have happened; it is never retried automatically.

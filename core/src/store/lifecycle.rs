@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::{
-    parse_enum, parse_status, AttemptOutcome, AttemptStatus, Answerer, Claim, ChildMode,
+    parse_enum, parse_status, Answerer, AttemptOutcome, AttemptStatus, ChildMode, Claim,
     DecisionKind, ExecutionMode, Fence, InteractionKind, MessageKind, Op, OwnerKind, RetryContract,
     RunStatus, StoreError, StoreResult, WriteTx,
 };
@@ -148,7 +148,12 @@ impl WriteTx<'_> {
     fn run_for(&self, run_id: &str, op: Op) -> StoreResult<RunRow> {
         let run = self.run_row(run_id)?;
         if !op.allowed(run.status) {
-            return Err(invalid(run_id, op, run.status, format!("the run is {}", run.status)));
+            return Err(invalid(
+                run_id,
+                op,
+                run.status,
+                format!("the run is {}", run.status),
+            ));
         }
         Ok(run)
     }
@@ -157,7 +162,9 @@ impl WriteTx<'_> {
         let row = self
             .conn()
             .prepare_cached("SELECT node_id, status FROM attempts WHERE attempt_id = ?1")?
-            .query_row([attempt_id], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+            .query_row([attempt_id], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+            })
             .optional()?;
         row.map(|(node_id, status)| {
             Ok(AttemptRow {
@@ -208,7 +215,14 @@ impl WriteTx<'_> {
                           WHERE run_id = ?2 AND node_id = ?3),
                          ?4, 'running', ?5, ?6)",
             )?
-            .execute(params![attempt_id, run_id, node_id, generation as i64, deadline_at, self.now])?;
+            .execute(params![
+                attempt_id,
+                run_id,
+                node_id,
+                generation as i64,
+                deadline_at,
+                self.now
+            ])?;
         self.conn()
             .prepare_cached(
                 "UPDATE runs SET current_node = ?2, current_attempt = ?3 WHERE run_id = ?1",
@@ -238,7 +252,13 @@ impl WriteTx<'_> {
                 "UPDATE attempts SET status = ?2, output = ?3, error = ?4, finished_at = ?5
                  WHERE attempt_id = ?1",
             )?
-            .execute(params![attempt_id, status.as_str(), output, error, self.now])?;
+            .execute(params![
+                attempt_id,
+                status.as_str(),
+                output,
+                error,
+                self.now
+            ])?;
         Ok(())
     }
 
@@ -304,7 +324,12 @@ impl WriteTx<'_> {
     pub fn activate(&mut self, run_id: &str, owner_id: &str) -> StoreResult<Activation> {
         let run = self.run_for(run_id, Op::Activate)?;
         if run.paused {
-            return Err(invalid(run_id, Op::Activate, run.status, "the run is paused".into()));
+            return Err(invalid(
+                run_id,
+                Op::Activate,
+                run.status,
+                "the run is paused".into(),
+            ));
         }
         self.authorize(run_id, Fence::Unclaimed, Op::Activate)?;
         let claim = self.bind_new_claim(run_id, OwnerKind::Host, owner_id)?;
@@ -423,7 +448,11 @@ impl WriteTx<'_> {
                 "the run already has a definition snapshot".into(),
             ));
         }
-        self.finish_run_write(&claim.run_id, "definition_recorded", json!({ "digest": digest }))?;
+        self.finish_run_write(
+            &claim.run_id,
+            "definition_recorded",
+            json!({ "digest": digest }),
+        )?;
         Ok(())
     }
 
@@ -439,7 +468,10 @@ impl WriteTx<'_> {
         let run = self.run_for(&claim.run_id, Op::NodeStarted)?;
         self.fence(claim)?;
         if let Some(current) = &run.current_attempt {
-            if self.attempt_row(current)?.is_some_and(|a| a.status.is_open()) {
+            if self
+                .attempt_row(current)?
+                .is_some_and(|a| a.status.is_open())
+            {
                 return Err(invalid(
                     &claim.run_id,
                     Op::NodeStarted,
@@ -448,7 +480,8 @@ impl WriteTx<'_> {
                 ));
             }
         }
-        let attempt_id = self.open_attempt(&claim.run_id, node_id, claim.generation, deadline_at)?;
+        let attempt_id =
+            self.open_attempt(&claim.run_id, node_id, claim.generation, deadline_at)?;
         self.finish_run_write(
             &claim.run_id,
             "node_started",
@@ -458,16 +491,27 @@ impl WriteTx<'_> {
     }
 
     /// Closes the current attempt with its outcome and opens the next node's attempt.
-    pub fn transition(&mut self, claim: &Claim, req: &TransitionRequest) -> StoreResult<Transitioned> {
+    pub fn transition(
+        &mut self,
+        claim: &Claim,
+        req: &TransitionRequest,
+    ) -> StoreResult<Transitioned> {
         let run = self.run_for(&claim.run_id, Op::Transition)?;
         self.fence(claim)?;
-        let from = self.current_attempt(&claim.run_id, &run, &req.attempt_id, AttemptStatus::Running)?;
+        let from =
+            self.current_attempt(&claim.run_id, &run, &req.attempt_id, AttemptStatus::Running)?;
         self.close_attempt(&req.attempt_id, &req.outcome)?;
-        let next_attempt_id =
-            self.open_attempt(&claim.run_id, &req.next_node, claim.generation, req.next_deadline_at)?;
+        let next_attempt_id = self.open_attempt(
+            &claim.run_id,
+            &req.next_node,
+            claim.generation,
+            req.next_deadline_at,
+        )?;
         // Progress: the run no longer counts as crash-looping.
         self.conn()
-            .prepare_cached("UPDATE queue SET crash_count = 0 WHERE run_id = ?1 AND crash_count != 0")?
+            .prepare_cached(
+                "UPDATE queue SET crash_count = 0 WHERE run_id = ?1 AND crash_count != 0",
+            )?
             .execute([&claim.run_id])?;
         let revision = self.finish_run_write(
             &claim.run_id,
@@ -495,7 +539,11 @@ impl WriteTx<'_> {
         self.release_claim(&claim.run_id)?;
         self.set_status(&claim.run_id, RunStatus::Queued)?;
         self.set_available(&claim.run_id, available_at.unwrap_or(self.now))?;
-        self.finish_run_write(&claim.run_id, "parked", json!({ "available_at": available_at }))
+        self.finish_run_write(
+            &claim.run_id,
+            "parked",
+            json!({ "available_at": available_at }),
+        )
     }
 
     fn interrupt_running_attempt(&mut self, run: &RunRow, why: &str) -> StoreResult<bool> {
@@ -523,7 +571,8 @@ impl WriteTx<'_> {
     ) -> StoreResult<String> {
         let run = self.run_for(&claim.run_id, Op::Wait)?;
         self.fence(claim)?;
-        let attempt = self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
+        let attempt =
+            self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
         let decision_id = new_id("dec");
         self.conn()
             .prepare_cached(
@@ -570,7 +619,8 @@ impl WriteTx<'_> {
     ) -> StoreResult<String> {
         let run = self.run_for(&claim.run_id, Op::RequestInteraction)?;
         self.fence(claim)?;
-        let attempt = self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
+        let attempt =
+            self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
         let interaction_id = new_id("int");
         self.conn()
             .prepare_cached(
@@ -634,7 +684,9 @@ impl WriteTx<'_> {
                 if prior_payload == payload_text {
                     return Ok(submission_id);
                 }
-                return Err(StoreError::IdempotencyConflict { key: key.to_owned() });
+                return Err(StoreError::IdempotencyConflict {
+                    key: key.to_owned(),
+                });
             }
         }
         let run = self.run_row(&run_id)?;
@@ -661,9 +713,17 @@ impl WriteTx<'_> {
                                           idempotency_key, created_at)
                  VALUES (?1, ?2, ?3, 'validating', ?4, ?5)",
             )?
-            .execute(params![submission_id, interaction_id, payload_text, idempotency_key, self.now])?;
+            .execute(params![
+                submission_id,
+                interaction_id,
+                payload_text,
+                idempotency_key,
+                self.now
+            ])?;
         self.conn()
-            .prepare_cached("UPDATE interactions SET status = 'validating' WHERE interaction_id = ?1")?
+            .prepare_cached(
+                "UPDATE interactions SET status = 'validating' WHERE interaction_id = ?1",
+            )?
             .execute([interaction_id])?;
         self.set_status(&run_id, RunStatus::Queued)?;
         self.set_available(&run_id, self.now)?;
@@ -694,7 +754,9 @@ impl WriteTx<'_> {
                  JOIN interactions i ON i.interaction_id = s.interaction_id
                  WHERE s.submission_id = ?1 AND i.run_id = ?2",
             )?
-            .query_row(params![submission_id, claim.run_id], |r| Ok((r.get(0)?, r.get(1)?)))
+            .query_row(params![submission_id, claim.run_id], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
             .optional()?
             .ok_or_else(|| StoreError::NotFound {
                 what: "submission",
@@ -732,7 +794,11 @@ impl WriteTx<'_> {
         }
         self.finish_run_write(
             &claim.run_id,
-            if accepted { "submission_accepted" } else { "submission_rejected" },
+            if accepted {
+                "submission_accepted"
+            } else {
+                "submission_rejected"
+            },
             json!({ "submission": submission_id, "error": verdict.err() }),
         )?;
         Ok(())
@@ -776,7 +842,12 @@ impl WriteTx<'_> {
                 "UPDATE decisions SET status = 'answered', answer = ?2, answered_by = ?3,
                         answered_at = ?4 WHERE decision_id = ?1",
             )?
-            .execute(params![decision_id, answer.to_string(), answered_by.as_str(), self.now])?;
+            .execute(params![
+                decision_id,
+                answer.to_string(),
+                answered_by.as_str(),
+                self.now
+            ])?;
         self.set_status(&run_id, RunStatus::Queued)?;
         self.set_available(&run_id, self.now)?;
         self.finish_run_write(
@@ -819,7 +890,11 @@ impl WriteTx<'_> {
             .execute(params![interaction_id, self.now])?;
         self.set_status(&run_id, RunStatus::Queued)?;
         self.set_available(&run_id, self.now)?;
-        self.finish_run_write(&run_id, "interaction_expired", json!({ "interaction": interaction_id }))?;
+        self.finish_run_write(
+            &run_id,
+            "interaction_expired",
+            json!({ "interaction": interaction_id }),
+        )?;
         Ok(())
     }
 
@@ -850,7 +925,14 @@ impl WriteTx<'_> {
                                                 created_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             )?
-            .execute(params![message_id, run_id, session, kind.as_str(), content.to_string(), self.now])?;
+            .execute(params![
+                message_id,
+                run_id,
+                session,
+                kind.as_str(),
+                content.to_string(),
+                self.now
+            ])?;
         Ok(Some(message_id))
     }
 
@@ -861,7 +943,12 @@ impl WriteTx<'_> {
     pub fn pause(&mut self, run_id: &str, fence: Fence<'_>) -> StoreResult<u64> {
         let run = self.run_for(run_id, Op::Pause)?;
         if run.paused {
-            return Err(invalid(run_id, Op::Pause, run.status, "the run is already paused".into()));
+            return Err(invalid(
+                run_id,
+                Op::Pause,
+                run.status,
+                "the run is already paused".into(),
+            ));
         }
         self.authorize(run_id, fence, Op::Pause)?;
         self.set_paused(run_id, true)?;
@@ -872,7 +959,12 @@ impl WriteTx<'_> {
     pub fn resume(&mut self, run_id: &str, fence: Fence<'_>) -> StoreResult<u64> {
         let run = self.run_for(run_id, Op::Resume)?;
         if !run.paused {
-            return Err(invalid(run_id, Op::Resume, run.status, "the run is not paused".into()));
+            return Err(invalid(
+                run_id,
+                Op::Resume,
+                run.status,
+                "the run is not paused".into(),
+            ));
         }
         self.authorize(run_id, fence, Op::Resume)?;
         self.set_paused(run_id, false)?;
@@ -902,11 +994,21 @@ impl WriteTx<'_> {
         let run = self.run_for(&claim.run_id, Op::Complete)?;
         self.fence(claim)?;
         self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
-        self.close_attempt(attempt_id, &AttemptOutcome::Succeeded { output: output.clone() })?;
+        self.close_attempt(
+            attempt_id,
+            &AttemptOutcome::Succeeded {
+                output: output.clone(),
+            },
+        )?;
         self.conn()
             .prepare_cached("UPDATE runs SET result = ?2 WHERE run_id = ?1")?
             .execute(params![claim.run_id, result.to_string()])?;
-        self.end_run(&claim.run_id, &run, RunStatus::Completed, json!({ "result": result }))
+        self.end_run(
+            &claim.run_id,
+            &run,
+            RunStatus::Completed,
+            json!({ "result": result }),
+        )
     }
 
     /// Ends the run `failed` (or `timed_out` when the outcome is a timeout), closing the
@@ -943,7 +1045,12 @@ impl WriteTx<'_> {
     ///
     /// A run held by a live claim can only be cancelled by that claim's holder; an expired run
     /// is cancelled through [`WriteTx::control_claim`].
-    pub fn cancel(&mut self, run_id: &str, fence: Fence<'_>, reason: &str) -> StoreResult<CancelSummary> {
+    pub fn cancel(
+        &mut self,
+        run_id: &str,
+        fence: Fence<'_>,
+        reason: &str,
+    ) -> StoreResult<CancelSummary> {
         let run = self.run_for(run_id, Op::Cancel)?;
         self.authorize(run_id, fence, Op::Cancel)?;
         let mut summary = CancelSummary::default();
@@ -1076,6 +1183,19 @@ impl WriteTx<'_> {
         reason: &str,
         event: &'static str,
     ) -> StoreResult<RecoveredRun> {
+        self.requeue_after_loss_counted(run_id, run, reason, event, true)
+    }
+
+    /// Requeues a run whose owner went away. `count_loss` adds one to the run's consecutive
+    /// losses (a child's death counts; a host restart does not).
+    pub(crate) fn requeue_after_loss_counted(
+        &mut self,
+        run_id: &str,
+        run: &RunRow,
+        reason: &str,
+        event: &'static str,
+        count_loss: bool,
+    ) -> StoreResult<RecoveredRun> {
         self.release_claim(run_id)?;
         // A validation child that died rejects only its provisional submission.
         let rejected = self
@@ -1085,7 +1205,11 @@ impl WriteTx<'_> {
                  WHERE state = 'validating' AND interaction_id IN
                        (SELECT interaction_id FROM interactions WHERE run_id = ?1)",
             )?
-            .execute(params![run_id, self.now, format!("validation did not finish: {reason}")])?;
+            .execute(params![
+                run_id,
+                self.now,
+                format!("validation did not finish: {reason}")
+            ])?;
         if rejected > 0 {
             self.conn()
                 .prepare_cached(
@@ -1104,13 +1228,16 @@ impl WriteTx<'_> {
         let crashes: i64 = self
             .conn()
             .prepare_cached(
-                "UPDATE queue SET crash_count = crash_count + 1, available_at = ?2 WHERE run_id = ?1
+                "UPDATE queue SET crash_count = crash_count + ?3, available_at = ?2 WHERE run_id = ?1
                  RETURNING crash_count",
             )?
-            .query_row(params![run_id, self.now], |r| r.get(0))?;
+            .query_row(params![run_id, self.now, i64::from(count_loss)], |r| r.get(0))?;
         let (status, why) = if let Some(key) = uncertain.first() {
-            (RunStatus::Review, format!("uncertain effect {key}: {reason}"))
-        } else if crashes >= i64::from(self.config.max_child_losses) {
+            (
+                RunStatus::Review,
+                format!("uncertain effect {key}: {reason}"),
+            )
+        } else if count_loss && crashes >= i64::from(self.config.max_child_losses) {
             (
                 RunStatus::Review,
                 format!("its child was lost {crashes} times without progress: {reason}"),
@@ -1146,7 +1273,10 @@ impl WriteTx<'_> {
                  WHERE run_id = ?1 AND state = 'applying' AND retry_contract = ?3
                  RETURNING effect_key",
             )?
-            .query_map(params![run_id, self.now, RetryContract::Never.as_str()], |r| r.get(0))?
+            .query_map(
+                params![run_id, self.now, RetryContract::Never.as_str()],
+                |r| r.get(0),
+            )?
             .collect::<Result<_, _>>()?;
         Ok(keys)
     }

@@ -18,6 +18,7 @@ mod diagnose;
 mod dump;
 mod effects;
 mod error;
+mod host_ops;
 mod lifecycle;
 pub mod model;
 mod read;
@@ -187,7 +188,10 @@ impl Store {
     ///
     /// If `f` fails, nothing it did is kept. Operations inside `f` that should fail on their own
     /// without undoing their neighbours (group commit) go through [`WriteTx::savepoint`].
-    pub fn write<T>(&mut self, f: impl FnOnce(&mut WriteTx<'_>) -> StoreResult<T>) -> StoreResult<T> {
+    pub fn write<T>(
+        &mut self,
+        f: impl FnOnce(&mut WriteTx<'_>) -> StoreResult<T>,
+    ) -> StoreResult<T> {
         let now = self.config.clock.now_ms();
         let tx = self
             .conn
@@ -227,10 +231,7 @@ impl WriteTx<'_> {
 
     /// Runs `f` inside a savepoint: if it fails, only its own changes are undone and the error
     /// is returned, while the enclosing transaction stays usable.
-    pub fn savepoint<T>(
-        &mut self,
-        f: impl FnOnce(&mut Self) -> StoreResult<T>,
-    ) -> StoreResult<T> {
+    pub fn savepoint<T>(&mut self, f: impl FnOnce(&mut Self) -> StoreResult<T>) -> StoreResult<T> {
         self.tx.execute_batch("SAVEPOINT piw_op")?;
         let ops_before = self.ops.len();
         match f(self) {
@@ -274,7 +275,11 @@ impl WriteTx<'_> {
             .prepare_cached(
                 "UPDATE claims SET heartbeat_at = ?2, expires_at = ?3 WHERE run_id = ?1",
             )?
-            .execute(params![claim.run_id, self.now, self.now + self.config.lease_ms])?;
+            .execute(params![
+                claim.run_id,
+                self.now,
+                self.now + self.config.lease_ms
+            ])?;
         Ok(())
     }
 
@@ -421,7 +426,9 @@ impl WriteTx<'_> {
             })?;
         let status = parse_status(&status)?;
         self.conn()
-            .prepare_cached("INSERT INTO events (run_id, seq, kind, at, data) VALUES (?1, ?2, ?3, ?4, ?5)")?
+            .prepare_cached(
+                "INSERT INTO events (run_id, seq, kind, at, data) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?
             .execute(params![run_id, revision, op, self.now, data.to_string()])?;
         self.conn()
             .prepare_cached("UPDATE queue SET state = ?2 WHERE run_id = ?1 AND state != ?2")?

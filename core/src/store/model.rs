@@ -494,9 +494,18 @@ mod tests {
     fn queue_state_follows_status_and_pause() {
         assert_eq!(queue_state_for(RunStatus::Queued, false), QueueState::Ready);
         assert_eq!(queue_state_for(RunStatus::Queued, true), QueueState::Paused);
-        assert_eq!(queue_state_for(RunStatus::Waiting, true), QueueState::Paused);
-        assert_eq!(queue_state_for(RunStatus::Waiting, false), QueueState::Waiting);
-        assert_eq!(queue_state_for(RunStatus::Running, true), QueueState::Claimed);
+        assert_eq!(
+            queue_state_for(RunStatus::Waiting, true),
+            QueueState::Paused
+        );
+        assert_eq!(
+            queue_state_for(RunStatus::Waiting, false),
+            QueueState::Waiting
+        );
+        assert_eq!(
+            queue_state_for(RunStatus::Running, true),
+            QueueState::Claimed
+        );
         assert_eq!(queue_state_for(RunStatus::Review, true), QueueState::Review);
         for s in RunStatus::ALL.iter().filter(|s| s.is_terminal()) {
             assert_eq!(queue_state_for(*s, true), QueueState::Done);

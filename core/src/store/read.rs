@@ -177,6 +177,15 @@ fn run_from_row(r: &Row<'_>) -> rusqlite::Result<(RunRecord, String)> {
     ))
 }
 
+/// generation, owner_kind, owner_id, heartbeat_at, expires_at
+type ClaimRow = (
+    i64,
+    Option<String>,
+    Option<String>,
+    Option<i64>,
+    Option<i64>,
+);
+
 impl Store {
     /// One run.
     pub fn run(&self, run_id: &str) -> StoreResult<RunRecord> {
@@ -195,7 +204,9 @@ impl Store {
     pub fn run_payload(&self, run_id: &str) -> StoreResult<(Value, Option<Value>, Value)> {
         let (input, definition, mounted): (String, Option<String>, String) = self
             .conn
-            .prepare_cached("SELECT input, definition, mounted_sources FROM runs WHERE run_id = ?1")?
+            .prepare_cached(
+                "SELECT input, definition, mounted_sources FROM runs WHERE run_id = ?1",
+            )?
             .query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
             .optional()?
             .ok_or_else(|| StoreError::RunNotFound(run_id.to_owned()))?;
@@ -236,13 +247,15 @@ impl Store {
 
     /// The claim's public fields.
     pub fn claim_info(&self, run_id: &str) -> StoreResult<ClaimInfo> {
-        let row: Option<(i64, Option<String>, Option<String>, Option<i64>, Option<i64>)> = self
+        let row: Option<ClaimRow> = self
             .conn
             .prepare_cached(
                 "SELECT generation, owner_kind, owner_id, heartbeat_at, expires_at FROM claims
                  WHERE run_id = ?1",
             )?
-            .query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
+            .query_row([run_id], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })
             .optional()?;
         let (generation, kind, owner_id, heartbeat_at, expires_at) =
             row.ok_or_else(|| StoreError::RunNotFound(run_id.to_owned()))?;
@@ -343,7 +356,11 @@ impl Store {
     }
 
     /// Interactions of a run (`by_run`) or the open ones of an origin session.
-    pub fn interactions(&self, run_id: Option<&str>, session: Option<&str>) -> StoreResult<Vec<InteractionRecord>> {
+    pub fn interactions(
+        &self,
+        run_id: Option<&str>,
+        session: Option<&str>,
+    ) -> StoreResult<Vec<InteractionRecord>> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT interaction_id, run_id, attempt_id, node_id, origin_session, kind, request,
                     deadline_at, status FROM interactions
@@ -439,14 +456,27 @@ impl Store {
     /// The earliest future time anything becomes due (a delayed ready run, a claim expiry, an
     /// interaction or attempt deadline), so the host can sleep until exactly then.
     pub fn next_due(&self) -> StoreResult<Option<UnixMillis>> {
-        Ok(self.conn.prepare_cached(
-            "SELECT MIN(t) FROM (
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT MIN(t) FROM (
                 SELECT MIN(available_at) AS t FROM queue WHERE state = 'ready'
                 UNION ALL SELECT MIN(expires_at) FROM claims WHERE owner_kind IS NOT NULL
                 UNION ALL SELECT MIN(deadline_at) FROM interactions WHERE status = 'pending'
                 UNION ALL SELECT MIN(a.deadline_at) FROM attempts a WHERE a.status = 'running'
             )",
-        )?
-        .query_row([], |r| r.get(0))?)
+            )?
+            .query_row([], |r| r.get(0))?)
+    }
+}
+
+impl Store {
+    /// Writes a consistent copy of the database to `dest` (SQLite's online backup), safe
+    /// while the host is writing.
+    pub fn backup_to(&self, dest: &std::path::Path) -> StoreResult<()> {
+        let mut target = rusqlite::Connection::open(dest)?;
+        let backup = rusqlite::backup::Backup::new(&self.conn, &mut target)?;
+        backup.run_to_completion(256, std::time::Duration::from_millis(0), None)?;
+        Ok(())
     }
 }

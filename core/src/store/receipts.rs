@@ -40,24 +40,34 @@ impl WriteTx<'_> {
         let by_id = self.receipt_where("request_id", &meta.request_id)?;
         let found = match (by_id, &meta.idempotency_key) {
             (Some(r), _) => Some((r, meta.request_id.clone())),
-            (None, Some(key)) => self.receipt_where("idempotency_key", key)?.map(|r| (r, key.clone())),
+            (None, Some(key)) => self
+                .receipt_where("idempotency_key", key)?
+                .map(|r| (r, key.clone())),
             (None, None) => None,
         };
         match found {
             None => Ok(None),
-            Some(((fingerprint, receipt), _)) if fingerprint == meta.fingerprint => Ok(Some(receipt)),
+            Some(((fingerprint, receipt), _)) if fingerprint == meta.fingerprint => {
+                Ok(Some(receipt))
+            }
             Some((_, key)) => Err(StoreError::IdempotencyConflict { key }),
         }
     }
 
-    fn receipt_where(&self, column: &str, value: &str) -> StoreResult<Option<(String, StoredReceipt)>> {
+    fn receipt_where(
+        &self,
+        column: &str,
+        value: &str,
+    ) -> StoreResult<Option<(String, StoredReceipt)>> {
         let sql = format!(
             "SELECT fingerprint, request_id, response, created_at FROM command_receipts WHERE {column} = ?1"
         );
         let row: Option<(String, String, String, i64)> = self
             .conn()
             .prepare_cached(&sql)?
-            .query_row([value], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .query_row([value], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })
             .optional()?;
         row.map(|(fp, request_id, response, created_at)| {
             Ok((

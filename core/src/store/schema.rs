@@ -122,7 +122,9 @@ pub(crate) fn create_new(path: &Path, now_ms: i64) -> StoreResult<()> {
         )?;
         tx.commit()?;
     }
-    fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(io)?;
+    fs::File::open(&tmp)
+        .and_then(|f| f.sync_all())
+        .map_err(io)?;
     // hard_link fails if another process created the file meanwhile; then we use theirs.
     match fs::hard_link(&tmp, path) {
         Ok(()) => {}

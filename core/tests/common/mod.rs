@@ -32,11 +32,18 @@ impl Fixture {
         let config = StoreConfig {
             lease_ms: LEASE_MS,
             clock: Arc::new(clock.clone()),
-            fault_hook: Some(Arc::new(move |_ops: &[&'static str]| flag.swap(false, Ordering::SeqCst))),
+            fault_hook: Some(Arc::new(move |_ops: &[&'static str]| {
+                flag.swap(false, Ordering::SeqCst)
+            })),
             ..StoreConfig::default()
         };
         let store = Store::open(dir.path().join("state.sqlite"), config).expect("open store");
-        Self { dir, store, clock, fail_next_commit }
+        Self {
+            dir,
+            store,
+            clock,
+            fail_next_commit,
+        }
     }
 
     pub fn start(&mut self) -> String {
@@ -48,7 +55,9 @@ impl Fixture {
     }
 
     pub fn activate(&mut self, run_id: &str) -> Activation {
-        self.store.write(|w| w.activate(run_id, HOST)).expect("activate")
+        self.store
+            .write(|w| w.activate(run_id, HOST))
+            .expect("activate")
     }
 
     /// Starts and activates a run and opens the first attempt at node `a`.
@@ -85,7 +94,9 @@ pub fn new_run(session: Option<&str>) -> NewRun {
 pub fn step(attempt_id: &str, next: &str) -> TransitionRequest {
     TransitionRequest {
         attempt_id: attempt_id.to_owned(),
-        outcome: AttemptOutcome::Succeeded { output: json!({"ok": true}) },
+        outcome: AttemptOutcome::Succeeded {
+            output: json!({"ok": true}),
+        },
         next_node: next.to_owned(),
         next_deadline_at: None,
     }

@@ -1,0 +1,344 @@
+//! The client library shared by the CLI, the Node addon and the C ABI: connect to the host
+//! (starting it on demand), send typed requests, receive receipts, typed rejections and
+//! subscription events. An async face ([`Client`]) and a blocking face ([`BlockingClient`]).
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixStream;
+
+use crate::paths::PiwPaths;
+use crate::protocol::{
+    encode_frame, read_frame, write_frame, Event, FrameDecoder, Limits, Receipt, Rejection,
+    RejectionCode, Request, RequestBody, Response, ServerFrame,
+};
+
+/// Default bound on how long `ensure_host` waits for a host to become ready.
+pub const DEFAULT_READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Everything a client call can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// No host answers at the socket.
+    #[error("cannot connect to the piw host at {path}: {source}")]
+    Connect {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The host refused the request; nothing was committed.
+    #[error("{}: {}", .0.code, .0.message)]
+    Rejected(Rejection),
+    /// The host closed the connection, saying why.
+    #[error("the host closed the connection ({code}): {message}")]
+    Closed {
+        code: RejectionCode,
+        message: String,
+    },
+    /// The connection ended without a reply (for example the host died).
+    #[error("the connection to the host ended without a reply")]
+    Disconnected,
+    #[error("i/o error talking to the host: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// `ensure_host` could not bring a host up in time.
+    #[error("the piw host did not become ready within {waited:?}: {detail}")]
+    HostNotReady { waited: Duration, detail: String },
+}
+
+impl ClientError {
+    /// The protocol's rejection code, when the host sent one.
+    pub fn code(&self) -> Option<RejectionCode> {
+        match self {
+            ClientError::Rejected(r) => Some(r.code),
+            ClientError::Closed { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+}
+
+fn new_request_id() -> String {
+    crate::ids::new_id("req")
+}
+
+fn response_to_result(response: Response) -> Result<Receipt, ClientError> {
+    match response.result {
+        Ok(receipt) => Ok(receipt),
+        Err(rejection) => Err(ClientError::Rejected(rejection)),
+    }
+}
+
+/// The async client: one connection, one request at a time, events queued between replies.
+pub struct Client {
+    stream: UnixStream,
+    decoder: FrameDecoder,
+    limits: Limits,
+    events: VecDeque<Event>,
+}
+
+impl Client {
+    /// Connects to the host of `paths`.
+    pub async fn connect(paths: &PiwPaths) -> Result<Self, ClientError> {
+        let stream =
+            UnixStream::connect(&paths.socket)
+                .await
+                .map_err(|source| ClientError::Connect {
+                    path: paths.socket.clone(),
+                    source,
+                })?;
+        let limits = Limits::default();
+        Ok(Self {
+            stream,
+            decoder: FrameDecoder::new(limits),
+            limits,
+            events: VecDeque::new(),
+        })
+    }
+
+    /// Connects, starting a host first when none answers (see [`ensure_host`]).
+    pub async fn connect_or_start(paths: &PiwPaths, host_bin: &Path) -> Result<Self, ClientError> {
+        let paths_owned = paths.clone();
+        let bin = host_bin.to_path_buf();
+        tokio::task::spawn_blocking(move || ensure_host(&paths_owned, &bin, DEFAULT_READY_TIMEOUT))
+            .await
+            .map_err(|e| ClientError::Protocol(format!("ensure_host task failed: {e}")))??;
+        Self::connect(paths).await
+    }
+
+    /// Sends `body` with a fresh request id and waits for its receipt.
+    pub async fn call(&mut self, body: RequestBody) -> Result<Receipt, ClientError> {
+        self.send(Request::new(new_request_id(), body)).await
+    }
+
+    /// Sends a fully built request (own request id, run id, revision, idempotency key ...).
+    pub async fn send(&mut self, request: Request) -> Result<Receipt, ClientError> {
+        let bytes = encode_frame(&request, &self.limits)
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        self.stream.write_all(&bytes).await?;
+        loop {
+            match self.next_frame().await? {
+                ServerFrame::Response(r) if r.request_id == request.request_id => {
+                    return response_to_result(r)
+                }
+                ServerFrame::Response(r) => {
+                    return Err(ClientError::Protocol(format!(
+                        "reply for unknown request {}",
+                        r.request_id
+                    )))
+                }
+                ServerFrame::Event(e) => self.events.push_back(e),
+                ServerFrame::Goodbye(g) => {
+                    return Err(ClientError::Closed {
+                        code: g.code,
+                        message: g.message,
+                    })
+                }
+            }
+        }
+    }
+
+    /// The next subscription event (waits for one).
+    pub async fn next_event(&mut self) -> Result<Event, ClientError> {
+        if let Some(e) = self.events.pop_front() {
+            return Ok(e);
+        }
+        match self.next_frame().await? {
+            ServerFrame::Event(e) => Ok(e),
+            ServerFrame::Goodbye(g) => Err(ClientError::Closed {
+                code: g.code,
+                message: g.message,
+            }),
+            ServerFrame::Response(r) => Err(ClientError::Protocol(format!(
+                "unexpected reply {}",
+                r.request_id
+            ))),
+        }
+    }
+
+    async fn next_frame(&mut self) -> Result<ServerFrame, ClientError> {
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            if let Some(body) = self
+                .decoder
+                .next_frame()
+                .map_err(|e| ClientError::Protocol(e.to_string()))?
+            {
+                return ServerFrame::decode(&body).map_err(|e| ClientError::Protocol(e.message));
+            }
+            let n = self.stream.read(&mut buf).await?;
+            if n == 0 {
+                return Err(ClientError::Disconnected);
+            }
+            self.decoder
+                .push(&buf[..n])
+                .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        }
+    }
+}
+
+/// The blocking client, for callers without an async runtime (the CLI, the C ABI).
+pub struct BlockingClient {
+    stream: std::os::unix::net::UnixStream,
+    limits: Limits,
+    events: VecDeque<Event>,
+}
+
+impl BlockingClient {
+    /// Connects to the host of `paths`.
+    pub fn connect(paths: &PiwPaths) -> Result<Self, ClientError> {
+        let stream = std::os::unix::net::UnixStream::connect(&paths.socket).map_err(|source| {
+            ClientError::Connect {
+                path: paths.socket.clone(),
+                source,
+            }
+        })?;
+        Ok(Self {
+            stream,
+            limits: Limits::default(),
+            events: VecDeque::new(),
+        })
+    }
+
+    /// Connects, starting a host first when none answers.
+    pub fn connect_or_start(paths: &PiwPaths, host_bin: &Path) -> Result<Self, ClientError> {
+        ensure_host(paths, host_bin, DEFAULT_READY_TIMEOUT)?;
+        Self::connect(paths)
+    }
+
+    /// Bounds how long a call waits for the host.
+    pub fn set_timeout(&self, timeout: Option<Duration>) -> Result<(), ClientError> {
+        self.stream.set_read_timeout(timeout)?;
+        self.stream.set_write_timeout(timeout)?;
+        Ok(())
+    }
+
+    /// Sends `body` with a fresh request id and waits for its receipt.
+    pub fn call(&mut self, body: RequestBody) -> Result<Receipt, ClientError> {
+        self.send(Request::new(new_request_id(), body))
+    }
+
+    /// Sends a fully built request and waits for its receipt.
+    pub fn send(&mut self, request: Request) -> Result<Receipt, ClientError> {
+        write_frame(&mut self.stream, &request, &self.limits)
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        loop {
+            match self.next_frame()? {
+                ServerFrame::Response(r) if r.request_id == request.request_id => {
+                    return response_to_result(r)
+                }
+                ServerFrame::Response(r) => {
+                    return Err(ClientError::Protocol(format!(
+                        "reply for unknown request {}",
+                        r.request_id
+                    )))
+                }
+                ServerFrame::Event(e) => self.events.push_back(e),
+                ServerFrame::Goodbye(g) => {
+                    return Err(ClientError::Closed {
+                        code: g.code,
+                        message: g.message,
+                    })
+                }
+            }
+        }
+    }
+
+    /// The next subscription event (blocks until one arrives or the timeout passes).
+    pub fn next_event(&mut self) -> Result<Event, ClientError> {
+        if let Some(e) = self.events.pop_front() {
+            return Ok(e);
+        }
+        match self.next_frame()? {
+            ServerFrame::Event(e) => Ok(e),
+            ServerFrame::Goodbye(g) => Err(ClientError::Closed {
+                code: g.code,
+                message: g.message,
+            }),
+            ServerFrame::Response(r) => Err(ClientError::Protocol(format!(
+                "unexpected reply {}",
+                r.request_id
+            ))),
+        }
+    }
+
+    fn next_frame(&mut self) -> Result<ServerFrame, ClientError> {
+        match read_frame(&mut self.stream, &self.limits) {
+            Ok(Some(body)) => {
+                ServerFrame::decode(&body).map_err(|e| ClientError::Protocol(e.message))
+            }
+            Ok(None) => Err(ClientError::Disconnected),
+            Err(e) => Err(ClientError::Protocol(e.to_string())),
+        }
+    }
+}
+
+/// Makes sure a host serves `paths`: returns at once when one answers; otherwise starts
+/// `host_bin host serve` as a detached process (own session, output to `host.log`) and waits
+/// until the socket answers or `timeout` passes. Racing callers are safe: the installation
+/// lock lets exactly one host run; the losers exit and everyone connects to the winner.
+pub fn ensure_host(
+    paths: &PiwPaths,
+    host_bin: &Path,
+    timeout: Duration,
+) -> Result<(), ClientError> {
+    if probe(paths) {
+        return Ok(());
+    }
+    paths.ensure_dirs()?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&paths.log)?;
+    let mut cmd = Command::new(host_bin);
+    cmd.args(["host", "serve"])
+        .env("PIW_HOME", &paths.home)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    // Detach: its own session, so it outlives the caller's terminal and process group.
+    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            if libc::setsid() == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().map_err(|e| ClientError::HostNotReady {
+        waited: Duration::ZERO,
+        detail: format!("cannot start {}: {e}", host_bin.display()),
+    })?;
+    let started = Instant::now();
+    let mut delay = Duration::from_millis(2);
+    loop {
+        if probe(paths) {
+            // Reap a loser that exited because another host won the race.
+            let _ = child.try_wait();
+            return Ok(());
+        }
+        if started.elapsed() >= timeout {
+            let _ = child.try_wait();
+            return Err(ClientError::HostNotReady {
+                waited: started.elapsed(),
+                detail: format!("see {}", paths.log.display()),
+            });
+        }
+        std::thread::sleep(delay);
+        delay = (delay * 2).min(Duration::from_millis(50));
+    }
+}
+
+/// Whether a host answers a status request at the socket.
+fn probe(paths: &PiwPaths) -> bool {
+    let Ok(mut c) = BlockingClient::connect(paths) else {
+        return false;
+    };
+    if c.set_timeout(Some(Duration::from_secs(2))).is_err() {
+        return false;
+    }
+    c.call(RequestBody::HostStatus).is_ok()
+}

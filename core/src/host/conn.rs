@@ -1,0 +1,242 @@
+//! One client connection: frames in, one request at a time to the store thread, the reply
+//! out, and subscription events in between. Anything malformed closes this connection only.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixStream;
+use tokio::sync::{broadcast, oneshot, watch};
+
+use super::dispatch;
+use super::store_thread::{Job, RunEvent};
+use super::HostShared;
+use crate::protocol::{
+    encode_frame, Event, FrameDecoder, Receipt, Rejection, RejectionCode, Request, RequestBody,
+    ServerFrame,
+};
+
+/// A frame that has started must be complete within this time, or the connection is closed
+/// (a client sending one byte per second cannot hold a slot forever).
+pub const FRAME_COMPLETION_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Decides whether a peer may talk to this host: only the host's own user.
+pub fn authorize_peer(peer_uid: Option<u32>, host_uid: u32) -> Result<(), Rejection> {
+    match peer_uid {
+        Some(uid) if uid == host_uid => Ok(()),
+        Some(uid) => Err(Rejection::new(
+            RejectionCode::Unauthorized,
+            format!("peer uid {uid} is not the host's user ({host_uid})"),
+        )),
+        None => Err(Rejection::new(
+            RejectionCode::Unauthorized,
+            "peer credentials are unavailable",
+        )),
+    }
+}
+
+enum Close {
+    Eof,
+    Goodbye(RejectionCode, String),
+}
+
+/// Serves one connection until it closes.
+pub async fn serve(
+    mut stream: UnixStream,
+    shared: HostShared,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let peer = stream.peer_cred().ok().map(|c| c.uid());
+    if let Err(rejection) = authorize_peer(peer, shared.expected_uid) {
+        tracing::warn!(?peer, "refused a connection from another user");
+        let _ = write(
+            &mut stream,
+            &ServerFrame::goodbye(rejection.code, rejection.message),
+        )
+        .await;
+        return;
+    }
+    let mut decoder = FrameDecoder::new(shared.limits);
+    let mut events = shared.events.subscribe();
+    let mut subscriptions: HashMap<String, (Option<String>, Option<String>)> = HashMap::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let close = loop {
+        // Serve every complete frame already buffered.
+        match decoder.next_frame() {
+            Ok(Some(body)) => {
+                let frame = handle_frame(&body, &shared, &mut subscriptions).await;
+                match frame {
+                    Ok(frame) => {
+                        if write(&mut stream, &frame).await.is_err() {
+                            break Close::Eof;
+                        }
+                        continue;
+                    }
+                    Err((code, message)) => break Close::Goodbye(code, message),
+                }
+            }
+            Ok(None) => {}
+            Err(e) => break Close::Goodbye(e.rejection_code(), e.to_string()),
+        }
+        let partial = !decoder.is_at_frame_boundary();
+        tokio::select! {
+            read = stream.read(&mut buf) => match read {
+                Ok(0) | Err(_) => {
+                    break if partial { Close::Goodbye(RejectionCode::Malformed, "connection closed mid-frame".into()) } else { Close::Eof };
+                }
+                Ok(n) => {
+                    if let Err(e) = decoder.push(&buf[..n]) {
+                        break Close::Goodbye(e.rejection_code(), e.to_string());
+                    }
+                }
+            },
+            event = events.recv(), if !subscriptions.is_empty() => match event {
+                Ok(event) => {
+                    for frame in event_frames(&event, &subscriptions) {
+                        if write(&mut stream, &frame).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    break Close::Goodbye(RejectionCode::Internal, format!("subscriber fell {n} events behind; resubscribe and reread status"));
+                }
+                Err(broadcast::error::RecvError::Closed) => break Close::Goodbye(RejectionCode::HostShuttingDown, "host is stopping".into()),
+            },
+            _ = tokio::time::sleep(FRAME_COMPLETION_TIMEOUT), if partial => {
+                break Close::Goodbye(RejectionCode::Malformed, format!("frame not completed within {} s", FRAME_COMPLETION_TIMEOUT.as_secs()));
+            }
+            _ = shutdown.changed() => break Close::Goodbye(RejectionCode::HostShuttingDown, "host is stopping".into()),
+        }
+    };
+    if let Close::Goodbye(code, message) = close {
+        tracing::debug!(%code, %message, "closing connection");
+        let _ = write(&mut stream, &ServerFrame::goodbye(code, message)).await;
+    }
+    let _ = stream.shutdown().await;
+}
+
+async fn write(stream: &mut UnixStream, frame: &ServerFrame) -> std::io::Result<()> {
+    let bytes = encode_frame(frame, &crate::protocol::Limits::default())
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    stream.write_all(&bytes).await
+}
+
+fn event_frames(
+    event: &RunEvent,
+    subs: &HashMap<String, (Option<String>, Option<String>)>,
+) -> Vec<ServerFrame> {
+    subs.iter()
+        .filter(|(_, (run, session))| {
+            run.as_deref() == Some(event.run_id.as_str())
+                || (session.is_some() && session.as_deref() == event.origin_session.as_deref())
+        })
+        .map(|(id, _)| {
+            ServerFrame::Event(Event {
+                schema: Default::default(),
+                subscription_id: id.clone(),
+                run_id: event.run_id.clone(),
+                seq: event.seq,
+                event_kind: event.kind.clone(),
+                status: event.status.clone(),
+                revision: event.revision,
+                at_ms: u64::try_from(event.at_ms).unwrap_or(0),
+                data: event.data.clone(),
+            })
+        })
+        .collect()
+}
+
+/// Decodes and answers one frame. `Err` closes the connection with a goodbye.
+async fn handle_frame(
+    body: &[u8],
+    shared: &HostShared,
+    subscriptions: &mut HashMap<String, (Option<String>, Option<String>)>,
+) -> Result<ServerFrame, (RejectionCode, String)> {
+    let request = match Request::decode(body, &shared.limits) {
+        Ok(r) => r,
+        Err(e) => return Err((e.code, e.message)),
+    };
+    let id = request.request_id.clone();
+    let answer = |r: Result<Receipt, Rejection>| match r {
+        Ok(receipt) => ServerFrame::receipt(id.clone(), receipt),
+        Err(rejection) => ServerFrame::rejection(id.clone(), rejection),
+    };
+    if *shared.stopping.borrow() && !matches!(request.body, RequestBody::HostStatus) {
+        return Ok(answer(Err(Rejection::new(
+            RejectionCode::HostShuttingDown,
+            "host is stopping",
+        ))));
+    }
+    match &request.body {
+        RequestBody::HostStatus => Ok(answer(Ok(shared.status().await))),
+        RequestBody::HostStop => {
+            let _ = shared.stop.send(true);
+            Ok(answer(Ok(Receipt::new(None, json!({ "stopping": true })))))
+        }
+        RequestBody::Subscribe(s) => {
+            if s.run_id.is_none() && s.session_id.is_none() {
+                return Ok(answer(Err(Rejection::new(
+                    RejectionCode::Malformed,
+                    "subscribe needs run_id or session_id",
+                ))));
+            }
+            let sub_id = crate::ids::new_id("sub");
+            subscriptions.insert(sub_id.clone(), (s.run_id.clone(), s.session_id.clone()));
+            Ok(answer(Ok(Receipt::new(
+                None,
+                json!({ "subscription_id": sub_id }),
+            ))))
+        }
+        RequestBody::Unsubscribe(u) => {
+            let removed = subscriptions.remove(&u.subscription_id).is_some();
+            Ok(answer(if removed {
+                Ok(Receipt::new(
+                    None,
+                    json!({ "subscription_id": u.subscription_id }),
+                ))
+            } else {
+                Err(Rejection::new(
+                    RejectionCode::NotFound,
+                    format!("no subscription {}", u.subscription_id),
+                ))
+            }))
+        }
+        body if request.is_worker() => {
+            let _ = body;
+            Ok(answer(Err(Rejection::new(
+                RejectionCode::Unauthorized,
+                "no child holds a matching launch token on this host",
+            ))))
+        }
+        body => {
+            let start = match body {
+                RequestBody::RunStart(start) => match dispatch::prepare_start(start) {
+                    Ok(p) => Some(p),
+                    Err(rejection) => return Ok(answer(Err(rejection))),
+                },
+                _ => None,
+            };
+            let (tx, rx) = oneshot::channel();
+            let job = Job {
+                request,
+                start,
+                reply: tx,
+            };
+            if shared.jobs.send(job).is_err() {
+                return Ok(answer(Err(Rejection::new(
+                    RejectionCode::HostShuttingDown,
+                    "host is stopping",
+                ))));
+            }
+            let result = rx.await.unwrap_or_else(|_| {
+                Err(Rejection::new(
+                    RejectionCode::HostShuttingDown,
+                    "host is stopping",
+                ))
+            });
+            Ok(answer(result))
+        }
+    }
+}

@@ -1,0 +1,290 @@
+//! What each request does to the store. Runs on the store thread, inside the batch
+//! transaction for writes. Maps store errors to the protocol's stable rejection codes.
+
+use std::collections::HashMap;
+
+use serde_json::{json, Value};
+
+use crate::protocol::{payload, Receipt, Rejection, RejectionCode, Request, RequestBody};
+use crate::store::{
+    Answerer, Claim, ClaimLostReason, CommandMeta, ExecutionMode, Fence, NewRun, RunStatus, Store,
+    StoreError, WriteTx,
+};
+
+/// How long a claimed workflow message stays with one client before another may take it.
+pub const MESSAGE_CLAIM_LEASE_MS: i64 = 60_000;
+
+/// In-memory facts the store thread keeps between batches.
+#[derive(Debug, Default)]
+pub struct HostState {
+    /// The owner id of this host's claims (`host-epoch-N`).
+    pub owner_id: String,
+    /// Claims this host holds, by run id (filled by the supervisor when children run).
+    pub claims: HashMap<String, Claim>,
+}
+
+/// The stable protocol code for a store error.
+pub fn rejection_for(err: &StoreError) -> Rejection {
+    let code = match err {
+        StoreError::ClaimLost {
+            reason: ClaimLostReason::GenerationMismatch,
+            ..
+        } => RejectionCode::StaleGeneration,
+        StoreError::ClaimLost { .. } => RejectionCode::ClaimLost,
+        StoreError::RunNotFound(_) | StoreError::NotFound { .. } => RejectionCode::NotFound,
+        StoreError::InvalidTransition { .. } => RejectionCode::InvalidTransition,
+        StoreError::StaleRevision { .. } => RejectionCode::StaleRevision,
+        StoreError::StaleAttempt { .. } => RejectionCode::StaleAttempt,
+        StoreError::IdempotencyConflict { .. } => RejectionCode::IdempotencyConflict,
+        StoreError::EffectConflict { .. } => RejectionCode::EffectConflict,
+        StoreError::EffectUncertain { .. } => RejectionCode::EffectUncertain,
+        StoreError::Forbidden(_) => RejectionCode::Unauthorized,
+        StoreError::InvalidInput(_) => RejectionCode::Malformed,
+        _ => RejectionCode::Internal,
+    };
+    let details = match err {
+        StoreError::StaleRevision {
+            expected, actual, ..
+        } => json!({ "expected": expected, "current": actual }),
+        StoreError::StaleAttempt { current, .. } => json!({ "current_attempt": current }),
+        StoreError::ClaimLost { reason, .. } => json!({ "reason": reason.as_str() }),
+        _ => Value::Null,
+    };
+    Rejection::new(code, err.to_string()).with_details(details)
+}
+
+/// Whether a request changes durable state (and so runs in the batch transaction with a
+/// stored receipt) or only reads.
+pub fn is_durable_command(req: &Request) -> bool {
+    !matches!(
+        req.body,
+        RequestBody::HostStatus
+            | RequestBody::HostStop
+            | RequestBody::RunStatus
+            | RequestBody::RunList(_)
+            | RequestBody::InteractionList(_)
+            | RequestBody::Subscribe(_)
+            | RequestBody::Unsubscribe(_)
+            | RequestBody::Diagnose
+            | RequestBody::Repair
+    )
+}
+
+/// The durable identity of a command for its receipt.
+pub fn command_meta(req: &Request) -> Result<CommandMeta, Rejection> {
+    let fingerprint = req.fingerprint().map_err(|e| {
+        Rejection::new(
+            RejectionCode::Internal,
+            format!("cannot fingerprint request: {e}"),
+        )
+    })?;
+    Ok(CommandMeta {
+        request_id: req.request_id.clone(),
+        idempotency_key: req.idempotency_key.clone(),
+        fingerprint,
+        kind: req.body.kind_str().to_owned(),
+        run_id: req.run_id.clone(),
+    })
+}
+
+fn required<'a>(value: &'a Option<String>, name: &str) -> Result<&'a str, StoreError> {
+    value
+        .as_deref()
+        .ok_or_else(|| StoreError::InvalidInput(format!("{name} is required")))
+}
+
+/// A run start with its source already read and hashed by the connection task (file I/O
+/// stays off the store thread).
+#[derive(Debug, Clone)]
+pub struct PreparedStart {
+    pub new_run: NewRun,
+}
+
+/// Builds the run record for `run.start`: reads the workflow file to hash it (never runs it).
+pub fn prepare_start(start: &payload::RunStart) -> Result<PreparedStart, Rejection> {
+    let path = std::path::Path::new(&start.workflow_file);
+    let canonical = std::fs::canonicalize(path).map_err(|e| {
+        Rejection::new(
+            RejectionCode::NotFound,
+            format!("workflow file {}: {e}", path.display()),
+        )
+    })?;
+    let bytes = std::fs::read(&canonical).map_err(|e| {
+        Rejection::new(
+            RejectionCode::NotFound,
+            format!("workflow file {}: {e}", canonical.display()),
+        )
+    })?;
+    let file_name = canonical
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("workflow");
+    let workflow_name = file_name.split('.').next().unwrap_or(file_name).to_owned();
+    let project_dir = start
+        .project_dir
+        .clone()
+        .or_else(|| canonical.parent().map(|p| p.display().to_string()))
+        .unwrap_or_else(|| ".".into());
+    Ok(PreparedStart {
+        new_run: NewRun {
+            workflow_name,
+            source_root: canonical.display().to_string(),
+            source_hash: crate::ids::sha256_hex(&bytes),
+            mounted_sources: json!({}),
+            definition: None,
+            input: start.input.clone(),
+            origin_session: start.session_id.clone(),
+            execution_mode: match start.execution_mode {
+                Some(payload::ExecutionMode::Detached) => ExecutionMode::Detached,
+                _ if start.session_id.is_none() => ExecutionMode::Detached,
+                _ => ExecutionMode::Interactive,
+            },
+            project_dir,
+        },
+    })
+}
+
+/// Applies one durable command inside the batch transaction. Returns the receipt body and the
+/// run's revision afterwards (when the command is about one run).
+pub fn apply_command(
+    w: &mut WriteTx<'_>,
+    state: &mut HostState,
+    req: &Request,
+    start: Option<&PreparedStart>,
+) -> Result<Value, StoreError> {
+    if let (Some(run_id), Some(expected)) = (&req.run_id, req.expected_revision) {
+        w.expect_revision(run_id, expected)?;
+    }
+    let body = match &req.body {
+        RequestBody::RunStart(_) => {
+            let start = start
+                .ok_or_else(|| StoreError::InvalidInput("run.start was not prepared".into()))?;
+            let run_id = w.start_run(&start.new_run)?;
+            json!({ "run_id": run_id, "status": RunStatus::Queued.as_str() })
+        }
+        RequestBody::RunPause => {
+            let run_id = required(&req.run_id, "run_id")?;
+            let fence = fence_for(state, run_id);
+            w.pause(run_id, fence)?;
+            json!({ "run_id": run_id, "paused": true })
+        }
+        RequestBody::RunResume => {
+            let run_id = required(&req.run_id, "run_id")?;
+            let fence = fence_for(state, run_id);
+            w.resume(run_id, fence)?;
+            json!({ "run_id": run_id, "paused": false })
+        }
+        RequestBody::RunCancel(cancel) => {
+            let run_id = required(&req.run_id, "run_id")?;
+            let reason = cancel
+                .reason
+                .clone()
+                .unwrap_or_else(|| "cancelled by request".into());
+            let summary = match state.claims.get(run_id) {
+                Some(claim) => w.cancel(run_id, Fence::Claim(claim), &reason)?,
+                // A running row this host does not hold: its lease must have expired. The
+                // control claim refuses live owners and fences the old one before the cancel.
+                None if w.run_row(run_id)?.status == RunStatus::Running => {
+                    let control =
+                        w.control_claim(run_id, &format!("{}-control", state.owner_id))?;
+                    w.cancel(run_id, Fence::Claim(&control), &reason)?
+                }
+                None => w.cancel(run_id, Fence::Unclaimed, &reason)?,
+            };
+            state.claims.remove(run_id);
+            json!({ "run_id": run_id, "status": "cancelled", "summary": summary })
+        }
+        RequestBody::CheckpointAnswer(a) => {
+            w.answer_decision(&a.decision_id, &a.answer, Answerer::Model)?;
+            json!({ "decision_id": a.decision_id, "answered_by": "model" })
+        }
+        RequestBody::DecisionAnswer(a) => {
+            w.answer_decision(&a.decision_id, &a.answer, Answerer::Person)?;
+            json!({ "decision_id": a.decision_id, "answered_by": "person" })
+        }
+        RequestBody::InteractionSubmit(s) => {
+            let attempt_id = required(&req.attempt_id, "attempt_id")?;
+            let submission_id = w.submit(
+                &s.interaction_id,
+                attempt_id,
+                &s.result,
+                req.idempotency_key.as_deref(),
+            )?;
+            json!({ "interaction_id": s.interaction_id, "submission_id": submission_id, "state": "validating" })
+        }
+        RequestBody::MessageClaim(m) => {
+            let owner = format!("request-{}", req.request_id);
+            let messages = w.claim_messages(
+                &m.session_id,
+                &owner,
+                m.limit.unwrap_or(16).min(256),
+                MESSAGE_CLAIM_LEASE_MS,
+            )?;
+            json!({ "messages": messages })
+        }
+        RequestBody::MessageAck(m) => {
+            let at = w.ack_message(&m.message_id)?;
+            json!({ "message_id": m.message_id, "delivered_at": at })
+        }
+        other => {
+            return Err(StoreError::Forbidden(format!(
+                "{} is not accepted on this connection",
+                other.kind_str()
+            )))
+        }
+    };
+    Ok(body)
+}
+
+/// The fence a client command uses: this host's claim when it holds one, otherwise none.
+fn fence_for<'a>(state: &'a HostState, run_id: &str) -> Fence<'a> {
+    state
+        .claims
+        .get(run_id)
+        .map(Fence::Claim)
+        .unwrap_or(Fence::Unclaimed)
+}
+
+/// Answers a read-only request from the store.
+pub fn apply_read(store: &Store, req: &Request) -> Result<Receipt, StoreError> {
+    Ok(match &req.body {
+        RequestBody::RunStatus => {
+            let run_id = required(&req.run_id, "run_id")?;
+            let run = store.run(run_id)?;
+            let claim = store.claim_info(run_id)?;
+            Receipt::new(
+                Some(run.revision),
+                json!({ "run": run, "claim": claim, "attempts": store.attempts(run_id)?,
+                        "decisions": store.decisions(run_id)?,
+                        "interactions": store.interactions(Some(run_id), None)?,
+                        "effects": store.effects(run_id)? }),
+            )
+        }
+        RequestBody::RunList(list) => {
+            let runs = store.list_runs(
+                list.session_id.as_deref(),
+                list.limit.unwrap_or(100).min(10_000),
+            )?;
+            Receipt::new(None, json!({ "runs": runs }))
+        }
+        RequestBody::InteractionList(l) => Receipt::new(
+            None,
+            json!({ "interactions": store.interactions(None, Some(&l.session_id))? }),
+        ),
+        RequestBody::Diagnose => Receipt::new(None, json!({ "findings": store.diagnose()? })),
+        RequestBody::HostStatus => {
+            let runs: serde_json::Map<String, Value> = store
+                .count_by_status()?
+                .into_iter()
+                .map(|(status, n)| (status.as_str().to_owned(), json!(n)))
+                .collect();
+            Receipt::new(None, json!({ "runs": runs }))
+        }
+        other => {
+            return Err(StoreError::Forbidden(format!(
+                "{} is not a read",
+                other.kind_str()
+            )));
+        }
+    })
+}

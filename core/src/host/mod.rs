@@ -1,0 +1,306 @@
+//! The host: one process per installation that owns the state database and every run claim,
+//! serves the local protocol on a user-only Unix socket, and (as later layers land) supervises
+//! one child per active run. It runs no workflow code.
+//!
+//! Threads: a tokio runtime accepts connections and runs one task per connection
+//! ([`conn`]); a dedicated store thread ([`store_thread`]) owns the SQLite connection and
+//! commits commands in batches. They talk over a channel; replies go back on oneshots.
+
+pub mod conn;
+pub mod dispatch;
+pub mod fault;
+pub mod store_thread;
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tokio::net::UnixListener;
+use tokio::sync::{broadcast, oneshot, watch};
+
+use crate::paths::PiwPaths;
+use crate::protocol::{Limits, Receipt, Request, RequestBody};
+use crate::store::{Store, StoreConfig, StoreError, SCHEMA_ID};
+use dispatch::HostState;
+use fault::FaultPlan;
+use store_thread::{Job, RunEvent};
+
+/// How a host is set up.
+#[derive(Debug, Clone)]
+pub struct HostConfig {
+    pub paths: PiwPaths,
+    pub store: StoreConfig,
+    pub limits: Limits,
+    /// The uid allowed to connect; defaults to the host's own. Tests may set another to prove
+    /// that foreign peers are refused.
+    pub expected_uid: u32,
+    /// How long a graceful stop waits for connections to finish their in-flight request.
+    pub drain_timeout: Duration,
+}
+
+impl HostConfig {
+    /// Defaults for the installation at `paths`.
+    pub fn new(paths: PiwPaths) -> Self {
+        Self {
+            paths,
+            store: StoreConfig::default(),
+            limits: Limits::default(),
+            expected_uid: crate::paths::current_uid(),
+            drain_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Why a host could not start or stopped abnormally.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    /// Another host holds the installation lock.
+    #[error("another piw host (pid {pid}) is already running for {home}")]
+    AlreadyRunning { pid: String, home: String },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> HostError {
+    let what = what.into();
+    move |source| HostError::Io { what, source }
+}
+
+/// What connection tasks share.
+#[derive(Clone)]
+pub struct HostShared {
+    pub(crate) jobs: std::sync::mpsc::Sender<Job>,
+    pub(crate) events: broadcast::Sender<RunEvent>,
+    pub(crate) limits: Limits,
+    pub(crate) expected_uid: u32,
+    pub(crate) stop: Arc<watch::Sender<bool>>,
+    pub(crate) stopping: watch::Receiver<bool>,
+    facts: Arc<HostFacts>,
+}
+
+struct HostFacts {
+    pid: u32,
+    epoch: i64,
+    started: Instant,
+    paths: PiwPaths,
+}
+
+impl HostShared {
+    /// Host status: identity, uptime, paths, schema and run counts. No payloads, no tokens.
+    pub(crate) async fn status(&self) -> Receipt {
+        let (tx, rx) = oneshot::channel();
+        let counts = if self
+            .jobs
+            .send(Job {
+                request: Request::new("host-status", RequestBody::HostStatus),
+                start: None,
+                reply: tx,
+            })
+            .is_ok()
+        {
+            rx.await
+                .ok()
+                .and_then(|r| r.ok())
+                .map(|r| r.body)
+                .unwrap_or(Value::Null)
+        } else {
+            Value::Null
+        };
+        let f = &self.facts;
+        Receipt::new(
+            None,
+            json!({
+                "pid": f.pid,
+                "epoch": f.epoch,
+                "uptime_ms": u64::try_from(f.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                "socket": f.paths.socket.display().to_string(),
+                "database": f.paths.db.display().to_string(),
+                "home": f.paths.home.display().to_string(),
+                "schema_id": SCHEMA_ID,
+                "runs": counts.get("runs").cloned().unwrap_or(Value::Null),
+                "active_children": 0,
+                "stopping": *self.stopping.borrow(),
+            }),
+        )
+    }
+}
+
+/// Takes the installation lock or says who holds it. The lock lives as long as the file.
+fn acquire_lock(paths: &PiwPaths) -> Result<File, HostError> {
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&paths.lock)
+        .map_err(io_err(format!("cannot open {}", paths.lock.display())))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut pid = String::new();
+            let _ = file.read_to_string(&mut pid);
+            return Err(HostError::AlreadyRunning {
+                pid: pid.trim().to_owned().chars().take(20).collect::<String>(),
+                home: paths.home.display().to_string(),
+            });
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(io_err(format!("cannot lock {}", paths.lock.display()))(e))
+        }
+    }
+    file.set_len(0)
+        .map_err(io_err("cannot write the lock file"))?;
+    file.seek(SeekFrom::Start(0))
+        .map_err(io_err("cannot write the lock file"))?;
+    writeln!(file, "{}", std::process::id()).map_err(io_err("cannot write the lock file"))?;
+    file.sync_all()
+        .map_err(io_err("cannot write the lock file"))?;
+    Ok(file)
+}
+
+/// Runs a host in the foreground until SIGTERM, SIGINT or a `host.stop` request, then stops
+/// gracefully: stop accepting, finish in-flight commits, leave every run resumable.
+pub fn serve(config: HostConfig) -> Result<(), HostError> {
+    config.paths.ensure_dirs().map_err(io_err(format!(
+        "cannot create {}",
+        config.paths.home.display()
+    )))?;
+    let _lock = acquire_lock(&config.paths)?;
+
+    let pid = std::process::id();
+    let mut store = Store::open(&config.paths.db, config.store.clone())?;
+    let epoch = store.write(|w| w.begin_host_epoch(pid))?;
+    let owner_id = format!("host-epoch-{epoch}");
+    let recovered = store.write(|w| {
+        let mut all = w.recover_runs_of_dead_hosts(&owner_id)?;
+        all.extend(w.recover_expired()?);
+        Ok(all)
+    })?;
+    if !recovered.is_empty() {
+        tracing::info!(
+            count = recovered.len(),
+            "startup recovery requeued runs of earlier hosts"
+        );
+    }
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(io_err("cannot start the async runtime"))?;
+    runtime.block_on(serve_async(config, store, epoch, owner_id))
+}
+
+async fn serve_async(
+    config: HostConfig,
+    store: Store,
+    epoch: i64,
+    owner_id: String,
+) -> Result<(), HostError> {
+    let paths = config.paths.clone();
+    // The lock proves no other host runs, so a socket file left here is stale.
+    match std::fs::remove_file(&paths.socket) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(io_err(format!(
+                "cannot remove stale {}",
+                paths.socket.display()
+            ))(e))
+        }
+    }
+    let listener = UnixListener::bind(&paths.socket)
+        .map_err(io_err(format!("cannot bind {}", paths.socket.display())))?;
+    std::fs::set_permissions(&paths.socket, std::fs::Permissions::from_mode(0o600))
+        .map_err(io_err("cannot restrict the socket to its user"))?;
+
+    let (jobs_tx, jobs_rx) = std::sync::mpsc::channel::<Job>();
+    let (events, _) = broadcast::channel::<RunEvent>(1024);
+    let state = HostState {
+        owner_id,
+        claims: Default::default(),
+    };
+    let thread_events = events.clone();
+    let fault = FaultPlan::from_env();
+    let store_thread = std::thread::Builder::new()
+        .name("piw-store".into())
+        .spawn(move || store_thread::run(store, state, jobs_rx, thread_events, fault, epoch))
+        .map_err(io_err("cannot start the store thread"))?;
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let shared = HostShared {
+        jobs: jobs_tx,
+        events,
+        limits: config.limits,
+        expected_uid: config.expected_uid,
+        stop: Arc::new(stop_tx),
+        stopping: stop_rx.clone(),
+        facts: Arc::new(HostFacts {
+            pid: std::process::id(),
+            epoch,
+            started: Instant::now(),
+            paths: paths.clone(),
+        }),
+    };
+    tracing::info!(pid = std::process::id(), epoch, socket = %paths.socket.display(), "piw host ready");
+    println!(
+        "piw host ready: pid {} epoch {} socket {}",
+        std::process::id(),
+        epoch,
+        paths.socket.display()
+    );
+
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(io_err("cannot handle SIGTERM"))?;
+    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .map_err(io_err("cannot handle SIGINT"))?;
+    let mut connections = tokio::task::JoinSet::new();
+    let mut stop_watch = stop_rx.clone();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    connections.spawn(conn::serve(stream, shared.clone(), stop_rx.clone()));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); break; }
+            _ = sigint.recv() => { tracing::info!("SIGINT: stopping"); break; }
+            _ = stop_watch.changed() => { tracing::info!("stop requested"); break; }
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+
+    // Graceful stop: no new connections; open ones finish their in-flight request, say
+    // goodbye and close; the store thread commits what it has and stops.
+    drop(listener);
+    let _ = std::fs::remove_file(&paths.socket);
+    let _ = shared.stop.send(true);
+    let drain = async { while connections.join_next().await.is_some() {} };
+    if tokio::time::timeout(config.drain_timeout, drain)
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections did not close in time; aborting them");
+        connections.abort_all();
+    }
+    drop(shared);
+    let joined = tokio::task::spawn_blocking(move || store_thread.join()).await;
+    if !matches!(joined, Ok(Ok(()))) {
+        tracing::error!("the store thread ended abnormally");
+    }
+    tracing::info!("piw host stopped");
+    Ok(())
+}

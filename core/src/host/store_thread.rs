@@ -1,0 +1,242 @@
+//! The store thread: the only owner of the read-write SQLite connection.
+//!
+//! Requests arrive over a channel. The thread drains whatever is queued, answers reads, and
+//! commits all durable commands of the batch in **one** transaction (group commit), each in
+//! its own savepoint with its receipt, so one failing command does not undo its neighbours.
+//! Replies are sent only after the commit. Between batches the thread sleeps until the next
+//! durable deadline, or indefinitely when nothing is due (no idle wake-ups).
+
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::sync::{broadcast, oneshot};
+
+use super::dispatch::{self, HostState, PreparedStart};
+use super::fault::FaultPlan;
+use crate::protocol::{Receipt, Rejection, RejectionCode, Request, RequestBody};
+use crate::store::{Store, StoreError};
+
+/// Most commands committed in one transaction.
+pub const MAX_BATCH: usize = 256;
+
+/// One request for the store thread.
+pub struct Job {
+    pub request: Request,
+    pub start: Option<PreparedStart>,
+    pub reply: oneshot::Sender<Result<Receipt, Rejection>>,
+}
+
+/// A committed change, published to subscribers after the commit.
+#[derive(Debug, Clone)]
+pub struct RunEvent {
+    pub run_id: String,
+    pub origin_session: Option<String>,
+    pub seq: u64,
+    pub kind: String,
+    pub status: String,
+    pub revision: u64,
+    pub at_ms: i64,
+    pub data: serde_json::Value,
+}
+
+/// Runs the store thread until every sender is gone and the queue is drained.
+pub fn run(
+    mut store: Store,
+    mut state: HostState,
+    jobs: Receiver<Job>,
+    events: broadcast::Sender<RunEvent>,
+    fault: FaultPlan,
+    epoch: i64,
+) {
+    loop {
+        let first = match next_due_timeout(&store) {
+            Some(wait) => match jobs.recv_timeout(wait) {
+                Ok(job) => Some(job),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => break,
+            },
+            None => match jobs.recv() {
+                Ok(job) => Some(job),
+                Err(_) => break,
+            },
+        };
+        run_due_work(&mut store, &events);
+        let Some(first) = first else { continue };
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match jobs.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        process_batch(&mut store, &mut state, batch, &events, &fault);
+    }
+    if let Err(e) = store.write(|w| w.end_host_epoch(epoch)) {
+        tracing::error!(error = %e, "cannot record the host's clean stop");
+    }
+    tracing::debug!("store thread drained and stopped");
+}
+
+fn next_due_timeout(store: &Store) -> Option<Duration> {
+    match store.next_due() {
+        Ok(Some(at)) => Some(Duration::from_millis(
+            u64::try_from(at - store.now_ms()).unwrap_or(0),
+        )),
+        Ok(None) => None,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot compute the next deadline; retrying in 1 s");
+            Some(Duration::from_secs(1))
+        }
+    }
+}
+
+/// Deadlines owned by the host: expired interactions and expired claims.
+fn run_due_work(store: &mut Store, events: &broadcast::Sender<RunEvent>) {
+    let result = store.write(|w| {
+        let expired = w.expire_due_interactions()?;
+        let recovered = w.recover_expired()?;
+        let mut runs: Vec<String> = recovered.into_iter().map(|r| r.run_id).collect();
+        if !expired.is_empty() {
+            runs.extend(expired);
+        }
+        Ok(runs)
+    });
+    match result {
+        Ok(touched) if !touched.is_empty() => {
+            tracing::info!(count = touched.len(), "deadline work committed");
+            for run_id in touched {
+                let after = store
+                    .run(&run_id)
+                    .map(|r| r.revision.saturating_sub(1))
+                    .unwrap_or(0);
+                publish_run(store, events, &run_id, after);
+            }
+        }
+        Ok(_) => {}
+        Err(e) => tracing::error!(error = %e, "deadline work failed"),
+    }
+}
+
+fn process_batch(
+    store: &mut Store,
+    state: &mut HostState,
+    batch: Vec<Job>,
+    events: &broadcast::Sender<RunEvent>,
+    fault: &FaultPlan,
+) {
+    let (writes, reads): (Vec<Job>, Vec<Job>) = batch
+        .into_iter()
+        .partition(|j| dispatch::is_durable_command(&j.request));
+    for job in reads {
+        let result = if matches!(job.request.body, RequestBody::Repair) {
+            store
+                .repair()
+                .map(|report| Receipt::new(None, json!({ "report": report })))
+                .map_err(|e| dispatch::rejection_for(&e))
+        } else {
+            dispatch::apply_read(store, &job.request).map_err(|e| dispatch::rejection_for(&e))
+        };
+        let _ = job.reply.send(result);
+    }
+    if writes.is_empty() {
+        return;
+    }
+    let before = if events.receiver_count() > 0 {
+        Some(revisions(store, &writes))
+    } else {
+        None
+    };
+    let committed = store.write(|w| {
+        let mut results = Vec::with_capacity(writes.len());
+        for job in &writes {
+            let result = dispatch::command_meta(&job.request).and_then(|meta| {
+                w.command(&meta, |w| {
+                    dispatch::apply_command(w, state, &job.request, job.start.as_ref())
+                })
+                .map_err(|e| dispatch::rejection_for(&e))
+            });
+            results.push(result);
+        }
+        fault.before_commit(writes.iter().map(|j| j.request.body.kind_str()));
+        Ok(results)
+    });
+    match committed {
+        Ok(results) => {
+            fault.after_commit(writes.iter().map(|j| j.request.body.kind_str()));
+            let mut touched = before.unwrap_or_default();
+            let publishing = events.receiver_count() > 0;
+            for (job, result) in writes.into_iter().zip(results) {
+                if let (true, Ok(outcome), RequestBody::RunStart(_)) =
+                    (publishing, &result, &job.request.body)
+                {
+                    if let Some(run_id) = outcome.response.get("run_id").and_then(|v| v.as_str()) {
+                        touched.push((run_id.to_owned(), 0));
+                    }
+                }
+                let receipt = result.map(|outcome| {
+                    let revision = job
+                        .request
+                        .run_id
+                        .as_deref()
+                        .and_then(|r| store.run(r).ok())
+                        .map(|r| r.revision);
+                    let receipt = Receipt::new(revision, outcome.response);
+                    if outcome.replayed {
+                        receipt.replayed()
+                    } else {
+                        receipt
+                    }
+                });
+                let _ = job.reply.send(receipt);
+            }
+            for (run_id, after) in touched {
+                publish_run(store, events, &run_id, after);
+            }
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "batch commit failed; nothing was acknowledged");
+            let rejection = Rejection::new(RejectionCode::Internal, format!("commit failed: {e}"));
+            for job in writes {
+                let _ = job.reply.send(Err(rejection.clone()));
+            }
+        }
+    }
+}
+
+/// The revision of every run a batch may touch, before it runs (for event publication).
+fn revisions(store: &Store, writes: &[Job]) -> Vec<(String, u64)> {
+    writes
+        .iter()
+        .filter_map(|j| j.request.run_id.clone())
+        .map(|run_id| {
+            let rev = store.run(&run_id).map(|r| r.revision).unwrap_or(0);
+            (run_id, rev)
+        })
+        .collect()
+}
+
+fn publish_run(store: &Store, events: &broadcast::Sender<RunEvent>, run_id: &str, after: u64) {
+    let Ok(run) = store.run(run_id) else { return };
+    let Ok(list) = store.events(run_id, after) else {
+        return;
+    };
+    for e in list {
+        let _ = events.send(RunEvent {
+            run_id: run_id.to_owned(),
+            origin_session: run.origin_session.clone(),
+            seq: e.seq,
+            kind: e.kind,
+            status: run.status.as_str().to_owned(),
+            revision: run.revision,
+            at_ms: e.at,
+            data: e.data,
+        });
+    }
+}
+
+impl From<StoreError> for Rejection {
+    fn from(e: StoreError) -> Self {
+        dispatch::rejection_for(&e)
+    }
+}

@@ -1,0 +1,299 @@
+//! Request kinds: the `kind` string of the envelope and the typed body it selects.
+//!
+//! The list of kinds is written once, in the `request_kinds!` invocation below; the macro
+//! derives [`RequestKind`], [`RequestBody`] and the conversions between them and the wire, so
+//! adding a kind cannot leave one of those out of step.
+
+use std::fmt;
+
+use serde::{Serialize, Serializer};
+use serde_json::Value;
+
+use super::payload::*;
+
+/// Envelope fields a kind requires besides `schema`, `request_id` and `kind`.
+///
+/// A request that lacks one of them is `malformed`. Fields not required may still be sent; the
+/// host uses them where they apply (for example `expected_revision`) and ignores them otherwise.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RequiredFields {
+    /// `run_id` must be present.
+    pub run_id: bool,
+    /// `node_id` must be present.
+    pub node_id: bool,
+    /// `attempt_id` must be present.
+    pub attempt_id: bool,
+    /// `generation` must be present.
+    pub generation: bool,
+}
+
+impl RequiredFields {
+    const NONE: RequiredFields = RequiredFields {
+        run_id: false,
+        node_id: false,
+        attempt_id: false,
+        generation: false,
+    };
+    const RUN: RequiredFields = RequiredFields {
+        run_id: true,
+        ..RequiredFields::NONE
+    };
+    const RUN_NODE_ATTEMPT: RequiredFields = RequiredFields {
+        run_id: true,
+        node_id: true,
+        attempt_id: true,
+        generation: false,
+    };
+    const WORKER: RequiredFields = RequiredFields {
+        run_id: true,
+        generation: true,
+        ..RequiredFields::NONE
+    };
+    const WORKER_NODE: RequiredFields = RequiredFields {
+        node_id: true,
+        ..RequiredFields::WORKER
+    };
+    const WORKER_ATTEMPT: RequiredFields = RequiredFields {
+        node_id: true,
+        attempt_id: true,
+        ..RequiredFields::WORKER
+    };
+
+    /// The names of the required fields, in envelope order.
+    pub fn names(self) -> Vec<&'static str> {
+        [
+            (self.run_id, "run_id"),
+            (self.node_id, "node_id"),
+            (self.attempt_id, "attempt_id"),
+            (self.generation, "generation"),
+        ]
+        .into_iter()
+        .filter_map(|(required, name)| required.then_some(name))
+        .collect()
+    }
+}
+
+/// Defines `RequestKind` and `RequestBody` from one list of
+/// `Variant = "wire.kind" [=> PayloadType], required_fields;`.
+macro_rules! request_kinds {
+    (
+        $(
+            $(#[$attr:meta])*
+            $variant:ident = $wire:literal $(=> $payload:ty)?, $required:ident;
+        )*
+    ) => {
+        /// The `kind` of a request: which operation it asks for.
+        ///
+        /// Kinds starting with `worker.` are sent by a workflow child; the others by clients
+        /// (the Pi extension, the CLI, tests).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum RequestKind {
+            $( $(#[$attr])* $variant, )*
+        }
+
+        impl RequestKind {
+            /// Every kind, client kinds first, in the order of the protocol documentation.
+            pub const ALL: &'static [RequestKind] = &[ $( RequestKind::$variant, )* ];
+
+            /// The wire string, e.g. `"run.start"`.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $( RequestKind::$variant => $wire, )*
+                }
+            }
+
+            /// The kind whose wire string is `s`, if any.
+            pub fn parse(s: &str) -> Option<RequestKind> {
+                match s {
+                    $( $wire => Some(RequestKind::$variant), )*
+                    _ => None,
+                }
+            }
+
+            /// The envelope fields this kind requires.
+            pub fn required_fields(self) -> RequiredFields {
+                match self {
+                    $( RequestKind::$variant => RequiredFields::$required, )*
+                }
+            }
+
+            /// Whether the kind carries a payload. Kinds without one ignore the `payload` field.
+            pub fn has_payload(self) -> bool {
+                match self {
+                    $( RequestKind::$variant => request_kinds!(@has_payload $($payload)?), )*
+                }
+            }
+
+            /// Decodes the payload of this kind. `null` counts as an empty object, so kinds
+            /// whose fields are all optional accept a missing payload.
+            pub(crate) fn decode_body(self, payload: Value) -> Result<RequestBody, serde_json::Error> {
+                let payload = match payload {
+                    Value::Null => Value::Object(serde_json::Map::new()),
+                    other => other,
+                };
+                Ok(match self {
+                    $( RequestKind::$variant => request_kinds!(@decode $variant, payload $(, $payload)?), )*
+                })
+            }
+        }
+
+        /// The typed body of a request: its kind together with its decoded payload.
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub enum RequestBody {
+            $( $(#[$attr])* $variant $( ($payload) )?, )*
+        }
+
+        impl RequestBody {
+            /// The kind of this body.
+            pub fn kind(&self) -> RequestKind {
+                match self {
+                    $( RequestBody::$variant { .. } => RequestKind::$variant, )*
+                }
+            }
+
+            /// Writes the payload as the envelope's `payload` value (`null` for kinds without
+            /// one).
+            pub(crate) fn serialize_payload<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                match self {
+                    $( RequestBody::$variant $( (request_kinds!(@bind inner $payload)) )? =>
+                        request_kinds!(@serialize serializer, inner $(, $payload)?), )*
+                }
+            }
+        }
+    };
+
+    (@has_payload $payload:ty) => { true };
+    (@has_payload) => { false };
+    (@decode $variant:ident, $value:ident, $payload:ty) => {
+        RequestBody::$variant(serde_json::from_value::<$payload>($value)?)
+    };
+    (@decode $variant:ident, $value:ident) => {{
+        // Kinds without a payload ignore whatever was sent, for forward compatibility.
+        drop($value);
+        RequestBody::$variant
+    }};
+    (@bind $name:ident $payload:ty) => { $name };
+    (@serialize $serializer:ident, $inner:ident, $payload:ty) => { $inner.serialize($serializer) };
+    (@serialize $serializer:ident, $inner:ident) => { $serializer.serialize_unit() };
+}
+
+request_kinds! {
+    /// Host health and identity. Client.
+    HostStatus = "host.status", NONE;
+    /// Ask the host to stop after in-flight commands. Client.
+    HostStop = "host.stop", NONE;
+    /// Start a new run. Client.
+    RunStart = "run.start" => RunStart, NONE;
+    /// Status of one run. Client.
+    RunStatus = "run.status", RUN;
+    /// List runs. Client.
+    RunList = "run.list" => RunList, NONE;
+    /// Pause a run at its next durable boundary. Client.
+    RunPause = "run.pause", RUN;
+    /// Resume a paused run. Client.
+    RunResume = "run.resume", RUN;
+    /// Cancel a run. Client.
+    RunCancel = "run.cancel" => RunCancel, RUN;
+    /// Answer an ordinary checkpoint (the model-facing path). Client.
+    CheckpointAnswer = "checkpoint.answer" => DecisionAnswer, RUN;
+    /// Answer a protected human decision (a person in the origin session). Client.
+    DecisionAnswer = "decision.answer" => DecisionAnswer, RUN;
+    /// List pending interactive requests of a Pi session. Client.
+    InteractionList = "interaction.list" => InteractionList, NONE;
+    /// Submit a provisional result for an interactive request. Client.
+    InteractionSubmit = "interaction.submit" => InteractionSubmit, RUN_NODE_ATTEMPT;
+    /// Claim undelivered workflow messages of a Pi session. Client.
+    MessageClaim = "message.claim" => MessageClaim, NONE;
+    /// Acknowledge delivery of a claimed workflow message. Client.
+    MessageAck = "message.ack" => MessageAck, NONE;
+    /// Receive events of a run or a session on this connection. Client.
+    Subscribe = "subscribe" => Subscribe, NONE;
+    /// End a subscription. Client.
+    Unsubscribe = "unsubscribe" => Unsubscribe, NONE;
+    /// List contradictory durable state (read-only). Client.
+    Diagnose = "diagnose", NONE;
+    /// Repair states that have exact durable evidence. Client.
+    Repair = "repair", NONE;
+    /// Authenticate a worker connection; the first message a worker sends. Worker.
+    WorkerHello = "worker.hello" => WorkerHello, WORKER;
+    /// A node attempt begins. Worker.
+    WorkerNodeStarted = "worker.node_started" => WorkerNodeStarted, WORKER_NODE;
+    /// The current attempt ended; propose the next node. Worker.
+    WorkerTransition = "worker.transition" => WorkerTransition, WORKER_ATTEMPT;
+    /// The current attempt ended and the run finished. Worker.
+    WorkerComplete = "worker.complete" => WorkerComplete, WORKER_ATTEMPT;
+    /// The run cannot continue. Worker.
+    WorkerFail = "worker.fail" => WorkerFail, WORKER;
+    /// Informational progress. Worker.
+    WorkerProgress = "worker.progress" => WorkerProgress, WORKER;
+    /// Park until a checkpoint or human decision is answered. Worker.
+    WorkerWait = "worker.wait" => WorkerWait, WORKER_ATTEMPT;
+    /// Park until the origin session answers an interactive step. Worker.
+    WorkerInteractionRequest = "worker.interaction_request" => WorkerInteractionRequest, WORKER_ATTEMPT;
+    /// Record a notify node's message for the origin session. Worker.
+    WorkerNotify = "worker.notify" => WorkerNotify, WORKER_ATTEMPT;
+    /// Reserve a managed effect. Worker.
+    WorkerEffectReserve = "worker.effect_reserve" => WorkerEffectReserve, WORKER_ATTEMPT;
+    /// A reserved effect is about to be performed. Worker.
+    WorkerEffectApplying = "worker.effect_applying" => WorkerEffectApplying, WORKER;
+    /// A performed effect ended. Worker.
+    WorkerEffectSettle = "worker.effect_settle" => WorkerEffectSettle, WORKER;
+    /// The verdict of a validate-mode child on a submission. Worker.
+    WorkerValidationResult = "worker.validation_result" => WorkerValidationResult, WORKER;
+    /// The worker is about to exit. Worker.
+    WorkerExit = "worker.exit" => WorkerExit, WORKER;
+}
+
+impl RequestKind {
+    /// Whether this kind is sent by a workflow child rather than a client.
+    pub fn is_worker(self) -> bool {
+        // Worker kinds are exactly the `worker.` namespace; the generation requirement follows.
+        self.as_str().starts_with("worker.")
+    }
+}
+
+impl fmt::Display for RequestKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl RequestBody {
+    /// The wire string of this body's kind, e.g. `"run.start"`.
+    pub fn kind_str(&self) -> &'static str {
+        self.kind().as_str()
+    }
+
+    /// The payload as a JSON value, exactly as it is sent: every field of the payload struct
+    /// present, absent optional fields as `null`; `null` for kinds without a payload.
+    pub fn payload_json(&self) -> Result<Value, serde_json::Error> {
+        self.serialize_payload(serde_json::value::Serializer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_strings_are_unique_and_parse_back() {
+        let mut seen = std::collections::HashSet::new();
+        for &kind in RequestKind::ALL {
+            assert!(seen.insert(kind.as_str()), "duplicate {kind}");
+            assert_eq!(RequestKind::parse(kind.as_str()), Some(kind));
+        }
+        assert_eq!(RequestKind::ALL.len(), 32);
+        assert_eq!(RequestKind::parse("run.explode"), None);
+    }
+
+    #[test]
+    fn worker_kinds_and_only_they_require_a_generation() {
+        for &kind in RequestKind::ALL {
+            assert_eq!(
+                kind.is_worker(),
+                kind.required_fields().generation,
+                "{kind}"
+            );
+        }
+    }
+}

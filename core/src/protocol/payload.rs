@@ -1,0 +1,318 @@
+//! Typed request payloads, one struct per request kind that carries data.
+//!
+//! Unknown fields are ignored so a newer client can talk to an older host. A missing required
+//! field, or a field of the wrong type, is `malformed`. Optional fields accept `null` as
+//! "absent"; when encoding, absent optional fields are written as `null`.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// How a run is attached to Pi.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecutionMode {
+    /// Interactive steps are answered in the origin Pi session.
+    Interactive,
+    /// The run is not bound to a live Pi session; interactive steps go to a host-managed Pi.
+    Detached,
+}
+
+/// The result of one node attempt, as a worker reports it.
+///
+/// Wire form: `{"status":"succeeded","output":…}`, `{"status":"failed","error":"…"}` or
+/// `{"status":"timed_out"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum AttemptOutcome {
+    /// The node finished; `output` is its result (`null` when absent).
+    Succeeded {
+        /// The node's output, routed on by the graph.
+        #[serde(default)]
+        output: Value,
+    },
+    /// The node failed with an error message.
+    Failed {
+        /// Human-readable error.
+        error: String,
+    },
+    /// The node's deadline passed before it finished.
+    TimedOut,
+}
+
+/// Which kind of decision a worker waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecisionKind {
+    /// An ordinary checkpoint, answered through the model-facing tool (`checkpoint.answer`).
+    Checkpoint,
+    /// A protected human decision, answered only by a person (`decision.answer`).
+    HumanDecision,
+}
+
+/// Which kind of interactive step a worker asks the origin Pi session to perform.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InteractionKind {
+    /// An agent step: the model works on the request and submits a result.
+    Agent,
+    /// An assistant-message step: the model writes one message as the result.
+    AssistantMessage,
+}
+
+/// When a managed effect may be retried safely.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RetryContract {
+    /// Never retried; an interrupted attempt becomes `uncertain`.
+    Never,
+    /// The external system deduplicates by an idempotency key, so a retry is safe.
+    IdempotencyKey,
+    /// A read-back check can prove whether the effect happened, so a retry is safe after it.
+    ReadBack,
+}
+
+/// How an applied effect ended, as a worker reports it.
+///
+/// Wire form: `{"status":"applied","receipt":…}` or `{"status":"failed","error":"…"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum EffectResult {
+    /// The external system confirmed the effect; `receipt` is its proof (`null` when absent).
+    Applied {
+        /// What the external system returned, stored as the effect's receipt.
+        #[serde(default)]
+        receipt: Value,
+    },
+    /// The external system refused the effect; it did not happen.
+    Failed {
+        /// Human-readable error.
+        error: String,
+    },
+}
+
+/// Payload of `run.start`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunStart {
+    /// Path of the workflow module to run (resolved against `project_dir` when relative).
+    pub workflow_file: String,
+    /// The run's input (`null` when absent).
+    #[serde(default)]
+    pub input: Value,
+    /// The origin Pi session, for interactive steps and workflow messages.
+    pub session_id: Option<String>,
+    /// Interactive or detached; the host's default when absent.
+    pub execution_mode: Option<ExecutionMode>,
+    /// The project directory the workflow runs in.
+    pub project_dir: Option<String>,
+}
+
+/// Payload of `run.list`. Both fields are filters; absent means "no filter".
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunList {
+    /// At most this many runs, newest first.
+    pub limit: Option<u32>,
+    /// Only runs started from this Pi session.
+    pub session_id: Option<String>,
+}
+
+/// Payload of `run.cancel`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunCancel {
+    /// Why the run is cancelled, kept with the run.
+    pub reason: Option<String>,
+}
+
+/// Payload of `checkpoint.answer` and `decision.answer`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DecisionAnswer {
+    /// The decision being answered.
+    pub decision_id: String,
+    /// The answer (required; `null` is an explicit answer).
+    pub answer: Value,
+}
+
+/// Payload of `interaction.list`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InteractionList {
+    /// The Pi session whose pending interactive requests are listed.
+    pub session_id: String,
+}
+
+/// Payload of `interaction.submit`: a provisional result for an interactive request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InteractionSubmit {
+    /// The interactive request being answered.
+    pub interaction_id: String,
+    /// The step's result, validated by the workflow in a supervised child before it counts.
+    pub result: Value,
+}
+
+/// Payload of `message.claim`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MessageClaim {
+    /// The Pi session claiming its undelivered workflow messages.
+    pub session_id: String,
+    /// At most this many messages.
+    pub limit: Option<u32>,
+}
+
+/// Payload of `message.ack`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MessageAck {
+    /// The claimed message now delivered to the session.
+    pub message_id: String,
+}
+
+/// Payload of `subscribe`. At least one of the filters must be present; when both are, an
+/// event must match both.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Subscribe {
+    /// Events of this run.
+    pub run_id: Option<String>,
+    /// Events of runs started from this Pi session.
+    pub session_id: Option<String>,
+}
+
+/// Payload of `unsubscribe`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unsubscribe {
+    /// The subscription to end, as returned by `subscribe`.
+    pub subscription_id: String,
+}
+
+/// Payload of `worker.hello`, the first message on a worker connection.
+///
+/// `Debug` redacts the token.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerHello {
+    /// The one-time secret from the child's launch envelope. Never log it.
+    pub child_token: String,
+    /// The worker's process id, checked against the process the host spawned.
+    pub pid: u32,
+}
+
+impl fmt::Debug for WorkerHello {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkerHello")
+            .field("child_token", &"<redacted>")
+            .field("pid", &self.pid)
+            .finish()
+    }
+}
+
+/// Payload of `worker.node_started`. The node is the envelope's `node_id`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerNodeStarted {
+    /// The attempt's deadline in Unix milliseconds, when the node has a timeout.
+    pub deadline_ms: Option<u64>,
+}
+
+/// Payload of `worker.transition`: the current attempt ended; move to `next_node`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerTransition {
+    /// How the attempt ended.
+    pub outcome: AttemptOutcome,
+    /// The node the worker routed to; the host checks it against the graph snapshot.
+    pub next_node: String,
+}
+
+/// Payload of `worker.complete`: the current attempt ended and the run finished.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerComplete {
+    /// How the last attempt ended.
+    pub outcome: AttemptOutcome,
+    /// The run's result (`null` when absent).
+    #[serde(default)]
+    pub result: Value,
+}
+
+/// Payload of `worker.fail`: the run cannot continue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerFail {
+    /// Human-readable error.
+    pub error: String,
+}
+
+/// Payload of `worker.progress`: an informational update, kept as an event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerProgress {
+    /// Human-readable progress text.
+    pub message: String,
+    /// Structured progress data (`null` when absent).
+    #[serde(default)]
+    pub data: Value,
+}
+
+/// Payload of `worker.wait`: park the run until a decision is answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerWait {
+    /// Ordinary checkpoint or protected human decision.
+    pub decision_kind: DecisionKind,
+    /// What to show the person or model who answers.
+    pub request: Value,
+}
+
+/// Payload of `worker.interaction_request`: park the run until the origin session answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerInteractionRequest {
+    /// Agent step or assistant-message step.
+    pub interaction_kind: InteractionKind,
+    /// The exact step contract to present.
+    pub request: Value,
+    /// The node's deadline in Unix milliseconds, enforced by the host while no worker runs.
+    pub deadline_ms: Option<u64>,
+}
+
+/// Payload of `worker.notify`: a notify node's content for the origin session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerNotify {
+    /// The message content, stored as a workflow message.
+    pub content: Value,
+}
+
+/// Payload of `worker.effect_reserve`: reserve a managed effect before performing it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerEffectReserve {
+    /// The effect's stable key within the run.
+    pub effect_key: String,
+    /// Fingerprint of the effect's request; the same key with another fingerprint conflicts.
+    pub fingerprint: String,
+    /// When the effect may be retried.
+    pub retry_contract: RetryContract,
+}
+
+/// Payload of `worker.effect_applying`: the worker is about to perform a reserved effect.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerEffectApplying {
+    /// The reserved effect.
+    pub effect_id: String,
+}
+
+/// Payload of `worker.effect_settle`: how a performed effect ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerEffectSettle {
+    /// The effect being settled.
+    pub effect_id: String,
+    /// Applied with a receipt, or failed.
+    pub result: EffectResult,
+}
+
+/// Payload of `worker.validation_result`: a validate-mode child's verdict on a submission.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerValidationResult {
+    /// The submission that was validated.
+    pub submission_id: String,
+    /// Whether the workflow accepted it.
+    pub accepted: bool,
+    /// Why it was rejected, returned to the model for a corrected retry.
+    pub error: Option<String>,
+}
+
+/// Payload of `worker.exit`: the worker is about to exit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerExit {
+    /// Why (for example `parked`, `finished`, `generation_lost`); kept with the child record.
+    pub reason: String,
+}

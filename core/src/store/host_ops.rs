@@ -1,0 +1,168 @@
+//! Store operations that belong to the host rather than to one run's lifecycle: host epochs,
+//! startup recovery of runs held by an earlier host, and workflow message delivery.
+
+use rusqlite::{params, OptionalExtension as _};
+use serde_json::Value;
+
+use super::{MessageRecord, RecoveredRun, Store, StoreError, StoreResult, WriteTx};
+use crate::clock::UnixMillis;
+
+impl WriteTx<'_> {
+    /// Records a new host process and returns its epoch (strictly increasing).
+    pub fn begin_host_epoch(&mut self, pid: u32) -> StoreResult<i64> {
+        self.ops.push("begin_host_epoch");
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "INSERT INTO host_epochs (pid, started_at) VALUES (?1, ?2) RETURNING epoch",
+            )?
+            .query_row(params![pid, self.now], |r| r.get(0))?)
+    }
+
+    /// Marks a host epoch as stopped cleanly.
+    pub fn end_host_epoch(&mut self, epoch: i64) -> StoreResult<()> {
+        self.ops.push("end_host_epoch");
+        self.conn()
+            .prepare_cached("UPDATE host_epochs SET stopped_at = ?2 WHERE epoch = ?1")?
+            .execute(params![epoch, self.now])?;
+        Ok(())
+    }
+
+    /// At host start, every run still held by another host owner belongs to a dead host (this
+    /// host holds the installation lock), whatever its expiry says: requeue each from its last
+    /// durable boundary. A host crash is not the run's fault, so it does not count as a loss
+    /// toward review — but `applying` effects without receipts still become uncertain.
+    pub fn recover_runs_of_dead_hosts(
+        &mut self,
+        current_owner: &str,
+    ) -> StoreResult<Vec<RecoveredRun>> {
+        let held: Vec<String> = self
+            .conn()
+            .prepare_cached(
+                "SELECT r.run_id FROM runs r JOIN claims c ON c.run_id = r.run_id
+                 WHERE r.status = 'running' AND c.owner_kind = 'host' AND c.owner_id != ?1
+                 ORDER BY r.run_id",
+            )?
+            .query_map([current_owner], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        let mut out = Vec::with_capacity(held.len());
+        for run_id in held {
+            let run = self.run_row(&run_id)?;
+            out.push(self.requeue_after_loss_counted(
+                &run_id,
+                &run,
+                "host restarted",
+                "recovered",
+                false,
+            )?);
+        }
+        Ok(out)
+    }
+
+    /// Claims up to `limit` undelivered messages of `session` for `owner` for `lease_ms`.
+    /// Messages whose earlier delivery claim expired are handed out again (at-least-once; the
+    /// acknowledgement makes delivery final).
+    pub fn claim_messages(
+        &mut self,
+        session: &str,
+        owner: &str,
+        limit: u32,
+        lease_ms: i64,
+    ) -> StoreResult<Vec<MessageRecord>> {
+        self.ops.push("claim_messages");
+        let ids: Vec<String> = self
+            .conn()
+            .prepare_cached(
+                "SELECT message_id FROM workflow_messages
+                 WHERE origin_session = ?1 AND delivered_at IS NULL
+                   AND (claim_expires_at IS NULL OR claim_expires_at <= ?2 OR claimed_by = ?3)
+                 ORDER BY created_at, rowid LIMIT ?4",
+            )?
+            .query_map(params![session, self.now, owner, limit], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            let rec = self
+                .conn()
+                .prepare_cached(
+                    "UPDATE workflow_messages SET claimed_by = ?2, claim_expires_at = ?3
+                     WHERE message_id = ?1
+                     RETURNING message_id, run_id, origin_session, kind, content, delivered_at",
+                )?
+                .query_row(params![id, owner, self.now + lease_ms], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, String>(3)?,
+                        r.get::<_, String>(4)?,
+                        r.get::<_, Option<i64>>(5)?,
+                    ))
+                })?;
+            out.push(MessageRecord {
+                message_id: rec.0,
+                run_id: rec.1,
+                origin_session: rec.2,
+                kind: rec.3,
+                content: serde_json::from_str::<Value>(&rec.4)?,
+                delivered_at: rec.5,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Marks a message delivered. Acknowledging twice is harmless and returns the first time.
+    pub fn ack_message(&mut self, message_id: &str) -> StoreResult<UnixMillis> {
+        self.ops.push("ack_message");
+        let delivered: Option<Option<i64>> = self
+            .conn()
+            .prepare_cached("SELECT delivered_at FROM workflow_messages WHERE message_id = ?1")?
+            .query_row([message_id], |r| r.get(0))
+            .optional()?;
+        match delivered {
+            None => Err(StoreError::NotFound {
+                what: "message",
+                id: message_id.to_owned(),
+            }),
+            Some(Some(at)) => Ok(at),
+            Some(None) => {
+                self.conn()
+                    .prepare_cached(
+                        "UPDATE workflow_messages SET delivered_at = ?2 WHERE message_id = ?1",
+                    )?
+                    .execute(params![message_id, self.now])?;
+                Ok(self.now)
+            }
+        }
+    }
+
+    /// Expires every pending interaction whose deadline has passed. Returns their ids.
+    pub fn expire_due_interactions(&mut self) -> StoreResult<Vec<String>> {
+        let due: Vec<String> = self
+            .conn()
+            .prepare_cached(
+                "SELECT i.interaction_id FROM interactions i JOIN runs r ON r.run_id = i.run_id
+                 WHERE i.status = 'pending' AND i.deadline_at <= ?1 AND r.status = 'waiting'
+                 ORDER BY i.deadline_at",
+            )?
+            .query_map([self.now], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        for id in &due {
+            self.savepoint(|w| w.expire_interaction(id))?;
+        }
+        Ok(due)
+    }
+}
+
+impl Store {
+    /// The latest host epoch, if any host ever started.
+    pub fn latest_host_epoch(&self) -> StoreResult<Option<(i64, u32, UnixMillis)>> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT epoch, pid, started_at FROM host_epochs ORDER BY epoch DESC LIMIT 1",
+            )?
+            .query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .optional()?)
+    }
+}

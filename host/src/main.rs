@@ -1,0 +1,450 @@
+//! `piw`: host control, runs, diagnosis and state maintenance, as a thin layer over
+//! `piw-core`. Exit codes: 0 ok, 1 runtime error, 2 usage.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use piw_core::client::{ensure_host, BlockingClient, ClientError, DEFAULT_READY_TIMEOUT};
+use piw_core::host::{HostConfig, HostError};
+use piw_core::paths::PiwPaths;
+use piw_core::protocol::{payload, Receipt, Request, RequestBody};
+use piw_core::store::{Store, StoreConfig};
+use serde_json::{json, Value};
+
+#[derive(Parser)]
+#[command(
+    name = "piw",
+    version,
+    about = "The piw workflow host and its command line."
+)]
+#[command(after_help = "PIW_HOME selects the installation (default ~/.pi/agent/workflows).")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Start, run, inspect or stop the host.
+    #[command(subcommand)]
+    Host(HostCmd),
+    /// List runs.
+    Runs {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Only runs of this origin session.
+        #[arg(long)]
+        session: Option<String>,
+    },
+    /// Start or control one run.
+    #[command(subcommand)]
+    Run(RunCmd),
+    /// List contradictory durable state (read-only).
+    Diagnose {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Repair states that have exact durable evidence; never invents success.
+    Repair {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Back up or reset the state database.
+    #[command(subcommand)]
+    State(StateCmd),
+}
+
+#[derive(Subcommand)]
+enum HostCmd {
+    /// Start the host in the background (no-op when one is running).
+    Start,
+    /// Run the host in the foreground.
+    Serve,
+    /// Show the running host: pid, epoch, uptime, runs by state, children, paths, schema.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop the running host gracefully.
+    Stop,
+}
+
+#[derive(Subcommand)]
+enum RunCmd {
+    /// Start a run of a workflow file.
+    Start {
+        workflow_file: PathBuf,
+        /// The run's input as JSON.
+        #[arg(long, default_value = "null")]
+        input: String,
+        /// The origin Pi session.
+        #[arg(long)]
+        session: Option<String>,
+        /// Wait until the run finishes and print its result.
+        #[arg(long)]
+        wait: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one run.
+    Status {
+        run_id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Pause a run at its next durable boundary.
+    Pause {
+        run_id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Resume a paused run.
+    Resume {
+        run_id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cancel a run.
+    Cancel {
+        run_id: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum StateCmd {
+    /// Copy the state database (consistently, while the host runs) to PATH.
+    Backup { path: PathBuf },
+    /// Delete the state database. Refused while a host runs. Back it up first.
+    Reset {
+        /// Confirm the deletion.
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
+#[derive(Debug)]
+enum CliError {
+    Runtime(String),
+}
+
+impl<E: std::fmt::Display> From<E> for CliError {
+    fn from(e: E) -> Self {
+        CliError::Runtime(e.to_string())
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse(); // usage errors exit 2
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(CliError::Runtime(msg)) => {
+            eprintln!("piw: {msg}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn host_bin() -> PathBuf {
+    std::env::var_os("PIW_HOST_BIN")
+        .map(PathBuf::from)
+        .or_else(|| std::env::current_exe().ok())
+        .unwrap_or_else(|| PathBuf::from("piw"))
+}
+
+fn connect(paths: &PiwPaths) -> Result<BlockingClient, CliError> {
+    Ok(BlockingClient::connect_or_start(paths, &host_bin())?)
+}
+
+fn print(receipt_body: &Value, json_out: bool, human: impl FnOnce(&Value) -> String) {
+    if json_out {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(receipt_body).unwrap_or_default()
+        );
+    } else {
+        println!("{}", human(receipt_body));
+    }
+}
+
+fn run_request(run_id: &str, body: RequestBody) -> Request {
+    Request::new(piw_core::ids::new_id("cli"), body).with_run_id(run_id)
+}
+
+fn run(cli: Cli) -> Result<(), CliError> {
+    let paths = PiwPaths::from_env()?;
+    match cli.command {
+        Cmd::Host(HostCmd::Serve) => {
+            init_logging();
+            match piw_core::host::serve(HostConfig::new(paths)) {
+                Ok(()) => Ok(()),
+                Err(e @ HostError::AlreadyRunning { .. }) => Err(CliError::Runtime(e.to_string())),
+                Err(e) => Err(e.into()),
+            }
+        }
+        Cmd::Host(HostCmd::Start) => {
+            ensure_host(&paths, &host_bin(), DEFAULT_READY_TIMEOUT)?;
+            let status = BlockingClient::connect(&paths)?.call(RequestBody::HostStatus)?;
+            println!("piw host running: pid {}", status.body["pid"]);
+            Ok(())
+        }
+        Cmd::Host(HostCmd::Status { json }) => {
+            let mut client = BlockingClient::connect(&paths).map_err(|e| match e {
+                ClientError::Connect { .. } => CliError::Runtime(format!(
+                    "no piw host is running for {}",
+                    paths.home.display()
+                )),
+                other => other.into(),
+            })?;
+            let r = client.call(RequestBody::HostStatus)?;
+            print(&r.body, json, |b| {
+                format!(
+                    "pid {}  epoch {}  uptime {} s\nruns {}\nactive children {}\nsocket {}\ndatabase {}\nschema {}",
+                    b["pid"], b["epoch"], b["uptime_ms"].as_u64().unwrap_or(0) / 1000, b["runs"],
+                    b["active_children"], str_of(&b["socket"]), str_of(&b["database"]), str_of(&b["schema_id"])
+                )
+            });
+            Ok(())
+        }
+        Cmd::Host(HostCmd::Stop) => {
+            let Ok(mut client) = BlockingClient::connect(&paths) else {
+                println!("no piw host is running");
+                return Ok(());
+            };
+            client.call(RequestBody::HostStop)?;
+            // Wait until the socket stops answering.
+            for _ in 0..200 {
+                if BlockingClient::connect(&paths).is_err() {
+                    println!("piw host stopped");
+                    return Ok(());
+                }
+                std::thread::sleep(Duration::from_millis(25));
+            }
+            Err(CliError::Runtime("the host did not stop within 5 s".into()))
+        }
+        Cmd::Runs { json, session } => {
+            let r = connect(&paths)?.call(RequestBody::RunList(payload::RunList {
+                limit: None,
+                session_id: session,
+            }))?;
+            print(&r.body, json, |b| {
+                let mut out =
+                    String::from("RUN                               STATUS      WORKFLOW  NODE");
+                for run in b["runs"].as_array().into_iter().flatten() {
+                    out.push_str(&format!(
+                        "\n{:<33} {:<11} {:<9} {}",
+                        str_of(&run["run_id"]),
+                        str_of(&run["status"]),
+                        str_of(&run["workflow_name"]),
+                        str_of(&run["current_node"])
+                    ));
+                }
+                out
+            });
+            Ok(())
+        }
+        Cmd::Run(cmd) => run_cmd(&paths, cmd),
+        Cmd::Diagnose { json } => {
+            let r = connect(&paths)?.call(RequestBody::Diagnose)?;
+            print(&r.body, json, |b| {
+                let findings = b["findings"].as_array().cloned().unwrap_or_default();
+                if findings.is_empty() {
+                    return "no contradictions".into();
+                }
+                findings
+                    .iter()
+                    .map(|f| {
+                        format!(
+                            "{} run {} {} ({})",
+                            str_of(&f["code"]),
+                            str_of(&f["run_id"]),
+                            str_of(&f["detail"]),
+                            f["ids"]
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            });
+            Ok(())
+        }
+        Cmd::Repair { json } => {
+            let r = connect(&paths)?.call(RequestBody::Repair)?;
+            print(&r.body, json, |b| {
+                format!(
+                    "repaired {} finding(s); {} left for review",
+                    b["report"]["repaired"].as_array().map_or(0, |a| a.len()),
+                    b["report"]["left_for_review"]
+                        .as_array()
+                        .map_or(0, |a| a.len())
+                )
+            });
+            Ok(())
+        }
+        Cmd::State(StateCmd::Backup { path }) => {
+            if path.exists() {
+                return Err(CliError::Runtime(format!(
+                    "{} exists; choose a new path",
+                    path.display()
+                )));
+            }
+            let store = Store::open_read_only(&paths.db, StoreConfig::default())?;
+            store.backup_to(&path)?;
+            println!("backed up {} to {}", paths.db.display(), path.display());
+            Ok(())
+        }
+        Cmd::State(StateCmd::Reset { yes }) => {
+            if BlockingClient::connect(&paths).is_ok() {
+                return Err(CliError::Runtime(
+                    "a piw host is running; stop it first with `piw host stop`".into(),
+                ));
+            }
+            if !yes {
+                return Err(CliError::Runtime(format!(
+                    "this deletes {} and every run in it; back it up first (`cp {} {}.bak`), then run `piw state reset --yes`",
+                    paths.db.display(), paths.db.display(), paths.db.display()
+                )));
+            }
+            for suffix in ["", "-wal", "-shm"] {
+                let mut p = paths.db.clone().into_os_string();
+                p.push(suffix);
+                match std::fs::remove_file(&p) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            println!(
+                "removed {}; the next host start creates a fresh database",
+                paths.db.display()
+            );
+            Ok(())
+        }
+    }
+}
+
+fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {
+    let mut client = connect(paths)?;
+    let (receipt, json_out): (Receipt, bool) = match cmd {
+        RunCmd::Start {
+            workflow_file,
+            input,
+            session,
+            wait,
+            json,
+        } => {
+            let input: Value = serde_json::from_str(&input)
+                .map_err(|e| CliError::Runtime(format!("--input is not JSON: {e}")))?;
+            let file = std::path::absolute(&workflow_file)?;
+            let r = client.call(RequestBody::RunStart(payload::RunStart {
+                workflow_file: file.display().to_string(),
+                input,
+                session_id: session,
+                execution_mode: None,
+                project_dir: std::env::current_dir()
+                    .ok()
+                    .map(|d| d.display().to_string()),
+            }))?;
+            if wait {
+                let run_id = str_of(&r.body["run_id"]);
+                return wait_for_run(&mut client, &run_id, json);
+            }
+            (r, json)
+        }
+        RunCmd::Status { run_id, json } => (
+            client.send(run_request(&run_id, RequestBody::RunStatus))?,
+            json,
+        ),
+        RunCmd::Pause { run_id, json } => (
+            client.send(run_request(&run_id, RequestBody::RunPause))?,
+            json,
+        ),
+        RunCmd::Resume { run_id, json } => (
+            client.send(run_request(&run_id, RequestBody::RunResume))?,
+            json,
+        ),
+        RunCmd::Cancel { run_id, json } => (
+            client.send(run_request(
+                &run_id,
+                RequestBody::RunCancel(payload::RunCancel {
+                    reason: Some("cancelled from the piw CLI".into()),
+                }),
+            ))?,
+            json,
+        ),
+    };
+    print(&receipt.body, json_out, |b| {
+        if let Some(run) = b.get("run") {
+            format!(
+                "run {}\nstatus {}{}\nworkflow {}\nnode {}\nrevision {}",
+                str_of(&run["run_id"]),
+                str_of(&run["status"]),
+                if run["paused"] == json!(true) {
+                    " (paused)"
+                } else {
+                    ""
+                },
+                str_of(&run["workflow_name"]),
+                str_of(&run["current_node"]),
+                run["revision"]
+            )
+        } else {
+            b.as_object()
+                .map(|o| {
+                    o.iter()
+                        .map(|(k, v)| format!("{k} {}", str_of(v)))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                })
+                .unwrap_or_default()
+        }
+    });
+    Ok(())
+}
+
+fn wait_for_run(client: &mut BlockingClient, run_id: &str, json_out: bool) -> Result<(), CliError> {
+    client.call(RequestBody::Subscribe(payload::Subscribe {
+        run_id: Some(run_id.to_owned()),
+        session_id: None,
+    }))?;
+    loop {
+        let r = client.send(run_request(run_id, RequestBody::RunStatus))?;
+        let status = str_of(&r.body["run"]["status"]);
+        if ["completed", "failed", "cancelled", "timed_out"].contains(&status.as_str()) {
+            print(&r.body, json_out, |b| {
+                let run = &b["run"];
+                format!(
+                    "run {run_id} {status}\nresult {}\nerror {}",
+                    run["result"],
+                    str_of(&run["error"])
+                )
+            });
+            return if status == "completed" {
+                Ok(())
+            } else {
+                Err(CliError::Runtime(format!("run {run_id} ended {status}")))
+            };
+        }
+        client.next_event()?;
+    }
+}
+
+fn str_of(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    }
+}
+
+fn init_logging() {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_env("PIW_LOG").unwrap_or_else(|_| "info".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
