@@ -117,7 +117,16 @@ impl Client {
     pub async fn send(&mut self, request: Request) -> Result<Receipt, ClientError> {
         let bytes = encode_frame(&request, &self.limits)
             .map_err(|e| ClientError::Protocol(e.to_string()))?;
-        self.stream.write_all(&bytes).await?;
+        if let Err(e) = self.stream.write_all(&bytes).await {
+            // The host may have refused the connection before reading: report its goodbye.
+            if let Ok(ServerFrame::Goodbye(g)) = self.next_frame().await {
+                return Err(ClientError::Closed {
+                    code: g.code,
+                    message: g.message,
+                });
+            }
+            return Err(e.into());
+        }
         loop {
             match self.next_frame().await? {
                 ServerFrame::Response(r) if r.request_id == request.request_id => {
@@ -222,8 +231,16 @@ impl BlockingClient {
 
     /// Sends a fully built request and waits for its receipt.
     pub fn send(&mut self, request: Request) -> Result<Receipt, ClientError> {
-        write_frame(&mut self.stream, &request, &self.limits)
-            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        if let Err(e) = write_frame(&mut self.stream, &request, &self.limits) {
+            // The host may have refused the connection before reading: report its goodbye.
+            if let Ok(ServerFrame::Goodbye(g)) = self.next_frame() {
+                return Err(ClientError::Closed {
+                    code: g.code,
+                    message: g.message,
+                });
+            }
+            return Err(ClientError::Protocol(e.to_string()));
+        }
         loop {
             match self.next_frame()? {
                 ServerFrame::Response(r) if r.request_id == request.request_id => {

@@ -95,13 +95,55 @@ fn documented_nesting_limit_counts_the_envelope() {
             "]".repeat(inner)
         )
     };
-    for depth in 100..140 {
-        let r = Request::decode(nested(depth).as_bytes(), &Limits::default());
-        eprintln!("{depth}: {:?}", r.err().map(|e| e.message));
+    assert_eq!(MAX_REQUEST_DEPTH, 64);
+    assert!(doc().contains("| nesting of arrays and objects in a request | 64 levels"));
+    let accepted = Request::decode(nested(64).as_bytes(), &Limits::default()).expect("64 levels");
+    accepted.validate(&Limits::default()).unwrap();
+    for depth in [65, 126, 127, 128, 500] {
+        let err = Request::decode(nested(depth).as_bytes(), &Limits::default()).unwrap_err();
+        assert_eq!(err.code, RejectionCode::Malformed, "{depth}");
     }
-    Request::decode(nested(128).as_bytes(), &Limits::default()).expect("128 levels");
-    let err = Request::decode(nested(129).as_bytes(), &Limits::default()).unwrap_err();
-    assert_eq!(err.code, RejectionCode::Malformed);
+    let err = Request::decode(nested(65).as_bytes(), &Limits::default()).unwrap_err();
+    assert!(err.message.contains("deeper than 64"), "{err}");
+    assert_eq!(err.request_id.as_deref(), Some("d"));
+
+    // A response embedding an accepted request's input a few levels down still parses.
+    let ServerFrame::Response(_) = ServerFrame::decode(
+        &encode_frame(
+            &ServerFrame::receipt(
+                "d",
+                Receipt::new(
+                    Some(1),
+                    json!({"run": {"input": accepted.body.payload_json().unwrap()}}),
+                ),
+            ),
+            &Limits::default(),
+        )
+        .unwrap()[4..],
+    )
+    .unwrap() else {
+        panic!("expected a response")
+    };
+
+    // `validate` refuses what `decode` refuses, also for values built in code.
+    let mut deep = json!(1);
+    for _ in 0..200 {
+        deep = json!([deep]);
+    }
+    let request = Request::new(
+        "v",
+        RequestBody::RunStart(RunStart {
+            workflow_file: "w".into(),
+            input: deep,
+            session_id: None,
+            execution_mode: None,
+            project_dir: None,
+        }),
+    );
+    assert_eq!(
+        request.validate(&Limits::default()).unwrap_err().code,
+        RejectionCode::Malformed
+    );
 }
 
 #[test]

@@ -368,7 +368,7 @@ struct StingyReader {
 impl Read for StingyReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         self.calls += 1;
-        if self.calls % 2 == 0 {
+        if self.calls.is_multiple_of(2) {
             return Err(io::Error::new(io::ErrorKind::Interrupted, "signal"));
         }
         assert!(self.pos < self.allowed, "read past {} bytes", self.allowed);

@@ -261,7 +261,7 @@ fn cmd() -> impl Strategy<Value = Cmd> {
         2 => r().prop_map(|run| Cmd::ControlClaim { run }),
         2 => r().prop_map(|run| Cmd::ChildLost { run }),
         2 => Just(Cmd::RecoverExpired),
-        1 => Just(Cmd::ExpireDue),
+        2 => Just(Cmd::ExpireDue),
         1 => Just(Cmd::HostRestart),
         3 => (r(), 0u8..3, r(), prop::bool::weighted(0.15)).prop_map(
             |(run, key, contract, other_fingerprint)| Cmd::Reserve { run, key, contract, other_fingerprint }
@@ -325,11 +325,15 @@ struct Outcome {
     forged: bool,
     /// A host maintenance sweep over every run.
     sweep: bool,
+    /// Nothing to aim at (or a clock move): the store was not called.
+    skipped: bool,
 }
 
 impl Outcome {
     fn skipped() -> Self {
-        Self::of(None, Ok(()))
+        let mut out = Self::of(None, Ok(()));
+        out.skipped = true;
+        out
     }
 
     fn of<T>(run: Option<usize>, result: StoreResult<T>) -> Self {
@@ -342,6 +346,7 @@ impl Outcome {
             new_claim: None,
             forged: false,
             sweep: false,
+            skipped: false,
         }
     }
 
@@ -1048,14 +1053,14 @@ impl Harness {
             }
             Cmd::Jump { ms } => {
                 self.clock.advance(ms);
-                Outcome::skipped()
+                Outcome::of(None, Ok(()))
             }
             Cmd::JumpToExpiry { run } => {
                 let ix = self.run_ix(run);
                 if let Some(e) = before.claims[ix].expires_at.filter(|e| *e >= now) {
                     self.clock.set(e);
                 }
-                Outcome::skipped()
+                Outcome::of(None, Ok(()))
             }
         })
     }
@@ -1435,9 +1440,9 @@ impl Harness {
 }
 
 thread_local! {
-    /// Coverage counts (command kind -> accepted, refused), printed at the end of a property
+    /// Coverage counts (command kind and result -> count), printed at the end of a property
     /// when `PIW_PROPS_STATS` is set. Silent otherwise.
-    static STATS: RefCell<BTreeMap<String, (u64, u64)>> = const { RefCell::new(BTreeMap::new()) };
+    static STATS: RefCell<BTreeMap<String, u64>> = const { RefCell::new(BTreeMap::new()) };
 }
 
 fn record(cmd: &Cmd, out: &Outcome) {
@@ -1445,27 +1450,27 @@ fn record(cmd: &Cmd, out: &Outcome) {
         return;
     }
     let name = format!("{cmd:?}");
-    let mut name = name.split([' ', '{']).next().unwrap_or_default().to_owned();
-    if let Some(Err(e)) = out.run.map(|_| &out.result) {
-        let kind = format!("{e:?}");
-        name = format!(
-            "{name} ! {}",
-            kind.split([' ', '{', '(']).next().unwrap_or_default()
-        );
-    }
-    STATS.with_borrow_mut(|stats| {
-        let entry = stats.entry(name).or_default();
-        if out.result.is_ok() {
-            entry.0 += 1;
-        } else {
-            entry.1 += 1;
+    let name = name.split([' ', '{']).next().unwrap_or_default();
+    let key = match &out.result {
+        _ if out.skipped => format!("{name} (skipped)"),
+        Ok(()) => format!("{name} ok"),
+        Err(e) => {
+            let e = format!("{e:?}");
+            format!(
+                "{name} refused: {}",
+                e.split([' ', '{', '(']).next().unwrap_or_default()
+            )
         }
-    });
+    };
+    STATS.with_borrow_mut(|stats| *stats.entry(key).or_default() += 1);
 }
 
 fn print_stats(property: &str) {
     if std::env::var_os("PIW_PROPS_STATS").is_some() {
-        STATS.with_borrow(|stats| eprintln!("{property} (accepted, refused): {stats:#?}"));
+        STATS.with_borrow(|stats| {
+            let lines: Vec<String> = stats.iter().map(|(k, n)| format!("  {k}: {n}")).collect();
+            eprintln!("{property}:\n{}", lines.join("\n"));
+        });
     }
 }
 
@@ -1481,7 +1486,12 @@ fn run_sequence(max_runs: usize, cmds: &[Cmd], checks: Checks) -> Result<(), Tes
     Ok(())
 }
 
-fn config(cases: u32) -> Config {
+/// 256 cases unless `PROPTEST_CASES` asks for another number.
+fn config() -> Config {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(256);
     Config {
         cases,
         // Keep no regression file next to the tests; a failure prints its minimal sequence.
@@ -1500,7 +1510,7 @@ const NONE: Checks = Checks {
 
 /// Runs one property over 256 random sequences of up to 60 commands against 1–3 runs.
 fn check_property(name: &str, checks: Checks) {
-    let mut runner = TestRunner::new(config(256));
+    let mut runner = TestRunner::new(config());
     let strategy = (1usize..=3, prop::collection::vec(cmd(), 1..60));
     let result = runner.run(&strategy, |(max_runs, cmds)| {
         run_sequence(max_runs, &cmds, checks)

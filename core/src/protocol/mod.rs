@@ -20,6 +20,8 @@
 //! `docs/WORKFLOW_SERVER.md` is the contract for clients in other languages; it describes the
 //! same format in prose.
 
+#![warn(missing_docs)]
+
 pub mod canonical;
 pub mod frame;
 pub mod kind;
@@ -46,7 +48,7 @@ pub use payload::{
     WorkerValidationResult, WorkerWait,
 };
 pub use rejection::RejectionCode;
-pub use request::{DecodeError, Request, MAX_ID_CHARS};
+pub use request::{DecodeError, Request, MAX_ID_CHARS, MAX_REQUEST_DEPTH};
 pub use server::{Event, Goodbye, Receipt, Rejection, Response, ServerFrame};
 
 /// The protocol version string every frame carries in its `schema` field.

@@ -14,6 +14,14 @@ use super::{Limits, RejectionCode, PROTOCOL_SCHEMA};
 /// Longest accepted `request_id` and `idempotency_key`, in Unicode code points.
 pub const MAX_ID_CHARS: usize = 128;
 
+/// Deepest accepted nesting of arrays and objects in a request, counting the envelope object
+/// as one level.
+///
+/// The JSON parser alone stops at 127 levels; the tighter bound leaves headroom for server
+/// frames that embed request values (a run's input inside a status receipt), so everything the
+/// host accepts it can also send back in a frame any client can parse.
+pub const MAX_REQUEST_DEPTH: usize = 64;
+
 /// Longest message a [`DecodeError`] carries, in bytes. Error text can quote the peer's input;
 /// the bound keeps a hostile frame from being echoed back or logged at full size.
 const MAX_ERROR_MESSAGE_BYTES: usize = 512;
@@ -112,9 +120,10 @@ impl Request {
     /// Checks, in order: UTF-8; JSON syntax with no repeated object keys; an object with a
     /// `schema` equal to [`PROTOCOL_SCHEMA`] (otherwise `unsupported_protocol`); a valid
     /// `request_id`; a known `kind`; the types of the other envelope fields; the
-    /// `idempotency_key` bounds; the envelope fields the kind requires; the payload's canonical
-    /// size against [`Limits::max_payload_bytes`] (`payload_too_large`); the payload's fields.
-    /// Every other failure is `malformed`. Unknown fields are ignored at every level.
+    /// `idempotency_key` bounds; the envelope fields the kind requires; the nesting depth
+    /// against [`MAX_REQUEST_DEPTH`]; the payload's canonical size against
+    /// [`Limits::max_payload_bytes`] (`payload_too_large`); the payload's fields. Every other
+    /// failure is `malformed`. Unknown fields are ignored at every level.
     ///
     /// [`FrameDecoder::next_frame`]: super::FrameDecoder::next_frame
     /// [`read_frame`]: super::read_frame
@@ -198,16 +207,7 @@ impl Request {
         .map_err(with_id)?;
 
         let payload = raw.payload.map(|v| v.0).unwrap_or(Value::Null);
-        let payload_len = canonical_json_len(&payload);
-        if payload_len > limits.max_payload_bytes {
-            return Err(with_id(DecodeError::new(
-                RejectionCode::PayloadTooLarge,
-                format!(
-                    "payload of {payload_len} bytes exceeds the limit of {} bytes",
-                    limits.max_payload_bytes
-                ),
-            )));
-        }
+        check_payload_value(&payload, limits).map_err(with_id)?;
 
         let body = kind.decode_body(payload).map_err(|err| {
             with_id(DecodeError::malformed(format!(
@@ -228,31 +228,10 @@ impl Request {
         })
     }
 
-    /// Checks this request against every rule [`Request::decode`] enforces, so a client can
-    /// refuse to send what the host would reject as `malformed` or `payload_too_large`.
+    /// Checks this request against every rule [`Request::decode`] enforces, in the same
+    /// order, so a client can refuse to send what the host would reject as `malformed` or
+    /// `payload_too_large`.
     pub fn validate(&self, limits: &Limits) -> Result<(), DecodeError> {
-        self.check_rules()?;
-        let payload = self.body.payload_json().map_err(|err| {
-            DecodeError::malformed(format!("payload cannot be encoded as JSON: {err}"))
-                .with_request_id(Some(self.request_id.clone()))
-        })?;
-        let payload_len = canonical_json_len(&payload);
-        if payload_len > limits.max_payload_bytes {
-            return Err(DecodeError::new(
-                RejectionCode::PayloadTooLarge,
-                format!(
-                    "payload of {payload_len} bytes exceeds the limit of {} bytes",
-                    limits.max_payload_bytes
-                ),
-            )
-            .with_request_id(Some(self.request_id.clone())));
-        }
-        Ok(())
-    }
-
-    /// The rules that do not depend on limits: id bounds, the kind's required envelope fields,
-    /// and payload rules serde cannot express.
-    fn check_rules(&self) -> Result<(), DecodeError> {
         check_id("request_id", &self.request_id)?;
         let with_id = |err: DecodeError| err.with_request_id(Some(self.request_id.clone()));
         check_envelope(
@@ -266,6 +245,12 @@ impl Request {
             ],
         )
         .map_err(with_id)?;
+        let payload = self.body.payload_json().map_err(|err| {
+            with_id(DecodeError::malformed(format!(
+                "payload cannot be encoded as JSON: {err}"
+            )))
+        })?;
+        check_payload_value(&payload, limits).map_err(with_id)?;
         check_body(&self.body).map_err(with_id)
     }
 
@@ -437,6 +422,49 @@ fn check_envelope(
         }
     }
     Ok(())
+}
+
+/// Checks the payload's nesting depth and its canonical size. Depth first: it is computed
+/// iteratively, and it bounds the recursion of the size computation.
+fn check_payload_value(payload: &Value, limits: &Limits) -> Result<(), DecodeError> {
+    // The envelope object is one level; the payload's levels come on top.
+    if 1 + json_depth(payload) > MAX_REQUEST_DEPTH {
+        return Err(DecodeError::malformed(format!(
+            "payload nests deeper than {MAX_REQUEST_DEPTH} levels (counting the envelope)"
+        )));
+    }
+    let payload_len = canonical_json_len(payload);
+    if payload_len > limits.max_payload_bytes {
+        return Err(DecodeError::new(
+            RejectionCode::PayloadTooLarge,
+            format!(
+                "payload of {payload_len} bytes exceeds the limit of {} bytes",
+                limits.max_payload_bytes
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Nesting depth of arrays and objects: 0 for a scalar, 1 for `[]` or `[1]`, 2 for `[[1]]`.
+/// Iterative, so a value built in code with absurd nesting cannot overflow the stack.
+fn json_depth(value: &Value) -> usize {
+    let mut deepest = 0;
+    let mut pending = vec![(value, 1usize)];
+    while let Some((value, depth)) = pending.pop() {
+        match value {
+            Value::Array(items) => {
+                deepest = deepest.max(depth);
+                pending.extend(items.iter().map(|item| (item, depth + 1)));
+            }
+            Value::Object(map) => {
+                deepest = deepest.max(depth);
+                pending.extend(map.values().map(|item| (item, depth + 1)));
+            }
+            _ => {}
+        }
+    }
+    deepest
 }
 
 /// Payload rules that serde's derive cannot express.
