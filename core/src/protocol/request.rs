@@ -130,7 +130,7 @@ impl Request {
     pub fn decode(body: &[u8], limits: &Limits) -> Result<Request, DecodeError> {
         let text = std::str::from_utf8(body)
             .map_err(|err| DecodeError::malformed(format!("frame is not valid UTF-8: {err}")))?;
-        let raw: RawEnvelope = serde_json::from_str(text).map_err(|err| {
+        let mut raw: RawEnvelope = serde_json::from_str(text).map_err(|err| {
             let message = if err.is_syntax() || err.is_eof() {
                 format!("frame is not valid JSON: {err}")
             } else {
@@ -147,7 +147,7 @@ impl Request {
         };
         let with_id = |err: DecodeError| err.with_request_id(request_id.clone());
 
-        match raw.schema.map(|v| v.0) {
+        match raw.schema.take().map(|v| v.0) {
             Some(Value::String(schema)) if schema == PROTOCOL_SCHEMA => {}
             Some(Value::String(schema)) => {
                 return Err(with_id(DecodeError::new(
@@ -162,7 +162,7 @@ impl Request {
             None => return Err(with_id(missing("schema"))),
         }
 
-        let request_id = match raw.request_id.map(|v| v.0) {
+        let request_id = match raw.request_id.take().map(|v| v.0) {
             Some(Value::String(id)) => {
                 check_id("request_id", &id)?;
                 id
@@ -172,7 +172,7 @@ impl Request {
         };
         let with_id = |err: DecodeError| err.with_request_id(Some(request_id.clone()));
 
-        let kind = match raw.kind.map(|v| v.0) {
+        let kind = match raw.kind.take().map(|v| v.0) {
             Some(Value::String(kind)) => RequestKind::parse(&kind).ok_or_else(|| {
                 with_id(DecodeError::malformed(format!(
                     "unknown kind `{}`",
@@ -183,17 +183,7 @@ impl Request {
             None => return Err(with_id(missing("kind"))),
         };
 
-        let fields = (|| {
-            Ok::<_, DecodeError>(EnvelopeFields {
-                run_id: optional_string("run_id", raw.run_id)?,
-                node_id: optional_string("node_id", raw.node_id)?,
-                attempt_id: optional_string("attempt_id", raw.attempt_id)?,
-                generation: optional_u64("generation", raw.generation)?,
-                expected_revision: optional_u64("expected_revision", raw.expected_revision)?,
-                idempotency_key: optional_string("idempotency_key", raw.idempotency_key)?,
-            })
-        })()
-        .map_err(with_id)?;
+        let fields = EnvelopeFields::take_from(&mut raw).map_err(with_id)?;
         check_envelope(
             kind,
             fields.idempotency_key.as_deref(),
@@ -206,7 +196,7 @@ impl Request {
         )
         .map_err(with_id)?;
 
-        let payload = raw.payload.map(|v| v.0).unwrap_or(Value::Null);
+        let payload = raw.payload.take().map_or(Value::Null, |v| v.0);
         check_payload_value(&payload, limits).map_err(with_id)?;
 
         let body = kind.decode_body(payload).map_err(|err| {
@@ -318,8 +308,9 @@ fn serialize_optional<S: SerializeStruct, T: Serialize>(
 /// Why a frame body is not a valid request (or server frame).
 ///
 /// Carries the [`RejectionCode`] to report and, when the body got far enough to have a usable
-/// `request_id`, that id, so the host can answer the request with a typed rejection before it
-/// says goodbye and closes the connection.
+/// `request_id`, that id. Every decode error ends the connection: the host sends
+/// [`rejection_frame`](DecodeError::rejection_frame) when there is one, then
+/// [`goodbye_frame`](DecodeError::goodbye_frame), then closes.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{code}: {message}")]
 pub struct DecodeError {
@@ -477,6 +468,20 @@ fn check_body(body: &RequestBody) -> Result<(), DecodeError> {
         }
     }
     Ok(())
+}
+
+impl EnvelopeFields {
+    /// Type-checks the optional envelope fields, taking them out of `raw`.
+    fn take_from(raw: &mut RawEnvelope) -> Result<EnvelopeFields, DecodeError> {
+        Ok(EnvelopeFields {
+            run_id: optional_string("run_id", raw.run_id.take())?,
+            node_id: optional_string("node_id", raw.node_id.take())?,
+            attempt_id: optional_string("attempt_id", raw.attempt_id.take())?,
+            generation: optional_u64("generation", raw.generation.take())?,
+            expected_revision: optional_u64("expected_revision", raw.expected_revision.take())?,
+            idempotency_key: optional_string("idempotency_key", raw.idempotency_key.take())?,
+        })
+    }
 }
 
 /// When the envelope did not parse as a whole (for example because of a repeated key), try a
