@@ -459,3 +459,96 @@ fn subscriptions_receive_committed_events() {
     );
     home.stop(host);
 }
+
+#[test]
+fn sigterm_stops_gracefully_and_runs_stay_resumable() {
+    let home = Home::new();
+    let mut host = home.serve(None);
+    let mut c = home.client();
+    let run_id = home.start_run(&mut c);
+    // SAFETY: kill with a valid pid of our own child.
+    assert_eq!(unsafe { libc_kill(host.id() as i32, 15) }, 0);
+    assert_eq!(
+        wait_exit(&mut host, Duration::from_secs(10)),
+        Some(0),
+        "SIGTERM exits 0"
+    );
+    assert!(!home.paths.socket.exists(), "the socket is removed");
+    let host = home.serve(None);
+    let r = home
+        .client()
+        .send(Request::new("st", RequestBody::RunStatus).with_run_id(&run_id))
+        .unwrap();
+    assert_eq!(r.body["run"]["status"], json!("queued"));
+    assert_eq!(
+        r.body["run"]["revision"],
+        json!(1),
+        "a restart writes nothing to an idle run"
+    );
+    home.stop(host);
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+#[test]
+fn the_async_client_calls_and_subscribes() {
+    let home = Home::new();
+    let host = home.serve(None);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut c = piw_core::client::Client::connect(&home.paths)
+            .await
+            .unwrap();
+        let mut s = piw_core::client::Client::connect(&home.paths)
+            .await
+            .unwrap();
+        let r = c
+            .call(RequestBody::RunStart(payload::RunStart {
+                workflow_file: home.workflow(),
+                input: json!({"a": 1}),
+                session_id: Some("sess".into()),
+                execution_mode: None,
+                project_dir: None,
+            }))
+            .await
+            .unwrap();
+        let run_id = r.body["run_id"].as_str().unwrap().to_owned();
+        s.call(RequestBody::Subscribe(payload::Subscribe {
+            run_id: None,
+            session_id: Some("sess".into()),
+        }))
+        .await
+        .unwrap();
+        c.send(
+            Request::new(
+                "c1",
+                RequestBody::RunCancel(payload::RunCancel { reason: None }),
+            )
+            .with_run_id(&run_id),
+        )
+        .await
+        .unwrap();
+        let e = s.next_event().await.unwrap();
+        assert_eq!(
+            (e.event_kind.as_str(), e.status.as_str()),
+            ("cancelled", "cancelled")
+        );
+        let err = c
+            .send(Request::new("c2", RequestBody::RunResume).with_run_id(&run_id))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Some(RejectionCode::InvalidTransition));
+        let err = c
+            .send(Request::new("c3", RequestBody::RunStatus).with_run_id("run-missing"))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Some(RejectionCode::NotFound));
+    });
+    home.stop(host);
+}

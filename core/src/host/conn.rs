@@ -58,7 +58,9 @@ pub async fn serve(
         return;
     }
     let mut decoder = FrameDecoder::new(shared.limits);
-    let mut events = shared.events.subscribe();
+    // Created at the first subscription, so a subscriber never sees events committed before it
+    // subscribed, and the store thread publishes only while someone listens.
+    let mut events: Option<broadcast::Receiver<RunEvent>> = None;
     let mut subscriptions: HashMap<String, (Option<String>, Option<String>)> = HashMap::new();
     let mut buf = vec![0u8; 64 * 1024];
     let close = loop {
@@ -66,6 +68,11 @@ pub async fn serve(
         match decoder.next_frame() {
             Ok(Some(body)) => {
                 let frame = handle_frame(&body, &shared, &mut subscriptions).await;
+                if subscriptions.is_empty() {
+                    events = None;
+                } else if events.is_none() {
+                    events = Some(shared.events.subscribe());
+                }
                 match frame {
                     Ok(frame) => {
                         if write(&mut stream, &frame).await.is_err() {
@@ -73,7 +80,12 @@ pub async fn serve(
                         }
                         continue;
                     }
-                    Err((code, message)) => break Close::Goodbye(code, message),
+                    Err(bad) => {
+                        if let Some(frame) = bad.rejection {
+                            let _ = write(&mut stream, &frame).await;
+                        }
+                        break Close::Goodbye(bad.code, bad.message);
+                    }
                 }
             }
             Ok(None) => {}
@@ -91,7 +103,7 @@ pub async fn serve(
                     }
                 }
             },
-            event = events.recv(), if !subscriptions.is_empty() => match event {
+            event = next_event(&mut events), if events.is_some() => match event {
                 Ok(event) => {
                     for frame in event_frames(&event, &subscriptions) {
                         if write(&mut stream, &frame).await.is_err() {
@@ -115,6 +127,15 @@ pub async fn serve(
         let _ = write(&mut stream, &ServerFrame::goodbye(code, message)).await;
     }
     let _ = stream.shutdown().await;
+}
+
+async fn next_event(
+    events: &mut Option<broadcast::Receiver<RunEvent>>,
+) -> Result<RunEvent, broadcast::error::RecvError> {
+    match events {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 async fn write(stream: &mut UnixStream, frame: &ServerFrame) -> std::io::Result<()> {
@@ -148,15 +169,29 @@ fn event_frames(
         .collect()
 }
 
+/// A request the host could not decode: answered (when it had a request id), then the
+/// connection is closed with a goodbye.
+struct Undecodable {
+    rejection: Option<ServerFrame>,
+    code: RejectionCode,
+    message: String,
+}
+
 /// Decodes and answers one frame. `Err` closes the connection with a goodbye.
 async fn handle_frame(
     body: &[u8],
     shared: &HostShared,
     subscriptions: &mut HashMap<String, (Option<String>, Option<String>)>,
-) -> Result<ServerFrame, (RejectionCode, String)> {
+) -> Result<ServerFrame, Undecodable> {
     let request = match Request::decode(body, &shared.limits) {
         Ok(r) => r,
-        Err(e) => return Err((e.code, e.message)),
+        Err(e) => {
+            return Err(Undecodable {
+                rejection: e.rejection_frame(),
+                code: e.code,
+                message: e.message,
+            })
+        }
     };
     let id = request.request_id.clone();
     let answer = |r: Result<Receipt, Rejection>| match r {

@@ -166,6 +166,7 @@ fn process_batch(
             fault.after_commit(writes.iter().map(|j| j.request.body.kind_str()));
             let mut touched = before.unwrap_or_default();
             let publishing = events.receiver_count() > 0;
+            let mut replies = Vec::with_capacity(writes.len());
             for (job, result) in writes.into_iter().zip(results) {
                 if let (true, Ok(outcome), RequestBody::RunStart(_)) =
                     (publishing, &result, &job.request.body)
@@ -188,10 +189,15 @@ fn process_batch(
                         receipt
                     }
                 });
-                let _ = job.reply.send(receipt);
+                replies.push((job.reply, receipt));
             }
+            // Events first, replies second: a client that subscribes after seeing a receipt
+            // never receives events committed before it.
             for (run_id, after) in touched {
                 publish_run(store, events, &run_id, after);
+            }
+            for (reply, receipt) in replies {
+                let _ = reply.send(receipt);
             }
         }
         Err(e) => {
