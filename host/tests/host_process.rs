@@ -206,7 +206,7 @@ fn bad_input_closes_only_the_offending_connection() {
     // A second client keeps working throughout.
     let mut good = home.client();
     let run_id = home.start_run(&mut good);
-    let mut check = |good: &mut BlockingClient| {
+    let check = |good: &mut BlockingClient| {
         let r = good
             .send(
                 Request::new(piw_core::ids::new_id("ok"), RequestBody::RunStatus)
