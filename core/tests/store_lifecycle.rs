@@ -31,9 +31,14 @@ fn impossible_transitions_are_refused() {
     f.store
         .write(|w| w.cancel(&run_id, Fence::Claim(&act.claim), "user"))
         .unwrap();
-    assert_invalid(&mut f, "complete cancelled", |w| {
-        w.complete(&act.claim, &a, &json!(1), &json!(1))
-    });
+    // Its old owner is fenced first: a stale writer learns it lost the claim.
+    let before = f.store.canonical_dump().unwrap();
+    let err = f
+        .store
+        .write(|w| w.complete(&act.claim, &a, &json!(1), &json!(1)))
+        .unwrap_err();
+    assert!(err.is_claim_lost(), "complete cancelled: {err:?}");
+    assert_eq!(f.store.canonical_dump().unwrap(), before);
     assert_invalid(&mut f, "cancel cancelled", |w| {
         w.cancel(&run_id, Fence::Unclaimed, "again")
     });

@@ -552,3 +552,38 @@ fn the_async_client_calls_and_subscribes() {
     });
     home.stop(host);
 }
+
+/// Voluntary context switches of every thread of `pid`.
+fn context_switches(pid: u32) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .map(|t| {
+            let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+            status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .sum::<u64>()
+        })
+        .sum()
+}
+
+#[test]
+fn an_idle_host_does_not_wake_up() {
+    let home = Home::new();
+    let host = home.serve(None);
+    let mut c = home.client();
+    // Queued, paused and waiting-free runs: nothing the host must act on by itself.
+    let run_id = home.start_run(&mut c);
+    home.start_run(&mut c);
+    c.send(Request::new("p", RequestBody::RunPause).with_run_id(&run_id))
+        .unwrap();
+    drop(c);
+    std::thread::sleep(Duration::from_millis(200));
+    let before = context_switches(host.id());
+    std::thread::sleep(Duration::from_secs(2));
+    let woke = context_switches(host.id()) - before;
+    assert!(woke < 20, "an idle host woke {woke} times in 2 s");
+    home.stop(host);
+}

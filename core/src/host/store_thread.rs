@@ -61,8 +61,11 @@ pub fn run(
                 Err(_) => break,
             },
         };
-        run_due_work(&mut store, &events);
-        let Some(first) = first else { continue };
+        let Some(first) = first else {
+            // The deadline passed with no request in between.
+            run_due_work(&mut store, &events);
+            continue;
+        };
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match jobs.try_recv() {
@@ -79,9 +82,10 @@ pub fn run(
 }
 
 fn next_due_timeout(store: &Store) -> Option<Duration> {
-    match store.next_due() {
+    match store.next_deadline() {
+        // A floor of 1 ms: a deadline that the due work could not clear must not spin.
         Ok(Some(at)) => Some(Duration::from_millis(
-            u64::try_from(at - store.now_ms()).unwrap_or(0),
+            u64::try_from(at - store.now_ms()).unwrap_or(0).max(1),
         )),
         Ok(None) => None,
         Err(e) => {

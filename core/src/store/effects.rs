@@ -91,6 +91,7 @@ impl WriteTx<'_> {
         fingerprint: &str,
         contract: RetryContract,
     ) -> StoreResult<Reservation> {
+        self.fence(claim)?;
         let run = self.run_row(&claim.run_id)?;
         if !Op::Effect.allowed(run.status) {
             return Err(invalid(
@@ -100,7 +101,6 @@ impl WriteTx<'_> {
                 format!("the run is {}", run.status),
             ));
         }
-        self.fence(claim)?;
         self.require_running_attempt(&claim.run_id, run.current_attempt.as_deref(), attempt_id)?;
         let existing: Option<EffectRow> = self
             .conn()
@@ -238,6 +238,7 @@ impl WriteTx<'_> {
         receipt: Option<String>,
         error: Option<String>,
     ) -> StoreResult<()> {
+        self.fence(claim)?;
         let run = self.run_row(&claim.run_id)?;
         if !Op::Effect.allowed(run.status) {
             return Err(invalid(
@@ -247,7 +248,6 @@ impl WriteTx<'_> {
                 format!("the run is {}", run.status),
             ));
         }
-        self.fence(claim)?;
         let state: String = self
             .conn()
             .prepare_cached("SELECT state FROM effects WHERE effect_id = ?1 AND run_id = ?2")?

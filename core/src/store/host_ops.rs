@@ -141,8 +141,11 @@ impl WriteTx<'_> {
         let due: Vec<String> = self
             .conn()
             .prepare_cached(
-                "SELECT i.interaction_id FROM interactions i JOIN runs r ON r.run_id = i.run_id
+                "SELECT i.interaction_id FROM interactions i
+                 JOIN runs r ON r.run_id = i.run_id JOIN claims c ON c.run_id = i.run_id
                  WHERE i.status = 'pending' AND i.deadline_at <= ?1 AND r.status = 'waiting'
+                   -- a live control claim (an operator mid-cancel) has the run; skip it
+                   AND NOT (c.owner_kind IS NOT NULL AND c.expires_at > ?1)
                  ORDER BY i.deadline_at",
             )?
             .query_map([self.now], |r| r.get(0))?

@@ -429,8 +429,8 @@ impl WriteTx<'_> {
 
     /// Stores the graph snapshot at first activation (the host validates it first).
     pub fn record_definition(&mut self, claim: &Claim, definition: &Value) -> StoreResult<()> {
-        self.run_for(&claim.run_id, Op::NodeStarted)?;
         self.fence(claim)?;
+        self.run_for(&claim.run_id, Op::NodeStarted)?;
         let text = definition.to_string();
         let digest = sha256_hex(text.as_bytes());
         let changed = self
@@ -465,8 +465,8 @@ impl WriteTx<'_> {
         node_id: &str,
         deadline_at: Option<UnixMillis>,
     ) -> StoreResult<String> {
-        let run = self.run_for(&claim.run_id, Op::NodeStarted)?;
         self.fence(claim)?;
+        let run = self.run_for(&claim.run_id, Op::NodeStarted)?;
         if let Some(current) = &run.current_attempt {
             if self
                 .attempt_row(current)?
@@ -496,8 +496,8 @@ impl WriteTx<'_> {
         claim: &Claim,
         req: &TransitionRequest,
     ) -> StoreResult<Transitioned> {
-        let run = self.run_for(&claim.run_id, Op::Transition)?;
         self.fence(claim)?;
+        let run = self.run_for(&claim.run_id, Op::Transition)?;
         let from =
             self.current_attempt(&claim.run_id, &run, &req.attempt_id, AttemptStatus::Running)?;
         self.close_attempt(&req.attempt_id, &req.outcome)?;
@@ -533,8 +533,8 @@ impl WriteTx<'_> {
     /// Releases the run at a durable boundary; it becomes ready again at `available_at` (now
     /// when `None`). An attempt still running is interrupted and reruns on the next activation.
     pub fn park(&mut self, claim: &Claim, available_at: Option<UnixMillis>) -> StoreResult<u64> {
-        let run = self.run_for(&claim.run_id, Op::Park)?;
         self.fence(claim)?;
+        let run = self.run_for(&claim.run_id, Op::Park)?;
         self.interrupt_running_attempt(&run, "parked")?;
         self.release_claim(&claim.run_id)?;
         self.set_status(&claim.run_id, RunStatus::Queued)?;
@@ -569,8 +569,8 @@ impl WriteTx<'_> {
         kind: DecisionKind,
         request: &Value,
     ) -> StoreResult<String> {
-        let run = self.run_for(&claim.run_id, Op::Wait)?;
         self.fence(claim)?;
+        let run = self.run_for(&claim.run_id, Op::Wait)?;
         let attempt =
             self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
         let decision_id = new_id("dec");
@@ -617,8 +617,8 @@ impl WriteTx<'_> {
         request: &Value,
         deadline_at: Option<UnixMillis>,
     ) -> StoreResult<String> {
-        let run = self.run_for(&claim.run_id, Op::RequestInteraction)?;
         self.fence(claim)?;
+        let run = self.run_for(&claim.run_id, Op::RequestInteraction)?;
         let attempt =
             self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
         let interaction_id = new_id("int");
@@ -745,8 +745,8 @@ impl WriteTx<'_> {
         submission_id: &str,
         verdict: Result<(), String>,
     ) -> StoreResult<()> {
-        let run = self.run_for(&claim.run_id, Op::Settle)?;
         self.fence(claim)?;
+        let run = self.run_for(&claim.run_id, Op::Settle)?;
         let (interaction_id, state): (String, String) = self
             .conn()
             .prepare_cached(
@@ -901,8 +901,8 @@ impl WriteTx<'_> {
     /// Adds a notify-node message for the origin session in the same transaction as the
     /// source fact. Detached runs without an origin session record the event only.
     pub fn notify(&mut self, claim: &Claim, content: &Value) -> StoreResult<Option<String>> {
-        let run = self.run_for(&claim.run_id, Op::NodeStarted)?;
         self.fence(claim)?;
+        let run = self.run_for(&claim.run_id, Op::NodeStarted)?;
         let message_id = self.add_message(&claim.run_id, &run, MessageKind::Notify, content)?;
         self.finish_run_write(&claim.run_id, "notified", json!({ "message": message_id }))?;
         Ok(message_id)
@@ -941,6 +941,10 @@ impl WriteTx<'_> {
     /// Sets the paused flag. A queued or waiting run is held back from activation; a running
     /// run keeps going until its next boundary, where the owner parks it.
     pub fn pause(&mut self, run_id: &str, fence: Fence<'_>) -> StoreResult<u64> {
+        // A claim holder is fenced before anything else: a stale writer learns it lost.
+        if matches!(fence, Fence::Claim(_)) {
+            self.authorize(run_id, fence, Op::Pause)?;
+        }
         let run = self.run_for(run_id, Op::Pause)?;
         if run.paused {
             return Err(invalid(
@@ -957,6 +961,10 @@ impl WriteTx<'_> {
 
     /// Clears the paused flag; a queued run becomes ready now.
     pub fn resume(&mut self, run_id: &str, fence: Fence<'_>) -> StoreResult<u64> {
+        // A claim holder is fenced before anything else: a stale writer learns it lost.
+        if matches!(fence, Fence::Claim(_)) {
+            self.authorize(run_id, fence, Op::Resume)?;
+        }
         let run = self.run_for(run_id, Op::Resume)?;
         if !run.paused {
             return Err(invalid(
@@ -991,9 +999,32 @@ impl WriteTx<'_> {
         output: &Value,
         result: &Value,
     ) -> StoreResult<u64> {
-        let run = self.run_for(&claim.run_id, Op::Complete)?;
         self.fence(claim)?;
+        let run = self.run_for(&claim.run_id, Op::Complete)?;
         self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
+        // Success cannot be declared over unfinished work: an effect still applying or a
+        // submission still validating must be settled first.
+        let unfinished: Option<String> = self
+            .conn()
+            .prepare_cached(
+                "SELECT 'effect ' || effect_key || ' is still applying' FROM effects
+                 WHERE run_id = ?1 AND state = 'applying'
+                 UNION ALL
+                 SELECT 'submission ' || s.submission_id || ' is still validating'
+                 FROM submissions s JOIN interactions i ON i.interaction_id = s.interaction_id
+                 WHERE i.run_id = ?1 AND s.state = 'validating'
+                 LIMIT 1",
+            )?
+            .query_row([&claim.run_id], |r| r.get(0))
+            .optional()?;
+        if let Some(what) = unfinished {
+            return Err(invalid(
+                &claim.run_id,
+                Op::Complete,
+                run.status,
+                format!("{what}; settle it before completing"),
+            ));
+        }
         self.close_attempt(
             attempt_id,
             &AttemptOutcome::Succeeded {
@@ -1003,12 +1034,14 @@ impl WriteTx<'_> {
         self.conn()
             .prepare_cached("UPDATE runs SET result = ?2 WHERE run_id = ?1")?
             .execute(params![claim.run_id, result.to_string()])?;
-        self.end_run(
+        let (revision, _) = self.end_run(
             &claim.run_id,
             &run,
             RunStatus::Completed,
+            "completed",
             json!({ "result": result }),
-        )
+        )?;
+        Ok(revision)
     }
 
     /// Ends the run `failed` (or `timed_out` when the outcome is a timeout), closing the
@@ -1020,8 +1053,8 @@ impl WriteTx<'_> {
         outcome: &AttemptOutcome,
         error: &str,
     ) -> StoreResult<u64> {
-        let run = self.run_for(&claim.run_id, Op::Fail)?;
         self.fence(claim)?;
+        let run = self.run_for(&claim.run_id, Op::Fail)?;
         if let Some(attempt_id) = attempt_id {
             self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
             self.close_attempt(attempt_id, outcome)?;
@@ -1036,7 +1069,14 @@ impl WriteTx<'_> {
         } else {
             RunStatus::Failed
         };
-        self.end_run(&claim.run_id, &run, status, json!({ "error": error }))
+        let (revision, _) = self.end_run(
+            &claim.run_id,
+            &run,
+            status,
+            error,
+            json!({ "error": error }),
+        )?;
+        Ok(revision)
     }
 
     /// Cancels the run in one commit: closes the open attempt, cancels pending decisions and
@@ -1051,8 +1091,29 @@ impl WriteTx<'_> {
         fence: Fence<'_>,
         reason: &str,
     ) -> StoreResult<CancelSummary> {
+        // A claim holder is fenced before anything else: a stale writer learns it lost.
+        if matches!(fence, Fence::Claim(_)) {
+            self.authorize(run_id, fence, Op::Cancel)?;
+        }
         let run = self.run_for(run_id, Op::Cancel)?;
         self.authorize(run_id, fence, Op::Cancel)?;
+        self.conn()
+            .prepare_cached("UPDATE runs SET error = ?2 WHERE run_id = ?1")?
+            .execute(params![run_id, reason])?;
+        let (_, summary) = self.end_run(
+            run_id,
+            &run,
+            RunStatus::Cancelled,
+            reason,
+            json!({ "reason": reason }),
+        )?;
+        Ok(summary)
+    }
+
+    /// Closes everything still open on a run that is ending, so no attempt, request or effect
+    /// outlives it: open attempts and pending requests are cancelled, validating submissions
+    /// rejected, effects never started cancelled, effects applying without a receipt uncertain.
+    fn close_open_work(&mut self, run_id: &str, reason: &str) -> StoreResult<CancelSummary> {
         let mut summary = CancelSummary::default();
         let c = self.conn();
         summary.attempts_closed = c
@@ -1069,11 +1130,11 @@ impl WriteTx<'_> {
             .execute(params![run_id, self.now])?;
         summary.submissions_rejected = c
             .prepare_cached(
-                "UPDATE submissions SET state = 'rejected', error = 'run cancelled', settled_at = ?2
+                "UPDATE submissions SET state = 'rejected', error = ?3, settled_at = ?2
                  WHERE state = 'validating' AND interaction_id IN
                        (SELECT interaction_id FROM interactions WHERE run_id = ?1)",
             )?
-            .execute(params![run_id, self.now])?;
+            .execute(params![run_id, self.now, format!("run ended: {reason}")])?;
         summary.interactions_cancelled = c
             .prepare_cached(
                 "UPDATE interactions SET status = 'cancelled', closed_at = ?2
@@ -1089,18 +1150,10 @@ impl WriteTx<'_> {
         summary.effects_uncertain = c
             .prepare_cached(
                 "UPDATE effects SET state = 'uncertain', updated_at = ?2,
-                        error = 'run cancelled while the effect was applying'
+                        error = 'the run ended while the effect was applying'
                  WHERE run_id = ?1 AND state = 'applying'",
             )?
             .execute(params![run_id, self.now])?;
-        c.prepare_cached("UPDATE runs SET error = ?2 WHERE run_id = ?1")?
-            .execute(params![run_id, reason])?;
-        self.end_run(
-            run_id,
-            &run,
-            RunStatus::Cancelled,
-            json!({ "reason": reason, "summary": summary }),
-        )?;
         Ok(summary)
     }
 
@@ -1109,8 +1162,13 @@ impl WriteTx<'_> {
         run_id: &str,
         run: &RunRow,
         status: RunStatus,
-        data: Value,
-    ) -> StoreResult<u64> {
+        reason: &str,
+        mut data: Value,
+    ) -> StoreResult<(u64, CancelSummary)> {
+        let summary = self.close_open_work(run_id, reason)?;
+        if let Value::Object(map) = &mut data {
+            map.insert("closed".into(), json!(summary));
+        }
         self.release_claim(run_id)?;
         self.conn()
             .prepare_cached("UPDATE runs SET status = ?2, finished_at = ?3 WHERE run_id = ?1")?
@@ -1127,7 +1185,8 @@ impl WriteTx<'_> {
             RunStatus::TimedOut => "timed_out",
             _ => "failed",
         };
-        self.finish_run_write(run_id, event, data)
+        let revision = self.finish_run_write(run_id, event, data)?;
+        Ok((revision, summary))
     }
 
     // ----- stale runs, losses and review -----------------------------------------------------
@@ -1151,8 +1210,8 @@ impl WriteTx<'_> {
     /// handshake timeout). The run is requeued, or stopped for review after too many losses
     /// in a row or when an effect's outcome is unknown.
     pub fn child_lost(&mut self, claim: &Claim, reason: &str) -> StoreResult<RecoveredRun> {
-        let run = self.run_for(&claim.run_id, Op::ChildLost)?;
         self.fence(claim)?;
+        let run = self.run_for(&claim.run_id, Op::ChildLost)?;
         self.requeue_after_loss(&claim.run_id, &run, reason, "child_lost")
     }
 
@@ -1291,8 +1350,8 @@ impl WriteTx<'_> {
     /// Stops a running run for manual review (for example `source_changed`): the attempt is
     /// interrupted and the claim released; nothing is retried until a person acts.
     pub fn send_to_review(&mut self, claim: &Claim, reason: &str) -> StoreResult<u64> {
-        let run = self.run_for(&claim.run_id, Op::Review)?;
         self.fence(claim)?;
+        let run = self.run_for(&claim.run_id, Op::Review)?;
         self.interrupt_running_attempt(&run, reason)?;
         self.release_claim(&claim.run_id)?;
         self.set_status(&claim.run_id, RunStatus::Review)?;

@@ -453,18 +453,25 @@ impl Store {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// The earliest future time anything becomes due (a delayed ready run, a claim expiry, an
-    /// interaction or attempt deadline), so the host can sleep until exactly then.
-    pub fn next_due(&self) -> StoreResult<Option<UnixMillis>> {
+    /// The earliest time the host's own deadline work has something to do: a running run's
+    /// claim expires (recovery), or a pending interaction's deadline passes on a run no live
+    /// claim holds (expiry; when an operator's claim holds it, at that claim's expiry).
+    /// `None` when nothing is due, so the host can sleep without waking.
+    pub fn next_deadline(&self) -> StoreResult<Option<UnixMillis>> {
         Ok(self
             .conn
             .prepare_cached(
                 "SELECT MIN(t) FROM (
-                SELECT MIN(available_at) AS t FROM queue WHERE state = 'ready'
-                UNION ALL SELECT MIN(expires_at) FROM claims WHERE owner_kind IS NOT NULL
-                UNION ALL SELECT MIN(deadline_at) FROM interactions WHERE status = 'pending'
-                UNION ALL SELECT MIN(a.deadline_at) FROM attempts a WHERE a.status = 'running'
-            )",
+                    SELECT MIN(c.expires_at) AS t FROM claims c JOIN runs r ON r.run_id = c.run_id
+                    WHERE c.owner_kind IS NOT NULL AND r.status = 'running'
+                    UNION ALL
+                    SELECT MIN(MAX(i.deadline_at,
+                                   CASE WHEN c.owner_kind IS NOT NULL THEN c.expires_at ELSE 0 END))
+                    FROM interactions i JOIN runs r ON r.run_id = i.run_id
+                    JOIN claims c ON c.run_id = i.run_id
+                    WHERE i.status = 'pending' AND r.status = 'waiting'
+                      AND i.deadline_at IS NOT NULL
+                )",
             )?
             .query_row([], |r| r.get(0))?)
     }
