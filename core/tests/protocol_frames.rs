@@ -91,6 +91,8 @@ fn sample(kind: RequestKind) -> Request {
         RequestKind::WorkerHello => RequestBody::WorkerHello(WorkerHello {
             child_token: "secret-token".into(),
             pid: 4242,
+            definition: Some(json!({"name": "g", "start": "a", "nodes": {}, "edges": []})),
+            mounted_sources: Some(json!({"lib": "ab12"})),
         }),
         RequestKind::WorkerNodeStarted => RequestBody::WorkerNodeStarted(WorkerNodeStarted {
             deadline_ms: Some(1_700_000_000_000),
@@ -107,6 +109,7 @@ fn sample(kind: RequestKind) -> Request {
         }),
         RequestKind::WorkerFail => RequestBody::WorkerFail(WorkerFail {
             error: "boom".into(),
+            review: true,
         }),
         RequestKind::WorkerProgress => RequestBody::WorkerProgress(WorkerProgress {
             message: "halfway".into(),

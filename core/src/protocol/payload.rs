@@ -191,6 +191,16 @@ pub struct WorkerHello {
     pub child_token: String,
     /// The worker's process id, checked against the process the host spawned.
     pub pid: u32,
+    /// The workflow's data-only graph snapshot (see the graph section). Sent at the run's
+    /// first activation, when the host has none stored; the host validates and stores it.
+    /// Later activations send it too; a snapshot whose digest differs from the stored one
+    /// stops the run for review (`source_changed`).
+    #[serde(default)]
+    pub definition: Option<Value>,
+    /// The mounted sources the workflow resolved when it loaded: name to SHA-256 hex of the
+    /// file. Stored at the first activation; compared on every later one.
+    #[serde(default)]
+    pub mounted_sources: Option<Value>,
 }
 
 impl fmt::Debug for WorkerHello {
@@ -198,6 +208,8 @@ impl fmt::Debug for WorkerHello {
         f.debug_struct("WorkerHello")
             .field("child_token", &"<redacted>")
             .field("pid", &self.pid)
+            .field("definition", &self.definition.is_some())
+            .field("mounted_sources", &self.mounted_sources)
             .finish()
     }
 }
@@ -233,6 +245,10 @@ pub struct WorkerComplete {
 pub struct WorkerFail {
     /// Human-readable error.
     pub error: String,
+    /// Stop the run for manual review instead of failing it (for example a changed source
+    /// detected before any workflow code ran: nothing happened that needs a terminal state).
+    #[serde(default)]
+    pub review: bool,
 }
 
 /// Payload of `worker.progress`: an informational update, kept as an event.
