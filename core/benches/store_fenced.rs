@@ -46,6 +46,7 @@ fn main() {
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench-tmp"));
     std::fs::create_dir_all(&parent).expect("create bench parent dir");
+    let parent = parent.canonicalize().expect("canonical bench parent dir");
     let dir = tempfile::Builder::new()
         .prefix("store_fenced-")
         .tempdir_in(&parent)

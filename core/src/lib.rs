@@ -3,8 +3,11 @@
 
 pub mod client;
 pub mod clock;
+pub mod graph;
 pub mod host;
 pub mod ids;
 pub mod paths;
 pub mod protocol;
 pub mod store;
+pub mod supervise;
+pub mod worker;

@@ -1,15 +1,31 @@
 //! Property tests of the store's lifecycle, fencing and projection rules (plan "Core rules" 1–6,
-//! Parts 1–3): random command sequences against one store with a fake clock (30 s lease) and one
-//! to three runs. Every command is attempted whatever the state; the store is the authority and
-//! impossible commands must simply be refused. After every command the invariants below hold.
+//! Parts 1–3, and the hand-offs of Parts 7–8): random sequences of up to 60 commands against one
+//! store with a fake clock (30 s lease) and one to three runs. Every command is attempted whatever
+//! the state: the store is the authority and an impossible command must simply be refused. Most
+//! commands are aimed from the stored state (the current attempt, a pending decision, a
+//! validating submission, a reserved effect ...), `Progress` picks the run's natural next step so
+//! sequences get deep, and old claims, forged tokens, stale attempt ids and clock jumps (1 ms to
+//! two leases) attack it.
 //!
-//! The same harness drives four properties, so a failure of one family of invariants does not
-//! hide the others:
-//! - `fencing`: claims, generations, expiry, stale writers, unclaimed writers, refused writes;
-//! - `stale_writers_get_claim_lost`: a writer with an older generation gets a typed `ClaimLost`;
+//! The same harness drives six properties, so a failure of one family of invariants does not hide
+//! the others:
+//! - `fencing`: one live claim per run and only where allowed; generations only grow and every
+//!   activation or control claim bumps them by one; an old generation or a forged token never
+//!   writes; an expired claim never renews; a refused write (every `ClaimLost` included) changes
+//!   nothing; an unclaimed writer never changes a run someone holds; stale attempt ids never
+//!   succeed; the model cannot answer a protected human decision;
+//! - `stale_writers_get_claim_lost`: a writer with an older generation (or a forged token) gets a
+//!   typed `ClaimLost` whatever the run's state;
 //! - `projection_and_terminal`: event log, run row and viewer projection agree; terminal runs
 //!   never change;
-//! - `diagnose_clean`: `diagnose` finds nothing after any sequence of legal store calls.
+//! - `sweeps_never_fail`: expiry recovery, the interaction-deadline sweep and host-restart
+//!   recovery always succeed and only take what they should;
+//! - `work_in_flight_survives_handoffs`: a validating submission or a `never` effect being
+//!   applied is never dropped when the run parks, waits or moves on;
+//! - `diagnose_clean`: `diagnose` finds nothing after any sequence.
+//!
+//! `PROPTEST_CASES` changes the number of cases (256 by default); `PIW_PROPS_STATS=1` prints how
+//! often each command was accepted or refused (with `--nocapture`).
 mod common;
 
 use std::cell::RefCell;
@@ -196,6 +212,12 @@ enum Cmd {
     Notify {
         run: u8,
     },
+    /// The natural next step of the run's life, chosen from its stored state (see
+    /// [`Harness::resolve`]); it keeps sequences going deep instead of mostly being refused.
+    Progress {
+        run: u8,
+        choice: u8,
+    },
     /// Replays a write with a claim of an older generation (or a forged token).
     StaleWrite {
         run: u8,
@@ -232,50 +254,66 @@ fn cancel_via() -> impl Strategy<Value = CancelVia> {
     ]
 }
 
+/// A run selector (see [`Harness::run_ix`]): mostly the first open run.
+fn run() -> impl Strategy<Value = u8> {
+    prop_oneof![2 => Just(0u8), 1 => any::<u8>()]
+}
+
+/// Interaction deadlines: mostly short, so they pass while claims are still live.
+fn deadline() -> impl Strategy<Value = Option<u32>> {
+    prop::option::weighted(0.7, prop_oneof![1u32..=5_000, 5_000u32..=90_000])
+}
+
 fn cmd() -> impl Strategy<Value = Cmd> {
     let r = any::<u8>;
     prop_oneof![
         2 => Just(Cmd::Start),
-        8 => r().prop_map(|run| Cmd::Activate { run }),
-        6 => (r(), r()).prop_map(|(run, node)| Cmd::NodeStarted { run, node }),
-        8 => (r(), attempt_pick(), r(), r())
+        30 => (run(), r()).prop_map(|(run, choice)| Cmd::Progress { run, choice }),
+        10 => run().prop_map(|run| Cmd::Activate { run }),
+        8 => (run(), r()).prop_map(|(run, node)| Cmd::NodeStarted { run, node }),
+        10 => (run(), attempt_pick(), r(), r())
             .prop_map(|(run, attempt, outcome, node)| Cmd::Transition { run, attempt, outcome, node }),
-        3 => (r(), attempt_pick(), any::<bool>())
+        3 => (run(), attempt_pick(), any::<bool>())
             .prop_map(|(run, attempt, human)| Cmd::Wait { run, attempt, human }),
-        3 => (r(), r(), prop::bool::weighted(0.3))
+        4 => (run(), r(), prop::bool::weighted(0.3))
             .prop_map(|(run, pick, by_model)| Cmd::Answer { run, pick, by_model }),
-        3 => (r(), attempt_pick(), prop::option::weighted(0.7, 1u32..=90_000))
+        4 => (run(), attempt_pick(), deadline())
             .prop_map(|(run, attempt, deadline_ms)| Cmd::RequestInteraction { run, attempt, deadline_ms }),
-        4 => (r(), r(), prop::bool::weighted(0.2), prop::option::of(0u8..3), 0u8..2).prop_map(
+        5 => (run(), r(), prop::bool::weighted(0.2), prop::option::of(0u8..3), 0u8..2).prop_map(
             |(run, pick, stale_attempt, key, payload)| Cmd::Submit { run, pick, stale_attempt, key, payload }
         ),
-        3 => (r(), r(), any::<bool>()).prop_map(|(run, pick, accept)| Cmd::Settle { run, pick, accept }),
-        2 => (r(), r()).prop_map(|(run, pick)| Cmd::ExpireInteraction { run, pick }),
-        2 => (r(), prop::bool::weighted(0.25)).prop_map(|(run, wrong_fence)| Cmd::Pause { run, wrong_fence }),
-        2 => (r(), prop::bool::weighted(0.25)).prop_map(|(run, wrong_fence)| Cmd::Resume { run, wrong_fence }),
-        2 => (r(), prop::option::of(0u32..=60_000)).prop_map(|(run, delay_ms)| Cmd::Park { run, delay_ms }),
-        2 => (r(), attempt_pick()).prop_map(|(run, attempt)| Cmd::Complete { run, attempt }),
-        1 => (r(), any::<bool>(), any::<bool>())
+        4 => (run(), r(), any::<bool>()).prop_map(|(run, pick, accept)| Cmd::Settle { run, pick, accept }),
+        2 => (run(), r()).prop_map(|(run, pick)| Cmd::ExpireInteraction { run, pick }),
+        1 => (run(), prop::bool::weighted(0.25)).prop_map(|(run, wrong_fence)| Cmd::Pause { run, wrong_fence }),
+        2 => (run(), prop::bool::weighted(0.25)).prop_map(|(run, wrong_fence)| Cmd::Resume { run, wrong_fence }),
+        1 => (run(), prop::option::of(0u32..=60_000)).prop_map(|(run, delay_ms)| Cmd::Park { run, delay_ms }),
+        3 => (run(), attempt_pick()).prop_map(|(run, attempt)| Cmd::Complete { run, attempt }),
+        1 => (run(), any::<bool>(), any::<bool>())
             .prop_map(|(run, with_attempt, timed_out)| Cmd::Fail { run, with_attempt, timed_out }),
-        2 => (r(), cancel_via()).prop_map(|(run, via)| Cmd::Cancel { run, via }),
-        2 => r().prop_map(|run| Cmd::ControlClaim { run }),
-        2 => r().prop_map(|run| Cmd::ChildLost { run }),
+        1 => (run(), cancel_via()).prop_map(|(run, via)| Cmd::Cancel { run, via }),
+        1 => run().prop_map(|run| Cmd::ControlClaim { run }),
+        1 => run().prop_map(|run| Cmd::ChildLost { run }),
         2 => Just(Cmd::RecoverExpired),
         2 => Just(Cmd::ExpireDue),
         1 => Just(Cmd::HostRestart),
-        3 => (r(), 0u8..3, r(), prop::bool::weighted(0.15)).prop_map(
+        5 => (run(), 0u8..3, r(), prop::bool::weighted(0.15)).prop_map(
             |(run, key, contract, other_fingerprint)| Cmd::Reserve { run, key, contract, other_fingerprint }
         ),
-        3 => (r(), r()).prop_map(|(run, pick)| Cmd::Applying { run, pick }),
-        2 => (r(), r(), any::<bool>()).prop_map(|(run, pick, applied)| Cmd::SettleEffect { run, pick, applied }),
-        2 => r().prop_map(|run| Cmd::Heartbeat { run }),
-        1 => r().prop_map(|run| Cmd::SendToReview { run }),
-        1 => r().prop_map(|run| Cmd::Notify { run }),
-        5 => (r(), r(), r(), prop::bool::weighted(0.15))
+        4 => (run(), r()).prop_map(|(run, pick)| Cmd::Applying { run, pick }),
+        4 => (run(), r(), any::<bool>()).prop_map(|(run, pick, applied)| Cmd::SettleEffect { run, pick, applied }),
+        2 => run().prop_map(|run| Cmd::Heartbeat { run }),
+        1 => run().prop_map(|run| Cmd::SendToReview { run }),
+        1 => run().prop_map(|run| Cmd::Notify { run }),
+        5 => (run(), r(), r(), prop::bool::weighted(0.15))
             .prop_map(|(run, pick, op, forge)| Cmd::StaleWrite { run, pick, op, forge }),
-        4 => prop_oneof![1i64..=1_000, 1_000i64..=29_000, 29_000i64..=31_000, 31_000i64..=2 * LEASE_MS]
-            .prop_map(|ms| Cmd::Jump { ms }),
-        1 => r().prop_map(|run| Cmd::JumpToExpiry { run }),
+        4 => prop_oneof![
+            3 => 1i64..=1_000,
+            3 => 1_000i64..=29_000,
+            1 => 29_000i64..=31_000,
+            1 => 31_000i64..=2 * LEASE_MS,
+        ]
+        .prop_map(|ms| Cmd::Jump { ms }),
+        1 => run().prop_map(|run| Cmd::JumpToExpiry { run }),
     ]
 }
 
@@ -288,6 +326,7 @@ struct Checks {
     projection: bool,
     diagnose: bool,
     sweeps: bool,
+    handoffs: bool,
 }
 
 /// What the test knows about one run besides what the store tells it.
@@ -405,12 +444,11 @@ impl Harness {
     fn new(max_runs: usize, checks: Checks) -> Result<Self, TestCaseError> {
         // tmpfs when available: the store syncs every commit and the suite commits a lot.
         let shm = std::path::Path::new("/dev/shm");
-        let dir = if shm.is_dir() {
-            tempfile::Builder::new().prefix("piw-props").tempdir_in(shm)
-        } else {
-            tempfile::tempdir()
-        }
-        .map_err(|e| TestCaseError::fail(format!("tempdir: {e}")))?;
+        let dir = tempfile::Builder::new()
+            .prefix("piw-props")
+            .tempdir_in(shm)
+            .or_else(|_| tempfile::tempdir())
+            .map_err(|e| TestCaseError::fail(format!("tempdir: {e}")))?;
         let clock = FakeClock::new(T0);
         let config = StoreConfig {
             lease_ms: LEASE_MS,
@@ -435,7 +473,11 @@ impl Harness {
     fn start_run(&mut self) -> Result<(), TestCaseError> {
         let n = self.runs.len();
         // Runs with and without an origin session (the terminal message depends on it).
-        let session = if n % 2 == 0 { Some("session-1") } else { None };
+        let session = if n.is_multiple_of(2) {
+            Some("session-1")
+        } else {
+            None
+        };
         let new = new_run(session);
         let id = store_err("start_run", self.store.write(|w| w.start_run(&new)))?;
         self.runs.push(RunModel {
@@ -447,8 +489,18 @@ impl Harness {
         Ok(())
     }
 
-    fn run_ix(&self, sel: u8) -> usize {
-        sel as usize % self.runs.len()
+    /// Resolves a run selector: usually one of the runs that has not ended (so sequences get
+    /// deep into a run's life), now and then any run (so ended runs are attacked too).
+    fn run_ix(&self, sel: u8, before: &Before) -> usize {
+        let open: Vec<usize> = (0..before.runs.len())
+            .filter(|ix| !before.runs[*ix].status.is_terminal())
+            .collect();
+        let sel = sel as usize;
+        if sel % 4 == 3 || open.is_empty() {
+            sel / 4 % self.runs.len()
+        } else {
+            open[sel / 4 % open.len()]
+        }
     }
 
     fn id(&self, ix: usize) -> String {
@@ -519,12 +571,27 @@ impl Harness {
             .filter(|s| s.state == "validating")
             .cloned()
             .collect();
-        let chosen = if !validating.is_empty() && sel % 4 != 0 {
+        let chosen = if !validating.is_empty() && !sel.is_multiple_of(4) {
             Self::pick(validating, sel)
         } else {
             Self::pick(subs, sel)
         };
         Ok(chosen.map_or_else(|| "sub-bogus".into(), |s| s.submission_id))
+    }
+
+    fn validating_submissions(&self, ix: usize) -> Result<Vec<String>, TestCaseError> {
+        let mut out = Vec::new();
+        for i in store_err(
+            "interactions",
+            self.store.interactions(Some(&self.runs[ix].id), None),
+        )? {
+            for sub in store_err("submissions", self.store.submissions(&i.interaction_id))? {
+                if sub.state == "validating" {
+                    out.push(sub.submission_id);
+                }
+            }
+        }
+        Ok(out)
     }
 
     fn snapshot(&self) -> Result<Before, TestCaseError> {
@@ -534,8 +601,14 @@ impl Harness {
             claims.push(store_err("claim_info", self.store.claim_info(&r.id))?);
             runs.push(store_err("run", self.store.run(&r.id))?);
         }
+        // Only the fencing property compares whole-database dumps.
+        let dump = if self.checks.fencing {
+            store_err("dump", self.store.canonical_dump())?
+        } else {
+            String::new()
+        };
         Ok(Before {
-            dump: store_err("dump", self.store.canonical_dump())?,
+            dump,
             now: self.now(),
             claims,
             runs,
@@ -543,6 +616,190 @@ impl Harness {
     }
 
     // ----- executing one command ------------------------------------------------------------
+
+    /// Turns a [`Cmd::Progress`] into the concrete command that moves the run on from its
+    /// stored state; every other command is returned as it is.
+    fn resolve(&self, cmd: &Cmd, before: &Before) -> Result<Cmd, TestCaseError> {
+        let Cmd::Progress { run, choice } = *cmd else {
+            return Ok(cmd.clone());
+        };
+        let ix = self.run_ix(run, before);
+        // A selector that `run_ix` resolves to exactly this run.
+        let sel = u8::try_from(ix * 4 + 3).unwrap_or(3);
+        let rec = &before.runs[ix];
+        let info = &before.claims[ix];
+        let now = before.now;
+        let c = choice;
+        // A live claim on an idle run is an operator's control claim: let it lapse, use it to
+        // cancel, or run a host sweep while it is held.
+        let under_control = |c: u8| match c % 4 {
+            0 => Cmd::Jump {
+                ms: info
+                    .expires_at
+                    .map_or(1, |e| (e - now).clamp(1, 2 * LEASE_MS)),
+            },
+            1 => Cmd::Cancel {
+                run: sel,
+                via: CancelVia::Claim,
+            },
+            2 => Cmd::ExpireDue,
+            _ => Cmd::RecoverExpired,
+        };
+        Ok(match rec.status {
+            // Now and then an operator steps in on a run nobody holds.
+            RunStatus::Waiting | RunStatus::Queued if c % 8 == 7 && !live(info, now) => {
+                Cmd::ControlClaim { run: sel }
+            }
+            // An expired running run: the host's expiry sweep or an operator's cancellation
+            // (otherwise the old owner carries on and is refused).
+            RunStatus::Running if !live(info, now) && c % 4 == 0 => Cmd::RecoverExpired,
+            RunStatus::Running if !live(info, now) && c % 4 == 1 => Cmd::Cancel {
+                run: sel,
+                via: CancelVia::Control,
+            },
+            RunStatus::Queued if rec.paused => Cmd::Resume {
+                run: sel,
+                wrong_fence: false,
+            },
+            RunStatus::Queued if live(info, now) => under_control(c),
+            RunStatus::Queued => Cmd::Activate { run: sel },
+            RunStatus::Running => {
+                let attempts = store_err("attempts", self.store.attempts(&rec.run_id))?;
+                let open = attempts.iter().any(|a| {
+                    Some(&a.attempt_id) == rec.current_attempt.as_ref() && a.status == "running"
+                });
+                let mut validating = false;
+                for i in store_err(
+                    "interactions",
+                    self.store.interactions(Some(&rec.run_id), None),
+                )? {
+                    validating |= i.status == "validating";
+                }
+                let effects = store_err("effects", self.store.effects(&rec.run_id))?;
+                let index_of = |state: &str| {
+                    effects
+                        .iter()
+                        .position(|e| e.state == state)
+                        .and_then(|i| u8::try_from(i).ok())
+                };
+                if validating && c % 4 != 0 {
+                    // A validation child settles the submission (`pick` odd: a validating one).
+                    Cmd::Settle {
+                        run: sel,
+                        pick: 1,
+                        accept: c % 3 != 0,
+                    }
+                } else if !open {
+                    Cmd::NodeStarted {
+                        run: sel,
+                        node: c % 15,
+                    }
+                } else {
+                    match c % 16 {
+                        0..=4 => Cmd::Transition {
+                            run: sel,
+                            attempt: AttemptPick::Current,
+                            outcome: c / 16,
+                            node: c / 5,
+                        },
+                        5 => Cmd::Wait {
+                            run: sel,
+                            attempt: AttemptPick::Current,
+                            human: c % 2 == 0,
+                        },
+                        6 => Cmd::RequestInteraction {
+                            run: sel,
+                            attempt: AttemptPick::Current,
+                            deadline_ms: (c % 3 != 0).then_some(u32::from(c) * 100 + 1),
+                        },
+                        7 | 8 => Cmd::Reserve {
+                            run: sel,
+                            key: c % 3,
+                            contract: c / 16,
+                            other_fingerprint: false,
+                        },
+                        9 | 10 => match index_of("reserved") {
+                            Some(pick) => Cmd::Applying { run: sel, pick },
+                            None => Cmd::Reserve {
+                                run: sel,
+                                key: c % 3,
+                                contract: c / 16,
+                                other_fingerprint: false,
+                            },
+                        },
+                        11 | 12 => match (index_of("applying"), index_of("reserved")) {
+                            (Some(pick), _) => Cmd::SettleEffect {
+                                run: sel,
+                                pick,
+                                applied: c % 3 != 0,
+                            },
+                            (None, Some(pick)) => Cmd::Applying { run: sel, pick },
+                            (None, None) => Cmd::Notify { run: sel },
+                        },
+                        13 => Cmd::Complete {
+                            run: sel,
+                            attempt: AttemptPick::Current,
+                        },
+                        14 if c % 3 == 0 => Cmd::Fail {
+                            run: sel,
+                            with_attempt: c % 2 == 0,
+                            timed_out: c % 5 == 0,
+                        },
+                        14 => Cmd::Park {
+                            run: sel,
+                            delay_ms: (c % 2 == 0).then_some(u32::from(c) * 10),
+                        },
+                        _ => Cmd::ChildLost { run: sel },
+                    }
+                }
+            }
+            RunStatus::Waiting if live(info, now) => under_control(c),
+            RunStatus::Waiting => {
+                let decisions = store_err("decisions", self.store.decisions(&rec.run_id))?;
+                let interactions = store_err(
+                    "interactions",
+                    self.store.interactions(Some(&rec.run_id), None),
+                )?;
+                let pending_decision = decisions.iter().position(|d| d.status == "pending");
+                let pending_interaction = interactions.iter().position(|i| i.status == "pending");
+                match (pending_decision, pending_interaction) {
+                    (Some(pick), _) => Cmd::Answer {
+                        run: sel,
+                        pick: u8::try_from(pick).unwrap_or(0),
+                        by_model: c % 8 == 0,
+                    },
+                    (None, Some(pick)) => {
+                        let interaction = &interactions[pick];
+                        let pick = u8::try_from(pick).unwrap_or(0);
+                        match interaction.deadline_at {
+                            Some(d) if d <= now && c % 4 != 3 => {
+                                Cmd::ExpireInteraction { run: sel, pick }
+                            }
+                            Some(d) if c % 4 == 1 => Cmd::Jump {
+                                ms: (d - now).clamp(1, 2 * LEASE_MS),
+                            },
+                            _ => Cmd::Submit {
+                                run: sel,
+                                pick,
+                                stale_attempt: false,
+                                key: (c % 2 == 0).then_some(c % 3),
+                                payload: c % 2,
+                            },
+                        }
+                    }
+                    (None, None) => Cmd::Cancel {
+                        run: sel,
+                        via: CancelVia::Unclaimed,
+                    },
+                }
+            }
+            RunStatus::Review => Cmd::Cancel {
+                run: sel,
+                via: CancelVia::Control,
+            },
+            _ => Cmd::Start,
+        })
+    }
 
     fn exec(&mut self, cmd: &Cmd, before: &Before) -> Result<Outcome, TestCaseError> {
         let now = before.now;
@@ -555,17 +812,35 @@ impl Harness {
                 Outcome::of(Some(self.runs.len() - 1), Ok(()))
             }
             Cmd::Activate { run } => {
-                let ix = self.run_ix(run);
+                let ix = self.run_ix(run, before);
                 let id = self.id(ix);
                 let host = self.host.clone();
+                let validating = self.validating_submissions(ix)?;
                 let r = self.store.write(|w| w.activate(&id, &host));
+                if self.checks.handoffs {
+                    if let Ok(act) = &r {
+                        // A submission recorded as validating is what the next child validates.
+                        let expected = validating.first();
+                        let got = match &act.resume {
+                            Resume::Validate { submission_id, .. } => Some(submission_id),
+                            _ => None,
+                        };
+                        ensure!(
+                            validating.len() <= 1 && got == expected,
+                            "run {ix} was activated to resume {:?} (mode {}) while submissions \
+                             {validating:?} were validating",
+                            act.resume,
+                            act.mode
+                        );
+                    }
+                }
                 let new_claim = r.as_ref().ok().map(|a| a.claim.clone());
                 let mut out = Outcome::of(Some(ix), r).unclaimed();
                 out.new_claim = new_claim;
                 out
             }
             Cmd::ControlClaim { run } => {
-                let ix = self.run_ix(run);
+                let ix = self.run_ix(run, before);
                 let id = self.id(ix);
                 let r = self.store.write(|w| w.control_claim(&id, CONTROL));
                 let new_claim = r.as_ref().ok().cloned();
@@ -574,7 +849,7 @@ impl Harness {
                 out
             }
             Cmd::NodeStarted { run, node } => {
-                let ix = self.run_ix(run);
+                let ix = self.run_ix(run, before);
                 let Some(claim) = self.latest_claim(ix) else {
                     return Ok(Outcome::skipped());
                 };
@@ -596,7 +871,7 @@ impl Harness {
                 outcome,
                 node,
             } => {
-                let ix = self.run_ix(run);
+                let ix = self.run_ix(run, before);
                 let Some(claim) = self.latest_claim(ix) else {
                     return Ok(Outcome::skipped());
                 };
@@ -624,7 +899,7 @@ impl Harness {
                 attempt,
                 human,
             } => {
-                let ix = self.run_ix(run);
+                let ix = self.run_ix(run, before);
                 let Some(claim) = self.latest_claim(ix) else {
                     return Ok(Outcome::skipped());
                 };
@@ -644,7 +919,7 @@ impl Harness {
                 pick,
                 by_model,
             } => {
-                let ix = self.run_ix(run);
+                let ix = self.run_ix(run, before);
                 let decisions = store_err("decisions", self.store.decisions(&self.runs[ix].id))?;
                 let Some(decision) = Self::pick(decisions, pick) else {
                     return Ok(Outcome::skipped());
@@ -657,7 +932,10 @@ impl Harness {
                 let r = self
                     .store
                     .write(|w| w.answer_decision(&decision.decision_id, &json!("yes"), by));
-                if by_model && decision.kind == DecisionKind::HumanDecision.as_str() {
+                if self.checks.fencing
+                    && by_model
+                    && decision.kind == DecisionKind::HumanDecision.as_str()
+                {
                     ensure!(
                         matches!(r, Err(StoreError::Forbidden(_))),
                         "the model answered protected human decision {}: {r:?}",
@@ -671,7 +949,7 @@ impl Harness {
                 attempt,
                 deadline_ms,
             } => {
-                let ix = self.run_ix(run);
+                let ix = self.run_ix(run, before);
                 let Some(claim) = self.latest_claim(ix) else {
                     return Ok(Outcome::skipped());
                 };
@@ -700,7 +978,7 @@ impl Harness {
                 key,
                 payload,
             } => {
-                let ix = self.run_ix(run);
+                let ix = self.run_ix(run, before);
                 let interactions = store_err(
                     "interactions",
                     self.store.interactions(Some(&self.runs[ix].id), None),
@@ -728,7 +1006,7 @@ impl Harness {
                 Outcome::of(Some(ix), r).unclaimed().stale_attempt(stale)
             }
             Cmd::Settle { run, pick, accept } => {
-                let ix = self.run_ix(run);
+                let ix = self.run_ix(run, before);
                 let Some(claim) = self.latest_claim(ix) else {
                     return Ok(Outcome::skipped());
                 };
@@ -742,7 +1020,7 @@ impl Harness {
                 Outcome::of(Some(ix), r).fenced(&claim)
             }
             Cmd::ExpireInteraction { run, pick } => {
-                let ix = self.run_ix(run);
+                let ix = self.run_ix(run, before);
                 let interactions = store_err(
                     "interactions",
                     self.store.interactions(Some(&self.runs[ix].id), None),
@@ -756,7 +1034,7 @@ impl Harness {
                 Outcome::of(Some(ix), r).unclaimed()
             }
             Cmd::Pause { run, wrong_fence } | Cmd::Resume { run, wrong_fence } => {
-                let ix = self.run_ix(run);
+                let ix = self.run_ix(run, before);
                 let id = self.id(ix);
                 let pause = matches!(cmd, Cmd::Pause { .. });
                 let held = live(&before.claims[ix], now);
@@ -785,7 +1063,7 @@ impl Harness {
                 }
             }
             Cmd::Park { run, delay_ms } => {
-                let ix = self.run_ix(run);
+                let ix = self.run_ix(run, before);
                 let Some(claim) = self.latest_claim(ix) else {
                     return Ok(Outcome::skipped());
                 };
@@ -794,7 +1072,7 @@ impl Harness {
                 Outcome::of(Some(ix), r).fenced(&claim)
             }
             Cmd::Complete { run, attempt } => {
-                let ix = self.run_ix(run);
+                let ix = self.run_ix(run, before);
                 let Some(claim) = self.latest_claim(ix) else {
                     return Ok(Outcome::skipped());
                 };
@@ -814,7 +1092,7 @@ impl Harness {
                 with_attempt,
                 timed_out,
             } => {
-                let ix = self.run_ix(run);
+                let ix = self.run_ix(run, before);
                 let Some(claim) = self.latest_claim(ix) else {
                     return Ok(Outcome::skipped());
                 };
@@ -836,7 +1114,7 @@ impl Harness {
                 Outcome::of(Some(ix), r).fenced(&claim)
             }
             Cmd::Cancel { run, via } => {
-                let ix = self.run_ix(run);
+                let ix = self.run_ix(run, before);
                 let id = self.id(ix);
                 match via {
                     CancelVia::Claim => {
@@ -868,7 +1146,7 @@ impl Harness {
                 }
             }
             Cmd::ChildLost { run } => {
-                let ix = self.run_ix(run);
+                let ix = self.run_ix(run, before);
                 let Some(claim) = self.latest_claim(ix) else {
                     return Ok(Outcome::skipped());
                 };
@@ -877,7 +1155,7 @@ impl Harness {
             }
             Cmd::RecoverExpired => {
                 let r = self.store.write(|w| w.recover_expired());
-                if let Ok(recovered) = &r {
+                if let (Ok(recovered), true) = (&r, self.checks.sweeps) {
                     for rec in recovered {
                         let ix = self.runs.iter().position(|m| m.id == rec.run_id);
                         let Some(ix) = ix else {
@@ -894,11 +1172,11 @@ impl Harness {
                         );
                     }
                 }
-                Outcome::of(None, r)
+                Outcome::of(None, r).sweep()
             }
             Cmd::ExpireDue => {
                 let r = self.store.write(|w| w.expire_due_interactions());
-                if let Ok(ids) = &r {
+                if let (Ok(ids), true) = (&r, self.checks.sweeps) {
                     for id in ids {
                         let i = store_err("interactions", self.store.interactions(None, None))?
                             .into_iter()
@@ -920,7 +1198,7 @@ impl Harness {
                     w.begin_host_epoch(std::process::id())?;
                     w.recover_runs_of_dead_hosts(&host)
                 });
-                if let Ok(recovered) = &r {
+                if let (Ok(recovered), true) = (&r, self.checks.sweeps) {
                     for rec in recovered {
                         let Some(ix) = self.runs.iter().position(|m| m.id == rec.run_id) else {
                             return Err(TestCaseError::fail(format!(
@@ -946,7 +1224,7 @@ impl Harness {
                 contract,
                 other_fingerprint,
             } => {
-                let ix = self.run_ix(run);
+                let ix = self.run_ix(run, before);
                 let Some(claim) = self.latest_claim(ix) else {
                     return Ok(Outcome::skipped());
                 };
@@ -960,7 +1238,7 @@ impl Harness {
                 Outcome::of(Some(ix), r).fenced(&claim)
             }
             Cmd::Applying { run, pick } => {
-                let ix = self.run_ix(run);
+                let ix = self.run_ix(run, before);
                 let Some(claim) = self.latest_claim(ix) else {
                     return Ok(Outcome::skipped());
                 };
@@ -969,7 +1247,7 @@ impl Harness {
                 Outcome::of(Some(ix), r).fenced(&claim)
             }
             Cmd::SettleEffect { run, pick, applied } => {
-                let ix = self.run_ix(run);
+                let ix = self.run_ix(run, before);
                 let Some(claim) = self.latest_claim(ix) else {
                     return Ok(Outcome::skipped());
                 };
@@ -989,7 +1267,7 @@ impl Harness {
                 Outcome::of(Some(ix), r).fenced(&claim)
             }
             Cmd::Heartbeat { run } => {
-                let ix = self.run_ix(run);
+                let ix = self.run_ix(run, before);
                 let Some(claim) = self.latest_claim(ix) else {
                     return Ok(Outcome::skipped());
                 };
@@ -997,7 +1275,7 @@ impl Harness {
                 Outcome::of(Some(ix), r).fenced(&claim)
             }
             Cmd::SendToReview { run } => {
-                let ix = self.run_ix(run);
+                let ix = self.run_ix(run, before);
                 let Some(claim) = self.latest_claim(ix) else {
                     return Ok(Outcome::skipped());
                 };
@@ -1007,7 +1285,7 @@ impl Harness {
                 Outcome::of(Some(ix), r).fenced(&claim)
             }
             Cmd::Notify { run } => {
-                let ix = self.run_ix(run);
+                let ix = self.run_ix(run, before);
                 let Some(claim) = self.latest_claim(ix) else {
                     return Ok(Outcome::skipped());
                 };
@@ -1022,7 +1300,7 @@ impl Harness {
                 op,
                 forge,
             } => {
-                let ix = self.run_ix(run);
+                let ix = self.run_ix(run, before);
                 let stored = before.claims[ix].generation;
                 let claim = if forge {
                     // The current generation and owner, but a token nobody was given.
@@ -1056,11 +1334,14 @@ impl Harness {
                 Outcome::of(None, Ok(()))
             }
             Cmd::JumpToExpiry { run } => {
-                let ix = self.run_ix(run);
+                let ix = self.run_ix(run, before);
                 if let Some(e) = before.claims[ix].expires_at.filter(|e| *e >= now) {
                     self.clock.set(e);
                 }
                 Outcome::of(None, Ok(()))
+            }
+            Cmd::Progress { .. } => {
+                return Err(TestCaseError::fail("Progress is resolved before it runs"));
             }
         })
     }
@@ -1139,6 +1420,15 @@ impl Harness {
         if self.checks.stale_typed {
             if let (Some(ix), Some(c)) = (out.run, &out.claim) {
                 let stored = before.claims.get(ix).map_or(0, |i| i.generation);
+                if out.forged {
+                    ensure!(
+                        matches!(out.result, Err(StoreError::ClaimLost { .. })),
+                        "a forged token of generation {} ({} run) got {:?} instead of ClaimLost",
+                        c.generation,
+                        before.runs[ix].status,
+                        out.result
+                    );
+                }
                 if c.generation < stored {
                     ensure!(
                         matches!(
@@ -1164,6 +1454,9 @@ impl Harness {
                 out.result
             );
         }
+        if self.checks.handoffs {
+            self.check_work_in_flight()?;
+        }
         if self.checks.projection {
             self.check_projection()?;
         }
@@ -1184,6 +1477,24 @@ impl Harness {
         let dump_unchanged = || -> Result<bool, TestCaseError> {
             Ok(store_err("dump", self.store.canonical_dump())? == before.dump)
         };
+        // A claim loss adds no event and writes no status (terminal or other) to any run.
+        if let Err(StoreError::ClaimLost { reason, .. }) = &out.result {
+            for (ix, pre) in before.runs.iter().enumerate() {
+                let run = store_err("run", self.store.run(&pre.run_id))?;
+                let events = store_err("events", self.store.events(&pre.run_id, 0))?.len();
+                ensure!(
+                    run.status == pre.status
+                        && run.revision == pre.revision
+                        && events as u64 == pre.revision,
+                    "{cmd:?} lost its claim ({reason}) but run {ix} went from {} at revision {} \
+                     to {} at revision {} with {events} events",
+                    pre.status,
+                    pre.revision,
+                    run.status,
+                    run.revision
+                );
+            }
+        }
         // A refused write changes nothing (one transaction, rolled back as a whole). This
         // covers every claim loss: no event, no terminal status, no renewal.
         if let Err(e) = &out.result {
@@ -1337,6 +1648,41 @@ impl Harness {
         if matches!(cmd, Cmd::Jump { .. } | Cmd::JumpToExpiry { .. }) {
             self.check_expired_claims_cannot_renew(now)?;
         }
+        self.check_at_most_one_claim_passes(now)
+    }
+
+    /// Of all the claims ever handed out for a run, at most one passes the fence, and one does
+    /// exactly when `claim_info` shows a live claim. Probed with heartbeats in a transaction
+    /// that is rolled back, so the probe changes nothing.
+    fn check_at_most_one_claim_passes(&mut self, now: i64) -> Result<(), TestCaseError> {
+        for ix in 0..self.runs.len() {
+            let claims = self.runs[ix].claims.clone();
+            if claims.is_empty() {
+                continue;
+            }
+            let mut passed = Vec::new();
+            let probe = self.store.write(|w| {
+                for c in &claims {
+                    if w.savepoint(|w| w.heartbeat(c)).is_ok() {
+                        passed.push(c.generation);
+                    }
+                }
+                Err::<(), _>(StoreError::InvalidInput("probe: roll back".into()))
+            });
+            ensure!(
+                matches!(probe, Err(StoreError::InvalidInput(_))),
+                "run {ix}: the fence probe failed: {probe:?}"
+            );
+            let info = store_err("claim_info", self.store.claim_info(&self.runs[ix].id))?;
+            ensure!(
+                passed.len() <= 1,
+                "run {ix}: claims of generations {passed:?} all pass the fence"
+            );
+            ensure!(
+                passed.len() == usize::from(live(&info, now)),
+                "run {ix}: claims passing the fence {passed:?} but the stored claim is {info:?} at {now}"
+            );
+        }
         Ok(())
     }
 
@@ -1374,6 +1720,58 @@ impl Harness {
                 after == info && store_err("dump", self.store.canonical_dump())? == dump,
                 "run {ix}: an expired claim renewed itself: {info:?} -> {after:?}"
             );
+        }
+        Ok(())
+    }
+
+    /// Work in flight when a run changes hands is never silently dropped (plan Parts 7 and 8):
+    /// - a validating submission belongs to the run's current attempt, and the run is queued
+    ///   for its validation child, running it, or stopped for review;
+    /// - an effect applying under the `never` contract exists only while a child runs the run
+    ///   (or the run is stopped for review): once the claim is released without a receipt it
+    ///   must be uncertain.
+    fn check_work_in_flight(&self) -> Result<(), TestCaseError> {
+        for ix in 0..self.runs.len() {
+            let run = store_err("run", self.store.run(&self.runs[ix].id))?;
+            let interactions = store_err(
+                "interactions",
+                self.store.interactions(Some(&run.run_id), None),
+            )?;
+            for i in &interactions {
+                for sub in store_err("submissions", self.store.submissions(&i.interaction_id))? {
+                    if sub.state != "validating" {
+                        continue;
+                    }
+                    ensure!(
+                        i.status == "validating"
+                            && run.current_attempt.as_ref() == Some(&i.attempt_id)
+                            && matches!(
+                                run.status,
+                                RunStatus::Queued | RunStatus::Running | RunStatus::Review
+                            ),
+                        "run {ix} is {} at attempt {:?} while submission {} of interaction {} \
+                         ({}, attempt {}) is still validating",
+                        run.status,
+                        run.current_attempt,
+                        sub.submission_id,
+                        i.interaction_id,
+                        i.status,
+                        i.attempt_id
+                    );
+                }
+            }
+            for e in store_err("effects", self.store.effects(&run.run_id))? {
+                ensure!(
+                    !(e.state == "applying"
+                        && e.retry_contract == RetryContract::Never.as_str()
+                        && !matches!(run.status, RunStatus::Running | RunStatus::Review)),
+                    "run {ix} is {} while effect {} ({}, contract never) is still applying \
+                     with no child and no receipt",
+                    run.status,
+                    e.effect_key,
+                    e.effect_id
+                );
+            }
         }
         Ok(())
     }
@@ -1476,12 +1874,21 @@ fn print_stats(property: &str) {
 
 fn run_sequence(max_runs: usize, cmds: &[Cmd], checks: Checks) -> Result<(), TestCaseError> {
     let mut h = Harness::new(max_runs, checks)?;
+    let mut executed = Vec::new();
     for (step, cmd) in cmds.iter().enumerate() {
         let before = h.snapshot()?;
-        let out = h.exec(cmd, &before)?;
-        record(cmd, &out);
-        h.check(cmd, &before, &out)
-            .map_err(|e| TestCaseError::fail(format!("after step {step} ({cmd:?}): {e}")))?;
+        let cmd = h.resolve(cmd, &before)?;
+        executed.push(format!("{step}: {cmd:?}"));
+        let result = h.exec(&cmd, &before).and_then(|out| {
+            record(&cmd, &out);
+            h.check(&cmd, &before, &out)
+        });
+        if let Err(e) = result {
+            return Err(TestCaseError::fail(format!(
+                "after step {step} ({cmd:?}): {e}\ncommands as executed:\n  {}",
+                executed.join("\n  ")
+            )));
+        }
     }
     Ok(())
 }
@@ -1506,6 +1913,7 @@ const NONE: Checks = Checks {
     projection: false,
     diagnose: false,
     sweeps: false,
+    handoffs: false,
 };
 
 /// Runs one property over 256 random sequences of up to 60 commands against 1–3 runs.
@@ -1533,7 +1941,7 @@ fn fencing() {
     );
 }
 
-/// A writer with an older generation's claim is told `ClaimLost`, whatever
+/// A writer with an older generation's claim (or a forged token) is told `ClaimLost`, whatever
 /// the run's state, so it stops quietly instead of treating the refusal as a crash.
 #[test]
 fn stale_writers_get_claim_lost() {
@@ -1566,6 +1974,19 @@ fn sweeps_never_fail() {
         "sweeps_never_fail",
         Checks {
             sweeps: true,
+            ..NONE
+        },
+    );
+}
+
+/// A validating submission or an effect being applied is never dropped when the run parks,
+/// waits, moves on or loses its child (plan Parts 7 and 8).
+#[test]
+fn work_in_flight_survives_handoffs() {
+    check_property(
+        "work_in_flight_survives_handoffs",
+        Checks {
+            handoffs: true,
             ..NONE
         },
     );

@@ -180,7 +180,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Cmd::Host(HostCmd::Serve) => {
             init_logging();
-            match piw_core::host::serve(HostConfig::new(paths)) {
+            match piw_core::host::serve(HostConfig::from_env(paths)) {
                 Ok(()) => Ok(()),
                 Err(e @ HostError::AlreadyRunning { .. }) => Err(CliError::Runtime(e.to_string())),
                 Err(e) => Err(e.into()),

@@ -10,7 +10,7 @@ use tokio::net::UnixStream;
 use tokio::sync::{broadcast, oneshot, watch};
 
 use super::dispatch;
-use super::store_thread::{Job, RunEvent};
+use super::store_thread::{Job, RunEvent, StoreMsg};
 use super::HostShared;
 use crate::protocol::{
     encode_frame, Event, FrameDecoder, Receipt, Rejection, RejectionCode, Request, RequestBody,
@@ -62,12 +62,14 @@ pub async fn serve(
     // subscribed, and the store thread publishes only while someone listens.
     let mut events: Option<broadcast::Receiver<RunEvent>> = None;
     let mut subscriptions: HashMap<String, (Option<String>, Option<String>)> = HashMap::new();
+    // The run and generation this connection speaks for, after a successful worker.hello.
+    let mut worker: Option<(String, u64)> = None;
     let mut buf = vec![0u8; 64 * 1024];
     let close = loop {
         // Serve every complete frame already buffered.
         match decoder.next_frame() {
             Ok(Some(body)) => {
-                let frame = handle_frame(&body, &shared, &mut subscriptions).await;
+                let frame = handle_frame(&body, &shared, &mut subscriptions, &mut worker).await;
                 if subscriptions.is_empty() {
                     events = None;
                 } else if events.is_none() {
@@ -182,6 +184,7 @@ async fn handle_frame(
     body: &[u8],
     shared: &HostShared,
     subscriptions: &mut HashMap<String, (Option<String>, Option<String>)>,
+    worker: &mut Option<(String, u64)>,
 ) -> Result<ServerFrame, Undecodable> {
     let request = match Request::decode(body, &shared.limits) {
         Ok(r) => r,
@@ -238,13 +241,10 @@ async fn handle_frame(
                 ))
             }))
         }
-        body if request.is_worker() => {
-            let _ = body;
-            Ok(answer(Err(Rejection::new(
-                RejectionCode::Unauthorized,
-                "no child holds a matching launch token on this host",
-            ))))
-        }
+        _ if request.is_worker() && !worker_may_send(&request, worker) => Ok(answer(Err(Rejection::new(
+            RejectionCode::Unauthorized,
+            "a worker connection must start with worker.hello and speak only for its own run and generation",
+        )))),
         body => {
             let start = match body {
                 RequestBody::RunStart(start) => match dispatch::prepare_start(start) {
@@ -259,7 +259,9 @@ async fn handle_frame(
                 start,
                 reply: tx,
             };
-            if shared.jobs.send(job).is_err() {
+            let hello = matches!(job.request.body, RequestBody::WorkerHello(_))
+                .then(|| (job.request.run_id.clone(), job.request.generation));
+            if shared.jobs.send(StoreMsg::Request(job)).is_err() {
                 return Ok(answer(Err(Rejection::new(
                     RejectionCode::HostShuttingDown,
                     "host is stopping",
@@ -271,7 +273,26 @@ async fn handle_frame(
                     "host is stopping",
                 ))
             });
+            if let (Some((Some(run_id), Some(generation))), Ok(receipt)) = (hello, &result) {
+                if receipt.body.get("stop").is_none() {
+                    *worker = Some((run_id, generation));
+                }
+            }
             Ok(answer(result))
         }
+    }
+}
+
+/// A worker request is allowed on a connection that said hello for the same run and
+/// generation; `worker.hello` itself only on a connection that has not.
+fn worker_may_send(request: &Request, worker: &Option<(String, u64)>) -> bool {
+    match (&request.body, worker) {
+        (RequestBody::WorkerHello(_), None) => true,
+        (RequestBody::WorkerHello(_), Some(_)) => false,
+        (_, Some((run_id, generation))) => {
+            request.run_id.as_deref() == Some(run_id.as_str())
+                && request.generation == Some(*generation)
+        }
+        (_, None) => false,
     }
 }

@@ -19,8 +19,22 @@ pub const MESSAGE_CLAIM_LEASE_MS: i64 = 60_000;
 pub struct HostState {
     /// The owner id of this host's claims (`host-epoch-N`).
     pub owner_id: String,
-    /// Claims this host holds, by run id (filled by the supervisor when children run).
+    /// This host's epoch.
+    pub epoch: i64,
+    /// Claims this host holds, by run id (one per running run with a child).
     pub claims: HashMap<String, Claim>,
+    /// Launched children, by run id.
+    pub children: HashMap<String, super::children::ChildEntry>,
+    /// Parsed graph snapshots of runs with children.
+    pub graphs: HashMap<String, crate::graph::Graph>,
+    /// When each held claim was last renewed (by a write or a heartbeat).
+    pub renewed_at: HashMap<String, i64>,
+    pub child_config: super::children::ChildConfig,
+    /// The supervisor's command channel; `None` once the host is stopping.
+    pub supervisor: Option<tokio::sync::mpsc::UnboundedSender<super::supervisor::SupervisorCmd>>,
+    /// The socket children connect to.
+    pub socket_path: std::path::PathBuf,
+    pub shutting_down: bool,
 }
 
 /// The stable protocol code for a store error.

@@ -6,10 +6,12 @@
 //! ([`conn`]); a dedicated store thread ([`store_thread`]) owns the SQLite connection and
 //! commits commands in batches. They talk over a channel; replies go back on oneshots.
 
+pub mod children;
 pub mod conn;
 pub mod dispatch;
 pub mod fault;
 pub mod store_thread;
+pub mod supervisor;
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
@@ -26,7 +28,7 @@ use crate::protocol::{Limits, Receipt, Request, RequestBody};
 use crate::store::{Store, StoreConfig, StoreError, SCHEMA_ID};
 use dispatch::HostState;
 use fault::FaultPlan;
-use store_thread::{Job, RunEvent};
+use store_thread::{Job, RunEvent, StoreMsg};
 
 /// How a host is set up.
 #[derive(Debug, Clone)]
@@ -39,6 +41,8 @@ pub struct HostConfig {
     pub expected_uid: u32,
     /// How long a graceful stop waits for connections to finish their in-flight request.
     pub drain_timeout: Duration,
+    /// Runtimes, limits and timeouts of children.
+    pub children: children::ChildConfig,
 }
 
 impl HostConfig {
@@ -50,7 +54,39 @@ impl HostConfig {
             limits: Limits::default(),
             expected_uid: crate::paths::current_uid(),
             drain_timeout: Duration::from_secs(5),
+            children: children::ChildConfig::default(),
         }
+    }
+
+    /// Defaults, adjusted by the environment:
+    /// `PIW_RUNTIMES` (`suffix=program args;...`), `PIW_MAX_CHILDREN`,
+    /// `PIW_HANDSHAKE_TIMEOUT_MS`, `PIW_KILL_GRACE_MS`, `PIW_LEASE_MS`,
+    /// `PIW_CHILD_CPU_SECONDS`, `PIW_CHILD_MEMORY_BYTES`.
+    pub fn from_env(paths: PiwPaths) -> Self {
+        let mut config = Self::new(paths);
+        let num = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        };
+        if let Ok(spec) = std::env::var("PIW_RUNTIMES") {
+            config.children.runtimes = children::parse_runtimes(&spec);
+        }
+        if let Some(n) = num("PIW_MAX_CHILDREN") {
+            config.children.max_children = usize::try_from(n.max(1)).unwrap_or(usize::MAX);
+        }
+        if let Some(ms) = num("PIW_HANDSHAKE_TIMEOUT_MS") {
+            config.children.handshake_timeout = Duration::from_millis(ms);
+        }
+        if let Some(ms) = num("PIW_KILL_GRACE_MS") {
+            config.children.kill_grace = Duration::from_millis(ms);
+        }
+        if let Some(ms) = num("PIW_LEASE_MS") {
+            config.store.lease_ms = i64::try_from(ms.max(100)).unwrap_or(i64::MAX);
+        }
+        config.children.cpu_seconds = num("PIW_CHILD_CPU_SECONDS");
+        config.children.memory_bytes = num("PIW_CHILD_MEMORY_BYTES");
+        config
     }
 }
 
@@ -77,7 +113,7 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> HostError {
 /// What connection tasks share.
 #[derive(Clone)]
 pub struct HostShared {
-    pub(crate) jobs: std::sync::mpsc::Sender<Job>,
+    pub(crate) jobs: std::sync::mpsc::Sender<StoreMsg>,
     pub(crate) events: broadcast::Sender<RunEvent>,
     pub(crate) limits: Limits,
     pub(crate) expected_uid: u32,
@@ -99,11 +135,11 @@ impl HostShared {
         let (tx, rx) = oneshot::channel();
         let counts = if self
             .jobs
-            .send(Job {
+            .send(StoreMsg::Request(Job {
                 request: Request::new("host-status", RequestBody::HostStatus),
                 start: None,
                 reply: tx,
-            })
+            }))
             .is_ok()
         {
             rx.await
@@ -191,6 +227,7 @@ pub fn serve(config: HostConfig) -> Result<(), HostError> {
             "startup recovery requeued runs of earlier hosts"
         );
     }
+    cleanup_orphans(&mut store, epoch, config.children.kill_grace)?;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -198,6 +235,22 @@ pub fn serve(config: HostConfig) -> Result<(), HostError> {
         .build()
         .map_err(io_err("cannot start the async runtime"))?;
     runtime.block_on(serve_async(config, store, epoch, owner_id))
+}
+
+/// Stops children that earlier hosts launched and never saw exit (checking each process's
+/// start time so a reused pid is never killed), and records their end.
+fn cleanup_orphans(store: &mut Store, epoch: i64, grace: Duration) -> Result<(), HostError> {
+    for orphan in store.orphan_children(epoch)? {
+        let outcome =
+            crate::supervise::kill_orphan_group(orphan.pid, orphan.process_start_time, grace);
+        tracing::info!(run_id = %orphan.run_id, pid = orphan.pid, ?outcome, "orphaned child of an earlier host");
+        let exit = crate::store::ChildExitRecord {
+            reason: format!("orphan of an earlier host: {outcome:?}"),
+            ..Default::default()
+        };
+        store.write(|w| w.record_child_exit(orphan.child_epoch, &exit))?;
+    }
+    Ok(())
 }
 
 async fn serve_async(
@@ -223,11 +276,21 @@ async fn serve_async(
     std::fs::set_permissions(&paths.socket, std::fs::Permissions::from_mode(0o600))
         .map_err(io_err("cannot restrict the socket to its user"))?;
 
-    let (jobs_tx, jobs_rx) = std::sync::mpsc::channel::<Job>();
+    let (jobs_tx, jobs_rx) = std::sync::mpsc::channel::<StoreMsg>();
     let (events, _) = broadcast::channel::<RunEvent>(1024);
+    let (supervisor_tx, supervisor_rx) = tokio::sync::mpsc::unbounded_channel();
+    let supervisor_task = tokio::spawn(supervisor::run(
+        supervisor_rx,
+        jobs_tx.clone(),
+        config.children.kill_grace,
+    ));
     let state = HostState {
         owner_id,
-        claims: Default::default(),
+        epoch,
+        child_config: config.children.clone(),
+        supervisor: Some(supervisor_tx),
+        socket_path: paths.socket.clone(),
+        ..HostState::default()
     };
     let thread_events = events.clone();
     let fault = FaultPlan::from_env();
@@ -295,6 +358,13 @@ async fn serve_async(
     {
         tracing::warn!("connections did not close in time; aborting them");
         connections.abort_all();
+    }
+    // Children: the store thread stops launching and closes the supervisor's channel; the
+    // supervisor stops every child's group and reports the exits, which leave each run
+    // resumable from its last committed boundary.
+    let _ = shared.jobs.send(StoreMsg::Shutdown);
+    if supervisor_task.await.is_err() {
+        tracing::error!("the supervisor task ended abnormally");
     }
     drop(shared);
     let joined = tokio::task::spawn_blocking(move || store_thread.join()).await;

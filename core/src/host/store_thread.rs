@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::sync::{broadcast, oneshot};
 
+use super::children;
 use super::dispatch::{self, HostState, PreparedStart};
 use super::fault::FaultPlan;
 use crate::protocol::{Receipt, Rejection, RejectionCode, Request, RequestBody};
@@ -19,6 +20,16 @@ use crate::store::{Store, StoreError};
 
 /// Most commands committed in one transaction.
 pub const MAX_BATCH: usize = 256;
+
+/// What the store thread receives.
+pub enum StoreMsg {
+    /// A request from a connection.
+    Request(Job),
+    /// A child started or exited.
+    Child(super::children::ChildReport),
+    /// The host is stopping: stop launching, let the supervisor stop every child.
+    Shutdown,
+}
 
 /// One request for the store thread.
 pub struct Job {
@@ -44,36 +55,62 @@ pub struct RunEvent {
 pub fn run(
     mut store: Store,
     mut state: HostState,
-    jobs: Receiver<Job>,
+    jobs: Receiver<StoreMsg>,
     events: broadcast::Sender<RunEvent>,
     fault: FaultPlan,
     epoch: i64,
 ) {
     loop {
-        let first = match next_due_timeout(&store) {
+        let first = match next_due_timeout(&store, &state) {
             Some(wait) => match jobs.recv_timeout(wait) {
-                Ok(job) => Some(job),
+                Ok(msg) => Some(msg),
                 Err(RecvTimeoutError::Timeout) => None,
                 Err(RecvTimeoutError::Disconnected) => break,
             },
             None => match jobs.recv() {
-                Ok(job) => Some(job),
+                Ok(msg) => Some(msg),
                 Err(_) => break,
             },
         };
         let Some(first) = first else {
-            // The deadline passed with no request in between.
+            // A deadline passed with no message in between.
             run_due_work(&mut store, &events);
+            children::due_child_work(&mut store, &mut state);
+            if !state.shutting_down {
+                children::schedule(&mut store, &mut state);
+            }
             continue;
         };
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
+        let mut msgs = vec![first];
+        while msgs.len() < MAX_BATCH {
             match jobs.try_recv() {
-                Ok(job) => batch.push(job),
+                Ok(msg) => msgs.push(msg),
                 Err(_) => break,
             }
         }
-        process_batch(&mut store, &mut state, batch, &events, &fault);
+        let mut batch = Vec::with_capacity(msgs.len());
+        let mut reports = Vec::new();
+        for msg in msgs {
+            match msg {
+                StoreMsg::Request(job) => batch.push(job),
+                StoreMsg::Child(report) => reports.push(report),
+                StoreMsg::Shutdown => {
+                    state.shutting_down = true;
+                    // Closing the channel makes the supervisor stop every child.
+                    state.supervisor = None;
+                }
+            }
+        }
+        if !batch.is_empty() {
+            process_batch(&mut store, &mut state, batch, &events, &fault);
+            children::forget_released_claims(&store, &mut state);
+        }
+        for report in reports {
+            children::on_child_report(&mut store, &mut state, report);
+        }
+        if !state.shutting_down {
+            children::schedule(&mut store, &mut state);
+        }
     }
     if let Err(e) = store.write(|w| w.end_host_epoch(epoch)) {
         tracing::error!(error = %e, "cannot record the host's clean stop");
@@ -81,18 +118,22 @@ pub fn run(
     tracing::debug!("store thread drained and stopped");
 }
 
-fn next_due_timeout(store: &Store) -> Option<Duration> {
-    match store.next_deadline() {
-        // A floor of 1 ms: a deadline that the due work could not clear must not spin.
-        Ok(Some(at)) => Some(Duration::from_millis(
-            u64::try_from(at - store.now_ms()).unwrap_or(0).max(1),
-        )),
-        Ok(None) => None,
+fn next_due_timeout(store: &Store, state: &HostState) -> Option<Duration> {
+    let store_deadline = match store.next_deadline() {
+        Ok(d) => d,
         Err(e) => {
             tracing::error!(error = %e, "cannot compute the next deadline; retrying in 1 s");
-            Some(Duration::from_secs(1))
+            return Some(Duration::from_secs(1));
         }
-    }
+    };
+    let at = [store_deadline, children::next_child_deadline(store, state)]
+        .into_iter()
+        .flatten()
+        .min()?;
+    // A floor of 1 ms: a deadline that the due work could not clear must not spin.
+    Some(Duration::from_millis(
+        u64::try_from(at - store.now_ms()).unwrap_or(0).max(1),
+    ))
 }
 
 /// Deadlines owned by the host: expired interactions and expired claims.
@@ -156,7 +197,11 @@ fn process_batch(
         for job in &writes {
             let result = dispatch::command_meta(&job.request).and_then(|meta| {
                 w.command(&meta, |w| {
-                    dispatch::apply_command(w, state, &job.request, job.start.as_ref())
+                    if job.request.is_worker() {
+                        children::apply_worker(w, state, &job.request)
+                    } else {
+                        dispatch::apply_command(w, state, &job.request, job.start.as_ref())
+                    }
                 })
                 .map_err(|e| dispatch::rejection_for(&e))
             });

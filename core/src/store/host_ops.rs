@@ -169,3 +169,129 @@ impl Store {
             .optional()?)
     }
 }
+
+impl WriteTx<'_> {
+    /// Records a child's progress message as an event (no other state changes).
+    pub fn progress(
+        &mut self,
+        claim: &super::Claim,
+        message: &str,
+        data: &Value,
+    ) -> StoreResult<()> {
+        self.fence(claim)?;
+        let run = self.run_row(&claim.run_id)?;
+        if run.status != super::RunStatus::Running {
+            return Err(super::lifecycle::invalid(
+                &claim.run_id,
+                super::Op::NodeStarted,
+                run.status,
+                format!("the run is {}", run.status),
+            ));
+        }
+        self.finish_run_write(
+            &claim.run_id,
+            "progress",
+            serde_json::json!({ "message": message, "data": data }),
+        )?;
+        Ok(())
+    }
+
+    /// The run's status.
+    pub fn run_status(&self, run_id: &str) -> StoreResult<super::RunStatus> {
+        Ok(self.run_row(run_id)?.status)
+    }
+
+    /// The run's input, stored graph snapshot and mounted sources.
+    pub fn run_payload(&self, run_id: &str) -> StoreResult<(Value, Option<Value>, Value)> {
+        let (input, definition, mounted): (String, Option<String>, String) = self
+            .conn()
+            .prepare_cached(
+                "SELECT input, definition, mounted_sources FROM runs WHERE run_id = ?1",
+            )?
+            .query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .optional()?
+            .ok_or_else(|| StoreError::RunNotFound(run_id.to_owned()))?;
+        Ok((
+            serde_json::from_str(&input)?,
+            definition.map(|d| serde_json::from_str(&d)).transpose()?,
+            serde_json::from_str(&mounted)?,
+        ))
+    }
+
+    /// The attempt's deadline.
+    pub fn attempt_deadline(&self, attempt_id: &str) -> StoreResult<Option<UnixMillis>> {
+        Ok(self
+            .conn()
+            .prepare_cached("SELECT deadline_at FROM attempts WHERE attempt_id = ?1")?
+            .query_row([attempt_id], |r| r.get(0))
+            .optional()?
+            .flatten())
+    }
+
+    /// The run's open (running) attempt and its node.
+    pub fn current_open_attempt(&self, run_id: &str) -> StoreResult<Option<(String, String)>> {
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT a.attempt_id, a.node_id FROM runs r JOIN attempts a ON a.attempt_id = r.current_attempt
+                 WHERE r.run_id = ?1 AND a.status = 'running'",
+            )?
+            .query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?)
+    }
+
+    /// The answer of the latest answered decision of an attempt.
+    pub fn answer_for_attempt(&self, attempt_id: &str) -> StoreResult<Option<Value>> {
+        let text: Option<Option<String>> = self
+            .conn()
+            .prepare_cached(
+                "SELECT answer FROM decisions WHERE attempt_id = ?1 AND status = 'answered'
+                 ORDER BY answered_at DESC LIMIT 1",
+            )?
+            .query_row([attempt_id], |r| r.get(0))
+            .optional()?;
+        Ok(text
+            .flatten()
+            .map(|t| serde_json::from_str(&t))
+            .transpose()?)
+    }
+
+    /// A submission's payload.
+    pub fn submission_payload(&self, submission_id: &str) -> StoreResult<Value> {
+        let text: String = self
+            .conn()
+            .prepare_cached("SELECT payload FROM submissions WHERE submission_id = ?1")?
+            .query_row([submission_id], |r| r.get(0))
+            .optional()?
+            .ok_or_else(|| StoreError::NotFound {
+                what: "submission",
+                id: submission_id.to_owned(),
+            })?;
+        Ok(serde_json::from_str(&text)?)
+    }
+}
+
+impl Store {
+    /// The deadline of the run's running attempt.
+    pub fn open_attempt_deadline(&self, run_id: &str) -> StoreResult<Option<UnixMillis>> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT a.deadline_at FROM runs r JOIN attempts a ON a.attempt_id = r.current_attempt
+                 WHERE r.run_id = ?1 AND a.status = 'running'",
+            )?
+            .query_row([run_id], |r| r.get(0))
+            .optional()?
+            .flatten())
+    }
+
+    /// The earliest future time a ready run becomes available (a parked run with a delay).
+    pub fn next_delayed_ready(&self) -> StoreResult<Option<UnixMillis>> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT MIN(available_at) FROM queue WHERE state = 'ready' AND available_at > ?1",
+            )?
+            .query_row([self.now_ms()], |r| r.get(0))?)
+    }
+}

@@ -427,6 +427,21 @@ impl WriteTx<'_> {
         Ok(())
     }
 
+    /// Stores the graph snapshot and the resolved mounted sources at the first activation
+    /// (the host validates the snapshot first).
+    pub fn record_launch_facts(
+        &mut self,
+        claim: &Claim,
+        definition: &Value,
+        mounted_sources: &Value,
+    ) -> StoreResult<()> {
+        self.record_definition(claim, definition)?;
+        self.conn()
+            .prepare_cached("UPDATE runs SET mounted_sources = ?2 WHERE run_id = ?1")?
+            .execute(params![claim.run_id, mounted_sources.to_string()])?;
+        Ok(())
+    }
+
     /// Stores the graph snapshot at first activation (the host validates it first).
     pub fn record_definition(&mut self, claim: &Claim, definition: &Value) -> StoreResult<()> {
         self.fence(claim)?;

@@ -14,6 +14,7 @@
 //! - an expired claim never renews itself;
 //! - the claim token is never stored (only its SHA-256), logged, or put in an error.
 
+mod children;
 mod diagnose;
 mod dump;
 mod effects;
@@ -30,6 +31,7 @@ use std::sync::Arc;
 
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension as _, TransactionBehavior};
 
+pub use children::{ChildExitRecord, ChildRecord, OrphanChild};
 pub use diagnose::{Finding, RepairReport};
 pub use effects::{EffectResult, Reservation};
 pub use error::{StoreError, StoreResult};

@@ -1,0 +1,809 @@
+//! Children, as the store thread sees them: the scheduler that activates ready runs and
+//! launches one child each, the dispatch of worker messages (checked against the run's claim
+//! generation and graph snapshot), child exits, and the host-owned deadlines (node timeouts,
+//! handshake timeouts, claim heartbeats).
+//!
+//! Processes themselves are the supervisor task's business ([`super::supervisor`]); this module
+//! only decides, and talks to it over a channel.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::dispatch::HostState;
+use super::supervisor::SupervisorCmd;
+use crate::graph::{Graph, Outcome, Route};
+use crate::ids::ClaimToken;
+use crate::protocol::{payload, Request, RequestBody};
+use crate::store::{
+    AttemptOutcome, ChildExitRecord, ChildMode, Claim, DecisionKind, EffectResult, InteractionKind,
+    Resume, RetryContract, RunStatus, Store, StoreError, StoreResult, TransitionRequest, WriteTx,
+};
+use crate::worker::{LaunchEnvelope, MountedSource, LAUNCH_SCHEMA};
+
+/// A runtime: the command the host runs for workflow files with a given suffix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Runtime {
+    /// File name suffix, e.g. `.workflow.json`.
+    pub suffix: String,
+    pub program: PathBuf,
+    pub args: Vec<String>,
+}
+
+/// Parses `PIW_RUNTIMES`: `suffix=program [args...]` entries separated by `;`.
+pub fn parse_runtimes(spec: &str) -> Vec<Runtime> {
+    spec.split(';')
+        .filter_map(|entry| {
+            let (suffix, cmd) = entry.split_once('=')?;
+            let mut words = cmd.split_whitespace();
+            let program = PathBuf::from(words.next()?);
+            Some(Runtime {
+                suffix: suffix.trim().to_owned(),
+                program,
+                args: words.map(str::to_owned).collect(),
+            })
+        })
+        .collect()
+}
+
+/// How children are run.
+#[derive(Debug, Clone)]
+pub struct ChildConfig {
+    pub runtimes: Vec<Runtime>,
+    /// Most children alive at once; further ready runs wait in the queue.
+    pub max_children: usize,
+    /// A child must say `worker.hello` within this time or it is stopped.
+    pub handshake_timeout: Duration,
+    /// SIGTERM to SIGKILL grace when stopping a child's process group.
+    pub kill_grace: Duration,
+    pub cpu_seconds: Option<u64>,
+    pub memory_bytes: Option<u64>,
+}
+
+impl Default for ChildConfig {
+    fn default() -> Self {
+        Self {
+            runtimes: Vec::new(),
+            max_children: 16,
+            handshake_timeout: Duration::from_secs(10),
+            kill_grace: Duration::from_secs(2),
+            cpu_seconds: None,
+            memory_bytes: None,
+        }
+    }
+}
+
+/// What the supervisor reports back about a process.
+#[derive(Debug)]
+pub enum ChildReport {
+    Started {
+        run_id: String,
+        generation: u64,
+        child_epoch: i64,
+        pid: u32,
+        start_time: u64,
+    },
+    Exited {
+        run_id: String,
+        generation: u64,
+        child_epoch: i64,
+        exit: ChildExitRecord,
+    },
+}
+
+/// One launched child, by run id.
+#[derive(Debug)]
+pub struct ChildEntry {
+    pub generation: u64,
+    pub child_epoch: i64,
+    pub token_hash: String,
+    pub hello: bool,
+    pub launched_at: i64,
+    /// Set once the host decided the child must go (deadline, cancel, handshake timeout).
+    pub stopping: bool,
+    /// When the run stopped needing this child (it parked, waited or ended). A child exits by
+    /// itself at such a boundary; one still alive after the kill grace is stopped.
+    pub released_at: Option<i64>,
+    /// Where the child picks up, as the activation decided.
+    pub mode: ChildMode,
+    pub resume: Resume,
+}
+
+impl HostState {
+    fn claim(&self, run_id: &str) -> Option<&Claim> {
+        self.claims.get(run_id)
+    }
+}
+
+fn invalid_input(msg: impl Into<String>) -> StoreError {
+    StoreError::InvalidInput(msg.into())
+}
+
+fn stale(run_id: &str) -> StoreError {
+    StoreError::ClaimLost {
+        run_id: run_id.to_owned(),
+        reason: crate::store::ClaimLostReason::GenerationMismatch,
+    }
+}
+
+/// Activates ready runs while child slots are free and asks the supervisor to launch them.
+pub fn schedule(store: &mut Store, state: &mut HostState) {
+    loop {
+        let free = state
+            .child_config
+            .max_children
+            .saturating_sub(state.children.len());
+        if free == 0 {
+            return;
+        }
+        let ready = match store.ready_runs(store.now_ms(), free as u32) {
+            Ok(r) if !r.is_empty() => r,
+            Ok(_) => return,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot list ready runs");
+                return;
+            }
+        };
+        for run_id in ready {
+            launch(store, state, &run_id);
+        }
+    }
+}
+
+fn launch(store: &mut Store, state: &mut HostState, run_id: &str) {
+    let owner = state.owner_id.clone();
+    let epoch = state.epoch;
+    let run = match store.run(run_id) {
+        Ok(r) => r,
+        Err(e) => return tracing::error!(%run_id, error = %e, "cannot read run to launch"),
+    };
+    let runtime = state
+        .child_config
+        .runtimes
+        .iter()
+        .find(|r| run.source_root.ends_with(&r.suffix))
+        .cloned();
+    let activated = store.write(|w| {
+        let act = w.activate(run_id, &owner)?;
+        let Some(runtime) = &runtime else {
+            let error = format!("no runtime is configured for {}", run.source_root);
+            w.fail(
+                &act.claim,
+                None,
+                &AttemptOutcome::Failed {
+                    error: error.clone(),
+                },
+                &error,
+            )?;
+            return Ok(None);
+        };
+        let child_epoch = w.record_child_launch(run_id, act.claim.generation, epoch, act.mode)?;
+        Ok(Some((act, child_epoch, runtime.clone())))
+    });
+    let (act, child_epoch, runtime) = match activated {
+        Ok(Some(x)) => x,
+        Ok(None) => return tracing::warn!(%run_id, "no runtime for the run's source; failed it"),
+        Err(e) => return tracing::error!(%run_id, error = %e, "activation failed"),
+    };
+    let mounted: BTreeMap<String, MountedSource> = store
+        .run_payload(run_id)
+        .ok()
+        .and_then(|(_, _, m)| serde_json::from_value(m).ok())
+        .unwrap_or_default();
+    let token = ClaimToken::generate();
+    let envelope = LaunchEnvelope {
+        schema: LAUNCH_SCHEMA.to_owned(),
+        run_id: run_id.to_owned(),
+        generation: act.claim.generation,
+        child_token: token.expose_secret().to_owned(),
+        mode: act.mode.as_str().to_owned(),
+        source_root: run.source_root.clone(),
+        source_hash: run.source_hash.clone(),
+        mounted_sources: mounted,
+        project_dir: run.project_dir.clone(),
+        input_hash: run.input_hash.clone(),
+        socket_path: state.socket_path.clone(),
+    };
+    let stdin = serde_json::to_vec(&envelope).unwrap_or_default();
+    state.children.insert(
+        run_id.to_owned(),
+        ChildEntry {
+            generation: act.claim.generation,
+            child_epoch,
+            token_hash: token.hash(),
+            hello: false,
+            launched_at: store.now_ms(),
+            stopping: false,
+            released_at: None,
+            mode: act.mode,
+            resume: act.resume.clone(),
+        },
+    );
+    state.renewed_at.insert(run_id.to_owned(), store.now_ms());
+    state.claims.insert(run_id.to_owned(), act.claim.clone());
+    let cfg = &state.child_config;
+    let mut args = runtime.args.clone();
+    args.push(run.source_root.clone());
+    let Some(supervisor) = &state.supervisor else {
+        return;
+    };
+    let _ = supervisor.send(SupervisorCmd::Launch {
+        run_id: run_id.to_owned(),
+        generation: act.claim.generation,
+        child_epoch,
+        spec: crate::supervise::SpawnSpec {
+            program: runtime.program.clone(),
+            args: args.into_iter().map(Into::into).collect(),
+            env: vec![("PIW_RUN_ID".into(), run_id.into())],
+            cwd: PathBuf::from(&run.project_dir),
+            stdin_payload: stdin,
+            limits: crate::supervise::ChildLimits {
+                cpu_seconds: cfg.cpu_seconds,
+                memory_bytes: cfg.memory_bytes,
+            },
+            tail_bytes: 64 * 1024,
+        },
+    });
+    tracing::debug!(%run_id, generation = act.claim.generation, "child launch requested");
+}
+
+/// Applies one worker message inside the batch transaction.
+pub fn apply_worker(
+    w: &mut WriteTx<'_>,
+    state: &mut HostState,
+    req: &Request,
+) -> Result<Value, StoreError> {
+    let run_id = req
+        .run_id
+        .as_deref()
+        .ok_or_else(|| invalid_input("run_id is required"))?;
+    let generation = req
+        .generation
+        .ok_or_else(|| invalid_input("generation is required"))?;
+    let entry = state
+        .children
+        .get(run_id)
+        .filter(|e| e.generation == generation);
+    let Some(entry) = entry else {
+        return Err(stale(run_id));
+    };
+    if let RequestBody::WorkerHello(hello) = &req.body {
+        if entry.hello
+            || ClaimToken::from_secret(hello.child_token.clone()).hash() != entry.token_hash
+        {
+            return Err(StoreError::Forbidden(
+                "the child token does not match this run's launch".into(),
+            ));
+        }
+        return worker_hello(w, state, run_id, hello);
+    }
+    if !entry.hello {
+        return Err(StoreError::Forbidden("worker.hello must come first".into()));
+    }
+    let claim = state.claim(run_id).cloned().ok_or_else(|| stale(run_id))?;
+    let attempt = || {
+        req.attempt_id
+            .clone()
+            .ok_or_else(|| invalid_input("attempt_id is required"))
+    };
+    let body = match &req.body {
+        RequestBody::WorkerNodeStarted(_) => {
+            let node = req
+                .node_id
+                .as_deref()
+                .ok_or_else(|| invalid_input("node_id is required"))?;
+            let graph = graph_of(w, state, run_id)?;
+            if graph.node(node).is_none() {
+                return Err(invalid_input(format!("node {node} is not in the graph")));
+            }
+            let deadline = deadline_for(w, &graph, node);
+            let attempt_id = w.node_started(&claim, node, deadline)?;
+            json!({ "attempt_id": attempt_id, "deadline_at": deadline })
+        }
+        RequestBody::WorkerTransition(t) => {
+            let attempt_id = attempt()?;
+            let from = req
+                .node_id
+                .clone()
+                .ok_or_else(|| invalid_input("node_id is required"))?;
+            let outcome = store_outcome(&t.outcome);
+            let graph = graph_of(w, state, run_id)?;
+            check_route(
+                w,
+                &claim,
+                &graph,
+                &from,
+                &attempt_id,
+                &outcome,
+                Some(&t.next_node),
+            )?;
+            let deadline = deadline_for(w, &graph, &t.next_node);
+            let done = w.transition(
+                &claim,
+                &TransitionRequest {
+                    attempt_id,
+                    outcome,
+                    next_node: t.next_node.clone(),
+                    next_deadline_at: deadline,
+                },
+            )?;
+            let parked = done.pause_requested;
+            if parked {
+                w.park(&claim, None)?;
+            }
+            json!({ "attempt_id": done.next_attempt_id, "parked": parked, "deadline_at": deadline })
+        }
+        RequestBody::WorkerComplete(c) => {
+            let attempt_id = attempt()?;
+            let from = req
+                .node_id
+                .clone()
+                .ok_or_else(|| invalid_input("node_id is required"))?;
+            let outcome = store_outcome(&c.outcome);
+            let graph = graph_of(w, state, run_id)?;
+            check_route(w, &claim, &graph, &from, &attempt_id, &outcome, None)?;
+            let output = match &outcome {
+                AttemptOutcome::Succeeded { output } => output.clone(),
+                _ => Value::Null,
+            };
+            w.complete(&claim, &attempt_id, &output, &c.result)?;
+            json!({ "status": "completed" })
+        }
+        RequestBody::WorkerFail(f) => {
+            if f.review {
+                w.send_to_review(&claim, &f.error)?;
+                json!({ "status": "review" })
+            } else {
+                let outcome = AttemptOutcome::Failed {
+                    error: f.error.clone(),
+                };
+                w.fail(&claim, req.attempt_id.as_deref(), &outcome, &f.error)?;
+                json!({ "status": "failed" })
+            }
+        }
+        RequestBody::WorkerProgress(p) => {
+            w.progress(&claim, &p.message, &p.data)?;
+            json!({})
+        }
+        RequestBody::WorkerWait(wait) => {
+            let kind = match wait.decision_kind {
+                payload::DecisionKind::Checkpoint => DecisionKind::Checkpoint,
+                payload::DecisionKind::HumanDecision => DecisionKind::HumanDecision,
+            };
+            let id = w.wait_for_decision(&claim, &attempt()?, kind, &wait.request)?;
+            json!({ "decision_id": id })
+        }
+        RequestBody::WorkerInteractionRequest(i) => {
+            let kind = match i.interaction_kind {
+                payload::InteractionKind::Agent => InteractionKind::Agent,
+                payload::InteractionKind::AssistantMessage => InteractionKind::AssistantMessage,
+            };
+            let attempt_id = attempt()?;
+            // The node's saved deadline, which the host enforces while no worker runs.
+            let deadline = w.attempt_deadline(&attempt_id)?;
+            let id = w.request_interaction(&claim, &attempt_id, kind, &i.request, deadline)?;
+            json!({ "interaction_id": id, "deadline_at": deadline })
+        }
+        RequestBody::WorkerNotify(n) => {
+            let id = w.notify(&claim, &n.content)?;
+            json!({ "message_id": id })
+        }
+        RequestBody::WorkerEffectReserve(e) => {
+            let contract = match e.retry_contract {
+                payload::RetryContract::Never => RetryContract::Never,
+                payload::RetryContract::IdempotencyKey => RetryContract::IdempotencyKey,
+                payload::RetryContract::ReadBack => RetryContract::ReadBack,
+            };
+            let r =
+                w.reserve_effect(&claim, &attempt()?, &e.effect_key, &e.fingerprint, contract)?;
+            json!(r)
+        }
+        RequestBody::WorkerEffectApplying(e) => {
+            w.effect_applying(&claim, &e.effect_id)?;
+            json!({ "effect_id": e.effect_id })
+        }
+        RequestBody::WorkerEffectSettle(e) => {
+            let result = match &e.result {
+                payload::EffectResult::Applied { receipt } => EffectResult::Applied {
+                    receipt: receipt.clone(),
+                },
+                payload::EffectResult::Failed { error } => EffectResult::Failed {
+                    error: error.clone(),
+                },
+            };
+            w.settle_effect(&claim, &e.effect_id, &result)?;
+            json!({ "effect_id": e.effect_id })
+        }
+        RequestBody::WorkerValidationResult(v) => {
+            let verdict = if v.accepted {
+                Ok(())
+            } else {
+                Err(v.error.clone().unwrap_or_else(|| "rejected".into()))
+            };
+            w.settle(&claim, &v.submission_id, verdict)?;
+            json!({ "submission_id": v.submission_id, "accepted": v.accepted })
+        }
+        RequestBody::WorkerExit(_) => json!({}),
+        other => {
+            return Err(StoreError::Forbidden(format!(
+                "{} is not a worker kind",
+                other.kind_str()
+            )))
+        }
+    };
+    state.renewed_at.insert(run_id.to_owned(), w.now_ms());
+    Ok(body)
+}
+
+fn worker_hello(
+    w: &mut WriteTx<'_>,
+    state: &mut HostState,
+    run_id: &str,
+    hello: &payload::WorkerHello,
+) -> Result<Value, StoreError> {
+    let claim = state.claim(run_id).cloned().ok_or_else(|| stale(run_id))?;
+    let (input, stored, _) = w.run_payload(run_id)?;
+    let graph: Option<Graph> = match (&stored, &hello.definition) {
+        (None, Some(def)) => {
+            let graph = match Graph::parse(def) {
+                Ok(g) => g,
+                Err(e) => {
+                    let error = format!("invalid workflow graph: {e}");
+                    w.fail(
+                        &claim,
+                        None,
+                        &AttemptOutcome::Failed {
+                            error: error.clone(),
+                        },
+                        &error,
+                    )?;
+                    return Ok(json!({ "stop": error }));
+                }
+            };
+            let mounted = hello.mounted_sources.clone().unwrap_or_else(|| json!({}));
+            w.record_launch_facts(&claim, &graph.to_value(), &mounted)?;
+            Some(graph)
+        }
+        (Some(stored), sent) => {
+            let graph = Graph::parse(stored)
+                .map_err(|e| StoreError::CorruptRow(format!("stored graph: {e}")))?;
+            if let Some(sent) = sent {
+                let same = Graph::parse(sent)
+                    .map(|g| g.digest() == graph.digest())
+                    .unwrap_or(false);
+                if !same {
+                    let reason = "source_changed: the workflow's graph differs from the one the run started with";
+                    w.send_to_review(&claim, reason)?;
+                    return Ok(json!({ "stop": reason }));
+                }
+            }
+            Some(graph)
+        }
+        // A child that found a changed source says hello without loading the workflow, only
+        // to stop the run for review; any node operation needs a graph and is refused.
+        (None, None) => None,
+    };
+    let Some(entry) = state.children.get_mut(run_id) else {
+        return Err(stale(run_id));
+    };
+    entry.hello = true;
+    w.record_child_handshake(entry.child_epoch)?;
+    let (mode, resume) = (entry.mode, serde_json::to_value(&entry.resume)?);
+    if let Some(graph) = graph {
+        state.graphs.insert(run_id.to_owned(), graph);
+    }
+    let mut reply = json!({ "mode": mode.as_str(), "resume": resume, "input": input, "definition": state.graphs.get(run_id).map(Graph::to_value) });
+    if let Some(attempt_id) = resume.get("attempt_id").and_then(Value::as_str) {
+        reply["answer"] = w.answer_for_attempt(attempt_id)?.unwrap_or(Value::Null);
+    }
+    if let Some(sub) = resume.get("submission_id").and_then(Value::as_str) {
+        reply["submission"] =
+            json!({ "submission_id": sub, "payload": w.submission_payload(sub)? });
+    }
+    Ok(reply)
+}
+
+fn graph_of(w: &WriteTx<'_>, state: &mut HostState, run_id: &str) -> Result<Graph, StoreError> {
+    if let Some(g) = state.graphs.get(run_id) {
+        return Ok(g.clone());
+    }
+    let (_, def, _) = w.run_payload(run_id)?;
+    let def = def.ok_or_else(|| invalid_input("the run has no graph snapshot yet"))?;
+    let g = Graph::parse(&def).map_err(|e| StoreError::CorruptRow(format!("stored graph: {e}")))?;
+    state.graphs.insert(run_id.to_owned(), g.clone());
+    Ok(g)
+}
+
+fn deadline_for(w: &WriteTx<'_>, graph: &Graph, node: &str) -> Option<i64> {
+    graph.node(node).and_then(|n| n.timeout_ms).map(|ms| {
+        w.now_ms()
+            .saturating_add(i64::try_from(ms).unwrap_or(i64::MAX))
+    })
+}
+
+fn store_outcome(o: &payload::AttemptOutcome) -> AttemptOutcome {
+    match o {
+        payload::AttemptOutcome::Succeeded { output } => AttemptOutcome::Succeeded {
+            output: output.clone(),
+        },
+        payload::AttemptOutcome::Failed { error } => AttemptOutcome::Failed {
+            error: error.clone(),
+        },
+        payload::AttemptOutcome::TimedOut => AttemptOutcome::TimedOut,
+    }
+}
+
+fn graph_outcome(o: &AttemptOutcome) -> Outcome<'_> {
+    match o {
+        AttemptOutcome::Succeeded { output } => Outcome::Succeeded(output),
+        AttemptOutcome::Failed { error } => Outcome::Failed(error),
+        AttemptOutcome::TimedOut => Outcome::TimedOut,
+    }
+}
+
+/// Checks a child's proposal against the graph. A proposal that disagrees fails the run with
+/// the reason (committed), and the child is told so.
+fn check_route(
+    w: &mut WriteTx<'_>,
+    claim: &Claim,
+    graph: &Graph,
+    from: &str,
+    attempt_id: &str,
+    outcome: &AttemptOutcome,
+    proposed: Option<&str>,
+) -> Result<(), StoreError> {
+    match graph.check_transition(from, &graph_outcome(outcome), proposed) {
+        Ok(_) => Ok(()),
+        Err(refused) => {
+            let error = format!("transition refused: {refused}");
+            w.fail(claim, Some(attempt_id), outcome, &error)?;
+            Err(StoreError::InvalidInput(error))
+        }
+    }
+}
+
+/// A child report: record it, and when a child died while its run was still running under
+/// our claim, requeue the run from its last committed boundary (or stop it for review).
+pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildReport) {
+    match report {
+        ChildReport::Started {
+            run_id,
+            generation,
+            child_epoch,
+            pid,
+            start_time,
+        } => {
+            if let Err(e) = store.write(|w| w.record_child_process(child_epoch, pid, start_time)) {
+                tracing::error!(%run_id, generation, error = %e, "cannot record child pid");
+            }
+        }
+        ChildReport::Exited {
+            run_id,
+            generation,
+            child_epoch,
+            exit,
+        } => {
+            let ours = state
+                .children
+                .get(&run_id)
+                .is_some_and(|e| e.generation == generation);
+            let claim = state
+                .claims
+                .get(&run_id)
+                .filter(|c| c.generation == generation)
+                .cloned();
+            let result = store.write(|w| {
+                w.record_child_exit(child_epoch, &exit)?;
+                if let Some(claim) = &claim {
+                    if w.run_status(&claim.run_id)? == RunStatus::Running {
+                        let why = format!(
+                            "child exited ({}) before the run reached a boundary",
+                            exit.reason
+                        );
+                        match w.savepoint(|w| w.child_lost(claim, &why)) {
+                            Ok(r) => {
+                                tracing::warn!(run_id = %r.run_id, status = %r.status, "child lost")
+                            }
+                            Err(e) if e.is_claim_lost() => {}
+                            Err(e) => return Err(e),
+                        }
+                    }
+                }
+                Ok(())
+            });
+            if let Err(e) = result {
+                tracing::error!(%run_id, error = %e, "cannot record child exit");
+            }
+            if ours {
+                state.children.remove(&run_id);
+                state.graphs.remove(&run_id);
+            }
+            if claim.is_some() {
+                state.claims.remove(&run_id);
+                state.renewed_at.remove(&run_id);
+            }
+        }
+    }
+}
+
+/// After a batch, forget claims the store released (the run parked, waited or ended). A
+/// cancelled run's child is stopped at once; others get the kill grace to exit by themselves.
+pub fn forget_released_claims(store: &Store, state: &mut HostState) {
+    let now = store.now_ms();
+    let released: Vec<(String, RunStatus)> = state
+        .claims
+        .keys()
+        .filter_map(|run_id| match store.run(run_id).map(|r| r.status) {
+            Ok(RunStatus::Running) => None,
+            Ok(status) => Some((run_id.clone(), status)),
+            Err(_) => Some((run_id.clone(), RunStatus::Cancelled)),
+        })
+        .collect();
+    for (run_id, status) in released {
+        state.claims.remove(&run_id);
+        state.renewed_at.remove(&run_id);
+        if let Some(entry) = state.children.get_mut(&run_id) {
+            entry.released_at.get_or_insert(now);
+        }
+        if status == RunStatus::Cancelled {
+            stop_child(state, &run_id);
+        }
+    }
+}
+
+/// The earliest time a child-related deadline needs the store thread.
+pub fn next_child_deadline(store: &Store, state: &HostState) -> Option<i64> {
+    let lease = store.config().lease_ms;
+    let heartbeat = state.renewed_at.values().map(|t| t + lease / 3).min();
+    let handshake = state
+        .children
+        .values()
+        .filter(|e| !e.hello && !e.stopping)
+        .map(|e| {
+            e.launched_at
+                + i64::try_from(state.child_config.handshake_timeout.as_millis())
+                    .unwrap_or(i64::MAX)
+        })
+        .min();
+    let node = state
+        .claims
+        .keys()
+        .filter_map(|run_id| store.open_attempt_deadline(run_id).ok().flatten())
+        .min();
+    let delayed = store.next_delayed_ready().ok().flatten();
+    let grace = i64::try_from(state.child_config.kill_grace.as_millis()).unwrap_or(i64::MAX);
+    let lingering = state
+        .children
+        .values()
+        .filter(|e| !e.stopping)
+        .filter_map(|e| e.released_at)
+        .map(|t| t + grace)
+        .min();
+    [heartbeat, handshake, node, delayed, lingering]
+        .into_iter()
+        .flatten()
+        .min()
+}
+
+/// Host-owned child deadlines: heartbeats for long-running children, handshake timeouts,
+/// node deadlines (route `timed_out` or end the run `timed_out`, then stop the child).
+pub fn due_child_work(store: &mut Store, state: &mut HostState) {
+    let now = store.now_ms();
+    let lease = store.config().lease_ms;
+    // Heartbeats keep a claim alive while its child computes without writing.
+    let due: Vec<Claim> = state
+        .renewed_at
+        .iter()
+        .filter(|(_, t)| **t + lease / 3 <= now)
+        .filter_map(|(run_id, _)| state.claims.get(run_id).cloned())
+        .collect();
+    if !due.is_empty() {
+        let renewed = store.write(|w| {
+            let mut ok = Vec::new();
+            for claim in &due {
+                if w.savepoint(|w| w.heartbeat(claim)).is_ok() {
+                    ok.push(claim.run_id.clone());
+                }
+            }
+            Ok(ok)
+        });
+        if let Ok(ok) = renewed {
+            for run_id in ok {
+                state.renewed_at.insert(run_id, now);
+            }
+        }
+    }
+    // Handshake timeouts.
+    let timeout =
+        i64::try_from(state.child_config.handshake_timeout.as_millis()).unwrap_or(i64::MAX);
+    let late: Vec<String> = state
+        .children
+        .iter()
+        .filter(|(_, e)| !e.hello && !e.stopping && e.launched_at + timeout <= now)
+        .map(|(r, _)| r.clone())
+        .collect();
+    for run_id in late {
+        tracing::warn!(%run_id, "child did not say hello in time; stopping it");
+        stop_child(state, &run_id);
+    }
+    // Children that did not exit after their run stopped needing them.
+    let grace = i64::try_from(state.child_config.kill_grace.as_millis()).unwrap_or(i64::MAX);
+    let lingering: Vec<String> = state
+        .children
+        .iter()
+        .filter(|(_, e)| !e.stopping && e.released_at.is_some_and(|t| t + grace <= now))
+        .map(|(r, _)| r.clone())
+        .collect();
+    for run_id in lingering {
+        stop_child(state, &run_id);
+    }
+    // Node deadlines.
+    let claims: Vec<Claim> = state.claims.values().cloned().collect();
+    for claim in claims {
+        let Ok(Some(deadline)) = store.open_attempt_deadline(&claim.run_id) else {
+            continue;
+        };
+        if deadline > now {
+            continue;
+        }
+        let result = store.write(|w| time_out_attempt(w, state, &claim));
+        match result {
+            Ok(()) => {
+                tracing::info!(run_id = %claim.run_id, "node deadline passed; attempt timed out");
+                state.claims.remove(&claim.run_id);
+                state.renewed_at.remove(&claim.run_id);
+                stop_child(state, &claim.run_id);
+            }
+            Err(e) => {
+                tracing::error!(run_id = %claim.run_id, error = %e, "cannot time out attempt")
+            }
+        }
+    }
+}
+
+fn time_out_attempt(w: &mut WriteTx<'_>, state: &mut HostState, claim: &Claim) -> StoreResult<()> {
+    let Some((attempt_id, node)) = w.current_open_attempt(&claim.run_id)? else {
+        return Ok(());
+    };
+    let graph = graph_of(w, state, &claim.run_id)?;
+    match graph.route(&node, &Outcome::TimedOut) {
+        Ok(Route::Next(next)) => {
+            let deadline = deadline_for(w, &graph, &next);
+            w.transition(
+                claim,
+                &TransitionRequest {
+                    attempt_id,
+                    outcome: AttemptOutcome::TimedOut,
+                    next_node: next,
+                    next_deadline_at: deadline,
+                },
+            )?;
+            // The child still runs the old node: park so a fresh child picks up the route.
+            w.park(claim, None)?;
+        }
+        _ => {
+            let error = format!("node {node} passed its deadline");
+            w.fail(claim, Some(&attempt_id), &AttemptOutcome::TimedOut, &error)?;
+        }
+    }
+    Ok(())
+}
+
+/// Asks the supervisor to stop a run's child (SIGTERM to its group, SIGKILL after the grace).
+pub fn stop_child(state: &mut HostState, run_id: &str) {
+    if let Some(entry) = state.children.get_mut(run_id) {
+        if !entry.stopping {
+            entry.stopping = true;
+            let Some(supervisor) = &state.supervisor else {
+                return;
+            };
+            let _ = supervisor.send(SupervisorCmd::Stop {
+                run_id: run_id.to_owned(),
+                generation: entry.generation,
+                grace: state.child_config.kill_grace,
+            });
+        }
+    }
+}

@@ -1,0 +1,420 @@
+//! The worker library: what a child process uses to execute one run for the host.
+//!
+//! A child reads its immutable [`LaunchEnvelope`] from stdin, verifies the root source and every
+//! mounted source **before loading any workflow code** ([`verify_sources`]), connects, says
+//! hello with its one-time token, and then proposes each step. The child never opens the
+//! database: every durable fact goes through the host, which checks it against the run's claim
+//! generation and graph snapshot. When the host answers `stale_generation` or `claim_lost` the
+//! child must stop quietly ([`WorkerError::is_stale`]).
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::client::{BlockingClient, ClientError};
+use crate::paths::PiwPaths;
+use crate::protocol::{payload, Receipt, RejectionCode, Request, RequestBody};
+
+/// The launch envelope's schema tag.
+pub const LAUNCH_SCHEMA: &str = "piw.launch.v1";
+
+/// One mounted source: where it is and the hash it had when the run first loaded it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MountedSource {
+    pub path: String,
+    pub hash: String,
+}
+
+/// What the host gives a child, once, on its stdin.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchEnvelope {
+    pub schema: String,
+    pub run_id: String,
+    pub generation: u64,
+    /// One-time secret for `worker.hello`. Never log it.
+    pub child_token: String,
+    /// `run` or `validate`.
+    pub mode: String,
+    /// The workflow file (root source identity).
+    pub source_root: String,
+    /// SHA-256 hex of the root source when the run started.
+    pub source_hash: String,
+    /// Mount name to source, as saved at the first activation (empty before it).
+    pub mounted_sources: BTreeMap<String, MountedSource>,
+    pub project_dir: String,
+    pub input_hash: String,
+    /// The host's socket.
+    pub socket_path: PathBuf,
+}
+
+impl std::fmt::Debug for LaunchEnvelope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LaunchEnvelope")
+            .field("run_id", &self.run_id)
+            .field("generation", &self.generation)
+            .field("child_token", &"<redacted>")
+            .field("mode", &self.mode)
+            .field("source_root", &self.source_root)
+            .field("mounted_sources", &self.mounted_sources)
+            .finish()
+    }
+}
+
+/// Why a worker call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error("cannot read the launch envelope: {0}")]
+    Envelope(String),
+    /// A source differs from the identity the run was started (or first loaded) with.
+    #[error("source_changed: {0}")]
+    SourceChanged(String),
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error("unexpected reply: {0}")]
+    Reply(String),
+}
+
+impl WorkerError {
+    /// The run moved on without this child (new generation, lost claim, host stopping): stop
+    /// quietly, write nothing, report nothing as a failure.
+    pub fn is_stale(&self) -> bool {
+        matches!(
+            self,
+            WorkerError::Client(e) if matches!(
+                e.code(),
+                Some(RejectionCode::StaleGeneration | RejectionCode::ClaimLost | RejectionCode::HostShuttingDown)
+            ) || matches!(e, ClientError::Disconnected)
+        )
+    }
+}
+
+/// Reads the envelope from `reader` (the child's stdin).
+pub fn read_envelope(mut reader: impl Read) -> Result<LaunchEnvelope, WorkerError> {
+    let mut text = String::new();
+    reader
+        .read_to_string(&mut text)
+        .map_err(|e| WorkerError::Envelope(e.to_string()))?;
+    let env: LaunchEnvelope =
+        serde_json::from_str(&text).map_err(|e| WorkerError::Envelope(e.to_string()))?;
+    if env.schema != LAUNCH_SCHEMA {
+        return Err(WorkerError::Envelope(format!(
+            "schema {:?}, expected {LAUNCH_SCHEMA:?}",
+            env.schema
+        )));
+    }
+    Ok(env)
+}
+
+/// SHA-256 hex of a file's bytes.
+pub fn hash_file(path: &Path) -> Result<String, std::io::Error> {
+    Ok(crate::ids::sha256_hex(&std::fs::read(path)?))
+}
+
+/// Verifies the root source and every saved mounted source against their recorded hashes.
+/// Call it before loading any workflow code: a changed source must stop the run before any
+/// of its code runs.
+pub fn verify_sources(env: &LaunchEnvelope) -> Result<(), WorkerError> {
+    let check = |what: &str, path: &str, expected: &str| -> Result<(), WorkerError> {
+        match hash_file(Path::new(path)) {
+            Ok(actual) if actual == expected => Ok(()),
+            Ok(actual) => Err(WorkerError::SourceChanged(format!(
+                "{what} {path} changed since the run started (hash {actual}, recorded {expected})"
+            ))),
+            Err(e) => Err(WorkerError::SourceChanged(format!(
+                "{what} {path} cannot be read: {e}"
+            ))),
+        }
+    };
+    check("workflow source", &env.source_root, &env.source_hash)?;
+    for (name, src) in &env.mounted_sources {
+        check(&format!("mounted source {name:?}"), &src.path, &src.hash)?;
+    }
+    Ok(())
+}
+
+/// Compares the mounted sources a workflow resolved at load with the saved map.
+pub fn compare_mounts(
+    saved: &BTreeMap<String, MountedSource>,
+    resolved: &BTreeMap<String, MountedSource>,
+) -> Result<(), WorkerError> {
+    if saved.is_empty() || saved == resolved {
+        return Ok(());
+    }
+    Err(WorkerError::SourceChanged(format!(
+        "the workflow now mounts {:?}, the run was started with {:?}",
+        resolved.keys().collect::<Vec<_>>(),
+        saved.keys().collect::<Vec<_>>()
+    )))
+}
+
+/// What the host tells a child after `worker.hello`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HelloReply {
+    /// `run` or `validate`.
+    pub mode: String,
+    /// Where to pick up (`fresh`, `continue`, `validate`, `interaction_expired`).
+    pub resume: Value,
+    pub input: Value,
+    /// The run's stored graph snapshot.
+    pub definition: Option<Value>,
+    /// The answer of the decision a `continue` resumes after.
+    #[serde(default)]
+    pub answer: Option<Value>,
+    /// The submission a `validate` child must judge.
+    #[serde(default)]
+    pub submission: Option<Value>,
+}
+
+/// What the host answered to a transition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransitionReply {
+    pub next_attempt_id: String,
+    /// The run was paused: the host parked it; the child must exit now.
+    pub parked: bool,
+}
+
+/// A connected, authenticated worker.
+pub struct Worker {
+    client: BlockingClient,
+    env: LaunchEnvelope,
+    seq: u64,
+    attempt_id: Option<String>,
+    node_id: Option<String>,
+}
+
+impl Worker {
+    /// Connects to the host named in the envelope.
+    pub fn connect(env: LaunchEnvelope) -> Result<Self, WorkerError> {
+        let mut paths = PiwPaths::for_home(PathBuf::from("/"));
+        paths.socket = env.socket_path.clone();
+        let client = BlockingClient::connect(&paths)?;
+        Ok(Self {
+            client,
+            env,
+            seq: 0,
+            attempt_id: None,
+            node_id: None,
+        })
+    }
+
+    /// The envelope this worker runs under.
+    pub fn envelope(&self) -> &LaunchEnvelope {
+        &self.env
+    }
+
+    /// The current attempt, once a node started or the hello resumed one.
+    pub fn attempt_id(&self) -> Option<&str> {
+        self.attempt_id.as_deref()
+    }
+
+    fn request(&mut self, body: RequestBody) -> Request {
+        self.seq += 1;
+        let mut r = Request::new(
+            format!("{}-g{}-{}", self.env.run_id, self.env.generation, self.seq),
+            body,
+        )
+        .with_run_id(&self.env.run_id)
+        .with_generation(self.env.generation);
+        if let Some(node) = &self.node_id {
+            r = r.with_node_id(node);
+        }
+        if let Some(a) = &self.attempt_id {
+            r = r.with_attempt_id(a);
+        }
+        r
+    }
+
+    fn call(&mut self, body: RequestBody) -> Result<Receipt, WorkerError> {
+        let req = self.request(body);
+        Ok(self.client.send(req)?)
+    }
+
+    /// Authenticates with the one-time token; sends the graph snapshot and resolved mounts.
+    pub fn hello(
+        &mut self,
+        definition: Option<Value>,
+        mounted: &BTreeMap<String, MountedSource>,
+    ) -> Result<HelloReply, WorkerError> {
+        let body = RequestBody::WorkerHello(payload::WorkerHello {
+            child_token: self.env.child_token.clone(),
+            pid: std::process::id(),
+            definition,
+            mounted_sources: Some(json!(mounted)),
+        });
+        let r = self.call(body)?;
+        let reply: HelloReply =
+            serde_json::from_value(r.body).map_err(|e| WorkerError::Reply(e.to_string()))?;
+        if let Some(a) = reply.resume.get("attempt_id").and_then(Value::as_str) {
+            self.attempt_id = Some(a.to_owned());
+        }
+        if let Some(n) = reply.resume.get("node_id").and_then(Value::as_str) {
+            self.node_id = Some(n.to_owned());
+        }
+        Ok(reply)
+    }
+
+    /// Starts `node_id`; returns the attempt id.
+    pub fn node_started(&mut self, node_id: &str) -> Result<String, WorkerError> {
+        self.node_id = Some(node_id.to_owned());
+        self.attempt_id = None;
+        let r = self.call(RequestBody::WorkerNodeStarted(payload::WorkerNodeStarted {
+            deadline_ms: None,
+        }))?;
+        let a = str_field(&r.body, "attempt_id")?;
+        self.attempt_id = Some(a.clone());
+        Ok(a)
+    }
+
+    /// Proposes the current attempt's outcome and the next node.
+    pub fn transition(
+        &mut self,
+        outcome: payload::AttemptOutcome,
+        next_node: &str,
+    ) -> Result<TransitionReply, WorkerError> {
+        let r = self.call(RequestBody::WorkerTransition(payload::WorkerTransition {
+            outcome,
+            next_node: next_node.to_owned(),
+        }))?;
+        let next = str_field(&r.body, "attempt_id")?;
+        self.node_id = Some(next_node.to_owned());
+        self.attempt_id = Some(next.clone());
+        Ok(TransitionReply {
+            next_attempt_id: next,
+            parked: r.body["parked"] == json!(true),
+        })
+    }
+
+    /// Ends the run successfully with the last attempt's outcome.
+    pub fn complete(
+        &mut self,
+        outcome: payload::AttemptOutcome,
+        result: Value,
+    ) -> Result<Receipt, WorkerError> {
+        self.call(RequestBody::WorkerComplete(payload::WorkerComplete {
+            outcome,
+            result,
+        }))
+    }
+
+    /// Ends the run as failed (or stops it for review).
+    pub fn fail(&mut self, error: &str, review: bool) -> Result<Receipt, WorkerError> {
+        self.call(RequestBody::WorkerFail(payload::WorkerFail {
+            error: error.to_owned(),
+            review,
+        }))
+    }
+
+    /// Parks the run on a checkpoint or protected human decision. Exit after it.
+    pub fn wait(
+        &mut self,
+        kind: payload::DecisionKind,
+        request: Value,
+    ) -> Result<String, WorkerError> {
+        let r = self.call(RequestBody::WorkerWait(payload::WorkerWait {
+            decision_kind: kind,
+            request,
+        }))?;
+        str_field(&r.body, "decision_id")
+    }
+
+    /// Parks the run on an interactive request for the origin session. Exit after it.
+    pub fn request_interaction(
+        &mut self,
+        kind: payload::InteractionKind,
+        request: Value,
+    ) -> Result<String, WorkerError> {
+        let r = self.call(RequestBody::WorkerInteractionRequest(
+            payload::WorkerInteractionRequest {
+                interaction_kind: kind,
+                request,
+                deadline_ms: None,
+            },
+        ))?;
+        str_field(&r.body, "interaction_id")
+    }
+
+    /// Records a notify node's message.
+    pub fn notify(&mut self, content: Value) -> Result<Receipt, WorkerError> {
+        self.call(RequestBody::WorkerNotify(payload::WorkerNotify { content }))
+    }
+
+    /// Publishes progress (kept as an event).
+    pub fn progress(&mut self, message: &str, data: Value) -> Result<Receipt, WorkerError> {
+        self.call(RequestBody::WorkerProgress(payload::WorkerProgress {
+            message: message.to_owned(),
+            data,
+        }))
+    }
+
+    /// Reserves a managed effect; the reply says whether to apply it or what happened before.
+    pub fn reserve_effect(
+        &mut self,
+        key: &str,
+        fingerprint: &str,
+        contract: payload::RetryContract,
+    ) -> Result<crate::store::Reservation, WorkerError> {
+        let r = self.call(RequestBody::WorkerEffectReserve(
+            payload::WorkerEffectReserve {
+                effect_key: key.to_owned(),
+                fingerprint: fingerprint.to_owned(),
+                retry_contract: contract,
+            },
+        ))?;
+        serde_json::from_value(r.body).map_err(|e| WorkerError::Reply(e.to_string()))
+    }
+
+    /// Marks a reserved effect as being applied (from now on a crash makes it uncertain).
+    pub fn effect_applying(&mut self, effect_id: &str) -> Result<Receipt, WorkerError> {
+        self.call(RequestBody::WorkerEffectApplying(
+            payload::WorkerEffectApplying {
+                effect_id: effect_id.to_owned(),
+            },
+        ))
+    }
+
+    /// Stores an effect's receipt or failure.
+    pub fn settle_effect(
+        &mut self,
+        effect_id: &str,
+        result: payload::EffectResult,
+    ) -> Result<Receipt, WorkerError> {
+        self.call(RequestBody::WorkerEffectSettle(
+            payload::WorkerEffectSettle {
+                effect_id: effect_id.to_owned(),
+                result,
+            },
+        ))
+    }
+
+    /// The verdict of `validate` on a submission.
+    pub fn validation_result(
+        &mut self,
+        submission_id: &str,
+        error: Option<String>,
+    ) -> Result<Receipt, WorkerError> {
+        self.call(RequestBody::WorkerValidationResult(
+            payload::WorkerValidationResult {
+                submission_id: submission_id.to_owned(),
+                accepted: error.is_none(),
+                error,
+            },
+        ))
+    }
+
+    /// Says goodbye before exiting.
+    pub fn exit(&mut self, reason: &str) -> Result<Receipt, WorkerError> {
+        self.call(RequestBody::WorkerExit(payload::WorkerExit {
+            reason: reason.to_owned(),
+        }))
+    }
+}
+
+fn str_field(body: &Value, name: &str) -> Result<String, WorkerError> {
+    body.get(name)
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .ok_or_else(|| WorkerError::Reply(format!("missing {name} in {body}")))
+}

@@ -1,0 +1,849 @@
+//! Host round trip: client → host → commit → receipt, against floors measured in the same run.
+//!
+//! Prints figures and ratios; asserts nothing about speed (it does check that every command
+//! was applied exactly once). Every host is a real `piw host serve` process at its defaults
+//! (WAL, `synchronous=FULL`) with `PIW_HOME` in one temporary directory under
+//! `target/bench-tmp` (same file system as the repository), removed at the end.
+//!
+//! Run: `cargo bench -p piw-host --bench host_roundtrip`
+//!
+//! Environment:
+//! - `PIW_BENCH_SECS`: seconds per throughput measurement and per SQLite floor (default 3);
+//! - `PIW_BENCH_DIR`: parent of the temporary directory (default `<workspace>/target/bench-tmp`).
+//!
+//! Measurements:
+//! 1. floors: (a) a raw Unix socket echo (4-byte length + 100-byte body), 5,000 round trips;
+//!    (b) a bare SQLite commit (`BEGIN IMMEDIATE; UPDATE; INSERT; COMMIT`, WAL, FULL),
+//!    measured before and after the host measurements and for 1 s right before each
+//!    throughput level (the ratio uses that adjacent floor: fsync cost drifts);
+//! 2. round trip with one `BlockingClient`: `host.status` and `run.status` (while the run is
+//!    queued, and again once it is paused), and alternating `run.pause` / `run.resume` on one
+//!    run, 1,000 each after 100 warm-up calls (one host);
+//! 3. throughput of alternating pause/resume with 1, 8 and 64 concurrent clients, each on its
+//!    own connection and its own run (one host per level; async `Client`s on one
+//!    current-thread tokio runtime, so the client side uses at most one core).
+
+use std::fs::File;
+use std::io::{Read as _, Write as _};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use piw_core::client::{BlockingClient, Client};
+use piw_core::ids::new_id;
+use piw_core::paths::PiwPaths;
+use piw_core::protocol::{payload, Receipt, Request, RequestBody};
+use rusqlite::{params, Connection, TransactionBehavior};
+use serde_json::json;
+
+const ECHO_WARM_UP: usize = 500;
+const ECHO_ROUNDS: usize = 5_000;
+const ECHO_BODY: usize = 100;
+const RT_WARM_UP: usize = 100;
+const RT_ROUNDS: usize = 1_000;
+const CONCURRENCY: [usize; 3] = [1, 8, 64];
+/// How long the bare-commit floor runs right before each throughput level (at most
+/// `PIW_BENCH_SECS`).
+const ADJACENT_FLOOR: Duration = Duration::from_secs(1);
+/// How long the host's CPU is sampled while idle with queued runs.
+const IDLE_SAMPLE: Duration = Duration::from_millis(500);
+/// The target: with 64 clients, at least this many times the bare single-writer commit rate.
+const TARGET_RATIO_64: f64 = 4.0;
+
+fn main() {
+    let secs: f64 = std::env::var("PIW_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|s: &f64| *s > 0.0)
+        .unwrap_or(3.0);
+    let measure_for = Duration::from_secs_f64(secs);
+    let warm_up = Duration::from_secs_f64((secs / 10.0).clamp(0.1, 0.5));
+
+    let parent = std::env::var_os("PIW_BENCH_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench-tmp"));
+    std::fs::create_dir_all(&parent).expect("create bench parent dir");
+    let parent = parent.canonicalize().expect("canonical bench parent dir");
+    let dir = tempfile::Builder::new()
+        .prefix("host_roundtrip-")
+        .tempdir_in(&parent)
+        .expect("create bench temp dir");
+
+    print_machine(dir.path(), secs);
+
+    // 1. Floors.
+    let echo = echo_floor(dir.path());
+    let mut floor = SqliteFloor::open(&dir.path().join("floor.sqlite"));
+    let commit_before = floor.measure(warm_up, measure_for);
+
+    // 2. Round trips with one blocking client.
+    let rt = {
+        let mut host = Host::start(dir.path(), "rt");
+        let rt = round_trips(&host);
+        host.stop();
+        rt
+    };
+
+    // 3. Throughput, one host per concurrency level, each right after its own bare-commit
+    //    floor (the disk's fsync cost drifts on shared machines).
+    let mut levels = Vec::new();
+    let mut floor_rates = vec![commit_before.rate()];
+    for clients in CONCURRENCY {
+        let adjacent = floor.measure(warm_up, ADJACENT_FLOOR.min(measure_for));
+        floor_rates.push(adjacent.rate());
+        let mut host = Host::start(dir.path(), &format!("tp{clients}"));
+        let mut level = throughput(&host, clients, warm_up, measure_for);
+        host.stop();
+        level.bare_rate = adjacent.rate();
+        levels.push(level);
+    }
+
+    let commit_after = floor.measure(warm_up, measure_for);
+    floor_rates.push(commit_after.rate());
+    let mean_bare_rate = floor_rates.iter().sum::<f64>() / floor_rates.len() as f64;
+
+    // ----- report ------------------------------------------------------------------------
+    println!();
+    println!(
+        "{:<44} {:>6} {:>9} {:>9} {:>9} {:>13}",
+        "latency (one caller)", "n", "p50 µs", "p99 µs", "ops/s", "p50 > floor"
+    );
+    let floor_row = |name: &str, l: &Latencies, rate: f64| {
+        println!(
+            "{:<44} {:>6} {:>9.1} {:>9.1} {:>9.0} {:>13}",
+            name,
+            l.len(),
+            l.p(0.50),
+            l.p(0.99),
+            rate,
+            "-"
+        );
+    };
+    floor_row(
+        "floor a: unix socket echo (4+100 B)",
+        &echo,
+        1e6 / echo.mean(),
+    );
+    floor_row(
+        "floor b: bare SQLite commit (start)",
+        &commit_before.lat,
+        commit_before.rate(),
+    );
+    floor_row(
+        "floor b: bare SQLite commit (end)",
+        &commit_after.lat,
+        commit_after.rate(),
+    );
+    let rt_row = |name: &str, l: &Latencies, floor_us: f64| {
+        println!(
+            "{:<44} {:>6} {:>9.1} {:>9.1} {:>9.0} {:>13}",
+            name,
+            l.len(),
+            l.p(0.50),
+            l.p(0.99),
+            1e6 / l.mean(),
+            format!("{:+.1} µs", l.p(0.50) - floor_us)
+        );
+    };
+    rt_row(
+        "round trip: host.status (run queued)",
+        &rt.host_status,
+        echo.p(0.5),
+    );
+    rt_row(
+        "round trip: run.status (run queued)",
+        &rt.run_status,
+        echo.p(0.5),
+    );
+    rt_row(
+        "round trip: host.status (run paused)",
+        &rt.host_status_paused,
+        echo.p(0.5),
+    );
+    rt_row(
+        "round trip: run.status (run paused)",
+        &rt.run_status_paused,
+        echo.p(0.5),
+    );
+    rt_row(
+        "round trip: run.pause/resume (commit)",
+        &rt.write,
+        echo.p(0.5) + commit_before.lat.p(0.5),
+    );
+    println!("  p50 > floor: reads above the echo p50; the command above echo p50 + bare commit p50 (start floor, measured just before)");
+    println!("  reads run twice: while the bench's one run is queued (no worker takes it), then after it is paused");
+
+    println!();
+    println!(
+        "{:<8} {:>11} {:>9} {:>9} {:>10} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "clients",
+        "commands/s",
+        "p50 µs",
+        "p99 µs",
+        "bare c/s",
+        "÷ bare",
+        "host CPU",
+        "store th",
+        "bench CPU",
+        "KiB/cmd",
+        "idle CPU"
+    );
+    for l in &levels {
+        println!(
+            "{:<8} {:>11.0} {:>9.1} {:>9.1} {:>10.0} {:>7} {:>8.0}% {:>8.0}% {:>8.0}% {:>9.1} {:>8.0}%",
+            l.clients,
+            l.rate(),
+            l.lat.p(0.50),
+            l.lat.p(0.99),
+            l.bare_rate,
+            format!("{:.2}x", l.rate() / l.bare_rate),
+            l.host_cpu * 100.0,
+            l.store_cpu * 100.0,
+            l.bench_cpu * 100.0,
+            l.wchar_per_cmd / 1024.0,
+            l.idle_cpu * 100.0,
+        );
+    }
+    println!(
+        "  bare c/s: bare single-writer commits/s measured just before the level ({} s); ÷ bare = commands/s ÷ that",
+        ADJACENT_FLOOR.min(measure_for).as_secs_f64()
+    );
+    println!("  CPU: share of one core over the window (host process, its store thread, this bench process)");
+    println!(
+        "  KiB/cmd: bytes the host passed to write/pwrite per command (WAL, checkpoints, replies); the bare commit: {:.1} KiB/commit",
+        commit_before.wchar_per_commit / 1024.0
+    );
+    println!(
+        "  idle CPU: host CPU over {} ms with the level's runs queued and no requests (an idle host should be ~0%)",
+        IDLE_SAMPLE.as_millis()
+    );
+    if let Some(l) = levels.iter().find(|l| l.clients == 64) {
+        let verdict = |ratio: f64| {
+            if ratio >= TARGET_RATIO_64 {
+                "met"
+            } else {
+                "NOT met"
+            }
+        };
+        let adjacent = l.rate() / l.bare_rate;
+        let mean = l.rate() / mean_bare_rate;
+        println!(
+            "  target: 64 clients >= {TARGET_RATIO_64:.1}x the bare single-writer commit rate: {adjacent:.2}x against the adjacent floor ({}); {mean:.2}x against the mean of all {} floor runs, {mean_bare_rate:.0} commits/s ({})",
+            verdict(adjacent),
+            floor_rates.len(),
+            verdict(mean)
+        );
+    }
+    println!("  load average at the end: {}", load_average());
+
+    drop(floor);
+    dir.close().expect("remove bench temp dir");
+    // Leave target/bench-tmp itself only if something else is in it.
+    let _ = std::fs::remove_dir(&parent);
+}
+
+// ----- latency samples ---------------------------------------------------------------------
+
+/// Latencies in microseconds.
+#[derive(Default)]
+struct Latencies(Vec<f64>);
+
+impl Latencies {
+    fn push(&mut self, d: Duration) {
+        self.0.push(d.as_secs_f64() * 1e6);
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn mean(&self) -> f64 {
+        self.0.iter().sum::<f64>() / self.0.len().max(1) as f64
+    }
+
+    /// Nearest-rank percentile.
+    fn p(&self, q: f64) -> f64 {
+        let mut v = self.0.clone();
+        v.sort_by(f64::total_cmp);
+        if v.is_empty() {
+            return f64::NAN;
+        }
+        let rank = (q * v.len() as f64).ceil() as usize;
+        v[rank.clamp(1, v.len()) - 1]
+    }
+}
+
+// ----- floor a: unix socket echo ------------------------------------------------------------
+
+fn echo_floor(dir: &Path) -> Latencies {
+    let path = dir.join("echo.sock");
+    let listener = UnixListener::bind(&path).expect("bind echo socket");
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().expect("accept echo client");
+        let mut buf = vec![0u8; 4 + 64 * 1024];
+        loop {
+            if s.read_exact(&mut buf[..4]).is_err() {
+                return;
+            }
+            let len = u32::from_be_bytes(buf[..4].try_into().unwrap()) as usize;
+            s.read_exact(&mut buf[4..4 + len]).expect("echo body");
+            s.write_all(&buf[..4 + len]).expect("echo reply");
+        }
+    });
+    let mut c = UnixStream::connect(&path).expect("connect echo socket");
+    let mut msg = (ECHO_BODY as u32).to_be_bytes().to_vec();
+    msg.extend(std::iter::repeat_n(b'x', ECHO_BODY));
+    let mut back = [0u8; 4 + ECHO_BODY];
+    let mut lat = Latencies::default();
+    for i in 0..ECHO_WARM_UP + ECHO_ROUNDS {
+        let t = Instant::now();
+        c.write_all(&msg).expect("echo send");
+        c.read_exact(&mut back[..4]).expect("echo len");
+        let len = u32::from_be_bytes(back[..4].try_into().unwrap()) as usize;
+        c.read_exact(&mut back[4..4 + len]).expect("echo body back");
+        if i >= ECHO_WARM_UP {
+            lat.push(t.elapsed());
+        }
+    }
+    drop(c);
+    server.join().expect("echo server");
+    let _ = std::fs::remove_file(&path);
+    lat
+}
+
+// ----- floor b: bare SQLite commit ----------------------------------------------------------
+
+struct SqliteFloor {
+    conn: Connection,
+    next: i64,
+}
+
+struct Commits {
+    lat: Latencies,
+    elapsed: Duration,
+    /// Bytes this process passed to write/pwrite per commit.
+    wchar_per_commit: f64,
+}
+
+impl Commits {
+    fn rate(&self) -> f64 {
+        self.lat.len() as f64 / self.elapsed.as_secs_f64()
+    }
+}
+
+impl SqliteFloor {
+    fn open(path: &Path) -> Self {
+        let conn = Connection::open(path).expect("open floor db");
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .expect("WAL");
+        conn.pragma_update(None, "synchronous", "FULL")
+            .expect("synchronous");
+        conn.execute_batch(
+            "CREATE TABLE t (id INTEGER PRIMARY KEY, v INTEGER NOT NULL);
+             CREATE TABLE log (id INTEGER PRIMARY KEY, t_id INTEGER NOT NULL,
+                               at INTEGER NOT NULL, data TEXT NOT NULL);
+             INSERT INTO t (id, v) VALUES (1, 0);",
+        )
+        .expect("floor schema");
+        Self { conn, next: 0 }
+    }
+
+    fn commit(&mut self) {
+        self.next += 1;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .expect("begin");
+        tx.prepare_cached("UPDATE t SET v = v + 1 WHERE id = 1")
+            .expect("prepare update")
+            .execute([])
+            .expect("update");
+        tx.prepare_cached("INSERT INTO log (t_id, at, data) VALUES (1, ?1, ?2)")
+            .expect("prepare insert")
+            .execute(params![self.next, r#"{"kind":"paused","paused":true}"#])
+            .expect("insert");
+        tx.commit().expect("commit");
+    }
+
+    fn measure(&mut self, warm_up: Duration, measure_for: Duration) -> Commits {
+        let start = Instant::now();
+        while start.elapsed() < warm_up {
+            self.commit();
+        }
+        let mut lat = Latencies::default();
+        let wchar_before = wchar("self");
+        let start = Instant::now();
+        loop {
+            let t = Instant::now();
+            self.commit();
+            lat.push(t.elapsed());
+            let elapsed = start.elapsed();
+            if elapsed >= measure_for {
+                let wchar_per_commit = (wchar("self") - wchar_before) / lat.len() as f64;
+                return Commits {
+                    lat,
+                    elapsed,
+                    wchar_per_commit,
+                };
+            }
+        }
+    }
+}
+
+// ----- a real host --------------------------------------------------------------------------
+
+struct Host {
+    child: Option<Child>,
+    paths: PiwPaths,
+    workflow: String,
+    stderr: PathBuf,
+}
+
+impl Host {
+    /// Starts `piw host serve` with `PIW_HOME=<dir>/<name>` and waits until it answers.
+    fn start(dir: &Path, name: &str) -> Self {
+        let paths = PiwPaths::for_home(dir.join(name));
+        paths.ensure_dirs().expect("create PIW_HOME");
+        let workflow = paths.home.join("bench.workflow.mjs");
+        std::fs::write(&workflow, "export default {}").expect("write workflow");
+        let stderr = dir.join(format!("{name}.stderr"));
+        let child = Command::new(env!("CARGO_BIN_EXE_piw"))
+            .args(["host", "serve"])
+            .env("PIW_HOME", &paths.home)
+            .env("PIW_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(File::create(&stderr).expect("host stderr file"))
+            .spawn()
+            .expect("spawn piw host serve");
+        let mut host = Self {
+            child: Some(child),
+            paths,
+            workflow: workflow.display().to_string(),
+            stderr,
+        };
+        host.wait_ready();
+        host
+    }
+
+    fn wait_ready(&mut self) {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            if let Ok(mut c) = BlockingClient::connect(&self.paths) {
+                if c.call(RequestBody::HostStatus).is_ok() {
+                    return;
+                }
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!("host exited during start-up ({status}): {}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!(
+            "host did not answer host.status within 10 s: {}",
+            self.log()
+        );
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().expect("host running").id()
+    }
+
+    fn client(&self) -> BlockingClient {
+        let c = BlockingClient::connect(&self.paths).expect("connect to host");
+        c.set_timeout(Some(Duration::from_secs(30)))
+            .expect("client timeout");
+        c
+    }
+
+    fn start_run(&self, c: &mut BlockingClient) -> String {
+        let r = c
+            .call(RequestBody::RunStart(payload::RunStart {
+                workflow_file: self.workflow.clone(),
+                input: json!({}),
+                session_id: Some("bench".into()),
+                execution_mode: None,
+                project_dir: None,
+            }))
+            .expect("run.start");
+        r.body["run_id"].as_str().expect("run_id").to_owned()
+    }
+
+    fn revision(&self, c: &mut BlockingClient, run_id: &str) -> u64 {
+        let r = c
+            .send(Request::new(new_id("status"), RequestBody::RunStatus).with_run_id(run_id))
+            .expect("run.status");
+        r.body["run"]["revision"].as_u64().expect("revision")
+    }
+
+    /// `host.stop`, then waits for a clean exit.
+    fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        self.client()
+            .call(RequestBody::HostStop)
+            .expect("host.stop");
+        let start = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait().expect("wait for host") {
+                if !status.success() {
+                    eprintln!("warning: host exited with {status}: {}", self.log());
+                }
+                return;
+            }
+            if start.elapsed() > Duration::from_secs(10) {
+                eprintln!("warning: host did not stop within 10 s; killing it");
+                let _ = child.kill();
+                let _ = child.wait();
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        // Only on a panic path: `stop` takes the child.
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The next alternating pause/resume command for a run, with a fresh request id.
+fn toggle(run_id: &str, paused: &mut bool) -> Request {
+    let body = if *paused {
+        RequestBody::RunResume
+    } else {
+        RequestBody::RunPause
+    };
+    *paused = !*paused;
+    Request::new(new_id("bench"), body).with_run_id(run_id)
+}
+
+fn check_fresh(r: &Receipt) {
+    assert!(!r.replayed, "a fresh request id must not replay a receipt");
+}
+
+// ----- 2. round trips -----------------------------------------------------------------------
+
+struct RoundTrips {
+    /// Reads while the run is queued (ready, no worker takes it).
+    host_status: Latencies,
+    run_status: Latencies,
+    write: Latencies,
+    /// The same reads once the run is paused (nothing queued).
+    host_status_paused: Latencies,
+    run_status_paused: Latencies,
+}
+
+fn round_trips(host: &Host) -> RoundTrips {
+    let mut c = host.client();
+    let run_id = host.start_run(&mut c);
+    let host_status_call = |c: &mut BlockingClient| {
+        c.call(RequestBody::HostStatus).expect("host.status");
+    };
+    let run_status_call = |c: &mut BlockingClient| {
+        c.send(Request::new(new_id("bench"), RequestBody::RunStatus).with_run_id(&run_id))
+            .expect("run.status");
+    };
+    let host_status = timed(&mut c, host_status_call);
+    let run_status = timed(&mut c, run_status_call);
+    let mut paused = false;
+    let mut toggles = 0u64;
+    let write = timed(&mut c, |c| {
+        let r = c.send(toggle(&run_id, &mut paused)).expect("pause/resume");
+        check_fresh(&r);
+        toggles += 1;
+    });
+    if !paused {
+        c.send(toggle(&run_id, &mut paused)).expect("pause");
+        toggles += 1;
+    }
+    let host_status_paused = timed(&mut c, host_status_call);
+    let run_status_paused = timed(&mut c, run_status_call);
+    assert_eq!(
+        host.revision(&mut c, &run_id),
+        1 + toggles,
+        "every pause/resume applied exactly once"
+    );
+    RoundTrips {
+        host_status,
+        run_status,
+        write,
+        host_status_paused,
+        run_status_paused,
+    }
+}
+
+/// `RT_WARM_UP` untimed calls of `f`, then `RT_ROUNDS` timed ones.
+fn timed(c: &mut BlockingClient, mut f: impl FnMut(&mut BlockingClient)) -> Latencies {
+    let mut lat = Latencies::default();
+    for i in 0..RT_WARM_UP + RT_ROUNDS {
+        let t = Instant::now();
+        f(c);
+        if i >= RT_WARM_UP {
+            lat.push(t.elapsed());
+        }
+    }
+    lat
+}
+
+// ----- 3. throughput ------------------------------------------------------------------------
+
+struct Level {
+    clients: usize,
+    lat: Latencies,
+    window: Duration,
+    host_cpu: f64,
+    store_cpu: f64,
+    bench_cpu: f64,
+    /// Host CPU (share of one core) while idle with the level's runs queued, before the load.
+    idle_cpu: f64,
+    /// Bytes the host wrote per command in the window.
+    wchar_per_cmd: f64,
+    /// The bare single-writer commit rate measured just before this level.
+    bare_rate: f64,
+}
+
+impl Level {
+    fn rate(&self) -> f64 {
+        self.lat.len() as f64 / self.window.as_secs_f64()
+    }
+}
+
+fn throughput(host: &Host, clients: usize, warm_up: Duration, measure_for: Duration) -> Level {
+    let mut setup = host.client();
+    let runs: Vec<String> = (0..clients).map(|_| host.start_run(&mut setup)).collect();
+    // The host with queued runs and no requests: it should be (nearly) idle.
+    let idle_a = CpuSnapshot::take(host.pid());
+    let idle_at = Instant::now();
+    std::thread::sleep(IDLE_SAMPLE);
+    let idle_b = CpuSnapshot::take(host.pid());
+    let idle_cpu = (idle_b.host - idle_a.host) / idle_at.elapsed().as_secs_f64();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let pid = host.pid();
+    let (per_client, window, cpu) = runtime.block_on(async {
+        let mut conns = Vec::with_capacity(clients);
+        for _ in 0..clients {
+            conns.push(Client::connect(&host.paths).await.expect("async connect"));
+        }
+        let begin = Instant::now() + Duration::from_millis(20);
+        let window_start = begin + warm_up;
+        let window_end = window_start + measure_for;
+        let mut tasks = tokio::task::JoinSet::new();
+        for (mut client, run_id) in conns.into_iter().zip(runs.clone()) {
+            tasks.spawn(async move {
+                tokio::time::sleep_until(begin.into()).await;
+                let mut paused = false;
+                let mut sent = 0u64;
+                let mut lat = Latencies::default();
+                loop {
+                    let t = Instant::now();
+                    if t >= window_end {
+                        break;
+                    }
+                    let r = client
+                        .send(toggle(&run_id, &mut paused))
+                        .await
+                        .expect("pause/resume");
+                    check_fresh(&r);
+                    sent += 1;
+                    let done = Instant::now();
+                    if done >= window_start && done < window_end {
+                        lat.push(done - t);
+                    }
+                }
+                (run_id, sent, lat)
+            });
+        }
+        let sampler = tokio::spawn(async move {
+            tokio::time::sleep_until(window_start.into()).await;
+            let a = CpuSnapshot::take(pid);
+            let at = Instant::now();
+            tokio::time::sleep_until(window_end.into()).await;
+            let b = CpuSnapshot::take(pid);
+            (a, b, at.elapsed())
+        });
+        let mut per_client = Vec::with_capacity(clients);
+        while let Some(done) = tasks.join_next().await {
+            per_client.push(done.expect("client task"));
+        }
+        let (a, b, wall) = sampler.await.expect("cpu sampler");
+        (per_client, window_end - window_start, (a, b, wall))
+    });
+    drop(runtime);
+
+    for (run_id, sent, _) in &per_client {
+        assert_eq!(
+            host.revision(&mut setup, run_id),
+            1 + sent,
+            "every pause/resume applied exactly once"
+        );
+    }
+    let mut lat = Latencies::default();
+    for (_, _, l) in per_client {
+        lat.0.extend(l.0);
+    }
+    let (a, b, wall) = cpu;
+    let w = wall.as_secs_f64();
+    let in_window = lat.len() as f64 * w / window.as_secs_f64();
+    Level {
+        clients,
+        idle_cpu,
+        wchar_per_cmd: (b.host_wchar - a.host_wchar) / in_window,
+        bare_rate: f64::NAN,
+        lat,
+        window,
+        host_cpu: (b.host - a.host) / w,
+        store_cpu: (b.store - a.store) / w,
+        bench_cpu: (b.bench - a.bench) / w,
+    }
+}
+
+/// CPU seconds (user + system) of the host, its store thread, and this process; bytes the
+/// host passed to write/pwrite (database, WAL and socket replies).
+struct CpuSnapshot {
+    host: f64,
+    store: f64,
+    bench: f64,
+    host_wchar: f64,
+}
+
+impl CpuSnapshot {
+    fn take(host_pid: u32) -> Self {
+        let store = std::fs::read_dir(format!("/proc/{host_pid}/task"))
+            .map(|tasks| {
+                tasks
+                    .flatten()
+                    .filter(|t| {
+                        std::fs::read_to_string(t.path().join("comm"))
+                            .is_ok_and(|c| c.trim() == "piw-store")
+                    })
+                    .map(|t| cpu_secs(&t.path().join("stat")))
+                    .sum()
+            })
+            .unwrap_or(f64::NAN);
+        let host_wchar = wchar(&host_pid.to_string());
+        Self {
+            host: cpu_secs(Path::new(&format!("/proc/{host_pid}/stat"))),
+            store,
+            bench: cpu_secs(Path::new("/proc/self/stat")),
+            host_wchar,
+        }
+    }
+}
+
+/// Bytes process `pid` ("self" for this one) passed to write-like syscalls (`/proc/pid/io`).
+fn wchar(pid: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/io"))
+        .ok()
+        .and_then(|io| {
+            io.lines()
+                .find_map(|l| l.strip_prefix("wchar:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(f64::NAN)
+}
+
+/// utime + stime of a `/proc/.../stat` file, in seconds (USER_HZ is 100 on Linux).
+fn cpu_secs(stat: &Path) -> f64 {
+    let Ok(s) = std::fs::read_to_string(stat) else {
+        return f64::NAN;
+    };
+    // Fields after the parenthesised command name start at field 3 (state).
+    let after = s.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        f.get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(f64::NAN)
+    };
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+// ----- machine facts -----------------------------------------------------------------------
+
+fn print_machine(dir: &Path, secs: f64) {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "unknown".into());
+    println!("host_roundtrip: piw host command round trip and throughput vs floors");
+    println!("  cores: {cores} ({cpu}); kernel {kernel}");
+    println!(
+        "  sqlite {} (bench floor; the host links the same bundled build); host at its defaults: WAL, synchronous=FULL",
+        rusqlite::version()
+    );
+    println!("  temp dir: {} ({})", dir.display(), file_system(dir));
+    println!(
+        "  load average at the start: {} (other work on this machine skews every figure)",
+        load_average()
+    );
+    println!(
+        "  {secs} s per throughput level and per SQLite floor after warm-up; {RT_ROUNDS} round trips per command after {RT_WARM_UP} warm-up"
+    );
+}
+
+/// The first three fields of /proc/loadavg.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// `stat -f` type plus the mount's type and options from /proc/mounts, as far as known.
+fn file_system(dir: &Path) -> String {
+    let statfs = Command::new("stat")
+        .args(["-f", "-c", "%T"])
+        .arg(dir)
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    let canonical = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let mount = std::fs::read_to_string("/proc/mounts").ok().and_then(|m| {
+        m.lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.len() >= 4 && canonical.starts_with(f[1])).then(|| {
+                    (
+                        f[1].len(),
+                        format!("{} on {} {} {}", f[2], f[1], f[0], f[3]),
+                    )
+                })
+            })
+            .max_by_key(|(len, _)| *len)
+            .map(|(_, desc)| desc)
+    });
+    match (statfs, mount) {
+        (Some(s), Some(m)) => format!("stat -f: {s}; mount: {m}"),
+        (Some(s), None) => format!("stat -f: {s}"),
+        (None, Some(m)) => format!("mount: {m}"),
+        (None, None) => "file system unknown".into(),
+    }
+}

@@ -1,0 +1,370 @@
+//! `piw-test-worker`: a child runtime for `.workflow.json` fixtures, built on the core worker
+//! library. A fixture is the data-only graph plus a scripted behaviour per node:
+//!
+//! ```json
+//! { "graph": { "name": "...", "start": "a", "nodes": {...}, "edges": [...] },
+//!   "mounts": { "lib": "lib.json" },          // included sources, relative to the fixture
+//!   "on_load_marker": "/tmp/x/loaded",        // written when the "module" loads
+//!   "behaviors": { "a": { "return": {"x": 1} } } }
+//! ```
+//!
+//! Behaviours (keys of one node's object, combinable where it makes sense):
+//! `return` (output, default the input), `fail` (error text), `sleep_ms`, `spin_ms` or
+//! `spin_forever` (busy loop that never yields), `flood_bytes` (to stdout and stderr),
+//! `grandchild_ignoring_term` (pid file path: start a grandchild in the same process group that
+//! ignores SIGTERM, then sleep forever), `crash` (`before_propose` / `after_propose`, once per
+//! `once_marker` file), `effect` (`{key, fingerprint, contract, append_to, line,
+//! crash_while_applying_marker}`), `wait` (`checkpoint` / `human_decision`), `interact`
+//! (`agent` / `assistant_message`), `validate` (`{"field": "value"}` the submission must contain),
+//! `notify` (content).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use piw_core::graph::{Graph, Outcome, Route};
+use piw_core::protocol::payload::{
+    AttemptOutcome, DecisionKind, EffectResult, InteractionKind, RetryContract,
+};
+use piw_core::store::Reservation;
+use piw_core::worker::{self, LaunchEnvelope, MountedSource, Worker, WorkerError};
+use serde_json::{json, Value};
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.is_stale() => {
+            eprintln!("piw-test-worker: the run moved on ({e}); stopping quietly");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("piw-test-worker: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run() -> Result<(), WorkerError> {
+    let env = worker::read_envelope(std::io::stdin())?;
+    // Verify every source before any "module code" (the markers below) runs.
+    if let Err(changed) = worker::verify_sources(&env) {
+        return stop_for_review(env, &changed.to_string());
+    }
+    let fixture_path = PathBuf::from(&env.source_root);
+    let fixture: Value = serde_json::from_slice(
+        &std::fs::read(&fixture_path).map_err(|e| WorkerError::Envelope(e.to_string()))?,
+    )
+    .map_err(|e| WorkerError::Envelope(format!("fixture is not JSON: {e}")))?;
+    let mounts = resolve_mounts(&fixture_path, &fixture)?;
+    // "Load the module": its side effects happen only after verification.
+    load_module(&fixture);
+    for src in mounts.values() {
+        if let Ok(text) = std::fs::read(&src.path) {
+            if let Ok(v) = serde_json::from_slice::<Value>(&text) {
+                load_module(&v);
+            }
+        }
+    }
+    if let Err(changed) = worker::compare_mounts(&env.mounted_sources, &mounts) {
+        return stop_for_review(env, &changed.to_string());
+    }
+    let graph_value = fixture["graph"].clone();
+    let graph = Graph::parse(&graph_value)
+        .map_err(|e| WorkerError::Envelope(format!("fixture graph: {e}")))?;
+    let behaviors = fixture["behaviors"].clone();
+    let mut w = Worker::connect(env)?;
+    let hello = w.hello(Some(graph_value), &mounts)?;
+    if hello.resume.get("stop").is_some() {
+        return Ok(());
+    }
+    let input = hello.input.clone();
+    let resume = hello.resume.clone();
+    let mut node: String;
+    let mut carried: Option<AttemptOutcome> = None;
+    match resume["resume"].as_str() {
+        Some("continue") => {
+            node = str_of(&resume["node_id"]);
+            carried = Some(AttemptOutcome::Succeeded {
+                output: json!({ "answer": hello.answer }),
+            });
+        }
+        Some("interaction_expired") => {
+            node = str_of(&resume["node_id"]);
+            carried = Some(AttemptOutcome::TimedOut);
+        }
+        Some("validate") => {
+            node = str_of(&resume["node_id"]);
+            let submission = hello.submission.clone().unwrap_or(Value::Null);
+            let sub_id = str_of(&submission["submission_id"]);
+            let payload = submission["payload"].clone();
+            match validate(&behaviors[&node]["validate"], &payload) {
+                Ok(()) => {
+                    w.validation_result(&sub_id, None)?;
+                    carried = Some(AttemptOutcome::Succeeded { output: payload });
+                }
+                Err(error) => {
+                    w.validation_result(&sub_id, Some(error))?;
+                    return Ok(());
+                }
+            }
+        }
+        _ => {
+            node = resume["node_id"]
+                .as_str()
+                .map(str::to_owned)
+                .unwrap_or_else(|| graph.start.clone());
+            w.node_started(&node)?;
+        }
+    }
+    let mut last_output = input.clone();
+    loop {
+        let outcome = match carried.take() {
+            Some(o) => o,
+            None => match execute(&mut w, &behaviors[&node], &last_output)? {
+                Step::Done(o) => o,
+                Step::Parked => return Ok(()),
+            },
+        };
+        if let AttemptOutcome::Succeeded { output } = &outcome {
+            last_output = output.clone();
+        }
+        let behavior = &behaviors[&node];
+        crash_point(behavior, "before_propose");
+        let graph_outcome = match &outcome {
+            AttemptOutcome::Succeeded { output } => Outcome::Succeeded(output),
+            AttemptOutcome::Failed { error } => Outcome::Failed(error),
+            AttemptOutcome::TimedOut => Outcome::TimedOut,
+        };
+        let route = graph
+            .route(&node, &graph_outcome)
+            .map_err(|e| WorkerError::Reply(e.to_string()))?;
+        match route {
+            Route::Next(next) => {
+                let reply = w.transition(outcome, &next)?;
+                crash_point(behavior, "after_propose");
+                if reply.parked {
+                    return Ok(());
+                }
+                node = next;
+            }
+            Route::Complete => {
+                w.complete(outcome, last_output.clone())?;
+                return Ok(());
+            }
+            Route::Fail { error, .. } => {
+                w.fail(&error, false)?;
+                return Ok(());
+            }
+        }
+    }
+}
+
+enum Step {
+    Done(AttemptOutcome),
+    Parked,
+}
+
+fn execute(w: &mut Worker, b: &Value, input: &Value) -> Result<Step, WorkerError> {
+    if let Some(ms) = b["sleep_ms"].as_u64() {
+        std::thread::sleep(Duration::from_millis(ms));
+    }
+    if let Some(ms) = b["spin_ms"].as_u64() {
+        spin(Some(Duration::from_millis(ms)));
+    }
+    if let Some(n) = b["flood_bytes"].as_u64() {
+        flood(n);
+    }
+    if let Some(pid_file) = b["grandchild_ignoring_term"].as_str() {
+        let _ = std::process::Command::new("/bin/sh")
+            .arg("-c")
+            .arg(format!(
+                "trap '' TERM; echo $$ > '{pid_file}'; while true; do sleep 1; done"
+            ))
+            .spawn();
+        // Ignore SIGTERM ourselves too, and never return.
+        // SAFETY: setting a signal disposition to SIG_IGN has no preconditions.
+        unsafe { libc_signal(15, 1) };
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+    if b["spin_forever"].as_bool() == Some(true) {
+        spin(None);
+    }
+    if let Some(content) = b.get("notify") {
+        w.notify(content.clone())?;
+    }
+    if let Some(kind) = b["wait"].as_str() {
+        let kind = if kind == "human_decision" {
+            DecisionKind::HumanDecision
+        } else {
+            DecisionKind::Checkpoint
+        };
+        w.wait(kind, json!({ "question": "continue?" }))?;
+        return Ok(Step::Parked);
+    }
+    if let Some(kind) = b["interact"].as_str() {
+        let kind = if kind == "assistant_message" {
+            InteractionKind::AssistantMessage
+        } else {
+            InteractionKind::Agent
+        };
+        w.request_interaction(kind, json!({ "contract": "answer with {\"value\": ...}" }))?;
+        return Ok(Step::Parked);
+    }
+    if let Some(effect) = b.get("effect") {
+        return effect_step(w, effect).map(Step::Done);
+    }
+    if let Some(error) = b["fail"].as_str() {
+        return Ok(Step::Done(AttemptOutcome::Failed {
+            error: error.to_owned(),
+        }));
+    }
+    let output = b.get("return").cloned().unwrap_or_else(|| input.clone());
+    Ok(Step::Done(AttemptOutcome::Succeeded { output }))
+}
+
+fn effect_step(w: &mut Worker, e: &Value) -> Result<AttemptOutcome, WorkerError> {
+    let key = str_of(&e["key"]);
+    let contract = match e["contract"].as_str() {
+        Some("idempotency_key") => RetryContract::IdempotencyKey,
+        Some("read_back") => RetryContract::ReadBack,
+        _ => RetryContract::Never,
+    };
+    let fingerprint = e["fingerprint"].as_str().unwrap_or("fp").to_owned();
+    match w.reserve_effect(&key, &fingerprint, contract)? {
+        Reservation::AlreadyApplied { receipt, .. } => Ok(AttemptOutcome::Succeeded {
+            output: json!({ "receipt": receipt, "replayed": true }),
+        }),
+        Reservation::AlreadyFailed { error, .. } => Ok(AttemptOutcome::Failed { error }),
+        Reservation::Reserved { effect_id, .. } => {
+            w.effect_applying(&effect_id)?;
+            let path = PathBuf::from(str_of(&e["append_to"]));
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .map_err(|e| WorkerError::Reply(e.to_string()))?;
+            writeln!(f, "{}", e["line"].as_str().unwrap_or("line"))
+                .map_err(|e| WorkerError::Reply(e.to_string()))?;
+            drop(f);
+            if let Some(marker) = e["crash_while_applying_marker"].as_str() {
+                if !Path::new(marker).exists() {
+                    let _ = std::fs::write(marker, b"crashed");
+                    std::process::abort();
+                }
+            }
+            let lines = std::fs::read_to_string(&path)
+                .map(|t| t.lines().count())
+                .unwrap_or(0);
+            let receipt = json!({ "lines": lines });
+            w.settle_effect(
+                &effect_id,
+                EffectResult::Applied {
+                    receipt: receipt.clone(),
+                },
+            )?;
+            Ok(AttemptOutcome::Succeeded {
+                output: json!({ "receipt": receipt, "replayed": false }),
+            })
+        }
+    }
+}
+
+fn validate(rule: &Value, payload: &Value) -> Result<(), String> {
+    let Some(fields) = rule.as_object() else {
+        return Ok(());
+    };
+    for (k, v) in fields {
+        if &payload[k] != v {
+            return Err(format!("field {k} must be {v}, got {}", payload[k]));
+        }
+    }
+    Ok(())
+}
+
+fn crash_point(b: &Value, point: &str) {
+    if b["crash"].as_str() != Some(point) {
+        return;
+    }
+    if let Some(marker) = b["once_marker"].as_str() {
+        if Path::new(marker).exists() {
+            return;
+        }
+        let _ = std::fs::write(marker, b"crashed");
+    }
+    std::process::abort();
+}
+
+fn spin(for_how_long: Option<Duration>) {
+    let start = Instant::now();
+    let mut x: u64 = 0;
+    loop {
+        for _ in 0..1_000_000 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        }
+        std::hint::black_box(x);
+        if for_how_long.is_some_and(|d| start.elapsed() >= d) {
+            return;
+        }
+    }
+}
+
+fn flood(bytes: u64) {
+    let chunk = vec![b'x'; 64 * 1024];
+    let mut out = std::io::stdout().lock();
+    let mut err = std::io::stderr().lock();
+    let mut left = bytes;
+    while left > 0 {
+        let n = usize::try_from(left.min(chunk.len() as u64)).unwrap_or(chunk.len());
+        let _ = out.write_all(&chunk[..n]);
+        let _ = err.write_all(&chunk[..n]);
+        left -= n as u64;
+    }
+    let _ = out.flush();
+}
+
+fn load_module(v: &Value) {
+    if let Some(marker) = v["on_load_marker"].as_str() {
+        let _ = std::fs::write(marker, b"loaded");
+    }
+}
+
+fn resolve_mounts(
+    fixture: &Path,
+    v: &Value,
+) -> Result<BTreeMap<String, MountedSource>, WorkerError> {
+    let base = fixture.parent().unwrap_or(Path::new("."));
+    let mut out = BTreeMap::new();
+    for (name, rel) in v["mounts"].as_object().into_iter().flatten() {
+        let path = base.join(rel.as_str().unwrap_or_default());
+        let hash = worker::hash_file(&path)
+            .map_err(|e| WorkerError::SourceChanged(format!("mounted source {name}: {e}")))?;
+        out.insert(
+            name.clone(),
+            MountedSource {
+                path: path.display().to_string(),
+                hash,
+            },
+        );
+    }
+    Ok(out)
+}
+
+fn stop_for_review(env: LaunchEnvelope, reason: &str) -> Result<(), WorkerError> {
+    let mut w = Worker::connect(env)?;
+    w.hello(None, &BTreeMap::new())?;
+    w.fail(reason, true)?;
+    Ok(())
+}
+
+fn str_of(v: &Value) -> String {
+    v.as_str().unwrap_or_default().to_owned()
+}
+
+extern "C" {
+    #[link_name = "signal"]
+    fn libc_signal(sig: i32, handler: usize) -> usize;
+}
