@@ -6,10 +6,20 @@
 use rand::RngExt as _;
 use sha2::{Digest, Sha256};
 
-/// A new random id with a readable prefix, e.g. `run-3f9c…`.
+/// A new id with a readable prefix, e.g. `run-019a3c…`: 48 bits of milliseconds since the
+/// epoch, then 64 random bits. Time-ordered ids keep B-tree inserts on the rightmost pages
+/// (fewer pages written per commit) and sort roughly by creation.
 pub fn new_id(prefix: &str) -> String {
-    let bytes: [u8; 12] = rand::rng().random();
-    format!("{prefix}-{}", hex::encode(bytes))
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let random: [u8; 8] = rand::rng().random();
+    format!(
+        "{prefix}-{:012x}{}",
+        millis & 0xffff_ffff_ffff,
+        hex::encode(random)
+    )
 }
 
 /// SHA-256 of `bytes`, lower-case hex.

@@ -286,15 +286,16 @@ fn a_child_cannot_jump_the_graph() {
         .check_transition("nowhere", &succeeded(&ok), Some("fetch"))
         .expect_err("refused");
     assert_eq!(refused.expected, None);
-    // Ending the run after a failure the graph does not route is accepted, as a failure.
-    assert_eq!(
-        g.check_transition("ask", &Outcome::Failed("model refused"), None),
-        Ok(fail("model refused"))
-    );
-    assert_eq!(
-        g.check_transition("fetch", &Outcome::TimedOut, None),
-        Ok(timed_out("fetch"))
-    );
+    // Completing after a failure or timeout the graph does not route is refused too; the
+    // refusal carries the failure.
+    let refused = g
+        .check_transition("ask", &Outcome::Failed("model refused"), None)
+        .expect_err("refused");
+    assert_eq!(refused.expected, Some(fail("model refused")));
+    let refused = g
+        .check_transition("fetch", &Outcome::TimedOut, None)
+        .expect_err("refused");
+    assert_eq!(refused.expected, Some(timed_out("fetch")));
 }
 
 #[test]

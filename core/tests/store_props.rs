@@ -85,9 +85,11 @@ enum StaleOp {
     Applying,
     SettleEffect,
     Settle,
+    Report,
+    RecordDefinition,
 }
 
-const STALE_OPS: [StaleOp; 18] = [
+const STALE_OPS: [StaleOp; 20] = [
     StaleOp::Heartbeat,
     StaleOp::NodeStarted,
     StaleOp::Transition,
@@ -106,6 +108,8 @@ const STALE_OPS: [StaleOp; 18] = [
     StaleOp::Applying,
     StaleOp::SettleEffect,
     StaleOp::Settle,
+    StaleOp::Report,
+    StaleOp::RecordDefinition,
 ];
 
 /// Selectors (`run`, `pick`, ...) are resolved modulo what exists when the command runs.
@@ -212,6 +216,14 @@ enum Cmd {
     Notify {
         run: u8,
     },
+    /// A child's progress message (an event and nothing else).
+    Report {
+        run: u8,
+    },
+    /// The graph snapshot stored at first activation (refused the second time).
+    RecordDefinition {
+        run: u8,
+    },
     /// The natural next step of the run's life, chosen from its stored state (see
     /// [`Harness::resolve`]); it keeps sequences going deep instead of mostly being refused.
     Progress {
@@ -304,6 +316,8 @@ fn cmd() -> impl Strategy<Value = Cmd> {
         2 => run().prop_map(|run| Cmd::Heartbeat { run }),
         1 => run().prop_map(|run| Cmd::SendToReview { run }),
         1 => run().prop_map(|run| Cmd::Notify { run }),
+        1 => run().prop_map(|run| Cmd::Report { run }),
+        1 => run().prop_map(|run| Cmd::RecordDefinition { run }),
         5 => (run(), r(), r(), prop::bool::weighted(0.15))
             .prop_map(|(run, pick, op, forge)| Cmd::StaleWrite { run, pick, op, forge }),
         4 => prop_oneof![
@@ -1284,6 +1298,25 @@ impl Harness {
                     .write(|w| w.send_to_review(&claim, "source_changed"));
                 Outcome::of(Some(ix), r).fenced(&claim)
             }
+            Cmd::Report { run } => {
+                let ix = self.run_ix(run, before);
+                let Some(claim) = self.latest_claim(ix) else {
+                    return Ok(Outcome::skipped());
+                };
+                let r = self
+                    .store
+                    .write(|w| w.progress(&claim, "working", &json!({ "pct": 50 })));
+                Outcome::of(Some(ix), r).fenced(&claim)
+            }
+            Cmd::RecordDefinition { run } => {
+                let ix = self.run_ix(run, before);
+                let Some(claim) = self.latest_claim(ix) else {
+                    return Ok(Outcome::skipped());
+                };
+                let graph = json!({ "start": "a", "nodes": NODES });
+                let r = self.store.write(|w| w.record_definition(&claim, &graph));
+                Outcome::of(Some(ix), r).fenced(&claim)
+            }
             Cmd::Notify { run } => {
                 let ix = self.run_ix(run, before);
                 let Some(claim) = self.latest_claim(ix) else {
@@ -1402,6 +1435,8 @@ impl Harness {
                 },
             ),
             StaleOp::Settle => w.settle(claim, &submission, Ok(())),
+            StaleOp::Report => w.progress(claim, "stale", &json!({})),
+            StaleOp::RecordDefinition => w.record_definition(claim, &json!({ "stale": true })),
         });
         Ok(r)
     }
@@ -1919,7 +1954,7 @@ const NONE: Checks = Checks {
 /// Runs one property over 256 random sequences of up to 60 commands against 1–3 runs.
 fn check_property(name: &str, checks: Checks) {
     let mut runner = TestRunner::new(config());
-    let strategy = (1usize..=3, prop::collection::vec(cmd(), 1..60));
+    let strategy = (1usize..=3, prop::collection::vec(cmd(), 1..=60));
     let result = runner.run(&strategy, |(max_runs, cmds)| {
         run_sequence(max_runs, &cmds, checks)
     });

@@ -337,26 +337,39 @@ async fn a_missing_program_is_a_spawn_error_naming_the_path() {
     assert!(err.to_string().contains("/nonexistent/dir"), "{err}");
 }
 
+/// A child process that is killed and reaped when dropped, so a failing assertion cannot
+/// leave it behind (holding the test harness's output pipe).
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A `sleep 1000` leading its own group, as an earlier host would have left it.
-fn detached_sleep() -> std::process::Child {
-    std::process::Command::new("sleep")
-        .arg("1000")
-        .process_group(0)
-        .spawn()
-        .expect("spawn sleep")
+fn detached_sleep() -> Reaped {
+    Reaped(
+        std::process::Command::new("sleep")
+            .arg("1000")
+            .process_group(0)
+            .spawn()
+            .expect("spawn sleep"),
+    )
 }
 
 #[test]
 fn kill_orphan_group_kills_the_recorded_process() {
     let mut orphan = detached_sleep();
-    let pid = orphan.id();
+    let pid = orphan.0.id();
     let start = process_start_time(pid).expect("start time");
     assert_eq!(
         kill_orphan_group(pid, start, Duration::from_millis(500)),
         OrphanOutcome::Killed
     );
     assert!(dead(pid));
-    let status = orphan.wait().expect("reap");
+    let status = orphan.0.wait().expect("reap");
     assert!(!status.success());
     assert!(read_proc_stat(pid).is_none(), "gone from /proc once reaped");
     assert_eq!(
@@ -368,7 +381,7 @@ fn kill_orphan_group_kills_the_recorded_process() {
 #[test]
 fn kill_orphan_group_leaves_a_reused_pid_alone() {
     let mut other = detached_sleep();
-    let pid = other.id();
+    let pid = other.0.id();
     let start = process_start_time(pid).expect("start time");
     assert_eq!(
         kill_orphan_group(pid, start + 1, Duration::from_millis(100)),
@@ -379,9 +392,7 @@ fn kill_orphan_group_leaves_a_reused_pid_alone() {
         !dead(pid),
         "a process with another start time was signalled"
     );
-    assert!(other.try_wait().expect("try_wait").is_none());
-    other.kill().expect("kill");
-    other.wait().expect("reap");
+    assert!(other.0.try_wait().expect("try_wait").is_none());
 }
 
 #[test]
@@ -399,13 +410,20 @@ fn process_start_time_reads_a_comm_with_parentheses_and_spaces() {
     let dir = tempfile::tempdir().expect("tempdir");
     let odd = dir.path().join("a) (b c");
     std::fs::copy("/bin/sleep", &odd).expect("copy sleep");
-    let mut child = std::process::Command::new(&odd)
-        .arg("1000")
-        .spawn()
-        .expect("spawn odd sleep");
-    let pid = child.id();
-    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).expect("comm");
-    assert_eq!(comm.trim_end(), "a) (b c");
+    let child = Reaped(
+        std::process::Command::new(&odd)
+            .arg("1000")
+            .spawn()
+            .expect("spawn odd sleep"),
+    );
+    let pid = child.0.id();
+    // spawn may return just before exec renames the process.
+    let comm = || std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    assert!(
+        eventually(Duration::from_secs(5), || comm().trim_end() == "a) (b c"),
+        "comm is {:?}",
+        comm()
+    );
     let stat = read_proc_stat(pid).expect("stat parses");
     assert_eq!(stat.ppid, std::process::id() as i32);
     assert_eq!(
@@ -415,6 +433,4 @@ fn process_start_time_reads_a_comm_with_parentheses_and_spaces() {
     assert_eq!(process_start_time(pid), Some(stat.start_time));
     let own_start = process_start_time(std::process::id()).expect("own start");
     assert!(stat.start_time >= own_start);
-    child.kill().expect("kill");
-    child.wait().expect("reap");
 }

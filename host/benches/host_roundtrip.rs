@@ -21,7 +21,12 @@
 //!    run, 1,000 each after 100 warm-up calls (one host);
 //! 3. throughput of alternating pause/resume with 1, 8 and 64 concurrent clients, each on its
 //!    own connection and its own run (one host per level; async `Client`s on one
-//!    current-thread tokio runtime, so the client side uses at most one core).
+//!    current-thread tokio runtime, so the client side uses at most one core), with the
+//!    CPU of the host, its store thread and the bench, the bytes the host writes per command,
+//!    and the host's CPU while idle with the level's runs queued.
+//!
+//! The benchmarked runs stay queued behind a full child slot: each host gets one slot, taken
+//! by a "blocker" run whose child is `tail -f` (see `Host::start`).
 
 use std::fs::File;
 use std::io::{Read as _, Write as _};
@@ -402,6 +407,13 @@ struct Host {
 
 impl Host {
     /// Starts `piw host serve` with `PIW_HOME=<dir>/<name>` and waits until it answers.
+    ///
+    /// The benchmarked runs must stay queued (a host that schedules would launch and, with no
+    /// runtime for them, fail them). So the host gets one child slot (`PIW_MAX_CHILDREN=1`),
+    /// and a first "blocker" run takes it with a child that lives until the host stops
+    /// (`tail -f` as the runtime of `.blocker.mjs`, with handshake and lease far beyond the
+    /// bench): every other run waits in the queue behind a full slot, where pause and resume
+    /// are plain control commands.
     fn start(dir: &Path, name: &str) -> Self {
         let paths = PiwPaths::for_home(dir.join(name));
         paths.ensure_dirs().expect("create PIW_HOME");
@@ -412,6 +424,13 @@ impl Host {
             .args(["host", "serve"])
             .env("PIW_HOME", &paths.home)
             .env("PIW_LOG", "warn")
+            .env("PIW_MAX_CHILDREN", "1")
+            .env(
+                "PIW_RUNTIMES",
+                format!(".blocker.mjs={} -f", tail_program()),
+            )
+            .env("PIW_HANDSHAKE_TIMEOUT_MS", "3600000")
+            .env("PIW_LEASE_MS", "3600000")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(File::create(&stderr).expect("host stderr file"))
@@ -424,7 +443,42 @@ impl Host {
             stderr,
         };
         host.wait_ready();
+        host.occupy_the_child_slot();
         host
+    }
+
+    /// Starts the blocker run and waits until the host runs it (or, on a host without a
+    /// scheduler, until it is clear that it stays queued).
+    fn occupy_the_child_slot(&self) {
+        let blocker = self.paths.home.join("slot.blocker.mjs");
+        std::fs::write(&blocker, "export default {}").expect("write blocker");
+        let mut c = self.client();
+        let r = c
+            .call(RequestBody::RunStart(payload::RunStart {
+                workflow_file: blocker.display().to_string(),
+                input: json!({}),
+                session_id: None,
+                execution_mode: None,
+                project_dir: None,
+            }))
+            .expect("run.start (blocker)");
+        let run_id = r.body["run_id"].as_str().expect("run_id").to_owned();
+        let start = Instant::now();
+        loop {
+            let r = c
+                .send(Request::new(new_id("status"), RequestBody::RunStatus).with_run_id(&run_id))
+                .expect("run.status (blocker)");
+            match r.body["run"]["status"].as_str() {
+                Some("running") => return,
+                Some("queued") if start.elapsed() < Duration::from_secs(3) => {}
+                Some("queued") => return, // no scheduler: nothing leaves the queue
+                other => panic!(
+                    "the blocker run should hold the only child slot, but it is {other:?}: {}",
+                    self.log()
+                ),
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     fn wait_ready(&mut self) {
@@ -520,6 +574,14 @@ impl Drop for Host {
             let _ = child.wait();
         }
     }
+}
+
+/// An absolute `tail` (the blocker run's runtime: `tail -f <file>` lives until stopped).
+fn tail_program() -> &'static str {
+    ["/usr/bin/tail", "/bin/tail"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("tail (coreutils) is needed for the blocker run")
 }
 
 /// The next alternating pause/resume command for a run, with a fresh request id.

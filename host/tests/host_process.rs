@@ -16,6 +16,32 @@ fn piw() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_piw"))
 }
 
+/// A host process that is killed if a test fails before stopping it, so failures leave no
+/// stray hosts behind.
+struct HostProc(Child);
+
+impl std::ops::Deref for HostProc {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for HostProc {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for HostProc {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}
+
 struct Home {
     _dir: tempfile::TempDir,
     paths: PiwPaths,
@@ -28,7 +54,7 @@ impl Home {
         Self { _dir: dir, paths }
     }
 
-    fn serve(&self, fault: Option<&str>) -> Child {
+    fn serve(&self, fault: Option<&str>) -> HostProc {
         let mut cmd = Command::new(piw());
         cmd.args(["host", "serve"])
             .env("PIW_HOME", &self.paths.home)
@@ -38,7 +64,7 @@ impl Home {
         if let Some(f) = fault {
             cmd.env("PIW_FAULT", f);
         }
-        let child = cmd.spawn().unwrap();
+        let child = HostProc(cmd.spawn().unwrap());
         self.wait_ready();
         child
     }
@@ -81,7 +107,7 @@ impl Home {
         r.body["run_id"].as_str().unwrap().to_owned()
     }
 
-    fn stop(&self, mut child: Child) {
+    fn stop(&self, mut child: HostProc) {
         let _ = self.client().call(RequestBody::HostStop);
         let status = wait_exit(&mut child, Duration::from_secs(10));
         assert_eq!(status, Some(0), "graceful stop exits 0");

@@ -239,16 +239,14 @@ impl Graph {
     }
 
     /// Checks a child's proposal after node `from` ended with `outcome`: `Some(next)` to continue
-    /// at `next`, `None` to end the run.
+    /// at `next`, `None` to complete the run.
     ///
-    /// The proposal is accepted when it agrees with [`Graph::route`]: `Some(next)` with
-    /// `Route::Next(next)`; `None` with `Route::Complete`, and with `Route::Fail` when the node
-    /// failed or timed out (the child reported the failure and proposes nothing after it). A
-    /// success the graph cannot route (`Route::Fail` after `Succeeded`) refuses `None`, because
-    /// the child claimed a completion the graph does not allow.
-    ///
-    /// On acceptance the returned route is the authority: the host acts on it (including
-    /// failing or timing out the run), not on the proposal.
+    /// The proposal is accepted only when it is exactly what [`Graph::route`] says: `Some(next)`
+    /// for `Route::Next(next)`, `None` for `Route::Complete`. So `Ok` always carries the route
+    /// the child proposed, and a caller may act on the proposal. Where the graph fails the run
+    /// (`Route::Fail`), every proposal is refused, and the refusal's `expected` carries the
+    /// failure (with `timed_out`); a host that wants to end such a run with the node's own error
+    /// rather than the refusal calls [`Graph::route`] instead.
     pub fn check_transition(
         &self,
         from: &str,
@@ -264,7 +262,6 @@ impl Graph {
         let agrees = match (&route, proposed_next) {
             (Route::Next(next), Some(proposed)) => next == proposed,
             (Route::Complete, None) => true,
-            (Route::Fail { .. }, None) => !matches!(outcome, Outcome::Succeeded(_)),
             _ => false,
         };
         if agrees {
@@ -592,14 +589,27 @@ mod tests {
             Ok(next("c"))
         );
         assert_eq!(g.check_transition("d", &OK, None), Ok(Route::Complete));
-        // A failure at a node whose failure is not routed: the child proposes nothing after it.
+    }
+
+    #[test]
+    fn check_transition_refuses_completion_where_the_graph_fails() {
+        let g = switch_graph("$result.outcome", json!({"failed": "c"}), Some("b"));
+        // A failure or timeout nothing routes: even "complete" is refused, carrying the failure.
+        let refused = g
+            .check_transition("d", &Outcome::Failed("boom"), None)
+            .expect_err("refused");
+        assert_eq!(refused.expected, Some(fail("boom")));
         assert_eq!(
-            g.check_transition("d", &Outcome::Failed("boom"), None),
-            Ok(fail("boom"))
+            refused.to_string(),
+            "refused completion from node \"d\": the graph fails the run here (boom)"
         );
+        let refused = g
+            .check_transition("b", &Outcome::TimedOut, None)
+            .expect_err("refused");
+        assert_eq!(refused.expected, Some(timed_out("b")));
         assert_eq!(
-            g.check_transition("b", &Outcome::TimedOut, None),
-            Ok(timed_out("b"))
+            refused.to_string(),
+            "refused completion from node \"b\": the graph ends the run timed out here (node b timed out)"
         );
     }
 

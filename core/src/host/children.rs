@@ -692,6 +692,12 @@ pub fn next_child_deadline(store: &Store, state: &HostState) -> Option<i64> {
 pub fn due_child_work(store: &mut Store, state: &mut HostState) {
     let now = store.now_ms();
     let lease = store.config().lease_ms;
+    // Renewal times only exist for claims we hold; anything else would be a deadline that
+    // never clears.
+    let held = &state.claims;
+    state
+        .renewed_at
+        .retain(|run_id, _| held.contains_key(run_id));
     // Heartbeats keep a claim alive while its child computes without writing.
     let due: Vec<Claim> = state
         .renewed_at
@@ -757,7 +763,10 @@ pub fn due_child_work(store: &mut Store, state: &mut HostState) {
                 stop_child(state, &claim.run_id);
             }
             Err(e) => {
-                tracing::error!(run_id = %claim.run_id, error = %e, "cannot time out attempt")
+                // Unsettled work (an effect applying) blocks the routed timeout: stop the child
+                // anyway; its exit is handled as a loss, which makes such an effect uncertain.
+                tracing::warn!(run_id = %claim.run_id, error = %e, "cannot route the timeout; stopping the child");
+                stop_child(state, &claim.run_id);
             }
         }
     }

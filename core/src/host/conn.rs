@@ -261,7 +261,7 @@ async fn handle_frame(
             };
             let hello = matches!(job.request.body, RequestBody::WorkerHello(_))
                 .then(|| (job.request.run_id.clone(), job.request.generation));
-            if shared.jobs.send(StoreMsg::Request(job)).is_err() {
+            if shared.jobs.send(StoreMsg::Request(Box::new(job))).is_err() {
                 return Ok(answer(Err(Rejection::new(
                     RejectionCode::HostShuttingDown,
                     "host is stopping",

@@ -205,7 +205,8 @@ pub fn apply_command(
                 }
                 None => w.cancel(run_id, Fence::Unclaimed, &reason)?,
             };
-            state.claims.remove(run_id);
+            // The claim is forgotten, and the child stopped, after the commit
+            // (`children::forget_released_claims`).
             json!({ "run_id": run_id, "status": "cancelled", "summary": summary })
         }
         RequestBody::CheckpointAnswer(a) => {

@@ -135,11 +135,11 @@ impl HostShared {
         let (tx, rx) = oneshot::channel();
         let counts = if self
             .jobs
-            .send(StoreMsg::Request(Job {
+            .send(StoreMsg::Request(Box::new(Job {
                 request: Request::new("host-status", RequestBody::HostStatus),
                 start: None,
                 reply: tx,
-            }))
+            })))
             .is_ok()
         {
             rx.await

@@ -24,7 +24,7 @@ pub const MAX_BATCH: usize = 256;
 /// What the store thread receives.
 pub enum StoreMsg {
     /// A request from a connection.
-    Request(Job),
+    Request(Box<Job>),
     /// A child started or exited.
     Child(super::children::ChildReport),
     /// The host is stopping: stop launching, let the supervisor stop every child.
@@ -92,7 +92,7 @@ pub fn run(
         let mut reports = Vec::new();
         for msg in msgs {
             match msg {
-                StoreMsg::Request(job) => batch.push(job),
+                StoreMsg::Request(job) => batch.push(*job),
                 StoreMsg::Child(report) => reports.push(report),
                 StoreMsg::Shutdown => {
                     state.shutting_down = true;

@@ -515,6 +515,7 @@ impl WriteTx<'_> {
         let run = self.run_for(&claim.run_id, Op::Transition)?;
         let from =
             self.current_attempt(&claim.run_id, &run, &req.attempt_id, AttemptStatus::Running)?;
+        self.require_settled(&claim.run_id, Op::Transition, run.status)?;
         self.close_attempt(&req.attempt_id, &req.outcome)?;
         let next_attempt_id = self.open_attempt(
             &claim.run_id,
@@ -550,6 +551,7 @@ impl WriteTx<'_> {
     pub fn park(&mut self, claim: &Claim, available_at: Option<UnixMillis>) -> StoreResult<u64> {
         self.fence(claim)?;
         let run = self.run_for(&claim.run_id, Op::Park)?;
+        self.require_settled(&claim.run_id, Op::Park, run.status)?;
         self.interrupt_running_attempt(&run, "parked")?;
         self.release_claim(&claim.run_id)?;
         self.set_status(&claim.run_id, RunStatus::Queued)?;
@@ -559,6 +561,34 @@ impl WriteTx<'_> {
             "parked",
             json!({ "available_at": available_at }),
         )
+    }
+
+    /// Refuses `op` while work of the current attempt is unsettled: an effect still applying
+    /// (its outcome must be stored first) or a submission still validating (its verdict must
+    /// be recorded first). Moving on would strand that work on a closed attempt.
+    fn require_settled(&self, run_id: &str, op: Op, status: RunStatus) -> StoreResult<()> {
+        let unfinished: Option<String> = self
+            .conn()
+            .prepare_cached(
+                "SELECT 'effect ' || effect_key || ' is still applying' FROM effects
+                 WHERE run_id = ?1 AND state = 'applying'
+                 UNION ALL
+                 SELECT 'submission ' || s.submission_id || ' is still validating'
+                 FROM interactions i JOIN submissions s ON s.interaction_id = i.interaction_id
+                 WHERE i.run_id = ?1 AND i.status = 'validating' AND s.state = 'validating'
+                 LIMIT 1",
+            )?
+            .query_row([run_id], |r| r.get(0))
+            .optional()?;
+        match unfinished {
+            Some(what) => Err(invalid(
+                run_id,
+                op,
+                status,
+                format!("{what}; settle it first"),
+            )),
+            None => Ok(()),
+        }
     }
 
     fn interrupt_running_attempt(&mut self, run: &RunRow, why: &str) -> StoreResult<bool> {
@@ -588,6 +618,7 @@ impl WriteTx<'_> {
         let run = self.run_for(&claim.run_id, Op::Wait)?;
         let attempt =
             self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
+        self.require_settled(&claim.run_id, Op::Wait, run.status)?;
         let decision_id = new_id("dec");
         self.conn()
             .prepare_cached(
@@ -636,6 +667,7 @@ impl WriteTx<'_> {
         let run = self.run_for(&claim.run_id, Op::RequestInteraction)?;
         let attempt =
             self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
+        self.require_settled(&claim.run_id, Op::RequestInteraction, run.status)?;
         let interaction_id = new_id("int");
         self.conn()
             .prepare_cached(
@@ -1017,29 +1049,7 @@ impl WriteTx<'_> {
         self.fence(claim)?;
         let run = self.run_for(&claim.run_id, Op::Complete)?;
         self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
-        // Success cannot be declared over unfinished work: an effect still applying or a
-        // submission still validating must be settled first.
-        let unfinished: Option<String> = self
-            .conn()
-            .prepare_cached(
-                "SELECT 'effect ' || effect_key || ' is still applying' FROM effects
-                 WHERE run_id = ?1 AND state = 'applying'
-                 UNION ALL
-                 SELECT 'submission ' || s.submission_id || ' is still validating'
-                 FROM submissions s JOIN interactions i ON i.interaction_id = s.interaction_id
-                 WHERE i.run_id = ?1 AND s.state = 'validating'
-                 LIMIT 1",
-            )?
-            .query_row([&claim.run_id], |r| r.get(0))
-            .optional()?;
-        if let Some(what) = unfinished {
-            return Err(invalid(
-                &claim.run_id,
-                Op::Complete,
-                run.status,
-                format!("{what}; settle it before completing"),
-            ));
-        }
+        self.require_settled(&claim.run_id, Op::Complete, run.status)?;
         self.close_attempt(
             attempt_id,
             &AttemptOutcome::Succeeded {

@@ -148,6 +148,14 @@ impl Store {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
+        // Savepoint journals of group commits stay in memory instead of a temp file.
+        conn.pragma_update(None, "temp_store", "MEMORY")?;
+        // Keep one plan per statement: without it SQLite re-prepares statements whose plan
+        // could depend on bound values (the attempt-ordinal insert) on every execution.
+        conn.set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+            true,
+        )?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         conn.set_prepared_statement_cache_capacity(128);
         Ok(Self { conn, path, config })
@@ -417,15 +425,17 @@ impl WriteTx<'_> {
         data: serde_json::Value,
     ) -> StoreResult<u64> {
         self.ops.push(op);
+        // UPDATE then SELECT: `RETURNING` makes SQLite build a temporary table per call,
+        // several times the cost of a cached point read on this hot path.
+        self.conn()
+            .prepare_cached(
+                "UPDATE runs SET revision = revision + 1, updated_at = ?2 WHERE run_id = ?1",
+            )?
+            .execute(params![run_id, self.now])?;
         let (revision, status, paused): (i64, String, bool) = self
             .conn()
-            .prepare_cached(
-                "UPDATE runs SET revision = revision + 1, updated_at = ?2 WHERE run_id = ?1
-                 RETURNING revision, status, paused",
-            )?
-            .query_row(params![run_id, self.now], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            })?;
+            .prepare_cached("SELECT revision, status, paused FROM runs WHERE run_id = ?1")?
+            .query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
         let status = parse_status(&status)?;
         self.conn()
             .prepare_cached(

@@ -317,6 +317,9 @@ struct RawStatus {
 /// stdin receives `spec.stdin_payload` and is closed; stdout and stderr are drained by
 /// background tasks into tails of `spec.tail_bytes`. Must be called within a tokio runtime,
 /// whose tasks do the draining.
+///
+/// Cancel-safe: dropping the future before it completes never leaves an unsupervised child
+/// behind (a child already started is killed and reaped).
 pub async fn spawn(spec: SpawnSpec) -> Result<Supervised, SuperviseError> {
     let program = spec.program.clone();
     let io_err = |what: &'static str| {
@@ -372,17 +375,26 @@ pub async fn spawn(spec: SpawnSpec) -> Result<Supervised, SuperviseError> {
         cmd.pre_exec(move || apply_limits(limits));
     }
     // fork+exec blocks for the length of the exec handshake; keep it off the async workers.
-    let spawned = tokio::task::spawn_blocking(move || cmd.spawn())
-        .await
-        .map_err(io::Error::other)
-        .and_then(|r| r);
-    let mut child = spawned.map_err(|source| SuperviseError::Spawn {
+    // The guard travels with the child: if this future is dropped while the blocking task
+    // runs, the task's output is dropped and the guard kills and reaps the child.
+    let spawned = tokio::task::spawn_blocking(move || {
+        cmd.spawn().map(|child| {
+            let guard = SpawnGuard {
+                pid: child.id(),
+                armed: true,
+            };
+            (child, guard)
+        })
+    })
+    .await
+    .map_err(io::Error::other)
+    .and_then(|r| r);
+    let (mut child, mut guard) = spawned.map_err(|source| SuperviseError::Spawn {
         program: program.clone(),
         source,
     })?;
     let pid = child.id();
-    // From here on a failure must not leave the child behind.
-    let mut guard = SpawnGuard { pid, armed: true };
+    // From here on `guard` kills and reaps the child if setting up supervision fails.
     let (Some(stdin), Some(stdout), Some(stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
@@ -873,4 +885,41 @@ async fn finish(mut f: Finish) {
         stderr_total,
         drain_complete,
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_can_move_between_tasks() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<Supervised>();
+        send_sync::<GroupKiller>();
+        send_sync::<ChildExit>();
+        send_sync::<SuperviseError>();
+    }
+
+    #[test]
+    fn a_spec_debug_hides_the_payload_and_env_values() {
+        let spec = SpawnSpec::new("/bin/worker", "/tmp")
+            .env("PIW_CHILD_TOKEN", "s3cret-token")
+            .stdin_payload(&b"{\"token\":\"s3cret-token\"}"[..]);
+        let shown = format!("{spec:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("PIW_CHILD_TOKEN"), "{shown}");
+        assert!(shown.contains("stdin_payload_len: 25"), "{shown}");
+    }
+
+    #[test]
+    fn limits_default_to_none() {
+        assert_eq!(
+            ChildLimits::default(),
+            ChildLimits {
+                cpu_seconds: None,
+                memory_bytes: None
+            }
+        );
+        assert_eq!(SpawnSpec::new("x", "/").tail_bytes, DEFAULT_TAIL_BYTES);
+    }
 }

@@ -1,0 +1,628 @@
+//! Children end to end: the real `piw` host supervising `piw-test-worker` children that run
+//! `.workflow.json` fixtures with scripted behaviours (plan "Server and child isolation" and
+//! "Effects").
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use piw_core::client::BlockingClient;
+use piw_core::paths::PiwPaths;
+use piw_core::protocol::{payload, RejectionCode, Request, RequestBody};
+use serde_json::{json, Value};
+
+fn piw() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_piw"))
+}
+
+/// A host process that is killed if a test fails before stopping it, so failures leave no
+/// stray hosts behind.
+struct HostProc(Child);
+
+impl std::ops::Deref for HostProc {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for HostProc {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for HostProc {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}
+
+/// The scripted worker is built beside `piw` by `cargo test --workspace`.
+fn test_worker() -> PathBuf {
+    let p = piw().with_file_name("piw-test-worker");
+    assert!(
+        p.exists(),
+        "{} is missing: run the tests with `cargo test --workspace`",
+        p.display()
+    );
+    p
+}
+
+struct Env {
+    dir: tempfile::TempDir,
+    paths: PiwPaths,
+    extra: Vec<(String, String)>,
+}
+
+impl Env {
+    fn new(extra: &[(&str, &str)]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = PiwPaths::for_home(dir.path().join("home"));
+        let extra = extra
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Self { dir, paths, extra }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn serve(&self, fault: Option<&str>) -> HostProc {
+        let mut cmd = Command::new(piw());
+        cmd.args(["host", "serve"])
+            .env("PIW_HOME", &self.paths.home)
+            .env("PIW_LOG", "warn")
+            .env(
+                "PIW_RUNTIMES",
+                format!("workflow.json={}", test_worker().display()),
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        for (k, v) in &self.extra {
+            cmd.env(k, v);
+        }
+        if let Some(f) = fault {
+            cmd.env("PIW_FAULT", f);
+        }
+        let child = HostProc(cmd.spawn().unwrap());
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            if let Ok(mut c) = BlockingClient::connect(&self.paths) {
+                if c.call(RequestBody::HostStatus).is_ok() {
+                    return child;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("host did not become ready");
+    }
+
+    fn client(&self) -> BlockingClient {
+        let c = BlockingClient::connect(&self.paths).unwrap();
+        c.set_timeout(Some(Duration::from_secs(30))).unwrap();
+        c
+    }
+
+    fn fixture(&self, name: &str, fixture: Value) -> String {
+        let p = self.path(&format!("{name}.workflow.json"));
+        std::fs::write(&p, serde_json::to_vec_pretty(&fixture).unwrap()).unwrap();
+        p.display().to_string()
+    }
+
+    fn start(&self, file: &str, input: Value) -> String {
+        let r = self
+            .client()
+            .call(RequestBody::RunStart(payload::RunStart {
+                workflow_file: file.to_owned(),
+                input,
+                session_id: Some("s1".into()),
+                execution_mode: None,
+                project_dir: Some(self.dir.path().display().to_string()),
+            }))
+            .unwrap();
+        r.body["run_id"].as_str().unwrap().to_owned()
+    }
+
+    fn status(&self, run_id: &str) -> Value {
+        let r = self
+            .client()
+            .send(
+                Request::new(piw_core::ids::new_id("st"), RequestBody::RunStatus)
+                    .with_run_id(run_id),
+            )
+            .unwrap();
+        r.body
+    }
+
+    /// Waits until the run's status is one of `wanted`.
+    fn wait_for(&self, run_id: &str, wanted: &[&str], within: Duration) -> Value {
+        let start = Instant::now();
+        loop {
+            let s = self.status(run_id);
+            if wanted.contains(&s["run"]["status"].as_str().unwrap_or_default()) {
+                return s;
+            }
+            assert!(
+                start.elapsed() < within,
+                "run never reached {wanted:?}: {s:#}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn stop(&self, mut host: HostProc) {
+        let _ = self.client().call(RequestBody::HostStop);
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(15) {
+            if let Some(s) = host.try_wait().unwrap() {
+                assert_eq!(s.code(), Some(0));
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = host.kill();
+        panic!("host did not stop");
+    }
+}
+
+fn events(status_env: &Env, run_id: &str) -> Vec<String> {
+    let _ = status_env;
+    let db = status_env.paths.db.clone();
+    let c = rusqlite_open(&db);
+    c.into_iter()
+        .filter(|(r, _)| r == run_id)
+        .map(|(_, k)| k)
+        .collect()
+}
+
+/// Events of every run, read through a read-only store (the host keeps running).
+fn rusqlite_open(db: &Path) -> Vec<(String, String)> {
+    let store = piw_core::store::Store::open_read_only(db, Default::default()).unwrap();
+    let mut out = Vec::new();
+    for run in store.list_runs(None, 1000).unwrap() {
+        for e in store.events(&run.run_id, 0).unwrap() {
+            out.push((run.run_id.clone(), e.kind));
+        }
+    }
+    out
+}
+
+fn pipeline() -> Value {
+    json!({
+        "graph": {
+            "name": "pipeline", "start": "a",
+            "nodes": {"a": {"kind": "compute"}, "b": {"kind": "compute"}, "c": {"kind": "compute"}},
+            "edges": [{"from": "a", "to": "b"}, {"from": "b", "switch": {"on": "$.go", "cases": {"yes": "c"}}}]
+        },
+        "behaviors": {"a": {"return": {"step": 1}}, "b": {"return": {"go": "yes"}}, "c": {"return": {"done": true}}}
+    })
+}
+
+#[test]
+fn a_pipeline_runs_to_completion_in_children() {
+    let env = Env::new(&[]);
+    let host = env.serve(None);
+    let file = env.fixture("pipeline", pipeline());
+    let run_id = env.start(&file, json!({"n": 1}));
+    let s = env.wait_for(&run_id, &["completed", "failed"], Duration::from_secs(20));
+    assert_eq!(s["run"]["status"], json!("completed"), "{s:#}");
+    assert_eq!(s["run"]["result"], json!({"done": true}));
+    let nodes: Vec<_> = s["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["node_id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(nodes, ["a", "b", "c"]);
+    env.stop(host);
+}
+
+#[test]
+fn a_child_that_disagrees_with_the_graph_fails_the_run_with_the_reason() {
+    let env = Env::new(&[]);
+    let host = env.serve(None);
+    // The worker routes on its own copy of the graph; give the host a different one by
+    // changing the fixture between start and... simplest: a switch whose value has no case.
+    let mut f = pipeline();
+    f["behaviors"]["b"] = json!({"return": {"go": "no"}});
+    let file = env.fixture("nocase", f);
+    let run_id = env.start(&file, json!({}));
+    let s = env.wait_for(&run_id, &["completed", "failed"], Duration::from_secs(20));
+    assert_eq!(s["run"]["status"], json!("failed"));
+    assert!(
+        s["run"]["error"].as_str().unwrap().contains("no case"),
+        "{s:#}"
+    );
+    env.stop(host);
+}
+
+#[test]
+fn a_spinning_child_cannot_take_ownership_and_its_deadline_routes_timed_out() {
+    // Lease 500 ms; the node spins forever with a 2 s deadline (four leases).
+    let env = Env::new(&[("PIW_LEASE_MS", "500"), ("PIW_KILL_GRACE_MS", "200")]);
+    let host = env.serve(None);
+    let file = env.fixture(
+        "spin",
+        json!({
+            "graph": {
+                "name": "spin", "start": "busy",
+                "nodes": {"busy": {"kind": "compute", "timeout_ms": 2000}, "late": {"kind": "compute"}},
+                "edges": [{"from": "busy", "switch": {"on": "$result.outcome", "cases": {"timed_out": "late"}}}]
+            },
+            "behaviors": {"busy": {"spin_forever": true}, "late": {"return": {"handled": "timeout"}}}
+        }),
+    );
+    let run_id = env.start(&file, json!({}));
+    let s = env.wait_for(
+        &run_id,
+        &["completed", "failed", "timed_out", "review"],
+        Duration::from_secs(30),
+    );
+    assert_eq!(s["run"]["status"], json!("completed"), "{s:#}");
+    assert_eq!(s["run"]["result"], json!({"handled": "timeout"}));
+    let attempts = s["attempts"].as_array().unwrap();
+    assert_eq!(attempts[0]["status"], json!("timed_out"));
+    let kinds = events(&env, &run_id);
+    assert!(
+        !kinds.iter().any(|k| k == "recovered" || k == "child_lost"),
+        "the host kept ownership: {kinds:?}"
+    );
+    // The spinning child's group was killed.
+    let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
+    let children = store.children(&run_id).unwrap();
+    assert!(
+        children[0].exited && children[0].signal.is_some(),
+        "{children:#?}"
+    );
+    env.stop(host);
+}
+
+#[test]
+fn a_child_killed_before_or_after_proposing_loses_nothing_and_applies_nothing_twice() {
+    for point in ["before_propose", "after_propose"] {
+        let env = Env::new(&[]);
+        let host = env.serve(None);
+        let mut f = pipeline();
+        f["behaviors"]["b"] = json!({"return": {"go": "yes"}, "crash": point, "once_marker": env.path("crashed").display().to_string()});
+        let file = env.fixture("crashy", f);
+        let run_id = env.start(&file, json!({}));
+        let s = env.wait_for(
+            &run_id,
+            &["completed", "failed", "review"],
+            Duration::from_secs(20),
+        );
+        assert_eq!(s["run"]["status"], json!("completed"), "{point}: {s:#}");
+        assert_eq!(s["run"]["result"], json!({"done": true}));
+        let attempts = s["attempts"].as_array().unwrap();
+        let succeeded = |node: &str| {
+            attempts
+                .iter()
+                .filter(|a| a["node_id"] == json!(node) && a["status"] == json!("succeeded"))
+                .count()
+        };
+        assert_eq!(
+            (succeeded("a"), succeeded("b")),
+            (1, 1),
+            "{point}: each node's result committed once: {attempts:#?}"
+        );
+        assert!(
+            s["claim"]["generation"].as_u64().unwrap() >= 2,
+            "resumed under a new generation"
+        );
+        // A late message from the old child's generation is refused as stale.
+        let mut c = env.client();
+        let late = Request::new(
+            "late",
+            RequestBody::WorkerHello(payload::WorkerHello {
+                child_token: "old".into(),
+                pid: 1,
+                definition: None,
+                mounted_sources: None,
+            }),
+        )
+        .with_run_id(&run_id)
+        .with_generation(1);
+        assert_eq!(
+            c.send(late).unwrap_err().code(),
+            Some(RejectionCode::StaleGeneration),
+            "{point}"
+        );
+        env.stop(host);
+    }
+}
+
+#[test]
+fn killing_the_host_around_a_commit_still_gives_the_uninterrupted_result() {
+    for fault in [
+        "before_commit:worker.transition",
+        "after_commit:worker.transition",
+    ] {
+        let env = Env::new(&[]);
+        let mut f = pipeline();
+        f["behaviors"]["a"] = json!({"return": {"step": 1}, "sleep_ms": 50});
+        let file = env.fixture("p", f);
+        let mut crashing = env.serve(Some(fault));
+        let run_id = env.start(&file, json!({}));
+        let start = Instant::now();
+        while crashing.try_wait().unwrap().is_none() {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "{fault}: the host never reached its crash point"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let host = env.serve(None);
+        let s = env.wait_for(
+            &run_id,
+            &["completed", "failed", "review"],
+            Duration::from_secs(20),
+        );
+        assert_eq!(s["run"]["status"], json!("completed"), "{fault}: {s:#}");
+        assert_eq!(s["run"]["result"], json!({"done": true}), "{fault}");
+        let attempts = s["attempts"].as_array().unwrap();
+        for node in ["a", "b", "c"] {
+            let ok = attempts
+                .iter()
+                .filter(|a| a["node_id"] == json!(node) && a["status"] == json!("succeeded"))
+                .count();
+            assert_eq!(ok, 1, "{fault}: node {node} committed once: {attempts:#?}");
+        }
+        let d = env.client().call(RequestBody::Diagnose).unwrap();
+        assert_eq!(d.body["findings"], json!([]), "{fault}");
+        env.stop(host);
+    }
+}
+
+#[test]
+fn a_changed_included_source_stops_the_resumed_run_before_any_module_code() {
+    let env = Env::new(&[]);
+    let host = env.serve(None);
+    let marker = env.path("lib-loaded");
+    std::fs::write(
+        env.path("lib.json"),
+        json!({"on_load_marker": marker.display().to_string(), "v": 1}).to_string(),
+    )
+    .unwrap();
+    let file = env.fixture(
+        "mounted",
+        json!({
+            "graph": {
+                "name": "mounted", "start": "ask",
+                "nodes": {"ask": {"kind": "checkpoint"}, "done": {"kind": "compute"}},
+                "edges": [{"from": "ask", "to": "done"}]
+            },
+            "mounts": {"lib": "lib.json"},
+            "behaviors": {"ask": {"wait": "checkpoint"}, "done": {"return": 1}}
+        }),
+    );
+    let run_id = env.start(&file, json!({}));
+    let s = env.wait_for(&run_id, &["waiting"], Duration::from_secs(20));
+    assert!(marker.exists(), "the first activation loaded the module");
+    std::fs::remove_file(&marker).unwrap();
+    std::fs::write(
+        env.path("lib.json"),
+        json!({"on_load_marker": marker.display().to_string(), "v": 2}).to_string(),
+    )
+    .unwrap();
+    let decision = s["decisions"][0]["decision_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    env.client()
+        .send(
+            Request::new(
+                "answer",
+                RequestBody::CheckpointAnswer(payload::DecisionAnswer {
+                    decision_id: decision,
+                    answer: json!("go"),
+                }),
+            )
+            .with_run_id(&run_id),
+        )
+        .unwrap();
+    let s = env.wait_for(
+        &run_id,
+        &["review", "completed", "failed"],
+        Duration::from_secs(20),
+    );
+    assert_eq!(s["run"]["status"], json!("review"), "{s:#}");
+    assert!(
+        s["run"]["review_reason"]
+            .as_str()
+            .unwrap()
+            .contains("source_changed"),
+        "{s:#}"
+    );
+    assert!(!marker.exists(), "no module code ran after the change");
+    env.stop(host);
+}
+
+#[test]
+fn cancelling_kills_the_whole_process_group_after_the_grace() {
+    let env = Env::new(&[("PIW_KILL_GRACE_MS", "300")]);
+    let host = env.serve(None);
+    let pid_file = env.path("grandchild.pid");
+    let file = env.fixture(
+        "stubborn",
+        json!({
+            "graph": {"name": "stubborn", "start": "a", "nodes": {"a": {"kind": "compute"}}, "edges": []},
+            "behaviors": {"a": {"grandchild_ignoring_term": pid_file.display().to_string()}}
+        }),
+    );
+    let run_id = env.start(&file, json!({}));
+    let start = Instant::now();
+    let grandchild: i32 = loop {
+        if let Some(pid) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            break pid;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "grandchild never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    env.client()
+        .send(
+            Request::new(
+                "cancel",
+                RequestBody::RunCancel(payload::RunCancel { reason: None }),
+            )
+            .with_run_id(&run_id),
+        )
+        .unwrap();
+    assert_eq!(env.status(&run_id)["run"]["status"], json!("cancelled"));
+    let start = Instant::now();
+    while Path::new(&format!("/proc/{grandchild}")).exists() && !is_zombie(grandchild) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "grandchild {grandchild} survived the cancel"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    env.stop(host);
+}
+
+fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+        .unwrap_or(true)
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn a_child_flooding_100_mb_keeps_host_memory_bounded_and_the_tails() {
+    let env = Env::new(&[]);
+    let host = env.serve(None);
+    let before = rss_kib(host.id());
+    let file = env.fixture(
+        "flood",
+        json!({
+            "graph": {"name": "flood", "start": "a", "nodes": {"a": {"kind": "compute"}}, "edges": []},
+            "behaviors": {"a": {"flood_bytes": 100_000_000u64, "return": {"ok": true}}}
+        }),
+    );
+    let run_id = env.start(&file, json!({}));
+    let s = env.wait_for(&run_id, &["completed", "failed"], Duration::from_secs(60));
+    assert_eq!(s["run"]["status"], json!("completed"), "{s:#}");
+    let after = rss_kib(host.id());
+    println!("flood: host RSS {before} KiB -> {after} KiB");
+    assert!(
+        after < before + 64 * 1024,
+        "host memory bounded: {before} -> {after} KiB"
+    );
+    let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
+    let child = &store.children(&run_id).unwrap()[0];
+    assert_eq!(
+        (child.stdout_tail.len(), child.stderr_tail.len()),
+        (64 * 1024, 64 * 1024)
+    );
+    env.stop(host);
+}
+
+fn effect_fixture(env: &Env, behavior_extra: Value) -> String {
+    let mut effect = json!({"key": "append-once", "contract": "never", "append_to": env.path("out.txt").display().to_string(), "line": "hello"});
+    if let Some(m) = behavior_extra.get("crash_while_applying_marker") {
+        effect["crash_while_applying_marker"] = m.clone();
+    }
+    let mut act = json!({"effect": effect});
+    if let Some(c) = behavior_extra.get("crash") {
+        act["crash"] = c.clone();
+        act["once_marker"] = behavior_extra["once_marker"].clone();
+    }
+    env.fixture(
+        "effect",
+        json!({
+            "graph": {
+                "name": "effect", "start": "act",
+                "nodes": {"act": {"kind": "action", "retry": "never"}, "after": {"kind": "compute"}},
+                "edges": [{"from": "act", "to": "after"}]
+            },
+            "behaviors": {"act": act, "after": {}}
+        }),
+    )
+}
+
+fn lines(env: &Env) -> usize {
+    std::fs::read_to_string(env.path("out.txt"))
+        .map(|t| t.lines().count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn an_effect_receipt_survives_child_and_host_restarts() {
+    let env = Env::new(&[]);
+    let host = env.serve(None);
+    // The child applies and settles the effect, then dies before proposing the transition.
+    let marker = env.path("crashed").display().to_string();
+    let file = effect_fixture(
+        &env,
+        json!({"crash": "before_propose", "once_marker": marker}),
+    );
+    let run_id = env.start(&file, json!({}));
+    let s = env.wait_for(
+        &run_id,
+        &["completed", "failed", "review"],
+        Duration::from_secs(20),
+    );
+    assert_eq!(s["run"]["status"], json!("completed"), "{s:#}");
+    assert_eq!(lines(&env), 1, "applied exactly once");
+    assert_eq!(
+        s["run"]["result"]["replayed"],
+        json!(true),
+        "the rerun got the stored receipt: {s:#}"
+    );
+    assert_eq!(s["effects"][0]["state"], json!("applied"));
+    env.stop(host);
+    // After a host restart the receipt is still there.
+    let host = env.serve(None);
+    let s = env.status(&run_id);
+    assert_eq!(s["effects"][0]["receipt"], json!({"lines": 1}));
+    env.stop(host);
+}
+
+#[test]
+fn a_child_killed_while_applying_leaves_the_effect_uncertain_and_the_run_in_review() {
+    let env = Env::new(&[]);
+    let host = env.serve(None);
+    let file = effect_fixture(
+        &env,
+        json!({"crash_while_applying_marker": env.path("applying-crash").display().to_string()}),
+    );
+    let run_id = env.start(&file, json!({}));
+    let s = env.wait_for(
+        &run_id,
+        &["review", "completed", "failed"],
+        Duration::from_secs(20),
+    );
+    assert_eq!(s["run"]["status"], json!("review"), "{s:#}");
+    assert_eq!(s["effects"][0]["state"], json!("uncertain"));
+    assert_eq!(lines(&env), 1);
+    // Never retried: it stays in review, the file keeps one line.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(env.status(&run_id)["run"]["status"], json!("review"));
+    assert_eq!(lines(&env), 1);
+    env.stop(host);
+}
