@@ -1,4 +1,4 @@
-//! Children end to end: the real `piw` host supervising `piw-test-worker` children that run
+//! Children end to end: the real `piw` host supervising `piw-json-worker` children that run
 //! `.workflow.json` fixtures with scripted behaviours (plan "Server and child isolation" and
 //! "Effects").
 
@@ -41,15 +41,9 @@ impl Drop for HostProc {
     }
 }
 
-/// The scripted worker is built beside `piw` by `cargo test --workspace`.
-fn test_worker() -> PathBuf {
-    let p = piw().with_file_name("piw-test-worker");
-    assert!(
-        p.exists(),
-        "{} is missing: run the tests with `cargo test --workspace`",
-        p.display()
-    );
-    p
+/// The runtime for `.workflow.json` workflows, built with `piw`.
+fn json_worker() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_piw-json-worker"))
 }
 
 struct Env {
@@ -80,7 +74,7 @@ impl Env {
             .env("PIW_LOG", "warn")
             .env(
                 "PIW_RUNTIMES",
-                format!("workflow.json={}", test_worker().display()),
+                format!(".workflow.json={}", json_worker().display()),
             )
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());

@@ -88,9 +88,17 @@ impl Home {
         c
     }
 
+    /// A workflow that parks at once on a checkpoint: its runs sit `waiting`, held by nobody,
+    /// which is what these host-level tests act on.
     fn workflow(&self) -> String {
-        let p = self.paths.home.join("w.workflow.mjs");
-        std::fs::write(&p, "export default {}").unwrap();
+        let p = self.paths.home.join("w.workflow.json");
+        let fixture = json!({
+            "graph": {"name": "w", "start": "ask",
+                      "nodes": {"ask": {"kind": "checkpoint"}, "done": {"kind": "compute"}},
+                      "edges": [{"from": "ask", "to": "done"}]},
+            "behaviors": {"ask": {"wait": "checkpoint"}}
+        });
+        std::fs::write(&p, fixture.to_string()).unwrap();
         p.display().to_string()
     }
 
@@ -104,7 +112,40 @@ impl Home {
                 project_dir: None,
             }))
             .unwrap();
-        r.body["run_id"].as_str().unwrap().to_owned()
+        let run_id = r.body["run_id"].as_str().unwrap().to_owned();
+        self.wait_status(c, &run_id, "waiting");
+        run_id
+    }
+
+    fn wait_status(&self, c: &mut BlockingClient, run_id: &str, wanted: &str) -> serde_json::Value {
+        let start = Instant::now();
+        loop {
+            let r = c
+                .send(
+                    Request::new(piw_core::ids::new_id("st"), RequestBody::RunStatus)
+                        .with_run_id(run_id),
+                )
+                .unwrap();
+            if r.body["run"]["status"] == json!(wanted) {
+                return r.body;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "run never became {wanted}: {:#}",
+                r.body
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn revision(&self, c: &mut BlockingClient, run_id: &str) -> u64 {
+        let r = c
+            .send(
+                Request::new(piw_core::ids::new_id("rv"), RequestBody::RunStatus)
+                    .with_run_id(run_id),
+            )
+            .unwrap();
+        r.body["run"]["revision"].as_u64().unwrap()
     }
 
     fn stop(&self, mut child: HostProc) {
@@ -426,6 +467,7 @@ fn a_command_committed_before_a_crash_replays_its_receipt_after_restart() {
     let host = home.serve(None);
     let mut c = home.client();
     let run_id = home.start_run(&mut c);
+    let before = home.revision(&mut c, &run_id);
     home.stop(host);
 
     // This host aborts right after committing the pause, before replying.
@@ -451,12 +493,12 @@ fn a_command_committed_before_a_crash_replays_its_receipt_after_restart() {
         .send(Request::new("s", RequestBody::RunStatus).with_run_id(&run_id))
         .unwrap();
     assert_eq!(status.body["run"]["paused"], json!(true));
-    // Applied once: started + paused = revision 2.
-    assert_eq!(status.body["run"]["revision"], json!(2));
+    // Applied once: exactly one revision more than before the pause.
+    assert_eq!(status.body["run"]["revision"], json!(before + 1));
     // A different request with a stale revision is refused with the typed code.
     let stale = Request::new("r-stale", RequestBody::RunResume)
         .with_run_id(&run_id)
-        .with_expected_revision(1);
+        .with_expected_revision(before);
     assert_eq!(
         c.send(stale).unwrap_err().code(),
         Some(RejectionCode::StaleRevision)
@@ -470,6 +512,7 @@ fn subscriptions_receive_committed_events() {
     let host = home.serve(None);
     let mut c = home.client();
     let run_id = home.start_run(&mut c);
+    let before = home.revision(&mut c, &run_id);
     let mut sub = home.client();
     sub.call(RequestBody::Subscribe(payload::Subscribe {
         run_id: Some(run_id.clone()),
@@ -481,7 +524,7 @@ fn subscriptions_receive_committed_events() {
     let e = sub.next_event().unwrap();
     assert_eq!(
         (e.run_id.as_str(), e.event_kind.as_str(), e.seq),
-        (run_id.as_str(), "paused", 2)
+        (run_id.as_str(), "paused", before + 1)
     );
     home.stop(host);
 }
@@ -492,6 +535,7 @@ fn sigterm_stops_gracefully_and_runs_stay_resumable() {
     let mut host = home.serve(None);
     let mut c = home.client();
     let run_id = home.start_run(&mut c);
+    let before = home.revision(&mut c, &run_id);
     // SAFETY: kill with a valid pid of our own child.
     assert_eq!(unsafe { libc_kill(host.id() as i32, 15) }, 0);
     assert_eq!(
@@ -505,11 +549,11 @@ fn sigterm_stops_gracefully_and_runs_stay_resumable() {
         .client()
         .send(Request::new("st", RequestBody::RunStatus).with_run_id(&run_id))
         .unwrap();
-    assert_eq!(r.body["run"]["status"], json!("queued"));
+    assert_eq!(r.body["run"]["status"], json!("waiting"));
     assert_eq!(
         r.body["run"]["revision"],
-        json!(1),
-        "a restart writes nothing to an idle run"
+        json!(before),
+        "a restart writes nothing to a waiting run"
     );
     home.stop(host);
 }
@@ -560,10 +604,21 @@ fn the_async_client_calls_and_subscribes() {
         )
         .await
         .unwrap();
-        let e = s.next_event().await.unwrap();
-        assert_eq!(
-            (e.event_kind.as_str(), e.status.as_str()),
-            ("cancelled", "cancelled")
+        // The session's events arrive in order; the run may still be starting up.
+        let mut seen = Vec::new();
+        let e = loop {
+            let e = s.next_event().await.unwrap();
+            assert_eq!(e.run_id, run_id);
+            seen.push(e.seq);
+            if e.event_kind == "cancelled" {
+                break e;
+            }
+            assert!(seen.len() < 50, "no cancelled event: {seen:?}");
+        };
+        assert_eq!(e.status, "cancelled");
+        assert!(
+            seen.windows(2).all(|w| w[0] < w[1]),
+            "increasing seq: {seen:?}"
         );
         let err = c
             .send(Request::new("c2", RequestBody::RunResume).with_run_id(&run_id))

@@ -1,2 +1,3 @@
-//! piw-tests: cross-crate integration suites, and `piw-test-worker`, a worker that runs
-//! `.workflow.json` fixtures with scripted node behaviours (see `src/bin/piw-test-worker.rs`).
+//! piw-tests: the home of cross-crate integration suites and shared fixtures. The end-to-end
+//! suites that need the `piw` binaries live beside them in `host/tests/` (Cargo exposes a
+//! package's binaries only to its own tests).

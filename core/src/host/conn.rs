@@ -247,6 +247,18 @@ async fn handle_frame(
         )))),
         body => {
             let start = match body {
+                RequestBody::RunStart(start)
+                    if !shared.runtime_suffixes.iter().any(|sfx| start.workflow_file.ends_with(sfx.as_str())) =>
+                {
+                    return Ok(answer(Err(Rejection::new(
+                        RejectionCode::NotFound,
+                        format!(
+                            "no runtime is configured for {} (this host runs: {})",
+                            start.workflow_file,
+                            if shared.runtime_suffixes.is_empty() { "nothing".to_owned() } else { shared.runtime_suffixes.join(", ") }
+                        ),
+                    ))));
+                }
                 RequestBody::RunStart(start) => match dispatch::prepare_start(start) {
                     Ok(p) => Some(p),
                     Err(rejection) => return Ok(answer(Err(rejection))),

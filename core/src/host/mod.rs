@@ -72,6 +72,18 @@ impl HostConfig {
         if let Ok(spec) = std::env::var("PIW_RUNTIMES") {
             config.children.runtimes = children::parse_runtimes(&spec);
         }
+        // The built-in runtime for declarative JSON workflows, installed beside `piw`.
+        let json_worker = std::env::current_exe()
+            .ok()
+            .map(|exe| exe.with_file_name("piw-json-worker"))
+            .filter(|p| p.is_file());
+        if let Some(program) = json_worker {
+            config.children.runtimes.push(children::Runtime {
+                suffix: ".workflow.json".into(),
+                program,
+                args: Vec::new(),
+            });
+        }
         if let Some(n) = num("PIW_MAX_CHILDREN") {
             config.children.max_children = usize::try_from(n.max(1)).unwrap_or(usize::MAX);
         }
@@ -117,6 +129,8 @@ pub struct HostShared {
     pub(crate) events: broadcast::Sender<RunEvent>,
     pub(crate) limits: Limits,
     pub(crate) expected_uid: u32,
+    /// File suffixes the runtime table can run; `run.start` refuses other files.
+    pub(crate) runtime_suffixes: Arc<Vec<String>>,
     pub(crate) stop: Arc<watch::Sender<bool>>,
     pub(crate) stopping: watch::Receiver<bool>,
     facts: Arc<HostFacts>,
@@ -162,7 +176,7 @@ impl HostShared {
                 "home": f.paths.home.display().to_string(),
                 "schema_id": SCHEMA_ID,
                 "runs": counts.get("runs").cloned().unwrap_or(Value::Null),
-                "active_children": 0,
+                "active_children": counts.get("active_children").cloned().unwrap_or(Value::Null),
                 "stopping": *self.stopping.borrow(),
             }),
         )
@@ -305,6 +319,14 @@ async fn serve_async(
         events,
         limits: config.limits,
         expected_uid: config.expected_uid,
+        runtime_suffixes: Arc::new(
+            config
+                .children
+                .runtimes
+                .iter()
+                .map(|r| r.suffix.clone())
+                .collect(),
+        ),
         stop: Arc::new(stop_tx),
         stopping: stop_rx.clone(),
         facts: Arc::new(HostFacts {

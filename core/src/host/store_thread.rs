@@ -180,7 +180,14 @@ fn process_batch(
                 .map(|report| Receipt::new(None, json!({ "report": report })))
                 .map_err(|e| dispatch::rejection_for(&e))
         } else {
-            dispatch::apply_read(store, &job.request).map_err(|e| dispatch::rejection_for(&e))
+            dispatch::apply_read(store, &job.request)
+                .map(|mut receipt| {
+                    if matches!(job.request.body, RequestBody::HostStatus) {
+                        receipt.body["active_children"] = json!(state.children.len());
+                    }
+                    receipt
+                })
+                .map_err(|e| dispatch::rejection_for(&e))
         };
         let _ = job.reply.send(result);
     }

@@ -908,7 +908,11 @@ mod tests {
         let shown = format!("{spec:?}");
         assert!(!shown.contains("s3cret"), "{shown}");
         assert!(shown.contains("PIW_CHILD_TOKEN"), "{shown}");
-        assert!(shown.contains("stdin_payload_len: 25"), "{shown}");
+        let len = spec.stdin_payload.len();
+        assert!(
+            shown.contains(&format!("stdin_payload_len: {len}")),
+            "{shown}"
+        );
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! `piw-test-worker`: a child runtime for `.workflow.json` fixtures, built on the core worker
-//! library. A fixture is the data-only graph plus a scripted behaviour per node:
+//! `piw-json-worker`: the runtime for declarative `.workflow.json` workflows, built on the core
+//! worker library. A workflow file is the data-only graph plus a behaviour per node:
 //!
 //! ```json
 //! { "graph": { "name": "...", "start": "a", "nodes": {...}, "edges": [...] },
@@ -36,11 +36,11 @@ fn main() -> ExitCode {
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.is_stale() => {
-            eprintln!("piw-test-worker: the run moved on ({e}); stopping quietly");
+            eprintln!("piw-json-worker: the run moved on ({e}); stopping quietly");
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("piw-test-worker: {e}");
+            eprintln!("piw-json-worker: {e}");
             ExitCode::from(1)
         }
     }
