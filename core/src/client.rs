@@ -71,6 +71,46 @@ fn response_to_result(response: Response) -> Result<Receipt, ClientError> {
     }
 }
 
+/// What one server frame means while waiting for the reply to `request_id`: the reply, an
+/// error, or an event to queue (`None`).
+fn reply_step(
+    frame: ServerFrame,
+    request_id: &str,
+    events: &mut VecDeque<Event>,
+) -> Option<Result<Receipt, ClientError>> {
+    match frame {
+        ServerFrame::Response(r) if r.request_id == request_id => Some(response_to_result(r)),
+        ServerFrame::Response(r) => Some(Err(ClientError::Protocol(format!(
+            "reply for unknown request {}",
+            r.request_id
+        )))),
+        ServerFrame::Event(e) => {
+            events.push_back(e);
+            None
+        }
+        ServerFrame::Goodbye(g) => Some(Err(goodbye(g))),
+    }
+}
+
+/// What one server frame means while waiting for an event.
+fn event_step(frame: ServerFrame) -> Result<Event, ClientError> {
+    match frame {
+        ServerFrame::Event(e) => Ok(e),
+        ServerFrame::Goodbye(g) => Err(goodbye(g)),
+        ServerFrame::Response(r) => Err(ClientError::Protocol(format!(
+            "unexpected reply {}",
+            r.request_id
+        ))),
+    }
+}
+
+fn goodbye(g: crate::protocol::Goodbye) -> ClientError {
+    ClientError::Closed {
+        code: g.code,
+        message: g.message,
+    }
+}
+
 /// The async client: one connection, one request at a time, events queued between replies.
 pub struct Client {
     stream: UnixStream,
@@ -120,31 +160,14 @@ impl Client {
         if let Err(e) = self.stream.write_all(&bytes).await {
             // The host may have refused the connection before reading: report its goodbye.
             if let Ok(ServerFrame::Goodbye(g)) = self.next_frame().await {
-                return Err(ClientError::Closed {
-                    code: g.code,
-                    message: g.message,
-                });
+                return Err(goodbye(g));
             }
             return Err(e.into());
         }
         loop {
-            match self.next_frame().await? {
-                ServerFrame::Response(r) if r.request_id == request.request_id => {
-                    return response_to_result(r)
-                }
-                ServerFrame::Response(r) => {
-                    return Err(ClientError::Protocol(format!(
-                        "reply for unknown request {}",
-                        r.request_id
-                    )))
-                }
-                ServerFrame::Event(e) => self.events.push_back(e),
-                ServerFrame::Goodbye(g) => {
-                    return Err(ClientError::Closed {
-                        code: g.code,
-                        message: g.message,
-                    })
-                }
+            let frame = self.next_frame().await?;
+            if let Some(result) = reply_step(frame, &request.request_id, &mut self.events) {
+                return result;
             }
         }
     }
@@ -154,17 +177,7 @@ impl Client {
         if let Some(e) = self.events.pop_front() {
             return Ok(e);
         }
-        match self.next_frame().await? {
-            ServerFrame::Event(e) => Ok(e),
-            ServerFrame::Goodbye(g) => Err(ClientError::Closed {
-                code: g.code,
-                message: g.message,
-            }),
-            ServerFrame::Response(r) => Err(ClientError::Protocol(format!(
-                "unexpected reply {}",
-                r.request_id
-            ))),
-        }
+        event_step(self.next_frame().await?)
     }
 
     async fn next_frame(&mut self) -> Result<ServerFrame, ClientError> {
@@ -234,31 +247,14 @@ impl BlockingClient {
         if let Err(e) = write_frame(&mut self.stream, &request, &self.limits) {
             // The host may have refused the connection before reading: report its goodbye.
             if let Ok(ServerFrame::Goodbye(g)) = self.next_frame() {
-                return Err(ClientError::Closed {
-                    code: g.code,
-                    message: g.message,
-                });
+                return Err(goodbye(g));
             }
             return Err(ClientError::Protocol(e.to_string()));
         }
         loop {
-            match self.next_frame()? {
-                ServerFrame::Response(r) if r.request_id == request.request_id => {
-                    return response_to_result(r)
-                }
-                ServerFrame::Response(r) => {
-                    return Err(ClientError::Protocol(format!(
-                        "reply for unknown request {}",
-                        r.request_id
-                    )))
-                }
-                ServerFrame::Event(e) => self.events.push_back(e),
-                ServerFrame::Goodbye(g) => {
-                    return Err(ClientError::Closed {
-                        code: g.code,
-                        message: g.message,
-                    })
-                }
+            let frame = self.next_frame()?;
+            if let Some(result) = reply_step(frame, &request.request_id, &mut self.events) {
+                return result;
             }
         }
     }
@@ -268,17 +264,7 @@ impl BlockingClient {
         if let Some(e) = self.events.pop_front() {
             return Ok(e);
         }
-        match self.next_frame()? {
-            ServerFrame::Event(e) => Ok(e),
-            ServerFrame::Goodbye(g) => Err(ClientError::Closed {
-                code: g.code,
-                message: g.message,
-            }),
-            ServerFrame::Response(r) => Err(ClientError::Protocol(format!(
-                "unexpected reply {}",
-                r.request_id
-            ))),
-        }
+        event_step(self.next_frame()?)
     }
 
     fn next_frame(&mut self) -> Result<ServerFrame, ClientError> {

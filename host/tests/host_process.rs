@@ -12,34 +12,11 @@ use piw_core::paths::PiwPaths;
 use piw_core::protocol::{payload, RejectionCode, Request, RequestBody};
 use serde_json::json;
 
+mod common;
+use common::HostProc;
+
 fn piw() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_piw"))
-}
-
-/// A host process that is killed if a test fails before stopping it, so failures leave no
-/// stray hosts behind.
-struct HostProc(Child);
-
-impl std::ops::Deref for HostProc {
-    type Target = Child;
-    fn deref(&self) -> &Child {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for HostProc {
-    fn deref_mut(&mut self) -> &mut Child {
-        &mut self.0
-    }
-}
-
-impl Drop for HostProc {
-    fn drop(&mut self) {
-        if matches!(self.0.try_wait(), Ok(None)) {
-            let _ = self.0.kill();
-        }
-        let _ = self.0.wait();
-    }
 }
 
 struct Home {
