@@ -635,11 +635,13 @@ pub fn forget_released_claims(store: &Store, state: &mut HostState) {
     let released: Vec<(String, RunStatus)> = state
         .claims
         .keys()
-        .filter_map(|run_id| match store.run(run_id).map(|r| r.status) {
-            Ok(RunStatus::Running) => None,
-            Ok(status) => Some((run_id.clone(), status)),
-            Err(_) => Some((run_id.clone(), RunStatus::Cancelled)),
-        })
+        .filter_map(
+            |run_id| match store.run_state(run_id).map(|(status, _)| status) {
+                Ok(RunStatus::Running) => None,
+                Ok(status) => Some((run_id.clone(), status)),
+                Err(_) => Some((run_id.clone(), RunStatus::Cancelled)),
+            },
+        )
         .collect();
     for (run_id, status) in released {
         state.claims.remove(&run_id);

@@ -266,9 +266,18 @@ async fn handle_frame(
                 _ => None,
             };
             let (tx, rx) = oneshot::channel();
+            let meta = if dispatch::is_durable_command(&request) {
+                match dispatch::command_meta(&request) {
+                    Ok(meta) => Some(meta),
+                    Err(rejection) => return Ok(answer(Err(rejection))),
+                }
+            } else {
+                None
+            };
             let job = Job {
                 request,
                 start,
+                meta,
                 reply: tx,
             };
             let hello = matches!(job.request.body, RequestBody::WorkerHello(_))

@@ -152,6 +152,7 @@ impl HostShared {
             .send(StoreMsg::Request(Box::new(Job {
                 request: Request::new("host-status", RequestBody::HostStatus),
                 start: None,
+                meta: None,
                 reply: tx,
             })))
             .is_ok()

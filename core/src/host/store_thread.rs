@@ -35,6 +35,9 @@ pub enum StoreMsg {
 pub struct Job {
     pub request: Request,
     pub start: Option<PreparedStart>,
+    /// The command's receipt identity, computed by the connection task (hashing stays off the
+    /// store thread); `None` to compute it here.
+    pub meta: Option<crate::store::CommandMeta>,
     pub reply: oneshot::Sender<Result<Receipt, Rejection>>,
 }
 
@@ -202,7 +205,11 @@ fn process_batch(
     let committed = store.write(|w| {
         let mut results = Vec::with_capacity(writes.len());
         for job in &writes {
-            let result = dispatch::command_meta(&job.request).and_then(|meta| {
+            let meta = match &job.meta {
+                Some(meta) => Ok(meta.clone()),
+                None => dispatch::command_meta(&job.request),
+            };
+            let result = meta.and_then(|meta| {
                 w.command(&meta, |w| {
                     if job.request.is_worker() {
                         children::apply_worker(w, state, &job.request)
@@ -236,8 +243,8 @@ fn process_batch(
                         .request
                         .run_id
                         .as_deref()
-                        .and_then(|r| store.run(r).ok())
-                        .map(|r| r.revision);
+                        .and_then(|r| store.run_state(r).ok())
+                        .map(|(_, revision)| revision);
                     let receipt = Receipt::new(revision, outcome.response);
                     if outcome.replayed {
                         receipt.replayed()
@@ -272,7 +279,7 @@ fn revisions(store: &Store, writes: &[Job]) -> Vec<(String, u64)> {
         .iter()
         .filter_map(|j| j.request.run_id.clone())
         .map(|run_id| {
-            let rev = store.run(&run_id).map(|r| r.revision).unwrap_or(0);
+            let rev = store.run_state(&run_id).map(|(_, rev)| rev).unwrap_or(0);
             (run_id, rev)
         })
         .collect()

@@ -487,3 +487,16 @@ impl Store {
         Ok(())
     }
 }
+
+impl Store {
+    /// A run's status and revision: the cheap read the host does after every batch.
+    pub fn run_state(&self, run_id: &str) -> StoreResult<(RunStatus, u64)> {
+        let (status, revision): (String, i64) = self
+            .conn
+            .prepare_cached("SELECT status, revision FROM runs WHERE run_id = ?1")?
+            .query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?
+            .ok_or_else(|| StoreError::RunNotFound(run_id.to_owned()))?;
+        Ok((parse_status(&status)?, revision as u64))
+    }
+}
