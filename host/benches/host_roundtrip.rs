@@ -16,17 +16,18 @@
 //!    (b) a bare SQLite commit (`BEGIN IMMEDIATE; UPDATE; INSERT; COMMIT`, WAL, FULL),
 //!    measured before and after the host measurements and for 1 s right before each
 //!    throughput level (the ratio uses that adjacent floor: fsync cost drifts);
-//! 2. round trip with one `BlockingClient`: `host.status` and `run.status` (while the run is
-//!    queued, and again once it is paused), and alternating `run.pause` / `run.resume` on one
+//! 2. round trip with one `BlockingClient`: `host.status` and `run.status` (while the run waits
+//!    on its checkpoint, and again once it is paused), and alternating `run.pause` / `run.resume` on one
 //!    run, 1,000 each after 100 warm-up calls (one host);
 //! 3. throughput of alternating pause/resume with 1, 8 and 64 concurrent clients, each on its
 //!    own connection and its own run (one host per level; async `Client`s on one
 //!    current-thread tokio runtime, so the client side uses at most one core), with the
 //!    CPU of the host, its store thread and the bench, the bytes the host writes per command,
-//!    and the host's CPU while idle with the level's runs queued.
+//!    and the host's CPU while idle with the level's runs waiting.
 //!
-//! The benchmarked runs stay queued behind a full child slot: each host gets one slot, taken
-//! by a "blocker" run whose child is `tail -f` (see `Host::start`).
+//! The benchmarked runs park at once on a checkpoint (a `.workflow.json` run by the default
+//! `piw-json-worker`), so they sit `waiting`, held by nobody, where pause and resume are plain
+//! control commands.
 
 use std::fs::File;
 use std::io::{Read as _, Write as _};
@@ -51,7 +52,7 @@ const CONCURRENCY: [usize; 3] = [1, 8, 64];
 /// How long the bare-commit floor runs right before each throughput level (at most
 /// `PIW_BENCH_SECS`).
 const ADJACENT_FLOOR: Duration = Duration::from_secs(1);
-/// How long the host's CPU is sampled while idle with queued runs.
+/// How long the host's CPU is sampled while idle with waiting runs.
 const IDLE_SAMPLE: Duration = Duration::from_millis(500);
 /// The target: with 64 clients, at least this many times the bare single-writer commit rate.
 const TARGET_RATIO_64: f64 = 4.0;
@@ -152,12 +153,12 @@ fn main() {
         );
     };
     rt_row(
-        "round trip: host.status (run queued)",
+        "round trip: host.status (run waiting)",
         &rt.host_status,
         echo.p(0.5),
     );
     rt_row(
-        "round trip: run.status (run queued)",
+        "round trip: run.status (run waiting)",
         &rt.run_status,
         echo.p(0.5),
     );
@@ -177,7 +178,7 @@ fn main() {
         echo.p(0.5) + commit_before.lat.p(0.5),
     );
     println!("  p50 > floor: reads above the echo p50; the command above echo p50 + bare commit p50 (start floor, measured just before)");
-    println!("  reads run twice: while the bench's one run is queued (no worker takes it), then after it is paused");
+    println!("  reads run twice: while the bench's one run waits on its checkpoint, then after it is paused");
 
     println!();
     println!(
@@ -220,7 +221,7 @@ fn main() {
         commit_before.wchar_per_commit / 1024.0
     );
     println!(
-        "  idle CPU: host CPU over {} ms with the level's runs queued and no requests (an idle host should be ~0%)",
+        "  idle CPU: host CPU over {} ms with the level's runs waiting and no requests (an idle host should be ~0%)",
         IDLE_SAMPLE.as_millis()
     );
     if let Some(l) = levels.iter().find(|l| l.clients == 64) {
@@ -407,30 +408,22 @@ struct Host {
 
 impl Host {
     /// Starts `piw host serve` with `PIW_HOME=<dir>/<name>` and waits until it answers.
-    ///
-    /// The benchmarked runs must stay queued (a host that schedules would launch and, with no
-    /// runtime for them, fail them). So the host gets one child slot (`PIW_MAX_CHILDREN=1`),
-    /// and a first "blocker" run takes it with a child that lives until the host stops
-    /// (`tail -f` as the runtime of `.blocker.mjs`, with handshake and lease far beyond the
-    /// bench): every other run waits in the queue behind a full slot, where pause and resume
-    /// are plain control commands.
     fn start(dir: &Path, name: &str) -> Self {
         let paths = PiwPaths::for_home(dir.join(name));
         paths.ensure_dirs().expect("create PIW_HOME");
-        let workflow = paths.home.join("bench.workflow.mjs");
-        std::fs::write(&workflow, "export default {}").expect("write workflow");
+        let workflow = paths.home.join("bench.workflow.json");
+        let fixture = json!({
+            "graph": {"name": "bench", "start": "ask",
+                      "nodes": {"ask": {"kind": "checkpoint"}, "done": {"kind": "compute"}},
+                      "edges": [{"from": "ask", "to": "done"}]},
+            "behaviors": {"ask": {"wait": "checkpoint"}}
+        });
+        std::fs::write(&workflow, fixture.to_string()).expect("write workflow");
         let stderr = dir.join(format!("{name}.stderr"));
         let child = Command::new(env!("CARGO_BIN_EXE_piw"))
             .args(["host", "serve"])
             .env("PIW_HOME", &paths.home)
             .env("PIW_LOG", "warn")
-            .env("PIW_MAX_CHILDREN", "1")
-            .env(
-                "PIW_RUNTIMES",
-                format!(".blocker.mjs={} -f", tail_program()),
-            )
-            .env("PIW_HANDSHAKE_TIMEOUT_MS", "3600000")
-            .env("PIW_LEASE_MS", "3600000")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(File::create(&stderr).expect("host stderr file"))
@@ -443,42 +436,7 @@ impl Host {
             stderr,
         };
         host.wait_ready();
-        host.occupy_the_child_slot();
         host
-    }
-
-    /// Starts the blocker run and waits until the host runs it (or, on a host without a
-    /// scheduler, until it is clear that it stays queued).
-    fn occupy_the_child_slot(&self) {
-        let blocker = self.paths.home.join("slot.blocker.mjs");
-        std::fs::write(&blocker, "export default {}").expect("write blocker");
-        let mut c = self.client();
-        let r = c
-            .call(RequestBody::RunStart(payload::RunStart {
-                workflow_file: blocker.display().to_string(),
-                input: json!({}),
-                session_id: None,
-                execution_mode: None,
-                project_dir: None,
-            }))
-            .expect("run.start (blocker)");
-        let run_id = r.body["run_id"].as_str().expect("run_id").to_owned();
-        let start = Instant::now();
-        loop {
-            let r = c
-                .send(Request::new(new_id("status"), RequestBody::RunStatus).with_run_id(&run_id))
-                .expect("run.status (blocker)");
-            match r.body["run"]["status"].as_str() {
-                Some("running") => return,
-                Some("queued") if start.elapsed() < Duration::from_secs(3) => {}
-                Some("queued") => return, // no scheduler: nothing leaves the queue
-                other => panic!(
-                    "the blocker run should hold the only child slot, but it is {other:?}: {}",
-                    self.log()
-                ),
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
     }
 
     fn wait_ready(&mut self) {
@@ -529,7 +487,23 @@ impl Host {
                 project_dir: None,
             }))
             .expect("run.start");
-        r.body["run_id"].as_str().expect("run_id").to_owned()
+        let run_id = r.body["run_id"].as_str().expect("run_id").to_owned();
+        // Wait until its child parked it on the checkpoint.
+        let start = Instant::now();
+        loop {
+            let r = c
+                .send(Request::new(new_id("status"), RequestBody::RunStatus).with_run_id(&run_id))
+                .expect("run.status");
+            match r.body["run"]["status"].as_str() {
+                Some("waiting") => return run_id,
+                Some("queued" | "running") if start.elapsed() < Duration::from_secs(30) => {}
+                other => panic!(
+                    "the bench run should wait on its checkpoint, but it is {other:?}: {}",
+                    self.log()
+                ),
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     fn revision(&self, c: &mut BlockingClient, run_id: &str) -> u64 {
@@ -576,14 +550,6 @@ impl Drop for Host {
     }
 }
 
-/// An absolute `tail` (the blocker run's runtime: `tail -f <file>` lives until stopped).
-fn tail_program() -> &'static str {
-    ["/usr/bin/tail", "/bin/tail"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-        .expect("tail (coreutils) is needed for the blocker run")
-}
-
 /// The next alternating pause/resume command for a run, with a fresh request id.
 fn toggle(run_id: &str, paused: &mut bool) -> Request {
     let body = if *paused {
@@ -602,7 +568,7 @@ fn check_fresh(r: &Receipt) {
 // ----- 2. round trips -----------------------------------------------------------------------
 
 struct RoundTrips {
-    /// Reads while the run is queued (ready, no worker takes it).
+    /// Reads while the run waits on its checkpoint.
     host_status: Latencies,
     run_status: Latencies,
     write: Latencies,
@@ -672,7 +638,7 @@ struct Level {
     host_cpu: f64,
     store_cpu: f64,
     bench_cpu: f64,
-    /// Host CPU (share of one core) while idle with the level's runs queued, before the load.
+    /// Host CPU (share of one core) while idle with the level's runs waiting, before the load.
     idle_cpu: f64,
     /// Bytes the host wrote per command in the window.
     wchar_per_cmd: f64,
@@ -689,7 +655,7 @@ impl Level {
 fn throughput(host: &Host, clients: usize, warm_up: Duration, measure_for: Duration) -> Level {
     let mut setup = host.client();
     let runs: Vec<String> = (0..clients).map(|_| host.start_run(&mut setup)).collect();
-    // The host with queued runs and no requests: it should be (nearly) idle.
+    // The host with waiting runs and no requests: it should be (nearly) idle.
     let idle_a = CpuSnapshot::take(host.pid());
     let idle_at = Instant::now();
     std::thread::sleep(IDLE_SAMPLE);
