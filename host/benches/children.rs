@@ -224,6 +224,19 @@ fn main() {
         ms(act.started.p(0.50))
     );
     println!(
+        "  phases (mean ms over the {} runs, cut at the events' store-transaction stamps, 1 ms resolution):",
+        act.started.len()
+    );
+    for (name, mean) in PHASES.iter().zip(&act.phases) {
+        println!("    {name:<40} {mean:>7.2}");
+    }
+    println!(
+        "    {:<40} {:>7.2} (the mean of the measured total: {:.2})",
+        "sum",
+        act.phases.iter().sum::<f64>(),
+        ms(act.started.mean())
+    );
+    println!(
         "  events the subscription delivered per run: {}; per-run seq gaps (events committed but never delivered): {} of {} runs",
         act.kinds, act.runs_with_gaps, act.started.len() + ACT_WARM_UP
     );
@@ -817,6 +830,61 @@ struct Activation {
     kinds: String,
     /// Runs whose delivered seqs were not 1, 2, 3, … without holes.
     runs_with_gaps: usize,
+    /// Mean milliseconds of each phase (see `PHASES`).
+    phases: Vec<f64>,
+}
+
+/// The activation path cut at the durable events' time stamps (each the start of the store
+/// transaction that wrote it, Unix ms, truncated): the client's call, `started` (run.start),
+/// `activated` (the scheduler's claim), `definition_recorded` (the child's worker.hello),
+/// `node_started`, and the event's arrival at the client.
+const PHASES: [&str; 5] = [
+    "call -> run.start tx",
+    "run.start tx -> activation tx",
+    "activation tx -> worker.hello tx",
+    "worker.hello tx -> node_started tx",
+    "node_started tx -> event at client",
+];
+
+/// Microseconds since the Unix epoch (the host's store clock reads the same system clock).
+fn unix_us() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(f64::NAN, |d| d.as_secs_f64() * 1e6)
+}
+
+/// Mean duration of each of `PHASES` over `samples` (run id, call and arrival in Unix µs),
+/// from the events stored in the host's database (read-only while it runs). A stamp
+/// truncated to the millisecond is taken as the middle of its millisecond; over many runs
+/// the truncation averages out.
+fn activation_phases(db: &Path, samples: &[(String, f64, f64)]) -> Vec<f64> {
+    let store = piw_core::store::Store::open_read_only(db, Default::default())
+        .expect("open the host's database read-only");
+    let mut sums = [0.0f64; PHASES.len()];
+    for (run_id, call_us, arrive_us) in samples {
+        let events = store.events(run_id, 0).expect("events");
+        let at = |kind: &str| {
+            events
+                .iter()
+                .find(|e| e.kind == kind)
+                .map(|e| (e.at as f64 + 0.5) * 1000.0)
+                .unwrap_or_else(|| panic!("run {run_id} has no {kind} event"))
+        };
+        let cuts = [
+            *call_us,
+            at("started"),
+            at("activated"),
+            at("definition_recorded"),
+            at("node_started"),
+            *arrive_us,
+        ];
+        for (i, sum) in sums.iter_mut().enumerate() {
+            *sum += cuts[i + 1] - cuts[i];
+        }
+    }
+    sums.iter()
+        .map(|s| s / samples.len().max(1) as f64 / 1000.0)
+        .collect()
 }
 
 fn activation(host: &Host, workflow: &str, runs: usize) -> Activation {
@@ -829,16 +897,20 @@ fn activation(host: &Host, workflow: &str, runs: usize) -> Activation {
         body: Latencies::default(),
         kinds: String::new(),
         runs_with_gaps: 0,
+        phases: Vec::new(),
     };
     let mut run_ids = Vec::new();
+    let mut stamps = Vec::new();
     for i in 0..ACT_WARM_UP + runs {
         host.wait_idle(&mut c);
         let body = host.start_body(workflow, "act");
+        let call_us = unix_us();
         let t0 = Instant::now();
         let r = c.call(body).expect("run.start");
         let reply = t0.elapsed();
         let run_id = r.body["run_id"].as_str().expect("run_id").to_owned();
         let mut started = None;
+        let mut arrive_us = f64::NAN;
         let mut seqs = Vec::new();
         let mut kinds = Vec::new();
         let done = loop {
@@ -850,6 +922,7 @@ fn activation(host: &Host, workflow: &str, runs: usize) -> Activation {
             kinds.push(e.event_kind.clone());
             if e.event_kind == "node_started" && started.is_none() {
                 started = Some(t0.elapsed());
+                arrive_us = unix_us();
             }
             if TERMINAL.contains(&e.event_kind.as_str()) {
                 assert_eq!(
@@ -867,15 +940,17 @@ fn activation(host: &Host, workflow: &str, runs: usize) -> Activation {
             out.runs_with_gaps += 1;
         }
         out.kinds = format!("seq {seqs:?} = {}", kinds.join(", "));
-        run_ids.push(run_id);
         if i >= ACT_WARM_UP {
+            stamps.push((run_id.clone(), call_us, arrive_us));
             out.started.push(started);
             out.reply.push(reply);
             out.after_reply.push(started - reply);
             out.body.push(done - started);
         }
+        run_ids.push(run_id);
     }
     host.wait_idle(&mut c);
+    out.phases = activation_phases(&host.paths.db, &stamps);
     host.check_runs(&run_ids, &["a".to_owned()], &json!({"done": true}));
     out
 }

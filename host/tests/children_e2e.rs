@@ -597,3 +597,60 @@ fn a_child_killed_while_applying_leaves_the_effect_uncertain_and_the_run_in_revi
     assert_eq!(lines(&env), 1);
     env.stop(host);
 }
+
+#[test]
+fn an_interaction_deadline_that_passed_while_the_host_was_down_routes_timed_out_after_restart() {
+    let env = Env::new(&[]);
+    let host = env.serve(None);
+    let file = env.fixture(
+        "ask",
+        json!({
+            "graph": {
+                "name": "ask", "start": "ask",
+                "nodes": {"ask": {"kind": "agent", "timeout_ms": 800}, "late": {"kind": "compute"}, "ok": {"kind": "compute"}},
+                "edges": [{"from": "ask", "switch": {"on": "$result.outcome", "cases": {"timed_out": "late", "succeeded": "ok"}}}]
+            },
+            "behaviors": {"ask": {"interact": "agent"}, "late": {"return": {"late": true}}, "ok": {}}
+        }),
+    );
+    let run_id = env.start(&file, json!({}));
+    let s = env.wait_for(&run_id, &["waiting"], Duration::from_secs(20));
+    let deadline = s["interactions"][0]["deadline_at"]
+        .as_i64()
+        .expect("the request keeps the node deadline");
+    env.stop(host);
+    // The deadline passes while no host runs.
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64
+    };
+    while now() <= deadline + 50 {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let host = env.serve(None);
+    let s = env.wait_for(
+        &run_id,
+        &["completed", "failed", "timed_out", "review"],
+        Duration::from_secs(20),
+    );
+    assert_eq!(s["run"]["status"], json!("completed"), "{s:#}");
+    assert_eq!(s["run"]["result"], json!({"late": true}));
+    assert_eq!(s["interactions"][0]["status"], json!("expired"));
+    assert_eq!(
+        s["attempts"][0]["status"],
+        json!("timed_out"),
+        "the same attempt recorded as timed out"
+    );
+    assert_eq!(
+        s["attempts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|a| a["node_id"] == json!("ask"))
+            .count(),
+        1
+    );
+    env.stop(host);
+}
