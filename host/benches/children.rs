@@ -24,7 +24,8 @@
 //!    64-run burst and at the end; (c) `piw-json-worker` spawned the way the host spawns it
 //!    (own process group, cleared environment, envelope on stdin) until its `worker.hello`
 //!    frame reaches a socket this bench listens on: process start plus worker start-up,
-//!    without a host;
+//!    without a host; once as std spawns by default (`posix_spawn`) and once with a pre-exec
+//!    hook, which makes std fork as the host's rlimit hook does;
 //! 2. activation latency: sequential one-node runs on one host, each timed from the client's
 //!    `run.start` call to the arrival of the run's `node_started` event on a subscription
 //!    made (to the runs' session) before the start; `node_started` is the commit of the first
@@ -115,7 +116,7 @@ fn main() {
     let fork = fork_exec_floor();
     let mut floor = SqliteFloor::open(&dir.path().join("floor.sqlite"));
     let commit_start = floor.measure(warm_up, measure_for);
-    let worker = worker_start_floor(dir.path(), &one);
+    let (worker, worker_forked) = worker_start_floor(dir.path(), &one);
 
     // 2. Activation latency.
     let act = {
@@ -185,6 +186,11 @@ fn main() {
         &worker,
         1e6 / worker.mean(),
     );
+    row(
+        "c: the same, forked (pre-exec hook, like the host)",
+        &worker_forked,
+        1e6 / worker_forked.mean(),
+    );
     println!("  c: the host's spawn options (own group, cleared env, envelope on stdin); the worker reads the envelope, hashes and parses the fixture, connects and sends hello; no host involved");
 
     println!();
@@ -210,15 +216,15 @@ fn main() {
     );
     act_row("node_started event -> completed event (info)", &act.body);
     let commit_p50 = commit_start.lat.p(0.50);
-    let model = act.reply.p(0.50) + worker.p(0.50) + 3.0 * commit_p50;
+    let model = act.reply.p(0.50) + worker_forked.p(0.50) + 3.0 * commit_p50;
     println!(
         "  ÷ fork+exec: p50 ÷ the fork+exec p50 ({:.3} ms)",
         ms(fork.p(0.50))
     );
     println!(
-        "  model of the p50 path: run.start receipt {:.2} + worker spawn->hello {:.2} + 3 commits x {:.2} (activation, worker.hello, worker.node_started) = {:.2} ms; measured {:.2} ms",
+        "  model of the p50 path: run.start receipt {:.2} + worker spawn->hello (fork) {:.2} + 3 commits x {:.2} (activation, worker.hello, worker.node_started) = {:.2} ms; measured {:.2} ms",
         ms(act.reply.p(0.50)),
-        ms(worker.p(0.50)),
+        ms(worker_forked.p(0.50)),
         ms(commit_p50),
         ms(model),
         ms(act.started.p(0.50))
@@ -309,7 +315,7 @@ fn main() {
             ms(b.start_rt.p(0.99)),
         );
         println!(
-            "  {label}: CPU over {:.0} ms (start to children gone), share of one core: host {:.0}% (store thread {:.0}%), children {:.0}%, bench {:.0}%; {:.2} of {} cores busy; {} events delivered",
+            "  {label}: CPU over {:.0} ms (start to children gone), share of one core: host {:.0}% (store thread {:.0}%), children {:.0}%, bench {:.0}%; {:.2} of {} cores busy; host wrote {:.1} KiB per node; {} events delivered",
             b.cpu.wall.as_secs_f64() * 1000.0,
             b.cpu.host * 100.0,
             b.cpu.store * 100.0,
@@ -317,6 +323,7 @@ fn main() {
             b.cpu.bench * 100.0,
             b.cpu.host + b.cpu.children + b.cpu.bench,
             std::thread::available_parallelism().map_or(0, |n| n.get()),
+            b.cpu.host_wchar / 1024.0 / (b.runs * CHAIN) as f64,
             b.events,
         );
     }
@@ -537,8 +544,10 @@ impl SqliteFloor {
 /// Spawns `piw-json-worker` like the host does (own process group, cleared environment but
 /// `PATH`/`HOME`/`LANG`/`TMPDIR`, envelope on stdin, piped output) with an envelope naming a
 /// socket this bench listens on, and times spawn → the worker's `worker.hello` frame read.
-/// The bench then closes the connection; the worker stops quietly.
-fn worker_start_floor(dir: &Path, fixture: &str) -> Latencies {
+/// The bench then closes the connection; the worker stops quietly. Returns the rounds
+/// without and with a (no-op) pre-exec hook: std spawns with `posix_spawn` (vfork) unless a
+/// hook is set, and then forks; the host sets one (rlimits).
+fn worker_start_floor(dir: &Path, fixture: &str) -> (Latencies, Latencies) {
     let socket = dir.join("worker-floor.sock");
     let listener = UnixListener::bind(&socket).expect("bind worker floor socket");
     let (tx, rx) = mpsc::channel::<Instant>();
@@ -568,8 +577,11 @@ fn worker_start_floor(dir: &Path, fixture: &str) -> Latencies {
         socket_path: socket.clone(),
     };
     let stdin_payload = serde_json::to_vec(&envelope).expect("envelope json");
-    let mut lat = Latencies::default();
-    for i in 0..WORKER_WARM_UP + WORKER_RUNS {
+    let mut spawned = Latencies::default();
+    let mut forked = Latencies::default();
+    // Alternating rounds: even ones as above, odd ones with a pre-exec hook like the host's.
+    for i in 0..2 * (WORKER_WARM_UP + WORKER_RUNS) {
+        let fork = i % 2 == 1;
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_piw-json-worker"));
         cmd.arg(fixture)
             .env_clear()
@@ -584,6 +596,13 @@ fn worker_start_floor(dir: &Path, fixture: &str) -> Latencies {
             }
         }
         cmd.env("PIW_RUN_ID", "floor-run");
+        if fork {
+            // SAFETY: the hook does nothing; its presence alone makes std fork + exec instead
+            // of posix_spawn, as the host's setrlimit hook does.
+            unsafe {
+                cmd.pre_exec(|| Ok(()));
+            }
+        }
         let t = Instant::now();
         let mut child = cmd.spawn().expect("spawn piw-json-worker");
         {
@@ -608,12 +627,16 @@ fn worker_start_floor(dir: &Path, fixture: &str) -> Latencies {
             out.status,
             String::from_utf8_lossy(&out.stderr)
         );
-        if i >= WORKER_WARM_UP {
-            lat.push(hello_at - t);
+        if i >= 2 * WORKER_WARM_UP {
+            if fork {
+                forked.push(hello_at - t);
+            } else {
+                spawned.push(hello_at - t);
+            }
         }
     }
     let _ = std::fs::remove_file(&socket);
-    lat
+    (spawned, forked)
 }
 
 // ----- a real host --------------------------------------------------------------------------
@@ -1117,6 +1140,8 @@ fn burst(host: &Host, workflow: &str, result: &Value, session: &str, bare: Commi
 /// process, with the time they were read.
 struct CpuSnapshot {
     at: Instant,
+    /// Bytes the host passed to write-like calls (WAL, database, replies, child stdin).
+    host_wchar: f64,
     host: f64,
     store: f64,
     children: f64,
@@ -1140,6 +1165,7 @@ impl CpuSnapshot {
         let (host, children) = cpu_secs(Path::new(&format!("/proc/{host_pid}/stat")));
         Self {
             at: Instant::now(),
+            host_wchar: wchar(host_pid),
             host,
             store,
             children,
@@ -1151,6 +1177,7 @@ impl CpuSnapshot {
 /// Shares of one core between two snapshots.
 struct CpuUse {
     wall: Duration,
+    host_wchar: f64,
     host: f64,
     store: f64,
     children: f64,
@@ -1163,12 +1190,25 @@ impl CpuUse {
         let w = wall.as_secs_f64();
         Self {
             wall,
+            host_wchar: b.host_wchar - a.host_wchar,
             host: (b.host - a.host) / w,
             store: (b.store - a.store) / w,
             children: (b.children - a.children) / w,
             bench: (b.bench - a.bench) / w,
         }
     }
+}
+
+/// Bytes process `pid` passed to write-like syscalls (`/proc/pid/io`).
+fn wchar(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/io"))
+        .ok()
+        .and_then(|io| {
+            io.lines()
+                .find_map(|l| l.strip_prefix("wchar:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(f64::NAN)
 }
 
 /// (utime + stime, cutime + cstime) of a `/proc/.../stat` file, in seconds (USER_HZ is 100 on

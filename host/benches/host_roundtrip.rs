@@ -580,6 +580,7 @@ struct RoundTrips {
 fn round_trips(host: &Host) -> RoundTrips {
     let mut c = host.client();
     let run_id = host.start_run(&mut c);
+    let base = host.revision(&mut c, &run_id);
     let host_status_call = |c: &mut BlockingClient| {
         c.call(RequestBody::HostStatus).expect("host.status");
     };
@@ -604,7 +605,7 @@ fn round_trips(host: &Host) -> RoundTrips {
     let run_status_paused = timed(&mut c, run_status_call);
     assert_eq!(
         host.revision(&mut c, &run_id),
-        1 + toggles,
+        base + toggles,
         "every pause/resume applied exactly once"
     );
     RoundTrips {
@@ -655,6 +656,11 @@ impl Level {
 fn throughput(host: &Host, clients: usize, warm_up: Duration, measure_for: Duration) -> Level {
     let mut setup = host.client();
     let runs: Vec<String> = (0..clients).map(|_| host.start_run(&mut setup)).collect();
+    // Revisions before the load: each run's start-up (activation, its checkpoint) came first.
+    let bases: std::collections::HashMap<String, u64> = runs
+        .iter()
+        .map(|r| (r.clone(), host.revision(&mut setup, r)))
+        .collect();
     // The host with waiting runs and no requests: it should be (nearly) idle.
     let idle_a = CpuSnapshot::take(host.pid());
     let idle_at = Instant::now();
@@ -720,7 +726,7 @@ fn throughput(host: &Host, clients: usize, warm_up: Duration, measure_for: Durat
     for (run_id, sent, _) in &per_client {
         assert_eq!(
             host.revision(&mut setup, run_id),
-            1 + sent,
+            bases[run_id] + sent,
             "every pause/resume applied exactly once"
         );
     }

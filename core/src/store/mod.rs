@@ -242,16 +242,17 @@ impl WriteTx<'_> {
     /// Runs `f` inside a savepoint: if it fails, only its own changes are undone and the error
     /// is returned, while the enclosing transaction stays usable.
     pub fn savepoint<T>(&mut self, f: impl FnOnce(&mut Self) -> StoreResult<T>) -> StoreResult<T> {
-        self.tx.execute_batch("SAVEPOINT piw_op")?;
+        // Cached statements: group commit opens one savepoint per command.
+        self.tx.prepare_cached("SAVEPOINT piw_op")?.execute([])?;
         let ops_before = self.ops.len();
         match f(self) {
             Ok(v) => {
-                self.tx.execute_batch("RELEASE piw_op")?;
+                self.tx.prepare_cached("RELEASE piw_op")?.execute([])?;
                 Ok(v)
             }
             Err(e) => {
-                self.tx
-                    .execute_batch("ROLLBACK TO piw_op; RELEASE piw_op")?;
+                self.tx.prepare_cached("ROLLBACK TO piw_op")?.execute([])?;
+                self.tx.prepare_cached("RELEASE piw_op")?.execute([])?;
                 self.ops.truncate(ops_before);
                 Err(e)
             }
