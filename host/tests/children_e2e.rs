@@ -654,3 +654,35 @@ fn an_interaction_deadline_that_passed_while_the_host_was_down_routes_timed_out_
     );
     env.stop(host);
 }
+
+#[test]
+fn a_session_subscriber_sees_every_event_of_a_run_in_order() {
+    let env = Env::new(&[]);
+    let host = env.serve(None);
+    let mut sub = env.client();
+    sub.call(RequestBody::Subscribe(payload::Subscribe {
+        run_id: None,
+        session_id: Some("s1".into()),
+    }))
+    .unwrap();
+    let file = env.fixture("pipeline", pipeline());
+    let run_id = env.start(&file, json!({}));
+    let mut seen = Vec::new();
+    loop {
+        let e = sub.next_event().unwrap();
+        assert_eq!(e.run_id, run_id);
+        seen.push((e.seq, e.event_kind.clone()));
+        if e.event_kind == "completed" {
+            break;
+        }
+        assert!(seen.len() < 100, "{seen:?}");
+    }
+    let seqs: Vec<u64> = seen.iter().map(|(s, _)| *s).collect();
+    assert_eq!(
+        seqs,
+        (1..=seqs.len() as u64).collect::<Vec<_>>(),
+        "no gaps, no repeats: {seen:?}"
+    );
+    assert!(seen.iter().any(|(_, k)| k == "activated"), "{seen:?}");
+    env.stop(host);
+}

@@ -146,10 +146,27 @@ pub fn schedule(store: &mut Store, state: &mut HostState) {
                 return;
             }
         };
+        let before = state.children.len();
         for run_id in ready {
             launch(store, state, &run_id);
         }
+        // A run that could not be launched stays ready; try again after the next message
+        // rather than spinning on it now.
+        if state.children.len() == before {
+            return;
+        }
     }
+}
+
+/// Publishes the events a write outside the request batches committed for `run_id`.
+fn publish(store: &Store, state: &HostState, run_id: &str, after: u64) {
+    if let Some(events) = &state.events {
+        super::store_thread::publish_run(store, events, run_id, after);
+    }
+}
+
+fn revision_of(store: &Store, run_id: &str) -> u64 {
+    store.run_state(run_id).map(|(_, rev)| rev).unwrap_or(0)
 }
 
 fn launch(store: &mut Store, state: &mut HostState, run_id: &str) {
@@ -165,6 +182,7 @@ fn launch(store: &mut Store, state: &mut HostState, run_id: &str) {
         .iter()
         .find(|r| run.source_root.ends_with(&r.suffix))
         .cloned();
+    let before = revision_of(store, run_id);
     let activated = store.write(|w| {
         let act = w.activate(run_id, &owner)?;
         let Some(runtime) = &runtime else {
@@ -182,6 +200,7 @@ fn launch(store: &mut Store, state: &mut HostState, run_id: &str) {
         let child_epoch = w.record_child_launch(run_id, act.claim.generation, epoch, act.mode)?;
         Ok(Some((act, child_epoch, runtime.clone())))
     });
+    publish(store, state, run_id, before);
     let (act, child_epoch, runtime) = match activated {
         Ok(Some(x)) => x,
         Ok(None) => return tracing::warn!(%run_id, "no runtime for the run's source; failed it"),
@@ -594,6 +613,7 @@ pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildRe
                 .get(&run_id)
                 .filter(|c| c.generation == generation)
                 .cloned();
+            let before = revision_of(store, &run_id);
             let result = store.write(|w| {
                 w.record_child_exit(child_epoch, &exit)?;
                 if let Some(claim) = &claim {
@@ -616,6 +636,7 @@ pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildRe
             if let Err(e) = result {
                 tracing::error!(%run_id, error = %e, "cannot record child exit");
             }
+            publish(store, state, &run_id, before);
             if ours {
                 state.children.remove(&run_id);
                 state.graphs.remove(&run_id);
@@ -756,7 +777,9 @@ pub fn due_child_work(store: &mut Store, state: &mut HostState) {
         if deadline > now {
             continue;
         }
+        let before = revision_of(store, &claim.run_id);
         let result = store.write(|w| time_out_attempt(w, state, &claim));
+        publish(store, state, &claim.run_id, before);
         match result {
             Ok(()) => {
                 tracing::info!(run_id = %claim.run_id, "node deadline passed; attempt timed out");

@@ -35,6 +35,8 @@ pub struct HostState {
     /// The socket children connect to.
     pub socket_path: std::path::PathBuf,
     pub shutting_down: bool,
+    /// Where committed run events go to subscribers.
+    pub events: Option<tokio::sync::broadcast::Sender<super::store_thread::RunEvent>>,
 }
 
 /// The stable protocol code for a store error.

@@ -305,6 +305,7 @@ async fn serve_async(
         child_config: config.children.clone(),
         supervisor: Some(supervisor_tx),
         socket_path: paths.socket.clone(),
+        events: Some(events.clone()),
         ..HostState::default()
     };
     let thread_events = events.clone();

@@ -285,7 +285,15 @@ fn revisions(store: &Store, writes: &[Job]) -> Vec<(String, u64)> {
         .collect()
 }
 
-fn publish_run(store: &Store, events: &broadcast::Sender<RunEvent>, run_id: &str, after: u64) {
+pub(crate) fn publish_run(
+    store: &Store,
+    events: &broadcast::Sender<RunEvent>,
+    run_id: &str,
+    after: u64,
+) {
+    if events.receiver_count() == 0 {
+        return;
+    }
     let Ok(run) = store.run(run_id) else { return };
     let Ok(list) = store.events(run_id, after) else {
         return;
