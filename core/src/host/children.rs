@@ -147,9 +147,7 @@ pub fn schedule(store: &mut Store, state: &mut HostState) {
             }
         };
         let before = state.children.len();
-        for run_id in ready {
-            launch(store, state, &run_id);
-        }
+        launch_all(store, state, &ready);
         // A run that could not be launched stays ready; try again after the next message
         // rather than spinning on it now.
         if state.children.len() == before {
@@ -169,43 +167,80 @@ fn revision_of(store: &Store, run_id: &str) -> u64 {
     store.run_state(run_id).map(|(_, rev)| rev).unwrap_or(0)
 }
 
-fn launch(store: &mut Store, state: &mut HostState, run_id: &str) {
+/// Activates `ready` runs in one transaction (each in its own savepoint, so one that cannot be
+/// activated does not hold back the others) and launches a child for each.
+fn launch_all(store: &mut Store, state: &mut HostState, ready: &[String]) {
     let owner = state.owner_id.clone();
     let epoch = state.epoch;
-    let run = match store.run(run_id) {
-        Ok(r) => r,
-        Err(e) => return tracing::error!(%run_id, error = %e, "cannot read run to launch"),
-    };
-    let runtime = state
-        .child_config
-        .runtimes
-        .iter()
-        .find(|r| run.source_root.ends_with(&r.suffix))
-        .cloned();
-    let before = revision_of(store, run_id);
+    let mut prepared = Vec::with_capacity(ready.len());
+    for run_id in ready {
+        match store.run(run_id) {
+            Ok(run) => {
+                let runtime = state
+                    .child_config
+                    .runtimes
+                    .iter()
+                    .find(|r| run.source_root.ends_with(&r.suffix))
+                    .cloned();
+                let before = revision_of(store, run_id);
+                prepared.push((run, runtime, before));
+            }
+            Err(e) => tracing::error!(%run_id, error = %e, "cannot read run to launch"),
+        }
+    }
     let activated = store.write(|w| {
-        let act = w.activate(run_id, &owner)?;
-        let Some(runtime) = &runtime else {
-            let error = format!("no runtime is configured for {}", run.source_root);
-            w.fail(
-                &act.claim,
-                None,
-                &AttemptOutcome::Failed {
-                    error: error.clone(),
-                },
-                &error,
-            )?;
-            return Ok(None);
-        };
-        let child_epoch = w.record_child_launch(run_id, act.claim.generation, epoch, act.mode)?;
-        Ok(Some((act, child_epoch, runtime.clone())))
+        let mut out = Vec::with_capacity(prepared.len());
+        for (run, runtime, _) in &prepared {
+            let one = w.savepoint(|w| {
+                let act = w.activate(&run.run_id, &owner)?;
+                let Some(runtime) = runtime else {
+                    let error = format!("no runtime is configured for {}", run.source_root);
+                    w.fail(
+                        &act.claim,
+                        None,
+                        &AttemptOutcome::Failed {
+                            error: error.clone(),
+                        },
+                        &error,
+                    )?;
+                    return Ok(None);
+                };
+                let child_epoch =
+                    w.record_child_launch(&run.run_id, act.claim.generation, epoch, act.mode)?;
+                Ok(Some((act, child_epoch, runtime.clone())))
+            });
+            out.push(one);
+        }
+        Ok(out)
     });
-    publish(store, state, run_id, before);
-    let (act, child_epoch, runtime) = match activated {
-        Ok(Some(x)) => x,
-        Ok(None) => return tracing::warn!(%run_id, "no runtime for the run's source; failed it"),
-        Err(e) => return tracing::error!(%run_id, error = %e, "activation failed"),
+    let activated = match activated {
+        Ok(a) => a,
+        Err(e) => return tracing::error!(error = %e, "activation batch failed"),
     };
+    for ((run, _, before), result) in prepared.into_iter().zip(activated) {
+        publish(store, state, &run.run_id, before);
+        match result {
+            Ok(Some((act, child_epoch, runtime))) => {
+                launch(store, state, &run, act, child_epoch, runtime)
+            }
+            Ok(None) => {
+                tracing::warn!(run_id = %run.run_id, "no runtime for the run's source; failed it")
+            }
+            Err(e) => tracing::error!(run_id = %run.run_id, error = %e, "activation failed"),
+        }
+    }
+}
+
+/// Builds the launch envelope of an activated run and asks the supervisor to start its child.
+fn launch(
+    store: &mut Store,
+    state: &mut HostState,
+    run: &crate::store::RunRecord,
+    act: crate::store::Activation,
+    child_epoch: i64,
+    runtime: Runtime,
+) {
+    let run_id = run.run_id.as_str();
     let mounted: BTreeMap<String, MountedSource> = store
         .run_payload(run_id)
         .ok()
@@ -580,6 +615,36 @@ fn check_route(
             w.fail(claim, Some(attempt_id), outcome, &error)?;
             Err(StoreError::InvalidInput(error))
         }
+    }
+}
+
+/// Child reports of one batch: the pids of started children are recorded in one
+/// transaction; each exit is handled on its own (it may requeue its run).
+pub fn on_child_reports(store: &mut Store, state: &mut HostState, reports: Vec<ChildReport>) {
+    let (started, exited): (Vec<_>, Vec<_>) = reports
+        .into_iter()
+        .partition(|r| matches!(r, ChildReport::Started { .. }));
+    if !started.is_empty() {
+        let recorded = store.write(|w| {
+            for report in &started {
+                if let ChildReport::Started {
+                    child_epoch,
+                    pid,
+                    start_time,
+                    ..
+                } = report
+                {
+                    w.record_child_process(*child_epoch, *pid, *start_time)?;
+                }
+            }
+            Ok(())
+        });
+        if let Err(e) = recorded {
+            tracing::error!(error = %e, "cannot record child pids");
+        }
+    }
+    for report in exited {
+        on_child_report(store, state, report);
     }
 }
 

@@ -108,9 +108,7 @@ pub fn run(
             process_batch(&mut store, &mut state, batch, &events, &fault);
             children::forget_released_claims(&store, &mut state);
         }
-        for report in reports {
-            children::on_child_report(&mut store, &mut state, report);
-        }
+        children::on_child_reports(&mut store, &mut state, reports);
         if !state.shutting_down {
             children::schedule(&mut store, &mut state);
         }
