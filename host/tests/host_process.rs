@@ -204,8 +204,15 @@ fn ten_racing_ensure_host_calls_end_with_exactly_one_host() {
     for h in handles {
         h.join().unwrap().expect("every caller sees a ready host");
     }
-    // Losers exit quickly; give them a moment, then count.
-    std::thread::sleep(Duration::from_millis(500));
+    // Losers exit as soon as the lock refuses them; wait (bounded) until they are gone, then
+    // exactly one host must remain.
+    let start = Instant::now();
+    let mut pids = host_pids(&home.paths.home);
+    while pids.len() > 1 && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+        pids = host_pids(&home.paths.home);
+    }
+    std::thread::sleep(Duration::from_millis(200));
     let pids = host_pids(&home.paths.home);
     assert_eq!(pids.len(), 1, "exactly one host: {pids:?}");
     let status = home.client().call(RequestBody::HostStatus).unwrap();
