@@ -75,6 +75,9 @@ pub enum WorkerError {
     Client(#[from] ClientError),
     #[error("unexpected reply: {0}")]
     Reply(String),
+    /// The host refused a proposal that disagrees with the run's graph and failed the run.
+    #[error("the host refused the proposal: {0}")]
+    Refused(String),
 }
 
 impl WorkerError {
@@ -229,7 +232,12 @@ impl Worker {
 
     fn call(&mut self, body: RequestBody) -> Result<Receipt, WorkerError> {
         let req = self.request(body);
-        Ok(self.client.send(req)?)
+        let receipt = self.client.send(req)?;
+        if let Some(reason) = receipt.body.get("refused").and_then(Value::as_str) {
+            // The host refused the proposal and failed the run: nothing more to do.
+            return Err(WorkerError::Refused(reason.to_owned()));
+        }
+        Ok(receipt)
     }
 
     /// Authenticates with the one-time token; sends the graph snapshot and resolved mounts.

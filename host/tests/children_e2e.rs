@@ -702,3 +702,69 @@ fn a_session_subscriber_sees_every_event_of_a_run_in_order() {
     assert!(seen.iter().any(|(_, k)| k == "activated"), "{seen:?}");
     env.stop(host);
 }
+
+#[test]
+fn a_misrouting_child_is_refused_and_the_run_fails_with_the_reason() {
+    let env = Env::new(&[]);
+    let host = env.serve(None);
+    let mut f = pipeline();
+    // The graph says a -> b; this child proposes a -> c.
+    f["behaviors"]["a"] = json!({"return": {"step": 1}, "propose_next": "c"});
+    let file = env.fixture("misroute", f);
+    let run_id = env.start(&file, json!({}));
+    let s = env.wait_for(
+        &run_id,
+        &["completed", "failed", "review"],
+        Duration::from_secs(20),
+    );
+    assert_eq!(s["run"]["status"], json!("failed"), "{s:#}");
+    let error = s["run"]["error"].as_str().unwrap();
+    assert!(
+        error.contains("transition refused") && error.contains('c'),
+        "{error}"
+    );
+    assert_eq!(
+        s["attempts"].as_array().unwrap().len(),
+        1,
+        "no attempt was opened at c"
+    );
+    env.stop(host);
+}
+
+#[test]
+fn graceful_host_stops_do_not_count_as_child_losses() {
+    let env = Env::new(&[("PIW_KILL_GRACE_MS", "200")]);
+    let file = env.fixture(
+        "long",
+        json!({
+            "graph": {"name": "long", "start": "a", "nodes": {"a": {"kind": "compute"}}, "edges": []},
+            "behaviors": {"a": {"sleep_ms": 600000}}
+        }),
+    );
+    let mut run_id = String::new();
+    for round in 0..4 {
+        let host = env.serve(None);
+        if round == 0 {
+            run_id = env.start(&file, json!({}));
+        }
+        env.wait_for(&run_id, &["running"], Duration::from_secs(20));
+        // Wait until the child's node attempt is open, then stop the host gracefully.
+        let start = Instant::now();
+        while env.status(&run_id)["attempts"]
+            .as_array()
+            .is_none_or(|a| a.iter().all(|x| x["status"] != json!("running")))
+        {
+            assert!(start.elapsed() < Duration::from_secs(20));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        env.stop(host);
+    }
+    let host = env.serve(None);
+    let s = env.status(&run_id);
+    assert_ne!(
+        s["run"]["status"],
+        json!("review"),
+        "four graceful stops sent the run to review: {s:#}"
+    );
+    env.stop(host);
+}

@@ -364,7 +364,7 @@ pub fn apply_worker(
                 .ok_or_else(|| invalid_input("node_id is required"))?;
             let outcome = store_outcome(&t.outcome);
             let graph = graph_of(w, state, run_id)?;
-            check_route(
+            if let Some(refused) = check_route(
                 w,
                 &claim,
                 &graph,
@@ -372,7 +372,9 @@ pub fn apply_worker(
                 &attempt_id,
                 &outcome,
                 Some(&t.next_node),
-            )?;
+            )? {
+                return Ok(refused);
+            }
             let deadline = deadline_for(w, &graph, &t.next_node);
             let done = w.transition(
                 &claim,
@@ -397,7 +399,11 @@ pub fn apply_worker(
                 .ok_or_else(|| invalid_input("node_id is required"))?;
             let outcome = store_outcome(&c.outcome);
             let graph = graph_of(w, state, run_id)?;
-            check_route(w, &claim, &graph, &from, &attempt_id, &outcome, None)?;
+            if let Some(refused) =
+                check_route(w, &claim, &graph, &from, &attempt_id, &outcome, None)?
+            {
+                return Ok(refused);
+            }
             let output = match &outcome {
                 AttemptOutcome::Succeeded { output } => output.clone(),
                 _ => Value::Null,
@@ -598,7 +604,8 @@ fn graph_outcome(o: &AttemptOutcome) -> Outcome<'_> {
 }
 
 /// Checks a child's proposal against the graph. A proposal that disagrees fails the run with
-/// the reason (committed), and the child is told so.
+/// the reason; the failure is the command's committed result (`Some(body)` with `refused`),
+/// not an error, so the savepoint around the command keeps it.
 fn check_route(
     w: &mut WriteTx<'_>,
     claim: &Claim,
@@ -607,13 +614,13 @@ fn check_route(
     attempt_id: &str,
     outcome: &AttemptOutcome,
     proposed: Option<&str>,
-) -> Result<(), StoreError> {
+) -> Result<Option<Value>, StoreError> {
     match graph.check_transition(from, &graph_outcome(outcome), proposed) {
-        Ok(_) => Ok(()),
+        Ok(_) => Ok(None),
         Err(refused) => {
             let error = format!("transition refused: {refused}");
             w.fail(claim, Some(attempt_id), outcome, &error)?;
-            Err(StoreError::InvalidInput(error))
+            Ok(Some(json!({ "refused": error, "status": "failed" })))
         }
     }
 }
@@ -687,7 +694,15 @@ pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildRe
                             "child exited ({}) before the run reached a boundary",
                             exit.reason
                         );
-                        match w.savepoint(|w| w.child_lost(claim, &why)) {
+                        let shutting_down = state.shutting_down;
+                        let released = w.savepoint(|w| {
+                            if shutting_down {
+                                w.release_at_shutdown(claim)
+                            } else {
+                                w.child_lost(claim, &why)
+                            }
+                        });
+                        match released {
                             Ok(r) => {
                                 tracing::warn!(run_id = %r.run_id, status = %r.status, "child lost")
                             }

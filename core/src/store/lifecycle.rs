@@ -1240,6 +1240,15 @@ impl WriteTx<'_> {
         self.requeue_after_loss(&claim.run_id, &run, reason, "child_lost")
     }
 
+    /// The owner stopped the run's child because the host is stopping: requeue the run from
+    /// its last committed boundary without counting a loss (the run did nothing wrong).
+    /// `applying` effects of `never` contracts still become uncertain.
+    pub fn release_at_shutdown(&mut self, claim: &Claim) -> StoreResult<RecoveredRun> {
+        self.fence(claim)?;
+        let run = self.run_for(&claim.run_id, Op::ChildLost)?;
+        self.requeue_after_loss_counted(&claim.run_id, &run, "host stopping", "recovered", false)
+    }
+
     /// Makes every running row whose claim has expired (or vanished) claimable again, in one
     /// commit per call. Used at host start and by the host's expiry timer.
     pub fn recover_expired(&mut self) -> StoreResult<Vec<RecoveredRun>> {

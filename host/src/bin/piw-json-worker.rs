@@ -16,7 +16,8 @@
 //! `once_marker` file), `effect` (`{key, fingerprint, contract, append_to, line,
 //! crash_while_applying_marker}`), `wait` (`checkpoint` / `human_decision`), `interact`
 //! (`agent` / `assistant_message`), `validate` (`{"field": "value"}` the submission must contain),
-//! `notify` (content).
+//! `notify` (content), `propose_next` (propose this node instead of the routed one: a
+//! misbehaving child, for tests of the host's graph check).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -142,6 +143,11 @@ fn run() -> Result<(), WorkerError> {
             .map_err(|e| WorkerError::Reply(e.to_string()))?;
         match route {
             Route::Next(next) => {
+                // `propose_next` makes the worker misroute on purpose (tests of the host's check).
+                let next = behavior["propose_next"]
+                    .as_str()
+                    .map(str::to_owned)
+                    .unwrap_or(next);
                 let reply = w.transition(outcome, &next)?;
                 crash_point(behavior, "after_propose");
                 if reply.parked {
