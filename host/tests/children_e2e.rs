@@ -768,3 +768,45 @@ fn graceful_host_stops_do_not_count_as_child_losses() {
     );
     env.stop(host);
 }
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+#[test]
+fn a_host_stall_longer_than_the_lease_never_leaves_two_live_children_for_one_run() {
+    let env = Env::new(&[("PIW_LEASE_MS", "300"), ("PIW_KILL_GRACE_MS", "200")]);
+    let host = env.serve(None);
+    let file = env.fixture(
+        "spin",
+        json!({
+            "graph": {"name": "spin", "start": "a", "nodes": {"a": {"kind": "compute"}}, "edges": []},
+            "behaviors": {"a": {"spin_forever": true}}
+        }),
+    );
+    let run_id = env.start(&file, json!({}));
+    env.wait_for(&run_id, &["running"], Duration::from_secs(20));
+    std::thread::sleep(Duration::from_millis(300));
+    // Stall the host (as a suspended laptop or a stuck disk would) for several leases.
+    // SAFETY: signals to our own child process.
+    unsafe {
+        assert_eq!(libc_kill(host.id() as i32, 19), 0); // SIGSTOP
+        std::thread::sleep(Duration::from_millis(1200));
+        assert_eq!(libc_kill(host.id() as i32, 18), 0); // SIGCONT
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
+    let alive: Vec<u32> = store
+        .children(&run_id)
+        .unwrap()
+        .iter()
+        .filter_map(|c| c.pid)
+        .filter(|pid| Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(*pid as i32))
+        .collect();
+    assert!(
+        alive.len() <= 1,
+        "two live children for one run after a stall: {alive:?}"
+    );
+    env.stop(host);
+}

@@ -652,3 +652,24 @@ fn an_idle_host_does_not_wake_up() {
     assert!(woke < 20, "an idle host woke {woke} times in 2 s");
     home.stop(host);
 }
+
+#[test]
+fn a_connection_cannot_pile_up_subscriptions() {
+    let home = Home::new();
+    let host = home.serve(None);
+    let mut c = home.client();
+    let subscribe = || {
+        RequestBody::Subscribe(payload::Subscribe {
+            run_id: Some("run-x".into()),
+            session_id: None,
+        })
+    };
+    for _ in 0..piw_core::host::conn::MAX_SUBSCRIPTIONS {
+        c.call(subscribe()).unwrap();
+    }
+    let err = c.call(subscribe()).unwrap_err();
+    assert_eq!(err.code(), Some(RejectionCode::Malformed), "{err}");
+    // The connection stays usable.
+    c.call(RequestBody::HostStatus).unwrap();
+    home.stop(host);
+}

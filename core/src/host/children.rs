@@ -146,6 +146,14 @@ pub fn schedule(store: &mut Store, state: &mut HostState) {
                 return;
             }
         };
+        // A run whose previous child is still alive (its claim was lost while it ran, or it
+        // lingers after a boundary) waits until that child is stopped and has exited.
+        let (ready, busy): (Vec<String>, Vec<String>) = ready
+            .into_iter()
+            .partition(|run_id| !state.children.contains_key(run_id));
+        for run_id in busy {
+            stop_child(state, &run_id);
+        }
         let before = state.children.len();
         launch_all(store, state, &ready);
         // A run that could not be launched stays ready; try again after the next message

@@ -21,6 +21,9 @@ use crate::protocol::{
 /// (a client sending one byte per second cannot hold a slot forever).
 pub const FRAME_COMPLETION_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Subscriptions one connection may hold (each costs memory and a frame per matching event).
+pub const MAX_SUBSCRIPTIONS: usize = 64;
+
 /// Decides whether a peer may talk to this host: only the host's own user.
 pub fn authorize_peer(peer_uid: Option<u32>, host_uid: u32) -> Result<(), Rejection> {
     match peer_uid {
@@ -218,6 +221,12 @@ async fn handle_frame(
                 return Ok(answer(Err(Rejection::new(
                     RejectionCode::Malformed,
                     "subscribe needs run_id or session_id",
+                ))));
+            }
+            if subscriptions.len() >= MAX_SUBSCRIPTIONS {
+                return Ok(answer(Err(Rejection::new(
+                    RejectionCode::Malformed,
+                    format!("at most {MAX_SUBSCRIPTIONS} subscriptions per connection"),
                 ))));
             }
             let sub_id = crate::ids::new_id("sub");

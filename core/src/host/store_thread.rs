@@ -64,7 +64,12 @@ pub fn run(
     epoch: i64,
 ) {
     loop {
-        let first = match next_due_timeout(&store, &state) {
+        let deadline = next_deadline_at(&store, &state);
+        let wait = deadline.map(|at| {
+            // A floor of 1 ms: a deadline that the due work could not clear must not spin.
+            Duration::from_millis(u64::try_from(at - store.now_ms()).unwrap_or(0).max(1))
+        });
+        let first = match wait {
             Some(wait) => match jobs.recv_timeout(wait) {
                 Ok(msg) => Some(msg),
                 Err(RecvTimeoutError::Timeout) => None,
@@ -75,40 +80,40 @@ pub fn run(
                 Err(_) => break,
             },
         };
-        let Some(first) = first else {
-            // A deadline passed with no message in between.
-            run_due_work(&mut store, &events);
-            children::due_child_work(&mut store, &mut state);
-            if !state.shutting_down {
-                children::schedule(&mut store, &mut state);
-            }
-            continue;
-        };
-        let mut msgs = vec![first];
-        while msgs.len() < MAX_BATCH {
-            match jobs.try_recv() {
-                Ok(msg) => msgs.push(msg),
-                Err(_) => break,
-            }
-        }
-        let mut batch = Vec::with_capacity(msgs.len());
-        let mut reports = Vec::new();
-        for msg in msgs {
-            match msg {
-                StoreMsg::Request(job) => batch.push(*job),
-                StoreMsg::Child(report) => reports.push(report),
-                StoreMsg::Shutdown => {
-                    state.shutting_down = true;
-                    // Closing the channel makes the supervisor stop every child.
-                    state.supervisor = None;
+        if let Some(first) = first {
+            let mut msgs = vec![first];
+            while msgs.len() < MAX_BATCH {
+                match jobs.try_recv() {
+                    Ok(msg) => msgs.push(msg),
+                    Err(_) => break,
                 }
             }
+            let mut batch = Vec::with_capacity(msgs.len());
+            let mut reports = Vec::new();
+            for msg in msgs {
+                match msg {
+                    StoreMsg::Request(job) => batch.push(*job),
+                    StoreMsg::Child(report) => reports.push(report),
+                    StoreMsg::Shutdown => {
+                        state.shutting_down = true;
+                        // Closing the channel makes the supervisor stop every child.
+                        state.supervisor = None;
+                    }
+                }
+            }
+            if !batch.is_empty() {
+                process_batch(&mut store, &mut state, batch, &events, &fault);
+                children::forget_released_claims(&store, &mut state);
+            }
+            children::on_child_reports(&mut store, &mut state, reports);
         }
-        if !batch.is_empty() {
-            process_batch(&mut store, &mut state, batch, &events, &fault);
+        // Due work runs whenever its deadline has passed, also while messages keep arriving.
+        // Heartbeats first: a claim renewed in time must not be recovered as expired.
+        if deadline.is_some_and(|at| at <= store.now_ms()) {
+            children::due_child_work(&mut store, &mut state);
+            run_due_work(&mut store, &events);
             children::forget_released_claims(&store, &mut state);
         }
-        children::on_child_reports(&mut store, &mut state, reports);
         if !state.shutting_down {
             children::schedule(&mut store, &mut state);
         }
@@ -119,22 +124,21 @@ pub fn run(
     tracing::debug!("store thread drained and stopped");
 }
 
-fn next_due_timeout(store: &Store, state: &HostState) -> Option<Duration> {
+/// The earliest time the store thread has deadline work: the store's own deadlines (claim
+/// expiry, interaction deadlines) and the children's (heartbeats, node deadlines, handshake
+/// timeouts, lingering children, delayed runs). `None` when nothing is due.
+fn next_deadline_at(store: &Store, state: &HostState) -> Option<i64> {
     let store_deadline = match store.next_deadline() {
         Ok(d) => d,
         Err(e) => {
             tracing::error!(error = %e, "cannot compute the next deadline; retrying in 1 s");
-            return Some(Duration::from_secs(1));
+            Some(store.now_ms() + 1_000)
         }
     };
-    let at = [store_deadline, children::next_child_deadline(store, state)]
+    [store_deadline, children::next_child_deadline(store, state)]
         .into_iter()
         .flatten()
-        .min()?;
-    // A floor of 1 ms: a deadline that the due work could not clear must not spin.
-    Some(Duration::from_millis(
-        u64::try_from(at - store.now_ms()).unwrap_or(0).max(1),
-    ))
+        .min()
 }
 
 /// Deadlines owned by the host: expired interactions and expired claims.
