@@ -810,3 +810,77 @@ fn a_host_stall_longer_than_the_lease_never_leaves_two_live_children_for_one_run
     );
     env.stop(host);
 }
+
+#[test]
+fn a_restarted_host_kills_the_orphaned_children_of_the_host_that_died() {
+    let env = Env::new(&[]);
+    let mut host = env.serve(None);
+    let file = env.fixture(
+        "spin",
+        json!({
+            "graph": {"name": "spin", "start": "a", "nodes": {"a": {"kind": "compute"}}, "edges": []},
+            "behaviors": {"a": {"spin_forever": true}}
+        }),
+    );
+    let run_id = env.start(&file, json!({}));
+    env.wait_for(&run_id, &["running"], Duration::from_secs(20));
+    let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
+    let start = Instant::now();
+    let orphan = loop {
+        if let Some(pid) = store.children(&run_id).unwrap().first().and_then(|c| c.pid) {
+            break pid;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the child's pid was never recorded"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // The host dies without a chance to stop its child; the spinning child never notices.
+    host.kill().unwrap();
+    host.wait().unwrap();
+    assert!(
+        Path::new(&format!("/proc/{orphan}")).exists() && !is_zombie(orphan as i32),
+        "the orphan outlived its host"
+    );
+    let host = env.serve(None);
+    let start = Instant::now();
+    while Path::new(&format!("/proc/{orphan}")).exists() && !is_zombie(orphan as i32) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the restarted host left orphan {orphan} running"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The run carries on in a fresh child of the new host.
+    let s = env.wait_for(&run_id, &["running"], Duration::from_secs(20));
+    assert!(s["claim"]["generation"].as_u64().unwrap() >= 2, "{s:#}");
+    env.stop(host);
+}
+
+#[test]
+fn active_children_are_capped_and_the_rest_wait_in_the_queue() {
+    let env = Env::new(&[("PIW_MAX_CHILDREN", "1")]);
+    let host = env.serve(None);
+    let file = env.fixture(
+        "slow",
+        json!({
+            "graph": {"name": "slow", "start": "a", "nodes": {"a": {"kind": "compute"}}, "edges": []},
+            "behaviors": {"a": {"sleep_ms": 700, "return": {"ok": true}}}
+        }),
+    );
+    let first = env.start(&file, json!({}));
+    env.wait_for(&first, &["running"], Duration::from_secs(20));
+    let second = env.start(&file, json!({}));
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        env.status(&second)["run"]["status"],
+        json!("queued"),
+        "only one child at a time"
+    );
+    let status = env.client().call(RequestBody::HostStatus).unwrap();
+    assert_eq!(status.body["active_children"], json!(1));
+    env.wait_for(&first, &["completed"], Duration::from_secs(20));
+    env.wait_for(&second, &["completed"], Duration::from_secs(20));
+    env.stop(host);
+}
