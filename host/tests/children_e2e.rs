@@ -826,13 +826,21 @@ fn a_restarted_host_kills_the_orphaned_children_of_the_host_that_died() {
     env.wait_for(&run_id, &["running"], Duration::from_secs(20));
     let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
     let start = Instant::now();
+    // The run's live child: recorded, not exited, and spinning.
     let orphan = loop {
-        if let Some(pid) = store.children(&run_id).unwrap().first().and_then(|c| c.pid) {
+        let live = store
+            .children(&run_id)
+            .unwrap()
+            .into_iter()
+            .filter(|c| !c.exited)
+            .filter_map(|c| c.pid)
+            .find(|pid| Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(*pid as i32));
+        if let Some(pid) = live {
             break pid;
         }
         assert!(
             start.elapsed() < Duration::from_secs(10),
-            "the child's pid was never recorded"
+            "no live child was ever recorded"
         );
         std::thread::sleep(Duration::from_millis(20));
     };

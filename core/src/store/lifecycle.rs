@@ -566,6 +566,30 @@ impl WriteTx<'_> {
     /// Refuses `op` while work of the current attempt is unsettled: an effect still applying
     /// (its outcome must be stored first) or a submission still validating (its verdict must
     /// be recorded first). Moving on would strand that work on a closed attempt.
+    fn require_no_applying_effect(
+        &self,
+        run_id: &str,
+        op: Op,
+        status: RunStatus,
+    ) -> StoreResult<()> {
+        let applying: Option<String> = self
+            .conn()
+            .prepare_cached(
+                "SELECT effect_key FROM effects WHERE run_id = ?1 AND state = 'applying' LIMIT 1",
+            )?
+            .query_row([run_id], |r| r.get(0))
+            .optional()?;
+        match applying {
+            Some(key) => Err(invalid(
+                run_id,
+                op,
+                status,
+                format!("effect {key} is still applying; settle it first"),
+            )),
+            None => Ok(()),
+        }
+    }
+
     fn require_settled(&self, run_id: &str, op: Op, status: RunStatus) -> StoreResult<()> {
         let unfinished: Option<String> = self
             .conn()
@@ -818,6 +842,10 @@ impl WriteTx<'_> {
             ));
         }
         let accepted = verdict.is_ok();
+        if !accepted {
+            // A rejection parks the attempt: no effect may be left applying behind it.
+            self.require_no_applying_effect(&claim.run_id, Op::Settle, run.status)?;
+        }
         let (sub_state, int_state) = if accepted {
             ("accepted", "settled")
         } else {
