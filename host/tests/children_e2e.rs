@@ -889,6 +889,24 @@ fn active_children_are_capped_and_the_rest_wait_in_the_queue() {
     let status = env.client().call(RequestBody::HostStatus).unwrap();
     assert_eq!(status.body["active_children"], json!(1));
     env.wait_for(&first, &["completed"], Duration::from_secs(20));
+    // A third run, cancelled while it waits for a slot, never gets a child.
+    let third = env.start(&file, json!({}));
+    assert_eq!(env.status(&third)["run"]["status"], json!("queued"));
+    env.client()
+        .send(
+            Request::new(
+                "cancel-queued",
+                RequestBody::RunCancel(payload::RunCancel { reason: None }),
+            )
+            .with_run_id(&third),
+        )
+        .unwrap();
     env.wait_for(&second, &["completed"], Duration::from_secs(20));
+    let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
+    assert!(
+        store.children(&third).unwrap().is_empty(),
+        "a cancelled queued run is never activated"
+    );
+    assert_eq!(env.status(&third)["run"]["status"], json!("cancelled"));
     env.stop(host);
 }
