@@ -245,7 +245,10 @@ pub fn serve(config: HostConfig) -> Result<(), HostError> {
     cleanup_orphans(&mut store, epoch, config.children.kill_grace)?;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        // One thread for all connections: they only frame and decode; the store thread does
+        // the work. Fewer cross-thread wake-ups measured faster on this 2-core machine
+        // (64 clients: 22k commands/s vs 17k with two workers).
+        .worker_threads(1)
         .enable_all()
         .build()
         .map_err(io_err("cannot start the async runtime"))?;
