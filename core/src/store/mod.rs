@@ -433,11 +433,16 @@ impl WriteTx<'_> {
                 "UPDATE runs SET revision = revision + 1, updated_at = ?2 WHERE run_id = ?1",
             )?
             .execute(params![run_id, self.now])?;
-        let (revision, status, paused): (i64, String, bool) = self
+        let (revision, status, paused, current_node): (i64, String, bool, Option<String>) = self
             .conn()
-            .prepare_cached("SELECT revision, status, paused FROM runs WHERE run_id = ?1")?
-            .query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-        let status = parse_status(&status)?;
+            .prepare_cached(
+                "SELECT revision, status, paused, current_node FROM runs WHERE run_id = ?1",
+            )?
+            .query_row([run_id], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })?;
+        let status_text = status;
+        let status = parse_status(&status_text)?;
         self.conn()
             .prepare_cached(
                 "INSERT INTO events (run_id, seq, kind, at, data) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -446,18 +451,32 @@ impl WriteTx<'_> {
         self.conn()
             .prepare_cached("UPDATE queue SET state = ?2 WHERE run_id = ?1 AND state != ?2")?
             .execute(params![run_id, queue_state_for(status, paused).as_str()])?;
-        self.conn()
+        // The projection row exists from the run's first write on: a plain point update.
+        let updated = self
+            .conn()
             .prepare_cached(
-                "INSERT INTO run_views (run_id, workflow_name, origin_session, status, paused,
-                                        current_node, revision, last_event, updated_at)
-                 SELECT run_id, workflow_name, origin_session, status, paused, current_node,
-                        revision, ?2, updated_at FROM runs WHERE run_id = ?1
-                 ON CONFLICT (run_id) DO UPDATE SET
-                    status = excluded.status, paused = excluded.paused,
-                    current_node = excluded.current_node, revision = excluded.revision,
-                    last_event = excluded.last_event, updated_at = excluded.updated_at",
+                "UPDATE run_views SET status = ?2, paused = ?3, current_node = ?4, revision = ?5,
+                        last_event = ?6, updated_at = ?7 WHERE run_id = ?1",
             )?
-            .execute(params![run_id, op])?;
+            .execute(params![
+                run_id,
+                status_text,
+                paused,
+                current_node,
+                revision,
+                op,
+                self.now
+            ])?;
+        if updated == 0 {
+            self.conn()
+                .prepare_cached(
+                    "INSERT INTO run_views (run_id, workflow_name, origin_session, status, paused,
+                                            current_node, revision, last_event, updated_at)
+                     SELECT run_id, workflow_name, origin_session, status, paused, current_node,
+                            revision, ?2, updated_at FROM runs WHERE run_id = ?1",
+                )?
+                .execute(params![run_id, op])?;
+        }
         Ok(revision as u64)
     }
 }
