@@ -169,14 +169,4 @@ impl Store {
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
-
-    /// Number of children this host epoch launched that have not exited.
-    pub fn live_children(&self, host_epoch: i64) -> StoreResult<u64> {
-        Ok(self
-            .conn
-            .prepare_cached(
-                "SELECT COUNT(*) FROM children WHERE host_epoch = ?1 AND exited_at IS NULL",
-            )?
-            .query_row([host_epoch], |r| r.get::<_, i64>(0))? as u64)
-    }
 }

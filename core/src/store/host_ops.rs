@@ -157,19 +157,6 @@ impl WriteTx<'_> {
     }
 }
 
-impl Store {
-    /// The latest host epoch, if any host ever started.
-    pub fn latest_host_epoch(&self) -> StoreResult<Option<(i64, u32, UnixMillis)>> {
-        Ok(self
-            .conn
-            .prepare_cached(
-                "SELECT epoch, pid, started_at FROM host_epochs ORDER BY epoch DESC LIMIT 1",
-            )?
-            .query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .optional()?)
-    }
-}
-
 impl WriteTx<'_> {
     /// Records a child's progress message as an event (no other state changes).
     pub fn progress(
@@ -203,19 +190,7 @@ impl WriteTx<'_> {
 
     /// The run's input, stored graph snapshot and mounted sources.
     pub fn run_payload(&self, run_id: &str) -> StoreResult<(Value, Option<Value>, Value)> {
-        let (input, definition, mounted): (String, Option<String>, String) = self
-            .conn()
-            .prepare_cached(
-                "SELECT input, definition, mounted_sources FROM runs WHERE run_id = ?1",
-            )?
-            .query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .optional()?
-            .ok_or_else(|| StoreError::RunNotFound(run_id.to_owned()))?;
-        Ok((
-            serde_json::from_str(&input)?,
-            definition.map(|d| serde_json::from_str(&d)).transpose()?,
-            serde_json::from_str(&mounted)?,
-        ))
+        super::read::run_payload(self.conn(), run_id)
     }
 
     /// The attempt's deadline.

@@ -200,21 +200,9 @@ impl Store {
         Ok(run)
     }
 
-    /// The run's input and definition snapshot (for the child's launch).
+    /// The run's input, definition snapshot and mounted sources (for the child's launch).
     pub fn run_payload(&self, run_id: &str) -> StoreResult<(Value, Option<Value>, Value)> {
-        let (input, definition, mounted): (String, Option<String>, String) = self
-            .conn
-            .prepare_cached(
-                "SELECT input, definition, mounted_sources FROM runs WHERE run_id = ?1",
-            )?
-            .query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .optional()?
-            .ok_or_else(|| StoreError::RunNotFound(run_id.to_owned()))?;
-        Ok((
-            serde_json::from_str(&input)?,
-            definition.map(|d| serde_json::from_str(&d)).transpose()?,
-            serde_json::from_str(&mounted)?,
-        ))
+        run_payload(&self.conn, run_id)
     }
 
     /// Runs, newest first, optionally of one origin session.
@@ -499,4 +487,21 @@ impl Store {
             .ok_or_else(|| StoreError::RunNotFound(run_id.to_owned()))?;
         Ok((parse_status(&status)?, revision as u64))
     }
+}
+
+/// The run's input, stored graph snapshot and mounted sources, parsed.
+pub(crate) fn run_payload(
+    conn: &rusqlite::Connection,
+    run_id: &str,
+) -> StoreResult<(Value, Option<Value>, Value)> {
+    let (input, definition, mounted): (String, Option<String>, String) = conn
+        .prepare_cached("SELECT input, definition, mounted_sources FROM runs WHERE run_id = ?1")?
+        .query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?
+        .ok_or_else(|| StoreError::RunNotFound(run_id.to_owned()))?;
+    Ok((
+        serde_json::from_str(&input)?,
+        definition.map(|d| serde_json::from_str(&d)).transpose()?,
+        serde_json::from_str(&mounted)?,
+    ))
 }
