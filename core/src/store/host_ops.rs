@@ -221,7 +221,7 @@ impl WriteTx<'_> {
             .conn()
             .prepare_cached(
                 "SELECT answer FROM decisions WHERE attempt_id = ?1 AND status = 'answered'
-                 ORDER BY answered_at DESC LIMIT 1",
+                 ORDER BY answered_at DESC, rowid DESC LIMIT 1",
             )?
             .query_row([attempt_id], |r| r.get(0))
             .optional()?;

@@ -380,7 +380,9 @@ impl WriteTx<'_> {
             .conn()
             .prepare_cached(
                 "SELECT interaction_id, status FROM interactions WHERE attempt_id = ?1
-                 ORDER BY created_at DESC LIMIT 1",
+                 -- A validating submission must be judged first; otherwise the newest request
+                 -- (insertion order breaks ties of equal timestamps).
+                 ORDER BY status = 'validating' DESC, created_at DESC, rowid DESC LIMIT 1",
             )?
             .query_row([&attempt_id], |r| Ok((r.get(0)?, r.get(1)?)))
             .optional()?;
