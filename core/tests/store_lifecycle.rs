@@ -740,3 +740,73 @@ fn pause_holds_a_run_back_until_resumed() {
     );
     f.assert_clean();
 }
+
+#[test]
+fn children_of_a_dead_host_are_found_by_pid_or_closed_when_never_confirmed() {
+    let mut f = Fixture::new();
+    let (run_id, act, _a) = f.running();
+    let old = f.store.write(|w| w.begin_host_epoch(111)).unwrap();
+    let confirmed = f
+        .store
+        .write(|w| w.record_child_launch(&run_id, act.claim.generation, old, ChildMode::Run))
+        .unwrap();
+    f.store
+        .write(|w| w.record_child_process(confirmed, 4242, 99))
+        .unwrap();
+    let unconfirmed = f
+        .store
+        .write(|w| w.record_child_launch(&run_id, act.claim.generation, old, ChildMode::Run))
+        .unwrap();
+    let new = f.store.write(|w| w.begin_host_epoch(222)).unwrap();
+    assert!(new > old);
+    let orphans = f.store.orphan_children(new).unwrap();
+    assert_eq!(orphans.len(), 1);
+    assert_eq!(
+        (
+            orphans[0].child_epoch,
+            orphans[0].pid,
+            orphans[0].process_start_time
+        ),
+        (confirmed, 4242, 99)
+    );
+    assert_eq!(
+        f.store
+            .write(|w| w.close_unconfirmed_children(new))
+            .unwrap(),
+        1
+    );
+    let children = f.store.children(&run_id).unwrap();
+    let closed = children
+        .iter()
+        .find(|c| c.child_epoch == unconfirmed)
+        .unwrap();
+    assert!(closed.exited, "{closed:?}");
+    assert!(
+        closed
+            .reason
+            .as_deref()
+            .unwrap_or("")
+            .contains("before the launch was confirmed"),
+        "{closed:?}"
+    );
+    // The current host's own children are never touched.
+    let mine = f
+        .store
+        .write(|w| w.record_child_launch(&run_id, act.claim.generation, new, ChildMode::Run))
+        .unwrap();
+    assert_eq!(
+        f.store
+            .write(|w| w.close_unconfirmed_children(new))
+            .unwrap(),
+        0
+    );
+    assert!(
+        !f.store
+            .children(&run_id)
+            .unwrap()
+            .iter()
+            .find(|c| c.child_epoch == mine)
+            .unwrap()
+            .exited
+    );
+}

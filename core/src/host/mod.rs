@@ -258,6 +258,13 @@ pub fn serve(config: HostConfig) -> Result<(), HostError> {
 /// Stops children that earlier hosts launched and never saw exit (checking each process's
 /// start time so a reused pid is never killed), and records their end.
 fn cleanup_orphans(store: &mut Store, epoch: i64, grace: Duration) -> Result<(), HostError> {
+    let unconfirmed = store.write(|w| w.close_unconfirmed_children(epoch))?;
+    if unconfirmed > 0 {
+        tracing::warn!(
+            count = unconfirmed,
+            "children of an earlier host were never confirmed started"
+        );
+    }
     for orphan in store.orphan_children(epoch)? {
         let outcome =
             crate::supervise::kill_orphan_group(orphan.pid, orphan.process_start_time, grace);

@@ -96,6 +96,21 @@ impl WriteTx<'_> {
         Ok(())
     }
 
+    /// Closes the records of children that earlier hosts launched but never saw start (the
+    /// host died between the launch and the pid's commit). Without a pid nothing can be
+    /// signalled; such a child finds no host that knows its token and exits by itself.
+    pub fn close_unconfirmed_children(&mut self, current_epoch: i64) -> StoreResult<usize> {
+        self.ops.push("close_unconfirmed_children");
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "UPDATE children SET exited_at = ?2,
+                        reason = 'its host died before the launch was confirmed'
+                 WHERE exited_at IS NULL AND pid IS NULL AND host_epoch != ?1",
+            )?
+            .execute(params![current_epoch, self.now])?)
+    }
+
     /// Records how the child ended. Only the first exit counts.
     pub fn record_child_exit(
         &mut self,
