@@ -810,3 +810,32 @@ fn children_of_a_dead_host_are_found_by_pid_or_closed_when_never_confirmed() {
             .exited
     );
 }
+
+#[test]
+fn the_next_deadline_covers_an_operator_claim_on_a_ready_run_and_only_future_ones() {
+    let mut f = Fixture::new();
+    let run_id = f.start();
+    assert_eq!(
+        f.store.next_deadline().unwrap(),
+        None,
+        "a plain ready run needs no timer"
+    );
+    let control = f.store.write(|w| w.control_claim(&run_id, "cli")).unwrap();
+    let expiry = f.store.claim_info(&run_id).unwrap().expires_at.unwrap();
+    assert_eq!(
+        f.store.next_deadline().unwrap(),
+        Some(expiry),
+        "wake when the operator's claim lapses"
+    );
+    f.clock.set(expiry + 1);
+    assert_eq!(
+        f.store.next_deadline().unwrap(),
+        None,
+        "a lapsed claim is no future deadline (no spin)"
+    );
+    assert!(
+        f.store.write(|w| w.activate(&run_id, HOST)).is_ok(),
+        "the run is launchable again"
+    );
+    let _ = control;
+}

@@ -442,8 +442,9 @@ impl Store {
     }
 
     /// The earliest time the host's own deadline work has something to do: a running run's
-    /// claim expires (recovery), or a pending interaction's deadline passes on a run no live
-    /// claim holds (expiry; when an operator's claim holds it, at that claim's expiry).
+    /// claim expires (recovery), a pending interaction's deadline passes on a run no live
+    /// claim holds (expiry; when an operator's claim holds it, at that claim's expiry), or an
+    /// operator's claim on a ready run expires (the run can be launched).
     /// `None` when nothing is due, so the host can sleep without waking.
     pub fn next_deadline(&self) -> StoreResult<Option<UnixMillis>> {
         Ok(self
@@ -459,9 +460,13 @@ impl Store {
                     JOIN claims c ON c.run_id = i.run_id
                     WHERE i.status = 'pending' AND r.status = 'waiting'
                       AND i.deadline_at IS NOT NULL
+                    UNION ALL
+                    -- A ready run an operator's claim holds becomes launchable when it expires.
+                    SELECT MIN(c.expires_at) FROM claims c JOIN queue q ON q.run_id = c.run_id
+                    WHERE c.owner_kind IS NOT NULL AND q.state = 'ready' AND c.expires_at > ?1
                 )",
             )?
-            .query_row([], |r| r.get(0))?)
+            .query_row([self.now_ms()], |r| r.get(0))?)
     }
 }
 
