@@ -83,9 +83,12 @@ enum RunCmd {
         /// The origin Pi session.
         #[arg(long)]
         session: Option<String>,
-        /// Wait until the run finishes and print its result.
+        /// Wait until the run finishes (or stops for review) and print its result.
         #[arg(long)]
         wait: bool,
+        /// With --wait: give up after this many seconds (exit 1; the run goes on).
+        #[arg(long, value_name = "SECS", requires = "wait")]
+        timeout: Option<u64>,
         #[arg(long)]
         json: bool,
     },
@@ -334,6 +337,7 @@ fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {
             input,
             session,
             wait,
+            timeout,
             json,
         } => {
             let input: Value = serde_json::from_str(&input)
@@ -350,7 +354,8 @@ fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {
             }))?;
             if wait {
                 let run_id = str_of(&r.body["run_id"]);
-                return wait_for_run(&mut client, &run_id, json);
+                let deadline = timeout.map(|s| std::time::Instant::now() + Duration::from_secs(s));
+                return wait_for_run(&mut client, &run_id, json, deadline);
             }
             (r, json)
         }
@@ -405,7 +410,12 @@ fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {
     Ok(())
 }
 
-fn wait_for_run(client: &mut BlockingClient, run_id: &str, json_out: bool) -> Result<(), CliError> {
+fn wait_for_run(
+    client: &mut BlockingClient,
+    run_id: &str,
+    json_out: bool,
+    deadline: Option<std::time::Instant>,
+) -> Result<(), CliError> {
     client.call(RequestBody::Subscribe(payload::Subscribe {
         run_id: Some(run_id.to_owned()),
         session_id: None,
@@ -413,13 +423,18 @@ fn wait_for_run(client: &mut BlockingClient, run_id: &str, json_out: bool) -> Re
     loop {
         let r = client.send(run_request(run_id, RequestBody::RunStatus))?;
         let status = str_of(&r.body["run"]["status"]);
-        if ["completed", "failed", "cancelled", "timed_out"].contains(&status.as_str()) {
+        // Terminal, or stopped until a person acts: either way nothing more happens by itself.
+        if ["completed", "failed", "cancelled", "timed_out", "review"].contains(&status.as_str()) {
             print(&r.body, json_out, |b| {
                 let run = &b["run"];
                 format!(
-                    "run {run_id} {status}\nresult {}\nerror {}",
+                    "run {run_id} {status}\nresult {}\nerror {}{}",
                     run["result"],
-                    str_of(&run["error"])
+                    str_of(&run["error"]),
+                    run["review_reason"]
+                        .as_str()
+                        .map(|r| format!("\nreview {r}"))
+                        .unwrap_or_default()
                 )
             });
             return if status == "completed" {
@@ -428,7 +443,24 @@ fn wait_for_run(client: &mut BlockingClient, run_id: &str, json_out: bool) -> Re
                 Err(CliError::Runtime(format!("run {run_id} ended {status}")))
             };
         }
-        client.next_event()?;
+        if let Some(deadline) = deadline {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(CliError::Runtime(format!(
+                    "gave up waiting for run {run_id} (it is {status})"
+                )));
+            }
+            client.set_timeout(Some(left))?;
+        }
+        match client.next_event() {
+            Ok(_) => {}
+            Err(ClientError::Protocol(_) | ClientError::Io(_)) if deadline.is_some() => {
+                return Err(CliError::Runtime(format!(
+                    "gave up waiting for run {run_id} (it is {status})"
+                )));
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
 }
 

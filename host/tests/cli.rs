@@ -189,3 +189,46 @@ fn state_backup_and_reset() {
     );
     assert!(!h.home.join("state.sqlite").exists());
 }
+
+#[test]
+fn wait_gives_up_after_its_timeout_and_the_run_goes_on() {
+    let h = home();
+    let file = h.home.with_file_name("ask.workflow.json");
+    let fixture = serde_json::json!({
+        "graph": {"name": "ask", "start": "ask",
+                  "nodes": {"ask": {"kind": "checkpoint"}, "done": {"kind": "compute"}},
+                  "edges": [{"from": "ask", "to": "done"}]},
+        "behaviors": {"ask": {"wait": "checkpoint"}}
+    });
+    std::fs::write(&file, fixture.to_string()).unwrap();
+    let started = std::time::Instant::now();
+    let o = piw(
+        &h.home,
+        &[
+            "run",
+            "start",
+            file.to_str().unwrap(),
+            "--wait",
+            "--timeout",
+            "1",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("gave up waiting"), "{}", text(&o));
+    assert!(started.elapsed() < std::time::Duration::from_secs(15));
+    let runs = json_of(&piw(&h.home, &["runs", "--json"]));
+    assert_eq!(
+        runs["runs"][0]["status"], "waiting",
+        "the run goes on: {runs}"
+    );
+    // --timeout needs --wait.
+    assert_eq!(
+        piw(
+            &h.home,
+            &["run", "start", file.to_str().unwrap(), "--timeout", "1"]
+        )
+        .status
+        .code(),
+        Some(2)
+    );
+}
