@@ -38,23 +38,23 @@
 //!    against the "one commit each, one after another" baseline 64 × 20 × the bare commit
 //!    p50 measured right before the burst.
 
+mod support;
+
 use std::collections::HashMap;
-use std::fs::File;
 use std::io::Write as _;
 use std::os::unix::net::UnixListener;
 use std::os::unix::process::CommandExt as _;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use piw_core::client::{BlockingClient, Client};
 use piw_core::ids::new_id;
-use piw_core::paths::PiwPaths;
 use piw_core::protocol::{payload, read_frame, Limits, Request, RequestBody};
 use piw_core::worker::{hash_file, LaunchEnvelope, LAUNCH_SCHEMA};
-use rusqlite::{params, Connection, TransactionBehavior};
 use serde_json::{json, Value};
+use support::{BenchDir, Commits, CpuSnapshot, CpuUse, Host, Latencies, SqliteFloor};
 
 const FORK_WARM_UP: usize = 20;
 const FORK_RUNS: usize = 200;
@@ -81,32 +81,30 @@ const TARGET_ACTIVATION_P50_MS: f64 = 5.0;
 const TARGET_SPEEDUP_64: f64 = 3.0;
 /// Event kinds that end a run.
 const TERMINAL: [&str; 5] = ["completed", "failed", "cancelled", "timed_out", "review"];
+/// The `data` of the bare-commit floor's rows: an event body like the ones a transition writes.
+const FLOOR_EVENT: &str = r#"{"kind":"transitioned","next":"n02"}"#;
 
 fn main() {
-    let secs: f64 = std::env::var("PIW_BENCH_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .filter(|s: &f64| *s > 0.0)
-        .unwrap_or(2.0);
+    let secs = support::bench_secs(2.0);
     let act_runs: usize = std::env::var("PIW_BENCH_ACT_RUNS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(ACT_RUNS_DEFAULT)
         .max(ACT_RUNS_MIN);
     let measure_for = Duration::from_secs_f64(secs);
-    let warm_up = Duration::from_secs_f64((secs / 10.0).clamp(0.1, 0.5));
+    let warm_up = support::warm_up_for(secs);
 
-    let parent = std::env::var_os("PIW_BENCH_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench-tmp"));
-    std::fs::create_dir_all(&parent).expect("create bench parent dir");
-    let parent = parent.canonicalize().expect("canonical bench parent dir");
-    let dir = tempfile::Builder::new()
-        .prefix("children-")
-        .tempdir_in(&parent)
-        .expect("create bench temp dir");
+    let dir = BenchDir::create("children-");
 
-    print_machine(dir.path(), secs, act_runs);
+    support::print_machine(
+        "children: activation latency and transitions/s of piw-json-worker children vs floors",
+        &format!("hosts at their defaults: WAL, synchronous=FULL, {DEFAULT_SLOTS} child slots"),
+        dir.path(),
+    );
+    println!(
+        "  {secs} s per bare-commit floor ({} s right before each burst); {act_runs} activation runs after {ACT_WARM_UP} warm-up; {SINGLE_REPS} single chain runs; {BURST}-run bursts",
+        ADJACENT_FLOOR.as_secs_f64().min(secs)
+    );
 
     let one = write_fixture(dir.path(), "one", &one_node_fixture());
     let chain = write_fixture(dir.path(), "chain", &chain_fixture(CHAIN));
@@ -114,13 +112,13 @@ fn main() {
 
     // 1. Floors.
     let fork = fork_exec_floor();
-    let mut floor = SqliteFloor::open(&dir.path().join("floor.sqlite"));
+    let mut floor = SqliteFloor::open(&dir.path().join("floor.sqlite"), FLOOR_EVENT);
     let commit_start = floor.measure(warm_up, measure_for);
     let (worker, worker_forked) = worker_start_floor(dir.path(), &one);
 
     // 2. Activation latency.
     let act = {
-        let mut host = Host::start(dir.path(), "act", &[]);
+        let mut host = start_host(dir.path(), "act", &[]);
         let act = activation(&host, &one, act_runs);
         host.diagnose_clean();
         host.stop();
@@ -130,7 +128,7 @@ fn main() {
     // 3. Transitions: one run at a time, then 64 at once (default slots); then 64 at once
     //    with a slot per run.
     let (single, narrow) = {
-        let mut host = Host::start(dir.path(), "tp", &[]);
+        let mut host = start_host(dir.path(), "tp", &[]);
         let single = single_runs(&host, &chain, &chain_result);
         let adjacent = floor.measure(warm_up, ADJACENT_FLOOR.min(measure_for));
         let burst = burst(&host, &chain, &chain_result, "burst", adjacent);
@@ -140,7 +138,7 @@ fn main() {
     };
     let wide = {
         let slots = WIDE_SLOTS.to_string();
-        let mut host = Host::start(dir.path(), "wide", &[("PIW_MAX_CHILDREN", &slots)]);
+        let mut host = start_host(dir.path(), "wide", &[("PIW_MAX_CHILDREN", &slots)]);
         let adjacent = floor.measure(warm_up, ADJACENT_FLOOR.min(measure_for));
         let burst = burst(&host, &chain, &chain_result, "burst-wide", adjacent);
         host.diagnose_clean();
@@ -322,7 +320,7 @@ fn main() {
             b.cpu.children * 100.0,
             b.cpu.bench * 100.0,
             b.cpu.host + b.cpu.children + b.cpu.bench,
-            std::thread::available_parallelism().map_or(0, |n| n.get()),
+            support::cores(),
             b.cpu.host_wchar / 1024.0 / (b.runs * CHAIN) as f64,
             b.events,
         );
@@ -342,12 +340,10 @@ fn main() {
         verdict(wide.speedup())
     );
     println!("  checked: every run completed with the last node's output and {CHAIN} succeeded attempts in order; diagnose clean on every host");
-    println!("  load average at the end: {}", load_average());
+    println!("  load average at the end: {}", support::load_average());
 
     drop(floor);
-    dir.close().expect("remove bench temp dir");
-    // Leave target/bench-tmp itself only if something else is in it.
-    let _ = std::fs::remove_dir(&parent);
+    dir.close();
 }
 
 // ----- fixtures -----------------------------------------------------------------------------
@@ -401,47 +397,6 @@ fn write_fixture(dir: &Path, name: &str, fixture: &Value) -> String {
     p.display().to_string()
 }
 
-// ----- latency samples ---------------------------------------------------------------------
-
-/// Latencies in microseconds.
-#[derive(Default)]
-struct Latencies(Vec<f64>);
-
-impl Latencies {
-    fn push(&mut self, d: Duration) {
-        self.0.push(d.as_secs_f64() * 1e6);
-    }
-
-    fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// Every sample in milliseconds, in order.
-    fn list_ms(&self) -> String {
-        let each: Vec<String> = self
-            .0
-            .iter()
-            .map(|u| format!("{:.1}", u / 1000.0))
-            .collect();
-        each.join(", ")
-    }
-
-    fn mean(&self) -> f64 {
-        self.0.iter().sum::<f64>() / self.0.len().max(1) as f64
-    }
-
-    /// Nearest-rank percentile (`q = 0` is the minimum, `q = 1` the maximum).
-    fn p(&self, q: f64) -> f64 {
-        let mut v = self.0.clone();
-        v.sort_by(f64::total_cmp);
-        if v.is_empty() {
-            return f64::NAN;
-        }
-        let rank = (q * v.len() as f64).ceil() as usize;
-        v[rank.clamp(1, v.len()) - 1]
-    }
-}
-
 // ----- floor a: fork+exec -------------------------------------------------------------------
 
 fn fork_exec_floor() -> Latencies {
@@ -463,80 +418,6 @@ fn fork_exec_floor() -> Latencies {
         }
     }
     lat
-}
-
-// ----- floor b: bare SQLite commit ----------------------------------------------------------
-
-struct SqliteFloor {
-    conn: Connection,
-    next: i64,
-}
-
-struct Commits {
-    lat: Latencies,
-    elapsed: Duration,
-}
-
-impl Commits {
-    fn rate(&self) -> f64 {
-        self.lat.len() as f64 / self.elapsed.as_secs_f64()
-    }
-}
-
-impl SqliteFloor {
-    fn open(path: &Path) -> Self {
-        let conn = Connection::open(path).expect("open floor db");
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .expect("WAL");
-        conn.pragma_update(None, "synchronous", "FULL")
-            .expect("synchronous");
-        conn.execute_batch(
-            "CREATE TABLE t (id INTEGER PRIMARY KEY, v INTEGER NOT NULL);
-             CREATE TABLE log (id INTEGER PRIMARY KEY, t_id INTEGER NOT NULL,
-                               at INTEGER NOT NULL, data TEXT NOT NULL);
-             INSERT INTO t (id, v) VALUES (1, 0);",
-        )
-        .expect("floor schema");
-        Self { conn, next: 0 }
-    }
-
-    fn commit(&mut self) {
-        self.next += 1;
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .expect("begin");
-        tx.prepare_cached("UPDATE t SET v = v + 1 WHERE id = 1")
-            .expect("prepare update")
-            .execute([])
-            .expect("update");
-        tx.prepare_cached("INSERT INTO log (t_id, at, data) VALUES (1, ?1, ?2)")
-            .expect("prepare insert")
-            .execute(params![
-                self.next,
-                r#"{"kind":"transitioned","next":"n02"}"#
-            ])
-            .expect("insert");
-        tx.commit().expect("commit");
-    }
-
-    fn measure(&mut self, warm_up: Duration, measure_for: Duration) -> Commits {
-        let start = Instant::now();
-        while start.elapsed() < warm_up {
-            self.commit();
-        }
-        let mut lat = Latencies::default();
-        let start = Instant::now();
-        loop {
-            let t = Instant::now();
-            self.commit();
-            lat.push(t.elapsed());
-            let elapsed = start.elapsed();
-            if elapsed >= measure_for {
-                return Commits { lat, elapsed };
-            }
-        }
-    }
 }
 
 // ----- floor c: worker start-up without a host ----------------------------------------------
@@ -641,90 +522,46 @@ fn worker_start_floor(dir: &Path, fixture: &str) -> (Latencies, Latencies) {
 
 // ----- a real host --------------------------------------------------------------------------
 
-struct Host {
-    child: Option<Child>,
-    paths: PiwPaths,
-    project_dir: String,
-    stderr: PathBuf,
-}
-
-impl Host {
-    /// Starts `piw host serve` with `PIW_HOME=<dir>/<name>`, the JSON worker as the runtime of
-    /// `.workflow.json`, `PIW_LOG=warn` and `extra` variables, and waits until it answers.
-    fn start(dir: &Path, name: &str, extra: &[(&str, &str)]) -> Self {
-        let paths = PiwPaths::for_home(dir.join(name));
-        paths.ensure_dirs().expect("create PIW_HOME");
-        let stderr = dir.join(format!("{name}.stderr"));
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_piw"));
-        cmd.args(["host", "serve"])
-            .env("PIW_HOME", &paths.home)
-            .env("PIW_LOG", "warn")
-            .env(
+/// Starts a host (see `Host::start`) with the JSON worker as the runtime of `.workflow.json`
+/// and `extra` variables.
+fn start_host(dir: &Path, name: &str, extra: &[(&str, &str)]) -> Host {
+    Host::start(
+        dir,
+        name,
+        Duration::from_secs(60),
+        Duration::from_secs(15),
+        |_, cmd| {
+            cmd.env(
                 "PIW_RUNTIMES",
                 format!(".workflow.json={}", env!("CARGO_BIN_EXE_piw-json-worker")),
-            )
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(File::create(&stderr).expect("host stderr file"));
-        for (k, v) in extra {
-            cmd.env(k, v);
-        }
-        let child = cmd.spawn().expect("spawn piw host serve");
-        let mut host = Self {
-            child: Some(child),
-            paths,
-            project_dir: dir.display().to_string(),
-            stderr,
-        };
-        host.wait_ready();
-        host
-    }
-
-    fn wait_ready(&mut self) {
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(10) {
-            if let Ok(mut c) = BlockingClient::connect(&self.paths) {
-                if c.call(RequestBody::HostStatus).is_ok() {
-                    return;
-                }
+            );
+            for (k, v) in extra {
+                cmd.env(k, v);
             }
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                panic!("host exited during start-up ({status}): {}", self.log());
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        panic!(
-            "host did not answer host.status within 10 s: {}",
-            self.log()
-        );
-    }
+        },
+    )
+}
 
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.stderr).unwrap_or_default()
-    }
+/// What this bench asks of a host beyond starting and stopping it.
+trait BenchHost {
+    fn start_body(&self, workflow: &str, session: &str) -> RequestBody;
+    fn subscribe_session(&self, c: &mut BlockingClient, session: &str);
+    fn status(&self, c: &mut BlockingClient, run_id: &str) -> Value;
+    /// Waits (outside any timing) until the host has no child left.
+    fn wait_idle(&self, c: &mut BlockingClient);
+    /// Every run `completed` with `result` and one succeeded attempt per node, in order.
+    fn check_runs(&self, run_ids: &[String], nodes: &[String], result: &Value);
+    fn diagnose_clean(&self);
+}
 
-    fn pid(&self) -> u32 {
-        self.child.as_ref().expect("host running").id()
-    }
-
-    fn client(&self) -> BlockingClient {
-        let c = BlockingClient::connect(&self.paths).expect("connect to host");
-        c.set_timeout(Some(Duration::from_secs(60)))
-            .expect("client timeout");
-        c
-    }
-
+impl BenchHost for Host {
     fn start_body(&self, workflow: &str, session: &str) -> RequestBody {
         RequestBody::RunStart(payload::RunStart {
             workflow_file: workflow.to_owned(),
             input: json!({}),
             session_id: Some(session.to_owned()),
             execution_mode: None,
-            project_dir: Some(self.project_dir.clone()),
+            project_dir: Some(self.dir.display().to_string()),
         })
     }
 
@@ -742,7 +579,6 @@ impl Host {
             .body
     }
 
-    /// Waits (outside any timing) until the host has no child left.
     fn wait_idle(&self, c: &mut BlockingClient) {
         let start = Instant::now();
         loop {
@@ -760,7 +596,6 @@ impl Host {
         }
     }
 
-    /// Every run `completed` with `result` and one succeeded attempt per node, in order.
     fn check_runs(&self, run_ids: &[String], nodes: &[String], result: &Value) {
         let mut c = self.client();
         for run_id in run_ids {
@@ -799,42 +634,6 @@ impl Host {
             "diagnose must be clean: {}",
             d.body
         );
-    }
-
-    /// `host.stop`, then waits for a clean exit.
-    fn stop(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        self.client()
-            .call(RequestBody::HostStop)
-            .expect("host.stop");
-        let start = Instant::now();
-        loop {
-            if let Some(status) = child.try_wait().expect("wait for host") {
-                if !status.success() {
-                    eprintln!("warning: host exited with {status}: {}", self.log());
-                }
-                return;
-            }
-            if start.elapsed() > Duration::from_secs(15) {
-                eprintln!("warning: host did not stop within 15 s; killing it");
-                let _ = child.kill();
-                let _ = child.wait();
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-}
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        // Only on a panic path: `stop` takes the child.
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 }
 
@@ -1131,176 +930,5 @@ fn burst(host: &Host, workflow: &str, result: &Value, session: &str, bare: Commi
         bare,
         cpu: CpuUse::between(&cpu_a, &cpu_b),
         events,
-    }
-}
-
-// ----- CPU ----------------------------------------------------------------------------------
-
-/// CPU seconds (user + system) of the host, its store thread, its reaped children, and this
-/// process, with the time they were read.
-struct CpuSnapshot {
-    at: Instant,
-    /// Bytes the host passed to write-like calls (WAL, database, replies, child stdin).
-    host_wchar: f64,
-    host: f64,
-    store: f64,
-    children: f64,
-    bench: f64,
-}
-
-impl CpuSnapshot {
-    fn take(host_pid: u32) -> Self {
-        let store = std::fs::read_dir(format!("/proc/{host_pid}/task"))
-            .map(|tasks| {
-                tasks
-                    .flatten()
-                    .filter(|t| {
-                        std::fs::read_to_string(t.path().join("comm"))
-                            .is_ok_and(|c| c.trim() == "piw-store")
-                    })
-                    .map(|t| cpu_secs(&t.path().join("stat")).0)
-                    .sum()
-            })
-            .unwrap_or(f64::NAN);
-        let (host, children) = cpu_secs(Path::new(&format!("/proc/{host_pid}/stat")));
-        Self {
-            at: Instant::now(),
-            host_wchar: wchar(host_pid),
-            host,
-            store,
-            children,
-            bench: cpu_secs(Path::new("/proc/self/stat")).0,
-        }
-    }
-}
-
-/// Shares of one core between two snapshots.
-struct CpuUse {
-    wall: Duration,
-    host_wchar: f64,
-    host: f64,
-    store: f64,
-    children: f64,
-    bench: f64,
-}
-
-impl CpuUse {
-    fn between(a: &CpuSnapshot, b: &CpuSnapshot) -> Self {
-        let wall = b.at - a.at;
-        let w = wall.as_secs_f64();
-        Self {
-            wall,
-            host_wchar: b.host_wchar - a.host_wchar,
-            host: (b.host - a.host) / w,
-            store: (b.store - a.store) / w,
-            children: (b.children - a.children) / w,
-            bench: (b.bench - a.bench) / w,
-        }
-    }
-}
-
-/// Bytes process `pid` passed to write-like syscalls (`/proc/pid/io`).
-fn wchar(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/io"))
-        .ok()
-        .and_then(|io| {
-            io.lines()
-                .find_map(|l| l.strip_prefix("wchar:"))
-                .and_then(|v| v.trim().parse().ok())
-        })
-        .unwrap_or(f64::NAN)
-}
-
-/// (utime + stime, cutime + cstime) of a `/proc/.../stat` file, in seconds (USER_HZ is 100 on
-/// Linux). The second counts waited-for children only.
-fn cpu_secs(stat: &Path) -> (f64, f64) {
-    let Ok(s) = std::fs::read_to_string(stat) else {
-        return (f64::NAN, f64::NAN);
-    };
-    // Fields after the parenthesised command name start at field 3 (state).
-    let after = s.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| {
-        f.get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(f64::NAN)
-    };
-    (
-        (ticks(11) + ticks(12)) / 100.0,
-        (ticks(13) + ticks(14)) / 100.0,
-    )
-}
-
-// ----- machine facts -----------------------------------------------------------------------
-
-fn print_machine(dir: &Path, secs: f64, act_runs: usize) {
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown".into());
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_else(|_| "unknown".into());
-    println!(
-        "children: activation latency and transitions/s of piw-json-worker children vs floors"
-    );
-    println!("  cores: {cores} ({cpu}); kernel {kernel}");
-    println!(
-        "  sqlite {} (bench floor; the host links the same bundled build); hosts at their defaults: WAL, synchronous=FULL, {DEFAULT_SLOTS} child slots",
-        rusqlite::version()
-    );
-    println!("  temp dir: {} ({})", dir.display(), file_system(dir));
-    println!(
-        "  load average at the start: {} (other work on this machine skews every figure)",
-        load_average()
-    );
-    println!(
-        "  {secs} s per bare-commit floor ({} s right before each burst); {act_runs} activation runs after {ACT_WARM_UP} warm-up; {SINGLE_REPS} single chain runs; {BURST}-run bursts",
-        ADJACENT_FLOOR.as_secs_f64().min(secs)
-    );
-}
-
-/// The first three fields of /proc/loadavg.
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".into())
-}
-
-/// `stat -f` type plus the mount's type and options from /proc/mounts, as far as known.
-fn file_system(dir: &Path) -> String {
-    let statfs = Command::new("stat")
-        .args(["-f", "-c", "%T"])
-        .arg(dir)
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
-    let canonical = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
-    let mount = std::fs::read_to_string("/proc/mounts").ok().and_then(|m| {
-        m.lines()
-            .filter_map(|l| {
-                let f: Vec<&str> = l.split_whitespace().collect();
-                (f.len() >= 4 && canonical.starts_with(f[1])).then(|| {
-                    (
-                        f[1].len(),
-                        format!("{} on {} {} {}", f[2], f[1], f[0], f[3]),
-                    )
-                })
-            })
-            .max_by_key(|(len, _)| *len)
-            .map(|(_, desc)| desc)
-    });
-    match (statfs, mount) {
-        (Some(s), Some(m)) => format!("stat -f: {s}; mount: {m}"),
-        (Some(s), None) => format!("stat -f: {s}"),
-        (None, Some(m)) => format!("mount: {m}"),
-        (None, None) => "file system unknown".into(),
     }
 }

@@ -29,19 +29,18 @@
 //! `piw-json-worker`), so they sit `waiting`, held by nobody, where pause and resume are plain
 //! control commands.
 
-use std::fs::File;
+mod support;
+
 use std::io::{Read as _, Write as _};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use piw_core::client::{BlockingClient, Client};
 use piw_core::ids::new_id;
-use piw_core::paths::PiwPaths;
 use piw_core::protocol::{payload, Receipt, Request, RequestBody};
-use rusqlite::{params, Connection, TransactionBehavior};
 use serde_json::json;
+use support::{BenchDir, CpuSnapshot, Host, Latencies, SqliteFloor};
 
 const ECHO_WARM_UP: usize = 500;
 const ECHO_ROUNDS: usize = 5_000;
@@ -56,36 +55,33 @@ const ADJACENT_FLOOR: Duration = Duration::from_secs(1);
 const IDLE_SAMPLE: Duration = Duration::from_millis(500);
 /// The target: with 64 clients, at least this many times the bare single-writer commit rate.
 const TARGET_RATIO_64: f64 = 4.0;
+/// The `data` of the bare-commit floor's rows: an event body like the ones a pause writes.
+const FLOOR_EVENT: &str = r#"{"kind":"paused","paused":true}"#;
 
 fn main() {
-    let secs: f64 = std::env::var("PIW_BENCH_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .filter(|s: &f64| *s > 0.0)
-        .unwrap_or(3.0);
+    let secs = support::bench_secs(3.0);
     let measure_for = Duration::from_secs_f64(secs);
-    let warm_up = Duration::from_secs_f64((secs / 10.0).clamp(0.1, 0.5));
+    let warm_up = support::warm_up_for(secs);
 
-    let parent = std::env::var_os("PIW_BENCH_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench-tmp"));
-    std::fs::create_dir_all(&parent).expect("create bench parent dir");
-    let parent = parent.canonicalize().expect("canonical bench parent dir");
-    let dir = tempfile::Builder::new()
-        .prefix("host_roundtrip-")
-        .tempdir_in(&parent)
-        .expect("create bench temp dir");
+    let dir = BenchDir::create("host_roundtrip-");
 
-    print_machine(dir.path(), secs);
+    support::print_machine(
+        "host_roundtrip: piw host command round trip and throughput vs floors",
+        "host at its defaults: WAL, synchronous=FULL",
+        dir.path(),
+    );
+    println!(
+        "  {secs} s per throughput level and per SQLite floor after warm-up; {RT_ROUNDS} round trips per command after {RT_WARM_UP} warm-up"
+    );
 
     // 1. Floors.
     let echo = echo_floor(dir.path());
-    let mut floor = SqliteFloor::open(&dir.path().join("floor.sqlite"));
+    let mut floor = SqliteFloor::open(&dir.path().join("floor.sqlite"), FLOOR_EVENT);
     let commit_before = floor.measure(warm_up, measure_for);
 
     // 2. Round trips with one blocking client.
     let rt = {
-        let mut host = Host::start(dir.path(), "rt");
+        let mut host = start_host(dir.path(), "rt");
         let rt = round_trips(&host);
         host.stop();
         rt
@@ -98,7 +94,7 @@ fn main() {
     for clients in CONCURRENCY {
         let adjacent = floor.measure(warm_up, ADJACENT_FLOOR.min(measure_for));
         floor_rates.push(adjacent.rate());
-        let mut host = Host::start(dir.path(), &format!("tp{clients}"));
+        let mut host = start_host(dir.path(), &format!("tp{clients}"));
         let mut level = throughput(&host, clients, warm_up, measure_for);
         host.stop();
         level.bare_rate = adjacent.rate();
@@ -241,43 +237,10 @@ fn main() {
             verdict(mean)
         );
     }
-    println!("  load average at the end: {}", load_average());
+    println!("  load average at the end: {}", support::load_average());
 
     drop(floor);
-    dir.close().expect("remove bench temp dir");
-    // Leave target/bench-tmp itself only if something else is in it.
-    let _ = std::fs::remove_dir(&parent);
-}
-
-// ----- latency samples ---------------------------------------------------------------------
-
-/// Latencies in microseconds.
-#[derive(Default)]
-struct Latencies(Vec<f64>);
-
-impl Latencies {
-    fn push(&mut self, d: Duration) {
-        self.0.push(d.as_secs_f64() * 1e6);
-    }
-
-    fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    fn mean(&self) -> f64 {
-        self.0.iter().sum::<f64>() / self.0.len().max(1) as f64
-    }
-
-    /// Nearest-rank percentile.
-    fn p(&self, q: f64) -> f64 {
-        let mut v = self.0.clone();
-        v.sort_by(f64::total_cmp);
-        if v.is_empty() {
-            return f64::NAN;
-        }
-        let rank = (q * v.len() as f64).ceil() as usize;
-        v[rank.clamp(1, v.len()) - 1]
-    }
+    dir.close();
 }
 
 // ----- floor a: unix socket echo ------------------------------------------------------------
@@ -318,236 +281,68 @@ fn echo_floor(dir: &Path) -> Latencies {
     lat
 }
 
-// ----- floor b: bare SQLite commit ----------------------------------------------------------
-
-struct SqliteFloor {
-    conn: Connection,
-    next: i64,
-}
-
-struct Commits {
-    lat: Latencies,
-    elapsed: Duration,
-    /// Bytes this process passed to write/pwrite per commit.
-    wchar_per_commit: f64,
-}
-
-impl Commits {
-    fn rate(&self) -> f64 {
-        self.lat.len() as f64 / self.elapsed.as_secs_f64()
-    }
-}
-
-impl SqliteFloor {
-    fn open(path: &Path) -> Self {
-        let conn = Connection::open(path).expect("open floor db");
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .expect("WAL");
-        conn.pragma_update(None, "synchronous", "FULL")
-            .expect("synchronous");
-        conn.execute_batch(
-            "CREATE TABLE t (id INTEGER PRIMARY KEY, v INTEGER NOT NULL);
-             CREATE TABLE log (id INTEGER PRIMARY KEY, t_id INTEGER NOT NULL,
-                               at INTEGER NOT NULL, data TEXT NOT NULL);
-             INSERT INTO t (id, v) VALUES (1, 0);",
-        )
-        .expect("floor schema");
-        Self { conn, next: 0 }
-    }
-
-    fn commit(&mut self) {
-        self.next += 1;
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .expect("begin");
-        tx.prepare_cached("UPDATE t SET v = v + 1 WHERE id = 1")
-            .expect("prepare update")
-            .execute([])
-            .expect("update");
-        tx.prepare_cached("INSERT INTO log (t_id, at, data) VALUES (1, ?1, ?2)")
-            .expect("prepare insert")
-            .execute(params![self.next, r#"{"kind":"paused","paused":true}"#])
-            .expect("insert");
-        tx.commit().expect("commit");
-    }
-
-    fn measure(&mut self, warm_up: Duration, measure_for: Duration) -> Commits {
-        let start = Instant::now();
-        while start.elapsed() < warm_up {
-            self.commit();
-        }
-        let mut lat = Latencies::default();
-        let wchar_before = wchar("self");
-        let start = Instant::now();
-        loop {
-            let t = Instant::now();
-            self.commit();
-            lat.push(t.elapsed());
-            let elapsed = start.elapsed();
-            if elapsed >= measure_for {
-                let wchar_per_commit = (wchar("self") - wchar_before) / lat.len() as f64;
-                return Commits {
-                    lat,
-                    elapsed,
-                    wchar_per_commit,
-                };
-            }
-        }
-    }
-}
-
 // ----- a real host --------------------------------------------------------------------------
 
-struct Host {
-    child: Option<Child>,
-    paths: PiwPaths,
-    workflow: String,
-    stderr: PathBuf,
+/// Starts a host (see `Host::start`) with the bench's workflow in its home: a checkpoint the
+/// runs park on, then a compute node.
+fn start_host(dir: &Path, name: &str) -> Host {
+    Host::start(
+        dir,
+        name,
+        Duration::from_secs(30),
+        Duration::from_secs(10),
+        |paths, _| {
+            let fixture = json!({
+                "graph": {"name": "bench", "start": "ask",
+                          "nodes": {"ask": {"kind": "checkpoint"}, "done": {"kind": "compute"}},
+                          "edges": [{"from": "ask", "to": "done"}]},
+                "behaviors": {"ask": {"wait": "checkpoint"}}
+            });
+            std::fs::write(workflow_path(&paths.home), fixture.to_string())
+                .expect("write workflow");
+        },
+    )
 }
 
-impl Host {
-    /// Starts `piw host serve` with `PIW_HOME=<dir>/<name>` and waits until it answers.
-    fn start(dir: &Path, name: &str) -> Self {
-        let paths = PiwPaths::for_home(dir.join(name));
-        paths.ensure_dirs().expect("create PIW_HOME");
-        let workflow = paths.home.join("bench.workflow.json");
-        let fixture = json!({
-            "graph": {"name": "bench", "start": "ask",
-                      "nodes": {"ask": {"kind": "checkpoint"}, "done": {"kind": "compute"}},
-                      "edges": [{"from": "ask", "to": "done"}]},
-            "behaviors": {"ask": {"wait": "checkpoint"}}
-        });
-        std::fs::write(&workflow, fixture.to_string()).expect("write workflow");
-        let stderr = dir.join(format!("{name}.stderr"));
-        let child = Command::new(env!("CARGO_BIN_EXE_piw"))
-            .args(["host", "serve"])
-            .env("PIW_HOME", &paths.home)
-            .env("PIW_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(File::create(&stderr).expect("host stderr file"))
-            .spawn()
-            .expect("spawn piw host serve");
-        let mut host = Self {
-            child: Some(child),
-            paths,
-            workflow: workflow.display().to_string(),
-            stderr,
-        };
-        host.wait_ready();
-        host
-    }
+fn workflow_path(home: &Path) -> PathBuf {
+    home.join("bench.workflow.json")
+}
 
-    fn wait_ready(&mut self) {
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(10) {
-            if let Ok(mut c) = BlockingClient::connect(&self.paths) {
-                if c.call(RequestBody::HostStatus).is_ok() {
-                    return;
-                }
-            }
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                panic!("host exited during start-up ({status}): {}", self.log());
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        panic!(
-            "host did not answer host.status within 10 s: {}",
-            self.log()
-        );
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.stderr).unwrap_or_default()
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.as_ref().expect("host running").id()
-    }
-
-    fn client(&self) -> BlockingClient {
-        let c = BlockingClient::connect(&self.paths).expect("connect to host");
-        c.set_timeout(Some(Duration::from_secs(30)))
-            .expect("client timeout");
-        c
-    }
-
-    fn start_run(&self, c: &mut BlockingClient) -> String {
+/// Starts a run of the bench's workflow and waits until it waits on its checkpoint.
+fn start_run(host: &Host, c: &mut BlockingClient) -> String {
+    let r = c
+        .call(RequestBody::RunStart(payload::RunStart {
+            workflow_file: workflow_path(&host.paths.home).display().to_string(),
+            input: json!({}),
+            session_id: Some("bench".into()),
+            execution_mode: None,
+            project_dir: None,
+        }))
+        .expect("run.start");
+    let run_id = r.body["run_id"].as_str().expect("run_id").to_owned();
+    // Wait until its child parked it on the checkpoint.
+    let start = Instant::now();
+    loop {
         let r = c
-            .call(RequestBody::RunStart(payload::RunStart {
-                workflow_file: self.workflow.clone(),
-                input: json!({}),
-                session_id: Some("bench".into()),
-                execution_mode: None,
-                project_dir: None,
-            }))
-            .expect("run.start");
-        let run_id = r.body["run_id"].as_str().expect("run_id").to_owned();
-        // Wait until its child parked it on the checkpoint.
-        let start = Instant::now();
-        loop {
-            let r = c
-                .send(Request::new(new_id("status"), RequestBody::RunStatus).with_run_id(&run_id))
-                .expect("run.status");
-            match r.body["run"]["status"].as_str() {
-                Some("waiting") => return run_id,
-                Some("queued" | "running") if start.elapsed() < Duration::from_secs(30) => {}
-                other => panic!(
-                    "the bench run should wait on its checkpoint, but it is {other:?}: {}",
-                    self.log()
-                ),
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    fn revision(&self, c: &mut BlockingClient, run_id: &str) -> u64 {
-        let r = c
-            .send(Request::new(new_id("status"), RequestBody::RunStatus).with_run_id(run_id))
+            .send(Request::new(new_id("status"), RequestBody::RunStatus).with_run_id(&run_id))
             .expect("run.status");
-        r.body["run"]["revision"].as_u64().expect("revision")
-    }
-
-    /// `host.stop`, then waits for a clean exit.
-    fn stop(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        self.client()
-            .call(RequestBody::HostStop)
-            .expect("host.stop");
-        let start = Instant::now();
-        loop {
-            if let Some(status) = child.try_wait().expect("wait for host") {
-                if !status.success() {
-                    eprintln!("warning: host exited with {status}: {}", self.log());
-                }
-                return;
-            }
-            if start.elapsed() > Duration::from_secs(10) {
-                eprintln!("warning: host did not stop within 10 s; killing it");
-                let _ = child.kill();
-                let _ = child.wait();
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(5));
+        match r.body["run"]["status"].as_str() {
+            Some("waiting") => return run_id,
+            Some("queued" | "running") if start.elapsed() < Duration::from_secs(30) => {}
+            other => panic!(
+                "the bench run should wait on its checkpoint, but it is {other:?}: {}",
+                host.log()
+            ),
         }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
-impl Drop for Host {
-    fn drop(&mut self) {
-        // Only on a panic path: `stop` takes the child.
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
+fn revision(c: &mut BlockingClient, run_id: &str) -> u64 {
+    let r = c
+        .send(Request::new(new_id("status"), RequestBody::RunStatus).with_run_id(run_id))
+        .expect("run.status");
+    r.body["run"]["revision"].as_u64().expect("revision")
 }
 
 /// The next alternating pause/resume command for a run, with a fresh request id.
@@ -579,8 +374,8 @@ struct RoundTrips {
 
 fn round_trips(host: &Host) -> RoundTrips {
     let mut c = host.client();
-    let run_id = host.start_run(&mut c);
-    let base = host.revision(&mut c, &run_id);
+    let run_id = start_run(host, &mut c);
+    let base = revision(&mut c, &run_id);
     let host_status_call = |c: &mut BlockingClient| {
         c.call(RequestBody::HostStatus).expect("host.status");
     };
@@ -604,7 +399,7 @@ fn round_trips(host: &Host) -> RoundTrips {
     let host_status_paused = timed(&mut c, host_status_call);
     let run_status_paused = timed(&mut c, run_status_call);
     assert_eq!(
-        host.revision(&mut c, &run_id),
+        revision(&mut c, &run_id),
         base + toggles,
         "every pause/resume applied exactly once"
     );
@@ -655,11 +450,11 @@ impl Level {
 
 fn throughput(host: &Host, clients: usize, warm_up: Duration, measure_for: Duration) -> Level {
     let mut setup = host.client();
-    let runs: Vec<String> = (0..clients).map(|_| host.start_run(&mut setup)).collect();
+    let runs: Vec<String> = (0..clients).map(|_| start_run(host, &mut setup)).collect();
     // Revisions before the load: each run's start-up (activation, its checkpoint) came first.
     let bases: std::collections::HashMap<String, u64> = runs
         .iter()
-        .map(|r| (r.clone(), host.revision(&mut setup, r)))
+        .map(|r| (r.clone(), revision(&mut setup, r)))
         .collect();
     // The host with waiting runs and no requests: it should be (nearly) idle.
     let idle_a = CpuSnapshot::take(host.pid());
@@ -725,7 +520,7 @@ fn throughput(host: &Host, clients: usize, warm_up: Duration, measure_for: Durat
 
     for (run_id, sent, _) in &per_client {
         assert_eq!(
-            host.revision(&mut setup, run_id),
+            revision(&mut setup, run_id),
             bases[run_id] + sent,
             "every pause/resume applied exactly once"
         );
@@ -747,137 +542,5 @@ fn throughput(host: &Host, clients: usize, warm_up: Duration, measure_for: Durat
         host_cpu: (b.host - a.host) / w,
         store_cpu: (b.store - a.store) / w,
         bench_cpu: (b.bench - a.bench) / w,
-    }
-}
-
-/// CPU seconds (user + system) of the host, its store thread, and this process; bytes the
-/// host passed to write/pwrite (database, WAL and socket replies).
-struct CpuSnapshot {
-    host: f64,
-    store: f64,
-    bench: f64,
-    host_wchar: f64,
-}
-
-impl CpuSnapshot {
-    fn take(host_pid: u32) -> Self {
-        let store = std::fs::read_dir(format!("/proc/{host_pid}/task"))
-            .map(|tasks| {
-                tasks
-                    .flatten()
-                    .filter(|t| {
-                        std::fs::read_to_string(t.path().join("comm"))
-                            .is_ok_and(|c| c.trim() == "piw-store")
-                    })
-                    .map(|t| cpu_secs(&t.path().join("stat")))
-                    .sum()
-            })
-            .unwrap_or(f64::NAN);
-        let host_wchar = wchar(&host_pid.to_string());
-        Self {
-            host: cpu_secs(Path::new(&format!("/proc/{host_pid}/stat"))),
-            store,
-            bench: cpu_secs(Path::new("/proc/self/stat")),
-            host_wchar,
-        }
-    }
-}
-
-/// Bytes process `pid` ("self" for this one) passed to write-like syscalls (`/proc/pid/io`).
-fn wchar(pid: &str) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/io"))
-        .ok()
-        .and_then(|io| {
-            io.lines()
-                .find_map(|l| l.strip_prefix("wchar:"))
-                .and_then(|v| v.trim().parse().ok())
-        })
-        .unwrap_or(f64::NAN)
-}
-
-/// utime + stime of a `/proc/.../stat` file, in seconds (USER_HZ is 100 on Linux).
-fn cpu_secs(stat: &Path) -> f64 {
-    let Ok(s) = std::fs::read_to_string(stat) else {
-        return f64::NAN;
-    };
-    // Fields after the parenthesised command name start at field 3 (state).
-    let after = s.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| {
-        f.get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(f64::NAN)
-    };
-    (ticks(11) + ticks(12)) / 100.0
-}
-
-// ----- machine facts -----------------------------------------------------------------------
-
-fn print_machine(dir: &Path, secs: f64) {
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown".into());
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_else(|_| "unknown".into());
-    println!("host_roundtrip: piw host command round trip and throughput vs floors");
-    println!("  cores: {cores} ({cpu}); kernel {kernel}");
-    println!(
-        "  sqlite {} (bench floor; the host links the same bundled build); host at its defaults: WAL, synchronous=FULL",
-        rusqlite::version()
-    );
-    println!("  temp dir: {} ({})", dir.display(), file_system(dir));
-    println!(
-        "  load average at the start: {} (other work on this machine skews every figure)",
-        load_average()
-    );
-    println!(
-        "  {secs} s per throughput level and per SQLite floor after warm-up; {RT_ROUNDS} round trips per command after {RT_WARM_UP} warm-up"
-    );
-}
-
-/// The first three fields of /proc/loadavg.
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".into())
-}
-
-/// `stat -f` type plus the mount's type and options from /proc/mounts, as far as known.
-fn file_system(dir: &Path) -> String {
-    let statfs = Command::new("stat")
-        .args(["-f", "-c", "%T"])
-        .arg(dir)
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
-    let canonical = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
-    let mount = std::fs::read_to_string("/proc/mounts").ok().and_then(|m| {
-        m.lines()
-            .filter_map(|l| {
-                let f: Vec<&str> = l.split_whitespace().collect();
-                (f.len() >= 4 && canonical.starts_with(f[1])).then(|| {
-                    (
-                        f[1].len(),
-                        format!("{} on {} {} {}", f[2], f[1], f[0], f[3]),
-                    )
-                })
-            })
-            .max_by_key(|(len, _)| *len)
-            .map(|(_, desc)| desc)
-    });
-    match (statfs, mount) {
-        (Some(s), Some(m)) => format!("stat -f: {s}; mount: {m}"),
-        (Some(s), None) => format!("stat -f: {s}"),
-        (None, Some(m)) => format!("mount: {m}"),
-        (None, None) => "file system unknown".into(),
     }
 }
