@@ -824,6 +824,20 @@ fn a_restarted_host_kills_the_orphaned_children_of_the_host_that_died() {
     );
     let run_id = env.start(&file, json!({}));
     env.wait_for(&run_id, &["running"], Duration::from_secs(20));
+    // Wait until the child has its attempt and is spinning (not mid-request to the host, which
+    // would make it notice the host's death and exit by itself).
+    let start = Instant::now();
+    while env.status(&run_id)["attempts"]
+        .as_array()
+        .is_none_or(|a| a.iter().all(|x| x["status"] != json!("running")))
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the node never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
     let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
     let start = Instant::now();
     // The run's live child: recorded, not exited, and spinning.
