@@ -924,3 +924,40 @@ fn active_children_are_capped_and_the_rest_wait_in_the_queue() {
     assert_eq!(env.status(&third)["run"]["status"], json!("cancelled"));
     env.stop(host);
 }
+
+#[test]
+fn a_cpu_limit_kills_a_runaway_child_and_repeated_losses_stop_the_run_for_review() {
+    // Each child may use one CPU second; the node spins for ever, so every child is killed by
+    // its rlimit, and after three losses without progress the run stops for review.
+    let env = Env::new(&[("PIW_CHILD_CPU_SECONDS", "1")]);
+    let host = env.serve(None);
+    let file = env.fixture(
+        "runaway",
+        json!({
+            "graph": {"name": "runaway", "start": "a", "nodes": {"a": {"kind": "compute"}}, "edges": []},
+            "behaviors": {"a": {"spin_forever": true}}
+        }),
+    );
+    let run_id = env.start(&file, json!({}));
+    let s = env.wait_for(
+        &run_id,
+        &["review", "completed", "failed"],
+        Duration::from_secs(60),
+    );
+    assert_eq!(s["run"]["status"], json!("review"), "{s:#}");
+    assert!(
+        s["run"]["review_reason"]
+            .as_str()
+            .unwrap()
+            .contains("3 times"),
+        "{s:#}"
+    );
+    let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
+    let children = store.children(&run_id).unwrap();
+    assert_eq!(children.len(), 3, "{children:#?}");
+    assert!(
+        children.iter().all(|c| c.exited && c.signal.is_some()),
+        "killed by a signal: {children:#?}"
+    );
+    env.stop(host);
+}
