@@ -296,18 +296,19 @@ pub(crate) fn publish_run(
     if events.receiver_count() == 0 {
         return;
     }
-    let Ok(run) = store.run(run_id) else { return };
+    let Ok(view) = store.run_view(run_id) else { return };
+    let Some(view) = view else { return };
     let Ok(list) = store.events(run_id, after) else {
         return;
     };
     for e in list {
         let _ = events.send(RunEvent {
             run_id: run_id.to_owned(),
-            origin_session: run.origin_session.clone(),
+            origin_session: view.origin_session.clone(),
             seq: e.seq,
             kind: e.kind,
-            status: run.status.as_str().to_owned(),
-            revision: run.revision,
+            status: view.status.clone(),
+            revision: view.revision,
             at_ms: e.at,
             data: e.data,
         });
