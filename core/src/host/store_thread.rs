@@ -296,8 +296,9 @@ pub(crate) fn publish_run(
     if events.receiver_count() == 0 {
         return;
     }
-    let Ok(view) = store.run_view(run_id) else { return };
-    let Some(view) = view else { return };
+    let Ok(Some(view)) = store.run_view(run_id) else {
+        return;
+    };
     let Ok(list) = store.events(run_id, after) else {
         return;
     };
