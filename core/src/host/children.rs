@@ -739,11 +739,19 @@ pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildRe
 
 /// After a batch, forget claims the store released (the run parked, waited or ended). A
 /// cancelled run's child is stopped at once; others get the kill grace to exit by themselves.
-pub fn forget_released_claims(store: &Store, state: &mut HostState) {
+/// `only` limits the check to the runs a batch touched (`None`: every held claim, after
+/// deadline work such as expiry recovery).
+pub fn forget_released_claims(store: &Store, state: &mut HostState, only: Option<&[String]>) {
     let now = store.now_ms();
-    let released: Vec<(String, RunStatus)> = state
-        .claims
-        .keys()
+    let candidates: Vec<&String> = match only {
+        Some(runs) => runs
+            .iter()
+            .filter(|r| state.claims.contains_key(*r))
+            .collect(),
+        None => state.claims.keys().collect(),
+    };
+    let released: Vec<(String, RunStatus)> = candidates
+        .into_iter()
         .filter_map(
             |run_id| match store.run_state(run_id).map(|(status, _)| status) {
                 Ok(RunStatus::Running) => None,

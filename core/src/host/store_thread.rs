@@ -102,8 +102,8 @@ pub fn run(
                 }
             }
             if !batch.is_empty() {
-                process_batch(&mut store, &mut state, batch, &events, &fault);
-                children::forget_released_claims(&store, &mut state);
+                let touched = process_batch(&mut store, &mut state, batch, &events, &fault);
+                children::forget_released_claims(&store, &mut state, Some(&touched));
             }
             children::on_child_reports(&mut store, &mut state, reports);
         }
@@ -112,7 +112,7 @@ pub fn run(
         if deadline.is_some_and(|at| at <= store.now_ms()) {
             children::due_child_work(&mut store, &mut state);
             run_due_work(&mut store, &events);
-            children::forget_released_claims(&store, &mut state);
+            children::forget_released_claims(&store, &mut state, None);
         }
         if !state.shutting_down {
             children::schedule(&mut store, &mut state);
@@ -174,7 +174,7 @@ fn process_batch(
     batch: Vec<Job>,
     events: &broadcast::Sender<RunEvent>,
     fault: &FaultPlan,
-) {
+) -> Vec<String> {
     let (writes, reads): (Vec<Job>, Vec<Job>) = batch
         .into_iter()
         .partition(|j| dispatch::is_durable_command(&j.request));
@@ -197,8 +197,13 @@ fn process_batch(
         let _ = job.reply.send(result);
     }
     if writes.is_empty() {
-        return;
+        return Vec::new();
     }
+    // The runs this batch can change: only their claims may have been released.
+    let touched: Vec<String> = writes
+        .iter()
+        .filter_map(|j| j.request.run_id.clone())
+        .collect();
     let before = if events.receiver_count() > 0 {
         Some(revisions(store, &writes))
     } else {
@@ -273,6 +278,7 @@ fn process_batch(
             }
         }
     }
+    touched
 }
 
 /// The revision of every run a batch may touch, before it runs (for event publication).
