@@ -59,16 +59,7 @@ fn diagnose_lists_contradictions_with_ids_and_changes_nothing() {
 fn a_running_row_without_an_owner_is_requeued_not_completed() {
     let mut f = Fixture::new();
     let (run_id, act, a) = f.running();
-    let Reservation::Reserved { effect_id, .. } = f
-        .store
-        .write(|w| w.reserve_effect(&act.claim, &a, "k", "fp", RetryContract::Never))
-        .unwrap()
-    else {
-        panic!()
-    };
-    f.store
-        .write(|w| w.effect_applying(&act.claim, &effect_id))
-        .unwrap();
+    f.reserve_and_apply(&act.claim, &a, "k", RetryContract::Never);
     corrupt(&f, &format!(
         "UPDATE claims SET owner_kind = NULL, owner_id = NULL, token_hash = NULL, expires_at = NULL WHERE run_id = '{run_id}'"
     ));

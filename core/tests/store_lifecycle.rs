@@ -145,19 +145,7 @@ fn protected_human_decision_refuses_the_model_path() {
 fn cancel_an_expired_running_row_through_a_control_claim() {
     let mut f = Fixture::new();
     let (run_id, act, a) = f.running();
-    let Reservation::Reserved {
-        effect_id: applying,
-        ..
-    } = f
-        .store
-        .write(|w| w.reserve_effect(&act.claim, &a, "charge", "fp", RetryContract::Never))
-        .unwrap()
-    else {
-        panic!()
-    };
-    f.store
-        .write(|w| w.effect_applying(&act.claim, &applying))
-        .unwrap();
+    f.reserve_and_apply(&act.claim, &a, "charge", RetryContract::Never);
     f.store
         .write(|w| w.reserve_effect(&act.claim, &a, "email", "fp", RetryContract::Never))
         .unwrap();
@@ -289,16 +277,7 @@ fn recover_a_resumable_expired_run() {
 fn an_uncertain_effect_stops_the_run_for_review_and_is_never_retried() {
     let mut f = Fixture::new();
     let (run_id, act, a) = f.running();
-    let Reservation::Reserved { effect_id, .. } = f
-        .store
-        .write(|w| w.reserve_effect(&act.claim, &a, "charge", "fp", RetryContract::Never))
-        .unwrap()
-    else {
-        panic!()
-    };
-    f.store
-        .write(|w| w.effect_applying(&act.claim, &effect_id))
-        .unwrap();
+    f.reserve_and_apply(&act.claim, &a, "charge", RetryContract::Never);
     f.clock.advance(LEASE_MS + 1);
     let rec = f.store.write(|w| w.recover_expired()).unwrap();
     assert_eq!(rec[0].status, RunStatus::Review);
@@ -334,16 +313,7 @@ fn an_uncertain_effect_stops_the_run_for_review_and_is_never_retried() {
 fn retry_contracts_decide_whether_an_interrupted_effect_may_run_again() {
     let mut f = Fixture::new();
     let (run_id, act, a) = f.running();
-    let Reservation::Reserved { effect_id, .. } = f
-        .store
-        .write(|w| w.reserve_effect(&act.claim, &a, "put", "fp", RetryContract::IdempotencyKey))
-        .unwrap()
-    else {
-        panic!()
-    };
-    f.store
-        .write(|w| w.effect_applying(&act.claim, &effect_id))
-        .unwrap();
+    let effect_id = f.reserve_and_apply(&act.claim, &a, "put", RetryContract::IdempotencyKey);
     f.store
         .write(|w| w.child_lost(&act.claim, "killed"))
         .unwrap();

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use piw_core::clock::FakeClock;
 use piw_core::store::{
-    Activation, AttemptOutcome, ExecutionMode, NewRun, Store, StoreConfig, TransitionRequest,
+    Activation, AttemptOutcome, Claim, ExecutionMode, NewRun, Reservation, RetryContract, Store,
+    StoreConfig, TransitionRequest,
 };
 use serde_json::json;
 use tempfile::TempDir;
@@ -69,6 +70,27 @@ impl Fixture {
             .write(|w| w.node_started(&act.claim, "a", None))
             .expect("node started");
         (run_id, act, attempt)
+    }
+
+    /// Reserves the effect `key` for `attempt` and marks it applying; returns its id.
+    pub fn reserve_and_apply(
+        &mut self,
+        claim: &Claim,
+        attempt: &str,
+        key: &str,
+        contract: RetryContract,
+    ) -> String {
+        let reserved = self
+            .store
+            .write(|w| w.reserve_effect(claim, attempt, key, "fp", contract))
+            .expect("reserve");
+        let Reservation::Reserved { effect_id, .. } = reserved else {
+            panic!("expected a fresh reservation, got {reserved:?}");
+        };
+        self.store
+            .write(|w| w.effect_applying(claim, &effect_id))
+            .expect("applying");
+        effect_id
     }
 
     pub fn assert_clean(&self) {
