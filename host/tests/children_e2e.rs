@@ -86,6 +86,17 @@ impl Env {
         p.display().to_string()
     }
 
+    /// A workflow of one compute node `a` with the given scripted behaviour.
+    fn one_node(&self, name: &str, behavior: Value) -> String {
+        self.fixture(
+            name,
+            json!({
+                "graph": {"name": name, "start": "a", "nodes": {"a": {"kind": "compute"}}, "edges": []},
+                "behaviors": {"a": behavior}
+            }),
+        )
+    }
+
     fn start(&self, file: &str, input: Value) -> String {
         let r = self
             .client()
@@ -423,12 +434,9 @@ fn cancelling_kills_the_whole_process_group_after_the_grace() {
     let env = Env::new(&[("PIW_KILL_GRACE_MS", "300")]);
     let host = env.serve(None);
     let pid_file = env.path("grandchild.pid");
-    let file = env.fixture(
+    let file = env.one_node(
         "stubborn",
-        json!({
-            "graph": {"name": "stubborn", "start": "a", "nodes": {"a": {"kind": "compute"}}, "edges": []},
-            "behaviors": {"a": {"grandchild_ignoring_term": pid_file.display().to_string()}}
-        }),
+        json!({"grandchild_ignoring_term": pid_file.display().to_string()}),
     );
     let run_id = env.start(&file, json!({}));
     let start = Instant::now();
@@ -492,12 +500,9 @@ fn a_child_flooding_100_mb_keeps_host_memory_bounded_and_the_tails() {
     let env = Env::new(&[]);
     let host = env.serve(None);
     let before = rss_kib(host.id());
-    let file = env.fixture(
+    let file = env.one_node(
         "flood",
-        json!({
-            "graph": {"name": "flood", "start": "a", "nodes": {"a": {"kind": "compute"}}, "edges": []},
-            "behaviors": {"a": {"flood_bytes": 100_000_000u64, "return": {"ok": true}}}
-        }),
+        json!({"flood_bytes": 100_000_000u64, "return": {"ok": true}}),
     );
     let run_id = env.start(&file, json!({}));
     let s = env.wait_for(&run_id, &["completed", "failed"], Duration::from_secs(60));
@@ -734,13 +739,7 @@ fn a_misrouting_child_is_refused_and_the_run_fails_with_the_reason() {
 #[test]
 fn graceful_host_stops_do_not_count_as_child_losses() {
     let env = Env::new(&[("PIW_KILL_GRACE_MS", "200")]);
-    let file = env.fixture(
-        "long",
-        json!({
-            "graph": {"name": "long", "start": "a", "nodes": {"a": {"kind": "compute"}}, "edges": []},
-            "behaviors": {"a": {"sleep_ms": 600000}}
-        }),
-    );
+    let file = env.one_node("long", json!({"sleep_ms": 600000}));
     let mut run_id = String::new();
     for round in 0..4 {
         let host = env.serve(None);
@@ -778,13 +777,7 @@ extern "C" {
 fn a_host_stall_longer_than_the_lease_never_leaves_two_live_children_for_one_run() {
     let env = Env::new(&[("PIW_LEASE_MS", "300"), ("PIW_KILL_GRACE_MS", "200")]);
     let host = env.serve(None);
-    let file = env.fixture(
-        "spin",
-        json!({
-            "graph": {"name": "spin", "start": "a", "nodes": {"a": {"kind": "compute"}}, "edges": []},
-            "behaviors": {"a": {"spin_forever": true}}
-        }),
-    );
+    let file = env.one_node("spin", json!({"spin_forever": true}));
     let run_id = env.start(&file, json!({}));
     env.wait_for(&run_id, &["running"], Duration::from_secs(20));
     std::thread::sleep(Duration::from_millis(300));
@@ -815,13 +808,7 @@ fn a_host_stall_longer_than_the_lease_never_leaves_two_live_children_for_one_run
 fn a_restarted_host_kills_the_orphaned_children_of_the_host_that_died() {
     let env = Env::new(&[]);
     let mut host = env.serve(None);
-    let file = env.fixture(
-        "spin",
-        json!({
-            "graph": {"name": "spin", "start": "a", "nodes": {"a": {"kind": "compute"}}, "edges": []},
-            "behaviors": {"a": {"spin_forever": true}}
-        }),
-    );
+    let file = env.one_node("spin", json!({"spin_forever": true}));
     let run_id = env.start(&file, json!({}));
     env.wait_for(&run_id, &["running"], Duration::from_secs(20));
     // Wait until the child has its attempt and is spinning (not mid-request to the host, which
@@ -884,13 +871,7 @@ fn a_restarted_host_kills_the_orphaned_children_of_the_host_that_died() {
 fn active_children_are_capped_and_the_rest_wait_in_the_queue() {
     let env = Env::new(&[("PIW_MAX_CHILDREN", "1")]);
     let host = env.serve(None);
-    let file = env.fixture(
-        "slow",
-        json!({
-            "graph": {"name": "slow", "start": "a", "nodes": {"a": {"kind": "compute"}}, "edges": []},
-            "behaviors": {"a": {"sleep_ms": 700, "return": {"ok": true}}}
-        }),
-    );
+    let file = env.one_node("slow", json!({"sleep_ms": 700, "return": {"ok": true}}));
     let first = env.start(&file, json!({}));
     env.wait_for(&first, &["running"], Duration::from_secs(20));
     let second = env.start(&file, json!({}));
@@ -931,13 +912,7 @@ fn a_cpu_limit_kills_a_runaway_child_and_repeated_losses_stop_the_run_for_review
     // its rlimit, and after three losses without progress the run stops for review.
     let env = Env::new(&[("PIW_CHILD_CPU_SECONDS", "1")]);
     let host = env.serve(None);
-    let file = env.fixture(
-        "runaway",
-        json!({
-            "graph": {"name": "runaway", "start": "a", "nodes": {"a": {"kind": "compute"}}, "edges": []},
-            "behaviors": {"a": {"spin_forever": true}}
-        }),
-    );
+    let file = env.one_node("runaway", json!({"spin_forever": true}));
     let run_id = env.start(&file, json!({}));
     let s = env.wait_for(
         &run_id,

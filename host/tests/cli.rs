@@ -38,6 +38,20 @@ impl Drop for Home {
     }
 }
 
+/// A copy of `examples/hello.workflow.json` beside the home.
+fn hello_example(h: &Home) -> PathBuf {
+    let file = h.home.with_file_name("hello.workflow.json");
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../examples/hello.workflow.json"
+        ),
+        &file,
+    )
+    .unwrap();
+    file
+}
+
 fn home() -> Home {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
@@ -80,15 +94,7 @@ fn usage_errors_exit_2_and_every_verb_has_help() {
 #[test]
 fn a_workflow_runs_from_the_command_line_and_status_shows_no_secrets() {
     let h = home();
-    let file = h.home.with_file_name("hello.workflow.json");
-    std::fs::copy(
-        concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../examples/hello.workflow.json"
-        ),
-        &file,
-    )
-    .unwrap();
+    let file = hello_example(&h);
     // No host yet: status is a runtime error.
     assert_eq!(piw(&h.home, &["host", "status"]).status.code(), Some(1));
     let o = piw(
@@ -153,15 +159,7 @@ fn a_workflow_runs_from_the_command_line_and_status_shows_no_secrets() {
 #[test]
 fn state_backup_and_reset() {
     let h = home();
-    let file = h.home.with_file_name("hello.workflow.json");
-    std::fs::copy(
-        concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../examples/hello.workflow.json"
-        ),
-        &file,
-    )
-    .unwrap();
+    let file = hello_example(&h);
     assert_eq!(
         piw(&h.home, &["run", "start", file.to_str().unwrap(), "--wait"])
             .status
