@@ -936,3 +936,74 @@ fn a_cpu_limit_kills_a_runaway_child_and_repeated_losses_stop_the_run_for_review
     );
     env.stop(host);
 }
+
+/// A child in another language that speaks the protocol itself and lies about the node its
+/// attempt ran: it runs `a`, then proposes `b -> c` (a route that exists from `b`, not from `a`).
+const LYING_CHILD: &str = r#"
+import json, socket, struct, sys
+env = json.loads(sys.stdin.read())
+s = socket.socket(socket.AF_UNIX); s.connect(env["socket_path"])
+n = [0]
+def call(kind, payload, **fields):
+    n[0] += 1
+    req = {"schema": "piw.protocol.v1", "request_id": "liar-%d" % n[0], "kind": kind,
+           "run_id": env["run_id"], "generation": env["generation"], "payload": payload}
+    req.update(fields)
+    body = json.dumps(req).encode()
+    s.sendall(struct.pack(">I", len(body)) + body)
+    head = s.recv(4); size = struct.unpack(">I", head)[0]; data = b""
+    while len(data) < size: data += s.recv(size - len(data))
+    return json.loads(data)
+graph = json.load(open(env["source_root"]))["graph"]
+call("worker.hello", {"child_token": env["child_token"], "pid": 1, "definition": graph, "mounted_sources": {}})
+r = call("worker.node_started", {}, node_id="a")
+attempt = r["receipt"]["body"]["attempt_id"]
+r = call("worker.transition", {"outcome": {"status": "succeeded", "output": {}}, "next_node": "c"},
+         node_id="b", attempt_id=attempt)
+open(sys.argv[1] + ".answer", "w").write(json.dumps(r))
+"#;
+
+#[test]
+fn a_child_cannot_route_from_a_node_its_attempt_did_not_run() {
+    let mut env = Env::new(&[]);
+    let script = env.path("liar.py");
+    std::fs::write(&script, LYING_CHILD).unwrap();
+    // This host runs `.workflow.json` with the lying child instead of the json worker.
+    env.extra.push((
+        "PIW_RUNTIMES".into(),
+        format!(".workflow.json=/usr/bin/env python3 {}", script.display()),
+    ));
+    let host = env.serve(None);
+    let file = env.fixture(
+        "chain",
+        json!({
+            "graph": {"name": "chain", "start": "a",
+                      "nodes": {"a": {"kind": "compute"}, "b": {"kind": "compute"}, "c": {"kind": "compute"}},
+                      "edges": [{"from": "a", "to": "b"}, {"from": "b", "to": "c"}]},
+            "behaviors": {}
+        }),
+    );
+    let run_id = env.start(&file, json!({}));
+    let answer = PathBuf::from(format!("{file}.answer"));
+    let start = Instant::now();
+    while !answer.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the lying child never got an answer"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let reply: Value = serde_json::from_slice(&std::fs::read(&answer).unwrap()).unwrap();
+    assert_eq!(reply["ok"], json!(false), "{reply}");
+    assert_eq!(reply["rejection"]["code"], json!("malformed"), "{reply}");
+    let s = env.status(&run_id);
+    assert!(
+        s["attempts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["node_id"] != json!("c")),
+        "the run never reached c: {s:#}"
+    );
+    env.stop(host);
+}

@@ -365,11 +365,7 @@ pub fn apply_worker(
             json!({ "attempt_id": attempt_id, "deadline_at": deadline })
         }
         RequestBody::WorkerTransition(t) => {
-            let attempt_id = attempt()?;
-            let from = req
-                .node_id
-                .clone()
-                .ok_or_else(|| invalid_input("node_id is required"))?;
+            let (attempt_id, from) = current_step(w, run_id, req)?;
             let outcome = store_outcome(&t.outcome);
             let graph = graph_of(w, state, run_id)?;
             if let Some(refused) = check_route(
@@ -400,11 +396,7 @@ pub fn apply_worker(
             json!({ "attempt_id": done.next_attempt_id, "parked": parked, "deadline_at": deadline })
         }
         RequestBody::WorkerComplete(c) => {
-            let attempt_id = attempt()?;
-            let from = req
-                .node_id
-                .clone()
-                .ok_or_else(|| invalid_input("node_id is required"))?;
+            let (attempt_id, from) = current_step(w, run_id, req)?;
             let outcome = store_outcome(&c.outcome);
             let graph = graph_of(w, state, run_id)?;
             if let Some(refused) =
@@ -571,6 +563,37 @@ fn worker_hello(
             json!({ "submission_id": sub, "payload": w.submission_payload(sub)? });
     }
     Ok(reply)
+}
+
+/// The attempt a worker's proposal closes and the node it ran, from the store: the graph
+/// check routes from the node the host recorded, never from what the child says it ran.
+fn current_step(
+    w: &WriteTx<'_>,
+    run_id: &str,
+    req: &Request,
+) -> Result<(String, String), StoreError> {
+    let presented = req
+        .attempt_id
+        .clone()
+        .ok_or_else(|| invalid_input("attempt_id is required"))?;
+    let stale = |current: &str| StoreError::StaleAttempt {
+        run_id: run_id.to_owned(),
+        presented: presented.clone(),
+        current: current.to_owned(),
+    };
+    let Some((attempt_id, node)) = w.current_open_attempt(run_id)? else {
+        return Err(stale("none"));
+    };
+    if attempt_id != presented {
+        return Err(stale(&attempt_id));
+    }
+    if req.node_id.as_deref().is_some_and(|n| n != node) {
+        return Err(invalid_input(format!(
+            "attempt {attempt_id} runs node {node}, not {}",
+            req.node_id.as_deref().unwrap_or_default()
+        )));
+    }
+    Ok((attempt_id, node))
 }
 
 fn graph_of(w: &WriteTx<'_>, state: &mut HostState, run_id: &str) -> Result<Graph, StoreError> {
