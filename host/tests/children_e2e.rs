@@ -1007,3 +1007,114 @@ fn a_child_cannot_route_from_a_node_its_attempt_did_not_run() {
     );
     env.stop(host);
 }
+
+fn interactive_fixture(env: &Env) -> String {
+    env.fixture(
+        "ask",
+        json!({
+            "graph": {"name": "ask", "start": "ask",
+                      "nodes": {"ask": {"kind": "agent"}, "done": {"kind": "compute"}},
+                      "edges": [{"from": "ask", "to": "done"}]},
+            "behaviors": {"ask": {"interact": "agent", "validate": {"value": 42}}, "done": {}}
+        }),
+    )
+}
+
+fn submit(
+    env: &Env,
+    run_id: &str,
+    s: &Value,
+    request_id: &str,
+    value: i64,
+) -> Result<piw_core::protocol::Receipt, piw_core::client::ClientError> {
+    let interaction = &s["interactions"][0];
+    env.client().send(
+        Request::new(
+            request_id,
+            RequestBody::InteractionSubmit(payload::InteractionSubmit {
+                interaction_id: interaction["interaction_id"].as_str().unwrap().to_owned(),
+                result: json!({ "value": value }),
+            }),
+        )
+        .with_run_id(run_id)
+        .with_node_id(interaction["node_id"].as_str().unwrap())
+        .with_attempt_id(interaction["attempt_id"].as_str().unwrap()),
+    )
+}
+
+#[test]
+fn a_submission_is_validated_in_a_child_rejected_then_corrected_for_the_same_request() {
+    let env = Env::new(&[]);
+    let host = env.serve(None);
+    let run_id = env.start(&interactive_fixture(&env), json!({}));
+    let s = env.wait_for(&run_id, &["waiting"], Duration::from_secs(20));
+    submit(&env, &run_id, &s, "wrong", 7).unwrap();
+    // The validation child rejects it; the request is pending again, with the error.
+    let start = Instant::now();
+    let s = loop {
+        let s = env.status(&run_id);
+        if s["run"]["status"] == json!("waiting")
+            && s["interactions"][0]["status"] == json!("pending")
+        {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "never rejected: {s:#}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
+    let interaction_id = s["interactions"][0]["interaction_id"].as_str().unwrap();
+    let subs = store.submissions(interaction_id).unwrap();
+    assert_eq!(subs[0].state, "rejected");
+    assert!(
+        subs[0]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("value must be 42"),
+        "{subs:?}"
+    );
+    // A duplicate of the same request id returns the original receipt.
+    assert!(submit(&env, &run_id, &s, "wrong", 7).unwrap().replayed);
+    submit(&env, &run_id, &s, "right", 42).unwrap();
+    let s = env.wait_for(&run_id, &["completed", "failed"], Duration::from_secs(20));
+    assert_eq!(s["run"]["status"], json!("completed"), "{s:#}");
+    assert_eq!(s["run"]["result"], json!({"value": 42}));
+    env.stop(host);
+}
+
+#[test]
+fn a_submission_committed_just_before_a_host_crash_is_validated_after_restart() {
+    let env = Env::new(&[]);
+    let file = interactive_fixture(&env);
+    let host = env.serve(None);
+    let run_id = env.start(&file, json!({}));
+    let s = env.wait_for(&run_id, &["waiting"], Duration::from_secs(20));
+    env.stop(host);
+    // This host dies right after committing the submission, before any child validates it.
+    let mut crashing = env.serve(Some("after_commit:interaction.submit"));
+    assert!(
+        submit(&env, &run_id, &s, "once", 42).is_err(),
+        "the host died before replying"
+    );
+    let start = Instant::now();
+    while crashing.try_wait().unwrap().is_none() {
+        assert!(start.elapsed() < Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let host = env.serve(None);
+    let s = env.wait_for(&run_id, &["completed", "failed"], Duration::from_secs(20));
+    assert_eq!(
+        s["run"]["status"],
+        json!("completed"),
+        "the same submission was validated: {s:#}"
+    );
+    // The retried request id returns the committed receipt; nothing was submitted twice.
+    assert!(submit(&env, &run_id, &s, "once", 42).unwrap().replayed);
+    let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
+    let interaction_id = s["interactions"][0]["interaction_id"].as_str().unwrap();
+    assert_eq!(store.submissions(interaction_id).unwrap().len(), 1);
+    env.stop(host);
+}
