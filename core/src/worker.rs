@@ -160,7 +160,12 @@ pub struct HelloReply {
     pub mode: String,
     /// Where to pick up (`fresh`, `continue`, `validate`, `interaction_expired`).
     pub resume: Value,
+    /// The run's input.
     pub input: Value,
+    /// The input of the node the child starts with: the latest succeeded node output, or the
+    /// run's input before any node succeeded.
+    #[serde(default)]
+    pub node_input: Value,
     /// The run's stored graph snapshot.
     pub definition: Option<Value>,
     /// The answer of the decision a `continue` resumes after.

@@ -554,7 +554,13 @@ fn worker_hello(
     if let Some(graph) = graph {
         state.graphs.insert(run_id.to_owned(), graph);
     }
-    let mut reply = json!({ "mode": mode.as_str(), "resume": resume, "input": input, "definition": state.graphs.get(run_id).map(Graph::to_value) });
+    // The node a child starts with takes the latest succeeded output as its input, so a
+    // resumed run feeds its nodes exactly what an uninterrupted one would have.
+    let node_input = match w.last_node_output(run_id)? {
+        Some(output) => output,
+        None => input.clone(),
+    };
+    let mut reply = json!({ "mode": mode.as_str(), "resume": resume, "input": input, "node_input": node_input, "definition": state.graphs.get(run_id).map(Graph::to_value) });
     if let Some(attempt_id) = resume.get("attempt_id").and_then(Value::as_str) {
         reply["answer"] = w.answer_for_attempt(attempt_id)?.unwrap_or(Value::Null);
     }

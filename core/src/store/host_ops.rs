@@ -215,6 +215,23 @@ impl WriteTx<'_> {
             .optional()?)
     }
 
+    /// The output of the run's latest succeeded attempt: the input of the node a resumed child
+    /// continues with (`None` before any node succeeded; the run's input applies then).
+    pub fn last_node_output(&self, run_id: &str) -> StoreResult<Option<Value>> {
+        let text: Option<Option<String>> = self
+            .conn()
+            .prepare_cached(
+                "SELECT output FROM attempts WHERE run_id = ?1 AND status = 'succeeded'
+                 ORDER BY rowid DESC LIMIT 1",
+            )?
+            .query_row([run_id], |r| r.get(0))
+            .optional()?;
+        Ok(text
+            .flatten()
+            .map(|t| serde_json::from_str(&t))
+            .transpose()?)
+    }
+
     /// The answer of the latest answered decision of an attempt.
     pub fn answer_for_attempt(&self, attempt_id: &str) -> StoreResult<Option<Value>> {
         let text: Option<Option<String>> = self

@@ -119,7 +119,8 @@ fn run() -> Result<(), WorkerError> {
             w.node_started(&node)?;
         }
     }
-    let mut last_output = input.clone();
+    let mut last_output = hello.node_input.clone();
+    drop(input);
     loop {
         let outcome = match carried.take() {
             Some(o) => o,

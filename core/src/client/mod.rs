@@ -10,6 +10,10 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
+mod pipelined;
+
+pub use pipelined::{PipelinedClient, Subscription, SUBSCRIPTION_BUFFER};
+
 use crate::paths::PiwPaths;
 use crate::protocol::{
     encode_frame, read_frame, write_frame, Event, FrameDecoder, Limits, Receipt, Rejection,
@@ -47,6 +51,13 @@ pub enum ClientError {
     /// `ensure_host` could not bring a host up in time.
     #[error("the piw host did not become ready within {waited:?}: {detail}")]
     HostNotReady { waited: Duration, detail: String },
+    /// The caller closed this client while the call was in flight (or before it was made).
+    #[error("the client was closed")]
+    ClientClosed,
+    /// A subscription's reader fell more than [`SUBSCRIPTION_BUFFER`] events behind; the
+    /// subscription ended so that no event is skipped silently. Re-read the run's status.
+    #[error("the subscription fell too far behind and was ended")]
+    SubscriptionOverflow,
 }
 
 impl ClientError {
@@ -56,6 +67,23 @@ impl ClientError {
             ClientError::Rejected(r) => Some(r.code),
             ClientError::Closed { code, .. } => Some(*code),
             _ => None,
+        }
+    }
+
+    /// A stable code for every failure: the host's rejection code when there is one, else a
+    /// client-side code (`connect_failed`, `disconnected`, `io`, `protocol`, `host_not_ready`,
+    /// `client_closed`, `subscription_overflow`). Bindings expose it as the error's `code`.
+    pub fn code_str(&self) -> &'static str {
+        match self {
+            ClientError::Rejected(r) => r.code.as_str(),
+            ClientError::Closed { code, .. } => code.as_str(),
+            ClientError::Connect { .. } => "connect_failed",
+            ClientError::Disconnected => "disconnected",
+            ClientError::Io(_) => "io",
+            ClientError::Protocol(_) => "protocol",
+            ClientError::HostNotReady { .. } => "host_not_ready",
+            ClientError::ClientClosed => "client_closed",
+            ClientError::SubscriptionOverflow => "subscription_overflow",
         }
     }
 }
@@ -287,6 +315,18 @@ pub fn ensure_host(
     host_bin: &Path,
     timeout: Duration,
 ) -> Result<(), ClientError> {
+    ensure_host_with_env(paths, host_bin, timeout, &[])
+}
+
+/// [`ensure_host`], giving a host that has to be started these extra environment variables
+/// (the Node addon uses it to register its worker runtime). A host that already answers is
+/// used as it is.
+pub fn ensure_host_with_env(
+    paths: &PiwPaths,
+    host_bin: &Path,
+    timeout: Duration,
+    env: &[(String, String)],
+) -> Result<(), ClientError> {
     if probe(paths) {
         return Ok(());
     }
@@ -297,6 +337,7 @@ pub fn ensure_host(
         .open(&paths.log)?;
     let mut cmd = Command::new(host_bin);
     cmd.args(["host", "serve"])
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .env("PIW_HOME", &paths.home)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)

@@ -1,0 +1,260 @@
+// The async client: a thin JavaScript face over the native pipelined client. Every method
+// returns a Promise; many calls may be in flight on one client.
+import { existsSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+
+import { native as addon, packageDir } from './native.js';
+import { native, PiwError } from './errors.js';
+
+/** Where the `piw` binary is: `options.hostBin`, `PIW_BIN`, a checkout's build, else PATH. */
+export function findHostBin(hostBin) {
+  if (hostBin) return hostBin;
+  if (process.env.PIW_BIN) return process.env.PIW_BIN;
+  for (const profile of ['release', 'debug']) {
+    const candidate = join(packageDir, '..', 'target', profile, 'piw');
+    if (existsSync(candidate)) return candidate;
+  }
+  return 'piw';
+}
+
+/** The environment a host started by this package gets: the Node worker runtime. */
+export function hostEnvironment() {
+  return {
+    PIW_NODE: process.env.PIW_NODE || process.execPath,
+    PIW_NODE_WORKER: process.env.PIW_NODE_WORKER || join(packageDir, 'worker.js'),
+  };
+}
+
+const FINAL = new Set(['completed', 'failed', 'cancelled', 'timed_out']);
+
+/** Whether a run status is final. */
+export function isFinal(status) {
+  return FINAL.has(status);
+}
+
+function envelope(opts = {}) {
+  return {
+    requestId: opts.requestId,
+    idempotencyKey: opts.idempotencyKey,
+    expectedRevision: opts.expectedRevision,
+  };
+}
+
+export class Client {
+  #native;
+
+  /** Use `Client.connect`. */
+  constructor(nativeClient) {
+    this.#native = nativeClient;
+  }
+
+  /**
+   * Connects to the host of `options.home` (default `PIW_HOME`, else `~/.pi/agent/workflows`),
+   * starting one on demand unless `options.start === false`.
+   */
+  static async connect(options = {}) {
+    const start = options.start !== false;
+    const home = options.home ?? process.env.PIW_HOME;
+    const nativeClient = await native(() =>
+      addon.connect({
+        home: home ? resolve(home) : undefined,
+        start,
+        hostBin: start ? findHostBin(options.hostBin) : undefined,
+        hostEnv: { ...hostEnvironment(), ...(options.hostEnv ?? {}) },
+        readyTimeoutMs: options.readyTimeoutMs,
+      }),
+    );
+    return new Client(nativeClient);
+  }
+
+  /** Whether the connection is open. */
+  get isOpen() {
+    return this.#native.isOpen;
+  }
+
+  /** Sends any request kind; resolves with the full receipt `{ revision, replayed, body }`. */
+  request(kind, env = {}, payload = null) {
+    return native(() => this.#native.request(kind, env, payload));
+  }
+
+  async #body(kind, env, payload) {
+    return (await this.request(kind, env, payload)).body;
+  }
+
+  /** Host identity and run counts. */
+  status() {
+    return this.#body('host.status');
+  }
+
+  /** Runs, newest first. */
+  async listRuns(options = {}) {
+    const body = await this.#body('run.list', {}, {
+      limit: options.limit ?? null,
+      session_id: options.sessionId ?? null,
+    });
+    return body.runs;
+  }
+
+  /** Starts a run of `workflowFile`; resolves with `{ run_id, status }`. */
+  startRun(workflowFile, options = {}) {
+    return this.#body('run.start', envelope(options), {
+      workflow_file: resolve(options.projectDir ?? process.cwd(), workflowFile),
+      input: options.input ?? null,
+      session_id: options.sessionId ?? null,
+      execution_mode: options.executionMode ?? null,
+      project_dir: options.projectDir ? resolve(options.projectDir) : process.cwd(),
+    });
+  }
+
+  /** A run with its claim, attempts, decisions, interactions and effects. */
+  runStatus(runId) {
+    return this.#body('run.status', { runId });
+  }
+
+  /** Pauses a run at its next durable boundary. */
+  pauseRun(runId, options = {}) {
+    return this.#body('run.pause', { ...envelope(options), runId });
+  }
+
+  /** Resumes a paused run. */
+  resumeRun(runId, options = {}) {
+    return this.#body('run.resume', { ...envelope(options), runId });
+  }
+
+  /** Cancels a run (its child's whole process group is stopped). */
+  cancelRun(runId, options = {}) {
+    return this.#body('run.cancel', { ...envelope(options), runId }, { reason: options.reason ?? null });
+  }
+
+  /** Answers an ordinary checkpoint (the model-facing path). */
+  answerCheckpoint(runId, decisionId, answer, options = {}) {
+    return this.#body('checkpoint.answer', { ...envelope(options), runId }, {
+      decision_id: decisionId,
+      answer: answer ?? null,
+    });
+  }
+
+  /** Answers a protected human decision (a person in the origin session). */
+  answerHumanDecision(runId, decisionId, answer, options = {}) {
+    return this.#body('decision.answer', { ...envelope(options), runId }, {
+      decision_id: decisionId,
+      answer: answer ?? null,
+    });
+  }
+
+  /** Pending interactive requests of a Pi session. */
+  async listInteractions(sessionId) {
+    return (await this.#body('interaction.list', {}, { session_id: sessionId })).interactions;
+  }
+
+  /**
+   * Submits a result for an interactive request; it is validated by the workflow in a
+   * supervised child before it counts (watch the run, or the interaction's state).
+   */
+  submitInteraction(interaction, result, options = {}) {
+    return this.#body(
+      'interaction.submit',
+      {
+        ...envelope(options),
+        runId: interaction.run_id ?? interaction.runId,
+        nodeId: interaction.node_id ?? interaction.nodeId,
+        attemptId: interaction.attempt_id ?? interaction.attemptId,
+      },
+      { interaction_id: interaction.interaction_id ?? interaction.interactionId, result: result ?? null },
+    );
+  }
+
+  /** Claims undelivered workflow messages of a Pi session. */
+  async claimMessages(sessionId, options = {}) {
+    return (await this.#body('message.claim', envelope(options), {
+      session_id: sessionId,
+      limit: options.limit ?? null,
+    })).messages;
+  }
+
+  /** Acknowledges delivery of a claimed message. */
+  ackMessage(messageId, options = {}) {
+    return this.#body('message.ack', envelope(options), { message_id: messageId });
+  }
+
+  /** Lists contradictory durable state (read-only). */
+  async diagnose() {
+    return (await this.#body('diagnose')).findings;
+  }
+
+  /**
+   * Subscribes to a run's (`{ runId }`) or a session's (`{ sessionId }`) events. The result is
+   * an async iterable of events; `close()` ends it.
+   */
+  async subscribe(filter) {
+    const sub = await native(() => this.#native.subscribe(filter));
+    return new Subscription(sub);
+  }
+
+  /**
+   * Resolves with the run's status once it is final (or parks waiting for a person or a
+   * session when `options.untilParked`). Rejects with `timeout` after `options.timeoutMs`.
+   */
+  async waitForRun(runId, options = {}) {
+    const sub = await this.subscribe({ runId });
+    const stopAt = (s) => isFinal(s) || (options.untilParked && (s === 'waiting' || s === 'review'));
+    let timer;
+    const timeout = new Promise((_, reject) => {
+      if (options.timeoutMs)
+        timer = setTimeout(
+          () => reject(new PiwError('timeout', `run ${runId} not done after ${options.timeoutMs} ms`)),
+          options.timeoutMs,
+        );
+    });
+    try {
+      // Subscribed first, then read: no event can fall between the read and the wait.
+      let status = (await this.runStatus(runId)).run;
+      if (stopAt(status.status)) return status;
+      const watch = (async () => {
+        for await (const event of sub) {
+          if (stopAt(event.status)) return (await this.runStatus(runId)).run;
+        }
+        throw new PiwError('disconnected', `the subscription to run ${runId} ended`);
+      })();
+      return await Promise.race([watch, timeout]);
+    } finally {
+      clearTimeout(timer);
+      await sub.close().catch(() => {});
+    }
+  }
+
+  /** Closes the connection: calls in flight reject with `client_closed`. */
+  close() {
+    return native(() => this.#native.close());
+  }
+}
+
+/** A stream of events; iterate it with `for await`. */
+export class Subscription {
+  #native;
+
+  constructor(nativeSub) {
+    this.#native = nativeSub;
+  }
+
+  get id() {
+    return this.#native.id;
+  }
+
+  /** The next event, or `null` once closed. */
+  next() {
+    return native(() => this.#native.next());
+  }
+
+  close() {
+    return native(() => this.#native.close());
+  }
+
+  async *[Symbol.asyncIterator]() {
+    for (;;) {
+      const event = await this.next();
+      if (event === null) return;
+      yield event;
+    }
+  }
+}

@@ -1,0 +1,36 @@
+// Errors of the piw package: every failure is a `PiwError` whose `code` is the protocol's
+// rejection code (`not_found`, `stale_revision`, ...) or a client-side code (`client_closed`,
+// `disconnected`, `connect_failed`, `host_not_ready`, `invalid_graph`, ...).
+
+export class PiwError extends Error {
+  constructor(code, message, options) {
+    super(message, options);
+    this.name = 'PiwError';
+    this.code = code;
+  }
+}
+
+const CODED = /^\[([a-z_]+)\] ([\s\S]*)$/;
+
+/** Turns an error from the native addon (`[code] message`) into a `PiwError`. */
+export function fromNative(err) {
+  if (err instanceof PiwError) return err;
+  const m = typeof err?.message === 'string' ? CODED.exec(err.message) : null;
+  if (!m) return err;
+  return new PiwError(m[1], m[2], { cause: err });
+}
+
+/** Runs `fn` (sync or async), rethrowing native errors as `PiwError`s. */
+export function native(fn) {
+  try {
+    const r = fn();
+    if (r && typeof r.then === 'function') {
+      return r.then(undefined, (e) => {
+        throw fromNative(e);
+      });
+    }
+    return r;
+  } catch (e) {
+    throw fromNative(e);
+  }
+}

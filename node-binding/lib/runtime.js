@@ -1,0 +1,227 @@
+// The Node worker runtime: what runs inside a run's child for `.workflow.mjs`, `.workflow.js`
+// and `.workflow.ts` sources (see docs/WORKFLOW_SERVER.md, "Children and workers").
+//
+// Order of a child's life: read the launch envelope from stdin; verify the root source and
+// every saved mounted source *before importing any workflow code*; import the workflow; compare
+// the mounts it resolves with the saved ones; say hello; execute nodes and propose each
+// transition; exit when the run parks, finishes, or the host says the run moved on.
+import { pathToFileURL } from 'node:url';
+
+import { native as addon } from './native.js';
+import { fromNative } from './errors.js';
+import { isWorkflow } from './authoring.js';
+
+async function readStdin() {
+  const chunks = [];
+  for await (const chunk of process.stdin) chunks.push(chunk);
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+/** A native worker whose errors are `PiwError`s. */
+function wrap(worker) {
+  return new Proxy(worker, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target);
+      if (typeof value !== 'function') return value;
+      return (...args) => {
+        try {
+          return value.apply(target, args);
+        } catch (e) {
+          throw fromNative(e);
+        }
+      };
+    },
+  });
+}
+
+const message = (e) => (e instanceof Error ? e.message : String(e));
+const json = (v) => (v === undefined ? null : v);
+
+/** Stops the run for review without loading (or after refusing) the workflow's code. */
+function stopForReview(w, reason) {
+  w.hello(null, {});
+  w.fail(reason, true);
+}
+
+async function loadWorkflow(file) {
+  const mod = await import(pathToFileURL(file).href);
+  const workflow = mod.default ?? mod.workflow;
+  if (!isWorkflow(workflow)) {
+    throw new Error(`${file} must export default defineWorkflow({...})`);
+  }
+  return workflow;
+}
+
+function resolveMounts(workflow) {
+  const out = {};
+  for (const [name, path] of Object.entries(workflow.mounts)) {
+    out[name] = { path, hash: addon.hashFile(path) };
+  }
+  return out;
+}
+
+/** Executes one node; resolves with `{ outcome }` or `{ parked: true }`. */
+async function execute(w, impl, input, ctx) {
+  switch (impl.kind) {
+    case 'compute':
+      try {
+        return { outcome: { status: 'succeeded', output: json(await impl.run(input, ctx)) } };
+      } catch (e) {
+        return { outcome: { status: 'failed', error: message(e) } };
+      }
+    case 'action': {
+      const key = String(impl.effectKey(input));
+      const fingerprint = String(impl.fingerprint ? impl.fingerprint(input) : key);
+      const r = w.reserveEffect(key, fingerprint, impl.retry);
+      if (r.reservation === 'already_applied') {
+        return { outcome: { status: 'succeeded', output: json(r.receipt) } };
+      }
+      if (r.reservation === 'already_failed') {
+        return { outcome: { status: 'failed', error: r.error } };
+      }
+      w.effectApplying(r.effect_id);
+      let receipt;
+      try {
+        receipt = json(await impl.apply(input, ctx));
+      } catch (e) {
+        w.settleEffect(r.effect_id, { status: 'failed', error: message(e) });
+        return { outcome: { status: 'failed', error: message(e) } };
+      }
+      w.settleEffect(r.effect_id, { status: 'applied', receipt });
+      return { outcome: { status: 'succeeded', output: receipt } };
+    }
+    case 'agent':
+    case 'assistant_message':
+      w.requestInteraction(impl.kind, json(impl.request ? await impl.request(input, ctx) : { input }));
+      return { parked: true };
+    case 'checkpoint':
+    case 'human_decision':
+      w.wait(impl.kind, json(impl.request ? await impl.request(input, ctx) : { input }));
+      return { parked: true };
+    case 'notify':
+      w.notify(json(await impl.content(input, ctx)));
+      return { outcome: { status: 'succeeded', output: json(input) } };
+    default:
+      return { outcome: { status: 'failed', error: `unknown node kind ${impl.kind}` } };
+  }
+}
+
+/** Judges a submission; resolves with an error text, or `null` to accept it. */
+async function judge(impl, payload, input) {
+  if (!impl.validate) return null;
+  try {
+    const verdict = await impl.validate(payload, input);
+    if (verdict === undefined || verdict === null || verdict === true) return null;
+    return verdict === false ? 'rejected by validate' : String(verdict);
+  } catch (e) {
+    return message(e);
+  }
+}
+
+async function drive(w) {
+  const env = w.envelope;
+  try {
+    w.verifySources();
+  } catch (e) {
+    if (e.code !== 'source_changed') throw e;
+    stopForReview(w, e.message);
+    return;
+  }
+  let workflow;
+  let mounts;
+  try {
+    workflow = await loadWorkflow(env.sourceRoot);
+    mounts = resolveMounts(workflow);
+    w.compareMounts(mounts);
+  } catch (e) {
+    // A changed mount, or a module that does not load: stop for review (the run may be
+    // resumed once the source is fixed or restored); nothing is lost.
+    const reason = e.code === 'source_changed' ? e.message : `cannot load the workflow: ${message(e)}`;
+    stopForReview(w, reason);
+    return;
+  }
+  const hello = w.hello(workflow.graph, mounts);
+  const resume = hello.resume;
+  if (resume.stop !== undefined || hello.stop !== undefined) return;
+  let nodeId;
+  let input = hello.nodeInput;
+  let carried = null;
+  switch (resume.resume) {
+    case 'continue':
+      nodeId = resume.node_id;
+      carried = { status: 'succeeded', output: { answer: json(hello.answer) } };
+      break;
+    case 'interaction_expired':
+      nodeId = resume.node_id;
+      carried = { status: 'timed_out' };
+      break;
+    case 'validate': {
+      nodeId = resume.node_id;
+      const { submission_id: submissionId, payload } = hello.submission ?? {};
+      const error = await judge(workflow.nodes[nodeId] ?? {}, payload, input);
+      w.validationResult(submissionId, error);
+      if (error !== null) return;
+      carried = { status: 'succeeded', output: json(payload) };
+      break;
+    }
+    default:
+      nodeId = resume.node_id ?? workflow.graph.start;
+      w.nodeStarted(nodeId);
+  }
+  let attemptId = resume.attempt_id;
+  for (;;) {
+    let outcome = carried;
+    carried = null;
+    if (outcome === null) {
+      const impl = workflow.nodes[nodeId];
+      const ctx = {
+        runId: env.runId,
+        nodeId,
+        attemptId,
+        runInput: hello.input,
+        projectDir: env.projectDir,
+        progress: (text, data) => w.progress(String(text), json(data)),
+      };
+      const step = await execute(w, impl, input, ctx);
+      if (step.parked) return;
+      outcome = step.outcome;
+    }
+    if (outcome.status === 'succeeded') input = outcome.output;
+    const route = w.route(nodeId, outcome);
+    if (route.next !== undefined) {
+      const reply = w.transition(outcome, route.next);
+      if (reply.parked) return;
+      nodeId = route.next;
+      attemptId = reply.attemptId;
+    } else if (route.complete) {
+      w.complete(outcome, json(input));
+      return;
+    } else {
+      w.fail(route.fail, false);
+      return;
+    }
+  }
+}
+
+/** Runs one child's life; resolves with the process exit code. */
+export async function runWorker() {
+  let w;
+  try {
+    w = wrap(new addon.Worker(await readStdin()));
+  } catch (e) {
+    process.stderr.write(`piw worker: ${message(fromNative(e))}\n`);
+    return 1;
+  }
+  try {
+    await drive(w);
+    return 0;
+  } catch (e) {
+    if (e.code === 'stale') {
+      // The run moved on without this child: stop quietly, report nothing.
+      process.stderr.write(`piw worker: the run moved on (${e.message}); stopping\n`);
+      return 0;
+    }
+    process.stderr.write(`piw worker: ${e.code ?? 'error'}: ${message(e)}\n`);
+    return 1;
+  }
+}

@@ -1,0 +1,9 @@
+#!/usr/bin/env node
+// The Node worker runtime's entry point: the host runs `node worker.js <workflow file>` for
+// `.workflow.mjs`, `.workflow.js` and `.workflow.ts` sources. The workflow file comes from the
+// launch envelope on stdin (the argument is informational).
+import { runWorker } from './lib/runtime.js';
+
+const code = await runWorker();
+// Exit now: workflow code may have left timers or handles behind, and the child's job is done.
+process.exit(code);
