@@ -192,30 +192,59 @@ export class Client {
   }
 
   /**
-   * Resolves with the run's status once it is final (or parks waiting for a person or a
-   * session when `options.untilParked`). Rejects with `timeout` after `options.timeoutMs`.
+   * Resolves with the run (as in `runStatus(runId).run`) once it is final, or also when it
+   * waits for a person or a session or stops for review if `options.untilParked`. Rejects with
+   * `timeout` after `options.timeoutMs`.
    */
-  async waitForRun(runId, options = {}) {
-    const sub = await this.subscribe({ runId });
+  waitForRun(runId, options = {}) {
     const stopAt = (s) => isFinal(s) || (options.untilParked && (s === 'waiting' || s === 'review'));
+    return this.#waitFor(runId, async () => {
+      const { run } = await this.runStatus(runId);
+      return stopAt(run.status) ? run : undefined;
+    }, options);
+  }
+
+  /**
+   * Resolves with `{ submission_id, state, error }` once the workflow's `validate` judged the
+   * submission (`state` `accepted` or `rejected`, with the error). Rejects with `timeout` after
+   * `options.timeoutMs`.
+   */
+  waitForSubmission(runId, submissionId, options = {}) {
+    return this.#waitFor(runId, async () => {
+      const { interactions, run } = await this.runStatus(runId);
+      const last = interactions.find((i) => i.last_submission?.submission_id === submissionId)?.last_submission;
+      if (last && last.state !== 'validating') return last;
+      if (isFinal(run.status)) {
+        throw new PiwError('invalid_transition', `run ${runId} ended (${run.status}) before judging ${submissionId}`);
+      }
+      return undefined;
+    }, options);
+  }
+
+  /** Re-evaluates `check` after every event of the run until it returns a value. */
+  async #waitFor(runId, check, options) {
+    const sub = await this.subscribe({ runId });
     let timer;
     const timeout = new Promise((_, reject) => {
       if (options.timeoutMs)
         timer = setTimeout(
-          () => reject(new PiwError('timeout', `run ${runId} not done after ${options.timeoutMs} ms`)),
+          () => reject(new PiwError('timeout', `run ${runId}: still waiting after ${options.timeoutMs} ms`)),
           options.timeoutMs,
         );
     });
     try {
       // Subscribed first, then read: no event can fall between the read and the wait.
-      let status = (await this.runStatus(runId)).run;
-      if (stopAt(status.status)) return status;
       const watch = (async () => {
-        for await (const event of sub) {
-          if (stopAt(event.status)) return (await this.runStatus(runId)).run;
+        let found = await check();
+        if (found !== undefined) return found;
+        for await (const _event of sub) {
+          found = await check();
+          if (found !== undefined) return found;
         }
         throw new PiwError('disconnected', `the subscription to run ${runId} ended`);
       })();
+      // After a timeout, closing the subscription ends `watch` with an error nobody awaits.
+      watch.catch(() => {});
       return await Promise.race([watch, timeout]);
     } finally {
       clearTimeout(timer);

@@ -70,8 +70,8 @@ async function execute(w, impl, input, ctx) {
         return { outcome: { status: 'failed', error: message(e) } };
       }
     case 'action': {
-      const key = String(impl.effectKey(input));
-      const fingerprint = String(impl.fingerprint ? impl.fingerprint(input) : key);
+      const key = String(impl.effectKey(input, ctx));
+      const fingerprint = String(impl.fingerprint ? impl.fingerprint(input, ctx) : key);
       const r = w.reserveEffect(key, fingerprint, impl.retry);
       if (r.reservation === 'already_applied') {
         return { outcome: { status: 'succeeded', output: json(r.receipt) } };
@@ -82,7 +82,10 @@ async function execute(w, impl, input, ctx) {
       w.effectApplying(r.effect_id);
       let receipt;
       try {
-        receipt = json(await impl.apply(input, ctx));
+        // `retry` tells `apply` that an earlier application was interrupted (allowed only
+        // under `idempotency_key` or `read_back`): it must check before acting again.
+        const effect = { id: r.effect_id, key, retry: r.retry };
+        receipt = json(await impl.apply(input, { ...ctx, effect }));
       } catch (e) {
         w.settleEffect(r.effect_id, { status: 'failed', error: message(e) });
         return { outcome: { status: 'failed', error: message(e) } };

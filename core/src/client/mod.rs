@@ -360,8 +360,12 @@ pub fn ensure_host_with_env(
     let mut delay = Duration::from_millis(2);
     loop {
         if probe(paths) {
-            // Reap a loser that exited because another host won the race.
-            let _ = child.try_wait();
+            // The host (or a loser that exits because another host won the race) is our
+            // child: reap it whenever it exits, so a long-lived caller such as Pi keeps no
+            // zombie behind after `piw host stop`.
+            let _ = std::thread::Builder::new()
+                .name("piw-host-reaper".into())
+                .spawn(move || child.wait());
             return Ok(());
         }
         if started.elapsed() >= timeout {

@@ -101,6 +101,17 @@ pub struct InteractionRecord {
     pub request: Value,
     pub deadline_at: Option<UnixMillis>,
     pub status: String,
+    /// The latest submission for this request, if any: a client shows the model why its last
+    /// result was rejected (`state` `rejected` with the workflow's `validate` error).
+    pub last_submission: Option<SubmissionSummary>,
+}
+
+/// The state of one submission, without its payload.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SubmissionSummary {
+    pub submission_id: String,
+    pub state: String,
+    pub error: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -350,11 +361,15 @@ impl Store {
         session: Option<&str>,
     ) -> StoreResult<Vec<InteractionRecord>> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT interaction_id, run_id, attempt_id, node_id, origin_session, kind, request,
-                    deadline_at, status FROM interactions
-             WHERE (?1 IS NULL OR run_id = ?1)
-               AND (?2 IS NULL OR (origin_session = ?2 AND status IN ('pending', 'validating')))
-             ORDER BY created_at, rowid",
+            "SELECT i.interaction_id, i.run_id, i.attempt_id, i.node_id, i.origin_session, i.kind,
+                    i.request, i.deadline_at, i.status, s.submission_id, s.state, s.error
+             FROM interactions i
+             LEFT JOIN submissions s ON s.rowid = (
+                 SELECT rowid FROM submissions WHERE interaction_id = i.interaction_id
+                 ORDER BY created_at DESC, rowid DESC LIMIT 1)
+             WHERE (?1 IS NULL OR i.run_id = ?1)
+               AND (?2 IS NULL OR (i.origin_session = ?2 AND i.status IN ('pending', 'validating')))
+             ORDER BY i.created_at, i.rowid",
         )?;
         let rows = stmt.query_map(params![run_id, session], |r| {
             Ok(InteractionRecord {
@@ -367,6 +382,14 @@ impl Store {
                 request: json_col(r, 6)?.unwrap_or(Value::Null),
                 deadline_at: r.get(7)?,
                 status: r.get(8)?,
+                last_submission: match r.get::<_, Option<String>>(9)? {
+                    Some(submission_id) => Some(SubmissionSummary {
+                        submission_id,
+                        state: r.get(10)?,
+                        error: r.get(11)?,
+                    }),
+                    None => None,
+                },
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)

@@ -1,0 +1,19 @@
+// Runs one workflow end to end through the Node client and prints its result:
+//   node examples/run.mjs <workflow file> [input JSON]
+// The host is started on demand for PIW_HOME (default ~/.pi/agent/workflows).
+import { Client } from '../node-binding/index.js';
+
+const [file, inputText] = process.argv.slice(2);
+if (!file) {
+  console.error('usage: node examples/run.mjs <workflow file> [input JSON]');
+  process.exit(2);
+}
+const client = await Client.connect();
+try {
+  const { run_id: runId } = await client.startRun(file, { input: inputText ? JSON.parse(inputText) : null });
+  const run = await client.waitForRun(runId, { timeoutMs: 60_000 });
+  console.log(JSON.stringify({ run_id: runId, status: run.status, result: run.result ?? null, error: run.error ?? null }, null, 2));
+  process.exitCode = run.status === 'completed' ? 0 : 1;
+} finally {
+  await client.close();
+}

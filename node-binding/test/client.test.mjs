@@ -1,0 +1,203 @@
+// Every client method against a real host, including the typed error codes.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+
+import { PiwError } from '../index.js';
+import { code, startHost, writeWorkflow } from './helpers.mjs';
+
+let host;
+let steps;
+let ask;
+const session = 'session-client-test';
+
+before(async () => {
+  host = await startHost();
+  steps = writeWorkflow(
+    host.dir,
+    'steps',
+    `export default piw.defineWorkflow({
+      name: 'steps', start: 'gate',
+      nodes: {
+        gate: piw.checkpoint({ request: () => ({ question: 'go on?' }) }),
+        decide: piw.humanDecision({ request: () => ({ question: 'ship it?' }) }),
+        tell: piw.notify((input) => ({ text: 'decided', input })),
+        done: piw.compute((input) => ({ finished: true, last: input })),
+      },
+      edges: [piw.to('gate', 'decide'), piw.to('decide', 'tell'), piw.to('tell', 'done')],
+    });`,
+  );
+  ask = writeWorkflow(
+    host.dir,
+    'ask',
+    `export default piw.defineWorkflow({
+      name: 'ask', start: 'ask',
+      nodes: {
+        ask: piw.agent({
+          request: (input) => ({ contract: '{ value: 42 }', input }),
+          validate: (result) => (result?.value === 42 ? undefined : 'value must be 42, got ' + result?.value),
+        }),
+        done: piw.compute((input) => ({ accepted: input })),
+      },
+      edges: [piw.to('ask', 'done')],
+    });`,
+  );
+});
+
+after(async () => {
+  await host?.stop();
+});
+
+test('status names the host, its pid, epoch and paths', async () => {
+  const s = await host.client.status();
+  assert.equal(s.pid, host.pid);
+  assert.equal(s.schema_id, 'piw.state.v1');
+  assert.ok(s.epoch >= 1);
+  assert.equal(s.home, host.home);
+  assert.equal(host.client.isOpen, true);
+});
+
+test('checkpoint, human decision, notify and messages', async () => {
+  const c = host.client;
+  const { run_id: runId } = await c.startRun(steps, { sessionId: session, input: { n: 1 } });
+  let run = await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
+  assert.equal(run.status, 'waiting');
+  let s = await c.runStatus(runId);
+  const gate = s.decisions.find((d) => d.status === 'pending');
+  assert.equal(gate.kind, 'checkpoint');
+
+  await c.answerCheckpoint(runId, gate.decision_id, 'yes');
+  // Wait for the run to park again, at the protected decision.
+  for (;;) {
+    s = await c.runStatus(runId);
+    if (s.run.status === 'waiting' && s.decisions.some((d) => d.kind === 'human_decision' && d.status === 'pending')) break;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  const decide = s.decisions.find((d) => d.kind === 'human_decision');
+  // The model-facing path may not answer a protected human decision.
+  const refused = await c.answerCheckpoint(runId, decide.decision_id, 'yes').catch((e) => e);
+  assert.ok(refused instanceof PiwError, String(refused));
+  assert.ok(['unauthorized', 'invalid_transition'].includes(refused.code), refused.code);
+  const answered = await c.answerHumanDecision(runId, decide.decision_id, 'ship');
+  assert.equal(answered.answered_by, 'person');
+
+  run = await c.waitForRun(runId, { timeoutMs: 20_000 });
+  assert.equal(run.status, 'completed');
+  assert.deepEqual(run.result.finished, true);
+  assert.deepEqual(run.result.last, { answer: 'ship' });
+
+  // The notify node's message, then the run's terminal message, in order.
+  const messages = await c.claimMessages(session);
+  assert.deepEqual(messages.map((m) => m.kind), ['notify', 'terminal']);
+  assert.deepEqual(messages[0].content, { text: 'decided', input: { answer: 'ship' } });
+  assert.equal(messages[1].content.status, 'completed');
+  for (const m of messages) {
+    const ack = await c.ackMessage(m.message_id);
+    assert.equal(ack.message_id, m.message_id);
+  }
+  assert.deepEqual(await c.claimMessages(session), []);
+});
+
+test('pause, resume and cancel, with stale revisions refused', async () => {
+  const c = host.client;
+  const { run_id: runId } = await c.startRun(steps, { sessionId: session });
+  await assert.rejects(c.pauseRun(runId, { expectedRevision: 999_999 }), code('stale_revision'));
+  const paused = await c.pauseRun(runId);
+  assert.equal(paused.paused, true);
+  const resumed = await c.resumeRun(runId);
+  assert.equal(resumed.paused, false);
+  const cancelled = await c.cancelRun(runId, { reason: 'test' });
+  assert.equal(cancelled.status, 'cancelled');
+  const run = await c.waitForRun(runId, { timeoutMs: 20_000 });
+  assert.equal(run.status, 'cancelled');
+  await assert.rejects(c.cancelRun(runId), code('invalid_transition'));
+});
+
+test('listRuns filters by session and limit', async () => {
+  const c = host.client;
+  const mine = await c.listRuns({ sessionId: session });
+  assert.ok(mine.length >= 2);
+  assert.ok(mine.every((r) => r.origin_session === session));
+  assert.equal((await c.listRuns({ limit: 1 })).length, 1);
+  assert.deepEqual(await c.listRuns({ sessionId: 'nobody' }), []);
+});
+
+test('an interactive submission is validated: rejected with the validate error, then accepted', async () => {
+  const c = host.client;
+  const askSession = 'session-ask';
+  const { run_id: runId } = await c.startRun(ask, { sessionId: askSession, input: { q: 1 } });
+  await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
+  const [interaction] = await c.listInteractions(askSession);
+  assert.equal(interaction.run_id, runId);
+  assert.equal(interaction.kind, 'agent');
+  assert.deepEqual(interaction.request.input, { q: 1 });
+
+  const wrong = await c.submitInteraction(interaction, { value: 7 });
+  assert.equal(wrong.state, 'validating');
+  const verdict = await c.waitForSubmission(runId, wrong.submission_id, { timeoutMs: 20_000 });
+  assert.equal(verdict.state, 'rejected');
+  assert.match(verdict.error, /value must be 42, got 7/);
+  // The same request is still open, and shows why the last try was rejected.
+  const [again] = await c.listInteractions(askSession);
+  assert.equal(again.interaction_id, interaction.interaction_id);
+  assert.equal(again.last_submission.state, 'rejected');
+
+  const right = await c.submitInteraction(again, { value: 42 });
+  const ok = await c.waitForSubmission(runId, right.submission_id, { timeoutMs: 20_000 });
+  assert.equal(ok.state, 'accepted');
+  const run = await c.waitForRun(runId, { timeoutMs: 20_000 });
+  assert.equal(run.status, 'completed');
+  assert.deepEqual(run.result, { accepted: { value: 42 } });
+  assert.deepEqual(await c.listInteractions(askSession), []);
+});
+
+test('subscriptions deliver a run and a session in order, and end on close', async () => {
+  const c = host.client;
+  const sessionSub = await c.subscribe({ sessionId: 'session-sub' });
+  const { run_id: runId } = await c.startRun(steps, { sessionId: 'session-sub' });
+  const runSub = await c.subscribe({ runId });
+  const seen = [];
+  for await (const e of sessionSub) {
+    seen.push(e);
+    if (e.status === 'waiting') break;
+  }
+  assert.ok(seen.every((e) => e.run_id === runId));
+  assert.equal(seen[0].event_kind, 'started');
+  const seqs = seen.map((e) => e.seq);
+  assert.deepEqual(seqs, seqs.map((_, i) => seqs[0] + i), 'gap-free and in order');
+  await c.cancelRun(runId);
+  const fromRun = [];
+  for await (const e of runSub) {
+    fromRun.push(e);
+    if (e.status === 'cancelled') break;
+  }
+  assert.ok(fromRun.length >= 1);
+  await runSub.close();
+  assert.equal(await runSub.next(), null);
+  await sessionSub.close();
+});
+
+test('typed errors: not_found, malformed, idempotency, replay, unknown kinds', async () => {
+  const c = host.client;
+  await assert.rejects(c.runStatus('run-does-not-exist'), code('not_found'));
+  await assert.rejects(c.request('run.explode'), code('malformed'));
+  await assert.rejects(c.request('run.status', {}), code('malformed'));
+  await assert.rejects(c.startRun('/nonexistent/x.workflow.mjs'), (e) => e instanceof PiwError && e.code.length > 0);
+
+  const first = await c.startRun(steps, { idempotencyKey: 'start-once', input: { a: 1 } });
+  const again = await c.startRun(steps, { idempotencyKey: 'start-once', input: { a: 1 } });
+  assert.equal(again.run_id, first.run_id);
+  await assert.rejects(
+    c.startRun(steps, { idempotencyKey: 'start-once', input: { a: 2 } }),
+    code('idempotency_conflict'),
+  );
+  const r1 = await c.request('run.pause', { requestId: 'pause-1', runId: first.run_id });
+  const r2 = await c.request('run.pause', { requestId: 'pause-1', runId: first.run_id });
+  assert.equal(r1.replayed, false);
+  assert.equal(r2.replayed, true);
+  assert.deepEqual(r2.body, r1.body);
+  await c.cancelRun(first.run_id);
+});
+
+test('diagnose is clean after all of the above', async () => {
+  assert.deepEqual(await host.client.diagnose(), []);
+});
