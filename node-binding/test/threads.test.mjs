@@ -1,0 +1,102 @@
+// The addon in the main thread and in worker threads, and closing a client with calls in flight.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { Worker } from 'node:worker_threads';
+
+import { Client } from '../index.js';
+import { code, pkgIndex, startHost, writeWorkflow } from './helpers.mjs';
+
+let host;
+let parked;
+
+before(async () => {
+  host = await startHost();
+  const file = writeWorkflow(
+    host.dir,
+    'parked',
+    `export default piw.defineWorkflow({ name: 'parked', start: 'ask',
+      nodes: { ask: piw.checkpoint({ request: () => ({ question: 'never answered' }) }) } });`,
+  );
+  parked = (await host.client.startRun(file)).run_id;
+  await host.client.waitForRun(parked, { untilParked: true, timeoutMs: 20_000 });
+});
+
+after(async () => {
+  await host?.stop();
+});
+
+function inWorker(source, workerData) {
+  return new Promise((resolve, reject) => {
+    const w = new Worker(`import(${JSON.stringify(pkgIndex)}).then(async (piw) => { ${source} })`, {
+      eval: true,
+      workerData,
+    });
+    let message;
+    w.on('message', (m) => (message = m));
+    w.on('error', reject);
+    w.on('exit', (exitCode) => (exitCode === 0 ? resolve(message) : reject(new Error(`worker exited ${exitCode}`))));
+  });
+}
+
+test('the addon loads and works in the main thread and in worker threads at once', async () => {
+  const source = `
+    const { parentPort, workerData } = await import('node:worker_threads');
+    const c = await piw.Client.connect({ home: workerData.home, start: false });
+    const s = await c.status();
+    const r = await c.runStatus(workerData.runId);
+    await c.close();
+    parentPort.postMessage({ pid: s.pid, status: r.run.status });`;
+  const results = await Promise.all([
+    inWorker(source, { home: host.home, runId: parked }),
+    inWorker(source, { home: host.home, runId: parked }),
+    host.client.status().then((s) => ({ pid: s.pid, status: 'waiting' })),
+  ]);
+  for (const r of results) assert.deepEqual(r, { pid: host.pid, status: 'waiting' });
+});
+
+test('closing a client rejects calls in flight with client_closed, without a hang', async () => {
+  const c = await host.connect();
+  const sub = await c.subscribe({ runId: parked });
+  // Nothing will happen to this run: in flight until close.
+  const pendingEvent = sub.next().then(
+    (v) => ({ value: v }),
+    (e) => ({ code: e.code }),
+  );
+  const waiting = c.waitForRun(parked); // in flight until close
+  const calls = Array.from({ length: 100 }, (_, i) => (i % 2 ? c.status() : c.runStatus(parked)));
+  const all = Promise.allSettled([...calls, waiting]);
+  await c.close();
+  const settled = await all;
+  for (const s of settled) {
+    if (s.status === 'rejected') assert.equal(s.reason.code, 'client_closed', s.reason.message);
+  }
+  assert.equal(settled.at(-1).status, 'rejected', 'the waiter was in flight');
+  const ev = await pendingEvent;
+  assert.ok(ev.value === null || ev.code === 'client_closed', JSON.stringify(ev));
+  await assert.rejects(c.status(), code('client_closed'));
+  assert.equal(c.isOpen, false);
+  // The host and other clients are unaffected.
+  assert.equal((await host.client.runStatus(parked)).run.status, 'waiting');
+});
+
+test('a worker thread that closes its client mid-flight and exits leaves no hang', async () => {
+  const message = await inWorker(
+    `const { parentPort, workerData } = await import('node:worker_threads');
+     const c = await piw.Client.connect({ home: workerData.home, start: false });
+     const all = Promise.allSettled(Array.from({ length: 50 }, () => c.status()));
+     await c.close();
+     const settled = await all;
+     const codes = settled.filter((s) => s.status === 'rejected').map((s) => s.reason.code);
+     parentPort.postMessage({ done: settled.length, codes: [...new Set(codes)] });`,
+    { home: host.home },
+  );
+  assert.equal(message.done, 50);
+  assert.ok(message.codes.every((c) => c === 'client_closed'), JSON.stringify(message.codes));
+});
+
+test('connecting where no host runs fails with connect_failed', async () => {
+  await assert.rejects(
+    Client.connect({ home: `${host.dir}/nowhere`, start: false }),
+    code('connect_failed'),
+  );
+});

@@ -1,0 +1,159 @@
+// JS workflows run by the Node worker runtime in supervised children.
+import assert from 'node:assert/strict';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { after, before, test } from 'node:test';
+
+import { pkgDir, startHost, writeWorkflow } from './helpers.mjs';
+
+const examples = resolve(pkgDir, '..', 'examples');
+let host;
+
+before(async () => {
+  host = await startHost();
+});
+
+after(async () => {
+  await host?.stop();
+});
+
+test('a JS workflow runs to completion, each node fed the previous output', async () => {
+  const file = writeWorkflow(
+    host.dir,
+    'chain',
+    `export default piw.defineWorkflow({
+      name: 'chain', start: 'a',
+      nodes: {
+        a: piw.compute((input) => ({ n: input.n + 1 })),
+        b: piw.compute(async (input) => { await new Promise((r) => setTimeout(r, 5)); return { n: input.n * 10 }; }),
+        c: piw.compute((input, ctx) => ({ n: input.n + 1, run: ctx.runId, first: ctx.runInput })),
+      },
+      edges: [piw.to('a', 'b'), piw.to('b', 'c')],
+    });`,
+  );
+  const { run_id: runId } = await host.client.startRun(file, { input: { n: 1 } });
+  const run = await host.client.waitForRun(runId, { timeoutMs: 20_000 });
+  assert.equal(run.status, 'completed');
+  assert.deepEqual(run.result, { n: 21, run: runId, first: { n: 1 } });
+});
+
+test('a failing node routes on $result.outcome; without such an edge the run fails', async () => {
+  const file = writeWorkflow(
+    host.dir,
+    'routes',
+    `export default piw.defineWorkflow({
+      name: 'routes', start: 'risky',
+      nodes: {
+        risky: piw.compute((input) => { if (input.fail) throw new Error('boom ' + input.fail); return { fine: true }; }),
+        recover: piw.compute(() => ({ recovered: true })),
+        proceed: piw.compute((input) => input),
+        strict: piw.compute(() => { throw new Error('no route for this'); }),
+      },
+      edges: [
+        piw.onOutcome('risky', { succeeded: 'proceed', failed: 'recover' }),
+        piw.to('recover', 'strict'),
+      ],
+    });`,
+  );
+  const c = host.client;
+  const ok = await c.waitForRun((await c.startRun(file, { input: {} })).run_id, { timeoutMs: 20_000 });
+  assert.deepEqual([ok.status, ok.result], ['completed', { fine: true }]);
+  const { run_id: runId } = await c.startRun(file, { input: { fail: 1 } });
+  const failed = await c.waitForRun(runId, { timeoutMs: 20_000 });
+  assert.equal(failed.status, 'failed');
+  assert.match(failed.error, /no route for this/);
+  const { attempts } = await c.runStatus(runId);
+  assert.deepEqual(
+    attempts.map((a) => [a.node_id, a.status]),
+    [['risky', 'failed'], ['recover', 'succeeded'], ['strict', 'failed']],
+  );
+});
+
+test('a .workflow.ts source runs with its types stripped by Node', async () => {
+  const file = writeWorkflow(
+    host.dir,
+    'typed',
+    `interface Input { name: string }
+    const greet = (input: Input): { greeting: string } => ({ greeting: 'hello ' + input.name });
+    export default piw.defineWorkflow({ name: 'typed', start: 'greet', nodes: { greet: piw.compute(greet) } });`,
+    '.workflow.ts',
+  );
+  const run = await host.client.waitForRun((await host.client.startRun(file, { input: { name: 'ts' } })).run_id, {
+    timeoutMs: 20_000,
+  });
+  assert.equal(run.status, 'completed', run.error);
+  assert.deepEqual(run.result, { greeting: 'hello ts' });
+});
+
+test('an invalid graph is refused when the workflow is defined', async () => {
+  const { defineWorkflow, compute, to } = await import('../index.js');
+  assert.throws(
+    () => defineWorkflow({ name: 'bad', start: 'a', nodes: { a: compute(() => 1) }, edges: [to('a', 'missing')] }),
+    (e) => e.code === 'invalid_graph' && /missing/.test(e.message),
+  );
+});
+
+test('a changed mounted source stops the resumed run for review before any module code runs', async () => {
+  const marker = join(host.dir, 'loaded-marker');
+  const lib = join(host.dir, 'lib.mjs');
+  writeFileSync(lib, 'export const factor = 2;\n');
+  const file = writeWorkflow(
+    host.dir,
+    'mounted',
+    `import { writeFileSync } from 'node:fs';
+    import { factor } from './lib.mjs';
+    writeFileSync(${JSON.stringify(marker)}, 'loaded');
+    export default piw.defineWorkflow({
+      name: 'mounted', start: 'ask', baseUrl: import.meta.url, mounts: { lib: './lib.mjs' },
+      nodes: {
+        ask: piw.checkpoint({ request: () => ({ question: 'continue?' }) }),
+        done: piw.compute((input) => ({ factor, input })),
+      },
+      edges: [piw.to('ask', 'done')],
+    });`,
+  );
+  const c = host.client;
+  const { run_id: runId } = await c.startRun(file, {});
+  await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
+  assert.ok(existsSync(marker), 'the first child loaded the module');
+  const { decisions } = await c.runStatus(runId);
+  // Change the included source while the run waits, then let it resume.
+  writeFileSync(lib, 'export const factor = 3;\n');
+  const { rmSync } = await import('node:fs');
+  rmSync(marker);
+  await c.answerCheckpoint(runId, decisions[0].decision_id, 'yes');
+  const run = await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
+  assert.equal(run.status, 'review');
+  assert.match(run.error ?? JSON.stringify(run), /source_changed/);
+  assert.equal(existsSync(marker), false, 'no module code ran in the resumed child');
+});
+
+test('the effect example appends exactly one line although its child is killed mid-effect', async () => {
+  const log = join(host.dir, 'effect.log');
+  const marker = join(host.dir, 'crashed-once');
+  const { run_id: runId } = await host.client.startRun(join(examples, 'append-once.workflow.mjs'), {
+    input: { file: log, line: 'deploy', crashAfterAppendOnce: marker },
+  });
+  const run = await host.client.waitForRun(runId, { timeoutMs: 30_000 });
+  assert.equal(run.status, 'completed', JSON.stringify(run));
+  assert.ok(existsSync(marker), 'the first child was killed after appending');
+  const lines = readFileSync(log, 'utf8').split('\n').filter(Boolean);
+  assert.deepEqual(lines, [`deploy [run ${runId}]`]);
+  assert.deepEqual(run.result, { appended: false, line: lines[0], lines: 1 });
+  const { effects } = await host.client.runStatus(runId);
+  assert.equal(effects.length, 1);
+  assert.equal(effects[0].state, 'applied');
+});
+
+test('the pipeline example routes on its output', async () => {
+  const names = ['alpha', 'beta', 'gamma', 'delta', 'epsilon', 'zeta', 'eta'];
+  const text = Array.from({ length: 25 }, (_, i) => names[i % 7]).join(' ');
+  const run = await host.client.waitForRun(
+    (await host.client.startRun(join(examples, 'pipeline.workflow.mjs'), { input: { text } })).run_id,
+    { timeoutMs: 20_000 },
+  );
+  assert.equal(run.status, 'completed');
+  assert.equal(run.result.size, 'long');
+  assert.equal(run.result.total, 25);
+  assert.match(run.result.summary, /a long text: 25 words, 7 distinct/);
+});
