@@ -3,6 +3,9 @@
 // `.workflow.mjs`, `.workflow.js` and `.workflow.ts` sources. The workflow file comes from the
 // launch envelope on stdin (the argument is informational).
 import { runWorker } from './lib/runtime.js';
+// Load the whole package now: a standby worker then waits with everything a workflow module
+// imports from it already compiled, off the run's critical path.
+import './index.js';
 
 const code = await runWorker();
 // Exit now: workflow code may have left timers or handles behind, and the child's job is done.

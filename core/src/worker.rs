@@ -251,11 +251,32 @@ impl Worker {
         definition: Option<Value>,
         mounted: &BTreeMap<String, MountedSource>,
     ) -> Result<HelloReply, WorkerError> {
+        self.hello_with(definition, mounted, false)
+    }
+
+    /// [`Worker::hello`], asking the host to open the first node's attempt in the same
+    /// transaction when the run starts fresh (`resume.attempt_id` is then set; do not call
+    /// [`Worker::node_started`] for that node).
+    pub fn hello_and_start(
+        &mut self,
+        definition: Option<Value>,
+        mounted: &BTreeMap<String, MountedSource>,
+    ) -> Result<HelloReply, WorkerError> {
+        self.hello_with(definition, mounted, true)
+    }
+
+    fn hello_with(
+        &mut self,
+        definition: Option<Value>,
+        mounted: &BTreeMap<String, MountedSource>,
+        start_node: bool,
+    ) -> Result<HelloReply, WorkerError> {
         let body = RequestBody::WorkerHello(payload::WorkerHello {
             child_token: self.env.child_token.clone(),
             pid: std::process::id(),
             definition,
             mounted_sources: Some(json!(mounted)),
+            start_node,
         });
         let r = self.call(body)?;
         let reply: HelloReply =

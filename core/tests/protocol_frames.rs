@@ -93,6 +93,7 @@ fn sample(kind: RequestKind) -> Request {
             pid: 4242,
             definition: Some(json!({"name": "g", "start": "a", "nodes": {}, "edges": []})),
             mounted_sources: Some(json!({"lib": "ab12"})),
+            start_node: false,
         }),
         RequestKind::WorkerNodeStarted => RequestBody::WorkerNodeStarted(WorkerNodeStarted {
             deadline_ms: Some(1_700_000_000_000),

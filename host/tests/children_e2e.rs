@@ -310,6 +310,7 @@ fn a_child_killed_before_or_after_proposing_loses_nothing_and_applies_nothing_tw
                 pid: 1,
                 definition: None,
                 mounted_sources: None,
+                start_node: false,
             }),
         )
         .with_run_id(&run_id)

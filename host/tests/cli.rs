@@ -143,8 +143,8 @@ fn a_workflow_runs_from_the_command_line_and_status_shows_no_secrets() {
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o).contains("not_found"), "{}", text(&o));
     // A file no runtime can run is refused at start.
-    let other = h.home.with_file_name("x.workflow.mjs");
-    std::fs::write(&other, "export default {}").unwrap();
+    let other = h.home.with_file_name("x.workflow.py");
+    std::fs::write(&other, "print('no runtime runs me')").unwrap();
     let o = piw(&h.home, &["run", "start", other.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o).contains("no runtime"), "{}", text(&o));

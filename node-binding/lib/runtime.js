@@ -143,7 +143,7 @@ async function drive(w) {
     stopForReview(w, reason);
     return;
   }
-  const hello = w.hello(workflow.graph, mounts);
+  const hello = w.hello(workflow.graph, mounts, true);
   const resume = hello.resume;
   if (resume.stop !== undefined || hello.stop !== undefined) return;
   let nodeId;
@@ -169,7 +169,8 @@ async function drive(w) {
     }
     default:
       nodeId = resume.node_id ?? workflow.graph.start;
-      w.nodeStarted(nodeId);
+      // The host opens the first attempt with the hello when it can.
+      if (resume.attempt_id === undefined) w.nodeStarted(nodeId);
   }
   let attemptId = resume.attempt_id;
   for (;;) {
@@ -211,6 +212,10 @@ export async function runWorker() {
   let w;
   try {
     w = wrap(new addon.Worker(await readStdin()));
+    // A standby worker was started before its run was known: take on the run's place now.
+    const { projectDir, runId } = w.envelope;
+    process.chdir(projectDir);
+    process.env.PIW_RUN_ID = runId;
   } catch (e) {
     process.stderr.write(`piw worker: ${message(fromNative(e))}\n`);
     return 1;

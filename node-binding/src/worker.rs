@@ -88,13 +88,24 @@ impl Worker {
     }
 
     /// Connects and says hello. `definition` is the graph snapshot (`null` when the child only
-    /// reports a changed source). Returns the host's reply `{ mode, resume, input, nodeInput,
-    /// definition, answer?, submission? }`.
+    /// reports a changed source). With `startNode`, a fresh run's first attempt is opened in
+    /// the same transaction (`resume.attempt_id` is then set: skip `nodeStarted`). Returns the
+    /// host's reply `{ mode, resume, input, nodeInput, definition, answer?, submission? }`.
     #[napi]
-    pub fn hello(&mut self, definition: Option<Value>, mounts: Value) -> Result<Value> {
+    pub fn hello(
+        &mut self,
+        definition: Option<Value>,
+        mounts: Value,
+        start_node: Option<bool>,
+    ) -> Result<Value> {
         let mounts: BTreeMap<String, MountedSource> = parse("mounted sources", mounts)?;
         let mut session = worker::Worker::connect(self.env.clone()).map_err(worker_error)?;
-        let reply = session.hello(definition, &mounts).map_err(worker_error)?;
+        let reply = if start_node == Some(true) {
+            session.hello_and_start(definition, &mounts)
+        } else {
+            session.hello(definition, &mounts)
+        }
+        .map_err(worker_error)?;
         self.session = Some(session);
         if let Some(def) = &reply.definition {
             self.graph = Some(graph::parse(def)?);

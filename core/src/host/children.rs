@@ -7,13 +7,13 @@
 //! only decides, and talks to it over a channel.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use super::dispatch::HostState;
-use super::supervisor::SupervisorCmd;
+use super::supervisor::{StandbyPool, SupervisorCmd};
 use crate::graph::{Graph, Outcome, Route};
 use crate::ids::ClaimToken;
 use crate::protocol::{payload, Request, RequestBody};
@@ -23,6 +23,9 @@ use crate::store::{
 };
 use crate::worker::{LaunchEnvelope, MountedSource, LAUNCH_SCHEMA};
 
+/// Bytes of stdout and of stderr kept on a child's record.
+const CHILD_TAIL_BYTES: usize = 64 * 1024;
+
 /// A runtime: the command the host runs for workflow files with a given suffix.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Runtime {
@@ -30,6 +33,11 @@ pub struct Runtime {
     pub suffix: String,
     pub program: PathBuf,
     pub args: Vec<String>,
+    /// Whether workers of this runtime may be started ahead of time and wait for their
+    /// envelope on stdin ([`ChildConfig::standby_workers`]). The runtime must then take the
+    /// workflow file from the envelope, not from its arguments, and move to the envelope's
+    /// project directory itself.
+    pub standby: bool,
 }
 
 /// Parses `PIW_RUNTIMES`: `suffix=program [args...]` entries separated by `;`.
@@ -43,6 +51,7 @@ pub fn parse_runtimes(spec: &str) -> Vec<Runtime> {
                 suffix: suffix.trim().to_owned(),
                 program,
                 args: words.map(str::to_owned).collect(),
+                standby: false,
             })
         })
         .collect()
@@ -60,6 +69,10 @@ pub struct ChildConfig {
     pub kill_grace: Duration,
     pub cpu_seconds: Option<u64>,
     pub memory_bytes: Option<u64>,
+    /// Pre-started workers kept waiting per runtime that allows it (`PIW_STANDBY_WORKERS`,
+    /// default 2; 0 turns the pools off). A pool fills after its runtime's first launch, so a
+    /// host that never runs such a workflow starts none.
+    pub standby_workers: usize,
 }
 
 impl Default for ChildConfig {
@@ -71,6 +84,7 @@ impl Default for ChildConfig {
             kill_grace: Duration::from_secs(2),
             cpu_seconds: None,
             memory_bytes: None,
+            standby_workers: 2,
         }
     }
 }
@@ -291,6 +305,28 @@ fn launch(
     let Some(supervisor) = &state.supervisor else {
         return;
     };
+    let limits = crate::supervise::ChildLimits {
+        cpu_seconds: cfg.cpu_seconds,
+        memory_bytes: cfg.memory_bytes,
+    };
+    let standby = (runtime.standby && cfg.standby_workers > 0).then(|| {
+        Box::new(StandbyPool {
+            key: format!("{} {}", runtime.program.display(), runtime.args.join(" ")),
+            size: cfg.standby_workers,
+            template: crate::supervise::SpawnSpec {
+                program: runtime.program.clone(),
+                args: runtime.args.iter().map(Into::into).collect(),
+                env: Vec::new(),
+                cwd: state
+                    .socket_path
+                    .parent()
+                    .map_or_else(|| PathBuf::from("/"), Path::to_path_buf),
+                stdin_payload: Vec::new(),
+                limits,
+                tail_bytes: CHILD_TAIL_BYTES,
+            },
+        })
+    });
     let _ = supervisor.send(SupervisorCmd::Launch {
         run_id: run_id.to_owned(),
         generation: act.claim.generation,
@@ -301,12 +337,10 @@ fn launch(
             env: vec![("PIW_RUN_ID".into(), run_id.into())],
             cwd: PathBuf::from(&run.project_dir),
             stdin_payload: stdin,
-            limits: crate::supervise::ChildLimits {
-                cpu_seconds: cfg.cpu_seconds,
-                memory_bytes: cfg.memory_bytes,
-            },
-            tail_bytes: 64 * 1024,
+            limits,
+            tail_bytes: CHILD_TAIL_BYTES,
         },
+        standby,
     });
     tracing::debug!(%run_id, generation = act.claim.generation, "child launch requested");
 }
@@ -561,6 +595,18 @@ fn worker_hello(
         None => input.clone(),
     };
     let mut reply = json!({ "mode": mode.as_str(), "resume": resume, "input": input, "node_input": node_input, "definition": state.graphs.get(run_id).map(Graph::to_value) });
+    if hello.start_node && mode.as_str() == "run" && reply["resume"]["resume"] == "fresh" {
+        if let Some(graph) = state.graphs.get(run_id) {
+            let node = reply["resume"]["node_id"]
+                .as_str()
+                .map_or_else(|| graph.start.clone(), str::to_owned);
+            let deadline = deadline_for(w, graph, &node);
+            let attempt_id = w.node_started(&claim, &node, deadline)?;
+            reply["resume"]["node_id"] = json!(node);
+            reply["resume"]["attempt_id"] = json!(attempt_id);
+            reply["resume"]["deadline_at"] = json!(deadline);
+        }
+    }
     if let Some(attempt_id) = resume.get("attempt_id").and_then(Value::as_str) {
         reply["answer"] = w.answer_for_attempt(attempt_id)?.unwrap_or(Value::Null);
     }

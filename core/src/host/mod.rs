@@ -60,9 +60,10 @@ impl HostConfig {
     }
 
     /// Defaults, adjusted by the environment:
-    /// `PIW_RUNTIMES` (`suffix=program args;...`), `PIW_MAX_CHILDREN`,
-    /// `PIW_HANDSHAKE_TIMEOUT_MS`, `PIW_KILL_GRACE_MS`, `PIW_LEASE_MS`,
-    /// `PIW_CHILD_CPU_SECONDS`, `PIW_CHILD_MEMORY_BYTES`.
+    /// `PIW_RUNTIMES` (`suffix=program args;...`), `PIW_NODE` and `PIW_NODE_WORKER` (the Node
+    /// runtime), `PIW_MAX_CHILDREN`, `PIW_HANDSHAKE_TIMEOUT_MS`, `PIW_KILL_GRACE_MS`,
+    /// `PIW_LEASE_MS`, `PIW_CHILD_CPU_SECONDS`, `PIW_CHILD_MEMORY_BYTES`,
+    /// `PIW_STANDBY_WORKERS`.
     pub fn from_env(paths: PiwPaths) -> Self {
         let mut config = Self::new(paths);
         let num = |name: &str| {
@@ -83,6 +84,8 @@ impl HostConfig {
                 suffix: ".workflow.json".into(),
                 program,
                 args: Vec::new(),
+                // A Rust worker starts in about a millisecond: nothing to gain.
+                standby: false,
             });
         }
         for runtime in node_runtimes() {
@@ -99,6 +102,9 @@ impl HostConfig {
         }
         if let Some(ms) = num("PIW_LEASE_MS") {
             config.store.lease_ms = i64::try_from(ms.max(100)).unwrap_or(i64::MAX);
+        }
+        if let Some(n) = num("PIW_STANDBY_WORKERS") {
+            config.children.standby_workers = usize::try_from(n).unwrap_or(usize::MAX);
         }
         config.children.cpu_seconds = num("PIW_CHILD_CPU_SECONDS");
         config.children.memory_bytes = num("PIW_CHILD_MEMORY_BYTES");
@@ -142,6 +148,8 @@ fn node_runtimes() -> Vec<children::Runtime> {
             suffix: (*suffix).to_owned(),
             program: node.clone(),
             args: vec![script.display().to_string()],
+            // A Node start costs tens of milliseconds: keep workers waiting.
+            standby: true,
         })
         .collect()
 }

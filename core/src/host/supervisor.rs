@@ -1,8 +1,13 @@
 //! The supervisor task: owns the child processes. It launches what the store thread asks
 //! for, reports starts and exits back, and stops process groups on request. It decides
 //! nothing about runs.
+//!
+//! It also keeps the standby pools: for runtimes that start slowly (Node), a few workers are
+//! started ahead of time, load their runtime, and wait on stdin. A launch takes one and hands
+//! it the run's envelope; the pool refills in the background. A standby worker serves exactly
+//! the one run whose envelope it receives, so isolation stays one run per process.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -10,7 +15,19 @@ use tokio::sync::mpsc;
 use super::children::ChildReport;
 use super::store_thread::StoreMsg;
 use crate::store::ChildExitRecord;
-use crate::supervise::{self, SpawnSpec};
+use crate::supervise::{self, SpawnSpec, StdinHandoff, Supervised};
+
+/// Pre-started workers for one runtime.
+#[derive(Debug, Clone)]
+pub struct StandbyPool {
+    /// Identifies the pool (the runtime's command line); launches with the same key share it.
+    pub key: String,
+    /// How many workers to keep waiting.
+    pub size: usize,
+    /// How to start one: the runtime's command without a workflow file, in a neutral
+    /// directory (the worker moves to the run's project directory when it gets its envelope).
+    pub template: SpawnSpec,
+}
 
 /// What the store thread asks of the supervisor.
 #[derive(Debug)]
@@ -20,6 +37,8 @@ pub enum SupervisorCmd {
         generation: u64,
         child_epoch: i64,
         spec: SpawnSpec,
+        /// Take a pre-started worker from this pool when one is waiting.
+        standby: Option<Box<StandbyPool>>,
     },
     Stop {
         run_id: String,
@@ -27,6 +46,56 @@ pub enum SupervisorCmd {
         grace: Duration,
     },
 }
+
+type Standby = (Supervised, StdinHandoff);
+
+/// The idle workers of every pool and how many are being started.
+#[derive(Default)]
+struct Pools {
+    idle: HashMap<String, VecDeque<Standby>>,
+    starting: HashMap<String, usize>,
+}
+
+impl Pools {
+    /// A waiting worker of `key` that is still alive.
+    fn take(&mut self, key: &str) -> Option<Standby> {
+        let idle = self.idle.get_mut(key)?;
+        while let Some((mut child, handoff)) = idle.pop_front() {
+            if child.try_exit().is_none() {
+                return Some((child, handoff));
+            }
+        }
+        None
+    }
+
+    /// Starts workers until `pool` has its size (idle plus starting).
+    fn refill(
+        &mut self,
+        pool: &StandbyPool,
+        ready: &mpsc::UnboundedSender<(String, StandbyResult)>,
+    ) {
+        let idle = self.idle.get(&pool.key).map_or(0, VecDeque::len);
+        let starting = self.starting.entry(pool.key.clone()).or_insert(0);
+        for _ in (idle + *starting)..pool.size {
+            *starting += 1;
+            let (key, template, ready) = (pool.key.clone(), pool.template.clone(), ready.clone());
+            tokio::spawn(async move {
+                let _ = ready.send((key, supervise::spawn_standby(template).await));
+            });
+        }
+    }
+
+    /// Stops every idle worker: its stdin closes (it exits on its own) and its group is
+    /// signalled in case it is still loading.
+    fn clear(&mut self, grace: Duration) {
+        for (child, handoff) in self.idle.drain().flat_map(|(_, q)| q) {
+            drop(handoff);
+            child.terminate(grace);
+        }
+    }
+}
+
+type StandbyResult = Result<Standby, supervise::SuperviseError>;
 
 /// Runs until the command channel closes, then stops every child it still has.
 pub async fn run(
@@ -36,7 +105,27 @@ pub async fn run(
 ) {
     let mut stops: HashMap<(String, u64), mpsc::UnboundedSender<Duration>> = HashMap::new();
     let mut tasks = tokio::task::JoinSet::new();
-    while let Some(cmd) = commands.recv().await {
+    let mut pools = Pools::default();
+    let (ready_tx, mut ready_rx) = mpsc::unbounded_channel::<(String, StandbyResult)>();
+    loop {
+        let cmd = tokio::select! {
+            cmd = commands.recv() => match cmd {
+                Some(cmd) => cmd,
+                None => break,
+            },
+            Some((key, started)) = ready_rx.recv() => {
+                if let Some(n) = pools.starting.get_mut(&key) {
+                    *n = n.saturating_sub(1);
+                }
+                match started {
+                    Ok(standby) => pools.idle.entry(key).or_default().push_back(standby),
+                    // Not retried here: the next launch of this runtime starts cold and asks
+                    // for a refill again, so a broken runtime cannot make us spin.
+                    Err(e) => tracing::warn!(pool = %key, error = %e, "cannot start a standby worker"),
+                }
+                continue;
+            }
+        };
         stops.retain(|_, tx| !tx.is_closed());
         match cmd {
             SupervisorCmd::Launch {
@@ -44,14 +133,27 @@ pub async fn run(
                 generation,
                 child_epoch,
                 spec,
+                standby,
             } => {
                 let (tx, rx) = mpsc::unbounded_channel();
                 stops.insert((run_id.clone(), generation), tx);
+                let mut source = ChildSource::Spawn(spec);
+                if let Some(pool) = &standby {
+                    if let (Some((child, handoff)), ChildSource::Spawn(spec)) =
+                        (pools.take(&pool.key), &source)
+                    {
+                        if handoff.hand_over(spec.stdin_payload.clone()) {
+                            tracing::debug!(%run_id, pid = child.pid(), "took a standby worker");
+                            source = ChildSource::Standby(child);
+                        }
+                    }
+                    pools.refill(pool, &ready_tx);
+                }
                 tasks.spawn(watch_child(
                     run_id,
                     generation,
                     child_epoch,
-                    spec,
+                    source,
                     rx,
                     reports.clone(),
                 ));
@@ -67,23 +169,36 @@ pub async fn run(
             }
         }
     }
-    // The host is stopping: stop every child's group, then wait for their exits to be reported.
+    // The host is stopping: stop the standby workers and every child's group, then wait for
+    // the children's exits to be reported.
+    pools.clear(stop_grace);
     for tx in stops.values() {
         let _ = tx.send(stop_grace);
     }
     while tasks.join_next().await.is_some() {}
 }
 
+/// Where a run's child comes from.
+enum ChildSource {
+    /// Start it now.
+    Spawn(SpawnSpec),
+    /// A standby worker that already has the run's envelope.
+    Standby(Supervised),
+}
+
 async fn watch_child(
     run_id: String,
     generation: u64,
     child_epoch: i64,
-    spec: SpawnSpec,
+    source: ChildSource,
     mut stop: mpsc::UnboundedReceiver<Duration>,
     reports: std::sync::mpsc::Sender<StoreMsg>,
 ) {
-    let program = spec.program.display().to_string();
-    let mut child = match supervise::spawn(spec).await {
+    let spawned = match source {
+        ChildSource::Spawn(spec) => supervise::spawn(spec).await,
+        ChildSource::Standby(child) => Ok(child),
+    };
+    let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(%run_id, error = %e, "cannot launch the child");
@@ -107,7 +222,7 @@ async fn watch_child(
         pid: child.pid(),
         start_time: child.start_time(),
     }));
-    tracing::debug!(%run_id, generation, pid = child.pid(), %program, "child started");
+    tracing::debug!(%run_id, generation, pid = child.pid(), program = %child.program().display(), "child started");
     let killer = child.killer();
     let mut reason = "exited";
     let exit = loop {

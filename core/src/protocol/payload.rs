@@ -201,6 +201,12 @@ pub struct WorkerHello {
     /// file. Stored at the first activation; compared on every later one.
     #[serde(default)]
     pub mounted_sources: Option<Value>,
+    /// When true and the run resumes `fresh` in `run` mode, the host also opens the attempt of
+    /// the node the child starts with, in the same transaction: the reply's `resume` then
+    /// carries that `node_id`, its `attempt_id` and `deadline_at`, and the child skips
+    /// `worker.node_started`. One commit less per activation. Absent means false.
+    #[serde(default)]
+    pub start_node: bool,
 }
 
 impl fmt::Debug for WorkerHello {
@@ -210,6 +216,7 @@ impl fmt::Debug for WorkerHello {
             .field("pid", &self.pid)
             .field("definition", &self.definition.is_some())
             .field("mounted_sources", &self.mounted_sources)
+            .field("start_node", &self.start_node)
             .finish()
     }
 }

@@ -321,6 +321,35 @@ struct RawStatus {
 /// Cancel-safe: dropping the future before it completes never leaves an unsupervised child
 /// behind (a child already started is killed and reaped).
 pub async fn spawn(spec: SpawnSpec) -> Result<Supervised, SuperviseError> {
+    spawn_with(spec, None).await
+}
+
+/// The stdin of a child started by [`spawn_standby`]: hand it the payload (the launch
+/// envelope) when the child gets its work. Dropping it closes stdin empty.
+#[derive(Debug)]
+pub struct StdinHandoff(oneshot::Sender<Vec<u8>>);
+
+impl StdinHandoff {
+    /// Writes `payload` to the child's stdin and closes it. `false` when the child is already
+    /// gone (its stdin task ended).
+    pub fn hand_over(self, payload: Vec<u8>) -> bool {
+        self.0.send(payload).is_ok()
+    }
+}
+
+/// Like [`spawn`], but the child's stdin stays open and empty until the returned
+/// [`StdinHandoff`] delivers its payload: for pre-started workers that load their runtime
+/// before they know which run they will serve. `spec.stdin_payload` is ignored.
+pub async fn spawn_standby(spec: SpawnSpec) -> Result<(Supervised, StdinHandoff), SuperviseError> {
+    let (tx, rx) = oneshot::channel();
+    let child = spawn_with(spec, Some(rx)).await?;
+    Ok((child, StdinHandoff(tx)))
+}
+
+async fn spawn_with(
+    spec: SpawnSpec,
+    later: Option<oneshot::Receiver<Vec<u8>>>,
+) -> Result<Supervised, SuperviseError> {
     let program = spec.program.clone();
     let io_err = |what: &'static str| {
         let program = program.clone();
@@ -432,7 +461,14 @@ pub async fn spawn(spec: SpawnSpec) -> Result<Supervised, SuperviseError> {
     let err_tail = Arc::new(Mutex::new(Tail::new(spec.tail_bytes)));
     let out_task = runtime.spawn(drain(stdout, Arc::clone(&out_tail)));
     let err_task = runtime.spawn(drain(stderr, Arc::clone(&err_tail)));
-    let stdin_task = runtime.spawn(feed(stdin, spec.stdin_payload, pid));
+    let stdin_task = runtime.spawn(async move {
+        let payload = match later {
+            None => spec.stdin_payload,
+            // A standby child waits here; a dropped handoff closes its stdin empty.
+            Some(rx) => rx.await.unwrap_or_default(),
+        };
+        feed(stdin, payload, pid).await
+    });
     let (exit_tx, exit_rx) = oneshot::channel();
     runtime.spawn(finish(Finish {
         status_rx,

@@ -76,7 +76,7 @@ fn run() -> Result<(), WorkerError> {
         .map_err(|e| WorkerError::Envelope(format!("fixture graph: {e}")))?;
     let behaviors = fixture["behaviors"].clone();
     let mut w = Worker::connect(env)?;
-    let hello = w.hello(Some(graph_value), &mounts)?;
+    let hello = w.hello_and_start(Some(graph_value), &mounts)?;
     if hello.resume.get("stop").is_some() {
         return Ok(());
     }
@@ -116,7 +116,10 @@ fn run() -> Result<(), WorkerError> {
                 .as_str()
                 .map(str::to_owned)
                 .unwrap_or_else(|| graph.start.clone());
-            w.node_started(&node)?;
+            // The host opened the first attempt with the hello when it could.
+            if resume.get("attempt_id").is_none() {
+                w.node_started(&node)?;
+            }
         }
     }
     let mut last_output = hello.node_input.clone();

@@ -1,0 +1,160 @@
+// Benchmarks W1a, W1b and W2 of the Node addon (prints figures; asserts nothing).
+//
+//   node bench/workloads.mjs            (from node-binding/, after `npm run build`)
+//
+// Every workload runs against a real host at synchronous=FULL in a temp PIW_HOME, next to
+// floors measured in the same run: a bare SQLite commit (WAL, synchronous=FULL, through
+// node:sqlite in the same directory) and a bare `node -e 0` start.
+import { spawnSync } from 'node:child_process';
+import { appendFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { DatabaseSync } from 'node:sqlite';
+
+import { Client, findHostBin } from '../index.js';
+
+const pkgIndex = new URL('../index.js', import.meta.url).pathname;
+const hostBin = process.env.PIW_BIN ?? findHostBin();
+const dir = mkdtempSync(join(tmpdir(), 'piw-bench-'));
+const now = () => performance.timeOrigin + performance.now();
+const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+const p99 = (xs) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(xs.length * 0.99))];
+const fmt = (ms) => `${ms.toFixed(2)} ms`;
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+function bareCommitMs(n = 200) {
+  const db = new DatabaseSync(join(dir, 'floor.sqlite'));
+  db.exec('PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT)');
+  const insert = db.prepare('INSERT INTO t (v) VALUES (?)');
+  const times = [];
+  for (let i = 0; i < n; i++) {
+    const t = now();
+    insert.run(`value ${i}`);
+    times.push(now() - t);
+  }
+  db.close();
+  return median(times);
+}
+
+function bareNodeStartMs(n = 15) {
+  const times = [];
+  for (let i = 0; i < n; i++) {
+    const t = now();
+    spawnSync(process.execPath, ['-e', '0']);
+    times.push(now() - t);
+  }
+  return median(times);
+}
+
+async function host(name, env = {}) {
+  const home = join(dir, name);
+  const client = await Client.connect({ home, hostBin, hostEnv: { HOME: dir, ...env } });
+  return { home, client };
+}
+
+function workflow(name, body) {
+  const file = join(dir, `${name}.workflow.mjs`);
+  writeFileSync(file, `import * as piw from ${JSON.stringify(pkgIndex)};\n${body}\n`);
+  return file;
+}
+
+const twenty = workflow(
+  'twenty',
+  `const nodes = {};
+  const edges = [];
+  for (let i = 0; i < 20; i++) {
+    nodes['n' + i] = piw.compute((input) => ({ step: i, total: (input?.total ?? 0) + i }));
+    if (i > 0) edges.push(piw.to('n' + (i - 1), 'n' + i));
+  }
+  export default piw.defineWorkflow({ name: 'twenty', start: 'n0', nodes, edges });`,
+);
+
+const stamp = workflow(
+  'stamp',
+  `import { appendFileSync } from 'node:fs';
+  export default piw.defineWorkflow({ name: 'stamp', start: 'first', nodes: {
+    first: piw.compute((input) => {
+      appendFileSync(input.file, String(performance.timeOrigin + performance.now()) + '\\n');
+      return { ok: true };
+    }),
+  } });`,
+);
+
+async function runOnce(client, file, input) {
+  const { run_id: runId } = await client.startRun(file, { input });
+  const run = await client.waitForRun(runId, { timeoutMs: 60_000 });
+  if (run.status !== 'completed') throw new Error(`run ${runId} ended ${run.status}: ${run.error}`);
+  return run;
+}
+
+/** Start call to first node body, `n` times, one after another. */
+async function activation(client, label, n, settleMs) {
+  const file = join(dir, `${label}.stamps`);
+  writeFileSync(file, '');
+  const starts = [];
+  for (let i = 0; i < n; i++) {
+    await sleep(settleMs); // let a standby pool refill between activations
+    starts.push(now());
+    await runOnce(client, stamp, { file });
+  }
+  const stamps = readFileSync(file, 'utf8').split('\n').filter(Boolean).map(Number);
+  return stamps.map((t, i) => t - starts[i]);
+}
+
+try {
+  const commit = bareCommitMs();
+  const nodeStart = bareNodeStartMs();
+  console.log('floors');
+  console.log(`  bare SQLite commit (WAL, synchronous=FULL)  p50 ${fmt(commit)}`);
+  console.log(`  bare \`node -e 0\` start                       p50 ${fmt(nodeStart)}`);
+
+  const warm = await host('warm');
+  for (let i = 0; i < 3; i++) await runOnce(warm.client, twenty, { total: 0 }); // warm-up
+
+  const w1a = [];
+  for (let i = 0; i < 9; i++) {
+    await sleep(150);
+    const t = now();
+    await runOnce(warm.client, twenty, { total: 0 });
+    w1a.push(now() - t);
+  }
+  console.log('W1a: one run of 20 compute nodes, start call to awaited result (9 runs)');
+  console.log(`  p50 ${fmt(median(w1a))}   min ${fmt(Math.min(...w1a))}   max ${fmt(Math.max(...w1a))}   target <= 15 ms`);
+  console.log(`  = ${(median(w1a) / commit).toFixed(1)} bare commits; 20 nodes need >= 21 commits at one per transition`);
+
+  await sleep(300);
+  const t0 = now();
+  const started = await Promise.all(
+    Array.from({ length: 50 }, () => warm.client.startRun(twenty, { input: { total: 0 } })),
+  );
+  const runs = await Promise.all(started.map((s) => warm.client.waitForRun(s.run_id, { timeoutMs: 120_000 })));
+  const w1b = now() - t0;
+  const failed = runs.filter((r) => r.status !== 'completed').length;
+  console.log('W1b: 50 such runs started at once');
+  console.log(
+    `  total ${fmt(w1b)}   ${((50 * 20) / (w1b / 1000)).toFixed(0)} steps/s   target >= 5000 steps/s` +
+      (failed ? `   (${failed} runs did not complete!)` : ''),
+  );
+  console.log(`  floor: 1000 bare commits one after another = ${fmt(1000 * commit)}`);
+
+  await activation(warm.client, 'warmup', 3, 150);
+  const w2 = await activation(warm.client, 'w2', 20, 150);
+  console.log('W2: start call to first node body running, standby workers (20 runs)');
+  console.log(`  p50 ${fmt(median(w2))}   p99 ${fmt(p99(w2))}   target <= 3 ms`);
+
+  const cold = await host('cold', { PIW_STANDBY_WORKERS: '0' });
+  await activation(cold.client, 'coldwarmup', 2, 0);
+  const c = await activation(cold.client, 'cold', 10, 0);
+  console.log('Cold activation (no standby workers), start call to first node body (10 runs)');
+  console.log(
+    `  p50 ${fmt(median(c))}   = ${(median(c) / nodeStart).toFixed(2)}x a bare node start   target <= 1.3x`,
+  );
+
+  for (const h of [warm, cold]) {
+    await h.client.request('host.stop').catch(() => {});
+    await h.client.close();
+  }
+} finally {
+  await sleep(300);
+  rmSync(dir, { recursive: true, force: true });
+}

@@ -1,0 +1,87 @@
+// Standby workers: Node workers started ahead of time that take exactly one run's envelope.
+import assert from 'node:assert/strict';
+import { mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { test } from 'node:test';
+
+import { alive, sleep, startHost, writeWorkflow } from './helpers.mjs';
+
+/** Pids of the live processes whose parent is `pid`. */
+function childrenOf(pid) {
+  const out = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      if (Number(fields[1]) === pid && fields[0] !== 'Z') out.push(Number(entry));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return out.sort();
+}
+
+async function until(what, f, ms = 10_000) {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = f();
+    if (v) return v;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await sleep(10);
+  }
+}
+
+const WHOAMI = `export default piw.defineWorkflow({ name: 'whoami', start: 'me',
+  nodes: { me: piw.compute(() => ({ pid: process.pid, cwd: process.cwd(), runId: process.env.PIW_RUN_ID })) } });`;
+
+test('a standby worker serves exactly one run, in its project directory, and the pool refills', async () => {
+  const host = await startHost({ PIW_STANDBY_WORKERS: '2' });
+  try {
+    const file = writeWorkflow(host.dir, 'whoami', WHOAMI);
+    const projectDir = join(host.dir, 'project');
+    mkdirSync(projectDir);
+    const c = host.client;
+    assert.deepEqual(childrenOf(host.pid), [], 'no standby worker before the first Node run');
+    const run = async () => {
+      const { run_id: runId } = await c.startRun(file, { projectDir });
+      const r = await c.waitForRun(runId, { timeoutMs: 20_000 });
+      assert.equal(r.status, 'completed', r.error);
+      assert.equal(r.result.runId, runId);
+      assert.equal(r.result.cwd, projectDir);
+      return r.result.pid;
+    };
+    const cold = await run();
+    const standby = await until('two standby workers', () => {
+      const kids = childrenOf(host.pid).filter((p) => p !== cold);
+      return kids.length === 2 ? kids : null;
+    });
+    const served = [];
+    for (let i = 0; i < 4; i++) {
+      served.push(await run());
+      // Let the pool refill before the next activation.
+      await until('the pool to refill', () => childrenOf(host.pid).filter((p) => !served.includes(p)).length >= 2);
+    }
+    assert.ok(standby.includes(served[0]), `run served by a standby worker ${served[0]} of ${standby}`);
+    assert.equal(new Set([cold, ...served]).size, 5, 'every run had its own process');
+    const waiting = childrenOf(host.pid).filter((p) => !served.includes(p) && p !== cold);
+    assert.equal(waiting.length, 2);
+    await host.stop();
+    for (const pid of waiting) await until(`standby worker ${pid} to exit`, () => !alive(pid));
+  } finally {
+    await host.stop();
+  }
+});
+
+test('PIW_STANDBY_WORKERS=0 starts no standby worker', async () => {
+  const host = await startHost({ PIW_STANDBY_WORKERS: '0' });
+  try {
+    const file = writeWorkflow(host.dir, 'whoami', WHOAMI);
+    const { run_id: runId } = await host.client.startRun(file);
+    assert.equal((await host.client.waitForRun(runId, { timeoutMs: 20_000 })).status, 'completed');
+    await sleep(300);
+    assert.deepEqual(childrenOf(host.pid), []);
+  } finally {
+    await host.stop();
+  }
+});
