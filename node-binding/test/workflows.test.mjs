@@ -124,7 +124,7 @@ test('a changed mounted source stops the resumed run for review before any modul
   await c.answerCheckpoint(runId, decisions[0].decision_id, 'yes');
   const run = await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
   assert.equal(run.status, 'review');
-  assert.match(run.error ?? JSON.stringify(run), /source_changed/);
+  assert.match(run.review_reason, /source_changed/);
   assert.equal(existsSync(marker), false, 'no module code ran in the resumed child');
 });
 
