@@ -78,19 +78,23 @@ pub enum WorkerError {
     /// The host refused a proposal that disagrees with the run's graph and failed the run.
     #[error("the host refused the proposal: {0}")]
     Refused(String),
+    /// Reporting deferred steps parked the run (a pause was requested): the worker is done.
+    #[error("the run parked at its last boundary")]
+    Parked,
 }
 
 impl WorkerError {
     /// The run moved on without this child (new generation, lost claim, host stopping): stop
     /// quietly, write nothing, report nothing as a failure.
     pub fn is_stale(&self) -> bool {
-        matches!(
-            self,
-            WorkerError::Client(e) if matches!(
-                e.code(),
-                Some(RejectionCode::StaleGeneration | RejectionCode::ClaimLost | RejectionCode::HostShuttingDown)
-            ) || matches!(e, ClientError::Disconnected)
-        )
+        matches!(self, WorkerError::Parked)
+            || matches!(
+                self,
+                WorkerError::Client(e) if matches!(
+                    e.code(),
+                    Some(RejectionCode::StaleGeneration | RejectionCode::ClaimLost | RejectionCode::HostShuttingDown)
+                ) || matches!(e, ClientError::Disconnected)
+            )
     }
 }
 
@@ -189,8 +193,11 @@ pub struct Worker {
     client: BlockingClient,
     env: LaunchEnvelope,
     seq: u64,
+    /// The attempt the host has open, and its node.
     attempt_id: Option<String>,
     node_id: Option<String>,
+    /// Steps taken since then and not yet reported ([`Worker::defer_transition`]).
+    deferred: Vec<payload::EarlierStep>,
 }
 
 impl Worker {
@@ -205,6 +212,7 @@ impl Worker {
             seq: 0,
             attempt_id: None,
             node_id: None,
+            deferred: Vec::new(),
         })
     }
 
@@ -233,6 +241,15 @@ impl Worker {
             r = r.with_attempt_id(a);
         }
         r
+    }
+
+    /// Operations on the current node need its attempt open on the host.
+    fn flush_for_node_operation(&mut self) -> Result<(), WorkerError> {
+        if self.flush()? {
+            // The run parked at the flushed boundary: this worker is done with it.
+            return Err(WorkerError::Parked);
+        }
+        Ok(())
     }
 
     fn call(&mut self, body: RequestBody) -> Result<Receipt, WorkerError> {
@@ -302,15 +319,43 @@ impl Worker {
         Ok(a)
     }
 
-    /// Proposes the current attempt's outcome and the next node.
+    /// Records, without telling the host yet, that the current node ended with `outcome` and
+    /// the worker moves on to `next_node`, which must be a `compute` node without a timeout
+    /// (the host refuses others). The next [`Worker::transition`] or [`Worker::complete`]
+    /// carries the deferred steps; any other node operation sends them first. Until then the
+    /// host knows neither step: if the worker dies, those pure nodes rerun.
+    pub fn defer_transition(&mut self, outcome: payload::AttemptOutcome, next_node: &str) {
+        self.deferred.push(payload::EarlierStep {
+            outcome,
+            next_node: next_node.to_owned(),
+        });
+    }
+
+    /// How many steps are deferred.
+    pub fn deferred_steps(&self) -> usize {
+        self.deferred.len()
+    }
+
+    /// Reports deferred steps now, opening the last deferred node's attempt. Returns whether
+    /// the run parked (exit then).
+    pub fn flush(&mut self) -> Result<bool, WorkerError> {
+        let Some(last) = self.deferred.pop() else {
+            return Ok(false);
+        };
+        Ok(self.transition(last.outcome, &last.next_node)?.parked)
+    }
+
+    /// Proposes the current attempt's outcome and the next node (after any deferred steps).
     pub fn transition(
         &mut self,
         outcome: payload::AttemptOutcome,
         next_node: &str,
     ) -> Result<TransitionReply, WorkerError> {
+        let earlier = std::mem::take(&mut self.deferred);
         let r = self.call(RequestBody::WorkerTransition(payload::WorkerTransition {
             outcome,
             next_node: next_node.to_owned(),
+            earlier,
         }))?;
         let next = str_field(&r.body, "attempt_id")?;
         self.node_id = Some(next_node.to_owned());
@@ -327,14 +372,17 @@ impl Worker {
         outcome: payload::AttemptOutcome,
         result: Value,
     ) -> Result<Receipt, WorkerError> {
+        let earlier = std::mem::take(&mut self.deferred);
         self.call(RequestBody::WorkerComplete(payload::WorkerComplete {
             outcome,
             result,
+            earlier,
         }))
     }
 
     /// Ends the run as failed (or stops it for review).
     pub fn fail(&mut self, error: &str, review: bool) -> Result<Receipt, WorkerError> {
+        self.flush_for_node_operation()?;
         self.call(RequestBody::WorkerFail(payload::WorkerFail {
             error: error.to_owned(),
             review,
@@ -347,6 +395,7 @@ impl Worker {
         kind: payload::DecisionKind,
         request: Value,
     ) -> Result<String, WorkerError> {
+        self.flush_for_node_operation()?;
         let r = self.call(RequestBody::WorkerWait(payload::WorkerWait {
             decision_kind: kind,
             request,
@@ -360,6 +409,7 @@ impl Worker {
         kind: payload::InteractionKind,
         request: Value,
     ) -> Result<String, WorkerError> {
+        self.flush_for_node_operation()?;
         let r = self.call(RequestBody::WorkerInteractionRequest(
             payload::WorkerInteractionRequest {
                 interaction_kind: kind,
@@ -372,6 +422,7 @@ impl Worker {
 
     /// Records a notify node's message.
     pub fn notify(&mut self, content: Value) -> Result<Receipt, WorkerError> {
+        self.flush_for_node_operation()?;
         self.call(RequestBody::WorkerNotify(payload::WorkerNotify { content }))
     }
 
@@ -390,6 +441,7 @@ impl Worker {
         fingerprint: &str,
         contract: payload::RetryContract,
     ) -> Result<crate::store::Reservation, WorkerError> {
+        self.flush_for_node_operation()?;
         let r = self.call(RequestBody::WorkerEffectReserve(
             payload::WorkerEffectReserve {
                 effect_key: key.to_owned(),
@@ -402,6 +454,7 @@ impl Worker {
 
     /// Marks a reserved effect as being applied (from now on a crash makes it uncertain).
     pub fn effect_applying(&mut self, effect_id: &str) -> Result<Receipt, WorkerError> {
+        self.flush_for_node_operation()?;
         self.call(RequestBody::WorkerEffectApplying(
             payload::WorkerEffectApplying {
                 effect_id: effect_id.to_owned(),
@@ -415,6 +468,7 @@ impl Worker {
         effect_id: &str,
         result: payload::EffectResult,
     ) -> Result<Receipt, WorkerError> {
+        self.flush_for_node_operation()?;
         self.call(RequestBody::WorkerEffectSettle(
             payload::WorkerEffectSettle {
                 effect_id: effect_id.to_owned(),
@@ -429,6 +483,7 @@ impl Worker {
         submission_id: &str,
         error: Option<String>,
     ) -> Result<Receipt, WorkerError> {
+        self.flush_for_node_operation()?;
         self.call(RequestBody::WorkerValidationResult(
             payload::WorkerValidationResult {
                 submission_id: submission_id.to_owned(),
@@ -440,6 +495,7 @@ impl Worker {
 
     /// Says goodbye before exiting.
     pub fn exit(&mut self, reason: &str) -> Result<Receipt, WorkerError> {
+        self.flush_for_node_operation()?;
         self.call(RequestBody::WorkerExit(payload::WorkerExit {
             reason: reason.to_owned(),
         }))

@@ -103,10 +103,15 @@ fn sample(kind: RequestKind) -> Request {
                 output: json!({"path": "b"}),
             },
             next_node: "node-b".into(),
+            earlier: vec![EarlierStep {
+                outcome: AttemptOutcome::Failed { error: "x".into() },
+                next_node: "node-a".into(),
+            }],
         }),
         RequestKind::WorkerComplete => RequestBody::WorkerComplete(WorkerComplete {
             outcome: AttemptOutcome::TimedOut,
             result: json!([1, 2, 3]),
+            earlier: Vec::new(),
         }),
         RequestKind::WorkerFail => RequestBody::WorkerFail(WorkerFail {
             error: "boom".into(),

@@ -107,7 +107,8 @@ fn main() {
     );
 
     let one = write_fixture(dir.path(), "one", &one_node_fixture());
-    let chain = write_fixture(dir.path(), "chain", &chain_fixture(CHAIN));
+    let chain = write_fixture(dir.path(), "chain", &chain_fixture(CHAIN, false));
+    let batched = write_fixture(dir.path(), "batched", &chain_fixture(CHAIN, true));
     let chain_result = chain_output(CHAIN);
 
     // 1. Floors.
@@ -144,6 +145,16 @@ fn main() {
         host.diagnose_clean();
         host.stop();
         burst
+    };
+    // The same chain with consecutive compute steps reported together (`batch_compute`).
+    let (single_batched, batched_burst) = {
+        let mut host = start_host(dir.path(), "batched", &[]);
+        let single = single_runs(&host, &batched, &chain_result);
+        let adjacent = floor.measure(warm_up, ADJACENT_FLOOR.min(measure_for));
+        let burst = burst(&host, &batched, &chain_result, "burst-batched", adjacent);
+        host.diagnose_clean();
+        host.stop();
+        (single, burst)
     };
     let commit_end = floor.measure(warm_up, measure_for);
 
@@ -274,6 +285,16 @@ fn main() {
         "-",
         "-"
     );
+    let batched_ms = ms(single_batched.median_us());
+    println!(
+        "{:<44} {:>5} {:>10.1} {:>9.0} {:>12} {:>10}",
+        format!("one run, steps batched, median of {SINGLE_REPS}"),
+        1,
+        batched_ms,
+        CHAIN as f64 / (batched_ms / 1000.0),
+        "-",
+        "-"
+    );
     for (label, b) in [
         (
             format!("{BURST} at once, {DEFAULT_SLOTS} slots (default)"),
@@ -282,6 +303,10 @@ fn main() {
         (
             format!("{BURST} at once, PIW_MAX_CHILDREN={WIDE_SLOTS}"),
             &wide,
+        ),
+        (
+            format!("{BURST} at once, default slots, steps batched"),
+            &batched_burst,
         ),
     ] {
         println!(
@@ -301,7 +326,11 @@ fn main() {
     );
     println!("  time: from the common start to the last run's completed event; nodes/s = runs x {CHAIN} / time");
     println!("  baseline: runs x {CHAIN} x the bare commit p50 measured right before the burst (one commit each, one after another); speed-up = baseline / time");
-    for (label, b) in [("default slots", &narrow), ("64 slots", &wide)] {
+    for (label, b) in [
+        ("default slots", &narrow),
+        ("64 slots", &wide),
+        ("steps batched", &batched_burst),
+    ] {
         println!(
             "  {label}: bare commit p50 {:.3} ms ({:.0}/s) before; per-run start->completed p50 {:.1} ms, max {:.1} ms; first run done at {:.1} ms; run.start receipts p50 {:.2} ms, p99 {:.2} ms",
             ms(b.bare.lat.p(0.50)),
@@ -333,12 +362,15 @@ fn main() {
         }
     };
     println!(
-        "  target: {BURST} runs >= {TARGET_SPEEDUP_64:.1}x faster than the sequential baseline: {:.2}x with default slots ({}); {:.2}x with {WIDE_SLOTS} slots ({})",
+        "  target: {BURST} runs >= {TARGET_SPEEDUP_64:.1}x faster than the sequential baseline: {:.2}x with default slots ({}); {:.2}x with {WIDE_SLOTS} slots ({}); {:.2}x with steps batched ({})",
         narrow.speedup(),
         verdict(narrow.speedup()),
         wide.speedup(),
-        verdict(wide.speedup())
+        verdict(wide.speedup()),
+        batched_burst.speedup(),
+        verdict(batched_burst.speedup())
     );
+    println!("  steps batched: the worker reports consecutive compute steps in one message (`earlier` steps of worker.transition / worker.complete), one commit for up to 64 nodes; the baseline stays one commit per node");
     println!("  checked: every run completed with the last node's output and {CHAIN} succeeded attempts in order; diagnose clean on every host");
     println!("  load average at the end: {}", support::load_average());
 
@@ -364,8 +396,9 @@ fn chain_output(n: usize) -> Value {
     json!({"step": n, "done": true})
 }
 
-/// `n01 → n02 → … → nNN`, each node returning `{"step": i}` (the last one `chain_output`).
-fn chain_fixture(n: usize) -> Value {
+/// `n01 → n02 → … → nNN`, each node returning `{"step": i}` (the last one `chain_output`);
+/// `batched` lets the worker report consecutive steps together.
+fn chain_fixture(n: usize, batched: bool) -> Value {
     let mut nodes = serde_json::Map::new();
     let mut behaviors = serde_json::Map::new();
     let mut edges = Vec::new();
@@ -383,7 +416,8 @@ fn chain_fixture(n: usize) -> Value {
     }
     json!({
         "graph": {"name": "chain", "start": node_name(1), "nodes": nodes, "edges": edges},
-        "behaviors": behaviors
+        "behaviors": behaviors,
+        "batch_compute": batched
     })
 }
 

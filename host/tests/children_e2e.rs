@@ -1119,3 +1119,142 @@ fn a_submission_committed_just_before_a_host_crash_is_validated_after_restart() 
     assert_eq!(store.submissions(interaction_id).unwrap().len(), 1);
     env.stop(host);
 }
+
+/// A child that reports several pure steps in one message (`earlier`), then tries to slip a
+/// node with a timeout, then (mode `misroute`) a step the graph does not allow.
+const CHAINING_CHILD: &str = r#"
+import json, os, socket, struct, sys, time
+env = json.loads(sys.stdin.read())
+mode, fixture = sys.argv[1], sys.argv[2]
+if os.path.exists(fixture + ".answer"):
+    # A later child of the same run (the first one exited): stay quiet until stopped.
+    time.sleep(3600)
+s = socket.socket(socket.AF_UNIX); s.connect(env["socket_path"])
+n = [0]
+def call(kind, payload, **fields):
+    n[0] += 1
+    req = {"schema": "piw.protocol.v1", "request_id": "chain-%d" % n[0], "kind": kind,
+           "run_id": env["run_id"], "generation": env["generation"], "payload": payload}
+    req.update(fields)
+    body = json.dumps(req).encode()
+    s.sendall(struct.pack(">I", len(body)) + body)
+    head = s.recv(4); size = struct.unpack(">I", head)[0]; data = b""
+    while len(data) < size: data += s.recv(size - len(data))
+    return json.loads(data)
+ok = lambda v: {"status": "succeeded", "output": {"v": v}}
+graph = json.load(open(env["source_root"]))["graph"]
+r = call("worker.hello", {"child_token": env["child_token"], "pid": 1, "definition": graph,
+                          "mounted_sources": {}, "start_node": True})
+attempt = r["receipt"]["body"]["resume"]["attempt_id"]
+answers = []
+if mode == "misroute":
+    answers.append(call("worker.transition", {"outcome": ok(1), "next_node": "z",
+                        "earlier": [{"outcome": ok(0), "next_node": "y"}]}, node_id="a", attempt_id=attempt))
+else:
+    r = call("worker.transition", {"outcome": ok(2), "next_node": "z",
+             "earlier": [{"outcome": ok(0), "next_node": "x"}, {"outcome": ok(1), "next_node": "y"}]},
+             node_id="a", attempt_id=attempt)
+    answers.append(r)
+    z = r["receipt"]["body"]["attempt_id"]
+    answers.append(call("worker.transition", {"outcome": ok(4), "next_node": "done",
+                        "earlier": [{"outcome": ok(3), "next_node": "t"}]}, node_id="z", attempt_id=z))
+open(fixture + ".answer.tmp", "w").write(json.dumps(answers))
+os.rename(fixture + ".answer.tmp", fixture + ".answer")
+time.sleep(3600)
+"#;
+
+fn chaining_env(mode: &str) -> (Env, HostProc, String, Vec<Value>) {
+    let mut env = Env::new(&[]);
+    let script = env.path("chain.py");
+    std::fs::write(&script, CHAINING_CHILD).unwrap();
+    env.extra.push((
+        "PIW_RUNTIMES".into(),
+        format!(
+            ".workflow.json=/usr/bin/env python3 {} {mode}",
+            script.display()
+        ),
+    ));
+    let host = env.serve(None);
+    let file = env.fixture(
+        "chain",
+        json!({
+            "graph": {"name": "chain", "start": "a",
+                      "nodes": {"a": {"kind": "compute"}, "x": {"kind": "compute"},
+                                "y": {"kind": "compute"}, "z": {"kind": "compute"},
+                                "t": {"kind": "compute", "timeout_ms": 60000},
+                                "done": {"kind": "compute"}},
+                      "edges": [{"from": "a", "to": "x"}, {"from": "x", "to": "y"},
+                                {"from": "y", "to": "z"}, {"from": "z", "to": "t"},
+                                {"from": "t", "to": "done"}]},
+            "behaviors": {}
+        }),
+    );
+    let run_id = env.start(&file, json!({}));
+    let answer = PathBuf::from(format!("{file}.answer"));
+    let start = Instant::now();
+    while !answer.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the chaining child never finished ({mode})"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let answers: Vec<Value> = serde_json::from_slice(&std::fs::read(&answer).unwrap()).unwrap();
+    (env, host, run_id, answers)
+}
+
+#[test]
+fn pure_steps_reported_together_are_checked_and_recorded_one_by_one() {
+    let (env, host, run_id, answers) = chaining_env("chain");
+    // a -> x -> y reported as earlier steps, y -> z as the step itself: one message.
+    assert_eq!(answers[0]["ok"], json!(true), "{answers:#?}");
+    // An unreported step into `t`, which has a timeout, is refused and changes nothing.
+    assert_eq!(answers[1]["ok"], json!(false), "{answers:#?}");
+    assert_eq!(answers[1]["rejection"]["code"], json!("malformed"));
+    let s = env.status(&run_id);
+    let attempts: Vec<(String, String, Value)> = s["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["status"] != json!("interrupted"))
+        .map(|a| {
+            (
+                a["node_id"].as_str().unwrap().to_owned(),
+                a["status"].as_str().unwrap().to_owned(),
+                a["output"].clone(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String, Value)> = vec![
+        ("a".into(), "succeeded".into(), json!({"v": 0})),
+        ("x".into(), "succeeded".into(), json!({"v": 1})),
+        ("y".into(), "succeeded".into(), json!({"v": 2})),
+    ];
+    assert_eq!(&attempts[..3], &expected[..], "{s:#}");
+    assert_eq!(attempts[3].0, "z", "{s:#}");
+    // Each step has its own event, in order, without gaps.
+    let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
+    let events = store.events(&run_id, 0).unwrap();
+    let transitions = events.iter().filter(|e| e.kind == "transitioned").count();
+    assert!(transitions >= 3, "{events:#?}");
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+    env.stop(host);
+}
+
+#[test]
+fn an_unreported_step_the_graph_does_not_allow_fails_the_run() {
+    let (env, host, run_id, answers) = chaining_env("misroute");
+    assert_eq!(answers[0]["ok"], json!(true), "{answers:#?}");
+    let refused = answers[0]["receipt"]["body"]["refused"].as_str().unwrap();
+    assert!(refused.contains("transition refused"), "{refused}");
+    let s = env.wait_for(&run_id, &["failed"], Duration::from_secs(20));
+    assert!(
+        s["run"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("transition refused"),
+        "{s:#}"
+    );
+    env.stop(host);
+}

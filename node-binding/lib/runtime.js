@@ -34,6 +34,11 @@ function wrap(worker) {
   });
 }
 
+/** At most this many steps are reported together. */
+const MAX_DEFERRED = 64;
+/** Deferred steps are reported at the latest this long after the first of them. */
+const DEFER_WINDOW_MS = 20;
+
 const message = (e) => (e instanceof Error ? e.message : String(e));
 const json = (v) => (v === undefined ? null : v);
 
@@ -173,6 +178,13 @@ async function drive(w) {
       if (resume.attempt_id === undefined) w.nodeStarted(nodeId);
   }
   let attemptId = resume.attempt_id;
+  // Consecutive pure steps are reported together (one commit for many nodes): a step into a
+  // compute node without a timeout, from a node without a timeout, is deferred, up to
+  // MAX_DEFERRED steps or DEFER_WINDOW_MS after the first. If this child dies meanwhile, those
+  // pure nodes rerun from the last committed boundary.
+  const nodesOf = workflow.graph.nodes;
+  const pure = (id) => nodesOf[id]?.kind === 'compute' && nodesOf[id]?.timeout_ms === undefined;
+  let deferredSince = 0;
   for (;;) {
     let outcome = carried;
     carried = null;
@@ -193,6 +205,18 @@ async function drive(w) {
     if (outcome.status === 'succeeded') input = outcome.output;
     const route = w.route(nodeId, outcome);
     if (route.next !== undefined) {
+      const deferrable =
+        nodesOf[nodeId]?.timeout_ms === undefined &&
+        pure(route.next) &&
+        w.deferredSteps < MAX_DEFERRED &&
+        (w.deferredSteps === 0 || performance.now() - deferredSince < DEFER_WINDOW_MS);
+      if (deferrable) {
+        if (w.deferredSteps === 0) deferredSince = performance.now();
+        w.deferTransition(outcome, route.next);
+        nodeId = route.next;
+        attemptId = undefined;
+        continue;
+      }
       const reply = w.transition(outcome, route.next);
       if (reply.parked) return;
       nodeId = route.next;

@@ -38,6 +38,7 @@ fn worker_error(e: WorkerError) -> napi::Error {
         WorkerError::Client(c) => c.code_str(),
         WorkerError::Reply(_) => "protocol",
         WorkerError::Refused(_) => "refused",
+        WorkerError::Parked => "stale",
     };
     js_error(code, e.to_string())
 }
@@ -148,6 +149,24 @@ impl Worker {
             .transition(outcome, &next_node)
             .map_err(worker_error)?;
         Ok(json!({ "attemptId": r.next_attempt_id, "parked": r.parked }))
+    }
+
+    /// Records a step without telling the host yet (see `piw_core::worker::Worker::
+    /// defer_transition`): `nextNode` must be a compute node without a timeout. The next
+    /// `transition` or `complete` carries it; other node operations report it first.
+    #[napi]
+    pub fn defer_transition(&mut self, outcome: Value, next_node: String) -> Result<()> {
+        let outcome: AttemptOutcome = parse("outcome", outcome)?;
+        self.session()?.defer_transition(outcome, &next_node);
+        Ok(())
+    }
+
+    /// How many steps are deferred.
+    #[napi(getter)]
+    pub fn deferred_steps(&self) -> u32 {
+        self.session
+            .as_ref()
+            .map_or(0, |s| u32::try_from(s.deferred_steps()).unwrap_or(u32::MAX))
     }
 
     /// The run finishes with `result`.

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use super::dispatch::HostState;
 use super::supervisor::{StandbyPool, SupervisorCmd};
-use crate::graph::{Graph, Outcome, Route};
+use crate::graph::{Graph, NodeKind, Outcome, Route};
 use crate::ids::ClaimToken;
 use crate::protocol::{payload, Request, RequestBody};
 use crate::store::{
@@ -399,9 +399,14 @@ pub fn apply_worker(
             json!({ "attempt_id": attempt_id, "deadline_at": deadline })
         }
         RequestBody::WorkerTransition(t) => {
-            let (attempt_id, from) = current_step(w, run_id, req)?;
-            let outcome = store_outcome(&t.outcome);
             let graph = graph_of(w, state, run_id)?;
+            let current = current_step(w, run_id, req)?;
+            let (attempt_id, from) =
+                match apply_earlier_steps(w, &claim, &graph, current, &t.earlier)? {
+                    Ok(step) => step,
+                    Err(refused) => return Ok(refused),
+                };
+            let outcome = store_outcome(&t.outcome);
             if let Some(refused) = check_route(
                 w,
                 &claim,
@@ -430,9 +435,14 @@ pub fn apply_worker(
             json!({ "attempt_id": done.next_attempt_id, "parked": parked, "deadline_at": deadline })
         }
         RequestBody::WorkerComplete(c) => {
-            let (attempt_id, from) = current_step(w, run_id, req)?;
-            let outcome = store_outcome(&c.outcome);
             let graph = graph_of(w, state, run_id)?;
+            let current = current_step(w, run_id, req)?;
+            let (attempt_id, from) =
+                match apply_earlier_steps(w, &claim, &graph, current, &c.earlier)? {
+                    Ok(step) => step,
+                    Err(refused) => return Ok(refused),
+                };
+            let outcome = store_outcome(&c.outcome);
             if let Some(refused) =
                 check_route(w, &claim, &graph, &from, &attempt_id, &outcome, None)?
             {
@@ -646,6 +656,66 @@ fn current_step(
         )));
     }
     Ok((attempt_id, node))
+}
+
+/// Applies the steps a worker took before the one its message reports (see
+/// [`payload::EarlierStep`]): each closes the open attempt and opens the next node's, checked
+/// against the graph like any transition. Returns the attempt then open and its node, or the
+/// refusal body when a step disagrees with the graph (the run has failed then).
+fn apply_earlier_steps(
+    w: &mut WriteTx<'_>,
+    claim: &Claim,
+    graph: &Graph,
+    current: (String, String),
+    steps: &[payload::EarlierStep],
+) -> Result<Result<(String, String), Value>, StoreError> {
+    if steps.len() > payload::MAX_EARLIER_STEPS {
+        return Err(invalid_input(format!(
+            "{} earlier steps; at most {} per message",
+            steps.len(),
+            payload::MAX_EARLIER_STEPS
+        )));
+    }
+    // Only pure nodes without a deadline may run unreported: the host enforces deadlines only
+    // on attempts it knows, and only pure work may be lost and rerun.
+    for step in steps {
+        let unreported_ok = graph
+            .node(&step.next_node)
+            .is_some_and(|n| n.kind == NodeKind::Compute && n.timeout_ms.is_none());
+        if !unreported_ok {
+            return Err(invalid_input(format!(
+                "earlier step into {}: only compute nodes without a timeout may run unreported",
+                step.next_node
+            )));
+        }
+    }
+    let (mut attempt_id, mut from) = current;
+    for step in steps {
+        let outcome = store_outcome(&step.outcome);
+        if let Some(refused) = check_route(
+            w,
+            claim,
+            graph,
+            &from,
+            &attempt_id,
+            &outcome,
+            Some(&step.next_node),
+        )? {
+            return Ok(Err(refused));
+        }
+        let done = w.transition(
+            claim,
+            &TransitionRequest {
+                attempt_id,
+                outcome,
+                next_node: step.next_node.clone(),
+                next_deadline_at: None,
+            },
+        )?;
+        attempt_id = done.next_attempt_id;
+        from = step.next_node.clone();
+    }
+    Ok(Ok((attempt_id, from)))
 }
 
 fn graph_of(w: &WriteTx<'_>, state: &mut HostState, run_id: &str) -> Result<Graph, StoreError> {

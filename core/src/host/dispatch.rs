@@ -196,8 +196,19 @@ pub fn apply_command(
                 .reason
                 .clone()
                 .unwrap_or_else(|| "cancelled by request".into());
-            let summary = match state.claims.get(run_id) {
-                Some(claim) => w.cancel(run_id, Fence::Claim(claim), &reason)?,
+            // The claim this host holds, if the store still agrees: a child's message earlier
+            // in the same batch may have released it (the run parked or waits), and the cache
+            // is only updated after the commit. A refused fence writes nothing.
+            let held = match state.claims.get(run_id) {
+                Some(claim) => match w.cancel(run_id, Fence::Claim(claim), &reason) {
+                    Ok(summary) => Some(summary),
+                    Err(StoreError::ClaimLost { .. }) => None,
+                    Err(e) => return Err(e),
+                },
+                None => None,
+            };
+            let summary = match held {
+                Some(summary) => summary,
                 // A running row this host does not hold: its lease must have expired. The
                 // control claim refuses live owners and fences the old one before the cancel.
                 None if w.run_row(run_id)?.status == RunStatus::Running => {

@@ -40,9 +40,9 @@ pub use frame::{
 };
 pub use kind::{RequestBody, RequestKind, RequiredFields};
 pub use payload::{
-    AttemptOutcome, DecisionAnswer, DecisionKind, EffectResult, ExecutionMode, InteractionKind,
-    InteractionList, InteractionSubmit, MessageAck, MessageClaim, RetryContract, RunCancel,
-    RunList, RunStart, Subscribe, Unsubscribe, WorkerComplete, WorkerEffectApplying,
+    AttemptOutcome, DecisionAnswer, DecisionKind, EarlierStep, EffectResult, ExecutionMode,
+    InteractionKind, InteractionList, InteractionSubmit, MessageAck, MessageClaim, RetryContract,
+    RunCancel, RunList, RunStart, Subscribe, Unsubscribe, WorkerComplete, WorkerEffectApplying,
     WorkerEffectReserve, WorkerEffectSettle, WorkerExit, WorkerFail, WorkerHello,
     WorkerInteractionRequest, WorkerNodeStarted, WorkerNotify, WorkerProgress, WorkerTransition,
     WorkerValidationResult, WorkerWait,

@@ -228,13 +228,34 @@ pub struct WorkerNodeStarted {
     pub deadline_ms: Option<u64>,
 }
 
+/// The most [`EarlierStep`]s one `worker.transition` or `worker.complete` may carry.
+pub const MAX_EARLIER_STEPS: usize = 256;
+
+/// One step a worker took before the one its message reports: the attempt then current ended
+/// with `outcome` and the worker moved on to `next_node`, a `compute` node without a timeout,
+/// which it ran without reporting its start. The host applies earlier steps first, in order,
+/// each checked against the graph like a transition of its own, all in the message's
+/// transaction: consecutive pure steps cost one commit instead of one each. If the worker dies
+/// before sending them, those compute nodes rerun from the last committed boundary.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EarlierStep {
+    /// How the attempt ended.
+    pub outcome: AttemptOutcome,
+    /// The node the worker routed to next.
+    pub next_node: String,
+}
+
 /// Payload of `worker.transition`: the current attempt ended; move to `next_node`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerTransition {
-    /// How the attempt ended.
+    /// How the attempt ended (the last of `earlier`'s nodes, when there are earlier steps).
     pub outcome: AttemptOutcome,
     /// The node the worker routed to; the host checks it against the graph snapshot.
     pub next_node: String,
+    /// Steps taken before this one, oldest first (see [`EarlierStep`]); at most
+    /// [`MAX_EARLIER_STEPS`].
+    #[serde(default)]
+    pub earlier: Vec<EarlierStep>,
 }
 
 /// Payload of `worker.complete`: the current attempt ended and the run finished.
@@ -245,6 +266,9 @@ pub struct WorkerComplete {
     /// The run's result (`null` when absent).
     #[serde(default)]
     pub result: Value,
+    /// Steps taken before the last one, oldest first (see [`EarlierStep`]).
+    #[serde(default)]
+    pub earlier: Vec<EarlierStep>,
 }
 
 /// Payload of `worker.fail`: the run cannot continue.

@@ -17,7 +17,8 @@
 //! crash_while_applying_marker}`), `wait` (`checkpoint` / `human_decision`), `interact`
 //! (`agent` / `assistant_message`), `validate` (`{"field": "value"}` the submission must contain),
 //! `notify` (content), `propose_next` (propose this node instead of the routed one: a
-//! misbehaving child, for tests of the host's graph check).
+//! misbehaving child, for tests of the host's graph check). A top-level `"batch_compute": true`
+//! reports consecutive plain compute steps together (`Worker::defer_transition`).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -25,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use piw_core::graph::{Graph, Outcome, Route};
+use piw_core::graph::{Graph, NodeKind, Outcome, Route};
 use piw_core::protocol::payload::{
     AttemptOutcome, DecisionKind, EffectResult, InteractionKind, RetryContract,
 };
@@ -147,6 +148,25 @@ fn run() -> Result<(), WorkerError> {
             .map_err(|e| WorkerError::Reply(e.to_string()))?;
         match route {
             Route::Next(next) => {
+                // `batch_compute`: report consecutive pure steps together (see
+                // `Worker::defer_transition`).
+                let pure = |id: &str| {
+                    graph
+                        .node(id)
+                        .is_some_and(|n| n.kind == NodeKind::Compute && n.timeout_ms.is_none())
+                };
+                if fixture["batch_compute"] == json!(true)
+                    && pure(&node)
+                    && pure(&next)
+                    && behaviors[&next]
+                        .as_object()
+                        .is_none_or(|b| b.is_empty() || b.keys().all(|k| k == "return"))
+                    && w.deferred_steps() < 64
+                {
+                    w.defer_transition(outcome, &next);
+                    node = next;
+                    continue;
+                }
                 // `propose_next` makes the worker misroute on purpose (tests of the host's check).
                 let next = behavior["propose_next"]
                     .as_str()
