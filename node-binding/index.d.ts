@@ -296,7 +296,12 @@ export declare function hostEnvironment(): Record<string, string>;
 export interface NodeContext {
   runId: string;
   nodeId: string;
-  attemptId: string;
+  /**
+   * The node's attempt. `undefined` for a compute node without a timeout that runs right after
+   * another such node: the runtime reports those steps together, and the host opens their
+   * attempts when it hears of them.
+   */
+  attemptId: string | undefined;
   /** The run's input (a node's own input is the previous node's output). */
   runInput: unknown;
   projectDir: string;
