@@ -7,7 +7,7 @@
 // node:sqlite in the same directory) and a bare `node -e 0` start.
 import { spawnSync } from 'node:child_process';
 import { appendFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 
@@ -136,6 +136,11 @@ try {
       (failed ? `   (${failed} runs did not complete!)` : ''),
   );
   console.log(`  floor: 1000 bare commits one after another = ${fmt(1000 * commit)}`);
+  const cores = availableParallelism();
+  console.log(
+    `  floor: 50 runs need 50 worker processes (one run per process): 50 bare node starts on ${cores} cores >= ${fmt((50 * nodeStart) / cores)}` +
+      ` -> at most ${((50 * 20) / ((50 * nodeStart) / cores / 1000)).toFixed(0)} steps/s before any workflow work`,
+  );
 
   await activation(warm.client, 'warmup', 3, 150);
   const w2 = await activation(warm.client, 'w2', 20, 150);

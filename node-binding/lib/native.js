@@ -6,13 +6,17 @@ import { fileURLToPath } from 'node:url';
 
 export const packageDir = dirname(dirname(fileURLToPath(import.meta.url)));
 
-function platformFile() {
-  const abi = process.report?.getReport?.().header?.glibcVersionRuntime ? 'gnu' : 'musl';
-  return `piw.${process.platform}-${process.arch}${process.platform === 'linux' ? `-${abi}` : ''}.node`;
+/** The addon files `napi build --platform` may have produced for this platform. */
+function candidates() {
+  const base = `piw.${process.platform}-${process.arch}`;
+  // Not `process.report` to tell glibc from musl: generating a report costs milliseconds on
+  // every worker start. Only the ABI that was built exists.
+  const names = process.platform === 'linux' ? [`${base}-gnu.node`, `${base}-musl.node`] : [`${base}.node`];
+  return names.map((name) => join(packageDir, name));
 }
 
 function load() {
-  const file = process.env.PIW_NODE_ADDON || join(packageDir, platformFile());
+  const file = process.env.PIW_NODE_ADDON || candidates().find((f) => existsSync(f)) || candidates()[0];
   if (!existsSync(file)) {
     const err = new Error(
       `the piw native addon is not built (${file} is missing): run \`npm run build\` in ${packageDir}`,
