@@ -279,11 +279,16 @@ export class Subscription {
     return native(() => this.#native.close());
   }
 
+  /** Iterates the events; leaving the loop (`break`, `return`, a throw) closes the subscription. */
   async *[Symbol.asyncIterator]() {
-    for (;;) {
-      const event = await this.next();
-      if (event === null) return;
-      yield event;
+    try {
+      for (;;) {
+        const event = await this.next();
+        if (event === null) return;
+        yield event;
+      }
+    } finally {
+      await this.close().catch(() => {});
     }
   }
 }

@@ -201,3 +201,17 @@ test('typed errors: not_found, malformed, idempotency, replay, unknown kinds', a
 test('diagnose is clean after all of the above', async () => {
   assert.deepEqual(await host.client.diagnose(), []);
 });
+
+test('leaving a for-await loop ends the subscription on the host (no slot leaks)', async () => {
+  const c = await host.connect();
+  const { run_id: runId } = await c.startRun(steps, { sessionId: 'session-loop' });
+  // A connection may hold 64 subscriptions; 100 loops that break must not use them up.
+  for (let i = 0; i < 100; i++) {
+    const sub = await c.subscribe({ runId });
+    const p = c.pauseRun(runId).then(() => c.resumeRun(runId));
+    for await (const _event of sub) break;
+    await p;
+  }
+  await c.cancelRun(runId);
+  await c.close();
+});

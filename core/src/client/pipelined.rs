@@ -2,21 +2,26 @@
 //! matched to their callers by request id, and events are routed to their subscriptions.
 //!
 //! The Node addon and the C ABI use this face: a JavaScript program may have a hundred calls in
-//! flight on one client, and closing the client must fail each of them cleanly instead of
-//! leaving a promise that never settles.
+//! flight on one client, and closing the client must fail each of them at once instead of
+//! leaving a promise that never settles, even when the host has stopped reading.
+//!
+//! Tasks: one writer (owns the write half; frames arrive on a channel, so no caller ever
+//! waits on a lock while the socket is full) and one reader (owns the read half). Both stop
+//! when the client is closed, when the connection ends, or when the last handle is dropped.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{goodbye, new_request_id, response_to_result, ClientError};
 use crate::paths::PiwPaths;
 use crate::protocol::{
-    encode_frame, payload, Event, FrameDecoder, Limits, Receipt, Request, RequestBody, ServerFrame,
+    encode_frame, payload, Event, FrameDecoder, Limits, Receipt, RejectionCode, Request,
+    RequestBody, ServerFrame,
 };
 
 /// Events a subscription buffers for a reader that is slow to take them. A subscription whose
@@ -26,25 +31,60 @@ pub const SUBSCRIPTION_BUFFER: usize = 4096;
 
 type Reply = oneshot::Sender<Result<Receipt, ClientError>>;
 
+/// Why the connection ended, kept so that later calls fail with the real cause.
+#[derive(Debug, Clone)]
+enum Ended {
+    /// The caller closed the client.
+    ClosedByCaller,
+    /// The host said goodbye with this code.
+    Goodbye(RejectionCode, String),
+    /// The connection broke or ended without a goodbye.
+    Lost(String),
+}
+
+impl Ended {
+    fn error(&self) -> ClientError {
+        match self {
+            Ended::ClosedByCaller => ClientError::ClientClosed,
+            Ended::Goodbye(code, message) => ClientError::Closed {
+                code: *code,
+                message: message.clone(),
+            },
+            Ended::Lost(_) => ClientError::Disconnected,
+        }
+    }
+}
+
+/// Where one subscription's events go, and how it ended.
+struct SubscriptionRoute {
+    events: mpsc::Sender<Event>,
+    end: Arc<Mutex<Option<ClientError>>>,
+}
+
 struct Pending {
     reply: Reply,
-    /// Set for `subscribe` requests: where the subscription's events go once the host has
-    /// confirmed it. Registered by the reader before it reads the next frame, so no event of
-    /// the new subscription can arrive unrouted.
-    events: Option<mpsc::Sender<Result<Event, ClientError>>>,
+    /// Set for `subscribe` requests: the subscription to register once the host confirms it.
+    /// The reader registers it before it reads the next frame, so no event of the new
+    /// subscription can arrive unrouted.
+    subscription: Option<SubscriptionRoute>,
 }
 
 #[derive(Default)]
 struct Routes {
-    /// `None` once the connection is closed: new calls fail at once.
-    pending: Option<HashMap<String, Pending>>,
-    subscriptions: HashMap<String, mpsc::Sender<Result<Event, ClientError>>>,
+    pending: HashMap<String, Pending>,
+    subscriptions: HashMap<String, SubscriptionRoute>,
+    /// Set once: the connection is over and every new call fails with this.
+    ended: Option<Ended>,
 }
 
 struct Shared {
     routes: Mutex<Routes>,
-    writer: tokio::sync::Mutex<Option<OwnedWriteHalf>>,
+    frames: mpsc::UnboundedSender<(String, Vec<u8>)>,
+    /// Tells both tasks to stop (the caller closed the client).
+    stop: watch::Sender<bool>,
     limits: Limits,
+    /// A runtime handle for work started from `Drop` (unsubscribing a dropped subscription).
+    runtime: tokio::runtime::Handle,
 }
 
 impl Shared {
@@ -54,36 +94,62 @@ impl Shared {
         self.routes.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Fails every pending call and ends every subscription with `error()`; later calls fail
-    /// with it too.
-    fn close_all(&self, error: impl Fn() -> ClientError) {
+    /// Ends the connection once: every pending call fails and every subscription ends with
+    /// the cause; later calls fail with it too.
+    fn end(&self, cause: Ended) {
         let (pending, subscriptions) = {
             let mut routes = self.routes();
-            let pending = routes.pending.take().unwrap_or_default();
-            (pending, std::mem::take(&mut routes.subscriptions))
+            if routes.ended.is_some() {
+                return;
+            }
+            if let Ended::Lost(detail) = &cause {
+                tracing::debug!(%detail, "the connection to the host ended");
+            }
+            routes.ended = Some(cause.clone());
+            (
+                std::mem::take(&mut routes.pending),
+                std::mem::take(&mut routes.subscriptions),
+            )
         };
         for (_, p) in pending {
-            let _ = p.reply.send(Err(error()));
+            let _ = p.reply.send(Err(cause.error()));
         }
         for (_, s) in subscriptions {
-            let _ = s.try_send(Err(error()));
+            end_subscription(&s, cause.error());
         }
+        let _ = self.stop.send(true);
     }
 }
 
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // The last handle is gone: stop the tasks so the socket closes.
+        let _ = self.stop.send(true);
+    }
+}
+
+/// Records why a subscription ended; its reader gets the buffered events, then this error.
+fn end_subscription(route: &SubscriptionRoute, error: ClientError) {
+    let mut end = route.end.lock().unwrap_or_else(|p| p.into_inner());
+    end.get_or_insert(error);
+}
+
 /// A client connection that many tasks may use at once (it is `Clone`; clones share the
-/// connection). Must be created inside a tokio runtime, which runs its reader task.
+/// connection). Must be created inside a tokio runtime, which runs its two tasks.
 #[derive(Clone)]
 pub struct PipelinedClient {
     shared: Arc<Shared>,
 }
 
-/// Events of one subscription, in the order the host committed them.
+/// Events of one subscription, in the order the host committed them. Dropping it ends the
+/// subscription on the host too.
 pub struct Subscription {
     /// The id the host gave the subscription.
     pub id: String,
-    events: mpsc::Receiver<Result<Event, ClientError>>,
-    client: PipelinedClient,
+    events: mpsc::Receiver<Event>,
+    end: Arc<Mutex<Option<ClientError>>>,
+    client: Weak<Shared>,
+    closed: bool,
 }
 
 impl PipelinedClient {
@@ -97,16 +163,22 @@ impl PipelinedClient {
                     source,
                 })?;
         let (read, write) = stream.into_split();
-        let limits = Limits::default();
+        let (frames, frames_rx) = mpsc::unbounded_channel();
+        let (stop, stop_rx) = watch::channel(false);
         let shared = Arc::new(Shared {
-            routes: Mutex::new(Routes {
-                pending: Some(HashMap::new()),
-                subscriptions: HashMap::new(),
-            }),
-            writer: tokio::sync::Mutex::new(Some(write)),
-            limits,
+            routes: Mutex::new(Routes::default()),
+            frames,
+            stop,
+            limits: Limits::default(),
+            runtime: tokio::runtime::Handle::current(),
         });
-        tokio::spawn(read_loop(read, Arc::clone(&shared)));
+        tokio::spawn(write_loop(
+            write,
+            frames_rx,
+            stop_rx.clone(),
+            Arc::downgrade(&shared),
+        ));
+        tokio::spawn(read_loop(read, stop_rx, Arc::downgrade(&shared)));
         Ok(Self { shared })
     }
 
@@ -118,8 +190,7 @@ impl PipelinedClient {
     /// Sends a fully built request and waits for its receipt. Other calls may be in flight on
     /// the same connection; each gets its own reply.
     pub async fn send(&self, request: Request) -> Result<Receipt, ClientError> {
-        let rx = self.register(&request.request_id, None)?;
-        self.write(&request).await?;
+        let rx = self.submit(&request, None)?;
         rx.await.unwrap_or(Err(ClientError::ClientClosed))
     }
 
@@ -127,9 +198,15 @@ impl PipelinedClient {
     pub async fn subscribe(&self, filter: payload::Subscribe) -> Result<Subscription, ClientError> {
         let request = Request::new(new_request_id(), RequestBody::Subscribe(filter));
         let (tx, events) = mpsc::channel(SUBSCRIPTION_BUFFER);
-        let rx = self.register(&request.request_id, Some(tx))?;
-        self.write(&request).await?;
-        let receipt = rx.await.unwrap_or(Err(ClientError::ClientClosed))?;
+        let end = Arc::new(Mutex::new(None));
+        let route = SubscriptionRoute {
+            events: tx,
+            end: Arc::clone(&end),
+        };
+        let receipt = self
+            .submit(&request, Some(route))?
+            .await
+            .unwrap_or(Err(ClientError::ClientClosed))?;
         let id = receipt
             .body
             .get("subscription_id")
@@ -139,24 +216,17 @@ impl PipelinedClient {
         Ok(Subscription {
             id,
             events,
-            client: self.clone(),
+            end,
+            client: Arc::downgrade(&self.shared),
+            closed: false,
         })
     }
 
-    /// Closes the connection: every call in flight fails with [`ClientError::ClientClosed`],
-    /// every subscription ends, and later calls fail at once. Commands the host already
-    /// received are still committed (their receipts can be fetched again by request id).
-    pub async fn close(&self) {
-        self.shared.close_all(|| ClientError::ClientClosed);
-        if let Some(mut w) = self.shared.writer.lock().await.take() {
-            let _ = w.shutdown().await;
-        }
-    }
-
-    /// Ends subscription `id`: its stream stops here (a waiting `next` gets `None`) and the
+    /// Ends subscription `id`: its stream stops after the events already buffered, and the
     /// host stops sending its events. Closing an already closed subscription is fine.
     pub async fn unsubscribe(&self, id: &str) -> Result<(), ClientError> {
-        if self.shared.routes().subscriptions.remove(id).is_none() || !self.is_open() {
+        let removed = self.shared.routes().subscriptions.remove(id);
+        if removed.is_none() || !self.is_open() {
             return Ok(());
         }
         self.call(RequestBody::Unsubscribe(payload::Unsubscribe {
@@ -166,120 +236,199 @@ impl PipelinedClient {
         .map(|_| ())
     }
 
+    /// Closes the connection: every call in flight fails with [`ClientError::ClientClosed`]
+    /// at once (also while the host is not reading), every subscription ends, and later calls
+    /// fail. Requests the host already received are still committed; their receipts can be
+    /// fetched again by request id.
+    pub async fn close(&self) {
+        self.shared.end(Ended::ClosedByCaller);
+    }
+
     /// Whether the connection is still usable.
     pub fn is_open(&self) -> bool {
-        self.shared.routes().pending.is_some()
+        self.shared.routes().ended.is_none()
     }
 
-    fn register(
+    /// Registers the reply slot and queues the frame for the writer.
+    fn submit(
         &self,
-        request_id: &str,
-        events: Option<mpsc::Sender<Result<Event, ClientError>>>,
+        request: &Request,
+        subscription: Option<SubscriptionRoute>,
     ) -> Result<oneshot::Receiver<Result<Receipt, ClientError>>, ClientError> {
+        let bytes = encode_frame(request, &self.shared.limits)
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
         let (reply, rx) = oneshot::channel();
         let mut routes = self.shared.routes();
-        let pending = routes.pending.as_mut().ok_or(ClientError::ClientClosed)?;
-        if pending.contains_key(request_id) {
+        if let Some(ended) = &routes.ended {
+            return Err(ended.error());
+        }
+        if routes.pending.contains_key(&request.request_id) {
             return Err(ClientError::Protocol(format!(
-                "request id {request_id} is already in flight on this client"
+                "request id {} is already in flight on this client",
+                request.request_id
             )));
         }
-        pending.insert(request_id.to_owned(), Pending { reply, events });
-        Ok(rx)
-    }
-
-    async fn write(&self, request: &Request) -> Result<(), ClientError> {
-        let result = match encode_frame(request, &self.shared.limits) {
-            Err(e) => Err(ClientError::Protocol(e.to_string())),
-            Ok(bytes) => match self.shared.writer.lock().await.as_mut() {
-                None => Err(ClientError::ClientClosed),
-                Some(w) => w.write_all(&bytes).await.map_err(ClientError::from),
+        routes.pending.insert(
+            request.request_id.clone(),
+            Pending {
+                reply,
+                subscription,
             },
-        };
-        if let Err(e) = result {
-            // The request never reached the host in full: forget it, so its reply slot does
-            // not linger. (If the connection died, the reader fails the others.)
-            self.shared
-                .routes()
-                .pending
-                .as_mut()
-                .and_then(|p| p.remove(&request.request_id));
-            return Err(e);
+        );
+        // Queued under the lock, so frames reach the writer in the order their reply slots
+        // were registered.
+        if self
+            .shared
+            .frames
+            .send((request.request_id.clone(), bytes))
+            .is_err()
+        {
+            routes.pending.remove(&request.request_id);
+            return Err(routes
+                .ended
+                .as_ref()
+                .map_or(ClientError::Disconnected, Ended::error));
         }
-        Ok(())
+        Ok(rx)
     }
 }
 
 impl Subscription {
     /// The next event, or `None` after the subscription was closed. Fails when the
-    /// connection ended or the buffer overflowed.
+    /// connection ended or the buffer overflowed (after the events buffered before that).
     pub async fn next(&mut self) -> Option<Result<Event, ClientError>> {
-        self.events.recv().await
+        match self.events.recv().await {
+            Some(event) => Some(Ok(event)),
+            None => self
+                .end
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take()
+                .map(Err),
+        }
     }
 
     /// Ends the subscription on the host; events already buffered are still returned by
     /// [`Subscription::next`], then `None`.
     pub async fn close(&mut self) -> Result<(), ClientError> {
-        self.client.unsubscribe(&self.id).await
+        self.closed = true;
+        match self.client.upgrade() {
+            Some(shared) => PipelinedClient { shared }.unsubscribe(&self.id).await,
+            None => Ok(()),
+        }
     }
 }
 
-async fn read_loop(mut read: OwnedReadHalf, shared: Arc<Shared>) {
-    let mut decoder = FrameDecoder::new(shared.limits);
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        if self.closed {
+            return;
+        }
+        // Dropped without `close`: end it on the host too, or the connection's subscription
+        // slots run out.
+        if let Some(shared) = self.client.upgrade() {
+            let runtime = shared.runtime.clone();
+            let client = PipelinedClient { shared };
+            let id = std::mem::take(&mut self.id);
+            runtime.spawn(async move {
+                let _ = client.unsubscribe(&id).await;
+            });
+        }
+    }
+}
+
+async fn write_loop(
+    mut write: OwnedWriteHalf,
+    mut frames: mpsc::UnboundedReceiver<(String, Vec<u8>)>,
+    mut stop: watch::Receiver<bool>,
+    shared: Weak<Shared>,
+) {
+    loop {
+        let frame = tokio::select! {
+            frame = frames.recv() => frame,
+            _ = stop.wait_for(|stopped| *stopped) => None,
+        };
+        let Some((request_id, bytes)) = frame else {
+            break;
+        };
+        let written = tokio::select! {
+            written = write.write_all(&bytes) => written,
+            // A host that stopped reading cannot hold a close hostage.
+            _ = stop.wait_for(|stopped| *stopped) => break,
+        };
+        if let Err(e) = written {
+            if let Some(shared) = shared.upgrade() {
+                tracing::debug!(%request_id, error = %e, "writing to the host failed");
+                shared.end(Ended::Lost(e.to_string()));
+            }
+            break;
+        }
+    }
+    let _ = write.shutdown().await;
+}
+
+async fn read_loop(mut read: OwnedReadHalf, mut stop: watch::Receiver<bool>, shared: Weak<Shared>) {
+    let limits = match shared.upgrade() {
+        Some(s) => s.limits,
+        None => return,
+    };
+    let mut decoder = FrameDecoder::new(limits);
     let mut buf = vec![0u8; 64 * 1024];
     let end = loop {
         match decoder.next_frame() {
-            Err(e) => break ClientError::Protocol(e.to_string()),
+            Err(e) => break Ended::Lost(format!("protocol error: {e}")),
             Ok(Some(body)) => match ServerFrame::decode(&body) {
-                Err(e) => break ClientError::Protocol(e.message),
-                Ok(ServerFrame::Goodbye(g)) => break goodbye(g),
-                Ok(frame) => route(&shared, frame),
+                Err(e) => break Ended::Lost(format!("protocol error: {}", e.message)),
+                Ok(ServerFrame::Goodbye(g)) => {
+                    let ClientError::Closed { code, message } = goodbye(g) else {
+                        break Ended::Lost("goodbye".into());
+                    };
+                    break Ended::Goodbye(code, message);
+                }
+                Ok(frame) => match shared.upgrade() {
+                    Some(shared) => route(&shared, frame),
+                    None => return,
+                },
             },
-            Ok(None) => match read.read(&mut buf).await {
-                Ok(0) => break ClientError::Disconnected,
-                Err(e) => break ClientError::Io(e),
-                Ok(n) => {
-                    if let Err(e) = decoder.push(&buf[..n]) {
-                        break ClientError::Protocol(e.to_string());
+            Ok(None) => {
+                let read = tokio::select! {
+                    read = read.read(&mut buf) => read,
+                    _ = stop.wait_for(|stopped| *stopped) => return,
+                };
+                match read {
+                    Ok(0) => break Ended::Lost("the host closed the connection".into()),
+                    Err(e) => break Ended::Lost(e.to_string()),
+                    Ok(n) => {
+                        if let Err(e) = decoder.push(&buf[..n]) {
+                            break Ended::Lost(format!("protocol error: {e}"));
+                        }
                     }
                 }
-            },
+            }
         }
     };
     // Every caller still waiting learns why the connection ended.
-    let (code, message) = match &end {
-        ClientError::Closed { code, message } => (Some(*code), message.clone()),
-        other => (None, other.to_string()),
-    };
-    shared.close_all(|| match code {
-        Some(code) => ClientError::Closed {
-            code,
-            message: message.clone(),
-        },
-        None => ClientError::Disconnected,
-    });
+    if let Some(shared) = shared.upgrade() {
+        shared.end(end);
+    }
 }
 
-fn route(shared: &Shared, frame: ServerFrame) {
+fn route(shared: &Arc<Shared>, frame: ServerFrame) {
     match frame {
         ServerFrame::Response(response) => {
             let mut routes = shared.routes();
-            let Some(pending) = routes
-                .pending
-                .as_mut()
-                .and_then(|p| p.remove(&response.request_id))
-            else {
+            let Some(pending) = routes.pending.remove(&response.request_id) else {
                 tracing::debug!(request_id = %response.request_id, "reply for no pending call");
                 return;
             };
             let result = response_to_result(response);
-            if let (Ok(receipt), Some(events)) = (&result, pending.events) {
+            if let (Ok(receipt), Some(subscription)) = (&result, pending.subscription) {
                 if let Some(id) = receipt
                     .body
                     .get("subscription_id")
                     .and_then(serde_json::Value::as_str)
                 {
-                    routes.subscriptions.insert(id.to_owned(), events);
+                    routes.subscriptions.insert(id.to_owned(), subscription);
                 }
             }
             drop(routes);
@@ -288,17 +437,27 @@ fn route(shared: &Shared, frame: ServerFrame) {
         ServerFrame::Event(event) => {
             let mut routes = shared.routes();
             let id = event.subscription_id.clone();
-            let Some(tx) = routes.subscriptions.get(&id) else {
+            let Some(sub) = routes.subscriptions.get(&id) else {
                 return;
             };
-            match tx.try_send(Ok(event)) {
+            match sub.events.try_send(event) {
                 Ok(()) => {}
                 Err(mpsc::error::TrySendError::Full(_)) => {
-                    // Tell the reader why its stream ended: it missed events, so it must
-                    // re-read the run's status rather than trust a gap-free stream.
-                    if let Some(tx) = routes.subscriptions.remove(&id) {
-                        tokio::spawn(async move {
-                            let _ = tx.send(Err(ClientError::SubscriptionOverflow)).await;
+                    // The reader missed events: end the stream with an error (after what it
+                    // buffered) so it re-reads the run's status rather than trusting a
+                    // gap-free stream, and stop the host sending more.
+                    if let Some(sub) = routes.subscriptions.remove(&id) {
+                        end_subscription(&sub, ClientError::SubscriptionOverflow);
+                        drop(routes);
+                        let client = PipelinedClient {
+                            shared: Arc::clone(shared),
+                        };
+                        shared.runtime.spawn(async move {
+                            let _ = client
+                                .call(RequestBody::Unsubscribe(payload::Unsubscribe {
+                                    subscription_id: id,
+                                }))
+                                .await;
                         });
                     }
                 }

@@ -1,0 +1,303 @@
+//! `PipelinedClient` against a scripted fake host on a Unix socket: replies out of order,
+//! a host that stops reading, goodbyes, dropped clients and subscriptions, overflow.
+
+use std::time::Duration;
+
+use piw_core::client::{ClientError, PipelinedClient, SUBSCRIPTION_BUFFER};
+use piw_core::paths::PiwPaths;
+use piw_core::protocol::{
+    encode_frame, payload, Event, FrameDecoder, Limits, ProtocolSchema, Receipt, RejectionCode,
+    Request, RequestBody, ServerFrame,
+};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{UnixListener, UnixStream};
+
+struct FakeHost {
+    _dir: tempfile::TempDir,
+    paths: PiwPaths,
+    listener: UnixListener,
+}
+
+impl FakeHost {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = PiwPaths::for_home(dir.path().to_path_buf());
+        let listener = UnixListener::bind(&paths.socket).unwrap();
+        Self {
+            _dir: dir,
+            paths,
+            listener,
+        }
+    }
+
+    async fn accept(&self) -> Peer {
+        let (stream, _) = self.listener.accept().await.unwrap();
+        Peer {
+            stream,
+            decoder: FrameDecoder::new(Limits::default()),
+        }
+    }
+}
+
+struct Peer {
+    stream: UnixStream,
+    decoder: FrameDecoder,
+}
+
+impl Peer {
+    /// The next request, or `None` at end of stream.
+    async fn request(&mut self) -> Option<Request> {
+        let mut buf = [0u8; 4096];
+        loop {
+            if let Some(body) = self.decoder.next_frame().unwrap() {
+                return Some(Request::decode(&body, &Limits::default()).unwrap());
+            }
+            let n = self.stream.read(&mut buf).await.unwrap();
+            if n == 0 {
+                return None;
+            }
+            self.decoder.push(&buf[..n]).unwrap();
+        }
+    }
+
+    async fn send(&mut self, frame: &ServerFrame) {
+        let bytes = encode_frame(frame, &Limits::default()).unwrap();
+        self.stream.write_all(&bytes).await.unwrap();
+    }
+
+    async fn reply(&mut self, request: &Request, body: serde_json::Value) {
+        self.send(&ServerFrame::receipt(
+            request.request_id.clone(),
+            Receipt::new(None, body),
+        ))
+        .await;
+    }
+}
+
+fn event(subscription: &str, seq: u64) -> ServerFrame {
+    ServerFrame::Event(Event {
+        schema: ProtocolSchema,
+        subscription_id: subscription.into(),
+        run_id: "run-1".into(),
+        seq,
+        event_kind: "transitioned".into(),
+        status: "running".into(),
+        revision: seq,
+        at_ms: 0,
+        data: json!(null),
+    })
+}
+
+#[tokio::test]
+async fn replies_out_of_order_reach_their_callers() {
+    let host = FakeHost::new();
+    let client = PipelinedClient::connect(&host.paths).await.unwrap();
+    let mut peer = host.accept().await;
+    let calls: Vec<_> = (0..3)
+        .map(|i| {
+            let c = client.clone();
+            tokio::spawn(async move {
+                c.send(Request::new(format!("r{i}"), RequestBody::HostStatus))
+                    .await
+            })
+        })
+        .collect();
+    let mut requests = Vec::new();
+    for _ in 0..3 {
+        requests.push(peer.request().await.unwrap());
+    }
+    // Answer in reverse order, each with its own id in the body.
+    for r in requests.iter().rev() {
+        peer.reply(r, json!({ "id": r.request_id })).await;
+    }
+    for (i, call) in calls.into_iter().enumerate() {
+        let receipt = call.await.unwrap().unwrap();
+        assert_eq!(receipt.body["id"], json!(format!("r{i}")));
+    }
+}
+
+#[tokio::test]
+async fn close_fails_calls_in_flight_at_once_even_when_the_host_stopped_reading() {
+    let host = FakeHost::new();
+    let client = PipelinedClient::connect(&host.paths).await.unwrap();
+    let _peer = host.accept().await; // accepts, never reads
+                                     // Enough bytes to fill the socket buffers, so the writer is stuck mid-write.
+    let big = "x".repeat(200_000);
+    let calls: Vec<_> = (0..20)
+        .map(|i| {
+            let c = client.clone();
+            let big = big.clone();
+            tokio::spawn(async move {
+                c.send(Request::new(
+                    format!("big{i}"),
+                    RequestBody::RunCancel(payload::RunCancel { reason: Some(big) }),
+                ))
+                .await
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    tokio::time::timeout(Duration::from_secs(2), client.close())
+        .await
+        .expect("close returns although the host does not read");
+    for call in calls {
+        let result = tokio::time::timeout(Duration::from_secs(2), call)
+            .await
+            .expect("a call in flight settles after close")
+            .unwrap();
+        assert!(
+            matches!(result, Err(ClientError::ClientClosed)),
+            "{result:?}"
+        );
+    }
+    assert!(matches!(
+        client.call(RequestBody::HostStatus).await,
+        Err(ClientError::ClientClosed)
+    ));
+}
+
+#[tokio::test]
+async fn after_a_goodbye_calls_fail_with_the_hosts_reason_not_client_closed() {
+    let host = FakeHost::new();
+    let client = PipelinedClient::connect(&host.paths).await.unwrap();
+    let mut peer = host.accept().await;
+    let pending = {
+        let c = client.clone();
+        tokio::spawn(async move { c.call(RequestBody::HostStatus).await })
+    };
+    peer.request().await.unwrap();
+    peer.send(&ServerFrame::goodbye(
+        RejectionCode::HostShuttingDown,
+        "host is stopping",
+    ))
+    .await;
+    drop(peer);
+    let err = pending.await.unwrap().unwrap_err();
+    assert_eq!(err.code(), Some(RejectionCode::HostShuttingDown), "{err}");
+    let later = client.call(RequestBody::HostStatus).await.unwrap_err();
+    assert_eq!(
+        later.code(),
+        Some(RejectionCode::HostShuttingDown),
+        "{later}"
+    );
+    assert!(!client.is_open());
+}
+
+#[tokio::test]
+async fn a_connection_that_breaks_fails_calls_as_disconnected() {
+    let host = FakeHost::new();
+    let client = PipelinedClient::connect(&host.paths).await.unwrap();
+    let mut peer = host.accept().await;
+    let pending = {
+        let c = client.clone();
+        tokio::spawn(async move { c.call(RequestBody::HostStatus).await })
+    };
+    peer.request().await.unwrap();
+    drop(peer);
+    assert!(matches!(
+        pending.await.unwrap(),
+        Err(ClientError::Disconnected)
+    ));
+    assert!(matches!(
+        client.call(RequestBody::HostStatus).await,
+        Err(ClientError::Disconnected)
+    ));
+}
+
+#[tokio::test]
+async fn dropping_the_last_handle_closes_the_socket() {
+    let host = FakeHost::new();
+    let client = PipelinedClient::connect(&host.paths).await.unwrap();
+    let mut peer = host.accept().await;
+    drop(client);
+    let end = tokio::time::timeout(Duration::from_secs(2), peer.request())
+        .await
+        .expect("the fake host sees the connection end");
+    assert!(end.is_none());
+}
+
+#[tokio::test]
+async fn a_dropped_subscription_is_ended_on_the_host() {
+    let host = FakeHost::new();
+    let client = PipelinedClient::connect(&host.paths).await.unwrap();
+    let mut peer = host.accept().await;
+    let subscribe = {
+        let c = client.clone();
+        tokio::spawn(async move {
+            c.subscribe(payload::Subscribe {
+                run_id: Some("run-1".into()),
+                session_id: None,
+            })
+            .await
+        })
+    };
+    let r = peer.request().await.unwrap();
+    peer.reply(&r, json!({ "subscription_id": "sub-1" })).await;
+    let sub = subscribe.await.unwrap().unwrap();
+    drop(sub);
+    let unsubscribe = tokio::time::timeout(Duration::from_secs(2), peer.request())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        unsubscribe.body,
+        RequestBody::Unsubscribe(payload::Unsubscribe {
+            subscription_id: "sub-1".into()
+        })
+    );
+}
+
+#[tokio::test]
+async fn an_overflowing_subscription_yields_its_buffer_then_an_error_and_is_ended() {
+    let host = FakeHost::new();
+    let client = PipelinedClient::connect(&host.paths).await.unwrap();
+    let mut peer = host.accept().await;
+    let subscribe = {
+        let c = client.clone();
+        tokio::spawn(async move {
+            c.subscribe(payload::Subscribe {
+                run_id: Some("run-1".into()),
+                session_id: None,
+            })
+            .await
+        })
+    };
+    let r = peer.request().await.unwrap();
+    peer.reply(&r, json!({ "subscription_id": "sub-1" })).await;
+    let mut sub = subscribe.await.unwrap().unwrap();
+    let sent = SUBSCRIPTION_BUFFER as u64 + 10;
+    for seq in 1..=sent {
+        peer.send(&event("sub-1", seq)).await;
+    }
+    // The client ends the subscription on the host.
+    let unsubscribe = tokio::time::timeout(Duration::from_secs(5), peer.request())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(unsubscribe.body.kind_str(), "unsubscribe");
+    peer.reply(&unsubscribe, json!({})).await;
+    let mut delivered = 0;
+    let end = loop {
+        match sub.next().await {
+            Some(Ok(e)) => {
+                delivered += 1;
+                assert_eq!(e.seq, delivered, "in order, without gaps");
+            }
+            other => break other,
+        }
+    };
+    assert_eq!(delivered, SUBSCRIPTION_BUFFER as u64);
+    assert!(
+        matches!(end, Some(Err(ClientError::SubscriptionOverflow))),
+        "{end:?}"
+    );
+    // The connection itself is still fine.
+    let status = {
+        let c = client.clone();
+        tokio::spawn(async move { c.call(RequestBody::HostStatus).await })
+    };
+    let r = peer.request().await.unwrap();
+    peer.reply(&r, json!({"ok": 1})).await;
+    assert_eq!(status.await.unwrap().unwrap().body, json!({"ok": 1}));
+}
