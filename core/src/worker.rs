@@ -160,11 +160,18 @@ pub fn compare_mounts(
 /// What the host tells a child after `worker.hello`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HelloReply {
+    /// Set when the child must exit at once (for example the graph it sent is invalid and
+    /// the run failed); the other fields are then empty.
+    #[serde(default)]
+    pub stop: Option<String>,
     /// `run` or `validate`.
+    #[serde(default)]
     pub mode: String,
     /// Where to pick up (`fresh`, `continue`, `validate`, `interaction_expired`).
+    #[serde(default)]
     pub resume: Value,
     /// The run's input.
+    #[serde(default)]
     pub input: Value,
     /// The input of the node the child starts with: the latest succeeded node output, or the
     /// run's input before any node succeeded.
@@ -507,4 +514,17 @@ fn str_field(body: &Value, name: &str) -> Result<String, WorkerError> {
         .and_then(Value::as_str)
         .map(str::to_owned)
         .ok_or_else(|| WorkerError::Reply(format!("missing {name} in {body}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stop_reply_parses() {
+        let reply: HelloReply =
+            serde_json::from_value(json!({ "stop": "invalid workflow graph: x" })).unwrap();
+        assert_eq!(reply.stop.as_deref(), Some("invalid workflow graph: x"));
+        assert_eq!(reply.resume, Value::Null);
+    }
 }

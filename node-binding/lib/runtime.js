@@ -150,7 +150,7 @@ async function drive(w) {
   }
   const hello = w.hello(workflow.graph, mounts, true);
   const resume = hello.resume;
-  if (resume.stop !== undefined || hello.stop !== undefined) return;
+  if (hello.stop !== null && hello.stop !== undefined) return;
   let nodeId;
   let input = hello.nodeInput;
   let carried = null;

@@ -112,6 +112,7 @@ impl Worker {
             self.graph = Some(graph::parse(def)?);
         }
         Ok(json!({
+            "stop": reply.stop,
             "mode": reply.mode, "resume": reply.resume, "input": reply.input,
             "nodeInput": reply.node_input, "definition": reply.definition,
             "answer": reply.answer, "submission": reply.submission,

@@ -85,3 +85,41 @@ test('PIW_STANDBY_WORKERS=0 starts no standby worker', async () => {
     await host.stop();
   }
 });
+
+test('standby workers killed while they wait cost no run anything', async () => {
+  const host = await startHost({ PIW_STANDBY_WORKERS: '3' });
+  try {
+    const file = writeWorkflow(host.dir, 'whoami', WHOAMI);
+    const c = host.client;
+    const run = async () => {
+      const { run_id: runId } = await c.startRun(file, { sessionId: 'standby-deaths' });
+      return c.waitForRun(runId, { timeoutMs: 20_000 });
+    };
+    // Every event of these runs: a loss would show as `child_lost`.
+    const kinds = [];
+    const sub = await c.subscribe({ sessionId: 'standby-deaths' });
+    const watching = (async () => {
+      for await (const e of sub) kinds.push(e.event_kind);
+    })();
+    const served = [(await run()).result.pid];
+    for (let round = 0; round < 3; round++) {
+      const idle = await until('three standby workers', () => {
+        const kids = childrenOf(host.pid).filter((p) => !served.includes(p));
+        return kids.length >= 3 ? kids : null;
+      });
+      for (const pid of idle) process.kill(pid, 'SIGKILL');
+      const runs = await Promise.all([run(), run(), run()]);
+      served.push(...runs.map((r) => r.result?.pid));
+      for (const r of runs) {
+        assert.equal(r.status, 'completed', `${r.status}: ${r.review_reason ?? r.error}`);
+        assert.ok(!idle.includes(r.result.pid), 'no run was served by a killed worker');
+      }
+    }
+    await sub.close();
+    await watching;
+    assert.equal(kinds.filter((k) => k === 'child_lost').length, 0, `events: ${kinds.join(' ')}`);
+    assert.equal(kinds.filter((k) => k === 'completed').length, 10);
+  } finally {
+    await host.stop();
+  }
+});

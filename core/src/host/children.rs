@@ -98,6 +98,8 @@ pub enum ChildReport {
         child_epoch: i64,
         pid: u32,
         start_time: u64,
+        /// The child is a standby worker that was started before its run was known.
+        standby: bool,
     },
     Exited {
         run_id: String,
@@ -123,6 +125,8 @@ pub struct ChildEntry {
     /// Where the child picks up, as the activation decided.
     pub mode: ChildMode,
     pub resume: Resume,
+    /// The child was a standby worker (started before its run was known).
+    pub from_standby: bool,
 }
 
 impl HostState {
@@ -295,6 +299,7 @@ fn launch(
             released_at: None,
             mode: act.mode,
             resume: act.resume.clone(),
+            from_standby: false,
         },
     );
     state.renewed_at.insert(run_id.to_owned(), store.now_ms());
@@ -589,24 +594,23 @@ fn worker_hello(
         // to stop the run for review; any node operation needs a graph and is refused.
         (None, None) => None,
     };
-    let Some(entry) = state.children.get_mut(run_id) else {
+    // Every store write first; the host's memory changes only when they all succeeded (a
+    // failed write rolls the command back, and memory must not disagree with the store).
+    let Some(entry) = state.children.get(run_id) else {
         return Err(stale(run_id));
     };
-    entry.hello = true;
-    w.record_child_handshake(entry.child_epoch)?;
-    let (mode, resume) = (entry.mode, serde_json::to_value(&entry.resume)?);
-    if let Some(graph) = graph {
-        state.graphs.insert(run_id.to_owned(), graph);
-    }
+    let (child_epoch, mode) = (entry.child_epoch, entry.mode);
+    let resume = serde_json::to_value(&entry.resume)?;
+    w.record_child_handshake(child_epoch)?;
     // The node a child starts with takes the latest succeeded output as its input, so a
     // resumed run feeds its nodes exactly what an uninterrupted one would have.
     let node_input = match w.last_node_output(run_id)? {
         Some(output) => output,
         None => input.clone(),
     };
-    let mut reply = json!({ "mode": mode.as_str(), "resume": resume, "input": input, "node_input": node_input, "definition": state.graphs.get(run_id).map(Graph::to_value) });
+    let mut reply = json!({ "mode": mode.as_str(), "resume": resume, "input": input, "node_input": node_input, "definition": graph.as_ref().map(Graph::to_value) });
     if hello.start_node && mode.as_str() == "run" && reply["resume"]["resume"] == "fresh" {
-        if let Some(graph) = state.graphs.get(run_id) {
+        if let Some(graph) = &graph {
             let node = reply["resume"]["node_id"]
                 .as_str()
                 .map_or_else(|| graph.start.clone(), str::to_owned);
@@ -623,6 +627,13 @@ fn worker_hello(
     if let Some(sub) = resume.get("submission_id").and_then(Value::as_str) {
         reply["submission"] =
             json!({ "submission_id": sub, "payload": w.submission_payload(sub)? });
+    }
+    if let Some(entry) = state.children.get_mut(run_id) {
+        entry.hello = true;
+    }
+    state.forgiven_standby_exits.remove(run_id);
+    if let Some(graph) = graph {
+        state.graphs.insert(run_id.to_owned(), graph);
     }
     Ok(reply)
 }
@@ -784,6 +795,23 @@ pub fn on_child_reports(store: &mut Store, state: &mut HostState, reports: Vec<C
     let (started, exited): (Vec<_>, Vec<_>) = reports
         .into_iter()
         .partition(|r| matches!(r, ChildReport::Started { .. }));
+    for report in &started {
+        if let ChildReport::Started {
+            run_id,
+            generation,
+            standby: true,
+            ..
+        } = report
+        {
+            if let Some(entry) = state
+                .children
+                .get_mut(run_id)
+                .filter(|e| e.generation == *generation)
+            {
+                entry.from_standby = true;
+            }
+        }
+    }
     if !started.is_empty() {
         let recorded = store.write(|w| {
             for report in &started {
@@ -818,7 +846,17 @@ pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildRe
             child_epoch,
             pid,
             start_time,
+            standby,
         } => {
+            if standby {
+                if let Some(entry) = state
+                    .children
+                    .get_mut(&run_id)
+                    .filter(|e| e.generation == generation)
+                {
+                    entry.from_standby = true;
+                }
+            }
             if let Err(e) = store.write(|w| w.record_child_process(child_epoch, pid, start_time)) {
                 tracing::error!(%run_id, generation, error = %e, "cannot record child pid");
             }
@@ -838,6 +876,19 @@ pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildRe
                 .get(&run_id)
                 .filter(|c| c.generation == generation)
                 .cloned();
+            // A standby worker can die while it waits (killed, out of memory) and be handed a
+            // run before the host hears of it. Its run did nothing, so the first such exit
+            // before the hello is not counted as a loss; a second one in a row is, so a
+            // runtime that always dies early still ends in review.
+            let forgive = ours
+                && state
+                    .children
+                    .get(&run_id)
+                    .is_some_and(|e| e.from_standby && !e.hello)
+                && state.forgiven_standby_exits.insert(run_id.clone());
+            if forgive {
+                tracing::warn!(%run_id, reason = %exit.reason, "a standby worker died before its hello; requeued without counting a loss");
+            }
             let before = revision_of(store, &run_id);
             let result = store.write(|w| {
                 w.record_child_exit(child_epoch, &exit)?;
@@ -847,7 +898,7 @@ pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildRe
                             "child exited ({}) before the run reached a boundary",
                             exit.reason
                         );
-                        let shutting_down = state.shutting_down;
+                        let shutting_down = state.shutting_down || forgive;
                         let released = w.savepoint(|w| {
                             if shutting_down {
                                 w.release_at_shutdown(claim)

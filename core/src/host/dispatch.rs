@@ -37,6 +37,9 @@ pub struct HostState {
     pub shutting_down: bool,
     /// Where committed run events go to subscribers.
     pub events: Option<tokio::sync::broadcast::Sender<super::store_thread::RunEvent>>,
+    /// Runs whose last child was a standby worker that died before its hello, and whose loss
+    /// was therefore not counted (`children::on_child_report`); cleared by the next hello.
+    pub forgiven_standby_exits: std::collections::HashSet<String>,
 }
 
 /// The stable protocol code for a store error.

@@ -104,13 +104,18 @@ impl HostConfig {
             config.store.lease_ms = i64::try_from(ms.max(100)).unwrap_or(i64::MAX);
         }
         if let Some(n) = num("PIW_STANDBY_WORKERS") {
-            config.children.standby_workers = usize::try_from(n).unwrap_or(usize::MAX);
+            // Each waiting worker is a whole Node process: keep the pool small.
+            config.children.standby_workers =
+                usize::try_from(n.min(MAX_STANDBY_WORKERS)).unwrap_or(0);
         }
         config.children.cpu_seconds = num("PIW_CHILD_CPU_SECONDS");
         config.children.memory_bytes = num("PIW_CHILD_MEMORY_BYTES");
         config
     }
 }
+
+/// The most standby workers `PIW_STANDBY_WORKERS` may ask for, per runtime.
+pub const MAX_STANDBY_WORKERS: u64 = 16;
 
 /// Suffixes the Node worker runtime serves (Node 22 strips TypeScript types natively).
 pub const NODE_WORKFLOW_SUFFIXES: [&str; 3] = [".workflow.mjs", ".workflow.js", ".workflow.ts"];

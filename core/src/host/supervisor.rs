@@ -57,11 +57,14 @@ struct Pools {
 }
 
 impl Pools {
-    /// A waiting worker of `key` that is still alive.
+    /// A waiting worker of `key` that is still alive. The reaper may not have reported a
+    /// worker that died a moment ago, so `/proc` is asked too (a zombie counts as dead).
     fn take(&mut self, key: &str) -> Option<Standby> {
         let idle = self.idle.get_mut(key)?;
         while let Some((mut child, handoff)) = idle.pop_front() {
-            if child.try_exit().is_none() {
+            let alive = child.try_exit().is_none()
+                && supervise::read_proc_stat(child.pid()).is_some_and(|s| !s.is_dead());
+            if alive {
                 return Some((child, handoff));
             }
         }
@@ -85,13 +88,17 @@ impl Pools {
         }
     }
 
-    /// Stops every idle worker: its stdin closes (it exits on its own) and its group is
-    /// signalled in case it is still loading.
-    fn clear(&mut self, grace: Duration) {
+    /// Stops every idle worker: its stdin closes (it exits on its own) and its group gets
+    /// SIGTERM, then SIGKILL after the grace, in case it is still loading. The handles are kept
+    /// until the supervisor returns, so the grace applies.
+    fn clear(&mut self, grace: Duration) -> Vec<Supervised> {
+        let mut stopping = Vec::new();
         for (child, handoff) in self.idle.drain().flat_map(|(_, q)| q) {
             drop(handoff);
             child.terminate(grace);
+            stopping.push(child);
         }
+        stopping
     }
 }
 
@@ -171,11 +178,14 @@ pub async fn run(
     }
     // The host is stopping: stop the standby workers and every child's group, then wait for
     // the children's exits to be reported.
-    pools.clear(stop_grace);
+    let mut standby = pools.clear(stop_grace);
     for tx in stops.values() {
         let _ = tx.send(stop_grace);
     }
     while tasks.join_next().await.is_some() {}
+    for child in &mut standby {
+        let _ = tokio::time::timeout(stop_grace, child.wait()).await;
+    }
 }
 
 /// Where a run's child comes from.
@@ -194,6 +204,7 @@ async fn watch_child(
     mut stop: mpsc::UnboundedReceiver<Duration>,
     reports: std::sync::mpsc::Sender<StoreMsg>,
 ) {
+    let standby = matches!(source, ChildSource::Standby(_));
     let spawned = match source {
         ChildSource::Spawn(spec) => supervise::spawn(spec).await,
         ChildSource::Standby(child) => Ok(child),
@@ -221,6 +232,7 @@ async fn watch_child(
         child_epoch,
         pid: child.pid(),
         start_time: child.start_time(),
+        standby,
     }));
     tracing::debug!(%run_id, generation, pid = child.pid(), program = %child.program().display(), "child started");
     let killer = child.killer();

@@ -78,7 +78,7 @@ fn run() -> Result<(), WorkerError> {
     let behaviors = fixture["behaviors"].clone();
     let mut w = Worker::connect(env)?;
     let hello = w.hello_and_start(Some(graph_value), &mounts)?;
-    if hello.resume.get("stop").is_some() {
+    if hello.stop.is_some() {
         return Ok(());
     }
     let input = hello.input.clone();
