@@ -202,6 +202,8 @@ export interface HostStatus {
   runs: Partial<Record<RunStatusName, number>>;
   active_children: number;
   stopping: boolean;
+  /** The workflow file suffixes this host can run. */
+  runtimes: string[];
 }
 
 /** One committed change of a run, delivered in order without gaps. */
@@ -342,7 +344,10 @@ export declare function action<I = any, R = unknown>(
       /** `never` (default): an interrupted application becomes `uncertain` and the run stops for review. */
       retry?: 'never' | 'idempotency_key' | 'read_back';
     };
-    /** Performs the effect; its return value is the receipt and the node's output. */
+    /**
+     * Performs the effect; its return value is the receipt and the node's output. Throw
+     * `EffectFailed` when it certainly did not happen; any other exception means "in doubt".
+     */
     apply: (input: I, ctx: ActionContext) => Awaitable<R>;
   } & NodeOptions,
 ): WorkflowNode;
@@ -407,3 +412,13 @@ export interface Workflow {
 /** Defines a workflow; throws `PiwError` (`invalid_graph`) for an invalid graph. Export it as default. */
 export declare function defineWorkflow(definition: WorkflowDefinition): Workflow;
 export declare function isWorkflow(value: unknown): value is Workflow;
+
+/**
+ * Throw from an action's `apply` when the effect certainly did not happen: it is settled
+ * `failed` and the node fails (route it with `onOutcome`). Any other exception leaves the
+ * effect in doubt: under `never` it becomes `uncertain` and the run stops for review; under
+ * `idempotency_key` or `read_back` the next child retries it with `ctx.effect.retry` set.
+ */
+export declare class EffectFailed extends Error {
+  readonly name: 'EffectFailed';
+}

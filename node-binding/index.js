@@ -1,6 +1,7 @@
 // piw: run durable AI-agent workflows outside Pi. See index.d.ts for the documented API.
 export { Client, Subscription, findHostBin, hostEnvironment, isFinal } from './lib/client.js';
 export {
+  EffectFailed,
   defineWorkflow,
   isWorkflow,
   compute,

@@ -206,9 +206,11 @@ fn run(cli: Cli) -> Result<(), CliError> {
             let r = client.call(RequestBody::HostStatus)?;
             print(&r.body, json, |b| {
                 format!(
-                    "pid {}  epoch {}  uptime {} s\nruns {}\nactive children {}\nsocket {}\ndatabase {}\nschema {}",
+                    "pid {}  epoch {}  uptime {} s\nruns {}\nactive children {}\nruntimes {}\nsocket {}\ndatabase {}\nschema {}",
                     b["pid"], b["epoch"], b["uptime_ms"].as_u64().unwrap_or(0) / 1000, b["runs"],
-                    b["active_children"], str_of(&b["socket"]), str_of(&b["database"]), str_of(&b["schema_id"])
+                    b["active_children"],
+                    b["runtimes"].as_array().map(|r| r.iter().map(str_of).collect::<Vec<_>>().join(" ")).unwrap_or_default(),
+                    str_of(&b["socket"]), str_of(&b["database"]), str_of(&b["schema_id"])
                 )
             });
             Ok(())

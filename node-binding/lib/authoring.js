@@ -148,6 +148,27 @@ export function defineWorkflow(def) {
   });
 }
 
+const EFFECT_FAILED = Symbol.for('piw.effect_failed');
+
+/**
+ * Thrown by an action's `apply` when the effect certainly did not happen (the other system
+ * refused it): the effect is settled `failed` and the node fails. Any other exception from
+ * `apply` leaves the effect in doubt: under `never` it becomes `uncertain` and the run stops
+ * for review; under `idempotency_key` or `read_back` it is retried.
+ */
+export class EffectFailed extends Error {
+  constructor(message, options) {
+    super(message, options);
+    this.name = 'EffectFailed';
+    this[EFFECT_FAILED] = true;
+  }
+}
+
+/** Whether `e` is an `EffectFailed` (also one from another copy of this package). */
+export function isEffectFailed(e) {
+  return Boolean(e) && e[EFFECT_FAILED] === true;
+}
+
 /** Whether `value` was made by `defineWorkflow`. */
 export function isWorkflow(value) {
   return Boolean(value) && value[WORKFLOW] === 'workflow';

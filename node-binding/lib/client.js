@@ -95,7 +95,12 @@ export class Client {
     return body.runs;
   }
 
-  /** Starts a run of `workflowFile`; resolves with `{ run_id, status }`. */
+  /**
+   * Starts a run of `workflowFile`; resolves with `{ run_id, status }`. A host without a
+   * runtime for the file's suffix refuses it (`not_found`, naming what it runs): a host that a
+   * `piw` CLI started outside a source checkout has no Node runtime unless `PIW_NODE_WORKER`
+   * was set, and a client only configures the hosts it starts itself.
+   */
   startRun(workflowFile, options = {}) {
     return this.#body('run.start', envelope(options), {
       workflow_file: resolve(options.projectDir ?? process.cwd(), workflowFile),

@@ -9,7 +9,7 @@ import { pathToFileURL } from 'node:url';
 
 import { native as addon } from './native.js';
 import { fromNative } from './errors.js';
-import { isWorkflow } from './authoring.js';
+import { isEffectFailed, isWorkflow } from './authoring.js';
 
 async function readStdin() {
   const chunks = [];
@@ -40,7 +40,6 @@ const MAX_DEFERRED = 64;
 const DEFER_WINDOW_MS = 20;
 
 const message = (e) => (e instanceof Error ? e.message : String(e));
-const json = (v) => (v === undefined ? null : v);
 
 /** Stops the run for review without loading (or after refusing) the workflow's code. */
 function stopForReview(w, reason) {
@@ -65,21 +64,56 @@ function resolveMounts(workflow) {
   return out;
 }
 
+/** A node failure: the node's code threw, or gave something that is not JSON. */
+class NodeFailure extends Error {}
+
+/**
+ * The value as JSON data (what the host stores): `undefined` becomes `null`; a value JSON
+ * cannot represent (a BigInt, a cycle) is a failure of the node that produced it.
+ */
+function toJson(value, what) {
+  if (value === undefined) return null;
+  try {
+    const text = JSON.stringify(value);
+    return text === undefined ? null : JSON.parse(text);
+  } catch (e) {
+    throw new NodeFailure(`${what} is not JSON: ${message(e)}`);
+  }
+}
+
+/** Runs node code; any exception becomes a `NodeFailure`. */
+async function nodeCode(what, f) {
+  try {
+    return await f();
+  } catch (e) {
+    throw e instanceof NodeFailure ? e : new NodeFailure(`${what}: ${message(e)}`);
+  }
+}
+
 /** Executes one node; resolves with `{ outcome }` or `{ parked: true }`. */
 async function execute(w, impl, input, ctx) {
+  try {
+    return await executeNode(w, impl, input, ctx);
+  } catch (e) {
+    if (e instanceof NodeFailure) return { outcome: { status: 'failed', error: e.message } };
+    throw e;
+  }
+}
+
+async function executeNode(w, impl, input, ctx) {
   switch (impl.kind) {
-    case 'compute':
-      try {
-        return { outcome: { status: 'succeeded', output: json(await impl.run(input, ctx)) } };
-      } catch (e) {
-        return { outcome: { status: 'failed', error: message(e) } };
-      }
+    case 'compute': {
+      const output = await nodeCode('run', () => impl.run(input, ctx));
+      return { outcome: { status: 'succeeded', output: toJson(output, 'the output') } };
+    }
     case 'action': {
-      const key = String(impl.effectKey(input, ctx));
-      const fingerprint = String(impl.fingerprint ? impl.fingerprint(input, ctx) : key);
+      const key = String(await nodeCode('effect.key', () => impl.effectKey(input, ctx)));
+      const fingerprint = String(
+        impl.fingerprint ? await nodeCode('effect.fingerprint', () => impl.fingerprint(input, ctx)) : key,
+      );
       const r = w.reserveEffect(key, fingerprint, impl.retry);
       if (r.reservation === 'already_applied') {
-        return { outcome: { status: 'succeeded', output: json(r.receipt) } };
+        return { outcome: { status: 'succeeded', output: r.receipt } };
       }
       if (r.reservation === 'already_failed') {
         return { outcome: { status: 'failed', error: r.error } };
@@ -90,25 +124,45 @@ async function execute(w, impl, input, ctx) {
         // `retry` tells `apply` that an earlier application was interrupted (allowed only
         // under `idempotency_key` or `read_back`): it must check before acting again.
         const effect = { id: r.effect_id, key, retry: r.retry };
-        receipt = json(await impl.apply(input, { ...ctx, effect }));
+        receipt = await impl.apply(input, { ...ctx, effect });
       } catch (e) {
-        w.settleEffect(r.effect_id, { status: 'failed', error: message(e) });
-        return { outcome: { status: 'failed', error: message(e) } };
+        if (isEffectFailed(e)) {
+          // The workflow says the effect certainly did not happen.
+          w.settleEffect(r.effect_id, { status: 'failed', error: message(e) });
+          return { outcome: { status: 'failed', error: message(e) } };
+        }
+        // Whether the effect happened is unknown: leave it applying and let this child die.
+        // The host then makes it `uncertain` (stopping the run for review) under `never`, or
+        // retries it under `idempotency_key` / `read_back`.
+        throw new Error(`effect ${key} ended in doubt: ${message(e)}`, { cause: e });
       }
-      w.settleEffect(r.effect_id, { status: 'applied', receipt });
-      return { outcome: { status: 'succeeded', output: receipt } };
+      let stored;
+      try {
+        stored = toJson(receipt, 'the effect receipt');
+      } catch (e) {
+        // It happened, but its proof cannot be stored: the same doubt as above.
+        throw new Error(`effect ${key}: ${e.message}`, { cause: e });
+      }
+      w.settleEffect(r.effect_id, { status: 'applied', receipt: stored });
+      return { outcome: { status: 'succeeded', output: stored } };
     }
     case 'agent':
-    case 'assistant_message':
-      w.requestInteraction(impl.kind, json(impl.request ? await impl.request(input, ctx) : { input }));
+    case 'assistant_message': {
+      const request = impl.request ? await nodeCode('request', () => impl.request(input, ctx)) : { input };
+      w.requestInteraction(impl.kind, toJson(request, 'the request'));
       return { parked: true };
+    }
     case 'checkpoint':
-    case 'human_decision':
-      w.wait(impl.kind, json(impl.request ? await impl.request(input, ctx) : { input }));
+    case 'human_decision': {
+      const request = impl.request ? await nodeCode('request', () => impl.request(input, ctx)) : { input };
+      w.wait(impl.kind, toJson(request, 'the request'));
       return { parked: true };
-    case 'notify':
-      w.notify(json(await impl.content(input, ctx)));
-      return { outcome: { status: 'succeeded', output: json(input) } };
+    }
+    case 'notify': {
+      const content = await nodeCode('content', () => impl.content(input, ctx));
+      w.notify(toJson(content, 'the message'));
+      return { outcome: { status: 'succeeded', output: toJson(input, 'the input') } };
+    }
     default:
       return { outcome: { status: 'failed', error: `unknown node kind ${impl.kind}` } };
   }
@@ -128,6 +182,7 @@ async function judge(impl, payload, input) {
 
 async function drive(w) {
   const env = w.envelope;
+  if (env.mode !== 'run' && env.mode !== 'validate') throw new Error(`unknown mode ${env.mode}`);
   try {
     w.verifySources();
   } catch (e) {
@@ -157,7 +212,7 @@ async function drive(w) {
   switch (resume.resume) {
     case 'continue':
       nodeId = resume.node_id;
-      carried = { status: 'succeeded', output: { answer: json(hello.answer) } };
+      carried = { status: 'succeeded', output: { answer: hello.answer ?? null } };
       break;
     case 'interaction_expired':
       nodeId = resume.node_id;
@@ -165,17 +220,18 @@ async function drive(w) {
       break;
     case 'validate': {
       nodeId = resume.node_id;
-      const { submission_id: submissionId, payload } = hello.submission ?? {};
+      if (!hello.submission) throw new Error('protocol: a validate resume without a submission');
+      const { submission_id: submissionId, payload } = hello.submission;
       const error = await judge(workflow.nodes[nodeId] ?? {}, payload, input);
       w.validationResult(submissionId, error);
       if (error !== null) return;
-      carried = { status: 'succeeded', output: json(payload) };
+      carried = { status: 'succeeded', output: payload ?? null };
       break;
     }
     default:
       nodeId = resume.node_id ?? workflow.graph.start;
       // The host opens the first attempt with the hello when it can.
-      if (resume.attempt_id === undefined) w.nodeStarted(nodeId);
+      if (resume.attempt_id === undefined) resume.attempt_id = w.nodeStarted(nodeId);
   }
   let attemptId = resume.attempt_id;
   // Consecutive pure steps are reported together (one commit for many nodes): a step into a
@@ -196,7 +252,7 @@ async function drive(w) {
         attemptId,
         runInput: hello.input,
         projectDir: env.projectDir,
-        progress: (text, data) => w.progress(String(text), json(data)),
+        progress: (text, data) => w.progress(String(text), toJson(data, 'progress data')),
       };
       const step = await execute(w, impl, input, ctx);
       if (step.parked) return;
@@ -222,7 +278,7 @@ async function drive(w) {
       nodeId = route.next;
       attemptId = reply.attemptId;
     } else if (route.complete) {
-      w.complete(outcome, json(input));
+      w.complete(outcome, input ?? null);
       return;
     } else {
       w.fail(route.fail, false);

@@ -14,7 +14,7 @@ use serde_json::{json, Map, Value};
 
 use crate::{client_error, js_error};
 
-/// Connects to the host of `options.home` (default: `PIW_HOME`, else `~/.piw`).
+/// Connects to the host of `options.home` (default: `PIW_HOME`, else `~/.pi/agent/workflows`).
 ///
 /// `options`: `{ home?, hostBin?, start?, hostEnv?, readyTimeoutMs? }`. With `start` and a
 /// `hostBin`, a host is started on demand (as `hostBin host serve`, detached, with `hostEnv`

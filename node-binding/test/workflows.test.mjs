@@ -157,3 +157,63 @@ test('the pipeline example routes on its output', async () => {
   assert.equal(run.result.total, 25);
   assert.match(run.result.summary, /a long text: 25 words, 7 distinct/);
 });
+
+test('an action: EffectFailed settles the effect failed; any other exception leaves it in doubt', async () => {
+  const file = writeWorkflow(
+    host.dir,
+    'doubt',
+    `export default piw.defineWorkflow({
+      name: 'doubt', start: 'act',
+      nodes: {
+        act: piw.action({
+          effect: { key: () => 'charge' },
+          apply: (input) => {
+            if (input.refuse) throw new piw.EffectFailed('card declined');
+            throw new Error('the network went away');
+          },
+        }),
+        declined: piw.compute(() => ({ declined: true })),
+      },
+      edges: [piw.onOutcome('act', { failed: 'declined' })],
+    });`,
+  );
+  const c = host.client;
+  const refused = await c.waitForRun((await c.startRun(file, { input: { refuse: true } })).run_id, { timeoutMs: 20_000 });
+  assert.equal(refused.status, 'completed', JSON.stringify(refused));
+  assert.deepEqual(refused.result, { declined: true });
+  assert.equal((await c.runStatus(refused.run_id)).effects[0].state, 'failed');
+
+  const { run_id: runId } = await c.startRun(file, { input: {} });
+  const doubtful = await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
+  assert.equal(doubtful.status, 'review', JSON.stringify(doubtful));
+  const { effects } = await c.runStatus(runId);
+  assert.equal(effects[0].state, 'uncertain');
+});
+
+test('node code that throws or returns what JSON cannot hold fails the node, not the child', async () => {
+  const file = writeWorkflow(
+    host.dir,
+    'odd',
+    `export default piw.defineWorkflow({
+      name: 'odd', start: 'big',
+      nodes: {
+        big: piw.compute(() => ({ n: 10n })),
+        badKey: piw.action({ effect: { key: () => { throw new Error('no key'); } }, apply: () => 1 }),
+        done: piw.compute((input, ctx) => ({ attempt: typeof ctx.attemptId }), { timeoutMs: 10_000 }),
+      },
+      edges: [
+        piw.onOutcome('big', { failed: 'badKey' }),
+        piw.onOutcome('badKey', { failed: 'done' }),
+      ],
+    });`,
+  );
+  const c = host.client;
+  const { run_id: runId } = await c.startRun(file);
+  const run = await c.waitForRun(runId, { timeoutMs: 20_000 });
+  assert.equal(run.status, 'completed', JSON.stringify(run));
+  const { attempts } = await c.runStatus(runId);
+  const failed = attempts.filter((a) => a.status === 'failed');
+  assert.match(failed[0].error, /the output is not JSON/);
+  assert.match(failed[1].error, /effect.key: no key/);
+  assert.deepEqual(run.result, { attempt: 'string' });
+});

@@ -236,6 +236,7 @@ impl HostShared {
                 "runs": counts.get("runs").cloned().unwrap_or(Value::Null),
                 "active_children": counts.get("active_children").cloned().unwrap_or(Value::Null),
                 "stopping": *self.stopping.borrow(),
+                "runtimes": *self.runtime_suffixes,
             }),
         )
     }
