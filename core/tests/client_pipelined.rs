@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use piw_core::client::{ClientError, PipelinedClient, SUBSCRIPTION_BUFFER};
+use piw_core::client::{ClientError, PipelinedClient, Subscription, SUBSCRIPTION_BUFFER};
 use piw_core::paths::PiwPaths;
 use piw_core::protocol::{
     encode_frame, payload, Event, FrameDecoder, Limits, ProtocolSchema, Receipt, RejectionCode,
@@ -87,6 +87,27 @@ fn event(subscription: &str, seq: u64) -> ServerFrame {
         at_ms: 0,
         data: json!(null),
     })
+}
+
+/// A client subscribed to `run-1` as `sub-1` on a fake host.
+async fn subscribed() -> (FakeHost, PipelinedClient, Peer, Subscription) {
+    let host = FakeHost::new();
+    let client = PipelinedClient::connect(&host.paths).await.unwrap();
+    let mut peer = host.accept().await;
+    let subscribe = {
+        let c = client.clone();
+        tokio::spawn(async move {
+            c.subscribe(payload::Subscribe {
+                run_id: Some("run-1".into()),
+                session_id: None,
+            })
+            .await
+        })
+    };
+    let r = peer.request().await.unwrap();
+    peer.reply(&r, json!({ "subscription_id": "sub-1" })).await;
+    let sub = subscribe.await.unwrap().unwrap();
+    (host, client, peer, sub)
 }
 
 #[tokio::test]
@@ -219,22 +240,7 @@ async fn dropping_the_last_handle_closes_the_socket() {
 
 #[tokio::test]
 async fn a_dropped_subscription_is_ended_on_the_host() {
-    let host = FakeHost::new();
-    let client = PipelinedClient::connect(&host.paths).await.unwrap();
-    let mut peer = host.accept().await;
-    let subscribe = {
-        let c = client.clone();
-        tokio::spawn(async move {
-            c.subscribe(payload::Subscribe {
-                run_id: Some("run-1".into()),
-                session_id: None,
-            })
-            .await
-        })
-    };
-    let r = peer.request().await.unwrap();
-    peer.reply(&r, json!({ "subscription_id": "sub-1" })).await;
-    let sub = subscribe.await.unwrap().unwrap();
+    let (_host, _client, mut peer, sub) = subscribed().await;
     drop(sub);
     let unsubscribe = tokio::time::timeout(Duration::from_secs(2), peer.request())
         .await
@@ -250,22 +256,7 @@ async fn a_dropped_subscription_is_ended_on_the_host() {
 
 #[tokio::test]
 async fn an_overflowing_subscription_yields_its_buffer_then_an_error_and_is_ended() {
-    let host = FakeHost::new();
-    let client = PipelinedClient::connect(&host.paths).await.unwrap();
-    let mut peer = host.accept().await;
-    let subscribe = {
-        let c = client.clone();
-        tokio::spawn(async move {
-            c.subscribe(payload::Subscribe {
-                run_id: Some("run-1".into()),
-                session_id: None,
-            })
-            .await
-        })
-    };
-    let r = peer.request().await.unwrap();
-    peer.reply(&r, json!({ "subscription_id": "sub-1" })).await;
-    let mut sub = subscribe.await.unwrap().unwrap();
+    let (_host, client, mut peer, mut sub) = subscribed().await;
     let sent = SUBSCRIPTION_BUFFER as u64 + 10;
     for seq in 1..=sent {
         peer.send(&event("sub-1", seq)).await;

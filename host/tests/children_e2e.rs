@@ -940,21 +940,33 @@ fn a_cpu_limit_kills_a_runaway_child_and_repeated_losses_stop_the_run_for_review
 
 /// A child in another language that speaks the protocol itself and lies about the node its
 /// attempt ran: it runs `a`, then proposes `b -> c` (a route that exists from `b`, not from `a`).
-const LYING_CHILD: &str = r#"
-import json, socket, struct, sys
+/// What the Python children of these tests share: read the envelope, connect, and `call(kind,
+/// payload, **envelope_fields)` one request at a time.
+const PY_WORKER_PRELUDE: &str = r#"
+import json, os, socket, struct, sys, time
 env = json.loads(sys.stdin.read())
 s = socket.socket(socket.AF_UNIX); s.connect(env["socket_path"])
 n = [0]
 def call(kind, payload, **fields):
     n[0] += 1
-    req = {"schema": "piw.protocol.v1", "request_id": "liar-%d" % n[0], "kind": kind,
-           "run_id": env["run_id"], "generation": env["generation"], "payload": payload}
+    req = {"schema": "piw.protocol.v1", "request_id": "py-%d-%d" % (env["generation"], n[0]),
+           "kind": kind, "run_id": env["run_id"], "generation": env["generation"], "payload": payload}
     req.update(fields)
     body = json.dumps(req).encode()
     s.sendall(struct.pack(">I", len(body)) + body)
     head = s.recv(4); size = struct.unpack(">I", head)[0]; data = b""
     while len(data) < size: data += s.recv(size - len(data))
     return json.loads(data)
+"#;
+
+/// Writes a Python child: the prelude, then `body`.
+fn python_child(env: &Env, name: &str, body: &str) -> PathBuf {
+    let script = env.path(name);
+    std::fs::write(&script, format!("{PY_WORKER_PRELUDE}{body}")).unwrap();
+    script
+}
+
+const LYING_CHILD: &str = r#"
 graph = json.load(open(env["source_root"]))["graph"]
 call("worker.hello", {"child_token": env["child_token"], "pid": 1, "definition": graph, "mounted_sources": {}})
 r = call("worker.node_started", {}, node_id="a")
@@ -967,8 +979,7 @@ open(sys.argv[1] + ".answer", "w").write(json.dumps(r))
 #[test]
 fn a_child_cannot_route_from_a_node_its_attempt_did_not_run() {
     let mut env = Env::new(&[]);
-    let script = env.path("liar.py");
-    std::fs::write(&script, LYING_CHILD).unwrap();
+    let script = python_child(&env, "liar.py", LYING_CHILD);
     // This host runs `.workflow.json` with the lying child instead of the json worker.
     env.extra.push((
         "PIW_RUNTIMES".into(),
@@ -1123,24 +1134,10 @@ fn a_submission_committed_just_before_a_host_crash_is_validated_after_restart() 
 /// A child that reports several pure steps in one message (`earlier`), then tries to slip a
 /// node with a timeout, then (mode `misroute`) a step the graph does not allow.
 const CHAINING_CHILD: &str = r#"
-import json, os, socket, struct, sys, time
-env = json.loads(sys.stdin.read())
 mode, fixture = sys.argv[1], sys.argv[2]
 if os.path.exists(fixture + ".answer"):
     # A later child of the same run (the first one exited): stay quiet until stopped.
     time.sleep(3600)
-s = socket.socket(socket.AF_UNIX); s.connect(env["socket_path"])
-n = [0]
-def call(kind, payload, **fields):
-    n[0] += 1
-    req = {"schema": "piw.protocol.v1", "request_id": "chain-%d" % n[0], "kind": kind,
-           "run_id": env["run_id"], "generation": env["generation"], "payload": payload}
-    req.update(fields)
-    body = json.dumps(req).encode()
-    s.sendall(struct.pack(">I", len(body)) + body)
-    head = s.recv(4); size = struct.unpack(">I", head)[0]; data = b""
-    while len(data) < size: data += s.recv(size - len(data))
-    return json.loads(data)
 ok = lambda v: {"status": "succeeded", "output": {"v": v}}
 graph = json.load(open(env["source_root"]))["graph"]
 r = call("worker.hello", {"child_token": env["child_token"], "pid": 1, "definition": graph,
@@ -1165,8 +1162,7 @@ time.sleep(3600)
 
 fn chaining_env(mode: &str) -> (Env, HostProc, String, Vec<Value>) {
     let mut env = Env::new(&[]);
-    let script = env.path("chain.py");
-    std::fs::write(&script, CHAINING_CHILD).unwrap();
+    let script = python_child(&env, "chain.py", CHAINING_CHILD);
     env.extra.push((
         "PIW_RUNTIMES".into(),
         format!(

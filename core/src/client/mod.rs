@@ -88,6 +88,16 @@ impl ClientError {
     }
 }
 
+/// Connects to the host's socket (async faces).
+async fn connect_socket(paths: &PiwPaths) -> Result<UnixStream, ClientError> {
+    UnixStream::connect(&paths.socket)
+        .await
+        .map_err(|source| ClientError::Connect {
+            path: paths.socket.clone(),
+            source,
+        })
+}
+
 fn new_request_id() -> String {
     crate::ids::new_id("req")
 }
@@ -150,13 +160,7 @@ pub struct Client {
 impl Client {
     /// Connects to the host of `paths`.
     pub async fn connect(paths: &PiwPaths) -> Result<Self, ClientError> {
-        let stream =
-            UnixStream::connect(&paths.socket)
-                .await
-                .map_err(|source| ClientError::Connect {
-                    path: paths.socket.clone(),
-                    source,
-                })?;
+        let stream = connect_socket(paths).await?;
         let limits = Limits::default();
         Ok(Self {
             stream,

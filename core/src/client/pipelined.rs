@@ -14,7 +14,6 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{goodbye, new_request_id, response_to_result, ClientError};
@@ -155,14 +154,7 @@ pub struct Subscription {
 impl PipelinedClient {
     /// Connects to the host of `paths`.
     pub async fn connect(paths: &PiwPaths) -> Result<Self, ClientError> {
-        let stream =
-            UnixStream::connect(&paths.socket)
-                .await
-                .map_err(|source| ClientError::Connect {
-                    path: paths.socket.clone(),
-                    source,
-                })?;
-        let (read, write) = stream.into_split();
+        let (read, write) = super::connect_socket(paths).await?.into_split();
         let (frames, frames_rx) = mpsc::unbounded_channel();
         let (stop, stop_rx) = watch::channel(false);
         let shared = Arc::new(Shared {

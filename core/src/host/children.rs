@@ -404,10 +404,8 @@ pub fn apply_worker(
             json!({ "attempt_id": attempt_id, "deadline_at": deadline })
         }
         RequestBody::WorkerTransition(t) => {
-            let graph = graph_of(w, state, run_id)?;
-            let current = current_step(w, run_id, req)?;
-            let (attempt_id, from) =
-                match apply_earlier_steps(w, &claim, &graph, current, &t.earlier)? {
+            let (graph, attempt_id, from) =
+                match step_after_earlier(w, state, &claim, req, &t.earlier)? {
                     Ok(step) => step,
                     Err(refused) => return Ok(refused),
                 };
@@ -440,10 +438,8 @@ pub fn apply_worker(
             json!({ "attempt_id": done.next_attempt_id, "parked": parked, "deadline_at": deadline })
         }
         RequestBody::WorkerComplete(c) => {
-            let graph = graph_of(w, state, run_id)?;
-            let current = current_step(w, run_id, req)?;
-            let (attempt_id, from) =
-                match apply_earlier_steps(w, &claim, &graph, current, &c.earlier)? {
+            let (graph, attempt_id, from) =
+                match step_after_earlier(w, state, &claim, req, &c.earlier)? {
                     Ok(step) => step,
                     Err(refused) => return Ok(refused),
                 };
@@ -667,6 +663,21 @@ fn current_step(
         )));
     }
     Ok((attempt_id, node))
+}
+
+/// The run's graph and the attempt (with its node) that a worker's transition or completion
+/// closes, after the earlier steps the message carries were applied; or the refusal body.
+fn step_after_earlier(
+    w: &mut WriteTx<'_>,
+    state: &mut HostState,
+    claim: &Claim,
+    req: &Request,
+    earlier: &[payload::EarlierStep],
+) -> Result<Result<(Graph, String, String), Value>, StoreError> {
+    let graph = graph_of(w, state, &claim.run_id)?;
+    let current = current_step(w, &claim.run_id, req)?;
+    Ok(apply_earlier_steps(w, claim, &graph, current, earlier)?
+        .map(|(attempt_id, from)| (graph, attempt_id, from)))
 }
 
 /// Applies the steps a worker took before the one its message reports (see
