@@ -5,13 +5,29 @@
 // every saved mounted source *before importing any workflow code*; import the workflow; compare
 // the mounts it resolves with the saved ones; say hello; execute nodes and propose each
 // transition; exit when the run parks, finishes, or the host says the run moved on.
+import { readFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 
 import { native as addon } from './native.js';
 import { fromNative } from './errors.js';
 import { isEffectFailed, isWorkflow } from './authoring.js';
 
-async function readStdin() {
+/**
+ * The launch envelope: all of stdin, up to its end. Read synchronously: a child (and a standby
+ * worker waiting for its run) has nothing else to do meanwhile, and it skips setting up
+ * `process.stdin`, which costs milliseconds on every start.
+ */
+function readStdin() {
+  try {
+    return readFileSync(0, 'utf8');
+  } catch (e) {
+    // A non-blocking stdin (not how the host starts workers) cannot be read this way.
+    if (e.code !== 'EAGAIN') throw e;
+    return readStdinAsync();
+  }
+}
+
+async function readStdinAsync() {
   const chunks = [];
   for await (const chunk of process.stdin) chunks.push(chunk);
   return Buffer.concat(chunks).toString('utf8');
