@@ -205,6 +205,8 @@ pub struct Worker {
     node_id: Option<String>,
     /// Steps taken since then and not yet reported ([`Worker::defer_transition`]).
     deferred: Vec<payload::EarlierStep>,
+    /// Their encoded size, so a batch stays well inside the host's payload limit.
+    deferred_bytes: usize,
 }
 
 impl Worker {
@@ -220,6 +222,7 @@ impl Worker {
             attempt_id: None,
             node_id: None,
             deferred: Vec::new(),
+            deferred_bytes: 0,
         })
     }
 
@@ -332,15 +335,23 @@ impl Worker {
     /// carries the deferred steps; any other node operation sends them first. Until then the
     /// host knows neither step: if the worker dies, those pure nodes rerun.
     pub fn defer_transition(&mut self, outcome: payload::AttemptOutcome, next_node: &str) {
-        self.deferred.push(payload::EarlierStep {
+        let step = payload::EarlierStep {
             outcome,
             next_node: next_node.to_owned(),
-        });
+        };
+        self.deferred_bytes += serde_json::to_vec(&step).map_or(usize::MAX / 2, |v| v.len());
+        self.deferred.push(step);
     }
 
     /// How many steps are deferred.
     pub fn deferred_steps(&self) -> usize {
         self.deferred.len()
+    }
+
+    /// The encoded size of the deferred steps, in bytes. Report them (stop deferring) well
+    /// before it nears the host's payload limit ([`crate::protocol::Limits`]).
+    pub fn deferred_bytes(&self) -> usize {
+        self.deferred_bytes
     }
 
     /// Reports deferred steps now, opening the last deferred node's attempt. Returns whether
@@ -359,6 +370,7 @@ impl Worker {
         next_node: &str,
     ) -> Result<TransitionReply, WorkerError> {
         let earlier = std::mem::take(&mut self.deferred);
+        self.deferred_bytes = 0;
         let r = self.call(RequestBody::WorkerTransition(payload::WorkerTransition {
             outcome,
             next_node: next_node.to_owned(),
@@ -380,6 +392,7 @@ impl Worker {
         result: Value,
     ) -> Result<Receipt, WorkerError> {
         let earlier = std::mem::take(&mut self.deferred);
+        self.deferred_bytes = 0;
         self.call(RequestBody::WorkerComplete(payload::WorkerComplete {
             outcome,
             result,

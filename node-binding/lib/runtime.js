@@ -50,11 +50,6 @@ function wrap(worker) {
   });
 }
 
-/** At most this many steps are reported together. */
-const MAX_DEFERRED = 64;
-/** Deferred steps are reported at the latest this long after the first of them. */
-const DEFER_WINDOW_MS = 20;
-
 const message = (e) => (e instanceof Error ? e.message : String(e));
 
 /** Stops the run for review without loading (or after refusing) the workflow's code. */
@@ -89,13 +84,28 @@ class NodeFailure extends Error {}
  */
 function toJson(value, what) {
   if (value === undefined) return null;
+  let text;
   try {
-    const text = JSON.stringify(value);
-    return text === undefined ? null : JSON.parse(text);
+    text = JSON.stringify(value);
   } catch (e) {
     throw new NodeFailure(`${what} is not JSON: ${message(e)}`);
   }
+  if (text === undefined) return null;
+  const bytes = Buffer.byteLength(text);
+  if (bytes > MAX_VALUE_BYTES) {
+    throw new NodeFailure(
+      `${what} is ${bytes} bytes of JSON; at most ${MAX_VALUE_BYTES} (keep large data in files and pass their paths)`,
+    );
+  }
+  return JSON.parse(text);
 }
+
+/**
+ * The largest value a node may hand the host. A run's last output travels twice in one
+ * message (as the node's output and the run's result), and a message's payload is limited to
+ * 256 KiB.
+ */
+const MAX_VALUE_BYTES = 120 * 1024;
 
 /** Runs node code; any exception becomes a `NodeFailure`. */
 async function nodeCode(what, f) {
@@ -250,17 +260,20 @@ async function drive(w) {
       if (resume.attempt_id === undefined) resume.attempt_id = w.nodeStarted(nodeId);
   }
   let attemptId = resume.attempt_id;
-  // Consecutive pure steps are reported together (one commit for many nodes): a step into a
-  // compute node without a timeout, from a node without a timeout, is deferred, up to
-  // MAX_DEFERRED steps or DEFER_WINDOW_MS after the first. If this child dies meanwhile, those
-  // pure nodes rerun from the last committed boundary.
+  // Consecutive pure steps are reported together (one commit for many nodes). A step is
+  // deferred only when it leaves a compute node without a timeout that ran in this child and
+  // enters another one, within DEFER_WINDOW_MS of the last report to the host, and while the
+  // batch stays under MAX_DEFERRED steps and MAX_DEFERRED_BYTES. A timer reports the batch if
+  // a slow asynchronous node keeps it waiting. If this child dies with steps deferred, those
+  // pure nodes rerun from the last committed boundary: at most a window's worth of work.
   const nodesOf = workflow.graph.nodes;
   const pure = (id) => nodesOf[id]?.kind === 'compute' && nodesOf[id]?.timeout_ms === undefined;
-  let deferredSince = 0;
+  const batch = new DeferredBatch(w);
   for (;;) {
     let outcome = carried;
     carried = null;
-    if (outcome === null) {
+    const ranHere = outcome === null;
+    if (ranHere) {
       const impl = workflow.nodes[nodeId];
       const ctx = {
         runId: env.runId,
@@ -271,35 +284,99 @@ async function drive(w) {
         progress: (text, data) => w.progress(String(text), toJson(data, 'progress data')),
       };
       const step = await execute(w, impl, input, ctx);
+      if (batch.settle()) return; // the run parked while the node ran
       if (step.parked) return;
       outcome = step.outcome;
     }
     if (outcome.status === 'succeeded') input = outcome.output;
     const route = w.route(nodeId, outcome);
     if (route.next !== undefined) {
-      const deferrable =
-        nodesOf[nodeId]?.timeout_ms === undefined &&
-        pure(route.next) &&
-        w.deferredSteps < MAX_DEFERRED &&
-        (w.deferredSteps === 0 || performance.now() - deferredSince < DEFER_WINDOW_MS);
-      if (deferrable) {
-        if (w.deferredSteps === 0) deferredSince = performance.now();
-        w.deferTransition(outcome, route.next);
+      if (ranHere && pure(nodeId) && pure(route.next) && batch.hasRoom()) {
+        batch.defer(outcome, route.next);
         nodeId = route.next;
         attemptId = undefined;
         continue;
       }
+      batch.cancelTimer();
       const reply = w.transition(outcome, route.next);
+      batch.reported();
       if (reply.parked) return;
       nodeId = route.next;
       attemptId = reply.attemptId;
     } else if (route.complete) {
+      batch.cancelTimer();
       w.complete(outcome, input ?? null);
       return;
     } else {
+      batch.cancelTimer();
       w.fail(route.fail, false);
       return;
     }
+  }
+}
+
+/** At most this many steps are reported together. */
+const MAX_DEFERRED = 64;
+/** Deferred steps stay well inside the host's 256 KiB payload limit. */
+const MAX_DEFERRED_BYTES = 64 * 1024;
+/** Steps are deferred only within this long of the last report to the host. */
+const DEFER_WINDOW_MS = 20;
+
+/** The steps a worker has taken but not reported yet, and the timer that reports them. */
+class DeferredBatch {
+  constructor(w) {
+    this.w = w;
+    this.lastReport = performance.now();
+    this.timer = null;
+    this.error = null;
+    this.parked = false;
+  }
+
+  hasRoom() {
+    return (
+      this.w.deferredSteps < MAX_DEFERRED &&
+      this.w.deferredBytes < MAX_DEFERRED_BYTES &&
+      performance.now() - this.lastReport < DEFER_WINDOW_MS
+    );
+  }
+
+  defer(outcome, next) {
+    this.w.deferTransition(outcome, next);
+    if (this.timer === null) {
+      const left = Math.max(0, DEFER_WINDOW_MS - (performance.now() - this.lastReport));
+      this.timer = setTimeout(() => this.flushNow(), left);
+    }
+  }
+
+  /** Runs only while node code awaits: reports the batch, opening the running node's attempt. */
+  flushNow() {
+    this.timer = null;
+    if (this.w.deferredSteps === 0) return;
+    try {
+      this.parked = this.w.flush();
+      this.lastReport = performance.now();
+    } catch (e) {
+      this.error = e;
+    }
+  }
+
+  /** After node code returned: rethrows a failed timed report; true when the run parked. */
+  settle() {
+    if (this.error) {
+      const e = this.error;
+      this.error = null;
+      throw e;
+    }
+    return this.parked;
+  }
+
+  cancelTimer() {
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.timer = null;
+  }
+
+  reported() {
+    this.lastReport = performance.now();
   }
 }
 

@@ -162,6 +162,21 @@ impl Worker {
         Ok(())
     }
 
+    /// The encoded size of the deferred steps, in bytes.
+    #[napi(getter)]
+    pub fn deferred_bytes(&self) -> u32 {
+        self.session
+            .as_ref()
+            .map_or(0, |s| u32::try_from(s.deferred_bytes()).unwrap_or(u32::MAX))
+    }
+
+    /// Reports the deferred steps now (opening the last deferred node's attempt); returns
+    /// whether the run parked (the worker is then done).
+    #[napi]
+    pub fn flush(&mut self) -> Result<bool> {
+        self.session()?.flush().map_err(worker_error)
+    }
+
     /// How many steps are deferred.
     #[napi(getter)]
     pub fn deferred_steps(&self) -> u32 {

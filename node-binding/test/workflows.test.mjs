@@ -190,6 +190,18 @@ test('an action: EffectFailed settles the effect failed; any other exception lea
   assert.equal(effects[0].state, 'uncertain');
 });
 
+test('an output too large for the host fails its node with a clear error', async () => {
+  const file = writeWorkflow(
+    host.dir,
+    'huge',
+    `export default piw.defineWorkflow({ name: 'huge', start: 'big',
+      nodes: { big: piw.compute(() => ({ blob: 'x'.repeat(300_000) })) } });`,
+  );
+  const run = await host.client.waitForRun((await host.client.startRun(file)).run_id, { timeoutMs: 20_000 });
+  assert.equal(run.status, 'failed');
+  assert.match(run.error, /the output is \d+ bytes of JSON; at most 122880/);
+});
+
 test('node code that throws or returns what JSON cannot hold fails the node, not the child', async () => {
   const file = writeWorkflow(
     host.dir,
@@ -216,4 +228,58 @@ test('node code that throws or returns what JSON cannot hold fails the node, not
   assert.match(failed[0].error, /the output is not JSON/);
   assert.match(failed[1].error, /effect.key: no key/);
   assert.deepEqual(run.result, { attempt: 'string' });
+});
+
+test('pure steps reported together stay inside the payload limit, however large their outputs', async () => {
+  const file = writeWorkflow(
+    host.dir,
+    'heavy',
+    `const nodes = {};
+    const edges = [];
+    for (let i = 0; i < 12; i++) {
+      // Each output is 40 KB: 12 of them together are far over the 256 KiB payload limit.
+      nodes['n' + i] = piw.compute((input) => ({ part: 'x'.repeat(40_000), count: (input?.count ?? 0) + 1 }));
+      if (i > 0) edges.push(piw.to('n' + (i - 1), 'n' + i));
+    }
+    nodes.last = piw.compute((input) => ({ count: input.count }));
+    edges.push(piw.to('n11', 'last'));
+    export default piw.defineWorkflow({ name: 'heavy', start: 'n0', nodes, edges });`,
+  );
+  const run = await host.client.waitForRun((await host.client.startRun(file)).run_id, { timeoutMs: 30_000 });
+  assert.equal(run.status, 'completed', JSON.stringify({ status: run.status, error: run.error, review: run.review_reason }));
+  assert.deepEqual(run.result, { count: 12 });
+});
+
+test('a slow pure node does not hold the steps before it: they are reported while it runs', async () => {
+  const marker = join(host.dir, 'slow-started');
+  const file = writeWorkflow(
+    host.dir,
+    'slowpure',
+    `import { writeFileSync } from 'node:fs';
+    export default piw.defineWorkflow({
+      name: 'slowpure', start: 'fast',
+      nodes: {
+        fast: piw.compute(() => ({ a: 1 })),
+        slow: piw.compute(async (input) => {
+          writeFileSync(${JSON.stringify(marker)}, 'started');
+          await new Promise((r) => setTimeout(r, 1000));
+          return input;
+        }),
+      },
+      edges: [piw.to('fast', 'slow')],
+    });`,
+  );
+  const c = host.client;
+  const { run_id: runId } = await c.startRun(file);
+  let seen;
+  for (let i = 0; i < 400 && !seen; i++) {
+    const { attempts } = await c.runStatus(runId);
+    if (existsSync(marker)) {
+      seen = attempts.find((a) => a.node_id === 'slow' && a.status === 'running');
+      if (seen) assert.equal(attempts.find((a) => a.node_id === 'fast').status, 'succeeded');
+    }
+    if (!seen) await new Promise((r) => setTimeout(r, 10));
+  }
+  assert.ok(seen, 'the fast step was reported while the slow node ran');
+  assert.equal((await c.waitForRun(runId, { timeoutMs: 20_000 })).status, 'completed');
 });

@@ -316,17 +316,32 @@ impl Drop for Subscription {
         if self.closed {
             return;
         }
-        // Dropped without `close`: end it on the host too, or the connection's subscription
-        // slots run out.
+        // Dropped without `close`: stop routing now, and end it on the host too, or the
+        // connection's subscription slots run out.
         if let Some(shared) = self.client.upgrade() {
-            let runtime = shared.runtime.clone();
-            let client = PipelinedClient { shared };
-            let id = std::mem::take(&mut self.id);
-            runtime.spawn(async move {
-                let _ = client.unsubscribe(&id).await;
-            });
+            if shared.routes().subscriptions.remove(&self.id).is_some() {
+                send_unsubscribe(&shared, std::mem::take(&mut self.id));
+            }
         }
     }
+}
+
+/// Asks the host, in the background, to stop sending a subscription's events (its route is
+/// already gone here).
+fn send_unsubscribe(shared: &Arc<Shared>, subscription_id: String) {
+    if shared.routes().ended.is_some() {
+        return;
+    }
+    let client = PipelinedClient {
+        shared: Arc::clone(shared),
+    };
+    shared.runtime.spawn(async move {
+        let _ = client
+            .call(RequestBody::Unsubscribe(payload::Unsubscribe {
+                subscription_id,
+            }))
+            .await;
+    });
 }
 
 async fn write_loop(
@@ -441,20 +456,14 @@ fn route(shared: &Arc<Shared>, frame: ServerFrame) {
                     if let Some(sub) = routes.subscriptions.remove(&id) {
                         end_subscription(&sub, ClientError::SubscriptionOverflow);
                         drop(routes);
-                        let client = PipelinedClient {
-                            shared: Arc::clone(shared),
-                        };
-                        shared.runtime.spawn(async move {
-                            let _ = client
-                                .call(RequestBody::Unsubscribe(payload::Unsubscribe {
-                                    subscription_id: id,
-                                }))
-                                .await;
-                        });
+                        send_unsubscribe(shared, id);
                     }
                 }
+                // Nobody reads it any more (a dropped stream, a cancelled `subscribe`).
                 Err(mpsc::error::TrySendError::Closed(_)) => {
                     routes.subscriptions.remove(&id);
+                    drop(routes);
+                    send_unsubscribe(shared, id);
                 }
             }
         }

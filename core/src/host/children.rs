@@ -891,15 +891,13 @@ pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildRe
             // run before the host hears of it. Its run did nothing, so the first such exit
             // before the hello is not counted as a loss; a second one in a row is, so a
             // runtime that always dies early still ends in review.
-            let forgive = ours
+            let may_forgive = ours
                 && state
                     .children
                     .get(&run_id)
                     .is_some_and(|e| e.from_standby && !e.hello)
-                && state.forgiven_standby_exits.insert(run_id.clone());
-            if forgive {
-                tracing::warn!(%run_id, reason = %exit.reason, "a standby worker died before its hello; requeued without counting a loss");
-            }
+                && !state.forgiven_standby_exits.contains(&run_id);
+            let mut forgiven = false;
             let before = revision_of(store, &run_id);
             let result = store.write(|w| {
                 w.record_child_exit(child_epoch, &exit)?;
@@ -909,14 +907,23 @@ pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildRe
                             "child exited ({}) before the run reached a boundary",
                             exit.reason
                         );
-                        let shutting_down = state.shutting_down || forgive;
+                        let shutting_down = state.shutting_down;
                         let released = w.savepoint(|w| {
                             if shutting_down {
                                 w.release_at_shutdown(claim)
+                            } else if may_forgive {
+                                w.release_uncounted(
+                                    claim,
+                                    &format!(
+                                        "a standby worker died before its hello ({})",
+                                        exit.reason
+                                    ),
+                                )
                             } else {
                                 w.child_lost(claim, &why)
                             }
                         });
+                        forgiven = may_forgive && !shutting_down && released.is_ok();
                         match released {
                             Ok(r) => {
                                 tracing::warn!(run_id = %r.run_id, status = %r.status, "child lost")
@@ -928,8 +935,14 @@ pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildRe
                 }
                 Ok(())
             });
-            if let Err(e) = result {
+            if let Err(e) = &result {
                 tracing::error!(%run_id, error = %e, "cannot record child exit");
+            }
+            if forgiven && result.is_ok() {
+                tracing::warn!(%run_id, reason = %exit.reason, "a standby worker died before its hello; requeued without counting a loss");
+                state.forgiven_standby_exits.insert(run_id.clone());
+            } else if ours {
+                state.forgiven_standby_exits.remove(&run_id);
             }
             publish(store, state, &run_id, before);
             if ours {

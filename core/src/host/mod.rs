@@ -114,6 +114,9 @@ impl HostConfig {
     }
 }
 
+/// Events the host buffers for its subscribers' connection tasks.
+const EVENT_BUFFER: usize = 16_384;
+
 /// The most standby workers `PIW_STANDBY_WORKERS` may ask for, per runtime.
 pub const MAX_STANDBY_WORKERS: u64 = 16;
 
@@ -360,7 +363,9 @@ async fn serve_async(
         .map_err(io_err("cannot restrict the socket to its user"))?;
 
     let (jobs_tx, jobs_rx) = std::sync::mpsc::channel::<StoreMsg>();
-    let (events, _) = broadcast::channel::<RunEvent>(1024);
+    // Events committed in one burst (a batch of commands, each worker message up to 257 steps)
+    // must fit, or every subscriber is cut off as lagging.
+    let (events, _) = broadcast::channel::<RunEvent>(EVENT_BUFFER);
     let (supervisor_tx, supervisor_rx) = tokio::sync::mpsc::unbounded_channel();
     let supervisor_task = tokio::spawn(supervisor::run(
         supervisor_rx,

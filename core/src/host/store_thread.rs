@@ -262,7 +262,10 @@ fn process_batch(
                 replies.push((job.reply, receipt));
             }
             // Events first, replies second: a client that subscribes after seeing a receipt
-            // never receives events committed before it.
+            // never receives events committed before it. A run touched twice in the batch is
+            // published once, from its earliest revision.
+            touched.sort();
+            touched.dedup_by(|later, earlier| later.0 == earlier.0);
             for (run_id, after) in touched {
                 publish_run(store, events, &run_id, after);
             }

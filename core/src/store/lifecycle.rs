@@ -1274,9 +1274,15 @@ impl WriteTx<'_> {
     /// its last committed boundary without counting a loss (the run did nothing wrong).
     /// `applying` effects of `never` contracts still become uncertain.
     pub fn release_at_shutdown(&mut self, claim: &Claim) -> StoreResult<RecoveredRun> {
+        self.release_uncounted(claim, "host stopping")
+    }
+
+    /// Requeues a running run from its last committed boundary without counting a loss, for
+    /// a reason that is not the run's doing (`why` is kept with the run and its event).
+    pub fn release_uncounted(&mut self, claim: &Claim, why: &str) -> StoreResult<RecoveredRun> {
         self.fence(claim)?;
         let run = self.run_for(&claim.run_id, Op::ChildLost)?;
-        self.requeue_after_loss_counted(&claim.run_id, &run, "host stopping", "recovered", false)
+        self.requeue_after_loss_counted(&claim.run_id, &run, why, "recovered", false)
     }
 
     /// Makes every running row whose claim has expired (or vanished) claimable again, in one

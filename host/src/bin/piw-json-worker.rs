@@ -162,6 +162,7 @@ fn run() -> Result<(), WorkerError> {
                         .as_object()
                         .is_none_or(|b| b.is_empty() || b.keys().all(|k| k == "return"))
                     && w.deferred_steps() < 64
+                    && w.deferred_bytes() < 64 * 1024
                 {
                     w.defer_transition(outcome, &next);
                     node = next;
