@@ -203,10 +203,15 @@ export class Client {
    */
   waitForRun(runId, options = {}) {
     const stopAt = (s) => isFinal(s) || (options.untilParked && (s === 'waiting' || s === 'review'));
-    return this.#waitFor(runId, async () => {
-      const { run } = await this.runStatus(runId);
-      return stopAt(run.status) ? run : undefined;
-    }, options);
+    return this.#waitFor(
+      runId,
+      async () => {
+        const { run } = await this.runStatus(runId);
+        return stopAt(run.status) ? run : undefined;
+      },
+      (event) => stopAt(event.status),
+      options,
+    );
   }
 
   /**
@@ -215,19 +220,30 @@ export class Client {
    * `options.timeoutMs`.
    */
   waitForSubmission(runId, submissionId, options = {}) {
-    return this.#waitFor(runId, async () => {
-      const { interactions, run } = await this.runStatus(runId);
-      const last = interactions.find((i) => i.last_submission?.submission_id === submissionId)?.last_submission;
-      if (last && last.state !== 'validating') return last;
-      if (isFinal(run.status)) {
-        throw new PiwError('invalid_transition', `run ${runId} ended (${run.status}) before judging ${submissionId}`);
-      }
-      return undefined;
-    }, options);
+    return this.#waitFor(
+      runId,
+      async () => {
+        const { interactions, run } = await this.runStatus(runId);
+        const last = interactions.find((i) => i.last_submission?.submission_id === submissionId)?.last_submission;
+        if (last && last.state !== 'validating') return last;
+        if (isFinal(run.status)) {
+          throw new PiwError('invalid_transition', `run ${runId} ended (${run.status}) before judging ${submissionId}`);
+        }
+        return undefined;
+      },
+      (event) =>
+        event.event_kind === 'submission_accepted' ||
+        event.event_kind === 'submission_rejected' ||
+        isFinal(event.status),
+      options,
+    );
   }
 
-  /** Re-evaluates `check` after every event of the run until it returns a value. */
-  async #waitFor(runId, check, options) {
+  /**
+   * Evaluates `check` once, then again after each event of the run for which `relevant` holds,
+   * until it returns a value (events carry the run's status, so most need no read).
+   */
+  async #waitFor(runId, check, relevant, options) {
     const sub = await this.subscribe({ runId });
     let timer;
     const timeout = new Promise((_, reject) => {
@@ -242,7 +258,8 @@ export class Client {
       const watch = (async () => {
         let found = await check();
         if (found !== undefined) return found;
-        for await (const _event of sub) {
+        for await (const event of sub) {
+          if (!relevant(event)) continue;
           found = await check();
           if (found !== undefined) return found;
         }
