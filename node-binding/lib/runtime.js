@@ -6,9 +6,11 @@
 // the mounts it resolves with the saved ones; say hello; execute nodes and propose each
 // transition; exit when the run parks, finishes, or the host says the run moved on.
 import { readFileSync } from 'node:fs';
-import { pathToFileURL } from 'node:url';
+import module from 'node:module';
+import { dirname, relative, resolve as resolvePath, sep } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 
-import { native as addon } from './native.js';
+import { native as addon, packageDir } from './native.js';
 import { fromNative } from './errors.js';
 import { isEffectFailed, isWorkflow } from './authoring.js';
 
@@ -58,19 +60,52 @@ function stopForReview(w, reason) {
   w.fail(reason, true);
 }
 
+/**
+ * Imports the workflow module; resolves with the workflow and the local files the import
+ * loaded besides the root (not this package's own files, not `node_modules`).
+ */
 async function loadWorkflow(file) {
-  const mod = await import(pathToFileURL(file).href);
+  const imported = new Set();
+  // Sees every module the import resolves, so the files a workflow imports are verified on
+  // later activations like declared mounts, before any of their code runs.
+  const hooks = module.registerHooks?.({
+    resolve(specifier, context, nextResolve) {
+      const resolved = nextResolve(specifier, context);
+      if (resolved.url.startsWith('file:')) imported.add(resolved.url);
+      return resolved;
+    },
+  });
+  let mod;
+  try {
+    mod = await import(pathToFileURL(file).href);
+  } finally {
+    hooks?.deregister();
+  }
   const workflow = mod.default ?? mod.workflow;
   if (!isWorkflow(workflow)) {
     throw new Error(`${file} must export default defineWorkflow({...})`);
   }
-  return workflow;
+  const root = resolvePath(file);
+  const files = [...imported]
+    .map((url) => fileURLToPath(url))
+    .filter(
+      (path) => path !== root && !path.startsWith(packageDir + sep) && !path.includes(`${sep}node_modules${sep}`),
+    );
+  return { workflow, imports: [...new Set(files)] };
 }
 
-function resolveMounts(workflow) {
+/**
+ * The mounted sources of this activation: the ones the workflow declares, and every local
+ * file its import loaded (named `import:<path relative to the workflow's directory>`).
+ */
+function resolveMounts(workflow, imports, file) {
   const out = {};
   for (const [name, path] of Object.entries(workflow.mounts)) {
     out[name] = { path, hash: addon.hashFile(path) };
+  }
+  const base = dirname(resolvePath(file));
+  for (const path of imports) {
+    out[`import:${relative(base, path)}`] = { path, hash: addon.hashFile(path) };
   }
   return out;
 }
@@ -219,8 +254,9 @@ async function drive(w) {
   let workflow;
   let mounts;
   try {
-    workflow = await loadWorkflow(env.sourceRoot);
-    mounts = resolveMounts(workflow);
+    const loaded = await loadWorkflow(env.sourceRoot);
+    workflow = loaded.workflow;
+    mounts = resolveMounts(workflow, loaded.imports, env.sourceRoot);
     w.compareMounts(mounts);
   } catch (e) {
     // A changed mount, or a module that does not load: stop for review (the run may be

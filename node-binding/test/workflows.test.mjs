@@ -283,3 +283,35 @@ test('a slow pure node does not hold the steps before it: they are reported whil
   assert.ok(seen, 'the fast step was reported while the slow node ran');
   assert.equal((await c.waitForRun(runId, { timeoutMs: 20_000 })).status, 'completed');
 });
+
+test('a file the workflow imports is verified like a mount, without being declared', async () => {
+  const marker = join(host.dir, 'helper-loaded');
+  const helper = join(host.dir, 'helper.mjs');
+  writeFileSync(helper, `import { writeFileSync } from 'node:fs';\nwriteFileSync(${JSON.stringify(marker)}, 'loaded');\nexport const factor = 2;\n`);
+  const file = writeWorkflow(
+    host.dir,
+    'imports',
+    `import { factor } from './helper.mjs';
+    export default piw.defineWorkflow({
+      name: 'imports', start: 'ask',
+      nodes: {
+        ask: piw.checkpoint({ request: () => ({ question: 'continue?' }) }),
+        done: piw.compute(() => ({ factor })),
+      },
+      edges: [piw.to('ask', 'done')],
+    });`,
+  );
+  const c = host.client;
+  const { run_id: runId } = await c.startRun(file);
+  await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
+  assert.ok(existsSync(marker), 'the first child loaded the helper');
+  const { decisions } = await c.runStatus(runId);
+  writeFileSync(helper, `import { writeFileSync } from 'node:fs';\nwriteFileSync(${JSON.stringify(marker)}, 'loaded');\nexport const factor = 3;\n`);
+  const { rmSync } = await import('node:fs');
+  rmSync(marker);
+  await c.answerCheckpoint(runId, decisions[0].decision_id, 'yes');
+  const run = await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
+  assert.equal(run.status, 'review');
+  assert.match(run.review_reason, /source_changed.*helper\.mjs/);
+  assert.equal(existsSync(marker), false, 'no module code ran in the resumed child');
+});
