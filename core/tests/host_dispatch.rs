@@ -9,28 +9,53 @@ use piw_core::protocol::{payload, Request, RequestBody};
 use piw_core::store::{DecisionKind, RunStatus};
 use serde_json::json;
 
+/// Applies `body` for the run in the transaction where the child's wait releases the claim,
+/// with the host's cache still holding it; returns the command's response body.
+fn in_the_releasing_batch(
+    f: &mut Fixture,
+    run_id: &str,
+    act: &piw_core::store::Activation,
+    attempt: &str,
+    body: RequestBody,
+) -> serde_json::Value {
+    let mut state = HostState::default();
+    state.claims.insert(run_id.to_owned(), act.claim.clone());
+    let req = Request::new("cmd-1", body).with_run_id(run_id);
+    f.store
+        .write(|w| {
+            w.wait_for_decision(&act.claim, attempt, DecisionKind::Checkpoint, &json!({}))?;
+            apply_command(w, &mut state, &req, None)
+        })
+        .expect("the command commits")
+}
+
+#[test]
+fn pause_and_resume_in_the_batch_that_released_the_held_claim_still_apply() {
+    let mut f = Fixture::new();
+    let (run_id, act, attempt) = f.running();
+    let body = in_the_releasing_batch(&mut f, &run_id, &act, &attempt, RequestBody::RunPause);
+    assert_eq!(body["paused"], json!(true));
+    assert!(f.store.run(&run_id).unwrap().paused);
+
+    let mut f = Fixture::new();
+    let (run_id, act, attempt) = f.running();
+    f.store
+        .write(|w| w.pause(&run_id, piw_core::store::Fence::Claim(&act.claim)))
+        .unwrap();
+    let body = in_the_releasing_batch(&mut f, &run_id, &act, &attempt, RequestBody::RunResume);
+    assert_eq!(body["paused"], json!(false));
+    assert!(!f.store.run(&run_id).unwrap().paused);
+    f.assert_clean();
+}
+
 #[test]
 fn a_cancel_in_the_batch_that_released_the_held_claim_still_cancels() {
     let mut f = Fixture::new();
     let (run_id, act, attempt) = f.running();
-    let mut state = HostState::default();
-    state.claims.insert(run_id.clone(), act.claim.clone());
-    let cancel = Request::new(
-        "cancel-1",
-        RequestBody::RunCancel(payload::RunCancel {
-            reason: Some("by test".into()),
-        }),
-    )
-    .with_run_id(&run_id);
-    let body = f
-        .store
-        .write(|w| {
-            // The child's wait, earlier in the same batch, releases the claim ...
-            w.wait_for_decision(&act.claim, &attempt, DecisionKind::Checkpoint, &json!({}))?;
-            // ... while the host's cache of held claims is only updated after the commit.
-            apply_command(w, &mut state, &cancel, None)
-        })
-        .expect("the cancel commits");
+    let cancel = RequestBody::RunCancel(payload::RunCancel {
+        reason: Some("by test".into()),
+    });
+    let body = in_the_releasing_batch(&mut f, &run_id, &act, &attempt, cancel);
     assert_eq!(body["status"], json!("cancelled"));
     assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Cancelled);
     f.assert_clean();

@@ -183,13 +183,13 @@ pub fn apply_command(
         }
         RequestBody::RunPause => {
             let run_id = required(&req.run_id, "run_id")?;
-            let fence = fence_for(state, run_id);
+            let fence = fence_for(w, state, run_id)?;
             w.pause(run_id, fence)?;
             json!({ "run_id": run_id, "paused": true })
         }
         RequestBody::RunResume => {
             let run_id = required(&req.run_id, "run_id")?;
-            let fence = fence_for(state, run_id);
+            let fence = fence_for(w, state, run_id)?;
             w.resume(run_id, fence)?;
             json!({ "run_id": run_id, "paused": false })
         }
@@ -199,27 +199,16 @@ pub fn apply_command(
                 .reason
                 .clone()
                 .unwrap_or_else(|| "cancelled by request".into());
-            // The claim this host holds, if the store still agrees: a child's message earlier
-            // in the same batch may have released it (the run parked or waits), and the cache
-            // is only updated after the commit. A refused fence writes nothing.
-            let held = match state.claims.get(run_id) {
-                Some(claim) => match w.cancel(run_id, Fence::Claim(claim), &reason) {
-                    Ok(summary) => Some(summary),
-                    Err(StoreError::ClaimLost { .. }) => None,
-                    Err(e) => return Err(e),
-                },
-                None => None,
-            };
-            let summary = match held {
-                Some(summary) => summary,
+            let summary = match fence_for(w, state, run_id)? {
+                held @ Fence::Claim(_) => w.cancel(run_id, held, &reason)?,
                 // A running row this host does not hold: its lease must have expired. The
                 // control claim refuses live owners and fences the old one before the cancel.
-                None if w.run_row(run_id)?.status == RunStatus::Running => {
+                Fence::Unclaimed if w.run_row(run_id)?.status == RunStatus::Running => {
                     let control =
                         w.control_claim(run_id, &format!("{}-control", state.owner_id))?;
                     w.cancel(run_id, Fence::Claim(&control), &reason)?
                 }
-                None => w.cancel(run_id, Fence::Unclaimed, &reason)?,
+                unclaimed => w.cancel(run_id, unclaimed, &reason)?,
             };
             // The claim is forgotten, and the child stopped, after the commit
             // (`children::forget_released_claims`).
@@ -268,12 +257,18 @@ pub fn apply_command(
 }
 
 /// The fence a client command uses: this host's claim when it holds one, otherwise none.
-fn fence_for<'a>(state: &'a HostState, run_id: &str) -> Fence<'a> {
-    state
-        .claims
-        .get(run_id)
-        .map(Fence::Claim)
-        .unwrap_or(Fence::Unclaimed)
+/// The fence for a client command on `run_id`: the claim this host holds, while the store
+/// still agrees. A child's message earlier in the same batch may have released it (the run
+/// parked or waits), and the host's cache of held claims is updated only after the commit.
+fn fence_for<'a>(
+    w: &WriteTx<'_>,
+    state: &'a HostState,
+    run_id: &str,
+) -> Result<Fence<'a>, StoreError> {
+    match state.claims.get(run_id) {
+        Some(claim) if w.holds(claim)? => Ok(Fence::Claim(claim)),
+        _ => Ok(Fence::Unclaimed),
+    }
 }
 
 /// Answers a read-only request from the store.

@@ -294,6 +294,20 @@ impl WriteTx<'_> {
         Ok(())
     }
 
+    /// Whether `claim` would pass the fence now (it is current and not expired), without
+    /// renewing it or writing anything.
+    pub fn holds(&self, claim: &Claim) -> StoreResult<bool> {
+        let stored = self.stored_claim(&claim.run_id)?;
+        let token_hash = claim.token.hash();
+        let presented = PresentedClaim {
+            generation: claim.generation,
+            owner_kind: claim.owner_kind,
+            owner_id: &claim.owner_id,
+            token_hash: &token_hash,
+        };
+        Ok(check_fence(&stored, presented, self.now).is_ok())
+    }
+
     /// Authorizes a write under `fence`: a claim must pass the fence; an unclaimed writer is
     /// refused while anyone holds a live claim.
     pub(crate) fn authorize(&mut self, run_id: &str, fence: Fence<'_>, op: Op) -> StoreResult<()> {
