@@ -287,6 +287,8 @@ export declare class Subscription implements AsyncIterable<RunEvent> {
   [Symbol.asyncIterator](): AsyncIterator<RunEvent>;
 }
 
+/** Makes sure a host serves the installation (starting one on demand) and returns its status. */
+export declare function ensureHost(options?: Omit<ConnectOptions, 'start'>): Promise<HostStatus>;
 export declare function isFinal(status: RunStatusName): boolean;
 export declare function findHostBin(hostBin?: string): string;
 export declare function hostEnvironment(): Record<string, string>;

@@ -280,6 +280,19 @@ export class Client {
   }
 }
 
+/**
+ * Makes sure a host serves `options.home` (starting one when none answers; racing callers end
+ * with exactly one host) and resolves with its status.
+ */
+export async function ensureHost(options = {}) {
+  const client = await Client.connect({ ...options, start: true });
+  try {
+    return await client.status();
+  } finally {
+    await client.close();
+  }
+}
+
 /** A stream of events; iterate it with `for await`. */
 export class Subscription {
   #native;

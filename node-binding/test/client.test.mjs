@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 
-import { PiwError } from '../index.js';
+import { Client, PiwError } from '../index.js';
 import { code, startHost, writeWorkflow } from './helpers.mjs';
 
 let host;
@@ -214,4 +214,28 @@ test('leaving a for-await loop ends the subscription on the host (no slot leaks)
   }
   await c.cancelRun(runId);
   await c.close();
+});
+
+test('ensureHost: callers racing on a fresh installation end with exactly one host', async () => {
+  const { ensureHost } = await import('../index.js');
+  const { tempDir, hostBin, alive, sleep } = await import('./helpers.mjs');
+  const { rmSync } = await import('node:fs');
+  const { join } = await import('node:path');
+  const dir = tempDir();
+  const home = join(dir, 'home');
+  try {
+    const statuses = await Promise.all(
+      Array.from({ length: 6 }, () => ensureHost({ home, hostBin, hostEnv: { HOME: dir } })),
+    );
+    const pids = new Set(statuses.map((s) => s.pid));
+    assert.equal(pids.size, 1, `one host: ${[...pids]}`);
+    const c = await Client.connect({ home, start: false });
+    await c.request('host.stop');
+    await c.close();
+    const [pid] = pids;
+    for (let i = 0; i < 500 && alive(pid); i++) await sleep(10);
+    assert.equal(alive(pid), false);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

@@ -315,3 +315,42 @@ test('a file the workflow imports is verified like a mount, without being declar
   assert.match(run.review_reason, /source_changed.*helper\.mjs/);
   assert.equal(existsSync(marker), false, 'no module code ran in the resumed child');
 });
+
+test('a .workflow.js source runs (ES module syntax is detected without a package.json)', async () => {
+  const file = writeWorkflow(
+    host.dir,
+    'plainjs',
+    `export default piw.defineWorkflow({ name: 'plainjs', start: 'a', nodes: { a: piw.compute(() => ({ js: true })) } });`,
+    '.workflow.js',
+  );
+  const run = await host.client.waitForRun((await host.client.startRun(file)).run_id, { timeoutMs: 20_000 });
+  assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+  assert.deepEqual(run.result, { js: true });
+});
+
+test('the review example: a rejected draft, a corrected one, then the checkpoint', async () => {
+  const c = host.client;
+  const session = 'session-review-example';
+  const { run_id: runId } = await c.startRun(join(examples, 'review.workflow.mjs'), {
+    sessionId: session,
+    input: { topic: 'the flaky test' },
+  });
+  await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
+  const [draft] = await c.listInteractions(session);
+  assert.match(draft.request.instructions, /the flaky test/);
+  const bad = await c.submitInteraction(draft, { title: 'x', priority: 2 });
+  const verdict = await c.waitForSubmission(runId, bad.submission_id, { timeoutMs: 20_000 });
+  assert.equal(verdict.state, 'rejected');
+  assert.equal(verdict.error, 'title must be a string of 3 to 80 characters');
+  const good = await c.submitInteraction(draft, { title: 'Fix the flaky test', priority: 2 });
+  assert.equal((await c.waitForSubmission(runId, good.submission_id, { timeoutMs: 20_000 })).state, 'accepted');
+  let decision;
+  for (let i = 0; i < 500 && !decision; i++) {
+    decision = (await c.runStatus(runId)).decisions.find((d) => d.status === 'pending');
+    if (!decision) await new Promise((r) => setTimeout(r, 10));
+  }
+  assert.match(decision.request.question, /Fix the flaky test/);
+  await c.answerCheckpoint(runId, decision.decision_id, 'yes');
+  const run = await c.waitForRun(runId, { timeoutMs: 20_000 });
+  assert.deepEqual(run.result, { created: true, run: runId });
+});
