@@ -17,6 +17,10 @@ use super::store_thread::StoreMsg;
 use crate::store::ChildExitRecord;
 use crate::supervise::{self, SpawnSpec, StdinHandoff, Supervised};
 
+/// How long after a launch the pool starts its replacement worker (measured: p99 of W2
+/// 16-19 ms without the delay, 10-12 ms with it; docs/PERFORMANCE.md).
+const REFILL_DELAY: Duration = Duration::from_millis(25);
+
 /// Pre-started workers for one runtime.
 #[derive(Debug, Clone)]
 pub struct StandbyPool {
@@ -83,6 +87,9 @@ impl Pools {
             *starting += 1;
             let (key, template, ready) = (pool.key.clone(), pool.template.clone(), ready.clone());
             tokio::spawn(async move {
+                // Not at once: the run that just took a worker is at its busiest now (hello,
+                // first commits), and forking the host competes with it for the CPU.
+                tokio::time::sleep(REFILL_DELAY).await;
                 let _ = ready.send((key, supervise::spawn_standby(template).await));
             });
         }
