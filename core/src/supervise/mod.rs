@@ -396,12 +396,18 @@ async fn spawn_with(
         cmd.env(key, value);
     }
     let limits = spec.limits;
-    // SAFETY: the closure runs in the forked child before exec, where only async-signal-safe
-    // calls are allowed. `apply_limits` calls only getrlimit/setrlimit (plain syscalls), does
-    // not allocate (its errors are `io::Error::last_os_error`, which stores an integer) and
-    // touches no locks or shared state.
-    unsafe {
-        cmd.pre_exec(move || apply_limits(limits));
+    // Core dumps are off for every child through the limit it inherits from this process, so
+    // a child without CPU or memory limits needs no pre-exec hook, and std starts it with
+    // posix_spawn (vfork) instead of copying this process's page tables with fork.
+    disable_own_core_dumps().map_err(io_err("turning core dumps off"))?;
+    if limits.cpu_seconds.is_some() || limits.memory_bytes.is_some() {
+        // SAFETY: the closure runs in the forked child before exec, where only
+        // async-signal-safe calls are allowed. `apply_limits` calls only getrlimit/setrlimit
+        // (plain syscalls), does not allocate (its errors are `io::Error::last_os_error`,
+        // which stores an integer) and touches no locks or shared state.
+        unsafe {
+            cmd.pre_exec(move || apply_limits(limits));
+        }
     }
     // fork+exec blocks for the length of the exec handshake; keep it off the async workers.
     // The guard travels with the child: if this future is dropped while the blocking task
@@ -801,6 +807,21 @@ fn reap(pid: u32) {
 
 /// Applies `limits` to the current process. Runs in the forked child: async-signal-safe calls
 /// only, no allocation.
+/// Sets this process's core-dump limit to zero, soft and hard, once. Every child inherits it
+/// and cannot raise it. (The supervisor itself then dumps no core either, which also keeps the
+/// secrets in its memory out of core files.)
+fn disable_own_core_dumps() -> io::Result<()> {
+    static DONE: std::sync::OnceLock<Option<i32>> = std::sync::OnceLock::new();
+    match DONE.get_or_init(|| {
+        set_limit(libc::RLIMIT_CORE, 0, 0)
+            .err()
+            .map(|e| e.raw_os_error().unwrap_or(0))
+    }) {
+        None => Ok(()),
+        Some(code) => Err(io::Error::from_raw_os_error(*code)),
+    }
+}
+
 fn apply_limits(limits: ChildLimits) -> io::Result<()> {
     set_limit(libc::RLIMIT_CORE, 0, 0)?;
     if let Some(seconds) = limits.cpu_seconds {
