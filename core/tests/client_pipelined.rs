@@ -75,6 +75,14 @@ impl Peer {
     }
 }
 
+/// A `host.status` call running in its own task.
+fn status_in_flight(
+    client: &PipelinedClient,
+) -> tokio::task::JoinHandle<Result<Receipt, ClientError>> {
+    let c = client.clone();
+    tokio::spawn(async move { c.call(RequestBody::HostStatus).await })
+}
+
 fn event(subscription: &str, seq: u64) -> ServerFrame {
     ServerFrame::Event(Event {
         schema: ProtocolSchema,
@@ -183,10 +191,7 @@ async fn after_a_goodbye_calls_fail_with_the_hosts_reason_not_client_closed() {
     let host = FakeHost::new();
     let client = PipelinedClient::connect(&host.paths).await.unwrap();
     let mut peer = host.accept().await;
-    let pending = {
-        let c = client.clone();
-        tokio::spawn(async move { c.call(RequestBody::HostStatus).await })
-    };
+    let pending = status_in_flight(&client);
     peer.request().await.unwrap();
     peer.send(&ServerFrame::goodbye(
         RejectionCode::HostShuttingDown,
@@ -210,10 +215,7 @@ async fn a_connection_that_breaks_fails_calls_as_disconnected() {
     let host = FakeHost::new();
     let client = PipelinedClient::connect(&host.paths).await.unwrap();
     let mut peer = host.accept().await;
-    let pending = {
-        let c = client.clone();
-        tokio::spawn(async move { c.call(RequestBody::HostStatus).await })
-    };
+    let pending = status_in_flight(&client);
     peer.request().await.unwrap();
     drop(peer);
     assert!(matches!(
@@ -284,10 +286,7 @@ async fn an_overflowing_subscription_yields_its_buffer_then_an_error_and_is_ende
         "{end:?}"
     );
     // The connection itself is still fine.
-    let status = {
-        let c = client.clone();
-        tokio::spawn(async move { c.call(RequestBody::HostStatus).await })
-    };
+    let status = status_in_flight(&client);
     let r = peer.request().await.unwrap();
     peer.reply(&r, json!({"ok": 1})).await;
     assert_eq!(status.await.unwrap().unwrap().body, json!({"ok": 1}));

@@ -966,6 +966,20 @@ fn python_child(env: &Env, name: &str, body: &str) -> PathBuf {
     script
 }
 
+/// What a Python child wrote to `<fixture>.answer`, once it is there (20 s at most).
+fn python_answer(fixture: &str, who: &str) -> Value {
+    let answer = PathBuf::from(format!("{fixture}.answer"));
+    let start = Instant::now();
+    while !answer.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{who} never wrote its answer"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    serde_json::from_slice(&std::fs::read(&answer).unwrap()).unwrap()
+}
+
 const LYING_CHILD: &str = r#"
 graph = json.load(open(env["source_root"]))["graph"]
 call("worker.hello", {"child_token": env["child_token"], "pid": 1, "definition": graph, "mounted_sources": {}})
@@ -996,16 +1010,7 @@ fn a_child_cannot_route_from_a_node_its_attempt_did_not_run() {
         }),
     );
     let run_id = env.start(&file, json!({}));
-    let answer = PathBuf::from(format!("{file}.answer"));
-    let start = Instant::now();
-    while !answer.exists() {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "the lying child never got an answer"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let reply: Value = serde_json::from_slice(&std::fs::read(&answer).unwrap()).unwrap();
+    let reply = python_answer(&file, "the lying child");
     assert_eq!(reply["ok"], json!(false), "{reply}");
     assert_eq!(reply["rejection"]["code"], json!("malformed"), "{reply}");
     let s = env.status(&run_id);
@@ -1186,16 +1191,10 @@ fn chaining_env(mode: &str) -> (Env, HostProc, String, Vec<Value>) {
         }),
     );
     let run_id = env.start(&file, json!({}));
-    let answer = PathBuf::from(format!("{file}.answer"));
-    let start = Instant::now();
-    while !answer.exists() {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "the chaining child never finished ({mode})"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let answers: Vec<Value> = serde_json::from_slice(&std::fs::read(&answer).unwrap()).unwrap();
+    let answers = python_answer(&file, &format!("the chaining child ({mode})"))
+        .as_array()
+        .cloned()
+        .unwrap();
     (env, host, run_id, answers)
 }
 
