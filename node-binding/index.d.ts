@@ -59,7 +59,7 @@ export interface ConnectOptions {
   home?: string;
   /** Start a host when none answers (default true). */
   start?: boolean;
-  /** The `piw` binary that is started (default: `PIW_BIN`, a checkout's build, else `piw`). */
+  /** The `piw` binary that is started (default: `PIW_HOST_BIN`, a checkout's build, else `piw`). */
   hostBin?: string;
   /** Extra environment of a host this client starts (the Node runtime is always added). */
   hostEnv?: Record<string, string>;

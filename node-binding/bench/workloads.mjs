@@ -14,7 +14,7 @@ import { DatabaseSync } from 'node:sqlite';
 import { Client, findHostBin } from '../index.js';
 
 const pkgIndex = new URL('../index.js', import.meta.url).pathname;
-const hostBin = process.env.PIW_BIN ?? findHostBin();
+const hostBin = process.env.PIW_HOST_BIN ?? findHostBin();
 const dir = mkdtempSync(join(tmpdir(), 'piw-bench-'));
 const now = () => performance.timeOrigin + performance.now();
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];

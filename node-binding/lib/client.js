@@ -6,10 +6,10 @@ import { join, resolve } from 'node:path';
 import { native as addon, packageDir } from './native.js';
 import { native, PiwError } from './errors.js';
 
-/** Where the `piw` binary is: `options.hostBin`, `PIW_BIN`, a checkout's build, else PATH. */
+/** Where the `piw` binary is: `options.hostBin`, `PIW_HOST_BIN`, a checkout's build, else PATH. */
 export function findHostBin(hostBin) {
   if (hostBin) return hostBin;
-  if (process.env.PIW_BIN) return process.env.PIW_BIN;
+  if (process.env.PIW_HOST_BIN) return process.env.PIW_HOST_BIN;
   for (const profile of ['release', 'debug']) {
     const candidate = join(packageDir, '..', 'target', profile, 'piw');
     if (existsSync(candidate)) return candidate;

@@ -9,7 +9,7 @@ import { Client, findHostBin } from '../index.js';
 
 export const pkgDir = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 export const pkgIndex = join(pkgDir, 'index.js');
-export const hostBin = process.env.PIW_BIN ?? findHostBin();
+export const hostBin = process.env.PIW_HOST_BIN ?? findHostBin();
 
 /** A temp directory (short, so the socket path fits). */
 export function tempDir(prefix = 'piw-node-') {
