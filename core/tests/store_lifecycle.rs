@@ -566,6 +566,42 @@ fn a_validation_child_that_dies_rejects_only_its_submission() {
 }
 
 #[test]
+fn a_host_restart_during_validation_keeps_the_submission_for_the_next_child() {
+    let mut f = Fixture::new();
+    let (run_id, act, a) = f.running();
+    let i = f
+        .store
+        .write(|w| w.request_interaction(&act.claim, &a, InteractionKind::Agent, &json!({}), None))
+        .unwrap();
+    let s = f
+        .store
+        .write(|w| w.submit(&i, &a, &json!(1), None))
+        .unwrap();
+    f.activate(&run_id);
+    // A host that died held the claim: unlike a child's death, this is not the submission's
+    // fault, so it is judged again rather than rejected.
+    let recovered = f
+        .store
+        .write(|w| w.recover_runs_of_dead_hosts("host-after-restart"))
+        .unwrap();
+    assert_eq!(recovered.len(), 1);
+    assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Queued);
+    assert_eq!(f.store.submissions(&i).unwrap()[0].state, "validating");
+    let act = f.activate(&run_id);
+    assert_eq!(
+        act.resume,
+        Resume::Validate {
+            node_id: "a".into(),
+            attempt_id: a.clone(),
+            submission_id: s.clone()
+        }
+    );
+    f.store.write(|w| w.settle(&act.claim, &s, Ok(()))).unwrap();
+    assert_eq!(f.store.submissions(&i).unwrap()[0].state, "accepted");
+    f.assert_clean();
+}
+
+#[test]
 fn command_receipts_replay_and_conflict() {
     let mut f = Fixture::new();
     let run_id = f.start();

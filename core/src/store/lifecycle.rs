@@ -1326,25 +1326,36 @@ impl WriteTx<'_> {
         count_loss: bool,
     ) -> StoreResult<RecoveredRun> {
         self.release_claim(run_id)?;
-        // A validation child that died rejects only its provisional submission.
-        let rejected = self
+        let validating: bool = self
             .conn()
             .prepare_cached(
-                "UPDATE submissions SET state = 'rejected', error = ?3, settled_at = ?2
-                 WHERE state = 'validating' AND interaction_id IN
-                       (SELECT interaction_id FROM interactions WHERE run_id = ?1)",
+                "SELECT EXISTS (SELECT 1 FROM submissions WHERE state = 'validating' AND
+                        interaction_id IN (SELECT interaction_id FROM interactions WHERE run_id = ?1))",
             )?
-            .execute(params![
-                run_id,
-                self.now,
-                format!("validation did not finish: {reason}")
-            ])?;
-        if rejected > 0 {
-            self.conn()
-                .prepare_cached(
-                    "UPDATE interactions SET status = 'pending' WHERE run_id = ?1 AND status = 'validating'",
-                )?
-                .execute([run_id])?;
+            .query_row([run_id], |r| r.get(0))?;
+        if validating {
+            if count_loss {
+                // A validation child that died rejects only its provisional submission (its
+                // `validate` may be what kills it; judging it again could loop).
+                self.conn()
+                    .prepare_cached(
+                        "UPDATE submissions SET state = 'rejected', error = ?3, settled_at = ?2
+                         WHERE state = 'validating' AND interaction_id IN
+                               (SELECT interaction_id FROM interactions WHERE run_id = ?1)",
+                    )?
+                    .execute(params![
+                        run_id,
+                        self.now,
+                        format!("validation did not finish: {reason}")
+                    ])?;
+                self.conn()
+                    .prepare_cached(
+                        "UPDATE interactions SET status = 'pending' WHERE run_id = ?1 AND status = 'validating'",
+                    )?
+                    .execute([run_id])?;
+            }
+            // Otherwise (the host went away) the submission stays under validation and the next
+            // child judges it again. Either way the attempt waits again.
             if let Some(attempt_id) = &run.current_attempt {
                 self.conn()
                     .prepare_cached("UPDATE attempts SET status = 'waiting' WHERE attempt_id = ?1")?
@@ -1371,7 +1382,8 @@ impl WriteTx<'_> {
                 RunStatus::Review,
                 format!("its child was lost {crashes} times without progress: {reason}"),
             )
-        } else if rejected > 0 {
+        } else if validating && count_loss {
+            // The submission was rejected: the request waits for a new one.
             (RunStatus::Waiting, reason.to_owned())
         } else {
             (RunStatus::Queued, reason.to_owned())
