@@ -147,39 +147,47 @@ fn stale(run_id: &str) -> StoreError {
 }
 
 /// Activates ready runs while child slots are free and asks the supervisor to launch them.
+///
+/// Runs are usually activated inside the batch transaction that made them ready
+/// ([`activate_ready`] from the store thread's batch); this catches the rest: runs made ready by
+/// a child's exit, a deadline, or a slot freed by an exit.
 pub fn schedule(store: &mut Store, state: &mut HostState) {
     loop {
-        let free = state
-            .child_config
-            .max_children
-            .saturating_sub(state.children.len());
+        let free = free_slots(state);
         if free == 0 {
             return;
         }
-        let ready = match store.ready_runs(store.now_ms(), free as u32) {
-            Ok(r) if !r.is_empty() => r,
-            Ok(_) => return,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot list ready runs");
-                return;
-            }
-        };
-        // A run whose previous child is still alive (its claim was lost while it ran, or it
-        // lingers after a boundary) waits until that child is stopped and has exited.
-        let (ready, busy): (Vec<String>, Vec<String>) = ready
-            .into_iter()
-            .partition(|run_id| !state.children.contains_key(run_id));
-        for run_id in busy {
-            stop_child(state, &run_id);
+        // A read first: most loops of the store thread find nothing ready, and need no write
+        // transaction to learn it.
+        match store.ready_runs(store.now_ms(), free as u32) {
+            Ok(ready) if ready.is_empty() => return,
+            Ok(_) => {}
+            Err(e) => return tracing::error!(error = %e, "cannot list ready runs"),
         }
+        let activated = match store.write(|w| Ok(activate_ready(w, state))) {
+            Ok(a) if !a.is_empty() => a,
+            Ok(_) => return,
+            Err(e) => return tracing::error!(error = %e, "activation batch failed"),
+        };
         let before = state.children.len();
-        launch_all(store, state, &ready);
+        for run in &activated {
+            publish(store, state, &run.run.run_id, run.revision_before);
+        }
+        launch_activated(store, state, activated);
         // A run that could not be launched stays ready; try again after the next message
         // rather than spinning on it now.
         if state.children.len() == before {
             return;
         }
     }
+}
+
+/// Child slots free for activations.
+fn free_slots(state: &HostState) -> usize {
+    state
+        .child_config
+        .max_children
+        .saturating_sub(state.children.len())
 }
 
 /// Publishes the events a write outside the request batches committed for `run_id`.
@@ -193,85 +201,117 @@ fn revision_of(store: &Store, run_id: &str) -> u64 {
     store.run_state(run_id).map(|(_, rev)| rev).unwrap_or(0)
 }
 
-/// Activates `ready` runs in one transaction (each in its own savepoint, so one that cannot be
-/// activated does not hold back the others) and launches a child for each.
-fn launch_all(store: &mut Store, state: &mut HostState, ready: &[String]) {
-    let owner = state.owner_id.clone();
-    let epoch = state.epoch;
-    let mut prepared = Vec::with_capacity(ready.len());
-    for run_id in ready {
-        match store.run(run_id) {
-            Ok(run) => {
-                let runtime = state
-                    .child_config
-                    .runtimes
-                    .iter()
-                    .find(|r| run.source_root.ends_with(&r.suffix))
-                    .cloned();
-                let before = revision_of(store, run_id);
-                prepared.push((run, runtime, before));
-            }
-            Err(e) => tracing::error!(%run_id, error = %e, "cannot read run to launch"),
-        }
+/// A run activated in a transaction; its child is launched once that transaction commits.
+pub struct ActivatedRun {
+    run: crate::store::RunRecord,
+    /// The run's revision before the activation (its events are published from there).
+    pub revision_before: u64,
+    /// `None` when the activation failed the run (no runtime for its source) or was refused.
+    launch: Option<(crate::store::Activation, i64, Runtime, Value)>,
+}
+
+impl ActivatedRun {
+    /// The activated run.
+    pub fn run_id(&self) -> &str {
+        &self.run.run_id
     }
-    let activated = store.write(|w| {
-        let mut out = Vec::with_capacity(prepared.len());
-        for (run, runtime, _) in &prepared {
-            let one = w.savepoint(|w| {
-                let act = w.activate(&run.run_id, &owner)?;
-                let Some(runtime) = runtime else {
-                    let error = format!("no runtime is configured for {}", run.source_root);
-                    w.fail(
-                        &act.claim,
-                        None,
-                        &AttemptOutcome::Failed {
-                            error: error.clone(),
-                        },
-                        &error,
-                    )?;
-                    return Ok(None);
-                };
-                let child_epoch =
-                    w.record_child_launch(&run.run_id, act.claim.generation, epoch, act.mode)?;
-                Ok(Some((act, child_epoch, runtime.clone())))
-            });
-            out.push(one);
+}
+
+/// Activates ready runs inside the open transaction `w`, as many as there are free child
+/// slots, each in its own savepoint (one that cannot be activated does not hold back the
+/// others). Nothing is launched here: the caller launches the children with
+/// [`launch_activated`] after the commit, so no child ever runs on an uncommitted claim.
+pub fn activate_ready(w: &mut WriteTx<'_>, state: &mut HostState) -> Vec<ActivatedRun> {
+    let free = free_slots(state);
+    if free == 0 || state.shutting_down || state.supervisor.is_none() {
+        return Vec::new();
+    }
+    let ready = match w.ready_runs(free as u32) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot list ready runs");
+            return Vec::new();
         }
-        Ok(out)
-    });
-    let activated = match activated {
-        Ok(a) => a,
-        Err(e) => return tracing::error!(error = %e, "activation batch failed"),
     };
-    for ((run, _, before), result) in prepared.into_iter().zip(activated) {
-        publish(store, state, &run.run_id, before);
-        match result {
-            Ok(Some((act, child_epoch, runtime))) => {
-                launch(store, state, &run, act, child_epoch, runtime)
+    let mut out = Vec::with_capacity(ready.len());
+    for run_id in ready {
+        // A run whose previous child is still alive (its claim was lost while it ran, or it
+        // lingers after a boundary) waits until that child is stopped and has exited.
+        if state.children.contains_key(&run_id) {
+            stop_child(state, &run_id);
+            continue;
+        }
+        let (run, revision_before) = match w.run(&run_id).and_then(|run| {
+            let (_, revision) = w.run_state(&run_id)?;
+            Ok((run, revision))
+        }) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(%run_id, error = %e, "cannot read run to launch");
+                continue;
             }
-            Ok(None) => {
-                tracing::warn!(run_id = %run.run_id, "no runtime for the run's source; failed it")
-            }
-            Err(e) => tracing::error!(run_id = %run.run_id, error = %e, "activation failed"),
+        };
+        let runtime = state
+            .child_config
+            .runtimes
+            .iter()
+            .find(|r| run.source_root.ends_with(&r.suffix))
+            .cloned();
+        let launch = w.savepoint(|w| {
+            let act = w.activate(&run_id, &state.owner_id)?;
+            let Some(runtime) = runtime else {
+                let error = format!("no runtime is configured for {}", run.source_root);
+                w.fail(
+                    &act.claim,
+                    None,
+                    &AttemptOutcome::Failed {
+                        error: error.clone(),
+                    },
+                    &error,
+                )?;
+                tracing::warn!(%run_id, "no runtime for the run's source; failed it");
+                return Ok(None);
+            };
+            let child_epoch =
+                w.record_child_launch(&run_id, act.claim.generation, state.epoch, act.mode)?;
+            let mounted = w.mounted_sources(&run_id)?;
+            Ok(Some((act, child_epoch, runtime, mounted)))
+        });
+        let launch = launch.unwrap_or_else(|e| {
+            tracing::error!(%run_id, error = %e, "activation failed");
+            None
+        });
+        out.push(ActivatedRun {
+            run,
+            revision_before,
+            launch,
+        });
+    }
+    out
+}
+
+/// Launches the children of runs whose activation has committed.
+pub fn launch_activated(store: &Store, state: &mut HostState, activated: Vec<ActivatedRun>) {
+    for ActivatedRun { run, launch: l, .. } in activated {
+        if let Some((act, child_epoch, runtime, mounted)) = l {
+            launch(store, state, &run, act, child_epoch, runtime, mounted);
         }
     }
 }
 
 /// Builds the launch envelope of an activated run and asks the supervisor to start its child.
 fn launch(
-    store: &mut Store,
+    store: &Store,
     state: &mut HostState,
     run: &crate::store::RunRecord,
     act: crate::store::Activation,
     child_epoch: i64,
     runtime: Runtime,
+    mounted: Value,
 ) {
     let run_id = run.run_id.as_str();
-    let mounted: BTreeMap<String, MountedSource> = store
-        .run_payload(run_id)
-        .ok()
-        .and_then(|(_, _, m)| serde_json::from_value(m).ok())
-        .unwrap_or_default();
+    let mounted: BTreeMap<String, MountedSource> =
+        serde_json::from_value(mounted).unwrap_or_default();
     let token = ClaimToken::generate();
     let envelope = LaunchEnvelope {
         schema: LAUNCH_SCHEMA.to_owned(),
@@ -321,7 +361,8 @@ fn launch(
             template: crate::supervise::SpawnSpec {
                 program: runtime.program.clone(),
                 args: runtime.args.iter().map(Into::into).collect(),
-                env: Vec::new(),
+                // Tells the runtime it may warm up while it waits for a run's envelope.
+                env: vec![("PIW_STANDBY".into(), "1".into())],
                 cwd: state
                     .socket_path
                     .parent()
@@ -824,7 +865,9 @@ pub fn on_child_reports(store: &mut Store, state: &mut HostState, reports: Vec<C
         }
     }
     if !started.is_empty() {
-        let recorded = store.write(|w| {
+        // No wait for the disk: this write sits between a run's activation and its child's
+        // hello, and only a crash of the host (not of the machine) leaves children behind.
+        let recorded = store.write_unsynced(|w| {
             for report in &started {
                 if let ChildReport::Started {
                     child_epoch,
@@ -868,7 +911,9 @@ pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildRe
                     entry.from_standby = true;
                 }
             }
-            if let Err(e) = store.write(|w| w.record_child_process(child_epoch, pid, start_time)) {
+            if let Err(e) =
+                store.write_unsynced(|w| w.record_child_process(child_epoch, pid, start_time))
+            {
                 tracing::error!(%run_id, generation, error = %e, "cannot record child pid");
             }
         }

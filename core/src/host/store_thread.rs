@@ -209,6 +209,7 @@ fn process_batch(
     } else {
         None
     };
+    let publishing = events.receiver_count() > 0;
     let committed = store.write(|w| {
         let mut results = Vec::with_capacity(writes.len());
         for job in &writes {
@@ -228,14 +229,23 @@ fn process_batch(
             });
             results.push(result);
         }
+        // Runs this batch made ready (a start, a resume, an answer) are activated in the same
+        // commit when a child slot is free: one commit less between a command and its child.
+        let activated = children::activate_ready(w, state);
         fault.before_commit(writes.iter().map(|j| j.request.body.kind_str()));
-        Ok(results)
+        Ok((results, activated))
     });
     match committed {
-        Ok(results) => {
+        Ok((results, activated)) => {
             fault.after_commit(writes.iter().map(|j| j.request.body.kind_str()));
             let mut touched = before.unwrap_or_default();
-            let publishing = events.receiver_count() > 0;
+            if publishing {
+                touched.extend(
+                    activated
+                        .iter()
+                        .map(|a| (a.run_id().to_owned(), a.revision_before)),
+                );
+            }
             let mut replies = Vec::with_capacity(writes.len());
             for (job, result) in writes.into_iter().zip(results) {
                 if let (true, Ok(outcome), RequestBody::RunStart(_)) =
@@ -269,6 +279,8 @@ fn process_batch(
             for (run_id, after) in touched {
                 publish_run(store, events, &run_id, after);
             }
+            // The children first: a worker starting up and a receipt travelling back overlap.
+            children::launch_activated(store, state, activated);
             for (reply, receipt) in replies {
                 let _ = reply.send(receipt);
             }

@@ -193,6 +193,27 @@ impl WriteTx<'_> {
         super::read::run_payload(self.conn(), run_id)
     }
 
+    /// One run, as this transaction sees it.
+    pub fn run(&self, run_id: &str) -> StoreResult<super::RunRecord> {
+        super::read::run_record(self.conn(), run_id)
+    }
+
+    /// A run's status and revision, as this transaction sees it.
+    pub fn run_state(&self, run_id: &str) -> StoreResult<(super::RunStatus, u64)> {
+        super::read::run_state(self.conn(), run_id)
+    }
+
+    /// Runs ready to activate at the transaction time, oldest first (including runs this
+    /// transaction queued).
+    pub fn ready_runs(&self, limit: u32) -> StoreResult<Vec<String>> {
+        super::read::ready_runs(self.conn(), self.now_ms(), limit)
+    }
+
+    /// The run's mounted sources as saved.
+    pub fn mounted_sources(&self, run_id: &str) -> StoreResult<Value> {
+        super::read::mounted_sources(self.conn(), run_id)
+    }
+
     /// The attempt's deadline.
     pub fn attempt_deadline(&self, attempt_id: &str) -> StoreResult<Option<UnixMillis>> {
         Ok(self

@@ -194,6 +194,32 @@ impl Store {
         self.config.clock.now_ms()
     }
 
+    /// [`Store::write`] without waiting for the disk: the commit reaches the operating system
+    /// (it survives the host process crashing) but is flushed to disk only by the next
+    /// ordinary commit (`synchronous=NORMAL` for this one transaction).
+    ///
+    /// Only for records whose loss in a power failure costs nothing: the pid and start time of
+    /// a child that has just been started. A power failure also ends that child, and the
+    /// orphan clean-up they serve is for children that outlive a crashed host.
+    pub fn write_unsynced<T>(
+        &mut self,
+        f: impl FnOnce(&mut WriteTx<'_>) -> StoreResult<T>,
+    ) -> StoreResult<T> {
+        self.conn
+            .prepare_cached("PRAGMA synchronous = NORMAL")?
+            .execute([])?;
+        let out = self.write(f);
+        let restored = self
+            .conn
+            .prepare_cached("PRAGMA synchronous = FULL")
+            .and_then(|mut s| s.execute([]));
+        match (out, restored) {
+            (Ok(v), Ok(_)) => Ok(v),
+            (Err(e), _) => Err(e),
+            (Ok(_), Err(e)) => Err(e.into()),
+        }
+    }
+
     /// Runs `f` in one `BEGIN IMMEDIATE` transaction and commits it if `f` succeeds.
     ///
     /// If `f` fails, nothing it did is kept. Operations inside `f` that should fail on their own
@@ -509,4 +535,51 @@ pub(crate) fn parse_enum<T>(
     what: &str,
 ) -> StoreResult<T> {
     parse(text).ok_or_else(|| StoreError::CorruptRow(format!("{what} {text:?}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn new_run(name: &str) -> NewRun {
+        NewRun {
+            workflow_name: name.into(),
+            source_root: format!("/tmp/{name}.workflow.json"),
+            source_hash: "abc".into(),
+            mounted_sources: serde_json::json!({}),
+            definition: None,
+            input: serde_json::json!({}),
+            origin_session: None,
+            execution_mode: ExecutionMode::Detached,
+            project_dir: "/tmp".into(),
+        }
+    }
+
+    fn synchronous(store: &Store) -> i64 {
+        store
+            .conn
+            .query_row("PRAGMA synchronous", [], |r| r.get(0))
+            .unwrap()
+    }
+
+    #[test]
+    fn an_unsynced_write_commits_and_leaves_full_sync_for_the_next() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store =
+            Store::open(dir.path().join("state.sqlite"), StoreConfig::default()).expect("open");
+        assert_eq!(synchronous(&store), 2, "FULL");
+        let run_id = store
+            .write_unsynced(|w| w.start_run(&new_run("w")))
+            .unwrap();
+        assert_eq!(synchronous(&store), 2, "FULL again after the write");
+        assert_eq!(store.run(&run_id).unwrap().status, RunStatus::Queued);
+        // A failing write restores FULL too, and keeps nothing.
+        let err = store.write_unsynced(|w| {
+            w.start_run(&new_run("x"))?;
+            Err::<(), _>(StoreError::InvalidInput("no".into()))
+        });
+        assert!(err.is_err());
+        assert_eq!(synchronous(&store), 2);
+        assert_eq!(store.list_runs(None, 10).unwrap().len(), 1);
+    }
 }

@@ -200,15 +200,7 @@ type ClaimRow = (
 impl Store {
     /// One run.
     pub fn run(&self, run_id: &str) -> StoreResult<RunRecord> {
-        let row = self
-            .conn
-            .prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?1"))?
-            .query_row([run_id], run_from_row)
-            .optional()?
-            .ok_or_else(|| StoreError::RunNotFound(run_id.to_owned()))?;
-        let (mut run, status) = row;
-        run.status = parse_status(&status)?;
-        Ok(run)
+        run_record(&self.conn, run_id)
     }
 
     /// The run's input, definition snapshot and mounted sources (for the child's launch).
@@ -456,12 +448,7 @@ impl Store {
 
     /// Runs ready to activate at `now`, oldest first.
     pub fn ready_runs(&self, now: UnixMillis, limit: u32) -> StoreResult<Vec<String>> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT run_id FROM queue WHERE state = 'ready' AND available_at <= ?1
-             ORDER BY available_at, run_id LIMIT ?2",
-        )?;
-        let rows = stmt.query_map(params![now, limit], |r| r.get(0))?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        ready_runs(&self.conn, now, limit)
     }
 
     /// The earliest time the host's own deadline work has something to do: a running run's
@@ -507,14 +494,60 @@ impl Store {
 impl Store {
     /// A run's status and revision: the cheap read the host does after every batch.
     pub fn run_state(&self, run_id: &str) -> StoreResult<(RunStatus, u64)> {
-        let (status, revision): (String, i64) = self
-            .conn
-            .prepare_cached("SELECT status, revision FROM runs WHERE run_id = ?1")?
-            .query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()?
-            .ok_or_else(|| StoreError::RunNotFound(run_id.to_owned()))?;
-        Ok((parse_status(&status)?, revision as u64))
+        run_state(&self.conn, run_id)
     }
+
+    /// The run's mounted sources as saved (for the child's launch envelope).
+    pub fn mounted_sources(&self, run_id: &str) -> StoreResult<Value> {
+        mounted_sources(&self.conn, run_id)
+    }
+}
+
+// Reads shared by `Store` (between transactions) and `WriteTx` (inside one, where they see
+// the transaction's own uncommitted changes).
+
+pub(crate) fn run_record(conn: &rusqlite::Connection, run_id: &str) -> StoreResult<RunRecord> {
+    let (mut run, status) = conn
+        .prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?1"))?
+        .query_row([run_id], run_from_row)
+        .optional()?
+        .ok_or_else(|| StoreError::RunNotFound(run_id.to_owned()))?;
+    run.status = parse_status(&status)?;
+    Ok(run)
+}
+
+pub(crate) fn ready_runs(
+    conn: &rusqlite::Connection,
+    now: UnixMillis,
+    limit: u32,
+) -> StoreResult<Vec<String>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT run_id FROM queue WHERE state = 'ready' AND available_at <= ?1
+         ORDER BY available_at, run_id LIMIT ?2",
+    )?;
+    let rows = stmt.query_map(params![now, limit], |r| r.get(0))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+pub(crate) fn run_state(
+    conn: &rusqlite::Connection,
+    run_id: &str,
+) -> StoreResult<(RunStatus, u64)> {
+    let (status, revision): (String, i64) = conn
+        .prepare_cached("SELECT status, revision FROM runs WHERE run_id = ?1")?
+        .query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?
+        .ok_or_else(|| StoreError::RunNotFound(run_id.to_owned()))?;
+    Ok((parse_status(&status)?, revision as u64))
+}
+
+pub(crate) fn mounted_sources(conn: &rusqlite::Connection, run_id: &str) -> StoreResult<Value> {
+    let mounted: String = conn
+        .prepare_cached("SELECT mounted_sources FROM runs WHERE run_id = ?1")?
+        .query_row([run_id], |r| r.get(0))
+        .optional()?
+        .ok_or_else(|| StoreError::RunNotFound(run_id.to_owned()))?;
+    Ok(serde_json::from_str(&mounted)?)
 }
 
 /// The run's input, stored graph snapshot and mounted sources, parsed.
