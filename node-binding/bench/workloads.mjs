@@ -16,7 +16,11 @@ import { Client, findHostBin } from '../index.js';
 const pkgIndex = new URL('../index.js', import.meta.url).pathname;
 const hostBin = process.env.PIW_HOST_BIN ?? findHostBin();
 const dir = mkdtempSync(join(tmpdir(), 'piw-bench-'));
-const now = () => performance.timeOrigin + performance.now();
+// Milliseconds on CLOCK_MONOTONIC, which every process on the machine shares: W2 compares a
+// stamp taken in the client with one taken in the worker. Not `performance.timeOrigin +
+// performance.now()`: each process's time origin is off the wall clock by about its own
+// bootstrap time (measured here: ~1.2 ms late), which skewed W2 by that much.
+const now = () => Number(process.hrtime.bigint()) / 1e6;
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const p99 = (xs) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(xs.length * 0.99))];
 const fmt = (ms) => `${ms.toFixed(2)} ms`;
@@ -74,7 +78,7 @@ const stamp = workflow(
   `import { appendFileSync } from 'node:fs';
   export default piw.defineWorkflow({ name: 'stamp', start: 'first', nodes: {
     first: piw.compute((input) => {
-      appendFileSync(input.file, String(performance.timeOrigin + performance.now()) + '\\n');
+      appendFileSync(input.file, String(Number(process.hrtime.bigint()) / 1e6) + '\\n');
       return { ok: true };
     }),
   } });`,
