@@ -182,8 +182,25 @@ impl PipelinedClient {
     /// Sends a fully built request and waits for its receipt. Other calls may be in flight on
     /// the same connection; each gets its own reply.
     pub async fn send(&self, request: Request) -> Result<Receipt, ClientError> {
-        let rx = self.submit(&request, None)?;
-        rx.await.unwrap_or(Err(ClientError::ClientClosed))
+        self.send_now(request).await
+    }
+
+    /// Queues `request` at once and returns a future for its receipt. Unlike [`send`], the
+    /// request is on its way before the future is first polled: a caller outside the client's
+    /// runtime (Node's main thread) saves a hand-off to a runtime thread before the write.
+    ///
+    /// [`send`]: PipelinedClient::send
+    pub fn send_now(
+        &self,
+        request: Request,
+    ) -> impl std::future::Future<Output = Result<Receipt, ClientError>> + Send + 'static {
+        let queued = self.submit(&request, None);
+        async move {
+            match queued {
+                Ok(rx) => rx.await.unwrap_or(Err(ClientError::ClientClosed)),
+                Err(e) => Err(e),
+            }
+        }
     }
 
     /// Subscribes to a run's or a session's events.
