@@ -60,3 +60,56 @@ fn a_cancel_in_the_batch_that_released_the_held_claim_still_cancels() {
     assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Cancelled);
     f.assert_clean();
 }
+
+/// A child launched in a transaction that then failed to commit: its run, generation and child
+/// record number were never stored and are issued again to the next launch. Reports about the
+/// abandoned child must not land on that next child's record.
+#[test]
+fn reports_about_an_abandoned_launch_are_ignored() {
+    use piw_core::host::children::{on_child_reports, ChildReport};
+    use piw_core::store::ChildExitRecord;
+
+    let mut f = Fixture::new();
+    let run_id = f.start();
+    let act = f.activate(&run_id);
+    let generation = act.claim.generation;
+    let child_epoch = f
+        .store
+        .write(|w| {
+            let host_epoch = w.begin_host_epoch(1)?;
+            w.record_child_launch(&run_id, generation, host_epoch, act.mode)
+        })
+        .unwrap();
+    let mut state = HostState::default();
+    state.abandoned_launches.insert(7);
+    let started = |launch, pid| ChildReport::Started {
+        run_id: run_id.clone(),
+        generation,
+        child_epoch,
+        launch,
+        pid,
+        start_time: 1,
+        standby: false,
+    };
+    let exited = ChildReport::Exited {
+        run_id: run_id.clone(),
+        generation,
+        child_epoch,
+        launch: 7,
+        exit: ChildExitRecord {
+            reason: "stopped by the host by signal 9".into(),
+            signal: Some(9),
+            ..Default::default()
+        },
+    };
+    on_child_reports(&mut f.store, &mut state, vec![started(7, 4242), exited]);
+    let record = &f.store.children(&run_id).unwrap()[0];
+    assert_eq!((record.pid, record.exited), (None, false), "{record:?}");
+    assert!(
+        state.abandoned_launches.is_empty(),
+        "forgotten after its exit"
+    );
+    // The report of the launch that did commit is recorded.
+    on_child_reports(&mut f.store, &mut state, vec![started(8, 4343)]);
+    assert_eq!(f.store.children(&run_id).unwrap()[0].pid, Some(4343));
+}

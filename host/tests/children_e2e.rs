@@ -366,6 +366,62 @@ fn killing_the_host_around_a_commit_still_gives_the_uninterrupted_result() {
     }
 }
 
+/// A run's child is handed its envelope before the activation commits. When that commit fails,
+/// the start is refused, no run exists, the child is stopped, its slot is free again, and the
+/// host goes on as if nothing happened.
+#[test]
+fn a_start_whose_commit_fails_leaves_no_run_and_no_child() {
+    let env = Env::new(&[("PIW_MAX_CHILDREN", "1")]);
+    let host = env.serve(Some("fail_commit:run.start"));
+    // The child stays alive until it is stopped: its "module" takes a minute to load.
+    let slow = env.fixture(
+        "slow",
+        json!({
+            "graph": {"name": "slow", "start": "a", "nodes": {"a": {"kind": "compute"}}, "edges": []},
+            "sleep_on_load_ms": 60_000,
+            "behaviors": {"a": {"return": 1}}
+        }),
+    );
+    let refused = env.client().call(RequestBody::RunStart(payload::RunStart {
+        workflow_file: slow,
+        input: json!({}),
+        session_id: Some("s1".into()),
+        execution_mode: None,
+        project_dir: Some(env.dir.path().display().to_string()),
+    }));
+    assert!(refused.is_err(), "the start did not commit: {refused:?}");
+    let runs = env
+        .client()
+        .call(RequestBody::RunList(payload::RunList {
+            session_id: None,
+            limit: None,
+        }))
+        .unwrap();
+    assert_eq!(runs.body["runs"], json!([]), "no run exists");
+    let start = Instant::now();
+    loop {
+        let status = env.client().call(RequestBody::HostStatus).unwrap();
+        if status.body["active_children"] == json!(0) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the launched child was not stopped: {:#}",
+            status.body
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The one child slot is free again, and the next run (which gets the same generation and
+    // may get the same child record number) completes with its own child's exit recorded.
+    let file = env.one_node("ok", json!({"return": {"fine": true}}));
+    let run_id = env.start(&file, json!({}));
+    let s = env.wait_for(&run_id, &["completed", "failed"], Duration::from_secs(20));
+    assert_eq!(s["run"]["status"], json!("completed"), "{s:#}");
+    let d = env.client().call(RequestBody::Diagnose).unwrap();
+    assert_eq!(d.body["findings"], json!([]));
+    env.stop(host);
+}
+
 #[test]
 fn a_changed_included_source_stops_the_resumed_run_before_any_module_code() {
     let env = Env::new(&[]);

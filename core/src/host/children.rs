@@ -96,6 +96,7 @@ pub enum ChildReport {
         run_id: String,
         generation: u64,
         child_epoch: i64,
+        launch: u64,
         pid: u32,
         start_time: u64,
         /// The child is a standby worker that was started before its run was known.
@@ -105,8 +106,18 @@ pub enum ChildReport {
         run_id: String,
         generation: u64,
         child_epoch: i64,
+        launch: u64,
         exit: ChildExitRecord,
     },
+}
+
+impl ChildReport {
+    /// The launch the report is about.
+    fn launch(&self) -> u64 {
+        match self {
+            ChildReport::Started { launch, .. } | ChildReport::Exited { launch, .. } => *launch,
+        }
+    }
 }
 
 /// One launched child, by run id.
@@ -114,6 +125,8 @@ pub enum ChildReport {
 pub struct ChildEntry {
     pub generation: u64,
     pub child_epoch: i64,
+    /// The launch's host-unique number (see [`HostState::abandoned_launches`]).
+    pub launch: u64,
     pub token_hash: String,
     pub hello: bool,
     pub launched_at: i64,
@@ -164,16 +177,24 @@ pub fn schedule(store: &mut Store, state: &mut HostState) {
             Ok(_) => {}
             Err(e) => return tracing::error!(error = %e, "cannot list ready runs"),
         }
-        let activated = match store.write(|w| Ok(activate_ready(w, state))) {
+        let before = state.children.len();
+        let mut pending = Vec::new();
+        let activated = store.write(|w| {
+            let mut activated = activate_ready(w, state);
+            pending = launch_activated(state, w.now_ms(), &mut activated);
+            Ok(activated)
+        });
+        let activated = match activated {
             Ok(a) if !a.is_empty() => a,
             Ok(_) => return,
-            Err(e) => return tracing::error!(error = %e, "activation batch failed"),
+            Err(e) => {
+                abandon_launches(state, pending);
+                return tracing::error!(error = %e, "activation batch failed");
+            }
         };
-        let before = state.children.len();
         for run in &activated {
             publish(store, state, &run.run.run_id, run.revision_before);
         }
-        launch_activated(store, state, activated);
         // A run that could not be launched stays ready; try again after the next message
         // rather than spinning on it now.
         if state.children.len() == before {
@@ -290,29 +311,82 @@ pub fn activate_ready(w: &mut WriteTx<'_>, state: &mut HostState) -> Vec<Activat
     out
 }
 
-/// Launches the children of runs whose activation has committed.
-pub fn launch_activated(store: &Store, state: &mut HostState, activated: Vec<ActivatedRun>) {
-    for ActivatedRun { run, launch: l, .. } in activated {
-        if let Some((act, child_epoch, runtime, mounted)) = l {
-            launch(store, state, &run, act, child_epoch, runtime, mounted);
+/// A child handed its launch envelope inside a transaction that has not committed yet.
+pub struct PendingLaunch {
+    run_id: String,
+    generation: u64,
+    launch: u64,
+}
+
+/// Launches the children of the runs `activated` in the open transaction, **before** it
+/// commits: a worker loads while the commit reaches the disk. That is safe because a child can
+/// do nothing the host accepts before its hello, and the store thread handles the hello only
+/// after this transaction committed (it handles one batch at a time). If the commit fails,
+/// [`abandon_launches`] stops the children.
+pub fn launch_activated(
+    state: &mut HostState,
+    now: i64,
+    activated: &mut [ActivatedRun],
+) -> Vec<PendingLaunch> {
+    let mut pending = Vec::with_capacity(activated.len());
+    for a in activated {
+        if let Some((act, child_epoch, runtime, mounted)) = a.launch.take() {
+            pending.extend(launch(
+                state,
+                now,
+                &a.run,
+                act,
+                child_epoch,
+                runtime,
+                mounted,
+            ));
+        }
+    }
+    pending
+}
+
+/// The transaction of `pending` launches did not commit: forget their children and stop them.
+/// Reports about them are ignored from now on; their runs stay as the store has them.
+pub fn abandon_launches(state: &mut HostState, pending: Vec<PendingLaunch>) {
+    for p in pending {
+        let ours = state
+            .children
+            .get(&p.run_id)
+            .is_some_and(|e| e.launch == p.launch);
+        if ours {
+            state.children.remove(&p.run_id);
+            state.claims.remove(&p.run_id);
+            state.renewed_at.remove(&p.run_id);
+        }
+        state.abandoned_launches.insert(p.launch);
+        tracing::warn!(run_id = %p.run_id, "activation did not commit; stopping the child it launched");
+        if let Some(supervisor) = &state.supervisor {
+            let _ = supervisor.send(SupervisorCmd::Stop {
+                run_id: p.run_id,
+                generation: p.generation,
+                grace: Duration::ZERO,
+            });
         }
     }
 }
 
 /// Builds the launch envelope of an activated run and asks the supervisor to start its child.
+#[allow(clippy::too_many_arguments)]
 fn launch(
-    store: &Store,
     state: &mut HostState,
+    now: i64,
     run: &crate::store::RunRecord,
     act: crate::store::Activation,
     child_epoch: i64,
     runtime: Runtime,
     mounted: Value,
-) {
+) -> Option<PendingLaunch> {
     let run_id = run.run_id.as_str();
     let mounted: BTreeMap<String, MountedSource> =
         serde_json::from_value(mounted).unwrap_or_default();
     let token = ClaimToken::generate();
+    let launch = state.next_launch;
+    state.next_launch += 1;
     let envelope = LaunchEnvelope {
         schema: LAUNCH_SCHEMA.to_owned(),
         run_id: run_id.to_owned(),
@@ -334,7 +408,8 @@ fn launch(
             child_epoch,
             token_hash: token.hash(),
             hello: false,
-            launched_at: store.now_ms(),
+            launched_at: now,
+            launch,
             stopping: false,
             released_at: None,
             mode: act.mode,
@@ -342,13 +417,13 @@ fn launch(
             from_standby: false,
         },
     );
-    state.renewed_at.insert(run_id.to_owned(), store.now_ms());
+    state.renewed_at.insert(run_id.to_owned(), now);
     state.claims.insert(run_id.to_owned(), act.claim.clone());
     let cfg = &state.child_config;
     let mut args = runtime.args.clone();
     args.push(run.source_root.clone());
     let Some(supervisor) = &state.supervisor else {
-        return;
+        return None;
     };
     let limits = crate::supervise::ChildLimits {
         cpu_seconds: cfg.cpu_seconds,
@@ -377,6 +452,7 @@ fn launch(
         run_id: run_id.to_owned(),
         generation: act.claim.generation,
         child_epoch,
+        launch,
         spec: crate::supervise::SpawnSpec {
             program: runtime.program.clone(),
             args: args.into_iter().map(Into::into).collect(),
@@ -389,6 +465,11 @@ fn launch(
         standby,
     });
     tracing::debug!(%run_id, generation = act.claim.generation, "child launch requested");
+    Some(PendingLaunch {
+        run_id: run_id.to_owned(),
+        generation: act.claim.generation,
+        launch,
+    })
 }
 
 /// Applies one worker message inside the batch transaction.
@@ -846,6 +927,16 @@ fn check_route(
 pub fn on_child_reports(store: &mut Store, state: &mut HostState, reports: Vec<ChildReport>) {
     let (started, exited): (Vec<_>, Vec<_>) = reports
         .into_iter()
+        .filter(|r| {
+            // A child whose launch never committed: nothing of it is in the store.
+            if !state.abandoned_launches.contains(&r.launch()) {
+                return true;
+            }
+            if matches!(r, ChildReport::Exited { .. }) {
+                state.abandoned_launches.remove(&r.launch());
+            }
+            false
+        })
         .partition(|r| matches!(r, ChildReport::Started { .. }));
     for report in &started {
         if let ChildReport::Started {
@@ -898,6 +989,7 @@ pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildRe
             run_id,
             generation,
             child_epoch,
+            launch: _,
             pid,
             start_time,
             standby,
@@ -921,12 +1013,13 @@ pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildRe
             run_id,
             generation,
             child_epoch,
+            launch,
             exit,
         } => {
             let ours = state
                 .children
                 .get(&run_id)
-                .is_some_and(|e| e.generation == generation);
+                .is_some_and(|e| e.generation == generation && e.launch == launch);
             let claim = state
                 .claims
                 .get(&run_id)

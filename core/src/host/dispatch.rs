@@ -40,6 +40,12 @@ pub struct HostState {
     /// Runs whose last child was a standby worker that died before its hello, and whose loss
     /// was therefore not counted (`children::on_child_report`); cleared by the next hello.
     pub forgiven_standby_exits: std::collections::HashSet<String>,
+    /// The number the next launch gets (unique for this host's life).
+    pub next_launch: u64,
+    /// Launches whose transaction failed to commit after their child was already handed its
+    /// envelope: the child is stopped, and every report about it is ignored (its run,
+    /// generation and child epoch were never committed and may be issued again).
+    pub abandoned_launches: std::collections::HashSet<u64>,
 }
 
 /// The stable protocol code for a store error.

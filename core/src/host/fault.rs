@@ -1,13 +1,17 @@
-//! Test-only crash points for the real host process, selected by the `PIW_FAULT` environment
+//! Test-only fault points for the real host process, selected by the `PIW_FAULT` environment
 //! variable: `before_commit:<kind>` or `after_commit:<kind>` aborts the process (as SIGKILL
 //! would) just before or just after committing a batch that contains a command of that kind.
 //! Crash tests use it to prove that no acknowledged command is lost or applied twice.
+//! `fail_commit:<kind>` makes the first such batch fail instead of committing (as a full disk
+//! would), and the host carries on.
 
 /// Where to abort, parsed once at start.
 #[derive(Debug, Clone, Default)]
 pub struct FaultPlan {
     before_commit: Option<String>,
     after_commit: Option<String>,
+    fail_commit: Option<String>,
+    failed_once: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl FaultPlan {
@@ -25,6 +29,10 @@ impl FaultPlan {
                 after_commit: Some(kind.to_owned()),
                 ..Self::default()
             },
+            Some(("fail_commit", kind)) => Self {
+                fail_commit: Some(kind.to_owned()),
+                ..Self::default()
+            },
             _ => {
                 tracing::warn!(%spec, "ignoring unknown PIW_FAULT");
                 Self::default()
@@ -34,6 +42,17 @@ impl FaultPlan {
 
     pub(crate) fn before_commit<'a>(&self, kinds: impl Iterator<Item = &'a str>) {
         abort_if(self.before_commit.as_deref(), kinds, "before_commit");
+    }
+
+    /// Whether this batch must fail instead of committing (`fail_commit`, once).
+    pub(crate) fn fail_commit<'a>(&self, mut kinds: impl Iterator<Item = &'a str>) -> bool {
+        use std::sync::atomic::Ordering;
+        match &self.fail_commit {
+            Some(target) if kinds.any(|k| k == target) => {
+                !self.failed_once.swap(true, Ordering::SeqCst)
+            }
+            _ => false,
+        }
     }
 
     pub(crate) fn after_commit<'a>(&self, kinds: impl Iterator<Item = &'a str>) {

@@ -210,6 +210,7 @@ fn process_batch(
         None
     };
     let publishing = events.receiver_count() > 0;
+    let mut pending = Vec::new();
     let committed = store.write(|w| {
         let mut results = Vec::with_capacity(writes.len());
         for job in &writes {
@@ -231,8 +232,13 @@ fn process_batch(
         }
         // Runs this batch made ready (a start, a resume, an answer) are activated in the same
         // commit when a child slot is free: one commit less between a command and its child.
-        let activated = children::activate_ready(w, state);
+        let mut activated = children::activate_ready(w, state);
+        // Their children start before the commit (see `children::launch_activated`).
+        pending = children::launch_activated(state, w.now_ms(), &mut activated);
         fault.before_commit(writes.iter().map(|j| j.request.body.kind_str()));
+        if fault.fail_commit(writes.iter().map(|j| j.request.body.kind_str())) {
+            return Err(StoreError::InjectedFault("fail_commit".into()));
+        }
         Ok((results, activated))
     });
     match committed {
@@ -279,13 +285,12 @@ fn process_batch(
             for (run_id, after) in touched {
                 publish_run(store, events, &run_id, after);
             }
-            // The children first: a worker starting up and a receipt travelling back overlap.
-            children::launch_activated(store, state, activated);
             for (reply, receipt) in replies {
                 let _ = reply.send(receipt);
             }
         }
         Err(e) => {
+            children::abandon_launches(state, pending);
             tracing::error!(error = %e, "batch commit failed; nothing was acknowledged");
             let rejection = Rejection::new(RejectionCode::Internal, format!("commit failed: {e}"));
             for job in writes {

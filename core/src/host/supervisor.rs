@@ -40,6 +40,8 @@ pub enum SupervisorCmd {
         run_id: String,
         generation: u64,
         child_epoch: i64,
+        /// This launch's host-unique number, echoed in every report about its child.
+        launch: u64,
         spec: SpawnSpec,
         /// Take a pre-started worker from this pool when one is waiting.
         standby: Option<Box<StandbyPool>>,
@@ -146,6 +148,7 @@ pub async fn run(
                 run_id,
                 generation,
                 child_epoch,
+                launch,
                 spec,
                 standby,
             } => {
@@ -164,9 +167,12 @@ pub async fn run(
                     pools.refill(pool, &ready_tx);
                 }
                 tasks.spawn(watch_child(
-                    run_id,
-                    generation,
-                    child_epoch,
+                    Launched {
+                        run_id,
+                        generation,
+                        child_epoch,
+                        launch,
+                    },
                     source,
                     rx,
                     reports.clone(),
@@ -203,14 +209,26 @@ enum ChildSource {
     Standby(Supervised),
 }
 
-async fn watch_child(
+/// Which launch a watched child belongs to.
+struct Launched {
     run_id: String,
     generation: u64,
     child_epoch: i64,
+    launch: u64,
+}
+
+async fn watch_child(
+    launched: Launched,
     source: ChildSource,
     mut stop: mpsc::UnboundedReceiver<Duration>,
     reports: std::sync::mpsc::Sender<StoreMsg>,
 ) {
+    let Launched {
+        run_id,
+        generation,
+        child_epoch,
+        launch,
+    } = launched;
     let standby = matches!(source, ChildSource::Standby(_));
     let spawned = match source {
         ChildSource::Spawn(spec) => supervise::spawn(spec).await,
@@ -228,6 +246,7 @@ async fn watch_child(
                 run_id,
                 generation,
                 child_epoch,
+                launch,
                 exit,
             }));
             return;
@@ -237,6 +256,7 @@ async fn watch_child(
         run_id: run_id.clone(),
         generation,
         child_epoch,
+        launch,
         pid: child.pid(),
         start_time: child.start_time(),
         standby,
@@ -273,6 +293,7 @@ async fn watch_child(
         run_id,
         generation,
         child_epoch,
+        launch,
         exit: record,
     }));
 }

@@ -5,6 +5,7 @@
 //! { "graph": { "name": "...", "start": "a", "nodes": {...}, "edges": [...] },
 //!   "mounts": { "lib": "lib.json" },          // included sources, relative to the fixture
 //!   "on_load_marker": "/tmp/x/loaded",        // written when the "module" loads
+//!   "sleep_on_load_ms": 100,                  // the "module" takes this long to load
 //!   "behaviors": { "a": { "return": {"x": 1} } } }
 //! ```
 //!
@@ -360,6 +361,10 @@ fn flood(bytes: u64) {
 fn load_module(v: &Value) {
     if let Some(marker) = v["on_load_marker"].as_str() {
         let _ = std::fs::write(marker, b"loaded");
+    }
+    // A module whose top-level code takes its time (before the hello).
+    if let Some(ms) = v["sleep_on_load_ms"].as_u64() {
+        std::thread::sleep(Duration::from_millis(ms));
     }
 }
 
