@@ -81,7 +81,7 @@ fn reports_about_an_abandoned_launch_are_ignored() {
         })
         .unwrap();
     let mut state = HostState::default();
-    state.abandoned_launches.insert(7);
+    state.abandoned_launches.insert(7, run_id.clone());
     let started = |launch, pid| ChildReport::Started {
         run_id: run_id.clone(),
         generation,

@@ -366,12 +366,35 @@ fn killing_the_host_around_a_commit_still_gives_the_uninterrupted_result() {
     }
 }
 
+/// Pids of live (not zombie) processes whose command line contains `needle`.
+fn processes_naming(needle: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let zombie = stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z'));
+        if !zombie && String::from_utf8_lossy(&cmdline).contains(needle) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
 /// A run's child is handed its envelope before the activation commits. When that commit fails,
 /// the start is refused, no run exists, the child is stopped, its slot is free again, and the
 /// host goes on as if nothing happened.
 #[test]
 fn a_start_whose_commit_fails_leaves_no_run_and_no_child() {
-    let env = Env::new(&[("PIW_MAX_CHILDREN", "1")]);
+    // A handshake timeout longer than the test: only the abandonment may stop the child.
+    let env = Env::new(&[
+        ("PIW_MAX_CHILDREN", "1"),
+        ("PIW_HANDSHAKE_TIMEOUT_MS", "120000"),
+    ]);
     let host = env.serve(Some("fail_commit:run.start"));
     // The child stays alive until it is stopped: its "module" takes a minute to load.
     let slow = env.fixture(
@@ -383,7 +406,7 @@ fn a_start_whose_commit_fails_leaves_no_run_and_no_child() {
         }),
     );
     let refused = env.client().call(RequestBody::RunStart(payload::RunStart {
-        workflow_file: slow,
+        workflow_file: slow.clone(),
         input: json!({}),
         session_id: Some("s1".into()),
         execution_mode: None,
@@ -398,15 +421,18 @@ fn a_start_whose_commit_fails_leaves_no_run_and_no_child() {
         }))
         .unwrap();
     assert_eq!(runs.body["runs"], json!([]), "no run exists");
+    // The child's process is gone (its command line names the fixture), and the host counts
+    // it until then.
     let start = Instant::now();
     loop {
         let status = env.client().call(RequestBody::HostStatus).unwrap();
-        if status.body["active_children"] == json!(0) {
+        let alive = processes_naming(&slow);
+        if status.body["active_children"] == json!(0) && alive.is_empty() {
             break;
         }
         assert!(
             start.elapsed() < Duration::from_secs(10),
-            "the launched child was not stopped: {:#}",
+            "the launched child was not stopped: pids {alive:?}, status {:#}",
             status.body
         );
         std::thread::sleep(Duration::from_millis(20));

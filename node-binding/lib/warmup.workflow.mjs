@@ -1,6 +1,7 @@
-// Loaded by a standby worker while it waits for its run (see `warmUp` in runtime.js): the
-// runtime's own code paths run once, so the run's first import, graph compile and routing do
-// not pay for cold code. Not a user workflow; nothing runs its nodes.
+// Loaded and driven by a standby worker while it waits for its run (see `warmUp` in
+// runtime.js): the runtime's own code paths run once, against a stand-in for the host, so the
+// run's first import, graph compile, nodes and routing do not pay for cold code. Not a user
+// workflow: no host ever sees it.
 import { compute, defineWorkflow, onOutcome, to } from '../index.js';
 
 export default defineWorkflow({

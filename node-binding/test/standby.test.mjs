@@ -123,3 +123,42 @@ test('standby workers killed while they wait cost no run anything', async () => 
     await host.stop();
   }
 });
+
+test('a standby worker handed a run whose commit then fails is stopped, and the run goes on later', async () => {
+  // The answer's batch activates the run and hands a standby worker its envelope before the
+  // commit; this host fails that commit once (as a full disk would).
+  const host = await startHost({
+    PIW_STANDBY_WORKERS: '1',
+    PIW_FAULT: 'fail_commit:checkpoint.answer',
+    PIW_HANDSHAKE_TIMEOUT_MS: '120000',
+  });
+  try {
+    const file = writeWorkflow(
+      host.dir,
+      'gate',
+      `export default piw.defineWorkflow({ name: 'gate', start: 'ask',
+        nodes: { ask: piw.checkpoint({ request: () => ({ question: 'go?' }) }),
+                 done: piw.compute(() => ({ pid: process.pid })) },
+        edges: [piw.to('ask', 'done')] });`,
+    );
+    const c = host.client;
+    const { run_id: runId } = await c.startRun(file, {});
+    await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
+    const [standby] = await until('a standby worker', () => {
+      const kids = childrenOf(host.pid);
+      return kids.length === 1 ? kids : null;
+    });
+    const { decisions } = await c.runStatus(runId);
+    const failed = await c.answerCheckpoint(runId, decisions[0].decision_id, 'yes').catch((e) => e);
+    assert.ok(failed instanceof Error, 'the answer did not commit');
+    assert.equal(failed.code, 'internal');
+    await until(`the standby worker ${standby} that got the envelope to be stopped`, () => !alive(standby));
+    assert.equal((await c.runStatus(runId)).run.status, 'waiting', 'the run is as before the answer');
+    await c.answerCheckpoint(runId, decisions[0].decision_id, 'yes');
+    const run = await c.waitForRun(runId, { timeoutMs: 20_000 });
+    assert.equal(run.status, 'completed', run.error);
+    assert.notEqual(run.result.pid, standby);
+  } finally {
+    await host.stop();
+  }
+});

@@ -178,13 +178,16 @@ pub fn schedule(store: &mut Store, state: &mut HostState) {
             Err(e) => return tracing::error!(error = %e, "cannot list ready runs"),
         }
         let before = state.children.len();
+        let launch_early = !state.launch_after_commit;
         let mut pending = Vec::new();
         let activated = store.write(|w| {
             let mut activated = activate_ready(w, state);
-            pending = launch_activated(state, w.now_ms(), &mut activated);
+            if launch_early {
+                pending = launch_activated(state, w.now_ms(), &mut activated);
+            }
             Ok(activated)
         });
-        let activated = match activated {
+        let mut activated = match activated {
             Ok(a) if !a.is_empty() => a,
             Ok(_) => return,
             Err(e) => {
@@ -192,6 +195,10 @@ pub fn schedule(store: &mut Store, state: &mut HostState) {
                 return tracing::error!(error = %e, "activation batch failed");
             }
         };
+        if !launch_early {
+            launch_activated(state, store.now_ms(), &mut activated);
+        }
+        state.launch_after_commit = false;
         for run in &activated {
             publish(store, state, &run.run.run_id, run.revision_before);
         }
@@ -208,7 +215,7 @@ fn free_slots(state: &HostState) -> usize {
     state
         .child_config
         .max_children
-        .saturating_sub(state.children.len())
+        .saturating_sub(state.live_children())
 }
 
 /// Publishes the events a write outside the request batches committed for `run_id`.
@@ -222,7 +229,7 @@ fn revision_of(store: &Store, run_id: &str) -> u64 {
     store.run_state(run_id).map(|(_, rev)| rev).unwrap_or(0)
 }
 
-/// A run activated in a transaction; its child is launched once that transaction commits.
+/// A run activated in a transaction; [`launch_activated`] launches its child.
 pub struct ActivatedRun {
     run: crate::store::RunRecord,
     /// The run's revision before the activation (its events are published from there).
@@ -241,7 +248,7 @@ impl ActivatedRun {
 /// Activates ready runs inside the open transaction `w`, as many as there are free child
 /// slots, each in its own savepoint (one that cannot be activated does not hold back the
 /// others). Nothing is launched here: the caller launches the children with
-/// [`launch_activated`] after the commit, so no child ever runs on an uncommitted claim.
+/// [`launch_activated`], normally just before the commit (see there).
 pub fn activate_ready(w: &mut WriteTx<'_>, state: &mut HostState) -> Vec<ActivatedRun> {
     let free = free_slots(state);
     if free == 0 || state.shutting_down || state.supervisor.is_none() {
@@ -261,6 +268,9 @@ pub fn activate_ready(w: &mut WriteTx<'_>, state: &mut HostState) -> Vec<Activat
         if state.children.contains_key(&run_id) {
             stop_child(state, &run_id);
             continue;
+        }
+        if state.abandoned_launches.values().any(|r| *r == run_id) {
+            continue; // being stopped already
         }
         let (run, revision_before) = match w.run(&run_id).and_then(|run| {
             let (_, revision) = w.run_state(&run_id)?;
@@ -318,11 +328,12 @@ pub struct PendingLaunch {
     launch: u64,
 }
 
-/// Launches the children of the runs `activated` in the open transaction, **before** it
-/// commits: a worker loads while the commit reaches the disk. That is safe because a child can
-/// do nothing the host accepts before its hello, and the store thread handles the hello only
-/// after this transaction committed (it handles one batch at a time). If the commit fails,
-/// [`abandon_launches`] stops the children.
+/// Launches the children of the runs `activated` in the open transaction. Callers do this
+/// **before** the commit: a worker loads while the commit reaches the disk. That is safe
+/// because a child can do nothing the host accepts before its hello, and the store thread
+/// handles the hello only after this transaction ended (it handles one batch at a time). If
+/// the commit fails, [`abandon_launches`] stops the children, and callers launch after the
+/// commit until one succeeds (`HostState::launch_after_commit`).
 pub fn launch_activated(
     state: &mut HostState,
     now: i64,
@@ -358,7 +369,8 @@ pub fn abandon_launches(state: &mut HostState, pending: Vec<PendingLaunch>) {
             state.claims.remove(&p.run_id);
             state.renewed_at.remove(&p.run_id);
         }
-        state.abandoned_launches.insert(p.launch);
+        state.abandoned_launches.insert(p.launch, p.run_id.clone());
+        state.launch_after_commit = true;
         tracing::warn!(run_id = %p.run_id, "activation did not commit; stopping the child it launched");
         if let Some(supervisor) = &state.supervisor {
             let _ = supervisor.send(SupervisorCmd::Stop {
@@ -929,7 +941,7 @@ pub fn on_child_reports(store: &mut Store, state: &mut HostState, reports: Vec<C
         .into_iter()
         .filter(|r| {
             // A child whose launch never committed: nothing of it is in the store.
-            if !state.abandoned_launches.contains(&r.launch()) {
+            if !state.abandoned_launches.contains_key(&r.launch()) {
                 return true;
             }
             if matches!(r, ChildReport::Exited { .. }) {

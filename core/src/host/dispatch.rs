@@ -43,9 +43,22 @@ pub struct HostState {
     /// The number the next launch gets (unique for this host's life).
     pub next_launch: u64,
     /// Launches whose transaction failed to commit after their child was already handed its
-    /// envelope: the child is stopped, and every report about it is ignored (its run,
-    /// generation and child epoch were never committed and may be issued again).
-    pub abandoned_launches: std::collections::HashSet<u64>,
+    /// envelope, by launch number, with their run: the child is being stopped, and every
+    /// report about it is ignored (its run, generation and child epoch were never committed
+    /// and may be issued again). Until it has exited it still holds a child slot, and its run
+    /// is not launched again.
+    pub abandoned_launches: HashMap<u64, String>,
+    /// The last activation commit failed after launching children: launch after the commit
+    /// until one succeeds, so a commit that keeps failing (a full disk) does not start and
+    /// stop children in a loop.
+    pub launch_after_commit: bool,
+}
+
+impl HostState {
+    /// Child processes this host runs or is still stopping (abandoned launches included).
+    pub fn live_children(&self) -> usize {
+        self.children.len() + self.abandoned_launches.len()
+    }
 }
 
 /// The stable protocol code for a store error.

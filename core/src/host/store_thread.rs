@@ -188,7 +188,7 @@ fn process_batch(
             dispatch::apply_read(store, &job.request)
                 .map(|mut receipt| {
                     if matches!(job.request.body, RequestBody::HostStatus) {
-                        receipt.body["active_children"] = json!(state.children.len());
+                        receipt.body["active_children"] = json!(state.live_children());
                     }
                     receipt
                 })
@@ -210,6 +210,7 @@ fn process_batch(
         None
     };
     let publishing = events.receiver_count() > 0;
+    let launch_early = !state.launch_after_commit;
     let mut pending = Vec::new();
     let committed = store.write(|w| {
         let mut results = Vec::with_capacity(writes.len());
@@ -234,7 +235,9 @@ fn process_batch(
         // commit when a child slot is free: one commit less between a command and its child.
         let mut activated = children::activate_ready(w, state);
         // Their children start before the commit (see `children::launch_activated`).
-        pending = children::launch_activated(state, w.now_ms(), &mut activated);
+        if launch_early {
+            pending = children::launch_activated(state, w.now_ms(), &mut activated);
+        }
         fault.before_commit(writes.iter().map(|j| j.request.body.kind_str()));
         if fault.fail_commit(writes.iter().map(|j| j.request.body.kind_str())) {
             return Err(StoreError::InjectedFault("fail_commit".into()));
@@ -242,8 +245,12 @@ fn process_batch(
         Ok((results, activated))
     });
     match committed {
-        Ok((results, activated)) => {
+        Ok((results, mut activated)) => {
             fault.after_commit(writes.iter().map(|j| j.request.body.kind_str()));
+            if !launch_early {
+                children::launch_activated(state, store.now_ms(), &mut activated);
+            }
+            state.launch_after_commit = false;
             let mut touched = before.unwrap_or_default();
             if publishing {
                 touched.extend(

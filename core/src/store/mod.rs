@@ -120,6 +120,9 @@ pub struct Store {
     conn: Connection,
     path: PathBuf,
     config: StoreConfig,
+    /// `synchronous` could not be set back to FULL after a [`Store::write_unsynced`]: every
+    /// later write tries again first and fails rather than commit without waiting for the disk.
+    sync_restore_pending: bool,
 }
 
 impl std::fmt::Debug for Store {
@@ -158,7 +161,12 @@ impl Store {
         )?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         conn.set_prepared_statement_cache_capacity(128);
-        Ok(Self { conn, path, config })
+        Ok(Self {
+            conn,
+            path,
+            config,
+            sync_restore_pending: false,
+        })
     }
 
     /// Opens an existing state database read-only, for viewers and `diagnose`.
@@ -176,7 +184,12 @@ impl Store {
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
-        Ok(Self { conn, path, config })
+        Ok(Self {
+            conn,
+            path,
+            config,
+            sync_restore_pending: false,
+        })
     }
 
     /// The database file.
@@ -205,19 +218,30 @@ impl Store {
         &mut self,
         f: impl FnOnce(&mut WriteTx<'_>) -> StoreResult<T>,
     ) -> StoreResult<T> {
-        self.conn
-            .prepare_cached("PRAGMA synchronous = NORMAL")?
-            .execute([])?;
-        let out = self.write(f);
-        let restored = self
-            .conn
-            .prepare_cached("PRAGMA synchronous = FULL")
-            .and_then(|mut s| s.execute([]));
-        match (out, restored) {
-            (Ok(v), Ok(_)) => Ok(v),
-            (Err(e), _) => Err(e),
-            (Ok(_), Err(e)) => Err(e.into()),
+        self.restore_full_sync()?;
+        self.set_synchronous("NORMAL")?;
+        // Set back before anything else can commit; should that fail, the next write retries
+        // it and refuses to commit until it succeeds. This write's own result stands.
+        self.sync_restore_pending = true;
+        let out = self.write_at_current_sync(f);
+        if let Err(e) = self.restore_full_sync() {
+            tracing::error!(error = %e, "cannot set synchronous=FULL again; writes wait for it");
         }
+        out
+    }
+
+    fn set_synchronous(&self, level: &str) -> StoreResult<()> {
+        let sql = format!("PRAGMA synchronous = {level}");
+        self.conn.prepare_cached(&sql)?.execute([])?;
+        Ok(())
+    }
+
+    fn restore_full_sync(&mut self) -> StoreResult<()> {
+        if self.sync_restore_pending {
+            self.set_synchronous("FULL")?;
+            self.sync_restore_pending = false;
+        }
+        Ok(())
     }
 
     /// Runs `f` in one `BEGIN IMMEDIATE` transaction and commits it if `f` succeeds.
@@ -225,6 +249,14 @@ impl Store {
     /// If `f` fails, nothing it did is kept. Operations inside `f` that should fail on their own
     /// without undoing their neighbours (group commit) go through [`WriteTx::savepoint`].
     pub fn write<T>(
+        &mut self,
+        f: impl FnOnce(&mut WriteTx<'_>) -> StoreResult<T>,
+    ) -> StoreResult<T> {
+        self.restore_full_sync()?;
+        self.write_at_current_sync(f)
+    }
+
+    fn write_at_current_sync<T>(
         &mut self,
         f: impl FnOnce(&mut WriteTx<'_>) -> StoreResult<T>,
     ) -> StoreResult<T> {
