@@ -534,9 +534,9 @@ fn interactive_validation_reject_then_accept_and_duplicate_submission() {
     f.assert_clean();
 }
 
-#[test]
-fn a_validation_child_that_dies_rejects_only_its_submission() {
-    let mut f = Fixture::new();
+/// A running run whose agent step asked for input and got a submission (`1`), which now waits
+/// for a validation child: (run, attempt, interaction, submission).
+fn submitted(f: &mut Fixture) -> (String, String, String, String) {
     let (run_id, act, a) = f.running();
     let i = f
         .store
@@ -546,6 +546,13 @@ fn a_validation_child_that_dies_rejects_only_its_submission() {
         .store
         .write(|w| w.submit(&i, &a, &json!(1), None))
         .unwrap();
+    (run_id, a, i, s)
+}
+
+#[test]
+fn a_validation_child_that_dies_rejects_only_its_submission() {
+    let mut f = Fixture::new();
+    let (run_id, a, i, s) = submitted(&mut f);
     let act = f.activate(&run_id);
     f.store
         .write(|w| w.child_lost(&act.claim, "validator crashed"))
@@ -568,15 +575,7 @@ fn a_validation_child_that_dies_rejects_only_its_submission() {
 #[test]
 fn a_host_restart_during_validation_keeps_the_submission_for_the_next_child() {
     let mut f = Fixture::new();
-    let (run_id, act, a) = f.running();
-    let i = f
-        .store
-        .write(|w| w.request_interaction(&act.claim, &a, InteractionKind::Agent, &json!({}), None))
-        .unwrap();
-    let s = f
-        .store
-        .write(|w| w.submit(&i, &a, &json!(1), None))
-        .unwrap();
+    let (run_id, a, i, s) = submitted(&mut f);
     f.activate(&run_id);
     // A host that died held the claim: unlike a child's death, this is not the submission's
     // fault, so it is judged again rather than rejected.
