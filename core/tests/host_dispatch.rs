@@ -113,3 +113,75 @@ fn reports_about_an_abandoned_launch_are_ignored() {
     on_child_reports(&mut f.store, &mut state, vec![started(8, 4343)]);
     assert_eq!(f.store.children(&run_id).unwrap()[0].pid, Some(4343));
 }
+
+/// After a commit that had already launched children fails, children are launched only after
+/// their commit until one succeeds: a commit that keeps failing (a full disk) must not start and
+/// stop children in a loop.
+#[test]
+fn after_a_failed_activation_commit_children_wait_for_their_commit() {
+    use piw_core::host::children::{on_child_reports, schedule, ChildReport, Runtime};
+    use piw_core::host::supervisor::SupervisorCmd;
+    use piw_core::store::ChildExitRecord;
+    use std::sync::atomic::Ordering;
+
+    let mut f = Fixture::new();
+    let run_id = f.start();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut state = HostState {
+        owner_id: "host-epoch-1".into(),
+        epoch: f.store.write(|w| w.begin_host_epoch(1)).unwrap(),
+        supervisor: Some(tx),
+        ..HostState::default()
+    };
+    state.child_config.runtimes = vec![Runtime {
+        suffix: ".workflow.mjs".into(),
+        program: "/bin/true".into(),
+        args: Vec::new(),
+        standby: false,
+    }];
+    let mut sent = || {
+        let mut out = Vec::new();
+        while let Ok(cmd) = rx.try_recv() {
+            out.push(match cmd {
+                SupervisorCmd::Launch { launch, .. } => format!("launch {launch}"),
+                SupervisorCmd::Stop { .. } => "stop".to_owned(),
+            });
+        }
+        out
+    };
+
+    // The first failure: the child was launched early, so it is stopped.
+    f.fail_next_commit.store(true, Ordering::SeqCst);
+    schedule(&mut f.store, &mut state);
+    assert_eq!(sent(), ["launch 0", "stop"]);
+    assert!(state.launch_after_commit);
+    assert_eq!(
+        state.live_children(),
+        1,
+        "the stopped child holds its slot until it exits"
+    );
+    on_child_reports(
+        &mut f.store,
+        &mut state,
+        vec![ChildReport::Exited {
+            run_id: run_id.clone(),
+            generation: 1,
+            child_epoch: 1,
+            launch: 0,
+            exit: ChildExitRecord::default(),
+        }],
+    );
+    assert_eq!(state.live_children(), 0);
+
+    // Failing again: nothing starts.
+    f.fail_next_commit.store(true, Ordering::SeqCst);
+    schedule(&mut f.store, &mut state);
+    assert_eq!(sent(), Vec::<String>::new());
+    assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Queued);
+
+    // The next commit succeeds: the child is launched after it, and early launching resumes.
+    schedule(&mut f.store, &mut state);
+    assert_eq!(sent(), ["launch 1"]);
+    assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Running);
+    assert!(!state.launch_after_commit);
+}
