@@ -218,3 +218,32 @@ fn the_claim_token_never_reaches_the_database_logs_or_errors() {
         assert!(!t.contains(&hash), "token hash leaked into: {t}");
     }
 }
+
+#[test]
+fn the_next_node_deadline_is_that_of_an_open_attempt_of_a_run_this_host_holds() {
+    let mut f = Fixture::new();
+    let run_id = f.start();
+    let act = f.activate(&run_id);
+    assert_eq!(
+        f.store.next_node_deadline(HOST).unwrap(),
+        None,
+        "no attempt yet"
+    );
+    let attempt = f
+        .store
+        .write(|w| w.node_started(&act.claim, "a", Some(T0 + 5_000)))
+        .unwrap();
+    // A second held run without a deadline does not hide the first one's.
+    let other = f.start();
+    let other_act = f.activate(&other);
+    f.store
+        .write(|w| w.node_started(&other_act.claim, "a", None))
+        .unwrap();
+    assert_eq!(f.store.next_node_deadline(HOST).unwrap(), Some(T0 + 5_000));
+    assert_eq!(f.store.next_node_deadline("another-host").unwrap(), None);
+    let one = serde_json::json!(1);
+    f.store
+        .write(|w| w.complete(&act.claim, &attempt, &one, &one))
+        .unwrap();
+    assert_eq!(f.store.next_node_deadline(HOST).unwrap(), None, "closed");
+}

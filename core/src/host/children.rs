@@ -1156,11 +1156,16 @@ pub fn next_child_deadline(store: &Store, state: &HostState) -> Option<i64> {
                     .unwrap_or(i64::MAX)
         })
         .min();
-    let node = state
-        .claims
-        .keys()
-        .filter_map(|run_id| store.open_attempt_deadline(run_id).ok().flatten())
-        .min();
+    let node = if state.claims.is_empty() {
+        None
+    } else {
+        store
+            .next_node_deadline(&state.owner_id)
+            .unwrap_or_else(|e| {
+                tracing::error!(error = %e, "cannot read node deadlines; checking again in 1 s");
+                Some(store.now_ms() + 1_000)
+            })
+    };
     let delayed = store.next_delayed_ready().ok().flatten();
     let grace = i64::try_from(state.child_config.kill_grace.as_millis()).unwrap_or(i64::MAX);
     let lingering = state
