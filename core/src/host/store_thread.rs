@@ -242,10 +242,10 @@ fn process_batch(
         if fault.fail_commit(writes.iter().map(|j| j.request.body.kind_str())) {
             return Err(StoreError::InjectedFault("fail_commit".into()));
         }
-        Ok((results, activated))
+        Ok((results, activated, w.take_revisions()))
     });
     match committed {
-        Ok((results, mut activated)) => {
+        Ok((results, mut activated, written)) => {
             fault.after_commit(writes.iter().map(|j| j.request.body.kind_str()));
             if !launch_early {
                 children::launch_activated(state, store.now_ms(), &mut activated);
@@ -269,12 +269,14 @@ fn process_batch(
                     }
                 }
                 let receipt = result.map(|outcome| {
-                    let revision = job
-                        .request
-                        .run_id
-                        .as_deref()
-                        .and_then(|r| store.run_state(r).ok())
-                        .map(|(_, revision)| revision);
+                    // The run's revision after the batch: known from its writes, read only
+                    // for a command that wrote nothing (a replay).
+                    let revision = job.request.run_id.as_deref().and_then(|r| {
+                        written
+                            .get(r)
+                            .copied()
+                            .or_else(|| store.run_state(r).ok().map(|(_, revision)| revision))
+                    });
                     let receipt = Receipt::new(revision, outcome.response);
                     if outcome.replayed {
                         receipt.replayed()

@@ -269,6 +269,7 @@ impl Store {
             now,
             config: &self.config,
             ops: Vec::new(),
+            revisions: Vec::new(),
         };
         let out = f(&mut w)?;
         if let Some(hook) = &self.config.fault_hook {
@@ -289,6 +290,8 @@ pub struct WriteTx<'a> {
     now: UnixMillis,
     config: &'a StoreConfig,
     ops: Vec<&'static str>,
+    /// Each run write's new revision, in order (see [`WriteTx::take_revisions`]).
+    revisions: Vec<(String, u64)>,
 }
 
 impl WriteTx<'_> {
@@ -303,6 +306,7 @@ impl WriteTx<'_> {
         // Cached statements: group commit opens one savepoint per command.
         self.tx.prepare_cached("SAVEPOINT piw_op")?.execute([])?;
         let ops_before = self.ops.len();
+        let revisions_before = self.revisions.len();
         match f(self) {
             Ok(v) => {
                 self.tx.prepare_cached("RELEASE piw_op")?.execute([])?;
@@ -312,6 +316,7 @@ impl WriteTx<'_> {
                 self.tx.prepare_cached("ROLLBACK TO piw_op")?.execute([])?;
                 self.tx.prepare_cached("RELEASE piw_op")?.execute([])?;
                 self.ops.truncate(ops_before);
+                self.revisions.truncate(revisions_before);
                 Err(e)
             }
         }
@@ -319,6 +324,13 @@ impl WriteTx<'_> {
 
     fn conn(&self) -> &Connection {
         &self.tx
+    }
+
+    /// The revision each run has after this transaction's writes so far (the last write of a
+    /// run wins), and forgets them: a caller learns its commands' revisions without reading
+    /// them again after the commit. Writes undone by a rolled-back savepoint are not included.
+    pub fn take_revisions(&mut self) -> std::collections::HashMap<String, u64> {
+        std::mem::take(&mut self.revisions).into_iter().collect()
     }
 
     /// Checks `claim` against the stored claim at transaction time and, when it holds, renews
@@ -549,6 +561,7 @@ impl WriteTx<'_> {
                 )?
                 .execute(params![run_id, op])?;
         }
+        self.revisions.push((run_id.to_owned(), revision as u64));
         Ok(revision as u64)
     }
 }
@@ -592,6 +605,29 @@ mod tests {
             .conn
             .query_row("PRAGMA synchronous", [], |r| r.get(0))
             .unwrap()
+    }
+
+    #[test]
+    fn a_transaction_reports_the_revisions_its_kept_writes_left() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store =
+            Store::open(dir.path().join("state.sqlite"), StoreConfig::default()).expect("open");
+        let (run_id, revisions) = store
+            .write(|w| {
+                let run_id = w.start_run(&new_run("w"))?;
+                w.pause(&run_id, Fence::Unclaimed)?;
+                // Undone by its savepoint: its revision must not be reported.
+                let undone = w.savepoint(|w| {
+                    w.resume(&run_id, Fence::Unclaimed)?;
+                    Err::<(), _>(StoreError::InvalidInput("undo".into()))
+                });
+                assert!(undone.is_err());
+                Ok((run_id, w.take_revisions()))
+            })
+            .unwrap();
+        let (_, stored) = store.run_state(&run_id).unwrap();
+        assert_eq!(revisions.get(&run_id), Some(&stored));
+        assert_eq!(stored, 2, "started, paused");
     }
 
     #[test]
