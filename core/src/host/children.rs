@@ -968,9 +968,7 @@ pub fn on_child_reports(store: &mut Store, state: &mut HostState, reports: Vec<C
         }
     }
     if !started.is_empty() {
-        // No wait for the disk: this write sits between a run's activation and its child's
-        // hello, and only a crash of the host (not of the machine) leaves children behind.
-        let recorded = store.write_unsynced(|w| {
+        let recorded = store.write(|w| {
             for report in &started {
                 if let ChildReport::Started {
                     child_epoch,
@@ -1015,9 +1013,7 @@ pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildRe
                     entry.from_standby = true;
                 }
             }
-            if let Err(e) =
-                store.write_unsynced(|w| w.record_child_process(child_epoch, pid, start_time))
-            {
+            if let Err(e) = store.write(|w| w.record_child_process(child_epoch, pid, start_time)) {
                 tracing::error!(%run_id, generation, error = %e, "cannot record child pid");
             }
         }

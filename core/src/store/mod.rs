@@ -120,9 +120,6 @@ pub struct Store {
     conn: Connection,
     path: PathBuf,
     config: StoreConfig,
-    /// `synchronous` could not be set back to FULL after a [`Store::write_unsynced`]: every
-    /// later write tries again first and fails rather than commit without waiting for the disk.
-    sync_restore_pending: bool,
 }
 
 impl std::fmt::Debug for Store {
@@ -161,12 +158,7 @@ impl Store {
         )?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         conn.set_prepared_statement_cache_capacity(128);
-        Ok(Self {
-            conn,
-            path,
-            config,
-            sync_restore_pending: false,
-        })
+        Ok(Self { conn, path, config })
     }
 
     /// Opens an existing state database read-only, for viewers and `diagnose`.
@@ -184,12 +176,7 @@ impl Store {
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
-        Ok(Self {
-            conn,
-            path,
-            config,
-            sync_restore_pending: false,
-        })
+        Ok(Self { conn, path, config })
     }
 
     /// The database file.
@@ -207,56 +194,11 @@ impl Store {
         self.config.clock.now_ms()
     }
 
-    /// [`Store::write`] without waiting for the disk: the commit reaches the operating system
-    /// (it survives the host process crashing) but is flushed to disk only by the next
-    /// ordinary commit (`synchronous=NORMAL` for this one transaction).
-    ///
-    /// Only for records whose loss in a power failure costs nothing: the pid and start time of
-    /// a child that has just been started. A power failure also ends that child, and the
-    /// orphan clean-up they serve is for children that outlive a crashed host.
-    pub fn write_unsynced<T>(
-        &mut self,
-        f: impl FnOnce(&mut WriteTx<'_>) -> StoreResult<T>,
-    ) -> StoreResult<T> {
-        self.restore_full_sync()?;
-        self.set_synchronous("NORMAL")?;
-        // Set back before anything else can commit; should that fail, the next write retries
-        // it and refuses to commit until it succeeds. This write's own result stands.
-        self.sync_restore_pending = true;
-        let out = self.write_at_current_sync(f);
-        if let Err(e) = self.restore_full_sync() {
-            tracing::error!(error = %e, "cannot set synchronous=FULL again; writes wait for it");
-        }
-        out
-    }
-
-    fn set_synchronous(&self, level: &str) -> StoreResult<()> {
-        let sql = format!("PRAGMA synchronous = {level}");
-        self.conn.prepare_cached(&sql)?.execute([])?;
-        Ok(())
-    }
-
-    fn restore_full_sync(&mut self) -> StoreResult<()> {
-        if self.sync_restore_pending {
-            self.set_synchronous("FULL")?;
-            self.sync_restore_pending = false;
-        }
-        Ok(())
-    }
-
     /// Runs `f` in one `BEGIN IMMEDIATE` transaction and commits it if `f` succeeds.
     ///
     /// If `f` fails, nothing it did is kept. Operations inside `f` that should fail on their own
     /// without undoing their neighbours (group commit) go through [`WriteTx::savepoint`].
     pub fn write<T>(
-        &mut self,
-        f: impl FnOnce(&mut WriteTx<'_>) -> StoreResult<T>,
-    ) -> StoreResult<T> {
-        self.restore_full_sync()?;
-        self.write_at_current_sync(f)
-    }
-
-    fn write_at_current_sync<T>(
         &mut self,
         f: impl FnOnce(&mut WriteTx<'_>) -> StoreResult<T>,
     ) -> StoreResult<T> {
@@ -600,13 +542,6 @@ mod tests {
         }
     }
 
-    fn synchronous(store: &Store) -> i64 {
-        store
-            .conn
-            .query_row("PRAGMA synchronous", [], |r| r.get(0))
-            .unwrap()
-    }
-
     #[test]
     fn a_transaction_reports_the_revisions_its_kept_writes_left() {
         let dir = tempfile::tempdir().unwrap();
@@ -628,26 +563,5 @@ mod tests {
         let (_, stored) = store.run_state(&run_id).unwrap();
         assert_eq!(revisions.get(&run_id), Some(&stored));
         assert_eq!(stored, 2, "started, paused");
-    }
-
-    #[test]
-    fn an_unsynced_write_commits_and_leaves_full_sync_for_the_next() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store =
-            Store::open(dir.path().join("state.sqlite"), StoreConfig::default()).expect("open");
-        assert_eq!(synchronous(&store), 2, "FULL");
-        let run_id = store
-            .write_unsynced(|w| w.start_run(&new_run("w")))
-            .unwrap();
-        assert_eq!(synchronous(&store), 2, "FULL again after the write");
-        assert_eq!(store.run(&run_id).unwrap().status, RunStatus::Queued);
-        // A failing write restores FULL too, and keeps nothing.
-        let err = store.write_unsynced(|w| {
-            w.start_run(&new_run("x"))?;
-            Err::<(), _>(StoreError::InvalidInput("no".into()))
-        });
-        assert!(err.is_err());
-        assert_eq!(synchronous(&store), 2);
-        assert_eq!(store.list_runs(None, 10).unwrap().len(), 1);
     }
 }
