@@ -25,7 +25,7 @@ function childrenOf(pid) {
 async function until(what, f, ms = 10_000) {
   const end = Date.now() + ms;
   for (;;) {
-    const v = f();
+    const v = await f();
     if (v) return v;
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
     await sleep(10);
@@ -148,11 +148,16 @@ test('a standby worker handed a run whose commit then fails is stopped, and the 
       const kids = childrenOf(host.pid);
       return kids.length === 1 ? kids : null;
     });
+    // The process exists as soon as it is forked; the pool lists it a moment later (after its
+    // spawn returns). Only a listed worker is handed a run.
+    await sleep(500);
     const { decisions } = await c.runStatus(runId);
     const failed = await c.answerCheckpoint(runId, decisions[0].decision_id, 'yes').catch((e) => e);
     assert.ok(failed instanceof Error, 'the answer did not commit');
     assert.equal(failed.code, 'internal');
     await until(`the standby worker ${standby} that got the envelope to be stopped`, () => !alive(standby));
+    // The host counted it until it was gone.
+    await until('no live child', async () => (await c.status()).active_children === 0);
     assert.equal((await c.runStatus(runId)).run.status, 'waiting', 'the run is as before the answer');
     await c.answerCheckpoint(runId, decisions[0].decision_id, 'yes');
     const run = await c.waitForRun(runId, { timeoutMs: 20_000 });
