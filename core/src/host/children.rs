@@ -162,7 +162,7 @@ fn stale(run_id: &str) -> StoreError {
 /// Activates ready runs while child slots are free and asks the supervisor to launch them.
 ///
 /// Runs are usually activated inside the batch transaction that made them ready
-/// ([`activate_ready`] from the store thread's batch); this catches the rest: runs made ready by
+/// ([`activate_and_launch`] from the store thread's batch); this catches the rest: runs made ready by
 /// a child's exit, a deadline, or a slot freed by an exit.
 pub fn schedule(store: &mut Store, state: &mut HostState) {
     loop {
@@ -178,28 +178,19 @@ pub fn schedule(store: &mut Store, state: &mut HostState) {
             Err(e) => return tracing::error!(error = %e, "cannot list ready runs"),
         }
         let before = state.children.len();
-        let launch_early = !state.launch_after_commit;
-        let mut pending = Vec::new();
-        let activated = store.write(|w| {
-            let mut activated = activate_ready(w, state);
-            if launch_early {
-                pending = launch_activated(state, w.now_ms(), &mut activated);
-            }
-            Ok(activated)
+        let mut activations = Activations::default();
+        let committed = store.write(|w| {
+            activations = activate_and_launch(w, state);
+            Ok(())
         });
-        let mut activated = match activated {
-            Ok(a) if !a.is_empty() => a,
-            Ok(_) => return,
-            Err(e) => {
-                abandon_launches(state, pending);
-                return tracing::error!(error = %e, "activation batch failed");
-            }
-        };
-        if !launch_early {
-            launch_activated(state, store.now_ms(), &mut activated);
+        if let Err(e) = &committed {
+            tracing::error!(error = %e, "activation batch failed");
         }
-        state.launch_after_commit = false;
-        for run in &activated {
+        settle_activations(state, store.now_ms(), committed.is_ok(), &mut activations);
+        if committed.is_err() || activations.runs.is_empty() {
+            return;
+        }
+        for run in &activations.runs {
             publish(store, state, &run.run.run_id, run.revision_before);
         }
         // A run that could not be launched stays ready; try again after the next message
@@ -247,9 +238,8 @@ impl ActivatedRun {
 
 /// Activates ready runs inside the open transaction `w`, as many as there are free child
 /// slots, each in its own savepoint (one that cannot be activated does not hold back the
-/// others). Nothing is launched here: the caller launches the children with
-/// [`launch_activated`], normally just before the commit (see there).
-pub fn activate_ready(w: &mut WriteTx<'_>, state: &mut HostState) -> Vec<ActivatedRun> {
+/// others). Nothing is launched here (see [`activate_and_launch`]).
+fn activate_ready(w: &mut WriteTx<'_>, state: &mut HostState) -> Vec<ActivatedRun> {
     let free = free_slots(state);
     if free == 0 || state.shutting_down || state.supervisor.is_none() {
         return Vec::new();
@@ -328,13 +318,64 @@ pub struct PendingLaunch {
     launch: u64,
 }
 
-/// Launches the children of the runs `activated` in the open transaction. Callers do this
-/// **before** the commit: a worker loads while the commit reaches the disk. That is safe
-/// because a child can do nothing the host accepts before its hello, and the store thread
-/// handles the hello only after this transaction ended (it handles one batch at a time). If
-/// the commit fails, [`abandon_launches`] stops the children, and callers launch after the
-/// commit until one succeeds (`HostState::launch_after_commit`).
-pub fn launch_activated(
+/// The runs one transaction activated, and the children already launched for them.
+#[derive(Default)]
+pub struct Activations {
+    /// The activated runs (their events are published after the commit).
+    pub runs: Vec<ActivatedRun>,
+    /// Children launched before the commit.
+    pending: Vec<PendingLaunch>,
+    /// Whether the children were launched before the commit (else they wait for it).
+    launched_early: bool,
+}
+
+/// Inside an open transaction: activates ready runs ([`activate_ready`]) and launches their
+/// children **before** the commit, so a worker loads while the commit reaches the disk. That
+/// is safe because a child can do nothing the host accepts before its hello, and the store
+/// thread handles the hello only after this transaction ended (it handles one batch at a
+/// time). After a commit that failed with children already launched, the children wait for
+/// their commit until one succeeds (`HostState::launch_after_commit`), so a commit that keeps
+/// failing does not start and stop children in a loop. Pass the result to
+/// [`settle_activations`] once the transaction has ended, whatever its outcome.
+pub fn activate_and_launch(w: &mut WriteTx<'_>, state: &mut HostState) -> Activations {
+    let mut runs = activate_ready(w, state);
+    let launched_early = !state.launch_after_commit;
+    let pending = if launched_early {
+        launch_activated(state, w.now_ms(), &mut runs)
+    } else {
+        Vec::new()
+    };
+    Activations {
+        runs,
+        pending,
+        launched_early,
+    }
+}
+
+/// After the transaction of `activations`: when it committed, launches the children that
+/// waited for it; when it did not, stops the children launched before it
+/// ([`abandon_launches`]).
+pub fn settle_activations(
+    state: &mut HostState,
+    now: i64,
+    committed: bool,
+    activations: &mut Activations,
+) {
+    if !committed {
+        abandon_launches(state, std::mem::take(&mut activations.pending));
+        activations.runs.clear();
+        return;
+    }
+    activations.pending.clear();
+    if !activations.launched_early {
+        launch_activated(state, now, &mut activations.runs);
+    }
+    state.launch_after_commit = false;
+}
+
+/// Launches the children of the runs `activated` in the open transaction (see
+/// [`activate_and_launch`] for when).
+fn launch_activated(
     state: &mut HostState,
     now: i64,
     activated: &mut [ActivatedRun],
@@ -358,7 +399,7 @@ pub fn launch_activated(
 
 /// The transaction of `pending` launches did not commit: forget their children and stop them.
 /// Reports about them are ignored from now on; their runs stay as the store has them.
-pub fn abandon_launches(state: &mut HostState, pending: Vec<PendingLaunch>) {
+fn abandon_launches(state: &mut HostState, pending: Vec<PendingLaunch>) {
     for p in pending {
         let ours = state
             .children

@@ -210,8 +210,7 @@ fn process_batch(
         None
     };
     let publishing = events.receiver_count() > 0;
-    let launch_early = !state.launch_after_commit;
-    let mut pending = Vec::new();
+    let mut activations = children::Activations::default();
     let committed = store.write(|w| {
         let mut results = Vec::with_capacity(writes.len());
         for job in &writes {
@@ -233,28 +232,23 @@ fn process_batch(
         }
         // Runs this batch made ready (a start, a resume, an answer) are activated in the same
         // commit when a child slot is free: one commit less between a command and its child.
-        let mut activated = children::activate_ready(w, state);
-        // Their children start before the commit (see `children::launch_activated`).
-        if launch_early {
-            pending = children::launch_activated(state, w.now_ms(), &mut activated);
-        }
+        // Their children start before the commit (see `children::activate_and_launch`).
+        activations = children::activate_and_launch(w, state);
         fault.before_commit(writes.iter().map(|j| j.request.body.kind_str()));
         if fault.fail_commit(writes.iter().map(|j| j.request.body.kind_str())) {
             return Err(StoreError::InjectedFault("fail_commit".into()));
         }
-        Ok((results, activated, w.take_revisions()))
+        Ok((results, w.take_revisions()))
     });
+    children::settle_activations(state, store.now_ms(), committed.is_ok(), &mut activations);
     match committed {
-        Ok((results, mut activated, written)) => {
+        Ok((results, written)) => {
             fault.after_commit(writes.iter().map(|j| j.request.body.kind_str()));
-            if !launch_early {
-                children::launch_activated(state, store.now_ms(), &mut activated);
-            }
-            state.launch_after_commit = false;
             let mut touched = before.unwrap_or_default();
             if publishing {
                 touched.extend(
-                    activated
+                    activations
+                        .runs
                         .iter()
                         .map(|a| (a.run_id().to_owned(), a.revision_before)),
                 );
@@ -299,7 +293,6 @@ fn process_batch(
             }
         }
         Err(e) => {
-            children::abandon_launches(state, pending);
             tracing::error!(error = %e, "batch commit failed; nothing was acknowledged");
             let rejection = Rejection::new(RejectionCode::Internal, format!("commit failed: {e}"));
             for job in writes {
