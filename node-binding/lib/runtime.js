@@ -428,6 +428,7 @@ class DeferredBatch {
  * their first call; the first import through the resolve hook, graph compile, envelope
  * parsing and hashing are slower too). It drives the package's own warm-up workflow against
  * a stand-in for the host that records nothing. Best effort: a failure only costs speed.
+ * Resolves with whether the rehearsal ran to its end.
  */
 export async function warmUp() {
   try {
@@ -447,9 +448,11 @@ export async function warmUp() {
     };
     const parsed = new addon.Worker(JSON.stringify(envelope));
     parsed.verifySources();
-    await drive(wrap(new Rehearsal(parsed.envelope)));
+    const host = new Rehearsal(parsed.envelope);
+    await drive(wrap(host));
+    return host.completed;
   } catch {
-    // Only speed is at stake.
+    return false; // only speed is at stake
   }
 }
 
@@ -460,6 +463,7 @@ class Rehearsal {
     this.graph = null;
     this.deferredSteps = 0;
     this.deferredBytes = 0;
+    this.completed = false;
   }
 
   verifySources() {}
@@ -499,6 +503,7 @@ class Rehearsal {
 
   complete() {
     this.flush();
+    this.completed = true;
   }
 
   fail() {}

@@ -167,3 +167,13 @@ test('a standby worker handed a run whose commit then fails is stopped, and the 
     await host.stop();
   }
 });
+
+test('the standby warm-up rehearses a whole run and leaves nothing behind', async () => {
+  const { warmUp } = await import('../lib/runtime.js');
+  const cwd = process.cwd();
+  const timers = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
+  const before = timers();
+  assert.equal(await warmUp(), true, 'the warm-up workflow ran to its end');
+  assert.equal(process.cwd(), cwd);
+  assert.equal(timers(), before, 'no timer left pending');
+});
