@@ -278,15 +278,7 @@ impl WriteTx<'_> {
     /// Checks `claim` against the stored claim at transaction time and, when it holds, renews
     /// heartbeat and expiry. On failure nothing is written and the reason is typed.
     pub(crate) fn fence(&mut self, claim: &Claim) -> StoreResult<()> {
-        let stored = self.stored_claim(&claim.run_id)?;
-        let token_hash = claim.token.hash();
-        let presented = PresentedClaim {
-            generation: claim.generation,
-            owner_kind: claim.owner_kind,
-            owner_id: &claim.owner_id,
-            token_hash: &token_hash,
-        };
-        if let Err(reason) = check_fence(&stored, presented, self.now) {
+        if let Err(reason) = self.check_claim(claim)? {
             // Run id and reason only: never the token or its hash.
             tracing::debug!(run_id = %claim.run_id, %reason, "fenced write refused");
             return Err(StoreError::ClaimLost {
@@ -309,6 +301,11 @@ impl WriteTx<'_> {
     /// Whether `claim` would pass the fence now (it is current and not expired), without
     /// renewing it or writing anything.
     pub fn holds(&self, claim: &Claim) -> StoreResult<bool> {
+        Ok(self.check_claim(claim)?.is_ok())
+    }
+
+    /// `claim` against the stored claim at transaction time (the pure `check_fence`).
+    fn check_claim(&self, claim: &Claim) -> StoreResult<Result<(), crate::store::ClaimLostReason>> {
         let stored = self.stored_claim(&claim.run_id)?;
         let token_hash = claim.token.hash();
         let presented = PresentedClaim {
@@ -317,7 +314,7 @@ impl WriteTx<'_> {
             owner_id: &claim.owner_id,
             token_hash: &token_hash,
         };
-        Ok(check_fence(&stored, presented, self.now).is_ok())
+        Ok(check_fence(&stored, presented, self.now))
     }
 
     /// Authorizes a write under `fence`: a claim must pass the fence; an unclaimed writer is
