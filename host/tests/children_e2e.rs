@@ -1141,6 +1141,46 @@ fn submit(
     )
 }
 
+/// A `validate` that does not return in time: the host stops its child, the submission is
+/// rejected with the reason, and the request waits for another one (nothing stays stuck).
+#[test]
+fn a_validation_that_takes_too_long_is_stopped_and_its_submission_rejected() {
+    let env = Env::new(&[("PIW_VALIDATION_TIMEOUT_MS", "300")]);
+    let host = env.serve(None);
+    let file = env.fixture(
+        "slowcheck",
+        json!({
+            "graph": {"name": "slowcheck", "start": "ask",
+                      "nodes": {"ask": {"kind": "agent"}, "done": {"kind": "compute"}},
+                      "edges": [{"from": "ask", "to": "done"}]},
+            "behaviors": {"ask": {"interact": "agent", "validate": {"value": 42},
+                                  "validate_sleep_ms": 60_000}, "done": {}}
+        }),
+    );
+    let run_id = env.start(&file, json!({}));
+    let s = env.wait_for(&run_id, &["waiting"], Duration::from_secs(20));
+    submit(&env, &run_id, &s, "slow-1", 42).unwrap();
+    let start = Instant::now();
+    let s = loop {
+        let s = env.status(&run_id);
+        let last = &s["interactions"][0]["last_submission"];
+        if s["run"]["status"] == json!("waiting") && last["state"] == json!("rejected") {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "the slow validation was not stopped: {s:#}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let error = s["interactions"][0]["last_submission"]["error"]
+        .as_str()
+        .unwrap();
+    assert!(error.contains("validation did not finish"), "{error}");
+    assert_eq!(s["interactions"][0]["status"], json!("pending"));
+    env.stop(host);
+}
+
 #[test]
 fn a_submission_is_validated_in_a_child_rejected_then_corrected_for_the_same_request() {
     let env = Env::new(&[]);

@@ -65,6 +65,9 @@ pub struct ChildConfig {
     pub max_children: usize,
     /// A child must say `worker.hello` within this time or it is stopped.
     pub handshake_timeout: Duration,
+    /// A child judging a submission (`validate` mode) must give its verdict within this time
+    /// after its hello, or it is stopped and the submission rejected (`PIW_VALIDATION_TIMEOUT_MS`).
+    pub validation_timeout: Duration,
     /// SIGTERM to SIGKILL grace when stopping a child's process group.
     pub kill_grace: Duration,
     pub cpu_seconds: Option<u64>,
@@ -81,6 +84,7 @@ impl Default for ChildConfig {
             runtimes: Vec::new(),
             max_children: 16,
             handshake_timeout: Duration::from_secs(10),
+            validation_timeout: Duration::from_secs(60),
             kill_grace: Duration::from_secs(2),
             cpu_seconds: None,
             memory_bytes: None,
@@ -130,6 +134,9 @@ pub struct ChildEntry {
     pub token_hash: String,
     pub hello: bool,
     pub launched_at: i64,
+    /// Since when a validate-mode child has been judging its submission (from its hello until
+    /// its verdict); the validation deadline runs from here.
+    pub judging_since: Option<i64>,
     /// Set once the host decided the child must go (deadline, cancel, handshake timeout).
     pub stopping: bool,
     /// When the run stopped needing this child (it parked, waited or ended). A child exits by
@@ -462,6 +469,7 @@ fn launch(
             token_hash: token.hash(),
             hello: false,
             launched_at: now,
+            judging_since: None,
             launch,
             stopping: false,
             released_at: None,
@@ -703,6 +711,9 @@ pub fn apply_worker(
                 Err(v.error.clone().unwrap_or_else(|| "rejected".into()))
             };
             w.settle(&claim, &v.submission_id, verdict)?;
+            if let Some(entry) = state.children.get_mut(run_id) {
+                entry.judging_since = None; // the verdict is in: no validation deadline now
+            }
             json!({ "submission_id": v.submission_id, "accepted": v.accepted })
         }
         RequestBody::WorkerExit(_) => json!({}),
@@ -801,6 +812,9 @@ fn worker_hello(
     }
     if let Some(entry) = state.children.get_mut(run_id) {
         entry.hello = true;
+        if entry.mode == ChildMode::Validate {
+            entry.judging_since = Some(w.now_ms());
+        }
     }
     state.forgiven_standby_exits.remove(run_id);
     if let Some(graph) = graph {
@@ -1193,6 +1207,11 @@ pub fn next_child_deadline(store: &Store, state: &HostState) -> Option<i64> {
                     .unwrap_or(i64::MAX)
         })
         .min();
+    let validation = state
+        .children
+        .values()
+        .filter_map(|e| validation_deadline(state, e))
+        .min();
     let node = if state.claims.is_empty() {
         None
     } else {
@@ -1212,10 +1231,21 @@ pub fn next_child_deadline(store: &Store, state: &HostState) -> Option<i64> {
         .filter_map(|e| e.released_at)
         .map(|t| t + grace)
         .min();
-    [heartbeat, handshake, node, delayed, lingering]
+    [heartbeat, handshake, validation, node, delayed, lingering]
         .into_iter()
         .flatten()
         .min()
+}
+
+/// When a validate-mode child must have given its verdict (`None` for other children, before
+/// its hello, after its verdict, and once it is being stopped).
+fn validation_deadline(state: &HostState, e: &ChildEntry) -> Option<i64> {
+    if e.stopping || e.released_at.is_some() {
+        return None;
+    }
+    let timeout =
+        i64::try_from(state.child_config.validation_timeout.as_millis()).unwrap_or(i64::MAX);
+    e.judging_since.map(|t| t.saturating_add(timeout))
 }
 
 /// Host-owned child deadlines: heartbeats for long-running children, handshake timeouts,
@@ -1263,6 +1293,17 @@ pub fn due_child_work(store: &mut Store, state: &mut HostState) {
         .collect();
     for run_id in late {
         tracing::warn!(%run_id, "child did not say hello in time; stopping it");
+        stop_child(state, &run_id);
+    }
+    // Validations that take too long: the child's exit rejects the submission (a loss).
+    let slow: Vec<String> = state
+        .children
+        .iter()
+        .filter(|(_, e)| validation_deadline(state, e).is_some_and(|at| at <= now))
+        .map(|(r, _)| r.clone())
+        .collect();
+    for run_id in slow {
+        tracing::warn!(%run_id, "validation did not finish in time; stopping the child");
         stop_child(state, &run_id);
     }
     // Children that did not exit after their run stopped needing them.

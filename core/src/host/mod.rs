@@ -61,7 +61,7 @@ impl HostConfig {
 
     /// Defaults, adjusted by the environment:
     /// `PIW_RUNTIMES` (`suffix=program args;...`), `PIW_NODE` and `PIW_NODE_WORKER` (the Node
-    /// runtime), `PIW_MAX_CHILDREN`, `PIW_HANDSHAKE_TIMEOUT_MS`, `PIW_KILL_GRACE_MS`,
+    /// runtime), `PIW_MAX_CHILDREN`, `PIW_HANDSHAKE_TIMEOUT_MS`, `PIW_VALIDATION_TIMEOUT_MS`, `PIW_KILL_GRACE_MS`,
     /// `PIW_LEASE_MS`, `PIW_CHILD_CPU_SECONDS`, `PIW_CHILD_MEMORY_BYTES`,
     /// `PIW_STANDBY_WORKERS`.
     pub fn from_env(paths: PiwPaths) -> Self {
@@ -96,6 +96,9 @@ impl HostConfig {
         }
         if let Some(ms) = num("PIW_HANDSHAKE_TIMEOUT_MS") {
             config.children.handshake_timeout = Duration::from_millis(ms);
+        }
+        if let Some(ms) = num("PIW_VALIDATION_TIMEOUT_MS") {
+            config.children.validation_timeout = Duration::from_millis(ms);
         }
         if let Some(ms) = num("PIW_KILL_GRACE_MS") {
             config.children.kill_grace = Duration::from_millis(ms);

@@ -16,7 +16,8 @@
 //! ignores SIGTERM, then sleep forever), `crash` (`before_propose` / `after_propose`, once per
 //! `once_marker` file), `effect` (`{key, fingerprint, contract, append_to, line,
 //! crash_while_applying_marker}`), `wait` (`checkpoint` / `human_decision`), `interact`
-//! (`agent` / `assistant_message`), `validate` (`{"field": "value"}` the submission must contain),
+//! (`agent` / `assistant_message`), `validate` (`{"field": "value"}` the submission must contain;
+//! `validate_sleep_ms` delays the verdict),
 //! `notify` (content), `propose_next` (propose this node instead of the routed one: a
 //! misbehaving child, for tests of the host's graph check). A top-level `"batch_compute": true`
 //! reports consecutive plain compute steps together (`Worker::defer_transition`).
@@ -102,6 +103,10 @@ fn run() -> Result<(), WorkerError> {
             let submission = hello.submission.clone().unwrap_or(Value::Null);
             let sub_id = str_of(&submission["submission_id"]);
             let payload = submission["payload"].clone();
+            // A `validate` that takes its time (or hangs).
+            if let Some(ms) = behaviors[&node]["validate_sleep_ms"].as_u64() {
+                std::thread::sleep(Duration::from_millis(ms));
+            }
             match validate(&behaviors[&node]["validate"], &payload) {
                 Ok(()) => {
                     w.validation_result(&sub_id, None)?;
