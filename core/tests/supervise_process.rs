@@ -434,3 +434,27 @@ fn process_start_time_reads_a_comm_with_parentheses_and_spaces() {
     let own_start = process_start_time(std::process::id()).expect("own start");
     assert!(stat.start_time >= own_start);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_runs_at_a_lower_cpu_priority_than_the_host() {
+    // SAFETY: a plain syscall on this process.
+    let own = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+    // The priority is lowered right after the spawn: give it a moment before reading it.
+    let exit = supervise::spawn(sh("sleep 0.3; nice").nice(3))
+        .await
+        .expect("spawn")
+        .wait()
+        .await;
+    let shown = String::from_utf8_lossy(&exit.stdout_tail).trim().to_owned();
+    assert_eq!(shown, (own + 3).min(19).to_string(), "{exit:?}");
+    let exit = supervise::spawn(sh("nice"))
+        .await
+        .expect("spawn")
+        .wait()
+        .await;
+    assert_eq!(
+        String::from_utf8_lossy(&exit.stdout_tail).trim(),
+        own.to_string(),
+        "0 leaves the host's priority"
+    );
+}

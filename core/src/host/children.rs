@@ -72,6 +72,9 @@ pub struct ChildConfig {
     pub kill_grace: Duration,
     pub cpu_seconds: Option<u64>,
     pub memory_bytes: Option<u64>,
+    /// How much lower than the host's a child's CPU priority is (`PIW_CHILD_NICE`, default 5):
+    /// a node that spins cannot starve the host or the clients on a small machine.
+    pub nice: i32,
     /// Pre-started workers kept waiting per runtime that allows it (`PIW_STANDBY_WORKERS`,
     /// default 2; 0 turns the pools off). A pool fills after its runtime's first launch, so a
     /// host that never runs such a workflow starts none.
@@ -88,6 +91,7 @@ impl Default for ChildConfig {
             kill_grace: Duration::from_secs(2),
             cpu_seconds: None,
             memory_bytes: None,
+            nice: 5,
             standby_workers: 2,
         }
     }
@@ -505,6 +509,7 @@ fn launch(
                     .map_or_else(|| PathBuf::from("/"), Path::to_path_buf),
                 stdin_payload: Vec::new(),
                 limits,
+                nice: cfg.nice,
                 tail_bytes: CHILD_TAIL_BYTES,
             },
         })
@@ -521,6 +526,7 @@ fn launch(
             cwd: PathBuf::from(&run.project_dir),
             stdin_payload: stdin,
             limits,
+            nice: cfg.nice,
             tail_bytes: CHILD_TAIL_BYTES,
         },
         standby,

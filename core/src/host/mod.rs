@@ -61,7 +61,7 @@ impl HostConfig {
 
     /// Defaults, adjusted by the environment:
     /// `PIW_RUNTIMES` (`suffix=program args;...`), `PIW_NODE` and `PIW_NODE_WORKER` (the Node
-    /// runtime), `PIW_MAX_CHILDREN`, `PIW_HANDSHAKE_TIMEOUT_MS`, `PIW_VALIDATION_TIMEOUT_MS`, `PIW_KILL_GRACE_MS`,
+    /// runtime), `PIW_MAX_CHILDREN`, `PIW_HANDSHAKE_TIMEOUT_MS`, `PIW_VALIDATION_TIMEOUT_MS`, `PIW_CHILD_NICE`, `PIW_KILL_GRACE_MS`,
     /// `PIW_LEASE_MS`, `PIW_CHILD_CPU_SECONDS`, `PIW_CHILD_MEMORY_BYTES`,
     /// `PIW_STANDBY_WORKERS`.
     pub fn from_env(paths: PiwPaths) -> Self {
@@ -99,6 +99,9 @@ impl HostConfig {
         }
         if let Some(ms) = num("PIW_VALIDATION_TIMEOUT_MS") {
             config.children.validation_timeout = Duration::from_millis(ms);
+        }
+        if let Some(n) = num("PIW_CHILD_NICE") {
+            config.children.nice = i32::try_from(n.min(19)).unwrap_or(0);
         }
         if let Some(ms) = num("PIW_KILL_GRACE_MS") {
             config.children.kill_grace = Duration::from_millis(ms);

@@ -100,6 +100,9 @@ pub struct SpawnSpec {
     pub stdin_payload: Vec<u8>,
     /// Resource limits.
     pub limits: ChildLimits,
+    /// How much lower than the host's the child's CPU priority is (its nice value is raised by
+    /// this much; 0 leaves it as the host's). Set from the host right after the spawn.
+    pub nice: i32,
     /// How many trailing bytes of stdout and of stderr to keep (each).
     pub tail_bytes: usize,
 }
@@ -115,8 +118,15 @@ impl SpawnSpec {
             cwd: cwd.into(),
             stdin_payload: Vec::new(),
             limits: ChildLimits::default(),
+            nice: 0,
             tail_bytes: DEFAULT_TAIL_BYTES,
         }
+    }
+
+    /// Lowers the child's CPU priority by `nice` (see [`SpawnSpec::nice`]).
+    pub fn nice(mut self, nice: i32) -> Self {
+        self.nice = nice;
+        self
     }
 
     /// Appends one argument.
@@ -429,6 +439,9 @@ async fn spawn_with(
         source,
     })?;
     let pid = child.id();
+    if spec.nice > 0 {
+        lower_priority(pid, spec.nice);
+    }
     // From here on `guard` kills and reaps the child if setting up supervision fails.
     let (Some(stdin), Some(stdout), Some(stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
@@ -819,6 +832,25 @@ fn disable_own_core_dumps() -> io::Result<()> {
     }) {
         None => Ok(()),
         Some(code) => Err(io::Error::from_raw_os_error(*code)),
+    }
+}
+
+/// Raises the nice value of process `pid` by `by` over this process's own. Best effort: a child
+/// at the host's priority still works, so a failure is only logged.
+fn lower_priority(pid: u32, by: i32) {
+    // SAFETY: getpriority/setpriority are plain syscalls on a pid we just spawned (and own);
+    // errno is cleared first because -1 is also a valid priority.
+    let result = unsafe {
+        *libc::__errno_location() = 0;
+        let own = libc::getpriority(libc::PRIO_PROCESS, 0);
+        if own == -1 && *libc::__errno_location() != 0 {
+            -1
+        } else {
+            libc::setpriority(libc::PRIO_PROCESS, pid, own.saturating_add(by).min(19))
+        }
+    };
+    if result != 0 {
+        tracing::warn!(pid, error = %io::Error::last_os_error(), "cannot lower the child's CPU priority");
     }
 }
 
