@@ -497,15 +497,7 @@ fn interactive_validation_reject_then_accept_and_duplicate_submission() {
         "{stale:?}"
     );
 
-    let act = f.activate(&run_id);
-    assert_eq!(
-        act.resume,
-        Resume::Validate {
-            node_id: "a".into(),
-            attempt_id: a.clone(),
-            submission_id: s1.clone()
-        }
-    );
+    let act = activate_to_validate(&mut f, &run_id, &a, &s1);
     f.store
         .write(|w| w.settle(&act.claim, &s1, Err("v must be 2".into())))
         .unwrap();
@@ -532,6 +524,25 @@ fn interactive_validation_reject_then_accept_and_duplicate_submission() {
         "settled"
     );
     f.assert_clean();
+}
+
+/// Activates `run_id`, which must resume by validating `submission` of `attempt` at node `a`.
+fn activate_to_validate(
+    f: &mut Fixture,
+    run_id: &str,
+    attempt: &str,
+    submission: &str,
+) -> Activation {
+    let act = f.activate(run_id);
+    assert_eq!(
+        act.resume,
+        Resume::Validate {
+            node_id: "a".into(),
+            attempt_id: attempt.to_owned(),
+            submission_id: submission.to_owned()
+        }
+    );
+    act
 }
 
 /// A running run whose agent step asked for input and got a submission (`1`), which now waits
@@ -586,15 +597,7 @@ fn a_host_restart_during_validation_keeps_the_submission_for_the_next_child() {
     assert_eq!(recovered.len(), 1);
     assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Queued);
     assert_eq!(f.store.submissions(&i).unwrap()[0].state, "validating");
-    let act = f.activate(&run_id);
-    assert_eq!(
-        act.resume,
-        Resume::Validate {
-            node_id: "a".into(),
-            attempt_id: a.clone(),
-            submission_id: s.clone()
-        }
-    );
+    let act = activate_to_validate(&mut f, &run_id, &a, &s);
     f.store.write(|w| w.settle(&act.claim, &s, Ok(()))).unwrap();
     assert_eq!(f.store.submissions(&i).unwrap()[0].state, "accepted");
     f.assert_clean();
