@@ -498,6 +498,46 @@ fn a_command_committed_before_a_crash_replays_its_receipt_after_restart() {
     home.stop(host);
 }
 
+/// The host commits without fsyncing and fsyncs the WAL before it replies (`host::outbox`):
+/// when that fsync fails, the commit must not be acknowledged, and the host must stop rather
+/// than carry on building on a commit the disk may have dropped.
+#[test]
+fn a_commit_whose_wal_sync_fails_is_never_acknowledged() {
+    let home = Home::new();
+    let host = home.serve(None);
+    let mut c = home.client();
+    let run_id = home.start_run(&mut c);
+    let before = home.revision(&mut c, &run_id);
+    home.stop(host);
+
+    let mut failing = home.serve(Some("fail_sync"));
+    let pause = Request::new("pause-unsynced", RequestBody::RunPause).with_run_id(&run_id);
+    let err = home.client().send(pause.clone()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ClientError::Disconnected | ClientError::Io(_) | ClientError::Protocol(_)
+        ),
+        "no receipt for an unsynced commit: {err:?}"
+    );
+    assert_eq!(
+        wait_exit(&mut failing, Duration::from_secs(5)),
+        Some(1),
+        "a failed WAL sync stops the host with a runtime error"
+    );
+
+    // The frames did reach the OS (only the fsync "failed"), so a new host finds the pause;
+    // the retry learns it happened, once.
+    let host = home.serve(None);
+    let mut c = home.client();
+    let replay = c.send(pause).expect("the retry returns what is on disk");
+    assert!(replay.replayed);
+    let status = c
+        .send(Request::new("s", RequestBody::RunStatus).with_run_id(&run_id))
+        .unwrap();
+    assert_eq!(status.body["run"]["revision"], json!(before + 1));
+    home.stop(host);
+}
 #[test]
 fn subscriptions_receive_committed_events() {
     let home = Home::new();

@@ -221,10 +221,8 @@ fn free_slots(state: &HostState) -> usize {
 }
 
 /// Publishes the events a write outside the request batches committed for `run_id`.
-fn publish(store: &Store, state: &HostState, run_id: &str, after: u64) {
-    if let Some(events) = &state.events {
-        super::store_thread::publish_run(store, events, run_id, after);
-    }
+fn publish(store: &Store, state: &mut HostState, run_id: &str, after: u64) {
+    super::store_thread::publish_run(store, &mut state.outbox, run_id, after);
 }
 
 fn revision_of(store: &Store, run_id: &str) -> u64 {

@@ -35,8 +35,8 @@ pub struct HostState {
     /// The socket children connect to.
     pub socket_path: std::path::PathBuf,
     pub shutting_down: bool,
-    /// Where committed run events go to subscribers.
-    pub events: Option<tokio::sync::broadcast::Sender<super::store_thread::RunEvent>>,
+    /// Where replies and committed run events leave, once durable.
+    pub outbox: super::outbox::Outbox,
     /// Runs whose last child was a standby worker that died before its hello, and whose loss
     /// was therefore not counted (`children::on_child_report`); cleared by the next hello.
     pub forgiven_standby_exits: std::collections::HashSet<String>,

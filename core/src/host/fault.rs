@@ -3,7 +3,8 @@
 //! would) just before or just after committing a batch that contains a command of that kind.
 //! Crash tests use it to prove that no acknowledged command is lost or applied twice.
 //! `fail_commit:<kind>` makes the first such batch fail instead of committing (as a full disk
-//! would), and the host carries on.
+//! would), and the host carries on. `fail_sync` makes the first fsync of the WAL fail (as a
+//! failing disk would): the host must exit without acknowledging what it had not synced.
 
 /// Where to abort, parsed once at start.
 #[derive(Debug, Clone, Default)]
@@ -11,6 +12,7 @@ pub struct FaultPlan {
     before_commit: Option<String>,
     after_commit: Option<String>,
     fail_commit: Option<String>,
+    fail_sync: bool,
     failed_once: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
@@ -20,6 +22,12 @@ impl FaultPlan {
         let Ok(spec) = std::env::var("PIW_FAULT") else {
             return Self::default();
         };
+        if spec == "fail_sync" {
+            return Self {
+                fail_sync: true,
+                ..Self::default()
+            };
+        }
         match spec.split_once(':') {
             Some(("before_commit", kind)) => Self {
                 before_commit: Some(kind.to_owned()),
@@ -53,6 +61,11 @@ impl FaultPlan {
             }
             _ => false,
         }
+    }
+
+    /// Whether this fsync of the WAL must fail (`fail_sync`).
+    pub(crate) fn fail_sync(&self) -> bool {
+        self.fail_sync
     }
 
     pub(crate) fn after_commit<'a>(&self, kinds: impl Iterator<Item = &'a str>) {

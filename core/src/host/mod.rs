@@ -10,6 +10,7 @@ pub mod children;
 pub mod conn;
 pub mod dispatch;
 pub mod fault;
+pub mod outbox;
 pub mod store_thread;
 pub mod supervisor;
 
@@ -122,6 +123,11 @@ impl HostConfig {
 
 /// Events the host buffers for its subscribers' connection tasks.
 const EVENT_BUFFER: usize = 16_384;
+
+/// WAL pages between the host's checkpoints (SQLite's default is 1,000; about 16 MiB of WAL at
+/// most). With the WAL fsync off the store thread, checkpoints were the next cost of a commit:
+/// this measured about 7 % more commands/s with 64 clients (docs/PERFORMANCE.md).
+const HOST_CHECKPOINT_FRAMES: u32 = 4_000;
 
 /// The most standby workers `PIW_STANDBY_WORKERS` may ask for, per runtime.
 pub const MAX_STANDBY_WORKERS: u64 = 16;
@@ -347,7 +353,7 @@ fn cleanup_orphans(store: &mut Store, epoch: i64, grace: Duration) -> Result<(),
 
 async fn serve_async(
     config: HostConfig,
-    store: Store,
+    mut store: Store,
     epoch: i64,
     owner_id: String,
 ) -> Result<(), HostError> {
@@ -378,20 +384,25 @@ async fn serve_async(
         jobs_tx.clone(),
         config.children.kill_grace,
     ));
+    let fault = FaultPlan::from_env();
+    // The store thread only writes WAL frames; the syncer thread fsyncs them and then sends
+    // the replies and events (`outbox`), so one batch is built while the last reaches the disk.
+    store.checkpoint_every(HOST_CHECKPOINT_FRAMES)?;
+    let wal = store.defer_wal_sync()?;
+    let outbox = outbox::Outbox::deferred(events.clone(), wal, store.commits(), fault.clone())
+        .map_err(io_err("cannot start the syncer thread"))?;
     let state = HostState {
         owner_id,
         epoch,
         child_config: config.children.clone(),
         supervisor: Some(supervisor_tx),
         socket_path: paths.socket.clone(),
-        events: Some(events.clone()),
+        outbox,
         ..HostState::default()
     };
-    let thread_events = events.clone();
-    let fault = FaultPlan::from_env();
     let store_thread = std::thread::Builder::new()
         .name("piw-store".into())
-        .spawn(move || store_thread::run(store, state, jobs_rx, thread_events, fault, epoch))
+        .spawn(move || store_thread::run(store, state, jobs_rx, fault, epoch))
         .map_err(io_err("cannot start the store thread"))?;
 
     let (stop_tx, stop_rx) = watch::channel(false);

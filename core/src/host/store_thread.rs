@@ -3,18 +3,21 @@
 //! Requests arrive over a channel. The thread drains whatever is queued, answers reads, and
 //! commits all durable commands of the batch in **one** transaction (group commit), each in
 //! its own savepoint with its receipt, so one failing command does not undo its neighbours.
-//! Replies are sent only after the commit. Between batches the thread sleeps until the next
-//! durable deadline, or indefinitely when nothing is due (no idle wake-ups).
+//! Replies and events leave through the outbox ([`super::outbox`]), only once the commits they
+//! may reflect are on disk; the thread goes on with the next batch while the syncer waits for
+//! that. Between batches the thread sleeps until the next durable deadline, or indefinitely
+//! when nothing is due (no idle wake-ups).
 
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::Duration;
 
 use serde_json::json;
-use tokio::sync::{broadcast, oneshot};
+use tokio::sync::oneshot;
 
 use super::children;
 use super::dispatch::{self, HostState, PreparedStart};
 use super::fault::FaultPlan;
+use super::outbox::Outbox;
 use crate::protocol::{Receipt, Rejection, RejectionCode, Request, RequestBody};
 use crate::store::{Store, StoreError};
 
@@ -54,30 +57,35 @@ pub struct RunEvent {
     pub data: serde_json::Value,
 }
 
-/// Runs the store thread until every sender is gone and the queue is drained.
+/// Runs the store thread until every sender is gone and the queue is drained. What it reveals
+/// leaves through `state.outbox`.
 pub fn run(
     mut store: Store,
     mut state: HostState,
     jobs: Receiver<StoreMsg>,
-    events: broadcast::Sender<RunEvent>,
     fault: FaultPlan,
     epoch: i64,
 ) {
+    // A message taken off the queue to learn whether the thread was idle, handled next.
+    let mut next: Option<StoreMsg> = None;
     loop {
         let deadline = next_deadline_at(&store, &state);
         let wait = deadline.map(|at| {
             // A floor of 1 ms: a deadline that the due work could not clear must not spin.
             Duration::from_millis(u64::try_from(at - store.now_ms()).unwrap_or(0).max(1))
         });
-        let first = match wait {
-            Some(wait) => match jobs.recv_timeout(wait) {
-                Ok(msg) => Some(msg),
-                Err(RecvTimeoutError::Timeout) => None,
-                Err(RecvTimeoutError::Disconnected) => break,
-            },
-            None => match jobs.recv() {
-                Ok(msg) => Some(msg),
-                Err(_) => break,
+        let first = match next.take() {
+            Some(msg) => Some(msg),
+            None => match wait {
+                Some(wait) => match jobs.recv_timeout(wait) {
+                    Ok(msg) => Some(msg),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => break,
+                },
+                None => match jobs.recv() {
+                    Ok(msg) => Some(msg),
+                    Err(_) => break,
+                },
             },
         };
         if let Some(first) = first {
@@ -102,7 +110,7 @@ pub fn run(
                 }
             }
             if !batch.is_empty() {
-                let touched = process_batch(&mut store, &mut state, batch, &events, &fault);
+                let touched = process_batch(&mut store, &mut state, batch, &fault);
                 children::forget_released_claims(&store, &mut state, Some(&touched));
             }
             children::on_child_reports(&mut store, &mut state, reports);
@@ -111,16 +119,27 @@ pub fn run(
         // Heartbeats first: a claim renewed in time must not be recovered as expired.
         if deadline.is_some_and(|at| at <= store.now_ms()) {
             children::due_child_work(&mut store, &mut state);
-            run_due_work(&mut store, &events);
+            run_due_work(&mut store, &mut state.outbox);
             children::forget_released_claims(&store, &mut state, None);
         }
         if !state.shutting_down {
             children::schedule(&mut store, &mut state);
         }
+        // With nothing queued, this thread may as well wait for the disk itself (no hop to
+        // the syncer thread); otherwise the syncer waits while this thread goes on.
+        let idle = match jobs.try_recv() {
+            Ok(msg) => {
+                next = Some(msg);
+                false
+            }
+            Err(TryRecvError::Empty | TryRecvError::Disconnected) => true,
+        };
+        state.outbox.flush(store.commits(), idle);
     }
     if let Err(e) = store.write(|w| w.end_host_epoch(epoch)) {
         tracing::error!(error = %e, "cannot record the host's clean stop");
     }
+    std::mem::take(&mut state.outbox).close(store.commits());
     tracing::debug!("store thread drained and stopped");
 }
 
@@ -142,7 +161,7 @@ fn next_deadline_at(store: &Store, state: &HostState) -> Option<i64> {
 }
 
 /// Deadlines owned by the host: expired interactions and expired claims.
-fn run_due_work(store: &mut Store, events: &broadcast::Sender<RunEvent>) {
+fn run_due_work(store: &mut Store, outbox: &mut Outbox) {
     let result = store.write(|w| {
         let expired = w.expire_due_interactions()?;
         let recovered = w.recover_expired()?;
@@ -160,7 +179,7 @@ fn run_due_work(store: &mut Store, events: &broadcast::Sender<RunEvent>) {
                     .run(&run_id)
                     .map(|r| r.revision.saturating_sub(1))
                     .unwrap_or(0);
-                publish_run(store, events, &run_id, after);
+                publish_run(store, outbox, &run_id, after);
             }
         }
         Ok(_) => {}
@@ -172,7 +191,6 @@ fn process_batch(
     store: &mut Store,
     state: &mut HostState,
     batch: Vec<Job>,
-    events: &broadcast::Sender<RunEvent>,
     fault: &FaultPlan,
 ) -> Vec<String> {
     let (writes, reads): (Vec<Job>, Vec<Job>) = batch
@@ -194,8 +212,10 @@ fn process_batch(
                 })
                 .map_err(|e| dispatch::rejection_for(&e))
         };
-        let _ = job.reply.send(result);
+        state.outbox.reply(job.reply, result);
     }
+    // Reads answered from what is committed so far; they leave once that is durable.
+    state.outbox.flush(store.commits(), false);
     if writes.is_empty() {
         return Vec::new();
     }
@@ -204,12 +224,12 @@ fn process_batch(
         .iter()
         .filter_map(|j| j.request.run_id.clone())
         .collect();
-    let before = if events.receiver_count() > 0 {
+    let publishing = state.outbox.has_subscribers();
+    let before = if publishing {
         Some(revisions(store, &writes))
     } else {
         None
     };
-    let publishing = events.receiver_count() > 0;
     let mut activations = children::Activations::default();
     let committed = store.write(|w| {
         let mut results = Vec::with_capacity(writes.len());
@@ -280,23 +300,24 @@ fn process_batch(
                 });
                 replies.push((job.reply, receipt));
             }
+            let outbox = &mut state.outbox;
             // Events first, replies second: a client that subscribes after seeing a receipt
             // never receives events committed before it. A run touched twice in the batch is
             // published once, from its earliest revision.
             touched.sort();
             touched.dedup_by(|later, earlier| later.0 == earlier.0);
             for (run_id, after) in touched {
-                publish_run(store, events, &run_id, after);
+                publish_run(store, outbox, &run_id, after);
             }
             for (reply, receipt) in replies {
-                let _ = reply.send(receipt);
+                outbox.reply(reply, receipt);
             }
         }
         Err(e) => {
             tracing::error!(error = %e, "batch commit failed; nothing was acknowledged");
             let rejection = Rejection::new(RejectionCode::Internal, format!("commit failed: {e}"));
             for job in writes {
-                let _ = job.reply.send(Err(rejection.clone()));
+                state.outbox.reply(job.reply, Err(rejection.clone()));
             }
         }
     }
@@ -315,13 +336,8 @@ fn revisions(store: &Store, writes: &[Job]) -> Vec<(String, u64)> {
         .collect()
 }
 
-pub(crate) fn publish_run(
-    store: &Store,
-    events: &broadcast::Sender<RunEvent>,
-    run_id: &str,
-    after: u64,
-) {
-    if events.receiver_count() == 0 {
+pub(crate) fn publish_run(store: &Store, outbox: &mut Outbox, run_id: &str, after: u64) {
+    if !outbox.has_subscribers() {
         return;
     }
     let Ok(Some(view)) = store.run_view(run_id) else {
@@ -331,7 +347,7 @@ pub(crate) fn publish_run(
         return;
     };
     for e in list {
-        let _ = events.send(RunEvent {
+        outbox.event(RunEvent {
             run_id: run_id.to_owned(),
             origin_session: view.origin_session.clone(),
             seq: e.seq,

@@ -17,6 +17,7 @@
 mod children;
 mod diagnose;
 mod dump;
+mod durability;
 mod effects;
 mod error;
 mod host_ops;
@@ -33,6 +34,7 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension as _, Transactio
 
 pub use children::{ChildExitRecord, ChildRecord, OrphanChild};
 pub use diagnose::{Finding, RepairReport};
+pub use durability::WalSync;
 pub use effects::{EffectResult, Reservation};
 pub use error::{StoreError, StoreResult};
 pub use lifecycle::{
@@ -120,6 +122,8 @@ pub struct Store {
     conn: Connection,
     path: PathBuf,
     config: StoreConfig,
+    /// Transactions committed through this handle (see [`Store::commits`]).
+    commits: u64,
 }
 
 impl std::fmt::Debug for Store {
@@ -158,7 +162,12 @@ impl Store {
         )?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         conn.set_prepared_statement_cache_capacity(128);
-        Ok(Self { conn, path, config })
+        Ok(Self {
+            conn,
+            path,
+            config,
+            commits: 0,
+        })
     }
 
     /// Opens an existing state database read-only, for viewers and `diagnose`.
@@ -176,7 +185,12 @@ impl Store {
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
-        Ok(Self { conn, path, config })
+        Ok(Self {
+            conn,
+            path,
+            config,
+            commits: 0,
+        })
     }
 
     /// The database file.
@@ -222,7 +236,15 @@ impl Store {
             }
         }
         w.tx.commit()?;
+        self.commits += 1;
         Ok(out)
+    }
+
+    /// How many transactions [`Store::write`] committed through this handle: a caller that
+    /// deferred the WAL sync ([`Store::defer_wal_sync`]) holds back what a commit revealed
+    /// until a sync covers this count.
+    pub fn commits(&self) -> u64 {
+        self.commits
     }
 }
 
