@@ -140,6 +140,7 @@ impl Store {
     /// file) is refused with [`StoreError::IncompatibleDatabase`] and left untouched.
     pub fn open(path: impl AsRef<Path>, config: StoreConfig) -> StoreResult<Self> {
         let path = path.as_ref().to_path_buf();
+        configure_sqlite_once();
         if path.exists() {
             schema::check_existing(&path)?;
         } else {
@@ -525,6 +526,31 @@ impl WriteTx<'_> {
         self.revisions.push((run_id.to_owned(), revision as u64));
         Ok(revision as u64)
     }
+}
+
+/// Process-wide SQLite settings, applied before the first connection opens (SQLite refuses
+/// them afterwards; then they are skipped: they only save CPU).
+fn configure_sqlite_once() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // No memory statistics: with them on, every SQLite allocation and free takes a global
+        // mutex to count bytes, which piw never reads.
+        // SAFETY: `sqlite3_config` with SQLITE_CONFIG_MEMSTATUS takes one int; it is called
+        // once, before this process opens its first connection through this module, and
+        // returns SQLITE_MISUSE (ignored) if SQLite was already initialized.
+        let rc = unsafe {
+            rusqlite::ffi::sqlite3_config(
+                rusqlite::ffi::SQLITE_CONFIG_MEMSTATUS,
+                0 as std::ffi::c_int,
+            )
+        };
+        if rc != rusqlite::ffi::SQLITE_OK {
+            tracing::debug!(
+                rc,
+                "SQLite was initialized already; memory statistics stay on"
+            );
+        }
+    });
 }
 
 pub(crate) fn parse_status(text: &str) -> StoreResult<RunStatus> {
