@@ -24,10 +24,16 @@ fn new_run(i: usize) -> NewRun {
     }
 }
 
-fn wal_len(db: &Path) -> u64 {
+fn wal_path(db: &Path) -> std::path::PathBuf {
     let mut p = db.as_os_str().to_owned();
     p.push("-wal");
-    std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
+    p.into()
+}
+
+fn wal_len(db: &Path) -> u64 {
+    std::fs::metadata(wal_path(db))
+        .map(|m| m.len())
+        .unwrap_or(0)
 }
 
 #[test]
@@ -76,4 +82,36 @@ fn commits_with_a_deferred_wal_sync_are_counted_and_synced_on_demand() {
     drop(store);
     let store = Store::open_read_only(&db, StoreConfig::default()).unwrap();
     assert_eq!(store.list_runs(None, u32::MAX).unwrap().len(), 4);
+}
+
+#[test]
+fn the_wal_synced_is_the_one_sqlite_writes_also_through_a_symbolic_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().join("real.sqlite");
+    drop(Store::open(&real, StoreConfig::default()).unwrap());
+    let link = dir.path().join("state.sqlite");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+
+    let mut store = Store::open(&link, StoreConfig::default()).unwrap();
+    let mut wal = store.defer_wal_sync().unwrap();
+    store.write(|w| w.start_run(&new_run(0))).unwrap();
+    // SQLite keeps the WAL next to the file the link points to.
+    assert_eq!(wal.path(), wal_path(&real));
+    assert!(!wal_path(&link).exists());
+    assert!(wal_len(&real) > 0, "the commit went to that WAL");
+    wal.sync().unwrap();
+}
+
+#[test]
+fn a_wal_removed_from_under_the_store_fails_the_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("state.sqlite");
+    let mut store = Store::open(&db, StoreConfig::default()).unwrap();
+    let mut wal = store.defer_wal_sync().unwrap();
+    store.write(|w| w.start_run(&new_run(0))).unwrap();
+    std::fs::remove_file(wal_path(&db)).unwrap();
+    let err = wal
+        .sync()
+        .expect_err("commits in a removed WAL are not durable");
+    assert!(matches!(err, StoreError::Io { .. }), "{err:?}");
 }

@@ -511,6 +511,12 @@ fn a_commit_whose_wal_sync_fails_is_never_acknowledged() {
     home.stop(host);
 
     let mut failing = home.serve(Some("fail_sync"));
+    let mut sub = home.client();
+    sub.call(RequestBody::Subscribe(payload::Subscribe {
+        run_id: Some(run_id.clone()),
+        session_id: None,
+    }))
+    .unwrap();
     let pause = Request::new("pause-unsynced", RequestBody::RunPause).with_run_id(&run_id);
     let err = home.client().send(pause.clone()).unwrap_err();
     assert!(
@@ -524,6 +530,11 @@ fn a_commit_whose_wal_sync_fails_is_never_acknowledged() {
         wait_exit(&mut failing, Duration::from_secs(5)),
         Some(1),
         "a failed WAL sync stops the host with a runtime error"
+    );
+    let event = sub.next_event();
+    assert!(
+        event.is_err(),
+        "a subscriber heard of the unsynced commit: {event:?}"
     );
 
     // The frames did reach the OS (only the fsync "failed"), so a new host finds the pause;

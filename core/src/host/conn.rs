@@ -61,8 +61,9 @@ pub async fn serve(
         return;
     }
     let mut decoder = FrameDecoder::new(shared.limits);
-    // Created at the first subscription, so a subscriber never sees events committed before it
-    // subscribed, and the store thread publishes only while someone listens.
+    // Created at the first subscription, so the store thread publishes only while someone
+    // listens. A subscriber may still receive events committed shortly before it subscribed
+    // (their fsync was pending); it reads the run's status anyway.
     let mut events: Option<broadcast::Receiver<RunEvent>> = None;
     let mut subscriptions: HashMap<String, (Option<String>, Option<String>)> = HashMap::new();
     // The run and generation this connection speaks for, after a successful worker.hello.

@@ -63,6 +63,9 @@ struct Release {
     items: Vec<Outbound>,
 }
 
+/// Makes every commit so far durable (`WalSync::sync`; a fake in the unit tests).
+type SyncFn = Box<dyn FnMut() -> crate::store::StoreResult<()> + Send>;
+
 /// Shared between the store thread and the syncer.
 struct Progress {
     /// Commits known durable.
@@ -70,8 +73,7 @@ struct Progress {
     /// Releases handed to the syncer and not yet delivered.
     in_flight: AtomicUsize,
     /// Used by the syncer, or by the store thread while nothing is in flight.
-    wal: Mutex<WalSync>,
-    fault: FaultPlan,
+    sync: Mutex<SyncFn>,
 }
 
 impl Progress {
@@ -80,21 +82,17 @@ impl Progress {
         if commits <= self.synced.load(Ordering::SeqCst) {
             return;
         }
-        let synced = if self.fault.fail_sync() {
-            Err(crate::store::StoreError::InjectedFault("fail_sync".into()))
-        } else {
-            match self.wal.lock() {
-                Ok(mut wal) => wal.sync(),
-                Err(_) => Err(crate::store::StoreError::InvalidInput(
-                    "the WAL handle was poisoned by a panic".into(),
-                )),
-            }
+        let synced = match self.sync.lock() {
+            Ok(mut sync) => sync(),
+            Err(_) => Err(crate::store::StoreError::InvalidInput(
+                "the WAL handle was poisoned by a panic".into(),
+            )),
         };
         if let Err(e) = synced {
             // The disk may have dropped commits that later batches built on; nothing may be
-            // acknowledged any more. A new host recovers from what is on disk.
-            tracing::error!(error = %e, "cannot sync the WAL; the host stops without acknowledging unsynced commits");
-            std::process::exit(1);
+            // acknowledged any more. A new host recovers from what is on disk (and stops the
+            // children this one leaves behind, as after any crash).
+            stop_host(&format!("cannot sync the WAL: {e}"));
         }
         self.synced.fetch_max(commits, Ordering::SeqCst);
     }
@@ -123,8 +121,9 @@ impl std::fmt::Debug for Outbox {
 }
 
 impl Default for Outbox {
-    /// Delivers at every flush, to a channel nobody listens to (tests that drive the store
-    /// thread's functions directly).
+    /// An [`Outbox::immediate`] to a channel nobody listens to: right for a store that syncs at
+    /// each commit (the default), as in tests that drive the store thread's functions
+    /// directly. A host that defers the WAL sync must use [`Outbox::deferred`].
     fn default() -> Self {
         Self::immediate(broadcast::channel(1).0)
     }
@@ -144,21 +143,42 @@ impl Outbox {
     /// thread it starts. `synced` is the count of commits already durable.
     pub fn deferred(
         events: broadcast::Sender<RunEvent>,
-        wal: WalSync,
+        mut wal: WalSync,
         synced: u64,
         fault: FaultPlan,
+    ) -> std::io::Result<Self> {
+        let sync = move || {
+            if fault.fail_sync() {
+                return Err(crate::store::StoreError::InjectedFault("fail_sync".into()));
+            }
+            wal.sync()
+        };
+        Self::with_sync(events, Box::new(sync), synced)
+    }
+
+    fn with_sync(
+        events: broadcast::Sender<RunEvent>,
+        sync: SyncFn,
+        synced: u64,
     ) -> std::io::Result<Self> {
         let progress = Arc::new(Progress {
             synced: AtomicU64::new(synced),
             in_flight: AtomicUsize::new(0),
-            wal: Mutex::new(wal),
-            fault,
+            sync: Mutex::new(sync),
         });
         let (releases, rx) = mpsc::channel();
         let thread = std::thread::Builder::new().name("piw-sync".into()).spawn({
             let progress = progress.clone();
             let events = events.clone();
-            move || run_syncer(rx, &progress, &events)
+            move || {
+                let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    run_syncer(rx, &progress, &events)
+                }));
+                if ran.is_err() {
+                    // Releases waiting here would never be sent: no reply would ever leave.
+                    stop_host("the syncer thread panicked");
+                }
+            }
         })?;
         Ok(Self {
             events,
@@ -212,10 +232,21 @@ impl Outbox {
             }
         }
         progress.in_flight.fetch_add(1, Ordering::SeqCst);
-        if let Err(mpsc::SendError(release)) = syncer.releases.send(Release { commits, items }) {
-            // The syncer is gone only after a failed fsync, and then the process is exiting:
-            // these commits may be lost, so nothing about them is said.
-            drop(release);
+        if syncer.releases.send(Release { commits, items }).is_err() {
+            // The syncer is gone (a failed fsync or a panic, and the process is exiting):
+            // nothing would ever be sent again.
+            stop_host("the syncer thread is gone");
+        }
+    }
+
+    /// Delivers what is queued now if that needs no fsync and overtakes nothing; otherwise
+    /// keeps it queued for the next [`Outbox::flush`] (one fsync then covers both).
+    pub fn flush_if_synced(&mut self, commits: u64) {
+        match &self.syncer {
+            Some(syncer)
+                if syncer.progress.in_flight.load(Ordering::SeqCst) > 0
+                    || syncer.progress.synced.load(Ordering::SeqCst) < commits => {}
+            _ => self.flush(commits, false),
         }
     }
 
@@ -234,6 +265,14 @@ impl Outbox {
             deliver(std::mem::take(&mut self.queued), &self.events);
         }
     }
+}
+
+/// Ends the process without another word to any client: what is unsynced may be lost.
+fn stop_host(why: &str) -> ! {
+    tracing::error!(
+        "{why}; the host stops without acknowledging unsynced commits (its children are stopped by the next host's startup)"
+    );
+    std::process::exit(1);
 }
 
 fn deliver(items: Vec<Outbound>, events: &broadcast::Sender<RunEvent>) {
@@ -259,5 +298,141 @@ fn run_syncer(
             deliver(release.items, events);
         }
         progress.in_flight.fetch_sub(released, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use tokio::sync::oneshot::error::TryRecvError;
+
+    /// A fake WAL sync that counts its calls and finishes only when the test says so.
+    struct FakeDisk {
+        go: std::sync::mpsc::Sender<()>,
+        calls: Arc<AtomicUsize>,
+    }
+
+    fn outbox() -> (Outbox, FakeDisk, broadcast::Receiver<RunEvent>) {
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counted = calls.clone();
+        let sync: SyncFn = Box::new(move || {
+            wait.recv().expect("the test ended while a sync waited");
+            counted.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        });
+        let (events, rx) = broadcast::channel(16);
+        let outbox = Outbox::with_sync(events, sync, 0).unwrap();
+        (outbox, FakeDisk { go, calls }, rx)
+    }
+
+    fn event(seq: u64) -> RunEvent {
+        RunEvent {
+            run_id: "r".into(),
+            origin_session: None,
+            seq,
+            kind: "paused".into(),
+            status: "waiting".into(),
+            revision: seq,
+            at_ms: 0,
+            data: serde_json::json!({}),
+        }
+    }
+
+    fn reply(outbox: &mut Outbox) -> oneshot::Receiver<Result<Receipt, Rejection>> {
+        let (tx, rx) = oneshot::channel();
+        outbox.reply(tx, Ok(Receipt::new(Some(1), serde_json::json!({}))));
+        rx
+    }
+
+    /// Waits for a reply the syncer thread sends.
+    fn arrives(mut rx: oneshot::Receiver<Result<Receipt, Rejection>>) {
+        for _ in 0..500 {
+            match rx.try_recv() {
+                Ok(_) => return,
+                Err(TryRecvError::Empty) => std::thread::sleep(Duration::from_millis(2)),
+                Err(TryRecvError::Closed) => panic!("the reply was dropped"),
+            }
+        }
+        panic!("the reply never arrived");
+    }
+
+    #[test]
+    fn nothing_leaves_before_the_sync_that_covers_it() {
+        let (mut outbox, disk, mut events) = outbox();
+        outbox.event(event(1));
+        let mut rx = reply(&mut outbox);
+        // Not idle: the syncer thread syncs, and it is held up.
+        outbox.flush(1, false);
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
+        assert!(events.try_recv().is_err(), "an event left before its fsync");
+        disk.go.send(()).unwrap();
+        arrives(rx);
+        assert_eq!(events.try_recv().unwrap().seq, 1, "the event went first");
+        assert_eq!(disk.calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_flush_that_needs_no_sync_does_not_overtake_one_that_does() {
+        let (mut outbox, disk, mut events) = outbox();
+        outbox.event(event(1));
+        outbox.flush(1, false);
+        // Commit 0 is durable, but the release before it is still waiting.
+        outbox.event(event(2));
+        let mut second = reply(&mut outbox);
+        outbox.flush(0, true);
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(matches!(second.try_recv(), Err(TryRecvError::Empty)));
+        assert!(events.try_recv().is_err());
+        disk.go.send(()).unwrap();
+        arrives(second);
+        assert_eq!(events.try_recv().unwrap().seq, 1);
+        assert_eq!(events.try_recv().unwrap().seq, 2);
+    }
+
+    #[test]
+    fn an_idle_store_thread_syncs_itself_before_it_delivers_and_only_once() {
+        let (mut outbox, disk, _events) = outbox();
+        disk.go.send(()).unwrap();
+        let mut rx = reply(&mut outbox);
+        outbox.flush(1, true);
+        // Delivered by this thread, after its own sync.
+        assert!(rx.try_recv().is_ok());
+        assert_eq!(disk.calls.load(Ordering::SeqCst), 1);
+        // Already durable: no second sync.
+        let mut rx = reply(&mut outbox);
+        outbox.flush(1, true);
+        assert!(rx.try_recv().is_ok());
+        assert_eq!(disk.calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn reads_that_would_need_a_sync_wait_for_the_next_flush() {
+        let (mut outbox, disk, _events) = outbox();
+        let mut read = reply(&mut outbox);
+        outbox.flush_if_synced(1);
+        assert!(matches!(read.try_recv(), Err(TryRecvError::Empty)));
+        assert_eq!(disk.calls.load(Ordering::SeqCst), 0);
+        disk.go.send(()).unwrap();
+        let mut write = reply(&mut outbox);
+        outbox.flush(2, true);
+        assert!(read.try_recv().is_ok() && write.try_recv().is_ok());
+        assert_eq!(disk.calls.load(Ordering::SeqCst), 1, "one fsync for both");
+        // Synced and nothing in flight: a read leaves at once.
+        let mut read = reply(&mut outbox);
+        outbox.flush_if_synced(2);
+        assert!(read.try_recv().is_ok());
+    }
+
+    #[test]
+    fn closing_syncs_the_last_commit_and_delivers_everything() {
+        let (mut outbox, disk, _events) = outbox();
+        disk.go.send(()).unwrap();
+        let mut rx = reply(&mut outbox);
+        outbox.close(3);
+        assert!(rx.try_recv().is_ok());
+        assert_eq!(disk.calls.load(Ordering::SeqCst), 1);
     }
 }

@@ -214,8 +214,9 @@ fn process_batch(
         };
         state.outbox.reply(job.reply, result);
     }
-    // Reads answered from what is committed so far; they leave once that is durable.
-    state.outbox.flush(store.commits(), false);
+    // Reads answered from what is committed so far: sent now if that is durable, otherwise
+    // with the batch's replies (one fsync for both).
+    state.outbox.flush_if_synced(store.commits());
     if writes.is_empty() {
         return Vec::new();
     }

@@ -23,69 +23,75 @@
 //! writer has to checkpoint anyway; and the extra thread competed for the second core. The
 //! host's 64-client throughput fell by about 10 %.)
 
-use super::{Store, StoreError, StoreResult};
 use std::fs::File;
 use std::os::unix::fs::MetadataExt as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use super::{Store, StoreError, StoreResult};
 
 /// Fsyncs the WAL of a store opened with [`Store::defer_wal_sync`]. `Send`: it lives on the
 /// thread that waits for the disk.
 #[derive(Debug)]
 pub struct WalSync {
     path: PathBuf,
-    /// Opened at the first sync that finds the file (SQLite creates it at the first write).
-    file: Option<File>,
+    /// Opened once, before the first deferred commit: an fd opened later might never learn of
+    /// a write-back error that an earlier fsync (SQLite's, in a checkpoint) already consumed.
+    file: File,
 }
 
 impl WalSync {
-    /// Makes every commit that returned before this call durable.
+    /// The WAL file this handle syncs (where SQLite keeps it: next to the database file after
+    /// symbolic links are resolved).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Makes every commit that returned before this call durable: `fsync`, exactly the call
+    /// SQLite makes on the WAL at `synchronous=FULL` (this build has no `fdatasync`).
     ///
     /// An error means the disk may have lost those commits: nothing committed since the last
     /// successful `sync` may be acknowledged (the host stops; see `host::outbox`).
     pub fn sync(&mut self) -> StoreResult<()> {
-        let io = |path: &PathBuf, source| StoreError::Io {
-            path: path.clone(),
+        let io = |source| StoreError::Io {
+            path: self.path.clone(),
             source,
         };
-        // SQLite removes the WAL only when its last connection closes, after checkpointing
-        // it into the database and fsyncing that; a file gone from under us therefore holds
-        // nothing that is not durable already. Follow the new one, if any.
-        let stale = match &self.file {
-            Some(file) => file.metadata().map_err(|e| io(&self.path, e))?.nlink() == 0,
-            None => true,
-        };
-        if stale {
-            self.file = match File::open(&self.path) {
-                Ok(file) => Some(file),
-                // No WAL: no commit since the last checkpoint that closed it.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-                Err(e) => return Err(io(&self.path, e)),
-            };
+        // While the writer's connection is open SQLite never removes its WAL; a WAL gone from
+        // under us was removed by someone else, and commits written to it since are lost.
+        if self.file.metadata().map_err(io)?.nlink() == 0 {
+            return Err(io(std::io::Error::other(
+                "the WAL was removed while the store was open",
+            )));
         }
-        match &self.file {
-            // fdatasync, as SQLite itself syncs the WAL: the file's data and its size.
-            Some(file) => file.sync_data().map_err(|e| io(&self.path, e)),
-            None => Ok(()),
-        }
+        self.file.sync_all().map_err(io)
     }
 }
 
 impl Store {
-    #[allow(missing_docs)]
-    pub fn exp_autockpt(&mut self, n: i64) {
-        let _ = self.conn.pragma_update(None, "wal_autocheckpoint", n);
-    }
     /// Commits stop fsyncing the WAL; the returned [`WalSync`] does it instead. See the module
     /// documentation for the rule a caller must then keep.
     pub fn defer_wal_sync(&mut self) -> StoreResult<WalSync> {
+        // SQLite puts the WAL next to the database file it resolved (through any symbolic
+        // link); a read creates it if no connection has yet.
+        let db = self
+            .conn
+            .path()
+            .map(PathBuf::from)
+            .ok_or_else(|| StoreError::InvalidInput("the store has no file".into()))?;
+        self.conn
+            .query_row("SELECT count(*) FROM schema_info", [], |r| {
+                r.get::<_, i64>(0)
+            })?;
+        let mut wal = db.into_os_string();
+        wal.push("-wal");
+        let path = PathBuf::from(wal);
+        let file = File::open(&path).map_err(|source| StoreError::Io {
+            path: path.clone(),
+            source,
+        })?;
         // Everything committed so far was synced at FULL; from here on, `WalSync` covers it.
         self.conn.pragma_update(None, "synchronous", "NORMAL")?;
-        let mut wal = self.path.clone().into_os_string();
-        wal.push("-wal");
-        Ok(WalSync {
-            path: PathBuf::from(wal),
-            file: None,
-        })
+        Ok(WalSync { path, file })
     }
 
     /// Checkpoints the WAL into the database once it holds `frames` pages (SQLite's
