@@ -3,8 +3,8 @@
 //!
 //! Prints figures and ratios; asserts only correctness (every run ends `completed` with its
 //! last node's output, the expected attempts, and a clean `diagnose`), never speed. Every
-//! host is a real `piw host serve` process at its defaults (WAL, `synchronous=FULL`, default
-//! child slots) with `PIW_RUNTIMES=.workflow.json=<piw-json-worker>`, `PIW_LOG=warn` and
+//! host is a real `piw host serve` process at its defaults (WAL, each commit fsynced before
+//! anything about it is sent, default child slots) with `PIW_RUNTIMES=.workflow.json=<piw-json-worker>`, `PIW_LOG=warn` and
 //! `PIW_HOME` in one temporary directory under `target/bench-tmp` (same file system as the
 //! repository), removed at the end.
 //!
@@ -98,7 +98,7 @@ fn main() {
 
     support::print_machine(
         "children: activation latency and transitions/s of piw-json-worker children vs floors",
-        &format!("hosts at their defaults: WAL, synchronous=FULL, {DEFAULT_SLOTS} child slots"),
+        &format!("hosts at their defaults: WAL, every commit fsynced (by the syncer thread) before anything about it is sent, {DEFAULT_SLOTS} child slots"),
         dir.path(),
     );
     println!(

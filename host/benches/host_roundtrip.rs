@@ -2,7 +2,8 @@
 //!
 //! Prints figures and ratios; asserts nothing about speed (it does check that every command
 //! was applied exactly once). Every host is a real `piw host serve` process at its defaults
-//! (WAL, `synchronous=FULL`) with `PIW_HOME` in one temporary directory under
+//! (WAL; every commit fsynced before anything about it is sent, by the syncer thread or the idle
+//! store thread) with `PIW_HOME` in one temporary directory under
 //! `target/bench-tmp` (same file system as the repository), removed at the end.
 //!
 //! Run: `cargo bench -p piw-host --bench host_roundtrip`
@@ -67,7 +68,7 @@ fn main() {
 
     support::print_machine(
         "host_roundtrip: piw host command round trip and throughput vs floors",
-        "host at its defaults: WAL, synchronous=FULL",
+        "host at its defaults: WAL, every commit fsynced (by the syncer thread) before anything about it is sent",
         dir.path(),
     );
     println!(

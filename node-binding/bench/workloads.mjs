@@ -2,7 +2,8 @@
 //
 //   node bench/workloads.mjs            (from node-binding/, after `npm run build`)
 //
-// Every workload runs against a real host at synchronous=FULL in a temp PIW_HOME, next to
+// Every workload runs against a real host (every commit fsynced before it is acknowledged) in a
+// temp PIW_HOME, next to
 // floors measured in the same run: a bare SQLite commit (WAL, synchronous=FULL, through
 // node:sqlite in the same directory) and a bare `node -e 0` start.
 import { spawnSync } from 'node:child_process';
