@@ -453,28 +453,34 @@ fn a_peer_of_another_uid_is_refused() {
     home.stop(host);
 }
 
-#[test]
-fn a_command_committed_before_a_crash_replays_its_receipt_after_restart() {
-    let home = Home::new();
+/// A run parked on its checkpoint, with its revision, on a home whose host is stopped.
+fn parked_run(home: &Home) -> (String, u64) {
     let host = home.serve(None);
     let mut c = home.client();
     let run_id = home.start_run(&mut c);
     let before = home.revision(&mut c, &run_id);
     home.stop(host);
+    (run_id, before)
+}
 
-    // This host aborts right after committing the pause, before replying.
-    let mut crashing = home.serve(Some("after_commit:run.pause"));
-    let pause = Request::new("pause-once", RequestBody::RunPause).with_run_id(&run_id);
-    let err = home.client().send(pause.clone()).unwrap_err();
+/// The host went away without answering.
+fn assert_unanswered(err: &ClientError, why: &str) {
     assert!(
         matches!(
             err,
             ClientError::Disconnected | ClientError::Io(_) | ClientError::Protocol(_)
         ),
-        "{err:?}"
+        "{why}: {err:?}"
     );
-    assert!(wait_exit(&mut crashing, Duration::from_secs(5)).is_none_or(|c| c != 0));
+}
 
+/// On a new host, `pause` is replayed, not applied again: one revision more than `before`.
+fn assert_paused_once(
+    home: &Home,
+    pause: Request,
+    run_id: &str,
+    before: u64,
+) -> (HostProc, BlockingClient) {
     let host = home.serve(None);
     let mut c = home.client();
     let replay = c
@@ -482,11 +488,26 @@ fn a_command_committed_before_a_crash_replays_its_receipt_after_restart() {
         .expect("the retried request id returns the committed receipt");
     assert!(replay.replayed);
     let status = c
-        .send(Request::new("s", RequestBody::RunStatus).with_run_id(&run_id))
+        .send(Request::new("s", RequestBody::RunStatus).with_run_id(run_id))
         .unwrap();
     assert_eq!(status.body["run"]["paused"], json!(true));
-    // Applied once: exactly one revision more than before the pause.
     assert_eq!(status.body["run"]["revision"], json!(before + 1));
+    (host, c)
+}
+
+#[test]
+fn a_command_committed_before_a_crash_replays_its_receipt_after_restart() {
+    let home = Home::new();
+    let (run_id, before) = parked_run(&home);
+
+    // This host aborts right after committing the pause, before replying.
+    let mut crashing = home.serve(Some("after_commit:run.pause"));
+    let pause = Request::new("pause-once", RequestBody::RunPause).with_run_id(&run_id);
+    let err = home.client().send(pause.clone()).unwrap_err();
+    assert_unanswered(&err, "the host crashed before replying");
+    assert!(wait_exit(&mut crashing, Duration::from_secs(5)).is_none_or(|c| c != 0));
+
+    let (host, mut c) = assert_paused_once(&home, pause, &run_id, before);
     // A different request with a stale revision is refused with the typed code.
     let stale = Request::new("r-stale", RequestBody::RunResume)
         .with_run_id(&run_id)
@@ -504,11 +525,7 @@ fn a_command_committed_before_a_crash_replays_its_receipt_after_restart() {
 #[test]
 fn a_commit_whose_wal_sync_fails_is_never_acknowledged() {
     let home = Home::new();
-    let host = home.serve(None);
-    let mut c = home.client();
-    let run_id = home.start_run(&mut c);
-    let before = home.revision(&mut c, &run_id);
-    home.stop(host);
+    let (run_id, before) = parked_run(&home);
 
     let mut failing = home.serve(Some("fail_sync"));
     let mut sub = home.client();
@@ -519,13 +536,7 @@ fn a_commit_whose_wal_sync_fails_is_never_acknowledged() {
     .unwrap();
     let pause = Request::new("pause-unsynced", RequestBody::RunPause).with_run_id(&run_id);
     let err = home.client().send(pause.clone()).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            ClientError::Disconnected | ClientError::Io(_) | ClientError::Protocol(_)
-        ),
-        "no receipt for an unsynced commit: {err:?}"
-    );
+    assert_unanswered(&err, "no receipt for an unsynced commit");
     assert_eq!(
         wait_exit(&mut failing, Duration::from_secs(5)),
         Some(1),
@@ -539,16 +550,10 @@ fn a_commit_whose_wal_sync_fails_is_never_acknowledged() {
 
     // The frames did reach the OS (only the fsync "failed"), so a new host finds the pause;
     // the retry learns it happened, once.
-    let host = home.serve(None);
-    let mut c = home.client();
-    let replay = c.send(pause).expect("the retry returns what is on disk");
-    assert!(replay.replayed);
-    let status = c
-        .send(Request::new("s", RequestBody::RunStatus).with_run_id(&run_id))
-        .unwrap();
-    assert_eq!(status.body["run"]["revision"], json!(before + 1));
+    let (host, _) = assert_paused_once(&home, pause, &run_id, before);
     home.stop(host);
 }
+
 #[test]
 fn subscriptions_receive_committed_events() {
     let home = Home::new();
