@@ -69,6 +69,11 @@ fn commits_with_a_deferred_wal_sync_are_counted_and_synced_on_demand() {
     store.write(|w| w.start_run(&new_run(0))).unwrap();
     let mut wal = store.defer_wal_sync().unwrap();
     let before = store.commits();
+    assert_eq!(
+        wal.synced_commits(),
+        before,
+        "what was committed at FULL is durable"
+    );
     for i in 1..=3 {
         store.write(|w| w.start_run(&new_run(i))).unwrap();
     }
@@ -114,4 +119,18 @@ fn a_wal_removed_from_under_the_store_fails_the_sync() {
         .sync()
         .expect_err("commits in a removed WAL are not durable");
     assert!(matches!(err, StoreError::Io { .. }), "{err:?}");
+}
+
+#[test]
+fn a_store_whose_path_is_not_utf8_defers_its_sync() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join(std::ffi::OsStr::from_bytes(b"h\xffome"));
+    std::fs::create_dir(&home).unwrap();
+    let db = home.join("state.sqlite");
+    let mut store = Store::open(&db, StoreConfig::default()).unwrap();
+    let mut wal = store.defer_wal_sync().unwrap();
+    store.write(|w| w.start_run(&new_run(0))).unwrap();
+    assert_eq!(wal.path(), wal_path(&db));
+    wal.sync().unwrap();
 }

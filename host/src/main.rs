@@ -130,6 +130,10 @@ enum StateCmd {
     },
 }
 
+/// How long `piw host stop` waits for the host to end: its connection drain (5 s) and its
+/// children's stop grace (2 s) by default, and margin.
+const STOP_WAIT_MS: u64 = 15_000;
+
 #[derive(Debug)]
 enum CliError {
     Runtime(String),
@@ -220,16 +224,27 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 println!("no piw host is running");
                 return Ok(());
             };
+            let pid = client.call(RequestBody::HostStatus)?.body["pid"]
+                .as_u64()
+                .and_then(|p| u32::try_from(p).ok());
             client.call(RequestBody::HostStop)?;
-            // Wait until the socket stops answering.
-            for _ in 0..200 {
-                if BlockingClient::connect(&paths).is_err() {
+            // The socket goes first; the host then finishes its connections, stops its
+            // children and makes its last commits durable. Stopped means the process ended.
+            for _ in 0..STOP_WAIT_MS / 25 {
+                let gone = match pid {
+                    Some(pid) => !piw_core::supervise::process_alive(pid),
+                    None => BlockingClient::connect(&paths).is_err(),
+                };
+                if gone {
                     println!("piw host stopped");
                     return Ok(());
                 }
                 std::thread::sleep(Duration::from_millis(25));
             }
-            Err(CliError::Runtime("the host did not stop within 5 s".into()))
+            Err(CliError::Runtime(format!(
+                "the host did not stop within {} s",
+                STOP_WAIT_MS / 1000
+            )))
         }
         Cmd::Runs { json, session } => {
             let r = connect(&paths)?.call(RequestBody::RunList(payload::RunList {
@@ -302,11 +317,18 @@ fn run(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
         Cmd::State(StateCmd::Reset { yes }) => {
-            if BlockingClient::connect(&paths).is_ok() {
-                return Err(CliError::Runtime(
-                    "a piw host is running; stop it first with `piw host stop`".into(),
-                ));
+            if !paths.home.exists() {
+                println!("{} does not exist; nothing to reset", paths.home.display());
+                return Ok(());
             }
+            // Held until the database is gone: no host runs, is still stopping, or starts
+            // meanwhile.
+            let _lock = piw_core::host::lock_installation(&paths).map_err(|e| match e {
+                HostError::AlreadyRunning { pid, .. } => CliError::Runtime(format!(
+                    "a piw host is running or still stopping (pid {pid}); stop it first with `piw host stop`"
+                )),
+                other => other.into(),
+            })?;
             if !yes {
                 return Err(CliError::Runtime(format!(
                     "this deletes {} and every run in it; back it up first (`cp {} {}.bak`), then run `piw state reset --yes`",

@@ -172,12 +172,22 @@ fn state_backup_and_reset() {
     // The backup is a complete, compatible state database.
     let copy = piw_core::store::Store::open_read_only(&backup, Default::default()).unwrap();
     assert_eq!(copy.list_runs(None, 10).unwrap().len(), 1);
-    // Reset is refused while a host runs, and without --yes.
-    assert_eq!(
-        piw(&h.home, &["state", "reset", "--yes"]).status.code(),
-        Some(1)
+    // Reset is refused while a host runs (it holds the installation lock), and without --yes.
+    let host_pid: u32 = std::fs::read_to_string(h.home.join("host.lock"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let o = piw(&h.home, &["state", "reset", "--yes"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o).contains(&format!("pid {host_pid}")),
+        "{}",
+        text(&o)
     );
     assert_eq!(piw(&h.home, &["host", "stop"]).status.code(), Some(0));
+    // Stopped means the process ended, not only that its socket went away.
+    assert!(!piw_core::supervise::process_alive(host_pid));
     let o = piw(&h.home, &["state", "reset"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o).contains("back it up first"), "{}", text(&o));

@@ -257,8 +257,11 @@ impl HostShared {
     }
 }
 
-/// Takes the installation lock or says who holds it. The lock lives as long as the file.
-fn acquire_lock(paths: &PiwPaths) -> Result<File, HostError> {
+/// Takes the installation lock (`$PIW_HOME/host.lock`) or says who holds it, and writes this
+/// process's pid into it. The lock lives as long as the returned file. A host holds it for its
+/// whole life, stop included; `piw state reset` holds it while it deletes the database, so no
+/// host can start, run or still be stopping meanwhile.
+pub fn lock_installation(paths: &PiwPaths) -> Result<File, HostError> {
     let mut file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -298,7 +301,7 @@ pub fn serve(config: HostConfig) -> Result<(), HostError> {
         "cannot create {}",
         config.paths.home.display()
     )))?;
-    let _lock = acquire_lock(&config.paths)?;
+    let _lock = lock_installation(&config.paths)?;
 
     let pid = std::process::id();
     let mut store = Store::open(&config.paths.db, config.store.clone())?;
@@ -389,7 +392,7 @@ async fn serve_async(
     // the replies and events (`outbox`), so one batch is built while the last reaches the disk.
     store.checkpoint_every(HOST_CHECKPOINT_FRAMES)?;
     let wal = store.defer_wal_sync()?;
-    let outbox = outbox::Outbox::deferred(events.clone(), wal, store.commits(), fault.clone())
+    let outbox = outbox::Outbox::deferred(events.clone(), wal, fault.clone())
         .map_err(io_err("cannot start the syncer thread"))?;
     let state = HostState {
         owner_id,

@@ -140,15 +140,18 @@ impl Outbox {
     }
 
     /// An outbox that delivers once `wal` has synced the commits a flush names, from a syncer
-    /// thread it starts. `synced` is the count of commits already durable.
+    /// thread it starts.
     pub fn deferred(
         events: broadcast::Sender<RunEvent>,
         mut wal: WalSync,
-        synced: u64,
         fault: FaultPlan,
     ) -> std::io::Result<Self> {
+        let synced = wal.synced_commits();
         let sync = move || {
             if fault.fail_sync() {
+                // Long enough for anything sent too early to reach its client before the
+                // host exits, so the fault test sees a leak.
+                std::thread::sleep(std::time::Duration::from_millis(200));
                 return Err(crate::store::StoreError::InjectedFault("fail_sync".into()));
             }
             wal.sync()
@@ -307,24 +310,44 @@ mod tests {
     use std::time::Duration;
     use tokio::sync::oneshot::error::TryRecvError;
 
-    /// A fake WAL sync that counts its calls and finishes only when the test says so.
+    /// A fake WAL sync that counts its calls, finishes only when the test says so, and
+    /// notes whether any event had already left when it was called.
     struct FakeDisk {
         go: std::sync::mpsc::Sender<()>,
         calls: Arc<AtomicUsize>,
+        leaked: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl Drop for FakeDisk {
+        fn drop(&mut self) {
+            if !std::thread::panicking() {
+                assert!(
+                    !self.leaked.load(Ordering::SeqCst),
+                    "an event left before the sync that covers it began"
+                );
+            }
+        }
     }
 
     fn outbox() -> (Outbox, FakeDisk, broadcast::Receiver<RunEvent>) {
         let (go, wait) = std::sync::mpsc::channel::<()>();
         let calls = Arc::new(AtomicUsize::new(0));
-        let counted = calls.clone();
+        let leaked = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (events, rx) = broadcast::channel(16);
+        let mut watch = events.subscribe();
+        let (counted, seen) = (calls.clone(), leaked.clone());
         let sync: SyncFn = Box::new(move || {
-            wait.recv().expect("the test ended while a sync waited");
+            // Every event in these tests is flushed for a commit not yet synced.
+            if watch.try_recv().is_ok() {
+                seen.store(true, Ordering::SeqCst);
+            }
+            wait.recv_timeout(Duration::from_secs(5))
+                .expect("a sync waited for a go that never came");
             counted.fetch_add(1, Ordering::SeqCst);
             Ok(())
         });
-        let (events, rx) = broadcast::channel(16);
         let outbox = Outbox::with_sync(events, sync, 0).unwrap();
-        (outbox, FakeDisk { go, calls }, rx)
+        (outbox, FakeDisk { go, calls, leaked }, rx)
     }
 
     fn event(seq: u64) -> RunEvent {
@@ -396,6 +419,7 @@ mod tests {
     fn an_idle_store_thread_syncs_itself_before_it_delivers_and_only_once() {
         let (mut outbox, disk, _events) = outbox();
         disk.go.send(()).unwrap();
+        outbox.event(event(1));
         let mut rx = reply(&mut outbox);
         outbox.flush(1, true);
         // Delivered by this thread, after its own sync.

@@ -12,7 +12,9 @@
 //! frames on disk with the same fsync, only later and from another thread. The caller must not
 //! reveal a commit (reply, event) before that; the host's outbox (`host::outbox`) enforces it.
 //! Checkpoints stay safe at `NORMAL`: SQLite fsyncs the WAL before it copies any frame into the
-//! database, and the database before it reuses the WAL.
+//! database, and the database before it reuses the WAL. Other connections (a viewer, `piw state
+//! backup`) can read a commit before its fsync: at `FULL` SQLite publishes a commit to them
+//! after the fsync, at `NORMAL` before it.
 //!
 //! [`Store::checkpoint_every`] sets how many WAL pages accumulate before the committing thread
 //! copies them into the database (SQLite's auto-checkpoint; 1,000 by default). Each checkpoint
@@ -34,6 +36,8 @@ use super::{Store, StoreError, StoreResult};
 #[derive(Debug)]
 pub struct WalSync {
     path: PathBuf,
+    /// The store's commit count when its commits stopped being fsynced: those are durable.
+    synced_commits: u64,
     /// Opened once, before the first deferred commit: an fd opened later might never learn of
     /// a write-back error that an earlier fsync (SQLite's, in a checkpoint) already consumed.
     file: File,
@@ -44,6 +48,12 @@ impl WalSync {
     /// symbolic links are resolved).
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// How many of the store's commits ([`Store::commits`]) were durable when the sync was
+    /// deferred (they were fsynced at `synchronous=FULL`).
+    pub fn synced_commits(&self) -> u64 {
+        self.synced_commits
     }
 
     /// Makes every commit that returned before this call durable: `fdatasync` of the WAL,
@@ -58,14 +68,16 @@ impl WalSync {
             path: self.path.clone(),
             source,
         };
+        self.file.sync_data().map_err(io)?;
         // While the writer's connection is open SQLite never removes its WAL; a WAL gone from
-        // under us was removed by someone else, and commits written to it since are lost.
+        // under us was removed by someone else, and commits written to it are lost. Checked
+        // after the sync, so a removal during it is caught too.
         if self.file.metadata().map_err(io)?.nlink() == 0 {
             return Err(io(std::io::Error::other(
                 "the WAL was removed while the store was open",
             )));
         }
-        self.file.sync_data().map_err(io)
+        Ok(())
     }
 }
 
@@ -73,13 +85,14 @@ impl Store {
     /// Commits stop fsyncing the WAL; the returned [`WalSync`] does it instead. See the module
     /// documentation for the rule a caller must then keep.
     pub fn defer_wal_sync(&mut self) -> StoreResult<WalSync> {
-        // SQLite puts the WAL next to the database file it resolved (through any symbolic
-        // link); a read creates it if no connection has yet.
-        let db = self
-            .conn
-            .path()
-            .map(PathBuf::from)
-            .ok_or_else(|| StoreError::InvalidInput("the store has no file".into()))?;
+        let io = |path: &Path, source| StoreError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        // SQLite puts the WAL next to the database file with every symbolic link resolved, as
+        // `realpath` does (and paths need not be UTF-8); a read creates it if no connection
+        // has yet.
+        let db = std::fs::canonicalize(&self.path).map_err(|e| io(&self.path, e))?;
         self.conn
             .query_row("SELECT count(*) FROM schema_info", [], |r| {
                 r.get::<_, i64>(0)
@@ -87,13 +100,20 @@ impl Store {
         let mut wal = db.into_os_string();
         wal.push("-wal");
         let path = PathBuf::from(wal);
-        let file = File::open(&path).map_err(|source| StoreError::Io {
-            path: path.clone(),
-            source,
-        })?;
+        // Read-write, although only fsynced: some network file systems flush only handles
+        // that may write.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| io(&path, e))?;
         // Everything committed so far was synced at FULL; from here on, `WalSync` covers it.
         self.conn.pragma_update(None, "synchronous", "NORMAL")?;
-        Ok(WalSync { path, file })
+        Ok(WalSync {
+            path,
+            synced_commits: self.commits,
+            file,
+        })
     }
 
     /// Checkpoints the WAL into the database once it holds `frames` pages (SQLite's

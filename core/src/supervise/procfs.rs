@@ -71,6 +71,11 @@ pub fn process_start_time(pid: u32) -> Option<u64> {
     read_proc_stat(pid).map(|s| s.start_time)
 }
 
+/// Whether process `pid` exists and has not ended (a zombie has ended).
+pub fn process_alive(pid: u32) -> bool {
+    read_proc_stat(pid).is_some_and(|s| !s.is_dead())
+}
+
 /// The pids of the live (not dead, see [`ProcStat::is_dead`]) processes in group `pgid`,
 /// found by scanning `/proc`.
 pub fn group_members(pgid: u32) -> io::Result<Vec<u32>> {
