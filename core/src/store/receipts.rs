@@ -37,11 +37,19 @@ impl WriteTx<'_> {
     /// Finds the receipt of an earlier commit of the same command. The same request id or
     /// idempotency key with a different fingerprint is an [`StoreError::IdempotencyConflict`].
     pub fn find_receipt(&self, meta: &CommandMeta) -> StoreResult<Option<StoredReceipt>> {
-        let by_id = self.receipt_where("request_id", &meta.request_id)?;
+        let by_id = self.receipt_where(
+            "SELECT fingerprint, request_id, response, created_at FROM command_receipts
+             WHERE request_id = ?1",
+            &meta.request_id,
+        )?;
         let found = match (by_id, &meta.idempotency_key) {
             (Some(r), _) => Some((r, meta.request_id.clone())),
             (None, Some(key)) => self
-                .receipt_where("idempotency_key", key)?
+                .receipt_where(
+                    "SELECT fingerprint, request_id, response, created_at FROM command_receipts
+                     WHERE idempotency_key = ?1",
+                    key,
+                )?
                 .map(|r| (r, key.clone())),
             (None, None) => None,
         };
@@ -54,17 +62,15 @@ impl WriteTx<'_> {
         }
     }
 
+    /// One receipt row by `sql` (a static query: no SQL text built per call).
     fn receipt_where(
         &self,
-        column: &str,
+        sql: &'static str,
         value: &str,
     ) -> StoreResult<Option<(String, StoredReceipt)>> {
-        let sql = format!(
-            "SELECT fingerprint, request_id, response, created_at FROM command_receipts WHERE {column} = ?1"
-        );
         let row: Option<(String, String, String, i64)> = self
             .conn()
-            .prepare_cached(&sql)?
+            .prepare_cached(sql)?
             .query_row([value], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
             })
