@@ -185,3 +185,89 @@ fn after_a_failed_activation_commit_children_wait_for_their_commit() {
     assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Running);
     assert!(!state.launch_after_commit);
 }
+
+/// A standby worker that died before its hello is forgiven once; the run then starts in a
+/// fresh process, not in another pooled worker that may have died at the same moment.
+#[test]
+fn a_run_whose_standby_worker_died_before_its_hello_restarts_in_a_fresh_process() {
+    use piw_core::host::children::{on_child_reports, schedule, ChildReport, Runtime};
+    use piw_core::host::supervisor::SupervisorCmd;
+    use piw_core::store::ChildExitRecord;
+
+    let mut f = Fixture::new();
+    let run_id = f.start();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut state = HostState {
+        owner_id: "host-epoch-1".into(),
+        epoch: f.store.write(|w| w.begin_host_epoch(1)).unwrap(),
+        supervisor: Some(tx),
+        ..HostState::default()
+    };
+    state.child_config.runtimes = vec![Runtime {
+        suffix: ".workflow.mjs".into(),
+        program: "/bin/true".into(),
+        args: Vec::new(),
+        standby: true,
+    }];
+    state.child_config.standby_workers = 2;
+    let mut launched = || {
+        let mut out = Vec::new();
+        while let Ok(cmd) = rx.try_recv() {
+            if let SupervisorCmd::Launch {
+                launch,
+                generation,
+                child_epoch,
+                standby,
+                ..
+            } = cmd
+            {
+                out.push((launch, generation, child_epoch, standby.is_some()));
+            }
+        }
+        out
+    };
+
+    schedule(&mut f.store, &mut state);
+    let first = launched();
+    let [(launch, generation, child_epoch, true)] = first[..] else {
+        panic!("the first launch draws on the pool: {first:?}");
+    };
+    // The pool's worker took the run, then died before its hello.
+    on_child_reports(
+        &mut f.store,
+        &mut state,
+        vec![
+            ChildReport::Started {
+                run_id: run_id.clone(),
+                generation,
+                child_epoch,
+                launch,
+                pid: 1,
+                start_time: 0,
+                standby: true,
+            },
+            ChildReport::Exited {
+                run_id: run_id.clone(),
+                generation,
+                child_epoch,
+                launch,
+                exit: ChildExitRecord {
+                    reason: "killed by SIGKILL".into(),
+                    ..Default::default()
+                },
+            },
+        ],
+    );
+    assert_eq!(
+        f.store.run(&run_id).unwrap().status,
+        RunStatus::Queued,
+        "forgiven, requeued"
+    );
+
+    schedule(&mut f.store, &mut state);
+    let second = launched();
+    assert!(
+        matches!(second[..], [(_, _, _, false)]),
+        "the relaunch starts a fresh process: {second:?}"
+    );
+}

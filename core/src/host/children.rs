@@ -492,7 +492,13 @@ fn launch(
         cpu_seconds: cfg.cpu_seconds,
         memory_bytes: cfg.memory_bytes,
     };
-    let standby = (runtime.standby && cfg.standby_workers > 0).then(|| {
+    // A run whose last standby worker died before its hello starts in a fresh process: the
+    // pool may hold more workers killed at the same moment that still look alive (a SIGKILL
+    // takes effect asynchronously), and a second such death in a row would count as a loss.
+    let from_pool = runtime.standby
+        && cfg.standby_workers > 0
+        && !state.forgiven_standby_exits.contains(run_id);
+    let standby = from_pool.then(|| {
         Box::new(StandbyPool {
             key: format!("{} {}", runtime.program.display(), runtime.args.join(" ")),
             size: cfg.standby_workers,
