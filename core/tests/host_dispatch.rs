@@ -114,31 +114,44 @@ fn reports_about_an_abandoned_launch_are_ignored() {
     assert_eq!(f.store.children(&run_id).unwrap()[0].pid, Some(4343));
 }
 
-/// After a commit that had already launched children fails, children are launched only after
-/// their commit until one succeeds: a commit that keeps failing (a full disk) must not start and
-/// stop children in a loop.
-#[test]
-fn after_a_failed_activation_commit_children_wait_for_their_commit() {
-    use piw_core::host::children::{on_child_reports, schedule, ChildReport, Runtime};
-    use piw_core::host::supervisor::SupervisorCmd;
-    use piw_core::store::ChildExitRecord;
-    use std::sync::atomic::Ordering;
-
-    let mut f = Fixture::new();
-    let run_id = f.start();
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+/// A host state of epoch 1 whose supervisor commands land in the returned receiver, with one
+/// runtime for `.workflow.mjs` (`/bin/true`; `standby`: whether it keeps pooled workers).
+fn host_state_with_runtime(
+    f: &mut Fixture,
+    standby: bool,
+) -> (
+    HostState,
+    tokio::sync::mpsc::UnboundedReceiver<piw_core::host::supervisor::SupervisorCmd>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let mut state = HostState {
         owner_id: "host-epoch-1".into(),
         epoch: f.store.write(|w| w.begin_host_epoch(1)).unwrap(),
         supervisor: Some(tx),
         ..HostState::default()
     };
-    state.child_config.runtimes = vec![Runtime {
+    state.child_config.runtimes = vec![piw_core::host::children::Runtime {
         suffix: ".workflow.mjs".into(),
         program: "/bin/true".into(),
         args: Vec::new(),
-        standby: false,
+        standby,
     }];
+    (state, rx)
+}
+
+/// After a commit that had already launched children fails, children are launched only after
+/// their commit until one succeeds: a commit that keeps failing (a full disk) must not start and
+/// stop children in a loop.
+#[test]
+fn after_a_failed_activation_commit_children_wait_for_their_commit() {
+    use piw_core::host::children::{on_child_reports, schedule, ChildReport};
+    use piw_core::host::supervisor::SupervisorCmd;
+    use piw_core::store::ChildExitRecord;
+    use std::sync::atomic::Ordering;
+
+    let mut f = Fixture::new();
+    let run_id = f.start();
+    let (mut state, mut rx) = host_state_with_runtime(&mut f, false);
     let mut sent = || {
         let mut out = Vec::new();
         while let Ok(cmd) = rx.try_recv() {
@@ -190,25 +203,13 @@ fn after_a_failed_activation_commit_children_wait_for_their_commit() {
 /// fresh process, not in another pooled worker that may have died at the same moment.
 #[test]
 fn a_run_whose_standby_worker_died_before_its_hello_restarts_in_a_fresh_process() {
-    use piw_core::host::children::{on_child_reports, schedule, ChildReport, Runtime};
+    use piw_core::host::children::{on_child_reports, schedule, ChildReport};
     use piw_core::host::supervisor::SupervisorCmd;
     use piw_core::store::ChildExitRecord;
 
     let mut f = Fixture::new();
     let run_id = f.start();
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut state = HostState {
-        owner_id: "host-epoch-1".into(),
-        epoch: f.store.write(|w| w.begin_host_epoch(1)).unwrap(),
-        supervisor: Some(tx),
-        ..HostState::default()
-    };
-    state.child_config.runtimes = vec![Runtime {
-        suffix: ".workflow.mjs".into(),
-        program: "/bin/true".into(),
-        args: Vec::new(),
-        standby: true,
-    }];
+    let (mut state, mut rx) = host_state_with_runtime(&mut f, true);
     state.child_config.standby_workers = 2;
     let mut launched = || {
         let mut out = Vec::new();
