@@ -77,6 +77,12 @@ struct Progress {
 }
 
 impl Progress {
+    /// Nothing waits at the syncer (so nothing queued earlier can be overtaken) and the first
+    /// `commits` commits are durable: what needs them may leave from any thread now.
+    fn clear_for(&self, commits: u64) -> bool {
+        self.in_flight.load(Ordering::SeqCst) == 0 && self.synced.load(Ordering::SeqCst) >= commits
+    }
+
     /// Makes the first `commits` commits durable, or ends the process.
     fn sync(&self, commits: u64) {
         if commits <= self.synced.load(Ordering::SeqCst) {
@@ -221,18 +227,16 @@ impl Outbox {
             return;
         };
         let progress = &syncer.progress;
-        // Nothing waits at the syncer, so nothing queued earlier can be overtaken: deliver
-        // here if the commits are durable, or can be made so without holding up other work.
-        if progress.in_flight.load(Ordering::SeqCst) == 0 {
-            if progress.synced.load(Ordering::SeqCst) >= commits {
-                deliver(items, &self.events);
-                return;
-            }
-            if idle {
-                progress.sync(commits);
-                deliver(items, &self.events);
-                return;
-            }
+        // Deliver here if nothing can be overtaken and the commits are durable, or can be made
+        // so without holding up other work.
+        if progress.clear_for(commits) {
+            deliver(items, &self.events);
+            return;
+        }
+        if idle && progress.in_flight.load(Ordering::SeqCst) == 0 {
+            progress.sync(commits);
+            deliver(items, &self.events);
+            return;
         }
         progress.in_flight.fetch_add(1, Ordering::SeqCst);
         if syncer.releases.send(Release { commits, items }).is_err() {
@@ -245,11 +249,12 @@ impl Outbox {
     /// Delivers what is queued now if that needs no fsync and overtakes nothing; otherwise
     /// keeps it queued for the next [`Outbox::flush`] (one fsync then covers both).
     pub fn flush_if_synced(&mut self, commits: u64) {
-        match &self.syncer {
-            Some(syncer)
-                if syncer.progress.in_flight.load(Ordering::SeqCst) > 0
-                    || syncer.progress.synced.load(Ordering::SeqCst) < commits => {}
-            _ => self.flush(commits, false),
+        if self
+            .syncer
+            .as_ref()
+            .is_none_or(|s| s.progress.clear_for(commits))
+        {
+            self.flush(commits, false);
         }
     }
 
