@@ -24,7 +24,7 @@ fn in_the_releasing_batch(
     f.store
         .write(|w| {
             w.wait_for_decision(&act.claim, attempt, DecisionKind::Checkpoint, &json!({}))?;
-            apply_command(w, &mut state, &req, None)
+            apply_command(w, &state, &req, None)
         })
         .expect("the command commits")
 }

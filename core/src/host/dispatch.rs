@@ -182,11 +182,12 @@ pub fn prepare_start(start: &payload::RunStart) -> Result<PreparedStart, Rejecti
     })
 }
 
-/// Applies one durable command inside the batch transaction. Returns the receipt body and the
-/// run's revision afterwards (when the command is about one run).
+/// Applies one durable client command inside the batch transaction and returns the receipt
+/// body. It reads the host's memory and never changes it: a command of a group may run twice
+/// (`WriteTx::command_group`).
 pub fn apply_command(
     w: &mut WriteTx<'_>,
-    state: &mut HostState,
+    state: &HostState,
     req: &Request,
     start: Option<&PreparedStart>,
 ) -> Result<Value, StoreError> {

@@ -1,8 +1,8 @@
 //! The store thread: the only owner of the read-write SQLite connection.
 //!
 //! Requests arrive over a channel. The thread drains whatever is queued, answers reads, and
-//! commits all durable commands of the batch in **one** transaction (group commit), each in
-//! its own savepoint with its receipt, so one failing command does not undo its neighbours.
+//! commits all durable commands of the batch in **one** transaction (group commit), each with
+//! its receipt; one failing command does not undo its neighbours (`WriteTx::command_group`).
 //! Replies and events leave through the outbox ([`super::outbox`]), only once the commits they
 //! may reflect are on disk; the thread goes on with the next batch while the syncer waits for
 //! that. Between batches the thread sleeps until the next durable deadline, or indefinitely
@@ -217,6 +217,22 @@ fn process_batch(
     // Reads answered from what is committed so far: sent now if that is durable, otherwise
     // with the batch's replies (one fsync for both).
     state.outbox.flush_if_synced(store.commits());
+    // Each command's receipt identity (usually computed by its connection task already).
+    let writes: Vec<Job> = writes
+        .into_iter()
+        .filter_map(|mut job| {
+            if job.meta.is_none() {
+                match dispatch::command_meta(&job.request) {
+                    Ok(meta) => job.meta = Some(meta),
+                    Err(rejection) => {
+                        state.outbox.reply(job.reply, Err(rejection));
+                        return None;
+                    }
+                }
+            }
+            Some(job)
+        })
+        .collect();
     if writes.is_empty() {
         return Vec::new();
     }
@@ -234,22 +250,33 @@ fn process_batch(
     let mut activations = children::Activations::default();
     let committed = store.write(|w| {
         let mut results = Vec::with_capacity(writes.len());
-        for job in &writes {
-            let meta = match &job.meta {
-                Some(meta) => Ok(meta.clone()),
-                None => dispatch::command_meta(&job.request),
+        // Every job's identity was computed above.
+        let meta_of = |job: &Job| {
+            job.meta
+                .clone()
+                .ok_or_else(|| StoreError::InvalidInput("the command has no identity".into()))
+        };
+        // Consecutive client commands run as one group (one savepoint for all of them unless
+        // one fails after writing: `WriteTx::command_group`); they may run twice, which is
+        // why they cannot change the host's memory. A worker's message changes it (its
+        // child's hello, the cached graph), so it runs once, in a savepoint of its own.
+        for group in writes.chunk_by(|a, b| !a.request.is_worker() && !b.request.is_worker()) {
+            let outcomes = if group[0].request.is_worker() {
+                let job = &group[0];
+                vec![meta_of(job).and_then(|meta| {
+                    w.command(&meta, |w| children::apply_worker(w, state, &job.request))
+                })]
+            } else {
+                let state: &HostState = state;
+                w.command_group(group, meta_of, |w, job| {
+                    dispatch::apply_command(w, state, &job.request, job.start.as_ref())
+                })?
             };
-            let result = meta.and_then(|meta| {
-                w.command(&meta, |w| {
-                    if job.request.is_worker() {
-                        children::apply_worker(w, state, &job.request)
-                    } else {
-                        dispatch::apply_command(w, state, &job.request, job.start.as_ref())
-                    }
-                })
-                .map_err(|e| dispatch::rejection_for(&e))
-            });
-            results.push(result);
+            results.extend(
+                outcomes
+                    .into_iter()
+                    .map(|r| r.map_err(|e| dispatch::rejection_for(&e))),
+            );
         }
         // Runs this batch made ready (a start, a resume, an answer) are activated in the same
         // commit when a child slot is free: one commit less between a command and its child.

@@ -85,6 +85,11 @@ pub enum StoreError {
     #[error("injected fault before commit of {0}")]
     InjectedFault(String),
 
+    /// SQLite rolled the open transaction back by itself (after a full disk or an I/O error):
+    /// nothing of it may be committed or acknowledged.
+    #[error("the transaction was rolled back by the database (disk full or i/o error)")]
+    TransactionLost,
+
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
 

@@ -1018,11 +1018,7 @@ impl WriteTx<'_> {
     /// Sets the paused flag. A queued or waiting run is held back from activation; a running
     /// run keeps going until its next boundary, where the owner parks it.
     pub fn pause(&mut self, run_id: &str, fence: Fence<'_>) -> StoreResult<u64> {
-        // A claim holder is fenced before anything else: a stale writer learns it lost.
-        if matches!(fence, Fence::Claim(_)) {
-            self.authorize(run_id, fence, Op::Pause)?;
-        }
-        let run = self.run_for(run_id, Op::Pause)?;
+        let run = self.fenced_run_for(run_id, fence, Op::Pause)?;
         if run.paused {
             return Err(invalid(
                 run_id,
@@ -1031,18 +1027,12 @@ impl WriteTx<'_> {
                 "the run is already paused".into(),
             ));
         }
-        self.authorize(run_id, fence, Op::Pause)?;
-        self.set_paused(run_id, true)?;
-        self.finish_run_write(run_id, "paused", json!({}))
+        self.finish_paused_write(run_id, "paused", &run, true)
     }
 
     /// Clears the paused flag; a queued run becomes ready now.
     pub fn resume(&mut self, run_id: &str, fence: Fence<'_>) -> StoreResult<u64> {
-        // A claim holder is fenced before anything else: a stale writer learns it lost.
-        if matches!(fence, Fence::Claim(_)) {
-            self.authorize(run_id, fence, Op::Resume)?;
-        }
-        let run = self.run_for(run_id, Op::Resume)?;
+        let run = self.fenced_run_for(run_id, fence, Op::Resume)?;
         if !run.paused {
             return Err(invalid(
                 run_id,
@@ -1051,19 +1041,23 @@ impl WriteTx<'_> {
                 "the run is not paused".into(),
             ));
         }
-        self.authorize(run_id, fence, Op::Resume)?;
-        self.set_paused(run_id, false)?;
         if run.status == RunStatus::Queued {
             self.set_available(run_id, self.now)?;
         }
-        self.finish_run_write(run_id, "resumed", json!({}))
+        self.finish_paused_write(run_id, "resumed", &run, false)
     }
 
-    fn set_paused(&mut self, run_id: &str, paused: bool) -> StoreResult<()> {
-        self.conn()
-            .prepare_cached("UPDATE runs SET paused = ?2 WHERE run_id = ?1")?
-            .execute(params![run_id, paused])?;
-        Ok(())
+    /// The run row for `op`, authorized under `fence`. A claim holder is fenced before the row
+    /// is read (a stale writer learns it lost, whatever the run's state); an unclaimed writer
+    /// is checked against live claims once the run is known to exist and allow `op`.
+    fn fenced_run_for(&mut self, run_id: &str, fence: Fence<'_>, op: Op) -> StoreResult<RunRow> {
+        if matches!(fence, Fence::Claim(_)) {
+            self.authorize(run_id, fence, op)?;
+            return self.run_for(run_id, op);
+        }
+        let run = self.run_for(run_id, op)?;
+        self.authorize(run_id, fence, op)?;
+        Ok(run)
     }
 
     // ----- terminal operations ---------------------------------------------------------------

@@ -2,8 +2,8 @@
 //!
 //! A [`Store`] owns one read-write SQLite connection to `$PIW_HOME/state.sqlite`. Every change
 //! happens inside [`Store::write`], which opens one `BEGIN IMMEDIATE` transaction and hands out a
-//! [`WriteTx`]. Each lifecycle operation on `WriteTx` is atomic on its own (it runs inside a
-//! savepoint when batched) and ends with [`WriteTx::finish_run_write`], which bumps the run's
+//! [`WriteTx`]. Each lifecycle operation on `WriteTx` is atomic on its own (a batch undoes a
+//! failed one alone: [`WriteTx::command_group`], [`WriteTx::savepoint`]) and ends with [`WriteTx::finish_run_write`], which bumps the run's
 //! revision, appends exactly one event (whose sequence number equals the new revision), derives
 //! the queue row and refreshes the viewer projection. Operations that need ownership first pass
 //! the fence ([`WriteTx::fence`]), which checks and renews the claim in the same transaction.
@@ -487,8 +487,66 @@ impl WriteTx<'_> {
             .query_row([run_id], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
             })?;
-        let status_text = status;
-        let status = parse_status(&status_text)?;
+        let after = RunAfterWrite {
+            revision,
+            status: parse_status(&status)?,
+            paused,
+            current_node: current_node.as_deref(),
+        };
+        self.finish_run_write_tail(run_id, op, data, after)
+    }
+
+    /// [`WriteTx::finish_run_write`] for a write that changes only the paused flag of a row it
+    /// has just read (`row`): one `UPDATE` sets the flag and the revision together, and nothing
+    /// is read back (two statements less on the commonest client commands).
+    pub(crate) fn finish_paused_write(
+        &mut self,
+        run_id: &str,
+        op: &'static str,
+        row: &lifecycle::RunRow,
+        paused: bool,
+    ) -> StoreResult<u64> {
+        self.ops.push(op);
+        let before = row.revision as i64;
+        let revision = before + 1;
+        let changed = self
+            .conn()
+            .prepare_cached(
+                "UPDATE runs SET paused = ?2, revision = ?3, updated_at = ?4
+                 WHERE run_id = ?1 AND revision = ?5",
+            )?
+            .execute(params![run_id, paused, revision, self.now, before])?;
+        if changed != 1 {
+            // The row changed since the caller read it in this same transaction: a bug.
+            return Err(StoreError::CorruptRow(format!(
+                "run {run_id} is no longer at revision {}",
+                row.revision
+            )));
+        }
+        let after = RunAfterWrite {
+            revision,
+            status: row.status,
+            paused,
+            current_node: row.current_node.as_deref(),
+        };
+        self.finish_run_write_tail(run_id, op, serde_json::json!({}), after)
+    }
+
+    /// What every run write shares once the run row holds its new revision: the event, the
+    /// queue state, the projection.
+    fn finish_run_write_tail(
+        &mut self,
+        run_id: &str,
+        op: &'static str,
+        data: serde_json::Value,
+        after: RunAfterWrite<'_>,
+    ) -> StoreResult<u64> {
+        let RunAfterWrite {
+            revision,
+            status,
+            paused,
+            current_node,
+        } = after;
         self.conn()
             .prepare_cached(
                 "INSERT INTO events (run_id, seq, kind, at, data) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -506,7 +564,7 @@ impl WriteTx<'_> {
             )?
             .execute(params![
                 run_id,
-                status_text,
+                status.as_str(),
                 paused,
                 current_node,
                 revision,
@@ -526,6 +584,14 @@ impl WriteTx<'_> {
         self.revisions.push((run_id.to_owned(), revision as u64));
         Ok(revision as u64)
     }
+}
+
+/// A run row's state after a write: what the tail of every run write derives the rest from.
+struct RunAfterWrite<'a> {
+    revision: i64,
+    status: RunStatus,
+    paused: bool,
+    current_node: Option<&'a str>,
 }
 
 /// Process-wide SQLite settings, applied before the first connection opens (SQLite refuses

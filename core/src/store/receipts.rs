@@ -102,27 +102,129 @@ impl WriteTx<'_> {
                 replayed: true,
             });
         }
-        self.savepoint(|w| {
-            let response = f(w)?;
-            w.conn()
-                .prepare_cached(
-                    "INSERT INTO command_receipts (request_id, idempotency_key, fingerprint, kind,
-                                                   run_id, response, created_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                )?
-                .execute(params![
-                    meta.request_id,
-                    meta.idempotency_key,
-                    meta.fingerprint,
-                    meta.kind,
-                    meta.run_id,
-                    response.to_string(),
-                    w.now
-                ])?;
-            Ok(CommandOutcome {
-                response,
-                replayed: false,
-            })
+        self.savepoint(|w| w.apply_and_store(meta, f))
+    }
+
+    /// Runs several durable commands in order, each exactly as [`WriteTx::command`] would: a
+    /// command that fails leaves nothing behind, and its neighbours keep their changes. The
+    /// results come back in the order of `items`.
+    ///
+    /// Why not one savepoint each: a savepoint copies every page a command touches into a
+    /// journal before the command changes it, and most commands fail, if at all, before they
+    /// write anything. So the group runs under **one** savepoint, and a command that fails
+    /// after writing (SQLite's change counter moved) makes the whole group start again from
+    /// that savepoint with one savepoint per command. `apply` may therefore run twice for an
+    /// item: it must have no effect outside this transaction.
+    ///
+    /// An `Err` of the whole call means the transaction itself is unusable (SQLite rolled it
+    /// back, or a savepoint statement failed): the caller must not commit.
+    pub fn command_group<T>(
+        &mut self,
+        items: &[T],
+        mut meta_of: impl FnMut(&T) -> StoreResult<CommandMeta>,
+        mut apply: impl FnMut(&mut Self, &T) -> StoreResult<Value>,
+    ) -> StoreResult<Vec<StoreResult<CommandOutcome>>> {
+        if items.len() > 1 {
+            if let Some(results) = self.try_group_unisolated(items, &mut meta_of, &mut apply)? {
+                return Ok(results);
+            }
+        }
+        let mut results = Vec::with_capacity(items.len());
+        for item in items {
+            let result = meta_of(item).and_then(|meta| self.command(&meta, |w| apply(w, item)));
+            self.ensure_in_transaction()?;
+            results.push(result);
+        }
+        Ok(results)
+    }
+
+    /// The group under one savepoint; `None` (everything undone) when a command failed after
+    /// writing and the group must run again with a savepoint per command.
+    fn try_group_unisolated<T>(
+        &mut self,
+        items: &[T],
+        meta_of: &mut impl FnMut(&T) -> StoreResult<CommandMeta>,
+        apply: &mut impl FnMut(&mut Self, &T) -> StoreResult<Value>,
+    ) -> StoreResult<Option<Vec<StoreResult<CommandOutcome>>>> {
+        self.conn()
+            .prepare_cached("SAVEPOINT piw_group")?
+            .execute([])?;
+        let (ops_before, revisions_before) = (self.ops.len(), self.revisions.len());
+        let mut results = Vec::with_capacity(items.len());
+        let mut wrote_then_failed = false;
+        for item in items {
+            let changes_before = self.conn().total_changes();
+            let (ops_at, revisions_at) = (self.ops.len(), self.revisions.len());
+            let result = meta_of(item).and_then(|meta| match self.find_receipt(&meta)? {
+                Some(stored) => Ok(CommandOutcome {
+                    response: stored.response,
+                    replayed: true,
+                }),
+                None => self.apply_and_store(&meta, |w| apply(w, item)),
+            });
+            self.ensure_in_transaction()?;
+            if result.is_err() {
+                if self.conn().total_changes() != changes_before {
+                    wrote_then_failed = true;
+                    break;
+                }
+                // Nothing written: the transaction is as it was before this command.
+                self.ops.truncate(ops_at);
+                self.revisions.truncate(revisions_at);
+            }
+            results.push(result);
+        }
+        if wrote_then_failed {
+            self.conn()
+                .prepare_cached("ROLLBACK TO piw_group")?
+                .execute([])?;
+        }
+        self.conn()
+            .prepare_cached("RELEASE piw_group")?
+            .execute([])?;
+        if wrote_then_failed {
+            self.ops.truncate(ops_before);
+            self.revisions.truncate(revisions_before);
+            tracing::debug!("a command failed after writing; its group runs again, isolated");
+            return Ok(None);
+        }
+        Ok(Some(results))
+    }
+
+    /// Fails when SQLite has rolled the whole transaction back on its own (it may on a full
+    /// disk or an I/O error): what follows would otherwise commit statement by statement.
+    fn ensure_in_transaction(&self) -> StoreResult<()> {
+        if self.conn().is_autocommit() {
+            return Err(StoreError::TransactionLost);
+        }
+        Ok(())
+    }
+
+    /// Runs `f` and stores its response as the command's receipt (no isolation of its own).
+    fn apply_and_store(
+        &mut self,
+        meta: &CommandMeta,
+        f: impl FnOnce(&mut Self) -> StoreResult<Value>,
+    ) -> StoreResult<CommandOutcome> {
+        let response = f(self)?;
+        self.conn()
+            .prepare_cached(
+                "INSERT INTO command_receipts (request_id, idempotency_key, fingerprint, kind,
+                                               run_id, response, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )?
+            .execute(params![
+                meta.request_id,
+                meta.idempotency_key,
+                meta.fingerprint,
+                meta.kind,
+                meta.run_id,
+                response.to_string(),
+                self.now
+            ])?;
+        Ok(CommandOutcome {
+            response,
+            replayed: false,
         })
     }
 }
