@@ -263,9 +263,12 @@ fn process_batch(
         for group in writes.chunk_by(|a, b| !a.request.is_worker() && !b.request.is_worker()) {
             let outcomes = if group[0].request.is_worker() {
                 let job = &group[0];
-                vec![meta_of(job).and_then(|meta| {
+                let outcome = meta_of(job).and_then(|meta| {
                     w.command(&meta, |w| children::apply_worker(w, state, &job.request))
-                })]
+                });
+                // Nothing after a transaction SQLite rolled back may run: it would commit.
+                w.ensure_in_transaction()?;
+                vec![outcome]
             } else {
                 let state: &HostState = state;
                 w.command_group(group, meta_of, |w, job| {

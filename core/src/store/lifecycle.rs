@@ -1018,7 +1018,7 @@ impl WriteTx<'_> {
     /// Sets the paused flag. A queued or waiting run is held back from activation; a running
     /// run keeps going until its next boundary, where the owner parks it.
     pub fn pause(&mut self, run_id: &str, fence: Fence<'_>) -> StoreResult<u64> {
-        let run = self.fenced_run_for(run_id, fence, Op::Pause)?;
+        let run = self.run_for_claim_holder(run_id, fence, Op::Pause)?;
         if run.paused {
             return Err(invalid(
                 run_id,
@@ -1027,12 +1027,15 @@ impl WriteTx<'_> {
                 "the run is already paused".into(),
             ));
         }
+        // The first write (a claim holder's renewal) comes after every check: a refused pause
+        // writes nothing (which lets a group of commands skip their savepoints).
+        self.authorize(run_id, fence, Op::Pause)?;
         self.finish_paused_write(run_id, "paused", &run, true)
     }
 
     /// Clears the paused flag; a queued run becomes ready now.
     pub fn resume(&mut self, run_id: &str, fence: Fence<'_>) -> StoreResult<u64> {
-        let run = self.fenced_run_for(run_id, fence, Op::Resume)?;
+        let run = self.run_for_claim_holder(run_id, fence, Op::Resume)?;
         if !run.paused {
             return Err(invalid(
                 run_id,
@@ -1041,23 +1044,25 @@ impl WriteTx<'_> {
                 "the run is not paused".into(),
             ));
         }
+        self.authorize(run_id, fence, Op::Resume)?;
         if run.status == RunStatus::Queued {
             self.set_available(run_id, self.now)?;
         }
         self.finish_paused_write(run_id, "resumed", &run, false)
     }
 
-    /// The run row for `op`, authorized under `fence`. A claim holder is fenced before the row
-    /// is read (a stale writer learns it lost, whatever the run's state); an unclaimed writer
-    /// is checked against live claims once the run is known to exist and allow `op`.
-    fn fenced_run_for(&mut self, run_id: &str, fence: Fence<'_>, op: Op) -> StoreResult<RunRow> {
-        if matches!(fence, Fence::Claim(_)) {
-            self.authorize(run_id, fence, op)?;
-            return self.run_for(run_id, op);
+    /// The run row for `op`. A claim holder's claim is checked first (read only): a stale
+    /// writer learns it lost, whatever the run's state.
+    fn run_for_claim_holder(&self, run_id: &str, fence: Fence<'_>, op: Op) -> StoreResult<RunRow> {
+        if let Fence::Claim(claim) = fence {
+            if let Err(reason) = self.check_claim(claim)? {
+                return Err(StoreError::ClaimLost {
+                    run_id: claim.run_id.clone(),
+                    reason,
+                });
+            }
         }
-        let run = self.run_for(run_id, op)?;
-        self.authorize(run_id, fence, op)?;
-        Ok(run)
+        self.run_for(run_id, op)
     }
 
     // ----- terminal operations ---------------------------------------------------------------

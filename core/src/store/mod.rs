@@ -3,10 +3,12 @@
 //! A [`Store`] owns one read-write SQLite connection to `$PIW_HOME/state.sqlite`. Every change
 //! happens inside [`Store::write`], which opens one `BEGIN IMMEDIATE` transaction and hands out a
 //! [`WriteTx`]. Each lifecycle operation on `WriteTx` is atomic on its own (a batch undoes a
-//! failed one alone: [`WriteTx::command_group`], [`WriteTx::savepoint`]) and ends with [`WriteTx::finish_run_write`], which bumps the run's
-//! revision, appends exactly one event (whose sequence number equals the new revision), derives
-//! the queue row and refreshes the viewer projection. Operations that need ownership first pass
-//! the fence ([`WriteTx::fence`]), which checks and renews the claim in the same transaction.
+//! failed one alone: [`WriteTx::command_group`], [`WriteTx::savepoint`]) and ends with the
+//! common tail of every run write ([`WriteTx::finish_run_write`], or `finish_paused_write` for
+//! pause and resume), which bumps the run's revision, appends exactly one event (whose sequence
+//! number equals the new revision), derives the queue row and refreshes the viewer projection.
+//! Operations that need ownership first pass the fence ([`WriteTx::fence`]), which checks and
+//! renews the claim in the same transaction.
 //!
 //! Invariants kept here (plan "Core rules" 1–6, 11, 12):
 //! - a run has one claim row; its generation only grows and is never reused;
@@ -212,7 +214,9 @@ impl Store {
     /// Runs `f` in one `BEGIN IMMEDIATE` transaction and commits it if `f` succeeds.
     ///
     /// If `f` fails, nothing it did is kept. Operations inside `f` that should fail on their own
-    /// without undoing their neighbours (group commit) go through [`WriteTx::savepoint`].
+    /// without undoing their neighbours (group commit) go through [`WriteTx::command_group`] or
+    /// [`WriteTx::savepoint`]. A transaction SQLite rolled back by itself is never reported as
+    /// committed ([`StoreError::TransactionLost`]).
     pub fn write<T>(
         &mut self,
         f: impl FnOnce(&mut WriteTx<'_>) -> StoreResult<T>,
@@ -229,6 +233,10 @@ impl Store {
             revisions: Vec::new(),
         };
         let out = f(&mut w)?;
+        // SQLite may have rolled the transaction back by itself (a full disk, an I/O error):
+        // whatever ran after that committed statement by statement, and nothing of this
+        // transaction may be reported as committed.
+        w.ensure_in_transaction()?;
         if let Some(hook) = &self.config.fault_hook {
             if hook(&w.ops) {
                 let names = w.ops.join(",");
@@ -267,12 +275,18 @@ impl WriteTx<'_> {
 
     /// Runs `f` inside a savepoint: if it fails, only its own changes are undone and the error
     /// is returned, while the enclosing transaction stays usable.
+    ///
+    /// Fails with [`StoreError::TransactionLost`] when SQLite has rolled the transaction back by
+    /// itself: a `SAVEPOINT` then would silently open a new transaction.
     pub fn savepoint<T>(&mut self, f: impl FnOnce(&mut Self) -> StoreResult<T>) -> StoreResult<T> {
-        // Cached statements: group commit opens one savepoint per command.
+        self.ensure_in_transaction()?;
+        // Cached statements: a batch may open many savepoints.
         self.tx.prepare_cached("SAVEPOINT piw_op")?.execute([])?;
         let ops_before = self.ops.len();
         let revisions_before = self.revisions.len();
-        match f(self) {
+        let result = f(self);
+        self.ensure_in_transaction()?;
+        match result {
             Ok(v) => {
                 self.tx.prepare_cached("RELEASE piw_op")?.execute([])?;
                 Ok(v)
@@ -285,6 +299,17 @@ impl WriteTx<'_> {
                 Err(e)
             }
         }
+    }
+
+    /// Fails with [`StoreError::TransactionLost`] when SQLite has rolled the whole transaction
+    /// back on its own (it may after a full disk or an I/O error). Whatever runs after that
+    /// would commit statement by statement, so a caller that goes on after a failed operation
+    /// checks this first.
+    pub fn ensure_in_transaction(&self) -> StoreResult<()> {
+        if self.tx.is_autocommit() {
+            return Err(StoreError::TransactionLost);
+        }
+        Ok(())
     }
 
     fn conn(&self) -> &Connection {
@@ -674,5 +699,52 @@ mod tests {
         let (_, stored) = store.run_state(&run_id).unwrap();
         assert_eq!(revisions.get(&run_id), Some(&stored));
         assert_eq!(stored, 2, "started, paused");
+    }
+
+    fn meta(id: &str) -> CommandMeta {
+        CommandMeta {
+            request_id: id.into(),
+            idempotency_key: None,
+            fingerprint: id.into(),
+            kind: "run.pause".into(),
+            run_id: None,
+        }
+    }
+
+    /// SQLite may roll a whole transaction back by itself (a full disk, an I/O error); a
+    /// `ROLLBACK` inside a command stands in for that. Nothing may run on in autocommit mode
+    /// (each statement would commit), and the write must fail.
+    #[test]
+    fn a_transaction_sqlite_rolled_back_by_itself_commits_nothing_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store =
+            Store::open(dir.path().join("state.sqlite"), StoreConfig::default()).expect("open");
+        let runs: Vec<String> = (0..2)
+            .map(|_| store.write(|w| w.start_run(&new_run("w"))).unwrap())
+            .collect();
+        let pause = |w: &mut WriteTx<'_>, run_id: &String| {
+            w.pause(run_id, Fence::Unclaimed)?;
+            Ok(serde_json::json!({}))
+        };
+        let out = store.write(|w| {
+            let lost = w.command(&meta("lost"), |w| {
+                w.tx.execute_batch("ROLLBACK")?;
+                Err(StoreError::InvalidInput("disk full".into()))
+            });
+            assert!(matches!(lost, Err(StoreError::TransactionLost)), "{lost:?}");
+            let group = w.command_group(&runs, |r| Ok(meta(r)), pause);
+            assert!(
+                matches!(group, Err(StoreError::TransactionLost)),
+                "{group:?}"
+            );
+            let one = w.command_group(&runs[..1], |r| Ok(meta(r)), pause);
+            assert!(matches!(one, Err(StoreError::TransactionLost)), "{one:?}");
+            Ok(())
+        });
+        assert!(matches!(out, Err(StoreError::TransactionLost)), "{out:?}");
+        for run_id in &runs {
+            assert!(!store.run(run_id).unwrap().paused);
+            assert_eq!(store.run_state(run_id).unwrap().1, 1, "started only");
+        }
     }
 }

@@ -124,6 +124,7 @@ impl WriteTx<'_> {
         mut meta_of: impl FnMut(&T) -> StoreResult<CommandMeta>,
         mut apply: impl FnMut(&mut Self, &T) -> StoreResult<Value>,
     ) -> StoreResult<Vec<StoreResult<CommandOutcome>>> {
+        self.ensure_in_transaction()?;
         if items.len() > 1 {
             if let Some(results) = self.try_group_unisolated(items, &mut meta_of, &mut apply)? {
                 return Ok(results);
@@ -132,7 +133,9 @@ impl WriteTx<'_> {
         let mut results = Vec::with_capacity(items.len());
         for item in items {
             let result = meta_of(item).and_then(|meta| self.command(&meta, |w| apply(w, item)));
-            self.ensure_in_transaction()?;
+            if let Err(StoreError::TransactionLost) = result {
+                return Err(StoreError::TransactionLost);
+            }
             results.push(result);
         }
         Ok(results)
@@ -189,15 +192,6 @@ impl WriteTx<'_> {
             return Ok(None);
         }
         Ok(Some(results))
-    }
-
-    /// Fails when SQLite has rolled the whole transaction back on its own (it may on a full
-    /// disk or an I/O error): what follows would otherwise commit statement by statement.
-    fn ensure_in_transaction(&self) -> StoreResult<()> {
-        if self.conn().is_autocommit() {
-            return Err(StoreError::TransactionLost);
-        }
-        Ok(())
     }
 
     /// Runs `f` and stores its response as the command's receipt (no isolation of its own).
