@@ -13,8 +13,8 @@ use super::dispatch;
 use super::store_thread::{Job, RunEvent, StoreMsg};
 use super::HostShared;
 use crate::protocol::{
-    encode_frame, Event, FrameDecoder, Receipt, Rejection, RejectionCode, Request, RequestBody,
-    ServerFrame,
+    encode_frame, Event, FrameDecoder, FrameError, Limits, Receipt, Rejection, RejectionCode,
+    Request, RequestBody, ServerFrame,
 };
 
 /// A frame that has started must be complete within this time, or the connection is closed
@@ -144,10 +144,64 @@ async fn next_event(
     }
 }
 
+/// Writes one frame. A frame over the frame limit is never sent: a reply becomes a
+/// `payload_too_large` rejection of the same request (the connection stays usable: the client
+/// asks for less), an event a goodbye (`Err`: the caller closes the connection, and the
+/// subscriber rereads the run).
 async fn write(stream: &mut UnixStream, frame: &ServerFrame) -> std::io::Result<()> {
-    let bytes = encode_frame(frame, &crate::protocol::Limits::default())
-        .map_err(|e| std::io::Error::other(e.to_string()))?;
-    stream.write_all(&bytes).await
+    let limits = Limits::default();
+    let (bytes, closes) = match encode_frame(frame, &limits) {
+        Ok(bytes) => (bytes, false),
+        Err(FrameError::TooLarge { len, limit }) => {
+            let (instead, closes) = oversized(frame, len, limit);
+            tracing::warn!(len, limit, "a frame over the frame limit was not sent");
+            let bytes = encode_frame(&instead, &limits)
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+            (bytes, closes)
+        }
+        Err(e) => return Err(std::io::Error::other(e.to_string())),
+    };
+    stream.write_all(&bytes).await?;
+    if closes {
+        return Err(std::io::Error::other(
+            "an event over the frame limit ended the connection",
+        ));
+    }
+    Ok(())
+}
+
+/// What is sent instead of `frame`, `len` bytes over the frame limit `limit`, and whether the
+/// connection must close after it.
+fn oversized(frame: &ServerFrame, len: usize, limit: usize) -> (ServerFrame, bool) {
+    match frame {
+        ServerFrame::Response(response) => {
+            let rejection = Rejection::new(
+                RejectionCode::PayloadTooLarge,
+                format!(
+                    "the reply is {len} bytes, over the frame limit of {limit} bytes; ask for less (a smaller limit, one run at a time)"
+                ),
+            )
+            .with_details(json!({ "reply_bytes": len, "limit": limit }));
+            (
+                ServerFrame::rejection(response.request_id.clone(), rejection),
+                false,
+            )
+        }
+        ServerFrame::Event(event) => (
+            ServerFrame::goodbye(
+                RejectionCode::PayloadTooLarge,
+                format!(
+                    "an event of run {} is {len} bytes, over the frame limit of {limit} bytes; resubscribe and reread the run",
+                    event.run_id
+                ),
+            ),
+            true,
+        ),
+        ServerFrame::Goodbye(goodbye) => (
+            ServerFrame::goodbye(goodbye.code, format!("goodbye of {len} bytes cut short")),
+            true,
+        ),
+    }
 }
 
 fn event_frames(
@@ -325,5 +379,85 @@ fn worker_may_send(request: &Request, worker: &Option<(String, u64)>) -> bool {
                 && request.generation == Some(*generation)
         }
         (_, None) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{read_frame, Receipt};
+
+    /// Writes `frame` through [`write`] and returns what the peer reads, decoded, and whether
+    /// `write` reported the connection as ended.
+    fn written(frame: ServerFrame) -> (ServerFrame, bool) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let (mut ours, theirs) = UnixStream::pair().unwrap();
+            let reader = tokio::task::spawn_blocking(move || {
+                let mut theirs = theirs.into_std().unwrap();
+                theirs.set_nonblocking(false).unwrap();
+                read_frame(&mut theirs, &Limits::default())
+                    .unwrap()
+                    .expect("a frame before the end of the stream")
+            });
+            let ended = write(&mut ours, &frame).await.is_err();
+            drop(ours); // nothing written: the reader sees the end, not a hang
+            let body = reader.await.unwrap();
+            (ServerFrame::decode(&body).unwrap(), ended)
+        })
+    }
+
+    fn big() -> serde_json::Value {
+        json!({ "runs": "x".repeat(Limits::default().max_frame_bytes + 1) })
+    }
+
+    #[test]
+    fn a_reply_over_the_frame_limit_becomes_a_payload_too_large_rejection_of_its_request() {
+        let (frame, ended) = written(ServerFrame::receipt("req-1", Receipt::new(None, big())));
+        let ServerFrame::Response(response) = frame else {
+            panic!("expected a response, got {frame:?}");
+        };
+        assert_eq!(response.request_id, "req-1");
+        let rejection = response.result.expect_err("a rejection");
+        assert_eq!(rejection.code, RejectionCode::PayloadTooLarge);
+        assert!(!ended, "the connection stays usable");
+    }
+
+    #[test]
+    fn an_event_over_the_frame_limit_ends_the_connection_with_a_goodbye() {
+        let event = ServerFrame::Event(Event {
+            schema: Default::default(),
+            subscription_id: "sub-1".into(),
+            run_id: "run-1".into(),
+            seq: 1,
+            event_kind: "completed".into(),
+            status: "completed".into(),
+            revision: 1,
+            at_ms: 0,
+            data: big(),
+        });
+        let (frame, ended) = written(event);
+        let ServerFrame::Goodbye(goodbye) = frame else {
+            panic!("expected a goodbye, got {frame:?}");
+        };
+        assert_eq!(goodbye.code, RejectionCode::PayloadTooLarge);
+        assert!(goodbye.message.contains("run-1"), "{}", goodbye.message);
+        assert!(ended);
+    }
+
+    #[test]
+    fn a_frame_within_the_limit_is_sent_as_it_is() {
+        let (frame, ended) = written(ServerFrame::receipt(
+            "req-2",
+            Receipt::new(None, json!({ "ok": 1 })),
+        ));
+        let ServerFrame::Response(response) = frame else {
+            panic!("expected a response, got {frame:?}");
+        };
+        assert_eq!(response.result.expect("a receipt").body, json!({ "ok": 1 }));
+        assert!(!ended);
     }
 }
