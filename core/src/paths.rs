@@ -42,9 +42,11 @@ impl PiwPaths {
         ))
     }
 
-    /// The paths of the installation at `home`.
+    /// The paths of the installation at `home`, made absolute and normalized (`.`, `..` and
+    /// trailing slashes resolved without looking at the file system), so every spelling of one
+    /// directory finds the same socket.
     pub fn for_home(home: PathBuf) -> Self {
-        let home = std::path::absolute(&home).unwrap_or(home);
+        let home = normalize(&std::path::absolute(&home).unwrap_or(home));
         let preferred = home.join("host.sock");
         let socket = if preferred.as_os_str().len() <= MAX_SOCKET_PATH_BYTES {
             preferred
@@ -69,6 +71,25 @@ impl PiwPaths {
         }
         Ok(())
     }
+}
+
+/// `path` with `.` and `..` resolved lexically and no trailing slash (symbolic links are left
+/// alone: the directory may not exist yet).
+fn normalize(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    out.push(component);
+                }
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 fn make_private_dir(dir: &Path) -> io::Result<()> {
@@ -127,5 +148,23 @@ mod tests {
             a.socket, other.socket,
             "installations do not share a socket"
         );
+    }
+
+    #[test]
+    fn every_spelling_of_one_home_finds_the_same_socket() {
+        let long = format!("/tmp/{}", "d".repeat(120));
+        let plain = PiwPaths::for_home(PathBuf::from(&long));
+        for spelling in [
+            format!("{long}/"),
+            format!("{long}/."),
+            format!("{long}/../{}", "d".repeat(120)),
+            format!("/tmp/./{}", "d".repeat(120)),
+        ] {
+            let other = PiwPaths::for_home(PathBuf::from(&spelling));
+            assert_eq!(other.socket, plain.socket, "{spelling}");
+            assert_eq!(other.home, plain.home, "{spelling}");
+        }
+        let short = PiwPaths::for_home(PathBuf::from("/tmp/x/y/../"));
+        assert_eq!(short.socket, PathBuf::from("/tmp/x/host.sock"));
     }
 }

@@ -220,6 +220,43 @@ fn ten_racing_ensure_host_calls_end_with_exactly_one_host() {
     home.client().call(RequestBody::HostStop).unwrap();
 }
 
+/// A host started while another process still holds the installation (here the test, as a
+/// host that is still stopping would) exits at once; `ensure_host` starts it again once the
+/// installation is free instead of waiting out its timeout for nothing.
+#[test]
+fn ensure_host_starts_a_host_once_a_stopping_one_has_let_go() {
+    let home = Home::new();
+    home.paths.ensure_dirs().unwrap();
+    let held = piw_core::host::lock_installation(&home.paths).unwrap();
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(700));
+        drop(held);
+    });
+    let result = ensure_host(&home.paths, &piw(), Duration::from_secs(20));
+    release.join().unwrap();
+    result.expect("a host once the installation is free");
+    let status = home.client().call(RequestBody::HostStatus).unwrap();
+    assert!(status.body["pid"].as_u64().is_some());
+    home.client().call(RequestBody::HostStop).unwrap();
+}
+
+/// A host that cannot start (its database is not one) makes `ensure_host` fail with the reason
+/// from the host's log, not a bare "not ready" after the whole timeout.
+#[test]
+fn ensure_host_reports_why_a_host_could_not_start() {
+    let home = Home::new();
+    home.paths.ensure_dirs().unwrap();
+    std::fs::write(&home.paths.db, b"not a database at all").unwrap();
+    let err = ensure_host(&home.paths, &piw(), Duration::from_secs(60)).unwrap_err();
+    let ClientError::HostNotReady { detail, .. } = &err else {
+        panic!("expected host_not_ready, got {err:?}");
+    };
+    assert!(
+        detail.contains("exited") && detail.contains("not an SQLite database"),
+        "{detail}"
+    );
+}
+
 #[test]
 fn the_socket_and_directory_are_user_only() {
     use std::os::unix::fs::PermissionsExt;

@@ -314,6 +314,11 @@ impl BlockingClient {
 /// `host_bin host serve` as a detached process (own session, output to `host.log`) and waits
 /// until the socket answers or `timeout` passes. Racing callers are safe: the installation
 /// lock lets exactly one host run; the losers exit and everyone connects to the winner.
+///
+/// A host started while another process still holds the installation (a host that is
+/// stopping, a `piw state reset`) exits at once; it is started again, with a back-off, until
+/// the holder is gone or `timeout` passes. A host that exits while nobody else holds the
+/// installation (a refused database, say) fails the call at once, with the end of its log.
 pub fn ensure_host(
     paths: &PiwPaths,
     host_bin: &Path,
@@ -335,33 +340,10 @@ pub fn ensure_host_with_env(
         return Ok(());
     }
     paths.ensure_dirs()?;
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&paths.log)?;
-    let mut cmd = Command::new(host_bin);
-    cmd.args(["host", "serve"])
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .env("PIW_HOME", &paths.home)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log);
-    // Detach: its own session, so it outlives the caller's terminal and process group.
-    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
-            if libc::setsid() == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let mut child = cmd.spawn().map_err(|e| ClientError::HostNotReady {
-        waited: Duration::ZERO,
-        detail: format!("cannot start {}: {e}", host_bin.display()),
-    })?;
     let started = Instant::now();
+    let mut child = start_host(paths, host_bin, env)?;
     let mut delay = Duration::from_millis(2);
+    let mut restart_delay = Duration::from_millis(50);
     loop {
         if probe(paths) {
             // The host (or a loser that exits because another host won the race) is our
@@ -379,9 +361,93 @@ pub fn ensure_host_with_env(
                 detail: format!("see {}", paths.log.display()),
             });
         }
+        if let Ok(Some(status)) = child.try_wait() {
+            // The host we started is gone and nobody answers yet.
+            match installation_holder(paths) {
+                Some(pid) if pid != child.id() && crate::supervise::process_alive(pid) => {
+                    // Another process holds the installation: a host that is still stopping
+                    // (or starting: it will answer), or a reset. Try again once it may be gone.
+                    std::thread::sleep(restart_delay);
+                    restart_delay = (restart_delay * 2).min(Duration::from_millis(500));
+                    if !probe(paths) {
+                        child = start_host(paths, host_bin, env)?;
+                    }
+                    continue;
+                }
+                _ => {
+                    // A last look: a host that won a race may have just come up.
+                    if probe(paths) {
+                        return Ok(());
+                    }
+                    return Err(ClientError::HostNotReady {
+                        waited: started.elapsed(),
+                        detail: format!(
+                            "the host exited ({status}) without serving; the end of {}:\n{}",
+                            paths.log.display(),
+                            log_tail(&paths.log)
+                        ),
+                    });
+                }
+            }
+        }
         std::thread::sleep(delay);
         delay = (delay * 2).min(Duration::from_millis(50));
     }
+}
+
+/// Starts `host_bin host serve` detached: its own session (it outlives the caller's terminal
+/// and process group), its output appended to `host.log`.
+fn start_host(
+    paths: &PiwPaths,
+    host_bin: &Path,
+    env: &[(String, String)],
+) -> Result<std::process::Child, ClientError> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&paths.log)?;
+    let mut cmd = Command::new(host_bin);
+    cmd.args(["host", "serve"])
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("PIW_HOME", &paths.home)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            if libc::setsid() == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn().map_err(|e| ClientError::HostNotReady {
+        waited: Duration::ZERO,
+        detail: format!("cannot start {}: {e}", host_bin.display()),
+    })
+}
+
+/// The pid the installation lock file names: the process that holds the installation, or
+/// held it last (the file keeps the pid of a holder that has exited).
+fn installation_holder(paths: &PiwPaths) -> Option<u32> {
+    std::fs::read_to_string(&paths.lock)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The last lines of the host's log (at most about 2 KiB), for an error message.
+fn log_tail(path: &Path) -> String {
+    const MAX: usize = 2048;
+    let Ok(text) = std::fs::read(path) else {
+        return String::new();
+    };
+    let tail = &text[text.len().saturating_sub(MAX)..];
+    let tail = String::from_utf8_lossy(tail);
+    let lines: Vec<&str> = tail.lines().collect();
+    lines[lines.len().saturating_sub(10)..].join("\n")
 }
 
 /// Whether a host answers a status request at the socket.
