@@ -1375,3 +1375,56 @@ fn an_unreported_step_the_graph_does_not_allow_fails_the_run() {
     );
     env.stop(host);
 }
+
+/// A graceful stop closes every worker's connection at once, while a slow client can hold the
+/// stop open for seconds (it pipelines requests and never reads the replies). A busy run's
+/// child exits when its connection closes: that exit must leave the run resumable, not count
+/// as a lost child, and the run must not be launched again meanwhile (three such losses used
+/// to send a healthy run to review during an ordinary stop).
+#[test]
+fn a_graceful_stop_held_open_by_a_slow_client_costs_a_busy_run_nothing() {
+    use piw_core::protocol::{write_frame, Limits};
+    use std::io::Write as _;
+    let env = Env::new(&[("PIW_KILL_GRACE_MS", "200")]);
+    let host = env.serve(None);
+    // A finished run with a large output: its status replies fill the slow client's socket.
+    let big = env.one_node("big", json!({"return": {"blob": "x".repeat(60_000)}}));
+    let big_id = env.start(&big, json!({}));
+    env.wait_for(&big_id, &["completed"], Duration::from_secs(20));
+    // A busy run: a cycle of short compute nodes, its child talks to the host all the time.
+    let busy = env.fixture(
+        "busy",
+        json!({
+            "graph": {"name": "busy", "start": "a",
+                      "nodes": {"a": {"kind": "compute"}, "b": {"kind": "compute"}},
+                      "edges": [{"from": "a", "to": "b"}, {"from": "b", "to": "a"}]},
+            "behaviors": {"a": {"sleep_ms": 20}, "b": {"sleep_ms": 20}}
+        }),
+    );
+    let run_id = env.start(&busy, json!({}));
+    env.wait_for(&run_id, &["running"], Duration::from_secs(20));
+    std::thread::sleep(Duration::from_millis(300));
+    let mut slow = std::os::unix::net::UnixStream::connect(&env.paths.socket).unwrap();
+    for i in 0..40 {
+        let req = Request::new(format!("slow-{i}"), RequestBody::RunStatus).with_run_id(&big_id);
+        write_frame(&mut slow, &req, &Limits::default()).unwrap();
+    }
+    slow.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let before_stop = events(&env, &run_id).len();
+    env.stop(host);
+    drop(slow);
+
+    let after_stop = events(&env, &run_id);
+    let during_stop = &after_stop[before_stop..];
+    assert!(
+        !during_stop
+            .iter()
+            .any(|k| k == "child_lost" || k == "activated"),
+        "the stop counted a loss or launched the run again: {during_stop:?}"
+    );
+    let host = env.serve(None);
+    let s = env.status(&run_id);
+    assert_ne!(s["run"]["status"], json!("review"), "{}", s["run"]);
+    env.stop(host);
+}

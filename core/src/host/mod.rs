@@ -467,6 +467,10 @@ async fn serve_async(
     // goodbye and close; the store thread commits what it has and stops.
     drop(listener);
     let _ = std::fs::remove_file(&paths.socket);
+    // The store thread hears of the stop before any connection does: a worker whose
+    // connection the stop closes exits, and that exit must not count as a lost child (nor may
+    // its run be launched again while the host drains).
+    let _ = shared.jobs.send(StoreMsg::Draining);
     let _ = shared.stop.send(true);
     let drain = async { while connections.join_next().await.is_some() {} };
     if tokio::time::timeout(config.drain_timeout, drain)

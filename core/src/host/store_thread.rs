@@ -30,6 +30,10 @@ pub enum StoreMsg {
     Request(Box<Job>),
     /// A child started or exited.
     Child(super::children::ChildReport),
+    /// The host has begun to stop (sent before any connection is told): launch nothing more,
+    /// and a child that exits from now on (its connection was closed by the stop) leaves its
+    /// run resumable without counting a loss. Requests still in flight are answered.
+    Draining,
     /// The host is stopping: stop launching, let the supervisor stop every child.
     Shutdown,
 }
@@ -102,6 +106,7 @@ pub fn run(
                 match msg {
                     StoreMsg::Request(job) => batch.push(*job),
                     StoreMsg::Child(report) => reports.push(report),
+                    StoreMsg::Draining => state.shutting_down = true,
                     StoreMsg::Shutdown => {
                         state.shutting_down = true;
                         // Closing the channel makes the supervisor stop every child.
