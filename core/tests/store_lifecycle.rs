@@ -847,3 +847,33 @@ fn the_next_deadline_covers_an_operator_claim_on_a_ready_run_and_only_future_one
     );
     let _ = control;
 }
+
+/// A running host renews its own claims while their children work, so its own claim can only
+/// expire when the host itself stalled (a suspended laptop): the run is requeued without
+/// counting a loss against it. A claim of another owner that expires counts one.
+#[test]
+fn a_claim_that_expired_while_its_own_host_stalled_costs_the_run_no_loss() {
+    let mut f = Fixture::new();
+    let (own, _, _) = f.running();
+    let (other, _, _) = f.running();
+    f.clock.advance(LEASE_MS + 1);
+    // Both claims belong to HOST; recovering as HOST counts nothing, as anybody else one each.
+    let rec = f
+        .store
+        .write(|w| w.recover_expired_claims(Some(HOST)))
+        .unwrap();
+    assert_eq!(rec.len(), 2);
+    for run_id in [&own, &other] {
+        let last = f.store.events(run_id, 0).unwrap().pop().unwrap();
+        assert_eq!(last.kind, "recovered");
+        assert_eq!(last.data["losses"], json!(0), "{run_id}: {}", last.data);
+        assert_eq!(f.store.run(run_id).unwrap().status, RunStatus::Queued);
+    }
+    let (counted, _, _) = f.running();
+    f.clock.advance(LEASE_MS + 1);
+    f.store
+        .write(|w| w.recover_expired_claims(Some("another-host")))
+        .unwrap();
+    let last = f.store.events(&counted, 0).unwrap().pop().unwrap();
+    assert_eq!(last.data["losses"], json!(1), "{}", last.data);
+}

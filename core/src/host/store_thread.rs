@@ -124,7 +124,7 @@ pub fn run(
         // Heartbeats first: a claim renewed in time must not be recovered as expired.
         if deadline.is_some_and(|at| at <= store.now_ms()) {
             children::due_child_work(&mut store, &mut state);
-            run_due_work(&mut store, &mut state.outbox);
+            run_due_work(&mut store, &mut state.outbox, &state.owner_id);
             children::forget_released_claims(&store, &mut state, None);
         }
         if !state.shutting_down {
@@ -166,10 +166,10 @@ fn next_deadline_at(store: &Store, state: &HostState) -> Option<i64> {
 }
 
 /// Deadlines owned by the host: expired interactions and expired claims.
-fn run_due_work(store: &mut Store, outbox: &mut Outbox) {
+fn run_due_work(store: &mut Store, outbox: &mut Outbox, owner_id: &str) {
     let result = store.write(|w| {
         let expired = w.expire_due_interactions()?;
-        let recovered = w.recover_expired()?;
+        let recovered = w.recover_expired_claims(Some(owner_id))?;
         let mut runs: Vec<String> = recovered.into_iter().map(|r| r.run_id).collect();
         if !expired.is_empty() {
             runs.extend(expired);

@@ -1285,21 +1285,44 @@ impl WriteTx<'_> {
     }
 
     /// Makes every running row whose claim has expired (or vanished) claimable again, in one
-    /// commit per call. Used at host start and by the host's expiry timer.
+    /// commit per call, counting a loss for each. Used at host start.
     pub fn recover_expired(&mut self) -> StoreResult<Vec<RecoveredRun>> {
-        let expired: Vec<String> = self
+        self.recover_expired_claims(None)
+    }
+
+    /// [`WriteTx::recover_expired`] for a running host whose owner id is `stalled_owner`. The
+    /// host renews its own claims while their children work, so one of them can expire only
+    /// when the host itself stalled past the lease (a suspended laptop, a stopped process):
+    /// its child did nothing wrong, and the run is requeued without counting a loss (an
+    /// effect the child was applying still becomes uncertain). Other claims count one.
+    pub fn recover_expired_claims(
+        &mut self,
+        stalled_owner: Option<&str>,
+    ) -> StoreResult<Vec<RecoveredRun>> {
+        let expired: Vec<(String, Option<String>)> = self
             .conn()
             .prepare_cached(
-                "SELECT r.run_id FROM runs r JOIN claims c ON c.run_id = r.run_id
+                "SELECT r.run_id, c.owner_id FROM runs r JOIN claims c ON c.run_id = r.run_id
                  WHERE r.status = 'running' AND (c.expires_at IS NULL OR c.expires_at <= ?1)
                  ORDER BY r.run_id",
             )?
-            .query_map([self.now], |r| r.get(0))?
+            .query_map([self.now], |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect::<Result<_, _>>()?;
         let mut out = Vec::with_capacity(expired.len());
-        for run_id in expired {
+        for (run_id, owner) in expired {
             let run = self.run_row(&run_id)?;
-            out.push(self.requeue_after_loss(&run_id, &run, "claim expired", "recovered")?);
+            let stalled = stalled_owner.is_some() && owner.as_deref() == stalled_owner;
+            out.push(if stalled {
+                self.requeue_after_loss_counted(
+                    &run_id,
+                    &run,
+                    "claim expired while the host was stalled",
+                    "recovered",
+                    false,
+                )?
+            } else {
+                self.requeue_after_loss(&run_id, &run, "claim expired", "recovered")?
+            });
         }
         Ok(out)
     }
