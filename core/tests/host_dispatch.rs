@@ -272,3 +272,80 @@ fn a_run_whose_standby_worker_died_before_its_hello_restarts_in_a_fresh_process(
         "the relaunch starts a fresh process: {second:?}"
     );
 }
+
+/// Ready runs whose activation commit failed (a full disk, say) are tried again after a
+/// while: no child of theirs will exit to wake the store thread, so the retry is a deadline.
+#[test]
+fn ready_runs_whose_activation_failed_to_commit_are_tried_again() {
+    use piw_core::host::children::{due_child_work, next_child_deadline, schedule};
+    use piw_core::host::supervisor::SupervisorCmd;
+    use std::sync::atomic::Ordering;
+
+    let mut f = Fixture::new();
+    let run_id = f.start();
+    let (mut state, mut rx) = host_state_with_runtime(&mut f, false);
+    state.launch_after_commit = true; // an earlier activation commit failed
+    f.fail_next_commit.store(true, Ordering::SeqCst);
+    schedule(&mut f.store, &mut state);
+    assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Queued);
+    assert!(rx.try_recv().is_err(), "nothing launched");
+    let retry = next_child_deadline(&f.store, &state).expect("a deadline to try again");
+    assert!(retry > f.store.now_ms(), "not at once: {retry}");
+
+    f.clock.advance(retry - f.store.now_ms());
+    due_child_work(&mut f.store, &mut state);
+    schedule(&mut f.store, &mut state);
+    assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Running);
+    assert!(matches!(rx.try_recv(), Ok(SupervisorCmd::Launch { .. })));
+    assert_eq!(state.activation_retry_at, None, "no retry left behind");
+}
+
+/// A `worker.hello` whose batch did not commit leaves no trace in the host's memory either:
+/// the store has no handshake, so the child's retry must be accepted (the store thread calls
+/// `forget_uncommitted_worker_message` for every worker message of a failed batch).
+#[test]
+fn a_hello_whose_batch_failed_to_commit_can_be_said_again() {
+    use piw_core::host::children::{apply_worker, forget_uncommitted_worker_message, schedule};
+    use piw_core::host::supervisor::SupervisorCmd;
+    use piw_core::protocol::payload::WorkerHello;
+    use std::sync::atomic::Ordering;
+
+    let mut f = Fixture::new();
+    let run_id = f.start();
+    let (mut state, mut rx) = host_state_with_runtime(&mut f, false);
+    schedule(&mut f.store, &mut state);
+    let Ok(SupervisorCmd::Launch {
+        spec, generation, ..
+    }) = rx.try_recv()
+    else {
+        panic!("the run was launched");
+    };
+    let envelope: serde_json::Value = serde_json::from_slice(&spec.stdin_payload).unwrap();
+    let token = envelope["child_token"].as_str().unwrap().to_owned();
+    let hello = Request::new(
+        "h-1",
+        RequestBody::WorkerHello(WorkerHello {
+            child_token: token,
+            pid: 1,
+            definition: Some(json!({"name": "w", "start": "a",
+                "nodes": {"a": {"kind": "compute"}}, "edges": []})),
+            mounted_sources: Some(json!({})),
+            start_node: true,
+        }),
+    )
+    .with_run_id(&run_id)
+    .with_generation(generation);
+    f.fail_next_commit.store(true, Ordering::SeqCst);
+    let failed = f.store.write(|w| {
+        let _ = w.savepoint(|w| apply_worker(w, &mut state, &hello));
+        Ok(())
+    });
+    assert!(failed.is_err(), "the batch did not commit");
+    forget_uncommitted_worker_message(&mut state, &hello, f.store.now_ms());
+    assert!(!f.store.children(&run_id).unwrap()[0].handshake);
+    let retry = f
+        .store
+        .write(|w| w.savepoint(|w| apply_worker(w, &mut state, &hello)));
+    assert!(retry.is_ok(), "the retried hello: {retry:?}");
+    assert!(f.store.children(&run_id).unwrap()[0].handshake);
+}

@@ -212,6 +212,9 @@ pub fn schedule(store: &mut Store, state: &mut HostState) {
     }
 }
 
+/// How long after a failed activation ready runs are tried again.
+const ACTIVATION_RETRY_MS: i64 = 1_000;
+
 /// Child slots free for activations.
 fn free_slots(state: &HostState) -> usize {
     state
@@ -307,10 +310,14 @@ fn activate_ready(w: &mut WriteTx<'_>, state: &mut HostState) -> Vec<ActivatedRu
             let mounted = w.mounted_sources(&run_id)?;
             Ok(Some((act, child_epoch, runtime, mounted)))
         });
-        let launch = launch.unwrap_or_else(|e| {
-            tracing::error!(%run_id, error = %e, "activation failed");
-            None
-        });
+        let launch = match launch {
+            Ok(launch) => launch,
+            Err(e) => {
+                tracing::error!(%run_id, error = %e, "activation failed; trying again later");
+                state.activation_retry_at = Some(w.now_ms() + ACTIVATION_RETRY_MS);
+                None
+            }
+        };
         out.push(ActivatedRun {
             run,
             revision_before,
@@ -372,6 +379,10 @@ pub fn settle_activations(
 ) {
     if !committed {
         abandon_launches(state, std::mem::take(&mut activations.pending));
+        if !activations.runs.is_empty() {
+            // The runs are still ready, and no child of theirs will exit to wake us.
+            state.activation_retry_at = Some(now + ACTIVATION_RETRY_MS);
+        }
         activations.runs.clear();
         return;
     }
@@ -736,6 +747,33 @@ pub fn apply_worker(
     };
     state.renewed_at.insert(run_id.to_owned(), w.now_ms());
     Ok(body)
+}
+
+/// Takes back what a worker message changed in the host's memory when its batch did not
+/// commit: the store has no handshake (a retried hello must be accepted, and the handshake
+/// deadline applies again), and a verdict that was not stored leaves the child judging (its
+/// validation deadline runs again from now).
+pub fn forget_uncommitted_worker_message(state: &mut HostState, req: &Request, now: i64) {
+    let (Some(run_id), Some(generation)) = (req.run_id.as_deref(), req.generation) else {
+        return;
+    };
+    let Some(entry) = state
+        .children
+        .get_mut(run_id)
+        .filter(|e| e.generation == generation)
+    else {
+        return;
+    };
+    match &req.body {
+        RequestBody::WorkerHello(_) => {
+            entry.hello = false;
+            entry.judging_since = None;
+        }
+        RequestBody::WorkerValidationResult(_) if entry.judging_since.is_none() => {
+            entry.judging_since = Some(now);
+        }
+        _ => {}
+    }
 }
 
 fn worker_hello(
@@ -1241,10 +1279,18 @@ pub fn next_child_deadline(store: &Store, state: &HostState) -> Option<i64> {
         .filter_map(|e| e.released_at)
         .map(|t| t + grace)
         .min();
-    [heartbeat, handshake, validation, node, delayed, lingering]
-        .into_iter()
-        .flatten()
-        .min()
+    [
+        heartbeat,
+        handshake,
+        validation,
+        node,
+        delayed,
+        lingering,
+        state.activation_retry_at,
+    ]
+    .into_iter()
+    .flatten()
+    .min()
 }
 
 /// When a validate-mode child must have given its verdict (`None` for other children, before
@@ -1262,6 +1308,10 @@ fn validation_deadline(state: &HostState, e: &ChildEntry) -> Option<i64> {
 /// node deadlines (route `timed_out` or end the run `timed_out`, then stop the child).
 pub fn due_child_work(store: &mut Store, state: &mut HostState) {
     let now = store.now_ms();
+    // A retry of failed activations is due: the scheduling that follows due work does it.
+    if state.activation_retry_at.is_some_and(|at| at <= now) {
+        state.activation_retry_at = None;
+    }
     let lease = store.config().lease_ms;
     // Renewal times only exist for claims we hold; anything else would be a deadline that
     // never clears.

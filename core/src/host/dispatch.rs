@@ -52,6 +52,9 @@ pub struct HostState {
     /// until one succeeds, so a commit that keeps failing (a full disk) does not start and
     /// stop children in a loop.
     pub launch_after_commit: bool,
+    /// When to try ready runs again after an activation that failed (its commit, or the
+    /// activation itself): nothing else may wake the store thread for them.
+    pub activation_retry_at: Option<i64>,
 }
 
 impl HostState {

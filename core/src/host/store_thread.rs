@@ -352,7 +352,11 @@ fn process_batch(
         Err(e) => {
             tracing::error!(error = %e, "batch commit failed; nothing was acknowledged");
             let rejection = Rejection::new(RejectionCode::Internal, format!("commit failed: {e}"));
+            let now = store.now_ms();
             for job in writes {
+                if job.request.is_worker() {
+                    children::forget_uncommitted_worker_message(state, &job.request, now);
+                }
                 state.outbox.reply(job.reply, Err(rejection.clone()));
             }
         }
