@@ -349,3 +349,43 @@ fn a_hello_whose_batch_failed_to_commit_can_be_said_again() {
     assert!(retry.is_ok(), "the retried hello: {retry:?}");
     assert!(f.store.children(&run_id).unwrap()[0].handshake);
 }
+
+/// A node deadline that passed while an effect was applying cannot be routed: the child is
+/// stopped and its exit settles the run. Until then that passed deadline must not be the store
+/// thread's next wake-up (it woke every millisecond, with two writes and a warning each time).
+#[test]
+fn an_unroutable_node_timeout_does_not_make_the_store_thread_spin() {
+    use piw_core::host::children::{due_child_work, next_child_deadline, schedule};
+    use piw_core::store::RetryContract;
+
+    let mut f = Fixture::new();
+    let run_id = f.start();
+    let (mut state, _rx) = host_state_with_runtime(&mut f, false);
+    schedule(&mut f.store, &mut state);
+    let claim = state.claims[&run_id].clone();
+    let graph = json!({"name": "w", "start": "a",
+        "nodes": {"a": {"kind": "action", "timeout_ms": 1000}, "b": {"kind": "compute"}},
+        "edges": [{"from": "a", "switch": {"on": "$result.outcome",
+                    "cases": {"succeeded": "b", "timed_out": "b"}}}]});
+    f.store
+        .write(|w| w.record_launch_facts(&claim, &graph, &json!({})))
+        .unwrap();
+    let now = f.store.now_ms();
+    let attempt = f
+        .store
+        .write(|w| w.node_started(&claim, "a", Some(now + 1000)))
+        .unwrap();
+    f.reserve_and_apply(&claim, &attempt, "k", RetryContract::Never);
+    f.clock.advance(2000);
+    due_child_work(&mut f.store, &mut state);
+    assert!(
+        state.children[&run_id].stopping,
+        "the child is being stopped"
+    );
+    let next = next_child_deadline(&f.store, &state);
+    assert!(
+        next.is_none_or(|at| at > f.store.now_ms()),
+        "a passed deadline is still the next wake-up: {next:?} at {}",
+        f.store.now_ms()
+    );
+}

@@ -1263,12 +1263,19 @@ pub fn next_child_deadline(store: &Store, state: &HostState) -> Option<i64> {
     let node = if state.claims.is_empty() {
         None
     } else {
-        store
-            .next_node_deadline(&state.owner_id)
-            .unwrap_or_else(|e| {
+        match store.next_node_deadline(&state.owner_id) {
+            // A passed deadline may belong to a child being stopped because its timeout could
+            // not be routed (an effect was applying): its exit settles the run, and waking up
+            // for that deadline until then would spin. Look closer (rare).
+            Ok(Some(at)) if at <= store.now_ms() => {
+                node_deadline_of_children_not_stopping(store, state)
+            }
+            Ok(at) => at,
+            Err(e) => {
                 tracing::error!(error = %e, "cannot read node deadlines; checking again in 1 s");
                 Some(store.now_ms() + 1_000)
-            })
+            }
+        }
     };
     let delayed = store.next_delayed_ready().ok().flatten();
     let grace = i64::try_from(state.child_config.kill_grace.as_millis()).unwrap_or(i64::MAX);
@@ -1291,6 +1298,16 @@ pub fn next_child_deadline(store: &Store, state: &HostState) -> Option<i64> {
     .into_iter()
     .flatten()
     .min()
+}
+
+/// The earliest node deadline of the held runs whose child is not being stopped.
+fn node_deadline_of_children_not_stopping(store: &Store, state: &HostState) -> Option<i64> {
+    state
+        .claims
+        .keys()
+        .filter(|run_id| !state.children.get(*run_id).is_some_and(|e| e.stopping))
+        .filter_map(|run_id| store.open_attempt_deadline(run_id).ok().flatten())
+        .min()
 }
 
 /// When a validate-mode child must have given its verdict (`None` for other children, before
@@ -1378,7 +1395,12 @@ pub fn due_child_work(store: &mut Store, state: &mut HostState) {
         stop_child(state, &run_id);
     }
     // Node deadlines.
-    let claims: Vec<Claim> = state.claims.values().cloned().collect();
+    let claims: Vec<Claim> = state
+        .claims
+        .values()
+        .filter(|c| !state.children.get(&c.run_id).is_some_and(|e| e.stopping))
+        .cloned()
+        .collect();
     for claim in claims {
         let Ok(Some(deadline)) = store.open_attempt_deadline(&claim.run_id) else {
             continue;
