@@ -478,7 +478,7 @@ fn wait_for_run(
         }
         match client.next_event() {
             Ok(_) => {}
-            Err(ClientError::Protocol(_) | ClientError::Io(_)) if deadline.is_some() => {
+            Err(ClientError::TimedOut) if deadline.is_some() => {
                 return Err(CliError::Runtime(format!(
                     "gave up waiting for run {run_id} (it is {status})"
                 )));

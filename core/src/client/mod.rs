@@ -3,6 +3,7 @@
 //! subscription events. An async face ([`Client`]) and a blocking face ([`BlockingClient`]).
 
 use std::collections::VecDeque;
+use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -16,8 +17,8 @@ pub use pipelined::{PipelinedClient, Subscription, SUBSCRIPTION_BUFFER};
 
 use crate::paths::PiwPaths;
 use crate::protocol::{
-    encode_frame, read_frame, write_frame, Event, FrameDecoder, Limits, Receipt, Rejection,
-    RejectionCode, Request, RequestBody, Response, ServerFrame,
+    encode_frame, Event, FrameDecoder, Limits, Receipt, Rejection, RejectionCode, Request,
+    RequestBody, Response, ServerFrame,
 };
 
 /// Default bound on how long `ensure_host` waits for a host to become ready.
@@ -41,9 +42,18 @@ pub enum ClientError {
         code: RejectionCode,
         message: String,
     },
-    /// The connection ended without a reply (for example the host died).
-    #[error("the connection to the host ended without a reply")]
+    /// The connection ended without a reply (the host died or closed it, a write found it
+    /// closed), or it can no longer carry a call because an earlier call on it did not run to
+    /// completion (it timed out, failed mid-way, or its future was dropped): that call's reply
+    /// may still arrive and would be taken for the next one's. Reconnect, and resend a command
+    /// that got no receipt with the same request id (the host replays it if it was applied).
+    #[error("the connection to the host ended or broke without a reply (reconnect)")]
     Disconnected,
+    /// The host did not answer within the [`BlockingClient::set_timeout`] bound. A call that
+    /// timed out leaves its connection broken: later calls fail with
+    /// [`ClientError::Disconnected`]. A timed-out [`BlockingClient::next_event`] does not.
+    #[error("the host did not answer within the timeout")]
+    TimedOut,
     #[error("i/o error talking to the host: {0}")]
     Io(#[from] std::io::Error),
     #[error("protocol error: {0}")]
@@ -71,14 +81,16 @@ impl ClientError {
     }
 
     /// A stable code for every failure: the host's rejection code when there is one, else a
-    /// client-side code (`connect_failed`, `disconnected`, `io`, `protocol`, `host_not_ready`,
-    /// `client_closed`, `subscription_overflow`). Bindings expose it as the error's `code`.
+    /// client-side code (`connect_failed`, `disconnected`, `timeout`, `io`, `protocol`,
+    /// `host_not_ready`, `client_closed`, `subscription_overflow`). Bindings expose it as the
+    /// error's `code`.
     pub fn code_str(&self) -> &'static str {
         match self {
             ClientError::Rejected(r) => r.code.as_str(),
             ClientError::Closed { code, .. } => code.as_str(),
             ClientError::Connect { .. } => "connect_failed",
             ClientError::Disconnected => "disconnected",
+            ClientError::TimedOut => "timeout",
             ClientError::Io(_) => "io",
             ClientError::Protocol(_) => "protocol",
             ClientError::HostNotReady { .. } => "host_not_ready",
@@ -109,36 +121,130 @@ fn response_to_result(response: Response) -> Result<Receipt, ClientError> {
     }
 }
 
-/// What one server frame means while waiting for the reply to `request_id`: the reply, an
-/// error, or an event to queue (`None`).
-fn reply_step(
-    frame: ServerFrame,
-    request_id: &str,
-    events: &mut VecDeque<Event>,
-) -> Option<Result<Receipt, ClientError>> {
-    match frame {
-        ServerFrame::Response(r) if r.request_id == request_id => Some(response_to_result(r)),
-        ServerFrame::Response(r) => Some(Err(ClientError::Protocol(format!(
-            "reply for unknown request {}",
-            r.request_id
-        )))),
-        ServerFrame::Event(e) => {
-            events.push_back(e);
-            None
-        }
-        ServerFrame::Goodbye(g) => Some(Err(goodbye(g))),
+/// What an I/O error on an established connection means: a timeout, the host gone, or
+/// something else. Neither of the first two is a protocol error.
+fn stream_error(e: std::io::Error) -> ClientError {
+    use std::io::ErrorKind;
+    match e.kind() {
+        ErrorKind::WouldBlock | ErrorKind::TimedOut => ClientError::TimedOut,
+        ErrorKind::BrokenPipe
+        | ErrorKind::ConnectionReset
+        | ErrorKind::ConnectionAborted
+        | ErrorKind::NotConnected
+        | ErrorKind::UnexpectedEof => ClientError::Disconnected,
+        _ => ClientError::Io(e),
     }
 }
 
-/// What one server frame means while waiting for an event.
-fn event_step(frame: ServerFrame) -> Result<Event, ClientError> {
-    match frame {
-        ServerFrame::Event(e) => Ok(e),
-        ServerFrame::Goodbye(g) => Err(goodbye(g)),
-        ServerFrame::Response(r) => Err(ClientError::Protocol(format!(
-            "unexpected reply {}",
-            r.request_id
-        ))),
+/// The receiving side of a one-call-at-a-time connection ([`Client`], [`BlockingClient`]):
+/// bytes received but not yet decoded (kept across a timeout or a dropped read, so the stream
+/// never loses its frame boundaries), events that arrived between replies, and whether the
+/// connection can still carry a call.
+struct Conn {
+    decoder: FrameDecoder,
+    limits: Limits,
+    events: VecDeque<Event>,
+    /// Set when a call starts and cleared only when its reply arrives; also set when the
+    /// stream ended or can no longer be trusted. While it is set every call fails with
+    /// [`ClientError::Disconnected`] instead of reading a reply meant for an earlier call.
+    broken: bool,
+}
+
+impl Conn {
+    fn new() -> Self {
+        let limits = Limits::default();
+        Conn {
+            decoder: FrameDecoder::new(limits),
+            limits,
+            events: VecDeque::new(),
+            broken: false,
+        }
+    }
+
+    /// Marks the start of a call; fails when the connection cannot carry one.
+    fn start_call(&mut self) -> Result<(), ClientError> {
+        if self.broken {
+            return Err(ClientError::Disconnected);
+        }
+        self.broken = true;
+        Ok(())
+    }
+
+    /// Records a failure of the stream and returns it. Only a timeout leaves the stream
+    /// usable (for events: a call in flight keeps it broken anyway), since no received byte is
+    /// lost.
+    fn fail(&mut self, error: ClientError) -> ClientError {
+        if !matches!(error, ClientError::TimedOut) {
+            self.broken = true;
+        }
+        error
+    }
+
+    /// A complete server frame already received, if there is one.
+    fn buffered_frame(&mut self) -> Result<Option<ServerFrame>, ClientError> {
+        let body = match self.decoder.next_frame() {
+            Ok(Some(body)) => body,
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(self.fail(ClientError::Protocol(e.to_string()))),
+        };
+        match ServerFrame::decode(&body) {
+            Ok(frame) => Ok(Some(frame)),
+            Err(e) => Err(self.fail(ClientError::Protocol(e.message))),
+        }
+    }
+
+    /// Takes `bytes` just read (none: the host closed the connection).
+    fn received(&mut self, bytes: &[u8]) -> Result<(), ClientError> {
+        if bytes.is_empty() {
+            return Err(self.fail(ClientError::Disconnected));
+        }
+        self.decoder
+            .push(bytes)
+            .map_err(|e| self.fail(ClientError::Protocol(e.to_string())))
+    }
+
+    /// What one server frame means while waiting for the reply to `request_id`: the reply
+    /// (which completes the call), an error, or an event to queue (`None`).
+    fn reply_step(
+        &mut self,
+        frame: ServerFrame,
+        request_id: &str,
+    ) -> Option<Result<Receipt, ClientError>> {
+        match frame {
+            ServerFrame::Response(r) if r.request_id == request_id => {
+                self.broken = false;
+                Some(response_to_result(r))
+            }
+            ServerFrame::Response(r) => Some(Err(self.fail(ClientError::Protocol(format!(
+                "reply for unknown request {}",
+                r.request_id
+            ))))),
+            ServerFrame::Event(e) => {
+                self.events.push_back(e);
+                None
+            }
+            ServerFrame::Goodbye(g) => Some(Err(self.fail(goodbye(g)))),
+        }
+    }
+
+    /// What one server frame means while waiting for an event.
+    fn event_step(&mut self, frame: ServerFrame) -> Result<Event, ClientError> {
+        match frame {
+            ServerFrame::Event(e) => Ok(e),
+            ServerFrame::Goodbye(g) => Err(self.fail(goodbye(g))),
+            ServerFrame::Response(r) => Err(self.fail(ClientError::Protocol(format!(
+                "unexpected reply {}",
+                r.request_id
+            )))),
+        }
+    }
+
+    /// An event that arrived between replies, or a refusal when the connection is broken.
+    fn queued_event(&mut self) -> Option<Result<Event, ClientError>> {
+        if let Some(e) = self.events.pop_front() {
+            return Some(Ok(e));
+        }
+        self.broken.then_some(Err(ClientError::Disconnected))
     }
 }
 
@@ -150,23 +256,22 @@ fn goodbye(g: crate::protocol::Goodbye) -> ClientError {
 }
 
 /// The async client: one connection, one request at a time, events queued between replies.
+///
+/// A call whose future is dropped before it returns (a `select!`, a timeout around it) leaves
+/// the connection broken: its reply may still arrive, so every later call fails with
+/// [`ClientError::Disconnected`]; reconnect. [`Client::next_event`] may be dropped safely.
 pub struct Client {
     stream: UnixStream,
-    decoder: FrameDecoder,
-    limits: Limits,
-    events: VecDeque<Event>,
+    conn: Conn,
 }
 
 impl Client {
     /// Connects to the host of `paths`.
     pub async fn connect(paths: &PiwPaths) -> Result<Self, ClientError> {
         let stream = connect_socket(paths).await?;
-        let limits = Limits::default();
         Ok(Self {
             stream,
-            decoder: FrameDecoder::new(limits),
-            limits,
-            events: VecDeque::new(),
+            conn: Conn::new(),
         })
     }
 
@@ -187,18 +292,23 @@ impl Client {
 
     /// Sends a fully built request (own request id, run id, revision, idempotency key ...).
     pub async fn send(&mut self, request: Request) -> Result<Receipt, ClientError> {
-        let bytes = encode_frame(&request, &self.limits)
+        let bytes = encode_frame(&request, &self.conn.limits)
             .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        // From here until its reply arrives the call is unfinished: dropped or failed, it
+        // leaves the connection broken.
+        self.conn.start_call()?;
         if let Err(e) = self.stream.write_all(&bytes).await {
-            // The host may have refused the connection before reading: report its goodbye.
-            if let Ok(ServerFrame::Goodbye(g)) = self.next_frame().await {
-                return Err(goodbye(g));
+            let error = self.conn.fail(stream_error(e));
+            if matches!(error, ClientError::Disconnected) {
+                if let Some(bye) = self.goodbye_before_close().await {
+                    return Err(bye);
+                }
             }
-            return Err(e.into());
+            return Err(error);
         }
         loop {
             let frame = self.next_frame().await?;
-            if let Some(result) = reply_step(frame, &request.request_id, &mut self.events) {
+            if let Some(result) = self.conn.reply_step(frame, &request.request_id) {
                 return result;
             }
         }
@@ -206,29 +316,37 @@ impl Client {
 
     /// The next subscription event (waits for one).
     pub async fn next_event(&mut self) -> Result<Event, ClientError> {
-        if let Some(e) = self.events.pop_front() {
-            return Ok(e);
+        if let Some(queued) = self.conn.queued_event() {
+            return queued;
         }
-        event_step(self.next_frame().await?)
+        let frame = self.next_frame().await?;
+        self.conn.event_step(frame)
+    }
+
+    /// After a write found the host gone: the goodbye it sent first, if any (the host may
+    /// refuse a connection before it reads anything).
+    async fn goodbye_before_close(&mut self) -> Option<ClientError> {
+        loop {
+            match self.next_frame().await {
+                Ok(ServerFrame::Goodbye(g)) => return Some(self.conn.fail(goodbye(g))),
+                Ok(ServerFrame::Event(e)) => self.conn.events.push_back(e),
+                Ok(ServerFrame::Response(_)) | Err(_) => return None,
+            }
+        }
     }
 
     async fn next_frame(&mut self) -> Result<ServerFrame, ClientError> {
         let mut buf = [0u8; 16 * 1024];
         loop {
-            if let Some(body) = self
-                .decoder
-                .next_frame()
-                .map_err(|e| ClientError::Protocol(e.to_string()))?
-            {
-                return ServerFrame::decode(&body).map_err(|e| ClientError::Protocol(e.message));
+            if let Some(frame) = self.conn.buffered_frame()? {
+                return Ok(frame);
             }
-            let n = self.stream.read(&mut buf).await?;
-            if n == 0 {
-                return Err(ClientError::Disconnected);
+            // Cancel-safe: a read that is dropped has taken no bytes.
+            match self.stream.read(&mut buf).await {
+                Ok(n) => self.conn.received(&buf[..n])?,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.conn.fail(stream_error(e))),
             }
-            self.decoder
-                .push(&buf[..n])
-                .map_err(|e| ClientError::Protocol(e.to_string()))?;
         }
     }
 }
@@ -236,8 +354,7 @@ impl Client {
 /// The blocking client, for callers without an async runtime (the CLI, the C ABI).
 pub struct BlockingClient {
     stream: std::os::unix::net::UnixStream,
-    limits: Limits,
-    events: VecDeque<Event>,
+    conn: Conn,
 }
 
 impl BlockingClient {
@@ -251,8 +368,7 @@ impl BlockingClient {
         })?;
         Ok(Self {
             stream,
-            limits: Limits::default(),
-            events: VecDeque::new(),
+            conn: Conn::new(),
         })
     }
 
@@ -262,7 +378,11 @@ impl BlockingClient {
         Self::connect(paths)
     }
 
-    /// Bounds how long a call waits for the host.
+    /// Bounds how long a call waits for the host (each read and write). A call that passes it
+    /// fails with [`ClientError::TimedOut`] and leaves the connection broken: its reply may
+    /// still arrive, so later calls fail with [`ClientError::Disconnected`]; reconnect and
+    /// resend the command with the same request id. A [`BlockingClient::next_event`] that
+    /// passes it fails with [`ClientError::TimedOut`] and may be called again.
     pub fn set_timeout(&self, timeout: Option<Duration>) -> Result<(), ClientError> {
         self.stream.set_read_timeout(timeout)?;
         self.stream.set_write_timeout(timeout)?;
@@ -276,16 +396,23 @@ impl BlockingClient {
 
     /// Sends a fully built request and waits for its receipt.
     pub fn send(&mut self, request: Request) -> Result<Receipt, ClientError> {
-        if let Err(e) = write_frame(&mut self.stream, &request, &self.limits) {
-            // The host may have refused the connection before reading: report its goodbye.
-            if let Ok(ServerFrame::Goodbye(g)) = self.next_frame() {
-                return Err(goodbye(g));
+        let bytes = encode_frame(&request, &self.conn.limits)
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        // From here until its reply arrives the call is unfinished: failed or timed out, it
+        // leaves the connection broken.
+        self.conn.start_call()?;
+        if let Err(e) = self.stream.write_all(&bytes) {
+            let error = self.conn.fail(stream_error(e));
+            if matches!(error, ClientError::Disconnected) {
+                if let Some(bye) = self.goodbye_before_close() {
+                    return Err(bye);
+                }
             }
-            return Err(ClientError::Protocol(e.to_string()));
+            return Err(error);
         }
         loop {
             let frame = self.next_frame()?;
-            if let Some(result) = reply_step(frame, &request.request_id, &mut self.events) {
+            if let Some(result) = self.conn.reply_step(frame, &request.request_id) {
                 return result;
             }
         }
@@ -293,19 +420,37 @@ impl BlockingClient {
 
     /// The next subscription event (blocks until one arrives or the timeout passes).
     pub fn next_event(&mut self) -> Result<Event, ClientError> {
-        if let Some(e) = self.events.pop_front() {
-            return Ok(e);
+        if let Some(queued) = self.conn.queued_event() {
+            return queued;
         }
-        event_step(self.next_frame()?)
+        let frame = self.next_frame()?;
+        self.conn.event_step(frame)
+    }
+
+    /// After a write found the host gone: the goodbye it sent first, if any (the host may
+    /// refuse a connection before it reads anything).
+    fn goodbye_before_close(&mut self) -> Option<ClientError> {
+        loop {
+            match self.next_frame() {
+                Ok(ServerFrame::Goodbye(g)) => return Some(self.conn.fail(goodbye(g))),
+                Ok(ServerFrame::Event(e)) => self.conn.events.push_back(e),
+                Ok(ServerFrame::Response(_)) | Err(_) => return None,
+            }
+        }
     }
 
     fn next_frame(&mut self) -> Result<ServerFrame, ClientError> {
-        match read_frame(&mut self.stream, &self.limits) {
-            Ok(Some(body)) => {
-                ServerFrame::decode(&body).map_err(|e| ClientError::Protocol(e.message))
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            if let Some(frame) = self.conn.buffered_frame()? {
+                return Ok(frame);
             }
-            Ok(None) => Err(ClientError::Disconnected),
-            Err(e) => Err(ClientError::Protocol(e.to_string())),
+            // A read that times out has taken no bytes: the decoder keeps any partial frame.
+            match self.stream.read(&mut buf) {
+                Ok(n) => self.conn.received(&buf[..n])?,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.conn.fail(stream_error(e))),
+            }
         }
     }
 }

@@ -1,0 +1,181 @@
+//! `Client` and `BlockingClient` (one call at a time per connection) against a scripted fake
+//! host on a Unix socket: calls that time out or are dropped, partial frames, a host that is
+//! gone.
+
+use std::io::Write;
+use std::os::unix::net::UnixListener;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use piw_core::client::{BlockingClient, Client, ClientError};
+use piw_core::paths::PiwPaths;
+use piw_core::protocol::{
+    encode_frame, read_frame, Event, Limits, ProtocolSchema, Receipt, Request, RequestBody,
+    ServerFrame,
+};
+use serde_json::json;
+
+/// How long the fake host takes to answer the first request: far longer than the clients wait.
+const SLOW_COMMIT: Duration = Duration::from_millis(500);
+const CLIENT_TIMEOUT: Duration = Duration::from_millis(100);
+
+fn home() -> (tempfile::TempDir, PiwPaths) {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = PiwPaths::for_home(dir.path().to_path_buf());
+    (dir, paths)
+}
+
+fn frame(frame: &ServerFrame) -> Vec<u8> {
+    encode_frame(frame, &Limits::default()).unwrap()
+}
+
+fn receipt(request_id: &str) -> Vec<u8> {
+    frame(&ServerFrame::receipt(
+        request_id.to_owned(),
+        Receipt::new(None, json!({ "id": request_id })),
+    ))
+}
+
+fn event(seq: u64) -> ServerFrame {
+    ServerFrame::Event(Event {
+        schema: ProtocolSchema,
+        subscription_id: "sub-1".into(),
+        run_id: "run-1".into(),
+        seq,
+        event_kind: "transitioned".into(),
+        status: "running".into(),
+        revision: seq,
+        at_ms: 0,
+        data: json!(null),
+    })
+}
+
+/// A fake host serving one connection: it answers every request (the first only after
+/// [`SLOW_COMMIT`], like a slow commit) and returns the ids of the requests it received.
+fn slow_first_reply_host(paths: &PiwPaths) -> JoinHandle<Vec<String>> {
+    let listener = UnixListener::bind(&paths.socket).unwrap();
+    std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut received = Vec::new();
+        while let Ok(Some(body)) = read_frame(&mut stream, &Limits::default()) {
+            let request = Request::decode(&body, &Limits::default()).unwrap();
+            if received.is_empty() {
+                std::thread::sleep(SLOW_COMMIT);
+            }
+            received.push(request.request_id.clone());
+            let _ = stream.write_all(&receipt(&request.request_id));
+        }
+        received
+    })
+}
+
+fn status(request_id: &str) -> Request {
+    Request::new(request_id, RequestBody::HostStatus)
+}
+
+#[test]
+fn a_blocking_call_that_times_out_breaks_the_connection_instead_of_shifting_later_replies() {
+    let (_dir, paths) = home();
+    let host = slow_first_reply_host(&paths);
+    let mut client = BlockingClient::connect(&paths).unwrap();
+    client.set_timeout(Some(CLIENT_TIMEOUT)).unwrap();
+
+    let first = client.send(status("a")).unwrap_err();
+    assert!(matches!(first, ClientError::TimedOut), "{first:?}");
+    assert_eq!(first.code_str(), "timeout");
+
+    // The late reply of `a` is in the socket now; the next call must not take it for its own.
+    std::thread::sleep(SLOW_COMMIT + CLIENT_TIMEOUT);
+    let second = client.send(status("b")).unwrap_err();
+    assert!(matches!(second, ClientError::Disconnected), "{second:?}");
+    assert!(matches!(
+        client.next_event(),
+        Err(ClientError::Disconnected)
+    ));
+    drop(client);
+    assert_eq!(
+        host.join().unwrap(),
+        ["a"],
+        "nothing is sent on a broken connection"
+    );
+}
+
+#[tokio::test]
+async fn an_async_call_whose_future_is_dropped_breaks_the_connection() {
+    let (_dir, paths) = home();
+    let host = slow_first_reply_host(&paths);
+    let mut client = Client::connect(&paths).await.unwrap();
+
+    let first = tokio::time::timeout(CLIENT_TIMEOUT, client.send(status("a"))).await;
+    assert!(first.is_err(), "the call was still waiting: {first:?}");
+
+    tokio::time::sleep(SLOW_COMMIT + CLIENT_TIMEOUT).await;
+    let second = client.send(status("b")).await.unwrap_err();
+    assert!(matches!(second, ClientError::Disconnected), "{second:?}");
+    drop(client);
+    assert_eq!(
+        tokio::task::spawn_blocking(|| host.join().unwrap())
+            .await
+            .unwrap(),
+        ["a"]
+    );
+}
+
+#[test]
+fn an_event_wait_that_times_out_mid_frame_keeps_the_stream_on_its_frame_boundaries() {
+    let (_dir, paths) = home();
+    let listener = UnixListener::bind(&paths.socket).unwrap();
+    let (half_sent_tx, half_sent) = std::sync::mpsc::channel();
+    let (go_on_tx, go_on) = std::sync::mpsc::channel::<()>();
+    let host = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let bytes = frame(&event(1));
+        let (head, tail) = bytes.split_at(bytes.len() / 2);
+        stream.write_all(head).unwrap();
+        half_sent_tx.send(()).unwrap();
+        go_on.recv().unwrap();
+        stream.write_all(tail).unwrap();
+        // The connection still carries calls.
+        let body = read_frame(&mut stream, &Limits::default())
+            .unwrap()
+            .unwrap();
+        let request = Request::decode(&body, &Limits::default()).unwrap();
+        stream.write_all(&receipt(&request.request_id)).unwrap();
+    });
+    let mut client = BlockingClient::connect(&paths).unwrap();
+    client.set_timeout(Some(CLIENT_TIMEOUT)).unwrap();
+    half_sent.recv().unwrap();
+
+    let waited = client.next_event().unwrap_err();
+    assert!(matches!(waited, ClientError::TimedOut), "{waited:?}");
+    go_on_tx.send(()).unwrap();
+    client.set_timeout(Some(Duration::from_secs(5))).unwrap();
+    assert_eq!(client.next_event().unwrap().seq, 1);
+    assert_eq!(client.send(status("a")).unwrap().body, json!({ "id": "a" }));
+    host.join().unwrap();
+}
+
+#[test]
+fn a_write_to_a_host_that_closed_the_connection_is_disconnected_not_a_protocol_error() {
+    let (_dir, paths) = home();
+    let listener = UnixListener::bind(&paths.socket).unwrap();
+    let mut client = BlockingClient::connect(&paths).unwrap();
+    let (peer, _) = listener.accept().unwrap();
+    drop(peer);
+    let err = client.send(status("a")).unwrap_err();
+    assert!(matches!(err, ClientError::Disconnected), "{err:?}");
+    assert_eq!(err.code_str(), "disconnected");
+}
+
+#[test]
+fn a_reply_ends_the_call_so_the_next_call_on_the_connection_works() {
+    let (_dir, paths) = home();
+    let host = slow_first_reply_host(&paths);
+    let mut client = BlockingClient::connect(&paths).unwrap();
+    client.set_timeout(Some(SLOW_COMMIT * 10)).unwrap();
+    for id in ["a", "b", "c"] {
+        assert_eq!(client.send(status(id)).unwrap().body, json!({ "id": id }));
+    }
+    drop(client);
+    assert_eq!(host.join().unwrap(), ["a", "b", "c"]);
+}
