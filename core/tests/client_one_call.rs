@@ -10,8 +10,8 @@ use std::time::Duration;
 use piw_core::client::{BlockingClient, Client, ClientError};
 use piw_core::paths::PiwPaths;
 use piw_core::protocol::{
-    encode_frame, read_frame, Event, Limits, ProtocolSchema, Receipt, Request, RequestBody,
-    ServerFrame,
+    encode_frame, payload, read_frame, Event, Limits, ProtocolSchema, Receipt, RejectionCode,
+    Request, RequestBody, ServerFrame,
 };
 use serde_json::json;
 
@@ -178,4 +178,52 @@ fn a_reply_ends_the_call_so_the_next_call_on_the_connection_works() {
     }
     drop(client);
     assert_eq!(host.join().unwrap(), ["a", "b", "c"]);
+}
+
+/// A `run.cancel` whose payload is over the limit: the host would close the connection.
+fn too_large(request_id: &str) -> Request {
+    Request::new(
+        request_id,
+        RequestBody::RunCancel(payload::RunCancel {
+            reason: Some("x".repeat(Limits::default().max_payload_bytes + 1)),
+        }),
+    )
+    .with_run_id("run-1")
+}
+
+#[test]
+fn a_blocking_request_the_host_would_refuse_fails_locally_and_the_connection_goes_on() {
+    let (_dir, paths) = home();
+    let host = slow_first_reply_host(&paths);
+    let mut client = BlockingClient::connect(&paths).unwrap();
+    client.set_timeout(Some(SLOW_COMMIT * 10)).unwrap();
+    let err = client.send(too_large("big")).unwrap_err();
+    assert!(matches!(&err, ClientError::InvalidRequest(_)), "{err:?}");
+    assert_eq!(err.code(), Some(RejectionCode::PayloadTooLarge));
+    assert_eq!(err.code_str(), "payload_too_large");
+    assert_eq!(client.send(status("a")).unwrap().body, json!({ "id": "a" }));
+    drop(client);
+    assert_eq!(
+        host.join().unwrap(),
+        ["a"],
+        "the refused request was never sent"
+    );
+}
+
+#[tokio::test]
+async fn an_async_request_the_host_would_refuse_fails_locally_and_the_connection_goes_on() {
+    let (_dir, paths) = home();
+    let host = slow_first_reply_host(&paths);
+    let mut client = Client::connect(&paths).await.unwrap();
+    let err = client.send(too_large("big")).await.unwrap_err();
+    assert_eq!(err.code(), Some(RejectionCode::PayloadTooLarge), "{err:?}");
+    assert_eq!(
+        client.send(status("a")).await.unwrap().body,
+        json!({ "id": "a" })
+    );
+    drop(client);
+    let received = tokio::task::spawn_blocking(|| host.join().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(received, ["a"], "the refused request was never sent");
 }

@@ -118,6 +118,13 @@ async fn subscribed() -> (FakeHost, PipelinedClient, Peer, Subscription) {
     (host, client, peer, sub)
 }
 
+/// The result of a call that must settle without waiting for the host.
+async fn at_once<T>(call: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(2), call)
+        .await
+        .expect("the call settles without a reply from the host")
+}
+
 #[tokio::test]
 async fn replies_out_of_order_reach_their_callers() {
     let host = FakeHost::new();
@@ -158,10 +165,13 @@ async fn close_fails_calls_in_flight_at_once_even_when_the_host_stopped_reading(
             let c = client.clone();
             let big = big.clone();
             tokio::spawn(async move {
-                c.send(Request::new(
-                    format!("big{i}"),
-                    RequestBody::RunCancel(payload::RunCancel { reason: Some(big) }),
-                ))
+                c.send(
+                    Request::new(
+                        format!("big{i}"),
+                        RequestBody::RunCancel(payload::RunCancel { reason: Some(big) }),
+                    )
+                    .with_run_id("run-1"),
+                )
                 .await
             })
         })
@@ -290,4 +300,55 @@ async fn an_overflowing_subscription_yields_its_buffer_then_an_error_and_is_ende
     let r = peer.request().await.unwrap();
     peer.reply(&r, json!({"ok": 1})).await;
     assert_eq!(status.await.unwrap().unwrap().body, json!({"ok": 1}));
+}
+
+#[tokio::test]
+async fn a_request_the_host_would_refuse_fails_alone_and_is_never_sent() {
+    let host = FakeHost::new();
+    let client = PipelinedClient::connect(&host.paths).await.unwrap();
+    let mut peer = host.accept().await;
+    let other = status_in_flight(&client);
+    let first = peer.request().await.unwrap();
+
+    // Over the payload limit: the host would answer payload_too_large and close the connection.
+    let too_large = at_once(
+        client.send(
+            Request::new(
+                "too-large",
+                RequestBody::RunCancel(payload::RunCancel {
+                    reason: Some("x".repeat(Limits::default().max_payload_bytes + 1)),
+                }),
+            )
+            .with_run_id("run-1"),
+        ),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&too_large, ClientError::InvalidRequest(_)),
+        "{too_large:?}"
+    );
+    assert_eq!(too_large.code(), Some(RejectionCode::PayloadTooLarge));
+    // Without the run id `run.cancel` requires: malformed.
+    let malformed = at_once(client.send(Request::new(
+        "no-run",
+        RequestBody::RunCancel(payload::RunCancel { reason: None }),
+    )))
+    .await
+    .unwrap_err();
+    assert_eq!(
+        malformed.code(),
+        Some(RejectionCode::Malformed),
+        "{malformed}"
+    );
+
+    // The call in flight gets its reply, and the next request the host sees is a good one.
+    peer.reply(&first, json!({ "ok": 1 })).await;
+    assert_eq!(other.await.unwrap().unwrap().body, json!({ "ok": 1 }));
+    let next = status_in_flight(&client);
+    let r = peer.request().await.unwrap();
+    assert_eq!(r.body, RequestBody::HostStatus, "nothing else was sent");
+    peer.reply(&r, json!({ "ok": 2 })).await;
+    assert_eq!(next.await.unwrap().unwrap().body, json!({ "ok": 2 }));
+    assert!(client.is_open());
 }

@@ -17,8 +17,8 @@ pub use pipelined::{PipelinedClient, Subscription, SUBSCRIPTION_BUFFER};
 
 use crate::paths::PiwPaths;
 use crate::protocol::{
-    encode_frame, Event, FrameDecoder, Limits, Receipt, Rejection, RejectionCode, Request,
-    RequestBody, Response, ServerFrame,
+    encode_frame, DecodeError, Event, FrameDecoder, FrameError, Limits, Receipt, Rejection,
+    RejectionCode, Request, RequestBody, Response, ServerFrame,
 };
 
 /// Default bound on how long `ensure_host` waits for a host to become ready.
@@ -36,6 +36,11 @@ pub enum ClientError {
     /// The host refused the request; nothing was committed.
     #[error("{}: {}", .0.code, .0.message)]
     Rejected(Rejection),
+    /// The request was not sent: the host would refuse it as `malformed` or
+    /// `payload_too_large` and close the whole connection. Checked with the host's own rules
+    /// ([`Request::validate`]); the connection and the other calls on it are unaffected.
+    #[error("the request was not sent: {}", .0.message)]
+    InvalidRequest(DecodeError),
     /// The host closed the connection, saying why.
     #[error("the host closed the connection ({code}): {message}")]
     Closed {
@@ -71,10 +76,12 @@ pub enum ClientError {
 }
 
 impl ClientError {
-    /// The protocol's rejection code, when the host sent one.
+    /// The protocol's rejection code, when the host sent one (or would send one: a request
+    /// refused before sending).
     pub fn code(&self) -> Option<RejectionCode> {
         match self {
             ClientError::Rejected(r) => Some(r.code),
+            ClientError::InvalidRequest(e) => Some(e.code),
             ClientError::Closed { code, .. } => Some(*code),
             _ => None,
         }
@@ -87,6 +94,7 @@ impl ClientError {
     pub fn code_str(&self) -> &'static str {
         match self {
             ClientError::Rejected(r) => r.code.as_str(),
+            ClientError::InvalidRequest(e) => e.code.as_str(),
             ClientError::Closed { code, .. } => code.as_str(),
             ClientError::Connect { .. } => "connect_failed",
             ClientError::Disconnected => "disconnected",
@@ -112,6 +120,26 @@ async fn connect_socket(paths: &PiwPaths) -> Result<UnixStream, ClientError> {
 
 fn new_request_id() -> String {
     crate::ids::new_id("req")
+}
+
+/// Checks `request` with the host's own rules and encodes it. A request the host would refuse
+/// as `malformed` or `payload_too_large` (and close the connection for) fails here, before a
+/// byte is sent.
+fn checked_frame(request: &Request, limits: &Limits) -> Result<Vec<u8>, ClientError> {
+    request
+        .validate(limits)
+        .map_err(ClientError::InvalidRequest)?;
+    encode_frame(request, limits).map_err(|e| {
+        let code = match e {
+            FrameError::TooLarge { .. } | FrameError::BufferFull { .. } => {
+                RejectionCode::PayloadTooLarge
+            }
+            _ => RejectionCode::Malformed,
+        };
+        ClientError::InvalidRequest(
+            DecodeError::new(code, e.to_string()).with_request_id(Some(request.request_id.clone())),
+        )
+    })
 }
 
 fn response_to_result(response: Response) -> Result<Receipt, ClientError> {
@@ -291,9 +319,9 @@ impl Client {
     }
 
     /// Sends a fully built request (own request id, run id, revision, idempotency key ...).
+    /// One the host would refuse fails with [`ClientError::InvalidRequest`] and is not sent.
     pub async fn send(&mut self, request: Request) -> Result<Receipt, ClientError> {
-        let bytes = encode_frame(&request, &self.conn.limits)
-            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let bytes = checked_frame(&request, &self.conn.limits)?;
         // From here until its reply arrives the call is unfinished: dropped or failed, it
         // leaves the connection broken.
         self.conn.start_call()?;
@@ -394,10 +422,10 @@ impl BlockingClient {
         self.send(Request::new(new_request_id(), body))
     }
 
-    /// Sends a fully built request and waits for its receipt.
+    /// Sends a fully built request and waits for its receipt. One the host would refuse
+    /// fails with [`ClientError::InvalidRequest`] and is not sent.
     pub fn send(&mut self, request: Request) -> Result<Receipt, ClientError> {
-        let bytes = encode_frame(&request, &self.conn.limits)
-            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let bytes = checked_frame(&request, &self.conn.limits)?;
         // From here until its reply arrives the call is unfinished: failed or timed out, it
         // leaves the connection broken.
         self.conn.start_call()?;

@@ -16,11 +16,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::{goodbye, new_request_id, response_to_result, ClientError};
+use super::{checked_frame, goodbye, new_request_id, response_to_result, ClientError};
 use crate::paths::PiwPaths;
 use crate::protocol::{
-    encode_frame, payload, Event, FrameDecoder, Limits, Receipt, RejectionCode, Request,
-    RequestBody, ServerFrame,
+    payload, Event, FrameDecoder, Limits, Receipt, RejectionCode, Request, RequestBody, ServerFrame,
 };
 
 /// Events a subscription buffers for a reader that is slow to take them. A subscription whose
@@ -180,7 +179,8 @@ impl PipelinedClient {
     }
 
     /// Sends a fully built request and waits for its receipt. Other calls may be in flight on
-    /// the same connection; each gets its own reply.
+    /// the same connection; each gets its own reply. A request the host would refuse (and close
+    /// the connection for) fails alone with [`ClientError::InvalidRequest`] and is not sent.
     pub async fn send(&self, request: Request) -> Result<Receipt, ClientError> {
         self.send_now(request).await
     }
@@ -258,14 +258,15 @@ impl PipelinedClient {
         self.shared.routes().ended.is_none()
     }
 
-    /// Registers the reply slot and queues the frame for the writer.
+    /// Checks the request (one the host would refuse fails alone, before it could close the
+    /// connection under every other call), registers the reply slot and queues the frame for
+    /// the writer.
     fn submit(
         &self,
         request: &Request,
         subscription: Option<SubscriptionRoute>,
     ) -> Result<oneshot::Receiver<Result<Receipt, ClientError>>, ClientError> {
-        let bytes = encode_frame(request, &self.shared.limits)
-            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let bytes = checked_frame(request, &self.shared.limits)?;
         let (reply, rx) = oneshot::channel();
         let mut routes = self.shared.routes();
         if let Some(ended) = &routes.ended {
