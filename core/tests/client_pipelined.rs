@@ -197,6 +197,28 @@ async fn close_fails_calls_in_flight_at_once_even_when_the_host_stopped_reading(
 }
 
 #[tokio::test]
+async fn a_call_that_close_failed_is_never_written_afterwards() {
+    // Repeated: without a stop-first writer the writer picked the queued frame or the stop at
+    // random.
+    for trial in 0..20 {
+        let host = FakeHost::new();
+        let client = PipelinedClient::connect(&host.paths).await.unwrap();
+        let mut peer = host.accept().await;
+        // Queued at once; the writer task has not run yet.
+        let call = client.send_now(Request::new(format!("t{trial}"), RequestBody::HostStatus));
+        client.close().await;
+        assert!(matches!(call.await, Err(ClientError::ClientClosed)));
+        let received = tokio::time::timeout(Duration::from_secs(2), peer.request())
+            .await
+            .expect("the client closes its end");
+        assert_eq!(
+            received, None,
+            "trial {trial}: the host got a request close failed"
+        );
+    }
+}
+
+#[tokio::test]
 async fn after_a_goodbye_calls_fail_with_the_hosts_reason_not_client_closed() {
     let host = FakeHost::new();
     let client = PipelinedClient::connect(&host.paths).await.unwrap();

@@ -109,13 +109,15 @@ impl Shared {
                 std::mem::take(&mut routes.subscriptions),
             )
         };
+        // Stop the writer before any caller learns that its call failed, so no caller told
+        // `client_closed` finds its request written later.
+        let _ = self.stop.send(true);
         for (_, p) in pending {
             let _ = p.reply.send(Err(cause.error()));
         }
         for (_, s) in subscriptions {
             end_subscription(&s, cause.error());
         }
-        let _ = self.stop.send(true);
     }
 }
 
@@ -247,8 +249,9 @@ impl PipelinedClient {
 
     /// Closes the connection: every call in flight fails with [`ClientError::ClientClosed`]
     /// at once (also while the host is not reading), every subscription ends, and later calls
-    /// fail. Requests the host already received are still committed; their receipts can be
-    /// fetched again by request id.
+    /// fail. No request starts on its way after `close`; requests the host already received
+    /// (written before it) are still committed, and their receipts can be fetched again by
+    /// request id.
     pub async fn close(&self) {
         self.shared.end(Ended::ClosedByCaller);
     }
@@ -369,17 +372,21 @@ async fn write_loop(
     shared: Weak<Shared>,
 ) {
     loop {
+        // `biased`, stop first: once the client is closed no frame starts on its way, so a
+        // call failed with `client_closed` is never written afterwards.
         let frame = tokio::select! {
-            frame = frames.recv() => frame,
+            biased;
             _ = stop.wait_for(|stopped| *stopped) => None,
+            frame = frames.recv() => frame,
         };
         let Some((request_id, bytes)) = frame else {
             break;
         };
         let written = tokio::select! {
-            written = write.write_all(&bytes) => written,
+            biased;
             // A host that stopped reading cannot hold a close hostage.
             _ = stop.wait_for(|stopped| *stopped) => break,
+            written = write.write_all(&bytes) => written,
         };
         if let Err(e) = written {
             if let Some(shared) = shared.upgrade() {
