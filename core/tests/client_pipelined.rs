@@ -261,6 +261,40 @@ async fn a_connection_that_breaks_fails_calls_as_disconnected() {
 }
 
 #[tokio::test]
+async fn a_failed_write_still_delivers_the_replies_and_the_goodbye_the_host_sent_before_closing() {
+    let host = FakeHost::new();
+    let client = PipelinedClient::connect(&host.paths).await.unwrap();
+    let mut peer = host.accept().await;
+    let answered = client.send_now(Request::new("a", RequestBody::HostStatus));
+    let a = peer.request().await.unwrap();
+    // The host answers `a`, says goodbye and closes, before the client reads any of it.
+    peer.reply(&a, json!({ "id": "a" })).await;
+    peer.send(&ServerFrame::goodbye(
+        RejectionCode::HostShuttingDown,
+        "host is stopping",
+    ))
+    .await;
+    drop(peer);
+    // Queued now, so the writer runs before the reader learns of the input: its write of `b`
+    // fails (EPIPE) with the reply and the goodbye unread in the socket.
+    let unanswered = client.send_now(Request::new("b", RequestBody::HostStatus));
+    assert_eq!(
+        at_once(answered).await.unwrap().body,
+        json!({ "id": "a" }),
+        "the receipt the host sent is delivered"
+    );
+    let b = at_once(unanswered).await.unwrap_err();
+    assert_eq!(b.code(), Some(RejectionCode::HostShuttingDown), "{b:?}");
+    let later = client.call(RequestBody::HostStatus).await.unwrap_err();
+    assert_eq!(
+        later.code(),
+        Some(RejectionCode::HostShuttingDown),
+        "{later:?}"
+    );
+    assert!(!client.is_open());
+}
+
+#[tokio::test]
 async fn dropping_the_last_handle_closes_the_socket() {
     let host = FakeHost::new();
     let client = PipelinedClient::connect(&host.paths).await.unwrap();

@@ -8,6 +8,8 @@
 //! Tasks: one writer (owns the write half; frames arrive on a channel, so no caller ever
 //! waits on a lock while the socket is full) and one reader (owns the read half). Both stop
 //! when the client is closed, when the connection ends, or when the last handle is dropped.
+//! A failed write stops only the writer: the reader still delivers the replies and the goodbye
+//! the host sent before it closed, and the connection ends when the reader reaches its end.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -73,6 +75,9 @@ struct Routes {
     subscriptions: HashMap<String, SubscriptionRoute>,
     /// Set once: the connection is over and every new call fails with this.
     ended: Option<Ended>,
+    /// A write failed: nothing more is sent and new calls are refused, while the reader still
+    /// takes the replies and the goodbye the host sent before it closed.
+    write_failed: bool,
 }
 
 struct Shared {
@@ -118,6 +123,16 @@ impl Shared {
         for (_, s) in subscriptions {
             end_subscription(&s, cause.error());
         }
+    }
+}
+
+impl Shared {
+    /// A write to the host failed (typically `EPIPE`: the host answered, said goodbye and
+    /// closed). Stops new calls; the calls already submitted stay pending until the reader
+    /// reaches the end of what the host sent, so replies and the goodbye still in the socket
+    /// are delivered, and the rest fail with the goodbye's code (or as disconnected).
+    fn write_failed(&self) {
+        self.routes().write_failed = true;
     }
 }
 
@@ -258,7 +273,8 @@ impl PipelinedClient {
 
     /// Whether the connection is still usable.
     pub fn is_open(&self) -> bool {
-        self.shared.routes().ended.is_none()
+        let routes = self.shared.routes();
+        routes.ended.is_none() && !routes.write_failed
     }
 
     /// Checks the request (one the host would refuse fails alone, before it could close the
@@ -274,6 +290,9 @@ impl PipelinedClient {
         let mut routes = self.shared.routes();
         if let Some(ended) = &routes.ended {
             return Err(ended.error());
+        }
+        if routes.write_failed {
+            return Err(ClientError::Disconnected);
         }
         if routes.pending.contains_key(&request.request_id) {
             return Err(ClientError::Protocol(format!(
@@ -389,13 +408,18 @@ async fn write_loop(
             written = write.write_all(&bytes) => written,
         };
         if let Err(e) = written {
+            // Not the end of the connection yet: the host may have answered and said goodbye
+            // before it closed, and the reader delivers that first (then fails what is left).
             if let Some(shared) = shared.upgrade() {
                 tracing::debug!(%request_id, error = %e, "writing to the host failed");
-                shared.end(Ended::Lost(e.to_string()));
+                shared.write_failed();
             }
             break;
         }
     }
+    drop(frames);
+    // The host sees the end of the requests: one that still runs answers what it read and
+    // closes, so the reader reaches the end too.
     let _ = write.shutdown().await;
 }
 
