@@ -295,6 +295,24 @@ async fn a_failed_write_still_delivers_the_replies_and_the_goodbye_the_host_sent
 }
 
 #[tokio::test]
+async fn a_host_frame_the_client_cannot_decode_fails_calls_as_protocol_errors() {
+    let host = FakeHost::new();
+    let client = PipelinedClient::connect(&host.paths).await.unwrap();
+    let mut peer = host.accept().await;
+    let pending = status_in_flight(&client);
+    peer.request().await.unwrap();
+    // A frame holding `{}`: valid JSON, but no server frame.
+    peer.stream
+        .write_all(&[0, 0, 0, 2, b'{', b'}'])
+        .await
+        .unwrap();
+    let err = pending.await.unwrap().unwrap_err();
+    assert!(matches!(&err, ClientError::Protocol(_)), "{err:?}");
+    assert_eq!(err.code_str(), "protocol");
+    assert!(!client.is_open());
+}
+
+#[tokio::test]
 async fn dropping_the_last_handle_closes_the_socket() {
     let host = FakeHost::new();
     let client = PipelinedClient::connect(&host.paths).await.unwrap();

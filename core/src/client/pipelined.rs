@@ -40,6 +40,8 @@ enum Ended {
     Goodbye(RejectionCode, String),
     /// The connection broke or ended without a goodbye.
     Lost(String),
+    /// The host sent something this client cannot decode; the connection was given up.
+    Protocol(String),
 }
 
 impl Ended {
@@ -51,6 +53,7 @@ impl Ended {
                 message: message.clone(),
             },
             Ended::Lost(_) => ClientError::Disconnected,
+            Ended::Protocol(detail) => ClientError::Protocol(detail.clone()),
         }
     }
 }
@@ -105,7 +108,7 @@ impl Shared {
             if routes.ended.is_some() {
                 return;
             }
-            if let Ended::Lost(detail) = &cause {
+            if let Ended::Lost(detail) | Ended::Protocol(detail) = &cause {
                 tracing::debug!(%detail, "the connection to the host ended");
             }
             routes.ended = Some(cause.clone());
@@ -432,9 +435,9 @@ async fn read_loop(mut read: OwnedReadHalf, mut stop: watch::Receiver<bool>, sha
     let mut buf = vec![0u8; 64 * 1024];
     let end = loop {
         match decoder.next_frame() {
-            Err(e) => break Ended::Lost(format!("protocol error: {e}")),
+            Err(e) => break Ended::Protocol(e.to_string()),
             Ok(Some(body)) => match ServerFrame::decode(&body) {
-                Err(e) => break Ended::Lost(format!("protocol error: {}", e.message)),
+                Err(e) => break Ended::Protocol(e.message),
                 Ok(ServerFrame::Goodbye(g)) => {
                     let ClientError::Closed { code, message } = goodbye(g) else {
                         break Ended::Lost("goodbye".into());
@@ -456,7 +459,7 @@ async fn read_loop(mut read: OwnedReadHalf, mut stop: watch::Receiver<bool>, sha
                     Err(e) => break Ended::Lost(e.to_string()),
                     Ok(n) => {
                         if let Err(e) = decoder.push(&buf[..n]) {
-                            break Ended::Lost(format!("protocol error: {e}"));
+                            break Ended::Protocol(e.to_string());
                         }
                     }
                 }
