@@ -14,6 +14,12 @@
 export declare class PiwError extends Error {
   readonly name: 'PiwError';
   readonly code: PiwErrorCode;
+  /**
+   * The id of the request that failed (`Client` calls; generated when you gave none). After
+   * `disconnected` or `host_shutting_down` the command may have been applied: resend it with
+   * `{ requestId }` to get its receipt instead of applying it twice.
+   */
+  requestId?: string;
 }
 
 export type RejectionCode =

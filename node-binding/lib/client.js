@@ -1,5 +1,6 @@
 // The async client: a thin JavaScript face over the native pipelined client. Every method
 // returns a Promise; many calls may be in flight on one client.
+import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 
@@ -30,6 +31,17 @@ const FINAL = new Set(['completed', 'failed', 'cancelled', 'timed_out']);
 /** Whether a run status is final. */
 export function isFinal(status) {
   return FINAL.has(status);
+}
+
+/** A fresh request id, time-ordered like the host's ids. */
+function newRequestId() {
+  return `req-${Date.now().toString(16).padStart(12, '0')}${randomBytes(8).toString('hex')}`;
+}
+
+/** `err` with the id of the request that failed: resend with it to retry without acting twice. */
+function withRequestId(err, requestId) {
+  if (err instanceof PiwError && err.requestId === undefined) err.requestId = requestId;
+  return err;
 }
 
 function envelope(opts = {}) {
@@ -72,9 +84,24 @@ export class Client {
     return this.#native.isOpen;
   }
 
-  /** Sends any request kind; resolves with the full receipt `{ revision, replayed, body }`. */
+  /**
+   * Sends any request kind; resolves with the full receipt `{ revision, replayed, body }`.
+   * Every failure carries the request's id (`err.requestId`, generated when `env.requestId`
+   * is not given): after `disconnected` or `host_shutting_down` the command may or may not
+   * have been applied, and resending it with that id returns its receipt instead of applying
+   * it twice.
+   */
   request(kind, env = {}, payload = null) {
-    return native(() => this.#native.request(kind, env, payload));
+    const requestId = env.requestId ?? newRequestId();
+    let pending;
+    try {
+      pending = native(() => this.#native.request(kind, { ...env, requestId }, payload));
+    } catch (e) {
+      return Promise.reject(withRequestId(e, requestId));
+    }
+    return pending.then(undefined, (e) => {
+      throw withRequestId(e, requestId);
+    });
   }
 
   async #body(kind, env, payload) {

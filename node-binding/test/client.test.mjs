@@ -190,6 +190,17 @@ test('typed errors: not_found, malformed, idempotency, replay, unknown kinds', a
     c.startRun(steps, { idempotencyKey: 'start-once', input: { a: 2 } }),
     code('idempotency_conflict'),
   );
+  // Every failure names its request, generated or given, so a caller can resend it safely.
+  await assert.rejects(c.pauseRun('run-does-not-exist'), (e) => {
+    assert.equal(e.code, 'not_found');
+    assert.match(e.requestId, /^req-[0-9a-f]{28}$/);
+    return true;
+  });
+  await assert.rejects(c.pauseRun('run-does-not-exist', { requestId: 'mine-1' }), (e) => {
+    assert.equal(e.requestId, 'mine-1');
+    return true;
+  });
+  await assert.rejects(c.request('run.explode'), (e) => typeof e.requestId === 'string');
   const r1 = await c.request('run.pause', { requestId: 'pause-1', runId: first.run_id });
   const r2 = await c.request('run.pause', { requestId: 'pause-1', runId: first.run_id });
   assert.equal(r1.replayed, false);

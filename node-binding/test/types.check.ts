@@ -51,6 +51,9 @@ export async function use(): Promise<number> {
     await client.runStatus('nope');
   } catch (e) {
     if (e instanceof PiwError && e.code === 'not_found') return 0;
+    if (e instanceof PiwError && e.code === 'disconnected' && e.requestId !== undefined) {
+      await client.pauseRun(run_id, { requestId: e.requestId });
+    }
   }
   await client.close();
   return run.revision;
