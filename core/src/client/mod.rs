@@ -522,13 +522,13 @@ pub fn ensure_host_with_env(
             // The host (or a loser that exits because another host won the race) is our
             // child: reap it whenever it exits, so a long-lived caller such as Pi keeps no
             // zombie behind after `piw host stop`.
-            let _ = std::thread::Builder::new()
-                .name("piw-host-reaper".into())
-                .spawn(move || child.wait());
+            reap_in_background(child);
             return Ok(());
         }
         if started.elapsed() >= timeout {
-            let _ = child.try_wait();
+            // A host that is slow to come up may still serve later: it is left running, and
+            // reaped whenever it exits.
+            reap_in_background(child);
             return Err(ClientError::HostNotReady {
                 waited: started.elapsed(),
                 detail: format!("see {}", paths.log.display()),
@@ -566,6 +566,13 @@ pub fn ensure_host_with_env(
         std::thread::sleep(delay);
         delay = (delay * 2).min(Duration::from_millis(50));
     }
+}
+
+/// Waits for `child` on a thread of its own, so a long-lived caller keeps no zombie.
+fn reap_in_background(mut child: std::process::Child) {
+    let _ = std::thread::Builder::new()
+        .name("piw-host-reaper".into())
+        .spawn(move || child.wait());
 }
 
 /// Starts `host_bin host serve` detached: its own session (it outlives the caller's terminal
