@@ -42,9 +42,9 @@ impl PiwPaths {
         ))
     }
 
-    /// The paths of the installation at `home`, made absolute and normalized (`.`, `..` and
-    /// trailing slashes resolved without looking at the file system), so every spelling of one
-    /// directory finds the same socket.
+    /// The paths of the installation at `home`, made absolute, without `.` components or a
+    /// trailing slash, so those spellings of one directory find the same socket. `..` is left
+    /// to the file system: after a symbolic link it does not mean the lexical parent.
     pub fn for_home(home: PathBuf) -> Self {
         let home = normalize(&std::path::absolute(&home).unwrap_or(home));
         let preferred = home.join("host.sock");
@@ -73,23 +73,12 @@ impl PiwPaths {
     }
 }
 
-/// `path` with `.` and `..` resolved lexically and no trailing slash (symbolic links are left
-/// alone: the directory may not exist yet).
+/// `path` without `.` components and without a trailing slash (what `Path::components`
+/// drops).
 fn normalize(path: &Path) -> PathBuf {
-    use std::path::Component;
-    let mut out = PathBuf::new();
-    for component in path.components() {
-        match component {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                if !out.pop() {
-                    out.push(component);
-                }
-            }
-            other => out.push(other),
-        }
-    }
-    out
+    path.components()
+        .filter(|c| !matches!(c, std::path::Component::CurDir))
+        .collect()
 }
 
 fn make_private_dir(dir: &Path) -> io::Result<()> {
@@ -157,14 +146,16 @@ mod tests {
         for spelling in [
             format!("{long}/"),
             format!("{long}/."),
-            format!("{long}/../{}", "d".repeat(120)),
-            format!("/tmp/./{}", "d".repeat(120)),
+            format!("/tmp/./{}/", "d".repeat(120)),
         ] {
             let other = PiwPaths::for_home(PathBuf::from(&spelling));
             assert_eq!(other.socket, plain.socket, "{spelling}");
             assert_eq!(other.home, plain.home, "{spelling}");
         }
-        let short = PiwPaths::for_home(PathBuf::from("/tmp/x/y/../"));
+        let short = PiwPaths::for_home(PathBuf::from("/tmp/x/./"));
         assert_eq!(short.socket, PathBuf::from("/tmp/x/host.sock"));
+        // `..` stays: after a symbolic link it is not the lexical parent.
+        let up = PiwPaths::for_home(PathBuf::from("/tmp/x/y/.."));
+        assert_eq!(up.home, PathBuf::from("/tmp/x/y/.."));
     }
 }

@@ -292,12 +292,26 @@ fn ready_runs_whose_activation_failed_to_commit_are_tried_again() {
     let retry = next_child_deadline(&f.store, &state).expect("a deadline to try again");
     assert!(retry > f.store.now_ms(), "not at once: {retry}");
 
+    // It fails again: the next try waits twice as long (no log flood, no spin).
+    let first_wait = retry - f.store.now_ms();
+    f.clock.advance(first_wait);
+    f.fail_next_commit.store(true, Ordering::SeqCst);
+    due_child_work(&mut f.store, &mut state);
+    schedule(&mut f.store, &mut state);
+    assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Queued);
+    let retry = next_child_deadline(&f.store, &state).expect("a deadline to try again");
+    assert_eq!(retry - f.store.now_ms(), 2 * first_wait);
+
     f.clock.advance(retry - f.store.now_ms());
     due_child_work(&mut f.store, &mut state);
     schedule(&mut f.store, &mut state);
     assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Running);
     assert!(matches!(rx.try_recv(), Ok(SupervisorCmd::Launch { .. })));
     assert_eq!(state.activation_retry_at, None, "no retry left behind");
+    assert_eq!(
+        state.activation_retry_delay_ms, 0,
+        "the back-off starts anew"
+    );
 }
 
 /// A `worker.hello` whose batch did not commit leaves no trace in the host's memory either:

@@ -514,43 +514,55 @@ pub fn ensure_host_with_env(
     }
     paths.ensure_dirs()?;
     let started = Instant::now();
-    let mut child = start_host(paths, host_bin, env)?;
+    // The host this call started, while it runs.
+    let mut child = Some(start_host(paths, host_bin, env)?);
+    // How the last host this call started ended, and whether another process held the
+    // installation after that (then it is started again once that process is gone).
+    let mut exited: Option<(std::process::ExitStatus, bool)> = None;
     let mut delay = Duration::from_millis(2);
-    let mut restart_delay = Duration::from_millis(50);
     loop {
         if probe(paths) {
             // The host (or a loser that exits because another host won the race) is our
             // child: reap it whenever it exits, so a long-lived caller such as Pi keeps no
             // zombie behind after `piw host stop`.
-            reap_in_background(child);
+            if let Some(child) = child {
+                reap_in_background(child);
+            }
             return Ok(());
         }
         if started.elapsed() >= timeout {
             // A host that is slow to come up may still serve later: it is left running, and
             // reaped whenever it exits.
-            reap_in_background(child);
+            if let Some(child) = child {
+                reap_in_background(child);
+            }
             return Err(ClientError::HostNotReady {
                 waited: started.elapsed(),
                 detail: format!("see {}", paths.log.display()),
             });
         }
-        if let Ok(Some(status)) = child.try_wait() {
-            // The host we started is gone and nobody answers yet.
+        if let Some(status) = child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            child = None;
+            exited = Some((status, false));
+        }
+        if let Some((status, held)) = exited {
             match installation_holder(paths) {
-                Some(pid) if pid != child.id() && crate::supervise::process_alive(pid) => {
-                    // Another process holds the installation: a host that is still stopping
-                    // (or starting: it will answer), or a reset. Try again once it may be gone.
-                    std::thread::sleep(restart_delay);
-                    restart_delay = (restart_delay * 2).min(Duration::from_millis(500));
-                    if !probe(paths) {
-                        child = start_host(paths, host_bin, env)?;
-                    }
-                    continue;
+                // Another process holds the installation: a host that is starting (it will
+                // answer) or stopping, or a reset. Wait for it to answer or to let go.
+                Holder::Alive => exited = Some((status, true)),
+                Holder::Gone if held => {
+                    exited = None;
+                    child = Some(start_host(paths, host_bin, env)?);
                 }
-                _ => {
-                    // A last look: a host that won a race may have just come up.
+                Holder::Gone => {
+                    // Nobody held the installation: the host failed by itself. A last look,
+                    // after a moment: a host that won a race may have just come up.
+                    std::thread::sleep(Duration::from_millis(20));
                     if probe(paths) {
                         return Ok(());
+                    }
+                    if installation_holder(paths) != Holder::Gone {
+                        continue;
                     }
                     return Err(ClientError::HostNotReady {
                         waited: started.elapsed(),
@@ -608,14 +620,46 @@ fn start_host(
     })
 }
 
-/// The pid the installation lock file names: the process that holds the installation, or
-/// held it last (the file keeps the pid of a holder that has exited).
-fn installation_holder(paths: &PiwPaths) -> Option<u32> {
-    std::fs::read_to_string(&paths.lock)
-        .ok()?
-        .trim()
-        .parse()
+/// Whether some process holds the installation lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Holder {
+    /// A process holds `host.lock`: a host that is starting (it will answer) or stopping, or a
+    /// `piw state reset`.
+    Alive,
+    /// Nobody holds it.
+    Gone,
+}
+
+/// Whether a process holds `host.lock`, read from the kernel's lock table (`/proc/locks`)
+/// without touching the lock: trying to take it, even for a moment, could make a host that
+/// starts at that instant give up. Where the table cannot be read, the pid the file names is
+/// asked instead (it may be a holder's that has exited and been reused).
+fn installation_holder(paths: &PiwPaths) -> Holder {
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(meta) = std::fs::metadata(&paths.lock) else {
+        return Holder::Gone;
+    };
+    if let Ok(table) = std::fs::read_to_string("/proc/locks") {
+        let dev = meta.dev();
+        let file = format!(
+            "{:02x}:{:02x}:{}",
+            libc::major(dev),
+            libc::minor(dev),
+            meta.ino()
+        );
+        let held = table.lines().any(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.get(1) == Some(&"FLOCK") && fields.get(5) == Some(&file.as_str())
+        });
+        return if held { Holder::Alive } else { Holder::Gone };
+    }
+    let pid = std::fs::read_to_string(&paths.lock)
         .ok()
+        .and_then(|text| text.trim().parse().ok());
+    match pid {
+        Some(pid) if crate::supervise::process_alive(pid) => Holder::Alive,
+        _ => Holder::Gone,
+    }
 }
 
 /// The last lines of the host's log (at most about 2 KiB), for an error message.

@@ -314,7 +314,7 @@ fn activate_ready(w: &mut WriteTx<'_>, state: &mut HostState) -> Vec<ActivatedRu
             Ok(launch) => launch,
             Err(e) => {
                 tracing::error!(%run_id, error = %e, "activation failed; trying again later");
-                state.activation_retry_at = Some(w.now_ms() + ACTIVATION_RETRY_MS);
+                retry_activations_later(state, w.now_ms());
                 None
             }
         };
@@ -381,7 +381,7 @@ pub fn settle_activations(
         abandon_launches(state, std::mem::take(&mut activations.pending));
         if !activations.runs.is_empty() {
             // The runs are still ready, and no child of theirs will exit to wake us.
-            state.activation_retry_at = Some(now + ACTIVATION_RETRY_MS);
+            retry_activations_later(state, now);
         }
         activations.runs.clear();
         return;
@@ -391,6 +391,19 @@ pub fn settle_activations(
         launch_activated(state, now, &mut activations.runs);
     }
     state.launch_after_commit = false;
+    if !activations.runs.is_empty() && state.activation_retry_at.is_none() {
+        // Activations work again: the next failure starts the back-off anew.
+        state.activation_retry_delay_ms = 0;
+    }
+}
+
+/// Tries ready runs again after a failed activation: after 1 s, doubling up to a minute while
+/// activations keep failing (a full disk), so a run that cannot be activated neither spins the
+/// store thread nor fills the log.
+fn retry_activations_later(state: &mut HostState, now: i64) {
+    let delay = (state.activation_retry_delay_ms * 2).clamp(ACTIVATION_RETRY_MS, 60_000);
+    state.activation_retry_delay_ms = delay;
+    state.activation_retry_at = Some(now + delay);
 }
 
 /// Launches the children of the runs `activated` in the open transaction (see
@@ -751,7 +764,7 @@ pub fn apply_worker(
 
 /// Takes back what a worker message changed in the host's memory when its batch did not
 /// commit: the store has no handshake (a retried hello must be accepted, and the handshake
-/// deadline applies again), and a verdict that was not stored leaves the child judging (its
+/// deadline applies again, from now), and a verdict that was not stored leaves the child judging (its
 /// validation deadline runs again from now).
 pub fn forget_uncommitted_worker_message(state: &mut HostState, req: &Request, now: i64) {
     let (Some(run_id), Some(generation)) = (req.run_id.as_deref(), req.generation) else {
@@ -768,6 +781,8 @@ pub fn forget_uncommitted_worker_message(state: &mut HostState, req: &Request, n
         RequestBody::WorkerHello(_) => {
             entry.hello = false;
             entry.judging_since = None;
+            // A full handshake window for the retry.
+            entry.launched_at = now;
         }
         RequestBody::WorkerValidationResult(_) if entry.judging_since.is_none() => {
             entry.judging_since = Some(now);

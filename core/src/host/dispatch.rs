@@ -55,6 +55,8 @@ pub struct HostState {
     /// When to try ready runs again after an activation that failed (its commit, or the
     /// activation itself): nothing else may wake the store thread for them.
     pub activation_retry_at: Option<i64>,
+    /// The delay before the last such retry (it doubles while activations keep failing).
+    pub activation_retry_delay_ms: i64,
 }
 
 impl HostState {

@@ -1291,10 +1291,10 @@ impl WriteTx<'_> {
     }
 
     /// [`WriteTx::recover_expired`] for a running host whose owner id is `stalled_owner`. The
-    /// host renews its own claims while their children work, so one of them can expire only
-    /// when the host itself stalled past the lease (a suspended laptop, a stopped process):
-    /// its child did nothing wrong, and the run is requeued without counting a loss (an
-    /// effect the child was applying still becomes uncertain). Other claims count one.
+    /// host renews its own claims while their children work, so one of them expires only when
+    /// the host could not renew it in time (it stalled past the lease, or its writes kept
+    /// failing): its child did nothing wrong, and the run is requeued without counting a loss
+    /// (an effect the child was applying still becomes uncertain). Other claims count one.
     pub fn recover_expired_claims(
         &mut self,
         stalled_owner: Option<&str>,
