@@ -96,13 +96,18 @@ impl WriteTx<'_> {
         meta: &CommandMeta,
         f: impl FnOnce(&mut Self) -> StoreResult<Value>,
     ) -> StoreResult<CommandOutcome> {
-        if let Some(stored) = self.find_receipt(meta)? {
-            return Ok(CommandOutcome {
-                response: stored.response,
-                replayed: true,
-            });
+        if let Some(replayed) = self.replay(meta)? {
+            return Ok(replayed);
         }
         self.savepoint(|w| w.apply_and_store(meta, f))
+    }
+
+    /// The stored outcome of an earlier commit of the command, if there is one.
+    fn replay(&self, meta: &CommandMeta) -> StoreResult<Option<CommandOutcome>> {
+        Ok(self.find_receipt(meta)?.map(|stored| CommandOutcome {
+            response: stored.response,
+            replayed: true,
+        }))
     }
 
     /// Runs several durable commands in order, each exactly as [`WriteTx::command`] would: a
@@ -158,11 +163,8 @@ impl WriteTx<'_> {
         for item in items {
             let changes_before = self.conn().total_changes();
             let (ops_at, revisions_at) = (self.ops.len(), self.revisions.len());
-            let result = meta_of(item).and_then(|meta| match self.find_receipt(&meta)? {
-                Some(stored) => Ok(CommandOutcome {
-                    response: stored.response,
-                    replayed: true,
-                }),
+            let result = meta_of(item).and_then(|meta| match self.replay(&meta)? {
+                Some(replayed) => Ok(replayed),
                 None => self.apply_and_store(&meta, |w| apply(w, item)),
             });
             self.ensure_in_transaction()?;
