@@ -1055,12 +1055,7 @@ impl WriteTx<'_> {
     /// writer learns it lost, whatever the run's state.
     fn run_for_claim_holder(&self, run_id: &str, fence: Fence<'_>, op: Op) -> StoreResult<RunRow> {
         if let Fence::Claim(claim) = fence {
-            if let Err(reason) = self.check_claim(claim)? {
-                return Err(StoreError::ClaimLost {
-                    run_id: claim.run_id.clone(),
-                    reason,
-                });
-            }
+            self.require_claim(claim)?;
         }
         self.run_for(run_id, op)
     }

@@ -326,14 +326,7 @@ impl WriteTx<'_> {
     /// Checks `claim` against the stored claim at transaction time and, when it holds, renews
     /// heartbeat and expiry. On failure nothing is written and the reason is typed.
     pub(crate) fn fence(&mut self, claim: &Claim) -> StoreResult<()> {
-        if let Err(reason) = self.check_claim(claim)? {
-            // Run id and reason only: never the token or its hash.
-            tracing::debug!(run_id = %claim.run_id, %reason, "fenced write refused");
-            return Err(StoreError::ClaimLost {
-                run_id: claim.run_id.clone(),
-                reason,
-            });
-        }
+        self.require_claim(claim)?;
         self.conn()
             .prepare_cached(
                 "UPDATE claims SET heartbeat_at = ?2, expires_at = ?3 WHERE run_id = ?1",
@@ -343,6 +336,20 @@ impl WriteTx<'_> {
                 self.now,
                 self.now + self.config.lease_ms
             ])?;
+        Ok(())
+    }
+
+    /// The fence's check alone: `ClaimLost` unless `claim` is current and not expired. Writes
+    /// nothing.
+    pub(crate) fn require_claim(&self, claim: &Claim) -> StoreResult<()> {
+        if let Err(reason) = self.check_claim(claim)? {
+            // Run id and reason only: never the token or its hash.
+            tracing::debug!(run_id = %claim.run_id, %reason, "fenced write refused");
+            return Err(StoreError::ClaimLost {
+                run_id: claim.run_id.clone(),
+                reason,
+            });
+        }
         Ok(())
     }
 
