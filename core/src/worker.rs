@@ -18,6 +18,9 @@ use crate::client::{BlockingClient, ClientError};
 use crate::paths::PiwPaths;
 use crate::protocol::{payload, Receipt, RejectionCode, Request, RequestBody};
 
+/// How often a worker message is resent after an `internal` rejection before it counts.
+const INTERNAL_RETRIES: usize = 3;
+
 /// The launch envelope's schema tag.
 pub const LAUNCH_SCHEMA: &str = "piw.launch.v1";
 
@@ -264,12 +267,31 @@ impl Worker {
 
     fn call(&mut self, body: RequestBody) -> Result<Receipt, WorkerError> {
         let req = self.request(body);
-        let receipt = self.client.send(req)?;
+        let receipt = self.send_retrying_internal(req)?;
         if let Some(reason) = receipt.body.get("refused").and_then(Value::as_str) {
             // The host refused the proposal and failed the run: nothing more to do.
             return Err(WorkerError::Refused(reason.to_owned()));
         }
         Ok(receipt)
+    }
+
+    /// Sends `req`; an `internal` rejection (the host's commit failed, nothing was committed:
+    /// a full disk for a moment) is retried with the same request id, a few times with a
+    /// growing pause, before it counts. The host takes back what such a message changed in its
+    /// memory, so even a hello may be said again.
+    fn send_retrying_internal(&mut self, req: Request) -> Result<Receipt, ClientError> {
+        let mut pause = std::time::Duration::from_millis(50);
+        for _ in 0..INTERNAL_RETRIES {
+            match self.client.send(req.clone()) {
+                Err(ClientError::Rejected(r)) if r.code == RejectionCode::Internal => {
+                    tracing::warn!(kind = req.body.kind_str(), message = %r.message, "the host could not commit; trying again");
+                    std::thread::sleep(pause);
+                    pause *= 2;
+                }
+                other => return other,
+            }
+        }
+        self.client.send(req)
     }
 
     /// Authenticates with the one-time token; sends the graph snapshot and resolved mounts.

@@ -1428,3 +1428,27 @@ fn a_graceful_stop_held_open_by_a_slow_client_costs_a_busy_run_nothing() {
     assert_ne!(s["run"]["status"], json!("review"), "{}", s["run"]);
     env.stop(host);
 }
+
+/// A worker message whose batch fails to commit (a full disk for a moment) is answered
+/// `internal`; the worker library sends it again with the same request id, and the host, which
+/// took back what the failed hello changed in its memory, accepts it: the run completes and
+/// no child is counted lost.
+#[test]
+fn a_hello_whose_commit_failed_once_is_said_again_and_the_run_completes() {
+    let env = Env::new(&[]);
+    let host = env.serve(Some("fail_commit:worker.hello"));
+    let file = env.one_node("once", json!({"return": {"ok": true}}));
+    let run_id = env.start(&file, json!({}));
+    let done = env.wait_for(
+        &run_id,
+        &["completed", "failed", "review"],
+        Duration::from_secs(20),
+    );
+    assert_eq!(done["run"]["status"], json!("completed"), "{}", done["run"]);
+    let kinds = events(&env, &run_id);
+    assert!(
+        !kinds.iter().any(|k| k == "child_lost"),
+        "the failed commit cost the run a child: {kinds:?}"
+    );
+    env.stop(host);
+}
