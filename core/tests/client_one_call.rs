@@ -1,6 +1,7 @@
 //! `Client` and `BlockingClient` (one call at a time per connection) against a scripted fake
 //! host on a Unix socket: calls that time out or are dropped, partial frames, a host that is
 //! gone.
+mod common;
 
 use std::io::Write;
 use std::os::unix::net::UnixListener;
@@ -10,8 +11,8 @@ use std::time::Duration;
 use piw_core::client::{BlockingClient, Client, ClientError};
 use piw_core::paths::PiwPaths;
 use piw_core::protocol::{
-    encode_frame, payload, read_frame, Event, Limits, ProtocolSchema, Receipt, RejectionCode,
-    Request, RequestBody, ServerFrame,
+    encode_frame, payload, read_frame, Limits, Receipt, RejectionCode, Request, RequestBody,
+    ServerFrame,
 };
 use serde_json::json;
 
@@ -37,17 +38,7 @@ fn receipt(request_id: &str) -> Vec<u8> {
 }
 
 fn event(seq: u64) -> ServerFrame {
-    ServerFrame::Event(Event {
-        schema: ProtocolSchema,
-        subscription_id: "sub-1".into(),
-        run_id: "run-1".into(),
-        seq,
-        event_kind: "transitioned".into(),
-        status: "running".into(),
-        revision: seq,
-        at_ms: 0,
-        data: json!(null),
-    })
+    common::event_frame("sub-1", seq)
 }
 
 /// A fake host serving one connection: it answers every request (the first only after

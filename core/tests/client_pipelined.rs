@@ -1,13 +1,14 @@
 //! `PipelinedClient` against a scripted fake host on a Unix socket: replies out of order,
 //! a host that stops reading, goodbyes, dropped clients and subscriptions, overflow.
+mod common;
 
 use std::time::Duration;
 
 use piw_core::client::{ClientError, PipelinedClient, Subscription, SUBSCRIPTION_BUFFER};
 use piw_core::paths::PiwPaths;
 use piw_core::protocol::{
-    encode_frame, payload, Event, FrameDecoder, Limits, ProtocolSchema, Receipt, RejectionCode,
-    Request, RequestBody, ServerFrame,
+    encode_frame, payload, FrameDecoder, Limits, Receipt, RejectionCode, Request, RequestBody,
+    ServerFrame,
 };
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -84,17 +85,7 @@ fn status_in_flight(
 }
 
 fn event(subscription: &str, seq: u64) -> ServerFrame {
-    ServerFrame::Event(Event {
-        schema: ProtocolSchema,
-        subscription_id: subscription.into(),
-        run_id: "run-1".into(),
-        seq,
-        event_kind: "transitioned".into(),
-        status: "running".into(),
-        revision: seq,
-        at_ms: 0,
-        data: json!(null),
-    })
+    common::event_frame(subscription, seq)
 }
 
 /// A client subscribed to `run-1` as `sub-1` on a fake host.

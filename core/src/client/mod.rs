@@ -489,8 +489,8 @@ impl BlockingClient {
 /// lock lets exactly one host run; the losers exit and everyone connects to the winner.
 ///
 /// A host started while another process still holds the installation (a host that is
-/// stopping, a `piw state reset`) exits at once; it is started again, with a back-off, until
-/// the holder is gone or `timeout` passes. A host that exits while nobody else holds the
+/// stopping, a `piw state reset`) exits at once; this call then waits for that process to let
+/// go (or for its host to answer) and starts the host once more, within `timeout`. A host that exits while nobody else holds the
 /// installation (a refused database, say) fails the call at once, with the end of its log.
 pub fn ensure_host(
     paths: &PiwPaths,
@@ -546,22 +546,22 @@ pub fn ensure_host_with_env(
             exited = Some((status, false));
         }
         if let Some((status, held)) = exited {
-            match installation_holder(paths) {
+            match (installation_held(paths), held) {
                 // Another process holds the installation: a host that is starting (it will
                 // answer) or stopping, or a reset. Wait for it to answer or to let go.
-                Holder::Alive => exited = Some((status, true)),
-                Holder::Gone if held => {
+                (true, _) => exited = Some((status, true)),
+                (false, true) => {
                     exited = None;
                     child = Some(start_host(paths, host_bin, env)?);
                 }
-                Holder::Gone => {
+                (false, false) => {
                     // Nobody held the installation: the host failed by itself. A last look,
                     // after a moment: a host that won a race may have just come up.
                     std::thread::sleep(Duration::from_millis(20));
                     if probe(paths) {
                         return Ok(());
                     }
-                    if installation_holder(paths) != Holder::Gone {
+                    if installation_held(paths) {
                         continue;
                     }
                     return Err(ClientError::HostNotReady {
@@ -620,46 +620,21 @@ fn start_host(
     })
 }
 
-/// Whether some process holds the installation lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Holder {
-    /// A process holds `host.lock`: a host that is starting (it will answer) or stopping, or a
-    /// `piw state reset`.
-    Alive,
-    /// Nobody holds it.
-    Gone,
-}
-
 /// Whether a process holds `host.lock`, read from the kernel's lock table (`/proc/locks`)
 /// without touching the lock: trying to take it, even for a moment, could make a host that
 /// starts at that instant give up. Where the table cannot be read, the pid the file names is
 /// asked instead (it may be a holder's that has exited and been reused).
-fn installation_holder(paths: &PiwPaths) -> Holder {
-    use std::os::unix::fs::MetadataExt as _;
-    let Ok(meta) = std::fs::metadata(&paths.lock) else {
-        return Holder::Gone;
-    };
-    if let Ok(table) = std::fs::read_to_string("/proc/locks") {
-        let dev = meta.dev();
-        let file = format!(
-            "{:02x}:{:02x}:{}",
-            libc::major(dev),
-            libc::minor(dev),
-            meta.ino()
-        );
-        let held = table.lines().any(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            fields.get(1) == Some(&"FLOCK") && fields.get(5) == Some(&file.as_str())
-        });
-        return if held { Holder::Alive } else { Holder::Gone };
+fn installation_held(paths: &PiwPaths) -> bool {
+    if !paths.lock.exists() {
+        return false;
+    }
+    if let Some(held) = crate::supervise::flock_held(&paths.lock) {
+        return held;
     }
     let pid = std::fs::read_to_string(&paths.lock)
         .ok()
         .and_then(|text| text.trim().parse().ok());
-    match pid {
-        Some(pid) if crate::supervise::process_alive(pid) => Holder::Alive,
-        _ => Holder::Gone,
-    }
+    pid.is_some_and(crate::supervise::process_alive)
 }
 
 /// The last lines of the host's log (at most about 2 KiB), for an error message.

@@ -764,8 +764,8 @@ pub fn apply_worker(
 
 /// Takes back what a worker message changed in the host's memory when its batch did not
 /// commit: the store has no handshake (a retried hello must be accepted, and the handshake
-/// deadline applies again, from now), and a verdict that was not stored leaves the child judging (its
-/// validation deadline runs again from now).
+/// deadline applies again, from now), and a verdict that was not stored leaves the child
+/// judging (its validation deadline runs again from now).
 pub fn forget_uncommitted_worker_message(state: &mut HostState, req: &Request, now: i64) {
     let (Some(run_id), Some(generation)) = (req.run_id.as_deref(), req.generation) else {
         return;
@@ -1315,12 +1315,18 @@ pub fn next_child_deadline(store: &Store, state: &HostState) -> Option<i64> {
     .min()
 }
 
+/// Whether the run's child is being stopped: its exit settles the run, so its node deadline
+/// no longer applies.
+fn child_stopping(state: &HostState, run_id: &str) -> bool {
+    state.children.get(run_id).is_some_and(|e| e.stopping)
+}
+
 /// The earliest node deadline of the held runs whose child is not being stopped.
 fn node_deadline_of_children_not_stopping(store: &Store, state: &HostState) -> Option<i64> {
     state
         .claims
         .keys()
-        .filter(|run_id| !state.children.get(*run_id).is_some_and(|e| e.stopping))
+        .filter(|run_id| !child_stopping(state, run_id))
         .filter_map(|run_id| store.open_attempt_deadline(run_id).ok().flatten())
         .min()
 }
@@ -1413,7 +1419,7 @@ pub fn due_child_work(store: &mut Store, state: &mut HostState) {
     let claims: Vec<Claim> = state
         .claims
         .values()
-        .filter(|c| !state.children.get(&c.run_id).is_some_and(|e| e.stopping))
+        .filter(|c| !child_stopping(state, &c.run_id))
         .cloned()
         .collect();
     for claim in claims {

@@ -49,8 +49,8 @@ use tokio::task::JoinHandle;
 
 pub use orphan::{kill_orphan_group, OrphanOutcome};
 pub use procfs::{
-    group_alive, group_members, parse_proc_stat, process_alive, process_start_time, read_proc_stat,
-    ProcStat,
+    flock_held, group_alive, group_members, parse_proc_stat, process_alive, process_start_time,
+    read_proc_stat, ProcStat,
 };
 use tail::Tail;
 

@@ -71,6 +71,26 @@ pub fn process_start_time(pid: u32) -> Option<u64> {
     read_proc_stat(pid).map(|s| s.start_time)
 }
 
+/// Whether some process holds an `flock` on the file at `path`, read from the kernel's lock
+/// table (`/proc/locks`) without touching the lock. `None` when the file or the table cannot
+/// be read.
+pub fn flock_held(path: &std::path::Path) -> Option<bool> {
+    use std::os::unix::fs::MetadataExt as _;
+    let meta = std::fs::metadata(path).ok()?;
+    let table = std::fs::read_to_string("/proc/locks").ok()?;
+    let dev = meta.dev();
+    let file = format!(
+        "{:02x}:{:02x}:{}",
+        libc::major(dev),
+        libc::minor(dev),
+        meta.ino()
+    );
+    Some(table.lines().any(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        fields.get(1) == Some(&"FLOCK") && fields.get(5) == Some(&file.as_str())
+    }))
+}
+
 /// Whether process `pid` exists and has not ended (a zombie has ended).
 pub fn process_alive(pid: u32) -> bool {
     read_proc_stat(pid).is_some_and(|s| !s.is_dead())
