@@ -156,11 +156,26 @@ fn checks() -> Vec<Check> {
         },
         Check {
             code: "event_sequence_mismatch",
-            sql: "SELECT r.run_id, '', 'revision ' || r.revision || ' but last event '
-                         || COALESCE((SELECT MAX(seq) FROM events e WHERE e.run_id = r.run_id), 0)
+            // Events are stored in commit order (no index by run): one pass counts them all.
+            sql: "SELECT r.run_id, '', 'revision ' || r.revision || ' but ' || COALESCE(e.n, 0)
+                         || ' events, the last ' || COALESCE(e.last_seq, 0)
+                         || ', the newest linked ' || COALESCE(h.seq, 0)
                   FROM runs r
-                  WHERE r.revision != COALESCE((SELECT MAX(seq) FROM events e WHERE e.run_id = r.run_id), 0)
-                     OR r.revision != (SELECT COUNT(*) FROM events e WHERE e.run_id = r.run_id)",
+                  LEFT JOIN (SELECT run_id, COUNT(*) AS n, MAX(seq) AS last_seq
+                             FROM events GROUP BY run_id) e ON e.run_id = r.run_id
+                  LEFT JOIN events h ON h.event_id = r.last_event_id
+                  WHERE r.revision != COALESCE(e.n, 0) OR r.revision != COALESCE(e.last_seq, 0)
+                     OR r.revision != COALESCE(h.seq, 0) OR h.run_id != r.run_id",
+            repairable: false,
+        },
+        Check {
+            code: "event_chain_broken",
+            sql: "SELECT e.run_id, CAST(e.event_id AS TEXT), 'event ' || e.seq
+                         || ' does not link to the run''s event ' || (e.seq - 1)
+                  FROM events e LEFT JOIN events p ON p.event_id = e.prev_event_id
+                  WHERE CASE WHEN e.seq = 1 THEN e.prev_event_id IS NOT NULL
+                             ELSE p.event_id IS NULL OR p.run_id != e.run_id
+                                  OR p.seq != e.seq - 1 END",
             repairable: false,
         },
         Check {
@@ -377,8 +392,9 @@ impl super::WriteTx<'_> {
             "INSERT INTO run_views (run_id, workflow_name, origin_session, status, paused,
                                     current_node, revision, last_event, updated_at)
              SELECT r.run_id, r.workflow_name, r.origin_session, r.status, r.paused, r.current_node,
-                    r.revision, COALESCE((SELECT kind FROM events e WHERE e.run_id = r.run_id
-                                          ORDER BY seq DESC LIMIT 1), 'repaired'), r.updated_at
+                    r.revision, COALESCE((SELECT kind FROM events e
+                                          WHERE e.event_id = r.last_event_id), 'repaired'),
+                    r.updated_at
              FROM runs r WHERE r.run_id = ?1
              ON CONFLICT (run_id) DO UPDATE SET
                 workflow_name = excluded.workflow_name, origin_session = excluded.origin_session,

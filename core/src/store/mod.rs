@@ -494,8 +494,8 @@ impl WriteTx<'_> {
         Ok(())
     }
 
-    /// The closing step of every run write: bump the revision, append the one event of this
-    /// write (sequence = new revision), derive the queue state, refresh the projection.
+    /// The closing step of every run write: append the one event of this write (sequence =
+    /// new revision), bump the revision, derive the queue state, refresh the projection.
     /// Returns the new revision.
     pub(crate) fn finish_run_write(
         &mut self,
@@ -504,13 +504,15 @@ impl WriteTx<'_> {
         data: serde_json::Value,
     ) -> StoreResult<u64> {
         self.ops.push(op);
+        let event_id = self.append_event(run_id, op, &data)?;
         // UPDATE then SELECT: `RETURNING` makes SQLite build a temporary table per call,
         // several times the cost of a cached point read on this hot path.
         self.conn()
             .prepare_cached(
-                "UPDATE runs SET revision = revision + 1, updated_at = ?2 WHERE run_id = ?1",
+                "UPDATE runs SET revision = revision + 1, updated_at = ?2, last_event_id = ?3
+                 WHERE run_id = ?1",
             )?
-            .execute(params![run_id, self.now])?;
+            .execute(params![run_id, self.now, event_id])?;
         let (revision, status, paused, current_node): (i64, String, bool, Option<String>) = self
             .conn()
             .prepare_cached(
@@ -524,8 +526,31 @@ impl WriteTx<'_> {
             status: parse_status(&status)?,
             paused,
             current_node: current_node.as_deref(),
+            queue_before: None,
         };
-        self.finish_run_write_tail(run_id, op, data, after)
+        self.finish_run_write_tail(run_id, op, after)
+    }
+
+    /// Appends the event of the write about to bump `run_id`'s revision: its sequence is that
+    /// new revision and it links to the run's newest event. Returns its id, which the caller
+    /// stores as the run's `last_event_id` in the same write.
+    fn append_event(
+        &mut self,
+        run_id: &str,
+        op: &'static str,
+        data: &serde_json::Value,
+    ) -> StoreResult<i64> {
+        let inserted = self
+            .conn()
+            .prepare_cached(
+                "INSERT INTO events (run_id, seq, prev_event_id, kind, at, data)
+                 SELECT run_id, revision + 1, last_event_id, ?2, ?3, ?4 FROM runs WHERE run_id = ?1",
+            )?
+            .execute(params![run_id, op, self.now, data.to_string()])?;
+        if inserted != 1 {
+            return Err(StoreError::RunNotFound(run_id.to_owned()));
+        }
+        Ok(self.conn().last_insert_rowid())
     }
 
     /// [`WriteTx::finish_run_write`] for a write that changes only the paused flag of a row it
@@ -541,13 +566,16 @@ impl WriteTx<'_> {
         self.ops.push(op);
         let before = row.revision as i64;
         let revision = before + 1;
+        let event_id = self.append_event(run_id, op, &serde_json::json!({}))?;
         let changed = self
             .conn()
             .prepare_cached(
-                "UPDATE runs SET paused = ?2, revision = ?3, updated_at = ?4
+                "UPDATE runs SET paused = ?2, revision = ?3, updated_at = ?4, last_event_id = ?6
                  WHERE run_id = ?1 AND revision = ?5",
             )?
-            .execute(params![run_id, paused, revision, self.now, before])?;
+            .execute(params![
+                run_id, paused, revision, self.now, before, event_id
+            ])?;
         if changed != 1 {
             // The row changed since the caller read it in this same transaction: a bug.
             return Err(StoreError::CorruptRow(format!(
@@ -560,17 +588,19 @@ impl WriteTx<'_> {
             status: row.status,
             paused,
             current_node: row.current_node.as_deref(),
+            // Every write keeps the queue row at `queue_state_for` of the row it wrote, so the
+            // row read in this transaction tells the queue state now.
+            queue_before: Some(queue_state_for(row.status, row.paused)),
         };
-        self.finish_run_write_tail(run_id, op, serde_json::json!({}), after)
+        self.finish_run_write_tail(run_id, op, after)
     }
 
-    /// What every run write shares once the run row holds its new revision: the event, the
+    /// What every run write shares once the run row holds its new revision and its event: the
     /// queue state, the projection.
     fn finish_run_write_tail(
         &mut self,
         run_id: &str,
         op: &'static str,
-        data: serde_json::Value,
         after: RunAfterWrite<'_>,
     ) -> StoreResult<u64> {
         let RunAfterWrite {
@@ -578,15 +608,14 @@ impl WriteTx<'_> {
             status,
             paused,
             current_node,
+            queue_before,
         } = after;
-        self.conn()
-            .prepare_cached(
-                "INSERT INTO events (run_id, seq, kind, at, data) VALUES (?1, ?2, ?3, ?4, ?5)",
-            )?
-            .execute(params![run_id, revision, op, self.now, data.to_string()])?;
-        self.conn()
-            .prepare_cached("UPDATE queue SET state = ?2 WHERE run_id = ?1 AND state != ?2")?
-            .execute(params![run_id, queue_state_for(status, paused).as_str()])?;
+        let queue_after = queue_state_for(status, paused);
+        if queue_before != Some(queue_after) {
+            self.conn()
+                .prepare_cached("UPDATE queue SET state = ?2 WHERE run_id = ?1 AND state != ?2")?
+                .execute(params![run_id, queue_after.as_str()])?;
+        }
         // The projection row exists from the run's first write on: a plain point update.
         let updated = self
             .conn()
@@ -624,6 +653,9 @@ struct RunAfterWrite<'a> {
     status: RunStatus,
     paused: bool,
     current_node: Option<&'a str>,
+    /// The queue state before the write, when the writer knows it: an unchanged state needs
+    /// no statement (pausing or resuming a waiting run).
+    queue_before: Option<QueueState>,
 }
 
 /// Process-wide SQLite settings, applied before the first connection opens (SQLite refuses

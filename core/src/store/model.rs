@@ -80,15 +80,22 @@ string_enum! {
 
 /// The queue state a run in `status` with the `paused` flag must have. Every write derives the
 /// queue row from this one function, and `diagnose` checks stored rows against it.
+///
+/// `paused` matters only to a queued run: it is what holds that run back from activation. A
+/// waiting run cannot be activated anyway, so pausing or resuming it leaves its queue row
+/// alone (no queue row or `queue_ready` index entry to rewrite); if it becomes queued while
+/// paused, it becomes `paused` then.
 pub fn queue_state_for(status: RunStatus, paused: bool) -> QueueState {
     match status {
-        s if s.is_terminal() => QueueState::Done,
+        RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled | RunStatus::TimedOut => {
+            QueueState::Done
+        }
         RunStatus::Review => QueueState::Review,
         // A running run keeps its claim until its next durable boundary, where the host parks it.
         RunStatus::Running => QueueState::Claimed,
-        _ if paused => QueueState::Paused,
+        RunStatus::Queued if paused => QueueState::Paused,
         RunStatus::Queued => QueueState::Ready,
-        _ => QueueState::Waiting,
+        RunStatus::Waiting => QueueState::Waiting,
     }
 }
 
@@ -494,9 +501,10 @@ mod tests {
     fn queue_state_follows_status_and_pause() {
         assert_eq!(queue_state_for(RunStatus::Queued, false), QueueState::Ready);
         assert_eq!(queue_state_for(RunStatus::Queued, true), QueueState::Paused);
+        // Pausing a waiting run leaves its queue row alone: it is not activatable either way.
         assert_eq!(
             queue_state_for(RunStatus::Waiting, true),
-            QueueState::Paused
+            QueueState::Waiting
         );
         assert_eq!(
             queue_state_for(RunStatus::Waiting, false),

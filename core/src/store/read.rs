@@ -287,20 +287,58 @@ impl Store {
     }
 
     /// The run's events in order, optionally only those after `after_seq`.
+    ///
+    /// Events are stored in commit order, not by run: this walks the run's chain back from its
+    /// newest event, one point read per event returned (the host reads only what a write just
+    /// appended). A chain that breaks its own order is reported as corrupt, never followed.
     pub fn events(&self, run_id: &str, after_seq: u64) -> StoreResult<Vec<EventRecord>> {
+        let mut next: Option<i64> = self
+            .conn
+            .prepare_cached("SELECT last_event_id FROM runs WHERE run_id = ?1")?
+            .query_row([run_id], |r| r.get(0))
+            .optional()?
+            .ok_or_else(|| StoreError::RunNotFound(run_id.to_owned()))?;
         let mut stmt = self.conn.prepare_cached(
-            "SELECT run_id, seq, kind, at, data FROM events WHERE run_id = ?1 AND seq > ?2 ORDER BY seq",
+            "SELECT run_id, seq, kind, at, data, prev_event_id FROM events WHERE event_id = ?1",
         )?;
-        let rows = stmt.query_map(params![run_id, after_seq as i64], |r| {
-            Ok(EventRecord {
-                run_id: r.get(0)?,
-                seq: r.get::<_, i64>(1)? as u64,
-                kind: r.get(2)?,
-                at: r.get(3)?,
-                data: json_col(r, 4)?.unwrap_or(Value::Null),
-            })
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        let mut newest_first: Vec<EventRecord> = Vec::new();
+        while let Some(event_id) = next {
+            let (record, prev): (EventRecord, Option<i64>) = stmt.query_row([event_id], |r| {
+                Ok((
+                    EventRecord {
+                        run_id: r.get(0)?,
+                        seq: r.get::<_, i64>(1)? as u64,
+                        kind: r.get(2)?,
+                        at: r.get(3)?,
+                        data: json_col(r, 4)?.unwrap_or(Value::Null),
+                    },
+                    r.get(5)?,
+                ))
+            })?;
+            let expected_seq = newest_first.last().map(|later| later.seq - 1);
+            if record.run_id != run_id
+                || record.seq == 0
+                || expected_seq.is_some_and(|s| s != record.seq)
+            {
+                return Err(StoreError::CorruptRow(format!(
+                    "run {run_id}: event {event_id} (seq {}) breaks the run's event chain",
+                    record.seq
+                )));
+            }
+            if record.seq <= after_seq {
+                break;
+            }
+            if prev.is_none() && record.seq != 1 {
+                return Err(StoreError::CorruptRow(format!(
+                    "run {run_id}: the event chain ends at seq {}, not 1",
+                    record.seq
+                )));
+            }
+            next = prev;
+            newest_first.push(record);
+        }
+        newest_first.reverse();
+        Ok(newest_first)
     }
 
     /// The run's attempts in start order.

@@ -38,6 +38,7 @@ CREATE TABLE runs (
     current_node       TEXT,
     current_attempt    TEXT,
     revision           INTEGER NOT NULL,
+    last_event_id      INTEGER REFERENCES events (event_id),  -- newest event; NULL at revision 0
     result             TEXT,               -- JSON, terminal success only
     error              TEXT,               -- terminal failure or cancellation reason
     review_reason      TEXT,
@@ -194,15 +195,19 @@ CREATE TABLE workflow_messages (
 );
 CREATE INDEX workflow_messages_pending ON workflow_messages (origin_session, delivered_at);
 
--- Immutable. seq equals the run's revision after the write that appended it.
+-- Immutable, in commit order: the events of one commit share the table's last page, however
+-- many runs it touches (clustered by run, each run's event landed on a page of its own). A
+-- run's events form a chain: runs.last_event_id names the newest, each names the one before
+-- it, and seq equals the run's revision after the write that appended it.
 CREATE TABLE events (
-    run_id  TEXT    NOT NULL REFERENCES runs (run_id),
-    seq     INTEGER NOT NULL,
-    kind    TEXT    NOT NULL,
-    at      INTEGER NOT NULL,
-    data    TEXT    NOT NULL,
-    PRIMARY KEY (run_id, seq)
-) WITHOUT ROWID;
+    event_id       INTEGER PRIMARY KEY,
+    run_id         TEXT    NOT NULL REFERENCES runs (run_id),
+    seq            INTEGER NOT NULL,
+    prev_event_id  INTEGER REFERENCES events (event_id),
+    kind           TEXT    NOT NULL,
+    at             INTEGER NOT NULL,
+    data           TEXT    NOT NULL
+);
 
 -- What a viewer reads: one cheap row per run, kept in step with runs by every write.
 CREATE TABLE run_views (

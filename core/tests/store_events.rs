@@ -1,0 +1,243 @@
+//! Run events are stored in commit order, each run's linked into a chain from
+//! `runs.last_event_id` back through `prev_event_id`; pausing a waiting run leaves its queue row
+//! alone. These tests hold the chain to its promises: every run's events come back complete and
+//! in order however writes to several runs interleave, a broken chain is reported (by `events`
+//! and by `diagnose`) rather than followed, and the queue still holds a paused run back.
+mod common;
+
+use common::*;
+use piw_core::store::*;
+use serde_json::json;
+
+fn corrupt(f: &Fixture, sql: &str) {
+    let c = rusqlite::Connection::open(f.store.path()).unwrap();
+    c.execute_batch(sql).unwrap();
+}
+
+fn seqs_and_kinds(events: &[EventRecord]) -> Vec<(u64, String)> {
+    events.iter().map(|e| (e.seq, e.kind.clone())).collect()
+}
+
+fn queue_row(f: &Fixture, run_id: &str) -> (String, i64) {
+    let c = rusqlite::Connection::open(f.store.path()).unwrap();
+    c.query_row(
+        "SELECT state, available_at FROM queue WHERE run_id = ?1",
+        [run_id],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
+    .unwrap()
+}
+
+/// A waiting run: started, activated, at node `a`, waiting on an agent interaction.
+fn waiting(f: &mut Fixture) -> (String, String, String) {
+    let (run_id, act, attempt) = f.running();
+    let interaction = f
+        .store
+        .write(|w| {
+            w.request_interaction(
+                &act.claim,
+                &attempt,
+                InteractionKind::Agent,
+                &json!({}),
+                None,
+            )
+        })
+        .unwrap();
+    assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Waiting);
+    (run_id, attempt, interaction)
+}
+
+#[test]
+fn the_events_of_runs_written_in_turn_come_back_per_run_complete_and_in_order() {
+    let mut f = Fixture::new();
+    let (r1, _, _) = waiting(&mut f);
+    let r2 = f.start();
+    let (r3, _, _) = waiting(&mut f);
+    // Interleave writes to three runs, several in one transaction.
+    for round in 0..5 {
+        f.store
+            .write(|w| {
+                w.pause(&r1, Fence::Unclaimed)?;
+                w.pause(&r3, Fence::Unclaimed)?;
+                if round % 2 == 0 {
+                    w.pause(&r2, Fence::Unclaimed)?;
+                }
+                w.resume(&r1, Fence::Unclaimed)?;
+                if round % 2 == 0 {
+                    w.resume(&r2, Fence::Unclaimed)
+                } else {
+                    Ok(0)
+                }
+            })
+            .unwrap();
+        f.store.write(|w| w.resume(&r3, Fence::Unclaimed)).unwrap();
+    }
+    for run_id in [&r1, &r2, &r3] {
+        let revision = f.store.run(run_id).unwrap().revision;
+        let all = f.store.events(run_id, 0).unwrap();
+        assert_eq!(
+            all.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            (1..=revision).collect::<Vec<_>>(),
+            "run {run_id}: one event per revision, in order"
+        );
+        assert!(all.iter().all(|e| &e.run_id == run_id));
+        assert_eq!(all[0].kind, "started");
+        assert_eq!(all[0].data, json!({ "workflow": "demo" }));
+        assert_eq!(
+            f.store.run_view(run_id).unwrap().unwrap().last_event,
+            all.last().unwrap().kind
+        );
+        // Only what comes after `after_seq`; nothing after the newest.
+        for after in [1, revision - 2, revision - 1, revision] {
+            assert_eq!(
+                seqs_and_kinds(&f.store.events(run_id, after).unwrap()),
+                seqs_and_kinds(&all[after as usize..]),
+                "run {run_id}, after {after}"
+            );
+        }
+    }
+    let r2_kinds: Vec<String> = f
+        .store
+        .events(&r2, 0)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(
+        r2_kinds,
+        ["started", "paused", "resumed", "paused", "resumed", "paused", "resumed"]
+    );
+    assert!(matches!(
+        f.store.events("run-unknown", 0),
+        Err(StoreError::RunNotFound(_))
+    ));
+    f.assert_clean();
+}
+
+#[test]
+fn pausing_a_waiting_run_leaves_its_queue_row_alone_and_an_answer_keeps_it_held() {
+    let mut f = Fixture::new();
+    let (run_id, attempt, interaction) = waiting(&mut f);
+    let queue_before = queue_row(&f, &run_id);
+    assert_eq!(queue_before.0, "waiting");
+    f.store
+        .write(|w| w.pause(&run_id, Fence::Unclaimed))
+        .unwrap();
+    assert_eq!(
+        queue_row(&f, &run_id),
+        queue_before,
+        "pause wrote the queue"
+    );
+    f.assert_clean();
+
+    // The answer arrives while the run is paused: it becomes queued, and stays held.
+    f.clock.advance(5);
+    f.store
+        .write(|w| w.submit(&interaction, &attempt, &json!("answer"), None))
+        .unwrap();
+    assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Queued);
+    assert_eq!(queue_row(&f, &run_id).0, "paused");
+    assert!(f.store.ready_runs(f.store.now_ms(), 10).unwrap().is_empty());
+    assert!(f.store.write(|w| w.activate(&run_id, HOST)).is_err());
+    f.assert_clean();
+
+    f.store
+        .write(|w| w.resume(&run_id, Fence::Unclaimed))
+        .unwrap();
+    assert_eq!(
+        f.store.ready_runs(f.store.now_ms(), 10).unwrap(),
+        vec![run_id.clone()]
+    );
+    f.assert_clean();
+}
+
+#[test]
+fn a_broken_event_chain_is_reported_and_never_followed() {
+    let mut f = Fixture::new();
+    let (r1, _, _) = waiting(&mut f);
+    let (r2, _, _) = waiting(&mut f);
+    for run_id in [&r1, &r2] {
+        f.store
+            .write(|w| w.pause(run_id, Fence::Unclaimed))
+            .unwrap();
+    }
+    f.assert_clean();
+    let ids = |f: &Fixture, run_id: &str| -> Vec<i64> {
+        let c = rusqlite::Connection::open(f.store.path()).unwrap();
+        let mut stmt = c
+            .prepare("SELECT event_id FROM events WHERE run_id = ?1 ORDER BY seq")
+            .unwrap();
+        stmt.query_map([run_id], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    let r1_ids = ids(&f, &r1);
+    let r2_ids = ids(&f, &r2);
+    assert!(r1_ids.len() >= 4, "{r1_ids:?}");
+
+    // The second event no longer links to the first: the chain ends early.
+    corrupt(
+        &f,
+        &format!(
+            "UPDATE events SET prev_event_id = NULL WHERE event_id = {}",
+            r1_ids[1]
+        ),
+    );
+    let err = f.store.events(&r1, 0).unwrap_err();
+    assert!(matches!(err, StoreError::CorruptRow(_)), "{err:?}");
+    // Events after the break are still read: the chain is intact from the newest down to it.
+    assert_eq!(
+        f.store.events(&r1, 2).unwrap().len(),
+        r1_ids.len() - 2,
+        "the intact part"
+    );
+    let findings = f.store.diagnose().unwrap();
+    let broken: Vec<&Finding> = findings
+        .iter()
+        .filter(|x| x.code == "event_chain_broken")
+        .collect();
+    assert_eq!(broken.len(), 1, "{findings:#?}");
+    assert_eq!(broken[0].run_id, r1);
+    assert_eq!(broken[0].ids, vec![r1_ids[1].to_string()]);
+    assert!(!broken[0].repairable);
+
+    // The second run's newest event is a link into the first run's chain.
+    corrupt(
+        &f,
+        &format!(
+            "UPDATE runs SET last_event_id = {} WHERE run_id = '{r2}'",
+            r1_ids.last().unwrap()
+        ),
+    );
+    assert!(matches!(
+        f.store.events(&r2, 0),
+        Err(StoreError::CorruptRow(_))
+    ));
+    let findings = f.store.diagnose().unwrap();
+    assert!(
+        findings
+            .iter()
+            .any(|x| x.code == "event_sequence_mismatch" && x.run_id == r2),
+        "{findings:#?}"
+    );
+
+    // A run whose newest event is gone.
+    corrupt(
+        &f,
+        &format!(
+            "UPDATE runs SET last_event_id = {} WHERE run_id = '{r2}';
+             DELETE FROM events WHERE event_id = {};",
+            r2_ids[r2_ids.len() - 2],
+            r2_ids.last().unwrap()
+        ),
+    );
+    let findings = f.store.diagnose().unwrap();
+    let mismatch = findings
+        .iter()
+        .find(|x| x.code == "event_sequence_mismatch" && x.run_id == r2)
+        .unwrap_or_else(|| panic!("{findings:#?}"));
+    assert!(mismatch
+        .detail
+        .contains(&format!("{} events", r2_ids.len() - 1)));
+}
