@@ -427,7 +427,8 @@ fn a_client_that_floods_and_never_reads_keeps_host_memory_bounded() {
         sent / 1024
     );
     // The host reads while it can answer; once the flooder's receive buffer is full the host's
-    // reply blocks and it stops reading: the kernel's buffers and one decoder hold the rest.
+    // reply blocks, it reads on only until its decoder is full (4 MiB), then stops: the
+    // kernel's buffers and one decoder hold the rest.
     assert!(
         sent >= 64 * 1024,
         "the flood got going before backpressure ({sent} bytes)"
@@ -437,6 +438,97 @@ fn a_client_that_floods_and_never_reads_keeps_host_memory_bounded() {
         "host memory stays bounded: {before} KiB -> {after} KiB"
     );
     drop(flooder);
+    home.stop(host);
+}
+
+/// A client that writes a request larger than the socket buffers while the host is writing
+/// events to it (so neither side reads) must still get its reply: the host reads while it
+/// writes. Without that, both writes wait for each other forever.
+#[test]
+fn a_large_request_from_a_subscriber_the_host_is_writing_to_gets_its_reply() {
+    let home = Home::new();
+    let host = home.serve(None);
+    let mut c = home.client();
+    let run_id = home.start_run(&mut c);
+    let mut sub = raw(&home);
+    sub.write_all(&frame(
+        json!({"schema": "piw.protocol.v1", "request_id": "sub", "kind": "subscribe",
+               "payload": {"run_id": run_id}})
+        .to_string()
+        .as_bytes(),
+    ))
+    .unwrap();
+    let limits = piw_core::protocol::Limits::default();
+    let reply = piw_core::protocol::read_frame(&mut sub, &limits)
+        .unwrap()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&reply).contains("\"sub\""));
+    // Events the subscriber does not read: far more than the socket buffers hold, so the
+    // host's connection task ends up blocked writing to it.
+    let events = 1200;
+    for i in 0..events {
+        let body = if i % 2 == 0 {
+            RequestBody::RunPause
+        } else {
+            RequestBody::RunResume
+        };
+        c.send(Request::new(format!("t{i}"), body).with_run_id(&run_id))
+            .unwrap();
+    }
+    // A request of ~240 KiB (kinds without a payload ignore it), more than the socket buffers.
+    let pad = "x".repeat(240 * 1024);
+    let big = frame(
+        json!({"schema": "piw.protocol.v1", "request_id": "big", "kind": "run.status",
+               "run_id": run_id, "payload": {"pad": pad}})
+        .to_string()
+        .as_bytes(),
+    );
+    sub.set_write_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    sub.write_all(&big)
+        .expect("the host reads a request while it is blocked writing events (no deadlock)");
+    // Events and replies interleave from here on: collect the event sequence numbers.
+    let mut seqs = std::collections::BTreeSet::new();
+    let next_reply = |sub: &mut UnixStream, seqs: &mut std::collections::BTreeSet<u64>| loop {
+        let body = piw_core::protocol::read_frame(sub, &limits)
+            .expect("a frame")
+            .expect("the host answers before it closes");
+        let frame: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        if frame["type"] == "event" {
+            assert!(seqs.insert(frame["seq"].as_u64().unwrap()), "{frame}");
+            continue;
+        }
+        break frame;
+    };
+    let answer = next_reply(&mut sub, &mut seqs);
+    assert_eq!(answer["request_id"], "big", "{answer}");
+    assert_eq!(answer["ok"], true, "{answer}");
+    assert!(!seqs.is_empty(), "events were waiting before the reply");
+    // The connection is still in order: the next call on it is answered too.
+    sub.write_all(&frame(
+        json!({"schema": "piw.protocol.v1", "request_id": "after", "kind": "host.status"})
+            .to_string()
+            .as_bytes(),
+    ))
+    .unwrap();
+    let after = next_reply(&mut sub, &mut seqs);
+    assert_eq!(after["request_id"], "after", "{after}");
+    // Every event arrives, once each.
+    while seqs.len() < events {
+        let body = piw_core::protocol::read_frame(&mut sub, &limits)
+            .unwrap()
+            .unwrap();
+        let frame: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        if frame["type"] == "event" {
+            assert!(seqs.insert(frame["seq"].as_u64().unwrap()), "{frame}");
+        }
+    }
+    let first = *seqs.first().unwrap();
+    assert_eq!(
+        seqs.last().copied(),
+        Some(first + events as u64 - 1),
+        "one event per revision, in a row"
+    );
     home.stop(host);
 }
 

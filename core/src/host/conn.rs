@@ -55,12 +55,13 @@ pub async fn serve(
         tracing::warn!(?peer, "refused a connection from another user");
         let _ = write(
             &mut stream,
+            &mut Inbound::new(shared.limits),
             &ServerFrame::goodbye(rejection.code, rejection.message),
         )
         .await;
         return;
     }
-    let mut decoder = FrameDecoder::new(shared.limits);
+    let mut inbound = Inbound::new(shared.limits);
     // Created at the first subscription, so the store thread publishes only while someone
     // listens. A subscriber may still receive events committed shortly before it subscribed
     // (their fsync was pending); it reads the run's status anyway.
@@ -71,7 +72,7 @@ pub async fn serve(
     let mut buf = vec![0u8; 64 * 1024];
     let close = loop {
         // Serve every complete frame already buffered.
-        match decoder.next_frame() {
+        match inbound.decoder.next_frame() {
             Ok(Some(body)) => {
                 let frame = handle_frame(&body, &shared, &mut subscriptions, &mut worker).await;
                 if subscriptions.is_empty() {
@@ -81,14 +82,14 @@ pub async fn serve(
                 }
                 match frame {
                     Ok(frame) => {
-                        if write(&mut stream, &frame).await.is_err() {
+                        if write(&mut stream, &mut inbound, &frame).await.is_err() {
                             break Close::Eof;
                         }
                         continue;
                     }
                     Err(bad) => {
                         if let Some(frame) = bad.rejection {
-                            let _ = write(&mut stream, &frame).await;
+                            let _ = write(&mut stream, &mut inbound, &frame).await;
                         }
                         break Close::Goodbye(bad.code, bad.message);
                     }
@@ -97,14 +98,19 @@ pub async fn serve(
             Ok(None) => {}
             Err(e) => break Close::Goodbye(e.rejection_code(), e.to_string()),
         }
-        let partial = !decoder.is_at_frame_boundary();
+        // What the reads during the last writes found, once every frame before it is served.
+        if let Some(e) = inbound.error.take() {
+            break Close::Goodbye(e.rejection_code(), e.to_string());
+        }
+        let partial = !inbound.decoder.is_at_frame_boundary();
+        if inbound.eof {
+            break closed_by_peer(partial);
+        }
         tokio::select! {
             read = stream.read(&mut buf) => match read {
-                Ok(0) | Err(_) => {
-                    break if partial { Close::Goodbye(RejectionCode::Malformed, "connection closed mid-frame".into()) } else { Close::Eof };
-                }
+                Ok(0) | Err(_) => break closed_by_peer(partial),
                 Ok(n) => {
-                    if let Err(e) = decoder.push(&buf[..n]) {
+                    if let Err(e) = inbound.decoder.push(&buf[..n]) {
                         break Close::Goodbye(e.rejection_code(), e.to_string());
                     }
                 }
@@ -112,7 +118,7 @@ pub async fn serve(
             event = next_event(&mut events), if events.is_some() => match event {
                 Ok(event) => {
                     for frame in event_frames(&event, &subscriptions) {
-                        if write(&mut stream, &frame).await.is_err() {
+                        if write(&mut stream, &mut inbound, &frame).await.is_err() {
                             return;
                         }
                     }
@@ -130,7 +136,12 @@ pub async fn serve(
     };
     if let Close::Goodbye(code, message) = close {
         tracing::debug!(%code, %message, "closing connection");
-        let _ = write(&mut stream, &ServerFrame::goodbye(code, message)).await;
+        let _ = write(
+            &mut stream,
+            &mut inbound,
+            &ServerFrame::goodbye(code, message),
+        )
+        .await;
     }
     let _ = stream.shutdown().await;
 }
@@ -144,11 +155,97 @@ async fn next_event(
     }
 }
 
-/// Writes one frame. A frame over the frame limit is never sent: a reply becomes a
-/// `payload_too_large` rejection of the same request (the connection stays usable: the client
-/// asks for less), an event a goodbye (`Err`: the caller closes the connection, and the
-/// subscriber rereads the run).
-async fn write(stream: &mut UnixStream, frame: &ServerFrame) -> std::io::Result<()> {
+fn closed_by_peer(partial: bool) -> Close {
+    if partial {
+        Close::Goodbye(
+            RejectionCode::Malformed,
+            "connection closed mid-frame".into(),
+        )
+    } else {
+        Close::Eof
+    }
+}
+
+/// What the peer sends, decoded as it arrives, including while this task writes to it.
+///
+/// Reading on while a write is blocked is what keeps the two sides from waiting on each other
+/// forever: a client blocked writing a large request is not reading, so the events and
+/// replies we write to it fill its socket, and if we stopped reading too, neither write would
+/// ever finish. Reads during a write stop while the decoder is full, so a client that floods
+/// requests and never reads is still held back by the kernel's buffers, and memory stays
+/// bounded.
+struct Inbound {
+    decoder: FrameDecoder,
+    limits: Limits,
+    /// The peer closed its side during a write (frames before that are still served).
+    eof: bool,
+    /// The bytes read during a write broke the frame rules; the connection closes once the
+    /// frames before them are served.
+    error: Option<FrameError>,
+}
+
+/// Bytes read at a time while a write is blocked.
+const READ_WHILE_WRITING_CHUNK: usize = 16 * 1024;
+
+impl Inbound {
+    fn new(limits: Limits) -> Self {
+        Self {
+            decoder: FrameDecoder::new(limits),
+            limits,
+            eof: false,
+            error: None,
+        }
+    }
+
+    /// Whether a read during a write may take up to one more chunk.
+    fn may_read(&self) -> bool {
+        !self.eof
+            && self.error.is_none()
+            && self.decoder.buffered_len() + READ_WHILE_WRITING_CHUNK
+                <= self.limits.max_buffered_bytes
+    }
+}
+
+/// Writes `bytes` whole, reading what the peer sends meanwhile into `inbound`.
+async fn write_reading(
+    stream: &mut UnixStream,
+    inbound: &mut Inbound,
+    bytes: &[u8],
+) -> std::io::Result<()> {
+    let (mut reader, mut writer) = stream.split();
+    let mut chunk = [0u8; READ_WHILE_WRITING_CHUNK];
+    let mut written = 0;
+    while written < bytes.len() {
+        let may_read = inbound.may_read();
+        tokio::select! {
+            // Writing first: reading is only for when the write cannot go on.
+            biased;
+            sent = writer.write(&bytes[written..]) => match sent? {
+                0 => return Err(std::io::ErrorKind::WriteZero.into()),
+                n => written += n,
+            },
+            read = reader.read(&mut chunk), if may_read => match read {
+                Ok(0) | Err(_) => inbound.eof = true,
+                Ok(n) => {
+                    if let Err(e) = inbound.decoder.push(&chunk[..n]) {
+                        inbound.error = Some(e);
+                    }
+                }
+            },
+        }
+    }
+    Ok(())
+}
+
+/// Writes one frame, reading what the peer sends meanwhile (see [`Inbound`]). A frame over the
+/// frame limit is never sent: a reply becomes a `payload_too_large` rejection of the same
+/// request (the connection stays usable: the client asks for less), an event a goodbye
+/// (`Err`: the caller closes the connection, and the subscriber rereads the run).
+async fn write(
+    stream: &mut UnixStream,
+    inbound: &mut Inbound,
+    frame: &ServerFrame,
+) -> std::io::Result<()> {
     let limits = Limits::default();
     let (bytes, closes) = match encode_frame(frame, &limits) {
         Ok(bytes) => (bytes, false),
@@ -161,7 +258,7 @@ async fn write(stream: &mut UnixStream, frame: &ServerFrame) -> std::io::Result<
         }
         Err(e) => return Err(std::io::Error::other(e.to_string())),
     };
-    stream.write_all(&bytes).await?;
+    write_reading(stream, inbound, &bytes).await?;
     if closes {
         return Err(std::io::Error::other(
             "an event over the frame limit ended the connection",
@@ -403,7 +500,9 @@ mod tests {
                     .unwrap()
                     .expect("a frame before the end of the stream")
             });
-            let ended = write(&mut ours, &frame).await.is_err();
+            let ended = write(&mut ours, &mut Inbound::new(Limits::default()), &frame)
+                .await
+                .is_err();
             drop(ours); // nothing written: the reader sees the end, not a hang
             let body = reader.await.unwrap();
             (ServerFrame::decode(&body).unwrap(), ended)
