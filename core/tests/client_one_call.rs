@@ -218,3 +218,71 @@ async fn an_async_request_the_host_would_refuse_fails_locally_and_the_connection
         .unwrap();
     assert_eq!(received, ["a"], "the refused request was never sent");
 }
+
+/// A fake host that answers every request after `before_reply` events, numbered on across
+/// requests; after the last request it sends `after_last` more events.
+fn eventful_host(
+    paths: &PiwPaths,
+    before_reply: u64,
+    requests: usize,
+    after_last: u64,
+) -> JoinHandle<()> {
+    let listener = UnixListener::bind(&paths.socket).unwrap();
+    std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut seq = 0;
+        for served in 1..=requests {
+            let Ok(Some(body)) = read_frame(&mut stream, &Limits::default()) else {
+                return;
+            };
+            let request = Request::decode(&body, &Limits::default()).unwrap();
+            let mut out = Vec::new();
+            for _ in 0..before_reply {
+                seq += 1;
+                out.extend(frame(&event(seq)));
+            }
+            out.extend(receipt(&request.request_id));
+            if served == requests {
+                for _ in 0..after_last {
+                    seq += 1;
+                    out.extend(frame(&event(seq)));
+                }
+            }
+            stream.write_all(&out).unwrap();
+        }
+        // Held open until the client is done.
+        let _ = read_frame(&mut stream, &Limits::default());
+    })
+}
+
+#[test]
+fn events_queued_during_calls_are_bounded_and_an_overflow_takes_the_place_of_the_dropped_ones() {
+    use piw_core::client::SUBSCRIPTION_BUFFER;
+    let (_dir, paths) = home();
+    let per_call = 1000u64;
+    let calls = SUBSCRIPTION_BUFFER / per_call as usize + 2;
+    let host = eventful_host(&paths, per_call, calls, 3);
+    let mut client = BlockingClient::connect(&paths).unwrap();
+    client.set_timeout(Some(Duration::from_secs(10))).unwrap();
+    // Calls that never read events: the host sends far more than the buffer holds.
+    for i in 0..calls {
+        client.send(status(&format!("c{i}"))).unwrap();
+    }
+    // The oldest events, in order and without a gap, then the overflow once.
+    for seq in 1..=SUBSCRIPTION_BUFFER as u64 {
+        let e = client.next_event().unwrap();
+        assert_eq!(e.seq, seq);
+    }
+    let overflow = client.next_event().unwrap_err();
+    assert!(
+        matches!(overflow, ClientError::SubscriptionOverflow),
+        "{overflow:?}"
+    );
+    // Events read after that arrive again (the last call's reply came before them).
+    let total = per_call * calls as u64;
+    for seq in total + 1..=total + 3 {
+        assert_eq!(client.next_event().unwrap().seq, seq);
+    }
+    drop(client);
+    host.join().unwrap();
+}

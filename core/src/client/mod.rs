@@ -69,9 +69,12 @@ pub enum ClientError {
     /// The caller closed this client while the call was in flight (or before it was made).
     #[error("the client was closed")]
     ClientClosed,
-    /// A subscription's reader fell more than [`SUBSCRIPTION_BUFFER`] events behind; the
-    /// subscription ended so that no event is skipped silently. Re-read the run's status.
-    #[error("the subscription fell too far behind and was ended")]
+    /// The reader fell more than [`SUBSCRIPTION_BUFFER`] events behind, so that no event is
+    /// skipped silently. Re-read the run's status. A [`PipelinedClient`] subscription ends
+    /// here; on a [`Client`] or [`BlockingClient`] (whose calls keep the events arriving
+    /// meanwhile) the events after the buffered ones were dropped, this error stands once in
+    /// their place, and later events arrive again.
+    #[error("the subscription fell too far behind; events were dropped")]
     SubscriptionOverflow,
 }
 
@@ -171,7 +174,11 @@ fn stream_error(e: std::io::Error) -> ClientError {
 struct Conn {
     decoder: FrameDecoder,
     limits: Limits,
+    /// At most [`SUBSCRIPTION_BUFFER`] events, oldest first.
     events: VecDeque<Event>,
+    /// Events arrived while `events` was full and were dropped: the next event read after the
+    /// queued ones is [`ClientError::SubscriptionOverflow`].
+    events_lost: bool,
     /// Set when a call starts and cleared only when its reply arrives; also set when the
     /// stream ended or can no longer be trusted. While it is set every call fails with
     /// [`ClientError::Disconnected`] instead of reading a reply meant for an earlier call.
@@ -185,6 +192,7 @@ impl Conn {
             decoder: FrameDecoder::new(limits),
             limits,
             events: VecDeque::new(),
+            events_lost: false,
             broken: false,
         }
     }
@@ -248,7 +256,7 @@ impl Conn {
                 r.request_id
             ))))),
             ServerFrame::Event(e) => {
-                self.events.push_back(e);
+                self.queue_event(e);
                 None
             }
             ServerFrame::Goodbye(g) => Some(Err(self.fail(goodbye(g)))),
@@ -267,10 +275,26 @@ impl Conn {
         }
     }
 
-    /// An event that arrived between replies, or a refusal when the connection is broken.
+    /// Keeps an event that arrived while a call waited for its reply. A caller that makes
+    /// calls and never reads events must not grow memory without bound: past
+    /// [`SUBSCRIPTION_BUFFER`] events, newer ones are dropped (and so is every one after them,
+    /// so what is kept has no gap) and the reader learns it from an error in their place.
+    fn queue_event(&mut self, event: Event) {
+        if self.events_lost || self.events.len() >= SUBSCRIPTION_BUFFER {
+            self.events_lost = true;
+        } else {
+            self.events.push_back(event);
+        }
+    }
+
+    /// An event that arrived between replies; once they are taken, the overflow that followed
+    /// them (once), or a refusal when the connection is broken.
     fn queued_event(&mut self) -> Option<Result<Event, ClientError>> {
         if let Some(e) = self.events.pop_front() {
             return Some(Ok(e));
+        }
+        if std::mem::take(&mut self.events_lost) {
+            return Some(Err(ClientError::SubscriptionOverflow));
         }
         self.broken.then_some(Err(ClientError::Disconnected))
     }
@@ -357,7 +381,7 @@ impl Client {
         loop {
             match self.next_frame().await {
                 Ok(ServerFrame::Goodbye(g)) => return Some(self.conn.fail(goodbye(g))),
-                Ok(ServerFrame::Event(e)) => self.conn.events.push_back(e),
+                Ok(ServerFrame::Event(e)) => self.conn.queue_event(e),
                 Ok(ServerFrame::Response(_)) | Err(_) => return None,
             }
         }
@@ -461,7 +485,7 @@ impl BlockingClient {
         loop {
             match self.next_frame() {
                 Ok(ServerFrame::Goodbye(g)) => return Some(self.conn.fail(goodbye(g))),
-                Ok(ServerFrame::Event(e)) => self.conn.events.push_back(e),
+                Ok(ServerFrame::Event(e)) => self.conn.queue_event(e),
                 Ok(ServerFrame::Response(_)) | Err(_) => return None,
             }
         }
