@@ -199,37 +199,23 @@ fn after_a_failed_activation_commit_children_wait_for_their_commit() {
     assert!(!state.launch_after_commit);
 }
 
-/// A standby worker that died before its hello is forgiven once; the run then starts in a
-/// fresh process, not in another pooled worker that may have died at the same moment.
-#[test]
-fn a_run_whose_standby_worker_died_before_its_hello_restarts_in_a_fresh_process() {
+/// Launches `f`'s queued run from the standby pool, whose worker then dies before its hello:
+/// the run is requeued without counting a loss. Returns the host state and its supervisor
+/// channel.
+fn standby_worker_died_before_hello(
+    f: &mut Fixture,
+    run_id: &str,
+) -> (
+    HostState,
+    tokio::sync::mpsc::UnboundedReceiver<piw_core::host::supervisor::SupervisorCmd>,
+) {
     use piw_core::host::children::{on_child_reports, schedule, ChildReport};
-    use piw_core::host::supervisor::SupervisorCmd;
     use piw_core::store::ChildExitRecord;
 
-    let mut f = Fixture::new();
-    let run_id = f.start();
-    let (mut state, mut rx) = host_state_with_runtime(&mut f, true);
+    let (mut state, mut rx) = host_state_with_runtime(f, true);
     state.child_config.standby_workers = 2;
-    let mut launched = || {
-        let mut out = Vec::new();
-        while let Ok(cmd) = rx.try_recv() {
-            if let SupervisorCmd::Launch {
-                launch,
-                generation,
-                child_epoch,
-                standby,
-                ..
-            } = cmd
-            {
-                out.push((launch, generation, child_epoch, standby.is_some()));
-            }
-        }
-        out
-    };
-
     schedule(&mut f.store, &mut state);
-    let first = launched();
+    let first = launches(&mut rx);
     let [(launch, generation, child_epoch, true)] = first[..] else {
         panic!("the first launch draws on the pool: {first:?}");
     };
@@ -239,7 +225,7 @@ fn a_run_whose_standby_worker_died_before_its_hello_restarts_in_a_fresh_process(
         &mut state,
         vec![
             ChildReport::Started {
-                run_id: run_id.clone(),
+                run_id: run_id.to_owned(),
                 generation,
                 child_epoch,
                 launch,
@@ -248,7 +234,7 @@ fn a_run_whose_standby_worker_died_before_its_hello_restarts_in_a_fresh_process(
                 standby: true,
             },
             ChildReport::Exited {
-                run_id: run_id.clone(),
+                run_id: run_id.to_owned(),
                 generation,
                 child_epoch,
                 launch,
@@ -260,16 +246,68 @@ fn a_run_whose_standby_worker_died_before_its_hello_restarts_in_a_fresh_process(
         ],
     );
     assert_eq!(
-        f.store.run(&run_id).unwrap().status,
+        f.store.run(run_id).unwrap().status,
         RunStatus::Queued,
         "forgiven, requeued"
     );
+    (state, rx)
+}
 
-    schedule(&mut f.store, &mut state);
-    let second = launched();
+/// The launches sent to the supervisor: (launch, generation, child epoch, from the pool).
+fn launches(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<piw_core::host::supervisor::SupervisorCmd>,
+) -> Vec<(u64, u64, i64, bool)> {
+    use piw_core::host::supervisor::SupervisorCmd;
+    let mut out = Vec::new();
+    while let Ok(cmd) = rx.try_recv() {
+        if let SupervisorCmd::Launch {
+            launch,
+            generation,
+            child_epoch,
+            standby,
+            ..
+        } = cmd
+        {
+            out.push((launch, generation, child_epoch, standby.is_some()));
+        }
+    }
+    out
+}
+
+/// A standby worker that died before its hello is forgiven once; the run then starts in a
+/// fresh process, not in another pooled worker that may have died at the same moment.
+#[test]
+fn a_run_whose_standby_worker_died_before_its_hello_restarts_in_a_fresh_process() {
+    let mut f = Fixture::new();
+    let run_id = f.start();
+    let (mut state, mut rx) = standby_worker_died_before_hello(&mut f, &run_id);
+    piw_core::host::children::schedule(&mut f.store, &mut state);
+    let second = launches(&mut rx);
     assert!(
         matches!(second[..], [(_, _, _, false)]),
         "the relaunch starts a fresh process: {second:?}"
+    );
+}
+
+#[test]
+fn a_forgiven_standby_death_is_forgotten_when_its_run_ends_before_a_relaunch() {
+    let mut f = Fixture::new();
+    let run_id = f.start();
+    let (mut state, _rx) = standby_worker_died_before_hello(&mut f, &run_id);
+    assert!(state.forgiven_standby_exits.contains(&run_id));
+    f.store
+        .write(|w| w.cancel(&run_id, piw_core::store::Fence::Unclaimed, "not needed"))
+        .unwrap();
+    // What the store thread does after a batch that touched the run.
+    piw_core::host::children::forget_released_claims(
+        &f.store,
+        &mut state,
+        Some(std::slice::from_ref(&run_id)),
+    );
+    assert!(
+        state.forgiven_standby_exits.is_empty(),
+        "an ended run leaves nothing behind: {:?}",
+        state.forgiven_standby_exits
     );
 }
 
