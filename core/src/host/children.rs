@@ -1224,8 +1224,8 @@ pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildRe
 /// After a batch, forget claims the store released (the run parked, waited or ended). A
 /// cancelled run's child is stopped at once; others get the kill grace to exit by themselves.
 /// Also forgets the forgiven standby deaths of runs that ended. `only` limits the check to the
-/// runs a batch touched (`None`: every held claim, after
-/// deadline work such as expiry recovery).
+/// runs a batch touched (`None`: every held claim, after deadline work such as expiry
+/// recovery).
 pub fn forget_released_claims(store: &Store, state: &mut HostState, only: Option<&[String]>) {
     let now = store.now_ms();
     // A forgiven standby death matters only to the run's next launch; a run that ended
