@@ -477,7 +477,11 @@ fn wait_for_run(
             client.set_timeout(Some(left))?;
         }
         match client.next_event() {
-            Ok(_) => {}
+            // Any event (or events dropped while a status call was in flight): reread the
+            // status once, whatever else was queued meanwhile.
+            Ok(_) | Err(ClientError::SubscriptionOverflow) => {
+                client.discard_queued_events();
+            }
             Err(ClientError::TimedOut) if deadline.is_some() => {
                 return Err(CliError::Runtime(format!(
                     "gave up waiting for run {run_id} (it is {status})"

@@ -240,3 +240,99 @@ fn wait_gives_up_after_its_timeout_and_the_run_goes_on() {
         Some(2)
     );
 }
+
+/// `run start --wait` rereads the run on events; a burst of events larger than the client's
+/// event buffer (dropped, reported as `subscription_overflow`) must not end the wait. A fake
+/// host sends the burst during the first status call, one more event after every status reply,
+/// and reports the run completed only after many status calls.
+#[test]
+fn waiting_for_a_run_survives_a_burst_of_events_the_client_drops() {
+    use piw_core::client::SUBSCRIPTION_BUFFER;
+    use piw_core::protocol::{
+        encode_frame, read_frame, Event, Limits, ProtocolSchema, Receipt, Request, RequestBody,
+        ServerFrame,
+    };
+    use std::io::Write;
+
+    let h = home();
+    let paths = piw_core::paths::PiwPaths::for_home(h.home.clone());
+    paths.ensure_dirs().unwrap();
+    let listener = std::os::unix::net::UnixListener::bind(&paths.socket).unwrap();
+    let burst = SUBSCRIPTION_BUFFER as u64 + 500;
+    let complete_at = SUBSCRIPTION_BUFFER as u64 + 100;
+    let host = std::thread::spawn(move || {
+        let limits = Limits::default();
+        let event = |seq: u64| {
+            encode_frame(
+                &ServerFrame::Event(Event {
+                    schema: ProtocolSchema,
+                    subscription_id: "sub-1".into(),
+                    run_id: "run-1".into(),
+                    seq,
+                    event_kind: "paused".into(),
+                    status: "running".into(),
+                    revision: seq,
+                    at_ms: 0,
+                    data: Value::Null,
+                }),
+                &limits,
+            )
+            .unwrap()
+        };
+        let (mut statuses, mut seq) = (0u64, 0u64);
+        // The probe of `ensure_host`, then the CLI's connection.
+        for _ in 0..2 {
+            let (mut s, _) = listener.accept().unwrap();
+            while let Ok(Some(body)) = read_frame(&mut s, &limits) {
+                let r = Request::decode(&body, &limits).unwrap();
+                let mut out = Vec::new();
+                let reply = match r.body {
+                    RequestBody::RunStart(_) => serde_json::json!({ "run_id": "run-1" }),
+                    RequestBody::RunStatus => {
+                        statuses += 1;
+                        if statuses == 1 {
+                            for _ in 0..burst {
+                                seq += 1;
+                                out.extend(event(seq));
+                            }
+                        }
+                        let status = if statuses >= complete_at {
+                            "completed"
+                        } else {
+                            "running"
+                        };
+                        serde_json::json!({ "run": { "status": status, "result": 1 } })
+                    }
+                    _ => serde_json::json!({ "subscription_id": "sub-1" }),
+                };
+                out.extend(
+                    encode_frame(
+                        &ServerFrame::receipt(r.request_id.clone(), Receipt::new(None, reply)),
+                        &limits,
+                    )
+                    .unwrap(),
+                );
+                if matches!(r.body, RequestBody::RunStatus) {
+                    seq += 1;
+                    out.extend(event(seq));
+                }
+                if s.write_all(&out).is_err() {
+                    break;
+                }
+            }
+        }
+        statuses
+    });
+    let o = piw(
+        &h.home,
+        &["run", "start", "/nowhere/x.workflow.json", "--wait"],
+    );
+    let statuses = host.join().unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "after {statuses} status calls: {}",
+        text(&o)
+    );
+    assert!(statuses >= complete_at, "{statuses}");
+}

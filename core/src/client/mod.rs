@@ -479,6 +479,16 @@ impl BlockingClient {
         self.conn.event_step(frame)
     }
 
+    /// Drops the events that arrived during calls (and the overflow that may follow them);
+    /// returns how many there were. For a caller that rereads the run on any event, so that a
+    /// burst costs it one read, not one per event.
+    pub fn discard_queued_events(&mut self) -> usize {
+        let dropped = self.conn.events.len() + usize::from(self.conn.events_lost);
+        self.conn.events.clear();
+        self.conn.events_lost = false;
+        dropped
+    }
+
     /// After a write found the host gone: the goodbye it sent first, if any (the host may
     /// refuse a connection before it reads anything).
     fn goodbye_before_close(&mut self) -> Option<ClientError> {
