@@ -427,7 +427,7 @@ fn a_client_that_floods_and_never_reads_keeps_host_memory_bounded() {
         sent / 1024
     );
     // The host reads while it can answer; once the flooder's receive buffer is full the host's
-    // reply blocks, it reads on only until its decoder is full (4 MiB), then stops: the
+    // reply blocks, it reads on only until the next request is complete, then stops: the
     // kernel's buffers and one decoder hold the rest.
     assert!(
         sent >= 64 * 1024,
@@ -438,6 +438,37 @@ fn a_client_that_floods_and_never_reads_keeps_host_memory_bounded() {
         "host memory stays bounded: {before} KiB -> {after} KiB"
     );
     drop(flooder);
+    home.stop(host);
+}
+
+/// A frame must be complete within the frame timeout of its first byte, however the bytes
+/// trickle in (each byte used to restart the timer).
+#[test]
+fn a_frame_trickled_in_a_byte_a_second_is_closed_within_the_frame_timeout() {
+    let home = Home::new();
+    let host = home.serve(None);
+    let mut s = raw(&home);
+    let f = frame(
+        json!({"schema": "piw.protocol.v1", "request_id": "x".repeat(64), "kind": "host.status"})
+            .to_string()
+            .as_bytes(),
+    );
+    let started = Instant::now();
+    let mut closed_after = None;
+    for b in f.iter().take(12) {
+        if s.write_all(&[*b]).is_err() {
+            closed_after = Some(started.elapsed());
+            break;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let reply = read_to_close(&mut s);
+    assert!(
+        closed_after.is_some_and(|t| t < Duration::from_secs(8)),
+        "a frame started {:?} ago was still open",
+        started.elapsed()
+    );
+    assert!(reply.contains("not completed"), "{reply}");
     home.stop(host);
 }
 

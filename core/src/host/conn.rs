@@ -70,10 +70,15 @@ pub async fn serve(
     // The run and generation this connection speaks for, after a successful worker.hello.
     let mut worker: Option<(String, u64)> = None;
     let mut buf = vec![0u8; 64 * 1024];
+    // Frames taken so far, and when the partial frame after them was first seen: a frame
+    // must be complete within FRAME_COMPLETION_TIMEOUT of that, however it trickles in.
+    let mut frames_taken: u64 = 0;
+    let mut partial_since: Option<(u64, tokio::time::Instant)> = None;
     let close = loop {
         // Serve every complete frame already buffered.
         match inbound.decoder.next_frame() {
             Ok(Some(body)) => {
+                frames_taken += 1;
                 let frame = handle_frame(&body, &shared, &mut subscriptions, &mut worker).await;
                 if subscriptions.is_empty() {
                     events = None;
@@ -106,6 +111,14 @@ pub async fn serve(
         if inbound.eof {
             break closed_by_peer(partial);
         }
+        partial_since = match partial_since {
+            Some((taken, since)) if partial && taken == frames_taken => Some((taken, since)),
+            _ if partial => Some((frames_taken, tokio::time::Instant::now())),
+            _ => None,
+        };
+        let frame_deadline = partial_since
+            .map(|(_, since)| since + FRAME_COMPLETION_TIMEOUT)
+            .unwrap_or_else(tokio::time::Instant::now);
         tokio::select! {
             read = stream.read(&mut buf) => match read {
                 Ok(0) | Err(_) => break closed_by_peer(partial),
@@ -128,7 +141,7 @@ pub async fn serve(
                 }
                 Err(broadcast::error::RecvError::Closed) => break Close::Goodbye(RejectionCode::HostShuttingDown, "host is stopping".into()),
             },
-            _ = tokio::time::sleep(FRAME_COMPLETION_TIMEOUT), if partial => {
+            _ = tokio::time::sleep_until(frame_deadline), if partial => {
                 break Close::Goodbye(RejectionCode::Malformed, format!("frame not completed within {} s", FRAME_COMPLETION_TIMEOUT.as_secs()));
             }
             _ = shutdown.changed() => break Close::Goodbye(RejectionCode::HostShuttingDown, "host is stopping".into()),
@@ -171,9 +184,9 @@ fn closed_by_peer(partial: bool) -> Close {
 /// Reading on while a write is blocked is what keeps the two sides from waiting on each other
 /// forever: a client blocked writing a large request is not reading, so the events and
 /// replies we write to it fill its socket, and if we stopped reading too, neither write would
-/// ever finish. Reads during a write stop while the decoder is full, so a client that floods
-/// requests and never reads is still held back by the kernel's buffers, and memory stays
-/// bounded.
+/// ever finish. Reads during a write stop once the next frame is complete, so a client that
+/// floods requests and never reads is still held back by the kernel's buffers, and the
+/// decoder holds at most one frame (1 MiB) and one chunk more.
 struct Inbound {
     decoder: FrameDecoder,
     limits: Limits,
@@ -197,10 +210,13 @@ impl Inbound {
         }
     }
 
-    /// Whether a read during a write may take up to one more chunk.
+    /// Whether a read during a write may take up to one more chunk: only until the next frame
+    /// is complete (or refused by its prefix), which is all a client blocked writing one
+    /// request needs; more would only be served later, in one go.
     fn may_read(&self) -> bool {
         !self.eof
             && self.error.is_none()
+            && !self.decoder.has_next()
             && self.decoder.buffered_len() + READ_WHILE_WRITING_CHUNK
                 <= self.limits.max_buffered_bytes
     }

@@ -226,6 +226,20 @@ impl FrameDecoder {
         Ok(())
     }
 
+    /// Whether [`FrameDecoder::next_frame`] would return something now: a complete frame, or
+    /// the error of a length prefix it refuses. A reader that only needs the next frame may
+    /// stop reading then.
+    pub fn has_next(&self) -> bool {
+        let pending = self.buf.get(self.start..).unwrap_or_default();
+        let Some(prefix) = pending.first_chunk::<LENGTH_PREFIX_BYTES>() else {
+            return false;
+        };
+        match prefix_len(*prefix, &self.limits) {
+            Ok(len) => pending.len() >= LENGTH_PREFIX_BYTES.saturating_add(len),
+            Err(_) => true,
+        }
+    }
+
     /// Takes the next complete frame body, `Ok(None)` if more bytes are needed.
     ///
     /// The length prefix is checked as soon as its 4 bytes are buffered: a zero length is
@@ -314,6 +328,32 @@ mod tests {
         let frame = encode_frame(&serde_json::json!({"a": 1}), &Limits::default()).unwrap();
         assert_eq!(&frame[..4], &[0, 0, 0, 7]);
         assert_eq!(&frame[4..], br#"{"a":1}"#);
+    }
+
+    #[test]
+    fn has_next_says_whether_next_frame_would_return_something() {
+        let limits = Limits {
+            max_frame_bytes: 64,
+            ..Limits::default()
+        };
+        let mut decoder = FrameDecoder::new(limits);
+        let frame = encode_frame(&"0123456789", &limits).unwrap();
+        assert!(!decoder.has_next(), "empty");
+        decoder.push(&frame[..3]).unwrap();
+        assert!(!decoder.has_next(), "part of the prefix");
+        decoder.push(&frame[3..frame.len() - 1]).unwrap();
+        assert!(!decoder.has_next(), "all but the last byte");
+        decoder.push(&frame[frame.len() - 1..]).unwrap();
+        assert!(decoder.has_next(), "complete");
+        decoder.next_frame().unwrap().unwrap();
+        assert!(!decoder.has_next(), "taken");
+        // A prefix over the limit: next_frame returns its error at once.
+        decoder.push(&65u32.to_be_bytes()).unwrap();
+        assert!(decoder.has_next());
+        assert!(matches!(
+            decoder.next_frame(),
+            Err(FrameError::TooLarge { .. })
+        ));
     }
 
     #[test]

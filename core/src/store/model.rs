@@ -84,7 +84,8 @@ string_enum! {
 /// `paused` matters only to a queued run: it is what holds that run back from activation. A
 /// waiting run cannot be activated anyway, so pausing or resuming it leaves its queue row
 /// alone (no queue row or `queue_ready` index entry to rewrite); if it becomes queued while
-/// paused, it becomes `paused` then.
+/// paused, it becomes `paused` then. (So a pause no longer rewrites a queue row that was
+/// wrong before it; `diagnose` reports such a row and `repair` fixes it.)
 pub fn queue_state_for(status: RunStatus, paused: bool) -> QueueState {
     match status {
         RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled | RunStatus::TimedOut => {
