@@ -247,6 +247,8 @@ fn ensure_host_reports_why_a_host_could_not_start() {
     let home = Home::new();
     home.paths.ensure_dirs().unwrap();
     std::fs::write(&home.paths.db, b"not a database at all").unwrap();
+    // What earlier hosts wrote is not this failure's story.
+    std::fs::write(&home.paths.log, "an earlier host's line\n").unwrap();
     let err = ensure_host(&home.paths, &piw(), Duration::from_secs(60)).unwrap_err();
     let ClientError::HostNotReady { detail, .. } = &err else {
         panic!("expected host_not_ready, got {err:?}");
@@ -255,6 +257,19 @@ fn ensure_host_reports_why_a_host_could_not_start() {
         detail.contains("exited") && detail.contains("not an SQLite database"),
         "{detail}"
     );
+    assert!(!detail.contains("an earlier host's line"), "{detail}");
+}
+
+/// A detached host logs to host.log as plain text: no terminal colour codes in a file.
+#[test]
+fn a_started_host_logs_plain_text() {
+    let home = Home::new();
+    ensure_host(&home.paths, &piw(), Duration::from_secs(60)).unwrap();
+    let log = std::fs::read_to_string(&home.paths.log).unwrap();
+    assert!(log.contains("piw host ready"), "{log}");
+    assert!(!log.contains('\u{1b}'), "colour codes in host.log: {log:?}");
+    let mut c = home.client();
+    let _ = c.call(RequestBody::HostStop);
 }
 
 #[test]

@@ -549,6 +549,8 @@ pub fn ensure_host_with_env(
     paths.ensure_dirs()?;
     let started = Instant::now();
     // The host this call started, while it runs.
+    // Where this call's hosts began writing to host.log: an error shows only their lines.
+    let mut log_from = log_len(&paths.log);
     let mut child = Some(start_host(paths, host_bin, env)?);
     // How the last host this call started ended, and whether another process held the
     // installation after that (then it is started again once that process is gone).
@@ -586,6 +588,7 @@ pub fn ensure_host_with_env(
                 (true, _) => exited = Some((status, true)),
                 (false, true) => {
                     exited = None;
+                    log_from = log_len(&paths.log);
                     child = Some(start_host(paths, host_bin, env)?);
                 }
                 (false, false) => {
@@ -601,9 +604,9 @@ pub fn ensure_host_with_env(
                     return Err(ClientError::HostNotReady {
                         waited: started.elapsed(),
                         detail: format!(
-                            "the host exited ({status}) without serving; the end of {}:\n{}",
+                            "the host exited ({status}) without serving; its last lines in {}:\n{}",
                             paths.log.display(),
-                            log_tail(&paths.log)
+                            log_tail(&paths.log, log_from)
                         ),
                     });
                 }
@@ -672,11 +675,23 @@ fn installation_held(paths: &PiwPaths) -> bool {
 }
 
 /// The last lines of the host's log (at most about 2 KiB), for an error message.
-fn log_tail(path: &Path) -> String {
+/// The length of `path` now (0 when it does not exist yet).
+fn log_len(path: &Path) -> u64 {
+    std::fs::metadata(path).map_or(0, |m| m.len())
+}
+
+/// The last lines of `path` written after its first `from` bytes (all of it when the file is
+/// shorter than that: it was replaced meanwhile).
+fn log_tail(path: &Path, from: u64) -> String {
     const MAX: usize = 2048;
     let Ok(text) = std::fs::read(path) else {
         return String::new();
     };
+    let from = usize::try_from(from)
+        .ok()
+        .filter(|&f| f <= text.len())
+        .unwrap_or(0);
+    let text = &text[from..];
     let tail = &text[text.len().saturating_sub(MAX)..];
     let tail = String::from_utf8_lossy(tail);
     let lines: Vec<&str> = tail.lines().collect();
