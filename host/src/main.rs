@@ -503,8 +503,9 @@ fn str_of(v: &Value) -> String {
 fn init_logging() {
     let filter =
         tracing_subscriber::EnvFilter::try_from_env("PIW_LOG").unwrap_or_else(|_| "info".into());
-    // No colour codes in host.log (a detached host's stderr) or in a pipe.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    // No colour codes in host.log (a detached host's stderr), in a pipe, or with NO_COLOR.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -442,8 +442,8 @@ fn a_client_that_floods_and_never_reads_keeps_host_memory_bounded() {
         sent / 1024
     );
     // The host reads while it can answer; once the flooder's receive buffer is full the host's
-    // reply blocks, it reads on only until the next request is complete, then stops: the
-    // kernel's buffers and one decoder hold the rest.
+    // reply blocks, it reads ahead 1 MiB (READ_AHEAD_BYTES) and then stops: the kernel's
+    // buffers and one decoder hold the rest.
     assert!(
         sent >= 64 * 1024,
         "the flood got going before backpressure ({sent} bytes)"
@@ -484,6 +484,43 @@ fn a_frame_trickled_in_a_byte_a_second_is_closed_within_the_frame_timeout() {
         started.elapsed()
     );
     assert!(reply.contains("not completed"), "{reply}");
+    home.stop(host);
+}
+
+/// A client may write a pipeline of requests larger than the socket buffers before it reads
+/// a reply: the host reads ahead (up to `READ_AHEAD_BYTES`) while its replies wait for the
+/// client to read them.
+#[test]
+fn a_pipeline_written_whole_before_reading_gets_every_reply() {
+    let home = Home::new();
+    let host = home.serve(None);
+    let mut s = raw(&home);
+    s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+    let n = 8000;
+    let mut out = Vec::new();
+    for i in 0..n {
+        out.extend(frame(
+            json!({"schema": "piw.protocol.v1", "request_id": format!("r{i}"), "kind": "host.status"})
+                .to_string()
+                .as_bytes(),
+        ));
+    }
+    assert!(
+        out.len() > 512 * 1024,
+        "more than the socket buffers hold: {}",
+        out.len()
+    );
+    s.write_all(&out)
+        .expect("the host reads ahead while its replies wait (no deadlock)");
+    let limits = piw_core::protocol::Limits::default();
+    for i in 0..n {
+        let body = piw_core::protocol::read_frame(&mut s, &limits)
+            .unwrap()
+            .unwrap();
+        let reply: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(reply["request_id"], format!("r{i}"), "in order");
+        assert_eq!(reply["ok"], true);
+    }
     home.stop(host);
 }
 

@@ -287,6 +287,14 @@ impl Conn {
         }
     }
 
+    /// Drops the queued events and the overflow that may follow them; returns how many.
+    fn discard_queued_events(&mut self) -> usize {
+        let dropped = self.events.len() + usize::from(self.events_lost);
+        self.events.clear();
+        self.events_lost = false;
+        dropped
+    }
+
     /// An event that arrived between replies; once they are taken, the overflow that followed
     /// them (once), or a refusal when the connection is broken.
     fn queued_event(&mut self) -> Option<Result<Event, ClientError>> {
@@ -373,6 +381,12 @@ impl Client {
         }
         let frame = self.next_frame().await?;
         self.conn.event_step(frame)
+    }
+
+    /// Drops the events that arrived during calls (and the overflow that may follow them);
+    /// returns how many there were. See [`BlockingClient::discard_queued_events`].
+    pub fn discard_queued_events(&mut self) -> usize {
+        self.conn.discard_queued_events()
     }
 
     /// After a write found the host gone: the goodbye it sent first, if any (the host may
@@ -483,10 +497,7 @@ impl BlockingClient {
     /// returns how many there were. For a caller that rereads the run on any event, so that a
     /// burst costs it one read, not one per event.
     pub fn discard_queued_events(&mut self) -> usize {
-        let dropped = self.conn.events.len() + usize::from(self.conn.events_lost);
-        self.conn.events.clear();
-        self.conn.events_lost = false;
-        dropped
+        self.conn.discard_queued_events()
     }
 
     /// After a write found the host gone: the goodbye it sent first, if any (the host may
@@ -674,14 +685,13 @@ fn installation_held(paths: &PiwPaths) -> bool {
     pid.is_some_and(crate::supervise::process_alive)
 }
 
-/// The last lines of the host's log (at most about 2 KiB), for an error message.
 /// The length of `path` now (0 when it does not exist yet).
 fn log_len(path: &Path) -> u64 {
     std::fs::metadata(path).map_or(0, |m| m.len())
 }
 
-/// The last lines of `path` written after its first `from` bytes (all of it when the file is
-/// shorter than that: it was replaced meanwhile).
+/// The last lines (at most 10, about 2 KiB) of what `path` got after its first `from` bytes,
+/// for an error message; all of it when the file is shorter than that (it was replaced).
 fn log_tail(path: &Path, from: u64) -> String {
     const MAX: usize = 2048;
     let Ok(text) = std::fs::read(path) else {
@@ -692,7 +702,16 @@ fn log_tail(path: &Path, from: u64) -> String {
         .filter(|&f| f <= text.len())
         .unwrap_or(0);
     let text = &text[from..];
-    let tail = &text[text.len().saturating_sub(MAX)..];
+    let cut = text.len().saturating_sub(MAX);
+    let mut tail = &text[cut..];
+    if cut > 0 && text[cut - 1] != b'\n' {
+        // Cut mid-line (perhaps mid-character): start at the next whole line.
+        let next = tail
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(tail.len(), |i| i + 1);
+        tail = &tail[next..];
+    }
     let tail = String::from_utf8_lossy(tail);
     let lines: Vec<&str> = tail.lines().collect();
     lines[lines.len().saturating_sub(10)..].join("\n")
@@ -707,4 +726,44 @@ fn probe(paths: &PiwPaths) -> bool {
         return false;
     }
     c.call(RequestBody::HostStatus).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_tail_shows_whole_lines_written_after_from() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("host.log");
+        std::fs::write(&log, "an earlier host\n").unwrap();
+        let from = log_len(&log);
+        // Many lines, the first cut by the 2 KiB window (with a multibyte character at it).
+        let mut ours = String::new();
+        for i in 0..40 {
+            ours.push_str(&format!("line {i:02} ééééééééééééééééééééééééééééééééééééééé\n"));
+        }
+        let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+        std::io::Write::write_all(&mut f, ours.as_bytes()).unwrap();
+        let tail = log_tail(&log, from);
+        let lines: Vec<&str> = tail.lines().collect();
+        assert_eq!(lines.len(), 10, "{tail}");
+        assert!(lines[0].starts_with("line 30 "), "{tail}");
+        assert!(lines[9].starts_with("line 39 "), "{tail}");
+        assert!(!tail.contains('\u{fffd}'), "no cut character: {tail}");
+        // Only what came after `from`; everything when the file is shorter (replaced).
+        std::fs::write(&log, "a new file\n").unwrap();
+        assert_eq!(log_tail(&log, from), "a new file");
+        assert_eq!(log_tail(&dir.path().join("missing"), 0), "");
+    }
+
+    #[test]
+    fn a_log_tail_cut_mid_line_starts_at_the_next_whole_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("host.log");
+        // One long line longer than the window, then two short ones.
+        let text = format!("{}\nsecond\nthird\n", "é".repeat(1500));
+        std::fs::write(&log, &text).unwrap();
+        assert_eq!(log_tail(&log, 0), "second\nthird");
+    }
 }

@@ -182,11 +182,13 @@ fn closed_by_peer(partial: bool) -> Close {
 /// What the peer sends, decoded as it arrives, including while this task writes to it.
 ///
 /// Reading on while a write is blocked is what keeps the two sides from waiting on each other
-/// forever: a client blocked writing a large request is not reading, so the events and
-/// replies we write to it fill its socket, and if we stopped reading too, neither write would
-/// ever finish. Reads during a write stop once the next frame is complete, so a client that
-/// floods requests and never reads is still held back by the kernel's buffers, and the
-/// decoder holds at most one frame (1 MiB) and one chunk more.
+/// forever: a client blocked writing a large request, or a pipeline of requests, is not
+/// reading, so the events and replies we write to it fill its socket, and if we stopped
+/// reading too, neither write would ever finish. Reads during a write go on while less than
+/// [`READ_AHEAD_BYTES`] is buffered, and past that only until the next frame is complete (one
+/// request always gets through whole). So a client that floods requests and never reads is
+/// still held back by the kernel's buffers, and the decoder holds at most
+/// `READ_AHEAD_BYTES` + one frame.
 struct Inbound {
     decoder: FrameDecoder,
     limits: Limits,
@@ -200,6 +202,10 @@ struct Inbound {
 /// Bytes read at a time while a write is blocked.
 const READ_WHILE_WRITING_CHUNK: usize = 16 * 1024;
 
+/// Requests read ahead while a write to the client is blocked, whole frames or not: a client
+/// may write this much (thousands of small requests) before it reads a reply.
+pub const READ_AHEAD_BYTES: usize = 1024 * 1024;
+
 impl Inbound {
     fn new(limits: Limits) -> Self {
         Self {
@@ -210,15 +216,19 @@ impl Inbound {
         }
     }
 
-    /// Whether a read during a write may take up to one more chunk: only until the next frame
-    /// is complete (or refused by its prefix), which is all a client blocked writing one
-    /// request needs; more would only be served later, in one go.
-    fn may_read(&self) -> bool {
-        !self.eof
-            && self.error.is_none()
-            && !self.decoder.has_next()
-            && self.decoder.buffered_len() + READ_WHILE_WRITING_CHUNK
-                <= self.limits.max_buffered_bytes
+    /// How many bytes a read during a write may take now (0: none).
+    fn read_room(&self) -> usize {
+        if self.eof || self.error.is_some() {
+            return 0;
+        }
+        let buffered = self.decoder.buffered_len();
+        if buffered >= READ_AHEAD_BYTES && self.decoder.has_next() {
+            return 0;
+        }
+        self.limits
+            .max_buffered_bytes
+            .saturating_sub(buffered)
+            .min(READ_WHILE_WRITING_CHUNK)
     }
 }
 
@@ -232,7 +242,7 @@ async fn write_reading(
     let mut chunk = [0u8; READ_WHILE_WRITING_CHUNK];
     let mut written = 0;
     while written < bytes.len() {
-        let may_read = inbound.may_read();
+        let room = inbound.read_room();
         tokio::select! {
             // Writing first: reading is only for when the write cannot go on.
             biased;
@@ -240,7 +250,7 @@ async fn write_reading(
                 0 => return Err(std::io::ErrorKind::WriteZero.into()),
                 n => written += n,
             },
-            read = reader.read(&mut chunk), if may_read => match read {
+            read = reader.read(&mut chunk[..room]), if room > 0 => match read {
                 Ok(0) | Err(_) => inbound.eof = true,
                 Ok(n) => {
                     if let Err(e) = inbound.decoder.push(&chunk[..n]) {
