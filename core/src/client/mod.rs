@@ -741,7 +741,9 @@ mod tests {
         // Many lines, the first cut by the 2 KiB window (with a multibyte character at it).
         let mut ours = String::new();
         for i in 0..40 {
-            ours.push_str(&format!("line {i:02} ééééééééééééééééééééééééééééééééééééééé\n"));
+            ours.push_str(&format!(
+                "line {i:02} ééééééééééééééééééééééééééééééééééééééé\n"
+            ));
         }
         let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
         std::io::Write::write_all(&mut f, ours.as_bytes()).unwrap();
