@@ -302,6 +302,19 @@ fn read_to_close(s: &mut UnixStream) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// Reads the next host frame as JSON.
+fn read_json(s: &mut UnixStream) -> serde_json::Value {
+    let body = piw_core::protocol::read_frame(s, &piw_core::protocol::Limits::default())
+        .expect("a frame")
+        .expect("the host answers before it closes");
+    serde_json::from_slice(&body).unwrap()
+}
+
+/// Writes `request` (JSON) as one frame.
+fn send_json(s: &mut UnixStream, request: serde_json::Value) {
+    s.write_all(&frame(request.to_string().as_bytes())).unwrap();
+}
+
 #[test]
 fn bad_input_closes_only_the_offending_connection() {
     let home = Home::new();
@@ -512,12 +525,8 @@ fn a_pipeline_written_whole_before_reading_gets_every_reply() {
     );
     s.write_all(&out)
         .expect("the host reads ahead while its replies wait (no deadlock)");
-    let limits = piw_core::protocol::Limits::default();
     for i in 0..n {
-        let body = piw_core::protocol::read_frame(&mut s, &limits)
-            .unwrap()
-            .unwrap();
-        let reply: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let reply = read_json(&mut s);
         assert_eq!(reply["request_id"], format!("r{i}"), "in order");
         assert_eq!(reply["ok"], true);
     }
@@ -534,18 +543,12 @@ fn a_large_request_from_a_subscriber_the_host_is_writing_to_gets_its_reply() {
     let mut c = home.client();
     let run_id = home.start_run(&mut c);
     let mut sub = raw(&home);
-    sub.write_all(&frame(
+    send_json(
+        &mut sub,
         json!({"schema": "piw.protocol.v1", "request_id": "sub", "kind": "subscribe",
-               "payload": {"run_id": run_id}})
-        .to_string()
-        .as_bytes(),
-    ))
-    .unwrap();
-    let limits = piw_core::protocol::Limits::default();
-    let reply = piw_core::protocol::read_frame(&mut sub, &limits)
-        .unwrap()
-        .unwrap();
-    assert!(String::from_utf8_lossy(&reply).contains("\"sub\""));
+               "payload": {"run_id": run_id}}),
+    );
+    assert_eq!(read_json(&mut sub)["request_id"], "sub");
     // Events the subscriber does not read: far more than the socket buffers hold, so the
     // host's connection task ends up blocked writing to it.
     let events = 1200;
@@ -573,10 +576,7 @@ fn a_large_request_from_a_subscriber_the_host_is_writing_to_gets_its_reply() {
     // Events and replies interleave from here on: collect the event sequence numbers.
     let mut seqs = std::collections::BTreeSet::new();
     let next_reply = |sub: &mut UnixStream, seqs: &mut std::collections::BTreeSet<u64>| loop {
-        let body = piw_core::protocol::read_frame(sub, &limits)
-            .expect("a frame")
-            .expect("the host answers before it closes");
-        let frame: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let frame = read_json(sub);
         if frame["type"] == "event" {
             assert!(seqs.insert(frame["seq"].as_u64().unwrap()), "{frame}");
             continue;
@@ -588,20 +588,15 @@ fn a_large_request_from_a_subscriber_the_host_is_writing_to_gets_its_reply() {
     assert_eq!(answer["ok"], true, "{answer}");
     assert!(!seqs.is_empty(), "events were waiting before the reply");
     // The connection is still in order: the next call on it is answered too.
-    sub.write_all(&frame(
-        json!({"schema": "piw.protocol.v1", "request_id": "after", "kind": "host.status"})
-            .to_string()
-            .as_bytes(),
-    ))
-    .unwrap();
+    send_json(
+        &mut sub,
+        json!({"schema": "piw.protocol.v1", "request_id": "after", "kind": "host.status"}),
+    );
     let after = next_reply(&mut sub, &mut seqs);
     assert_eq!(after["request_id"], "after", "{after}");
     // Every event arrives, once each.
     while seqs.len() < events {
-        let body = piw_core::protocol::read_frame(&mut sub, &limits)
-            .unwrap()
-            .unwrap();
-        let frame: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let frame = read_json(&mut sub);
         if frame["type"] == "event" {
             assert!(seqs.insert(frame["seq"].as_u64().unwrap()), "{frame}");
         }
