@@ -9,7 +9,7 @@ use clap::{Parser, Subcommand};
 use piw_core::client::{ensure_host, BlockingClient, ClientError, DEFAULT_READY_TIMEOUT};
 use piw_core::host::{HostConfig, HostError};
 use piw_core::paths::PiwPaths;
-use piw_core::protocol::{payload, Receipt, Request, RequestBody};
+use piw_core::protocol::{payload, Receipt, RejectionCode, Request, RequestBody};
 use piw_core::store::{Store, StoreConfig};
 use serde_json::{json, Value};
 
@@ -379,7 +379,7 @@ fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {
             if wait {
                 let run_id = str_of(&r.body["run_id"]);
                 let deadline = timeout.map(|s| std::time::Instant::now() + Duration::from_secs(s));
-                return wait_for_run(&mut client, &run_id, json, deadline);
+                return wait_for_run(paths, client, &run_id, json, deadline);
             }
             (r, json)
         }
@@ -435,15 +435,19 @@ fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {
 }
 
 fn wait_for_run(
-    client: &mut BlockingClient,
+    paths: &PiwPaths,
+    mut client: BlockingClient,
     run_id: &str,
     json_out: bool,
     deadline: Option<std::time::Instant>,
 ) -> Result<(), CliError> {
-    client.call(RequestBody::Subscribe(payload::Subscribe {
-        run_id: Some(run_id.to_owned()),
-        session_id: None,
-    }))?;
+    let subscribe = |client: &mut BlockingClient| {
+        client.call(RequestBody::Subscribe(payload::Subscribe {
+            run_id: Some(run_id.to_owned()),
+            session_id: None,
+        }))
+    };
+    subscribe(&mut client)?;
     loop {
         let r = client.send(run_request(run_id, RequestBody::RunStatus))?;
         let status = str_of(&r.body["run"]["status"]);
@@ -481,6 +485,15 @@ fn wait_for_run(
             // status once, whatever else was queued meanwhile.
             Ok(_) | Err(ClientError::SubscriptionOverflow) => {
                 client.discard_queued_events();
+            }
+            // The host ended the subscription because it fell too far behind (the host's only
+            // `internal` goodbye): subscribe again on a new connection and reread the status.
+            Err(ClientError::Closed {
+                code: RejectionCode::Internal,
+                ..
+            }) => {
+                client = BlockingClient::connect(paths)?;
+                subscribe(&mut client)?;
             }
             Err(ClientError::TimedOut) if deadline.is_some() => {
                 return Err(CliError::Runtime(format!(

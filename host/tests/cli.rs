@@ -336,3 +336,77 @@ fn waiting_for_a_run_survives_a_burst_of_events_the_client_drops() {
     );
     assert!(statuses >= complete_at, "{statuses}");
 }
+
+/// `run start --wait` after the host ended its subscription for falling too far behind (a
+/// goodbye `internal`): the CLI subscribes again on a new connection and finishes the wait.
+#[test]
+fn waiting_for_a_run_subscribes_again_when_the_host_ends_a_lagging_subscription() {
+    use piw_core::protocol::{
+        encode_frame, read_frame, Limits, Receipt, RejectionCode, Request, RequestBody, ServerFrame,
+    };
+    use std::io::Write;
+
+    let h = home();
+    let paths = piw_core::paths::PiwPaths::for_home(h.home.clone());
+    paths.ensure_dirs().unwrap();
+    let listener = std::os::unix::net::UnixListener::bind(&paths.socket).unwrap();
+    let host = std::thread::spawn(move || {
+        let limits = Limits::default();
+        let mut subscriptions = 0;
+        // The probe of `ensure_host`, the CLI's connection, then the one it opens again.
+        for connection in 0..3 {
+            let (mut s, _) = listener.accept().unwrap();
+            while let Ok(Some(body)) = read_frame(&mut s, &limits) {
+                let r = Request::decode(&body, &limits).unwrap();
+                let status = if connection == 2 {
+                    "completed"
+                } else {
+                    "running"
+                };
+                let reply = match r.body {
+                    RequestBody::RunStart(_) => serde_json::json!({ "run_id": "run-1" }),
+                    RequestBody::RunStatus => {
+                        serde_json::json!({ "run": { "status": status, "result": 1 } })
+                    }
+                    RequestBody::Subscribe(_) => {
+                        subscriptions += 1;
+                        serde_json::json!({ "subscription_id": "sub-1" })
+                    }
+                    _ => serde_json::json!({}),
+                };
+                let mut out = encode_frame(
+                    &ServerFrame::receipt(r.request_id.clone(), Receipt::new(None, reply)),
+                    &limits,
+                )
+                .unwrap();
+                let lagging = connection == 1 && matches!(r.body, RequestBody::RunStatus);
+                if lagging {
+                    out.extend(
+                        encode_frame(
+                            &ServerFrame::goodbye(
+                                RejectionCode::Internal,
+                                "subscriber fell 20000 events behind; resubscribe and reread status",
+                            ),
+                            &limits,
+                        )
+                        .unwrap(),
+                    );
+                }
+                if s.write_all(&out).is_err() || lagging {
+                    break;
+                }
+            }
+        }
+        subscriptions
+    });
+    let o = piw(
+        &h.home,
+        &["run", "start", "/nowhere/x.workflow.json", "--wait"],
+    );
+    // A CLI that gave up never opened the third connection: open one, so the fake host ends.
+    let _ = std::os::unix::net::UnixStream::connect(&paths.socket);
+    let subscriptions = host.join().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(subscriptions, 2, "subscribed again after the goodbye");
+    assert!(text(&o).contains("run run-1 completed"), "{}", text(&o));
+}
