@@ -705,12 +705,13 @@ fn log_tail(path: &Path, from: u64) -> String {
     let cut = text.len().saturating_sub(MAX);
     let mut tail = &text[cut..];
     if cut > 0 && text[cut - 1] != b'\n' {
-        // Cut mid-line (perhaps mid-character): start at the next whole line.
-        let next = tail
-            .iter()
-            .position(|&b| b == b'\n')
-            .map_or(tail.len(), |i| i + 1);
-        tail = &tail[next..];
+        // Cut mid-line (perhaps mid-character): start at the next whole line, if the window
+        // holds one (otherwise the cut line is all there is to show).
+        if let Some(next) = tail.iter().position(|&b| b == b'\n') {
+            if next + 1 < tail.len() {
+                tail = &tail[next + 1..];
+            }
+        }
     }
     let tail = String::from_utf8_lossy(tail);
     let lines: Vec<&str> = tail.lines().collect();
@@ -767,5 +768,8 @@ mod tests {
         let text = format!("{}\nsecond\nthird\n", "é".repeat(1500));
         std::fs::write(&log, &text).unwrap();
         assert_eq!(log_tail(&log, 0), "second\nthird");
+        // A window inside one long line: the cut line is all there is.
+        std::fs::write(&log, format!("{}\n", "x".repeat(5000))).unwrap();
+        assert_eq!(log_tail(&log, 0), "x".repeat(2047));
     }
 }
