@@ -8,7 +8,15 @@ if (!file) {
   console.error('usage: node examples/run.mjs <workflow file> [input JSON]');
   process.exit(2);
 }
-const client = await Client.connect();
+let client;
+try {
+  client = await Client.connect();
+} catch (err) {
+  // A host that cannot start says why (for example a database of another piw build, with
+  // what to do about it): show that, not a stack trace.
+  console.error(`piw: ${err.message} [${err.code ?? 'error'}]`);
+  process.exit(1);
+}
 try {
   const { run_id: runId } = await client.startRun(file, { input: inputText ? JSON.parse(inputText) : null });
   const run = await client.waitForRun(runId, { timeoutMs: 60_000 });
