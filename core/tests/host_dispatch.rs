@@ -441,3 +441,76 @@ fn an_unroutable_node_timeout_does_not_make_the_store_thread_spin() {
         f.store.now_ms()
     );
 }
+
+#[test]
+fn last_stderr_line_is_bounded_and_masks_what_looks_like_a_token() {
+    use piw_core::host::children::last_stderr_line;
+    assert_eq!(last_stderr_line(b""), None);
+    assert_eq!(last_stderr_line(b"\n  \n"), None);
+    assert_eq!(
+        last_stderr_line(b"first\n  cannot spawn /nope/node: No such file  \n\n").as_deref(),
+        Some("cannot spawn /nope/node: No such file")
+    );
+    let token = "ab".repeat(32);
+    let line = format!("token {token} and hash 0123abcd\n");
+    assert_eq!(
+        last_stderr_line(line.as_bytes()).as_deref(),
+        Some("token <hex> and hash 0123abcd")
+    );
+    let long = "é".repeat(1000);
+    let got = last_stderr_line(long.as_bytes()).unwrap();
+    assert_eq!(got.chars().count(), 301, "300 characters and an ellipsis");
+}
+
+#[test]
+fn a_child_that_keeps_dying_leaves_its_last_stderr_line_in_the_review_reason() {
+    use piw_core::host::children::{on_child_reports, schedule, ChildReport};
+    use piw_core::store::ChildExitRecord;
+
+    let mut f = Fixture::new();
+    let run_id = f.start();
+    let (mut state, mut rx) = host_state_with_runtime(&mut f, false);
+    for _ in 0..3 {
+        schedule(&mut f.store, &mut state);
+        let launched = launches(&mut rx);
+        let [(launch, generation, child_epoch, false)] = launched[..] else {
+            panic!("one fresh launch: {launched:?}");
+        };
+        on_child_reports(
+            &mut f.store,
+            &mut state,
+            vec![
+                ChildReport::Started {
+                    run_id: run_id.clone(),
+                    generation,
+                    child_epoch,
+                    launch,
+                    pid: 1,
+                    start_time: 0,
+                    standby: false,
+                },
+                ChildReport::Exited {
+                    run_id: run_id.clone(),
+                    generation,
+                    child_epoch,
+                    launch,
+                    exit: ChildExitRecord {
+                        reason: "exited with code 1".into(),
+                        exit_code: Some(1),
+                        stderr_tail: b"starting\ncannot spawn /nope/node: not found\n".to_vec(),
+                        ..Default::default()
+                    },
+                },
+            ],
+        );
+        // Past any back-off before the next launch.
+        f.clock.advance(120_000);
+    }
+    let run = f.store.run(&run_id).unwrap();
+    assert_eq!(run.status, RunStatus::Review);
+    let reason = run.review_reason.unwrap_or_default();
+    assert!(
+        reason.contains("its last stderr line: cannot spawn /nope/node: not found"),
+        "{reason}"
+    );
+}

@@ -224,6 +224,39 @@ fn a_child_that_disagrees_with_the_graph_fails_the_run_with_the_reason() {
     env.stop(host);
 }
 
+/// A JSON workflow file that cannot be loaded stops its run for review at once, with the
+/// reason, instead of losing three children that each die before they can say why.
+#[test]
+fn a_workflow_file_that_cannot_be_loaded_stops_the_run_for_review_with_the_reason() {
+    let env = Env::new(&[]);
+    let host = env.serve(None);
+    let mut bad_graph = pipeline();
+    bad_graph["graph"]["start"] = json!("zzz");
+    let cases = [
+        (env.fixture("badgraph", bad_graph), "start node \"zzz\""),
+        (
+            {
+                let file = env.fixture("notjson", json!({}));
+                std::fs::write(&file, "{not json").unwrap();
+                file
+            },
+            "is not JSON",
+        ),
+    ];
+    for (file, why) in cases {
+        let run_id = env.start(&file, json!({}));
+        let s = env.wait_for(&run_id, &["review", "failed"], Duration::from_secs(20));
+        assert_eq!(s["run"]["status"], json!("review"), "{s:#}");
+        let reason = s["run"]["review_reason"].as_str().unwrap_or_default();
+        assert!(
+            reason.contains("cannot load the workflow") && reason.contains(why),
+            "{reason}"
+        );
+        assert!(!reason.contains("lost"), "no child counted lost: {reason}");
+    }
+    env.stop(host);
+}
+
 #[test]
 fn a_spinning_child_cannot_take_ownership_and_its_deadline_routes_timed_out() {
     // Lease 500 ms; the node spins forever with a 2 s deadline (four leases).

@@ -1168,8 +1168,11 @@ pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildRe
                 if let Some(claim) = &claim {
                     if w.run_status(&claim.run_id)? == RunStatus::Running {
                         let why = format!(
-                            "child exited ({}) before the run reached a boundary",
-                            exit.reason
+                            "child exited ({}) before the run reached a boundary{}",
+                            exit.reason,
+                            last_stderr_line(&exit.stderr_tail)
+                                .map(|line| format!("; its last stderr line: {line}"))
+                                .unwrap_or_default()
                         );
                         let shutting_down = state.shutting_down;
                         let released = w.savepoint(|w| {
@@ -1219,6 +1222,41 @@ pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildRe
             }
         }
     }
+}
+
+/// The last non-empty line a child wrote to stderr, for the reason its run records: a child
+/// that dies before it can tell the host anything (a runtime that cannot start, a misconfigured
+/// command) usually says why there, and a run stopped for review must show it. At most 300
+/// characters; runs of 32 or more hex digits are masked, so nothing shaped like a token
+/// reaches status.
+pub fn last_stderr_line(stderr_tail: &[u8]) -> Option<String> {
+    const MAX_CHARS: usize = 300;
+    const HEX_RUN: usize = 32;
+    let text = String::from_utf8_lossy(stderr_tail);
+    let line = text.lines().map(str::trim).rfind(|l| !l.is_empty())?;
+    let mut out = String::new();
+    let mut hex = String::new();
+    let flush = |out: &mut String, hex: &mut String| {
+        if hex.len() >= HEX_RUN {
+            out.push_str("<hex>");
+        } else {
+            out.push_str(hex);
+        }
+        hex.clear();
+    };
+    for c in line.chars() {
+        if c.is_ascii_hexdigit() {
+            hex.push(c);
+        } else {
+            flush(&mut out, &mut hex);
+            out.push(c);
+        }
+    }
+    flush(&mut out, &mut hex);
+    if out.chars().count() > MAX_CHARS {
+        out = out.chars().take(MAX_CHARS).collect::<String>() + "…";
+    }
+    Some(out)
 }
 
 /// After a batch, forget claims the store released (the run parked, waited or ended). A

@@ -57,10 +57,16 @@ fn run() -> Result<(), WorkerError> {
         return stop_for_review(env, &changed.to_string());
     }
     let fixture_path = PathBuf::from(&env.source_root);
-    let fixture: Value = serde_json::from_slice(
-        &std::fs::read(&fixture_path).map_err(|e| WorkerError::Envelope(e.to_string()))?,
-    )
-    .map_err(|e| WorkerError::Envelope(format!("fixture is not JSON: {e}")))?;
+    // A workflow file that cannot be loaded stops the run for review with the reason, as the
+    // Node runtime does: relaunching cannot help, and the user must see why.
+    let fixture: Value = match std::fs::read(&fixture_path)
+        .map_err(|e| e.to_string())
+        .and_then(|bytes| {
+            serde_json::from_slice(&bytes).map_err(|e| format!("the file is not JSON: {e}"))
+        }) {
+        Ok(fixture) => fixture,
+        Err(why) => return stop_for_review(env, &format!("cannot load the workflow: {why}")),
+    };
     let mounts = resolve_mounts(&fixture_path, &fixture)?;
     // "Load the module": its side effects happen only after verification.
     load_module(&fixture);
@@ -75,8 +81,10 @@ fn run() -> Result<(), WorkerError> {
         return stop_for_review(env, &changed.to_string());
     }
     let graph_value = fixture["graph"].clone();
-    let graph = Graph::parse(&graph_value)
-        .map_err(|e| WorkerError::Envelope(format!("fixture graph: {e}")))?;
+    let graph = match Graph::parse(&graph_value) {
+        Ok(graph) => graph,
+        Err(e) => return stop_for_review(env, &format!("cannot load the workflow: {e}")),
+    };
     let behaviors = fixture["behaviors"].clone();
     let mut w = Worker::connect(env)?;
     let hello = w.hello_and_start(Some(graph_value), &mounts)?;
