@@ -78,8 +78,8 @@ enum RunCmd {
     Start {
         workflow_file: PathBuf,
         /// The run's input as JSON.
-        #[arg(long, default_value = "null")]
-        input: String,
+        #[arg(long, default_value = "null", value_parser = parse_json)]
+        input: Value,
         /// The origin Pi session.
         #[arg(long)]
         session: Option<String>,
@@ -136,7 +136,10 @@ const STOP_WAIT_MS: u64 = 15_000;
 
 #[derive(Debug)]
 enum CliError {
+    /// Exit 1.
     Runtime(String),
+    /// Exit 2: the command line asks for something it must say differently.
+    Usage(String),
 }
 
 impl<E: std::fmt::Display> From<E> for CliError {
@@ -153,7 +156,17 @@ fn main() -> ExitCode {
             eprintln!("piw: {msg}");
             ExitCode::from(1)
         }
+        Err(CliError::Usage(msg)) => {
+            eprintln!("piw: {msg}");
+            ExitCode::from(2)
+        }
     }
+}
+
+/// `--input`: JSON, checked while the command line is parsed (a usage error, before any host
+/// is started).
+fn parse_json(text: &str) -> Result<Value, String> {
+    serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))
 }
 
 fn host_bin() -> PathBuf {
@@ -321,6 +334,12 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 println!("{} does not exist; nothing to reset", paths.home.display());
                 return Ok(());
             }
+            if !yes {
+                return Err(CliError::Usage(format!(
+                    "this deletes {db} and every run in it; back it up first (`cp '{db}' '{db}.bak'`), then run `piw state reset --yes`",
+                    db = paths.db.display()
+                )));
+            }
             // Held until the database is gone: no host runs, is still stopping, or starts
             // meanwhile.
             let _lock = piw_core::host::lock_installation(&paths).map_err(|e| match e {
@@ -329,12 +348,6 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 )),
                 other => other.into(),
             })?;
-            if !yes {
-                return Err(CliError::Runtime(format!(
-                    "this deletes {} and every run in it; back it up first (`cp {} {}.bak`), then run `piw state reset --yes`",
-                    paths.db.display(), paths.db.display(), paths.db.display()
-                )));
-            }
             for suffix in ["", "-wal", "-shm"] {
                 let mut p = paths.db.clone().into_os_string();
                 p.push(suffix);
@@ -364,8 +377,6 @@ fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {
             timeout,
             json,
         } => {
-            let input: Value = serde_json::from_str(&input)
-                .map_err(|e| CliError::Runtime(format!("--input is not JSON: {e}")))?;
             let file = std::path::absolute(&workflow_file)?;
             let r = client.call(RequestBody::RunStart(payload::RunStart {
                 workflow_file: file.display().to_string(),
@@ -407,7 +418,7 @@ fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {
     };
     print(&receipt.body, json_out, |b| {
         if let Some(run) = b.get("run") {
-            format!(
+            let mut text = format!(
                 "run {}\nstatus {}{}\nworkflow {}\nnode {}\nrevision {}",
                 str_of(&run["run_id"]),
                 str_of(&run["status"]),
@@ -419,7 +430,14 @@ fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {
                 str_of(&run["workflow_name"]),
                 str_of(&run["current_node"]),
                 run["revision"]
-            )
+            );
+            // Why a run failed or stopped for review is what its user needs next.
+            for (label, key) in [("error", "error"), ("review", "review_reason")] {
+                if let Some(why) = run[key].as_str() {
+                    text.push_str(&format!("\n{label} {why}"));
+                }
+            }
+            text
         } else {
             b.as_object()
                 .map(|o| {

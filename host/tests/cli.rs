@@ -67,6 +67,17 @@ fn usage_errors_exit_2_and_every_verb_has_help() {
         Some(2),
         "missing run id"
     );
+    // Input that is not JSON is a usage error, found before any host is started.
+    let o = piw(
+        &h.home,
+        &["run", "start", "x.workflow.json", "--input", "{bad"],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("not JSON"), "{}", text(&o));
+    assert!(
+        !h.home.join("state.sqlite").exists(),
+        "no installation made"
+    );
     for verb in [
         vec!["--help"],
         vec!["host", "--help"],
@@ -169,6 +180,12 @@ fn state_backup_and_reset() {
     let backup = h.home.with_file_name("backup.sqlite");
     let o = piw(&h.home, &["state", "backup", backup.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // It holds every run's input and output: its owner's only.
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(
+        std::fs::metadata(&backup).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
     // The backup is a complete, compatible state database.
     let copy = piw_core::store::Store::open_read_only(&backup, Default::default()).unwrap();
     assert_eq!(copy.list_runs(None, 10).unwrap().len(), 1);
@@ -188,9 +205,11 @@ fn state_backup_and_reset() {
     assert_eq!(piw(&h.home, &["host", "stop"]).status.code(), Some(0));
     // Stopped means the process ended, not only that its socket went away.
     assert!(!piw_core::supervise::process_alive(host_pid));
+    // Without --yes: a usage error (exit 2) that says what to run.
     let o = piw(&h.home, &["state", "reset"]);
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2));
     assert!(text(&o).contains("back it up first"), "{}", text(&o));
+    assert!(text(&o).contains("piw state reset --yes"), "{}", text(&o));
     assert_eq!(
         piw(&h.home, &["state", "reset", "--yes"]).status.code(),
         Some(0)
@@ -409,4 +428,29 @@ fn waiting_for_a_run_subscribes_again_when_the_host_ends_a_lagging_subscription(
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_eq!(subscriptions, 2, "subscribed again after the goodbye");
     assert!(text(&o).contains("run run-1 completed"), "{}", text(&o));
+}
+
+/// Why a run stopped is in the plain status, not only in `--json`.
+#[test]
+fn run_status_says_why_a_run_stopped_for_review() {
+    let h = home();
+    let file = h.home.with_file_name("bad.workflow.json");
+    let fixture = serde_json::json!({
+        "graph": {"name": "bad", "start": "zzz", "nodes": {"a": {"kind": "compute"}}, "edges": []},
+        "behaviors": {}
+    });
+    std::fs::write(&file, fixture.to_string()).unwrap();
+    let o = piw(
+        &h.home,
+        &["run", "start", file.to_str().unwrap(), "--wait", "--json"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let run_id = json_of(&o)["run"]["run_id"].as_str().unwrap().to_owned();
+    let o = piw(&h.home, &["run", "status", &run_id]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        text(&o).contains("\nreview cannot load the workflow: start node \"zzz\""),
+        "{}",
+        text(&o)
+    );
 }

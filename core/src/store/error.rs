@@ -8,7 +8,7 @@ use super::model::{ClaimLostReason, Op, RunStatus};
 pub(crate) fn reset_instruction(path: &std::path::Path) -> String {
     format!(
         "The file was left untouched. To start over, back it up and reset: \
-         `cp '{p}' '{p}.bak' && piw state reset` (the backup keeps every run for inspection).",
+         `cp '{p}' '{p}.bak' && piw state reset --yes` (the backup keeps every run for inspection).",
         p = path.display()
     )
 }

@@ -522,6 +522,21 @@ impl Store {
     /// Writes a consistent copy of the database to `dest` (SQLite's online backup), safe
     /// while the host is writing.
     pub fn backup_to(&self, dest: &std::path::Path) -> StoreResult<()> {
+        // The copy holds every run's input and output: readable by its owner only, like the
+        // installation it comes from. Created here (and refused if it exists) so SQLite
+        // writes into a file that was never readable by others, journals included.
+        {
+            use std::os::unix::fs::OpenOptionsExt as _;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(dest)
+                .map_err(|source| StoreError::Io {
+                    path: dest.to_path_buf(),
+                    source,
+                })?;
+        }
         let mut target = rusqlite::Connection::open(dest)?;
         let backup = rusqlite::backup::Backup::new(&self.conn, &mut target)?;
         backup.run_to_completion(256, std::time::Duration::from_millis(0), None)?;
