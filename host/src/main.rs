@@ -389,6 +389,11 @@ fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {
             }))?;
             if wait {
                 let run_id = str_of(&r.body["run_id"]);
+                // The run id first (on stderr, so `--json` output stays one document): a wait
+                // may be long, for example on a step that needs an answer.
+                eprintln!(
+                    "piw: started run {run_id}; waiting for it to finish (interrupting the wait leaves the run going)"
+                );
                 let deadline = timeout.map(|s| std::time::Instant::now() + Duration::from_secs(s));
                 return wait_for_run(paths, client, &run_id, json, deadline);
             }

@@ -446,6 +446,12 @@ fn run_status_says_why_a_run_stopped_for_review() {
     );
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let run_id = json_of(&o)["run"]["run_id"].as_str().unwrap().to_owned();
+    // The run id was said before the wait began.
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains(&format!("started run {run_id}; waiting")),
+        "{}",
+        text(&o)
+    );
     let o = piw(&h.home, &["run", "status", &run_id]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(
