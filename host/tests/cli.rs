@@ -159,6 +159,11 @@ fn a_workflow_runs_from_the_command_line_and_status_shows_no_secrets() {
     let o = piw(&h.home, &["run", "start", other.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o).contains("no runtime"), "{}", text(&o));
+    assert!(
+        text(&o).contains("piw host stop"),
+        "says how to add one: {}",
+        text(&o)
+    );
 
     assert!(json_of(&piw(&h.home, &["diagnose", "--json"]))["findings"]
         .as_array()

