@@ -209,41 +209,25 @@ fn standby_worker_died_before_hello(
     HostState,
     tokio::sync::mpsc::UnboundedReceiver<piw_core::host::supervisor::SupervisorCmd>,
 ) {
-    use piw_core::host::children::{on_child_reports, schedule, ChildReport};
+    use piw_core::host::children::{on_child_reports, schedule};
     use piw_core::store::ChildExitRecord;
 
     let (mut state, mut rx) = host_state_with_runtime(f, true);
     state.child_config.standby_workers = 2;
     schedule(&mut f.store, &mut state);
     let first = launches(&mut rx);
-    let [(launch, generation, child_epoch, true)] = first[..] else {
+    let [launched @ (_, _, _, true)] = first[..] else {
         panic!("the first launch draws on the pool: {first:?}");
     };
     // The pool's worker took the run, then died before its hello.
+    let exit = ChildExitRecord {
+        reason: "killed by SIGKILL".into(),
+        ..Default::default()
+    };
     on_child_reports(
         &mut f.store,
         &mut state,
-        vec![
-            ChildReport::Started {
-                run_id: run_id.to_owned(),
-                generation,
-                child_epoch,
-                launch,
-                pid: 1,
-                start_time: 0,
-                standby: true,
-            },
-            ChildReport::Exited {
-                run_id: run_id.to_owned(),
-                generation,
-                child_epoch,
-                launch,
-                exit: ChildExitRecord {
-                    reason: "killed by SIGKILL".into(),
-                    ..Default::default()
-                },
-            },
-        ],
+        started_then_exited(run_id, launched, exit),
     );
     assert_eq!(
         f.store.run(run_id).unwrap().status,
@@ -272,6 +256,33 @@ fn launches(
         }
     }
     out
+}
+
+/// A child of launch `launched` that started, then exited with `exit`: the two reports.
+fn started_then_exited(
+    run_id: &str,
+    (launch, generation, child_epoch, standby): (u64, u64, i64, bool),
+    exit: piw_core::store::ChildExitRecord,
+) -> Vec<piw_core::host::children::ChildReport> {
+    use piw_core::host::children::ChildReport;
+    vec![
+        ChildReport::Started {
+            run_id: run_id.to_owned(),
+            generation,
+            child_epoch,
+            launch,
+            pid: 1,
+            start_time: 0,
+            standby,
+        },
+        ChildReport::Exited {
+            run_id: run_id.to_owned(),
+            generation,
+            child_epoch,
+            launch,
+            exit,
+        },
+    ]
 }
 
 /// A standby worker that died before its hello is forgiven once; the run then starts in a
@@ -464,7 +475,7 @@ fn last_stderr_line_is_bounded_and_masks_what_looks_like_a_token() {
 
 #[test]
 fn a_child_that_keeps_dying_leaves_its_last_stderr_line_in_the_review_reason() {
-    use piw_core::host::children::{on_child_reports, schedule, ChildReport};
+    use piw_core::host::children::{on_child_reports, schedule};
     use piw_core::store::ChildExitRecord;
 
     let mut f = Fixture::new();
@@ -473,35 +484,19 @@ fn a_child_that_keeps_dying_leaves_its_last_stderr_line_in_the_review_reason() {
     for _ in 0..3 {
         schedule(&mut f.store, &mut state);
         let launched = launches(&mut rx);
-        let [(launch, generation, child_epoch, false)] = launched[..] else {
+        let [one @ (_, _, _, false)] = launched[..] else {
             panic!("one fresh launch: {launched:?}");
+        };
+        let exit = ChildExitRecord {
+            reason: "exited with code 1".into(),
+            exit_code: Some(1),
+            stderr_tail: b"starting\ncannot spawn /nope/node: not found\n".to_vec(),
+            ..Default::default()
         };
         on_child_reports(
             &mut f.store,
             &mut state,
-            vec![
-                ChildReport::Started {
-                    run_id: run_id.clone(),
-                    generation,
-                    child_epoch,
-                    launch,
-                    pid: 1,
-                    start_time: 0,
-                    standby: false,
-                },
-                ChildReport::Exited {
-                    run_id: run_id.clone(),
-                    generation,
-                    child_epoch,
-                    launch,
-                    exit: ChildExitRecord {
-                        reason: "exited with code 1".into(),
-                        exit_code: Some(1),
-                        stderr_tail: b"starting\ncannot spawn /nope/node: not found\n".to_vec(),
-                        ..Default::default()
-                    },
-                },
-            ],
+            started_then_exited(&run_id, one, exit),
         );
         // Past any back-off before the next launch.
         f.clock.advance(120_000);
