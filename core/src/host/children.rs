@@ -1226,11 +1226,11 @@ pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildRe
 
 /// The last non-empty line a child wrote to stderr, for the reason its run records: a child
 /// that dies before it can tell the host anything (a runtime that cannot start, a misconfigured
-/// command) usually says why there, and a run stopped for review must show it. At most 300
-/// characters; runs of 32 or more hex digits are masked, so nothing shaped like a token
-/// reaches status.
+/// command) usually says why there, and a run stopped for review must show it. At most 600
+/// bytes; runs of 32 or more hex digits are masked, so nothing shaped like a token reaches
+/// status.
 pub fn last_stderr_line(stderr_tail: &[u8]) -> Option<String> {
-    const MAX_CHARS: usize = 300;
+    const MAX_BYTES: usize = 600;
     const HEX_RUN: usize = 32;
     let text = String::from_utf8_lossy(stderr_tail);
     let line = text.lines().map(str::trim).rfind(|l| !l.is_empty())?;
@@ -1253,10 +1253,7 @@ pub fn last_stderr_line(stderr_tail: &[u8]) -> Option<String> {
         }
     }
     flush(&mut out, &mut hex);
-    if out.chars().count() > MAX_CHARS {
-        out = out.chars().take(MAX_CHARS).collect::<String>() + "…";
-    }
-    Some(out)
+    Some(crate::protocol::request::bounded_message(&out, MAX_BYTES))
 }
 
 /// After a batch, forget claims the store released (the run parked, waited or ended). A
