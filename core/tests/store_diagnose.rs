@@ -6,11 +6,6 @@ use common::*;
 use piw_core::store::*;
 use serde_json::json;
 
-fn corrupt(f: &Fixture, sql: &str) {
-    let c = rusqlite::Connection::open(f.store.path()).unwrap();
-    c.execute_batch(sql).unwrap();
-}
-
 fn codes(findings: &[Finding]) -> Vec<&'static str> {
     findings.iter().map(|f| f.code).collect()
 }
@@ -21,10 +16,9 @@ fn diagnose_lists_contradictions_with_ids_and_changes_nothing() {
     let (run_id, _act, attempt) = f.running();
     // A "completed" run with its attempt still running and its claim still bound: the shape the
     // original failure left behind, inverted.
-    corrupt(
-        &f,
-        &format!("UPDATE runs SET status = 'completed', finished_at = 1 WHERE run_id = '{run_id}'"),
-    );
+    f.corrupt(&format!(
+        "UPDATE runs SET status = 'completed', finished_at = 1 WHERE run_id = '{run_id}'"
+    ));
     let before = f.store.canonical_dump().unwrap();
     let findings = f.store.diagnose().unwrap();
     assert_eq!(
@@ -60,7 +54,7 @@ fn a_running_row_without_an_owner_is_requeued_not_completed() {
     let mut f = Fixture::new();
     let (run_id, act, a) = f.running();
     f.reserve_and_apply(&act.claim, &a, "k", RetryContract::Never);
-    corrupt(&f, &format!(
+    f.corrupt( &format!(
         "UPDATE claims SET owner_kind = NULL, owner_id = NULL, token_hash = NULL, expires_at = NULL WHERE run_id = '{run_id}'"
     ));
     assert_eq!(
@@ -88,10 +82,9 @@ fn contradictions_without_exact_evidence_are_left_for_review() {
         .write(|w| w.wait_for_decision(&act.claim, &a, DecisionKind::Checkpoint, &json!({})))
         .unwrap();
     // The decision vanished: nobody can tell what the answer would have been.
-    corrupt(
-        &f,
-        &format!("UPDATE decisions SET status = 'cancelled' WHERE run_id = '{run_id}'"),
-    );
+    f.corrupt(&format!(
+        "UPDATE decisions SET status = 'cancelled' WHERE run_id = '{run_id}'"
+    ));
     let before = f.store.canonical_dump().unwrap();
     let report = f.store.repair().unwrap();
     assert!(report.repaired.is_empty());
@@ -111,13 +104,10 @@ fn contradictions_without_exact_evidence_are_left_for_review() {
 fn derived_rows_are_rebuilt_from_the_run() {
     let mut f = Fixture::new();
     let run_id = f.start();
-    corrupt(
-        &f,
-        &format!(
-            "UPDATE run_views SET status = 'completed' WHERE run_id = '{run_id}';
+    f.corrupt(&format!(
+        "UPDATE run_views SET status = 'completed' WHERE run_id = '{run_id}';
          UPDATE queue SET state = 'done' WHERE run_id = '{run_id}';"
-        ),
-    );
+    ));
     assert_eq!(
         codes(&f.store.diagnose().unwrap()),
         vec!["projection_mismatch", "queue_state_mismatch"]

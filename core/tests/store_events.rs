@@ -9,11 +9,6 @@ use common::*;
 use piw_core::store::*;
 use serde_json::json;
 
-fn corrupt(f: &Fixture, sql: &str) {
-    let c = rusqlite::Connection::open(f.store.path()).unwrap();
-    c.execute_batch(sql).unwrap();
-}
-
 fn seqs_and_kinds(events: &[EventRecord]) -> Vec<(u64, String)> {
     events.iter().map(|e| (e.seq, e.kind.clone())).collect()
 }
@@ -28,31 +23,12 @@ fn queue_row(f: &Fixture, run_id: &str) -> (String, i64) {
     .unwrap()
 }
 
-/// A waiting run: started, activated, at node `a`, waiting on an agent interaction.
-fn waiting(f: &mut Fixture) -> (String, String, String) {
-    let (run_id, act, attempt) = f.running();
-    let interaction = f
-        .store
-        .write(|w| {
-            w.request_interaction(
-                &act.claim,
-                &attempt,
-                InteractionKind::Agent,
-                &json!({}),
-                None,
-            )
-        })
-        .unwrap();
-    assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Waiting);
-    (run_id, attempt, interaction)
-}
-
 #[test]
 fn the_events_of_runs_written_in_turn_come_back_per_run_complete_and_in_order() {
     let mut f = Fixture::new();
-    let (r1, _, _) = waiting(&mut f);
+    let (r1, _, _) = f.waiting();
     let r2 = f.start();
-    let (r3, _, _) = waiting(&mut f);
+    let (r3, _, _) = f.waiting();
     // Interleave writes to three runs, several in one transaction.
     for round in 0..5 {
         f.store
@@ -117,7 +93,7 @@ fn the_events_of_runs_written_in_turn_come_back_per_run_complete_and_in_order() 
 #[test]
 fn pausing_a_waiting_run_leaves_its_queue_row_alone_and_an_answer_keeps_it_held() {
     let mut f = Fixture::new();
-    let (run_id, attempt, interaction) = waiting(&mut f);
+    let (run_id, attempt, interaction) = f.waiting();
     let queue_before = queue_row(&f, &run_id);
     assert_eq!(queue_before.0, "waiting");
     f.store
@@ -154,8 +130,8 @@ fn pausing_a_waiting_run_leaves_its_queue_row_alone_and_an_answer_keeps_it_held(
 #[test]
 fn a_broken_event_chain_is_reported_and_never_followed() {
     let mut f = Fixture::new();
-    let (r1, _, _) = waiting(&mut f);
-    let (r2, _, _) = waiting(&mut f);
+    let (r1, _, _) = f.waiting();
+    let (r2, _, _) = f.waiting();
     for run_id in [&r1, &r2] {
         f.store
             .write(|w| w.pause(run_id, Fence::Unclaimed))
@@ -177,13 +153,10 @@ fn a_broken_event_chain_is_reported_and_never_followed() {
     assert!(r1_ids.len() >= 4, "{r1_ids:?}");
 
     // The second event no longer links to the first: the chain ends early.
-    corrupt(
-        &f,
-        &format!(
-            "UPDATE events SET prev_event_id = NULL WHERE event_id = {}",
-            r1_ids[1]
-        ),
-    );
+    f.corrupt(&format!(
+        "UPDATE events SET prev_event_id = NULL WHERE event_id = {}",
+        r1_ids[1]
+    ));
     let err = f.store.events(&r1, 0).unwrap_err();
     assert!(matches!(err, StoreError::CorruptRow(_)), "{err:?}");
     // Events after the break are still read: the chain is intact from the newest down to it.
@@ -203,13 +176,10 @@ fn a_broken_event_chain_is_reported_and_never_followed() {
     assert!(!broken[0].repairable);
 
     // The second run's newest event is a link into the first run's chain.
-    corrupt(
-        &f,
-        &format!(
-            "UPDATE runs SET last_event_id = {} WHERE run_id = '{r2}'",
-            r1_ids.last().unwrap()
-        ),
-    );
+    f.corrupt(&format!(
+        "UPDATE runs SET last_event_id = {} WHERE run_id = '{r2}'",
+        r1_ids.last().unwrap()
+    ));
     assert!(matches!(
         f.store.events(&r2, 0),
         Err(StoreError::CorruptRow(_))
@@ -223,15 +193,12 @@ fn a_broken_event_chain_is_reported_and_never_followed() {
     );
 
     // A run whose newest event is gone.
-    corrupt(
-        &f,
-        &format!(
-            "UPDATE runs SET last_event_id = {} WHERE run_id = '{r2}';
+    f.corrupt(&format!(
+        "UPDATE runs SET last_event_id = {} WHERE run_id = '{r2}';
              DELETE FROM events WHERE event_id = {};",
-            r2_ids[r2_ids.len() - 2],
-            r2_ids.last().unwrap()
-        ),
-    );
+        r2_ids[r2_ids.len() - 2],
+        r2_ids.last().unwrap()
+    ));
     let findings = f.store.diagnose().unwrap();
     let mismatch = findings
         .iter()

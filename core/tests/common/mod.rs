@@ -72,6 +72,29 @@ impl Fixture {
         (run_id, act, attempt)
     }
 
+    /// A waiting run: started, activated, at node `a`, waiting on an agent interaction.
+    /// Returns the run, its attempt and the interaction.
+    pub fn waiting(&mut self) -> (String, String, String) {
+        let (run_id, act, attempt) = self.running();
+        let interaction = self
+            .store
+            .write(|w| {
+                w.request_interaction(
+                    &act.claim,
+                    &attempt,
+                    piw_core::store::InteractionKind::Agent,
+                    &json!({}),
+                    None,
+                )
+            })
+            .expect("request interaction");
+        assert_eq!(
+            self.store.run(&run_id).unwrap().status,
+            piw_core::store::RunStatus::Waiting
+        );
+        (run_id, attempt, interaction)
+    }
+
     /// Reserves the effect `key` for `attempt` and marks it applying; returns its id.
     pub fn reserve_and_apply(
         &mut self,
@@ -91,6 +114,13 @@ impl Fixture {
             .write(|w| w.effect_applying(claim, &effect_id))
             .expect("applying");
         effect_id
+    }
+
+    /// Runs `sql` on the database behind the store's back (a second connection, no foreign
+    /// keys): the contradictions `diagnose` must find.
+    pub fn corrupt(&self, sql: &str) {
+        let c = rusqlite::Connection::open(self.store.path()).unwrap();
+        c.execute_batch(sql).unwrap();
     }
 
     pub fn assert_clean(&self) {
