@@ -25,7 +25,10 @@
 //!    (own process group, cleared environment, envelope on stdin) until its `worker.hello`
 //!    frame reaches a socket this bench listens on: process start plus worker start-up,
 //!    without a host; once as std spawns by default (`posix_spawn`) and once with a pre-exec
-//!    hook, which makes std fork as the host's rlimit hook does;
+//!    hook, which makes std fork as the host's rlimit hook does; (d) the same with 64
+//!    workers spawned at once, to the last hello (5 rounds, median), and their CPU: what the
+//!    processes alone cost a 64-run burst, before any host work or workflow step. The report
+//!    sets it against the time the 3x target leaves the batched burst;
 //! 2. activation latency: sequential one-node runs on one host, each timed from the client's
 //!    `run.start` call to the arrival of the run's `node_started` event on a subscription
 //!    made (to the runs' session) before the start; `node_started` is the commit of the first
@@ -54,7 +57,7 @@ use piw_core::ids::new_id;
 use piw_core::protocol::{payload, read_frame, Limits, Request, RequestBody};
 use piw_core::worker::{hash_file, LaunchEnvelope, LAUNCH_SCHEMA};
 use serde_json::{json, Value};
-use support::{BenchDir, Commits, CpuSnapshot, CpuUse, Host, Latencies, SqliteFloor};
+use support::{cpu_secs, BenchDir, Commits, CpuSnapshot, CpuUse, Host, Latencies, SqliteFloor};
 
 const FORK_WARM_UP: usize = 20;
 const FORK_RUNS: usize = 200;
@@ -69,6 +72,8 @@ const CHAIN: usize = 20;
 const SINGLE_REPS: usize = 5;
 /// Runs started at once.
 const BURST: usize = 64;
+/// Rounds of the `BURST` workers started at once without a host (the median is reported).
+const BURST_FLOOR_ROUNDS: usize = 5;
 /// The child slots of the second burst host.
 const WIDE_SLOTS: usize = 64;
 /// The host's default child slots (`ChildConfig::default().max_children`), for the labels.
@@ -115,7 +120,11 @@ fn main() {
     let fork = fork_exec_floor();
     let mut floor = SqliteFloor::open(&dir.path().join("floor.sqlite"), FLOOR_EVENT);
     let commit_start = floor.measure(warm_up, measure_for);
-    let (worker, worker_forked) = worker_start_floor(dir.path(), &one);
+    let (worker, worker_forked, burst_floor) = {
+        let hello_floor = HelloFloor::open(dir.path(), &one);
+        let (worker, forked) = hello_floor.one_at_a_time();
+        (worker, forked, hello_floor.burst(BURST_FLOOR_ROUNDS))
+    };
 
     // 2. Activation latency.
     let act = {
@@ -201,6 +210,14 @@ fn main() {
         1e6 / worker_forked.mean(),
     );
     println!("  c: the host's spawn options (own group, cleared env, envelope on stdin); the worker reads the envelope, hashes and parses the fixture, connects and sends hello; no host involved");
+    println!(
+        "d: {BURST} workers spawned at once -> the last hello: median {:.1} ms of {BURST_FLOOR_ROUNDS} rounds ({} ms); their CPU until they exited: median {:.0} ms ({:.2} ms each)",
+        ms(burst_floor.last_hello.p(0.50)),
+        burst_floor.last_hello.list_ms(),
+        ms(burst_floor.cpu.p(0.50)),
+        ms(burst_floor.cpu.p(0.50)) / BURST as f64,
+    );
+    println!("  d: as c, {BURST} at once (the host's burst with a slot per run): what the processes alone cost a burst under the one-process-per-run rule, before any host work or workflow step");
 
     println!();
     println!(
@@ -373,6 +390,12 @@ fn main() {
         batched_burst.speedup(),
         verdict(batched_burst.speedup())
     );
+    let target_ms = ms(batched_burst.baseline_us()) / TARGET_SPEEDUP_64;
+    println!(
+        "  the target's time for the steps-batched burst is {target_ms:.1} ms (its baseline / {TARGET_SPEEDUP_64:.0}); floor d alone, {BURST} workers started to their hellos with no host, took {:.1} ms = {:.0}% of it",
+        ms(burst_floor.last_hello.p(0.50)),
+        100.0 * ms(burst_floor.last_hello.p(0.50)) / target_ms
+    );
     println!("  steps batched: the worker reports consecutive compute steps in one message (`earlier` steps of worker.transition / worker.complete), one commit for up to 64 nodes; the baseline stays one commit per node");
     println!("  checked: every run completed with the last node's output and {CHAIN} succeeded attempts in order; diagnose clean on every host");
     println!("  load average at the end: {}", support::load_average());
@@ -459,51 +482,64 @@ fn fork_exec_floor() -> Latencies {
 
 // ----- floor c: worker start-up without a host ----------------------------------------------
 
-/// Spawns `piw-json-worker` like the host does (own process group, cleared environment but
-/// `PATH`/`HOME`/`LANG`/`TMPDIR`, envelope on stdin, piped output) with an envelope naming a
-/// socket this bench listens on, and times spawn → the worker's `worker.hello` frame read.
-/// The bench then closes the connection; the worker stops quietly. Returns the rounds
-/// without and with a (no-op) pre-exec hook: std spawns with `posix_spawn` (vfork) unless a
-/// hook is set, and then forks; the host sets one (rlimits).
-fn worker_start_floor(dir: &Path, fixture: &str) -> (Latencies, Latencies) {
-    let socket = dir.join("worker-floor.sock");
-    let listener = UnixListener::bind(&socket).expect("bind worker floor socket");
-    let (tx, rx) = mpsc::channel::<Instant>();
-    // One acceptor for every round; it ends when the bench drops the receiver.
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut s) = stream else { return };
-            if let Ok(Some(_hello)) = read_frame(&mut s, &Limits::default()) {
-                if tx.send(Instant::now()).is_err() {
-                    return;
+/// A socket that stands in for the host: it reads each worker's `worker.hello` frame, notes
+/// when it arrived, and closes the connection (the worker then stops quietly). Workers are
+/// spawned like the host spawns them (own process group, cleared environment but
+/// `PATH`/`HOME`/`LANG`/`TMPDIR`, envelope on stdin, piped output).
+struct HelloFloor {
+    socket: std::path::PathBuf,
+    hellos: mpsc::Receiver<Instant>,
+    envelope: Vec<u8>,
+    fixture: String,
+    dir: std::path::PathBuf,
+}
+
+impl HelloFloor {
+    fn open(dir: &Path, fixture: &str) -> Self {
+        let socket = dir.join("worker-floor.sock");
+        let listener = UnixListener::bind(&socket).expect("bind worker floor socket");
+        let (tx, hellos) = mpsc::channel::<Instant>();
+        // One acceptor for every round; it ends when the floor is dropped.
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut s) = stream else { return };
+                if let Ok(Some(_hello)) = read_frame(&mut s, &Limits::default()) {
+                    if tx.send(Instant::now()).is_err() {
+                        return;
+                    }
                 }
+                drop(s);
             }
-            drop(s);
+        });
+        let envelope = LaunchEnvelope {
+            schema: LAUNCH_SCHEMA.to_owned(),
+            run_id: "floor-run".into(),
+            generation: 1,
+            child_token: "floor-token".into(),
+            mode: "run".into(),
+            source_root: fixture.to_owned(),
+            source_hash: hash_file(Path::new(fixture)).expect("hash fixture"),
+            mounted_sources: Default::default(),
+            project_dir: dir.display().to_string(),
+            input_hash: String::new(),
+            socket_path: socket.clone(),
+        };
+        Self {
+            socket,
+            hellos,
+            envelope: serde_json::to_vec(&envelope).expect("envelope json"),
+            fixture: fixture.to_owned(),
+            dir: dir.to_owned(),
         }
-    });
-    let envelope = LaunchEnvelope {
-        schema: LAUNCH_SCHEMA.to_owned(),
-        run_id: "floor-run".into(),
-        generation: 1,
-        child_token: "floor-token".into(),
-        mode: "run".into(),
-        source_root: fixture.to_owned(),
-        source_hash: hash_file(Path::new(fixture)).expect("hash fixture"),
-        mounted_sources: Default::default(),
-        project_dir: dir.display().to_string(),
-        input_hash: String::new(),
-        socket_path: socket.clone(),
-    };
-    let stdin_payload = serde_json::to_vec(&envelope).expect("envelope json");
-    let mut spawned = Latencies::default();
-    let mut forked = Latencies::default();
-    // Alternating rounds: even ones as above, odd ones with a pre-exec hook, as the host uses with CPU or memory limits.
-    for i in 0..2 * (WORKER_WARM_UP + WORKER_RUNS) {
-        let fork = i % 2 == 1;
+    }
+
+    /// Spawns one worker and hands it the envelope. `fork`: with a (no-op) pre-exec hook, which
+    /// makes std fork + exec instead of `posix_spawn` (vfork), as the host's rlimit hook does.
+    fn spawn(&self, fork: bool) -> std::process::Child {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_piw-json-worker"));
-        cmd.arg(fixture)
+        cmd.arg(&self.fixture)
             .env_clear()
-            .current_dir(dir)
+            .current_dir(&self.dir)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -521,23 +557,29 @@ fn worker_start_floor(dir: &Path, fixture: &str) -> (Latencies, Latencies) {
                 cmd.pre_exec(|| Ok(()));
             }
         }
-        let t = Instant::now();
         let mut child = cmd.spawn().expect("spawn piw-json-worker");
-        {
-            let mut stdin = child.stdin.take().expect("worker stdin");
-            stdin.write_all(&stdin_payload).expect("write envelope");
-        }
-        let hello_at = match rx.recv_timeout(Duration::from_secs(10)) {
+        let mut stdin = child.stdin.take().expect("worker stdin");
+        stdin.write_all(&self.envelope).expect("write envelope");
+        child
+    }
+
+    /// The next hello's arrival; panics with the worker's stderr if none comes.
+    fn hello(&self, child: &mut std::process::Child) -> Instant {
+        match self.hellos.recv_timeout(Duration::from_secs(10)) {
             Ok(at) => at,
             Err(_) => {
                 let _ = child.kill();
-                let out = child.wait_with_output().expect("worker output");
-                panic!(
-                    "piw-json-worker never said hello to the floor socket: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
+                let mut stderr = String::new();
+                if let Some(mut e) = child.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
+                }
+                panic!("piw-json-worker never said hello to the floor socket: {stderr}");
             }
-        };
+        }
+    }
+
+    /// Waits for a worker that said hello; it must stop quietly once the socket closed.
+    fn reap(child: std::process::Child) {
         let out = child.wait_with_output().expect("wait piw-json-worker");
         assert!(
             out.status.success(),
@@ -545,16 +587,68 @@ fn worker_start_floor(dir: &Path, fixture: &str) -> (Latencies, Latencies) {
             out.status,
             String::from_utf8_lossy(&out.stderr)
         );
-        if i >= 2 * WORKER_WARM_UP {
-            if fork {
-                forked.push(hello_at - t);
-            } else {
-                spawned.push(hello_at - t);
+    }
+
+    /// Times spawn → hello one worker at a time; returns the rounds without and with a
+    /// pre-exec hook (alternating).
+    fn one_at_a_time(&self) -> (Latencies, Latencies) {
+        let mut spawned = Latencies::default();
+        let mut forked = Latencies::default();
+        for i in 0..2 * (WORKER_WARM_UP + WORKER_RUNS) {
+            let fork = i % 2 == 1;
+            let t = Instant::now();
+            let mut child = self.spawn(fork);
+            let hello_at = self.hello(&mut child);
+            Self::reap(child);
+            if i >= 2 * WORKER_WARM_UP {
+                if fork {
+                    forked.push(hello_at - t);
+                } else {
+                    spawned.push(hello_at - t);
+                }
             }
         }
+        (spawned, forked)
     }
-    let _ = std::fs::remove_file(&socket);
-    (spawned, forked)
+
+    /// `BURST` workers spawned at once (as the host does with a slot per run): the time from
+    /// the first spawn to the last hello, and the CPU the workers used until they exited.
+    /// This is what the processes alone cost a burst under the one-process-per-run rule,
+    /// before any host work and any workflow step. Median of `rounds`.
+    fn burst(&self, rounds: usize) -> BurstFloor {
+        let mut last_hello = Latencies::default();
+        let mut cpu = Latencies::default();
+        for _ in 0..rounds {
+            let cpu_before = cpu_secs(Path::new("/proc/self/stat")).1;
+            let t = Instant::now();
+            let mut children: Vec<_> = (0..BURST).map(|_| self.spawn(false)).collect();
+            let mut last = t;
+            for child in &mut children {
+                last = last.max(self.hello(child));
+            }
+            for child in children {
+                Self::reap(child);
+            }
+            last_hello.push(last - t);
+            let cpu_after = cpu_secs(Path::new("/proc/self/stat")).1;
+            cpu.push(Duration::from_secs_f64(cpu_after - cpu_before));
+        }
+        BurstFloor { last_hello, cpu }
+    }
+}
+
+impl Drop for HelloFloor {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+/// `BURST` workers started at once without a host (see [`HelloFloor::burst`]).
+struct BurstFloor {
+    /// First spawn → last hello, per round.
+    last_hello: Latencies,
+    /// The workers' CPU (user + system, reaped; 10 ms ticks) per round.
+    cpu: Latencies,
 }
 
 // ----- a real host --------------------------------------------------------------------------
