@@ -42,7 +42,8 @@ enum Cmd {
     /// Start or control one run.
     #[command(subcommand)]
     Run(RunCmd),
-    /// List contradictory durable state (read-only).
+    /// List contradictory durable state (read-only; never starts a host). Exit 3 when it finds
+    /// any.
     Diagnose {
         #[arg(long)]
         json: bool,
@@ -140,6 +141,8 @@ enum CliError {
     Runtime(String),
     /// Exit 2: the command line asks for something it must say differently.
     Usage(String),
+    /// Exit 3, with nothing more to print: `diagnose` found contradictions (and printed them).
+    Findings,
 }
 
 impl<E: std::fmt::Display> From<E> for CliError {
@@ -160,6 +163,7 @@ fn main() -> ExitCode {
             eprintln!("piw: {msg}");
             ExitCode::from(2)
         }
+        Err(CliError::Findings) => ExitCode::from(3),
     }
 }
 
@@ -282,8 +286,9 @@ fn run(cli: Cli) -> Result<(), CliError> {
         }
         Cmd::Run(cmd) => run_cmd(&paths, cmd),
         Cmd::Diagnose { json } => {
-            let r = connect(&paths)?.call(RequestBody::Diagnose)?;
-            print(&r.body, json, |b| {
+            let body = diagnose(&paths)?;
+            let found = body["findings"].as_array().is_some_and(|f| !f.is_empty());
+            print(&body, json, |b| {
                 let findings = b["findings"].as_array().cloned().unwrap_or_default();
                 if findings.is_empty() {
                     return "no contradictions".into();
@@ -291,18 +296,29 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 findings
                     .iter()
                     .map(|f| {
+                        let ids = f["ids"]
+                            .as_array()
+                            .filter(|ids| !ids.is_empty())
+                            .map(|ids| {
+                                let ids: Vec<String> = ids.iter().map(str_of).collect();
+                                format!(" ({})", ids.join(", "))
+                            })
+                            .unwrap_or_default();
                         format!(
-                            "{} run {} {} ({})",
+                            "{} run {} {}{ids}",
                             str_of(&f["code"]),
                             str_of(&f["run_id"]),
                             str_of(&f["detail"]),
-                            f["ids"]
                         )
                     })
                     .collect::<Vec<_>>()
                     .join("\n")
             });
-            Ok(())
+            if found {
+                Err(CliError::Findings)
+            } else {
+                Ok(())
+            }
         }
         Cmd::Repair { json } => {
             let r = connect(&paths)?.call(RequestBody::Repair)?;
@@ -364,6 +380,30 @@ fn run(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
     }
+}
+
+/// The `diagnose` receipt body. Through the running host when one answers; otherwise straight
+/// from the database, read-only, while holding the installation lock (no host starts
+/// meanwhile). Diagnosing never starts a host: a host's start-up recovery would change the
+/// very state being diagnosed, and a host that cannot start is when diagnosis matters most.
+fn diagnose(paths: &PiwPaths) -> Result<Value, CliError> {
+    if let Ok(mut client) = BlockingClient::connect(paths) {
+        return Ok(client.call(RequestBody::Diagnose)?.body);
+    }
+    if !paths.db.exists() {
+        // Nothing to diagnose, and nothing (not even PIW_HOME) is created to find that out.
+        return Ok(json!({ "findings": [] }));
+    }
+    let _lock = match piw_core::host::lock_installation(paths) {
+        Ok(lock) => lock,
+        // A host is starting or stopping: ask it once it answers.
+        Err(HostError::AlreadyRunning { .. }) => {
+            return Ok(connect(paths)?.call(RequestBody::Diagnose)?.body)
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let store = Store::open_read_only(&paths.db, StoreConfig::default())?;
+    Ok(json!({ "findings": store.diagnose()? }))
 }
 
 fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {
@@ -457,6 +497,50 @@ fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {
     Ok(())
 }
 
+/// What a non-terminal run waits for that only someone else can give it, one line each:
+/// pending decisions, pending interactions, a pause. Empty for a run that goes on by itself.
+fn waiting_notices(run_id: &str, status_body: &Value) -> Vec<String> {
+    let run = &status_body["run"];
+    let mut notices = Vec::new();
+    if run["paused"] == json!(true) {
+        notices.push(format!(
+            "run {run_id} is paused; `piw run resume {run_id}` lets it go on"
+        ));
+    }
+    if str_of(&run["status"]) != "waiting" {
+        return notices;
+    }
+    let session = run["origin_session"].as_str().map_or_else(
+        || "its Pi session".to_owned(),
+        |s| format!("Pi session {s}"),
+    );
+    for d in status_body["decisions"].as_array().into_iter().flatten() {
+        if d["status"] == "pending" {
+            let what = if d["kind"] == "human_decision" {
+                "a person's decision"
+            } else {
+                "a checkpoint answer"
+            };
+            notices.push(format!(
+                "run {run_id} waits for {what} ({}) at node {}; it is answered in {session}, and this command goes on waiting",
+                str_of(&d["decision_id"]),
+                str_of(&d["node_id"])
+            ));
+        }
+    }
+    for i in status_body["interactions"].as_array().into_iter().flatten() {
+        if i["status"] == "pending" || i["status"] == "validating" {
+            notices.push(format!(
+                "run {run_id} waits for an answer to interaction {} ({}) at node {}; it is answered in {session}, and this command goes on waiting",
+                str_of(&i["interaction_id"]),
+                str_of(&i["kind"]),
+                str_of(&i["node_id"])
+            ));
+        }
+    }
+    notices
+}
+
 fn wait_for_run(
     paths: &PiwPaths,
     mut client: BlockingClient,
@@ -471,9 +555,17 @@ fn wait_for_run(
         }))
     };
     subscribe(&mut client)?;
+    let mut announced = std::collections::HashSet::new();
     loop {
         let r = client.send(run_request(run_id, RequestBody::RunStatus))?;
         let status = str_of(&r.body["run"]["status"]);
+        // A run that waits for a person (or is paused) goes on only when someone acts: say so
+        // once per thing it waits for, so a long wait never looks like a hang.
+        for notice in waiting_notices(run_id, &r.body) {
+            if announced.insert(notice.clone()) {
+                eprintln!("piw: {notice}");
+            }
+        }
         // Terminal, or stopped until a person acts: either way nothing more happens by itself.
         if ["completed", "failed", "cancelled", "timed_out", "review"].contains(&status.as_str()) {
             print(&r.body, json_out, |b| {
@@ -547,4 +639,36 @@ fn init_logging() {
         .with_writer(std::io::stderr)
         .with_ansi(ansi)
         .init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waiting_notices_name_what_only_someone_else_can_give_the_run() {
+        let body = json!({
+            "run": {"status": "waiting", "paused": true, "origin_session": "s-1"},
+            "decisions": [
+                {"decision_id": "d-1", "node_id": "ask", "kind": "checkpoint", "status": "pending"},
+                {"decision_id": "d-0", "node_id": "old", "kind": "checkpoint", "status": "answered"},
+                {"decision_id": "d-2", "node_id": "gate", "kind": "human_decision", "status": "pending"}
+            ],
+            "interactions": [
+                {"interaction_id": "i-1", "node_id": "chat", "kind": "agent", "status": "validating"},
+                {"interaction_id": "i-0", "node_id": "chat", "kind": "agent", "status": "settled"}
+            ]
+        });
+        let notices = waiting_notices("run-1", &body);
+        assert_eq!(notices.len(), 4, "{notices:#?}");
+        assert!(notices[0].contains("paused; `piw run resume run-1`"));
+        assert!(notices[1].contains("a checkpoint answer (d-1) at node ask"));
+        assert!(notices[1].contains("answered in Pi session s-1"));
+        assert!(notices[2].contains("a person's decision (d-2) at node gate"));
+        assert!(notices[3].contains("interaction i-1 (agent) at node chat"));
+        // A run that goes on by itself waits for nobody, whatever its rows say.
+        let running =
+            json!({"run": {"status": "running", "paused": false}, "decisions": body["decisions"]});
+        assert!(waiting_notices("run-1", &running).is_empty());
+    }
 }

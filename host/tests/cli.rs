@@ -247,6 +247,17 @@ fn wait_gives_up_after_its_timeout_and_the_run_goes_on() {
     );
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("gave up waiting"), "{}", text(&o));
+    // What the run waits for was said, once, so the wait never looked like a hang.
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(
+        stderr.matches("waits for a checkpoint answer").count(),
+        1,
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("at node ask; it is answered in its Pi session"),
+        "{stderr}"
+    );
     assert!(started.elapsed() < std::time::Duration::from_secs(15));
     let runs = json_of(&piw(&h.home, &["runs", "--json"]));
     assert_eq!(
@@ -464,4 +475,54 @@ fn run_status_says_why_a_run_stopped_for_review() {
         "{}",
         text(&o)
     );
+}
+
+/// `diagnose` never starts a host: with none running it reads the database itself (read-only,
+/// under the installation lock), and it exits 3 when it finds contradictions.
+#[test]
+fn diagnose_reads_a_stopped_installation_without_starting_a_host() {
+    let h = home();
+    let no_host = |h: &Home| {
+        let o = piw(&h.home, &["host", "status"]);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        assert!(text(&o).contains("no piw host is running"), "{}", text(&o));
+    };
+    // Nothing installed: nothing found, and nothing created to find that out.
+    let o = piw(&h.home, &["diagnose"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("no contradictions"), "{}", text(&o));
+    assert!(!h.home.exists(), "diagnose created {}", h.home.display());
+
+    let file = hello_example(&h);
+    let o = piw(&h.home, &["run", "start", file.to_str().unwrap(), "--wait"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(piw(&h.home, &["host", "stop"]).status.code(), Some(0));
+    let o = piw(&h.home, &["diagnose", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(json_of(&o)["findings"], serde_json::json!([]));
+    no_host(&h);
+
+    // A contradiction written behind the store's back: the projection says the completed run
+    // is still running.
+    rusqlite::Connection::open(h.home.join("state.sqlite"))
+        .unwrap()
+        .execute_batch("UPDATE run_views SET status = 'running'")
+        .unwrap();
+    let o = piw(&h.home, &["diagnose"]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(
+        text(&o).contains("projection_mismatch run run-"),
+        "{}",
+        text(&o)
+    );
+    let o = piw(&h.home, &["diagnose", "--json"]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert_eq!(json_of(&o)["findings"][0]["code"], "projection_mismatch");
+    no_host(&h);
+
+    // With a host running, diagnose asks that host, and finds the same.
+    assert_eq!(piw(&h.home, &["host", "start"]).status.code(), Some(0));
+    let o = piw(&h.home, &["diagnose", "--json"]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert_eq!(json_of(&o)["findings"][0]["code"], "projection_mismatch");
 }
