@@ -1,5 +1,6 @@
-//! The `piw` command line: verbs, `--json`, exit codes (0 ok, 1 runtime error, 2 usage), and
-//! `PIW_HOME` selecting the installation. Runs the real binary against temp homes.
+//! The `piw` command line: verbs, `--json`, exit codes (0 ok, 1 runtime error, 2 usage, 3
+//! contradictions found by `diagnose`), and `PIW_HOME` selecting the installation. Runs the real
+//! binary against temp homes.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
