@@ -48,6 +48,8 @@ export type ClientErrorCode =
   | 'subscription_overflow'
   /** `Client.connect` could not bring a host up in time. */
   | 'host_not_ready'
+  /** The process at the socket belongs to another user; nothing was sent to it. */
+  | 'foreign_host'
   | 'io'
   | 'protocol'
   /** `waitForRun` / `waitForSubmission` gave up after `timeoutMs`. */

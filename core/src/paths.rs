@@ -82,11 +82,66 @@ fn normalize(path: &Path) -> PathBuf {
 }
 
 fn make_private_dir(dir: &Path) -> io::Result<()> {
-    std::fs::DirBuilder::new()
+    match std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
-        .create(dir)?;
+        .create(dir)
+    {
+        // Something that is not a directory is in the way: the check below says what.
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        other => other?,
+    }
+    // The directory may have existed before, made by someone else: the socket's fallback
+    // directory lies in `/tmp`, where any user can create `/tmp/piw-<uid>` first. A socket in
+    // a directory another user controls (or reached through a link another user can swap)
+    // could be replaced by theirs, so such a directory is refused rather than used, and its
+    // mode is left alone. A link of one's own to a directory of one's own (dotfiles) is fine.
+    let link = std::fs::symlink_metadata(dir)?;
+    let target = std::fs::metadata(dir)?;
+    use std::os::unix::fs::MetadataExt as _;
+    check_private_dir(
+        dir,
+        link.file_type().is_symlink().then(|| link.uid()),
+        target.is_dir(),
+        target.uid(),
+        current_uid(),
+    )?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
+/// Whether a directory found at `dir` may hold this user's installation or socket: a
+/// directory this user owns, reached (if through a symbolic link, `link_owner`) through a
+/// link this user owns.
+fn check_private_dir(
+    dir: &Path,
+    link_owner: Option<u32>,
+    is_dir: bool,
+    owner: u32,
+    own_uid: u32,
+) -> io::Result<()> {
+    let refuse = |why: String| {
+        Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{} {why}; piw keeps its socket and state only in a directory of your own (remove it, or set PIW_HOME or XDG_RUNTIME_DIR elsewhere)",
+                dir.display()
+            ),
+        ))
+    };
+    if let Some(link_owner) = link_owner.filter(|&o| o != own_uid) {
+        return refuse(format!(
+            "is a symbolic link of uid {link_owner}, not yours (uid {own_uid})"
+        ));
+    }
+    if !is_dir {
+        return refuse("is not a directory".into());
+    }
+    if owner != own_uid {
+        return refuse(format!(
+            "belongs to uid {owner}, not to you (uid {own_uid})"
+        ));
+    }
+    Ok(())
 }
 
 /// A short, per-user, per-installation socket path in the runtime directory.
@@ -110,6 +165,61 @@ pub fn current_uid() -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_directory_of_ones_own_is_used() {
+        let dir = Path::new("/tmp/piw-1000");
+        assert!(check_private_dir(dir, None, true, 1000, 1000).is_ok());
+        assert!(
+            check_private_dir(dir, Some(1000), true, 1000, 1000).is_ok(),
+            "one's own link to one's own directory"
+        );
+        for (link_owner, is_dir, owner, why) in [
+            (
+                Some(1001),
+                true,
+                1000,
+                "is a symbolic link of uid 1001, not yours (uid 1000)",
+            ),
+            (None, false, 1000, "is not a directory"),
+            (
+                None,
+                true,
+                1001,
+                "belongs to uid 1001, not to you (uid 1000)",
+            ),
+            (
+                Some(1000),
+                true,
+                1001,
+                "belongs to uid 1001, not to you (uid 1000)",
+            ),
+        ] {
+            let e = check_private_dir(dir, link_owner, is_dir, owner, 1000).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
+            assert!(e.to_string().contains(why), "{e}");
+            assert!(e.to_string().starts_with("/tmp/piw-1000 "), "{e}");
+        }
+    }
+
+    #[test]
+    fn own_directories_are_made_private_and_a_file_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let own = tmp.path().join("own");
+        std::fs::create_dir(&own).unwrap();
+        std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o755)).unwrap();
+        make_private_dir(&own).unwrap();
+        let mode = std::fs::metadata(&own).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        // One's own link to one's own directory (a dotfiles setup) is followed.
+        let link = tmp.path().join("linked");
+        std::os::unix::fs::symlink(&own, &link).unwrap();
+        make_private_dir(&link).unwrap();
+        let file = tmp.path().join("file");
+        std::fs::write(&file, "").unwrap();
+        let e = make_private_dir(&file).unwrap_err();
+        assert!(e.to_string().contains("is not a directory"), "{e}");
+    }
 
     #[test]
     fn short_homes_keep_the_socket_inside() {

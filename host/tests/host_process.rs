@@ -619,11 +619,11 @@ fn a_peer_of_another_uid_is_refused() {
     assert_eq!(r.code, RejectionCode::Unauthorized);
     assert!(authorize_peer(None, 1000).is_err());
 
-    // A real connection from another uid, when this test runs as root. The socket's mode
-    // (0600 in a 0700 directory) is the first wall; open both up so the peer reaches the
-    // host, and the uid check must refuse it.
+    // Real connections across uids, when this test runs as root. The socket's mode (0600 in a
+    // 0700 directory) is the first wall; open both up so the peers reach each other, and the
+    // uid checks must refuse them.
     if piw_core::paths::current_uid() != 0 {
-        println!("not root: the uid check is covered by the fake-credential assertions above");
+        println!("not root: the uid checks are covered by the fake-credential assertions above and in the client's unit tests");
         return;
     }
     use std::os::unix::fs::PermissionsExt;
@@ -635,27 +635,51 @@ fn a_peer_of_another_uid_is_refused() {
     open(home._dir.path(), 0o755);
     open(&home.paths.home, 0o755);
     open(&home.paths.socket, 0o666);
+
+    // The host refuses a peer of another uid: a raw connection made by a thread that dropped
+    // to uid 65534 (the raw `setresuid` system call changes only the calling thread's
+    // credentials, unlike libc's wrapper, which changes every thread's; the connection carries
+    // the credentials its `connect` was made with).
+    let socket = home.paths.socket.clone();
+    let refused = std::thread::spawn(move || {
+        // SAFETY: a plain system call on this thread's own credentials; the thread ends after
+        // the connection and never returns to root.
+        let rc = unsafe { libc::syscall(libc::SYS_setresuid, 65534, 65534, 65534) };
+        assert_eq!(rc, 0, "setresuid: {}", std::io::Error::last_os_error());
+        let mut s = UnixStream::connect(&socket).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        let status = Request::new("r-foreign", RequestBody::HostStatus);
+        let _ = s.write_all(&frame(&serde_json::to_vec(&status).unwrap()));
+        read_to_close(&mut s)
+    })
+    .join()
+    .unwrap();
+    assert!(
+        refused.contains("unauthorized") && !refused.contains("\"pid\""),
+        "the host refused the foreign uid and told it nothing: {refused}"
+    );
+
+    // And a client of another uid refuses this host before sending anything.
     let out = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
         .arg(piw())
         .args(["host", "status"])
         .env("PIW_HOME", &home.paths.home)
         .output();
-    let out = match out {
-        Ok(out) => out,
+    match out {
+        Ok(out) => {
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "refused: {err}");
+            assert!(
+                err.contains("belongs to uid 0, not to this user (uid 65534); nothing was sent"),
+                "the client refused the foreign host: {err}"
+            );
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            println!("setpriv (util-linux) is missing: the real other-uid peer is not tried; the fake-credential check above still ran");
-            home.stop(host);
-            return;
+            println!("setpriv (util-linux) is missing: the real other-uid client is not tried; its unit test still ran");
         }
         Err(e) => panic!("setpriv: {e}"),
-    };
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "refused: {err}");
-    assert!(
-        err.contains("unauthorized"),
-        "the host refused the foreign uid: {err}"
-    );
+    }
     open(&home.paths.home, 0o700);
     home.stop(host);
 }

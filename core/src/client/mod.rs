@@ -63,6 +63,11 @@ pub enum ClientError {
     Io(#[from] std::io::Error),
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// The socket answered, but the process listening there belongs to another user. This
+    /// user's host never does, so it is someone else's listener at the path (for example in a
+    /// shared directory they created first); nothing is sent to it.
+    #[error("the process listening at {path} belongs to uid {uid}, not to this user (uid {own}); nothing was sent to it")]
+    ForeignHost { path: PathBuf, uid: u32, own: u32 },
     /// `ensure_host` could not bring a host up in time.
     #[error("the piw host did not become ready within {waited:?}: {detail}")]
     HostNotReady { waited: Duration, detail: String },
@@ -92,7 +97,8 @@ impl ClientError {
 
     /// A stable code for every failure: the host's rejection code when there is one, else a
     /// client-side code (`connect_failed`, `disconnected`, `timeout`, `io`, `protocol`,
-    /// `host_not_ready`, `client_closed`, `subscription_overflow`). Bindings expose it as the
+    /// `host_not_ready`, `client_closed`, `subscription_overflow`, `foreign_host`). Bindings
+    /// expose it as the
     /// error's `code`.
     pub fn code_str(&self) -> &'static str {
         match self {
@@ -105,6 +111,7 @@ impl ClientError {
             ClientError::Io(_) => "io",
             ClientError::Protocol(_) => "protocol",
             ClientError::HostNotReady { .. } => "host_not_ready",
+            ClientError::ForeignHost { .. } => "foreign_host",
             ClientError::ClientClosed => "client_closed",
             ClientError::SubscriptionOverflow => "subscription_overflow",
         }
@@ -113,12 +120,59 @@ impl ClientError {
 
 /// Connects to the host's socket (async faces).
 async fn connect_socket(paths: &PiwPaths) -> Result<UnixStream, ClientError> {
-    UnixStream::connect(&paths.socket)
-        .await
-        .map_err(|source| ClientError::Connect {
-            path: paths.socket.clone(),
-            source,
-        })
+    let stream =
+        UnixStream::connect(&paths.socket)
+            .await
+            .map_err(|source| ClientError::Connect {
+                path: paths.socket.clone(),
+                source,
+            })?;
+    check_host_peer(&paths.socket, peer_uid(&stream))?;
+    Ok(stream)
+}
+
+/// The uid of the process at the other end of a Unix stream (`SO_PEERCRED`: the credentials
+/// it had when it called `listen` or `connect`).
+fn peer_uid(stream: &impl std::os::fd::AsFd) -> std::io::Result<u32> {
+    use std::os::fd::AsRawFd as _;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: the fd is a live socket borrowed for the call; `cred` and `len` are valid for
+    // writes of the size given, which is what SO_PEERCRED fills.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_fd().as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc == 0 {
+        Ok(cred.uid)
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Refuses a listener of another user before anything is sent to it. The host refuses peers
+/// of another uid; this is the other direction: requests, answers and child tokens go only to
+/// a process of this user.
+fn check_host_peer(path: &Path, peer: std::io::Result<u32>) -> Result<(), ClientError> {
+    let own = crate::paths::current_uid();
+    match peer {
+        Ok(uid) if uid == own => Ok(()),
+        Ok(uid) => Err(ClientError::ForeignHost {
+            path: path.to_owned(),
+            uid,
+            own,
+        }),
+        Err(e) => Err(ClientError::Io(e)),
+    }
 }
 
 fn new_request_id() -> String {
@@ -432,6 +486,7 @@ impl BlockingClient {
                 source,
             }
         })?;
+        check_host_peer(&paths.socket, peer_uid(&stream))?;
         Ok(Self {
             stream,
             conn: Conn::new(),
@@ -732,6 +787,25 @@ fn probe(paths: &PiwPaths) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_listener_of_another_user_is_refused_before_anything_is_sent() {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let own = crate::paths::current_uid();
+        // The real credentials of a socket of this process are this user's.
+        assert_eq!(peer_uid(&a).unwrap(), own);
+        let path = Path::new("/tmp/piw-1000/x.sock");
+        assert!(check_host_peer(path, Ok(own)).is_ok());
+        let e = check_host_peer(path, Ok(own + 1)).unwrap_err();
+        assert!(
+            matches!(&e, ClientError::ForeignHost { uid, .. } if *uid == own + 1),
+            "{e}"
+        );
+        assert_eq!(e.code_str(), "foreign_host");
+        assert!(e.to_string().contains("nothing was sent"), "{e}");
+        let e = check_host_peer(path, Err(std::io::Error::other("no creds"))).unwrap_err();
+        assert!(matches!(e, ClientError::Io(_)), "{e}");
+    }
 
     #[test]
     fn log_tail_shows_whole_lines_written_after_from() {
