@@ -1094,6 +1094,7 @@ fn rejection_codes_have_stable_strings() {
         "effect_conflict",
         "effect_uncertain",
         "host_shutting_down",
+        "subscriber_lagged",
         "internal",
     ];
     let actual: Vec<&str> = RejectionCode::ALL.iter().map(|c| c.as_str()).collect();

@@ -64,15 +64,21 @@ pub enum RejectionCode {
     /// The host is stopping and accepts no new commands. Nothing was changed. Retry once the
     /// host runs again (clients start it on demand).
     HostShuttingDown,
+    /// Only as a goodbye: the connection's subscriptions fell so far behind the events the
+    /// host publishes that it could no longer tell which ones the reader missed, so it closed
+    /// the connection rather than skip events silently. Nothing is wrong with the host or the
+    /// runs. Connect again, subscribe again and reread the status of the runs you follow.
+    SubscriberLagged,
     /// The host failed for a reason that is not the caller's fault (for example a database
-    /// error). The command was not committed. Retrying with the same `request_id` is safe and
-    /// may help.
+    /// error; as a goodbye, an I/O error on the connection). The command was not committed.
+    /// Retrying with the same `request_id` is safe and may help. A lagging subscriber is
+    /// [`RejectionCode::SubscriberLagged`], never this.
     Internal,
 }
 
 impl RejectionCode {
     /// Every code, in declaration order.
-    pub const ALL: [RejectionCode; 15] = [
+    pub const ALL: [RejectionCode; 16] = [
         RejectionCode::Malformed,
         RejectionCode::UnsupportedProtocol,
         RejectionCode::PayloadTooLarge,
@@ -87,6 +93,7 @@ impl RejectionCode {
         RejectionCode::EffectConflict,
         RejectionCode::EffectUncertain,
         RejectionCode::HostShuttingDown,
+        RejectionCode::SubscriberLagged,
         RejectionCode::Internal,
     ];
 
@@ -107,6 +114,7 @@ impl RejectionCode {
             RejectionCode::EffectConflict => "effect_conflict",
             RejectionCode::EffectUncertain => "effect_uncertain",
             RejectionCode::HostShuttingDown => "host_shutting_down",
+            RejectionCode::SubscriberLagged => "subscriber_lagged",
             RejectionCode::Internal => "internal",
         }
     }
@@ -126,6 +134,7 @@ impl RejectionCode {
             RejectionCode::StaleRevision
                 | RejectionCode::ClaimLost
                 | RejectionCode::HostShuttingDown
+                | RejectionCode::SubscriberLagged
                 | RejectionCode::Internal
         )
     }
@@ -150,5 +159,21 @@ mod tests {
             assert_eq!(code.to_string(), code.as_str());
         }
         assert_eq!(RejectionCode::parse("nope"), None);
+    }
+
+    /// The lag goodbye has a code of its own, so a client can tell it from a failure of the
+    /// host (`internal`) and resubscribe on it alone.
+    #[test]
+    fn a_lagging_subscriber_has_its_own_code() {
+        let code = RejectionCode::SubscriberLagged;
+        assert_eq!(code.as_str(), "subscriber_lagged");
+        assert_eq!(
+            serde_json::from_value::<RejectionCode>(serde_json::json!("subscriber_lagged"))
+                .unwrap(),
+            code
+        );
+        assert_eq!(RejectionCode::parse("subscriber_lagged"), Some(code));
+        assert_ne!(code, RejectionCode::Internal);
+        assert!(code.retry_may_help(), "subscribing again is the remedy");
     }
 }
