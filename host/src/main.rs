@@ -601,10 +601,11 @@ fn wait_for_run(
             Ok(_) | Err(ClientError::SubscriptionOverflow) => {
                 client.discard_queued_events();
             }
-            // The host ended the subscription because it fell too far behind (the host's only
-            // `internal` goodbye): subscribe again on a new connection and reread the status.
+            // The host ended the subscription because it fell too far behind: an ordinary
+            // condition under load, so subscribe again on a new connection and reread the
+            // status. Any other goodbye (`internal` included) is a real failure, reported below.
             Err(ClientError::Closed {
-                code: RejectionCode::Internal,
+                code: RejectionCode::SubscriberLagged,
                 ..
             }) => {
                 client = BlockingClient::connect(paths)?;

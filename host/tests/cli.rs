@@ -373,12 +373,12 @@ fn waiting_for_a_run_survives_a_burst_of_events_the_client_drops() {
     assert!(statuses >= complete_at, "{statuses}");
 }
 
-/// `run start --wait` after the host ended its subscription for falling too far behind (a
-/// goodbye `internal`): the CLI subscribes again on a new connection and finishes the wait.
-#[test]
-fn waiting_for_a_run_subscribes_again_when_the_host_ends_a_lagging_subscription() {
+/// `run start --wait` against a fake host that ends the CLI's first subscription with a
+/// goodbye `code` (after answering a status call with `running`); a connection opened again is
+/// told the run `completed`. Returns the CLI's output and how many subscriptions it made.
+fn wait_through_a_goodbye(code: piw_core::protocol::RejectionCode, message: &str) -> (Output, u32) {
     use piw_core::protocol::{
-        encode_frame, read_frame, Limits, Receipt, RejectionCode, Request, RequestBody, ServerFrame,
+        encode_frame, read_frame, Limits, Receipt, Request, RequestBody, ServerFrame,
     };
     use std::io::Write;
 
@@ -386,6 +386,7 @@ fn waiting_for_a_run_subscribes_again_when_the_host_ends_a_lagging_subscription(
     let paths = piw_core::paths::PiwPaths::for_home(h.home.clone());
     paths.ensure_dirs().unwrap();
     let listener = std::os::unix::net::UnixListener::bind(&paths.socket).unwrap();
+    let message = message.to_owned();
     let host = std::thread::spawn(move || {
         let limits = Limits::default();
         let mut subscriptions = 0;
@@ -415,20 +416,14 @@ fn waiting_for_a_run_subscribes_again_when_the_host_ends_a_lagging_subscription(
                     &limits,
                 )
                 .unwrap();
-                let lagging = connection == 1 && matches!(r.body, RequestBody::RunStatus);
-                if lagging {
+                let goodbye = connection == 1 && matches!(r.body, RequestBody::RunStatus);
+                if goodbye {
                     out.extend(
-                        encode_frame(
-                            &ServerFrame::goodbye(
-                                RejectionCode::Internal,
-                                "subscriber fell 20000 events behind; resubscribe and reread status",
-                            ),
-                            &limits,
-                        )
-                        .unwrap(),
+                        encode_frame(&ServerFrame::goodbye(code, message.clone()), &limits)
+                            .unwrap(),
                     );
                 }
-                if s.write_all(&out).is_err() || lagging {
+                if s.write_all(&out).is_err() || goodbye {
                     break;
                 }
             }
@@ -441,10 +436,40 @@ fn waiting_for_a_run_subscribes_again_when_the_host_ends_a_lagging_subscription(
     );
     // A CLI that gave up never opened the third connection: open one, so the fake host ends.
     let _ = std::os::unix::net::UnixStream::connect(&paths.socket);
-    let subscriptions = host.join().unwrap();
+    (o, host.join().unwrap())
+}
+
+/// `run start --wait` after the host ended its subscription for falling too far behind (a
+/// goodbye `subscriber_lagged`): the CLI subscribes again on a new connection and finishes the
+/// wait.
+#[test]
+fn waiting_for_a_run_subscribes_again_when_the_host_ends_a_lagging_subscription() {
+    let (o, subscriptions) = wait_through_a_goodbye(
+        piw_core::protocol::RejectionCode::SubscriberLagged,
+        "subscriber fell 20000 events behind; resubscribe and reread status",
+    );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_eq!(subscriptions, 2, "subscribed again after the goodbye");
     assert!(text(&o).contains("run run-1 completed"), "{}", text(&o));
+}
+
+/// A goodbye `internal` is a failure of the host, not a lagging subscription: the wait ends
+/// with it (exit 1, the host's message shown) instead of subscribing again.
+#[test]
+fn waiting_for_a_run_reports_an_internal_goodbye_instead_of_subscribing_again() {
+    let (o, subscriptions) = wait_through_a_goodbye(
+        piw_core::protocol::RejectionCode::Internal,
+        "cannot write to the connection",
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(subscriptions, 1, "no second subscription: {}", text(&o));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains("(internal): cannot write to the connection"),
+        "{}",
+        text(&o)
+    );
+    assert!(!text(&o).contains("completed"), "{}", text(&o));
 }
 
 /// Why a run stopped is in the plain status, not only in `--json`.

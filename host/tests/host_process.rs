@@ -610,6 +610,78 @@ fn a_large_request_from_a_subscriber_the_host_is_writing_to_gets_its_reply() {
     home.stop(host);
 }
 
+/// A subscriber that stops reading while the host publishes more events than it keeps for it
+/// (16,384, beyond what the socket buffers hold) is cut off with a goodbye
+/// `subscriber_lagged`, not `internal`: clients resubscribe on that code alone. The host and
+/// the runs are fine, and a new connection subscribes again.
+#[test]
+fn a_subscriber_that_falls_too_far_behind_is_closed_with_subscriber_lagged() {
+    let home = Home::new();
+    let host = home.serve(None);
+    let mut c = home.client();
+    // Runs of their own per writer, so the writers' pauses and resumes never collide and the
+    // host commits them in groups (one connection carries one request at a time).
+    let writers = 8;
+    let run_ids: Vec<String> = (0..writers).map(|_| home.start_run(&mut c)).collect();
+    let mut sub = home.client();
+    for run_id in &run_ids {
+        sub.call(RequestBody::Subscribe(payload::Subscribe {
+            run_id: Some(run_id.clone()),
+            session_id: None,
+        }))
+        .unwrap();
+    }
+    // 24,000 events unread: the socket buffers take a few hundred, the host keeps 16,384.
+    let per_writer = 3000;
+    std::thread::scope(|scope| {
+        for (w, run_id) in run_ids.iter().enumerate() {
+            let home = &home;
+            scope.spawn(move || {
+                let mut c = home.client();
+                for i in 0..per_writer {
+                    let body = if i % 2 == 0 {
+                        RequestBody::RunPause
+                    } else {
+                        RequestBody::RunResume
+                    };
+                    c.send(Request::new(format!("w{w}-{i}"), body).with_run_id(run_id))
+                        .unwrap();
+                }
+            });
+        }
+    });
+    // Reading again: the events still kept arrive, then the goodbye.
+    let mut received = 0;
+    let err = loop {
+        match sub.next_event() {
+            Ok(_) => received += 1,
+            Err(e) => break e,
+        }
+    };
+    match &err {
+        ClientError::Closed { code, message } => {
+            assert_eq!(*code, RejectionCode::SubscriberLagged, "{message}");
+            assert!(message.contains("events behind"), "{message}");
+        }
+        other => panic!("expected the goodbye subscriber_lagged, got {other:?}"),
+    }
+    assert!(
+        received < writers * per_writer,
+        "some events were never delivered ({received})"
+    );
+    // Nothing is wrong with the host: a new connection subscribes and reads the run.
+    let mut again = home.client();
+    again
+        .call(RequestBody::Subscribe(payload::Subscribe {
+            run_id: Some(run_ids[0].clone()),
+            session_id: None,
+        }))
+        .unwrap();
+    let status = home.wait_status(&mut again, &run_ids[0], "waiting");
+    assert_eq!(status["run"]["paused"], json!(false), "{status:#}");
+    home.stop(host);
+}
+
 #[test]
 fn a_peer_of_another_uid_is_refused() {
     // The check itself, with a fake credential.

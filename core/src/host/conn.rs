@@ -136,8 +136,11 @@ pub async fn serve(
                         }
                     }
                 }
+                // Events it missed are gone from the channel: closing says so, where going on
+                // would skip them silently. A code of its own, not `internal`, so clients
+                // resubscribe on this and still report real failures of the host.
                 Err(broadcast::error::RecvError::Lagged(n)) => {
-                    break Close::Goodbye(RejectionCode::Internal, format!("subscriber fell {n} events behind; resubscribe and reread status"));
+                    break Close::Goodbye(RejectionCode::SubscriberLagged, format!("subscriber fell {n} events behind; resubscribe and reread status"));
                 }
                 Err(broadcast::error::RecvError::Closed) => break Close::Goodbye(RejectionCode::HostShuttingDown, "host is stopping".into()),
             },
