@@ -9,7 +9,8 @@
  * Every failure of this package. `code` is the protocol's rejection code (`malformed`,
  * `unsupported_protocol`, `payload_too_large`, `unauthorized`, `not_found`,
  * `invalid_transition`, `stale_revision`, `stale_generation`, `stale_attempt`, `claim_lost`,
- * `idempotency_conflict`, `host_shutting_down`, `internal`) or a client-side code.
+ * `idempotency_conflict`, `host_shutting_down`, `subscriber_lagged`, `internal`) or a
+ * client-side code.
  */
 export declare class PiwError extends Error {
   readonly name: 'PiwError';
@@ -35,6 +36,12 @@ export type RejectionCode =
   | 'claim_lost'
   | 'idempotency_conflict'
   | 'host_shutting_down'
+  /**
+   * Only when the connection ends: the host fell too far behind sending this connection its
+   * events and closed it. Not a failure: connect again, resubscribe and re-read the run's status.
+   */
+  | 'subscriber_lagged'
+  /** A failure in the host, not the caller's fault; as a rejection nothing was committed. */
   | 'internal';
 
 export type ClientErrorCode =
@@ -289,7 +296,11 @@ export declare class Client {
 export declare class Subscription implements AsyncIterable<RunEvent> {
   private constructor();
   readonly id: string;
-  /** The next event, or `null` once closed. */
+  /**
+   * The next event, or `null` once closed. Rejects with `subscription_overflow` when this
+   * reader fell behind, and when the connection ends with the host's goodbye code (for example
+   * `subscriber_lagged`) or `disconnected`.
+   */
   next(): Promise<RunEvent | null>;
   close(): Promise<void>;
   [Symbol.asyncIterator](): AsyncIterator<RunEvent>;

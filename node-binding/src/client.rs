@@ -155,7 +155,8 @@ impl Subscription {
     }
 
     /// The next event, or `null` once the subscription is closed. Rejects when the connection
-    /// ended or the reader fell too far behind (`subscription_overflow`).
+    /// ended (with the host's goodbye code, e.g. `subscriber_lagged`, or `disconnected`) or the
+    /// reader fell too far behind (`subscription_overflow`).
     #[napi]
     pub async fn next(&self) -> Result<Option<Value>> {
         let mut events = self.events.lock().await;

@@ -11,8 +11,13 @@ import {
   onOutcome,
   switchOn,
   to,
+  type RejectionCode,
   type RunEvent,
 } from '../index.js';
+
+// The codes a caller may match on are in the union (`PiwErrorCode` takes any string too, so
+// only an annotation proves it).
+export const lagged: RejectionCode = 'subscriber_lagged';
 
 export const wf = defineWorkflow({
   name: 'typed',
