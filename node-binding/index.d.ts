@@ -9,8 +9,8 @@
  * Every failure of this package. `code` is the protocol's rejection code (`malformed`,
  * `unsupported_protocol`, `payload_too_large`, `unauthorized`, `not_found`,
  * `invalid_transition`, `stale_revision`, `stale_generation`, `stale_attempt`, `claim_lost`,
- * `idempotency_conflict`, `host_shutting_down`, `subscriber_lagged`, `internal`) or a
- * client-side code.
+ * `idempotency_conflict`, `effect_conflict`, `effect_uncertain`, `host_shutting_down`,
+ * `subscriber_lagged`, `internal`) or a client-side code.
  */
 export declare class PiwError extends Error {
   readonly name: 'PiwError';
@@ -35,6 +35,8 @@ export type RejectionCode =
   | 'stale_attempt'
   | 'claim_lost'
   | 'idempotency_conflict'
+  | 'effect_conflict'
+  | 'effect_uncertain'
   | 'host_shutting_down'
   /**
    * Only when the connection ends: the host fell too far behind sending this connection its

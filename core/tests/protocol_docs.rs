@@ -1,6 +1,6 @@
 //! Keeps `docs/WORKFLOW_SERVER.md` in step with `piw_core::protocol`: every kind with its
 //! required envelope fields and payload, every rejection code, the limits, and the worked
-//! examples are checked against the code.
+//! examples are checked against the code. The Node package's `RejectionCode` type too.
 
 use std::collections::BTreeMap;
 
@@ -69,6 +69,30 @@ fn every_rejection_code_is_documented() {
             "`{code}` has no row in the rejection code table"
         );
     }
+}
+
+/// The Node package's `RejectionCode` type lists exactly the protocol's codes, so a code
+/// added here cannot be missing from what TypeScript callers may match on.
+#[test]
+fn the_node_types_list_every_rejection_code() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../node-binding/index.d.ts");
+    let types = std::fs::read_to_string(path).expect("node-binding/index.d.ts exists");
+    let (_, union) = types
+        .split_once("export type RejectionCode =")
+        .expect("index.d.ts declares `type RejectionCode`");
+    // One `| 'code'` line per member, doc comments between them; the last ends in `;`.
+    let mut listed = Vec::new();
+    for line in union.lines().map(str::trim) {
+        if let Some(member) = line.strip_prefix("| '") {
+            let last = member.ends_with(';');
+            listed.push(member.trim_end_matches(';').trim_end_matches('\''));
+            if last {
+                break;
+            }
+        }
+    }
+    let expected: Vec<&str> = RejectionCode::ALL.iter().map(|c| c.as_str()).collect();
+    assert_eq!(listed, expected, "node-binding/index.d.ts RejectionCode");
 }
 
 #[test]
