@@ -556,8 +556,33 @@ fn wait_for_run(
     };
     subscribe(&mut client)?;
     let mut announced = std::collections::HashSet::new();
+    let mut restarts = 0;
+    // The host died under the wait (killed, crashed): runs are durable and a new host recovers
+    // them at once, so start one and go on waiting, a few times at most.
+    let mut start_again = |e: ClientError| -> Result<BlockingClient, CliError> {
+        restarts += 1;
+        if restarts > WAIT_HOST_RESTARTS {
+            return Err(CliError::Runtime(format!(
+                "the host went away {WAIT_HOST_RESTARTS} times while waiting for run {run_id} ({e}); see {}",
+                paths.log.display()
+            )));
+        }
+        eprintln!(
+            "piw: the host went away ({e}); starting it again to go on waiting for run {run_id}"
+        );
+        let mut client = connect(paths)?;
+        subscribe(&mut client)?;
+        Ok(client)
+    };
     loop {
-        let r = client.send(run_request(run_id, RequestBody::RunStatus))?;
+        let r = match client.send(run_request(run_id, RequestBody::RunStatus)) {
+            Ok(r) => r,
+            Err(e) if host_went_away(&e) => {
+                client = start_again(e)?;
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         let status = str_of(&r.body["run"]["status"]);
         // A run that waits for a person (or is paused) goes on only when someone acts: say so
         // once per thing it waits for, so a long wait never looks like a hang.
@@ -616,9 +641,27 @@ fn wait_for_run(
                     "gave up waiting for run {run_id} (it is {status})"
                 )));
             }
+            // Someone stops the host on purpose: do not start it again behind their back.
+            Err(ClientError::Closed {
+                code: RejectionCode::HostShuttingDown,
+                ..
+            }) => {
+                return Err(CliError::Runtime(format!(
+                    "the host is stopping; run {run_id} ({status}) goes on when a host runs again (`piw run status {run_id}`)"
+                )));
+            }
+            Err(e) if host_went_away(&e) => client = start_again(e)?,
             Err(e) => return Err(e.into()),
         }
     }
+}
+
+/// How many times one `--wait` starts a host again after the one it talked to went away.
+const WAIT_HOST_RESTARTS: u32 = 3;
+
+/// The connection ended without a goodbye: the host process died (or was killed).
+fn host_went_away(e: &ClientError) -> bool {
+    matches!(e, ClientError::Disconnected | ClientError::Io(_))
 }
 
 fn str_of(v: &Value) -> String {

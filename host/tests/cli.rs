@@ -552,3 +552,88 @@ fn diagnose_reads_a_stopped_installation_without_starting_a_host() {
     assert_eq!(o.status.code(), Some(3), "{}", text(&o));
     assert_eq!(json_of(&o)["findings"][0]["code"], "projection_mismatch");
 }
+
+/// `run start --wait` outlives its host: when the host is killed, the wait starts a new one
+/// (which recovers the run at once) and goes on until the run completes. A graceful stop ends
+/// the wait instead: the host is not started again behind the back of whoever stopped it.
+#[test]
+fn waiting_for_a_run_outlives_a_host_that_was_killed_but_not_one_that_was_stopped() {
+    let h = home();
+    let file = h.home.with_file_name("slow.workflow.json");
+    let fixture = serde_json::json!({
+        "graph": {"name": "slow", "start": "a",
+                  "nodes": {"a": {"kind": "compute"}, "b": {"kind": "compute"}},
+                  "edges": [{"from": "a", "to": "b"}]},
+        "behaviors": {"a": {"sleep_ms": 1500, "return": {"slept": true}},
+                      "b": {"return": {"done": 1}}}
+    });
+    std::fs::write(&file, fixture.to_string()).unwrap();
+    let wait = |h: &Home| {
+        Command::new(env!("CARGO_BIN_EXE_piw"))
+            .args(["run", "start", file.to_str().unwrap(), "--wait", "--json"])
+            .env("PIW_HOME", &h.home)
+            .env("PIW_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    // Until the run's first node is running (its child sleeps in it).
+    let running = |h: &Home| {
+        let started = std::time::Instant::now();
+        loop {
+            let runs = json_of(&piw(&h.home, &["runs", "--json"]));
+            if runs["runs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["status"] == "running" && r["current_node"] == "a")
+            {
+                return;
+            }
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(20),
+                "{runs}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    let host_pid = |h: &Home| -> i32 {
+        std::fs::read_to_string(h.home.join("host.lock"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+
+    let waiting = wait(&h);
+    running(&h);
+    let killed = host_pid(&h);
+    // SAFETY: a plain kill(2) of the host this test started.
+    assert_eq!(unsafe { libc::kill(killed, libc::SIGKILL) }, 0);
+    let o = waiting.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(json_of(&o)["run"]["status"], "completed", "{}", text(&o));
+    assert_eq!(json_of(&o)["run"]["result"], serde_json::json!({"done": 1}));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains("the host went away") && stderr.contains("starting it again"),
+        "{stderr}"
+    );
+    assert_ne!(host_pid(&h), killed, "a new host serves");
+
+    // A host stopped on purpose stays stopped; the wait ends and says why.
+    let waiting = wait(&h);
+    running(&h);
+    assert_eq!(piw(&h.home, &["host", "stop"]).status.code(), Some(0));
+    let o = waiting.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("the host is stopping"), "{}", text(&o));
+    let o = piw(&h.home, &["host", "status"]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "no host was started again: {}",
+        text(&o)
+    );
+}
