@@ -34,7 +34,8 @@ fn incompatible(path: &Path, detail: impl Into<String>) -> StoreError {
 }
 
 /// Decides, without writing anything, whether the existing file at `path` is a piw state
-/// database of this build. Opens the file read-only; never creates or changes it.
+/// database of this build. Opens the file read-only; never creates or changes it, and creates
+/// nothing next to it ([`open_for_check`]).
 pub(crate) fn check_existing(path: &Path) -> StoreResult<()> {
     let io = |source| StoreError::Io {
         path: path.to_path_buf(),
@@ -51,7 +52,7 @@ pub(crate) fn check_existing(path: &Path) -> StoreResult<()> {
     }
     drop(file);
 
-    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
+    let conn = open_for_check(path)
         .map_err(|e| incompatible(path, format!("SQLite cannot read it: {e}")))?;
     let has_info: bool = conn
         .query_row(
@@ -94,6 +95,52 @@ pub(crate) fn check_existing(path: &Path) -> StoreResult<()> {
         ));
     }
     Ok(())
+}
+
+/// A read-only connection for [`check_existing`] that creates nothing next to `path`.
+///
+/// A database in WAL mode (every piw database, and many foreign ones) makes even a read-only
+/// connection create `-wal` and `-shm` files beside it, which it then cannot remove: a refused
+/// file would be left with stray siblings. Without a `-wal` file the main file alone is the
+/// whole database, so it is read as `immutable` (no locks, no WAL, no shared memory, nothing
+/// created). The installation lock keeps other writers away while a host opens it; a viewer
+/// that reads next to a running host finds that host's `-wal` and takes the other branch.
+/// With a `-wal` file (a running host, or a writer that crashed) its committed pages are part
+/// of the database, so it is read through SQLite's WAL machinery like any reader; the sibling
+/// files are then already there.
+fn open_for_check(path: &Path) -> rusqlite::Result<Connection> {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    if Path::new(&wal).exists() {
+        return Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY);
+    }
+    Connection::open_with_flags(
+        immutable_uri(path),
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI,
+    )
+}
+
+/// `path` as an SQLite `file:` URI with `immutable=1`. Every byte outside a small safe set is
+/// percent-encoded, so `?`, `#`, `%` and non-UTF-8 bytes in the path keep their meaning.
+fn immutable_uri(path: &Path) -> String {
+    use std::fmt::Write as _;
+    let bytes = path.as_os_str().as_encoded_bytes();
+    // An absolute path gets an empty authority (`file:///...`), so a path starting with `//`
+    // is never read as a host name.
+    let mut uri = String::from(if path.is_absolute() {
+        "file://"
+    } else {
+        "file:"
+    });
+    for &b in bytes {
+        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
+            uri.push(char::from(b));
+        } else {
+            let _ = write!(uri, "%{b:02X}");
+        }
+    }
+    uri.push_str("?immutable=1");
+    uri
 }
 
 /// Creates a new database at `path` atomically: the schema is written to a temporary file in
