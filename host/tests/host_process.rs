@@ -240,6 +240,25 @@ fn ensure_host_starts_a_host_once_a_stopping_one_has_let_go() {
     home.client().call(RequestBody::HostStop).unwrap();
 }
 
+/// While another process holds the installation past the wait, the host `ensure_host` started
+/// exits at once (the lock refuses it), but that is not why the call fails: the error is the
+/// timeout, naming the lock that was not let go.
+#[test]
+fn ensure_host_names_a_lock_that_is_held_past_its_wait() {
+    let home = Home::new();
+    home.paths.ensure_dirs().unwrap();
+    let held = piw_core::host::lock_installation(&home.paths).unwrap();
+    let err = ensure_host(&home.paths, &piw(), Duration::from_millis(700)).unwrap_err();
+    drop(held);
+    let ClientError::HostNotReady { detail, .. } = &err else {
+        panic!("expected host_not_ready, got {err:?}");
+    };
+    assert!(
+        detail.contains("another process still holds") && detail.contains("host.lock"),
+        "{detail}"
+    );
+}
+
 /// A host that cannot start (its database is not one) makes `ensure_host` fail with the reason
 /// from the host's log, not a bare "not ready" after the whole timeout.
 #[test]
@@ -250,14 +269,68 @@ fn ensure_host_reports_why_a_host_could_not_start() {
     // What earlier hosts wrote is not this failure's story.
     std::fs::write(&home.paths.log, "an earlier host's line\n").unwrap();
     let err = ensure_host(&home.paths, &piw(), Duration::from_secs(60)).unwrap_err();
+    let ClientError::HostExited {
+        status, log_tail, ..
+    } = &err
+    else {
+        panic!("expected host_exited, got {err:?}");
+    };
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(log_tail.contains("not an SQLite database"), "{log_tail}");
+    assert!(!log_tail.contains("an earlier host's line"), "{log_tail}");
+    assert_eq!(err.code_str(), "host_not_ready");
+}
+
+/// A stand-in for `piw` at `dir/name`: a shell script with `body`.
+fn fake_host(dir: &Path, name: &str, body: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+/// A started host that exits at once is reported as exited, with its exit status and its last
+/// lines, not as a host that "did not become ready within" a few milliseconds (which reads as
+/// a timeout and invites a longer wait).
+#[test]
+fn ensure_host_says_a_host_that_exited_at_once_exited() {
+    let home = Home::new();
+    let bin = fake_host(
+        home._dir.path(),
+        "exits",
+        "echo 'piw: cannot use this PIW_HOME' >&2; exit 3",
+    );
+    let err = ensure_host(&home.paths, &bin, Duration::from_secs(60)).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.starts_with("the piw host exited (exit status: 3) before it became ready"),
+        "{text}"
+    );
+    assert!(text.contains("piw: cannot use this PIW_HOME"), "{text}");
+    assert!(!text.contains("within"), "no timeout wording: {text}");
+    assert!(
+        matches!(&err, ClientError::HostExited { status, .. } if status.code() == Some(3)),
+        "{err:?}"
+    );
+}
+
+/// A started host that is still running when the wait ends keeps the timeout wording: it may
+/// yet come up.
+#[test]
+fn ensure_host_reports_a_timeout_for_a_host_still_starting() {
+    let home = Home::new();
+    let bin = fake_host(home._dir.path(), "slow", "exec sleep 3");
+    let err = ensure_host(&home.paths, &bin, Duration::from_millis(300)).unwrap_err();
     let ClientError::HostNotReady { detail, .. } = &err else {
         panic!("expected host_not_ready, got {err:?}");
     };
+    let text = err.to_string();
     assert!(
-        detail.contains("exited") && detail.contains("not an SQLite database"),
-        "{detail}"
+        text.starts_with("the piw host did not become ready within"),
+        "{text}"
     );
-    assert!(!detail.contains("an earlier host's line"), "{detail}");
+    assert!(detail.contains("still starting"), "{detail}");
 }
 
 /// A detached host logs to host.log as plain text: no terminal colour codes in a file.

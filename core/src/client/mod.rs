@@ -68,9 +68,19 @@ pub enum ClientError {
     /// shared directory they created first); nothing is sent to it.
     #[error("the process listening at {path} belongs to uid {uid}, not to this user (uid {own}); nothing was sent to it")]
     ForeignHost { path: PathBuf, uid: u32, own: u32 },
-    /// `ensure_host` could not bring a host up in time.
+    /// `ensure_host` could not bring a host up in time: the host it started was still
+    /// running (slow to come up), or another process still held the installation.
     #[error("the piw host did not become ready within {waited:?}: {detail}")]
     HostNotReady { waited: Duration, detail: String },
+    /// The host `ensure_host` started exited before it became ready, while no other process
+    /// held the installation (a refused database, an unusable `PIW_HOME`, ...): waiting longer
+    /// would not help. `log_tail` holds the last lines that host wrote to `log`, which say why.
+    #[error("{}", host_exited_message(*.status, .log, .log_tail))]
+    HostExited {
+        status: std::process::ExitStatus,
+        log: PathBuf,
+        log_tail: String,
+    },
     /// The caller closed this client while the call was in flight (or before it was made).
     #[error("the client was closed")]
     ClientClosed,
@@ -110,11 +120,23 @@ impl ClientError {
             ClientError::TimedOut => "timeout",
             ClientError::Io(_) => "io",
             ClientError::Protocol(_) => "protocol",
-            ClientError::HostNotReady { .. } => "host_not_ready",
+            // One code for both ways a start fails, so callers that check it keep working;
+            // the message says which.
+            ClientError::HostNotReady { .. } | ClientError::HostExited { .. } => "host_not_ready",
             ClientError::ForeignHost { .. } => "foreign_host",
             ClientError::ClientClosed => "client_closed",
             ClientError::SubscriptionOverflow => "subscription_overflow",
         }
+    }
+}
+
+/// The message of [`ClientError::HostExited`].
+fn host_exited_message(status: std::process::ExitStatus, log: &Path, log_tail: &str) -> String {
+    let head = format!("the piw host exited ({status}) before it became ready");
+    if log_tail.is_empty() {
+        format!("{head}; it wrote nothing to {}", log.display())
+    } else {
+        format!("{head}; its last lines in {}:\n{log_tail}", log.display())
     }
 }
 
@@ -590,8 +612,11 @@ impl BlockingClient {
 ///
 /// A host started while another process still holds the installation (a host that is
 /// stopping, a `piw state reset`) exits at once; this call then waits for that process to let
-/// go (or for its host to answer) and starts the host once more, within `timeout`. A host that exits while nobody else holds the
-/// installation (a refused database, say) fails the call at once, with the end of its log.
+/// go (or for its host to answer) and starts the host once more, within `timeout`. A host that
+/// exits while nobody else holds the installation (a refused database, say) fails the call at
+/// once with [`ClientError::HostExited`]: its exit status and the end of its log. Only a host
+/// still starting (or another holder that has not let go) when `timeout` passes is
+/// [`ClientError::HostNotReady`].
 pub fn ensure_host(
     paths: &PiwPaths,
     host_bin: &Path,
@@ -614,9 +639,9 @@ pub fn ensure_host_with_env(
     }
     paths.ensure_dirs()?;
     let started = Instant::now();
-    // The host this call started, while it runs.
     // Where this call's hosts began writing to host.log: an error shows only their lines.
     let mut log_from = log_len(&paths.log);
+    // The host this call started, while it runs.
     let mut child = Some(start_host(paths, host_bin, env)?);
     // How the last host this call started ended, and whether another process held the
     // installation after that (then it is started again once that process is gone).
@@ -632,17 +657,8 @@ pub fn ensure_host_with_env(
             }
             return Ok(());
         }
-        if started.elapsed() >= timeout {
-            // A host that is slow to come up may still serve later: it is left running, and
-            // reaped whenever it exits.
-            if let Some(child) = child {
-                reap_in_background(child);
-            }
-            return Err(ClientError::HostNotReady {
-                waited: started.elapsed(),
-                detail: format!("see {}", paths.log.display()),
-            });
-        }
+        // Looked at before the deadline, so that a host that has exited by then is reported
+        // as exited, not as slow.
         if let Some(status) = child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
             child = None;
             exited = Some((status, false));
@@ -667,16 +683,35 @@ pub fn ensure_host_with_env(
                     if installation_held(paths) {
                         continue;
                     }
-                    return Err(ClientError::HostNotReady {
-                        waited: started.elapsed(),
-                        detail: format!(
-                            "the host exited ({status}) without serving; its last lines in {}:\n{}",
-                            paths.log.display(),
-                            log_tail(&paths.log, log_from)
-                        ),
+                    return Err(ClientError::HostExited {
+                        status,
+                        log: paths.log.clone(),
+                        log_tail: log_tail(&paths.log, log_from),
                     });
                 }
             }
+        }
+        if started.elapsed() >= timeout {
+            // A host that is slow to come up may still serve later: it is left running, and
+            // reaped whenever it exits.
+            let detail = match child {
+                Some(child) => {
+                    reap_in_background(child);
+                    format!("it is still starting; see {}", paths.log.display())
+                }
+                // The host this call started exited because another process held the
+                // installation, and that process has not let go.
+                None => format!(
+                    "another process still holds {} (a host that is stopping, or \
+                     `piw state reset`); see {}",
+                    paths.lock.display(),
+                    paths.log.display()
+                ),
+            };
+            return Err(ClientError::HostNotReady {
+                waited: started.elapsed(),
+                detail,
+            });
         }
         std::thread::sleep(delay);
         delay = (delay * 2).min(Duration::from_millis(50));
