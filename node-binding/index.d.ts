@@ -49,6 +49,8 @@ export type RejectionCode =
 export type ClientErrorCode =
   /** No host answers at the socket (and none was to be started). */
   | 'connect_failed'
+  /** `PIW_HOME` (or `HOME`, without it) is relative or unset: no installation to connect to. */
+  | 'invalid_home'
   /** The connection ended without a reply (for example the host died). */
   | 'disconnected'
   /** `close()` was called while the call was in flight, or before it. */
@@ -72,7 +74,10 @@ export type PiwErrorCode = RejectionCode | ClientErrorCode | (string & {});
 // Client
 
 export interface ConnectOptions {
-  /** The installation (default: `PIW_HOME`, else `~/.pi/agent/workflows`). */
+  /**
+   * The installation (default: `PIW_HOME`, else `~/.pi/agent/workflows`). A relative `home` is
+   * resolved against the working directory; a relative `PIW_HOME` is refused (`invalid_home`).
+   */
   home?: string;
   /** Start a host when none answers (default true). */
   start?: boolean;

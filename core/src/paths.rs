@@ -2,6 +2,7 @@
 //! lock, log and socket. The socket moves to a shorter per-user runtime path when
 //! `$PIW_HOME/host.sock` would exceed the platform's `sun_path` limit.
 
+use std::ffi::OsString;
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -10,6 +11,22 @@ use crate::ids::sha256_hex;
 
 /// `sun_path` is 108 bytes on Linux including the terminating NUL; keep a margin.
 pub const MAX_SOCKET_PATH_BYTES: usize = 100;
+
+/// Why the installation cannot be found from the environment.
+#[derive(Debug, thiserror::Error)]
+pub enum PathsError {
+    #[error("neither PIW_HOME nor HOME is set")]
+    NoHome,
+    /// A relative `PIW_HOME` (or `HOME`, when `PIW_HOME` is unset) would be resolved against
+    /// each process's working directory: a host started from one directory and a client run
+    /// in another would each use an installation of their own, silently. Refused instead.
+    #[error("{var} must be an absolute path, got {}", .value.display())]
+    RelativeHome {
+        /// The environment variable: `PIW_HOME` or `HOME`.
+        var: &'static str,
+        value: PathBuf,
+    },
+}
 
 /// The files of one installation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,22 +44,37 @@ pub struct PiwPaths {
 }
 
 impl PiwPaths {
-    /// Resolves the installation from `PIW_HOME`, else `$HOME/.pi/agent/workflows`.
-    pub fn from_env() -> io::Result<Self> {
-        if let Some(home) = std::env::var_os("PIW_HOME").filter(|v| !v.is_empty()) {
-            return Ok(Self::for_home(PathBuf::from(home)));
+    /// Resolves the installation from `PIW_HOME`, else `$HOME/.pi/agent/workflows`. Either
+    /// must be an absolute path ([`PathsError::RelativeHome`]).
+    pub fn from_env() -> Result<Self, PathsError> {
+        Self::from_vars(std::env::var_os("PIW_HOME"), std::env::var_os("HOME"))
+    }
+
+    /// [`PiwPaths::from_env`] given the values of `PIW_HOME` and `HOME` (an empty value counts
+    /// as unset).
+    pub fn from_vars(
+        piw_home: Option<OsString>,
+        home: Option<OsString>,
+    ) -> Result<Self, PathsError> {
+        let absolute = |var: &'static str, value: OsString| {
+            let value = PathBuf::from(value);
+            if value.is_absolute() {
+                Ok(value)
+            } else {
+                Err(PathsError::RelativeHome { var, value })
+            }
+        };
+        if let Some(piw_home) = piw_home.filter(|v| !v.is_empty()) {
+            return Ok(Self::for_home(absolute("PIW_HOME", piw_home)?));
         }
-        let user_home = std::env::var_os("HOME")
-            .filter(|v| !v.is_empty())
-            .ok_or_else(|| {
-                io::Error::new(io::ErrorKind::NotFound, "neither PIW_HOME nor HOME is set")
-            })?;
+        let user_home = home.filter(|v| !v.is_empty()).ok_or(PathsError::NoHome)?;
         Ok(Self::for_home(
-            PathBuf::from(user_home).join(".pi/agent/workflows"),
+            absolute("HOME", user_home)?.join(".pi/agent/workflows"),
         ))
     }
 
-    /// The paths of the installation at `home`, made absolute, without `.` components or a
+    /// The paths of the installation at `home`, made absolute (a relative `home` against this
+    /// process's working directory: the caller chose it), without `.` components or a
     /// trailing slash, so those spellings of one directory find the same socket. `..` is left
     /// to the file system: after a symbolic link it does not mean the lexical parent.
     pub fn for_home(home: PathBuf) -> Self {
@@ -219,6 +251,36 @@ mod tests {
         std::fs::write(&file, "").unwrap();
         let e = make_private_dir(&file).unwrap_err();
         assert!(e.to_string().contains("is not a directory"), "{e}");
+    }
+
+    #[test]
+    fn a_relative_piw_home_is_refused() {
+        for rel in ["./x", "x", "x/y", "~/piw", "../x"] {
+            let err = PiwPaths::from_vars(Some(rel.into()), Some("/home/u".into())).unwrap_err();
+            assert!(
+                matches!(&err, PathsError::RelativeHome { var: "PIW_HOME", value } if value == Path::new(rel)),
+                "{err:?}"
+            );
+            assert_eq!(
+                err.to_string(),
+                format!("PIW_HOME must be an absolute path, got {rel}")
+            );
+        }
+        // Without PIW_HOME, HOME decides, and it must be absolute too.
+        let err = PiwPaths::from_vars(None, Some("home".into())).unwrap_err();
+        assert_eq!(err.to_string(), "HOME must be an absolute path, got home");
+        assert!(matches!(
+            PiwPaths::from_vars(Some("".into()), None),
+            Err(PathsError::NoHome)
+        ));
+    }
+
+    #[test]
+    fn an_absolute_piw_home_or_home_is_used() {
+        let p = PiwPaths::from_vars(Some("/tmp/x/".into()), Some("rel".into())).unwrap();
+        assert_eq!(p.home, PathBuf::from("/tmp/x"));
+        let p = PiwPaths::from_vars(Some("".into()), Some("/home/u".into())).unwrap();
+        assert_eq!(p.home, PathBuf::from("/home/u/.pi/agent/workflows"));
     }
 
     #[test]

@@ -19,7 +19,9 @@ use serde_json::{json, Value};
     version,
     about = "The piw workflow host and its command line."
 )]
-#[command(after_help = "PIW_HOME selects the installation (default ~/.pi/agent/workflows).")]
+#[command(
+    after_help = "PIW_HOME selects the installation: an absolute path (default ~/.pi/agent/workflows)."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,

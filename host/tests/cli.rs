@@ -103,6 +103,38 @@ fn usage_errors_exit_2_and_every_verb_has_help() {
     }
 }
 
+/// A relative `PIW_HOME` would be another installation in every working directory (a host
+/// started in one, a client in another, each with its own): every verb refuses it, exit 1,
+/// and makes nothing.
+#[test]
+fn a_relative_piw_home_is_refused() {
+    let cwd = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_piw"))
+            .args(args)
+            .current_dir(cwd.path())
+            .env("PIW_HOME", "./rel/home")
+            .env("PIW_LOG", "warn")
+            .output()
+            .expect("run piw")
+    };
+    // First a verb that starts nothing even where the check is missing.
+    for args in [&["host", "status"][..], &["runs"], &["host", "serve"]] {
+        let o = run(args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", text(&o));
+        assert_eq!(
+            String::from_utf8_lossy(&o.stderr).trim(),
+            "piw: PIW_HOME must be an absolute path, got ./rel/home",
+            "{args:?}"
+        );
+        assert!(o.stdout.is_empty(), "{args:?}: {}", text(&o));
+    }
+    assert!(
+        std::fs::read_dir(cwd.path()).unwrap().next().is_none(),
+        "nothing made in the working directory"
+    );
+}
+
 #[test]
 fn a_workflow_runs_from_the_command_line_and_status_shows_no_secrets() {
     let h = home();

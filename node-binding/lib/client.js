@@ -61,15 +61,18 @@ export class Client {
   }
 
   /**
-   * Connects to the host of `options.home` (default `PIW_HOME`, else `~/.pi/agent/workflows`),
-   * starting one on demand unless `options.start === false`.
+   * Connects to the host of `options.home` (default `PIW_HOME`, which must be an absolute path,
+   * else `~/.pi/agent/workflows`), starting one on demand unless `options.start === false`.
    */
   static async connect(options = {}) {
     const start = options.start !== false;
-    const home = options.home ?? process.env.PIW_HOME;
     const nativeClient = await native(() =>
       addon.connect({
-        home: home ? resolve(home) : undefined,
+        // An explicit `home` is this program's own choice, resolved here. `PIW_HOME` goes to
+        // the addon as it is: a relative one is refused there (`invalid_home`), since every
+        // working directory would turn it into another installation.
+        home: options.home ? resolve(options.home) : undefined,
+        piwHome: process.env.PIW_HOME,
         start,
         hostBin: start ? findHostBin(options.hostBin) : undefined,
         hostEnv: { ...hostEnvironment(), ...(options.hostEnv ?? {}) },

@@ -1,6 +1,6 @@
 // Errors of the piw package: every failure is a `PiwError` whose `code` is the protocol's
 // rejection code (`not_found`, `stale_revision`, ...) or a client-side code (`client_closed`,
-// `disconnected`, `connect_failed`, `host_not_ready`, `invalid_graph`, ...).
+// `disconnected`, `connect_failed`, `invalid_home`, `host_not_ready`, `invalid_graph`, ...).
 
 export class PiwError extends Error {
   constructor(code, message, options) {

@@ -2,6 +2,7 @@
 //! JavaScript `Client`. Calls are built into the same envelope the host decodes and checked by
 //! the same decoder first, so a malformed call fails locally with the code the host would give.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -17,18 +18,31 @@ use crate::{client_error, js_error};
 
 /// Connects to the host of `options.home` (default: `PIW_HOME`, else `~/.pi/agent/workflows`).
 ///
-/// `options`: `{ home?, hostBin?, start?, hostEnv?, readyTimeoutMs? }`. With `start` and a
-/// `hostBin`, a host is started on demand (as `hostBin host serve`, detached, with `hostEnv`
-/// added to its environment) when none answers; racing callers end with exactly one host.
+/// `options`: `{ home?, piwHome?, hostBin?, start?, hostEnv?, readyTimeoutMs? }`. `home` is
+/// used as given (made absolute against the working directory). Without it, the installation
+/// comes from `piwHome` (the caller's `PIW_HOME`: a worker thread's `process.env` is its own,
+/// not the process environment), else the process's `PIW_HOME`, else `HOME`; a relative one is
+/// refused with `invalid_home`. With `start` and a `hostBin`, a host is started on demand (as
+/// `hostBin host serve`, detached, with `hostEnv` added to its environment) when none answers;
+/// racing callers end with exactly one host.
 #[napi]
 pub async fn connect(options: Value) -> Result<Client> {
     let home = options
         .get("home")
         .and_then(Value::as_str)
+        .filter(|h| !h.is_empty())
         .map(PathBuf::from);
     let paths = match home {
         Some(home) => PiwPaths::for_home(home),
-        None => PiwPaths::from_env().map_err(|e| js_error("connect_failed", e.to_string()))?,
+        None => {
+            let piw_home = options
+                .get("piwHome")
+                .and_then(Value::as_str)
+                .map(OsString::from)
+                .or_else(|| std::env::var_os("PIW_HOME"));
+            PiwPaths::from_vars(piw_home, std::env::var_os("HOME"))
+                .map_err(|e| js_error("invalid_home", e.to_string()))?
+        }
     };
     if options.get("start").and_then(Value::as_bool) == Some(true) {
         let bin = options

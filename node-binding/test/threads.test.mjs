@@ -1,10 +1,14 @@
-// The addon in the main thread and in worker threads, and closing a client with calls in flight.
+// The addon in the main thread and in worker threads, closing a client with calls in flight, and
+// where a client looks for its installation.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
+import { spawnSync } from 'node:child_process';
+import { readdirSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 
 import { Client } from '../index.js';
-import { code, pkgIndex, startHost, writeWorkflow } from './helpers.mjs';
+import { code, pkgDir, pkgIndex, startHost, tempDir, writeWorkflow } from './helpers.mjs';
 
 let host;
 let parked;
@@ -92,6 +96,45 @@ test('a worker thread that closes its client mid-flight and exits leaves no hang
   );
   assert.equal(message.done, 50);
   assert.ok(message.codes.every((c) => c === 'client_closed'), JSON.stringify(message.codes));
+});
+
+test('a relative PIW_HOME is refused with invalid_home, also from a worker thread', async () => {
+  // A worker thread's process.env is its own copy: the package hands that PIW_HOME to the
+  // addon, which refuses it as the CLI does. `start: false`: nothing is created in the working
+  // directory (the test process's), not even where the check is missing.
+  const message = await inWorker(
+    `
+    const { parentPort } = await import('node:worker_threads');
+    process.env.PIW_HOME = './rel/home';
+    try {
+      await piw.Client.connect({ start: false });
+      parentPort.postMessage({ code: 'none' });
+    } catch (e) {
+      parentPort.postMessage({ code: e.code, message: e.message });
+    }`,
+    {},
+  );
+  assert.deepEqual(message, {
+    code: 'invalid_home',
+    message: 'PIW_HOME must be an absolute path, got ./rel/home',
+  });
+});
+
+test('the example runner says a relative PIW_HOME is refused and exits 1', () => {
+  const cwd = tempDir();
+  try {
+    const r = spawnSync(
+      process.execPath,
+      [join(pkgDir, '..', 'examples', 'run.mjs'), join(pkgDir, '..', 'examples', 'hello.workflow.json')],
+      // PIW_HOST_BIN=/bin/false: no host could start here even if the home were accepted.
+      { cwd, encoding: 'utf8', env: { ...process.env, PIW_HOME: 'rel', PIW_HOST_BIN: '/bin/false' } },
+    );
+    assert.equal(r.status, 1, r.stderr);
+    assert.equal(r.stderr.trim(), 'piw: PIW_HOME must be an absolute path, got rel [invalid_home]');
+    assert.deepEqual(readdirSync(cwd), [], 'nothing made in the working directory');
+  } finally {
+    rmSync(cwd, { recursive: true, force: true });
+  }
 });
 
 test('connecting where no host runs fails with connect_failed', async () => {
