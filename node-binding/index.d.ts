@@ -57,7 +57,7 @@ export type ClientErrorCode =
   | 'client_closed'
   /** A subscription's reader fell too far behind; re-read the run's status. */
   | 'subscription_overflow'
-  /** `Client.connect` could not bring a host up: it exited before it became ready, or was not ready in time (the message says which). */
+  /** `Client.connect` could not bring a host up: its program could not be started, it exited before it became ready, or it was not ready in time (the message says which). */
   | 'host_not_ready'
   /** The process at the socket belongs to another user; nothing was sent to it. */
   | 'foreign_host'

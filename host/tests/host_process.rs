@@ -315,6 +315,25 @@ fn ensure_host_says_a_host_that_exited_at_once_exited() {
     );
 }
 
+/// A host program that cannot be started at all is said to be that, with the path tried.
+#[test]
+fn ensure_host_says_a_host_program_that_cannot_start_cannot_start() {
+    let home = Home::new();
+    let bin = home._dir.path().join("no-such-piw");
+    let err = ensure_host(&home.paths, &bin, Duration::from_secs(60)).unwrap_err();
+    assert!(
+        matches!(&err, ClientError::HostNotStarted { source, .. } if source.kind() == std::io::ErrorKind::NotFound),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.starts_with(&format!("cannot start the piw host {}", bin.display())),
+        "{text}"
+    );
+    assert!(text.contains("PIW_HOST_BIN"), "{text}");
+    assert_eq!(err.code_str(), "host_not_ready");
+}
+
 /// A started host that is still running when the wait ends keeps the timeout wording: it may
 /// yet come up.
 #[test]

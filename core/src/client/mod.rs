@@ -81,6 +81,14 @@ pub enum ClientError {
         log: PathBuf,
         log_tail: String,
     },
+    /// `ensure_host` could not start the host program at all (missing, not executable).
+    #[error(
+        "cannot start the piw host {bin}: {source} (PIW_HOST_BIN names the piw binary to start)"
+    )]
+    HostNotStarted {
+        bin: PathBuf,
+        source: std::io::Error,
+    },
     /// The caller closed this client while the call was in flight (or before it was made).
     #[error("the client was closed")]
     ClientClosed,
@@ -122,7 +130,9 @@ impl ClientError {
             ClientError::Protocol(_) => "protocol",
             // One code for both ways a start fails, so callers that check it keep working;
             // the message says which.
-            ClientError::HostNotReady { .. } | ClientError::HostExited { .. } => "host_not_ready",
+            ClientError::HostNotReady { .. }
+            | ClientError::HostExited { .. }
+            | ClientError::HostNotStarted { .. } => "host_not_ready",
             ClientError::ForeignHost { .. } => "foreign_host",
             ClientError::ClientClosed => "client_closed",
             ClientError::SubscriptionOverflow => "subscription_overflow",
@@ -752,9 +762,9 @@ fn start_host(
             Ok(())
         });
     }
-    cmd.spawn().map_err(|e| ClientError::HostNotReady {
-        waited: Duration::ZERO,
-        detail: format!("cannot start {}: {e}", host_bin.display()),
+    cmd.spawn().map_err(|source| ClientError::HostNotStarted {
+        bin: host_bin.to_owned(),
+        source,
     })
 }
 
