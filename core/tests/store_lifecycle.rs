@@ -877,3 +877,49 @@ fn a_claim_that_expired_while_its_own_host_stalled_costs_the_run_no_loss() {
     let last = f.store.events(&counted, 0).unwrap().pop().unwrap();
     assert_eq!(last.data["losses"], json!(1), "{}", last.data);
 }
+
+/// A person answered a protected decision; the child that continues the attempt with that
+/// answer goes away (crash, handshake timeout, host restart or stop) before it proposes the
+/// transition. The answer is committed: the next child must continue the same attempt with
+/// it, not rerun the node and ask the person again.
+#[test]
+fn an_answered_decision_survives_the_loss_of_the_child_that_continues_it() {
+    type Loss = fn(&mut WriteTx<'_>, &Claim) -> StoreResult<RecoveredRun>;
+    let losses: [(&str, Loss); 3] = [
+        ("child lost", |w, c| w.child_lost(c, "crashed")),
+        ("host stopping", |w, c| w.release_at_shutdown(c)),
+        ("host died", |w, _| {
+            w.recover_runs_of_dead_hosts("host-after-restart")
+                .map(|mut r| r.remove(0))
+        }),
+    ];
+    for (what, lose) in losses {
+        let mut f = Fixture::new();
+        let (run_id, act, a) = f.running();
+        let d = f
+            .store
+            .write(|w| w.wait_for_decision(&act.claim, &a, DecisionKind::HumanDecision, &json!({})))
+            .unwrap();
+        f.store
+            .write(|w| w.answer_decision(&d, &json!("ship it"), Answerer::Person))
+            .unwrap();
+        let continued = Resume::Continue {
+            node_id: "a".into(),
+            attempt_id: a.clone(),
+        };
+        let act = f.activate(&run_id);
+        assert_eq!(act.resume, continued, "{what}");
+        let rec = f.store.write(|w| lose(w, &act.claim)).unwrap();
+        assert_eq!(rec.status, RunStatus::Queued, "{what}");
+        f.assert_clean();
+        let act = f.activate(&run_id);
+        assert_eq!(act.resume, continued, "{what}: the answer was dropped");
+        let answer = f.store.write(|w| w.answer_for_attempt(&a)).unwrap();
+        assert_eq!(answer, Some(json!("ship it")), "{what}");
+        assert_eq!(f.store.decisions(&run_id).unwrap().len(), 1, "{what}");
+        f.store
+            .write(|w| w.complete(&act.claim, &a, &json!({"answer": "ship it"}), &json!(1)))
+            .unwrap();
+        f.assert_clean();
+    }
+}

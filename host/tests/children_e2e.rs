@@ -1485,3 +1485,69 @@ fn a_hello_whose_commit_failed_once_is_said_again_and_the_run_completes() {
     );
     env.stop(host);
 }
+
+/// Answers the first pending decision of `run_id` as a person (`decision.answer`) or through
+/// the model-facing path (`checkpoint.answer`), with request id `request_id`.
+fn answer_decision(
+    env: &Env,
+    s: &Value,
+    request_id: &str,
+    person: bool,
+    answer: Value,
+) -> Result<piw_core::protocol::Receipt, piw_core::client::ClientError> {
+    let decision = s["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["status"] == json!("pending"))
+        .unwrap_or_else(|| panic!("no pending decision: {s:#}"));
+    let a = payload::DecisionAnswer {
+        decision_id: decision["decision_id"].as_str().unwrap().to_owned(),
+        answer,
+    };
+    let body = if person {
+        RequestBody::DecisionAnswer(a)
+    } else {
+        RequestBody::CheckpointAnswer(a)
+    };
+    env.client()
+        .send(Request::new(request_id, body).with_run_id(decision["run_id"].as_str().unwrap()))
+}
+
+/// The child that continues a human decision with the person's answer dies before it
+/// proposes the transition: the next child continues with the same answer; the person is not
+/// asked again.
+#[test]
+fn a_human_answer_survives_the_crash_of_the_child_that_continues_with_it() {
+    let env = Env::new(&[]);
+    let host = env.serve(None);
+    let marker = env.path("crashed").display().to_string();
+    let file = env.fixture(
+        "approve",
+        json!({
+            "graph": {"name": "approve", "start": "ask",
+                      "nodes": {"ask": {"kind": "human_decision"}, "done": {"kind": "compute"}},
+                      "edges": [{"from": "ask", "to": "done"}]},
+            "behaviors": {"ask": {"wait": "human_decision", "crash": "before_propose",
+                                  "once_marker": marker},
+                          "done": {}}
+        }),
+    );
+    let run_id = env.start(&file, json!({}));
+    let s = env.wait_for(&run_id, &["waiting"], Duration::from_secs(20));
+    answer_decision(&env, &s, "approve-1", true, json!("ship it")).unwrap();
+    let s = env.wait_for(
+        &run_id,
+        &["completed", "failed", "review", "waiting"],
+        Duration::from_secs(20),
+    );
+    assert!(Path::new(&marker).exists(), "the continuing child crashed");
+    assert_eq!(s["run"]["status"], json!("completed"), "{s:#}");
+    assert_eq!(s["run"]["result"], json!({"answer": "ship it"}));
+    assert_eq!(
+        s["decisions"].as_array().unwrap().len(),
+        1,
+        "asked once: {s:#}"
+    );
+    env.stop(host);
+}

@@ -1378,7 +1378,7 @@ impl WriteTx<'_> {
                     .prepare_cached("UPDATE attempts SET status = 'waiting' WHERE attempt_id = ?1")?
                     .execute([attempt_id])?;
             }
-        } else {
+        } else if !self.rewait_answered_attempt(run)? {
             self.interrupt_running_attempt(run, reason)?;
         }
         let uncertain = self.mark_interrupted_effects_uncertain(run_id)?;
@@ -1419,6 +1419,26 @@ impl WriteTx<'_> {
             status,
             reason: why,
         })
+    }
+
+    /// A running attempt that continues after an answered decision holds a committed answer:
+    /// interrupting it would rerun the node and ask again, dropping what a person (or the
+    /// model) answered. It waits again instead, so the next activation continues it with the
+    /// same answer. Returns whether it did.
+    fn rewait_answered_attempt(&mut self, run: &RunRow) -> StoreResult<bool> {
+        let Some(attempt_id) = &run.current_attempt else {
+            return Ok(false);
+        };
+        let changed = self
+            .conn()
+            .prepare_cached(
+                "UPDATE attempts SET status = 'waiting'
+                 WHERE attempt_id = ?1 AND status = 'running'
+                   AND EXISTS (SELECT 1 FROM decisions
+                               WHERE attempt_id = ?1 AND status = 'answered')",
+            )?
+            .execute([attempt_id])?;
+        Ok(changed > 0)
     }
 
     /// `applying` effects whose contract forbids retry become `uncertain`. Returns their keys.
