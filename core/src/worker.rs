@@ -170,7 +170,7 @@ pub struct HelloReply {
     /// `run` or `validate`.
     #[serde(default)]
     pub mode: String,
-    /// Where to pick up (`fresh`, `continue`, `validate`, `interaction_expired`).
+    /// Where to pick up (`fresh`, `continue`, `validate`, `accepted`, `interaction_expired`).
     #[serde(default)]
     pub resume: Value,
     /// The run's input.
@@ -185,7 +185,7 @@ pub struct HelloReply {
     /// The answer of the decision a `continue` resumes after.
     #[serde(default)]
     pub answer: Option<Value>,
-    /// The submission a `validate` child must judge.
+    /// The submission a `validate` child must judge, or the one an `accepted` resume carries.
     #[serde(default)]
     pub submission: Option<Value>,
 }

@@ -923,3 +923,49 @@ fn an_answered_decision_survives_the_loss_of_the_child_that_continues_it() {
         f.assert_clean();
     }
 }
+
+/// The validation child accepted a submission and goes away (crash, host restart or stop)
+/// before it proposes the transition: the accepted result is committed, so the next child
+/// continues the attempt with it (`accepted`), and the model is not asked again.
+#[test]
+fn an_accepted_submission_survives_the_loss_of_the_child_that_accepted_it() {
+    type Loss = fn(&mut WriteTx<'_>, &Claim) -> StoreResult<RecoveredRun>;
+    let losses: [(&str, Loss); 3] = [
+        ("child lost", |w, c| w.child_lost(c, "crashed")),
+        ("host stopping", |w, c| w.release_at_shutdown(c)),
+        ("host died", |w, _| {
+            w.recover_runs_of_dead_hosts("host-after-restart")
+                .map(|mut r| r.remove(0))
+        }),
+    ];
+    for (what, lose) in losses {
+        let mut f = Fixture::new();
+        let (run_id, a, i, s) = submitted(&mut f);
+        let act = activate_to_validate(&mut f, &run_id, &a, &s);
+        f.store.write(|w| w.settle(&act.claim, &s, Ok(()))).unwrap();
+        let rec = f.store.write(|w| lose(w, &act.claim)).unwrap();
+        assert_eq!(rec.status, RunStatus::Queued, "{what}");
+        f.assert_clean();
+        let act = f.activate(&run_id);
+        assert_eq!(
+            act.resume,
+            Resume::Accepted {
+                node_id: "a".into(),
+                attempt_id: a.clone(),
+                submission_id: s.clone(),
+            },
+            "{what}: the accepted submission was dropped"
+        );
+        assert_eq!(act.mode, ChildMode::Run, "{what}");
+        assert_eq!(f.store.submissions(&i).unwrap().len(), 1, "{what}");
+        assert_eq!(
+            f.store.interactions(Some(&run_id), None).unwrap().len(),
+            1,
+            "{what}: asked once"
+        );
+        f.store
+            .write(|w| w.complete(&act.claim, &a, &json!(1), &json!(1)))
+            .unwrap();
+        f.assert_clean();
+    }
+}

@@ -1551,3 +1551,40 @@ fn a_human_answer_survives_the_crash_of_the_child_that_continues_with_it() {
     );
     env.stop(host);
 }
+
+/// The validation child accepts the submission and dies before it proposes the transition:
+/// the next child continues with the accepted result; the model is not asked again.
+#[test]
+fn an_accepted_submission_survives_the_crash_of_the_child_that_accepted_it() {
+    let env = Env::new(&[]);
+    let host = env.serve(None);
+    let marker = env.path("crashed").display().to_string();
+    let file = env.fixture(
+        "ask",
+        json!({
+            "graph": {"name": "ask", "start": "ask",
+                      "nodes": {"ask": {"kind": "agent"}, "done": {"kind": "compute"}},
+                      "edges": [{"from": "ask", "to": "done"}]},
+            "behaviors": {"ask": {"interact": "agent", "validate": {"value": 42},
+                                  "crash": "before_propose", "once_marker": marker},
+                          "done": {}}
+        }),
+    );
+    let run_id = env.start(&file, json!({}));
+    let s = env.wait_for(&run_id, &["waiting"], Duration::from_secs(20));
+    submit(&env, &run_id, &s, "good", 42).unwrap();
+    let s = env.wait_for(
+        &run_id,
+        &["completed", "failed", "review", "waiting"],
+        Duration::from_secs(20),
+    );
+    assert!(Path::new(&marker).exists(), "the accepting child crashed");
+    assert_eq!(s["run"]["status"], json!("completed"), "{s:#}");
+    assert_eq!(s["run"]["result"], json!({"value": 42}));
+    assert_eq!(
+        s["interactions"].as_array().unwrap().len(),
+        1,
+        "asked once: {s:#}"
+    );
+    env.stop(host);
+}

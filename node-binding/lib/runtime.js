@@ -276,6 +276,13 @@ async function drive(w) {
       nodeId = resume.node_id;
       carried = { status: 'succeeded', output: { answer: hello.answer ?? null } };
       break;
+    case 'accepted':
+      // A submission this run accepted before its child went away: its payload is the
+      // node's output, exactly as after a fresh acceptance.
+      nodeId = resume.node_id;
+      if (!hello.submission) throw new Error('protocol: an accepted resume without a submission');
+      carried = { status: 'succeeded', output: hello.submission.payload ?? null };
+      break;
     case 'interaction_expired':
       nodeId = resume.node_id;
       carried = { status: 'timed_out' };

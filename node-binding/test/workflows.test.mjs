@@ -354,3 +354,53 @@ test('the review example: a rejected draft, a corrected one, then the checkpoint
   const run = await c.waitForRun(runId, { timeoutMs: 20_000 });
   assert.deepEqual(run.result, { created: true, run: runId });
 });
+
+test('a submission accepted just before the host died goes on with the accepted result after a restart', async () => {
+  const { Client } = await import('../index.js');
+  const { hostBin, tempDir } = await import('./helpers.mjs');
+  const dir = tempDir();
+  const home = join(dir, 'home');
+  const env = { HOME: dir, PIW_KILL_GRACE_MS: '300' };
+  const file = writeWorkflow(
+    dir,
+    'accept',
+    `export default piw.defineWorkflow({ name: 'accept', start: 'ask',
+      nodes: { ask: piw.agent({ request: () => ({ q: 'title?' }),
+                                validate: (r) => (typeof r?.title === 'string' ? undefined : 'title') }),
+               done: piw.compute((draft) => ({ got: draft.title })) },
+      edges: [piw.to('ask', 'done')] });`,
+  );
+  // This host aborts right after it commits the validation child's verdict, before the child
+  // can propose the transition.
+  const dying = await Client.connect({
+    home,
+    hostBin,
+    hostEnv: { ...env, PIW_FAULT: 'after_commit:worker.validation_result' },
+  });
+  const { pid } = await dying.status();
+  const { run_id: runId } = await dying.startRun(file, { sessionId: 's-accept' });
+  await dying.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
+  const [ask] = await dying.listInteractions('s-accept');
+  await dying.submitInteraction(ask, { title: 'ship' });
+  for (let i = 0; i < 500; i++) {
+    try {
+      process.kill(pid, 0);
+    } catch {
+      break;
+    }
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  await dying.close().catch(() => {});
+  const c = await Client.connect({ home, hostBin, hostEnv: env });
+  try {
+    const run = await c.waitForRun(runId, { timeoutMs: 20_000 });
+    assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+    assert.deepEqual(run.result, { got: 'ship' });
+    const status = await c.runStatus(runId);
+    assert.equal(status.interactions.length, 1, 'the model was asked once');
+    assert.equal(status.interactions[0].last_submission.state, 'accepted');
+  } finally {
+    await c.request('host.stop').catch(() => {});
+    await c.close().catch(() => {});
+  }
+});

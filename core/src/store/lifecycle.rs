@@ -47,6 +47,14 @@ pub enum Resume {
     },
     /// The interaction's deadline passed: record the attempt as timed out and route.
     InteractionExpired { node_id: String, attempt_id: String },
+    /// A submission was accepted, but the child that accepted it went away before it
+    /// proposed the transition: continue the attempt with the accepted submission's payload
+    /// as the node's output (child mode `run`).
+    Accepted {
+        node_id: String,
+        attempt_id: String,
+        submission_id: String,
+    },
 }
 
 /// The result of activating a queued run.
@@ -411,6 +419,25 @@ impl WriteTx<'_> {
                     attempt_id,
                 },
             )),
+            Some((interaction_id, status)) if status == "settled" => {
+                // Only an accepted submission settles a request.
+                let submission_id: String = self
+                    .conn()
+                    .prepare_cached(
+                        "SELECT submission_id FROM submissions
+                         WHERE interaction_id = ?1 AND state = 'accepted'
+                         ORDER BY settled_at DESC, rowid DESC LIMIT 1",
+                    )?
+                    .query_row([&interaction_id], |r| r.get(0))?;
+                Ok((
+                    ChildMode::Run,
+                    Resume::Accepted {
+                        node_id,
+                        attempt_id,
+                        submission_id,
+                    },
+                ))
+            }
             _ => Ok((
                 ChildMode::Run,
                 Resume::Continue {
@@ -1421,10 +1448,11 @@ impl WriteTx<'_> {
         })
     }
 
-    /// A running attempt that continues after an answered decision holds a committed answer:
-    /// interrupting it would rerun the node and ask again, dropping what a person (or the
-    /// model) answered. It waits again instead, so the next activation continues it with the
-    /// same answer. Returns whether it did.
+    /// A running attempt that continues after an answered decision or an accepted submission
+    /// holds a committed answer: interrupting it would rerun the node and ask again, dropping
+    /// what a person (or the model) answered. It waits again instead, so the next activation
+    /// continues it with the same answer ([`Resume::Continue`], [`Resume::Accepted`]).
+    /// Returns whether it did.
     fn rewait_answered_attempt(&mut self, run: &RunRow) -> StoreResult<bool> {
         let Some(attempt_id) = &run.current_attempt else {
             return Ok(false);
@@ -1434,8 +1462,10 @@ impl WriteTx<'_> {
             .prepare_cached(
                 "UPDATE attempts SET status = 'waiting'
                  WHERE attempt_id = ?1 AND status = 'running'
-                   AND EXISTS (SELECT 1 FROM decisions
-                               WHERE attempt_id = ?1 AND status = 'answered')",
+                   AND (EXISTS (SELECT 1 FROM decisions
+                                WHERE attempt_id = ?1 AND status = 'answered')
+                        OR EXISTS (SELECT 1 FROM interactions
+                                   WHERE attempt_id = ?1 AND status = 'settled'))",
             )?
             .execute([attempt_id])?;
         Ok(changed > 0)

@@ -102,6 +102,15 @@ fn run() -> Result<(), WorkerError> {
                 output: json!({ "answer": hello.answer }),
             });
         }
+        Some("accepted") => {
+            // The submission was accepted by a child that died before it moved on: its
+            // payload is the node's output, exactly as after a fresh acceptance.
+            node = str_of(&resume["node_id"]);
+            let submission = hello.submission.clone().unwrap_or(Value::Null);
+            carried = Some(AttemptOutcome::Succeeded {
+                output: submission["payload"].clone(),
+            });
+        }
         Some("interaction_expired") => {
             node = str_of(&resume["node_id"]);
             carried = Some(AttemptOutcome::TimedOut);
