@@ -518,3 +518,85 @@ fn a_child_that_keeps_dying_leaves_its_last_stderr_line_in_the_review_reason() {
         "{reason}"
     );
 }
+
+/// `checkpoint.answer`, `decision.answer` and `interaction.submit` name the run (and for a
+/// submission the node) they answer in the envelope; the host checks `expected_revision`
+/// against, publishes the events of and reports the revision of that run. An answer whose
+/// decision or interaction belongs to another run (or node) must be refused and change
+/// nothing, or it would bypass the other run's revision check and its events.
+#[test]
+fn an_answer_naming_another_run_or_node_is_refused() {
+    let mut f = Fixture::new();
+    let (other, _, _) = f.running();
+    let other_revision = f.store.run(&other).unwrap().revision;
+    // A run waiting on a checkpoint and a run waiting on an interaction.
+    let (run_d, act, a) = f.running();
+    let decision = f
+        .store
+        .write(|w| w.wait_for_decision(&act.claim, &a, DecisionKind::Checkpoint, &json!({})))
+        .unwrap();
+    let (run_i, attempt_i, interaction) = f.waiting();
+    let state = HostState::default();
+    let answer = payload::DecisionAnswer {
+        decision_id: decision.clone(),
+        answer: json!("yes"),
+    };
+    let submit = payload::InteractionSubmit {
+        interaction_id: interaction.clone(),
+        result: json!({"v": 1}),
+    };
+    let cases = [
+        Request::new("c1", RequestBody::CheckpointAnswer(answer.clone()))
+            .with_run_id(&other)
+            .with_expected_revision(other_revision),
+        Request::new("c2", RequestBody::DecisionAnswer(answer.clone())).with_run_id(&other),
+        Request::new("c3", RequestBody::InteractionSubmit(submit.clone()))
+            .with_run_id(&other)
+            .with_node_id("a")
+            .with_attempt_id(&attempt_i)
+            .with_expected_revision(other_revision),
+        Request::new("c4", RequestBody::InteractionSubmit(submit.clone()))
+            .with_run_id(&run_i)
+            .with_node_id("b")
+            .with_attempt_id(&attempt_i),
+    ];
+    for req in cases {
+        let before = f.store.canonical_dump().unwrap();
+        let err = f
+            .store
+            .write(|w| apply_command(w, &state, &req, None))
+            .expect_err(&req.request_id);
+        let code = piw_core::host::dispatch::rejection_for(&err).code;
+        assert!(
+            matches!(
+                code,
+                piw_core::protocol::RejectionCode::NotFound
+                    | piw_core::protocol::RejectionCode::Malformed
+            ),
+            "{}: {err:?}",
+            req.request_id
+        );
+        assert_eq!(
+            f.store.canonical_dump().unwrap(),
+            before,
+            "{}: a refused answer changed the database",
+            req.request_id
+        );
+    }
+    // Named correctly, they apply.
+    let ok = [
+        Request::new("ok1", RequestBody::CheckpointAnswer(answer)).with_run_id(&run_d),
+        Request::new("ok2", RequestBody::InteractionSubmit(submit))
+            .with_run_id(&run_i)
+            .with_node_id("a")
+            .with_attempt_id(&attempt_i),
+    ];
+    for req in ok {
+        f.store
+            .write(|w| apply_command(w, &state, &req, None))
+            .expect(&req.request_id);
+    }
+    assert_eq!(f.store.run(&run_d).unwrap().status, RunStatus::Queued);
+    assert_eq!(f.store.run(&run_i).unwrap().status, RunStatus::Queued);
+    f.assert_clean();
+}

@@ -240,15 +240,22 @@ pub fn apply_command(
             json!({ "run_id": run_id, "status": "cancelled", "summary": summary })
         }
         RequestBody::CheckpointAnswer(a) => {
+            w.require_decision_of(required(&req.run_id, "run_id")?, &a.decision_id)?;
             w.answer_decision(&a.decision_id, &a.answer, Answerer::Model)?;
             json!({ "decision_id": a.decision_id, "answered_by": "model" })
         }
         RequestBody::DecisionAnswer(a) => {
+            w.require_decision_of(required(&req.run_id, "run_id")?, &a.decision_id)?;
             w.answer_decision(&a.decision_id, &a.answer, Answerer::Person)?;
             json!({ "decision_id": a.decision_id, "answered_by": "person" })
         }
         RequestBody::InteractionSubmit(s) => {
             let attempt_id = required(&req.attempt_id, "attempt_id")?;
+            w.require_interaction_of(
+                required(&req.run_id, "run_id")?,
+                required(&req.node_id, "node_id")?,
+                &s.interaction_id,
+            )?;
             let submission_id = w.submit(
                 &s.interaction_id,
                 attempt_id,

@@ -908,6 +908,50 @@ impl WriteTx<'_> {
         Ok(())
     }
 
+    /// Refuses with [`StoreError::NotFound`] unless decision `decision_id` belongs to run
+    /// `run_id`. A client names the run it answers in the request's envelope, and the host
+    /// checks `expected_revision` against, reports the revision of and publishes the events of
+    /// that run: an answer applied to another run's decision would bypass all three.
+    pub fn require_decision_of(&self, run_id: &str, decision_id: &str) -> StoreResult<()> {
+        let found: bool = self
+            .conn()
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM decisions WHERE decision_id = ?1 AND run_id = ?2)",
+            )?
+            .query_row(params![decision_id, run_id], |r| r.get(0))?;
+        if !found {
+            return Err(StoreError::NotFound {
+                what: "decision",
+                id: format!("{decision_id} of run {run_id}"),
+            });
+        }
+        Ok(())
+    }
+
+    /// Refuses with [`StoreError::NotFound`] unless interaction `interaction_id` belongs to run
+    /// `run_id` and node `node_id` (see [`WriteTx::require_decision_of`] for why).
+    pub fn require_interaction_of(
+        &self,
+        run_id: &str,
+        node_id: &str,
+        interaction_id: &str,
+    ) -> StoreResult<()> {
+        let found: bool = self
+            .conn()
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM interactions
+                                WHERE interaction_id = ?1 AND run_id = ?2 AND node_id = ?3)",
+            )?
+            .query_row(params![interaction_id, run_id, node_id], |r| r.get(0))?;
+        if !found {
+            return Err(StoreError::NotFound {
+                what: "interaction",
+                id: format!("{interaction_id} of run {run_id} at node {node_id}"),
+            });
+        }
+        Ok(())
+    }
+
     /// Answers a pending decision and queues the run to continue. A protected human decision
     /// refuses the model-facing path.
     pub fn answer_decision(
