@@ -969,3 +969,154 @@ fn an_accepted_submission_survives_the_loss_of_the_child_that_accepted_it() {
         f.assert_clean();
     }
 }
+
+/// A decision waits at most until its attempt's deadline (the node's `timeout_ms`): the host
+/// expires it then and the run resumes to record the attempt timed out. An answer after the
+/// deadline is refused with a typed error and changes nothing; one in time stands, and the
+/// deadline no longer applies to the attempt that continues with it.
+#[test]
+fn a_decision_expires_at_its_node_deadline_and_a_late_answer_is_refused() {
+    let mut f = Fixture::new();
+    let run_id = f.start();
+    let act = f.activate(&run_id);
+    let a = f
+        .store
+        .write(|w| w.node_started(&act.claim, "a", Some(T0 + 1_000)))
+        .unwrap();
+    let d = f
+        .store
+        .write(|w| w.wait_for_decision(&act.claim, &a, DecisionKind::HumanDecision, &json!({})))
+        .unwrap();
+    assert_eq!(
+        f.store.next_deadline().unwrap(),
+        Some(T0 + 1_000),
+        "the host wakes up for the decision's deadline"
+    );
+    f.clock.advance(1_000);
+    let before = f.store.canonical_dump().unwrap();
+    let err = f
+        .store
+        .write(|w| w.answer_decision(&d, &json!("yes"), Answerer::Person))
+        .unwrap_err();
+    assert!(matches!(err, StoreError::DeadlinePassed { .. }), "{err:?}");
+    assert_eq!(f.store.canonical_dump().unwrap(), before);
+    let runs = f.store.write(|w| w.expire_due_decisions()).unwrap();
+    assert_eq!(runs, vec![run_id.clone()]);
+    assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Queued);
+    assert_eq!(f.store.decisions(&run_id).unwrap()[0].status, "cancelled");
+    f.assert_clean();
+    let act = f.activate(&run_id);
+    assert_eq!(
+        act.resume,
+        Resume::InteractionExpired {
+            node_id: "a".into(),
+            attempt_id: a.clone()
+        }
+    );
+    f.store
+        .write(|w| {
+            w.fail(
+                &act.claim,
+                Some(&a),
+                &AttemptOutcome::TimedOut,
+                "node a passed its deadline",
+            )
+        })
+        .unwrap();
+    assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::TimedOut);
+    f.assert_clean();
+
+    // Answered in time: the continuing attempt has no deadline left to drop the answer.
+    let run_id = f.start();
+    let act = f.activate(&run_id);
+    let deadline = f.store.now_ms() + 1_000;
+    let a = f
+        .store
+        .write(|w| w.node_started(&act.claim, "a", Some(deadline)))
+        .unwrap();
+    let d = f
+        .store
+        .write(|w| w.wait_for_decision(&act.claim, &a, DecisionKind::Checkpoint, &json!({})))
+        .unwrap();
+    f.store
+        .write(|w| w.answer_decision(&d, &json!("yes"), Answerer::Model))
+        .unwrap();
+    f.clock.advance(5_000);
+    assert!(f
+        .store
+        .write(|w| w.expire_due_decisions())
+        .unwrap()
+        .is_empty());
+    let act = f.activate(&run_id);
+    assert!(
+        matches!(act.resume, Resume::Continue { .. }),
+        "{:?}",
+        act.resume
+    );
+    assert_eq!(f.store.open_attempt_deadline(&run_id).unwrap(), None);
+    assert_eq!(f.store.next_node_deadline(HOST).unwrap(), None);
+    f.assert_clean();
+}
+
+/// A submission after its request's deadline is refused (the request is about to expire);
+/// a result accepted in time is not dropped by the deadline that follows.
+#[test]
+fn a_submission_after_the_deadline_is_refused_and_an_accepted_one_stands() {
+    let mut f = Fixture::new();
+    let (run_id, act, a) = f.running();
+    let i = f
+        .store
+        .write(|w| {
+            w.request_interaction(
+                &act.claim,
+                &a,
+                InteractionKind::Agent,
+                &json!({}),
+                Some(T0 + 500),
+            )
+        })
+        .unwrap();
+    f.clock.advance(500);
+    let before = f.store.canonical_dump().unwrap();
+    let err = f
+        .store
+        .write(|w| w.submit(&i, &a, &json!(1), None))
+        .unwrap_err();
+    assert!(matches!(err, StoreError::DeadlinePassed { .. }), "{err:?}");
+    assert_eq!(f.store.canonical_dump().unwrap(), before);
+    assert_eq!(
+        f.store.write(|w| w.expire_due_interactions()).unwrap(),
+        vec![i]
+    );
+    f.assert_clean();
+
+    let run_id2 = f.start();
+    let act = f.activate(&run_id2);
+    let deadline = f.store.now_ms() + 1_000;
+    let a = f
+        .store
+        .write(|w| w.node_started(&act.claim, "a", Some(deadline)))
+        .unwrap();
+    let i = f
+        .store
+        .write(|w| {
+            w.request_interaction(
+                &act.claim,
+                &a,
+                InteractionKind::Agent,
+                &json!({}),
+                Some(deadline),
+            )
+        })
+        .unwrap();
+    let s = f
+        .store
+        .write(|w| w.submit(&i, &a, &json!(1), None))
+        .unwrap();
+    let act = activate_to_validate(&mut f, &run_id2, &a, &s);
+    f.store.write(|w| w.settle(&act.claim, &s, Ok(()))).unwrap();
+    f.clock.advance(5_000);
+    assert_eq!(f.store.open_attempt_deadline(&run_id2).unwrap(), None);
+    let _ = run_id;
+    f.assert_clean();
+}

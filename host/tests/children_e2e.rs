@@ -1588,3 +1588,78 @@ fn an_accepted_submission_survives_the_crash_of_the_child_that_accepted_it() {
     );
     env.stop(host);
 }
+
+fn decision_deadline_fixture(env: &Env) -> String {
+    env.fixture(
+        "approve",
+        json!({
+            "graph": {"name": "approve", "start": "ask",
+                      "nodes": {"ask": {"kind": "human_decision", "timeout_ms": 400},
+                                "late": {"kind": "compute"}, "ok": {"kind": "compute"}},
+                      "edges": [{"from": "ask", "switch": {"on": "$result.outcome",
+                                 "cases": {"timed_out": "late", "succeeded": "ok"}}}]},
+            "behaviors": {"ask": {"wait": "human_decision"}, "late": {"return": {"late": true}},
+                          "ok": {}}
+        }),
+    )
+}
+
+/// A human decision node's deadline (`timeout_ms`) is enforced while it waits for the person,
+/// as an interactive request's is: nobody answers, the attempt times out and the run routes
+/// `timed_out`. An answer that comes after the deadline is refused (`stale_attempt`), never
+/// acknowledged and then dropped.
+#[test]
+fn a_human_decision_deadline_passes_while_nobody_answers_and_a_late_answer_is_refused() {
+    let env = Env::new(&[]);
+    let host = env.serve(None);
+    let run_id = env.start(&decision_deadline_fixture(&env), json!({}));
+    env.wait_for(&run_id, &["waiting"], Duration::from_secs(20));
+    let s = env.wait_for(
+        &run_id,
+        &["completed", "failed", "timed_out", "review"],
+        Duration::from_secs(10),
+    );
+    assert_eq!(s["run"]["status"], json!("completed"), "{s:#}");
+    assert_eq!(s["run"]["result"], json!({"late": true}));
+    assert_eq!(s["attempts"][0]["status"], json!("timed_out"), "{s:#}");
+    assert_eq!(s["decisions"][0]["status"], json!("cancelled"), "{s:#}");
+    // The person answers too late.
+    let mut late = s.clone();
+    late["decisions"][0]["status"] = json!("pending");
+    let err = answer_decision(&env, &late, "too-late", true, json!("yes")).unwrap_err();
+    assert!(
+        matches!(
+            err.code(),
+            Some(RejectionCode::StaleAttempt | RejectionCode::InvalidTransition)
+        ),
+        "{err:?}"
+    );
+    env.stop(host);
+}
+
+/// An answer given in time stands, however long the child that continues with it takes to
+/// start: the node's deadline no longer applies once the person has answered.
+#[test]
+fn a_human_answer_given_in_time_is_not_dropped_by_the_deadline_that_follows() {
+    let env = Env::new(&[]);
+    let host = env.serve(None);
+    let run_id = env.start(&decision_deadline_fixture(&env), json!({}));
+    let s = env.wait_for(&run_id, &["waiting"], Duration::from_secs(20));
+    // Pause so the answered run is held back past its deadline, then answer in time.
+    env.client()
+        .send(Request::new("pause", RequestBody::RunPause).with_run_id(&run_id))
+        .unwrap();
+    answer_decision(&env, &s, "in-time", true, json!("yes")).unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    env.client()
+        .send(Request::new("resume", RequestBody::RunResume).with_run_id(&run_id))
+        .unwrap();
+    let s = env.wait_for(
+        &run_id,
+        &["completed", "failed", "timed_out", "review"],
+        Duration::from_secs(20),
+    );
+    assert_eq!(s["run"]["status"], json!("completed"), "{s:#}");
+    assert_eq!(s["run"]["result"], json!({"answer": "yes"}), "{s:#}");
+    env.stop(host);
+}

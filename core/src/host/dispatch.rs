@@ -77,7 +77,9 @@ pub fn rejection_for(err: &StoreError) -> Rejection {
         StoreError::RunNotFound(_) | StoreError::NotFound { .. } => RejectionCode::NotFound,
         StoreError::InvalidTransition { .. } => RejectionCode::InvalidTransition,
         StoreError::StaleRevision { .. } => RejectionCode::StaleRevision,
-        StoreError::StaleAttempt { .. } => RejectionCode::StaleAttempt,
+        StoreError::StaleAttempt { .. } | StoreError::DeadlinePassed { .. } => {
+            RejectionCode::StaleAttempt
+        }
         StoreError::IdempotencyConflict { .. } => RejectionCode::IdempotencyConflict,
         StoreError::EffectConflict { .. } => RejectionCode::EffectConflict,
         StoreError::EffectUncertain { .. } => RejectionCode::EffectUncertain,
@@ -90,6 +92,11 @@ pub fn rejection_for(err: &StoreError) -> Rejection {
             expected, actual, ..
         } => json!({ "expected": expected, "current": actual }),
         StoreError::StaleAttempt { current, .. } => json!({ "current_attempt": current }),
+        StoreError::DeadlinePassed {
+            attempt_id,
+            deadline_at,
+            ..
+        } => json!({ "current_attempt": attempt_id, "deadline_at": deadline_at }),
         StoreError::ClaimLost { reason, .. } => json!({ "reason": reason.as_str() }),
         _ => Value::Null,
     };

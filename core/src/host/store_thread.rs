@@ -165,10 +165,11 @@ fn next_deadline_at(store: &Store, state: &HostState) -> Option<i64> {
         .min()
 }
 
-/// Deadlines owned by the host: expired interactions and expired claims.
+/// Deadlines owned by the host: expired interactions and decisions, and expired claims.
 fn run_due_work(store: &mut Store, outbox: &mut Outbox, owner_id: &str) {
     let result = store.write(|w| {
-        let expired = w.expire_due_interactions()?;
+        let mut expired = w.expire_due_interactions()?;
+        expired.extend(w.expire_due_decisions()?);
         let recovered = w.recover_expired_claims(Some(owner_id))?;
         let mut runs: Vec<String> = recovered.into_iter().map(|r| r.run_id).collect();
         if !expired.is_empty() {

@@ -58,6 +58,17 @@ pub enum StoreError {
         current: String,
     },
 
+    /// An answer or a submission arrived after its request's deadline (the node's
+    /// `timeout_ms`): the attempt times out instead.
+    #[error(
+        "the request of attempt {attempt_id} (run {run_id}) passed its deadline at {deadline_at}"
+    )]
+    DeadlinePassed {
+        run_id: String,
+        attempt_id: String,
+        deadline_at: i64,
+    },
+
     /// The same idempotency key (or request id) arrived with a different request.
     #[error("idempotency conflict: key {key} was used for a different request")]
     IdempotencyConflict { key: String },

@@ -438,6 +438,16 @@ impl WriteTx<'_> {
                     },
                 ))
             }
+            // No interaction: the attempt waited on a decision. A pending decision never
+            // reaches here (its run waits); a cancelled one on a live run was not answered
+            // before the node's deadline (`expire_decision`).
+            _ if self.latest_decision_status(&attempt_id)?.as_deref() == Some("cancelled") => Ok((
+                ChildMode::Run,
+                Resume::InteractionExpired {
+                    node_id,
+                    attempt_id,
+                },
+            )),
             _ => Ok((
                 ChildMode::Run,
                 Resume::Continue {
@@ -446,6 +456,17 @@ impl WriteTx<'_> {
                 },
             )),
         }
+    }
+
+    fn latest_decision_status(&self, attempt_id: &str) -> StoreResult<Option<String>> {
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT status FROM decisions WHERE attempt_id = ?1
+                 ORDER BY created_at DESC, rowid DESC LIMIT 1",
+            )?
+            .query_row([attempt_id], |r| r.get(0))
+            .optional()?)
     }
 
     /// Renews the claim without any domain change (the host's backup timer while a child
@@ -759,17 +780,20 @@ impl WriteTx<'_> {
         payload: &Value,
         idempotency_key: Option<&str>,
     ) -> StoreResult<String> {
-        let (run_id, interaction_attempt, status): (String, String, String) = self
-            .conn()
-            .prepare_cached(
-                "SELECT run_id, attempt_id, status FROM interactions WHERE interaction_id = ?1",
-            )?
-            .query_row([interaction_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .optional()?
-            .ok_or_else(|| StoreError::NotFound {
-                what: "interaction",
-                id: interaction_id.to_owned(),
-            })?;
+        let (run_id, interaction_attempt, status, deadline): (String, String, String, Option<i64>) =
+            self.conn()
+                .prepare_cached(
+                    "SELECT run_id, attempt_id, status, deadline_at FROM interactions
+                 WHERE interaction_id = ?1",
+                )?
+                .query_row([interaction_id], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                })
+                .optional()?
+                .ok_or_else(|| StoreError::NotFound {
+                    what: "interaction",
+                    id: interaction_id.to_owned(),
+                })?;
         let payload_text = payload.to_string();
         if let Some(key) = idempotency_key {
             let prior: Option<(String, String)> = self
@@ -804,6 +828,15 @@ impl WriteTx<'_> {
                 run.status,
                 format!("interaction {interaction_id} is {status}"),
             ));
+        }
+        // A request past its deadline is about to expire (the host's deadline work has not
+        // run yet): a submission now would be judged after the deadline, or dropped by it.
+        if let Some(deadline_at) = deadline.filter(|d| *d <= self.now) {
+            return Err(StoreError::DeadlinePassed {
+                run_id,
+                attempt_id: interaction_attempt,
+                deadline_at,
+            });
         }
         self.authorize(&run_id, Fence::Unclaimed, Op::Submit)?;
         let submission_id = new_id("sub");
@@ -892,7 +925,11 @@ impl WriteTx<'_> {
                  WHERE interaction_id = ?1",
             )?
             .execute(params![interaction_id, int_state, self.now])?;
-        if !accepted {
+        if accepted {
+            if let Some(attempt_id) = &run.current_attempt {
+                self.clear_deadline_answered_in_time(attempt_id)?;
+            }
+        } else {
             let attempt_id = run.current_attempt.clone().unwrap_or_default();
             self.suspend_attempt(&claim.run_id, &attempt_id)?;
         }
@@ -960,10 +997,22 @@ impl WriteTx<'_> {
         answer: &Value,
         answered_by: Answerer,
     ) -> StoreResult<()> {
-        let (run_id, kind, status): (String, String, String) = self
+        let (run_id, kind, status, attempt_id, deadline): (
+            String,
+            String,
+            String,
+            String,
+            Option<i64>,
+        ) = self
             .conn()
-            .prepare_cached("SELECT run_id, kind, status FROM decisions WHERE decision_id = ?1")?
-            .query_row([decision_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .prepare_cached(
+                "SELECT d.run_id, d.kind, d.status, d.attempt_id, a.deadline_at
+                 FROM decisions d JOIN attempts a ON a.attempt_id = d.attempt_id
+                 WHERE d.decision_id = ?1",
+            )?
+            .query_row([decision_id], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })
             .optional()?
             .ok_or_else(|| StoreError::NotFound {
                 what: "decision",
@@ -984,7 +1033,17 @@ impl WriteTx<'_> {
                 format!("decision {decision_id} is {status}"),
             ));
         }
+        // The node's deadline bounds the wait for the answer: a late answer is refused (the
+        // host expires the decision and the attempt times out), never taken and then dropped.
+        if let Some(deadline_at) = deadline.filter(|d| *d <= self.now) {
+            return Err(StoreError::DeadlinePassed {
+                run_id,
+                attempt_id,
+                deadline_at,
+            });
+        }
         self.authorize(&run_id, Fence::Unclaimed, Op::AnswerDecision)?;
+        self.clear_deadline_answered_in_time(&attempt_id)?;
         self.conn()
             .prepare_cached(
                 "UPDATE decisions SET status = 'answered', answer = ?2, answered_by = ?3,
@@ -1002,6 +1061,64 @@ impl WriteTx<'_> {
             &run_id,
             "decision_answered",
             json!({ "decision": decision_id, "by": answered_by.as_str() }),
+        )?;
+        Ok(())
+    }
+
+    /// The attempt's request was answered (a decision) or its result accepted (a submission)
+    /// before the node's deadline: what is left is the child carrying that answer into its
+    /// transition, which the deadline must not undo, however long the child takes to start
+    /// (a paused run, a full child cap, a lost child continued again). So the attempt has no
+    /// deadline from now on.
+    fn clear_deadline_answered_in_time(&mut self, attempt_id: &str) -> StoreResult<()> {
+        self.conn()
+            .prepare_cached(
+                "UPDATE attempts SET deadline_at = NULL
+                 WHERE attempt_id = ?1 AND deadline_at IS NOT NULL",
+            )?
+            .execute([attempt_id])?;
+        Ok(())
+    }
+
+    /// Closes a pending decision whose attempt's deadline (the node's `timeout_ms`) has passed
+    /// and queues the run, so a child records the same attempt as timed out and routes it, as
+    /// for an expired interaction. The decision is `cancelled`: nobody answered it in time.
+    pub fn expire_decision(&mut self, decision_id: &str) -> StoreResult<()> {
+        let (run_id, status, deadline): (String, String, Option<i64>) = self
+            .conn()
+            .prepare_cached(
+                "SELECT d.run_id, d.status, a.deadline_at
+                 FROM decisions d JOIN attempts a ON a.attempt_id = d.attempt_id
+                 WHERE d.decision_id = ?1",
+            )?
+            .query_row([decision_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .optional()?
+            .ok_or_else(|| StoreError::NotFound {
+                what: "decision",
+                id: decision_id.to_owned(),
+            })?;
+        let run = self.run_row(&run_id)?;
+        let due = deadline.is_some_and(|d| d <= self.now);
+        if !Op::ExpireDecision.allowed(run.status) || status != "pending" || !due {
+            return Err(invalid(
+                &run_id,
+                Op::ExpireDecision,
+                run.status,
+                format!("decision {decision_id} is {status} with deadline {deadline:?}"),
+            ));
+        }
+        self.authorize(&run_id, Fence::Unclaimed, Op::ExpireDecision)?;
+        self.conn()
+            .prepare_cached(
+                "UPDATE decisions SET status = 'cancelled', answered_at = ?2 WHERE decision_id = ?1",
+            )?
+            .execute(params![decision_id, self.now])?;
+        self.set_status(&run_id, RunStatus::Queued)?;
+        self.set_available(&run_id, self.now)?;
+        self.finish_run_write(
+            &run_id,
+            "decision_expired",
+            json!({ "decision": decision_id }),
         )?;
         Ok(())
     }

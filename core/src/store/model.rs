@@ -289,6 +289,7 @@ pub enum Op {
     Settle,
     AnswerDecision,
     ExpireInteraction,
+    ExpireDecision,
     Pause,
     Resume,
     Complete,
@@ -315,6 +316,7 @@ impl Op {
             Op::Settle => "settle",
             Op::AnswerDecision => "answer_decision",
             Op::ExpireInteraction => "expire_interaction",
+            Op::ExpireDecision => "expire_decision",
             Op::Pause => "pause",
             Op::Resume => "resume",
             Op::Complete => "complete",
@@ -346,7 +348,9 @@ impl Op {
             | Op::Recover
             | Op::Effect
             | Op::Review => &[Running],
-            Op::Submit | Op::AnswerDecision | Op::ExpireInteraction => &[Waiting],
+            Op::Submit | Op::AnswerDecision | Op::ExpireInteraction | Op::ExpireDecision => {
+                &[Waiting]
+            }
             Op::Pause => &[Queued, Running, Waiting],
             Op::Resume => &[Queued, Running, Waiting],
             Op::Cancel | Op::ControlClaim => &[Queued, Running, Waiting, Review],
@@ -534,6 +538,7 @@ mod tests {
             Op::Settle,
             Op::AnswerDecision,
             Op::ExpireInteraction,
+            Op::ExpireDecision,
             Op::Pause,
             Op::Resume,
             Op::Complete,

@@ -490,7 +490,7 @@ impl Store {
     }
 
     /// The earliest time the host's own deadline work has something to do: a running run's
-    /// claim expires (recovery), a pending interaction's deadline passes on a run no live
+    /// claim expires (recovery), a pending interaction's or decision's deadline passes on a run no live
     /// claim holds (expiry; when an operator's claim holds it, at that claim's expiry), or an
     /// operator's claim on a ready run expires (the run can be launched).
     /// `None` when nothing is due, so the host can sleep without waking.
@@ -508,6 +508,13 @@ impl Store {
                     JOIN claims c ON c.run_id = i.run_id
                     WHERE i.status = 'pending' AND r.status = 'waiting'
                       AND i.deadline_at IS NOT NULL
+                    UNION ALL
+                    SELECT MIN(MAX(a.deadline_at,
+                                   CASE WHEN c.owner_kind IS NOT NULL THEN c.expires_at ELSE 0 END))
+                    FROM decisions d JOIN attempts a ON a.attempt_id = d.attempt_id
+                    JOIN runs r ON r.run_id = d.run_id JOIN claims c ON c.run_id = d.run_id
+                    WHERE d.status = 'pending' AND r.status = 'waiting'
+                      AND a.deadline_at IS NOT NULL
                     UNION ALL
                     -- A ready run an operator's claim holds becomes launchable when it expires.
                     SELECT MIN(c.expires_at) FROM claims c JOIN queue q ON q.run_id = c.run_id
