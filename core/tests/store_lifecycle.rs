@@ -1086,7 +1086,7 @@ fn a_submission_after_the_deadline_is_refused_and_an_accepted_one_stands() {
     assert_eq!(f.store.canonical_dump().unwrap(), before);
     assert_eq!(
         f.store.write(|w| w.expire_due_interactions()).unwrap(),
-        vec![i]
+        vec![(i, run_id.clone())]
     );
     f.assert_clean();
 
@@ -1117,6 +1117,5 @@ fn a_submission_after_the_deadline_is_refused_and_an_accepted_one_stands() {
     f.store.write(|w| w.settle(&act.claim, &s, Ok(()))).unwrap();
     f.clock.advance(5_000);
     assert_eq!(f.store.open_attempt_deadline(&run_id2).unwrap(), None);
-    let _ = run_id;
     f.assert_clean();
 }

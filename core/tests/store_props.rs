@@ -1191,7 +1191,7 @@ impl Harness {
             Cmd::ExpireDue => {
                 let r = self.store.write(|w| w.expire_due_interactions());
                 if let (Ok(ids), true) = (&r, self.checks.sweeps) {
-                    for id in ids {
+                    for (id, _) in ids {
                         let i = store_err("interactions", self.store.interactions(None, None))?
                             .into_iter()
                             .find(|i| &i.interaction_id == id);

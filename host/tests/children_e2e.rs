@@ -1663,3 +1663,51 @@ fn a_human_answer_given_in_time_is_not_dropped_by_the_deadline_that_follows() {
     assert_eq!(s["run"]["result"], json!({"answer": "yes"}), "{s:#}");
     env.stop(host);
 }
+
+/// Events the host's own deadline work commits (a request or decision that expired) reach
+/// subscribers like any other: no gap in the run's sequence.
+#[test]
+fn a_subscriber_sees_the_expiry_of_a_request_and_of_a_decision() {
+    let env = Env::new(&[]);
+    let host = env.serve(None);
+    let ask = env.fixture(
+        "ask",
+        json!({
+            "graph": {"name": "ask", "start": "ask",
+                      "nodes": {"ask": {"kind": "agent", "timeout_ms": 300}, "late": {"kind": "compute"}},
+                      "edges": [{"from": "ask", "switch": {"on": "$result.outcome",
+                                 "cases": {"timed_out": "late"}}}]},
+            "behaviors": {"ask": {"interact": "agent"}, "late": {"return": {"late": true}}}
+        }),
+    );
+    for (file, expiry) in [
+        (ask, "interaction_expired"),
+        (decision_deadline_fixture(&env), "decision_expired"),
+    ] {
+        let mut sub = env.client();
+        sub.call(RequestBody::Subscribe(payload::Subscribe {
+            run_id: None,
+            session_id: Some("s1".into()),
+        }))
+        .unwrap();
+        let run_id = env.start(&file, json!({}));
+        let mut seen = Vec::new();
+        loop {
+            let e = sub.next_event().unwrap();
+            assert_eq!(e.run_id, run_id);
+            seen.push((e.seq, e.event_kind.clone()));
+            if e.event_kind == "completed" || e.event_kind == "failed" {
+                break;
+            }
+            assert!(seen.len() < 100, "{seen:?}");
+        }
+        let seqs: Vec<u64> = seen.iter().map(|(s, _)| *s).collect();
+        assert_eq!(
+            seqs,
+            (1..=seqs.len() as u64).collect::<Vec<_>>(),
+            "{expiry}: no gaps, no repeats: {seen:?}"
+        );
+        assert!(seen.iter().any(|(_, k)| k == expiry), "{seen:?}");
+    }
+    env.stop(host);
+}

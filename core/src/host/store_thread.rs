@@ -168,7 +168,12 @@ fn next_deadline_at(store: &Store, state: &HostState) -> Option<i64> {
 /// Deadlines owned by the host: expired interactions and decisions, and expired claims.
 fn run_due_work(store: &mut Store, outbox: &mut Outbox, owner_id: &str) {
     let result = store.write(|w| {
-        let mut expired = w.expire_due_interactions()?;
+        // Run ids: the events of these runs are published below.
+        let mut expired: Vec<String> = w
+            .expire_due_interactions()?
+            .into_iter()
+            .map(|(_, run_id)| run_id)
+            .collect();
         expired.extend(w.expire_due_decisions()?);
         let recovered = w.recover_expired_claims(Some(owner_id))?;
         let mut runs: Vec<String> = recovered.into_iter().map(|r| r.run_id).collect();

@@ -136,21 +136,22 @@ impl WriteTx<'_> {
         }
     }
 
-    /// Expires every pending interaction whose deadline has passed. Returns their ids.
-    pub fn expire_due_interactions(&mut self) -> StoreResult<Vec<String>> {
-        let due: Vec<String> = self
+    /// Expires every pending interaction whose deadline has passed. Returns their ids, each
+    /// with its run (whose new events the caller publishes).
+    pub fn expire_due_interactions(&mut self) -> StoreResult<Vec<(String, String)>> {
+        let due: Vec<(String, String)> = self
             .conn()
             .prepare_cached(
-                "SELECT i.interaction_id FROM interactions i
+                "SELECT i.interaction_id, i.run_id FROM interactions i
                  JOIN runs r ON r.run_id = i.run_id JOIN claims c ON c.run_id = i.run_id
                  WHERE i.status = 'pending' AND i.deadline_at <= ?1 AND r.status = 'waiting'
                    -- a live control claim (an operator mid-cancel) has the run; skip it
                    AND NOT (c.owner_kind IS NOT NULL AND c.expires_at > ?1)
                  ORDER BY i.deadline_at",
             )?
-            .query_map([self.now], |r| r.get(0))?
+            .query_map([self.now], |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect::<Result<_, _>>()?;
-        for id in &due {
+        for (id, _) in &due {
             self.savepoint(|w| w.expire_interaction(id))?;
         }
         Ok(due)
