@@ -1711,3 +1711,46 @@ fn a_subscriber_sees_the_expiry_of_a_request_and_of_a_decision() {
     }
     env.stop(host);
 }
+
+/// A submission made in time whose validation is still running when the request's deadline
+/// passes: the deadline wins (the plan: a submission is judged "unless its deadline expired").
+/// The submission is rejected with that reason, the request expires and the run routes
+/// `timed_out`; stopping the judging child is the host's doing, not a loss of the run.
+#[test]
+fn a_validation_overtaken_by_the_deadline_expires_the_request_without_a_loss() {
+    let env = Env::new(&[]);
+    let host = env.serve(None);
+    let file = env.fixture(
+        "slowask",
+        json!({
+            "graph": {"name": "slowask", "start": "ask",
+                      "nodes": {"ask": {"kind": "agent", "timeout_ms": 600}, "late": {"kind": "compute"},
+                                "ok": {"kind": "compute"}},
+                      "edges": [{"from": "ask", "switch": {"on": "$result.outcome",
+                                 "cases": {"timed_out": "late", "succeeded": "ok"}}}]},
+            "behaviors": {"ask": {"interact": "agent", "validate": {"value": 42},
+                                  "validate_sleep_ms": 60_000},
+                          "late": {"return": {"late": true}}, "ok": {}}
+        }),
+    );
+    let run_id = env.start(&file, json!({}));
+    let s = env.wait_for(&run_id, &["waiting"], Duration::from_secs(20));
+    submit(&env, &run_id, &s, "in-time", 42).unwrap();
+    let s = env.wait_for(
+        &run_id,
+        &["completed", "failed", "timed_out", "review"],
+        Duration::from_secs(20),
+    );
+    assert_eq!(s["run"]["status"], json!("completed"), "{s:#}");
+    assert_eq!(s["run"]["result"], json!({"late": true}));
+    assert_eq!(s["interactions"][0]["status"], json!("expired"), "{s:#}");
+    let last = &s["interactions"][0]["last_submission"];
+    assert_eq!(last["state"], json!("rejected"), "{s:#}");
+    assert!(
+        last["error"].as_str().unwrap().contains("deadline"),
+        "{last}"
+    );
+    let kinds = events(&env, &run_id);
+    assert!(!kinds.iter().any(|k| k == "child_lost"), "{kinds:?}");
+    env.stop(host);
+}

@@ -1495,6 +1495,19 @@ fn time_out_attempt(w: &mut WriteTx<'_>, state: &mut HostState, claim: &Claim) -
     let Some((attempt_id, node)) = w.current_open_attempt(&claim.run_id)? else {
         return Ok(());
     };
+    // The request's deadline passed while its submission was still being judged: the deadline
+    // wins (a submission is judged only before it). Rejecting it with that reason makes the
+    // request wait again, past its deadline, so the deadline work right after expires it and
+    // a fresh child routes `timed_out`. The judging child is stopped by the host, which is
+    // no loss of the run (it no longer runs when the child exits).
+    if let Some(submission_id) = w.validating_submission(&claim.run_id)? {
+        w.settle(
+            claim,
+            &submission_id,
+            Err("the request's deadline passed before this submission was judged".into()),
+        )?;
+        return Ok(());
+    }
     let graph = graph_of(w, state, &claim.run_id)?;
     match graph.route(&node, &Outcome::TimedOut) {
         Ok(Route::Next(next)) => {

@@ -294,6 +294,20 @@ impl WriteTx<'_> {
             .transpose()?)
     }
 
+    /// The submission of the run's requests that is being validated, if any.
+    pub fn validating_submission(&self, run_id: &str) -> StoreResult<Option<String>> {
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT s.submission_id FROM submissions s
+                 JOIN interactions i ON i.interaction_id = s.interaction_id
+                 WHERE i.run_id = ?1 AND i.status = 'validating' AND s.state = 'validating'
+                 LIMIT 1",
+            )?
+            .query_row([run_id], |r| r.get(0))
+            .optional()?)
+    }
+
     /// A submission's payload.
     pub fn submission_payload(&self, submission_id: &str) -> StoreResult<Value> {
         let text: String = self
