@@ -1119,3 +1119,30 @@ fn a_submission_after_the_deadline_is_refused_and_an_accepted_one_stands() {
     assert_eq!(f.store.open_attempt_deadline(&run_id2).unwrap(), None);
     f.assert_clean();
 }
+
+/// A run stopped for review (here: its validation children kept dying) cannot take a
+/// submission, so its request is not offered to the session's model as pending.
+#[test]
+fn a_request_of_a_run_in_review_is_not_listed_for_its_session() {
+    let mut f = Fixture::new();
+    let (run_id, a, i, _) = submitted(&mut f);
+    for loss in 1..=DEFAULT_MAX_CHILD_LOSSES {
+        let act = f.activate(&run_id);
+        f.store
+            .write(|w| w.child_lost(&act.claim, "validator crashed"))
+            .unwrap();
+        if loss < DEFAULT_MAX_CHILD_LOSSES {
+            f.store
+                .write(|w| w.submit(&i, &a, &json!(loss), None))
+                .unwrap();
+        }
+    }
+    assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Review);
+    assert_eq!(
+        f.store.interactions(None, Some("session-1")).unwrap(),
+        vec![],
+        "nothing the model could answer"
+    );
+    assert_eq!(f.store.interactions(Some(&run_id), None).unwrap().len(), 1);
+    f.assert_clean();
+}

@@ -398,7 +398,11 @@ impl Store {
                  SELECT rowid FROM submissions WHERE interaction_id = i.interaction_id
                  ORDER BY created_at DESC, rowid DESC LIMIT 1)
              WHERE (?1 IS NULL OR i.run_id = ?1)
-               AND (?2 IS NULL OR (i.origin_session = ?2 AND i.status IN ('pending', 'validating')))
+               AND (?2 IS NULL OR (i.origin_session = ?2 AND i.status IN ('pending', 'validating')
+                    -- A run stopped for review takes no submission: its request is not
+                    -- offered to the session until a person resolves the run.
+                    AND NOT EXISTS (SELECT 1 FROM runs r
+                                    WHERE r.run_id = i.run_id AND r.status = 'review')))
              ORDER BY i.created_at, i.rowid",
         )?;
         let rows = stmt.query_map(params![run_id, session], |r| {
