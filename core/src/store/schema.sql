@@ -105,6 +105,8 @@ CREATE TABLE decisions (
     answered_at      INTEGER
 );
 CREATE INDEX decisions_by_run ON decisions (run_id, status);
+-- A resumed attempt looks up what it waited on (`resume_point`).
+CREATE INDEX decisions_by_attempt ON decisions (attempt_id);
 
 CREATE TABLE interactions (
     interaction_id  TEXT    PRIMARY KEY,
@@ -121,6 +123,7 @@ CREATE TABLE interactions (
     closed_at       INTEGER
 );
 CREATE INDEX interactions_by_run ON interactions (run_id, status);
+CREATE INDEX interactions_by_attempt ON interactions (attempt_id);
 CREATE INDEX interactions_by_session ON interactions (origin_session, status);
 
 CREATE TABLE submissions (
