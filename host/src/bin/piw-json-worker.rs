@@ -106,7 +106,9 @@ fn run() -> Result<(), WorkerError> {
             // The submission was accepted by a child that died before it moved on: its
             // payload is the node's output, exactly as after a fresh acceptance.
             node = str_of(&resume["node_id"]);
-            let submission = hello.submission.clone().unwrap_or(Value::Null);
+            let submission = hello.submission.clone().ok_or_else(|| {
+                WorkerError::Reply("an accepted resume without a submission".into())
+            })?;
             carried = Some(AttemptOutcome::Succeeded {
                 output: submission["payload"].clone(),
             });
@@ -117,7 +119,9 @@ fn run() -> Result<(), WorkerError> {
         }
         Some("validate") => {
             node = str_of(&resume["node_id"]);
-            let submission = hello.submission.clone().unwrap_or(Value::Null);
+            let submission = hello.submission.clone().ok_or_else(|| {
+                WorkerError::Reply("an accepted resume without a submission".into())
+            })?;
             let sub_id = str_of(&submission["submission_id"]);
             let payload = submission["payload"].clone();
             // A `validate` that takes its time (or hangs).
