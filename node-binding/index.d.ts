@@ -292,7 +292,11 @@ export declare class Client {
   diagnose(): Promise<unknown[]>;
   /** Events of a run or of a session. */
   subscribe(filter: { runId: string } | { sessionId: string }): Promise<Subscription>;
-  /** The run once it is final (or, with `untilParked`, also waiting or in review). */
+  /**
+   * The run once it is final (or, with `untilParked`, also waiting or in review). A burst of
+   * events this wait falls behind on (`subscription_overflow`) does not end it: it subscribes
+   * again and re-reads the run. The same holds for `waitForSubmission`.
+   */
   waitForRun(runId: string, options?: WaitOptions & { untilParked?: boolean }): Promise<Run>;
   /** The verdict on a submission once the workflow's `validate` judged it. */
   waitForSubmission(runId: string, submissionId: string, options?: WaitOptions): Promise<SubmissionVerdict>;

@@ -274,7 +274,8 @@ export class Client {
    * until it returns a value (events carry the run's status, so most need no read).
    */
   async #waitFor(runId, check, relevant, options) {
-    const sub = await this.subscribe({ runId });
+    let sub = null;
+    let done = false;
     let timer;
     const timeout = new Promise((_, reject) => {
       if (options.timeoutMs)
@@ -284,23 +285,39 @@ export class Client {
         );
     });
     try {
-      // Subscribed first, then read: no event can fall between the read and the wait.
       const watch = (async () => {
-        let found = await check();
-        if (found !== undefined) return found;
-        for await (const event of sub) {
-          if (!relevant(event)) continue;
-          found = await check();
+        for (;;) {
+          // Subscribed first, then read: no event can fall between the read and the wait.
+          sub = await this.subscribe({ runId });
+          if (done) {
+            // The wait already ended (a timeout) while this subscription was being made.
+            await sub.close().catch(() => {});
+            return undefined;
+          }
+          let found = await check();
           if (found !== undefined) return found;
+          try {
+            for await (const event of sub) {
+              if (!relevant(event)) continue;
+              found = await check();
+              if (found !== undefined) return found;
+            }
+          } catch (e) {
+            // This reader fell behind and events were dropped (the subscription ends there):
+            // subscribe again and re-read, so nothing that happened meanwhile is missed.
+            if (e?.code === 'subscription_overflow' && !done) continue;
+            throw e;
+          }
+          throw new PiwError('disconnected', `the subscription to run ${runId} ended`);
         }
-        throw new PiwError('disconnected', `the subscription to run ${runId} ended`);
       })();
       // After a timeout, closing the subscription ends `watch` with an error nobody awaits.
       watch.catch(() => {});
       return await Promise.race([watch, timeout]);
     } finally {
+      done = true;
       clearTimeout(timer);
-      await sub.close().catch(() => {});
+      await sub?.close().catch(() => {});
     }
   }
 

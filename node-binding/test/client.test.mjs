@@ -1,5 +1,6 @@
 // Every client method against a real host, including the typed error codes.
 import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
 import { after, before, test } from 'node:test';
 
 import { Client, PiwError } from '../index.js';
@@ -249,4 +250,49 @@ test('ensureHost: callers racing on a fresh installation end with exactly one ho
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+test('waitForRun goes on through a burst of events it fell behind on', async () => {
+  const c = host.client;
+  const marker = `${host.dir}/chatty.done`;
+  const chatty = writeWorkflow(
+    host.dir,
+    'chatty',
+    `import { writeFileSync } from 'node:fs';
+    export default piw.defineWorkflow({
+      name: 'chatty', start: 'talk',
+      nodes: {
+        talk: piw.compute(async (input, ctx) => {
+          for (let i = 0; i < 5000; i++) await ctx.progress('step ' + i);
+          writeFileSync(${JSON.stringify(marker)}, 'done');
+          return { said: 5000 };
+        }),
+      },
+      edges: [],
+    });`,
+  );
+  const { run_id: runId } = await c.startRun(chatty);
+  // A second subscription that nobody reads while this thread is blocked: it shows that the
+  // burst overflowed a reader's buffer.
+  const unread = await c.subscribe({ runId });
+  const waiting = c.waitForRun(runId, { timeoutMs: 60_000 });
+  await new Promise((r) => setTimeout(r, 100)); // waitForRun has subscribed and read once
+  // Block this thread until the run's 5,000 progress events have all been sent.
+  const until = Date.now() + 30_000;
+  while (!existsSync(marker) && Date.now() < until) {
+    /* busy: events pile up in the addon's buffers, unread */
+  }
+  const settle = Date.now() + 300;
+  while (Date.now() < settle) {
+    /* the last events and the completion arrive */
+  }
+  await assert.rejects(
+    (async () => {
+      for (;;) if ((await unread.next()) === null) return;
+    })(),
+    (e) => e.code === 'subscription_overflow',
+  );
+  const run = await waiting;
+  assert.equal(run.status, 'completed');
+  assert.deepEqual(run.result, { said: 5000 });
 });
