@@ -386,26 +386,52 @@ fn run(cli: Cli) -> Result<(), CliError> {
 
 /// The `diagnose` receipt body. Through the running host when one answers; otherwise straight
 /// from the database, read-only, while holding the installation lock (no host starts
-/// meanwhile). Diagnosing never starts a host: a host's start-up recovery would change the
-/// very state being diagnosed, and a host that cannot start is when diagnosis matters most.
+/// meanwhile). While another process holds the lock (a host that is starting or stopping, a
+/// reset) it waits for that host to answer or the holder to let go. Diagnosing never starts a
+/// host: a host's start-up recovery would change the very state being diagnosed, and a host
+/// that cannot start is when diagnosis matters most.
 fn diagnose(paths: &PiwPaths) -> Result<Value, CliError> {
-    if let Ok(mut client) = BlockingClient::connect(paths) {
-        return Ok(client.call(RequestBody::Diagnose)?.body);
-    }
-    if !paths.db.exists() {
-        // Nothing to diagnose, and nothing (not even PIW_HOME) is created to find that out.
-        return Ok(json!({ "findings": [] }));
-    }
-    let _lock = match piw_core::host::lock_installation(paths) {
-        Ok(lock) => lock,
-        // A host is starting or stopping: ask it once it answers.
-        Err(HostError::AlreadyRunning { .. }) => {
-            return Ok(connect(paths)?.call(RequestBody::Diagnose)?.body)
+    let started = std::time::Instant::now();
+    loop {
+        if let Ok(mut client) = BlockingClient::connect(paths) {
+            match client.call(RequestBody::Diagnose) {
+                Ok(r) => return Ok(r.body),
+                // The host is stopping (or just died): read the database once it let go.
+                Err(
+                    ClientError::Closed {
+                        code: RejectionCode::HostShuttingDown,
+                        ..
+                    }
+                    | ClientError::Disconnected,
+                ) => {}
+                Err(e) => return Err(e.into()),
+            }
         }
-        Err(e) => return Err(e.into()),
-    };
-    let store = Store::open_read_only(&paths.db, StoreConfig::default())?;
-    Ok(json!({ "findings": store.diagnose()? }))
+        if !paths.db.exists() {
+            // Nothing to diagnose, and nothing (not even PIW_HOME) is created to find that out.
+            return Ok(json!({ "findings": [] }));
+        }
+        let _lock = match piw_core::host::lock_installation(paths) {
+            Ok(lock) => lock,
+            // Another process holds the installation: a host that is starting (ask it once it
+            // answers) or stopping, or a `piw state reset`. Wait for either, never starting a
+            // host ourselves.
+            Err(HostError::AlreadyRunning { pid, .. }) => {
+                if started.elapsed() >= Duration::from_millis(STOP_WAIT_MS) {
+                    return Err(CliError::Runtime(format!(
+                        "process {pid} still holds {} after {} s and no host answers (a host that is stopping, or `piw state reset`); try again once it lets go",
+                        paths.lock.display(),
+                        STOP_WAIT_MS / 1000
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(25));
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let store = Store::open_read_only(&paths.db, StoreConfig::default())?;
+        return Ok(json!({ "findings": store.diagnose()? }));
+    }
 }
 
 fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {

@@ -669,3 +669,34 @@ fn waiting_for_a_run_outlives_a_host_that_was_killed_but_not_one_that_was_stoppe
         text(&o)
     );
 }
+
+/// `diagnose` while another process holds the installation lock and no host answers (a host
+/// that is stopping, a `piw state reset`): it waits for the lock and reads the database
+/// itself. It never starts a host, also not once the holder lets go.
+#[test]
+fn diagnose_waits_for_a_held_installation_without_starting_a_host() {
+    let h = home();
+    let file = hello_example(&h);
+    let o = piw(&h.home, &["run", "start", file.to_str().unwrap(), "--wait"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(piw(&h.home, &["host", "stop"]).status.code(), Some(0));
+
+    let paths = piw_core::paths::PiwPaths::for_home(h.home.clone());
+    let lock = piw_core::host::lock_installation(&paths).unwrap();
+    let holder = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(800));
+        drop(lock);
+    });
+    let o = piw(&h.home, &["diagnose", "--json"]);
+    holder.join().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(json_of(&o)["findings"], serde_json::json!([]));
+    let o = piw(&h.home, &["host", "status"]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "diagnose started a host: {}",
+        text(&o)
+    );
+    assert!(text(&o).contains("no piw host is running"), "{}", text(&o));
+}
