@@ -1132,3 +1132,37 @@ fn a_connection_cannot_pile_up_subscriptions() {
     c.call(RequestBody::HostStatus).unwrap();
     home.stop(host);
 }
+
+/// The host `ensure_host` started is refused by a holder of the installation (a host that is
+/// stopping), and that holder lets go before `ensure_host` sees the refused host exit: it never
+/// saw the installation held, yet the host did not fail by itself. It is started again, as
+/// after any holder that let go, instead of failing the call with "exited before it became
+/// ready" and a log saying another host runs.
+#[test]
+fn ensure_host_starts_again_when_the_holder_let_go_before_the_refused_host_was_seen_to_exit() {
+    let home = Home::new();
+    home.paths.ensure_dirs().unwrap();
+    let refused = home._dir.path().join("refused");
+    // The real host, then (once it exits) a mark and a moment before the exit is visible.
+    let bin = fake_host(
+        home._dir.path(),
+        "slow-exit",
+        &format!(
+            "\"{}\" \"$@\"; rc=$?; touch \"{}\"; sleep 0.5; exit $rc",
+            piw().display(),
+            refused.display()
+        ),
+    );
+    let held = piw_core::host::lock_installation(&home.paths).unwrap();
+    let release = std::thread::spawn(move || {
+        let started = std::time::Instant::now();
+        while !refused.exists() && started.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        drop(held);
+    });
+    let result = ensure_host(&home.paths, &bin, Duration::from_secs(20));
+    release.join().unwrap();
+    result.expect("a host once the installation is free");
+    home.client().call(RequestBody::HostStop).unwrap();
+}

@@ -624,7 +624,8 @@ impl BlockingClient {
 /// stopping, a `piw state reset`) exits at once; this call then waits for that process to let
 /// go (or for its host to answer) and starts the host once more, within `timeout`. A host that
 /// exits while nobody else holds the installation (a refused database, say) fails the call at
-/// once with [`ClientError::HostExited`]: its exit status and the end of its log. Only a host
+/// once (after one more start, in case it was refused by a holder that let go before its exit
+/// was seen) with [`ClientError::HostExited`]: its exit status and the end of its log. Only a host
 /// still starting (or another holder that has not let go) when `timeout` passes is
 /// [`ClientError::HostNotReady`].
 pub fn ensure_host(
@@ -656,6 +657,9 @@ pub fn ensure_host_with_env(
     // How the last host this call started ended, and whether another process held the
     // installation after that (then it is started again once that process is gone).
     let mut exited: Option<(std::process::ExitStatus, bool)> = None;
+    // Whether a host that exited while nobody was seen to hold the installation was started
+    // once more (see below).
+    let mut started_again = false;
     let mut delay = Duration::from_millis(2);
     loop {
         if probe(paths) {
@@ -691,6 +695,16 @@ pub fn ensure_host_with_env(
                         return Ok(());
                     }
                     if installation_held(paths) {
+                        continue;
+                    }
+                    // A holder (a host that was stopping) may have refused this host and let
+                    // go before its exit was seen here: start it once more. A host that fails
+                    // by itself fails the same way again, and that exit is the one reported.
+                    if !started_again {
+                        started_again = true;
+                        exited = None;
+                        log_from = log_len(&paths.log);
+                        child = Some(start_host(paths, host_bin, env)?);
                         continue;
                     }
                     return Err(ClientError::HostExited {
