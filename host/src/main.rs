@@ -591,8 +591,13 @@ fn wait_for_run(
         restarts += 1;
         if restarts > WAIT_HOST_RESTARTS {
             return Err(CliError::Runtime(format!(
-                "the host went away {WAIT_HOST_RESTARTS} times while waiting for run {run_id} ({e}); see {}",
+                "the host went away again after {WAIT_HOST_RESTARTS} restarts while waiting for run {run_id} ({e}); see {}",
                 paths.log.display()
+            )));
+        }
+        if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+            return Err(CliError::Runtime(format!(
+                "gave up waiting for run {run_id} (the host went away: {e})"
             )));
         }
         eprintln!(

@@ -120,7 +120,7 @@ fn run() -> Result<(), WorkerError> {
         Some("validate") => {
             node = str_of(&resume["node_id"]);
             let submission = hello.submission.clone().ok_or_else(|| {
-                WorkerError::Reply("an accepted resume without a submission".into())
+                WorkerError::Reply("a validate resume without a submission".into())
             })?;
             let sub_id = str_of(&submission["submission_id"]);
             let payload = submission["payload"].clone();
