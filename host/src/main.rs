@@ -538,9 +538,11 @@ fn waiting_notices(run_id: &str, status_body: &Value) -> Vec<String> {
     if str_of(&run["status"]) != "waiting" {
         return notices;
     }
-    let session = run["origin_session"].as_str().map_or_else(
-        || "its Pi session".to_owned(),
-        |s| format!("Pi session {s}"),
+    // A run started without a Pi session (`--session`) has nobody to present its requests:
+    // say so rather than promise an answer from a session that does not exist.
+    let answered_in = run["origin_session"].as_str().map_or_else(
+        || format!("the run has no Pi session to answer it in (started without --session), so only a client that submits it by id or `piw run cancel {run_id}` moves it on; this command goes on waiting"),
+        |s| format!("it is answered in Pi session {s}, and this command goes on waiting"),
     );
     for d in status_body["decisions"].as_array().into_iter().flatten() {
         if d["status"] == "pending" {
@@ -550,7 +552,7 @@ fn waiting_notices(run_id: &str, status_body: &Value) -> Vec<String> {
                 "a checkpoint answer"
             };
             notices.push(format!(
-                "run {run_id} waits for {what} ({}) at node {}; it is answered in {session}, and this command goes on waiting",
+                "run {run_id} waits for {what} ({}) at node {}; {answered_in}",
                 str_of(&d["decision_id"]),
                 str_of(&d["node_id"])
             ));
@@ -559,7 +561,7 @@ fn waiting_notices(run_id: &str, status_body: &Value) -> Vec<String> {
     for i in status_body["interactions"].as_array().into_iter().flatten() {
         if i["status"] == "pending" || i["status"] == "validating" {
             notices.push(format!(
-                "run {run_id} waits for an answer to interaction {} ({}) at node {}; it is answered in {session}, and this command goes on waiting",
+                "run {run_id} waits for an answer to interaction {} ({}) at node {}; {answered_in}",
                 str_of(&i["interaction_id"]),
                 str_of(&i["kind"]),
                 str_of(&i["node_id"])
@@ -743,6 +745,15 @@ mod tests {
         assert!(notices[1].contains("answered in Pi session s-1"));
         assert!(notices[2].contains("a person's decision (d-2) at node gate"));
         assert!(notices[3].contains("interaction i-1 (agent) at node chat"));
+        // Without a Pi session, nobody presents the request: the notice says so.
+        let mut sessionless = body.clone();
+        sessionless["run"]["origin_session"] = Value::Null;
+        let notices = waiting_notices("run-1", &sessionless);
+        assert!(
+            notices[1].contains("has no Pi session to answer it in")
+                && notices[1].contains("`piw run cancel run-1`"),
+            "{notices:#?}"
+        );
         // A run that goes on by itself waits for nobody, whatever its rows say.
         let running =
             json!({"run": {"status": "running", "paused": false}, "decisions": body["decisions"]});

@@ -288,7 +288,7 @@ fn wait_gives_up_after_its_timeout_and_the_run_goes_on() {
         "{stderr}"
     );
     assert!(
-        stderr.contains("at node ask; it is answered in its Pi session"),
+        stderr.contains("at node ask; the run has no Pi session to answer it in"),
         "{stderr}"
     );
     assert!(started.elapsed() < std::time::Duration::from_secs(15));
