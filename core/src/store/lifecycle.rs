@@ -120,6 +120,39 @@ struct AttemptRow {
     status: AttemptStatus,
 }
 
+/// A pending request that its node's deadline can expire (see `WriteTx::expire_request`).
+struct ExpiringRequest {
+    /// The request's noun, in errors and as the key of the event's data.
+    what: &'static str,
+    op: Op,
+    /// `(run_id, status, deadline_at)` of the request `?1`.
+    lookup: &'static str,
+    /// Closes the request `?1` as of `?2`.
+    close: &'static str,
+    event: &'static str,
+}
+
+/// A checkpoint or human decision: its deadline is its attempt's; nobody answered it in time,
+/// so it is `cancelled`.
+const EXPIRING_DECISION: ExpiringRequest = ExpiringRequest {
+    what: "decision",
+    op: Op::ExpireDecision,
+    lookup: "SELECT d.run_id, d.status, a.deadline_at
+             FROM decisions d JOIN attempts a ON a.attempt_id = d.attempt_id
+             WHERE d.decision_id = ?1",
+    close: "UPDATE decisions SET status = 'cancelled', answered_at = ?2 WHERE decision_id = ?1",
+    event: "decision_expired",
+};
+
+/// An interactive request (agent, assistant message).
+const EXPIRING_INTERACTION: ExpiringRequest = ExpiringRequest {
+    what: "interaction",
+    op: Op::ExpireInteraction,
+    lookup: "SELECT run_id, status, deadline_at FROM interactions WHERE interaction_id = ?1",
+    close: "UPDATE interactions SET status = 'expired', closed_at = ?2 WHERE interaction_id = ?1",
+    event: "interaction_expired",
+};
+
 impl WriteTx<'_> {
     pub(crate) fn run_row(&self, run_id: &str) -> StoreResult<RunRow> {
         let row = self
@@ -1084,82 +1117,47 @@ impl WriteTx<'_> {
     /// and queues the run, so a child records the same attempt as timed out and routes it, as
     /// for an expired interaction. The decision is `cancelled`: nobody answered it in time.
     pub fn expire_decision(&mut self, decision_id: &str) -> StoreResult<()> {
-        let (run_id, status, deadline): (String, String, Option<i64>) = self
-            .conn()
-            .prepare_cached(
-                "SELECT d.run_id, d.status, a.deadline_at
-                 FROM decisions d JOIN attempts a ON a.attempt_id = d.attempt_id
-                 WHERE d.decision_id = ?1",
-            )?
-            .query_row([decision_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .optional()?
-            .ok_or_else(|| StoreError::NotFound {
-                what: "decision",
-                id: decision_id.to_owned(),
-            })?;
-        let run = self.run_row(&run_id)?;
-        let due = deadline.is_some_and(|d| d <= self.now);
-        if !Op::ExpireDecision.allowed(run.status) || status != "pending" || !due {
-            return Err(invalid(
-                &run_id,
-                Op::ExpireDecision,
-                run.status,
-                format!("decision {decision_id} is {status} with deadline {deadline:?}"),
-            ));
-        }
-        self.authorize(&run_id, Fence::Unclaimed, Op::ExpireDecision)?;
-        self.conn()
-            .prepare_cached(
-                "UPDATE decisions SET status = 'cancelled', answered_at = ?2 WHERE decision_id = ?1",
-            )?
-            .execute(params![decision_id, self.now])?;
-        self.set_status(&run_id, RunStatus::Queued)?;
-        self.set_available(&run_id, self.now)?;
-        self.finish_run_write(
-            &run_id,
-            "decision_expired",
-            json!({ "decision": decision_id }),
-        )?;
-        Ok(())
+        self.expire_request(&EXPIRING_DECISION, decision_id)
     }
 
     /// Closes a pending interaction whose deadline has passed and queues the run so a child
     /// records the same attempt as timed out and routes it.
     pub fn expire_interaction(&mut self, interaction_id: &str) -> StoreResult<()> {
+        self.expire_request(&EXPIRING_INTERACTION, interaction_id)
+    }
+
+    /// Closes the pending request `id` of `kind` whose deadline has passed, queues its run and
+    /// records the event; refuses a request that is not pending, not yet due, or on a run
+    /// that is not waiting.
+    fn expire_request(&mut self, kind: &ExpiringRequest, id: &str) -> StoreResult<()> {
         let (run_id, status, deadline): (String, String, Option<i64>) = self
             .conn()
-            .prepare_cached(
-                "SELECT run_id, status, deadline_at FROM interactions WHERE interaction_id = ?1",
-            )?
-            .query_row([interaction_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .prepare_cached(kind.lookup)?
+            .query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
             .optional()?
             .ok_or_else(|| StoreError::NotFound {
-                what: "interaction",
-                id: interaction_id.to_owned(),
+                what: kind.what,
+                id: id.to_owned(),
             })?;
         let run = self.run_row(&run_id)?;
         let due = deadline.is_some_and(|d| d <= self.now);
-        if !Op::ExpireInteraction.allowed(run.status) || status != "pending" || !due {
+        if !kind.op.allowed(run.status) || status != "pending" || !due {
             return Err(invalid(
                 &run_id,
-                Op::ExpireInteraction,
+                kind.op,
                 run.status,
-                format!("interaction {interaction_id} is {status} with deadline {deadline:?}"),
+                format!("{} {id} is {status} with deadline {deadline:?}", kind.what),
             ));
         }
-        self.authorize(&run_id, Fence::Unclaimed, Op::ExpireInteraction)?;
+        self.authorize(&run_id, Fence::Unclaimed, kind.op)?;
         self.conn()
-            .prepare_cached(
-                "UPDATE interactions SET status = 'expired', closed_at = ?2 WHERE interaction_id = ?1",
-            )?
-            .execute(params![interaction_id, self.now])?;
+            .prepare_cached(kind.close)?
+            .execute(params![id, self.now])?;
         self.set_status(&run_id, RunStatus::Queued)?;
         self.set_available(&run_id, self.now)?;
-        self.finish_run_write(
-            &run_id,
-            "interaction_expired",
-            json!({ "interaction": interaction_id }),
-        )?;
+        let mut data = serde_json::Map::new();
+        data.insert(kind.what.to_owned(), Value::from(id));
+        self.finish_run_write(&run_id, kind.event, Value::Object(data))?;
         Ok(())
     }
 
