@@ -61,6 +61,8 @@ export type ClientErrorCode =
   | 'host_not_ready'
   /** The process at the socket belongs to another user; nothing was sent to it. */
   | 'foreign_host'
+  /** A rejection or goodbye code this client does not know (from a newer host); the message is the host's. */
+  | 'unknown'
   | 'io'
   | 'protocol'
   /** `waitForRun` / `waitForSubmission` gave up after `timeoutMs`. */

@@ -286,3 +286,65 @@ fn events_queued_during_calls_are_bounded_and_an_overflow_takes_the_place_of_the
     drop(client);
     host.join().unwrap();
 }
+
+/// A newer host may answer with a rejection code this build does not know: the client still
+/// gets the rejection, with its message and details, as `RejectionCode::Unknown`, and the
+/// connection goes on (the same for a goodbye, which ends it).
+#[test]
+fn a_rejection_code_from_a_newer_host_arrives_as_unknown_with_its_message() {
+    use piw_core::protocol::Rejection;
+    // A frame of this build with its code respelled as one no code of this build has.
+    let respelled = |f: &ServerFrame, new_code: &str| {
+        let body = serde_json::to_string(f).unwrap();
+        assert!(body.contains("\"internal\""), "{body}");
+        let body = body.replace("\"internal\"", &format!("\"{new_code}\""));
+        let mut out = (body.len() as u32).to_be_bytes().to_vec();
+        out.extend_from_slice(body.as_bytes());
+        out
+    };
+    let (_dir, paths) = home();
+    let listener = UnixListener::bind(&paths.socket).unwrap();
+    let host = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let body = read_frame(&mut stream, &Limits::default())
+            .unwrap()
+            .unwrap();
+        let first = Request::decode(&body, &Limits::default()).unwrap();
+        let mut rejection = Rejection::new(RejectionCode::Internal, "too many runs today");
+        rejection.details = json!({"limit": 3});
+        let reply = ServerFrame::rejection(first.request_id, rejection);
+        stream
+            .write_all(&respelled(&reply, "quota_exceeded"))
+            .unwrap();
+        let body = read_frame(&mut stream, &Limits::default())
+            .unwrap()
+            .unwrap();
+        let second = Request::decode(&body, &Limits::default()).unwrap();
+        stream.write_all(&receipt(&second.request_id)).unwrap();
+        let goodbye = ServerFrame::goodbye(RejectionCode::Internal, "moved to another host");
+        stream
+            .write_all(&respelled(&goodbye, "rebalanced"))
+            .unwrap();
+        // Held open until the client read the goodbye.
+        let _ = read_frame(&mut stream, &Limits::default());
+    });
+    let mut client = BlockingClient::connect(&paths).unwrap();
+    let err = client.call(RequestBody::HostStatus).unwrap_err();
+    let ClientError::Rejected(rejection) = &err else {
+        panic!("expected a rejection, got {err:?}");
+    };
+    assert_eq!(rejection.code, RejectionCode::Unknown);
+    assert_eq!(rejection.message, "too many runs today");
+    assert_eq!(rejection.details, json!({"limit": 3}));
+    assert_eq!(err.code_str(), "unknown");
+    client
+        .call(RequestBody::HostStatus)
+        .expect("the connection goes on");
+    let err = client.call(RequestBody::HostStatus).unwrap_err();
+    assert!(
+        matches!(&err, ClientError::Closed { code: RejectionCode::Unknown, message } if message == "moved to another host"),
+        "{err:?}"
+    );
+    drop(client);
+    host.join().unwrap();
+}

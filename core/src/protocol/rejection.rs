@@ -74,6 +74,12 @@ pub enum RejectionCode {
     /// Retrying with the same `request_id` is safe and may help. A lagging subscriber is
     /// [`RejectionCode::SubscriberLagged`], never this.
     Internal,
+    /// Never sent: what a client decodes a code into that this build does not know (a newer
+    /// host may add codes within the same protocol schema). The response's message and details
+    /// still arrive; treat it like a failure you cannot correct by changing the request. Not in
+    /// [`RejectionCode::ALL`], which lists the codes a host sends.
+    #[serde(other)]
+    Unknown,
 }
 
 impl RejectionCode {
@@ -116,6 +122,7 @@ impl RejectionCode {
             RejectionCode::HostShuttingDown => "host_shutting_down",
             RejectionCode::SubscriberLagged => "subscriber_lagged",
             RejectionCode::Internal => "internal",
+            RejectionCode::Unknown => "unknown",
         }
     }
 
@@ -159,6 +166,18 @@ mod tests {
             assert_eq!(code.to_string(), code.as_str());
         }
         assert_eq!(RejectionCode::parse("nope"), None);
+    }
+
+    /// A code from a newer host decodes (as `Unknown`) instead of failing the whole frame, so
+    /// an older client still gets the response's message; no host code spells `unknown`.
+    #[test]
+    fn a_code_this_build_does_not_know_decodes_as_unknown() {
+        let code: RejectionCode =
+            serde_json::from_value(serde_json::json!("some_future_code")).unwrap();
+        assert_eq!(code, RejectionCode::Unknown);
+        assert!(!code.retry_may_help());
+        assert_eq!(RejectionCode::parse("unknown"), None);
+        assert!(RejectionCode::ALL.iter().all(|c| c.as_str() != "unknown"));
     }
 
     /// The lag goodbye has a code of its own, so a client can tell it from a failure of the
