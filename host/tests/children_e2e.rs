@@ -739,17 +739,7 @@ fn a_child_killed_while_applying_leaves_the_effect_uncertain_and_the_run_in_revi
 fn an_interaction_deadline_that_passed_while_the_host_was_down_routes_timed_out_after_restart() {
     let env = Env::new(&[]);
     let host = env.serve(None);
-    let file = env.fixture(
-        "ask",
-        json!({
-            "graph": {
-                "name": "ask", "start": "ask",
-                "nodes": {"ask": {"kind": "agent", "timeout_ms": 800}, "late": {"kind": "compute"}, "ok": {"kind": "compute"}},
-                "edges": [{"from": "ask", "switch": {"on": "$result.outcome", "cases": {"timed_out": "late", "succeeded": "ok"}}}]
-            },
-            "behaviors": {"ask": {"interact": "agent"}, "late": {"return": {"late": true}}, "ok": {}}
-        }),
-    );
+    let file = deadline_fixture(&env, "ask", "agent", 800, json!({"interact": "agent"}));
     let run_id = env.start(&file, json!({}));
     let s = env.wait_for(&run_id, &["waiting"], Duration::from_secs(20));
     let deadline = s["interactions"][0]["deadline_at"]
@@ -1589,18 +1579,30 @@ fn an_accepted_submission_survives_the_crash_of_the_child_that_accepted_it() {
     env.stop(host);
 }
 
-fn decision_deadline_fixture(env: &Env) -> String {
+/// A workflow whose first node `ask` (of `kind`, with `timeout_ms`, doing `ask`) routes on
+/// `$result.outcome`: `timed_out` to `late`, which returns `{"late": true}`, and `succeeded` to
+/// `ok`, which returns its input.
+fn deadline_fixture(env: &Env, name: &str, kind: &str, timeout_ms: u64, ask: Value) -> String {
     env.fixture(
-        "approve",
+        name,
         json!({
-            "graph": {"name": "approve", "start": "ask",
-                      "nodes": {"ask": {"kind": "human_decision", "timeout_ms": 400},
+            "graph": {"name": name, "start": "ask",
+                      "nodes": {"ask": {"kind": kind, "timeout_ms": timeout_ms},
                                 "late": {"kind": "compute"}, "ok": {"kind": "compute"}},
                       "edges": [{"from": "ask", "switch": {"on": "$result.outcome",
                                  "cases": {"timed_out": "late", "succeeded": "ok"}}}]},
-            "behaviors": {"ask": {"wait": "human_decision"}, "late": {"return": {"late": true}},
-                          "ok": {}}
+            "behaviors": {"ask": ask, "late": {"return": {"late": true}}, "ok": {}}
         }),
+    )
+}
+
+fn decision_deadline_fixture(env: &Env) -> String {
+    deadline_fixture(
+        env,
+        "approve",
+        "human_decision",
+        400,
+        json!({"wait": "human_decision"}),
     )
 }
 
@@ -1670,16 +1672,7 @@ fn a_human_answer_given_in_time_is_not_dropped_by_the_deadline_that_follows() {
 fn a_subscriber_sees_the_expiry_of_a_request_and_of_a_decision() {
     let env = Env::new(&[]);
     let host = env.serve(None);
-    let ask = env.fixture(
-        "ask",
-        json!({
-            "graph": {"name": "ask", "start": "ask",
-                      "nodes": {"ask": {"kind": "agent", "timeout_ms": 300}, "late": {"kind": "compute"}},
-                      "edges": [{"from": "ask", "switch": {"on": "$result.outcome",
-                                 "cases": {"timed_out": "late"}}}]},
-            "behaviors": {"ask": {"interact": "agent"}, "late": {"return": {"late": true}}}
-        }),
-    );
+    let ask = deadline_fixture(&env, "ask", "agent", 300, json!({"interact": "agent"}));
     for (file, expiry) in [
         (ask, "interaction_expired"),
         (decision_deadline_fixture(&env), "decision_expired"),
@@ -1720,18 +1713,12 @@ fn a_subscriber_sees_the_expiry_of_a_request_and_of_a_decision() {
 fn a_validation_overtaken_by_the_deadline_expires_the_request_without_a_loss() {
     let env = Env::new(&[]);
     let host = env.serve(None);
-    let file = env.fixture(
+    let file = deadline_fixture(
+        &env,
         "slowask",
-        json!({
-            "graph": {"name": "slowask", "start": "ask",
-                      "nodes": {"ask": {"kind": "agent", "timeout_ms": 600}, "late": {"kind": "compute"},
-                                "ok": {"kind": "compute"}},
-                      "edges": [{"from": "ask", "switch": {"on": "$result.outcome",
-                                 "cases": {"timed_out": "late", "succeeded": "ok"}}}]},
-            "behaviors": {"ask": {"interact": "agent", "validate": {"value": 42},
-                                  "validate_sleep_ms": 60_000},
-                          "late": {"return": {"late": true}}, "ok": {}}
-        }),
+        "agent",
+        600,
+        json!({"interact": "agent", "validate": {"value": 42}, "validate_sleep_ms": 60_000}),
     );
     let run_id = env.start(&file, json!({}));
     let s = env.wait_for(&run_id, &["waiting"], Duration::from_secs(20));
