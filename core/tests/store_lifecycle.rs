@@ -549,10 +549,7 @@ fn activate_to_validate(
 /// for a validation child: (run, attempt, interaction, submission).
 fn submitted(f: &mut Fixture) -> (String, String, String, String) {
     let (run_id, act, a) = f.running();
-    let i = f
-        .store
-        .write(|w| w.request_interaction(&act.claim, &a, InteractionKind::Agent, &json!({}), None))
-        .unwrap();
+    let i = f.ask(&act.claim, &a, None);
     let s = f
         .store
         .write(|w| w.submit(&i, &a, &json!(1), None))
@@ -1064,18 +1061,7 @@ fn a_decision_expires_at_its_node_deadline_and_a_late_answer_is_refused() {
 fn a_submission_after_the_deadline_is_refused_and_an_accepted_one_stands() {
     let mut f = Fixture::new();
     let (run_id, act, a) = f.running();
-    let i = f
-        .store
-        .write(|w| {
-            w.request_interaction(
-                &act.claim,
-                &a,
-                InteractionKind::Agent,
-                &json!({}),
-                Some(T0 + 500),
-            )
-        })
-        .unwrap();
+    let i = f.ask(&act.claim, &a, Some(T0 + 500));
     f.clock.advance(500);
     let before = f.store.canonical_dump().unwrap();
     let err = f
@@ -1097,18 +1083,7 @@ fn a_submission_after_the_deadline_is_refused_and_an_accepted_one_stands() {
         .store
         .write(|w| w.node_started(&act.claim, "a", Some(deadline)))
         .unwrap();
-    let i = f
-        .store
-        .write(|w| {
-            w.request_interaction(
-                &act.claim,
-                &a,
-                InteractionKind::Agent,
-                &json!({}),
-                Some(deadline),
-            )
-        })
-        .unwrap();
+    let i = f.ask(&act.claim, &a, Some(deadline));
     let s = f
         .store
         .write(|w| w.submit(&i, &a, &json!(1), None))

@@ -72,22 +72,27 @@ impl Fixture {
         (run_id, act, attempt)
     }
 
+    /// Opens an agent interaction (request `{}`) on `attempt`, due at `deadline`; the run
+    /// then waits. Returns the interaction.
+    pub fn ask(&mut self, claim: &Claim, attempt: &str, deadline: Option<i64>) -> String {
+        self.store
+            .write(|w| {
+                w.request_interaction(
+                    claim,
+                    attempt,
+                    piw_core::store::InteractionKind::Agent,
+                    &json!({}),
+                    deadline,
+                )
+            })
+            .expect("request interaction")
+    }
+
     /// A waiting run: started, activated, at node `a`, waiting on an agent interaction.
     /// Returns the run, its attempt and the interaction.
     pub fn waiting(&mut self) -> (String, String, String) {
         let (run_id, act, attempt) = self.running();
-        let interaction = self
-            .store
-            .write(|w| {
-                w.request_interaction(
-                    &act.claim,
-                    &attempt,
-                    piw_core::store::InteractionKind::Agent,
-                    &json!({}),
-                    None,
-                )
-            })
-            .expect("request interaction");
+        let interaction = self.ask(&act.claim, &attempt, None);
         assert_eq!(
             self.store.run(&run_id).unwrap().status,
             piw_core::store::RunStatus::Waiting
