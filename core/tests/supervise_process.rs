@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use piw_core::supervise::{
-    self, group_alive, kill_orphan_group, process_start_time, read_proc_stat, ChildLimits,
-    OrphanOutcome, SpawnSpec, StopOutcome, SuperviseError,
+    self, group_alive, kill_orphan_group, kill_orphan_groups, process_start_time, read_proc_stat,
+    ChildLimits, OrphanOutcome, RecordedProcess, SpawnSpec, StopOutcome, SuperviseError,
 };
 
 /// A spec running `script` with `/bin/sh -c` in the temp dir.
@@ -376,6 +376,63 @@ fn kill_orphan_group_kills_the_recorded_process() {
         kill_orphan_group(pid, start, Duration::from_millis(500)),
         OrphanOutcome::Gone
     );
+}
+
+/// A shell leading its own group that runs `on_term` when it gets SIGTERM, and touches
+/// `ready` once its trap is set.
+fn detached_shell(on_term: &str, ready: &Path) -> Reaped {
+    let script = format!(
+        "trap '{on_term}' TERM; touch '{}'; while :; do sleep 0.05; done",
+        ready.display()
+    );
+    Reaped(
+        std::process::Command::new("/bin/sh")
+            .args(["-c", &script])
+            .process_group(0)
+            .spawn()
+            .expect("spawn sh"),
+    )
+}
+
+/// Every orphan gets its SIGTERM before any of them is waited for, so a host that died with
+/// many runs active restarts within one grace, not one grace per child in turn. The first
+/// orphan finishes its SIGTERM handling only once the second has received its own: one at a
+/// time, the first would use up its grace and be SIGKILLed before the second was signalled.
+#[test]
+fn kill_orphan_groups_signals_every_group_before_waiting() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = |name: &str| dir.path().join(name);
+    let first = detached_shell(
+        &format!(
+            "while [ ! -e {b} ]; do sleep 0.01; done; touch {done}; exit 0",
+            b = path("second-termed").display(),
+            done = path("first-done").display()
+        ),
+        &path("first-ready"),
+    );
+    let second = detached_shell(
+        &format!("touch {}; exit 0", path("second-termed").display()),
+        &path("second-ready"),
+    );
+    assert!(eventually(Duration::from_secs(10), || {
+        path("first-ready").exists() && path("second-ready").exists()
+    }));
+    let recorded: Vec<RecordedProcess> = [&first, &second]
+        .iter()
+        .map(|p| RecordedProcess {
+            pid: p.0.id(),
+            start_time: process_start_time(p.0.id()).expect("start time"),
+        })
+        .collect();
+    assert_eq!(
+        kill_orphan_groups(&recorded, Duration::from_secs(10)),
+        vec![OrphanOutcome::Killed, OrphanOutcome::Killed]
+    );
+    assert!(
+        path("first-done").exists(),
+        "the first orphan was killed before the second was signalled"
+    );
+    assert!(dead(recorded[0].pid) && dead(recorded[1].pid));
 }
 
 #[test]

@@ -53,25 +53,22 @@ impl Env {
                 "PIW_RUNTIMES",
                 format!(".workflow.json={}", json_worker().display()),
             )
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
+            .stdout(Stdio::null());
+        // Every host of the test appends to one log, which a failed start quotes.
+        let log = self.path("hosts.log");
+        let sink = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
+        cmd.stderr(sink);
         for (k, v) in &self.extra {
             cmd.env(k, v);
         }
         if let Some(f) = fault {
             cmd.env("PIW_FAULT", f);
         }
-        let child = HostProc(cmd.spawn().unwrap());
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(10) {
-            if let Ok(mut c) = BlockingClient::connect(&self.paths) {
-                if c.call(RequestBody::HostStatus).is_ok() {
-                    return child;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        panic!("host did not become ready");
+        HostProc::start_ready(&mut cmd, &self.paths, Some(&log))
     }
 
     fn client(&self) -> BlockingClient {
@@ -1043,8 +1040,6 @@ fn a_cpu_limit_kills_a_runaway_child_and_repeated_losses_stop_the_run_for_review
     env.stop(host);
 }
 
-/// A child in another language that speaks the protocol itself and lies about the node its
-/// attempt ran: it runs `a`, then proposes `b -> c` (a route that exists from `b`, not from `a`).
 /// What the Python children of these tests share: read the envelope, connect, and `call(kind,
 /// payload, **envelope_fields)` one request at a time.
 const PY_WORKER_PRELUDE: &str = r#"
@@ -1062,6 +1057,11 @@ def call(kind, payload, **fields):
     head = s.recv(4); size = struct.unpack(">I", head)[0]; data = b""
     while len(data) < size: data += s.recv(size - len(data))
     return json.loads(data)
+def answer(fixture, value):
+    # Written whole, then renamed: the test polls for the file and must never read it half-done.
+    with open(fixture + ".answer.tmp", "w") as f:
+        f.write(json.dumps(value))
+    os.rename(fixture + ".answer.tmp", fixture + ".answer")
 "#;
 
 /// Writes a Python child: the prelude, then `body`.
@@ -1085,6 +1085,8 @@ fn python_answer(fixture: &str, who: &str) -> Value {
     serde_json::from_slice(&std::fs::read(&answer).unwrap()).unwrap()
 }
 
+/// A child in another language that speaks the protocol itself and lies about the node its
+/// attempt ran: it runs `a`, then proposes `b -> c` (a route that exists from `b`, not from `a`).
 const LYING_CHILD: &str = r#"
 graph = json.load(open(env["source_root"]))["graph"]
 call("worker.hello", {"child_token": env["child_token"], "pid": 1, "definition": graph, "mounted_sources": {}})
@@ -1092,7 +1094,7 @@ r = call("worker.node_started", {}, node_id="a")
 attempt = r["receipt"]["body"]["attempt_id"]
 r = call("worker.transition", {"outcome": {"status": "succeeded", "output": {}}, "next_node": "c"},
          node_id="b", attempt_id=attempt)
-open(sys.argv[1] + ".answer", "w").write(json.dumps(r))
+answer(sys.argv[1], r)
 "#;
 
 #[test]
@@ -1305,8 +1307,7 @@ else:
     z = r["receipt"]["body"]["attempt_id"]
     answers.append(call("worker.transition", {"outcome": ok(4), "next_node": "done",
                         "earlier": [{"outcome": ok(3), "next_node": "t"}]}, node_id="z", attempt_id=z))
-open(fixture + ".answer.tmp", "w").write(json.dumps(answers))
-os.rename(fixture + ".answer.tmp", fixture + ".answer")
+answer(fixture, answers)
 time.sleep(3600)
 "#;
 

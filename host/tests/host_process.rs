@@ -41,22 +41,7 @@ impl Home {
         if let Some(f) = fault {
             cmd.env("PIW_FAULT", f);
         }
-        let child = HostProc(cmd.spawn().unwrap());
-        self.wait_ready();
-        child
-    }
-
-    fn wait_ready(&self) {
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(10) {
-            if let Ok(mut c) = BlockingClient::connect(&self.paths) {
-                if c.call(RequestBody::HostStatus).is_ok() {
-                    return;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        panic!("host did not become ready");
+        HostProc::start_ready(&mut cmd, &self.paths, None)
     }
 
     fn client(&self) -> BlockingClient {

@@ -317,17 +317,25 @@ pub fn serve(config: HostConfig) -> Result<(), HostError> {
 
     let pid = std::process::id();
     let mut store = Store::open(&config.paths.db, config.store.clone())?;
-    let epoch = store.write(|w| w.begin_host_epoch(pid))?;
-    let owner_id = format!("host-epoch-{epoch}");
-    let recovered = store.write(|w| {
-        let mut all = w.recover_runs_of_dead_hosts(&owner_id)?;
-        all.extend(w.recover_expired()?);
-        Ok(all)
+    // One transaction, so one sync, for the new epoch and everything recovered from the
+    // earlier ones: a restart after a crash waits on the disk once, and it is all or nothing.
+    let (epoch, recovered, unconfirmed) = store.write(|w| {
+        let epoch = w.begin_host_epoch(pid)?;
+        let mut recovered = w.recover_runs_of_dead_hosts(&host_owner_id(epoch))?;
+        recovered.extend(w.recover_expired()?);
+        let unconfirmed = w.close_unconfirmed_children(epoch)?;
+        Ok((epoch, recovered, unconfirmed))
     })?;
     if !recovered.is_empty() {
         tracing::info!(
             count = recovered.len(),
             "startup recovery requeued runs of earlier hosts"
+        );
+    }
+    if unconfirmed > 0 {
+        tracing::warn!(
+            count = unconfirmed,
+            "children of an earlier host were never confirmed started"
         );
     }
     cleanup_orphans(&mut store, epoch, config.children.kill_grace)?;
@@ -340,29 +348,43 @@ pub fn serve(config: HostConfig) -> Result<(), HostError> {
         .enable_all()
         .build()
         .map_err(io_err("cannot start the async runtime"))?;
-    runtime.block_on(serve_async(config, store, epoch, owner_id))
+    runtime.block_on(serve_async(config, store, epoch, host_owner_id(epoch)))
+}
+
+/// The claim owner of a host epoch.
+fn host_owner_id(epoch: i64) -> String {
+    format!("host-epoch-{epoch}")
 }
 
 /// Stops children that earlier hosts launched and never saw exit (checking each process's
-/// start time so a reused pid is never killed), and records their end.
+/// start time so a reused pid is never killed), and records their end. All of them share one
+/// grace, so the wait does not grow with their number.
 fn cleanup_orphans(store: &mut Store, epoch: i64, grace: Duration) -> Result<(), HostError> {
-    let unconfirmed = store.write(|w| w.close_unconfirmed_children(epoch))?;
-    if unconfirmed > 0 {
-        tracing::warn!(
-            count = unconfirmed,
-            "children of an earlier host were never confirmed started"
-        );
+    let orphans = store.orphan_children(epoch)?;
+    if orphans.is_empty() {
+        return Ok(());
     }
-    for orphan in store.orphan_children(epoch)? {
-        let outcome =
-            crate::supervise::kill_orphan_group(orphan.pid, orphan.process_start_time, grace);
+    let recorded: Vec<_> = orphans
+        .iter()
+        .map(|o| crate::supervise::RecordedProcess {
+            pid: o.pid,
+            start_time: o.process_start_time,
+        })
+        .collect();
+    let outcomes = crate::supervise::kill_orphan_groups(&recorded, grace);
+    for (orphan, outcome) in orphans.iter().zip(&outcomes) {
         tracing::info!(run_id = %orphan.run_id, pid = orphan.pid, ?outcome, "orphaned child of an earlier host");
-        let exit = crate::store::ChildExitRecord {
-            reason: format!("orphan of an earlier host: {outcome:?}"),
-            ..Default::default()
-        };
-        store.write(|w| w.record_child_exit(orphan.child_epoch, &exit))?;
     }
+    store.write(|w| {
+        for (orphan, outcome) in orphans.iter().zip(&outcomes) {
+            let exit = crate::store::ChildExitRecord {
+                reason: format!("orphan of an earlier host: {outcome:?}"),
+                ..Default::default()
+            };
+            w.record_child_exit(orphan.child_epoch, &exit)?;
+        }
+        Ok(())
+    })?;
     Ok(())
 }
 

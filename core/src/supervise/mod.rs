@@ -4,7 +4,7 @@
 //! (the launch envelope) and closes stdin, drains stdout and stderr **continuously** into
 //! bounded tails, reports the exit once the process has been reaped and its pipes drained, and
 //! stops the **whole group** (SIGTERM, then SIGKILL after a grace). It also cleans up groups
-//! left behind by an earlier host ([`kill_orphan_group`]). It knows nothing about the store,
+//! left behind by an earlier host ([`kill_orphan_groups`]). It knows nothing about the store,
 //! runs or the protocol; the host wires those up.
 //!
 //! Linux only: it reads `/proc` and uses `waitid`.
@@ -47,7 +47,7 @@ use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-pub use orphan::{kill_orphan_group, OrphanOutcome};
+pub use orphan::{kill_orphan_group, kill_orphan_groups, OrphanOutcome, RecordedProcess};
 pub use procfs::{
     flock_held, group_alive, group_members, parse_proc_stat, process_alive, process_start_time,
     read_proc_stat, ProcStat,

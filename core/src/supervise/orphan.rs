@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use super::procfs::{group_alive, read_proc_stat, signal_group, signal_process};
 use super::KILL_SETTLE;
 
-/// What [`kill_orphan_group`] found and did.
+/// What [`kill_orphan_groups`] found and did to one recorded child.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OrphanOutcome {
     /// No such process any more (or only its corpse, with nothing alive in its group): nothing
@@ -21,63 +21,126 @@ pub enum OrphanOutcome {
     NotPermitted,
 }
 
+/// A child an earlier host recorded: its pid (which was also its group id, as children are
+/// spawned as group leaders) and its [`process_start_time`](super::process_start_time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordedProcess {
+    /// The pid, and the id of the group the child led.
+    pub pid: u32,
+    /// When that process started, in clock ticks since boot: tells it from a reused pid.
+    pub start_time: u64,
+}
+
 /// Kills the process group of a child recorded by an earlier host, if that child still exists.
+/// The batch of one of [`kill_orphan_groups`], which says what it does.
+pub fn kill_orphan_group(pid: u32, expected_start_time: u64, grace: Duration) -> OrphanOutcome {
+    let recorded = RecordedProcess {
+        pid,
+        start_time: expected_start_time,
+    };
+    kill_orphan_groups(&[recorded], grace)
+        .pop()
+        .unwrap_or(OrphanOutcome::Gone)
+}
+
+/// Kills the process groups of children recorded by an earlier host, those that still exist,
+/// and returns one outcome per entry of `recorded`, in order.
 ///
-/// `pid` was the child's pid **and** group id (children are spawned as group leaders) and
-/// `expected_start_time` its [`process_start_time`](super::process_start_time) when it was
-/// recorded. Only when `/proc/<pid>` exists with exactly that start time is the group sent
+/// Only when `/proc/<pid>` exists with exactly the recorded start time is the group sent
 /// SIGTERM; after `grace`, SIGKILL goes to whatever in it still runs. A pid now used by another
 /// process is never signalled.
 ///
+/// Every group gets its SIGTERM first and then all of them share one grace, so a host that
+/// died with many runs active starts again within `grace` plus a settle, however many of those
+/// children ignore SIGTERM. (One grace per child, in turn, kept a restarted host from
+/// answering for minutes, longer than any client waits for it to be ready.)
+///
 /// Blocking (it sleeps while waiting); call it from host startup or `spawn_blocking`. One
-/// narrow race remains, as with any pid-based kill: the process could die and its pid be
-/// reused as a new group id between the start-time check and the signal.
-pub fn kill_orphan_group(pid: u32, expected_start_time: u64, grace: Duration) -> OrphanOutcome {
-    let Some(stat) = read_proc_stat(pid) else {
+/// narrow race remains, as with any pid-based kill: a process could die and its pid be reused
+/// as a new group id between the start-time check and the signal.
+pub fn kill_orphan_groups(recorded: &[RecordedProcess], grace: Duration) -> Vec<OrphanOutcome> {
+    let mut outcomes = Vec::with_capacity(recorded.len());
+    let mut signalled = Vec::new();
+    for &process in recorded {
+        let outcome = terminate_recorded(process);
+        if outcome == OrphanOutcome::Killed {
+            signalled.push(process);
+        }
+        outcomes.push(outcome);
+    }
+    let all_gone = |group: &[RecordedProcess]| group.iter().all(|&p| !still_running(p));
+    if wait_until(&|| all_gone(&signalled), grace) {
+        return outcomes;
+    }
+    for &process in &signalled {
+        if still_running(process) {
+            let _ = signal_group(process.pid, libc::SIGKILL);
+            if left_its_group(process) {
+                let _ = signal_process(process.pid, libc::SIGKILL);
+            }
+        }
+    }
+    if !wait_until(&|| all_gone(&signalled), KILL_SETTLE) {
+        let alive: Vec<u32> = signalled
+            .iter()
+            .filter(|&&p| still_running(p))
+            .map(|p| p.pid)
+            .collect();
+        tracing::warn!(?alive, "orphaned child groups still alive after SIGKILL");
+    }
+    outcomes
+}
+
+/// Checks one recorded child and, when it is still the same process and anything in its group
+/// runs, sends the group (and a leader that left it) SIGTERM.
+fn terminate_recorded(process: RecordedProcess) -> OrphanOutcome {
+    let Some(stat) = read_proc_stat(process.pid) else {
         return OrphanOutcome::Gone;
     };
-    if stat.start_time != expected_start_time {
+    if stat.start_time != process.start_time {
         return OrphanOutcome::PidReused;
     }
-    let alive = || {
-        group_alive(pid)
-            || read_proc_stat(pid)
-                .is_some_and(|s| s.start_time == expected_start_time && !s.is_dead())
-    };
-    if !alive() {
+    if !still_running(process) {
         return OrphanOutcome::Gone;
     }
-    let moved_out = u32::try_from(stat.pgrp).ok() != Some(pid);
-    if let Err(e) = signal_group(pid, libc::SIGTERM) {
+    if let Err(e) = signal_group(process.pid, libc::SIGTERM) {
         if e.raw_os_error() == Some(libc::EPERM) {
             return OrphanOutcome::NotPermitted;
         }
     }
-    if moved_out {
+    if left_its_group(process) {
         // The leader left its group; it still belongs to the run, so signal it directly too.
-        let _ = signal_process(pid, libc::SIGTERM);
-    }
-    if wait_until_gone(&alive, grace) {
-        return OrphanOutcome::Killed;
-    }
-    let _ = signal_group(pid, libc::SIGKILL);
-    if moved_out
-        && read_proc_stat(pid).is_some_and(|s| s.start_time == expected_start_time && !s.is_dead())
-    {
-        let _ = signal_process(pid, libc::SIGKILL);
-    }
-    if !wait_until_gone(&alive, KILL_SETTLE) {
-        tracing::warn!(pid, "orphaned child group still alive after SIGKILL");
+        let _ = signal_process(process.pid, libc::SIGTERM);
     }
     OrphanOutcome::Killed
 }
 
-/// Polls `alive` until it says no or `within` passes; true when it said no.
-fn wait_until_gone(alive: &dyn Fn() -> bool, within: Duration) -> bool {
+/// Whether anything of a recorded child still runs: a member of its group, or the recorded
+/// process itself (which may have moved to another group).
+fn still_running(process: RecordedProcess) -> bool {
+    group_alive(process.pid) || leader_running(process)
+}
+
+/// Whether the recorded process itself still runs (not a zombie, not a reused pid).
+fn leader_running(process: RecordedProcess) -> bool {
+    read_proc_stat(process.pid).is_some_and(|s| s.start_time == process.start_time && !s.is_dead())
+}
+
+/// Whether the recorded process still runs in a group other than its own.
+fn left_its_group(process: RecordedProcess) -> bool {
+    read_proc_stat(process.pid).is_some_and(|s| {
+        s.start_time == process.start_time
+            && !s.is_dead()
+            && u32::try_from(s.pgrp).ok() != Some(process.pid)
+    })
+}
+
+/// Polls `done` until it says yes or `within` passes; true when it said yes.
+fn wait_until(done: &dyn Fn() -> bool, within: Duration) -> bool {
     let deadline = Instant::now() + within;
     let mut pause = Duration::from_millis(2);
     loop {
-        if !alive() {
+        if done() {
             return true;
         }
         let now = Instant::now();
