@@ -504,12 +504,7 @@ fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {
                 str_of(&run["current_node"]),
                 run["revision"]
             );
-            // Why a run failed or stopped for review is what its user needs next.
-            for (label, key) in [("error", "error"), ("review", "review_reason")] {
-                if let Some(why) = run[key].as_str() {
-                    text.push_str(&format!("\n{label} {why}"));
-                }
-            }
+            text.push_str(&why_lines(run));
             text
         } else {
             b.as_object()
@@ -523,6 +518,15 @@ fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {
         }
     });
     Ok(())
+}
+
+/// Why a run failed or stopped for review, one line each and only when there is a reason:
+/// what its user needs next.
+fn why_lines(run: &Value) -> String {
+    [("error", "error"), ("review", "review_reason")]
+        .iter()
+        .filter_map(|(label, key)| run[*key].as_str().map(|why| format!("\n{label} {why}")))
+        .collect()
 }
 
 /// What a non-terminal run waits for that only someone else can give it, one line each:
@@ -630,15 +634,14 @@ fn wait_for_run(
         if ["completed", "failed", "cancelled", "timed_out", "review"].contains(&status.as_str()) {
             print(&r.body, json_out, |b| {
                 let run = &b["run"];
-                format!(
-                    "run {run_id} {status}\nresult {}\nerror {}{}",
-                    run["result"],
-                    str_of(&run["error"]),
-                    run["review_reason"]
-                        .as_str()
-                        .map(|r| format!("\nreview {r}"))
-                        .unwrap_or_default()
-                )
+                // Only the lines that say something: a completed run has no error, a failed
+                // one no result.
+                let mut text = format!("run {run_id} {status}");
+                if !run["result"].is_null() {
+                    text.push_str(&format!("\nresult {}", run["result"]));
+                }
+                text.push_str(&why_lines(run));
+                text
             });
             return if status == "completed" {
                 Ok(())

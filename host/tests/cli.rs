@@ -158,9 +158,29 @@ fn a_workflow_runs_from_the_command_line_and_status_shows_no_secrets() {
     assert_eq!(run["run"]["status"], "completed");
     assert_eq!(run["run"]["result"]["greeting"], "HELLO FROM PIW");
     let run_id = run["run"]["run_id"].as_str().unwrap().to_owned();
+    // In text, a completed run says so and gives its result, with no empty error line.
+    let o = piw(&h.home, &["run", "start", file.to_str().unwrap(), "--wait"]);
+    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    assert!(
+        lines[0].starts_with("run run-") && lines[0].ends_with(" completed"),
+        "{stdout}"
+    );
+    assert!(
+        lines[1].starts_with("result {") && lines[1].contains("HELLO"),
+        "{stdout}"
+    );
 
     let runs = json_of(&piw(&h.home, &["runs", "--json"]));
-    assert_eq!(runs["runs"][0]["run_id"], run_id.as_str());
+    assert!(
+        runs["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["run_id"] == run_id.as_str()),
+        "{runs}"
+    );
     let status = piw(&h.home, &["host", "status", "--json"]);
     let s = json_of(&status);
     for field in [
@@ -175,7 +195,7 @@ fn a_workflow_runs_from_the_command_line_and_status_shows_no_secrets() {
     ] {
         assert!(s.get(field).is_some(), "host status lacks {field}: {s}");
     }
-    assert_eq!(s["runs"]["completed"], 1);
+    assert_eq!(s["runs"]["completed"], 2);
     let shown = text(&piw(&h.home, &["run", "status", &run_id, "--json"]));
     assert!(
         !shown.contains("token"),
