@@ -1151,3 +1151,45 @@ fn ensure_host_starts_again_when_the_holder_let_go_before_the_refused_host_was_s
     result.expect("a host once the installation is free");
     home.client().call(RequestBody::HostStop).unwrap();
 }
+
+/// `run.start` hashes the workflow file before anything else. A FIFO named like a workflow (or
+/// a link to a device) is refused as not a regular file: opening a FIFO waits for a writer, and
+/// that wait must not hold the task that serves every connection, nor the connection itself.
+#[test]
+fn a_run_start_of_a_fifo_is_refused_and_the_host_keeps_serving() {
+    let home = Home::new();
+    let host = home.serve(None);
+    let fifo = home.paths.home.join("pipe.workflow.json");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success(), "mkfifo failed");
+    let mut c = home.client();
+    let err = c
+        .call(RequestBody::RunStart(payload::RunStart {
+            workflow_file: fifo.display().to_string(),
+            input: json!({}),
+            session_id: None,
+            execution_mode: None,
+            project_dir: None,
+        }))
+        .unwrap_err();
+    assert_eq!(err.code(), Some(RejectionCode::NotFound), "{err}");
+    assert!(err.to_string().contains("not a regular file"), "{err}");
+    // A link to a device that never ends is refused the same way, before a byte is read.
+    let device = home.paths.home.join("zero.workflow.json");
+    std::os::unix::fs::symlink("/dev/zero", &device).unwrap();
+    let err = c
+        .call(RequestBody::RunStart(payload::RunStart {
+            workflow_file: device.display().to_string(),
+            input: json!({}),
+            session_id: None,
+            execution_mode: None,
+            project_dir: None,
+        }))
+        .unwrap_err();
+    assert_eq!(err.code(), Some(RejectionCode::NotFound), "{err}");
+    assert!(err.to_string().contains("not a regular file"), "{err}");
+    // The connection and the host go on.
+    c.call(RequestBody::HostStatus).unwrap();
+    home.client().call(RequestBody::HostStatus).unwrap();
+    home.stop(host);
+}

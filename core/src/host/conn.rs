@@ -449,10 +449,20 @@ async fn handle_frame(
                         ),
                     ))));
                 }
-                RequestBody::RunStart(start) => match dispatch::prepare_start(start) {
-                    Ok(p) => Some(p),
-                    Err(rejection) => return Ok(answer(Err(rejection))),
-                },
+                // File I/O, off the runtime's one worker thread: it serves every connection.
+                RequestBody::RunStart(start) => {
+                    let start = start.clone();
+                    match tokio::task::spawn_blocking(move || dispatch::prepare_start(&start)).await {
+                        Ok(Ok(p)) => Some(p),
+                        Ok(Err(rejection)) => return Ok(answer(Err(rejection))),
+                        Err(e) => {
+                            return Ok(answer(Err(Rejection::new(
+                                RejectionCode::Internal,
+                                format!("reading the workflow file failed: {e}"),
+                            ))))
+                        }
+                    }
+                }
                 _ => None,
             };
             let (tx, rx) = oneshot::channel();

@@ -151,6 +151,9 @@ pub struct PreparedStart {
 }
 
 /// Builds the run record for `run.start`: reads the workflow file to hash it (never runs it).
+///
+/// Blocking file I/O: the connection task runs it on a blocking thread (`spawn_blocking`), so
+/// a slow file system costs only the connection that asked.
 pub fn prepare_start(start: &payload::RunStart) -> Result<PreparedStart, Rejection> {
     let path = std::path::Path::new(&start.workflow_file);
     let canonical = std::fs::canonicalize(path).map_err(|e| {
@@ -159,7 +162,7 @@ pub fn prepare_start(start: &payload::RunStart) -> Result<PreparedStart, Rejecti
             format!("workflow file {}: {e}", path.display()),
         )
     })?;
-    let bytes = std::fs::read(&canonical).map_err(|e| {
+    let source_hash = hash_workflow_file(&canonical).map_err(|e| {
         Rejection::new(
             RejectionCode::NotFound,
             format!("workflow file {}: {e}", canonical.display()),
@@ -179,7 +182,7 @@ pub fn prepare_start(start: &payload::RunStart) -> Result<PreparedStart, Rejecti
         new_run: NewRun {
             workflow_name,
             source_root: canonical.display().to_string(),
-            source_hash: crate::ids::sha256_hex(&bytes),
+            source_hash,
             mounted_sources: json!({}),
             definition: None,
             input: start.input.clone(),
@@ -192,6 +195,38 @@ pub fn prepare_start(start: &payload::RunStart) -> Result<PreparedStart, Rejecti
             project_dir,
         },
     })
+}
+
+/// The SHA-256 (hex) of a workflow file, which must be a regular file.
+///
+/// Opened non-blocking and checked on the open handle: opening a FIFO named like a workflow
+/// would otherwise wait for a writer, and a link to a device such as `/dev/zero` would never
+/// end. Hashed in chunks, so a large file does not have to fit in memory.
+fn hash_workflow_file(path: &std::path::Path) -> std::io::Result<String> {
+    use sha2::{Digest, Sha256};
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    let mut hasher = Sha256::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        match file.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => hasher.update(chunk.get(..n).unwrap_or_default()),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(hex::encode(hasher.finalize()))
 }
 
 /// Applies one durable client command inside the batch transaction and returns the receipt
