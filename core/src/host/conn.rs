@@ -335,10 +335,7 @@ fn event_frames(
     subs: &HashMap<String, (Option<String>, Option<String>)>,
 ) -> Vec<ServerFrame> {
     subs.iter()
-        .filter(|(_, (run, session))| {
-            run.as_deref() == Some(event.run_id.as_str())
-                || (session.is_some() && session.as_deref() == event.origin_session.as_deref())
-        })
+        .filter(|(_, filter)| subscription_matches(filter, event))
         .map(|(id, _)| {
             ServerFrame::Event(Event {
                 schema: Default::default(),
@@ -353,6 +350,17 @@ fn event_frames(
             })
         })
         .collect()
+}
+
+/// Whether a subscription's filter (`run_id`, `session_id`) takes `event`: every filter it set
+/// must match (a `subscribe` sets at least one).
+fn subscription_matches(filter: &(Option<String>, Option<String>), event: &RunEvent) -> bool {
+    let (run, session) = filter;
+    let run_matches = run.as_deref().is_none_or(|run| run == event.run_id);
+    let session_matches = session
+        .as_deref()
+        .is_none_or(|session| event.origin_session.as_deref() == Some(session));
+    (run.is_some() || session.is_some()) && run_matches && session_matches
 }
 
 /// A request the host could not decode: answered (when it had a request id), then the
@@ -584,6 +592,65 @@ mod tests {
         assert_eq!(goodbye.code, RejectionCode::PayloadTooLarge);
         assert!(goodbye.message.contains("run-1"), "{}", goodbye.message);
         assert!(ended);
+    }
+
+    fn run_event(run_id: &str, session: Option<&str>) -> RunEvent {
+        RunEvent {
+            run_id: run_id.into(),
+            origin_session: session.map(Into::into),
+            seq: 1,
+            kind: "paused".into(),
+            status: "waiting".into(),
+            revision: 1,
+            at_ms: 0,
+            data: serde_json::Value::Null,
+        }
+    }
+
+    /// The subscriptions `event` is delivered to.
+    fn delivered_to(
+        event: &RunEvent,
+        subs: &HashMap<String, (Option<String>, Option<String>)>,
+    ) -> Vec<String> {
+        let mut ids: Vec<String> = event_frames(event, subs)
+            .into_iter()
+            .map(|frame| match frame {
+                ServerFrame::Event(e) => e.subscription_id,
+                other => panic!("expected an event, got {other:?}"),
+            })
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    #[test]
+    fn a_subscription_with_a_run_and_a_session_gets_only_events_matching_both() {
+        let subs: HashMap<String, (Option<String>, Option<String>)> = [
+            ("by-run".to_owned(), (Some("run-a".to_owned()), None)),
+            ("by-session".to_owned(), (None, Some("s1".to_owned()))),
+            (
+                "by-both".to_owned(),
+                (Some("run-a".to_owned()), Some("s1".to_owned())),
+            ),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(
+            delivered_to(&run_event("run-a", Some("s1")), &subs),
+            ["by-both", "by-run", "by-session"]
+        );
+        // run-a in another session: the run matches, the session does not.
+        assert_eq!(
+            delivered_to(&run_event("run-a", Some("s2")), &subs),
+            ["by-run"]
+        );
+        assert_eq!(delivered_to(&run_event("run-a", None), &subs), ["by-run"]);
+        // Another run of session s1: the session matches, the run does not.
+        assert_eq!(
+            delivered_to(&run_event("run-b", Some("s1")), &subs),
+            ["by-session"]
+        );
+        assert!(delivered_to(&run_event("run-b", None), &subs).is_empty());
     }
 
     #[test]
