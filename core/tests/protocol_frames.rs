@@ -504,7 +504,14 @@ fn invalid_json_is_malformed() {
 
 #[test]
 fn non_object_envelope_is_malformed() {
-    for body in [&b"[]"[..], b"42", b"\"run.start\"", b"null"] {
+    for body in [
+        &b"[]"[..],
+        b"42",
+        b"\"run.start\"",
+        b"null",
+        // The envelope's fields in order, as an array: not an object either.
+        br#"["piw.protocol.v1","r1","host.status",null,null,null,null,null,null,null]"#,
+    ] {
         let err = Request::decode(body, &limits()).unwrap_err();
         assert_eq!(err.code, RejectionCode::Malformed, "{err}");
         assert!(err.message.contains("JSON object"), "{err}");
@@ -687,6 +694,27 @@ fn repeated_keys_are_malformed_at_any_depth() {
     let err = Request::decode(body, &limits()).unwrap_err();
     assert_eq!(err.code, RejectionCode::Malformed);
     assert!(err.message.contains("duplicate key `x`"), "{err}");
+
+    // Unknown envelope fields are ignored, but not exempt: a repeated key is malformed there
+    // too, at the top and inside (two readers of the frame must never disagree about it).
+    let body = br#"{"schema":"piw.protocol.v1","request_id":"dup-3","kind":"host.status","extra":1,"extra":2}"#;
+    let err = Request::decode(body, &limits()).unwrap_err();
+    assert_eq!(err.code, RejectionCode::Malformed);
+    assert!(err.message.contains("duplicate field `extra`"), "{err}");
+    assert_eq!(err.request_id.as_deref(), Some("dup-3"), "id salvaged");
+    let body = br#"{"schema":"piw.protocol.v1","request_id":"dup-4","kind":"host.status","extra":{"y":[{"z":1,"z":2}]}}"#;
+    let err = Request::decode(body, &limits()).unwrap_err();
+    assert_eq!(err.code, RejectionCode::Malformed);
+    assert!(err.message.contains("duplicate key `z`"), "{err}");
+    // A known field that repeats, even after a `null`, is malformed as before.
+    let body = br#"{"schema":"piw.protocol.v1","request_id":"dup-5","kind":"run.status","run_id":null,"run_id":"r"}"#;
+    let err = Request::decode(body, &limits()).unwrap_err();
+    assert!(err.message.contains("duplicate field `run_id`"), "{err}");
+    // Unknown fields without repeats are still ignored, and `null` still means absent.
+    let body = br#"{"schema":"piw.protocol.v1","request_id":"ok-1","kind":"run.list","extra":{"a":{"b":1}},"run_id":null,"idempotency_key":null,"payload":null}"#;
+    let request = Request::decode(body, &limits()).unwrap();
+    assert_eq!(request.run_id, None);
+    assert_eq!(request.idempotency_key, None);
 }
 
 #[test]

@@ -362,9 +362,9 @@ impl DecodeError {
 }
 
 /// The envelope as parsed, before any field is interpreted. Every field is an untyped strict
-/// value so each problem gets a precise message, and a repeated key anywhere is an error.
-#[derive(Deserialize)]
-#[serde(expecting = "a JSON object (the request envelope)")]
+/// value so each problem gets a precise message, and a repeated key anywhere is an error, in
+/// unknown fields too (they are parsed strictly and dropped). A `null` field is absent.
+#[derive(Default)]
 struct RawEnvelope {
     schema: Option<StrictValue>,
     request_id: Option<StrictValue>,
@@ -376,6 +376,82 @@ struct RawEnvelope {
     expected_revision: Option<StrictValue>,
     idempotency_key: Option<StrictValue>,
     payload: Option<StrictValue>,
+}
+
+impl<'de> Deserialize<'de> for RawEnvelope {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(RawEnvelopeVisitor)
+    }
+}
+
+struct RawEnvelopeVisitor;
+
+impl<'de> serde::de::Visitor<'de> for RawEnvelopeVisitor {
+    type Value = RawEnvelope;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON object (the request envelope)")
+    }
+
+    /// An array is not an envelope (not even one with the fields in order). Read to its end
+    /// first, so invalid JSON inside it is reported as such, as for any other frame.
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<RawEnvelope, A::Error> {
+        while seq.next_element::<StrictValue>()?.is_some() {}
+        Err(serde::de::Error::invalid_type(
+            serde::de::Unexpected::Seq,
+            &self,
+        ))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<RawEnvelope, A::Error> {
+        let mut envelope = RawEnvelope::default();
+        // Keys seen so far: the known ones as bits (no allocation on the usual path), unknown
+        // ones by name. A repeat of any of them is an error.
+        let mut known_seen = 0u16;
+        let mut unknown_seen: Vec<String> = Vec::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let known = match key.as_str() {
+                "schema" => Some((0, &mut envelope.schema)),
+                "request_id" => Some((1, &mut envelope.request_id)),
+                "kind" => Some((2, &mut envelope.kind)),
+                "run_id" => Some((3, &mut envelope.run_id)),
+                "node_id" => Some((4, &mut envelope.node_id)),
+                "attempt_id" => Some((5, &mut envelope.attempt_id)),
+                "generation" => Some((6, &mut envelope.generation)),
+                "expected_revision" => Some((7, &mut envelope.expected_revision)),
+                "idempotency_key" => Some((8, &mut envelope.idempotency_key)),
+                "payload" => Some((9, &mut envelope.payload)),
+                _ => None,
+            };
+            let repeated = match &known {
+                Some((bit, _)) => {
+                    let mask = 1u16 << bit;
+                    let repeated = known_seen & mask != 0;
+                    known_seen |= mask;
+                    repeated
+                }
+                None if unknown_seen.contains(&key) => true,
+                None => {
+                    unknown_seen.push(key.clone());
+                    false
+                }
+            };
+            if repeated {
+                return Err(serde::de::Error::custom(format_args!(
+                    "duplicate field `{}`",
+                    bounded_message(&key, 64)
+                )));
+            }
+            // Unknown fields are parsed strictly too, then dropped.
+            let value: StrictValue = map.next_value()?;
+            if let Some((_, slot)) = known {
+                if !value.0.is_null() {
+                    *slot = Some(value);
+                }
+            }
+        }
+        Ok(envelope)
+    }
 }
 
 /// The optional envelope fields after type checks.
