@@ -832,7 +832,9 @@ fn log_tail(path: &Path, from: u64) -> String {
     lines[lines.len().saturating_sub(10)..].join("\n")
 }
 
-/// Whether a host answers a status request at the socket.
+/// Whether a host that is not stopping answers a status request at the socket. A stopping
+/// host still answers `host.status` (saying `stopping`), but refuses everything else and is
+/// about to remove its socket: it is waited for like any other holder of the installation.
 fn probe(paths: &PiwPaths) -> bool {
     let Ok(mut c) = BlockingClient::connect(paths) else {
         return false;
@@ -840,7 +842,8 @@ fn probe(paths: &PiwPaths) -> bool {
     if c.set_timeout(Some(Duration::from_secs(2))).is_err() {
         return false;
     }
-    c.call(RequestBody::HostStatus).is_ok()
+    c.call(RequestBody::HostStatus)
+        .is_ok_and(|status| status.body.get("stopping") != Some(&serde_json::Value::Bool(true)))
 }
 
 #[cfg(test)]
@@ -864,6 +867,42 @@ mod tests {
         assert!(e.to_string().contains("nothing was sent"), "{e}");
         let e = check_host_peer(path, Err(std::io::Error::other("no creds"))).unwrap_err();
         assert!(matches!(e, ClientError::Io(_)), "{e}");
+    }
+
+    /// A stand-in host at `paths` that answers every `host.status` with `stopping`.
+    fn fake_host(paths: &PiwPaths, stopping: bool) -> std::thread::JoinHandle<()> {
+        paths.ensure_dirs().unwrap();
+        let listener = std::os::unix::net::UnixListener::bind(&paths.socket).unwrap();
+        std::thread::spawn(move || {
+            let Ok((mut stream, _)) = listener.accept() else {
+                return;
+            };
+            let limits = Limits::default();
+            while let Ok(Some(body)) = crate::protocol::read_frame(&mut stream, &limits) {
+                let request = Request::decode(&body, &limits).unwrap();
+                let reply = ServerFrame::receipt(
+                    request.request_id,
+                    Receipt::new(None, serde_json::json!({ "stopping": stopping })),
+                );
+                crate::protocol::write_frame(&mut stream, &reply, &limits).unwrap();
+            }
+        })
+    }
+
+    #[test]
+    fn a_host_that_is_stopping_is_not_taken_for_a_ready_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = PiwPaths::for_home(dir.path().join("running"));
+        let host = fake_host(&paths, false);
+        assert!(probe(&paths), "a running host answers");
+        host.join().unwrap();
+        // A host that has begun to stop still answers host.status (with `stopping: true`), but
+        // it serves nothing else and its socket is about to go: `ensure_host` must wait for the
+        // next host instead of returning to a caller whose next connect fails.
+        let paths = PiwPaths::for_home(dir.path().join("stopping"));
+        let host = fake_host(&paths, true);
+        assert!(!probe(&paths), "a stopping host is not ready");
+        host.join().unwrap();
     }
 
     #[test]
