@@ -247,11 +247,12 @@ pub struct Event {
     pub run_id: String,
     /// The event's sequence number within its run: increasing, never reused.
     pub seq: u64,
-    /// What happened, e.g. `run.started`, `node.transitioned`.
+    /// What happened, e.g. `started`, `transitioned` (the store operation's name).
     pub event_kind: String,
-    /// The run's status after the event.
+    /// The run's status after the commit that produced the event (the same for every event
+    /// of one commit).
     pub status: String,
-    /// The run's revision after the event.
+    /// The run's revision after that commit: at least `seq`.
     pub revision: u64,
     /// When the event was committed, in Unix milliseconds.
     pub at_ms: u64,
