@@ -957,6 +957,50 @@ fn subscriptions_receive_committed_events() {
     home.stop(host);
 }
 
+/// `repair` changes runs outside the request batches; its events reach subscribers like any
+/// other, with no gap in `seq` (a follower would otherwise think it missed events).
+#[test]
+fn events_a_repair_writes_reach_subscribers() {
+    let home = Home::new();
+    let host = home.serve(None);
+    let mut c = home.client();
+    let run_id = home.start_run(&mut c);
+    let before = home.revision(&mut c, &run_id);
+    let mut sub = home.client();
+    sub.call(RequestBody::Subscribe(payload::Subscribe {
+        run_id: Some(run_id.clone()),
+        session_id: None,
+    }))
+    .unwrap();
+    // A contradiction written behind the host's back: the waiting run says it is running,
+    // with nobody holding it, which `repair` requeues.
+    let db = rusqlite::Connection::open(&home.paths.db).unwrap();
+    db.busy_timeout(Duration::from_secs(10)).unwrap();
+    db.execute_batch(&format!(
+        "UPDATE runs SET status = 'running' WHERE run_id = '{run_id}';
+         UPDATE run_views SET status = 'running' WHERE run_id = '{run_id}';"
+    ))
+    .unwrap();
+    drop(db);
+    let r = c.call(RequestBody::Repair).unwrap();
+    let repaired = r.body["report"]["repaired"].as_array().unwrap();
+    assert!(
+        repaired.iter().any(|f| f["run_id"] == json!(run_id)),
+        "{}",
+        r.body
+    );
+    let after = home.revision(&mut c, &run_id);
+    assert!(
+        after > before,
+        "the repair wrote events: {before} -> {after}"
+    );
+    for seq in before + 1..=after {
+        let e = sub.next_event().unwrap();
+        assert_eq!((e.run_id.as_str(), e.seq), (run_id.as_str(), seq));
+    }
+    home.stop(host);
+}
+
 #[test]
 fn sigterm_stops_gracefully_and_runs_stay_resumable() {
     let home = Home::new();

@@ -168,29 +168,18 @@ fn next_deadline_at(store: &Store, state: &HostState) -> Option<i64> {
 /// Deadlines owned by the host: expired interactions and decisions, and expired claims.
 fn run_due_work(store: &mut Store, outbox: &mut Outbox, owner_id: &str) {
     let result = store.write(|w| {
-        // Run ids: the events of these runs are published below.
-        let mut expired: Vec<String> = w
-            .expire_due_interactions()?
-            .into_iter()
-            .map(|(_, run_id)| run_id)
-            .collect();
-        expired.extend(w.expire_due_decisions()?);
-        let recovered = w.recover_expired_claims(Some(owner_id))?;
-        let mut runs: Vec<String> = recovered.into_iter().map(|r| r.run_id).collect();
-        if !expired.is_empty() {
-            runs.extend(expired);
-        }
-        Ok(runs)
+        w.expire_due_interactions()?;
+        w.expire_due_decisions()?;
+        w.recover_expired_claims(Some(owner_id))?;
+        // Every run written, from its revision before this pass: a run that both expired
+        // and was recovered here publishes all its events.
+        Ok(w.take_runs_written())
     });
     match result {
         Ok(touched) if !touched.is_empty() => {
             tracing::info!(count = touched.len(), "deadline work committed");
-            for run_id in touched {
-                let after = store
-                    .run(&run_id)
-                    .map(|r| r.revision.saturating_sub(1))
-                    .unwrap_or(0);
-                publish_run(store, outbox, &run_id, after);
+            for (run_id, before) in touched {
+                publish_run(store, outbox, &run_id, before);
             }
         }
         Ok(_) => {}
@@ -211,7 +200,13 @@ fn process_batch(
         let result = if matches!(job.request.body, RequestBody::Repair) {
             store
                 .repair()
-                .map(|report| Receipt::new(None, json!({ "report": report })))
+                .map(|report| {
+                    // A write outside the batches: its events go out before its reply.
+                    for (run_id, before) in &report.runs_written {
+                        publish_run(store, &mut state.outbox, run_id, *before);
+                    }
+                    Receipt::new(None, json!({ "report": report }))
+                })
                 .map_err(|e| dispatch::rejection_for(&e))
         } else {
             dispatch::apply_read(store, &job.request)

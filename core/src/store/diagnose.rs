@@ -27,6 +27,9 @@ pub struct Finding {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct RepairReport {
     pub repaired: Vec<Finding>,
+    /// The runs the repair wrote, each with its revision before: whose events to publish.
+    #[serde(skip)]
+    pub runs_written: Vec<(String, u64)>,
     /// Findings that need a person (the evidence does not decide the fix).
     pub left_for_review: Vec<Finding>,
 }
@@ -279,6 +282,7 @@ impl Store {
                 w.repair_one(&f)?;
                 report.repaired.push(f);
             }
+            report.runs_written = w.take_runs_written();
             Ok(())
         })?;
         Ok(report)

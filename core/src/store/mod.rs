@@ -323,6 +323,22 @@ impl WriteTx<'_> {
         std::mem::take(&mut self.revisions).into_iter().collect()
     }
 
+    /// Each run this transaction has written so far, with the revision it had before the
+    /// first of those writes (so its events are those with a greater `seq`), in run id order;
+    /// and forgets them. What a writer outside the request batches publishes from: a write
+    /// that appends several events to a run publishes them all.
+    pub fn take_runs_written(&mut self) -> Vec<(String, u64)> {
+        let mut first: std::collections::BTreeMap<String, u64> = Default::default();
+        for (run_id, revision) in std::mem::take(&mut self.revisions) {
+            let before = revision.saturating_sub(1);
+            first
+                .entry(run_id)
+                .and_modify(|b| *b = (*b).min(before))
+                .or_insert(before);
+        }
+        first.into_iter().collect()
+    }
+
     /// Checks `claim` against the stored claim at transaction time and, when it holds, renews
     /// heartbeat and expiry. On failure nothing is written and the reason is typed.
     pub(crate) fn fence(&mut self, claim: &Claim) -> StoreResult<()> {
@@ -738,6 +754,28 @@ mod tests {
         let (_, stored) = store.run_state(&run_id).unwrap();
         assert_eq!(revisions.get(&run_id), Some(&stored));
         assert_eq!(stored, 2, "started, paused");
+    }
+
+    #[test]
+    fn a_transaction_reports_each_run_it_wrote_from_its_revision_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store =
+            Store::open(dir.path().join("state.sqlite"), StoreConfig::default()).expect("open");
+        let (a, b) = store
+            .write(|w| Ok((w.start_run(&new_run("a"))?, w.start_run(&new_run("b"))?)))
+            .unwrap();
+        let written = store
+            .write(|w| {
+                w.pause(&a, Fence::Unclaimed)?;
+                w.resume(&a, Fence::Unclaimed)?;
+                w.pause(&b, Fence::Unclaimed)?;
+                Ok(w.take_runs_written())
+            })
+            .unwrap();
+        let mut expected = vec![(a.clone(), 1), (b.clone(), 1)];
+        expected.sort();
+        assert_eq!(written, expected, "both of a's events are after revision 1");
+        assert_eq!(store.run_state(&a).unwrap().1, 3);
     }
 
     fn meta(id: &str) -> CommandMeta {
