@@ -402,7 +402,7 @@ async fn handle_frame(
     match &request.body {
         RequestBody::HostStatus => Ok(answer(Ok(shared.status().await))),
         RequestBody::HostStop => {
-            let _ = shared.stop.send(true);
+            shared.begin_stop();
             Ok(answer(Ok(Receipt::new(None, json!({ "stopping": true })))))
         }
         RequestBody::Subscribe(s) => {

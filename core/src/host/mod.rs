@@ -228,6 +228,14 @@ struct HostFacts {
 }
 
 impl HostShared {
+    /// Begins the graceful stop: the store thread hears of it before any connection does. A
+    /// worker whose connection the stop closes exits, and that exit must not count as a lost
+    /// child (nor may its run be launched again while the host drains). Idempotent.
+    pub(crate) fn begin_stop(&self) {
+        let _ = self.jobs.send(StoreMsg::Draining);
+        let _ = self.stop.send(true);
+    }
+
     /// Host status: identity, uptime, paths, schema and run counts. No payloads, no tokens.
     pub(crate) async fn status(&self) -> Receipt {
         let (tx, rx) = oneshot::channel();
@@ -501,11 +509,7 @@ async fn serve_async(
     // goodbye and close; the store thread commits what it has and stops.
     drop(listener);
     let _ = std::fs::remove_file(&paths.socket);
-    // The store thread hears of the stop before any connection does: a worker whose
-    // connection the stop closes exits, and that exit must not count as a lost child (nor may
-    // its run be launched again while the host drains).
-    let _ = shared.jobs.send(StoreMsg::Draining);
-    let _ = shared.stop.send(true);
+    shared.begin_stop();
     let drain = async { while connections.join_next().await.is_some() {} };
     if tokio::time::timeout(config.drain_timeout, drain)
         .await
