@@ -720,3 +720,109 @@ fn diagnose_waits_for_a_held_installation_without_starting_a_host() {
     );
     assert!(text(&o).contains("no piw host is running"), "{}", text(&o));
 }
+
+/// `state backup` while the host commits steadily: SQLite's online backup restarts from the
+/// first page whenever another connection writes between two of its steps, so a copy made in
+/// steps never finishes on a database larger than one step under steady writes. The copy must
+/// be made in one read transaction (WAL: the host's commits go on meanwhile). The bound below
+/// catches a backup that never ends; it is not a speed check (one takes well under a second).
+#[test]
+fn state_backup_finishes_while_the_host_commits_steadily() {
+    use piw_core::client::BlockingClient;
+    use piw_core::paths::PiwPaths;
+    use piw_core::protocol::{payload, Request, RequestBody};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    let h = home();
+    let file = h.home.with_file_name("park.workflow.json");
+    let fixture = serde_json::json!({
+        "graph": {"name": "park", "start": "ask",
+                  "nodes": {"ask": {"kind": "checkpoint"}}, "edges": []},
+        "behaviors": {"ask": {"wait": "checkpoint"}}
+    });
+    std::fs::write(&file, fixture.to_string()).unwrap();
+    assert_eq!(piw(&h.home, &["host", "start"]).status.code(), Some(0));
+    let paths = PiwPaths::for_home(h.home.clone());
+    let mut client = BlockingClient::connect(&paths).unwrap();
+    // About 16 MiB of state: some 4,000 pages, many backup steps of the old kind.
+    let big = "x".repeat(200_000);
+    let mut run_ids = Vec::new();
+    for _ in 0..80 {
+        let r = client
+            .call(RequestBody::RunStart(payload::RunStart {
+                workflow_file: file.display().to_string(),
+                input: serde_json::json!(big),
+                session_id: None,
+                execution_mode: None,
+                project_dir: None,
+            }))
+            .unwrap();
+        run_ids.push(r.body["run_id"].as_str().unwrap().to_owned());
+    }
+    // Steady commits: pause and resume one run, back to back, until the backup has ended.
+    let done = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let done = done.clone();
+        let run_id = run_ids[0].clone();
+        std::thread::spawn(move || {
+            let mut commits = 0u64;
+            while !done.load(Ordering::Relaxed) {
+                for body in [RequestBody::RunPause, RequestBody::RunResume] {
+                    let request =
+                        Request::new(piw_core::ids::new_id("t"), body).with_run_id(run_id.clone());
+                    client.send(request).unwrap();
+                    commits += 1;
+                }
+            }
+            commits
+        })
+    };
+    let backup = h.home.with_file_name("busy-backup.sqlite");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_piw"))
+        .args(["state", "backup", backup.to_str().unwrap()])
+        .env("PIW_HOME", &h.home)
+        .env("PIW_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let finished = loop {
+        if child.try_wait().unwrap().is_some() {
+            break true;
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    done.store(true, Ordering::Relaxed);
+    let commits = writer.join().unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(
+        finished,
+        "the backup never finished under steady writes ({commits} commits meanwhile)"
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let copy = piw_core::store::Store::open_read_only(&backup, Default::default()).unwrap();
+    assert_eq!(copy.list_runs(None, 100).unwrap().len(), run_ids.len());
+    assert!(copy.diagnose().unwrap().is_empty());
+    // A backup that fails part-way (here: a file size limit, its signal ignored so the write
+    // fails instead) leaves no file that could pass for a backup.
+    let cut = h.home.with_file_name("cut-backup.sqlite");
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg("trap '' XFSZ; ulimit -f 64; exec \"$0\" state backup \"$1\"")
+        .arg(env!("CARGO_BIN_EXE_piw"))
+        .arg(&cut)
+        .env("PIW_HOME", &h.home)
+        .env("PIW_LOG", "warn")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(!cut.exists(), "a partial backup was left: {}", text(&o));
+    assert!(!cut.with_file_name("cut-backup.sqlite-journal").exists());
+}

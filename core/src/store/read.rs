@@ -529,9 +529,13 @@ impl Store {
     }
 }
 
+/// How many times a backup retries a database that is busy or locked, 10 ms apart.
+const BACKUP_BUSY_TRIES: u32 = 500;
+
 impl Store {
     /// Writes a consistent copy of the database to `dest` (SQLite's online backup), safe
-    /// while the host is writing.
+    /// while the host is writing. A copy that fails part-way is removed, so a file at `dest`
+    /// is always a whole backup.
     pub fn backup_to(&self, dest: &std::path::Path) -> StoreResult<()> {
         // The copy holds every run's input and output: readable by its owner only, like the
         // installation it comes from. Created here (and refused if it exists) so SQLite
@@ -548,10 +552,35 @@ impl Store {
                     source,
                 })?;
         }
-        let mut target = rusqlite::Connection::open(dest)?;
-        let backup = rusqlite::backup::Backup::new(&self.conn, &mut target)?;
-        backup.run_to_completion(256, std::time::Duration::from_millis(0), None)?;
-        Ok(())
+        let copied = (|| -> StoreResult<()> {
+            let mut target = rusqlite::Connection::open(dest)?;
+            let backup = rusqlite::backup::Backup::new(&self.conn, &mut target)?;
+            // Every page in one step, so in one read transaction: a backup made in steps
+            // starts again from the first page whenever another connection (the host) commits
+            // between two steps, and under steady writes it never ends. In WAL mode that read
+            // transaction does not hold the host's commits back.
+            // BUSY and LOCKED are transient (another process recovering the WAL, say):
+            // try again for a while, then say so.
+            for _ in 0..BACKUP_BUSY_TRIES {
+                match backup.step(-1)? {
+                    rusqlite::backup::StepResult::Done => return Ok(()),
+                    _ => std::thread::sleep(std::time::Duration::from_millis(10)),
+                }
+            }
+            Err(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
+                Some("the database stayed locked; try the backup again".into()),
+            )
+            .into())
+        })();
+        if copied.is_err() {
+            for suffix in ["", "-journal"] {
+                let mut partial = dest.as_os_str().to_owned();
+                partial.push(suffix);
+                let _ = std::fs::remove_file(partial);
+            }
+        }
+        copied
     }
 }
 
