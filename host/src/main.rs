@@ -133,6 +133,42 @@ enum StateCmd {
     },
 }
 
+/// How long `piw host status` and `piw host stop` wait for the host to answer. A host that
+/// accepts connections but does not answer (stopped, or stuck on a disk) would otherwise hang
+/// them for ever, exactly when a user reaches for them.
+const HOST_ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One host-control call, bounded by [`HOST_ANSWER_TIMEOUT`]; a host that does not answer in
+/// time is named by the pid in its lock file.
+fn host_call(
+    paths: &PiwPaths,
+    client: &mut BlockingClient,
+    body: RequestBody,
+) -> Result<Receipt, CliError> {
+    client.set_timeout(Some(HOST_ANSWER_TIMEOUT))?;
+    client.call(body).map_err(|e| match e {
+        ClientError::TimedOut => {
+            let holder = std::fs::read_to_string(&paths.lock)
+                .ok()
+                .map(|pid| pid.trim().to_owned())
+                .filter(|pid| !pid.is_empty());
+            let (host, kill) = match &holder {
+                Some(pid) => (
+                    format!("the piw host (pid {pid})"),
+                    format!("; `kill {pid}` asks it to stop"),
+                ),
+                None => ("the piw host".to_owned(), String::new()),
+            };
+            CliError::Runtime(format!(
+                "{host} did not answer within {} s; it may be stuck (see {}){kill}",
+                HOST_ANSWER_TIMEOUT.as_secs(),
+                paths.log.display()
+            ))
+        }
+        other => other.into(),
+    })
+}
+
 /// How long `piw host stop` waits for the host to end: its connection drain (5 s) and its
 /// children's stop grace (2 s) by default, and margin.
 const STOP_WAIT_MS: u64 = 15_000;
@@ -214,7 +250,8 @@ fn run(cli: Cli) -> Result<(), CliError> {
         }
         Cmd::Host(HostCmd::Start) => {
             ensure_host(&paths, &host_bin(), DEFAULT_READY_TIMEOUT)?;
-            let status = BlockingClient::connect(&paths)?.call(RequestBody::HostStatus)?;
+            let mut client = BlockingClient::connect(&paths)?;
+            let status = host_call(&paths, &mut client, RequestBody::HostStatus)?;
             println!("piw host running: pid {}", status.body["pid"]);
             Ok(())
         }
@@ -226,7 +263,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 )),
                 other => other.into(),
             })?;
-            let r = client.call(RequestBody::HostStatus)?;
+            let r = host_call(&paths, &mut client, RequestBody::HostStatus)?;
             print(&r.body, json, |b| {
                 format!(
                     "pid {}  epoch {}  uptime {} s\nruns {}\nactive children {}\nruntimes {}\nsocket {}\ndatabase {}\nschema {}",
@@ -243,10 +280,10 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 println!("no piw host is running");
                 return Ok(());
             };
-            let pid = client.call(RequestBody::HostStatus)?.body["pid"]
+            let pid = host_call(&paths, &mut client, RequestBody::HostStatus)?.body["pid"]
                 .as_u64()
                 .and_then(|p| u32::try_from(p).ok());
-            client.call(RequestBody::HostStop)?;
+            host_call(&paths, &mut client, RequestBody::HostStop)?;
             // The socket goes first; the host then finishes its connections, stops its
             // children and makes its last commits durable. Stopped means the process ended.
             for _ in 0..STOP_WAIT_MS / 25 {

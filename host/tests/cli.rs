@@ -826,3 +826,57 @@ fn state_backup_finishes_while_the_host_commits_steadily() {
     assert!(!cut.exists(), "a partial backup was left: {}", text(&o));
     assert!(!cut.with_file_name("cut-backup.sqlite-journal").exists());
 }
+
+/// A host that accepts connections but does not answer (stopped here with SIGSTOP; a wedged
+/// disk looks the same) must not hang `host status` or `host stop` for ever: they are what a
+/// user reaches for exactly then. Each gives up with exit 1, naming the pid. The 60 s bound
+/// catches a hang; it is not a speed check.
+#[test]
+fn host_status_and_stop_give_up_on_a_host_that_does_not_answer() {
+    use std::time::{Duration, Instant};
+    let h = home();
+    assert_eq!(piw(&h.home, &["host", "start"]).status.code(), Some(0));
+    let host_pid: i32 = std::fs::read_to_string(h.home.join("host.lock"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // Resumed (and stopped by `Home`'s drop) whatever the assertions below find.
+    struct Resume(i32);
+    impl Drop for Resume {
+        fn drop(&mut self) {
+            // SAFETY: kill has no memory preconditions.
+            unsafe { libc::kill(self.0, libc::SIGCONT) };
+        }
+    }
+    // SAFETY: as above; the pid is the test's own host.
+    assert_eq!(unsafe { libc::kill(host_pid, libc::SIGSTOP) }, 0);
+    let _resume = Resume(host_pid);
+    for verb in [["host", "status"], ["host", "stop"]] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_piw"))
+            .args(verb)
+            .env("PIW_HOME", &h.home)
+            .env("PIW_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        while child.try_wait().unwrap().is_none() && started.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let o = child.wait_with_output().unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "{verb:?} hung or failed: {}",
+            text(&o)
+        );
+        assert!(
+            text(&o).contains(&format!("pid {host_pid}")) && text(&o).contains("did not answer"),
+            "{verb:?}: {}",
+            text(&o)
+        );
+    }
+}
