@@ -147,26 +147,26 @@ fn host_call(
 ) -> Result<Receipt, CliError> {
     client.set_timeout(Some(HOST_ANSWER_TIMEOUT))?;
     client.call(body).map_err(|e| match e {
-        ClientError::TimedOut => {
-            let holder = std::fs::read_to_string(&paths.lock)
-                .ok()
-                .map(|pid| pid.trim().to_owned())
-                .filter(|pid| !pid.is_empty());
-            let (host, kill) = match &holder {
-                Some(pid) => (
-                    format!("the piw host (pid {pid})"),
-                    format!("; `kill {pid}` asks it to stop"),
-                ),
-                None => ("the piw host".to_owned(), String::new()),
-            };
-            CliError::Runtime(format!(
-                "{host} did not answer within {} s; it may be stuck (see {}){kill}",
-                HOST_ANSWER_TIMEOUT.as_secs(),
-                paths.log.display()
-            ))
-        }
+        ClientError::TimedOut => not_answering(paths),
         other => other.into(),
     })
+}
+
+/// A host that accepts connections but did not answer within [`HOST_ANSWER_TIMEOUT`], named
+/// by the pid in its lock file.
+fn not_answering(paths: &PiwPaths) -> CliError {
+    let (host, kill) = match &lock_holder(paths) {
+        Some(pid) => (
+            format!("the piw host (pid {pid})"),
+            format!("; `kill {pid}` asks it to stop"),
+        ),
+        None => ("the piw host".to_owned(), String::new()),
+    };
+    CliError::Runtime(format!(
+        "{host} did not answer within {} s; it may be stuck (see {}){kill}",
+        HOST_ANSWER_TIMEOUT.as_secs(),
+        paths.log.display()
+    ))
 }
 
 /// How long `piw host stop` waits for the host to end: its connection drain (5 s) and its
@@ -275,33 +275,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
             });
             Ok(())
         }
-        Cmd::Host(HostCmd::Stop) => {
-            let Ok(mut client) = BlockingClient::connect(&paths) else {
-                println!("no piw host is running");
-                return Ok(());
-            };
-            let pid = host_call(&paths, &mut client, RequestBody::HostStatus)?.body["pid"]
-                .as_u64()
-                .and_then(|p| u32::try_from(p).ok());
-            host_call(&paths, &mut client, RequestBody::HostStop)?;
-            // The socket goes first; the host then finishes its connections, stops its
-            // children and makes its last commits durable. Stopped means the process ended.
-            for _ in 0..STOP_WAIT_MS / 25 {
-                let gone = match pid {
-                    Some(pid) => !piw_core::supervise::process_alive(pid),
-                    None => BlockingClient::connect(&paths).is_err(),
-                };
-                if gone {
-                    println!("piw host stopped");
-                    return Ok(());
-                }
-                std::thread::sleep(Duration::from_millis(25));
-            }
-            Err(CliError::Runtime(format!(
-                "the host did not stop within {} s",
-                STOP_WAIT_MS / 1000
-            )))
-        }
+        Cmd::Host(HostCmd::Stop) => stop_host(&paths),
         Cmd::Runs { json, session } => {
             let r = connect(&paths)?.call(RequestBody::RunList(payload::RunList {
                 limit: None,
@@ -419,6 +393,105 @@ fn run(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
     }
+}
+
+/// `piw host stop`: asks the host to stop and returns once its process has ended. A host that
+/// is already stopping (a SIGTERM, another `piw host stop`) has removed its socket but still
+/// holds the installation lock while it finishes: that one is waited for too, so whatever
+/// runs next (`piw state reset --yes`) finds the installation free.
+fn stop_host(paths: &PiwPaths) -> Result<(), CliError> {
+    let started = std::time::Instant::now();
+    let wait = Duration::from_millis(STOP_WAIT_MS);
+    let mut announced = false;
+    loop {
+        if let Ok(mut client) = BlockingClient::connect(paths) {
+            return stop_answering_host(paths, &mut client);
+        }
+        if !installation_held(paths) {
+            println!(
+                "{}",
+                if announced {
+                    "piw host stopped"
+                } else {
+                    "no piw host is running"
+                }
+            );
+            return Ok(());
+        }
+        // Held without a socket: a host that is stopping (or starting: it answers soon), or
+        // a short `piw state reset` / `piw diagnose`.
+        let holder = lock_holder(paths);
+        if started.elapsed() >= wait {
+            return Err(CliError::Runtime(format!(
+                "process {} still holds {} after {} s and no host answers; see {}",
+                holder.as_deref().unwrap_or("?"),
+                paths.lock.display(),
+                STOP_WAIT_MS / 1000,
+                paths.log.display()
+            )));
+        }
+        if !announced {
+            announced = true;
+            eprintln!(
+                "piw: waiting for process {} (a host that is stopping) to let go of {}",
+                holder.as_deref().unwrap_or("?"),
+                paths.lock.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// Stops the host `client` is connected to and waits for its process to end.
+fn stop_answering_host(paths: &PiwPaths, client: &mut BlockingClient) -> Result<(), CliError> {
+    let pid = host_call(paths, client, RequestBody::HostStatus)?.body["pid"]
+        .as_u64()
+        .and_then(|p| u32::try_from(p).ok());
+    match client.call(RequestBody::HostStop) {
+        Ok(_) => {}
+        // It began to stop between the two calls: wait for it all the same.
+        Err(ClientError::Rejected(r)) if r.code == RejectionCode::HostShuttingDown => {}
+        Err(ClientError::TimedOut) => return Err(not_answering(paths)),
+        Err(e) => return Err(e.into()),
+    }
+    // The socket goes first; the host then finishes its connections, stops its children and
+    // makes its last commits durable. Stopped means the process ended.
+    for _ in 0..STOP_WAIT_MS / 25 {
+        let gone = match pid {
+            Some(pid) => !piw_core::supervise::process_alive(pid),
+            None => BlockingClient::connect(paths).is_err(),
+        };
+        if gone {
+            println!("piw host stopped");
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    Err(CliError::Runtime(format!(
+        "the host did not stop within {} s",
+        STOP_WAIT_MS / 1000
+    )))
+}
+
+/// Whether some process holds the installation lock (`/proc/locks`; the pid in the lock file
+/// when that cannot be read).
+fn installation_held(paths: &PiwPaths) -> bool {
+    if !paths.lock.exists() {
+        return false;
+    }
+    piw_core::supervise::flock_held(&paths.lock).unwrap_or_else(|| {
+        lock_holder(paths)
+            .and_then(|pid| pid.parse().ok())
+            .is_some_and(piw_core::supervise::process_alive)
+    })
+}
+
+/// The pid written in the installation lock file: the process that took the lock last.
+fn lock_holder(paths: &PiwPaths) -> Option<String> {
+    std::fs::read_to_string(&paths.lock)
+        .ok()
+        .map(|pid| pid.trim().to_owned())
+        .filter(|pid| !pid.is_empty())
 }
 
 /// The `diagnose` receipt body. Through the running host when one answers; otherwise straight

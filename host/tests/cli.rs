@@ -880,3 +880,67 @@ fn host_status_and_stop_give_up_on_a_host_that_does_not_answer() {
         );
     }
 }
+
+/// `piw host stop` returns once the host has ended, also when the stop began elsewhere (a
+/// SIGTERM, another `piw host stop`): a host that is stopping has no socket any more but still
+/// holds the installation, and a script that runs `piw state reset --yes` next must not find
+/// it there.
+#[test]
+fn host_stop_waits_for_a_host_that_is_already_stopping() {
+    let h = home();
+    let file = h.home.with_file_name("stubborn.workflow.json");
+    // A child whose group ignores SIGTERM keeps the stopping host busy for the kill grace.
+    let fixture = serde_json::json!({
+        "graph": {"name": "stubborn", "start": "a",
+                  "nodes": {"a": {"kind": "compute"}}, "edges": []},
+        "behaviors": {"a": {
+            "grandchild_ignoring_term": h.home.with_file_name("grandchild.pid")
+        }}
+    });
+    std::fs::write(&file, fixture.to_string()).unwrap();
+    let start = Command::new(env!("CARGO_BIN_EXE_piw"))
+        .args(["host", "start"])
+        .env("PIW_HOME", &h.home)
+        .env("PIW_LOG", "warn")
+        .env("PIW_KILL_GRACE_MS", "3000")
+        .output()
+        .unwrap();
+    assert_eq!(start.status.code(), Some(0), "{}", text(&start));
+    let o = piw(&h.home, &["run", "start", file.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let grandchild = h.home.with_file_name("grandchild.pid");
+    let began = std::time::Instant::now();
+    while !grandchild.exists() {
+        assert!(
+            began.elapsed() < std::time::Duration::from_secs(30),
+            "no grandchild"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let host_pid: i32 = std::fs::read_to_string(h.home.join("host.lock"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // The stop begins elsewhere; the socket goes at once, the host ends after the grace.
+    // SAFETY: kill has no memory preconditions; the pid is the test's own host.
+    assert_eq!(unsafe { libc::kill(host_pid, libc::SIGTERM) }, 0);
+    let socket = socket_of(&h.home);
+    while socket.exists() {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let o = piw(&h.home, &["host", "stop"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        !piw_core::supervise::process_alive(u32::try_from(host_pid).unwrap()),
+        "`host stop` returned while the host was still stopping: {}",
+        text(&o)
+    );
+    assert!(text(&o).contains("piw host stopped"), "{}", text(&o));
+    let o = piw(&h.home, &["state", "reset", "--yes"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}
+
+fn socket_of(home: &Path) -> PathBuf {
+    piw_core::paths::PiwPaths::for_home(home.to_path_buf()).socket
+}
