@@ -944,3 +944,73 @@ fn host_stop_waits_for_a_host_that_is_already_stopping() {
 fn socket_of(home: &Path) -> PathBuf {
     piw_core::paths::PiwPaths::for_home(home.to_path_buf()).socket
 }
+
+/// `piw runs` lists run records whose results together may pass the 1 MiB reply limit (ten
+/// runs with results of 120 kB did). The listing must still work: the newest runs that fit,
+/// and a note saying so on stderr (stdout stays one JSON document with `--json`). `--limit`
+/// asks for fewer or more.
+#[test]
+fn runs_lists_what_fits_when_results_are_large_and_takes_a_limit() {
+    use piw_core::client::BlockingClient;
+    use piw_core::paths::PiwPaths;
+    use piw_core::protocol::{payload, RequestBody};
+
+    let h = home();
+    let file = h.home.with_file_name("echo.workflow.json");
+    // No `return`: the node's output, and so the run's result, is its input.
+    let fixture = serde_json::json!({
+        "graph": {"name": "echo", "start": "a", "nodes": {"a": {"kind": "compute"}}, "edges": []},
+        "behaviors": {"a": {}}
+    });
+    std::fs::write(&file, fixture.to_string()).unwrap();
+    assert_eq!(piw(&h.home, &["host", "start"]).status.code(), Some(0));
+    let mut client = BlockingClient::connect(&PiwPaths::for_home(h.home.clone())).unwrap();
+    let big = "x".repeat(120_000);
+    for _ in 0..10 {
+        client
+            .call(RequestBody::RunStart(payload::RunStart {
+                workflow_file: file.display().to_string(),
+                input: serde_json::json!(big),
+                session_id: None,
+                execution_mode: None,
+                project_dir: None,
+            }))
+            .unwrap();
+    }
+    let begun = std::time::Instant::now();
+    loop {
+        let status = json_of(&piw(&h.home, &["host", "status", "--json"]));
+        if status["runs"]["completed"] == 10 {
+            break;
+        }
+        assert!(
+            begun.elapsed() < std::time::Duration::from_secs(60),
+            "runs did not complete: {status}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let o = piw(&h.home, &["runs", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let listed = json_of(&o)["runs"].as_array().unwrap().len();
+    assert!((1..10).contains(&listed), "{listed} runs listed");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains(&format!("the newest {listed} runs")),
+        "no note about the runs left out: {stderr}"
+    );
+    let o = piw(&h.home, &["runs"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).lines().count(),
+        1 + listed
+    );
+    // A limit that fits is taken as it is, without a note.
+    let o = piw(&h.home, &["runs", "--json", "--limit", "2"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(json_of(&o)["runs"].as_array().unwrap().len(), 2);
+    assert!(o.stderr.is_empty(), "{}", text(&o));
+    assert_eq!(
+        piw(&h.home, &["runs", "--limit", "0"]).status.code(),
+        Some(2)
+    );
+}
