@@ -136,6 +136,7 @@ fn make_private_dir(dir: &Path) -> io::Result<()> {
         link.file_type().is_symlink().then(|| link.uid()),
         target.is_dir(),
         target.uid(),
+        target.mode(),
         current_uid(),
     )?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
@@ -143,12 +144,14 @@ fn make_private_dir(dir: &Path) -> io::Result<()> {
 
 /// Whether a directory found at `dir` may hold this user's installation or socket: a
 /// directory this user owns, reached (if through a symbolic link, `link_owner`) through a
-/// link this user owns.
+/// link this user owns, and not one meant to be shared with other users (world-writable or
+/// sticky, like `/tmp`: made 0700, it would lock them out).
 fn check_private_dir(
     dir: &Path,
     link_owner: Option<u32>,
     is_dir: bool,
     owner: u32,
+    mode: u32,
     own_uid: u32,
 ) -> io::Result<()> {
     let refuse = |why: String| {
@@ -173,8 +176,24 @@ fn check_private_dir(
             "belongs to uid {owner}, not to you (uid {own_uid})"
         ));
     }
+    if mode & (SHARED_DIR_STICKY | SHARED_DIR_OTHER_WRITE) != 0 {
+        // Not "remove it": this is `/tmp` or the like.
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{} is shared with other users (mode {:o}) and piw would make it private (0700); set PIW_HOME to a directory of its own, such as a new one inside it",
+                dir.display(),
+                mode & 0o7777
+            ),
+        ));
+    }
     Ok(())
 }
+
+/// The sticky bit: a directory where many users keep files (`/tmp`).
+const SHARED_DIR_STICKY: u32 = 0o1000;
+/// Write permission for other users.
+const SHARED_DIR_OTHER_WRITE: u32 = 0o002;
 
 /// A short, per-user, per-installation socket path in the runtime directory.
 fn short_socket_path(home: &Path) -> PathBuf {
@@ -201,9 +220,9 @@ mod tests {
     #[test]
     fn only_a_directory_of_ones_own_is_used() {
         let dir = Path::new("/tmp/piw-1000");
-        assert!(check_private_dir(dir, None, true, 1000, 1000).is_ok());
+        assert!(check_private_dir(dir, None, true, 1000, 0o40700, 1000).is_ok());
         assert!(
-            check_private_dir(dir, Some(1000), true, 1000, 1000).is_ok(),
+            check_private_dir(dir, Some(1000), true, 1000, 0o40755, 1000).is_ok(),
             "one's own link to one's own directory"
         );
         for (link_owner, is_dir, owner, why) in [
@@ -227,7 +246,7 @@ mod tests {
                 "belongs to uid 1001, not to you (uid 1000)",
             ),
         ] {
-            let e = check_private_dir(dir, link_owner, is_dir, owner, 1000).unwrap_err();
+            let e = check_private_dir(dir, link_owner, is_dir, owner, 0o40700, 1000).unwrap_err();
             assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
             assert!(e.to_string().contains(why), "{e}");
             assert!(e.to_string().starts_with("/tmp/piw-1000 "), "{e}");
@@ -251,6 +270,24 @@ mod tests {
         std::fs::write(&file, "").unwrap();
         let e = make_private_dir(&file).unwrap_err();
         assert!(e.to_string().contains("is not a directory"), "{e}");
+    }
+
+    /// `PIW_HOME=/tmp` (or any directory shared with other users: world-writable, sticky)
+    /// must not be made 0700: for a user who owns it (root owns `/tmp`) that would lock every
+    /// other user out of it and drop its sticky bit. It is refused, its mode left alone.
+    #[test]
+    fn a_shared_directory_is_refused_and_its_mode_left_alone() {
+        let tmp = tempfile::tempdir().unwrap();
+        for mode in [0o1777, 0o777, 0o1770] {
+            let shared = tmp.path().join(format!("shared-{mode:o}"));
+            std::fs::create_dir(&shared).unwrap();
+            std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(mode)).unwrap();
+            let e = make_private_dir(&shared).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{mode:o}: {e}");
+            assert!(e.to_string().contains("is shared with other users"), "{e}");
+            let now = std::fs::metadata(&shared).unwrap().permissions().mode() & 0o7777;
+            assert_eq!(now, mode, "the mode of a shared directory was changed");
+        }
     }
 
     #[test]

@@ -224,7 +224,16 @@ fn host_bin() -> PathBuf {
 }
 
 fn connect(paths: &PiwPaths) -> Result<BlockingClient, CliError> {
+    ensure_installation_dirs(paths)?;
     Ok(BlockingClient::connect_or_start(paths, &host_bin())?)
+}
+
+/// Creates (or checks) the installation's directories before a host is started for them, so
+/// a refusal reads as what it is, not as a failure to talk to a host.
+fn ensure_installation_dirs(paths: &PiwPaths) -> Result<(), CliError> {
+    paths
+        .ensure_dirs()
+        .map_err(|e| CliError::Runtime(format!("cannot use {}: {e}", paths.home.display())))
 }
 
 fn print(receipt_body: &Value, json_out: bool, human: impl FnOnce(&Value) -> String) {
@@ -254,6 +263,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
             }
         }
         Cmd::Host(HostCmd::Start) => {
+            ensure_installation_dirs(&paths)?;
             ensure_host(&paths, &host_bin(), DEFAULT_READY_TIMEOUT)?;
             let mut client = BlockingClient::connect(&paths)?;
             let status = host_call(&paths, &mut client, RequestBody::HostStatus)?;
