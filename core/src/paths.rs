@@ -207,6 +207,15 @@ fn short_socket_path(home: &Path) -> PathBuf {
     base.join(format!("{tag}.sock"))
 }
 
+/// `path` as one word for a POSIX shell: in single quotes, a single quote inside written as
+/// `'\''`. For commands piw prints for its user to copy.
+pub fn shell_quoted(path: &Path) -> String {
+    format!(
+        "'{}'",
+        path.as_os_str().to_string_lossy().replace('\'', r"'\''")
+    )
+}
+
 /// The uid of this process.
 pub fn current_uid() -> u32 {
     // SAFETY: getuid has no preconditions and cannot fail.
@@ -288,6 +297,23 @@ mod tests {
             let now = std::fs::metadata(&shared).unwrap().permissions().mode() & 0o7777;
             assert_eq!(now, mode, "the mode of a shared directory was changed");
         }
+    }
+
+    #[test]
+    fn shell_quoted_paths_survive_spaces_and_quotes() {
+        assert_eq!(shell_quoted(Path::new("/tmp/x")), "'/tmp/x'");
+        assert_eq!(
+            shell_quoted(Path::new("/tmp/it's a home")),
+            r"'/tmp/it'\''s a home'"
+        );
+        // What a shell makes of it is the path itself.
+        let tricky = "/tmp/a b/it's \"$HOME\" `x`";
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("printf %s {}", shell_quoted(Path::new(tricky))))
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), tricky);
     }
 
     #[test]

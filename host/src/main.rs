@@ -381,9 +381,14 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 return Ok(());
             }
             if !yes {
+                // `piw state backup`, not `cp`: a copy of state.sqlite alone misses the
+                // commits still in its -wal file. Quoted so that it works as printed.
+                let mut backup = paths.db.clone().into_os_string();
+                backup.push(".bak");
                 return Err(CliError::Usage(format!(
-                    "this deletes {db} and every run in it; back it up first (`cp '{db}' '{db}.bak'`), then run `piw state reset --yes`",
-                    db = paths.db.display()
+                    "this deletes {} and every run in it; back it up first (`piw state backup {}`), then run `piw state reset --yes`",
+                    paths.db.display(),
+                    piw_core::paths::shell_quoted(std::path::Path::new(&backup))
                 )));
             }
             // Held until the database is gone: no host runs, is still stopping, or starts

@@ -1014,3 +1014,45 @@ fn runs_lists_what_fits_when_results_are_large_and_takes_a_limit() {
         Some(2)
     );
 }
+
+/// `piw state reset` without `--yes` names the backup command to run first. Copied into a
+/// shell as it is, that command must work for any `PIW_HOME` (a space, a quote) and make a
+/// whole backup: `piw state backup` (a `cp` of `state.sqlite` alone would miss the commits
+/// still in `state.sqlite-wal`, and broke on the quote).
+#[test]
+fn the_backup_command_state_reset_suggests_works_as_printed() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = Home {
+        home: dir.path().join("it's a home"),
+        _dir: dir,
+    };
+    let file = hello_example(&h);
+    let o = piw(&h.home, &["run", "start", file.to_str().unwrap(), "--wait"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(piw(&h.home, &["host", "stop"]).status.code(), Some(0));
+    let o = piw(&h.home, &["state", "reset"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let message = String::from_utf8_lossy(&o.stderr).into_owned();
+    let command = message
+        .split('`')
+        .nth(1)
+        .unwrap_or_else(|| panic!("no command in: {message}"));
+    assert!(command.starts_with("piw state backup "), "{message}");
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_piw")).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let ran = Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .env("PATH", path)
+        .env("PIW_HOME", &h.home)
+        .output()
+        .unwrap();
+    assert_eq!(ran.status.code(), Some(0), "{command}: {}", text(&ran));
+    let backup = h.home.join("state.sqlite.bak");
+    let copy = piw_core::store::Store::open_read_only(&backup, Default::default()).unwrap();
+    assert_eq!(copy.list_runs(None, 10).unwrap().len(), 1);
+}
