@@ -370,6 +370,12 @@ fn run(cli: Cli) -> Result<(), CliError> {
                     path.display()
                 )));
             }
+            if !paths.db.exists() {
+                return Err(CliError::Runtime(format!(
+                    "there is no state database at {} (no host has run for this PIW_HOME); nothing to back up",
+                    paths.db.display()
+                )));
+            }
             let store = Store::open_read_only(&paths.db, StoreConfig::default())?;
             store.backup_to(&path)?;
             println!("backed up {} to {}", paths.db.display(), path.display());

@@ -1056,3 +1056,19 @@ fn the_backup_command_state_reset_suggests_works_as_printed() {
     let copy = piw_core::store::Store::open_read_only(&backup, Default::default()).unwrap();
     assert_eq!(copy.list_runs(None, 10).unwrap().len(), 1);
 }
+
+/// `state backup` of an installation without a database says so in words, and creates
+/// nothing (no installation, no backup file).
+#[test]
+fn state_backup_without_a_database_says_there_is_none() {
+    let h = home();
+    let backup = h.home.with_file_name("b.sqlite");
+    let o = piw(&h.home, &["state", "backup", backup.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("there is no state database at"),
+        "{}",
+        text(&o)
+    );
+    assert!(!backup.exists() && !h.home.exists());
+}
