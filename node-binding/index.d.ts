@@ -152,6 +152,9 @@ export interface Attempt {
   node_id: string;
   status: 'running' | 'waiting' | 'succeeded' | 'failed' | 'timed_out' | 'interrupted' | 'cancelled';
   error: string | null;
+  output?: unknown;
+  /** `run.status` left this output out to fit its reply (a run whose outputs add up to more). */
+  output_omitted?: true;
   [field: string]: unknown;
 }
 

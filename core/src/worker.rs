@@ -21,6 +21,15 @@ use crate::protocol::{payload, Receipt, RejectionCode, Request, RequestBody};
 /// How often a worker message is resent after an `internal` rejection before it counts.
 const INTERNAL_RETRIES: usize = 3;
 
+/// Room in a payload for what surrounds the outcomes and result: field names, the next node,
+/// the earlier steps' framing.
+const PAYLOAD_ROOM: usize = 4 * 1024;
+
+/// The length of `value` as JSON; a value that cannot be encoded counts as too large to fit.
+fn encoded_len(value: &impl serde::Serialize) -> usize {
+    serde_json::to_vec(value).map_or(usize::MAX / 2, |v| v.len())
+}
+
 /// The launch envelope's schema tag.
 pub const LAUNCH_SCHEMA: &str = "piw.launch.v1";
 
@@ -356,13 +365,24 @@ impl Worker {
     /// (the host refuses others). The next [`Worker::transition`] or [`Worker::complete`]
     /// carries the deferred steps; any other node operation sends them first. Until then the
     /// host knows neither step: if the worker dies, those pure nodes rerun.
-    pub fn defer_transition(&mut self, outcome: payload::AttemptOutcome, next_node: &str) {
+    ///
+    /// When this step would take the deferred steps past what one message can carry, the
+    /// ones deferred so far are reported first ([`WorkerError::Parked`] if that parks the run:
+    /// the worker is done).
+    pub fn defer_transition(
+        &mut self,
+        outcome: payload::AttemptOutcome,
+        next_node: &str,
+    ) -> Result<(), WorkerError> {
         let step = payload::EarlierStep {
             outcome,
             next_node: next_node.to_owned(),
         };
-        self.deferred_bytes += serde_json::to_vec(&step).map_or(usize::MAX / 2, |v| v.len());
+        let bytes = encoded_len(&step);
+        self.flush_if_it_would_not_fit(bytes)?;
+        self.deferred_bytes += bytes;
         self.deferred.push(step);
+        Ok(())
     }
 
     /// How many steps are deferred.
@@ -386,11 +406,16 @@ impl Worker {
     }
 
     /// Proposes the current attempt's outcome and the next node (after any deferred steps).
+    ///
+    /// When the deferred steps and this outcome together would pass the payload limit, the
+    /// deferred steps are reported first, on their own ([`WorkerError::Parked`] if that parks
+    /// the run).
     pub fn transition(
         &mut self,
         outcome: payload::AttemptOutcome,
         next_node: &str,
     ) -> Result<TransitionReply, WorkerError> {
+        self.flush_if_it_would_not_fit(encoded_len(&outcome))?;
         let earlier = std::mem::take(&mut self.deferred);
         self.deferred_bytes = 0;
         let r = self.call(RequestBody::WorkerTransition(payload::WorkerTransition {
@@ -408,18 +433,43 @@ impl Worker {
     }
 
     /// Ends the run successfully with the last attempt's outcome.
+    ///
+    /// A result equal to the last output (the usual case) is sent once
+    /// (`result_is_output`), and deferred steps that would not fit alongside are reported
+    /// first, as for [`Worker::transition`].
     pub fn complete(
         &mut self,
         outcome: payload::AttemptOutcome,
         result: Value,
     ) -> Result<Receipt, WorkerError> {
+        let result_is_output = !result.is_null()
+            && matches!(&outcome, payload::AttemptOutcome::Succeeded { output } if *output == result);
+        let result = if result_is_output {
+            Value::Null
+        } else {
+            result
+        };
+        self.flush_if_it_would_not_fit(encoded_len(&outcome) + encoded_len(&result))?;
         let earlier = std::mem::take(&mut self.deferred);
         self.deferred_bytes = 0;
         self.call(RequestBody::WorkerComplete(payload::WorkerComplete {
             outcome,
             result,
+            result_is_output,
             earlier,
         }))
+    }
+
+    /// Reports the deferred steps now when they and `own_bytes` more would pass the payload
+    /// limit in one message, which the host would refuse (and the client would not send).
+    fn flush_if_it_would_not_fit(&mut self, own_bytes: usize) -> Result<(), WorkerError> {
+        let budget = crate::protocol::Limits::default()
+            .max_payload_bytes
+            .saturating_sub(PAYLOAD_ROOM);
+        if !self.deferred.is_empty() && self.deferred_bytes.saturating_add(own_bytes) > budget {
+            self.flush_for_node_operation()?;
+        }
+        Ok(())
     }
 
     /// Ends the run as failed (or stops it for review).

@@ -111,6 +111,7 @@ fn sample(kind: RequestKind) -> Request {
         RequestKind::WorkerComplete => RequestBody::WorkerComplete(WorkerComplete {
             outcome: AttemptOutcome::TimedOut,
             result: json!([1, 2, 3]),
+            result_is_output: false,
             earlier: Vec::new(),
         }),
         RequestKind::WorkerFail => RequestBody::WorkerFail(WorkerFail {

@@ -1742,3 +1742,127 @@ fn a_validation_overtaken_by_the_deadline_expires_the_request_without_a_loss() {
     assert!(!kinds.iter().any(|k| k == "child_lost"), "{kinds:?}");
     env.stop(host);
 }
+
+/// A run whose attempts' outputs add up to more than a reply frame can carry still has a
+/// readable status: the oldest outputs are left out (and say so), the run's result and every
+/// attempt's status stay. Before, `run.status` failed with `payload_too_large`, and every
+/// client waiting on the run (`piw run start --wait`, `waitForRun`) failed with it.
+#[test]
+fn the_status_of_a_run_with_large_outputs_fits_one_reply() {
+    let env = Env::new(&[]);
+    let host = env.serve(None);
+    let nodes = ["a", "b", "c", "d", "e", "f"];
+    let big = |i: usize| json!({ "n": i, "text": "x".repeat(200 * 1024) });
+    let file = env.fixture(
+        "big",
+        json!({
+            "graph": {"name": "big", "start": "a",
+                      "nodes": nodes.iter().map(|n| (n.to_string(), json!({"kind": "compute"}))).collect::<serde_json::Map<_, _>>(),
+                      "edges": nodes.windows(2).map(|w| json!({"from": w[0], "to": w[1]})).collect::<Vec<_>>()},
+            "behaviors": nodes.iter().enumerate().map(|(i, n)| (n.to_string(), json!({"return": big(i)}))).collect::<serde_json::Map<_, _>>()
+        }),
+    );
+    let run_id = env.start(&file, json!({}));
+    let s = env.wait_for(
+        &run_id,
+        &["completed", "failed", "review"],
+        Duration::from_secs(30),
+    );
+    assert_eq!(s["run"]["status"], json!("completed"), "{}", s["run"]);
+    assert_eq!(s["run"]["result"]["n"], json!(5), "the run's result stays");
+    let attempts = s["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), nodes.len());
+    assert!(
+        attempts.iter().all(|a| a["status"] == json!("succeeded")),
+        "{attempts:?}"
+    );
+    let omitted: Vec<bool> = attempts
+        .iter()
+        .map(|a| a["output_omitted"] == json!(true) && a["output"].is_null())
+        .collect();
+    assert!(omitted[0], "the oldest output is left out");
+    assert!(!omitted[nodes.len() - 1], "the newest output stays");
+    assert_eq!(
+        attempts[nodes.len() - 1]["output"]["n"],
+        json!(5),
+        "the newest output is whole"
+    );
+    env.stop(host);
+}
+
+/// Pure steps a worker reports together (`batch_compute`) never make a message the host
+/// would refuse: a large output that would not fit beside the steps deferred so far sends
+/// those first, and a result equal to the last output is sent once. Before, this run's child
+/// failed to send its report three times over and the run stopped for review.
+#[test]
+fn batched_steps_with_large_outputs_still_complete() {
+    let env = Env::new(&[]);
+    let host = env.serve(None);
+    let sizes = [("a", 20), ("b", 20), ("c", 20), ("d", 200), ("e", 200)];
+    let file = env.fixture(
+        "batched",
+        json!({
+            "batch_compute": true,
+            "graph": {"name": "batched", "start": "a",
+                      "nodes": sizes.iter().map(|(n, _)| (n.to_string(), json!({"kind": "compute"}))).collect::<serde_json::Map<_, _>>(),
+                      "edges": sizes.windows(2).map(|w| json!({"from": w[0].0, "to": w[1].0})).collect::<Vec<_>>()},
+            "behaviors": sizes.iter().map(|(n, kb)| (n.to_string(), json!({"return": {"node": n, "text": "x".repeat(kb * 1024)}}))).collect::<serde_json::Map<_, _>>()
+        }),
+    );
+    let run_id = env.start(&file, json!({}));
+    let s = env.wait_for(
+        &run_id,
+        &["completed", "failed", "review"],
+        Duration::from_secs(30),
+    );
+    assert_eq!(s["run"]["status"], json!("completed"), "{}", s["run"]);
+    assert_eq!(s["run"]["result"]["node"], json!("e"));
+    assert_eq!(
+        s["run"]["result"]["text"].as_str().map(str::len),
+        Some(200 * 1024)
+    );
+    let nodes: Vec<&str> = s["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["node_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(nodes, ["a", "b", "c", "d", "e"], "each node ran once");
+    env.stop(host);
+}
+
+/// `result_is_output` takes the result from a succeeded outcome only; anything else is
+/// `malformed` and changes nothing.
+const RESULT_IS_OUTPUT_CHILD: &str = r#"
+graph = json.load(open(env["source_root"]))["graph"]
+call("worker.hello", {"child_token": env["child_token"], "pid": 1, "definition": graph, "mounted_sources": {}})
+attempt = call("worker.node_started", {}, node_id="a")["receipt"]["body"]["attempt_id"]
+bad = [call("worker.complete", {"outcome": {"status": "failed", "error": "no"}, "result_is_output": True},
+            node_id="a", attempt_id=attempt),
+       call("worker.complete", {"outcome": {"status": "succeeded", "output": {"v": 1}}, "result": {"v": 2},
+            "result_is_output": True}, node_id="a", attempt_id=attempt)]
+good = call("worker.complete", {"outcome": {"status": "succeeded", "output": {"v": 1}}, "result_is_output": True},
+            node_id="a", attempt_id=attempt)
+answer(sys.argv[1], {"bad": bad, "good": good})
+"#;
+
+#[test]
+fn result_is_output_takes_the_result_from_a_succeeded_outcome_only() {
+    let mut env = Env::new(&[]);
+    let script = python_child(&env, "result.py", RESULT_IS_OUTPUT_CHILD);
+    env.extra.push((
+        "PIW_RUNTIMES".into(),
+        format!(".workflow.json=/usr/bin/env python3 {}", script.display()),
+    ));
+    let host = env.serve(None);
+    let file = env.one_node("result", json!({}));
+    let run_id = env.start(&file, json!({}));
+    let replies = python_answer(&file, "the completing child");
+    for bad in replies["bad"].as_array().unwrap() {
+        assert_eq!(bad["rejection"]["code"], json!("malformed"), "{bad}");
+    }
+    assert_eq!(replies["good"]["ok"], json!(true), "{replies}");
+    let s = env.wait_for(&run_id, &["completed"], Duration::from_secs(20));
+    assert_eq!(s["run"]["result"], json!({"v": 1}));
+    env.stop(host);
+}

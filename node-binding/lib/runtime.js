@@ -136,11 +136,12 @@ function toJson(value, what) {
 }
 
 /**
- * The largest value a node may hand the host. A run's last output travels twice in one
- * message (as the node's output and the run's result), and a message's payload is limited to
- * 256 KiB.
+ * The largest value a node may hand the host: a message's payload is limited to 256 KiB, and
+ * this leaves room for the message around one value. (The worker library sends a run's last
+ * output once even though it is the result too, and reports deferred steps on their own when
+ * a value would not fit beside them.)
  */
-const MAX_VALUE_BYTES = 120 * 1024;
+const MAX_VALUE_BYTES = 240 * 1024;
 
 /** Runs node code; any exception becomes a `NodeFailure`. */
 async function nodeCode(what, f) {

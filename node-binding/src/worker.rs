@@ -154,12 +154,14 @@ impl Worker {
 
     /// Records a step without telling the host yet (see `piw_core::worker::Worker::
     /// defer_transition`): `nextNode` must be a compute node without a timeout. The next
-    /// `transition` or `complete` carries it; other node operations report it first.
+    /// `transition` or `complete` carries it; other node operations report it first, and so
+    /// does this one when the step would not fit beside them in one message.
     #[napi]
     pub fn defer_transition(&mut self, outcome: Value, next_node: String) -> Result<()> {
         let outcome: AttemptOutcome = parse("outcome", outcome)?;
-        self.session()?.defer_transition(outcome, &next_node);
-        Ok(())
+        self.session()?
+            .defer_transition(outcome, &next_node)
+            .map_err(worker_error)
     }
 
     /// The encoded size of the deferred steps, in bytes.

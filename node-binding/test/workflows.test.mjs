@@ -199,7 +199,7 @@ test('an output too large for the host fails its node with a clear error', async
   );
   const run = await host.client.waitForRun((await host.client.startRun(file)).run_id, { timeoutMs: 20_000 });
   assert.equal(run.status, 'failed');
-  assert.match(run.error, /the output is \d+ bytes of JSON; at most 122880/);
+  assert.match(run.error, /the output is \d+ bytes of JSON; at most 245760/);
 });
 
 test('node code that throws or returns what JSON cannot hold fails the node, not the child', async () => {

@@ -655,6 +655,14 @@ pub fn apply_worker(
             json!({ "attempt_id": done.next_attempt_id, "parked": parked, "deadline_at": deadline })
         }
         RequestBody::WorkerComplete(c) => {
+            if c.result_is_output
+                && (!c.result.is_null()
+                    || !matches!(c.outcome, payload::AttemptOutcome::Succeeded { .. }))
+            {
+                return Err(invalid_input(
+                    "result_is_output needs a succeeded outcome and a null result",
+                ));
+            }
             let (graph, attempt_id, from) =
                 match step_after_earlier(w, state, &claim, req, &c.earlier)? {
                     Ok(step) => step,
@@ -670,7 +678,12 @@ pub fn apply_worker(
                 AttemptOutcome::Succeeded { output } => output.clone(),
                 _ => Value::Null,
             };
-            w.complete(&claim, &attempt_id, &output, &c.result)?;
+            let result = if c.result_is_output {
+                &output
+            } else {
+                &c.result
+            };
+            w.complete(&claim, &attempt_id, &output, result)?;
             json!({ "status": "completed" })
         }
         RequestBody::WorkerFail(f) => {

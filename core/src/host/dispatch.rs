@@ -34,6 +34,9 @@ pub struct HostState {
     pub supervisor: Option<tokio::sync::mpsc::UnboundedSender<super::supervisor::SupervisorCmd>>,
     /// The socket children connect to.
     pub socket_path: std::path::PathBuf,
+    /// The largest reply frame connections send (`Limits::max_frame_bytes`): `run.status`
+    /// fits its reply under it.
+    pub reply_limit: usize,
     pub shutting_down: bool,
     /// Where replies and committed run events leave, once durable.
     pub outbox: super::outbox::Outbox,
@@ -346,18 +349,61 @@ fn fence_for<'a>(
 }
 
 /// Answers a read-only request from the store.
-pub fn apply_read(store: &Store, req: &Request) -> Result<Receipt, StoreError> {
+/// Room left in a reply frame for what is not the body: the envelope, the request id (up
+/// to its own limit), the receipt's fields.
+const REPLY_ENVELOPE_ROOM: usize = 8 * 1024;
+
+/// The length of `value` as JSON (0 when it cannot be serialized, which a store record can
+/// always be).
+fn json_len(value: &impl serde::Serialize) -> usize {
+    serde_json::to_vec(value).map_or(0, |v| v.len())
+}
+
+/// Leaves out attempt outputs, the oldest first, until a `run.status` body of `body_len` bytes
+/// fits a reply under `reply_limit`. A run's attempts are unbounded in number, each output up
+/// to a payload's size, so a long run would otherwise make its own status unreadable
+/// (`payload_too_large`), and every client waiting on it with it. The run (with its result)
+/// and every attempt's status stay; an omitted output says so (`output_omitted`).
+fn fit_attempt_outputs(
+    attempts: &mut [crate::store::AttemptRecord],
+    body_len: usize,
+    reply_limit: usize,
+) {
+    let budget = reply_limit.saturating_sub(REPLY_ENVELOPE_ROOM);
+    let mut excess = body_len.saturating_sub(budget);
+    // `"output":null,"output_omitted":true` replaces `"output":<value>`.
+    const OMITTED_MARK: usize = r#","output_omitted":true"#.len();
+    for attempt in attempts.iter_mut() {
+        if excess == 0 {
+            break;
+        }
+        let Some(output) = attempt.output.take() else {
+            continue;
+        };
+        let saved = json_len(&output).saturating_sub("null".len() + OMITTED_MARK);
+        attempt.output_omitted = true;
+        excess = excess.saturating_sub(saved);
+    }
+}
+
+pub fn apply_read(store: &Store, req: &Request, reply_limit: usize) -> Result<Receipt, StoreError> {
     Ok(match &req.body {
         RequestBody::RunStatus => {
             let run_id = required(&req.run_id, "run_id")?;
             let run = store.run(run_id)?;
             let claim = store.claim_info(run_id)?;
+            let mut attempts = store.attempts(run_id)?;
+            let decisions = store.decisions(run_id)?;
+            let interactions = store.interactions(Some(run_id), None)?;
+            let effects = store.effects(run_id)?;
+            let body_len =
+                json_len(&(&run, &claim, &attempts, &decisions, &interactions, &effects));
+            fit_attempt_outputs(&mut attempts, body_len, reply_limit);
             Receipt::new(
                 Some(run.revision),
-                json!({ "run": run, "claim": claim, "attempts": store.attempts(run_id)?,
-                        "decisions": store.decisions(run_id)?,
-                        "interactions": store.interactions(Some(run_id), None)?,
-                        "effects": store.effects(run_id)? }),
+                json!({ "run": run, "claim": claim, "attempts": attempts,
+                        "decisions": decisions, "interactions": interactions,
+                        "effects": effects }),
             )
         }
         RequestBody::RunList(list) => {

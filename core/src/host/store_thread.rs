@@ -209,7 +209,7 @@ fn process_batch(
                 })
                 .map_err(|e| dispatch::rejection_for(&e))
         } else {
-            dispatch::apply_read(store, &job.request)
+            dispatch::apply_read(store, &job.request, state.reply_limit)
                 .map(|mut receipt| {
                     if matches!(job.request.body, RequestBody::HostStatus) {
                         receipt.body["active_children"] = json!(state.live_children());

@@ -266,6 +266,12 @@ pub struct WorkerComplete {
     /// The run's result (`null` when absent).
     #[serde(default)]
     pub result: Value,
+    /// The run's result is the last outcome's output, which is then not sent twice: `result`
+    /// must be `null`, and the outcome must be `succeeded`. A result as large as the output
+    /// would otherwise double the message, and a run whose last output passed half the payload
+    /// limit could never complete.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub result_is_output: bool,
     /// Steps taken before the last one, oldest first (see [`EarlierStep`]).
     #[serde(default)]
     pub earlier: Vec<EarlierStep>,

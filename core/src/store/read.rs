@@ -74,6 +74,10 @@ pub struct AttemptRecord {
     pub status: String,
     pub deadline_at: Option<UnixMillis>,
     pub output: Option<Value>,
+    /// The output was left out of this reply to keep it under the frame limit (`run.status`
+    /// of a run whose outputs add up to more). Absent when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub output_omitted: bool,
     pub error: Option<String>,
 }
 
@@ -356,6 +360,7 @@ impl Store {
                 status: r.get(4)?,
                 deadline_at: r.get(5)?,
                 output: json_col(r, 6)?,
+                output_omitted: false,
                 error: r.get(7)?,
             })
         })?;

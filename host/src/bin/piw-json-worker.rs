@@ -191,7 +191,7 @@ fn run() -> Result<(), WorkerError> {
                     && w.deferred_steps() < 64
                     && w.deferred_bytes() < 64 * 1024
                 {
-                    w.defer_transition(outcome, &next);
+                    w.defer_transition(outcome, &next)?;
                     node = next;
                     continue;
                 }
