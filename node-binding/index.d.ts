@@ -139,6 +139,8 @@ export interface Run {
   revision: number;
   /** The final output of a completed run. */
   result: unknown;
+  /** `listRuns` left this result out to fit its reply (the runs' results add up to more). */
+  result_omitted?: true;
   error: string | null;
   /** Why the run stopped for review (for example `source_changed: ...`). */
   review_reason: string | null;

@@ -40,8 +40,8 @@ enum Cmd {
         /// Only runs of this origin session.
         #[arg(long)]
         session: Option<String>,
-        /// At most this many runs (the host lists at most 10000). Fewer are listed, with a
-        /// note on stderr, when their records do not fit one reply.
+        /// At most this many runs (the host lists at most 10000). When their results do not
+        /// all fit one reply, the oldest are left out (`result_omitted` in `--json`).
         #[arg(long, value_name = "N", default_value_t = DEFAULT_RUNS_LIMIT,
               value_parser = clap::value_parser!(u32).range(1..=10_000))]
         limit: u32,
@@ -296,9 +296,14 @@ fn run(cli: Cli) -> Result<(), CliError> {
             session,
             limit,
         } => {
-            let mut client = connect(&paths)?;
-            let body = list_runs(&mut client, session, limit)?;
-            print(&body, json, |b| {
+            // The host leaves out the oldest runs' results when the list would not fit one
+            // reply (`result_omitted`), so only a very large `--limit` can pass the reply
+            // limit, and its error names the option.
+            let r = connect(&paths)?.call(RequestBody::RunList(payload::RunList {
+                limit: Some(limit),
+                session_id: session,
+            }))?;
+            print(&r.body, json, |b| {
                 let mut out =
                     String::from("RUN                               STATUS      WORKFLOW  NODE");
                 for run in b["runs"].as_array().into_iter().flatten() {
@@ -524,62 +529,6 @@ fn lock_holder(paths: &PiwPaths) -> Option<String> {
 
 /// How many runs `piw runs` lists without `--limit` (the host's own default).
 const DEFAULT_RUNS_LIMIT: u32 = 100;
-
-/// The `run.list` receipt body for at most `limit` runs. Run records carry their results, so
-/// a list can pass the reply limit (`payload_too_large`) with a handful of runs: then the
-/// newest runs that fit are listed, and stderr says that some were left out.
-fn list_runs(
-    client: &mut BlockingClient,
-    session_id: Option<String>,
-    limit: u32,
-) -> Result<Value, CliError> {
-    let mut asked = limit;
-    loop {
-        let reply = client.call(RequestBody::RunList(payload::RunList {
-            limit: Some(asked),
-            session_id: session_id.clone(),
-        }));
-        match reply {
-            Ok(r) => {
-                let listed = r.body["runs"].as_array().map_or(0, Vec::len);
-                if asked < limit {
-                    eprintln!(
-                        "piw: listing only the newest {listed} runs: more do not fit one reply (their results are large); `piw run status <run-id>` shows any run"
-                    );
-                }
-                return Ok(r.body);
-            }
-            Err(ClientError::Rejected(rejection))
-                if rejection.code == RejectionCode::PayloadTooLarge && asked > 1 =>
-            {
-                // At most as many runs as there are (the host's counts), then as many as the
-                // reply's share of the limit suggests (records of similar size), and fewer
-                // than last time in any case.
-                let runs_in_all = client
-                    .call(RequestBody::HostStatus)
-                    .ok()
-                    .and_then(|status| {
-                        let counts = status.body["runs"].as_object()?.clone();
-                        let total: u64 = counts.values().filter_map(Value::as_u64).sum();
-                        u32::try_from(total).ok()
-                    })
-                    .unwrap_or(asked);
-                let asked_for = asked.min(runs_in_all.max(1));
-                let share = match (
-                    rejection.details["reply_bytes"].as_u64(),
-                    rejection.details["limit"].as_u64(),
-                ) {
-                    (Some(reply), Some(max)) if reply > 0 => {
-                        u32::try_from(u64::from(asked_for) * max / reply).unwrap_or(asked / 2)
-                    }
-                    _ => asked / 2,
-                };
-                asked = share.clamp(1, asked - 1);
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-}
 
 /// The `diagnose` receipt body. Through the running host when one answers; otherwise straight
 /// from the database, read-only, while holding the installation lock (no host starts

@@ -950,7 +950,7 @@ fn socket_of(home: &Path) -> PathBuf {
 /// and a note saying so on stderr (stdout stays one JSON document with `--json`). `--limit`
 /// asks for fewer or more.
 #[test]
-fn runs_lists_what_fits_when_results_are_large_and_takes_a_limit() {
+fn runs_lists_every_run_when_results_are_large_and_takes_a_limit() {
     use piw_core::client::BlockingClient;
     use piw_core::paths::PiwPaths;
     use piw_core::protocol::{payload, RequestBody};
@@ -989,22 +989,29 @@ fn runs_lists_what_fits_when_results_are_large_and_takes_a_limit() {
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+    // 1.2 MB of results do not fit one reply: every run is listed, newest first, and the
+    // oldest runs' results are left out (and say so) until the list fits.
     let o = piw(&h.home, &["runs", "--json"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let listed = json_of(&o)["runs"].as_array().unwrap().len();
-    assert!((1..10).contains(&listed), "{listed} runs listed");
-    let stderr = String::from_utf8_lossy(&o.stderr);
+    let runs = json_of(&o)["runs"].as_array().unwrap().clone();
+    assert_eq!(runs.len(), 10);
+    let omitted: Vec<bool> = runs
+        .iter()
+        .map(|r| r["result_omitted"] == true && r["result"].is_null())
+        .collect();
     assert!(
-        stderr.contains(&format!("the newest {listed} runs")),
-        "no note about the runs left out: {stderr}"
+        !omitted[0] && runs[0]["result"] == big.as_str(),
+        "the newest keeps its result"
+    );
+    assert!(omitted[9], "the oldest result is left out");
+    assert!(
+        omitted.windows(2).all(|w| w[0] <= w[1]),
+        "results are left out oldest first: {omitted:?}"
     );
     let o = piw(&h.home, &["runs"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    assert_eq!(
-        String::from_utf8_lossy(&o.stdout).lines().count(),
-        1 + listed
-    );
-    // A limit that fits is taken as it is, without a note.
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 11);
+    // `--limit` lists at most that many.
     let o = piw(&h.home, &["runs", "--json", "--limit", "2"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_eq!(json_of(&o)["runs"].as_array().unwrap().len(), 2);

@@ -359,30 +359,29 @@ fn json_len(value: &impl serde::Serialize) -> usize {
     serde_json::to_vec(value).map_or(0, |v| v.len())
 }
 
-/// Leaves out attempt outputs, the oldest first, until a `run.status` body of `body_len` bytes
-/// fits a reply under `reply_limit`. A run's attempts are unbounded in number, each output up
-/// to a payload's size, so a long run would otherwise make its own status unreadable
-/// (`payload_too_large`), and every client waiting on it with it. The run (with its result)
-/// and every attempt's status stay; an omitted output says so (`output_omitted`).
-fn fit_attempt_outputs(
-    attempts: &mut [crate::store::AttemptRecord],
+/// Leaves out values (each an `Option` with its "omitted" mark), in the order given, until a
+/// body of `body_len` bytes fits a reply under `reply_limit`. A run's attempts are unbounded in
+/// number and a list's runs many, each value up to a payload's size, so a long run (or a few
+/// large results) would otherwise make a status or a list unreadable (`payload_too_large`),
+/// and every client waiting on it with it.
+fn omit_until_it_fits<'a>(
+    values: impl Iterator<Item = (&'a mut Option<Value>, &'a mut bool)>,
     body_len: usize,
     reply_limit: usize,
 ) {
     let budget = reply_limit.saturating_sub(REPLY_ENVELOPE_ROOM);
     let mut excess = body_len.saturating_sub(budget);
-    // `"output":null,"output_omitted":true` replaces `"output":<value>`.
-    const OMITTED_MARK: usize = r#","output_omitted":true"#.len();
-    for attempt in attempts.iter_mut() {
+    // `null` and the mark (`,"output_omitted":true`, about as long for any name) replace it.
+    const REPLACEMENT: usize = r#"null,"output_omitted":true"#.len();
+    for (value, omitted) in values {
         if excess == 0 {
             break;
         }
-        let Some(output) = attempt.output.take() else {
+        let Some(taken) = value.take() else {
             continue;
         };
-        let saved = json_len(&output).saturating_sub("null".len() + OMITTED_MARK);
-        attempt.output_omitted = true;
-        excess = excess.saturating_sub(saved);
+        *omitted = true;
+        excess = excess.saturating_sub(json_len(&taken).saturating_sub(REPLACEMENT));
     }
 }
 
@@ -398,7 +397,14 @@ pub fn apply_read(store: &Store, req: &Request, reply_limit: usize) -> Result<Re
             let effects = store.effects(run_id)?;
             let body_len =
                 json_len(&(&run, &claim, &attempts, &decisions, &interactions, &effects));
-            fit_attempt_outputs(&mut attempts, body_len, reply_limit);
+            // The oldest outputs go first; the run's result and every status stay.
+            omit_until_it_fits(
+                attempts
+                    .iter_mut()
+                    .map(|a| (&mut a.output, &mut a.output_omitted)),
+                body_len,
+                reply_limit,
+            );
             Receipt::new(
                 Some(run.revision),
                 json!({ "run": run, "claim": claim, "attempts": attempts,
@@ -407,10 +413,19 @@ pub fn apply_read(store: &Store, req: &Request, reply_limit: usize) -> Result<Re
             )
         }
         RequestBody::RunList(list) => {
-            let runs = store.list_runs(
+            let mut runs = store.list_runs(
                 list.session_id.as_deref(),
                 list.limit.unwrap_or(100).min(10_000),
             )?;
+            // Newest first: the oldest runs' results go first.
+            let body_len = json_len(&runs);
+            omit_until_it_fits(
+                runs.iter_mut()
+                    .rev()
+                    .map(|r| (&mut r.result, &mut r.result_omitted)),
+                body_len,
+                reply_limit,
+            );
             Receipt::new(None, json!({ "runs": runs }))
         }
         RequestBody::InteractionList(l) => Receipt::new(

@@ -25,6 +25,10 @@ pub struct RunRecord {
     pub current_attempt: Option<String>,
     pub revision: u64,
     pub result: Option<Value>,
+    /// The result was left out of this reply to keep it under the frame limit (`run.list` of
+    /// runs whose results add up to more). Absent when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub result_omitted: bool,
     pub error: Option<String>,
     pub review_reason: Option<String>,
     pub created_at: UnixMillis,
@@ -182,6 +186,7 @@ fn run_from_row(r: &Row<'_>) -> rusqlite::Result<(RunRecord, String)> {
             current_attempt: r.get(12)?,
             revision: r.get::<_, i64>(13)? as u64,
             result: json_col(r, 14)?,
+            result_omitted: false,
             error: r.get(15)?,
             review_reason: r.get(16)?,
             created_at: r.get(17)?,
