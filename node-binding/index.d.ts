@@ -166,6 +166,9 @@ export interface Decision {
   kind: 'checkpoint' | 'human_decision';
   status: 'pending' | 'answered' | 'cancelled';
   request: unknown;
+  /** `run.status` left this closed decision's request (or answer) out to fit its reply. */
+  request_omitted?: true;
+  answer_omitted?: true;
   [field: string]: unknown;
 }
 
@@ -177,6 +180,8 @@ export interface Interaction {
   origin_session: string | null;
   kind: 'agent' | 'assistant_message';
   request: unknown;
+  /** `run.status` left this closed interaction's request out to fit its reply. */
+  request_omitted?: true;
   deadline_at: number | null;
   status: string;
   /** The latest submission: why the last result was rejected, when it was. */

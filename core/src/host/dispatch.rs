@@ -359,30 +359,74 @@ fn json_len(value: &impl serde::Serialize) -> usize {
     serde_json::to_vec(value).map_or(0, |v| v.len())
 }
 
-/// Leaves out values (each an `Option` with its "omitted" mark), in the order given, until a
-/// body of `body_len` bytes fits a reply under `reply_limit`. A run's attempts are unbounded in
-/// number and a list's runs many, each value up to a payload's size, so a long run (or a few
-/// large results) would otherwise make a status or a list unreadable (`payload_too_large`),
-/// and every client waiting on it with it.
+/// How many bytes a body of `body_len` bytes is over what a reply under `reply_limit` can carry.
+fn reply_excess(body_len: usize, reply_limit: usize) -> usize {
+    body_len.saturating_sub(reply_limit.saturating_sub(REPLY_ENVELOPE_ROOM))
+}
+
+/// Leaves out values (each with its "omitted" mark), in the order given, until `excess` bytes
+/// are saved; returns what is still over. A run's attempts, requests and answers are
+/// unbounded in number and a list's runs many, each value up to a payload's size, so a long
+/// run (or a few large results) would otherwise make a status or a list unreadable
+/// (`payload_too_large`), and every client waiting on it with it.
 fn omit_until_it_fits<'a>(
-    values: impl Iterator<Item = (&'a mut Option<Value>, &'a mut bool)>,
-    body_len: usize,
-    reply_limit: usize,
-) {
-    let budget = reply_limit.saturating_sub(REPLY_ENVELOPE_ROOM);
-    let mut excess = body_len.saturating_sub(budget);
+    values: impl Iterator<Item = (&'a mut Value, &'a mut bool)>,
+    mut excess: usize,
+) -> usize {
     // `null` and the mark (`,"output_omitted":true`, about as long for any name) replace it.
     const REPLACEMENT: usize = r#"null,"output_omitted":true"#.len();
+    if excess == 0 {
+        return 0;
+    }
     for (value, omitted) in values {
         if excess == 0 {
             break;
         }
-        let Some(taken) = value.take() else {
+        if value.is_null() {
             continue;
-        };
+        }
+        let taken = std::mem::take(value);
         *omitted = true;
         excess = excess.saturating_sub(json_len(&taken).saturating_sub(REPLACEMENT));
     }
+    excess
+}
+
+/// Fits a `run.status` body `excess` bytes too large for its reply. Oldest first, and what is
+/// still open (a pending or validating request, what a person must answer) stays, as do the
+/// run's result and every record's status: first the attempts' outputs, then closed
+/// interactions' requests, then closed decisions' requests and answers.
+fn fit_run_status(
+    attempts: &mut [crate::store::AttemptRecord],
+    interactions: &mut [crate::store::InteractionRecord],
+    decisions: &mut [crate::store::DecisionRecord],
+    excess: usize,
+) {
+    let excess = omit_until_it_fits(
+        attempts
+            .iter_mut()
+            .map(|a| (a.output.get_or_insert(Value::Null), &mut a.output_omitted)),
+        excess,
+    );
+    let excess = omit_until_it_fits(
+        interactions
+            .iter_mut()
+            .filter(|i| !matches!(i.status.as_str(), "pending" | "validating"))
+            .map(|i| (&mut i.request, &mut i.request_omitted)),
+        excess,
+    );
+    omit_until_it_fits(
+        decisions
+            .iter_mut()
+            .filter(|d| d.status != "pending")
+            .flat_map(|d| {
+                [
+                    (&mut d.request, &mut d.request_omitted),
+                    (d.answer.get_or_insert(Value::Null), &mut d.answer_omitted),
+                ]
+            }),
+        excess,
+    );
 }
 
 pub fn apply_read(store: &Store, req: &Request, reply_limit: usize) -> Result<Receipt, StoreError> {
@@ -392,18 +436,16 @@ pub fn apply_read(store: &Store, req: &Request, reply_limit: usize) -> Result<Re
             let run = store.run(run_id)?;
             let claim = store.claim_info(run_id)?;
             let mut attempts = store.attempts(run_id)?;
-            let decisions = store.decisions(run_id)?;
-            let interactions = store.interactions(Some(run_id), None)?;
+            let mut decisions = store.decisions(run_id)?;
+            let mut interactions = store.interactions(Some(run_id), None)?;
             let effects = store.effects(run_id)?;
             let body_len =
                 json_len(&(&run, &claim, &attempts, &decisions, &interactions, &effects));
-            // The oldest outputs go first; the run's result and every status stay.
-            omit_until_it_fits(
-                attempts
-                    .iter_mut()
-                    .map(|a| (&mut a.output, &mut a.output_omitted)),
-                body_len,
-                reply_limit,
+            fit_run_status(
+                &mut attempts,
+                &mut interactions,
+                &mut decisions,
+                reply_excess(body_len, reply_limit),
             );
             Receipt::new(
                 Some(run.revision),
@@ -418,13 +460,12 @@ pub fn apply_read(store: &Store, req: &Request, reply_limit: usize) -> Result<Re
                 list.limit.unwrap_or(100).min(10_000),
             )?;
             // Newest first: the oldest runs' results go first.
-            let body_len = json_len(&runs);
+            let excess = reply_excess(json_len(&runs), reply_limit);
             omit_until_it_fits(
                 runs.iter_mut()
                     .rev()
-                    .map(|r| (&mut r.result, &mut r.result_omitted)),
-                body_len,
-                reply_limit,
+                    .map(|r| (r.result.get_or_insert(Value::Null), &mut r.result_omitted)),
+                excess,
             );
             Receipt::new(None, json!({ "runs": runs }))
         }
@@ -448,4 +489,133 @@ pub fn apply_read(store: &Store, req: &Request, reply_limit: usize) -> Result<Re
             )));
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{AttemptRecord, DecisionRecord, InteractionRecord};
+
+    fn big(kb: usize) -> Value {
+        json!("x".repeat(kb * 1024))
+    }
+
+    fn attempt(n: u64, output: Value) -> AttemptRecord {
+        AttemptRecord {
+            attempt_id: format!("att-{n}"),
+            node_id: format!("n{n}"),
+            ordinal: n,
+            generation: 1,
+            status: "succeeded".into(),
+            deadline_at: None,
+            output: Some(output),
+            output_omitted: false,
+            error: None,
+        }
+    }
+
+    fn interaction(n: u64, status: &str, request: Value) -> InteractionRecord {
+        InteractionRecord {
+            interaction_id: format!("int-{n}"),
+            run_id: "run-1".into(),
+            attempt_id: format!("att-{n}"),
+            node_id: format!("n{n}"),
+            origin_session: None,
+            kind: "agent".into(),
+            request,
+            request_omitted: false,
+            deadline_at: None,
+            status: status.into(),
+            last_submission: None,
+        }
+    }
+
+    fn decision(n: u64, status: &str, request: Value, answer: Option<Value>) -> DecisionRecord {
+        DecisionRecord {
+            decision_id: format!("dec-{n}"),
+            run_id: "run-1".into(),
+            attempt_id: format!("att-{n}"),
+            node_id: format!("n{n}"),
+            kind: "checkpoint".into(),
+            request,
+            request_omitted: false,
+            status: status.into(),
+            answer,
+            answer_omitted: false,
+            answered_by: None,
+        }
+    }
+
+    fn fitted(
+        attempts: &mut [AttemptRecord],
+        interactions: &mut [InteractionRecord],
+        decisions: &mut [DecisionRecord],
+        limit: usize,
+    ) -> usize {
+        let len = |a: &[AttemptRecord], i: &[InteractionRecord], d: &[DecisionRecord]| {
+            json_len(&(a, i, d))
+        };
+        let excess = reply_excess(len(attempts, interactions, decisions), limit);
+        fit_run_status(attempts, interactions, decisions, excess);
+        len(attempts, interactions, decisions)
+    }
+
+    #[test]
+    fn a_body_that_fits_is_left_whole() {
+        let mut attempts = vec![attempt(1, big(100)), attempt(2, big(100))];
+        let before = attempts.clone();
+        fitted(&mut attempts, &mut [], &mut [], 1024 * 1024);
+        assert_eq!(attempts, before);
+    }
+
+    #[test]
+    fn the_oldest_outputs_go_first_and_the_body_then_fits() {
+        let mut attempts: Vec<_> = (1..=6).map(|n| attempt(n, big(200))).collect();
+        let limit = 1024 * 1024;
+        let len = fitted(&mut attempts, &mut [], &mut [], limit);
+        assert!(len <= limit - REPLY_ENVELOPE_ROOM, "{len} bytes");
+        let omitted = attempts.iter().filter(|a| a.output_omitted).count();
+        assert!(omitted >= 1);
+        assert!(
+            attempts
+                .iter()
+                .take(omitted)
+                .all(|a| a.output_omitted && a.output.as_ref().is_some_and(Value::is_null)),
+            "the oldest go first"
+        );
+        assert!(
+            attempts
+                .iter()
+                .skip(omitted)
+                .all(|a| a.output == Some(big(200))),
+            "the others stay whole"
+        );
+        // No more than needed: with the last one left out put back, it would not fit.
+        assert!(len + json_len(&big(200)) > limit - REPLY_ENVELOPE_ROOM);
+    }
+
+    #[test]
+    fn open_requests_stay_and_closed_ones_go_after_the_outputs() {
+        let mut attempts = vec![attempt(1, big(100))];
+        let mut interactions = vec![
+            interaction(1, "settled", big(300)),
+            interaction(2, "pending", big(300)),
+            interaction(3, "validating", big(300)),
+        ];
+        let mut decisions = vec![
+            decision(1, "answered", big(100), Some(big(100))),
+            decision(2, "pending", big(100), None),
+        ];
+        let limit = 1024 * 1024;
+        let len = fitted(&mut attempts, &mut interactions, &mut decisions, limit);
+        assert!(len <= limit - REPLY_ENVELOPE_ROOM, "{len} bytes");
+        assert!(attempts[0].output_omitted, "outputs go first");
+        assert!(interactions[0].request_omitted, "then closed requests");
+        assert!(
+            !interactions[1].request_omitted && !interactions[2].request_omitted,
+            "open requests stay"
+        );
+        assert_eq!(interactions[1].request, big(300));
+        assert!(!decisions[1].request_omitted, "a pending decision stays");
+    }
 }

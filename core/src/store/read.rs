@@ -93,8 +93,14 @@ pub struct DecisionRecord {
     pub node_id: String,
     pub kind: String,
     pub request: Value,
+    /// Left out of this `run.status` reply to fit it (a closed decision). Absent when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub request_omitted: bool,
     pub status: String,
     pub answer: Option<Value>,
+    /// Left out of this `run.status` reply to fit it. Absent when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub answer_omitted: bool,
     pub answered_by: Option<String>,
 }
 
@@ -107,6 +113,9 @@ pub struct InteractionRecord {
     pub origin_session: Option<String>,
     pub kind: String,
     pub request: Value,
+    /// Left out of this `run.status` reply to fit it (a closed interaction). Absent when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub request_omitted: bool,
     pub deadline_at: Option<UnixMillis>,
     pub status: String,
     /// The latest submission for this request, if any: a client shows the model why its last
@@ -386,8 +395,10 @@ impl Store {
                 node_id: r.get(3)?,
                 kind: r.get(4)?,
                 request: json_col(r, 5)?.unwrap_or(Value::Null),
+                request_omitted: false,
                 status: r.get(6)?,
                 answer: json_col(r, 7)?,
+                answer_omitted: false,
                 answered_by: r.get(8)?,
             })
         })?;
@@ -424,6 +435,7 @@ impl Store {
                 origin_session: r.get(4)?,
                 kind: r.get(5)?,
                 request: json_col(r, 6)?.unwrap_or(Value::Null),
+                request_omitted: false,
                 deadline_at: r.get(7)?,
                 status: r.get(8)?,
                 last_submission: match r.get::<_, Option<String>>(9)? {
