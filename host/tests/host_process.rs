@@ -357,6 +357,13 @@ fn the_socket_and_directory_are_user_only() {
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&home.paths.home), 0o700);
     assert_eq!(mode(&home.paths.socket), 0o600);
+    // The database and its WAL hold every run's input and output: the owner's only, even
+    // under a permissive umask.
+    let mut c = home.client();
+    home.start_run(&mut c);
+    assert_eq!(mode(&home.paths.db), 0o600);
+    let wal = home.paths.db.with_file_name("state.sqlite-wal");
+    assert_eq!(mode(&wal), 0o600);
     home.stop(host);
 }
 
@@ -999,6 +1006,29 @@ fn events_a_repair_writes_reach_subscribers() {
         assert_eq!((e.run_id.as_str(), e.seq), (run_id.as_str(), seq));
     }
     home.stop(host);
+}
+
+/// A `piw host serve` whose terminal closes gets SIGHUP: it stops as gracefully as on SIGTERM.
+#[test]
+fn sighup_stops_gracefully() {
+    let home = Home::new();
+    let mut host = home.serve(None);
+    let mut c = home.client();
+    let run_id = home.start_run(&mut c);
+    // SAFETY: kill with a valid pid of our own child.
+    assert_eq!(unsafe { libc_kill(host.id() as i32, 1) }, 0);
+    assert_eq!(
+        wait_exit(&mut host, Duration::from_secs(10)),
+        Some(0),
+        "SIGHUP exits 0"
+    );
+    assert!(!home.paths.socket.exists(), "the socket is removed");
+    let store = piw_core::store::Store::open_read_only(&home.paths.db, Default::default()).unwrap();
+    assert_ne!(
+        store.run(&run_id).unwrap().status,
+        piw_core::store::RunStatus::Running,
+        "the run was released"
+    );
 }
 
 #[test]

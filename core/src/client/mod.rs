@@ -756,9 +756,12 @@ fn start_host(
     host_bin: &Path,
     env: &[(String, String)],
 ) -> Result<std::process::Child, ClientError> {
+    // The owner's only, like the state it logs about.
+    use std::os::unix::fs::OpenOptionsExt as _;
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
         .open(&paths.log)?;
     let mut cmd = Command::new(host_bin);
     cmd.args(["host", "serve"])

@@ -1205,6 +1205,13 @@ pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildRe
                         });
                         forgiven = may_forgive && !shutting_down && released.is_ok();
                         match released {
+                            // A stop ends children on purpose, and a standby worker's early
+                            // death is forgiven: neither is a loss worth a warning.
+                            Ok(r) if shutting_down || forgiven => tracing::info!(
+                                run_id = %r.run_id,
+                                status = %r.status,
+                                "child ended before its run reached a boundary; run released"
+                            ),
                             Ok(r) => {
                                 tracing::warn!(run_id = %r.run_id, status = %r.status, "child lost")
                             }

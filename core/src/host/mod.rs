@@ -403,6 +403,13 @@ async fn serve_async(
     owner_id: String,
 ) -> Result<(), HostError> {
     let paths = config.paths.clone();
+    // Before the socket exists: from the moment a client can reach this host, a stop signal
+    // stops it gracefully. SIGHUP too: a `piw host serve` whose terminal closes stops the
+    // same way instead of dying mid-commit.
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut sigterm = signal(SignalKind::terminate()).map_err(io_err("cannot handle SIGTERM"))?;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(io_err("cannot handle SIGINT"))?;
+    let mut sighup = signal(SignalKind::hangup()).map_err(io_err("cannot handle SIGHUP"))?;
     // The lock proves no other host runs, so a socket file left here is stale.
     match std::fs::remove_file(&paths.socket) {
         Ok(()) => {}
@@ -482,10 +489,6 @@ async fn serve_async(
         paths.socket.display()
     );
 
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(io_err("cannot handle SIGTERM"))?;
-    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-        .map_err(io_err("cannot handle SIGINT"))?;
     let mut connections = tokio::task::JoinSet::new();
     let mut stop_watch = stop_rx.clone();
     loop {
@@ -501,6 +504,7 @@ async fn serve_async(
             },
             _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); break; }
             _ = sigint.recv() => { tracing::info!("SIGINT: stopping"); break; }
+            _ = sighup.recv() => { tracing::info!("SIGHUP: stopping"); break; }
             _ = stop_watch.changed() => { tracing::info!("stop requested"); break; }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }

@@ -169,6 +169,12 @@ pub(crate) fn create_new(path: &Path, now_ms: i64) -> StoreResult<()> {
         )?;
         tx.commit()?;
     }
+    // Every run's input and output is in here: its owner's only, whatever the umask (SQLite
+    // gives the -wal and -shm files the database file's mode).
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        fs::set_permissions(&tmp, fs::Permissions::from_mode(0o600)).map_err(io)?;
+    }
     fs::File::open(&tmp)
         .and_then(|f| f.sync_all())
         .map_err(io)?;
