@@ -356,7 +356,19 @@ const REPLY_ENVELOPE_ROOM: usize = 8 * 1024;
 /// The length of `value` as JSON (0 when it cannot be serialized, which a store record can
 /// always be).
 fn json_len(value: &impl serde::Serialize) -> usize {
-    serde_json::to_vec(value).map_or(0, |v| v.len())
+    /// Counts what would be written, keeping nothing: no allocation for a status read.
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    serde_json::to_writer(&mut counter, value).map_or(0, |()| counter.0)
 }
 
 /// How many bytes a body of `body_len` bytes is over what a reply under `reply_limit` can carry.
