@@ -197,6 +197,10 @@ pub struct HelloReply {
     /// The submission a `validate` child must judge, or the one an `accepted` resume carries.
     #[serde(default)]
     pub submission: Option<Value>,
+    /// What the host understands beyond the protocol's first release
+    /// ([`payload::HOST_FEATURES`]); empty from a host older than the list.
+    #[serde(default)]
+    pub features: Vec<String>,
 }
 
 /// What the host answered to a transition.
@@ -219,6 +223,9 @@ pub struct Worker {
     deferred: Vec<payload::EarlierStep>,
     /// Their encoded size, so a batch stays well inside the host's payload limit.
     deferred_bytes: usize,
+    /// The host takes a completion's result from its output (`result_is_output`): it said so
+    /// in its hello reply. An older host would drop the flag and store no result.
+    host_takes_result_from_output: bool,
 }
 
 impl Worker {
@@ -235,6 +242,7 @@ impl Worker {
             node_id: None,
             deferred: Vec::new(),
             deferred_bytes: 0,
+            host_takes_result_from_output: false,
         })
     }
 
@@ -345,6 +353,10 @@ impl Worker {
         if let Some(n) = reply.resume.get("node_id").and_then(Value::as_str) {
             self.node_id = Some(n.to_owned());
         }
+        self.host_takes_result_from_output = reply
+            .features
+            .iter()
+            .any(|f| f == payload::FEATURE_RESULT_IS_OUTPUT);
         Ok(reply)
     }
 
@@ -435,14 +447,15 @@ impl Worker {
     /// Ends the run successfully with the last attempt's outcome.
     ///
     /// A result equal to the last output (the usual case) is sent once
-    /// (`result_is_output`), and deferred steps that would not fit alongside are reported
-    /// first, as for [`Worker::transition`].
+    /// (`result_is_output`, when the host's hello listed it), and deferred steps that would not
+    /// fit alongside are reported first, as for [`Worker::transition`].
     pub fn complete(
         &mut self,
         outcome: payload::AttemptOutcome,
         result: Value,
     ) -> Result<Receipt, WorkerError> {
-        let result_is_output = !result.is_null()
+        let result_is_output = self.host_takes_result_from_output
+            && !result.is_null()
             && matches!(&outcome, payload::AttemptOutcome::Succeeded { output } if *output == result);
         let result = if result_is_output {
             Value::Null

@@ -866,7 +866,7 @@ fn worker_hello(
         Some(output) => output,
         None => input.clone(),
     };
-    let mut reply = json!({ "mode": mode.as_str(), "resume": resume, "input": input, "node_input": node_input, "definition": graph.as_ref().map(Graph::to_value) });
+    let mut reply = json!({ "mode": mode.as_str(), "resume": resume, "input": input, "node_input": node_input, "definition": graph.as_ref().map(Graph::to_value), "features": payload::HOST_FEATURES });
     if hello.start_node && mode.as_str() == "run" && reply["resume"]["resume"] == "fresh" {
         if let Some(graph) = &graph {
             let node = reply["resume"]["node_id"]

@@ -258,6 +258,15 @@ pub struct WorkerTransition {
     pub earlier: Vec<EarlierStep>,
 }
 
+/// What this host understands beyond the first release of `piw.protocol.v1`, listed in the
+/// `worker.hello` reply (`features`). A host drops payload fields it does not know, so a
+/// worker newer than its host (a package upgraded under a running host) uses an optional
+/// field that changes meaning only when the host lists it.
+pub const HOST_FEATURES: &[&str] = &[FEATURE_RESULT_IS_OUTPUT];
+
+/// [`WorkerComplete::result_is_output`] is understood.
+pub const FEATURE_RESULT_IS_OUTPUT: &str = "result_is_output";
+
 /// Payload of `worker.complete`: the current attempt ended and the run finished.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerComplete {
