@@ -1743,6 +1743,31 @@ fn a_validation_overtaken_by_the_deadline_expires_the_request_without_a_loss() {
     env.stop(host);
 }
 
+/// A workflow file: a chain of compute nodes, each returning its given output, in order;
+/// `batched` lets the worker report pure steps together.
+fn chain_fixture(env: &Env, name: &str, outputs: &[(&str, Value)], batched: bool) -> String {
+    let nodes: serde_json::Map<_, _> = outputs
+        .iter()
+        .map(|(n, _)| (n.to_string(), json!({"kind": "compute"})))
+        .collect();
+    let edges: Vec<Value> = outputs
+        .windows(2)
+        .map(|w| json!({"from": w[0].0, "to": w[1].0}))
+        .collect();
+    let behaviors: serde_json::Map<_, _> = outputs
+        .iter()
+        .map(|(n, output)| (n.to_string(), json!({ "return": output })))
+        .collect();
+    env.fixture(
+        name,
+        json!({
+            "batch_compute": batched,
+            "graph": {"name": name, "start": outputs[0].0, "nodes": nodes, "edges": edges},
+            "behaviors": behaviors
+        }),
+    )
+}
+
 /// A run whose attempts' outputs add up to more than a reply frame can carry still has a
 /// readable status: the oldest outputs are left out (and say so), the run's result and every
 /// attempt's status stay. Before, `run.status` failed with `payload_too_large`, and every
@@ -1752,16 +1777,12 @@ fn the_status_of_a_run_with_large_outputs_fits_one_reply() {
     let env = Env::new(&[]);
     let host = env.serve(None);
     let nodes = ["a", "b", "c", "d", "e", "f"];
-    let big = |i: usize| json!({ "n": i, "text": "x".repeat(200 * 1024) });
-    let file = env.fixture(
-        "big",
-        json!({
-            "graph": {"name": "big", "start": "a",
-                      "nodes": nodes.iter().map(|n| (n.to_string(), json!({"kind": "compute"}))).collect::<serde_json::Map<_, _>>(),
-                      "edges": nodes.windows(2).map(|w| json!({"from": w[0], "to": w[1]})).collect::<Vec<_>>()},
-            "behaviors": nodes.iter().enumerate().map(|(i, n)| (n.to_string(), json!({"return": big(i)}))).collect::<serde_json::Map<_, _>>()
-        }),
-    );
+    let outputs: Vec<(&str, Value)> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (*n, json!({ "n": i, "text": "x".repeat(200 * 1024) })))
+        .collect();
+    let file = chain_fixture(&env, "big", &outputs, false);
     let run_id = env.start(&file, json!({}));
     let s = env.wait_for(
         &run_id,
@@ -1799,16 +1820,11 @@ fn batched_steps_with_large_outputs_still_complete() {
     let env = Env::new(&[]);
     let host = env.serve(None);
     let sizes = [("a", 20), ("b", 20), ("c", 20), ("d", 200), ("e", 200)];
-    let file = env.fixture(
-        "batched",
-        json!({
-            "batch_compute": true,
-            "graph": {"name": "batched", "start": "a",
-                      "nodes": sizes.iter().map(|(n, _)| (n.to_string(), json!({"kind": "compute"}))).collect::<serde_json::Map<_, _>>(),
-                      "edges": sizes.windows(2).map(|w| json!({"from": w[0].0, "to": w[1].0})).collect::<Vec<_>>()},
-            "behaviors": sizes.iter().map(|(n, kb)| (n.to_string(), json!({"return": {"node": n, "text": "x".repeat(kb * 1024)}}))).collect::<serde_json::Map<_, _>>()
-        }),
-    );
+    let outputs: Vec<(&str, Value)> = sizes
+        .iter()
+        .map(|(n, kb)| (*n, json!({ "node": n, "text": "x".repeat(kb * 1024) })))
+        .collect();
+    let file = chain_fixture(&env, "batched", &outputs, true);
     let run_id = env.start(&file, json!({}));
     let s = env.wait_for(
         &run_id,

@@ -40,6 +40,13 @@ impl Drop for Home {
 }
 
 /// A copy of `examples/hello.workflow.json` beside the home.
+/// Writes `fixture` as `<name>.workflow.json` beside the installation; returns its path.
+fn workflow_file(h: &Home, name: &str, fixture: &serde_json::Value) -> PathBuf {
+    let file = h.home.with_file_name(format!("{name}.workflow.json"));
+    std::fs::write(&file, fixture.to_string()).unwrap();
+    file
+}
+
 fn hello_example(h: &Home) -> PathBuf {
     let file = h.home.with_file_name("hello.workflow.json");
     std::fs::copy(
@@ -278,14 +285,13 @@ fn state_backup_and_reset() {
 #[test]
 fn wait_gives_up_after_its_timeout_and_the_run_goes_on() {
     let h = home();
-    let file = h.home.with_file_name("ask.workflow.json");
     let fixture = serde_json::json!({
         "graph": {"name": "ask", "start": "ask",
                   "nodes": {"ask": {"kind": "checkpoint"}, "done": {"kind": "compute"}},
                   "edges": [{"from": "ask", "to": "done"}]},
         "behaviors": {"ask": {"wait": "checkpoint"}}
     });
-    std::fs::write(&file, fixture.to_string()).unwrap();
+    let file = workflow_file(&h, "ask", &fixture);
     let started = std::time::Instant::now();
     let o = piw(
         &h.home,
@@ -528,12 +534,11 @@ fn waiting_for_a_run_reports_an_internal_goodbye_instead_of_subscribing_again() 
 #[test]
 fn run_status_says_why_a_run_stopped_for_review() {
     let h = home();
-    let file = h.home.with_file_name("bad.workflow.json");
     let fixture = serde_json::json!({
         "graph": {"name": "bad", "start": "zzz", "nodes": {"a": {"kind": "compute"}}, "edges": []},
         "behaviors": {}
     });
-    std::fs::write(&file, fixture.to_string()).unwrap();
+    let file = workflow_file(&h, "bad", &fixture);
     let o = piw(
         &h.home,
         &["run", "start", file.to_str().unwrap(), "--wait", "--json"],
@@ -611,7 +616,6 @@ fn diagnose_reads_a_stopped_installation_without_starting_a_host() {
 #[test]
 fn waiting_for_a_run_outlives_a_host_that_was_killed_but_not_one_that_was_stopped() {
     let h = home();
-    let file = h.home.with_file_name("slow.workflow.json");
     let fixture = serde_json::json!({
         "graph": {"name": "slow", "start": "a",
                   "nodes": {"a": {"kind": "compute"}, "b": {"kind": "compute"}},
@@ -619,7 +623,7 @@ fn waiting_for_a_run_outlives_a_host_that_was_killed_but_not_one_that_was_stoppe
         "behaviors": {"a": {"sleep_ms": 1500, "return": {"slept": true}},
                       "b": {"return": {"done": 1}}}
     });
-    std::fs::write(&file, fixture.to_string()).unwrap();
+    let file = workflow_file(&h, "slow", &fixture);
     let wait = |h: &Home| {
         Command::new(env!("CARGO_BIN_EXE_piw"))
             .args(["run", "start", file.to_str().unwrap(), "--wait", "--json"])
@@ -736,13 +740,12 @@ fn state_backup_finishes_while_the_host_commits_steadily() {
     use std::time::{Duration, Instant};
 
     let h = home();
-    let file = h.home.with_file_name("park.workflow.json");
     let fixture = serde_json::json!({
         "graph": {"name": "park", "start": "ask",
                   "nodes": {"ask": {"kind": "checkpoint"}}, "edges": []},
         "behaviors": {"ask": {"wait": "checkpoint"}}
     });
-    std::fs::write(&file, fixture.to_string()).unwrap();
+    let file = workflow_file(&h, "park", &fixture);
     assert_eq!(piw(&h.home, &["host", "start"]).status.code(), Some(0));
     let paths = PiwPaths::for_home(h.home.clone());
     let mut client = BlockingClient::connect(&paths).unwrap();
@@ -888,7 +891,6 @@ fn host_status_and_stop_give_up_on_a_host_that_does_not_answer() {
 #[test]
 fn host_stop_waits_for_a_host_that_is_already_stopping() {
     let h = home();
-    let file = h.home.with_file_name("stubborn.workflow.json");
     // A child whose group ignores SIGTERM keeps the stopping host busy for the kill grace.
     let fixture = serde_json::json!({
         "graph": {"name": "stubborn", "start": "a",
@@ -897,7 +899,7 @@ fn host_stop_waits_for_a_host_that_is_already_stopping() {
             "grandchild_ignoring_term": h.home.with_file_name("grandchild.pid")
         }}
     });
-    std::fs::write(&file, fixture.to_string()).unwrap();
+    let file = workflow_file(&h, "stubborn", &fixture);
     let start = Command::new(env!("CARGO_BIN_EXE_piw"))
         .args(["host", "start"])
         .env("PIW_HOME", &h.home)
@@ -956,13 +958,12 @@ fn runs_lists_every_run_when_results_are_large_and_takes_a_limit() {
     use piw_core::protocol::{payload, RequestBody};
 
     let h = home();
-    let file = h.home.with_file_name("echo.workflow.json");
     // No `return`: the node's output, and so the run's result, is its input.
     let fixture = serde_json::json!({
         "graph": {"name": "echo", "start": "a", "nodes": {"a": {"kind": "compute"}}, "edges": []},
         "behaviors": {"a": {}}
     });
-    std::fs::write(&file, fixture.to_string()).unwrap();
+    let file = workflow_file(&h, "echo", &fixture);
     assert_eq!(piw(&h.home, &["host", "start"]).status.code(), Some(0));
     let mut client = BlockingClient::connect(&PiwPaths::for_home(h.home.clone())).unwrap();
     let big = "x".repeat(120_000);

@@ -44,6 +44,17 @@ impl Home {
         HostProc::start_ready(&mut cmd, &self.paths, None)
     }
 
+    /// A connection subscribed to `run_id`'s events.
+    fn subscriber(&self, run_id: &str) -> BlockingClient {
+        let mut sub = self.client();
+        sub.call(RequestBody::Subscribe(payload::Subscribe {
+            run_id: Some(run_id.to_owned()),
+            session_id: None,
+        }))
+        .unwrap();
+        sub
+    }
+
     fn client(&self) -> BlockingClient {
         let c = BlockingClient::connect(&self.paths).unwrap();
         c.set_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -915,12 +926,7 @@ fn a_commit_whose_wal_sync_fails_is_never_acknowledged() {
     let (run_id, before) = parked_run(&home);
 
     let mut failing = home.serve(Some("fail_sync"));
-    let mut sub = home.client();
-    sub.call(RequestBody::Subscribe(payload::Subscribe {
-        run_id: Some(run_id.clone()),
-        session_id: None,
-    }))
-    .unwrap();
+    let mut sub = home.subscriber(&run_id);
     let pause = Request::new("pause-unsynced", RequestBody::RunPause).with_run_id(&run_id);
     let err = home.client().send(pause.clone()).unwrap_err();
     assert_unanswered(&err, "no receipt for an unsynced commit");
@@ -948,12 +954,7 @@ fn subscriptions_receive_committed_events() {
     let mut c = home.client();
     let run_id = home.start_run(&mut c);
     let before = home.revision(&mut c, &run_id);
-    let mut sub = home.client();
-    sub.call(RequestBody::Subscribe(payload::Subscribe {
-        run_id: Some(run_id.clone()),
-        session_id: None,
-    }))
-    .unwrap();
+    let mut sub = home.subscriber(&run_id);
     c.send(Request::new("p", RequestBody::RunPause).with_run_id(&run_id))
         .unwrap();
     let e = sub.next_event().unwrap();
@@ -973,12 +974,7 @@ fn events_a_repair_writes_reach_subscribers() {
     let mut c = home.client();
     let run_id = home.start_run(&mut c);
     let before = home.revision(&mut c, &run_id);
-    let mut sub = home.client();
-    sub.call(RequestBody::Subscribe(payload::Subscribe {
-        run_id: Some(run_id.clone()),
-        session_id: None,
-    }))
-    .unwrap();
+    let mut sub = home.subscriber(&run_id);
     // A contradiction written behind the host's back: the waiting run says it is running,
     // with nobody holding it, which `repair` requeues.
     let db = rusqlite::Connection::open(&home.paths.db).unwrap();
@@ -1236,32 +1232,23 @@ fn a_run_start_of_a_fifo_is_refused_and_the_host_keeps_serving() {
     let fifo = home.paths.home.join("pipe.workflow.json");
     let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
     assert!(made.success(), "mkfifo failed");
-    let mut c = home.client();
-    let err = c
-        .call(RequestBody::RunStart(payload::RunStart {
-            workflow_file: fifo.display().to_string(),
-            input: json!({}),
-            session_id: None,
-            execution_mode: None,
-            project_dir: None,
-        }))
-        .unwrap_err();
-    assert_eq!(err.code(), Some(RejectionCode::NotFound), "{err}");
-    assert!(err.to_string().contains("not a regular file"), "{err}");
     // A link to a device that never ends is refused the same way, before a byte is read.
     let device = home.paths.home.join("zero.workflow.json");
     std::os::unix::fs::symlink("/dev/zero", &device).unwrap();
-    let err = c
-        .call(RequestBody::RunStart(payload::RunStart {
-            workflow_file: device.display().to_string(),
-            input: json!({}),
-            session_id: None,
-            execution_mode: None,
-            project_dir: None,
-        }))
-        .unwrap_err();
-    assert_eq!(err.code(), Some(RejectionCode::NotFound), "{err}");
-    assert!(err.to_string().contains("not a regular file"), "{err}");
+    let mut c = home.client();
+    for file in [&fifo, &device] {
+        let err = c
+            .call(RequestBody::RunStart(payload::RunStart {
+                workflow_file: file.display().to_string(),
+                input: json!({}),
+                session_id: None,
+                execution_mode: None,
+                project_dir: None,
+            }))
+            .unwrap_err();
+        assert_eq!(err.code(), Some(RejectionCode::NotFound), "{err}");
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+    }
     // The connection and the host go on.
     c.call(RequestBody::HostStatus).unwrap();
     home.client().call(RequestBody::HostStatus).unwrap();
