@@ -348,7 +348,6 @@ fn fence_for<'a>(
     }
 }
 
-/// Answers a read-only request from the store.
 /// Room left in a reply frame for what is not the body: the envelope, the request id (up
 /// to its own limit), the receipt's fields.
 const REPLY_ENVELOPE_ROOM: usize = 8 * 1024;
@@ -441,6 +440,8 @@ fn fit_run_status(
     );
 }
 
+/// Answers a read-only request from the store, fitting `run.status` and `run.list` under
+/// `reply_limit` (the frame limit) as [`fit_run_status`] says.
 pub fn apply_read(store: &Store, req: &Request, reply_limit: usize) -> Result<Receipt, StoreError> {
     Ok(match &req.body {
         RequestBody::RunStatus => {
