@@ -380,12 +380,16 @@ fn reply_excess(body_len: usize, reply_limit: usize) -> usize {
 /// unbounded in number and a list's runs many, each value up to a payload's size, so a long
 /// run (or a few large results) would otherwise make a status or a list unreadable
 /// (`payload_too_large`), and every client waiting on it with it.
+///
+/// A value no longer than what replaces it stays: leaving it out would save nothing (and
+/// make the body longer), so a run of many small outputs keeps them.
 fn omit_until_it_fits<'a>(
     values: impl Iterator<Item = (&'a mut Value, &'a mut bool)>,
     mut excess: usize,
 ) -> usize {
-    // `null` and the mark (`,"output_omitted":true`, about as long for any name) replace it.
-    const REPLACEMENT: usize = r#"null,"output_omitted":true"#.len();
+    // `null` and the mark replace it; counted with the longest mark (`request_omitted`), so
+    // the saving counted is never more than the real one and a body counted as fitting does.
+    const REPLACEMENT: usize = r#"null,"request_omitted":true"#.len();
     if excess == 0 {
         return 0;
     }
@@ -396,9 +400,13 @@ fn omit_until_it_fits<'a>(
         if value.is_null() {
             continue;
         }
-        let taken = std::mem::take(value);
+        let saved = json_len(value).saturating_sub(REPLACEMENT);
+        if saved == 0 {
+            continue;
+        }
+        *value = Value::Null;
         *omitted = true;
-        excess = excess.saturating_sub(json_len(&taken).saturating_sub(REPLACEMENT));
+        excess = excess.saturating_sub(saved);
     }
     excess
 }
@@ -605,6 +613,50 @@ mod tests {
         );
         // No more than needed: with the last one left out put back, it would not fit.
         assert!(len + json_len(&big(200)) > limit - REPLY_ENVELOPE_ROOM);
+    }
+
+    /// Leaving out a value shorter than its mark (`1`, `{}`) makes the body longer, not
+    /// shorter: such values stay, and the saving counted is never more than the real one, so
+    /// a body that can fit does.
+    #[test]
+    fn values_shorter_than_their_mark_stay_and_the_body_fits() {
+        let limit = 1024 * 1024;
+        let target = limit - REPLY_ENVELOPE_ROOM;
+        // Many small outputs, oldest first, filling most of the reply, then one large output
+        // that alone is enough to leave out.
+        let small = json_len(&[attempt(99_999, json!(1))]);
+        let count = (target - 16 * 1024) / small;
+        let mut attempts: Vec<_> = (1..=count as u64).map(|n| attempt(n, json!(1))).collect();
+        attempts.push(attempt(count as u64 + 1, big(200)));
+        let len = fitted(&mut attempts, &mut [], &mut [], limit);
+        assert!(len <= target, "{len} bytes, over {target}");
+        assert!(
+            attempts.last().unwrap().output_omitted,
+            "the large one goes"
+        );
+        assert!(
+            attempts.iter().rev().skip(1).all(|a| !a.output_omitted),
+            "small outputs save nothing and stay"
+        );
+    }
+
+    /// `request_omitted` is a byte longer than `output_omitted`: the count of what is saved
+    /// must not credit it.
+    #[test]
+    fn leaving_out_many_requests_is_counted_with_their_own_mark() {
+        let limit = 1024 * 1024;
+        let target = limit - REPLY_ENVELOPE_ROOM;
+        // Thousands of closed requests, most of which must go: one byte miscounted on each
+        // is more than the last one left out saves beyond what was needed.
+        let request = json!("y".repeat(998));
+        let count = 4000;
+        let mut interactions: Vec<_> = (1..=count)
+            .map(|n| interaction(n, "settled", request.clone()))
+            .collect();
+        let len = fitted(&mut [], &mut interactions, &mut [], limit);
+        let omitted = interactions.iter().filter(|i| i.request_omitted).count();
+        assert!(omitted < count as usize, "fits without leaving out all");
+        assert!(len <= target, "{len} bytes, over {target}");
     }
 
     #[test]
