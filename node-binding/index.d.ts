@@ -203,6 +203,8 @@ export interface Effect {
   state: 'reserved' | 'applying' | 'applied' | 'failed' | 'uncertain' | 'cancelled';
   retry_contract: 'never' | 'idempotency_key' | 'read_back';
   receipt: unknown;
+  /** The receipt was left out of this `run.status` reply to fit it (`receipt` is then null). */
+  receipt_omitted?: true;
   error: string | null;
 }
 

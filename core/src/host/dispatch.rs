@@ -412,13 +412,16 @@ fn omit_until_it_fits<'a>(
 }
 
 /// Fits a `run.status` body `excess` bytes too large for its reply. Oldest first, and what is
-/// still open (a pending or validating request, what a person must answer) stays, as do the
-/// run's result and every record's status: first the attempts' outputs, then closed
-/// interactions' requests, then closed decisions' requests and answers.
+/// still open (a pending or validating request, what a person must answer, an effect being
+/// applied) stays, as do the run's result and every record's status: first the attempts'
+/// outputs, then closed interactions' requests, then closed decisions' requests and answers,
+/// then settled effects' receipts (an action's receipt is also its attempt's output, so a few
+/// large ones would otherwise keep the body over the limit with every output left out).
 fn fit_run_status(
     attempts: &mut [crate::store::AttemptRecord],
     interactions: &mut [crate::store::InteractionRecord],
     decisions: &mut [crate::store::DecisionRecord],
+    effects: &mut [crate::store::EffectRecord],
     excess: usize,
 ) {
     let excess = omit_until_it_fits(
@@ -434,7 +437,7 @@ fn fit_run_status(
             .map(|i| (&mut i.request, &mut i.request_omitted)),
         excess,
     );
-    omit_until_it_fits(
+    let excess = omit_until_it_fits(
         decisions
             .iter_mut()
             .filter(|d| d.status != "pending")
@@ -444,6 +447,13 @@ fn fit_run_status(
                     (d.answer.get_or_insert(Value::Null), &mut d.answer_omitted),
                 ]
             }),
+        excess,
+    );
+    omit_until_it_fits(
+        effects
+            .iter_mut()
+            .filter(|e| !matches!(e.state.as_str(), "reserved" | "applying"))
+            .map(|e| (e.receipt.get_or_insert(Value::Null), &mut e.receipt_omitted)),
         excess,
     );
 }
@@ -459,13 +469,14 @@ pub fn apply_read(store: &Store, req: &Request, reply_limit: usize) -> Result<Re
             let mut attempts = store.attempts(run_id)?;
             let mut decisions = store.decisions(run_id)?;
             let mut interactions = store.interactions(Some(run_id), None)?;
-            let effects = store.effects(run_id)?;
+            let mut effects = store.effects(run_id)?;
             let body_len =
                 json_len(&(&run, &claim, &attempts, &decisions, &interactions, &effects));
             fit_run_status(
                 &mut attempts,
                 &mut interactions,
                 &mut decisions,
+                &mut effects,
                 reply_excess(body_len, reply_limit),
             );
             Receipt::new(
@@ -515,7 +526,7 @@ pub fn apply_read(store: &Store, req: &Request, reply_limit: usize) -> Result<Re
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{AttemptRecord, DecisionRecord, InteractionRecord};
+    use crate::store::{AttemptRecord, DecisionRecord, EffectRecord, InteractionRecord};
 
     fn big(kb: usize) -> Value {
         json!("x".repeat(kb * 1024))
@@ -573,12 +584,62 @@ mod tests {
         decisions: &mut [DecisionRecord],
         limit: usize,
     ) -> usize {
-        let len = |a: &[AttemptRecord], i: &[InteractionRecord], d: &[DecisionRecord]| {
-            json_len(&(a, i, d))
-        };
-        let excess = reply_excess(len(attempts, interactions, decisions), limit);
-        fit_run_status(attempts, interactions, decisions, excess);
-        len(attempts, interactions, decisions)
+        fitted_with_effects(attempts, interactions, decisions, &mut [], limit)
+    }
+
+    fn fitted_with_effects(
+        attempts: &mut [AttemptRecord],
+        interactions: &mut [InteractionRecord],
+        decisions: &mut [DecisionRecord],
+        effects: &mut [EffectRecord],
+        limit: usize,
+    ) -> usize {
+        let len = |a: &[AttemptRecord],
+                   i: &[InteractionRecord],
+                   d: &[DecisionRecord],
+                   e: &[EffectRecord]| json_len(&(a, i, d, e));
+        let excess = reply_excess(len(attempts, interactions, decisions, effects), limit);
+        fit_run_status(attempts, interactions, decisions, effects, excess);
+        len(attempts, interactions, decisions, effects)
+    }
+
+    fn effect(n: u64, state: &str, receipt: Option<Value>) -> EffectRecord {
+        EffectRecord {
+            effect_id: format!("eff-{n}"),
+            run_id: "run-1".into(),
+            attempt_id: format!("att-{n}"),
+            effect_key: format!("key-{n}"),
+            fingerprint: "fp".into(),
+            state: state.into(),
+            retry_contract: "never".into(),
+            receipt,
+            receipt_omitted: false,
+            error: None,
+        }
+    }
+
+    /// An action's receipt is also its attempt's output: a few large ones fill the reply
+    /// twice over, and leaving out every output alone does not make it fit.
+    #[test]
+    fn settled_effects_receipts_go_last_and_the_body_then_fits() {
+        let limit = 1024 * 1024;
+        let mut attempts: Vec<_> = (1..=5).map(|n| attempt(n, big(230))).collect();
+        let mut effects: Vec<_> = (1..=5)
+            .map(|n| effect(n, "applied", Some(big(230))))
+            .collect();
+        effects.push(effect(6, "applying", Some(big(10))));
+        let len = fitted_with_effects(&mut attempts, &mut [], &mut [], &mut effects, limit);
+        assert!(len <= limit - REPLY_ENVELOPE_ROOM, "{len} bytes");
+        assert!(
+            attempts.iter().all(|a| a.output_omitted),
+            "outputs go first"
+        );
+        assert!(effects[0].receipt_omitted, "then the oldest receipts");
+        assert!(!effects[4].receipt_omitted, "no more than needed");
+        assert!(
+            !effects[5].receipt_omitted,
+            "an effect being applied keeps its receipt"
+        );
     }
 
     #[test]

@@ -150,6 +150,10 @@ pub struct EffectRecord {
     pub state: String,
     pub retry_contract: String,
     pub receipt: Option<Value>,
+    /// Left out of this `run.status` reply to fit it (a settled effect's receipt, which its
+    /// attempt's output usually repeats). Absent when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub receipt_omitted: bool,
     pub error: Option<String>,
 }
 
@@ -485,6 +489,7 @@ impl Store {
                 state: r.get(5)?,
                 retry_contract: r.get(6)?,
                 receipt: json_col(r, 7)?,
+                receipt_omitted: false,
                 error: r.get(8)?,
             })
         })?;
