@@ -414,6 +414,8 @@ impl Worker {
         let Some(last) = self.deferred.pop() else {
             return Ok(false);
         };
+        // It travels as the transition's own outcome now, no longer among the earlier steps.
+        self.deferred_bytes = self.deferred_bytes.saturating_sub(encoded_len(&last));
         Ok(self.transition(last.outcome, &last.next_node)?.parked)
     }
 

@@ -127,9 +127,9 @@ function toJson(value, what) {
   }
   if (text === undefined) return null;
   const bytes = Buffer.byteLength(text);
-  if (bytes > MAX_VALUE_BYTES) {
+  if (bytes > maxValueBytes) {
     throw new NodeFailure(
-      `${what} is ${bytes} bytes of JSON; at most ${MAX_VALUE_BYTES} (keep large data in files and pass their paths)`,
+      `${what} is ${bytes} bytes of JSON; at most ${maxValueBytes} (keep large data in files and pass their paths)`,
     );
   }
   return JSON.parse(text);
@@ -137,11 +137,15 @@ function toJson(value, what) {
 
 /**
  * The largest value a node may hand the host: a message's payload is limited to 256 KiB, and
- * this leaves room for the message around one value. (The worker library sends a run's last
- * output once even though it is the result too, and reports deferred steps on their own when
- * a value would not fit beside them.)
+ * this leaves room for the message around one value. The worker library sends a run's last
+ * output once even though it is the result too (when the host lists `result_is_output` in its
+ * hello), and reports deferred steps on their own when a value would not fit beside them. A
+ * host older than that takes the result in full beside the output: half as much then.
  */
 const MAX_VALUE_BYTES = 240 * 1024;
+const MAX_VALUE_BYTES_OLDER_HOST = 120 * 1024;
+/** This child's limit (one run per process), set from the host's hello. */
+let maxValueBytes = MAX_VALUE_BYTES_OLDER_HOST;
 
 /** Runs node code; any exception becomes a `NodeFailure`. */
 async function nodeCode(what, f) {
@@ -269,6 +273,9 @@ async function drive(w) {
   const hello = w.hello(workflow.graph, mounts, true);
   const resume = hello.resume;
   if (hello.stop !== null && hello.stop !== undefined) return;
+  maxValueBytes = (hello.features ?? []).includes('result_is_output')
+    ? MAX_VALUE_BYTES
+    : MAX_VALUE_BYTES_OLDER_HOST;
   let nodeId;
   let input = hello.nodeInput;
   let carried = null;

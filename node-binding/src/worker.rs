@@ -91,7 +91,9 @@ impl Worker {
     /// Connects and says hello. `definition` is the graph snapshot (`null` when the child only
     /// reports a changed source). With `startNode`, a fresh run's first attempt is opened in
     /// the same transaction (`resume.attempt_id` is then set: skip `nodeStarted`). Returns the
-    /// host's reply `{ mode, resume, input, nodeInput, definition, answer?, submission? }`.
+    /// host's reply `{ mode, resume, input, nodeInput, definition, features, answer?,
+    /// submission? }` (`features`: what the host understands beyond the protocol's first
+    /// release, empty from an older host).
     #[napi]
     pub fn hello(
         &mut self,
@@ -116,6 +118,7 @@ impl Worker {
             "mode": reply.mode, "resume": reply.resume, "input": reply.input,
             "nodeInput": reply.node_input, "definition": reply.definition,
             "answer": reply.answer, "submission": reply.submission,
+            "features": reply.features,
         }))
     }
 
