@@ -298,11 +298,20 @@ fn run(cli: Cli) -> Result<(), CliError> {
         } => {
             // The host leaves out the oldest runs' results when the list would not fit one
             // reply (`result_omitted`), so only a very large `--limit` can pass the reply
-            // limit, and its error names the option.
-            let r = connect(&paths)?.call(RequestBody::RunList(payload::RunList {
-                limit: Some(limit),
-                session_id: session,
-            }))?;
+            // limit (records alone, about 600 bytes each); then say which option to change.
+            let r = connect(&paths)?
+                .call(RequestBody::RunList(payload::RunList {
+                    limit: Some(limit),
+                    session_id: session,
+                }))
+                .map_err(|e| match e {
+                    ClientError::Rejected(r) if r.code == RejectionCode::PayloadTooLarge => {
+                        CliError::Runtime(format!(
+                            "{limit} runs do not fit one reply even without their results; ask for fewer with --limit N"
+                        ))
+                    }
+                    other => other.into(),
+                })?;
             print(&r.body, json, |b| {
                 let mut out =
                     String::from("RUN                               STATUS      WORKFLOW  NODE");

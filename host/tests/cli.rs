@@ -1080,3 +1080,54 @@ fn state_backup_without_a_database_says_there_is_none() {
     );
     assert!(!backup.exists() && !h.home.exists());
 }
+
+/// A list too long for one reply even without results (a `--limit` of thousands) says which
+/// option to change. A fake host answers `run.list` as a real one would then.
+#[test]
+fn runs_that_do_not_fit_even_without_results_name_the_limit_option() {
+    use piw_core::protocol::{
+        encode_frame, read_frame, Limits, Receipt, Rejection, RejectionCode, Request, RequestBody,
+        ServerFrame,
+    };
+    use std::io::Write;
+
+    let h = home();
+    let paths = piw_core::paths::PiwPaths::for_home(h.home.clone());
+    paths.ensure_dirs().unwrap();
+    let listener = std::os::unix::net::UnixListener::bind(&paths.socket).unwrap();
+    let host = std::thread::spawn(move || {
+        let limits = Limits::default();
+        // The probe of `ensure_host`, then the CLI's connection.
+        for _ in 0..2 {
+            let (mut s, _) = listener.accept().unwrap();
+            while let Ok(Some(body)) = read_frame(&mut s, &limits) {
+                let r = Request::decode(&body, &limits).unwrap();
+                let frame = match r.body {
+                    RequestBody::RunList(_) => ServerFrame::rejection(
+                        r.request_id.clone(),
+                        Rejection::new(RejectionCode::PayloadTooLarge, "the reply is too large"),
+                    ),
+                    _ => ServerFrame::receipt(
+                        r.request_id.clone(),
+                        Receipt::new(None, serde_json::json!({})),
+                    ),
+                };
+                if s.write_all(&encode_frame(&frame, &limits).unwrap())
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        }
+    });
+    let o = piw(&h.home, &["runs", "--limit", "5000"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("5000 runs do not fit") && text(&o).contains("--limit N"),
+        "{}",
+        text(&o)
+    );
+    // A CLI that connected only once: one more connection lets the fake host end.
+    let _ = std::os::unix::net::UnixStream::connect(&paths.socket);
+    host.join().unwrap();
+}

@@ -275,7 +275,8 @@ async fn write(
     inbound: &mut Inbound,
     frame: &ServerFrame,
 ) -> std::io::Result<()> {
-    let limits = Limits::default();
+    // The host's own limits (the ones `run.status` and `run.list` fit their replies under).
+    let limits = inbound.limits;
     let (bytes, closes) = match encode_frame(frame, &limits) {
         Ok(bytes) => (bytes, false),
         Err(FrameError::TooLarge { len, limit }) => {
