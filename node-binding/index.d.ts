@@ -21,6 +21,12 @@ export declare class PiwError extends Error {
    * `{ requestId }` to get its receipt instead of applying it twice.
    */
   requestId?: string;
+  /**
+   * What the host said beside its rejection, when it said something (see the rejection codes
+   * in docs/WORKFLOW_SERVER.md): for example `{ expected, current }` of a `stale_revision`,
+   * or `deadline_at` of a `stale_attempt` answer that came too late.
+   */
+  details?: Record<string, unknown>;
 }
 
 export type RejectionCode =

@@ -7,8 +7,12 @@ export class PiwError extends Error {
     super(message, options);
     this.name = 'PiwError';
     this.code = code;
+    if (options?.details !== undefined) this.details = options.details;
   }
 }
+
+/** Separates a rejection's details (JSON) from its message in the addon's error text. */
+const DETAILS_SEPARATOR = '\x1e';
 
 const CODED = /^\[([a-z_]+)\] ([\s\S]*)$/;
 
@@ -17,7 +21,15 @@ export function fromNative(err) {
   if (err instanceof PiwError) return err;
   const m = typeof err?.message === 'string' ? CODED.exec(err.message) : null;
   if (!m) return err;
-  return new PiwError(m[1], m[2], { cause: err });
+  const at = m[2].indexOf(DETAILS_SEPARATOR);
+  if (at < 0) return new PiwError(m[1], m[2], { cause: err });
+  let details;
+  try {
+    details = JSON.parse(m[2].slice(at + 1));
+  } catch {
+    return new PiwError(m[1], m[2], { cause: err });
+  }
+  return new PiwError(m[1], m[2].slice(0, at), { cause: err, details });
 }
 
 /** Runs `fn` (sync or async), rethrowing native errors as `PiwError`s. */

@@ -28,11 +28,28 @@ pub(crate) fn js_error(code: &str, message: impl AsRef<str>) -> napi::Error {
     napi::Error::from_reason(format!("[{code}] {}", message.as_ref()))
 }
 
+/// Separates a rejection's `details` (JSON) from its message in the error text; the package's
+/// JavaScript layer takes them off into `PiwError.details`. A control character no message
+/// of ours contains.
+const DETAILS_SEPARATOR: char = '\u{1e}';
+
+/// [`js_error`] for a host's rejection: its `details` (say `{expected, current}` of a
+/// `stale_revision`) travel too, so a client can act on them without parsing the message.
+fn js_rejection(r: &piw_core::protocol::Rejection) -> napi::Error {
+    if r.details.is_null() {
+        return js_error(r.code.as_str(), &r.message);
+    }
+    js_error(
+        r.code.as_str(),
+        format!("{}{DETAILS_SEPARATOR}{}", r.message, r.details),
+    )
+}
+
 pub(crate) fn client_error(e: piw_core::client::ClientError) -> napi::Error {
     use piw_core::client::ClientError;
     // The code travels separately, so the message does not repeat it.
     let message = match &e {
-        ClientError::Rejected(r) => r.message.clone(),
+        ClientError::Rejected(r) => return js_rejection(r),
         ClientError::Closed { message, .. } => message.clone(),
         other => other.to_string(),
     };

@@ -101,7 +101,20 @@ test('checkpoint, human decision, notify and messages', async () => {
 test('pause, resume and cancel, with stale revisions refused', async () => {
   const c = host.client;
   const { run_id: runId } = await c.startRun(steps, { sessionId: session });
-  await assert.rejects(c.pauseRun(runId, { expectedRevision: 999_999 }), code('stale_revision'));
+  await assert.rejects(c.pauseRun(runId, { expectedRevision: 999_999 }), (err) => {
+    // The rejection's details come along, off the message.
+    assert.equal(err.code, 'stale_revision');
+    assert.equal(err.details.expected, 999_999);
+    assert.equal(typeof err.details.current, 'number');
+    assert.ok(!err.message.includes('\x1e'), err.message);
+    return true;
+  });
+  // A rejection without details has none.
+  await assert.rejects(c.runStatus('run-nope'), (err) => {
+    assert.equal(err.code, 'not_found');
+    assert.equal(err.details, undefined);
+    return true;
+  });
   const paused = await c.pauseRun(runId);
   assert.equal(paused.paused, true);
   const resumed = await c.resumeRun(runId);
