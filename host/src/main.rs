@@ -445,11 +445,21 @@ fn stop_host(paths: &PiwPaths) -> Result<(), CliError> {
     let started = std::time::Instant::now();
     let wait = Duration::from_millis(STOP_WAIT_MS);
     let mut announced = false;
+    // The process that held the installation, last seen.
+    let mut holder_pid: Option<u32> = None;
     loop {
         if let Ok(mut client) = BlockingClient::connect(paths) {
             return stop_answering_host(paths, &mut client);
         }
         if !installation_held(paths) {
+            // Stopped means the process ended, as for a host that answers: it lets go of the
+            // lock a moment before it exits.
+            while let Some(pid) = holder_pid {
+                if !piw_core::supervise::process_alive(pid) || started.elapsed() >= wait {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
             println!(
                 "{}",
                 if announced {
@@ -463,6 +473,7 @@ fn stop_host(paths: &PiwPaths) -> Result<(), CliError> {
         // Held without a socket: a host that is stopping (or starting: it answers soon), or
         // a short `piw state reset` / `piw diagnose`.
         let holder = lock_holder(paths);
+        holder_pid = holder.as_deref().and_then(|p| p.parse().ok());
         if started.elapsed() >= wait {
             return Err(CliError::Runtime(format!(
                 "process {} still holds {} after {} s and no host answers; see {}",
