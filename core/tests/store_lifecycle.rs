@@ -997,8 +997,8 @@ fn a_decision_expires_at_its_node_deadline_and_a_late_answer_is_refused() {
         .unwrap_err();
     assert!(matches!(err, StoreError::DeadlinePassed { .. }), "{err:?}");
     assert_eq!(f.store.canonical_dump().unwrap(), before);
-    let runs = f.store.write(|w| w.expire_due_decisions()).unwrap();
-    assert_eq!(runs, vec![run_id.clone()]);
+    let expired = f.store.write(|w| w.expire_due_decisions()).unwrap();
+    assert_eq!(expired, vec![(d.clone(), run_id.clone())]);
     assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Queued);
     assert_eq!(f.store.decisions(&run_id).unwrap()[0].status, "cancelled");
     f.assert_clean();

@@ -135,54 +135,9 @@ impl WriteTx<'_> {
             }
         }
     }
-
-    /// Expires every pending interaction whose deadline has passed. Returns their ids, each
-    /// with its run (whose new events the caller publishes).
-    pub fn expire_due_interactions(&mut self) -> StoreResult<Vec<(String, String)>> {
-        let due: Vec<(String, String)> = self
-            .conn()
-            .prepare_cached(
-                "SELECT i.interaction_id, i.run_id FROM interactions i
-                 JOIN runs r ON r.run_id = i.run_id JOIN claims c ON c.run_id = i.run_id
-                 WHERE i.status = 'pending' AND i.deadline_at <= ?1 AND r.status = 'waiting'
-                   -- a live control claim (an operator mid-cancel) has the run; skip it
-                   AND NOT (c.owner_kind IS NOT NULL AND c.expires_at > ?1)
-                 ORDER BY i.deadline_at",
-            )?
-            .query_map([self.now], |r| Ok((r.get(0)?, r.get(1)?)))?
-            .collect::<Result<_, _>>()?;
-        for (id, _) in &due {
-            self.savepoint(|w| w.expire_interaction(id))?;
-        }
-        Ok(due)
-    }
 }
 
 impl WriteTx<'_> {
-    /// Expires every pending decision whose attempt's deadline has passed (see
-    /// [`WriteTx::expire_decision`]). Returns the runs they belong to.
-    pub fn expire_due_decisions(&mut self) -> StoreResult<Vec<String>> {
-        let due: Vec<(String, String)> = self
-            .conn()
-            .prepare_cached(
-                "SELECT d.decision_id, d.run_id FROM decisions d
-                 JOIN attempts a ON a.attempt_id = d.attempt_id
-                 JOIN runs r ON r.run_id = d.run_id JOIN claims c ON c.run_id = d.run_id
-                 WHERE d.status = 'pending' AND a.deadline_at <= ?1 AND r.status = 'waiting'
-                   -- a live control claim (an operator mid-cancel) has the run; skip it
-                   AND NOT (c.owner_kind IS NOT NULL AND c.expires_at > ?1)
-                 ORDER BY a.deadline_at",
-            )?
-            .query_map([self.now], |r| Ok((r.get(0)?, r.get(1)?)))?
-            .collect::<Result<_, _>>()?;
-        let mut runs = Vec::with_capacity(due.len());
-        for (decision_id, run_id) in due {
-            self.savepoint(|w| w.expire_decision(&decision_id))?;
-            runs.push(run_id);
-        }
-        Ok(runs)
-    }
-
     /// Records a child's progress message as an event (no other state changes).
     pub fn progress(
         &mut self,

@@ -130,6 +130,10 @@ struct ExpiringRequest {
     /// Closes the request `?1` as of `?2`.
     close: &'static str,
     event: &'static str,
+    /// `(id, run_id)` of every pending request of this kind whose deadline is at or before
+    /// `?1`, on a waiting run that no live control claim holds (an operator mid-cancel has
+    /// it), earliest deadline first.
+    due: &'static str,
 }
 
 /// A checkpoint or human decision: its deadline is its attempt's; nobody answered it in time,
@@ -142,6 +146,12 @@ const EXPIRING_DECISION: ExpiringRequest = ExpiringRequest {
              WHERE d.decision_id = ?1",
     close: "UPDATE decisions SET status = 'cancelled', answered_at = ?2 WHERE decision_id = ?1",
     event: "decision_expired",
+    due: "SELECT d.decision_id, d.run_id FROM decisions d
+          JOIN attempts a ON a.attempt_id = d.attempt_id
+          JOIN runs r ON r.run_id = d.run_id JOIN claims c ON c.run_id = d.run_id
+          WHERE d.status = 'pending' AND a.deadline_at <= ?1 AND r.status = 'waiting'
+            AND NOT (c.owner_kind IS NOT NULL AND c.expires_at > ?1)
+          ORDER BY a.deadline_at",
 };
 
 /// An interactive request (agent, assistant message).
@@ -151,6 +161,11 @@ const EXPIRING_INTERACTION: ExpiringRequest = ExpiringRequest {
     lookup: "SELECT run_id, status, deadline_at FROM interactions WHERE interaction_id = ?1",
     close: "UPDATE interactions SET status = 'expired', closed_at = ?2 WHERE interaction_id = ?1",
     event: "interaction_expired",
+    due: "SELECT i.interaction_id, i.run_id FROM interactions i
+          JOIN runs r ON r.run_id = i.run_id JOIN claims c ON c.run_id = i.run_id
+          WHERE i.status = 'pending' AND i.deadline_at <= ?1 AND r.status = 'waiting'
+            AND NOT (c.owner_kind IS NOT NULL AND c.expires_at > ?1)
+          ORDER BY i.deadline_at",
 };
 
 impl WriteTx<'_> {
@@ -1124,6 +1139,31 @@ impl WriteTx<'_> {
     /// records the same attempt as timed out and routes it.
     pub fn expire_interaction(&mut self, interaction_id: &str) -> StoreResult<()> {
         self.expire_request(&EXPIRING_INTERACTION, interaction_id)
+    }
+
+    /// Expires every pending interaction whose deadline has passed. Returns their ids, each
+    /// with its run.
+    pub fn expire_due_interactions(&mut self) -> StoreResult<Vec<(String, String)>> {
+        self.expire_due(&EXPIRING_INTERACTION)
+    }
+
+    /// Expires every pending decision whose attempt's deadline has passed (see
+    /// [`WriteTx::expire_decision`]). Returns their ids, each with its run.
+    pub fn expire_due_decisions(&mut self) -> StoreResult<Vec<(String, String)>> {
+        self.expire_due(&EXPIRING_DECISION)
+    }
+
+    /// Expires every due request of `kind`, each in its own savepoint.
+    fn expire_due(&mut self, kind: &ExpiringRequest) -> StoreResult<Vec<(String, String)>> {
+        let due: Vec<(String, String)> = self
+            .conn()
+            .prepare_cached(kind.due)?
+            .query_map([self.now], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<_, _>>()?;
+        for (id, _) in &due {
+            self.savepoint(|w| w.expire_request(kind, id))?;
+        }
+        Ok(due)
     }
 
     /// Closes the pending request `id` of `kind` whose deadline has passed, queues its run and
