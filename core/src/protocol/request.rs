@@ -384,6 +384,32 @@ impl<'de> Deserialize<'de> for RawEnvelope {
     }
 }
 
+/// A key of the envelope object, borrowed from the frame when it has no escapes (every key
+/// of a usual request): decoding the envelope allocates nothing per key.
+struct EnvelopeKey<'de>(std::borrow::Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for EnvelopeKey<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> serde::de::Visitor<'de> for KeyVisitor {
+            type Value = EnvelopeKey<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a field name")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(EnvelopeKey(std::borrow::Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(EnvelopeKey(std::borrow::Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+                Ok(EnvelopeKey(std::borrow::Cow::Owned(v)))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
 struct RawEnvelopeVisitor;
 
 impl<'de> serde::de::Visitor<'de> for RawEnvelopeVisitor {
@@ -409,8 +435,8 @@ impl<'de> serde::de::Visitor<'de> for RawEnvelopeVisitor {
         // ones by name. A repeat of any of them is an error.
         let mut known_seen = 0u16;
         let mut unknown_seen: Vec<String> = Vec::new();
-        while let Some(key) = map.next_key::<String>()? {
-            let known = match key.as_str() {
+        while let Some(EnvelopeKey(key)) = map.next_key::<EnvelopeKey<'de>>()? {
+            let known = match &*key {
                 "schema" => Some((0, &mut envelope.schema)),
                 "request_id" => Some((1, &mut envelope.request_id)),
                 "kind" => Some((2, &mut envelope.kind)),
@@ -430,9 +456,9 @@ impl<'de> serde::de::Visitor<'de> for RawEnvelopeVisitor {
                     known_seen |= mask;
                     repeated
                 }
-                None if unknown_seen.contains(&key) => true,
+                None if unknown_seen.iter().any(|seen| **seen == *key) => true,
                 None => {
-                    unknown_seen.push(key.clone());
+                    unknown_seen.push(key.clone().into_owned());
                     false
                 }
             };
