@@ -4,6 +4,7 @@
 //! so tests can drive expiry deterministically with a [`FakeClock`] (plan, "Lease regression":
 //! transitions under a fake clock with blocked timers).
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -61,6 +62,47 @@ impl Clock for FakeClock {
     }
 }
 
+/// The wall clock moved forward by an offset that a test keeps in a file: the host's clock when
+/// it runs with `PIW_TEST_CLOCK=<file>` (test-only, like `PIW_FAULT`).
+///
+/// Process-level tests use it to make deadlines and lease expiries pass when the test says so,
+/// instead of waiting real time and hoping a loaded machine keeps up. The file holds one
+/// decimal number of milliseconds; a missing or unreadable file counts as no change. The
+/// clock never goes backwards, whatever the file says later. The file is read at every reading
+/// (a few microseconds), which only a test host pays. A host asleep until its next deadline
+/// notices a moved clock at its next message, so a test that moves the clock then sends a
+/// request.
+#[derive(Debug)]
+pub struct OffsetFileClock {
+    path: PathBuf,
+    latest: AtomicI64,
+}
+
+impl OffsetFileClock {
+    /// A clock offset by the number of milliseconds in `path`.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self {
+            path: path.into(),
+            latest: AtomicI64::new(i64::MIN),
+        }
+    }
+
+    fn offset_ms(&self) -> i64 {
+        std::fs::read_to_string(&self.path)
+            .ok()
+            .and_then(|text| text.trim().parse::<i64>().ok())
+            .unwrap_or(0)
+    }
+}
+
+impl Clock for OffsetFileClock {
+    fn now_ms(&self) -> UnixMillis {
+        let now = SystemClock.now_ms().saturating_add(self.offset_ms());
+        let before = self.latest.fetch_max(now, Ordering::SeqCst);
+        now.max(before)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -74,6 +116,27 @@ mod tests {
         assert_eq!(clock.now_ms(), 1_250);
         clock.set(5);
         assert_eq!(other.now_ms(), 5);
+    }
+
+    #[test]
+    fn an_offset_file_clock_moves_with_its_file_and_never_backwards() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("offset");
+        let clock = OffsetFileClock::new(&file);
+        let wall = SystemClock.now_ms();
+        let missing = clock.now_ms();
+        assert!(
+            (wall..wall + 60_000).contains(&missing),
+            "{missing} vs {wall}"
+        );
+        std::fs::write(&file, "3600000\n").unwrap();
+        let ahead = clock.now_ms();
+        assert!(ahead >= missing + 3_600_000, "{ahead} vs {missing}");
+        // A smaller offset (or a removed file) does not turn the clock back.
+        std::fs::write(&file, "0").unwrap();
+        assert!(clock.now_ms() >= ahead);
+        std::fs::remove_file(&file).unwrap();
+        assert!(clock.now_ms() >= ahead);
     }
 
     #[test]

@@ -29,6 +29,13 @@ struct Env {
     extra: Vec<(String, String)>,
 }
 
+/// Whatever the test's outcome, none of its hosts, children or grandchildren outlive it.
+impl Drop for Env {
+    fn drop(&mut self) {
+        common::kill_installation(&self.paths.home);
+    }
+}
+
 impl Env {
     fn new(extra: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().unwrap();
@@ -38,6 +45,35 @@ impl Env {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         Self { dir, paths, extra }
+    }
+
+    /// An installation whose hosts run on a test clock (`PIW_TEST_CLOCK`): deadlines, leases
+    /// and heartbeats pass when the test moves the clock ([`Env::advance_clock`]), not when a
+    /// loaded machine happens to get there.
+    fn with_test_clock(extra: &[(&str, &str)]) -> Self {
+        let mut env = Self::new(extra);
+        let clock = env.path("clock").display().to_string();
+        env.extra.push(("PIW_TEST_CLOCK".into(), clock));
+        env
+    }
+
+    /// Moves the test clock forward by `ms` (also while no host runs, or while it is stopped).
+    fn advance_clock(&self, ms: i64) {
+        let file = self.path("clock");
+        let offset: i64 = std::fs::read_to_string(&file)
+            .map(|t| t.trim().parse().unwrap())
+            .unwrap_or(0);
+        let tmp = self.path("clock.tmp");
+        std::fs::write(&tmp, (offset + ms).to_string()).unwrap();
+        std::fs::rename(&tmp, &file).unwrap();
+    }
+
+    /// `run.status` after the host has handled everything due at its clock's time: the first
+    /// read wakes a host asleep until a deadline of the old time, which then does the due
+    /// work before it next waits; the second read is answered after that work committed.
+    fn settle(&self, run_id: &str) -> Value {
+        self.status(run_id);
+        self.status(run_id)
     }
 
     fn path(&self, name: &str) -> PathBuf {
@@ -254,23 +290,62 @@ fn a_workflow_file_that_cannot_be_loaded_stops_the_run_for_review_with_the_reaso
     env.stop(host);
 }
 
+/// Polls until the run's attempt at `node` is running (its child is inside the node's code).
+fn wait_for_running_attempt(env: &Env, run_id: &str, node: &str) -> Value {
+    let start = Instant::now();
+    loop {
+        let s = env.status(run_id);
+        let running = s["attempts"].as_array().is_some_and(|a| {
+            a.iter()
+                .any(|x| x["node_id"] == json!(node) && x["status"] == json!("running"))
+        });
+        if running {
+            return s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "node {node} never started: {s:#}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn a_spinning_child_cannot_take_ownership_and_its_deadline_routes_timed_out() {
-    // Lease 500 ms; the node spins forever with a 2 s deadline (four leases).
-    let env = Env::new(&[("PIW_LEASE_MS", "500"), ("PIW_KILL_GRACE_MS", "200")]);
+    // The default lease (30 s) on a test clock; the node spins forever with a 120 s deadline
+    // (four leases), and the clock moves in steps shorter than a lease, so only the host's own
+    // heartbeats can keep the claim: the spinning child sends nothing.
+    let env = Env::with_test_clock(&[("PIW_KILL_GRACE_MS", "200")]);
     let host = env.serve(None);
     let file = env.fixture(
         "spin",
         json!({
             "graph": {
                 "name": "spin", "start": "busy",
-                "nodes": {"busy": {"kind": "compute", "timeout_ms": 2000}, "late": {"kind": "compute"}},
+                "nodes": {"busy": {"kind": "compute", "timeout_ms": 120_000}, "late": {"kind": "compute"}},
                 "edges": [{"from": "busy", "switch": {"on": "$result.outcome", "cases": {"timed_out": "late"}}}]
             },
             "behaviors": {"busy": {"spin_forever": true}, "late": {"return": {"handled": "timeout"}}}
         }),
     );
     let run_id = env.start(&file, json!({}));
+    wait_for_running_attempt(&env, &run_id, "busy");
+    // Steps of 21 s: each shorter than a lease (a longer one is a stall, after which a claim
+    // may not renew itself), five of them 105 s, before the deadline.
+    for _ in 0..5 {
+        env.advance_clock(21_000);
+        let s = env.settle(&run_id);
+        assert_eq!(s["run"]["status"], json!("running"), "{s:#}");
+        assert_eq!(s["claim"]["generation"], json!(1), "{s:#}");
+    }
+    let kinds = events(&env, &run_id);
+    assert!(
+        !kinds.iter().any(|k| k == "recovered" || k == "child_lost"),
+        "the host kept ownership across 105 s of a silent child: {kinds:?}"
+    );
+    // Past the node's deadline (126 s): the host stops the child and routes `timed_out`.
+    env.advance_clock(21_000);
+    env.settle(&run_id);
     let s = env.wait_for(
         &run_id,
         &["completed", "failed", "timed_out", "review"],
@@ -290,7 +365,7 @@ fn a_spinning_child_cannot_take_ownership_and_its_deadline_routes_timed_out() {
     let start = Instant::now();
     let first = loop {
         let first = store.children(&run_id).unwrap().remove(0);
-        if first.exited || start.elapsed() > Duration::from_secs(10) {
+        if first.exited || start.elapsed() > Duration::from_secs(30) {
             break first;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -542,6 +617,51 @@ fn a_changed_included_source_stops_the_resumed_run_before_any_module_code() {
     env.stop(host);
 }
 
+/// The harness's own promise: when a test ends, none of its processes is left, even a host
+/// killed without a chance to stop its children, a child that ignores SIGTERM and its
+/// grandchild (they carry the installation's `PIW_HOME`, which the host passes on).
+#[test]
+fn a_test_leaves_no_host_child_or_grandchild_behind() {
+    let env = Env::new(&[]);
+    let mut host = env.serve(None);
+    let pid_file = env.path("grandchild.pid");
+    let file = env.one_node(
+        "stubborn",
+        json!({"grandchild_ignoring_term": pid_file.display().to_string()}),
+    );
+    let run_id = env.start(&file, json!({}));
+    let start = Instant::now();
+    let grandchild: u32 = loop {
+        if let Some(pid) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            break pid;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "grandchild never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
+    let child = live_children(&store, &run_id)[0];
+    drop(store);
+    host.kill().unwrap();
+    host.wait().unwrap();
+    let running = |pid: u32| Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(pid as i32);
+    assert!(
+        running(child) && running(grandchild),
+        "orphans before the end"
+    );
+    drop(env);
+    assert!(!running(child), "child {child} outlived its test");
+    assert!(
+        !running(grandchild),
+        "grandchild {grandchild} outlived its test"
+    );
+}
+
 #[test]
 fn cancelling_kills_the_whole_process_group_after_the_grace() {
     let env = Env::new(&[("PIW_KILL_GRACE_MS", "300")]);
@@ -710,7 +830,7 @@ fn an_effect_receipt_survives_child_and_host_restarts() {
 
 #[test]
 fn a_child_killed_while_applying_leaves_the_effect_uncertain_and_the_run_in_review() {
-    let env = Env::new(&[]);
+    let env = Env::with_test_clock(&[]);
     let host = env.serve(None);
     let file = effect_fixture(
         &env,
@@ -725,34 +845,50 @@ fn a_child_killed_while_applying_leaves_the_effect_uncertain_and_the_run_in_revi
     assert_eq!(s["run"]["status"], json!("review"), "{s:#}");
     assert_eq!(s["effects"][0]["state"], json!("uncertain"));
     assert_eq!(lines(&env), 1);
-    // Never retried: it stays in review, the file keeps one line.
-    std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(env.status(&run_id)["run"]["status"], json!("review"));
+    // Never retried, whatever would retry it: a restart (whose recovery requeues what older
+    // hosts held) and a clock an hour later (past every back-off and lease) leave it in
+    // review, with one line in the file.
+    env.stop(host);
+    let host = env.serve(None);
+    env.advance_clock(3_600_000);
+    let s = env.settle(&run_id);
+    assert_eq!(s["run"]["status"], json!("review"), "{s:#}");
+    let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
+    assert_eq!(
+        store.children(&run_id).unwrap().len(),
+        1,
+        "no child was launched for the run after it stopped for review"
+    );
     assert_eq!(lines(&env), 1);
     env.stop(host);
 }
 
 #[test]
 fn an_interaction_deadline_that_passed_while_the_host_was_down_routes_timed_out_after_restart() {
-    let env = Env::new(&[]);
+    let env = Env::with_test_clock(&[]);
     let host = env.serve(None);
-    let file = deadline_fixture(&env, "ask", "agent", 800, json!({"interact": "agent"}));
+    let file = deadline_fixture(
+        &env,
+        "ask",
+        "agent",
+        NODE_DEADLINE_MS,
+        json!({"interact": "agent"}),
+    );
     let run_id = env.start(&file, json!({}));
     let s = env.wait_for(&run_id, &["waiting"], Duration::from_secs(20));
-    let deadline = s["interactions"][0]["deadline_at"]
-        .as_i64()
-        .expect("the request keeps the node deadline");
+    assert!(
+        s["interactions"][0]["deadline_at"].as_i64().is_some(),
+        "the request keeps the node deadline: {s:#}"
+    );
     env.stop(host);
+    // The request was still pending when the host stopped: what follows is the restart's doing.
+    let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
+    let requests = store.interactions(Some(&run_id), None).unwrap();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].status, "pending", "{requests:#?}");
+    drop(store);
     // The deadline passes while no host runs.
-    let now = || {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as i64
-    };
-    while now() <= deadline + 50 {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    env.advance_clock(NODE_DEADLINE_MS as i64 + 1);
     let host = env.serve(None);
     let s = env.wait_for(
         &run_id,
@@ -876,33 +1012,63 @@ extern "C" {
     fn libc_kill(pid: i32, sig: i32) -> i32;
 }
 
-#[test]
-fn a_host_stall_longer_than_the_lease_never_leaves_two_live_children_for_one_run() {
-    let env = Env::new(&[("PIW_LEASE_MS", "300"), ("PIW_KILL_GRACE_MS", "200")]);
-    let host = env.serve(None);
-    let file = env.one_node("spin", json!({"spin_forever": true}));
-    let run_id = env.start(&file, json!({}));
-    env.wait_for(&run_id, &["running"], Duration::from_secs(20));
-    std::thread::sleep(Duration::from_millis(300));
-    // Stall the host (as a suspended laptop or a stuck disk would) for several leases.
-    // SAFETY: signals to our own child process.
-    unsafe {
-        assert_eq!(libc_kill(host.id() as i32, 19), 0); // SIGSTOP
-        std::thread::sleep(Duration::from_millis(1200));
-        assert_eq!(libc_kill(host.id() as i32, 18), 0); // SIGCONT
-    }
-    std::thread::sleep(Duration::from_secs(3));
-    let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
-    let alive: Vec<u32> = store
-        .children(&run_id)
+/// The pids of the run's recorded children that are alive (not exited, not zombies).
+fn live_children(store: &piw_core::store::Store, run_id: &str) -> Vec<u32> {
+    store
+        .children(run_id)
         .unwrap()
         .iter()
         .filter_map(|c| c.pid)
         .filter(|pid| Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(*pid as i32))
-        .collect();
+        .collect()
+}
+
+#[test]
+fn a_host_stall_longer_than_the_lease_never_leaves_two_live_children_for_one_run() {
+    let env = Env::with_test_clock(&[("PIW_KILL_GRACE_MS", "200")]);
+    let host = env.serve(None);
+    let file = env.one_node("spin", json!({"spin_forever": true}));
+    let run_id = env.start(&file, json!({}));
+    wait_for_running_attempt(&env, &run_id, "a");
+    // Stall the host (as a suspended laptop or a stuck disk would) for three leases: its
+    // clock jumps while it is stopped, so it wakes to find its own claim expired.
+    // SAFETY: signals to our own child process.
+    unsafe {
+        assert_eq!(libc_kill(host.id() as i32, 19), 0); // SIGSTOP
+    }
+    env.advance_clock(90_000);
+    unsafe {
+        assert_eq!(libc_kill(host.id() as i32, 18), 0); // SIGCONT
+    }
+    // Watch the whole recovery, not one moment of it: at no sample are two children of the
+    // run alive, and it ends with the run running again in a new generation.
+    let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
+    let start = Instant::now();
+    loop {
+        let s = env.status(&run_id);
+        let children = store.children(&run_id).unwrap();
+        let alive = live_children(&store, &run_id);
+        assert!(
+            alive.len() <= 1,
+            "two live children for one run after a stall: {alive:?}"
+        );
+        if s["claim"]["generation"].as_u64() >= Some(2)
+            && children.len() >= 2
+            && children[0].exited
+            && alive.len() == 1
+        {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the run was never taken up again after the stall: {s:#} {children:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let kinds = events(&env, &run_id);
     assert!(
-        alive.len() <= 1,
-        "two live children for one run after a stall: {alive:?}"
+        !kinds.iter().any(|k| k == "child_lost"),
+        "the host's own stall is not a loss of the run: {kinds:?}"
     );
     env.stop(host);
 }
@@ -974,18 +1140,25 @@ fn a_restarted_host_kills_the_orphaned_children_of_the_host_that_died() {
 fn active_children_are_capped_and_the_rest_wait_in_the_queue() {
     let env = Env::new(&[("PIW_MAX_CHILDREN", "1")]);
     let host = env.serve(None);
-    let file = env.one_node("slow", json!({"sleep_ms": 700, "return": {"ok": true}}));
+    // Every run's node holds its child until the test creates the barrier file.
+    let barrier = env.path("release");
+    let file = env.one_node(
+        "slow",
+        json!({"wait_for_file": barrier.display().to_string(), "return": {"ok": true}}),
+    );
     let first = env.start(&file, json!({}));
-    env.wait_for(&first, &["running"], Duration::from_secs(20));
+    wait_for_running_attempt(&env, &first, "a");
     let second = env.start(&file, json!({}));
-    std::thread::sleep(Duration::from_millis(200));
+    // The second run is queued whatever the machine's speed: the only slot is held until
+    // the barrier opens. Two rounds through the store thread let it schedule what it can.
     assert_eq!(
-        env.status(&second)["run"]["status"],
+        env.settle(&second)["run"]["status"],
         json!("queued"),
         "only one child at a time"
     );
     let status = env.client().call(RequestBody::HostStatus).unwrap();
     assert_eq!(status.body["active_children"], json!(1));
+    std::fs::write(&barrier, b"").unwrap();
     env.wait_for(&first, &["completed"], Duration::from_secs(20));
     // A third run, cancelled while it waits for a slot, never gets a child.
     let third = env.start(&file, json!({}));
@@ -1263,11 +1436,28 @@ fn a_submission_committed_just_before_a_host_crash_is_validated_after_restart() 
         submit(&env, &run_id, &s, "once", 42).is_err(),
         "the host died before replying"
     );
+    // The host died at the fault point, after the commit: not for any other reason.
     let start = Instant::now();
-    while crashing.try_wait().unwrap().is_none() {
-        assert!(start.elapsed() < Duration::from_secs(10));
+    let died = loop {
+        if let Some(status) = crashing.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the host never died"
+        );
         std::thread::sleep(Duration::from_millis(10));
-    }
+    };
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&died),
+        Some(6),
+        "{died}"
+    );
+    let log = std::fs::read_to_string(env.path("hosts.log")).unwrap();
+    assert!(
+        log.contains("PIW_FAULT after_commit:interaction.submit reached"),
+        "{log}"
+    );
     let host = env.serve(None);
     let s = env.wait_for(&run_id, &["completed", "failed"], Duration::from_secs(20));
     assert_eq!(
@@ -1597,12 +1787,17 @@ fn deadline_fixture(env: &Env, name: &str, kind: &str, timeout_ms: u64, ask: Val
     )
 }
 
+/// The deadline of the nodes that wait for an answer in the deadline tests. Their hosts run on
+/// a test clock: the deadline passes when a test moves the clock past it, never by itself
+/// while a slow machine is still setting the run up.
+const NODE_DEADLINE_MS: u64 = 60_000;
+
 fn decision_deadline_fixture(env: &Env) -> String {
     deadline_fixture(
         env,
         "approve",
         "human_decision",
-        400,
+        NODE_DEADLINE_MS,
         json!({"wait": "human_decision"}),
     )
 }
@@ -1613,10 +1808,12 @@ fn decision_deadline_fixture(env: &Env) -> String {
 /// acknowledged and then dropped.
 #[test]
 fn a_human_decision_deadline_passes_while_nobody_answers_and_a_late_answer_is_refused() {
-    let env = Env::new(&[]);
+    let env = Env::with_test_clock(&[]);
     let host = env.serve(None);
     let run_id = env.start(&decision_deadline_fixture(&env), json!({}));
     env.wait_for(&run_id, &["waiting"], Duration::from_secs(20));
+    env.advance_clock(NODE_DEADLINE_MS as i64 + 1);
+    env.settle(&run_id);
     let s = env.wait_for(
         &run_id,
         &["completed", "failed", "timed_out", "review"],
@@ -1644,7 +1841,7 @@ fn a_human_decision_deadline_passes_while_nobody_answers_and_a_late_answer_is_re
 /// start: the node's deadline no longer applies once the person has answered.
 #[test]
 fn a_human_answer_given_in_time_is_not_dropped_by_the_deadline_that_follows() {
-    let env = Env::new(&[]);
+    let env = Env::with_test_clock(&[]);
     let host = env.serve(None);
     let run_id = env.start(&decision_deadline_fixture(&env), json!({}));
     let s = env.wait_for(&run_id, &["waiting"], Duration::from_secs(20));
@@ -1653,7 +1850,13 @@ fn a_human_answer_given_in_time_is_not_dropped_by_the_deadline_that_follows() {
         .send(Request::new("pause", RequestBody::RunPause).with_run_id(&run_id))
         .unwrap();
     answer_decision(&env, &s, "in-time", true, json!("yes")).unwrap();
-    std::thread::sleep(Duration::from_millis(700));
+    env.advance_clock(NODE_DEADLINE_MS as i64 + 1);
+    let held = env.settle(&run_id);
+    assert_eq!(
+        held["decisions"][0]["status"],
+        json!("answered"),
+        "the deadline passed with the answer in: {held:#}"
+    );
     env.client()
         .send(Request::new("resume", RequestBody::RunResume).with_run_id(&run_id))
         .unwrap();
@@ -1671,9 +1874,15 @@ fn a_human_answer_given_in_time_is_not_dropped_by_the_deadline_that_follows() {
 /// subscribers like any other: no gap in the run's sequence.
 #[test]
 fn a_subscriber_sees_the_expiry_of_a_request_and_of_a_decision() {
-    let env = Env::new(&[]);
+    let env = Env::with_test_clock(&[]);
     let host = env.serve(None);
-    let ask = deadline_fixture(&env, "ask", "agent", 300, json!({"interact": "agent"}));
+    let ask = deadline_fixture(
+        &env,
+        "ask",
+        "agent",
+        NODE_DEADLINE_MS,
+        json!({"interact": "agent"}),
+    );
     for (file, expiry) in [
         (ask, "interaction_expired"),
         (decision_deadline_fixture(&env), "decision_expired"),
@@ -1685,6 +1894,9 @@ fn a_subscriber_sees_the_expiry_of_a_request_and_of_a_decision() {
         }))
         .unwrap();
         let run_id = env.start(&file, json!({}));
+        env.wait_for(&run_id, &["waiting"], Duration::from_secs(20));
+        env.advance_clock(NODE_DEADLINE_MS as i64 + 1);
+        env.settle(&run_id);
         let mut seen = Vec::new();
         loop {
             let e = sub.next_event().unwrap();
@@ -1712,18 +1924,42 @@ fn a_subscriber_sees_the_expiry_of_a_request_and_of_a_decision() {
 /// `timed_out`; stopping the judging child is the host's doing, not a loss of the run.
 #[test]
 fn a_validation_overtaken_by_the_deadline_expires_the_request_without_a_loss() {
-    let env = Env::new(&[]);
+    // The validation timeout is far beyond the node's deadline: only the deadline can end it.
+    let env = Env::with_test_clock(&[("PIW_VALIDATION_TIMEOUT_MS", "3600000")]);
     let host = env.serve(None);
     let file = deadline_fixture(
         &env,
         "slowask",
         "agent",
-        600,
-        json!({"interact": "agent", "validate": {"value": 42}, "validate_sleep_ms": 60_000}),
+        NODE_DEADLINE_MS,
+        json!({"interact": "agent", "validate": {"value": 42}, "validate_sleep_ms": 3_600_000}),
     );
     let run_id = env.start(&file, json!({}));
     let s = env.wait_for(&run_id, &["waiting"], Duration::from_secs(20));
     submit(&env, &run_id, &s, "in-time", 42).unwrap();
+    // The judging child is running when the deadline passes.
+    let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
+    let start = Instant::now();
+    while !store
+        .children(&run_id)
+        .unwrap()
+        .iter()
+        .any(|c| c.mode == "validate" && c.handshake && !c.exited)
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no validating child"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let validating = env.status(&run_id);
+    assert_eq!(
+        validating["interactions"][0]["last_submission"]["state"],
+        json!("validating"),
+        "{validating:#}"
+    );
+    env.advance_clock(NODE_DEADLINE_MS as i64 + 1);
+    env.settle(&run_id);
     let s = env.wait_for(
         &run_id,
         &["completed", "failed", "timed_out", "review"],

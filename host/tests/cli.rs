@@ -7,6 +7,8 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+mod common;
+
 fn piw(home: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_piw"))
         .args(args)
@@ -33,9 +35,12 @@ struct Home {
     home: PathBuf,
 }
 
+/// The host is stopped, and whatever the test's outcome, none of its hosts, children or
+/// grandchildren outlive it.
 impl Drop for Home {
     fn drop(&mut self) {
         let _ = piw(&self.home, &["host", "stop"]);
+        common::kill_installation(&self.home);
     }
 }
 

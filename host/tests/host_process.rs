@@ -24,6 +24,13 @@ struct Home {
     paths: PiwPaths,
 }
 
+/// Whatever the test's outcome, none of its hosts or children outlive it.
+impl Drop for Home {
+    fn drop(&mut self) {
+        common::kill_installation(&self.paths.home);
+    }
+}
+
 impl Home {
     fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();

@@ -1,10 +1,11 @@
 // Every client method against a real host, including the typed error codes.
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { existsSync, writeFileSync } from 'node:fs';
 import { after, before, test } from 'node:test';
 
 import { Client, PiwError } from '../index.js';
-import { code, startHost, writeWorkflow } from './helpers.mjs';
+import { code, hostBin, startHost, writeWorkflow } from './helpers.mjs';
 
 let host;
 let steps;
@@ -267,18 +268,22 @@ test('ensureHost: callers racing on a fresh installation end with exactly one ho
 
 test('waitForRun goes on through a burst of events it fell behind on', async () => {
   const c = host.client;
+  const go = `${host.dir}/chatty.go`;
   const marker = `${host.dir}/chatty.done`;
+  // 10,000 events: more than a subscription buffers (4,096) even after whatever the socket
+  // buffers hold when this thread looks again, so the overflow below does not depend on speed.
   const chatty = writeWorkflow(
     host.dir,
     'chatty',
-    `import { writeFileSync } from 'node:fs';
+    `import { existsSync, writeFileSync } from 'node:fs';
     export default piw.defineWorkflow({
       name: 'chatty', start: 'talk',
       nodes: {
         talk: piw.compute(async (input, ctx) => {
-          for (let i = 0; i < 5000; i++) await ctx.progress('step ' + i);
+          while (!existsSync(${JSON.stringify(go)})) await new Promise((r) => setTimeout(r, 10));
+          for (let i = 0; i < 10000; i++) await ctx.progress('step ' + i);
           writeFileSync(${JSON.stringify(marker)}, 'done');
-          return { said: 5000 };
+          return { said: 10000 };
         }),
       },
       edges: [],
@@ -288,24 +293,47 @@ test('waitForRun goes on through a burst of events it fell behind on', async () 
   // A second subscription that nobody reads while this thread is blocked: it shows that the
   // burst overflowed a reader's buffer.
   const unread = await c.subscribe({ runId });
-  const waiting = c.waitForRun(runId, { timeoutMs: 60_000 });
-  await new Promise((r) => setTimeout(r, 100)); // waitForRun has subscribed and read once
-  // Block this thread until the run's 5,000 progress events have all been sent.
-  const until = Date.now() + 30_000;
-  while (!existsSync(marker) && Date.now() < until) {
-    /* busy: events pile up in the addon's buffers, unread */
+  // The burst starts only once waitForRun has subscribed (and so will fall behind it).
+  const subscribe = c.subscribe.bind(c);
+  let subscribed;
+  const waitSubscribed = new Promise((resolve) => (subscribed = resolve));
+  c.subscribe = async (filter) => {
+    const sub = await subscribe(filter);
+    subscribed();
+    return sub;
+  };
+  let waiting;
+  try {
+    waiting = c.waitForRun(runId, { timeoutMs: 120_000 });
+    await Promise.race([waitSubscribed, waiting]);
+  } finally {
+    delete c.subscribe;
   }
-  const settle = Date.now() + 300;
-  while (Date.now() < settle) {
-    /* the last events and the completion arrive */
+  writeFileSync(go, '');
+  // Block this thread until the run has completed on the host (asked synchronously, through
+  // the CLI): its events pile up in the addon's buffers, unread.
+  const until = Date.now() + 120_000;
+  const completed = () =>
+    existsSync(marker) &&
+    JSON.parse(execFileSync(hostBin, ['run', 'status', runId, '--json'], { env: { ...process.env, PIW_HOME: host.home } }))
+      .run.status === 'completed';
+  while (!completed()) {
+    assert.ok(Date.now() < until, 'the chatty run never completed');
   }
-  await assert.rejects(
-    (async () => {
-      for (;;) if ((await unread.next()) === null) return;
-    })(),
-    (e) => e.code === 'subscription_overflow',
-  );
+  let seen = 0;
+  const overflow = await (async () => {
+    for (;;) {
+      try {
+        const event = await unread.next();
+        if (event === null || event.event_kind === 'completed') return null;
+        seen += 1;
+      } catch (e) {
+        return e;
+      }
+    }
+  })();
+  assert.equal(overflow?.code, 'subscription_overflow', `the unread subscription ended after ${seen} events: ${overflow}`);
   const run = await waiting;
   assert.equal(run.status, 'completed');
-  assert.deepEqual(run.result, { said: 5000 });
+  assert.deepEqual(run.result, { said: 10000 });
 });

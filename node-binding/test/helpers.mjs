@@ -1,6 +1,6 @@
 // Shared set-up for the node tests: a real `piw` host in a temp PIW_HOME per test file, and
 // workflow fixtures written next to it. Nothing touches the real home directory.
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -52,9 +52,41 @@ export async function startHost(hostEnv = {}) {
       const deadline = Date.now() + 10_000;
       while (alive(pid) && Date.now() < deadline) await sleep(20);
       if (alive(pid)) process.kill(pid, 'SIGKILL');
+      await killInstallation(home);
       rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+/**
+ * Kills every process of the installation at `home` (hosts, children, grandchildren), found by
+ * the `PIW_HOME=<home>` in their environment, which a host passes on to its children. Called
+ * when a test file ends, pass or fail, so no spinning child outlives it to slow down or fail
+ * the tests after it.
+ */
+export async function killInstallation(home) {
+  const entry = `PIW_HOME=${home}`;
+  for (let round = 0; round < 100; round++) {
+    const pids = readdirSync('/proc')
+      .filter((name) => /^\d+$/.test(name) && Number(name) !== process.pid)
+      .filter((name) => {
+        try {
+          return readFileSync(`/proc/${name}/environ`, 'latin1').split('\0').includes(entry);
+        } catch {
+          return false; // gone, or not ours
+        }
+      })
+      .map(Number);
+    if (pids.length === 0) return;
+    for (const pid of pids) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+    }
+    await sleep(20);
+  }
 }
 
 export function alive(pid) {

@@ -252,17 +252,19 @@ test('pure steps reported together stay inside the payload limit, however large 
 
 test('a slow pure node does not hold the steps before it: they are reported while it runs', async () => {
   const marker = join(host.dir, 'slow-started');
+  const release = join(host.dir, 'slow-release');
   const file = writeWorkflow(
     host.dir,
     'slowpure',
-    `import { writeFileSync } from 'node:fs';
+    `import { existsSync, writeFileSync } from 'node:fs';
     export default piw.defineWorkflow({
       name: 'slowpure', start: 'fast',
       nodes: {
         fast: piw.compute(() => ({ a: 1 })),
         slow: piw.compute(async (input) => {
           writeFileSync(${JSON.stringify(marker)}, 'started');
-          await new Promise((r) => setTimeout(r, 1000));
+          // Runs until the test has looked (however long a loaded machine takes to look).
+          while (!existsSync(${JSON.stringify(release)})) await new Promise((r) => setTimeout(r, 10));
           return input;
         }),
       },
@@ -272,7 +274,7 @@ test('a slow pure node does not hold the steps before it: they are reported whil
   const c = host.client;
   const { run_id: runId } = await c.startRun(file);
   let seen;
-  for (let i = 0; i < 400 && !seen; i++) {
+  for (let i = 0; i < 3000 && !seen; i++) {
     const { attempts } = await c.runStatus(runId);
     if (existsSync(marker)) {
       seen = attempts.find((a) => a.node_id === 'slow' && a.status === 'running');
@@ -280,6 +282,7 @@ test('a slow pure node does not hold the steps before it: they are reported whil
     }
     if (!seen) await new Promise((r) => setTimeout(r, 10));
   }
+  writeFileSync(release, '');
   assert.ok(seen, 'the fast step was reported while the slow node ran');
   assert.equal((await c.waitForRun(runId, { timeoutMs: 20_000 })).status, 'completed');
 });

@@ -64,7 +64,8 @@ impl HostConfig {
     /// `PIW_RUNTIMES` (`suffix=program args;...`), `PIW_NODE` and `PIW_NODE_WORKER` (the Node
     /// runtime), `PIW_MAX_CHILDREN`, `PIW_HANDSHAKE_TIMEOUT_MS`, `PIW_VALIDATION_TIMEOUT_MS`, `PIW_CHILD_NICE`, `PIW_KILL_GRACE_MS`,
     /// `PIW_LEASE_MS`, `PIW_CHILD_CPU_SECONDS`, `PIW_CHILD_MEMORY_BYTES`,
-    /// `PIW_STANDBY_WORKERS`.
+    /// `PIW_STANDBY_WORKERS`; and, for tests only, `PIW_TEST_CLOCK` (a file holding an offset
+    /// in milliseconds that moves the host's clock: [`crate::clock::OffsetFileClock`]).
     pub fn from_env(paths: PiwPaths) -> Self {
         let mut config = Self::new(paths);
         let num = |name: &str| {
@@ -114,6 +115,10 @@ impl HostConfig {
             // Each waiting worker is a whole Node process: keep the pool small.
             config.children.standby_workers =
                 usize::try_from(n.min(MAX_STANDBY_WORKERS)).unwrap_or(0);
+        }
+        if let Some(file) = std::env::var_os("PIW_TEST_CLOCK") {
+            tracing::warn!(file = %std::path::Path::new(&file).display(), "PIW_TEST_CLOCK: the host's clock follows a test's offset file");
+            config.store.clock = std::sync::Arc::new(crate::clock::OffsetFileClock::new(file));
         }
         config.children.cpu_seconds = num("PIW_CHILD_CPU_SECONDS");
         config.children.memory_bytes = num("PIW_CHILD_MEMORY_BYTES");

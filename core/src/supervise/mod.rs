@@ -65,8 +65,11 @@ pub const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(200);
 pub(crate) const KILL_SETTLE: Duration = Duration::from_secs(2);
 
 /// The variables a child inherits from the host's environment (when set there). Everything
-/// else comes from [`SpawnSpec::env`].
-pub const INHERITED_ENV: [&str; 4] = ["PATH", "HOME", "LANG", "TMPDIR"];
+/// else comes from [`SpawnSpec::env`]. `PIW_HOME` is passed on so that a workflow that runs
+/// `piw` (or a client library) reaches the installation that runs it, not the default one; it
+/// also marks every process of an installation, which the test harnesses use to leave none
+/// behind.
+pub const INHERITED_ENV: [&str; 5] = ["PATH", "HOME", "LANG", "TMPDIR", "PIW_HOME"];
 
 /// Size of one read from a child's stdout or stderr.
 const READ_CHUNK: usize = 64 * 1024;

@@ -10,7 +10,8 @@
 //! ```
 //!
 //! Behaviours (keys of one node's object, combinable where it makes sense):
-//! `return` (output, default the input), `fail` (error text), `sleep_ms`, `spin_ms` or
+//! `return` (output, default the input), `fail` (error text), `sleep_ms`, `wait_for_file` (a
+//! path: the node runs until that file exists, a barrier a test releases), `spin_ms` or
 //! `spin_forever` (busy loop that never yields), `flood_bytes` (to stdout and stderr),
 //! `grandchild_ignoring_term` (pid file path: start a grandchild in the same process group that
 //! ignores SIGTERM, then sleep forever), `crash` (`before_propose` / `after_propose`, once per
@@ -227,6 +228,11 @@ enum Step {
 fn execute(w: &mut Worker, b: &Value, input: &Value) -> Result<Step, WorkerError> {
     if let Some(ms) = b["sleep_ms"].as_u64() {
         std::thread::sleep(Duration::from_millis(ms));
+    }
+    if let Some(barrier) = b["wait_for_file"].as_str() {
+        while !Path::new(barrier).exists() {
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
     if let Some(ms) = b["spin_ms"].as_u64() {
         spin(Some(Duration::from_millis(ms)));
