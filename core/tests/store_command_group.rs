@@ -100,6 +100,7 @@ fn open(path: &std::path::Path, clock: &FakeClock) -> Subject {
     let ops = Arc::new(Mutex::new(Vec::new()));
     let seen = ops.clone();
     let config = StoreConfig {
+        commit_observer: None,
         lease_ms: LEASE_MS,
         clock: Arc::new(clock.clone()),
         fault_hook: Some(Arc::new(move |ops: &[&'static str]| {

@@ -971,6 +971,61 @@ fn an_accepted_submission_survives_the_loss_of_the_child_that_accepted_it() {
 /// expires it then and the run resumes to record the attempt timed out. An answer after the
 /// deadline is refused with a typed error and changes nothing; one in time stands, and the
 /// deadline no longer applies to the attempt that continues with it.
+/// A decision whose deadline passed is a committed outcome too: the child that routes the
+/// timeout goes away (crash, host restart or stop) before it proposes the transition, and the
+/// next child still routes `timed_out` for the same attempt. Before, a dead host's recovery
+/// interrupted the attempt and the node ran again with a fresh deadline: the person was asked
+/// again, and a crash postponed the deadline (found by the host's crash matrix).
+#[test]
+fn an_expired_decision_survives_the_loss_of_the_child_that_routes_it() {
+    type Loss = fn(&mut WriteTx<'_>, &Claim) -> StoreResult<RecoveredRun>;
+    let losses: [(&str, Loss); 3] = [
+        ("child lost", |w, c| w.child_lost(c, "crashed")),
+        ("host stopping", |w, c| w.release_at_shutdown(c)),
+        ("host died", |w, _| {
+            w.recover_runs_of_dead_hosts("host-after-restart")
+                .map(|mut r| r.remove(0))
+        }),
+    ];
+    for (what, lose) in losses {
+        let mut f = Fixture::new();
+        let run_id = f.start();
+        let act = f.activate(&run_id);
+        let a = f
+            .store
+            .write(|w| w.node_started(&act.claim, "a", Some(T0 + 1_000)))
+            .unwrap();
+        f.store
+            .write(|w| w.wait_for_decision(&act.claim, &a, DecisionKind::HumanDecision, &json!({})))
+            .unwrap();
+        f.clock.advance(1_000);
+        f.store.write(|w| w.expire_due_decisions()).unwrap();
+        let expired = Resume::InteractionExpired {
+            node_id: "a".into(),
+            attempt_id: a.clone(),
+        };
+        let act = f.activate(&run_id);
+        assert_eq!(act.resume, expired, "{what}");
+        let rec = f.store.write(|w| lose(w, &act.claim)).unwrap();
+        assert_eq!(rec.status, RunStatus::Queued, "{what}");
+        f.assert_clean();
+        let act = f.activate(&run_id);
+        assert_eq!(act.resume, expired, "{what}: the deadline was forgotten");
+        assert_eq!(f.store.decisions(&run_id).unwrap().len(), 1, "{what}");
+        f.store
+            .write(|w| {
+                w.fail(
+                    &act.claim,
+                    Some(&a),
+                    &AttemptOutcome::TimedOut,
+                    "node a passed its deadline",
+                )
+            })
+            .unwrap();
+        f.assert_clean();
+    }
+}
+
 #[test]
 fn a_decision_expires_at_its_node_deadline_and_a_late_answer_is_refused() {
     let mut f = Fixture::new();

@@ -465,6 +465,7 @@ impl Harness {
             .map_err(|e| TestCaseError::fail(format!("tempdir: {e}")))?;
         let clock = FakeClock::new(T0);
         let config = StoreConfig {
+            commit_observer: None,
             lease_ms: LEASE_MS,
             clock: Arc::new(clock.clone()),
             ..StoreConfig::default()

@@ -1140,15 +1140,21 @@ fn a_restarted_host_kills_the_orphaned_children_of_the_host_that_died() {
 fn active_children_are_capped_and_the_rest_wait_in_the_queue() {
     let env = Env::new(&[("PIW_MAX_CHILDREN", "1")]);
     let host = env.serve(None);
-    // Every run's node holds its child until the test creates the barrier file.
-    let barrier = env.path("release");
-    let file = env.one_node(
-        "slow",
-        json!({"wait_for_file": barrier.display().to_string(), "return": {"ok": true}}),
-    );
+    // A run's node holds its child until the test creates its barrier file: one barrier for
+    // the first run, another for the second and third.
+    let held_until = |name: &str| {
+        let barrier = env.path(name);
+        let file = env.one_node(
+            name,
+            json!({"wait_for_file": barrier.display().to_string(), "return": {"ok": true}}),
+        );
+        (barrier, file)
+    };
+    let (barrier, file) = held_until("first");
+    let (later_barrier, later) = held_until("later");
     let first = env.start(&file, json!({}));
     wait_for_running_attempt(&env, &first, "a");
-    let second = env.start(&file, json!({}));
+    let second = env.start(&later, json!({}));
     // The second run is queued whatever the machine's speed: the only slot is held until
     // the barrier opens. Two rounds through the store thread let it schedule what it can.
     assert_eq!(
@@ -1160,8 +1166,10 @@ fn active_children_are_capped_and_the_rest_wait_in_the_queue() {
     assert_eq!(status.body["active_children"], json!(1));
     std::fs::write(&barrier, b"").unwrap();
     env.wait_for(&first, &["completed"], Duration::from_secs(20));
-    // A third run, cancelled while it waits for a slot, never gets a child.
-    let third = env.start(&file, json!({}));
+    // A third run, cancelled while it waits for a slot (the second holds it), never gets a
+    // child.
+    wait_for_running_attempt(&env, &second, "a");
+    let third = env.start(&later, json!({}));
     assert_eq!(env.status(&third)["run"]["status"], json!("queued"));
     env.client()
         .send(
@@ -1172,6 +1180,7 @@ fn active_children_are_capped_and_the_rest_wait_in_the_queue() {
             .with_run_id(&third),
         )
         .unwrap();
+    std::fs::write(&later_barrier, b"").unwrap();
     env.wait_for(&second, &["completed"], Duration::from_secs(20));
     let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
     assert!(

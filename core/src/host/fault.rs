@@ -5,6 +5,15 @@
 //! `fail_commit:<kind>` makes the first such batch fail instead of committing (as a full disk
 //! would), and the host carries on. `fail_sync` makes the first fsync of the WAL fail (as a
 //! failing disk would): the host must exit without acknowledging what it had not synced.
+//!
+//! Every durable commit of the host, not only the batches of client commands, has a crash
+//! point on each side: `before_op:<op>` and `after_op:<op>` abort just before or just after
+//! committing a transaction that contains the store operation `<op>` (an event kind such as
+//! `transition`, `expire_decision` or `cancel`, or `begin_host_epoch`, `record_child_exit`,
+//! `claim_messages`, `ack_message`, ...: [`crate::store::CommitObserver`]), whatever wrote it:
+//! start-up recovery, deadlines, child supervision, repair, the stop. `record_ops:<file>`
+//! appends the operations of every commit to `<file>`, one line per commit, so a crash test
+//! learns every point a fault-free run passes.
 
 /// Where to abort, parsed once at start.
 #[derive(Debug, Clone, Default)]
@@ -14,6 +23,9 @@ pub struct FaultPlan {
     fail_commit: Option<String>,
     fail_sync: bool,
     failed_once: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    before_op: Option<String>,
+    after_op: Option<String>,
+    record_ops: Option<std::path::PathBuf>,
 }
 
 impl FaultPlan {
@@ -39,6 +51,18 @@ impl FaultPlan {
             },
             Some(("fail_commit", kind)) => Self {
                 fail_commit: Some(kind.to_owned()),
+                ..Self::default()
+            },
+            Some(("before_op", op)) => Self {
+                before_op: Some(op.to_owned()),
+                ..Self::default()
+            },
+            Some(("after_op", op)) => Self {
+                after_op: Some(op.to_owned()),
+                ..Self::default()
+            },
+            Some(("record_ops", file)) => Self {
+                record_ops: Some(file.into()),
                 ..Self::default()
             },
             _ => {
@@ -70,6 +94,46 @@ impl FaultPlan {
 
     pub(crate) fn after_commit<'a>(&self, kinds: impl Iterator<Item = &'a str>) {
         abort_if(self.after_commit.as_deref(), kinds, "after_commit");
+    }
+}
+
+impl FaultPlan {
+    /// The store's commit observer for the op-level points, when one is asked for.
+    pub(crate) fn commit_observer(&self) -> Option<crate::store::CommitObserver> {
+        use crate::store::CommitStage;
+        if self.before_op.is_none() && self.after_op.is_none() && self.record_ops.is_none() {
+            return None;
+        }
+        let plan = self.clone();
+        Some(std::sync::Arc::new(
+            move |stage, ops: &[&'static str]| match stage {
+                CommitStage::Before => {
+                    abort_if(plan.before_op.as_deref(), ops.iter().copied(), "before_op")
+                }
+                CommitStage::After => {
+                    abort_if(plan.after_op.as_deref(), ops.iter().copied(), "after_op");
+                    if let Some(file) = &plan.record_ops {
+                        record_ops(file, ops);
+                    }
+                }
+            },
+        ))
+    }
+}
+
+/// Appends one commit's operations to `file` (test-only; a failure to write is only logged).
+fn record_ops(file: &std::path::Path, ops: &[&str]) {
+    use std::io::Write as _;
+    if ops.is_empty() {
+        return;
+    }
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(file)
+        .and_then(|mut f| writeln!(f, "{}", ops.join(",")));
+    if let Err(e) = written {
+        tracing::warn!(file = %file.display(), error = %e, "PIW_FAULT record_ops: cannot append");
     }
 }
 

@@ -329,7 +329,11 @@ pub fn serve(config: HostConfig) -> Result<(), HostError> {
     let _lock = lock_installation(&config.paths)?;
 
     let pid = std::process::id();
-    let mut store = Store::open(&config.paths.db, config.store.clone())?;
+    let mut store_config = config.store.clone();
+    if let Some(observer) = FaultPlan::from_env().commit_observer() {
+        store_config.commit_observer = Some(observer);
+    }
+    let mut store = Store::open(&config.paths.db, store_config)?;
     // One transaction, so one sync, for the new epoch and everything recovered from the
     // earlier ones: a restart after a crash waits on the disk once, and it is all or nothing.
     let (epoch, recovered, unconfirmed) = store.write(|w| {

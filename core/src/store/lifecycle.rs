@@ -1647,11 +1647,12 @@ impl WriteTx<'_> {
         })
     }
 
-    /// A running attempt that continues after an answered decision or an accepted submission
-    /// holds a committed answer: interrupting it would rerun the node and ask again, dropping
-    /// what a person (or the model) answered. It waits again instead, so the next activation
-    /// continues it with the same answer ([`Resume::Continue`], [`Resume::Accepted`]).
-    /// Returns whether it did.
+    /// A running attempt that continues after an answered decision, an accepted submission or
+    /// a request whose deadline passed holds a committed outcome: interrupting it would rerun
+    /// the node and ask again, dropping what a person (or the model) answered, or giving an
+    /// expired request a fresh deadline. It waits again instead, so the next activation
+    /// continues it the same way ([`Resume::Continue`], [`Resume::Accepted`],
+    /// [`Resume::InteractionExpired`]). Returns whether it did.
     fn rewait_answered_attempt(&mut self, run: &RunRow) -> StoreResult<bool> {
         let Some(attempt_id) = &run.current_attempt else {
             return Ok(false);
@@ -1662,9 +1663,9 @@ impl WriteTx<'_> {
                 "UPDATE attempts SET status = 'waiting'
                  WHERE attempt_id = ?1 AND status = 'running'
                    AND (EXISTS (SELECT 1 FROM decisions
-                                WHERE attempt_id = ?1 AND status = 'answered')
+                                WHERE attempt_id = ?1 AND status IN ('answered', 'cancelled'))
                         OR EXISTS (SELECT 1 FROM interactions
-                                   WHERE attempt_id = ?1 AND status = 'settled'))",
+                                   WHERE attempt_id = ?1 AND status IN ('settled', 'expired')))",
             )?
             .execute([attempt_id])?;
         Ok(changed > 0)

@@ -63,6 +63,20 @@ pub const DEFAULT_MAX_CHILD_LOSSES: u32 = 3;
 /// tests install one.
 pub type FaultHook = Arc<dyn Fn(&[&'static str]) -> bool + Send + Sync>;
 
+/// When a [`CommitObserver`] is called: just before a transaction commits, or just after.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitStage {
+    Before,
+    After,
+}
+
+/// Called with the names of the operations of every transaction (the store's operation names:
+/// event kinds such as `transition` or `expire_decision`, and `begin_host_epoch`,
+/// `record_child_exit`, `claim_messages`, ...), just before and just after it commits. The
+/// host's crash tests (`PIW_FAULT=before_op:<op>` / `after_op:<op>`) abort the process there,
+/// so every durable commit has a crash point on each side.
+pub type CommitObserver = Arc<dyn Fn(CommitStage, &[&'static str]) + Send + Sync>;
+
 /// How a store behaves.
 #[derive(Clone)]
 pub struct StoreConfig {
@@ -74,6 +88,8 @@ pub struct StoreConfig {
     pub clock: Arc<dyn Clock>,
     /// Test-only: abort a transaction just before commit.
     pub fault_hook: Option<FaultHook>,
+    /// Test-only: watch every commit (crash points of the host process).
+    pub commit_observer: Option<CommitObserver>,
 }
 
 impl Default for StoreConfig {
@@ -83,6 +99,7 @@ impl Default for StoreConfig {
             max_child_losses: DEFAULT_MAX_CHILD_LOSSES,
             clock: Arc::new(SystemClock),
             fault_hook: None,
+            commit_observer: None,
         }
     }
 }
@@ -94,6 +111,7 @@ impl std::fmt::Debug for StoreConfig {
             .field("max_child_losses", &self.max_child_losses)
             .field("clock", &self.clock)
             .field("fault_hook", &self.fault_hook.is_some())
+            .field("commit_observer", &self.commit_observer.is_some())
             .finish()
     }
 }
@@ -244,8 +262,16 @@ impl Store {
                 return Err(StoreError::InjectedFault(names));
             }
         }
+        let observer = self.config.commit_observer.clone();
+        let ops = observer.as_ref().map(|observe| {
+            observe(CommitStage::Before, &w.ops);
+            std::mem::take(&mut w.ops)
+        });
         w.tx.commit()?;
         self.commits += 1;
+        if let (Some(observe), Some(ops)) = (observer, ops) {
+            observe(CommitStage::After, &ops);
+        }
         Ok(out)
     }
 

@@ -31,6 +31,7 @@ impl Fixture {
         let fail_next_commit = Arc::new(AtomicBool::new(false));
         let flag = fail_next_commit.clone();
         let config = StoreConfig {
+            commit_observer: None,
             lease_ms: LEASE_MS,
             clock: Arc::new(clock.clone()),
             fault_hook: Some(Arc::new(move |_ops: &[&'static str]| {

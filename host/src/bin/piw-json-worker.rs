@@ -16,7 +16,9 @@
 //! `grandchild_ignoring_term` (pid file path: start a grandchild in the same process group that
 //! ignores SIGTERM, then sleep forever), `crash` (`before_propose` / `after_propose`, once per
 //! `once_marker` file), `effect` (`{key, fingerprint, contract, append_to, line,
-//! crash_while_applying_marker}`), `wait` (`checkpoint` / `human_decision`), `interact`
+//! crash_while_applying_marker}`: appends `line` to `append_to`; under the `idempotency_key`
+//! contract only when the file does not hold that line yet, as an external system with
+//! idempotency keys would), `wait` (`checkpoint` / `human_decision`), `interact`
 //! (`agent` / `assistant_message`), `validate` (`{"field": "value"}` the submission must contain;
 //! `validate_sleep_ms` delays the verdict),
 //! `notify` (content), `propose_next` (propose this node instead of the routed one: a
@@ -311,8 +313,14 @@ fn effect_step(w: &mut Worker, e: &Value) -> Result<AttemptOutcome, WorkerError>
                 .append(true)
                 .open(&path)
                 .map_err(|e| WorkerError::Reply(e.to_string()))?;
-            writeln!(f, "{}", e["line"].as_str().unwrap_or("line"))
-                .map_err(|e| WorkerError::Reply(e.to_string()))?;
+            let line = e["line"].as_str().unwrap_or("line");
+            // Under `idempotency_key` the file plays an external system that deduplicates: a
+            // line it already holds is not written again.
+            let done_before = e["contract"] == json!("idempotency_key")
+                && std::fs::read_to_string(&path).is_ok_and(|t| t.lines().any(|l| l == line));
+            if !done_before {
+                writeln!(f, "{line}").map_err(|e| WorkerError::Reply(e.to_string()))?;
+            }
             drop(f);
             if let Some(marker) = e["crash_while_applying_marker"].as_str() {
                 if !Path::new(marker).exists() {
