@@ -330,8 +330,8 @@ impl Scenario {
             pending(s, "decisions", "approve").is_some()
         });
         self.advance_clock(DECISION_DEADLINE_MS + 1);
-        let flow_end = self.wait(&flow_id, "finished", |s| is_final(s));
-        let spin_end = self.wait(&spin_id, "cancelled", |s| is_final(s));
+        let flow_end = self.wait(&flow_id, "finished", is_final);
+        let spin_end = self.wait(&spin_id, "cancelled", is_final);
 
         // Messages: claimed, then acknowledged; a claim whose acknowledgement died with a
         // host is claimed again once its lease has passed.
