@@ -43,8 +43,17 @@ fn diagnose_lists_contradictions_with_ids_and_changes_nothing() {
     assert_eq!(open.ids, vec![attempt.clone()]);
 
     let report = f.store.repair().unwrap();
-    assert!(report.left_for_review.is_empty(), "{report:#?}");
-    f.assert_clean();
+    // A run finished by a corrupted row never told its session how it ended: nothing says
+    // what to tell it, so that is left to a person.
+    assert_eq!(
+        codes(&report.left_for_review),
+        vec!["terminal_message_count"],
+        "{report:#?}"
+    );
+    assert_eq!(
+        codes(&f.store.diagnose().unwrap()),
+        vec!["terminal_message_count"]
+    );
     // Never invents success: the attempt is cancelled, not succeeded.
     assert_eq!(f.store.attempts(&run_id).unwrap()[0].status, "cancelled");
 }
@@ -118,5 +127,34 @@ fn derived_rows_are_rebuilt_from_the_run() {
     assert_eq!(
         f.store.ready_runs(f.store.now_ms(), 5).unwrap(),
         vec![run_id]
+    );
+}
+
+/// The workflow messages of a session: a finished run has exactly one terminal message, a run
+/// still going none, and a message belongs to its run's session.
+#[test]
+fn messages_that_contradict_their_run_are_reported() {
+    let mut f = Fixture::new();
+    let (run_id, act, a) = f.running();
+    f.store
+        .write(|w| w.complete(&act.claim, &a, &json!({"done": true}), &json!(1)))
+        .unwrap();
+    f.assert_clean();
+    f.corrupt(&format!(
+        "INSERT INTO workflow_messages (message_id, run_id, origin_session, kind, content, created_at)
+         SELECT 'msg-copy', run_id, origin_session, kind, content, created_at
+         FROM workflow_messages WHERE run_id = '{run_id}' AND kind = 'terminal';"
+    ));
+    assert_eq!(
+        codes(&f.store.diagnose().unwrap()),
+        vec!["terminal_message_count"]
+    );
+    f.corrupt(
+        "DELETE FROM workflow_messages WHERE message_id = 'msg-copy';
+         UPDATE workflow_messages SET origin_session = 'another-session';",
+    );
+    assert_eq!(
+        codes(&f.store.diagnose().unwrap()),
+        vec!["message_session_mismatch"]
     );
 }

@@ -1176,3 +1176,53 @@ fn a_request_of_a_run_in_review_is_not_listed_for_its_session() {
     assert_eq!(f.store.interactions(Some(&run_id), None).unwrap().len(), 1);
     f.assert_clean();
 }
+
+/// A notify node that runs again after its child was lost (its transition never committed)
+/// adds no second message: the message's identity is the run, the node and the visit. A loop
+/// that enters the node again is a new visit with a new message (found by the host's crash
+/// matrix: a crash after the message's commit delivered it twice).
+#[test]
+fn a_notify_node_rerun_after_a_crash_adds_no_second_message() {
+    let mut f = Fixture::new();
+    let (run_id, act, a) = f.running();
+    f.store
+        .write(|w| w.notify(&act.claim, &json!({"note": "hello"})))
+        .unwrap();
+    f.store
+        .write(|w| w.child_lost(&act.claim, "crashed"))
+        .unwrap();
+    let act = f.activate(&run_id);
+    let again = f
+        .store
+        .write(|w| w.node_started(&act.claim, "a", None))
+        .unwrap();
+    assert_ne!(again, a, "a new attempt of the same visit");
+    f.store
+        .write(|w| w.notify(&act.claim, &json!({"note": "hello"})))
+        .unwrap();
+    let notes = |f: &Fixture| {
+        f.store
+            .messages(&run_id)
+            .unwrap()
+            .into_iter()
+            .filter(|m| m.kind == "notify")
+            .count()
+    };
+    assert_eq!(notes(&f), 1, "the rerun's message is the first one");
+    f.assert_clean();
+    // The next visit of the node (a loop back to it) tells the session again.
+    let t = f
+        .store
+        .write(|w| w.transition(&act.claim, &step(&again, "b")))
+        .unwrap();
+    let t = f
+        .store
+        .write(|w| w.transition(&act.claim, &step(&t.next_attempt_id, "a")))
+        .unwrap();
+    let _ = t;
+    f.store
+        .write(|w| w.notify(&act.claim, &json!({"note": "hello"})))
+        .unwrap();
+    assert_eq!(notes(&f), 2, "a new visit, a new message");
+    f.assert_clean();
+}

@@ -53,7 +53,8 @@ struct Outcome {
     submissions: Vec<String>,
     spin: Value,
     effect_lines: usize,
-    messages: BTreeSet<String>,
+    /// Every acknowledged message (by id, so a message added twice shows twice).
+    messages: Vec<String>,
 }
 
 impl Drop for Scenario {
@@ -335,7 +336,7 @@ impl Scenario {
 
         // Messages: claimed, then acknowledged; a claim whose acknowledgement died with a
         // host is claimed again once its lease has passed.
-        let mut messages = BTreeSet::new();
+        let mut acked = std::collections::BTreeMap::new();
         for round in 0.. {
             assert!(round < 20, "messages never ran out");
             self.advance_clock(3_600_000);
@@ -362,11 +363,10 @@ impl Scenario {
                 if let Some(c) = content.as_object_mut() {
                     c.remove("closed");
                 }
-                messages.insert(format!(
-                    "{} {} {content}",
-                    m["run_id"] == json!(flow_id),
-                    m["kind"]
-                ));
+                acked.insert(
+                    id,
+                    format!("{} {} {content}", m["run_id"] == json!(flow_id), m["kind"]),
+                );
             }
         }
 
@@ -416,7 +416,11 @@ impl Scenario {
                 .collect(),
             spin: json!([spin_end["run"]["status"], spin_end["run"]["result"]]),
             effect_lines: std::fs::read_to_string(&out).map_or(0, |t| t.lines().count()),
-            messages,
+            messages: {
+                let mut m: Vec<String> = acked.into_values().collect();
+                m.sort();
+                m
+            },
         }
     }
 
@@ -515,6 +519,8 @@ fn a_crash_before_or_after_any_commit_loses_nothing_and_doubles_nothing() {
         );
     }
     assert_eq!(expected.effect_lines, 1);
+    // The notify message and one terminal message per finished run.
+    assert_eq!(expected.messages.len(), 3, "{:?}", expected.messages);
     // `CRASH_MATRIX_ONLY=before_op:parked,...` narrows the matrix while debugging one point.
     let only = std::env::var("CRASH_MATRIX_ONLY").ok();
     let points: Vec<String> = ops

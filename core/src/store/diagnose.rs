@@ -182,6 +182,28 @@ fn checks() -> Vec<Check> {
             repairable: false,
         },
         Check {
+            code: "terminal_message_count",
+            // A finished run of a session has its one terminal message (added in the commit
+            // that finished it); a run still going has none yet.
+            sql: "SELECT r.run_id, GROUP_CONCAT(m.message_id), r.status || ' run has '
+                         || COUNT(m.message_id) || ' terminal messages'
+                  FROM runs r LEFT JOIN workflow_messages m
+                       ON m.run_id = r.run_id AND m.kind = 'terminal'
+                  WHERE r.origin_session IS NOT NULL
+                  GROUP BY r.run_id
+                  HAVING COUNT(m.message_id) != CASE WHEN r.status IN
+                         ('completed','failed','cancelled','timed_out') THEN 1 ELSE 0 END",
+            repairable: false,
+        },
+        Check {
+            code: "message_session_mismatch",
+            sql: "SELECT m.run_id, m.message_id, 'message for session ' || m.origin_session
+                         || ' of a run of ' || COALESCE(r.origin_session, 'no session')
+                  FROM workflow_messages m JOIN runs r ON r.run_id = m.run_id
+                  WHERE r.origin_session IS NOT m.origin_session",
+            repairable: false,
+        },
+        Check {
             code: "projection_mismatch",
             sql: "SELECT r.run_id, '', 'viewer projection differs from the run'
                   FROM runs r LEFT JOIN run_views v ON v.run_id = r.run_id

@@ -1203,10 +1203,27 @@ impl WriteTx<'_> {
 
     /// Adds a notify-node message for the origin session in the same transaction as the
     /// source fact. Detached runs without an origin session record the event only.
+    ///
+    /// The message's id is derived from the run, the node and the visit (how many attempts of
+    /// the node have finished before): a node that runs again because its child was lost after
+    /// this commit (its transition never committed) adds nothing new, while a loop that enters
+    /// the node again is a new visit with its own message.
     pub fn notify(&mut self, claim: &Claim, content: &Value) -> StoreResult<Option<String>> {
         self.fence(claim)?;
         let run = self.run_for(&claim.run_id, Op::NodeStarted)?;
-        let message_id = self.add_message(&claim.run_id, &run, MessageKind::Notify, content)?;
+        let node = run.current_node.clone().unwrap_or_default();
+        let visit: i64 = self
+            .conn()
+            .prepare_cached(
+                "SELECT COUNT(*) FROM attempts
+                 WHERE run_id = ?1 AND node_id = ?2
+                   AND status IN ('succeeded', 'failed', 'timed_out', 'cancelled')",
+            )?
+            .query_row(params![claim.run_id, node], |r| r.get(0))?;
+        let key = format!("{}\0notify\0{node}\0{visit}", claim.run_id);
+        let id = format!("msg-{}", &crate::ids::sha256_hex(key.as_bytes())[..28]);
+        let message_id =
+            self.add_message_once(&claim.run_id, &run, MessageKind::Notify, content, &id)?;
         self.finish_run_write(&claim.run_id, "notified", json!({ "message": message_id }))?;
         Ok(message_id)
     }
@@ -1218,15 +1235,27 @@ impl WriteTx<'_> {
         kind: MessageKind,
         content: &Value,
     ) -> StoreResult<Option<String>> {
+        self.add_message_once(run_id, run, kind, content, &new_id("msg"))
+    }
+
+    /// Adds message `message_id` for the run's origin session unless it exists already.
+    fn add_message_once(
+        &mut self,
+        run_id: &str,
+        run: &RunRow,
+        kind: MessageKind,
+        content: &Value,
+        message_id: &str,
+    ) -> StoreResult<Option<String>> {
         let Some(session) = &run.origin_session else {
             return Ok(None);
         };
-        let message_id = new_id("msg");
         self.conn()
             .prepare_cached(
                 "INSERT INTO workflow_messages (message_id, run_id, origin_session, kind, content,
                                                 created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (message_id) DO NOTHING",
             )?
             .execute(params![
                 message_id,
@@ -1236,7 +1265,7 @@ impl WriteTx<'_> {
                 content.to_string(),
                 self.now
             ])?;
-        Ok(Some(message_id))
+        Ok(Some(message_id.to_owned()))
     }
 
     // ----- pause and resume ------------------------------------------------------------------
