@@ -2127,3 +2127,220 @@ fn result_is_output_takes_the_result_from_a_succeeded_outcome_only() {
     assert_eq!(s["run"]["result"], json!({"v": 1}));
     env.stop(host);
 }
+
+/// A child that outlives its generation: it ignores SIGTERM, and speaks only when the test
+/// lets it (the `<fixture>.go` file), after its run was taken from it. A later generation runs
+/// the node normally.
+const STALE_CHILD: &str = r#"
+import signal
+fixture = sys.argv[1]
+graph = json.load(open(env["source_root"]))["graph"]
+call("worker.hello", {"child_token": env["child_token"], "pid": os.getpid(), "definition": graph,
+                      "mounted_sources": {}})
+r = call("worker.node_started", {}, node_id="a")
+attempt = r["receipt"]["body"]["attempt_id"]
+out = {"generation": env["generation"]}
+done = {"outcome": {"status": "succeeded", "output": out}, "result": out}
+if env["generation"] > 1:
+    call("worker.complete", done, node_id="a", attempt_id=attempt)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+open(fixture + ".started", "w").close()
+while not os.path.exists(fixture + ".go"):
+    time.sleep(0.01)
+first = call("worker.complete", done, node_id="a", attempt_id=attempt)
+try:
+    later = call("worker.node_started", {}, node_id="a")
+except Exception as e:
+    later = {"closed": str(e)}
+answer(fixture, {"first": first, "later": later})
+"#;
+
+/// Plan "Reject stale child messages after a generation change" with a real old child: the
+/// host stalls past its lease, so the run is taken from the child that held it; that child,
+/// still alive, then reports its node done. It is refused (`stale_generation` or
+/// `claim_lost`), and so is every later frame; nothing of it reaches the run: no failed event,
+/// no terminal write, no loss counted. The run completes in the next generation.
+#[test]
+fn a_child_whose_run_was_taken_from_it_is_refused_and_costs_the_run_nothing() {
+    let mut env = Env::with_test_clock(&[("PIW_KILL_GRACE_MS", "600000")]);
+    let script = python_child(&env, "stale.py", STALE_CHILD);
+    let file = env.one_node("stale", json!({}));
+    env.extra.push((
+        "PIW_RUNTIMES".into(),
+        format!(
+            ".workflow.json=/usr/bin/env python3 {} {file}",
+            script.display()
+        ),
+    ));
+    let host = env.serve(None);
+    let run_id = env.start(&file, json!({}));
+    let start = Instant::now();
+    while !Path::new(&format!("{file}.started")).exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the child never started"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // The host stalls for three leases: the claim the child worked under expires.
+    unsafe {
+        assert_eq!(libc_kill(host.id() as i32, 19), 0); // SIGSTOP
+    }
+    env.advance_clock(90_000);
+    unsafe {
+        assert_eq!(libc_kill(host.id() as i32, 18), 0); // SIGCONT
+    }
+    let s = env.settle(&run_id);
+    assert_ne!(s["run"]["status"], json!("completed"), "{s:#}");
+    // Now the old child speaks.
+    std::fs::write(format!("{file}.go"), b"").unwrap();
+    let said = python_answer(&file, "the old child");
+    let code = said["first"]["rejection"]["code"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        matches!(code, "stale_generation" | "claim_lost"),
+        "the old child's report was not refused: {said}"
+    );
+    assert!(
+        said["later"]["ok"] == json!(false) || said["later"]["closed"].is_string(),
+        "a later frame of the old child was accepted: {said}"
+    );
+    let s = env.wait_for(
+        &run_id,
+        &["completed", "failed", "review"],
+        Duration::from_secs(30),
+    );
+    assert_eq!(s["run"]["status"], json!("completed"), "{s:#}");
+    assert!(
+        s["run"]["result"]["generation"].as_u64() >= Some(2),
+        "the result is the new generation's: {s:#}"
+    );
+    let kinds = events(&env, &run_id);
+    assert!(
+        !kinds
+            .iter()
+            .any(|k| k == "failed" || k == "child_lost" || k == "review"),
+        "the old child cost the run something: {kinds:?}"
+    );
+    assert_eq!(kinds.iter().filter(|k| *k == "completed").count(), 1);
+    env.stop(host);
+}
+
+/// A child that stays after its run began to wait (it asked a checkpoint and sleeps on) is
+/// stopped by the host once the kill grace has passed; the run keeps waiting for its answer.
+#[test]
+fn a_child_that_lingers_after_its_run_waits_is_stopped() {
+    let mut env = Env::with_test_clock(&[("PIW_KILL_GRACE_MS", "2000")]);
+    let script = python_child(
+        &env,
+        "linger.py",
+        r#"
+graph = json.load(open(env["source_root"]))["graph"]
+call("worker.hello", {"child_token": env["child_token"], "pid": os.getpid(), "definition": graph,
+                      "mounted_sources": {}})
+r = call("worker.node_started", {}, node_id="a")
+attempt = r["receipt"]["body"]["attempt_id"]
+r = call("worker.wait", {"decision_kind": "checkpoint", "request": {}}, node_id="a",
+         attempt_id=attempt)
+answer(sys.argv[1], {"pid": os.getpid(), "wait": r})
+time.sleep(3600)
+"#,
+    );
+    let file = env.fixture(
+        "linger",
+        json!({"graph": {"name": "linger", "start": "a",
+                         "nodes": {"a": {"kind": "checkpoint"}}, "edges": []},
+               "behaviors": {}}),
+    );
+    env.extra.push((
+        "PIW_RUNTIMES".into(),
+        format!(
+            ".workflow.json=/usr/bin/env python3 {} {file}",
+            script.display()
+        ),
+    ));
+    let host = env.serve(None);
+    let run_id = env.start(&file, json!({}));
+    let said = python_answer(&file, "the lingering child");
+    assert_eq!(said["wait"]["ok"], json!(true), "{said}");
+    let pid = said["pid"].as_u64().unwrap() as u32;
+    let running = |pid: u32| Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(pid as i32);
+    assert!(running(pid));
+    // Past the grace on the host's clock: the lingering child is stopped.
+    env.advance_clock(5_000);
+    let start = Instant::now();
+    while running(pid) {
+        env.settle(&run_id);
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the lingering child {pid} was never stopped"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let s = env.status(&run_id);
+    assert_eq!(s["run"]["status"], json!("waiting"), "{s:#}");
+    let kinds = events(&env, &run_id);
+    assert!(!kinds.iter().any(|k| k == "child_lost"), "{kinds:?}");
+    env.stop(host);
+}
+
+/// Plan "Recover a stored effect receipt after child and host restart", with the node run
+/// again: the host dies right after the effect's receipt is committed (before the child's
+/// transition), and the rerun of the node after the restart gets the stored receipt instead
+/// of applying the effect (a `never` contract) a second time.
+#[test]
+fn an_effect_receipt_committed_before_a_host_crash_is_replayed_to_the_rerun() {
+    let env = Env::new(&[]);
+    let file = effect_fixture(&env, json!({}));
+    let mut crashing = env.serve(Some("after_op:effect_settled"));
+    let _run_id = env.start(&file, json!({}));
+    let start = Instant::now();
+    let died = loop {
+        if let Some(status) = crashing.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the host never died"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&died),
+        Some(6),
+        "{died}"
+    );
+    let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
+    let run_id = store.list_runs(None, 10).unwrap()[0].run_id.clone();
+    let attempts_before = store.attempts(&run_id).unwrap();
+    assert!(
+        attempts_before
+            .iter()
+            .all(|a| a.node_id != "act" || a.status == "running"),
+        "the node had not finished when the host died: {attempts_before:#?}"
+    );
+    drop(store);
+    let host = env.serve(None);
+    let s = env.wait_for(
+        &run_id,
+        &["completed", "failed", "review"],
+        Duration::from_secs(30),
+    );
+    assert_eq!(s["run"]["status"], json!("completed"), "{s:#}");
+    let acts: Vec<&Value> = s["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["node_id"] == json!("act"))
+        .collect();
+    assert_eq!(acts.len(), 2, "the node ran again after the restart: {s:#}");
+    assert_eq!(
+        acts[1]["output"]["replayed"],
+        json!(true),
+        "the rerun got the stored receipt: {s:#}"
+    );
+    assert_eq!(lines(&env), 1, "the effect was applied once");
+    env.stop(host);
+}
