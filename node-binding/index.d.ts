@@ -243,6 +243,8 @@ export interface HostStatus {
   schema_id: string;
   runs: Partial<Record<RunStatusName, number>>;
   active_children: number;
+  /** Pre-started workers waiting for a run (`PIW_STANDBY_WORKERS`). */
+  standby_workers: number;
   stopping: boolean;
   /** The workflow file suffixes this host can run. */
   runtimes: string[];

@@ -22,7 +22,7 @@ function childrenOf(pid) {
   return out.sort();
 }
 
-async function until(what, f, ms = 10_000) {
+async function until(what, f, ms = 30_000) {
   const end = Date.now() + ms;
   for (;;) {
     const v = await f();
@@ -150,7 +150,7 @@ test('a standby worker handed a run whose commit then fails is stopped, and the 
     });
     // The process exists as soon as it is forked; the pool lists it a moment later (after its
     // spawn returns). Only a listed worker is handed a run.
-    await sleep(500);
+    await until('the pool to list its worker', async () => (await c.status()).standby_workers === 1);
     const { decisions } = await c.runStatus(runId);
     const failed = await c.answerCheckpoint(runId, decisions[0].decision_id, 'yes').catch((e) => e);
     assert.ok(failed instanceof Error, 'the answer did not commit');

@@ -230,6 +230,8 @@ struct HostFacts {
     epoch: i64,
     started: Instant,
     paths: PiwPaths,
+    /// Standby workers waiting for a run (kept by the supervisor).
+    standby_waiting: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl HostShared {
@@ -275,6 +277,7 @@ impl HostShared {
                 "schema_id": SCHEMA_ID,
                 "runs": counts.get("runs").cloned().unwrap_or(Value::Null),
                 "active_children": counts.get("active_children").cloned().unwrap_or(Value::Null),
+                "standby_workers": f.standby_waiting.load(std::sync::atomic::Ordering::Relaxed),
                 "stopping": *self.stopping.borrow(),
                 "runtimes": *self.runtime_suffixes,
             }),
@@ -440,10 +443,12 @@ async fn serve_async(
     // must fit, or every subscriber is cut off as lagging.
     let (events, _) = broadcast::channel::<RunEvent>(EVENT_BUFFER);
     let (supervisor_tx, supervisor_rx) = tokio::sync::mpsc::unbounded_channel();
+    let standby_waiting = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let supervisor_task = tokio::spawn(supervisor::run(
         supervisor_rx,
         jobs_tx.clone(),
         config.children.kill_grace,
+        standby_waiting.clone(),
     ));
     let fault = FaultPlan::from_env();
     // The store thread only writes WAL frames; the syncer thread fsyncs them and then sends
@@ -488,6 +493,7 @@ async fn serve_async(
             epoch,
             started: Instant::now(),
             paths: paths.clone(),
+            standby_waiting,
         }),
     };
     tracing::info!(pid = std::process::id(), epoch, socket = %paths.socket.display(), "piw host ready");

@@ -8,6 +8,8 @@
 //! the one run whose envelope it receives, so isolation stays one run per process.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -60,9 +62,17 @@ type Standby = (Supervised, StdinHandoff);
 struct Pools {
     idle: HashMap<String, VecDeque<Standby>>,
     starting: HashMap<String, usize>,
+    /// How many idle workers wait for a run, for `host.status` (`standby_workers`).
+    waiting: Arc<AtomicUsize>,
 }
 
 impl Pools {
+    /// Makes the number of idle workers visible to `host.status`.
+    fn publish(&self) {
+        let n = self.idle.values().map(VecDeque::len).sum();
+        self.waiting.store(n, Ordering::Relaxed);
+    }
+
     /// A waiting worker of `key` that is still alive. The reaper may not have reported a
     /// worker that died a moment ago, so `/proc` is asked too (a zombie counts as dead).
     fn take(&mut self, key: &str) -> Option<Standby> {
@@ -114,14 +124,19 @@ impl Pools {
 type StandbyResult = Result<Standby, supervise::SuperviseError>;
 
 /// Runs until the command channel closes, then stops every child it still has.
+/// `standby_waiting` is kept at the number of standby workers waiting for a run.
 pub async fn run(
     mut commands: mpsc::UnboundedReceiver<SupervisorCmd>,
     reports: std::sync::mpsc::Sender<StoreMsg>,
     stop_grace: Duration,
+    standby_waiting: Arc<AtomicUsize>,
 ) {
     let mut stops: HashMap<(String, u64), mpsc::UnboundedSender<Duration>> = HashMap::new();
     let mut tasks = tokio::task::JoinSet::new();
-    let mut pools = Pools::default();
+    let mut pools = Pools {
+        waiting: standby_waiting,
+        ..Pools::default()
+    };
     let (ready_tx, mut ready_rx) = mpsc::unbounded_channel::<(String, StandbyResult)>();
     loop {
         let cmd = tokio::select! {
@@ -134,7 +149,10 @@ pub async fn run(
                     *n = n.saturating_sub(1);
                 }
                 match started {
-                    Ok(standby) => pools.idle.entry(key).or_default().push_back(standby),
+                    Ok(standby) => {
+                        pools.idle.entry(key).or_default().push_back(standby);
+                        pools.publish();
+                    }
                     // Not retried here: the next launch of this runtime starts cold and asks
                     // for a refill again, so a broken runtime cannot make us spin.
                     Err(e) => tracing::warn!(pool = %key, error = %e, "cannot start a standby worker"),
@@ -165,6 +183,7 @@ pub async fn run(
                         }
                     }
                     pools.refill(pool, &ready_tx);
+                    pools.publish();
                 }
                 tasks.spawn(watch_child(
                     Launched {
@@ -192,6 +211,7 @@ pub async fn run(
     // The host is stopping: stop the standby workers and every child's group, then wait for
     // the children's exits to be reported.
     let mut standby = pools.clear(stop_grace);
+    pools.publish();
     for tx in stops.values() {
         let _ = tx.send(stop_grace);
     }
