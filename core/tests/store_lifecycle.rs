@@ -746,6 +746,34 @@ fn pause_holds_a_run_back_until_resumed() {
     f.assert_clean();
 }
 
+/// A pause that arrives during a run's last step lapses when the run ends: a finished run is
+/// never reported `paused` (its viewer projection neither), whichever way it ends.
+#[test]
+fn a_run_that_ends_while_paused_is_no_longer_paused() {
+    let mut f = Fixture::new();
+    let (completed, act, a) = f.running();
+    f.store
+        .write(|w| w.pause(&completed, Fence::Claim(&act.claim)))
+        .unwrap();
+    f.store
+        .write(|w| w.complete(&act.claim, &a, &json!(1), &json!(1)))
+        .unwrap();
+    let (cancelled, act, _a) = f.running();
+    f.store
+        .write(|w| w.pause(&cancelled, Fence::Claim(&act.claim)))
+        .unwrap();
+    f.store
+        .write(|w| w.cancel(&cancelled, Fence::Claim(&act.claim), "user"))
+        .unwrap();
+    for run_id in [&completed, &cancelled] {
+        let run = f.store.run(run_id).unwrap();
+        assert!(run.status.is_terminal(), "{run_id}: {:?}", run.status);
+        assert!(!run.paused, "{run_id} ended but stays paused");
+        assert!(!f.store.run_view(run_id).unwrap().unwrap().paused);
+    }
+    f.assert_clean();
+}
+
 #[test]
 fn children_of_a_dead_host_are_found_by_pid_or_closed_when_never_confirmed() {
     let mut f = Fixture::new();
