@@ -611,16 +611,11 @@ fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {
             timeout,
             json,
         } => {
-            let file = std::path::absolute(&workflow_file)?;
-            let r = client.call(RequestBody::RunStart(payload::RunStart {
-                workflow_file: file.display().to_string(),
-                input,
-                session_id: session,
-                execution_mode: None,
-                project_dir: std::env::current_dir()
-                    .ok()
-                    .map(|d| d.display().to_string()),
-            }))?;
+            // The caller's directory goes with the file: the host resolves a relative path
+            // against it, and the run works there.
+            let mut start = piw_core::client::run_start_here(&workflow_file, input)?;
+            start.session_id = session;
+            let r = client.call(RequestBody::RunStart(start))?;
             if wait {
                 let run_id = str_of(&r.body["run_id"]);
                 // The run id first (on stderr, so `--json` output stays one document): a wait

@@ -232,6 +232,40 @@ fn a_workflow_runs_from_the_command_line_and_status_shows_no_secrets() {
     assert_eq!(piw(&h.home, &["repair"]).status.code(), Some(0));
 }
 
+/// `piw run start` takes a relative file as the caller means it, from the caller's directory
+/// (sent as the run's project directory), wherever the host started.
+#[test]
+fn run_start_resolves_a_relative_file_from_the_callers_directory() {
+    let h = home();
+    let file = hello_example(&h);
+    let project = file.parent().unwrap().to_path_buf();
+    let elsewhere = h._dir.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let started = Command::new(env!("CARGO_BIN_EXE_piw"))
+        .args(["host", "start"])
+        .current_dir(&elsewhere)
+        .env("PIW_HOME", &h.home)
+        .env("PIW_LOG", "warn")
+        .output()
+        .unwrap();
+    assert_eq!(started.status.code(), Some(0), "{}", text(&started));
+    let o = Command::new(env!("CARGO_BIN_EXE_piw"))
+        .args(["run", "start", "hello.workflow.json", "--wait", "--json"])
+        .current_dir(&project)
+        .env("PIW_HOME", &h.home)
+        .env("PIW_LOG", "warn")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let run = json_of(&o);
+    assert_eq!(run["run"]["status"], "completed");
+    let project = std::fs::canonicalize(&project).unwrap();
+    assert_eq!(
+        run["run"]["source_root"],
+        project.join("hello.workflow.json").display().to_string()
+    );
+}
+
 #[test]
 fn state_backup_and_reset() {
     let h = home();

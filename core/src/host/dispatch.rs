@@ -101,6 +101,9 @@ pub fn rejection_for(err: &StoreError) -> Rejection {
             ..
         } => json!({ "current_attempt": attempt_id, "deadline_at": deadline_at }),
         StoreError::ClaimLost { reason, .. } => json!({ "reason": reason.as_str() }),
+        StoreError::InvalidTransition { op, status, .. } => {
+            json!({ "op": op.as_str(), "status": status.as_str() })
+        }
         _ => Value::Null,
     };
     Rejection::new(code, err.to_string()).with_details(details)
@@ -157,8 +160,31 @@ pub struct PreparedStart {
 ///
 /// Blocking file I/O: the connection task runs it on a blocking thread (`spawn_blocking`), so
 /// a slow file system costs only the connection that asked.
+///
+/// Paths never depend on the host's own working directory (wherever it happened to start): a
+/// relative `workflow_file` is resolved against `project_dir`, which must then be given, and a
+/// `project_dir` must be an absolute path to an existing directory. A path that breaks the
+/// first rules is `malformed`, one that does not exist `not_found`, each naming the path.
 pub fn prepare_start(start: &payload::RunStart) -> Result<PreparedStart, Rejection> {
-    let path = std::path::Path::new(&start.workflow_file);
+    let project_dir = match start.project_dir.as_deref() {
+        Some(dir) => Some(checked_project_dir(dir)?),
+        None => None,
+    };
+    let workflow_file = std::path::Path::new(&start.workflow_file);
+    let path = match &project_dir {
+        _ if workflow_file.is_absolute() => workflow_file.to_path_buf(),
+        Some(dir) => dir.join(workflow_file),
+        None => {
+            return Err(Rejection::new(
+                RejectionCode::Malformed,
+                format!(
+                    "workflow_file `{}` is relative and run.start has no project_dir to resolve it against: send an absolute path, or the caller's directory as project_dir",
+                    start.workflow_file
+                ),
+            ))
+        }
+    };
+    let path = path.as_path();
     let canonical = std::fs::canonicalize(path).map_err(|e| {
         Rejection::new(
             RejectionCode::NotFound,
@@ -176,11 +202,12 @@ pub fn prepare_start(start: &payload::RunStart) -> Result<PreparedStart, Rejecti
         .and_then(|n| n.to_str())
         .unwrap_or("workflow");
     let workflow_name = file_name.split('.').next().unwrap_or(file_name).to_owned();
-    let project_dir = start
-        .project_dir
-        .clone()
-        .or_else(|| canonical.parent().map(|p| p.display().to_string()))
-        .unwrap_or_else(|| ".".into());
+    // Without one, the run works in the directory of its workflow file.
+    let project_dir = project_dir
+        .or_else(|| canonical.parent().map(std::path::Path::to_path_buf))
+        .unwrap_or_else(|| std::path::PathBuf::from("/"))
+        .display()
+        .to_string();
     Ok(PreparedStart {
         new_run: NewRun {
             workflow_name,
@@ -198,6 +225,29 @@ pub fn prepare_start(start: &payload::RunStart) -> Result<PreparedStart, Rejecti
             project_dir,
         },
     })
+}
+
+/// `run.start`'s `project_dir`: an absolute path to a directory that exists (its children
+/// start there; a path that is not one would fail every launch instead of the start).
+fn checked_project_dir(dir: &str) -> Result<std::path::PathBuf, Rejection> {
+    let path = std::path::Path::new(dir);
+    if !path.is_absolute() {
+        return Err(Rejection::new(
+            RejectionCode::Malformed,
+            format!("project_dir `{dir}` is not an absolute path: send the caller's directory as an absolute path"),
+        ));
+    }
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => Ok(path.to_path_buf()),
+        Ok(_) => Err(Rejection::new(
+            RejectionCode::NotFound,
+            format!("project_dir {dir}: not a directory"),
+        )),
+        Err(e) => Err(Rejection::new(
+            RejectionCode::NotFound,
+            format!("project_dir {dir}: {e}"),
+        )),
+    }
 }
 
 /// The SHA-256 (hex) of a workflow file, which must be a regular file.
@@ -506,6 +556,13 @@ pub fn apply_read(store: &Store, req: &Request, reply_limit: usize) -> Result<Re
             json!({ "interactions": store.interactions(None, Some(&l.session_id))? }),
         ),
         RequestBody::Diagnose => Receipt::new(None, json!({ "findings": store.diagnose()? })),
+        // The connection asks only whether the run exists; it makes the subscription itself.
+        RequestBody::Subscribe(s) => {
+            if let Some(run_id) = &s.run_id {
+                store.run_state(run_id)?;
+            }
+            Receipt::new(None, Value::Null)
+        }
         RequestBody::HostStatus => {
             let runs: serde_json::Map<String, Value> = store
                 .count_by_status()?
