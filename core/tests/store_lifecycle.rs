@@ -567,6 +567,19 @@ fn a_validation_child_that_dies_rejects_only_its_submission() {
         .unwrap();
     assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Waiting);
     assert_eq!(f.store.submissions(&i).unwrap()[0].state, "rejected");
+    // The rejection is an event of its own, before the loss, so a waiter learns it.
+    let events = f.store.events(&run_id, 0).unwrap();
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(
+        kinds[kinds.len() - 2..],
+        ["submission_rejected", "child_lost"]
+    );
+    let rejected = &events[events.len() - 2].data;
+    assert_eq!(rejected["submission"], json!(s));
+    assert_eq!(
+        rejected["error"],
+        json!("validation did not finish: validator crashed")
+    );
     assert_eq!(
         f.store.interactions(Some(&run_id), None).unwrap()[0].status,
         "pending"

@@ -1184,7 +1184,24 @@ fn a_validation_that_takes_too_long_is_stopped_and_its_submission_rejected() {
     );
     let run_id = env.start(&file, json!({}));
     let s = env.wait_for(&run_id, &["waiting"], Duration::from_secs(20));
-    submit(&env, &run_id, &s, "slow-1", 42).unwrap();
+    let mut sub = env.client();
+    sub.set_timeout(Some(Duration::from_secs(30))).unwrap();
+    sub.call(RequestBody::Subscribe(payload::Subscribe {
+        run_id: Some(run_id.clone()),
+        session_id: None,
+    }))
+    .unwrap();
+    let submission = submit(&env, &run_id, &s, "slow-1", 42).unwrap().body["submission_id"].clone();
+    // The rejection is published like a verdict, so a waiter learns it without polling.
+    let rejected = loop {
+        let e = sub.next_event().expect("a submission_rejected event");
+        if e.event_kind == "submission_rejected" {
+            break e;
+        }
+    };
+    assert_eq!(rejected.data["submission"], submission);
+    let said = rejected.data["error"].as_str().unwrap();
+    assert!(said.contains("validation timed out after 300 ms"), "{said}");
     let start = Instant::now();
     let s = loop {
         let s = env.status(&run_id);
@@ -1202,6 +1219,10 @@ fn a_validation_that_takes_too_long_is_stopped_and_its_submission_rejected() {
         .as_str()
         .unwrap();
     assert!(error.contains("validation did not finish"), "{error}");
+    assert!(
+        error.contains("validation timed out after 300 ms"),
+        "{error}"
+    );
     assert_eq!(s["interactions"][0]["status"], json!("pending"));
     env.stop(host);
 }

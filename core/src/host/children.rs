@@ -151,6 +151,9 @@ pub struct ChildEntry {
     pub resume: Resume,
     /// The child was a standby worker (started before its run was known).
     pub from_standby: bool,
+    /// Why the host stopped it, when a deadline of the host's did (the loss reason names it:
+    /// "validation timed out after N ms" rather than just the signal that ended the child).
+    pub stop_reason: Option<String>,
 }
 
 impl HostState {
@@ -502,6 +505,7 @@ fn launch(
             mode: act.mode,
             resume: act.resume.clone(),
             from_standby: false,
+            stop_reason: None,
         },
     );
     state.renewed_at.insert(run_id.to_owned(), now);
@@ -1175,18 +1179,31 @@ pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildRe
                     .is_some_and(|e| e.from_standby && !e.hello)
                 && !state.forgiven_standby_exits.contains(&run_id);
             let mut forgiven = false;
+            let stop_reason = state
+                .children
+                .get(&run_id)
+                .filter(|_| ours)
+                .and_then(|e| e.stop_reason.clone());
             let before = revision_of(store, &run_id);
             let result = store.write(|w| {
                 w.record_child_exit(child_epoch, &exit)?;
                 if let Some(claim) = &claim {
                     if w.run_status(&claim.run_id)? == RunStatus::Running {
-                        let why = format!(
-                            "child exited ({}) before the run reached a boundary{}",
-                            exit.reason,
-                            last_stderr_line(&exit.stderr_tail)
-                                .map(|line| format!("; its last stderr line: {line}"))
-                                .unwrap_or_default()
-                        );
+                        let stderr = last_stderr_line(&exit.stderr_tail)
+                            .map(|line| format!("; its last stderr line: {line}"))
+                            .unwrap_or_default();
+                        let why = match &stop_reason {
+                            Some(stopped) => {
+                                format!(
+                                    "{stopped}; the host stopped the child ({}){stderr}",
+                                    exit.reason
+                                )
+                            }
+                            None => format!(
+                                "child exited ({}) before the run reached a boundary{stderr}",
+                                exit.reason
+                            ),
+                        };
                         let shutting_down = state.shutting_down;
                         let released = w.savepoint(|w| {
                             if shutting_down {
@@ -1462,8 +1479,12 @@ pub fn due_child_work(store: &mut Store, state: &mut HostState) {
         .filter(|(_, e)| validation_deadline(state, e).is_some_and(|at| at <= now))
         .map(|(r, _)| r.clone())
         .collect();
+    let timeout_ms = state.child_config.validation_timeout.as_millis();
     for run_id in slow {
         tracing::warn!(%run_id, "validation did not finish in time; stopping the child");
+        if let Some(e) = state.children.get_mut(&run_id) {
+            e.stop_reason = Some(format!("validation timed out after {timeout_ms} ms"));
+        }
         stop_child(state, &run_id);
     }
     // Children that did not exit after their run stopped needing them.

@@ -1580,17 +1580,25 @@ impl WriteTx<'_> {
             if count_loss {
                 // A validation child that died rejects only its provisional submission (its
                 // `validate` may be what kills it; judging it again could loop).
-                self.conn()
+                let error = format!("validation did not finish: {reason}");
+                let rejected: Vec<String> = self
+                    .conn()
                     .prepare_cached(
                         "UPDATE submissions SET state = 'rejected', error = ?3, settled_at = ?2
                          WHERE state = 'validating' AND interaction_id IN
-                               (SELECT interaction_id FROM interactions WHERE run_id = ?1)",
+                               (SELECT interaction_id FROM interactions WHERE run_id = ?1)
+                         RETURNING submission_id",
                     )?
-                    .execute(params![
+                    .query_map(params![run_id, self.now, error], |r| r.get(0))?
+                    .collect::<Result<_, _>>()?;
+                // Published like a verdict, so whoever waits for the submission learns it.
+                for submission_id in rejected {
+                    self.finish_run_write(
                         run_id,
-                        self.now,
-                        format!("validation did not finish: {reason}")
-                    ])?;
+                        "submission_rejected",
+                        json!({ "submission": submission_id, "error": error }),
+                    )?;
+                }
                 self.conn()
                     .prepare_cached(
                         "UPDATE interactions SET status = 'pending' WHERE run_id = ?1 AND status = 'validating'",
