@@ -1868,6 +1868,56 @@ fn batched_steps_with_large_outputs_still_complete() {
     env.stop(host);
 }
 
+/// A child that dies in a pure step it has not reported yet (`b`, after `a`, batched) is
+/// blamed on `b`: after the first loss the host asks the next child to report every step,
+/// so the run stops for review at `b` with `b`'s attempts interrupted. Before, every loss
+/// landed on `a`, the run went to review at `a`, and nothing showed that `b` ever ran.
+#[test]
+fn a_child_that_dies_in_an_unreported_batched_step_is_blamed_on_that_step() {
+    let env = Env::new(&[]);
+    let host = env.serve(None);
+    let file = env.fixture(
+        "blame",
+        json!({
+            "batch_compute": true,
+            "graph": {"name": "blame", "start": "a",
+                      "nodes": {"a": {"kind": "compute"}, "b": {"kind": "compute"},
+                                "c": {"kind": "compute"}},
+                      "edges": [{"from": "a", "to": "b"}, {"from": "b", "to": "c"}]},
+            "behaviors": {"a": {}, "b": {"crash": "before_propose"}, "c": {}}
+        }),
+    );
+    let run_id = env.start(&file, json!({}));
+    let s = env.wait_for(
+        &run_id,
+        &["completed", "failed", "review"],
+        Duration::from_secs(60),
+    );
+    assert_eq!(s["run"]["status"], json!("review"), "{}", s["run"]);
+    assert_eq!(s["run"]["current_node"], json!("b"), "{}", s["run"]);
+    let attempts: Vec<(String, String)> = s["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["node_id"].as_str().unwrap().to_owned(),
+                a["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert!(
+        attempts.contains(&("a".into(), "succeeded".into())),
+        "{attempts:?}"
+    );
+    let b_lost = attempts
+        .iter()
+        .filter(|(n, st)| n == "b" && st == "interrupted")
+        .count();
+    assert_eq!(b_lost, 3, "three losses in a row at b: {attempts:?}");
+    env.stop(host);
+}
+
 /// `result_is_output` takes the result from a succeeded outcome only; anything else is
 /// `malformed` and changes nothing.
 const RESULT_IS_OUTPUT_CHILD: &str = r#"

@@ -871,6 +871,12 @@ fn worker_hello(
         None => input.clone(),
     };
     let mut reply = json!({ "mode": mode.as_str(), "resume": resume, "input": input, "node_input": node_input, "definition": graph.as_ref().map(Graph::to_value), "features": payload::HOST_FEATURES });
+    // After a lost child, the next one reports every step as it takes it: the host then knows
+    // which node was running if this child dies too (steps reported together would leave the
+    // loss on the last node the host heard of).
+    if w.child_losses(run_id)? > 0 {
+        reply["report_each_step"] = json!(true);
+    }
     if hello.start_node && mode.as_str() == "run" && reply["resume"]["resume"] == "fresh" {
         if let Some(graph) = &graph {
             let node = reply["resume"]["node_id"]
