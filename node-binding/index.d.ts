@@ -214,10 +214,20 @@ export interface Effect {
   error: string | null;
 }
 
+export interface RunStatusOptions {
+  /** At most this many attempts, newest first (default 100, at most 1000). */
+  attemptsLimit?: number;
+  /** Only attempts older than this one: the last `attempt_id` of a previous reply. */
+  attemptsBefore?: string;
+}
+
 export interface RunStatus {
   run: Run;
   claim: unknown;
+  /** The newest attempts first, at most the `attemptsLimit` asked for (default 100). */
   attempts: Attempt[];
+  /** How many attempts the run has in all. */
+  attempt_count: number;
   decisions: Decision[];
   interactions: Interaction[];
   effects: Effect[];
@@ -290,7 +300,7 @@ export declare class Client {
   status(): Promise<HostStatus>;
   listRuns(options?: { sessionId?: string; limit?: number }): Promise<Run[]>;
   startRun(workflowFile: string, options?: StartRunOptions): Promise<{ run_id: string; status: RunStatusName }>;
-  runStatus(runId: string): Promise<RunStatus>;
+  runStatus(runId: string, options?: RunStatusOptions): Promise<RunStatus>;
   pauseRun(runId: string, options?: CommandOptions): Promise<{ run_id: string; paused: true }>;
   resumeRun(runId: string, options?: CommandOptions): Promise<{ run_id: string; paused: false }>;
   cancelRun(runId: string, options?: CommandOptions & { reason?: string }): Promise<{ run_id: string; status: 'cancelled'; summary: unknown }>;

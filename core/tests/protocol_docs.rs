@@ -176,15 +176,15 @@ fn documented_example_session_is_exact() {
     let doc = doc();
     let limits = Limits::default();
 
-    let status = r#"{"schema":"piw.protocol.v1","request_id":"a1","kind":"run.status","run_id":"run-1","payload":null}"#;
+    let status = r#"{"schema":"piw.protocol.v1","request_id":"a1","kind":"run.status","run_id":"run-1","payload":{}}"#;
     let encoded = encode_frame(
-        &Request::new("a1", RequestBody::RunStatus).with_run_id("run-1"),
+        &Request::new("a1", RequestBody::RunStatus(Default::default())).with_run_id("run-1"),
         &limits,
     )
     .unwrap();
     assert_eq!(&encoded[4..], status.as_bytes());
-    assert!(doc.contains(&format!("client → 00 00 00 62  {status}")));
-    assert_eq!(encoded[..4], [0, 0, 0, 0x62]);
+    assert!(doc.contains(&format!("client → 00 00 00 60  {status}")));
+    assert_eq!(encoded[..4], [0, 0, 0, 0x60]);
 
     let unknown = r#"{"schema":"piw.protocol.v1","request_id":"a2","kind":"run.explode"}"#;
     assert_eq!(unknown.len(), 0x43);
@@ -427,7 +427,8 @@ fn scenario() -> Scenario {
 
 /// `run.status`'s body as the host builds it.
 fn run_status(s: &Scenario, run_id: &str) -> Value {
-    let request = Request::new("st", RequestBody::RunStatus).with_run_id(run_id);
+    let request =
+        Request::new("st", RequestBody::RunStatus(Default::default())).with_run_id(run_id);
     dispatch::apply_read(&s.f.store, &request, DEFAULT_MAX_FRAME_BYTES)
         .unwrap()
         .body

@@ -47,7 +47,7 @@ fn sample(kind: RequestKind) -> Request {
             execution_mode: Some(ExecutionMode::Interactive),
             project_dir: Some("/home/u/project".into()),
         }),
-        RequestKind::RunStatus => RequestBody::RunStatus,
+        RequestKind::RunStatus => RequestBody::RunStatus(Default::default()),
         RequestKind::RunList => RequestBody::RunList(RunList {
             limit: Some(20),
             session_id: None,

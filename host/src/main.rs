@@ -629,7 +629,10 @@ fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {
             (r, json)
         }
         RunCmd::Status { run_id, json } => (
-            client.send(run_request(&run_id, RequestBody::RunStatus))?,
+            client.send(run_request(
+                &run_id,
+                RequestBody::RunStatus(Default::default()),
+            ))?,
             json,
         ),
         RunCmd::Pause { run_id, json } => (
@@ -775,7 +778,10 @@ fn wait_for_run(
         Ok(client)
     };
     loop {
-        let r = match client.send(run_request(run_id, RequestBody::RunStatus)) {
+        let r = match client.send(run_request(
+            run_id,
+            RequestBody::RunStatus(Default::default()),
+        )) {
             Ok(r) => r,
             Err(e) if host_went_away(&e) => {
                 client = start_again(e)?;

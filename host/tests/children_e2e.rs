@@ -112,8 +112,11 @@ impl Env {
         let r = self
             .client()
             .send(
-                Request::new(piw_core::ids::new_id("st"), RequestBody::RunStatus)
-                    .with_run_id(run_id),
+                Request::new(
+                    piw_core::ids::new_id("st"),
+                    RequestBody::RunStatus(Default::default()),
+                )
+                .with_run_id(run_id),
             )
             .unwrap();
         r.body
@@ -192,13 +195,14 @@ fn a_pipeline_runs_to_completion_in_children() {
     let s = env.wait_for(&run_id, &["completed", "failed"], Duration::from_secs(20));
     assert_eq!(s["run"]["status"], json!("completed"), "{s:#}");
     assert_eq!(s["run"]["result"], json!({"done": true}));
+    // Newest first.
     let nodes: Vec<_> = s["attempts"]
         .as_array()
         .unwrap()
         .iter()
         .map(|a| a["node_id"].as_str().unwrap().to_owned())
         .collect();
-    assert_eq!(nodes, ["a", "b", "c"]);
+    assert_eq!(nodes, ["c", "b", "a"]);
     env.stop(host);
 }
 
@@ -279,7 +283,8 @@ fn a_spinning_child_cannot_take_ownership_and_its_deadline_routes_timed_out() {
     assert_eq!(s["run"]["status"], json!("completed"), "{s:#}");
     assert_eq!(s["run"]["result"], json!({"handled": "timeout"}));
     let attempts = s["attempts"].as_array().unwrap();
-    assert_eq!(attempts[0]["status"], json!("timed_out"));
+    // Newest first: the first attempt is the last one listed.
+    assert_eq!(attempts[attempts.len() - 1]["status"], json!("timed_out"));
     let kinds = events(&env, &run_id);
     assert!(
         !kinds.iter().any(|k| k == "recovered" || k == "child_lost"),
@@ -763,7 +768,7 @@ fn an_interaction_deadline_that_passed_while_the_host_was_down_routes_timed_out_
     assert_eq!(s["run"]["result"], json!({"late": true}));
     assert_eq!(s["interactions"][0]["status"], json!("expired"));
     assert_eq!(
-        s["attempts"][0]["status"],
+        s["attempts"].as_array().unwrap().last().unwrap()["status"],
         json!("timed_out"),
         "the same attempt recorded as timed out"
     );
@@ -1378,6 +1383,7 @@ fn pure_steps_reported_together_are_checked_and_recorded_one_by_one() {
         .as_array()
         .unwrap()
         .iter()
+        .rev()
         .filter(|a| a["status"] != json!("interrupted"))
         .map(|a| {
             (
@@ -1451,7 +1457,11 @@ fn a_graceful_stop_held_open_by_a_slow_client_costs_a_busy_run_nothing() {
     std::thread::sleep(Duration::from_millis(300));
     let mut slow = std::os::unix::net::UnixStream::connect(&env.paths.socket).unwrap();
     for i in 0..40 {
-        let req = Request::new(format!("slow-{i}"), RequestBody::RunStatus).with_run_id(&big_id);
+        let req = Request::new(
+            format!("slow-{i}"),
+            RequestBody::RunStatus(Default::default()),
+        )
+        .with_run_id(&big_id);
         write_frame(&mut slow, &req, &Limits::default()).unwrap();
     }
     slow.flush().unwrap();
@@ -1645,7 +1655,8 @@ fn a_human_decision_deadline_passes_while_nobody_answers_and_a_late_answer_is_re
     );
     assert_eq!(s["run"]["status"], json!("completed"), "{s:#}");
     assert_eq!(s["run"]["result"], json!({"late": true}));
-    assert_eq!(s["attempts"][0]["status"], json!("timed_out"), "{s:#}");
+    let first = s["attempts"].as_array().unwrap().last().unwrap();
+    assert_eq!(first["status"], json!("timed_out"), "{s:#}");
     assert_eq!(s["decisions"][0]["status"], json!("cancelled"), "{s:#}");
     // The person answers too late.
     let mut late = s.clone();
@@ -1818,14 +1829,15 @@ fn the_status_of_a_run_with_large_outputs_fits_one_reply() {
         attempts.iter().all(|a| a["status"] == json!("succeeded")),
         "{attempts:?}"
     );
+    // Newest first.
     let omitted: Vec<bool> = attempts
         .iter()
         .map(|a| a["output_omitted"] == json!(true) && a["output"].is_null())
         .collect();
-    assert!(omitted[0], "the oldest output is left out");
-    assert!(!omitted[nodes.len() - 1], "the newest output stays");
+    assert!(omitted[nodes.len() - 1], "the oldest output is left out");
+    assert!(!omitted[0], "the newest output stays");
     assert_eq!(
-        attempts[nodes.len() - 1]["output"]["n"],
+        attempts[0]["output"]["n"],
         json!(5),
         "the newest output is whole"
     );
@@ -1862,6 +1874,7 @@ fn batched_steps_with_large_outputs_still_complete() {
         .as_array()
         .unwrap()
         .iter()
+        .rev()
         .map(|a| a["node_id"].as_str().unwrap())
         .collect();
     assert_eq!(nodes, ["a", "b", "c", "d", "e"], "each node ran once");

@@ -416,7 +416,7 @@ fn waiting_for_a_run_survives_a_burst_of_events_the_client_drops() {
                 let mut out = Vec::new();
                 let reply = match r.body {
                     RequestBody::RunStart(_) => serde_json::json!({ "run_id": "run-1" }),
-                    RequestBody::RunStatus => {
+                    RequestBody::RunStatus(_) => {
                         statuses += 1;
                         if statuses == 1 {
                             for _ in 0..burst {
@@ -440,7 +440,7 @@ fn waiting_for_a_run_survives_a_burst_of_events_the_client_drops() {
                     )
                     .unwrap(),
                 );
-                if matches!(r.body, RequestBody::RunStatus) {
+                if matches!(r.body, RequestBody::RunStatus(_)) {
                     seq += 1;
                     out.extend(event(seq));
                 }
@@ -494,7 +494,7 @@ fn wait_through_a_goodbye(code: piw_core::protocol::RejectionCode, message: &str
                 };
                 let reply = match r.body {
                     RequestBody::RunStart(_) => serde_json::json!({ "run_id": "run-1" }),
-                    RequestBody::RunStatus => {
+                    RequestBody::RunStatus(_) => {
                         serde_json::json!({ "run": { "status": status, "result": 1 } })
                     }
                     RequestBody::Subscribe(_) => {
@@ -508,7 +508,7 @@ fn wait_through_a_goodbye(code: piw_core::protocol::RejectionCode, message: &str
                     &limits,
                 )
                 .unwrap();
-                let goodbye = connection == 1 && matches!(r.body, RequestBody::RunStatus);
+                let goodbye = connection == 1 && matches!(r.body, RequestBody::RunStatus(_));
                 if goodbye {
                     out.extend(
                         encode_frame(&ServerFrame::goodbye(code, message.clone()), &limits)

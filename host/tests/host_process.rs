@@ -95,8 +95,11 @@ impl Home {
         loop {
             let r = c
                 .send(
-                    Request::new(piw_core::ids::new_id("st"), RequestBody::RunStatus)
-                        .with_run_id(run_id),
+                    Request::new(
+                        piw_core::ids::new_id("st"),
+                        RequestBody::RunStatus(Default::default()),
+                    )
+                    .with_run_id(run_id),
                 )
                 .unwrap();
             if r.body["run"]["status"] == json!(wanted) {
@@ -114,8 +117,11 @@ impl Home {
     fn revision(&self, c: &mut BlockingClient, run_id: &str) -> u64 {
         let r = c
             .send(
-                Request::new(piw_core::ids::new_id("rv"), RequestBody::RunStatus)
-                    .with_run_id(run_id),
+                Request::new(
+                    piw_core::ids::new_id("rv"),
+                    RequestBody::RunStatus(Default::default()),
+                )
+                .with_run_id(run_id),
             )
             .unwrap();
         r.body["run"]["revision"].as_u64().unwrap()
@@ -420,8 +426,11 @@ fn bad_input_closes_only_the_offending_connection() {
     let check = |good: &mut BlockingClient| {
         let r = good
             .send(
-                Request::new(piw_core::ids::new_id("ok"), RequestBody::RunStatus)
-                    .with_run_id(&run_id),
+                Request::new(
+                    piw_core::ids::new_id("ok"),
+                    RequestBody::RunStatus(Default::default()),
+                )
+                .with_run_id(&run_id),
             )
             .unwrap();
         assert_eq!(r.body["run"]["run_id"], json!(run_id));
@@ -886,7 +895,7 @@ fn assert_paused_once(
         .expect("the retried request id returns the committed receipt");
     assert!(replay.replayed);
     let status = c
-        .send(Request::new("s", RequestBody::RunStatus).with_run_id(run_id))
+        .send(Request::new("s", RequestBody::RunStatus(Default::default())).with_run_id(run_id))
         .unwrap();
     assert_eq!(status.body["run"]["paused"], json!(true));
     assert_eq!(status.body["run"]["revision"], json!(before + 1));
@@ -1045,7 +1054,7 @@ fn sigterm_stops_gracefully_and_runs_stay_resumable() {
     let host = home.serve(None);
     let r = home
         .client()
-        .send(Request::new("st", RequestBody::RunStatus).with_run_id(&run_id))
+        .send(Request::new("st", RequestBody::RunStatus(Default::default())).with_run_id(&run_id))
         .unwrap();
     assert_eq!(r.body["run"]["status"], json!("waiting"));
     assert_eq!(
@@ -1124,7 +1133,10 @@ fn the_async_client_calls_and_subscribes() {
             .unwrap_err();
         assert_eq!(err.code(), Some(RejectionCode::InvalidTransition));
         let err = c
-            .send(Request::new("c3", RequestBody::RunStatus).with_run_id("run-missing"))
+            .send(
+                Request::new("c3", RequestBody::RunStatus(Default::default()))
+                    .with_run_id("run-missing"),
+            )
             .await
             .unwrap_err();
         assert_eq!(err.code(), Some(RejectionCode::NotFound));

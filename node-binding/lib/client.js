@@ -141,9 +141,17 @@ export class Client {
     });
   }
 
-  /** A run with its claim, attempts, decisions, interactions and effects. */
-  runStatus(runId) {
-    return this.#body('run.status', { runId });
+  /**
+   * A run with its claim, decisions, interactions, effects and attempts: the newest
+   * `attemptsLimit` (default 100, at most 1000) attempts, newest first, with `attempt_count`
+   * (all of the run's); `attemptsBefore` (the last `attempt_id` of a previous reply) asks for
+   * older ones.
+   */
+  runStatus(runId, options = {}) {
+    return this.#body('run.status', { runId }, {
+      attempts_limit: options.attemptsLimit ?? null,
+      attempts_before: options.attemptsBefore ?? null,
+    });
   }
 
   /** Pauses a run at its next durable boundary. */

@@ -116,7 +116,7 @@ pub fn is_durable_command(req: &Request) -> bool {
         req.body,
         RequestBody::HostStatus
             | RequestBody::HostStop
-            | RequestBody::RunStatus
+            | RequestBody::RunStatus(_)
             | RequestBody::RunList(_)
             | RequestBody::InteractionList(_)
             | RequestBody::Subscribe(_)
@@ -474,9 +474,11 @@ fn fit_run_status(
     effects: &mut [crate::store::EffectRecord],
     excess: usize,
 ) {
+    // The attempts come newest first: the oldest outputs go first.
     let excess = omit_until_it_fits(
         attempts
             .iter_mut()
+            .rev()
             .map(|a| (a.output.get_or_insert(Value::Null), &mut a.output_omitted)),
         excess,
     );
@@ -512,11 +514,20 @@ fn fit_run_status(
 /// `reply_limit` (the frame limit) as [`fit_run_status`] says.
 pub fn apply_read(store: &Store, req: &Request, reply_limit: usize) -> Result<Receipt, StoreError> {
     Ok(match &req.body {
-        RequestBody::RunStatus => {
+        RequestBody::RunStatus(query) => {
             let run_id = required(&req.run_id, "run_id")?;
             let run = store.run(run_id)?;
             let claim = store.claim_info(run_id)?;
-            let mut attempts = store.attempts(run_id)?;
+            // Newest first and capped: a run that looped thousands of times still has a
+            // status that fits a reply; older pages are asked for with `attempts_before`.
+            let (mut attempts, attempt_count) = store.attempts_page(
+                run_id,
+                query.attempts_before.as_deref(),
+                query
+                    .attempts_limit
+                    .unwrap_or(payload::DEFAULT_STATUS_ATTEMPTS)
+                    .min(payload::MAX_STATUS_ATTEMPTS),
+            )?;
             let mut decisions = store.decisions(run_id)?;
             let mut interactions = store.interactions(Some(run_id), None)?;
             let mut effects = store.effects(run_id)?;
@@ -532,6 +543,7 @@ pub fn apply_read(store: &Store, req: &Request, reply_limit: usize) -> Result<Re
             Receipt::new(
                 Some(run.revision),
                 json!({ "run": run, "claim": claim, "attempts": attempts,
+                        "attempt_count": attempt_count,
                         "decisions": decisions, "interactions": interactions,
                         "effects": effects }),
             )
@@ -709,7 +721,8 @@ mod tests {
 
     #[test]
     fn the_oldest_outputs_go_first_and_the_body_then_fits() {
-        let mut attempts: Vec<_> = (1..=6).map(|n| attempt(n, big(200))).collect();
+        // Newest first, as `run.status` lists them.
+        let mut attempts: Vec<_> = (1..=6).rev().map(|n| attempt(n, big(200))).collect();
         let limit = 1024 * 1024;
         let len = fitted(&mut attempts, &mut [], &mut [], limit);
         assert!(len <= limit - REPLY_ENVELOPE_ROOM, "{len} bytes");
@@ -718,6 +731,7 @@ mod tests {
         assert!(
             attempts
                 .iter()
+                .rev()
                 .take(omitted)
                 .all(|a| a.output_omitted && a.output.as_ref().is_some_and(Value::is_null)),
             "the oldest go first"
@@ -725,6 +739,7 @@ mod tests {
         assert!(
             attempts
                 .iter()
+                .rev()
                 .skip(omitted)
                 .all(|a| a.output == Some(big(200))),
             "the others stay whole"

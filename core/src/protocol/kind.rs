@@ -185,7 +185,7 @@ request_kinds! {
     /// Start a new run. Client.
     RunStart = "run.start" => RunStart, NONE;
     /// Status of one run. Client.
-    RunStatus = "run.status", RUN;
+    RunStatus = "run.status" => RunStatusQuery, RUN;
     /// List runs. Client.
     RunList = "run.list" => RunList, NONE;
     /// Pause a run at its next durable boundary. Client.

@@ -108,6 +108,25 @@ pub struct RunStart {
     pub project_dir: Option<String>,
 }
 
+/// Payload of `run.status`: which of the run's attempts to include, newest first. Absent (or
+/// `null`) means the newest [`DEFAULT_STATUS_ATTEMPTS`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunStatusQuery {
+    /// At most this many attempts (default [`DEFAULT_STATUS_ATTEMPTS`], at most
+    /// [`MAX_STATUS_ATTEMPTS`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts_limit: Option<u32>,
+    /// Only attempts older than this one (the last `attempt_id` of a previous reply): the next
+    /// page towards the run's first attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts_before: Option<String>,
+}
+
+/// How many attempts `run.status` includes when not asked for a number.
+pub const DEFAULT_STATUS_ATTEMPTS: u32 = 100;
+/// The most attempts one `run.status` reply includes.
+pub const MAX_STATUS_ATTEMPTS: u32 = 1000;
+
 /// Payload of `run.list`. Both fields are filters; absent means "no filter".
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunList {
