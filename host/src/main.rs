@@ -138,7 +138,7 @@ enum StateCmd {
     },
 }
 
-/// How long `piw host status` and `piw host stop` wait for the host to answer. A host that
+/// How long `piw host status`, `piw host stop` and `piw diagnose` wait for the host to answer. A host that
 /// accepts connections but does not answer (stopped, or stuck on a disk) would otherwise hang
 /// them for ever, exactly when a user reaches for them.
 const HOST_ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -560,8 +560,11 @@ fn diagnose(paths: &PiwPaths) -> Result<Value, CliError> {
     let started = std::time::Instant::now();
     loop {
         if let Ok(mut client) = BlockingClient::connect(paths) {
+            client.set_timeout(Some(HOST_ANSWER_TIMEOUT))?;
             match client.call(RequestBody::Diagnose) {
                 Ok(r) => return Ok(r.body),
+                // A host that accepts but never answers (stopped, stuck on a disk).
+                Err(ClientError::TimedOut) => return Err(not_answering(paths)),
                 // The host is stopping (or just died): read the database once it let go.
                 Err(
                     ClientError::Closed {

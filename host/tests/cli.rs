@@ -865,7 +865,7 @@ fn state_backup_finishes_while_the_host_commits_steadily() {
 }
 
 /// A host that accepts connections but does not answer (stopped here with SIGSTOP; a wedged
-/// disk looks the same) must not hang `host status` or `host stop` for ever: they are what a
+/// disk looks the same) must not hang `host status`, `host stop` or `diagnose` for ever: they are what a
 /// user reaches for exactly then. Each gives up with exit 1, naming the pid. The 60 s bound
 /// catches a hang; it is not a speed check.
 #[test]
@@ -889,7 +889,8 @@ fn host_status_and_stop_give_up_on_a_host_that_does_not_answer() {
     // SAFETY: as above; the pid is the test's own host.
     assert_eq!(unsafe { libc::kill(host_pid, libc::SIGSTOP) }, 0);
     let _resume = Resume(host_pid);
-    for verb in [["host", "status"], ["host", "stop"]] {
+    // `diagnose` too: it asks a running host, and gave no answer for as long as it waited.
+    for verb in [&["host", "status"][..], &["host", "stop"], &["diagnose"]] {
         let mut child = Command::new(env!("CARGO_BIN_EXE_piw"))
             .args(verb)
             .env("PIW_HOME", &h.home)
