@@ -419,19 +419,53 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 )),
                 other => other.into(),
             })?;
+            // A host that crashed left its children running (recorded in the database):
+            // stop them first, as a host's start-up would, or nothing would any more.
+            if paths.db.exists() {
+                match Store::open_read_only(&paths.db, StoreConfig::default()) {
+                    Ok(store) => {
+                        let (stopped, outcomes) = piw_core::host::stop_recorded_children(
+                            &store,
+                            None,
+                            Duration::from_secs(2),
+                        )?;
+                        let killed = outcomes
+                            .iter()
+                            .filter(|o| **o == piw_core::supervise::OrphanOutcome::Killed)
+                            .count();
+                        if !stopped.is_empty() {
+                            println!(
+                                "stopped {killed} child process(es) an earlier host left running"
+                            );
+                        }
+                    }
+                    // A database this build cannot read names no children it could stop.
+                    Err(e) => eprintln!(
+                        "piw: cannot read the children recorded in it ({e}); removing it anyway"
+                    ),
+                }
+            }
+            let mut removed = Vec::new();
             for suffix in ["", "-wal", "-shm"] {
                 let mut p = paths.db.clone().into_os_string();
                 p.push(suffix);
                 match std::fs::remove_file(&p) {
-                    Ok(()) => {}
+                    Ok(()) => removed.push(p),
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                     Err(e) => return Err(e.into()),
                 }
             }
-            println!(
-                "removed {}; the next host start creates a fresh database",
-                paths.db.display()
-            );
+            if removed.is_empty() {
+                println!(
+                    "nothing to remove: there is no {}; the next host start creates a fresh database",
+                    paths.db.display()
+                );
+            } else {
+                println!(
+                    "removed {}; the next host start creates a fresh database",
+                    paths.db.display()
+                );
+            }
             Ok(())
         }
     }

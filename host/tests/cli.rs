@@ -314,6 +314,89 @@ fn state_backup_and_reset() {
         Some(0)
     );
     assert!(!h.home.join("state.sqlite").exists());
+    // Again, with nothing there: it says so rather than claiming a removal.
+    let o = piw(&h.home, &["state", "reset", "--yes"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(text(&o).contains("nothing to remove"), "{}", text(&o));
+}
+
+/// After a host crash, `piw state reset --yes` first stops the children that host left
+/// running (as a host's start-up recovery would): once the database is gone, nothing else
+/// knows them. Before, a spinning child kept a core busy under init for ever.
+#[test]
+fn state_reset_stops_the_children_a_crashed_host_left_running() {
+    use std::time::{Duration, Instant};
+    let h = home();
+    // The node starts a grandchild that writes its pid and ignores SIGTERM (as the child
+    // does), then sleeps: the pid file says the node is running, past the child's hello.
+    let grandchild_pid_file = h.home.with_file_name("grandchild.pid");
+    let file = workflow_file(
+        &h,
+        "stuck",
+        &serde_json::json!({
+            "graph": {"name": "stuck", "start": "s", "nodes": {"s": {"kind": "compute"}}, "edges": []},
+            "behaviors": {"s": {"grandchild_ignoring_term": grandchild_pid_file}}
+        }),
+    );
+    let o = piw(&h.home, &["run", "start", file.to_str().unwrap(), "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let run_id = json_of(&o)["run_id"].as_str().unwrap().to_owned();
+    let started = Instant::now();
+    let grandchild_pid: u32 = loop {
+        if let Some(pid) = std::fs::read_to_string(&grandchild_pid_file)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            break pid;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the node never ran"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let store =
+        piw_core::store::Store::open_read_only(&h.home.join("state.sqlite"), Default::default())
+            .unwrap();
+    let child_pid = store.children(&run_id).unwrap()[0]
+        .pid
+        .expect("the child's pid");
+    drop(store);
+    // Killed whatever the assertions below find, so nothing outlives the test.
+    struct KillGroup(i32);
+    impl Drop for KillGroup {
+        fn drop(&mut self) {
+            // SAFETY: kill has no memory preconditions; the group is the test's own child's.
+            unsafe { libc::kill(-self.0, libc::SIGKILL) };
+        }
+    }
+    let _cleanup = KillGroup(child_pid as i32);
+    let host_pid: i32 = std::fs::read_to_string(h.home.join("host.lock"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // SAFETY: as above; the host is the test's own.
+    assert_eq!(unsafe { libc::kill(host_pid, libc::SIGKILL) }, 0);
+    let started = Instant::now();
+    while piw_core::supervise::process_alive(host_pid as u32) {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the host did not die"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        piw_core::supervise::process_alive(child_pid),
+        "the child outlived its host"
+    );
+    let o = piw(&h.home, &["state", "reset", "--yes"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("stopped 1 child process"), "{}", text(&o));
+    assert!(
+        !piw_core::supervise::process_alive(child_pid),
+        "the child still runs"
+    );
 }
 
 #[test]
