@@ -130,6 +130,15 @@ enum RunCmd {
 enum StateCmd {
     /// Copy the state database (consistently, while the host runs) to PATH.
     Backup { path: PathBuf },
+    /// Replace the state database with a backup (`piw state backup`). Refused while a host
+    /// runs. Runs that moved on after the backup was taken run again from where it left them.
+    Restore {
+        /// The backup to restore.
+        file: PathBuf,
+        /// Confirm the replacement.
+        #[arg(long)]
+        yes: bool,
+    },
     /// Delete the state database. Refused while a host runs. Back it up first.
     Reset {
         /// Confirm the deletion.
@@ -395,6 +404,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
             println!("backed up {} to {}", paths.db.display(), path.display());
             Ok(())
         }
+        Cmd::State(StateCmd::Restore { file, yes }) => restore_state(&paths, &file, yes),
         Cmd::State(StateCmd::Reset { yes }) => {
             if !paths.home.exists() {
                 println!("{} does not exist; nothing to reset", paths.home.display());
@@ -411,64 +421,110 @@ fn run(cli: Cli) -> Result<(), CliError> {
                     piw_core::paths::shell_quoted(std::path::Path::new(&backup))
                 )));
             }
-            // Held until the database is gone: no host runs, is still stopping, or starts
-            // meanwhile.
-            let _lock = piw_core::host::lock_installation(&paths).map_err(|e| match e {
-                HostError::AlreadyRunning { pid, .. } => CliError::Runtime(format!(
-                    "a piw host is running or still stopping (pid {pid}); stop it first with `piw host stop`"
-                )),
-                other => other.into(),
-            })?;
-            // A host that crashed left its children running (recorded in the database):
-            // stop them first, as a host's start-up would, or nothing would any more.
-            if paths.db.exists() {
-                match Store::open_read_only(&paths.db, StoreConfig::default()) {
-                    Ok(store) => {
-                        let (stopped, outcomes) = piw_core::host::stop_recorded_children(
-                            &store,
-                            None,
-                            Duration::from_secs(2),
-                        )?;
-                        let killed = outcomes
-                            .iter()
-                            .filter(|o| **o == piw_core::supervise::OrphanOutcome::Killed)
-                            .count();
-                        if !stopped.is_empty() {
-                            println!(
-                                "stopped {killed} child process(es) an earlier host left running"
-                            );
-                        }
-                    }
-                    // A database this build cannot read names no children it could stop.
-                    Err(e) => eprintln!(
-                        "piw: cannot read the children recorded in it ({e}); removing it anyway"
-                    ),
-                }
-            }
-            let mut removed = Vec::new();
-            for suffix in ["", "-wal", "-shm"] {
-                let mut p = paths.db.clone().into_os_string();
-                p.push(suffix);
-                match std::fs::remove_file(&p) {
-                    Ok(()) => removed.push(p),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            if removed.is_empty() {
+            let removed = remove_state(&paths)?;
+            if removed {
                 println!(
-                    "nothing to remove: there is no {}; the next host start creates a fresh database",
+                    "removed {}; the next host start creates a fresh database",
                     paths.db.display()
                 );
             } else {
                 println!(
-                    "removed {}; the next host start creates a fresh database",
+                    "nothing to remove: there is no {}; the next host start creates a fresh database",
                     paths.db.display()
                 );
             }
             Ok(())
         }
     }
+}
+
+/// What restoring an older copy of the state means, said before and after `piw state restore`.
+const RESTORE_MEANS: &str = "restoring a backup replaces every run with its state in the backup: runs that moved on or finished after the backup was taken run again from the last boundary it recorded, so their steps run again and their effects (messages, files, calls to other systems) may happen twice; runs started after it are gone";
+
+/// Removes the state database (and its `-wal` and `-shm` files) while holding the
+/// installation lock, after stopping the children it records as running (a crashed host's:
+/// once the database is gone nothing else knows them). Refused while a host runs or is still
+/// stopping. Returns whether there was anything to remove.
+fn remove_state(paths: &PiwPaths) -> Result<bool, CliError> {
+    // Held until the database is gone: no host runs, is still stopping, or starts meanwhile.
+    let _lock = piw_core::host::lock_installation(paths).map_err(|e| match e {
+        HostError::AlreadyRunning { pid, .. } => CliError::Runtime(format!(
+            "a piw host is running or still stopping (pid {pid}); stop it first with `piw host stop`"
+        )),
+        other => other.into(),
+    })?;
+    remove_state_locked(paths)
+}
+
+/// [`remove_state`] for a caller that holds the installation lock.
+fn remove_state_locked(paths: &PiwPaths) -> Result<bool, CliError> {
+    // A host that crashed left its children running (recorded in the database): stop them
+    // first, as a host's start-up would, or nothing would any more.
+    if paths.db.exists() {
+        match Store::open_read_only(&paths.db, StoreConfig::default()) {
+            Ok(store) => {
+                let (stopped, outcomes) =
+                    piw_core::host::stop_recorded_children(&store, None, Duration::from_secs(2))?;
+                let killed = outcomes
+                    .iter()
+                    .filter(|o| **o == piw_core::supervise::OrphanOutcome::Killed)
+                    .count();
+                if !stopped.is_empty() {
+                    println!("stopped {killed} child process(es) an earlier host left running");
+                }
+            }
+            // A database this build cannot read names no children it could stop.
+            Err(e) => {
+                eprintln!("piw: cannot read the children recorded in it ({e}); removing it anyway")
+            }
+        }
+    }
+    let mut removed = false;
+    for suffix in ["", "-wal", "-shm"] {
+        let mut p = paths.db.clone().into_os_string();
+        p.push(suffix);
+        match std::fs::remove_file(&p) {
+            Ok(()) => removed = true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(removed)
+}
+
+/// `piw state restore <file> --yes`: replaces the state database with a backup, while no host
+/// runs. The backup is checked first (a file this build cannot open is refused and nothing
+/// changes), then the current database is removed as by `piw state reset` and the backup is
+/// copied in with SQLite's online backup (mode 0600).
+fn restore_state(paths: &PiwPaths, file: &std::path::Path, yes: bool) -> Result<(), CliError> {
+    let source = Store::open_read_only(file, StoreConfig::default())?;
+    if !yes {
+        let mut current = paths.db.clone().into_os_string();
+        current.push(".bak");
+        return Err(CliError::Usage(format!(
+            "this replaces {} with {}; {RESTORE_MEANS}. Back up the current state first (`piw state backup {}`), then run `piw state restore {} --yes`",
+            paths.db.display(),
+            file.display(),
+            piw_core::paths::shell_quoted(std::path::Path::new(&current)),
+            piw_core::paths::shell_quoted(file),
+        )));
+    }
+    paths.ensure_dirs()?;
+    // Held from the removal to the copy: no host starts on a half-restored installation.
+    let _lock = piw_core::host::lock_installation(paths).map_err(|e| match e {
+        HostError::AlreadyRunning { pid, .. } => CliError::Runtime(format!(
+            "a piw host is running or still stopping (pid {pid}); stop it first with `piw host stop`"
+        )),
+        other => other.into(),
+    })?;
+    remove_state_locked(paths)?;
+    source.backup_to(&paths.db)?;
+    println!(
+        "restored {} from {}; note: {RESTORE_MEANS}",
+        paths.db.display(),
+        file.display()
+    );
+    Ok(())
 }
 
 /// `piw host stop`: asks the host to stop and returns once its process has ended. A host that

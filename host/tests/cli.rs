@@ -320,6 +320,88 @@ fn state_backup_and_reset() {
     assert!(text(&o).contains("nothing to remove"), "{}", text(&o));
 }
 
+/// `piw state restore <file>` puts a backup back: refused while a host runs (naming it), it
+/// says what restoring an older copy means (runs move back and may repeat their effects) and
+/// asks for `--yes`; a file that is not a compatible database is refused and changes nothing.
+#[test]
+fn state_restore_puts_a_backup_back_only_when_no_host_runs() {
+    let h = home();
+    let file = hello_example(&h);
+    let start = |h: &Home| {
+        let o = piw(&h.home, &["run", "start", file.to_str().unwrap(), "--wait"]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    };
+    start(&h);
+    let backup = h.home.with_file_name("one-run.sqlite");
+    let o = piw(&h.home, &["state", "backup", backup.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    start(&h);
+    let runs = |h: &Home| {
+        let store = piw_core::store::Store::open_read_only(
+            &h.home.join("state.sqlite"),
+            Default::default(),
+        )
+        .unwrap();
+        store.list_runs(None, 10).unwrap().len()
+    };
+    assert_eq!(runs(&h), 2);
+
+    let host_pid: u32 = std::fs::read_to_string(h.home.join("host.lock"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let o = piw(
+        &h.home,
+        &["state", "restore", backup.to_str().unwrap(), "--yes"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains(&format!("pid {host_pid}")),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(piw(&h.home, &["host", "stop"]).status.code(), Some(0));
+
+    // Without --yes: what it means, and nothing changes.
+    let o = piw(&h.home, &["state", "restore", backup.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("run again"), "{}", text(&o));
+    assert!(text(&o).contains("may happen twice"), "{}", text(&o));
+    assert!(text(&o).contains("piw state backup"), "{}", text(&o));
+    assert_eq!(runs(&h), 2);
+    // Not a database: refused, nothing changes.
+    let junk = h.home.with_file_name("junk.sqlite");
+    std::fs::write(&junk, "not a database").unwrap();
+    let o = piw(
+        &h.home,
+        &["state", "restore", junk.to_str().unwrap(), "--yes"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(runs(&h), 2);
+
+    let o = piw(
+        &h.home,
+        &["state", "restore", backup.to_str().unwrap(), "--yes"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("run again"), "{}", text(&o));
+    assert_eq!(runs(&h), 1, "the backup's one run");
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(
+        std::fs::metadata(h.home.join("state.sqlite"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
+    // A host starts on it.
+    let o = piw(&h.home, &["runs", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(json_of(&o)["runs"].as_array().unwrap().len(), 1);
+}
+
 /// After a host crash, `piw state reset --yes` first stops the children that host left
 /// running (as a host's start-up recovery would): once the database is gone, nothing else
 /// knows them. Before, a spinning child kept a core busy under init for ever.
