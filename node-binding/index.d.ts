@@ -214,6 +214,25 @@ export interface Effect {
   error: string | null;
 }
 
+export interface ChildProcess {
+  child_epoch: number;
+  run_id: string;
+  generation: number;
+  host_epoch: number;
+  mode: 'run' | 'validate';
+  pid: number | null;
+  exit_code: number | null;
+  signal: number | null;
+  /** How it ended, in words; `null` while it runs. */
+  reason: string | null;
+  /** The last 64 KiB it wrote to stdout (hex runs of 32+ digits masked as `<hex>`). */
+  stdout_tail: string;
+  /** The last 64 KiB it wrote to stderr (masked the same way). */
+  stderr_tail: string;
+  handshake: boolean;
+  exited: boolean;
+}
+
 export interface RunStatusOptions {
   /** At most this many attempts, newest first (default 100, at most 1000). */
   attemptsLimit?: number;
@@ -228,6 +247,8 @@ export interface RunStatus {
   attempts: Attempt[];
   /** How many attempts the run has in all. */
   attempt_count: number;
+  /** The run's newest child process (`null` before its first): how it ended, what it wrote. */
+  last_child: ChildProcess | null;
   decisions: Decision[];
   interactions: Interaction[];
   effects: Effect[];

@@ -235,7 +235,8 @@ use std::collections::BTreeSet;
 use common::*;
 use piw_core::host::dispatch;
 use piw_core::store::{
-    Answerer, DecisionKind, EffectResult, Fence, RetryContract, RunStatus, StoreError,
+    Answerer, ChildExitRecord, ChildMode, DecisionKind, EffectResult, Fence, RetryContract,
+    RunStatus, StoreError,
 };
 use serde_json::Value;
 
@@ -360,6 +361,23 @@ fn scenario() -> Scenario {
     f.store
         .write(|w| w.complete(&claim, &b, &json!({"done": true}), &json!({"done": true})))
         .unwrap();
+    let generation = claim.generation;
+    f.store
+        .write(|w| {
+            let epoch = w.begin_host_epoch(4000)?;
+            let child = w.record_child_launch(&completed, generation, epoch, ChildMode::Run)?;
+            w.record_child_process(child, 4242, 1)?;
+            w.record_child_exit(
+                child,
+                &ChildExitRecord {
+                    exit_code: Some(0),
+                    reason: "exited with status 0".into(),
+                    stderr_tail: b"bye\n".to_vec(),
+                    ..Default::default()
+                },
+            )
+        })
+        .unwrap();
 
     let (interacting, attempt, interaction) = f.waiting();
     let submission = f
@@ -471,6 +489,7 @@ fn the_documented_records_are_the_ones_the_host_sends() {
         ("A decision (", first("decisions")),
         ("An interaction (", first("interactions")),
         ("An effect (", first("effects")),
+        ("The last child (", statuses[0]["last_child"].clone()),
     ];
     for (marker, record) in cases {
         let (always, marks) = documented_fields(&doc, marker);

@@ -762,6 +762,7 @@ fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {
                 run["revision"]
             );
             text.push_str(&why_lines(run));
+            text.push_str(&last_child_lines(&b["last_child"]));
             text
         } else {
             b.as_object()
@@ -784,6 +785,46 @@ fn why_lines(run: &Value) -> String {
         .iter()
         .filter_map(|(label, key)| run[*key].as_str().map(|why| format!("\n{label} {why}")))
         .collect()
+}
+
+/// How the run's newest child ended (or that it runs) and the end of what it wrote to stderr:
+/// a run that failed or stopped for review shows why in the child's own words. Empty for a
+/// run that never had a child.
+fn last_child_lines(child: &Value) -> String {
+    /// Lines of the stderr tail shown; `--json` has the whole tails.
+    const STDERR_LINES: usize = 10;
+    if child.is_null() {
+        return String::new();
+    }
+    let mut text = if child["exited"] == json!(true) {
+        format!(
+            "
+last child exited: {}",
+            str_of(&child["reason"])
+        )
+    } else {
+        format!(
+            "
+last child running (pid {})",
+            str_of(&child["pid"])
+        )
+    };
+    let stderr = child["stderr_tail"].as_str().unwrap_or_default();
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    if !lines.is_empty() {
+        text.push_str(
+            "
+its stderr ends:",
+        );
+        for line in &lines[lines.len().saturating_sub(STDERR_LINES)..] {
+            text.push_str(
+                "
+  ",
+            );
+            text.push_str(line);
+        }
+    }
+    text
 }
 
 /// What a non-terminal run waits for that only someone else can give it, one line each:

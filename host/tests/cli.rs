@@ -759,6 +759,48 @@ fn run_status_says_why_a_run_stopped_for_review() {
     );
 }
 
+/// `piw run status` shows how the run's last child ended and the end of its stderr; `--json`
+/// has the whole tails (hex runs that could be tokens masked). Before, a run that stopped for
+/// review after its child kept dying showed no word of what the child said.
+#[test]
+fn run_status_shows_the_last_childs_exit_and_stderr() {
+    let h = home();
+    let file = h.home.with_file_name("noisy.workflow.sh");
+    std::fs::write(
+        &file,
+        "echo starting on stdout\necho 'token 0123456789abcdef0123456789abcdef01234567' >&2\necho 'boom: missing config' >&2\nexit 3\n",
+    )
+    .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_piw"))
+        .args(["run", "start", file.to_str().unwrap(), "--wait", "--json"])
+        .env("PIW_HOME", &h.home)
+        .env("PIW_LOG", "warn")
+        .env("PIW_RUNTIMES", ".workflow.sh=/bin/sh")
+        .output()
+        .unwrap();
+    let run = json_of(&o);
+    assert_eq!(run["run"]["status"], "review", "{}", text(&o));
+    let run_id = run["run"]["run_id"].as_str().unwrap().to_owned();
+    let o = piw(&h.home, &["run", "status", &run_id]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let shown = text(&o);
+    assert!(shown.contains("\nlast child exited: "), "{shown}");
+    assert!(shown.contains("3"), "{shown}");
+    assert!(
+        shown.contains("\nits stderr ends:\n  token <hex>\n  boom: missing config"),
+        "{shown}"
+    );
+    let o = piw(&h.home, &["run", "status", &run_id, "--json"]);
+    let status = json_of(&o);
+    let child = &status["last_child"];
+    assert_eq!(child["exit_code"], 3, "{child}");
+    assert_eq!(child["stdout_tail"], "starting on stdout\n", "{child}");
+    assert_eq!(
+        child["stderr_tail"], "token <hex>\nboom: missing config\n",
+        "{child}"
+    );
+}
+
 /// `diagnose` never starts a host: with none running it reads the database itself (read-only,
 /// under the installation lock), and it exits 3 when it finds contradictions.
 #[test]

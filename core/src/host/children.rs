@@ -1274,10 +1274,19 @@ pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildRe
 /// status.
 pub fn last_stderr_line(stderr_tail: &[u8]) -> Option<String> {
     const MAX_BYTES: usize = 600;
-    const HEX_RUN: usize = 32;
     let text = String::from_utf8_lossy(stderr_tail);
     let line = text.lines().map(str::trim).rfind(|l| !l.is_empty())?;
-    let mut out = String::new();
+    Some(crate::protocol::request::bounded_message(
+        &mask_hex_runs(line),
+        MAX_BYTES,
+    ))
+}
+
+/// `text` with every run of 32 or more hex digits replaced by `<hex>`: what a child printed
+/// reaches status and reasons, and nothing shaped like a token may.
+pub fn mask_hex_runs(text: &str) -> String {
+    const HEX_RUN: usize = 32;
+    let mut out = String::with_capacity(text.len());
     let mut hex = String::new();
     let flush = |out: &mut String, hex: &mut String| {
         if hex.len() >= HEX_RUN {
@@ -1287,7 +1296,7 @@ pub fn last_stderr_line(stderr_tail: &[u8]) -> Option<String> {
         }
         hex.clear();
     };
-    for c in line.chars() {
+    for c in text.chars() {
         if c.is_ascii_hexdigit() {
             hex.push(c);
         } else {
@@ -1296,7 +1305,7 @@ pub fn last_stderr_line(stderr_tail: &[u8]) -> Option<String> {
         }
     }
     flush(&mut out, &mut hex);
-    Some(crate::protocol::request::bounded_message(&out, MAX_BYTES))
+    out
 }
 
 /// After a batch, forget claims the store released (the run parked, waited or ended). A

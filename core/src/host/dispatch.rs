@@ -531,8 +531,22 @@ pub fn apply_read(store: &Store, req: &Request, reply_limit: usize) -> Result<Re
             let mut decisions = store.decisions(run_id)?;
             let mut interactions = store.interactions(Some(run_id), None)?;
             let mut effects = store.effects(run_id)?;
-            let body_len =
-                json_len(&(&run, &claim, &attempts, &decisions, &interactions, &effects));
+            // What the newest child said (its exit and output tails, masked like the loss
+            // reasons): a run that failed or stopped for review shows why in its own words.
+            let last_child = store.last_child(run_id)?.map(|mut c| {
+                c.stdout_tail = super::children::mask_hex_runs(&c.stdout_tail);
+                c.stderr_tail = super::children::mask_hex_runs(&c.stderr_tail);
+                c
+            });
+            let body_len = json_len(&(
+                &run,
+                &claim,
+                &attempts,
+                &decisions,
+                &interactions,
+                &effects,
+                &last_child,
+            ));
             fit_run_status(
                 &mut attempts,
                 &mut interactions,
@@ -545,7 +559,7 @@ pub fn apply_read(store: &Store, req: &Request, reply_limit: usize) -> Result<Re
                 json!({ "run": run, "claim": claim, "attempts": attempts,
                         "attempt_count": attempt_count,
                         "decisions": decisions, "interactions": interactions,
-                        "effects": effects }),
+                        "effects": effects, "last_child": last_child }),
             )
         }
         RequestBody::RunList(list) => {
