@@ -191,31 +191,92 @@ const STOP_WAIT_MS: u64 = 15_000;
 enum CliError {
     /// Exit 1.
     Runtime(String),
+    /// Exit 1: the host (or the client library) refused or failed, with the protocol's code
+    /// and details, which `--json` reports.
+    Client {
+        code: &'static str,
+        message: String,
+        details: Value,
+    },
     /// Exit 2: the command line asks for something it must say differently.
     Usage(String),
     /// Exit 3, with nothing more to print: `diagnose` found contradictions (and printed them).
     Findings,
+    /// Exit 1, with nothing more to print: the output already says why (`--wait --json` of a
+    /// run that did not complete prints its status).
+    Reported,
 }
 
-impl<E: std::fmt::Display> From<E> for CliError {
+impl<E: std::fmt::Display + 'static> From<E> for CliError {
     fn from(e: E) -> Self {
-        CliError::Runtime(e.to_string())
+        // A client error keeps its code and details for `--json`.
+        match (&e as &dyn std::any::Any).downcast_ref::<ClientError>() {
+            Some(client) => CliError::Client {
+                code: client.code_str(),
+                message: client.to_string(),
+                details: match client {
+                    ClientError::Rejected(r) => r.details.clone(),
+                    _ => Value::Null,
+                },
+            },
+            None => CliError::Runtime(e.to_string()),
+        }
     }
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse(); // usage errors exit 2
+    // With `--json`, errors are JSON on stdout too (`{"error": {"code", "message",
+    // "details"}}`), with the same exit codes; without it, a line on stderr.
+    let json = std::env::args_os().skip(1).any(|a| a == "--json");
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if json && e.use_stderr() => {
+            return report_error(true, "usage", e.to_string().trim(), Value::Null, 2)
+        }
+        Err(e) => e.exit(), // usage errors exit 2, help and version 0
+    };
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(CliError::Runtime(msg)) => {
-            eprintln!("piw: {msg}");
-            ExitCode::from(1)
-        }
-        Err(CliError::Usage(msg)) => {
-            eprintln!("piw: {msg}");
-            ExitCode::from(2)
-        }
+        Err(CliError::Runtime(msg)) => report_error(json, "failed", &msg, Value::Null, 1),
+        Err(CliError::Client {
+            code,
+            message,
+            details,
+        }) => report_error(json, code, &message, details, 1),
+        Err(CliError::Usage(msg)) => report_error(json, "usage", &msg, Value::Null, 2),
         Err(CliError::Findings) => ExitCode::from(3),
+        Err(CliError::Reported) => ExitCode::from(1),
+    }
+}
+
+/// Says why a command failed and returns its exit code: with `--json` one JSON document on
+/// stdout, `{"error": {"code", "message", "details"}}` (`code` is the protocol's or the client
+/// library's code, `usage` for the command line, `failed` for anything else); otherwise
+/// `piw: <message>` on stderr.
+fn report_error(json: bool, code: &str, message: &str, details: Value, exit: u8) -> ExitCode {
+    if json {
+        println!(
+            "{}",
+            json!({ "error": { "code": code, "message": message, "details": details } })
+        );
+    } else {
+        eprintln!("piw: {message}");
+    }
+    ExitCode::from(exit)
+}
+
+/// A run status in words, for sentences: `the run {..}`.
+fn status_words(status: &str) -> String {
+    match status {
+        "queued" => "is queued".into(),
+        "running" => "is running".into(),
+        "waiting" => "is waiting".into(),
+        "review" => "is in review (stopped until a person acts)".into(),
+        "completed" => "completed".into(),
+        "failed" => "failed".into(),
+        "cancelled" => "was cancelled".into(),
+        "timed_out" => "timed out".into(),
+        other => format!("is {other}"),
     }
 }
 
@@ -937,7 +998,7 @@ fn wait_for_run(
                 let run = &b["run"];
                 // Only the lines that say something: a completed run has no error, a failed
                 // one no result.
-                let mut text = format!("run {run_id} {status}");
+                let mut text = format!("run {run_id} {}", status_words(&status));
                 if !run["result"].is_null() {
                     text.push_str(&format!("\nresult {}", run["result"]));
                 }
@@ -946,15 +1007,22 @@ fn wait_for_run(
             });
             return if status == "completed" {
                 Ok(())
+            } else if json_out {
+                // The status printed says how it ended; stdout stays one JSON document.
+                Err(CliError::Reported)
             } else {
-                Err(CliError::Runtime(format!("run {run_id} ended {status}")))
+                Err(CliError::Runtime(format!(
+                    "run {run_id} {}",
+                    status_words(&status)
+                )))
             };
         }
         if let Some(deadline) = deadline {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             if left.is_zero() {
                 return Err(CliError::Runtime(format!(
-                    "gave up waiting for run {run_id} (it is {status})"
+                    "gave up waiting for run {run_id} (the run {})",
+                    status_words(&status)
                 )));
             }
             client.set_timeout(Some(left))?;

@@ -757,6 +757,71 @@ fn run_status_says_why_a_run_stopped_for_review() {
     );
 }
 
+/// With `--json`, a failing command's error is one JSON document on stdout,
+/// `{"error": {"code", "message", "details"}}`, with the same exit codes as without (1 for a
+/// refusal, 2 for the command line), so a script reads one format. Without it, a line on
+/// stderr. The end of a wait says how the run ended in words.
+#[test]
+fn json_errors_are_json_on_stdout_with_the_same_exit_codes() {
+    let h = home();
+    let file = hello_example(&h);
+    assert_eq!(piw(&h.home, &["host", "start"]).status.code(), Some(0));
+    let o = piw(&h.home, &["run", "cancel", "run-nope", "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = json_of(&o);
+    assert_eq!(err["error"]["code"], "not_found", "{err}");
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("run-nope"),
+        "{err}"
+    );
+    assert!(o.stderr.is_empty(), "{}", text(&o));
+    // A refusal with details keeps them.
+    let o = piw(
+        &h.home,
+        &["run", "start", file.to_str().unwrap(), "--wait", "--json"],
+    );
+    let run_id = json_of(&o)["run"]["run_id"].as_str().unwrap().to_owned();
+    let o = piw(&h.home, &["run", "pause", &run_id, "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = json_of(&o);
+    assert_eq!(err["error"]["code"], "invalid_transition", "{err}");
+    assert_eq!(err["error"]["details"]["status"], "completed", "{err}");
+    // The command line: exit 2, as JSON too.
+    let o = piw(
+        &h.home,
+        &[
+            "run",
+            "start",
+            "x.workflow.json",
+            "--input",
+            "{bad",
+            "--json",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = json_of(&o);
+    assert_eq!(err["error"]["code"], "usage", "{err}");
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not JSON"),
+        "{err}"
+    );
+    // Without --json, the same refusal is a line on stderr and nothing on stdout.
+    let o = piw(&h.home, &["run", "cancel", "run-nope"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(o.stdout.is_empty(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).starts_with("piw: not_found"),
+        "{}",
+        text(&o)
+    );
+}
+
 /// `piw run status` shows how the run's last child ended and the end of its stderr; `--json`
 /// has the whole tails (hex runs that could be tokens masked). Before, a run that stopped for
 /// review after its child kept dying showed no word of what the child said.
