@@ -325,6 +325,15 @@ export declare class Client {
   pauseRun(runId: string, options?: CommandOptions): Promise<{ run_id: string; paused: true }>;
   resumeRun(runId: string, options?: CommandOptions): Promise<{ run_id: string; paused: false }>;
   cancelRun(runId: string, options?: CommandOptions & { reason?: string }): Promise<{ run_id: string; status: 'cancelled'; summary: unknown }>;
+  /** A run in review: runs its current node again. Refused while an effect is uncertain. */
+  retryRun(runId: string, options?: CommandOptions & { reason?: string; by?: string }): Promise<{ run_id: string; status: 'queued' }>;
+  /** A run in review: records what became of an uncertain effect; the run continues once none is. */
+  resolveEffect(
+    runId: string,
+    effectId: string,
+    outcome: { applied: unknown } | { failed: string },
+    options?: CommandOptions & { reason?: string; by?: string },
+  ): Promise<{ run_id: string; effect_id: string; state: 'applied' | 'failed'; status: RunStatusName }>;
   /** Answers an ordinary checkpoint (the model-facing path). */
   answerCheckpoint(runId: string, decisionId: string, answer: unknown, options?: CommandOptions): Promise<{ decision_id: string; answered_by: 'model' }>;
   /** Answers a protected human decision; only a person in the origin session may. */

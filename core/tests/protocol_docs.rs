@@ -235,8 +235,8 @@ use std::collections::BTreeSet;
 use common::*;
 use piw_core::host::dispatch;
 use piw_core::store::{
-    Answerer, ChildExitRecord, ChildMode, DecisionKind, EffectResult, Fence, RetryContract,
-    RunStatus, StoreError,
+    Answerer, ChildExitRecord, ChildMode, DecisionKind, EffectResult, Fence, Provenance,
+    RetryContract, RunStatus, StoreError,
 };
 use serde_json::Value;
 
@@ -421,6 +421,33 @@ fn scenario() -> Scenario {
     let act = f.activate(&reviewed);
     f.store
         .write(|w| w.send_to_review(&act.claim, "source changed"))
+        .unwrap();
+    let person = Provenance {
+        by: "ana",
+        reason: "put the source back",
+    };
+    f.store
+        .write(|w| w.retry_from_review(&reviewed, person))
+        .unwrap();
+    let act = f.activate(&reviewed);
+    let a = f
+        .store
+        .write(|w| w.node_started(&act.claim, "a", None))
+        .unwrap();
+    let effect = f.reserve_and_apply(&act.claim, &a, "charge", RetryContract::Never);
+    f.clock.advance(LEASE_MS + 1);
+    f.store.write(|w| w.recover_expired()).unwrap();
+    f.store
+        .write(|w| {
+            w.resolve_effect(
+                &reviewed,
+                &effect,
+                &EffectResult::Failed {
+                    error: "never charged".into(),
+                },
+                person,
+            )
+        })
         .unwrap();
     let control = f
         .store

@@ -57,6 +57,18 @@ fn sample(kind: RequestKind) -> Request {
         RequestKind::RunCancel => RequestBody::RunCancel(RunCancel {
             reason: Some("user asked".into()),
         }),
+        RequestKind::RunRetry => RequestBody::RunRetry(RunRetry {
+            reason: Some("fixed the config".into()),
+            by: Some("ana".into()),
+        }),
+        RequestKind::EffectResolve => RequestBody::EffectResolve(EffectResolve {
+            effect_id: "eff-1".into(),
+            result: EffectResult::Applied {
+                receipt: json!({"id": 7}),
+            },
+            reason: None,
+            by: Some("ana".into()),
+        }),
         RequestKind::CheckpointAnswer => RequestBody::CheckpointAnswer(DecisionAnswer {
             decision_id: "dec-1".into(),
             answer: json!("yes"),
@@ -802,7 +814,7 @@ fn decode_error_messages_are_bounded() {
 
 #[test]
 fn every_request_kind_round_trips() {
-    assert_eq!(RequestKind::ALL.len(), 32);
+    assert_eq!(RequestKind::ALL.len(), 34);
     for &kind in RequestKind::ALL {
         let request = sample(kind)
             .with_expected_revision(3)

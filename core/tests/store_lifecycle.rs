@@ -1162,3 +1162,125 @@ fn a_request_of_a_run_in_review_is_not_listed_for_its_session() {
     assert_eq!(f.store.interactions(Some(&run_id), None).unwrap().len(), 1);
     f.assert_clean();
 }
+
+const PERSON: Provenance<'static> = Provenance {
+    by: "ana",
+    reason: "fixed the config",
+};
+
+/// Review is not a dead end: a person retries the current node (the losses forgotten, an
+/// event with who and why), and a retry is refused while an effect is uncertain.
+#[test]
+fn a_person_retries_a_run_in_review_and_its_node_runs_again() {
+    let mut f = Fixture::new();
+    let run_id = f.start();
+    for _ in 0..DEFAULT_MAX_CHILD_LOSSES {
+        let act = f.activate(&run_id);
+        f.store
+            .write(|w| w.node_started(&act.claim, "a", None))
+            .unwrap();
+        f.store
+            .write(|w| w.child_lost(&act.claim, "segfault"))
+            .unwrap();
+    }
+    assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Review);
+    f.store
+        .write(|w| w.retry_from_review(&run_id, PERSON))
+        .unwrap();
+    assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Queued);
+    assert_eq!(
+        f.store.ready_runs(f.store.now_ms(), 10).unwrap(),
+        vec![run_id.clone()]
+    );
+    let events = f.store.events(&run_id, 0).unwrap();
+    let last = events.last().unwrap();
+    assert_eq!(last.kind, "retried");
+    assert_eq!(
+        last.data,
+        json!({"by": "ana", "reason": "fixed the config"})
+    );
+    // The node runs again; one more loss does not send it straight back to review.
+    let act = f.activate(&run_id);
+    f.store
+        .write(|w| w.node_started(&act.claim, "a", None))
+        .unwrap();
+    let rec = f
+        .store
+        .write(|w| w.child_lost(&act.claim, "segfault"))
+        .unwrap();
+    assert_eq!(rec.status, RunStatus::Queued, "the losses were forgotten");
+    // Not in review: refused.
+    assert_invalid(&mut f, "retry a queued run", |w| {
+        w.retry_from_review(&run_id, PERSON)
+    });
+    f.assert_clean();
+}
+
+/// An uncertain effect is resolved by a person, never guessed: `applied` with their receipt
+/// (a later reserve of the key returns it, nothing is applied again) or `failed`; then the run
+/// continues. A retry before that is refused.
+#[test]
+fn a_person_resolves_an_uncertain_effect_and_the_run_continues() {
+    let mut f = Fixture::new();
+    let (run_id, act, a) = f.running();
+    let effect = f.reserve_and_apply(&act.claim, &a, "charge", RetryContract::Never);
+    f.clock.advance(LEASE_MS + 1);
+    f.store.write(|w| w.recover_expired()).unwrap();
+    assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Review);
+    assert_invalid(&mut f, "retry with an uncertain effect", |w| {
+        w.retry_from_review(&run_id, PERSON)
+    });
+    assert!(matches!(
+        f.store.write(|w| w.resolve_effect(
+            &run_id,
+            "eff-nope",
+            &EffectResult::Failed { error: "x".into() },
+            PERSON
+        )),
+        Err(StoreError::NotFound { .. })
+    ));
+    f.store
+        .write(|w| {
+            w.resolve_effect(
+                &run_id,
+                &effect,
+                &EffectResult::Applied {
+                    receipt: json!({"charge": "ch_1"}),
+                },
+                PERSON,
+            )
+        })
+        .unwrap();
+    assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Queued);
+    let last = f.store.events(&run_id, 0).unwrap().pop().unwrap();
+    assert_eq!(last.kind, "effect_resolved");
+    assert_eq!(last.data["state"], "applied");
+    assert_eq!(last.data["by"], "ana");
+    // Resolved once: a second resolution is refused.
+    assert_invalid(&mut f, "resolve a settled effect", |w| {
+        w.resolve_effect(
+            &run_id,
+            &effect,
+            &EffectResult::Failed { error: "no".into() },
+            PERSON,
+        )
+    });
+    // The node runs again and finds the person's receipt: nothing is applied twice.
+    let act = f.activate(&run_id);
+    let a2 = f
+        .store
+        .write(|w| w.node_started(&act.claim, "a", None))
+        .unwrap();
+    let again = f
+        .store
+        .write(|w| w.reserve_effect(&act.claim, &a2, "charge", "fp", RetryContract::Never))
+        .unwrap();
+    assert_eq!(
+        again,
+        Reservation::AlreadyApplied {
+            effect_id: effect.clone(),
+            receipt: json!({"charge": "ch_1"}),
+        }
+    );
+    f.assert_clean();
+}

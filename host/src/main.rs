@@ -124,6 +124,41 @@ enum RunCmd {
         #[arg(long)]
         json: bool,
     },
+    /// A run in review: run its current node again (once the cause of its lost children is
+    /// fixed, or a changed source is put back). Refused while an effect is uncertain.
+    Retry {
+        run_id: String,
+        /// Why: what was fixed (kept in the run's `retried` event, with your login name).
+        #[arg(long, default_value = "")]
+        reason: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// A run in review: record what became of an uncertain effect (it was applied, with the
+    /// receipt you provide, or it failed); once none is uncertain, the run continues.
+    ResolveEffect {
+        run_id: String,
+        effect_id: String,
+        /// It happened: the external system's receipt, as JSON.
+        #[arg(long, value_name = "RECEIPT_JSON", value_parser = parse_json, conflicts_with = "failed", required_unless_present = "failed")]
+        applied: Option<Value>,
+        /// It did not happen: why.
+        #[arg(long, value_name = "ERROR")]
+        failed: Option<String>,
+        /// How you know (kept in the `effect_resolved` event, with your login name).
+        #[arg(long, default_value = "")]
+        reason: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Who a person's command on a run is from: the login name, kept in the run's events.
+fn login_name() -> String {
+    ["USER", "LOGNAME"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|n| !n.is_empty()))
+        .unwrap_or_else(|| "unknown".into())
 }
 
 #[derive(Subcommand)]
@@ -797,6 +832,50 @@ fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {
             client.send(run_request(&run_id, RequestBody::RunResume))?,
             json,
         ),
+        RunCmd::Retry {
+            run_id,
+            reason,
+            json,
+        } => (
+            client.send(run_request(
+                &run_id,
+                RequestBody::RunRetry(payload::RunRetry {
+                    reason: Some(reason),
+                    by: Some(login_name()),
+                }),
+            ))?,
+            json,
+        ),
+        RunCmd::ResolveEffect {
+            run_id,
+            effect_id,
+            applied,
+            failed,
+            reason,
+            json,
+        } => {
+            let result =
+                match (applied, failed) {
+                    (Some(receipt), None) => payload::EffectResult::Applied { receipt },
+                    (None, Some(error)) => payload::EffectResult::Failed { error },
+                    _ => return Err(CliError::Usage(
+                        "say what became of the effect: --applied RECEIPT_JSON or --failed ERROR"
+                            .into(),
+                    )),
+                };
+            (
+                client.send(run_request(
+                    &run_id,
+                    RequestBody::EffectResolve(payload::EffectResolve {
+                        effect_id,
+                        result,
+                        reason: Some(reason),
+                        by: Some(login_name()),
+                    }),
+                ))?,
+                json,
+            )
+        }
         RunCmd::Cancel { run_id, json } => (
             client.send(run_request(
                 &run_id,

@@ -757,6 +757,143 @@ fn run_status_says_why_a_run_stopped_for_review() {
     );
 }
 
+/// Runs `piw` with `PIW_RUNTIMES` set (the host it starts serves that runtime too).
+fn piw_with_runtime(home: &Path, runtimes: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_piw"))
+        .args(args)
+        .env("PIW_HOME", home)
+        .env("PIW_LOG", "warn")
+        .env("PIW_RUNTIMES", runtimes)
+        .output()
+        .expect("run piw")
+}
+
+/// Polls `piw run status --json` until the run is in one of `statuses` (30 s: only a hang
+/// reaches it).
+fn wait_status(home: &Path, run_id: &str, statuses: &[&str]) -> Value {
+    let started = std::time::Instant::now();
+    loop {
+        let s = json_of(&piw(home, &["run", "status", run_id, "--json"]));
+        if statuses.contains(&s["run"]["status"].as_str().unwrap_or_default()) {
+            return s;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "never {statuses:?}: {s}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Review is not a dead end. A run whose children kept dying (its runtime was broken) is
+/// retried by a person once the cause is fixed: `piw run retry` runs the node again and the
+/// run completes. A retry of a run not in review is refused.
+#[test]
+fn a_person_retries_a_run_in_review_from_the_command_line() {
+    let h = home();
+    let dir = h.home.parent().unwrap().to_path_buf();
+    let fixed = dir.join("fixed");
+    // The runtime fails until `fixed` exists, then is the JSON worker.
+    let wrapper = dir.join("runtime.sh");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "if [ -f '{}' ]; then exec '{}' \"$@\"; fi\necho 'runtime broken' >&2\nexit 3\n",
+            fixed.display(),
+            env!("CARGO_BIN_EXE_piw-json-worker")
+        ),
+    )
+    .unwrap();
+    let runtimes = format!(".workflow.json=/bin/sh {}", wrapper.display());
+    let file = hello_example(&h);
+    let o = piw_with_runtime(
+        &h.home,
+        &runtimes,
+        &["run", "start", file.to_str().unwrap(), "--wait", "--json"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let run_id = json_of(&o)["run"]["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(json_of(&o)["run"]["status"], "review");
+    std::fs::write(&fixed, "").unwrap();
+    let o = piw(
+        &h.home,
+        &[
+            "run",
+            "retry",
+            &run_id,
+            "--reason",
+            "fixed the runtime",
+            "--json",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(json_of(&o)["status"], "queued");
+    let s = wait_status(&h.home, &run_id, &["completed", "failed", "review"]);
+    assert_eq!(s["run"]["status"], "completed", "{s}");
+    let o = piw(&h.home, &["run", "retry", &run_id, "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(json_of(&o)["error"]["code"], "invalid_transition");
+}
+
+/// An effect that may have happened (its child died while applying it, under the `never`
+/// contract) stops the run for review; a person who checked records it as applied, with the
+/// receipt, and the run continues without applying it again.
+#[test]
+fn a_person_resolves_an_uncertain_effect_from_the_command_line() {
+    let h = home();
+    let dir = h.home.parent().unwrap().to_path_buf();
+    let ledger = dir.join("ledger.txt");
+    let file = workflow_file(
+        &h,
+        "charge",
+        &serde_json::json!({
+            "graph": {"name": "charge", "start": "pay", "nodes": {"pay": {"kind": "action"}}, "edges": []},
+            "behaviors": {"pay": {"effect": {"key": "charge", "contract": "never",
+                "append_to": ledger, "line": "charged",
+                "crash_while_applying_marker": dir.join("crashed")}}}
+        }),
+    );
+    let o = piw(
+        &h.home,
+        &["run", "start", file.to_str().unwrap(), "--wait", "--json"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let status = json_of(&o);
+    assert_eq!(status["run"]["status"], "review", "{status}");
+    let run_id = status["run"]["run_id"].as_str().unwrap().to_owned();
+    let effect = &status["effects"][0];
+    assert_eq!(effect["state"], "uncertain", "{status}");
+    let effect_id = effect["effect_id"].as_str().unwrap().to_owned();
+    // A retry would apply it again: refused until it is resolved.
+    let o = piw(&h.home, &["run", "retry", &run_id]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("uncertain"), "{}", text(&o));
+    let o = piw(
+        &h.home,
+        &[
+            "run",
+            "resolve-effect",
+            &run_id,
+            &effect_id,
+            "--applied",
+            r#"{"ledger_line": 1}"#,
+            "--reason",
+            "checked the ledger",
+            "--json",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(json_of(&o)["state"], "applied");
+    let s = wait_status(&h.home, &run_id, &["completed", "failed", "review"]);
+    assert_eq!(s["run"]["status"], "completed", "{s}");
+    assert_eq!(
+        s["run"]["result"],
+        serde_json::json!({"receipt": {"ledger_line": 1}, "replayed": true})
+    );
+    let lines = std::fs::read_to_string(&ledger).unwrap();
+    assert_eq!(lines.lines().count(), 1, "applied once: {lines}");
+}
+
 /// With `--json`, a failing command's error is one JSON document on stdout,
 /// `{"error": {"code", "message", "details"}}`, with the same exit codes as without (1 for a
 /// refusal, 2 for the command line), so a script reads one format. Without it, a line on

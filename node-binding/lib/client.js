@@ -169,6 +169,36 @@ export class Client {
     return this.#body('run.cancel', { ...envelope(options), runId }, { reason: options.reason ?? null });
   }
 
+  /**
+   * A run in review: runs its current node again (a person's way out, once the cause is
+   * fixed). `by` and `reason` are kept in the run's `retried` event. Refused while an effect
+   * is uncertain (`resolveEffect` first).
+   */
+  retryRun(runId, options = {}) {
+    return this.#body('run.retry', { ...envelope(options), runId }, {
+      reason: options.reason ?? null,
+      by: options.by ?? null,
+    });
+  }
+
+  /**
+   * A run in review: records what became of an uncertain effect, `{ applied: receipt }` or
+   * `{ failed: error }`; once none is uncertain, the run continues (its node runs again and
+   * finds the recorded receipt).
+   */
+  resolveEffect(runId, effectId, outcome, options = {}) {
+    const result =
+      outcome && 'applied' in outcome
+        ? { status: 'applied', receipt: outcome.applied ?? null }
+        : { status: 'failed', error: String(outcome?.failed ?? '') };
+    return this.#body('effect.resolve', { ...envelope(options), runId }, {
+      effect_id: effectId,
+      result,
+      reason: options.reason ?? null,
+      by: options.by ?? null,
+    });
+  }
+
   /** Answers an ordinary checkpoint (the model-facing path). */
   answerCheckpoint(runId, decisionId, answer, options = {}) {
     return this.#body('checkpoint.answer', { ...envelope(options), runId }, {

@@ -7,8 +7,8 @@ use serde_json::{json, Value};
 
 use crate::protocol::{payload, Receipt, Rejection, RejectionCode, Request, RequestBody};
 use crate::store::{
-    Answerer, Claim, ClaimLostReason, CommandMeta, ExecutionMode, Fence, NewRun, RunStatus, Store,
-    StoreError, WriteTx,
+    Answerer, Claim, ClaimLostReason, CommandMeta, ExecutionMode, Fence, NewRun, Provenance,
+    RunStatus, Store, StoreError, WriteTx,
 };
 
 /// How long a claimed workflow message stays with one client before another may take it.
@@ -333,6 +333,40 @@ pub fn apply_command(
             // The claim is forgotten, and the child stopped, after the commit
             // (`children::forget_released_claims`).
             json!({ "run_id": run_id, "status": "cancelled", "summary": summary })
+        }
+        RequestBody::RunRetry(r) => {
+            let run_id = required(&req.run_id, "run_id")?;
+            let who = Provenance {
+                by: r.by.as_deref().unwrap_or("unknown"),
+                reason: r.reason.as_deref().unwrap_or(""),
+            };
+            w.retry_from_review(run_id, who)?;
+            json!({ "run_id": run_id, "status": RunStatus::Queued.as_str() })
+        }
+        RequestBody::EffectResolve(e) => {
+            let run_id = required(&req.run_id, "run_id")?;
+            let who = Provenance {
+                by: e.by.as_deref().unwrap_or("unknown"),
+                reason: e.reason.as_deref().unwrap_or(""),
+            };
+            let (result, state) = match &e.result {
+                payload::EffectResult::Applied { receipt } => (
+                    crate::store::EffectResult::Applied {
+                        receipt: receipt.clone(),
+                    },
+                    "applied",
+                ),
+                payload::EffectResult::Failed { error } => (
+                    crate::store::EffectResult::Failed {
+                        error: error.clone(),
+                    },
+                    "failed",
+                ),
+            };
+            w.resolve_effect(run_id, &e.effect_id, &result, who)?;
+            let (status, _) = w.run_state(run_id)?;
+            json!({ "run_id": run_id, "effect_id": e.effect_id, "state": state,
+                    "status": status.as_str() })
         }
         RequestBody::CheckpointAnswer(a) => {
             w.require_decision_of(required(&req.run_id, "run_id")?, &a.decision_id)?;

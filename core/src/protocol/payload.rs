@@ -143,6 +143,28 @@ pub struct RunCancel {
     pub reason: Option<String>,
 }
 
+/// Payload of `run.retry`: a person runs the current node of a run in review again.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunRetry {
+    /// Why (what the person fixed), kept in the `retried` event.
+    pub reason: Option<String>,
+    /// Who asked (the CLI sends the login name), kept in the event.
+    pub by: Option<String>,
+}
+
+/// Payload of `effect.resolve`: a person records what became of an uncertain effect.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EffectResolve {
+    /// The uncertain effect (`run.status` → `effects`).
+    pub effect_id: String,
+    /// What the person found: `applied` with the receipt they provide, or `failed`.
+    pub result: EffectResult,
+    /// Why they know, kept in the `effect_resolved` event.
+    pub reason: Option<String>,
+    /// Who, kept in the event.
+    pub by: Option<String>,
+}
+
 /// Payload of `checkpoint.answer` and `decision.answer`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DecisionAnswer {

@@ -40,7 +40,8 @@ pub use durability::WalSync;
 pub use effects::{EffectResult, Reservation};
 pub use error::{StoreError, StoreResult};
 pub use lifecycle::{
-    Activation, CancelSummary, NewRun, RecoveredRun, Resume, TransitionRequest, Transitioned,
+    Activation, CancelSummary, NewRun, Provenance, RecoveredRun, Resume, TransitionRequest,
+    Transitioned,
 };
 pub use model::*;
 pub use read::{
