@@ -214,10 +214,41 @@ export interface Effect {
   error: string | null;
 }
 
+export interface ChildProcess {
+  child_epoch: number;
+  run_id: string;
+  generation: number;
+  host_epoch: number;
+  mode: 'run' | 'validate';
+  pid: number | null;
+  exit_code: number | null;
+  signal: number | null;
+  /** How it ended, in words; `null` while it runs. */
+  reason: string | null;
+  /** The last 64 KiB it wrote to stdout (hex runs of 32+ digits masked as `<hex>`). */
+  stdout_tail: string;
+  /** The last 64 KiB it wrote to stderr (masked the same way). */
+  stderr_tail: string;
+  handshake: boolean;
+  exited: boolean;
+}
+
+export interface RunStatusOptions {
+  /** At most this many attempts, newest first (default 100, at most 1000). */
+  attemptsLimit?: number;
+  /** Only attempts older than this one: the last `attempt_id` of a previous reply. */
+  attemptsBefore?: string;
+}
+
 export interface RunStatus {
   run: Run;
   claim: unknown;
+  /** The newest attempts first, at most the `attemptsLimit` asked for (default 100). */
   attempts: Attempt[];
+  /** How many attempts the run has in all. */
+  attempt_count: number;
+  /** The run's newest child process (`null` before its first): how it ended, what it wrote. */
+  last_child: ChildProcess | null;
   decisions: Decision[];
   interactions: Interaction[];
   effects: Effect[];
@@ -292,10 +323,19 @@ export declare class Client {
   status(): Promise<HostStatus>;
   listRuns(options?: { sessionId?: string; limit?: number }): Promise<Run[]>;
   startRun(workflowFile: string, options?: StartRunOptions): Promise<{ run_id: string; status: RunStatusName }>;
-  runStatus(runId: string): Promise<RunStatus>;
+  runStatus(runId: string, options?: RunStatusOptions): Promise<RunStatus>;
   pauseRun(runId: string, options?: CommandOptions): Promise<{ run_id: string; paused: true }>;
   resumeRun(runId: string, options?: CommandOptions): Promise<{ run_id: string; paused: false }>;
   cancelRun(runId: string, options?: CommandOptions & { reason?: string }): Promise<{ run_id: string; status: 'cancelled'; summary: unknown }>;
+  /** A run in review: runs its current node again. Refused while an effect is uncertain. */
+  retryRun(runId: string, options?: CommandOptions & { reason?: string; by?: string }): Promise<{ run_id: string; status: 'queued' }>;
+  /** A run in review: records what became of an uncertain effect; the run continues once none is. */
+  resolveEffect(
+    runId: string,
+    effectId: string,
+    outcome: { applied: unknown } | { failed: string },
+    options?: CommandOptions & { reason?: string; by?: string },
+  ): Promise<{ run_id: string; effect_id: string; state: 'applied' | 'failed'; status: RunStatusName }>;
   /** Answers an ordinary checkpoint (the model-facing path). */
   answerCheckpoint(runId: string, decisionId: string, answer: unknown, options?: CommandOptions): Promise<{ decision_id: string; answered_by: 'model' }>;
   /** Answers a protected human decision; only a person in the origin session may. */

@@ -201,6 +201,11 @@ pub struct HelloReply {
     /// ([`payload::HOST_FEATURES`]); empty from a host older than the list.
     #[serde(default)]
     pub features: Vec<String>,
+    /// The run lost its last child: report every step at once (no deferred steps), so a
+    /// loss is recorded against the node that was running. [`Worker::defer_transition`]
+    /// then reports the step itself.
+    #[serde(default)]
+    pub report_each_step: bool,
 }
 
 /// What the host answered to a transition.
@@ -226,6 +231,8 @@ pub struct Worker {
     /// The host takes a completion's result from its output (`result_is_output`): it said so
     /// in its hello reply. An older host would drop the flag and store no result.
     host_takes_result_from_output: bool,
+    /// The hello reply asked for every step to be reported at once (`report_each_step`).
+    report_each_step: bool,
 }
 
 impl Worker {
@@ -243,6 +250,7 @@ impl Worker {
             deferred: Vec::new(),
             deferred_bytes: 0,
             host_takes_result_from_output: false,
+            report_each_step: false,
         })
     }
 
@@ -357,6 +365,7 @@ impl Worker {
             .features
             .iter()
             .any(|f| f == payload::FEATURE_RESULT_IS_OUTPUT);
+        self.report_each_step = reply.report_each_step;
         Ok(reply)
     }
 
@@ -380,7 +389,8 @@ impl Worker {
     ///
     /// When this step would take the deferred steps past what one message can carry, the
     /// ones deferred so far are reported first ([`WorkerError::Parked`] if that parks the run:
-    /// the worker is done).
+    /// the worker is done). When the host asked for every step (its hello reply's
+    /// `report_each_step`, after a lost child), the step is reported now, the same way.
     pub fn defer_transition(
         &mut self,
         outcome: payload::AttemptOutcome,
@@ -394,6 +404,9 @@ impl Worker {
         self.flush_if_it_would_not_fit(bytes)?;
         self.deferred_bytes += bytes;
         self.deferred.push(step);
+        if self.report_each_step {
+            self.flush_for_node_operation()?;
+        }
         Ok(())
     }
 

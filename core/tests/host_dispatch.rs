@@ -600,3 +600,95 @@ fn an_answer_naming_another_run_or_node_is_refused() {
     assert_eq!(f.store.run(&run_i).unwrap().status, RunStatus::Queued);
     f.assert_clean();
 }
+
+/// A run that looped thousands of times still has a status that fits one reply: the newest
+/// attempts first, capped, with the count of all; `attempts_before` pages towards the first.
+/// Before, `run.status` listed every attempt and the reply (here several MiB) was refused
+/// with `payload_too_large`, so no client could read the run or wait for its result.
+#[test]
+fn the_status_of_a_run_with_thousands_of_attempts_fits_and_pages_back() {
+    use piw_core::host::dispatch::apply_read;
+    use piw_core::protocol::DEFAULT_MAX_FRAME_BYTES;
+
+    const STEPS: usize = 8_000;
+    let mut f = Fixture::new();
+    let (run_id, act, first) = f.running();
+    let last = f
+        .store
+        .write(|w| {
+            let mut attempt = first.clone();
+            for i in 0..STEPS {
+                let next = if i % 2 == 0 { "b" } else { "a" };
+                attempt = w
+                    .transition(&act.claim, &common::step(&attempt, next))?
+                    .next_attempt_id;
+            }
+            w.complete(
+                &act.claim,
+                &attempt,
+                &json!({"i": STEPS}),
+                &json!({"done": true}),
+            )?;
+            Ok(attempt)
+        })
+        .unwrap();
+    let status = |query: payload::RunStatusQuery| {
+        let req = Request::new("st", RequestBody::RunStatus(query)).with_run_id(&run_id);
+        let body = apply_read(&f.store, &req, DEFAULT_MAX_FRAME_BYTES)
+            .expect("a status that fits")
+            .body;
+        let len = serde_json::to_vec(&body).unwrap().len();
+        assert!(len < DEFAULT_MAX_FRAME_BYTES, "{len} bytes");
+        body
+    };
+    let ids = |body: &serde_json::Value| -> Vec<String> {
+        body["attempts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["attempt_id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let newest = status(payload::RunStatusQuery::default());
+    assert_eq!(newest["run"]["result"], json!({"done": true}));
+    assert_eq!(newest["attempt_count"], json!(STEPS + 1));
+    let page = ids(&newest);
+    assert_eq!(page.len(), payload::DEFAULT_STATUS_ATTEMPTS as usize);
+    assert_eq!(page[0], last, "newest first");
+
+    // Page back to the first attempt, 1000 at a time: every attempt once, in order.
+    let mut seen = page.clone();
+    let mut before = page.last().cloned();
+    while let Some(cursor) = before {
+        let older = ids(&status(payload::RunStatusQuery {
+            attempts_limit: Some(5000),
+            attempts_before: Some(cursor),
+        }));
+        assert!(older.len() <= payload::MAX_STATUS_ATTEMPTS as usize);
+        before = older.last().cloned();
+        seen.extend(older);
+    }
+    assert_eq!(seen.len(), STEPS + 1);
+    assert_eq!(
+        seen.last(),
+        Some(&first),
+        "the last page ends at the first attempt"
+    );
+    let unique: std::collections::BTreeSet<_> = seen.iter().collect();
+    assert_eq!(unique.len(), seen.len());
+
+    // A cursor that is not one of the run's attempts is not found.
+    let req = Request::new(
+        "st",
+        RequestBody::RunStatus(payload::RunStatusQuery {
+            attempts_limit: None,
+            attempts_before: Some("att-elsewhere".into()),
+        }),
+    )
+    .with_run_id(&run_id);
+    let err = apply_read(&f.store, &req, DEFAULT_MAX_FRAME_BYTES).unwrap_err();
+    assert!(
+        matches!(err, piw_core::store::StoreError::NotFound { .. }),
+        "{err:?}"
+    );
+}

@@ -1,6 +1,7 @@
 //! Keeps `docs/WORKFLOW_SERVER.md` in step with `piw_core::protocol`: every kind with its
 //! required envelope fields and payload, every rejection code, the limits, and the worked
-//! examples are checked against the code. The Node package's `RejectionCode` type too.
+//! examples are checked against the code, and the record and event data tables against what the
+//! host sends. The Node package's `RejectionCode` type too.
 
 use std::collections::BTreeMap;
 
@@ -175,15 +176,15 @@ fn documented_example_session_is_exact() {
     let doc = doc();
     let limits = Limits::default();
 
-    let status = r#"{"schema":"piw.protocol.v1","request_id":"a1","kind":"run.status","run_id":"run-1","payload":null}"#;
+    let status = r#"{"schema":"piw.protocol.v1","request_id":"a1","kind":"run.status","run_id":"run-1","payload":{}}"#;
     let encoded = encode_frame(
-        &Request::new("a1", RequestBody::RunStatus).with_run_id("run-1"),
+        &Request::new("a1", RequestBody::RunStatus(Default::default())).with_run_id("run-1"),
         &limits,
     )
     .unwrap();
     assert_eq!(&encoded[4..], status.as_bytes());
-    assert!(doc.contains(&format!("client → 00 00 00 62  {status}")));
-    assert_eq!(encoded[..4], [0, 0, 0, 0x62]);
+    assert!(doc.contains(&format!("client → 00 00 00 60  {status}")));
+    assert_eq!(encoded[..4], [0, 0, 0, 0x60]);
 
     let unknown = r#"{"schema":"piw.protocol.v1","request_id":"a2","kind":"run.explode"}"#;
     assert_eq!(unknown.len(), 0x43);
@@ -223,4 +224,437 @@ fn documented_fingerprint_example_is_exact() {
         "payload": {"reason": "stop"}, "run_id": "run-1"
     }));
     assert!(doc.contains(&canonical));
+}
+
+// ----- records and event data ----------------------------------------------------------------
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::*;
+use piw_core::host::dispatch;
+use piw_core::store::{
+    Answerer, ChildExitRecord, ChildMode, DecisionKind, EffectResult, Fence, Provenance,
+    RetryContract, RunStatus, StoreError,
+};
+use serde_json::Value;
+
+/// The backticked names in `cell`, leaving out what parentheses explain (values, conditions).
+fn names_in(cell: &str) -> Vec<String> {
+    let mut plain = String::new();
+    let mut depth = 0usize;
+    for c in cell.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            c if depth == 0 => plain.push(c),
+            _ => {}
+        }
+    }
+    plain
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The rows (as cells) of the first table after the line that starts with `marker`.
+fn table_after(doc: &str, marker: &str) -> Vec<Vec<String>> {
+    let lines: Vec<&str> = doc.lines().collect();
+    let start = lines
+        .iter()
+        .position(|l| l.starts_with(marker))
+        .unwrap_or_else(|| panic!("the page has no line starting with {marker:?}"));
+    lines[start..]
+        .iter()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2) // header and rule
+        .map(|l| {
+            l.split('|')
+                .map(|c| c.trim().to_owned())
+                .collect::<Vec<_>>()
+        })
+        .map(|cells| cells[1..cells.len() - 1].to_vec())
+        .collect()
+}
+
+/// The field names a record table documents: (always present, present only when true).
+fn documented_fields(doc: &str, marker: &str) -> (BTreeSet<String>, BTreeSet<String>) {
+    let mut always = BTreeSet::new();
+    let mut marks = BTreeSet::new();
+    for row in table_after(doc, marker) {
+        for name in names_in(&row[0]) {
+            if name.ends_with("_omitted") {
+                marks.insert(name);
+            } else {
+                always.insert(name);
+            }
+        }
+    }
+    (always, marks)
+}
+
+fn keys(record: &Value) -> BTreeSet<String> {
+    record
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {record}"))
+        .keys()
+        .cloned()
+        .collect()
+}
+
+/// A store with a run of every kind the records describe, and their events.
+struct Scenario {
+    f: Fixture,
+    /// Completed, with an effect and a notify message.
+    completed: String,
+    /// Waiting on an interaction whose submission was rejected, then cancelled.
+    interacting: String,
+    /// Answered a checkpoint, then failed.
+    decided: String,
+    /// Lost its child, stopped for review, cancelled under a control claim.
+    reviewed: String,
+    /// Parked.
+    parked: String,
+}
+
+fn scenario() -> Scenario {
+    let mut f = Fixture::new();
+
+    let (completed, act, a) = f.running();
+    let claim = act.claim.clone();
+    f.store
+        .write(|w| w.record_definition(&claim, &json!({"name": "demo"})))
+        .unwrap();
+    let b = f
+        .store
+        .write(|w| w.transition(&claim, &step(&a, "b")))
+        .unwrap()
+        .next_attempt_id;
+    f.store
+        .write(|w| w.notify(&claim, &json!({"text": "hi"})))
+        .unwrap();
+    f.store
+        .write(|w| w.progress(&claim, "half way", &json!({"n": 1})))
+        .unwrap();
+    let effect = f.reserve_and_apply(&claim, &b, "send", RetryContract::Never);
+    f.store
+        .write(|w| {
+            w.settle_effect(
+                &claim,
+                &effect,
+                &EffectResult::Applied {
+                    receipt: json!({"id": 7}),
+                },
+            )
+        })
+        .unwrap();
+    f.store
+        .write(|w| w.pause(&completed, Fence::Claim(&claim)))
+        .unwrap();
+    f.store
+        .write(|w| w.resume(&completed, Fence::Claim(&claim)))
+        .unwrap();
+    f.store
+        .write(|w| w.complete(&claim, &b, &json!({"done": true}), &json!({"done": true})))
+        .unwrap();
+    let generation = claim.generation;
+    f.store
+        .write(|w| {
+            let epoch = w.begin_host_epoch(4000)?;
+            let child = w.record_child_launch(&completed, generation, epoch, ChildMode::Run)?;
+            w.record_child_process(child, 4242, 1)?;
+            w.record_child_exit(
+                child,
+                &ChildExitRecord {
+                    exit_code: Some(0),
+                    reason: "exited with status 0".into(),
+                    stderr_tail: b"bye\n".to_vec(),
+                    ..Default::default()
+                },
+            )
+        })
+        .unwrap();
+
+    let (interacting, attempt, interaction) = f.waiting();
+    let submission = f
+        .store
+        .write(|w| w.submit(&interaction, &attempt, &json!({"answer": 1}), None))
+        .unwrap();
+    let judge = f.activate(&interacting);
+    f.store
+        .write(|w| w.settle(&judge.claim, &submission, Err("not good enough".into())))
+        .unwrap();
+    f.store
+        .write(|w| w.cancel(&interacting, Fence::Unclaimed, "enough"))
+        .unwrap();
+
+    let (decided, act, a) = f.running();
+    let decision = f
+        .store
+        .write(|w| w.wait_for_decision(&act.claim, &a, DecisionKind::Checkpoint, &json!({"q": 1})))
+        .unwrap();
+    f.store
+        .write(|w| w.answer_decision(&decision, &json!("yes"), Answerer::Model))
+        .unwrap();
+    let act = f.activate(&decided);
+    f.store
+        .write(|w| {
+            w.fail(
+                &act.claim,
+                None,
+                &piw_core::store::AttemptOutcome::Failed {
+                    error: "boom".into(),
+                },
+                "node a failed: boom",
+            )
+        })
+        .unwrap();
+
+    let (reviewed, act, _a) = f.running();
+    f.store
+        .write(|w| w.child_lost(&act.claim, "exit status 1"))
+        .unwrap();
+    let act = f.activate(&reviewed);
+    f.store
+        .write(|w| w.send_to_review(&act.claim, "source changed"))
+        .unwrap();
+    let person = Provenance {
+        by: "ana",
+        reason: "put the source back",
+    };
+    f.store
+        .write(|w| w.retry_from_review(&reviewed, person))
+        .unwrap();
+    let act = f.activate(&reviewed);
+    let a = f
+        .store
+        .write(|w| w.node_started(&act.claim, "a", None))
+        .unwrap();
+    let effect = f.reserve_and_apply(&act.claim, &a, "charge", RetryContract::Never);
+    f.clock.advance(LEASE_MS + 1);
+    f.store.write(|w| w.recover_expired()).unwrap();
+    f.store
+        .write(|w| {
+            w.resolve_effect(
+                &reviewed,
+                &effect,
+                &EffectResult::Failed {
+                    error: "never charged".into(),
+                },
+                person,
+            )
+        })
+        .unwrap();
+    let control = f
+        .store
+        .write(|w| w.control_claim(&reviewed, "operator"))
+        .unwrap();
+    f.store
+        .write(|w| w.cancel(&reviewed, Fence::Claim(&control), "given up"))
+        .unwrap();
+
+    let (parked, act, _a) = f.running();
+    f.store.write(|w| w.park(&act.claim, None)).unwrap();
+
+    Scenario {
+        f,
+        completed,
+        interacting,
+        decided,
+        reviewed,
+        parked,
+    }
+}
+
+/// `run.status`'s body as the host builds it.
+fn run_status(s: &Scenario, run_id: &str) -> Value {
+    let request =
+        Request::new("st", RequestBody::RunStatus(Default::default())).with_run_id(run_id);
+    dispatch::apply_read(&s.f.store, &request, DEFAULT_MAX_FRAME_BYTES)
+        .unwrap()
+        .body
+}
+
+/// The record tables of the page list exactly the fields the host sends in `run.status`,
+/// `run.list` and `interaction.list` (a `…_omitted` mark only appears when true).
+#[test]
+fn the_documented_records_are_the_ones_the_host_sends() {
+    let doc = doc();
+    let s = scenario();
+    let statuses: Vec<Value> = [
+        &s.completed,
+        &s.interacting,
+        &s.decided,
+        &s.reviewed,
+        &s.parked,
+    ]
+    .iter()
+    .map(|r| run_status(&s, r))
+    .collect();
+    let first = |list: &str| -> Value {
+        statuses
+            .iter()
+            .find_map(|b| b[list].as_array().and_then(|a| a.first()).cloned())
+            .unwrap_or_else(|| panic!("the scenario has no {list}"))
+    };
+    let list = dispatch::apply_read(
+        &s.f.store,
+        &Request::new("ls", RequestBody::RunList(payload::RunList::default())),
+        DEFAULT_MAX_FRAME_BYTES,
+    )
+    .unwrap()
+    .body;
+    let cases = [
+        ("The run record (", statuses[0]["run"].clone()),
+        ("The run record (", list["runs"][0].clone()),
+        ("The claim record (", statuses[0]["claim"].clone()),
+        ("An attempt (", first("attempts")),
+        ("A decision (", first("decisions")),
+        ("An interaction (", first("interactions")),
+        ("An effect (", first("effects")),
+        ("The last child (", statuses[0]["last_child"].clone()),
+    ];
+    for (marker, record) in cases {
+        let (always, marks) = documented_fields(&doc, marker);
+        let sent = keys(&record);
+        let unmarked: BTreeSet<String> = sent.difference(&marks).cloned().collect();
+        assert_eq!(
+            unmarked, always,
+            "{marker}: the page's fields vs the host's {record:#}"
+        );
+    }
+    let submission = first("interactions")["last_submission"].clone();
+    assert_eq!(
+        keys(&submission),
+        ["error", "state", "submission_id"]
+            .map(str::to_owned)
+            .into_iter()
+            .collect::<BTreeSet<_>>()
+    );
+    let row = table_after(&doc, "An interaction (")
+        .into_iter()
+        .find(|r| r[0] == "`last_submission`")
+        .expect("last_submission row");
+    for field in keys(&submission) {
+        assert!(
+            row[2].contains(&format!("`{field}`")),
+            "last_submission lacks {field}"
+        );
+    }
+    // The terminal run is not paused, as the run record says.
+    assert_eq!(statuses[0]["run"]["paused"], json!(false));
+}
+
+/// Every event the scenario's writes produced has a row in the event data table, listing
+/// exactly its `data` fields (a field the table gives a condition for may be absent).
+#[test]
+fn the_documented_event_data_is_what_the_host_sends() {
+    let doc = doc();
+    let s = scenario();
+    let mut documented: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for row in table_after(&doc, "### Event data") {
+        let fields: BTreeSet<String> = names_in(&row[1]).into_iter().collect();
+        for kind in names_in(&row[0]) {
+            documented.insert(kind, fields.clone());
+        }
+    }
+    // Fields the table names with a condition: absent when it does not hold.
+    let conditional = ["retry"];
+    let mut seen = BTreeSet::new();
+    for run in [
+        &s.completed,
+        &s.interacting,
+        &s.decided,
+        &s.reviewed,
+        &s.parked,
+    ] {
+        for event in s.f.store.events(run, 0).unwrap() {
+            let fields = documented.get(&event.kind).unwrap_or_else(|| {
+                panic!("event `{}` has no row in the event data table", event.kind)
+            });
+            let sent = keys(&event.data);
+            assert!(
+                sent.is_subset(fields),
+                "`{}` sends {sent:?}, the page says {fields:?}",
+                event.kind
+            );
+            let missing: Vec<_> = fields
+                .difference(&sent)
+                .filter(|f| !conditional.contains(&f.as_str()))
+                .collect();
+            assert!(
+                missing.is_empty(),
+                "`{}` lacks {missing:?}: {}",
+                event.kind,
+                event.data
+            );
+            seen.insert(event.kind.clone());
+        }
+    }
+    // The scenario reaches most kinds; those it does not are listed here on purpose.
+    let unexercised: BTreeSet<&str> = [
+        "interaction_expired",
+        "decision_expired",
+        "submission_accepted",
+        "timed_out",
+        "recovered",
+        "repaired",
+    ]
+    .into();
+    for kind in documented.keys() {
+        assert!(
+            seen.contains(kind) || unexercised.contains(kind.as_str()),
+            "`{kind}` is documented but the scenario never produced it"
+        );
+    }
+}
+
+/// An `invalid_transition` rejection names the refused operation and the run's status.
+#[test]
+fn an_invalid_transition_names_the_operation_and_the_status() {
+    let mut s = scenario();
+    let completed = s.completed.clone();
+    let err =
+        s.f.store
+            .write(|w| w.pause(&completed, Fence::Unclaimed))
+            .unwrap_err();
+    assert!(
+        matches!(err, StoreError::InvalidTransition { .. }),
+        "{err:?}"
+    );
+    let rejection = dispatch::rejection_for(&err);
+    assert_eq!(rejection.code, RejectionCode::InvalidTransition);
+    assert_eq!(
+        rejection.details,
+        json!({"op": "pause", "status": RunStatus::Completed.as_str()})
+    );
+}
+
+/// The page says when a rejection precedes the goodbye: a JSON object with a usable
+/// `request_id`, whichever later check failed; for a repeated key, the last `request_id`.
+#[test]
+fn the_rejection_before_the_goodbye_carries_the_documented_request_id() {
+    let decode = |text: &str| Request::decode(text.as_bytes(), &Limits::default()).unwrap_err();
+    let repeated = decode(
+        r#"{"schema":"piw.protocol.v1","request_id":"first","request_id":"last","kind":"host.status"}"#,
+    );
+    assert_eq!(repeated.code, RejectionCode::Malformed);
+    assert_eq!(repeated.request_id.as_deref(), Some("last"));
+    let schema = decode(r#"{"schema":"piw.protocol.v0","request_id":"s","kind":"host.status"}"#);
+    assert_eq!(schema.code, RejectionCode::UnsupportedProtocol);
+    assert_eq!(schema.request_id.as_deref(), Some("s"));
+    let kind = decode(r#"{"schema":"piw.protocol.v1","request_id":"k","kind":"run.explode"}"#);
+    assert_eq!(kind.request_id.as_deref(), Some("k"));
+    for unusable in [
+        r#"{"schema":"piw.protocol.v1","request_id":"","kind":"run.explode"}"#,
+        r#"{"schema":"piw.protocol.v1","request_id":7,"kind":"run.explode"}"#,
+        r#"{"schema":"piw.protocol.v1","request_id":"x","kind":"run.explode""#,
+        r#"["piw.protocol.v1"]"#,
+    ] {
+        assert_eq!(decode(unusable).request_id, None, "{unusable}");
+    }
 }

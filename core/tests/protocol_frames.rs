@@ -47,7 +47,7 @@ fn sample(kind: RequestKind) -> Request {
             execution_mode: Some(ExecutionMode::Interactive),
             project_dir: Some("/home/u/project".into()),
         }),
-        RequestKind::RunStatus => RequestBody::RunStatus,
+        RequestKind::RunStatus => RequestBody::RunStatus(Default::default()),
         RequestKind::RunList => RequestBody::RunList(RunList {
             limit: Some(20),
             session_id: None,
@@ -56,6 +56,18 @@ fn sample(kind: RequestKind) -> Request {
         RequestKind::RunResume => RequestBody::RunResume,
         RequestKind::RunCancel => RequestBody::RunCancel(RunCancel {
             reason: Some("user asked".into()),
+        }),
+        RequestKind::RunRetry => RequestBody::RunRetry(RunRetry {
+            reason: Some("fixed the config".into()),
+            by: Some("ana".into()),
+        }),
+        RequestKind::EffectResolve => RequestBody::EffectResolve(EffectResolve {
+            effect_id: "eff-1".into(),
+            result: EffectResult::Applied {
+                receipt: json!({"id": 7}),
+            },
+            reason: None,
+            by: Some("ana".into()),
         }),
         RequestKind::CheckpointAnswer => RequestBody::CheckpointAnswer(DecisionAnswer {
             decision_id: "dec-1".into(),
@@ -802,7 +814,7 @@ fn decode_error_messages_are_bounded() {
 
 #[test]
 fn every_request_kind_round_trips() {
-    assert_eq!(RequestKind::ALL.len(), 32);
+    assert_eq!(RequestKind::ALL.len(), 34);
     for &kind in RequestKind::ALL {
         let request = sample(kind)
             .with_expected_revision(3)

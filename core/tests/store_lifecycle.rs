@@ -567,6 +567,19 @@ fn a_validation_child_that_dies_rejects_only_its_submission() {
         .unwrap();
     assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Waiting);
     assert_eq!(f.store.submissions(&i).unwrap()[0].state, "rejected");
+    // The rejection is an event of its own, before the loss, so a waiter learns it.
+    let events = f.store.events(&run_id, 0).unwrap();
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(
+        kinds[kinds.len() - 2..],
+        ["submission_rejected", "child_lost"]
+    );
+    let rejected = &events[events.len() - 2].data;
+    assert_eq!(rejected["submission"], json!(s));
+    assert_eq!(
+        rejected["error"],
+        json!("validation did not finish: validator crashed")
+    );
     assert_eq!(
         f.store.interactions(Some(&run_id), None).unwrap()[0].status,
         "pending"
@@ -743,6 +756,34 @@ fn pause_holds_a_run_back_until_resumed() {
         f.store.run_view(&run_id).unwrap().unwrap().last_event,
         "resumed"
     );
+    f.assert_clean();
+}
+
+/// A pause that arrives during a run's last step lapses when the run ends: a finished run is
+/// never reported `paused` (its viewer projection neither), whichever way it ends.
+#[test]
+fn a_run_that_ends_while_paused_is_no_longer_paused() {
+    let mut f = Fixture::new();
+    let (completed, act, a) = f.running();
+    f.store
+        .write(|w| w.pause(&completed, Fence::Claim(&act.claim)))
+        .unwrap();
+    f.store
+        .write(|w| w.complete(&act.claim, &a, &json!(1), &json!(1)))
+        .unwrap();
+    let (cancelled, act, _a) = f.running();
+    f.store
+        .write(|w| w.pause(&cancelled, Fence::Claim(&act.claim)))
+        .unwrap();
+    f.store
+        .write(|w| w.cancel(&cancelled, Fence::Claim(&act.claim), "user"))
+        .unwrap();
+    for run_id in [&completed, &cancelled] {
+        let run = f.store.run(run_id).unwrap();
+        assert!(run.status.is_terminal(), "{run_id}: {:?}", run.status);
+        assert!(!run.paused, "{run_id} ended but stays paused");
+        assert!(!f.store.run_view(run_id).unwrap().unwrap().paused);
+    }
     f.assert_clean();
 }
 
@@ -1224,5 +1265,127 @@ fn a_notify_node_rerun_after_a_crash_adds_no_second_message() {
         .write(|w| w.notify(&act.claim, &json!({"note": "hello"})))
         .unwrap();
     assert_eq!(notes(&f), 2, "a new visit, a new message");
+    f.assert_clean();
+}
+
+const PERSON: Provenance<'static> = Provenance {
+    by: "ana",
+    reason: "fixed the config",
+};
+
+/// Review is not a dead end: a person retries the current node (the losses forgotten, an
+/// event with who and why), and a retry is refused while an effect is uncertain.
+#[test]
+fn a_person_retries_a_run_in_review_and_its_node_runs_again() {
+    let mut f = Fixture::new();
+    let run_id = f.start();
+    for _ in 0..DEFAULT_MAX_CHILD_LOSSES {
+        let act = f.activate(&run_id);
+        f.store
+            .write(|w| w.node_started(&act.claim, "a", None))
+            .unwrap();
+        f.store
+            .write(|w| w.child_lost(&act.claim, "segfault"))
+            .unwrap();
+    }
+    assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Review);
+    f.store
+        .write(|w| w.retry_from_review(&run_id, PERSON))
+        .unwrap();
+    assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Queued);
+    assert_eq!(
+        f.store.ready_runs(f.store.now_ms(), 10).unwrap(),
+        vec![run_id.clone()]
+    );
+    let events = f.store.events(&run_id, 0).unwrap();
+    let last = events.last().unwrap();
+    assert_eq!(last.kind, "retried");
+    assert_eq!(
+        last.data,
+        json!({"by": "ana", "reason": "fixed the config"})
+    );
+    // The node runs again; one more loss does not send it straight back to review.
+    let act = f.activate(&run_id);
+    f.store
+        .write(|w| w.node_started(&act.claim, "a", None))
+        .unwrap();
+    let rec = f
+        .store
+        .write(|w| w.child_lost(&act.claim, "segfault"))
+        .unwrap();
+    assert_eq!(rec.status, RunStatus::Queued, "the losses were forgotten");
+    // Not in review: refused.
+    assert_invalid(&mut f, "retry a queued run", |w| {
+        w.retry_from_review(&run_id, PERSON)
+    });
+    f.assert_clean();
+}
+
+/// An uncertain effect is resolved by a person, never guessed: `applied` with their receipt
+/// (a later reserve of the key returns it, nothing is applied again) or `failed`; then the run
+/// continues. A retry before that is refused.
+#[test]
+fn a_person_resolves_an_uncertain_effect_and_the_run_continues() {
+    let mut f = Fixture::new();
+    let (run_id, act, a) = f.running();
+    let effect = f.reserve_and_apply(&act.claim, &a, "charge", RetryContract::Never);
+    f.clock.advance(LEASE_MS + 1);
+    f.store.write(|w| w.recover_expired()).unwrap();
+    assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Review);
+    assert_invalid(&mut f, "retry with an uncertain effect", |w| {
+        w.retry_from_review(&run_id, PERSON)
+    });
+    assert!(matches!(
+        f.store.write(|w| w.resolve_effect(
+            &run_id,
+            "eff-nope",
+            &EffectResult::Failed { error: "x".into() },
+            PERSON
+        )),
+        Err(StoreError::NotFound { .. })
+    ));
+    f.store
+        .write(|w| {
+            w.resolve_effect(
+                &run_id,
+                &effect,
+                &EffectResult::Applied {
+                    receipt: json!({"charge": "ch_1"}),
+                },
+                PERSON,
+            )
+        })
+        .unwrap();
+    assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Queued);
+    let last = f.store.events(&run_id, 0).unwrap().pop().unwrap();
+    assert_eq!(last.kind, "effect_resolved");
+    assert_eq!(last.data["state"], "applied");
+    assert_eq!(last.data["by"], "ana");
+    // Resolved once: a second resolution is refused.
+    assert_invalid(&mut f, "resolve a settled effect", |w| {
+        w.resolve_effect(
+            &run_id,
+            &effect,
+            &EffectResult::Failed { error: "no".into() },
+            PERSON,
+        )
+    });
+    // The node runs again and finds the person's receipt: nothing is applied twice.
+    let act = f.activate(&run_id);
+    let a2 = f
+        .store
+        .write(|w| w.node_started(&act.claim, "a", None))
+        .unwrap();
+    let again = f
+        .store
+        .write(|w| w.reserve_effect(&act.claim, &a2, "charge", "fp", RetryContract::Never))
+        .unwrap();
+    assert_eq!(
+        again,
+        Reservation::AlreadyApplied {
+            effect_id: effect.clone(),
+            receipt: json!({"charge": "ch_1"}),
+        }
+    );
     f.assert_clean();
 }

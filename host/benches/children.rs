@@ -705,9 +705,12 @@ impl BenchHost for Host {
     }
 
     fn status(&self, c: &mut BlockingClient, run_id: &str) -> Value {
-        c.send(Request::new(new_id("status"), RequestBody::RunStatus).with_run_id(run_id))
-            .expect("run.status")
-            .body
+        c.send(
+            Request::new(new_id("status"), RequestBody::RunStatus(Default::default()))
+                .with_run_id(run_id),
+        )
+        .expect("run.status")
+        .body
     }
 
     fn wait_idle(&self, c: &mut BlockingClient) {

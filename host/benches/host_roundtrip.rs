@@ -325,7 +325,10 @@ fn start_run(host: &Host, c: &mut BlockingClient) -> String {
     let start = Instant::now();
     loop {
         let r = c
-            .send(Request::new(new_id("status"), RequestBody::RunStatus).with_run_id(&run_id))
+            .send(
+                Request::new(new_id("status"), RequestBody::RunStatus(Default::default()))
+                    .with_run_id(&run_id),
+            )
             .expect("run.status");
         match r.body["run"]["status"].as_str() {
             Some("waiting") => return run_id,
@@ -341,7 +344,10 @@ fn start_run(host: &Host, c: &mut BlockingClient) -> String {
 
 fn revision(c: &mut BlockingClient, run_id: &str) -> u64 {
     let r = c
-        .send(Request::new(new_id("status"), RequestBody::RunStatus).with_run_id(run_id))
+        .send(
+            Request::new(new_id("status"), RequestBody::RunStatus(Default::default()))
+                .with_run_id(run_id),
+        )
         .expect("run.status");
     r.body["run"]["revision"].as_u64().expect("revision")
 }
@@ -381,8 +387,11 @@ fn round_trips(host: &Host) -> RoundTrips {
         c.call(RequestBody::HostStatus).expect("host.status");
     };
     let run_status_call = |c: &mut BlockingClient| {
-        c.send(Request::new(new_id("bench"), RequestBody::RunStatus).with_run_id(&run_id))
-            .expect("run.status");
+        c.send(
+            Request::new(new_id("bench"), RequestBody::RunStatus(Default::default()))
+                .with_run_id(&run_id),
+        )
+        .expect("run.status");
     };
     let host_status = timed(&mut c, host_status_call);
     let run_status = timed(&mut c, run_status_call);

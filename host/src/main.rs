@@ -124,12 +124,56 @@ enum RunCmd {
         #[arg(long)]
         json: bool,
     },
+    /// A run in review: run its current node again (once the cause of its lost children is
+    /// fixed, or a changed source is put back). Refused while an effect is uncertain.
+    Retry {
+        run_id: String,
+        /// Why: what was fixed (kept in the run's `retried` event, with your login name).
+        #[arg(long, default_value = "")]
+        reason: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// A run in review: record what became of an uncertain effect (it was applied, with the
+    /// receipt you provide, or it failed); once none is uncertain, the run continues.
+    ResolveEffect {
+        run_id: String,
+        effect_id: String,
+        /// It happened: the external system's receipt, as JSON.
+        #[arg(long, value_name = "RECEIPT_JSON", value_parser = parse_json, conflicts_with = "failed", required_unless_present = "failed")]
+        applied: Option<Value>,
+        /// It did not happen: why.
+        #[arg(long, value_name = "ERROR")]
+        failed: Option<String>,
+        /// How you know (kept in the `effect_resolved` event, with your login name).
+        #[arg(long, default_value = "")]
+        reason: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Who a person's command on a run is from: the login name, kept in the run's events.
+fn login_name() -> String {
+    ["USER", "LOGNAME"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|n| !n.is_empty()))
+        .unwrap_or_else(|| "unknown".into())
 }
 
 #[derive(Subcommand)]
 enum StateCmd {
     /// Copy the state database (consistently, while the host runs) to PATH.
     Backup { path: PathBuf },
+    /// Replace the state database with a backup (`piw state backup`). Refused while a host
+    /// runs. Runs that moved on after the backup was taken run again from where it left them.
+    Restore {
+        /// The backup to restore.
+        file: PathBuf,
+        /// Confirm the replacement.
+        #[arg(long)]
+        yes: bool,
+    },
     /// Delete the state database. Refused while a host runs. Back it up first.
     Reset {
         /// Confirm the deletion.
@@ -138,7 +182,7 @@ enum StateCmd {
     },
 }
 
-/// How long `piw host status` and `piw host stop` wait for the host to answer. A host that
+/// How long `piw host status`, `piw host stop` and `piw diagnose` wait for the host to answer. A host that
 /// accepts connections but does not answer (stopped, or stuck on a disk) would otherwise hang
 /// them for ever, exactly when a user reaches for them.
 const HOST_ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -182,31 +226,92 @@ const STOP_WAIT_MS: u64 = 15_000;
 enum CliError {
     /// Exit 1.
     Runtime(String),
+    /// Exit 1: the host (or the client library) refused or failed, with the protocol's code
+    /// and details, which `--json` reports.
+    Client {
+        code: &'static str,
+        message: String,
+        details: Value,
+    },
     /// Exit 2: the command line asks for something it must say differently.
     Usage(String),
     /// Exit 3, with nothing more to print: `diagnose` found contradictions (and printed them).
     Findings,
+    /// Exit 1, with nothing more to print: the output already says why (`--wait --json` of a
+    /// run that did not complete prints its status).
+    Reported,
 }
 
-impl<E: std::fmt::Display> From<E> for CliError {
+impl<E: std::fmt::Display + 'static> From<E> for CliError {
     fn from(e: E) -> Self {
-        CliError::Runtime(e.to_string())
+        // A client error keeps its code and details for `--json`.
+        match (&e as &dyn std::any::Any).downcast_ref::<ClientError>() {
+            Some(client) => CliError::Client {
+                code: client.code_str(),
+                message: client.to_string(),
+                details: match client {
+                    ClientError::Rejected(r) => r.details.clone(),
+                    _ => Value::Null,
+                },
+            },
+            None => CliError::Runtime(e.to_string()),
+        }
     }
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse(); // usage errors exit 2
+    // With `--json`, errors are JSON on stdout too (`{"error": {"code", "message",
+    // "details"}}`), with the same exit codes; without it, a line on stderr.
+    let json = std::env::args_os().skip(1).any(|a| a == "--json");
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if json && e.use_stderr() => {
+            return report_error(true, "usage", e.to_string().trim(), Value::Null, 2)
+        }
+        Err(e) => e.exit(), // usage errors exit 2, help and version 0
+    };
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(CliError::Runtime(msg)) => {
-            eprintln!("piw: {msg}");
-            ExitCode::from(1)
-        }
-        Err(CliError::Usage(msg)) => {
-            eprintln!("piw: {msg}");
-            ExitCode::from(2)
-        }
+        Err(CliError::Runtime(msg)) => report_error(json, "failed", &msg, Value::Null, 1),
+        Err(CliError::Client {
+            code,
+            message,
+            details,
+        }) => report_error(json, code, &message, details, 1),
+        Err(CliError::Usage(msg)) => report_error(json, "usage", &msg, Value::Null, 2),
         Err(CliError::Findings) => ExitCode::from(3),
+        Err(CliError::Reported) => ExitCode::from(1),
+    }
+}
+
+/// Says why a command failed and returns its exit code: with `--json` one JSON document on
+/// stdout, `{"error": {"code", "message", "details"}}` (`code` is the protocol's or the client
+/// library's code, `usage` for the command line, `failed` for anything else); otherwise
+/// `piw: <message>` on stderr.
+fn report_error(json: bool, code: &str, message: &str, details: Value, exit: u8) -> ExitCode {
+    if json {
+        println!(
+            "{}",
+            json!({ "error": { "code": code, "message": message, "details": details } })
+        );
+    } else {
+        eprintln!("piw: {message}");
+    }
+    ExitCode::from(exit)
+}
+
+/// A run status in words, for sentences: `the run {..}`.
+fn status_words(status: &str) -> String {
+    match status {
+        "queued" => "is queued".into(),
+        "running" => "is running".into(),
+        "waiting" => "is waiting".into(),
+        "review" => "is in review (stopped until a person acts)".into(),
+        "completed" => "completed".into(),
+        "failed" => "failed".into(),
+        "cancelled" => "was cancelled".into(),
+        "timed_out" => "timed out".into(),
+        other => format!("is {other}"),
     }
 }
 
@@ -395,6 +500,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
             println!("backed up {} to {}", paths.db.display(), path.display());
             Ok(())
         }
+        Cmd::State(StateCmd::Restore { file, yes }) => restore_state(&paths, &file, yes),
         Cmd::State(StateCmd::Reset { yes }) => {
             if !paths.home.exists() {
                 println!("{} does not exist; nothing to reset", paths.home.display());
@@ -411,30 +517,110 @@ fn run(cli: Cli) -> Result<(), CliError> {
                     piw_core::paths::shell_quoted(std::path::Path::new(&backup))
                 )));
             }
-            // Held until the database is gone: no host runs, is still stopping, or starts
-            // meanwhile.
-            let _lock = piw_core::host::lock_installation(&paths).map_err(|e| match e {
-                HostError::AlreadyRunning { pid, .. } => CliError::Runtime(format!(
-                    "a piw host is running or still stopping (pid {pid}); stop it first with `piw host stop`"
-                )),
-                other => other.into(),
-            })?;
-            for suffix in ["", "-wal", "-shm"] {
-                let mut p = paths.db.clone().into_os_string();
-                p.push(suffix);
-                match std::fs::remove_file(&p) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(e.into()),
-                }
+            let removed = remove_state(&paths)?;
+            if removed {
+                println!(
+                    "removed {}; the next host start creates a fresh database",
+                    paths.db.display()
+                );
+            } else {
+                println!(
+                    "nothing to remove: there is no {}; the next host start creates a fresh database",
+                    paths.db.display()
+                );
             }
-            println!(
-                "removed {}; the next host start creates a fresh database",
-                paths.db.display()
-            );
             Ok(())
         }
     }
+}
+
+/// What restoring an older copy of the state means, said before and after `piw state restore`.
+const RESTORE_MEANS: &str = "restoring a backup replaces every run with its state in the backup: runs that moved on or finished after the backup was taken run again from the last boundary it recorded, so their steps run again and their effects (messages, files, calls to other systems) may happen twice; runs started after it are gone";
+
+/// Removes the state database (and its `-wal` and `-shm` files) while holding the
+/// installation lock, after stopping the children it records as running (a crashed host's:
+/// once the database is gone nothing else knows them). Refused while a host runs or is still
+/// stopping. Returns whether there was anything to remove.
+fn remove_state(paths: &PiwPaths) -> Result<bool, CliError> {
+    // Held until the database is gone: no host runs, is still stopping, or starts meanwhile.
+    let _lock = piw_core::host::lock_installation(paths).map_err(|e| match e {
+        HostError::AlreadyRunning { pid, .. } => CliError::Runtime(format!(
+            "a piw host is running or still stopping (pid {pid}); stop it first with `piw host stop`"
+        )),
+        other => other.into(),
+    })?;
+    remove_state_locked(paths)
+}
+
+/// [`remove_state`] for a caller that holds the installation lock.
+fn remove_state_locked(paths: &PiwPaths) -> Result<bool, CliError> {
+    // A host that crashed left its children running (recorded in the database): stop them
+    // first, as a host's start-up would, or nothing would any more.
+    if paths.db.exists() {
+        match Store::open_read_only(&paths.db, StoreConfig::default()) {
+            Ok(store) => {
+                let (stopped, outcomes) =
+                    piw_core::host::stop_recorded_children(&store, None, Duration::from_secs(2))?;
+                let killed = outcomes
+                    .iter()
+                    .filter(|o| **o == piw_core::supervise::OrphanOutcome::Killed)
+                    .count();
+                if !stopped.is_empty() {
+                    println!("stopped {killed} child process(es) an earlier host left running");
+                }
+            }
+            // A database this build cannot read names no children it could stop.
+            Err(e) => {
+                eprintln!("piw: cannot read the children recorded in it ({e}); removing it anyway")
+            }
+        }
+    }
+    let mut removed = false;
+    for suffix in ["", "-wal", "-shm"] {
+        let mut p = paths.db.clone().into_os_string();
+        p.push(suffix);
+        match std::fs::remove_file(&p) {
+            Ok(()) => removed = true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(removed)
+}
+
+/// `piw state restore <file> --yes`: replaces the state database with a backup, while no host
+/// runs. The backup is checked first (a file this build cannot open is refused and nothing
+/// changes), then the current database is removed as by `piw state reset` and the backup is
+/// copied in with SQLite's online backup (mode 0600).
+fn restore_state(paths: &PiwPaths, file: &std::path::Path, yes: bool) -> Result<(), CliError> {
+    let source = Store::open_read_only(file, StoreConfig::default())?;
+    if !yes {
+        let mut current = paths.db.clone().into_os_string();
+        current.push(".bak");
+        return Err(CliError::Usage(format!(
+            "this replaces {} with {}; {RESTORE_MEANS}. Back up the current state first (`piw state backup {}`), then run `piw state restore {} --yes`",
+            paths.db.display(),
+            file.display(),
+            piw_core::paths::shell_quoted(std::path::Path::new(&current)),
+            piw_core::paths::shell_quoted(file),
+        )));
+    }
+    paths.ensure_dirs()?;
+    // Held from the removal to the copy: no host starts on a half-restored installation.
+    let _lock = piw_core::host::lock_installation(paths).map_err(|e| match e {
+        HostError::AlreadyRunning { pid, .. } => CliError::Runtime(format!(
+            "a piw host is running or still stopping (pid {pid}); stop it first with `piw host stop`"
+        )),
+        other => other.into(),
+    })?;
+    remove_state_locked(paths)?;
+    source.backup_to(&paths.db)?;
+    println!(
+        "restored {} from {}; note: {RESTORE_MEANS}",
+        paths.db.display(),
+        file.display()
+    );
+    Ok(())
 }
 
 /// `piw host stop`: asks the host to stop and returns once its process has ended. A host that
@@ -560,8 +746,11 @@ fn diagnose(paths: &PiwPaths) -> Result<Value, CliError> {
     let started = std::time::Instant::now();
     loop {
         if let Ok(mut client) = BlockingClient::connect(paths) {
+            client.set_timeout(Some(HOST_ANSWER_TIMEOUT))?;
             match client.call(RequestBody::Diagnose) {
                 Ok(r) => return Ok(r.body),
+                // A host that accepts but never answers (stopped, stuck on a disk).
+                Err(ClientError::TimedOut) => return Err(not_answering(paths)),
                 // The host is stopping (or just died): read the database once it let go.
                 Err(
                     ClientError::Closed {
@@ -611,16 +800,11 @@ fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {
             timeout,
             json,
         } => {
-            let file = std::path::absolute(&workflow_file)?;
-            let r = client.call(RequestBody::RunStart(payload::RunStart {
-                workflow_file: file.display().to_string(),
-                input,
-                session_id: session,
-                execution_mode: None,
-                project_dir: std::env::current_dir()
-                    .ok()
-                    .map(|d| d.display().to_string()),
-            }))?;
+            // The caller's directory goes with the file: the host resolves a relative path
+            // against it, and the run works there.
+            let mut start = piw_core::client::run_start_here(&workflow_file, input)?;
+            start.session_id = session;
+            let r = client.call(RequestBody::RunStart(start))?;
             if wait {
                 let run_id = str_of(&r.body["run_id"]);
                 // The run id first (on stderr, so `--json` output stays one document): a wait
@@ -634,7 +818,10 @@ fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {
             (r, json)
         }
         RunCmd::Status { run_id, json } => (
-            client.send(run_request(&run_id, RequestBody::RunStatus))?,
+            client.send(run_request(
+                &run_id,
+                RequestBody::RunStatus(Default::default()),
+            ))?,
             json,
         ),
         RunCmd::Pause { run_id, json } => (
@@ -645,6 +832,50 @@ fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {
             client.send(run_request(&run_id, RequestBody::RunResume))?,
             json,
         ),
+        RunCmd::Retry {
+            run_id,
+            reason,
+            json,
+        } => (
+            client.send(run_request(
+                &run_id,
+                RequestBody::RunRetry(payload::RunRetry {
+                    reason: Some(reason),
+                    by: Some(login_name()),
+                }),
+            ))?,
+            json,
+        ),
+        RunCmd::ResolveEffect {
+            run_id,
+            effect_id,
+            applied,
+            failed,
+            reason,
+            json,
+        } => {
+            let result =
+                match (applied, failed) {
+                    (Some(receipt), None) => payload::EffectResult::Applied { receipt },
+                    (None, Some(error)) => payload::EffectResult::Failed { error },
+                    _ => return Err(CliError::Usage(
+                        "say what became of the effect: --applied RECEIPT_JSON or --failed ERROR"
+                            .into(),
+                    )),
+                };
+            (
+                client.send(run_request(
+                    &run_id,
+                    RequestBody::EffectResolve(payload::EffectResolve {
+                        effect_id,
+                        result,
+                        reason: Some(reason),
+                        by: Some(login_name()),
+                    }),
+                ))?,
+                json,
+            )
+        }
         RunCmd::Cancel { run_id, json } => (
             client.send(run_request(
                 &run_id,
@@ -671,6 +902,7 @@ fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {
                 run["revision"]
             );
             text.push_str(&why_lines(run));
+            text.push_str(&last_child_lines(&b["last_child"]));
             text
         } else {
             b.as_object()
@@ -693,6 +925,46 @@ fn why_lines(run: &Value) -> String {
         .iter()
         .filter_map(|(label, key)| run[*key].as_str().map(|why| format!("\n{label} {why}")))
         .collect()
+}
+
+/// How the run's newest child ended (or that it runs) and the end of what it wrote to stderr:
+/// a run that failed or stopped for review shows why in the child's own words. Empty for a
+/// run that never had a child.
+fn last_child_lines(child: &Value) -> String {
+    /// Lines of the stderr tail shown; `--json` has the whole tails.
+    const STDERR_LINES: usize = 10;
+    if child.is_null() {
+        return String::new();
+    }
+    let mut text = if child["exited"] == json!(true) {
+        format!(
+            "
+last child exited: {}",
+            str_of(&child["reason"])
+        )
+    } else {
+        format!(
+            "
+last child running (pid {})",
+            str_of(&child["pid"])
+        )
+    };
+    let stderr = child["stderr_tail"].as_str().unwrap_or_default();
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    if !lines.is_empty() {
+        text.push_str(
+            "
+its stderr ends:",
+        );
+        for line in &lines[lines.len().saturating_sub(STDERR_LINES)..] {
+            text.push_str(
+                "
+  ",
+            );
+            text.push_str(line);
+        }
+    }
+    text
 }
 
 /// What a non-terminal run waits for that only someone else can give it, one line each:
@@ -780,7 +1052,10 @@ fn wait_for_run(
         Ok(client)
     };
     loop {
-        let r = match client.send(run_request(run_id, RequestBody::RunStatus)) {
+        let r = match client.send(run_request(
+            run_id,
+            RequestBody::RunStatus(Default::default()),
+        )) {
             Ok(r) => r,
             Err(e) if host_went_away(&e) => {
                 client = start_again(e)?;
@@ -802,7 +1077,7 @@ fn wait_for_run(
                 let run = &b["run"];
                 // Only the lines that say something: a completed run has no error, a failed
                 // one no result.
-                let mut text = format!("run {run_id} {status}");
+                let mut text = format!("run {run_id} {}", status_words(&status));
                 if !run["result"].is_null() {
                     text.push_str(&format!("\nresult {}", run["result"]));
                 }
@@ -811,15 +1086,22 @@ fn wait_for_run(
             });
             return if status == "completed" {
                 Ok(())
+            } else if json_out {
+                // The status printed says how it ended; stdout stays one JSON document.
+                Err(CliError::Reported)
             } else {
-                Err(CliError::Runtime(format!("run {run_id} ended {status}")))
+                Err(CliError::Runtime(format!(
+                    "run {run_id} {}",
+                    status_words(&status)
+                )))
             };
         }
         if let Some(deadline) = deadline {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             if left.is_zero() {
                 return Err(CliError::Runtime(format!(
-                    "gave up waiting for run {run_id} (it is {status})"
+                    "gave up waiting for run {run_id} (the run {})",
+                    status_words(&status)
                 )));
             }
             client.set_timeout(Some(left))?;

@@ -148,8 +148,11 @@ impl Env {
         let r = self
             .client()
             .send(
-                Request::new(piw_core::ids::new_id("st"), RequestBody::RunStatus)
-                    .with_run_id(run_id),
+                Request::new(
+                    piw_core::ids::new_id("st"),
+                    RequestBody::RunStatus(Default::default()),
+                )
+                .with_run_id(run_id),
             )
             .unwrap();
         r.body
@@ -228,13 +231,14 @@ fn a_pipeline_runs_to_completion_in_children() {
     let s = env.wait_for(&run_id, &["completed", "failed"], Duration::from_secs(20));
     assert_eq!(s["run"]["status"], json!("completed"), "{s:#}");
     assert_eq!(s["run"]["result"], json!({"done": true}));
+    // Newest first.
     let nodes: Vec<_> = s["attempts"]
         .as_array()
         .unwrap()
         .iter()
         .map(|a| a["node_id"].as_str().unwrap().to_owned())
         .collect();
-    assert_eq!(nodes, ["a", "b", "c"]);
+    assert_eq!(nodes, ["c", "b", "a"]);
     env.stop(host);
 }
 
@@ -354,7 +358,8 @@ fn a_spinning_child_cannot_take_ownership_and_its_deadline_routes_timed_out() {
     assert_eq!(s["run"]["status"], json!("completed"), "{s:#}");
     assert_eq!(s["run"]["result"], json!({"handled": "timeout"}));
     let attempts = s["attempts"].as_array().unwrap();
-    assert_eq!(attempts[0]["status"], json!("timed_out"));
+    // Newest first: the first attempt is the last one listed.
+    assert_eq!(attempts[attempts.len() - 1]["status"], json!("timed_out"));
     let kinds = events(&env, &run_id);
     assert!(
         !kinds.iter().any(|k| k == "recovered" || k == "child_lost"),
@@ -899,7 +904,7 @@ fn an_interaction_deadline_that_passed_while_the_host_was_down_routes_timed_out_
     assert_eq!(s["run"]["result"], json!({"late": true}));
     assert_eq!(s["interactions"][0]["status"], json!("expired"));
     assert_eq!(
-        s["attempts"][0]["status"],
+        s["attempts"].as_array().unwrap().last().unwrap()["status"],
         json!("timed_out"),
         "the same attempt recorded as timed out"
     );
@@ -1366,7 +1371,24 @@ fn a_validation_that_takes_too_long_is_stopped_and_its_submission_rejected() {
     );
     let run_id = env.start(&file, json!({}));
     let s = env.wait_for(&run_id, &["waiting"], Duration::from_secs(20));
-    submit(&env, &run_id, &s, "slow-1", 42).unwrap();
+    let mut sub = env.client();
+    sub.set_timeout(Some(Duration::from_secs(30))).unwrap();
+    sub.call(RequestBody::Subscribe(payload::Subscribe {
+        run_id: Some(run_id.clone()),
+        session_id: None,
+    }))
+    .unwrap();
+    let submission = submit(&env, &run_id, &s, "slow-1", 42).unwrap().body["submission_id"].clone();
+    // The rejection is published like a verdict, so a waiter learns it without polling.
+    let rejected = loop {
+        let e = sub.next_event().expect("a submission_rejected event");
+        if e.event_kind == "submission_rejected" {
+            break e;
+        }
+    };
+    assert_eq!(rejected.data["submission"], submission);
+    let said = rejected.data["error"].as_str().unwrap();
+    assert!(said.contains("validation timed out after 300 ms"), "{said}");
     let start = Instant::now();
     let s = loop {
         let s = env.status(&run_id);
@@ -1384,6 +1406,10 @@ fn a_validation_that_takes_too_long_is_stopped_and_its_submission_rejected() {
         .as_str()
         .unwrap();
     assert!(error.contains("validation did not finish"), "{error}");
+    assert!(
+        error.contains("validation timed out after 300 ms"),
+        "{error}"
+    );
     assert_eq!(s["interactions"][0]["status"], json!("pending"));
     env.stop(host);
 }
@@ -1556,6 +1582,7 @@ fn pure_steps_reported_together_are_checked_and_recorded_one_by_one() {
         .as_array()
         .unwrap()
         .iter()
+        .rev()
         .filter(|a| a["status"] != json!("interrupted"))
         .map(|a| {
             (
@@ -1629,7 +1656,11 @@ fn a_graceful_stop_held_open_by_a_slow_client_costs_a_busy_run_nothing() {
     std::thread::sleep(Duration::from_millis(300));
     let mut slow = std::os::unix::net::UnixStream::connect(&env.paths.socket).unwrap();
     for i in 0..40 {
-        let req = Request::new(format!("slow-{i}"), RequestBody::RunStatus).with_run_id(&big_id);
+        let req = Request::new(
+            format!("slow-{i}"),
+            RequestBody::RunStatus(Default::default()),
+        )
+        .with_run_id(&big_id);
         write_frame(&mut slow, &req, &Limits::default()).unwrap();
     }
     slow.flush().unwrap();
@@ -1830,7 +1861,8 @@ fn a_human_decision_deadline_passes_while_nobody_answers_and_a_late_answer_is_re
     );
     assert_eq!(s["run"]["status"], json!("completed"), "{s:#}");
     assert_eq!(s["run"]["result"], json!({"late": true}));
-    assert_eq!(s["attempts"][0]["status"], json!("timed_out"), "{s:#}");
+    let first = s["attempts"].as_array().unwrap().last().unwrap();
+    assert_eq!(first["status"], json!("timed_out"), "{s:#}");
     assert_eq!(s["decisions"][0]["status"], json!("cancelled"), "{s:#}");
     // The person answers too late.
     let mut late = s.clone();
@@ -2042,14 +2074,15 @@ fn the_status_of_a_run_with_large_outputs_fits_one_reply() {
         attempts.iter().all(|a| a["status"] == json!("succeeded")),
         "{attempts:?}"
     );
+    // Newest first.
     let omitted: Vec<bool> = attempts
         .iter()
         .map(|a| a["output_omitted"] == json!(true) && a["output"].is_null())
         .collect();
-    assert!(omitted[0], "the oldest output is left out");
-    assert!(!omitted[nodes.len() - 1], "the newest output stays");
+    assert!(omitted[nodes.len() - 1], "the oldest output is left out");
+    assert!(!omitted[0], "the newest output stays");
     assert_eq!(
-        attempts[nodes.len() - 1]["output"]["n"],
+        attempts[0]["output"]["n"],
         json!(5),
         "the newest output is whole"
     );
@@ -2086,9 +2119,60 @@ fn batched_steps_with_large_outputs_still_complete() {
         .as_array()
         .unwrap()
         .iter()
+        .rev()
         .map(|a| a["node_id"].as_str().unwrap())
         .collect();
     assert_eq!(nodes, ["a", "b", "c", "d", "e"], "each node ran once");
+    env.stop(host);
+}
+
+/// A child that dies in a pure step it has not reported yet (`b`, after `a`, batched) is
+/// blamed on `b`: after the first loss the host asks the next child to report every step,
+/// so the run stops for review at `b` with `b`'s attempts interrupted. Before, every loss
+/// landed on `a`, the run went to review at `a`, and nothing showed that `b` ever ran.
+#[test]
+fn a_child_that_dies_in_an_unreported_batched_step_is_blamed_on_that_step() {
+    let env = Env::new(&[]);
+    let host = env.serve(None);
+    let file = env.fixture(
+        "blame",
+        json!({
+            "batch_compute": true,
+            "graph": {"name": "blame", "start": "a",
+                      "nodes": {"a": {"kind": "compute"}, "b": {"kind": "compute"},
+                                "c": {"kind": "compute"}},
+                      "edges": [{"from": "a", "to": "b"}, {"from": "b", "to": "c"}]},
+            "behaviors": {"a": {}, "b": {"crash": "before_propose"}, "c": {}}
+        }),
+    );
+    let run_id = env.start(&file, json!({}));
+    let s = env.wait_for(
+        &run_id,
+        &["completed", "failed", "review"],
+        Duration::from_secs(60),
+    );
+    assert_eq!(s["run"]["status"], json!("review"), "{}", s["run"]);
+    assert_eq!(s["run"]["current_node"], json!("b"), "{}", s["run"]);
+    let attempts: Vec<(String, String)> = s["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["node_id"].as_str().unwrap().to_owned(),
+                a["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert!(
+        attempts.contains(&("a".into(), "succeeded".into())),
+        "{attempts:?}"
+    );
+    let b_lost = attempts
+        .iter()
+        .filter(|(n, st)| n == "b" && st == "interrupted")
+        .count();
+    assert_eq!(b_lost, 3, "three losses in a row at b: {attempts:?}");
     env.stop(host);
 }
 
@@ -2336,8 +2420,9 @@ fn an_effect_receipt_committed_before_a_host_crash_is_replayed_to_the_rerun() {
         .filter(|a| a["node_id"] == json!("act"))
         .collect();
     assert_eq!(acts.len(), 2, "the node ran again after the restart: {s:#}");
+    // Newest first: the rerun.
     assert_eq!(
-        acts[1]["output"]["replayed"],
+        acts[0]["output"]["replayed"],
         json!(true),
         "the rerun got the stored receipt: {s:#}"
     );

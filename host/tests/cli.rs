@@ -237,6 +237,40 @@ fn a_workflow_runs_from_the_command_line_and_status_shows_no_secrets() {
     assert_eq!(piw(&h.home, &["repair"]).status.code(), Some(0));
 }
 
+/// `piw run start` takes a relative file as the caller means it, from the caller's directory
+/// (sent as the run's project directory), wherever the host started.
+#[test]
+fn run_start_resolves_a_relative_file_from_the_callers_directory() {
+    let h = home();
+    let file = hello_example(&h);
+    let project = file.parent().unwrap().to_path_buf();
+    let elsewhere = h._dir.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let started = Command::new(env!("CARGO_BIN_EXE_piw"))
+        .args(["host", "start"])
+        .current_dir(&elsewhere)
+        .env("PIW_HOME", &h.home)
+        .env("PIW_LOG", "warn")
+        .output()
+        .unwrap();
+    assert_eq!(started.status.code(), Some(0), "{}", text(&started));
+    let o = Command::new(env!("CARGO_BIN_EXE_piw"))
+        .args(["run", "start", "hello.workflow.json", "--wait", "--json"])
+        .current_dir(&project)
+        .env("PIW_HOME", &h.home)
+        .env("PIW_LOG", "warn")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let run = json_of(&o);
+    assert_eq!(run["run"]["status"], "completed");
+    let project = std::fs::canonicalize(&project).unwrap();
+    assert_eq!(
+        run["run"]["source_root"],
+        project.join("hello.workflow.json").display().to_string()
+    );
+}
+
 #[test]
 fn state_backup_and_reset() {
     let h = home();
@@ -285,6 +319,169 @@ fn state_backup_and_reset() {
         Some(0)
     );
     assert!(!h.home.join("state.sqlite").exists());
+    // Again, with nothing there: it says so rather than claiming a removal.
+    let o = piw(&h.home, &["state", "reset", "--yes"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(text(&o).contains("nothing to remove"), "{}", text(&o));
+}
+
+/// `piw state restore <file>` puts a backup back: refused while a host runs (naming it), it
+/// says what restoring an older copy means (runs move back and may repeat their effects) and
+/// asks for `--yes`; a file that is not a compatible database is refused and changes nothing.
+#[test]
+fn state_restore_puts_a_backup_back_only_when_no_host_runs() {
+    let h = home();
+    let file = hello_example(&h);
+    let start = |h: &Home| {
+        let o = piw(&h.home, &["run", "start", file.to_str().unwrap(), "--wait"]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    };
+    start(&h);
+    let backup = h.home.with_file_name("one-run.sqlite");
+    let o = piw(&h.home, &["state", "backup", backup.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    start(&h);
+    let runs = |h: &Home| {
+        let store =
+            piw_core::store::Store::open_read_only(h.home.join("state.sqlite"), Default::default())
+                .unwrap();
+        store.list_runs(None, 10).unwrap().len()
+    };
+    assert_eq!(runs(&h), 2);
+
+    let host_pid: u32 = std::fs::read_to_string(h.home.join("host.lock"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let o = piw(
+        &h.home,
+        &["state", "restore", backup.to_str().unwrap(), "--yes"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains(&format!("pid {host_pid}")),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(piw(&h.home, &["host", "stop"]).status.code(), Some(0));
+
+    // Without --yes: what it means, and nothing changes.
+    let o = piw(&h.home, &["state", "restore", backup.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("run again"), "{}", text(&o));
+    assert!(text(&o).contains("may happen twice"), "{}", text(&o));
+    assert!(text(&o).contains("piw state backup"), "{}", text(&o));
+    assert_eq!(runs(&h), 2);
+    // Not a database: refused, nothing changes.
+    let junk = h.home.with_file_name("junk.sqlite");
+    std::fs::write(&junk, "not a database").unwrap();
+    let o = piw(
+        &h.home,
+        &["state", "restore", junk.to_str().unwrap(), "--yes"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(runs(&h), 2);
+
+    let o = piw(
+        &h.home,
+        &["state", "restore", backup.to_str().unwrap(), "--yes"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("run again"), "{}", text(&o));
+    assert_eq!(runs(&h), 1, "the backup's one run");
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(
+        std::fs::metadata(h.home.join("state.sqlite"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
+    // A host starts on it.
+    let o = piw(&h.home, &["runs", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(json_of(&o)["runs"].as_array().unwrap().len(), 1);
+}
+
+/// After a host crash, `piw state reset --yes` first stops the children that host left
+/// running (as a host's start-up recovery would): once the database is gone, nothing else
+/// knows them. Before, a spinning child kept a core busy under init for ever.
+#[test]
+fn state_reset_stops_the_children_a_crashed_host_left_running() {
+    use std::time::{Duration, Instant};
+    let h = home();
+    // The node starts a grandchild that writes its pid and ignores SIGTERM (as the child
+    // does), then sleeps: the pid file says the node is running, past the child's hello.
+    let grandchild_pid_file = h.home.with_file_name("grandchild.pid");
+    let file = workflow_file(
+        &h,
+        "stuck",
+        &serde_json::json!({
+            "graph": {"name": "stuck", "start": "s", "nodes": {"s": {"kind": "compute"}}, "edges": []},
+            "behaviors": {"s": {"grandchild_ignoring_term": grandchild_pid_file}}
+        }),
+    );
+    let o = piw(&h.home, &["run", "start", file.to_str().unwrap(), "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let run_id = json_of(&o)["run_id"].as_str().unwrap().to_owned();
+    let started = Instant::now();
+    let grandchild_pid: u32 = loop {
+        if let Some(pid) = std::fs::read_to_string(&grandchild_pid_file)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            break pid;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the node never ran"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let store =
+        piw_core::store::Store::open_read_only(h.home.join("state.sqlite"), Default::default())
+            .unwrap();
+    let child_pid = store.children(&run_id).unwrap()[0]
+        .pid
+        .expect("the child's pid");
+    drop(store);
+    // Killed whatever the assertions below find, so nothing outlives the test.
+    struct KillGroup(i32);
+    impl Drop for KillGroup {
+        fn drop(&mut self) {
+            // SAFETY: kill has no memory preconditions; the group is the test's own child's.
+            unsafe { libc::kill(-self.0, libc::SIGKILL) };
+        }
+    }
+    let _cleanup = KillGroup(child_pid as i32);
+    let host_pid: i32 = std::fs::read_to_string(h.home.join("host.lock"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // SAFETY: as above; the host is the test's own.
+    assert_eq!(unsafe { libc::kill(host_pid, libc::SIGKILL) }, 0);
+    let started = Instant::now();
+    while piw_core::supervise::process_alive(host_pid as u32) {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the host did not die"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        piw_core::supervise::process_alive(child_pid),
+        "the child outlived its host"
+    );
+    let o = piw(&h.home, &["state", "reset", "--yes"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("stopped 1 child process"), "{}", text(&o));
+    // The whole group went: the child and the grandchild that ignores SIGTERM.
+    for pid in [child_pid, grandchild_pid] {
+        assert!(!piw_core::supervise::process_alive(pid), "{pid} still runs");
+    }
 }
 
 #[test]
@@ -387,7 +584,7 @@ fn waiting_for_a_run_survives_a_burst_of_events_the_client_drops() {
                 let mut out = Vec::new();
                 let reply = match r.body {
                     RequestBody::RunStart(_) => serde_json::json!({ "run_id": "run-1" }),
-                    RequestBody::RunStatus => {
+                    RequestBody::RunStatus(_) => {
                         statuses += 1;
                         if statuses == 1 {
                             for _ in 0..burst {
@@ -411,7 +608,7 @@ fn waiting_for_a_run_survives_a_burst_of_events_the_client_drops() {
                     )
                     .unwrap(),
                 );
-                if matches!(r.body, RequestBody::RunStatus) {
+                if matches!(r.body, RequestBody::RunStatus(_)) {
                     seq += 1;
                     out.extend(event(seq));
                 }
@@ -465,7 +662,7 @@ fn wait_through_a_goodbye(code: piw_core::protocol::RejectionCode, message: &str
                 };
                 let reply = match r.body {
                     RequestBody::RunStart(_) => serde_json::json!({ "run_id": "run-1" }),
-                    RequestBody::RunStatus => {
+                    RequestBody::RunStatus(_) => {
                         serde_json::json!({ "run": { "status": status, "result": 1 } })
                     }
                     RequestBody::Subscribe(_) => {
@@ -479,7 +676,7 @@ fn wait_through_a_goodbye(code: piw_core::protocol::RejectionCode, message: &str
                     &limits,
                 )
                 .unwrap();
-                let goodbye = connection == 1 && matches!(r.body, RequestBody::RunStatus);
+                let goodbye = connection == 1 && matches!(r.body, RequestBody::RunStatus(_));
                 if goodbye {
                     out.extend(
                         encode_frame(&ServerFrame::goodbye(code, message.clone()), &limits)
@@ -562,6 +759,250 @@ fn run_status_says_why_a_run_stopped_for_review() {
         text(&o).contains("\nreview cannot load the workflow: start node \"zzz\""),
         "{}",
         text(&o)
+    );
+}
+
+/// Runs `piw` with `PIW_RUNTIMES` set (the host it starts serves that runtime too).
+fn piw_with_runtime(home: &Path, runtimes: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_piw"))
+        .args(args)
+        .env("PIW_HOME", home)
+        .env("PIW_LOG", "warn")
+        .env("PIW_RUNTIMES", runtimes)
+        .output()
+        .expect("run piw")
+}
+
+/// Polls `piw run status --json` until the run is in one of `statuses` (30 s: only a hang
+/// reaches it).
+fn wait_status(home: &Path, run_id: &str, statuses: &[&str]) -> Value {
+    let started = std::time::Instant::now();
+    loop {
+        let s = json_of(&piw(home, &["run", "status", run_id, "--json"]));
+        if statuses.contains(&s["run"]["status"].as_str().unwrap_or_default()) {
+            return s;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "never {statuses:?}: {s}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Review is not a dead end. A run whose children kept dying (its runtime was broken) is
+/// retried by a person once the cause is fixed: `piw run retry` runs the node again and the
+/// run completes. A retry of a run not in review is refused.
+#[test]
+fn a_person_retries_a_run_in_review_from_the_command_line() {
+    let h = home();
+    let dir = h.home.parent().unwrap().to_path_buf();
+    let fixed = dir.join("fixed");
+    // The runtime fails until `fixed` exists, then is the JSON worker.
+    let wrapper = dir.join("runtime.sh");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "if [ -f '{}' ]; then exec '{}' \"$@\"; fi\necho 'runtime broken' >&2\nexit 3\n",
+            fixed.display(),
+            env!("CARGO_BIN_EXE_piw-json-worker")
+        ),
+    )
+    .unwrap();
+    let runtimes = format!(".workflow.json=/bin/sh {}", wrapper.display());
+    let file = hello_example(&h);
+    let o = piw_with_runtime(
+        &h.home,
+        &runtimes,
+        &["run", "start", file.to_str().unwrap(), "--wait", "--json"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let run_id = json_of(&o)["run"]["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(json_of(&o)["run"]["status"], "review");
+    std::fs::write(&fixed, "").unwrap();
+    let o = piw(
+        &h.home,
+        &[
+            "run",
+            "retry",
+            &run_id,
+            "--reason",
+            "fixed the runtime",
+            "--json",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(json_of(&o)["status"], "queued");
+    let s = wait_status(&h.home, &run_id, &["completed", "failed", "review"]);
+    assert_eq!(s["run"]["status"], "completed", "{s}");
+    let o = piw(&h.home, &["run", "retry", &run_id, "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(json_of(&o)["error"]["code"], "invalid_transition");
+}
+
+/// An effect that may have happened (its child died while applying it, under the `never`
+/// contract) stops the run for review; a person who checked records it as applied, with the
+/// receipt, and the run continues without applying it again.
+#[test]
+fn a_person_resolves_an_uncertain_effect_from_the_command_line() {
+    let h = home();
+    let dir = h.home.parent().unwrap().to_path_buf();
+    let ledger = dir.join("ledger.txt");
+    let file = workflow_file(
+        &h,
+        "charge",
+        &serde_json::json!({
+            "graph": {"name": "charge", "start": "pay", "nodes": {"pay": {"kind": "action"}}, "edges": []},
+            "behaviors": {"pay": {"effect": {"key": "charge", "contract": "never",
+                "append_to": ledger, "line": "charged",
+                "crash_while_applying_marker": dir.join("crashed")}}}
+        }),
+    );
+    let o = piw(
+        &h.home,
+        &["run", "start", file.to_str().unwrap(), "--wait", "--json"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let status = json_of(&o);
+    assert_eq!(status["run"]["status"], "review", "{status}");
+    let run_id = status["run"]["run_id"].as_str().unwrap().to_owned();
+    let effect = &status["effects"][0];
+    assert_eq!(effect["state"], "uncertain", "{status}");
+    let effect_id = effect["effect_id"].as_str().unwrap().to_owned();
+    // A retry would apply it again: refused until it is resolved.
+    let o = piw(&h.home, &["run", "retry", &run_id]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("uncertain"), "{}", text(&o));
+    let o = piw(
+        &h.home,
+        &[
+            "run",
+            "resolve-effect",
+            &run_id,
+            &effect_id,
+            "--applied",
+            r#"{"ledger_line": 1}"#,
+            "--reason",
+            "checked the ledger",
+            "--json",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(json_of(&o)["state"], "applied");
+    let s = wait_status(&h.home, &run_id, &["completed", "failed", "review"]);
+    assert_eq!(s["run"]["status"], "completed", "{s}");
+    assert_eq!(
+        s["run"]["result"],
+        serde_json::json!({"receipt": {"ledger_line": 1}, "replayed": true})
+    );
+    let lines = std::fs::read_to_string(&ledger).unwrap();
+    assert_eq!(lines.lines().count(), 1, "applied once: {lines}");
+}
+
+/// With `--json`, a failing command's error is one JSON document on stdout,
+/// `{"error": {"code", "message", "details"}}`, with the same exit codes as without (1 for a
+/// refusal, 2 for the command line), so a script reads one format. Without it, a line on
+/// stderr. The end of a wait says how the run ended in words.
+#[test]
+fn json_errors_are_json_on_stdout_with_the_same_exit_codes() {
+    let h = home();
+    let file = hello_example(&h);
+    assert_eq!(piw(&h.home, &["host", "start"]).status.code(), Some(0));
+    let o = piw(&h.home, &["run", "cancel", "run-nope", "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = json_of(&o);
+    assert_eq!(err["error"]["code"], "not_found", "{err}");
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("run-nope"),
+        "{err}"
+    );
+    assert!(o.stderr.is_empty(), "{}", text(&o));
+    // A refusal with details keeps them.
+    let o = piw(
+        &h.home,
+        &["run", "start", file.to_str().unwrap(), "--wait", "--json"],
+    );
+    let run_id = json_of(&o)["run"]["run_id"].as_str().unwrap().to_owned();
+    let o = piw(&h.home, &["run", "pause", &run_id, "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = json_of(&o);
+    assert_eq!(err["error"]["code"], "invalid_transition", "{err}");
+    assert_eq!(err["error"]["details"]["status"], "completed", "{err}");
+    // The command line: exit 2, as JSON too.
+    let o = piw(
+        &h.home,
+        &[
+            "run",
+            "start",
+            "x.workflow.json",
+            "--input",
+            "{bad",
+            "--json",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = json_of(&o);
+    assert_eq!(err["error"]["code"], "usage", "{err}");
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not JSON"),
+        "{err}"
+    );
+    // Without --json, the same refusal is a line on stderr and nothing on stdout.
+    let o = piw(&h.home, &["run", "cancel", "run-nope"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(o.stdout.is_empty(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).starts_with("piw: not_found"),
+        "{}",
+        text(&o)
+    );
+}
+
+/// `piw run status` shows how the run's last child ended and the end of its stderr; `--json`
+/// has the whole tails (hex runs that could be tokens masked). Before, a run that stopped for
+/// review after its child kept dying showed no word of what the child said.
+#[test]
+fn run_status_shows_the_last_childs_exit_and_stderr() {
+    let h = home();
+    let file = h.home.with_file_name("noisy.workflow.sh");
+    std::fs::write(
+        &file,
+        "echo starting on stdout\necho 'token 0123456789abcdef0123456789abcdef01234567' >&2\necho 'boom: missing config' >&2\nexit 3\n",
+    )
+    .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_piw"))
+        .args(["run", "start", file.to_str().unwrap(), "--wait", "--json"])
+        .env("PIW_HOME", &h.home)
+        .env("PIW_LOG", "warn")
+        .env("PIW_RUNTIMES", ".workflow.sh=/bin/sh")
+        .output()
+        .unwrap();
+    let run = json_of(&o);
+    assert_eq!(run["run"]["status"], "review", "{}", text(&o));
+    let run_id = run["run"]["run_id"].as_str().unwrap().to_owned();
+    let o = piw(&h.home, &["run", "status", &run_id]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let shown = text(&o);
+    assert!(shown.contains("\nlast child exited: "), "{shown}");
+    assert!(shown.contains("3"), "{shown}");
+    assert!(
+        shown.contains("\nits stderr ends:\n  token <hex>\n  boom: missing config"),
+        "{shown}"
+    );
+    let o = piw(&h.home, &["run", "status", &run_id, "--json"]);
+    let status = json_of(&o);
+    let child = &status["last_child"];
+    assert_eq!(child["exit_code"], 3, "{child}");
+    assert_eq!(child["stdout_tail"], "starting on stdout\n", "{child}");
+    assert_eq!(
+        child["stderr_tail"], "token <hex>\nboom: missing config\n",
+        "{child}"
     );
 }
 
@@ -836,7 +1277,7 @@ fn state_backup_finishes_while_the_host_commits_steadily() {
 }
 
 /// A host that accepts connections but does not answer (stopped here with SIGSTOP; a wedged
-/// disk looks the same) must not hang `host status` or `host stop` for ever: they are what a
+/// disk looks the same) must not hang `host status`, `host stop` or `diagnose` for ever: they are what a
 /// user reaches for exactly then. Each gives up with exit 1, naming the pid. The 60 s bound
 /// catches a hang; it is not a speed check.
 #[test]
@@ -860,7 +1301,8 @@ fn host_status_and_stop_give_up_on_a_host_that_does_not_answer() {
     // SAFETY: as above; the pid is the test's own host.
     assert_eq!(unsafe { libc::kill(host_pid, libc::SIGSTOP) }, 0);
     let _resume = Resume(host_pid);
-    for verb in [["host", "status"], ["host", "stop"]] {
+    // `diagnose` too: it asks a running host, and gave no answer for as long as it waited.
+    for verb in [&["host", "status"][..], &["host", "stop"], &["diagnose"]] {
         let mut child = Command::new(env!("CARGO_BIN_EXE_piw"))
             .args(verb)
             .env("PIW_HOME", &h.home)

@@ -174,8 +174,11 @@ impl Scenario {
     }
 
     fn status(&mut self, run_id: &str) -> Value {
-        let request =
-            Request::new(piw_core::ids::new_id("st"), RequestBody::RunStatus).with_run_id(run_id);
+        let request = Request::new(
+            piw_core::ids::new_id("st"),
+            RequestBody::RunStatus(Default::default()),
+        )
+        .with_run_id(run_id);
         self.call(request).unwrap().body
     }
 

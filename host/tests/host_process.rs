@@ -102,8 +102,11 @@ impl Home {
         loop {
             let r = c
                 .send(
-                    Request::new(piw_core::ids::new_id("st"), RequestBody::RunStatus)
-                        .with_run_id(run_id),
+                    Request::new(
+                        piw_core::ids::new_id("st"),
+                        RequestBody::RunStatus(Default::default()),
+                    )
+                    .with_run_id(run_id),
                 )
                 .unwrap();
             if r.body["run"]["status"] == json!(wanted) {
@@ -121,8 +124,11 @@ impl Home {
     fn revision(&self, c: &mut BlockingClient, run_id: &str) -> u64 {
         let r = c
             .send(
-                Request::new(piw_core::ids::new_id("rv"), RequestBody::RunStatus)
-                    .with_run_id(run_id),
+                Request::new(
+                    piw_core::ids::new_id("rv"),
+                    RequestBody::RunStatus(Default::default()),
+                )
+                .with_run_id(run_id),
             )
             .unwrap();
         r.body["run"]["revision"].as_u64().unwrap()
@@ -427,8 +433,11 @@ fn bad_input_closes_only_the_offending_connection() {
     let check = |good: &mut BlockingClient| {
         let r = good
             .send(
-                Request::new(piw_core::ids::new_id("ok"), RequestBody::RunStatus)
-                    .with_run_id(&run_id),
+                Request::new(
+                    piw_core::ids::new_id("ok"),
+                    RequestBody::RunStatus(Default::default()),
+                )
+                .with_run_id(&run_id),
             )
             .unwrap();
         assert_eq!(r.body["run"]["run_id"], json!(run_id));
@@ -893,7 +902,7 @@ fn assert_paused_once(
         .expect("the retried request id returns the committed receipt");
     assert!(replay.replayed);
     let status = c
-        .send(Request::new("s", RequestBody::RunStatus).with_run_id(run_id))
+        .send(Request::new("s", RequestBody::RunStatus(Default::default())).with_run_id(run_id))
         .unwrap();
     assert_eq!(status.body["run"]["paused"], json!(true));
     assert_eq!(status.body["run"]["revision"], json!(before + 1));
@@ -1052,7 +1061,7 @@ fn sigterm_stops_gracefully_and_runs_stay_resumable() {
     let host = home.serve(None);
     let r = home
         .client()
-        .send(Request::new("st", RequestBody::RunStatus).with_run_id(&run_id))
+        .send(Request::new("st", RequestBody::RunStatus(Default::default())).with_run_id(&run_id))
         .unwrap();
     assert_eq!(r.body["run"]["status"], json!("waiting"));
     assert_eq!(
@@ -1131,7 +1140,10 @@ fn the_async_client_calls_and_subscribes() {
             .unwrap_err();
         assert_eq!(err.code(), Some(RejectionCode::InvalidTransition));
         let err = c
-            .send(Request::new("c3", RequestBody::RunStatus).with_run_id("run-missing"))
+            .send(
+                Request::new("c3", RequestBody::RunStatus(Default::default()))
+                    .with_run_id("run-missing"),
+            )
             .await
             .unwrap_err();
         assert_eq!(err.code(), Some(RejectionCode::NotFound));
@@ -1181,8 +1193,8 @@ fn a_connection_cannot_pile_up_subscriptions() {
     let mut c = home.client();
     let subscribe = || {
         RequestBody::Subscribe(payload::Subscribe {
-            run_id: Some("run-x".into()),
-            session_id: None,
+            run_id: None,
+            session_id: Some("s1".into()),
         })
     };
     for _ in 0..piw_core::host::conn::MAX_SUBSCRIPTIONS {
@@ -1259,5 +1271,124 @@ fn a_run_start_of_a_fifo_is_refused_and_the_host_keeps_serving() {
     // The connection and the host go on.
     c.call(RequestBody::HostStatus).unwrap();
     home.client().call(RequestBody::HostStatus).unwrap();
+    home.stop(host);
+}
+
+/// `subscribe` to a run that does not exist is `not_found` (a typo would otherwise wait for
+/// events that never come); the connection stays open, and a session needs no run yet.
+#[test]
+fn a_subscription_to_an_unknown_run_is_not_found() {
+    let home = Home::new();
+    let host = home.serve(None);
+    let mut c = home.client();
+    let err = c
+        .call(RequestBody::Subscribe(payload::Subscribe {
+            run_id: Some("run-missing".into()),
+            session_id: None,
+        }))
+        .unwrap_err();
+    assert_eq!(err.code(), Some(RejectionCode::NotFound), "{err}");
+    assert!(err.to_string().contains("run-missing"), "{err}");
+    c.call(RequestBody::Subscribe(payload::Subscribe {
+        run_id: None,
+        session_id: Some("no-runs-yet".into()),
+    }))
+    .unwrap();
+    let run_id = home.start_run(&mut c);
+    c.call(RequestBody::Subscribe(payload::Subscribe {
+        run_id: Some(run_id),
+        session_id: None,
+    }))
+    .unwrap();
+    home.stop(host);
+}
+
+/// `run.start` resolves a relative `workflow_file` against `project_dir`, never against the
+/// directory the host happened to start in, and refuses paths it cannot place, naming them.
+#[test]
+fn run_start_paths_never_depend_on_the_hosts_directory() {
+    let home = Home::new();
+    home.paths.ensure_dirs().unwrap();
+    // The host starts in `host_cwd`, which holds a workflow of the same name that parks on a
+    // checkpoint; the project's own one is a different file.
+    let host_cwd = home._dir.path().join("host-cwd");
+    let project = home._dir.path().join("project");
+    std::fs::create_dir_all(&host_cwd).unwrap();
+    std::fs::create_dir_all(&project).unwrap();
+    let workflow = home.workflow();
+    std::fs::copy(&workflow, host_cwd.join("w.workflow.json")).unwrap();
+    std::fs::copy(&workflow, project.join("w.workflow.json")).unwrap();
+    std::fs::write(project.join("w.workflow.json"), {
+        let mut text = std::fs::read_to_string(&workflow).unwrap();
+        text.push(' '); // another hash: the file is the project's, not the host's
+        text
+    })
+    .unwrap();
+    let mut cmd = Command::new(piw());
+    cmd.args(["host", "serve"])
+        .current_dir(&host_cwd)
+        .env("PIW_HOME", &home.paths.home)
+        .env("PIW_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let host = HostProc::start_ready(&mut cmd, &home.paths, None);
+    let mut c = home.client();
+    let start = |workflow_file: &str, project_dir: Option<&Path>| {
+        RequestBody::RunStart(payload::RunStart {
+            workflow_file: workflow_file.into(),
+            input: json!({}),
+            session_id: None,
+            execution_mode: None,
+            project_dir: project_dir.map(|d| d.display().to_string()),
+        })
+    };
+
+    let r = c
+        .call(start("w.workflow.json", Some(&project)))
+        .expect("a relative file in the project");
+    let run_id = r.body["run_id"].as_str().unwrap().to_owned();
+    let status = home.wait_status(&mut c, &run_id, "waiting");
+    let expected = std::fs::canonicalize(project.join("w.workflow.json")).unwrap();
+    assert_eq!(
+        status["run"]["source_root"],
+        json!(expected.display().to_string())
+    );
+    assert_eq!(
+        status["run"]["project_dir"],
+        json!(project.display().to_string())
+    );
+
+    // Without a project_dir, a relative file has nothing to be relative to.
+    let err = c.call(start("w.workflow.json", None)).unwrap_err();
+    assert_eq!(err.code(), Some(RejectionCode::Malformed), "{err}");
+    assert!(
+        err.to_string().contains("`w.workflow.json` is relative"),
+        "{err}"
+    );
+    // A relative project_dir is refused at the start, not after three failed launches.
+    let err = c
+        .call(start(&workflow, Some(Path::new("rel"))))
+        .unwrap_err();
+    assert_eq!(err.code(), Some(RejectionCode::Malformed), "{err}");
+    assert!(err.to_string().contains("project_dir `rel`"), "{err}");
+    // So is one that does not exist, or is not a directory.
+    let missing = home._dir.path().join("missing");
+    for dir in [missing.as_path(), Path::new(&workflow)] {
+        let err = c.call(start(&workflow, Some(dir))).unwrap_err();
+        assert_eq!(err.code(), Some(RejectionCode::NotFound), "{err}");
+        assert!(
+            err.to_string().contains(&dir.display().to_string()),
+            "{err}"
+        );
+    }
+    // Absent, the project directory is the workflow file's.
+    let r = c.call(start(&workflow, None)).unwrap();
+    let run_id = r.body["run_id"].as_str().unwrap().to_owned();
+    let status = home.wait_status(&mut c, &run_id, "waiting");
+    let home_dir = std::fs::canonicalize(&home.paths.home).unwrap();
+    assert_eq!(
+        status["run"]["project_dir"],
+        json!(home_dir.display().to_string())
+    );
     home.stop(host);
 }

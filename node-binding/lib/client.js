@@ -141,9 +141,17 @@ export class Client {
     });
   }
 
-  /** A run with its claim, attempts, decisions, interactions and effects. */
-  runStatus(runId) {
-    return this.#body('run.status', { runId });
+  /**
+   * A run with its claim, decisions, interactions, effects and attempts: the newest
+   * `attemptsLimit` (default 100, at most 1000) attempts, newest first, with `attempt_count`
+   * (all of the run's); `attemptsBefore` (the last `attempt_id` of a previous reply) asks for
+   * older ones.
+   */
+  runStatus(runId, options = {}) {
+    return this.#body('run.status', { runId }, {
+      attempts_limit: options.attemptsLimit ?? null,
+      attempts_before: options.attemptsBefore ?? null,
+    });
   }
 
   /** Pauses a run at its next durable boundary. */
@@ -159,6 +167,36 @@ export class Client {
   /** Cancels a run (its child's whole process group is stopped). */
   cancelRun(runId, options = {}) {
     return this.#body('run.cancel', { ...envelope(options), runId }, { reason: options.reason ?? null });
+  }
+
+  /**
+   * A run in review: runs its current node again (a person's way out, once the cause is
+   * fixed). `by` and `reason` are kept in the run's `retried` event. Refused while an effect
+   * is uncertain (`resolveEffect` first).
+   */
+  retryRun(runId, options = {}) {
+    return this.#body('run.retry', { ...envelope(options), runId }, {
+      reason: options.reason ?? null,
+      by: options.by ?? null,
+    });
+  }
+
+  /**
+   * A run in review: records what became of an uncertain effect, `{ applied: receipt }` or
+   * `{ failed: error }`; once none is uncertain, the run continues (its node runs again and
+   * finds the recorded receipt).
+   */
+  resolveEffect(runId, effectId, outcome, options = {}) {
+    const result =
+      outcome && 'applied' in outcome
+        ? { status: 'applied', receipt: outcome.applied ?? null }
+        : { status: 'failed', error: String(outcome?.failed ?? '') };
+    return this.#body('effect.resolve', { ...envelope(options), runId }, {
+      effect_id: effectId,
+      result,
+      reason: options.reason ?? null,
+      by: options.by ?? null,
+    });
   }
 
   /** Answers an ordinary checkpoint (the model-facing path). */

@@ -337,3 +337,45 @@ test('waitForRun goes on through a burst of events it fell behind on', async () 
   assert.equal(run.status, 'completed');
   assert.deepEqual(run.result, { said: 10000 });
 });
+
+test('a run in review is retried once fixed; runStatus pages its attempts', async () => {
+  const c = host.client;
+  const fixed = `${host.dir}/retry.fixed`;
+  const flaky = writeWorkflow(
+    host.dir,
+    'flaky',
+    `import { existsSync } from 'node:fs';
+    export default piw.defineWorkflow({
+      name: 'flaky', start: 'work',
+      nodes: {
+        work: piw.compute(async () => {
+          if (!existsSync(${JSON.stringify(fixed)})) process.exit(1);
+          return { ok: true };
+        }),
+      },
+      edges: [],
+    });`,
+  );
+  const { run_id: runId } = await c.startRun(flaky);
+  const stopped = await c.waitForRun(runId, { timeoutMs: 60_000, untilParked: true });
+  assert.equal(stopped.status, 'review');
+  await assert.rejects(
+    c.resolveEffect(runId, 'eff-nope', { failed: 'no such effect' }),
+    code('not_found'),
+  );
+  writeFileSync(fixed, '');
+  const retried = await c.retryRun(runId, { reason: 'fixed it', by: 'test' });
+  assert.equal(retried.status, 'queued');
+  const run = await c.waitForRun(runId, { timeoutMs: 60_000 });
+  assert.equal(run.status, 'completed');
+  assert.deepEqual(run.result, { ok: true });
+  await assert.rejects(c.retryRun(runId), code('invalid_transition'));
+  // Newest first, as many as asked for, with the count of all.
+  const page = await c.runStatus(runId, { attemptsLimit: 1 });
+  assert.equal(page.attempts.length, 1);
+  assert.equal(page.attempts[0].status, 'succeeded');
+  assert.ok(page.attempt_count > 1, `${page.attempt_count}`);
+  const older = await c.runStatus(runId, { attemptsBefore: page.attempts[0].attempt_id });
+  assert.equal(older.attempts.length, page.attempt_count - 1);
+  assert.ok(older.attempts.every((a) => a.status === 'interrupted'));
+});

@@ -21,6 +21,24 @@ use crate::protocol::{
     RejectionCode, Request, RequestBody, Response, ServerFrame,
 };
 
+/// A `run.start` payload for `workflow_file` as the caller means it: a relative path is
+/// relative to the caller's working directory, which is sent as `project_dir` (the host
+/// resolves relative paths against `project_dir`, never against its own directory, and the
+/// run's children start there). Set `session_id` and `execution_mode` on the result as needed.
+pub fn run_start_here(
+    workflow_file: impl AsRef<Path>,
+    input: serde_json::Value,
+) -> Result<crate::protocol::payload::RunStart, ClientError> {
+    let here = std::env::current_dir()?;
+    Ok(crate::protocol::payload::RunStart {
+        workflow_file: workflow_file.as_ref().display().to_string(),
+        input,
+        session_id: None,
+        execution_mode: None,
+        project_dir: Some(here.display().to_string()),
+    })
+}
+
 /// Default bound on how long `ensure_host` waits for a host to become ready.
 pub const DEFAULT_READY_TIMEOUT: Duration = Duration::from_secs(10);
 

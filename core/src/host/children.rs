@@ -151,6 +151,9 @@ pub struct ChildEntry {
     pub resume: Resume,
     /// The child was a standby worker (started before its run was known).
     pub from_standby: bool,
+    /// Why the host stopped it, when a deadline of the host's did (the loss reason names it:
+    /// "validation timed out after N ms" rather than just the signal that ended the child).
+    pub stop_reason: Option<String>,
 }
 
 impl HostState {
@@ -502,6 +505,7 @@ fn launch(
             mode: act.mode,
             resume: act.resume.clone(),
             from_standby: false,
+            stop_reason: None,
         },
     );
     state.renewed_at.insert(run_id.to_owned(), now);
@@ -867,6 +871,12 @@ fn worker_hello(
         None => input.clone(),
     };
     let mut reply = json!({ "mode": mode.as_str(), "resume": resume, "input": input, "node_input": node_input, "definition": graph.as_ref().map(Graph::to_value), "features": payload::HOST_FEATURES });
+    // After a lost child, the next one reports every step as it takes it: the host then knows
+    // which node was running if this child dies too (steps reported together would leave the
+    // loss on the last node the host heard of).
+    if w.child_losses(run_id)? > 0 {
+        reply["report_each_step"] = json!(true);
+    }
     if hello.start_node && mode.as_str() == "run" && reply["resume"]["resume"] == "fresh" {
         if let Some(graph) = &graph {
             let node = reply["resume"]["node_id"]
@@ -1175,18 +1185,31 @@ pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildRe
                     .is_some_and(|e| e.from_standby && !e.hello)
                 && !state.forgiven_standby_exits.contains(&run_id);
             let mut forgiven = false;
+            let stop_reason = state
+                .children
+                .get(&run_id)
+                .filter(|_| ours)
+                .and_then(|e| e.stop_reason.clone());
             let before = revision_of(store, &run_id);
             let result = store.write(|w| {
                 w.record_child_exit(child_epoch, &exit)?;
                 if let Some(claim) = &claim {
                     if w.run_status(&claim.run_id)? == RunStatus::Running {
-                        let why = format!(
-                            "child exited ({}) before the run reached a boundary{}",
-                            exit.reason,
-                            last_stderr_line(&exit.stderr_tail)
-                                .map(|line| format!("; its last stderr line: {line}"))
-                                .unwrap_or_default()
-                        );
+                        let stderr = last_stderr_line(&exit.stderr_tail)
+                            .map(|line| format!("; its last stderr line: {line}"))
+                            .unwrap_or_default();
+                        let why = match &stop_reason {
+                            Some(stopped) => {
+                                format!(
+                                    "{stopped}; the host stopped the child ({}){stderr}",
+                                    exit.reason
+                                )
+                            }
+                            None => format!(
+                                "child exited ({}) before the run reached a boundary{stderr}",
+                                exit.reason
+                            ),
+                        };
                         let shutting_down = state.shutting_down;
                         let released = w.savepoint(|w| {
                             if shutting_down {
@@ -1251,10 +1274,19 @@ pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildRe
 /// status.
 pub fn last_stderr_line(stderr_tail: &[u8]) -> Option<String> {
     const MAX_BYTES: usize = 600;
-    const HEX_RUN: usize = 32;
     let text = String::from_utf8_lossy(stderr_tail);
     let line = text.lines().map(str::trim).rfind(|l| !l.is_empty())?;
-    let mut out = String::new();
+    Some(crate::protocol::request::bounded_message(
+        &mask_hex_runs(line),
+        MAX_BYTES,
+    ))
+}
+
+/// `text` with every run of 32 or more hex digits replaced by `<hex>`: what a child printed
+/// reaches status and reasons, and nothing shaped like a token may.
+pub fn mask_hex_runs(text: &str) -> String {
+    const HEX_RUN: usize = 32;
+    let mut out = String::with_capacity(text.len());
     let mut hex = String::new();
     let flush = |out: &mut String, hex: &mut String| {
         if hex.len() >= HEX_RUN {
@@ -1264,7 +1296,7 @@ pub fn last_stderr_line(stderr_tail: &[u8]) -> Option<String> {
         }
         hex.clear();
     };
-    for c in line.chars() {
+    for c in text.chars() {
         if c.is_ascii_hexdigit() {
             hex.push(c);
         } else {
@@ -1273,7 +1305,7 @@ pub fn last_stderr_line(stderr_tail: &[u8]) -> Option<String> {
         }
     }
     flush(&mut out, &mut hex);
-    Some(crate::protocol::request::bounded_message(&out, MAX_BYTES))
+    out
 }
 
 /// After a batch, forget claims the store released (the run parked, waited or ended). A
@@ -1462,8 +1494,12 @@ pub fn due_child_work(store: &mut Store, state: &mut HostState) {
         .filter(|(_, e)| validation_deadline(state, e).is_some_and(|at| at <= now))
         .map(|(r, _)| r.clone())
         .collect();
+    let timeout_ms = state.child_config.validation_timeout.as_millis();
     for run_id in slow {
         tracing::warn!(%run_id, "validation did not finish in time; stopping the child");
+        if let Some(e) = state.children.get_mut(&run_id) {
+            e.stop_reason = Some(format!("validation timed out after {timeout_ms} ms"));
+        }
         stop_child(state, &run_id);
     }
     // Children that did not exit after their run stopped needing them.

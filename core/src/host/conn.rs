@@ -419,8 +419,16 @@ async fn handle_frame(
                     format!("at most {MAX_SUBSCRIPTIONS} subscriptions per connection"),
                 ))));
             }
+            let filter = (s.run_id.clone(), s.session_id.clone());
+            // A run filter must name a run that exists (the store answers `not_found`
+            // otherwise); a session needs no record before its first run.
+            if filter.0.is_some() {
+                if let Err(rejection) = ask_store(shared, request.clone(), None, None).await {
+                    return Ok(answer(Err(rejection)));
+                }
+            }
             let sub_id = crate::ids::new_id("sub");
-            subscriptions.insert(sub_id.clone(), (s.run_id.clone(), s.session_id.clone()));
+            subscriptions.insert(sub_id.clone(), filter);
             Ok(answer(Ok(Receipt::new(
                 None,
                 json!({ "subscription_id": sub_id }),
@@ -474,7 +482,6 @@ async fn handle_frame(
                 }
                 _ => None,
             };
-            let (tx, rx) = oneshot::channel();
             let meta = if dispatch::is_durable_command(&request) {
                 match dispatch::command_meta(&request) {
                     Ok(meta) => Some(meta),
@@ -483,26 +490,9 @@ async fn handle_frame(
             } else {
                 None
             };
-            let job = Job {
-                request,
-                start,
-                meta,
-                reply: tx,
-            };
-            let hello = matches!(job.request.body, RequestBody::WorkerHello(_))
-                .then(|| (job.request.run_id.clone(), job.request.generation));
-            if shared.jobs.send(StoreMsg::Request(Box::new(job))).is_err() {
-                return Ok(answer(Err(Rejection::new(
-                    RejectionCode::HostShuttingDown,
-                    "host is stopping",
-                ))));
-            }
-            let result = rx.await.unwrap_or_else(|_| {
-                Err(Rejection::new(
-                    RejectionCode::HostShuttingDown,
-                    "host is stopping",
-                ))
-            });
+            let hello = matches!(request.body, RequestBody::WorkerHello(_))
+                .then(|| (request.run_id.clone(), request.generation));
+            let result = ask_store(shared, request, start, meta).await;
             if let (Some((Some(run_id), Some(generation))), Ok(receipt)) = (hello, &result) {
                 if receipt.body.get("stop").is_none() {
                     *worker = Some((run_id, generation));
@@ -511,6 +501,28 @@ async fn handle_frame(
             Ok(answer(result))
         }
     }
+}
+
+/// Hands `request` to the store thread and waits for its answer (a read, or a durable
+/// command with its receipt identity `meta`).
+async fn ask_store(
+    shared: &HostShared,
+    request: Request,
+    start: Option<dispatch::PreparedStart>,
+    meta: Option<crate::store::CommandMeta>,
+) -> Result<Receipt, Rejection> {
+    let stopping = || Rejection::new(RejectionCode::HostShuttingDown, "host is stopping");
+    let (tx, rx) = oneshot::channel();
+    let job = Job {
+        request,
+        start,
+        meta,
+        reply: tx,
+    };
+    if shared.jobs.send(StoreMsg::Request(Box::new(job))).is_err() {
+        return Err(stopping());
+    }
+    rx.await.unwrap_or_else(|_| Err(stopping()))
 }
 
 /// A worker request is allowed on a connection that said hello for the same run and

@@ -7,8 +7,8 @@ use serde_json::{json, Value};
 
 use crate::protocol::{payload, Receipt, Rejection, RejectionCode, Request, RequestBody};
 use crate::store::{
-    Answerer, Claim, ClaimLostReason, CommandMeta, ExecutionMode, Fence, NewRun, RunStatus, Store,
-    StoreError, WriteTx,
+    Answerer, Claim, ClaimLostReason, CommandMeta, ExecutionMode, Fence, NewRun, Provenance,
+    RunStatus, Store, StoreError, WriteTx,
 };
 
 /// How long a claimed workflow message stays with one client before another may take it.
@@ -101,6 +101,9 @@ pub fn rejection_for(err: &StoreError) -> Rejection {
             ..
         } => json!({ "current_attempt": attempt_id, "deadline_at": deadline_at }),
         StoreError::ClaimLost { reason, .. } => json!({ "reason": reason.as_str() }),
+        StoreError::InvalidTransition { op, status, .. } => {
+            json!({ "op": op.as_str(), "status": status.as_str() })
+        }
         _ => Value::Null,
     };
     Rejection::new(code, err.to_string()).with_details(details)
@@ -113,7 +116,7 @@ pub fn is_durable_command(req: &Request) -> bool {
         req.body,
         RequestBody::HostStatus
             | RequestBody::HostStop
-            | RequestBody::RunStatus
+            | RequestBody::RunStatus(_)
             | RequestBody::RunList(_)
             | RequestBody::InteractionList(_)
             | RequestBody::Subscribe(_)
@@ -157,8 +160,31 @@ pub struct PreparedStart {
 ///
 /// Blocking file I/O: the connection task runs it on a blocking thread (`spawn_blocking`), so
 /// a slow file system costs only the connection that asked.
+///
+/// Paths never depend on the host's own working directory (wherever it happened to start): a
+/// relative `workflow_file` is resolved against `project_dir`, which must then be given, and a
+/// `project_dir` must be an absolute path to an existing directory. A path that breaks the
+/// first rules is `malformed`, one that does not exist `not_found`, each naming the path.
 pub fn prepare_start(start: &payload::RunStart) -> Result<PreparedStart, Rejection> {
-    let path = std::path::Path::new(&start.workflow_file);
+    let project_dir = match start.project_dir.as_deref() {
+        Some(dir) => Some(checked_project_dir(dir)?),
+        None => None,
+    };
+    let workflow_file = std::path::Path::new(&start.workflow_file);
+    let path = match &project_dir {
+        _ if workflow_file.is_absolute() => workflow_file.to_path_buf(),
+        Some(dir) => dir.join(workflow_file),
+        None => {
+            return Err(Rejection::new(
+                RejectionCode::Malformed,
+                format!(
+                    "workflow_file `{}` is relative and run.start has no project_dir to resolve it against: send an absolute path, or the caller's directory as project_dir",
+                    start.workflow_file
+                ),
+            ))
+        }
+    };
+    let path = path.as_path();
     let canonical = std::fs::canonicalize(path).map_err(|e| {
         Rejection::new(
             RejectionCode::NotFound,
@@ -176,11 +202,12 @@ pub fn prepare_start(start: &payload::RunStart) -> Result<PreparedStart, Rejecti
         .and_then(|n| n.to_str())
         .unwrap_or("workflow");
     let workflow_name = file_name.split('.').next().unwrap_or(file_name).to_owned();
-    let project_dir = start
-        .project_dir
-        .clone()
-        .or_else(|| canonical.parent().map(|p| p.display().to_string()))
-        .unwrap_or_else(|| ".".into());
+    // Without one, the run works in the directory of its workflow file.
+    let project_dir = project_dir
+        .or_else(|| canonical.parent().map(std::path::Path::to_path_buf))
+        .unwrap_or_else(|| std::path::PathBuf::from("/"))
+        .display()
+        .to_string();
     Ok(PreparedStart {
         new_run: NewRun {
             workflow_name,
@@ -198,6 +225,29 @@ pub fn prepare_start(start: &payload::RunStart) -> Result<PreparedStart, Rejecti
             project_dir,
         },
     })
+}
+
+/// `run.start`'s `project_dir`: an absolute path to a directory that exists (its children
+/// start there; a path that is not one would fail every launch instead of the start).
+fn checked_project_dir(dir: &str) -> Result<std::path::PathBuf, Rejection> {
+    let path = std::path::Path::new(dir);
+    if !path.is_absolute() {
+        return Err(Rejection::new(
+            RejectionCode::Malformed,
+            format!("project_dir `{dir}` is not an absolute path: send the caller's directory as an absolute path"),
+        ));
+    }
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => Ok(path.to_path_buf()),
+        Ok(_) => Err(Rejection::new(
+            RejectionCode::NotFound,
+            format!("project_dir {dir}: not a directory"),
+        )),
+        Err(e) => Err(Rejection::new(
+            RejectionCode::NotFound,
+            format!("project_dir {dir}: {e}"),
+        )),
+    }
 }
 
 /// The SHA-256 (hex) of a workflow file, which must be a regular file.
@@ -283,6 +333,40 @@ pub fn apply_command(
             // The claim is forgotten, and the child stopped, after the commit
             // (`children::forget_released_claims`).
             json!({ "run_id": run_id, "status": "cancelled", "summary": summary })
+        }
+        RequestBody::RunRetry(r) => {
+            let run_id = required(&req.run_id, "run_id")?;
+            let who = Provenance {
+                by: r.by.as_deref().unwrap_or("unknown"),
+                reason: r.reason.as_deref().unwrap_or(""),
+            };
+            w.retry_from_review(run_id, who)?;
+            json!({ "run_id": run_id, "status": RunStatus::Queued.as_str() })
+        }
+        RequestBody::EffectResolve(e) => {
+            let run_id = required(&req.run_id, "run_id")?;
+            let who = Provenance {
+                by: e.by.as_deref().unwrap_or("unknown"),
+                reason: e.reason.as_deref().unwrap_or(""),
+            };
+            let (result, state) = match &e.result {
+                payload::EffectResult::Applied { receipt } => (
+                    crate::store::EffectResult::Applied {
+                        receipt: receipt.clone(),
+                    },
+                    "applied",
+                ),
+                payload::EffectResult::Failed { error } => (
+                    crate::store::EffectResult::Failed {
+                        error: error.clone(),
+                    },
+                    "failed",
+                ),
+            };
+            w.resolve_effect(run_id, &e.effect_id, &result, who)?;
+            let (status, _) = w.run_state(run_id)?;
+            json!({ "run_id": run_id, "effect_id": e.effect_id, "state": state,
+                    "status": status.as_str() })
         }
         RequestBody::CheckpointAnswer(a) => {
             w.require_decision_of(required(&req.run_id, "run_id")?, &a.decision_id)?;
@@ -424,9 +508,11 @@ fn fit_run_status(
     effects: &mut [crate::store::EffectRecord],
     excess: usize,
 ) {
+    // The attempts come newest first: the oldest outputs go first.
     let excess = omit_until_it_fits(
         attempts
             .iter_mut()
+            .rev()
             .map(|a| (a.output.get_or_insert(Value::Null), &mut a.output_omitted)),
         excess,
     );
@@ -462,16 +548,39 @@ fn fit_run_status(
 /// `reply_limit` (the frame limit) as [`fit_run_status`] says.
 pub fn apply_read(store: &Store, req: &Request, reply_limit: usize) -> Result<Receipt, StoreError> {
     Ok(match &req.body {
-        RequestBody::RunStatus => {
+        RequestBody::RunStatus(query) => {
             let run_id = required(&req.run_id, "run_id")?;
             let run = store.run(run_id)?;
             let claim = store.claim_info(run_id)?;
-            let mut attempts = store.attempts(run_id)?;
+            // Newest first and capped: a run that looped thousands of times still has a
+            // status that fits a reply; older pages are asked for with `attempts_before`.
+            let (mut attempts, attempt_count) = store.attempts_page(
+                run_id,
+                query.attempts_before.as_deref(),
+                query
+                    .attempts_limit
+                    .unwrap_or(payload::DEFAULT_STATUS_ATTEMPTS)
+                    .min(payload::MAX_STATUS_ATTEMPTS),
+            )?;
             let mut decisions = store.decisions(run_id)?;
             let mut interactions = store.interactions(Some(run_id), None)?;
             let mut effects = store.effects(run_id)?;
-            let body_len =
-                json_len(&(&run, &claim, &attempts, &decisions, &interactions, &effects));
+            // What the newest child said (its exit and output tails, masked like the loss
+            // reasons): a run that failed or stopped for review shows why in its own words.
+            let last_child = store.last_child(run_id)?.map(|mut c| {
+                c.stdout_tail = super::children::mask_hex_runs(&c.stdout_tail);
+                c.stderr_tail = super::children::mask_hex_runs(&c.stderr_tail);
+                c
+            });
+            let body_len = json_len(&(
+                &run,
+                &claim,
+                &attempts,
+                &decisions,
+                &interactions,
+                &effects,
+                &last_child,
+            ));
             fit_run_status(
                 &mut attempts,
                 &mut interactions,
@@ -482,8 +591,9 @@ pub fn apply_read(store: &Store, req: &Request, reply_limit: usize) -> Result<Re
             Receipt::new(
                 Some(run.revision),
                 json!({ "run": run, "claim": claim, "attempts": attempts,
+                        "attempt_count": attempt_count,
                         "decisions": decisions, "interactions": interactions,
-                        "effects": effects }),
+                        "effects": effects, "last_child": last_child }),
             )
         }
         RequestBody::RunList(list) => {
@@ -506,6 +616,13 @@ pub fn apply_read(store: &Store, req: &Request, reply_limit: usize) -> Result<Re
             json!({ "interactions": store.interactions(None, Some(&l.session_id))? }),
         ),
         RequestBody::Diagnose => Receipt::new(None, json!({ "findings": store.diagnose()? })),
+        // The connection asks only whether the run exists; it makes the subscription itself.
+        RequestBody::Subscribe(s) => {
+            if let Some(run_id) = &s.run_id {
+                store.run_state(run_id)?;
+            }
+            Receipt::new(None, Value::Null)
+        }
         RequestBody::HostStatus => {
             let runs: serde_json::Map<String, Value> = store
                 .count_by_status()?
@@ -652,7 +769,8 @@ mod tests {
 
     #[test]
     fn the_oldest_outputs_go_first_and_the_body_then_fits() {
-        let mut attempts: Vec<_> = (1..=6).map(|n| attempt(n, big(200))).collect();
+        // Newest first, as `run.status` lists them.
+        let mut attempts: Vec<_> = (1..=6).rev().map(|n| attempt(n, big(200))).collect();
         let limit = 1024 * 1024;
         let len = fitted(&mut attempts, &mut [], &mut [], limit);
         assert!(len <= limit - REPLY_ENVELOPE_ROOM, "{len} bytes");
@@ -661,6 +779,7 @@ mod tests {
         assert!(
             attempts
                 .iter()
+                .rev()
                 .take(omitted)
                 .all(|a| a.output_omitted && a.output.as_ref().is_some_and(Value::is_null)),
             "the oldest go first"
@@ -668,6 +787,7 @@ mod tests {
         assert!(
             attempts
                 .iter()
+                .rev()
                 .skip(omitted)
                 .all(|a| a.output == Some(big(200))),
             "the others stay whole"

@@ -376,13 +376,26 @@ fn host_owner_id(epoch: i64) -> String {
     format!("host-epoch-{epoch}")
 }
 
-/// Stops children that earlier hosts launched and never saw exit (checking each process's
-/// start time so a reused pid is never killed), and records their end. All of them share one
-/// grace, so the wait does not grow with their number.
-fn cleanup_orphans(store: &mut Store, epoch: i64, grace: Duration) -> Result<(), HostError> {
-    let orphans = store.orphan_children(epoch)?;
+/// Stops the children recorded in `store` as running (launched by a host other than epoch
+/// `except`, when given) and returns them with what was done to each: their whole process
+/// groups get SIGTERM, then SIGKILL after `grace`, and a process whose pid now belongs to
+/// another start time is left alone. `piw state reset` uses it before deleting a database
+/// whose crashed host left children running; host startup through [`cleanup_orphans`].
+pub fn stop_recorded_children(
+    store: &Store,
+    except: Option<i64>,
+    grace: Duration,
+) -> Result<
+    (
+        Vec<crate::store::OrphanChild>,
+        Vec<crate::supervise::OrphanOutcome>,
+    ),
+    HostError,
+> {
+    // No host epoch is negative: `-1` excludes none.
+    let orphans = store.orphan_children(except.unwrap_or(-1))?;
     if orphans.is_empty() {
-        return Ok(());
+        return Ok((orphans, Vec::new()));
     }
     let recorded: Vec<_> = orphans
         .iter()
@@ -392,6 +405,17 @@ fn cleanup_orphans(store: &mut Store, epoch: i64, grace: Duration) -> Result<(),
         })
         .collect();
     let outcomes = crate::supervise::kill_orphan_groups(&recorded, grace);
+    Ok((orphans, outcomes))
+}
+
+/// Stops children that earlier hosts launched and never saw exit (checking each process's
+/// start time so a reused pid is never killed), and records their end. All of them share one
+/// grace, so the wait does not grow with their number.
+fn cleanup_orphans(store: &mut Store, epoch: i64, grace: Duration) -> Result<(), HostError> {
+    let (orphans, outcomes) = stop_recorded_children(store, Some(epoch), grace)?;
+    if orphans.is_empty() {
+        return Ok(());
+    }
     for (orphan, outcome) in orphans.iter().zip(&outcomes) {
         tracing::info!(run_id = %orphan.run_id, pid = orphan.pid, ?outcome, "orphaned child of an earlier host");
     }

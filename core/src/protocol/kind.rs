@@ -185,7 +185,7 @@ request_kinds! {
     /// Start a new run. Client.
     RunStart = "run.start" => RunStart, NONE;
     /// Status of one run. Client.
-    RunStatus = "run.status", RUN;
+    RunStatus = "run.status" => RunStatusQuery, RUN;
     /// List runs. Client.
     RunList = "run.list" => RunList, NONE;
     /// Pause a run at its next durable boundary. Client.
@@ -194,6 +194,10 @@ request_kinds! {
     RunResume = "run.resume", RUN;
     /// Cancel a run. Client.
     RunCancel = "run.cancel" => RunCancel, RUN;
+    /// Run the current node of a run in review again (a person's way out). Client.
+    RunRetry = "run.retry" => RunRetry, RUN;
+    /// Record what became of an uncertain effect of a run in review. Client.
+    EffectResolve = "effect.resolve" => EffectResolve, RUN;
     /// Answer an ordinary checkpoint (the model-facing path). Client.
     CheckpointAnswer = "checkpoint.answer" => DecisionAnswer, RUN;
     /// Answer a protected human decision (a person in the origin session). Client.

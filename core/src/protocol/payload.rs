@@ -108,6 +108,25 @@ pub struct RunStart {
     pub project_dir: Option<String>,
 }
 
+/// Payload of `run.status`: which of the run's attempts to include, newest first. Absent (or
+/// `null`) means the newest [`DEFAULT_STATUS_ATTEMPTS`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunStatusQuery {
+    /// At most this many attempts (default [`DEFAULT_STATUS_ATTEMPTS`], at most
+    /// [`MAX_STATUS_ATTEMPTS`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts_limit: Option<u32>,
+    /// Only attempts older than this one (the last `attempt_id` of a previous reply): the next
+    /// page towards the run's first attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts_before: Option<String>,
+}
+
+/// How many attempts `run.status` includes when not asked for a number.
+pub const DEFAULT_STATUS_ATTEMPTS: u32 = 100;
+/// The most attempts one `run.status` reply includes.
+pub const MAX_STATUS_ATTEMPTS: u32 = 1000;
+
 /// Payload of `run.list`. Both fields are filters; absent means "no filter".
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunList {
@@ -122,6 +141,28 @@ pub struct RunList {
 pub struct RunCancel {
     /// Why the run is cancelled, kept with the run.
     pub reason: Option<String>,
+}
+
+/// Payload of `run.retry`: a person runs the current node of a run in review again.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunRetry {
+    /// Why (what the person fixed), kept in the `retried` event.
+    pub reason: Option<String>,
+    /// Who asked (the CLI sends the login name), kept in the event.
+    pub by: Option<String>,
+}
+
+/// Payload of `effect.resolve`: a person records what became of an uncertain effect.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EffectResolve {
+    /// The uncertain effect (`run.status` → `effects`).
+    pub effect_id: String,
+    /// What the person found: `applied` with the receipt they provide, or `failed`.
+    pub result: EffectResult,
+    /// Why they know, kept in the `effect_resolved` event.
+    pub reason: Option<String>,
+    /// Who, kept in the event.
+    pub by: Option<String>,
 }
 
 /// Payload of `checkpoint.answer` and `decision.answer`.

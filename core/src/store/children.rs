@@ -158,11 +158,23 @@ impl Store {
 
     /// The children of a run, oldest first.
     pub fn children(&self, run_id: &str) -> StoreResult<Vec<ChildRecord>> {
-        let mut stmt = self.conn.prepare_cached(
+        self.children_where(run_id, "ORDER BY child_epoch")
+    }
+
+    /// The run's newest child, if it ever had one (for `run.status`: its exit and output
+    /// tails say what the child said).
+    pub fn last_child(&self, run_id: &str) -> StoreResult<Option<ChildRecord>> {
+        Ok(self
+            .children_where(run_id, "ORDER BY child_epoch DESC LIMIT 1")?
+            .pop())
+    }
+
+    fn children_where(&self, run_id: &str, order: &str) -> StoreResult<Vec<ChildRecord>> {
+        let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT child_epoch, run_id, generation, host_epoch, mode, pid, exit_code, signal, reason,
                     stdout_tail, stderr_tail, handshake_at IS NOT NULL, exited_at IS NOT NULL
-             FROM children WHERE run_id = ?1 ORDER BY child_epoch",
-        )?;
+             FROM children WHERE run_id = ?1 {order}"
+        ))?;
         let rows = stmt.query_map([run_id], |r| {
             let tail =
                 |v: Option<Vec<u8>>| String::from_utf8_lossy(&v.unwrap_or_default()).into_owned();

@@ -178,6 +178,18 @@ impl WriteTx<'_> {
         super::read::run_record(self.conn(), run_id)
     }
 
+    /// How many times in a row the run's child was lost without progress (a transition
+    /// clears it).
+    pub fn child_losses(&self, run_id: &str) -> StoreResult<u32> {
+        let losses: i64 = self
+            .conn()
+            .prepare_cached("SELECT crash_count FROM queue WHERE run_id = ?1")?
+            .query_row([run_id], |r| r.get(0))
+            .optional()?
+            .unwrap_or(0);
+        Ok(u32::try_from(losses).unwrap_or(u32::MAX))
+    }
+
     /// A run's status and revision, as this transaction sees it.
     pub fn run_state(&self, run_id: &str) -> StoreResult<(super::RunStatus, u64)> {
         super::read::run_state(self.conn(), run_id)

@@ -1609,17 +1609,25 @@ impl WriteTx<'_> {
             if count_loss {
                 // A validation child that died rejects only its provisional submission (its
                 // `validate` may be what kills it; judging it again could loop).
-                self.conn()
+                let error = format!("validation did not finish: {reason}");
+                let rejected: Vec<String> = self
+                    .conn()
                     .prepare_cached(
                         "UPDATE submissions SET state = 'rejected', error = ?3, settled_at = ?2
                          WHERE state = 'validating' AND interaction_id IN
-                               (SELECT interaction_id FROM interactions WHERE run_id = ?1)",
+                               (SELECT interaction_id FROM interactions WHERE run_id = ?1)
+                         RETURNING submission_id",
                     )?
-                    .execute(params![
+                    .query_map(params![run_id, self.now, error], |r| r.get(0))?
+                    .collect::<Result<_, _>>()?;
+                // Published like a verdict, so whoever waits for the submission learns it.
+                for submission_id in rejected {
+                    self.finish_run_write(
                         run_id,
-                        self.now,
-                        format!("validation did not finish: {reason}")
-                    ])?;
+                        "submission_rejected",
+                        json!({ "submission": submission_id, "error": error }),
+                    )?;
+                }
                 self.conn()
                     .prepare_cached(
                         "UPDATE interactions SET status = 'pending' WHERE run_id = ?1 AND status = 'validating'",
@@ -1735,6 +1743,124 @@ impl WriteTx<'_> {
         self.set_status(&claim.run_id, RunStatus::Review)?;
         self.set_review_reason(&claim.run_id, reason)?;
         self.finish_run_write(&claim.run_id, "review", json!({ "reason": reason }))
+    }
+}
+
+/// Who asked a person's command on a run in review, and why: kept in its event.
+#[derive(Debug, Clone, Copy)]
+pub struct Provenance<'a> {
+    /// The person (the CLI sends the login name) or client.
+    pub by: &'a str,
+    /// Why, in their words.
+    pub reason: &'a str,
+}
+
+impl WriteTx<'_> {
+    // ----- leaving review --------------------------------------------------------------------
+
+    /// A person's way out of review: the run's current node runs again, from the last
+    /// committed boundary, with its count of lost children cleared (for repeated losses once
+    /// the cause is fixed, or a changed source the person has put back). Refused while an
+    /// effect is uncertain (resolve it first: a retry must not apply it again) and for a run
+    /// not in review. Never records a success: the node simply runs again.
+    pub fn retry_from_review(&mut self, run_id: &str, who: Provenance<'_>) -> StoreResult<u64> {
+        let run = self.run_for(run_id, Op::Retry)?;
+        if let Some(key) = self.first_uncertain_effect(run_id)? {
+            return Err(invalid(
+                run_id,
+                Op::Retry,
+                run.status,
+                format!("effect {key} is uncertain: resolve it first (`resolve-effect`, applied or failed)"),
+            ));
+        }
+        self.authorize(run_id, Fence::Unclaimed, Op::Retry)?;
+        self.requeue_from_review(run_id)?;
+        self.finish_run_write(
+            run_id,
+            "retried",
+            json!({ "by": who.by, "reason": who.reason }),
+        )
+    }
+
+    /// A person settles an `uncertain` effect of a run in review with what they found out:
+    /// it was `applied` (with the receipt they provide) or it `failed` (it did not happen).
+    /// Once no effect of the run is uncertain, the run continues: its current node runs
+    /// again, and reserving the effect's key returns what the person recorded (the receipt,
+    /// or the failure) instead of applying it again.
+    pub fn resolve_effect(
+        &mut self,
+        run_id: &str,
+        effect_id: &str,
+        result: &super::EffectResult,
+        who: Provenance<'_>,
+    ) -> StoreResult<u64> {
+        let run = self.run_for(run_id, Op::ResolveEffect)?;
+        let state: Option<String> = self
+            .conn()
+            .prepare_cached("SELECT state FROM effects WHERE effect_id = ?1 AND run_id = ?2")?
+            .query_row(params![effect_id, run_id], |r| r.get(0))
+            .optional()?;
+        match state.as_deref() {
+            None => {
+                return Err(StoreError::NotFound {
+                    what: "effect",
+                    id: effect_id.to_owned(),
+                })
+            }
+            Some("uncertain") => {}
+            Some(other) => {
+                return Err(invalid(
+                    run_id,
+                    Op::ResolveEffect,
+                    run.status,
+                    format!("effect {effect_id} is {other}, not uncertain"),
+                ))
+            }
+        }
+        self.authorize(run_id, Fence::Unclaimed, Op::ResolveEffect)?;
+        let (state, receipt, error) = match result {
+            super::EffectResult::Applied { receipt } => {
+                ("applied", Some(receipt.to_string()), None)
+            }
+            super::EffectResult::Failed { error } => ("failed", None, Some(error.clone())),
+        };
+        self.conn()
+            .prepare_cached(
+                "UPDATE effects SET state = ?2, receipt = ?3, error = ?4, updated_at = ?5
+                 WHERE effect_id = ?1",
+            )?
+            .execute(params![effect_id, state, receipt, error, self.now])?;
+        let continues = self.first_uncertain_effect(run_id)?.is_none();
+        if continues {
+            self.requeue_from_review(run_id)?;
+        }
+        self.finish_run_write(
+            run_id,
+            "effect_resolved",
+            json!({ "effect": effect_id, "state": state, "by": who.by, "reason": who.reason,
+                    "continues": continues }),
+        )
+    }
+
+    fn first_uncertain_effect(&self, run_id: &str) -> StoreResult<Option<String>> {
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT effect_key FROM effects WHERE run_id = ?1 AND state = 'uncertain'
+                 ORDER BY created_at, rowid LIMIT 1",
+            )?
+            .query_row([run_id], |r| r.get(0))
+            .optional()?)
+    }
+
+    /// A run in review becomes ready again, its lost children forgotten.
+    fn requeue_from_review(&mut self, run_id: &str) -> StoreResult<()> {
+        self.set_status(run_id, RunStatus::Queued)?;
+        self.set_available(run_id, self.now)?;
+        self.conn()
+            .prepare_cached("UPDATE queue SET crash_count = 0 WHERE run_id = ?1")?
+            .execute([run_id])?;
+        Ok(())
     }
 }
 

@@ -40,7 +40,8 @@ pub use durability::WalSync;
 pub use effects::{EffectResult, Reservation};
 pub use error::{StoreError, StoreResult};
 pub use lifecycle::{
-    Activation, CancelSummary, NewRun, RecoveredRun, Resume, TransitionRequest, Transitioned,
+    Activation, CancelSummary, NewRun, Provenance, RecoveredRun, Resume, TransitionRequest,
+    Transitioned,
 };
 pub use model::*;
 pub use read::{
@@ -548,10 +549,14 @@ impl WriteTx<'_> {
         self.ops.push(op);
         let event_id = self.append_event(run_id, op, &data)?;
         // UPDATE then SELECT: `RETURNING` makes SQLite build a temporary table per call,
-        // several times the cost of a cached point read on this hot path.
+        // several times the cost of a cached point read on this hot path. A run that has just
+        // ended is no longer paused: the flag only ever holds a run back, and a finished run
+        // has nothing left to hold back (a pause that arrived during its last step lapses).
         self.conn()
             .prepare_cached(
-                "UPDATE runs SET revision = revision + 1, updated_at = ?2, last_event_id = ?3
+                "UPDATE runs SET revision = revision + 1, updated_at = ?2, last_event_id = ?3,
+                        paused = CASE WHEN status IN ('completed', 'failed', 'cancelled', 'timed_out')
+                                      THEN 0 ELSE paused END
                  WHERE run_id = ?1",
             )?
             .execute(params![run_id, self.now, event_id])?;

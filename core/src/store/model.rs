@@ -300,6 +300,10 @@ pub enum Op {
     Recover,
     Effect,
     Review,
+    /// A person runs the current node of a run in review again.
+    Retry,
+    /// A person settles an uncertain effect of a run in review.
+    ResolveEffect,
 }
 
 impl Op {
@@ -327,6 +331,8 @@ impl Op {
             Op::Recover => "recover",
             Op::Effect => "effect",
             Op::Review => "review",
+            Op::Retry => "retry",
+            Op::ResolveEffect => "resolve_effect",
         }
     }
 
@@ -354,6 +360,7 @@ impl Op {
             Op::Pause => &[Queued, Running, Waiting],
             Op::Resume => &[Queued, Running, Waiting],
             Op::Cancel | Op::ControlClaim => &[Queued, Running, Waiting, Review],
+            Op::Retry | Op::ResolveEffect => &[Review],
         }
     }
 
@@ -549,6 +556,8 @@ mod tests {
             Op::Recover,
             Op::Effect,
             Op::Review,
+            Op::Retry,
+            Op::ResolveEffect,
         ];
         for status in RunStatus::ALL.iter().filter(|s| s.is_terminal()) {
             for op in ops {

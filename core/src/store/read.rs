@@ -385,6 +385,66 @@ impl Store {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    /// A page of the run's attempts, newest first: at most `limit`, only those started before
+    /// attempt `before` when given (the last one of the previous page). Also returns how many
+    /// attempts the run has in all. An attempt `before` that is not the run's is `NotFound`.
+    pub fn attempts_page(
+        &self,
+        run_id: &str,
+        before: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<(Vec<AttemptRecord>, u64)> {
+        let total: i64 = self
+            .conn
+            .prepare_cached("SELECT COUNT(*) FROM attempts WHERE run_id = ?1")?
+            .query_row([run_id], |r| r.get(0))?;
+        let cursor: Option<(i64, i64)> = match before {
+            Some(attempt_id) => Some(
+                self.conn
+                    .prepare_cached(
+                        "SELECT started_at, rowid FROM attempts WHERE attempt_id = ?1 AND run_id = ?2",
+                    )?
+                    .query_row(params![attempt_id, run_id], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()?
+                    .ok_or_else(|| StoreError::NotFound {
+                        what: "attempt",
+                        id: attempt_id.to_owned(),
+                    })?,
+            ),
+            None => None,
+        };
+        // Ordered as `attempts` orders them (start time, then insertion), reversed.
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT attempt_id, node_id, ordinal, generation, status, deadline_at, output, error
+             FROM attempts WHERE run_id = ?1
+               AND (?2 IS NULL OR started_at < ?2 OR (started_at = ?2 AND rowid < ?3))
+             ORDER BY started_at DESC, rowid DESC LIMIT ?4",
+        )?;
+        let rows = stmt.query_map(
+            params![
+                run_id,
+                cursor.map(|c| c.0),
+                cursor.map(|c| c.1),
+                i64::from(limit)
+            ],
+            |r| {
+                Ok(AttemptRecord {
+                    attempt_id: r.get(0)?,
+                    node_id: r.get(1)?,
+                    ordinal: r.get::<_, i64>(2)? as u64,
+                    generation: r.get::<_, i64>(3)? as u64,
+                    status: r.get(4)?,
+                    deadline_at: r.get(5)?,
+                    output: json_col(r, 6)?,
+                    output_omitted: false,
+                    error: r.get(7)?,
+                })
+            },
+        )?;
+        let page = rows.collect::<Result<_, _>>()?;
+        Ok((page, u64::try_from(total).unwrap_or(0)))
+    }
+
     /// The run's decisions in creation order.
     pub fn decisions(&self, run_id: &str) -> StoreResult<Vec<DecisionRecord>> {
         let mut stmt = self.conn.prepare_cached(

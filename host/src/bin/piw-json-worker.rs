@@ -188,9 +188,9 @@ fn run() -> Result<(), WorkerError> {
                 if fixture["batch_compute"] == json!(true)
                     && pure(&node)
                     && pure(&next)
-                    && behaviors[&next]
-                        .as_object()
-                        .is_none_or(|b| b.is_empty() || b.keys().all(|k| k == "return"))
+                    && behaviors[&next].as_object().is_none_or(|b| {
+                        b.is_empty() || b.keys().all(|k| k == "return" || k == "crash")
+                    })
                     && w.deferred_steps() < 64
                     && w.deferred_bytes() < 64 * 1024
                 {
