@@ -1591,7 +1591,7 @@ fn deadline_fixture(env: &Env, name: &str, kind: &str, timeout_ms: u64, ask: Val
                       "nodes": {"ask": {"kind": kind, "timeout_ms": timeout_ms},
                                 "late": {"kind": "compute"}, "ok": {"kind": "compute"}},
                       "edges": [{"from": "ask", "switch": {"on": "$result.outcome",
-                                 "cases": {"timed_out": "late", "succeeded": "ok"}}}]},
+                                 "cases": {"timed_out": "late", "ok": "ok"}}}]},
             "behaviors": {"ask": ask, "late": {"return": {"late": true}}, "ok": {}}
         }),
     )

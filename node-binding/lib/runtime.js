@@ -5,14 +5,15 @@
 // every saved mounted source *before importing any workflow code*; import the workflow; compare
 // the mounts it resolves with the saved ones; say hello; execute nodes and propose each
 // transition; exit when the run parks, finishes, or the host says the run moved on.
+import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import module from 'node:module';
-import { dirname, relative, resolve as resolvePath, sep } from 'node:path';
+import { dirname, join, relative, resolve as resolvePath, sep } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
 import { native as addon, packageDir } from './native.js';
 import { fromNative } from './errors.js';
-import { isEffectFailed, isWorkflow } from './authoring.js';
+import { humanResponse, isWorkflow } from './authoring.js';
 
 /**
  * The launch envelope: all of stdin, up to its end. Read synchronously: a child (and a standby
@@ -60,14 +61,63 @@ function stopForReview(w, reason) {
   w.fail(reason, true);
 }
 
+/** Fails the run at once: its workflow cannot load, and loading again would fail the same way. */
+function failToLoad(w, reason) {
+  w.hello(null, {});
+  w.fail(reason, false);
+}
+
+/** The module specifiers that name this package in a workflow file, with no install step. */
+const PACKAGE_NAMES = new Set(['piw', '@osolmaz/pi-workflows']);
+let aliases = null;
+
+/**
+ * Makes `import ... from "piw"` and `from "@osolmaz/pi-workflows"` resolve to this package in
+ * this process: a user's file under `.pi/workflows/` has no `node_modules`, and pi-workflows
+ * files import the reference's package name. Registered once, for the child's whole life (a
+ * workflow may import lazily).
+ */
+function registerPackageAliases() {
+  if (aliases || !module.registerHooks) return;
+  const index = pathToFileURL(join(packageDir, 'index.js')).href;
+  aliases = module.registerHooks({
+    resolve(specifier, context, nextResolve) {
+      if (PACKAGE_NAMES.has(specifier)) return { url: index, shortCircuit: true };
+      return nextResolve(specifier, context);
+    },
+  });
+}
+
+/** A load failure with the file, line and column it happened at (when Node tells). */
+class LoadError extends Error {}
+
+/**
+ * Where a syntax error is. Node puts `path:line` (and a caret line) at the top of the stack for
+ * TypeScript it cannot strip, but not for a JavaScript module's syntax error: for that, `node
+ * --check` on each candidate file finds it (a subprocess, only when loading already failed).
+ */
+function locate(e, candidates) {
+  const top = /^(\/[^\n]*?):(\d+)\n([^\n]*)\n(\s*)\^/.exec(String(e?.stack ?? ''));
+  if (top) return `${top[1]}:${top[2]}:${top[4].length + 1}`;
+  if (!(e instanceof SyntaxError)) return null;
+  for (const file of candidates) {
+    if (!/\.(m?js)$/.test(file)) continue;
+    const check = spawnSync(process.execPath, ['--check', file], { encoding: 'utf8', timeout: 30_000 });
+    const m = /^(\/[^\n]*?):(\d+)\n([^\n]*)\n(\s*)\^/.exec(check.stderr ?? '');
+    if (check.status !== 0 && m) return `${m[1]}:${m[2]}:${m[4].length + 1}`;
+  }
+  return null;
+}
+
 /**
  * Imports the workflow module; resolves with the workflow and the local files the import
  * loaded besides the root (not this package's own files, not `node_modules`).
  */
 async function loadWorkflow(file) {
+  registerPackageAliases();
   const imported = new Set();
   // Sees every module the import resolves, so the files a workflow imports are verified on
-  // later activations like declared mounts, before any of their code runs.
+  // later activations like the root, before any of their code runs.
   const hooks = module.registerHooks?.({
     resolve(specifier, context, nextResolve) {
       const resolved = nextResolve(specifier, context);
@@ -75,34 +125,32 @@ async function loadWorkflow(file) {
       return resolved;
     },
   });
+  const root = resolvePath(file);
+  const local = () =>
+    [...imported]
+      .map((url) => fileURLToPath(url))
+      .filter(
+        (path) => path !== root && !path.startsWith(packageDir + sep) && !path.includes(`${sep}node_modules${sep}`),
+      );
   let mod;
   try {
     mod = await import(pathToFileURL(file).href);
+  } catch (e) {
+    const where = locate(e, [root, ...local().reverse()]);
+    throw new LoadError(`cannot load ${where ?? root}: ${e?.code ? `${e.code}: ` : ''}${message(e)}`);
   } finally {
     hooks?.deregister();
   }
   const workflow = mod.default ?? mod.workflow;
   if (!isWorkflow(workflow)) {
-    throw new Error(`${file} must export default defineWorkflow({...})`);
+    throw new LoadError(`${root} must export default defineWorkflow({...})`);
   }
-  const root = resolvePath(file);
-  const files = [...imported]
-    .map((url) => fileURLToPath(url))
-    .filter(
-      (path) => path !== root && !path.startsWith(packageDir + sep) && !path.includes(`${sep}node_modules${sep}`),
-    );
-  return { workflow, imports: [...new Set(files)] };
+  return { workflow, imports: [...new Set(local())] };
 }
 
-/**
- * The mounted sources of this activation: the ones the workflow declares, and every local
- * file its import loaded (named `import:<path relative to the workflow's directory>`).
- */
-function resolveMounts(workflow, imports, file) {
+/** The local files the workflow's import loaded (named `import:<path relative to it>`). */
+function resolveMounts(imports, file) {
   const out = {};
-  for (const [name, path] of Object.entries(workflow.mounts)) {
-    out[name] = { path, hash: addon.hashFile(path) };
-  }
   const base = dirname(resolvePath(file));
   for (const path of imports) {
     out[`import:${relative(base, path)}`] = { path, hash: addon.hashFile(path) };
@@ -147,103 +195,262 @@ const MAX_VALUE_BYTES_OLDER_HOST = 120 * 1024;
 /** This child's limit (one run per process), set from the host's hello. */
 let maxValueBytes = MAX_VALUE_BYTES_OLDER_HOST;
 
-/** Runs node code; any exception becomes a `NodeFailure`. */
-async function nodeCode(what, f) {
+/** Runs node code; any exception becomes a `NodeFailure` naming the node. */
+async function nodeCode(ctx, what, f) {
   try {
     return await f();
   } catch (e) {
-    throw e instanceof NodeFailure ? e : new NodeFailure(`${what}: ${message(e)}`);
+    throw e instanceof NodeFailure ? e : new NodeFailure(`node ${ctx.state.node} failed: ${what}: ${message(e)}`);
   }
 }
 
-/** Executes one node; resolves with `{ outcome }` or `{ parked: true }`. */
-async function execute(w, impl, input, ctx) {
+/**
+ * A submission as data: a string that holds JSON (alone, inside a ```json fence, or as the one
+ * object or array in some prose) is parsed; anything else stays as it is.
+ */
+export function tolerantJson(value) {
+  if (typeof value !== 'string') return value;
+  const text = value.trim();
+  const fenced = /^```[A-Za-z]*\s*\n([\s\S]*?)\n?```$/.exec(text);
+  const body = fenced ? fenced[1].trim() : text;
   try {
-    return await executeNode(w, impl, input, ctx);
+    return JSON.parse(body);
+  } catch {
+    // not JSON as a whole: look for one embedded object or array
+  }
+  const first = body.search(/[[{]/);
+  const last = Math.max(body.lastIndexOf('}'), body.lastIndexOf(']'));
+  if (first >= 0 && last > first) {
+    try {
+      return JSON.parse(body.slice(first, last + 1));
+    } catch {
+      // prose after all
+    }
+  }
+  return value;
+}
+
+/**
+ * Judges a submission for an agent node: resolves with `{ output }` (the normalised output:
+ * what `validate` returned, else the parsed submission) or `{ error }`.
+ */
+async function judge(impl, payload, ctx) {
+  if (impl.kind === 'assistant_message') {
+    return typeof payload === 'string' && payload.trim() !== ''
+      ? { output: payload }
+      : { error: 'the response must be a non-empty message' };
+  }
+  const parsed = tolerantJson(payload);
+  if (!impl.validate) return { output: parsed };
+  try {
+    const normalised = await impl.validate(parsed, ctx);
+    return { output: normalised === undefined ? parsed : normalised };
+  } catch (e) {
+    return { error: message(e) };
+  }
+}
+
+/** What every interactive request carries (see "The request contract" in the README). */
+function requestBase(run, ctx, kind) {
+  return { workflow: run.workflow.name, title: run.title, node: ctx.state.node, kind };
+}
+
+/** The `human_decision` request: question, details, choices, text input, audience, extra. */
+async function humanRequest(run, impl, ctx) {
+  const asked = impl.request ? ((await nodeCode(ctx, 'request', () => impl.request(ctx))) ?? {}) : {};
+  const presentation = asked.presentation ?? null;
+  const question = String(asked.title ?? presentation?.summary ?? `Decide ${ctx.state.node}`);
+  const details = asked.title !== undefined && presentation?.summary ? String(presentation.summary) : null;
+  const choices = Object.entries(impl.choices).map(([id, c]) => ({
+    id,
+    label: c.label,
+    ...(c.description === undefined ? {} : { description: c.description }),
+  }));
+  const withText = Object.values(impl.choices).find((c) => c.input);
+  const textInput = withText
+    ? {
+        label: withText.input.prompt,
+        ...(withText.input.placeholder === undefined ? {} : { placeholder: withText.input.placeholder }),
+        required: (withText.input.minLength ?? 1) > 0,
+      }
+    : null;
+  const extra = {};
+  if (asked.subject !== undefined) extra.subject = asked.subject;
+  if (presentation) extra.presentation = presentation;
+  if (impl.onTimeout) extra.onTimeout = impl.onTimeout;
+  return {
+    ...requestBase(run, ctx, 'human_decision'),
+    question,
+    details,
+    choices,
+    textInput,
+    audience: impl.audience,
+    ...(Object.keys(extra).length ? { extra } : {}),
+  };
+}
+
+/** Executes one node; resolves with `{ outcome }` or `{ parked: true }`. */
+async function execute(w, run, impl, ctx) {
+  try {
+    return await executeNode(w, run, impl, ctx);
   } catch (e) {
     if (e instanceof NodeFailure) return { outcome: { status: 'failed', error: e.message } };
     throw e;
   }
 }
 
-async function executeNode(w, impl, input, ctx) {
+async function executeNode(w, run, impl, ctx) {
+  const ok = (output, what = 'the output') => ({ outcome: { status: 'succeeded', output: toJson(output, what) } });
   switch (impl.kind) {
-    case 'compute': {
-      const output = await nodeCode('run', () => impl.run(input, ctx));
-      return { outcome: { status: 'succeeded', output: toJson(output, 'the output') } };
-    }
+    case 'compute':
+      return ok(await nodeCode(ctx, 'run', () => impl.run(ctx)));
     case 'action': {
-      const key = String(await nodeCode('effect.key', () => impl.effectKey(input, ctx)));
-      const fingerprint = String(
-        impl.fingerprint ? await nodeCode('effect.fingerprint', () => impl.fingerprint(input, ctx)) : key,
-      );
-      const r = w.reserveEffect(key, fingerprint, impl.retry);
-      if (r.reservation === 'already_applied') {
-        return { outcome: { status: 'succeeded', output: r.receipt } };
-      }
-      if (r.reservation === 'already_failed') {
-        return { outcome: { status: 'failed', error: r.error } };
-      }
+      // The reference's effect identity: run, effect type, node path and visit. Workflow code
+      // does not supply it, so two actions can never share a receipt by accident.
+      const key = `${ctx.state.runId}:${impl.effect.type}:${ctx.state.node}:${ctx.state.visit}`;
+      const r = w.reserveEffect(key, key, impl.retry);
+      if (r.reservation === 'already_applied') return { outcome: { status: 'succeeded', output: r.receipt } };
+      if (r.reservation === 'already_failed') return { outcome: { status: 'failed', error: r.error } };
       w.effectApplying(r.effect_id);
+      const publishUpdate = async (update) => {
+        if (!update || typeof update.type !== 'string') throw new Error('publishUpdate needs { type, key?, data? }');
+        const label = update.key === undefined ? update.type : `${update.type}:${update.key}`;
+        w.progress(label, toJson(update, 'the update'));
+      };
       let receipt;
       try {
-        // `retry` tells `apply` that an earlier application was interrupted (allowed only
-        // under `idempotency_key` or `read_back`): it must check before acting again.
-        const effect = { id: r.effect_id, key, retry: r.retry };
-        receipt = await impl.apply(input, { ...ctx, effect });
+        // `effect.retry` tells `run` that an earlier application was interrupted (only under
+        // idempotentEffect): it must check before acting again.
+        const effect = { id: r.effect_id, type: impl.effect.type, key, retry: r.retry };
+        receipt = toJson(await impl.run({ ...ctx, publishUpdate, effect }), 'the effect receipt');
       } catch (e) {
-        if (isEffectFailed(e)) {
-          // The workflow says the effect certainly did not happen.
-          w.settleEffect(r.effect_id, { status: 'failed', error: message(e) });
-          return { outcome: { status: 'failed', error: message(e) } };
-        }
-        // Whether the effect happened is unknown: leave it applying and let this child die.
-        // The host then makes it `uncertain` (stopping the run for review) under `never`, or
-        // retries it under `idempotency_key` / `read_back`.
-        throw new Error(`effect ${key} ended in doubt: ${message(e)}`, { cause: e });
+        // An error `run` reports settles the effect failed (the reference's "rejected"); only a
+        // child that dies in the middle leaves it in doubt.
+        const error = `node ${ctx.state.node} failed: ${message(e)}`;
+        w.settleEffect(r.effect_id, { status: 'failed', error });
+        return { outcome: { status: 'failed', error } };
       }
-      let stored;
-      try {
-        stored = toJson(receipt, 'the effect receipt');
-      } catch (e) {
-        // It happened, but its proof cannot be stored: the same doubt as above.
-        throw new Error(`effect ${key}: ${e.message}`, { cause: e });
-      }
-      w.settleEffect(r.effect_id, { status: 'applied', receipt: stored });
-      return { outcome: { status: 'succeeded', output: stored } };
+      w.settleEffect(r.effect_id, { status: 'applied', receipt });
+      return { outcome: { status: 'succeeded', output: receipt } };
     }
     case 'agent':
     case 'assistant_message': {
-      const request = impl.request ? await nodeCode('request', () => impl.request(input, ctx)) : { input };
+      const prompt = String(await nodeCode(ctx, 'prompt', () => impl.prompt(ctx)));
+      const request =
+        impl.kind === 'agent'
+          ? { ...requestBase(run, ctx, 'agent'), prompt, expectedOutput: impl.expectedOutput, statusDetail: impl.statusDetail }
+          : { ...requestBase(run, ctx, 'assistant_message'), prompt, maxChars: impl.maxChars };
       w.requestInteraction(impl.kind, toJson(request, 'the request'));
       return { parked: true };
     }
-    case 'checkpoint':
-    case 'human_decision': {
-      const request = impl.request ? await nodeCode('request', () => impl.request(input, ctx)) : { input };
-      w.wait(impl.kind, toJson(request, 'the request'));
+    case 'checkpoint': {
+      const summary = String(await nodeCode(ctx, 'summary', () => impl.summary(ctx)));
+      const request = { ...requestBase(run, ctx, 'checkpoint'), summary, prompt: null };
+      if (impl.run) request.extra = { output: await nodeCode(ctx, 'run', () => impl.run(ctx)) };
+      w.wait('checkpoint', toJson(request, 'the request'));
       return { parked: true };
     }
+    case 'human_decision':
+      w.wait('human_decision', toJson(await humanRequest(run, impl, ctx), 'the request'));
+      return { parked: true };
     case 'notify': {
-      const content = await nodeCode('content', () => impl.content(input, ctx));
+      const text = String(await nodeCode(ctx, 'message', () => impl.message(ctx)));
+      const content = { kind: impl.notifyKind, message: text };
       w.notify(toJson(content, 'the message'));
-      return { outcome: { status: 'succeeded', output: toJson(input, 'the input') } };
+      return ok(content);
     }
     default:
       return { outcome: { status: 'failed', error: `unknown node kind ${impl.kind}` } };
   }
 }
 
-/** Judges a submission; resolves with an error text, or `null` to accept it. */
-async function judge(impl, payload, input) {
-  if (!impl.validate) return null;
+/** The output of a decision node from its stored answer (a checkpoint's is the answer). */
+function answered(impl, answer) {
+  if (impl?.kind !== 'human_decision') return { status: 'succeeded', output: answer ?? null };
   try {
-    const verdict = await impl.validate(payload, input);
-    if (verdict === undefined || verdict === null || verdict === true) return null;
-    return verdict === false ? 'rejected by validate' : String(verdict);
+    return { status: 'succeeded', output: humanResponse(impl.choices, answer) };
   } catch (e) {
-    return message(e);
+    return { status: 'failed', error: `the answer to ${impl.kind} does not fit its choices: ${message(e)}` };
   }
+}
+
+/**
+ * The run as node code sees it: outputs and results of every node so far (from the host's
+ * hello, then kept here), the input, title, and visit counts.
+ */
+class RunContext {
+  constructor(env, workflow, hello, input) {
+    this.env = env;
+    this.workflow = workflow;
+    this.input = input;
+    this.title = null;
+    this.outputs = {};
+    this.results = {};
+    this.visits = {};
+    for (const r of hello.results ?? []) {
+      this.visits[r.node] = r.visits ?? 1;
+      this.record(r.node, r.outcome === 'ok' ? { status: 'succeeded', output: r.output } : { status: r.outcome, error: r.error });
+    }
+  }
+
+  /** Records how a node ended: the latest result wins, and a failure removes an earlier output. */
+  record(node, outcome) {
+    if (outcome.status === 'succeeded') {
+      this.results[node] = { outcome: 'ok', output: outcome.output };
+      this.outputs[node] = outcome.output;
+    } else {
+      this.results[node] = { outcome: outcome.status, ...(outcome.error === undefined ? {} : { error: outcome.error }) };
+      delete this.outputs[node];
+    }
+  }
+
+  finished(node, outcome) {
+    this.visits[node] = (this.visits[node] ?? 0) + 1;
+    this.record(node, outcome);
+  }
+
+  /** The context of one node callback: `{ input, outputs, results, state, signal }`. */
+  forNode(node, attemptId, signal) {
+    return {
+      input: this.input,
+      outputs: Object.freeze({ ...this.outputs }),
+      results: Object.freeze({ ...this.results }),
+      state: Object.freeze({
+        runId: this.env.runId,
+        workflow: this.workflow.name,
+        title: this.title,
+        node,
+        attemptId: attemptId ?? null,
+        visit: (this.visits[node] ?? 0) + 1,
+        projectDir: this.env.projectDir,
+      }),
+      signal,
+    };
+  }
+}
+
+/**
+ * The abort signal of the running node: aborted when the node's deadline passes (the host
+ * enforces it too) or when the host stops this child (SIGTERM on cancel or pause).
+ */
+let current = null;
+function nodeSignal(timeoutMs) {
+  current = new AbortController();
+  const controller = current;
+  const timer =
+    timeoutMs === undefined
+      ? null
+      : setTimeout(() => controller.abort(new Error('the node timed out')), timeoutMs).unref();
+  return { signal: controller.signal, done: () => timer && clearTimeout(timer) };
+}
+let stopping = false;
+function onTerminate() {
+  if (stopping) return;
+  stopping = true;
+  process.once('SIGTERM', () => {}); // keep handling it while we wind down
+  current?.abort(new Error('the run was stopped'));
+  // Let cooperative node code see the abort, then go: the host waits only a grace period.
+  setTimeout(() => process.exit(143), 50).unref();
 }
 
 async function drive(w) {
@@ -261,13 +468,14 @@ async function drive(w) {
   try {
     const loaded = await loadWorkflow(env.sourceRoot);
     workflow = loaded.workflow;
-    mounts = resolveMounts(workflow, loaded.imports, env.sourceRoot);
+    mounts = resolveMounts(loaded.imports, env.sourceRoot);
     w.compareMounts(mounts);
   } catch (e) {
-    // A changed mount, or a module that does not load: stop for review (the run may be
-    // resumed once the source is fixed or restored); nothing is lost.
-    const reason = e.code === 'source_changed' ? e.message : `cannot load the workflow: ${message(e)}`;
-    stopForReview(w, reason);
+    // A changed source stops for review (the run may go on once it is put back). A workflow
+    // that does not load (syntax, missing package, invalid graph, not a workflow) fails the run
+    // at once: it would fail the same way in every new child.
+    if (e.code === 'source_changed') stopForReview(w, e.message);
+    else failToLoad(w, e instanceof LoadError ? e.message : `cannot load the workflow: ${message(e)}`);
     return;
   }
   const hello = w.hello(workflow.graph, mounts, true);
@@ -276,21 +484,42 @@ async function drive(w) {
   maxValueBytes = (hello.features ?? []).includes('result_is_output')
     ? MAX_VALUE_BYTES
     : MAX_VALUE_BYTES_OLDER_HOST;
+  let runInput = hello.input;
+  if (workflow.input) {
+    // The input normaliser runs in every child of the run: the same input gives the same value.
+    try {
+      runInput = await workflow.input(hello.input);
+    } catch (e) {
+      w.fail(`invalid input: ${message(e)}`, false);
+      return;
+    }
+  }
+  const run = new RunContext(env, workflow, hello, runInput);
+  if (workflow.title) {
+    try {
+      run.title = String(await workflow.title({ input: runInput, workflowName: workflow.name }));
+    } catch {
+      run.title = null; // a title is for display: a failing one does not fail the run
+    }
+  }
+  process.on('SIGTERM', onTerminate);
   let nodeId;
-  let input = hello.nodeInput;
   let carried = null;
+  const impls = workflow.nodes;
   switch (resume.resume) {
     case 'continue':
       nodeId = resume.node_id;
-      carried = { status: 'succeeded', output: { answer: hello.answer ?? null } };
+      carried = answered(impls[nodeId], hello.answer);
       break;
-    case 'accepted':
-      // A submission this run accepted before its child went away: its payload is the
-      // node's output, exactly as after a fresh acceptance.
+    case 'accepted': {
+      // A submission this run accepted before its child went away: its normalised payload is
+      // the node's output, exactly as after a fresh acceptance.
       nodeId = resume.node_id;
       if (!hello.submission) throw new Error('protocol: an accepted resume without a submission');
-      carried = { status: 'succeeded', output: hello.submission.payload ?? null };
+      const verdict = await judge(impls[nodeId], hello.submission.payload ?? null, run.forNode(nodeId, resume.attempt_id, new AbortController().signal));
+      carried = { status: 'succeeded', output: verdict.output ?? tolerantJson(hello.submission.payload ?? null) };
       break;
+    }
     case 'interaction_expired':
       nodeId = resume.node_id;
       carried = { status: 'timed_out' };
@@ -299,10 +528,20 @@ async function drive(w) {
       nodeId = resume.node_id;
       if (!hello.submission) throw new Error('protocol: a validate resume without a submission');
       const { submission_id: submissionId, payload } = hello.submission;
-      const error = await judge(workflow.nodes[nodeId] ?? {}, payload, input);
+      const ctx = run.forNode(nodeId, resume.attempt_id, new AbortController().signal);
+      const verdict = await judge(impls[nodeId] ?? {}, payload, ctx);
+      let output = null;
+      let error = verdict.error ?? null;
+      if (error === null) {
+        try {
+          output = toJson(verdict.output, 'the validated output');
+        } catch (e) {
+          error = e.message;
+        }
+      }
       w.validationResult(submissionId, error);
       if (error !== null) return;
-      carried = { status: 'succeeded', output: payload ?? null };
+      carried = { status: 'succeeded', output };
       break;
     }
     default:
@@ -320,26 +559,21 @@ async function drive(w) {
   const nodesOf = workflow.graph.nodes;
   const pure = (id) => nodesOf[id]?.kind === 'compute' && nodesOf[id]?.timeout_ms === undefined;
   const batch = new DeferredBatch(w);
+  let last = null;
   for (;;) {
     let outcome = carried;
     carried = null;
     const ranHere = outcome === null;
     if (ranHere) {
-      const impl = workflow.nodes[nodeId];
-      const ctx = {
-        runId: env.runId,
-        nodeId,
-        attemptId,
-        runInput: hello.input,
-        projectDir: env.projectDir,
-        progress: (text, data) => w.progress(String(text), toJson(data, 'progress data')),
-      };
-      const step = await execute(w, impl, input, ctx);
+      const { signal, done } = nodeSignal(nodesOf[nodeId]?.timeout_ms);
+      const step = await execute(w, run, impls[nodeId], run.forNode(nodeId, attemptId, signal));
+      done();
       if (batch.settle()) return; // the run parked while the node ran
       if (step.parked) return;
       outcome = step.outcome;
     }
-    if (outcome.status === 'succeeded') input = outcome.output;
+    run.finished(nodeId, outcome);
+    if (outcome.status === 'succeeded') last = outcome.output;
     const route = w.route(nodeId, outcome);
     if (route.next !== undefined) {
       if (ranHere && pure(nodeId) && pure(route.next) && batch.hasRoom()) {
@@ -356,7 +590,7 @@ async function drive(w) {
       attemptId = reply.attemptId;
     } else if (route.complete) {
       batch.cancelTimer();
-      w.complete(outcome, input ?? null);
+      w.complete(outcome, last);
       return;
     } else {
       batch.cancelTimer();
@@ -544,6 +778,11 @@ export async function runWorker() {
     if (e.code === 'stale') {
       // The run moved on without this child: stop quietly, report nothing.
       process.stderr.write(`piw worker: the run moved on (${e.message}); stopping\n`);
+      return 0;
+    }
+    if (e.code === 'refused') {
+      // The host ended the run instead of taking the step (its graph or step limit): done.
+      process.stderr.write(`piw worker: ${message(e)}\n`);
       return 0;
     }
     process.stderr.write(`piw worker: ${e.code ?? 'error'}: ${message(e)}\n`);

@@ -1,6 +1,6 @@
 // JS workflows run by the Node worker runtime in supervised children.
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { after, before, test } from 'node:test';
 
@@ -17,24 +17,44 @@ after(async () => {
   await host?.stop();
 });
 
-test('a JS workflow runs to completion, each node fed the previous output', async () => {
+test('every node gets { input, outputs, results, state, signal }: latest output wins, a failure removes it', async () => {
   const file = writeWorkflow(
     host.dir,
     'chain',
     `export default piw.defineWorkflow({
-      name: 'chain', start: 'a',
+      name: 'chain', startAt: 'a', maxSteps: 20,
       nodes: {
-        a: piw.compute((input) => ({ n: input.n + 1 })),
-        b: piw.compute(async (input) => { await new Promise((r) => setTimeout(r, 5)); return { n: input.n * 10 }; }),
-        c: piw.compute((input, ctx) => ({ n: input.n + 1, run: ctx.runId, first: ctx.runInput })),
+        a: piw.compute({ run: ({ input, outputs }) => ({ n: input.n + 1 + (outputs.b?.n ?? 0) }) }),
+        b: piw.compute({ run: async ({ outputs, results }) => {
+          await new Promise((r) => setTimeout(r, 5));
+          if (results.a.output.n > 20) throw new Error('too big');
+          return { n: outputs.a.n * 10 };
+        } }),
+        c: piw.compute({ run: ({ input, outputs, results, state, signal }) => ({
+          a: outputs.a, b: outputs.b ?? null, bResult: results.b,
+          run: state.runId, node: state.node, visit: state.visit, input, aborted: signal.aborted,
+        }) }),
       },
-      edges: [piw.to('a', 'b'), piw.to('b', 'c')],
+      edges: [
+        { from: 'a', to: 'b' },
+        { from: 'b', switch: { on: '$result.outcome', cases: { ok: 'a', failed: 'c' } } },
+      ],
     });`,
   );
   const { run_id: runId } = await host.client.startRun(file, { input: { n: 1 } });
   const run = await host.client.waitForRun(runId, { timeoutMs: 20_000 });
-  assert.equal(run.status, 'completed');
-  assert.deepEqual(run.result, { n: 21, run: runId, first: { n: 1 } });
+  assert.equal(run.status, 'completed', run.error);
+  // a: 2, b: 20, a: 22, b fails (removing its output 20), c.
+  assert.deepEqual(run.result, {
+    a: { n: 22 },
+    b: null,
+    bResult: { outcome: 'failed', error: 'node b failed: run: too big' },
+    run: runId,
+    node: 'c',
+    visit: 1,
+    input: { n: 1 },
+    aborted: false,
+  });
 });
 
 test('a failing node routes on $result.outcome; without such an edge the run fails', async () => {
@@ -42,16 +62,16 @@ test('a failing node routes on $result.outcome; without such an edge the run fai
     host.dir,
     'routes',
     `export default piw.defineWorkflow({
-      name: 'routes', start: 'risky',
+      name: 'routes', startAt: 'risky',
       nodes: {
-        risky: piw.compute((input) => { if (input.fail) throw new Error('boom ' + input.fail); return { fine: true }; }),
-        recover: piw.compute(() => ({ recovered: true })),
-        proceed: piw.compute((input) => input),
-        strict: piw.compute(() => { throw new Error('no route for this'); }),
+        risky: piw.compute({ run: ({ input }) => { if (input.fail) throw new Error('boom ' + input.fail); return { fine: true }; } }),
+        recover: piw.compute({ run: () => ({ recovered: true }) }),
+        proceed: piw.compute({ run: ({ outputs }) => outputs.risky }),
+        strict: piw.compute({ run: () => { throw new Error('no route for this'); } }),
       },
       edges: [
-        piw.onOutcome('risky', { succeeded: 'proceed', failed: 'recover' }),
-        piw.to('recover', 'strict'),
+        { from: 'risky', switch: { on: '$result.outcome', cases: { ok: 'proceed', failed: 'recover', cancelled: 'recover' } } },
+        { from: 'recover', to: 'strict' },
       ],
     });`,
   );
@@ -61,7 +81,7 @@ test('a failing node routes on $result.outcome; without such an edge the run fai
   const { run_id: runId } = await c.startRun(file, { input: { fail: 1 } });
   const failed = await c.waitForRun(runId, { timeoutMs: 20_000 });
   assert.equal(failed.status, 'failed');
-  assert.match(failed.error, /no route for this/);
+  assert.equal(failed.error, 'node strict failed: run: no route for this');
   const { attempts } = await c.runStatus(runId);
   assert.deepEqual(
     attempts.map((a) => [a.node_id, a.status]),
@@ -69,63 +89,58 @@ test('a failing node routes on $result.outcome; without such an edge the run fai
   );
 });
 
-test('a .workflow.ts source runs with its types stripped by Node', async () => {
-  const file = writeWorkflow(
-    host.dir,
-    'typed',
-    `interface Input { name: string }
-    const greet = (input: Input): { greeting: string } => ({ greeting: 'hello ' + input.name });
-    export default piw.defineWorkflow({ name: 'typed', start: 'greet', nodes: { greet: piw.compute(greet) } });`,
-    '.workflow.ts',
-  );
-  const run = await host.client.waitForRun((await host.client.startRun(file, { input: { name: 'ts' } })).run_id, {
-    timeoutMs: 20_000,
-  });
-  assert.equal(run.status, 'completed', run.error);
-  assert.deepEqual(run.result, { greeting: 'hello ts' });
+test('a file written as the reference documents it, importing @osolmaz/pi-workflows, runs unchanged (.ts and .mts)', async () => {
+  // No node_modules anywhere near: the runtime resolves the package names itself.
+  const dir = join(host.dir, 'project', '.pi', 'workflows');
+  mkdirSync(dir, { recursive: true });
+  const body = (name) => `import { compute, defineWorkflow } from "@osolmaz/pi-workflows";
+import * as piw from "piw";
+
+type Input = { task?: string };
+
+export default defineWorkflow({
+  name: "${name}",
+  title: ({ input }) => \`example: \${(input as Input).task}\`,
+  startAt: "prepare",
+  maxSteps: 50,
+  nodes: {
+    prepare: compute({ run: ({ input }): { task: string } => ({ task: String((input as Input).task) }) }),
+    finish: piw.compute({ run: ({ outputs }) => ({ done: (outputs.prepare as { task: string }).task }) }),
+  },
+  edges: [{ from: "prepare", to: "finish" }],
+});
+`;
+  for (const [name, suffix] of [['example', '.workflow.ts'], ['examplem', '.workflow.mts']]) {
+    const file = join(dir, `${name}${suffix}`);
+    writeFileSync(file, body(name));
+    const run = await host.client.waitForRun((await host.client.startRun(file, { input: { task: 'ts' } })).run_id, {
+      timeoutMs: 20_000,
+    });
+    assert.equal(run.status, 'completed', run.error);
+    assert.deepEqual(run.result, { done: 'ts' });
+  }
 });
 
-test('an invalid graph is refused when the workflow is defined', async () => {
-  const { defineWorkflow, compute, to } = await import('../index.js');
-  assert.throws(
-    () => defineWorkflow({ name: 'bad', start: 'a', nodes: { a: compute(() => 1) }, edges: [to('a', 'missing')] }),
-    (e) => e.code === 'invalid_graph' && /missing/.test(e.message),
+test('shape and graph errors are refused when the workflow is defined, naming the node', async () => {
+  const { defineWorkflow, compute, agent, assistantMessage } = await import('../index.js');
+  const a = compute({ run: () => 1 });
+  const refused = (def, pattern) =>
+    assert.throws(() => defineWorkflow(def), (e) => e.code === 'invalid_graph' && pattern.test(e.message), String(pattern));
+  refused({ name: 'bad', startAt: 'a', nodes: { a }, edges: [{ from: 'a', to: 'missing' }] }, /"missing"/);
+  refused({ name: 'bad', startAt: 'a', nodes: { a, b: a }, edges: [] }, /node "b" cannot be reached/);
+  refused(
+    { name: 'bad', startAt: 'a', nodes: { a, b: a }, edges: [{ from: 'a', to: 'b' }, { from: 'a', to: 'a' }] },
+    /node "a" has two outgoing edges/,
   );
-});
-
-test('a changed mounted source stops the resumed run for review before any module code runs', async () => {
-  const marker = join(host.dir, 'loaded-marker');
-  const lib = join(host.dir, 'lib.mjs');
-  writeFileSync(lib, 'export const factor = 2;\n');
-  const file = writeWorkflow(
-    host.dir,
-    'mounted',
-    `import { writeFileSync } from 'node:fs';
-    import { factor } from './lib.mjs';
-    writeFileSync(${JSON.stringify(marker)}, 'loaded');
-    export default piw.defineWorkflow({
-      name: 'mounted', start: 'ask', baseUrl: import.meta.url, mounts: { lib: './lib.mjs' },
-      nodes: {
-        ask: piw.checkpoint({ request: () => ({ question: 'continue?' }) }),
-        done: piw.compute((input) => ({ factor, input })),
-      },
-      edges: [piw.to('ask', 'done')],
-    });`,
+  refused({ name: 'bad', startAt: 'a', nodes: { a: () => 1 }, edges: [] }, /node a must be made with compute/);
+  refused({ name: 'bad', start: 'a', nodes: { a }, edges: [] }, /startAt/);
+  refused({ name: 'bad', startAt: 'a', nodes: { a }, edges: [], maxSteps: 0 }, /maxSteps/);
+  refused(
+    { name: 'bad', startAt: 'a', nodes: { a }, edges: [{ from: 'a', switch: { on: '$result.outcome', cases: { succeeded: 'a' } } }] },
+    /expected ok, failed, timed_out or cancelled/,
   );
-  const c = host.client;
-  const { run_id: runId } = await c.startRun(file, {});
-  await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
-  assert.ok(existsSync(marker), 'the first child loaded the module');
-  const { decisions } = await c.runStatus(runId);
-  // Change the included source while the run waits, then let it resume.
-  writeFileSync(lib, 'export const factor = 3;\n');
-  const { rmSync } = await import('node:fs');
-  rmSync(marker);
-  await c.answerCheckpoint(runId, decisions[0].decision_id, 'yes');
-  const run = await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
-  assert.equal(run.status, 'review');
-  assert.match(run.review_reason, /source_changed/);
-  assert.equal(existsSync(marker), false, 'no module code ran in the resumed child');
+  assert.throws(() => compute(() => 1), /compute\(\) needs an options object/);
+  assert.throws(() => agent({ prompt: 'x', expectedOutput: assistantMessage(), validate: (o) => o }), /validate cannot/);
 });
 
 test('the effect example appends exactly one line although its child is killed mid-effect', async () => {
@@ -158,30 +173,33 @@ test('the pipeline example routes on its output', async () => {
   assert.match(run.result.summary, /a long text: 25 words, 7 distinct/);
 });
 
-test('an action: EffectFailed settles the effect failed; any other exception leaves it in doubt', async () => {
+test('an action: an error from run settles the effect failed; a crash leaves a manual effect in doubt', async () => {
   const file = writeWorkflow(
     host.dir,
     'doubt',
     `export default piw.defineWorkflow({
-      name: 'doubt', start: 'act',
+      name: 'doubt', startAt: 'act',
       nodes: {
         act: piw.action({
-          effect: { key: () => 'charge' },
-          apply: (input) => {
-            if (input.refuse) throw new piw.EffectFailed('card declined');
-            throw new Error('the network went away');
+          effect: piw.manualEffect('card.charge'),
+          run: ({ input }) => {
+            if (input.refuse) throw new Error('card declined');
+            process.kill(process.pid, 'SIGKILL');
           },
         }),
-        declined: piw.compute(() => ({ declined: true })),
+        declined: piw.compute({ run: ({ results }) => ({ declined: results.act.error }) }),
       },
-      edges: [piw.onOutcome('act', { failed: 'declined' })],
+      edges: [{ from: 'act', switch: { on: '$result.outcome', cases: { ok: 'declined', failed: 'declined' } } }],
     });`,
   );
   const c = host.client;
   const refused = await c.waitForRun((await c.startRun(file, { input: { refuse: true } })).run_id, { timeoutMs: 20_000 });
   assert.equal(refused.status, 'completed', JSON.stringify(refused));
-  assert.deepEqual(refused.result, { declined: true });
-  assert.equal((await c.runStatus(refused.run_id)).effects[0].state, 'failed');
+  assert.deepEqual(refused.result, { declined: 'node act failed: card declined' });
+  const settled = (await c.runStatus(refused.run_id)).effects;
+  assert.equal(settled[0].state, 'failed');
+  // The effect key comes from run, effect type, node and visit; workflow code does not choose it.
+  assert.equal(settled[0].effect_key, `${refused.run_id}:card.charge:act:1`);
 
   const { run_id: runId } = await c.startRun(file, { input: {} });
   const doubtful = await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
@@ -194,40 +212,32 @@ test('an output too large for the host fails its node with a clear error', async
   const file = writeWorkflow(
     host.dir,
     'huge',
-    `export default piw.defineWorkflow({ name: 'huge', start: 'big',
-      nodes: { big: piw.compute(() => ({ blob: 'x'.repeat(300_000) })) } });`,
+    `export default piw.defineWorkflow({ name: 'huge', startAt: 'big', edges: [],
+      nodes: { big: piw.compute({ run: () => ({ blob: 'x'.repeat(300_000) }) }) } });`,
   );
   const run = await host.client.waitForRun((await host.client.startRun(file)).run_id, { timeoutMs: 20_000 });
   assert.equal(run.status, 'failed');
   assert.match(run.error, /the output is \d+ bytes of JSON; at most 245760/);
 });
 
-test('node code that throws or returns what JSON cannot hold fails the node, not the child', async () => {
+test('node code that returns what JSON cannot hold fails the node, not the child', async () => {
   const file = writeWorkflow(
     host.dir,
     'odd',
     `export default piw.defineWorkflow({
-      name: 'odd', start: 'big',
+      name: 'odd', startAt: 'big',
       nodes: {
-        big: piw.compute(() => ({ n: 10n })),
-        badKey: piw.action({ effect: { key: () => { throw new Error('no key'); } }, apply: () => 1 }),
-        done: piw.compute((input, ctx) => ({ attempt: typeof ctx.attemptId }), { timeoutMs: 10_000 }),
+        big: piw.compute({ run: () => ({ n: 10n }) }),
+        done: piw.compute({ run: ({ results, state }) => ({ why: results.big.error, attempt: typeof state.attemptId }), timeoutMs: 10_000 }),
       },
-      edges: [
-        piw.onOutcome('big', { failed: 'badKey' }),
-        piw.onOutcome('badKey', { failed: 'done' }),
-      ],
+      edges: [{ from: 'big', switch: { on: '$result.outcome', cases: { failed: 'done' } } }],
     });`,
   );
   const c = host.client;
-  const { run_id: runId } = await c.startRun(file);
-  const run = await c.waitForRun(runId, { timeoutMs: 20_000 });
+  const run = await c.waitForRun((await c.startRun(file)).run_id, { timeoutMs: 20_000 });
   assert.equal(run.status, 'completed', JSON.stringify(run));
-  const { attempts } = await c.runStatus(runId);
-  const failed = attempts.filter((a) => a.status === 'failed');
-  assert.match(failed[0].error, /the output is not JSON/);
-  assert.match(failed[1].error, /effect.key: no key/);
-  assert.deepEqual(run.result, { attempt: 'string' });
+  assert.match(run.result.why, /the output is not JSON/);
+  assert.equal(run.result.attempt, 'string');
 });
 
 test('pure steps reported together stay inside the payload limit, however large their outputs', async () => {
@@ -238,12 +248,12 @@ test('pure steps reported together stay inside the payload limit, however large 
     const edges = [];
     for (let i = 0; i < 12; i++) {
       // Each output is 40 KB: 12 of them together are far over the 256 KiB payload limit.
-      nodes['n' + i] = piw.compute((input) => ({ part: 'x'.repeat(40_000), count: (input?.count ?? 0) + 1 }));
-      if (i > 0) edges.push(piw.to('n' + (i - 1), 'n' + i));
+      nodes['n' + i] = piw.compute({ run: ({ outputs }) => ({ part: 'x'.repeat(40_000), count: (outputs['n' + (i - 1)]?.count ?? 0) + 1 }) });
+      if (i > 0) edges.push({ from: 'n' + (i - 1), to: 'n' + i });
     }
-    nodes.last = piw.compute((input) => ({ count: input.count }));
-    edges.push(piw.to('n11', 'last'));
-    export default piw.defineWorkflow({ name: 'heavy', start: 'n0', nodes, edges });`,
+    nodes.last = piw.compute({ run: ({ outputs }) => ({ count: outputs.n11.count }) });
+    edges.push({ from: 'n11', to: 'last' });
+    export default piw.defineWorkflow({ name: 'heavy', startAt: 'n0', nodes, edges });`,
   );
   const run = await host.client.waitForRun((await host.client.startRun(file)).run_id, { timeoutMs: 30_000 });
   assert.equal(run.status, 'completed', JSON.stringify({ status: run.status, error: run.error, review: run.review_reason }));
@@ -257,16 +267,16 @@ test('a slow pure node does not hold the steps before it: they are reported whil
     'slowpure',
     `import { writeFileSync } from 'node:fs';
     export default piw.defineWorkflow({
-      name: 'slowpure', start: 'fast',
+      name: 'slowpure', startAt: 'fast',
       nodes: {
-        fast: piw.compute(() => ({ a: 1 })),
-        slow: piw.compute(async (input) => {
+        fast: piw.compute({ run: () => ({ a: 1 }) }),
+        slow: piw.compute({ run: async ({ outputs }) => {
           writeFileSync(${JSON.stringify(marker)}, 'started');
           await new Promise((r) => setTimeout(r, 1000));
-          return input;
-        }),
+          return outputs.fast;
+        } }),
       },
-      edges: [piw.to('fast', 'slow')],
+      edges: [{ from: 'fast', to: 'slow' }],
     });`,
   );
   const c = host.client;
@@ -284,7 +294,7 @@ test('a slow pure node does not hold the steps before it: they are reported whil
   assert.equal((await c.waitForRun(runId, { timeoutMs: 20_000 })).status, 'completed');
 });
 
-test('a file the workflow imports is verified like a mount, without being declared', async () => {
+test('a file the workflow imports is verified before a resumed run loads any code', async () => {
   const marker = join(host.dir, 'helper-loaded');
   const helper = join(host.dir, 'helper.mjs');
   writeFileSync(helper, `import { writeFileSync } from 'node:fs';\nwriteFileSync(${JSON.stringify(marker)}, 'loaded');\nexport const factor = 2;\n`);
@@ -293,12 +303,12 @@ test('a file the workflow imports is verified like a mount, without being declar
     'imports',
     `import { factor } from './helper.mjs';
     export default piw.defineWorkflow({
-      name: 'imports', start: 'ask',
+      name: 'imports', startAt: 'ask',
       nodes: {
-        ask: piw.checkpoint({ request: () => ({ question: 'continue?' }) }),
-        done: piw.compute(() => ({ factor })),
+        ask: piw.checkpoint({ summary: 'continue?' }),
+        done: piw.compute({ run: () => ({ factor }) }),
       },
-      edges: [piw.to('ask', 'done')],
+      edges: [{ from: 'ask', to: 'done' }],
     });`,
   );
   const c = host.client;
@@ -320,13 +330,23 @@ test('a .workflow.js source runs (ES module syntax is detected without a package
   const file = writeWorkflow(
     host.dir,
     'plainjs',
-    `export default piw.defineWorkflow({ name: 'plainjs', start: 'a', nodes: { a: piw.compute(() => ({ js: true })) } });`,
+    `export default piw.defineWorkflow({ name: 'plainjs', startAt: 'a', edges: [], nodes: { a: piw.compute({ run: () => ({ js: true }) }) } });`,
     '.workflow.js',
   );
   const run = await host.client.waitForRun((await host.client.startRun(file)).run_id, { timeoutMs: 20_000 });
   assert.equal(run.status, 'completed', run.error ?? run.review_reason);
   assert.deepEqual(run.result, { js: true });
 });
+
+/** Polls the run until `pick(status)` returns something (bounded: only a hang reaches it). */
+async function until(c, runId, pick) {
+  for (let i = 0; i < 1500; i++) {
+    const found = pick(await c.runStatus(runId));
+    if (found) return found;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  throw new Error(`run ${runId}: the condition never held`);
+}
 
 test('the review example: a rejected draft, a corrected one, then the checkpoint', async () => {
   const c = host.client;
@@ -337,22 +357,27 @@ test('the review example: a rejected draft, a corrected one, then the checkpoint
   });
   await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
   const [draft] = await c.listInteractions(session);
-  assert.match(draft.request.instructions, /the flaky test/);
+  assert.match(draft.request.prompt, /the flaky test/);
+  assert.equal(draft.request.statusDetail, 'drafting a task');
   const bad = await c.submitInteraction(draft, { title: 'x', priority: 2 });
   const verdict = await c.waitForSubmission(runId, bad.submission_id, { timeoutMs: 20_000 });
   assert.equal(verdict.state, 'rejected');
   assert.equal(verdict.error, 'title must be a string of 3 to 80 characters');
-  const good = await c.submitInteraction(draft, { title: 'Fix the flaky test', priority: 2 });
+  // validate normalises: the trimmed title is the node's output.
+  const good = await c.submitInteraction(draft, '{"title": "  Fix the flaky test ", "priority": 2}');
   assert.equal((await c.waitForSubmission(runId, good.submission_id, { timeoutMs: 20_000 })).state, 'accepted');
-  let decision;
-  for (let i = 0; i < 500 && !decision; i++) {
-    decision = (await c.runStatus(runId)).decisions.find((d) => d.status === 'pending');
-    if (!decision) await new Promise((r) => setTimeout(r, 10));
-  }
-  assert.match(decision.request.question, /Fix the flaky test/);
+  const decision = await until(c, runId, (s) => s.decisions.find((d) => d.status === 'pending'));
+  assert.deepEqual(decision.request, {
+    workflow: 'review',
+    title: null,
+    node: 'confirm',
+    kind: 'checkpoint',
+    summary: 'Create "Fix the flaky test" with priority 2?',
+    prompt: null,
+  });
   await c.answerCheckpoint(runId, decision.decision_id, 'yes');
   const run = await c.waitForRun(runId, { timeoutMs: 20_000 });
-  assert.deepEqual(run.result, { created: true, run: runId });
+  assert.deepEqual(run.result, { created: true, title: 'Fix the flaky test', run: runId });
 });
 
 test('a submission accepted just before the host died goes on with the accepted result after a restart', async () => {
@@ -364,11 +389,11 @@ test('a submission accepted just before the host died goes on with the accepted 
   const file = writeWorkflow(
     dir,
     'accept',
-    `export default piw.defineWorkflow({ name: 'accept', start: 'ask',
-      nodes: { ask: piw.agent({ request: () => ({ q: 'title?' }),
-                                validate: (r) => (typeof r?.title === 'string' ? undefined : 'title') }),
-               done: piw.compute((draft) => ({ got: draft.title })) },
-      edges: [piw.to('ask', 'done')] });`,
+    `export default piw.defineWorkflow({ name: 'accept', startAt: 'ask',
+      nodes: { ask: piw.agent({ prompt: 'title?',
+                                validate: (r) => { if (typeof r?.title !== 'string') throw new Error('title'); return { title: r.title.toUpperCase() }; } }),
+               done: piw.compute({ run: ({ outputs }) => ({ got: outputs.ask.title }) }) },
+      edges: [{ from: 'ask', to: 'done' }] });`,
   );
   // This host aborts right after it commits the validation child's verdict, before the child
   // can propose the transition.
@@ -395,7 +420,8 @@ test('a submission accepted just before the host died goes on with the accepted 
   try {
     const run = await c.waitForRun(runId, { timeoutMs: 20_000 });
     assert.equal(run.status, 'completed', run.error ?? run.review_reason);
-    assert.deepEqual(run.result, { got: 'ship' });
+    // The resumed child normalised the accepted submission exactly as the first would have.
+    assert.deepEqual(run.result, { got: 'SHIP' });
     const status = await c.runStatus(runId);
     assert.equal(status.interactions.length, 1, 'the model was asked once');
     assert.equal(status.interactions[0].last_submission.state, 'accepted');

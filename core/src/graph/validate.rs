@@ -4,7 +4,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{clip, Edge, Graph, GraphError, NodeKind, MAX_ID_LEN, MAX_NODES, OUTCOME_NAMES};
+use super::{
+    clip, Edge, Graph, GraphError, NodeKind, MAX_ID_LEN, MAX_MAX_STEPS, MAX_NODES, OUTCOME_NAMES,
+};
 use crate::graph::route::Selector;
 
 /// Checks every rule; see [`Graph::validate`].
@@ -13,6 +15,9 @@ pub(super) fn validate(graph: &Graph) -> Result<(), GraphError> {
         return Err(GraphError::InvalidName {
             name: clip(&graph.name),
         });
+    }
+    if let Some(max_steps) = graph.max_steps.filter(|n| !(1..=MAX_MAX_STEPS).contains(n)) {
+        return Err(GraphError::InvalidMaxSteps { max_steps });
     }
     if graph.nodes.len() > MAX_NODES {
         return Err(GraphError::TooManyNodes {
@@ -387,7 +392,7 @@ mod tests {
             json!({"from": "a", "to": "c"}),
             json!({"from": "a", "switch": {"on": "$.x", "cases": {"1": "b", "2": "c"}}}),
             json!({"from": "a", "switch": {"on": "$.x", "cases": {"1": "b"}, "default": "c"}}),
-            json!({"from": "a", "switch": {"on": "$result.outcome", "cases": {"failed": "c", "succeeded": "b"}}}),
+            json!({"from": "a", "switch": {"on": "$result.outcome", "cases": {"failed": "c", "ok": "b"}}}),
         ];
         for edge in bad_edges {
             let mut v = base();
@@ -465,22 +470,22 @@ mod tests {
         let mut v = base();
         v["edges"] = json!([{"from": "a", "switch": {
             "on": "$result.outcome",
-            "cases": {"succeeded": "b", "cancelled": "b"}
+            "cases": {"ok": "b", "succeeded": "b"}
         }}]);
         assert_eq!(
             parse_err(v),
             GraphError::InvalidOutcomeCase {
                 edge: 0,
                 from: "a".into(),
-                case: "cancelled".into()
+                case: "succeeded".into()
             }
         );
         let mut v = base();
         v["edges"] = json!([{"from": "a", "switch": {
             "on": "$result.outcome",
-            "cases": {"succeeded": "b", "failed": "a", "timed_out": "b"}
+            "cases": {"ok": "b", "failed": "a", "timed_out": "b", "cancelled": "b"}
         }}]);
-        Graph::parse(&v).expect("all three outcomes are allowed");
+        Graph::parse(&v).expect("all four outcomes are allowed");
         // Path switches take any case key.
         let mut v = base();
         v["edges"] =

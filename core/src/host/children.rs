@@ -638,6 +638,9 @@ pub fn apply_worker(
             )? {
                 return Ok(refused);
             }
+            if let Some(refused) = check_step_limit(w, &claim, &graph, &attempt_id, &outcome)? {
+                return Ok(refused);
+            }
             let deadline = deadline_for(w, &graph, &t.next_node);
             let done = w.transition(
                 &claim,
@@ -866,7 +869,20 @@ fn worker_hello(
         Some(output) => output,
         None => input.clone(),
     };
-    let mut reply = json!({ "mode": mode.as_str(), "resume": resume, "input": input, "node_input": node_input, "definition": graph.as_ref().map(Graph::to_value), "features": payload::HOST_FEATURES });
+    // Outcome names as a workflow routes on them (`$result.outcome`).
+    let results: Vec<Value> = w
+        .latest_results(run_id)?
+        .into_iter()
+        .map(|r| {
+            let outcome = if r.status == "succeeded" {
+                "ok"
+            } else {
+                r.status.as_str()
+            };
+            json!({ "node": r.node, "outcome": outcome, "output": r.output, "error": r.error, "visits": r.finished })
+        })
+        .collect();
+    let mut reply = json!({ "mode": mode.as_str(), "resume": resume, "input": input, "node_input": node_input, "results": results, "definition": graph.as_ref().map(Graph::to_value), "features": payload::HOST_FEATURES });
     if hello.start_node && mode.as_str() == "run" && reply["resume"]["resume"] == "fresh" {
         if let Some(graph) = &graph {
             let node = reply["resume"]["node_id"]
@@ -990,6 +1006,9 @@ fn apply_earlier_steps(
         )? {
             return Ok(Err(refused));
         }
+        if let Some(refused) = check_step_limit(w, claim, graph, &attempt_id, &outcome)? {
+            return Ok(Err(refused));
+        }
         let done = w.transition(
             claim,
             &TransitionRequest {
@@ -1063,6 +1082,34 @@ fn check_route(
             Ok(Some(json!({ "refused": error, "status": "failed" })))
         }
     }
+}
+
+/// Fails the run when the transition would open more attempts than the graph's step limit
+/// (`maxSteps`, default 100): the host's bound on every loop, whatever the child does. The
+/// attempt that is ending keeps its own outcome; the run fails with the reason.
+fn check_step_limit(
+    w: &mut WriteTx<'_>,
+    claim: &Claim,
+    graph: &Graph,
+    attempt_id: &str,
+    outcome: &AttemptOutcome,
+) -> Result<Option<Value>, StoreError> {
+    let limit = graph.step_limit();
+    if w.attempt_count(&claim.run_id)? < limit {
+        return Ok(None);
+    }
+    let error = format!(
+        "the run reached its step limit: maxSteps is {limit} and every step was used (a loop in the graph did not end)"
+    );
+    // A timed-out node that would route on is still a step-limit failure, not a timeout.
+    let closing = match outcome {
+        AttemptOutcome::TimedOut => AttemptOutcome::Failed {
+            error: error.clone(),
+        },
+        other => other.clone(),
+    };
+    w.fail(claim, Some(attempt_id), &closing, &error)?;
+    Ok(Some(json!({ "refused": error, "status": "failed" })))
 }
 
 /// Child reports of one batch: the pids of started children are recorded in one
