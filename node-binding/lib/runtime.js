@@ -97,14 +97,15 @@ class LoadError extends Error {}
  * --check` on each candidate file finds it (a subprocess, only when loading already failed).
  */
 function locate(e, candidates) {
-  const top = /^(\/[^\n]*?):(\d+)\n([^\n]*)\n(\s*)\^/.exec(String(e?.stack ?? ''));
-  if (top) return `${top[1]}:${top[2]}:${top[4].length + 1}`;
+  // `path:line`, the source (with a line of context for TypeScript), then a caret line.
+  const top = /^(\/[^\n]*?):(\d+)\n(?:[^\n]*\n){1,3}?([ \t]*)\^/.exec(String(e?.stack ?? ''));
+  if (top) return `${top[1]}:${top[2]}:${top[3].length + 1}`;
   if (!(e instanceof SyntaxError)) return null;
   for (const file of candidates) {
     if (!/\.(m?js)$/.test(file)) continue;
     const check = spawnSync(process.execPath, ['--check', file], { encoding: 'utf8', timeout: 30_000 });
-    const m = /^(\/[^\n]*?):(\d+)\n([^\n]*)\n(\s*)\^/.exec(check.stderr ?? '');
-    if (check.status !== 0 && m) return `${m[1]}:${m[2]}:${m[4].length + 1}`;
+    const m = /^(\/[^\n]*?):(\d+)\n[^\n]*\n([ \t]*)\^/.exec(check.stderr ?? '');
+    if (check.status !== 0 && m) return `${m[1]}:${m[2]}:${m[3].length + 1}`;
   }
   return null;
 }

@@ -430,3 +430,147 @@ test('a submission accepted just before the host died goes on with the accepted 
     await c.close().catch(() => {});
   }
 });
+
+test('a loop without an exit stops at maxSteps with a clear reason, a bounded number of attempts and events', async () => {
+  const file = writeWorkflow(
+    host.dir,
+    'loop',
+    `export default piw.defineWorkflow({
+      name: 'loop', startAt: 'a', maxSteps: 7,
+      nodes: {
+        a: piw.compute({ run: ({ state }) => ({ at: 'a', visit: state.visit }) }),
+        b: piw.compute({ run: ({ state }) => ({ at: 'b', visit: state.visit }) }),
+      },
+      edges: [{ from: 'a', to: 'b' }, { from: 'b', to: 'a' }],
+    });`,
+  );
+  const c = host.client;
+  const { run_id: runId } = await c.startRun(file);
+  const run = await c.waitForRun(runId, { timeoutMs: 20_000 });
+  assert.equal(run.status, 'failed');
+  assert.match(run.error, /step limit: maxSteps is 7/);
+  const { attempts } = await c.runStatus(runId);
+  assert.equal(attempts.length, 7);
+  assert.ok(attempts.every((a) => a.status === 'succeeded'), JSON.stringify(attempts));
+
+  // Without maxSteps the limit is 100.
+  const open = writeWorkflow(
+    host.dir,
+    'loop100',
+    `export default piw.defineWorkflow({
+      name: 'loop100', startAt: 'a',
+      nodes: { a: piw.compute({ run: () => 1 }), b: piw.compute({ run: () => 2 }) },
+      edges: [{ from: 'a', to: 'b' }, { from: 'b', to: 'a' }],
+    });`,
+  );
+  const dflt = await c.waitForRun((await c.startRun(open)).run_id, { timeoutMs: 30_000 });
+  assert.match(dflt.error, /maxSteps is 100/);
+  assert.equal((await c.runStatus(dflt.run_id)).attempts.length, 100);
+});
+
+test('a workflow that cannot load fails the run at once, naming file, line and column', async () => {
+  const c = host.client;
+  const dir = join(host.dir, 'broken');
+  mkdirSync(dir, { recursive: true });
+  const cases = [
+    ['syntax.workflow.mjs', 'const a = 1;\nexport default {\n  x: = 2\n};\n', /syntax\.workflow\.mjs:3:6: Unexpected token '='/],
+    ['enum.workflow.ts', 'const a: number = 1;\nenum E { A }\nexport default a;\n', /enum\.workflow\.ts:2:1: ERR_UNSUPPORTED_TYPESCRIPT_SYNTAX/],
+    ['missing.workflow.mjs', 'import x from "no-such-package-here";\nexport default x;\n', /ERR_MODULE_NOT_FOUND: Cannot find package 'no-such-package-here'/],
+    ['plain.workflow.mjs', 'export default { name: "not a workflow" };\n', /must export default defineWorkflow/],
+    [
+      'graph.workflow.mjs',
+      'import { compute, defineWorkflow } from "piw";\nexport default defineWorkflow({ name: "g", startAt: "a", nodes: { a: compute({ run: () => 1 }) }, edges: [{ from: "a", to: "zz" }] });\n',
+      /"zz", which is not a node of the graph/,
+    ],
+  ];
+  for (const [name, text, reason] of cases) {
+    const file = join(dir, name);
+    writeFileSync(file, text);
+    const { run_id: runId } = await c.startRun(file);
+    const run = await c.waitForRun(runId, { timeoutMs: 20_000 });
+    // Failed at once by the first child (before, three child losses sent it to review).
+    assert.equal(run.status, 'failed', `${name}: ${JSON.stringify(run)}`);
+    assert.match(run.error, reason, name);
+  }
+});
+
+test('decision, assistantMessage, humanDecision with text input, and notify, through the host', async () => {
+  const c = host.client;
+  const session = 'session-kinds';
+  const file = writeWorkflow(
+    host.dir,
+    'kinds',
+    `const verdicts = ['y', 'n'];
+    const choices = piw.defineHumanChoices({
+      continue: piw.choice({ label: 'Continue' }),
+      replan: piw.choice({ label: 'Replan', description: 'Back to planning',
+        input: piw.textInput({ name: 'instructions', prompt: 'What should change?', placeholder: 'smaller' }) }),
+    });
+    export default piw.defineWorkflow({
+      name: 'kinds', startAt: 'same', title: ({ input, workflowName }) => workflowName + ' for ' + input.who,
+      nodes: {
+        same: piw.decision({ choices: verdicts, question: ({ input }) => 'Same as ' + input.who + '?' }),
+        explain: piw.agent({ prompt: 'Explain it', expectedOutput: piw.assistantMessage({ maxChars: 300 }) }),
+        approve: piw.humanDecision({
+          audience: 'operator', choices,
+          request: ({ outputs }) => ({ title: 'Approve?', subject: outputs.explain, presentation: { summary: 'Read the explanation.' } }),
+        }),
+        tell: piw.notify({ kind: 'final', message: ({ outputs }) => 'replan: ' + outputs.approve.input.instructions }),
+        other: piw.compute({ run: () => 'other' }),
+      },
+      edges: [
+        piw.decisionEdge({ from: 'same', choices: verdicts, cases: { y: 'explain', n: 'other' } }),
+        { from: 'explain', to: 'approve' },
+        piw.humanDecisionEdge({ from: 'approve', choices, cases: { continue: 'other', replan: 'tell' } }),
+      ],
+    });`,
+  );
+  const { run_id: runId } = await c.startRun(file, { sessionId: session, input: { who: 'me' } });
+  await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
+  const [same] = await c.listInteractions(session);
+  assert.equal(same.request.kind, 'agent');
+  assert.equal(same.request.title, 'kinds for me');
+  assert.match(same.request.prompt, /^Same as me\?/);
+  assert.equal(same.request.expectedOutput, '{ "route": "y" | "n" }');
+  const wrong = await c.submitInteraction(same, { route: 'maybe' });
+  assert.equal((await c.waitForSubmission(runId, wrong.submission_id, { timeoutMs: 20_000 })).state, 'rejected');
+  const right = await c.submitInteraction(same, 'Here you go: {"route": "y"}');
+  assert.equal((await c.waitForSubmission(runId, right.submission_id, { timeoutMs: 20_000 })).state, 'accepted');
+
+  let explain;
+  for (let i = 0; i < 1500 && !explain; i++) {
+    explain = (await c.listInteractions(session)).find((x) => x.node_id === 'explain');
+    if (!explain) await new Promise((r) => setTimeout(r, 20));
+  }
+  assert.deepEqual(
+    { ...explain.request },
+    { workflow: 'kinds', title: 'kinds for me', node: 'explain', kind: 'assistant_message', prompt: 'Explain it', maxChars: 300 },
+  );
+  assert.equal(explain.kind, 'assistant_message');
+  const said = await c.submitInteraction(explain, 'It is the same because nothing changed.');
+  assert.equal((await c.waitForSubmission(runId, said.submission_id, { timeoutMs: 20_000 })).state, 'accepted');
+
+  const approve = await until(c, runId, (s) => s.decisions.find((d) => d.status === 'pending'));
+  assert.equal(approve.kind, 'human_decision');
+  assert.deepEqual(approve.request, {
+    workflow: 'kinds',
+    title: 'kinds for me',
+    node: 'approve',
+    kind: 'human_decision',
+    question: 'Approve?',
+    details: 'Read the explanation.',
+    choices: [
+      { id: 'continue', label: 'Continue' },
+      { id: 'replan', label: 'Replan', description: 'Back to planning' },
+    ],
+    textInput: { label: 'What should change?', placeholder: 'smaller', required: true },
+    audience: 'operator',
+    extra: { subject: 'It is the same because nothing changed.', presentation: { summary: 'Read the explanation.' } },
+  });
+  await c.answerHumanDecision(runId, approve.decision_id, { choice: 'replan', text: 'smaller steps' });
+  const run = await c.waitForRun(runId, { timeoutMs: 20_000 });
+  assert.equal(run.status, 'completed', run.error);
+  assert.deepEqual(run.result, { kind: 'final', message: 'replan: smaller steps' });
+  const messages = await c.claimMessages(session);
+  assert.deepEqual(messages.find((m) => m.kind === 'notify').content, { kind: 'final', message: 'replan: smaller steps' });
+});
