@@ -523,12 +523,54 @@ export declare function idempotentEffect(type: string): EffectPolicy;
 /** An effect nobody can check after a crash: it becomes uncertain and the run stops for review. */
 export declare function manualEffect(type: string): EffectPolicy;
 
+/** What a shell action runs. */
+export interface ShellCommand {
+  command: string;
+  args?: string[];
+  /** Default: the run's project directory. */
+  cwd?: string;
+  /** Added to the child's environment. */
+  env?: Record<string, string>;
+  stdin?: string;
+  /** The command's own deadline: its whole process group is killed and the node fails. */
+  timeoutMs?: number;
+  /** A non-zero exit does not fail the node. */
+  allowNonZeroExit?: boolean;
+  /** Cap on each of stdout and stderr (default 1,000,000 characters). */
+  maxOutputChars?: number;
+}
+
+export interface ShellActionResult {
+  stdout: string;
+  stderr: string;
+  exitCode: number | null;
+  signal: string | null;
+  durationMs: number;
+  /** Whether stdout or stderr was cut at `maxOutputChars`. */
+  truncated: boolean;
+}
+
+export interface ShellSpec<I = any, O = ShellActionResult> {
+  effect: EffectPolicy;
+  exec: (ctx: WorkflowNodeContext<I>) => Awaitable<ShellCommand>;
+  parse?: (result: ShellActionResult, ctx: WorkflowNodeContext<I>) => Awaitable<O>;
+  /** Turns each complete output line (at most 64 KiB) into updates, published in order. */
+  updates?: {
+    parseLine: (line: string, info: { stream: 'stdout' | 'stderr' }) => Awaitable<WorkflowUpdate | WorkflowUpdate[] | null | undefined>;
+  };
+  timeoutMs?: number | null;
+}
+
 /** A managed side effect; `run`'s return value is the receipt and the node's output. */
 export declare function action<I = any, R = unknown>(spec: {
   effect: EffectPolicy;
   run: (ctx: WorkflowActionContext<I>) => Awaitable<R>;
   timeoutMs?: number | null;
 }): WorkflowNode;
+/** The shell form of `action`. */
+export declare function action<I = any, O = ShellActionResult>(spec: ShellSpec<I, O>): WorkflowNode;
+/** A command the workflow owns, run as a managed effect in its own process group. */
+export declare function shell<I = any, O = ShellActionResult>(spec: ShellSpec<I, O>): WorkflowNode;
 
 export type Edge =
   | { from: string; to: string }

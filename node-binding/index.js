@@ -16,6 +16,7 @@ export {
   choice,
   textInput,
   action,
+  shell,
   idempotentEffect,
   manualEffect,
 } from './lib/authoring.js';

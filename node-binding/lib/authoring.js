@@ -318,11 +318,34 @@ export function manualEffect(type) {
 export function action(spec) {
   const o = options(spec, 'action()');
   if (!o.effect?.[EFFECT]) throw shape('action effect must be idempotentEffect(type) or manualEffect(type)');
+  if ((o.run === undefined) === (o.exec === undefined)) throw shape('action needs exactly one of run and exec');
+  const shellFields =
+    o.exec === undefined
+      ? {}
+      : {
+          exec: fn(o.exec, 'shell exec'),
+          parse: optionalFn(o.parse, 'shell parse'),
+          parseLine: optionalFn(o.updates?.parseLine, 'shell updates.parseLine'),
+        };
   return node(
     'action',
-    { effect: o.effect, retry: o.effect.retry, run: fn(o.run, 'action run') },
+    { effect: o.effect, retry: o.effect.retry, run: optionalFn(o.run, 'action run'), ...shellFields },
     timeout(o.timeoutMs, 'action'),
   );
+}
+
+/**
+ * A command the workflow owns, run as a managed effect: `{ effect, exec(ctx) => { command,
+ * args?, cwd?, env?, stdin?, timeoutMs?, allowNonZeroExit?, maxOutputChars? }, parse?(result,
+ * ctx), updates?: { parseLine(line, { stream }) }, timeoutMs? }`. The output is `parse`'s value,
+ * else the result `{ stdout, stderr, exitCode, signal, durationMs, truncated }`; a non-zero exit
+ * fails the node unless `allowNonZeroExit`. The command runs in its own process group, killed
+ * whole at its timeout and when the run is stopped.
+ */
+export function shell(spec) {
+  const o = options(spec, 'shell()');
+  if (o.exec === undefined) throw shape('shell needs exec');
+  return action(o);
 }
 
 function checkEdge(edge, index) {

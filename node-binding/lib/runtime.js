@@ -5,7 +5,7 @@
 // every saved mounted source *before importing any workflow code*; import the workflow; compare
 // the mounts it resolves with the saved ones; say hello; execute nodes and propose each
 // transition; exit when the run parks, finishes, or the host says the run moved on.
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import module from 'node:module';
 import { dirname, join, relative, resolve as resolvePath, sep } from 'node:path';
@@ -290,6 +290,136 @@ async function humanRequest(run, impl, ctx) {
   };
 }
 
+/** The reference's default cap on each of stdout and stderr, in characters. */
+const DEFAULT_MAX_OUTPUT_CHARS = 1_000_000;
+/** The longest line `updates.parseLine` sees; the rest of a longer line is dropped. */
+const MAX_LINE_CHARS = 64 * 1024;
+/** Between SIGTERM and SIGKILL of a command's group at its timeout. */
+const SHELL_KILL_GRACE_MS = 1000;
+/** The process groups of running commands: killed at once when this child is stopped. */
+const commandGroups = new Set();
+
+function killGroup(pid, signal) {
+  try {
+    process.kill(-pid, signal);
+  } catch {
+    // already gone
+  }
+}
+
+/** Captures one stream: capped text, and whole lines for `parseLine`. */
+class Capture {
+  constructor(max, onLine) {
+    this.max = max;
+    this.text = '';
+    this.truncated = false;
+    this.partial = '';
+    this.onLine = onLine;
+  }
+
+  push(s) {
+    const room = this.max - this.text.length;
+    if (s.length > room) this.truncated = true;
+    if (room > 0) this.text += s.slice(0, room);
+    if (!this.onLine) return;
+    const lines = (this.partial + s).split('\n');
+    this.partial = lines.pop().slice(0, MAX_LINE_CHARS);
+    for (const line of lines) this.onLine(line.slice(0, MAX_LINE_CHARS));
+  }
+
+  end() {
+    if (this.onLine && this.partial !== '') this.onLine(this.partial);
+    this.partial = '';
+  }
+}
+
+/**
+ * Runs a shell action's command: in its own process group (so its timeout, or this child being
+ * stopped, kills everything it started), with stdout and stderr capped, complete lines handed to
+ * `updates.parseLine` in order. Resolves with the result; rejects when the command cannot start,
+ * times out, or (without `allowNonZeroExit`) exits non-zero.
+ */
+async function runShell(impl, ctx, publishUpdate) {
+  const spec = await impl.exec(ctx);
+  if (!spec || typeof spec.command !== 'string') throw new Error('exec must return { command, args?, ... }');
+  const args = (spec.args ?? []).map(String);
+  const max = spec.maxOutputChars ?? DEFAULT_MAX_OUTPUT_CHARS;
+  if (!(Number.isInteger(max) && max > 0)) throw new Error('maxOutputChars must be a positive integer');
+  const started = monotonicMs();
+  // Updates are published in line order; a failing parseLine fails the node.
+  let updates = Promise.resolve();
+  const lineHandler = (stream) =>
+    impl.parseLine
+      ? (line) => {
+          updates = updates.then(async () => {
+            const parsed = await impl.parseLine(line, { stream });
+            for (const u of Array.isArray(parsed) ? parsed : parsed ? [parsed] : []) await publishUpdate(u);
+          });
+        }
+      : null;
+  const out = new Capture(max, lineHandler('stdout'));
+  const err = new Capture(max, lineHandler('stderr'));
+  const child = spawn(spec.command, args, {
+    cwd: spec.cwd ?? ctx.state.projectDir,
+    env: { ...process.env, ...(spec.env ?? {}) },
+    detached: true,
+    stdio: ['pipe', 'pipe', 'pipe'],
+  });
+  let timedOut = false;
+  let aborted = false;
+  const timers = [];
+  const stop = (why) => {
+    if (child.pid === undefined || child.exitCode !== null || child.signalCode !== null) return;
+    if (why === 'timeout') timedOut = true;
+    else aborted = true;
+    killGroup(child.pid, 'SIGTERM');
+    timers.push(setTimeout(() => killGroup(child.pid, 'SIGKILL'), SHELL_KILL_GRACE_MS));
+  };
+  if (child.pid !== undefined) commandGroups.add(child.pid);
+  const onAbort = () => stop('abort');
+  ctx.signal.addEventListener('abort', onAbort, { once: true });
+  if (spec.timeoutMs !== undefined) {
+    if (!(typeof spec.timeoutMs === 'number' && spec.timeoutMs > 0)) throw new Error('timeoutMs must be a positive number');
+    timers.push(setTimeout(() => stop('timeout'), spec.timeoutMs));
+  }
+  // Decoded as UTF-8 across chunk boundaries.
+  child.stdout.setEncoding('utf8').on('data', (c) => out.push(c));
+  child.stderr.setEncoding('utf8').on('data', (c) => err.push(c));
+  child.stdin.on('error', () => {}); // a command that does not read its input
+  child.stdin.end(spec.stdin === undefined ? undefined : String(spec.stdin));
+  const [exitCode, signal] = await new Promise((resolve, reject) => {
+    child.once('error', reject);
+    child.once('close', (code, sig) => resolve([code, sig]));
+  }).finally(() => {
+    ctx.signal.removeEventListener('abort', onAbort);
+    for (const t of timers) clearTimeout(t);
+    // Whatever the command left behind in its group goes with it.
+    if (child.pid !== undefined) {
+      killGroup(child.pid, 'SIGKILL');
+      commandGroups.delete(child.pid);
+    }
+  });
+  out.end();
+  err.end();
+  await updates;
+  const result = {
+    stdout: out.text,
+    stderr: err.text,
+    exitCode,
+    signal,
+    durationMs: Math.round(monotonicMs() - started),
+    truncated: out.truncated || err.truncated,
+  };
+  const shown = `${spec.command}${args.length ? ` ${args.join(' ')}` : ''}`;
+  if (timedOut) throw new Error(`${shown} timed out after ${spec.timeoutMs} ms`);
+  if (aborted) throw new Error(`${shown} was stopped`);
+  if (exitCode !== 0 && !spec.allowNonZeroExit) {
+    const tail = result.stderr.trim().split('\n').slice(-1)[0] ?? '';
+    throw new Error(`${shown} exited with ${exitCode ?? signal}${tail ? `: ${tail}` : ''}`);
+  }
+  return impl.parse ? impl.parse(result, ctx) : result;
+}
+
 /** Executes one node; resolves with `{ outcome }` or `{ parked: true }`. */
 async function execute(w, run, impl, ctx) {
   try {
@@ -323,7 +453,8 @@ async function executeNode(w, run, impl, ctx) {
         // `effect.retry` tells `run` that an earlier application was interrupted (only under
         // idempotentEffect): it must check before acting again.
         const effect = { id: r.effect_id, type: impl.effect.type, key, retry: r.retry };
-        receipt = toJson(await impl.run({ ...ctx, publishUpdate, effect }), 'the effect receipt');
+        const value = impl.exec ? await runShell(impl, ctx, publishUpdate) : await impl.run({ ...ctx, publishUpdate, effect });
+        receipt = toJson(value, 'the effect receipt');
       } catch (e) {
         // An error `run` reports settles the effect failed (the reference's "rejected"); only a
         // child that dies in the middle leaves it in doubt.
@@ -449,6 +580,8 @@ function onTerminate() {
   if (stopping) return;
   stopping = true;
   process.once('SIGTERM', () => {}); // keep handling it while we wind down
+  // Commands run in their own process groups: take them down now, whatever they ignore.
+  for (const pid of commandGroups) killGroup(pid, 'SIGKILL');
   current?.abort(new Error('the run was stopped'));
   // Let cooperative node code see the abort, then go: the host waits only a grace period.
   setTimeout(() => process.exit(143), 50).unref();

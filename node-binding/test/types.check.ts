@@ -18,6 +18,7 @@ import {
   idempotentEffect,
   manualEffect,
   notify,
+  shell,
   textInput,
   type RejectionCode,
   type RunEvent,
@@ -64,6 +65,12 @@ export const wf = defineWorkflow<{ n: number }>({
     g: agent({ prompt: 'explain', expectedOutput: assistantMessage({ maxChars: 100 }) }),
     h: notify({ kind: 'final', message: ({ results }) => String(results.g?.outcome) }),
     i: action({ effect: manualEffect('x.y'), run: () => 1 }),
+    j: shell({
+      effect: idempotentEffect('git.status'),
+      exec: () => ({ command: 'git', args: ['status', '--porcelain'], timeoutMs: 10_000, allowNonZeroExit: false }),
+      parse: (result) => ({ dirty: result.stdout.trim().length > 0 }),
+      updates: { parseLine: (line, { stream }) => (line ? { type: 'log', key: stream, data: line } : null) },
+    }),
   },
   edges: [
     { from: 'a', to: 'b' },
@@ -72,6 +79,7 @@ export const wf = defineWorkflow<{ n: number }>({
     { from: 'd', to: 'e' },
     decisionEdge({ from: 'e', choices: verdicts, cases: { y: 'f', n: 'g' } }),
     humanDecisionEdge({ from: 'f', choices, cases: { go: 'h', redo: 'i' } }),
+    { from: 'i', to: 'j' },
   ],
 });
 

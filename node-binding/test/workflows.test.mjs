@@ -574,3 +574,151 @@ test('decision, assistantMessage, humanDecision with text input, and notify, thr
   const messages = await c.claimMessages(session);
   assert.deepEqual(messages.find((m) => m.kind === 'notify').content, { kind: 'final', message: 'replan: smaller steps' });
 });
+
+/** Whether `pid` is gone (or a zombie waiting to be reaped). */
+function gone(pid) {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).startsWith('Z');
+  } catch {
+    return true;
+  }
+}
+
+test('shell: exec, parse, updates.parseLine, capped output, non-zero exits', async () => {
+  const c = host.client;
+  const session = 'session-shell';
+  const file = writeWorkflow(
+    host.dir,
+    'shell',
+    `export default piw.defineWorkflow({
+      name: 'shell', startAt: 'lines',
+      nodes: {
+        lines: piw.shell({
+          effect: piw.idempotentEffect('cmd.lines'),
+          exec: ({ input }) => ({
+            command: 'sh',
+            args: ['-c', 'echo one; echo "progress 2"; echo "$GREETING" >&2; cat; printf "%0300d" 0'],
+            env: { GREETING: 'hi' },
+            stdin: input.feed,
+            maxOutputChars: 100,
+          }),
+          updates: { parseLine: (line, { stream }) =>
+            line.startsWith('progress') ? { type: 'progress', key: stream, data: { n: Number(line.split(' ')[1]) } } : null },
+        }),
+        bad: piw.shell({
+          effect: piw.manualEffect('cmd.bad'),
+          exec: () => ({ command: 'sh', args: ['-c', 'echo nope >&2; exit 3'] }),
+        }),
+        tolerant: piw.action({
+          effect: piw.idempotentEffect('cmd.tolerant'),
+          exec: () => ({ command: 'sh', args: ['-c', 'exit 4'], allowNonZeroExit: true }),
+          parse: (result, { results }) => ({ code: result.exitCode, bad: results.bad.error }),
+        }),
+      },
+      edges: [
+        { from: 'lines', to: 'bad' },
+        { from: 'bad', switch: { on: '$result.outcome', cases: { failed: 'tolerant' } } },
+      ],
+    });`,
+  );
+  const sub = await c.subscribe({ sessionId: session });
+  const { run_id: runId } = await c.startRun(file, { sessionId: session, input: { feed: 'fed\n' } });
+  const progress = [];
+  for await (const e of sub) {
+    if (e.run_id === runId && e.event_kind === 'progress') progress.push(e.data);
+    if (e.run_id === runId && ['completed', 'failed', 'review'].includes(e.status)) break;
+  }
+  const run = await c.waitForRun(runId, { timeoutMs: 20_000 });
+  assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+  assert.deepEqual(run.result, { code: 4, bad: 'node bad failed: sh -c echo nope >&2; exit 3 exited with 3: nope' });
+  assert.deepEqual(progress, [{ message: 'progress:stdout', data: { type: 'progress', key: 'stdout', data: { n: 2 } } }]);
+  const { attempts, effects } = await c.runStatus(runId);
+  const lines = attempts.find((a) => a.node_id === 'lines').output;
+  assert.equal(lines.stdout, 'one\nprogress 2\nfed\n' + '0'.repeat(100 - 'one\nprogress 2\nfed\n'.length));
+  assert.equal(lines.stderr, 'hi\n');
+  assert.equal(lines.truncated, true);
+  assert.equal(lines.exitCode, 0);
+  assert.deepEqual(
+    effects.map((e) => e.state),
+    ['applied', 'failed', 'applied'],
+  );
+});
+
+test('shell: a command that ignores SIGTERM and starts a grandchild is killed whole, at its timeout and on cancel', async () => {
+  const c = host.client;
+  const pids = join(host.dir, 'shell-pids');
+  const file = writeWorkflow(
+    host.dir,
+    'stubborn',
+    `export default piw.defineWorkflow({
+      name: 'stubborn', startAt: 'run',
+      nodes: {
+        run: piw.shell({
+          effect: piw.idempotentEffect('cmd.stubborn'),
+          exec: ({ input }) => ({
+            command: 'sh',
+            // Both the shell and its background grandchild ignore SIGTERM.
+            args: ['-c', 'trap "" TERM; sleep 600 & echo "$$ $!" > ' + input.pids + '; wait'],
+            ...(input.timeoutMs ? { timeoutMs: input.timeoutMs } : {}),
+          }),
+        }),
+        after: piw.compute({ run: ({ results }) => results.run }),
+      },
+      edges: [{ from: 'run', switch: { on: '$result.outcome', cases: { failed: 'after' } } }],
+    });`,
+  );
+  const started = async (name) => {
+    const path = `${pids}-${name}`;
+    for (let i = 0; i < 1500 && !existsSync(path); i++) await new Promise((r) => setTimeout(r, 20));
+    const text = readFileSync(path, 'utf8').trim();
+    const all = text.split(/\s+/).map(Number);
+    assert.equal(all.length, 2, text);
+    return all;
+  };
+  const allGone = async (all) => {
+    for (let i = 0; i < 1500 && !all.every(gone); i++) await new Promise((r) => setTimeout(r, 20));
+    assert.ok(all.every(gone), `still running: ${all.filter((p) => !gone(p))}`);
+  };
+
+  // At its timeout: the group gets SIGTERM, then SIGKILL after the grace; the node fails.
+  const timed = await c.startRun(file, { input: { pids: `${pids}-timeout`, timeoutMs: 500 } });
+  const timedPids = await started('timeout');
+  const run = await c.waitForRun(timed.run_id, { timeoutMs: 30_000 });
+  assert.equal(run.status, 'completed', run.error);
+  assert.match(run.result.error, /timed out after 500 ms/);
+  await allGone(timedPids);
+
+  // On cancel: the worker takes its commands' groups down before it goes.
+  const cancelled = await c.startRun(file, { input: { pids: `${pids}-cancel` } });
+  const cancelPids = await started('cancel');
+  await c.cancelRun(cancelled.run_id, { reason: 'test' });
+  await allGone(cancelPids);
+  assert.equal((await c.waitForRun(cancelled.run_id, { timeoutMs: 20_000 })).status, 'cancelled');
+});
+
+test('the deploy and disk-usage examples: a manual effect with updates and routing, a shell action', async () => {
+  const c = host.client;
+  const deploy = join(examples, 'deploy.workflow.mjs');
+  const ok = await c.waitForRun((await c.startRun(deploy, { sessionId: 's-deploy', input: { targets: ['a', 'b'] } })).run_id, {
+    timeoutMs: 20_000,
+  });
+  assert.equal(ok.status, 'completed', ok.error);
+  assert.deepEqual(ok.result, { kind: 'final', message: 'Deployed a, b' });
+  const refused = await c.waitForRun(
+    (await c.startRun(deploy, { sessionId: 's-deploy', input: { targets: ['a', 'broken'] } })).run_id,
+    { timeoutMs: 20_000 },
+  );
+  assert.deepEqual(refused.result, { kind: 'final', message: 'Deploy failed: node deploy failed: target broken refused the deploy' });
+
+  const dir = join(host.dir, 'du');
+  mkdirSync(join(dir, 'big'), { recursive: true });
+  mkdirSync(join(dir, 'small'), { recursive: true });
+  writeFileSync(join(dir, 'big', 'f'), 'x'.repeat(200_000));
+  const du = await c.waitForRun((await c.startRun(join(examples, 'disk-usage.workflow.mjs'), { input: { dir } })).run_id, {
+    timeoutMs: 20_000,
+  });
+  assert.equal(du.status, 'completed', du.error);
+  assert.equal(du.result[0].path, dir);
+  assert.equal(du.result[1].path, join(dir, 'big'));
+});
