@@ -494,7 +494,7 @@ declare const choicesBrand: unique symbol;
 export type HumanChoices<K extends string = string> = { readonly [choicesBrand]: true } & Readonly<Record<K, HumanChoice>>;
 export declare function defineHumanChoices<K extends string>(choices: Record<K, HumanChoice>): HumanChoices<K>;
 
-/** A decision only a person may answer; output `{ choice }` or `{ choice, input: { [name]: text } }`. */
+/** A decision only a person may answer; output `{ choice, provenance }` or `{ choice, input: { [name]: text }, provenance }`. */
 export declare function humanDecision<I = any, K extends string = string>(spec: {
   choices: HumanChoices<K>;
   audience?: string;
@@ -503,7 +503,7 @@ export declare function humanDecision<I = any, K extends string = string>(spec: 
     subject?: unknown;
     presentation?: { summary?: string; [key: string]: unknown };
   }>;
-  /** Recorded with the request (`extra.onTimeout`); see README.md for what piw does with it. */
+  /** The host answers with `response` (provenance `timeout`) when nobody did within `afterMs`. */
   onTimeout?: { afterMs: number; response: { choice: K; text?: string } };
 }): WorkflowNode;
 /** The switch edge of a `humanDecision`: one target for every choice. */

@@ -248,7 +248,8 @@ export function humanResponse(choices, response) {
 /**
  * A decision only a person may answer: `{ choices: defineHumanChoices(...), audience?,
  * request?(ctx) => { title?, subject?, presentation? }, onTimeout?: { afterMs, response } }`.
- * Output: `{ choice }` or `{ choice, input }` (see `humanResponse`).
+ * Output: `{ choice, provenance }` or `{ choice, input, provenance }` (see `humanResponse`),
+ * `provenance` being `human`, or `timeout` when nobody answered before `afterMs`.
  */
 export function humanDecision(spec) {
   const o = options(spec, 'humanDecision()');
@@ -275,7 +276,9 @@ export function humanDecision(spec) {
       request: optionalFn(o.request, 'humanDecision request'),
       onTimeout,
     },
-    null,
+    // The host saves the deadline with the attempt and expires the decision at it (also when
+    // it passed while the host was down); the runtime then applies `onTimeout.response`.
+    onTimeout ? onTimeout.afterMs : null,
   );
 }
 

@@ -500,7 +500,9 @@ async function executeNode(w, run, impl, ctx) {
 function answered(impl, answer) {
   if (impl?.kind !== 'human_decision') return { status: 'succeeded', output: answer ?? null };
   try {
-    return { status: 'succeeded', output: humanResponse(impl.choices, answer) };
+    // The host answers with the saved `onTimeout` response at the deadline, marked as such.
+    const provenance = answer?.provenance === 'timeout' ? 'timeout' : 'human';
+    return { status: 'succeeded', output: { ...humanResponse(impl.choices, answer), provenance } };
   } catch (e) {
     return { status: 'failed', error: `the answer to ${impl.kind} does not fit its choices: ${message(e)}` };
   }
@@ -654,10 +656,17 @@ async function drive(w) {
       carried = { status: 'succeeded', output: verdict.output ?? tolerantJson(hello.submission.payload ?? null) };
       break;
     }
-    case 'interaction_expired':
+    case 'interaction_expired': {
       nodeId = resume.node_id;
-      carried = { status: 'timed_out' };
+      // Nobody answered before the saved deadline. A human decision with `onTimeout` takes its
+      // response then, with `timeout` provenance (validated when the workflow was defined).
+      const impl = impls[nodeId];
+      carried =
+        impl?.kind === 'human_decision' && impl.onTimeout
+          ? { status: 'succeeded', output: { ...humanResponse(impl.choices, impl.onTimeout.response), provenance: 'timeout' } }
+          : { status: 'timed_out' };
       break;
+    }
     case 'validate': {
       nodeId = resume.node_id;
       if (!hello.submission) throw new Error('protocol: a validate resume without a submission');

@@ -88,7 +88,7 @@ test('checkpoint, human decision, notify and messages', async () => {
   run = await c.waitForRun(runId, { timeoutMs: 20_000 });
   assert.equal(run.status, 'completed');
   assert.deepEqual(run.result.finished, true);
-  assert.deepEqual(run.result.last, { choice: 'ship' });
+  assert.deepEqual(run.result.last, { choice: 'ship', provenance: 'human' });
   assert.equal(run.result.gate, 'yes');
 
   // The notify node's message, then the run's terminal message, in order.

@@ -4,7 +4,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { after, before, test } from 'node:test';
 
-import { pkgDir, startHost, writeWorkflow } from './helpers.mjs';
+import { alive, pkgDir, sleep, startHost, writeWorkflow } from './helpers.mjs';
 
 const examples = resolve(pkgDir, '..', 'examples');
 let host;
@@ -515,7 +515,7 @@ test('decision, assistantMessage, humanDecision with text input, and notify, thr
           audience: 'operator', choices,
           request: ({ outputs }) => ({ title: 'Approve?', subject: outputs.explain, presentation: { summary: 'Read the explanation.' } }),
         }),
-        tell: piw.notify({ kind: 'final', message: ({ outputs }) => 'replan: ' + outputs.approve.input.instructions }),
+        tell: piw.notify({ kind: 'final', message: ({ outputs }) => 'replan: ' + outputs.approve.input.instructions + ' by ' + outputs.approve.provenance }),
         other: piw.compute({ run: () => 'other' }),
       },
       edges: [
@@ -570,9 +570,9 @@ test('decision, assistantMessage, humanDecision with text input, and notify, thr
   await c.answerHumanDecision(runId, approve.decision_id, { choice: 'replan', text: 'smaller steps' });
   const run = await c.waitForRun(runId, { timeoutMs: 20_000 });
   assert.equal(run.status, 'completed', run.error);
-  assert.deepEqual(run.result, { kind: 'final', message: 'replan: smaller steps' });
+  assert.deepEqual(run.result, { kind: 'final', message: 'replan: smaller steps by human' });
   const messages = await c.claimMessages(session);
-  assert.deepEqual(messages.find((m) => m.kind === 'notify').content, { kind: 'final', message: 'replan: smaller steps' });
+  assert.deepEqual(messages.find((m) => m.kind === 'notify').content, { kind: 'final', message: 'replan: smaller steps by human' });
 });
 
 /** Whether `pid` is gone (or a zombie waiting to be reaped). */
@@ -721,4 +721,61 @@ test('the deploy and disk-usage examples: a manual effect with updates and routi
   assert.equal(du.status, 'completed', du.error);
   assert.equal(du.result[0].path, dir);
   assert.equal(du.result[1].path, join(dir, 'big'));
+});
+
+test('humanDecision onTimeout: applied at the saved deadline with timeout provenance, also after the host was down', async () => {
+  const { Client } = await import('../index.js');
+  const { hostBin, tempDir } = await import('./helpers.mjs');
+  const dir = tempDir();
+  const home = join(dir, 'home');
+  const env = { HOME: dir, PIW_KILL_GRACE_MS: '300' };
+  const file = writeWorkflow(
+    dir,
+    'timeout',
+    `const choices = piw.defineHumanChoices({ go: piw.choice({ label: 'Go' }), stop: piw.choice({ label: 'Stop' }) });
+    export default piw.defineWorkflow({ name: 'timeout', startAt: 'ask',
+      nodes: {
+        ask: piw.humanDecision({ choices, onTimeout: { afterMs: 4000, response: { choice: 'go' } } }),
+        went: piw.compute({ run: ({ outputs }) => outputs.ask }),
+        stopped: piw.compute({ run: ({ outputs }) => outputs.ask }),
+      },
+      edges: [piw.humanDecisionEdge({ from: 'ask', choices, cases: { go: 'went', stop: 'stopped' } })] });`,
+  );
+  let c = await Client.connect({ home, hostBin, hostEnv: env });
+  try {
+    // Host up: the response is applied at the deadline.
+    const first = await c.startRun(file);
+    const parked = await c.waitForRun(first.run_id, { untilParked: true, timeoutMs: 20_000 });
+    assert.equal(parked.status, 'waiting');
+    const { decisions } = await c.runStatus(first.run_id);
+    assert.deepEqual(decisions[0].request.extra.onTimeout, { afterMs: 4000, response: { choice: 'go' } });
+    const done = await c.waitForRun(first.run_id, { timeoutMs: 30_000 });
+    assert.equal(done.status, 'completed', done.error);
+    assert.deepEqual(done.result, { choice: 'go', provenance: 'timeout' });
+
+    // Host down across the deadline: the next host applies it.
+    const second = await c.startRun(file);
+    await c.waitForRun(second.run_id, { untilParked: true, timeoutMs: 20_000 });
+    const { attempts } = await c.runStatus(second.run_id);
+    const deadline = attempts[0].deadline_at;
+    assert.ok(deadline > Date.now(), 'the deadline is still ahead when the host stops');
+    const { pid } = await c.status();
+    await c.request('host.stop').catch(() => {});
+    await c.close().catch(() => {});
+    for (let i = 0; i < 1500 && alive(pid); i++) await sleep(20);
+    assert.equal(alive(pid), false);
+    while (Date.now() <= deadline + 100) await sleep(50);
+    c = await Client.connect({ home, hostBin, hostEnv: env });
+    const run = await c.waitForRun(second.run_id, { timeoutMs: 30_000 });
+    assert.equal(run.status, 'completed', run.error);
+    assert.deepEqual(run.result, { choice: 'go', provenance: 'timeout' });
+    // The host answered it: nobody (no person, no model) is recorded as the answerer.
+    const [decision] = (await c.runStatus(second.run_id)).decisions;
+    assert.equal(decision.status, 'answered');
+    assert.equal(decision.answered_by, null);
+    assert.deepEqual(decision.answer, { choice: 'go', text: null, provenance: 'timeout' });
+  } finally {
+    await c.request('host.stop').catch(() => {});
+    await c.close().catch(() => {});
+  }
 });
