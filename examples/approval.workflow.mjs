@@ -43,4 +43,6 @@ export default defineWorkflow({
     replanned: compute({ run: ({ outputs }) => ({ replan: outputs.approve.input.instructions }) }),
   },
   edges: [humanDecisionEdge({ from: 'approve', choices, cases: { continue: 'proceed', stop: 'stopped', replan: 'replanned' } })],
+  // Where it ends when another workflow includes it (see release.workflow.mjs).
+  exits: { approved: { from: 'proceed' }, stopped: { from: 'stopped' }, replanned: { from: 'replanned' } },
 });

@@ -580,6 +580,28 @@ export type Edge =
       switch: { on: string; cases: Record<string, string>; default?: string };
     };
 
+declare const includeBrand: unique symbol;
+export interface IncludedWorkflow {
+  readonly [includeBrand]: true;
+  readonly workflow: Workflow;
+}
+/**
+ * Mounts a workflow (imported directly) under a name of `includes`: its nodes become
+ * `<mount>.<node>`; an edge to the mount enters it, `<mount>.<exit>` leaves it. Without `input`
+ * the child gets the parent's input.
+ */
+export declare function includeWorkflow<I = any>(
+  workflow: Workflow,
+  options?: { input?: (ctx: WorkflowNodeContext<I>) => Awaitable<unknown> },
+): IncludedWorkflow;
+/** The output of a mount: which exit the included workflow left through, and its output. */
+export interface IncludedResult<O = unknown> {
+  exit: string;
+  output: O;
+}
+/** Checks that `value` is a result of `workflow` (its exit is one of the workflow's exits). */
+export declare function includedResult<O = unknown>(workflow: Workflow, value: unknown): IncludedResult<O>;
+
 export interface WorkflowDefinition<I = any> {
   /** An id: `[A-Za-z_][A-Za-z0-9_-]*`. */
   name: string;
@@ -589,6 +611,10 @@ export interface WorkflowDefinition<I = any> {
   startAt: string;
   nodes: Record<string, WorkflowNode>;
   edges: Edge[];
+  /** Included workflows by mount name. */
+  includes?: Record<string, IncludedWorkflow>;
+  /** Named successful ends, for when another workflow includes this one. */
+  exits?: Record<string, { from: string; validate?: (output: any) => Awaitable<unknown> }>;
   /** The most node attempts a run may start (default 100); the host fails the run beyond. */
   maxSteps?: number;
   /** Normalises and validates the run's input; throw to fail the run. */
@@ -605,7 +631,9 @@ export interface Workflow {
   readonly graph: unknown;
   /** Its canonical SHA-256 digest. */
   readonly digest: string;
+  /** Every node by id, included workflows' under their mount paths. */
   readonly nodes: Readonly<Record<string, WorkflowNode>>;
+  readonly exits: Readonly<Record<string, { from: string }>>;
 }
 
 /** Defines a workflow; throws `PiwError` (`invalid_graph`) naming what is wrong. Export it as default. */

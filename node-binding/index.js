@@ -15,6 +15,8 @@ export {
   defineHumanChoices,
   choice,
   textInput,
+  includeWorkflow,
+  includedResult,
   action,
   shell,
   idempotentEffect,

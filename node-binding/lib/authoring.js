@@ -351,6 +351,54 @@ export function shell(spec) {
   return action(o);
 }
 
+const INCLUDE = Symbol.for('piw.include');
+
+/**
+ * Mounts another workflow (a value made by `defineWorkflow`, imported directly) under a name of
+ * `includes`: `includeWorkflow(child, { input?: (ctx) => childInput })`. Its nodes become
+ * `<mount>.<node>`; an edge to the mount enters it at its `startAt`, and `<mount>.<exit>` is
+ * where it leaves through one of its `exits`. Without `input`, the child gets the parent's input.
+ */
+export function includeWorkflow(workflow, spec = {}) {
+  if (!isWorkflow(workflow)) throw shape('includeWorkflow needs a workflow made by defineWorkflow (imported directly)');
+  return Object.freeze({ [INCLUDE]: true, workflow, input: optionalFn(spec?.input, 'includeWorkflow input') });
+}
+
+/**
+ * The result of an included workflow, as its mount's output holds it: `{ exit, output }`, with
+ * `exit` one of the child's exits.
+ */
+export function includedResult(workflow, value) {
+  if (!isWorkflow(workflow)) throw new TypeError('includedResult needs the included workflow');
+  if (!value || typeof value !== 'object' || !Object.hasOwn(workflow.exits, value.exit)) {
+    throw new TypeError(`not a result of ${workflow.name}: ${JSON.stringify(value)}`);
+  }
+  return value;
+}
+
+/** Rewrites one edge target: a mount name enters the mount at its start node. */
+function target(id, entries) {
+  return Object.hasOwn(entries, id) ? entries[id] : id;
+}
+
+/** Rewrites an edge's source: `<mount>.<exit>` leaves from the exit's node. */
+function source(id, leaves) {
+  return Object.hasOwn(leaves, id) ? leaves[id] : id;
+}
+
+function rewriteEdge(edge, from, to) {
+  if (edge.to !== undefined) return { from: from(edge.from), to: to(edge.to) };
+  const sw = edge.switch;
+  return {
+    from: from(edge.from),
+    switch: {
+      on: sw.on,
+      cases: Object.fromEntries(Object.entries(sw.cases ?? {}).map(([k, v]) => [k, to(v)])),
+      ...(sw.default === undefined ? {} : { default: to(sw.default) }),
+    },
+  };
+}
+
 function checkEdge(edge, index) {
   if (!edge || typeof edge !== 'object') throw shape(`edge ${index} must be an object`);
   if (typeof edge.from !== 'string') throw shape(`edge ${index} needs from (a node id)`);
@@ -361,8 +409,8 @@ function checkEdge(edge, index) {
 }
 
 /**
- * Defines a workflow: `{ name, title?, presentationPrompt?, startAt, nodes, edges, maxSteps?,
- * input?, source?, contractId? }`. Shape errors are thrown at once; graph errors (unknown
+ * Defines a workflow: `{ name, title?, presentationPrompt?, startAt, nodes, edges, includes?,
+ * exits?, maxSteps?, input?, source?, contractId? }`. Shape errors are thrown at once; graph errors (unknown
  * targets, two outgoing edges, unreachable nodes) too, each naming the node, before any run.
  */
 export function defineWorkflow(def) {
@@ -375,9 +423,6 @@ export function defineWorkflow(def) {
     throw shape('defineWorkflow needs at least one node');
   }
   if (!Array.isArray(o.edges)) throw shape('defineWorkflow needs edges (an array, may be empty)');
-  if (o.includes !== undefined || o.exits !== undefined) {
-    throw shape('includes and exits (composition) are not supported by piw yet');
-  }
   for (const k of ['source', 'contractId']) {
     if (o[k] !== undefined && typeof o[k] !== 'string') throw shape(`${k} must be a string`);
   }
@@ -385,22 +430,64 @@ export function defineWorkflow(def) {
   if (maxSteps !== undefined && !(Number.isInteger(maxSteps) && maxSteps > 0)) {
     throw shape(`maxSteps must be a positive integer, got ${maxSteps}`);
   }
-  const nodes = {};
+  // Flattened: the workflow's own nodes, then every included workflow's under its mount path.
+  const impls = {};
+  /** Flat node id -> the mounts it is inside, outermost first: `[{ path, include }]`. */
+  const scopes = {};
+  /** Flat node id -> `{ path, exit }` for the node an included workflow leaves from. */
+  const exitNodes = {};
   for (const [id, n] of Object.entries(o.nodes)) {
     if (!ID.test(id)) throw shape(`node id ${JSON.stringify(id)} must match [A-Za-z_][A-Za-z0-9_-]*`);
     if (!n || n[WORKFLOW] !== 'node') {
       throw shape(`node ${id} must be made with compute(), agent(), action(), checkpoint(), ...`);
     }
+    impls[id] = n;
+    scopes[id] = [];
+  }
+  const entries = {};
+  const leaves = {};
+  const mountedEdges = [];
+  for (const [mount, inc] of Object.entries(o.includes ?? {})) {
+    if (!ID.test(mount)) throw shape(`mount name ${JSON.stringify(mount)} must match [A-Za-z_][A-Za-z0-9_-]*`);
+    if (Object.hasOwn(o.nodes, mount)) throw shape(`mount ${mount} has the name of a node`);
+    if (!inc?.[INCLUDE]) throw shape(`includes.${mount} must be made with includeWorkflow()`);
+    const child = inc.workflow;
+    const at = (id) => `${mount}.${id}`;
+    for (const [id, n] of Object.entries(child.nodes)) {
+      impls[at(id)] = n;
+      scopes[at(id)] = [{ path: mount, include: inc }, ...child.scopes[id].map((sc) => ({ ...sc, path: at(sc.path) }))];
+      if (child.exitNodes[id]) exitNodes[at(id)] = { ...child.exitNodes[id], path: at(child.exitNodes[id].path) };
+    }
+    for (const [exit, spec] of Object.entries(child.exits)) {
+      exitNodes[at(spec.from)] = { path: mount, exit, validate: spec.validate };
+      leaves[`${mount}.${exit}`] = at(spec.from);
+    }
+    entries[mount] = at(child.graph.start);
+    mountedEdges.push(...child.graph.edges.map((e) => rewriteEdge(e, at, at)));
+  }
+  const exits = {};
+  for (const [name, spec] of Object.entries(o.exits ?? {})) {
+    if (!ID.test(name)) throw shape(`exit name ${JSON.stringify(name)} must match [A-Za-z_][A-Za-z0-9_-]*`);
+    if (!spec || typeof spec.from !== 'string' || !Object.hasOwn(impls, spec.from)) {
+      throw shape(`exit ${name} needs from: one of the workflow's nodes`);
+    }
+    exits[name] = Object.freeze({ from: spec.from, validate: optionalFn(spec.validate, `exit ${name} validate`) });
+  }
+  const nodes = {};
+  for (const [id, n] of Object.entries(impls)) {
     nodes[id] = {
       kind: n.kind,
       ...(n.timeoutMs === null ? {} : { timeout_ms: n.timeoutMs }),
       ...(n.kind === 'action' ? { retry: n.retry } : {}),
     };
   }
-  const edges = o.edges.map(checkEdge);
+  const edges = [
+    ...o.edges.map(checkEdge).map((e) => rewriteEdge(e, (id) => source(id, leaves), (id) => target(id, entries))),
+    ...mountedEdges,
+  ];
   const snapshot = {
     name: o.name,
-    start: o.startAt,
+    start: target(o.startAt, entries),
     nodes,
     edges,
     ...(maxSteps === undefined ? {} : { max_steps: maxSteps }),
@@ -416,7 +503,10 @@ export function defineWorkflow(def) {
     contractId: o.contractId ?? null,
     graph,
     digest,
-    nodes: Object.freeze({ ...o.nodes }),
+    nodes: Object.freeze(impls),
+    scopes: Object.freeze(scopes),
+    exitNodes: Object.freeze(exitNodes),
+    exits: Object.freeze(exits),
   });
 }
 

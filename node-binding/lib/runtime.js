@@ -496,6 +496,19 @@ async function executeNode(w, run, impl, ctx) {
   }
 }
 
+/**
+ * An included workflow's exit `validate` applied to the output of the node it leaves from (the
+ * normalised value is that node's output, so a resumed child reads it back as it was).
+ */
+async function exitValidated(exit, outcome, node) {
+  if (!exit?.validate || outcome.status !== 'succeeded') return outcome;
+  try {
+    return { status: 'succeeded', output: toJson(await exit.validate(outcome.output), 'the exit output') };
+  } catch (e) {
+    return { status: 'failed', error: `node ${node} failed: exit ${exit.exit} of ${exit.path}: ${message(e)}` };
+  }
+}
+
 /** The output of a decision node from its stored answer (a checkpoint's is the answer). */
 function answered(impl, answer) {
   if (impl?.kind !== 'human_decision') return { status: 'succeeded', output: answer ?? null };
@@ -518,8 +531,9 @@ class RunContext {
     this.workflow = workflow;
     this.input = input;
     this.title = null;
-    this.outputs = {};
     this.results = {};
+    /** Node ids (and mount paths) in the order their latest result came. */
+    this.order = [];
     this.visits = {};
     for (const r of hello.results ?? []) {
       this.visits[r.node] = r.visits ?? 1;
@@ -527,14 +541,21 @@ class RunContext {
     }
   }
 
-  /** Records how a node ended: the latest result wins, and a failure removes an earlier output. */
+  /**
+   * Records how a node ended: the latest result wins, and a failure removes an earlier output.
+   * A node an included workflow leaves from also gives its mount its result: `{ exit, output }`.
+   */
   record(node, outcome) {
-    if (outcome.status === 'succeeded') {
-      this.results[node] = { outcome: 'ok', output: outcome.output };
-      this.outputs[node] = outcome.output;
-    } else {
-      this.results[node] = { outcome: outcome.status, ...(outcome.error === undefined ? {} : { error: outcome.error }) };
-      delete this.outputs[node];
+    this.results[node] =
+      outcome.status === 'succeeded'
+        ? { outcome: 'ok', output: outcome.output }
+        : { outcome: outcome.status, ...(outcome.error === undefined ? {} : { error: outcome.error }) };
+    const at = this.order.indexOf(node);
+    if (at >= 0) this.order.splice(at, 1);
+    this.order.push(node);
+    const exit = this.workflow.exitNodes[node];
+    if (exit && outcome.status === 'succeeded') {
+      this.record(exit.path, { status: 'succeeded', output: { exit: exit.exit, output: outcome.output } });
     }
   }
 
@@ -543,23 +564,56 @@ class RunContext {
     this.record(node, outcome);
   }
 
+  /**
+   * `outputs` and `results` as the nodes of mount `path` see them ('' for the workflow itself):
+   * the results of its own nodes (and the mounts inside it) since it was last entered, by their
+   * local ids. Re-entering a mount starts with an empty view.
+   */
+  view(path) {
+    const prefix = path === '' ? '' : `${path}.`;
+    let start = 0;
+    if (prefix) {
+      for (let i = this.order.length - 1; i >= 0; i--) {
+        if (!this.order[i].startsWith(prefix)) {
+          start = i + 1;
+          break;
+        }
+      }
+    }
+    const outputs = {};
+    const results = {};
+    for (const id of this.order.slice(start)) {
+      if (!id.startsWith(prefix)) continue;
+      const local = id.slice(prefix.length);
+      if (local.includes('.')) continue;
+      results[local] = this.results[id];
+      if (this.results[id].outcome === 'ok') outputs[local] = this.results[id].output;
+    }
+    return { outputs: Object.freeze(outputs), results: Object.freeze(results) };
+  }
+
   /** The context of one node callback: `{ input, outputs, results, state, signal }`. */
-  forNode(node, attemptId, signal) {
-    return {
-      input: this.input,
-      outputs: Object.freeze({ ...this.outputs }),
-      results: Object.freeze({ ...this.results }),
-      state: Object.freeze({
-        runId: this.env.runId,
-        workflow: this.workflow.name,
-        title: this.title,
-        node,
-        attemptId: attemptId ?? null,
-        visit: (this.visits[node] ?? 0) + 1,
-        projectDir: this.env.projectDir,
-      }),
-      signal,
-    };
+  async forNode(node, attemptId, signal) {
+    const state = Object.freeze({
+      runId: this.env.runId,
+      workflow: this.workflow.name,
+      title: this.title,
+      node,
+      attemptId: attemptId ?? null,
+      visit: (this.visits[node] ?? 0) + 1,
+      projectDir: this.env.projectDir,
+    });
+    // An included workflow's input comes from its parent's context, at every level.
+    let input = this.input;
+    let parent = '';
+    for (const { path, include } of this.workflow.scopes[node] ?? []) {
+      if (include.input) {
+        const outer = { input, ...this.view(parent), state, signal };
+        input = await nodeCode({ state }, `input of ${path}`, () => include.input(outer));
+      }
+      parent = path;
+    }
+    return { input, ...this.view(parent), state, signal };
   }
 }
 
@@ -652,7 +706,7 @@ async function drive(w) {
       // the node's output, exactly as after a fresh acceptance.
       nodeId = resume.node_id;
       if (!hello.submission) throw new Error('protocol: an accepted resume without a submission');
-      const verdict = await judge(impls[nodeId], hello.submission.payload ?? null, run.forNode(nodeId, resume.attempt_id, new AbortController().signal));
+      const verdict = await judge(impls[nodeId], hello.submission.payload ?? null, await run.forNode(nodeId, resume.attempt_id, new AbortController().signal));
       carried = { status: 'succeeded', output: verdict.output ?? tolerantJson(hello.submission.payload ?? null) };
       break;
     }
@@ -671,7 +725,7 @@ async function drive(w) {
       nodeId = resume.node_id;
       if (!hello.submission) throw new Error('protocol: a validate resume without a submission');
       const { submission_id: submissionId, payload } = hello.submission;
-      const ctx = run.forNode(nodeId, resume.attempt_id, new AbortController().signal);
+      const ctx = await run.forNode(nodeId, resume.attempt_id, new AbortController().signal);
       const verdict = await judge(impls[nodeId] ?? {}, payload, ctx);
       let output = null;
       let error = verdict.error ?? null;
@@ -709,11 +763,17 @@ async function drive(w) {
     const ranHere = outcome === null;
     if (ranHere) {
       const { signal, done } = nodeSignal(nodesOf[nodeId]?.timeout_ms);
-      const step = await execute(w, run, impls[nodeId], run.forNode(nodeId, attemptId, signal));
+      let step;
+      try {
+        step = await execute(w, run, impls[nodeId], await run.forNode(nodeId, attemptId, signal));
+      } catch (e) {
+        if (!(e instanceof NodeFailure)) throw e;
+        step = { outcome: { status: 'failed', error: e.message } }; // an included input failed
+      }
       done();
       if (batch.settle()) return; // the run parked while the node ran
       if (step.parked) return;
-      outcome = step.outcome;
+      outcome = await exitValidated(workflow.exitNodes[nodeId], outcome ?? step.outcome, nodeId);
     }
     run.finished(nodeId, outcome);
     if (outcome.status === 'succeeded') last = outcome.output;

@@ -20,6 +20,8 @@ import {
   notify,
   shell,
   textInput,
+  includeWorkflow,
+  includedResult,
   type RejectionCode,
   type RunEvent,
 } from '../index.js';
@@ -80,6 +82,27 @@ export const wf = defineWorkflow<{ n: number }>({
     decisionEdge({ from: 'e', choices: verdicts, cases: { y: 'f', n: 'g' } }),
     humanDecisionEdge({ from: 'f', choices, cases: { go: 'h', redo: 'i' } }),
     { from: 'i', to: 'j' },
+  ],
+});
+
+export const child = defineWorkflow({
+  name: 'child',
+  startAt: 'x',
+  nodes: { x: compute({ run: () => 1 }) },
+  edges: [],
+  exits: { done: { from: 'x', validate: (o) => o } },
+});
+export const composed = defineWorkflow({
+  name: 'composed',
+  startAt: 'first',
+  includes: { sub: includeWorkflow(child, { input: ({ outputs }) => outputs.first }) },
+  nodes: {
+    first: compute({ run: () => ({ n: 1 }) }),
+    last: compute({ run: ({ outputs }) => includedResult<number>(child, outputs.sub).output + 1 }),
+  },
+  edges: [
+    { from: 'first', to: 'sub' },
+    { from: 'sub.done', to: 'last' },
   ],
 });
 

@@ -779,3 +779,99 @@ test('humanDecision onTimeout: applied at the saved deadline with timeout proven
     await c.close().catch(() => {});
   }
 });
+
+test('composition: an included workflow runs under its mount path, with local context, exits and includedResult; a changed included file stops the resumed run', async () => {
+  const c = host.client;
+  const dir = join(host.dir, 'compose');
+  mkdirSync(dir, { recursive: true });
+  const marker = join(dir, 'child-loaded');
+  const childFile = join(dir, 'repair.workflow.mjs');
+  const child = (extra = '') => `import { checkpoint, compute, defineWorkflow } from 'piw';
+${extra}
+export default defineWorkflow({
+  name: 'repair', startAt: 'fix',
+  nodes: {
+    fix: compute({ run: ({ input, outputs, state }) => ({ fixed: input.issue, seen: Object.keys(outputs), node: state.node }) }),
+    confirm: checkpoint({ summary: ({ outputs }) => 'fixed ' + outputs.fix.fixed + '?' }),
+    finalize: compute({ run: ({ input, outputs }) => ({ done: outputs.fix.fixed, answer: outputs.confirm, input }) }),
+    blocked: compute({ run: () => ({ blocked: true }) }),
+  },
+  edges: [
+    { from: 'fix', to: 'confirm' },
+    { from: 'confirm', switch: { on: '$.ok', cases: { true: 'finalize', false: 'blocked' } } },
+  ],
+  exits: {
+    completed: { from: 'finalize', validate: (output) => ({ ...output, validated: true }) },
+    blocked: { from: 'blocked' },
+  },
+});
+`;
+  writeFileSync(childFile, child());
+  const parent = join(dir, 'parent.workflow.mjs');
+  writeFileSync(
+    parent,
+    `import { compute, defineWorkflow, includeWorkflow, includedResult } from '@osolmaz/pi-workflows';
+import repair from './repair.workflow.mjs';
+export default defineWorkflow({
+  name: 'parent', startAt: 'check', maxSteps: 30,
+  includes: { repair: includeWorkflow(repair, { input: ({ outputs }) => ({ issue: outputs.check.issue }) }) },
+  nodes: {
+    check: compute({ run: ({ outputs }) => ({ next: outputs.repair ? 'finish' : 'repair', issue: 'bug-1' }) }),
+    finish: compute({ run: ({ outputs }) => ({ result: includedResult(repair, outputs.repair), keys: Object.keys(outputs).sort() }) }),
+  },
+  edges: [
+    { from: 'check', switch: { on: '$.next', cases: { repair: 'repair', finish: 'finish' } } },
+    { from: 'repair.completed', to: 'check' },
+    { from: 'repair.blocked', to: 'finish' },
+  ],
+});
+`,
+  );
+  const { run_id: runId } = await c.startRun(parent);
+  await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
+  let s = await c.runStatus(runId);
+  const confirm = s.decisions.find((d) => d.status === 'pending');
+  assert.equal(confirm.request.node, 'repair.confirm');
+  assert.equal(confirm.request.summary, 'fixed bug-1?');
+  // The answer resumes the run in a new child: it rebuilds the included workflow's context.
+  await c.answerCheckpoint(runId, confirm.decision_id, { ok: true });
+  const run = await c.waitForRun(runId, { timeoutMs: 20_000 });
+  assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+  assert.deepEqual(run.result, {
+    result: {
+      exit: 'completed',
+      output: { done: 'bug-1', answer: { ok: true }, input: { issue: 'bug-1' }, validated: true },
+    },
+    keys: ['check', 'repair'],
+  });
+  s = await c.runStatus(runId);
+  assert.deepEqual(
+    s.attempts.map((a) => a.node_id),
+    ['check', 'repair.fix', 'repair.confirm', 'repair.finalize', 'check', 'finish'],
+  );
+  assert.deepEqual(s.attempts[1].output, { fixed: 'bug-1', seen: [], node: 'repair.fix' });
+
+  // A changed included file: the resumed run stops for review before any of its code runs.
+  const second = await c.startRun(parent);
+  await c.waitForRun(second.run_id, { untilParked: true, timeoutMs: 20_000 });
+  const pending = (await c.runStatus(second.run_id)).decisions.find((d) => d.status === 'pending');
+  writeFileSync(childFile, child(`import { writeFileSync } from 'node:fs';\nwriteFileSync(${JSON.stringify(marker)}, 'loaded');`));
+  await c.answerCheckpoint(second.run_id, pending.decision_id, { ok: true });
+  const stopped = await c.waitForRun(second.run_id, { untilParked: true, timeoutMs: 20_000 });
+  assert.equal(stopped.status, 'review');
+  assert.match(stopped.review_reason, /source_changed.*repair\.workflow\.mjs/);
+  assert.equal(existsSync(marker), false, 'no code of the changed file ran');
+});
+
+test('the release example includes the approval example: a person replans through the mount', async () => {
+  const c = host.client;
+  const { run_id: runId } = await c.startRun(join(examples, 'release.workflow.mjs'), { sessionId: 's-release', input: { version: '1.2.0' } });
+  await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
+  const decision = (await c.runStatus(runId)).decisions.find((d) => d.status === 'pending');
+  assert.equal(decision.request.node, 'approve.approve');
+  assert.equal(decision.request.question, 'Approve the plan "release 1.2.0"?');
+  await c.answerHumanDecision(runId, decision.decision_id, { choice: 'replan', text: 'ship 1.2.1 instead' });
+  const run = await c.waitForRun(runId, { timeoutMs: 20_000 });
+  assert.equal(run.status, 'completed', run.error);
+  assert.deepEqual(run.result, { version: '1.2.0', exit: 'replanned', output: { replan: 'ship 1.2.1 instead' } });
+});

@@ -258,8 +258,9 @@ pub enum GraphError {
         /// The offending name.
         name: String,
     },
-    /// A node id is not an id (`[A-Za-z_][A-Za-z0-9_-]*`, at most 128 characters).
-    #[error("invalid node id {id:?}: expected [A-Za-z_][A-Za-z0-9_-]* of at most 128 characters")]
+    /// A node id is not ids joined by `.` (each `[A-Za-z_][A-Za-z0-9_-]*`; at most 128
+    /// characters in all).
+    #[error("invalid node id {id:?}: expected [A-Za-z_][A-Za-z0-9_-]*, or such ids joined by '.' (a mount path), of at most 128 characters")]
     InvalidNodeId {
         /// The offending id.
         id: String,

@@ -25,7 +25,7 @@ pub(super) fn validate(graph: &Graph) -> Result<(), GraphError> {
         });
     }
     for (id, node) in &graph.nodes {
-        if !is_id(id) {
+        if !is_node_id(id) {
             return Err(GraphError::InvalidNodeId { id: clip(id) });
         }
         if node.timeout_ms == Some(0) {
@@ -71,6 +71,12 @@ pub(super) fn is_id(text: &str) -> bool {
         && bytes
             .iter()
             .all(|b| b.is_ascii_alphanumeric() || *b == b'_' || *b == b'-')
+}
+
+/// Whether `text` is a node id: ids joined by `.` (the mount path of a node of an included
+/// workflow, such as `review.check`), at most [`MAX_ID_LEN`] long in all.
+pub(super) fn is_node_id(text: &str) -> bool {
+    text.len() <= MAX_ID_LEN && text.split('.').all(is_id)
 }
 
 /// One edge on its own: shape, source, selector, case keys, targets.
@@ -208,6 +214,16 @@ mod tests {
             &"a".repeat(MAX_ID_LEN + 1),
         ] {
             assert!(!is_id(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn node_ids_may_carry_a_mount_path() {
+        for good in ["a", "review.check", "a.b.c-1", "_._"] {
+            assert!(is_node_id(good), "{good}");
+        }
+        for bad in ["", "a.", ".a", "a..b", "a.9b", "a b.c", &"a.".repeat(65)] {
+            assert!(!is_node_id(bad), "{bad}");
         }
     }
 

@@ -1769,17 +1769,20 @@ pub(crate) fn invalid(run_id: &str, op: Op, status: RunStatus, detail: String) -
 
 /// Node ids follow the graph's identifier rule so they are safe in paths, logs and routes.
 fn validate_node_id(node_id: &str) -> StoreResult<()> {
-    let mut chars = node_id.chars();
-    let ok = node_id.len() <= 128
-        && chars
+    // Ids joined by `.`: a node of an included workflow carries its mount path.
+    let segment_ok = |segment: &str| {
+        let mut chars = segment.chars();
+        chars
             .next()
             .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    };
+    let ok = node_id.len() <= 128 && node_id.split('.').all(segment_ok);
     if ok {
         Ok(())
     } else {
         Err(StoreError::InvalidInput(format!(
-            "node id {node_id:?} must match [A-Za-z_][A-Za-z0-9_-]* (at most 128 characters)"
+            "node id {node_id:?} must match [A-Za-z_][A-Za-z0-9_-]*, or such ids joined by '.' (at most 128 characters)"
         )))
     }
 }
