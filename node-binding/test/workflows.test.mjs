@@ -875,3 +875,29 @@ test('the release example includes the approval example: a person replans throug
   assert.equal(run.status, 'completed', run.error);
   assert.deepEqual(run.result, { version: '1.2.0', exit: 'replanned', output: { replan: 'ship 1.2.1 instead' } });
 });
+
+test('the triage example (TypeScript): input normaliser, decision, assistant message', async () => {
+  const c = host.client;
+  const session = 's-triage';
+  const file = join(examples, 'triage.workflow.ts');
+  const refused = await c.waitForRun((await c.startRun(file, { sessionId: session, input: {} })).run_id, { timeoutMs: 20_000 });
+  assert.equal(refused.status, 'failed');
+  assert.match(refused.error, /invalid input: input.report must be a non-empty string/);
+
+  const { run_id: runId } = await c.startRun(file, { sessionId: session, input: { report: 'login is down' } });
+  await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
+  const [classify] = await c.listInteractions(session);
+  assert.match(classify.request.prompt, /login is down/);
+  const verdict = await c.submitInteraction(classify, { route: 'urgent' });
+  assert.equal((await c.waitForSubmission(runId, verdict.submission_id, { timeoutMs: 20_000 })).state, 'accepted');
+  let explain;
+  for (let i = 0; i < 1500 && !explain; i++) {
+    explain = (await c.listInteractions(session)).find((x) => x.node_id === 'explain');
+    if (!explain) await sleep(20);
+  }
+  assert.equal(explain.request.maxChars, 600);
+  await c.submitInteraction(explain, 'Nobody can sign in. Fix it first.');
+  const run = await c.waitForRun(runId, { timeoutMs: 20_000 });
+  assert.equal(run.status, 'completed', run.error);
+  assert.deepEqual(run.result, { urgent: true, explanation: 'Nobody can sign in. Fix it first.' });
+});
