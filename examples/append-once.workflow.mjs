@@ -1,30 +1,28 @@
 // An action with a managed effect: it appends one line to a file exactly once, even when its
 // child is killed in the middle and the run resumes in a new child.
 //
-// The effect is reserved before the file is touched. Its contract is `read_back`: if a child
-// dies after appending but before the receipt was stored, the next child is allowed to try
-// again *and told so* (`ctx.effect.retry`), and it first reads the file back to see whether
-// the line is already there. Under the default contract, `never`, the run would instead stop
-// for review with the effect `uncertain`.
+// The host reserves the effect (keyed by run, effect type, node and visit) before the file is
+// touched. It is an `idempotentEffect`: if a child dies after appending but before the receipt
+// was stored, the next child may apply it again *and is told so* (`ctx.effect.retry`), so it
+// first reads the file back. With `manualEffect` the run would instead stop for review with
+// the effect `uncertain`.
 //
 // Input: { "file": "/path/to/log", "line": "text" }. `crashAfterAppendOnce` (a marker path) makes
 // the first child SIGKILL itself right after appending: the demonstration and its test.
 import { appendFileSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
-import { defineWorkflow, action, compute, to } from '../node-binding/index.js';
-
-const tagged = (ctx, line) => `${line} [run ${ctx.runId}]`;
+import { action, compute, defineWorkflow, idempotentEffect } from '@osolmaz/pi-workflows';
 
 export default defineWorkflow({
   name: 'append_once',
-  start: 'append',
+  startAt: 'append',
   nodes: {
     append: action({
-      effect: { key: (input) => `append:${input.file}`, retry: 'read_back' },
-      apply: (input, ctx) => {
-        const line = tagged(ctx, input.line);
+      effect: idempotentEffect('log.append'),
+      run: ({ input, state, effect }) => {
+        const line = `${input.line} [run ${state.runId}]`;
         const present = () =>
           existsSync(input.file) && readFileSync(input.file, 'utf8').split('\n').includes(line);
-        if (ctx.effect.retry && present()) return { appended: false, line };
+        if (effect.retry && present()) return { appended: false, line };
         appendFileSync(input.file, `${line}\n`);
         const marker = input.crashAfterAppendOnce;
         if (marker && !existsSync(marker)) {
@@ -34,10 +32,12 @@ export default defineWorkflow({
         return { appended: true, line };
       },
     }),
-    report: compute((receipt, ctx) => ({
-      ...receipt,
-      lines: readFileSync(ctx.runInput.file, 'utf8').split('\n').filter(Boolean).length,
-    })),
+    report: compute({
+      run: ({ input, outputs }) => ({
+        ...outputs.append,
+        lines: readFileSync(input.file, 'utf8').split('\n').filter(Boolean).length,
+      }),
+    }),
   },
-  edges: [to('append', 'report')],
+  edges: [{ from: 'append', to: 'report' }],
 });

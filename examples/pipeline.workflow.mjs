@@ -1,31 +1,37 @@
-// A pure pipeline: four compute nodes and a switch on the output. Every node may rerun after a
-// crash, so none of them touches the outside world.
+// A pure pipeline: compute nodes, each reading the outputs of the nodes before it, and a
+// switch on an output. Every node may rerun after a crash, so none touches the outside world.
 //
 //   piw run start examples/pipeline.workflow.mjs --input '{"text":"..."}' --wait
-import { defineWorkflow, compute, to, switchOn } from '../node-binding/index.js';
+import { compute, defineWorkflow } from '@osolmaz/pi-workflows';
 
 export default defineWorkflow({
   name: 'pipeline',
-  start: 'tokenize',
+  title: ({ input }) => `pipeline: ${String(input?.text ?? '').slice(0, 40)}`,
+  startAt: 'tokenize',
   nodes: {
-    tokenize: compute((input) => ({
-      words: String(input?.text ?? '').toLowerCase().match(/[a-z']+/g) ?? [],
-    })),
-    count: compute(({ words }) => {
-      const counts = {};
-      for (const w of words) counts[w] = (counts[w] ?? 0) + 1;
-      const top = Object.entries(counts)
-        .sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0]))
-        .slice(0, 3);
-      return { total: words.length, distinct: Object.keys(counts).length, top };
+    tokenize: compute({
+      run: ({ input }) => ({ words: String(input?.text ?? '').toLowerCase().match(/[a-z']+/g) ?? [] }),
     }),
-    classify: compute((stats) => ({ ...stats, size: stats.total >= 20 ? 'long' : 'short' })),
-    summarizeLong: compute((s) => ({ ...s, summary: `a long text: ${s.total} words, ${s.distinct} distinct` })),
-    summarizeShort: compute((s) => ({ ...s, summary: `a short text: ${s.total} words` })),
+    count: compute({
+      run: ({ outputs }) => {
+        const { words } = outputs.tokenize;
+        const counts = {};
+        for (const w of words) counts[w] = (counts[w] ?? 0) + 1;
+        const top = Object.entries(counts)
+          .sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0]))
+          .slice(0, 3);
+        return { total: words.length, distinct: Object.keys(counts).length, top };
+      },
+    }),
+    classify: compute({ run: ({ outputs }) => ({ ...outputs.count, size: outputs.count.total >= 20 ? 'long' : 'short' }) }),
+    summarizeLong: compute({
+      run: ({ outputs: { classify: s } }) => ({ ...s, summary: `a long text: ${s.total} words, ${s.distinct} distinct` }),
+    }),
+    summarizeShort: compute({ run: ({ outputs: { classify: s } }) => ({ ...s, summary: `a short text: ${s.total} words` }) }),
   },
   edges: [
-    to('tokenize', 'count'),
-    to('count', 'classify'),
-    switchOn('classify', '$.size', { long: 'summarizeLong' }, 'summarizeShort'),
+    { from: 'tokenize', to: 'count' },
+    { from: 'count', to: 'classify' },
+    { from: 'classify', switch: { on: '$output.size', cases: { long: 'summarizeLong', short: 'summarizeShort' } } },
   ],
 });

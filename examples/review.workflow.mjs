@@ -1,37 +1,38 @@
-// An agent step whose submissions are validated by the workflow itself (in a supervised child,
-// before they count), then an ordinary checkpoint, then a pure step that uses both answers.
+// An agent step whose submissions the workflow validates itself (in a supervised child, before
+// they count), then an ordinary checkpoint, then a pure step that uses both answers. A draft
+// nobody submits within ten minutes routes to `expired` instead of failing the run.
 //
 // The Pi extension presents the agent step in the origin session; from code, list the session's
-// interactions and submit a result:
+// interactions and submit a result (a string holding JSON is parsed too):
 //   client.submitInteraction(interaction, { title: 'Fix the flaky test', priority: 2 })
-import { defineWorkflow, compute, agent, checkpoint, to, onOutcome } from '../node-binding/index.js';
+import { agent, checkpoint, compute, defineWorkflow } from '@osolmaz/pi-workflows';
 
 export default defineWorkflow({
   name: 'review',
-  start: 'draft',
+  startAt: 'draft',
   nodes: {
     draft: agent({
       timeoutMs: 10 * 60 * 1000,
-      request: (input) => ({
-        instructions: `Propose a task title for: ${input?.topic ?? 'the project'}`,
-        contract: '{ "title": string (3..80 chars), "priority": 1 | 2 | 3 }',
-      }),
-      validate: (result) => {
-        if (typeof result?.title !== 'string' || result.title.length < 3 || result.title.length > 80) {
-          return 'title must be a string of 3 to 80 characters';
-        }
-        if (![1, 2, 3].includes(result.priority)) return 'priority must be 1, 2 or 3';
-        return undefined;
+      prompt: ({ input }) => `Propose a task title for: ${input?.topic ?? 'the project'}`,
+      expectedOutput: '{ "title": string (3..80 chars), "priority": 1 | 2 | 3 }',
+      statusDetail: 'drafting a task',
+      validate: (output) => {
+        const title = typeof output?.title === 'string' ? output.title.trim() : '';
+        if (title.length < 3 || title.length > 80) throw new Error('title must be a string of 3 to 80 characters');
+        if (![1, 2, 3].includes(output.priority)) throw new Error('priority must be 1, 2 or 3');
+        return { title, priority: output.priority };
       },
     }),
     confirm: checkpoint({
-      request: (draft) => ({ question: `Create "${draft.title}" with priority ${draft.priority}?` }),
+      summary: ({ outputs }) => `Create "${outputs.draft.title}" with priority ${outputs.draft.priority}?`,
     }),
-    record: compute(({ answer }, ctx) => ({ created: answer === 'yes', run: ctx.runId })),
-    expired: compute(() => ({ created: false, reason: 'nobody answered in time' })),
+    record: compute({
+      run: ({ outputs, state }) => ({ created: outputs.confirm === 'yes', title: outputs.draft.title, run: state.runId }),
+    }),
+    expired: compute({ run: () => ({ created: false, reason: 'nobody answered in time' }) }),
   },
   edges: [
-    onOutcome('draft', { succeeded: 'confirm', timed_out: 'expired' }),
-    to('confirm', 'record'),
+    { from: 'draft', switch: { on: '$result.outcome', cases: { ok: 'confirm', timed_out: 'expired' } } },
+    { from: 'confirm', to: 'record' },
   ],
 });

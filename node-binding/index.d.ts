@@ -386,33 +386,64 @@ export declare function findHostBin(hostBin?: string): string;
 export declare function hostEnvironment(): Record<string, string>;
 
 // ---------------------------------------------------------------------------------------------
-// Authoring
+// Authoring: the API of pi-workflows 0.12.1 (see node-binding/README.md for what differs).
 
-/** What node code gets besides its input. */
-export interface NodeContext {
+type Awaitable<T> = T | Promise<T>;
+
+/** How a node ended, as `results` holds it and `$result.outcome` routes on. */
+export type NodeOutcome = 'ok' | 'failed' | 'timed_out' | 'cancelled';
+
+/** The result record of a finished node. */
+export interface WorkflowNodeResult {
+  outcome: NodeOutcome;
+  /** The output, when the outcome is `ok`. */
+  output?: unknown;
+  /** Why it failed. */
+  error?: string;
+}
+
+/** Facts about the run and the running node (read-only). */
+export interface WorkflowRunState {
   runId: string;
-  nodeId: string;
+  workflow: string;
+  /** The run's resolved title, or null. */
+  title: string | null;
+  /** The running node's id. */
+  node: string;
   /**
-   * The node's attempt. `undefined` for a compute node without a timeout that runs right after
-   * another such node: the runtime reports those steps together, and the host opens their
-   * attempts when it hears of them.
+   * The node's attempt; null for a compute node without a timeout that runs right after another
+   * such node (the runtime reports those steps together).
    */
-  attemptId: string | undefined;
-  /** The run's input (a node's own input is the previous node's output). */
-  runInput: unknown;
+  attemptId: string | null;
+  /** How many times this node has been entered in this run, this time included. */
+  visit: number;
   projectDir: string;
-  /** Publishes informational progress. */
-  progress(message: string, data?: unknown): void;
 }
 
-export interface ActionContext extends NodeContext {
-  /** The managed effect: `retry` is true when an earlier application was interrupted. */
-  effect: { id: string; key: string; retry: boolean };
+/** What every node callback receives. */
+export interface WorkflowNodeContext<I = unknown> {
+  /** The run's input (after the workflow's `input` normaliser). */
+  input: I;
+  /** The output of every node that finished `ok` (latest wins; a later failure removes it). */
+  outputs: Record<string, unknown>;
+  /** The latest result of every finished node, failures included. */
+  results: Record<string, WorkflowNodeResult>;
+  state: WorkflowRunState;
+  /** Aborted when the node's deadline passes or the run is stopped. */
+  signal: AbortSignal;
 }
 
-export interface NodeOptions {
-  /** The node's deadline; the host records `timed_out` and stops the child when it passes. */
-  timeoutMs?: number;
+/** A durable, non-completing update from an action (`type`, optional `key`, `data`). */
+export interface WorkflowUpdate {
+  type: string;
+  key?: string;
+  data?: unknown;
+}
+
+export interface WorkflowActionContext<I = unknown> extends WorkflowNodeContext<I> {
+  publishUpdate(update: WorkflowUpdate): Promise<void>;
+  /** The managed effect; `retry` is true when an earlier application was interrupted. */
+  effect: { id: string; type: string; key: string; retry: boolean };
 }
 
 declare const nodeBrand: unique symbol;
@@ -421,75 +452,218 @@ export interface WorkflowNode {
   readonly kind: 'compute' | 'action' | 'agent' | 'assistant_message' | 'checkpoint' | 'human_decision' | 'notify';
 }
 
-type Awaitable<T> = T | Promise<T>;
+type Text<I> = string | ((ctx: WorkflowNodeContext<I>) => Awaitable<string>);
 
-/** A pure step; may rerun after a crash. Its return value is its output. */
-export declare function compute<I = any, O = unknown>(run: (input: I, ctx: NodeContext) => Awaitable<O>, options?: NodeOptions): WorkflowNode;
-export declare function compute<I = any, O = unknown>(spec: { run: (input: I, ctx: NodeContext) => Awaitable<O> } & NodeOptions): WorkflowNode;
+/** A pure step; may run again after a crash. Its return value is its output. */
+export declare function compute<I = any, O = unknown>(spec: {
+  run: (ctx: WorkflowNodeContext<I>) => Awaitable<O>;
+  /** A deadline the host enforces (the node ends `timed_out`). */
+  timeoutMs?: number | null;
+}): WorkflowNode;
 
-/** A side effect performed only through a managed effect. */
-export declare function action<I = any, R = unknown>(
-  spec: {
-    effect: {
-      /** The effect's key within the run: a key applies at most once. */
-      key: (input: I, ctx: NodeContext) => string;
-      /** What the effect does; a different fingerprint under the same key is refused. */
-      fingerprint?: (input: I, ctx: NodeContext) => string;
-      /** `never` (default): an interrupted application becomes `uncertain` and the run stops for review. */
-      retry?: 'never' | 'idempotency_key' | 'read_back';
-    };
-    /**
-     * Performs the effect; its return value is the receipt and the node's output. Throw
-     * `EffectFailed` when it certainly did not happen; any other exception means "in doubt".
-     */
-    apply: (input: I, ctx: ActionContext) => Awaitable<R>;
-  } & NodeOptions,
+/** Queues a plain-text message for the session that started the run; output `{ kind, message }`. */
+export declare function notify<I = any>(spec: { kind?: 'progress' | 'final'; message: Text<I> }): WorkflowNode;
+
+declare const assistantBrand: unique symbol;
+export interface AssistantMessageOutput {
+  readonly [assistantBrand]: true;
+  readonly maxChars: number | null;
+}
+/** `expectedOutput` of an agent answered with one visible message: its text is the output. */
+export declare function assistantMessage(options?: { maxChars?: number }): AssistantMessageOutput;
+
+export interface AgentSpec<I = any, O = any> {
+  prompt: Text<I>;
+  /** What to submit (a description of the JSON), or `assistantMessage()`. */
+  expectedOutput?: string | AssistantMessageOutput;
+  /** Throws to reject a submission (parsed tolerantly from a string); returns the normalised output. */
+  validate?: (output: any, ctx: WorkflowNodeContext<I>) => Awaitable<O | void>;
+  /** Default 15 minutes; `null`: no deadline. */
+  timeoutMs?: number | null;
+  /** Shown with the step in the Pi extension. */
+  statusDetail?: string;
+}
+/** A step answered by the model in the origin Pi session. */
+export declare function agent<I = any, O = any>(spec: AgentSpec<I, O>): WorkflowNode;
+
+/** An agent step that picks one of `choices`; submitted as `{ [field]: choice }` (field `route`). */
+export declare function decision<I = any, C extends string = string>(
+  spec: Omit<AgentSpec<I>, 'prompt' | 'expectedOutput'> & {
+    choices: readonly C[];
+    question: Text<I>;
+    field?: string;
+  },
 ): WorkflowNode;
+/** The switch edge of a `decision`: one target for every choice. */
+export declare function decisionEdge<C extends string>(spec: {
+  from: string;
+  choices: readonly C[];
+  cases: Record<C, string>;
+  field?: string;
+}): Edge;
 
-export interface InteractiveSpec<I = any, R = any> extends NodeOptions {
-  /** The request shown in the origin session (default `{ input }`). */
-  request?: (input: I, ctx: NodeContext) => Awaitable<unknown>;
-  /**
-   * Judges a submitted result before it counts: return (or throw) an error text to reject it,
-   * `undefined` to accept it. The accepted result is the node's output.
-   */
-  validate?: (result: R, input: I) => Awaitable<string | undefined | null | boolean | void>;
+/** An ordinary checkpoint; its output is the answer (any JSON). */
+export declare function checkpoint<I = any>(spec: {
+  summary: Text<I>;
+  /** A value shown with the request (under `extra.output`). */
+  run?: (ctx: WorkflowNodeContext<I>) => Awaitable<unknown>;
+}): WorkflowNode;
+
+export interface TextInput {
+  readonly kind: 'text';
+  readonly name: string;
+  readonly prompt: string;
+  readonly placeholder?: string;
+  readonly minLength?: number;
+  readonly maxLength?: number;
+}
+export declare function textInput(spec: {
+  name: string;
+  prompt: string;
+  placeholder?: string;
+  minLength?: number;
+  maxLength?: number;
+}): TextInput;
+
+export interface HumanChoice {
+  readonly label: string;
+  readonly description?: string;
+  readonly input?: TextInput;
+}
+export declare function choice(spec: { label: string; description?: string; input?: TextInput }): HumanChoice;
+
+declare const choicesBrand: unique symbol;
+export type HumanChoices<K extends string = string> = { readonly [choicesBrand]: true } & Readonly<Record<K, HumanChoice>>;
+export declare function defineHumanChoices<K extends string>(choices: Record<K, HumanChoice>): HumanChoices<K>;
+
+/** A decision only a person may answer; output `{ choice, provenance }` or `{ choice, input: { [name]: text }, provenance }`. */
+export declare function humanDecision<I = any, K extends string = string>(spec: {
+  choices: HumanChoices<K>;
+  audience?: string;
+  request?: (ctx: WorkflowNodeContext<I>) => Awaitable<{
+    title?: string;
+    subject?: unknown;
+    presentation?: { summary?: string; [key: string]: unknown };
+  }>;
+  /** The host answers with `response` (provenance `timeout`) when nobody did within `afterMs`. */
+  onTimeout?: { afterMs: number; response: { choice: K; text?: string } };
+}): WorkflowNode;
+/** The switch edge of a `humanDecision`: one target for every choice. */
+export declare function humanDecisionEdge<K extends string>(spec: {
+  from: string;
+  choices: HumanChoices<K>;
+  cases: Record<K, string>;
+}): Edge;
+
+declare const effectBrand: unique symbol;
+export interface EffectPolicy {
+  readonly [effectBrand]: true;
+  readonly type: string;
+}
+/** An effect another attempt may safely repeat (idempotency key or read-back check). */
+export declare function idempotentEffect(type: string): EffectPolicy;
+/** An effect nobody can check after a crash: it becomes uncertain and the run stops for review. */
+export declare function manualEffect(type: string): EffectPolicy;
+
+/** What a shell action runs. */
+export interface ShellCommand {
+  command: string;
+  args?: string[];
+  /** Default: the run's project directory. */
+  cwd?: string;
+  /** Added to the child's environment. */
+  env?: Record<string, string>;
+  stdin?: string;
+  /** The command's own deadline: its whole process group is killed and the node fails. */
+  timeoutMs?: number;
+  /** A non-zero exit does not fail the node. */
+  allowNonZeroExit?: boolean;
+  /** Cap on each of stdout and stderr (default 1,000,000 characters). */
+  maxOutputChars?: number;
 }
 
-/** An agent step answered by the model in the origin Pi session. */
-export declare function agent<I = any, R = any>(spec?: InteractiveSpec<I, R>): WorkflowNode;
-/** An assistant-message step answered with one message. */
-export declare function assistantMessage<I = any, R = any>(spec?: InteractiveSpec<I, R>): WorkflowNode;
-
-export interface DecisionSpec<I = any> extends NodeOptions {
-  request?: (input: I, ctx: NodeContext) => Awaitable<unknown>;
+export interface ShellActionResult {
+  stdout: string;
+  stderr: string;
+  exitCode: number | null;
+  signal: string | null;
+  durationMs: number;
+  /** Whether stdout or stderr was cut at `maxOutputChars`. */
+  truncated: boolean;
 }
-/** An ordinary checkpoint; output `{ answer }`. */
-export declare function checkpoint<I = any>(spec?: DecisionSpec<I>): WorkflowNode;
-/** A protected human decision; output `{ answer }`. */
-export declare function humanDecision<I = any>(spec?: DecisionSpec<I>): WorkflowNode;
-/** A workflow message for the origin session; the node's output is its input. */
-export declare function notify<I = any>(content: unknown | ((input: I, ctx: NodeContext) => Awaitable<unknown>), options?: NodeOptions): WorkflowNode;
+
+export interface ShellSpec<I = any, O = ShellActionResult> {
+  effect: EffectPolicy;
+  exec: (ctx: WorkflowNodeContext<I>) => Awaitable<ShellCommand>;
+  parse?: (result: ShellActionResult, ctx: WorkflowNodeContext<I>) => Awaitable<O>;
+  /** Turns each complete output line (at most 64 KiB) into updates, published in order. */
+  updates?: {
+    parseLine: (line: string, info: { stream: 'stdout' | 'stderr' }) => Awaitable<WorkflowUpdate | WorkflowUpdate[] | null | undefined>;
+  };
+  timeoutMs?: number | null;
+}
+
+/** A managed side effect; `run`'s return value is the receipt and the node's output. */
+export declare function action<I = any, R = unknown>(spec: {
+  effect: EffectPolicy;
+  run: (ctx: WorkflowActionContext<I>) => Awaitable<R>;
+  timeoutMs?: number | null;
+}): WorkflowNode;
+/** The shell form of `action`. */
+export declare function action<I = any, O = ShellActionResult>(spec: ShellSpec<I, O>): WorkflowNode;
+/** A command the workflow owns, run as a managed effect in its own process group. */
+export declare function shell<I = any, O = ShellActionResult>(spec: ShellSpec<I, O>): WorkflowNode;
 
 export type Edge =
   | { from: string; to: string }
-  | { from: string; switch: { on: string; cases: Record<string, string>; default?: string } };
+  | {
+      from: string;
+      /** `on`: `$.path`, `$output.path` or `$result.outcome` (cases `ok`, `failed`, `timed_out`, `cancelled`). */
+      switch: { on: string; cases: Record<string, string>; default?: string };
+    };
 
-export declare function to(from: string, next: string): Edge;
-/** Routes a success on the value at `$.path` of the output. */
-export declare function switchOn(from: string, on: string, cases: Record<string, string>, dflt?: string): Edge;
-/** Routes on how the node ended: `succeeded`, `failed` or `timed_out`. */
-export declare function onOutcome(from: string, cases: Partial<Record<'succeeded' | 'failed' | 'timed_out', string>>, dflt?: string): Edge;
+declare const includeBrand: unique symbol;
+export interface IncludedWorkflow {
+  readonly [includeBrand]: true;
+  readonly workflow: Workflow;
+}
+/**
+ * Mounts a workflow (imported directly) under a name of `includes`: its nodes become
+ * `<mount>.<node>`; an edge to the mount enters it, `<mount>.<exit>` leaves it. Without `input`
+ * the child gets the parent's input.
+ */
+export declare function includeWorkflow<I = any>(
+  workflow: Workflow,
+  options?: { input?: (ctx: WorkflowNodeContext<I>) => Awaitable<unknown> },
+): IncludedWorkflow;
+/** The output of a mount: which exit the included workflow left through, and its output. */
+export interface IncludedResult<O = unknown> {
+  exit: string;
+  output: O;
+}
+/** Checks that `value` is a result of `workflow` (its exit is one of the workflow's exits). */
+export declare function includedResult<O = unknown>(workflow: Workflow, value: unknown): IncludedResult<O>;
 
-export interface WorkflowDefinition {
+export interface WorkflowDefinition<I = any> {
+  /** An id: `[A-Za-z_][A-Za-z0-9_-]*`. */
   name: string;
-  start: string;
+  /** The run's title, resolved from `{ input, workflowName }`. */
+  title?: string | ((args: { input: I; workflowName: string }) => Awaitable<string>);
+  presentationPrompt?: string;
+  startAt: string;
   nodes: Record<string, WorkflowNode>;
-  edges?: Edge[];
-  /** Other source files the workflow includes, verified before a resumed run loads code. */
-  mounts?: Record<string, string>;
-  /** Base for relative mount paths; pass `import.meta.url`. */
-  baseUrl?: string;
+  edges: Edge[];
+  /** Included workflows by mount name. */
+  includes?: Record<string, IncludedWorkflow>;
+  /** Named successful ends, for when another workflow includes this one. */
+  exits?: Record<string, { from: string; validate?: (output: any) => Awaitable<unknown> }>;
+  /** The most node attempts a run may start (default 100); the host fails the run beyond. */
+  maxSteps?: number;
+  /** Normalises and validates the run's input; throw to fail the run. */
+  input?: (raw: unknown) => Awaitable<I>;
+  /** `import.meta.url`, for provenance. */
+  source?: string;
+  contractId?: string;
 }
 
 /** A validated workflow: the data-only graph snapshot plus the node code. */
@@ -499,20 +673,11 @@ export interface Workflow {
   readonly graph: unknown;
   /** Its canonical SHA-256 digest. */
   readonly digest: string;
+  /** Every node by id, included workflows' under their mount paths. */
   readonly nodes: Readonly<Record<string, WorkflowNode>>;
-  readonly mounts: Readonly<Record<string, string>>;
+  readonly exits: Readonly<Record<string, { from: string }>>;
 }
 
-/** Defines a workflow; throws `PiwError` (`invalid_graph`) for an invalid graph. Export it as default. */
-export declare function defineWorkflow(definition: WorkflowDefinition): Workflow;
+/** Defines a workflow; throws `PiwError` (`invalid_graph`) naming what is wrong. Export it as default. */
+export declare function defineWorkflow<I = any>(definition: WorkflowDefinition<I>): Workflow;
 export declare function isWorkflow(value: unknown): value is Workflow;
-
-/**
- * Throw from an action's `apply` when the effect certainly did not happen: it is settled
- * `failed` and the node fails (route it with `onOutcome`). Any other exception leaves the
- * effect in doubt: under `never` it becomes `uncertain` and the run stops for review; under
- * `idempotency_key` or `read_back` the next child retries it with `ctx.effect.retry` set.
- */
-export declare class EffectFailed extends Error {
-  readonly name: 'EffectFailed';
-}

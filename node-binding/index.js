@@ -1,18 +1,25 @@
 // piw: run durable AI-agent workflows outside Pi. See index.d.ts for the documented API.
 export { Client, Subscription, ensureHost, findHostBin, hostEnvironment, isFinal } from './lib/client.js';
 export {
-  EffectFailed,
   defineWorkflow,
   isWorkflow,
   compute,
-  action,
+  notify,
   agent,
   assistantMessage,
+  decision,
+  decisionEdge,
   checkpoint,
   humanDecision,
-  notify,
-  to,
-  switchOn,
-  onOutcome,
+  humanDecisionEdge,
+  defineHumanChoices,
+  choice,
+  textInput,
+  includeWorkflow,
+  includedResult,
+  action,
+  shell,
+  idempotentEffect,
+  manualEffect,
 } from './lib/authoring.js';
 export { PiwError } from './lib/errors.js';

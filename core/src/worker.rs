@@ -189,6 +189,11 @@ pub struct HelloReply {
     /// run's input before any node succeeded.
     #[serde(default)]
     pub node_input: Value,
+    /// The latest finished attempt of every node so far, in the order they finished: each
+    /// `{node, outcome: "ok"|"failed"|"timed_out", output, error, visits}`. A node's context is built
+    /// from it (`outputs`, `results`), so a resumed child sees what an uninterrupted one would.
+    #[serde(default)]
+    pub results: Vec<Value>,
     /// The run's stored graph snapshot.
     pub definition: Option<Value>,
     /// The answer of the decision a `continue` resumes after.

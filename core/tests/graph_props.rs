@@ -15,7 +15,7 @@ use piw_core::graph::{Graph, Outcome, Route};
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 
-const OUTCOMES: [&str; 3] = ["succeeded", "failed", "timed_out"];
+const OUTCOMES: [&str; 3] = ["ok", "failed", "timed_out"];
 const PATHS: [&str; 5] = ["$.status", "$.a.b", "$.items.0", "$.0", "$.items.1.status"];
 const CASE_KEYS: [&str; 8] = ["ok", "retry", "1", "true", "null", "x", "1.5e0", "[]"];
 const KINDS: [&str; 7] = [

@@ -22,7 +22,7 @@ fn issue_example() -> Value {
         "edges": [
             {"from": "fetch", "to": "pay"},
             {"from": "pay", "switch": {"on": "$.status", "cases": {"ok": "tell", "retry": "fetch"}, "default": "ask"}},
-            {"from": "ask", "switch": {"on": "$result.outcome", "cases": {"succeeded": "ok", "timed_out": "msg"}}}
+            {"from": "ask", "switch": {"on": "$result.outcome", "cases": {"ok": "ok", "timed_out": "msg"}}}
         ]
     })
 }
@@ -196,13 +196,13 @@ fn unmatched_switches_fail_with_a_reason() {
             "no case of switch on $.status matches value (missing) from node pay"
         ))
     );
-    // Without its `succeeded` case, `ask` cannot route a success.
+    // Without its `ok` case, `ask` cannot route a success.
     let mut value = pipeline_value();
     value["edges"][2]["switch"]["cases"] = json!({"timed_out": "msg", "failed": "ok"});
     let g = Graph::parse(&value).expect("valid");
     assert_eq!(
         g.route("ask", &succeeded(&json!({}))),
-        Ok(fail("no route for outcome succeeded from node ask"))
+        Ok(fail("no route for outcome ok from node ask"))
     );
     assert_eq!(g.route("ask", &Outcome::Failed("x")), Ok(next("ok")));
 }
@@ -305,7 +305,7 @@ fn the_digest_ignores_key_order_and_whitespace() {
         { "edges": [
             {"to": "pay", "from": "fetch"},
             {"switch": {"default": "ask", "cases": {"retry": "fetch", "ok": "tell"}, "on": "$.status"}, "from": "pay"},
-            {"switch": {"cases": {"timed_out": "msg", "succeeded": "ok"}, "on": "$result.outcome"}, "from": "ask"},
+            {"switch": {"cases": {"timed_out": "msg", "ok": "ok"}, "on": "$result.outcome"}, "from": "ask"},
             {"to": "ship", "from": "ok"}
           ],
           "nodes": {

@@ -429,7 +429,7 @@ fn an_unroutable_node_timeout_does_not_make_the_store_thread_spin() {
     let graph = json!({"name": "w", "start": "a",
         "nodes": {"a": {"kind": "action", "timeout_ms": 1000}, "b": {"kind": "compute"}},
         "edges": [{"from": "a", "switch": {"on": "$result.outcome",
-                    "cases": {"succeeded": "b", "timed_out": "b"}}}]});
+                    "cases": {"ok": "b", "timed_out": "b"}}}]});
     f.store
         .write(|w| w.record_launch_facts(&claim, &graph, &json!({})))
         .unwrap();

@@ -242,6 +242,39 @@ fn a_pipeline_runs_to_completion_in_children() {
     env.stop(host);
 }
 
+/// A graph whose edges form a cycle of pure nodes (`a -> b -> a`) stops at the step limit the
+/// host enforces, with the reason and exactly that many attempts (issue 16.1: it used to make
+/// 30,000 attempts in 2 s and go on until cancelled).
+#[test]
+fn a_pure_cycle_stops_at_the_hosts_step_limit_with_bounded_attempts() {
+    let env = Env::new(&[]);
+    let host = env.serve(None);
+    let cycle = |max_steps: Option<u64>| {
+        let mut graph = json!({
+            "name": "cycle", "start": "a",
+            "nodes": {"a": {"kind": "compute"}, "b": {"kind": "compute"}},
+            "edges": [{"from": "a", "to": "b"}, {"from": "b", "to": "a"}]
+        });
+        if let Some(n) = max_steps {
+            graph["max_steps"] = json!(n);
+        }
+        json!({"graph": graph, "behaviors": {"a": {"return": {"at": "a"}}, "b": {"return": {"at": "b"}}}})
+    };
+    for (name, max_steps, expected) in [("cycle5", Some(5), 5), ("cycle", None, 100)] {
+        let file = env.fixture(name, cycle(max_steps));
+        let run_id = env.start(&file, json!({}));
+        let s = env.wait_for(&run_id, &["completed", "failed"], Duration::from_secs(60));
+        assert_eq!(s["run"]["status"], json!("failed"), "{s:#}");
+        let error = s["run"]["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains(&format!("step limit: maxSteps is {expected}")),
+            "{error}"
+        );
+        assert_eq!(s["attempts"].as_array().map(Vec::len), Some(expected));
+    }
+    env.stop(host);
+}
+
 #[test]
 fn a_child_that_disagrees_with_the_graph_fails_the_run_with_the_reason() {
     let env = Env::new(&[]);
@@ -261,10 +294,10 @@ fn a_child_that_disagrees_with_the_graph_fails_the_run_with_the_reason() {
     env.stop(host);
 }
 
-/// A JSON workflow file that cannot be loaded stops its run for review at once, with the
-/// reason, instead of losing three children that each die before they can say why.
+/// A JSON workflow file that cannot be loaded fails its run at once, with the reason, instead
+/// of losing three children that each die before they can say why (issue 16.6).
 #[test]
-fn a_workflow_file_that_cannot_be_loaded_stops_the_run_for_review_with_the_reason() {
+fn a_workflow_file_that_cannot_be_loaded_fails_the_run_at_once_with_the_reason() {
     let env = Env::new(&[]);
     let host = env.serve(None);
     let mut bad_graph = pipeline();
@@ -283,8 +316,8 @@ fn a_workflow_file_that_cannot_be_loaded_stops_the_run_for_review_with_the_reaso
     for (file, why) in cases {
         let run_id = env.start(&file, json!({}));
         let s = env.wait_for(&run_id, &["review", "failed"], Duration::from_secs(20));
-        assert_eq!(s["run"]["status"], json!("review"), "{s:#}");
-        let reason = s["run"]["review_reason"].as_str().unwrap_or_default();
+        assert_eq!(s["run"]["status"], json!("failed"), "{s:#}");
+        let reason = s["run"]["error"].as_str().unwrap_or_default();
         assert!(
             reason.contains("cannot load the workflow") && reason.contains(why),
             "{reason}"
@@ -1821,7 +1854,7 @@ fn deadline_fixture(env: &Env, name: &str, kind: &str, timeout_ms: u64, ask: Val
                       "nodes": {"ask": {"kind": kind, "timeout_ms": timeout_ms},
                                 "late": {"kind": "compute"}, "ok": {"kind": "compute"}},
                       "edges": [{"from": "ask", "switch": {"on": "$result.outcome",
-                                 "cases": {"timed_out": "late", "succeeded": "ok"}}}]},
+                                 "cases": {"timed_out": "late", "ok": "ok"}}}]},
             "behaviors": {"ask": ask, "late": {"return": {"late": true}}, "ok": {}}
         }),
     )

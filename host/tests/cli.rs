@@ -734,7 +734,7 @@ fn waiting_for_a_run_reports_an_internal_goodbye_instead_of_subscribing_again() 
 
 /// Why a run stopped is in the plain status, not only in `--json`.
 #[test]
-fn run_status_says_why_a_run_stopped_for_review() {
+fn run_status_says_why_a_run_could_not_load() {
     let h = home();
     let fixture = serde_json::json!({
         "graph": {"name": "bad", "start": "zzz", "nodes": {"a": {"kind": "compute"}}, "edges": []},
@@ -756,10 +756,11 @@ fn run_status_says_why_a_run_stopped_for_review() {
     let o = piw(&h.home, &["run", "status", &run_id]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(
-        text(&o).contains("\nreview cannot load the workflow: start node \"zzz\""),
+        text(&o).contains("cannot load the workflow: start node \"zzz\""),
         "{}",
         text(&o)
     );
+    assert!(text(&o).contains("failed"), "{}", text(&o));
 }
 
 /// Runs `piw` with `PIW_RUNTIMES` set (the host it starts serves that runtime too).

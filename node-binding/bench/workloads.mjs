@@ -68,20 +68,20 @@ const twenty = workflow(
   `const nodes = {};
   const edges = [];
   for (let i = 0; i < 20; i++) {
-    nodes['n' + i] = piw.compute((input) => ({ step: i, total: (input?.total ?? 0) + i }));
-    if (i > 0) edges.push(piw.to('n' + (i - 1), 'n' + i));
+    nodes['n' + i] = piw.compute({ run: ({ outputs }) => ({ step: i, total: (outputs['n' + (i - 1)]?.total ?? 0) + i }) });
+    if (i > 0) edges.push({ from: 'n' + (i - 1), to: 'n' + i });
   }
-  export default piw.defineWorkflow({ name: 'twenty', start: 'n0', nodes, edges });`,
+  export default piw.defineWorkflow({ name: 'twenty', startAt: 'n0', nodes, edges });`,
 );
 
 const stamp = workflow(
   'stamp',
   `import { appendFileSync } from 'node:fs';
-  export default piw.defineWorkflow({ name: 'stamp', start: 'first', nodes: {
-    first: piw.compute((input) => {
+  export default piw.defineWorkflow({ name: 'stamp', startAt: 'first', edges: [], nodes: {
+    first: piw.compute({ run: ({ input }) => {
       appendFileSync(input.file, String(Number(process.hrtime.bigint()) / 1e6) + '\\n');
       return { ok: true };
-    }),
+    } }),
   } });`,
 );
 

@@ -1,17 +1,25 @@
-// The workflow authoring API. A definition compiles to the core's data-only graph snapshot
-// (node ids, kinds, timeouts, retry contracts, edges; no functions), validated by the same
-// code the host uses; the functions stay with the workflow module and run in its child.
-import { dirname, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
-
+// The workflow authoring API: the one pi-workflows 0.12.1 documents (`defineWorkflow`,
+// `startAt`, node constructors taking one options object, the node context `{ input, outputs,
+// results, state, signal }`, outcome `ok`), on piw's engine. A definition compiles to the
+// core's data-only graph snapshot (node ids, kinds, timeouts, retry contracts, edges, step
+// limit; no functions), validated by the same code the host uses; the functions stay with the
+// workflow module and run in its child.
 import { native as addon } from './native.js';
 import { native, PiwError } from './errors.js';
 
 const WORKFLOW = Symbol.for('piw.workflow');
-const RETRY = new Set(['never', 'idempotency_key', 'read_back']);
+const ASSISTANT_MESSAGE = Symbol.for('piw.assistant_message');
+const EFFECT = Symbol.for('piw.effect');
+const CHOICES = Symbol.for('piw.human_choices');
+
+/** The reference's default deadline of an agent step: 15 minutes. */
+export const DEFAULT_AGENT_TIMEOUT_MS = 15 * 60 * 1000;
+const ID = /^[A-Za-z_][A-Za-z0-9_-]*$/;
+
+const shape = (message) => new PiwError('invalid_graph', message);
 
 function fn(value, what) {
-  if (typeof value !== 'function') throw new PiwError('invalid_graph', `${what} must be a function`);
+  if (typeof value !== 'function') throw shape(`${what} must be a function`);
   return value;
 }
 
@@ -19,154 +27,487 @@ function optionalFn(value, what) {
   return value === undefined ? undefined : fn(value, what);
 }
 
-function timeout(options) {
-  const ms = options?.timeoutMs;
-  if (ms === undefined) return undefined;
-  if (!Number.isInteger(ms) || ms <= 0) {
-    throw new PiwError('invalid_graph', `timeoutMs must be a positive integer, got ${ms}`);
+/** A string option, or a function of the node context returning one. */
+function textOrFn(value, what, optional = false) {
+  if (value === undefined && optional) return undefined;
+  if (typeof value === 'string') return () => value;
+  if (typeof value === 'function') return value;
+  throw shape(`${what} must be a string or a function of the node context`);
+}
+
+function options(value, what) {
+  if (!value || typeof value !== 'object' || Array.isArray(value)) {
+    throw shape(`${what} needs an options object`);
   }
-  return ms;
-}
-
-function node(kind, fields, options) {
-  return Object.freeze({ [WORKFLOW]: 'node', kind, timeoutMs: timeout(options), ...fields });
-}
-
-/** A pure step: `run(input, ctx)` returns its output. May rerun after a crash. */
-export function compute(run, options = {}) {
-  if (typeof run === 'object' && run !== null) return compute(run.run, run);
-  return node('compute', { run: fn(run, 'compute(run)') }, options);
+  return value;
 }
 
 /**
- * A side-effecting step, performed only through a managed effect:
- * `{ effect: { key(input), fingerprint?(input), retry? }, apply(input, ctx), timeoutMs? }`.
- * `apply` runs at most once per effect key unless `retry` is `idempotency_key` or `read_back`;
- * its return value is the effect's receipt and the node's output (also when replayed).
+ * `timeoutMs`: a positive number, `null` (no deadline) or, for the default, nothing. The host
+ * enforces the deadline; it is in the graph snapshot, so a function is not accepted (a
+ * deadline the host cannot read would be one it cannot enforce).
  */
-export function action(spec) {
-  const retry = spec?.effect?.retry ?? 'never';
-  if (!RETRY.has(retry)) {
-    throw new PiwError('invalid_graph', `effect.retry must be one of ${[...RETRY].join(', ')}, got ${retry}`);
+function timeout(value, what, dflt) {
+  if (value === undefined) return dflt ?? null;
+  if (value === null) return null;
+  if (typeof value === 'number' && Number.isFinite(value) && value > 0) return Math.ceil(value);
+  throw shape(`${what} timeoutMs must be a positive number or null, got ${String(value)}`);
+}
+
+function node(kind, fields, timeoutMs) {
+  return Object.freeze({ [WORKFLOW]: 'node', kind, timeoutMs, ...fields });
+}
+
+/** A pure step: `run(ctx)` returns its output. May run again after a crash. */
+export function compute(spec) {
+  const o = options(spec, 'compute()');
+  return node('compute', { run: fn(o.run, 'compute run') }, timeout(o.timeoutMs, 'compute'));
+}
+
+/**
+ * Queues a plain-text message for the session that started the run:
+ * `{ kind: 'progress' | 'final', message: string | (ctx) => string }`. Output: `{ kind, message }`.
+ */
+export function notify(spec) {
+  const o = options(spec, 'notify()');
+  const kind = o.kind ?? 'progress';
+  if (kind !== 'progress' && kind !== 'final') throw shape(`notify kind must be progress or final, got ${kind}`);
+  return node('notify', { notifyKind: kind, message: textOrFn(o.message, 'notify message') }, null);
+}
+
+/**
+ * The `expectedOutput` of an agent answered with one normal visible response; its text is the
+ * node's output. `maxChars` (no default) is asked of the model.
+ */
+export function assistantMessage(spec = {}) {
+  const maxChars = spec?.maxChars;
+  if (maxChars !== undefined && !(Number.isInteger(maxChars) && maxChars > 0)) {
+    throw shape(`assistantMessage maxChars must be a positive integer, got ${maxChars}`);
+  }
+  return Object.freeze({ [ASSISTANT_MESSAGE]: true, maxChars: maxChars ?? null });
+}
+
+/**
+ * A step answered by the model in the origin Pi session: `{ prompt, expectedOutput?,
+ * validate?(output, ctx), timeoutMs?, statusDetail? }`. A string submission is parsed as JSON
+ * when it is JSON (also inside a ```json fence); `validate` throws to reject it or returns the
+ * normalised output. With `expectedOutput: assistantMessage()` the node's output is the
+ * response's text, and `validate` is not allowed (the response is already visible).
+ */
+export function agent(spec) {
+  const o = options(spec, 'agent()');
+  const prompt = textOrFn(o.prompt, 'agent prompt');
+  const message = Boolean(o.expectedOutput?.[ASSISTANT_MESSAGE]);
+  if (message && o.validate !== undefined) {
+    throw shape('agent validate cannot be combined with expectedOutput: assistantMessage()');
+  }
+  if (!message && o.expectedOutput !== undefined && typeof o.expectedOutput !== 'string') {
+    throw shape('agent expectedOutput must be a string or assistantMessage()');
+  }
+  if (o.statusDetail !== undefined && typeof o.statusDetail !== 'string') {
+    throw shape('agent statusDetail must be a string');
   }
   return node(
-    'action',
+    message ? 'assistant_message' : 'agent',
     {
-      retry,
-      effectKey: fn(spec.effect.key, 'action effect.key'),
-      fingerprint: optionalFn(spec.effect.fingerprint, 'action effect.fingerprint'),
-      apply: fn(spec.apply, 'action apply'),
+      prompt,
+      expectedOutput: message ? null : (o.expectedOutput ?? null),
+      maxChars: message ? o.expectedOutput.maxChars : null,
+      validate: optionalFn(o.validate, 'agent validate'),
+      statusDetail: o.statusDetail ?? null,
     },
-    spec,
+    timeout(o.timeoutMs, 'agent', DEFAULT_AGENT_TIMEOUT_MS),
   );
 }
 
-function interactive(kind) {
-  return (spec = {}) =>
-    node(
-      kind,
-      {
-        request: optionalFn(spec.request, `${kind} request`),
-        validate: optionalFn(spec.validate, `${kind} validate`),
-      },
-      spec,
-    );
-}
-
 /**
- * An agent step answered by the model in the origin Pi session:
- * `{ request(input) => request, validate?(result, input) => error string | undefined }`.
- * A submission counts only after `validate` accepts it (in a supervised child); the node's
- * output is the accepted result.
+ * An agent step that picks one of `choices`: `{ choices, question, field = 'route', ...agent
+ * options }`. The model submits `{ [field]: choice, ... }`; anything else is rejected.
  */
-export const agent = interactive('agent');
-
-/** An assistant-message step: like `agent`, answered with one message. */
-export const assistantMessage = interactive('assistant_message');
-
-function decision(kind) {
-  return (spec = {}) => node(kind, { request: optionalFn(spec.request, `${kind} request`) }, spec);
-}
-
-/** An ordinary checkpoint, answered through the model-facing tool. Output: `{ answer }`. */
-export const checkpoint = decision('checkpoint');
-
-/** A protected human decision, answered only by a person. Output: `{ answer }`. */
-export const humanDecision = decision('human_decision');
-
-/** Sends a workflow message to the origin session: `content(input)`. Output: its input. */
-export function notify(content, options = {}) {
-  const make = typeof content === 'function' ? content : () => content;
-  return node('notify', { content: make }, options);
-}
-
-/** Edge helpers: `to('a', 'b')`, `switchOn('a', '$.path', cases, dflt)`, `onOutcome('a', cases, dflt)`. */
-export function to(from, next) {
-  return { from, to: next };
-}
-
-export function switchOn(from, on, cases, dflt) {
-  return { from, switch: { on, cases, ...(dflt === undefined ? {} : { default: dflt }) } };
-}
-
-export function onOutcome(from, cases, dflt) {
-  return switchOn(from, '$result.outcome', cases, dflt);
-}
-
-/**
- * Defines a workflow: `{ name, start, nodes: { id: node }, edges?, mounts? }`. `mounts` names
- * other source files the workflow includes (`{ name: path }`, relative to `baseUrl`, normally
- * `import.meta.url`): they are verified before a resumed run loads any code.
- * Throws `invalid_graph` with the reason when the graph is not valid.
- */
-export function defineWorkflow(def) {
-  if (!def || typeof def !== 'object') throw new PiwError('invalid_graph', 'defineWorkflow needs an object');
-  const nodes = {};
-  for (const [id, n] of Object.entries(def.nodes ?? {})) {
-    if (!n || n[WORKFLOW] !== 'node') {
-      throw new PiwError('invalid_graph', `node ${id} must be made with compute(), action(), agent(), ...`);
-    }
-    nodes[id] = {
-      kind: n.kind,
-      ...(n.timeoutMs === undefined ? {} : { timeout_ms: n.timeoutMs }),
-      ...(n.kind === 'action' ? { retry: n.retry } : {}),
-    };
-  }
-  const snapshot = { name: def.name, start: def.start, nodes, edges: def.edges ?? [] };
-  const { snapshot: graph, digest } = native(() => addon.compileGraph(snapshot));
-  const base = def.baseUrl ? dirname(fileURLToPath(def.baseUrl)) : process.cwd();
-  const mounts = Object.fromEntries(
-    Object.entries(def.mounts ?? {}).map(([name, path]) => [name, resolve(base, path)]),
-  );
-  return Object.freeze({
-    [WORKFLOW]: 'workflow',
-    name: def.name,
-    graph,
-    digest,
-    nodes: Object.freeze({ ...def.nodes }),
-    mounts: Object.freeze(mounts),
+export function decision(spec) {
+  const o = options(spec, 'decision()');
+  const choices = choiceList(o.choices, 'decision');
+  const field = o.field ?? 'route';
+  const question = textOrFn(o.question, 'decision question');
+  const listed = choices.map((c) => JSON.stringify(c)).join(' | ');
+  const own = optionalFn(o.validate, 'decision validate');
+  return agent({
+    ...o,
+    prompt: async (ctx) => `${await question(ctx)}\n\nAnswer with one of: ${listed} (field "${field}").`,
+    expectedOutput: `{ "${field}": ${listed} }`,
+    validate: async (output, ctx) => {
+      if (!output || typeof output !== 'object' || !choices.includes(output[field])) {
+        throw new Error(`"${field}" must be one of ${listed}`);
+      }
+      return own ? await own(output, ctx) : output;
+    },
   });
 }
 
-const EFFECT_FAILED = Symbol.for('piw.effect_failed');
-
-/**
- * Thrown by an action's `apply` when the effect certainly did not happen (the other system
- * refused it): the effect is settled `failed` and the node fails. Any other exception from
- * `apply` leaves the effect in doubt: under `never` it becomes `uncertain` and the run stops
- * for review; under `idempotency_key` or `read_back` it is retried.
- */
-export class EffectFailed extends Error {
-  constructor(message, options) {
-    super(message, options);
-    this.name = 'EffectFailed';
-    this[EFFECT_FAILED] = true;
+function choiceList(choices, what) {
+  if (!Array.isArray(choices) || choices.length === 0 || !choices.every((c) => typeof c === 'string')) {
+    throw shape(`${what} choices must be a non-empty array of strings`);
   }
+  return [...choices];
 }
 
-/** Whether `e` is an `EffectFailed` (also one from another copy of this package). */
-export function isEffectFailed(e) {
-  return Boolean(e) && e[EFFECT_FAILED] === true;
+/** The switch edge of a `decision`: one target for every choice (a missing one is an error). */
+export function decisionEdge(spec) {
+  const o = options(spec, 'decisionEdge()');
+  const choices = choiceList(o.choices, 'decisionEdge');
+  return exhaustiveSwitch('decisionEdge', o.from, `$.${o.field ?? 'route'}`, choices, o.cases);
+}
+
+function exhaustiveSwitch(what, from, on, keys, cases) {
+  if (typeof from !== 'string') throw shape(`${what} from must be a node id`);
+  const given = cases && typeof cases === 'object' ? cases : {};
+  const missing = keys.filter((k) => typeof given[k] !== 'string');
+  if (missing.length) throw shape(`${what} from ${from} has no case for ${missing.join(', ')}`);
+  const extra = Object.keys(given).filter((k) => !keys.includes(k));
+  if (extra.length) throw shape(`${what} from ${from} has cases that are not choices: ${extra.join(', ')}`);
+  return { from, switch: { on, cases: { ...given } } };
+}
+
+/** An ordinary checkpoint (`{ summary, run? }`): answered with any JSON, the node's output. */
+export function checkpoint(spec) {
+  const o = options(spec, 'checkpoint()');
+  return node(
+    'checkpoint',
+    { summary: textOrFn(o.summary, 'checkpoint summary'), run: optionalFn(o.run, 'checkpoint run') },
+    null,
+  );
+}
+
+/** One choice of a human decision: `{ label, description?, input?: textInput(...) }`. */
+export function choice(spec) {
+  const o = options(spec, 'choice()');
+  if (typeof o.label !== 'string' || o.label === '') throw shape('choice label must be a non-empty string');
+  if (o.description !== undefined && typeof o.description !== 'string') {
+    throw shape('choice description must be a string');
+  }
+  if (o.input !== undefined && o.input?.kind !== 'text') throw shape('choice input must be made with textInput()');
+  return Object.freeze({ label: o.label, description: o.description, input: o.input });
+}
+
+/** The text a choice collects: `{ name, prompt, placeholder?, minLength?, maxLength? }`. */
+export function textInput(spec) {
+  const o = options(spec, 'textInput()');
+  if (typeof o.name !== 'string' || !ID.test(o.name)) throw shape('textInput name must be an identifier');
+  if (typeof o.prompt !== 'string') throw shape('textInput prompt must be a string');
+  for (const k of ['minLength', 'maxLength']) {
+    if (o[k] !== undefined && !(Number.isInteger(o[k]) && o[k] >= 0)) {
+      throw shape(`textInput ${k} must be a non-negative integer`);
+    }
+  }
+  return Object.freeze({
+    kind: 'text',
+    name: o.name,
+    prompt: o.prompt,
+    placeholder: o.placeholder,
+    minLength: o.minLength,
+    maxLength: o.maxLength,
+  });
+}
+
+/** The choices of a human decision, by id: `defineHumanChoices({ continue: choice(...), ... })`. */
+export function defineHumanChoices(choices) {
+  const o = options(choices, 'defineHumanChoices()');
+  const ids = Object.keys(o);
+  if (ids.length === 0) throw shape('defineHumanChoices needs at least one choice');
+  for (const id of ids) {
+    if (!ID.test(id)) throw shape(`choice id ${JSON.stringify(id)} must match [A-Za-z_][A-Za-z0-9_-]*`);
+    if (!o[id] || typeof o[id].label !== 'string') throw shape(`choice ${id} must be made with choice()`);
+  }
+  return Object.freeze({ [CHOICES]: true, ...o });
+}
+
+const choiceIds = (choices) => Object.keys(choices);
+
+/**
+ * Checks a person's (or the timeout's) response against the choices and returns the node's
+ * output: `{ choice }`, or `{ choice, input: { [name]: text } }` for a choice with text input.
+ */
+export function humanResponse(choices, response) {
+  const id = response?.choice;
+  if (typeof id !== 'string' || !Object.hasOwn(choices, id)) {
+    throw new Error(`choice must be one of ${choiceIds(choices).join(', ')}, got ${JSON.stringify(id ?? null)}`);
+  }
+  const input = choices[id].input;
+  if (!input) return { choice: id };
+  const text = response.text ?? response.input?.[input.name] ?? null;
+  if (typeof text !== 'string') throw new Error(`choice ${id} needs the text "${input.prompt}"`);
+  if (input.minLength !== undefined && text.length < input.minLength) {
+    throw new Error(`${input.name} must have at least ${input.minLength} characters`);
+  }
+  if (input.maxLength !== undefined && text.length > input.maxLength) {
+    throw new Error(`${input.name} must have at most ${input.maxLength} characters`);
+  }
+  return { choice: id, input: { [input.name]: text } };
+}
+
+/**
+ * A decision only a person may answer: `{ choices: defineHumanChoices(...), audience?,
+ * request?(ctx) => { title?, subject?, presentation? }, onTimeout?: { afterMs, response } }`.
+ * Output: `{ choice, provenance }` or `{ choice, input, provenance }` (see `humanResponse`),
+ * `provenance` being `human`, or `timeout` when nobody answered before `afterMs`.
+ */
+export function humanDecision(spec) {
+  const o = options(spec, 'humanDecision()');
+  if (!o.choices?.[CHOICES]) throw shape('humanDecision choices must be made with defineHumanChoices()');
+  if (o.audience !== undefined && typeof o.audience !== 'string') throw shape('humanDecision audience must be a string');
+  let onTimeout = null;
+  if (o.onTimeout !== undefined) {
+    const t = options(o.onTimeout, 'humanDecision onTimeout');
+    if (!(typeof t.afterMs === 'number' && Number.isFinite(t.afterMs) && t.afterMs > 0)) {
+      throw shape('humanDecision onTimeout.afterMs must be a positive number');
+    }
+    try {
+      humanResponse(o.choices, t.response);
+    } catch (e) {
+      throw shape(`humanDecision onTimeout.response: ${e.message}`);
+    }
+    onTimeout = { afterMs: Math.ceil(t.afterMs), response: t.response };
+  }
+  return node(
+    'human_decision',
+    {
+      choices: o.choices,
+      audience: o.audience ?? null,
+      request: optionalFn(o.request, 'humanDecision request'),
+      onTimeout,
+    },
+    // The host saves the deadline with the attempt and expires the decision at it (also when
+    // it passed while the host was down); the runtime then applies `onTimeout.response`.
+    onTimeout ? onTimeout.afterMs : null,
+  );
+}
+
+/** The switch edge of a `humanDecision`: one target for every choice. */
+export function humanDecisionEdge(spec) {
+  const o = options(spec, 'humanDecisionEdge()');
+  if (!o.choices?.[CHOICES]) throw shape('humanDecisionEdge choices must be made with defineHumanChoices()');
+  return exhaustiveSwitch('humanDecisionEdge', o.from, '$.choice', choiceIds(o.choices), o.cases);
+}
+
+function effect(type, retry) {
+  if (typeof type !== 'string' || type === '') throw shape('an effect type must be a non-empty string');
+  return Object.freeze({ [EFFECT]: true, type, retry });
+}
+
+/**
+ * An effect another attempt may safely repeat (a stable external idempotency key, or a
+ * read-back check): after a child dies mid-effect, the host lets the next child apply it
+ * again, and `ctx.effect.retry` says so.
+ */
+export function idempotentEffect(type) {
+  return effect(type, 'idempotency_key');
+}
+
+/**
+ * An effect nobody can prove applied or not after a crash: the host marks it uncertain and
+ * stops the run for review; it is never retried automatically.
+ */
+export function manualEffect(type) {
+  return effect(type, 'never');
+}
+
+/**
+ * A managed side effect: `{ effect: idempotentEffect(type) | manualEffect(type), run(ctx),
+ * timeoutMs? }`. The host reserves the effect (keyed by run, effect type, node path and visit)
+ * before `run` starts; `run`'s return value is the receipt and the node's output. `run` gets
+ * `ctx.publishUpdate(update)` for durable progress updates. An exception from `run` settles the
+ * effect failed and fails the node; a crash in the middle leaves it in doubt (see the effect).
+ */
+export function action(spec) {
+  const o = options(spec, 'action()');
+  if (!o.effect?.[EFFECT]) throw shape('action effect must be idempotentEffect(type) or manualEffect(type)');
+  if ((o.run === undefined) === (o.exec === undefined)) throw shape('action needs exactly one of run and exec');
+  const shellFields =
+    o.exec === undefined
+      ? {}
+      : {
+          exec: fn(o.exec, 'shell exec'),
+          parse: optionalFn(o.parse, 'shell parse'),
+          parseLine: optionalFn(o.updates?.parseLine, 'shell updates.parseLine'),
+        };
+  return node(
+    'action',
+    { effect: o.effect, retry: o.effect.retry, run: optionalFn(o.run, 'action run'), ...shellFields },
+    timeout(o.timeoutMs, 'action'),
+  );
+}
+
+/**
+ * A command the workflow owns, run as a managed effect: `{ effect, exec(ctx) => { command,
+ * args?, cwd?, env?, stdin?, timeoutMs?, allowNonZeroExit?, maxOutputChars? }, parse?(result,
+ * ctx), updates?: { parseLine(line, { stream }) }, timeoutMs? }`. The output is `parse`'s value,
+ * else the result `{ stdout, stderr, exitCode, signal, durationMs, truncated }`; a non-zero exit
+ * fails the node unless `allowNonZeroExit`. The command runs in its own process group, killed
+ * whole at its timeout and when the run is stopped.
+ */
+export function shell(spec) {
+  const o = options(spec, 'shell()');
+  if (o.exec === undefined) throw shape('shell needs exec');
+  return action(o);
+}
+
+const INCLUDE = Symbol.for('piw.include');
+
+/**
+ * Mounts another workflow (a value made by `defineWorkflow`, imported directly) under a name of
+ * `includes`: `includeWorkflow(child, { input?: (ctx) => childInput })`. Its nodes become
+ * `<mount>.<node>`; an edge to the mount enters it at its `startAt`, and `<mount>.<exit>` is
+ * where it leaves through one of its `exits`. Without `input`, the child gets the parent's input.
+ */
+export function includeWorkflow(workflow, spec = {}) {
+  if (!isWorkflow(workflow)) throw shape('includeWorkflow needs a workflow made by defineWorkflow (imported directly)');
+  return Object.freeze({ [INCLUDE]: true, workflow, input: optionalFn(spec?.input, 'includeWorkflow input') });
+}
+
+/**
+ * The result of an included workflow, as its mount's output holds it: `{ exit, output }`, with
+ * `exit` one of the child's exits.
+ */
+export function includedResult(workflow, value) {
+  if (!isWorkflow(workflow)) throw new TypeError('includedResult needs the included workflow');
+  if (!value || typeof value !== 'object' || !Object.hasOwn(workflow.exits, value.exit)) {
+    throw new TypeError(`not a result of ${workflow.name}: ${JSON.stringify(value)}`);
+  }
+  return value;
+}
+
+/** Rewrites one edge target: a mount name enters the mount at its start node. */
+function target(id, entries) {
+  return Object.hasOwn(entries, id) ? entries[id] : id;
+}
+
+/** Rewrites an edge's source: `<mount>.<exit>` leaves from the exit's node. */
+function source(id, leaves) {
+  return Object.hasOwn(leaves, id) ? leaves[id] : id;
+}
+
+function rewriteEdge(edge, from, to) {
+  if (edge.to !== undefined) return { from: from(edge.from), to: to(edge.to) };
+  const sw = edge.switch;
+  return {
+    from: from(edge.from),
+    switch: {
+      on: sw.on,
+      cases: Object.fromEntries(Object.entries(sw.cases ?? {}).map(([k, v]) => [k, to(v)])),
+      ...(sw.default === undefined ? {} : { default: to(sw.default) }),
+    },
+  };
+}
+
+function checkEdge(edge, index) {
+  if (!edge || typeof edge !== 'object') throw shape(`edge ${index} must be an object`);
+  if (typeof edge.from !== 'string') throw shape(`edge ${index} needs from (a node id)`);
+  if ((edge.to === undefined) === (edge.switch === undefined)) {
+    throw shape(`edge ${index} from ${edge.from} needs exactly one of to and switch`);
+  }
+  return edge;
+}
+
+/**
+ * Defines a workflow: `{ name, title?, presentationPrompt?, startAt, nodes, edges, includes?,
+ * exits?, maxSteps?, input?, source?, contractId? }`. Shape errors are thrown at once; graph errors (unknown
+ * targets, two outgoing edges, unreachable nodes) too, each naming the node, before any run.
+ */
+export function defineWorkflow(def) {
+  const o = options(def, 'defineWorkflow()');
+  if (typeof o.name !== 'string' || !ID.test(o.name)) {
+    throw shape(`workflow name must match [A-Za-z_][A-Za-z0-9_-]*, got ${JSON.stringify(o.name)}`);
+  }
+  if (typeof o.startAt !== 'string') throw shape('defineWorkflow needs startAt (the first node id)');
+  if (!o.nodes || typeof o.nodes !== 'object' || Object.keys(o.nodes).length === 0) {
+    throw shape('defineWorkflow needs at least one node');
+  }
+  if (!Array.isArray(o.edges)) throw shape('defineWorkflow needs edges (an array, may be empty)');
+  for (const k of ['source', 'contractId']) {
+    if (o[k] !== undefined && typeof o[k] !== 'string') throw shape(`${k} must be a string`);
+  }
+  const maxSteps = o.maxSteps;
+  if (maxSteps !== undefined && !(Number.isInteger(maxSteps) && maxSteps > 0)) {
+    throw shape(`maxSteps must be a positive integer, got ${maxSteps}`);
+  }
+  // Flattened: the workflow's own nodes, then every included workflow's under its mount path.
+  const impls = {};
+  /** Flat node id -> the mounts it is inside, outermost first: `[{ path, include }]`. */
+  const scopes = {};
+  /** Flat node id -> `{ path, exit }` for the node an included workflow leaves from. */
+  const exitNodes = {};
+  for (const [id, n] of Object.entries(o.nodes)) {
+    if (!ID.test(id)) throw shape(`node id ${JSON.stringify(id)} must match [A-Za-z_][A-Za-z0-9_-]*`);
+    if (!n || n[WORKFLOW] !== 'node') {
+      throw shape(`node ${id} must be made with compute(), agent(), action(), checkpoint(), ...`);
+    }
+    impls[id] = n;
+    scopes[id] = [];
+  }
+  const entries = {};
+  const leaves = {};
+  const mountedEdges = [];
+  for (const [mount, inc] of Object.entries(o.includes ?? {})) {
+    if (!ID.test(mount)) throw shape(`mount name ${JSON.stringify(mount)} must match [A-Za-z_][A-Za-z0-9_-]*`);
+    if (Object.hasOwn(o.nodes, mount)) throw shape(`mount ${mount} has the name of a node`);
+    if (!inc?.[INCLUDE]) throw shape(`includes.${mount} must be made with includeWorkflow()`);
+    const child = inc.workflow;
+    const at = (id) => `${mount}.${id}`;
+    for (const [id, n] of Object.entries(child.nodes)) {
+      impls[at(id)] = n;
+      scopes[at(id)] = [{ path: mount, include: inc }, ...child.scopes[id].map((sc) => ({ ...sc, path: at(sc.path) }))];
+      if (child.exitNodes[id]) exitNodes[at(id)] = { ...child.exitNodes[id], path: at(child.exitNodes[id].path) };
+    }
+    for (const [exit, spec] of Object.entries(child.exits)) {
+      exitNodes[at(spec.from)] = { path: mount, exit, validate: spec.validate };
+      leaves[`${mount}.${exit}`] = at(spec.from);
+    }
+    entries[mount] = at(child.graph.start);
+    mountedEdges.push(...child.graph.edges.map((e) => rewriteEdge(e, at, at)));
+  }
+  const exits = {};
+  for (const [name, spec] of Object.entries(o.exits ?? {})) {
+    if (!ID.test(name)) throw shape(`exit name ${JSON.stringify(name)} must match [A-Za-z_][A-Za-z0-9_-]*`);
+    if (!spec || typeof spec.from !== 'string' || !Object.hasOwn(impls, spec.from)) {
+      throw shape(`exit ${name} needs from: one of the workflow's nodes`);
+    }
+    exits[name] = Object.freeze({ from: spec.from, validate: optionalFn(spec.validate, `exit ${name} validate`) });
+  }
+  const nodes = {};
+  for (const [id, n] of Object.entries(impls)) {
+    nodes[id] = {
+      kind: n.kind,
+      ...(n.timeoutMs === null ? {} : { timeout_ms: n.timeoutMs }),
+      ...(n.kind === 'action' ? { retry: n.retry } : {}),
+    };
+  }
+  const edges = [
+    ...o.edges.map(checkEdge).map((e) => rewriteEdge(e, (id) => source(id, leaves), (id) => target(id, entries))),
+    ...mountedEdges,
+  ];
+  const snapshot = {
+    name: o.name,
+    start: target(o.startAt, entries),
+    nodes,
+    edges,
+    ...(maxSteps === undefined ? {} : { max_steps: maxSteps }),
+  };
+  const { snapshot: graph, digest } = native(() => addon.compileGraph(snapshot));
+  return Object.freeze({
+    [WORKFLOW]: 'workflow',
+    name: o.name,
+    title: o.title === undefined ? null : textOrFn(o.title, 'title'),
+    presentationPrompt: o.presentationPrompt ?? null,
+    input: optionalFn(o.input, 'input'),
+    source: o.source ?? null,
+    contractId: o.contractId ?? null,
+    graph,
+    digest,
+    nodes: Object.freeze(impls),
+    scopes: Object.freeze(scopes),
+    exitNodes: Object.freeze(exitNodes),
+    exits: Object.freeze(exits),
+  });
 }
 
 /** Whether `value` was made by `defineWorkflow`. */

@@ -5,14 +5,15 @@
 // every saved mounted source *before importing any workflow code*; import the workflow; compare
 // the mounts it resolves with the saved ones; say hello; execute nodes and propose each
 // transition; exit when the run parks, finishes, or the host says the run moved on.
+import { spawn, spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import module from 'node:module';
-import { dirname, relative, resolve as resolvePath, sep } from 'node:path';
+import { dirname, join, relative, resolve as resolvePath, sep } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
 import { native as addon, packageDir } from './native.js';
 import { fromNative } from './errors.js';
-import { isEffectFailed, isWorkflow } from './authoring.js';
+import { humanResponse, isWorkflow } from './authoring.js';
 
 /**
  * The launch envelope: all of stdin, up to its end. Read synchronously: a child (and a standby
@@ -60,14 +61,64 @@ function stopForReview(w, reason) {
   w.fail(reason, true);
 }
 
+/** Fails the run at once: its workflow cannot load, and loading again would fail the same way. */
+function failToLoad(w, reason) {
+  w.hello(null, {});
+  w.fail(reason, false);
+}
+
+/** The module specifiers that name this package in a workflow file, with no install step. */
+const PACKAGE_NAMES = new Set(['piw', '@osolmaz/pi-workflows']);
+let aliases = null;
+
+/**
+ * Makes `import ... from "piw"` and `from "@osolmaz/pi-workflows"` resolve to this package in
+ * this process: a user's file under `.pi/workflows/` has no `node_modules`, and pi-workflows
+ * files import the reference's package name. Registered once, for the child's whole life (a
+ * workflow may import lazily).
+ */
+function registerPackageAliases() {
+  if (aliases || !module.registerHooks) return;
+  const index = pathToFileURL(join(packageDir, 'index.js')).href;
+  aliases = module.registerHooks({
+    resolve(specifier, context, nextResolve) {
+      if (PACKAGE_NAMES.has(specifier)) return { url: index, shortCircuit: true };
+      return nextResolve(specifier, context);
+    },
+  });
+}
+
+/** A load failure with the file, line and column it happened at (when Node tells). */
+class LoadError extends Error {}
+
+/**
+ * Where a syntax error is. Node puts `path:line` (and a caret line) at the top of the stack for
+ * TypeScript it cannot strip, but not for a JavaScript module's syntax error: for that, `node
+ * --check` on each candidate file finds it (a subprocess, only when loading already failed).
+ */
+function locate(e, candidates) {
+  // `path:line`, the source (with a line of context for TypeScript), then a caret line.
+  const top = /^(\/[^\n]*?):(\d+)\n(?:[^\n]*\n){1,3}?([ \t]*)\^/.exec(String(e?.stack ?? ''));
+  if (top) return `${top[1]}:${top[2]}:${top[3].length + 1}`;
+  if (!(e instanceof SyntaxError)) return null;
+  for (const file of candidates) {
+    if (!/\.(m?js)$/.test(file)) continue;
+    const check = spawnSync(process.execPath, ['--check', file], { encoding: 'utf8', timeout: 30_000 });
+    const m = /^(\/[^\n]*?):(\d+)\n[^\n]*\n([ \t]*)\^/.exec(check.stderr ?? '');
+    if (check.status !== 0 && m) return `${m[1]}:${m[2]}:${m[3].length + 1}`;
+  }
+  return null;
+}
+
 /**
  * Imports the workflow module; resolves with the workflow and the local files the import
  * loaded besides the root (not this package's own files, not `node_modules`).
  */
 async function loadWorkflow(file) {
+  registerPackageAliases();
   const imported = new Set();
   // Sees every module the import resolves, so the files a workflow imports are verified on
-  // later activations like declared mounts, before any of their code runs.
+  // later activations like the root, before any of their code runs.
   const hooks = module.registerHooks?.({
     resolve(specifier, context, nextResolve) {
       const resolved = nextResolve(specifier, context);
@@ -75,34 +126,32 @@ async function loadWorkflow(file) {
       return resolved;
     },
   });
+  const root = resolvePath(file);
+  const local = () =>
+    [...imported]
+      .map((url) => fileURLToPath(url))
+      .filter(
+        (path) => path !== root && !path.startsWith(packageDir + sep) && !path.includes(`${sep}node_modules${sep}`),
+      );
   let mod;
   try {
     mod = await import(pathToFileURL(file).href);
+  } catch (e) {
+    const where = locate(e, [root, ...local().reverse()]);
+    throw new LoadError(`cannot load ${where ?? root}: ${e?.code ? `${e.code}: ` : ''}${message(e)}`);
   } finally {
     hooks?.deregister();
   }
   const workflow = mod.default ?? mod.workflow;
   if (!isWorkflow(workflow)) {
-    throw new Error(`${file} must export default defineWorkflow({...})`);
+    throw new LoadError(`${root} must export default defineWorkflow({...})`);
   }
-  const root = resolvePath(file);
-  const files = [...imported]
-    .map((url) => fileURLToPath(url))
-    .filter(
-      (path) => path !== root && !path.startsWith(packageDir + sep) && !path.includes(`${sep}node_modules${sep}`),
-    );
-  return { workflow, imports: [...new Set(files)] };
+  return { workflow, imports: [...new Set(local())] };
 }
 
-/**
- * The mounted sources of this activation: the ones the workflow declares, and every local
- * file its import loaded (named `import:<path relative to the workflow's directory>`).
- */
-function resolveMounts(workflow, imports, file) {
+/** The local files the workflow's import loaded (named `import:<path relative to it>`). */
+function resolveMounts(imports, file) {
   const out = {};
-  for (const [name, path] of Object.entries(workflow.mounts)) {
-    out[name] = { path, hash: addon.hashFile(path) };
-  }
   const base = dirname(resolvePath(file));
   for (const path of imports) {
     out[`import:${relative(base, path)}`] = { path, hash: addon.hashFile(path) };
@@ -147,103 +196,451 @@ const MAX_VALUE_BYTES_OLDER_HOST = 120 * 1024;
 /** This child's limit (one run per process), set from the host's hello. */
 let maxValueBytes = MAX_VALUE_BYTES_OLDER_HOST;
 
-/** Runs node code; any exception becomes a `NodeFailure`. */
-async function nodeCode(what, f) {
+/** Runs node code; any exception becomes a `NodeFailure` naming the node. */
+async function nodeCode(ctx, what, f) {
   try {
     return await f();
   } catch (e) {
-    throw e instanceof NodeFailure ? e : new NodeFailure(`${what}: ${message(e)}`);
+    throw e instanceof NodeFailure ? e : new NodeFailure(`node ${ctx.state.node} failed: ${what}: ${message(e)}`);
   }
 }
 
-/** Executes one node; resolves with `{ outcome }` or `{ parked: true }`. */
-async function execute(w, impl, input, ctx) {
+/**
+ * A submission as data: a string that holds JSON (alone, inside a ```json fence, or as the one
+ * object or array in some prose) is parsed; anything else stays as it is.
+ */
+export function tolerantJson(value) {
+  if (typeof value !== 'string') return value;
+  const text = value.trim();
+  const fenced = /^```[A-Za-z]*\s*\n([\s\S]*?)\n?```$/.exec(text);
+  const body = fenced ? fenced[1].trim() : text;
   try {
-    return await executeNode(w, impl, input, ctx);
+    return JSON.parse(body);
+  } catch {
+    // not JSON as a whole: look for one embedded object or array
+  }
+  const first = body.search(/[[{]/);
+  const last = Math.max(body.lastIndexOf('}'), body.lastIndexOf(']'));
+  if (first >= 0 && last > first) {
+    try {
+      return JSON.parse(body.slice(first, last + 1));
+    } catch {
+      // prose after all
+    }
+  }
+  return value;
+}
+
+/**
+ * Judges a submission for an agent node: resolves with `{ output }` (the normalised output:
+ * what `validate` returned, else the parsed submission) or `{ error }`.
+ */
+async function judge(impl, payload, ctx) {
+  if (impl.kind === 'assistant_message') {
+    return typeof payload === 'string' && payload.trim() !== ''
+      ? { output: payload }
+      : { error: 'the response must be a non-empty message' };
+  }
+  const parsed = tolerantJson(payload);
+  if (!impl.validate) return { output: parsed };
+  try {
+    const normalised = await impl.validate(parsed, ctx);
+    return { output: normalised === undefined ? parsed : normalised };
+  } catch (e) {
+    return { error: message(e) };
+  }
+}
+
+/** What every interactive request carries (see "The request contract" in the README). */
+function requestBase(run, ctx, kind) {
+  return { workflow: run.workflow.name, title: run.title, node: ctx.state.node, kind };
+}
+
+/** The `human_decision` request: question, details, choices, text input, audience, extra. */
+async function humanRequest(run, impl, ctx) {
+  const asked = impl.request ? ((await nodeCode(ctx, 'request', () => impl.request(ctx))) ?? {}) : {};
+  const presentation = asked.presentation ?? null;
+  const question = String(asked.title ?? presentation?.summary ?? `Decide ${ctx.state.node}`);
+  const details = asked.title !== undefined && presentation?.summary ? String(presentation.summary) : null;
+  const choices = Object.entries(impl.choices).map(([id, c]) => ({
+    id,
+    label: c.label,
+    ...(c.description === undefined ? {} : { description: c.description }),
+  }));
+  const withText = Object.values(impl.choices).find((c) => c.input);
+  const textInput = withText
+    ? {
+        label: withText.input.prompt,
+        ...(withText.input.placeholder === undefined ? {} : { placeholder: withText.input.placeholder }),
+        required: (withText.input.minLength ?? 1) > 0,
+      }
+    : null;
+  const extra = {};
+  if (asked.subject !== undefined) extra.subject = asked.subject;
+  if (presentation) extra.presentation = presentation;
+  if (impl.onTimeout) extra.onTimeout = impl.onTimeout;
+  return {
+    ...requestBase(run, ctx, 'human_decision'),
+    question,
+    details,
+    choices,
+    textInput,
+    audience: impl.audience,
+    ...(Object.keys(extra).length ? { extra } : {}),
+  };
+}
+
+/** The reference's default cap on each of stdout and stderr, in characters. */
+const DEFAULT_MAX_OUTPUT_CHARS = 1_000_000;
+/** The longest line `updates.parseLine` sees; the rest of a longer line is dropped. */
+const MAX_LINE_CHARS = 64 * 1024;
+/** Between SIGTERM and SIGKILL of a command's group at its timeout. */
+const SHELL_KILL_GRACE_MS = 1000;
+/** The process groups of running commands: killed at once when this child is stopped. */
+const commandGroups = new Set();
+
+function killGroup(pid, signal) {
+  try {
+    process.kill(-pid, signal);
+  } catch {
+    // already gone
+  }
+}
+
+/** Captures one stream: capped text, and whole lines for `parseLine`. */
+class Capture {
+  constructor(max, onLine) {
+    this.max = max;
+    this.text = '';
+    this.truncated = false;
+    this.partial = '';
+    this.onLine = onLine;
+  }
+
+  push(s) {
+    const room = this.max - this.text.length;
+    if (s.length > room) this.truncated = true;
+    if (room > 0) this.text += s.slice(0, room);
+    if (!this.onLine) return;
+    const lines = (this.partial + s).split('\n');
+    this.partial = lines.pop().slice(0, MAX_LINE_CHARS);
+    for (const line of lines) this.onLine(line.slice(0, MAX_LINE_CHARS));
+  }
+
+  end() {
+    if (this.onLine && this.partial !== '') this.onLine(this.partial);
+    this.partial = '';
+  }
+}
+
+/**
+ * Runs a shell action's command: in its own process group (so its timeout, or this child being
+ * stopped, kills everything it started), with stdout and stderr capped, complete lines handed to
+ * `updates.parseLine` in order. Resolves with the result; rejects when the command cannot start,
+ * times out, or (without `allowNonZeroExit`) exits non-zero.
+ */
+async function runShell(impl, ctx, publishUpdate) {
+  const spec = await impl.exec(ctx);
+  if (!spec || typeof spec.command !== 'string') throw new Error('exec must return { command, args?, ... }');
+  const args = (spec.args ?? []).map(String);
+  const max = spec.maxOutputChars ?? DEFAULT_MAX_OUTPUT_CHARS;
+  if (!(Number.isInteger(max) && max > 0)) throw new Error('maxOutputChars must be a positive integer');
+  const started = monotonicMs();
+  // Updates are published in line order; a failing parseLine fails the node.
+  let updates = Promise.resolve();
+  const lineHandler = (stream) =>
+    impl.parseLine
+      ? (line) => {
+          updates = updates.then(async () => {
+            const parsed = await impl.parseLine(line, { stream });
+            for (const u of Array.isArray(parsed) ? parsed : parsed ? [parsed] : []) await publishUpdate(u);
+          });
+        }
+      : null;
+  const out = new Capture(max, lineHandler('stdout'));
+  const err = new Capture(max, lineHandler('stderr'));
+  const child = spawn(spec.command, args, {
+    cwd: spec.cwd ?? ctx.state.projectDir,
+    env: { ...process.env, ...(spec.env ?? {}) },
+    detached: true,
+    stdio: ['pipe', 'pipe', 'pipe'],
+  });
+  let timedOut = false;
+  let aborted = false;
+  const timers = [];
+  const stop = (why) => {
+    if (child.pid === undefined || child.exitCode !== null || child.signalCode !== null) return;
+    if (why === 'timeout') timedOut = true;
+    else aborted = true;
+    killGroup(child.pid, 'SIGTERM');
+    timers.push(setTimeout(() => killGroup(child.pid, 'SIGKILL'), SHELL_KILL_GRACE_MS));
+  };
+  if (child.pid !== undefined) commandGroups.add(child.pid);
+  const onAbort = () => stop('abort');
+  ctx.signal.addEventListener('abort', onAbort, { once: true });
+  if (spec.timeoutMs !== undefined) {
+    if (!(typeof spec.timeoutMs === 'number' && spec.timeoutMs > 0)) throw new Error('timeoutMs must be a positive number');
+    timers.push(setTimeout(() => stop('timeout'), spec.timeoutMs));
+  }
+  // Decoded as UTF-8 across chunk boundaries.
+  child.stdout.setEncoding('utf8').on('data', (c) => out.push(c));
+  child.stderr.setEncoding('utf8').on('data', (c) => err.push(c));
+  child.stdin.on('error', () => {}); // a command that does not read its input
+  child.stdin.end(spec.stdin === undefined ? undefined : String(spec.stdin));
+  const [exitCode, signal] = await new Promise((resolve, reject) => {
+    child.once('error', reject);
+    child.once('close', (code, sig) => resolve([code, sig]));
+  }).finally(() => {
+    ctx.signal.removeEventListener('abort', onAbort);
+    for (const t of timers) clearTimeout(t);
+    // Whatever the command left behind in its group goes with it.
+    if (child.pid !== undefined) {
+      killGroup(child.pid, 'SIGKILL');
+      commandGroups.delete(child.pid);
+    }
+  });
+  out.end();
+  err.end();
+  await updates;
+  const result = {
+    stdout: out.text,
+    stderr: err.text,
+    exitCode,
+    signal,
+    durationMs: Math.round(monotonicMs() - started),
+    truncated: out.truncated || err.truncated,
+  };
+  const shown = `${spec.command}${args.length ? ` ${args.join(' ')}` : ''}`;
+  if (timedOut) throw new Error(`${shown} timed out after ${spec.timeoutMs} ms`);
+  if (aborted) throw new Error(`${shown} was stopped`);
+  if (exitCode !== 0 && !spec.allowNonZeroExit) {
+    const tail = result.stderr.trim().split('\n').slice(-1)[0] ?? '';
+    throw new Error(`${shown} exited with ${exitCode ?? signal}${tail ? `: ${tail}` : ''}`);
+  }
+  return impl.parse ? impl.parse(result, ctx) : result;
+}
+
+/** Executes one node; resolves with `{ outcome }` or `{ parked: true }`. */
+async function execute(w, run, impl, ctx) {
+  try {
+    return await executeNode(w, run, impl, ctx);
   } catch (e) {
     if (e instanceof NodeFailure) return { outcome: { status: 'failed', error: e.message } };
     throw e;
   }
 }
 
-async function executeNode(w, impl, input, ctx) {
+async function executeNode(w, run, impl, ctx) {
+  const ok = (output, what = 'the output') => ({ outcome: { status: 'succeeded', output: toJson(output, what) } });
   switch (impl.kind) {
-    case 'compute': {
-      const output = await nodeCode('run', () => impl.run(input, ctx));
-      return { outcome: { status: 'succeeded', output: toJson(output, 'the output') } };
-    }
+    case 'compute':
+      return ok(await nodeCode(ctx, 'run', () => impl.run(ctx)));
     case 'action': {
-      const key = String(await nodeCode('effect.key', () => impl.effectKey(input, ctx)));
-      const fingerprint = String(
-        impl.fingerprint ? await nodeCode('effect.fingerprint', () => impl.fingerprint(input, ctx)) : key,
-      );
-      const r = w.reserveEffect(key, fingerprint, impl.retry);
-      if (r.reservation === 'already_applied') {
-        return { outcome: { status: 'succeeded', output: r.receipt } };
-      }
-      if (r.reservation === 'already_failed') {
-        return { outcome: { status: 'failed', error: r.error } };
-      }
+      // The reference's effect identity: run, effect type, node path and visit. Workflow code
+      // does not supply it, so two actions can never share a receipt by accident.
+      const key = `${ctx.state.runId}:${impl.effect.type}:${ctx.state.node}:${ctx.state.visit}`;
+      const r = w.reserveEffect(key, key, impl.retry);
+      if (r.reservation === 'already_applied') return { outcome: { status: 'succeeded', output: r.receipt } };
+      if (r.reservation === 'already_failed') return { outcome: { status: 'failed', error: r.error } };
       w.effectApplying(r.effect_id);
+      const publishUpdate = async (update) => {
+        if (!update || typeof update.type !== 'string') throw new Error('publishUpdate needs { type, key?, data? }');
+        const label = update.key === undefined ? update.type : `${update.type}:${update.key}`;
+        w.progress(label, toJson(update, 'the update'));
+      };
       let receipt;
       try {
-        // `retry` tells `apply` that an earlier application was interrupted (allowed only
-        // under `idempotency_key` or `read_back`): it must check before acting again.
-        const effect = { id: r.effect_id, key, retry: r.retry };
-        receipt = await impl.apply(input, { ...ctx, effect });
+        // `effect.retry` tells `run` that an earlier application was interrupted (only under
+        // idempotentEffect): it must check before acting again.
+        const effect = { id: r.effect_id, type: impl.effect.type, key, retry: r.retry };
+        const value = impl.exec ? await runShell(impl, ctx, publishUpdate) : await impl.run({ ...ctx, publishUpdate, effect });
+        receipt = toJson(value, 'the effect receipt');
       } catch (e) {
-        if (isEffectFailed(e)) {
-          // The workflow says the effect certainly did not happen.
-          w.settleEffect(r.effect_id, { status: 'failed', error: message(e) });
-          return { outcome: { status: 'failed', error: message(e) } };
-        }
-        // Whether the effect happened is unknown: leave it applying and let this child die.
-        // The host then makes it `uncertain` (stopping the run for review) under `never`, or
-        // retries it under `idempotency_key` / `read_back`.
-        throw new Error(`effect ${key} ended in doubt: ${message(e)}`, { cause: e });
+        // An error `run` reports settles the effect failed (the reference's "rejected"); only a
+        // child that dies in the middle leaves it in doubt.
+        const error = `node ${ctx.state.node} failed: ${message(e)}`;
+        w.settleEffect(r.effect_id, { status: 'failed', error });
+        return { outcome: { status: 'failed', error } };
       }
-      let stored;
-      try {
-        stored = toJson(receipt, 'the effect receipt');
-      } catch (e) {
-        // It happened, but its proof cannot be stored: the same doubt as above.
-        throw new Error(`effect ${key}: ${e.message}`, { cause: e });
-      }
-      w.settleEffect(r.effect_id, { status: 'applied', receipt: stored });
-      return { outcome: { status: 'succeeded', output: stored } };
+      w.settleEffect(r.effect_id, { status: 'applied', receipt });
+      return { outcome: { status: 'succeeded', output: receipt } };
     }
     case 'agent':
     case 'assistant_message': {
-      const request = impl.request ? await nodeCode('request', () => impl.request(input, ctx)) : { input };
+      const prompt = String(await nodeCode(ctx, 'prompt', () => impl.prompt(ctx)));
+      const request =
+        impl.kind === 'agent'
+          ? { ...requestBase(run, ctx, 'agent'), prompt, expectedOutput: impl.expectedOutput, statusDetail: impl.statusDetail }
+          : { ...requestBase(run, ctx, 'assistant_message'), prompt, maxChars: impl.maxChars };
       w.requestInteraction(impl.kind, toJson(request, 'the request'));
       return { parked: true };
     }
-    case 'checkpoint':
-    case 'human_decision': {
-      const request = impl.request ? await nodeCode('request', () => impl.request(input, ctx)) : { input };
-      w.wait(impl.kind, toJson(request, 'the request'));
+    case 'checkpoint': {
+      const summary = String(await nodeCode(ctx, 'summary', () => impl.summary(ctx)));
+      const request = { ...requestBase(run, ctx, 'checkpoint'), summary, prompt: null };
+      if (impl.run) request.extra = { output: await nodeCode(ctx, 'run', () => impl.run(ctx)) };
+      w.wait('checkpoint', toJson(request, 'the request'));
       return { parked: true };
     }
+    case 'human_decision':
+      w.wait('human_decision', toJson(await humanRequest(run, impl, ctx), 'the request'));
+      return { parked: true };
     case 'notify': {
-      const content = await nodeCode('content', () => impl.content(input, ctx));
+      const text = String(await nodeCode(ctx, 'message', () => impl.message(ctx)));
+      const content = { kind: impl.notifyKind, message: text };
       w.notify(toJson(content, 'the message'));
-      return { outcome: { status: 'succeeded', output: toJson(input, 'the input') } };
+      return ok(content);
     }
     default:
       return { outcome: { status: 'failed', error: `unknown node kind ${impl.kind}` } };
   }
 }
 
-/** Judges a submission; resolves with an error text, or `null` to accept it. */
-async function judge(impl, payload, input) {
-  if (!impl.validate) return null;
+/**
+ * An included workflow's exit `validate` applied to the output of the node it leaves from (the
+ * normalised value is that node's output, so a resumed child reads it back as it was).
+ */
+async function exitValidated(exit, outcome, node) {
+  if (!exit?.validate || outcome.status !== 'succeeded') return outcome;
   try {
-    const verdict = await impl.validate(payload, input);
-    if (verdict === undefined || verdict === null || verdict === true) return null;
-    return verdict === false ? 'rejected by validate' : String(verdict);
+    return { status: 'succeeded', output: toJson(await exit.validate(outcome.output), 'the exit output') };
   } catch (e) {
-    return message(e);
+    return { status: 'failed', error: `node ${node} failed: exit ${exit.exit} of ${exit.path}: ${message(e)}` };
   }
+}
+
+/** The output of a decision node from its stored answer (a checkpoint's is the answer). */
+function answered(impl, answer) {
+  if (impl?.kind !== 'human_decision') return { status: 'succeeded', output: answer ?? null };
+  try {
+    // The host answers with the saved `onTimeout` response at the deadline, marked as such.
+    const provenance = answer?.provenance === 'timeout' ? 'timeout' : 'human';
+    return { status: 'succeeded', output: { ...humanResponse(impl.choices, answer), provenance } };
+  } catch (e) {
+    return { status: 'failed', error: `the answer to ${impl.kind} does not fit its choices: ${message(e)}` };
+  }
+}
+
+/**
+ * The run as node code sees it: outputs and results of every node so far (from the host's
+ * hello, then kept here), the input, title, and visit counts.
+ */
+class RunContext {
+  constructor(env, workflow, hello, input) {
+    this.env = env;
+    this.workflow = workflow;
+    this.input = input;
+    this.title = null;
+    this.results = {};
+    /** Node ids (and mount paths) in the order their latest result came. */
+    this.order = [];
+    this.visits = {};
+    for (const r of hello.results ?? []) {
+      this.visits[r.node] = r.visits ?? 1;
+      this.record(r.node, r.outcome === 'ok' ? { status: 'succeeded', output: r.output } : { status: r.outcome, error: r.error });
+    }
+  }
+
+  /**
+   * Records how a node ended: the latest result wins, and a failure removes an earlier output.
+   * A node an included workflow leaves from also gives its mount its result: `{ exit, output }`.
+   */
+  record(node, outcome) {
+    this.results[node] =
+      outcome.status === 'succeeded'
+        ? { outcome: 'ok', output: outcome.output }
+        : { outcome: outcome.status, ...(outcome.error === undefined ? {} : { error: outcome.error }) };
+    const at = this.order.indexOf(node);
+    if (at >= 0) this.order.splice(at, 1);
+    this.order.push(node);
+    const exit = this.workflow.exitNodes[node];
+    if (exit && outcome.status === 'succeeded') {
+      this.record(exit.path, { status: 'succeeded', output: { exit: exit.exit, output: outcome.output } });
+    }
+  }
+
+  finished(node, outcome) {
+    this.visits[node] = (this.visits[node] ?? 0) + 1;
+    this.record(node, outcome);
+  }
+
+  /**
+   * `outputs` and `results` as the nodes of mount `path` see them ('' for the workflow itself):
+   * the results of its own nodes (and the mounts inside it) since it was last entered, by their
+   * local ids. Re-entering a mount starts with an empty view.
+   */
+  view(path) {
+    const prefix = path === '' ? '' : `${path}.`;
+    let start = 0;
+    if (prefix) {
+      for (let i = this.order.length - 1; i >= 0; i--) {
+        if (!this.order[i].startsWith(prefix)) {
+          start = i + 1;
+          break;
+        }
+      }
+    }
+    const outputs = {};
+    const results = {};
+    for (const id of this.order.slice(start)) {
+      if (!id.startsWith(prefix)) continue;
+      const local = id.slice(prefix.length);
+      if (local.includes('.')) continue;
+      results[local] = this.results[id];
+      if (this.results[id].outcome === 'ok') outputs[local] = this.results[id].output;
+    }
+    return { outputs: Object.freeze(outputs), results: Object.freeze(results) };
+  }
+
+  /** The context of one node callback: `{ input, outputs, results, state, signal }`. */
+  async forNode(node, attemptId, signal) {
+    const state = Object.freeze({
+      runId: this.env.runId,
+      workflow: this.workflow.name,
+      title: this.title,
+      node,
+      attemptId: attemptId ?? null,
+      visit: (this.visits[node] ?? 0) + 1,
+      projectDir: this.env.projectDir,
+    });
+    // An included workflow's input comes from its parent's context, at every level.
+    let input = this.input;
+    let parent = '';
+    for (const { path, include } of this.workflow.scopes[node] ?? []) {
+      if (include.input) {
+        const outer = { input, ...this.view(parent), state, signal };
+        input = await nodeCode({ state }, `input of ${path}`, () => include.input(outer));
+      }
+      parent = path;
+    }
+    return { input, ...this.view(parent), state, signal };
+  }
+}
+
+/**
+ * The abort signal of the running node: aborted when the node's deadline passes (the host
+ * enforces it too) or when the host stops this child (SIGTERM on cancel or pause).
+ */
+let current = null;
+function nodeSignal(timeoutMs) {
+  current = new AbortController();
+  const controller = current;
+  const timer =
+    timeoutMs === undefined
+      ? null
+      : setTimeout(() => controller.abort(new Error('the node timed out')), timeoutMs).unref();
+  return { signal: controller.signal, done: () => timer && clearTimeout(timer) };
+}
+let stopping = false;
+function onTerminate() {
+  if (stopping) return;
+  stopping = true;
+  process.once('SIGTERM', () => {}); // keep handling it while we wind down
+  // Commands run in their own process groups: take them down now, whatever they ignore.
+  for (const pid of commandGroups) killGroup(pid, 'SIGKILL');
+  current?.abort(new Error('the run was stopped'));
+  // Let cooperative node code see the abort, then go: the host waits only a grace period.
+  setTimeout(() => process.exit(143), 50).unref();
 }
 
 async function drive(w) {
@@ -261,13 +658,14 @@ async function drive(w) {
   try {
     const loaded = await loadWorkflow(env.sourceRoot);
     workflow = loaded.workflow;
-    mounts = resolveMounts(workflow, loaded.imports, env.sourceRoot);
+    mounts = resolveMounts(loaded.imports, env.sourceRoot);
     w.compareMounts(mounts);
   } catch (e) {
-    // A changed mount, or a module that does not load: stop for review (the run may be
-    // resumed once the source is fixed or restored); nothing is lost.
-    const reason = e.code === 'source_changed' ? e.message : `cannot load the workflow: ${message(e)}`;
-    stopForReview(w, reason);
+    // A changed source stops for review (the run may go on once it is put back). A workflow
+    // that does not load (syntax, missing package, invalid graph, not a workflow) fails the run
+    // at once: it would fail the same way in every new child.
+    if (e.code === 'source_changed') stopForReview(w, e.message);
+    else failToLoad(w, e instanceof LoadError ? e.message : `cannot load the workflow: ${message(e)}`);
     return;
   }
   const hello = w.hello(workflow.graph, mounts, true);
@@ -276,33 +674,71 @@ async function drive(w) {
   maxValueBytes = (hello.features ?? []).includes('result_is_output')
     ? MAX_VALUE_BYTES
     : MAX_VALUE_BYTES_OLDER_HOST;
+  let runInput = hello.input;
+  if (workflow.input) {
+    // The input normaliser runs in every child of the run: the same input gives the same value.
+    try {
+      runInput = await workflow.input(hello.input);
+    } catch (e) {
+      w.fail(`invalid input: ${message(e)}`, false);
+      return;
+    }
+  }
+  const run = new RunContext(env, workflow, hello, runInput);
+  if (workflow.title) {
+    try {
+      run.title = String(await workflow.title({ input: runInput, workflowName: workflow.name }));
+    } catch {
+      run.title = null; // a title is for display: a failing one does not fail the run
+    }
+  }
+  process.on('SIGTERM', onTerminate);
   let nodeId;
-  let input = hello.nodeInput;
   let carried = null;
+  const impls = workflow.nodes;
   switch (resume.resume) {
     case 'continue':
       nodeId = resume.node_id;
-      carried = { status: 'succeeded', output: { answer: hello.answer ?? null } };
+      carried = answered(impls[nodeId], hello.answer);
       break;
-    case 'accepted':
-      // A submission this run accepted before its child went away: its payload is the
-      // node's output, exactly as after a fresh acceptance.
+    case 'accepted': {
+      // A submission this run accepted before its child went away: its normalised payload is
+      // the node's output, exactly as after a fresh acceptance.
       nodeId = resume.node_id;
       if (!hello.submission) throw new Error('protocol: an accepted resume without a submission');
-      carried = { status: 'succeeded', output: hello.submission.payload ?? null };
+      const verdict = await judge(impls[nodeId], hello.submission.payload ?? null, await run.forNode(nodeId, resume.attempt_id, new AbortController().signal));
+      carried = { status: 'succeeded', output: verdict.output ?? tolerantJson(hello.submission.payload ?? null) };
       break;
-    case 'interaction_expired':
+    }
+    case 'interaction_expired': {
       nodeId = resume.node_id;
-      carried = { status: 'timed_out' };
+      // Nobody answered before the saved deadline. A human decision with `onTimeout` takes its
+      // response then, with `timeout` provenance (validated when the workflow was defined).
+      const impl = impls[nodeId];
+      carried =
+        impl?.kind === 'human_decision' && impl.onTimeout
+          ? { status: 'succeeded', output: { ...humanResponse(impl.choices, impl.onTimeout.response), provenance: 'timeout' } }
+          : { status: 'timed_out' };
       break;
+    }
     case 'validate': {
       nodeId = resume.node_id;
       if (!hello.submission) throw new Error('protocol: a validate resume without a submission');
       const { submission_id: submissionId, payload } = hello.submission;
-      const error = await judge(workflow.nodes[nodeId] ?? {}, payload, input);
+      const ctx = await run.forNode(nodeId, resume.attempt_id, new AbortController().signal);
+      const verdict = await judge(impls[nodeId] ?? {}, payload, ctx);
+      let output = null;
+      let error = verdict.error ?? null;
+      if (error === null) {
+        try {
+          output = toJson(verdict.output, 'the validated output');
+        } catch (e) {
+          error = e.message;
+        }
+      }
       w.validationResult(submissionId, error);
       if (error !== null) return;
-      carried = { status: 'succeeded', output: payload ?? null };
+      carried = { status: 'succeeded', output };
       break;
     }
     default:
@@ -320,26 +756,27 @@ async function drive(w) {
   const nodesOf = workflow.graph.nodes;
   const pure = (id) => nodesOf[id]?.kind === 'compute' && nodesOf[id]?.timeout_ms === undefined;
   const batch = new DeferredBatch(w);
+  let last = null;
   for (;;) {
     let outcome = carried;
     carried = null;
     const ranHere = outcome === null;
     if (ranHere) {
-      const impl = workflow.nodes[nodeId];
-      const ctx = {
-        runId: env.runId,
-        nodeId,
-        attemptId,
-        runInput: hello.input,
-        projectDir: env.projectDir,
-        progress: (text, data) => w.progress(String(text), toJson(data, 'progress data')),
-      };
-      const step = await execute(w, impl, input, ctx);
+      const { signal, done } = nodeSignal(nodesOf[nodeId]?.timeout_ms);
+      let step;
+      try {
+        step = await execute(w, run, impls[nodeId], await run.forNode(nodeId, attemptId, signal));
+      } catch (e) {
+        if (!(e instanceof NodeFailure)) throw e;
+        step = { outcome: { status: 'failed', error: e.message } }; // an included input failed
+      }
+      done();
       if (batch.settle()) return; // the run parked while the node ran
       if (step.parked) return;
-      outcome = step.outcome;
+      outcome = await exitValidated(workflow.exitNodes[nodeId], outcome ?? step.outcome, nodeId);
     }
-    if (outcome.status === 'succeeded') input = outcome.output;
+    run.finished(nodeId, outcome);
+    if (outcome.status === 'succeeded') last = outcome.output;
     const route = w.route(nodeId, outcome);
     if (route.next !== undefined) {
       if (ranHere && pure(nodeId) && pure(route.next) && batch.hasRoom()) {
@@ -356,7 +793,7 @@ async function drive(w) {
       attemptId = reply.attemptId;
     } else if (route.complete) {
       batch.cancelTimer();
-      w.complete(outcome, input ?? null);
+      w.complete(outcome, last);
       return;
     } else {
       batch.cancelTimer();
@@ -544,6 +981,11 @@ export async function runWorker() {
     if (e.code === 'stale') {
       // The run moved on without this child: stop quietly, report nothing.
       process.stderr.write(`piw worker: the run moved on (${e.message}); stopping\n`);
+      return 0;
+    }
+    if (e.code === 'refused') {
+      // The host ended the run instead of taking the step (its graph or step limit): done.
+      process.stderr.write(`piw worker: ${message(e)}\n`);
       return 0;
     }
     process.stderr.write(`piw worker: ${e.code ?? 'error'}: ${message(e)}\n`);

@@ -2,15 +2,18 @@
 // runtime.js): the runtime's own code paths run once, against a stand-in for the host, so the
 // run's first import, graph compile, nodes and routing do not pay for cold code. Not a user
 // workflow: no host ever sees it.
-import { compute, defineWorkflow, onOutcome, to } from '../index.js';
+import { compute, defineWorkflow } from '../index.js';
 
 export default defineWorkflow({
   name: 'warmup',
-  start: 'a',
+  startAt: 'a',
   nodes: {
-    a: compute(() => ({ ok: true })),
-    b: compute((input) => input),
-    c: compute((input) => input),
+    a: compute({ run: () => ({ ok: true }) }),
+    b: compute({ run: ({ outputs }) => outputs.a }),
+    c: compute({ run: ({ outputs }) => outputs.b }),
   },
-  edges: [to('a', 'b'), onOutcome('b', { succeeded: 'c', failed: 'c' })],
+  edges: [
+    { from: 'a', to: 'b' },
+    { from: 'b', switch: { on: '$result.outcome', cases: { ok: 'c', failed: 'c' } } },
+  ],
 });

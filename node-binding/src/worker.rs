@@ -116,7 +116,7 @@ impl Worker {
         Ok(json!({
             "stop": reply.stop,
             "mode": reply.mode, "resume": reply.resume, "input": reply.input,
-            "nodeInput": reply.node_input, "definition": reply.definition,
+            "nodeInput": reply.node_input, "results": reply.results, "definition": reply.definition,
             "answer": reply.answer, "submission": reply.submission,
             "features": reply.features,
         }))

@@ -79,12 +79,12 @@ test('a node spinning forever is killed at its deadline; clients stay responsive
     host.dir,
     'spin',
     `export default piw.defineWorkflow({
-      name: 'spin', start: 'spin',
+      name: 'spin', startAt: 'spin',
       nodes: {
-        spin: piw.compute(() => { while (true) {} }, { timeoutMs: 1500 }),
-        after: piw.compute(() => ({ recovered: 'after timeout' })),
+        spin: piw.compute({ run: () => { while (true) {} }, timeoutMs: 1500 }),
+        after: piw.compute({ run: () => ({ recovered: 'after timeout' }) }),
       },
-      edges: [piw.onOutcome('spin', { timed_out: 'after' })],
+      edges: [{ from: 'spin', switch: { on: '$result.outcome', cases: { timed_out: 'after' } } }],
     });`,
   );
   const c = host.client;

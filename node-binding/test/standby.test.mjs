@@ -32,8 +32,8 @@ async function until(what, f, ms = 30_000) {
   }
 }
 
-const WHOAMI = `export default piw.defineWorkflow({ name: 'whoami', start: 'me',
-  nodes: { me: piw.compute(() => ({ pid: process.pid, cwd: process.cwd(), runId: process.env.PIW_RUN_ID })) } });`;
+const WHOAMI = `export default piw.defineWorkflow({ name: 'whoami', startAt: 'me', edges: [],
+  nodes: { me: piw.compute({ run: () => ({ pid: process.pid, cwd: process.cwd(), runId: process.env.PIW_RUN_ID }) }) } });`;
 
 test('a standby worker serves exactly one run, in its project directory, and the pool refills', async () => {
   const host = await startHost({ PIW_STANDBY_WORKERS: '2' });
@@ -136,10 +136,10 @@ test('a standby worker handed a run whose commit then fails is stopped, and the 
     const file = writeWorkflow(
       host.dir,
       'gate',
-      `export default piw.defineWorkflow({ name: 'gate', start: 'ask',
-        nodes: { ask: piw.checkpoint({ request: () => ({ question: 'go?' }) }),
-                 done: piw.compute(() => ({ pid: process.pid })) },
-        edges: [piw.to('ask', 'done')] });`,
+      `export default piw.defineWorkflow({ name: 'gate', startAt: 'ask',
+        nodes: { ask: piw.checkpoint({ summary: 'go?' }),
+                 done: piw.compute({ run: () => ({ pid: process.pid }) }) },
+        edges: [{ from: 'ask', to: 'done' }] });`,
     );
     const c = host.client;
     const { run_id: runId } = await c.startRun(file, {});

@@ -18,8 +18,8 @@ before(async () => {
   const file = writeWorkflow(
     host.dir,
     'parked',
-    `export default piw.defineWorkflow({ name: 'parked', start: 'ask',
-      nodes: { ask: piw.checkpoint({ request: () => ({ question: 'never answered' }) }) } });`,
+    `export default piw.defineWorkflow({ name: 'parked', startAt: 'ask', edges: [],
+      nodes: { ask: piw.checkpoint({ summary: 'never answered' }) } });`,
   );
   parked = (await host.client.startRun(file)).run_id;
   await host.client.waitForRun(parked, { untilParked: true, timeoutMs: 20_000 });

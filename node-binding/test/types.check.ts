@@ -5,12 +5,23 @@ import {
   PiwError,
   action,
   agent,
+  assistantMessage,
   checkpoint,
+  choice,
   compute,
+  decision,
+  decisionEdge,
+  defineHumanChoices,
   defineWorkflow,
-  onOutcome,
-  switchOn,
-  to,
+  humanDecision,
+  humanDecisionEdge,
+  idempotentEffect,
+  manualEffect,
+  notify,
+  shell,
+  textInput,
+  includeWorkflow,
+  includedResult,
   type RejectionCode,
   type RunEvent,
 } from '../index.js';
@@ -19,22 +30,80 @@ import {
 // only an annotation proves it).
 export const lagged: RejectionCode = 'subscriber_lagged';
 
-export const wf = defineWorkflow({
+const choices = defineHumanChoices({
+  go: choice({ label: 'Go' }),
+  redo: choice({ label: 'Redo', input: textInput({ name: 'why', prompt: 'Why?' }) }),
+});
+const verdicts = ['y', 'n'] as const;
+
+export const wf = defineWorkflow<{ n: number }>({
   name: 'typed',
-  start: 'a',
+  title: ({ input }) => `typed ${input.n}`,
+  startAt: 'a',
+  maxSteps: 10,
+  input: (raw) => ({ n: Number((raw as { n?: unknown }).n) }),
   nodes: {
-    a: compute((input: { n: number }) => ({ n: input.n + 1 }), { timeoutMs: 1000 }),
+    a: compute<{ n: number }>({ run: ({ input }) => ({ n: input.n + 1 }), timeoutMs: 1000 }),
     b: action({
-      effect: { key: (input: { n: number }) => `k${input.n}`, retry: 'read_back' },
-      apply: (_input, ctx) => ({ retried: ctx.effect.retry }),
+      effect: idempotentEffect('thing.do'),
+      run: async ({ effect, publishUpdate }) => {
+        await publishUpdate({ type: 'progress', key: 'all', data: { done: 1 } });
+        return { retried: effect.retry };
+      },
     }),
     c: agent<{ n: number }, { value: number }>({
-      request: (input) => ({ ask: input.n }),
-      validate: (result) => (result.value === 42 ? undefined : 'must be 42'),
+      prompt: ({ input }) => `give ${input.n}`,
+      expectedOutput: '{ "value": number }',
+      validate: (output) => {
+        if (output.value !== 42) throw new Error('must be 42');
+        return { value: 42 };
+      },
+      timeoutMs: null,
+      statusDetail: 'asking',
     }),
-    d: checkpoint({ request: () => ({ question: 'ok?' }) }),
+    d: checkpoint({ summary: 'ok?', run: ({ outputs }) => outputs.c }),
+    e: decision({ choices: verdicts, question: 'same?' }),
+    f: humanDecision({ choices, audience: 'operator', onTimeout: { afterMs: 1000, response: { choice: 'go' } } }),
+    g: agent({ prompt: 'explain', expectedOutput: assistantMessage({ maxChars: 100 }) }),
+    h: notify({ kind: 'final', message: ({ results }) => String(results.g?.outcome) }),
+    i: action({ effect: manualEffect('x.y'), run: () => 1 }),
+    j: shell({
+      effect: idempotentEffect('git.status'),
+      exec: () => ({ command: 'git', args: ['status', '--porcelain'], timeoutMs: 10_000, allowNonZeroExit: false }),
+      parse: (result) => ({ dirty: result.stdout.trim().length > 0 }),
+      updates: { parseLine: (line, { stream }) => (line ? { type: 'log', key: stream, data: line } : null) },
+    }),
   },
-  edges: [to('a', 'b'), onOutcome('b', { succeeded: 'c', failed: 'd' }), switchOn('c', '$.value', { '42': 'd' })],
+  edges: [
+    { from: 'a', to: 'b' },
+    { from: 'b', switch: { on: '$result.outcome', cases: { ok: 'c', failed: 'd' } } },
+    { from: 'c', switch: { on: '$output.value', cases: { '42': 'd' } } },
+    { from: 'd', to: 'e' },
+    decisionEdge({ from: 'e', choices: verdicts, cases: { y: 'f', n: 'g' } }),
+    humanDecisionEdge({ from: 'f', choices, cases: { go: 'h', redo: 'i' } }),
+    { from: 'i', to: 'j' },
+  ],
+});
+
+export const child = defineWorkflow({
+  name: 'child',
+  startAt: 'x',
+  nodes: { x: compute({ run: () => 1 }) },
+  edges: [],
+  exits: { done: { from: 'x', validate: (o) => o } },
+});
+export const composed = defineWorkflow({
+  name: 'composed',
+  startAt: 'first',
+  includes: { sub: includeWorkflow(child, { input: ({ outputs }) => outputs.first }) },
+  nodes: {
+    first: compute({ run: () => ({ n: 1 }) }),
+    last: compute({ run: ({ outputs }) => includedResult<number>(child, outputs.sub).output + 1 }),
+  },
+  edges: [
+    { from: 'first', to: 'sub' },
+    { from: 'sub.done', to: 'last' },
+  ],
 });
 
 export async function use(): Promise<number> {

@@ -1,10 +1,10 @@
 // JS workflows run by the Node worker runtime in supervised children.
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { after, before, test } from 'node:test';
 
-import { pkgDir, startHost, writeWorkflow } from './helpers.mjs';
+import { alive, pkgDir, sleep, startHost, writeWorkflow } from './helpers.mjs';
 
 const examples = resolve(pkgDir, '..', 'examples');
 let host;
@@ -17,24 +17,44 @@ after(async () => {
   await host?.stop();
 });
 
-test('a JS workflow runs to completion, each node fed the previous output', async () => {
+test('every node gets { input, outputs, results, state, signal }: latest output wins, a failure removes it', async () => {
   const file = writeWorkflow(
     host.dir,
     'chain',
     `export default piw.defineWorkflow({
-      name: 'chain', start: 'a',
+      name: 'chain', startAt: 'a', maxSteps: 20,
       nodes: {
-        a: piw.compute((input) => ({ n: input.n + 1 })),
-        b: piw.compute(async (input) => { await new Promise((r) => setTimeout(r, 5)); return { n: input.n * 10 }; }),
-        c: piw.compute((input, ctx) => ({ n: input.n + 1, run: ctx.runId, first: ctx.runInput })),
+        a: piw.compute({ run: ({ input, outputs }) => ({ n: input.n + 1 + (outputs.b?.n ?? 0) }) }),
+        b: piw.compute({ run: async ({ outputs, results }) => {
+          await new Promise((r) => setTimeout(r, 5));
+          if (results.a.output.n > 20) throw new Error('too big');
+          return { n: outputs.a.n * 10 };
+        } }),
+        c: piw.compute({ run: ({ input, outputs, results, state, signal }) => ({
+          a: outputs.a, b: outputs.b ?? null, bResult: results.b,
+          run: state.runId, node: state.node, visit: state.visit, input, aborted: signal.aborted,
+        }) }),
       },
-      edges: [piw.to('a', 'b'), piw.to('b', 'c')],
+      edges: [
+        { from: 'a', to: 'b' },
+        { from: 'b', switch: { on: '$result.outcome', cases: { ok: 'a', failed: 'c' } } },
+      ],
     });`,
   );
   const { run_id: runId } = await host.client.startRun(file, { input: { n: 1 } });
   const run = await host.client.waitForRun(runId, { timeoutMs: 20_000 });
-  assert.equal(run.status, 'completed');
-  assert.deepEqual(run.result, { n: 21, run: runId, first: { n: 1 } });
+  assert.equal(run.status, 'completed', run.error);
+  // a: 2, b: 20, a: 22, b fails (removing its output 20), c.
+  assert.deepEqual(run.result, {
+    a: { n: 22 },
+    b: null,
+    bResult: { outcome: 'failed', error: 'node b failed: run: too big' },
+    run: runId,
+    node: 'c',
+    visit: 1,
+    input: { n: 1 },
+    aborted: false,
+  });
 });
 
 test('a failing node routes on $result.outcome; without such an edge the run fails', async () => {
@@ -42,16 +62,16 @@ test('a failing node routes on $result.outcome; without such an edge the run fai
     host.dir,
     'routes',
     `export default piw.defineWorkflow({
-      name: 'routes', start: 'risky',
+      name: 'routes', startAt: 'risky',
       nodes: {
-        risky: piw.compute((input) => { if (input.fail) throw new Error('boom ' + input.fail); return { fine: true }; }),
-        recover: piw.compute(() => ({ recovered: true })),
-        proceed: piw.compute((input) => input),
-        strict: piw.compute(() => { throw new Error('no route for this'); }),
+        risky: piw.compute({ run: ({ input }) => { if (input.fail) throw new Error('boom ' + input.fail); return { fine: true }; } }),
+        recover: piw.compute({ run: () => ({ recovered: true }) }),
+        proceed: piw.compute({ run: ({ outputs }) => outputs.risky }),
+        strict: piw.compute({ run: () => { throw new Error('no route for this'); } }),
       },
       edges: [
-        piw.onOutcome('risky', { succeeded: 'proceed', failed: 'recover' }),
-        piw.to('recover', 'strict'),
+        { from: 'risky', switch: { on: '$result.outcome', cases: { ok: 'proceed', failed: 'recover', cancelled: 'recover' } } },
+        { from: 'recover', to: 'strict' },
       ],
     });`,
   );
@@ -61,7 +81,7 @@ test('a failing node routes on $result.outcome; without such an edge the run fai
   const { run_id: runId } = await c.startRun(file, { input: { fail: 1 } });
   const failed = await c.waitForRun(runId, { timeoutMs: 20_000 });
   assert.equal(failed.status, 'failed');
-  assert.match(failed.error, /no route for this/);
+  assert.equal(failed.error, 'node strict failed: run: no route for this');
   const { attempts } = await c.runStatus(runId);
   assert.deepEqual(
     attempts.map((a) => [a.node_id, a.status]),
@@ -69,63 +89,58 @@ test('a failing node routes on $result.outcome; without such an edge the run fai
   );
 });
 
-test('a .workflow.ts source runs with its types stripped by Node', async () => {
-  const file = writeWorkflow(
-    host.dir,
-    'typed',
-    `interface Input { name: string }
-    const greet = (input: Input): { greeting: string } => ({ greeting: 'hello ' + input.name });
-    export default piw.defineWorkflow({ name: 'typed', start: 'greet', nodes: { greet: piw.compute(greet) } });`,
-    '.workflow.ts',
-  );
-  const run = await host.client.waitForRun((await host.client.startRun(file, { input: { name: 'ts' } })).run_id, {
-    timeoutMs: 20_000,
-  });
-  assert.equal(run.status, 'completed', run.error);
-  assert.deepEqual(run.result, { greeting: 'hello ts' });
+test('a file written as the reference documents it, importing @osolmaz/pi-workflows, runs unchanged (.ts and .mts)', async () => {
+  // No node_modules anywhere near: the runtime resolves the package names itself.
+  const dir = join(host.dir, 'project', '.pi', 'workflows');
+  mkdirSync(dir, { recursive: true });
+  const body = (name) => `import { compute, defineWorkflow } from "@osolmaz/pi-workflows";
+import * as piw from "piw";
+
+type Input = { task?: string };
+
+export default defineWorkflow({
+  name: "${name}",
+  title: ({ input }) => \`example: \${(input as Input).task}\`,
+  startAt: "prepare",
+  maxSteps: 50,
+  nodes: {
+    prepare: compute({ run: ({ input }): { task: string } => ({ task: String((input as Input).task) }) }),
+    finish: piw.compute({ run: ({ outputs }) => ({ done: (outputs.prepare as { task: string }).task }) }),
+  },
+  edges: [{ from: "prepare", to: "finish" }],
+});
+`;
+  for (const [name, suffix] of [['example', '.workflow.ts'], ['examplem', '.workflow.mts']]) {
+    const file = join(dir, `${name}${suffix}`);
+    writeFileSync(file, body(name));
+    const run = await host.client.waitForRun((await host.client.startRun(file, { input: { task: 'ts' } })).run_id, {
+      timeoutMs: 20_000,
+    });
+    assert.equal(run.status, 'completed', run.error);
+    assert.deepEqual(run.result, { done: 'ts' });
+  }
 });
 
-test('an invalid graph is refused when the workflow is defined', async () => {
-  const { defineWorkflow, compute, to } = await import('../index.js');
-  assert.throws(
-    () => defineWorkflow({ name: 'bad', start: 'a', nodes: { a: compute(() => 1) }, edges: [to('a', 'missing')] }),
-    (e) => e.code === 'invalid_graph' && /missing/.test(e.message),
+test('shape and graph errors are refused when the workflow is defined, naming the node', async () => {
+  const { defineWorkflow, compute, agent, assistantMessage } = await import('../index.js');
+  const a = compute({ run: () => 1 });
+  const refused = (def, pattern) =>
+    assert.throws(() => defineWorkflow(def), (e) => e.code === 'invalid_graph' && pattern.test(e.message), String(pattern));
+  refused({ name: 'bad', startAt: 'a', nodes: { a }, edges: [{ from: 'a', to: 'missing' }] }, /"missing"/);
+  refused({ name: 'bad', startAt: 'a', nodes: { a, b: a }, edges: [] }, /node "b" cannot be reached/);
+  refused(
+    { name: 'bad', startAt: 'a', nodes: { a, b: a }, edges: [{ from: 'a', to: 'b' }, { from: 'a', to: 'a' }] },
+    /node "a" has two outgoing edges/,
   );
-});
-
-test('a changed mounted source stops the resumed run for review before any module code runs', async () => {
-  const marker = join(host.dir, 'loaded-marker');
-  const lib = join(host.dir, 'lib.mjs');
-  writeFileSync(lib, 'export const factor = 2;\n');
-  const file = writeWorkflow(
-    host.dir,
-    'mounted',
-    `import { writeFileSync } from 'node:fs';
-    import { factor } from './lib.mjs';
-    writeFileSync(${JSON.stringify(marker)}, 'loaded');
-    export default piw.defineWorkflow({
-      name: 'mounted', start: 'ask', baseUrl: import.meta.url, mounts: { lib: './lib.mjs' },
-      nodes: {
-        ask: piw.checkpoint({ request: () => ({ question: 'continue?' }) }),
-        done: piw.compute((input) => ({ factor, input })),
-      },
-      edges: [piw.to('ask', 'done')],
-    });`,
+  refused({ name: 'bad', startAt: 'a', nodes: { a: () => 1 }, edges: [] }, /node a must be made with compute/);
+  refused({ name: 'bad', start: 'a', nodes: { a }, edges: [] }, /startAt/);
+  refused({ name: 'bad', startAt: 'a', nodes: { a }, edges: [], maxSteps: 0 }, /maxSteps/);
+  refused(
+    { name: 'bad', startAt: 'a', nodes: { a }, edges: [{ from: 'a', switch: { on: '$result.outcome', cases: { succeeded: 'a' } } }] },
+    /expected ok, failed, timed_out or cancelled/,
   );
-  const c = host.client;
-  const { run_id: runId } = await c.startRun(file, {});
-  await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
-  assert.ok(existsSync(marker), 'the first child loaded the module');
-  const { decisions } = await c.runStatus(runId);
-  // Change the included source while the run waits, then let it resume.
-  writeFileSync(lib, 'export const factor = 3;\n');
-  const { rmSync } = await import('node:fs');
-  rmSync(marker);
-  await c.answerCheckpoint(runId, decisions[0].decision_id, 'yes');
-  const run = await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
-  assert.equal(run.status, 'review');
-  assert.match(run.review_reason, /source_changed/);
-  assert.equal(existsSync(marker), false, 'no module code ran in the resumed child');
+  assert.throws(() => compute(() => 1), /compute\(\) needs an options object/);
+  assert.throws(() => agent({ prompt: 'x', expectedOutput: assistantMessage(), validate: (o) => o }), /validate cannot/);
 });
 
 test('the effect example appends exactly one line although its child is killed mid-effect', async () => {
@@ -158,30 +173,33 @@ test('the pipeline example routes on its output', async () => {
   assert.match(run.result.summary, /a long text: 25 words, 7 distinct/);
 });
 
-test('an action: EffectFailed settles the effect failed; any other exception leaves it in doubt', async () => {
+test('an action: an error from run settles the effect failed; a crash leaves a manual effect in doubt', async () => {
   const file = writeWorkflow(
     host.dir,
     'doubt',
     `export default piw.defineWorkflow({
-      name: 'doubt', start: 'act',
+      name: 'doubt', startAt: 'act',
       nodes: {
         act: piw.action({
-          effect: { key: () => 'charge' },
-          apply: (input) => {
-            if (input.refuse) throw new piw.EffectFailed('card declined');
-            throw new Error('the network went away');
+          effect: piw.manualEffect('card.charge'),
+          run: ({ input }) => {
+            if (input.refuse) throw new Error('card declined');
+            process.kill(process.pid, 'SIGKILL');
           },
         }),
-        declined: piw.compute(() => ({ declined: true })),
+        declined: piw.compute({ run: ({ results }) => ({ declined: results.act.error }) }),
       },
-      edges: [piw.onOutcome('act', { failed: 'declined' })],
+      edges: [{ from: 'act', switch: { on: '$result.outcome', cases: { ok: 'declined', failed: 'declined' } } }],
     });`,
   );
   const c = host.client;
   const refused = await c.waitForRun((await c.startRun(file, { input: { refuse: true } })).run_id, { timeoutMs: 20_000 });
   assert.equal(refused.status, 'completed', JSON.stringify(refused));
-  assert.deepEqual(refused.result, { declined: true });
-  assert.equal((await c.runStatus(refused.run_id)).effects[0].state, 'failed');
+  assert.deepEqual(refused.result, { declined: 'node act failed: card declined' });
+  const settled = (await c.runStatus(refused.run_id)).effects;
+  assert.equal(settled[0].state, 'failed');
+  // The effect key comes from run, effect type, node and visit; workflow code does not choose it.
+  assert.equal(settled[0].effect_key, `${refused.run_id}:card.charge:act:1`);
 
   const { run_id: runId } = await c.startRun(file, { input: {} });
   const doubtful = await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
@@ -194,40 +212,32 @@ test('an output too large for the host fails its node with a clear error', async
   const file = writeWorkflow(
     host.dir,
     'huge',
-    `export default piw.defineWorkflow({ name: 'huge', start: 'big',
-      nodes: { big: piw.compute(() => ({ blob: 'x'.repeat(300_000) })) } });`,
+    `export default piw.defineWorkflow({ name: 'huge', startAt: 'big', edges: [],
+      nodes: { big: piw.compute({ run: () => ({ blob: 'x'.repeat(300_000) }) }) } });`,
   );
   const run = await host.client.waitForRun((await host.client.startRun(file)).run_id, { timeoutMs: 20_000 });
   assert.equal(run.status, 'failed');
   assert.match(run.error, /the output is \d+ bytes of JSON; at most 245760/);
 });
 
-test('node code that throws or returns what JSON cannot hold fails the node, not the child', async () => {
+test('node code that returns what JSON cannot hold fails the node, not the child', async () => {
   const file = writeWorkflow(
     host.dir,
     'odd',
     `export default piw.defineWorkflow({
-      name: 'odd', start: 'big',
+      name: 'odd', startAt: 'big',
       nodes: {
-        big: piw.compute(() => ({ n: 10n })),
-        badKey: piw.action({ effect: { key: () => { throw new Error('no key'); } }, apply: () => 1 }),
-        done: piw.compute((input, ctx) => ({ attempt: typeof ctx.attemptId }), { timeoutMs: 10_000 }),
+        big: piw.compute({ run: () => ({ n: 10n }) }),
+        done: piw.compute({ run: ({ results, state }) => ({ why: results.big.error, attempt: typeof state.attemptId }), timeoutMs: 10_000 }),
       },
-      edges: [
-        piw.onOutcome('big', { failed: 'badKey' }),
-        piw.onOutcome('badKey', { failed: 'done' }),
-      ],
+      edges: [{ from: 'big', switch: { on: '$result.outcome', cases: { failed: 'done' } } }],
     });`,
   );
   const c = host.client;
-  const { run_id: runId } = await c.startRun(file);
-  const run = await c.waitForRun(runId, { timeoutMs: 20_000 });
+  const run = await c.waitForRun((await c.startRun(file)).run_id, { timeoutMs: 20_000 });
   assert.equal(run.status, 'completed', JSON.stringify(run));
-  const { attempts } = await c.runStatus(runId);
-  const failed = attempts.filter((a) => a.status === 'failed');
-  assert.match(failed[0].error, /the output is not JSON/);
-  assert.match(failed[1].error, /effect.key: no key/);
-  assert.deepEqual(run.result, { attempt: 'string' });
+  assert.match(run.result.why, /the output is not JSON/);
+  assert.equal(run.result.attempt, 'string');
 });
 
 test('pure steps reported together stay inside the payload limit, however large their outputs', async () => {
@@ -238,12 +248,12 @@ test('pure steps reported together stay inside the payload limit, however large 
     const edges = [];
     for (let i = 0; i < 12; i++) {
       // Each output is 40 KB: 12 of them together are far over the 256 KiB payload limit.
-      nodes['n' + i] = piw.compute((input) => ({ part: 'x'.repeat(40_000), count: (input?.count ?? 0) + 1 }));
-      if (i > 0) edges.push(piw.to('n' + (i - 1), 'n' + i));
+      nodes['n' + i] = piw.compute({ run: ({ outputs }) => ({ part: 'x'.repeat(40_000), count: (outputs['n' + (i - 1)]?.count ?? 0) + 1 }) });
+      if (i > 0) edges.push({ from: 'n' + (i - 1), to: 'n' + i });
     }
-    nodes.last = piw.compute((input) => ({ count: input.count }));
-    edges.push(piw.to('n11', 'last'));
-    export default piw.defineWorkflow({ name: 'heavy', start: 'n0', nodes, edges });`,
+    nodes.last = piw.compute({ run: ({ outputs }) => ({ count: outputs.n11.count }) });
+    edges.push({ from: 'n11', to: 'last' });
+    export default piw.defineWorkflow({ name: 'heavy', startAt: 'n0', nodes, edges });`,
   );
   const run = await host.client.waitForRun((await host.client.startRun(file)).run_id, { timeoutMs: 30_000 });
   assert.equal(run.status, 'completed', JSON.stringify({ status: run.status, error: run.error, review: run.review_reason }));
@@ -258,17 +268,17 @@ test('a slow pure node does not hold the steps before it: they are reported whil
     'slowpure',
     `import { existsSync, writeFileSync } from 'node:fs';
     export default piw.defineWorkflow({
-      name: 'slowpure', start: 'fast',
+      name: 'slowpure', startAt: 'fast',
       nodes: {
-        fast: piw.compute(() => ({ a: 1 })),
-        slow: piw.compute(async (input) => {
+        fast: piw.compute({ run: () => ({ a: 1 }) }),
+        slow: piw.compute({ run: async ({ outputs }) => {
           writeFileSync(${JSON.stringify(marker)}, 'started');
           // Runs until the test has looked (however long a loaded machine takes to look).
           while (!existsSync(${JSON.stringify(release)})) await new Promise((r) => setTimeout(r, 10));
-          return input;
-        }),
+          return outputs.fast;
+        } }),
       },
-      edges: [piw.to('fast', 'slow')],
+      edges: [{ from: 'fast', to: 'slow' }],
     });`,
   );
   const c = host.client;
@@ -287,7 +297,7 @@ test('a slow pure node does not hold the steps before it: they are reported whil
   assert.equal((await c.waitForRun(runId, { timeoutMs: 20_000 })).status, 'completed');
 });
 
-test('a file the workflow imports is verified like a mount, without being declared', async () => {
+test('a file the workflow imports is verified before a resumed run loads any code', async () => {
   const marker = join(host.dir, 'helper-loaded');
   const helper = join(host.dir, 'helper.mjs');
   writeFileSync(helper, `import { writeFileSync } from 'node:fs';\nwriteFileSync(${JSON.stringify(marker)}, 'loaded');\nexport const factor = 2;\n`);
@@ -296,12 +306,12 @@ test('a file the workflow imports is verified like a mount, without being declar
     'imports',
     `import { factor } from './helper.mjs';
     export default piw.defineWorkflow({
-      name: 'imports', start: 'ask',
+      name: 'imports', startAt: 'ask',
       nodes: {
-        ask: piw.checkpoint({ request: () => ({ question: 'continue?' }) }),
-        done: piw.compute(() => ({ factor })),
+        ask: piw.checkpoint({ summary: 'continue?' }),
+        done: piw.compute({ run: () => ({ factor }) }),
       },
-      edges: [piw.to('ask', 'done')],
+      edges: [{ from: 'ask', to: 'done' }],
     });`,
   );
   const c = host.client;
@@ -323,13 +333,23 @@ test('a .workflow.js source runs (ES module syntax is detected without a package
   const file = writeWorkflow(
     host.dir,
     'plainjs',
-    `export default piw.defineWorkflow({ name: 'plainjs', start: 'a', nodes: { a: piw.compute(() => ({ js: true })) } });`,
+    `export default piw.defineWorkflow({ name: 'plainjs', startAt: 'a', edges: [], nodes: { a: piw.compute({ run: () => ({ js: true }) }) } });`,
     '.workflow.js',
   );
   const run = await host.client.waitForRun((await host.client.startRun(file)).run_id, { timeoutMs: 20_000 });
   assert.equal(run.status, 'completed', run.error ?? run.review_reason);
   assert.deepEqual(run.result, { js: true });
 });
+
+/** Polls the run until `pick(status)` returns something (bounded: only a hang reaches it). */
+async function until(c, runId, pick) {
+  for (let i = 0; i < 1500; i++) {
+    const found = pick(await c.runStatus(runId));
+    if (found) return found;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  throw new Error(`run ${runId}: the condition never held`);
+}
 
 test('the review example: a rejected draft, a corrected one, then the checkpoint', async () => {
   const c = host.client;
@@ -340,22 +360,27 @@ test('the review example: a rejected draft, a corrected one, then the checkpoint
   });
   await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
   const [draft] = await c.listInteractions(session);
-  assert.match(draft.request.instructions, /the flaky test/);
+  assert.match(draft.request.prompt, /the flaky test/);
+  assert.equal(draft.request.statusDetail, 'drafting a task');
   const bad = await c.submitInteraction(draft, { title: 'x', priority: 2 });
   const verdict = await c.waitForSubmission(runId, bad.submission_id, { timeoutMs: 20_000 });
   assert.equal(verdict.state, 'rejected');
   assert.equal(verdict.error, 'title must be a string of 3 to 80 characters');
-  const good = await c.submitInteraction(draft, { title: 'Fix the flaky test', priority: 2 });
+  // validate normalises: the trimmed title is the node's output.
+  const good = await c.submitInteraction(draft, '{"title": "  Fix the flaky test ", "priority": 2}');
   assert.equal((await c.waitForSubmission(runId, good.submission_id, { timeoutMs: 20_000 })).state, 'accepted');
-  let decision;
-  for (let i = 0; i < 500 && !decision; i++) {
-    decision = (await c.runStatus(runId)).decisions.find((d) => d.status === 'pending');
-    if (!decision) await new Promise((r) => setTimeout(r, 10));
-  }
-  assert.match(decision.request.question, /Fix the flaky test/);
+  const decision = await until(c, runId, (s) => s.decisions.find((d) => d.status === 'pending'));
+  assert.deepEqual(decision.request, {
+    workflow: 'review',
+    title: null,
+    node: 'confirm',
+    kind: 'checkpoint',
+    summary: 'Create "Fix the flaky test" with priority 2?',
+    prompt: null,
+  });
   await c.answerCheckpoint(runId, decision.decision_id, 'yes');
   const run = await c.waitForRun(runId, { timeoutMs: 20_000 });
-  assert.deepEqual(run.result, { created: true, run: runId });
+  assert.deepEqual(run.result, { created: true, title: 'Fix the flaky test', run: runId });
 });
 
 test('a submission accepted just before the host died goes on with the accepted result after a restart', async () => {
@@ -367,11 +392,11 @@ test('a submission accepted just before the host died goes on with the accepted 
   const file = writeWorkflow(
     dir,
     'accept',
-    `export default piw.defineWorkflow({ name: 'accept', start: 'ask',
-      nodes: { ask: piw.agent({ request: () => ({ q: 'title?' }),
-                                validate: (r) => (typeof r?.title === 'string' ? undefined : 'title') }),
-               done: piw.compute((draft) => ({ got: draft.title })) },
-      edges: [piw.to('ask', 'done')] });`,
+    `export default piw.defineWorkflow({ name: 'accept', startAt: 'ask',
+      nodes: { ask: piw.agent({ prompt: 'title?',
+                                validate: (r) => { if (typeof r?.title !== 'string') throw new Error('title'); return { title: r.title.toUpperCase() }; } }),
+               done: piw.compute({ run: ({ outputs }) => ({ got: outputs.ask.title }) }) },
+      edges: [{ from: 'ask', to: 'done' }] });`,
   );
   // This host aborts right after it commits the validation child's verdict, before the child
   // can propose the transition.
@@ -398,7 +423,8 @@ test('a submission accepted just before the host died goes on with the accepted 
   try {
     const run = await c.waitForRun(runId, { timeoutMs: 20_000 });
     assert.equal(run.status, 'completed', run.error ?? run.review_reason);
-    assert.deepEqual(run.result, { got: 'ship' });
+    // The resumed child normalised the accepted submission exactly as the first would have.
+    assert.deepEqual(run.result, { got: 'SHIP' });
     const status = await c.runStatus(runId);
     assert.equal(status.interactions.length, 1, 'the model was asked once');
     assert.equal(status.interactions[0].last_submission.state, 'accepted');
@@ -406,4 +432,475 @@ test('a submission accepted just before the host died goes on with the accepted 
     await c.request('host.stop').catch(() => {});
     await c.close().catch(() => {});
   }
+});
+
+test('a loop without an exit stops at maxSteps with a clear reason, a bounded number of attempts and events', async () => {
+  const file = writeWorkflow(
+    host.dir,
+    'loop',
+    `export default piw.defineWorkflow({
+      name: 'loop', startAt: 'a', maxSteps: 7,
+      nodes: {
+        a: piw.compute({ run: ({ state }) => ({ at: 'a', visit: state.visit }) }),
+        b: piw.compute({ run: ({ state }) => ({ at: 'b', visit: state.visit }) }),
+      },
+      edges: [{ from: 'a', to: 'b' }, { from: 'b', to: 'a' }],
+    });`,
+  );
+  const c = host.client;
+  const { run_id: runId } = await c.startRun(file);
+  const run = await c.waitForRun(runId, { timeoutMs: 20_000 });
+  assert.equal(run.status, 'failed');
+  assert.match(run.error, /step limit: maxSteps is 7/);
+  const { attempts } = await c.runStatus(runId);
+  assert.equal(attempts.length, 7);
+  assert.ok(attempts.every((a) => a.status === 'succeeded'), JSON.stringify(attempts));
+
+  // Without maxSteps the limit is 100.
+  const open = writeWorkflow(
+    host.dir,
+    'loop100',
+    `export default piw.defineWorkflow({
+      name: 'loop100', startAt: 'a',
+      nodes: { a: piw.compute({ run: () => 1 }), b: piw.compute({ run: () => 2 }) },
+      edges: [{ from: 'a', to: 'b' }, { from: 'b', to: 'a' }],
+    });`,
+  );
+  const dflt = await c.waitForRun((await c.startRun(open)).run_id, { timeoutMs: 30_000 });
+  assert.match(dflt.error, /maxSteps is 100/);
+  assert.equal((await c.runStatus(dflt.run_id)).attempts.length, 100);
+});
+
+test('a workflow that cannot load fails the run at once, naming file, line and column', async () => {
+  const c = host.client;
+  const dir = join(host.dir, 'broken');
+  mkdirSync(dir, { recursive: true });
+  const cases = [
+    ['syntax.workflow.mjs', 'const a = 1;\nexport default {\n  x: = 2\n};\n', /syntax\.workflow\.mjs:3:6: Unexpected token '='/],
+    ['enum.workflow.ts', 'const a: number = 1;\nenum E { A }\nexport default a;\n', /enum\.workflow\.ts:2:1: ERR_UNSUPPORTED_TYPESCRIPT_SYNTAX/],
+    ['missing.workflow.mjs', 'import x from "no-such-package-here";\nexport default x;\n', /ERR_MODULE_NOT_FOUND: Cannot find package 'no-such-package-here'/],
+    ['plain.workflow.mjs', 'export default { name: "not a workflow" };\n', /must export default defineWorkflow/],
+    [
+      'graph.workflow.mjs',
+      'import { compute, defineWorkflow } from "piw";\nexport default defineWorkflow({ name: "g", startAt: "a", nodes: { a: compute({ run: () => 1 }) }, edges: [{ from: "a", to: "zz" }] });\n',
+      /"zz", which is not a node of the graph/,
+    ],
+  ];
+  for (const [name, text, reason] of cases) {
+    const file = join(dir, name);
+    writeFileSync(file, text);
+    const { run_id: runId } = await c.startRun(file);
+    const run = await c.waitForRun(runId, { timeoutMs: 20_000 });
+    // Failed at once by the first child (before, three child losses sent it to review).
+    assert.equal(run.status, 'failed', `${name}: ${JSON.stringify(run)}`);
+    assert.match(run.error, reason, name);
+  }
+});
+
+test('decision, assistantMessage, humanDecision with text input, and notify, through the host', async () => {
+  const c = host.client;
+  const session = 'session-kinds';
+  const file = writeWorkflow(
+    host.dir,
+    'kinds',
+    `const verdicts = ['y', 'n'];
+    const choices = piw.defineHumanChoices({
+      continue: piw.choice({ label: 'Continue' }),
+      replan: piw.choice({ label: 'Replan', description: 'Back to planning',
+        input: piw.textInput({ name: 'instructions', prompt: 'What should change?', placeholder: 'smaller' }) }),
+    });
+    export default piw.defineWorkflow({
+      name: 'kinds', startAt: 'same', title: ({ input, workflowName }) => workflowName + ' for ' + input.who,
+      nodes: {
+        same: piw.decision({ choices: verdicts, question: ({ input }) => 'Same as ' + input.who + '?' }),
+        explain: piw.agent({ prompt: 'Explain it', expectedOutput: piw.assistantMessage({ maxChars: 300 }) }),
+        approve: piw.humanDecision({
+          audience: 'operator', choices,
+          request: ({ outputs }) => ({ title: 'Approve?', subject: outputs.explain, presentation: { summary: 'Read the explanation.' } }),
+        }),
+        tell: piw.notify({ kind: 'final', message: ({ outputs }) => 'replan: ' + outputs.approve.input.instructions + ' by ' + outputs.approve.provenance }),
+        other: piw.compute({ run: () => 'other' }),
+      },
+      edges: [
+        piw.decisionEdge({ from: 'same', choices: verdicts, cases: { y: 'explain', n: 'other' } }),
+        { from: 'explain', to: 'approve' },
+        piw.humanDecisionEdge({ from: 'approve', choices, cases: { continue: 'other', replan: 'tell' } }),
+      ],
+    });`,
+  );
+  const { run_id: runId } = await c.startRun(file, { sessionId: session, input: { who: 'me' } });
+  await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
+  const [same] = await c.listInteractions(session);
+  assert.equal(same.request.kind, 'agent');
+  assert.equal(same.request.title, 'kinds for me');
+  assert.match(same.request.prompt, /^Same as me\?/);
+  assert.equal(same.request.expectedOutput, '{ "route": "y" | "n" }');
+  const wrong = await c.submitInteraction(same, { route: 'maybe' });
+  assert.equal((await c.waitForSubmission(runId, wrong.submission_id, { timeoutMs: 20_000 })).state, 'rejected');
+  const right = await c.submitInteraction(same, 'Here you go: {"route": "y"}');
+  assert.equal((await c.waitForSubmission(runId, right.submission_id, { timeoutMs: 20_000 })).state, 'accepted');
+
+  let explain;
+  for (let i = 0; i < 1500 && !explain; i++) {
+    explain = (await c.listInteractions(session)).find((x) => x.node_id === 'explain');
+    if (!explain) await new Promise((r) => setTimeout(r, 20));
+  }
+  assert.deepEqual(
+    { ...explain.request },
+    { workflow: 'kinds', title: 'kinds for me', node: 'explain', kind: 'assistant_message', prompt: 'Explain it', maxChars: 300 },
+  );
+  assert.equal(explain.kind, 'assistant_message');
+  const said = await c.submitInteraction(explain, 'It is the same because nothing changed.');
+  assert.equal((await c.waitForSubmission(runId, said.submission_id, { timeoutMs: 20_000 })).state, 'accepted');
+
+  const approve = await until(c, runId, (s) => s.decisions.find((d) => d.status === 'pending'));
+  assert.equal(approve.kind, 'human_decision');
+  assert.deepEqual(approve.request, {
+    workflow: 'kinds',
+    title: 'kinds for me',
+    node: 'approve',
+    kind: 'human_decision',
+    question: 'Approve?',
+    details: 'Read the explanation.',
+    choices: [
+      { id: 'continue', label: 'Continue' },
+      { id: 'replan', label: 'Replan', description: 'Back to planning' },
+    ],
+    textInput: { label: 'What should change?', placeholder: 'smaller', required: true },
+    audience: 'operator',
+    extra: { subject: 'It is the same because nothing changed.', presentation: { summary: 'Read the explanation.' } },
+  });
+  await c.answerHumanDecision(runId, approve.decision_id, { choice: 'replan', text: 'smaller steps' });
+  const run = await c.waitForRun(runId, { timeoutMs: 20_000 });
+  assert.equal(run.status, 'completed', run.error);
+  assert.deepEqual(run.result, { kind: 'final', message: 'replan: smaller steps by human' });
+  const messages = await c.claimMessages(session);
+  assert.deepEqual(messages.find((m) => m.kind === 'notify').content, { kind: 'final', message: 'replan: smaller steps by human' });
+});
+
+/** Whether `pid` is gone (or a zombie waiting to be reaped). */
+function gone(pid) {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).startsWith('Z');
+  } catch {
+    return true;
+  }
+}
+
+test('shell: exec, parse, updates.parseLine, capped output, non-zero exits', async () => {
+  const c = host.client;
+  const session = 'session-shell';
+  const file = writeWorkflow(
+    host.dir,
+    'shell',
+    `export default piw.defineWorkflow({
+      name: 'shell', startAt: 'lines',
+      nodes: {
+        lines: piw.shell({
+          effect: piw.idempotentEffect('cmd.lines'),
+          exec: ({ input }) => ({
+            command: 'sh',
+            args: ['-c', 'echo one; echo "progress 2"; echo "$GREETING" >&2; cat; printf "%0300d" 0'],
+            env: { GREETING: 'hi' },
+            stdin: input.feed,
+            maxOutputChars: 100,
+          }),
+          updates: { parseLine: (line, { stream }) =>
+            line.startsWith('progress') ? { type: 'progress', key: stream, data: { n: Number(line.split(' ')[1]) } } : null },
+        }),
+        bad: piw.shell({
+          effect: piw.manualEffect('cmd.bad'),
+          exec: () => ({ command: 'sh', args: ['-c', 'echo nope >&2; exit 3'] }),
+        }),
+        tolerant: piw.action({
+          effect: piw.idempotentEffect('cmd.tolerant'),
+          exec: () => ({ command: 'sh', args: ['-c', 'exit 4'], allowNonZeroExit: true }),
+          parse: (result, { results }) => ({ code: result.exitCode, bad: results.bad.error }),
+        }),
+      },
+      edges: [
+        { from: 'lines', to: 'bad' },
+        { from: 'bad', switch: { on: '$result.outcome', cases: { failed: 'tolerant' } } },
+      ],
+    });`,
+  );
+  const sub = await c.subscribe({ sessionId: session });
+  const { run_id: runId } = await c.startRun(file, { sessionId: session, input: { feed: 'fed\n' } });
+  const progress = [];
+  for await (const e of sub) {
+    if (e.run_id === runId && e.event_kind === 'progress') progress.push(e.data);
+    if (e.run_id === runId && ['completed', 'failed', 'review'].includes(e.status)) break;
+  }
+  const run = await c.waitForRun(runId, { timeoutMs: 20_000 });
+  assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+  assert.deepEqual(run.result, { code: 4, bad: 'node bad failed: sh -c echo nope >&2; exit 3 exited with 3: nope' });
+  assert.deepEqual(progress, [{ message: 'progress:stdout', data: { type: 'progress', key: 'stdout', data: { n: 2 } } }]);
+  const { attempts, effects } = await c.runStatus(runId);
+  const lines = attempts.find((a) => a.node_id === 'lines').output;
+  assert.equal(lines.stdout, 'one\nprogress 2\nfed\n' + '0'.repeat(100 - 'one\nprogress 2\nfed\n'.length));
+  assert.equal(lines.stderr, 'hi\n');
+  assert.equal(lines.truncated, true);
+  assert.equal(lines.exitCode, 0);
+  assert.deepEqual(
+    effects.map((e) => e.state),
+    ['applied', 'failed', 'applied'],
+  );
+});
+
+test('shell: a command that ignores SIGTERM and starts a grandchild is killed whole, at its timeout and on cancel', async () => {
+  const c = host.client;
+  const pids = join(host.dir, 'shell-pids');
+  const file = writeWorkflow(
+    host.dir,
+    'stubborn',
+    `export default piw.defineWorkflow({
+      name: 'stubborn', startAt: 'run',
+      nodes: {
+        run: piw.shell({
+          effect: piw.idempotentEffect('cmd.stubborn'),
+          exec: ({ input }) => ({
+            command: 'sh',
+            // Both the shell and its background grandchild ignore SIGTERM.
+            args: ['-c', 'trap "" TERM; sleep 600 & echo "$$ $!" > ' + input.pids + '; wait'],
+            ...(input.timeoutMs ? { timeoutMs: input.timeoutMs } : {}),
+          }),
+        }),
+        after: piw.compute({ run: ({ results }) => results.run }),
+      },
+      edges: [{ from: 'run', switch: { on: '$result.outcome', cases: { failed: 'after' } } }],
+    });`,
+  );
+  const started = async (name) => {
+    const path = `${pids}-${name}`;
+    for (let i = 0; i < 1500 && !existsSync(path); i++) await new Promise((r) => setTimeout(r, 20));
+    const text = readFileSync(path, 'utf8').trim();
+    const all = text.split(/\s+/).map(Number);
+    assert.equal(all.length, 2, text);
+    return all;
+  };
+  const allGone = async (all) => {
+    for (let i = 0; i < 1500 && !all.every(gone); i++) await new Promise((r) => setTimeout(r, 20));
+    assert.ok(all.every(gone), `still running: ${all.filter((p) => !gone(p))}`);
+  };
+
+  // At its timeout: the group gets SIGTERM, then SIGKILL after the grace; the node fails.
+  const timed = await c.startRun(file, { input: { pids: `${pids}-timeout`, timeoutMs: 500 } });
+  const timedPids = await started('timeout');
+  const run = await c.waitForRun(timed.run_id, { timeoutMs: 30_000 });
+  assert.equal(run.status, 'completed', run.error);
+  assert.match(run.result.error, /timed out after 500 ms/);
+  await allGone(timedPids);
+
+  // On cancel: the worker takes its commands' groups down before it goes.
+  const cancelled = await c.startRun(file, { input: { pids: `${pids}-cancel` } });
+  const cancelPids = await started('cancel');
+  await c.cancelRun(cancelled.run_id, { reason: 'test' });
+  await allGone(cancelPids);
+  assert.equal((await c.waitForRun(cancelled.run_id, { timeoutMs: 20_000 })).status, 'cancelled');
+});
+
+test('the deploy and disk-usage examples: a manual effect with updates and routing, a shell action', async () => {
+  const c = host.client;
+  const deploy = join(examples, 'deploy.workflow.mjs');
+  const ok = await c.waitForRun((await c.startRun(deploy, { sessionId: 's-deploy', input: { targets: ['a', 'b'] } })).run_id, {
+    timeoutMs: 20_000,
+  });
+  assert.equal(ok.status, 'completed', ok.error);
+  assert.deepEqual(ok.result, { kind: 'final', message: 'Deployed a, b' });
+  const refused = await c.waitForRun(
+    (await c.startRun(deploy, { sessionId: 's-deploy', input: { targets: ['a', 'broken'] } })).run_id,
+    { timeoutMs: 20_000 },
+  );
+  assert.deepEqual(refused.result, { kind: 'final', message: 'Deploy failed: node deploy failed: target broken refused the deploy' });
+
+  const dir = join(host.dir, 'du');
+  mkdirSync(join(dir, 'big'), { recursive: true });
+  mkdirSync(join(dir, 'small'), { recursive: true });
+  writeFileSync(join(dir, 'big', 'f'), 'x'.repeat(200_000));
+  const du = await c.waitForRun((await c.startRun(join(examples, 'disk-usage.workflow.mjs'), { input: { dir } })).run_id, {
+    timeoutMs: 20_000,
+  });
+  assert.equal(du.status, 'completed', du.error);
+  assert.equal(du.result[0].path, dir);
+  assert.equal(du.result[1].path, join(dir, 'big'));
+});
+
+test('humanDecision onTimeout: applied at the saved deadline with timeout provenance, also after the host was down', async () => {
+  const { Client } = await import('../index.js');
+  const { hostBin, tempDir } = await import('./helpers.mjs');
+  const dir = tempDir();
+  const home = join(dir, 'home');
+  const env = { HOME: dir, PIW_KILL_GRACE_MS: '300' };
+  const file = writeWorkflow(
+    dir,
+    'timeout',
+    `const choices = piw.defineHumanChoices({ go: piw.choice({ label: 'Go' }), stop: piw.choice({ label: 'Stop' }) });
+    export default piw.defineWorkflow({ name: 'timeout', startAt: 'ask',
+      nodes: {
+        ask: piw.humanDecision({ choices, onTimeout: { afterMs: 4000, response: { choice: 'go' } } }),
+        went: piw.compute({ run: ({ outputs }) => outputs.ask }),
+        stopped: piw.compute({ run: ({ outputs }) => outputs.ask }),
+      },
+      edges: [piw.humanDecisionEdge({ from: 'ask', choices, cases: { go: 'went', stop: 'stopped' } })] });`,
+  );
+  let c = await Client.connect({ home, hostBin, hostEnv: env });
+  try {
+    // Host up: the response is applied at the deadline.
+    const first = await c.startRun(file);
+    const parked = await c.waitForRun(first.run_id, { untilParked: true, timeoutMs: 20_000 });
+    assert.equal(parked.status, 'waiting');
+    const { decisions } = await c.runStatus(first.run_id);
+    assert.deepEqual(decisions[0].request.extra.onTimeout, { afterMs: 4000, response: { choice: 'go' } });
+    const done = await c.waitForRun(first.run_id, { timeoutMs: 30_000 });
+    assert.equal(done.status, 'completed', done.error);
+    assert.deepEqual(done.result, { choice: 'go', provenance: 'timeout' });
+
+    // Host down across the deadline: the next host applies it.
+    const second = await c.startRun(file);
+    await c.waitForRun(second.run_id, { untilParked: true, timeoutMs: 20_000 });
+    const { attempts } = await c.runStatus(second.run_id);
+    const deadline = attempts[0].deadline_at;
+    assert.ok(deadline > Date.now(), 'the deadline is still ahead when the host stops');
+    const { pid } = await c.status();
+    await c.request('host.stop').catch(() => {});
+    await c.close().catch(() => {});
+    for (let i = 0; i < 1500 && alive(pid); i++) await sleep(20);
+    assert.equal(alive(pid), false);
+    while (Date.now() <= deadline + 100) await sleep(50);
+    c = await Client.connect({ home, hostBin, hostEnv: env });
+    const run = await c.waitForRun(second.run_id, { timeoutMs: 30_000 });
+    assert.equal(run.status, 'completed', run.error);
+    assert.deepEqual(run.result, { choice: 'go', provenance: 'timeout' });
+    // The host answered it: nobody (no person, no model) is recorded as the answerer.
+    const [decision] = (await c.runStatus(second.run_id)).decisions;
+    assert.equal(decision.status, 'answered');
+    assert.equal(decision.answered_by, null);
+    assert.deepEqual(decision.answer, { choice: 'go', text: null, provenance: 'timeout' });
+  } finally {
+    await c.request('host.stop').catch(() => {});
+    await c.close().catch(() => {});
+  }
+});
+
+test('composition: an included workflow runs under its mount path, with local context, exits and includedResult; a changed included file stops the resumed run', async () => {
+  const c = host.client;
+  const dir = join(host.dir, 'compose');
+  mkdirSync(dir, { recursive: true });
+  const marker = join(dir, 'child-loaded');
+  const childFile = join(dir, 'repair.workflow.mjs');
+  const child = (extra = '') => `import { checkpoint, compute, defineWorkflow } from 'piw';
+${extra}
+export default defineWorkflow({
+  name: 'repair', startAt: 'fix',
+  nodes: {
+    fix: compute({ run: ({ input, outputs, state }) => ({ fixed: input.issue, seen: Object.keys(outputs), node: state.node }) }),
+    confirm: checkpoint({ summary: ({ outputs }) => 'fixed ' + outputs.fix.fixed + '?' }),
+    finalize: compute({ run: ({ input, outputs }) => ({ done: outputs.fix.fixed, answer: outputs.confirm, input }) }),
+    blocked: compute({ run: () => ({ blocked: true }) }),
+  },
+  edges: [
+    { from: 'fix', to: 'confirm' },
+    { from: 'confirm', switch: { on: '$.ok', cases: { true: 'finalize', false: 'blocked' } } },
+  ],
+  exits: {
+    completed: { from: 'finalize', validate: (output) => ({ ...output, validated: true }) },
+    blocked: { from: 'blocked' },
+  },
+});
+`;
+  writeFileSync(childFile, child());
+  const parent = join(dir, 'parent.workflow.mjs');
+  writeFileSync(
+    parent,
+    `import { compute, defineWorkflow, includeWorkflow, includedResult } from '@osolmaz/pi-workflows';
+import repair from './repair.workflow.mjs';
+export default defineWorkflow({
+  name: 'parent', startAt: 'check', maxSteps: 30,
+  includes: { repair: includeWorkflow(repair, { input: ({ outputs }) => ({ issue: outputs.check.issue }) }) },
+  nodes: {
+    check: compute({ run: ({ outputs }) => ({ next: outputs.repair ? 'finish' : 'repair', issue: 'bug-1' }) }),
+    finish: compute({ run: ({ outputs }) => ({ result: includedResult(repair, outputs.repair), keys: Object.keys(outputs).sort() }) }),
+  },
+  edges: [
+    { from: 'check', switch: { on: '$.next', cases: { repair: 'repair', finish: 'finish' } } },
+    { from: 'repair.completed', to: 'check' },
+    { from: 'repair.blocked', to: 'finish' },
+  ],
+});
+`,
+  );
+  const { run_id: runId } = await c.startRun(parent);
+  await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
+  let s = await c.runStatus(runId);
+  const confirm = s.decisions.find((d) => d.status === 'pending');
+  assert.equal(confirm.request.node, 'repair.confirm');
+  assert.equal(confirm.request.summary, 'fixed bug-1?');
+  // The answer resumes the run in a new child: it rebuilds the included workflow's context.
+  await c.answerCheckpoint(runId, confirm.decision_id, { ok: true });
+  const run = await c.waitForRun(runId, { timeoutMs: 20_000 });
+  assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+  assert.deepEqual(run.result, {
+    result: {
+      exit: 'completed',
+      output: { done: 'bug-1', answer: { ok: true }, input: { issue: 'bug-1' }, validated: true },
+    },
+    keys: ['check', 'repair'],
+  });
+  s = await c.runStatus(runId);
+  assert.deepEqual(
+    s.attempts.map((a) => a.node_id),
+    ['check', 'repair.fix', 'repair.confirm', 'repair.finalize', 'check', 'finish'],
+  );
+  assert.deepEqual(s.attempts[1].output, { fixed: 'bug-1', seen: [], node: 'repair.fix' });
+
+  // A changed included file: the resumed run stops for review before any of its code runs.
+  const second = await c.startRun(parent);
+  await c.waitForRun(second.run_id, { untilParked: true, timeoutMs: 20_000 });
+  const pending = (await c.runStatus(second.run_id)).decisions.find((d) => d.status === 'pending');
+  writeFileSync(childFile, child(`import { writeFileSync } from 'node:fs';\nwriteFileSync(${JSON.stringify(marker)}, 'loaded');`));
+  await c.answerCheckpoint(second.run_id, pending.decision_id, { ok: true });
+  const stopped = await c.waitForRun(second.run_id, { untilParked: true, timeoutMs: 20_000 });
+  assert.equal(stopped.status, 'review');
+  assert.match(stopped.review_reason, /source_changed.*repair\.workflow\.mjs/);
+  assert.equal(existsSync(marker), false, 'no code of the changed file ran');
+});
+
+test('the release example includes the approval example: a person replans through the mount', async () => {
+  const c = host.client;
+  const { run_id: runId } = await c.startRun(join(examples, 'release.workflow.mjs'), { sessionId: 's-release', input: { version: '1.2.0' } });
+  await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
+  const decision = (await c.runStatus(runId)).decisions.find((d) => d.status === 'pending');
+  assert.equal(decision.request.node, 'approve.approve');
+  assert.equal(decision.request.question, 'Approve the plan "release 1.2.0"?');
+  await c.answerHumanDecision(runId, decision.decision_id, { choice: 'replan', text: 'ship 1.2.1 instead' });
+  const run = await c.waitForRun(runId, { timeoutMs: 20_000 });
+  assert.equal(run.status, 'completed', run.error);
+  assert.deepEqual(run.result, { version: '1.2.0', exit: 'replanned', output: { replan: 'ship 1.2.1 instead' } });
+});
+
+test('the triage example (TypeScript): input normaliser, decision, assistant message', async () => {
+  const c = host.client;
+  const session = 's-triage';
+  const file = join(examples, 'triage.workflow.ts');
+  const refused = await c.waitForRun((await c.startRun(file, { sessionId: session, input: {} })).run_id, { timeoutMs: 20_000 });
+  assert.equal(refused.status, 'failed');
+  assert.match(refused.error, /invalid input: input.report must be a non-empty string/);
+
+  const { run_id: runId } = await c.startRun(file, { sessionId: session, input: { report: 'login is down' } });
+  await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
+  const [classify] = await c.listInteractions(session);
+  assert.match(classify.request.prompt, /login is down/);
+  const verdict = await c.submitInteraction(classify, { route: 'urgent' });
+  assert.equal((await c.waitForSubmission(runId, verdict.submission_id, { timeoutMs: 20_000 })).state, 'accepted');
+  let explain;
+  for (let i = 0; i < 1500 && !explain; i++) {
+    explain = (await c.listInteractions(session)).find((x) => x.node_id === 'explain');
+    if (!explain) await sleep(20);
+  }
+  assert.equal(explain.request.maxChars, 600);
+  await c.submitInteraction(explain, 'Nobody can sign in. Fix it first.');
+  const run = await c.waitForRun(runId, { timeoutMs: 20_000 });
+  assert.equal(run.status, 'completed', run.error);
+  assert.deepEqual(run.result, { urgent: true, explanation: 'Nobody can sign in. Fix it first.' });
 });

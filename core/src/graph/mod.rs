@@ -22,7 +22,7 @@
 //!   "edges": [
 //!     {"from": "fetch", "to": "pay"},
 //!     {"from": "pay", "switch": {"on": "$.status", "cases": {"ok": "tell", "retry": "fetch"}, "default": "ask"}},
-//!     {"from": "ask", "switch": {"on": "$result.outcome", "cases": {"succeeded": "ok", "timed_out": "msg"}}}
+//!     {"from": "ask", "switch": {"on": "$result.outcome", "cases": {"ok": "ok", "timed_out": "msg"}}}
 //!   ]
 //! }
 //! ```
@@ -59,11 +59,19 @@ pub const MAX_NODES: usize = 1_000;
 /// The longest graph name or node id, in bytes (ids are ASCII, so also in characters).
 pub const MAX_ID_LEN: usize = 128;
 
+/// The step limit of a run whose workflow sets none (the authoring reference's default).
+pub const DEFAULT_MAX_STEPS: u64 = 100;
+
+/// The highest step limit a workflow may set: with it, a runaway loop still ends after a bounded
+/// number of attempts and events.
+pub const MAX_MAX_STEPS: u64 = 10_000;
+
 /// The one `switch.on` selector that routes on how the node ended rather than on its output.
 pub const OUTCOME_SELECTOR: &str = "$result.outcome";
 
-/// The case keys a switch on [`OUTCOME_SELECTOR`] may use, one per [`Outcome`] variant.
-pub const OUTCOME_NAMES: [&str; 3] = ["succeeded", "failed", "timed_out"];
+/// The case keys a switch on [`OUTCOME_SELECTOR`] may use: one per [`Outcome`] variant, and
+/// `cancelled`, which the authoring reference allows although a cancelled run never routes.
+pub const OUTCOME_NAMES: [&str; 4] = ["ok", "failed", "timed_out", "cancelled"];
 
 /// A validated workflow graph snapshot.
 ///
@@ -82,6 +90,11 @@ pub struct Graph {
     pub nodes: BTreeMap<String, Node>,
     /// The edges; at most one leaves each node. A node without one ends the run.
     pub edges: Vec<Edge>,
+    /// The most node attempts a run may start (1..=[`MAX_MAX_STEPS`]); the host fails the run
+    /// when it would start one more. `None` means [`DEFAULT_MAX_STEPS`] (see
+    /// [`Graph::step_limit`]), and leaves the digest of a snapshot without the field unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_steps: Option<u64>,
 }
 
 /// The wire form before validation; `Graph`'s `Deserialize` goes through it.
@@ -92,6 +105,8 @@ struct RawGraph {
     start: String,
     nodes: BTreeMap<String, Node>,
     edges: Vec<Edge>,
+    #[serde(default)]
+    max_steps: Option<u64>,
 }
 
 impl TryFrom<RawGraph> for Graph {
@@ -103,6 +118,7 @@ impl TryFrom<RawGraph> for Graph {
             start: raw.start,
             nodes: raw.nodes,
             edges: raw.edges,
+            max_steps: raw.max_steps,
         };
         graph.normalize();
         graph.validate()?;
@@ -242,8 +258,9 @@ pub enum GraphError {
         /// The offending name.
         name: String,
     },
-    /// A node id is not an id (`[A-Za-z_][A-Za-z0-9_-]*`, at most 128 characters).
-    #[error("invalid node id {id:?}: expected [A-Za-z_][A-Za-z0-9_-]* of at most 128 characters")]
+    /// A node id is not ids joined by `.` (each `[A-Za-z_][A-Za-z0-9_-]*`; at most 128
+    /// characters in all).
+    #[error("invalid node id {id:?}: expected [A-Za-z_][A-Za-z0-9_-]*, or such ids joined by '.' (a mount path), of at most 128 characters")]
     InvalidNodeId {
         /// The offending id.
         id: String,
@@ -259,6 +276,12 @@ pub enum GraphError {
     MissingStart {
         /// The `start` field.
         start: String,
+    },
+    /// `max_steps` is 0 or above [`MAX_MAX_STEPS`].
+    #[error("max_steps {max_steps} is out of range: expected 1 to 10000")]
+    InvalidMaxSteps {
+        /// The offending limit.
+        max_steps: u64,
     },
     /// A node has `timeout_ms: 0`.
     #[error("node {node:?} has timeout_ms 0; a timeout must be at least 1 ms")]
@@ -330,8 +353,9 @@ pub enum GraphError {
         /// The offending selector.
         on: String,
     },
-    /// A switch on `$result.outcome` has a case other than `succeeded`, `failed`, `timed_out`.
-    #[error("edge {edge} from {from:?} switches on $result.outcome with case {case:?}: expected succeeded, failed or timed_out")]
+    /// A switch on `$result.outcome` has a case other than `ok`, `failed`, `timed_out`,
+    /// `cancelled`.
+    #[error("edge {edge} from {from:?} switches on $result.outcome with case {case:?}: expected ok, failed, timed_out or cancelled")]
     InvalidOutcomeCase {
         /// The edge's index in `edges`.
         edge: usize,
@@ -418,6 +442,9 @@ impl Graph {
         graph.insert("start".into(), Value::String(self.start.clone()));
         graph.insert("nodes".into(), Value::Object(nodes));
         graph.insert("edges".into(), Value::Array(edges));
+        if let Some(max_steps) = self.max_steps {
+            graph.insert("max_steps".into(), Value::from(max_steps));
+        }
         Value::Object(graph)
     }
 
@@ -426,6 +453,12 @@ impl Graph {
     /// edge order does (edges are a list).
     pub fn digest(&self) -> String {
         sha256_hex(canonical_json(&self.to_value()).as_bytes())
+    }
+
+    /// The most node attempts a run of this graph may start: `max_steps`, else
+    /// [`DEFAULT_MAX_STEPS`].
+    pub fn step_limit(&self) -> u64 {
+        self.max_steps.unwrap_or(DEFAULT_MAX_STEPS)
     }
 
     /// The node with this id.
@@ -492,7 +525,7 @@ mod tests {
             "edges": [
                 {"from": "fetch", "to": "pay"},
                 {"from": "pay", "switch": {"on": "$.status", "cases": {"ok": "tell", "retry": "fetch"}, "default": "ask"}},
-                {"from": "ask", "switch": {"on": "$result.outcome", "cases": {"succeeded": "ok", "timed_out": "msg"}}},
+                {"from": "ask", "switch": {"on": "$result.outcome", "cases": {"ok": "ok", "timed_out": "msg"}}},
                 {"from": "ok", "to": "ship"}
             ]
         })
@@ -592,6 +625,27 @@ mod tests {
         let b = Graph::parse(&serde_json::from_str(reversed).expect("json")).expect("valid");
         assert_eq!(a, b);
         assert_eq!(a.digest(), b.digest());
+    }
+
+    #[test]
+    fn max_steps_defaults_to_100_is_checked_and_only_a_set_limit_changes_the_digest() {
+        let without = Graph::parse(&sample()).expect("valid");
+        assert_eq!(without.max_steps, None);
+        assert_eq!(without.step_limit(), DEFAULT_MAX_STEPS);
+        assert!(without.to_value().get("max_steps").is_none());
+        let mut v = sample();
+        v["max_steps"] = json!(7);
+        let with = Graph::parse(&v).expect("valid");
+        assert_eq!(with.step_limit(), 7);
+        assert_eq!(Graph::parse(&with.to_value()).expect("round trip"), with);
+        assert_ne!(with.digest(), without.digest());
+        for bad in [0, MAX_MAX_STEPS + 1] {
+            v["max_steps"] = json!(bad);
+            assert_eq!(
+                Graph::parse(&v),
+                Err(GraphError::InvalidMaxSteps { max_steps: bad })
+            );
+        }
     }
 
     #[test]

@@ -19,10 +19,12 @@ pub enum Outcome<'a> {
 }
 
 impl Outcome<'_> {
-    /// The name a switch on `$result.outcome` matches: `succeeded`, `failed` or `timed_out`.
+    /// The name a switch on `$result.outcome` matches: `ok`, `failed` or `timed_out` (the
+    /// authoring reference's names; `cancelled` is a valid case but never routes, because a
+    /// cancelled run ends where it is).
     pub fn name(&self) -> &'static str {
         match self {
-            Outcome::Succeeded(_) => "succeeded",
+            Outcome::Succeeded(_) => "ok",
             Outcome::Failed(_) => "failed",
             Outcome::TimedOut => "timed_out",
         }
@@ -107,7 +109,10 @@ impl<'a> Selector<'a> {
         if on == OUTCOME_SELECTOR {
             return Some(Selector::Outcome);
         }
-        let path = on.strip_prefix("$.")?;
+        // `$output.x` is the reference's long spelling of `$.x`.
+        let path = on
+            .strip_prefix("$.")
+            .or_else(|| on.strip_prefix("$output."))?;
         if path.split('.').all(|segment| !segment.is_empty()) {
             Some(Selector::Path(path))
         } else {
@@ -170,10 +175,10 @@ impl Graph {
     /// - No outgoing edge: success completes the run; failure fails it with the node's error; a
     ///   timeout fails it with `timed_out: true`.
     /// - A `to` edge: success continues there; failure and timeout as above.
-    /// - A switch on `$result.outcome`: the case named `succeeded`, `failed` or `timed_out`, else
-    ///   the default. With neither, failure and timeout as above, and success fails the run with
-    ///   `no route for outcome succeeded from node X`.
-    /// - A switch on `$.path` routes successes only: the value at the path (a string as itself,
+    /// - A switch on `$result.outcome`: the case named `ok`, `failed` or `timed_out`, else the
+    ///   default. With neither, failure and timeout as above, and success fails the run with
+    ///   `no route for outcome ok from node X`.
+    /// - A switch on `$.path` (or `$output.path`) routes successes only: the value at the path (a string as itself,
     ///   anything else as canonical JSON; a missing value matches no case) picks a case, else the
     ///   default, else the run fails with `no case of switch on $.path matches value V from node
     ///   X`. Failure and timeout as above.
@@ -203,7 +208,7 @@ impl Graph {
                 Some(next) => Route::Next(next),
                 None => match outcome {
                     Outcome::Succeeded(_) => Route::Fail {
-                        error: format!("no route for outcome succeeded from node {from}"),
+                        error: format!("no route for outcome ok from node {from}"),
                         timed_out: false,
                     },
                     _ => fall_through(from, outcome),
@@ -336,7 +341,7 @@ mod tests {
 
     #[test]
     fn outcome_names() {
-        assert_eq!(OK.name(), "succeeded");
+        assert_eq!(OK.name(), "ok");
         assert_eq!(Outcome::Failed("x").name(), "failed");
         assert_eq!(Outcome::TimedOut.name(), "timed_out");
     }
@@ -392,7 +397,7 @@ mod tests {
     fn outcome_switch_cases() {
         let g = switch_graph(
             "$result.outcome",
-            json!({"succeeded": "b", "failed": "c", "timed_out": "d"}),
+            json!({"ok": "b", "failed": "c", "timed_out": "d"}),
             None,
         );
         assert!(g.has_outcome_route("a"));
@@ -414,10 +419,10 @@ mod tests {
         let g = switch_graph("$result.outcome", json!({"failed": "b"}), None);
         assert_eq!(
             g.route("a", &OK),
-            Ok(fail("no route for outcome succeeded from node a"))
+            Ok(fail("no route for outcome ok from node a"))
         );
         assert_eq!(g.route("a", &Outcome::TimedOut), Ok(timed_out("a")));
-        let g = switch_graph("$result.outcome", json!({"succeeded": "b"}), None);
+        let g = switch_graph("$result.outcome", json!({"ok": "b"}), None);
         assert_eq!(g.route("a", &Outcome::Failed("boom")), Ok(fail("boom")));
     }
 

@@ -4,7 +4,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{clip, Edge, Graph, GraphError, NodeKind, MAX_ID_LEN, MAX_NODES, OUTCOME_NAMES};
+use super::{
+    clip, Edge, Graph, GraphError, NodeKind, MAX_ID_LEN, MAX_MAX_STEPS, MAX_NODES, OUTCOME_NAMES,
+};
 use crate::graph::route::Selector;
 
 /// Checks every rule; see [`Graph::validate`].
@@ -14,13 +16,16 @@ pub(super) fn validate(graph: &Graph) -> Result<(), GraphError> {
             name: clip(&graph.name),
         });
     }
+    if let Some(max_steps) = graph.max_steps.filter(|n| !(1..=MAX_MAX_STEPS).contains(n)) {
+        return Err(GraphError::InvalidMaxSteps { max_steps });
+    }
     if graph.nodes.len() > MAX_NODES {
         return Err(GraphError::TooManyNodes {
             count: graph.nodes.len(),
         });
     }
     for (id, node) in &graph.nodes {
-        if !is_id(id) {
+        if !is_node_id(id) {
             return Err(GraphError::InvalidNodeId { id: clip(id) });
         }
         if node.timeout_ms == Some(0) {
@@ -66,6 +71,12 @@ pub(super) fn is_id(text: &str) -> bool {
         && bytes
             .iter()
             .all(|b| b.is_ascii_alphanumeric() || *b == b'_' || *b == b'-')
+}
+
+/// Whether `text` is a node id: ids joined by `.` (the mount path of a node of an included
+/// workflow, such as `review.check`), at most [`MAX_ID_LEN`] long in all.
+pub(super) fn is_node_id(text: &str) -> bool {
+    text.len() <= MAX_ID_LEN && text.split('.').all(is_id)
 }
 
 /// One edge on its own: shape, source, selector, case keys, targets.
@@ -203,6 +214,16 @@ mod tests {
             &"a".repeat(MAX_ID_LEN + 1),
         ] {
             assert!(!is_id(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn node_ids_may_carry_a_mount_path() {
+        for good in ["a", "review.check", "a.b.c-1", "_._"] {
+            assert!(is_node_id(good), "{good}");
+        }
+        for bad in ["", "a.", ".a", "a..b", "a.9b", "a b.c", &"a.".repeat(65)] {
+            assert!(!is_node_id(bad), "{bad}");
         }
     }
 
@@ -387,7 +408,7 @@ mod tests {
             json!({"from": "a", "to": "c"}),
             json!({"from": "a", "switch": {"on": "$.x", "cases": {"1": "b", "2": "c"}}}),
             json!({"from": "a", "switch": {"on": "$.x", "cases": {"1": "b"}, "default": "c"}}),
-            json!({"from": "a", "switch": {"on": "$result.outcome", "cases": {"failed": "c", "succeeded": "b"}}}),
+            json!({"from": "a", "switch": {"on": "$result.outcome", "cases": {"failed": "c", "ok": "b"}}}),
         ];
         for edge in bad_edges {
             let mut v = base();
@@ -465,22 +486,22 @@ mod tests {
         let mut v = base();
         v["edges"] = json!([{"from": "a", "switch": {
             "on": "$result.outcome",
-            "cases": {"succeeded": "b", "cancelled": "b"}
+            "cases": {"ok": "b", "succeeded": "b"}
         }}]);
         assert_eq!(
             parse_err(v),
             GraphError::InvalidOutcomeCase {
                 edge: 0,
                 from: "a".into(),
-                case: "cancelled".into()
+                case: "succeeded".into()
             }
         );
         let mut v = base();
         v["edges"] = json!([{"from": "a", "switch": {
             "on": "$result.outcome",
-            "cases": {"succeeded": "b", "failed": "a", "timed_out": "b"}
+            "cases": {"ok": "b", "failed": "a", "timed_out": "b", "cancelled": "b"}
         }}]);
-        Graph::parse(&v).expect("all three outcomes are allowed");
+        Graph::parse(&v).expect("all four outcomes are allowed");
         // Path switches take any case key.
         let mut v = base();
         v["edges"] =

@@ -642,6 +642,9 @@ pub fn apply_worker(
             )? {
                 return Ok(refused);
             }
+            if let Some(refused) = check_step_limit(w, &claim, &graph, &attempt_id, &outcome)? {
+                return Ok(refused);
+            }
             let deadline = deadline_for(w, &graph, &t.next_node);
             let done = w.transition(
                 &claim,
@@ -870,7 +873,20 @@ fn worker_hello(
         Some(output) => output,
         None => input.clone(),
     };
-    let mut reply = json!({ "mode": mode.as_str(), "resume": resume, "input": input, "node_input": node_input, "definition": graph.as_ref().map(Graph::to_value), "features": payload::HOST_FEATURES });
+    // Outcome names as a workflow routes on them (`$result.outcome`).
+    let results: Vec<Value> = w
+        .latest_results(run_id)?
+        .into_iter()
+        .map(|r| {
+            let outcome = if r.status == "succeeded" {
+                "ok"
+            } else {
+                r.status.as_str()
+            };
+            json!({ "node": r.node, "outcome": outcome, "output": r.output, "error": r.error, "visits": r.finished })
+        })
+        .collect();
+    let mut reply = json!({ "mode": mode.as_str(), "resume": resume, "input": input, "node_input": node_input, "results": results, "definition": graph.as_ref().map(Graph::to_value), "features": payload::HOST_FEATURES });
     // After a lost child, the next one reports every step as it takes it: the host then knows
     // which node was running if this child dies too (steps reported together would leave the
     // loss on the last node the host heard of).
@@ -1000,6 +1016,9 @@ fn apply_earlier_steps(
         )? {
             return Ok(Err(refused));
         }
+        if let Some(refused) = check_step_limit(w, claim, graph, &attempt_id, &outcome)? {
+            return Ok(Err(refused));
+        }
         let done = w.transition(
             claim,
             &TransitionRequest {
@@ -1073,6 +1092,34 @@ fn check_route(
             Ok(Some(json!({ "refused": error, "status": "failed" })))
         }
     }
+}
+
+/// Fails the run when the transition would open more attempts than the graph's step limit
+/// (`maxSteps`, default 100): the host's bound on every loop, whatever the child does. The
+/// attempt that is ending keeps its own outcome; the run fails with the reason.
+fn check_step_limit(
+    w: &mut WriteTx<'_>,
+    claim: &Claim,
+    graph: &Graph,
+    attempt_id: &str,
+    outcome: &AttemptOutcome,
+) -> Result<Option<Value>, StoreError> {
+    let limit = graph.step_limit();
+    if w.attempt_count(&claim.run_id)? < limit {
+        return Ok(None);
+    }
+    let error = format!(
+        "the run reached its step limit: maxSteps is {limit} and every step was used (a loop in the graph did not end)"
+    );
+    // A timed-out node that would route on is still a step-limit failure, not a timeout.
+    let closing = match outcome {
+        AttemptOutcome::TimedOut => AttemptOutcome::Failed {
+            error: error.clone(),
+        },
+        other => other.clone(),
+    };
+    w.fail(claim, Some(attempt_id), &closing, &error)?;
+    Ok(Some(json!({ "refused": error, "status": "failed" })))
 }
 
 /// Child reports of one batch: the pids of started children are recorded in one

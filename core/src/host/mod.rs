@@ -138,7 +138,12 @@ const HOST_CHECKPOINT_FRAMES: u32 = 4_000;
 pub const MAX_STANDBY_WORKERS: u64 = 16;
 
 /// Suffixes the Node worker runtime serves (Node 22 strips TypeScript types natively).
-pub const NODE_WORKFLOW_SUFFIXES: [&str; 3] = [".workflow.mjs", ".workflow.js", ".workflow.ts"];
+pub const NODE_WORKFLOW_SUFFIXES: [&str; 4] = [
+    ".workflow.mjs",
+    ".workflow.js",
+    ".workflow.ts",
+    ".workflow.mts",
+];
 
 /// The Node worker runtime's entries: `PIW_NODE_WORKER` (the runtime's entry script) run by
 /// `PIW_NODE` (default `node` on `PATH`). Without `PIW_NODE_WORKER`, a source checkout's

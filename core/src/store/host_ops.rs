@@ -228,6 +228,58 @@ impl WriteTx<'_> {
             .optional()?)
     }
 
+    /// How many attempts the run has opened: the steps its graph's step limit counts.
+    pub fn attempt_count(&self, run_id: &str) -> StoreResult<u64> {
+        let count: i64 = self
+            .conn()
+            .prepare_cached("SELECT COUNT(*) FROM attempts WHERE run_id = ?1")?
+            .query_row([run_id], |r| r.get(0))?;
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
+    /// The latest finished attempt of every node of the run, in the order they finished: what
+    /// a node's context holds as `results` (and, for the `succeeded` ones, `outputs`), so a
+    /// resumed child sees exactly the context an uninterrupted one would have.
+    pub fn latest_results(&self, run_id: &str) -> StoreResult<Vec<NodeResult>> {
+        let mut stmt = self.conn().prepare_cached(
+            "SELECT a.node_id, a.status, a.output, a.error,
+                    (SELECT COUNT(*) FROM attempts c
+                     WHERE c.run_id = a.run_id AND c.node_id = a.node_id
+                       AND c.status IN ('succeeded', 'failed', 'timed_out'))
+             FROM attempts a
+             WHERE a.run_id = ?1 AND a.status IN ('succeeded', 'failed', 'timed_out')
+               AND a.rowid = (SELECT MAX(b.rowid) FROM attempts b
+                              WHERE b.run_id = a.run_id AND b.node_id = a.node_id
+                                AND b.status IN ('succeeded', 'failed', 'timed_out'))
+             ORDER BY a.rowid",
+        )?;
+        let rows = stmt.query_map([run_id], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, Option<String>>(2)?,
+                r.get::<_, Option<String>>(3)?,
+                r.get::<_, i64>(4)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (node, status, output, error, finished) = row?;
+            let output = match output {
+                Some(text) => serde_json::from_str(&text)?,
+                None => Value::Null,
+            };
+            out.push(NodeResult {
+                node,
+                status,
+                output,
+                error,
+                finished: u64::try_from(finished).unwrap_or(0),
+            });
+        }
+        Ok(out)
+    }
+
     /// The output of the run's latest succeeded attempt: the input of the node a resumed child
     /// continues with (`None` before any node succeeded; the run's input applies then).
     pub fn last_node_output(&self, run_id: &str) -> StoreResult<Option<Value>> {
@@ -329,4 +381,20 @@ impl Store {
             )?
             .query_row([self.now_ms()], |r| r.get(0))?)
     }
+}
+
+/// The latest finished attempt of one node of a run (see [`WriteTx::latest_results`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeResult {
+    /// The node id.
+    pub node: String,
+    /// `succeeded`, `failed` or `timed_out`.
+    pub status: String,
+    /// The output (`null` unless it succeeded).
+    pub output: Value,
+    /// The error of a failed attempt.
+    pub error: Option<String>,
+    /// How many attempts of the node finished (its visits so far; an interrupted attempt does
+    /// not count, so a node rerun after a crash is the same visit).
+    pub finished: u64,
 }

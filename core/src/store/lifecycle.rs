@@ -1128,6 +1128,46 @@ impl WriteTx<'_> {
         Ok(())
     }
 
+    /// Answers a due human decision with the response its request saved for a timeout
+    /// (`extra.onTimeout.response`, the workflow's `onTimeout`), if it has one: the answer is
+    /// `{choice, text, provenance: "timeout"}`, `answered_by` is empty (nobody answered), and
+    /// the attempt's deadline is cleared so the run continues with it like with any answer.
+    /// Returns whether it did.
+    fn answer_with_timeout_response(&mut self, decision_id: &str) -> StoreResult<bool> {
+        let (kind, request, attempt_id): (String, Option<String>, String) = self
+            .conn()
+            .prepare_cached(
+                "SELECT kind, request, attempt_id FROM decisions WHERE decision_id = ?1",
+            )?
+            .query_row([decision_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        if parse_enum(&kind, DecisionKind::parse, "decision kind")? != DecisionKind::HumanDecision {
+            return Ok(false);
+        }
+        let request: Value = match request {
+            Some(text) => serde_json::from_str(&text)?,
+            None => return Ok(false),
+        };
+        let Some(choice) = request
+            .pointer("/extra/onTimeout/response/choice")
+            .and_then(Value::as_str)
+        else {
+            return Ok(false);
+        };
+        let text = request
+            .pointer("/extra/onTimeout/response/text")
+            .cloned()
+            .unwrap_or(Value::Null);
+        let answer = json!({ "choice": choice, "text": text, "provenance": "timeout" });
+        self.clear_deadline_answered_in_time(&attempt_id)?;
+        self.conn()
+            .prepare_cached(
+                "UPDATE decisions SET status = 'answered', answer = ?2, answered_by = NULL,
+                        answered_at = ?3 WHERE decision_id = ?1",
+            )?
+            .execute(params![decision_id, answer.to_string(), self.now])?;
+        Ok(true)
+    }
+
     /// Closes a pending decision whose attempt's deadline (the node's `timeout_ms`) has passed
     /// and queues the run, so a child records the same attempt as timed out and routes it, as
     /// for an expired interaction. The decision is `cancelled`: nobody answered it in time.
@@ -1190,6 +1230,16 @@ impl WriteTx<'_> {
             ));
         }
         self.authorize(&run_id, Fence::Unclaimed, kind.op)?;
+        if kind.op == Op::ExpireDecision && self.answer_with_timeout_response(id)? {
+            self.set_status(&run_id, RunStatus::Queued)?;
+            self.set_available(&run_id, self.now)?;
+            self.finish_run_write(
+                &run_id,
+                "decision_answered",
+                json!({ "decision": id, "by": "timeout" }),
+            )?;
+            return Ok(());
+        }
         self.conn()
             .prepare_cached(kind.close)?
             .execute(params![id, self.now])?;
@@ -1875,17 +1925,20 @@ pub(crate) fn invalid(run_id: &str, op: Op, status: RunStatus, detail: String) -
 
 /// Node ids follow the graph's identifier rule so they are safe in paths, logs and routes.
 fn validate_node_id(node_id: &str) -> StoreResult<()> {
-    let mut chars = node_id.chars();
-    let ok = node_id.len() <= 128
-        && chars
+    // Ids joined by `.`: a node of an included workflow carries its mount path.
+    let segment_ok = |segment: &str| {
+        let mut chars = segment.chars();
+        chars
             .next()
             .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    };
+    let ok = node_id.len() <= 128 && node_id.split('.').all(segment_ok);
     if ok {
         Ok(())
     } else {
         Err(StoreError::InvalidInput(format!(
-            "node id {node_id:?} must match [A-Za-z_][A-Za-z0-9_-]* (at most 128 characters)"
+            "node id {node_id:?} must match [A-Za-z_][A-Za-z0-9_-]*, or such ids joined by '.' (at most 128 characters)"
         )))
     }
 }

@@ -60,15 +60,15 @@ fn run() -> Result<(), WorkerError> {
         return stop_for_review(env, &changed.to_string());
     }
     let fixture_path = PathBuf::from(&env.source_root);
-    // A workflow file that cannot be loaded stops the run for review with the reason, as the
-    // Node runtime does: relaunching cannot help, and the user must see why.
+    // A workflow file that cannot be loaded fails the run at once with the reason, as the Node
+    // runtime does: relaunching cannot help, and the user must see why.
     let fixture: Value = match std::fs::read(&fixture_path)
         .map_err(|e| e.to_string())
         .and_then(|bytes| {
             serde_json::from_slice(&bytes).map_err(|e| format!("the file is not JSON: {e}"))
         }) {
         Ok(fixture) => fixture,
-        Err(why) => return stop_for_review(env, &format!("cannot load the workflow: {why}")),
+        Err(why) => return fail_to_load(env, &format!("cannot load the workflow: {why}")),
     };
     let mounts = resolve_mounts(&fixture_path, &fixture)?;
     // "Load the module": its side effects happen only after verification.
@@ -86,7 +86,7 @@ fn run() -> Result<(), WorkerError> {
     let graph_value = fixture["graph"].clone();
     let graph = match Graph::parse(&graph_value) {
         Ok(graph) => graph,
-        Err(e) => return stop_for_review(env, &format!("cannot load the workflow: {e}")),
+        Err(e) => return fail_to_load(env, &format!("cannot load the workflow: {e}")),
     };
     let behaviors = fixture["behaviors"].clone();
     let mut w = Worker::connect(env)?;
@@ -433,6 +433,14 @@ fn stop_for_review(env: LaunchEnvelope, reason: &str) -> Result<(), WorkerError>
     let mut w = Worker::connect(env)?;
     w.hello(None, &BTreeMap::new())?;
     w.fail(reason, true)?;
+    Ok(())
+}
+
+/// Fails the run: its workflow cannot load, and would not in any new child either.
+fn fail_to_load(env: LaunchEnvelope, reason: &str) -> Result<(), WorkerError> {
+    let mut w = Worker::connect(env)?;
+    w.hello(None, &BTreeMap::new())?;
+    w.fail(reason, false)?;
     Ok(())
 }
 
