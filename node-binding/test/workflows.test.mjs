@@ -64,7 +64,7 @@ test('a failing node routes on $result.outcome; without such an edge the run fai
   assert.match(failed.error, /no route for this/);
   const { attempts } = await c.runStatus(runId);
   assert.deepEqual(
-    attempts.map((a) => [a.node_id, a.status]),
+    attempts.map((a) => [a.node_id, a.status]).reverse(), // newest first
     [['risky', 'failed'], ['recover', 'succeeded'], ['strict', 'failed']],
   );
 });
@@ -224,7 +224,7 @@ test('node code that throws or returns what JSON cannot hold fails the node, not
   const run = await c.waitForRun(runId, { timeoutMs: 20_000 });
   assert.equal(run.status, 'completed', JSON.stringify(run));
   const { attempts } = await c.runStatus(runId);
-  const failed = attempts.filter((a) => a.status === 'failed');
+  const failed = attempts.filter((a) => a.status === 'failed').reverse(); // oldest first
   assert.match(failed[0].error, /the output is not JSON/);
   assert.match(failed[1].error, /effect.key: no key/);
   assert.deepEqual(run.result, { attempt: 'string' });
