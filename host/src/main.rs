@@ -124,6 +124,48 @@ enum RunCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Answer the ordinary checkpoint a run waits for.
+    Answer {
+        run_id: String,
+        /// The answer: JSON, or plain text (sent as a JSON string).
+        #[arg(required_unless_present = "input", conflicts_with = "input")]
+        answer: Option<String>,
+        /// The answer as JSON, from `@file` or `-` (stdin) or inline.
+        #[arg(long, value_parser = parse_json)]
+        input: Option<Value>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Answer the protected human decision a run waits for, as the person deciding: the
+    /// answer is `{"choice": CHOICE, "text": TEXT}` (`text` only when given).
+    Decide {
+        run_id: String,
+        choice: String,
+        text: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Submit a result for the interactive step a run waits for (the workflow validates it).
+    Submit {
+        run_id: String,
+        /// The result as JSON.
+        #[arg(required_unless_present = "input", conflicts_with = "input", value_parser = parse_json)]
+        result: Option<Value>,
+        /// The result as JSON, from `@file` or `-` (stdin) or inline.
+        #[arg(long, value_parser = parse_json)]
+        input: Option<Value>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Wait until a run finishes (or stops for review) and print how it ended.
+    Wait {
+        run_id: String,
+        /// Give up after this many seconds (exit 1; the run goes on).
+        #[arg(long, value_name = "SECS")]
+        timeout: Option<u64>,
+        #[arg(long)]
+        json: bool,
+    },
     /// A run in review: run its current node again (once the cause of its lost children is
     /// fixed, or a changed source is put back). Refused while an effect is uncertain.
     Retry {
@@ -151,6 +193,35 @@ enum RunCmd {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// The pending decision of `kind` (`checkpoint` or `human_decision`) run `run_id` waits for.
+fn pending_decision(
+    client: &mut BlockingClient,
+    run_id: &str,
+    kind: &str,
+) -> Result<String, CliError> {
+    let status = client.send(run_request(
+        run_id,
+        RequestBody::RunStatus(Default::default()),
+    ))?;
+    status.body["decisions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|d| d["status"] == "pending" && d["kind"] == kind)
+        .map(|d| str_of(&d["decision_id"]))
+        .ok_or_else(|| {
+            let what = if kind == "checkpoint" {
+                "a checkpoint answer (`piw run answer`)"
+            } else {
+                "a person's decision (`piw run decide`)"
+            };
+            CliError::Runtime(format!(
+                "run {run_id} does not wait for {what} (the run {})",
+                status_words(&str_of(&status.body["run"]["status"]))
+            ))
+        })
 }
 
 /// Who a person's command on a run is from: the login name, kept in the run's events.
@@ -316,9 +387,28 @@ fn status_words(status: &str) -> String {
 }
 
 /// `--input`: JSON, checked while the command line is parsed (a usage error, before any host
-/// is started).
+/// is started). `@path` reads it from a file, `-` from stdin.
 fn parse_json(text: &str) -> Result<Value, String> {
-    serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))
+    let read;
+    let source = if text == "-" {
+        let mut buf = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut buf)
+            .map_err(|e| format!("cannot read stdin: {e}"))?;
+        read = buf;
+        read.as_str()
+    } else if let Some(path) = text.strip_prefix('@') {
+        read = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+        read.as_str()
+    } else {
+        text
+    };
+    serde_json::from_str(source).map_err(|e| format!("not JSON: {e}"))
+}
+
+/// An answer on the command line: JSON when it parses as JSON, otherwise the text itself (a
+/// JSON string), so `piw run answer RUN yes` needs no quoting.
+fn json_or_text(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
 }
 
 fn host_bin() -> PathBuf {
@@ -832,6 +922,90 @@ fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {
             client.send(run_request(&run_id, RequestBody::RunResume))?,
             json,
         ),
+        RunCmd::Answer {
+            run_id,
+            answer,
+            input,
+            json,
+        } => {
+            let answer = input.unwrap_or_else(|| json_or_text(&answer.unwrap_or_default()));
+            let decision = pending_decision(&mut client, &run_id, "checkpoint")?;
+            (
+                client.send(run_request(
+                    &run_id,
+                    RequestBody::CheckpointAnswer(payload::DecisionAnswer {
+                        decision_id: decision,
+                        answer,
+                    }),
+                ))?,
+                json,
+            )
+        }
+        RunCmd::Decide {
+            run_id,
+            choice,
+            text,
+            json,
+        } => {
+            let mut answer = json!({ "choice": choice });
+            if let Some(text) = text {
+                answer["text"] = json!(text);
+            }
+            let decision = pending_decision(&mut client, &run_id, "human_decision")?;
+            (
+                client.send(run_request(
+                    &run_id,
+                    RequestBody::DecisionAnswer(payload::DecisionAnswer {
+                        decision_id: decision,
+                        answer,
+                    }),
+                ))?,
+                json,
+            )
+        }
+        RunCmd::Submit {
+            run_id,
+            result,
+            input,
+            json,
+        } => {
+            let result = input.or(result).unwrap_or(Value::Null);
+            let status = client.send(run_request(
+                &run_id,
+                RequestBody::RunStatus(Default::default()),
+            ))?;
+            let open = status.body["interactions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|i| i["status"] == "pending")
+                .cloned()
+                .ok_or_else(|| {
+                    CliError::Runtime(format!(
+                        "run {run_id} waits for no interactive step (the run {})",
+                        status_words(&str_of(&status.body["run"]["status"]))
+                    ))
+                })?;
+            let request = Request::new(
+                piw_core::ids::new_id("cli"),
+                RequestBody::InteractionSubmit(payload::InteractionSubmit {
+                    interaction_id: str_of(&open["interaction_id"]),
+                    result,
+                }),
+            )
+            .with_run_id(&run_id)
+            .with_node_id(str_of(&open["node_id"]))
+            .with_attempt_id(str_of(&open["attempt_id"]));
+            (client.send(request)?, json)
+        }
+        RunCmd::Wait {
+            run_id,
+            timeout,
+            json,
+        } => {
+            let deadline = timeout.map(|s| std::time::Instant::now() + Duration::from_secs(s));
+            return wait_for_run(paths, client, &run_id, json, deadline);
+        }
         RunCmd::Retry {
             run_id,
             reason,
@@ -901,7 +1075,11 @@ fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {
                 str_of(&run["current_node"]),
                 run["revision"]
             );
+            if !run["result"].is_null() {
+                text.push_str(&format!("\nresult {}", run["result"]));
+            }
             text.push_str(&why_lines(run));
+            text.push_str(&request_lines(b));
             text.push_str(&last_child_lines(&b["last_child"]));
             text
         } else {
@@ -925,6 +1103,51 @@ fn why_lines(run: &Value) -> String {
         .iter()
         .filter_map(|(label, key)| run[*key].as_str().map(|why| format!("\n{label} {why}")))
         .collect()
+}
+
+/// What a waiting run asks, one block per open request: the question (the workflow's
+/// request), its id, and the command that answers it.
+fn request_lines(status: &Value) -> String {
+    let run_id = str_of(&status["run"]["run_id"]);
+    let mut text = String::new();
+    for d in status["decisions"].as_array().into_iter().flatten() {
+        if d["status"] != "pending" {
+            continue;
+        }
+        let (what, how) = if d["kind"] == "human_decision" {
+            (
+                "a person's decision",
+                format!("piw run decide {run_id} <choice> [text]"),
+            )
+        } else {
+            (
+                "a checkpoint answer",
+                format!("piw run answer {run_id} <answer>"),
+            )
+        };
+        text.push_str(&format!(
+            "\nwaits for {what} ({}) at node {}: {}\n  answer with `{how}`",
+            str_of(&d["decision_id"]),
+            str_of(&d["node_id"]),
+            d["request"]
+        ));
+    }
+    for i in status["interactions"].as_array().into_iter().flatten() {
+        if i["status"] != "pending" && i["status"] != "validating" {
+            continue;
+        }
+        text.push_str(&format!(
+            "\nwaits for a result for interactive step {} ({}) at node {}: {}\n  submit with `piw run submit {run_id} <json>`",
+            str_of(&i["interaction_id"]),
+            str_of(&i["kind"]),
+            str_of(&i["node_id"]),
+            i["request"]
+        ));
+        if let Some(error) = i["last_submission"]["error"].as_str() {
+            text.push_str(&format!("\n  the last result was rejected: {error}"));
+        }
+    }
+    text
 }
 
 /// How the run's newest child ended (or that it runs) and the end of what it wrote to stderr:

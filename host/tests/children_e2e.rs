@@ -745,6 +745,63 @@ fn cancelling_kills_the_whole_process_group_after_the_grace() {
     env.stop(host);
 }
 
+/// A descendant that left the child's process group (`setsid`, Node's `detached: true`) and
+/// ignores SIGTERM is still stopped by a cancel: the host finds the child's descendants through
+/// their parent ids before it signals the group, and kills those after the grace. Before, it
+/// survived the cancel under init.
+#[test]
+fn cancelling_kills_a_detached_grandchild_too() {
+    let env = Env::new(&[("PIW_KILL_GRACE_MS", "300")]);
+    let host = env.serve(None);
+    let pid_file = env.path("detached.pid");
+    let file = env.one_node(
+        "detaching",
+        json!({"detached_grandchild": pid_file.display().to_string()}),
+    );
+    let run_id = env.start(&file, json!({}));
+    let start = Instant::now();
+    let grandchild: i32 = loop {
+        if let Some(pid) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            break pid;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "grandchild never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // Killed whatever the assertions find, so it never outlives the test.
+    struct Kill(i32);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            // SAFETY: kill has no memory preconditions; the pid is this test's grandchild.
+            unsafe { libc::kill(self.0, libc::SIGKILL) };
+        }
+    }
+    let _cleanup = Kill(grandchild);
+    env.client()
+        .send(
+            Request::new(
+                "cancel",
+                RequestBody::RunCancel(payload::RunCancel { reason: None }),
+            )
+            .with_run_id(&run_id),
+        )
+        .unwrap();
+    let start = Instant::now();
+    while Path::new(&format!("/proc/{grandchild}")).exists() && !is_zombie(grandchild) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "detached grandchild {grandchild} survived the cancel"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    env.stop(host);
+}
+
 fn is_zombie(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|s| {

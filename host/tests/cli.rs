@@ -900,6 +900,140 @@ fn a_person_resolves_an_uncertain_effect_from_the_command_line() {
     assert_eq!(lines.lines().count(), 1, "applied once: {lines}");
 }
 
+/// A person answers from the command line: `piw run status` shows what a waiting run asks
+/// (the question, its id, the command that answers it), `piw run answer` answers a checkpoint
+/// (plain text or `--input @file`), `piw run decide` a protected decision, `piw run submit` an
+/// interactive step (`--input -` from stdin), and `piw run wait` re-attaches to the run.
+#[test]
+fn a_person_answers_decides_submits_and_waits_from_the_command_line() {
+    use std::io::Write as _;
+    let h = home();
+    let asks = |name: &str, behavior: Value| {
+        workflow_file(
+            &h,
+            name,
+            &serde_json::json!({
+                "graph": {"name": name, "start": "ask",
+                          "nodes": {"ask": {"kind": behavior["kind"]}, "done": {"kind": "compute"}},
+                          "edges": [{"from": "ask", "to": "done"}]},
+                "behaviors": {"ask": behavior["behavior"], "done": {}}
+            }),
+        )
+    };
+    let start = |file: &Path| {
+        let o = piw(
+            &h.home,
+            &[
+                "run",
+                "start",
+                file.to_str().unwrap(),
+                "--session",
+                "s1",
+                "--json",
+            ],
+        );
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        let run_id = json_of(&o)["run_id"].as_str().unwrap().to_owned();
+        wait_status(&h.home, &run_id, &["waiting"]);
+        run_id
+    };
+    let wait = |run_id: &str| {
+        let o = piw(
+            &h.home,
+            &["run", "wait", run_id, "--timeout", "30", "--json"],
+        );
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        json_of(&o)
+    };
+
+    // A checkpoint, answered in plain text.
+    let file = asks(
+        "check",
+        serde_json::json!({"kind": "checkpoint", "behavior": {"wait": "checkpoint"}}),
+    );
+    let run_id = start(&file);
+    let shown = text(&piw(&h.home, &["run", "status", &run_id]));
+    assert!(
+        shown.contains("waits for a checkpoint answer (dec-"),
+        "{shown}"
+    );
+    assert!(shown.contains(r#"{"question":"continue?"}"#), "{shown}");
+    assert!(
+        shown.contains(&format!("piw run answer {run_id} <answer>")),
+        "{shown}"
+    );
+    // The wrong command says what the run waits for instead.
+    let o = piw(&h.home, &["run", "decide", &run_id, "approve"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("does not wait for a person's decision"),
+        "{}",
+        text(&o)
+    );
+    let o = piw(&h.home, &["run", "answer", &run_id, "yes"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let done = wait(&run_id);
+    assert_eq!(done["run"]["status"], "completed");
+    assert_eq!(done["run"]["result"], serde_json::json!({"answer": "yes"}));
+    assert!(
+        text(&piw(&h.home, &["run", "status", &run_id])).contains("\nresult {\"answer\":\"yes\"}"),
+        "status shows the result"
+    );
+
+    // A checkpoint answered from a file.
+    let run_id = start(&file);
+    let answer = h.home.with_file_name("answer.json");
+    std::fs::write(&answer, r#"{"approved": true}"#).unwrap();
+    let input = format!("@{}", answer.display());
+    let o = piw(&h.home, &["run", "answer", &run_id, "--input", &input]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(
+        wait(&run_id)["run"]["result"],
+        serde_json::json!({"answer": {"approved": true}})
+    );
+
+    // A protected decision.
+    let file = asks(
+        "decide",
+        serde_json::json!({"kind": "human_decision", "behavior": {"wait": "human_decision"}}),
+    );
+    let run_id = start(&file);
+    let o = piw(
+        &h.home,
+        &["run", "decide", &run_id, "approve", "looks right"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(
+        wait(&run_id)["run"]["result"],
+        serde_json::json!({"answer": {"choice": "approve", "text": "looks right"}})
+    );
+
+    // An interactive step, its result from stdin.
+    let file = asks(
+        "step",
+        serde_json::json!({"kind": "agent", "behavior": {"interact": "agent", "validate": {"value": 42}}}),
+    );
+    let run_id = start(&file);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_piw"))
+        .args(["run", "submit", &run_id, "--input", "-"])
+        .env("PIW_HOME", &h.home)
+        .env("PIW_LOG", "warn")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(br#"{"value": 42}"#)
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(wait(&run_id)["run"]["status"], "completed");
+}
+
 /// With `--json`, a failing command's error is one JSON document on stdout,
 /// `{"error": {"code", "message", "details"}}`, with the same exit codes as without (1 for a
 /// refusal, 2 for the command line), so a script reads one format. Without it, a line on

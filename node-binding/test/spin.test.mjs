@@ -118,7 +118,10 @@ test('a node spinning forever is killed at its deadline; clients stay responsive
   // fresh child (the boundary shows as an attempt interrupted with `parked`).
   const { attempts } = await c.runStatus(runId);
   assert.deepEqual(
-    attempts.filter((a) => a.error !== 'parked').map((a) => [a.node_id, a.status]),
+    attempts
+      .filter((a) => a.error !== 'parked')
+      .map((a) => [a.node_id, a.status])
+      .reverse(), // newest first
     [['spin', 'timed_out'], ['after', 'succeeded']],
   );
   // The spinning child is gone (its whole group was killed).

@@ -84,7 +84,7 @@ test('a failing node routes on $result.outcome; without such an edge the run fai
   assert.equal(failed.error, 'node strict failed: run: no route for this');
   const { attempts } = await c.runStatus(runId);
   assert.deepEqual(
-    attempts.map((a) => [a.node_id, a.status]),
+    attempts.map((a) => [a.node_id, a.status]).reverse(), // newest first
     [['risky', 'failed'], ['recover', 'succeeded'], ['strict', 'failed']],
   );
 });

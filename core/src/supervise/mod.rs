@@ -684,7 +684,9 @@ impl Shared {
     }
 
     fn terminate(self: &Arc<Self>, grace: Duration) {
+        let detached = self.signal_detached(libc::SIGTERM);
         if !self.group_alive() || !self.signal(libc::SIGTERM) {
+            kill_detached_after(&self.runtime, detached, grace);
             return;
         }
         let shared = Arc::clone(self);
@@ -692,21 +694,40 @@ impl Shared {
             if !shared.wait_gone(grace).await {
                 shared.signal(libc::SIGKILL);
             }
+            kill_detached(&detached);
         });
     }
 
     async fn stop(&self, grace: Duration) -> StopOutcome {
+        let detached = self.signal_detached(libc::SIGTERM);
         if !self.group_alive() || !self.signal(libc::SIGTERM) {
+            kill_detached_after(&self.runtime, detached, grace);
             return StopOutcome::AlreadyGone;
         }
         if self.wait_gone(grace).await {
+            kill_detached(&detached);
             return StopOutcome::Terminated;
         }
         self.signal(libc::SIGKILL);
+        kill_detached(&detached);
         if !self.wait_gone(KILL_SETTLE).await {
             tracing::warn!(pgid = self.pid, "child group still alive after SIGKILL");
         }
         StopOutcome::Killed
+    }
+
+    /// Sends `signal` to the child's descendants that left its process group (found while the
+    /// child still runs: once it is gone they belong to init and nothing leads to them), and
+    /// returns them for the SIGKILL after the grace. Empty once the leader was reaped.
+    fn signal_detached(&self, signal: libc::c_int) -> Vec<(u32, u64)> {
+        if self.lock().reaped {
+            return Vec::new();
+        }
+        let detached = procfs::detached_descendants(self.pid, self.pid).unwrap_or_default();
+        for &(pid, _) in &detached {
+            let _ = procfs::signal_process(pid, signal);
+        }
+        detached
     }
 
     /// Polls until nothing in the group runs or `within` passes; true when the group is gone.
@@ -725,6 +746,30 @@ impl Shared {
             pause = (pause * 2).min(Duration::from_millis(50));
         }
     }
+}
+
+/// SIGKILL to each of `detached` that is still the process it was (same start time).
+fn kill_detached(detached: &[(u32, u64)]) {
+    for &(pid, start_time) in detached {
+        if procfs::read_proc_stat(pid).is_some_and(|s| s.start_time == start_time && !s.is_dead()) {
+            let _ = procfs::signal_process(pid, libc::SIGKILL);
+        }
+    }
+}
+
+/// [`kill_detached`] after `grace`, unless they all ended by then.
+fn kill_detached_after(
+    runtime: &tokio::runtime::Handle,
+    detached: Vec<(u32, u64)>,
+    grace: Duration,
+) {
+    if detached.is_empty() {
+        return;
+    }
+    runtime.spawn(async move {
+        tokio::time::sleep(grace).await;
+        kill_detached(&detached);
+    });
 }
 
 /// Kills and reaps a child whose supervision could not be set up.

@@ -122,6 +122,41 @@ pub fn group_members(pgid: u32) -> io::Result<Vec<u32>> {
     Ok(members)
 }
 
+/// The live descendants of `pid` (children, their children, …, found through the parent ids
+/// in `/proc`) that left its process group `pgid` (a `setsid`, Node's `detached: true`), each
+/// with its start time: a group kill misses them.
+pub fn detached_descendants(pid: u32, pgid: u32) -> io::Result<Vec<(u32, u64)>> {
+    let mut all = Vec::new();
+    for entry in std::fs::read_dir("/proc")? {
+        let entry = entry?;
+        let Some(p) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // A process may vanish between listing and reading: that is not an error.
+        if let Some(stat) = read_proc_stat(p) {
+            all.push((p, stat));
+        }
+    }
+    let mut parents = vec![pid];
+    let mut found = Vec::new();
+    let mut seen = std::collections::HashSet::from([pid]);
+    while let Some(parent) = parents.pop() {
+        for (p, stat) in &all {
+            if u32::try_from(stat.ppid).ok() == Some(parent) && seen.insert(*p) {
+                parents.push(*p);
+                if u32::try_from(stat.pgrp).ok() != Some(pgid) && !stat.is_dead() {
+                    found.push((*p, stat.start_time));
+                }
+            }
+        }
+    }
+    Ok(found)
+}
+
 /// Whether process group `pgid` has a live member.
 ///
 /// `killpg(pgid, 0)` answers "no" cheaply when the group is empty; when it answers "yes" the

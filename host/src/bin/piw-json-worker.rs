@@ -14,7 +14,8 @@
 //! path: the node runs until that file exists, a barrier a test releases), `spin_ms` or
 //! `spin_forever` (busy loop that never yields), `flood_bytes` (to stdout and stderr),
 //! `grandchild_ignoring_term` (pid file path: start a grandchild in the same process group that
-//! ignores SIGTERM, then sleep forever), `crash` (`before_propose` / `after_propose`, once per
+//! ignores SIGTERM, then sleep forever), `detached_grandchild` (pid file path: the same, but the
+//! grandchild leaves the group with `setsid`, as Node's `detached: true` does), `crash` (`before_propose` / `after_propose`, once per
 //! `once_marker` file), `effect` (`{key, fingerprint, contract, append_to, line,
 //! crash_while_applying_marker}`: appends `line` to `append_to`; under the `idempotency_key`
 //! contract only when the file does not hold that line yet, as an external system with
@@ -241,6 +242,18 @@ fn execute(w: &mut Worker, b: &Value, input: &Value) -> Result<Step, WorkerError
     }
     if let Some(n) = b["flood_bytes"].as_u64() {
         flood(n);
+    }
+    if let Some(pid_file) = b["detached_grandchild"].as_str() {
+        let _ = std::process::Command::new("setsid")
+            .arg("/bin/sh")
+            .arg("-c")
+            .arg(format!(
+                "trap '' TERM; echo $$ > '{pid_file}'; while true; do sleep 1; done"
+            ))
+            .spawn();
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+        }
     }
     if let Some(pid_file) = b["grandchild_ignoring_term"].as_str() {
         let _ = std::process::Command::new("/bin/sh")
