@@ -63,6 +63,8 @@ export class WorkflowSession {
     // Sent in this process but maybe not yet in the branch (a steer waits for the turn).
     this.sentSteps = new Map();
     this.sentMessages = new Set();
+    /** Connections given up, with why (for the calls still waiting on them). */
+    this.dropped = new WeakMap();
     this.pendingSettle = Promise.resolve();
   }
 
@@ -98,15 +100,20 @@ export class WorkflowSession {
     try {
       return await bounded(fn(client), ms, what);
     } catch (e) {
-      if (['timeout', 'disconnected', 'client_closed', 'io', 'host_shutting_down'].includes(e?.code) && this.client === client) {
-        this.dropClient();
+      if (e?.code === 'client_closed' && !this.closed && this.dropped.get(client)) {
+        // Another call dropped this connection: say why, not just that it closed.
+        throw new HostCallError(`${what} failed: ${this.dropped.get(client)}`, 'disconnected');
+      }
+      if (['timeout', 'disconnected', 'io', 'host_shutting_down'].includes(e?.code) && this.client === client) {
+        this.dropClient(e.message);
       }
       throw e;
     }
   }
 
-  dropClient() {
+  dropClient(reason = 'the connection to the piw host ended') {
     const client = this.client;
+    if (client) this.dropped.set(client, reason);
     this.client = null;
     this.subscription?.close().catch(() => {});
     this.subscription = null;
@@ -127,7 +134,7 @@ export class WorkflowSession {
     } catch {
       // The connection ended (a host that stopped or died): the next call reconnects.
     }
-    if (this.client === client) this.dropClient();
+    if (this.client === client) this.dropClient('the piw host closed the connection');
   }
 
   /** Idempotent: ends the subscription, closes the dialogs and the connection. */

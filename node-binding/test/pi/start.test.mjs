@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 
-import { piEnv, until } from './harness.mjs';
+import { alive, piEnv, until } from './harness.mjs';
 
 let env;
 before(async () => {
@@ -57,5 +57,79 @@ test('the tool starts a workflow by name; a rejected submit is a tool error, the
   assert.equal(submits, 2);
   assert.equal(pi.customMessages('piw-step', from).length, 1, 'the step is presented once');
   await pi.waitNotify(/workflow titles completed/, from);
+  await pi.quit();
+});
+
+test('/workflow starts by name with trailing text as { task }; a project file overrides a global one', async () => {
+  env.addWorkflow('notify.workflow.mjs', 'greet', 'global');
+  env.addWorkflow('notify.workflow.mjs', 'greet', 'project');
+  const pi = await env.startPi({ sessionId: 'cmd' });
+  const from = pi.mark();
+  await pi.prompt('/workflow greet the whole team');
+  const card = await until(() => pi.customMessages('piw-message', from).find((m) => m.details.kind === 'notify'), 'the notify');
+  assert.match(card.content, /hello from the workflow: the whole team/);
+  const client = await env.client();
+  const [run] = await client.listRuns({ sessionId: 'cmd' });
+  const status = await client.runStatus(run.run_id);
+  assert.equal(status.run.source_root, `${env.project}/.pi/workflows/greet.workflow.mjs`);
+  await pi.prompt('/workflow list');
+  const listed = await pi.waitNotify(/Workflows:/, from);
+  assert.match(listed.message, /greet \(project: /);
+  assert.match(listed.message, /titles \(project: /);
+  await pi.quit();
+});
+
+test('reserved words and unknown names are refused with a clear message', async () => {
+  const pi = await env.startPi({ sessionId: 'words' });
+  const from = pi.mark();
+  env.model.script = ({ last }) =>
+    last.role === 'tool' ? { text: 'ok' } : { tool: { name: 'workflow', arguments: { action: 'start', workflow: 'status' } } };
+  await pi.prompt('start the status workflow');
+  const refused = await pi.waitEvent((e) => e.type === 'tool_execution_end', 'the start call', from);
+  assert.equal(refused.isError, true);
+  assert.match(JSON.stringify(refused.result), /\\"status\\" is a \/workflow subcommand, not a workflow name/);
+  await pi.waitSettled(from);
+  await pi.prompt('/workflow nosuchflow');
+  await pi.waitNotify(/no workflow named "nosuchflow"/, from);
+  await pi.quit();
+});
+
+test('a hung host makes a tool call fail after the bound; with the host killed the next call starts one and nothing is lost', async () => {
+  env.addWorkflow('decision.workflow.mjs', 'ship');
+  const pi = await env.startPi({ sessionId: 'killed', extraEnv: { PIW_PI_CALL_TIMEOUT_MS: '2000' } });
+  const from = pi.mark();
+  await pi.prompt('/workflow ship');
+  await pi.waitEvent((e) => e.type === 'extension_ui_request' && e.method === 'select', 'the dialog', from);
+  const client = await env.client();
+  const [run] = await client.listRuns({ sessionId: 'killed' });
+  const { pid } = await client.status();
+  await client.close();
+  let calls = 0;
+  env.model.script = ({ last }) => {
+    if (last.role === 'tool') return { text: 'ok' };
+    calls++;
+    return { tool: { name: 'workflow', arguments: { action: 'status', runId: run.run_id } } };
+  };
+  process.kill(pid, 'SIGSTOP');
+  try {
+    const first = pi.mark();
+    await pi.prompt('status please');
+    const failed = await pi.waitEvent((e) => e.type === 'tool_execution_end', 'the failing call', first);
+    assert.equal(failed.isError, true, JSON.stringify(failed.result));
+    assert.match(JSON.stringify(failed.result), /the piw host did not answer [a-z.]+ within 2 s/);
+    // Pi stayed responsive meanwhile: it answers a command at once.
+    await pi.send({ type: 'get_state' });
+    await pi.waitSettled(first);
+  } finally {
+    process.kill(pid, 'SIGKILL');
+    process.kill(pid, 'SIGCONT');
+  }
+  await until(() => !alive(pid), 'the host gone');
+  const second = pi.mark();
+  await pi.prompt('status again');
+  const ok = await pi.waitEvent((e) => e.type === 'tool_execution_end', 'the next call', second);
+  assert.equal(ok.isError, false, JSON.stringify(ok.result));
+  assert.match(JSON.stringify(ok.result), /waiting for human_decision approve/);
+  assert.equal(calls, 2);
   await pi.quit();
 });
