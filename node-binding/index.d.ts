@@ -83,7 +83,7 @@ export type PiwErrorCode = RejectionCode | ClientErrorCode | (string & {});
 
 export interface ConnectOptions {
   /**
-   * The installation (default: `PIW_HOME`, else `~/.pi/agent/workflows`). A relative `home` is
+   * The installation (default: `PIW_HOME`, else `~/.pi/agent/piw`). A relative `home` is
    * resolved against the working directory; a relative `PIW_HOME` is refused (`invalid_home`).
    */
   home?: string;

@@ -62,7 +62,7 @@ export class Client {
 
   /**
    * Connects to the host of `options.home` (default `PIW_HOME`, which must be an absolute path,
-   * else `~/.pi/agent/workflows`), starting one on demand unless `options.start === false`.
+   * else `~/.pi/agent/piw`), starting one on demand unless `options.start === false`.
    */
   static async connect(options = {}) {
     const start = options.start !== false;
