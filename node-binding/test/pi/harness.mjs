@@ -155,6 +155,15 @@ export async function piEnv(script = () => ({ text: 'ok' })) {
       await pi.ready();
       return pi;
     },
+    /** Runs `pi install <this package>` (as a user would); resolves with its exit code. */
+    async piInstall() {
+      const child = spawn(process.execPath, [piCli, 'install', pkgDir], { cwd: project, env, stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      child.stdout.on('data', (c) => (out += c));
+      child.stderr.on('data', (c) => (out += c));
+      const code = await new Promise((r) => child.on('exit', r));
+      return { code, out };
+    },
     /** A client of this environment's host (started on demand), closed by `close()`. */
     async client() {
       const c = await Client.connect({ home: piwHome, hostBin, hostEnv: { HOME: home, PIW_KILL_GRACE_MS: '300' } });

@@ -133,3 +133,12 @@ test('a hung host makes a tool call fail after the bound; with the host killed t
   assert.equal(calls, 2);
   await pi.quit();
 });
+
+test('`pi install <package>` loads the extension without -e', async () => {
+  const { code, out } = await env.piInstall();
+  assert.equal(code, 0, out);
+  const pi = await env.startPi({ sessionId: 'installed', extension: false });
+  const reply = await pi.send({ type: 'get_commands' });
+  assert.ok(reply.data.commands.some((c) => c.name === 'workflow'), JSON.stringify(reply.data));
+  await pi.quit();
+});
