@@ -149,7 +149,7 @@ export async function piEnv(script = () => ({ text: 'ok' })) {
         '--no-builtin-tools',
         '--provider', 'mock', '--model', 'mock-model',
       ];
-      if (extension) args.push('-e', pkgDir);
+      if (extension) args.push('-e', extension === true ? pkgDir : extension);
       const pi = new PiProcess(spawn(process.execPath, args, { cwd: project, env: { ...env, ...extraEnv }, stdio: ['pipe', 'pipe', 'pipe'] }));
       pis.push(pi);
       await pi.ready();
