@@ -300,6 +300,15 @@ export declare class Client {
   answerHumanDecision(runId: string, decisionId: string, answer: unknown, options?: CommandOptions): Promise<{ decision_id: string; answered_by: 'person' }>;
   /** Pending interactive requests of a Pi session. */
   listInteractions(sessionId: string): Promise<Interaction[]>;
+  /**
+   * Gives up on a pending interactive request (for example after the model's reminders): its
+   * attempt fails with `reason` and the run routes `$result.outcome = failed`, or fails.
+   */
+  failInteraction(
+    interaction: Pick<Interaction, 'interaction_id' | 'run_id' | 'node_id' | 'attempt_id'>,
+    reason: string,
+    options?: CommandOptions,
+  ): Promise<{ interaction_id: string; routed_to: string | null }>;
   /** Submits a result; the workflow's `validate` judges it in a supervised child before it counts. */
   submitInteraction(
     interaction: Pick<Interaction, 'interaction_id' | 'run_id' | 'node_id' | 'attempt_id'>,

@@ -72,6 +72,10 @@ fn sample(kind: RequestKind) -> Request {
             interaction_id: "int-1".into(),
             result: json!({"summary": "done"}),
         }),
+        RequestKind::InteractionFail => RequestBody::InteractionFail(InteractionFail {
+            interaction_id: "int-1".into(),
+            reason: "no submission after 2 reminders".into(),
+        }),
         RequestKind::MessageClaim => RequestBody::MessageClaim(MessageClaim {
             session_id: "session-1".into(),
             limit: None,
@@ -802,7 +806,7 @@ fn decode_error_messages_are_bounded() {
 
 #[test]
 fn every_request_kind_round_trips() {
-    assert_eq!(RequestKind::ALL.len(), 32);
+    assert_eq!(RequestKind::ALL.len(), 33);
     for &kind in RequestKind::ALL {
         let request = sample(kind)
             .with_expected_revision(3)

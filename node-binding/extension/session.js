@@ -336,11 +336,14 @@ export class WorkflowSession {
           ? stepMessage(active.item, status.run.workflow_name, shown)
           : checkpointMessage(active.item, status.run);
       this.sendStep(active, content, shown);
-    } else {
+    } else if (active.type === 'interaction') {
+      const reason = `no submission after ${MAX_REMINDERS} reminders`;
+      const { routed_to: next } = await this.call('interaction.fail', (c) => c.failInteraction(active.item, reason));
       this.ctx.ui.notify(
-        `workflow step ${active.item.node_id} (run ${active.runId}) got no submission after ${MAX_REMINDERS} reminders`,
+        `workflow step ${active.item.node_id} (run ${active.runId}) failed: ${reason}${next ? `; the run goes on at ${next}` : ''}`,
         'error',
       );
+      this.kick();
     }
   }
 

@@ -199,6 +199,24 @@ export class Client {
     );
   }
 
+  /**
+   * Gives up on a pending interactive request: its attempt fails with `reason` and the run
+   * routes `$result.outcome = failed` (or fails without such a route). Resolves with
+   * `{ interaction_id, routed_to }`.
+   */
+  failInteraction(interaction, reason, options = {}) {
+    return this.#body(
+      'interaction.fail',
+      {
+        ...envelope(options),
+        runId: interaction.run_id ?? interaction.runId,
+        nodeId: interaction.node_id ?? interaction.nodeId,
+        attemptId: interaction.attempt_id ?? interaction.attemptId,
+      },
+      { interaction_id: interaction.interaction_id ?? interaction.interactionId, reason },
+    );
+  }
+
   /** Claims undelivered workflow messages of a Pi session. */
   async claimMessages(sessionId, options = {}) {
     return (await this.#body('message.claim', envelope(options), {

@@ -149,6 +149,16 @@ pub struct InteractionSubmit {
     pub result: Value,
 }
 
+/// Payload of `interaction.fail`: the origin session gave up on a pending interactive
+/// request (no submission after its reminders); the attempt fails and the run routes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InteractionFail {
+    /// The interactive request given up on.
+    pub interaction_id: String,
+    /// Why: the attempt's error, which `$result.outcome = failed` routing sees.
+    pub reason: String,
+}
+
 /// Payload of `message.claim`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MessageClaim {

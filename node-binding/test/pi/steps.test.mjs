@@ -19,21 +19,25 @@ const stepId = (text) => /"interactionId":"([^"]+)"/.exec(text)?.[1];
 const textOf = (m) => (typeof m.content === 'string' ? m.content : (m.content ?? []).map((b) => b.text ?? '').join(''));
 const isStep = (m) => m.role === 'user' && stepId(textOf(m));
 
-test('a turn that settles without a submission gets two reminders, then no more', async () => {
+test('a turn that settles without a submission gets two reminders, then the attempt fails and routes', async () => {
   env.model.script = () => ({ text: 'I will not submit' });
   const pi = await env.startPi();
   const client = await env.client();
   const from = pi.mark();
   const { run_id } = await client.startRun(`${env.project}/.pi/workflows/titles.workflow.mjs`, { input: { task: 'x' }, sessionId: 'session-a' });
-  await pi.waitNotify(/got no submission after 2 reminders/, from);
+  await pi.waitNotify(/step draft .* failed: no submission after 2 reminders; the run goes on at gaveUp/, from);
   const steps = pi.customMessages('piw-step', from);
   assert.deepEqual(steps.map((m) => m.details.reminder), [0, 1, 2]);
   assert.match(steps[1].content, /Reminder 1 of 2/);
-  // Nothing more is sent once the reminders are used up.
-  const settledCount = pi.events.filter((e) => e.type === 'agent_settled').length;
-  assert.equal(settledCount, 3);
-  const { run } = await client.runStatus(run_id);
-  assert.equal(run.status, 'waiting');
+  const run = await client.waitForRun(run_id, { timeoutMs: 30_000 });
+  assert.equal(run.status, 'completed');
+  assert.deepEqual(run.result, { title: null, why: 'failed' });
+  const { attempts } = await client.runStatus(run_id);
+  const draft = attempts.find((a) => a.node_id === 'draft');
+  assert.equal(draft.status, 'failed');
+  assert.equal(draft.error, 'no submission after 2 reminders');
+  // Three turns (the step, two reminders), nothing after the attempt failed.
+  assert.equal(pi.events.filter((e) => e.type === 'agent_settled').length, 3);
   await pi.quit();
 });
 
