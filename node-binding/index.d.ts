@@ -309,6 +309,13 @@ export declare class Client {
     reason: string,
     options?: CommandOptions,
   ): Promise<{ interaction_id: string; routed_to: string | null }>;
+  /** A durable progress update for a pending interactive request (a `progress` event); the request stays pending. */
+  updateInteraction(
+    interaction: Pick<Interaction, 'interaction_id' | 'run_id' | 'node_id' | 'attempt_id'>,
+    message: string,
+    data?: unknown,
+    options?: CommandOptions,
+  ): Promise<{ interaction_id: string }>;
   /** Submits a result; the workflow's `validate` judges it in a supervised child before it counts. */
   submitInteraction(
     interaction: Pick<Interaction, 'interaction_id' | 'run_id' | 'node_id' | 'attempt_id'>,

@@ -76,6 +76,11 @@ fn sample(kind: RequestKind) -> Request {
             interaction_id: "int-1".into(),
             reason: "no submission after 2 reminders".into(),
         }),
+        RequestKind::InteractionUpdate => RequestBody::InteractionUpdate(InteractionUpdate {
+            interaction_id: "int-1".into(),
+            message: "half done".into(),
+            data: json!({"files": 3}),
+        }),
         RequestKind::MessageClaim => RequestBody::MessageClaim(MessageClaim {
             session_id: "session-1".into(),
             limit: None,
@@ -806,7 +811,7 @@ fn decode_error_messages_are_bounded() {
 
 #[test]
 fn every_request_kind_round_trips() {
-    assert_eq!(RequestKind::ALL.len(), 33);
+    assert_eq!(RequestKind::ALL.len(), 34);
     for &kind in RequestKind::ALL {
         let request = sample(kind)
             .with_expected_revision(3)

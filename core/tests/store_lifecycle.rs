@@ -1185,3 +1185,38 @@ fn a_request_given_up_fails_its_attempt_and_routes_or_fails_the_run() {
     assert_eq!(run.error.as_deref(), Some("no submission"));
     f.assert_clean();
 }
+
+#[test]
+fn a_progress_update_of_a_pending_request_is_an_event_and_leaves_it_pending() {
+    let mut f = Fixture::new();
+    let (run_id, act, a) = f.running();
+    let i = f.ask(&act.claim, &a, None);
+    let revision = f.store.run(&run_id).unwrap().revision;
+    f.store
+        .write(|w| w.interaction_progress(&i, &a, "half done", &json!({"files": 3})))
+        .unwrap();
+    let run = f.store.run(&run_id).unwrap();
+    assert_eq!(
+        (run.status, run.revision),
+        (RunStatus::Waiting, revision + 1)
+    );
+    assert_eq!(
+        f.store.interactions(Some(&run_id), None).unwrap()[0].status,
+        "pending"
+    );
+    let stale = f
+        .store
+        .write(|w| w.interaction_progress(&i, "att-old", "x", &json!(null)))
+        .unwrap_err();
+    assert!(
+        matches!(stale, StoreError::StaleAttempt { .. }),
+        "{stale:?}"
+    );
+    f.store
+        .write(|w| w.submit(&i, &a, &json!(1), None))
+        .unwrap();
+    assert_invalid(&mut f, "update while validating", |w| {
+        w.interaction_progress(&i, &a, "late", &json!(null))
+    });
+    f.assert_clean();
+}

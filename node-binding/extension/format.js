@@ -68,6 +68,7 @@ export function stepMessage(interaction, workflowName, reminder = 0) {
       'Submit it with the workflow tool, exactly:',
       JSON.stringify({ action: 'submit', interactionId: interaction.interaction_id, output: '<your JSON output>' }),
       'A validation error comes back as a tool error: fix the output and submit again.',
+      'On a long step, note progress with {"action":"update","message":"..."} (the step stays open).',
     );
   }
   return lines.join('\n');

@@ -10,7 +10,7 @@ import { MESSAGE, STEP, readRequest } from './format.js';
 import { RESERVED, ResolveError, listWorkflows, resolveWorkflow } from './resolve.js';
 import { VALIDATION_WAIT_MS, WorkflowSession } from './session.js';
 
-const ACTIONS = ['list', 'start', 'status', 'pause', 'resume', 'cancel', 'answer', 'submit'];
+const ACTIONS = ['list', 'start', 'status', 'pause', 'resume', 'cancel', 'answer', 'update', 'submit'];
 const SUBCOMMANDS = ['list', 'status', 'pause', 'resume', 'cancel', 'answer'];
 
 /** A tool or command failure the caller can act on (shown as a tool error). */
@@ -124,7 +124,7 @@ export default function piwExtension(pi) {
     name: 'workflow',
     label: 'Workflow',
     description:
-      'Start, follow and answer piw workflows. Actions: list; start (workflow = name or path, input = JSON); status, pause, resume, cancel (runId, default: this session\'s active run); answer (an ordinary checkpoint: runId, answer); submit (the output of the current workflow step: output, interactionId from the step message).',
+      'Start, follow and answer piw workflows. Actions: list; start (workflow = name or path, input = JSON); status, pause, resume, cancel (runId, default: this session\'s active run); answer (an ordinary checkpoint: runId, answer); update (a progress note on the current step: message); submit (the output of the current workflow step: output, interactionId from the step message).',
     promptSnippet: 'Start, follow and answer durable piw workflows',
     promptGuidelines: [
       'When a workflow step message arrives, do the step and finish it with the workflow tool action "submit" exactly as the message says.',
@@ -136,7 +136,8 @@ export default function piwExtension(pi) {
       runId: Type.Optional(Type.String({ description: 'status/pause/resume/cancel/answer: the run (default: this session\'s active run)' })),
       answer: Type.Optional(Type.Any({ description: 'answer: the checkpoint answer (JSON)' })),
       output: Type.Optional(Type.Any({ description: 'submit: the step output (JSON)' })),
-      interactionId: Type.Optional(Type.String({ description: 'submit: the interaction id from the step message' })),
+      interactionId: Type.Optional(Type.String({ description: 'submit/update: the interaction id from the step message' })),
+      message: Type.Optional(Type.String({ description: 'update: what has been done so far' })),
     }),
     async execute(_toolCallId, params) {
       const s = need();
@@ -178,6 +179,8 @@ export default function piwExtension(pi) {
           s.kick();
           return text(`answered checkpoint ${d.node_id} of run ${runId}`, { runId, decisionId: d.decision_id });
         }
+        case 'update':
+          return update(s, params);
         case 'submit':
           return submit(s, params);
         default:
@@ -186,15 +189,31 @@ export default function piwExtension(pi) {
     },
   });
 
-  async function submit(s, params) {
+  /** This session's current interactive request; `interactionId`, when given, must be it. */
+  async function currentRequest(s, interactionId) {
     const pending = await s.call('interaction.list', (c) => c.listInteractions(s.sessionId));
     const current = pending.find((i) => i.origin_session === s.sessionId);
     if (!current) throw new WorkflowError('no workflow step of this session is waiting for a submission');
-    if (params.interactionId && params.interactionId !== current.interaction_id) {
+    if (interactionId && interactionId !== current.interaction_id) {
       throw new WorkflowError(
-        `interaction ${params.interactionId} is closed or not this session's current request; the current one is interaction ${current.interaction_id} (step ${current.node_id}, attempt ${current.attempt_id})`,
+        `interaction ${interactionId} is closed or not this session's current request; the current one is interaction ${current.interaction_id} (step ${current.node_id}, attempt ${current.attempt_id})`,
       );
     }
+    return current;
+  }
+
+  async function update(s, params) {
+    if (!params.message) throw new WorkflowError('update needs `message`');
+    const current = await currentRequest(s, params.interactionId);
+    await s.call('interaction.update', (c) => c.updateInteraction(current, params.message));
+    return text(`progress noted for step ${current.node_id}; the step is still open: submit its output when done`, {
+      runId: current.run_id,
+      interactionId: current.interaction_id,
+    });
+  }
+
+  async function submit(s, params) {
+    const current = await currentRequest(s, params.interactionId);
     if (current.status === 'validating') {
       throw new WorkflowError(`the last submission for ${current.node_id} is still being validated; wait for its verdict`);
     }

@@ -124,7 +124,7 @@ export class WorkflowSession {
   async follow(sub, client) {
     try {
       for await (const event of sub) {
-        if (event.event_kind === 'progress' || event.event_kind === 'notified') {
+        if (event.event_kind === 'progress') {
           const text = typeof event.data?.message === 'string' ? event.data.message : null;
           if (text) this.progress.set(event.run_id, text);
         }

@@ -217,6 +217,20 @@ export class Client {
     );
   }
 
+  /** A durable progress update for a pending interactive request (kept as a `progress` event). */
+  updateInteraction(interaction, message, data = null, options = {}) {
+    return this.#body(
+      'interaction.update',
+      {
+        ...envelope(options),
+        runId: interaction.run_id ?? interaction.runId,
+        nodeId: interaction.node_id ?? interaction.nodeId,
+        attemptId: interaction.attempt_id ?? interaction.attemptId,
+      },
+      { interaction_id: interaction.interaction_id ?? interaction.interactionId, message, data },
+    );
+  }
+
   /** Claims undelivered workflow messages of a Pi session. */
   async claimMessages(sessionId, options = {}) {
     return (await this.#body('message.claim', envelope(options), {

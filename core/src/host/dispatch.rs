@@ -342,6 +342,20 @@ pub fn apply_command(
             )?;
             json!({ "interaction_id": f.interaction_id, "routed_to": next })
         }
+        RequestBody::InteractionUpdate(u) => {
+            w.require_interaction_of(
+                required(&req.run_id, "run_id")?,
+                required(&req.node_id, "node_id")?,
+                &u.interaction_id,
+            )?;
+            w.interaction_progress(
+                &u.interaction_id,
+                required(&req.attempt_id, "attempt_id")?,
+                &u.message,
+                &u.data,
+            )?;
+            json!({ "interaction_id": u.interaction_id })
+        }
         RequestBody::MessageClaim(m) => {
             let owner = format!("request-{}", req.request_id);
             let messages = w.claim_messages(

@@ -41,11 +41,11 @@ pub use frame::{
 pub use kind::{RequestBody, RequestKind, RequiredFields};
 pub use payload::{
     AttemptOutcome, DecisionAnswer, DecisionKind, EarlierStep, EffectResult, ExecutionMode,
-    InteractionFail, InteractionKind, InteractionList, InteractionSubmit, MessageAck, MessageClaim,
-    RetryContract, RunCancel, RunList, RunStart, Subscribe, Unsubscribe, WorkerComplete,
-    WorkerEffectApplying, WorkerEffectReserve, WorkerEffectSettle, WorkerExit, WorkerFail,
-    WorkerHello, WorkerInteractionRequest, WorkerNodeStarted, WorkerNotify, WorkerProgress,
-    WorkerTransition, WorkerValidationResult, WorkerWait,
+    InteractionFail, InteractionKind, InteractionList, InteractionSubmit, InteractionUpdate,
+    MessageAck, MessageClaim, RetryContract, RunCancel, RunList, RunStart, Subscribe, Unsubscribe,
+    WorkerComplete, WorkerEffectApplying, WorkerEffectReserve, WorkerEffectSettle, WorkerExit,
+    WorkerFail, WorkerHello, WorkerInteractionRequest, WorkerNodeStarted, WorkerNotify,
+    WorkerProgress, WorkerTransition, WorkerValidationResult, WorkerWait,
 };
 pub use rejection::RejectionCode;
 pub use request::{DecodeError, Request, MAX_ID_CHARS, MAX_REQUEST_DEPTH};

@@ -159,6 +159,19 @@ pub struct InteractionFail {
     pub reason: String,
 }
 
+/// Payload of `interaction.update`: a durable progress update from the agent working on a
+/// pending interactive request; the request stays pending.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InteractionUpdate {
+    /// The interactive request being worked on.
+    pub interaction_id: String,
+    /// Human-readable progress text.
+    pub message: String,
+    /// Structured progress data (`null` when absent).
+    #[serde(default)]
+    pub data: Value,
+}
+
 /// Payload of `message.claim`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MessageClaim {

@@ -916,6 +916,53 @@ impl WriteTx<'_> {
         Ok(submission_id)
     }
 
+    /// A durable progress update from the agent working on a pending interactive request
+    /// (the Pi tool's `update`): kept as a `progress` event of the run, like a worker's, and
+    /// does not complete the request. Refuses a stale attempt and a request that is not
+    /// pending.
+    pub fn interaction_progress(
+        &mut self,
+        interaction_id: &str,
+        attempt_id: &str,
+        message: &str,
+        data: &Value,
+    ) -> StoreResult<()> {
+        let (run_id, interaction_attempt, status): (String, String, String) = self
+            .conn()
+            .prepare_cached(
+                "SELECT run_id, attempt_id, status FROM interactions WHERE interaction_id = ?1",
+            )?
+            .query_row([interaction_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .optional()?
+            .ok_or_else(|| StoreError::NotFound {
+                what: "interaction",
+                id: interaction_id.to_owned(),
+            })?;
+        let run = self.run_row(&run_id)?;
+        if attempt_id != interaction_attempt {
+            return Err(StoreError::StaleAttempt {
+                run_id,
+                presented: attempt_id.to_owned(),
+                current: interaction_attempt,
+            });
+        }
+        if !Op::Submit.allowed(run.status) || status != "pending" {
+            return Err(invalid(
+                &run_id,
+                Op::Submit,
+                run.status,
+                format!("interaction {interaction_id} is {status}"),
+            ));
+        }
+        self.authorize(&run_id, Fence::Unclaimed, Op::Submit)?;
+        self.finish_run_write(
+            &run_id,
+            "progress",
+            json!({ "message": message, "data": data, "interaction": interaction_id }),
+        )?;
+        Ok(())
+    }
+
     /// The origin session gave up on a pending interactive request (the model's turns
     /// settled without a submission, reminders included): the attempt fails with `reason`
     /// and the run routes `$result.outcome = failed` like any failed attempt. With `next`

@@ -116,3 +116,34 @@ test('one active request per session: the second run waits; a stale interaction 
   assert.match(JSON.stringify(refused.result), new RegExp(steps[1].details.key));
   await pi.quit();
 });
+
+test('update records progress on the open step without completing it; the widget shows it', async () => {
+  let phase = 0;
+  env.model.script = ({ last, lastText }) => {
+    const id = stepId(lastText);
+    if (id && phase === 0) {
+      phase = 1;
+      return { tool: { name: 'workflow', arguments: { action: 'update', message: 'read 3 files' } } };
+    }
+    if (last.role === 'tool' && phase === 1) {
+      phase = 2;
+      return { tool: { name: 'workflow', arguments: { action: 'submit', output: { title: 'With progress' } } } };
+    }
+    return { text: 'ok' };
+  };
+  const pi = await env.startPi();
+  const client = await env.client();
+  const from = pi.mark();
+  const { run_id } = await client.startRun(`${env.project}/.pi/workflows/titles.workflow.mjs`, { input: { task: 'x' }, sessionId: 'session-a' });
+  const noted = await pi.waitEvent((e) => e.type === 'tool_execution_end' && e.toolName === 'workflow', 'the update', from);
+  assert.equal(noted.isError, false, JSON.stringify(noted.result));
+  assert.match(JSON.stringify(noted.result), /progress noted for step draft/);
+  await pi.waitEvent(
+    (e) => e.type === 'extension_ui_request' && e.method === 'setWidget' && (e.widgetLines ?? []).some((l) => /read 3 files/.test(l)),
+    'the widget with the progress',
+    from,
+  );
+  const run = await client.waitForRun(run_id, { timeoutMs: 30_000 });
+  assert.deepEqual(run.result, { title: 'With progress' });
+  await pi.quit();
+});
