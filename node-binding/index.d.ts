@@ -322,7 +322,11 @@ export declare class Client {
     result: unknown,
     options?: CommandOptions,
   ): Promise<{ interaction_id: string; submission_id: string; state: 'validating' }>;
-  claimMessages(sessionId: string, options?: CommandOptions & { limit?: number }): Promise<WorkflowMessage[]>;
+  claimMessages(sessionId: string, options?: CommandOptions & {
+    limit?: number;
+    /** A stable name of this client: messages it already holds are claimed again at once (after a restart). */
+    claimant?: string;
+  }): Promise<WorkflowMessage[]>;
   ackMessage(messageId: string, options?: CommandOptions): Promise<{ message_id: string; delivered_at: number }>;
   /** Contradictory durable state, if any (empty when healthy). */
   diagnose(): Promise<unknown[]>;

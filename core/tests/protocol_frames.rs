@@ -84,6 +84,7 @@ fn sample(kind: RequestKind) -> Request {
         RequestKind::MessageClaim => RequestBody::MessageClaim(MessageClaim {
             session_id: "session-1".into(),
             limit: None,
+            claimant: Some("pi:session-1".into()),
         }),
         RequestKind::MessageAck => RequestBody::MessageAck(MessageAck {
             message_id: "msg-1".into(),

@@ -218,12 +218,15 @@ export class WorkflowSession {
 
   async deliverMessages() {
     for (;;) {
-      const messages = await this.call('message.claim', (c) => c.claimMessages(this.sessionId, { limit: 20 }));
+      const messages = await this.call('message.claim', (c) => c.claimMessages(this.sessionId, { limit: 20, claimant: `pi:${this.sessionId}` }));
       if (messages.length === 0) return;
       const delivered = this.deliveredMessages();
       for (const m of messages) {
         if (m.origin_session !== this.sessionId) continue;
         if (!delivered.has(m.message_id)) this.deliver(m);
+        // Fault injection for the tests (as the host's PIW_FAULT): die between adding a
+        // message to the session and acknowledging it.
+        if (process.env.PIW_PI_FAULT === 'kill_before_ack') process.kill(process.pid, 'SIGKILL');
         await this.call('message.ack', (c) => c.ackMessage(m.message_id));
       }
     }

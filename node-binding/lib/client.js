@@ -236,6 +236,7 @@ export class Client {
     return (await this.#body('message.claim', envelope(options), {
       session_id: sessionId,
       limit: options.limit ?? null,
+      claimant: options.claimant ?? null,
     })).messages;
   }
 

@@ -357,7 +357,10 @@ pub fn apply_command(
             json!({ "interaction_id": u.interaction_id })
         }
         RequestBody::MessageClaim(m) => {
-            let owner = format!("request-{}", req.request_id);
+            let owner = match &m.claimant {
+                Some(claimant) => format!("claimant-{claimant}"),
+                None => format!("request-{}", req.request_id),
+            };
             let messages = w.claim_messages(
                 &m.session_id,
                 &owner,

@@ -179,6 +179,10 @@ pub struct MessageClaim {
     pub session_id: String,
     /// At most this many messages.
     pub limit: Option<u32>,
+    /// Who claims, when the client has a stable name (the Pi extension: its session): the
+    /// messages this claimant holds are claimed again at once, so a client that restarted
+    /// after a crash does not wait for the claims of its previous process to expire.
+    pub claimant: Option<String>,
 }
 
 /// Payload of `message.ack`.

@@ -101,3 +101,29 @@ test('two Pi sessions in one project never see each other\'s requests or message
   await a.quit();
   await b.quit();
 });
+
+test('Pi killed between adding a message and acknowledging it: the next start acknowledges it without adding it again', async () => {
+  env.addWorkflow('notify.workflow.mjs', 'hello');
+  env.model.script = () => ({ text: 'hello' });
+  // A session Pi has saved (it writes the file once the model has answered).
+  const first = await env.startPi({ sessionId: 'fault' });
+  await first.prompt('hi');
+  await first.waitSettled();
+  await first.quit();
+  const client = await env.client();
+  const { run_id } = await client.startRun(join(env.project, '.pi/workflows/hello.workflow.mjs'), { input: { task: 'once' }, sessionId: 'fault' });
+  await client.waitForRun(run_id, { timeoutMs: 30_000 });
+  const dying = await env.startPi({ sessionId: 'fault', extraEnv: { PIW_PI_FAULT: 'kill_before_ack' } }).catch(() => null);
+  if (dying) assert.equal((await dying.exited).signal, 'SIGKILL');
+  const pi = await env.startPi({ sessionId: 'fault' });
+  // The refresh that follows the start ends with the widget (cleared: no live run).
+  await pi.waitEvent((e) => e.type === 'extension_ui_request' && e.method === 'setWidget', 'the first refresh');
+  const reply = await pi.send({ type: 'get_messages' });
+  const kinds = reply.data.messages.filter((m) => m.role === 'custom' && m.customType === 'piw-message').map((m) => m.details.kind);
+  assert.deepEqual(kinds, ['notify', 'terminal'], 'each message once');
+  // The killed start added the notice and died before its acknowledgement; this start
+  // acknowledged it without adding it again, then delivered the rest.
+  assert.deepEqual(pi.customMessages('piw-message').map((m) => m.details.kind), ['terminal']);
+  assert.deepEqual(await client.claimMessages('fault'), [], 'both acknowledged');
+  await pi.quit();
+});
