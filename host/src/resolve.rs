@@ -29,8 +29,6 @@ pub enum ResolveError {
         project: PathBuf,
         global: PathBuf,
     },
-    #[error("no workflow file at {}", .0.display())]
-    NoFile(PathBuf),
 }
 
 fn looks_like_path(reference: &str) -> bool {
@@ -42,12 +40,9 @@ fn looks_like_path(reference: &str) -> bool {
 /// Resolves `reference` against the project directory `cwd` and the user's home directory.
 pub fn resolve_workflow(reference: &str, cwd: &Path, home: &Path) -> Result<PathBuf, ResolveError> {
     if looks_like_path(reference) {
-        let path = cwd.join(reference);
-        return if path.is_file() {
-            Ok(path)
-        } else {
-            Err(ResolveError::NoFile(path))
-        };
+        // A path goes to the host as it is: the host checks the file (and says why it
+        // cannot run it) when it hashes it at `run.start`.
+        return Ok(cwd.join(reference));
     }
     if RESERVED.contains(&reference) {
         return Err(ResolveError::Reserved(reference.to_owned()));
@@ -117,9 +112,9 @@ mod tests {
             resolve_workflow("nope", &cwd, &home),
             Err(ResolveError::UnknownName { .. })
         ));
-        assert!(matches!(
-            resolve_workflow("./nope.workflow.mjs", &cwd, &home),
-            Err(ResolveError::NoFile(_))
-        ));
+        assert_eq!(
+            resolve_workflow("./nope.workflow.mjs", &cwd, &home).unwrap(),
+            cwd.join("./nope.workflow.mjs")
+        );
     }
 }
