@@ -83,7 +83,7 @@ export type PiwErrorCode = RejectionCode | ClientErrorCode | (string & {});
 
 export interface ConnectOptions {
   /**
-   * The installation (default: `PIW_HOME`, else `~/.pi/agent/workflows`). A relative `home` is
+   * The installation (default: `PIW_HOME`, else `~/.pi/agent/piw`). A relative `home` is
    * resolved against the working directory; a relative `PIW_HOME` is refused (`invalid_home`).
    */
   home?: string;
@@ -342,13 +342,33 @@ export declare class Client {
   answerHumanDecision(runId: string, decisionId: string, answer: unknown, options?: CommandOptions): Promise<{ decision_id: string; answered_by: 'person' }>;
   /** Pending interactive requests of a Pi session. */
   listInteractions(sessionId: string): Promise<Interaction[]>;
+  /**
+   * Gives up on a pending interactive request (for example after the model's reminders): its
+   * attempt fails with `reason` and the run routes `$result.outcome = failed`, or fails.
+   */
+  failInteraction(
+    interaction: Pick<Interaction, 'interaction_id' | 'run_id' | 'node_id' | 'attempt_id'>,
+    reason: string,
+    options?: CommandOptions,
+  ): Promise<{ interaction_id: string; routed_to: string | null }>;
+  /** A durable progress update for a pending interactive request (a `progress` event); the request stays pending. */
+  updateInteraction(
+    interaction: Pick<Interaction, 'interaction_id' | 'run_id' | 'node_id' | 'attempt_id'>,
+    message: string,
+    data?: unknown,
+    options?: CommandOptions,
+  ): Promise<{ interaction_id: string }>;
   /** Submits a result; the workflow's `validate` judges it in a supervised child before it counts. */
   submitInteraction(
     interaction: Pick<Interaction, 'interaction_id' | 'run_id' | 'node_id' | 'attempt_id'>,
     result: unknown,
     options?: CommandOptions,
   ): Promise<{ interaction_id: string; submission_id: string; state: 'validating' }>;
-  claimMessages(sessionId: string, options?: CommandOptions & { limit?: number }): Promise<WorkflowMessage[]>;
+  claimMessages(sessionId: string, options?: CommandOptions & {
+    limit?: number;
+    /** A stable name of this client: messages it already holds are claimed again at once (after a restart). */
+    claimant?: string;
+  }): Promise<WorkflowMessage[]>;
   ackMessage(messageId: string, options?: CommandOptions): Promise<{ message_id: string; delivered_at: number }>;
   /** Contradictory durable state, if any (empty when healthy). */
   diagnose(): Promise<unknown[]>;

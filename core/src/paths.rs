@@ -1,4 +1,5 @@
-//! Where an installation lives: `$PIW_HOME` (default `~/.pi/agent/workflows`), its database,
+//! Where an installation lives: `$PIW_HOME` (default `~/.pi/agent/piw`; `~/.pi/agent/workflows/`
+//! holds the user's workflow files), its database,
 //! lock, log and socket. The socket moves to a shorter per-user runtime path when
 //! `$PIW_HOME/host.sock` would exceed the platform's `sun_path` limit.
 
@@ -44,7 +45,7 @@ pub struct PiwPaths {
 }
 
 impl PiwPaths {
-    /// Resolves the installation from `PIW_HOME`, else `$HOME/.pi/agent/workflows`. Either
+    /// Resolves the installation from `PIW_HOME`, else `$HOME/.pi/agent/piw`. Either
     /// must be an absolute path ([`PathsError::RelativeHome`]).
     pub fn from_env() -> Result<Self, PathsError> {
         Self::from_vars(std::env::var_os("PIW_HOME"), std::env::var_os("HOME"))
@@ -69,7 +70,7 @@ impl PiwPaths {
         }
         let user_home = home.filter(|v| !v.is_empty()).ok_or(PathsError::NoHome)?;
         Ok(Self::for_home(
-            absolute("HOME", user_home)?.join(".pi/agent/workflows"),
+            absolute("HOME", user_home)?.join(".pi/agent/piw"),
         ))
     }
 
@@ -343,7 +344,7 @@ mod tests {
         let p = PiwPaths::from_vars(Some("/tmp/x/".into()), Some("rel".into())).unwrap();
         assert_eq!(p.home, PathBuf::from("/tmp/x"));
         let p = PiwPaths::from_vars(Some("".into()), Some("/home/u".into())).unwrap();
-        assert_eq!(p.home, PathBuf::from("/home/u/.pi/agent/workflows"));
+        assert_eq!(p.home, PathBuf::from("/home/u/.pi/agent/piw"));
     }
 
     #[test]

@@ -84,9 +84,19 @@ fn sample(kind: RequestKind) -> Request {
             interaction_id: "int-1".into(),
             result: json!({"summary": "done"}),
         }),
+        RequestKind::InteractionFail => RequestBody::InteractionFail(InteractionFail {
+            interaction_id: "int-1".into(),
+            reason: "no submission after 2 reminders".into(),
+        }),
+        RequestKind::InteractionUpdate => RequestBody::InteractionUpdate(InteractionUpdate {
+            interaction_id: "int-1".into(),
+            message: "half done".into(),
+            data: json!({"files": 3}),
+        }),
         RequestKind::MessageClaim => RequestBody::MessageClaim(MessageClaim {
             session_id: "session-1".into(),
             limit: None,
+            claimant: Some("pi:session-1".into()),
         }),
         RequestKind::MessageAck => RequestBody::MessageAck(MessageAck {
             message_id: "msg-1".into(),

@@ -29,6 +29,8 @@ const CORPUS: &[&str] = &[
     r#"{"schema":"piw.protocol.v1","request_id":"c10","kind":"decision.answer","run_id":"run-1","payload":{"decision_id":"d2","answer":{"ok":false}}}"#,
     r#"{"schema":"piw.protocol.v1","request_id":"c11","kind":"interaction.list","payload":{"session_id":"s1"}}"#,
     r#"{"schema":"piw.protocol.v1","request_id":"c12","kind":"interaction.submit","run_id":"run-1","node_id":"n1","attempt_id":"a1","payload":{"interaction_id":"i1","result":{"text":"done"}}}"#,
+    r#"{"schema":"piw.protocol.v1","request_id":"c12f","kind":"interaction.fail","run_id":"run-1","node_id":"n1","attempt_id":"a1","payload":{"interaction_id":"i1","reason":"no submission after 2 reminders"}}"#,
+    r#"{"schema":"piw.protocol.v1","request_id":"c12u","kind":"interaction.update","run_id":"run-1","node_id":"n1","attempt_id":"a1","payload":{"interaction_id":"i1","message":"half done","data":{"files":3}}}"#,
     r#"{"schema":"piw.protocol.v1","request_id":"c13","kind":"message.claim","payload":{"session_id":"s1","limit":5}}"#,
     r#"{"schema":"piw.protocol.v1","request_id":"c14","kind":"message.ack","payload":{"message_id":"m1"}}"#,
     r#"{"schema":"piw.protocol.v1","request_id":"c15","kind":"subscribe","payload":{"run_id":"run-1"}}"#,

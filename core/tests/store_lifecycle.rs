@@ -1389,3 +1389,102 @@ fn a_person_resolves_an_uncertain_effect_and_the_run_continues() {
     );
     f.assert_clean();
 }
+
+#[test]
+fn a_request_given_up_fails_its_attempt_and_routes_or_fails_the_run() {
+    let mut f = Fixture::new();
+    // Routed: the attempt fails, the run parks at the next node for a fresh child.
+    let (run_id, act, a) = f.running();
+    let i = f.ask(&act.claim, &a, None);
+    let stale = f
+        .store
+        .write(|w| w.fail_interaction(&i, "att-old", "gave up", Some(("b", None)), "ctl"))
+        .unwrap_err();
+    assert!(
+        matches!(stale, StoreError::StaleAttempt { .. }),
+        "{stale:?}"
+    );
+    f.store
+        .write(|w| w.fail_interaction(&i, &a, "no submission", Some(("b", None)), "ctl"))
+        .unwrap();
+    let run = f.store.run(&run_id).unwrap();
+    assert_eq!(run.status, RunStatus::Queued);
+    assert_eq!(run.current_node.as_deref(), Some("b"));
+    let attempts = f.store.attempts(&run_id).unwrap();
+    let first = attempts.iter().find(|x| x.attempt_id == a).unwrap();
+    assert_eq!(
+        (first.status.as_str(), first.error.as_deref()),
+        ("failed", Some("no submission"))
+    );
+    assert_eq!(
+        f.store.interactions(Some(&run_id), None).unwrap()[0].status,
+        "cancelled"
+    );
+    // Given up once: a second time (or a submission) is refused and changes nothing.
+    assert_invalid(&mut f, "fail twice", |w| {
+        w.fail_interaction(&i, &a, "again", None, "ctl")
+    });
+    assert_invalid(&mut f, "submit after", |w| {
+        w.submit(&i, &a, &json!(1), None)
+    });
+    let act = f.activate(&run_id);
+    assert_eq!(
+        act.resume,
+        Resume::Fresh {
+            node_id: Some("b".into())
+        }
+    );
+    f.assert_clean();
+
+    // A submission being judged goes first.
+    let (_, a2, i2, _) = submitted(&mut f);
+    assert_invalid(&mut f, "fail while validating", |w| {
+        w.fail_interaction(&i2, &a2, "gave up", None, "ctl")
+    });
+
+    // Without a route the run fails with the reason.
+    let (run_id, act, a) = f.running();
+    let i = f.ask(&act.claim, &a, None);
+    f.store
+        .write(|w| w.fail_interaction(&i, &a, "no submission", None, "ctl"))
+        .unwrap();
+    let run = f.store.run(&run_id).unwrap();
+    assert_eq!(run.status, RunStatus::Failed);
+    assert_eq!(run.error.as_deref(), Some("no submission"));
+    f.assert_clean();
+}
+
+#[test]
+fn a_progress_update_of_a_pending_request_is_an_event_and_leaves_it_pending() {
+    let mut f = Fixture::new();
+    let (run_id, act, a) = f.running();
+    let i = f.ask(&act.claim, &a, None);
+    let revision = f.store.run(&run_id).unwrap().revision;
+    f.store
+        .write(|w| w.interaction_progress(&i, &a, "half done", &json!({"files": 3})))
+        .unwrap();
+    let run = f.store.run(&run_id).unwrap();
+    assert_eq!(
+        (run.status, run.revision),
+        (RunStatus::Waiting, revision + 1)
+    );
+    assert_eq!(
+        f.store.interactions(Some(&run_id), None).unwrap()[0].status,
+        "pending"
+    );
+    let stale = f
+        .store
+        .write(|w| w.interaction_progress(&i, "att-old", "x", &json!(null)))
+        .unwrap_err();
+    assert!(
+        matches!(stale, StoreError::StaleAttempt { .. }),
+        "{stale:?}"
+    );
+    f.store
+        .write(|w| w.submit(&i, &a, &json!(1), None))
+        .unwrap();
+    assert_invalid(&mut f, "update while validating", |w| {
+        w.interaction_progress(&i, &a, "late", &json!(null))
+    });
+    f.assert_clean();
+}

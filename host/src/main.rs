@@ -13,6 +13,8 @@ use piw_core::protocol::{payload, Receipt, RejectionCode, Request, RequestBody};
 use piw_core::store::{Store, StoreConfig};
 use serde_json::{json, Value};
 
+mod resolve;
+
 #[derive(Parser)]
 #[command(
     name = "piw",
@@ -20,7 +22,7 @@ use serde_json::{json, Value};
     about = "The piw workflow host and its command line."
 )]
 #[command(
-    after_help = "PIW_HOME selects the installation: an absolute path (default ~/.pi/agent/workflows)."
+    after_help = "PIW_HOME selects the installation: an absolute path (default ~/.pi/agent/piw)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -82,9 +84,11 @@ enum HostCmd {
 
 #[derive(Subcommand)]
 enum RunCmd {
-    /// Start a run of a workflow file.
+    /// Start a run of a workflow: a name (found in ./.pi/workflows/, then
+    /// ~/.pi/agent/workflows/) or a path to a workflow file.
     Start {
-        workflow_file: PathBuf,
+        #[arg(value_name = "NAME|PATH")]
+        workflow: String,
         /// The run's input as JSON.
         #[arg(long, default_value = "null", value_parser = parse_json)]
         input: Value,
@@ -883,16 +887,22 @@ fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {
     let mut client = connect(paths)?;
     let (receipt, json_out): (Receipt, bool) = match cmd {
         RunCmd::Start {
-            workflow_file,
+            workflow,
             input,
             session,
             wait,
             timeout,
             json,
         } => {
-            // The caller's directory goes with the file: the host resolves a relative path
-            // against it, and the run works there.
-            let mut start = piw_core::client::run_start_here(&workflow_file, input)?;
+            // A name is found like the Pi extension finds it (the project's .pi/workflows,
+            // then ~/.pi/agent/workflows); the caller's directory goes with the file, so the
+            // host resolves a relative path against it and the run works there.
+            let cwd = std::env::current_dir()?;
+            let user_home = std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .unwrap_or_default();
+            let file = resolve::resolve_workflow(&workflow, &cwd, &user_home)?;
+            let mut start = piw_core::client::run_start_here(&file, input)?;
             start.session_id = session;
             let r = client.call(RequestBody::RunStart(start))?;
             if wait {

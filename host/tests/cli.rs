@@ -1713,3 +1713,62 @@ fn runs_that_do_not_fit_even_without_results_name_the_limit_option() {
     let _ = std::os::unix::net::UnixStream::connect(&paths.socket);
     host.join().unwrap();
 }
+
+#[test]
+fn run_start_finds_a_workflow_by_name_the_project_first_and_refuses_reserved_words() {
+    let h = home();
+    let project = h.home.with_file_name("project");
+    let user_home = h.home.with_file_name("user");
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/hello.workflow.json"
+    );
+    for dir in [
+        project.join(".pi/workflows"),
+        user_home.join(".pi/agent/workflows"),
+    ] {
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::copy(example, dir.join("greet.workflow.json")).unwrap();
+    }
+    let start = |name: &str| {
+        Command::new(env!("CARGO_BIN_EXE_piw"))
+            .args(["run", "start", name, "--wait", "--json"])
+            .current_dir(&project)
+            .env("PIW_HOME", &h.home)
+            .env("HOME", &user_home)
+            .env("PIW_LOG", "warn")
+            .output()
+            .expect("run piw")
+    };
+    let o = start("greet");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let source = json_of(&o)["run"]["source_root"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        PathBuf::from(source),
+        project.join(".pi/workflows/greet.workflow.json")
+    );
+    std::fs::remove_file(project.join(".pi/workflows/greet.workflow.json")).unwrap();
+    let o = start("greet");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(
+        PathBuf::from(json_of(&o)["run"]["source_root"].as_str().unwrap()),
+        user_home.join(".pi/agent/workflows/greet.workflow.json")
+    );
+    let o = start("status");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o).contains("is a subcommand word, not a workflow name"),
+        "{}",
+        text(&o)
+    );
+    let o = start("nothing-here");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o).contains("no workflow named \"nothing-here\""),
+        "{}",
+        text(&o)
+    );
+}

@@ -62,7 +62,7 @@ export class Client {
 
   /**
    * Connects to the host of `options.home` (default `PIW_HOME`, which must be an absolute path,
-   * else `~/.pi/agent/workflows`), starting one on demand unless `options.start === false`.
+   * else `~/.pi/agent/piw`), starting one on demand unless `options.start === false`.
    */
   static async connect(options = {}) {
     const start = options.start !== false;
@@ -237,11 +237,44 @@ export class Client {
     );
   }
 
+  /**
+   * Gives up on a pending interactive request: its attempt fails with `reason` and the run
+   * routes `$result.outcome = failed` (or fails without such a route). Resolves with
+   * `{ interaction_id, routed_to }`.
+   */
+  failInteraction(interaction, reason, options = {}) {
+    return this.#body(
+      'interaction.fail',
+      {
+        ...envelope(options),
+        runId: interaction.run_id ?? interaction.runId,
+        nodeId: interaction.node_id ?? interaction.nodeId,
+        attemptId: interaction.attempt_id ?? interaction.attemptId,
+      },
+      { interaction_id: interaction.interaction_id ?? interaction.interactionId, reason },
+    );
+  }
+
+  /** A durable progress update for a pending interactive request (kept as a `progress` event). */
+  updateInteraction(interaction, message, data = null, options = {}) {
+    return this.#body(
+      'interaction.update',
+      {
+        ...envelope(options),
+        runId: interaction.run_id ?? interaction.runId,
+        nodeId: interaction.node_id ?? interaction.nodeId,
+        attemptId: interaction.attempt_id ?? interaction.attemptId,
+      },
+      { interaction_id: interaction.interaction_id ?? interaction.interactionId, message, data },
+    );
+  }
+
   /** Claims undelivered workflow messages of a Pi session. */
   async claimMessages(sessionId, options = {}) {
     return (await this.#body('message.claim', envelope(options), {
       session_id: sessionId,
       limit: options.limit ?? null,
+      claimant: options.claimant ?? null,
     })).messages;
   }
 

@@ -16,7 +16,7 @@ use serde_json::{json, Map, Value};
 
 use crate::{client_error, js_error};
 
-/// Connects to the host of `options.home` (default: `PIW_HOME`, else `~/.pi/agent/workflows`).
+/// Connects to the host of `options.home` (default: `PIW_HOME`, else `~/.pi/agent/piw`).
 ///
 /// `options`: `{ home?, piwHome?, hostBin?, start?, hostEnv?, readyTimeoutMs? }`. `home` is
 /// used as given (made absolute against the working directory). Without it, the installation

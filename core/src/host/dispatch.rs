@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use serde_json::{json, Value};
 
+use crate::graph::{Graph, Outcome, Route};
 use crate::protocol::{payload, Receipt, Rejection, RejectionCode, Request, RequestBody};
 use crate::store::{
     Answerer, Claim, ClaimLostReason, CommandMeta, ExecutionMode, Fence, NewRun, Provenance,
@@ -393,8 +394,57 @@ pub fn apply_command(
             )?;
             json!({ "interaction_id": s.interaction_id, "submission_id": submission_id, "state": "validating" })
         }
+        RequestBody::InteractionFail(f) => {
+            let run_id = required(&req.run_id, "run_id")?;
+            let node_id = required(&req.node_id, "node_id")?;
+            w.require_interaction_of(run_id, node_id, &f.interaction_id)?;
+            // Route `failed` from the node as a child would: the stored graph decides (read
+            // here, not from the host's cache: a command must not change the host's memory).
+            let (_, definition, _) = w.run_payload(run_id)?;
+            let graph = definition
+                .as_ref()
+                .map(Graph::parse)
+                .transpose()
+                .map_err(|e| StoreError::CorruptRow(format!("stored graph: {e}")))?
+                .ok_or_else(|| StoreError::InvalidInput("the run has no graph snapshot".into()))?;
+            let next = match graph.route(node_id, &Outcome::Failed(&f.reason)) {
+                Ok(Route::Next(next)) => Some(next),
+                _ => None,
+            };
+            let deadline = next.as_deref().and_then(|n| {
+                graph.node(n).and_then(|n| n.timeout_ms).map(|ms| {
+                    w.now_ms()
+                        .saturating_add(i64::try_from(ms).unwrap_or(i64::MAX))
+                })
+            });
+            w.fail_interaction(
+                &f.interaction_id,
+                required(&req.attempt_id, "attempt_id")?,
+                &f.reason,
+                next.as_deref().map(|n| (n, deadline)),
+                &format!("{}-control", state.owner_id),
+            )?;
+            json!({ "interaction_id": f.interaction_id, "routed_to": next })
+        }
+        RequestBody::InteractionUpdate(u) => {
+            w.require_interaction_of(
+                required(&req.run_id, "run_id")?,
+                required(&req.node_id, "node_id")?,
+                &u.interaction_id,
+            )?;
+            w.interaction_progress(
+                &u.interaction_id,
+                required(&req.attempt_id, "attempt_id")?,
+                &u.message,
+                &u.data,
+            )?;
+            json!({ "interaction_id": u.interaction_id })
+        }
         RequestBody::MessageClaim(m) => {
-            let owner = format!("request-{}", req.request_id);
+            let owner = match &m.claimant {
+                Some(claimant) => format!("claimant-{claimant}"),
+                None => format!("request-{}", req.request_id),
+            };
             let messages = w.claim_messages(
                 &m.session_id,
                 &owner,

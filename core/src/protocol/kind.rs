@@ -206,6 +206,10 @@ request_kinds! {
     InteractionList = "interaction.list" => InteractionList, NONE;
     /// Submit a provisional result for an interactive request. Client.
     InteractionSubmit = "interaction.submit" => InteractionSubmit, RUN_NODE_ATTEMPT;
+    /// Fail the attempt of a pending interactive request the session gave up on. Client.
+    InteractionFail = "interaction.fail" => InteractionFail, RUN_NODE_ATTEMPT;
+    /// A progress update from the agent working on a pending interactive request. Client.
+    InteractionUpdate = "interaction.update" => InteractionUpdate, RUN_NODE_ATTEMPT;
     /// Claim undelivered workflow messages of a Pi session. Client.
     MessageClaim = "message.claim" => MessageClaim, NONE;
     /// Acknowledge delivery of a claimed workflow message. Client.

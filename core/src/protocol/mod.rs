@@ -41,11 +41,12 @@ pub use frame::{
 pub use kind::{RequestBody, RequestKind, RequiredFields};
 pub use payload::{
     AttemptOutcome, DecisionAnswer, DecisionKind, EarlierStep, EffectResolve, EffectResult,
-    ExecutionMode, InteractionKind, InteractionList, InteractionSubmit, MessageAck, MessageClaim,
-    RetryContract, RunCancel, RunList, RunRetry, RunStart, RunStatusQuery, Subscribe, Unsubscribe,
-    WorkerComplete, WorkerEffectApplying, WorkerEffectReserve, WorkerEffectSettle, WorkerExit,
-    WorkerFail, WorkerHello, WorkerInteractionRequest, WorkerNodeStarted, WorkerNotify,
-    WorkerProgress, WorkerTransition, WorkerValidationResult, WorkerWait,
+    ExecutionMode, InteractionFail, InteractionKind, InteractionList, InteractionSubmit,
+    InteractionUpdate, MessageAck, MessageClaim, RetryContract, RunCancel, RunList, RunRetry,
+    RunStart, RunStatusQuery, Subscribe, Unsubscribe, WorkerComplete, WorkerEffectApplying,
+    WorkerEffectReserve, WorkerEffectSettle, WorkerExit, WorkerFail, WorkerHello,
+    WorkerInteractionRequest, WorkerNodeStarted, WorkerNotify, WorkerProgress, WorkerTransition,
+    WorkerValidationResult, WorkerWait,
 };
 pub use rejection::RejectionCode;
 pub use request::{DecodeError, Request, MAX_ID_CHARS, MAX_REQUEST_DEPTH};

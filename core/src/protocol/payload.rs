@@ -190,6 +190,29 @@ pub struct InteractionSubmit {
     pub result: Value,
 }
 
+/// Payload of `interaction.fail`: the origin session gave up on a pending interactive
+/// request (no submission after its reminders); the attempt fails and the run routes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InteractionFail {
+    /// The interactive request given up on.
+    pub interaction_id: String,
+    /// Why: the attempt's error, which `$result.outcome = failed` routing sees.
+    pub reason: String,
+}
+
+/// Payload of `interaction.update`: a durable progress update from the agent working on a
+/// pending interactive request; the request stays pending.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InteractionUpdate {
+    /// The interactive request being worked on.
+    pub interaction_id: String,
+    /// Human-readable progress text.
+    pub message: String,
+    /// Structured progress data (`null` when absent).
+    #[serde(default)]
+    pub data: Value,
+}
+
 /// Payload of `message.claim`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MessageClaim {
@@ -197,6 +220,10 @@ pub struct MessageClaim {
     pub session_id: String,
     /// At most this many messages.
     pub limit: Option<u32>,
+    /// Who claims, when the client has a stable name (the Pi extension: its session): the
+    /// messages this claimant holds are claimed again at once, so a client that restarted
+    /// after a crash does not wait for the claims of its previous process to expire.
+    pub claimant: Option<String>,
 }
 
 /// Payload of `message.ack`.

@@ -916,6 +916,150 @@ impl WriteTx<'_> {
         Ok(submission_id)
     }
 
+    /// A durable progress update from the agent working on a pending interactive request
+    /// (the Pi tool's `update`): kept as a `progress` event of the run, like a worker's, and
+    /// does not complete the request. Refuses a stale attempt and a request that is not
+    /// pending.
+    pub fn interaction_progress(
+        &mut self,
+        interaction_id: &str,
+        attempt_id: &str,
+        message: &str,
+        data: &Value,
+    ) -> StoreResult<()> {
+        let (run_id, interaction_attempt, status): (String, String, String) = self
+            .conn()
+            .prepare_cached(
+                "SELECT run_id, attempt_id, status FROM interactions WHERE interaction_id = ?1",
+            )?
+            .query_row([interaction_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .optional()?
+            .ok_or_else(|| StoreError::NotFound {
+                what: "interaction",
+                id: interaction_id.to_owned(),
+            })?;
+        let run = self.run_row(&run_id)?;
+        if attempt_id != interaction_attempt {
+            return Err(StoreError::StaleAttempt {
+                run_id,
+                presented: attempt_id.to_owned(),
+                current: interaction_attempt,
+            });
+        }
+        if !Op::Submit.allowed(run.status) || status != "pending" {
+            return Err(invalid(
+                &run_id,
+                Op::Submit,
+                run.status,
+                format!("interaction {interaction_id} is {status}"),
+            ));
+        }
+        self.authorize(&run_id, Fence::Unclaimed, Op::Submit)?;
+        self.finish_run_write(
+            &run_id,
+            "progress",
+            json!({ "message": message, "data": data, "interaction": interaction_id }),
+        )?;
+        Ok(())
+    }
+
+    /// The origin session gave up on a pending interactive request (the model's turns
+    /// settled without a submission, reminders included): the attempt fails with `reason`
+    /// and the run routes `$result.outcome = failed` like any failed attempt. With `next`
+    /// (the node the run's graph routes to, computed by the caller, with that node's
+    /// deadline) the run moves there under a control claim and parks, so a fresh child
+    /// starts it; without, the run fails. Refuses a stale attempt, a request that is not
+    /// pending (a submission being judged goes first) and one past its deadline (it
+    /// expires instead).
+    pub fn fail_interaction(
+        &mut self,
+        interaction_id: &str,
+        attempt_id: &str,
+        reason: &str,
+        next: Option<(&str, Option<UnixMillis>)>,
+        owner_id: &str,
+    ) -> StoreResult<()> {
+        let (run_id, interaction_attempt, status, deadline): (String, String, String, Option<i64>) =
+            self.conn()
+                .prepare_cached(
+                    "SELECT run_id, attempt_id, status, deadline_at FROM interactions
+                     WHERE interaction_id = ?1",
+                )?
+                .query_row([interaction_id], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                })
+                .optional()?
+                .ok_or_else(|| StoreError::NotFound {
+                    what: "interaction",
+                    id: interaction_id.to_owned(),
+                })?;
+        let run = self.run_row(&run_id)?;
+        if attempt_id != interaction_attempt {
+            return Err(StoreError::StaleAttempt {
+                run_id,
+                presented: attempt_id.to_owned(),
+                current: interaction_attempt,
+            });
+        }
+        // Failing is the alternative to a submission: the same gate.
+        if !Op::Submit.allowed(run.status) || status != "pending" {
+            return Err(invalid(
+                &run_id,
+                Op::Submit,
+                run.status,
+                format!("interaction {interaction_id} is {status}"),
+            ));
+        }
+        if let Some(deadline_at) = deadline.filter(|d| *d <= self.now) {
+            return Err(StoreError::DeadlinePassed {
+                run_id,
+                attempt_id: interaction_attempt,
+                deadline_at,
+            });
+        }
+        let claim = self.control_claim(&run_id, owner_id)?;
+        self.conn()
+            .prepare_cached(
+                "UPDATE interactions SET status = 'cancelled', closed_at = ?2
+                 WHERE interaction_id = ?1",
+            )?
+            .execute(params![interaction_id, self.now])?;
+        // The waiting attempt runs again under the control claim only to be closed.
+        self.conn()
+            .prepare_cached(
+                "UPDATE attempts SET status = 'running', generation = ?2
+                 WHERE attempt_id = ?1 AND status = 'waiting'",
+            )?
+            .execute(params![attempt_id, claim.generation as i64])?;
+        self.set_status(&run_id, RunStatus::Running)?;
+        self.finish_run_write(
+            &run_id,
+            "interaction_failed",
+            json!({ "interaction": interaction_id, "reason": reason }),
+        )?;
+        let outcome = AttemptOutcome::Failed {
+            error: reason.to_owned(),
+        };
+        match next {
+            Some((next_node, next_deadline_at)) => {
+                self.transition(
+                    &claim,
+                    &TransitionRequest {
+                        attempt_id: attempt_id.to_owned(),
+                        outcome,
+                        next_node: next_node.to_owned(),
+                        next_deadline_at,
+                    },
+                )?;
+                self.park(&claim, None)?;
+            }
+            None => {
+                self.fail(&claim, Some(attempt_id), &outcome, reason)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Settles a validating submission with the validation child's verdict. Accepting settles
     /// the interaction and keeps the attempt running under the claim (the child goes on to
     /// propose the transition); rejecting keeps the request pending, parks the attempt and

@@ -1,0 +1,129 @@
+// Pi going away never costs a run: SIGKILL while a run computes, a request that comes while
+// Pi is closed, a deadline that passes while Pi is closed; two sessions in one project never
+// see each other's requests or messages.
+import assert from 'node:assert/strict';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, beforeEach, test } from 'node:test';
+
+import { piEnv, until } from './harness.mjs';
+
+let env;
+beforeEach(async () => {
+  env = await piEnv();
+});
+afterEach(async () => {
+  await env?.close();
+});
+
+const terminalCards = (pi, from = 0) => pi.customMessages('piw-message', from).filter((m) => m.details.kind === 'terminal');
+
+test('SIGKILL Pi while a run computes: the run completes, the next start shows its result exactly once', async () => {
+  env.addWorkflow('gate.workflow.mjs', 'gate');
+  const gate = join(env.root, 'open');
+  const pi = await env.startPi({ sessionId: 'crash' });
+  await pi.prompt(`/workflow gate --input-json ${JSON.stringify({ gate })}`);
+  const client = await env.client();
+  const [started] = await until(async () => {
+    const runs = await client.listRuns({ sessionId: 'crash' });
+    return runs.length && runs[0].status === 'running' && runs;
+  }, 'the run computing');
+  pi.kill('SIGKILL');
+  await pi.exited;
+  writeFileSync(gate, '');
+  const run = await client.waitForRun(started.run_id, { timeoutMs: 30_000 });
+  assert.equal(run.status, 'completed');
+  const second = await env.startPi({ sessionId: 'crash' });
+  const card = await until(() => terminalCards(second)[0], 'the result card');
+  assert.match(card.content, /gate completed/);
+  await second.quit();
+  const third = await env.startPi({ sessionId: 'crash' });
+  await third.prompt('/workflow status ' + started.run_id);
+  await third.waitNotify(/completed/);
+  assert.equal(terminalCards(third).length, 0, 'not shown a second time');
+  await third.quit();
+});
+
+test('a request that arrives while Pi is closed is presented once at the next start, and not again after a restart', async () => {
+  env.addWorkflow('agent.workflow.mjs', 'titles');
+  env.model.script = () => ({ text: 'thinking about it' });
+  const client = await env.client();
+  const { run_id } = await client.startRun(join(env.project, '.pi/workflows/titles.workflow.mjs'), { input: { task: 'x' }, sessionId: 'later' });
+  await client.waitForRun(run_id, { untilParked: true, timeoutMs: 30_000 });
+  const pi = await env.startPi({ sessionId: 'later' });
+  const steps = await until(() => pi.customMessages('piw-step').length > 0 && pi.customMessages('piw-step'), 'the step');
+  assert.equal(steps[0].details.runId, run_id);
+  await pi.waitSettled();
+  pi.kill('SIGKILL');
+  await pi.exited;
+  const again = await env.startPi({ sessionId: 'later' });
+  // The widget shows the run: the extension has looked at the host since this start.
+  await again.waitEvent((e) => e.type === 'extension_ui_request' && e.method === 'setStatus' && /wf titles/.test(e.statusText ?? ''), 'the footer status');
+  assert.equal(again.customMessages('piw-step').filter((m) => m.details.reminder === 0).length, 0, 'presented once per session');
+  await again.quit();
+});
+
+test('a node deadline that passes while Pi is closed: the next start shows the timeout route and presents the next request', async () => {
+  env.addWorkflow('deadline.workflow.mjs', 'deadline');
+  env.model.script = () => ({ text: 'noted' });
+  const client = await env.client();
+  const { run_id } = await client.startRun(join(env.project, '.pi/workflows/deadline.workflow.mjs'), { sessionId: 'away' });
+  await until(async () => (await client.listInteractions('away')).some((i) => i.node_id === 'second'), 'the second request after the timeout');
+  const pi = await env.startPi({ sessionId: 'away' });
+  const notice = await until(() => pi.customMessages('piw-message').find((m) => m.details.kind === 'notify'), 'the timeout notice');
+  assert.match(notice.content, /the first step timed out/);
+  const step = await until(() => pi.customMessages('piw-step')[0], 'the next request');
+  assert.equal(step.details.node, 'second');
+  assert.equal(step.details.runId, run_id);
+  await pi.quit();
+});
+
+test('two Pi sessions in one project never see each other\'s requests or messages', async () => {
+  env.addWorkflow('agent.workflow.mjs', 'titles');
+  env.addWorkflow('notify.workflow.mjs', 'hello');
+  env.model.script = () => ({ text: 'ok' });
+  const a = await env.startPi({ sessionId: 'left' });
+  const b = await env.startPi({ sessionId: 'right' });
+  await a.prompt('/workflow titles from-left');
+  await b.prompt('/workflow hello from-right');
+  await until(() => a.customMessages('piw-step').length > 0, 'the left step');
+  await until(() => b.customMessages('piw-message').some((m) => m.details.kind === 'terminal'), 'the right result');
+  const client = await env.client();
+  const left = await client.listRuns({ sessionId: 'left' });
+  const right = await client.listRuns({ sessionId: 'right' });
+  assert.equal(left.length, 1);
+  assert.equal(right.length, 1);
+  assert.ok(a.customMessages('piw-step').every((m) => m.details.runId === left[0].run_id));
+  assert.ok(a.customMessages('piw-message').every((m) => m.details.runId === left[0].run_id));
+  assert.equal(b.customMessages('piw-step').length, 0);
+  assert.ok(b.customMessages('piw-message').every((m) => m.details.runId === right[0].run_id));
+  assert.match(a.customMessages('piw-step')[0].content, /Propose a title for from-left/);
+  await a.quit();
+  await b.quit();
+});
+
+test('Pi killed between adding a message and acknowledging it: the next start acknowledges it without adding it again', async () => {
+  env.addWorkflow('notify.workflow.mjs', 'hello');
+  env.model.script = () => ({ text: 'hello' });
+  // A session Pi has saved (it writes the file once the model has answered).
+  const first = await env.startPi({ sessionId: 'fault' });
+  await first.prompt('hi');
+  await first.waitSettled();
+  await first.quit();
+  const client = await env.client();
+  const { run_id } = await client.startRun(join(env.project, '.pi/workflows/hello.workflow.mjs'), { input: { task: 'once' }, sessionId: 'fault' });
+  await client.waitForRun(run_id, { timeoutMs: 30_000 });
+  const dying = await env.startPi({ sessionId: 'fault', extraEnv: { PIW_PI_FAULT: 'kill_before_ack' } }).catch(() => null);
+  if (dying) assert.equal((await dying.exited).signal, 'SIGKILL');
+  const pi = await env.startPi({ sessionId: 'fault' });
+  // The refresh that follows the start ends with the widget (cleared: no live run).
+  await pi.waitEvent((e) => e.type === 'extension_ui_request' && e.method === 'setWidget', 'the first refresh');
+  const reply = await pi.send({ type: 'get_messages' });
+  const kinds = reply.data.messages.filter((m) => m.role === 'custom' && m.customType === 'piw-message').map((m) => m.details.kind);
+  assert.deepEqual(kinds, ['notify', 'terminal'], 'each message once');
+  // The killed start added the notice and died before its acknowledgement; this start
+  // acknowledged it without adding it again, then delivered the rest.
+  assert.deepEqual(pi.customMessages('piw-message').map((m) => m.details.kind), ['terminal']);
+  assert.deepEqual(await client.claimMessages('fault'), [], 'both acknowledged');
+  await pi.quit();
+});

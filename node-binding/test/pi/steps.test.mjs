@@ -1,0 +1,149 @@
+// Interactive steps in the origin session: reminders when a turn settles without a submission,
+// Escape (an aborted turn) pauses the run and resume continues the same request, one active
+// request per session, a stale attempt refused.
+import assert from 'node:assert/strict';
+import { afterEach, beforeEach, test } from 'node:test';
+
+import { piEnv, sleep, until } from './harness.mjs';
+
+let env;
+beforeEach(async () => {
+  env = await piEnv();
+  env.addWorkflow('agent.workflow.mjs', 'titles');
+});
+afterEach(async () => {
+  await env?.close();
+});
+
+const stepId = (text) => /"interactionId":"([^"]+)"/.exec(text)?.[1];
+const textOf = (m) => (typeof m.content === 'string' ? m.content : (m.content ?? []).map((b) => b.text ?? '').join(''));
+const isStep = (m) => m.role === 'user' && stepId(textOf(m));
+
+test('a turn that settles without a submission gets two reminders, then the attempt fails and routes', async () => {
+  env.model.script = () => ({ text: 'I will not submit' });
+  const pi = await env.startPi();
+  const client = await env.client();
+  const from = pi.mark();
+  const { run_id } = await client.startRun(`${env.project}/.pi/workflows/titles.workflow.mjs`, { input: { task: 'x' }, sessionId: 'session-a' });
+  await pi.waitNotify(/step draft .* failed: no submission after 2 reminders; the run goes on at gaveUp/, from);
+  const steps = pi.customMessages('piw-step', from);
+  assert.deepEqual(steps.map((m) => m.details.reminder), [0, 1, 2]);
+  assert.match(steps[1].content, /Reminder 1 of 2/);
+  const run = await client.waitForRun(run_id, { timeoutMs: 30_000 });
+  assert.equal(run.status, 'completed');
+  assert.deepEqual(run.result, { title: null, why: 'failed' });
+  const { attempts } = await client.runStatus(run_id);
+  const draft = attempts.find((a) => a.node_id === 'draft');
+  assert.equal(draft.status, 'failed');
+  assert.equal(draft.error, 'no submission after 2 reminders');
+  // Three turns (the step, two reminders), nothing after the attempt failed.
+  assert.equal(pi.events.filter((e) => e.type === 'agent_settled').length, 3);
+  await pi.quit();
+});
+
+test('Escape (an aborted turn) pauses the run; resume presents the same request again', async () => {
+  let hold;
+  const held = new Promise((r) => (hold = r));
+  let calls = 0;
+  env.model.script = async ({ messages }) => {
+    calls++;
+    if (calls === 1) {
+      await held; // the step's turn streams until the test aborts it
+      return { text: 'too late' };
+    }
+    const step = [...messages].reverse().find(isStep);
+    const id = stepId(textOf(step));
+    return messages[messages.length - 1].role === 'tool' ? { text: 'done' } : { tool: { name: 'workflow', arguments: { action: 'submit', interactionId: id, output: { title: 'Resumed' } } } };
+  };
+  const pi = await env.startPi();
+  const client = await env.client();
+  const from = pi.mark();
+  const { run_id } = await client.startRun(`${env.project}/.pi/workflows/titles.workflow.mjs`, { input: { task: 'x' }, sessionId: 'session-a' });
+  await pi.waitEvent((e) => e.type === 'agent_start', 'the step turn', from);
+  await until(() => calls === 1, 'the model request');
+  await pi.send({ type: 'abort' });
+  hold();
+  await pi.waitEvent((e) => e.type === 'agent_settled' && e.aborted === true, 'the aborted settle', from);
+  await pi.waitNotify(/workflow paused at draft/, from);
+  assert.equal((await client.runStatus(run_id)).run.paused, true);
+  const before = pi.customMessages('piw-step', from).length;
+  const resumeFrom = pi.mark();
+  await pi.prompt(`/workflow resume ${run_id}`);
+  const run = await client.waitForRun(run_id, { timeoutMs: 30_000 });
+  assert.equal(run.status, 'completed');
+  assert.deepEqual(run.result, { title: 'Resumed' });
+  const after = pi.customMessages('piw-step', resumeFrom);
+  assert.equal(after.length, 1, 'the same request is presented once after the resume');
+  assert.equal(after[0].details.key, pi.customMessages('piw-step', from)[0].details.key);
+  assert.equal(before, 1);
+  await pi.quit();
+});
+
+test('one active request per session: the second run waits; a stale interaction id is refused', async () => {
+  const seen = [];
+  let stale = null;
+  env.model.script = ({ messages, last, lastText }) => {
+    if (last.role === 'tool') return { text: 'ok' };
+    const id = stepId(lastText);
+    if (!id) return { text: 'ok' };
+    seen.push(id);
+    if (seen.length === 2 && stale === null) {
+      stale = seen[0];
+      return { tool: { name: 'workflow', arguments: { action: 'submit', interactionId: seen[0], output: { title: 'late' } } } };
+    }
+    return { tool: { name: 'workflow', arguments: { action: 'submit', interactionId: id, output: { title: `t${seen.length}` } } } };
+  };
+  const pi = await env.startPi();
+  const client = await env.client();
+  const from = pi.mark();
+  const file = `${env.project}/.pi/workflows/titles.workflow.mjs`;
+  const a = await client.startRun(file, { input: { task: 'a' }, sessionId: 'session-a' });
+  await client.waitForRun(a.run_id, { untilParked: true, timeoutMs: 30_000 }).catch(() => {});
+  const b = await client.startRun(file, { input: { task: 'b' }, sessionId: 'session-a' });
+  const ra = await client.waitForRun(a.run_id, { timeoutMs: 30_000 });
+  const rb = await client.waitForRun(b.run_id, { timeoutMs: 30_000 });
+  assert.equal(ra.status, 'completed');
+  assert.equal(rb.status, 'completed');
+  const steps = pi.customMessages('piw-step', from).filter((m) => m.details.reminder === 0);
+  assert.equal(steps.length, 2);
+  assert.equal(steps[0].details.runId, a.run_id, 'the first run is presented first');
+  assert.equal(steps[1].details.runId, b.run_id);
+  const refused = await pi.waitEvent(
+    (e) => e.type === 'tool_execution_end' && e.isError && /is closed or not this session's current request/.test(JSON.stringify(e.result)),
+    'the stale submit refused',
+    from,
+  );
+  assert.match(JSON.stringify(refused.result), new RegExp(steps[1].details.key));
+  await pi.quit();
+});
+
+test('update records progress on the open step without completing it; the widget shows it', async () => {
+  let phase = 0;
+  env.model.script = ({ last, lastText }) => {
+    const id = stepId(lastText);
+    if (id && phase === 0) {
+      phase = 1;
+      return { tool: { name: 'workflow', arguments: { action: 'update', message: 'read 3 files' } } };
+    }
+    if (last.role === 'tool' && phase === 1) {
+      phase = 2;
+      return { tool: { name: 'workflow', arguments: { action: 'submit', output: { title: 'With progress' } } } };
+    }
+    return { text: 'ok' };
+  };
+  const pi = await env.startPi();
+  const client = await env.client();
+  const from = pi.mark();
+  const { run_id } = await client.startRun(`${env.project}/.pi/workflows/titles.workflow.mjs`, { input: { task: 'x' }, sessionId: 'session-a' });
+  const noted = await pi.waitEvent((e) => e.type === 'tool_execution_end' && e.toolName === 'workflow', 'the update', from);
+  assert.equal(noted.isError, false, JSON.stringify(noted.result));
+  assert.match(JSON.stringify(noted.result), /progress noted for step draft/);
+  await pi.waitEvent(
+    (e) => e.type === 'extension_ui_request' && e.method === 'setWidget' && (e.widgetLines ?? []).some((l) => /read 3 files/.test(l)),
+    'the widget with the progress',
+    from,
+  );
+  const run = await client.waitForRun(run_id, { timeoutMs: 30_000 });
+  assert.deepEqual(run.result, { title: 'With progress' });
+  await pi.quit();
+});
