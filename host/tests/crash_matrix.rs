@@ -346,6 +346,9 @@ impl Scenario {
             let claim = RequestBody::MessageClaim(payload::MessageClaim {
                 session_id: "s1".into(),
                 limit: None,
+                // Each round claims as someone new: what an earlier round claimed and did not
+                // acknowledge comes back only once its lease has passed.
+                claimant: None,
             });
             let claimed = self
                 .call(Request::new(format!("claim-{round}"), claim))
