@@ -824,7 +824,7 @@ fn decode_error_messages_are_bounded() {
 
 #[test]
 fn every_request_kind_round_trips() {
-    assert_eq!(RequestKind::ALL.len(), 34);
+    assert_eq!(RequestKind::ALL.len(), 36);
     for &kind in RequestKind::ALL {
         let request = sample(kind)
             .with_expected_revision(3)

@@ -1767,7 +1767,9 @@ fn run_start_finds_a_workflow_by_name_the_project_first_and_refuses_reserved_wor
     let o = start("nothing-here");
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        text(&o).contains("no workflow named \"nothing-here\""),
+        json_of(&o)["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("no workflow named \"nothing-here\"")),
         "{}",
         text(&o)
     );

@@ -290,7 +290,7 @@ mod tests {
             assert!(seen.insert(kind.as_str()), "duplicate {kind}");
             assert_eq!(RequestKind::parse(kind.as_str()), Some(kind));
         }
-        assert_eq!(RequestKind::ALL.len(), 34);
+        assert_eq!(RequestKind::ALL.len(), 36);
         assert_eq!(RequestKind::parse("run.explode"), None);
     }
 
