@@ -598,6 +598,7 @@ fn the_documented_event_data_is_what_the_host_sends() {
     // The scenario reaches most kinds; those it does not are listed here on purpose.
     let unexercised: BTreeSet<&str> = [
         "interaction_expired",
+        "interaction_failed",
         "decision_expired",
         "submission_accepted",
         "timed_out",
