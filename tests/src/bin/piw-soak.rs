@@ -28,6 +28,8 @@ use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use piw_core::client::{BlockingClient, ClientError};
@@ -88,6 +90,18 @@ struct Plan {
     final_status: Option<Value>,
 }
 
+/// What one step of the schedule draws (all of it, used or not).
+struct Draws {
+    roll: u32,
+    pick: u64,
+    kind: usize,
+    value: i64,
+    sleep_ms: u64,
+    fault: u32,
+    param: u64,
+    pause_ms: u64,
+}
+
 #[derive(Default)]
 struct Tally {
     faults: BTreeMap<&'static str, u64>,
@@ -99,7 +113,14 @@ struct Tally {
 
 struct Soak {
     seed: u64,
+    /// The schedule: every step draws the same number of values from it, whatever the host
+    /// answered, so a seed replays the same sequence of intended actions and faults.
     rng: StdRng,
+    /// Whether a command is first sent by a client that dies (drawn per command, so how many
+    /// commands the runs needed does not shift the schedule).
+    client_rng: StdRng,
+    /// The first faults injected, printed at the end to compare replays.
+    fault_log: Vec<&'static str>,
     dir: tempfile::TempDir,
     paths: PiwPaths,
     piw: PathBuf,
@@ -179,6 +200,8 @@ impl Soak {
         Ok(Self {
             seed,
             rng: StdRng::seed_from_u64(seed),
+            client_rng: StdRng::seed_from_u64(seed ^ 0x5eed_c11e_57ab_1e00),
+            fault_log: Vec::new(),
             dir,
             paths,
             piw,
@@ -195,9 +218,18 @@ impl Soak {
 
     fn run(&mut self, duration: Duration) -> Res<bool> {
         self.serve()?;
+        let background = Background::start(&self.paths);
         let started = Instant::now();
         while started.elapsed() < duration {
             self.step()?;
+        }
+        let (frames, disorder) = background.stop();
+        self.tally.frames += frames;
+        if disorder > 0 {
+            eprintln!(
+                "piw-soak: {disorder} events arrived out of order or twice on one subscription"
+            );
+            self.tally.unexpected += disorder;
         }
         // No more faults: every run is driven to its end.
         let end = Instant::now();
@@ -229,32 +261,42 @@ impl Soak {
 
     /// One step of the schedule: start a run, move one along, or inject a fault.
     fn step(&mut self) -> Res<()> {
+        let d = Draws {
+            roll: self.rng.random_range(0..100),
+            pick: self.rng.random(),
+            kind: self.rng.random_range(0..KINDS.len()),
+            value: self.rng.random_range(1..1_000_000),
+            sleep_ms: self.rng.random_range(0..1_500),
+            fault: self.rng.random_range(0..6),
+            param: self.rng.random(),
+            pause_ms: self.rng.random_range(0..40),
+        };
         let active = self
             .plans
             .iter()
             .filter(|p| p.final_status.is_none())
             .count();
-        let roll = self.rng.random_range(0..100u32);
-        if roll < 25 && active < MAX_ACTIVE {
-            let kind = KINDS[self.rng.random_range(0..KINDS.len())];
-            self.start(kind)?;
-        } else if roll < 88 {
+        if d.roll < 25 {
+            // A start beyond the bound of unfinished runs is skipped, not replaced.
+            if active < MAX_ACTIVE {
+                self.start(KINDS[d.kind], d.value, d.sleep_ms)?;
+            }
+        } else if d.roll < 88 {
             if !self.plans.is_empty() {
-                let i = self.rng.random_range(0..self.plans.len());
+                let i = (d.pick % self.plans.len() as u64) as usize;
                 if self.plans[i].final_status.is_none() {
                     self.advance(i)?;
                 }
             }
         } else {
-            self.fault()?;
+            self.fault(d.fault, d.param)?;
         }
-        let pause = self.rng.random_range(0..40u64);
-        std::thread::sleep(Duration::from_millis(pause));
+        std::thread::sleep(Duration::from_millis(d.pause_ms));
         Ok(())
     }
 
-    fn fault(&mut self) -> Res<()> {
-        match self.rng.random_range(0..6u32) {
+    fn fault(&mut self, fault: u32, param: u64) -> Res<()> {
+        match fault {
             0 => {
                 self.count("host_sigkill");
                 self.kill_host(libc::SIGKILL)?;
@@ -264,40 +306,41 @@ impl Soak {
                 self.kill_host(libc::SIGTERM)?;
             }
             2 => {
+                self.count("child_sigkill");
                 let victims = self.children();
                 if !victims.is_empty() {
-                    let pid = victims[self.rng.random_range(0..victims.len())];
-                    self.count("child_sigkill");
+                    let pid = victims[(param % victims.len() as u64) as usize];
                     signal(pid, libc::SIGKILL);
                 }
             }
             3 => {
-                let ms = self.rng.random_range(50..2_000u64);
                 if let Some(host) = &self.host {
                     let pid = host.id();
                     self.count("host_sigstop");
                     signal(pid, libc::SIGSTOP);
-                    std::thread::sleep(Duration::from_millis(ms));
+                    std::thread::sleep(Duration::from_millis(50 + param % 1_950));
                     signal(pid, libc::SIGCONT);
                 }
             }
             4 => {
                 self.count("malformed_frame");
-                self.malformed_frame();
+                self.malformed_frame(param);
             }
             _ => {
                 // A status read by a client that dies before its reply; the commands' own
                 // abandoned sends happen in `command`.
                 self.count("client_killed");
                 let r = Request::new(piw_core::ids::new_id("st"), RequestBody::HostStatus);
-                let cut = self.rng.random_bool(0.5);
-                self.abandoned_send(&r, cut);
+                self.abandoned_send(&r, param & 1 == 0);
             }
         }
         Ok(())
     }
 
     fn count(&mut self, fault: &'static str) {
+        if self.fault_log.len() < 16 {
+            self.fault_log.push(fault);
+        }
         *self.tally.faults.entry(fault).or_default() += 1;
     }
 
@@ -443,9 +486,9 @@ impl Soak {
     /// A command the run's state depends on: sometimes first written (whole or cut short) by a
     /// client that dies before the reply, then sent until answered.
     fn command(&mut self, request: Request) -> Res<Result<Receipt, ClientError>> {
-        if self.rng.random_bool(0.15) {
+        if self.client_rng.random_bool(0.15) {
             self.count("client_killed");
-            let cut = self.rng.random_bool(0.5);
+            let cut = self.client_rng.random_bool(0.5);
             self.abandoned_send(&request, cut);
         }
         self.call(&request)
@@ -466,8 +509,8 @@ impl Soak {
 
     /// Writes one malformed frame and reads what the host answers (a rejection, a goodbye or
     /// a closed connection are all fine: the host must live on, checked by the next call).
-    fn malformed_frame(&mut self) {
-        let body: Vec<u8> = match self.rng.random_range(0..5u32) {
+    fn malformed_frame(&mut self, param: u64) {
+        let body: Vec<u8> = match param % 5 {
             0 => b"{not json".to_vec(),
             1 => br#"{"v":1,"request_id":"x","kind":"no.such.kind","payload":{}}"#.to_vec(),
             2 => br#"{"v":1,"request_id":"y","kind":"run.start","payload":{"input":3}}"#.to_vec(),
@@ -475,7 +518,7 @@ impl Soak {
             _ => br#"[1,2,3]"#.to_vec(),
         };
         let mut frame = Vec::new();
-        match self.rng.random_range(0..4u32) {
+        match (param / 5) % 4 {
             // An announced length far past the limit.
             0 => frame.extend_from_slice(&u32::MAX.to_be_bytes()),
             // A zero-length frame.
@@ -525,10 +568,8 @@ impl Soak {
     }
 
     /// Writes the workflow file of a new run and starts it.
-    fn start(&mut self, kind: Kind) -> Res<()> {
+    fn start(&mut self, kind: Kind, value: i64, sleep_ms: u64) -> Res<()> {
         let index = self.plans.len();
-        let value = self.rng.random_range(1..1_000_000i64);
-        let sleep_ms = self.rng.random_range(0..1_500u64);
         let effect_file = self.path(&format!("effect-{index}.txt"));
         let out = effect_file.display().to_string();
         let first = json!({"return": {"value": value}, "sleep_ms": sleep_ms});
@@ -654,8 +695,8 @@ impl Soak {
             } else {
                 RequestBody::CheckpointAnswer(body)
             };
-            let request =
-                Request::new(format!("soak-{}-answer-{index}", self.seed), body).with_run_id(&run_id);
+            let request = Request::new(format!("soak-{}-answer-{index}", self.seed), body)
+                .with_run_id(&run_id);
             match self.command(request)? {
                 Ok(_) => self.plans[i].answered = Some((decision_id, answer)),
                 Err(e) => {
@@ -673,10 +714,11 @@ impl Soak {
                     interaction_id: x["interaction_id"].as_str().unwrap_or_default().to_owned(),
                     result: result.clone(),
                 });
-                let request = Request::new(format!("soak-{}-submit-{index}-{n}", self.seed), submit)
-                    .with_run_id(&run_id)
-                    .with_node_id("b")
-                    .with_attempt_id(x["attempt_id"].as_str().unwrap_or_default());
+                let request =
+                    Request::new(format!("soak-{}-submit-{index}-{n}", self.seed), submit)
+                        .with_run_id(&run_id)
+                        .with_node_id("b")
+                        .with_attempt_id(x["attempt_id"].as_str().unwrap_or_default());
                 match self.command(request)? {
                     Ok(r) => {
                         let id = r.body["submission_id"].as_str().unwrap_or_default();
@@ -719,7 +761,10 @@ impl Soak {
             let status = s["run"]["status"].as_str().unwrap_or_default();
             let result = &s["run"]["result"];
             let mut bad = |what: String, tally: &mut u64| {
-                problems.push(format!("run {} {:?} {run_id}: {what}", plan.index, plan.kind));
+                problems.push(format!(
+                    "run {} {:?} {run_id}: {what}",
+                    plan.index, plan.kind
+                ));
                 *tally += 1;
             };
             // One succeeded attempt per node: each node of these graphs is visited once.
@@ -731,18 +776,27 @@ impl Soak {
             }
             for (node, n) in &succeeded {
                 if *n > 1 {
-                    bad(format!("node {node} succeeded {n} times"), &mut self.tally.doubled);
+                    bad(
+                        format!("node {node} succeeded {n} times"),
+                        &mut self.tally.doubled,
+                    );
                 }
             }
-            let lines = std::fs::read_to_string(&plan.effect_file)
-                .map_or(0, |t| t.lines().count());
+            let lines = std::fs::read_to_string(&plan.effect_file).map_or(0, |t| t.lines().count());
             if lines > 1 {
-                bad(format!("the effect was applied {lines} times"), &mut self.tally.doubled);
+                bad(
+                    format!("the effect was applied {lines} times"),
+                    &mut self.tally.doubled,
+                );
             }
             let messages = store.messages(run_id)?;
             let terminal = messages.iter().filter(|m| m.kind != "notify").count();
             if terminal != 1 {
-                let t = if terminal > 1 { &mut self.tally.doubled } else { &mut self.tally.lost };
+                let t = if terminal > 1 {
+                    &mut self.tally.doubled
+                } else {
+                    &mut self.tally.lost
+                };
                 bad(format!("{terminal} terminal messages"), t);
             }
             let expected_value = json!({"value": plan.value});
@@ -756,11 +810,17 @@ impl Soak {
                         review += 1;
                         continue;
                     }
-                    bad(format!("in review without an uncertain effect: {s}"), &mut self.tally.unexpected);
+                    bad(
+                        format!("in review without an uncertain effect: {s}"),
+                        &mut self.tally.unexpected,
+                    );
                     continue;
                 }
                 _ if status != "completed" => {
-                    bad(format!("ended {status}: {}", s["run"]), &mut self.tally.unexpected);
+                    bad(
+                        format!("ended {status}: {}", s["run"]),
+                        &mut self.tally.unexpected,
+                    );
                     continue;
                 }
                 _ => completed += 1,
@@ -773,7 +833,10 @@ impl Soak {
                 }
                 Kind::EffectNever | Kind::EffectKey => {
                     if lines != 1 {
-                        bad(format!("completed with {lines} effect lines"), &mut self.tally.lost);
+                        bad(
+                            format!("completed with {lines} effect lines"),
+                            &mut self.tally.lost,
+                        );
                     }
                 }
                 Kind::Checkpoint | Kind::Decision => {
@@ -803,18 +866,28 @@ impl Soak {
                     }
                     for (id, payload) in &plan.submitted {
                         if !states.iter().any(|(sid, _, p)| sid == id && p == payload) {
-                            bad(format!("acknowledged submission {id} is missing"), &mut self.tally.lost);
+                            bad(
+                                format!("acknowledged submission {id} is missing"),
+                                &mut self.tally.lost,
+                            );
                         }
                     }
                     let verdicts: Vec<&str> = states.iter().map(|(_, st, _)| st.as_str()).collect();
                     if verdicts != ["rejected", "accepted"] || *result != expected_value {
-                        bad(format!("submissions {verdicts:?}, result {result}"), &mut self.tally.unexpected);
+                        bad(
+                            format!("submissions {verdicts:?}, result {result}"),
+                            &mut self.tally.unexpected,
+                        );
                     }
                 }
                 Kind::Notify => {
                     let notes = messages.iter().filter(|m| m.kind == "notify").count();
                     if notes != 1 {
-                        let t = if notes > 1 { &mut self.tally.doubled } else { &mut self.tally.lost };
+                        let t = if notes > 1 {
+                            &mut self.tally.doubled
+                        } else {
+                            &mut self.tally.lost
+                        };
                         bad(format!("{notes} notify messages"), t);
                     }
                     if *result != expected_value {
@@ -846,6 +919,7 @@ impl Soak {
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         eprintln!("piw-soak: faults: {}", detail.join(" "));
+        eprintln!("piw-soak: first faults: {}", self.fault_log.join(" "));
         println!(
             "soak seed={} faults={faults} runs={} completed={completed} lost={} doubled={} diagnose={} review={review} frames={}",
             self.seed,
@@ -860,6 +934,120 @@ impl Soak {
             && self.tally.unexpected == 0
             && findings.is_empty()
             && problems.is_empty())
+    }
+}
+
+/// Clients beside the driver while faults are injected: a reader polling `run.list` and
+/// `host.status`, and a watcher subscribed to the soak's session that checks each run's events
+/// arrive in increasing order on one subscription. Both reconnect whenever the host goes away.
+struct Background {
+    stop: Arc<AtomicBool>,
+    frames: Arc<AtomicU64>,
+    disorder: Arc<AtomicU64>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Background {
+    fn start(paths: &PiwPaths) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let frames = Arc::new(AtomicU64::new(0));
+        let disorder = Arc::new(AtomicU64::new(0));
+        let reader = {
+            let (stop, frames, paths) = (stop.clone(), frames.clone(), paths.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok(mut c) = BlockingClient::connect(&paths) else {
+                        std::thread::sleep(Duration::from_millis(20));
+                        continue;
+                    };
+                    let _ = c.set_timeout(Some(BOUND));
+                    for n in 0u64.. {
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        let body = if n & 1 == 0 {
+                            RequestBody::HostStatus
+                        } else {
+                            RequestBody::RunList(payload::RunList {
+                                limit: Some(20),
+                                session_id: Some(SESSION.into()),
+                            })
+                        };
+                        frames.fetch_add(1, Ordering::Relaxed);
+                        if c.call(body).is_err() {
+                            break;
+                        }
+                        frames.fetch_add(1, Ordering::Relaxed);
+                        // A steady load, not a busy loop on a shared machine.
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                }
+            })
+        };
+        let watcher = {
+            let (stop, frames, disorder, paths) = (
+                stop.clone(),
+                frames.clone(),
+                disorder.clone(),
+                paths.clone(),
+            );
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let subscribed = BlockingClient::connect(&paths).and_then(|mut c| {
+                        c.set_timeout(Some(Duration::from_secs(1)))?;
+                        c.call(RequestBody::Subscribe(payload::Subscribe {
+                            run_id: None,
+                            session_id: Some(SESSION.into()),
+                        }))?;
+                        Ok(c)
+                    });
+                    frames.fetch_add(1, Ordering::Relaxed);
+                    let Ok(mut c) = subscribed else {
+                        std::thread::sleep(Duration::from_millis(20));
+                        continue;
+                    };
+                    frames.fetch_add(1, Ordering::Relaxed);
+                    let mut last_seq: BTreeMap<String, u64> = BTreeMap::new();
+                    while !stop.load(Ordering::Relaxed) {
+                        match c.next_event() {
+                            Ok(e) => {
+                                frames.fetch_add(1, Ordering::Relaxed);
+                                let last = last_seq.entry(e.run_id.clone()).or_default();
+                                if e.seq <= *last {
+                                    eprintln!(
+                                        "piw-soak: run {} event {} ({}) after event {}",
+                                        e.run_id, e.seq, e.event_kind, last
+                                    );
+                                    disorder.fetch_add(1, Ordering::Relaxed);
+                                }
+                                *last = e.seq;
+                            }
+                            Err(ClientError::TimedOut) => {}
+                            Err(_) => break,
+                        }
+                    }
+                }
+            })
+        };
+        Self {
+            stop,
+            frames,
+            disorder,
+            threads: vec![reader, watcher],
+        }
+    }
+
+    /// Stops both clients; returns the frames they sent and received and the events out of
+    /// order.
+    fn stop(mut self) -> (u64, u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        (
+            self.frames.load(Ordering::Relaxed),
+            self.disorder.load(Ordering::Relaxed),
+        )
     }
 }
 
