@@ -46,6 +46,10 @@ type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
 /// How long any single wait may take before the soak calls it a hang (not a speed check).
 const BOUND: Duration = Duration::from_secs(60);
+/// The host sends a run to review after 3 child losses without progress; the soak kills at
+/// most this many children of one run, so every run must still finish (a review for lost
+/// children is then a finding).
+const MAX_CHILD_KILLS_PER_RUN: u32 = 2;
 /// At most this many runs are unfinished at once.
 const MAX_ACTIVE: usize = 6;
 /// The origin session of every run (for interactions and messages).
@@ -88,6 +92,8 @@ struct Plan {
     submitted: Vec<(String, Value)>,
     /// The last status read; `Some` once the run is final.
     final_status: Option<Value>,
+    /// Its children the soak killed.
+    child_kills: u32,
 }
 
 /// What one step of the schedule draws (all of it, used or not).
@@ -119,7 +125,7 @@ struct Soak {
     /// Whether a command is first sent by a client that dies (drawn per command, so how many
     /// commands the runs needed does not shift the schedule).
     client_rng: StdRng,
-    /// The first faults injected, printed at the end to compare replays.
+    /// The first scheduled faults, printed at the end to compare replays.
     fault_log: Vec<&'static str>,
     dir: tempfile::TempDir,
     paths: PiwPaths,
@@ -307,9 +313,10 @@ impl Soak {
             }
             2 => {
                 self.count("child_sigkill");
-                let victims = self.children();
+                let victims = self.children()?;
                 if !victims.is_empty() {
-                    let pid = victims[(param % victims.len() as u64) as usize];
+                    let (pid, plan) = victims[(param % victims.len() as u64) as usize];
+                    self.plans[plan].child_kills += 1;
                     signal(pid, libc::SIGKILL);
                 }
             }
@@ -318,7 +325,7 @@ impl Soak {
                     let pid = host.id();
                     self.count("host_sigstop");
                     signal(pid, libc::SIGSTOP);
-                    std::thread::sleep(Duration::from_millis(50 + param % 1_950));
+                    std::thread::sleep(Duration::from_millis(50 + param % 950));
                     signal(pid, libc::SIGCONT);
                 }
             }
@@ -487,7 +494,11 @@ impl Soak {
     /// client that dies before the reply, then sent until answered.
     fn command(&mut self, request: Request) -> Res<Result<Receipt, ClientError>> {
         if self.client_rng.random_bool(0.15) {
-            self.count("client_killed");
+            *self
+                .tally
+                .faults
+                .entry("client_killed_mid_command")
+                .or_default() += 1;
             let cut = self.client_rng.random_bool(0.5);
             self.abandoned_send(&request, cut);
         }
@@ -540,15 +551,31 @@ impl Soak {
         }
     }
 
-    /// Live child processes of the installation (everything carrying its `PIW_HOME` but the
-    /// host).
-    fn children(&self) -> Vec<u32> {
+    /// Live children of unfinished runs the soak may still kill a child of, with the run's
+    /// plan: recorded by the host for the run, and alive carrying the installation's
+    /// `PIW_HOME` (not a reused pid).
+    fn children(&self) -> Res<Vec<(u32, usize)>> {
         let host = self.host.as_ref().map(Child::id);
         let entry = format!("PIW_HOME={}", self.paths.home.display()).into_bytes();
-        processes_with_env_entry(&entry)
-            .into_iter()
-            .filter(|&pid| Some(pid) != host)
-            .collect()
+        let live = processes_with_env_entry(&entry);
+        let store = Store::open_read_only(&self.paths.db, StoreConfig::default())?;
+        let mut victims = Vec::new();
+        for (i, plan) in self.plans.iter().enumerate() {
+            let Some(run_id) = plan.run_id.as_deref() else {
+                continue;
+            };
+            if plan.final_status.is_some() || plan.child_kills >= MAX_CHILD_KILLS_PER_RUN {
+                continue;
+            }
+            for child in store.children(run_id)? {
+                if let Some(pid) = child.pid.filter(|p| !child.exited && live.contains(p)) {
+                    if Some(pid) != host {
+                        victims.push((pid, i));
+                    }
+                }
+            }
+        }
+        Ok(victims)
     }
 
     fn stop_host(&mut self) -> Res<()> {
@@ -637,6 +664,7 @@ impl Soak {
             answered: None,
             submitted: Vec::new(),
             final_status: None,
+            child_kills: 0,
         });
         let body = RequestBody::RunStart(payload::RunStart {
             workflow_file: self.plans[index].workflow_file.clone(),
@@ -791,7 +819,9 @@ impl Soak {
             }
             let messages = store.messages(run_id)?;
             let terminal = messages.iter().filter(|m| m.kind != "notify").count();
-            if terminal != 1 {
+            // A run in review has not finished: it has no terminal message yet.
+            let finished = status != "review";
+            if terminal != usize::from(finished) {
                 let t = if terminal > 1 {
                     &mut self.tally.doubled
                 } else {
