@@ -733,10 +733,15 @@ impl Soak {
                 }
             }
         } else if let Some(x) = pending(&s, "interactions", "b") {
-            // A wrong result first (the child must reject it), then the right one.
+            // A wrong result first (the child must reject it), then the right one, again
+            // after a rejection: a validation cut short by a killed child is rejected
+            // (`validation did not finish`) and the request waits for a new submission.
             let n = self.plans[i].submitted.len();
-            let judged = x["last_submission"]["state"] == json!("rejected");
-            if n == 0 || (n == 1 && judged) {
+            let last = &x["last_submission"];
+            let judged = last["state"] == json!("rejected")
+                && self.plans[i].submitted.last().map(|(id, _)| id.as_str())
+                    == last["submission_id"].as_str();
+            if n == 0 || judged {
                 let result = json!({"value": if n == 0 { value + 1 } else { value }});
                 let submit = RequestBody::InteractionSubmit(payload::InteractionSubmit {
                     interaction_id: x["interaction_id"].as_str().unwrap_or_default().to_owned(),
@@ -903,7 +908,17 @@ impl Soak {
                         }
                     }
                     let verdicts: Vec<&str> = states.iter().map(|(_, st, _)| st.as_str()).collect();
-                    if verdicts != ["rejected", "accepted"] || *result != expected_value {
+                    // The wrong result rejected, the right one accepted once, after any
+                    // validations of it cut short.
+                    let cut_short = states.iter().skip(1).all(|(_, st, p)| {
+                        *p == expected_value && (st == "accepted" || st == "rejected")
+                    });
+                    if verdicts.first() != Some(&"rejected")
+                        || verdicts.last() != Some(&"accepted")
+                        || verdicts.iter().filter(|v| **v == "accepted").count() != 1
+                        || !cut_short
+                        || *result != expected_value
+                    {
                         bad(
                             format!("submissions {verdicts:?}, result {result}"),
                             &mut self.tally.unexpected,
