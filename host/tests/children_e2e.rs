@@ -1042,6 +1042,60 @@ fn a_session_subscriber_sees_every_event_of_a_run_in_order() {
     env.stop(host);
 }
 
+/// Found by the seeded soak (`scripts/soak --seed 7`): a client that resends a `run.start` after
+/// a broken connection (same request id, a replayed receipt) made the host publish every event
+/// of that run again, so a subscriber saw `started` after `activated`.
+#[test]
+fn a_replayed_run_start_publishes_no_event_again() {
+    let env = Env::new(&[]);
+    let host = env.serve(None);
+    let mut sub = env.client();
+    sub.call(RequestBody::Subscribe(payload::Subscribe {
+        run_id: None,
+        session_id: Some("s1".into()),
+    }))
+    .unwrap();
+    let file = env.fixture("pipeline", pipeline());
+    let start = |request_id: &str| {
+        let body = RequestBody::RunStart(payload::RunStart {
+            workflow_file: file.clone(),
+            input: json!({}),
+            session_id: Some("s1".into()),
+            execution_mode: None,
+            project_dir: Some(env.dir.path().display().to_string()),
+        });
+        env.client().send(Request::new(request_id, body)).unwrap()
+    };
+    let first = start("start-once");
+    let run_id = first.body["run_id"].as_str().unwrap().to_owned();
+    loop {
+        let e = sub.next_event().unwrap();
+        if e.run_id == run_id && e.event_kind == "completed" {
+            break;
+        }
+    }
+    let again = start("start-once");
+    assert!(again.replayed);
+    assert_eq!(again.body["run_id"], json!(run_id));
+    // A second run's events come next; none of the first run's.
+    let second = start("start-second").body["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    loop {
+        let e = sub.next_event().unwrap();
+        assert_eq!(
+            e.run_id, second,
+            "event {} ({}) of the replayed start published again",
+            e.seq, e.event_kind
+        );
+        if e.event_kind == "completed" {
+            break;
+        }
+    }
+    env.stop(host);
+}
+
 #[test]
 fn a_misrouting_child_is_refused_and_the_run_fails_with_the_reason() {
     let env = Env::new(&[]);

@@ -312,10 +312,13 @@ fn process_batch(
             }
             let mut replies = Vec::with_capacity(writes.len());
             for (job, result) in writes.into_iter().zip(results) {
+                // A replayed start (same request id, a client retrying after a broken
+                // connection) wrote nothing: its run's events went out with the original.
                 if let (true, Ok(outcome), RequestBody::RunStart(_)) =
                     (publishing, &result, &job.request.body)
                 {
-                    if let Some(run_id) = outcome.response.get("run_id").and_then(|v| v.as_str()) {
+                    let run_id = outcome.response.get("run_id").and_then(|v| v.as_str());
+                    if let (false, Some(run_id)) = (outcome.replayed, run_id) {
                         touched.push((run_id.to_owned(), 0));
                     }
                 }
