@@ -655,6 +655,24 @@ fn a_changed_included_source_stops_the_resumed_run_before_any_module_code() {
     env.stop(host);
 }
 
+/// The pid a child's grandchild wrote to `pid_file`, once it is there.
+fn wait_for_pid_file(pid_file: &Path) -> u32 {
+    let start = Instant::now();
+    loop {
+        if let Some(pid) = std::fs::read_to_string(pid_file)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            return pid;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "grandchild never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The harness's own promise: when a test ends, none of its processes is left, even a host
 /// killed without a chance to stop its children, a child that ignores SIGTERM and its
 /// grandchild (they carry the installation's `PIW_HOME`, which the host passes on).
@@ -668,20 +686,7 @@ fn a_test_leaves_no_host_child_or_grandchild_behind() {
         json!({"grandchild_ignoring_term": pid_file.display().to_string()}),
     );
     let run_id = env.start(&file, json!({}));
-    let start = Instant::now();
-    let grandchild: u32 = loop {
-        if let Some(pid) = std::fs::read_to_string(&pid_file)
-            .ok()
-            .and_then(|t| t.trim().parse().ok())
-        {
-            break pid;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "grandchild never started"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let grandchild = wait_for_pid_file(&pid_file);
     let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
     let child = live_children(&store, &run_id)[0];
     drop(store);
@@ -710,20 +715,7 @@ fn cancelling_kills_the_whole_process_group_after_the_grace() {
         json!({"grandchild_ignoring_term": pid_file.display().to_string()}),
     );
     let run_id = env.start(&file, json!({}));
-    let start = Instant::now();
-    let grandchild: i32 = loop {
-        if let Some(pid) = std::fs::read_to_string(&pid_file)
-            .ok()
-            .and_then(|t| t.trim().parse().ok())
-        {
-            break pid;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "grandchild never started"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let grandchild = wait_for_pid_file(&pid_file) as i32;
     env.client()
         .send(
             Request::new(
@@ -759,20 +751,7 @@ fn cancelling_kills_a_detached_grandchild_too() {
         json!({"detached_grandchild": pid_file.display().to_string()}),
     );
     let run_id = env.start(&file, json!({}));
-    let start = Instant::now();
-    let grandchild: i32 = loop {
-        if let Some(pid) = std::fs::read_to_string(&pid_file)
-            .ok()
-            .and_then(|t| t.trim().parse().ok())
-        {
-            break pid;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "grandchild never started"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let grandchild = wait_for_pid_file(&pid_file) as i32;
     // Killed whatever the assertions find, so it never outlives the test.
     struct Kill(i32);
     impl Drop for Kill {
