@@ -687,8 +687,11 @@ impl Soak {
     }
 
     fn status(&mut self, run_id: &str) -> Res<Value> {
-        let request =
-            Request::new(piw_core::ids::new_id("st"), RequestBody::RunStatus).with_run_id(run_id);
+        let request = Request::new(
+            piw_core::ids::new_id("st"),
+            RequestBody::RunStatus(Default::default()),
+        )
+        .with_run_id(run_id);
         match self.call(&request)? {
             Ok(r) => Ok(r.body),
             Err(e) => Err(format!("run.status of {run_id} refused: {e}").into()),
