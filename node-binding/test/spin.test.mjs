@@ -3,7 +3,7 @@
 // while the host itself does not answer.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 
@@ -11,8 +11,20 @@ import { alive, pkgIndex, sleep, startHost, writeWorkflow } from './helpers.mjs'
 
 let host;
 
+// The host runs on a test clock: the node's deadline passes when the test moves the clock,
+// never while a slow machine is still looking for the node.
+let clock;
+let clockOffset = 0;
+function advanceClock(ms) {
+  clockOffset += ms;
+  writeFileSync(`${clock}.tmp`, String(clockOffset));
+  renameSync(`${clock}.tmp`, clock);
+}
+
 before(async () => {
-  host = await startHost();
+  const { tempDir } = await import('./helpers.mjs');
+  clock = join(tempDir('piw-clock-'), 'clock');
+  host = await startHost({ PIW_TEST_CLOCK: clock });
 });
 
 after(async () => {
@@ -81,7 +93,7 @@ test('a node spinning forever is killed at its deadline; clients stay responsive
     `export default piw.defineWorkflow({
       name: 'spin', startAt: 'spin',
       nodes: {
-        spin: piw.compute({ run: () => { while (true) {} }, timeoutMs: 1500 }),
+        spin: piw.compute({ run: () => { while (true) {} }, timeoutMs: 60_000 }),
         after: piw.compute({ run: () => ({ recovered: 'after timeout' }) }),
       },
       edges: [{ from: 'spin', switch: { on: '$result.outcome', cases: { timed_out: 'after' } } }],
@@ -91,7 +103,7 @@ test('a node spinning forever is killed at its deadline; clients stay responsive
   const { run_id: runId } = await c.startRun(file);
   // Wait until the node body is spinning.
   let spinning;
-  for (let i = 0; i < 500 && !spinning; i++) {
+  for (let i = 0; i < 3000 && !spinning; i++) {
     const s = await c.runStatus(runId);
     spinning = s.attempts.find((a) => a.node_id === 'spin' && a.status === 'running');
     if (!spinning) await sleep(10);
@@ -111,7 +123,14 @@ test('a node spinning forever is killed at its deadline; clients stay responsive
   // ... and the client's loop stayed free: a loop blocked on them would lag by the stall.
   assert.ok(lag.maxLagMs < STALL_MS / 3, `event-loop lag ${lag.maxLagMs} ms through a ${STALL_MS} ms stall`);
 
-  const run = await c.waitForRun(runId, { timeoutMs: 20_000 });
+  // Past the node's deadline on the host's clock, in steps shorter than a lease (a longer jump
+  // is a host stall, after which the claim could not renew itself): the host kills the child.
+  for (let step = 0; step < 4; step++) {
+    advanceClock(20_000);
+    await c.runStatus(runId); // wakes a host asleep until an older deadline ...
+    await c.runStatus(runId); // ... which has done that work by this answer
+  }
+  const run = await c.waitForRun(runId, { timeoutMs: 30_000 });
   assert.equal(run.status, 'completed', JSON.stringify(run));
   assert.deepEqual(run.result, { recovered: 'after timeout' });
   // The timeout is a durable boundary: the host routes to `after` and parks the run for a
@@ -125,7 +144,7 @@ test('a node spinning forever is killed at its deadline; clients stay responsive
     [['spin', 'timed_out'], ['after', 'succeeded']],
   );
   // The spinning child is gone (its whole group was killed).
-  for (let i = 0; i < 200 && (await children()) > 0; i++) await sleep(10);
+  for (let i = 0; i < 3000 && (await children()) > 0; i++) await sleep(10);
   assert.equal(await children(), 0);
   assert.equal(alive(host.pid), true);
 });
