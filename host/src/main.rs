@@ -662,6 +662,13 @@ fn remove_state_locked(paths: &PiwPaths) -> Result<bool, CliError> {
                 if !stopped.is_empty() {
                     println!("stopped {killed} child process(es) an earlier host left running");
                 }
+                let leftovers = piw_core::supervise::kill_marked_leftovers(
+                    &piw_core::host::supervision_scope(&paths.socket),
+                    Duration::from_secs(2),
+                );
+                if leftovers > 0 {
+                    println!("stopped {leftovers} process(es) those children had left behind");
+                }
             }
             // A database this build cannot read names no children it could stop.
             Err(e) => {

@@ -781,6 +781,104 @@ fn cancelling_kills_a_detached_grandchild_too() {
     env.stop(host);
 }
 
+/// A descendant that left the child's group and lost its parent chain (a double fork: its
+/// parent exited at once, so init adopted it) is found neither through the group nor through
+/// the parent ids. It still carries the child's `PIW_SUPERVISED` marker, and a cancel stops it
+/// through that. Before, it survived the cancel.
+#[test]
+fn cancelling_kills_an_orphaned_grandchild_through_its_marker() {
+    let env = Env::new(&[("PIW_KILL_GRACE_MS", "300")]);
+    let host = env.serve(None);
+    let pid_file = env.path("orphaned.pid");
+    let file = env.one_node(
+        "double-forking",
+        json!({"orphaned_grandchild": pid_file.display().to_string()}),
+    );
+    let run_id = env.start(&file, json!({}));
+    let grandchild = wait_for_pid_file(&pid_file) as i32;
+    let _cleanup = KillOnDrop(grandchild);
+    let child = env.wait_for(&run_id, &["running"], Duration::from_secs(20))["last_child"]["pid"]
+        .as_i64()
+        .expect("the running child is recorded") as i32;
+    assert_ne!(
+        parent_of(grandchild),
+        Some(child),
+        "the grandchild's chain must be broken for this test to mean anything"
+    );
+    env.client()
+        .send(
+            Request::new(
+                "cancel",
+                RequestBody::RunCancel(payload::RunCancel { reason: None }),
+            )
+            .with_run_id(&run_id),
+        )
+        .unwrap();
+    wait_until_gone(grandchild, "the orphaned grandchild survived the cancel");
+    env.stop(host);
+}
+
+/// A host that dies leaves its child's orphaned grandchild running; the next host of the same
+/// installation stops it at start-up (its recorded children are stopped by their groups, which
+/// this process left).
+#[test]
+fn a_restarted_host_stops_what_an_earlier_hosts_children_left() {
+    let env = Env::new(&[("PIW_KILL_GRACE_MS", "300")]);
+    let mut host = env.serve(None);
+    let pid_file = env.path("orphaned.pid");
+    let file = env.one_node(
+        "double-forking",
+        json!({"orphaned_grandchild": pid_file.display().to_string()}),
+    );
+    env.start(&file, json!({}));
+    let grandchild = wait_for_pid_file(&pid_file) as i32;
+    let _cleanup = KillOnDrop(grandchild);
+    host.kill().unwrap();
+    host.wait().unwrap();
+    assert!(
+        Path::new(&format!("/proc/{grandchild}")).exists() && !is_zombie(grandchild),
+        "the grandchild outlived its host"
+    );
+    let host = env.serve(None);
+    wait_until_gone(
+        grandchild,
+        "the restarted host left the orphaned grandchild running",
+    );
+    env.stop(host);
+}
+
+/// SIGKILLs a pid when dropped, so a process a test made never outlives it.
+struct KillOnDrop(i32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        // SAFETY: kill has no memory preconditions; the pid is this test's own process.
+        unsafe { libc::kill(self.0, libc::SIGKILL) };
+    }
+}
+
+/// Polls until `pid` runs no more (gone or a zombie); fails with `what` after 20 s.
+fn wait_until_gone(pid: i32, what: &str) {
+    let start = Instant::now();
+    while Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(pid) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{what} (pid {pid})"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')')
+        .next()?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
 fn is_zombie(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|s| {

@@ -157,6 +157,41 @@ pub fn detached_descendants(pid: u32, pgid: u32) -> io::Result<Vec<(u32, u64)>> 
     Ok(found)
 }
 
+/// The live processes (other than this one) with an environment entry (`KEY=value`, as in
+/// `/proc/<pid>/environ`) for which `matches` holds, each with its `/proc/<pid>/stat`.
+///
+/// `/proc/<pid>/environ` is the environment the process was started with and is readable only
+/// for processes of our own user, so another user's processes are never listed. Zombies have
+/// an empty environment and are not listed either.
+pub fn processes_with_env(matches: impl Fn(&[u8]) -> bool) -> io::Result<Vec<(u32, ProcStat)>> {
+    let me = std::process::id();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc")? {
+        let entry = entry?;
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        // A process may vanish (or not be ours) between listing and reading: skip it.
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        if !environ.split(|&b| b == 0).any(&matches) {
+            continue;
+        }
+        if let Some(stat) = read_proc_stat(pid).filter(|s| !s.is_dead()) {
+            found.push((pid, stat));
+        }
+    }
+    Ok(found)
+}
+
 /// Whether process group `pgid` has a live member.
 ///
 /// `killpg(pgid, 0)` answers "no" cheaply when the group is empty; when it answers "yes" the

@@ -1140,15 +1140,9 @@ fn kill_installation(home: &Path) {
 
 /// Live processes (other than this one) whose environment holds exactly `entry`.
 fn processes_with_env_entry(entry: &[u8]) -> Vec<u32> {
-    let me = std::process::id();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&pid| pid != me)
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|env| env.split(|&b| b == 0).any(|kv| kv == entry))
-        })
+    piw_core::supervise::processes_with_env(|kv| kv == entry)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(pid, _)| pid)
         .collect()
 }
