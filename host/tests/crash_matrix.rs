@@ -207,6 +207,24 @@ impl Scenario {
         }
     }
 
+    /// A graceful stop (`request_id`), waited for; a host that aborts at its fault point on the
+    /// way is counted.
+    fn stop_host(&mut self, request_id: &str) {
+        let _ = self.call(Request::new(request_id, RequestBody::HostStop));
+        let mut host = self.host.take().unwrap();
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = host.try_wait().unwrap() {
+                break status;
+            }
+            assert!(start.elapsed() < BOUND, "the host never stopped");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        if !status.success() {
+            self.count_death(status);
+        }
+    }
+
     fn advance_clock(&self, ms: i64) {
         let file = self.path("clock");
         let offset: i64 = std::fs::read_to_string(&file)
@@ -273,19 +291,7 @@ impl Scenario {
 
         // A graceful stop and restart while the spinning child computes.
         self.wait(&spin_id, "spinning", |s| running_attempt(s, "spin"));
-        let _ = self.call(Request::new("stop-1", RequestBody::HostStop));
-        let mut host = self.host.take().unwrap();
-        let start = Instant::now();
-        let status = loop {
-            if let Some(status) = host.try_wait().unwrap() {
-                break status;
-            }
-            assert!(start.elapsed() < BOUND, "the host never stopped");
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        if !status.success() {
-            self.count_death(status);
-        }
+        self.stop_host("stop-1");
         self.serve();
 
         // Live cancellation of the spinning run.
@@ -374,6 +380,43 @@ impl Scenario {
                     format!("{} {} {content}", m["run_id"] == json!(flow_id), m["kind"]),
                 );
             }
+        }
+
+        // Repair: with the host stopped, derived rows of both finished runs are damaged (a
+        // stale viewer projection, a lost queue row); `repair` rebuilds them. A crash around
+        // its commit is answered by repairing again.
+        self.stop_host("stop-2");
+        {
+            let db = rusqlite::Connection::open(&self.paths.db).unwrap();
+            let damaged = db
+                .execute(
+                    "UPDATE run_views SET status = 'running' WHERE run_id = ?1",
+                    [&flow_id],
+                )
+                .unwrap()
+                + db.execute("DELETE FROM queue WHERE run_id = ?1", [&spin_id])
+                    .unwrap();
+            assert_eq!(damaged, 2);
+        }
+        self.serve();
+        for round in 0.. {
+            assert!(round < 5, "repair never left diagnose clean");
+            let r = self.call(Request::new(
+                piw_core::ids::new_id("repair"),
+                RequestBody::Repair,
+            ));
+            let findings = self
+                .call(Request::new(
+                    piw_core::ids::new_id("diag"),
+                    RequestBody::Diagnose,
+                ))
+                .unwrap()
+                .body["findings"]
+                .clone();
+            if findings.as_array().is_some_and(Vec::is_empty) {
+                break;
+            }
+            assert!(r.is_ok(), "repair failed: {r:?}; findings {findings:#}");
         }
 
         // Nothing of the cancelled run lives on.
@@ -518,6 +561,7 @@ fn a_crash_before_or_after_any_commit_loses_nothing_and_doubles_nothing() {
         "notified",
         "transitioned",
         "completed",
+        "repair",
     ] {
         assert!(
             ops.contains(op),
