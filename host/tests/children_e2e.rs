@@ -144,6 +144,20 @@ impl Env {
         r.body["run_id"].as_str().unwrap().to_owned()
     }
 
+    /// Cancels `run_id` with request id `request_id` and returns the host's answer.
+    fn cancel(&self, request_id: &str, run_id: &str) -> Value {
+        self.client()
+            .send(
+                Request::new(
+                    request_id,
+                    RequestBody::RunCancel(payload::RunCancel { reason: None }),
+                )
+                .with_run_id(run_id),
+            )
+            .unwrap()
+            .body
+    }
+
     fn status(&self, run_id: &str) -> Value {
         let r = self
             .client()
@@ -716,15 +730,7 @@ fn cancelling_kills_the_whole_process_group_after_the_grace() {
     );
     let run_id = env.start(&file, json!({}));
     let grandchild = wait_for_pid_file(&pid_file) as i32;
-    env.client()
-        .send(
-            Request::new(
-                "cancel",
-                RequestBody::RunCancel(payload::RunCancel { reason: None }),
-            )
-            .with_run_id(&run_id),
-        )
-        .unwrap();
+    env.cancel("cancel", &run_id);
     assert_eq!(env.status(&run_id)["run"]["status"], json!("cancelled"));
     let start = Instant::now();
     while Path::new(&format!("/proc/{grandchild}")).exists() && !is_zombie(grandchild) {
@@ -752,32 +758,9 @@ fn cancelling_kills_a_detached_grandchild_too() {
     );
     let run_id = env.start(&file, json!({}));
     let grandchild = wait_for_pid_file(&pid_file) as i32;
-    // Killed whatever the assertions find, so it never outlives the test.
-    struct Kill(i32);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            // SAFETY: kill has no memory preconditions; the pid is this test's grandchild.
-            unsafe { libc::kill(self.0, libc::SIGKILL) };
-        }
-    }
-    let _cleanup = Kill(grandchild);
-    env.client()
-        .send(
-            Request::new(
-                "cancel",
-                RequestBody::RunCancel(payload::RunCancel { reason: None }),
-            )
-            .with_run_id(&run_id),
-        )
-        .unwrap();
-    let start = Instant::now();
-    while Path::new(&format!("/proc/{grandchild}")).exists() && !is_zombie(grandchild) {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "detached grandchild {grandchild} survived the cancel"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let _cleanup = KillOnDrop(grandchild);
+    env.cancel("cancel", &run_id);
+    wait_until_gone(grandchild, "the detached grandchild survived the cancel");
     env.stop(host);
 }
 
@@ -805,15 +788,7 @@ fn cancelling_kills_an_orphaned_grandchild_through_its_marker() {
         Some(child),
         "the grandchild's chain must be broken for this test to mean anything"
     );
-    env.client()
-        .send(
-            Request::new(
-                "cancel",
-                RequestBody::RunCancel(payload::RunCancel { reason: None }),
-            )
-            .with_run_id(&run_id),
-        )
-        .unwrap();
+    env.cancel("cancel", &run_id);
     wait_until_gone(grandchild, "the orphaned grandchild survived the cancel");
     env.stop(host);
 }
@@ -1397,15 +1372,7 @@ fn active_children_are_capped_and_the_rest_wait_in_the_queue() {
     wait_for_running_attempt(&env, &second, "a");
     let third = env.start(&later, json!({}));
     assert_eq!(env.status(&third)["run"]["status"], json!("queued"));
-    env.client()
-        .send(
-            Request::new(
-                "cancel-queued",
-                RequestBody::RunCancel(payload::RunCancel { reason: None }),
-            )
-            .with_run_id(&third),
-        )
-        .unwrap();
+    env.cancel("cancel-queued", &third);
     std::fs::write(&later_barrier, b"").unwrap();
     env.wait_for(&second, &["completed"], Duration::from_secs(20));
     let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
