@@ -73,32 +73,4 @@ impl Drop for HostProc {
     }
 }
 
-/// Kills every process of the installation at `home`: its hosts, their children and the
-/// children's descendants, found by the `PIW_HOME=<home>` in their environment (a host passes
-/// it on to its children, and they to theirs). A test's harness calls it when the test ends,
-/// pass or fail, so a failed test leaves no spinning child behind to slow down or fail the
-/// tests after it. Repeats until none is left: a host that dies last may have started one.
-pub fn kill_installation(home: &Path) {
-    let entry = format!("PIW_HOME={}", home.display()).into_bytes();
-    for _ in 0..100 {
-        let pids = processes_with_env_entry(&entry);
-        if pids.is_empty() {
-            return;
-        }
-        for pid in pids {
-            // SAFETY: a plain system call; the pid was just read from /proc and carries this
-            // test's own installation in its environment.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Live processes (other than this one) whose environment holds exactly `entry`.
-fn processes_with_env_entry(entry: &[u8]) -> Vec<i32> {
-    piw_core::supervise::processes_with_env(|kv| kv == entry)
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|(pid, _)| i32::try_from(pid).ok())
-        .collect()
-}
+pub use piw_tests::kill_installation;

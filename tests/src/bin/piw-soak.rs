@@ -26,7 +26,7 @@
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -38,6 +38,7 @@ use piw_core::protocol::{
     encode_frame, payload, Limits, Receipt, RejectionCode, Request, RequestBody,
 };
 use piw_core::store::{Store, StoreConfig};
+use piw_tests::{installation_processes, kill_installation};
 use rand::rngs::StdRng;
 use rand::{RngExt as _, SeedableRng};
 use serde_json::{json, Value};
@@ -579,8 +580,7 @@ impl Soak {
     /// `PIW_HOME` (not a reused pid).
     fn children(&self) -> Res<Vec<(u32, usize)>> {
         let host = self.host.as_ref().map(Child::id);
-        let entry = format!("PIW_HOME={}", self.paths.home.display()).into_bytes();
-        let live = processes_with_env_entry(&entry);
+        let live = installation_processes(&self.paths.home);
         let store = Store::open_read_only(&self.paths.db, StoreConfig::default())?;
         let mut victims = Vec::new();
         for (i, plan) in self.plans.iter().enumerate() {
@@ -1144,30 +1144,4 @@ fn signal(pid: u32, sig: i32) {
         // installation in its environment).
         unsafe { libc::kill(pid, sig) };
     }
-}
-
-/// Kills every process carrying the installation's `PIW_HOME` (hosts, children and their
-/// descendants), repeating until none is left: a host that dies last may have started one.
-fn kill_installation(home: &Path) {
-    let entry = format!("PIW_HOME={}", home.display()).into_bytes();
-    for _ in 0..100 {
-        let pids = processes_with_env_entry(&entry);
-        if pids.is_empty() {
-            return;
-        }
-        for pid in pids {
-            signal(pid, libc::SIGCONT);
-            signal(pid, libc::SIGKILL);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Live processes (other than this one) whose environment holds exactly `entry`.
-fn processes_with_env_entry(entry: &[u8]) -> Vec<u32> {
-    piw_core::supervise::processes_with_env(|kv| kv == entry)
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(pid, _)| pid)
-        .collect()
 }
