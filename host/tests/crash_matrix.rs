@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use piw_core::client::{BlockingClient, ClientError};
 use piw_core::paths::PiwPaths;
 use piw_core::protocol::{payload, Receipt, Request, RequestBody};
+use piw_tests::{is_final, pending};
 use serde_json::{json, Value};
 
 mod common;
@@ -494,20 +495,6 @@ fn running_attempt(s: &Value, node: &str) -> bool {
         a.iter()
             .any(|x| x["node_id"] == json!(node) && x["status"] == json!("running"))
     })
-}
-
-fn pending<'a>(s: &'a Value, list: &str, node: &str) -> Option<&'a Value> {
-    s[list]
-        .as_array()?
-        .iter()
-        .find(|x| x["node_id"] == json!(node) && x["status"] == json!("pending"))
-}
-
-fn is_final(s: &Value) -> bool {
-    matches!(
-        s["run"]["status"].as_str(),
-        Some("completed" | "failed" | "cancelled" | "timed_out" | "review")
-    )
 }
 
 fn is_live(pid: u32) -> bool {

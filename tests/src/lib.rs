@@ -38,3 +38,24 @@ pub fn kill_installation(home: &Path) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// In a `run.status` reply `s`, the pending entry of `list` (`decisions`, `interactions`) for
+/// `node`.
+pub fn pending<'a>(
+    s: &'a serde_json::Value,
+    list: &str,
+    node: &str,
+) -> Option<&'a serde_json::Value> {
+    s[list]
+        .as_array()?
+        .iter()
+        .find(|x| x["node_id"] == node && x["status"] == "pending")
+}
+
+/// Whether a `run.status` reply shows a run that ended (or stopped for review).
+pub fn is_final(s: &serde_json::Value) -> bool {
+    matches!(
+        s["run"]["status"].as_str(),
+        Some("completed" | "failed" | "cancelled" | "timed_out" | "review")
+    )
+}

@@ -38,7 +38,7 @@ use piw_core::protocol::{
     encode_frame, payload, Limits, Receipt, RejectionCode, Request, RequestBody,
 };
 use piw_core::store::{Store, StoreConfig};
-use piw_tests::{installation_processes, kill_installation};
+use piw_tests::{installation_processes, is_final, kill_installation, pending};
 use rand::rngs::StdRng;
 use rand::{RngExt as _, SeedableRng};
 use serde_json::{json, Value};
@@ -1122,20 +1122,6 @@ impl Background {
             self.disorder.load(Ordering::Relaxed),
         )
     }
-}
-
-fn pending<'a>(s: &'a Value, list: &str, node: &str) -> Option<&'a Value> {
-    s[list]
-        .as_array()?
-        .iter()
-        .find(|x| x["node_id"] == json!(node) && x["status"] == json!("pending"))
-}
-
-fn is_final(s: &Value) -> bool {
-    matches!(
-        s["run"]["status"].as_str(),
-        Some("completed" | "failed" | "cancelled" | "timed_out" | "review")
-    )
 }
 
 fn signal(pid: u32, sig: i32) {
