@@ -818,6 +818,69 @@ impl WriteTx<'_> {
         Ok(interaction_id)
     }
 
+    /// The interactive request `interaction_id`, as stored.
+    fn interaction_row(&self, interaction_id: &str) -> StoreResult<InteractionRow> {
+        self.conn()
+            .prepare_cached(
+                "SELECT run_id, attempt_id, status, deadline_at FROM interactions
+                 WHERE interaction_id = ?1",
+            )?
+            .query_row([interaction_id], |r| {
+                Ok(InteractionRow {
+                    run_id: r.get(0)?,
+                    attempt_id: r.get(1)?,
+                    status: r.get(2)?,
+                    deadline_at: r.get(3)?,
+                })
+            })
+            .optional()?
+            .ok_or_else(|| StoreError::NotFound {
+                what: "interaction",
+                id: interaction_id.to_owned(),
+            })
+    }
+
+    /// The gate every answer to an interactive request passes (a submission, a progress
+    /// update, giving up on it): `attempt_id` is the request's own attempt (else
+    /// `StaleAttempt`, naming the current one), the run takes submissions and the request is
+    /// pending; with `before_deadline`, a request whose deadline passed is refused too
+    /// (`DeadlinePassed`: it is about to expire).
+    fn require_pending_interaction(
+        &self,
+        interaction_id: &str,
+        request: &InteractionRow,
+        attempt_id: &str,
+        before_deadline: bool,
+    ) -> StoreResult<()> {
+        let run = self.run_row(&request.run_id)?;
+        if attempt_id != request.attempt_id {
+            return Err(StoreError::StaleAttempt {
+                run_id: request.run_id.clone(),
+                presented: attempt_id.to_owned(),
+                current: request.attempt_id.clone(),
+            });
+        }
+        if !Op::Submit.allowed(run.status) || request.status != "pending" {
+            return Err(invalid(
+                &request.run_id,
+                Op::Submit,
+                run.status,
+                format!("interaction {interaction_id} is {}", request.status),
+            ));
+        }
+        match request
+            .deadline_at
+            .filter(|d| before_deadline && *d <= self.now)
+        {
+            Some(deadline_at) => Err(StoreError::DeadlinePassed {
+                run_id: request.run_id.clone(),
+                attempt_id: request.attempt_id.clone(),
+                deadline_at,
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// Records a provisional submission (`validating`) for a pending interaction and queues
     /// the run for a validation child. A repeat with the same idempotency key and payload
     /// returns the original submission id; with another payload it is a conflict.
@@ -828,20 +891,7 @@ impl WriteTx<'_> {
         payload: &Value,
         idempotency_key: Option<&str>,
     ) -> StoreResult<String> {
-        let (run_id, interaction_attempt, status, deadline): (String, String, String, Option<i64>) =
-            self.conn()
-                .prepare_cached(
-                    "SELECT run_id, attempt_id, status, deadline_at FROM interactions
-                 WHERE interaction_id = ?1",
-                )?
-                .query_row([interaction_id], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-                })
-                .optional()?
-                .ok_or_else(|| StoreError::NotFound {
-                    what: "interaction",
-                    id: interaction_id.to_owned(),
-                })?;
+        let request = self.interaction_row(interaction_id)?;
         let payload_text = payload.to_string();
         if let Some(key) = idempotency_key {
             let prior: Option<(String, String)> = self
@@ -861,31 +911,10 @@ impl WriteTx<'_> {
                 });
             }
         }
-        let run = self.run_row(&run_id)?;
-        if attempt_id != interaction_attempt {
-            return Err(StoreError::StaleAttempt {
-                run_id,
-                presented: attempt_id.to_owned(),
-                current: interaction_attempt,
-            });
-        }
-        if !Op::Submit.allowed(run.status) || status != "pending" {
-            return Err(invalid(
-                &run_id,
-                Op::Submit,
-                run.status,
-                format!("interaction {interaction_id} is {status}"),
-            ));
-        }
         // A request past its deadline is about to expire (the host's deadline work has not
         // run yet): a submission now would be judged after the deadline, or dropped by it.
-        if let Some(deadline_at) = deadline.filter(|d| *d <= self.now) {
-            return Err(StoreError::DeadlinePassed {
-                run_id,
-                attempt_id: interaction_attempt,
-                deadline_at,
-            });
-        }
+        self.require_pending_interaction(interaction_id, &request, attempt_id, true)?;
+        let run_id = request.run_id;
         self.authorize(&run_id, Fence::Unclaimed, Op::Submit)?;
         let submission_id = new_id("sub");
         self.conn()
@@ -927,33 +956,9 @@ impl WriteTx<'_> {
         message: &str,
         data: &Value,
     ) -> StoreResult<()> {
-        let (run_id, interaction_attempt, status): (String, String, String) = self
-            .conn()
-            .prepare_cached(
-                "SELECT run_id, attempt_id, status FROM interactions WHERE interaction_id = ?1",
-            )?
-            .query_row([interaction_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .optional()?
-            .ok_or_else(|| StoreError::NotFound {
-                what: "interaction",
-                id: interaction_id.to_owned(),
-            })?;
-        let run = self.run_row(&run_id)?;
-        if attempt_id != interaction_attempt {
-            return Err(StoreError::StaleAttempt {
-                run_id,
-                presented: attempt_id.to_owned(),
-                current: interaction_attempt,
-            });
-        }
-        if !Op::Submit.allowed(run.status) || status != "pending" {
-            return Err(invalid(
-                &run_id,
-                Op::Submit,
-                run.status,
-                format!("interaction {interaction_id} is {status}"),
-            ));
-        }
+        let request = self.interaction_row(interaction_id)?;
+        self.require_pending_interaction(interaction_id, &request, attempt_id, false)?;
+        let run_id = request.run_id;
         self.authorize(&run_id, Fence::Unclaimed, Op::Submit)?;
         self.finish_run_write(
             &run_id,
@@ -979,44 +984,10 @@ impl WriteTx<'_> {
         next: Option<(&str, Option<UnixMillis>)>,
         owner_id: &str,
     ) -> StoreResult<()> {
-        let (run_id, interaction_attempt, status, deadline): (String, String, String, Option<i64>) =
-            self.conn()
-                .prepare_cached(
-                    "SELECT run_id, attempt_id, status, deadline_at FROM interactions
-                     WHERE interaction_id = ?1",
-                )?
-                .query_row([interaction_id], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-                })
-                .optional()?
-                .ok_or_else(|| StoreError::NotFound {
-                    what: "interaction",
-                    id: interaction_id.to_owned(),
-                })?;
-        let run = self.run_row(&run_id)?;
-        if attempt_id != interaction_attempt {
-            return Err(StoreError::StaleAttempt {
-                run_id,
-                presented: attempt_id.to_owned(),
-                current: interaction_attempt,
-            });
-        }
+        let request = self.interaction_row(interaction_id)?;
         // Failing is the alternative to a submission: the same gate.
-        if !Op::Submit.allowed(run.status) || status != "pending" {
-            return Err(invalid(
-                &run_id,
-                Op::Submit,
-                run.status,
-                format!("interaction {interaction_id} is {status}"),
-            ));
-        }
-        if let Some(deadline_at) = deadline.filter(|d| *d <= self.now) {
-            return Err(StoreError::DeadlinePassed {
-                run_id,
-                attempt_id: interaction_attempt,
-                deadline_at,
-            });
-        }
+        self.require_pending_interaction(interaction_id, &request, attempt_id, true)?;
+        let run_id = request.run_id;
         let claim = self.control_claim(&run_id, owner_id)?;
         self.conn()
             .prepare_cached(
@@ -2085,4 +2056,12 @@ fn validate_node_id(node_id: &str) -> StoreResult<()> {
             "node id {node_id:?} must match [A-Za-z_][A-Za-z0-9_-]*, or such ids joined by '.' (at most 128 characters)"
         )))
     }
+}
+
+/// An interactive request's row, as the answers to it need it.
+struct InteractionRow {
+    run_id: String,
+    attempt_id: String,
+    status: String,
+    deadline_at: Option<UnixMillis>,
 }
