@@ -14,6 +14,7 @@ use piw_core::store::{Store, StoreConfig};
 use serde_json::{json, Value};
 
 mod resolve;
+mod view;
 
 #[derive(Parser)]
 #[command(
@@ -65,6 +66,28 @@ enum Cmd {
     /// Back up or reset the state database.
     #[command(subcommand)]
     State(StateCmd),
+    /// Watch runs live in the terminal: the run list, a run's graph with node states, an
+    /// inspector and the run's history. Read-only: it never starts a host or changes a row.
+    View {
+        /// Open this run (Esc goes to the run list).
+        run_id: Option<String>,
+        /// Print one plain-text frame and exit.
+        #[arg(long)]
+        once: bool,
+        /// List only runs in this status.
+        #[arg(long, value_parser = parse_run_status)]
+        status: Option<piw_core::store::RunStatus>,
+        /// List only runs of this origin session.
+        #[arg(long)]
+        session: Option<String>,
+    },
+}
+
+fn parse_run_status(text: &str) -> Result<piw_core::store::RunStatus, String> {
+    piw_core::store::RunStatus::parse(text).ok_or_else(|| {
+        let all: Vec<&str> = piw_core::store::RunStatus::ALL.iter().map(|s| s.as_str()).collect();
+        format!("one of {}", all.join(", "))
+    })
 }
 
 #[derive(Subcommand)]
@@ -103,6 +126,12 @@ enum RunCmd {
         timeout: Option<u64>,
         #[arg(long)]
         json: bool,
+    },
+    /// Print a run's graph with each node's state (read-only; never starts a host).
+    Graph {
+        run_id: String,
+        #[arg(long, value_enum, default_value = "mermaid")]
+        format: view::export::GraphFormat,
     },
     /// Show one run.
     Status {
@@ -528,6 +557,20 @@ fn run(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
         Cmd::Run(cmd) => run_cmd(&paths, cmd),
+        Cmd::View {
+            run_id,
+            once,
+            status,
+            session,
+        } => {
+            let filter = piw_core::store::RunFilter { status, session };
+            if once {
+                print!("{}", view::once(&paths, filter, run_id.as_deref(), view::ONCE_SIZE)?);
+            } else {
+                view::interactive(&paths, filter, run_id.as_deref())?;
+            }
+            Ok(())
+        }
         Cmd::Diagnose { json } => {
             let body = diagnose(&paths)?;
             let found = body["findings"].as_array().is_some_and(|f| !f.is_empty());
@@ -883,9 +926,23 @@ fn diagnose(paths: &PiwPaths) -> Result<Value, CliError> {
     }
 }
 
+/// `piw run graph`: read-only, like `piw view`, so it is answered before (and without) a host.
+fn run_graph(
+    paths: &PiwPaths,
+    run_id: &str,
+    format: view::export::GraphFormat,
+) -> Result<(), CliError> {
+    print!("{}", view::graph(paths, run_id, format)?);
+    Ok(())
+}
+
 fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {
+    if let RunCmd::Graph { run_id, format } = &cmd {
+        return run_graph(paths, run_id, *format);
+    }
     let mut client = connect(paths)?;
     let (receipt, json_out): (Receipt, bool) = match cmd {
+        RunCmd::Graph { run_id, format } => return run_graph(paths, &run_id, format),
         RunCmd::Start {
             workflow,
             input,
