@@ -85,7 +85,10 @@ enum Cmd {
 
 fn parse_run_status(text: &str) -> Result<piw_core::store::RunStatus, String> {
     piw_core::store::RunStatus::parse(text).ok_or_else(|| {
-        let all: Vec<&str> = piw_core::store::RunStatus::ALL.iter().map(|s| s.as_str()).collect();
+        let all: Vec<&str> = piw_core::store::RunStatus::ALL
+            .iter()
+            .map(|s| s.as_str())
+            .collect();
         format!("one of {}", all.join(", "))
     })
 }
@@ -565,7 +568,10 @@ fn run(cli: Cli) -> Result<(), CliError> {
         } => {
             let filter = piw_core::store::RunFilter { status, session };
             if once {
-                print!("{}", view::once(&paths, filter, run_id.as_deref(), view::ONCE_SIZE)?);
+                print!(
+                    "{}",
+                    view::once(&paths, filter, run_id.as_deref(), view::ONCE_SIZE)?
+                );
             } else {
                 view::interactive(&paths, filter, run_id.as_deref())?;
             }

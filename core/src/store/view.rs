@@ -270,7 +270,11 @@ impl Store {
     }
 
     /// The effects one attempt of run `run_id` reserved, oldest first.
-    pub fn attempt_effects(&self, run_id: &str, attempt_id: &str) -> StoreResult<Vec<EffectRecord>> {
+    pub fn attempt_effects(
+        &self,
+        run_id: &str,
+        attempt_id: &str,
+    ) -> StoreResult<Vec<EffectRecord>> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT effect_id, run_id, attempt_id, effect_key, fingerprint, state, retry_contract,
                     receipt, error FROM effects WHERE run_id = ?1 AND attempt_id = ?2

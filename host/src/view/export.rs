@@ -49,7 +49,10 @@ fn dot_str(text: &str) -> String {
 }
 
 fn dot(m: &RunModel) -> String {
-    let name = m.graph.as_ref().map_or(m.run.workflow_name.as_str(), |g| g.name.as_str());
+    let name = m
+        .graph
+        .as_ref()
+        .map_or(m.run.workflow_name.as_str(), |g| g.name.as_str());
     let mut out = format!("digraph {} {{\n  node [shape=box];\n", dot_str(name));
     let mut mounts: Vec<&str> = m.nodes.iter().filter_map(|n| n.mount.as_deref()).collect();
     mounts.dedup();
@@ -122,7 +125,12 @@ fn mermaid(m: &RunModel) -> String {
     let mut mounts: Vec<&str> = m.nodes.iter().filter_map(|n| n.mount.as_deref()).collect();
     mounts.sort_unstable();
     mounts.dedup();
-    for (i, n) in m.nodes.iter().enumerate().filter(|(_, n)| n.mount.is_none()) {
+    for (i, n) in m
+        .nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.mount.is_none())
+    {
         out.push_str("  ");
         out.push_str(&node_stmt(i, n));
     }

@@ -182,7 +182,13 @@ pub fn once(
 ) -> Result<String, ViewError> {
     let store = open_store(paths)?;
     let app = App::load(&store, filter, run_id)?;
-    let buffer = frame(&app, Theme { color: false }, model::now_ms(), size.0, size.1)?;
+    let buffer = frame(
+        &app,
+        Theme { color: false },
+        model::now_ms(),
+        size.0,
+        size.1,
+    )?;
     Ok(buffer_text(&buffer))
 }
 
@@ -244,3 +250,6 @@ fn event_loop(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

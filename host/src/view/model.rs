@@ -171,8 +171,7 @@ impl RunModel {
         self.events = page.newest_first;
         self.older_events = page.older;
         if let Some(seq) = shown_seq {
-            while self.events.last().is_some_and(|e| e.seq > seq) && self.older_events.is_some()
-            {
+            while self.events.last().is_some_and(|e| e.seq > seq) && self.older_events.is_some() {
                 self.load_older(store)?;
             }
             self.history = self.events.iter().position(|e| e.seq == seq);
@@ -188,11 +187,19 @@ impl RunModel {
     }
 
     fn load_inspector(&mut self, store: &Store) -> StoreResult<()> {
-        let attempt_id = self
-            .nodes
-            .get(self.selected)
-            .and_then(|n| n.activity.as_ref())
-            .map(|a| a.last_attempt_id.clone());
+        // In history, the attempt the shown event opened (as it is now), when it is the
+        // selected node's; else the selected node's newest attempt.
+        let selected = self.nodes.get(self.selected);
+        let from_event = self.shown_event().and_then(|e| {
+            let node = event_node(e)?;
+            let attempt = e.data["attempt"].as_str()?;
+            (selected.map(|n| n.node_id.as_str()) == Some(node)).then(|| attempt.to_owned())
+        });
+        let attempt_id = from_event.or_else(|| {
+            selected
+                .and_then(|n| n.activity.as_ref())
+                .map(|a| a.last_attempt_id.clone())
+        });
         self.inspector = match attempt_id {
             Some(id) => Inspector {
                 attempt: Some(store.attempt_detail(&id)?),

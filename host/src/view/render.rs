@@ -14,9 +14,7 @@ use ratatui::widgets::{Block, Cell, Paragraph, Row, Table, TableState, Wrap};
 use ratatui::Frame;
 use serde_json::Value;
 
-use super::model::{
-    event_node, precise_duration, short_duration, NodeRow, RunModel, RunsModel,
-};
+use super::model::{event_node, precise_duration, short_duration, NodeRow, RunModel, RunsModel};
 
 /// How the viewer styles text: colour only when the terminal may have it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,16 +108,19 @@ fn draw_runs(frame: &mut Frame<'_>, area: Rect, runs: &RunsModel, theme: Theme, 
         Constraint::Fill(2),
         Constraint::Fill(2),
         Constraint::Length(4),
-        Constraint::Fill(3),
+        // Run ids are 32 characters: shown whole, so they can be copied.
+        Constraint::Length(32),
     ];
     let table = Table::new(rows, widths)
         .header(header)
         .block(Block::bordered().title(title))
         .row_highlight_style(Style::default().add_modifier(Modifier::REVERSED))
         .highlight_symbol("> ");
-    let mut state = TableState::default().with_selected((!runs.rows.is_empty()).then_some(runs.selected));
+    let mut state =
+        TableState::default().with_selected((!runs.rows.is_empty()).then_some(runs.selected));
     if runs.rows.is_empty() {
-        let empty = Paragraph::new("no runs").block(Block::bordered().title(title_str(&runs.filter)));
+        let empty =
+            Paragraph::new("no runs").block(Block::bordered().title(title_str(&runs.filter)));
         frame.render_widget(empty, area);
     } else {
         frame.render_stateful_widget(table, area, &mut state);
@@ -160,19 +161,18 @@ fn header_lines(m: &RunModel, theme: Theme, now: UnixMillis) -> Vec<Line<'static
     if r.paused {
         status.push_str(" (paused)");
     }
+    let mut facts = vec![r.workflow_name.clone(), r.run_id.clone()];
+    if let Some(session) = &r.origin_session {
+        facts.push(format!("session {session}"));
+    }
+    facts.push(format!("rev {}", r.revision));
+    facts.push(format!("{} ago", short_duration(now - r.created_at)));
     let first = Line::from(vec![
         Span::styled(
-            format!("run {} ", r.run_id),
-            Style::default().add_modifier(Modifier::BOLD),
+            status.to_uppercase(),
+            theme.status(r.status.as_str()).add_modifier(Modifier::BOLD),
         ),
-        Span::raw(format!("· {} · ", r.workflow_name)),
-        Span::styled(status.to_uppercase(), theme.status(r.status.as_str())),
-        Span::raw(format!(
-            " · session {} · rev {} · {} ago",
-            r.origin_session.as_deref().unwrap_or("-"),
-            r.revision,
-            short_duration(now - r.created_at)
-        )),
+        Span::raw(format!(" · {}", facts.join(" · "))),
     ]);
     let second = match m.shown_event() {
         Some(e) => Line::from(format!(
@@ -234,7 +234,12 @@ pub fn graph_lines(m: &RunModel, theme: Theme) -> (Vec<Line<'static>>, usize) {
         if i == m.selected {
             selected_line = lines.len();
         }
-        lines.push(node_line(node, i == m.selected, highlighted == Some(&node.node_id), theme));
+        lines.push(node_line(
+            node,
+            i == m.selected,
+            highlighted == Some(&node.node_id),
+            theme,
+        ));
         let arrows: Vec<String> = node
             .next
             .iter()
@@ -266,9 +271,6 @@ fn node_line(node: &NodeRow, selected: bool, highlighted: bool, theme: Theme) ->
             },
         ),
     ];
-    if let Some(kind) = node.kind {
-        spans.push(Span::raw(format!(" {}", kind.as_str())));
-    }
     match &node.activity {
         Some(a) => {
             spans.push(Span::styled(
@@ -285,7 +287,7 @@ fn node_line(node: &NodeRow, selected: bool, highlighted: bool, theme: Theme) ->
     }
     if node.is_current {
         spans.push(Span::styled(
-            " ◀ current",
+            " ◀",
             Style::default().add_modifier(Modifier::BOLD),
         ));
     }
@@ -300,7 +302,9 @@ fn node_line(node: &NodeRow, selected: bool, highlighted: bool, theme: Theme) ->
 fn draw_graph(frame: &mut Frame<'_>, area: Rect, m: &RunModel, theme: Theme) {
     let (mut lines, selected_line) = graph_lines(m, theme);
     if lines.is_empty() {
-        lines.push(Line::from("no graph snapshot yet (the run has not started)"));
+        lines.push(Line::from(
+            "no graph snapshot yet (the run has not started)",
+        ));
     }
     if let Some(error) = &m.graph_error {
         lines.insert(0, Line::from(format!("snapshot unreadable: {error}")));
@@ -324,7 +328,15 @@ fn draw_graph(frame: &mut Frame<'_>, area: Rect, m: &RunModel, theme: Theme) {
 pub fn inspector_lines(m: &RunModel, now: UnixMillis) -> Vec<Line<'static>> {
     let mut out: Vec<Line<'static>> = Vec::new();
     if let Some(e) = m.shown_event() {
-        out.push(Line::from(format!("event {} {} at {}", e.seq, e.kind, clock_time(e.at))).style(Style::default().add_modifier(Modifier::BOLD)));
+        out.push(
+            Line::from(format!(
+                "event {} {} at {}",
+                e.seq,
+                e.kind,
+                clock_time(e.at)
+            ))
+            .style(Style::default().add_modifier(Modifier::BOLD)),
+        );
         out.push(Line::from(format!("  {}", compact(&e.data))));
     }
     let Some(node) = m.nodes.get(m.selected) else {
@@ -332,14 +344,17 @@ pub fn inspector_lines(m: &RunModel, now: UnixMillis) -> Vec<Line<'static>> {
         return out;
     };
     let kind = node.kind.map_or("?", |k| k.as_str());
-    out.push(Line::from(format!("node {} ({kind})", node.node_id)).style(Style::default().add_modifier(Modifier::BOLD)));
+    out.push(
+        Line::from(format!("node {} ({kind})", node.node_id))
+            .style(Style::default().add_modifier(Modifier::BOLD)),
+    );
     let Some(a) = &m.inspector.attempt else {
         out.push(Line::from("not visited yet"));
         return out;
     };
     out.push(Line::from(format!(
-        "attempt {} of {} · {} · generation {}",
-        a.ordinal + 1,
+        "attempt {} of {} · {} · gen {}",
+        a.ordinal,
         node.activity.as_ref().map_or(1, |x| x.visits),
         a.status,
         a.generation
@@ -348,7 +363,10 @@ pub fn inspector_lines(m: &RunModel, now: UnixMillis) -> Vec<Line<'static>> {
         Some(end) => format!("took {}", precise_duration(end - a.started_at)),
         None => format!("for {}", precise_duration(now - a.started_at)),
     };
-    out.push(Line::from(format!("started {} · {took}", clock_time(a.started_at))));
+    out.push(Line::from(format!(
+        "started {} · {took}",
+        clock_time(a.started_at)
+    )));
     if let Some(deadline) = a.deadline_at {
         out.push(Line::from(format!("deadline {}", clock_time(deadline))));
     }
@@ -360,7 +378,16 @@ pub fn inspector_lines(m: &RunModel, now: UnixMillis) -> Vec<Line<'static>> {
     }
     for r in &m.inspector.requests {
         out.push(Line::from(format!("{} {} · {}", r.kind, r.id, r.status)));
-        out.push(Line::from(format!("  request: {}", compact(&r.request))));
+        // What a person reads first: the question, summary or prompt; then the rest.
+        let mut request = r.request.clone();
+        for key in ["question", "summary", "prompt"] {
+            if let Some(Value::String(text)) = request.as_object_mut().and_then(|o| o.remove(key)) {
+                out.push(Line::from(format!("  {key}: {}", one_line(&text))));
+            }
+        }
+        if request.as_object().is_none_or(|o| !o.is_empty()) {
+            out.push(Line::from(format!("  request: {}", compact(&request))));
+        }
         if let Some(answer) = &r.answer {
             let by = r.answered_by.as_deref().unwrap_or("-");
             out.push(Line::from(format!("  answer ({by}): {}", compact(answer))));
@@ -446,7 +473,11 @@ fn draw_events(frame: &mut Frame<'_>, area: Rect, m: &RunModel) {
         .take(visible)
         .map(|(i, e)| {
             let shown = m.history == Some(i);
-            let line = Line::from(format!("{}{}", if shown { "▸" } else { " " }, event_line(e)));
+            let line = Line::from(format!(
+                "{}{}",
+                if shown { "▸" } else { " " },
+                event_line(e)
+            ));
             if shown {
                 line.style(Style::default().add_modifier(Modifier::REVERSED))
             } else {
@@ -458,7 +489,10 @@ fn draw_events(frame: &mut Frame<'_>, area: Rect, m: &RunModel) {
         Some(_) => " events · history ".to_owned(),
         None => format!(" events · live · {} in all ", m.run.revision),
     };
-    frame.render_widget(Paragraph::new(lines).block(Block::bordered().title(title)), area);
+    frame.render_widget(
+        Paragraph::new(lines).block(Block::bordered().title(title)),
+        area,
+    );
 }
 
 /// A value on one line, cut to keep a panel readable.
