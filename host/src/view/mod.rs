@@ -2,11 +2,13 @@
 //!
 //! `model` reads what a screen shows from a store opened read-only; `render` lays it out with
 //! ratatui widgets; this module holds the state between keys and the thin terminal loop. The
-//! viewer never starts a host and never writes: it works while the host is down, and follows
-//! changes by polling SQLite's `data_version` (one cheap read every [`POLL`]), which moves when
-//! any other connection commits.
+//! viewer never starts a host and never writes: it works while the host is down. It follows
+//! the run on screen through the host's events while a host answers (`live`), and otherwise
+//! (and on the run list) checks SQLite's `data_version` every [`POLL`]: one cheap read that
+//! moves when any other connection commits.
 
 pub mod export;
+mod live;
 pub mod model;
 pub mod render;
 
@@ -18,7 +20,7 @@ use piw_core::paths::PiwPaths;
 use piw_core::store::{RunFilter, Store, StoreConfig, StoreError, StoreResult};
 use ratatui::backend::TestBackend;
 use ratatui::buffer::Buffer;
-use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
+use ratatui::crossterm::event::{Event, KeyCode, KeyEventKind, KeyModifiers};
 use ratatui::Terminal;
 
 use model::{RunModel, RunsModel};
@@ -213,37 +215,46 @@ pub fn interactive(
     let mut app = App::load(&store, filter, run_id)?;
     let theme = Theme::from_env();
     let mut terminal = ratatui::try_init()?;
-    let result = event_loop(&mut terminal, &store, &mut app, theme);
+    let result = event_loop(&mut terminal, paths, &store, &mut app, theme);
     ratatui::try_restore()?;
     result
 }
 
 fn event_loop(
     terminal: &mut ratatui::DefaultTerminal,
+    paths: &PiwPaths,
     store: &Store,
     app: &mut App,
     theme: Theme,
 ) -> Result<(), ViewError> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    live::forward_terminal(tx.clone());
+    let mut subscription: Option<live::RunSubscription> = None;
     let mut seen_version = store.data_version()?;
     while !app.quit {
+        // Follow the run on screen through the host's events while one answers.
+        let shown = app.run.as_ref().map(|r| r.run.run_id.as_str());
+        if subscription.as_ref().map(|s| s.run_id.as_str()) != shown {
+            subscription = shown
+                .map(|id| live::RunSubscription::start(paths.clone(), id.to_owned(), tx.clone()));
+        }
         terminal.draw(|f| render::draw(f, app.screen(), theme, model::now_ms()))?;
-        // Wait for a key at most one poll interval: no busy loop, and changes show within it.
-        if event::poll(POLL)? {
-            match event::read()? {
-                Event::Key(key) if key.kind != KeyEventKind::Release => {
-                    if key.modifiers.contains(KeyModifiers::CONTROL)
-                        && key.code == KeyCode::Char('c')
-                    {
-                        app.quit = true;
-                    } else {
-                        app.key(store, key.code)?;
-                    }
+        // Sleep until a key or an event, at most one poll interval: no busy loop.
+        let mut changed = false;
+        match live::next(&rx, POLL) {
+            Some(live::Wake::Terminal(Event::Key(key))) if key.kind != KeyEventKind::Release => {
+                if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
+                    app.quit = true;
+                } else {
+                    app.key(store, key.code)?;
                 }
-                _ => {}
             }
+            Some(live::Wake::Terminal(_)) | None => {}
+            Some(live::Wake::RunChanged) => changed = true,
+            Some(live::Wake::TerminalFailed(e)) => return Err(e.into()),
         }
         let version = store.data_version()?;
-        if version != seen_version {
+        if changed || version != seen_version {
             seen_version = version;
             app.reload(store)?;
         }
