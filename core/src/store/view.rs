@@ -223,6 +223,36 @@ impl Store {
             })
     }
 
+    /// The input attempt `attempt_id` ran with: the output of the run's latest attempt that
+    /// succeeded before it (as a resumed child gets it), else the run's input.
+    pub fn attempt_input(&self, run_id: &str, attempt_id: &str) -> StoreResult<Value> {
+        // Walks back from the attempt's row: the step before it is usually the row before.
+        let text: Option<Option<String>> = self
+            .conn
+            .prepare_cached(
+                "SELECT output FROM attempts WHERE run_id = ?1 AND status = 'succeeded'
+                   AND rowid < (SELECT rowid FROM attempts WHERE attempt_id = ?2)
+                 ORDER BY rowid DESC LIMIT 1",
+            )?
+            .query_row(params![run_id, attempt_id], |r| r.get(0))
+            .optional()?;
+        match text {
+            Some(output) => Ok(output
+                .map(|t| serde_json::from_str(&t))
+                .transpose()?
+                .unwrap_or(Value::Null)),
+            None => {
+                let input: String = self
+                    .conn
+                    .prepare_cached("SELECT input FROM runs WHERE run_id = ?1")?
+                    .query_row([run_id], |r| r.get(0))
+                    .optional()?
+                    .ok_or_else(|| StoreError::RunNotFound(run_id.to_owned()))?;
+                Ok(serde_json::from_str(&input)?)
+            }
+        }
+    }
+
     /// The checkpoints, decisions and interactive requests of one attempt, oldest first.
     pub fn attempt_requests(&self, attempt_id: &str) -> StoreResult<Vec<AttemptRequest>> {
         let mut out = Vec::new();

@@ -99,6 +99,8 @@ pub struct NodeRow {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Inspector {
     pub attempt: Option<AttemptDetail>,
+    /// The input the attempt ran with.
+    pub input: Option<serde_json::Value>,
     pub requests: Vec<AttemptRequest>,
     pub effects: Vec<EffectRecord>,
 }
@@ -202,6 +204,7 @@ impl RunModel {
         });
         self.inspector = match attempt_id {
             Some(id) => Inspector {
+                input: Some(store.attempt_input(&self.run.run_id, &id)?),
                 attempt: Some(store.attempt_detail(&id)?),
                 requests: store.attempt_requests(&id)?,
                 effects: store.attempt_effects(&self.run.run_id, &id)?,

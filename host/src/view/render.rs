@@ -370,6 +370,9 @@ pub fn inspector_lines(m: &RunModel, now: UnixMillis) -> Vec<Line<'static>> {
     if let Some(deadline) = a.deadline_at {
         out.push(Line::from(format!("deadline {}", clock_time(deadline))));
     }
+    if let Some(input) = &m.inspector.input {
+        out.push(Line::from(format!("input: {}", compact(input))));
+    }
     if let Some(output) = &a.output {
         out.push(Line::from(format!("output: {}", compact(output))));
     }

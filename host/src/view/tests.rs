@@ -57,7 +57,7 @@ impl Fixture {
             source_hash: "abc".into(),
             mounted_sources: json!({}),
             definition: Some(graph.clone()),
-            input: json!({}),
+            input: json!({"topic": "t"}),
             origin_session: session.map(str::to_owned),
             execution_mode: ExecutionMode::Interactive,
             project_dir: "/tmp".into(),
@@ -338,6 +338,8 @@ fn a_run_with_a_branch_and_a_loop_shows_visits_routes_and_history() {
     // second of two), not the node's newest.
     assert!(text.contains("node draft (compute)"), "{text}");
     assert!(text.contains("attempt 2 of 2"), "{text}");
+    // Its input: what review returned the step before.
+    assert!(text.contains(r#"input: {"again":true}"#), "{text}");
     app.key(&f.store, KeyCode::Left).unwrap();
     let text = buffer_text(&frame(&app, PLAIN, f.clock_now(), 80, 24).unwrap());
     assert!(text.contains("draft ─▶ review (succeeded)"), "{text}");
@@ -365,6 +367,13 @@ fn a_run_waiting_on_a_decision_shows_the_question() {
     assert!(text.contains("human_decision"), "{text}");
     assert!(text.contains(&decision[..12]), "{text}");
     assert!(text.contains("question: Ship app.tar to"), "{text}");
+    assert!(text.contains(r#"input: {"artifact":"app.tar"}"#), "{text}");
+    // The first node ran with the run's input.
+    let mut app = App::load(&f.store, RunFilter::default(), Some(&run_id)).unwrap();
+    app.key(&f.store, KeyCode::Up).unwrap();
+    let text = buffer_text(&frame(&app, PLAIN, f.clock_now(), 80, 24).unwrap());
+    assert!(text.contains("node build (compute)"), "{text}");
+    assert!(text.contains(r#"input: {"topic":"t"}"#), "{text}");
 
     // Answered: the frame shows the answer and who gave it.
     f.store
