@@ -268,6 +268,22 @@ impl RunModel {
         self.load_inspector(store)
     }
 
+    /// The current node's latest progress message (`worker.progress`), from the loaded
+    /// events: the newest `progress` event since the run last moved to a node.
+    pub fn current_progress(&self) -> Option<&str> {
+        if !matches!(self.run.status, RunStatus::Running | RunStatus::Waiting) {
+            return None;
+        }
+        for event in &self.events {
+            match event.kind.as_str() {
+                "progress" => return event.data["message"].as_str(),
+                "node_started" | "transitioned" => return None,
+                _ => {}
+            }
+        }
+        None
+    }
+
     /// The node an event is about, when it names one.
     pub fn highlighted_node(&self) -> Option<&str> {
         match self.shown_event() {

@@ -240,6 +240,11 @@ pub fn graph_lines(m: &RunModel, theme: Theme) -> (Vec<Line<'static>>, usize) {
             highlighted == Some(&node.node_id),
             theme,
         ));
+        if node.is_current {
+            if let Some(progress) = m.current_progress() {
+                lines.push(Line::from(format!("     ⋯ {}", one_line(progress))));
+            }
+        }
         let arrows: Vec<String> = node
             .next
             .iter()
@@ -369,6 +374,11 @@ pub fn inspector_lines(m: &RunModel, now: UnixMillis) -> Vec<Line<'static>> {
     )));
     if let Some(deadline) = a.deadline_at {
         out.push(Line::from(format!("deadline {}", clock_time(deadline))));
+    }
+    if node.is_current {
+        if let Some(progress) = m.current_progress() {
+            out.push(Line::from(format!("progress: {}", one_line(progress))));
+        }
     }
     if let Some(input) = &m.inspector.input {
         out.push(Line::from(format!("input: {}", compact(input))));

@@ -226,6 +226,9 @@ fn composed_run(f: &mut Fixture) -> String {
     let (run_id, act, a1) = f.start(&composed_graph(), Some("s-fix"));
     let a2 = f.step(&act, &a1, json!({"plan": "p"}), "repair.fix", 1_000);
     f.step(&act, &a2, json!({"patch": "diff"}), "repair.verify", 1_000);
+    f.store
+        .write(|w| w.progress(&act.claim, "verifying 3 of 7 files", &json!({"done": 3})))
+        .unwrap();
     run_id
 }
 
@@ -430,6 +433,14 @@ fn a_composed_run_shows_the_included_workflow() {
         .find(|l| l.contains("[repair.verify]"))
         .unwrap();
     assert!(verify.contains('▶') && verify.contains('◀'), "{text}");
+    // Its progress, under it and in the inspector.
+    let below = text
+        .lines()
+        .skip_while(|l| !l.contains("[repair.verify]"))
+        .nth(1)
+        .unwrap();
+    assert!(below.contains("⋯ verifying 3 of 7 files"), "{text}");
+    assert!(text.contains("progress: verifying 3 of 7 files"), "{text}");
     assert!(text
         .lines()
         .find(|l| l.contains("[report]"))
