@@ -332,6 +332,18 @@ fn viewing_a_stopped_installation_starts_no_host_and_leaves_the_database_as_it_w
     let status = piw(&inst.home, &["host", "status"]);
     assert!(!status.status.success(), "a host is running");
 
+    // Usage: help, and a status that does not exist (exit 2, naming the statuses).
+    for verb in [vec!["view", "--help"], vec!["run", "graph", "--help"]] {
+        let o = piw(&inst.home, &verb);
+        assert_eq!(o.status.code(), Some(0), "{verb:?}");
+    }
+    let o = piw(&inst.home, &["view", "--once", "--status", "bogus"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("waiting"),
+        "{o:?}"
+    );
+
     // A run that does not exist, and an installation without a database: errors, exit 1.
     let o = piw(&inst.home, &["view", "--once", "run-nope"]);
     assert_eq!(o.status.code(), Some(1));
