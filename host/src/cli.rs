@@ -52,6 +52,31 @@ pub(crate) enum Cmd {
     /// Back up or reset the state database.
     #[command(subcommand)]
     State(StateCmd),
+    /// Watch runs live in the terminal: the run list, a run's graph with node states, an
+    /// inspector and the run's history. Read-only: it never starts a host or changes a row.
+    View {
+        /// Open this run (Esc goes to the run list).
+        run_id: Option<String>,
+        /// Print one plain-text frame and exit.
+        #[arg(long)]
+        once: bool,
+        /// List only runs in this status.
+        #[arg(long, value_parser = parse_run_status)]
+        status: Option<piw_core::store::RunStatus>,
+        /// List only runs of this origin session.
+        #[arg(long)]
+        session: Option<String>,
+    },
+}
+
+fn parse_run_status(text: &str) -> Result<piw_core::store::RunStatus, String> {
+    piw_core::store::RunStatus::parse(text).ok_or_else(|| {
+        let all: Vec<&str> = piw_core::store::RunStatus::ALL
+            .iter()
+            .map(|s| s.as_str())
+            .collect();
+        format!("one of {}", all.join(", "))
+    })
 }
 
 #[derive(Subcommand)]
@@ -90,6 +115,12 @@ pub(crate) enum RunCmd {
         timeout: Option<u64>,
         #[arg(long)]
         json: bool,
+    },
+    /// Print a run's graph with each node's state (read-only; never starts a host).
+    Graph {
+        run_id: String,
+        #[arg(long, value_enum, default_value = "mermaid")]
+        format: view::export::GraphFormat,
     },
     /// Show one run.
     Status {

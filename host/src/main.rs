@@ -18,6 +18,7 @@ mod host_ctl;
 mod resolve;
 mod runs;
 mod state;
+mod view;
 use cli::*;
 use host_ctl::*;
 use runs::*;
@@ -263,6 +264,23 @@ fn run(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
         Cmd::Run(cmd) => run_cmd(&paths, cmd),
+        Cmd::View {
+            run_id,
+            once,
+            status,
+            session,
+        } => {
+            let filter = piw_core::store::RunFilter { status, session };
+            if once {
+                print!(
+                    "{}",
+                    view::once(&paths, filter, run_id.as_deref(), view::ONCE_SIZE)?
+                );
+            } else {
+                view::interactive(&paths, filter, run_id.as_deref())?;
+            }
+            Ok(())
+        }
         Cmd::Diagnose { json } => {
             let body = diagnose(&paths)?;
             let found = body["findings"].as_array().is_some_and(|f| !f.is_empty());

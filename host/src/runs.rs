@@ -39,9 +39,23 @@ pub(crate) fn login_name() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+/// `piw run graph`: read-only, like `piw view`, so it is answered before (and without) a host.
+fn run_graph(
+    paths: &PiwPaths,
+    run_id: &str,
+    format: view::export::GraphFormat,
+) -> Result<(), CliError> {
+    print!("{}", view::graph(paths, run_id, format)?);
+    Ok(())
+}
+
 pub(crate) fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {
+    if let RunCmd::Graph { run_id, format } = &cmd {
+        return run_graph(paths, run_id, *format);
+    }
     let mut client = connect(paths)?;
     let (receipt, json_out): (Receipt, bool) = match cmd {
+        RunCmd::Graph { run_id, format } => return run_graph(paths, &run_id, format),
         RunCmd::Start {
             workflow,
             input,

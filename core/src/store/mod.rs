@@ -28,6 +28,7 @@ pub mod model;
 mod read;
 mod receipts;
 mod schema;
+mod view;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -51,6 +52,9 @@ pub use read::{
 };
 pub use receipts::{CommandMeta, CommandOutcome, StoredReceipt};
 pub use schema::{ddl_digest, DDL, SCHEMA_ID};
+pub use view::{
+    AttemptDetail, AttemptRequest, EventCursor, EventPage, NodeActivity, RunFilter, RunSummary,
+};
 
 use crate::clock::{Clock, SystemClock, UnixMillis};
 use crate::ids::ClaimToken;

@@ -167,7 +167,7 @@ pub struct MessageRecord {
     pub delivered_at: Option<UnixMillis>,
 }
 
-fn json_col(row: &Row<'_>, idx: usize) -> rusqlite::Result<Option<Value>> {
+pub(super) fn json_col(row: &Row<'_>, idx: usize) -> rusqlite::Result<Option<Value>> {
     let text: Option<String> = row.get(idx)?;
     text.map(|t| {
         serde_json::from_str(&t).map_err(|e| {

@@ -1,0 +1,386 @@
+//! Paged reads for viewers (`piw view`): each loads only what one screen shows, so a run with
+//! thousands of attempts or events opens as fast as a small one. Like every read they never
+//! return claim tokens or token hashes, and they work on a store opened read-only.
+
+use rusqlite::{params, OptionalExtension as _};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::read::{EffectRecord, EventRecord};
+use super::{parse_status, RunStatus, Store, StoreError, StoreResult};
+use crate::clock::UnixMillis;
+
+/// Which runs a run list shows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunFilter {
+    /// Only runs in this status.
+    pub status: Option<RunStatus>,
+    /// Only runs of this origin session.
+    pub session: Option<String>,
+}
+
+/// One line of a run list: what a person scans for (no input, result or definition).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RunSummary {
+    pub run_id: String,
+    pub workflow_name: String,
+    pub origin_session: Option<String>,
+    pub status: RunStatus,
+    pub paused: bool,
+    pub current_node: Option<String>,
+    pub revision: u64,
+    pub created_at: UnixMillis,
+    pub updated_at: UnixMillis,
+}
+
+/// What one node of a run has done so far, over all its attempts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NodeActivity {
+    pub node_id: String,
+    /// How many attempts the node has had.
+    pub visits: u64,
+    /// The status of its newest attempt.
+    pub last_status: String,
+    /// Its newest attempt.
+    pub last_attempt_id: String,
+    /// The time its finished attempts took, added up, in milliseconds.
+    pub busy_ms: i64,
+    /// When its newest attempt started.
+    pub last_started_at: UnixMillis,
+}
+
+/// One attempt with its timing, for an inspector.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AttemptDetail {
+    pub attempt_id: String,
+    pub node_id: String,
+    pub ordinal: u64,
+    pub generation: u64,
+    pub status: String,
+    pub started_at: UnixMillis,
+    pub finished_at: Option<UnixMillis>,
+    pub deadline_at: Option<UnixMillis>,
+    pub output: Option<Value>,
+    pub error: Option<String>,
+}
+
+/// A checkpoint, human decision or interactive request an attempt made, with its answer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AttemptRequest {
+    /// `checkpoint`, `human_decision`, `agent` or `assistant_message`.
+    pub kind: String,
+    pub id: String,
+    pub status: String,
+    pub request: Value,
+    /// The decision's answer, or the payload of the interaction's newest submission.
+    pub answer: Option<Value>,
+    /// Who answered a decision, or the state of the newest submission (`rejected`, ...).
+    pub answered_by: Option<String>,
+    /// Why the newest submission was rejected.
+    pub error: Option<String>,
+}
+
+/// A page of a run's events, newest first, and where the next older page starts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventPage {
+    pub newest_first: Vec<EventRecord>,
+    /// Pass to [`Store::events_page`] for the events before this page; `None` at the first.
+    pub older: Option<EventCursor>,
+}
+
+/// Where a page of events continues: an opaque position in a run's event chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventCursor(i64);
+
+impl Store {
+    /// SQLite's `data_version`: it changes when another connection (the host) commits, so a
+    /// viewer polls this one cheap read instead of re-reading what it shows.
+    pub fn data_version(&self) -> StoreResult<i64> {
+        Ok(self
+            .conn
+            .query_row("PRAGMA data_version", [], |r| r.get(0))?)
+    }
+
+    /// A page of runs, newest first, and how many runs match `filter` in all.
+    pub fn runs_page(
+        &self,
+        filter: &RunFilter,
+        offset: u64,
+        limit: u32,
+    ) -> StoreResult<(Vec<RunSummary>, u64)> {
+        let status = filter.status.map(|s| s.as_str());
+        let session = filter.session.as_deref();
+        let total: i64 = self
+            .conn
+            .prepare_cached(
+                "SELECT COUNT(*) FROM runs WHERE (?1 IS NULL OR status = ?1)
+                   AND (?2 IS NULL OR origin_session = ?2)",
+            )?
+            .query_row(params![status, session], |r| r.get(0))?;
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT run_id, workflow_name, origin_session, status, paused, current_node, revision,
+                    created_at, updated_at
+             FROM runs WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR origin_session = ?2)
+             ORDER BY created_at DESC, run_id LIMIT ?3 OFFSET ?4",
+        )?;
+        let rows = stmt.query_map(
+            params![
+                status,
+                session,
+                i64::from(limit),
+                i64::try_from(offset).unwrap_or(i64::MAX)
+            ],
+            |r| {
+                Ok((
+                    RunSummary {
+                        run_id: r.get(0)?,
+                        workflow_name: r.get(1)?,
+                        origin_session: r.get(2)?,
+                        status: RunStatus::Queued,
+                        paused: r.get(4)?,
+                        current_node: r.get(5)?,
+                        revision: r.get::<_, i64>(6)? as u64,
+                        created_at: r.get(7)?,
+                        updated_at: r.get(8)?,
+                    },
+                    r.get::<_, String>(3)?,
+                ))
+            },
+        )?;
+        let page = rows
+            .map(|row| {
+                let (mut run, status) = row?;
+                run.status = parse_status(&status)?;
+                Ok(run)
+            })
+            .collect::<StoreResult<Vec<_>>>()?;
+        Ok((page, u64::try_from(total).unwrap_or(0)))
+    }
+
+    /// The run's stored graph snapshot (`None` before its first activation records it).
+    pub fn run_definition(&self, run_id: &str) -> StoreResult<Option<Value>> {
+        let definition: Option<String> = self
+            .conn
+            .prepare_cached("SELECT definition FROM runs WHERE run_id = ?1")?
+            .query_row([run_id], |r| r.get(0))
+            .optional()?
+            .ok_or_else(|| StoreError::RunNotFound(run_id.to_owned()))?;
+        Ok(definition.map(|d| serde_json::from_str(&d)).transpose()?)
+    }
+
+    /// What each node of the run has done: one row per node that had an attempt.
+    pub fn node_activity(&self, run_id: &str) -> StoreResult<Vec<NodeActivity>> {
+        // The newest attempt of a node is the one with the highest ordinal (the unique index
+        // (run_id, node_id, ordinal) serves both the grouping and the lookup).
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT g.node_id, g.visits, a.status, a.attempt_id, g.busy_ms, a.started_at
+             FROM (SELECT node_id, COUNT(*) AS visits, MAX(ordinal) AS last_ordinal,
+                          COALESCE(SUM(finished_at - started_at), 0) AS busy_ms
+                   FROM attempts WHERE run_id = ?1 GROUP BY node_id) g
+             JOIN attempts a ON a.run_id = ?1 AND a.node_id = g.node_id
+                            AND a.ordinal = g.last_ordinal
+             ORDER BY g.node_id",
+        )?;
+        let rows = stmt.query_map([run_id], |r| {
+            Ok(NodeActivity {
+                node_id: r.get(0)?,
+                visits: r.get::<_, i64>(1)? as u64,
+                last_status: r.get(2)?,
+                last_attempt_id: r.get(3)?,
+                busy_ms: r.get(4)?,
+                last_started_at: r.get(5)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// One attempt with its timing.
+    pub fn attempt_detail(&self, attempt_id: &str) -> StoreResult<AttemptDetail> {
+        self.conn
+            .prepare_cached(
+                "SELECT attempt_id, node_id, ordinal, generation, status, started_at,
+                        finished_at, deadline_at, output, error
+                 FROM attempts WHERE attempt_id = ?1",
+            )?
+            .query_row([attempt_id], |r| {
+                Ok(AttemptDetail {
+                    attempt_id: r.get(0)?,
+                    node_id: r.get(1)?,
+                    ordinal: r.get::<_, i64>(2)? as u64,
+                    generation: r.get::<_, i64>(3)? as u64,
+                    status: r.get(4)?,
+                    started_at: r.get(5)?,
+                    finished_at: r.get(6)?,
+                    deadline_at: r.get(7)?,
+                    output: super::read::json_col(r, 8)?,
+                    error: r.get(9)?,
+                })
+            })
+            .optional()?
+            .ok_or_else(|| StoreError::NotFound {
+                what: "attempt",
+                id: attempt_id.to_owned(),
+            })
+    }
+
+    /// The input attempt `attempt_id` ran with: the output of the run's latest attempt that
+    /// succeeded before it (as a resumed child gets it), else the run's input.
+    pub fn attempt_input(&self, run_id: &str, attempt_id: &str) -> StoreResult<Value> {
+        // Walks back from the attempt's row: the step before it is usually the row before.
+        let text: Option<Option<String>> = self
+            .conn
+            .prepare_cached(
+                "SELECT output FROM attempts WHERE run_id = ?1 AND status = 'succeeded'
+                   AND rowid < (SELECT rowid FROM attempts WHERE attempt_id = ?2)
+                 ORDER BY rowid DESC LIMIT 1",
+            )?
+            .query_row(params![run_id, attempt_id], |r| r.get(0))
+            .optional()?;
+        match text {
+            Some(output) => Ok(output
+                .map(|t| serde_json::from_str(&t))
+                .transpose()?
+                .unwrap_or(Value::Null)),
+            None => {
+                let input: String = self
+                    .conn
+                    .prepare_cached("SELECT input FROM runs WHERE run_id = ?1")?
+                    .query_row([run_id], |r| r.get(0))
+                    .optional()?
+                    .ok_or_else(|| StoreError::RunNotFound(run_id.to_owned()))?;
+                Ok(serde_json::from_str(&input)?)
+            }
+        }
+    }
+
+    /// The checkpoints, decisions and interactive requests of one attempt, oldest first.
+    pub fn attempt_requests(&self, attempt_id: &str) -> StoreResult<Vec<AttemptRequest>> {
+        let mut out = Vec::new();
+        let mut decisions = self.conn.prepare_cached(
+            "SELECT decision_id, kind, status, request, answer, answered_by
+             FROM decisions WHERE attempt_id = ?1 ORDER BY created_at, rowid",
+        )?;
+        let rows = decisions.query_map([attempt_id], |r| {
+            Ok(AttemptRequest {
+                id: r.get(0)?,
+                kind: r.get(1)?,
+                status: r.get(2)?,
+                request: super::read::json_col(r, 3)?.unwrap_or(Value::Null),
+                answer: super::read::json_col(r, 4)?,
+                answered_by: r.get(5)?,
+                error: None,
+            })
+        })?;
+        for row in rows {
+            out.push(row?);
+        }
+        let mut interactions = self.conn.prepare_cached(
+            "SELECT i.interaction_id, i.kind, i.status, i.request, s.payload, s.state, s.error
+             FROM interactions i
+             LEFT JOIN submissions s ON s.rowid = (
+                 SELECT rowid FROM submissions WHERE interaction_id = i.interaction_id
+                 ORDER BY created_at DESC, rowid DESC LIMIT 1)
+             WHERE i.attempt_id = ?1 ORDER BY i.created_at, i.rowid",
+        )?;
+        let rows = interactions.query_map([attempt_id], |r| {
+            Ok(AttemptRequest {
+                id: r.get(0)?,
+                kind: r.get(1)?,
+                status: r.get(2)?,
+                request: super::read::json_col(r, 3)?.unwrap_or(Value::Null),
+                answer: super::read::json_col(r, 4)?,
+                answered_by: r.get(5)?,
+                error: r.get(6)?,
+            })
+        })?;
+        for row in rows {
+            out.push(row?);
+        }
+        Ok(out)
+    }
+
+    /// The effects one attempt of run `run_id` reserved, oldest first.
+    pub fn attempt_effects(
+        &self,
+        run_id: &str,
+        attempt_id: &str,
+    ) -> StoreResult<Vec<EffectRecord>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT effect_id, run_id, attempt_id, effect_key, fingerprint, state, retry_contract,
+                    receipt, error FROM effects WHERE run_id = ?1 AND attempt_id = ?2
+             ORDER BY created_at, rowid",
+        )?;
+        let rows = stmt.query_map(params![run_id, attempt_id], |r| {
+            Ok(EffectRecord {
+                effect_id: r.get(0)?,
+                run_id: r.get(1)?,
+                attempt_id: r.get(2)?,
+                effect_key: r.get(3)?,
+                fingerprint: r.get(4)?,
+                state: r.get(5)?,
+                retry_contract: r.get(6)?,
+                receipt: super::read::json_col(r, 7)?,
+                receipt_omitted: false,
+                error: r.get(8)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Up to `limit` of the run's events, newest first: the newest ones when `older` is
+    /// `None`, else those before the page that returned it. One point read per event, walking
+    /// the run's chain (as [`Store::events`] does), so the cost is the page, not the run.
+    pub fn events_page(
+        &self,
+        run_id: &str,
+        older: Option<EventCursor>,
+        limit: u32,
+    ) -> StoreResult<EventPage> {
+        let mut next = match older {
+            Some(EventCursor(id)) => Some(id),
+            None => self
+                .conn
+                .prepare_cached("SELECT last_event_id FROM runs WHERE run_id = ?1")?
+                .query_row([run_id], |r| r.get(0))
+                .optional()?
+                .ok_or_else(|| StoreError::RunNotFound(run_id.to_owned()))?,
+        };
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT run_id, seq, kind, at, data, prev_event_id FROM events WHERE event_id = ?1",
+        )?;
+        let mut newest_first: Vec<EventRecord> = Vec::new();
+        while let Some(event_id) = next {
+            if newest_first.len() >= limit as usize {
+                break;
+            }
+            let (record, prev): (EventRecord, Option<i64>) = stmt.query_row([event_id], |r| {
+                Ok((
+                    EventRecord {
+                        run_id: r.get(0)?,
+                        seq: r.get::<_, i64>(1)? as u64,
+                        kind: r.get(2)?,
+                        at: r.get(3)?,
+                        data: super::read::json_col(r, 4)?.unwrap_or(Value::Null),
+                    },
+                    r.get(5)?,
+                ))
+            })?;
+            let expected_seq = newest_first.last().map(|later| later.seq - 1);
+            if record.run_id != run_id
+                || record.seq == 0
+                || expected_seq.is_some_and(|s| s != record.seq)
+            {
+                return Err(StoreError::CorruptRow(format!(
+                    "run {run_id}: event {event_id} (seq {}) breaks the run's event chain",
+                    record.seq
+                )));
+            }
+            next = prev;
+            newest_first.push(record);
+        }
+        Ok(EventPage {
+            newest_first,
+            older: next.map(EventCursor),
+        })
+    }
+}

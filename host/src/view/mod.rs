@@ -1,0 +1,266 @@
+//! `piw view`: a live, read-only viewer of runs, and `piw run graph`.
+//!
+//! `model` reads what a screen shows from a store opened read-only; `render` lays it out with
+//! ratatui widgets; this module holds the state between keys and the thin terminal loop. The
+//! viewer never starts a host and never writes: it works while the host is down. It follows
+//! the run on screen through the host's events while a host answers (`live`), and otherwise
+//! (and on the run list) checks SQLite's `data_version` every [`POLL`]: one cheap read that
+//! moves when any other connection commits.
+
+pub mod export;
+mod live;
+pub mod model;
+pub mod render;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use piw_core::clock::UnixMillis;
+use piw_core::paths::PiwPaths;
+use piw_core::store::{RunFilter, Store, StoreConfig, StoreError, StoreResult};
+use ratatui::backend::TestBackend;
+use ratatui::buffer::Buffer;
+use ratatui::crossterm::event::{Event, KeyCode, KeyEventKind, KeyModifiers};
+use ratatui::Terminal;
+
+use model::{RunModel, RunsModel};
+use render::{Screen, Theme};
+
+/// How often the live viewer checks the database for changes (and redraws ages).
+pub const POLL: Duration = Duration::from_millis(250);
+
+/// The size of a `--once` frame when stdout is not a terminal.
+pub const ONCE_SIZE: (u16, u16) = (100, 40);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ViewError {
+    #[error("no piw state database at {0} (no run was ever started in this installation)")]
+    NoDatabase(PathBuf),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("terminal: {0}")]
+    Terminal(#[from] std::io::Error),
+}
+
+/// Opens the installation's database read-only (never creating it, never starting a host).
+pub fn open_store(paths: &PiwPaths) -> Result<Store, ViewError> {
+    if !paths.db.exists() {
+        return Err(ViewError::NoDatabase(paths.db.clone()));
+    }
+    Ok(Store::open_read_only(&paths.db, StoreConfig::default())?)
+}
+
+/// The viewer's state between keys: the run list, and the run opened from it (or named).
+pub struct App {
+    pub runs: RunsModel,
+    pub run: Option<RunModel>,
+    pub quit: bool,
+}
+
+impl App {
+    pub fn load(store: &Store, filter: RunFilter, run_id: Option<&str>) -> StoreResult<Self> {
+        let mut runs = RunsModel::load(store, filter)?;
+        let run = match run_id {
+            Some(id) => {
+                let model = RunModel::load(store, id)?;
+                if let Some(i) = runs.rows.iter().position(|r| r.run_id == id) {
+                    runs.selected = i;
+                }
+                Some(model)
+            }
+            None => None,
+        };
+        Ok(Self {
+            runs,
+            run,
+            quit: false,
+        })
+    }
+
+    pub fn screen(&self) -> Screen<'_> {
+        match &self.run {
+            Some(run) => Screen::Run(run),
+            None => Screen::Runs(&self.runs),
+        }
+    }
+
+    /// Reads everything shown again (the database changed).
+    pub fn reload(&mut self, store: &Store) -> StoreResult<()> {
+        self.runs.reload(store)?;
+        if let Some(run) = &mut self.run {
+            run.reload(store)?;
+        }
+        Ok(())
+    }
+
+    /// One key. Unknown keys do nothing.
+    pub fn key(&mut self, store: &Store, code: KeyCode) -> StoreResult<()> {
+        if matches!(code, KeyCode::Char('q')) {
+            self.quit = true;
+            return Ok(());
+        }
+        match &mut self.run {
+            None => match code {
+                KeyCode::Up | KeyCode::Char('k') => self.runs.move_by(-1),
+                KeyCode::Down | KeyCode::Char('j') => self.runs.move_by(1),
+                KeyCode::PageUp => self.runs.move_by(-10),
+                KeyCode::PageDown => self.runs.move_by(10),
+                KeyCode::Home => self.runs.selected = 0,
+                KeyCode::End => self.runs.selected = self.runs.rows.len().saturating_sub(1),
+                KeyCode::Enter => {
+                    if let Some(id) = self.runs.selected_run().map(str::to_owned) {
+                        self.run = Some(RunModel::load(store, &id)?);
+                    }
+                }
+                KeyCode::Char('s') => {
+                    self.runs.cycle_status();
+                    self.runs.reload(store)?;
+                }
+                KeyCode::Char('e') => {
+                    self.runs.toggle_session();
+                    self.runs.reload(store)?;
+                }
+                _ => {}
+            },
+            Some(run) => match code {
+                KeyCode::Up | KeyCode::Char('k') => run.move_node(store, -1)?,
+                KeyCode::Down | KeyCode::Char('j') => run.move_node(store, 1)?,
+                KeyCode::Left | KeyCode::Char('h') => run.history_back(store)?,
+                KeyCode::Right | KeyCode::Char('l') => run.history_forward(store)?,
+                KeyCode::End => run.live(store)?,
+                KeyCode::Esc | KeyCode::Backspace => {
+                    self.run = None;
+                    self.runs.reload(store)?;
+                }
+                _ => {}
+            },
+        }
+        Ok(())
+    }
+}
+
+/// Draws one frame of `app` into a buffer of `width` x `height`.
+pub fn frame(
+    app: &App,
+    theme: Theme,
+    now: UnixMillis,
+    width: u16,
+    height: u16,
+) -> std::io::Result<Buffer> {
+    let mut terminal = Terminal::new(TestBackend::new(width, height))?;
+    terminal.draw(|f| render::draw(f, app.screen(), theme, now))?;
+    Ok(terminal.backend().buffer().clone())
+}
+
+/// A buffer as plain text: its rows, trailing spaces cut.
+pub fn buffer_text(buffer: &Buffer) -> String {
+    let area = buffer.area;
+    let mut out = String::new();
+    for y in area.top()..area.bottom() {
+        let mut line = String::new();
+        let mut skip = 0usize;
+        for x in area.left()..area.right() {
+            let symbol = buffer[(x, y)].symbol();
+            if skip > 0 {
+                // The cells a wide character covers.
+                skip -= 1;
+                continue;
+            }
+            skip = unicode_width::UnicodeWidthStr::width(symbol).saturating_sub(1);
+            line.push_str(symbol);
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// `piw view --once`: one plain-text frame (no colour, no terminal codes).
+pub fn once(
+    paths: &PiwPaths,
+    filter: RunFilter,
+    run_id: Option<&str>,
+    size: (u16, u16),
+) -> Result<String, ViewError> {
+    let store = open_store(paths)?;
+    let app = App::load(&store, filter, run_id)?;
+    let buffer = frame(
+        &app,
+        Theme { color: false },
+        model::now_ms(),
+        size.0,
+        size.1,
+    )?;
+    Ok(buffer_text(&buffer))
+}
+
+/// `piw run graph`.
+pub fn graph(
+    paths: &PiwPaths,
+    run_id: &str,
+    format: export::GraphFormat,
+) -> Result<String, ViewError> {
+    let store = open_store(paths)?;
+    let model = RunModel::load(&store, run_id)?;
+    Ok(export::render(&model, format))
+}
+
+/// `piw view`: the full-screen viewer until `q`.
+pub fn interactive(
+    paths: &PiwPaths,
+    filter: RunFilter,
+    run_id: Option<&str>,
+) -> Result<(), ViewError> {
+    let store = open_store(paths)?;
+    let mut app = App::load(&store, filter, run_id)?;
+    let theme = Theme::from_env();
+    let mut terminal = ratatui::try_init()?;
+    let result = event_loop(&mut terminal, paths, &store, &mut app, theme);
+    ratatui::try_restore()?;
+    result
+}
+
+fn event_loop(
+    terminal: &mut ratatui::DefaultTerminal,
+    paths: &PiwPaths,
+    store: &Store,
+    app: &mut App,
+    theme: Theme,
+) -> Result<(), ViewError> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    live::forward_terminal(tx.clone());
+    let mut subscription: Option<live::RunSubscription> = None;
+    let mut seen_version = store.data_version()?;
+    while !app.quit {
+        // Follow the run on screen through the host's events while one answers.
+        let shown = app.run.as_ref().map(|r| r.run.run_id.as_str());
+        if subscription.as_ref().map(|s| s.run_id.as_str()) != shown {
+            subscription = shown
+                .map(|id| live::RunSubscription::start(paths.clone(), id.to_owned(), tx.clone()));
+        }
+        terminal.draw(|f| render::draw(f, app.screen(), theme, model::now_ms()))?;
+        // Sleep until a key or an event, at most one poll interval: no busy loop.
+        let mut changed = false;
+        match live::next(&rx, POLL) {
+            Some(live::Wake::Terminal(Event::Key(key))) if key.kind != KeyEventKind::Release => {
+                if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
+                    app.quit = true;
+                } else {
+                    app.key(store, key.code)?;
+                }
+            }
+            Some(live::Wake::Terminal(_)) | None => {}
+            Some(live::Wake::RunChanged) => changed = true,
+            Some(live::Wake::TerminalFailed(e)) => return Err(e.into()),
+        }
+        let version = store.data_version()?;
+        if changed || version != seen_version {
+            seen_version = version;
+            app.reload(store)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,408 @@
+//! What the viewer shows, read from the store: no terminal, no drawing. Each screen loads only
+//! what fits on it (a page of runs, the per-node summary, one attempt, a window of events), so a
+//! run with thousands of attempts or events loads as fast as a small one.
+
+use piw_core::clock::UnixMillis;
+use piw_core::graph::{Edge, Graph, NodeKind};
+use piw_core::store::{
+    AttemptDetail, AttemptRequest, ChildRecord, EffectRecord, EventCursor, EventRecord,
+    NodeActivity, RunFilter, RunRecord, RunStatus, RunSummary, Store, StoreResult,
+};
+
+/// How many runs one page of the run list holds (more than any terminal shows at once).
+pub const RUNS_PAGE: u32 = 200;
+/// How many events the run view loads at a time; stepping back past them loads the next page.
+pub const EVENTS_PAGE: u32 = 100;
+
+/// The run list.
+#[derive(Debug, Clone)]
+pub struct RunsModel {
+    pub filter: RunFilter,
+    pub rows: Vec<RunSummary>,
+    /// Runs matching the filter in all (the list shows the newest [`RUNS_PAGE`]).
+    pub total: u64,
+    pub selected: usize,
+}
+
+impl RunsModel {
+    pub fn load(store: &Store, filter: RunFilter) -> StoreResult<Self> {
+        let (rows, total) = store.runs_page(&filter, 0, RUNS_PAGE)?;
+        Ok(Self {
+            filter,
+            rows,
+            total,
+            selected: 0,
+        })
+    }
+
+    /// Reads the list again, keeping the selected run selected when it is still listed.
+    pub fn reload(&mut self, store: &Store) -> StoreResult<()> {
+        let keep = self.selected_run().map(str::to_owned);
+        let (rows, total) = store.runs_page(&self.filter, 0, RUNS_PAGE)?;
+        self.rows = rows;
+        self.total = total;
+        self.selected = keep
+            .and_then(|id| self.rows.iter().position(|r| r.run_id == id))
+            .unwrap_or(self.selected)
+            .min(self.rows.len().saturating_sub(1));
+        Ok(())
+    }
+
+    pub fn selected_run(&self) -> Option<&str> {
+        self.rows.get(self.selected).map(|r| r.run_id.as_str())
+    }
+
+    pub fn move_by(&mut self, delta: isize) {
+        self.selected = step(self.selected, delta, self.rows.len());
+    }
+
+    /// The next status filter: all, then each status in turn.
+    pub fn cycle_status(&mut self) {
+        self.filter.status = match self.filter.status {
+            None => Some(RunStatus::ALL[0]),
+            Some(s) => RunStatus::ALL
+                .iter()
+                .position(|x| *x == s)
+                .and_then(|i| RunStatus::ALL.get(i + 1).copied()),
+        };
+        self.selected = 0;
+    }
+
+    /// The session filter: the selected run's session, or none when one is set.
+    pub fn toggle_session(&mut self) {
+        self.filter.session = match self.filter.session {
+            Some(_) => None,
+            None => self
+                .rows
+                .get(self.selected)
+                .and_then(|r| r.origin_session.clone()),
+        };
+        self.selected = 0;
+    }
+}
+
+/// One node of the run view: the graph's node with what the run did there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeRow {
+    pub node_id: String,
+    /// `None` for a node the run visited that the snapshot does not have (no snapshot yet).
+    pub kind: Option<NodeKind>,
+    /// The included workflow the node belongs to (`repair` for `repair.fix`).
+    pub mount: Option<String>,
+    pub activity: Option<NodeActivity>,
+    /// Where the run goes after this node, as text (`fetch`, `ok→tell retry→fetch *→ask`).
+    pub next: Vec<(Option<String>, String)>,
+    pub is_current: bool,
+}
+
+/// What the inspector shows for the selected node: its newest attempt and what it did.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Inspector {
+    pub attempt: Option<AttemptDetail>,
+    /// The input the attempt ran with.
+    pub input: Option<serde_json::Value>,
+    pub requests: Vec<AttemptRequest>,
+    pub effects: Vec<EffectRecord>,
+}
+
+/// One run: its graph with node states, the inspector, and a window of its events.
+#[derive(Debug, Clone)]
+pub struct RunModel {
+    pub run: RunRecord,
+    pub graph: Option<Graph>,
+    /// Why a stored snapshot could not be read (the view still shows the nodes visited).
+    pub graph_error: Option<String>,
+    pub nodes: Vec<NodeRow>,
+    pub selected: usize,
+    pub inspector: Inspector,
+    /// The newest child of the run: its exit and stderr tail.
+    pub child: Option<ChildRecord>,
+    /// Loaded events, newest first (the newest [`EVENTS_PAGE`], more as history goes back).
+    pub events: Vec<EventRecord>,
+    pub older_events: Option<EventCursor>,
+    /// Stepping through history: the index into `events` of the event shown; `None` is live.
+    pub history: Option<usize>,
+}
+
+impl RunModel {
+    pub fn load(store: &Store, run_id: &str) -> StoreResult<Self> {
+        let mut model = Self {
+            run: store.run(run_id)?,
+            graph: None,
+            graph_error: None,
+            nodes: Vec::new(),
+            selected: 0,
+            inspector: Inspector::default(),
+            child: None,
+            events: Vec::new(),
+            older_events: None,
+            history: None,
+        };
+        model.reload(store)?;
+        Ok(model)
+    }
+
+    /// Reads the run again (after a change), keeping the selected node and, in history, the
+    /// event shown.
+    pub fn reload(&mut self, store: &Store) -> StoreResult<()> {
+        let run_id = self.run.run_id.clone();
+        self.run = store.run(&run_id)?;
+        if self.graph.is_none() {
+            if let Some(definition) = store.run_definition(&run_id)? {
+                match Graph::parse(&definition) {
+                    Ok(g) => self.graph = Some(g),
+                    Err(e) => self.graph_error = Some(e.to_string()),
+                }
+            }
+        }
+        let keep = self.selected_node().map(str::to_owned);
+        let activity = store.node_activity(&run_id)?;
+        self.nodes = node_rows(
+            self.graph.as_ref(),
+            activity,
+            self.run.current_node.as_deref(),
+        );
+        self.selected = keep
+            .and_then(|id| self.nodes.iter().position(|n| n.node_id == id))
+            .or_else(|| self.nodes.iter().position(|n| n.is_current))
+            .unwrap_or(0);
+        self.child = store.last_child(&run_id)?;
+        // The newest page again; an event shown in history keeps its place by seq.
+        let shown_seq = self.shown_event().map(|e| e.seq);
+        let page = store.events_page(&run_id, None, EVENTS_PAGE)?;
+        self.events = page.newest_first;
+        self.older_events = page.older;
+        if let Some(seq) = shown_seq {
+            while self.events.last().is_some_and(|e| e.seq > seq) && self.older_events.is_some() {
+                self.load_older(store)?;
+            }
+            self.history = self.events.iter().position(|e| e.seq == seq);
+        }
+        self.load_inspector(store)
+    }
+
+    fn load_older(&mut self, store: &Store) -> StoreResult<()> {
+        let page = store.events_page(&self.run.run_id, self.older_events, EVENTS_PAGE)?;
+        self.events.extend(page.newest_first);
+        self.older_events = page.older;
+        Ok(())
+    }
+
+    fn load_inspector(&mut self, store: &Store) -> StoreResult<()> {
+        // In history, the attempt the shown event opened (as it is now), when it is the
+        // selected node's; else the selected node's newest attempt.
+        let selected = self.nodes.get(self.selected);
+        let from_event = self.shown_event().and_then(|e| {
+            let node = event_node(e)?;
+            let attempt = e.data["attempt"].as_str()?;
+            (selected.map(|n| n.node_id.as_str()) == Some(node)).then(|| attempt.to_owned())
+        });
+        let attempt_id = from_event.or_else(|| {
+            selected
+                .and_then(|n| n.activity.as_ref())
+                .map(|a| a.last_attempt_id.clone())
+        });
+        self.inspector = match attempt_id {
+            Some(id) => Inspector {
+                input: Some(store.attempt_input(&self.run.run_id, &id)?),
+                attempt: Some(store.attempt_detail(&id)?),
+                requests: store.attempt_requests(&id)?,
+                effects: store.attempt_effects(&self.run.run_id, &id)?,
+            },
+            None => Inspector::default(),
+        };
+        Ok(())
+    }
+
+    pub fn selected_node(&self) -> Option<&str> {
+        self.nodes.get(self.selected).map(|n| n.node_id.as_str())
+    }
+
+    /// Selects another node and reads its inspector.
+    pub fn move_node(&mut self, store: &Store, delta: isize) -> StoreResult<()> {
+        self.selected = step(self.selected, delta, self.nodes.len());
+        self.load_inspector(store)
+    }
+
+    /// The event history shows, when stepping through it.
+    pub fn shown_event(&self) -> Option<&EventRecord> {
+        self.history.and_then(|i| self.events.get(i))
+    }
+
+    /// One event back in history (from live: the newest), loading older events as needed.
+    pub fn history_back(&mut self, store: &Store) -> StoreResult<()> {
+        let next = self.history.map_or(0, |i| i + 1);
+        if next >= self.events.len() && self.older_events.is_some() {
+            self.load_older(store)?;
+        }
+        if next < self.events.len() {
+            self.history = Some(next);
+            self.select_event_node(store)?;
+        }
+        Ok(())
+    }
+
+    /// One event forward; past the newest, back to live.
+    pub fn history_forward(&mut self, store: &Store) -> StoreResult<()> {
+        self.history = match self.history {
+            Some(0) | None => None,
+            Some(i) => Some(i - 1),
+        };
+        self.select_event_node(store)
+    }
+
+    pub fn live(&mut self, store: &Store) -> StoreResult<()> {
+        self.history = None;
+        self.select_event_node(store)
+    }
+
+    /// In history, the node the shown event is about is selected; live, the current node.
+    fn select_event_node(&mut self, store: &Store) -> StoreResult<()> {
+        let target = match self.shown_event() {
+            Some(event) => event_node(event).map(str::to_owned),
+            None => self.run.current_node.clone(),
+        };
+        if let Some(i) = target.and_then(|t| self.nodes.iter().position(|n| n.node_id == t)) {
+            self.selected = i;
+        }
+        self.load_inspector(store)
+    }
+
+    /// The current node's latest progress message (`worker.progress`), from the loaded
+    /// events: the newest `progress` event since the run last moved to a node.
+    pub fn current_progress(&self) -> Option<&str> {
+        if !matches!(self.run.status, RunStatus::Running | RunStatus::Waiting) {
+            return None;
+        }
+        for event in &self.events {
+            match event.kind.as_str() {
+                "progress" => return event.data["message"].as_str(),
+                "node_started" | "transitioned" => return None,
+                _ => {}
+            }
+        }
+        None
+    }
+
+    /// The node an event is about, when it names one.
+    pub fn highlighted_node(&self) -> Option<&str> {
+        match self.shown_event() {
+            Some(event) => event_node(event),
+            None => self.run.current_node.as_deref(),
+        }
+    }
+}
+
+/// The node an event is about: where a step went, or which node started.
+pub fn event_node(event: &EventRecord) -> Option<&str> {
+    event.data["to"]
+        .as_str()
+        .or_else(|| event.data["node"].as_str())
+}
+
+/// The nodes in the order a person reads the graph: from the start, following edges (cases in
+/// order, the default last), then nodes no edge reaches, then visited nodes the snapshot does
+/// not name.
+pub fn node_rows(
+    graph: Option<&Graph>,
+    activity: Vec<NodeActivity>,
+    current: Option<&str>,
+) -> Vec<NodeRow> {
+    let mut order: Vec<String> = Vec::new();
+    if let Some(g) = graph {
+        let mut queue = std::collections::VecDeque::from([g.start.clone()]);
+        while let Some(id) = queue.pop_front() {
+            if order.contains(&id) || !g.nodes.contains_key(&id) {
+                continue;
+            }
+            for (_, to) in edge_targets(g.edges.iter().find(|e| e.from == id)) {
+                queue.push_back(to);
+            }
+            order.push(id);
+        }
+        for id in g.nodes.keys() {
+            if !order.contains(id) {
+                order.push(id.clone());
+            }
+        }
+    }
+    for a in &activity {
+        if !order.contains(&a.node_id) {
+            order.push(a.node_id.clone());
+        }
+    }
+    let mut activity: std::collections::HashMap<String, NodeActivity> = activity
+        .into_iter()
+        .map(|a| (a.node_id.clone(), a))
+        .collect();
+    order
+        .into_iter()
+        .map(|id| NodeRow {
+            kind: graph.and_then(|g| g.nodes.get(&id)).map(|n| n.kind),
+            mount: id.rsplit_once('.').map(|(m, _)| m.to_owned()),
+            activity: activity.remove(&id),
+            next: graph
+                .map(|g| edge_targets(g.edges.iter().find(|e| e.from == id)))
+                .unwrap_or_default(),
+            is_current: current == Some(id.as_str()),
+            node_id: id,
+        })
+        .collect()
+}
+
+/// Where an edge leads: `(None, to)` for an unconditional edge, `(Some(case), to)` for each case
+/// of a switch and `(Some("*"), to)` for its default.
+pub fn edge_targets(edge: Option<&Edge>) -> Vec<(Option<String>, String)> {
+    let Some(edge) = edge else {
+        return Vec::new();
+    };
+    let mut out: Vec<(Option<String>, String)> = Vec::new();
+    if let Some(to) = &edge.to {
+        out.push((None, to.clone()));
+    }
+    if let Some(switch) = &edge.switch {
+        for (case, to) in &switch.cases {
+            out.push((Some(case.clone()), to.clone()));
+        }
+        if let Some(to) = &switch.default {
+            out.push((Some("*".into()), to.clone()));
+        }
+    }
+    out
+}
+
+fn step(index: usize, delta: isize, len: usize) -> usize {
+    if len == 0 {
+        return 0;
+    }
+    index.saturating_add_signed(delta).min(len - 1)
+}
+
+/// "3s", "4m", "2h", "5d": how long ago (or how long), coarse, for narrow columns.
+pub fn short_duration(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m", s / 60),
+        3600..=86_399 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
+/// A duration with milliseconds below ten seconds ("1.25s", "840ms"), coarse above.
+pub fn precise_duration(ms: i64) -> String {
+    match ms {
+        ..=0 => "0ms".into(),
+        1..=999 => format!("{ms}ms"),
+        1000..=9_999 => format!("{:.2}s", ms as f64 / 1000.0),
+        _ => short_duration(ms),
+    }
+}
+
+/// The time the viewer calls "now" (a test passes its own).
+pub fn now_ms() -> UnixMillis {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

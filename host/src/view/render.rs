@@ -1,0 +1,535 @@
+//! The viewer's layout: ratatui widgets drawn from the model. Pure drawing into a frame, so
+//! tests draw on ratatui's `TestBackend` and `--once` prints the same frame as text.
+//!
+//! Nothing depends on colour: every state is a word or a marker (`✓` succeeded, `✗` failed,
+//! `▶` running, `?` waiting, `⧖` timed out, `↺` interrupted, `⊘` cancelled, `·` not visited);
+//! colour only repeats it, and `NO_COLOR` turns it off.
+
+use piw_core::clock::UnixMillis;
+use piw_core::store::{EventRecord, RunStatus};
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Cell, Paragraph, Row, Table, TableState, Wrap};
+use ratatui::Frame;
+use serde_json::Value;
+
+use super::model::{event_node, precise_duration, short_duration, NodeRow, RunModel, RunsModel};
+
+/// How the viewer styles text: colour only when the terminal may have it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Theme {
+    pub color: bool,
+}
+
+impl Theme {
+    /// Colour unless `NO_COLOR` is set (to anything but the empty string: no-color.org).
+    pub fn from_env() -> Self {
+        Self {
+            color: std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        }
+    }
+
+    fn fg(self, color: Color) -> Style {
+        if self.color {
+            Style::default().fg(color)
+        } else {
+            Style::default()
+        }
+    }
+
+    fn status(self, status: &str) -> Style {
+        self.fg(match status {
+            "completed" | "succeeded" | "applied" | "answered" | "accepted" => Color::Green,
+            "failed" | "timed_out" | "review" | "rejected" | "uncertain" => Color::Red,
+            "running" | "validating" | "applying" => Color::Cyan,
+            "waiting" | "pending" => Color::Yellow,
+            _ => Color::Reset,
+        })
+    }
+}
+
+/// What the whole screen shows.
+pub enum Screen<'a> {
+    Runs(&'a RunsModel),
+    Run(&'a RunModel),
+}
+
+/// Draws one frame: the screen, then the footer with its keys.
+pub fn draw(frame: &mut Frame<'_>, screen: Screen<'_>, theme: Theme, now: UnixMillis) {
+    let [body, footer] =
+        Layout::vertical([Constraint::Min(3), Constraint::Length(1)]).areas(frame.area());
+    let keys = match screen {
+        Screen::Runs(runs) => {
+            draw_runs(frame, body, runs, theme, now);
+            "↑↓ move  ⏎ open  s status  e session  q quit"
+        }
+        Screen::Run(run) => {
+            draw_run(frame, body, run, theme, now);
+            "↑↓ node  ←→ history  End live  Esc runs  q quit"
+        }
+    };
+    frame.render_widget(
+        Paragraph::new(keys).style(Style::default().add_modifier(Modifier::REVERSED)),
+        footer,
+    );
+}
+
+fn draw_runs(frame: &mut Frame<'_>, area: Rect, runs: &RunsModel, theme: Theme, now: UnixMillis) {
+    let filter = format!(
+        "status {} · session {}",
+        runs.filter.status.map_or("all", |s| s.as_str()),
+        runs.filter.session.as_deref().unwrap_or("all")
+    );
+    let title = format!(
+        " piw runs: {} of {} · {filter} ",
+        runs.rows.len(),
+        runs.total
+    );
+    let header = Row::new(["STATUS", "WORKFLOW", "SESSION", "NODE", "AGE", "RUN"])
+        .style(Style::default().add_modifier(Modifier::BOLD));
+    let rows = runs.rows.iter().map(|r| {
+        let mut status = r.status.as_str().to_owned();
+        if r.paused {
+            status.push_str(" (paused)");
+        }
+        Row::new([
+            Cell::from(status).style(theme.status(r.status.as_str())),
+            Cell::from(r.workflow_name.clone()),
+            Cell::from(r.origin_session.clone().unwrap_or_else(|| "-".into())),
+            Cell::from(r.current_node.clone().unwrap_or_else(|| "-".into())),
+            Cell::from(short_duration(now - r.created_at)),
+            Cell::from(r.run_id.clone()),
+        ])
+    });
+    let widths = [
+        Constraint::Length(11),
+        Constraint::Fill(2),
+        Constraint::Fill(2),
+        Constraint::Fill(2),
+        Constraint::Length(4),
+        // Run ids are 32 characters: shown whole, so they can be copied.
+        Constraint::Length(32),
+    ];
+    let table = Table::new(rows, widths)
+        .header(header)
+        .block(Block::bordered().title(title))
+        .row_highlight_style(Style::default().add_modifier(Modifier::REVERSED))
+        .highlight_symbol("> ");
+    let mut state =
+        TableState::default().with_selected((!runs.rows.is_empty()).then_some(runs.selected));
+    if runs.rows.is_empty() {
+        let empty =
+            Paragraph::new("no runs").block(Block::bordered().title(title_str(&runs.filter)));
+        frame.render_widget(empty, area);
+    } else {
+        frame.render_stateful_widget(table, area, &mut state);
+    }
+}
+
+fn title_str(filter: &piw_core::store::RunFilter) -> String {
+    format!(
+        " piw runs · status {} · session {} ",
+        filter.status.map_or("all", |s| s.as_str()),
+        filter.session.as_deref().unwrap_or("all")
+    )
+}
+
+fn draw_run(frame: &mut Frame<'_>, area: Rect, m: &RunModel, theme: Theme, now: UnixMillis) {
+    let wide = area.width >= 100;
+    let events_height = if area.height >= 30 { 10 } else { 6 };
+    let [head, middle, events] = Layout::vertical([
+        Constraint::Length(2),
+        Constraint::Min(4),
+        Constraint::Length(events_height),
+    ])
+    .areas(area);
+    frame.render_widget(Paragraph::new(header_lines(m, theme, now)), head);
+    let [graph, inspector] = Layout::horizontal([
+        Constraint::Percentage(if wide { 45 } else { 50 }),
+        Constraint::Fill(1),
+    ])
+    .areas(middle);
+    draw_graph(frame, graph, m, theme);
+    draw_inspector(frame, inspector, m, theme, now);
+    draw_events(frame, events, m);
+}
+
+fn header_lines(m: &RunModel, theme: Theme, now: UnixMillis) -> Vec<Line<'static>> {
+    let r = &m.run;
+    let mut status = r.status.as_str().to_owned();
+    if r.paused {
+        status.push_str(" (paused)");
+    }
+    let mut facts = vec![r.workflow_name.clone(), r.run_id.clone()];
+    if let Some(session) = &r.origin_session {
+        facts.push(format!("session {session}"));
+    }
+    facts.push(format!("rev {}", r.revision));
+    facts.push(format!("{} ago", short_duration(now - r.created_at)));
+    let first = Line::from(vec![
+        Span::styled(
+            status.to_uppercase(),
+            theme.status(r.status.as_str()).add_modifier(Modifier::BOLD),
+        ),
+        Span::raw(format!(" · {}", facts.join(" · "))),
+    ]);
+    let second = match m.shown_event() {
+        Some(e) => Line::from(format!(
+            "HISTORY event {} of {}: {} at {} (End: live)",
+            e.seq,
+            r.revision,
+            e.kind,
+            clock_time(e.at)
+        ))
+        .style(Style::default().add_modifier(Modifier::BOLD)),
+        None => match (&r.error, &r.review_reason, r.status) {
+            (Some(error), _, _) => Line::from(format!("error: {}", one_line(error))),
+            (_, Some(reason), RunStatus::Review) => {
+                Line::from(format!("review: {}", one_line(reason)))
+            }
+            _ => match (&r.result, r.status) {
+                (Some(result), RunStatus::Completed) => {
+                    Line::from(format!("result: {}", compact(result)))
+                }
+                _ => Line::from(format!(
+                    "live · current node {}",
+                    r.current_node.as_deref().unwrap_or("-")
+                )),
+            },
+        },
+    };
+    vec![first, second]
+}
+
+/// The marker of an attempt status (see the module doc).
+pub fn status_marker(status: Option<&str>) -> &'static str {
+    match status {
+        Some("succeeded") => "✓",
+        Some("failed") => "✗",
+        Some("running") => "▶",
+        Some("waiting") => "?",
+        Some("timed_out") => "⧖",
+        Some("interrupted") => "↺",
+        Some("cancelled") => "⊘",
+        Some(_) => "•",
+        None => "·",
+    }
+}
+
+/// The graph as lines: one box per node (`[id]`, its kind, marker, visits, time) and arrows
+/// to where it leads, an included workflow under its own heading.
+pub fn graph_lines(m: &RunModel, theme: Theme) -> (Vec<Line<'static>>, usize) {
+    let mut lines = Vec::new();
+    let mut selected_line = 0;
+    let highlighted = m.highlighted_node();
+    let mut mount: Option<&str> = None;
+    for (i, node) in m.nodes.iter().enumerate() {
+        if node.mount.as_deref() != mount {
+            mount = node.mount.as_deref();
+            if let Some(name) = mount {
+                lines.push(Line::from(format!("┄┄ included workflow {name} ┄┄")));
+            }
+        }
+        if i == m.selected {
+            selected_line = lines.len();
+        }
+        lines.push(node_line(
+            node,
+            i == m.selected,
+            highlighted == Some(&node.node_id),
+            theme,
+        ));
+        if node.is_current {
+            if let Some(progress) = m.current_progress() {
+                lines.push(Line::from(format!("     ⋯ {}", one_line(progress))));
+            }
+        }
+        let arrows: Vec<String> = node
+            .next
+            .iter()
+            .map(|(case, to)| match case {
+                Some(case) => format!("{case} ─▶ {to}"),
+                None => format!("─▶ {to}"),
+            })
+            .collect();
+        if arrows.is_empty() {
+            lines.push(Line::from("     └ end"));
+        } else {
+            lines.push(Line::from(format!("     └ {}", arrows.join(" │ "))));
+        }
+    }
+    (lines, selected_line)
+}
+
+fn node_line(node: &NodeRow, selected: bool, highlighted: bool, theme: Theme) -> Line<'static> {
+    let status = node.activity.as_ref().map(|a| a.last_status.as_str());
+    let pointer = if highlighted { "▸" } else { " " };
+    let mut spans = vec![
+        Span::raw(format!("{pointer}{} ", status_marker(status))),
+        Span::styled(
+            format!("[{}]", node.node_id),
+            if highlighted {
+                Style::default().add_modifier(Modifier::BOLD)
+            } else {
+                Style::default()
+            },
+        ),
+    ];
+    match &node.activity {
+        Some(a) => {
+            spans.push(Span::styled(
+                format!(" {}", a.last_status),
+                theme.status(&a.last_status),
+            ));
+            spans.push(Span::raw(format!(
+                " ×{} {}",
+                a.visits,
+                precise_duration(a.busy_ms)
+            )));
+        }
+        None => spans.push(Span::raw(" not visited")),
+    }
+    if node.is_current {
+        spans.push(Span::styled(
+            " ◀",
+            Style::default().add_modifier(Modifier::BOLD),
+        ));
+    }
+    let line = Line::from(spans);
+    if selected {
+        line.style(Style::default().add_modifier(Modifier::REVERSED))
+    } else {
+        line
+    }
+}
+
+fn draw_graph(frame: &mut Frame<'_>, area: Rect, m: &RunModel, theme: Theme) {
+    let (mut lines, selected_line) = graph_lines(m, theme);
+    if lines.is_empty() {
+        lines.push(Line::from(
+            "no graph snapshot yet (the run has not started)",
+        ));
+    }
+    if let Some(error) = &m.graph_error {
+        lines.insert(0, Line::from(format!("snapshot unreadable: {error}")));
+    }
+    let inner_height = area.height.saturating_sub(2) as usize;
+    // Keep the selected node (and its arrow line) in view.
+    let scroll = (selected_line + 2).saturating_sub(inner_height);
+    let title = m
+        .graph
+        .as_ref()
+        .map_or(" graph ".to_owned(), |g| format!(" graph {} ", g.name));
+    frame.render_widget(
+        Paragraph::new(lines)
+            .block(Block::bordered().title(title))
+            .scroll((scroll as u16, 0)),
+        area,
+    );
+}
+
+/// The inspector's text for the selected node (and, in history, the event shown).
+pub fn inspector_lines(m: &RunModel, now: UnixMillis) -> Vec<Line<'static>> {
+    let mut out: Vec<Line<'static>> = Vec::new();
+    if let Some(e) = m.shown_event() {
+        out.push(
+            Line::from(format!(
+                "event {} {} at {}",
+                e.seq,
+                e.kind,
+                clock_time(e.at)
+            ))
+            .style(Style::default().add_modifier(Modifier::BOLD)),
+        );
+        out.push(Line::from(format!("  {}", compact(&e.data))));
+    }
+    let Some(node) = m.nodes.get(m.selected) else {
+        out.push(Line::from("no node selected"));
+        return out;
+    };
+    let kind = node.kind.map_or("?", |k| k.as_str());
+    out.push(
+        Line::from(format!("node {} ({kind})", node.node_id))
+            .style(Style::default().add_modifier(Modifier::BOLD)),
+    );
+    let Some(a) = &m.inspector.attempt else {
+        out.push(Line::from("not visited yet"));
+        return out;
+    };
+    out.push(Line::from(format!(
+        "attempt {} of {} · {} · gen {}",
+        a.ordinal,
+        node.activity.as_ref().map_or(1, |x| x.visits),
+        a.status,
+        a.generation
+    )));
+    let took = match a.finished_at {
+        Some(end) => format!("took {}", precise_duration(end - a.started_at)),
+        None => format!("for {}", precise_duration(now - a.started_at)),
+    };
+    out.push(Line::from(format!(
+        "started {} · {took}",
+        clock_time(a.started_at)
+    )));
+    if let Some(deadline) = a.deadline_at {
+        out.push(Line::from(format!("deadline {}", clock_time(deadline))));
+    }
+    if node.is_current {
+        if let Some(progress) = m.current_progress() {
+            out.push(Line::from(format!("progress: {}", one_line(progress))));
+        }
+    }
+    if let Some(input) = &m.inspector.input {
+        out.push(Line::from(format!("input: {}", compact(input))));
+    }
+    if let Some(output) = &a.output {
+        out.push(Line::from(format!("output: {}", compact(output))));
+    }
+    if let Some(error) = &a.error {
+        out.push(Line::from(format!("error: {}", one_line(error))));
+    }
+    for r in &m.inspector.requests {
+        out.push(Line::from(format!("{} {} · {}", r.kind, r.id, r.status)));
+        // What a person reads first: the question, summary or prompt; then the rest.
+        let mut request = r.request.clone();
+        for key in ["question", "summary", "prompt"] {
+            if let Some(Value::String(text)) = request.as_object_mut().and_then(|o| o.remove(key)) {
+                out.push(Line::from(format!("  {key}: {}", one_line(&text))));
+            }
+        }
+        if request.as_object().is_none_or(|o| !o.is_empty()) {
+            out.push(Line::from(format!("  request: {}", compact(&request))));
+        }
+        if let Some(answer) = &r.answer {
+            let by = r.answered_by.as_deref().unwrap_or("-");
+            out.push(Line::from(format!("  answer ({by}): {}", compact(answer))));
+        }
+        if let Some(error) = &r.error {
+            out.push(Line::from(format!("  rejected: {}", one_line(error))));
+        }
+    }
+    for e in &m.inspector.effects {
+        out.push(Line::from(format!("effect {} · {}", e.effect_key, e.state)));
+        if let Some(receipt) = &e.receipt {
+            out.push(Line::from(format!("  receipt: {}", compact(receipt))));
+        }
+        if let Some(error) = &e.error {
+            out.push(Line::from(format!("  error: {}", one_line(error))));
+        }
+    }
+    if let Some(child) = &m.child {
+        if child.exited {
+            let how = match (child.exit_code, child.signal) {
+                (Some(code), _) => format!("exit {code}"),
+                (None, Some(signal)) => format!("signal {signal}"),
+                _ => "exited".into(),
+            };
+            out.push(Line::from(format!(
+                "child: {how}{}",
+                child
+                    .reason
+                    .as_deref()
+                    .map(|r| format!(" · {}", one_line(r)))
+                    .unwrap_or_default()
+            )));
+        } else {
+            out.push(Line::from(format!(
+                "child: pid {} running",
+                child.pid.map_or("-".into(), |p| p.to_string())
+            )));
+        }
+        let tail: Vec<&str> = child.stderr_tail.lines().rev().take(3).collect();
+        for line in tail.into_iter().rev() {
+            out.push(Line::from(format!("  stderr: {line}")));
+        }
+    }
+    out
+}
+
+fn draw_inspector(frame: &mut Frame<'_>, area: Rect, m: &RunModel, _theme: Theme, now: UnixMillis) {
+    frame.render_widget(
+        Paragraph::new(inspector_lines(m, now))
+            .block(Block::bordered().title(" inspector "))
+            .wrap(Wrap { trim: false }),
+        area,
+    );
+}
+
+/// One line of the event list.
+pub fn event_line(e: &EventRecord) -> String {
+    let what = match e.kind.as_str() {
+        "transitioned" => format!(
+            "{} ─▶ {} ({})",
+            e.data["from"].as_str().unwrap_or("?"),
+            e.data["to"].as_str().unwrap_or("?"),
+            e.data["outcome"].as_str().unwrap_or("?")
+        ),
+        _ => match event_node(e) {
+            Some(node) => node.to_owned(),
+            None => compact(&e.data),
+        },
+    };
+    format!("#{:<4} {} {:<14} {what}", e.seq, clock_time(e.at), e.kind)
+}
+
+fn draw_events(frame: &mut Frame<'_>, area: Rect, m: &RunModel) {
+    let visible = area.height.saturating_sub(2) as usize;
+    let cursor = m.history.unwrap_or(0);
+    // Newest at the top; the shown event stays in view.
+    let start = cursor.saturating_sub(visible.saturating_sub(1));
+    let lines: Vec<Line<'static>> = m
+        .events
+        .iter()
+        .enumerate()
+        .skip(start)
+        .take(visible)
+        .map(|(i, e)| {
+            let shown = m.history == Some(i);
+            let line = Line::from(format!(
+                "{}{}",
+                if shown { "▸" } else { " " },
+                event_line(e)
+            ));
+            if shown {
+                line.style(Style::default().add_modifier(Modifier::REVERSED))
+            } else {
+                line
+            }
+        })
+        .collect();
+    let title = match m.history {
+        Some(_) => " events · history ".to_owned(),
+        None => format!(" events · live · {} in all ", m.run.revision),
+    };
+    frame.render_widget(
+        Paragraph::new(lines).block(Block::bordered().title(title)),
+        area,
+    );
+}
+
+/// A value on one line, cut to keep a panel readable.
+pub fn compact(value: &Value) -> String {
+    let text = match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    one_line(&text)
+}
+
+fn one_line(text: &str) -> String {
+    const MAX: usize = 300;
+    let flat: String = text.replace(['\n', '\r'], " ");
+    if flat.chars().count() > MAX {
+        let cut: String = flat.chars().take(MAX).collect();
+        format!("{cut}…")
+    } else {
+        flat
+    }
+}
+
+/// `HH:MM:SS` (UTC) of a time in milliseconds.
+pub fn clock_time(ms: UnixMillis) -> String {
+    let s = ms.div_euclid(1000).rem_euclid(86_400);
+    format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+}

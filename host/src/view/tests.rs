@@ -1,0 +1,651 @@
+//! The viewer's model and layout on ratatui's `TestBackend`, `--once` and `run graph`, over runs
+//! built through the store's own lifecycle API (a `FakeClock`, so times and ages are exact).
+
+use std::sync::Arc;
+
+use piw_core::clock::FakeClock;
+use piw_core::paths::PiwPaths;
+use piw_core::store::{
+    Activation, Answerer, AttemptOutcome, ChildExitRecord, ChildMode, DecisionKind, ExecutionMode,
+    NewRun, RunFilter, RunStatus, Store, StoreConfig, TransitionRequest,
+};
+use ratatui::crossterm::event::KeyCode;
+use serde_json::{json, Value};
+
+use super::export::{self, GraphFormat};
+use super::model::RunModel;
+use super::render::Theme;
+use super::{buffer_text, frame, App};
+
+const T0: i64 = 1_700_000_000_000;
+const PLAIN: Theme = Theme { color: false };
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    paths: PiwPaths,
+    store: Store,
+    clock: FakeClock,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = PiwPaths::for_home(dir.path().join("home"));
+        std::fs::create_dir_all(&paths.home).unwrap();
+        let clock = FakeClock::new(T0);
+        let store = Store::open(
+            &paths.db,
+            StoreConfig {
+                clock: Arc::new(clock.clone()),
+                ..StoreConfig::default()
+            },
+        )
+        .unwrap();
+        Self {
+            _dir: dir,
+            paths,
+            store,
+            clock,
+        }
+    }
+
+    /// Starts and activates a run of `graph`, and opens the attempt at its start node.
+    fn start(&mut self, graph: &Value, session: Option<&str>) -> (String, Activation, String) {
+        let run = NewRun {
+            workflow_name: graph["name"].as_str().unwrap().into(),
+            source_root: "/tmp/w.workflow.json".into(),
+            source_hash: "abc".into(),
+            mounted_sources: json!({}),
+            definition: Some(graph.clone()),
+            input: json!({"topic": "t"}),
+            origin_session: session.map(str::to_owned),
+            execution_mode: ExecutionMode::Interactive,
+            project_dir: "/tmp".into(),
+        };
+        let run_id = self.store.write(|w| w.start_run(&run)).unwrap();
+        let act = self
+            .store
+            .write(|w| w.activate(&run_id, "host-test"))
+            .unwrap();
+        let start = graph["start"].as_str().unwrap();
+        let attempt = self
+            .store
+            .write(|w| w.node_started(&act.claim, start, None))
+            .unwrap();
+        (run_id, act, attempt)
+    }
+
+    /// Closes `attempt` with `output` after `ms` and opens `next`; returns its attempt.
+    fn step(
+        &mut self,
+        act: &Activation,
+        attempt: &str,
+        output: Value,
+        next: &str,
+        ms: i64,
+    ) -> String {
+        self.clock.advance(ms);
+        self.store
+            .write(|w| {
+                w.transition(
+                    &act.claim,
+                    &TransitionRequest {
+                        attempt_id: attempt.into(),
+                        outcome: AttemptOutcome::Succeeded { output },
+                        next_node: next.into(),
+                        next_deadline_at: None,
+                    },
+                )
+            })
+            .unwrap()
+            .next_attempt_id
+    }
+
+    fn view(&self, run_id: &str, width: u16, height: u16) -> String {
+        let app = App::load(&self.store, RunFilter::default(), Some(run_id)).unwrap();
+        buffer_text(&frame(&app, PLAIN, self.clock_now(), width, height).unwrap())
+    }
+
+    fn clock_now(&self) -> i64 {
+        use piw_core::clock::Clock as _;
+        self.clock.now_ms()
+    }
+}
+
+fn loop_graph() -> Value {
+    json!({
+        "name": "polish", "start": "draft",
+        "nodes": {"draft": {"kind": "compute"}, "review": {"kind": "compute"},
+                  "publish": {"kind": "action"}},
+        "edges": [{"from": "draft", "to": "review"},
+                  {"from": "review", "switch": {"on": "$.again",
+                      "cases": {"true": "draft"}, "default": "publish"}}]
+    })
+}
+
+/// A completed run that went draft → review → draft → review → publish.
+fn branch_and_loop(f: &mut Fixture) -> String {
+    let (run_id, act, a1) = f.start(&loop_graph(), Some("s-loop"));
+    let r1 = f.step(&act, &a1, json!({"text": "v1"}), "review", 1_000);
+    let a2 = f.step(&act, &r1, json!({"again": true}), "draft", 2_000);
+    let r2 = f.step(&act, &a2, json!({"text": "v2"}), "review", 1_500);
+    let p = f.step(&act, &r2, json!({"again": false}), "publish", 500);
+    f.clock.advance(250);
+    f.store
+        .write(|w| w.complete(&act.claim, &p, &json!({"url": "u"}), &json!({"url": "u"})))
+        .unwrap();
+    run_id
+}
+
+fn decision_graph() -> Value {
+    json!({
+        "name": "ship", "start": "build",
+        "nodes": {"build": {"kind": "compute"}, "approve": {"kind": "human_decision"},
+                  "deploy": {"kind": "action"}},
+        "edges": [{"from": "build", "to": "approve"}, {"from": "approve", "to": "deploy"}]
+    })
+}
+
+/// A run waiting on a person's decision at `approve`.
+fn waiting_on_decision(f: &mut Fixture) -> (String, String) {
+    let (run_id, act, a1) = f.start(&decision_graph(), Some("s-ship"));
+    let a2 = f.step(&act, &a1, json!({"artifact": "app.tar"}), "approve", 3_000);
+    let decision = f
+        .store
+        .write(|w| {
+            w.wait_for_decision(
+                &act.claim,
+                &a2,
+                DecisionKind::HumanDecision,
+                &json!({"question": "Ship app.tar to production?", "choices": ["yes", "no"]}),
+            )
+        })
+        .unwrap();
+    (run_id, decision)
+}
+
+/// A run whose `compile` node failed, with its child's exit and stderr recorded.
+fn failed_run(f: &mut Fixture) -> String {
+    let graph = json!({
+        "name": "build", "start": "fetch",
+        "nodes": {"fetch": {"kind": "compute"}, "compile": {"kind": "compute"}},
+        "edges": [{"from": "fetch", "to": "compile"}]
+    });
+    let (run_id, act, a1) = f.start(&graph, None);
+    let a2 = f.step(&act, &a1, json!({"ok": true}), "compile", 1_000);
+    let epoch = f
+        .store
+        .write(|w| {
+            let host = w.begin_host_epoch(1)?;
+            w.record_child_launch(&run_id, act.claim.generation, host, ChildMode::Run)
+        })
+        .unwrap();
+    f.clock.advance(4_000);
+    f.store
+        .write(|w| {
+            w.fail(
+                &act.claim,
+                Some(&a2),
+                &AttemptOutcome::Failed {
+                    error: "cc: error: missing header foo.h".into(),
+                },
+                "node compile failed: cc: error: missing header foo.h",
+            )
+        })
+        .unwrap();
+    f.store
+        .write(|w| {
+            w.record_child_exit(
+                epoch,
+                &ChildExitRecord {
+                    exit_code: Some(1),
+                    signal: None,
+                    reason: "exited with code 1".into(),
+                    stdout_tail: Vec::new(),
+                    stderr_tail: b"compiling...\nfoo.c:1: fatal: foo.h not found\n".to_vec(),
+                },
+            )
+        })
+        .unwrap();
+    run_id
+}
+
+fn composed_graph() -> Value {
+    json!({
+        "name": "fixer", "start": "plan",
+        "nodes": {"plan": {"kind": "compute"}, "repair.fix": {"kind": "agent"},
+                  "repair.verify": {"kind": "compute"}, "report": {"kind": "notify"}},
+        "edges": [{"from": "plan", "to": "repair.fix"},
+                  {"from": "repair.fix", "to": "repair.verify"},
+                  {"from": "repair.verify", "to": "report"}]
+    })
+}
+
+/// A composed run (an included workflow `repair`) running inside the mount.
+fn composed_run(f: &mut Fixture) -> String {
+    let (run_id, act, a1) = f.start(&composed_graph(), Some("s-fix"));
+    let a2 = f.step(&act, &a1, json!({"plan": "p"}), "repair.fix", 1_000);
+    f.step(&act, &a2, json!({"patch": "diff"}), "repair.verify", 1_000);
+    f.store
+        .write(|w| w.progress(&act.claim, "verifying 3 of 7 files", &json!({"done": 3})))
+        .unwrap();
+    run_id
+}
+
+#[test]
+fn the_run_list_shows_runs_newest_first_and_filters_them() {
+    let mut f = Fixture::new();
+    let loop_run = branch_and_loop(&mut f);
+    f.clock.advance(60_000);
+    let (waiting, _) = waiting_on_decision(&mut f);
+    f.clock.advance(60_000);
+    let failed = failed_run(&mut f);
+    f.clock.advance(120_000);
+
+    let mut app = App::load(&f.store, RunFilter::default(), None).unwrap();
+    let text = buffer_text(&frame(&app, PLAIN, f.clock_now(), 80, 24).unwrap());
+    assert!(text.contains("piw runs: 3 of 3"), "{text}");
+    let row = |id: &str| {
+        text.lines()
+            .position(|l| l.contains(id))
+            .unwrap_or_else(|| panic!("{id} not listed:\n{text}"))
+    };
+    // Newest first.
+    assert!(
+        row(&failed) < row(&waiting) && row(&waiting) < row(&loop_run),
+        "{text}"
+    );
+    let waiting_line = &text.lines().nth(row(&waiting)).unwrap().to_owned();
+    for shown in ["waiting", "ship", "s-ship", "approve", "3m"] {
+        assert!(waiting_line.contains(shown), "{shown} in {waiting_line}");
+    }
+    assert!(
+        text.lines().nth(row(&failed)).unwrap().contains("failed"),
+        "{text}"
+    );
+    assert!(text.contains("s status  e session  q quit"), "{text}");
+
+    // `s` cycles the status filter: queued, running, waiting.
+    for _ in 0..3 {
+        app.key(&f.store, KeyCode::Char('s')).unwrap();
+    }
+    assert_eq!(app.runs.filter.status, Some(RunStatus::Waiting));
+    let text = buffer_text(&frame(&app, PLAIN, f.clock_now(), 80, 24).unwrap());
+    assert!(text.contains("1 of 1 · status waiting"), "{text}");
+    assert!(text.contains(&waiting) && !text.contains(&failed), "{text}");
+
+    // The session filter from the command line.
+    let app = App::load(
+        &f.store,
+        RunFilter {
+            status: None,
+            session: Some("s-loop".into()),
+        },
+        None,
+    )
+    .unwrap();
+    let text = buffer_text(&frame(&app, PLAIN, f.clock_now(), 80, 24).unwrap());
+    assert!(
+        text.contains(&loop_run) && !text.contains(&waiting),
+        "{text}"
+    );
+
+    // Down then Enter opens the second run.
+    let mut app = App::load(&f.store, RunFilter::default(), None).unwrap();
+    app.key(&f.store, KeyCode::Down).unwrap();
+    app.key(&f.store, KeyCode::Enter).unwrap();
+    assert_eq!(
+        app.run.as_ref().map(|r| r.run.run_id.as_str()),
+        Some(waiting.as_str())
+    );
+    app.key(&f.store, KeyCode::Esc).unwrap();
+    assert!(app.run.is_none());
+}
+
+#[test]
+fn a_run_with_a_branch_and_a_loop_shows_visits_routes_and_history() {
+    let mut f = Fixture::new();
+    let run_id = branch_and_loop(&mut f);
+    let text = f.view(&run_id, 80, 24);
+    assert!(text.contains("COMPLETED · polish · "), "{text}");
+    assert!(text.contains(r#"result: {"url":"u"}"#), "{text}");
+    // Each node once, with its visits and the time its attempts took.
+    let line = |needle: &str| {
+        text.lines()
+            .find(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no {needle}:\n{text}"))
+            .to_owned()
+    };
+    assert!(line("[draft]").contains("×2 2.50s"), "{text}");
+    assert!(line("[review]").contains("×2 2.50s"), "{text}");
+    assert!(line("[publish]").contains("✓"), "{text}");
+    assert!(text.contains("true ─▶ draft │ * ─▶ publish"), "{text}");
+    assert!(text.contains("draft ─▶ review (succeeded)"), "{text}");
+
+    // History: back to the event that sent the run round the loop, then forward to live.
+    let mut app = App::load(&f.store, RunFilter::default(), Some(&run_id)).unwrap();
+    let revision = app.run.as_ref().unwrap().run.revision;
+    for _ in 0..4 {
+        app.key(&f.store, KeyCode::Left).unwrap();
+    }
+    let text = buffer_text(&frame(&app, PLAIN, f.clock_now(), 80, 24).unwrap());
+    let shown = revision - 3;
+    assert!(
+        text.contains(&format!(
+            "HISTORY event {shown} of {revision}: transitioned"
+        )),
+        "{text}"
+    );
+    assert!(text.contains("review ─▶ draft (succeeded)"), "{text}");
+    // The node the event went to is selected: the inspector shows the attempt it opened (the
+    // second of two), not the node's newest.
+    assert!(text.contains("node draft (compute)"), "{text}");
+    assert!(text.contains("attempt 2 of 2"), "{text}");
+    // Its input: what review returned the step before.
+    assert!(text.contains(r#"input: {"again":true}"#), "{text}");
+    app.key(&f.store, KeyCode::Left).unwrap();
+    let text = buffer_text(&frame(&app, PLAIN, f.clock_now(), 80, 24).unwrap());
+    assert!(text.contains("draft ─▶ review (succeeded)"), "{text}");
+    assert!(
+        text.contains("node review (compute)") && text.contains("attempt 1 of 2"),
+        "{text}"
+    );
+    for _ in 0..5 {
+        app.key(&f.store, KeyCode::Right).unwrap();
+    }
+    let text = buffer_text(&frame(&app, PLAIN, f.clock_now(), 80, 24).unwrap());
+    assert!(!text.contains("HISTORY"), "{text}");
+    assert!(text.contains("events · live"), "{text}");
+}
+
+#[test]
+fn a_run_waiting_on_a_decision_shows_the_question() {
+    let mut f = Fixture::new();
+    let (run_id, decision) = waiting_on_decision(&mut f);
+    let text = f.view(&run_id, 80, 24);
+    assert!(text.contains("WAITING · ship · "), "{text}");
+    assert!(text.contains("live · current node approve"), "{text}");
+    let approve = text.lines().find(|l| l.contains("[approve]")).unwrap();
+    assert!(approve.contains("? [approve] waiting"), "{text}");
+    assert!(text.contains("human_decision"), "{text}");
+    assert!(text.contains(&decision[..12]), "{text}");
+    assert!(text.contains("question: Ship app.tar to"), "{text}");
+    assert!(text.contains(r#"input: {"artifact":"app.tar"}"#), "{text}");
+    // The first node ran with the run's input.
+    let mut app = App::load(&f.store, RunFilter::default(), Some(&run_id)).unwrap();
+    app.key(&f.store, KeyCode::Up).unwrap();
+    let text = buffer_text(&frame(&app, PLAIN, f.clock_now(), 80, 24).unwrap());
+    assert!(text.contains("node build (compute)"), "{text}");
+    assert!(text.contains(r#"input: {"topic":"t"}"#), "{text}");
+
+    // Answered: the frame shows the answer and who gave it.
+    f.store
+        .write(|w| w.answer_decision(&decision, &json!({"choice": "yes"}), Answerer::Person))
+        .unwrap();
+    let text = f.view(&run_id, 100, 30);
+    assert!(
+        text.contains(r#"answer (person): {"choice":"yes"}"#),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_failed_run_shows_its_error_and_its_childs_stderr() {
+    let mut f = Fixture::new();
+    let run_id = failed_run(&mut f);
+    let text = f.view(&run_id, 100, 30);
+    assert!(text.contains("FAILED · build · "), "{text}");
+    assert!(
+        text.contains("error: node compile failed: cc: error: missing header"),
+        "{text}"
+    );
+    let compile = text.lines().find(|l| l.contains("[compile]")).unwrap();
+    assert!(
+        compile.contains('✗') && compile.contains("failed"),
+        "{text}"
+    );
+    assert!(text.contains("took 4.00s"), "{text}");
+    assert!(text.contains("child: exit 1"), "{text}");
+    assert!(
+        text.contains("stderr: foo.c:1: fatal: foo.h not found"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_composed_run_shows_the_included_workflow() {
+    let mut f = Fixture::new();
+    let run_id = composed_run(&mut f);
+    let text = f.view(&run_id, 80, 24);
+    assert!(text.contains("included workflow repair"), "{text}");
+    let heading = text
+        .lines()
+        .position(|l| l.contains("included workflow repair"))
+        .unwrap();
+    let fix = text
+        .lines()
+        .position(|l| l.contains("[repair.fix]"))
+        .unwrap();
+    let plan = text.lines().position(|l| l.contains("[plan]")).unwrap();
+    assert!(plan < heading && heading < fix, "{text}");
+    let verify = text
+        .lines()
+        .find(|l| l.contains("[repair.verify]"))
+        .unwrap();
+    assert!(verify.contains('▶') && verify.contains('◀'), "{text}");
+    // Its progress, under it and in the inspector.
+    let below = text
+        .lines()
+        .skip_while(|l| !l.contains("[repair.verify]"))
+        .nth(1)
+        .unwrap();
+    assert!(below.contains("⋯ verifying 3 of 7 files"), "{text}");
+    assert!(text.contains("progress: verifying 3 of 7 files"), "{text}");
+    assert!(text
+        .lines()
+        .find(|l| l.contains("[report]"))
+        .unwrap()
+        .contains("not visited"));
+}
+
+#[test]
+fn once_prints_the_same_frames_from_a_read_only_store() {
+    let mut f = Fixture::new();
+    let loop_run = branch_and_loop(&mut f);
+    let (waiting, _) = waiting_on_decision(&mut f);
+    let failed = failed_run(&mut f);
+    let composed = composed_run(&mut f);
+    let list = super::once(&f.paths, RunFilter::default(), None, (100, 40)).unwrap();
+    for id in [&loop_run, &waiting, &failed, &composed] {
+        assert!(list.contains(id.as_str()), "{list}");
+    }
+    let cases = [
+        (&loop_run, "COMPLETED · polish"),
+        (&waiting, "question: Ship app.tar to production?"),
+        (&failed, "error: node compile failed"),
+        (&composed, "included workflow repair"),
+    ];
+    for (id, expected) in cases {
+        let text = super::once(&f.paths, RunFilter::default(), Some(id), (100, 40)).unwrap();
+        assert!(text.contains(expected), "{text}");
+        assert_eq!(text.lines().count(), 40);
+        assert!(text.lines().all(|l| l.chars().count() <= 100), "{text}");
+        assert!(!text.contains('\u{1b}'), "no terminal codes: {text}");
+    }
+}
+
+/// Nodes as (id, state), edges as (from, case, to).
+type ParsedGraph = (Vec<(String, String)>, Vec<(String, Option<String>, String)>);
+
+/// A mermaid flowchart parsed back: node labels and classes, and edges as (from, case, to)
+/// by node id.
+fn parse_mermaid(text: &str) -> ParsedGraph {
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("flowchart TD"), "{text}");
+    let mut names = std::collections::HashMap::new();
+    let mut nodes = Vec::new();
+    let mut edges = Vec::new();
+    for line in lines.map(str::trim) {
+        if let Some((key, rest)) = line.split_once("[\"") {
+            if key.starts_with("subgraph") {
+                continue;
+            }
+            let (label, class) = rest.split_once("\"]:::").expect(line);
+            let id = label.split("<br/>").next().unwrap().to_owned();
+            names.insert(key.to_owned(), id.clone());
+            nodes.push((id, class.to_owned()));
+        } else if let Some((from, rest)) = line.split_once(" -->") {
+            let (case, to) = match rest.strip_prefix('|') {
+                Some(r) => {
+                    let (case, to) = r.split_once("| ").expect(line);
+                    (Some(case.to_owned()), to)
+                }
+                None => (None, rest.trim()),
+            };
+            edges.push((from.to_owned(), case, to.trim().to_owned()));
+        }
+    }
+    let edges = edges
+        .into_iter()
+        .map(|(a, c, b)| (names[&a].clone(), c, names[&b].clone()))
+        .collect();
+    (nodes, edges)
+}
+
+/// A DOT digraph parsed back: `"id" [.. state="s" ..];` and `"a" -> "b" [label="c"];`.
+fn parse_dot(text: &str) -> ParsedGraph {
+    assert!(text.starts_with("digraph \""), "{text}");
+    assert_eq!(
+        text.matches('{').count(),
+        text.matches('}').count(),
+        "{text}"
+    );
+    let quoted = |s: &str| -> (String, String) {
+        let s = s.trim_start();
+        let rest = s.strip_prefix('"').expect(s);
+        let end = rest.find('"').expect(s);
+        (rest[..end].to_owned(), rest[end + 1..].to_owned())
+    };
+    let attr = |s: &str, name: &str| {
+        s.split_once(&format!("{name}=\""))
+            .map(|(_, r)| r.split_once('"').unwrap().0.to_owned())
+    };
+    let mut nodes = Vec::new();
+    let mut edges = Vec::new();
+    for line in text.lines().map(str::trim).filter(|l| l.starts_with('"')) {
+        let (first, rest) = quoted(line);
+        if let Some(rest) = rest.trim_start().strip_prefix("->") {
+            let (to, attrs) = quoted(rest);
+            edges.push((first, attr(&attrs, "label"), to));
+        } else {
+            nodes.push((first, attr(&rest, "state").expect(line)));
+        }
+    }
+    (nodes, edges)
+}
+
+#[test]
+fn run_graph_prints_mermaid_and_dot_that_parse_back_to_the_graph_and_its_states() {
+    let mut f = Fixture::new();
+    let loop_run = branch_and_loop(&mut f);
+    let composed = composed_run(&mut f);
+    let expected_edges = vec![
+        ("draft".to_owned(), None, "review".to_owned()),
+        (
+            "review".to_owned(),
+            Some("true".to_owned()),
+            "draft".to_owned(),
+        ),
+        (
+            "review".to_owned(),
+            Some("*".to_owned()),
+            "publish".to_owned(),
+        ),
+    ];
+    let model = RunModel::load(&f.store, &loop_run).unwrap();
+    for format in [GraphFormat::Mermaid, GraphFormat::Dot] {
+        let text = export::render(&model, format);
+        let (mut nodes, mut edges) = match format {
+            GraphFormat::Mermaid => parse_mermaid(&text),
+            GraphFormat::Dot => parse_dot(&text),
+        };
+        nodes.sort();
+        edges.sort();
+        let mut want = expected_edges.clone();
+        want.sort();
+        assert_eq!(edges, want, "{text}");
+        assert_eq!(
+            nodes,
+            vec![
+                ("draft".to_owned(), "succeeded".to_owned()),
+                ("publish".to_owned(), "succeeded".to_owned()),
+                ("review".to_owned(), "succeeded".to_owned()),
+            ],
+            "{text}"
+        );
+    }
+
+    let model = RunModel::load(&f.store, &composed).unwrap();
+    let mermaid = export::render(&model, GraphFormat::Mermaid);
+    let (nodes, _) = parse_mermaid(&mermaid);
+    assert!(
+        nodes.contains(&("repair.verify".into(), "running".into())),
+        "{mermaid}"
+    );
+    assert!(
+        nodes.contains(&("report".into(), "not_visited".into())),
+        "{mermaid}"
+    );
+    assert!(mermaid.contains("subgraph m0[\"repair\"]"), "{mermaid}");
+    let dot = export::render(&model, GraphFormat::Dot);
+    assert!(dot.contains("subgraph \"cluster_repair\""), "{dot}");
+    let (nodes, edges) = parse_dot(&dot);
+    assert_eq!(nodes.len(), 4, "{dot}");
+    assert!(
+        edges.contains(&("repair.fix".into(), None, "repair.verify".into())),
+        "{dot}"
+    );
+
+    // Through the command's own path, read-only.
+    let via_paths = super::graph(&f.paths, &loop_run, GraphFormat::Dot).unwrap();
+    assert_eq!(
+        via_paths,
+        export::render(
+            &RunModel::load(&f.store, &loop_run).unwrap(),
+            GraphFormat::Dot
+        )
+    );
+}
+
+#[test]
+fn events_load_a_page_at_a_time_and_history_pages_back() {
+    let mut f = Fixture::new();
+    let graph = json!({
+        "name": "spin", "start": "a", "max_steps": 10000,
+        "nodes": {"a": {"kind": "compute"}},
+        "edges": [{"from": "a", "switch": {"on": "$.n", "cases": {}, "default": "a"}}]
+    });
+    let (run_id, act, mut attempt) = f.start(&graph, None);
+    for n in 0..250 {
+        attempt = f.step(&act, &attempt, json!({"n": n}), "a", 10);
+    }
+    let mut model = RunModel::load(&f.store, &run_id).unwrap();
+    assert_eq!(model.events.len(), super::model::EVENTS_PAGE as usize);
+    assert_eq!(model.events[0].seq, model.run.revision);
+    let steps = super::model::EVENTS_PAGE as usize + 5;
+    for _ in 0..steps {
+        model.history_back(&f.store).unwrap();
+    }
+    assert_eq!(
+        model.shown_event().unwrap().seq,
+        model.run.revision + 1 - steps as u64
+    );
+    assert_eq!(model.events.len(), 2 * super::model::EVENTS_PAGE as usize);
+    // A change while in history keeps the event shown.
+    attempt = f.step(&act, &attempt, json!({"n": -1}), "a", 10);
+    let _ = attempt;
+    let shown = model.shown_event().unwrap().seq;
+    model.reload(&f.store).unwrap();
+    assert_eq!(model.shown_event().unwrap().seq, shown);
+    assert_eq!(model.nodes[0].activity.as_ref().unwrap().visits, 252);
+}
