@@ -12,7 +12,8 @@
  * Output (one fact per line, for people and for the tests):
  *   run RUN_ID
  *   event SEQ EVENT_KIND STATUS
- *   status STATUS
+ *   final DATA_JSON               (the data of the event that ended the run)
+ *   status STATUS REVISION
  *   result JSON
  *   rejected CODE REJECTION_ENUM MESSAGE
  *
@@ -130,7 +131,12 @@ int main(int argc, char **argv) {
             char *seq = field(event, "/seq"), *kind = field(event, "/event_kind"),
                  *status = field(event, "/status");
             printf("event %s %s %s\n", seq, kind, status);
-            if (is_final(status)) finished = 1;
+            if (is_final(status)) {
+                char *data = field(event, "/data");
+                printf("final %s\n", data ? data : "null");
+                piw_string_free(data);
+                finished = 1;
+            }
             piw_string_free(seq);
             piw_string_free(kind);
             piw_string_free(status);
@@ -145,8 +151,11 @@ int main(int argc, char **argv) {
     st = piw_client_call(client, "run.status", envelope, NULL, 30000, &receipt);
     if (st != PIW_STATUS_OK) return fail("run.status", st);
     char *status = field(receipt, "/body/run/status"), *result = field(receipt, "/body/run/result");
-    printf("status %s\nresult %s\n", status ? status : "?", result ? result : "null");
+    char *revision = field(receipt, "/body/run/revision");
+    printf("status %s %s\nresult %s\n", status ? status : "?", revision ? revision : "?",
+           result ? result : "null");
     piw_string_free(status);
+    piw_string_free(revision);
     piw_string_free(result);
     piw_string_free(receipt);
 
