@@ -41,3 +41,75 @@ fn version_macros_match_the_crate() {
     let lib = unsafe { std::ffi::CStr::from_ptr(piw::piw_version()) };
     assert_eq!(lib.to_str().unwrap(), env!("CARGO_PKG_VERSION"));
 }
+
+/// ffi/piw.pc carries the crate's version, and a program built with the flags pkg-config
+/// gives from it links against libpiw (statically too) and runs.
+#[test]
+fn the_pkg_config_file_builds_a_program() {
+    let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let pc = std::fs::read_to_string(crate_dir.join("piw.pc")).unwrap();
+    assert!(
+        pc.lines()
+            .any(|l| l == format!("Version: {}", env!("CARGO_PKG_VERSION"))),
+        "ffi/piw.pc names another version than the crate's"
+    );
+    // target/<profile>/deps/<this test> → target/<profile>, where libpiw is.
+    let exe = std::env::current_exe().unwrap();
+    let lib_dir = exe.parent().unwrap().parent().unwrap().to_owned();
+    let include_dir = crate_dir.join("../include");
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("v.c");
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\n#include <string.h>\n#include \"piw.h\"\n\
+         int main(void) { printf(\"%s %d\\n\", piw_version(), PIW_VERSION_MINOR); \
+         return strcmp(piw_status_name(PIW_STATUS_REJECTED), \"rejected\") != 0; }\n",
+    )
+    .unwrap();
+    for (static_link, name) in [(false, "v-shared"), (true, "v-static")] {
+        let mut args = vec!["--define-variable=libdir=".to_owned() + lib_dir.to_str().unwrap()];
+        args.push("--define-variable=includedir=".to_owned() + include_dir.to_str().unwrap());
+        if static_link {
+            args.push("--static".into());
+        }
+        args.extend(["--cflags".into(), "--libs".into(), "piw".into()]);
+        let flags = std::process::Command::new("pkg-config")
+            .args(&args)
+            .env("PKG_CONFIG_PATH", &crate_dir)
+            .output()
+            .expect("pkg-config runs");
+        assert!(
+            flags.status.success(),
+            "{}",
+            String::from_utf8_lossy(&flags.stderr)
+        );
+        let mut flags: Vec<String> = String::from_utf8(flags.stdout)
+            .unwrap()
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect();
+        if static_link {
+            // -lpiw would pick libpiw.so beside libpiw.a: name the archive.
+            flags.retain(|f| f != "-lpiw");
+            flags.insert(0, lib_dir.join("libpiw.a").display().to_string());
+        }
+        let out = dir.path().join(name);
+        let status = std::process::Command::new("cc")
+            .arg(&src)
+            .args(&flags)
+            .arg("-o")
+            .arg(&out)
+            .status()
+            .unwrap();
+        assert!(status.success(), "cc {flags:?}");
+        let run = std::process::Command::new(&out)
+            .env("LD_LIBRARY_PATH", &lib_dir)
+            .output()
+            .unwrap();
+        assert!(run.status.success());
+        assert_eq!(
+            String::from_utf8(run.stdout).unwrap().trim(),
+            format!("{} {}", env!("CARGO_PKG_VERSION"), piw::PIW_VERSION_MINOR)
+        );
+    }
+}
