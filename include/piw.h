@@ -189,6 +189,10 @@ const char *piw_status_name(enum piw_status status);
 // text is not JSON or nothing is at the pointer. Thread safety: any thread.
 enum piw_status piw_json_pointer(const char *json_text, const char *pointer, char **out);
 
+// `piw_json_pointer`, but the value found is always JSON text (a string stays quoted and
+// escaped), for building JSON from parts of a reply. Same errors, ownership and threads.
+enum piw_status piw_json_pointer_json(const char *json_text, const char *pointer, char **out);
+
 // The SHA-256 (lowercase hex) of the file at `path`: the hash the host records for a run's
 // sources. `*out` is owned by the caller. Errors: `PIW_STATUS_IO` when the file cannot be read.
 // Thread safety: any thread.
@@ -432,7 +436,7 @@ enum piw_status piw_worker_request_interaction(const struct piw_worker *worker,
 // Thread safety: serialized per handle.
 enum piw_status piw_worker_notify(const struct piw_worker *worker, const char *content_json);
 
-// Publishes informational progress (`message`, and `data_json` or NULL). Not durable state.
+// Publishes informational progress (`message`, and `data_json` or NULL) as a `progress` event.
 // Thread safety: serialized per handle.
 enum piw_status piw_worker_progress(const struct piw_worker *worker,
                                     const char *message,

@@ -12,7 +12,10 @@
  *           do here but say so), settles it, sends a workflow message, and outputs
  *           {"summary": "N words"}
  *   echo    outputs its input
- * any other node fails the run ("no C implementation for node X").
+ * any other compute node fails the run ("no C implementation for this node"). A node of kind
+ * "checkpoint" parks the run on a checkpoint (piw_worker_wait) and the child exits; the child
+ * the host starts once it is answered resumes there ("continue") with the output
+ * {"answer": ANSWER, "input": NODE_INPUT}.
  *
  * The order every child keeps: read the envelope, verify the sources before loading anything,
  * hello (which opens the first node's attempt), then per node: compute, route by the host's
@@ -41,6 +44,15 @@ static void check(const char *what, piw_status st) {
             piw_last_error_code(), piw_last_error_message());
     piw_worker_close(worker);
     exit(1);
+}
+
+/* The value at `pointer` in `json` as JSON text (strings quoted), malloc'd; NULL if none. */
+static char *json_field(const char *json, const char *pointer) {
+    char *found = NULL;
+    if (piw_json_pointer_json(json, pointer, &found) != PIW_STATUS_OK) return NULL;
+    char *copy = strdup(found);
+    piw_string_free(found);
+    return copy;
 }
 
 /* The value at `pointer` in `json` as a malloc'd copy (free it with free), NULL if none. */
@@ -98,10 +110,12 @@ static char *run_node(const char *node, const char *input, const char **error) {
             in_word = !space;
         }
         free(text);
+        check("progress", piw_worker_progress(worker, "counted", NULL));
         return format("{\"input\":%s,\"words\":%ld}", input, words);
     }
     if (strcmp(node, "report") == 0) {
         char *words = field(input, "/words");
+        if (!words) words = field(input, "/input/words"); /* after a checkpoint */
         long n = words ? atol(words) : 0;
         free(words);
         char *reply = NULL;
@@ -159,7 +173,6 @@ int main(int argc, char **argv) {
     /* A graph that cannot be loaded is still said hello with (NULL), so the host can fail the
      * run with the reason instead of relaunching it. */
     check("hello", piw_worker_hello(worker, graph, NULL, true, &hello));
-    free(graph);
     char *stop = field(hello, "/stop");
     if (stop && strcmp(stop, "null") != 0) {
         free(stop);
@@ -170,10 +183,19 @@ int main(int argc, char **argv) {
     free(stop);
     char *node = field(hello, "/resume/node_id");
     char *attempt = field(hello, "/resume/attempt_id");
-    char *input = field(hello, "/node_input");
+    char *resume = field(hello, "/resume/resume");
+    char *input = json_field(hello, "/node_input");
     if (!node) node = field(hello, "/definition/start");
+    /* After an answered checkpoint the run continues at that node with the answer. */
+    char *carried = NULL;
+    if (resume && strcmp(resume, "continue") == 0) {
+        char *answer = json_field(hello, "/answer");
+        carried = format("{\"answer\":%s,\"input\":%s}", answer ? answer : "null", input);
+        free(answer);
+    }
+    free(resume);
     piw_string_free(hello);
-    if (!attempt || strcmp(attempt, "null") == 0) {
+    if (!carried && (!attempt || strcmp(attempt, "null") == 0)) {
         char *opened = NULL;
         check("node_started", piw_worker_node_started(worker, node, &opened));
         piw_string_free(opened);
@@ -182,7 +204,19 @@ int main(int argc, char **argv) {
 
     for (;;) {
         const char *error = NULL;
-        char *output = run_node(node, input, &error);
+        char *kind_pointer = format("/nodes/%s/kind", node);
+        char *kind = field(graph, kind_pointer);
+        free(kind_pointer);
+        int checkpoint = kind && strcmp(kind, "checkpoint") == 0;
+        free(kind);
+        if (checkpoint && !carried) {
+            char *decision = NULL;
+            check("wait", piw_worker_wait(worker, "checkpoint", "{\"question\":\"go on?\"}", &decision));
+            piw_string_free(decision);
+            break; /* a new child continues once it is answered */
+        }
+        char *output = carried ? carried : run_node(node, input, &error);
+        carried = NULL;
         char *outcome;
         if (output) {
             outcome = format("{\"status\":\"succeeded\",\"output\":%s}", output);
@@ -225,6 +259,7 @@ int main(int argc, char **argv) {
     }
     free(node);
     free(input);
+    free(graph);
     piw_worker_close(worker);
     return 0;
 }

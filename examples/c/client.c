@@ -1,17 +1,19 @@
 /*
  * A piw client in C: starts a workflow, follows its events and prints the result.
  *
- *   piw-client WORKFLOW_FILE [INPUT_JSON]
+ *   piw-client WORKFLOW_FILE [INPUT_JSON [ANSWER_JSON]]
  *
  * It connects to the installation of $PIW_HOME (starting a host on demand, $PIW_HOST_BIN or
  * `piw` on PATH), subscribes to a session of its own, starts the run in that session (so no
  * event of the run can be missed), waits for events with poll(2) on the subscription's file
  * descriptor, and prints one line per event, then the run's result. Last, it shows a typed
- * rejection: resuming the finished run is refused with `invalid_transition`.
+ * rejection: resuming the finished run is refused with `invalid_transition`. A checkpoint the
+ * run waits on is answered with ANSWER_JSON (default `true`).
  *
  * Output (one fact per line, for people and for the tests):
  *   run RUN_ID
  *   event SEQ EVENT_KIND STATUS
+ *   answered DECISION_KIND        (a checkpoint or decision this client answered)
  *   final DATA_JSON               (the data of the event that ended the run)
  *   status STATUS REVISION
  *   result JSON
@@ -74,6 +76,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *input = argc > 2 ? argv[2] : "null";
+    const char *answer = argc > 3 ? argv[3] : "true";
     if (PIW_VERSION_MAJOR != 0 || strncmp(piw_version(), "0.", 2) != 0) {
         fprintf(stderr, "piw-client: header and library versions differ (%s)\n", piw_version());
         return 1;
@@ -131,6 +134,23 @@ int main(int argc, char **argv) {
             char *seq = field(event, "/seq"), *kind = field(event, "/event_kind"),
                  *status = field(event, "/status");
             printf("event %s %s %s\n", seq, kind, status);
+            if (strcmp(kind, "waiting") == 0) {
+                /* The run waits on a checkpoint (or a person's decision): answer it. */
+                char *decision = field(event, "/data/decision"), *what = field(event, "/data/kind");
+                size_t n = strlen(decision) + strlen(answer) + 64;
+                char *body = malloc(n), *env = malloc(strlen(run_id) + 32), *reply = NULL;
+                snprintf(body, n, "{\"decision_id\":\"%s\",\"answer\":%s}", decision, answer);
+                snprintf(env, strlen(run_id) + 32, "{\"run_id\":\"%s\"}", run_id);
+                const char *call = strcmp(what, "checkpoint") == 0 ? "checkpoint.answer" : "decision.answer";
+                st = piw_client_call(client, call, env, body, 30000, &reply);
+                if (st != PIW_STATUS_OK) return fail(call, st);
+                printf("answered %s\n", what);
+                piw_string_free(reply);
+                free(body);
+                free(env);
+                piw_string_free(decision);
+                piw_string_free(what);
+            }
             if (is_final(status)) {
                 char *data = field(event, "/data");
                 printf("final %s\n", data ? data : "null");

@@ -177,6 +177,26 @@ pub unsafe extern "C" fn piw_json_pointer(
     })
 }
 
+/// `piw_json_pointer`, but the value found is always JSON text (a string stays quoted and
+/// escaped), for building JSON from parts of a reply. Same errors, ownership and threads.
+#[no_mangle]
+pub unsafe extern "C" fn piw_json_pointer_json(
+    json_text: *const c_char,
+    pointer: *const c_char,
+    out: *mut *mut c_char,
+) -> PiwStatus {
+    ffi_call(|| {
+        let out = unsafe { out_string(out, "out") }?;
+        let doc = unsafe { json(json_text, "json_text") }?;
+        let pointer = unsafe { text(pointer, "pointer", PIW_MAX_TEXT_BYTES) }?;
+        let found = doc
+            .pointer(pointer)
+            .ok_or_else(|| Error::invalid(format!("nothing at {pointer:?}")))?;
+        give(out, &found.to_string());
+        Ok(())
+    })
+}
+
 /// The SHA-256 (lowercase hex) of the file at `path`: the hash the host records for a run's
 /// sources. `*out` is owned by the caller. Errors: `PIW_STATUS_IO` when the file cannot be read.
 /// Thread safety: any thread.
@@ -757,7 +777,7 @@ pub unsafe extern "C" fn piw_worker_notify(
     })
 }
 
-/// Publishes informational progress (`message`, and `data_json` or NULL). Not durable state.
+/// Publishes informational progress (`message`, and `data_json` or NULL) as a `progress` event.
 /// Thread safety: serialized per handle.
 #[no_mangle]
 pub unsafe extern "C" fn piw_worker_progress(

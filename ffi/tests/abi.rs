@@ -366,6 +366,18 @@ fn null_arguments_are_refused_by_every_entry_point() {
                 "piw_json_pointer(out)",
                 piw_json_pointer(c"{}".as_ptr(), c"".as_ptr(), no_out),
             ),
+            (
+                "piw_json_pointer_json(json)",
+                piw_json_pointer_json(null(), k, o),
+            ),
+            (
+                "piw_json_pointer_json(pointer)",
+                piw_json_pointer_json(c"{}".as_ptr(), null(), o),
+            ),
+            (
+                "piw_json_pointer_json(out)",
+                piw_json_pointer_json(c"{}".as_ptr(), c"".as_ptr(), no_out),
+            ),
             ("piw_hash_file(path)", piw_hash_file(null(), o)),
             ("piw_hash_file(out)", piw_hash_file(k, no_out)),
             ("piw_connect(out)", piw_connect(null(), null_mut())),
@@ -674,5 +686,13 @@ fn a_failed_out_call_leaves_null_and_strings_come_back_owned() {
     let st = unsafe { piw_json_pointer(c"{\"s\":\"x\\\"y\"}".as_ptr(), c"/s".as_ptr(), &mut out) };
     assert_eq!(st, PiwStatus::Ok);
     assert_eq!(unsafe { CStr::from_ptr(out) }.to_str().unwrap(), "x\"y");
+    unsafe { piw_string_free(out) };
+    let st =
+        unsafe { piw_json_pointer_json(c"{\"s\":\"x\\\"y\"}".as_ptr(), c"/s".as_ptr(), &mut out) };
+    assert_eq!(st, PiwStatus::Ok);
+    assert_eq!(
+        unsafe { CStr::from_ptr(out) }.to_str().unwrap(),
+        r#""x\"y""#
+    );
     unsafe { piw_string_free(out) };
 }

@@ -157,6 +157,61 @@ fn a_node_the_c_child_does_not_implement_fails_the_run_with_its_reason() {
     );
 }
 
+#[test]
+fn the_c_child_waits_on_a_checkpoint_and_continues_with_the_answer() {
+    let install = Install::new();
+    let (client, child) = build_programs(&install, &[], &[]);
+    let runtimes = format!(".workflow.c-demo={}", child.display());
+    let workflow = example("approve.workflow.c-demo");
+    let mut cmd = Command::new(&client);
+    cmd.arg(&workflow)
+        .arg(r#"{"text":"one two three"}"#)
+        .arg(r#"{"ok":"sure"}"#)
+        .current_dir(workflow.parent().unwrap());
+    let out = install.run(&mut cmd, &[("PIW_RUNTIMES", &runtimes)]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    let kinds: Vec<&str> = lines(&stdout, "event")
+        .iter()
+        .map(|e| e.split(' ').nth(1).unwrap())
+        .collect();
+    let at = |k: &str| {
+        kinds
+            .iter()
+            .position(|x| *x == k)
+            .unwrap_or_else(|| panic!("no {k}: {stdout}"))
+    };
+    assert!(
+        at("progress") < at("waiting") && at("waiting") < at("decision_answered"),
+        "{stdout}"
+    );
+    assert_eq!(lines(&stdout, "answered"), ["checkpoint"], "{stdout}");
+    assert_eq!(
+        lines(&stdout, "result"),
+        [r#"{"summary":"3 words"}"#],
+        "{stdout}"
+    );
+    // The checkpoint node's output carries the answer, as the continuing child reported it.
+    let run_id = lines(&stdout, "run")[0];
+    let status = Command::new(common::built("piw"))
+        .args(["run", "status", "--json", run_id])
+        .envs(install.env())
+        .output()
+        .unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let approve = status["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["node_id"] == "approve" && a["status"] == "succeeded")
+        .unwrap_or_else(|| panic!("no succeeded approve attempt: {status}"));
+    assert_eq!(
+        approve["output"]["answer"],
+        serde_json::json!({"ok": "sure"})
+    );
+    assert_eq!(approve["output"]["input"]["words"], 3);
+}
+
 /// AddressSanitizer's reports go to files under `dir` (the child's stderr belongs to the
 /// host); returns the C file that says so, compiled into both programs.
 fn asan_options(dir: &Path) -> PathBuf {
