@@ -15,7 +15,11 @@
  * any other compute node fails the run ("no C implementation for this node"). A node of kind
  * "checkpoint" parks the run on a checkpoint (piw_worker_wait) and the child exits; the child
  * the host starts once it is answered resumes there ("continue") with the output
- * {"answer": ANSWER, "input": NODE_INPUT}.
+ * {"answer": ANSWER, "input": NODE_INPUT}. A node of kind "agent" or "assistant_message" asks
+ * the run's session for a result (piw_worker_request_interaction) and the child exits; the host
+ * then starts a child in validate mode to judge a submission: it accepts a result with a "text"
+ * field (piw_worker_validation_result with NULL) and continues the run with it as the node's
+ * output, and rejects any other with a reason the session sees.
  *
  * The order every child keeps: read the envelope, verify the sources before loading anything,
  * hello (which opens the first node's attempt), then per node: compute, route by the host's
@@ -193,6 +197,35 @@ int main(int argc, char **argv) {
         carried = format("{\"answer\":%s,\"input\":%s}", answer ? answer : "null", input);
         free(answer);
     }
+    if (resume && strcmp(resume, "validate") == 0) {
+        /* Judge the session's submission with the workflow's own rule. */
+        char *submission_id = field(hello, "/submission/submission_id");
+        char *payload = json_field(hello, "/submission/payload");
+        char *text_value = payload ? field(payload, "/text") : NULL;
+        if (text_value) {
+            check("validation_result", piw_worker_validation_result(worker, submission_id, NULL));
+            carried = strdup(payload);
+        } else {
+            check("validation_result",
+                  piw_worker_validation_result(worker, submission_id, "the result needs a \"text\" field"));
+        }
+        free(text_value);
+        free(payload);
+        free(submission_id);
+        if (!carried) {
+            free(resume);
+            free(node);
+            free(attempt);
+            free(input);
+            free(graph);
+            piw_string_free(hello);
+            piw_worker_close(worker);
+            return 0; /* the session may submit again; a new child judges it */
+        }
+    } else if (resume && strcmp(resume, "accepted") == 0) {
+        /* A submission was accepted by a child that ended before it moved on. */
+        carried = json_field(hello, "/submission/payload");
+    }
     free(resume);
     piw_string_free(hello);
     if (!carried && (!attempt || strcmp(attempt, "null") == 0)) {
@@ -208,13 +241,23 @@ int main(int argc, char **argv) {
         char *kind = field(graph, kind_pointer);
         free(kind_pointer);
         int checkpoint = kind && strcmp(kind, "checkpoint") == 0;
-        free(kind);
+        int interactive = kind && (strcmp(kind, "agent") == 0 || strcmp(kind, "assistant_message") == 0);
         if (checkpoint && !carried) {
             char *decision = NULL;
             check("wait", piw_worker_wait(worker, "checkpoint", "{\"question\":\"go on?\"}", &decision));
             piw_string_free(decision);
+            free(kind);
             break; /* a new child continues once it is answered */
         }
+        if (interactive && !carried) {
+            char *interaction = NULL;
+            check("request_interaction",
+                  piw_worker_request_interaction(worker, kind, "{\"prompt\":\"write a sentence\"}", &interaction));
+            piw_string_free(interaction);
+            free(kind);
+            break; /* a child in validate mode judges the session's submission */
+        }
+        free(kind);
         char *output = carried ? carried : run_node(node, input, &error);
         carried = NULL;
         char *outcome;

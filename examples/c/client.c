@@ -8,12 +8,16 @@
  * event of the run can be missed), waits for events with poll(2) on the subscription's file
  * descriptor, and prints one line per event, then the run's result. Last, it shows a typed
  * rejection: resuming the finished run is refused with `invalid_transition`. A checkpoint the
- * run waits on is answered with ANSWER_JSON (default `true`).
+ * run waits on is answered with ANSWER_JSON (default `true`); an interactive request of the
+ * run (an agent step) is submitted ANSWER_JSON as its result, and when the workflow rejects that
+ * submission, {"text": "fixed after rejection"} once more.
  *
  * Output (one fact per line, for people and for the tests):
  *   run RUN_ID
  *   event SEQ EVENT_KIND STATUS
  *   answered DECISION_KIND        (a checkpoint or decision this client answered)
+ *   submitted INTERACTION_KIND    (a result this client submitted for an interactive request)
+ *   submission_rejected ERROR     (the workflow's validation refused it)
  *   final DATA_JSON               (the data of the event that ended the run)
  *   status STATUS REVISION
  *   result JSON
@@ -46,6 +50,44 @@ static char *field(const char *json, const char *pointer) {
     char *out = NULL;
     if (piw_json_pointer(json, pointer, &out) != PIW_STATUS_OK) return NULL;
     return out;
+}
+
+/* Submits `result` for the session's pending interactive request (this client runs one run
+ * in its session, so the list holds at most one). */
+static int submit(piw_client *client, const char *session, const char *run_id,
+                  const char *result) {
+    char filter[128], *list = NULL, *reply = NULL;
+    snprintf(filter, sizeof filter, "{\"session_id\":\"%s\"}", session);
+    piw_status st = piw_client_call(client, "interaction.list", NULL, filter, 30000, &list);
+    if (st != PIW_STATUS_OK) return fail("interaction.list", st);
+    /* The request's node and attempt go in the envelope (docs/WORKFLOW_SERVER.md). */
+    char *node = field(list, "/body/interactions/0/node_id");
+    char *attempt = field(list, "/body/interactions/0/attempt_id");
+    char *kind = field(list, "/body/interactions/0/kind");
+    char *interaction = field(list, "/body/interactions/0/interaction_id");
+    piw_string_free(list);
+    if (!node || !attempt || !kind || !interaction) {
+        fprintf(stderr, "piw-client: no pending interaction to submit to\n");
+        return 1;
+    }
+    size_t n = strlen(run_id) + strlen(node) + strlen(attempt) + strlen(interaction) + strlen(result) + 128;
+    char *env = malloc(n), *body = malloc(n);
+    snprintf(env, n, "{\"run_id\":\"%s\",\"node_id\":\"%s\",\"attempt_id\":\"%s\"}", run_id, node, attempt);
+    snprintf(body, n, "{\"interaction_id\":\"%s\",\"result\":%s}", interaction, result);
+    st = piw_client_call(client, "interaction.submit", env, body, 30000, &reply);
+    free(env);
+    free(body);
+    piw_string_free(node);
+    piw_string_free(attempt);
+    piw_string_free(interaction);
+    if (st != PIW_STATUS_OK) {
+        piw_string_free(kind);
+        return fail("interaction.submit", st);
+    }
+    printf("submitted %s\n", kind);
+    piw_string_free(kind);
+    piw_string_free(reply);
+    return 0;
 }
 
 static int is_final(const char *status) {
@@ -150,6 +192,17 @@ int main(int argc, char **argv) {
                 free(env);
                 piw_string_free(decision);
                 piw_string_free(what);
+            }
+            if (strcmp(kind, "interaction_requested") == 0 || strcmp(kind, "submission_rejected") == 0) {
+                const char *result = answer;
+                if (strcmp(kind, "submission_rejected") == 0) {
+                    char *error = field(event, "/data/error");
+                    printf("submission_rejected %s\n", error ? error : "?");
+                    piw_string_free(error);
+                    result = "{\"text\":\"fixed after rejection\"}";
+                }
+                int rc = submit(client, session, run_id, result);
+                if (rc != 0) return rc;
             }
             if (is_final(status)) {
                 char *data = field(event, "/data");

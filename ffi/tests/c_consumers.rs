@@ -40,11 +40,13 @@ fn run_client(
     child: &Path,
     workflow: &Path,
     input: &str,
+    answer: Option<&str>,
 ) -> (String, String) {
     let runtimes = format!(".workflow.c-demo={}", child.display());
     let mut cmd = Command::new(client);
     cmd.arg(workflow)
         .arg(input)
+        .args(answer)
         .current_dir(workflow.parent().unwrap());
     let out = install.run(&mut cmd, &[("PIW_RUNTIMES", &runtimes)]);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
@@ -124,6 +126,7 @@ fn the_c_client_and_the_c_child_complete_a_run_and_see_every_event_in_order() {
         &child,
         &example("words.workflow.c-demo"),
         r#"{"text":"hello brave new world"}"#,
+        None,
     );
     assert_completed_words_run(&stdout);
 }
@@ -138,7 +141,14 @@ fn a_node_the_c_child_does_not_implement_fails_the_run_with_its_reason() {
         r#"{"graph":{"name":"mystery","start":"count","nodes":{"count":{"kind":"compute"},"mystery":{"kind":"compute"}},"edges":[{"from":"count","to":"mystery"}]}}"#,
     )
     .unwrap();
-    let (stdout, _) = run_client(&install, &client, &child, &workflow, r#"{"text":"a b"}"#);
+    let (stdout, _) = run_client(
+        &install,
+        &client,
+        &child,
+        &workflow,
+        r#"{"text":"a b"}"#,
+        None,
+    );
     assert_eq!(
         lines(&stdout, "event")
             .last()
@@ -212,6 +222,53 @@ fn the_c_child_waits_on_a_checkpoint_and_continues_with_the_answer() {
     assert_eq!(approve["output"]["input"]["words"], 3);
 }
 
+/// Runs the ask workflow: its agent step's first submission is rejected by the C child's
+/// validation, the client's second one is accepted and the run completes with it.
+fn run_ask_workflow(install: &Install, client: &Path, child: &Path) -> String {
+    let (stdout, _) = run_client(
+        install,
+        client,
+        child,
+        &example("ask.workflow.c-demo"),
+        "null",
+        Some(r#"{"words":"no text"}"#),
+    );
+    let kinds: Vec<&str> = lines(&stdout, "event")
+        .iter()
+        .map(|e| e.split(' ').nth(1).unwrap())
+        .collect();
+    let at = |k: &str| {
+        kinds
+            .iter()
+            .position(|x| *x == k)
+            .unwrap_or_else(|| panic!("no {k}: {stdout}"))
+    };
+    assert!(
+        at("interaction_requested") < at("submission_rejected")
+            && at("submission_rejected") < at("submission_accepted"),
+        "{stdout}"
+    );
+    assert_eq!(
+        lines(&stdout, "submission_rejected"),
+        [r#"the result needs a "text" field"#],
+        "{stdout}"
+    );
+    assert_eq!(lines(&stdout, "submitted"), ["agent", "agent"], "{stdout}");
+    assert_eq!(
+        lines(&stdout, "result"),
+        [r#"{"summary":"3 words"}"#],
+        "{stdout}"
+    );
+    stdout
+}
+
+#[test]
+fn the_c_child_requests_an_interaction_and_validates_the_submissions() {
+    let install = Install::new();
+    let (client, child) = build_programs(&install, &[], &[]);
+    run_ask_workflow(&install, &client, &child);
+}
+
 /// AddressSanitizer's reports go to files under `dir` (the child's stderr belongs to the
 /// host); returns the C file that says so, compiled into both programs.
 fn asan_options(dir: &Path) -> PathBuf {
@@ -281,11 +338,22 @@ fn under_address_sanitizer_the_c_programs_leak_nothing_and_touch_nothing_invalid
         &child,
         &example("words.workflow.c-demo"),
         r#"{"text":"hello brave new world"}"#,
+        None,
     );
     assert_completed_words_run(&stdout);
-    // The child checks for leaks as it exits, after its last report: wait for the host to
-    // record that exit (bounded by a deadline only a hang reaches).
-    let run_id = lines(&stdout, "run")[0];
+    wait_for_last_child_exit(&install, lines(&stdout, "run")[0]);
+    // More of the worker surface under ASan: an interactive request, a rejected and an
+    // accepted submission, three children.
+    let stdout = run_ask_workflow(&install, &client, &child);
+    wait_for_last_child_exit(&install, lines(&stdout, "run")[0]);
+    let found = reports(&asan_dir);
+    assert!(found.is_empty(), "AddressSanitizer reports: {found:#?}");
+}
+
+/// A child checks for leaks as it exits, after its last report: waits (bounded by a deadline
+/// only a hang reaches) for the host to record the run's last child's exit, and checks it was
+/// clean (a leak or invalid access makes it exit non-zero).
+fn wait_for_last_child_exit(install: &Install, run_id: &str) {
     let started = std::time::Instant::now();
     let child_exit = loop {
         let out = Command::new(common::built("piw"))
@@ -307,6 +375,4 @@ fn under_address_sanitizer_the_c_programs_leak_nothing_and_touch_nothing_invalid
         child_exit["exit_code"], 0,
         "the child under ASan: {child_exit}"
     );
-    let found = reports(&asan_dir);
-    assert!(found.is_empty(), "AddressSanitizer reports: {found:#?}");
 }
