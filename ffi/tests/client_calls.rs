@@ -195,3 +195,94 @@ fn one_client_serves_many_threads_at_once() {
         PiwStatus::Ok
     );
 }
+
+/// The C child verifies its sources before it loads anything: a workflow file changed while
+/// its run waited stops the run for review, through `piw_worker_verify_sources` and
+/// `piw_worker_fail(review)`, and the C library's client follows it all.
+#[test]
+fn a_source_changed_under_a_waiting_run_stops_it_for_review() {
+    let install = common::Install::new();
+    let child = install.path().join("bin/piw-c-child");
+    common::compile_c(
+        &[common::repo_root().join("examples/c/child.c")],
+        &child,
+        &[],
+    );
+    let workflow = install.path().join("approve.workflow.c-demo");
+    std::fs::copy(
+        common::repo_root().join("examples/c/approve.workflow.c-demo"),
+        &workflow,
+    )
+    .unwrap();
+    let options = c(&serde_json::json!({
+        "home": install.piw_home(),
+        "host_bin": common::built("piw"),
+        "host_env": { "PIW_RUNTIMES": format!(".workflow.c-demo={}", child.display()) },
+    })
+    .to_string());
+    let mut client = null_mut();
+    assert_eq!(
+        unsafe { piw_connect(options.as_ptr(), &mut client) },
+        PiwStatus::Ok,
+        "{}",
+        last(piw_last_error_message)
+    );
+    let filter = c(r#"{"session_id":"changed"}"#);
+    let mut sub = null_mut();
+    assert_eq!(
+        unsafe { piw_subscribe(client, filter.as_ptr(), &mut sub) },
+        PiwStatus::Ok
+    );
+    let started = call(
+        client,
+        "run.start",
+        None,
+        Some(serde_json::json!({
+            "workflow_file": workflow, "input": {"text": "a b"},
+            "session_id": "changed", "project_dir": install.path(),
+        })),
+    )
+    .unwrap();
+    let run_id = started["body"]["run_id"].as_str().unwrap().to_owned();
+    // Events until `until` (a bound of 30 s per event only a hang reaches).
+    let next_until = |until: &dyn Fn(&serde_json::Value) -> bool| -> serde_json::Value {
+        loop {
+            let mut out = null_mut();
+            let st = unsafe { piw_subscription_next(sub, 30_000, &mut out) };
+            assert_eq!(st, PiwStatus::Ok, "{}", last(piw_last_error_message));
+            let event: serde_json::Value = serde_json::from_str(&take(out)).unwrap();
+            if until(&event) {
+                return event;
+            }
+        }
+    };
+    let waiting = next_until(&|e| e["event_kind"] == "waiting");
+    // The workflow file changes while no child runs it.
+    let mut text = std::fs::read_to_string(&workflow).unwrap();
+    text.push('\n');
+    std::fs::write(&workflow, text).unwrap();
+    call(
+        client,
+        "checkpoint.answer",
+        Some(serde_json::json!({ "run_id": run_id })),
+        Some(serde_json::json!({ "decision_id": waiting["data"]["decision"], "answer": true })),
+    )
+    .unwrap();
+    let last_event = next_until(&|e| {
+        ["completed", "failed", "review", "cancelled"].contains(&e["status"].as_str().unwrap_or(""))
+    });
+    assert_eq!(last_event["status"], "review", "{last_event}");
+    let status = call(
+        client,
+        "run.status",
+        Some(serde_json::json!({ "run_id": run_id })),
+        None,
+    )
+    .unwrap();
+    let reason = status["body"]["run"]["review_reason"].to_string();
+    assert!(reason.contains("changed since the run started"), "{reason}");
+    unsafe {
+        piw_subscription_close(sub);
+        piw_client_close(client);
+    }
+}
