@@ -177,9 +177,10 @@ const char *piw_last_error_details(void);
 // it had none). Thread safety: per thread.
 enum piw_rejection_code piw_last_rejection_code(void);
 
-// A short name for a status (`"ok"`, `"rejected"`, ...). Static: do not free.
-// Thread safety: any thread.
-const char *piw_status_name(enum piw_status status);
+// A short name for a status (`"ok"`, `"rejected"`, ...; `"unknown"` for a value that is no
+// status). Static: do not free. Takes an `int` so that any value a caller holds is safe to
+// pass. Thread safety: any thread.
+const char *piw_status_name(int status);
 
 // Looks up `pointer` (RFC 6901, e.g. `"/body/run_id"`; `""` is the whole document) in the JSON
 // text `json_text` and returns the value found in `*out`: a JSON string as its contents
@@ -280,8 +281,9 @@ enum piw_rejection_code piw_client_error_rejection(const struct piw_client *clie
 // `piw_subscription_close`).
 //
 // Events arrive in the order the host committed them. The library's `piw-io` thread receives
-// them and queues them (up to 1024; a caller that falls further behind gets
-// `PIW_STATUS_OVERFLOW` once the client's own buffer is full too: reread the run's status);
+// them and queues them (up to 4096; a caller that falls further behind gets
+// `PIW_STATUS_OVERFLOW` once the client's own buffer of as many is full too: reread the run's
+// status);
 // the caller takes them with `piw_subscription_next` (a blocking poll with a timeout) and may
 // wait on `piw_subscription_fd` in its own event loop. No callback ever runs on a library
 // thread. Errors: as `piw_client_call`. Thread safety: any thread.

@@ -121,33 +121,38 @@ pub extern "C" fn piw_last_rejection_code() -> PiwRejectionCode {
     ffi_value(PiwRejectionCode::None, error::last_rejection)
 }
 
-/// A short name for a status (`"ok"`, `"rejected"`, ...). Static: do not free.
-/// Thread safety: any thread.
+/// A short name for a status (`"ok"`, `"rejected"`, ...; `"unknown"` for a value that is no
+/// status). Static: do not free. Takes an `int` so that any value a caller holds is safe to
+/// pass. Thread safety: any thread.
 #[no_mangle]
-pub extern "C" fn piw_status_name(status: PiwStatus) -> *const c_char {
-    let name: &std::ffi::CStr = match status {
-        PiwStatus::Ok => c"ok",
-        PiwStatus::NullArgument => c"null_argument",
-        PiwStatus::InvalidUtf8 => c"invalid_utf8",
-        PiwStatus::TooLarge => c"too_large",
-        PiwStatus::Closed => c"closed",
-        PiwStatus::InvalidArgument => c"invalid_argument",
-        PiwStatus::Rejected => c"rejected",
-        PiwStatus::Timeout => c"timeout",
-        PiwStatus::Disconnected => c"disconnected",
-        PiwStatus::ConnectFailed => c"connect_failed",
-        PiwStatus::HostNotReady => c"host_not_ready",
-        PiwStatus::Io => c"io",
-        PiwStatus::Protocol => c"protocol",
-        PiwStatus::SourceChanged => c"source_changed",
-        PiwStatus::Stale => c"stale",
-        PiwStatus::Refused => c"refused",
-        PiwStatus::End => c"end",
-        PiwStatus::Overflow => c"overflow",
-        PiwStatus::Misuse => c"misuse",
-        PiwStatus::Panic => c"panic",
-    };
-    name.as_ptr()
+pub extern "C" fn piw_status_name(status: c_int) -> *const c_char {
+    const NAMES: [(PiwStatus, &std::ffi::CStr); 20] = [
+        (PiwStatus::Ok, c"ok"),
+        (PiwStatus::NullArgument, c"null_argument"),
+        (PiwStatus::InvalidUtf8, c"invalid_utf8"),
+        (PiwStatus::TooLarge, c"too_large"),
+        (PiwStatus::Closed, c"closed"),
+        (PiwStatus::InvalidArgument, c"invalid_argument"),
+        (PiwStatus::Rejected, c"rejected"),
+        (PiwStatus::Timeout, c"timeout"),
+        (PiwStatus::Disconnected, c"disconnected"),
+        (PiwStatus::ConnectFailed, c"connect_failed"),
+        (PiwStatus::HostNotReady, c"host_not_ready"),
+        (PiwStatus::Io, c"io"),
+        (PiwStatus::Protocol, c"protocol"),
+        (PiwStatus::SourceChanged, c"source_changed"),
+        (PiwStatus::Stale, c"stale"),
+        (PiwStatus::Refused, c"refused"),
+        (PiwStatus::End, c"end"),
+        (PiwStatus::Overflow, c"overflow"),
+        (PiwStatus::Misuse, c"misuse"),
+        (PiwStatus::Panic, c"panic"),
+    ];
+    NAMES
+        .iter()
+        .find(|(s, _)| *s as c_int == status)
+        .map_or(c"unknown", |(_, name)| name)
+        .as_ptr()
 }
 
 /// Looks up `pointer` (RFC 6901, e.g. `"/body/run_id"`; `""` is the whole document) in the JSON
@@ -363,8 +368,9 @@ pub unsafe extern "C" fn piw_client_error_rejection(client: *const PiwClient) ->
 /// `piw_subscription_close`).
 ///
 /// Events arrive in the order the host committed them. The library's `piw-io` thread receives
-/// them and queues them (up to 1024; a caller that falls further behind gets
-/// `PIW_STATUS_OVERFLOW` once the client's own buffer is full too: reread the run's status);
+/// them and queues them (up to 4096; a caller that falls further behind gets
+/// `PIW_STATUS_OVERFLOW` once the client's own buffer of as many is full too: reread the run's
+/// status);
 /// the caller takes them with `piw_subscription_next` (a blocking poll with a timeout) and may
 /// wait on `piw_subscription_fd` in its own event loop. No callback ever runs on a library
 /// thread. Errors: as `piw_client_call`. Thread safety: any thread.

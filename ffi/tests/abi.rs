@@ -696,3 +696,20 @@ fn a_failed_out_call_leaves_null_and_strings_come_back_owned() {
     );
     unsafe { piw_string_free(out) };
 }
+
+#[test]
+fn every_status_has_a_name_and_other_values_are_unknown() {
+    let name = |v: c_int| {
+        unsafe { CStr::from_ptr(piw_status_name(v)) }
+            .to_str()
+            .unwrap()
+    };
+    assert_eq!(name(PiwStatus::Ok as c_int), "ok");
+    assert_eq!(name(PiwStatus::Rejected as c_int), "rejected");
+    assert_eq!(name(PiwStatus::Panic as c_int), "panic");
+    let names: std::collections::HashSet<&str> = (0..20).map(name).collect();
+    assert_eq!(names.len(), 20, "every status has its own name");
+    assert!(!names.contains("unknown"));
+    assert_eq!(name(20), "unknown");
+    assert_eq!(name(-1), "unknown");
+}
