@@ -257,6 +257,13 @@ fn a_source_changed_under_a_waiting_run_stops_it_for_review() {
         }
     };
     let waiting = next_until(&|e| e["event_kind"] == "waiting");
+    // From here on, a subscription to the run itself sees the same events.
+    let run_filter = c(&serde_json::json!({ "run_id": run_id }).to_string());
+    let mut run_sub = null_mut();
+    assert_eq!(
+        unsafe { piw_subscribe(client, run_filter.as_ptr(), &mut run_sub) },
+        PiwStatus::Ok
+    );
     // The workflow file changes while no child runs it.
     let mut text = std::fs::read_to_string(&workflow).unwrap();
     text.push('\n');
@@ -272,6 +279,26 @@ fn a_source_changed_under_a_waiting_run_stops_it_for_review() {
         ["completed", "failed", "review", "cancelled"].contains(&e["status"].as_str().unwrap_or(""))
     });
     assert_eq!(last_event["status"], "review", "{last_event}");
+    let mut run_events = Vec::new();
+    loop {
+        let mut out = null_mut();
+        let st = unsafe { piw_subscription_next(run_sub, 30_000, &mut out) };
+        assert_eq!(st, PiwStatus::Ok, "{}", last(piw_last_error_message));
+        let event: serde_json::Value = serde_json::from_str(&take(out)).unwrap();
+        assert_eq!(event["run_id"], run_id.as_str());
+        // It may also get events committed shortly before its subscribe was answered.
+        if event["seq"].as_u64().unwrap() > waiting["seq"].as_u64().unwrap() {
+            run_events.push(event["seq"].as_u64().unwrap());
+        }
+        if event["seq"] == last_event["seq"] {
+            break;
+        }
+    }
+    let after_waiting = waiting["seq"].as_u64().unwrap() + 1;
+    assert_eq!(
+        run_events,
+        (after_waiting..=last_event["seq"].as_u64().unwrap()).collect::<Vec<_>>()
+    );
     let status = call(
         client,
         "run.status",
@@ -282,6 +309,7 @@ fn a_source_changed_under_a_waiting_run_stops_it_for_review() {
     let reason = status["body"]["run"]["review_reason"].to_string();
     assert!(reason.contains("changed since the run started"), "{reason}");
     unsafe {
+        piw_subscription_close(run_sub);
         piw_subscription_close(sub);
         piw_client_close(client);
     }
