@@ -1,0 +1,442 @@
+//! The client surface: connect, one generic call (kind + JSON payload → receipt JSON), and
+//! subscriptions read by polling with a timeout or through a file descriptor that is readable
+//! while events wait.
+
+use std::collections::VecDeque;
+use std::ffi::{c_char, c_int};
+use std::io::{Read as _, Write as _};
+use std::os::fd::AsRawFd as _;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use piw_core::client::{self, PipelinedClient, SUBSCRIPTION_BUFFER};
+use piw_core::paths::PiwPaths;
+use piw_core::protocol::{payload, Limits, Request, PROTOCOL_SCHEMA};
+use serde_json::{json, Map, Value};
+
+use crate::error::{Error, ErrorSlot, PiwStatus};
+use crate::handles::{HasErrorSlot, Table};
+
+/// The tokio runtime every client of the process shares: one background thread (`piw-io`)
+/// that reads and writes the sockets. Built at the first connect; lives as long as the process.
+fn runtime() -> Result<&'static tokio::runtime::Runtime, Error> {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    if let Some(rt) = RUNTIME.get() {
+        return Ok(rt);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("piw-io")
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            Error::new(
+                PiwStatus::Io,
+                "io",
+                format!("cannot start the I/O thread: {e}"),
+            )
+        })?;
+    // A racing caller may have set it first; then ours is dropped (here, outside any runtime).
+    Ok(RUNTIME.get_or_init(|| rt))
+}
+
+/// A timeout argument: negative waits without bound.
+pub fn timeout_of(ms: i64) -> Option<Duration> {
+    u64::try_from(ms).ok().map(Duration::from_millis)
+}
+
+pub struct ClientObject {
+    client: PipelinedClient,
+    socket: String,
+    error: ErrorSlot,
+}
+
+impl HasErrorSlot for ClientObject {
+    fn error_slot(&self) -> &ErrorSlot {
+        &self.error
+    }
+}
+
+pub static CLIENTS: Table<ClientObject> = Table::new("client");
+
+/// Connects as `options` say (see `piw_connect` in lib.rs).
+pub fn connect(options: &Value) -> Result<ClientObject, Error> {
+    if !options.is_null() && !options.is_object() {
+        return Err(Error::invalid("options must be a JSON object"));
+    }
+    let text = |k: &str| -> Result<Option<String>, Error> {
+        match options.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) if !s.is_empty() => Ok(Some(s.clone())),
+            Some(other) => Err(Error::invalid(format!(
+                "option {k} must be a non-empty string, got {other}"
+            ))),
+        }
+    };
+    let paths = match text("home")? {
+        Some(home) => {
+            let home = PathBuf::from(home);
+            let home = if home.is_absolute() {
+                home
+            } else {
+                std::env::current_dir()
+                    .map_err(|e| Error::new(PiwStatus::Io, "io", e.to_string()))?
+                    .join(home)
+            };
+            PiwPaths::for_home(home)
+        }
+        None => PiwPaths::from_vars(std::env::var_os("PIW_HOME"), std::env::var_os("HOME"))
+            .map_err(|e| Error::new(PiwStatus::InvalidArgument, "invalid_home", e.to_string()))?,
+    };
+    let start = match options.get("start") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            return Err(Error::invalid(format!(
+                "option start must be a boolean, got {other}"
+            )))
+        }
+    };
+    if start {
+        let bin = text("host_bin")?
+            .or_else(|| std::env::var("PIW_HOST_BIN").ok().filter(|b| !b.is_empty()))
+            .unwrap_or_else(|| "piw".to_owned());
+        let env: Vec<(String, String)> = match options.get("host_env") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Object(m)) => m
+                .iter()
+                .map(|(k, v)| match v {
+                    Value::String(s) => Ok((k.clone(), s.clone())),
+                    other => Err(Error::invalid(format!(
+                        "host_env.{k} must be a string, got {other}"
+                    ))),
+                })
+                .collect::<Result<_, _>>()?,
+            Some(other) => {
+                return Err(Error::invalid(format!(
+                    "option host_env must be an object, got {other}"
+                )))
+            }
+        };
+        let ready = match options.get("ready_timeout_ms") {
+            None | Some(Value::Null) => client::DEFAULT_READY_TIMEOUT,
+            Some(v) => Duration::from_millis(v.as_u64().ok_or_else(|| {
+                Error::invalid(format!(
+                    "option ready_timeout_ms must be a whole number, got {v}"
+                ))
+            })?),
+        };
+        client::ensure_host_with_env(&paths, std::path::Path::new(&bin), ready, &env)?;
+    }
+    let rt = runtime()?;
+    let client = rt.block_on(PipelinedClient::connect(&paths))?;
+    Ok(ClientObject {
+        client,
+        socket: paths.socket.display().to_string(),
+        error: ErrorSlot::default(),
+    })
+}
+
+impl ClientObject {
+    pub fn socket(&self) -> &str {
+        &self.socket
+    }
+
+    /// One request: `kind`, the envelope fields (wire names), the payload; the receipt as
+    /// `{revision, replayed, body}`.
+    pub fn call(
+        &self,
+        kind: &str,
+        envelope: &Value,
+        payload: Value,
+        timeout: Option<Duration>,
+    ) -> Result<Value, Error> {
+        let request = build_request(kind, envelope, payload)?;
+        let rt = runtime()?;
+        let receipt = self.client.send_now(request);
+        let receipt = match timeout {
+            None => rt.block_on(receipt),
+            Some(t) => rt
+                .block_on(async { tokio::time::timeout(t, receipt).await })
+                .map_err(|_| Error::from(client::ClientError::TimedOut))?,
+        }?;
+        Ok(
+            json!({ "revision": receipt.revision, "replayed": receipt.replayed, "body": receipt.body }),
+        )
+    }
+
+    pub fn subscribe(&self, filter: &Value) -> Result<SubscriptionObject, Error> {
+        let text = |k: &str| -> Result<Option<String>, Error> {
+            match filter.get(k) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) => Ok(Some(s.clone())),
+                Some(other) => Err(Error::invalid(format!("{k} must be a string, got {other}"))),
+            }
+        };
+        if !filter.is_object() {
+            return Err(Error::invalid(
+                "the filter must be a JSON object: {\"run_id\": ...} or {\"session_id\": ...}",
+            ));
+        }
+        let rt = runtime()?;
+        let sub = rt.block_on(self.client.subscribe(payload::Subscribe {
+            run_id: text("run_id")?,
+            session_id: text("session_id")?,
+        }))?;
+        SubscriptionObject::start(rt, self.client.clone(), sub)
+    }
+
+    pub fn close(&self) {
+        if let Ok(rt) = runtime() {
+            rt.block_on(self.client.close());
+        }
+    }
+}
+
+/// The request the host would decode from these parts, checked with its own decoder, so a
+/// malformed call fails here with the code the host would give (as the Node addon does).
+fn build_request(kind: &str, envelope: &Value, payload: Value) -> Result<Request, Error> {
+    let envelope = match envelope {
+        Value::Null => Map::new(),
+        Value::Object(m) => m.clone(),
+        _ => return Err(Error::invalid("the envelope must be a JSON object or NULL")),
+    };
+    let mut wire = Map::new();
+    wire.insert("schema".into(), json!(PROTOCOL_SCHEMA));
+    let request_id = envelope
+        .get("request_id")
+        .cloned()
+        .unwrap_or_else(|| json!(piw_core::ids::new_id("req")));
+    wire.insert("request_id".into(), request_id);
+    wire.insert("kind".into(), json!(kind));
+    for (field, value) in envelope {
+        match field.as_str() {
+            "request_id" => {}
+            "run_id" | "node_id" | "attempt_id" | "expected_revision" | "idempotency_key" => {
+                if !value.is_null() {
+                    wire.insert(field, value);
+                }
+            }
+            other => {
+                return Err(Error::invalid(format!(
+                    "unknown envelope field {other:?} (request_id, run_id, node_id, attempt_id, expected_revision, idempotency_key)"
+                )))
+            }
+        }
+    }
+    wire.insert("payload".into(), payload);
+    let bytes =
+        serde_json::to_vec(&Value::Object(wire)).map_err(|e| Error::invalid(e.to_string()))?;
+    Request::decode(&bytes, &Limits::default())
+        .map_err(|e| Error::from(client::ClientError::InvalidRequest(e)))
+}
+
+/// What a subscription's reader task hands the caller's thread.
+struct Queue {
+    events: VecDeque<String>,
+    /// Why it ended: `None` while it runs; `Some(None)` closed; `Some(Some(e))` failed.
+    end: Option<Option<Error>>,
+    /// Whether the notify socket holds a byte (it does exactly while something waits).
+    signalled: bool,
+}
+
+struct Shared {
+    queue: Mutex<Queue>,
+    changed: Condvar,
+    /// The reader task waits here for room when the caller falls behind.
+    room: tokio::sync::Notify,
+    /// Written (one byte) when the queue stops being empty; the caller polls the other end.
+    notify_tx: UnixStream,
+    notify_rx: UnixStream,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Makes the fd readable, if it is not yet. Called with the queue locked.
+    fn signal(&self, q: &mut Queue) {
+        if !q.signalled {
+            // Non-blocking, and at most one byte is ever in the socket: it cannot fill up.
+            let _ = (&self.notify_tx).write(&[1]);
+            q.signalled = true;
+        }
+        self.changed.notify_all();
+    }
+
+    /// Makes the fd unreadable again once nothing waits. Called with the queue locked.
+    fn unsignal(&self, q: &mut Queue) {
+        if q.signalled && q.events.is_empty() && q.end.is_none() {
+            let mut byte = [0u8; 8];
+            let _ = (&self.notify_rx).read(&mut byte);
+            q.signalled = false;
+        }
+    }
+}
+
+pub struct SubscriptionObject {
+    id: String,
+    client: PipelinedClient,
+    shared: Arc<Shared>,
+    task: tokio::task::AbortHandle,
+    error: ErrorSlot,
+}
+
+impl HasErrorSlot for SubscriptionObject {
+    fn error_slot(&self) -> &ErrorSlot {
+        &self.error
+    }
+}
+
+pub static SUBSCRIPTIONS: Table<SubscriptionObject> = Table::new("subscription");
+
+impl SubscriptionObject {
+    fn start(
+        rt: &tokio::runtime::Runtime,
+        client: PipelinedClient,
+        mut sub: client::Subscription,
+    ) -> Result<Self, Error> {
+        let io = |e: std::io::Error| {
+            Error::new(
+                PiwStatus::Io,
+                "io",
+                format!("cannot make the notify socket: {e}"),
+            )
+        };
+        let (notify_tx, notify_rx) = UnixStream::pair().map_err(io)?;
+        notify_tx.set_nonblocking(true).map_err(io)?;
+        notify_rx.set_nonblocking(true).map_err(io)?;
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue {
+                events: VecDeque::new(),
+                end: None,
+                signalled: false,
+            }),
+            changed: Condvar::new(),
+            room: tokio::sync::Notify::new(),
+            notify_tx,
+            notify_rx,
+        });
+        let id = sub.id.clone();
+        let reader = Arc::clone(&shared);
+        let task = rt.spawn(async move {
+            loop {
+                // Take no more from the connection than the caller has room for: past that, the
+                // client's own bound applies (the subscription ends with an overflow).
+                loop {
+                    let room = reader.room.notified();
+                    if reader.lock().events.len() < SUBSCRIPTION_BUFFER {
+                        break;
+                    }
+                    room.await;
+                }
+                let next = sub.next().await;
+                let mut q = reader.lock();
+                match next {
+                    Some(Ok(event)) => match serde_json::to_string(&event) {
+                        Ok(text) => q.events.push_back(text),
+                        Err(e) => {
+                            q.end = Some(Some(Error::new(
+                                PiwStatus::Protocol,
+                                "protocol",
+                                e.to_string(),
+                            )))
+                        }
+                    },
+                    Some(Err(e)) => q.end = Some(Some(Error::from(e))),
+                    None => q.end = Some(None),
+                }
+                let ended = q.end.is_some();
+                reader.signal(&mut q);
+                if ended {
+                    return;
+                }
+            }
+        });
+        Ok(SubscriptionObject {
+            id,
+            client,
+            shared,
+            task: task.abort_handle(),
+            error: ErrorSlot::default(),
+        })
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn fd(&self) -> c_int {
+        self.shared.notify_rx.as_raw_fd()
+    }
+
+    /// The next event's JSON; `PIW_STATUS_END` once the subscription ended, its error when it
+    /// failed, `PIW_STATUS_TIMEOUT` when none came in time.
+    pub fn next(&self, timeout: Option<Duration>) -> Result<String, Error> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut q = self.shared.lock();
+        loop {
+            if let Some(event) = q.events.pop_front() {
+                self.shared.unsignal(&mut q);
+                drop(q);
+                self.shared.room.notify_one();
+                return Ok(event);
+            }
+            match &q.end {
+                Some(None) => {
+                    return Err(Error::new(
+                        PiwStatus::End,
+                        "end",
+                        "the subscription has ended",
+                    ))
+                }
+                Some(Some(e)) => return Err(e.clone()),
+                None => {}
+            }
+            q = match deadline {
+                None => self
+                    .shared
+                    .changed
+                    .wait(q)
+                    .unwrap_or_else(|p| p.into_inner()),
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(Error::from(client::ClientError::TimedOut));
+                    }
+                    self.shared
+                        .changed
+                        .wait_timeout(q, left)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0
+                }
+            };
+        }
+    }
+
+    pub fn close(&self) {
+        if let Ok(rt) = runtime() {
+            // The host stops sending; a closed connection has nothing to stop.
+            let _ = rt.block_on(async {
+                tokio::time::timeout(Duration::from_secs(5), self.client.unsubscribe(&self.id))
+                    .await
+            });
+        }
+        self.task.abort();
+        let mut q = self.shared.lock();
+        if q.end.is_none() {
+            q.end = Some(None);
+        }
+        self.shared.signal(&mut q);
+    }
+}
+
+/// Gives the caller an owned copy of a handle's last error message (NULL when none).
+pub fn error_message_of(slot: &ErrorSlot) -> *mut c_char {
+    slot.get().map_or(std::ptr::null_mut(), |e| {
+        crate::error::c_string(&e.message).into_raw()
+    })
+}

@@ -1,0 +1,316 @@
+//! The client surface in process, against a real host: a subscription's file descriptor is
+//! readable exactly while something waits, the poll honours its timeout, one client serves
+//! many threads at once, and a rejection carries its code, message and details.
+
+mod common;
+
+use std::ffi::{c_char, c_int, CStr, CString};
+use std::ptr::{null, null_mut};
+
+use piw::*;
+
+fn c(s: &str) -> CString {
+    CString::new(s).unwrap()
+}
+
+fn take(p: *mut c_char) -> String {
+    assert!(!p.is_null());
+    let s = unsafe { CStr::from_ptr(p) }.to_str().unwrap().to_owned();
+    unsafe { piw_string_free(p) };
+    s
+}
+
+fn last(f: extern "C" fn() -> *const c_char) -> String {
+    let p = f();
+    assert!(!p.is_null());
+    unsafe { CStr::from_ptr(p) }.to_str().unwrap().to_owned()
+}
+
+fn connect(install: &common::Install) -> *mut PiwClient {
+    let options = c(&serde_json::json!({
+        "home": install.piw_home(),
+        "host_bin": common::built("piw"),
+    })
+    .to_string());
+    let mut client = null_mut();
+    let st = unsafe { piw_connect(options.as_ptr(), &mut client) };
+    assert_eq!(st, PiwStatus::Ok, "{}", last(piw_last_error_message));
+    client
+}
+
+fn call(
+    client: *const PiwClient,
+    kind: &str,
+    envelope: Option<serde_json::Value>,
+    payload: Option<serde_json::Value>,
+) -> Result<serde_json::Value, PiwStatus> {
+    let kind = c(kind);
+    let envelope = envelope.map(|v| c(&v.to_string()));
+    let payload = payload.map(|v| c(&v.to_string()));
+    let mut out = null_mut();
+    let st = unsafe {
+        piw_client_call(
+            client,
+            kind.as_ptr(),
+            envelope.as_ref().map_or(null(), |e| e.as_ptr()),
+            payload.as_ref().map_or(null(), |p| p.as_ptr()),
+            30_000,
+            &mut out,
+        )
+    };
+    if st == PiwStatus::Ok {
+        Ok(serde_json::from_str(&take(out)).unwrap())
+    } else {
+        assert!(out.is_null());
+        Err(st)
+    }
+}
+
+/// Whether `fd` is readable within `ms` milliseconds.
+fn readable_within(fd: c_int, ms: c_int) -> bool {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+    assert!(n >= 0);
+    n == 1
+}
+
+#[test]
+fn the_subscription_fd_is_readable_exactly_while_events_wait() {
+    let install = common::Install::new();
+    let client = connect(&install);
+    let filter = c(r#"{"session_id":"fd-test"}"#);
+    let mut sub = null_mut();
+    assert_eq!(
+        unsafe { piw_subscribe(client, filter.as_ptr(), &mut sub) },
+        PiwStatus::Ok
+    );
+    let mut fd: c_int = -1;
+    assert_eq!(unsafe { piw_subscription_fd(sub, &mut fd) }, PiwStatus::Ok);
+    // Nothing happened yet: not readable, and a poll with no wait times out.
+    assert!(!readable_within(fd, 0));
+    let mut out = null_mut();
+    assert_eq!(
+        unsafe { piw_subscription_next(sub, 0, &mut out) },
+        PiwStatus::Timeout
+    );
+    assert_eq!(last(piw_last_error_code), "timeout");
+    assert!(out.is_null());
+
+    let workflow = common::repo_root().join("examples/hello.workflow.json");
+    let started = call(
+        client,
+        "run.start",
+        None,
+        Some(serde_json::json!({
+            "workflow_file": workflow, "session_id": "fd-test", "project_dir": install.path(),
+        })),
+    )
+    .unwrap();
+    let run_id = started["body"]["run_id"].as_str().unwrap().to_owned();
+    let mut seqs = Vec::new();
+    loop {
+        // A bound only a hang reaches.
+        assert!(readable_within(fd, 30_000), "no event within 30 s");
+        // Readable: an event is there, so a poll without waiting gets it.
+        assert_eq!(
+            unsafe { piw_subscription_next(sub, 0, &mut out) },
+            PiwStatus::Ok
+        );
+        let event: serde_json::Value = serde_json::from_str(&take(out)).unwrap();
+        assert_eq!(event["run_id"], run_id.as_str());
+        seqs.push(event["seq"].as_u64().unwrap());
+        if event["status"] == "completed" {
+            break;
+        }
+    }
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+    // Everything taken: not readable any more.
+    assert!(!readable_within(fd, 0));
+    // A typed rejection with details: a stale expected revision.
+    let err = call(
+        client,
+        "run.pause",
+        Some(serde_json::json!({"run_id": run_id, "expected_revision": 1})),
+        None,
+    );
+    assert_eq!(err, Err(PiwStatus::Rejected));
+    assert_eq!(piw_last_rejection_code(), PiwRejectionCode::StaleRevision);
+    assert_eq!(last(piw_last_error_code), "stale_revision");
+    let details: serde_json::Value = serde_json::from_str(&last(piw_last_error_details)).unwrap();
+    assert_eq!(details["expected"], 1, "{details}");
+    // The same failure is on the client handle.
+    assert_eq!(
+        unsafe { piw_client_error_rejection(client) },
+        PiwRejectionCode::StaleRevision
+    );
+    let message = take(unsafe { piw_client_error_message(client) });
+    assert!(message.contains("revision"), "{message}");
+
+    // Closing the client ends the subscription: readable, and next says why.
+    assert_eq!(unsafe { piw_client_close(client) }, PiwStatus::Ok);
+    assert!(readable_within(fd, 30_000));
+    let st = unsafe { piw_subscription_next(sub, 0, &mut out) };
+    assert!(matches!(st, PiwStatus::Closed | PiwStatus::End), "{st:?}");
+    assert_eq!(unsafe { piw_subscription_close(sub) }, PiwStatus::Ok);
+}
+
+#[test]
+fn one_client_serves_many_threads_at_once() {
+    let install = common::Install::new();
+    let client = connect(&install) as usize;
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let client = client as *const PiwClient;
+                for i in 0..25 {
+                    if (t + i) % 5 == 0 {
+                        // A rejection on one thread is that thread's error only.
+                        let id = format!("run-missing-{t}-{i}");
+                        let r = call(
+                            client,
+                            "run.status",
+                            Some(serde_json::json!({ "run_id": id })),
+                            None,
+                        );
+                        assert_eq!(r, Err(PiwStatus::Rejected));
+                        assert_eq!(piw_last_rejection_code(), PiwRejectionCode::NotFound);
+                        assert!(last(piw_last_error_message).contains(&id));
+                    } else {
+                        let r = call(client, "host.status", None, None).unwrap();
+                        assert!(r["body"].is_object());
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(
+        unsafe { piw_client_close(client as *mut PiwClient) },
+        PiwStatus::Ok
+    );
+}
+
+/// The C child verifies its sources before it loads anything: a workflow file changed while
+/// its run waited stops the run for review, through `piw_worker_verify_sources` and
+/// `piw_worker_fail(review)`, and the C library's client follows it all.
+#[test]
+fn a_source_changed_under_a_waiting_run_stops_it_for_review() {
+    let install = common::Install::new();
+    let child = install.path().join("bin/piw-c-child");
+    common::compile_c(
+        &[common::repo_root().join("examples/c/child.c")],
+        &child,
+        &[],
+    );
+    let workflow = install.path().join("approve.workflow.c-demo");
+    std::fs::copy(
+        common::repo_root().join("examples/c/approve.workflow.c-demo"),
+        &workflow,
+    )
+    .unwrap();
+    let options = c(&serde_json::json!({
+        "home": install.piw_home(),
+        "host_bin": common::built("piw"),
+        "host_env": { "PIW_RUNTIMES": format!(".workflow.c-demo={}", child.display()) },
+    })
+    .to_string());
+    let mut client = null_mut();
+    assert_eq!(
+        unsafe { piw_connect(options.as_ptr(), &mut client) },
+        PiwStatus::Ok,
+        "{}",
+        last(piw_last_error_message)
+    );
+    let filter = c(r#"{"session_id":"changed"}"#);
+    let mut sub = null_mut();
+    assert_eq!(
+        unsafe { piw_subscribe(client, filter.as_ptr(), &mut sub) },
+        PiwStatus::Ok
+    );
+    let started = call(
+        client,
+        "run.start",
+        None,
+        Some(serde_json::json!({
+            "workflow_file": workflow, "input": {"text": "a b"},
+            "session_id": "changed", "project_dir": install.path(),
+        })),
+    )
+    .unwrap();
+    let run_id = started["body"]["run_id"].as_str().unwrap().to_owned();
+    // Events until `until` (a bound of 30 s per event only a hang reaches).
+    let next_until = |until: &dyn Fn(&serde_json::Value) -> bool| -> serde_json::Value {
+        loop {
+            let mut out = null_mut();
+            let st = unsafe { piw_subscription_next(sub, 30_000, &mut out) };
+            assert_eq!(st, PiwStatus::Ok, "{}", last(piw_last_error_message));
+            let event: serde_json::Value = serde_json::from_str(&take(out)).unwrap();
+            if until(&event) {
+                return event;
+            }
+        }
+    };
+    let waiting = next_until(&|e| e["event_kind"] == "waiting");
+    // From here on, a subscription to the run itself sees the same events.
+    let run_filter = c(&serde_json::json!({ "run_id": run_id }).to_string());
+    let mut run_sub = null_mut();
+    assert_eq!(
+        unsafe { piw_subscribe(client, run_filter.as_ptr(), &mut run_sub) },
+        PiwStatus::Ok
+    );
+    // The workflow file changes while no child runs it.
+    let mut text = std::fs::read_to_string(&workflow).unwrap();
+    text.push('\n');
+    std::fs::write(&workflow, text).unwrap();
+    call(
+        client,
+        "checkpoint.answer",
+        Some(serde_json::json!({ "run_id": run_id })),
+        Some(serde_json::json!({ "decision_id": waiting["data"]["decision"], "answer": true })),
+    )
+    .unwrap();
+    let last_event = next_until(&|e| {
+        ["completed", "failed", "review", "cancelled"].contains(&e["status"].as_str().unwrap_or(""))
+    });
+    assert_eq!(last_event["status"], "review", "{last_event}");
+    let mut run_events = Vec::new();
+    loop {
+        let mut out = null_mut();
+        let st = unsafe { piw_subscription_next(run_sub, 30_000, &mut out) };
+        assert_eq!(st, PiwStatus::Ok, "{}", last(piw_last_error_message));
+        let event: serde_json::Value = serde_json::from_str(&take(out)).unwrap();
+        assert_eq!(event["run_id"], run_id.as_str());
+        // It may also get events committed shortly before its subscribe was answered.
+        if event["seq"].as_u64().unwrap() > waiting["seq"].as_u64().unwrap() {
+            run_events.push(event["seq"].as_u64().unwrap());
+        }
+        if event["seq"] == last_event["seq"] {
+            break;
+        }
+    }
+    let after_waiting = waiting["seq"].as_u64().unwrap() + 1;
+    assert_eq!(
+        run_events,
+        (after_waiting..=last_event["seq"].as_u64().unwrap()).collect::<Vec<_>>()
+    );
+    let status = call(
+        client,
+        "run.status",
+        Some(serde_json::json!({ "run_id": run_id })),
+        None,
+    )
+    .unwrap();
+    let reason = status["body"]["run"]["review_reason"].to_string();
+    assert!(reason.contains("changed since the run started"), "{reason}");
+    unsafe {
+        piw_subscription_close(run_sub);
+        piw_subscription_close(sub);
+        piw_client_close(client);
+    }
+}
