@@ -366,7 +366,8 @@ fn a_run_waiting_on_a_decision_shows_the_question() {
     assert!(text.contains("WAITING · ship · "), "{text}");
     assert!(text.contains("live · current node approve"), "{text}");
     let approve = text.lines().find(|l| l.contains("[approve]")).unwrap();
-    assert!(approve.contains("? [approve] waiting"), "{text}");
+    // Selected (the current node when a run opens) and the current node.
+    assert!(approve.contains(">▸? [approve] waiting"), "{text}");
     assert!(text.contains("human_decision"), "{text}");
     assert!(text.contains(&decision[..12]), "{text}");
     assert!(text.contains("question: Ship app.tar to"), "{text}");
