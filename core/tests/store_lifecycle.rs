@@ -916,22 +916,26 @@ fn a_claim_that_expired_while_its_own_host_stalled_costs_the_run_no_loss() {
     assert_eq!(last.data["losses"], json!(1), "{}", last.data);
 }
 
+/// How a run's child can go away before it proposes its next transition, each as the store
+/// records it: the child died, the host released the claim while stopping, or a later host
+/// recovered the runs of a host that died.
+type Loss = fn(&mut WriteTx<'_>, &Claim) -> StoreResult<RecoveredRun>;
+const CHILD_LOSSES: [(&str, Loss); 3] = [
+    ("child lost", |w, c| w.child_lost(c, "crashed")),
+    ("host stopping", |w, c| w.release_at_shutdown(c)),
+    ("host died", |w, _| {
+        w.recover_runs_of_dead_hosts("host-after-restart")
+            .map(|mut r| r.remove(0))
+    }),
+];
+
 /// A person answered a protected decision; the child that continues the attempt with that
 /// answer goes away (crash, handshake timeout, host restart or stop) before it proposes the
 /// transition. The answer is committed: the next child must continue the same attempt with
 /// it, not rerun the node and ask the person again.
 #[test]
 fn an_answered_decision_survives_the_loss_of_the_child_that_continues_it() {
-    type Loss = fn(&mut WriteTx<'_>, &Claim) -> StoreResult<RecoveredRun>;
-    let losses: [(&str, Loss); 3] = [
-        ("child lost", |w, c| w.child_lost(c, "crashed")),
-        ("host stopping", |w, c| w.release_at_shutdown(c)),
-        ("host died", |w, _| {
-            w.recover_runs_of_dead_hosts("host-after-restart")
-                .map(|mut r| r.remove(0))
-        }),
-    ];
-    for (what, lose) in losses {
+    for (what, lose) in CHILD_LOSSES {
         let mut f = Fixture::new();
         let (run_id, act, a) = f.running();
         let d = f
@@ -967,16 +971,7 @@ fn an_answered_decision_survives_the_loss_of_the_child_that_continues_it() {
 /// continues the attempt with it (`accepted`), and the model is not asked again.
 #[test]
 fn an_accepted_submission_survives_the_loss_of_the_child_that_accepted_it() {
-    type Loss = fn(&mut WriteTx<'_>, &Claim) -> StoreResult<RecoveredRun>;
-    let losses: [(&str, Loss); 3] = [
-        ("child lost", |w, c| w.child_lost(c, "crashed")),
-        ("host stopping", |w, c| w.release_at_shutdown(c)),
-        ("host died", |w, _| {
-            w.recover_runs_of_dead_hosts("host-after-restart")
-                .map(|mut r| r.remove(0))
-        }),
-    ];
-    for (what, lose) in losses {
+    for (what, lose) in CHILD_LOSSES {
         let mut f = Fixture::new();
         let (run_id, a, i, s) = submitted(&mut f);
         let act = activate_to_validate(&mut f, &run_id, &a, &s);
@@ -1008,10 +1003,6 @@ fn an_accepted_submission_survives_the_loss_of_the_child_that_accepted_it() {
     }
 }
 
-/// A decision waits at most until its attempt's deadline (the node's `timeout_ms`): the host
-/// expires it then and the run resumes to record the attempt timed out. An answer after the
-/// deadline is refused with a typed error and changes nothing; one in time stands, and the
-/// deadline no longer applies to the attempt that continues with it.
 /// A decision whose deadline passed is a committed outcome too: the child that routes the
 /// timeout goes away (crash, host restart or stop) before it proposes the transition, and the
 /// next child still routes `timed_out` for the same attempt. Before, a dead host's recovery
@@ -1019,16 +1010,7 @@ fn an_accepted_submission_survives_the_loss_of_the_child_that_accepted_it() {
 /// again, and a crash postponed the deadline (found by the host's crash matrix).
 #[test]
 fn an_expired_decision_survives_the_loss_of_the_child_that_routes_it() {
-    type Loss = fn(&mut WriteTx<'_>, &Claim) -> StoreResult<RecoveredRun>;
-    let losses: [(&str, Loss); 3] = [
-        ("child lost", |w, c| w.child_lost(c, "crashed")),
-        ("host stopping", |w, c| w.release_at_shutdown(c)),
-        ("host died", |w, _| {
-            w.recover_runs_of_dead_hosts("host-after-restart")
-                .map(|mut r| r.remove(0))
-        }),
-    ];
-    for (what, lose) in losses {
+    for (what, lose) in CHILD_LOSSES {
         let mut f = Fixture::new();
         let run_id = f.start();
         let act = f.activate(&run_id);
@@ -1067,6 +1049,10 @@ fn an_expired_decision_survives_the_loss_of_the_child_that_routes_it() {
     }
 }
 
+/// A decision waits at most until its attempt's deadline (the node's `timeout_ms`): the host
+/// expires it then and the run resumes to record the attempt timed out. An answer after the
+/// deadline is refused with a typed error and changes nothing; one in time stands, and the
+/// deadline no longer applies to the attempt that continues with it.
 #[test]
 fn a_decision_expires_at_its_node_deadline_and_a_late_answer_is_refused() {
     let mut f = Fixture::new();

@@ -125,6 +125,9 @@ async fn the_environment_is_clean_plus_the_given_variables() {
     let names: Vec<&str> = out.lines().filter_map(|l| l.split('=').next()).collect();
     assert!(out.lines().any(|l| l == "PIW_TEST_VAR=hello"), "{out}");
     assert!(names.contains(&"PATH"), "{out}");
+    // The marker that lets a stop find descendants whose parent chain broke.
+    let marker = format!("{}=/{}.", supervise::MARKER_VAR, std::process::id());
+    assert!(out.lines().any(|l| l.starts_with(&marker)), "{out}");
     for name in &names {
         assert!(
             [
@@ -133,6 +136,7 @@ async fn the_environment_is_clean_plus_the_given_variables() {
                 "LANG",
                 "TMPDIR",
                 "PIW_TEST_VAR",
+                supervise::MARKER_VAR,
                 "PWD",
                 "SHLVL",
                 "_"

@@ -144,6 +144,20 @@ impl Env {
         r.body["run_id"].as_str().unwrap().to_owned()
     }
 
+    /// Cancels `run_id` with request id `request_id` and returns the host's answer.
+    fn cancel(&self, request_id: &str, run_id: &str) -> Value {
+        self.client()
+            .send(
+                Request::new(
+                    request_id,
+                    RequestBody::RunCancel(payload::RunCancel { reason: None }),
+                )
+                .with_run_id(run_id),
+            )
+            .unwrap()
+            .body
+    }
+
     fn status(&self, run_id: &str) -> Value {
         let r = self
             .client()
@@ -716,15 +730,7 @@ fn cancelling_kills_the_whole_process_group_after_the_grace() {
     );
     let run_id = env.start(&file, json!({}));
     let grandchild = wait_for_pid_file(&pid_file) as i32;
-    env.client()
-        .send(
-            Request::new(
-                "cancel",
-                RequestBody::RunCancel(payload::RunCancel { reason: None }),
-            )
-            .with_run_id(&run_id),
-        )
-        .unwrap();
+    env.cancel("cancel", &run_id);
     assert_eq!(env.status(&run_id)["run"]["status"], json!("cancelled"));
     let start = Instant::now();
     while Path::new(&format!("/proc/{grandchild}")).exists() && !is_zombie(grandchild) {
@@ -752,33 +758,100 @@ fn cancelling_kills_a_detached_grandchild_too() {
     );
     let run_id = env.start(&file, json!({}));
     let grandchild = wait_for_pid_file(&pid_file) as i32;
-    // Killed whatever the assertions find, so it never outlives the test.
-    struct Kill(i32);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            // SAFETY: kill has no memory preconditions; the pid is this test's grandchild.
-            unsafe { libc::kill(self.0, libc::SIGKILL) };
-        }
+    let _cleanup = KillOnDrop(grandchild);
+    env.cancel("cancel", &run_id);
+    wait_until_gone(grandchild, "the detached grandchild survived the cancel");
+    env.stop(host);
+}
+
+/// A descendant that left the child's group and lost its parent chain (a double fork: its
+/// parent exited at once, so init adopted it) is found neither through the group nor through
+/// the parent ids. It still carries the child's `PIW_SUPERVISED` marker, and a cancel stops it
+/// through that. Before, it survived the cancel.
+#[test]
+fn cancelling_kills_an_orphaned_grandchild_through_its_marker() {
+    let env = Env::new(&[("PIW_KILL_GRACE_MS", "300")]);
+    let host = env.serve(None);
+    let pid_file = env.path("orphaned.pid");
+    let file = env.one_node(
+        "double-forking",
+        json!({"orphaned_grandchild": pid_file.display().to_string()}),
+    );
+    let run_id = env.start(&file, json!({}));
+    let grandchild = wait_for_pid_file(&pid_file) as i32;
+    let _cleanup = KillOnDrop(grandchild);
+    let child = env.wait_for(&run_id, &["running"], Duration::from_secs(20))["last_child"]["pid"]
+        .as_i64()
+        .expect("the running child is recorded") as i32;
+    assert_ne!(
+        parent_of(grandchild),
+        Some(child),
+        "the grandchild's chain must be broken for this test to mean anything"
+    );
+    env.cancel("cancel", &run_id);
+    wait_until_gone(grandchild, "the orphaned grandchild survived the cancel");
+    env.stop(host);
+}
+
+/// A host that dies leaves its child's orphaned grandchild running; the next host of the same
+/// installation stops it at start-up (its recorded children are stopped by their groups, which
+/// this process left).
+#[test]
+fn a_restarted_host_stops_what_an_earlier_hosts_children_left() {
+    let env = Env::new(&[("PIW_KILL_GRACE_MS", "300")]);
+    let mut host = env.serve(None);
+    let pid_file = env.path("orphaned.pid");
+    let file = env.one_node(
+        "double-forking",
+        json!({"orphaned_grandchild": pid_file.display().to_string()}),
+    );
+    env.start(&file, json!({}));
+    let grandchild = wait_for_pid_file(&pid_file) as i32;
+    let _cleanup = KillOnDrop(grandchild);
+    host.kill().unwrap();
+    host.wait().unwrap();
+    assert!(
+        Path::new(&format!("/proc/{grandchild}")).exists() && !is_zombie(grandchild),
+        "the grandchild outlived its host"
+    );
+    let host = env.serve(None);
+    wait_until_gone(
+        grandchild,
+        "the restarted host left the orphaned grandchild running",
+    );
+    env.stop(host);
+}
+
+/// SIGKILLs a pid when dropped, so a process a test made never outlives it.
+struct KillOnDrop(i32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        // SAFETY: kill has no memory preconditions; the pid is this test's own process.
+        unsafe { libc::kill(self.0, libc::SIGKILL) };
     }
-    let _cleanup = Kill(grandchild);
-    env.client()
-        .send(
-            Request::new(
-                "cancel",
-                RequestBody::RunCancel(payload::RunCancel { reason: None }),
-            )
-            .with_run_id(&run_id),
-        )
-        .unwrap();
+}
+
+/// Polls until `pid` runs no more (gone or a zombie); fails with `what` after 20 s.
+fn wait_until_gone(pid: i32, what: &str) {
     let start = Instant::now();
-    while Path::new(&format!("/proc/{grandchild}")).exists() && !is_zombie(grandchild) {
+    while Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(pid) {
         assert!(
             start.elapsed() < Duration::from_secs(20),
-            "detached grandchild {grandchild} survived the cancel"
+            "{what} (pid {pid})"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    env.stop(host);
+}
+
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')')
+        .next()?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 fn is_zombie(pid: i32) -> bool {
@@ -1299,15 +1372,7 @@ fn active_children_are_capped_and_the_rest_wait_in_the_queue() {
     wait_for_running_attempt(&env, &second, "a");
     let third = env.start(&later, json!({}));
     assert_eq!(env.status(&third)["run"]["status"], json!("queued"));
-    env.client()
-        .send(
-            Request::new(
-                "cancel-queued",
-                RequestBody::RunCancel(payload::RunCancel { reason: None }),
-            )
-            .with_run_id(&third),
-        )
-        .unwrap();
+    env.cancel("cancel-queued", &third);
     std::fs::write(&later_barrier, b"").unwrap();
     env.wait_for(&second, &["completed"], Duration::from_secs(20));
     let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();

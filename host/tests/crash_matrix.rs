@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use piw_core::client::{BlockingClient, ClientError};
 use piw_core::paths::PiwPaths;
 use piw_core::protocol::{payload, Receipt, Request, RequestBody};
+use piw_tests::{is_final, pending};
 use serde_json::{json, Value};
 
 mod common;
@@ -207,6 +208,24 @@ impl Scenario {
         }
     }
 
+    /// A graceful stop (`request_id`), waited for; a host that aborts at its fault point on the
+    /// way is counted.
+    fn stop_host(&mut self, request_id: &str) {
+        let _ = self.call(Request::new(request_id, RequestBody::HostStop));
+        let mut host = self.host.take().unwrap();
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = host.try_wait().unwrap() {
+                break status;
+            }
+            assert!(start.elapsed() < BOUND, "the host never stopped");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        if !status.success() {
+            self.count_death(status);
+        }
+    }
+
     fn advance_clock(&self, ms: i64) {
         let file = self.path("clock");
         let offset: i64 = std::fs::read_to_string(&file)
@@ -273,19 +292,7 @@ impl Scenario {
 
         // A graceful stop and restart while the spinning child computes.
         self.wait(&spin_id, "spinning", |s| running_attempt(s, "spin"));
-        let _ = self.call(Request::new("stop-1", RequestBody::HostStop));
-        let mut host = self.host.take().unwrap();
-        let start = Instant::now();
-        let status = loop {
-            if let Some(status) = host.try_wait().unwrap() {
-                break status;
-            }
-            assert!(start.elapsed() < BOUND, "the host never stopped");
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        if !status.success() {
-            self.count_death(status);
-        }
+        self.stop_host("stop-1");
         self.serve();
 
         // Live cancellation of the spinning run.
@@ -376,6 +383,43 @@ impl Scenario {
             }
         }
 
+        // Repair: with the host stopped, derived rows of both finished runs are damaged (a
+        // stale viewer projection, a lost queue row); `repair` rebuilds them. A crash around
+        // its commit is answered by repairing again.
+        self.stop_host("stop-2");
+        {
+            let db = rusqlite::Connection::open(&self.paths.db).unwrap();
+            let damaged = db
+                .execute(
+                    "UPDATE run_views SET status = 'running' WHERE run_id = ?1",
+                    [&flow_id],
+                )
+                .unwrap()
+                + db.execute("DELETE FROM queue WHERE run_id = ?1", [&spin_id])
+                    .unwrap();
+            assert_eq!(damaged, 2);
+        }
+        self.serve();
+        for round in 0.. {
+            assert!(round < 5, "repair never left diagnose clean");
+            let r = self.call(Request::new(
+                piw_core::ids::new_id("repair"),
+                RequestBody::Repair,
+            ));
+            let findings = self
+                .call(Request::new(
+                    piw_core::ids::new_id("diag"),
+                    RequestBody::Diagnose,
+                ))
+                .unwrap()
+                .body["findings"]
+                .clone();
+            if findings.as_array().is_some_and(Vec::is_empty) {
+                break;
+            }
+            assert!(r.is_ok(), "repair failed: {r:?}; findings {findings:#}");
+        }
+
         // Nothing of the cancelled run lives on.
         let store =
             piw_core::store::Store::open_read_only(&self.paths.db, Default::default()).unwrap();
@@ -453,20 +497,6 @@ fn running_attempt(s: &Value, node: &str) -> bool {
     })
 }
 
-fn pending<'a>(s: &'a Value, list: &str, node: &str) -> Option<&'a Value> {
-    s[list]
-        .as_array()?
-        .iter()
-        .find(|x| x["node_id"] == json!(node) && x["status"] == json!("pending"))
-}
-
-fn is_final(s: &Value) -> bool {
-    matches!(
-        s["run"]["status"].as_str(),
-        Some("completed" | "failed" | "cancelled" | "timed_out" | "review")
-    )
-}
-
 fn is_live(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
         !s.rsplit(')')
@@ -518,6 +548,7 @@ fn a_crash_before_or_after_any_commit_loses_nothing_and_doubles_nothing() {
         "notified",
         "transitioned",
         "completed",
+        "repair",
     ] {
         assert!(
             ops.contains(op),

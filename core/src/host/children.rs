@@ -543,6 +543,7 @@ fn launch(
                 limits,
                 nice: cfg.nice,
                 tail_bytes: CHILD_TAIL_BYTES,
+                scope: super::supervision_scope(&state.socket_path),
             },
         })
     });
@@ -560,6 +561,7 @@ fn launch(
             limits,
             nice: cfg.nice,
             tail_bytes: CHILD_TAIL_BYTES,
+            scope: super::supervision_scope(&state.socket_path),
         },
         standby,
     });

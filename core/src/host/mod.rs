@@ -364,6 +364,10 @@ pub fn serve(config: HostConfig) -> Result<(), HostError> {
         );
     }
     cleanup_orphans(&mut store, epoch, config.children.kill_grace)?;
+    crate::supervise::kill_marked_leftovers(
+        &supervision_scope(&config.paths.socket),
+        config.children.kill_grace,
+    );
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         // One thread for all connections: they only frame and decode; the store thread does
@@ -374,6 +378,15 @@ pub fn serve(config: HostConfig) -> Result<(), HostError> {
         .build()
         .map_err(io_err("cannot start the async runtime"))?;
     runtime.block_on(serve_async(config, store, epoch, host_owner_id(epoch)))
+}
+
+/// The scope of an installation's child markers ([`crate::supervise::MARKER_VAR`]): a digest of
+/// its socket path, which names one installation, so that cleaning up after one never touches
+/// another's children.
+pub fn supervision_scope(socket: &std::path::Path) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(socket.as_os_str().as_encoded_bytes());
+    hex::encode(&digest[..8])
 }
 
 /// The claim owner of a host epoch.

@@ -296,6 +296,7 @@ impl Store {
             return Ok(report);
         }
         self.write(|w| {
+            w.ops.push("repair");
             for f in findings {
                 if !f.repairable {
                     report.left_for_review.push(f);

@@ -47,10 +47,12 @@ use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-pub use orphan::{kill_orphan_group, kill_orphan_groups, OrphanOutcome, RecordedProcess};
+pub use orphan::{
+    kill_marked_leftovers, kill_orphan_group, kill_orphan_groups, OrphanOutcome, RecordedProcess,
+};
 pub use procfs::{
     flock_held, group_alive, group_members, parse_proc_stat, process_alive, process_start_time,
-    read_proc_stat, ProcStat,
+    processes_with_env, read_proc_stat, ProcStat,
 };
 use tail::Tail;
 
@@ -70,6 +72,18 @@ pub(crate) const KILL_SETTLE: Duration = Duration::from_secs(2);
 /// also marks every process of an installation, which the test harnesses use to leave none
 /// behind.
 pub const INHERITED_ENV: [&str; 5] = ["PATH", "HOME", "LANG", "TMPDIR", "PIW_HOME"];
+
+/// The variable that marks every supervised child, and through inheritance its descendants:
+/// `PIW_SUPERVISED=<scope>/<supervisor pid>.<n>`, one value per spawn. A descendant that left
+/// the child's process group *and* lost its parent chain (a double fork, a daemon whose parent
+/// exited) cannot be found through the group or the parent ids any more; it still carries this
+/// entry in `/proc/<pid>/environ`, which is how a stop finds it ([`Supervised::stop`]) and how
+/// a later host finds what an earlier one left ([`kill_marked_leftovers`]). A process that
+/// started with a scrubbed environment (`env -i`) after leaving the group is not found.
+pub const MARKER_VAR: &str = "PIW_SUPERVISED";
+
+/// Numbers the spawns of this process, for [`MARKER_VAR`].
+static SPAWN_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Size of one read from a child's stdout or stderr.
 const READ_CHUNK: usize = 64 * 1024;
@@ -109,6 +123,10 @@ pub struct SpawnSpec {
     pub nice: i32,
     /// How many trailing bytes of stdout and of stderr to keep (each).
     pub tail_bytes: usize,
+    /// Whose child this is (the host passes a digest of its installation): the first part of
+    /// the child's [`MARKER_VAR`] value, so that [`kill_marked_leftovers`] of one installation
+    /// never touches another's children. May be empty.
+    pub scope: String,
 }
 
 impl SpawnSpec {
@@ -124,7 +142,14 @@ impl SpawnSpec {
             limits: ChildLimits::default(),
             nice: 0,
             tail_bytes: DEFAULT_TAIL_BYTES,
+            scope: String::new(),
         }
+    }
+
+    /// Sets the scope of the child's [`MARKER_VAR`] value.
+    pub fn scope(mut self, scope: impl Into<String>) -> Self {
+        self.scope = scope.into();
+        self
     }
 
     /// Lowers the child's CPU priority by `nice` (see [`SpawnSpec::nice`]).
@@ -303,6 +328,8 @@ pub struct GroupKiller {
 struct Shared {
     pid: u32,
     program: PathBuf,
+    /// The child's `PIW_SUPERVISED=...` entry, which its descendants inherit.
+    marker_entry: Vec<u8>,
     reap: Mutex<ReapState>,
     runtime: tokio::runtime::Handle,
 }
@@ -409,6 +436,9 @@ async fn spawn_with(
     for (key, value) in &spec.env {
         cmd.env(key, value);
     }
+    let seq = SPAWN_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let marker = format!("{}/{}.{seq}", spec.scope, std::process::id());
+    cmd.env(MARKER_VAR, &marker);
     let limits = spec.limits;
     // Core dumps are off for every child through the limit it inherits from this process, so
     // a child without CPU or memory limits needs no pre-exec hook, and std starts it with
@@ -468,6 +498,7 @@ async fn spawn_with(
     let shared = Arc::new(Shared {
         pid,
         program: program.clone(),
+        marker_entry: format!("{MARKER_VAR}={marker}").into_bytes(),
         reap: Mutex::new(ReapState::default()),
         runtime: runtime.clone(),
     });
@@ -716,14 +747,27 @@ impl Shared {
         StopOutcome::Killed
     }
 
-    /// Sends `signal` to the child's descendants that left its process group (found while the
-    /// child still runs: once it is gone they belong to init and nothing leads to them), and
-    /// returns them for the SIGKILL after the grace. Empty once the leader was reaped.
+    /// Sends `signal` to the child's descendants that left its process group, and returns them
+    /// for the SIGKILL after the grace. Two ways find them: the parent ids (while the leader is
+    /// held, for descendants whatever their environment) and the child's [`MARKER_VAR`] entry
+    /// (for those whose parent chain broke, also after the leader was reaped).
     fn signal_detached(&self, signal: libc::c_int) -> Vec<(u32, u64)> {
-        if self.lock().reaped {
-            return Vec::new();
+        let reaped = self.lock().reaped;
+        let mut detached = if reaped {
+            Vec::new()
+        } else {
+            procfs::detached_descendants(self.pid, self.pid).unwrap_or_default()
+        };
+        let marked = procfs::processes_with_env(|entry| entry == self.marker_entry.as_slice())
+            .unwrap_or_default();
+        for (pid, stat) in marked {
+            // Members of the group get the group's signal; signalling them twice could turn
+            // a graceful stop into a hard one.
+            let in_group = !reaped && u32::try_from(stat.pgrp).ok() == Some(self.pid);
+            if !in_group && !detached.iter().any(|&(p, _)| p == pid) {
+                detached.push((pid, stat.start_time));
+            }
         }
-        let detached = procfs::detached_descendants(self.pid, self.pid).unwrap_or_default();
         for &(pid, _) in &detached {
             let _ = procfs::signal_process(pid, signal);
         }

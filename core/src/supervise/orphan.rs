@@ -2,8 +2,10 @@
 
 use std::time::{Duration, Instant};
 
-use super::procfs::{group_alive, read_proc_stat, signal_group, signal_process};
-use super::KILL_SETTLE;
+use super::procfs::{
+    group_alive, processes_with_env, read_proc_stat, signal_group, signal_process,
+};
+use super::{KILL_SETTLE, MARKER_VAR};
 
 /// What [`kill_orphan_groups`] found and did to one recorded child.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,6 +91,64 @@ pub fn kill_orphan_groups(recorded: &[RecordedProcess], grace: Duration) -> Vec<
         tracing::warn!(?alive, "orphaned child groups still alive after SIGKILL");
     }
     outcomes
+}
+
+/// Stops every process that still carries a [`MARKER_VAR`] entry of `scope` (children of an
+/// installation and their descendants, whatever group or parent they have now), except this
+/// process and its ancestors: SIGTERM, then SIGKILL after `grace` to those still running (same
+/// start time). Returns how many were signalled.
+///
+/// For a host's start-up and `piw state reset`, which hold the installation's lock: no host of
+/// that installation runs, so every marked process is a leftover of an earlier one. The
+/// recorded children are stopped by [`kill_orphan_groups`]; this finds what left their groups
+/// and lost its parent chain (a double fork), which nothing recorded leads to.
+pub fn kill_marked_leftovers(scope: &str, grace: Duration) -> usize {
+    let prefix = format!("{MARKER_VAR}={scope}/").into_bytes();
+    let ancestors = own_ancestors();
+    let Ok(found) = processes_with_env(|entry| entry.starts_with(&prefix)) else {
+        return 0;
+    };
+    let leftovers: Vec<(u32, u64)> = found
+        .into_iter()
+        .filter(|(pid, _)| !ancestors.contains(pid))
+        .map(|(pid, stat)| (pid, stat.start_time))
+        .collect();
+    if leftovers.is_empty() {
+        return 0;
+    }
+    tracing::info!(
+        count = leftovers.len(),
+        "stopping processes an earlier host's children left"
+    );
+    for &(pid, _) in &leftovers {
+        let _ = signal_process(pid, libc::SIGTERM);
+    }
+    let same = |&(pid, start): &(u32, u64)| {
+        read_proc_stat(pid).is_some_and(|s| s.start_time == start && !s.is_dead())
+    };
+    if !wait_until(&|| !leftovers.iter().any(same), grace) {
+        for left in leftovers.iter().filter(|p| same(p)) {
+            let _ = signal_process(left.0, libc::SIGKILL);
+        }
+    }
+    leftovers.len()
+}
+
+/// This process's ancestors (not this process: [`processes_with_env`] skips it), up to init.
+fn own_ancestors() -> Vec<u32> {
+    let mut chain = Vec::new();
+    let mut pid = std::process::id();
+    while let Some(stat) = read_proc_stat(pid) {
+        let Ok(parent) = u32::try_from(stat.ppid) else {
+            break;
+        };
+        if parent <= 1 || chain.contains(&parent) {
+            break;
+        }
+        chain.push(parent);
+        pid = parent;
+    }
+    chain
 }
 
 /// Checks one recorded child and, when it is still the same process and anything in its group

@@ -96,6 +96,17 @@ pub fn process_alive(pid: u32) -> bool {
     read_proc_stat(pid).is_some_and(|s| !s.is_dead())
 }
 
+/// The pids listed in `/proc` (processes, not threads), in no particular order.
+fn all_pids() -> io::Result<Vec<u32>> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc")? {
+        if let Some(pid) = entry?.file_name().to_str().and_then(|s| s.parse().ok()) {
+            pids.push(pid);
+        }
+    }
+    Ok(pids)
+}
+
 /// The pids of the live (not dead, see [`ProcStat::is_dead`]) processes in group `pgid`,
 /// found by scanning `/proc`.
 pub fn group_members(pgid: u32) -> io::Result<Vec<u32>> {
@@ -103,15 +114,7 @@ pub fn group_members(pgid: u32) -> io::Result<Vec<u32>> {
         return Ok(Vec::new());
     };
     let mut members = Vec::new();
-    for entry in std::fs::read_dir("/proc")? {
-        let entry = entry?;
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
+    for pid in all_pids()? {
         // A process may vanish between listing and reading: that is not an error.
         if let Some(stat) = read_proc_stat(pid) {
             if stat.pgrp == want && !stat.is_dead() {
@@ -127,15 +130,7 @@ pub fn group_members(pgid: u32) -> io::Result<Vec<u32>> {
 /// with its start time: a group kill misses them.
 pub fn detached_descendants(pid: u32, pgid: u32) -> io::Result<Vec<(u32, u64)>> {
     let mut all = Vec::new();
-    for entry in std::fs::read_dir("/proc")? {
-        let entry = entry?;
-        let Some(p) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
+    for p in all_pids()? {
         // A process may vanish between listing and reading: that is not an error.
         if let Some(stat) = read_proc_stat(p) {
             all.push((p, stat));
@@ -152,6 +147,33 @@ pub fn detached_descendants(pid: u32, pgid: u32) -> io::Result<Vec<(u32, u64)>> 
                     found.push((*p, stat.start_time));
                 }
             }
+        }
+    }
+    Ok(found)
+}
+
+/// The live processes (other than this one) with an environment entry (`KEY=value`, as in
+/// `/proc/<pid>/environ`) for which `matches` holds, each with its `/proc/<pid>/stat`.
+///
+/// `/proc/<pid>/environ` is the environment the process was started with and is readable only
+/// for processes of our own user, so another user's processes are never listed. Zombies have
+/// an empty environment and are not listed either.
+pub fn processes_with_env(matches: impl Fn(&[u8]) -> bool) -> io::Result<Vec<(u32, ProcStat)>> {
+    let me = std::process::id();
+    let mut found = Vec::new();
+    for pid in all_pids()? {
+        if pid == me {
+            continue;
+        }
+        // A process may vanish (or not be ours) between listing and reading: skip it.
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        if !environ.split(|&b| b == 0).any(&matches) {
+            continue;
+        }
+        if let Some(stat) = read_proc_stat(pid).filter(|s| !s.is_dead()) {
+            found.push((pid, stat));
         }
     }
     Ok(found)

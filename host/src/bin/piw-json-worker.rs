@@ -255,6 +255,20 @@ fn execute(w: &mut Worker, b: &Value, input: &Value) -> Result<Step, WorkerError
             std::thread::sleep(Duration::from_secs(1));
         }
     }
+    if let Some(pid_file) = b["orphaned_grandchild"].as_str() {
+        // A double fork: the middle shell leaves the group and exits at once, so the
+        // grandchild has neither the child's group nor a parent chain back to it.
+        let _ = std::process::Command::new("setsid")
+            .arg("/bin/sh")
+            .arg("-c")
+            .arg(format!(
+                "/bin/sh -c \"trap '' TERM; echo \\$\\$ > '{pid_file}'; while true; do sleep 1; done\" &"
+            ))
+            .status();
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
     if let Some(pid_file) = b["grandchild_ignoring_term"].as_str() {
         let _ = std::process::Command::new("/bin/sh")
             .arg("-c")

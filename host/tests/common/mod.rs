@@ -73,39 +73,4 @@ impl Drop for HostProc {
     }
 }
 
-/// Kills every process of the installation at `home`: its hosts, their children and the
-/// children's descendants, found by the `PIW_HOME=<home>` in their environment (a host passes
-/// it on to its children, and they to theirs). A test's harness calls it when the test ends,
-/// pass or fail, so a failed test leaves no spinning child behind to slow down or fail the
-/// tests after it. Repeats until none is left: a host that dies last may have started one.
-pub fn kill_installation(home: &Path) {
-    let entry = format!("PIW_HOME={}", home.display()).into_bytes();
-    for _ in 0..100 {
-        let pids = processes_with_env_entry(&entry);
-        if pids.is_empty() {
-            return;
-        }
-        for pid in pids {
-            // SAFETY: a plain system call; the pid was just read from /proc and carries this
-            // test's own installation in its environment.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Live processes (other than this one) whose environment holds exactly `entry`. Zombies have
-/// an empty environment and are not listed.
-fn processes_with_env_entry(entry: &[u8]) -> Vec<i32> {
-    let me = std::process::id() as i32;
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&pid| pid != me)
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|env| env.split(|&b| b == 0).any(|kv| kv == entry))
-        })
-        .collect()
-}
+pub use piw_tests::kill_installation;

@@ -26,7 +26,7 @@
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -38,6 +38,7 @@ use piw_core::protocol::{
     encode_frame, payload, Limits, Receipt, RejectionCode, Request, RequestBody,
 };
 use piw_core::store::{Store, StoreConfig};
+use piw_tests::{installation_processes, is_final, kill_installation, pending};
 use rand::rngs::StdRng;
 use rand::{RngExt as _, SeedableRng};
 use serde_json::{json, Value};
@@ -119,6 +120,8 @@ struct Tally {
 
 struct Soak {
     seed: u64,
+    /// How many background readers run ([`Background::start`]).
+    readers: u64,
     /// The schedule: every step draws the same number of values from it, whatever the host
     /// answered, so a seed replays the same sequence of intended actions and faults.
     rng: StdRng,
@@ -151,15 +154,19 @@ impl Drop for Soak {
 }
 
 fn main() -> ExitCode {
-    let (seed, seconds) = match parse_args() {
+    let Args {
+        seed,
+        seconds,
+        readers,
+    } = match parse_args() {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("piw-soak: {e}\nusage: piw-soak --seed N --seconds S");
+            eprintln!("piw-soak: {e}\nusage: piw-soak --seed N [--seconds S] [--readers K]");
             return ExitCode::from(2);
         }
     };
-    eprintln!("piw-soak: seed={seed} seconds={seconds} (replay with scripts/soak --seed {seed} --seconds {seconds})");
-    match Soak::new(seed).and_then(|mut s| s.run(Duration::from_secs(seconds))) {
+    eprintln!("piw-soak: seed={seed} seconds={seconds} readers={readers} (replay with scripts/soak --seed {seed} --seconds {seconds} --readers {readers})");
+    match Soak::new(seed, readers).and_then(|mut s| s.run(Duration::from_secs(seconds))) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {
@@ -169,9 +176,19 @@ fn main() -> ExitCode {
     }
 }
 
-fn parse_args() -> Result<(u64, u64), String> {
+struct Args {
+    seed: u64,
+    seconds: u64,
+    /// Background clients reading status and run lists in a loop (default 1): more of them
+    /// put more frames through the host without changing the fault schedule, which draws
+    /// nothing for them.
+    readers: u64,
+}
+
+fn parse_args() -> Result<Args, String> {
     let mut seed = None;
     let mut seconds = None;
+    let mut readers = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let value = args.next().ok_or(format!("{a} needs a value"))?;
@@ -181,14 +198,20 @@ fn parse_args() -> Result<(u64, u64), String> {
         match a.as_str() {
             "--seed" => seed = Some(n),
             "--seconds" => seconds = Some(n),
+            "--readers" if (1..=16).contains(&n) => readers = Some(n),
+            "--readers" => return Err(format!("--readers: between 1 and 16, not {n}")),
             _ => return Err(format!("unknown argument {a}")),
         }
     }
-    Ok((seed.ok_or("--seed is required")?, seconds.unwrap_or(60)))
+    Ok(Args {
+        seed: seed.ok_or("--seed is required")?,
+        seconds: seconds.unwrap_or(60),
+        readers: readers.unwrap_or(1),
+    })
 }
 
 impl Soak {
-    fn new(seed: u64) -> Res<Self> {
+    fn new(seed: u64, readers: u64) -> Res<Self> {
         let exe = std::env::current_exe()?;
         let bin_dir = exe.parent().ok_or("the soak binary has no directory")?;
         let piw = bin_dir.join("piw");
@@ -205,6 +228,7 @@ impl Soak {
         let paths = PiwPaths::for_home(dir.path().join("piw"));
         Ok(Self {
             seed,
+            readers,
             rng: StdRng::seed_from_u64(seed),
             client_rng: StdRng::seed_from_u64(seed ^ 0x5eed_c11e_57ab_1e00),
             fault_log: Vec::new(),
@@ -224,7 +248,7 @@ impl Soak {
 
     fn run(&mut self, duration: Duration) -> Res<bool> {
         self.serve()?;
-        let background = Background::start(&self.paths);
+        let background = Background::start(&self.paths, self.readers);
         let started = Instant::now();
         while started.elapsed() < duration {
             self.step()?;
@@ -556,8 +580,7 @@ impl Soak {
     /// `PIW_HOME` (not a reused pid).
     fn children(&self) -> Res<Vec<(u32, usize)>> {
         let host = self.host.as_ref().map(Child::id);
-        let entry = format!("PIW_HOME={}", self.paths.home.display()).into_bytes();
-        let live = processes_with_env_entry(&entry);
+        let live = installation_processes(&self.paths.home);
         let store = Store::open_read_only(&self.paths.db, StoreConfig::default())?;
         let mut victims = Vec::new();
         for (i, plan) in self.plans.iter().enumerate() {
@@ -996,13 +1019,14 @@ struct Background {
 }
 
 impl Background {
-    fn start(paths: &PiwPaths) -> Self {
+    fn start(paths: &PiwPaths, readers: u64) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let frames = Arc::new(AtomicU64::new(0));
         let disorder = Arc::new(AtomicU64::new(0));
-        let reader = {
+        let mut threads = Vec::new();
+        for _ in 0..readers {
             let (stop, frames, paths) = (stop.clone(), frames.clone(), paths.clone());
-            std::thread::spawn(move || {
+            threads.push(std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
                     let Ok(mut c) = BlockingClient::connect(&paths) else {
                         std::thread::sleep(Duration::from_millis(20));
@@ -1030,8 +1054,8 @@ impl Background {
                         std::thread::sleep(Duration::from_millis(2));
                     }
                 }
-            })
-        };
+            }));
+        }
         let watcher = {
             let (stop, frames, disorder, paths) = (
                 stop.clone(),
@@ -1077,11 +1101,12 @@ impl Background {
                 }
             })
         };
+        threads.push(watcher);
         Self {
             stop,
             frames,
             disorder,
-            threads: vec![reader, watcher],
+            threads,
         }
     }
 
@@ -1099,56 +1124,10 @@ impl Background {
     }
 }
 
-fn pending<'a>(s: &'a Value, list: &str, node: &str) -> Option<&'a Value> {
-    s[list]
-        .as_array()?
-        .iter()
-        .find(|x| x["node_id"] == json!(node) && x["status"] == json!("pending"))
-}
-
-fn is_final(s: &Value) -> bool {
-    matches!(
-        s["run"]["status"].as_str(),
-        Some("completed" | "failed" | "cancelled" | "timed_out" | "review")
-    )
-}
-
 fn signal(pid: u32, sig: i32) {
     if let Ok(pid) = i32::try_from(pid) {
         // SAFETY: a plain system call on a process this soak started (or found carrying its own
         // installation in its environment).
         unsafe { libc::kill(pid, sig) };
     }
-}
-
-/// Kills every process carrying the installation's `PIW_HOME` (hosts, children and their
-/// descendants), repeating until none is left: a host that dies last may have started one.
-fn kill_installation(home: &Path) {
-    let entry = format!("PIW_HOME={}", home.display()).into_bytes();
-    for _ in 0..100 {
-        let pids = processes_with_env_entry(&entry);
-        if pids.is_empty() {
-            return;
-        }
-        for pid in pids {
-            signal(pid, libc::SIGCONT);
-            signal(pid, libc::SIGKILL);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Live processes (other than this one) whose environment holds exactly `entry`.
-fn processes_with_env_entry(entry: &[u8]) -> Vec<u32> {
-    let me = std::process::id();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&pid| pid != me)
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|env| env.split(|&b| b == 0).any(|kv| kv == entry))
-        })
-        .collect()
 }

@@ -1,0 +1,358 @@
+//! Lifecycle operations after something went away: a lost child, a host that stopped or died,
+//! an expired claim (requeue, count the loss, or send to review), and a person's ways out of
+//! review (retry the node, resolve an uncertain effect).
+
+use super::*;
+use rusqlite::params;
+use serde_json::json;
+
+/// Who asked a person's command on a run in review, and why: kept in its event.
+#[derive(Debug, Clone, Copy)]
+pub struct Provenance<'a> {
+    /// The person (the CLI sends the login name) or client.
+    pub by: &'a str,
+    /// Why, in their words.
+    pub reason: &'a str,
+}
+
+impl WriteTx<'_> {
+    /// The owner reports that the run's child went away without finishing (crash, kill,
+    /// handshake timeout). The run is requeued, or stopped for review after too many losses
+    /// in a row or when an effect's outcome is unknown.
+    pub fn child_lost(&mut self, claim: &Claim, reason: &str) -> StoreResult<RecoveredRun> {
+        self.fence(claim)?;
+        let run = self.run_for(&claim.run_id, Op::ChildLost)?;
+        self.requeue_after_loss(&claim.run_id, &run, reason, "child_lost")
+    }
+
+    /// The owner stopped the run's child because the host is stopping: requeue the run from
+    /// its last committed boundary without counting a loss (the run did nothing wrong).
+    /// `applying` effects of `never` contracts still become uncertain.
+    pub fn release_at_shutdown(&mut self, claim: &Claim) -> StoreResult<RecoveredRun> {
+        self.release_uncounted(claim, "host stopping")
+    }
+
+    /// Requeues a running run from its last committed boundary without counting a loss, for
+    /// a reason that is not the run's doing (`why` is kept with the run and its event).
+    pub fn release_uncounted(&mut self, claim: &Claim, why: &str) -> StoreResult<RecoveredRun> {
+        self.fence(claim)?;
+        let run = self.run_for(&claim.run_id, Op::ChildLost)?;
+        self.requeue_after_loss_counted(&claim.run_id, &run, why, "recovered", false)
+    }
+
+    /// Makes every running row whose claim has expired (or vanished) claimable again, in one
+    /// commit per call, counting a loss for each. Used at host start.
+    pub fn recover_expired(&mut self) -> StoreResult<Vec<RecoveredRun>> {
+        self.recover_expired_claims(None)
+    }
+
+    /// [`WriteTx::recover_expired`] for a running host whose owner id is `stalled_owner`. The
+    /// host renews its own claims while their children work, so one of them expires only when
+    /// the host could not renew it in time (it stalled past the lease, or its writes kept
+    /// failing): its child did nothing wrong, and the run is requeued without counting a loss
+    /// (an effect the child was applying still becomes uncertain). Other claims count one.
+    pub fn recover_expired_claims(
+        &mut self,
+        stalled_owner: Option<&str>,
+    ) -> StoreResult<Vec<RecoveredRun>> {
+        let expired: Vec<(String, Option<String>)> = self
+            .conn()
+            .prepare_cached(
+                "SELECT r.run_id, c.owner_id FROM runs r JOIN claims c ON c.run_id = r.run_id
+                 WHERE r.status = 'running' AND (c.expires_at IS NULL OR c.expires_at <= ?1)
+                 ORDER BY r.run_id",
+            )?
+            .query_map([self.now], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<_, _>>()?;
+        let mut out = Vec::with_capacity(expired.len());
+        for (run_id, owner) in expired {
+            let run = self.run_row(&run_id)?;
+            let stalled = stalled_owner.is_some() && owner.as_deref() == stalled_owner;
+            out.push(if stalled {
+                self.requeue_after_loss_counted(
+                    &run_id,
+                    &run,
+                    "claim expired while the host was stalled",
+                    "recovered",
+                    false,
+                )?
+            } else {
+                self.requeue_after_loss(&run_id, &run, "claim expired", "recovered")?
+            });
+        }
+        Ok(out)
+    }
+
+    pub(crate) fn requeue_after_loss(
+        &mut self,
+        run_id: &str,
+        run: &RunRow,
+        reason: &str,
+        event: &'static str,
+    ) -> StoreResult<RecoveredRun> {
+        self.requeue_after_loss_counted(run_id, run, reason, event, true)
+    }
+
+    /// Requeues a run whose owner went away. `count_loss` adds one to the run's consecutive
+    /// losses (a child's death counts; a host restart does not).
+    pub(crate) fn requeue_after_loss_counted(
+        &mut self,
+        run_id: &str,
+        run: &RunRow,
+        reason: &str,
+        event: &'static str,
+        count_loss: bool,
+    ) -> StoreResult<RecoveredRun> {
+        self.release_claim(run_id)?;
+        let validating: bool = self
+            .conn()
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM submissions WHERE state = 'validating' AND
+                        interaction_id IN (SELECT interaction_id FROM interactions WHERE run_id = ?1))",
+            )?
+            .query_row([run_id], |r| r.get(0))?;
+        if validating {
+            if count_loss {
+                // A validation child that died rejects only its provisional submission (its
+                // `validate` may be what kills it; judging it again could loop).
+                let error = format!("validation did not finish: {reason}");
+                let rejected: Vec<String> = self
+                    .conn()
+                    .prepare_cached(
+                        "UPDATE submissions SET state = 'rejected', error = ?3, settled_at = ?2
+                         WHERE state = 'validating' AND interaction_id IN
+                               (SELECT interaction_id FROM interactions WHERE run_id = ?1)
+                         RETURNING submission_id",
+                    )?
+                    .query_map(params![run_id, self.now, error], |r| r.get(0))?
+                    .collect::<Result<_, _>>()?;
+                // Published like a verdict, so whoever waits for the submission learns it.
+                for submission_id in rejected {
+                    self.finish_run_write(
+                        run_id,
+                        "submission_rejected",
+                        json!({ "submission": submission_id, "error": error }),
+                    )?;
+                }
+                self.conn()
+                    .prepare_cached(
+                        "UPDATE interactions SET status = 'pending' WHERE run_id = ?1 AND status = 'validating'",
+                    )?
+                    .execute([run_id])?;
+            }
+            // Otherwise (the host went away) the submission stays under validation and the next
+            // child judges it again. Either way the attempt waits again.
+            if let Some(attempt_id) = &run.current_attempt {
+                self.conn()
+                    .prepare_cached("UPDATE attempts SET status = 'waiting' WHERE attempt_id = ?1")?
+                    .execute([attempt_id])?;
+            }
+        } else if !self.rewait_answered_attempt(run)? {
+            self.interrupt_running_attempt(run, reason)?;
+        }
+        let uncertain = self.mark_interrupted_effects_uncertain(run_id)?;
+        let crashes: i64 = self
+            .conn()
+            .prepare_cached(
+                "UPDATE queue SET crash_count = crash_count + ?3, available_at = ?2 WHERE run_id = ?1
+                 RETURNING crash_count",
+            )?
+            .query_row(params![run_id, self.now, i64::from(count_loss)], |r| r.get(0))?;
+        let (status, why) = if let Some(key) = uncertain.first() {
+            (
+                RunStatus::Review,
+                format!("uncertain effect {key}: {reason}"),
+            )
+        } else if count_loss && crashes >= i64::from(self.config.max_child_losses) {
+            (
+                RunStatus::Review,
+                format!("its child was lost {crashes} times without progress: {reason}"),
+            )
+        } else if validating && count_loss {
+            // The submission was rejected: the request waits for a new one.
+            (RunStatus::Waiting, reason.to_owned())
+        } else {
+            (RunStatus::Queued, reason.to_owned())
+        };
+        self.set_status(run_id, status)?;
+        if status == RunStatus::Review {
+            self.set_review_reason(run_id, &why)?;
+        }
+        self.finish_run_write(
+            run_id,
+            event,
+            json!({ "reason": why, "losses": crashes, "status": status.as_str() }),
+        )?;
+        Ok(RecoveredRun {
+            run_id: run_id.to_owned(),
+            status,
+            reason: why,
+        })
+    }
+
+    /// A running attempt that continues after an answered decision, an accepted submission or
+    /// a request whose deadline passed holds a committed outcome: interrupting it would rerun
+    /// the node and ask again, dropping what a person (or the model) answered, or giving an
+    /// expired request a fresh deadline. It waits again instead, so the next activation
+    /// continues it the same way ([`Resume::Continue`], [`Resume::Accepted`],
+    /// [`Resume::InteractionExpired`]). Returns whether it did.
+    fn rewait_answered_attempt(&mut self, run: &RunRow) -> StoreResult<bool> {
+        let Some(attempt_id) = &run.current_attempt else {
+            return Ok(false);
+        };
+        let changed = self
+            .conn()
+            .prepare_cached(
+                "UPDATE attempts SET status = 'waiting'
+                 WHERE attempt_id = ?1 AND status = 'running'
+                   AND (EXISTS (SELECT 1 FROM decisions
+                                WHERE attempt_id = ?1 AND status IN ('answered', 'cancelled'))
+                        OR EXISTS (SELECT 1 FROM interactions
+                                   WHERE attempt_id = ?1 AND status IN ('settled', 'expired')))",
+            )?
+            .execute([attempt_id])?;
+        Ok(changed > 0)
+    }
+
+    /// `applying` effects whose contract forbids retry become `uncertain`. Returns their keys.
+    fn mark_interrupted_effects_uncertain(&mut self, run_id: &str) -> StoreResult<Vec<String>> {
+        let keys: Vec<String> = self
+            .conn()
+            .prepare_cached(
+                "UPDATE effects SET state = 'uncertain', updated_at = ?2,
+                        error = 'the child went away while applying; no receipt was stored'
+                 WHERE run_id = ?1 AND state = 'applying' AND retry_contract = ?3
+                 RETURNING effect_key",
+            )?
+            .query_map(
+                params![run_id, self.now, RetryContract::Never.as_str()],
+                |r| r.get(0),
+            )?
+            .collect::<Result<_, _>>()?;
+        Ok(keys)
+    }
+
+    fn set_review_reason(&mut self, run_id: &str, why: &str) -> StoreResult<()> {
+        self.conn()
+            .prepare_cached("UPDATE runs SET review_reason = ?2 WHERE run_id = ?1")?
+            .execute(params![run_id, why])?;
+        Ok(())
+    }
+
+    /// Stops a running run for manual review (for example `source_changed`): the attempt is
+    /// interrupted and the claim released; nothing is retried until a person acts.
+    pub fn send_to_review(&mut self, claim: &Claim, reason: &str) -> StoreResult<u64> {
+        self.fence(claim)?;
+        let run = self.run_for(&claim.run_id, Op::Review)?;
+        self.interrupt_running_attempt(&run, reason)?;
+        self.release_claim(&claim.run_id)?;
+        self.set_status(&claim.run_id, RunStatus::Review)?;
+        self.set_review_reason(&claim.run_id, reason)?;
+        self.finish_run_write(&claim.run_id, "review", json!({ "reason": reason }))
+    }
+
+    /// A person's way out of review: the run's current node runs again, from the last
+    /// committed boundary, with its count of lost children cleared (for repeated losses once
+    /// the cause is fixed, or a changed source the person has put back). Refused while an
+    /// effect is uncertain (resolve it first: a retry must not apply it again) and for a run
+    /// not in review. Never records a success: the node simply runs again.
+    pub fn retry_from_review(&mut self, run_id: &str, who: Provenance<'_>) -> StoreResult<u64> {
+        let run = self.run_for(run_id, Op::Retry)?;
+        if let Some(key) = self.first_uncertain_effect(run_id)? {
+            return Err(invalid(
+                run_id,
+                Op::Retry,
+                run.status,
+                format!("effect {key} is uncertain: resolve it first (`resolve-effect`, applied or failed)"),
+            ));
+        }
+        self.authorize(run_id, Fence::Unclaimed, Op::Retry)?;
+        self.requeue_from_review(run_id)?;
+        self.finish_run_write(
+            run_id,
+            "retried",
+            json!({ "by": who.by, "reason": who.reason }),
+        )
+    }
+
+    /// A person settles an `uncertain` effect of a run in review with what they found out:
+    /// it was `applied` (with the receipt they provide) or it `failed` (it did not happen).
+    /// Once no effect of the run is uncertain, the run continues: its current node runs
+    /// again, and reserving the effect's key returns what the person recorded (the receipt,
+    /// or the failure) instead of applying it again.
+    pub fn resolve_effect(
+        &mut self,
+        run_id: &str,
+        effect_id: &str,
+        result: &super::super::EffectResult,
+        who: Provenance<'_>,
+    ) -> StoreResult<u64> {
+        let run = self.run_for(run_id, Op::ResolveEffect)?;
+        let state: Option<String> = self
+            .conn()
+            .prepare_cached("SELECT state FROM effects WHERE effect_id = ?1 AND run_id = ?2")?
+            .query_row(params![effect_id, run_id], |r| r.get(0))
+            .optional()?;
+        match state.as_deref() {
+            None => {
+                return Err(StoreError::NotFound {
+                    what: "effect",
+                    id: effect_id.to_owned(),
+                })
+            }
+            Some("uncertain") => {}
+            Some(other) => {
+                return Err(invalid(
+                    run_id,
+                    Op::ResolveEffect,
+                    run.status,
+                    format!("effect {effect_id} is {other}, not uncertain"),
+                ))
+            }
+        }
+        self.authorize(run_id, Fence::Unclaimed, Op::ResolveEffect)?;
+        let (state, receipt, error) = match result {
+            super::super::EffectResult::Applied { receipt } => {
+                ("applied", Some(receipt.to_string()), None)
+            }
+            super::super::EffectResult::Failed { error } => ("failed", None, Some(error.clone())),
+        };
+        self.conn()
+            .prepare_cached(
+                "UPDATE effects SET state = ?2, receipt = ?3, error = ?4, updated_at = ?5
+                 WHERE effect_id = ?1",
+            )?
+            .execute(params![effect_id, state, receipt, error, self.now])?;
+        let continues = self.first_uncertain_effect(run_id)?.is_none();
+        if continues {
+            self.requeue_from_review(run_id)?;
+        }
+        self.finish_run_write(
+            run_id,
+            "effect_resolved",
+            json!({ "effect": effect_id, "state": state, "by": who.by, "reason": who.reason,
+                    "continues": continues }),
+        )
+    }
+
+    fn first_uncertain_effect(&self, run_id: &str) -> StoreResult<Option<String>> {
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT effect_key FROM effects WHERE run_id = ?1 AND state = 'uncertain'
+                 ORDER BY created_at, rowid LIMIT 1",
+            )?
+            .query_row([run_id], |r| r.get(0))
+            .optional()?)
+    }
+
+    /// A run in review becomes ready again, its lost children forgotten.
+    fn requeue_from_review(&mut self, run_id: &str) -> StoreResult<()> {
+        self.set_status(run_id, RunStatus::Queued)?;
+        self.set_available(run_id, self.now)?;
+        self.conn()
+            .prepare_cached("UPDATE queue SET crash_count = 0 WHERE run_id = ?1")?
+            .execute([run_id])?;
+        Ok(())
+    }
+}

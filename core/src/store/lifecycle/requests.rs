@@ -1,0 +1,771 @@
+//! Lifecycle operations on the requests a run waits for: decisions (checkpoints and protected
+//! human decisions) and interactive requests (asked, submitted, judged, given up, answered,
+//! expired at their deadline), and the workflow messages a run leaves for its session.
+
+use super::*;
+use rusqlite::params;
+use serde_json::{json, Value};
+
+/// A pending request that its node's deadline can expire (see `WriteTx::expire_request`).
+struct ExpiringRequest {
+    /// The request's noun, in errors and as the key of the event's data.
+    what: &'static str,
+    op: Op,
+    /// `(run_id, status, deadline_at)` of the request `?1`.
+    lookup: &'static str,
+    /// Closes the request `?1` as of `?2`.
+    close: &'static str,
+    event: &'static str,
+    /// `(id, run_id)` of every pending request of this kind whose deadline is at or before
+    /// `?1`, on a waiting run that no live control claim holds (an operator mid-cancel has
+    /// it), earliest deadline first.
+    due: &'static str,
+}
+
+/// A checkpoint or human decision: its deadline is its attempt's; nobody answered it in time,
+/// so it is `cancelled`.
+const EXPIRING_DECISION: ExpiringRequest = ExpiringRequest {
+    what: "decision",
+    op: Op::ExpireDecision,
+    lookup: "SELECT d.run_id, d.status, a.deadline_at
+             FROM decisions d JOIN attempts a ON a.attempt_id = d.attempt_id
+             WHERE d.decision_id = ?1",
+    close: "UPDATE decisions SET status = 'cancelled', answered_at = ?2 WHERE decision_id = ?1",
+    event: "decision_expired",
+    due: "SELECT d.decision_id, d.run_id FROM decisions d
+          JOIN attempts a ON a.attempt_id = d.attempt_id
+          JOIN runs r ON r.run_id = d.run_id JOIN claims c ON c.run_id = d.run_id
+          WHERE d.status = 'pending' AND a.deadline_at <= ?1 AND r.status = 'waiting'
+            AND NOT (c.owner_kind IS NOT NULL AND c.expires_at > ?1)
+          ORDER BY a.deadline_at",
+};
+
+/// An interactive request (agent, assistant message).
+const EXPIRING_INTERACTION: ExpiringRequest = ExpiringRequest {
+    what: "interaction",
+    op: Op::ExpireInteraction,
+    lookup: "SELECT run_id, status, deadline_at FROM interactions WHERE interaction_id = ?1",
+    close: "UPDATE interactions SET status = 'expired', closed_at = ?2 WHERE interaction_id = ?1",
+    event: "interaction_expired",
+    due: "SELECT i.interaction_id, i.run_id FROM interactions i
+          JOIN runs r ON r.run_id = i.run_id JOIN claims c ON c.run_id = i.run_id
+          WHERE i.status = 'pending' AND i.deadline_at <= ?1 AND r.status = 'waiting'
+            AND NOT (c.owner_kind IS NOT NULL AND c.expires_at > ?1)
+          ORDER BY i.deadline_at",
+};
+
+/// An interactive request's row, as the answers to it need it.
+struct InteractionRow {
+    run_id: String,
+    attempt_id: String,
+    status: String,
+    deadline_at: Option<UnixMillis>,
+}
+
+impl WriteTx<'_> {
+    /// Parks the current attempt on an ordinary checkpoint or a protected human decision and
+    /// releases the claim. Returns the decision id.
+    pub fn wait_for_decision(
+        &mut self,
+        claim: &Claim,
+        attempt_id: &str,
+        kind: DecisionKind,
+        request: &Value,
+    ) -> StoreResult<String> {
+        self.fence(claim)?;
+        let run = self.run_for(&claim.run_id, Op::Wait)?;
+        let attempt =
+            self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
+        self.require_settled(&claim.run_id, Op::Wait, run.status)?;
+        let decision_id = new_id("dec");
+        self.conn()
+            .prepare_cached(
+                "INSERT INTO decisions (decision_id, run_id, attempt_id, node_id, kind, request,
+                                        status, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7)",
+            )?
+            .execute(params![
+                decision_id,
+                claim.run_id,
+                attempt_id,
+                attempt.node_id,
+                kind.as_str(),
+                request.to_string(),
+                self.now
+            ])?;
+        self.suspend_attempt(&claim.run_id, attempt_id)?;
+        self.finish_run_write(
+            &claim.run_id,
+            "waiting",
+            json!({ "decision": decision_id, "kind": kind.as_str() }),
+        )?;
+        Ok(decision_id)
+    }
+
+    /// attempt -> waiting, claim released, run -> waiting.
+    fn suspend_attempt(&mut self, run_id: &str, attempt_id: &str) -> StoreResult<()> {
+        self.conn()
+            .prepare_cached("UPDATE attempts SET status = 'waiting' WHERE attempt_id = ?1")?
+            .execute([attempt_id])?;
+        self.release_claim(run_id)?;
+        self.set_status(run_id, RunStatus::Waiting)
+    }
+
+    /// Records a durable interactive request bound to the run's origin session, parks the
+    /// attempt and releases the claim. Returns the interaction id.
+    pub fn request_interaction(
+        &mut self,
+        claim: &Claim,
+        attempt_id: &str,
+        kind: InteractionKind,
+        request: &Value,
+        deadline_at: Option<UnixMillis>,
+    ) -> StoreResult<String> {
+        self.fence(claim)?;
+        let run = self.run_for(&claim.run_id, Op::RequestInteraction)?;
+        let attempt =
+            self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
+        self.require_settled(&claim.run_id, Op::RequestInteraction, run.status)?;
+        let interaction_id = new_id("int");
+        self.conn()
+            .prepare_cached(
+                "INSERT INTO interactions (interaction_id, run_id, attempt_id, node_id,
+                                           origin_session, kind, request, deadline_at, status,
+                                           created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'pending', ?9)",
+            )?
+            .execute(params![
+                interaction_id,
+                claim.run_id,
+                attempt_id,
+                attempt.node_id,
+                run.origin_session,
+                kind.as_str(),
+                request.to_string(),
+                deadline_at,
+                self.now
+            ])?;
+        self.suspend_attempt(&claim.run_id, attempt_id)?;
+        self.finish_run_write(
+            &claim.run_id,
+            "interaction_requested",
+            json!({ "interaction": interaction_id, "kind": kind.as_str() }),
+        )?;
+        Ok(interaction_id)
+    }
+
+    /// The interactive request `interaction_id`, as stored.
+    fn interaction_row(&self, interaction_id: &str) -> StoreResult<InteractionRow> {
+        self.conn()
+            .prepare_cached(
+                "SELECT run_id, attempt_id, status, deadline_at FROM interactions
+                 WHERE interaction_id = ?1",
+            )?
+            .query_row([interaction_id], |r| {
+                Ok(InteractionRow {
+                    run_id: r.get(0)?,
+                    attempt_id: r.get(1)?,
+                    status: r.get(2)?,
+                    deadline_at: r.get(3)?,
+                })
+            })
+            .optional()?
+            .ok_or_else(|| StoreError::NotFound {
+                what: "interaction",
+                id: interaction_id.to_owned(),
+            })
+    }
+
+    /// The gate every answer to an interactive request passes (a submission, a progress
+    /// update, giving up on it): `attempt_id` is the request's own attempt (else
+    /// `StaleAttempt`, naming the current one), the run takes submissions and the request is
+    /// pending; with `before_deadline`, a request whose deadline passed is refused too
+    /// (`DeadlinePassed`: it is about to expire).
+    fn require_pending_interaction(
+        &self,
+        interaction_id: &str,
+        request: &InteractionRow,
+        attempt_id: &str,
+        before_deadline: bool,
+    ) -> StoreResult<()> {
+        let run = self.run_row(&request.run_id)?;
+        if attempt_id != request.attempt_id {
+            return Err(StoreError::StaleAttempt {
+                run_id: request.run_id.clone(),
+                presented: attempt_id.to_owned(),
+                current: request.attempt_id.clone(),
+            });
+        }
+        if !Op::Submit.allowed(run.status) || request.status != "pending" {
+            return Err(invalid(
+                &request.run_id,
+                Op::Submit,
+                run.status,
+                format!("interaction {interaction_id} is {}", request.status),
+            ));
+        }
+        match request
+            .deadline_at
+            .filter(|d| before_deadline && *d <= self.now)
+        {
+            Some(deadline_at) => Err(StoreError::DeadlinePassed {
+                run_id: request.run_id.clone(),
+                attempt_id: request.attempt_id.clone(),
+                deadline_at,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Records a provisional submission (`validating`) for a pending interaction and queues
+    /// the run for a validation child. A repeat with the same idempotency key and payload
+    /// returns the original submission id; with another payload it is a conflict.
+    pub fn submit(
+        &mut self,
+        interaction_id: &str,
+        attempt_id: &str,
+        payload: &Value,
+        idempotency_key: Option<&str>,
+    ) -> StoreResult<String> {
+        let request = self.interaction_row(interaction_id)?;
+        let payload_text = payload.to_string();
+        if let Some(key) = idempotency_key {
+            let prior: Option<(String, String)> = self
+                .conn()
+                .prepare_cached(
+                    "SELECT submission_id, payload FROM submissions
+                     WHERE interaction_id = ?1 AND idempotency_key = ?2",
+                )?
+                .query_row(params![interaction_id, key], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?;
+            if let Some((submission_id, prior_payload)) = prior {
+                if prior_payload == payload_text {
+                    return Ok(submission_id);
+                }
+                return Err(StoreError::IdempotencyConflict {
+                    key: key.to_owned(),
+                });
+            }
+        }
+        // A request past its deadline is about to expire (the host's deadline work has not
+        // run yet): a submission now would be judged after the deadline, or dropped by it.
+        self.require_pending_interaction(interaction_id, &request, attempt_id, true)?;
+        let run_id = request.run_id;
+        self.authorize(&run_id, Fence::Unclaimed, Op::Submit)?;
+        let submission_id = new_id("sub");
+        self.conn()
+            .prepare_cached(
+                "INSERT INTO submissions (submission_id, interaction_id, payload, state,
+                                          idempotency_key, created_at)
+                 VALUES (?1, ?2, ?3, 'validating', ?4, ?5)",
+            )?
+            .execute(params![
+                submission_id,
+                interaction_id,
+                payload_text,
+                idempotency_key,
+                self.now
+            ])?;
+        self.conn()
+            .prepare_cached(
+                "UPDATE interactions SET status = 'validating' WHERE interaction_id = ?1",
+            )?
+            .execute([interaction_id])?;
+        self.set_status(&run_id, RunStatus::Queued)?;
+        self.set_available(&run_id, self.now)?;
+        self.finish_run_write(
+            &run_id,
+            "submitted",
+            json!({ "interaction": interaction_id, "submission": submission_id }),
+        )?;
+        Ok(submission_id)
+    }
+
+    /// A durable progress update from the agent working on a pending interactive request
+    /// (the Pi tool's `update`): kept as a `progress` event of the run, like a worker's, and
+    /// does not complete the request. Refuses a stale attempt and a request that is not
+    /// pending.
+    pub fn interaction_progress(
+        &mut self,
+        interaction_id: &str,
+        attempt_id: &str,
+        message: &str,
+        data: &Value,
+    ) -> StoreResult<()> {
+        let request = self.interaction_row(interaction_id)?;
+        self.require_pending_interaction(interaction_id, &request, attempt_id, false)?;
+        let run_id = request.run_id;
+        self.authorize(&run_id, Fence::Unclaimed, Op::Submit)?;
+        self.finish_run_write(
+            &run_id,
+            "progress",
+            json!({ "message": message, "data": data, "interaction": interaction_id }),
+        )?;
+        Ok(())
+    }
+
+    /// The origin session gave up on a pending interactive request (the model's turns
+    /// settled without a submission, reminders included): the attempt fails with `reason`
+    /// and the run routes `$result.outcome = failed` like any failed attempt. With `next`
+    /// (the node the run's graph routes to, computed by the caller, with that node's
+    /// deadline) the run moves there under a control claim and parks, so a fresh child
+    /// starts it; without, the run fails. Refuses a stale attempt, a request that is not
+    /// pending (a submission being judged goes first) and one past its deadline (it
+    /// expires instead).
+    pub fn fail_interaction(
+        &mut self,
+        interaction_id: &str,
+        attempt_id: &str,
+        reason: &str,
+        next: Option<(&str, Option<UnixMillis>)>,
+        owner_id: &str,
+    ) -> StoreResult<()> {
+        let request = self.interaction_row(interaction_id)?;
+        // Failing is the alternative to a submission: the same gate.
+        self.require_pending_interaction(interaction_id, &request, attempt_id, true)?;
+        let run_id = request.run_id;
+        let claim = self.control_claim(&run_id, owner_id)?;
+        self.conn()
+            .prepare_cached(
+                "UPDATE interactions SET status = 'cancelled', closed_at = ?2
+                 WHERE interaction_id = ?1",
+            )?
+            .execute(params![interaction_id, self.now])?;
+        // The waiting attempt runs again under the control claim only to be closed.
+        self.conn()
+            .prepare_cached(
+                "UPDATE attempts SET status = 'running', generation = ?2
+                 WHERE attempt_id = ?1 AND status = 'waiting'",
+            )?
+            .execute(params![attempt_id, claim.generation as i64])?;
+        self.set_status(&run_id, RunStatus::Running)?;
+        self.finish_run_write(
+            &run_id,
+            "interaction_failed",
+            json!({ "interaction": interaction_id, "reason": reason }),
+        )?;
+        let outcome = AttemptOutcome::Failed {
+            error: reason.to_owned(),
+        };
+        match next {
+            Some((next_node, next_deadline_at)) => {
+                self.transition(
+                    &claim,
+                    &TransitionRequest {
+                        attempt_id: attempt_id.to_owned(),
+                        outcome,
+                        next_node: next_node.to_owned(),
+                        next_deadline_at,
+                    },
+                )?;
+                self.park(&claim, None)?;
+            }
+            None => {
+                self.fail(&claim, Some(attempt_id), &outcome, reason)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Settles a validating submission with the validation child's verdict. Accepting settles
+    /// the interaction and keeps the attempt running under the claim (the child goes on to
+    /// propose the transition); rejecting keeps the request pending, parks the attempt and
+    /// releases the claim.
+    pub fn settle(
+        &mut self,
+        claim: &Claim,
+        submission_id: &str,
+        verdict: Result<(), String>,
+    ) -> StoreResult<()> {
+        self.fence(claim)?;
+        let run = self.run_for(&claim.run_id, Op::Settle)?;
+        let (interaction_id, state): (String, String) = self
+            .conn()
+            .prepare_cached(
+                "SELECT s.interaction_id, s.state FROM submissions s
+                 JOIN interactions i ON i.interaction_id = s.interaction_id
+                 WHERE s.submission_id = ?1 AND i.run_id = ?2",
+            )?
+            .query_row(params![submission_id, claim.run_id], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()?
+            .ok_or_else(|| StoreError::NotFound {
+                what: "submission",
+                id: submission_id.to_owned(),
+            })?;
+        if state != "validating" {
+            return Err(invalid(
+                &claim.run_id,
+                Op::Settle,
+                run.status,
+                format!("submission {submission_id} is already {state}"),
+            ));
+        }
+        let accepted = verdict.is_ok();
+        if !accepted {
+            // A rejection parks the attempt: no effect may be left applying behind it.
+            self.require_no_applying_effect(&claim.run_id, Op::Settle, run.status)?;
+        }
+        let (sub_state, int_state) = if accepted {
+            ("accepted", "settled")
+        } else {
+            ("rejected", "pending")
+        };
+        self.conn()
+            .prepare_cached(
+                "UPDATE submissions SET state = ?2, error = ?3, settled_at = ?4 WHERE submission_id = ?1",
+            )?
+            .execute(params![submission_id, sub_state, verdict.as_ref().err(), self.now])?;
+        self.conn()
+            .prepare_cached(
+                "UPDATE interactions SET status = ?2,
+                        closed_at = CASE WHEN ?2 = 'settled' THEN ?3 ELSE NULL END
+                 WHERE interaction_id = ?1",
+            )?
+            .execute(params![interaction_id, int_state, self.now])?;
+        if accepted {
+            if let Some(attempt_id) = &run.current_attempt {
+                self.clear_deadline_answered_in_time(attempt_id)?;
+            }
+        } else {
+            let attempt_id = run.current_attempt.clone().unwrap_or_default();
+            self.suspend_attempt(&claim.run_id, &attempt_id)?;
+        }
+        self.finish_run_write(
+            &claim.run_id,
+            if accepted {
+                "submission_accepted"
+            } else {
+                "submission_rejected"
+            },
+            json!({ "submission": submission_id, "error": verdict.err() }),
+        )?;
+        Ok(())
+    }
+
+    /// Refuses with [`StoreError::NotFound`] unless decision `decision_id` belongs to run
+    /// `run_id`. A client names the run it answers in the request's envelope, and the host
+    /// checks `expected_revision` against, reports the revision of and publishes the events of
+    /// that run: an answer applied to another run's decision would bypass all three.
+    pub fn require_decision_of(&self, run_id: &str, decision_id: &str) -> StoreResult<()> {
+        let found: bool = self
+            .conn()
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM decisions WHERE decision_id = ?1 AND run_id = ?2)",
+            )?
+            .query_row(params![decision_id, run_id], |r| r.get(0))?;
+        if !found {
+            return Err(StoreError::NotFound {
+                what: "decision",
+                id: format!("{decision_id} of run {run_id}"),
+            });
+        }
+        Ok(())
+    }
+
+    /// Refuses with [`StoreError::NotFound`] unless interaction `interaction_id` belongs to run
+    /// `run_id` and node `node_id` (see [`WriteTx::require_decision_of`] for why).
+    pub fn require_interaction_of(
+        &self,
+        run_id: &str,
+        node_id: &str,
+        interaction_id: &str,
+    ) -> StoreResult<()> {
+        let found: bool = self
+            .conn()
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM interactions
+                                WHERE interaction_id = ?1 AND run_id = ?2 AND node_id = ?3)",
+            )?
+            .query_row(params![interaction_id, run_id, node_id], |r| r.get(0))?;
+        if !found {
+            return Err(StoreError::NotFound {
+                what: "interaction",
+                id: format!("{interaction_id} of run {run_id} at node {node_id}"),
+            });
+        }
+        Ok(())
+    }
+
+    /// Answers a pending decision and queues the run to continue. A protected human decision
+    /// refuses the model-facing path.
+    pub fn answer_decision(
+        &mut self,
+        decision_id: &str,
+        answer: &Value,
+        answered_by: Answerer,
+    ) -> StoreResult<()> {
+        let (run_id, kind, status, attempt_id, deadline): (
+            String,
+            String,
+            String,
+            String,
+            Option<i64>,
+        ) = self
+            .conn()
+            .prepare_cached(
+                "SELECT d.run_id, d.kind, d.status, d.attempt_id, a.deadline_at
+                 FROM decisions d JOIN attempts a ON a.attempt_id = d.attempt_id
+                 WHERE d.decision_id = ?1",
+            )?
+            .query_row([decision_id], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })
+            .optional()?
+            .ok_or_else(|| StoreError::NotFound {
+                what: "decision",
+                id: decision_id.to_owned(),
+            })?;
+        let kind = parse_enum(&kind, DecisionKind::parse, "decision kind")?;
+        let run = self.run_row(&run_id)?;
+        if kind == DecisionKind::HumanDecision && answered_by == Answerer::Model {
+            return Err(StoreError::Forbidden(format!(
+                "decision {decision_id} is a protected human decision; only a person may answer it"
+            )));
+        }
+        if !Op::AnswerDecision.allowed(run.status) || status != "pending" {
+            return Err(invalid(
+                &run_id,
+                Op::AnswerDecision,
+                run.status,
+                format!("decision {decision_id} is {status}"),
+            ));
+        }
+        // The node's deadline bounds the wait for the answer: a late answer is refused (the
+        // host expires the decision and the attempt times out), never taken and then dropped.
+        if let Some(deadline_at) = deadline.filter(|d| *d <= self.now) {
+            return Err(StoreError::DeadlinePassed {
+                run_id,
+                attempt_id,
+                deadline_at,
+            });
+        }
+        self.authorize(&run_id, Fence::Unclaimed, Op::AnswerDecision)?;
+        self.clear_deadline_answered_in_time(&attempt_id)?;
+        self.conn()
+            .prepare_cached(
+                "UPDATE decisions SET status = 'answered', answer = ?2, answered_by = ?3,
+                        answered_at = ?4 WHERE decision_id = ?1",
+            )?
+            .execute(params![
+                decision_id,
+                answer.to_string(),
+                answered_by.as_str(),
+                self.now
+            ])?;
+        self.set_status(&run_id, RunStatus::Queued)?;
+        self.set_available(&run_id, self.now)?;
+        self.finish_run_write(
+            &run_id,
+            "decision_answered",
+            json!({ "decision": decision_id, "by": answered_by.as_str() }),
+        )?;
+        Ok(())
+    }
+
+    /// The attempt's request was answered (a decision) or its result accepted (a submission)
+    /// before the node's deadline: what is left is the child carrying that answer into its
+    /// transition, which the deadline must not undo, however long the child takes to start
+    /// (a paused run, a full child cap, a lost child continued again). So the attempt has no
+    /// deadline from now on.
+    fn clear_deadline_answered_in_time(&mut self, attempt_id: &str) -> StoreResult<()> {
+        self.conn()
+            .prepare_cached(
+                "UPDATE attempts SET deadline_at = NULL
+                 WHERE attempt_id = ?1 AND deadline_at IS NOT NULL",
+            )?
+            .execute([attempt_id])?;
+        Ok(())
+    }
+
+    /// Answers a due human decision with the response its request saved for a timeout
+    /// (`extra.onTimeout.response`, the workflow's `onTimeout`), if it has one: the answer is
+    /// `{choice, text, provenance: "timeout"}`, `answered_by` is empty (nobody answered), and
+    /// the attempt's deadline is cleared so the run continues with it like with any answer.
+    /// Returns whether it did.
+    fn answer_with_timeout_response(&mut self, decision_id: &str) -> StoreResult<bool> {
+        let (kind, request, attempt_id): (String, Option<String>, String) = self
+            .conn()
+            .prepare_cached(
+                "SELECT kind, request, attempt_id FROM decisions WHERE decision_id = ?1",
+            )?
+            .query_row([decision_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        if parse_enum(&kind, DecisionKind::parse, "decision kind")? != DecisionKind::HumanDecision {
+            return Ok(false);
+        }
+        let request: Value = match request {
+            Some(text) => serde_json::from_str(&text)?,
+            None => return Ok(false),
+        };
+        let Some(choice) = request
+            .pointer("/extra/onTimeout/response/choice")
+            .and_then(Value::as_str)
+        else {
+            return Ok(false);
+        };
+        let text = request
+            .pointer("/extra/onTimeout/response/text")
+            .cloned()
+            .unwrap_or(Value::Null);
+        let answer = json!({ "choice": choice, "text": text, "provenance": "timeout" });
+        self.clear_deadline_answered_in_time(&attempt_id)?;
+        self.conn()
+            .prepare_cached(
+                "UPDATE decisions SET status = 'answered', answer = ?2, answered_by = NULL,
+                        answered_at = ?3 WHERE decision_id = ?1",
+            )?
+            .execute(params![decision_id, answer.to_string(), self.now])?;
+        Ok(true)
+    }
+
+    /// Closes a pending decision whose attempt's deadline (the node's `timeout_ms`) has passed
+    /// and queues the run, so a child records the same attempt as timed out and routes it, as
+    /// for an expired interaction. The decision is `cancelled`: nobody answered it in time.
+    pub fn expire_decision(&mut self, decision_id: &str) -> StoreResult<()> {
+        self.expire_request(&EXPIRING_DECISION, decision_id)
+    }
+
+    /// Closes a pending interaction whose deadline has passed and queues the run so a child
+    /// records the same attempt as timed out and routes it.
+    pub fn expire_interaction(&mut self, interaction_id: &str) -> StoreResult<()> {
+        self.expire_request(&EXPIRING_INTERACTION, interaction_id)
+    }
+
+    /// Expires every pending interaction whose deadline has passed. Returns their ids, each
+    /// with its run.
+    pub fn expire_due_interactions(&mut self) -> StoreResult<Vec<(String, String)>> {
+        self.expire_due(&EXPIRING_INTERACTION)
+    }
+
+    /// Expires every pending decision whose attempt's deadline has passed (see
+    /// [`WriteTx::expire_decision`]). Returns their ids, each with its run.
+    pub fn expire_due_decisions(&mut self) -> StoreResult<Vec<(String, String)>> {
+        self.expire_due(&EXPIRING_DECISION)
+    }
+
+    /// Expires every due request of `kind`, each in its own savepoint.
+    fn expire_due(&mut self, kind: &ExpiringRequest) -> StoreResult<Vec<(String, String)>> {
+        let due: Vec<(String, String)> = self
+            .conn()
+            .prepare_cached(kind.due)?
+            .query_map([self.now], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<_, _>>()?;
+        for (id, _) in &due {
+            self.savepoint(|w| w.expire_request(kind, id))?;
+        }
+        Ok(due)
+    }
+
+    /// Closes the pending request `id` of `kind` whose deadline has passed, queues its run and
+    /// records the event; refuses a request that is not pending, not yet due, or on a run
+    /// that is not waiting.
+    fn expire_request(&mut self, kind: &ExpiringRequest, id: &str) -> StoreResult<()> {
+        let (run_id, status, deadline): (String, String, Option<i64>) = self
+            .conn()
+            .prepare_cached(kind.lookup)?
+            .query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .optional()?
+            .ok_or_else(|| StoreError::NotFound {
+                what: kind.what,
+                id: id.to_owned(),
+            })?;
+        let run = self.run_row(&run_id)?;
+        let due = deadline.is_some_and(|d| d <= self.now);
+        if !kind.op.allowed(run.status) || status != "pending" || !due {
+            return Err(invalid(
+                &run_id,
+                kind.op,
+                run.status,
+                format!("{} {id} is {status} with deadline {deadline:?}", kind.what),
+            ));
+        }
+        self.authorize(&run_id, Fence::Unclaimed, kind.op)?;
+        if kind.op == Op::ExpireDecision && self.answer_with_timeout_response(id)? {
+            self.set_status(&run_id, RunStatus::Queued)?;
+            self.set_available(&run_id, self.now)?;
+            self.finish_run_write(
+                &run_id,
+                "decision_answered",
+                json!({ "decision": id, "by": "timeout" }),
+            )?;
+            return Ok(());
+        }
+        self.conn()
+            .prepare_cached(kind.close)?
+            .execute(params![id, self.now])?;
+        self.set_status(&run_id, RunStatus::Queued)?;
+        self.set_available(&run_id, self.now)?;
+        let mut data = serde_json::Map::new();
+        data.insert(kind.what.to_owned(), Value::from(id));
+        self.finish_run_write(&run_id, kind.event, Value::Object(data))?;
+        Ok(())
+    }
+
+    /// Adds a notify-node message for the origin session in the same transaction as the
+    /// source fact. Detached runs without an origin session record the event only.
+    ///
+    /// The message's id is derived from the run, the node and the visit (how many attempts of
+    /// the node have finished before): a node that runs again because its child was lost after
+    /// this commit (its transition never committed) adds nothing new, while a loop that enters
+    /// the node again is a new visit with its own message.
+    pub fn notify(&mut self, claim: &Claim, content: &Value) -> StoreResult<Option<String>> {
+        self.fence(claim)?;
+        let run = self.run_for(&claim.run_id, Op::NodeStarted)?;
+        let node = run.current_node.clone().unwrap_or_default();
+        let visit: i64 = self
+            .conn()
+            .prepare_cached(
+                "SELECT COUNT(*) FROM attempts
+                 WHERE run_id = ?1 AND node_id = ?2
+                   AND status IN ('succeeded', 'failed', 'timed_out', 'cancelled')",
+            )?
+            .query_row(params![claim.run_id, node], |r| r.get(0))?;
+        let key = format!("{}\0notify\0{node}\0{visit}", claim.run_id);
+        let id = format!("msg-{}", &crate::ids::sha256_hex(key.as_bytes())[..28]);
+        let message_id =
+            self.add_message_once(&claim.run_id, &run, MessageKind::Notify, content, &id)?;
+        self.finish_run_write(&claim.run_id, "notified", json!({ "message": message_id }))?;
+        Ok(message_id)
+    }
+
+    pub(super) fn add_message(
+        &mut self,
+        run_id: &str,
+        run: &RunRow,
+        kind: MessageKind,
+        content: &Value,
+    ) -> StoreResult<Option<String>> {
+        self.add_message_once(run_id, run, kind, content, &new_id("msg"))
+    }
+
+    /// Adds message `message_id` for the run's origin session unless it exists already.
+    fn add_message_once(
+        &mut self,
+        run_id: &str,
+        run: &RunRow,
+        kind: MessageKind,
+        content: &Value,
+        message_id: &str,
+    ) -> StoreResult<Option<String>> {
+        let Some(session) = &run.origin_session else {
+            return Ok(None);
+        };
+        self.conn()
+            .prepare_cached(
+                "INSERT INTO workflow_messages (message_id, run_id, origin_session, kind, content,
+                                                created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (message_id) DO NOTHING",
+            )?
+            .execute(params![
+                message_id,
+                run_id,
+                session,
+                kind.as_str(),
+                content.to_string(),
+                self.now
+            ])?;
+        Ok(Some(message_id.to_owned()))
+    }
+}

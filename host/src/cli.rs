@@ -1,0 +1,239 @@
+//! The command line's grammar (clap): every command, argument and its help text.
+
+use super::*;
+
+#[derive(Parser)]
+#[command(
+    name = "piw",
+    version,
+    about = "The piw workflow host and its command line."
+)]
+#[command(
+    after_help = "PIW_HOME selects the installation: an absolute path (default ~/.pi/agent/piw)."
+)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Cmd,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Cmd {
+    /// Start, run, inspect or stop the host.
+    #[command(subcommand)]
+    Host(HostCmd),
+    /// List runs, newest first.
+    Runs {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Only runs of this origin session.
+        #[arg(long)]
+        session: Option<String>,
+        /// At most this many runs (the host lists at most 10000). When their results do not
+        /// all fit one reply, the oldest are left out (`result_omitted` in `--json`).
+        #[arg(long, value_name = "N", default_value_t = DEFAULT_RUNS_LIMIT,
+              value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        limit: u32,
+    },
+    /// Start or control one run.
+    #[command(subcommand)]
+    Run(RunCmd),
+    /// List contradictory durable state (read-only; never starts a host). Exit 3 when it finds
+    /// any.
+    Diagnose {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Repair states that have exact durable evidence; never invents success.
+    Repair {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Back up or reset the state database.
+    #[command(subcommand)]
+    State(StateCmd),
+    /// Watch runs live in the terminal: the run list, a run's graph with node states, an
+    /// inspector and the run's history. Read-only: it never starts a host or changes a row.
+    View {
+        /// Open this run (Esc goes to the run list).
+        run_id: Option<String>,
+        /// Print one plain-text frame and exit.
+        #[arg(long)]
+        once: bool,
+        /// List only runs in this status.
+        #[arg(long, value_parser = parse_run_status)]
+        status: Option<piw_core::store::RunStatus>,
+        /// List only runs of this origin session.
+        #[arg(long)]
+        session: Option<String>,
+    },
+}
+
+fn parse_run_status(text: &str) -> Result<piw_core::store::RunStatus, String> {
+    piw_core::store::RunStatus::parse(text).ok_or_else(|| {
+        let all: Vec<&str> = piw_core::store::RunStatus::ALL
+            .iter()
+            .map(|s| s.as_str())
+            .collect();
+        format!("one of {}", all.join(", "))
+    })
+}
+
+#[derive(Subcommand)]
+pub(crate) enum HostCmd {
+    /// Start the host in the background (no-op when one is running).
+    Start,
+    /// Run the host in the foreground.
+    Serve,
+    /// Show the running host: pid, epoch, uptime, runs by state, children, paths, schema.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop the running host gracefully.
+    Stop,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum RunCmd {
+    /// Start a run of a workflow: a name (found in ./.pi/workflows/, then
+    /// ~/.pi/agent/workflows/) or a path to a workflow file.
+    Start {
+        #[arg(value_name = "NAME|PATH")]
+        workflow: String,
+        /// The run's input as JSON.
+        #[arg(long, default_value = "null", value_parser = parse_json)]
+        input: Value,
+        /// The origin Pi session.
+        #[arg(long)]
+        session: Option<String>,
+        /// Wait until the run finishes (or stops for review) and print its result.
+        #[arg(long)]
+        wait: bool,
+        /// With --wait: give up after this many seconds (exit 1; the run goes on).
+        #[arg(long, value_name = "SECS", requires = "wait")]
+        timeout: Option<u64>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a run's graph with each node's state (read-only; never starts a host).
+    Graph {
+        run_id: String,
+        #[arg(long, value_enum, default_value = "mermaid")]
+        format: view::export::GraphFormat,
+    },
+    /// Show one run.
+    Status {
+        run_id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Pause a run at its next durable boundary.
+    Pause {
+        run_id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Resume a paused run.
+    Resume {
+        run_id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cancel a run.
+    Cancel {
+        run_id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Answer the ordinary checkpoint a run waits for.
+    Answer {
+        run_id: String,
+        /// The answer: JSON, or plain text (sent as a JSON string).
+        #[arg(required_unless_present = "input", conflicts_with = "input")]
+        answer: Option<String>,
+        /// The answer as JSON, from `@file` or `-` (stdin) or inline.
+        #[arg(long, value_parser = parse_json)]
+        input: Option<Value>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Answer the protected human decision a run waits for, as the person deciding: the
+    /// answer is `{"choice": CHOICE, "text": TEXT}` (`text` only when given).
+    Decide {
+        run_id: String,
+        choice: String,
+        text: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Submit a result for the interactive step a run waits for (the workflow validates it).
+    Submit {
+        run_id: String,
+        /// The result as JSON.
+        #[arg(required_unless_present = "input", conflicts_with = "input", value_parser = parse_json)]
+        result: Option<Value>,
+        /// The result as JSON, from `@file` or `-` (stdin) or inline.
+        #[arg(long, value_parser = parse_json)]
+        input: Option<Value>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Wait until a run finishes (or stops for review) and print how it ended.
+    Wait {
+        run_id: String,
+        /// Give up after this many seconds (exit 1; the run goes on).
+        #[arg(long, value_name = "SECS")]
+        timeout: Option<u64>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// A run in review: run its current node again (once the cause of its lost children is
+    /// fixed, or a changed source is put back). Refused while an effect is uncertain.
+    Retry {
+        run_id: String,
+        /// Why: what was fixed (kept in the run's `retried` event, with your login name).
+        #[arg(long, default_value = "")]
+        reason: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// A run in review: record what became of an uncertain effect (it was applied, with the
+    /// receipt you provide, or it failed); once none is uncertain, the run continues.
+    ResolveEffect {
+        run_id: String,
+        effect_id: String,
+        /// It happened: the external system's receipt, as JSON.
+        #[arg(long, value_name = "RECEIPT_JSON", value_parser = parse_json, conflicts_with = "failed", required_unless_present = "failed")]
+        applied: Option<Value>,
+        /// It did not happen: why.
+        #[arg(long, value_name = "ERROR")]
+        failed: Option<String>,
+        /// How you know (kept in the `effect_resolved` event, with your login name).
+        #[arg(long, default_value = "")]
+        reason: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum StateCmd {
+    /// Copy the state database (consistently, while the host runs) to PATH.
+    Backup { path: PathBuf },
+    /// Replace the state database with a backup (`piw state backup`). Refused while a host
+    /// runs. Runs that moved on after the backup was taken run again from where it left them.
+    Restore {
+        /// The backup to restore.
+        file: PathBuf,
+        /// Confirm the replacement.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Delete the state database. Refused while a host runs. Back it up first.
+    Reset {
+        /// Confirm the deletion.
+        #[arg(long)]
+        yes: bool,
+    },
+}

@@ -1,0 +1,201 @@
+//! `piw host` and `piw diagnose`: starting, stopping and questioning the host, with bounds, so
+//! that a host that accepts but never answers cannot hang the command.
+
+use super::*;
+
+/// One host-control call, bounded by [`HOST_ANSWER_TIMEOUT`]; a host that does not answer in
+/// time is named by the pid in its lock file.
+pub(crate) fn host_call(
+    paths: &PiwPaths,
+    client: &mut BlockingClient,
+    body: RequestBody,
+) -> Result<Receipt, CliError> {
+    client.set_timeout(Some(HOST_ANSWER_TIMEOUT))?;
+    client.call(body).map_err(|e| match e {
+        ClientError::TimedOut => not_answering(paths),
+        other => other.into(),
+    })
+}
+
+/// A host that accepts connections but did not answer within [`HOST_ANSWER_TIMEOUT`], named
+/// by the pid in its lock file.
+pub(crate) fn not_answering(paths: &PiwPaths) -> CliError {
+    let (host, kill) = match &lock_holder(paths) {
+        Some(pid) => (
+            format!("the piw host (pid {pid})"),
+            format!("; `kill {pid}` asks it to stop"),
+        ),
+        None => ("the piw host".to_owned(), String::new()),
+    };
+    CliError::Runtime(format!(
+        "{host} did not answer within {} s; it may be stuck (see {}){kill}",
+        HOST_ANSWER_TIMEOUT.as_secs(),
+        paths.log.display()
+    ))
+}
+
+/// `piw host stop`: asks the host to stop and returns once its process has ended. A host that
+/// is already stopping (a SIGTERM, another `piw host stop`) has removed its socket but still
+/// holds the installation lock while it finishes: that one is waited for too, so whatever
+/// runs next (`piw state reset --yes`) finds the installation free.
+pub(crate) fn stop_host(paths: &PiwPaths) -> Result<(), CliError> {
+    let started = std::time::Instant::now();
+    let wait = Duration::from_millis(STOP_WAIT_MS);
+    let mut announced = false;
+    // The process that held the installation, last seen.
+    let mut holder_pid: Option<u32> = None;
+    loop {
+        if let Ok(mut client) = BlockingClient::connect(paths) {
+            return stop_answering_host(paths, &mut client);
+        }
+        if !installation_held(paths) {
+            // Stopped means the process ended, as for a host that answers: it lets go of the
+            // lock a moment before it exits.
+            while let Some(pid) = holder_pid {
+                if !piw_core::supervise::process_alive(pid) || started.elapsed() >= wait {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            println!(
+                "{}",
+                if announced {
+                    "piw host stopped"
+                } else {
+                    "no piw host is running"
+                }
+            );
+            return Ok(());
+        }
+        // Held without a socket: a host that is stopping (or starting: it answers soon), or
+        // a short `piw state reset` / `piw diagnose`.
+        let holder = lock_holder(paths);
+        holder_pid = holder.as_deref().and_then(|p| p.parse().ok());
+        if started.elapsed() >= wait {
+            return Err(CliError::Runtime(format!(
+                "process {} still holds {} after {} s and no host answers; see {}",
+                holder.as_deref().unwrap_or("?"),
+                paths.lock.display(),
+                STOP_WAIT_MS / 1000,
+                paths.log.display()
+            )));
+        }
+        if !announced {
+            announced = true;
+            eprintln!(
+                "piw: waiting for process {} (a host that is stopping) to let go of {}",
+                holder.as_deref().unwrap_or("?"),
+                paths.lock.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// Stops the host `client` is connected to and waits for its process to end.
+pub(crate) fn stop_answering_host(
+    paths: &PiwPaths,
+    client: &mut BlockingClient,
+) -> Result<(), CliError> {
+    let pid = host_call(paths, client, RequestBody::HostStatus)?.body["pid"]
+        .as_u64()
+        .and_then(|p| u32::try_from(p).ok());
+    match client.call(RequestBody::HostStop) {
+        Ok(_) => {}
+        // It began to stop between the two calls: wait for it all the same.
+        Err(ClientError::Rejected(r)) if r.code == RejectionCode::HostShuttingDown => {}
+        Err(ClientError::TimedOut) => return Err(not_answering(paths)),
+        Err(e) => return Err(e.into()),
+    }
+    // The socket goes first; the host then finishes its connections, stops its children and
+    // makes its last commits durable. Stopped means the process ended.
+    for _ in 0..STOP_WAIT_MS / 25 {
+        let gone = match pid {
+            Some(pid) => !piw_core::supervise::process_alive(pid),
+            None => BlockingClient::connect(paths).is_err(),
+        };
+        if gone {
+            println!("piw host stopped");
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    Err(CliError::Runtime(format!(
+        "the host did not stop within {} s",
+        STOP_WAIT_MS / 1000
+    )))
+}
+
+/// Whether some process holds the installation lock (`/proc/locks`; the pid in the lock file
+/// when that cannot be read).
+pub(crate) fn installation_held(paths: &PiwPaths) -> bool {
+    if !paths.lock.exists() {
+        return false;
+    }
+    piw_core::supervise::flock_held(&paths.lock).unwrap_or_else(|| {
+        lock_holder(paths)
+            .and_then(|pid| pid.parse().ok())
+            .is_some_and(piw_core::supervise::process_alive)
+    })
+}
+
+/// The pid written in the installation lock file: the process that took the lock last.
+pub(crate) fn lock_holder(paths: &PiwPaths) -> Option<String> {
+    std::fs::read_to_string(&paths.lock)
+        .ok()
+        .map(|pid| pid.trim().to_owned())
+        .filter(|pid| !pid.is_empty())
+}
+
+/// The `diagnose` receipt body. Through the running host when one answers; otherwise straight
+/// from the database, read-only, while holding the installation lock (no host starts
+/// meanwhile). While another process holds the lock (a host that is starting or stopping, a
+/// reset) it waits for that host to answer or the holder to let go. Diagnosing never starts a
+/// host: a host's start-up recovery would change the very state being diagnosed, and a host
+/// that cannot start is when diagnosis matters most.
+pub(crate) fn diagnose(paths: &PiwPaths) -> Result<Value, CliError> {
+    let started = std::time::Instant::now();
+    loop {
+        if let Ok(mut client) = BlockingClient::connect(paths) {
+            client.set_timeout(Some(HOST_ANSWER_TIMEOUT))?;
+            match client.call(RequestBody::Diagnose) {
+                Ok(r) => return Ok(r.body),
+                // A host that accepts but never answers (stopped, stuck on a disk).
+                Err(ClientError::TimedOut) => return Err(not_answering(paths)),
+                // The host is stopping (or just died): read the database once it let go.
+                Err(
+                    ClientError::Closed {
+                        code: RejectionCode::HostShuttingDown,
+                        ..
+                    }
+                    | ClientError::Disconnected,
+                ) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if !paths.db.exists() {
+            // Nothing to diagnose, and nothing (not even PIW_HOME) is created to find that out.
+            return Ok(json!({ "findings": [] }));
+        }
+        let _lock = match piw_core::host::lock_installation(paths) {
+            Ok(lock) => lock,
+            // Another process holds the installation: a host that is starting (ask it once it
+            // answers) or stopping, or a `piw state reset`. Wait for either, never starting a
+            // host ourselves.
+            Err(HostError::AlreadyRunning { pid, .. }) => {
+                if started.elapsed() >= Duration::from_millis(STOP_WAIT_MS) {
+                    return Err(CliError::Runtime(format!(
+                        "process {pid} still holds {} after {} s and no host answers (a host that is stopping, or `piw state reset`); try again once it lets go",
+                        paths.lock.display(),
+                        STOP_WAIT_MS / 1000
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(25));
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let store = Store::open_read_only(&paths.db, StoreConfig::default())?;
+        return Ok(json!({ "findings": store.diagnose()? }));
+    }
+}

@@ -1,0 +1,551 @@
+//! `piw run ...`: starting, following, answering and recovering runs, and their text rendering.
+
+use super::*;
+
+/// The pending decision of `kind` (`checkpoint` or `human_decision`) run `run_id` waits for.
+pub(crate) fn pending_decision(
+    client: &mut BlockingClient,
+    run_id: &str,
+    kind: &str,
+) -> Result<String, CliError> {
+    let status = client.send(run_request(
+        run_id,
+        RequestBody::RunStatus(Default::default()),
+    ))?;
+    status.body["decisions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|d| d["status"] == "pending" && d["kind"] == kind)
+        .map(|d| str_of(&d["decision_id"]))
+        .ok_or_else(|| {
+            let what = if kind == "checkpoint" {
+                "a checkpoint answer (`piw run answer`)"
+            } else {
+                "a person's decision (`piw run decide`)"
+            };
+            CliError::Runtime(format!(
+                "run {run_id} does not wait for {what} (the run {})",
+                status_words(&str_of(&status.body["run"]["status"]))
+            ))
+        })
+}
+
+/// Who a person's command on a run is from: the login name, kept in the run's events.
+pub(crate) fn login_name() -> String {
+    ["USER", "LOGNAME"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|n| !n.is_empty()))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// `piw run graph`: read-only, like `piw view`, so it is answered before (and without) a host.
+fn run_graph(
+    paths: &PiwPaths,
+    run_id: &str,
+    format: view::export::GraphFormat,
+) -> Result<(), CliError> {
+    print!("{}", view::graph(paths, run_id, format)?);
+    Ok(())
+}
+
+pub(crate) fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {
+    if let RunCmd::Graph { run_id, format } = &cmd {
+        return run_graph(paths, run_id, *format);
+    }
+    let mut client = connect(paths)?;
+    let (receipt, json_out): (Receipt, bool) = match cmd {
+        RunCmd::Graph { run_id, format } => return run_graph(paths, &run_id, format),
+        RunCmd::Start {
+            workflow,
+            input,
+            session,
+            wait,
+            timeout,
+            json,
+        } => {
+            // A name is found like the Pi extension finds it (the project's .pi/workflows,
+            // then ~/.pi/agent/workflows); the caller's directory goes with the file, so the
+            // host resolves a relative path against it and the run works there.
+            let cwd = std::env::current_dir()?;
+            let user_home = std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .unwrap_or_default();
+            let file = resolve::resolve_workflow(&workflow, &cwd, &user_home)?;
+            let mut start = piw_core::client::run_start_here(&file, input)?;
+            start.session_id = session;
+            let r = client.call(RequestBody::RunStart(start))?;
+            if wait {
+                let run_id = str_of(&r.body["run_id"]);
+                // The run id first (on stderr, so `--json` output stays one document): a wait
+                // may be long, for example on a step that needs an answer.
+                eprintln!(
+                    "piw: started run {run_id}; waiting for it to finish (interrupting the wait leaves the run going)"
+                );
+                let deadline = timeout.map(|s| std::time::Instant::now() + Duration::from_secs(s));
+                return wait_for_run(paths, client, &run_id, json, deadline);
+            }
+            (r, json)
+        }
+        RunCmd::Status { run_id, json } => (
+            client.send(run_request(
+                &run_id,
+                RequestBody::RunStatus(Default::default()),
+            ))?,
+            json,
+        ),
+        RunCmd::Pause { run_id, json } => (
+            client.send(run_request(&run_id, RequestBody::RunPause))?,
+            json,
+        ),
+        RunCmd::Resume { run_id, json } => (
+            client.send(run_request(&run_id, RequestBody::RunResume))?,
+            json,
+        ),
+        RunCmd::Answer {
+            run_id,
+            answer,
+            input,
+            json,
+        } => {
+            let answer = input.unwrap_or_else(|| json_or_text(&answer.unwrap_or_default()));
+            let decision = pending_decision(&mut client, &run_id, "checkpoint")?;
+            (
+                client.send(run_request(
+                    &run_id,
+                    RequestBody::CheckpointAnswer(payload::DecisionAnswer {
+                        decision_id: decision,
+                        answer,
+                    }),
+                ))?,
+                json,
+            )
+        }
+        RunCmd::Decide {
+            run_id,
+            choice,
+            text,
+            json,
+        } => {
+            let mut answer = json!({ "choice": choice });
+            if let Some(text) = text {
+                answer["text"] = json!(text);
+            }
+            let decision = pending_decision(&mut client, &run_id, "human_decision")?;
+            (
+                client.send(run_request(
+                    &run_id,
+                    RequestBody::DecisionAnswer(payload::DecisionAnswer {
+                        decision_id: decision,
+                        answer,
+                    }),
+                ))?,
+                json,
+            )
+        }
+        RunCmd::Submit {
+            run_id,
+            result,
+            input,
+            json,
+        } => {
+            let result = input.or(result).unwrap_or(Value::Null);
+            let status = client.send(run_request(
+                &run_id,
+                RequestBody::RunStatus(Default::default()),
+            ))?;
+            let open = status.body["interactions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|i| i["status"] == "pending")
+                .cloned()
+                .ok_or_else(|| {
+                    CliError::Runtime(format!(
+                        "run {run_id} waits for no interactive step (the run {})",
+                        status_words(&str_of(&status.body["run"]["status"]))
+                    ))
+                })?;
+            let request = Request::new(
+                piw_core::ids::new_id("cli"),
+                RequestBody::InteractionSubmit(payload::InteractionSubmit {
+                    interaction_id: str_of(&open["interaction_id"]),
+                    result,
+                }),
+            )
+            .with_run_id(&run_id)
+            .with_node_id(str_of(&open["node_id"]))
+            .with_attempt_id(str_of(&open["attempt_id"]));
+            (client.send(request)?, json)
+        }
+        RunCmd::Wait {
+            run_id,
+            timeout,
+            json,
+        } => {
+            let deadline = timeout.map(|s| std::time::Instant::now() + Duration::from_secs(s));
+            return wait_for_run(paths, client, &run_id, json, deadline);
+        }
+        RunCmd::Retry {
+            run_id,
+            reason,
+            json,
+        } => (
+            client.send(run_request(
+                &run_id,
+                RequestBody::RunRetry(payload::RunRetry {
+                    reason: Some(reason),
+                    by: Some(login_name()),
+                }),
+            ))?,
+            json,
+        ),
+        RunCmd::ResolveEffect {
+            run_id,
+            effect_id,
+            applied,
+            failed,
+            reason,
+            json,
+        } => {
+            let result =
+                match (applied, failed) {
+                    (Some(receipt), None) => payload::EffectResult::Applied { receipt },
+                    (None, Some(error)) => payload::EffectResult::Failed { error },
+                    _ => return Err(CliError::Usage(
+                        "say what became of the effect: --applied RECEIPT_JSON or --failed ERROR"
+                            .into(),
+                    )),
+                };
+            (
+                client.send(run_request(
+                    &run_id,
+                    RequestBody::EffectResolve(payload::EffectResolve {
+                        effect_id,
+                        result,
+                        reason: Some(reason),
+                        by: Some(login_name()),
+                    }),
+                ))?,
+                json,
+            )
+        }
+        RunCmd::Cancel { run_id, json } => (
+            client.send(run_request(
+                &run_id,
+                RequestBody::RunCancel(payload::RunCancel {
+                    reason: Some("cancelled from the piw CLI".into()),
+                }),
+            ))?,
+            json,
+        ),
+    };
+    print(&receipt.body, json_out, |b| {
+        if let Some(run) = b.get("run") {
+            let mut text = format!(
+                "run {}\nstatus {}{}\nworkflow {}\nnode {}\nrevision {}",
+                str_of(&run["run_id"]),
+                str_of(&run["status"]),
+                if run["paused"] == json!(true) {
+                    " (paused)"
+                } else {
+                    ""
+                },
+                str_of(&run["workflow_name"]),
+                str_of(&run["current_node"]),
+                run["revision"]
+            );
+            if !run["result"].is_null() {
+                text.push_str(&format!("\nresult {}", run["result"]));
+            }
+            text.push_str(&why_lines(run));
+            text.push_str(&request_lines(b));
+            text.push_str(&last_child_lines(&b["last_child"]));
+            text
+        } else {
+            b.as_object()
+                .map(|o| {
+                    o.iter()
+                        .map(|(k, v)| format!("{k} {}", str_of(v)))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                })
+                .unwrap_or_default()
+        }
+    });
+    Ok(())
+}
+
+/// Why a run failed or stopped for review, one line each and only when there is a reason:
+/// what its user needs next.
+pub(crate) fn why_lines(run: &Value) -> String {
+    [("error", "error"), ("review", "review_reason")]
+        .iter()
+        .filter_map(|(label, key)| run[*key].as_str().map(|why| format!("\n{label} {why}")))
+        .collect()
+}
+
+/// What a waiting run asks, one block per open request: the question (the workflow's
+/// request), its id, and the command that answers it.
+pub(crate) fn request_lines(status: &Value) -> String {
+    let run_id = str_of(&status["run"]["run_id"]);
+    let mut text = String::new();
+    for d in status["decisions"].as_array().into_iter().flatten() {
+        if d["status"] != "pending" {
+            continue;
+        }
+        let (what, how) = if d["kind"] == "human_decision" {
+            (
+                "a person's decision",
+                format!("piw run decide {run_id} <choice> [text]"),
+            )
+        } else {
+            (
+                "a checkpoint answer",
+                format!("piw run answer {run_id} <answer>"),
+            )
+        };
+        text.push_str(&format!(
+            "\nwaits for {what} ({}) at node {}: {}\n  answer with `{how}`",
+            str_of(&d["decision_id"]),
+            str_of(&d["node_id"]),
+            d["request"]
+        ));
+    }
+    for i in status["interactions"].as_array().into_iter().flatten() {
+        if i["status"] != "pending" && i["status"] != "validating" {
+            continue;
+        }
+        text.push_str(&format!(
+            "\nwaits for a result for interactive step {} ({}) at node {}: {}\n  submit with `piw run submit {run_id} <json>`",
+            str_of(&i["interaction_id"]),
+            str_of(&i["kind"]),
+            str_of(&i["node_id"]),
+            i["request"]
+        ));
+        if let Some(error) = i["last_submission"]["error"].as_str() {
+            text.push_str(&format!("\n  the last result was rejected: {error}"));
+        }
+    }
+    text
+}
+
+/// How the run's newest child ended (or that it runs) and the end of what it wrote to stderr:
+/// a run that failed or stopped for review shows why in the child's own words. Empty for a
+/// run that never had a child.
+pub(crate) fn last_child_lines(child: &Value) -> String {
+    /// Lines of the stderr tail shown; `--json` has the whole tails.
+    const STDERR_LINES: usize = 10;
+    if child.is_null() {
+        return String::new();
+    }
+    let mut text = if child["exited"] == json!(true) {
+        format!(
+            "
+last child exited: {}",
+            str_of(&child["reason"])
+        )
+    } else {
+        format!(
+            "
+last child running (pid {})",
+            str_of(&child["pid"])
+        )
+    };
+    let stderr = child["stderr_tail"].as_str().unwrap_or_default();
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    if !lines.is_empty() {
+        text.push_str(
+            "
+its stderr ends:",
+        );
+        for line in &lines[lines.len().saturating_sub(STDERR_LINES)..] {
+            text.push_str(
+                "
+  ",
+            );
+            text.push_str(line);
+        }
+    }
+    text
+}
+
+/// What a non-terminal run waits for that only someone else can give it, one line each:
+/// pending decisions, pending interactions, a pause. Empty for a run that goes on by itself.
+pub(crate) fn waiting_notices(run_id: &str, status_body: &Value) -> Vec<String> {
+    let run = &status_body["run"];
+    let mut notices = Vec::new();
+    if run["paused"] == json!(true) {
+        notices.push(format!(
+            "run {run_id} is paused; `piw run resume {run_id}` lets it go on"
+        ));
+    }
+    if str_of(&run["status"]) != "waiting" {
+        return notices;
+    }
+    // A run started without a Pi session (`--session`) has nobody to present its requests:
+    // say so rather than promise an answer from a session that does not exist.
+    let answered_in = run["origin_session"].as_str().map_or_else(
+        || format!("the run has no Pi session to answer it in (started without --session), so only a client that submits it by id or `piw run cancel {run_id}` moves it on; this command goes on waiting"),
+        |s| format!("it is answered in Pi session {s}, and this command goes on waiting"),
+    );
+    for d in status_body["decisions"].as_array().into_iter().flatten() {
+        if d["status"] == "pending" {
+            let what = if d["kind"] == "human_decision" {
+                "a person's decision"
+            } else {
+                "a checkpoint answer"
+            };
+            notices.push(format!(
+                "run {run_id} waits for {what} ({}) at node {}; {answered_in}",
+                str_of(&d["decision_id"]),
+                str_of(&d["node_id"])
+            ));
+        }
+    }
+    for i in status_body["interactions"].as_array().into_iter().flatten() {
+        if i["status"] == "pending" || i["status"] == "validating" {
+            notices.push(format!(
+                "run {run_id} waits for an answer to interaction {} ({}) at node {}; {answered_in}",
+                str_of(&i["interaction_id"]),
+                str_of(&i["kind"]),
+                str_of(&i["node_id"])
+            ));
+        }
+    }
+    notices
+}
+
+pub(crate) fn wait_for_run(
+    paths: &PiwPaths,
+    mut client: BlockingClient,
+    run_id: &str,
+    json_out: bool,
+    deadline: Option<std::time::Instant>,
+) -> Result<(), CliError> {
+    let subscribe = |client: &mut BlockingClient| {
+        client.call(RequestBody::Subscribe(payload::Subscribe {
+            run_id: Some(run_id.to_owned()),
+            session_id: None,
+        }))
+    };
+    subscribe(&mut client)?;
+    let mut announced = std::collections::HashSet::new();
+    let mut restarts = 0;
+    // The host died under the wait (killed, crashed): runs are durable and a new host recovers
+    // them at once, so start one and go on waiting, a few times at most.
+    let mut start_again = |e: ClientError| -> Result<BlockingClient, CliError> {
+        restarts += 1;
+        if restarts > WAIT_HOST_RESTARTS {
+            return Err(CliError::Runtime(format!(
+                "the host went away again after {WAIT_HOST_RESTARTS} restarts while waiting for run {run_id} ({e}); see {}",
+                paths.log.display()
+            )));
+        }
+        if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+            return Err(CliError::Runtime(format!(
+                "gave up waiting for run {run_id} (the host went away: {e})"
+            )));
+        }
+        eprintln!(
+            "piw: the host went away ({e}); starting it again to go on waiting for run {run_id}"
+        );
+        let mut client = connect(paths)?;
+        subscribe(&mut client)?;
+        Ok(client)
+    };
+    loop {
+        let r = match client.send(run_request(
+            run_id,
+            RequestBody::RunStatus(Default::default()),
+        )) {
+            Ok(r) => r,
+            Err(e) if host_went_away(&e) => {
+                client = start_again(e)?;
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let status = str_of(&r.body["run"]["status"]);
+        // A run that waits for a person (or is paused) goes on only when someone acts: say so
+        // once per thing it waits for, so a long wait never looks like a hang.
+        for notice in waiting_notices(run_id, &r.body) {
+            if announced.insert(notice.clone()) {
+                eprintln!("piw: {notice}");
+            }
+        }
+        // Terminal, or stopped until a person acts: either way nothing more happens by itself.
+        if ["completed", "failed", "cancelled", "timed_out", "review"].contains(&status.as_str()) {
+            print(&r.body, json_out, |b| {
+                let run = &b["run"];
+                // Only the lines that say something: a completed run has no error, a failed
+                // one no result.
+                let mut text = format!("run {run_id} {}", status_words(&status));
+                if !run["result"].is_null() {
+                    text.push_str(&format!("\nresult {}", run["result"]));
+                }
+                text.push_str(&why_lines(run));
+                text
+            });
+            return if status == "completed" {
+                Ok(())
+            } else if json_out {
+                // The status printed says how it ended; stdout stays one JSON document.
+                Err(CliError::Reported)
+            } else {
+                Err(CliError::Runtime(format!(
+                    "run {run_id} {}",
+                    status_words(&status)
+                )))
+            };
+        }
+        if let Some(deadline) = deadline {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(CliError::Runtime(format!(
+                    "gave up waiting for run {run_id} (the run {})",
+                    status_words(&status)
+                )));
+            }
+            client.set_timeout(Some(left))?;
+        }
+        match client.next_event() {
+            // Any event (or events dropped while a status call was in flight): reread the
+            // status once, whatever else was queued meanwhile.
+            Ok(_) | Err(ClientError::SubscriptionOverflow) => {
+                client.discard_queued_events();
+            }
+            // The host ended the subscription because it fell too far behind: an ordinary
+            // condition under load, so subscribe again on a new connection and reread the
+            // status. Any other goodbye (`internal` included) is a real failure, reported below.
+            Err(ClientError::Closed {
+                code: RejectionCode::SubscriberLagged,
+                ..
+            }) => {
+                client = BlockingClient::connect(paths)?;
+                subscribe(&mut client)?;
+            }
+            Err(ClientError::TimedOut) if deadline.is_some() => {
+                return Err(CliError::Runtime(format!(
+                    "gave up waiting for run {run_id} (it is {status})"
+                )));
+            }
+            // Someone stops the host on purpose: do not start it again behind their back.
+            Err(ClientError::Closed {
+                code: RejectionCode::HostShuttingDown,
+                ..
+            }) => {
+                return Err(CliError::Runtime(format!(
+                    "the host is stopping; run {run_id} ({status}) goes on when a host runs again (`piw run status {run_id}`)"
+                )));
+            }
+            Err(e) if host_went_away(&e) => client = start_again(e)?,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// The connection ended without a goodbye: the host process died (or was killed).
+pub(crate) fn host_went_away(e: &ClientError) -> bool {
+    matches!(e, ClientError::Disconnected | ClientError::Io(_))
+}

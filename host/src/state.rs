@@ -1,0 +1,101 @@
+//! `piw state reset` and `piw state restore`: replacing an installation's database, each under the
+//! installation's lock so that no host runs meanwhile.
+
+use super::*;
+
+/// Removes the state database (and its `-wal` and `-shm` files) while holding the
+/// installation lock, after stopping the children it records as running (a crashed host's:
+/// once the database is gone nothing else knows them). Refused while a host runs or is still
+/// stopping. Returns whether there was anything to remove.
+pub(crate) fn remove_state(paths: &PiwPaths) -> Result<bool, CliError> {
+    // Held until the database is gone: no host runs, is still stopping, or starts meanwhile.
+    let _lock = piw_core::host::lock_installation(paths).map_err(|e| match e {
+        HostError::AlreadyRunning { pid, .. } => CliError::Runtime(format!(
+            "a piw host is running or still stopping (pid {pid}); stop it first with `piw host stop`"
+        )),
+        other => other.into(),
+    })?;
+    remove_state_locked(paths)
+}
+
+/// [`remove_state`] for a caller that holds the installation lock.
+pub(crate) fn remove_state_locked(paths: &PiwPaths) -> Result<bool, CliError> {
+    // A host that crashed left its children running (recorded in the database): stop them
+    // first, as a host's start-up would, or nothing would any more.
+    if paths.db.exists() {
+        match Store::open_read_only(&paths.db, StoreConfig::default()) {
+            Ok(store) => {
+                let (stopped, outcomes) =
+                    piw_core::host::stop_recorded_children(&store, None, Duration::from_secs(2))?;
+                let killed = outcomes
+                    .iter()
+                    .filter(|o| **o == piw_core::supervise::OrphanOutcome::Killed)
+                    .count();
+                if !stopped.is_empty() {
+                    println!("stopped {killed} child process(es) an earlier host left running");
+                }
+                let leftovers = piw_core::supervise::kill_marked_leftovers(
+                    &piw_core::host::supervision_scope(&paths.socket),
+                    Duration::from_secs(2),
+                );
+                if leftovers > 0 {
+                    println!("stopped {leftovers} process(es) those children had left behind");
+                }
+            }
+            // A database this build cannot read names no children it could stop.
+            Err(e) => {
+                eprintln!("piw: cannot read the children recorded in it ({e}); removing it anyway")
+            }
+        }
+    }
+    let mut removed = false;
+    for suffix in ["", "-wal", "-shm"] {
+        let mut p = paths.db.clone().into_os_string();
+        p.push(suffix);
+        match std::fs::remove_file(&p) {
+            Ok(()) => removed = true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(removed)
+}
+
+/// `piw state restore <file> --yes`: replaces the state database with a backup, while no host
+/// runs. The backup is checked first (a file this build cannot open is refused and nothing
+/// changes), then the current database is removed as by `piw state reset` and the backup is
+/// copied in with SQLite's online backup (mode 0600).
+pub(crate) fn restore_state(
+    paths: &PiwPaths,
+    file: &std::path::Path,
+    yes: bool,
+) -> Result<(), CliError> {
+    let source = Store::open_read_only(file, StoreConfig::default())?;
+    if !yes {
+        let mut current = paths.db.clone().into_os_string();
+        current.push(".bak");
+        return Err(CliError::Usage(format!(
+            "this replaces {} with {}; {RESTORE_MEANS}. Back up the current state first (`piw state backup {}`), then run `piw state restore {} --yes`",
+            paths.db.display(),
+            file.display(),
+            piw_core::paths::shell_quoted(std::path::Path::new(&current)),
+            piw_core::paths::shell_quoted(file),
+        )));
+    }
+    paths.ensure_dirs()?;
+    // Held from the removal to the copy: no host starts on a half-restored installation.
+    let _lock = piw_core::host::lock_installation(paths).map_err(|e| match e {
+        HostError::AlreadyRunning { pid, .. } => CliError::Runtime(format!(
+            "a piw host is running or still stopping (pid {pid}); stop it first with `piw host stop`"
+        )),
+        other => other.into(),
+    })?;
+    remove_state_locked(paths)?;
+    source.backup_to(&paths.db)?;
+    println!(
+        "restored {} from {}; note: {RESTORE_MEANS}",
+        paths.db.display(),
+        file.display()
+    );
+    Ok(())
+}
