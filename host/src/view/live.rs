@@ -135,3 +135,82 @@ fn sleep_unless(stop: &AtomicBool, total: Duration) {
 pub fn next(rx: &Receiver<Wake>, timeout: Duration) -> Option<Wake> {
     rx.recv_timeout(timeout).ok()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+    use std::os::unix::net::UnixListener;
+
+    use piw_core::protocol::{
+        encode_frame, read_frame, Event, Limits, ProtocolSchema, Receipt, Request, ServerFrame,
+    };
+    use serde_json::json;
+
+    use super::*;
+
+    /// Bound on a wait for a wake-up: only a hang reaches it.
+    const HANG: Duration = Duration::from_secs(30);
+
+    fn frame(frame: &ServerFrame) -> Vec<u8> {
+        encode_frame(frame, &Limits::default()).unwrap()
+    }
+
+    /// The subscriber connects to a host that answers (a fake one here, bound as the
+    /// subscription starts), subscribes to the run and asks nothing else, wakes the viewer
+    /// once to look, then on each event; dropped, it hangs up.
+    #[test]
+    fn the_subscriber_follows_the_run_once_a_host_answers() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = PiwPaths::for_home(dir.path().to_path_buf());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let subscription = RunSubscription::start(paths.clone(), "run-1".into(), tx);
+
+        let listener = UnixListener::bind(&paths.socket).unwrap();
+        let host = std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let body = read_frame(&mut stream, &Limits::default())
+                .unwrap()
+                .unwrap();
+            let request = Request::decode(&body, &Limits::default()).unwrap();
+            stream
+                .write_all(&frame(&ServerFrame::receipt(
+                    request.request_id.clone(),
+                    Receipt::new(None, json!(null)),
+                )))
+                .unwrap();
+            stream
+                .write_all(&frame(&ServerFrame::Event(Event {
+                    schema: ProtocolSchema,
+                    subscription_id: request.request_id.clone(),
+                    run_id: "run-1".into(),
+                    seq: 7,
+                    event_kind: "transitioned".into(),
+                    status: "running".into(),
+                    revision: 7,
+                    at_ms: 0,
+                    data: json!(null),
+                })))
+                .unwrap();
+            // Nothing more is asked: the next read ends when the subscriber hangs up.
+            let next = read_frame(&mut stream, &Limits::default());
+            (request, next.map(|f| f.is_some()).unwrap_or(false))
+        });
+
+        for _ in 0..2 {
+            match rx.recv_timeout(HANG) {
+                Ok(Wake::RunChanged) => {}
+                other => panic!("expected a wake-up for the run, got {other:?}"),
+            }
+        }
+        drop(subscription);
+        let (request, asked_more) = host.join().unwrap();
+        match request.body {
+            RequestBody::Subscribe(s) => {
+                assert_eq!(s.run_id.as_deref(), Some("run-1"));
+                assert_eq!(s.session_id, None);
+            }
+            other => panic!("the subscriber asked {}", other.kind_str()),
+        }
+        assert!(!asked_more, "the subscriber sent more than its subscribe");
+    }
+}

@@ -101,10 +101,10 @@ impl App {
         }
         match &mut self.run {
             None => match code {
-                KeyCode::Up | KeyCode::Char('k') => self.runs.move_by(-1),
-                KeyCode::Down | KeyCode::Char('j') => self.runs.move_by(1),
-                KeyCode::PageUp => self.runs.move_by(-10),
-                KeyCode::PageDown => self.runs.move_by(10),
+                KeyCode::Up | KeyCode::Char('k') => self.runs.move_by(store, -1)?,
+                KeyCode::Down | KeyCode::Char('j') => self.runs.move_by(store, 1)?,
+                KeyCode::PageUp => self.runs.move_by(store, -10)?,
+                KeyCode::PageDown => self.runs.move_by(store, 10)?,
                 KeyCode::Home => self.runs.selected = 0,
                 KeyCode::End => self.runs.selected = self.runs.rows.len().saturating_sub(1),
                 KeyCode::Enter => {

@@ -19,7 +19,7 @@ pub const EVENTS_PAGE: u32 = 100;
 pub struct RunsModel {
     pub filter: RunFilter,
     pub rows: Vec<RunSummary>,
-    /// Runs matching the filter in all (the list shows the newest [`RUNS_PAGE`]).
+    /// Runs matching the filter in all (the list loads [`RUNS_PAGE`] at a time).
     pub total: u64,
     pub selected: usize,
 }
@@ -38,7 +38,9 @@ impl RunsModel {
     /// Reads the list again, keeping the selected run selected when it is still listed.
     pub fn reload(&mut self, store: &Store) -> StoreResult<()> {
         let keep = self.selected_run().map(str::to_owned);
-        let (rows, total) = store.runs_page(&self.filter, 0, RUNS_PAGE)?;
+        // As many runs as were loaded (more pages once the person scrolled past the first).
+        let loaded = u32::try_from(self.rows.len()).unwrap_or(u32::MAX);
+        let (rows, total) = store.runs_page(&self.filter, 0, loaded.max(RUNS_PAGE))?;
         self.rows = rows;
         self.total = total;
         self.selected = keep
@@ -52,8 +54,16 @@ impl RunsModel {
         self.rows.get(self.selected).map(|r| r.run_id.as_str())
     }
 
-    pub fn move_by(&mut self, delta: isize) {
+    /// Moves the selection; moving past the last run loaded loads the next page.
+    pub fn move_by(&mut self, store: &Store, delta: isize) -> StoreResult<()> {
+        let wanted = self.selected.saturating_add_signed(delta);
+        if wanted >= self.rows.len() && (self.rows.len() as u64) < self.total {
+            let (more, total) = store.runs_page(&self.filter, self.rows.len() as u64, RUNS_PAGE)?;
+            self.rows.extend(more);
+            self.total = total;
+        }
         self.selected = step(self.selected, delta, self.rows.len());
+        Ok(())
     }
 
     /// The next status filter: all, then each status in turn.

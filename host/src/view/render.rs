@@ -2,8 +2,9 @@
 //! tests draw on ratatui's `TestBackend` and `--once` prints the same frame as text.
 //!
 //! Nothing depends on colour: every state is a word or a marker (`✓` succeeded, `✗` failed,
-//! `▶` running, `?` waiting, `⧖` timed out, `↺` interrupted, `⊘` cancelled, `·` not visited);
-//! colour only repeats it, and `NO_COLOR` turns it off.
+//! `▶` running, `?` waiting, `⧖` timed out, `↺` interrupted, `⊘` cancelled, `·` not visited;
+//! `>` marks the selected row, `▸` the current node or the one the event shown is about);
+//! colour and reverse video only repeat it, and `NO_COLOR` turns colour off.
 
 use piw_core::clock::UnixMillis;
 use piw_core::store::{EventRecord, RunStatus};
@@ -242,7 +243,7 @@ pub fn graph_lines(m: &RunModel, theme: Theme) -> (Vec<Line<'static>>, usize) {
         ));
         if node.is_current {
             if let Some(progress) = m.current_progress() {
-                lines.push(Line::from(format!("     ⋯ {}", one_line(progress))));
+                lines.push(Line::from(format!("      ⋯ {}", one_line(progress))));
             }
         }
         let arrows: Vec<String> = node
@@ -254,9 +255,9 @@ pub fn graph_lines(m: &RunModel, theme: Theme) -> (Vec<Line<'static>>, usize) {
             })
             .collect();
         if arrows.is_empty() {
-            lines.push(Line::from("     └ end"));
+            lines.push(Line::from("      └ end"));
         } else {
-            lines.push(Line::from(format!("     └ {}", arrows.join(" │ "))));
+            lines.push(Line::from(format!("      └ {}", arrows.join(" │ "))));
         }
     }
     (lines, selected_line)
@@ -264,9 +265,12 @@ pub fn graph_lines(m: &RunModel, theme: Theme) -> (Vec<Line<'static>>, usize) {
 
 fn node_line(node: &NodeRow, selected: bool, highlighted: bool, theme: Theme) -> Line<'static> {
     let status = node.activity.as_ref().map(|a| a.last_status.as_str());
+    // Selected (the inspector's node) and highlighted (the current node, or the one the event
+    // shown in history is about) read without any style: `>` and `▸`.
+    let selection = if selected { ">" } else { " " };
     let pointer = if highlighted { "▸" } else { " " };
     let mut spans = vec![
-        Span::raw(format!("{pointer}{} ", status_marker(status))),
+        Span::raw(format!("{selection}{pointer}{} ", status_marker(status))),
         Span::styled(
             format!("[{}]", node.node_id),
             if highlighted {

@@ -366,7 +366,8 @@ fn a_run_waiting_on_a_decision_shows_the_question() {
     assert!(text.contains("WAITING · ship · "), "{text}");
     assert!(text.contains("live · current node approve"), "{text}");
     let approve = text.lines().find(|l| l.contains("[approve]")).unwrap();
-    assert!(approve.contains("? [approve] waiting"), "{text}");
+    // Selected (the current node when a run opens) and the current node.
+    assert!(approve.contains(">▸? [approve] waiting"), "{text}");
     assert!(text.contains("human_decision"), "{text}");
     assert!(text.contains(&decision[..12]), "{text}");
     assert!(text.contains("question: Ship app.tar to"), "{text}");
@@ -648,4 +649,40 @@ fn events_load_a_page_at_a_time_and_history_pages_back() {
     model.reload(&f.store).unwrap();
     assert_eq!(model.shown_event().unwrap().seq, shown);
     assert_eq!(model.nodes[0].activity.as_ref().unwrap().visits, 252);
+}
+
+#[test]
+fn the_run_list_loads_the_next_page_when_the_selection_passes_the_last_run() {
+    let mut f = Fixture::new();
+    let graph = decision_graph();
+    let mut oldest = String::new();
+    for i in 0..super::model::RUNS_PAGE + 5 {
+        let (run_id, _, _) = f.start(&graph, None);
+        if i == 0 {
+            oldest = run_id;
+        }
+        f.clock.advance(1);
+    }
+    let mut app = App::load(&f.store, RunFilter::default(), None).unwrap();
+    let text = buffer_text(&frame(&app, PLAIN, f.clock_now(), 80, 24).unwrap());
+    assert!(text.contains("piw runs: 200 of 205"), "{text}");
+    app.key(&f.store, KeyCode::End).unwrap();
+    assert_eq!(app.runs.selected, 199);
+    for _ in 0..10 {
+        app.key(&f.store, KeyCode::Down).unwrap();
+    }
+    assert_eq!(app.runs.rows.len(), 205);
+    assert_eq!(app.runs.selected_run(), Some(oldest.as_str()));
+    let text = buffer_text(&frame(&app, PLAIN, f.clock_now(), 80, 24).unwrap());
+    assert!(text.contains("piw runs: 205 of 205"), "{text}");
+    assert!(line_with(&text, &oldest).contains("> running"), "{text}");
+    // A reload keeps every page loaded and the selection.
+    app.reload(&f.store).unwrap();
+    assert_eq!(app.runs.selected_run(), Some(oldest.as_str()));
+}
+
+fn line_with<'a>(text: &'a str, needle: &str) -> &'a str {
+    text.lines()
+        .find(|l| l.contains(needle))
+        .unwrap_or_else(|| panic!("no {needle}:\n{text}"))
 }
