@@ -123,9 +123,14 @@ struct Tmux {
 }
 
 impl Tmux {
-    /// `None` (after saying why) when tmux is not installed.
+    /// `None` (after saying why) when tmux is not installed; a failure instead when the
+    /// caller promised it (`PIW_TEST_REQUIRE_TMUX`, set by `scripts/test-all`, which installs it).
     fn start(home: &Path, args: &[&str], size: (u16, u16)) -> Option<Self> {
         if Command::new("tmux").arg("-V").output().is_err() {
+            assert!(
+                std::env::var_os("PIW_TEST_REQUIRE_TMUX").is_none(),
+                "tmux is required (PIW_TEST_REQUIRE_TMUX) but not installed"
+            );
             println!("SKIPPED: tmux is not installed, so the viewer is not run in a real terminal");
             return None;
         }
