@@ -474,11 +474,18 @@ export interface WorkflowNode {
 
 type Text<I> = string | ((ctx: WorkflowNodeContext<I>) => Awaitable<string>);
 
+/**
+ * A node's deadline in milliseconds, `null` for none, or a function of the node context that
+ * returns either: called when each attempt starts (at most 30 s), its deadline saved with the
+ * attempt and enforced by the host.
+ */
+export type TimeoutMs<I = any> = number | null | ((ctx: WorkflowNodeContext<I>) => Awaitable<number | null>);
+
 /** A pure step; may run again after a crash. Its return value is its output. */
 export declare function compute<I = any, O = unknown>(spec: {
   run: (ctx: WorkflowNodeContext<I>) => Awaitable<O>;
   /** A deadline the host enforces (the node ends `timed_out`). */
-  timeoutMs?: number | null;
+  timeoutMs?: TimeoutMs<I>;
 }): WorkflowNode;
 
 /** Queues a plain-text message for the session that started the run; output `{ kind, message }`. */
@@ -499,7 +506,7 @@ export interface AgentSpec<I = any, O = any> {
   /** Throws to reject a submission (parsed tolerantly from a string); returns the normalised output. */
   validate?: (output: any, ctx: WorkflowNodeContext<I>) => Awaitable<O | void>;
   /** Default 15 minutes; `null`: no deadline. */
-  timeoutMs?: number | null;
+  timeoutMs?: TimeoutMs<I>;
   /** Shown with the step in the Pi extension. */
   statusDetail?: string;
 }
@@ -620,14 +627,14 @@ export interface ShellSpec<I = any, O = ShellActionResult> {
   updates?: {
     parseLine: (line: string, info: { stream: 'stdout' | 'stderr' }) => Awaitable<WorkflowUpdate | WorkflowUpdate[] | null | undefined>;
   };
-  timeoutMs?: number | null;
+  timeoutMs?: TimeoutMs<I>;
 }
 
 /** A managed side effect; `run`'s return value is the receipt and the node's output. */
 export declare function action<I = any, R = unknown>(spec: {
   effect: EffectPolicy;
   run: (ctx: WorkflowActionContext<I>) => Awaitable<R>;
-  timeoutMs?: number | null;
+  timeoutMs?: TimeoutMs<I>;
 }): WorkflowNode;
 /** The shell form of `action`. */
 export declare function action<I = any, O = ShellActionResult>(spec: ShellSpec<I, O>): WorkflowNode;

@@ -43,19 +43,24 @@ function options(value, what) {
 }
 
 /**
- * `timeoutMs`: a positive number, `null` (no deadline) or, for the default, nothing. The host
- * enforces the deadline; it is in the graph snapshot, so a function is not accepted (a
- * deadline the host cannot read would be one it cannot enforce).
+ * `timeoutMs`: a positive number, `null` (no deadline), a function of the node context
+ * returning either, or, for the default, nothing. A number or `null` goes into the graph
+ * snapshot; a function is called by the child when each attempt of the node starts, and the
+ * deadline it gives travels with the message that opens the attempt: the host saves it with the
+ * attempt and enforces it like a fixed one (a resumed run keeps the saved deadline; the
+ * function is not called again for that attempt).
  */
 function timeout(value, what, dflt) {
   if (value === undefined) return dflt ?? null;
   if (value === null) return null;
+  if (typeof value === 'function') return value;
   if (typeof value === 'number' && Number.isFinite(value) && value > 0) return Math.ceil(value);
-  throw shape(`${what} timeoutMs must be a positive number or null, got ${String(value)}`);
+  throw shape(`${what} timeoutMs must be a positive number, null or a function of the node context, got ${String(value)}`);
 }
 
 function node(kind, fields, timeoutMs) {
-  return Object.freeze({ [WORKFLOW]: 'node', kind, timeoutMs, ...fields });
+  const atStart = typeof timeoutMs === 'function' ? timeoutMs : null;
+  return Object.freeze({ [WORKFLOW]: 'node', kind, timeoutMs: atStart ? null : timeoutMs, timeoutAtStart: atStart, ...fields });
 }
 
 /** A pure step: `run(ctx)` returns its output. May run again after a crash. */
@@ -478,6 +483,7 @@ export function defineWorkflow(def) {
     nodes[id] = {
       kind: n.kind,
       ...(n.timeoutMs === null ? {} : { timeout_ms: n.timeoutMs }),
+      ...(n.timeoutAtStart ? { timeout_at_start: true } : {}),
       ...(n.kind === 'action' ? { retry: n.retry } : {}),
     };
   }

@@ -617,6 +617,38 @@ class RunContext {
   }
 }
 
+/** How long a `timeoutMs` function may take (the reference's bound). */
+const TIMEOUT_FN_BOUND_MS = 30_000;
+
+/**
+ * The deadline of the attempt of `nodeId` about to open, for a node whose `timeoutMs` is a
+ * function: `{ ms }` (a number, or `null` for none), or `{ ms: null, error }` when the
+ * function threw, returned something else, or took longer than 30 s (the node then fails).
+ * Other nodes: `{ ms: undefined }` (the graph fixes their deadline).
+ */
+async function decideTimeout(run, impl, nodeId) {
+  if (!impl?.timeoutAtStart) return { ms: undefined };
+  const controller = new AbortController();
+  let timer;
+  try {
+    const ctx = await run.forNode(nodeId, null, controller.signal);
+    const bound = new Promise((_, reject) => {
+      timer = setTimeout(() => {
+        controller.abort(new Error('timeoutMs took too long'));
+        reject(new Error(`did not return within ${TIMEOUT_FN_BOUND_MS / 1000} s`));
+      }, TIMEOUT_FN_BOUND_MS);
+    });
+    const value = await Promise.race([Promise.resolve().then(() => impl.timeoutAtStart(ctx)), bound]);
+    if (value === null) return { ms: null };
+    if (typeof value === 'number' && Number.isFinite(value) && value > 0) return { ms: Math.ceil(value) };
+    throw new Error(`must return a positive number of milliseconds or null, got ${String(value)}`);
+  } catch (e) {
+    return { ms: null, error: e instanceof NodeFailure ? e.message : `node ${nodeId} failed: timeoutMs: ${message(e)}` };
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /**
  * The abort signal of the running node: aborted when the node's deadline passes (the host
  * enforces it too) or when the host stops this child (SIGTERM on cancel or pause).
@@ -695,6 +727,8 @@ async function drive(w) {
   process.on('SIGTERM', onTerminate);
   let nodeId;
   let carried = null;
+  /** The deadline decided for the current attempt (see `decideTimeout`). */
+  let decided = { ms: undefined };
   const impls = workflow.nodes;
   switch (resume.resume) {
     case 'continue':
@@ -743,8 +777,12 @@ async function drive(w) {
     }
     default:
       nodeId = resume.node_id ?? workflow.graph.start;
-      // The host opens the first attempt with the hello when it can.
-      if (resume.attempt_id === undefined) resume.attempt_id = w.nodeStarted(nodeId);
+      // The host opens the first attempt with the hello when it can (not when the node's
+      // deadline is decided by its `timeoutMs` function: that decision opens the attempt).
+      if (resume.attempt_id === undefined) {
+        decided = await decideTimeout(run, impls[nodeId], nodeId);
+        resume.attempt_id = w.nodeStarted(nodeId, decided.ms ?? null);
+      }
   }
   let attemptId = resume.attempt_id;
   // Consecutive pure steps are reported together (one commit for many nodes). A step is
@@ -754,7 +792,8 @@ async function drive(w) {
   // a slow asynchronous node keeps it waiting. If this child dies with steps deferred, those
   // pure nodes rerun from the last committed boundary: at most a window's worth of work.
   const nodesOf = workflow.graph.nodes;
-  const pure = (id) => nodesOf[id]?.kind === 'compute' && nodesOf[id]?.timeout_ms === undefined;
+  const pure = (id) =>
+    nodesOf[id]?.kind === 'compute' && nodesOf[id]?.timeout_ms === undefined && !nodesOf[id]?.timeout_at_start;
   const batch = new DeferredBatch(w);
   let last = null;
   for (;;) {
@@ -762,13 +801,16 @@ async function drive(w) {
     carried = null;
     const ranHere = outcome === null;
     if (ranHere) {
-      const { signal, done } = nodeSignal(nodesOf[nodeId]?.timeout_ms);
+      const deadlineMs = decided.ms === undefined ? nodesOf[nodeId]?.timeout_ms : (decided.ms ?? undefined);
+      const { signal, done } = nodeSignal(deadlineMs);
       let step;
       try {
+        if (decided.error) throw new NodeFailure(decided.error);
         step = await execute(w, run, impls[nodeId], await run.forNode(nodeId, attemptId, signal));
       } catch (e) {
         if (!(e instanceof NodeFailure)) throw e;
-        step = { outcome: { status: 'failed', error: e.message } }; // an included input failed
+        // An included input or the `timeoutMs` function failed.
+        step = { outcome: { status: 'failed', error: e.message } };
       }
       done();
       if (batch.settle()) return; // the run parked while the node ran
@@ -783,10 +825,12 @@ async function drive(w) {
         batch.defer(outcome, route.next);
         nodeId = route.next;
         attemptId = undefined;
+        decided = { ms: undefined };
         continue;
       }
       batch.cancelTimer();
-      const reply = w.transition(outcome, route.next);
+      decided = await decideTimeout(run, impls[route.next], route.next);
+      const reply = w.transition(outcome, route.next, decided.ms ?? null);
       batch.reported();
       if (reply.parked) return;
       nodeId = route.next;

@@ -916,3 +916,82 @@ test('the triage example (TypeScript): input normaliser, decision, assistant mes
   assert.equal(run.status, 'completed', run.error);
   assert.deepEqual(run.result, { urgent: true, explanation: 'Nobody can sign in. Fix it first.' });
 });
+
+test('timeoutMs as a function: decided with the node context when the attempt starts, saved and enforced by the host, never decided again', async () => {
+  const c = host.client;
+  const dir = join(host.dir, 'dyn-timeout');
+  mkdirSync(dir, { recursive: true });
+  const calls = join(dir, 'calls.log');
+  const file = writeWorkflow(
+    dir,
+    'dyn',
+    `import { appendFileSync } from 'node:fs';
+    export default piw.defineWorkflow({
+      name: 'dyn', startAt: 'ask',
+      nodes: {
+        // The first node: its attempt is opened by the child's node_started.
+        ask: piw.agent({
+          prompt: 'give a timeout',
+          expectedOutput: '{ "ms": number | null }',
+          validate: (o) => o,
+          timeoutMs: ({ input, state }) => {
+            appendFileSync(${JSON.stringify(calls)}, state.node + '\\n');
+            return input.askMinutes === null ? null : input.askMinutes * 60000;
+          },
+        }),
+        // Opened by a transition: the child decides from the outputs so far.
+        spin: piw.compute({
+          // Never ends by itself and ignores the abort signal (the interval keeps the child alive).
+          run: () => new Promise(() => setInterval(() => {}, 1000)),
+          timeoutMs: ({ outputs }) => outputs.ask.ms,
+        }),
+        late: piw.compute({ run: ({ results }) => results.spin.outcome }),
+      },
+      edges: [
+        { from: 'ask', to: 'spin' },
+        { from: 'spin', switch: { on: '$result.outcome', cases: { timed_out: 'late' } } },
+      ],
+    });`,
+  );
+  const askMs = 7 * 24 * 3600 * 1000;
+  const session = 'session-dyn-timeout';
+  const before = Date.now();
+  const { run_id: runId } = await c.startRun(file, { sessionId: session, input: { askMinutes: askMs / 60000 } });
+  await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
+  const after = Date.now();
+  const [ask] = (await c.runStatus(runId)).attempts;
+  assert.equal(ask.node_id, 'ask');
+  assert.ok(ask.deadline_at >= before + askMs && ask.deadline_at <= after + askMs, JSON.stringify({ ask, before, after }));
+  const [request] = await c.listInteractions(session);
+  // The spin node's deadline comes from the submission; the host alone ends it (the node
+  // never returns), routing timed_out.
+  const sub = await c.submitInteraction(request, { ms: 1500 });
+  assert.equal((await c.waitForSubmission(runId, sub.submission_id, { timeoutMs: 20_000 })).state, 'accepted');
+  const run = await c.waitForRun(runId, { timeoutMs: 30_000 });
+  assert.equal(run.status, 'completed', run.error);
+  assert.equal(run.result, 'timed_out');
+  const { attempts } = await c.runStatus(runId);
+  const spin = attempts.find((a) => a.node_id === 'spin');
+  assert.equal(spin.status, 'timed_out');
+  assert.ok(spin.deadline_at !== null);
+  // Decided once, by the child that opened the attempt: not by the child that validated the
+  // submission, nor the one that went on after it.
+  assert.deepEqual(readFileSync(calls, 'utf8').split('\n').filter(Boolean), ['ask']);
+
+  // null: no deadline.
+  const none = await c.startRun(file, { sessionId: `${session}-none`, input: { askMinutes: null } });
+  await c.waitForRun(none.run_id, { untilParked: true, timeoutMs: 20_000 });
+  assert.equal((await c.runStatus(none.run_id)).attempts[0].deadline_at, null);
+
+  // A function that throws fails its node, naming it.
+  const bad = writeWorkflow(
+    dir,
+    'badtimeout',
+    `export default piw.defineWorkflow({ name: 'badtimeout', startAt: 'a',
+      nodes: { a: piw.compute({ run: () => 1, timeoutMs: () => { throw new Error('no policy'); } }) }, edges: [] });`,
+  );
+  const failed = await c.waitForRun((await c.startRun(bad)).run_id, { timeoutMs: 20_000 });
+  assert.equal(failed.status, 'failed');
+  assert.match(failed.error, /node a failed: timeoutMs: no policy/);
+  await c.cancelRun(none.run_id).catch(() => {});
+});
