@@ -452,6 +452,8 @@ export function defineWorkflow(def) {
   const entries = {};
   const leaves = {};
   const mountedEdges = [];
+  /** Mount path -> `{ max_steps? }`: each included workflow's own limit bounds one invocation. */
+  const mounts = {};
   for (const [mount, inc] of Object.entries(o.includes ?? {})) {
     if (!ID.test(mount)) throw shape(`mount name ${JSON.stringify(mount)} must match [A-Za-z_][A-Za-z0-9_-]*`);
     if (Object.hasOwn(o.nodes, mount)) throw shape(`mount ${mount} has the name of a node`);
@@ -468,6 +470,8 @@ export function defineWorkflow(def) {
       leaves[`${mount}.${exit}`] = at(spec.from);
     }
     entries[mount] = at(child.graph.start);
+    mounts[mount] = child.graph.max_steps === undefined ? {} : { max_steps: child.graph.max_steps };
+    for (const [path, spec] of Object.entries(child.graph.mounts ?? {})) mounts[at(path)] = spec;
     mountedEdges.push(...child.graph.edges.map((e) => rewriteEdge(e, at, at)));
   }
   const exits = {};
@@ -497,6 +501,7 @@ export function defineWorkflow(def) {
     nodes,
     edges,
     ...(maxSteps === undefined ? {} : { max_steps: maxSteps }),
+    ...(Object.keys(mounts).length ? { mounts } : {}),
   };
   const { snapshot: graph, digest } = native(() => addon.compileGraph(snapshot));
   return Object.freeze({

@@ -995,3 +995,63 @@ test('timeoutMs as a function: decided with the node context when the attempt st
   assert.match(failed.error, /node a failed: timeoutMs: no policy/);
   await c.cancelRun(none.run_id).catch(() => {});
 });
+
+test("an included workflow's own maxSteps bounds each invocation of its mount; re-entering starts a new count", async () => {
+  const c = host.client;
+  const dir = join(host.dir, 'mount-steps');
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(
+    join(dir, 'inner.workflow.mjs'),
+    `import { compute, defineWorkflow } from 'piw';
+export default defineWorkflow({
+  name: 'inner', startAt: 'count', maxSteps: 4,
+  nodes: {
+    count: compute({ run: ({ input, outputs }) => {
+      const n = (outputs.count?.n ?? 0) + 1;
+      return { n, again: n < input.rounds };
+    } }),
+    done: compute({ run: ({ outputs }) => outputs.count.n }),
+  },
+  edges: [{ from: 'count', switch: { on: '$.again', cases: { true: 'count', false: 'done' } } }],
+  exits: { finished: { from: 'done' } },
+});
+`,
+  );
+  const parent = join(dir, 'outer.workflow.mjs');
+  writeFileSync(
+    parent,
+    `import { compute, defineWorkflow, includeWorkflow } from 'piw';
+import inner from './inner.workflow.mjs';
+export default defineWorkflow({
+  name: 'outer', startAt: 'start', maxSteps: 50,
+  includes: { inner: includeWorkflow(inner) },
+  nodes: {
+    start: compute({ run: () => ({}) }),
+    again: compute({ run: ({ state }) => ({ more: state.visit < 2 }) }),
+    end: compute({ run: ({ outputs }) => outputs.inner }),
+  },
+  edges: [
+    { from: 'start', to: 'inner' },
+    { from: 'inner.finished', to: 'again' },
+    { from: 'again', switch: { on: '$.more', cases: { true: 'inner', false: 'end' } } },
+  ],
+});
+`,
+  );
+  // Exactly the limit in each of two invocations: 8 attempts inside the mount in all.
+  const ok = await c.waitForRun((await c.startRun(parent, { input: { rounds: 3 } })).run_id, { timeoutMs: 30_000 });
+  assert.equal(ok.status, 'completed', ok.error);
+  assert.deepEqual(ok.result, { exit: 'finished', output: 3 });
+  const okAttempts = (await c.runStatus(ok.run_id)).attempts;
+  assert.equal(okAttempts.filter((a) => a.node_id.startsWith('inner.')).length, 8);
+
+  // One more round than the included workflow allows: its invocation stops the run.
+  const over = await c.waitForRun((await c.startRun(parent, { input: { rounds: 5 } })).run_id, { timeoutMs: 30_000 });
+  assert.equal(over.status, 'failed');
+  assert.match(over.error, /the workflow included as inner reached its step limit: its maxSteps is 4/);
+  const attempts = (await c.runStatus(over.run_id)).attempts;
+  assert.deepEqual(
+    attempts.map((a) => a.node_id).reverse(),
+    ['start', 'inner.count', 'inner.count', 'inner.count', 'inner.count'],
+  );
+});
