@@ -652,17 +652,27 @@ export type Edge =
 declare const includeBrand: unique symbol;
 export interface IncludedWorkflow {
   readonly [includeBrand]: true;
-  readonly workflow: Workflow;
+  /** The workflow imported directly, when it was. */
+  readonly workflow?: Workflow;
+  /** The name or path, for an include resolved when the run loads. */
+  readonly reference?: string;
 }
 /**
- * Mounts a workflow (imported directly) under a name of `includes`: its nodes become
- * `<mount>.<node>`; an edge to the mount enters it, `<mount>.<exit>` leaves it. Without `input`
- * the child gets the parent's input.
+ * Mounts a workflow under a name of `includes`: imported directly, or by a discovered name
+ * (the project's `.pi/workflows/`, then `~/.pi/agent/workflows/`) or a path relative to the
+ * including file, resolved when the run loads, before its first node. Its nodes become
+ * `<mount>.<node>`; an edge to the mount enters it, `<mount>.<exit>` leaves it. Without
+ * `input`, the included workflow gets the parent's input.
  */
 export declare function includeWorkflow<I = any>(
-  workflow: Workflow,
+  workflow: Workflow | string,
   options?: { input?: (ctx: WorkflowNodeContext<I>) => Awaitable<unknown> },
 ): IncludedWorkflow;
+/** The reference's dynamic form: `includeWorkflow({ workflow: "repair", input })`. */
+export declare function includeWorkflow<I = any>(options: {
+  workflow: Workflow | string;
+  input?: (ctx: WorkflowNodeContext<I>) => Awaitable<unknown>;
+}): IncludedWorkflow;
 /** The output of a mount: which exit the included workflow left through, and its output. */
 export interface IncludedResult<O = unknown> {
   exit: string;

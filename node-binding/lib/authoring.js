@@ -359,14 +359,31 @@ export function shell(spec) {
 const INCLUDE = Symbol.for('piw.include');
 
 /**
- * Mounts another workflow (a value made by `defineWorkflow`, imported directly) under a name of
- * `includes`: `includeWorkflow(child, { input?: (ctx) => childInput })`. Its nodes become
- * `<mount>.<node>`; an edge to the mount enters it at its `startAt`, and `<mount>.<exit>` is
- * where it leaves through one of its `exits`. Without `input`, the child gets the parent's input.
+ * Mounts another workflow under a name of `includes`: `includeWorkflow(child, { input?: (ctx)
+ * => childInput })`, `child` being a workflow made by `defineWorkflow` and imported directly, or
+ * a reference resolved before the run's first node: a discovered name (`"repair"`: the
+ * project's `.pi/workflows/`, then `~/.pi/agent/workflows/`) or a path (`"./repair.workflow.ts"`,
+ * relative to the including file). The reference's form `includeWorkflow({ workflow, input })`
+ * works too. Its nodes become `<mount>.<node>`; an edge to the mount enters it at its
+ * `startAt`, and `<mount>.<exit>` is where it leaves through one of its `exits`. Without
+ * `input`, the child gets the parent's input.
  */
 export function includeWorkflow(workflow, spec = {}) {
-  if (!isWorkflow(workflow)) throw shape('includeWorkflow needs a workflow made by defineWorkflow (imported directly)');
-  return Object.freeze({ [INCLUDE]: true, workflow, input: optionalFn(spec?.input, 'includeWorkflow input') });
+  if (workflow && typeof workflow === 'object' && !isWorkflow(workflow) && Object.hasOwn(workflow, 'workflow')) {
+    return includeWorkflow(workflow.workflow, workflow);
+  }
+  const input = optionalFn(spec?.input, 'includeWorkflow input');
+  if (typeof workflow === 'string') {
+    if (workflow.trim() === '') throw shape('includeWorkflow needs a workflow, a name or a path');
+    if (workflow.startsWith('builtin:')) {
+      throw shape(`includeWorkflow ${workflow}: piw has no built-in workflows; include a file by name or path`);
+    }
+    return Object.freeze({ [INCLUDE]: true, reference: workflow.trim(), input });
+  }
+  if (!isWorkflow(workflow)) {
+    throw shape('includeWorkflow needs a workflow made by defineWorkflow, a discovered name or a path');
+  }
+  return Object.freeze({ [INCLUDE]: true, workflow, input });
 }
 
 /**
@@ -375,7 +392,8 @@ export function includeWorkflow(workflow, spec = {}) {
  */
 export function includedResult(workflow, value) {
   if (!isWorkflow(workflow)) throw new TypeError('includedResult needs the included workflow');
-  if (!value || typeof value !== 'object' || !Object.hasOwn(workflow.exits, value.exit)) {
+  const exits = workflow.exits ?? workflow.definition?.exits ?? {};
+  if (!value || typeof value !== 'object' || !Object.hasOwn(exits, value.exit)) {
     throw new TypeError(`not a result of ${workflow.name}: ${JSON.stringify(value)}`);
   }
   return value;
@@ -435,6 +453,21 @@ export function defineWorkflow(def) {
   if (maxSteps !== undefined && !(Number.isInteger(maxSteps) && maxSteps > 0)) {
     throw shape(`maxSteps must be a positive integer, got ${maxSteps}`);
   }
+  for (const [mount, inc] of Object.entries(o.includes ?? {})) {
+    if (!inc?.[INCLUDE]) throw shape(`includes.${mount} must be made with includeWorkflow()`);
+  }
+  const unresolved = Object.values(o.includes ?? {}).some((inc) => inc.reference !== undefined || inc.workflow.pending);
+  if (unresolved) {
+    // An include by name or path (here or in a workflow it includes) is resolved, and the graph
+    // compiled, when the run loads the workflow (`resolveIncludes`), before its first node.
+    return Object.freeze({
+      [WORKFLOW]: 'workflow',
+      pending: true,
+      name: o.name,
+      source: o.source ?? null,
+      definition: Object.freeze({ ...o }),
+    });
+  }
   // Flattened: the workflow's own nodes, then every included workflow's under its mount path.
   const impls = {};
   /** Flat node id -> the mounts it is inside, outermost first: `[{ path, include }]`. */
@@ -457,7 +490,6 @@ export function defineWorkflow(def) {
   for (const [mount, inc] of Object.entries(o.includes ?? {})) {
     if (!ID.test(mount)) throw shape(`mount name ${JSON.stringify(mount)} must match [A-Za-z_][A-Za-z0-9_-]*`);
     if (Object.hasOwn(o.nodes, mount)) throw shape(`mount ${mount} has the name of a node`);
-    if (!inc?.[INCLUDE]) throw shape(`includes.${mount} must be made with includeWorkflow()`);
     const child = inc.workflow;
     const at = (id) => `${mount}.${id}`;
     for (const [id, n] of Object.entries(child.nodes)) {
@@ -519,6 +551,49 @@ export function defineWorkflow(def) {
     exitNodes: Object.freeze(exitNodes),
     exits: Object.freeze(exits),
   });
+}
+
+/**
+ * The workflow with every include by name or path resolved, at every level, and its graph
+ * compiled: `workflow` itself when it has none. `load(reference, fromFile)` resolves one
+ * reference made in the file `fromFile` and resolves with `{ file, workflow }`. A workflow that
+ * includes itself, directly or through others, is refused with the whole chain of mounts.
+ * `file` is where `workflow` was loaded from (for references relative to it and the chain).
+ */
+export async function resolveIncludes(workflow, file, load) {
+  const where = (wf, f) => f ?? wf.source ?? wf.name;
+  async function resolve(wf, wfFile, chain) {
+    if (!wf.pending) return wf;
+    const includes = {};
+    for (const [mount, inc] of Object.entries(wf.definition.includes ?? {})) {
+      let child = inc.workflow;
+      let childFile = child ? sourceFile(child.source) : null;
+      if (inc.reference !== undefined) {
+        ({ workflow: child, file: childFile } = await load(inc.reference, wfFile));
+        if (!isWorkflow(child)) throw shape(`includes.${mount}: ${childFile} must export default defineWorkflow({...})`);
+      }
+      const link = { mount, file: childFile, workflow: child };
+      const seen = chain.findIndex((c) => c.workflow === child || (childFile !== null && c.file === childFile));
+      if (seen >= 0) {
+        const path = [...chain.slice(seen), link];
+        const steps = path.map((c, i) => (i === 0 ? where(c.workflow, c.file) : `(includes.${c.mount}) ${where(c.workflow, c.file)}`));
+        throw shape(`workflow source cycle: ${steps.join(' -> ')}; a workflow cannot include itself, directly or through others`);
+      }
+      includes[mount] = includeWorkflow(await resolve(child, childFile ?? wfFile, [...chain, link]), { input: inc.input });
+    }
+    return defineWorkflow({ ...wf.definition, includes });
+  }
+  return resolve(workflow, file, [{ mount: null, file, workflow }]);
+}
+
+function sourceFile(source) {
+  if (typeof source !== 'string') return null;
+  if (!source.startsWith('file:')) return source;
+  try {
+    return decodeURIComponent(new URL(source).pathname);
+  } catch {
+    return null;
+  }
 }
 
 /** Whether `value` was made by `defineWorkflow`. */

@@ -13,7 +13,8 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 
 import { native as addon, packageDir } from './native.js';
 import { fromNative } from './errors.js';
-import { humanResponse, isWorkflow } from './authoring.js';
+import { humanResponse, isWorkflow, resolveIncludes } from './authoring.js';
+import { looksLikePath, resolveWorkflow as resolveReference } from '../extension/resolve.js';
 
 /**
  * The launch envelope: all of stdin, up to its end. Read synchronously: a child (and a standby
@@ -114,15 +115,20 @@ function locate(e, candidates) {
  * Imports the workflow module; resolves with the workflow and the local files the import
  * loaded besides the root (not this package's own files, not `node_modules`).
  */
-async function loadWorkflow(file) {
+async function loadWorkflow(file, projectDir, saved = new Set()) {
   registerPackageAliases();
   const imported = new Set();
+  /** importing file URL -> the file URLs it imports: finds an import cycle when one fails. */
+  const edges = new Map();
   // Sees every module the import resolves, so the files a workflow imports are verified on
   // later activations like the root, before any of their code runs.
   const hooks = module.registerHooks?.({
     resolve(specifier, context, nextResolve) {
       const resolved = nextResolve(specifier, context);
-      if (resolved.url.startsWith('file:')) imported.add(resolved.url);
+      if (resolved.url.startsWith('file:')) {
+        imported.add(resolved.url);
+        if (context.parentURL) edges.set(context.parentURL, [...(edges.get(context.parentURL) ?? []), resolved.url]);
+      }
       return resolved;
     },
   });
@@ -133,20 +139,104 @@ async function loadWorkflow(file) {
       .filter(
         (path) => path !== root && !path.startsWith(packageDir + sep) && !path.includes(`${sep}node_modules${sep}`),
       );
-  let mod;
+  let workflow;
   try {
-    mod = await import(pathToFileURL(file).href);
-  } catch (e) {
-    const where = locate(e, [root, ...local().reverse()]);
-    throw new LoadError(`cannot load ${where ?? root}: ${e?.code ? `${e.code}: ` : ''}${message(e)}`);
+    let mod;
+    try {
+      mod = await import(pathToFileURL(file).href);
+    } catch (e) {
+      const cycle = e instanceof ReferenceError ? importCycle(edges, pathToFileURL(root).href) : null;
+      if (cycle) {
+        throw new LoadError(
+          `workflow source cycle: ${cycle.join(' -> ')}; a workflow cannot include itself, directly or through others (${message(e)})`,
+        );
+      }
+      const where = locate(e, [root, ...local().reverse()]);
+      throw new LoadError(`cannot load ${where ?? root}: ${e?.code ? `${e.code}: ` : ''}${message(e)}`);
+    }
+    workflow = mod.default ?? mod.workflow;
+    if (!isWorkflow(workflow)) {
+      throw new LoadError(`${root} must export default defineWorkflow({...})`);
+    }
+    if (workflow.pending) {
+      // Includes by name or path: resolved now, with the hook still seeing every file loaded,
+      // so each is recorded with its hash and verified on resume like a direct import.
+      try {
+        workflow = await resolveIncludes(workflow, root, (reference, from) =>
+          loadReference(reference, from, projectDir, saved),
+        );
+      } catch (e) {
+        if (e instanceof LoadError || e.code === 'source_changed') throw e;
+        throw new LoadError(`cannot load ${root}: ${message(e)}`);
+      }
+    }
   } finally {
     hooks?.deregister();
   }
-  const workflow = mod.default ?? mod.workflow;
-  if (!isWorkflow(workflow)) {
-    throw new LoadError(`${root} must export default defineWorkflow({...})`);
-  }
   return { workflow, imports: [...new Set(local())] };
+}
+
+/**
+ * Loads the workflow an `includeWorkflow` reference names: a path relative to the including
+ * file, or a discovered name (the project's `.pi/workflows/`, then `~/.pi/agent/workflows/`,
+ * as for `piw run start <name>`).
+ */
+async function loadReference(reference, from, projectDir, saved) {
+  let found;
+  try {
+    found = await resolveReference(reference, looksLikePath(reference) ? dirname(from) : projectDir);
+  } catch (e) {
+    throw new LoadError(`cannot include ${JSON.stringify(reference)} (from ${from}): ${message(e)}`);
+  }
+  // A resumed run loads only the files it recorded (their hashes were verified before any
+  // code loaded): a name that now resolves elsewhere (say a new project file hiding the global
+  // one) is a changed source, refused before that file's code runs.
+  if (saved.size > 0 && !saved.has(found.path)) {
+    const e = new Error(
+      `source_changed: includeWorkflow(${JSON.stringify(reference)}) now resolves to ${found.path}, not a file this run recorded`,
+    );
+    e.code = 'source_changed';
+    throw e;
+  }
+  if (found.path.endsWith('.json')) {
+    throw new LoadError(`cannot include ${found.path}: a JSON workflow cannot be included; include a .workflow.{ts,mts,js,mjs} file`);
+  }
+  let mod;
+  try {
+    mod = await import(pathToFileURL(found.path).href);
+  } catch (e) {
+    const where = locate(e, [found.path]);
+    throw new LoadError(`cannot load ${where ?? found.path} (included as ${JSON.stringify(reference)}): ${e?.code ? `${e.code}: ` : ''}${message(e)}`);
+  }
+  return { file: found.path, workflow: mod.default ?? mod.workflow };
+}
+
+/**
+ * A cycle of imports among the workflow's own files that starts at the root, as file paths
+ * (`[a, b, a]`), or null. Two workflow modules importing each other to include each other
+ * fail to load with a ReferenceError (one reads the other's export before it exists); this
+ * names the cycle instead.
+ */
+function importCycle(edges, rootUrl) {
+  const own = (url) => url.startsWith('file:') && !fileURLToPath(url).includes(`${sep}node_modules${sep}`) && !fileURLToPath(url).startsWith(packageDir + sep);
+  const path = [];
+  const onPath = new Set();
+  const done = new Set();
+  const visit = (url) => {
+    if (onPath.has(url)) return [...path.slice(path.indexOf(url)), url];
+    if (done.has(url) || !own(url)) return null;
+    path.push(url);
+    onPath.add(url);
+    for (const next of edges.get(url) ?? []) {
+      const found = visit(next);
+      if (found) return found;
+    }
+    path.pop();
+    onPath.delete(url);
+    done.add(url);
+    return null;
+  };
+  return visit(rootUrl)?.map((url) => fileURLToPath(url)) ?? null;
 }
 
 /** The local files the workflow's import loaded (named `import:<path relative to it>`). */
@@ -688,7 +778,8 @@ async function drive(w) {
   let workflow;
   let mounts;
   try {
-    const loaded = await loadWorkflow(env.sourceRoot);
+    const saved = new Set(Object.values(env.mountedSources ?? {}).map((m) => m.path));
+    const loaded = await loadWorkflow(env.sourceRoot, env.projectDir, saved);
     workflow = loaded.workflow;
     mounts = resolveMounts(loaded.imports, env.sourceRoot);
     w.compareMounts(mounts);

@@ -1055,3 +1055,131 @@ export default defineWorkflow({
     ['start', 'inner.count', 'inner.count', 'inner.count', 'inner.count'],
   );
 });
+
+test('composition by discovered name or path: resolved before the first node, every file recorded and verified on resume', async () => {
+  const c = host.client;
+  const project = join(host.dir, 'named-project');
+  const flows = join(project, 'flows');
+  const global = join(host.dir, '.pi', 'agent', 'workflows'); // the host's HOME is host.dir
+  const local = join(project, '.pi', 'workflows');
+  for (const d of [flows, global, local]) mkdirSync(d, { recursive: true });
+  const marker = join(project, 'changed-code-ran');
+  const greet = (from, extra = '') => `import { compute, defineWorkflow } from 'piw';
+${extra}
+export default defineWorkflow({ name: 'greet', startAt: 'hi',
+  nodes: { hi: compute({ run: ({ input }) => ({ from: ${JSON.stringify(from)}, to: input.who }) }) },
+  edges: [], exits: { done: { from: 'hi' } } });
+`;
+  writeFileSync(join(global, 'greet.workflow.mjs'), greet('global'));
+  writeFileSync(
+    join(flows, 'helper.workflow.mjs'),
+    `import { compute, defineWorkflow } from 'piw';
+export default defineWorkflow({ name: 'helper', startAt: 'h',
+  nodes: { h: compute({ run: ({ input }) => input.n * 2 }) }, edges: [], exits: { out: { from: 'h' } } });
+`,
+  );
+  const parent = join(flows, 'parent.workflow.mjs');
+  writeFileSync(
+    parent,
+    `import { checkpoint, compute, defineWorkflow, includeWorkflow } from '@osolmaz/pi-workflows';
+export default defineWorkflow({
+  name: 'parent', startAt: 'ask',
+  includes: {
+    g: includeWorkflow('greet', { input: () => ({ who: 'you' }) }),
+    h: includeWorkflow({ workflow: './helper.workflow.mjs', input: () => ({ n: 21 }) }),
+  },
+  nodes: {
+    ask: checkpoint({ summary: 'go?' }),
+    end: compute({ run: ({ outputs }) => ({ g: outputs.g, h: outputs.h }) }),
+  },
+  edges: [{ from: 'ask', to: 'g' }, { from: 'g.done', to: 'h' }, { from: 'h.out', to: 'end' }],
+});
+`,
+  );
+  const startParked = async () => {
+    const { run_id: runId } = await c.startRun(parent, { projectDir: project });
+    const run = await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
+    assert.equal(run.status, 'waiting', run.error);
+    return runId;
+  };
+  const answer = async (runId) => {
+    const pending = (await c.runStatus(runId)).decisions.find((d) => d.status === 'pending');
+    await c.answerCheckpoint(runId, pending.decision_id, 'go');
+    return c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
+  };
+
+  // The global file by name, the helper by a path relative to the including file.
+  const first = await answer(await startParked());
+  assert.equal(first.status, 'completed', first.error ?? first.review_reason);
+  assert.deepEqual(first.result, { g: { exit: 'done', output: { from: 'global', to: 'you' } }, h: { exit: 'out', output: 42 } });
+
+  // A name-resolved file that changed while the run waited: review, before its code runs.
+  const changed = await startParked();
+  writeFileSync(join(global, 'greet.workflow.mjs'), greet('global', `import { writeFileSync } from 'node:fs';\nwriteFileSync(${JSON.stringify(marker)}, 'ran');`));
+  const stopped = await answer(changed);
+  assert.equal(stopped.status, 'review');
+  assert.match(stopped.review_reason, /source_changed.*greet\.workflow\.mjs/);
+  assert.equal(existsSync(marker), false, 'no code of the changed file ran');
+  writeFileSync(join(global, 'greet.workflow.mjs'), greet('global'));
+
+  // A project file that now hides the global one: review too, before its code runs.
+  const hidden = await startParked();
+  writeFileSync(join(local, 'greet.workflow.mjs'), greet('project', `import { writeFileSync } from 'node:fs';\nwriteFileSync(${JSON.stringify(marker)}, 'ran');`));
+  const refused = await answer(hidden);
+  assert.equal(refused.status, 'review');
+  assert.match(refused.review_reason, /source_changed: includeWorkflow\("greet"\) now resolves to .*named-project\/\.pi\/workflows\/greet\.workflow\.mjs/);
+  assert.equal(existsSync(marker), false, 'no code of the hiding file ran');
+
+  // A new run: the project's file wins the name.
+  writeFileSync(join(local, 'greet.workflow.mjs'), greet('project'));
+  const fresh = await answer(await startParked());
+  assert.equal(fresh.status, 'completed', fresh.error);
+  assert.equal(fresh.result.g.output.from, 'project');
+
+  // An unknown name fails the run at once, saying where it looked.
+  writeFileSync(
+    join(flows, 'unknown.workflow.mjs'),
+    `import { compute, defineWorkflow, includeWorkflow } from 'piw';
+export default defineWorkflow({ name: 'unknown', startAt: 'x', includes: { m: includeWorkflow('no-such-flow') },
+  nodes: { x: compute({ run: () => 1 }) }, edges: [{ from: 'x', to: 'm' }] });
+`,
+  );
+  const unknown = await c.waitForRun((await c.startRun(join(flows, 'unknown.workflow.mjs'), { projectDir: project })).run_id, { timeoutMs: 20_000 });
+  assert.equal(unknown.status, 'failed');
+  assert.match(unknown.error, /cannot include "no-such-flow".*no workflow named "no-such-flow"/);
+});
+
+test('source cycles are refused before the first node, naming the cycle: by reference and by direct import', async () => {
+  const c = host.client;
+  const dir = join(host.dir, 'cycles');
+  mkdirSync(dir, { recursive: true });
+  const ran = join(dir, 'a-node-ran');
+  const byPath = (name, other, mount) => `import { compute, defineWorkflow, includeWorkflow } from 'piw';
+import { writeFileSync } from 'node:fs';
+export default defineWorkflow({ name: '${name}', startAt: 's',
+  includes: { ${mount}: includeWorkflow('./${other}.workflow.mjs') },
+  nodes: { s: compute({ run: () => writeFileSync(${JSON.stringify(ran)}, 'x') }) },
+  edges: [{ from: 's', to: '${mount}' }], exits: { out: { from: 's' } } });
+`;
+  writeFileSync(join(dir, 'a.workflow.mjs'), byPath('a', 'b', 'toB'));
+  writeFileSync(join(dir, 'b.workflow.mjs'), byPath('b', 'a', 'toA'));
+  const refs = await c.waitForRun((await c.startRun(join(dir, 'a.workflow.mjs'))).run_id, { timeoutMs: 20_000 });
+  assert.equal(refs.status, 'failed');
+  assert.match(
+    refs.error,
+    /workflow source cycle: \S*cycles\/a\.workflow\.mjs -> \(includes\.toB\) \S*cycles\/b\.workflow\.mjs -> \(includes\.toA\) \S*cycles\/a\.workflow\.mjs/,
+  );
+
+  const byImport = (name, other) => `import { compute, defineWorkflow, includeWorkflow } from 'piw';
+import other from './${other}.workflow.mjs';
+export default defineWorkflow({ name: '${name}', startAt: 's', includes: { m: includeWorkflow(other) },
+  nodes: { s: compute({ run: () => 1 }) }, edges: [{ from: 's', to: 'm' }], exits: { out: { from: 's' } } });
+`;
+  writeFileSync(join(dir, 'c.workflow.mjs'), byImport('c', 'd'));
+  writeFileSync(join(dir, 'd.workflow.mjs'), byImport('d', 'c'));
+  const imports = await c.waitForRun((await c.startRun(join(dir, 'c.workflow.mjs'))).run_id, { timeoutMs: 20_000 });
+  assert.equal(imports.status, 'failed');
+  assert.match(imports.error, /workflow source cycle: \S*cycles\/c\.workflow\.mjs -> \S*cycles\/d\.workflow\.mjs -> \S*cycles\/c\.workflow\.mjs/);
+  assert.equal(existsSync(ran), false, 'no node ran');
+  assert.equal((await c.runStatus(imports.run_id)).attempts.length, 0);
+});
