@@ -158,7 +158,8 @@ export interface Run {
 export interface Attempt {
   attempt_id: string;
   node_id: string;
-  status: 'running' | 'waiting' | 'succeeded' | 'failed' | 'timed_out' | 'interrupted' | 'cancelled';
+  /** `ok` as the authoring API says it (the `$result.outcome` word). */
+  status: 'running' | 'waiting' | 'ok' | 'failed' | 'timed_out' | 'interrupted' | 'cancelled';
   error: string | null;
   output?: unknown;
   /** `run.status` left this output out to fit its reply (a run whose outputs add up to more). */

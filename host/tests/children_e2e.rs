@@ -432,7 +432,7 @@ fn a_child_killed_before_or_after_proposing_loses_nothing_and_applies_nothing_tw
         let succeeded = |node: &str| {
             attempts
                 .iter()
-                .filter(|a| a["node_id"] == json!(node) && a["status"] == json!("succeeded"))
+                .filter(|a| a["node_id"] == json!(node) && a["status"] == json!("ok"))
                 .count()
         };
         assert_eq!(
@@ -499,7 +499,7 @@ fn killing_the_host_around_a_commit_still_gives_the_uninterrupted_result() {
         for node in ["a", "b", "c"] {
             let ok = attempts
                 .iter()
-                .filter(|a| a["node_id"] == json!(node) && a["status"] == json!("succeeded"))
+                .filter(|a| a["node_id"] == json!(node) && a["status"] == json!("ok"))
                 .count();
             assert_eq!(ok, 1, "{fault}: node {node} committed once: {attempts:#?}");
         }
@@ -1716,9 +1716,9 @@ fn pure_steps_reported_together_are_checked_and_recorded_one_by_one() {
         })
         .collect();
     let expected: Vec<(String, String, Value)> = vec![
-        ("a".into(), "succeeded".into(), json!({"v": 0})),
-        ("x".into(), "succeeded".into(), json!({"v": 1})),
-        ("y".into(), "succeeded".into(), json!({"v": 2})),
+        ("a".into(), "ok".into(), json!({"v": 0})),
+        ("x".into(), "ok".into(), json!({"v": 1})),
+        ("y".into(), "ok".into(), json!({"v": 2})),
     ];
     assert_eq!(&attempts[..3], &expected[..], "{s:#}");
     assert_eq!(attempts[3].0, "z", "{s:#}");
@@ -2194,7 +2194,7 @@ fn the_status_of_a_run_with_large_outputs_fits_one_reply() {
     let attempts = s["attempts"].as_array().unwrap();
     assert_eq!(attempts.len(), nodes.len());
     assert!(
-        attempts.iter().all(|a| a["status"] == json!("succeeded")),
+        attempts.iter().all(|a| a["status"] == json!("ok")),
         "{attempts:?}"
     );
     // Newest first.
@@ -2288,7 +2288,7 @@ fn a_child_that_dies_in_an_unreported_batched_step_is_blamed_on_that_step() {
         })
         .collect();
     assert!(
-        attempts.contains(&("a".into(), "succeeded".into())),
+        attempts.contains(&("a".into(), "ok".into())),
         "{attempts:?}"
     );
     let b_lost = attempts

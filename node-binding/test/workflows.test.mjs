@@ -85,7 +85,7 @@ test('a failing node routes on $result.outcome; without such an edge the run fai
   const { attempts } = await c.runStatus(runId);
   assert.deepEqual(
     attempts.map((a) => [a.node_id, a.status]).reverse(), // newest first
-    [['risky', 'failed'], ['recover', 'succeeded'], ['strict', 'failed']],
+    [['risky', 'failed'], ['recover', 'ok'], ['strict', 'failed']],
   );
 });
 
@@ -288,7 +288,7 @@ test('a slow pure node does not hold the steps before it: they are reported whil
     const { attempts } = await c.runStatus(runId);
     if (existsSync(marker)) {
       seen = attempts.find((a) => a.node_id === 'slow' && a.status === 'running');
-      if (seen) assert.equal(attempts.find((a) => a.node_id === 'fast').status, 'succeeded');
+      if (seen) assert.equal(attempts.find((a) => a.node_id === 'fast').status, 'ok');
     }
     if (!seen) await new Promise((r) => setTimeout(r, 10));
   }
@@ -454,7 +454,7 @@ test('a loop without an exit stops at maxSteps with a clear reason, a bounded nu
   assert.match(run.error, /step limit: maxSteps is 7/);
   const { attempts } = await c.runStatus(runId);
   assert.equal(attempts.length, 7);
-  assert.ok(attempts.every((a) => a.status === 'succeeded'), JSON.stringify(attempts));
+  assert.ok(attempts.every((a) => a.status === 'ok'), JSON.stringify(attempts));
 
   // Without maxSteps the limit is 100.
   const open = writeWorkflow(
