@@ -286,13 +286,22 @@ const MAX_VALUE_BYTES_OLDER_HOST = 120 * 1024;
 /** This child's limit (one run per process), set from the host's hello. */
 let maxValueBytes = MAX_VALUE_BYTES_OLDER_HOST;
 
-/** Runs node code; any exception becomes a `NodeFailure` naming the node. */
+/**
+ * Runs node code; any exception becomes a `NodeFailure` naming the node: `node b failed: boom`
+ * from the node's `run`, `node b failed in its prompt: boom` from another callback.
+ */
 async function nodeCode(ctx, what, f) {
   try {
     return await f();
   } catch (e) {
-    throw e instanceof NodeFailure ? e : new NodeFailure(`node ${ctx.state.node} failed: ${what}: ${message(e)}`);
+    if (e instanceof NodeFailure) throw e;
+    throw new NodeFailure(failedIn(ctx.state.node, what, e));
   }
+}
+
+/** The error of a node whose callback `what` threw `e`. */
+function failedIn(node, what, e) {
+  return `node ${node} failed${what === 'run' ? '' : ` in ${what}`}: ${message(e)}`;
 }
 
 /**
@@ -348,7 +357,7 @@ function requestBase(run, ctx, kind) {
 
 /** The `human_decision` request: question, details, choices, text input, audience, extra. */
 async function humanRequest(run, impl, ctx) {
-  const asked = impl.request ? ((await nodeCode(ctx, 'request', () => impl.request(ctx))) ?? {}) : {};
+  const asked = impl.request ? ((await nodeCode(ctx, 'its request', () => impl.request(ctx))) ?? {}) : {};
   const presentation = asked.presentation ?? null;
   const question = String(asked.title ?? presentation?.summary ?? `Decide ${ctx.state.node}`);
   const details = asked.title !== undefined && presentation?.summary ? String(presentation.summary) : null;
@@ -557,7 +566,7 @@ async function executeNode(w, run, impl, ctx) {
     }
     case 'agent':
     case 'assistant_message': {
-      const prompt = String(await nodeCode(ctx, 'prompt', () => impl.prompt(ctx)));
+      const prompt = String(await nodeCode(ctx, 'its prompt', () => impl.prompt(ctx)));
       const request =
         impl.kind === 'agent'
           ? { ...requestBase(run, ctx, 'agent'), prompt, expectedOutput: impl.expectedOutput, statusDetail: impl.statusDetail }
@@ -566,7 +575,7 @@ async function executeNode(w, run, impl, ctx) {
       return { parked: true };
     }
     case 'checkpoint': {
-      const summary = String(await nodeCode(ctx, 'summary', () => impl.summary(ctx)));
+      const summary = String(await nodeCode(ctx, 'its summary', () => impl.summary(ctx)));
       const request = { ...requestBase(run, ctx, 'checkpoint'), summary, prompt: null };
       if (impl.run) request.extra = { output: await nodeCode(ctx, 'run', () => impl.run(ctx)) };
       w.wait('checkpoint', toJson(request, 'the request'));
@@ -576,7 +585,7 @@ async function executeNode(w, run, impl, ctx) {
       w.wait('human_decision', toJson(await humanRequest(run, impl, ctx), 'the request'));
       return { parked: true };
     case 'notify': {
-      const text = String(await nodeCode(ctx, 'message', () => impl.message(ctx)));
+      const text = String(await nodeCode(ctx, 'its message', () => impl.message(ctx)));
       const content = { kind: impl.notifyKind, message: text };
       w.notify(toJson(content, 'the message'));
       return ok(content);
@@ -699,7 +708,7 @@ class RunContext {
     for (const { path, include } of this.workflow.scopes[node] ?? []) {
       if (include.input) {
         const outer = { input, ...this.view(parent), state, signal };
-        input = await nodeCode({ state }, `input of ${path}`, () => include.input(outer));
+        input = await nodeCode({ state }, `the input of mount ${path}`, () => include.input(outer));
       }
       parent = path;
     }
@@ -733,7 +742,7 @@ async function decideTimeout(run, impl, nodeId) {
     if (typeof value === 'number' && Number.isFinite(value) && value > 0) return { ms: Math.ceil(value) };
     throw new Error(`must return a positive number of milliseconds or null, got ${String(value)}`);
   } catch (e) {
-    return { ms: null, error: e instanceof NodeFailure ? e.message : `node ${nodeId} failed: timeoutMs: ${message(e)}` };
+    return { ms: null, error: e instanceof NodeFailure ? e.message : failedIn(nodeId, 'its timeoutMs', e) };
   } finally {
     clearTimeout(timer);
   }

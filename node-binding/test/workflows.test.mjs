@@ -48,7 +48,7 @@ test('every node gets { input, outputs, results, state, signal }: latest output 
   assert.deepEqual(run.result, {
     a: { n: 22 },
     b: null,
-    bResult: { outcome: 'failed', error: 'node b failed: run: too big' },
+    bResult: { outcome: 'failed', error: 'node b failed: too big' },
     run: runId,
     node: 'c',
     visit: 1,
@@ -81,7 +81,14 @@ test('a failing node routes on $result.outcome; without such an edge the run fai
   const { run_id: runId } = await c.startRun(file, { input: { fail: 1 } });
   const failed = await c.waitForRun(runId, { timeoutMs: 20_000 });
   assert.equal(failed.status, 'failed');
-  assert.equal(failed.error, 'node strict failed: run: no route for this');
+  assert.equal(failed.error, 'node strict failed: no route for this');
+  // The CLI says it the same way.
+  const { execFileSync } = await import('node:child_process');
+  const shown = execFileSync(process.env.PIW_HOST_BIN ?? (await import('./helpers.mjs')).hostBin, ['run', 'status', runId], {
+    env: { ...process.env, HOME: host.dir, PIW_HOME: host.home },
+    encoding: 'utf8',
+  });
+  assert.match(shown, /^error node strict failed: no route for this$/m);
   const { attempts } = await c.runStatus(runId);
   assert.deepEqual(
     attempts.map((a) => [a.node_id, a.status]).reverse(), // newest first
@@ -992,7 +999,7 @@ test('timeoutMs as a function: decided with the node context when the attempt st
   );
   const failed = await c.waitForRun((await c.startRun(bad)).run_id, { timeoutMs: 20_000 });
   assert.equal(failed.status, 'failed');
-  assert.match(failed.error, /node a failed: timeoutMs: no policy/);
+  assert.match(failed.error, /node a failed in its timeoutMs: no policy/);
   await c.cancelRun(none.run_id).catch(() => {});
 });
 
