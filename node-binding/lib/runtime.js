@@ -762,6 +762,35 @@ function nodeSignal(timeoutMs) {
       : setTimeout(() => controller.abort(new Error('the node timed out')), timeoutMs).unref();
   return { signal: controller.signal, done: () => timer && clearTimeout(timer) };
 }
+/**
+ * While a node's code runs, an exception it throws where nobody catches it (in a timer, an
+ * event handler, a promise nobody awaits) fails that node, named, like one it throws from its
+ * callback; it does not kill the child (which, three times over, would send the run to review
+ * with nothing but a stack trace on stderr). Not for an action, whose effect may be half done:
+ * its child dies as before and the effect is settled by the effect's own recovery rules.
+ */
+let nodeCrashed = null;
+function onUncaught(e) {
+  if (nodeCrashed) {
+    const fail = nodeCrashed;
+    nodeCrashed = null;
+    fail(e);
+    return;
+  }
+  process.stderr.write(`piw worker: uncaught ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
+  process.exit(1);
+}
+
+/** Runs `f` (a node's execution) so that an uncaught exception meanwhile fails `node`. */
+function guardUncaught(node, f) {
+  const crashed = new Promise((_, reject) => {
+    nodeCrashed = (e) => reject(new NodeFailure(failedIn(node, 'run', e)));
+  });
+  return Promise.race([f(), crashed]).finally(() => {
+    nodeCrashed = null;
+  });
+}
+
 let stopping = false;
 function onTerminate() {
   if (stopping) return;
@@ -825,6 +854,10 @@ async function drive(w) {
     }
   }
   process.on('SIGTERM', onTerminate);
+  if (!process.listeners('uncaughtException').includes(onUncaught)) {
+    process.on('uncaughtException', onUncaught);
+    process.on('unhandledRejection', onUncaught);
+  }
   let nodeId;
   let carried = null;
   /** The deadline decided for the current attempt (see `decideTimeout`). */
@@ -906,7 +939,9 @@ async function drive(w) {
       let step;
       try {
         if (decided.error) throw new NodeFailure(decided.error);
-        step = await execute(w, run, impls[nodeId], await run.forNode(nodeId, attemptId, signal));
+        const impl = impls[nodeId];
+        const exec = async () => execute(w, run, impl, await run.forNode(nodeId, attemptId, signal));
+        step = impl?.kind === 'action' ? await exec() : await guardUncaught(nodeId, exec);
       } catch (e) {
         if (!(e instanceof NodeFailure)) throw e;
         // An included input or the `timeoutMs` function failed.

@@ -1190,3 +1190,30 @@ export default defineWorkflow({ name: '${name}', startAt: 's', includes: { m: in
   assert.equal(existsSync(ran), false, 'no node ran');
   assert.equal((await c.runStatus(imports.run_id)).attempts.length, 0);
 });
+
+test('an exception node code throws where nobody catches it fails that node, named, not the child', async () => {
+  const c = host.client;
+  const file = writeWorkflow(
+    host.dir,
+    'uncaught',
+    `export default piw.defineWorkflow({
+      name: 'uncaught', startAt: 'a',
+      nodes: {
+        a: piw.compute({ run: ({ input }) => new Promise(() => {
+          setInterval(() => {}, 1000); // would keep running; the failure ends the node anyway
+          if (input.kind === 'timer') setTimeout(() => { throw new Error('late boom'); }, 1);
+          else Promise.reject(new Error('nobody awaited this'));
+        }) }),
+        recovered: piw.compute({ run: ({ results }) => results.a }),
+      },
+      edges: [{ from: 'a', switch: { on: '$result.outcome', cases: { failed: 'recovered' } } }],
+    });`,
+  );
+  for (const [kind, error] of [['timer', 'node a failed: late boom'], ['rejection', 'node a failed: nobody awaited this']]) {
+    const run = await c.waitForRun((await c.startRun(file, { input: { kind } })).run_id, { timeoutMs: 20_000 });
+    assert.equal(run.status, 'completed', `${kind}: ${run.error ?? run.review_reason}`);
+    assert.deepEqual(run.result, { outcome: 'failed', error });
+    const { attempts } = await c.runStatus(run.run_id);
+    assert.deepEqual(attempts.map((a) => [a.node_id, a.status]).reverse(), [['a', 'failed'], ['recovered', 'ok']]);
+  }
+});
