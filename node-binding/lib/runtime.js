@@ -6,7 +6,7 @@
 // the mounts it resolves with the saved ones; say hello; execute nodes and propose each
 // transition; exit when the run parks, finishes, or the host says the run moved on.
 import { spawn, spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readFileSync, realpathSync } from 'node:fs';
 import module from 'node:module';
 import { dirname, join, relative, resolve as resolvePath, sep } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -191,7 +191,9 @@ async function loadReference(reference, from, projectDir, saved) {
   // A resumed run loads only the files it recorded (their hashes were verified before any
   // code loaded): a name that now resolves elsewhere (say a new project file hiding the global
   // one) is a changed source, refused before that file's code runs.
-  if (saved.size > 0 && !saved.has(found.path)) {
+  // Compared as the import hook records files: by their real path (a project reached through
+  // a symlink is the same file).
+  if (saved.size > 0 && !saved.has(realpathSync(found.path))) {
     const e = new Error(
       `source_changed: includeWorkflow(${JSON.stringify(reference)}) now resolves to ${found.path}, not a file this run recorded`,
     );

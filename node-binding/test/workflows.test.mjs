@@ -1,6 +1,6 @@
 // JS workflows run by the Node worker runtime in supervised children.
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, renameSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { after, before, test } from 'node:test';
 
@@ -1142,6 +1142,14 @@ export default defineWorkflow({
   const fresh = await answer(await startParked());
   assert.equal(fresh.status, 'completed', fresh.error);
   assert.equal(fresh.result.g.output.from, 'project');
+
+  // Through a symlink to the project: the same files, so a resumed run goes on.
+  const linked = join(host.dir, 'named-link');
+  symlinkSync(project, linked);
+  const { run_id: viaLink } = await c.startRun(join(linked, 'flows', 'parent.workflow.mjs'), { projectDir: linked });
+  assert.equal((await c.waitForRun(viaLink, { untilParked: true, timeoutMs: 20_000 })).status, 'waiting');
+  const linkedDone = await answer(viaLink);
+  assert.equal(linkedDone.status, 'completed', linkedDone.error ?? linkedDone.review_reason);
 
   // An unknown name fails the run at once, saying where it looked.
   writeFileSync(
