@@ -1,6 +1,8 @@
 // An agent step whose submissions the workflow validates itself (in a supervised child, before
 // they count), then an ordinary checkpoint, then a pure step that uses both answers. A draft
-// nobody submits within ten minutes routes to `expired` instead of failing the run.
+// nobody submits in time (ten minutes, or the input's `minutes`: a `timeoutMs` function decides
+// the deadline when the step starts, and the host keeps it) routes to `expired` instead of
+// failing the run.
 //
 // The Pi extension presents the agent step in the origin session; from code, list the session's
 // interactions and submit a result (a string holding JSON is parsed too):
@@ -12,7 +14,7 @@ export default defineWorkflow({
   startAt: 'draft',
   nodes: {
     draft: agent({
-      timeoutMs: 10 * 60 * 1000,
+      timeoutMs: ({ input }) => (input?.minutes ?? 10) * 60 * 1000,
       prompt: ({ input }) => `Propose a task title for: ${input?.topic ?? 'the project'}`,
       expectedOutput: '{ "title": string (3..80 chars), "priority": 1 | 2 | 3 }',
       statusDetail: 'drafting a task',

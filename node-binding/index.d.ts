@@ -158,7 +158,8 @@ export interface Run {
 export interface Attempt {
   attempt_id: string;
   node_id: string;
-  status: 'running' | 'waiting' | 'succeeded' | 'failed' | 'timed_out' | 'interrupted' | 'cancelled';
+  /** `ok` as the authoring API says it (the `$result.outcome` word). */
+  status: 'running' | 'waiting' | 'ok' | 'failed' | 'timed_out' | 'interrupted' | 'cancelled';
   error: string | null;
   output?: unknown;
   /** `run.status` left this output out to fit its reply (a run whose outputs add up to more). */
@@ -474,11 +475,18 @@ export interface WorkflowNode {
 
 type Text<I> = string | ((ctx: WorkflowNodeContext<I>) => Awaitable<string>);
 
+/**
+ * A node's deadline in milliseconds, `null` for none, or a function of the node context that
+ * returns either: called when each attempt starts (at most 30 s), its deadline saved with the
+ * attempt and enforced by the host.
+ */
+export type TimeoutMs<I = any> = number | null | ((ctx: WorkflowNodeContext<I>) => Awaitable<number | null>);
+
 /** A pure step; may run again after a crash. Its return value is its output. */
 export declare function compute<I = any, O = unknown>(spec: {
   run: (ctx: WorkflowNodeContext<I>) => Awaitable<O>;
   /** A deadline the host enforces (the node ends `timed_out`). */
-  timeoutMs?: number | null;
+  timeoutMs?: TimeoutMs<I>;
 }): WorkflowNode;
 
 /** Queues a plain-text message for the session that started the run; output `{ kind, message }`. */
@@ -499,7 +507,7 @@ export interface AgentSpec<I = any, O = any> {
   /** Throws to reject a submission (parsed tolerantly from a string); returns the normalised output. */
   validate?: (output: any, ctx: WorkflowNodeContext<I>) => Awaitable<O | void>;
   /** Default 15 minutes; `null`: no deadline. */
-  timeoutMs?: number | null;
+  timeoutMs?: TimeoutMs<I>;
   /** Shown with the step in the Pi extension. */
   statusDetail?: string;
 }
@@ -620,14 +628,14 @@ export interface ShellSpec<I = any, O = ShellActionResult> {
   updates?: {
     parseLine: (line: string, info: { stream: 'stdout' | 'stderr' }) => Awaitable<WorkflowUpdate | WorkflowUpdate[] | null | undefined>;
   };
-  timeoutMs?: number | null;
+  timeoutMs?: TimeoutMs<I>;
 }
 
 /** A managed side effect; `run`'s return value is the receipt and the node's output. */
 export declare function action<I = any, R = unknown>(spec: {
   effect: EffectPolicy;
   run: (ctx: WorkflowActionContext<I>) => Awaitable<R>;
-  timeoutMs?: number | null;
+  timeoutMs?: TimeoutMs<I>;
 }): WorkflowNode;
 /** The shell form of `action`. */
 export declare function action<I = any, O = ShellActionResult>(spec: ShellSpec<I, O>): WorkflowNode;
@@ -645,17 +653,27 @@ export type Edge =
 declare const includeBrand: unique symbol;
 export interface IncludedWorkflow {
   readonly [includeBrand]: true;
-  readonly workflow: Workflow;
+  /** The workflow imported directly, when it was. */
+  readonly workflow?: Workflow;
+  /** The name or path, for an include resolved when the run loads. */
+  readonly reference?: string;
 }
 /**
- * Mounts a workflow (imported directly) under a name of `includes`: its nodes become
- * `<mount>.<node>`; an edge to the mount enters it, `<mount>.<exit>` leaves it. Without `input`
- * the child gets the parent's input.
+ * Mounts a workflow under a name of `includes`: imported directly, or by a discovered name
+ * (the project's `.pi/workflows/`, then `~/.pi/agent/workflows/`) or a path relative to the
+ * including file, resolved when the run loads, before its first node. Its nodes become
+ * `<mount>.<node>`; an edge to the mount enters it, `<mount>.<exit>` leaves it. Without
+ * `input`, the included workflow gets the parent's input.
  */
 export declare function includeWorkflow<I = any>(
-  workflow: Workflow,
+  workflow: Workflow | string,
   options?: { input?: (ctx: WorkflowNodeContext<I>) => Awaitable<unknown> },
 ): IncludedWorkflow;
+/** The reference's dynamic form: `includeWorkflow({ workflow: "repair", input })`. */
+export declare function includeWorkflow<I = any>(options: {
+  workflow: Workflow | string;
+  input?: (ctx: WorkflowNodeContext<I>) => Awaitable<unknown>;
+}): IncludedWorkflow;
 /** The output of a mount: which exit the included workflow left through, and its output. */
 export interface IncludedResult<O = unknown> {
   exit: string;

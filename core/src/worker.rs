@@ -376,10 +376,22 @@ impl Worker {
 
     /// Starts `node_id`; returns the attempt id.
     pub fn node_started(&mut self, node_id: &str) -> Result<String, WorkerError> {
+        self.node_started_with_timeout(node_id, None)
+    }
+
+    /// Starts `node_id`, a node whose deadline the workflow decides when each attempt starts
+    /// (`timeout_at_start` in the graph), with the timeout decided for this attempt (`None`:
+    /// no deadline); returns the attempt id. The host saves and enforces the deadline.
+    pub fn node_started_with_timeout(
+        &mut self,
+        node_id: &str,
+        timeout_ms: Option<u64>,
+    ) -> Result<String, WorkerError> {
         self.node_id = Some(node_id.to_owned());
         self.attempt_id = None;
         let r = self.call(RequestBody::WorkerNodeStarted(payload::WorkerNodeStarted {
             deadline_ms: None,
+            timeout_ms,
         }))?;
         let a = str_field(&r.body, "attempt_id")?;
         self.attempt_id = Some(a.clone());
@@ -447,6 +459,17 @@ impl Worker {
         outcome: payload::AttemptOutcome,
         next_node: &str,
     ) -> Result<TransitionReply, WorkerError> {
+        self.transition_with_timeout(outcome, next_node, None)
+    }
+
+    /// [`Worker::transition`] into a node whose deadline the workflow decides when each
+    /// attempt starts, with the timeout decided for the attempt it opens (`None`: no deadline).
+    pub fn transition_with_timeout(
+        &mut self,
+        outcome: payload::AttemptOutcome,
+        next_node: &str,
+        next_timeout_ms: Option<u64>,
+    ) -> Result<TransitionReply, WorkerError> {
         self.flush_if_it_would_not_fit(encoded_len(&outcome))?;
         let earlier = std::mem::take(&mut self.deferred);
         self.deferred_bytes = 0;
@@ -454,6 +477,7 @@ impl Worker {
             outcome,
             next_node: next_node.to_owned(),
             earlier,
+            next_timeout_ms,
         }))?;
         let next = str_field(&r.body, "attempt_id")?;
         self.node_id = Some(next_node.to_owned());

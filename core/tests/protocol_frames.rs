@@ -119,6 +119,7 @@ fn sample(kind: RequestKind) -> Request {
         }),
         RequestKind::WorkerNodeStarted => RequestBody::WorkerNodeStarted(WorkerNodeStarted {
             deadline_ms: Some(1_700_000_000_000),
+            timeout_ms: Some(60_000),
         }),
         RequestKind::WorkerTransition => RequestBody::WorkerTransition(WorkerTransition {
             outcome: AttemptOutcome::Succeeded {
@@ -129,6 +130,7 @@ fn sample(kind: RequestKind) -> Request {
                 outcome: AttemptOutcome::Failed { error: "x".into() },
                 next_node: "node-a".into(),
             }],
+            next_timeout_ms: Some(30_000),
         }),
         RequestKind::WorkerComplete => RequestBody::WorkerComplete(WorkerComplete {
             outcome: AttemptOutcome::TimedOut,

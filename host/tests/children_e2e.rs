@@ -446,7 +446,7 @@ fn a_child_killed_before_or_after_proposing_loses_nothing_and_applies_nothing_tw
         let succeeded = |node: &str| {
             attempts
                 .iter()
-                .filter(|a| a["node_id"] == json!(node) && a["status"] == json!("succeeded"))
+                .filter(|a| a["node_id"] == json!(node) && a["status"] == json!("ok"))
                 .count()
         };
         assert_eq!(
@@ -513,7 +513,7 @@ fn killing_the_host_around_a_commit_still_gives_the_uninterrupted_result() {
         for node in ["a", "b", "c"] {
             let ok = attempts
                 .iter()
-                .filter(|a| a["node_id"] == json!(node) && a["status"] == json!("succeeded"))
+                .filter(|a| a["node_id"] == json!(node) && a["status"] == json!("ok"))
                 .count();
             assert_eq!(ok, 1, "{fault}: node {node} committed once: {attempts:#?}");
         }
@@ -1507,6 +1507,90 @@ fn a_child_cannot_route_from_a_node_its_attempt_did_not_run() {
     env.stop(host);
 }
 
+/// A child that decides deadlines when attempts open (the authoring API's `timeoutMs`
+/// function): it reports them for `timeout_at_start` nodes, and tries to for a node whose
+/// deadline the graph fixes.
+const DEADLINE_CHILD: &str = r#"
+graph = json.load(open(env["source_root"]))["graph"]
+call("worker.hello", {"child_token": env["child_token"], "pid": 1, "definition": graph, "mounted_sources": {}})
+out = {}
+out["fixed_started"] = call("worker.node_started", {"timeout_ms": 5000}, node_id="b")
+out["a"] = call("worker.node_started", {"timeout_ms": 600000}, node_id="a")
+a = out["a"]["receipt"]["body"]["attempt_id"]
+ok = {"status": "succeeded", "output": {}}
+out["fixed_transition"] = call("worker.transition", {"outcome": ok, "next_node": "b", "next_timeout_ms": 5},
+                               node_id="a", attempt_id=a)
+out["b"] = call("worker.transition", {"outcome": ok, "next_node": "b"}, node_id="a", attempt_id=a)
+b = out["b"]["receipt"]["body"]["attempt_id"]
+out["c"] = call("worker.transition", {"outcome": ok, "next_node": "c", "next_timeout_ms": 700000},
+                node_id="b", attempt_id=b)
+call("worker.fail", {"error": "done"}, attempt_id=out["c"]["receipt"]["body"]["attempt_id"])
+answer(sys.argv[1], out)
+"#;
+
+#[test]
+fn a_deadline_decided_at_the_start_is_saved_with_its_attempt_and_only_for_such_a_node() {
+    let mut env = Env::new(&[]);
+    let script = python_child(&env, "deadlines.py", DEADLINE_CHILD);
+    env.extra.push((
+        "PIW_RUNTIMES".into(),
+        format!(".workflow.json=/usr/bin/env python3 {}", script.display()),
+    ));
+    let host = env.serve(None);
+    let file = env.fixture(
+        "deadlines",
+        json!({
+            "graph": {"name": "deadlines", "start": "a",
+                      "nodes": {"a": {"kind": "compute", "timeout_at_start": true},
+                                "b": {"kind": "compute"},
+                                "c": {"kind": "agent", "timeout_at_start": true}},
+                      "edges": [{"from": "a", "to": "b"}, {"from": "b", "to": "c"}]},
+            "behaviors": {}
+        }),
+    );
+    let run_id = env.start(&file, json!({}));
+    let out = python_answer(&file, "the deadline child");
+    for refused in ["fixed_started", "fixed_transition"] {
+        assert_eq!(out[refused]["ok"], json!(false), "{refused}: {out:#}");
+        let message = out[refused]["rejection"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("its deadline comes from the graph"),
+            "{message}"
+        );
+    }
+    let deadline = |step: &str| out[step]["receipt"]["body"]["deadline_at"].clone();
+    assert_eq!(deadline("b"), Value::Null, "{out:#}");
+    let (a, c) = (
+        deadline("a").as_i64().unwrap(),
+        deadline("c").as_i64().unwrap(),
+    );
+    // Both are the host's now plus the reported timeout; the steps between took seconds at most.
+    assert!((100_000..130_000).contains(&(c - a)), "a {a}, c {c}");
+    let s = env.wait_for(&run_id, &["failed"], Duration::from_secs(20));
+    let saved: Vec<(String, Value)> = s["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .map(|x| {
+            (
+                x["node_id"].as_str().unwrap().to_owned(),
+                x["deadline_at"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        saved,
+        [
+            ("a".to_owned(), json!(a)),
+            ("b".to_owned(), Value::Null),
+            ("c".to_owned(), json!(c))
+        ],
+        "{s:#}"
+    );
+    env.stop(host);
+}
+
 fn interactive_fixture(env: &Env) -> String {
     env.fixture(
         "ask",
@@ -1781,9 +1865,9 @@ fn pure_steps_reported_together_are_checked_and_recorded_one_by_one() {
         })
         .collect();
     let expected: Vec<(String, String, Value)> = vec![
-        ("a".into(), "succeeded".into(), json!({"v": 0})),
-        ("x".into(), "succeeded".into(), json!({"v": 1})),
-        ("y".into(), "succeeded".into(), json!({"v": 2})),
+        ("a".into(), "ok".into(), json!({"v": 0})),
+        ("x".into(), "ok".into(), json!({"v": 1})),
+        ("y".into(), "ok".into(), json!({"v": 2})),
     ];
     assert_eq!(&attempts[..3], &expected[..], "{s:#}");
     assert_eq!(attempts[3].0, "z", "{s:#}");
@@ -2259,7 +2343,7 @@ fn the_status_of_a_run_with_large_outputs_fits_one_reply() {
     let attempts = s["attempts"].as_array().unwrap();
     assert_eq!(attempts.len(), nodes.len());
     assert!(
-        attempts.iter().all(|a| a["status"] == json!("succeeded")),
+        attempts.iter().all(|a| a["status"] == json!("ok")),
         "{attempts:?}"
     );
     // Newest first.
@@ -2353,7 +2437,7 @@ fn a_child_that_dies_in_an_unreported_batched_step_is_blamed_on_that_step() {
         })
         .collect();
     assert!(
-        attempts.contains(&("a".into(), "succeeded".into())),
+        attempts.contains(&("a".into(), "ok".into())),
         "{attempts:?}"
     );
     let b_lost = attempts

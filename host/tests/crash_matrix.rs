@@ -444,7 +444,7 @@ impl Scenario {
                 .as_array()
                 .unwrap()
                 .iter()
-                .filter(|a| a["status"] == json!("succeeded") || a["status"] == json!("timed_out"))
+                .filter(|a| a["status"] == json!("ok") || a["status"] == json!("timed_out"))
                 .map(|a| format!("{} {}", a["node_id"], a["status"]))
                 .collect(),
             checkpoint_answers: flow_end["decisions"]

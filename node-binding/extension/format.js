@@ -113,7 +113,7 @@ export function presentationOf(message) {
   return message.kind === 'terminal' && c && typeof c === 'object' ? str(c.presentation) : null;
 }
 
-const MARK = { succeeded: '✓', failed: '✗', timed_out: '⏱', running: '▶', waiting: '…', interrupted: '↻', cancelled: '■' };
+const MARK = { ok: '✓', succeeded: '✓', failed: '✗', timed_out: '⏱', running: '▶', waiting: '…', interrupted: '↻', cancelled: '■' };
 
 /** The widget (at most 10 lines) and the footer status of a run's status. */
 export function widgetOf(status, progress) {

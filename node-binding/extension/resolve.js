@@ -42,7 +42,8 @@ function stemOf(file) {
   return suffix ? file.slice(0, -suffix.length) : null;
 }
 
-function looksLikePath(ref) {
+/** Whether a reference names a file (a path) rather than a discovered workflow name. */
+export function looksLikePath(ref) {
   return ref.includes('/') || ref.startsWith('.') || SUFFIXES.some((s) => ref.endsWith(s));
 }
 

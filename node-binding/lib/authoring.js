@@ -43,19 +43,24 @@ function options(value, what) {
 }
 
 /**
- * `timeoutMs`: a positive number, `null` (no deadline) or, for the default, nothing. The host
- * enforces the deadline; it is in the graph snapshot, so a function is not accepted (a
- * deadline the host cannot read would be one it cannot enforce).
+ * `timeoutMs`: a positive number, `null` (no deadline), a function of the node context
+ * returning either, or, for the default, nothing. A number or `null` goes into the graph
+ * snapshot; a function is called by the child when each attempt of the node starts, and the
+ * deadline it gives travels with the message that opens the attempt: the host saves it with the
+ * attempt and enforces it like a fixed one (a resumed run keeps the saved deadline; the
+ * function is not called again for that attempt).
  */
 function timeout(value, what, dflt) {
   if (value === undefined) return dflt ?? null;
   if (value === null) return null;
+  if (typeof value === 'function') return value;
   if (typeof value === 'number' && Number.isFinite(value) && value > 0) return Math.ceil(value);
-  throw shape(`${what} timeoutMs must be a positive number or null, got ${String(value)}`);
+  throw shape(`${what} timeoutMs must be a positive number, null or a function of the node context, got ${String(value)}`);
 }
 
 function node(kind, fields, timeoutMs) {
-  return Object.freeze({ [WORKFLOW]: 'node', kind, timeoutMs, ...fields });
+  const atStart = typeof timeoutMs === 'function' ? timeoutMs : null;
+  return Object.freeze({ [WORKFLOW]: 'node', kind, timeoutMs: atStart ? null : timeoutMs, timeoutAtStart: atStart, ...fields });
 }
 
 /** A pure step: `run(ctx)` returns its output. May run again after a crash. */
@@ -354,14 +359,31 @@ export function shell(spec) {
 const INCLUDE = Symbol.for('piw.include');
 
 /**
- * Mounts another workflow (a value made by `defineWorkflow`, imported directly) under a name of
- * `includes`: `includeWorkflow(child, { input?: (ctx) => childInput })`. Its nodes become
- * `<mount>.<node>`; an edge to the mount enters it at its `startAt`, and `<mount>.<exit>` is
- * where it leaves through one of its `exits`. Without `input`, the child gets the parent's input.
+ * Mounts another workflow under a name of `includes`: `includeWorkflow(child, { input?: (ctx)
+ * => childInput })`, `child` being a workflow made by `defineWorkflow` and imported directly, or
+ * a reference resolved before the run's first node: a discovered name (`"repair"`: the
+ * project's `.pi/workflows/`, then `~/.pi/agent/workflows/`) or a path (`"./repair.workflow.ts"`,
+ * relative to the including file). The reference's form `includeWorkflow({ workflow, input })`
+ * works too. Its nodes become `<mount>.<node>`; an edge to the mount enters it at its
+ * `startAt`, and `<mount>.<exit>` is where it leaves through one of its `exits`. Without
+ * `input`, the child gets the parent's input.
  */
 export function includeWorkflow(workflow, spec = {}) {
-  if (!isWorkflow(workflow)) throw shape('includeWorkflow needs a workflow made by defineWorkflow (imported directly)');
-  return Object.freeze({ [INCLUDE]: true, workflow, input: optionalFn(spec?.input, 'includeWorkflow input') });
+  if (workflow && typeof workflow === 'object' && !isWorkflow(workflow) && Object.hasOwn(workflow, 'workflow')) {
+    return includeWorkflow(workflow.workflow, workflow);
+  }
+  const input = optionalFn(spec?.input, 'includeWorkflow input');
+  if (typeof workflow === 'string') {
+    if (workflow.trim() === '') throw shape('includeWorkflow needs a workflow, a name or a path');
+    if (workflow.startsWith('builtin:')) {
+      throw shape(`includeWorkflow ${workflow}: piw has no built-in workflows; include a file by name or path`);
+    }
+    return Object.freeze({ [INCLUDE]: true, reference: workflow.trim(), input });
+  }
+  if (!isWorkflow(workflow)) {
+    throw shape('includeWorkflow needs a workflow made by defineWorkflow, a discovered name or a path');
+  }
+  return Object.freeze({ [INCLUDE]: true, workflow, input });
 }
 
 /**
@@ -370,7 +392,8 @@ export function includeWorkflow(workflow, spec = {}) {
  */
 export function includedResult(workflow, value) {
   if (!isWorkflow(workflow)) throw new TypeError('includedResult needs the included workflow');
-  if (!value || typeof value !== 'object' || !Object.hasOwn(workflow.exits, value.exit)) {
+  const exits = workflow.exits ?? workflow.definition?.exits ?? {};
+  if (!value || typeof value !== 'object' || !Object.hasOwn(exits, value.exit)) {
     throw new TypeError(`not a result of ${workflow.name}: ${JSON.stringify(value)}`);
   }
   return value;
@@ -430,6 +453,21 @@ export function defineWorkflow(def) {
   if (maxSteps !== undefined && !(Number.isInteger(maxSteps) && maxSteps > 0)) {
     throw shape(`maxSteps must be a positive integer, got ${maxSteps}`);
   }
+  for (const [mount, inc] of Object.entries(o.includes ?? {})) {
+    if (!inc?.[INCLUDE]) throw shape(`includes.${mount} must be made with includeWorkflow()`);
+  }
+  const unresolved = Object.values(o.includes ?? {}).some((inc) => inc.reference !== undefined || inc.workflow.pending);
+  if (unresolved) {
+    // An include by name or path (here or in a workflow it includes) is resolved, and the graph
+    // compiled, when the run loads the workflow (`resolveIncludes`), before its first node.
+    return Object.freeze({
+      [WORKFLOW]: 'workflow',
+      pending: true,
+      name: o.name,
+      source: o.source ?? null,
+      definition: Object.freeze({ ...o }),
+    });
+  }
   // Flattened: the workflow's own nodes, then every included workflow's under its mount path.
   const impls = {};
   /** Flat node id -> the mounts it is inside, outermost first: `[{ path, include }]`. */
@@ -447,10 +485,11 @@ export function defineWorkflow(def) {
   const entries = {};
   const leaves = {};
   const mountedEdges = [];
+  /** Mount path -> `{ max_steps? }`: each included workflow's own limit bounds one invocation. */
+  const mounts = {};
   for (const [mount, inc] of Object.entries(o.includes ?? {})) {
     if (!ID.test(mount)) throw shape(`mount name ${JSON.stringify(mount)} must match [A-Za-z_][A-Za-z0-9_-]*`);
     if (Object.hasOwn(o.nodes, mount)) throw shape(`mount ${mount} has the name of a node`);
-    if (!inc?.[INCLUDE]) throw shape(`includes.${mount} must be made with includeWorkflow()`);
     const child = inc.workflow;
     const at = (id) => `${mount}.${id}`;
     for (const [id, n] of Object.entries(child.nodes)) {
@@ -463,6 +502,8 @@ export function defineWorkflow(def) {
       leaves[`${mount}.${exit}`] = at(spec.from);
     }
     entries[mount] = at(child.graph.start);
+    mounts[mount] = child.graph.max_steps === undefined ? {} : { max_steps: child.graph.max_steps };
+    for (const [path, spec] of Object.entries(child.graph.mounts ?? {})) mounts[at(path)] = spec;
     mountedEdges.push(...child.graph.edges.map((e) => rewriteEdge(e, at, at)));
   }
   const exits = {};
@@ -478,6 +519,7 @@ export function defineWorkflow(def) {
     nodes[id] = {
       kind: n.kind,
       ...(n.timeoutMs === null ? {} : { timeout_ms: n.timeoutMs }),
+      ...(n.timeoutAtStart ? { timeout_at_start: true } : {}),
       ...(n.kind === 'action' ? { retry: n.retry } : {}),
     };
   }
@@ -491,6 +533,7 @@ export function defineWorkflow(def) {
     nodes,
     edges,
     ...(maxSteps === undefined ? {} : { max_steps: maxSteps }),
+    ...(Object.keys(mounts).length ? { mounts } : {}),
   };
   const { snapshot: graph, digest } = native(() => addon.compileGraph(snapshot));
   return Object.freeze({
@@ -508,6 +551,49 @@ export function defineWorkflow(def) {
     exitNodes: Object.freeze(exitNodes),
     exits: Object.freeze(exits),
   });
+}
+
+/**
+ * The workflow with every include by name or path resolved, at every level, and its graph
+ * compiled: `workflow` itself when it has none. `load(reference, fromFile)` resolves one
+ * reference made in the file `fromFile` and resolves with `{ file, workflow }`. A workflow that
+ * includes itself, directly or through others, is refused with the whole chain of mounts.
+ * `file` is where `workflow` was loaded from (for references relative to it and the chain).
+ */
+export async function resolveIncludes(workflow, file, load) {
+  const where = (wf, f) => f ?? wf.source ?? wf.name;
+  async function resolve(wf, wfFile, chain) {
+    if (!wf.pending) return wf;
+    const includes = {};
+    for (const [mount, inc] of Object.entries(wf.definition.includes ?? {})) {
+      let child = inc.workflow;
+      let childFile = child ? sourceFile(child.source) : null;
+      if (inc.reference !== undefined) {
+        ({ workflow: child, file: childFile } = await load(inc.reference, wfFile));
+        if (!isWorkflow(child)) throw shape(`includes.${mount}: ${childFile} must export default defineWorkflow({...})`);
+      }
+      const link = { mount, file: childFile, workflow: child };
+      const seen = chain.findIndex((c) => c.workflow === child || (childFile !== null && c.file === childFile));
+      if (seen >= 0) {
+        const path = [...chain.slice(seen), link];
+        const steps = path.map((c, i) => (i === 0 ? where(c.workflow, c.file) : `(includes.${c.mount}) ${where(c.workflow, c.file)}`));
+        throw shape(`workflow source cycle: ${steps.join(' -> ')}; a workflow cannot include itself, directly or through others`);
+      }
+      includes[mount] = includeWorkflow(await resolve(child, childFile ?? wfFile, [...chain, link]), { input: inc.input });
+    }
+    return defineWorkflow({ ...wf.definition, includes });
+  }
+  return resolve(workflow, file, [{ mount: null, file, workflow }]);
+}
+
+function sourceFile(source) {
+  if (typeof source !== 'string') return null;
+  if (!source.startsWith('file:')) return source;
+  try {
+    return decodeURIComponent(new URL(source).pathname);
+  } catch {
+    return null;
+  }
 }
 
 /** Whether `value` was made by `defineWorkflow`. */

@@ -6,14 +6,15 @@
 // the mounts it resolves with the saved ones; say hello; execute nodes and propose each
 // transition; exit when the run parks, finishes, or the host says the run moved on.
 import { spawn, spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readFileSync, realpathSync } from 'node:fs';
 import module from 'node:module';
 import { dirname, join, relative, resolve as resolvePath, sep } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
 import { native as addon, packageDir } from './native.js';
 import { fromNative } from './errors.js';
-import { humanResponse, isWorkflow } from './authoring.js';
+import { humanResponse, isWorkflow, resolveIncludes } from './authoring.js';
+import { looksLikePath, resolveWorkflow as resolveReference } from '../extension/resolve.js';
 
 /**
  * The launch envelope: all of stdin, up to its end. Read synchronously: a child (and a standby
@@ -114,15 +115,20 @@ function locate(e, candidates) {
  * Imports the workflow module; resolves with the workflow and the local files the import
  * loaded besides the root (not this package's own files, not `node_modules`).
  */
-async function loadWorkflow(file) {
+async function loadWorkflow(file, projectDir, saved = new Set()) {
   registerPackageAliases();
   const imported = new Set();
+  /** importing file URL -> the file URLs it imports: finds an import cycle when one fails. */
+  const edges = new Map();
   // Sees every module the import resolves, so the files a workflow imports are verified on
   // later activations like the root, before any of their code runs.
   const hooks = module.registerHooks?.({
     resolve(specifier, context, nextResolve) {
       const resolved = nextResolve(specifier, context);
-      if (resolved.url.startsWith('file:')) imported.add(resolved.url);
+      if (resolved.url.startsWith('file:')) {
+        imported.add(resolved.url);
+        if (context.parentURL) edges.set(context.parentURL, [...(edges.get(context.parentURL) ?? []), resolved.url]);
+      }
       return resolved;
     },
   });
@@ -133,20 +139,106 @@ async function loadWorkflow(file) {
       .filter(
         (path) => path !== root && !path.startsWith(packageDir + sep) && !path.includes(`${sep}node_modules${sep}`),
       );
-  let mod;
+  let workflow;
   try {
-    mod = await import(pathToFileURL(file).href);
-  } catch (e) {
-    const where = locate(e, [root, ...local().reverse()]);
-    throw new LoadError(`cannot load ${where ?? root}: ${e?.code ? `${e.code}: ` : ''}${message(e)}`);
+    let mod;
+    try {
+      mod = await import(pathToFileURL(file).href);
+    } catch (e) {
+      const cycle = e instanceof ReferenceError ? importCycle(edges, pathToFileURL(root).href) : null;
+      if (cycle) {
+        throw new LoadError(
+          `workflow source cycle: ${cycle.join(' -> ')}; a workflow cannot include itself, directly or through others (${message(e)})`,
+        );
+      }
+      const where = locate(e, [root, ...local().reverse()]);
+      throw new LoadError(`cannot load ${where ?? root}: ${e?.code ? `${e.code}: ` : ''}${message(e)}`);
+    }
+    workflow = mod.default ?? mod.workflow;
+    if (!isWorkflow(workflow)) {
+      throw new LoadError(`${root} must export default defineWorkflow({...})`);
+    }
+    if (workflow.pending) {
+      // Includes by name or path: resolved now, with the hook still seeing every file loaded,
+      // so each is recorded with its hash and verified on resume like a direct import.
+      try {
+        workflow = await resolveIncludes(workflow, root, (reference, from) =>
+          loadReference(reference, from, projectDir, saved),
+        );
+      } catch (e) {
+        if (e instanceof LoadError || e.code === 'source_changed') throw e;
+        throw new LoadError(`cannot load ${root}: ${message(e)}`);
+      }
+    }
   } finally {
     hooks?.deregister();
   }
-  const workflow = mod.default ?? mod.workflow;
-  if (!isWorkflow(workflow)) {
-    throw new LoadError(`${root} must export default defineWorkflow({...})`);
-  }
   return { workflow, imports: [...new Set(local())] };
+}
+
+/**
+ * Loads the workflow an `includeWorkflow` reference names: a path relative to the including
+ * file, or a discovered name (the project's `.pi/workflows/`, then `~/.pi/agent/workflows/`,
+ * as for `piw run start <name>`).
+ */
+async function loadReference(reference, from, projectDir, saved) {
+  let found;
+  try {
+    found = await resolveReference(reference, looksLikePath(reference) ? dirname(from) : projectDir);
+  } catch (e) {
+    throw new LoadError(`cannot include ${JSON.stringify(reference)} (from ${from}): ${message(e)}`);
+  }
+  // A resumed run loads only the files it recorded (their hashes were verified before any
+  // code loaded): a name that now resolves elsewhere (say a new project file hiding the global
+  // one) is a changed source, refused before that file's code runs.
+  // Compared as the import hook records files: by their real path (a project reached through
+  // a symlink is the same file).
+  if (saved.size > 0 && !saved.has(realpathSync(found.path))) {
+    const e = new Error(
+      `source_changed: includeWorkflow(${JSON.stringify(reference)}) now resolves to ${found.path}, not a file this run recorded`,
+    );
+    e.code = 'source_changed';
+    throw e;
+  }
+  if (found.path.endsWith('.json')) {
+    throw new LoadError(`cannot include ${found.path}: a JSON workflow cannot be included; include a .workflow.{ts,mts,js,mjs} file`);
+  }
+  let mod;
+  try {
+    mod = await import(pathToFileURL(found.path).href);
+  } catch (e) {
+    const where = locate(e, [found.path]);
+    throw new LoadError(`cannot load ${where ?? found.path} (included as ${JSON.stringify(reference)}): ${e?.code ? `${e.code}: ` : ''}${message(e)}`);
+  }
+  return { file: found.path, workflow: mod.default ?? mod.workflow };
+}
+
+/**
+ * A cycle of imports among the workflow's own files that starts at the root, as file paths
+ * (`[a, b, a]`), or null. Two workflow modules importing each other to include each other
+ * fail to load with a ReferenceError (one reads the other's export before it exists); this
+ * names the cycle instead.
+ */
+function importCycle(edges, rootUrl) {
+  const own = (url) => url.startsWith('file:') && !fileURLToPath(url).includes(`${sep}node_modules${sep}`) && !fileURLToPath(url).startsWith(packageDir + sep);
+  const path = [];
+  const onPath = new Set();
+  const done = new Set();
+  const visit = (url) => {
+    if (onPath.has(url)) return [...path.slice(path.indexOf(url)), url];
+    if (done.has(url) || !own(url)) return null;
+    path.push(url);
+    onPath.add(url);
+    for (const next of edges.get(url) ?? []) {
+      const found = visit(next);
+      if (found) return found;
+    }
+    path.pop();
+    onPath.delete(url);
+    done.add(url);
+    return null;
+  };
+  return visit(rootUrl)?.map((url) => fileURLToPath(url)) ?? null;
 }
 
 /** The local files the workflow's import loaded (named `import:<path relative to it>`). */
@@ -196,13 +288,22 @@ const MAX_VALUE_BYTES_OLDER_HOST = 120 * 1024;
 /** This child's limit (one run per process), set from the host's hello. */
 let maxValueBytes = MAX_VALUE_BYTES_OLDER_HOST;
 
-/** Runs node code; any exception becomes a `NodeFailure` naming the node. */
+/**
+ * Runs node code; any exception becomes a `NodeFailure` naming the node: `node b failed: boom`
+ * from the node's `run`, `node b failed in its prompt: boom` from another callback.
+ */
 async function nodeCode(ctx, what, f) {
   try {
     return await f();
   } catch (e) {
-    throw e instanceof NodeFailure ? e : new NodeFailure(`node ${ctx.state.node} failed: ${what}: ${message(e)}`);
+    if (e instanceof NodeFailure) throw e;
+    throw new NodeFailure(failedIn(ctx.state.node, what, e));
   }
+}
+
+/** The error of a node whose callback `what` threw `e`. */
+function failedIn(node, what, e) {
+  return `node ${node} failed${what === 'run' ? '' : ` in ${what}`}: ${message(e)}`;
 }
 
 /**
@@ -258,7 +359,7 @@ function requestBase(run, ctx, kind) {
 
 /** The `human_decision` request: question, details, choices, text input, audience, extra. */
 async function humanRequest(run, impl, ctx) {
-  const asked = impl.request ? ((await nodeCode(ctx, 'request', () => impl.request(ctx))) ?? {}) : {};
+  const asked = impl.request ? ((await nodeCode(ctx, 'its request', () => impl.request(ctx))) ?? {}) : {};
   const presentation = asked.presentation ?? null;
   const question = String(asked.title ?? presentation?.summary ?? `Decide ${ctx.state.node}`);
   const details = asked.title !== undefined && presentation?.summary ? String(presentation.summary) : null;
@@ -467,7 +568,7 @@ async function executeNode(w, run, impl, ctx) {
     }
     case 'agent':
     case 'assistant_message': {
-      const prompt = String(await nodeCode(ctx, 'prompt', () => impl.prompt(ctx)));
+      const prompt = String(await nodeCode(ctx, 'its prompt', () => impl.prompt(ctx)));
       const request =
         impl.kind === 'agent'
           ? { ...requestBase(run, ctx, 'agent'), prompt, expectedOutput: impl.expectedOutput, statusDetail: impl.statusDetail }
@@ -476,7 +577,7 @@ async function executeNode(w, run, impl, ctx) {
       return { parked: true };
     }
     case 'checkpoint': {
-      const summary = String(await nodeCode(ctx, 'summary', () => impl.summary(ctx)));
+      const summary = String(await nodeCode(ctx, 'its summary', () => impl.summary(ctx)));
       const request = { ...requestBase(run, ctx, 'checkpoint'), summary, prompt: null };
       if (impl.run) request.extra = { output: await nodeCode(ctx, 'run', () => impl.run(ctx)) };
       w.wait('checkpoint', toJson(request, 'the request'));
@@ -486,7 +587,7 @@ async function executeNode(w, run, impl, ctx) {
       w.wait('human_decision', toJson(await humanRequest(run, impl, ctx), 'the request'));
       return { parked: true };
     case 'notify': {
-      const text = String(await nodeCode(ctx, 'message', () => impl.message(ctx)));
+      const text = String(await nodeCode(ctx, 'its message', () => impl.message(ctx)));
       const content = { kind: impl.notifyKind, message: text };
       w.notify(toJson(content, 'the message'));
       return ok(content);
@@ -609,11 +710,43 @@ class RunContext {
     for (const { path, include } of this.workflow.scopes[node] ?? []) {
       if (include.input) {
         const outer = { input, ...this.view(parent), state, signal };
-        input = await nodeCode({ state }, `input of ${path}`, () => include.input(outer));
+        input = await nodeCode({ state }, `the input of mount ${path}`, () => include.input(outer));
       }
       parent = path;
     }
     return { input, ...this.view(parent), state, signal };
+  }
+}
+
+/** How long a `timeoutMs` function may take (the reference's bound). */
+const TIMEOUT_FN_BOUND_MS = 30_000;
+
+/**
+ * The deadline of the attempt of `nodeId` about to open, for a node whose `timeoutMs` is a
+ * function: `{ ms }` (a number, or `null` for none), or `{ ms: null, error }` when the
+ * function threw, returned something else, or took longer than 30 s (the node then fails).
+ * Other nodes: `{ ms: undefined }` (the graph fixes their deadline).
+ */
+async function decideTimeout(run, impl, nodeId) {
+  if (!impl?.timeoutAtStart) return { ms: undefined };
+  const controller = new AbortController();
+  let timer;
+  try {
+    const ctx = await run.forNode(nodeId, null, controller.signal);
+    const bound = new Promise((_, reject) => {
+      timer = setTimeout(() => {
+        controller.abort(new Error('timeoutMs took too long'));
+        reject(new Error(`did not return within ${TIMEOUT_FN_BOUND_MS / 1000} s`));
+      }, TIMEOUT_FN_BOUND_MS);
+    });
+    const value = await Promise.race([Promise.resolve().then(() => impl.timeoutAtStart(ctx)), bound]);
+    if (value === null) return { ms: null };
+    if (typeof value === 'number' && Number.isFinite(value) && value > 0) return { ms: Math.ceil(value) };
+    throw new Error(`must return a positive number of milliseconds or null, got ${String(value)}`);
+  } catch (e) {
+    return { ms: null, error: e instanceof NodeFailure ? e.message : failedIn(nodeId, 'its timeoutMs', e) };
+  } finally {
+    clearTimeout(timer);
   }
 }
 
@@ -631,6 +764,35 @@ function nodeSignal(timeoutMs) {
       : setTimeout(() => controller.abort(new Error('the node timed out')), timeoutMs).unref();
   return { signal: controller.signal, done: () => timer && clearTimeout(timer) };
 }
+/**
+ * While a node's code runs, an exception it throws where nobody catches it (in a timer, an
+ * event handler, a promise nobody awaits) fails that node, named, like one it throws from its
+ * callback; it does not kill the child (which, three times over, would send the run to review
+ * with nothing but a stack trace on stderr). Not for an action, whose effect may be half done:
+ * its child dies as before and the effect is settled by the effect's own recovery rules.
+ */
+let nodeCrashed = null;
+function onUncaught(e) {
+  if (nodeCrashed) {
+    const fail = nodeCrashed;
+    nodeCrashed = null;
+    fail(e);
+    return;
+  }
+  process.stderr.write(`piw worker: uncaught ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
+  process.exit(1);
+}
+
+/** Runs `f` (a node's execution) so that an uncaught exception meanwhile fails `node`. */
+function guardUncaught(node, f) {
+  const crashed = new Promise((_, reject) => {
+    nodeCrashed = (e) => reject(new NodeFailure(failedIn(node, 'run', e)));
+  });
+  return Promise.race([f(), crashed]).finally(() => {
+    nodeCrashed = null;
+  });
+}
+
 let stopping = false;
 function onTerminate() {
   if (stopping) return;
@@ -656,7 +818,8 @@ async function drive(w) {
   let workflow;
   let mounts;
   try {
-    const loaded = await loadWorkflow(env.sourceRoot);
+    const saved = new Set(Object.values(env.mountedSources ?? {}).map((m) => m.path));
+    const loaded = await loadWorkflow(env.sourceRoot, env.projectDir, saved);
     workflow = loaded.workflow;
     mounts = resolveMounts(loaded.imports, env.sourceRoot);
     w.compareMounts(mounts);
@@ -693,8 +856,14 @@ async function drive(w) {
     }
   }
   process.on('SIGTERM', onTerminate);
+  if (!process.listeners('uncaughtException').includes(onUncaught)) {
+    process.on('uncaughtException', onUncaught);
+    process.on('unhandledRejection', onUncaught);
+  }
   let nodeId;
   let carried = null;
+  /** The deadline decided for the current attempt (see `decideTimeout`). */
+  let decided = { ms: undefined };
   const impls = workflow.nodes;
   switch (resume.resume) {
     case 'continue':
@@ -743,8 +912,12 @@ async function drive(w) {
     }
     default:
       nodeId = resume.node_id ?? workflow.graph.start;
-      // The host opens the first attempt with the hello when it can.
-      if (resume.attempt_id === undefined) resume.attempt_id = w.nodeStarted(nodeId);
+      // The host opens the first attempt with the hello when it can (not when the node's
+      // deadline is decided by its `timeoutMs` function: that decision opens the attempt).
+      if (resume.attempt_id === undefined) {
+        decided = await decideTimeout(run, impls[nodeId], nodeId);
+        resume.attempt_id = w.nodeStarted(nodeId, decided.ms ?? null);
+      }
   }
   let attemptId = resume.attempt_id;
   // Consecutive pure steps are reported together (one commit for many nodes). A step is
@@ -754,7 +927,8 @@ async function drive(w) {
   // a slow asynchronous node keeps it waiting. If this child dies with steps deferred, those
   // pure nodes rerun from the last committed boundary: at most a window's worth of work.
   const nodesOf = workflow.graph.nodes;
-  const pure = (id) => nodesOf[id]?.kind === 'compute' && nodesOf[id]?.timeout_ms === undefined;
+  const pure = (id) =>
+    nodesOf[id]?.kind === 'compute' && nodesOf[id]?.timeout_ms === undefined && !nodesOf[id]?.timeout_at_start;
   const batch = new DeferredBatch(w);
   let last = null;
   for (;;) {
@@ -762,13 +936,18 @@ async function drive(w) {
     carried = null;
     const ranHere = outcome === null;
     if (ranHere) {
-      const { signal, done } = nodeSignal(nodesOf[nodeId]?.timeout_ms);
+      const deadlineMs = decided.ms === undefined ? nodesOf[nodeId]?.timeout_ms : (decided.ms ?? undefined);
+      const { signal, done } = nodeSignal(deadlineMs);
       let step;
       try {
-        step = await execute(w, run, impls[nodeId], await run.forNode(nodeId, attemptId, signal));
+        if (decided.error) throw new NodeFailure(decided.error);
+        const impl = impls[nodeId];
+        const exec = async () => execute(w, run, impl, await run.forNode(nodeId, attemptId, signal));
+        step = impl?.kind === 'action' ? await exec() : await guardUncaught(nodeId, exec);
       } catch (e) {
         if (!(e instanceof NodeFailure)) throw e;
-        step = { outcome: { status: 'failed', error: e.message } }; // an included input failed
+        // An included input or the `timeoutMs` function failed.
+        step = { outcome: { status: 'failed', error: e.message } };
       }
       done();
       if (batch.settle()) return; // the run parked while the node ran
@@ -783,10 +962,12 @@ async function drive(w) {
         batch.defer(outcome, route.next);
         nodeId = route.next;
         attemptId = undefined;
+        decided = { ms: undefined };
         continue;
       }
       batch.cancelTimer();
-      const reply = w.transition(outcome, route.next);
+      decided = await decideTimeout(run, impls[route.next], route.next);
+      const reply = w.transition(outcome, route.next, decided.ms ?? null);
       batch.reported();
       if (reply.parked) return;
       nodeId = route.next;

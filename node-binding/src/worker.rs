@@ -140,17 +140,31 @@ impl Worker {
 
     /// A node attempt begins; returns its attempt id.
     #[napi]
-    pub fn node_started(&mut self, node_id: String) -> Result<String> {
-        self.session()?.node_started(&node_id).map_err(worker_error)
+    ///
+    /// `timeoutMs` is for a node whose deadline is decided when each attempt starts (graph
+    /// `timeout_at_start`): the timeout decided for this attempt, `null` for none.
+    pub fn node_started(&mut self, node_id: String, timeout_ms: Option<f64>) -> Result<String> {
+        let timeout_ms = timeout_arg(timeout_ms)?;
+        self.session()?
+            .node_started_with_timeout(&node_id, timeout_ms)
+            .map_err(worker_error)
     }
 
     /// Proposes the next node; returns `{ attemptId, parked }` (exit when parked).
     #[napi]
-    pub fn transition(&mut self, outcome: Value, next_node: String) -> Result<Value> {
+    ///
+    /// `nextTimeoutMs`: as `nodeStarted`'s `timeoutMs`, for the attempt of `nextNode`.
+    pub fn transition(
+        &mut self,
+        outcome: Value,
+        next_node: String,
+        next_timeout_ms: Option<f64>,
+    ) -> Result<Value> {
         let outcome: AttemptOutcome = parse("outcome", outcome)?;
+        let next_timeout_ms = timeout_arg(next_timeout_ms)?;
         let r = self
             .session()?
-            .transition(outcome, &next_node)
+            .transition_with_timeout(outcome, &next_node, next_timeout_ms)
             .map_err(worker_error)?;
         Ok(json!({ "attemptId": r.next_attempt_id, "parked": r.parked }))
     }
@@ -302,5 +316,21 @@ impl Worker {
             .exit(&reason)
             .map(drop)
             .map_err(worker_error)
+    }
+}
+
+/// A timeout in milliseconds from JavaScript: a positive whole number (rounded up), or none.
+fn timeout_arg(ms: Option<f64>) -> Result<Option<u64>> {
+    match ms {
+        None => Ok(None),
+        Some(ms) if ms.is_finite() && ms > 0.0 && ms <= 9_007_199_254_740_991.0 => {
+            // In range and positive: the conversion is exact after `ceil`.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            Ok(Some(ms.ceil() as u64))
+        }
+        Some(ms) => Err(js_error(
+            "invalid_input",
+            format!("a timeout must be a positive number of milliseconds or null, got {ms}"),
+        )),
     }
 }

@@ -194,6 +194,18 @@ test('subscriptions deliver a run and a session in order, and end on close', asy
   assert.equal(seen[0].event_kind, 'started');
   const seqs = seen.map((e) => e.seq);
   assert.deepEqual(seqs, seqs.map((_, i) => seqs[0] + i), 'gap-free and in order');
+  // A step's outcome reads as the authoring API says it (`ok`), as in run.status.
+  const gate = (await c.runStatus(runId)).decisions.find((d) => d.status === 'pending');
+  await c.answerCheckpoint(runId, gate.decision_id, 'yes');
+  let transitioned;
+  // next(), not `for await ... break`: breaking out would close the subscription.
+  while (!transitioned) {
+    const e = await runSub.next();
+    assert.notEqual(e, null, 'the subscription ended before the transition');
+    if (e.event_kind === 'transitioned') transitioned = e;
+  }
+  assert.deepEqual([transitioned.data.from, transitioned.data.outcome, transitioned.data.to], ['gate', 'ok', 'decide']);
+  assert.equal((await c.runStatus(runId)).attempts.find((a) => a.node_id === 'gate').status, 'ok');
   await c.cancelRun(runId);
   const fromRun = [];
   for await (const e of runSub) {
@@ -394,7 +406,7 @@ test('a run in review is retried once fixed; runStatus pages its attempts', asyn
   // Newest first, as many as asked for, with the count of all.
   const page = await c.runStatus(runId, { attemptsLimit: 1 });
   assert.equal(page.attempts.length, 1);
-  assert.equal(page.attempts[0].status, 'succeeded');
+  assert.equal(page.attempts[0].status, 'ok');
   assert.ok(page.attempt_count > 1, `${page.attempt_count}`);
   const older = await c.runStatus(runId, { attemptsBefore: page.attempts[0].attempt_id });
   assert.equal(older.attempts.length, page.attempt_count - 1);

@@ -105,6 +105,21 @@ export const composed = defineWorkflow({
     { from: 'sub.done', to: 'last' },
   ],
 });
+export const byReference = defineWorkflow({
+  name: 'by-reference',
+  startAt: 'first',
+  includes: {
+    named: includeWorkflow('repair', { input: ({ input }) => input }),
+    path: includeWorkflow({ workflow: './repair.workflow.ts', input: () => ({}) }),
+  },
+  nodes: {
+    first: compute({
+      run: () => 1,
+      timeoutMs: ({ outputs }) => (outputs.first === undefined ? 60_000 : null),
+    }),
+  },
+  edges: [{ from: 'first', to: 'named' }, { from: 'named.done', to: 'path' }],
+});
 
 export async function use(): Promise<number> {
   const client = await Client.connect({ home: '/tmp/x', start: false });

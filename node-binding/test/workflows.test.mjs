@@ -1,6 +1,6 @@
 // JS workflows run by the Node worker runtime in supervised children.
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, renameSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { after, before, test } from 'node:test';
 
@@ -48,7 +48,7 @@ test('every node gets { input, outputs, results, state, signal }: latest output 
   assert.deepEqual(run.result, {
     a: { n: 22 },
     b: null,
-    bResult: { outcome: 'failed', error: 'node b failed: run: too big' },
+    bResult: { outcome: 'failed', error: 'node b failed: too big' },
     run: runId,
     node: 'c',
     visit: 1,
@@ -81,11 +81,18 @@ test('a failing node routes on $result.outcome; without such an edge the run fai
   const { run_id: runId } = await c.startRun(file, { input: { fail: 1 } });
   const failed = await c.waitForRun(runId, { timeoutMs: 20_000 });
   assert.equal(failed.status, 'failed');
-  assert.equal(failed.error, 'node strict failed: run: no route for this');
+  assert.equal(failed.error, 'node strict failed: no route for this');
+  // The CLI says it the same way.
+  const { execFileSync } = await import('node:child_process');
+  const shown = execFileSync(process.env.PIW_HOST_BIN ?? (await import('./helpers.mjs')).hostBin, ['run', 'status', runId], {
+    env: { ...process.env, HOME: host.dir, PIW_HOME: host.home },
+    encoding: 'utf8',
+  });
+  assert.match(shown, /^error node strict failed: no route for this$/m);
   const { attempts } = await c.runStatus(runId);
   assert.deepEqual(
     attempts.map((a) => [a.node_id, a.status]).reverse(), // newest first
-    [['risky', 'failed'], ['recover', 'succeeded'], ['strict', 'failed']],
+    [['risky', 'failed'], ['recover', 'ok'], ['strict', 'failed']],
   );
 });
 
@@ -288,7 +295,7 @@ test('a slow pure node does not hold the steps before it: they are reported whil
     const { attempts } = await c.runStatus(runId);
     if (existsSync(marker)) {
       seen = attempts.find((a) => a.node_id === 'slow' && a.status === 'running');
-      if (seen) assert.equal(attempts.find((a) => a.node_id === 'fast').status, 'succeeded');
+      if (seen) assert.equal(attempts.find((a) => a.node_id === 'fast').status, 'ok');
     }
     if (!seen) await new Promise((r) => setTimeout(r, 10));
   }
@@ -454,7 +461,7 @@ test('a loop without an exit stops at maxSteps with a clear reason, a bounded nu
   assert.match(run.error, /step limit: maxSteps is 7/);
   const { attempts } = await c.runStatus(runId);
   assert.equal(attempts.length, 7);
-  assert.ok(attempts.every((a) => a.status === 'succeeded'), JSON.stringify(attempts));
+  assert.ok(attempts.every((a) => a.status === 'ok'), JSON.stringify(attempts));
 
   // Without maxSteps the limit is 100.
   const open = writeWorkflow(
@@ -915,4 +922,306 @@ test('the triage example (TypeScript): input normaliser, decision, assistant mes
   const run = await c.waitForRun(runId, { timeoutMs: 20_000 });
   assert.equal(run.status, 'completed', run.error);
   assert.deepEqual(run.result, { urgent: true, explanation: 'Nobody can sign in. Fix it first.' });
+});
+
+test('timeoutMs as a function: decided with the node context when the attempt starts, saved and enforced by the host, never decided again', async () => {
+  const c = host.client;
+  const dir = join(host.dir, 'dyn-timeout');
+  mkdirSync(dir, { recursive: true });
+  const calls = join(dir, 'calls.log');
+  const file = writeWorkflow(
+    dir,
+    'dyn',
+    `import { appendFileSync } from 'node:fs';
+    export default piw.defineWorkflow({
+      name: 'dyn', startAt: 'ask',
+      nodes: {
+        // The first node: its attempt is opened by the child's node_started.
+        ask: piw.agent({
+          prompt: 'give a timeout',
+          expectedOutput: '{ "ms": number | null }',
+          validate: (o) => o,
+          timeoutMs: ({ input, state }) => {
+            appendFileSync(${JSON.stringify(calls)}, state.node + '\\n');
+            return input.askMinutes === null ? null : input.askMinutes * 60000;
+          },
+        }),
+        // Opened by a transition: the child decides from the outputs so far.
+        spin: piw.compute({
+          // Never ends by itself and ignores the abort signal (the interval keeps the child alive).
+          run: () => new Promise(() => setInterval(() => {}, 1000)),
+          timeoutMs: ({ outputs }) => outputs.ask.ms,
+        }),
+        late: piw.compute({ run: ({ results }) => results.spin.outcome }),
+      },
+      edges: [
+        { from: 'ask', to: 'spin' },
+        { from: 'spin', switch: { on: '$result.outcome', cases: { timed_out: 'late' } } },
+      ],
+    });`,
+  );
+  const askMs = 7 * 24 * 3600 * 1000;
+  const session = 'session-dyn-timeout';
+  const before = Date.now();
+  const { run_id: runId } = await c.startRun(file, { sessionId: session, input: { askMinutes: askMs / 60000 } });
+  await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
+  const after = Date.now();
+  const [ask] = (await c.runStatus(runId)).attempts;
+  assert.equal(ask.node_id, 'ask');
+  assert.ok(ask.deadline_at >= before + askMs && ask.deadline_at <= after + askMs, JSON.stringify({ ask, before, after }));
+  const [request] = await c.listInteractions(session);
+  // The spin node's deadline comes from the submission; the host alone ends it (the node
+  // never returns), routing timed_out.
+  const sub = await c.submitInteraction(request, { ms: 1500 });
+  assert.equal((await c.waitForSubmission(runId, sub.submission_id, { timeoutMs: 20_000 })).state, 'accepted');
+  const run = await c.waitForRun(runId, { timeoutMs: 30_000 });
+  assert.equal(run.status, 'completed', run.error);
+  assert.equal(run.result, 'timed_out');
+  const { attempts } = await c.runStatus(runId);
+  const spin = attempts.find((a) => a.node_id === 'spin');
+  assert.equal(spin.status, 'timed_out');
+  assert.ok(spin.deadline_at !== null);
+  // Decided once, by the child that opened the attempt: not by the child that validated the
+  // submission, nor the one that went on after it.
+  assert.deepEqual(readFileSync(calls, 'utf8').split('\n').filter(Boolean), ['ask']);
+
+  // null: no deadline.
+  const none = await c.startRun(file, { sessionId: `${session}-none`, input: { askMinutes: null } });
+  await c.waitForRun(none.run_id, { untilParked: true, timeoutMs: 20_000 });
+  assert.equal((await c.runStatus(none.run_id)).attempts[0].deadline_at, null);
+
+  // A function that throws fails its node, naming it.
+  const bad = writeWorkflow(
+    dir,
+    'badtimeout',
+    `export default piw.defineWorkflow({ name: 'badtimeout', startAt: 'a',
+      nodes: { a: piw.compute({ run: () => 1, timeoutMs: () => { throw new Error('no policy'); } }) }, edges: [] });`,
+  );
+  const failed = await c.waitForRun((await c.startRun(bad)).run_id, { timeoutMs: 20_000 });
+  assert.equal(failed.status, 'failed');
+  assert.match(failed.error, /node a failed in its timeoutMs: no policy/);
+  await c.cancelRun(none.run_id).catch(() => {});
+});
+
+test("an included workflow's own maxSteps bounds each invocation of its mount; re-entering starts a new count", async () => {
+  const c = host.client;
+  const dir = join(host.dir, 'mount-steps');
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(
+    join(dir, 'inner.workflow.mjs'),
+    `import { compute, defineWorkflow } from 'piw';
+export default defineWorkflow({
+  name: 'inner', startAt: 'count', maxSteps: 4,
+  nodes: {
+    count: compute({ run: ({ input, outputs }) => {
+      const n = (outputs.count?.n ?? 0) + 1;
+      return { n, again: n < input.rounds };
+    } }),
+    done: compute({ run: ({ outputs }) => outputs.count.n }),
+  },
+  edges: [{ from: 'count', switch: { on: '$.again', cases: { true: 'count', false: 'done' } } }],
+  exits: { finished: { from: 'done' } },
+});
+`,
+  );
+  const parent = join(dir, 'outer.workflow.mjs');
+  writeFileSync(
+    parent,
+    `import { compute, defineWorkflow, includeWorkflow } from 'piw';
+import inner from './inner.workflow.mjs';
+export default defineWorkflow({
+  name: 'outer', startAt: 'start', maxSteps: 50,
+  includes: { inner: includeWorkflow(inner) },
+  nodes: {
+    start: compute({ run: () => ({}) }),
+    again: compute({ run: ({ state }) => ({ more: state.visit < 2 }) }),
+    end: compute({ run: ({ outputs }) => outputs.inner }),
+  },
+  edges: [
+    { from: 'start', to: 'inner' },
+    { from: 'inner.finished', to: 'again' },
+    { from: 'again', switch: { on: '$.more', cases: { true: 'inner', false: 'end' } } },
+  ],
+});
+`,
+  );
+  // Exactly the limit in each of two invocations: 8 attempts inside the mount in all.
+  const ok = await c.waitForRun((await c.startRun(parent, { input: { rounds: 3 } })).run_id, { timeoutMs: 30_000 });
+  assert.equal(ok.status, 'completed', ok.error);
+  assert.deepEqual(ok.result, { exit: 'finished', output: 3 });
+  const okAttempts = (await c.runStatus(ok.run_id)).attempts;
+  assert.equal(okAttempts.filter((a) => a.node_id.startsWith('inner.')).length, 8);
+
+  // One more round than the included workflow allows: its invocation stops the run.
+  const over = await c.waitForRun((await c.startRun(parent, { input: { rounds: 5 } })).run_id, { timeoutMs: 30_000 });
+  assert.equal(over.status, 'failed');
+  assert.match(over.error, /the workflow included as inner reached its step limit: its maxSteps is 4/);
+  const attempts = (await c.runStatus(over.run_id)).attempts;
+  assert.deepEqual(
+    attempts.map((a) => a.node_id).reverse(),
+    ['start', 'inner.count', 'inner.count', 'inner.count', 'inner.count'],
+  );
+});
+
+test('composition by discovered name or path: resolved before the first node, every file recorded and verified on resume', async () => {
+  const c = host.client;
+  const project = join(host.dir, 'named-project');
+  const flows = join(project, 'flows');
+  const global = join(host.dir, '.pi', 'agent', 'workflows'); // the host's HOME is host.dir
+  const local = join(project, '.pi', 'workflows');
+  for (const d of [flows, global, local]) mkdirSync(d, { recursive: true });
+  const marker = join(project, 'changed-code-ran');
+  const greet = (from, extra = '') => `import { compute, defineWorkflow } from 'piw';
+${extra}
+export default defineWorkflow({ name: 'greet', startAt: 'hi',
+  nodes: { hi: compute({ run: ({ input }) => ({ from: ${JSON.stringify(from)}, to: input.who }) }) },
+  edges: [], exits: { done: { from: 'hi' } } });
+`;
+  writeFileSync(join(global, 'greet.workflow.mjs'), greet('global'));
+  writeFileSync(
+    join(flows, 'helper.workflow.mjs'),
+    `import { compute, defineWorkflow } from 'piw';
+export default defineWorkflow({ name: 'helper', startAt: 'h',
+  nodes: { h: compute({ run: ({ input }) => input.n * 2 }) }, edges: [], exits: { out: { from: 'h' } } });
+`,
+  );
+  const parent = join(flows, 'parent.workflow.mjs');
+  writeFileSync(
+    parent,
+    `import { checkpoint, compute, defineWorkflow, includeWorkflow } from '@osolmaz/pi-workflows';
+export default defineWorkflow({
+  name: 'parent', startAt: 'ask',
+  includes: {
+    g: includeWorkflow('greet', { input: () => ({ who: 'you' }) }),
+    h: includeWorkflow({ workflow: './helper.workflow.mjs', input: () => ({ n: 21 }) }),
+  },
+  nodes: {
+    ask: checkpoint({ summary: 'go?' }),
+    end: compute({ run: ({ outputs }) => ({ g: outputs.g, h: outputs.h }) }),
+  },
+  edges: [{ from: 'ask', to: 'g' }, { from: 'g.done', to: 'h' }, { from: 'h.out', to: 'end' }],
+});
+`,
+  );
+  const startParked = async () => {
+    const { run_id: runId } = await c.startRun(parent, { projectDir: project });
+    const run = await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
+    assert.equal(run.status, 'waiting', run.error);
+    return runId;
+  };
+  const answer = async (runId) => {
+    const pending = (await c.runStatus(runId)).decisions.find((d) => d.status === 'pending');
+    await c.answerCheckpoint(runId, pending.decision_id, 'go');
+    return c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
+  };
+
+  // The global file by name, the helper by a path relative to the including file.
+  const first = await answer(await startParked());
+  assert.equal(first.status, 'completed', first.error ?? first.review_reason);
+  assert.deepEqual(first.result, { g: { exit: 'done', output: { from: 'global', to: 'you' } }, h: { exit: 'out', output: 42 } });
+
+  // A name-resolved file that changed while the run waited: review, before its code runs.
+  const changed = await startParked();
+  writeFileSync(join(global, 'greet.workflow.mjs'), greet('global', `import { writeFileSync } from 'node:fs';\nwriteFileSync(${JSON.stringify(marker)}, 'ran');`));
+  const stopped = await answer(changed);
+  assert.equal(stopped.status, 'review');
+  assert.match(stopped.review_reason, /source_changed.*greet\.workflow\.mjs/);
+  assert.equal(existsSync(marker), false, 'no code of the changed file ran');
+  writeFileSync(join(global, 'greet.workflow.mjs'), greet('global'));
+
+  // A project file that now hides the global one: review too, before its code runs.
+  const hidden = await startParked();
+  writeFileSync(join(local, 'greet.workflow.mjs'), greet('project', `import { writeFileSync } from 'node:fs';\nwriteFileSync(${JSON.stringify(marker)}, 'ran');`));
+  const refused = await answer(hidden);
+  assert.equal(refused.status, 'review');
+  assert.match(refused.review_reason, /source_changed: includeWorkflow\("greet"\) now resolves to .*named-project\/\.pi\/workflows\/greet\.workflow\.mjs/);
+  assert.equal(existsSync(marker), false, 'no code of the hiding file ran');
+
+  // A new run: the project's file wins the name.
+  writeFileSync(join(local, 'greet.workflow.mjs'), greet('project'));
+  const fresh = await answer(await startParked());
+  assert.equal(fresh.status, 'completed', fresh.error);
+  assert.equal(fresh.result.g.output.from, 'project');
+
+  // Through a symlink to the project: the same files, so a resumed run goes on.
+  const linked = join(host.dir, 'named-link');
+  symlinkSync(project, linked);
+  const { run_id: viaLink } = await c.startRun(join(linked, 'flows', 'parent.workflow.mjs'), { projectDir: linked });
+  assert.equal((await c.waitForRun(viaLink, { untilParked: true, timeoutMs: 20_000 })).status, 'waiting');
+  const linkedDone = await answer(viaLink);
+  assert.equal(linkedDone.status, 'completed', linkedDone.error ?? linkedDone.review_reason);
+
+  // An unknown name fails the run at once, saying where it looked.
+  writeFileSync(
+    join(flows, 'unknown.workflow.mjs'),
+    `import { compute, defineWorkflow, includeWorkflow } from 'piw';
+export default defineWorkflow({ name: 'unknown', startAt: 'x', includes: { m: includeWorkflow('no-such-flow') },
+  nodes: { x: compute({ run: () => 1 }) }, edges: [{ from: 'x', to: 'm' }] });
+`,
+  );
+  const unknown = await c.waitForRun((await c.startRun(join(flows, 'unknown.workflow.mjs'), { projectDir: project })).run_id, { timeoutMs: 20_000 });
+  assert.equal(unknown.status, 'failed');
+  assert.match(unknown.error, /cannot include "no-such-flow".*no workflow named "no-such-flow"/);
+});
+
+test('source cycles are refused before the first node, naming the cycle: by reference and by direct import', async () => {
+  const c = host.client;
+  const dir = join(host.dir, 'cycles');
+  mkdirSync(dir, { recursive: true });
+  const ran = join(dir, 'a-node-ran');
+  const byPath = (name, other, mount) => `import { compute, defineWorkflow, includeWorkflow } from 'piw';
+import { writeFileSync } from 'node:fs';
+export default defineWorkflow({ name: '${name}', startAt: 's',
+  includes: { ${mount}: includeWorkflow('./${other}.workflow.mjs') },
+  nodes: { s: compute({ run: () => writeFileSync(${JSON.stringify(ran)}, 'x') }) },
+  edges: [{ from: 's', to: '${mount}' }], exits: { out: { from: 's' } } });
+`;
+  writeFileSync(join(dir, 'a.workflow.mjs'), byPath('a', 'b', 'toB'));
+  writeFileSync(join(dir, 'b.workflow.mjs'), byPath('b', 'a', 'toA'));
+  const refs = await c.waitForRun((await c.startRun(join(dir, 'a.workflow.mjs'))).run_id, { timeoutMs: 20_000 });
+  assert.equal(refs.status, 'failed');
+  assert.match(
+    refs.error,
+    /workflow source cycle: \S*cycles\/a\.workflow\.mjs -> \(includes\.toB\) \S*cycles\/b\.workflow\.mjs -> \(includes\.toA\) \S*cycles\/a\.workflow\.mjs/,
+  );
+
+  const byImport = (name, other) => `import { compute, defineWorkflow, includeWorkflow } from 'piw';
+import other from './${other}.workflow.mjs';
+export default defineWorkflow({ name: '${name}', startAt: 's', includes: { m: includeWorkflow(other) },
+  nodes: { s: compute({ run: () => 1 }) }, edges: [{ from: 's', to: 'm' }], exits: { out: { from: 's' } } });
+`;
+  writeFileSync(join(dir, 'c.workflow.mjs'), byImport('c', 'd'));
+  writeFileSync(join(dir, 'd.workflow.mjs'), byImport('d', 'c'));
+  const imports = await c.waitForRun((await c.startRun(join(dir, 'c.workflow.mjs'))).run_id, { timeoutMs: 20_000 });
+  assert.equal(imports.status, 'failed');
+  assert.match(imports.error, /workflow source cycle: \S*cycles\/c\.workflow\.mjs -> \S*cycles\/d\.workflow\.mjs -> \S*cycles\/c\.workflow\.mjs/);
+  assert.equal(existsSync(ran), false, 'no node ran');
+  assert.equal((await c.runStatus(imports.run_id)).attempts.length, 0);
+});
+
+test('an exception node code throws where nobody catches it fails that node, named, not the child', async () => {
+  const c = host.client;
+  const file = writeWorkflow(
+    host.dir,
+    'uncaught',
+    `export default piw.defineWorkflow({
+      name: 'uncaught', startAt: 'a',
+      nodes: {
+        a: piw.compute({ run: ({ input }) => new Promise(() => {
+          setInterval(() => {}, 1000); // would keep running; the failure ends the node anyway
+          if (input.kind === 'timer') setTimeout(() => { throw new Error('late boom'); }, 1);
+          else Promise.reject(new Error('nobody awaited this'));
+        }) }),
+        recovered: piw.compute({ run: ({ results }) => results.a }),
+      },
+      edges: [{ from: 'a', switch: { on: '$result.outcome', cases: { failed: 'recovered' } } }],
+    });`,
+  );
+  for (const [kind, error] of [['timer', 'node a failed: late boom'], ['rejection', 'node a failed: nobody awaited this']]) {
+    const run = await c.waitForRun((await c.startRun(file, { input: { kind } })).run_id, { timeoutMs: 20_000 });
+    assert.equal(run.status, 'completed', `${kind}: ${run.error ?? run.review_reason}`);
+    assert.deepEqual(run.result, { outcome: 'failed', error });
+    const { attempts } = await c.runStatus(run.run_id);
+    assert.deepEqual(attempts.map((a) => [a.node_id, a.status]).reverse(), [['a', 'failed'], ['recovered', 'ok']]);
+  }
 });

@@ -17,8 +17,11 @@
 //!     "ask":   {"kind": "agent", "timeout_ms": 600000},
 //!     "msg":   {"kind": "assistant_message"},
 //!     "ok":    {"kind": "checkpoint"},
-//!     "tell":  {"kind": "notify"}
+//!     "tell":  {"kind": "notify"},
+//!     "wait":  {"kind": "agent", "timeout_at_start": true},
+//!     "fix.run": {"kind": "compute"}
 //!   },
+//!   "mounts": {"fix": {"max_steps": 20}},
 //!   "edges": [
 //!     {"from": "fetch", "to": "pay"},
 //!     {"from": "pay", "switch": {"on": "$.status", "cases": {"ok": "tell", "retry": "fetch"}, "default": "ask"}},
@@ -95,6 +98,29 @@ pub struct Graph {
     /// [`Graph::step_limit`]), and leaves the digest of a snapshot without the field unchanged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_steps: Option<u64>,
+    /// The included workflows, by mount path (`repair`, `repair.fix`): each bounds one
+    /// invocation (the attempts from entering the mount until leaving it) by its own step
+    /// limit, as the authoring reference's per-mount `maxSteps` does. Empty for a workflow
+    /// without includes, which leaves its digest unchanged.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub mounts: BTreeMap<String, Mount>,
+}
+
+/// An included workflow's place in the flattened graph.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Mount {
+    /// The most attempts one invocation of the mount may start (1..=[`MAX_MAX_STEPS`]);
+    /// `None` means [`DEFAULT_MAX_STEPS`], the included workflow's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_steps: Option<u64>,
+}
+
+impl Mount {
+    /// The most attempts one invocation may start.
+    pub fn step_limit(&self) -> u64 {
+        self.max_steps.unwrap_or(DEFAULT_MAX_STEPS)
+    }
 }
 
 /// The wire form before validation; `Graph`'s `Deserialize` goes through it.
@@ -107,6 +133,8 @@ struct RawGraph {
     edges: Vec<Edge>,
     #[serde(default)]
     max_steps: Option<u64>,
+    #[serde(default)]
+    mounts: BTreeMap<String, Mount>,
 }
 
 impl TryFrom<RawGraph> for Graph {
@@ -119,6 +147,7 @@ impl TryFrom<RawGraph> for Graph {
             nodes: raw.nodes,
             edges: raw.edges,
             max_steps: raw.max_steps,
+            mounts: raw.mounts,
         };
         graph.normalize();
         graph.validate()?;
@@ -135,6 +164,12 @@ pub struct Node {
     /// The node's deadline in milliseconds (at least 1), when it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// The node's deadline is decided by the workflow's code when each attempt starts (the
+    /// authoring reference's `timeoutMs` function): the child reports it with the message that
+    /// opens the attempt, and the host saves and enforces it like a fixed one. Never together
+    /// with `timeout_ms`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub timeout_at_start: bool,
     /// When the node's managed effects may be retried; only `action` nodes may have one, and a
     /// parsed `action` node always has one (`never` when the snapshot left it out).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -283,6 +318,26 @@ pub enum GraphError {
         /// The offending limit.
         max_steps: u64,
     },
+    /// A node has both `timeout_ms` and `timeout_at_start`.
+    #[error("node {node:?} has both timeout_ms and timeout_at_start; a deadline is fixed or decided at the start, not both")]
+    TwoTimeouts {
+        /// The node id.
+        node: String,
+    },
+    /// A mount path is not ids joined by `.`, or no node lives under it.
+    #[error("mount {path:?} is not a mount path with nodes under it (ids joined by '.', each node of the included workflow named <mount>.<node>)")]
+    InvalidMount {
+        /// The offending path.
+        path: String,
+    },
+    /// A mount's `max_steps` is 0 or above [`MAX_MAX_STEPS`].
+    #[error("mount {path:?} has max_steps {max_steps}, out of range: expected 1 to 10000")]
+    InvalidMountMaxSteps {
+        /// The mount path.
+        path: String,
+        /// The offending limit.
+        max_steps: u64,
+    },
     /// A node has `timeout_ms: 0`.
     #[error("node {node:?} has timeout_ms 0; a timeout must be at least 1 ms")]
     ZeroTimeout {
@@ -406,6 +461,9 @@ impl Graph {
             if let Some(timeout) = node.timeout_ms {
                 obj.insert("timeout_ms".into(), Value::from(timeout));
             }
+            if node.timeout_at_start {
+                obj.insert("timeout_at_start".into(), Value::Bool(true));
+            }
             if let Some(retry) = node.retry {
                 obj.insert("retry".into(), Value::String(retry.as_str().into()));
             }
@@ -445,6 +503,20 @@ impl Graph {
         if let Some(max_steps) = self.max_steps {
             graph.insert("max_steps".into(), Value::from(max_steps));
         }
+        if !self.mounts.is_empty() {
+            let mounts = self
+                .mounts
+                .iter()
+                .map(|(path, mount)| {
+                    let mut obj = Map::new();
+                    if let Some(max_steps) = mount.max_steps {
+                        obj.insert("max_steps".into(), Value::from(max_steps));
+                    }
+                    (path.clone(), Value::Object(obj))
+                })
+                .collect();
+            graph.insert("mounts".into(), Value::Object(mounts));
+        }
         Value::Object(graph)
     }
 
@@ -459,6 +531,16 @@ impl Graph {
     /// [`DEFAULT_MAX_STEPS`].
     pub fn step_limit(&self) -> u64 {
         self.max_steps.unwrap_or(DEFAULT_MAX_STEPS)
+    }
+
+    /// The mounts a node lives in, outermost first: `(path, mount)` for every mount path
+    /// that `node` extends (`repair` and `repair.fix` for `repair.fix.run`).
+    pub fn mounts_of<'a>(&'a self, node: &'a str) -> impl Iterator<Item = (&'a str, &'a Mount)> {
+        self.mounts.iter().filter_map(move |(path, mount)| {
+            node.strip_prefix(path.as_str())
+                .is_some_and(|rest| rest.starts_with('.'))
+                .then_some((path.as_str(), mount))
+        })
     }
 
     /// The node with this id.
@@ -587,6 +669,7 @@ mod tests {
         let action = Node {
             kind: NodeKind::Action,
             timeout_ms: None,
+            timeout_at_start: false,
             retry: None,
         };
         assert_eq!(action.retry_contract(), Some(RetryContract::Never));

@@ -557,6 +557,7 @@ mod tests {
         let node = Node {
             kind: NodeKind::Compute,
             timeout_ms: None,
+            timeout_at_start: false,
             retry: None,
         };
         let mut g = graph(

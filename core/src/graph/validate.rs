@@ -31,10 +31,25 @@ pub(super) fn validate(graph: &Graph) -> Result<(), GraphError> {
         if node.timeout_ms == Some(0) {
             return Err(GraphError::ZeroTimeout { node: id.clone() });
         }
+        if node.timeout_ms.is_some() && node.timeout_at_start {
+            return Err(GraphError::TwoTimeouts { node: id.clone() });
+        }
         if node.retry.is_some() && node.kind != NodeKind::Action {
             return Err(GraphError::RetryOnNonAction {
                 node: id.clone(),
                 kind: node.kind,
+            });
+        }
+    }
+    for (path, mount) in &graph.mounts {
+        let prefix = format!("{path}.");
+        if !is_node_id(path) || !graph.nodes.keys().any(|id| id.starts_with(&prefix)) {
+            return Err(GraphError::InvalidMount { path: clip(path) });
+        }
+        if let Some(max_steps) = mount.max_steps.filter(|n| !(1..=MAX_MAX_STEPS).contains(n)) {
+            return Err(GraphError::InvalidMountMaxSteps {
+                path: path.clone(),
+                max_steps,
             });
         }
     }
@@ -342,6 +357,56 @@ mod tests {
         let mut v = base();
         v["nodes"]["b"]["timeout_ms"] = json!(u64::MAX);
         Graph::parse(&v).expect("u64::MAX is allowed");
+    }
+
+    #[test]
+    fn a_deadline_is_fixed_or_decided_at_the_start_not_both() {
+        let mut v = base();
+        v["nodes"]["b"]["timeout_at_start"] = json!(true);
+        let g = Graph::parse(&v).expect("a deadline decided at the start");
+        assert!(g.node("b").is_some_and(|n| n.timeout_at_start));
+        assert_eq!(Graph::parse(&g.to_value()).expect("round trip"), g);
+        v["nodes"]["b"]["timeout_ms"] = json!(5);
+        assert_eq!(parse_err(v), GraphError::TwoTimeouts { node: "b".into() });
+    }
+
+    #[test]
+    fn mounts_name_a_path_with_nodes_and_a_step_limit_in_range() {
+        let with_mount = |path: &str, mount: Value| {
+            json!({
+                "name": "g", "start": "a",
+                "nodes": {"a": {"kind": "compute"}, "m.x": {"kind": "compute"}, "m.n.y": {"kind": "compute"}},
+                "edges": [{"from": "a", "to": "m.x"}, {"from": "m.x", "to": "m.n.y"}],
+                "mounts": {path: mount}
+            })
+        };
+        let g = Graph::parse(&with_mount("m", json!({"max_steps": 3}))).expect("valid mount");
+        assert_eq!(g.mounts["m"].step_limit(), 3);
+        assert_eq!(Graph::parse(&g.to_value()).expect("round trip"), g);
+        let g = Graph::parse(&with_mount("m.n", json!({}))).expect("nested mount, default limit");
+        assert_eq!(
+            g.mounts["m.n"].step_limit(),
+            super::super::DEFAULT_MAX_STEPS
+        );
+        let paths: Vec<_> = g.mounts_of("m.n.y").map(|(p, _)| p).collect();
+        assert_eq!(paths, ["m.n"]);
+        assert_eq!(g.mounts_of("m.x").count(), 0);
+        assert_eq!(g.mounts_of("m.nope").count(), 0);
+        for path in ["q", "m.n.y.z", "a", "1m"] {
+            assert_eq!(
+                parse_err(with_mount(path, json!({}))),
+                GraphError::InvalidMount { path: path.into() }
+            );
+        }
+        for max_steps in [0, MAX_MAX_STEPS + 1] {
+            assert_eq!(
+                parse_err(with_mount("m", json!({ "max_steps": max_steps }))),
+                GraphError::InvalidMountMaxSteps {
+                    path: "m".into(),
+                    max_steps
+                }
+            );
+        }
     }
 
     #[test]

@@ -613,7 +613,7 @@ pub fn apply_worker(
             .ok_or_else(|| invalid_input("attempt_id is required"))
     };
     let body = match &req.body {
-        RequestBody::WorkerNodeStarted(_) => {
+        RequestBody::WorkerNodeStarted(started) => {
             let node = req
                 .node_id
                 .as_deref()
@@ -622,7 +622,7 @@ pub fn apply_worker(
             if graph.node(node).is_none() {
                 return Err(invalid_input(format!("node {node} is not in the graph")));
             }
-            let deadline = deadline_for(w, &graph, node);
+            let deadline = deadline_for(w, &graph, node, started.timeout_ms)?;
             let attempt_id = w.node_started(&claim, node, deadline)?;
             json!({ "attempt_id": attempt_id, "deadline_at": deadline })
         }
@@ -644,10 +644,12 @@ pub fn apply_worker(
             )? {
                 return Ok(refused);
             }
-            if let Some(refused) = check_step_limit(w, &claim, &graph, &attempt_id, &outcome)? {
+            if let Some(refused) =
+                check_step_limit(w, &claim, &graph, &attempt_id, &outcome, &t.next_node)?
+            {
                 return Ok(refused);
             }
-            let deadline = deadline_for(w, &graph, &t.next_node);
+            let deadline = deadline_for(w, &graph, &t.next_node, t.next_timeout_ms)?;
             let done = w.transition(
                 &claim,
                 &TransitionRequest {
@@ -900,11 +902,15 @@ fn worker_hello(
             let node = reply["resume"]["node_id"]
                 .as_str()
                 .map_or_else(|| graph.start.clone(), str::to_owned);
-            let deadline = deadline_for(w, graph, &node);
-            let attempt_id = w.node_started(&claim, &node, deadline)?;
-            reply["resume"]["node_id"] = json!(node);
-            reply["resume"]["attempt_id"] = json!(attempt_id);
-            reply["resume"]["deadline_at"] = json!(deadline);
+            // A deadline decided at the start needs the child's word: it opens the attempt
+            // itself, with `worker.node_started`.
+            if !graph.node(&node).is_some_and(|n| n.timeout_at_start) {
+                let deadline = deadline_for(w, graph, &node, None)?;
+                let attempt_id = w.node_started(&claim, &node, deadline)?;
+                reply["resume"]["node_id"] = json!(node);
+                reply["resume"]["attempt_id"] = json!(attempt_id);
+                reply["resume"]["deadline_at"] = json!(deadline);
+            }
         }
     }
     if let Some(attempt_id) = resume.get("attempt_id").and_then(Value::as_str) {
@@ -994,9 +1000,9 @@ fn apply_earlier_steps(
     // Only pure nodes without a deadline may run unreported: the host enforces deadlines only
     // on attempts it knows, and only pure work may be lost and rerun.
     for step in steps {
-        let unreported_ok = graph
-            .node(&step.next_node)
-            .is_some_and(|n| n.kind == NodeKind::Compute && n.timeout_ms.is_none());
+        let unreported_ok = graph.node(&step.next_node).is_some_and(|n| {
+            n.kind == NodeKind::Compute && n.timeout_ms.is_none() && !n.timeout_at_start
+        });
         if !unreported_ok {
             return Err(invalid_input(format!(
                 "earlier step into {}: only compute nodes without a timeout may run unreported",
@@ -1018,7 +1024,9 @@ fn apply_earlier_steps(
         )? {
             return Ok(Err(refused));
         }
-        if let Some(refused) = check_step_limit(w, claim, graph, &attempt_id, &outcome)? {
+        if let Some(refused) =
+            check_step_limit(w, claim, graph, &attempt_id, &outcome, &step.next_node)?
+        {
             return Ok(Err(refused));
         }
         let done = w.transition(
@@ -1047,11 +1055,33 @@ fn graph_of(w: &WriteTx<'_>, state: &mut HostState, run_id: &str) -> Result<Grap
     Ok(g)
 }
 
-fn deadline_for(w: &WriteTx<'_>, graph: &Graph, node: &str) -> Option<i64> {
-    graph.node(node).and_then(|n| n.timeout_ms).map(|ms| {
-        w.now_ms()
-            .saturating_add(i64::try_from(ms).unwrap_or(i64::MAX))
-    })
+/// The deadline of an attempt of `node` opened now: from the graph's fixed `timeout_ms`, or,
+/// for a node with `timeout_at_start`, from the timeout the child decided for this attempt
+/// (`reported`; none: no deadline). A reported timeout for a node whose graph fixes its
+/// deadline is refused: the host enforces the graph, not the child's word.
+fn deadline_for(
+    w: &WriteTx<'_>,
+    graph: &Graph,
+    node: &str,
+    reported: Option<u64>,
+) -> Result<Option<i64>, StoreError> {
+    let Some(spec) = graph.node(node) else {
+        return Ok(None);
+    };
+    let timeout = if spec.timeout_at_start {
+        reported
+    } else if reported.is_some() {
+        return Err(invalid_input(format!(
+            "node {node} has no timeout decided at its start; its deadline comes from the graph"
+        )));
+    } else {
+        spec.timeout_ms
+    };
+    Ok(timeout.map(|ms| ms_after(w.now_ms(), ms)))
+}
+
+fn ms_after(now: i64, ms: u64) -> i64 {
+    now.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX))
 }
 
 fn store_outcome(o: &payload::AttemptOutcome) -> AttemptOutcome {
@@ -1105,14 +1135,29 @@ fn check_step_limit(
     graph: &Graph,
     attempt_id: &str,
     outcome: &AttemptOutcome,
+    next_node: &str,
 ) -> Result<Option<Value>, StoreError> {
     let limit = graph.step_limit();
-    if w.attempt_count(&claim.run_id)? < limit {
-        return Ok(None);
-    }
-    let error = format!(
+    let mut error = (w.attempt_count(&claim.run_id)? >= limit).then(|| format!(
         "the run reached its step limit: maxSteps is {limit} and every step was used (a loop in the graph did not end)"
-    );
+    ));
+    // Each included workflow's own limit bounds one invocation of its mount. Entering a mount
+    // starts a new invocation (none of its attempts is the newest then), so only steps inside
+    // it count.
+    for (path, mount) in graph.mounts_of(next_node) {
+        if error.is_some() {
+            break;
+        }
+        let limit = mount.step_limit();
+        if w.attempts_in_invocation(&claim.run_id, path)? >= limit {
+            error = Some(format!(
+                "the workflow included as {path} reached its step limit: its maxSteps is {limit} and this invocation used every step (a loop in it did not end)"
+            ));
+        }
+    }
+    let Some(error) = error else {
+        return Ok(None);
+    };
     // A timed-out node that would route on is still a step-limit failure, not a timeout.
     let closing = match outcome {
         AttemptOutcome::TimedOut => AttemptOutcome::Failed {
@@ -1616,7 +1661,9 @@ fn time_out_attempt(w: &mut WriteTx<'_>, state: &mut HostState, claim: &Claim) -
     let graph = graph_of(w, state, &claim.run_id)?;
     match graph.route(&node, &Outcome::TimedOut) {
         Ok(Route::Next(next)) => {
-            let deadline = deadline_for(w, &graph, &next);
+            // The run parks right after: the attempt opened here is interrupted, and the next
+            // child opens its own (deciding a deadline decided at the start then).
+            let deadline = deadline_for(w, &graph, &next, None)?;
             w.transition(
                 claim,
                 &TransitionRequest {

@@ -391,6 +391,7 @@ pub(crate) fn publish_run(store: &Store, outbox: &mut Outbox, run_id: &str, afte
         return;
     };
     for e in list {
+        let data = crate::protocol::event_data_for_clients(&e.kind, e.data);
         outbox.event(RunEvent {
             run_id: run_id.to_owned(),
             origin_session: view.origin_session.clone(),
@@ -399,7 +400,7 @@ pub(crate) fn publish_run(store: &Store, outbox: &mut Outbox, run_id: &str, afte
             status: view.status.clone(),
             revision: view.revision,
             at_ms: e.at,
-            data: e.data,
+            data,
         });
     }
 }

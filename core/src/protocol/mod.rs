@@ -50,7 +50,10 @@ pub use payload::{
 };
 pub use rejection::RejectionCode;
 pub use request::{DecodeError, Request, MAX_ID_CHARS, MAX_REQUEST_DEPTH};
-pub use server::{Event, Goodbye, Receipt, Rejection, Response, ServerFrame};
+pub use server::{
+    event_data_for_clients, outcome_word, serialize_outcome_word, Event, Goodbye, Receipt,
+    Rejection, Response, ServerFrame,
+};
 
 /// The protocol version string every frame carries in its `schema` field.
 ///

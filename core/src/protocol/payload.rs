@@ -294,6 +294,12 @@ impl fmt::Debug for WorkerHello {
 pub struct WorkerNodeStarted {
     /// The attempt's deadline in Unix milliseconds, when the node has a timeout.
     pub deadline_ms: Option<u64>,
+    /// For a node whose graph entry says `timeout_at_start`: the timeout the workflow's code
+    /// decided for this attempt, in milliseconds from the attempt's start (absent: no
+    /// deadline). The host saves the deadline with the attempt and enforces it; it refuses the
+    /// field for a node whose deadline the graph fixes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
 }
 
 /// The most [`EarlierStep`]s one `worker.transition` or `worker.complete` may carry.
@@ -324,6 +330,11 @@ pub struct WorkerTransition {
     /// [`MAX_EARLIER_STEPS`].
     #[serde(default)]
     pub earlier: Vec<EarlierStep>,
+    /// For a `next_node` whose graph entry says `timeout_at_start`: its attempt's timeout in
+    /// milliseconds, as the workflow's code decided it (absent: no deadline); see
+    /// [`WorkerNodeStarted::timeout_ms`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_timeout_ms: Option<u64>,
 }
 
 /// What this host understands beyond the first release of `piw.protocol.v1`, listed in the

@@ -282,3 +282,64 @@ impl Goodbye {
         }
     }
 }
+
+/// The word clients see for an attempt's status or a step's outcome: the authoring reference's
+/// `ok` (what `$result.outcome` routes on and a node's `results` say) where the store records
+/// `succeeded`; every other word as stored. Only what leaves the host changes: the stored
+/// value stays, so no migration.
+pub fn outcome_word(stored: &str) -> &str {
+    if stored == "succeeded" {
+        "ok"
+    } else {
+        stored
+    }
+}
+
+/// Serializes a stored attempt status as [`outcome_word`] (for `serialize_with`).
+pub fn serialize_outcome_word<S: serde::Serializer>(
+    stored: &str,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(outcome_word(stored))
+}
+
+/// An event's `data` as clients see it: the `outcome` of `transitioned` in the words of
+/// [`outcome_word`]; everything else as stored.
+pub fn event_data_for_clients(kind: &str, mut data: Value) -> Value {
+    if kind == "transitioned" {
+        if let Some(outcome) = data.get_mut("outcome") {
+            if let Some(word) = outcome.as_str().map(|w| outcome_word(w).to_owned()) {
+                *outcome = Value::String(word);
+            }
+        }
+    }
+    data
+}
+
+#[cfg(test)]
+mod outcome_words {
+    use serde_json::json;
+
+    use super::{event_data_for_clients, outcome_word};
+
+    #[test]
+    fn clients_see_ok_where_the_store_says_succeeded() {
+        assert_eq!(outcome_word("succeeded"), "ok");
+        for word in [
+            "failed",
+            "timed_out",
+            "running",
+            "waiting",
+            "interrupted",
+            "cancelled",
+        ] {
+            assert_eq!(outcome_word(word), word);
+        }
+        let stored = json!({"from": "a", "outcome": "succeeded", "to": "b", "attempt": "att-1"});
+        assert_eq!(
+            event_data_for_clients("transitioned", stored.clone())["outcome"],
+            json!("ok")
+        );
+        assert_eq!(event_data_for_clients("other", stored.clone()), stored);
+    }
+}

@@ -237,6 +237,24 @@ impl WriteTx<'_> {
         Ok(u64::try_from(count).unwrap_or(0))
     }
 
+    /// How many attempts the current invocation of mount `path` has started: the run's newest
+    /// attempts whose nodes live under `path` (`<path>.<node>`), counted back to the newest one
+    /// outside it. An invocation begins when the run enters the mount from outside.
+    pub fn attempts_in_invocation(&self, run_id: &str, path: &str) -> StoreResult<u64> {
+        let prefix = format!("{path}.");
+        let count: i64 = self
+            .conn()
+            .prepare_cached(
+                "SELECT COUNT(*) FROM attempts
+                 WHERE run_id = ?1
+                   AND rowid > COALESCE((SELECT MAX(rowid) FROM attempts
+                                         WHERE run_id = ?1
+                                           AND substr(node_id, 1, length(?2)) != ?2), 0)",
+            )?
+            .query_row(params![run_id, prefix], |r| r.get(0))?;
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
     /// The latest finished attempt of every node of the run, in the order they finished: what
     /// a node's context holds as `results` (and, for the `succeeded` ones, `outputs`), so a
     /// resumed child sees exactly the context an uninterrupted one would have.

@@ -75,6 +75,8 @@ pub struct AttemptRecord {
     pub node_id: String,
     pub ordinal: u64,
     pub generation: u64,
+    /// As stored (`succeeded`, ...); clients see it in the authoring words (`ok`, ...).
+    #[serde(serialize_with = "crate::protocol::serialize_outcome_word")]
     pub status: String,
     pub deadline_at: Option<UnixMillis>,
     pub output: Option<Value>,
