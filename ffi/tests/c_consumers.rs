@@ -213,8 +213,8 @@ fn the_c_child_waits_on_a_checkpoint_and_continues_with_the_answer() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|a| a["node_id"] == "approve" && a["status"] == "succeeded")
-        .unwrap_or_else(|| panic!("no succeeded approve attempt: {status}"));
+        .find(|a| a["node_id"] == "approve" && a["status"] == "ok")
+        .unwrap_or_else(|| panic!("no ok approve attempt: {status}"));
     assert_eq!(
         approve["output"]["answer"],
         serde_json::json!({"ok": "sure"})

@@ -275,7 +275,7 @@ fn the_viewer_follows_a_live_host_in_a_real_terminal() {
     let screen = tmux.wait_for("the run completed on screen", |s| {
         s.contains("COMPLETED · gate")
     });
-    assert!(line_of(&screen, "[c]").contains("succeeded"), "{screen}");
+    assert!(line_of(&screen, "[c]").contains("ok"), "{screen}");
 
     tmux.keys(&["q"]);
     let started = Instant::now();
@@ -306,7 +306,7 @@ fn viewing_a_stopped_installation_starts_no_host_and_leaves_the_database_as_it_w
     let mermaid = stdout(&piw(&inst.home, &["run", "graph", &hello]));
     assert!(mermaid.starts_with("flowchart TD\n"), "{mermaid}");
     assert!(
-        mermaid.contains("\"greet<br/>compute · succeeded ×1\"]:::succeeded"),
+        mermaid.contains("\"greet<br/>compute · ok ×1\"]:::ok"),
         "{mermaid}"
     );
     let dot = stdout(&piw(

@@ -9,6 +9,7 @@ use serde_json::Value;
 use super::read::{EffectRecord, EventRecord};
 use super::{parse_status, RunStatus, Store, StoreError, StoreResult};
 use crate::clock::UnixMillis;
+use crate::protocol::outcome_word;
 
 /// Which runs a run list shows.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -185,7 +186,8 @@ impl Store {
             Ok(NodeActivity {
                 node_id: r.get(0)?,
                 visits: r.get::<_, i64>(1)? as u64,
-                last_status: r.get(2)?,
+                // The attempt vocabulary clients see (`ok`, not the stored `succeeded`).
+                last_status: outcome_word(&r.get::<_, String>(2)?).to_owned(),
                 last_attempt_id: r.get(3)?,
                 busy_ms: r.get(4)?,
                 last_started_at: r.get(5)?,
@@ -208,7 +210,7 @@ impl Store {
                     node_id: r.get(1)?,
                     ordinal: r.get::<_, i64>(2)? as u64,
                     generation: r.get::<_, i64>(3)? as u64,
-                    status: r.get(4)?,
+                    status: outcome_word(&r.get::<_, String>(4)?).to_owned(),
                     started_at: r.get(5)?,
                     finished_at: r.get(6)?,
                     deadline_at: r.get(7)?,

@@ -157,7 +157,7 @@ fn mermaid(m: &RunModel) -> String {
         }
     }
     for state in [
-        "succeeded",
+        "ok",
         "failed",
         "running",
         "waiting",
@@ -167,7 +167,7 @@ fn mermaid(m: &RunModel) -> String {
         "not_visited",
     ] {
         let style = match state {
-            "succeeded" => "stroke:#2a2,stroke-width:2px",
+            "ok" => "stroke:#2a2,stroke-width:2px",
             "failed" | "timed_out" => "stroke:#c22,stroke-width:2px",
             "running" => "stroke:#08c,stroke-width:3px",
             "waiting" => "stroke:#c80,stroke-width:3px",

@@ -1,7 +1,7 @@
 //! The viewer's layout: ratatui widgets drawn from the model. Pure drawing into a frame, so
 //! tests draw on ratatui's `TestBackend` and `--once` prints the same frame as text.
 //!
-//! Nothing depends on colour: every state is a word or a marker (`✓` succeeded, `✗` failed,
+//! Nothing depends on colour: every state is a word or a marker (`✓` ok, `✗` failed,
 //! `▶` running, `?` waiting, `⧖` timed out, `↺` interrupted, `⊘` cancelled, `·` not visited;
 //! `>` marks the selected row, `▸` the current node or the one the event shown is about);
 //! colour and reverse video only repeat it, and `NO_COLOR` turns colour off.
@@ -41,7 +41,7 @@ impl Theme {
 
     fn status(self, status: &str) -> Style {
         self.fg(match status {
-            "completed" | "succeeded" | "applied" | "answered" | "accepted" => Color::Green,
+            "completed" | "ok" | "applied" | "answered" | "accepted" => Color::Green,
             "failed" | "timed_out" | "review" | "rejected" | "uncertain" => Color::Red,
             "running" | "validating" | "applying" => Color::Cyan,
             "waiting" | "pending" => Color::Yellow,
@@ -206,7 +206,7 @@ fn header_lines(m: &RunModel, theme: Theme, now: UnixMillis) -> Vec<Line<'static
 /// The marker of an attempt status (see the module doc).
 pub fn status_marker(status: Option<&str>) -> &'static str {
     match status {
-        Some("succeeded") => "✓",
+        Some("ok") => "✓",
         Some("failed") => "✗",
         Some("running") => "▶",
         Some("waiting") => "?",
@@ -467,7 +467,7 @@ pub fn event_line(e: &EventRecord) -> String {
             "{} ─▶ {} ({})",
             e.data["from"].as_str().unwrap_or("?"),
             e.data["to"].as_str().unwrap_or("?"),
-            e.data["outcome"].as_str().unwrap_or("?")
+            piw_core::protocol::outcome_word(e.data["outcome"].as_str().unwrap_or("?"))
         ),
         _ => match event_node(e) {
             Some(node) => node.to_owned(),

@@ -320,7 +320,7 @@ fn a_run_with_a_branch_and_a_loop_shows_visits_routes_and_history() {
     assert!(line("[review]").contains("×2 2.50s"), "{text}");
     assert!(line("[publish]").contains("✓"), "{text}");
     assert!(text.contains("true ─▶ draft │ * ─▶ publish"), "{text}");
-    assert!(text.contains("draft ─▶ review (succeeded)"), "{text}");
+    assert!(text.contains("draft ─▶ review (ok)"), "{text}");
 
     // History: back to the event that sent the run round the loop, then forward to live.
     let mut app = App::load(&f.store, RunFilter::default(), Some(&run_id)).unwrap();
@@ -336,7 +336,7 @@ fn a_run_with_a_branch_and_a_loop_shows_visits_routes_and_history() {
         )),
         "{text}"
     );
-    assert!(text.contains("review ─▶ draft (succeeded)"), "{text}");
+    assert!(text.contains("review ─▶ draft (ok)"), "{text}");
     // The node the event went to is selected: the inspector shows the attempt it opened (the
     // second of two), not the node's newest.
     assert!(text.contains("node draft (compute)"), "{text}");
@@ -345,7 +345,7 @@ fn a_run_with_a_branch_and_a_loop_shows_visits_routes_and_history() {
     assert!(text.contains(r#"input: {"again":true}"#), "{text}");
     app.key(&f.store, KeyCode::Left).unwrap();
     let text = buffer_text(&frame(&app, PLAIN, f.clock_now(), 80, 24).unwrap());
-    assert!(text.contains("draft ─▶ review (succeeded)"), "{text}");
+    assert!(text.contains("draft ─▶ review (ok)"), "{text}");
     assert!(
         text.contains("node review (compute)") && text.contains("attempt 1 of 2"),
         "{text}"
@@ -578,9 +578,9 @@ fn run_graph_prints_mermaid_and_dot_that_parse_back_to_the_graph_and_its_states(
         assert_eq!(
             nodes,
             vec![
-                ("draft".to_owned(), "succeeded".to_owned()),
-                ("publish".to_owned(), "succeeded".to_owned()),
-                ("review".to_owned(), "succeeded".to_owned()),
+                ("draft".to_owned(), "ok".to_owned()),
+                ("publish".to_owned(), "ok".to_owned()),
+                ("review".to_owned(), "ok".to_owned()),
             ],
             "{text}"
         );
