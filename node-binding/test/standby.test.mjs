@@ -22,12 +22,27 @@ function childrenOf(pid) {
   return out.sort();
 }
 
-async function until(what, f, ms = 30_000) {
+/** `/proc/<pid>/stat`, or why it could not be read. */
+function procStat(pid) {
+  try {
+    return readFileSync(`/proc/${pid}/stat`, 'utf8').trim();
+  } catch (e) {
+    return e.code;
+  }
+}
+
+/** Whether `pid` runs: it exists and is not a zombie. */
+function running(pid) {
+  const stat = procStat(pid);
+  return stat.includes(') ') && stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
+}
+
+async function until(what, f, ms = 30_000, explain = () => '') {
   const end = Date.now() + ms;
   for (;;) {
     const v = await f();
     if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}; ${explain()}`);
     await sleep(10);
   }
 }
@@ -144,8 +159,11 @@ test('a standby worker handed a run whose commit then fails is stopped, and the 
     const c = host.client;
     const { run_id: runId } = await c.startRun(file, {});
     await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
+    // The pool's worker: the host's one child that is not the run's own (which parked and is
+    // on its way out, but may still be there on a loaded machine).
+    const runChild = (await c.runStatus(runId)).last_child?.pid;
     const [standby] = await until('a standby worker', () => {
-      const kids = childrenOf(host.pid);
+      const kids = childrenOf(host.pid).filter((p) => p !== runChild);
       return kids.length === 1 ? kids : null;
     });
     // The process exists as soon as it is forked; the pool lists it a moment later (after its
@@ -155,7 +173,10 @@ test('a standby worker handed a run whose commit then fails is stopped, and the 
     const failed = await c.answerCheckpoint(runId, decisions[0].decision_id, 'yes').catch((e) => e);
     assert.ok(failed instanceof Error, 'the answer did not commit');
     assert.equal(failed.code, 'internal');
-    await until(`the standby worker ${standby} that got the envelope to be stopped`, () => !alive(standby));
+    // Gone or a zombie (the host reaps its children when it is done with them), and said
+    // what it was when it was not.
+    await until(`the standby worker ${standby} that got the envelope to be stopped`, () => !running(standby), 30_000, () =>
+      `its /proc stat: ${procStat(standby)}; the host's children: ${childrenOf(host.pid).map((p) => `${p} ${procStat(p)}`).join(' | ')}`);
     // The host counted it until it was gone.
     await until('no live child', async () => (await c.status()).active_children === 0);
     assert.equal((await c.runStatus(runId)).run.status, 'waiting', 'the run is as before the answer');
