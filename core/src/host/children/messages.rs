@@ -1,0 +1,603 @@
+//! What a child says: its worker messages applied inside the batch transaction (hello, node\nstarts, transitions, completion), each checked against the stored graph, its deadlines and\nthe step limits before anything is written.
+
+use super::*;
+
+/// Applies one worker message inside the batch transaction.
+pub fn apply_worker(
+    w: &mut WriteTx<'_>,
+    state: &mut HostState,
+    req: &Request,
+) -> Result<Value, StoreError> {
+    let run_id = req
+        .run_id
+        .as_deref()
+        .ok_or_else(|| invalid_input("run_id is required"))?;
+    let generation = req
+        .generation
+        .ok_or_else(|| invalid_input("generation is required"))?;
+    let entry = state
+        .children
+        .get(run_id)
+        .filter(|e| e.generation == generation);
+    let Some(entry) = entry else {
+        return Err(stale(run_id));
+    };
+    if let RequestBody::WorkerHello(hello) = &req.body {
+        if entry.hello
+            || ClaimToken::from_secret(hello.child_token.clone()).hash() != entry.token_hash
+        {
+            return Err(StoreError::Forbidden(
+                "the child token does not match this run's launch".into(),
+            ));
+        }
+        return worker_hello(w, state, run_id, hello);
+    }
+    if !entry.hello {
+        return Err(StoreError::Forbidden("worker.hello must come first".into()));
+    }
+    let claim = state.claim(run_id).cloned().ok_or_else(|| stale(run_id))?;
+    let attempt = || {
+        req.attempt_id
+            .clone()
+            .ok_or_else(|| invalid_input("attempt_id is required"))
+    };
+    let body = match &req.body {
+        RequestBody::WorkerNodeStarted(started) => {
+            let node = req
+                .node_id
+                .as_deref()
+                .ok_or_else(|| invalid_input("node_id is required"))?;
+            let graph = graph_of(w, state, run_id)?;
+            if graph.node(node).is_none() {
+                return Err(invalid_input(format!("node {node} is not in the graph")));
+            }
+            let deadline = deadline_for(w, &graph, node, started.timeout_ms)?;
+            let attempt_id = w.node_started(&claim, node, deadline)?;
+            json!({ "attempt_id": attempt_id, "deadline_at": deadline })
+        }
+        RequestBody::WorkerTransition(t) => {
+            let (graph, attempt_id, from) =
+                match step_after_earlier(w, state, &claim, req, &t.earlier)? {
+                    Ok(step) => step,
+                    Err(refused) => return Ok(refused),
+                };
+            let outcome = store_outcome(&t.outcome);
+            if let Some(refused) = check_route(
+                w,
+                &claim,
+                &graph,
+                &from,
+                &attempt_id,
+                &outcome,
+                Some(&t.next_node),
+            )? {
+                return Ok(refused);
+            }
+            if let Some(refused) =
+                check_step_limit(w, &claim, &graph, &attempt_id, &outcome, &t.next_node)?
+            {
+                return Ok(refused);
+            }
+            let deadline = deadline_for(w, &graph, &t.next_node, t.next_timeout_ms)?;
+            let done = w.transition(
+                &claim,
+                &TransitionRequest {
+                    attempt_id,
+                    outcome,
+                    next_node: t.next_node.clone(),
+                    next_deadline_at: deadline,
+                },
+            )?;
+            let parked = done.pause_requested;
+            if parked {
+                w.park(&claim, None)?;
+            }
+            json!({ "attempt_id": done.next_attempt_id, "parked": parked, "deadline_at": deadline })
+        }
+        RequestBody::WorkerComplete(c) => {
+            if c.result_is_output
+                && (!c.result.is_null()
+                    || !matches!(c.outcome, payload::AttemptOutcome::Succeeded { .. }))
+            {
+                return Err(invalid_input(
+                    "result_is_output needs a succeeded outcome and a null result",
+                ));
+            }
+            let (graph, attempt_id, from) =
+                match step_after_earlier(w, state, &claim, req, &c.earlier)? {
+                    Ok(step) => step,
+                    Err(refused) => return Ok(refused),
+                };
+            let outcome = store_outcome(&c.outcome);
+            if let Some(refused) =
+                check_route(w, &claim, &graph, &from, &attempt_id, &outcome, None)?
+            {
+                return Ok(refused);
+            }
+            let output = match &outcome {
+                AttemptOutcome::Succeeded { output } => output.clone(),
+                _ => Value::Null,
+            };
+            let result = if c.result_is_output {
+                &output
+            } else {
+                &c.result
+            };
+            w.complete(&claim, &attempt_id, &output, result)?;
+            json!({ "status": "completed" })
+        }
+        RequestBody::WorkerFail(f) => {
+            if f.review {
+                w.send_to_review(&claim, &f.error)?;
+                json!({ "status": "review" })
+            } else {
+                let outcome = AttemptOutcome::Failed {
+                    error: f.error.clone(),
+                };
+                w.fail(&claim, req.attempt_id.as_deref(), &outcome, &f.error)?;
+                json!({ "status": "failed" })
+            }
+        }
+        RequestBody::WorkerProgress(p) => {
+            w.progress(&claim, &p.message, &p.data)?;
+            json!({})
+        }
+        RequestBody::WorkerWait(wait) => {
+            let kind = match wait.decision_kind {
+                payload::DecisionKind::Checkpoint => DecisionKind::Checkpoint,
+                payload::DecisionKind::HumanDecision => DecisionKind::HumanDecision,
+            };
+            let id = w.wait_for_decision(&claim, &attempt()?, kind, &wait.request)?;
+            json!({ "decision_id": id })
+        }
+        RequestBody::WorkerInteractionRequest(i) => {
+            let kind = match i.interaction_kind {
+                payload::InteractionKind::Agent => InteractionKind::Agent,
+                payload::InteractionKind::AssistantMessage => InteractionKind::AssistantMessage,
+            };
+            let attempt_id = attempt()?;
+            // The node's saved deadline, which the host enforces while no worker runs.
+            let deadline = w.attempt_deadline(&attempt_id)?;
+            let id = w.request_interaction(&claim, &attempt_id, kind, &i.request, deadline)?;
+            json!({ "interaction_id": id, "deadline_at": deadline })
+        }
+        RequestBody::WorkerNotify(n) => {
+            let id = w.notify(&claim, &n.content)?;
+            json!({ "message_id": id })
+        }
+        RequestBody::WorkerEffectReserve(e) => {
+            let contract = match e.retry_contract {
+                payload::RetryContract::Never => RetryContract::Never,
+                payload::RetryContract::IdempotencyKey => RetryContract::IdempotencyKey,
+                payload::RetryContract::ReadBack => RetryContract::ReadBack,
+            };
+            let r =
+                w.reserve_effect(&claim, &attempt()?, &e.effect_key, &e.fingerprint, contract)?;
+            json!(r)
+        }
+        RequestBody::WorkerEffectApplying(e) => {
+            w.effect_applying(&claim, &e.effect_id)?;
+            json!({ "effect_id": e.effect_id })
+        }
+        RequestBody::WorkerEffectSettle(e) => {
+            let result = match &e.result {
+                payload::EffectResult::Applied { receipt } => EffectResult::Applied {
+                    receipt: receipt.clone(),
+                },
+                payload::EffectResult::Failed { error } => EffectResult::Failed {
+                    error: error.clone(),
+                },
+            };
+            w.settle_effect(&claim, &e.effect_id, &result)?;
+            json!({ "effect_id": e.effect_id })
+        }
+        RequestBody::WorkerValidationResult(v) => {
+            let verdict = if v.accepted {
+                Ok(())
+            } else {
+                Err(v.error.clone().unwrap_or_else(|| "rejected".into()))
+            };
+            w.settle(&claim, &v.submission_id, verdict)?;
+            if let Some(entry) = state.children.get_mut(run_id) {
+                entry.judging_since = None; // the verdict is in: no validation deadline now
+            }
+            json!({ "submission_id": v.submission_id, "accepted": v.accepted })
+        }
+        RequestBody::WorkerExit(_) => json!({}),
+        other => {
+            return Err(StoreError::Forbidden(format!(
+                "{} is not a worker kind",
+                other.kind_str()
+            )))
+        }
+    };
+    state.renewed_at.insert(run_id.to_owned(), w.now_ms());
+    Ok(body)
+}
+
+/// Takes back what a worker message changed in the host's memory when its batch did not
+/// commit: the store has no handshake (a retried hello must be accepted, and the handshake
+/// deadline applies again, from now), and a verdict that was not stored leaves the child
+/// judging (its validation deadline runs again from now).
+pub fn forget_uncommitted_worker_message(state: &mut HostState, req: &Request, now: i64) {
+    let (Some(run_id), Some(generation)) = (req.run_id.as_deref(), req.generation) else {
+        return;
+    };
+    let Some(entry) = state
+        .children
+        .get_mut(run_id)
+        .filter(|e| e.generation == generation)
+    else {
+        return;
+    };
+    match &req.body {
+        RequestBody::WorkerHello(_) => {
+            entry.hello = false;
+            entry.judging_since = None;
+            // A full handshake window for the retry.
+            entry.launched_at = now;
+        }
+        RequestBody::WorkerValidationResult(_) if entry.judging_since.is_none() => {
+            entry.judging_since = Some(now);
+        }
+        _ => {}
+    }
+}
+
+pub(super) fn worker_hello(
+    w: &mut WriteTx<'_>,
+    state: &mut HostState,
+    run_id: &str,
+    hello: &payload::WorkerHello,
+) -> Result<Value, StoreError> {
+    let claim = state.claim(run_id).cloned().ok_or_else(|| stale(run_id))?;
+    let (input, stored, _) = w.run_payload(run_id)?;
+    let graph: Option<Graph> = match (&stored, &hello.definition) {
+        (None, Some(def)) => {
+            let graph = match Graph::parse(def) {
+                Ok(g) => g,
+                Err(e) => {
+                    let error = format!("invalid workflow graph: {e}");
+                    w.fail(
+                        &claim,
+                        None,
+                        &AttemptOutcome::Failed {
+                            error: error.clone(),
+                        },
+                        &error,
+                    )?;
+                    return Ok(json!({ "stop": error }));
+                }
+            };
+            let mounted = hello.mounted_sources.clone().unwrap_or_else(|| json!({}));
+            w.record_launch_facts(&claim, &graph.to_value(), &mounted)?;
+            Some(graph)
+        }
+        (Some(stored), sent) => {
+            let graph = Graph::parse(stored)
+                .map_err(|e| StoreError::CorruptRow(format!("stored graph: {e}")))?;
+            if let Some(sent) = sent {
+                let same = Graph::parse(sent)
+                    .map(|g| g.digest() == graph.digest())
+                    .unwrap_or(false);
+                if !same {
+                    let reason = "source_changed: the workflow's graph differs from the one the run started with";
+                    w.send_to_review(&claim, reason)?;
+                    return Ok(json!({ "stop": reason }));
+                }
+            }
+            Some(graph)
+        }
+        // A child that found a changed source says hello without loading the workflow, only
+        // to stop the run for review; any node operation needs a graph and is refused.
+        (None, None) => None,
+    };
+    // Every store write first; the host's memory changes only when they all succeeded (a
+    // failed write rolls the command back, and memory must not disagree with the store).
+    let Some(entry) = state.children.get(run_id) else {
+        return Err(stale(run_id));
+    };
+    let (child_epoch, mode) = (entry.child_epoch, entry.mode);
+    let resume = serde_json::to_value(&entry.resume)?;
+    w.record_child_handshake(child_epoch)?;
+    // The node a child starts with takes the latest succeeded output as its input, so a
+    // resumed run feeds its nodes exactly what an uninterrupted one would have.
+    let node_input = match w.last_node_output(run_id)? {
+        Some(output) => output,
+        None => input.clone(),
+    };
+    // Outcome names as a workflow routes on them (`$result.outcome`).
+    let results: Vec<Value> = w
+        .latest_results(run_id)?
+        .into_iter()
+        .map(|r| {
+            let outcome = if r.status == "succeeded" {
+                "ok"
+            } else {
+                r.status.as_str()
+            };
+            json!({ "node": r.node, "outcome": outcome, "output": r.output, "error": r.error, "visits": r.finished })
+        })
+        .collect();
+    let mut reply = json!({ "mode": mode.as_str(), "resume": resume, "input": input, "node_input": node_input, "results": results, "definition": graph.as_ref().map(Graph::to_value), "features": payload::HOST_FEATURES });
+    // After a lost child, the next one reports every step as it takes it: the host then knows
+    // which node was running if this child dies too (steps reported together would leave the
+    // loss on the last node the host heard of).
+    if w.child_losses(run_id)? > 0 {
+        reply["report_each_step"] = json!(true);
+    }
+    if hello.start_node && mode.as_str() == "run" && reply["resume"]["resume"] == "fresh" {
+        if let Some(graph) = &graph {
+            let node = reply["resume"]["node_id"]
+                .as_str()
+                .map_or_else(|| graph.start.clone(), str::to_owned);
+            // A deadline decided at the start needs the child's word: it opens the attempt
+            // itself, with `worker.node_started`.
+            if !graph.node(&node).is_some_and(|n| n.timeout_at_start) {
+                let deadline = deadline_for(w, graph, &node, None)?;
+                let attempt_id = w.node_started(&claim, &node, deadline)?;
+                reply["resume"]["node_id"] = json!(node);
+                reply["resume"]["attempt_id"] = json!(attempt_id);
+                reply["resume"]["deadline_at"] = json!(deadline);
+            }
+        }
+    }
+    if let Some(attempt_id) = resume.get("attempt_id").and_then(Value::as_str) {
+        reply["answer"] = w.answer_for_attempt(attempt_id)?.unwrap_or(Value::Null);
+    }
+    if let Some(sub) = resume.get("submission_id").and_then(Value::as_str) {
+        reply["submission"] =
+            json!({ "submission_id": sub, "payload": w.submission_payload(sub)? });
+    }
+    if let Some(entry) = state.children.get_mut(run_id) {
+        entry.hello = true;
+        if entry.mode == ChildMode::Validate {
+            entry.judging_since = Some(w.now_ms());
+        }
+    }
+    state.forgiven_standby_exits.remove(run_id);
+    if let Some(graph) = graph {
+        state.graphs.insert(run_id.to_owned(), graph);
+    }
+    Ok(reply)
+}
+
+/// The attempt a worker's proposal closes and the node it ran, from the store: the graph
+/// check routes from the node the host recorded, never from what the child says it ran.
+pub(super) fn current_step(
+    w: &WriteTx<'_>,
+    run_id: &str,
+    req: &Request,
+) -> Result<(String, String), StoreError> {
+    let presented = req
+        .attempt_id
+        .clone()
+        .ok_or_else(|| invalid_input("attempt_id is required"))?;
+    let stale = |current: &str| StoreError::StaleAttempt {
+        run_id: run_id.to_owned(),
+        presented: presented.clone(),
+        current: current.to_owned(),
+    };
+    let Some((attempt_id, node)) = w.current_open_attempt(run_id)? else {
+        return Err(stale("none"));
+    };
+    if attempt_id != presented {
+        return Err(stale(&attempt_id));
+    }
+    if req.node_id.as_deref().is_some_and(|n| n != node) {
+        return Err(invalid_input(format!(
+            "attempt {attempt_id} runs node {node}, not {}",
+            req.node_id.as_deref().unwrap_or_default()
+        )));
+    }
+    Ok((attempt_id, node))
+}
+
+/// The run's graph and the attempt (with its node) that a worker's transition or completion
+/// closes, after the earlier steps the message carries were applied; or the refusal body.
+pub(super) fn step_after_earlier(
+    w: &mut WriteTx<'_>,
+    state: &mut HostState,
+    claim: &Claim,
+    req: &Request,
+    earlier: &[payload::EarlierStep],
+) -> Result<Result<(Graph, String, String), Value>, StoreError> {
+    let graph = graph_of(w, state, &claim.run_id)?;
+    let current = current_step(w, &claim.run_id, req)?;
+    Ok(apply_earlier_steps(w, claim, &graph, current, earlier)?
+        .map(|(attempt_id, from)| (graph, attempt_id, from)))
+}
+
+/// Applies the steps a worker took before the one its message reports (see
+/// [`payload::EarlierStep`]): each closes the open attempt and opens the next node's, checked
+/// against the graph like any transition. Returns the attempt then open and its node, or the
+/// refusal body when a step disagrees with the graph (the run has failed then).
+pub(super) fn apply_earlier_steps(
+    w: &mut WriteTx<'_>,
+    claim: &Claim,
+    graph: &Graph,
+    current: (String, String),
+    steps: &[payload::EarlierStep],
+) -> Result<Result<(String, String), Value>, StoreError> {
+    if steps.len() > payload::MAX_EARLIER_STEPS {
+        return Err(invalid_input(format!(
+            "{} earlier steps; at most {} per message",
+            steps.len(),
+            payload::MAX_EARLIER_STEPS
+        )));
+    }
+    // Only pure nodes without a deadline may run unreported: the host enforces deadlines only
+    // on attempts it knows, and only pure work may be lost and rerun.
+    for step in steps {
+        let unreported_ok = graph.node(&step.next_node).is_some_and(|n| {
+            n.kind == NodeKind::Compute && n.timeout_ms.is_none() && !n.timeout_at_start
+        });
+        if !unreported_ok {
+            return Err(invalid_input(format!(
+                "earlier step into {}: only compute nodes without a timeout may run unreported",
+                step.next_node
+            )));
+        }
+    }
+    let (mut attempt_id, mut from) = current;
+    for step in steps {
+        let outcome = store_outcome(&step.outcome);
+        if let Some(refused) = check_route(
+            w,
+            claim,
+            graph,
+            &from,
+            &attempt_id,
+            &outcome,
+            Some(&step.next_node),
+        )? {
+            return Ok(Err(refused));
+        }
+        if let Some(refused) =
+            check_step_limit(w, claim, graph, &attempt_id, &outcome, &step.next_node)?
+        {
+            return Ok(Err(refused));
+        }
+        let done = w.transition(
+            claim,
+            &TransitionRequest {
+                attempt_id,
+                outcome,
+                next_node: step.next_node.clone(),
+                next_deadline_at: None,
+            },
+        )?;
+        attempt_id = done.next_attempt_id;
+        from = step.next_node.clone();
+    }
+    Ok(Ok((attempt_id, from)))
+}
+
+pub(super) fn graph_of(
+    w: &WriteTx<'_>,
+    state: &mut HostState,
+    run_id: &str,
+) -> Result<Graph, StoreError> {
+    if let Some(g) = state.graphs.get(run_id) {
+        return Ok(g.clone());
+    }
+    let (_, def, _) = w.run_payload(run_id)?;
+    let def = def.ok_or_else(|| invalid_input("the run has no graph snapshot yet"))?;
+    let g = Graph::parse(&def).map_err(|e| StoreError::CorruptRow(format!("stored graph: {e}")))?;
+    state.graphs.insert(run_id.to_owned(), g.clone());
+    Ok(g)
+}
+
+/// The deadline of an attempt of `node` opened now: from the graph's fixed `timeout_ms`, or,
+/// for a node with `timeout_at_start`, from the timeout the child decided for this attempt
+/// (`reported`; none: no deadline). A reported timeout for a node whose graph fixes its
+/// deadline is refused: the host enforces the graph, not the child's word.
+pub(super) fn deadline_for(
+    w: &WriteTx<'_>,
+    graph: &Graph,
+    node: &str,
+    reported: Option<u64>,
+) -> Result<Option<i64>, StoreError> {
+    let Some(spec) = graph.node(node) else {
+        return Ok(None);
+    };
+    let timeout = if spec.timeout_at_start {
+        reported
+    } else if reported.is_some() {
+        return Err(invalid_input(format!(
+            "node {node} has no timeout decided at its start; its deadline comes from the graph"
+        )));
+    } else {
+        spec.timeout_ms
+    };
+    Ok(timeout.map(|ms| ms_after(w.now_ms(), ms)))
+}
+
+pub(super) fn ms_after(now: i64, ms: u64) -> i64 {
+    now.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX))
+}
+
+pub(super) fn store_outcome(o: &payload::AttemptOutcome) -> AttemptOutcome {
+    match o {
+        payload::AttemptOutcome::Succeeded { output } => AttemptOutcome::Succeeded {
+            output: output.clone(),
+        },
+        payload::AttemptOutcome::Failed { error } => AttemptOutcome::Failed {
+            error: error.clone(),
+        },
+        payload::AttemptOutcome::TimedOut => AttemptOutcome::TimedOut,
+    }
+}
+
+pub(super) fn graph_outcome(o: &AttemptOutcome) -> Outcome<'_> {
+    match o {
+        AttemptOutcome::Succeeded { output } => Outcome::Succeeded(output),
+        AttemptOutcome::Failed { error } => Outcome::Failed(error),
+        AttemptOutcome::TimedOut => Outcome::TimedOut,
+    }
+}
+
+/// Checks a child's proposal against the graph. A proposal that disagrees fails the run with
+/// the reason; the failure is the command's committed result (`Some(body)` with `refused`),
+/// not an error, so the savepoint around the command keeps it.
+pub(super) fn check_route(
+    w: &mut WriteTx<'_>,
+    claim: &Claim,
+    graph: &Graph,
+    from: &str,
+    attempt_id: &str,
+    outcome: &AttemptOutcome,
+    proposed: Option<&str>,
+) -> Result<Option<Value>, StoreError> {
+    match graph.check_transition(from, &graph_outcome(outcome), proposed) {
+        Ok(_) => Ok(None),
+        Err(refused) => {
+            let error = format!("transition refused: {refused}");
+            w.fail(claim, Some(attempt_id), outcome, &error)?;
+            Ok(Some(json!({ "refused": error, "status": "failed" })))
+        }
+    }
+}
+
+/// Fails the run when the transition would open more attempts than the graph's step limit
+/// (`maxSteps`, default 100): the host's bound on every loop, whatever the child does. The
+/// attempt that is ending keeps its own outcome; the run fails with the reason.
+pub(super) fn check_step_limit(
+    w: &mut WriteTx<'_>,
+    claim: &Claim,
+    graph: &Graph,
+    attempt_id: &str,
+    outcome: &AttemptOutcome,
+    next_node: &str,
+) -> Result<Option<Value>, StoreError> {
+    let limit = graph.step_limit();
+    let mut error = (w.attempt_count(&claim.run_id)? >= limit).then(|| format!(
+        "the run reached its step limit: maxSteps is {limit} and every step was used (a loop in the graph did not end)"
+    ));
+    // Each included workflow's own limit bounds one invocation of its mount. Entering a mount
+    // starts a new invocation (none of its attempts is the newest then), so only steps inside
+    // it count.
+    for (path, mount) in graph.mounts_of(next_node) {
+        if error.is_some() {
+            break;
+        }
+        let limit = mount.step_limit();
+        if w.attempts_in_invocation(&claim.run_id, path)? >= limit {
+            error = Some(format!(
+                "the workflow included as {path} reached its step limit: its maxSteps is {limit} and this invocation used every step (a loop in it did not end)"
+            ));
+        }
+    }
+    let Some(error) = error else {
+        return Ok(None);
+    };
+    // A timed-out node that would route on is still a step-limit failure, not a timeout.
+    let closing = match outcome {
+        AttemptOutcome::TimedOut => AttemptOutcome::Failed {
+            error: error.clone(),
+        },
+        other => other.clone(),
+    };
+    w.fail(claim, Some(attempt_id), &closing, &error)?;
+    Ok(Some(json!({ "refused": error, "status": "failed" })))
+}

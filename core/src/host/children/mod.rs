@@ -1,0 +1,580 @@
+//! Children, as the store thread sees them: the scheduler that activates ready runs and
+//! launches one child each, the dispatch of worker messages (checked against the run's claim
+//! generation and graph snapshot), child exits, and the host-owned deadlines (node timeouts,
+//! handshake timeouts, claim heartbeats).
+//!
+//! This file holds the scheduler and the launches; [`messages`] applies what a child says;
+//! [`watch`] handles exits and the deadlines. Processes themselves are the supervisor task's
+//! business ([`super::supervisor`]); this module only decides, and talks to it over a channel.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::dispatch::HostState;
+use super::supervisor::{StandbyPool, SupervisorCmd};
+use crate::graph::{Graph, NodeKind, Outcome, Route};
+use crate::ids::ClaimToken;
+use crate::protocol::{payload, Request, RequestBody};
+use crate::store::{
+    AttemptOutcome, ChildExitRecord, ChildMode, Claim, DecisionKind, EffectResult, InteractionKind,
+    Resume, RetryContract, RunStatus, Store, StoreError, StoreResult, TransitionRequest, WriteTx,
+};
+use crate::worker::{LaunchEnvelope, MountedSource, LAUNCH_SCHEMA};
+
+mod messages;
+mod watch;
+pub use messages::*;
+pub use watch::*;
+
+/// Bytes of stdout and of stderr kept on a child's record.
+const CHILD_TAIL_BYTES: usize = 64 * 1024;
+
+/// A runtime: the command the host runs for workflow files with a given suffix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Runtime {
+    /// File name suffix, e.g. `.workflow.json`.
+    pub suffix: String,
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    /// Whether workers of this runtime may be started ahead of time and wait for their
+    /// envelope on stdin ([`ChildConfig::standby_workers`]). The runtime must then take the
+    /// workflow file from the envelope, not from its arguments, and move to the envelope's
+    /// project directory itself.
+    pub standby: bool,
+}
+
+/// Parses `PIW_RUNTIMES`: `suffix=program [args...]` entries separated by `;`.
+pub fn parse_runtimes(spec: &str) -> Vec<Runtime> {
+    spec.split(';')
+        .filter_map(|entry| {
+            let (suffix, cmd) = entry.split_once('=')?;
+            let mut words = cmd.split_whitespace();
+            let program = PathBuf::from(words.next()?);
+            Some(Runtime {
+                suffix: suffix.trim().to_owned(),
+                program,
+                args: words.map(str::to_owned).collect(),
+                standby: false,
+            })
+        })
+        .collect()
+}
+
+/// How children are run.
+#[derive(Debug, Clone)]
+pub struct ChildConfig {
+    pub runtimes: Vec<Runtime>,
+    /// Most children alive at once; further ready runs wait in the queue.
+    pub max_children: usize,
+    /// A child must say `worker.hello` within this time or it is stopped.
+    pub handshake_timeout: Duration,
+    /// A child judging a submission (`validate` mode) must give its verdict within this time
+    /// after its hello, or it is stopped and the submission rejected (`PIW_VALIDATION_TIMEOUT_MS`).
+    pub validation_timeout: Duration,
+    /// SIGTERM to SIGKILL grace when stopping a child's process group.
+    pub kill_grace: Duration,
+    pub cpu_seconds: Option<u64>,
+    pub memory_bytes: Option<u64>,
+    /// How much lower than the host's a child's CPU priority is (`PIW_CHILD_NICE`, default 5):
+    /// a node that spins cannot starve the host or the clients on a small machine.
+    pub nice: i32,
+    /// Pre-started workers kept waiting per runtime that allows it (`PIW_STANDBY_WORKERS`,
+    /// default 2; 0 turns the pools off). A pool fills after its runtime's first launch, so a
+    /// host that never runs such a workflow starts none.
+    pub standby_workers: usize,
+}
+
+impl Default for ChildConfig {
+    fn default() -> Self {
+        Self {
+            runtimes: Vec::new(),
+            max_children: 16,
+            handshake_timeout: Duration::from_secs(10),
+            validation_timeout: Duration::from_secs(60),
+            kill_grace: Duration::from_secs(2),
+            cpu_seconds: None,
+            memory_bytes: None,
+            nice: 5,
+            standby_workers: 2,
+        }
+    }
+}
+
+/// What the supervisor reports back about a process.
+#[derive(Debug)]
+pub enum ChildReport {
+    Started {
+        run_id: String,
+        generation: u64,
+        child_epoch: i64,
+        launch: u64,
+        pid: u32,
+        start_time: u64,
+        /// The child is a standby worker that was started before its run was known.
+        standby: bool,
+    },
+    Exited {
+        run_id: String,
+        generation: u64,
+        child_epoch: i64,
+        launch: u64,
+        exit: ChildExitRecord,
+    },
+}
+
+impl ChildReport {
+    /// The launch the report is about.
+    fn launch(&self) -> u64 {
+        match self {
+            ChildReport::Started { launch, .. } | ChildReport::Exited { launch, .. } => *launch,
+        }
+    }
+}
+
+/// One launched child, by run id.
+#[derive(Debug)]
+pub struct ChildEntry {
+    pub generation: u64,
+    pub child_epoch: i64,
+    /// The launch's host-unique number (see [`HostState::abandoned_launches`]).
+    pub launch: u64,
+    pub token_hash: String,
+    pub hello: bool,
+    pub launched_at: i64,
+    /// Since when a validate-mode child has been judging its submission (from its hello until
+    /// its verdict); the validation deadline runs from here.
+    pub judging_since: Option<i64>,
+    /// Set once the host decided the child must go (deadline, cancel, handshake timeout).
+    pub stopping: bool,
+    /// When the run stopped needing this child (it parked, waited or ended). A child exits by
+    /// itself at such a boundary; one still alive after the kill grace is stopped.
+    pub released_at: Option<i64>,
+    /// Where the child picks up, as the activation decided.
+    pub mode: ChildMode,
+    pub resume: Resume,
+    /// The child was a standby worker (started before its run was known).
+    pub from_standby: bool,
+    /// Why the host stopped it, when a deadline of the host's did (the loss reason names it:
+    /// "validation timed out after N ms" rather than just the signal that ended the child).
+    pub stop_reason: Option<String>,
+}
+
+impl HostState {
+    fn claim(&self, run_id: &str) -> Option<&Claim> {
+        self.claims.get(run_id)
+    }
+}
+
+fn invalid_input(msg: impl Into<String>) -> StoreError {
+    StoreError::InvalidInput(msg.into())
+}
+
+fn stale(run_id: &str) -> StoreError {
+    StoreError::ClaimLost {
+        run_id: run_id.to_owned(),
+        reason: crate::store::ClaimLostReason::GenerationMismatch,
+    }
+}
+
+/// Activates ready runs while child slots are free and asks the supervisor to launch them.
+///
+/// Runs are usually activated inside the batch transaction that made them ready
+/// ([`activate_and_launch`] from the store thread's batch); this catches the rest: runs made ready by
+/// a child's exit, a deadline, or a slot freed by an exit.
+pub fn schedule(store: &mut Store, state: &mut HostState) {
+    loop {
+        let free = free_slots(state);
+        if free == 0 {
+            return;
+        }
+        // A read first: most loops of the store thread find nothing ready, and need no write
+        // transaction to learn it.
+        match store.ready_runs(store.now_ms(), free as u32) {
+            Ok(ready) if ready.is_empty() => return,
+            Ok(_) => {}
+            Err(e) => return tracing::error!(error = %e, "cannot list ready runs"),
+        }
+        let before = state.children.len();
+        let mut activations = Activations::default();
+        let committed = store.write(|w| {
+            activations = activate_and_launch(w, state);
+            Ok(())
+        });
+        if let Err(e) = &committed {
+            tracing::error!(error = %e, "activation batch failed");
+        }
+        settle_activations(state, store.now_ms(), committed.is_ok(), &mut activations);
+        if committed.is_err() || activations.runs.is_empty() {
+            return;
+        }
+        for run in &activations.runs {
+            publish(store, state, &run.run.run_id, run.revision_before);
+        }
+        // A run that could not be launched stays ready; try again after the next message
+        // rather than spinning on it now.
+        if state.children.len() == before {
+            return;
+        }
+    }
+}
+
+/// How long after a failed activation ready runs are tried again.
+const ACTIVATION_RETRY_MS: i64 = 1_000;
+
+/// Child slots free for activations.
+fn free_slots(state: &HostState) -> usize {
+    state
+        .child_config
+        .max_children
+        .saturating_sub(state.live_children())
+}
+
+/// Publishes the events a write outside the request batches committed for `run_id`.
+fn publish(store: &Store, state: &mut HostState, run_id: &str, after: u64) {
+    super::store_thread::publish_run(store, &mut state.outbox, run_id, after);
+}
+
+fn revision_of(store: &Store, run_id: &str) -> u64 {
+    store.run_state(run_id).map(|(_, rev)| rev).unwrap_or(0)
+}
+
+/// A run activated in a transaction; [`launch_activated`] launches its child.
+pub struct ActivatedRun {
+    run: crate::store::RunRecord,
+    /// The run's revision before the activation (its events are published from there).
+    pub revision_before: u64,
+    /// `None` when the activation failed the run (no runtime for its source) or was refused.
+    launch: Option<(crate::store::Activation, i64, Runtime, Value)>,
+}
+
+impl ActivatedRun {
+    /// The activated run.
+    pub fn run_id(&self) -> &str {
+        &self.run.run_id
+    }
+}
+
+/// Activates ready runs inside the open transaction `w`, as many as there are free child
+/// slots, each in its own savepoint (one that cannot be activated does not hold back the
+/// others). Nothing is launched here (see [`activate_and_launch`]).
+fn activate_ready(w: &mut WriteTx<'_>, state: &mut HostState) -> Vec<ActivatedRun> {
+    let free = free_slots(state);
+    if free == 0 || state.shutting_down || state.supervisor.is_none() {
+        return Vec::new();
+    }
+    let ready = match w.ready_runs(free as u32) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot list ready runs");
+            return Vec::new();
+        }
+    };
+    let mut out = Vec::with_capacity(ready.len());
+    for run_id in ready {
+        // A run whose previous child is still alive (its claim was lost while it ran, or it
+        // lingers after a boundary) waits until that child is stopped and has exited.
+        if state.children.contains_key(&run_id) {
+            stop_child(state, &run_id);
+            continue;
+        }
+        if state.abandoned_launches.values().any(|r| *r == run_id) {
+            continue; // being stopped already
+        }
+        let (run, revision_before) = match w.run(&run_id).and_then(|run| {
+            let (_, revision) = w.run_state(&run_id)?;
+            Ok((run, revision))
+        }) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(%run_id, error = %e, "cannot read run to launch");
+                continue;
+            }
+        };
+        let runtime = state
+            .child_config
+            .runtimes
+            .iter()
+            .find(|r| run.source_root.ends_with(&r.suffix))
+            .cloned();
+        let launch = w.savepoint(|w| {
+            let act = w.activate(&run_id, &state.owner_id)?;
+            let Some(runtime) = runtime else {
+                let error = format!("no runtime is configured for {}", run.source_root);
+                w.fail(
+                    &act.claim,
+                    None,
+                    &AttemptOutcome::Failed {
+                        error: error.clone(),
+                    },
+                    &error,
+                )?;
+                tracing::warn!(%run_id, "no runtime for the run's source; failed it");
+                return Ok(None);
+            };
+            let child_epoch =
+                w.record_child_launch(&run_id, act.claim.generation, state.epoch, act.mode)?;
+            let mounted = w.mounted_sources(&run_id)?;
+            Ok(Some((act, child_epoch, runtime, mounted)))
+        });
+        let launch = match launch {
+            Ok(launch) => launch,
+            Err(e) => {
+                tracing::error!(%run_id, error = %e, "activation failed; trying again later");
+                retry_activations_later(state, w.now_ms());
+                None
+            }
+        };
+        out.push(ActivatedRun {
+            run,
+            revision_before,
+            launch,
+        });
+    }
+    out
+}
+
+/// A child handed its launch envelope inside a transaction that has not committed yet.
+pub struct PendingLaunch {
+    run_id: String,
+    generation: u64,
+    launch: u64,
+}
+
+/// The runs one transaction activated, and the children already launched for them.
+#[derive(Default)]
+pub struct Activations {
+    /// The activated runs (their events are published after the commit).
+    pub runs: Vec<ActivatedRun>,
+    /// Children launched before the commit.
+    pending: Vec<PendingLaunch>,
+    /// Whether the children were launched before the commit (else they wait for it).
+    launched_early: bool,
+}
+
+/// Inside an open transaction: activates ready runs ([`activate_ready`]) and launches their
+/// children **before** the commit, so a worker loads while the commit reaches the disk. That
+/// is safe because a child can do nothing the host accepts before its hello, and the store
+/// thread handles the hello only after this transaction ended (it handles one batch at a
+/// time). After a commit that failed with children already launched, the children wait for
+/// their commit until one succeeds (`HostState::launch_after_commit`), so a commit that keeps
+/// failing does not start and stop children in a loop. Pass the result to
+/// [`settle_activations`] once the transaction has ended, whatever its outcome.
+pub fn activate_and_launch(w: &mut WriteTx<'_>, state: &mut HostState) -> Activations {
+    let mut runs = activate_ready(w, state);
+    let launched_early = !state.launch_after_commit;
+    let pending = if launched_early {
+        launch_activated(state, w.now_ms(), &mut runs)
+    } else {
+        Vec::new()
+    };
+    Activations {
+        runs,
+        pending,
+        launched_early,
+    }
+}
+
+/// After the transaction of `activations`: when it committed, launches the children that
+/// waited for it; when it did not, stops the children launched before it
+/// ([`abandon_launches`]).
+pub fn settle_activations(
+    state: &mut HostState,
+    now: i64,
+    committed: bool,
+    activations: &mut Activations,
+) {
+    if !committed {
+        abandon_launches(state, std::mem::take(&mut activations.pending));
+        if !activations.runs.is_empty() {
+            // The runs are still ready, and no child of theirs will exit to wake us.
+            retry_activations_later(state, now);
+        }
+        activations.runs.clear();
+        return;
+    }
+    activations.pending.clear();
+    if !activations.launched_early {
+        launch_activated(state, now, &mut activations.runs);
+    }
+    state.launch_after_commit = false;
+    if !activations.runs.is_empty() && state.activation_retry_at.is_none() {
+        // Activations work again: the next failure starts the back-off anew.
+        state.activation_retry_delay_ms = 0;
+    }
+}
+
+/// Tries ready runs again after a failed activation: after 1 s, doubling up to a minute while
+/// activations keep failing (a full disk), so a run that cannot be activated neither spins the
+/// store thread nor fills the log.
+fn retry_activations_later(state: &mut HostState, now: i64) {
+    let delay = (state.activation_retry_delay_ms * 2).clamp(ACTIVATION_RETRY_MS, 60_000);
+    state.activation_retry_delay_ms = delay;
+    state.activation_retry_at = Some(now + delay);
+}
+
+/// Launches the children of the runs `activated` in the open transaction (see
+/// [`activate_and_launch`] for when).
+fn launch_activated(
+    state: &mut HostState,
+    now: i64,
+    activated: &mut [ActivatedRun],
+) -> Vec<PendingLaunch> {
+    let mut pending = Vec::with_capacity(activated.len());
+    for a in activated {
+        if let Some((act, child_epoch, runtime, mounted)) = a.launch.take() {
+            pending.extend(launch(
+                state,
+                now,
+                &a.run,
+                act,
+                child_epoch,
+                runtime,
+                mounted,
+            ));
+        }
+    }
+    pending
+}
+
+/// The transaction of `pending` launches did not commit: forget their children and stop them.
+/// Reports about them are ignored from now on; their runs stay as the store has them.
+fn abandon_launches(state: &mut HostState, pending: Vec<PendingLaunch>) {
+    for p in pending {
+        let ours = state
+            .children
+            .get(&p.run_id)
+            .is_some_and(|e| e.launch == p.launch);
+        if ours {
+            state.children.remove(&p.run_id);
+            state.claims.remove(&p.run_id);
+            state.renewed_at.remove(&p.run_id);
+        }
+        state.abandoned_launches.insert(p.launch, p.run_id.clone());
+        state.launch_after_commit = true;
+        tracing::warn!(run_id = %p.run_id, "activation did not commit; stopping the child it launched");
+        if let Some(supervisor) = &state.supervisor {
+            let _ = supervisor.send(SupervisorCmd::Stop {
+                run_id: p.run_id,
+                generation: p.generation,
+                grace: Duration::ZERO,
+            });
+        }
+    }
+}
+
+/// Builds the launch envelope of an activated run and asks the supervisor to start its child.
+#[allow(clippy::too_many_arguments)]
+fn launch(
+    state: &mut HostState,
+    now: i64,
+    run: &crate::store::RunRecord,
+    act: crate::store::Activation,
+    child_epoch: i64,
+    runtime: Runtime,
+    mounted: Value,
+) -> Option<PendingLaunch> {
+    let run_id = run.run_id.as_str();
+    let mounted: BTreeMap<String, MountedSource> =
+        serde_json::from_value(mounted).unwrap_or_default();
+    let token = ClaimToken::generate();
+    let launch = state.next_launch;
+    state.next_launch += 1;
+    let envelope = LaunchEnvelope {
+        schema: LAUNCH_SCHEMA.to_owned(),
+        run_id: run_id.to_owned(),
+        generation: act.claim.generation,
+        child_token: token.expose_secret().to_owned(),
+        mode: act.mode.as_str().to_owned(),
+        source_root: run.source_root.clone(),
+        source_hash: run.source_hash.clone(),
+        mounted_sources: mounted,
+        project_dir: run.project_dir.clone(),
+        input_hash: run.input_hash.clone(),
+        socket_path: state.socket_path.clone(),
+    };
+    let stdin = serde_json::to_vec(&envelope).unwrap_or_default();
+    state.children.insert(
+        run_id.to_owned(),
+        ChildEntry {
+            generation: act.claim.generation,
+            child_epoch,
+            token_hash: token.hash(),
+            hello: false,
+            launched_at: now,
+            judging_since: None,
+            launch,
+            stopping: false,
+            released_at: None,
+            mode: act.mode,
+            resume: act.resume.clone(),
+            from_standby: false,
+            stop_reason: None,
+        },
+    );
+    state.renewed_at.insert(run_id.to_owned(), now);
+    state.claims.insert(run_id.to_owned(), act.claim.clone());
+    let cfg = &state.child_config;
+    let mut args = runtime.args.clone();
+    args.push(run.source_root.clone());
+    let Some(supervisor) = &state.supervisor else {
+        return None;
+    };
+    let limits = crate::supervise::ChildLimits {
+        cpu_seconds: cfg.cpu_seconds,
+        memory_bytes: cfg.memory_bytes,
+    };
+    // A run whose last standby worker died before its hello starts in a fresh process: the
+    // pool may hold more workers killed at the same moment that still look alive (a SIGKILL
+    // takes effect asynchronously), and a second such death in a row would count as a loss.
+    let from_pool = runtime.standby
+        && cfg.standby_workers > 0
+        && !state.forgiven_standby_exits.contains(run_id);
+    let standby = from_pool.then(|| {
+        Box::new(StandbyPool {
+            key: format!("{} {}", runtime.program.display(), runtime.args.join(" ")),
+            size: cfg.standby_workers,
+            template: crate::supervise::SpawnSpec {
+                program: runtime.program.clone(),
+                args: runtime.args.iter().map(Into::into).collect(),
+                // Tells the runtime it may warm up while it waits for a run's envelope.
+                env: vec![("PIW_STANDBY".into(), "1".into())],
+                cwd: state
+                    .socket_path
+                    .parent()
+                    .map_or_else(|| PathBuf::from("/"), Path::to_path_buf),
+                stdin_payload: Vec::new(),
+                limits,
+                nice: cfg.nice,
+                tail_bytes: CHILD_TAIL_BYTES,
+                scope: super::supervision_scope(&state.socket_path),
+            },
+        })
+    });
+    let _ = supervisor.send(SupervisorCmd::Launch {
+        run_id: run_id.to_owned(),
+        generation: act.claim.generation,
+        child_epoch,
+        launch,
+        spec: crate::supervise::SpawnSpec {
+            program: runtime.program.clone(),
+            args: args.into_iter().map(Into::into).collect(),
+            env: vec![("PIW_RUN_ID".into(), run_id.into())],
+            cwd: PathBuf::from(&run.project_dir),
+            stdin_payload: stdin,
+            limits,
+            nice: cfg.nice,
+            tail_bytes: CHILD_TAIL_BYTES,
+            scope: super::supervision_scope(&state.socket_path),
+        },
+        standby,
+    });
+    tracing::debug!(%run_id, generation = act.claim.generation, "child launch requested");
+    Some(PendingLaunch {
+        run_id: run_id.to_owned(),
+        generation: act.claim.generation,
+        launch,
+    })
+}

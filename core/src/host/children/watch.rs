@@ -1,0 +1,542 @@
+//! What the host watches about its children once they run: their exits (a loss, a release, an\nabandoned launch), the deadlines it owns (handshake, validation, node, lingering, heartbeat)\nand the stops it orders.
+
+use super::*;
+
+/// Child reports of one batch: the pids of started children are recorded in one
+/// transaction; each exit is handled on its own (it may requeue its run).
+pub fn on_child_reports(store: &mut Store, state: &mut HostState, reports: Vec<ChildReport>) {
+    let (started, exited): (Vec<_>, Vec<_>) = reports
+        .into_iter()
+        .filter(|r| {
+            // A child whose launch never committed: nothing of it is in the store.
+            if !state.abandoned_launches.contains_key(&r.launch()) {
+                return true;
+            }
+            if matches!(r, ChildReport::Exited { .. }) {
+                state.abandoned_launches.remove(&r.launch());
+            }
+            false
+        })
+        .partition(|r| matches!(r, ChildReport::Started { .. }));
+    for report in &started {
+        if let ChildReport::Started {
+            run_id,
+            generation,
+            standby: true,
+            ..
+        } = report
+        {
+            if let Some(entry) = state
+                .children
+                .get_mut(run_id)
+                .filter(|e| e.generation == *generation)
+            {
+                entry.from_standby = true;
+            }
+        }
+    }
+    if !started.is_empty() {
+        let recorded = store.write(|w| {
+            for report in &started {
+                if let ChildReport::Started {
+                    child_epoch,
+                    pid,
+                    start_time,
+                    ..
+                } = report
+                {
+                    w.record_child_process(*child_epoch, *pid, *start_time)?;
+                }
+            }
+            Ok(())
+        });
+        if let Err(e) = recorded {
+            tracing::error!(error = %e, "cannot record child pids");
+        }
+    }
+    for report in exited {
+        on_child_report(store, state, report);
+    }
+}
+
+/// A child report: record it, and when a child died while its run was still running under
+/// our claim, requeue the run from its last committed boundary (or stop it for review).
+pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildReport) {
+    match report {
+        ChildReport::Started {
+            run_id,
+            generation,
+            child_epoch,
+            launch: _,
+            pid,
+            start_time,
+            standby,
+        } => {
+            if standby {
+                if let Some(entry) = state
+                    .children
+                    .get_mut(&run_id)
+                    .filter(|e| e.generation == generation)
+                {
+                    entry.from_standby = true;
+                }
+            }
+            if let Err(e) = store.write(|w| w.record_child_process(child_epoch, pid, start_time)) {
+                tracing::error!(%run_id, generation, error = %e, "cannot record child pid");
+            }
+        }
+        ChildReport::Exited {
+            run_id,
+            generation,
+            child_epoch,
+            launch,
+            exit,
+        } => {
+            let ours = state
+                .children
+                .get(&run_id)
+                .is_some_and(|e| e.generation == generation && e.launch == launch);
+            let claim = state
+                .claims
+                .get(&run_id)
+                .filter(|c| c.generation == generation)
+                .cloned();
+            // A standby worker can die while it waits (killed, out of memory) and be handed a
+            // run before the host hears of it. Its run did nothing, so the first such exit
+            // before the hello is not counted as a loss; a second one in a row is, so a
+            // runtime that always dies early still ends in review.
+            let may_forgive = ours
+                && state
+                    .children
+                    .get(&run_id)
+                    .is_some_and(|e| e.from_standby && !e.hello)
+                && !state.forgiven_standby_exits.contains(&run_id);
+            let mut forgiven = false;
+            let stop_reason = state
+                .children
+                .get(&run_id)
+                .filter(|_| ours)
+                .and_then(|e| e.stop_reason.clone());
+            let before = revision_of(store, &run_id);
+            let result = store.write(|w| {
+                w.record_child_exit(child_epoch, &exit)?;
+                if let Some(claim) = &claim {
+                    if w.run_status(&claim.run_id)? == RunStatus::Running {
+                        let stderr = last_stderr_line(&exit.stderr_tail)
+                            .map(|line| format!("; its last stderr line: {line}"))
+                            .unwrap_or_default();
+                        let why = match &stop_reason {
+                            Some(stopped) => {
+                                format!(
+                                    "{stopped}; the host stopped the child ({}){stderr}",
+                                    exit.reason
+                                )
+                            }
+                            None => format!(
+                                "child exited ({}) before the run reached a boundary{stderr}",
+                                exit.reason
+                            ),
+                        };
+                        let shutting_down = state.shutting_down;
+                        let released = w.savepoint(|w| {
+                            if shutting_down {
+                                w.release_at_shutdown(claim)
+                            } else if may_forgive {
+                                w.release_uncounted(
+                                    claim,
+                                    &format!(
+                                        "a standby worker died before its hello ({})",
+                                        exit.reason
+                                    ),
+                                )
+                            } else {
+                                w.child_lost(claim, &why)
+                            }
+                        });
+                        forgiven = may_forgive && !shutting_down && released.is_ok();
+                        match released {
+                            // A stop ends children on purpose, and a standby worker's early
+                            // death is forgiven: neither is a loss worth a warning.
+                            Ok(r) if shutting_down || forgiven => tracing::info!(
+                                run_id = %r.run_id,
+                                status = %r.status,
+                                "child ended before its run reached a boundary; run released"
+                            ),
+                            Ok(r) => {
+                                tracing::warn!(run_id = %r.run_id, status = %r.status, "child lost")
+                            }
+                            Err(e) if e.is_claim_lost() => {}
+                            Err(e) => return Err(e),
+                        }
+                    }
+                }
+                Ok(())
+            });
+            if let Err(e) = &result {
+                tracing::error!(%run_id, error = %e, "cannot record child exit");
+            }
+            if forgiven && result.is_ok() {
+                tracing::warn!(%run_id, reason = %exit.reason, "a standby worker died before its hello; requeued without counting a loss");
+                state.forgiven_standby_exits.insert(run_id.clone());
+            } else if ours {
+                state.forgiven_standby_exits.remove(&run_id);
+            }
+            publish(store, state, &run_id, before);
+            if ours {
+                state.children.remove(&run_id);
+                state.graphs.remove(&run_id);
+            }
+            if claim.is_some() {
+                state.claims.remove(&run_id);
+                state.renewed_at.remove(&run_id);
+            }
+        }
+    }
+}
+
+/// The last non-empty line a child wrote to stderr, for the reason its run records: a child
+/// that dies before it can tell the host anything (a runtime that cannot start, a misconfigured
+/// command) usually says why there, and a run stopped for review must show it. At most 600
+/// bytes; runs of 32 or more hex digits are masked, so nothing shaped like a token reaches
+/// status.
+pub fn last_stderr_line(stderr_tail: &[u8]) -> Option<String> {
+    const MAX_BYTES: usize = 600;
+    let text = String::from_utf8_lossy(stderr_tail);
+    let line = text.lines().map(str::trim).rfind(|l| !l.is_empty())?;
+    Some(crate::protocol::request::bounded_message(
+        &mask_hex_runs(line),
+        MAX_BYTES,
+    ))
+}
+
+/// `text` with every run of 32 or more hex digits replaced by `<hex>`: what a child printed
+/// reaches status and reasons, and nothing shaped like a token may.
+pub fn mask_hex_runs(text: &str) -> String {
+    const HEX_RUN: usize = 32;
+    let mut out = String::with_capacity(text.len());
+    let mut hex = String::new();
+    let flush = |out: &mut String, hex: &mut String| {
+        if hex.len() >= HEX_RUN {
+            out.push_str("<hex>");
+        } else {
+            out.push_str(hex);
+        }
+        hex.clear();
+    };
+    for c in text.chars() {
+        if c.is_ascii_hexdigit() {
+            hex.push(c);
+        } else {
+            flush(&mut out, &mut hex);
+            out.push(c);
+        }
+    }
+    flush(&mut out, &mut hex);
+    out
+}
+
+/// After a batch, forget claims the store released (the run parked, waited or ended). A
+/// cancelled run's child is stopped at once; others get the kill grace to exit by themselves.
+/// Also forgets the forgiven standby deaths of runs that ended. `only` limits the check to the
+/// runs a batch touched (`None`: every held claim, after deadline work such as expiry
+/// recovery).
+pub fn forget_released_claims(store: &Store, state: &mut HostState, only: Option<&[String]>) {
+    let now = store.now_ms();
+    // A forgiven standby death matters only to the run's next launch; a run that ended
+    // before one (cancelled while queued) leaves nothing behind.
+    state.forgiven_standby_exits.retain(|run_id| {
+        only.is_some_and(|runs| !runs.contains(run_id))
+            || matches!(store.run_state(run_id), Ok((status, _)) if !status.is_terminal())
+    });
+    let candidates: Vec<&String> = match only {
+        Some(runs) => runs
+            .iter()
+            .filter(|r| state.claims.contains_key(*r))
+            .collect(),
+        None => state.claims.keys().collect(),
+    };
+    let released: Vec<(String, RunStatus)> = candidates
+        .into_iter()
+        .filter_map(
+            |run_id| match store.run_state(run_id).map(|(status, _)| status) {
+                Ok(RunStatus::Running) => None,
+                Ok(status) => Some((run_id.clone(), status)),
+                Err(_) => Some((run_id.clone(), RunStatus::Cancelled)),
+            },
+        )
+        .collect();
+    for (run_id, status) in released {
+        state.claims.remove(&run_id);
+        state.renewed_at.remove(&run_id);
+        if let Some(entry) = state.children.get_mut(&run_id) {
+            entry.released_at.get_or_insert(now);
+        }
+        if status == RunStatus::Cancelled {
+            stop_child(state, &run_id);
+        }
+    }
+}
+
+/// The earliest time a child-related deadline needs the store thread.
+pub fn next_child_deadline(store: &Store, state: &HostState) -> Option<i64> {
+    let lease = store.config().lease_ms;
+    let heartbeat = state.renewed_at.values().map(|t| t + lease / 3).min();
+    let handshake = state
+        .children
+        .values()
+        .filter(|e| !e.hello && !e.stopping)
+        .map(|e| {
+            e.launched_at
+                + i64::try_from(state.child_config.handshake_timeout.as_millis())
+                    .unwrap_or(i64::MAX)
+        })
+        .min();
+    let validation = state
+        .children
+        .values()
+        .filter_map(|e| validation_deadline(state, e))
+        .min();
+    let node = if state.claims.is_empty() {
+        None
+    } else {
+        match store.next_node_deadline(&state.owner_id) {
+            // A passed deadline may belong to a child being stopped because its timeout could
+            // not be routed (an effect was applying): its exit settles the run, and waking up
+            // for that deadline until then would spin. Look closer (rare).
+            Ok(Some(at)) if at <= store.now_ms() => {
+                node_deadline_of_children_not_stopping(store, state)
+            }
+            Ok(at) => at,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read node deadlines; checking again in 1 s");
+                Some(store.now_ms() + 1_000)
+            }
+        }
+    };
+    let delayed = store.next_delayed_ready().ok().flatten();
+    let grace = i64::try_from(state.child_config.kill_grace.as_millis()).unwrap_or(i64::MAX);
+    let lingering = state
+        .children
+        .values()
+        .filter(|e| !e.stopping)
+        .filter_map(|e| e.released_at)
+        .map(|t| t + grace)
+        .min();
+    [
+        heartbeat,
+        handshake,
+        validation,
+        node,
+        delayed,
+        lingering,
+        state.activation_retry_at,
+    ]
+    .into_iter()
+    .flatten()
+    .min()
+}
+
+/// Whether the run's child is being stopped: its exit settles the run, so its node deadline
+/// no longer applies.
+pub(super) fn child_stopping(state: &HostState, run_id: &str) -> bool {
+    state.children.get(run_id).is_some_and(|e| e.stopping)
+}
+
+/// The earliest node deadline of the held runs whose child is not being stopped.
+pub(super) fn node_deadline_of_children_not_stopping(
+    store: &Store,
+    state: &HostState,
+) -> Option<i64> {
+    state
+        .claims
+        .keys()
+        .filter(|run_id| !child_stopping(state, run_id))
+        .filter_map(|run_id| store.open_attempt_deadline(run_id).ok().flatten())
+        .min()
+}
+
+/// When a validate-mode child must have given its verdict (`None` for other children, before
+/// its hello, after its verdict, and once it is being stopped).
+pub(super) fn validation_deadline(state: &HostState, e: &ChildEntry) -> Option<i64> {
+    if e.stopping || e.released_at.is_some() {
+        return None;
+    }
+    let timeout =
+        i64::try_from(state.child_config.validation_timeout.as_millis()).unwrap_or(i64::MAX);
+    e.judging_since.map(|t| t.saturating_add(timeout))
+}
+
+/// Host-owned child deadlines: heartbeats for long-running children, handshake timeouts,
+/// node deadlines (route `timed_out` or end the run `timed_out`, then stop the child).
+pub fn due_child_work(store: &mut Store, state: &mut HostState) {
+    let now = store.now_ms();
+    // A retry of failed activations is due: the scheduling that follows due work does it.
+    if state.activation_retry_at.is_some_and(|at| at <= now) {
+        state.activation_retry_at = None;
+    }
+    let lease = store.config().lease_ms;
+    // Renewal times only exist for claims we hold; anything else would be a deadline that
+    // never clears.
+    let held = &state.claims;
+    state
+        .renewed_at
+        .retain(|run_id, _| held.contains_key(run_id));
+    // Heartbeats keep a claim alive while its child computes without writing.
+    let due: Vec<Claim> = state
+        .renewed_at
+        .iter()
+        .filter(|(_, t)| **t + lease / 3 <= now)
+        .filter_map(|(run_id, _)| state.claims.get(run_id).cloned())
+        .collect();
+    if !due.is_empty() {
+        let renewed = store.write(|w| {
+            let mut ok = Vec::new();
+            for claim in &due {
+                if w.savepoint(|w| w.heartbeat(claim)).is_ok() {
+                    ok.push(claim.run_id.clone());
+                }
+            }
+            Ok(ok)
+        });
+        if let Ok(ok) = renewed {
+            for run_id in ok {
+                state.renewed_at.insert(run_id, now);
+            }
+        }
+    }
+    // Handshake timeouts.
+    let timeout =
+        i64::try_from(state.child_config.handshake_timeout.as_millis()).unwrap_or(i64::MAX);
+    let late: Vec<String> = state
+        .children
+        .iter()
+        .filter(|(_, e)| !e.hello && !e.stopping && e.launched_at + timeout <= now)
+        .map(|(r, _)| r.clone())
+        .collect();
+    for run_id in late {
+        tracing::warn!(%run_id, "child did not say hello in time; stopping it");
+        stop_child(state, &run_id);
+    }
+    // Validations that take too long: the child's exit rejects the submission (a loss).
+    let slow: Vec<String> = state
+        .children
+        .iter()
+        .filter(|(_, e)| validation_deadline(state, e).is_some_and(|at| at <= now))
+        .map(|(r, _)| r.clone())
+        .collect();
+    let timeout_ms = state.child_config.validation_timeout.as_millis();
+    for run_id in slow {
+        tracing::warn!(%run_id, "validation did not finish in time; stopping the child");
+        if let Some(e) = state.children.get_mut(&run_id) {
+            e.stop_reason = Some(format!("validation timed out after {timeout_ms} ms"));
+        }
+        stop_child(state, &run_id);
+    }
+    // Children that did not exit after their run stopped needing them.
+    let grace = i64::try_from(state.child_config.kill_grace.as_millis()).unwrap_or(i64::MAX);
+    let lingering: Vec<String> = state
+        .children
+        .iter()
+        .filter(|(_, e)| !e.stopping && e.released_at.is_some_and(|t| t + grace <= now))
+        .map(|(r, _)| r.clone())
+        .collect();
+    for run_id in lingering {
+        stop_child(state, &run_id);
+    }
+    // Node deadlines.
+    let claims: Vec<Claim> = state
+        .claims
+        .values()
+        .filter(|c| !child_stopping(state, &c.run_id))
+        .cloned()
+        .collect();
+    for claim in claims {
+        let Ok(Some(deadline)) = store.open_attempt_deadline(&claim.run_id) else {
+            continue;
+        };
+        if deadline > now {
+            continue;
+        }
+        let before = revision_of(store, &claim.run_id);
+        let result = store.write(|w| time_out_attempt(w, state, &claim));
+        publish(store, state, &claim.run_id, before);
+        match result {
+            Ok(()) => {
+                tracing::info!(run_id = %claim.run_id, "node deadline passed; attempt timed out");
+                state.claims.remove(&claim.run_id);
+                state.renewed_at.remove(&claim.run_id);
+                stop_child(state, &claim.run_id);
+            }
+            Err(e) => {
+                // Unsettled work (an effect applying) blocks the routed timeout: stop the child
+                // anyway; its exit is handled as a loss, which makes such an effect uncertain.
+                tracing::warn!(run_id = %claim.run_id, error = %e, "cannot route the timeout; stopping the child");
+                stop_child(state, &claim.run_id);
+            }
+        }
+    }
+}
+
+pub(super) fn time_out_attempt(
+    w: &mut WriteTx<'_>,
+    state: &mut HostState,
+    claim: &Claim,
+) -> StoreResult<()> {
+    let Some((attempt_id, node)) = w.current_open_attempt(&claim.run_id)? else {
+        return Ok(());
+    };
+    // The request's deadline passed while its submission was still being judged: the deadline
+    // wins (a submission is judged only before it). Rejecting it with that reason makes the
+    // request wait again, past its deadline, so the deadline work right after expires it and
+    // a fresh child routes `timed_out`. The judging child is stopped by the host, which is
+    // no loss of the run (it no longer runs when the child exits).
+    if let Some(submission_id) = w.validating_submission(&claim.run_id)? {
+        w.settle(
+            claim,
+            &submission_id,
+            Err("the request's deadline passed before this submission was judged".into()),
+        )?;
+        return Ok(());
+    }
+    let graph = graph_of(w, state, &claim.run_id)?;
+    match graph.route(&node, &Outcome::TimedOut) {
+        Ok(Route::Next(next)) => {
+            // The run parks right after: the attempt opened here is interrupted, and the next
+            // child opens its own (deciding a deadline decided at the start then).
+            let deadline = deadline_for(w, &graph, &next, None)?;
+            w.transition(
+                claim,
+                &TransitionRequest {
+                    attempt_id,
+                    outcome: AttemptOutcome::TimedOut,
+                    next_node: next,
+                    next_deadline_at: deadline,
+                },
+            )?;
+            // The child still runs the old node: park so a fresh child picks up the route.
+            w.park(claim, None)?;
+        }
+        _ => {
+            let error = format!("node {node} passed its deadline");
+            w.fail(claim, Some(&attempt_id), &AttemptOutcome::TimedOut, &error)?;
+        }
+    }
+    Ok(())
+}
+
+/// Asks the supervisor to stop a run's child (SIGTERM to its group, SIGKILL after the grace).
+pub fn stop_child(state: &mut HostState, run_id: &str) {
+    if let Some(entry) = state.children.get_mut(run_id) {
+        if !entry.stopping {
+            entry.stopping = true;
+            let Some(supervisor) = &state.supervisor else {
+                return;
+            };
+            let _ = supervisor.send(SupervisorCmd::Stop {
+                run_id: run_id.to_owned(),
+                generation: entry.generation,
+                grace: state.child_config.kill_grace,
+            });
+        }
+    }
+}
