@@ -95,6 +95,11 @@ pub struct Graph {
     /// [`Graph::step_limit`]), and leaves the digest of a snapshot without the field unchanged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_steps: Option<u64>,
+    /// The workflow's presentation instructions: when a run with an origin session ends, its
+    /// terminal message carries them (as `presentation`) so that the client presents the result
+    /// with a model turn. `None` leaves the digest of a snapshot without the field unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub presentation_prompt: Option<String>,
 }
 
 /// The wire form before validation; `Graph`'s `Deserialize` goes through it.
@@ -107,6 +112,8 @@ struct RawGraph {
     edges: Vec<Edge>,
     #[serde(default)]
     max_steps: Option<u64>,
+    #[serde(default)]
+    presentation_prompt: Option<String>,
 }
 
 impl TryFrom<RawGraph> for Graph {
@@ -119,6 +126,7 @@ impl TryFrom<RawGraph> for Graph {
             nodes: raw.nodes,
             edges: raw.edges,
             max_steps: raw.max_steps,
+            presentation_prompt: raw.presentation_prompt,
         };
         graph.normalize();
         graph.validate()?;
@@ -445,6 +453,9 @@ impl Graph {
         if let Some(max_steps) = self.max_steps {
             graph.insert("max_steps".into(), Value::from(max_steps));
         }
+        if let Some(prompt) = &self.presentation_prompt {
+            graph.insert("presentation_prompt".into(), Value::String(prompt.clone()));
+        }
         Value::Object(graph)
     }
 
@@ -625,6 +636,22 @@ mod tests {
         let b = Graph::parse(&serde_json::from_str(reversed).expect("json")).expect("valid");
         assert_eq!(a, b);
         assert_eq!(a.digest(), b.digest());
+    }
+
+    #[test]
+    fn presentation_prompt_round_trips_and_only_a_set_one_changes_the_digest() {
+        let without = Graph::parse(&sample()).expect("valid");
+        assert_eq!(without.presentation_prompt, None);
+        assert!(without.to_value().get("presentation_prompt").is_none());
+        let mut v = sample();
+        v["presentation_prompt"] = json!("Summarize the result for the user.");
+        let with = Graph::parse(&v).expect("valid");
+        assert_eq!(
+            with.to_value()["presentation_prompt"],
+            json!("Summarize the result for the user.")
+        );
+        assert_eq!(Graph::parse(&with.to_value()).expect("round trip"), with);
+        assert_ne!(with.digest(), without.digest());
     }
 
     #[test]
