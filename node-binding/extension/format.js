@@ -196,8 +196,8 @@ export class CardComponent {
   render(width) {
     const room = Math.max(1, width - 1);
     return this.lines.map((line, i) => {
-      const fitted = ` ${fitColumns(line, room)}`;
-      return i === 0 && this.theme?.fg ? this.theme.fg('accent', fitted) : fitted;
+      const fitted = fitColumns(line, room);
+      return ` ${i === 0 && this.theme?.fg ? this.theme.fg('accent', fitted) : fitted}`;
     });
   }
 

@@ -50,3 +50,39 @@ test('a run with presentation instructions that ends while Pi is closed gets one
   assert.equal(presentationRequests().length, 1, 'exactly one presentation turn');
   await third.quit();
 });
+
+test('an assistantMessage step is answered by the visible reply; an ordinary checkpoint is presented to the model and answered with the tool', async () => {
+  env.addWorkflow('reply.workflow.mjs', 'reply');
+  env.model.script = ({ last, lastText }) => {
+    if (last.role === 'user' && /GREET-STEP/.test(lastText)) return { text: 'Hello there!' };
+    if (last.role === 'user' && /CONFIRM-CHECKPOINT/.test(lastText)) {
+      return { tool: { name: 'workflow', arguments: { action: 'answer', answer: { ok: true } } } };
+    }
+    return { text: 'done' };
+  };
+  const pi = await env.startPi();
+  const from = pi.mark();
+  await pi.prompt('/workflow reply');
+  const client = await env.client();
+  const [started] = await until(async () => {
+    const runs = await client.listRuns({ sessionId: 'session-a' });
+    return runs.length && runs;
+  }, 'the run');
+  const run = await client.waitForRun(started.run_id, { timeoutMs: 30_000 });
+  assert.equal(run.status, 'completed');
+  assert.deepEqual(run.result, { greeting: 'Hello there!', confirmed: { ok: true } });
+  const steps = pi.customMessages('piw-step', from);
+  assert.deepEqual(
+    steps.map((m) => [m.details.kind, m.details.node]),
+    [
+      ['assistant_message', 'greet'],
+      ['checkpoint', 'confirm'],
+    ],
+  );
+  await pi.waitEvent(
+    (e) => e.type === 'tool_execution_end' && !e.isError && /answered checkpoint confirm/.test(JSON.stringify(e.result)),
+    'the answer accepted',
+    from,
+  );
+  await pi.quit();
+});
