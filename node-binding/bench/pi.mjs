@@ -2,13 +2,14 @@
 //
 //   PIW_HOST_BIN=$PWD/target/release/piw node node-binding/bench/pi.mjs   (Node 22; after the build)
 //
-// - Pi start to its first RPC answer, with and without the extension, alternating in one run
-//   (target: the extension adds at most 50 ms);
+// - Pi start to its first RPC answer without an extension, with an empty one and with piw's,
+//   alternating in one run (target: the extension adds at most 50 ms);
 // - the `workflow` tool's `status` round trip inside Pi (Pi's own `durationMs` of the tool
 //   execution; target p50 <= 5 ms);
 // - a run reaching an agent step (the host's `interaction_requested` event time) to the step
 //   message arriving in the session (Pi's `message_end` on stdout; target p50 <= 50 ms).
 // Same set-up as the e2e tests (test/pi/harness.mjs): temp HOME, a mock model on 127.0.0.1.
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 import { piEnv } from '../test/pi/harness.mjs';
@@ -24,19 +25,25 @@ const env = await piEnv();
 try {
   env.addWorkflow('agent.workflow.mjs', 'titles');
 
-  // 1. Start to first answer.
-  const withExt = [];
-  const without = [];
+  // 1. Start to first answer: without an extension, with an empty one (what Pi pays to load any
+  // extension: its jiti loader), with piw's.
+  const empty = join(env.root, 'empty-extension.js');
+  writeFileSync(empty, 'export default function (pi) {}\n');
+  const kinds = { without: false, empty, piw: true };
+  const times = { without: [], empty: [], piw: [] };
   for (let i = 0; i < STARTS; i++) {
-    for (const extension of i % 2 ? [true, false] : [false, true]) {
+    const order = Object.keys(kinds);
+    for (const kind of i % 2 ? order.reverse() : order) {
       const t0 = performance.now();
-      const pi = await env.startPi({ sessionId: `start-${i}-${extension}`, extension });
-      (extension ? withExt : without).push(performance.now() - t0);
+      const pi = await env.startPi({ sessionId: `start-${i}-${kind}`, extension: kinds[kind] });
+      times[kind].push(performance.now() - t0);
       await pi.quit();
     }
   }
+  const floor = median(times.without);
+  const ratio = (ms) => (ms / floor).toFixed(2);
   console.log(
-    `pi start → first RPC answer (n=${STARTS} each): without ${fmt(median(without))}, with the extension ${fmt(median(withExt))}; added ${fmt(median(withExt) - median(without))} (p50)`,
+    `pi start → first RPC answer (n=${STARTS} each, p50): without ${fmt(floor)}; an empty extension ${fmt(median(times.empty))} (×${ratio(median(times.empty))}); the piw extension ${fmt(median(times.piw))} (×${ratio(median(times.piw))}); added by piw ${fmt(median(times.piw) - floor)}, over the empty extension ${fmt(median(times.piw) - median(times.empty))}`,
   );
 
   // 2. `workflow status` round trips inside Pi.

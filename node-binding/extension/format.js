@@ -141,3 +141,65 @@ export function widgetOf(status, progress) {
   if (progress) lines.push(`  ${progress}`.slice(0, 200));
   return { lines: lines.slice(0, 10), status: head };
 }
+
+/** Terminal columns a code point takes (East Asian wide and emoji ranges count two). */
+function columns(cp) {
+  if (cp < 0x1100) return 1;
+  const wide =
+    (cp >= 0x1100 && cp <= 0x115f) ||
+    (cp >= 0x2e80 && cp <= 0xa4cf) ||
+    (cp >= 0xac00 && cp <= 0xd7a3) ||
+    (cp >= 0xf900 && cp <= 0xfaff) ||
+    (cp >= 0xfe30 && cp <= 0xfe4f) ||
+    (cp >= 0xff00 && cp <= 0xff60) ||
+    (cp >= 0xffe0 && cp <= 0xffe6) ||
+    (cp >= 0x1f300 && cp <= 0x1faff) ||
+    (cp >= 0x20000 && cp <= 0x3fffd);
+  return wide ? 2 : 1;
+}
+
+/** `text` (no escape codes) cut to `width` terminal columns. */
+export function fitColumns(text, width) {
+  let used = 0;
+  let out = '';
+  for (const ch of text.replace(/[\u0000-\u001f\u007f]/g, ' ')) {
+    const w = columns(ch.codePointAt(0));
+    if (used + w > width) break;
+    used += w;
+    out += ch;
+  }
+  return out;
+}
+
+/** The plain lines of a step or message card: its head (run, node, status) and up to three lines of content. */
+export function cardText(message) {
+  const d = message.details ?? {};
+  const head =
+    message.customType === STEP
+      ? `workflow step ${d.node ?? ''} · run ${d.runId ?? ''}${d.reminder ? ` · reminder ${d.reminder}` : ''}`
+      : `workflow ${d.kind ?? 'message'} · run ${d.runId ?? ''}${d.content?.status ? ` · ${d.content.status}` : ''}`;
+  const body = typeof message.content === 'string' ? message.content.split('\n').slice(0, 3) : [];
+  return [head, ...body];
+}
+
+/**
+ * The TUI component of a card (Pi's `Component`: `render(width)` and `invalidate()`). Written
+ * here rather than taken from `@earendil-works/pi-tui` so that loading the extension does not
+ * load a second copy of Pi's TUI (see docs/PERFORMANCE.md, "Pi extension start").
+ */
+export class CardComponent {
+  constructor(message, theme) {
+    this.lines = cardText(message);
+    this.theme = theme;
+  }
+
+  render(width) {
+    const room = Math.max(1, width - 1);
+    return this.lines.map((line, i) => {
+      const fitted = fitColumns(line, room);
+      return ` ${i === 0 && this.theme?.fg ? this.theme.fg('accent', fitted) : fitted}`;
+    });
+  }
+
+  invalidate() {}
+}

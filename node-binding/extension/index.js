@@ -1,12 +1,10 @@
 // The piw Pi extension: the model's `workflow` tool, the person's `/workflow` command, and the
 // link of each Pi session to the piw host (see ./session.js). It imports no workflow module and
 // runs no workflow code: runs execute in the host's supervised children.
-import { Type } from 'typebox';
-import { StringEnum } from '@earendil-works/pi-ai';
-import { Text } from '@earendil-works/pi-tui';
-
+// No import of typebox, pi-ai or pi-tui: the tool's schema is plain JSON Schema (Pi validates any)
+// and the card is ./format.js's CardComponent, which keeps Pi's start fast (docs/PERFORMANCE.md).
 import { isFinal } from '../index.js';
-import { MESSAGE, STEP, readRequest } from './format.js';
+import { CardComponent, MESSAGE, STEP, readRequest } from './format.js';
 import { RESERVED, ResolveError, listWorkflows, resolveWorkflow } from './resolve.js';
 import { VALIDATION_WAIT_MS, WorkflowSession } from './session.js';
 
@@ -129,16 +127,20 @@ export default function piwExtension(pi) {
     promptGuidelines: [
       'When a workflow step message arrives, do the step and finish it with the workflow tool action "submit" exactly as the message says.',
     ],
-    parameters: Type.Object({
-      action: StringEnum(ACTIONS, { description: 'what to do' }),
-      workflow: Type.Optional(Type.String({ description: 'start: a workflow name or a path to a workflow file' })),
-      input: Type.Optional(Type.Any({ description: 'start: the run input (JSON)' })),
-      runId: Type.Optional(Type.String({ description: 'status/pause/resume/cancel/answer: the run (default: this session\'s active run)' })),
-      answer: Type.Optional(Type.Any({ description: 'answer: the checkpoint answer (JSON)' })),
-      output: Type.Optional(Type.Any({ description: 'submit: the step output (JSON)' })),
-      interactionId: Type.Optional(Type.String({ description: 'submit/update: the interaction id from the step message' })),
-      message: Type.Optional(Type.String({ description: 'update: what has been done so far' })),
-    }),
+    parameters: {
+      type: 'object',
+      properties: {
+        action: { type: 'string', enum: ACTIONS, description: 'what to do' },
+        workflow: { type: 'string', description: 'start: a workflow name or a path to a workflow file' },
+        input: { description: 'start: the run input (JSON)' },
+        runId: { type: 'string', description: "status/pause/resume/cancel/answer: the run (default: this session's active run)" },
+        answer: { description: 'answer: the checkpoint answer (JSON)' },
+        output: { description: 'submit: the step output (JSON)' },
+        interactionId: { type: 'string', description: 'submit/update: the interaction id from the step message' },
+        message: { type: 'string', description: 'update: what has been done so far' },
+      },
+      required: ['action'],
+    },
     async execute(_toolCallId, params) {
       const s = need();
       switch (params.action) {
@@ -361,15 +363,7 @@ export default function piwExtension(pi) {
   // ---------------------------------------------------------------------------------------
   // Compact cards
 
-  const card = (message, _options, theme) => {
-    const d = message.details ?? {};
-    const head =
-      message.customType === STEP
-        ? `workflow step ${d.node ?? ''} · run ${d.runId ?? ''}${d.reminder ? ` · reminder ${d.reminder}` : ''}`
-        : `workflow ${d.kind ?? 'message'} · run ${d.runId ?? ''}`;
-    const body = typeof message.content === 'string' ? message.content.split('\n').slice(0, 3).join('\n') : '';
-    return new Text(`${theme?.fg ? theme.fg('accent', head) : head}\n${body}`, 1, 0);
-  };
+  const card = (message, _options, theme) => new CardComponent(message, theme);
   pi.registerMessageRenderer(STEP, card);
   pi.registerMessageRenderer(MESSAGE, card);
 }

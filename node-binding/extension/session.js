@@ -56,7 +56,7 @@ export class WorkflowSession {
     this.refreshAgain = false;
     /** The request presented to the model: `{ type: 'interaction'|'checkpoint', id, runId, kind }`. */
     this.active = null;
-    /** Open protected-decision dialogs: decision id -> AbortController. */
+    /** Open protected-decision dialogs: decision id -> `{ controller, node, runId }`. */
     this.dialogs = new Map();
     this.progress = new Map();
     this.widgetRun = null;
@@ -141,7 +141,7 @@ export class WorkflowSession {
   async close() {
     if (this.closed) return;
     this.closed = true;
-    for (const controller of this.dialogs.values()) controller.abort();
+    for (const dialog of this.dialogs.values()) dialog.controller.abort();
     this.dialogs.clear();
     const client = this.client;
     this.client = null;
@@ -389,25 +389,37 @@ export class WorkflowSession {
         if (d.kind === 'human_decision' && d.status === 'pending') pending.set(d.decision_id, { d, run: s.run });
       }
     }
-    // A dialog whose decision was answered elsewhere, expired or cancelled closes.
-    for (const [id, controller] of this.dialogs) {
+    // A dialog whose decision was answered elsewhere, expired (or had its onTimeout response
+    // applied) or was cancelled closes now: each of those is an event of the session's
+    // subscription, which schedules this refresh.
+    for (const [id, dialog] of this.dialogs) {
       if (!pending.has(id)) {
-        controller.abort();
+        dialog.controller.abort();
         this.dialogs.delete(id);
+        this.reportClosed(id, dialog, statuses).catch(() => {});
       }
     }
     for (const [id, { d, run }] of pending) {
       if (this.dialogs.has(id) || this.closed) continue;
       const controller = new AbortController();
-      this.dialogs.set(id, controller);
+      const dialog = { controller, node: d.node_id, runId: run.run_id };
+      this.dialogs.set(id, dialog);
       this.askPerson(d, run, controller.signal)
         .catch((e) => {
           if (!this.closed && !controller.signal.aborted) this.ctx.ui.notify(`workflow decision: ${e?.message ?? e}`, 'error');
         })
         .finally(() => {
-          if (this.dialogs.get(id) === controller) this.dialogs.delete(id);
+          if (this.dialogs.get(id) === dialog) this.dialogs.delete(id);
         });
     }
+  }
+
+  /** Tells the person why a decision's dialog closed (answered elsewhere, expired, cancelled). */
+  async reportClosed(id, dialog, statuses) {
+    const find = (st) => st?.decisions.find((x) => x.decision_id === id);
+    // A run that ended since is not among the live runs' statuses: ask for it.
+    const decision = find(statuses.get(dialog.runId)) ?? find(await this.call('run.status', (c) => c.runStatus(dialog.runId)));
+    this.ctx.ui.notify(`workflow decision ${dialog.node} (run ${dialog.runId}) was closed: ${decision?.status ?? 'gone'}`, 'info');
   }
 
   async askPerson(decision, run, signal) {
@@ -435,6 +447,8 @@ export class WorkflowSession {
       if (req.textInput?.required && text.trim() === '') return;
     }
     if (signal.aborted) return;
+    // Answered here: its dialog is done (the refresh this answer causes must not report it closed).
+    if (this.dialogs.get(decision.decision_id)?.controller.signal === signal) this.dialogs.delete(decision.decision_id);
     await this.call('decision.answer', (c) =>
       c.answerHumanDecision(run.run_id, decision.decision_id, { choice, text }),
     );

@@ -534,6 +534,8 @@ export function defineWorkflow(def) {
     edges,
     ...(maxSteps === undefined ? {} : { max_steps: maxSteps }),
     ...(Object.keys(mounts).length ? { mounts } : {}),
+    // Carried by the snapshot to the run's terminal message (the client presents the result with it).
+    ...(typeof o.presentationPrompt === 'string' && o.presentationPrompt.trim() !== '' ? { presentation_prompt: o.presentationPrompt } : {}),
   };
   const { snapshot: graph, digest } = native(() => addon.compileGraph(snapshot));
   return Object.freeze({

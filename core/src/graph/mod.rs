@@ -98,6 +98,11 @@ pub struct Graph {
     /// [`Graph::step_limit`]), and leaves the digest of a snapshot without the field unchanged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_steps: Option<u64>,
+    /// The workflow's presentation instructions: when a run with an origin session ends, its
+    /// terminal message carries them (as `presentation`) so that the client presents the result
+    /// with a model turn. `None` leaves the digest of a snapshot without the field unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub presentation_prompt: Option<String>,
     /// The included workflows, by mount path (`repair`, `repair.fix`): each bounds one
     /// invocation (the attempts from entering the mount until leaving it) by its own step
     /// limit, as the authoring reference's per-mount `maxSteps` does. Empty for a workflow
@@ -135,6 +140,7 @@ struct RawGraph {
     max_steps: Option<u64>,
     #[serde(default)]
     mounts: BTreeMap<String, Mount>,
+    presentation_prompt: Option<String>,
 }
 
 impl TryFrom<RawGraph> for Graph {
@@ -148,6 +154,7 @@ impl TryFrom<RawGraph> for Graph {
             edges: raw.edges,
             max_steps: raw.max_steps,
             mounts: raw.mounts,
+            presentation_prompt: raw.presentation_prompt,
         };
         graph.normalize();
         graph.validate()?;
@@ -517,6 +524,9 @@ impl Graph {
                 .collect();
             graph.insert("mounts".into(), Value::Object(mounts));
         }
+        if let Some(prompt) = &self.presentation_prompt {
+            graph.insert("presentation_prompt".into(), Value::String(prompt.clone()));
+        }
         Value::Object(graph)
     }
 
@@ -708,6 +718,22 @@ mod tests {
         let b = Graph::parse(&serde_json::from_str(reversed).expect("json")).expect("valid");
         assert_eq!(a, b);
         assert_eq!(a.digest(), b.digest());
+    }
+
+    #[test]
+    fn presentation_prompt_round_trips_and_only_a_set_one_changes_the_digest() {
+        let without = Graph::parse(&sample()).expect("valid");
+        assert_eq!(without.presentation_prompt, None);
+        assert!(without.to_value().get("presentation_prompt").is_none());
+        let mut v = sample();
+        v["presentation_prompt"] = json!("Summarize the result for the user.");
+        let with = Graph::parse(&v).expect("valid");
+        assert_eq!(
+            with.to_value()["presentation_prompt"],
+            json!("Summarize the result for the user.")
+        );
+        assert_eq!(Graph::parse(&with.to_value()).expect("round trip"), with);
+        assert_ne!(with.digest(), without.digest());
     }
 
     #[test]

@@ -1,9 +1,12 @@
 // Protected human decisions through ctx.ui dialogs (extension_ui_request/response), the tool's
 // `answer` refusing them, and workflow messages (notify output, the run's end) delivered once.
 import assert from 'node:assert/strict';
+import { renameSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterEach, beforeEach, test } from 'node:test';
 
-import { piEnv, until } from './harness.mjs';
+import { Client } from '../../index.js';
+import { hostBin, piEnv, until } from './harness.mjs';
 
 let env;
 beforeEach(async () => {
@@ -85,4 +88,34 @@ test('notify output and the result reach the session once, without a model turn'
   const client = await env.client();
   assert.deepEqual(await client.claimMessages('session-a'), [], 'every message was acknowledged');
   await pi.quit();
+});
+
+test('an open dialog closes when the host applies the decision\'s onTimeout response at its deadline', async () => {
+  // The host runs on a test clock: the deadline passes when this test moves it, never by itself.
+  const clock = join(env.root, 'clock');
+  const advance = (ms) => {
+    writeFileSync(`${clock}.tmp`, String(ms));
+    renameSync(`${clock}.tmp`, clock);
+  };
+  const client = await Client.connect({ home: env.piwHome, hostBin, hostEnv: { HOME: env.home, PIW_KILL_GRACE_MS: '300', PIW_TEST_CLOCK: clock } });
+  try {
+    env.addWorkflow('expiring.workflow.mjs', 'expiring');
+    const pi = await env.startPi({ sessionId: 'session-c' });
+    const from = pi.mark();
+    await pi.prompt('/workflow expiring');
+    await pi.waitEvent((e) => e.type === 'extension_ui_request' && e.method === 'select', 'the select dialog', from);
+    const [{ run_id: runId }] = await client.listRuns({ sessionId: 'session-c' });
+    advance(600_001);
+    await client.runStatus(runId); // wakes a host asleep until the old deadline
+    await pi.waitNotify(/workflow decision ask \(run .*\) was closed: answered/, from);
+    const run = await client.waitForRun(runId, { timeoutMs: 30_000 });
+    assert.deepEqual(run.result, { choice: 'go', provenance: 'timeout' });
+    await pi.waitNotify(/workflow expiring completed/, from);
+    // Closed, and not offered again.
+    const selects = pi.events.slice(from).filter((e) => e.type === 'extension_ui_request' && e.method === 'select');
+    assert.equal(selects.length, 1);
+    await pi.quit();
+  } finally {
+    await client.close().catch(() => {});
+  }
 });

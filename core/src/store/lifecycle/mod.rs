@@ -899,10 +899,24 @@ impl WriteTx<'_> {
         self.conn()
             .prepare_cached("UPDATE runs SET status = ?2, finished_at = ?3 WHERE run_id = ?1")?
             .execute(params![run_id, status.as_str(), self.now])?;
+        // The workflow's presentation instructions (from the run's definition snapshot) go with
+        // its terminal message, so that the origin session presents the result with a model turn.
+        let presentation: Option<String> = self
+            .conn()
+            .prepare_cached(
+                "SELECT json_extract(definition, '$.presentation_prompt') FROM runs
+                 WHERE run_id = ?1 AND json_valid(definition)",
+            )?
+            .query_row(params![run_id], |r| r.get(0))
+            .optional()?
+            .flatten();
         let mut content = data.clone();
         if let Value::Object(map) = &mut content {
             map.insert("status".into(), json!(status.as_str()));
             map.insert("workflow".into(), json!(run.workflow_name));
+            if let Some(presentation) = presentation {
+                map.insert("presentation".into(), json!(presentation));
+            }
         }
         self.add_message(run_id, run, MessageKind::Terminal, &content)?;
         let event = match status {

@@ -1,0 +1,88 @@
+// How a run's end is presented in its origin session: with the workflow's presentation
+// instructions a model turn (exactly once, across Pi restarts); without them a result card and no
+// turn (decisions.test.mjs, restart.test.mjs). Also the TUI card renderer.
+import assert from 'node:assert/strict';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, beforeEach, test } from 'node:test';
+
+import { piEnv, until } from './harness.mjs';
+
+let env;
+beforeEach(async () => {
+  env = await piEnv();
+});
+afterEach(async () => {
+  await env?.close();
+});
+
+const presentationRequests = () => env.model.requests.filter((r) => /PRESENT-THE-RESULT/.test(r.allText));
+
+test('a run with presentation instructions that ends while Pi is closed gets one presentation turn at the next start, never a second', async () => {
+  env.addWorkflow('presented.workflow.mjs', 'presented');
+  env.model.script = () => ({ text: 'You have 3 apples.' });
+  const gate = join(env.root, 'open');
+  const pi = await env.startPi({ sessionId: 'present' });
+  await pi.prompt(`/workflow presented --input-json ${JSON.stringify({ gate })}`);
+  const client = await env.client();
+  const [started] = await until(async () => {
+    const runs = await client.listRuns({ sessionId: 'present' });
+    return runs.length && runs[0].status === 'running' && runs;
+  }, 'the run computing');
+  pi.kill('SIGKILL');
+  await pi.exited;
+  writeFileSync(gate, '');
+  const run = await client.waitForRun(started.run_id, { timeoutMs: 30_000 });
+  assert.deepEqual(run.result, { apples: 3 });
+
+  const second = await env.startPi({ sessionId: 'present' });
+  const card = await until(() => second.customMessages('piw-message').find((m) => m.details.kind === 'terminal'), 'the presentation');
+  assert.match(card.content, /PRESENT-THE-RESULT/);
+  assert.match(card.content, /"apples": 3/);
+  await until(() => presentationRequests().length === 1, 'the presentation turn reaching the model');
+  await second.waitSettled();
+  await second.quit();
+
+  const third = await env.startPi({ sessionId: 'present' });
+  await third.prompt(`/workflow status ${started.run_id}`);
+  await third.waitNotify(/completed/);
+  assert.equal(third.customMessages('piw-message').length, 0, 'not presented a second time');
+  assert.equal(presentationRequests().length, 1, 'exactly one presentation turn');
+  await third.quit();
+});
+
+test('an assistantMessage step is answered by the visible reply; an ordinary checkpoint is presented to the model and answered with the tool', async () => {
+  env.addWorkflow('reply.workflow.mjs', 'reply');
+  env.model.script = ({ last, lastText }) => {
+    if (last.role === 'user' && /GREET-STEP/.test(lastText)) return { text: 'Hello there!' };
+    if (last.role === 'user' && /CONFIRM-CHECKPOINT/.test(lastText)) {
+      return { tool: { name: 'workflow', arguments: { action: 'answer', answer: { ok: true } } } };
+    }
+    return { text: 'done' };
+  };
+  const pi = await env.startPi();
+  const from = pi.mark();
+  await pi.prompt('/workflow reply');
+  const client = await env.client();
+  const [started] = await until(async () => {
+    const runs = await client.listRuns({ sessionId: 'session-a' });
+    return runs.length && runs;
+  }, 'the run');
+  const run = await client.waitForRun(started.run_id, { timeoutMs: 30_000 });
+  assert.equal(run.status, 'completed');
+  assert.deepEqual(run.result, { greeting: 'Hello there!', confirmed: { ok: true } });
+  const steps = pi.customMessages('piw-step', from);
+  assert.deepEqual(
+    steps.map((m) => [m.details.kind, m.details.node]),
+    [
+      ['assistant_message', 'greet'],
+      ['checkpoint', 'confirm'],
+    ],
+  );
+  await pi.waitEvent(
+    (e) => e.type === 'tool_execution_end' && !e.isError && /answered checkpoint confirm/.test(JSON.stringify(e.result)),
+    'the answer accepted',
+    from,
+  );
+  await pi.quit();
+});

@@ -1,0 +1,64 @@
+// The TUI card renderer the extension registers for its step and message cards (Pi calls it only
+// in the TUI, never in RPC mode, so it is called here as Pi would: with a theme and a width).
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+
+import piwExtension from '../../extension/index.js';
+
+/** The extension's registrations, through a stand-in for Pi's ExtensionAPI. */
+function register() {
+  const renderers = new Map();
+  const tools = [];
+  piwExtension({
+    on() {},
+    registerTool: (t) => tools.push(t),
+    registerCommand() {},
+    registerMessageRenderer: (type, fn) => renderers.set(type, fn),
+  });
+  return { renderers, tools };
+}
+
+const theme = { fg: (color, text) => `<${color}>${text}</${color}>` };
+const plain = (line) => line.replace(/<\/?[a-z]+>/g, '');
+
+test('a step card shows the node, the run and the reminder, then the first three lines of the step', () => {
+  const { renderers } = register();
+  const message = {
+    customType: 'piw-step',
+    content: 'Workflow titles, step draft\nPropose a title\nExpected output: {"title": string}\nSubmit with ...',
+    details: { node: 'draft', runId: 'run_1', reminder: 1 },
+  };
+  const lines = renderers.get('piw-step')(message, { expanded: false }, theme).render(80);
+  assert.deepEqual(lines, [
+    ' <accent>workflow step draft · run run_1 · reminder 1</accent>',
+    ' Workflow titles, step draft',
+    ' Propose a title',
+    ' Expected output: {"title": string}',
+  ]);
+});
+
+test('a result card shows the kind, the run and the status; no line is wider than the width', () => {
+  const { renderers } = register();
+  const message = {
+    customType: 'piw-message',
+    content: `Workflow gate completed (run run_2)\nresult: ${'x'.repeat(200)}\n漢字漢字漢字漢字漢字漢字`,
+    details: { kind: 'terminal', runId: 'run_2', content: { status: 'completed' } },
+  };
+  const card = renderers.get('piw-message')(message, { expanded: false }, theme);
+  assert.equal(plain(card.render(80)[0]), ' workflow terminal · run run_2 · completed');
+  for (const width of [12, 20, 40]) {
+    for (const line of card.render(width)) {
+      const columns = [...plain(line)].reduce((n, ch) => n + (ch.codePointAt(0) >= 0x2e80 ? 2 : 1), 0);
+      assert.ok(columns <= width, `${JSON.stringify(line)} fits ${width} columns`);
+    }
+  }
+});
+
+test('the tool schema is plain JSON Schema: a flat object with an enum action', () => {
+  const { tools } = register();
+  const { parameters } = tools.find((t) => t.name === 'workflow');
+  assert.equal(parameters.type, 'object');
+  assert.deepEqual(parameters.required, ['action']);
+  assert.deepEqual(parameters.properties.action.enum, ['list', 'start', 'status', 'pause', 'resume', 'cancel', 'answer', 'update', 'submit']);
+  for (const p of Object.values(parameters.properties)) assert.notEqual(p.type, 'object', 'flat');
+});
