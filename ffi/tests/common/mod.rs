@@ -19,8 +19,8 @@ pub fn built(name: &str) -> PathBuf {
     let path = build_dir().join(name);
     assert!(
         path.exists(),
-        "{} is missing: build the workspace first (`cargo build --workspace`; \
-         `cargo test --workspace` does)",
+        "{} is missing: build the workspace first (`cargo build --workspace`, as \
+         `scripts/test-all` does: `cargo test` alone builds no cdylib)",
         path.display()
     );
     path
