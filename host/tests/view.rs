@@ -247,7 +247,8 @@ fn the_viewer_follows_a_live_host_in_a_real_terminal() {
     tmux.keys(&["Enter"]);
     let screen = tmux.wait_for("the hello run", |s| s.contains("COMPLETED · hello"));
     assert!(
-        screen.contains("[greet]") && screen.contains("events · live"),
+        // The current node's box is in view (at 80x24 the panel scrolls to it).
+        line_of(&screen, "[done]").contains("│ ✓ [done]") && screen.contains("events · live"),
         "{screen}"
     );
     tmux.keys(&["Left"]);

@@ -218,59 +218,76 @@ pub fn status_marker(status: Option<&str>) -> &'static str {
     }
 }
 
-/// The graph as lines: one box per node (`[id]`, its kind, marker, visits, time) and arrows
-/// to where it leads, an included workflow under its own heading.
+/// The graph panel's lines and the line of the selected node: each node a box (its id, state
+/// marker and word, visits, time, the `◀` of the current node), and under it its arrows: `▼`
+/// to the one next node, `├─ case ─▶ node` for each case of a switch, `■ end` for none. The
+/// boxes share one width, so they read as a column. Nothing depends on colour: `>` marks the
+/// selected node and `▸` the highlighted one, beside its box.
 pub fn graph_lines(m: &RunModel, theme: Theme) -> (Vec<Line<'static>>, usize) {
     let mut lines = Vec::new();
     let mut selected_line = 0;
     let highlighted = m.highlighted_node();
+    let contents: Vec<Line<'static>> = m
+        .nodes
+        .iter()
+        .map(|node| node_line(node, highlighted == Some(&node.node_id), theme))
+        .collect();
+    let inner = contents.iter().map(Line::width).max().unwrap_or(0) + 2;
     let mut mount: Option<&str> = None;
-    for (i, node) in m.nodes.iter().enumerate() {
+    for (i, (node, content)) in m.nodes.iter().zip(contents).enumerate() {
         if node.mount.as_deref() != mount {
             mount = node.mount.as_deref();
             if let Some(name) = mount {
                 lines.push(Line::from(format!("┄┄ included workflow {name} ┄┄")));
             }
         }
-        if i == m.selected {
+        let selected = i == m.selected;
+        let pointer = if highlighted == Some(&node.node_id) {
+            "▸"
+        } else {
+            " "
+        };
+        let selection = if selected { ">" } else { " " };
+        lines.push(Line::from(format!("  ┌{}┐", "─".repeat(inner))));
+        if selected {
             selected_line = lines.len();
         }
-        lines.push(node_line(
-            node,
-            i == m.selected,
-            highlighted == Some(&node.node_id),
-            theme,
-        ));
+        let pad = inner.saturating_sub(content.width() + 1);
+        let mut spans = vec![Span::raw(format!("{selection}{pointer}│ "))];
+        spans.extend(content.spans);
+        spans.push(Span::raw(format!("{}│", " ".repeat(pad))));
+        let line = Line::from(spans);
+        lines.push(if selected {
+            line.style(Style::default().add_modifier(Modifier::REVERSED))
+        } else {
+            line
+        });
+        lines.push(Line::from(format!("  └{}┘", "─".repeat(inner))));
         if node.is_current {
             if let Some(progress) = m.current_progress() {
-                lines.push(Line::from(format!("      ⋯ {}", one_line(progress))));
+                lines.push(Line::from(format!("     ⋯ {}", one_line(progress))));
             }
         }
-        let arrows: Vec<String> = node
-            .next
-            .iter()
-            .map(|(case, to)| match case {
-                Some(case) => format!("{case} ─▶ {to}"),
-                None => format!("─▶ {to}"),
-            })
-            .collect();
-        if arrows.is_empty() {
-            lines.push(Line::from("      └ end"));
-        } else {
-            lines.push(Line::from(format!("      └ {}", arrows.join(" │ "))));
+        match node.next.as_slice() {
+            [] => lines.push(Line::from("     ■ end")),
+            [(None, to)] => lines.push(Line::from(format!("     ▼ {to}"))),
+            edges => {
+                for (n, (case, to)) in edges.iter().enumerate() {
+                    let branch = if n + 1 == edges.len() { "└" } else { "├" };
+                    let case = case.as_deref().unwrap_or("*");
+                    lines.push(Line::from(format!("     {branch}─ {case} ─▶ {to}")));
+                }
+            }
         }
     }
     (lines, selected_line)
 }
 
-fn node_line(node: &NodeRow, selected: bool, highlighted: bool, theme: Theme) -> Line<'static> {
+/// What a node's box says: its state marker, `[id]`, status word, visits and time.
+fn node_line(node: &NodeRow, highlighted: bool, theme: Theme) -> Line<'static> {
     let status = node.activity.as_ref().map(|a| a.last_status.as_str());
-    // Selected (the inspector's node) and highlighted (the current node, or the one the event
-    // shown in history is about) read without any style: `>` and `▸`.
-    let selection = if selected { ">" } else { " " };
-    let pointer = if highlighted { "▸" } else { " " };
     let mut spans = vec![
-        Span::raw(format!("{selection}{pointer}{} ", status_marker(status))),
+        Span::raw(format!("{} ", status_marker(status))),
         Span::styled(
             format!("[{}]", node.node_id),
             if highlighted {
@@ -300,12 +317,7 @@ fn node_line(node: &NodeRow, selected: bool, highlighted: bool, theme: Theme) ->
             Style::default().add_modifier(Modifier::BOLD),
         ));
     }
-    let line = Line::from(spans);
-    if selected {
-        line.style(Style::default().add_modifier(Modifier::REVERSED))
-    } else {
-        line
-    }
+    Line::from(spans)
 }
 
 fn draw_graph(frame: &mut Frame<'_>, area: Rect, m: &RunModel, theme: Theme) {
@@ -319,8 +331,8 @@ fn draw_graph(frame: &mut Frame<'_>, area: Rect, m: &RunModel, theme: Theme) {
         lines.insert(0, Line::from(format!("snapshot unreadable: {error}")));
     }
     let inner_height = area.height.saturating_sub(2) as usize;
-    // Keep the selected node (and its arrow line) in view.
-    let scroll = (selected_line + 2).saturating_sub(inner_height);
+    // Keep the selected node's box (and its first arrow line) in view.
+    let scroll = (selected_line + 3).saturating_sub(inner_height);
     let title = m
         .graph
         .as_ref()

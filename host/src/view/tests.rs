@@ -319,7 +319,17 @@ fn a_run_with_a_branch_and_a_loop_shows_visits_routes_and_history() {
     assert!(line("[draft]").contains("×2 2.50s"), "{text}");
     assert!(line("[review]").contains("×2 2.50s"), "{text}");
     assert!(line("[publish]").contains("✓"), "{text}");
-    assert!(text.contains("true ─▶ draft │ * ─▶ publish"), "{text}");
+    // Each node is a box (its line between a top and a bottom border), with its arrows under it.
+    let rows: Vec<&str> = text.lines().collect();
+    let publish = rows.iter().position(|l| l.contains("[publish]")).unwrap();
+    assert!(rows[publish].contains("│ ✓ [publish]"), "{text}");
+    assert!(rows[publish - 1].contains("┌──"), "{text}");
+    assert!(rows[publish + 1].contains("└──"), "{text}");
+    assert!(rows[publish + 2].contains("■ end"), "{text}");
+    let draft = rows.iter().position(|l| l.contains("[draft]")).unwrap();
+    assert!(rows[draft + 2].contains("▼ review"), "{text}");
+    assert!(text.contains("├─ true ─▶ draft"), "{text}");
+    assert!(text.contains("└─ * ─▶ publish"), "{text}");
     assert!(text.contains("draft ─▶ review (ok)"), "{text}");
 
     // History: back to the event that sent the run round the loop, then forward to live.
@@ -367,7 +377,7 @@ fn a_run_waiting_on_a_decision_shows_the_question() {
     assert!(text.contains("live · current node approve"), "{text}");
     let approve = text.lines().find(|l| l.contains("[approve]")).unwrap();
     // Selected (the current node when a run opens) and the current node.
-    assert!(approve.contains(">▸? [approve] waiting"), "{text}");
+    assert!(approve.contains(">▸│ ? [approve] waiting"), "{text}");
     assert!(text.contains("human_decision"), "{text}");
     assert!(text.contains(&decision[..12]), "{text}");
     assert!(text.contains("question: Ship app.tar to"), "{text}");
@@ -417,7 +427,8 @@ fn a_failed_run_shows_its_error_and_its_childs_stderr() {
 fn a_composed_run_shows_the_included_workflow() {
     let mut f = Fixture::new();
     let run_id = composed_run(&mut f);
-    let text = f.view(&run_id, 80, 24);
+    // Tall enough for every box of the run (at 24 lines the panel scrolls to the selected one).
+    let text = f.view(&run_id, 80, 40);
     assert!(text.contains("included workflow repair"), "{text}");
     let heading = text
         .lines()
@@ -438,7 +449,7 @@ fn a_composed_run_shows_the_included_workflow() {
     let below = text
         .lines()
         .skip_while(|l| !l.contains("[repair.verify]"))
-        .nth(1)
+        .nth(2)
         .unwrap();
     assert!(below.contains("⋯ verifying 3 of 7 files"), "{text}");
     assert!(text.contains("progress: verifying 3 of 7 files"), "{text}");
