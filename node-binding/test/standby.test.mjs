@@ -169,6 +169,11 @@ test('a standby worker handed a run whose commit then fails is stopped, and the 
     // The process exists as soon as it is forked; the pool lists it a moment later (after its
     // spawn returns). Only a listed worker is handed a run.
     await until('the pool to list its worker', async () => (await c.status()).standby_workers === 1);
+    // The run's own child must be gone too (its exit recorded): while the host still counts it,
+    // the run is not activated in the answer's batch, so no worker gets the envelope before the
+    // failing commit, and the worker below is never stopped. (Seen on a loaded machine: the
+    // pool's worker sleeping as the host's only child, 30 s after the answer.)
+    await until("the run's own child to be gone", async () => (await c.status()).active_children === 0);
     const { decisions } = await c.runStatus(runId);
     const failed = await c.answerCheckpoint(runId, decisions[0].decision_id, 'yes').catch((e) => e);
     assert.ok(failed instanceof Error, 'the answer did not commit');
