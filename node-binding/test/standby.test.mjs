@@ -159,21 +159,19 @@ test('a standby worker handed a run whose commit then fails is stopped, and the 
     const c = host.client;
     const { run_id: runId } = await c.startRun(file, {});
     await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
-    // The pool's worker: the host's one child that is not the run's own (which parked and is
-    // on its way out, but may still be there on a loaded machine).
-    const runChild = (await c.runStatus(runId)).last_child?.pid;
+    // The run's own child must be gone first (its exit recorded): while the host still counts
+    // it, the run is not activated in the answer's batch, so no worker gets the envelope before
+    // the failing commit and the worker below is never stopped. (Seen on a loaded machine: the
+    // pool's worker sleeping as the host's only child, 30 s after the answer.)
+    await until("the run's own child to be gone", async () => (await c.status()).active_children === 0);
+    // Then the host's one child is the pool's worker.
     const [standby] = await until('a standby worker', () => {
-      const kids = childrenOf(host.pid).filter((p) => p !== runChild);
+      const kids = childrenOf(host.pid);
       return kids.length === 1 ? kids : null;
     });
     // The process exists as soon as it is forked; the pool lists it a moment later (after its
     // spawn returns). Only a listed worker is handed a run.
     await until('the pool to list its worker', async () => (await c.status()).standby_workers === 1);
-    // The run's own child must be gone too (its exit recorded): while the host still counts it,
-    // the run is not activated in the answer's batch, so no worker gets the envelope before the
-    // failing commit, and the worker below is never stopped. (Seen on a loaded machine: the
-    // pool's worker sleeping as the host's only child, 30 s after the answer.)
-    await until("the run's own child to be gone", async () => (await c.status()).active_children === 0);
     const { decisions } = await c.runStatus(runId);
     const failed = await c.answerCheckpoint(runId, decisions[0].decision_id, 'yes').catch((e) => e);
     assert.ok(failed instanceof Error, 'the answer did not commit');

@@ -35,6 +35,9 @@ pub struct HostState {
     pub supervisor: Option<tokio::sync::mpsc::UnboundedSender<super::supervisor::SupervisorCmd>>,
     /// The socket children connect to.
     pub socket_path: std::path::PathBuf,
+    /// This installation's [`super::supervision_scope`], computed once: every child's marker
+    /// starts with it.
+    pub supervision_scope: String,
     /// The largest reply frame connections send (`Limits::max_frame_bytes`): `run.status`
     /// fits its reply under it.
     pub reply_limit: usize,

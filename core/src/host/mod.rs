@@ -505,6 +505,7 @@ async fn serve_async(
         child_config: config.children.clone(),
         supervisor: Some(supervisor_tx),
         socket_path: paths.socket.clone(),
+        supervision_scope: supervision_scope(&paths.socket),
         reply_limit: config.limits.max_frame_bytes,
         outbox,
         ..HostState::default()

@@ -549,7 +549,7 @@ fn launch(
                 limits,
                 nice: cfg.nice,
                 tail_bytes: CHILD_TAIL_BYTES,
-                scope: super::supervision_scope(&state.socket_path),
+                scope: state.supervision_scope.clone(),
             },
         })
     });
@@ -567,7 +567,7 @@ fn launch(
             limits,
             nice: cfg.nice,
             tail_bytes: CHILD_TAIL_BYTES,
-            scope: super::supervision_scope(&state.socket_path),
+            scope: state.supervision_scope.clone(),
         },
         standby,
     });
