@@ -249,6 +249,32 @@ fn ensure_host_starts_a_host_once_a_stopping_one_has_let_go() {
     home.client().call(RequestBody::HostStop).unwrap();
 }
 
+/// A lock whose recorded holder is already dead is that of a process still exiting (a killed
+/// multi-threaded host keeps its files, the lock among them, until its last thread is gone,
+/// after its main thread shows as dead): it is waited for, not reported as a running host. The
+/// holder here is the test, with a dead process's pid in the file; it lets go while the caller
+/// waits.
+#[test]
+fn the_lock_of_a_dead_but_still_exiting_holder_is_waited_for() {
+    let home = Home::new();
+    home.paths.ensure_dirs().unwrap();
+    let held = piw_core::host::lock_installation(&home.paths).unwrap();
+    let mut dead = std::process::Command::new("true").spawn().unwrap();
+    let dead_pid = dead.id();
+    dead.wait().unwrap();
+    std::fs::write(&home.paths.lock, format!("{dead_pid}\n")).unwrap();
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        drop(held);
+    });
+    let taken = piw_core::host::lock_installation(&home.paths);
+    release.join().unwrap();
+    let file = taken.expect("the lock, once its dying holder let go");
+    drop(file);
+    let pid = std::fs::read_to_string(&home.paths.lock).unwrap();
+    assert_eq!(pid.trim(), std::process::id().to_string());
+}
+
 /// While another process holds the installation past the wait, the host `ensure_host` started
 /// exits at once (the lock refuses it), but that is not why the call fails: the error is the
 /// timeout, naming the lock that was not let go.

@@ -294,7 +294,45 @@ impl HostShared {
 /// process's pid into it. The lock lives as long as the returned file. A host holds it for its
 /// whole life, stop included; `piw state reset` holds it while it deletes the database, so no
 /// host can start, run or still be stopping meanwhile.
+///
+/// A holder whose recorded process is already dead (killed, its leader a zombie) is still
+/// exiting: a multi-threaded process's open files, and with them the lock, go only when its
+/// last thread has exited, which on a loaded machine can be a while after its main thread
+/// shows as dead. Such a lock is waited for, up to [`DYING_HOLDER_WAIT`]; a live holder is
+/// reported at once.
 pub fn lock_installation(paths: &PiwPaths) -> Result<File, HostError> {
+    let deadline = Instant::now() + DYING_HOLDER_WAIT;
+    loop {
+        match try_lock_installation(paths)? {
+            LockAttempt::Locked(file) => return Ok(file),
+            LockAttempt::Held { pid } => {
+                let dying = pid
+                    .parse::<u32>()
+                    .is_ok_and(|pid| !crate::supervise::process_alive(pid));
+                if !dying || Instant::now() >= deadline {
+                    return Err(HostError::AlreadyRunning {
+                        pid,
+                        home: paths.home.display().to_string(),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+/// How long [`lock_installation`] waits for a lock whose holder is dead but still exiting.
+const DYING_HOLDER_WAIT: Duration = Duration::from_secs(10);
+
+enum LockAttempt {
+    Locked(File),
+    /// Another process holds the lock; `pid` is what the file says (at most 20 characters).
+    Held {
+        pid: String,
+    },
+}
+
+fn try_lock_installation(paths: &PiwPaths) -> Result<LockAttempt, HostError> {
     let mut file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -308,9 +346,8 @@ pub fn lock_installation(paths: &PiwPaths) -> Result<File, HostError> {
         Err(std::fs::TryLockError::WouldBlock) => {
             let mut pid = String::new();
             let _ = file.read_to_string(&mut pid);
-            return Err(HostError::AlreadyRunning {
-                pid: pid.trim().to_owned().chars().take(20).collect::<String>(),
-                home: paths.home.display().to_string(),
+            return Ok(LockAttempt::Held {
+                pid: pid.trim().chars().take(20).collect::<String>(),
             });
         }
         Err(std::fs::TryLockError::Error(e)) => {
@@ -324,7 +361,7 @@ pub fn lock_installation(paths: &PiwPaths) -> Result<File, HostError> {
     writeln!(file, "{}", std::process::id()).map_err(io_err("cannot write the lock file"))?;
     file.sync_all()
         .map_err(io_err("cannot write the lock file"))?;
-    Ok(file)
+    Ok(LockAttempt::Locked(file))
 }
 
 /// Runs a host in the foreground until SIGTERM, SIGINT or a `host.stop` request, then stops
