@@ -363,10 +363,21 @@ async function humanRequest(run, impl, ctx) {
   const presentation = asked.presentation ?? null;
   const question = String(asked.title ?? presentation?.summary ?? `Decide ${ctx.state.node}`);
   const details = asked.title !== undefined && presentation?.summary ? String(presentation.summary) : null;
+  // A choice's text rule goes with it: the host checks an answer against it when it is
+  // given, so a mistyped answer is refused while the run still waits.
   const choices = Object.entries(impl.choices).map(([id, c]) => ({
     id,
     label: c.label,
     ...(c.description === undefined ? {} : { description: c.description }),
+    ...(c.input
+      ? {
+          input: {
+            name: c.input.name,
+            ...(c.input.minLength === undefined ? {} : { minLength: c.input.minLength }),
+            ...(c.input.maxLength === undefined ? {} : { maxLength: c.input.maxLength }),
+          },
+        }
+      : {}),
   }));
   const withText = Object.values(impl.choices).find((c) => c.input);
   const textInput = withText

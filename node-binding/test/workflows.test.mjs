@@ -571,7 +571,7 @@ test('decision, assistantMessage, humanDecision with text input, and notify, thr
     details: 'Read the explanation.',
     choices: [
       { id: 'continue', label: 'Continue' },
-      { id: 'replan', label: 'Replan', description: 'Back to planning' },
+      { id: 'replan', label: 'Replan', description: 'Back to planning', input: { name: 'instructions' } },
     ],
     textInput: { label: 'What should change?', placeholder: 'smaller', required: true },
     audience: 'operator',
@@ -583,6 +583,55 @@ test('decision, assistantMessage, humanDecision with text input, and notify, thr
   assert.deepEqual(run.result, { kind: 'final', message: 'replan: smaller steps by human' });
   const messages = await c.claimMessages(session);
   assert.deepEqual(messages.find((m) => m.kind === 'notify').content, { kind: 'final', message: 'replan: smaller steps by human' });
+});
+
+test("the host refuses an answer that does not fit a human decision's choices, naming them; the run keeps waiting", async () => {
+  const c = host.client;
+  const file = writeWorkflow(
+    host.dir,
+    'strict-answer',
+    `const choices = piw.defineHumanChoices({
+      go: piw.choice({ label: 'Go' }),
+      stop: piw.choice({ label: 'Stop', input: piw.textInput({ name: 'reason', prompt: 'Why?', minLength: 5, maxLength: 20 }) }),
+    });
+    export default piw.defineWorkflow({
+      name: 'strict-answer', startAt: 'ask',
+      nodes: { ask: piw.humanDecision({ choices }), went: piw.compute({ run: () => 'went' }),
+        stopped: piw.compute({ run: ({ outputs }) => outputs.ask.input.reason }) },
+      edges: [piw.humanDecisionEdge({ from: 'ask', choices, cases: { go: 'went', stop: 'stopped' } })],
+    });`,
+  );
+  const { run_id: runId } = await c.startRun(file);
+  const ask = await until(c, runId, (s) => s.decisions.find((d) => d.status === 'pending'));
+  const rule = {
+    choices: [
+      { id: 'go', text: null },
+      { id: 'stop', text: { name: 'reason', min_length: 5, max_length: 20 } },
+    ],
+  };
+  for (const [answer, says] of [
+    [{ choice: null }, /choice of: go, stop \(with a text of 5 to 20 characters\); got no choice/],
+    [{ choice: 'maybe' }, /got choice "maybe"/],
+    ['go', /got no choice/],
+    [{ choice: 'stop', text: 'no' }, /choice stop needs a text of 5 to 20 characters as "text"; got 2 characters/],
+    [{ choice: 'stop', text: 'x'.repeat(21) }, /got 21 characters/],
+    [{ choice: 'stop' }, /got no text/],
+  ]) {
+    await assert.rejects(c.answerHumanDecision(runId, ask.decision_id, answer), (e) => {
+      assert.equal(e.code, 'malformed', e.message);
+      assert.match(e.message, says);
+      assert.deepEqual(e.details, rule);
+      return true;
+    });
+  }
+  const still = await c.runStatus(runId);
+  assert.equal(still.run.status, 'waiting');
+  assert.equal(still.decisions.find((d) => d.decision_id === ask.decision_id).status, 'pending');
+  // The text may come as `input.<name>` too, as the runtime reads it.
+  await c.answerHumanDecision(runId, ask.decision_id, { choice: 'stop', input: { reason: 'too risky' } });
+  const run = await c.waitForRun(runId, { timeoutMs: 20_000 });
+  assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+  assert.equal(run.result, 'too risky');
 });
 
 /** Whether `pid` is gone (or a zombie waiting to be reaped). */
