@@ -457,16 +457,30 @@ async function runShell(impl, ctx, publishUpdate) {
   const args = (spec.args ?? []).map(String);
   const max = spec.maxOutputChars ?? DEFAULT_MAX_OUTPUT_CHARS;
   if (!(Number.isInteger(max) && max > 0)) throw new Error('maxOutputChars must be a positive integer');
+  // Every argument is checked before the command starts: a bad one starts nothing.
+  if (spec.timeoutMs !== undefined && !(typeof spec.timeoutMs === 'number' && spec.timeoutMs > 0)) {
+    throw new Error('timeoutMs must be a positive number');
+  }
   const started = monotonicMs();
-  // Updates are published in line order; a failing parseLine fails the node.
+  // Updates are published in line order. A failing parseLine (or update) fails the node with
+  // its error: the command is stopped and no later line is parsed. The chain always has a
+  // handler, so the failure is never an unhandled rejection, which would end this child.
   let updates = Promise.resolve();
+  let lineError = null;
+  let stopForLine = () => {};
   const lineHandler = (stream) =>
     impl.parseLine
       ? (line) => {
-          updates = updates.then(async () => {
-            const parsed = await impl.parseLine(line, { stream });
-            for (const u of Array.isArray(parsed) ? parsed : parsed ? [parsed] : []) await publishUpdate(u);
-          });
+          updates = updates
+            .then(async () => {
+              if (lineError) return;
+              const parsed = await impl.parseLine(line, { stream });
+              for (const u of Array.isArray(parsed) ? parsed : parsed ? [parsed] : []) await publishUpdate(u);
+            })
+            .catch((e) => {
+              lineError ??= e;
+              stopForLine();
+            });
         }
       : null;
   const out = new Capture(max, lineHandler('stdout'));
@@ -483,17 +497,15 @@ async function runShell(impl, ctx, publishUpdate) {
   const stop = (why) => {
     if (child.pid === undefined || child.exitCode !== null || child.signalCode !== null) return;
     if (why === 'timeout') timedOut = true;
-    else aborted = true;
+    else if (why === 'abort') aborted = true;
     killGroup(child.pid, 'SIGTERM');
     timers.push(setTimeout(() => killGroup(child.pid, 'SIGKILL'), SHELL_KILL_GRACE_MS));
   };
   if (child.pid !== undefined) commandGroups.add(child.pid);
   const onAbort = () => stop('abort');
   ctx.signal.addEventListener('abort', onAbort, { once: true });
-  if (spec.timeoutMs !== undefined) {
-    if (!(typeof spec.timeoutMs === 'number' && spec.timeoutMs > 0)) throw new Error('timeoutMs must be a positive number');
-    timers.push(setTimeout(() => stop('timeout'), spec.timeoutMs));
-  }
+  stopForLine = () => stop('line');
+  if (spec.timeoutMs !== undefined) timers.push(setTimeout(() => stop('timeout'), spec.timeoutMs));
   // Decoded as UTF-8 across chunk boundaries.
   child.stdout.setEncoding('utf8').on('data', (c) => out.push(c));
   child.stderr.setEncoding('utf8').on('data', (c) => err.push(c));
@@ -514,6 +526,7 @@ async function runShell(impl, ctx, publishUpdate) {
   out.end();
   err.end();
   await updates;
+  if (lineError) throw new Error(`updates.parseLine failed: ${message(lineError)}`);
   const result = {
     stdout: out.text,
     stderr: err.text,

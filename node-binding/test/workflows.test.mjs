@@ -704,6 +704,43 @@ test('shell: exec, parse, updates.parseLine, capped output, non-zero exits', asy
   );
 });
 
+test('shell: a throwing updates.parseLine fails the node with its error and stops the command; a bad timeoutMs starts nothing', async () => {
+  const c = host.client;
+  const started = join(host.dir, 'bad-timeout-started');
+  const file = writeWorkflow(
+    host.dir,
+    'shell-bad',
+    `export default piw.defineWorkflow({
+      name: 'shell-bad', startAt: 'parse',
+      nodes: {
+        parse: piw.shell({
+          effect: piw.idempotentEffect('cmd.parse'),
+          exec: () => ({ command: 'sh', args: ['-c', 'echo ok; echo bad; exec sleep 600'] }),
+          updates: { parseLine: (line) => { if (line === 'bad') throw new Error('cannot parse ' + line); return { type: 'line', data: line }; } },
+        }),
+        timeout: piw.shell({
+          effect: piw.idempotentEffect('cmd.timeout'),
+          exec: () => ({ command: 'touch', args: [${JSON.stringify(started)}], timeoutMs: -1 }),
+        }),
+        seen: piw.compute({ run: ({ results }) => ({ parse: results.parse.error, timeout: results.timeout.error }) }),
+      },
+      edges: [
+        { from: 'parse', switch: { on: '$result.outcome', cases: { failed: 'timeout' } } },
+        { from: 'timeout', switch: { on: '$result.outcome', cases: { failed: 'seen' } } },
+      ],
+    });`,
+  );
+  const run = await c.waitForRun((await c.startRun(file)).run_id, { timeoutMs: 60_000 });
+  assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+  assert.deepEqual(run.result, {
+    parse: 'node parse failed: updates.parseLine failed: cannot parse bad',
+    timeout: 'node timeout failed: timeoutMs must be a positive number',
+  });
+  assert.equal(existsSync(started), false, 'the command with a bad timeoutMs never ran');
+  const { effects } = await c.runStatus(run.run_id);
+  assert.deepEqual(effects.map((e) => e.state), ['failed', 'failed']);
+});
+
 test('shell: a command that ignores SIGTERM and starts a grandchild is killed whole, at its timeout and on cancel', async () => {
   const c = host.client;
   const pids = join(host.dir, 'shell-pids');
