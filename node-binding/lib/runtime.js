@@ -55,6 +55,8 @@ function wrap(worker) {
 }
 
 const message = (e) => (e instanceof Error ? e.message : String(e));
+/** Text on one line (the host quotes a child's last stderr line). */
+const oneLine = (text) => text.replace(/\s*\n\s*/g, ' ');
 
 /** Stops the run for review without loading (or after refusing) the workflow's code. */
 function stopForReview(w, reason) {
@@ -345,7 +347,12 @@ async function judge(impl, payload, ctx) {
   const parsed = tolerantJson(payload);
   if (!impl.validate) return { output: parsed };
   try {
-    const normalised = await impl.validate(parsed, ctx);
+    // An exception `validate` leaves uncaught (a promise nobody awaits) rejects the
+    // submission with its message, like one it throws, instead of ending the child.
+    const normalised = await guardUncaught(
+      () => impl.validate(parsed, ctx),
+      (e) => e,
+    );
     return { output: normalised === undefined ? parsed : normalised };
   } catch (e) {
     return { error: message(e) };
@@ -803,16 +810,23 @@ function onUncaught(e) {
     fail(e);
     return;
   }
-  process.stderr.write(`piw worker: uncaught ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
+  // The stack for whoever reads the log, then the message alone: the host quotes the last
+  // line of stderr as the reason the child ended (in a review reason, say).
+  if (e instanceof Error && e.stack) process.stderr.write(`${e.stack}\n`);
+  process.stderr.write(`piw worker: uncaught exception: ${oneLine(message(e))}\n`);
   process.exit(1);
 }
 
-/** Runs `f` (a node's execution) so that an uncaught exception meanwhile fails `node`. */
-function guardUncaught(node, f) {
+/**
+ * Runs `f` (node code) so that an uncaught exception meanwhile rejects with `toError(e)`
+ * instead of ending the child.
+ */
+function guardUncaught(f, toError) {
   const crashed = new Promise((_, reject) => {
-    nodeCrashed = (e) => reject(new NodeFailure(failedIn(node, 'run', e)));
+    nodeCrashed = (e) => reject(toError(e));
   });
-  return Promise.race([f(), crashed]).finally(() => {
+  // `f` called inside a promise, so that a synchronous throw also clears the guard.
+  return Promise.race([Promise.resolve().then(f), crashed]).finally(() => {
     nodeCrashed = null;
   });
 }
@@ -967,7 +981,10 @@ async function drive(w) {
         if (decided.error) throw new NodeFailure(decided.error);
         const impl = impls[nodeId];
         const exec = async () => execute(w, run, impl, await run.forNode(nodeId, attemptId, signal));
-        step = impl?.kind === 'action' ? await exec() : await guardUncaught(nodeId, exec);
+        step =
+          impl?.kind === 'action'
+            ? await exec()
+            : await guardUncaught(exec, (e) => new NodeFailure(failedIn(nodeId, 'run', e)));
       } catch (e) {
         if (!(e instanceof NodeFailure)) throw e;
         // An included input or the `timeoutMs` function failed.
@@ -1193,7 +1210,7 @@ export async function runWorker() {
       process.stderr.write(`piw worker: ${message(e)}\n`);
       return 0;
     }
-    process.stderr.write(`piw worker: ${e.code ?? 'error'}: ${message(e)}\n`);
+    process.stderr.write(`piw worker: ${e.code ?? 'error'}: ${oneLine(message(e))}\n`);
     return 1;
   }
 }

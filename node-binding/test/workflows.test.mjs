@@ -1311,3 +1311,37 @@ test('an exception node code throws where nobody catches it fails that node, nam
     assert.deepEqual(attempts.map((a) => [a.node_id, a.status]).reverse(), [['a', 'failed'], ['recovered', 'ok']]);
   }
 });
+
+
+test("an exception validate leaves uncaught rejects the submission with its message; one in an action's run is quoted in the review reason", async () => {
+  const c = host.client;
+  const session = 'session-validate-uncaught';
+  const file = writeWorkflow(
+    host.dir,
+    'validate-uncaught',
+    `export default piw.defineWorkflow({
+      name: 'validate-uncaught', startAt: 'ask',
+      nodes: {
+        ask: piw.agent({ prompt: 'Give { n }', validate: (out) => {
+          if (out.n !== 1) { Promise.reject(new Error('n must be 1, got ' + out.n)); return new Promise(() => {}); }
+          return out;
+        } }),
+        act: piw.action({ effect: piw.manualEffect('act.once'), run: () => new Promise(() => {
+          setTimeout(() => { throw new Error('the action broke'); }, 1);
+        }) }),
+      },
+      edges: [{ from: 'ask', to: 'act' }],
+    });`,
+  );
+  const { run_id: runId } = await c.startRun(file, { sessionId: session });
+  await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
+  const [ask] = await c.listInteractions(session);
+  const wrong = await c.submitInteraction(ask, { n: 2 });
+  const verdict = await c.waitForSubmission(runId, wrong.submission_id, { timeoutMs: 20_000 });
+  assert.equal(verdict.state, 'rejected');
+  assert.equal(verdict.error, 'n must be 1, got 2');
+  const right = await c.submitInteraction(ask, { n: 1 });
+  assert.equal((await c.waitForSubmission(runId, right.submission_id, { timeoutMs: 20_000 })).state, 'accepted');
+  const stopped = await until(c, runId, (s) => (s.run.status === 'review' ? s.run : null));
+  assert.match(stopped.review_reason, /its last stderr line: piw worker: uncaught exception: the action broke$/);
+});
