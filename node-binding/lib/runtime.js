@@ -846,6 +846,12 @@ function onTerminate() {
 async function drive(w) {
   const env = w.envelope;
   if (env.mode !== 'run' && env.mode !== 'validate') throw new Error(`unknown mode ${env.mode}`);
+  // From the start: workflow code loads below, and whatever it leaves uncaught then ends the
+  // child with its message as the last line on stderr (see `onUncaught`).
+  if (!process.listeners('uncaughtException').includes(onUncaught)) {
+    process.on('uncaughtException', onUncaught);
+    process.on('unhandledRejection', onUncaught);
+  }
   try {
     w.verifySources();
   } catch (e) {
@@ -894,10 +900,6 @@ async function drive(w) {
     }
   }
   process.on('SIGTERM', onTerminate);
-  if (!process.listeners('uncaughtException').includes(onUncaught)) {
-    process.on('uncaughtException', onUncaught);
-    process.on('unhandledRejection', onUncaught);
-  }
   let nodeId;
   let carried = null;
   /** The deadline decided for the current attempt (see `decideTimeout`). */
