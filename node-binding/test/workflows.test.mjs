@@ -1309,6 +1309,10 @@ test('an exception node code throws where nobody catches it fails that node, nam
     assert.deepEqual(run.result, { outcome: 'failed', error });
     const { attempts } = await c.runStatus(run.run_id);
     assert.deepEqual(attempts.map((a) => [a.node_id, a.status]).reverse(), [['a', 'failed'], ['recovered', 'ok']]);
+    // Each attempt says when it opened and ended (the Pi widget shows how long it took).
+    const [recovered, a] = attempts;
+    assert.ok(Number.isInteger(a.started_at) && a.finished_at >= a.started_at, JSON.stringify(a));
+    assert.ok(recovered.started_at >= a.finished_at && recovered.finished_at >= recovered.started_at, JSON.stringify(recovered));
   }
 });
 

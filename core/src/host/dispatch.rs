@@ -714,6 +714,8 @@ mod tests {
             output: Some(output),
             output_omitted: false,
             error: None,
+            started_at: 0,
+            finished_at: Some(0),
         }
     }
 
