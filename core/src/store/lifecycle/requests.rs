@@ -887,3 +887,34 @@ fn text_rule_words(input: &Value) -> String {
         (None, None) => "a text".to_owned(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::check_human_answer;
+    use serde_json::json;
+
+    /// What the Node runtime's `humanResponse` takes, the host takes, and nothing else: the
+    /// text by either name, its length counted as JavaScript counts it.
+    #[test]
+    fn a_human_answer_is_checked_as_the_runtime_reads_it() {
+        let request = json!({"choices": [
+            {"id": "go"},
+            {"id": "stop", "input": {"name": "why", "minLength": 2, "maxLength": 3}}]});
+        let ok = |answer| check_human_answer(&request, &answer).is_ok();
+        assert!(ok(json!({"choice": "go"})));
+        assert!(ok(json!({"choice": "go", "text": "ignored"})));
+        assert!(ok(json!({"choice": "stop", "text": "abc"})));
+        assert!(ok(json!({"choice": "stop", "input": {"why": "ab"}})));
+        // One emoji is two UTF-16 code units: "😀a" is 3 long in JavaScript.
+        assert!(ok(json!({"choice": "stop", "text": "😀a"})));
+        assert!(!ok(json!({"choice": "stop", "text": "😀😀"})));
+        assert!(!ok(json!({"choice": "stop", "text": "a"})));
+        assert!(!ok(json!({"choice": "stop", "input": {"other": "ab"}})));
+        assert!(!ok(json!({"choice": "stop", "text": 12})));
+        assert!(!ok(json!({"choice": "Go"})));
+        assert!(!ok(json!("go")));
+        // A request that lists no choices (another runtime's) constrains nothing.
+        assert!(check_human_answer(&json!({"question": "?"}), &json!(null)).is_ok());
+        assert!(check_human_answer(&json!({"choices": []}), &json!(1)).is_ok());
+    }
+}
