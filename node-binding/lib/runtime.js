@@ -413,6 +413,8 @@ async function humanRequest(run, impl, ctx) {
 const DEFAULT_MAX_OUTPUT_CHARS = 1_000_000;
 /** The longest line `updates.parseLine` sees; the rest of a longer line is dropped. */
 const MAX_LINE_CHARS = 64 * 1024;
+/** The longest delay `setTimeout` honours (2^31 - 1 ms, about 24.8 days). */
+const MAX_TIMER_MS = 2_147_483_647;
 /** Between SIGTERM and SIGKILL of a command's group at its timeout. */
 const SHELL_KILL_GRACE_MS = 1000;
 /** The process groups of running commands: killed at once when this child is stopped. */
@@ -461,12 +463,17 @@ class Capture {
 async function runShell(impl, ctx, publishUpdate) {
   const spec = await impl.exec(ctx);
   if (!spec || typeof spec.command !== 'string') throw new Error('exec must return { command, args?, ... }');
+  // Every argument is checked before the command starts: a bad one starts nothing.
+  if (spec.args !== undefined && !Array.isArray(spec.args)) throw new Error('args must be an array');
   const args = (spec.args ?? []).map(String);
   const max = spec.maxOutputChars ?? DEFAULT_MAX_OUTPUT_CHARS;
   if (!(Number.isInteger(max) && max > 0)) throw new Error('maxOutputChars must be a positive integer');
-  // Every argument is checked before the command starts: a bad one starts nothing.
-  if (spec.timeoutMs !== undefined && !(typeof spec.timeoutMs === 'number' && spec.timeoutMs > 0)) {
-    throw new Error('timeoutMs must be a positive number');
+  // A timer cannot wait longer than MAX_TIMER_MS: Node would fire a longer one at once.
+  if (
+    spec.timeoutMs !== undefined &&
+    !(typeof spec.timeoutMs === 'number' && spec.timeoutMs > 0 && spec.timeoutMs <= MAX_TIMER_MS)
+  ) {
+    throw new Error(`timeoutMs must be a positive number of milliseconds, at most ${MAX_TIMER_MS}`);
   }
   const started = monotonicMs();
   // Updates are published in line order. A failing parseLine (or update) fails the node with
@@ -789,8 +796,10 @@ let current = null;
 function nodeSignal(timeoutMs) {
   current = new AbortController();
   const controller = current;
+  // A deadline longer than a timer can wait is left to the host, which enforces every
+  // deadline anyway (Node would fire a longer timer at once).
   const timer =
-    timeoutMs === undefined
+    timeoutMs === undefined || timeoutMs > MAX_TIMER_MS
       ? null
       : setTimeout(() => controller.abort(new Error('the node timed out')), timeoutMs).unref();
   return { signal: controller.signal, done: () => timer && clearTimeout(timer) };

@@ -722,11 +722,17 @@ test('shell: a throwing updates.parseLine fails the node with its error and stop
           effect: piw.idempotentEffect('cmd.timeout'),
           exec: () => ({ command: 'touch', args: [${JSON.stringify(started)}], timeoutMs: -1 }),
         }),
-        seen: piw.compute({ run: ({ results }) => ({ parse: results.parse.error, timeout: results.timeout.error }) }),
+        // Longer than a Node timer can wait (which would fire at once).
+        huge: piw.shell({
+          effect: piw.idempotentEffect('cmd.huge'),
+          exec: () => ({ command: 'touch', args: [${JSON.stringify(started)}], timeoutMs: 1e10 }),
+        }),
+        seen: piw.compute({ run: ({ results }) => ({ parse: results.parse.error, timeout: results.timeout.error, huge: results.huge.error }) }),
       },
       edges: [
         { from: 'parse', switch: { on: '$result.outcome', cases: { failed: 'timeout' } } },
-        { from: 'timeout', switch: { on: '$result.outcome', cases: { failed: 'seen' } } },
+        { from: 'timeout', switch: { on: '$result.outcome', cases: { failed: 'huge' } } },
+        { from: 'huge', switch: { on: '$result.outcome', cases: { failed: 'seen' } } },
       ],
     });`,
   );
@@ -734,11 +740,12 @@ test('shell: a throwing updates.parseLine fails the node with its error and stop
   assert.equal(run.status, 'completed', run.error ?? run.review_reason);
   assert.deepEqual(run.result, {
     parse: 'node parse failed: updates.parseLine failed: cannot parse bad',
-    timeout: 'node timeout failed: timeoutMs must be a positive number',
+    timeout: 'node timeout failed: timeoutMs must be a positive number of milliseconds, at most 2147483647',
+    huge: 'node huge failed: timeoutMs must be a positive number of milliseconds, at most 2147483647',
   });
-  assert.equal(existsSync(started), false, 'the command with a bad timeoutMs never ran');
+  assert.equal(existsSync(started), false, 'no command with a bad timeoutMs ran');
   const { effects } = await c.runStatus(run.run_id);
-  assert.deepEqual(effects.map((e) => e.state), ['failed', 'failed']);
+  assert.deepEqual(effects.map((e) => e.state), ['failed', 'failed', 'failed']);
 });
 
 test('shell: a command that ignores SIGTERM and starts a grandchild is killed whole, at its timeout and on cancel', async () => {
@@ -1348,4 +1355,25 @@ test("an exception validate leaves uncaught rejects the submission with its mess
   assert.equal((await c.waitForSubmission(runId, right.submission_id, { timeoutMs: 20_000 })).state, 'accepted');
   const stopped = await until(c, runId, (s) => (s.run.status === 'review' ? s.run : null));
   assert.match(stopped.review_reason, /its last stderr line: piw worker: uncaught exception: the action broke$/);
+});
+
+
+test('a node deadline longer than a Node timer can wait does not abort the node at once', async () => {
+  const c = host.client;
+  const file = writeWorkflow(
+    host.dir,
+    'long-deadline',
+    `export default piw.defineWorkflow({
+      name: 'long-deadline', startAt: 'a',
+      nodes: {
+        // 30 days. A timer Node cannot hold would fire after 1 ms, before this 5 ms one.
+        a: piw.compute({ timeoutMs: 30 * 24 * 3600 * 1000,
+          run: ({ signal }) => new Promise((r) => setTimeout(() => r({ aborted: signal.aborted }), 5)) }),
+      },
+      edges: [],
+    });`,
+  );
+  const run = await c.waitForRun((await c.startRun(file)).run_id, { timeoutMs: 20_000 });
+  assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+  assert.deepEqual(run.result, { aborted: false });
 });
