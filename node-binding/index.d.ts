@@ -164,6 +164,9 @@ export interface Attempt {
   output?: unknown;
   /** `run.status` left this output out to fit its reply (a run whose outputs add up to more). */
   output_omitted?: true;
+  /** When it opened, and when it ended (`null` while it runs or waits), in Unix ms. */
+  started_at: number;
+  finished_at: number | null;
   [field: string]: unknown;
 }
 

@@ -314,3 +314,89 @@ fn a_source_changed_under_a_waiting_run_stops_it_for_review() {
         piw_client_close(client);
     }
 }
+
+/// The host checks a person's answer against the choices a human decision's request lists: the
+/// C client gets the refusal typed (`malformed`), with the choices and the text rule as details,
+/// and the run keeps waiting for a right answer.
+#[test]
+fn an_answer_that_fits_no_choice_is_refused_with_the_choices() {
+    let install = common::Install::new();
+    let client = connect(&install);
+    let workflow = install.path().join("decide.workflow.json");
+    std::fs::write(
+        &workflow,
+        serde_json::json!({
+            "graph": {"name": "decide", "start": "ask",
+                      "nodes": {"ask": {"kind": "human_decision"}, "done": {"kind": "compute"}},
+                      "edges": [{"from": "ask", "to": "done"}]},
+            "behaviors": {"ask": {"wait": "human_decision", "request": {"choices": [
+                {"id": "approve"}, {"id": "reject", "input": {"name": "why", "maxLength": 3}}]}},
+                          "done": {}}
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let filter = c(r#"{"session_id":"decide"}"#);
+    let mut sub = null_mut();
+    assert_eq!(
+        unsafe { piw_subscribe(client, filter.as_ptr(), &mut sub) },
+        PiwStatus::Ok
+    );
+    let started = call(
+        client,
+        "run.start",
+        None,
+        Some(serde_json::json!({
+            "workflow_file": workflow, "session_id": "decide", "project_dir": install.path(),
+        })),
+    )
+    .unwrap();
+    let run_id = started["body"]["run_id"].as_str().unwrap().to_owned();
+    let waiting = loop {
+        let mut out = null_mut();
+        let st = unsafe { piw_subscription_next(sub, 30_000, &mut out) };
+        assert_eq!(st, PiwStatus::Ok, "{}", last(piw_last_error_message));
+        let event: serde_json::Value = serde_json::from_str(&take(out)).unwrap();
+        if event["event_kind"] == "waiting" {
+            break event;
+        }
+    };
+    let answer = |answer: serde_json::Value| {
+        call(
+            client,
+            "decision.answer",
+            Some(serde_json::json!({ "run_id": run_id })),
+            Some(
+                serde_json::json!({ "decision_id": waiting["data"]["decision"], "answer": answer }),
+            ),
+        )
+    };
+    let err = answer(serde_json::json!({"choice": "reject", "text": "much too long"}));
+    assert_eq!(err, Err(PiwStatus::Rejected));
+    assert_eq!(piw_last_rejection_code(), PiwRejectionCode::Malformed);
+    let message = last(piw_last_error_message);
+    assert!(
+        message.contains(
+            "choice reject needs a text of at most 3 characters as \"text\"; got 13 characters"
+        ),
+        "{message}"
+    );
+    let details: serde_json::Value = serde_json::from_str(&last(piw_last_error_details)).unwrap();
+    assert_eq!(
+        details,
+        serde_json::json!({"choices": [
+            {"id": "approve", "text": null},
+            {"id": "reject", "text": {"name": "why", "min_length": null, "max_length": 3}}]})
+    );
+    let status = call(
+        client,
+        "run.status",
+        Some(serde_json::json!({ "run_id": run_id })),
+        None,
+    )
+    .unwrap();
+    assert_eq!(status["body"]["run"]["status"], "waiting", "{status}");
+    answer(serde_json::json!({"choice": "reject", "text": "no"})).unwrap();
+    assert_eq!(unsafe { piw_subscription_close(sub) }, PiwStatus::Ok);
+    assert_eq!(unsafe { piw_client_close(client) }, PiwStatus::Ok);
+}

@@ -1008,6 +1008,33 @@ fn a_person_answers_decides_submits_and_waits_from_the_command_line() {
         serde_json::json!({"answer": {"choice": "approve", "text": "looks right"}})
     );
 
+    // A decision whose request lists its choices: an answer that fits none is refused, naming
+    // them, and the run keeps waiting for a right one.
+    let file = asks(
+        "decide-choices",
+        serde_json::json!({"kind": "human_decision", "behavior": {"wait": "human_decision",
+            "request": {"choices": [{"id": "approve"},
+                                    {"id": "reject", "input": {"name": "why", "minLength": 5}}]}}}),
+    );
+    let run_id = start(&file);
+    for (args, says) in [
+        (vec!["aprove"], "with a choice of: approve, reject (with a text of at least 5 characters); got choice \"aprove\""),
+        (vec!["reject", "no"], "choice reject needs a text of at least 5 characters as \"text\"; got 2 characters"),
+    ] {
+        let o = piw(&h.home, &[&["run", "decide", &run_id][..], &args].concat());
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        assert!(text(&o).contains(says), "{}", text(&o));
+        assert!(text(&o).contains("malformed"), "{}", text(&o));
+    }
+    let shown = json_of(&piw(&h.home, &["run", "status", &run_id, "--json"]));
+    assert_eq!(shown["run"]["status"], "waiting", "{shown}");
+    let o = piw(&h.home, &["run", "decide", &run_id, "reject", "too early"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(
+        wait(&run_id)["run"]["result"],
+        serde_json::json!({"answer": {"choice": "reject", "text": "too early"}})
+    );
+
     // An interactive step, its result from stdin.
     let file = asks(
         "step",

@@ -119,16 +119,19 @@ const MARK = { ok: '✓', succeeded: '✓', failed: '✗', timed_out: '⏱', run
 export function widgetOf(status, progress) {
   const { run, attempts } = status;
   const head = `wf ${run.workflow_name} ${run.paused ? 'paused' : run.status}${run.current_node ? ` ${run.current_node}` : ''}`;
+  // The host lists attempts newest first: read them oldest first, so that a node's last
+  // attempt is its newest and the nodes come in the order of their latest visits.
   const visits = new Map();
-  for (const a of attempts) {
+  for (const a of [...attempts].reverse()) {
     const v = visits.get(a.node_id) ?? { count: 0, last: a };
     v.count += 1;
     v.last = a;
+    visits.delete(a.node_id);
     visits.set(a.node_id, v);
   }
   const lines = [`${head} · run ${run.run_id}`];
   const nodes = [...visits.entries()];
-  // Keep the newest nodes when there are more than fit.
+  // Keep the nodes visited last when there are more than fit.
   const room = progress ? 7 : 8;
   for (const [node, { count, last }] of nodes.slice(-room)) {
     const active = node === run.current_node && !['completed', 'failed', 'cancelled', 'timed_out'].includes(run.status);

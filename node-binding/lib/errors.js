@@ -19,6 +19,10 @@ const CODED = /^\[([a-z_]+)\] ([\s\S]*)$/;
 /** Turns an error from the native addon (`[code] message`) into a `PiwError`. */
 export function fromNative(err) {
   if (err instanceof PiwError) return err;
+  // Napi refuses an argument it cannot convert (a value nested deeper than JSON allows here,
+  // or a cycle, which nests without end) before anything is sent: what the host calls a
+  // malformed request.
+  if (err?.code === 'InvalidArg') return new PiwError('malformed', err.message, { cause: err });
   const m = typeof err?.message === 'string' ? CODED.exec(err.message) : null;
   if (!m) return err;
   const at = m[2].indexOf(DETAILS_SEPARATOR);

@@ -55,6 +55,8 @@ function wrap(worker) {
 }
 
 const message = (e) => (e instanceof Error ? e.message : String(e));
+/** Text on one line (the host quotes a child's last stderr line). */
+const oneLine = (text) => text.replace(/\s*\n\s*/g, ' ');
 
 /** Stops the run for review without loading (or after refusing) the workflow's code. */
 function stopForReview(w, reason) {
@@ -345,7 +347,12 @@ async function judge(impl, payload, ctx) {
   const parsed = tolerantJson(payload);
   if (!impl.validate) return { output: parsed };
   try {
-    const normalised = await impl.validate(parsed, ctx);
+    // An exception `validate` leaves uncaught (a promise nobody awaits) rejects the
+    // submission with its message, like one it throws, instead of ending the child.
+    const normalised = await guardUncaught(
+      () => impl.validate(parsed, ctx),
+      (e) => e,
+    );
     return { output: normalised === undefined ? parsed : normalised };
   } catch (e) {
     return { error: message(e) };
@@ -363,10 +370,21 @@ async function humanRequest(run, impl, ctx) {
   const presentation = asked.presentation ?? null;
   const question = String(asked.title ?? presentation?.summary ?? `Decide ${ctx.state.node}`);
   const details = asked.title !== undefined && presentation?.summary ? String(presentation.summary) : null;
+  // A choice's text rule goes with it: the host checks an answer against it when it is
+  // given, so a mistyped answer is refused while the run still waits.
   const choices = Object.entries(impl.choices).map(([id, c]) => ({
     id,
     label: c.label,
     ...(c.description === undefined ? {} : { description: c.description }),
+    ...(c.input
+      ? {
+          input: {
+            name: c.input.name,
+            ...(c.input.minLength === undefined ? {} : { minLength: c.input.minLength }),
+            ...(c.input.maxLength === undefined ? {} : { maxLength: c.input.maxLength }),
+          },
+        }
+      : {}),
   }));
   const withText = Object.values(impl.choices).find((c) => c.input);
   const textInput = withText
@@ -395,6 +413,8 @@ async function humanRequest(run, impl, ctx) {
 const DEFAULT_MAX_OUTPUT_CHARS = 1_000_000;
 /** The longest line `updates.parseLine` sees; the rest of a longer line is dropped. */
 const MAX_LINE_CHARS = 64 * 1024;
+/** The longest delay `setTimeout` honours (2^31 - 1 ms, about 24.8 days). */
+const MAX_TIMER_MS = 2_147_483_647;
 /** Between SIGTERM and SIGKILL of a command's group at its timeout. */
 const SHELL_KILL_GRACE_MS = 1000;
 /** The process groups of running commands: killed at once when this child is stopped. */
@@ -443,19 +463,38 @@ class Capture {
 async function runShell(impl, ctx, publishUpdate) {
   const spec = await impl.exec(ctx);
   if (!spec || typeof spec.command !== 'string') throw new Error('exec must return { command, args?, ... }');
+  // Every argument is checked before the command starts: a bad one starts nothing.
+  if (spec.args !== undefined && !Array.isArray(spec.args)) throw new Error('args must be an array');
   const args = (spec.args ?? []).map(String);
   const max = spec.maxOutputChars ?? DEFAULT_MAX_OUTPUT_CHARS;
   if (!(Number.isInteger(max) && max > 0)) throw new Error('maxOutputChars must be a positive integer');
+  // A timer cannot wait longer than MAX_TIMER_MS: Node would fire a longer one at once.
+  if (
+    spec.timeoutMs !== undefined &&
+    !(typeof spec.timeoutMs === 'number' && spec.timeoutMs > 0 && spec.timeoutMs <= MAX_TIMER_MS)
+  ) {
+    throw new Error(`timeoutMs must be a positive number of milliseconds, at most ${MAX_TIMER_MS}`);
+  }
   const started = monotonicMs();
-  // Updates are published in line order; a failing parseLine fails the node.
+  // Updates are published in line order. A failing parseLine (or update) fails the node with
+  // its error: the command is stopped and no later line is parsed. The chain always has a
+  // handler, so the failure is never an unhandled rejection, which would end this child.
   let updates = Promise.resolve();
+  let lineError = null;
+  let stopForLine = () => {};
   const lineHandler = (stream) =>
     impl.parseLine
       ? (line) => {
-          updates = updates.then(async () => {
-            const parsed = await impl.parseLine(line, { stream });
-            for (const u of Array.isArray(parsed) ? parsed : parsed ? [parsed] : []) await publishUpdate(u);
-          });
+          updates = updates
+            .then(async () => {
+              if (lineError) return;
+              const parsed = await impl.parseLine(line, { stream });
+              for (const u of Array.isArray(parsed) ? parsed : parsed ? [parsed] : []) await publishUpdate(u);
+            })
+            .catch((e) => {
+              lineError ??= e;
+              stopForLine();
+            });
         }
       : null;
   const out = new Capture(max, lineHandler('stdout'));
@@ -472,17 +511,15 @@ async function runShell(impl, ctx, publishUpdate) {
   const stop = (why) => {
     if (child.pid === undefined || child.exitCode !== null || child.signalCode !== null) return;
     if (why === 'timeout') timedOut = true;
-    else aborted = true;
+    else if (why === 'abort') aborted = true;
     killGroup(child.pid, 'SIGTERM');
     timers.push(setTimeout(() => killGroup(child.pid, 'SIGKILL'), SHELL_KILL_GRACE_MS));
   };
   if (child.pid !== undefined) commandGroups.add(child.pid);
   const onAbort = () => stop('abort');
   ctx.signal.addEventListener('abort', onAbort, { once: true });
-  if (spec.timeoutMs !== undefined) {
-    if (!(typeof spec.timeoutMs === 'number' && spec.timeoutMs > 0)) throw new Error('timeoutMs must be a positive number');
-    timers.push(setTimeout(() => stop('timeout'), spec.timeoutMs));
-  }
+  stopForLine = () => stop('line');
+  if (spec.timeoutMs !== undefined) timers.push(setTimeout(() => stop('timeout'), spec.timeoutMs));
   // Decoded as UTF-8 across chunk boundaries.
   child.stdout.setEncoding('utf8').on('data', (c) => out.push(c));
   child.stderr.setEncoding('utf8').on('data', (c) => err.push(c));
@@ -503,6 +540,7 @@ async function runShell(impl, ctx, publishUpdate) {
   out.end();
   err.end();
   await updates;
+  if (lineError) throw new Error(`updates.parseLine failed: ${message(lineError)}`);
   const result = {
     stdout: out.text,
     stderr: err.text,
@@ -758,8 +796,10 @@ let current = null;
 function nodeSignal(timeoutMs) {
   current = new AbortController();
   const controller = current;
+  // A deadline longer than a timer can wait is left to the host, which enforces every
+  // deadline anyway (Node would fire a longer timer at once).
   const timer =
-    timeoutMs === undefined
+    timeoutMs === undefined || timeoutMs > MAX_TIMER_MS
       ? null
       : setTimeout(() => controller.abort(new Error('the node timed out')), timeoutMs).unref();
   return { signal: controller.signal, done: () => timer && clearTimeout(timer) };
@@ -779,16 +819,23 @@ function onUncaught(e) {
     fail(e);
     return;
   }
-  process.stderr.write(`piw worker: uncaught ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
+  // The stack for whoever reads the log, then the message alone: the host quotes the last
+  // line of stderr as the reason the child ended (in a review reason, say).
+  if (e instanceof Error && e.stack) process.stderr.write(`${e.stack}\n`);
+  process.stderr.write(`piw worker: uncaught exception: ${oneLine(message(e))}\n`);
   process.exit(1);
 }
 
-/** Runs `f` (a node's execution) so that an uncaught exception meanwhile fails `node`. */
-function guardUncaught(node, f) {
+/**
+ * Runs `f` (node code) so that an uncaught exception meanwhile rejects with `toError(e)`
+ * instead of ending the child.
+ */
+function guardUncaught(f, toError) {
   const crashed = new Promise((_, reject) => {
-    nodeCrashed = (e) => reject(new NodeFailure(failedIn(node, 'run', e)));
+    nodeCrashed = (e) => reject(toError(e));
   });
-  return Promise.race([f(), crashed]).finally(() => {
+  // `f` called inside a promise, so that a synchronous throw also clears the guard.
+  return Promise.race([Promise.resolve().then(f), crashed]).finally(() => {
     nodeCrashed = null;
   });
 }
@@ -808,6 +855,12 @@ function onTerminate() {
 async function drive(w) {
   const env = w.envelope;
   if (env.mode !== 'run' && env.mode !== 'validate') throw new Error(`unknown mode ${env.mode}`);
+  // From the start: workflow code loads below, and whatever it leaves uncaught then ends the
+  // child with its message as the last line on stderr (see `onUncaught`).
+  if (!process.listeners('uncaughtException').includes(onUncaught)) {
+    process.on('uncaughtException', onUncaught);
+    process.on('unhandledRejection', onUncaught);
+  }
   try {
     w.verifySources();
   } catch (e) {
@@ -856,10 +909,6 @@ async function drive(w) {
     }
   }
   process.on('SIGTERM', onTerminate);
-  if (!process.listeners('uncaughtException').includes(onUncaught)) {
-    process.on('uncaughtException', onUncaught);
-    process.on('unhandledRejection', onUncaught);
-  }
   let nodeId;
   let carried = null;
   /** The deadline decided for the current attempt (see `decideTimeout`). */
@@ -943,7 +992,10 @@ async function drive(w) {
         if (decided.error) throw new NodeFailure(decided.error);
         const impl = impls[nodeId];
         const exec = async () => execute(w, run, impl, await run.forNode(nodeId, attemptId, signal));
-        step = impl?.kind === 'action' ? await exec() : await guardUncaught(nodeId, exec);
+        step =
+          impl?.kind === 'action'
+            ? await exec()
+            : await guardUncaught(exec, (e) => new NodeFailure(failedIn(nodeId, 'run', e)));
       } catch (e) {
         if (!(e instanceof NodeFailure)) throw e;
         // An included input or the `timeoutMs` function failed.
@@ -1169,7 +1221,7 @@ export async function runWorker() {
       process.stderr.write(`piw worker: ${message(e)}\n`);
       return 0;
     }
-    process.stderr.write(`piw worker: ${e.code ?? 'error'}: ${message(e)}\n`);
+    process.stderr.write(`piw worker: ${e.code ?? 'error'}: ${oneLine(message(e))}\n`);
     return 1;
   }
 }

@@ -227,6 +227,20 @@ test('typed errors: not_found, malformed, idempotency, replay, unknown kinds', a
   await assert.rejects(c.request('run.explode'), code('malformed'));
   await assert.rejects(c.request('run.status', {}), code('malformed'));
   await assert.rejects(c.startRun('/nonexistent/x.workflow.mjs'), (e) => e instanceof PiwError && e.code.length > 0);
+  // A value the addon cannot turn into JSON (a cycle, or nested deeper than the protocol
+  // allows) fails before anything is sent, with the code the host gives a too-deep request.
+  const cyclic = {};
+  cyclic.self = cyclic;
+  let deep = {};
+  for (let i = 0; i < 200; i++) deep = { d: deep };
+  for (const input of [cyclic, deep]) {
+    await assert.rejects(c.startRun(steps, { input }), (e) => {
+      assert.ok(e instanceof PiwError, String(e));
+      assert.equal(e.code, 'malformed');
+      assert.match(e.message, /nesting depth/);
+      return true;
+    });
+  }
 
   const first = await c.startRun(steps, { idempotencyKey: 'start-once', input: { a: 1 } });
   const again = await c.startRun(steps, { idempotencyKey: 'start-once', input: { a: 1 } });

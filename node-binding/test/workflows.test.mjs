@@ -571,7 +571,7 @@ test('decision, assistantMessage, humanDecision with text input, and notify, thr
     details: 'Read the explanation.',
     choices: [
       { id: 'continue', label: 'Continue' },
-      { id: 'replan', label: 'Replan', description: 'Back to planning' },
+      { id: 'replan', label: 'Replan', description: 'Back to planning', input: { name: 'instructions' } },
     ],
     textInput: { label: 'What should change?', placeholder: 'smaller', required: true },
     audience: 'operator',
@@ -583,6 +583,55 @@ test('decision, assistantMessage, humanDecision with text input, and notify, thr
   assert.deepEqual(run.result, { kind: 'final', message: 'replan: smaller steps by human' });
   const messages = await c.claimMessages(session);
   assert.deepEqual(messages.find((m) => m.kind === 'notify').content, { kind: 'final', message: 'replan: smaller steps by human' });
+});
+
+test("the host refuses an answer that does not fit a human decision's choices, naming them; the run keeps waiting", async () => {
+  const c = host.client;
+  const file = writeWorkflow(
+    host.dir,
+    'strict-answer',
+    `const choices = piw.defineHumanChoices({
+      go: piw.choice({ label: 'Go' }),
+      stop: piw.choice({ label: 'Stop', input: piw.textInput({ name: 'reason', prompt: 'Why?', minLength: 5, maxLength: 20 }) }),
+    });
+    export default piw.defineWorkflow({
+      name: 'strict-answer', startAt: 'ask',
+      nodes: { ask: piw.humanDecision({ choices }), went: piw.compute({ run: () => 'went' }),
+        stopped: piw.compute({ run: ({ outputs }) => outputs.ask.input.reason }) },
+      edges: [piw.humanDecisionEdge({ from: 'ask', choices, cases: { go: 'went', stop: 'stopped' } })],
+    });`,
+  );
+  const { run_id: runId } = await c.startRun(file);
+  const ask = await until(c, runId, (s) => s.decisions.find((d) => d.status === 'pending'));
+  const rule = {
+    choices: [
+      { id: 'go', text: null },
+      { id: 'stop', text: { name: 'reason', min_length: 5, max_length: 20 } },
+    ],
+  };
+  for (const [answer, says] of [
+    [{ choice: null }, /choice of: go, stop \(with a text of 5 to 20 characters\); got no choice/],
+    [{ choice: 'maybe' }, /got choice "maybe"/],
+    ['go', /got no choice/],
+    [{ choice: 'stop', text: 'no' }, /choice stop needs a text of 5 to 20 characters as "text"; got 2 characters/],
+    [{ choice: 'stop', text: 'x'.repeat(21) }, /got 21 characters/],
+    [{ choice: 'stop' }, /got no text/],
+  ]) {
+    await assert.rejects(c.answerHumanDecision(runId, ask.decision_id, answer), (e) => {
+      assert.equal(e.code, 'malformed', e.message);
+      assert.match(e.message, says);
+      assert.deepEqual(e.details, rule);
+      return true;
+    });
+  }
+  const still = await c.runStatus(runId);
+  assert.equal(still.run.status, 'waiting');
+  assert.equal(still.decisions.find((d) => d.decision_id === ask.decision_id).status, 'pending');
+  // The text may come as `input.<name>` too, as the runtime reads it.
+  await c.answerHumanDecision(runId, ask.decision_id, { choice: 'stop', input: { reason: 'too risky' } });
+  const run = await c.waitForRun(runId, { timeoutMs: 20_000 });
+  assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+  assert.equal(run.result, 'too risky');
 });
 
 /** Whether `pid` is gone (or a zombie waiting to be reaped). */
@@ -653,6 +702,50 @@ test('shell: exec, parse, updates.parseLine, capped output, non-zero exits', asy
     effects.map((e) => e.state),
     ['applied', 'failed', 'applied'],
   );
+});
+
+test('shell: a throwing updates.parseLine fails the node with its error and stops the command; a bad timeoutMs starts nothing', async () => {
+  const c = host.client;
+  const started = join(host.dir, 'bad-timeout-started');
+  const file = writeWorkflow(
+    host.dir,
+    'shell-bad',
+    `export default piw.defineWorkflow({
+      name: 'shell-bad', startAt: 'parse',
+      nodes: {
+        parse: piw.shell({
+          effect: piw.idempotentEffect('cmd.parse'),
+          exec: () => ({ command: 'sh', args: ['-c', 'echo ok; echo bad; exec sleep 600'] }),
+          updates: { parseLine: (line) => { if (line === 'bad') throw new Error('cannot parse ' + line); return { type: 'line', data: line }; } },
+        }),
+        timeout: piw.shell({
+          effect: piw.idempotentEffect('cmd.timeout'),
+          exec: () => ({ command: 'touch', args: [${JSON.stringify(started)}], timeoutMs: -1 }),
+        }),
+        // Longer than a Node timer can wait (which would fire at once).
+        huge: piw.shell({
+          effect: piw.idempotentEffect('cmd.huge'),
+          exec: () => ({ command: 'touch', args: [${JSON.stringify(started)}], timeoutMs: 1e10 }),
+        }),
+        seen: piw.compute({ run: ({ results }) => ({ parse: results.parse.error, timeout: results.timeout.error, huge: results.huge.error }) }),
+      },
+      edges: [
+        { from: 'parse', switch: { on: '$result.outcome', cases: { failed: 'timeout' } } },
+        { from: 'timeout', switch: { on: '$result.outcome', cases: { failed: 'huge' } } },
+        { from: 'huge', switch: { on: '$result.outcome', cases: { failed: 'seen' } } },
+      ],
+    });`,
+  );
+  const run = await c.waitForRun((await c.startRun(file)).run_id, { timeoutMs: 60_000 });
+  assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+  assert.deepEqual(run.result, {
+    parse: 'node parse failed: updates.parseLine failed: cannot parse bad',
+    timeout: 'node timeout failed: timeoutMs must be a positive number of milliseconds, at most 2147483647',
+    huge: 'node huge failed: timeoutMs must be a positive number of milliseconds, at most 2147483647',
+  });
+  assert.equal(existsSync(started), false, 'no command with a bad timeoutMs ran');
+  const { effects } = await c.runStatus(run.run_id);
+  assert.deepEqual(effects.map((e) => e.state), ['failed', 'failed', 'failed']);
 });
 
 test('shell: a command that ignores SIGTERM and starts a grandchild is killed whole, at its timeout and on cancel', async () => {
@@ -1223,5 +1316,64 @@ test('an exception node code throws where nobody catches it fails that node, nam
     assert.deepEqual(run.result, { outcome: 'failed', error });
     const { attempts } = await c.runStatus(run.run_id);
     assert.deepEqual(attempts.map((a) => [a.node_id, a.status]).reverse(), [['a', 'failed'], ['recovered', 'ok']]);
+    // Each attempt says when it opened and ended (the Pi widget shows how long it took).
+    const [recovered, a] = attempts;
+    assert.ok(Number.isInteger(a.started_at) && a.finished_at >= a.started_at, JSON.stringify(a));
+    assert.ok(recovered.started_at >= a.finished_at && recovered.finished_at >= recovered.started_at, JSON.stringify(recovered));
   }
+});
+
+
+test("an exception validate leaves uncaught rejects the submission with its message; one in an action's run is quoted in the review reason", async () => {
+  const c = host.client;
+  const session = 'session-validate-uncaught';
+  const file = writeWorkflow(
+    host.dir,
+    'validate-uncaught',
+    `export default piw.defineWorkflow({
+      name: 'validate-uncaught', startAt: 'ask',
+      nodes: {
+        ask: piw.agent({ prompt: 'Give { n }', validate: (out) => {
+          if (out.n !== 1) { Promise.reject(new Error('n must be 1, got ' + out.n)); return new Promise(() => {}); }
+          return out;
+        } }),
+        act: piw.action({ effect: piw.manualEffect('act.once'), run: () => new Promise(() => {
+          setTimeout(() => { throw new Error('the action broke'); }, 1);
+        }) }),
+      },
+      edges: [{ from: 'ask', to: 'act' }],
+    });`,
+  );
+  const { run_id: runId } = await c.startRun(file, { sessionId: session });
+  await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
+  const [ask] = await c.listInteractions(session);
+  const wrong = await c.submitInteraction(ask, { n: 2 });
+  const verdict = await c.waitForSubmission(runId, wrong.submission_id, { timeoutMs: 20_000 });
+  assert.equal(verdict.state, 'rejected');
+  assert.equal(verdict.error, 'n must be 1, got 2');
+  const right = await c.submitInteraction(ask, { n: 1 });
+  assert.equal((await c.waitForSubmission(runId, right.submission_id, { timeoutMs: 20_000 })).state, 'accepted');
+  const stopped = await until(c, runId, (s) => (s.run.status === 'review' ? s.run : null));
+  assert.match(stopped.review_reason, /its last stderr line: piw worker: uncaught exception: the action broke$/);
+});
+
+
+test('a node deadline longer than a Node timer can wait does not abort the node at once', async () => {
+  const c = host.client;
+  const file = writeWorkflow(
+    host.dir,
+    'long-deadline',
+    `export default piw.defineWorkflow({
+      name: 'long-deadline', startAt: 'a',
+      nodes: {
+        // 30 days. A timer Node cannot hold would fire after 1 ms, before this 5 ms one.
+        a: piw.compute({ timeoutMs: 30 * 24 * 3600 * 1000,
+          run: ({ signal }) => new Promise((r) => setTimeout(() => r({ aborted: signal.aborted }), 5)) }),
+      },
+      edges: [],
+    });`,
+  );
+  const run = await c.waitForRun((await c.startRun(file)).run_id, { timeoutMs: 20_000 });
+  assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+  assert.deepEqual(run.result, { aborted: false });
 });

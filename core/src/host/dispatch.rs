@@ -91,7 +91,7 @@ pub fn rejection_for(err: &StoreError) -> Rejection {
         StoreError::EffectConflict { .. } => RejectionCode::EffectConflict,
         StoreError::EffectUncertain { .. } => RejectionCode::EffectUncertain,
         StoreError::Forbidden(_) => RejectionCode::Unauthorized,
-        StoreError::InvalidInput(_) => RejectionCode::Malformed,
+        StoreError::InvalidInput(_) | StoreError::InvalidAnswer { .. } => RejectionCode::Malformed,
         _ => RejectionCode::Internal,
     };
     let details = match err {
@@ -108,6 +108,7 @@ pub fn rejection_for(err: &StoreError) -> Rejection {
         StoreError::InvalidTransition { op, status, .. } => {
             json!({ "op": op.as_str(), "status": status.as_str() })
         }
+        StoreError::InvalidAnswer { rule, .. } => rule.clone(),
         _ => Value::Null,
     };
     Rejection::new(code, err.to_string()).with_details(details)
@@ -713,6 +714,8 @@ mod tests {
             output: Some(output),
             output_omitted: false,
             error: None,
+            started_at: 0,
+            finished_at: Some(0),
         }
     }
 

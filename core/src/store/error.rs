@@ -103,6 +103,15 @@ pub enum StoreError {
     #[error("forbidden: {0}")]
     Forbidden(String),
 
+    /// An answer to a human decision does not fit the choices its request offers; `rule` is
+    /// the allowed choices and text bounds as data (see `check_human_answer`).
+    #[error("invalid answer to decision {decision_id}: {detail}")]
+    InvalidAnswer {
+        decision_id: String,
+        detail: String,
+        rule: serde_json::Value,
+    },
+
     /// A value did not fit its declared limits or shape.
     #[error("invalid input: {0}")]
     InvalidInput(String),

@@ -85,6 +85,9 @@ pub struct AttemptRecord {
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub output_omitted: bool,
     pub error: Option<String>,
+    /// When the attempt opened, and when it ended (`None` while it runs or waits).
+    pub started_at: UnixMillis,
+    pub finished_at: Option<UnixMillis>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -368,7 +371,8 @@ impl Store {
     /// The run's attempts in start order.
     pub fn attempts(&self, run_id: &str) -> StoreResult<Vec<AttemptRecord>> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT attempt_id, node_id, ordinal, generation, status, deadline_at, output, error
+            "SELECT attempt_id, node_id, ordinal, generation, status, deadline_at, output, error,
+                    started_at, finished_at
              FROM attempts WHERE run_id = ?1 ORDER BY started_at, rowid",
         )?;
         let rows = stmt.query_map([run_id], |r| {
@@ -382,6 +386,8 @@ impl Store {
                 output: json_col(r, 6)?,
                 output_omitted: false,
                 error: r.get(7)?,
+                started_at: r.get(8)?,
+                finished_at: r.get(9)?,
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -417,7 +423,8 @@ impl Store {
         };
         // Ordered as `attempts` orders them (start time, then insertion), reversed.
         let mut stmt = self.conn.prepare_cached(
-            "SELECT attempt_id, node_id, ordinal, generation, status, deadline_at, output, error
+            "SELECT attempt_id, node_id, ordinal, generation, status, deadline_at, output, error,
+                    started_at, finished_at
              FROM attempts WHERE run_id = ?1
                AND (?2 IS NULL OR started_at < ?2 OR (started_at = ?2 AND rowid < ?3))
              ORDER BY started_at DESC, rowid DESC LIMIT ?4",
@@ -440,6 +447,8 @@ impl Store {
                     output: json_col(r, 6)?,
                     output_omitted: false,
                     error: r.get(7)?,
+                    started_at: r.get(8)?,
+                    finished_at: r.get(9)?,
                 })
             },
         )?;

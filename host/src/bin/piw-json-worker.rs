@@ -19,7 +19,7 @@
 //! `once_marker` file), `effect` (`{key, fingerprint, contract, append_to, line,
 //! crash_while_applying_marker}`: appends `line` to `append_to`; under the `idempotency_key`
 //! contract only when the file does not hold that line yet, as an external system with
-//! idempotency keys would), `wait` (`checkpoint` / `human_decision`), `interact`
+//! idempotency keys would), `wait` (`checkpoint` / `human_decision`; `request` replaces its request), `interact`
 //! (`agent` / `assistant_message`), `validate` (`{"field": "value"}` the submission must contain;
 //! `validate_sleep_ms` delays the verdict),
 //! `notify` (content), `propose_next` (propose this node instead of the routed one: a
@@ -295,7 +295,11 @@ fn execute(w: &mut Worker, b: &Value, input: &Value) -> Result<Step, WorkerError
         } else {
             DecisionKind::Checkpoint
         };
-        w.wait(kind, json!({ "question": "continue?" }))?;
+        let request = b
+            .get("request")
+            .cloned()
+            .unwrap_or_else(|| json!({ "question": "continue?" }));
+        w.wait(kind, request)?;
         return Ok(Step::Parked);
     }
     if let Some(kind) = b["interact"].as_str() {

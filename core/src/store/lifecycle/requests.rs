@@ -496,21 +496,29 @@ impl WriteTx<'_> {
         answer: &Value,
         answered_by: Answerer,
     ) -> StoreResult<()> {
-        let (run_id, kind, status, attempt_id, deadline): (
+        let (run_id, kind, status, attempt_id, deadline, request): (
             String,
             String,
             String,
             String,
             Option<i64>,
+            Option<String>,
         ) = self
             .conn()
             .prepare_cached(
-                "SELECT d.run_id, d.kind, d.status, d.attempt_id, a.deadline_at
+                "SELECT d.run_id, d.kind, d.status, d.attempt_id, a.deadline_at, d.request
                  FROM decisions d JOIN attempts a ON a.attempt_id = d.attempt_id
                  WHERE d.decision_id = ?1",
             )?
             .query_row([decision_id], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                ))
             })
             .optional()?
             .ok_or_else(|| StoreError::NotFound {
@@ -540,6 +548,21 @@ impl WriteTx<'_> {
                 attempt_id,
                 deadline_at,
             });
+        }
+        if kind == DecisionKind::HumanDecision {
+            // Refused here, with the run still waiting, rather than stored and then refused by
+            // the child that carries it on (which would fail the node and the run).
+            let request: Value = match request {
+                Some(text) => serde_json::from_str(&text)?,
+                None => Value::Null,
+            };
+            check_human_answer(&request, answer).map_err(|(detail, rule)| {
+                StoreError::InvalidAnswer {
+                    decision_id: decision_id.to_owned(),
+                    detail,
+                    rule,
+                }
+            })?;
         }
         self.authorize(&run_id, Fence::Unclaimed, Op::AnswerDecision)?;
         self.clear_deadline_answered_in_time(&attempt_id)?;
@@ -767,5 +790,131 @@ impl WriteTx<'_> {
                 self.now
             ])?;
         Ok(Some(message_id.to_owned()))
+    }
+}
+
+/// Checks a person's answer to a human decision against the choices its request offers
+/// (`choices: [{id, input?: {name, minLength?, maxLength?}}]`, as the Node runtime writes
+/// them): the answer is an object whose `choice` is one of the ids, and a choice that takes
+/// text needs it as `text` (or `input.<name>`), a string whose length (in UTF-16 code units,
+/// as JavaScript counts it) is within the bounds. A request without a `choices` list (another
+/// runtime's) constrains nothing here. Refuses with a message and the rule as data:
+/// `{"choices": [{"id", "text": null | {"name", "min_length", "max_length"}}]}`.
+pub(crate) fn check_human_answer(request: &Value, answer: &Value) -> Result<(), (String, Value)> {
+    let Some(choices) = request.get("choices").and_then(Value::as_array) else {
+        return Ok(());
+    };
+    let choices: Vec<(&str, Option<&Value>)> = choices
+        .iter()
+        .filter_map(|c| {
+            Some((
+                c.get("id")?.as_str()?,
+                c.get("input").filter(|i| i.is_object()),
+            ))
+        })
+        .collect();
+    if choices.is_empty() {
+        return Ok(());
+    }
+    let bound = |input: &Value, key: &str| input.get(key).and_then(Value::as_u64);
+    let text_rule = |input: &Value| {
+        json!({
+            "name": input.get("name").and_then(Value::as_str),
+            "min_length": bound(input, "minLength"),
+            "max_length": bound(input, "maxLength"),
+        })
+    };
+    let rule = json!({
+        "choices": choices
+            .iter()
+            .map(|(id, input)| json!({ "id": id, "text": input.map(text_rule) }))
+            .collect::<Vec<_>>(),
+    });
+    let describe = |(id, input): &(&str, Option<&Value>)| match input {
+        None => (*id).to_owned(),
+        Some(input) => format!("{id} (with {})", text_rule_words(input)),
+    };
+    let allowed = choices.iter().map(describe).collect::<Vec<_>>().join(", ");
+    let chosen = answer.get("choice").filter(|c| !c.is_null());
+    let Some((id, input)) = chosen
+        .and_then(Value::as_str)
+        .and_then(|c| choices.iter().find(|(id, _)| *id == c))
+    else {
+        let got = chosen.map_or_else(|| "no choice".to_owned(), |c| format!("choice {c}"));
+        return Err((
+            format!("the answer must be {{\"choice\", \"text\"?}} with a choice of: {allowed}; got {got}"),
+            rule,
+        ));
+    };
+    let Some(input) = input else {
+        return Ok(());
+    };
+    let name = input.get("name").and_then(Value::as_str);
+    let text = answer
+        .get("text")
+        .filter(|t| !t.is_null())
+        .or_else(|| name.and_then(|n| answer.get("input")?.get(n)));
+    let length = text
+        .and_then(Value::as_str)
+        .map(|t| t.encode_utf16().count() as u64);
+    let fits = length.is_some_and(|n| {
+        bound(input, "minLength").is_none_or(|min| n >= min)
+            && bound(input, "maxLength").is_none_or(|max| n <= max)
+    });
+    if fits {
+        return Ok(());
+    }
+    let got = match length {
+        Some(n) => format!("{n} characters"),
+        None => "no text".to_owned(),
+    };
+    Err((
+        format!(
+            "choice {id} needs {} as \"text\"; got {got} (choices: {allowed})",
+            text_rule_words(input)
+        ),
+        rule,
+    ))
+}
+
+/// A choice's text rule in words: `a text of 10 to 500 characters`.
+fn text_rule_words(input: &Value) -> String {
+    let bound = |key: &str| input.get(key).and_then(Value::as_u64);
+    match (bound("minLength"), bound("maxLength")) {
+        (Some(min), Some(max)) => format!("a text of {min} to {max} characters"),
+        (Some(min), None) => format!("a text of at least {min} characters"),
+        (None, Some(max)) => format!("a text of at most {max} characters"),
+        (None, None) => "a text".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_human_answer;
+    use serde_json::json;
+
+    /// What the Node runtime's `humanResponse` takes, the host takes, and nothing else: the
+    /// text by either name, its length counted as JavaScript counts it.
+    #[test]
+    fn a_human_answer_is_checked_as_the_runtime_reads_it() {
+        let request = json!({"choices": [
+            {"id": "go"},
+            {"id": "stop", "input": {"name": "why", "minLength": 2, "maxLength": 3}}]});
+        let ok = |answer| check_human_answer(&request, &answer).is_ok();
+        assert!(ok(json!({"choice": "go"})));
+        assert!(ok(json!({"choice": "go", "text": "ignored"})));
+        assert!(ok(json!({"choice": "stop", "text": "abc"})));
+        assert!(ok(json!({"choice": "stop", "input": {"why": "ab"}})));
+        // One emoji is two UTF-16 code units: "😀a" is 3 long in JavaScript.
+        assert!(ok(json!({"choice": "stop", "text": "😀a"})));
+        assert!(!ok(json!({"choice": "stop", "text": "😀😀"})));
+        assert!(!ok(json!({"choice": "stop", "text": "a"})));
+        assert!(!ok(json!({"choice": "stop", "input": {"other": "ab"}})));
+        assert!(!ok(json!({"choice": "stop", "text": 12})));
+        assert!(!ok(json!({"choice": "Go"})));
+        assert!(!ok(json!("go")));
+        // A request that lists no choices (another runtime's) constrains nothing.
+        assert!(check_human_answer(&json!({"question": "?"}), &json!(null)).is_ok());
+        assert!(check_human_answer(&json!({"choices": []}), &json!(1)).is_ok());
     }
 }

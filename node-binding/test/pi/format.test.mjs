@@ -1,0 +1,50 @@
+// The widget's lines, from a run's status as the host gives it (attempts newest first).
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+
+import { widgetOf } from '../../extension/format.js';
+
+const attempt = (node_id, status, started_at, finished_at = started_at + 5) => ({
+  attempt_id: `att-${node_id}-${started_at}`,
+  node_id,
+  status,
+  error: null,
+  started_at,
+  finished_at,
+});
+
+const run = (current_node, status = 'running') => ({
+  run_id: 'run_1',
+  workflow_name: 'loop',
+  status,
+  paused: false,
+  current_node,
+});
+
+test("the widget shows a revisited node's latest outcome, visits and timing, and keeps the most recent nodes", () => {
+  // Oldest first: a fails, b, a succeeds, then c..j, then k runs.
+  const oldestFirst = [
+    attempt('a', 'failed', 1000, 1010),
+    attempt('b', 'ok', 1100, 1130),
+    attempt('a', 'ok', 1200, 1207),
+    ...'cdefghij'.split('').map((n, i) => attempt(n, 'ok', 2000 + i * 100)),
+    attempt('k', 'running', 3000, null),
+  ];
+  const { lines, status } = widgetOf({ run: run('k'), attempts: [...oldestFirst].reverse() }, null);
+  assert.equal(status, 'wf loop running k');
+  assert.equal(lines.length, 9);
+  assert.equal(lines[0], 'wf loop running k · run run_1');
+  // The eight nodes visited last, in the order of their latest visits; the oldest (b, then a) fall off.
+  assert.deepEqual(lines.slice(1), [
+    '  ✓ d 5 ms',
+    '  ✓ e 5 ms',
+    '  ✓ f 5 ms',
+    '  ✓ g 5 ms',
+    '  ✓ h 5 ms',
+    '  ✓ i 5 ms',
+    '  ✓ j 5 ms',
+    '→ ▶ k',
+  ]);
+  const few = widgetOf({ run: run('b', 'completed'), attempts: [...oldestFirst.slice(0, 3)].reverse() }, 'step 2 of 3');
+  assert.deepEqual(few.lines, ['wf loop completed b · run run_1', '  ✓ b 30 ms', '  ✓ a ×2 7 ms', '  step 2 of 3']);
+});
