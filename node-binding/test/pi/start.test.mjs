@@ -94,6 +94,22 @@ test('reserved words and unknown names are refused with a clear message', async 
   await pi.quit();
 });
 
+test('without a host binary the person is told once, in a notification; nothing is written over the TUI', async () => {
+  const pi = await env.startPi({ sessionId: 'nohost', extraEnv: { PIW_HOST_BIN: '/nonexistent/piw' } });
+  const told = await pi.waitNotify(/piw: refresh failed: cannot start the piw host/);
+  assert.equal(told.notifyType, 'warning');
+  env.model.script = () => ({ text: 'ok' });
+  // Two more refreshes (each settled turn schedules one) fail the same way: not told again.
+  for (let i = 0; i < 2; i++) {
+    const turn = pi.mark();
+    await pi.prompt('hi');
+    await pi.waitSettled(turn);
+  }
+  await pi.quit();
+  assert.equal(pi.notifications().filter((m) => /refresh failed/.test(m)).length, 1, 'told once');
+  assert.doesNotMatch(pi.stderr, /refresh failed/, 'nothing written to stderr (the TUI)');
+});
+
 test('a hung host makes a tool call fail after the bound; with the host killed the next call starts one and nothing is lost', async () => {
   env.addWorkflow('decision.workflow.mjs', 'ship');
   const pi = await env.startPi({ sessionId: 'killed', extraEnv: { PIW_PI_CALL_TIMEOUT_MS: '2000' } });
