@@ -223,7 +223,13 @@ export class WorkflowSession {
           return true;
         };
         if (closedMeanwhile()) throw new HostCallError('the workflow session is closed', 'client_closed');
-        const sub = await client.subscribe({ sessionId: this.sessionId });
+        let sub;
+        try {
+          sub = await client.subscribe({ sessionId: this.sessionId });
+        } catch (e) {
+          client.close().catch(() => {});
+          throw e;
+        }
         // Closed during the subscribe round trip: close() saw no client to close.
         if (closedMeanwhile()) throw new HostCallError('the workflow session is closed', 'client_closed');
         this.client = client;
