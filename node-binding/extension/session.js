@@ -396,6 +396,7 @@ export class WorkflowSession {
         this.outbox.delete(key);
       } else if (idle && sent.settles < this.settles) {
         this.outbox.delete(key);
+        if (sent.type === 'message') this.droppedMessages.add(sent.id);
         dropped.push(sent);
       }
     }
@@ -477,7 +478,7 @@ export class WorkflowSession {
         c.claimMessages(this.sessionId, { limit: CLAIM_LIMIT, claimant: `pi:${this.sessionId}` }),
       );
       if (messages.length === 0) return;
-      for (const sent of this.pruneOutbox()) if (sent.type === 'message') this.droppedMessages.add(sent.id);
+      this.pruneOutbox();
       let acked = 0;
       for (const m of messages) {
         if (m.origin_session !== this.sessionId) continue;
@@ -589,9 +590,15 @@ export class WorkflowSession {
 
   /** The model's turn settled (Pi's agent_settled): handled in the refresh loop, then a refresh. */
   onSettled(aborted) {
-    this.settles += 1;
-    this.settleQueue.push(aborted);
-    this.kick();
+    // Known at once: what Pi dropped in this turn comes back without a turn after Escape.
+    this.lastSettleAborted = aborted;
+    // Counted once Pi has finished emitting the settle: a message sent while it emitted it
+    // starts a run of its own by then (Pi is not idle), so it is not taken for dropped.
+    setImmediate(() => {
+      this.settles += 1;
+      this.settleQueue.push(aborted);
+      this.kick();
+    });
   }
 
   /**
@@ -601,9 +608,6 @@ export class WorkflowSession {
    */
   async settled(aborted) {
     if (this.closed) return;
-    this.lastSettleAborted = aborted;
-    // Past Pi's settle: a message sent while Pi emitted it has started its own run by now.
-    await new Promise((r) => setImmediate(r));
     const droppedSteps = new Set(this.pruneOutbox().filter((d) => d.type === 'step').map((d) => d.id));
     const active = this.active;
     if (!active) return;

@@ -156,3 +156,22 @@ test('a presentation waiting as a steer when Pi quits mid-turn is delivered at t
   assert.equal(terminalCards(third).length, 0, 'not delivered a second time');
   await third.quit();
 });
+
+test('Escape (queue cleared, turn aborted) while a presentation waits as a steer: it is added again in the same process without a turn', async () => {
+  const { pi, release, client } = await runEndsWhileStreaming('escape');
+  const from = pi.mark();
+  await pi.send({ type: 'clear_queue' });
+  await pi.send({ type: 'abort' });
+  await pi.waitEvent((e) => e.type === 'agent_settled' && e.aborted === true, 'the aborted settle', from);
+  release();
+  const card = await until(() => terminalCards(pi, from)[0], 'the presentation in this process');
+  assert.match(card.content, /PRESENT-THE-RESULT/);
+  await until(async () => (await client.claimMessages('escape', { claimant: 'pi:escape' })).length === 0, 'the acknowledgement');
+  // A turn it had started would have asked the model before this next turn ends.
+  const next = pi.mark();
+  await pi.prompt('after');
+  await pi.waitSettled(next);
+  assert.equal(env.model.requests.filter((r) => /PRESENT-THE-RESULT/.test(r.lastText)).length, 0, 'no turn of its own after Escape');
+  assert.ok(env.model.requests.some((r) => r.lastText === 'after' && /PRESENT-THE-RESULT/.test(r.allText)), 'in the context of the next turn');
+  await pi.quit();
+});

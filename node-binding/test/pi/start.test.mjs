@@ -2,6 +2,7 @@
 // name collision, reserved words refused; the extension's step message, submit with a
 // validation error returned as a tool error, and the result delivered once.
 import assert from 'node:assert/strict';
+import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 
 import { alive, piEnv, until } from './harness.mjs';
@@ -95,7 +96,8 @@ test('reserved words and unknown names are refused with a clear message', async 
 });
 
 test('without a host binary the person is told once, in a notification; nothing is written over the TUI', async () => {
-  const pi = await env.startPi({ sessionId: 'nohost', extraEnv: { PIW_HOST_BIN: '/nonexistent/piw' } });
+  // An installation of its own: the file's other tests leave a host running in the shared one.
+  const pi = await env.startPi({ sessionId: 'nohost', extraEnv: { PIW_HOST_BIN: '/nonexistent/piw', PIW_HOME: join(env.root, 'no-host') } });
   const told = await pi.waitNotify(/piw: refresh failed: cannot start the piw host/);
   assert.equal(told.notifyType, 'warning');
   env.model.script = () => ({ text: 'ok' });
