@@ -55,18 +55,20 @@ function bounded(promise, ms, what) {
  * The text each choice of a human decision collects: choice id -> `{ label, placeholder,
  * minLength, maxLength, required, perChoice }`, or null for a choice that takes no text. Read
  * from each choice's `input` when the request carries them; a request with only the
- * decision-wide `textInput` does not say which choice it belongs to, so every choice offers it
- * (`perChoice` false: its length rule is then the host's to check).
+ * decision-wide `textInput` does not say which choice it belongs to, so every choice offers it,
+ * optional (`perChoice` false: whether it is needed, and its length, are the host's to check).
  */
 export function choiceInputs(request) {
   const raw = request && typeof request === 'object' && Array.isArray(request.choices) ? request.choices : [];
-  const perChoice = raw.some((c) => c && typeof c === 'object' && c.input && typeof c.input === 'object');
+  // A choice's own input: `input` (as `choice({ input })` names it), or `textInput`.
+  const own = (c) => (c && typeof c === 'object' ? c.input ?? c.textInput ?? null : null);
+  const perChoice = raw.some((c) => own(c) && typeof own(c) === 'object');
   const shared = request?.textInput && typeof request.textInput === 'object' ? request.textInput : null;
   const count = (v) => (Number.isInteger(v) && v >= 0 ? v : null);
   const inputs = new Map();
   for (const c of raw) {
     if (!c || typeof c.id !== 'string') continue;
-    const i = perChoice ? c.input : shared;
+    const i = perChoice ? own(c) : shared;
     if (!i || typeof i !== 'object') {
       inputs.set(c.id, null);
       continue;
@@ -77,7 +79,8 @@ export function choiceInputs(request) {
       placeholder: typeof i.placeholder === 'string' ? i.placeholder : '',
       minLength,
       maxLength: count(i.maxLength),
-      required: perChoice ? (minLength ?? 0) > 0 : i.required === true,
+      // The shared input's `required` is its own choice's rule, not known here: the host checks it.
+      required: perChoice ? (minLength ?? 0) > 0 : false,
       perChoice,
     });
   }
@@ -152,7 +155,7 @@ export function humanAnswer(request, raw) {
   }
   const problem = textProblem(text ?? '', input);
   if (problem) return { problem: `${picked.label} needs its text (${problem}); answer with one of: ${listing}` };
-  return { answer: { choice: picked.id, text: text ?? (input.perChoice ? '' : null) } };
+  return { answer: { choice: picked.id, text: input.perChoice ? (text ?? '') : text || null } };
 }
 
 export class WorkflowSession {

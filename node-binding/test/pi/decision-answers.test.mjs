@@ -83,3 +83,10 @@ test('/workflow answer: a choice by id or label with its text; refused when it n
   assert.match(humanAnswer(request, '{"choice":null}').problem, /names none of the choices/);
   assert.match(humanAnswer(request, 'approve but why').problem, /Approve takes no text/);
 });
+
+test('a request with only the decision-wide text input (no per-choice inputs): text is offered for every choice, never forced', () => {
+  const shared = { ...request, choices: request.choices.map(({ id, label }) => ({ id, label })) };
+  assert.deepEqual(humanAnswer(shared, 'approve').answer, { choice: 'approve', text: null });
+  assert.deepEqual(humanAnswer(shared, 'reject too vague').answer, { choice: 'reject', text: 'too vague' });
+  assert.match(humanAnswer(shared, 'maybe').problem, /names none of the choices/);
+});
