@@ -4,9 +4,9 @@
 // No import of typebox, pi-ai or pi-tui: the tool's schema is plain JSON Schema (Pi validates any)
 // and the card is ./format.js's CardComponent, which keeps Pi's start fast (docs/PERFORMANCE.md).
 import { isFinal } from '../index.js';
-import { CardComponent, MESSAGE, STEP, readRequest } from './format.js';
+import { CardComponent, MESSAGE, STEP } from './format.js';
 import { RESERVED, ResolveError, listWorkflows, resolveWorkflow } from './resolve.js';
-import { VALIDATION_WAIT_MS, WorkflowSession } from './session.js';
+import { VALIDATION_WAIT_MS, WorkflowSession, humanAnswer } from './session.js';
 
 const ACTIONS = ['list', 'start', 'status', 'pause', 'resume', 'cancel', 'answer', 'update', 'submit'];
 const SUBCOMMANDS = ['list', 'status', 'pause', 'resume', 'cancel', 'answer'];
@@ -41,6 +41,13 @@ export default function piwExtension(pi) {
 
   pi.on('agent_settled', async (event) => {
     session?.onSettled(Boolean(event.aborted));
+  });
+
+  // A workflow message is acknowledged to the host only once it is in the session: its
+  // message_end says it is about to be (Pi stores it right after this event's handlers).
+  // Returns nothing: a value would replace the message.
+  pi.on('message_end', (event) => {
+    session?.onMessageEnd(event.message);
   });
 
   // ---------------------------------------------------------------------------------------
@@ -111,7 +118,7 @@ export default function piwExtension(pi) {
 
   async function resume(s, runId) {
     const r = await s.call('run.resume', (c) => c.resumeRun(runId));
-    await s.resumed(runId);
+    s.resumed(runId);
     return r;
   }
 
@@ -141,11 +148,12 @@ export default function piwExtension(pi) {
       },
       required: ['action'],
     },
-    async execute(_toolCallId, params) {
+    async execute(_toolCallId, params, signal) {
       const s = need();
       switch (params.action) {
         case 'list': {
           const l = await listText(s);
+          s.kick();
           return text(l.text, { workflows: l.workflows, runs: l.runs });
         }
         case 'start': {
@@ -155,6 +163,7 @@ export default function piwExtension(pi) {
         }
         case 'status': {
           const st = await statusText(s, await runOf(s, params.runId));
+          s.kick();
           return text(st.text, { run: st.status.run });
         }
         case 'pause': {
@@ -184,7 +193,7 @@ export default function piwExtension(pi) {
         case 'update':
           return update(s, params);
         case 'submit':
-          return submit(s, params);
+          return submit(s, params, signal);
         default:
           throw new WorkflowError(`unknown action ${params.action}; one of ${ACTIONS.join(', ')}`);
       }
@@ -214,7 +223,7 @@ export default function piwExtension(pi) {
     });
   }
 
-  async function submit(s, params) {
+  async function submit(s, params, signal) {
     const current = await currentRequest(s, params.interactionId);
     if (current.status === 'validating') {
       throw new WorkflowError(`the last submission for ${current.node_id} is still being validated; wait for its verdict`);
@@ -228,11 +237,22 @@ export default function piwExtension(pi) {
       }
       throw e;
     }
-    const verdict = await s.call(
+    const verdictCall = s.call(
       'the validation',
       (c) => c.waitForSubmission(current.run_id, submitted.submission_id),
       VALIDATION_WAIT_MS,
     );
+    // The turn stopped (Escape): the submission stands (the host keeps it and validates it
+    // once); the model hears that its outcome is unknown, the session hears the verdict later.
+    const stopped = await untilAborted(signal, verdictCall);
+    if (stopped) {
+      s.reportVerdictLater(current, submitted.submission_id, verdictCall);
+      return text(
+        `submitted the output for step ${current.node_id} of run ${current.run_id}; the turn was stopped before the workflow's validation judged it, so its outcome is not known yet: it will be reported in this session. Do not submit it again.`,
+        { runId: current.run_id, interactionId: current.interaction_id, submissionId: submitted.submission_id, verdict: 'unknown' },
+      );
+    }
+    const verdict = await verdictCall;
     s.kick();
     if (verdict.state === 'rejected') {
       throw new WorkflowError(
@@ -244,6 +264,22 @@ export default function piwExtension(pi) {
       interactionId: current.interaction_id,
       submissionId: submitted.submission_id,
     });
+  }
+
+  /** Resolves true when `signal` aborts before `promise` settles, false once it settles (either way). */
+  function untilAborted(signal, promise) {
+    const settled = promise.then(
+      () => false,
+      () => false,
+    );
+    if (!signal) return settled;
+    if (signal.aborted) return Promise.resolve(true);
+    let onAbort;
+    const aborted = new Promise((r) => {
+      onAbort = () => r(true);
+      signal.addEventListener('abort', onAbort, { once: true });
+    });
+    return Promise.race([settled, aborted]).finally(() => signal.removeEventListener('abort', onAbort));
   }
 
   // ---------------------------------------------------------------------------------------
@@ -285,14 +321,18 @@ export default function piwExtension(pi) {
   async function command(s, args, say) {
     const [word = '', ...rest] = args.split(/\s+/).filter(Boolean);
     const tail = args.slice(args.indexOf(word) + word.length).trim();
-    const runIdArg = () => (rest[0] && rest[0].startsWith('run') ? rest[0] : undefined);
+    // A run id as the host makes them (`run-` and a lowercase hex id), not any word starting with "run".
+    const runIdArg = () => (rest[0] && /^run-[0-9a-f]{8,}$/.test(rest[0]) ? rest[0] : undefined);
     switch (word) {
+      // Both also refresh the session: what it missed (a host that restarted) is delivered.
       case '':
       case 'list':
         say((await listText(s)).text);
+        s.kick();
         return;
       case 'status':
         say((await statusText(s, await runOf(s, runIdArg()))).text);
+        s.kick();
         return;
       case 'pause': {
         const runId = await runOf(s, runIdArg());
@@ -319,22 +359,19 @@ export default function piwExtension(pi) {
         const runId = await runOf(s, given);
         const raw = given ? tail.slice(tail.indexOf(given) + given.length).trim() : tail;
         if (raw === '') throw new WorkflowError('answer needs the answer: /workflow answer [runId] <json|text>');
-        let value;
-        try {
-          value = JSON.parse(raw);
-        } catch {
-          value = raw;
-        }
         const d = await pendingDecision(s, runId, 'any');
         if (d.kind === 'human_decision') {
-          const req = readRequest(d.request);
-          const choice = typeof value === 'string' ? req.choices.find((c) => c.id === value || c.label === value)?.id ?? null : value?.choice ?? null;
-          const answer =
-            value && typeof value === 'object' && ('choice' in value || 'text' in value)
-              ? { choice: value.choice ?? null, text: value.text ?? null }
-              : { choice, text: choice === null ? String(raw) : null };
+          // Refused here when it fits none of the choices or breaks its text's length rule.
+          const { answer, problem } = humanAnswer(d.request, raw);
+          if (problem) throw new WorkflowError(`decision ${d.node_id} of run ${runId}: ${problem}`);
           await s.call('decision.answer', (c) => c.answerHumanDecision(runId, d.decision_id, answer));
         } else {
+          let value;
+          try {
+            value = JSON.parse(raw);
+          } catch {
+            value = raw;
+          }
           await s.call('checkpoint.answer', (c) => c.answerCheckpoint(runId, d.decision_id, value));
         }
         s.kick();

@@ -18,8 +18,18 @@ import {
 export const CALL_TIMEOUT_MS = Number(process.env.PIW_PI_CALL_TIMEOUT_MS) || 10_000;
 /** How long `submit` waits for the workflow's `validate` to judge a submission. */
 export const VALIDATION_WAIT_MS = Number(process.env.PIW_PI_VALIDATION_WAIT_MS) || 90_000;
+/** How long closing the session may wait for the host: a host that does not answer must not keep Pi from quitting. */
+export const CLOSE_TIMEOUT_MS = Number(process.env.PIW_PI_CLOSE_TIMEOUT_MS) || 2_000;
 /** Reminders after the model's turn settled without a submission. */
 export const MAX_REMINDERS = 2;
+/**
+ * Waits between attempts to follow a host again after the session's subscription ended (a host
+ * that stopped, restarted or died): quick at first, then every 30 s, for about five minutes.
+ * These attempts never start a host; after the last one the next call to the host does.
+ */
+export const RECONNECT_DELAYS_MS = [500, 1_000, 2_000, 4_000, 8_000, 15_000, ...Array(9).fill(30_000)];
+/** Workflow messages taken from the host per claim. */
+const CLAIM_LIMIT = 20;
 const KEY = 'piw';
 
 export class HostCallError extends Error {
@@ -41,6 +51,113 @@ function bounded(promise, ms, what) {
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
+/**
+ * The text each choice of a human decision collects: choice id -> `{ label, placeholder,
+ * minLength, maxLength, required, perChoice }`, or null for a choice that takes no text. Read
+ * from each choice's `input` when the request carries them; a request with only the
+ * decision-wide `textInput` does not say which choice it belongs to, so every choice offers it,
+ * optional (`perChoice` false: whether it is needed, and its length, are the host's to check).
+ */
+export function choiceInputs(request) {
+  const raw = request && typeof request === 'object' && Array.isArray(request.choices) ? request.choices : [];
+  // A choice's own input: `input` (as `choice({ input })` names it), or `textInput`.
+  const own = (c) => (c && typeof c === 'object' ? c.input ?? c.textInput ?? null : null);
+  const perChoice = raw.some((c) => own(c) && typeof own(c) === 'object');
+  const shared = request?.textInput && typeof request.textInput === 'object' ? request.textInput : null;
+  const count = (v) => (Number.isInteger(v) && v >= 0 ? v : null);
+  const inputs = new Map();
+  for (const c of raw) {
+    if (!c || typeof c.id !== 'string') continue;
+    const i = perChoice ? own(c) : shared;
+    if (!i || typeof i !== 'object') {
+      inputs.set(c.id, null);
+      continue;
+    }
+    const minLength = count(i.minLength);
+    inputs.set(c.id, {
+      label: [i.label, i.prompt, i.name].find((v) => typeof v === 'string' && v.trim() !== '') ?? 'Text',
+      placeholder: typeof i.placeholder === 'string' ? i.placeholder : '',
+      minLength,
+      maxLength: count(i.maxLength),
+      // The shared input's `required` is its own choice's rule, not known here: the host checks it.
+      required: perChoice ? (minLength ?? 0) > 0 : false,
+      perChoice,
+    });
+  }
+  return inputs;
+}
+
+/** The length rule of a text input, for the person (`""` when it has none). */
+export function textRule(input) {
+  const { minLength: min, maxLength: max } = input;
+  if (min !== null && max !== null) return `${min} to ${max} characters`;
+  if (min !== null && min > 0) return `at least ${min} characters`;
+  if (max !== null) return `at most ${max} characters`;
+  return input.required ? 'required' : '';
+}
+
+/** Why `text` does not fit `input` (null when it does). Lengths count as the workflow counts them (UTF-16 units). */
+export function textProblem(text, input) {
+  if (input.minLength !== null && text.length < input.minLength) return `${input.label}: at least ${input.minLength} characters, got ${text.length}`;
+  if (input.maxLength !== null && text.length > input.maxLength) return `${input.label}: at most ${input.maxLength} characters, got ${text.length}`;
+  if (input.required && text.trim() === '') return `${input.label}: an answer is required`;
+  return null;
+}
+
+/**
+ * The answer `/workflow answer` gives a human decision, or why it does not fit the decision
+ * (`{ problem }`): `raw` is `{"choice": id, "text": ...}` as JSON, or a choice's id or label
+ * followed by its text (`reject too vague`).
+ */
+export function humanAnswer(request, raw) {
+  const { choices } = readRequest(request);
+  const inputs = choiceInputs(request);
+  if (choices.length === 0) return { answer: { choice: null, text: raw } };
+  const listing = choices
+    .map((c) => {
+      const input = inputs.get(c.id);
+      const name = c.label === c.id ? c.id : `${c.id} ("${c.label}")`;
+      if (!input) return name;
+      const rule = textRule(input);
+      return `${name} <${input.label}${rule ? `, ${rule}` : ''}>`;
+    })
+    .join(', ');
+  let parsed;
+  try {
+    parsed = JSON.parse(raw);
+  } catch {
+    parsed = raw;
+  }
+  let picked;
+  let text;
+  if (parsed && typeof parsed === 'object' && !Array.isArray(parsed)) {
+    picked = choices.find((c) => c.id === parsed.choice);
+    text = typeof parsed.text === 'string' ? parsed.text : null;
+  } else {
+    const given = String(parsed);
+    const lower = given.toLowerCase();
+    let best = null;
+    for (const c of choices) {
+      for (const name of [c.id, c.label]) {
+        const n = name.toLowerCase();
+        const fits = lower === n || lower.startsWith(`${n} `);
+        if (fits && (!best || n.length > best.length)) best = { c, length: n.length };
+      }
+    }
+    picked = best?.c;
+    text = best ? given.slice(best.length).trim() : null;
+  }
+  if (!picked) return { problem: `that answer names none of the choices; answer with one of: ${listing}` };
+  const input = inputs.get(picked.id);
+  if (!input) {
+    if (text) return { problem: `${picked.label} takes no text; answer with one of: ${listing}` };
+    return { answer: { choice: picked.id, text: null } };
+  }
+  const problem = textProblem(text ?? '', input);
+  if (problem) return { problem: `${picked.label} needs its text (${problem}); answer with one of: ${listing}` };
+  return { answer: { choice: picked.id, text: input.perChoice ? (text ?? '') : text || null } };
+}
+
 export class WorkflowSession {
   /** @param pi the ExtensionAPI; @param ctx the session_start context */
   constructor(pi, ctx) {
@@ -60,32 +177,70 @@ export class WorkflowSession {
     this.dialogs = new Map();
     this.progress = new Map();
     this.widgetRun = null;
-    // Sent in this process but maybe not yet in the branch (a steer waits for the turn).
-    this.sentSteps = new Map();
-    this.sentMessages = new Set();
+    /**
+     * Sent to Pi in this process but not yet seen in the session's branch (a steer or follow-up
+     * waits in Pi's memory for the turn): `message:<id>` -> `{ type: 'message', id, settles }`,
+     * `step:<key>` -> `{ type: 'step', id, count, settles }` (`count`: the presentations of the
+     * step the branch holds once this one is in). `settles`: how many turns had settled when it
+     * was sent; one that is still not in the branch after a later settle was dropped by Pi
+     * (its queue cleared, or Pi quitting mid-turn) and is sent again.
+     */
+    this.outbox = new Map();
+    /** agent_settled events seen, and the `aborted` flag of those not handled yet. */
+    this.settles = 0;
+    this.settleQueue = [];
+    /** Whether the last settled turn was aborted (Escape): what was dropped then comes back without a turn. */
+    this.lastSettleAborted = false;
+    /** Messages Pi dropped once in this process, and those whose end was already notified. */
+    this.droppedMessages = new Set();
+    this.notified = new Set();
+    /** A run just resumed: its active request is presented again, once, by the next refresh. */
+    this.resumedRun = null;
     /** Connections given up, with why (for the calls still waiting on them). */
     this.dropped = new WeakMap();
-    this.pendingSettle = Promise.resolve();
+    this.connectedBefore = false;
+    this.reconnectTimer = null;
+    this.reconnectAttempt = 0;
+    /** The last refresh failure reported to the person (reported once, until a refresh succeeds). */
+    this.refreshFailure = null;
   }
 
   // ---------------------------------------------------------------------------------------
   // Connection
 
-  /** The connected client (started on demand), subscribed to this session's events. */
-  async connection() {
+  /**
+   * The connected client, subscribed to this session's events. `start: false` (the reconnect
+   * attempts) only connects to a host that runs; otherwise a host is started on demand. A
+   * connection made after an earlier one ended schedules a refresh: what happened meanwhile
+   * (results, steps) is delivered.
+   */
+  async connection({ start = true } = {}) {
     if (this.closed) throw new HostCallError('the workflow session is closed', 'client_closed');
     if (this.client?.isOpen) return this.client;
     if (!this.connecting) {
       this.connecting = (async () => {
-        const client = await Client.connect();
-        if (this.closed) {
-          await client.close().catch(() => {});
-          throw new HostCallError('the workflow session is closed', 'client_closed');
+        const client = await Client.connect({ start });
+        const closedMeanwhile = () => {
+          if (!this.closed) return false;
+          client.close().catch(() => {});
+          return true;
+        };
+        if (closedMeanwhile()) throw new HostCallError('the workflow session is closed', 'client_closed');
+        let sub;
+        try {
+          sub = await client.subscribe({ sessionId: this.sessionId });
+        } catch (e) {
+          client.close().catch(() => {});
+          throw e;
         }
-        const sub = await client.subscribe({ sessionId: this.sessionId });
+        // Closed during the subscribe round trip: close() saw no client to close.
+        if (closedMeanwhile()) throw new HostCallError('the workflow session is closed', 'client_closed');
         this.client = client;
         this.subscription = sub;
+        this.reconnectAttempt = 0;
         this.follow(sub, client);
+        if (this.connectedBefore) this.kick();
+        this.connectedBefore = true;
         return client;
       })().finally(() => {
         this.connecting = null;
@@ -120,7 +275,10 @@ export class WorkflowSession {
     client?.close().catch(() => {});
   }
 
-  /** Follows the session's events until the subscription ends; each one schedules a refresh. */
+  /**
+   * Follows the session's events until the subscription ends; each one schedules a refresh.
+   * Then follows the host again (a host that restarted), see `scheduleReconnect`.
+   */
   async follow(sub, client) {
     try {
       for await (const event of sub) {
@@ -132,21 +290,57 @@ export class WorkflowSession {
         this.kick();
       }
     } catch {
-      // The connection ended (a host that stopped or died): the next call reconnects.
+      // The connection ended (a host that stopped or died).
     }
     if (this.client === client) this.dropClient('the piw host closed the connection');
+    this.scheduleReconnect();
   }
 
-  /** Idempotent: ends the subscription, closes the dialogs and the connection. */
+  /**
+   * Tries to follow a running host again after RECONNECT_DELAYS_MS[attempt], quietly: a host
+   * that is gone for good costs a few failed connects and no message. A call to the host made
+   * meanwhile (the person's command, the model's tool) connects by itself, starting a host.
+   */
+  scheduleReconnect() {
+    if (this.closed || this.reconnectTimer || this.reconnectAttempt >= RECONNECT_DELAYS_MS.length) return;
+    const delay = RECONNECT_DELAYS_MS[this.reconnectAttempt];
+    this.reconnectAttempt += 1;
+    this.reconnectTimer = setTimeout(async () => {
+      this.reconnectTimer = null;
+      if (this.closed || this.client?.isOpen) return;
+      try {
+        await this.connection({ start: false });
+      } catch {
+        this.scheduleReconnect();
+      }
+    }, delay);
+    // Never keeps Pi's process alive.
+    this.reconnectTimer.unref?.();
+  }
+
+  /**
+   * Idempotent: closes the dialogs and the connection (which ends the subscription), bounded
+   * by CLOSE_TIMEOUT_MS: Pi's quit never waits longer on a host that does not answer.
+   */
   async close() {
     if (this.closed) return;
     this.closed = true;
+    clearTimeout(this.reconnectTimer);
+    this.reconnectTimer = null;
     for (const dialog of this.dialogs.values()) dialog.controller.abort();
     this.dialogs.clear();
     const client = this.client;
+    const subscription = this.subscription;
     this.client = null;
-    await this.subscription?.close().catch(() => {});
-    await client?.close().catch(() => {});
+    this.subscription = null;
+    const closing = (async () => {
+      await subscription?.close().catch(() => {});
+      await client?.close().catch(() => {});
+    })();
+    await bounded(closing, CLOSE_TIMEOUT_MS, 'the unsubscribe').catch(() => {
+      // Not answering: the connection is dropped without waiting (the host ends the subscription with it).
+      client?.close().catch(() => {});
+    });
   }
 
   // ---------------------------------------------------------------------------------------
@@ -160,30 +354,66 @@ export class WorkflowSession {
     }
   }
 
-  /** Step presentations in this session: key -> how many times (first + reminders). */
-  presentedSteps() {
+  /** Step presentations in the session's branch: key -> how many times (first + reminders). */
+  branchSteps() {
     const seen = new Map();
     for (const e of this.entries()) {
       if (e.type === 'custom_message' && e.customType === STEP && e.details?.key) {
         seen.set(e.details.key, (seen.get(e.details.key) ?? 0) + 1);
       }
     }
-    for (const [key, count] of this.sentSteps) seen.set(key, Math.max(count, seen.get(key) ?? 0));
     return seen;
   }
 
+  /** Step presentations in the branch or on their way to it: key -> how many times. */
+  presentedSteps() {
+    const seen = this.branchSteps();
+    for (const sent of this.outbox.values()) {
+      if (sent.type === 'step') seen.set(sent.id, Math.max(sent.count, seen.get(sent.id) ?? 0));
+    }
+    return seen;
+  }
+
+  /** Ids of the workflow messages the session's branch holds (only those are acknowledged). */
   deliveredMessages() {
-    const ids = new Set(this.sentMessages);
+    const ids = new Set();
     for (const e of this.entries()) {
       if (e.type === 'custom_message' && e.customType === MESSAGE && e.details?.messageId) ids.add(e.details.messageId);
     }
     return ids;
   }
 
+  /**
+   * Forgets what reached the branch since it was sent, and what Pi dropped: not in the branch
+   * although a turn settled since and Pi is idle (a message sent while Pi emitted the settle
+   * starts a run of its own, so Pi is not idle then). Returns the dropped ones.
+   */
+  pruneOutbox() {
+    const idle = this.ctx.isIdle();
+    const messages = this.deliveredMessages();
+    const steps = this.branchSteps();
+    const dropped = [];
+    for (const [key, sent] of this.outbox) {
+      const inBranch = sent.type === 'message' ? messages.has(sent.id) : (steps.get(sent.id) ?? 0) >= sent.count;
+      if (inBranch) {
+        this.outbox.delete(key);
+      } else if (idle && sent.settles < this.settles) {
+        this.outbox.delete(key);
+        if (sent.type === 'message') this.droppedMessages.add(sent.id);
+        dropped.push(sent);
+      }
+    }
+    return dropped;
+  }
+
   // ---------------------------------------------------------------------------------------
   // Refresh: messages, the active request, decisions, widget
 
-  /** Schedules a refresh (coalesced; never awaited by a Pi event handler). */
+  /**
+   * Schedules a refresh (coalesced; never awaited by a Pi event handler). Refreshes and the
+   * handling of settled turns run one at a time, in this one loop, so that they never present
+   * the same request twice.
+   */
   kick() {
     if (this.closed) return;
     if (this.refreshing) {
@@ -193,15 +423,37 @@ export class WorkflowSession {
     this.refreshing = (async () => {
       do {
         this.refreshAgain = false;
+        while (this.settleQueue.length > 0 && !this.closed) {
+          const aborted = this.settleQueue.shift();
+          try {
+            await this.settled(aborted);
+          } catch (e) {
+            this.reportFailure('after the turn', e);
+          }
+        }
         try {
           await this.refresh();
+          this.refreshFailure = null;
         } catch (e) {
-          if (!this.closed) console.error(`piw: refresh failed: ${e?.message ?? e}`);
+          this.reportFailure('refresh failed', e);
         }
-      } while (this.refreshAgain && !this.closed);
+      } while ((this.refreshAgain || this.settleQueue.length > 0) && !this.closed);
     })().finally(() => {
       this.refreshing = null;
     });
+  }
+
+  /** Tells the person once (not at every refresh) that the host cannot be reached, until a refresh succeeds. */
+  reportFailure(what, e) {
+    if (this.closed) return;
+    const message = `piw: ${what}: ${e?.message ?? e}`;
+    if (this.refreshFailure === message) return;
+    this.refreshFailure = message;
+    try {
+      this.ctx.ui.notify(message, 'warning');
+    } catch {
+      // no UI (print mode)
+    }
   }
 
   async refresh() {
@@ -216,19 +468,41 @@ export class WorkflowSession {
     await this.updateWidget(runs, statuses);
   }
 
+  /**
+   * Adds the session's workflow messages to it and acknowledges each once it is in the
+   * session's branch, never before: a steer waiting in Pi's memory for the turn is lost when
+   * the queue is cleared or Pi quits, and the host then gives the message again (to this
+   * claimant at once): at the next refresh of this process (after the turn settled) or at
+   * the next start. The branch's message ids keep a message from being added twice.
+   */
   async deliverMessages() {
     for (;;) {
-      const messages = await this.call('message.claim', (c) => c.claimMessages(this.sessionId, { limit: 20, claimant: `pi:${this.sessionId}` }));
+      const messages = await this.call('message.claim', (c) =>
+        c.claimMessages(this.sessionId, { limit: CLAIM_LIMIT, claimant: `pi:${this.sessionId}` }),
+      );
       if (messages.length === 0) return;
-      const delivered = this.deliveredMessages();
+      this.pruneOutbox();
+      let acked = 0;
       for (const m of messages) {
         if (m.origin_session !== this.sessionId) continue;
-        if (!delivered.has(m.message_id)) this.deliver(m);
+        const key = `message:${m.message_id}`;
+        if (!this.deliveredMessages().has(m.message_id)) {
+          // On its way: acknowledged once it is in the branch.
+          if (this.outbox.has(key)) continue;
+          this.deliver(m);
+          // Added at once while Pi is idle; a turn's message waits for it (its message_end
+          // or the turn's settle schedules the refresh that acknowledges it).
+          if (!this.deliveredMessages().has(m.message_id)) continue;
+        }
+        this.outbox.delete(key);
         // Fault injection for the tests (as the host's PIW_FAULT): die between adding a
         // message to the session and acknowledging it.
         if (process.env.PIW_PI_FAULT === 'kill_before_ack') process.kill(process.pid, 'SIGKILL');
         await this.call('message.ack', (c) => c.ackMessage(m.message_id));
+        acked += 1;
       }
+      // Claims give back what this claimant holds first: claim again only when all were acknowledged.
+      if (messages.length < CLAIM_LIMIT || acked < messages.length) return;
     }
   }
 
@@ -236,16 +510,21 @@ export class WorkflowSession {
     const text = messageText(m);
     const presentation = presentationOf(m);
     const details = { messageId: m.message_id, runId: m.run_id, kind: m.kind, content: m.content };
-    this.sentMessages.add(m.message_id);
-    if (presentation) {
+    this.outbox.set(`message:${m.message_id}`, { type: 'message', id: m.message_id, settles: this.settles });
+    // A message Pi dropped when the person stopped the turn (Escape) comes back without starting one.
+    if (presentation && !(this.lastSettleAborted && this.droppedMessages.has(m.message_id))) {
       this.pi.sendMessage(
         { customType: MESSAGE, content: `${text}\n\n${presentation}`, display: true, details },
         { triggerTurn: true, deliverAs: this.ctx.isIdle() ? 'followUp' : 'steer' },
       );
     } else {
-      this.pi.sendMessage({ customType: MESSAGE, content: text, display: true, details }, { triggerTurn: false });
+      this.pi.sendMessage(
+        { customType: MESSAGE, content: presentation ? `${text}\n\n${presentation}` : text, display: true, details },
+        { triggerTurn: false },
+      );
     }
-    if (m.kind === 'terminal') {
+    if (m.kind === 'terminal' && !this.notified.has(m.message_id)) {
+      this.notified.add(m.message_id);
       const status = m.content?.status;
       const level = status === 'completed' ? 'info' : status === 'cancelled' ? 'warning' : 'error';
       this.ctx.ui.notify(`workflow ${m.content?.workflow ?? ''} ${status ?? 'ended'} (run ${m.run_id})`, level);
@@ -253,16 +532,28 @@ export class WorkflowSession {
     }
   }
 
-  /** The session's one active request: the first pending interaction, else the first pending checkpoint. */
+  /** A Pi `message_end`: one of ours reached the session (Pi stores it right after the handlers). */
+  onMessageEnd(message) {
+    if (message?.role === 'custom' && message.customType === MESSAGE && message.details?.messageId) this.kick();
+  }
+
+  /** The session's one active request: the first pending interaction of a run that is not paused, else such a run's first pending checkpoint. */
   async presentActive(statuses) {
     const interactions = await this.call('interaction.list', (c) => c.listInteractions(this.sessionId));
-    const pausedRuns = new Set([...statuses.values()].filter((s) => s.run.paused).map((s) => s.run.run_id));
+    // A run older than the listed ones still has its requests presented.
+    const statusOf = async (runId) => {
+      if (!statuses.has(runId)) statuses.set(runId, await this.call('run.status', (c) => c.runStatus(runId)));
+      return statuses.get(runId);
+    };
     let next = null;
-    const first = interactions.find((i) => i.origin_session === this.sessionId);
-    if (first) {
-      next = { type: 'interaction', id: first.interaction_id, runId: first.run_id, kind: first.kind, item: first };
-    } else {
+    for (const i of interactions) {
+      if (i.origin_session !== this.sessionId || (await statusOf(i.run_id)).run.paused) continue;
+      next = { type: 'interaction', id: i.interaction_id, runId: i.run_id, kind: i.kind, item: i };
+      break;
+    }
+    if (!next) {
       for (const s of statuses.values()) {
+        if (s.run.paused) continue;
         const d = s.decisions.find((x) => x.status === 'pending' && x.kind === 'checkpoint');
         if (d) {
           next = { type: 'checkpoint', id: d.decision_id, runId: s.run.run_id, kind: 'checkpoint', item: d, run: s.run };
@@ -271,12 +562,16 @@ export class WorkflowSession {
       }
     }
     this.active = next;
-    if (!next || pausedRuns.has(next.runId)) return;
+    const resumed = this.resumedRun;
+    if (resumed && statuses.has(resumed) && !statuses.get(resumed).run.paused) this.resumedRun = null;
+    if (!next) return;
     if (next.type === 'interaction' && next.item.status !== 'pending') return;
-    if ((this.presentedSteps().get(next.id) ?? 0) > 0) return;
+    const again = resumed === next.runId;
+    if (!again && (this.presentedSteps().get(next.id) ?? 0) > 0) return;
     const workflow = statuses.get(next.runId)?.run.workflow_name;
     const content = next.type === 'interaction' ? stepMessage(next.item, workflow) : checkpointMessage(next.item, next.run);
-    this.sendStep(next, content, 0);
+    // After a resume the model continues the same request: presented again, once.
+    this.sendStep(next, again ? `The workflow was resumed.\n\n${content}` : content, 0);
   }
 
   sendStep(active, content, reminder) {
@@ -288,27 +583,39 @@ export class WorkflowSession {
       attemptId: active.item.attempt_id ?? null,
       reminder,
     };
-    this.sentSteps.set(active.id, Math.max(reminder + 1, (this.sentSteps.get(active.id) ?? 0) + 1));
+    const count = (this.presentedSteps().get(active.id) ?? 0) + 1;
+    this.outbox.set(`step:${active.id}`, { type: 'step', id: active.id, count, settles: this.settles });
     this.pi.sendMessage(
       { customType: STEP, content, display: true, details },
       { triggerTurn: true, deliverAs: this.ctx.isIdle() ? 'followUp' : 'steer' },
     );
   }
 
-  /**
-   * The model's turn settled. Aborted (Escape) while a request is active: pause its run. Else a
-   * presented request that is still pending gets a reminder, at most MAX_REMINDERS.
-   */
+  /** The model's turn settled (Pi's agent_settled): handled in the refresh loop, then a refresh. */
   onSettled(aborted) {
-    this.pendingSettle = this.pendingSettle.then(() => this.settled(aborted)).catch((e) => {
-      if (!this.closed) console.error(`piw: after the turn: ${e?.message ?? e}`);
+    // Known at once: what Pi dropped in this turn comes back without a turn after Escape.
+    this.lastSettleAborted = aborted;
+    // Counted once Pi has finished emitting the settle: a message sent while it emitted it
+    // starts a run of its own by then (Pi is not idle), so it is not taken for dropped.
+    setImmediate(() => {
+      this.settles += 1;
+      this.settleQueue.push(aborted);
+      this.kick();
     });
   }
 
+  /**
+   * After a settled turn. Aborted (Escape) while a request is active: pause its run. Else a
+   * presented request that is still pending gets a reminder, at most MAX_REMINDERS; one Pi
+   * dropped from its queue is presented again.
+   */
   async settled(aborted) {
     if (this.closed) return;
+    const droppedSteps = new Set(this.pruneOutbox().filter((d) => d.type === 'step').map((d) => d.id));
     const active = this.active;
-    if (!active || (this.presentedSteps().get(active.id) ?? 0) === 0) return;
+    if (!active) return;
+    const sent = droppedSteps.has(active.id) || (this.presentedSteps().get(active.id) ?? 0) > 0;
+    if (!sent) return;
     const status = await this.call('run.status', (c) => c.runStatus(active.runId));
     if (status.run.paused || isFinal(status.run.status)) return;
     const stillPending =
@@ -322,10 +629,9 @@ export class WorkflowSession {
         `workflow paused at ${active.item.node_id} (run ${active.runId}); /workflow resume continues the same request`,
         'warning',
       );
-      this.kick();
       return;
     }
-    if (active.type === 'interaction' && active.kind === 'assistant_message') {
+    if (active.type === 'interaction' && active.kind === 'assistant_message' && !droppedSteps.has(active.id)) {
       const text = this.lastAssistantText();
       if (text !== null) {
         await this.call('interaction.submit', (c) => c.submitInteraction(active.item, text));
@@ -346,7 +652,6 @@ export class WorkflowSession {
         `workflow step ${active.item.node_id} (run ${active.runId}) failed: ${reason}${next ? `; the run goes on at ${next}` : ''}`,
         'error',
       );
-      this.kick();
     }
   }
 
@@ -366,17 +671,34 @@ export class WorkflowSession {
     return null;
   }
 
-  /** Re-presents the active request after a resume (the model continues the same request). */
-  async resumed(runId) {
-    const statuses = new Map([[runId, await this.call('run.status', (c) => c.runStatus(runId))]]);
-    await this.presentActive(statuses);
-    const active = this.active;
-    if (active && active.runId === runId) {
-      const s = statuses.get(runId);
-      const content =
-        active.type === 'interaction' ? stepMessage(active.item, s.run.workflow_name) : checkpointMessage(active.item, s.run);
-      this.sendStep(active, `The workflow was resumed.\n\n${content}`, 0);
-    }
+  /**
+   * The verdict on a submission whose tool call the person stopped (Escape) before the
+   * validation judged it: told to the person, and to the model as a card that starts no turn.
+   */
+  reportVerdictLater(interaction, submissionId, verdictCall) {
+    const where = `step ${interaction.node_id} (run ${interaction.run_id})`;
+    verdictCall.then(
+      (verdict) => {
+        if (this.closed) return;
+        const accepted = verdict.state === 'accepted';
+        const content = accepted
+          ? `The workflow accepted the submission for ${where}.`
+          : `The workflow rejected the submission for ${where}: ${verdict.error}. Fix it and submit again (interactionId ${interaction.interaction_id}).`;
+        const details = { kind: 'verdict', runId: interaction.run_id, interactionId: interaction.interaction_id, submissionId, state: verdict.state };
+        this.pi.sendMessage({ customType: MESSAGE, content, display: true, details }, { triggerTurn: false });
+        this.ctx.ui.notify(`workflow ${where}: submission ${verdict.state}${accepted ? '' : `: ${verdict.error}`}`, accepted ? 'info' : 'warning');
+        this.kick();
+      },
+      (e) => {
+        if (!this.closed) this.ctx.ui.notify(`workflow ${where}: the verdict on its submission is not known (${e?.message ?? e}); /workflow status shows it`, 'warning');
+      },
+    );
+  }
+
+  /** A run was resumed: the next refresh presents its active request again (the model continues the same request), once. */
+  resumed(runId) {
+    this.resumedRun = runId;
+    this.kick();
   }
 
   // ---------------------------------------------------------------------------------------
@@ -406,7 +728,10 @@ export class WorkflowSession {
       this.dialogs.set(id, dialog);
       this.askPerson(d, run, controller.signal)
         .catch((e) => {
-          if (!this.closed && !controller.signal.aborted) this.ctx.ui.notify(`workflow decision: ${e?.message ?? e}`, 'error');
+          if (this.closed || controller.signal.aborted) return;
+          this.ctx.ui.notify(`workflow decision: ${e?.message ?? e}`, 'error');
+          // Still pending (the host refused the answer, or did not take it): offered again.
+          this.kick();
         })
         .finally(() => {
           if (this.dialogs.get(id) === dialog) this.dialogs.delete(id);
@@ -432,19 +757,34 @@ export class WorkflowSession {
       .filter(Boolean)
       .join('\n');
     let choice = null;
+    // The text the picked choice collects (none for a choice without a text input).
+    let input = null;
     if (req.choices.length > 0) {
       const labels = req.choices.map((c) => (c.description ? `${c.label} — ${c.description}` : c.label));
       const picked = await this.ctx.ui.select(title, labels, { signal });
-      if (picked === undefined) return; // dismissed or closed: offered again at the next start
+      if (picked === undefined) return; // dismissed or closed: offered again at the next refresh
       choice = req.choices[labels.indexOf(picked)]?.id ?? null;
+      input = choice === null ? null : choiceInputs(decision.request).get(choice) ?? null;
+    } else {
+      input = { label: title, placeholder: '', minLength: null, maxLength: null, required: false, perChoice: false };
     }
     let text = null;
-    if (req.textInput || req.choices.length === 0) {
-      const label = req.textInput?.label ?? title;
-      const entered = await this.ctx.ui.input(label, req.textInput?.placeholder ?? '', { signal });
-      if (entered === undefined) return;
-      text = entered;
-      if (req.textInput?.required && text.trim() === '') return;
+    if (input) {
+      // Asked again, with the rule, until the text fits: an answer the workflow refuses is never sent.
+      let problem = null;
+      for (;;) {
+        const rule = textRule(input);
+        const label = [input.label, rule ? `(${rule})` : null, problem].filter(Boolean).join(' ');
+        const entered = await this.ctx.ui.input(label, input.placeholder, { signal });
+        if (entered === undefined) return;
+        problem = textProblem(entered, input);
+        if (problem === null) {
+          text = entered;
+          break;
+        }
+        if (signal.aborted) return;
+        this.ctx.ui.notify(`workflow decision: ${problem}`, 'warning');
+      }
     }
     if (signal.aborted) return;
     // Answered here: its dialog is done (the refresh this answer causes must not report it closed).

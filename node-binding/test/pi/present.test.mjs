@@ -1,6 +1,7 @@
 // How a run's end is presented in its origin session: with the workflow's presentation
-// instructions a model turn (exactly once, across Pi restarts); without them a result card and no
-// turn (decisions.test.mjs, restart.test.mjs). Also the TUI card renderer.
+// instructions a model turn (exactly once, across Pi restarts, and never lost while it waits in
+// Pi's queue for a turn); without them a result card and no turn (decisions.test.mjs,
+// restart.test.mjs). Also the TUI card renderer.
 import assert from 'node:assert/strict';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -84,5 +85,93 @@ test('an assistantMessage step is answered by the visible reply; an ordinary che
     'the answer accepted',
     from,
   );
+  await pi.quit();
+});
+
+const terminalCards = (pi, from = 0) => pi.customMessages('piw-message', from).filter((m) => m.details.kind === 'terminal');
+
+/**
+ * A run of `presented` ends while the model streams a turn that the test holds open: its
+ * presentation waits in Pi's queue as a steer. Returns Pi, the release of the held turn and the run.
+ */
+async function runEndsWhileStreaming(sessionId) {
+  env.addWorkflow('presented.workflow.mjs', 'presented');
+  let release;
+  const held = new Promise((r) => (release = r));
+  env.model.script = async ({ lastText }) => {
+    if (/HOLD-ME/.test(lastText)) await held;
+    return { text: 'ok' };
+  };
+  const gate = join(env.root, `open-${sessionId}`);
+  const pi = await env.startPi({ sessionId });
+  // A session Pi has saved (it writes the file once the conversation has started).
+  await pi.prompt('hi');
+  await pi.waitSettled();
+  await pi.prompt(`/workflow presented --input-json ${JSON.stringify({ gate })}`);
+  const client = await env.client();
+  const [run] = await until(async () => {
+    const runs = await client.listRuns({ sessionId });
+    return runs.length && runs[0].status === 'running' && runs;
+  }, 'the run computing');
+  const from = pi.mark();
+  await pi.prompt('HOLD-ME');
+  await until(() => env.model.requests.some((r) => /HOLD-ME/.test(r.lastText)), 'the held model request');
+  writeFileSync(gate, '');
+  await client.waitForRun(run.run_id, { timeoutMs: 30_000 });
+  // The extension has handed the presentation to Pi (its notification comes with it).
+  await pi.waitNotify(/presented completed/, from);
+  return { pi, release: () => release(), client, run };
+}
+
+test('a presentation waiting as a steer when the queue is cleared is delivered again in the same process, once', async () => {
+  const { pi, release, client } = await runEndsWhileStreaming('cleared');
+  await pi.send({ type: 'clear_queue' });
+  const from = pi.mark();
+  release();
+  await pi.waitSettled(from);
+  // Delivered again after the turn (a fresh turn: the queue was cleared, the turn not aborted).
+  const card = await until(() => terminalCards(pi)[0], 'the presentation in this process');
+  assert.match(card.content, /PRESENT-THE-RESULT/);
+  await until(() => presentationRequests().length > 0, 'the presentation turn reaching the model');
+  // Acknowledged: even the extension's own claimant (which gets back what it holds) gets nothing.
+  await until(async () => (await client.claimMessages('cleared', { claimant: 'pi:cleared' })).length === 0, 'the acknowledgement');
+  const reply = await pi.send({ type: 'get_messages' });
+  assert.equal(reply.data.messages.filter((m) => m.role === 'custom' && m.customType === 'piw-message').length, 1);
+  await pi.quit();
+});
+
+test('a presentation waiting as a steer when Pi quits mid-turn is delivered at the next start, once', async () => {
+  const { pi, release } = await runEndsWhileStreaming('quit');
+  await pi.quit(); // aborts the held turn, then exits
+  release();
+  const again = await env.startPi({ sessionId: 'quit' });
+  const card = await until(() => terminalCards(again)[0], 'the presentation at the next start');
+  assert.match(card.content, /PRESENT-THE-RESULT/);
+  await again.waitSettled();
+  await again.quit();
+  const third = await env.startPi({ sessionId: 'quit' });
+  await third.waitEvent((e) => e.type === 'extension_ui_request' && e.method === 'setWidget', 'the first refresh');
+  const reply = await third.send({ type: 'get_messages' });
+  assert.equal(reply.data.messages.filter((m) => m.role === 'custom' && m.customType === 'piw-message').length, 1, 'in the session once');
+  assert.equal(terminalCards(third).length, 0, 'not delivered a second time');
+  await third.quit();
+});
+
+test('Escape (queue cleared, turn aborted) while a presentation waits as a steer: it is added again in the same process without a turn', async () => {
+  const { pi, release, client } = await runEndsWhileStreaming('escape');
+  const from = pi.mark();
+  await pi.send({ type: 'clear_queue' });
+  await pi.send({ type: 'abort' });
+  await pi.waitEvent((e) => e.type === 'agent_settled' && e.aborted === true, 'the aborted settle', from);
+  release();
+  const card = await until(() => terminalCards(pi, from)[0], 'the presentation in this process');
+  assert.match(card.content, /PRESENT-THE-RESULT/);
+  await until(async () => (await client.claimMessages('escape', { claimant: 'pi:escape' })).length === 0, 'the acknowledgement');
+  // A turn it had started would have asked the model before this next turn ends.
+  const next = pi.mark();
+  await pi.prompt('after');
+  await pi.waitSettled(next);
+  assert.equal(env.model.requests.filter((r) => /PRESENT-THE-RESULT/.test(r.lastText)).length, 0, 'no turn of its own after Escape');
+  assert.ok(env.model.requests.some((r) => r.lastText === 'after' && /PRESENT-THE-RESULT/.test(r.allText)), 'in the context of the next turn');
   await pi.quit();
 });

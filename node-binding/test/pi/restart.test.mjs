@@ -1,18 +1,29 @@
 // Pi going away never costs a run: SIGKILL while a run computes, a request that comes while
 // Pi is closed, a deadline that passes while Pi is closed; two sessions in one project never
-// see each other's requests or messages.
+// see each other's requests or messages. The host going away never holds Pi: a host that does
+// not answer does not keep Pi from quitting; a host that restarts is followed again.
 import assert from 'node:assert/strict';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, test } from 'node:test';
 
-import { piEnv, until } from './harness.mjs';
+import { alive, piEnv, sleep, until } from './harness.mjs';
 
 let env;
+/** A host the test stopped with SIGSTOP: continued at the end, pass or fail. */
+let stoppedHost = null;
 beforeEach(async () => {
   env = await piEnv();
 });
 afterEach(async () => {
+  if (stoppedHost !== null) {
+    try {
+      process.kill(stoppedHost, 'SIGCONT');
+    } catch {
+      // gone
+    }
+    stoppedHost = null;
+  }
   await env?.close();
 });
 
@@ -125,5 +136,41 @@ test('Pi killed between adding a message and acknowledging it: the next start ac
   // acknowledged it without adding it again, then delivered the rest.
   assert.deepEqual(pi.customMessages('piw-message').map((m) => m.details.kind), ['terminal']);
   assert.deepEqual(await client.claimMessages('fault'), [], 'both acknowledged');
+  await pi.quit();
+});
+
+test('Pi quits within its close bound while the host is alive but does not answer', async () => {
+  const pi = await env.startPi({ sessionId: 'hang', extraEnv: { PIW_PI_CLOSE_TIMEOUT_MS: '2000' } });
+  // Subscribed: the first refresh has ended with the widget.
+  await pi.waitEvent((e) => e.type === 'extension_ui_request' && e.method === 'setWidget', 'the first refresh');
+  const client = await env.client();
+  const { pid } = await client.status();
+  process.kill(pid, 'SIGSTOP');
+  stoppedHost = pid;
+  pi.child.stdin.end(); // an orderly quit
+  // The host stays stopped until after the check: Pi must not need it to exit.
+  const exited = await Promise.race([pi.exited.then(() => true), sleep(10_000).then(() => false)]);
+  assert.equal(exited, true, 'Pi still runs 10 s after the quit (its close bound is 2 s)');
+});
+
+test('after the host restarts, the session follows it again: a run that ends then is shown without any action', async () => {
+  env.addWorkflow('gate.workflow.mjs', 'gate');
+  const gate = join(env.root, 'open');
+  const pi = await env.startPi({ sessionId: 'restart' });
+  await pi.prompt(`/workflow gate --input-json ${JSON.stringify({ gate })}`);
+  let client = await env.client();
+  const [run] = await until(async () => {
+    const runs = await client.listRuns({ sessionId: 'restart' });
+    return runs.length && runs[0].status === 'running' && runs;
+  }, 'the run computing');
+  const { pid } = await client.status();
+  await client.request('host.stop').catch(() => {});
+  await until(() => !alive(pid), 'the host gone');
+  // Another client (the CLI, another Pi session, a script) starts the host again.
+  client = await env.client();
+  writeFileSync(gate, '');
+  assert.equal((await client.waitForRun(run.run_id, { timeoutMs: 30_000 })).status, 'completed');
+  const card = await until(() => terminalCards(pi)[0], 'the result card in the running session');
+  assert.match(card.content, /gate completed/);
   await pi.quit();
 });

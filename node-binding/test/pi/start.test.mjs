@@ -2,6 +2,7 @@
 // name collision, reserved words refused; the extension's step message, submit with a
 // validation error returned as a tool error, and the result delivered once.
 import assert from 'node:assert/strict';
+import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 
 import { alive, piEnv, until } from './harness.mjs';
@@ -92,6 +93,23 @@ test('reserved words and unknown names are refused with a clear message', async 
   await pi.prompt('/workflow nosuchflow');
   await pi.waitNotify(/no workflow named "nosuchflow"/, from);
   await pi.quit();
+});
+
+test('without a host binary the person is told once, in a notification; nothing is written over the TUI', async () => {
+  // An installation of its own: the file's other tests leave a host running in the shared one.
+  const pi = await env.startPi({ sessionId: 'nohost', extraEnv: { PIW_HOST_BIN: '/nonexistent/piw', PIW_HOME: join(env.root, 'no-host') } });
+  const told = await pi.waitNotify(/piw: refresh failed: cannot start the piw host/);
+  assert.equal(told.notifyType, 'warning');
+  env.model.script = () => ({ text: 'ok' });
+  // Two more refreshes (each settled turn schedules one) fail the same way: not told again.
+  for (let i = 0; i < 2; i++) {
+    const turn = pi.mark();
+    await pi.prompt('hi');
+    await pi.waitSettled(turn);
+  }
+  await pi.quit();
+  assert.equal(pi.notifications().filter((m) => /refresh failed/.test(m)).length, 1, 'told once');
+  assert.doesNotMatch(pi.stderr, /refresh failed/, 'nothing written to stderr (the TUI)');
 });
 
 test('a hung host makes a tool call fail after the bound; with the host killed the next call starts one and nothing is lost', async () => {

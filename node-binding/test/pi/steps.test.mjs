@@ -1,7 +1,10 @@
 // Interactive steps in the origin session: reminders when a turn settles without a submission,
-// Escape (an aborted turn) pauses the run and resume continues the same request, one active
-// request per session, a stale attempt refused.
+// Escape (an aborted turn) pauses the run and resume continues the same request (presented once),
+// one active request per session (a paused run's request does not hold the others back), a stale
+// attempt refused, Escape while `submit` waits for the validation.
 import assert from 'node:assert/strict';
+import { existsSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterEach, beforeEach, test } from 'node:test';
 
 import { piEnv, sleep, until } from './harness.mjs';
@@ -145,5 +148,95 @@ test('update records progress on the open step without completing it; the widget
   );
   const run = await client.waitForRun(run_id, { timeoutMs: 30_000 });
   assert.deepEqual(run.result, { title: 'With progress' });
+  await pi.quit();
+});
+
+test('a paused run\'s pending step does not keep another run\'s step from being presented', async () => {
+  env.model.script = () => ({ text: 'ok' });
+  const client = await env.client();
+  const file = join(env.project, '.pi/workflows/titles.workflow.mjs');
+  const a = await client.startRun(file, { input: { task: 'A' }, sessionId: 'two' });
+  await client.waitForRun(a.run_id, { untilParked: true, timeoutMs: 30_000 });
+  await client.pauseRun(a.run_id);
+  const b = await client.startRun(file, { input: { task: 'B' }, sessionId: 'two' });
+  await client.waitForRun(b.run_id, { untilParked: true, timeoutMs: 30_000 });
+  const pi = await env.startPi({ sessionId: 'two' });
+  const step = await until(() => pi.customMessages('piw-step')[0], 'a step presented');
+  assert.equal(step.details.runId, b.run_id);
+  assert.ok(pi.customMessages('piw-step').every((m) => m.details.runId === b.run_id), 'the paused run is not presented');
+  await pi.quit();
+});
+
+test('resuming a run whose step was never presented presents it once', async () => {
+  let release;
+  const held = new Promise((r) => (release = r));
+  env.model.script = async () => {
+    await held;
+    return { text: 'ok' };
+  };
+  const client = await env.client();
+  const file = join(env.project, '.pi/workflows/titles.workflow.mjs');
+  const a = await client.startRun(file, { input: { task: 'A' }, sessionId: 'res' });
+  await client.waitForRun(a.run_id, { untilParked: true, timeoutMs: 30_000 });
+  await client.pauseRun(a.run_id);
+  const pi = await env.startPi({ sessionId: 'res' });
+  await pi.waitEvent((e) => e.type === 'extension_ui_request' && e.method === 'setWidget', 'the first refresh');
+  assert.equal(pi.customMessages('piw-step').length, 0, 'a paused run is not presented');
+  await pi.prompt(`/workflow resume ${a.run_id}`);
+  const first = await until(() => pi.customMessages('piw-step')[0], 'the step after the resume');
+  assert.match(first.content, /^The workflow was resumed\./);
+  release();
+  // Everything the resume sent is in the first model request: the step once.
+  await pi.waitSettled();
+  assert.equal((env.model.requests[0].allText.match(/Workflow step — workflow/g) ?? []).length, 1, 'the model saw the step once');
+  assert.equal(pi.customMessages('piw-step').filter((m) => m.details.reminder === 0).length, 1, 'presented once');
+  await pi.quit();
+});
+
+test('Escape while submit waits for the validation returns at once; the verdict is reported when it comes', async () => {
+  const gate = join(env.root, 'validate-now');
+  writeFileSync(
+    join(env.project, '.pi', 'workflows', 'slowval.workflow.mjs'),
+    `import { existsSync } from 'node:fs';
+import { defineWorkflow, agent, compute } from ${JSON.stringify(join(process.cwd(), 'index.js'))};
+export default defineWorkflow({
+  name: 'slowval', startAt: 'draft',
+  nodes: {
+    draft: agent({ prompt: 'SLOW-STEP give a title', validate: async (o) => {
+      while (!existsSync(${JSON.stringify(gate)})) await new Promise((r) => setTimeout(r, 20));
+      return o;
+    } }),
+    done: compute({ run: ({ outputs }) => outputs.draft }),
+  },
+  edges: [{ from: 'draft', to: 'done' }],
+});`,
+  );
+  let submits = 0;
+  env.model.script = ({ lastText }) => {
+    if (/SLOW-STEP/.test(lastText) && !/Reminder/.test(lastText)) {
+      submits += 1;
+      return { tool: { name: 'workflow', arguments: { action: 'submit', interactionId: stepId(lastText), output: { title: 't' } } } };
+    }
+    return { text: 'ok' };
+  };
+  const pi = await env.startPi({ sessionId: 'esc-submit' });
+  const client = await env.client();
+  const from = pi.mark();
+  await pi.prompt('/workflow slowval');
+  await pi.waitEvent((e) => e.type === 'tool_execution_start', 'the submit call', from);
+  const [run] = await until(async () => {
+    const st = (await client.listRuns({ sessionId: 'esc-submit' }))[0];
+    return st && (await client.runStatus(st.run_id)).interactions.some((i) => i.status === 'validating') && [st];
+  }, 'the submission validating');
+  await pi.send({ type: 'abort' });
+  // The validation cannot end before the gate opens: the tool ended without its verdict.
+  const end = await pi.waitEvent((e) => e.type === 'tool_execution_end', 'the submit end', from);
+  assert.equal(existsSync(gate), false);
+  assert.match(JSON.stringify(end.result), /outcome is not known yet/);
+  writeFileSync(gate, '');
+  await pi.waitNotify(/workflow step draft .*: submission accepted/, from);
+  assert.equal((await client.waitForRun(run.run_id, { timeoutMs: 30_000 })).status, 'completed');
+  await until(() => pi.customMessages('piw-message', from).some((m) => m.details.kind === 'verdict'), 'the verdict card');
+  assert.equal(submits, 1, 'submitted once');
   await pi.quit();
 });
