@@ -380,6 +380,8 @@ async function humanRequest(run, impl, ctx) {
       ? {
           input: {
             name: c.input.name,
+            prompt: c.input.prompt,
+            ...(c.input.placeholder === undefined ? {} : { placeholder: c.input.placeholder }),
             ...(c.input.minLength === undefined ? {} : { minLength: c.input.minLength }),
             ...(c.input.maxLength === undefined ? {} : { maxLength: c.input.maxLength }),
           },

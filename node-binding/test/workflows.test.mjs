@@ -571,7 +571,7 @@ test('decision, assistantMessage, humanDecision with text input, and notify, thr
     details: 'Read the explanation.',
     choices: [
       { id: 'continue', label: 'Continue' },
-      { id: 'replan', label: 'Replan', description: 'Back to planning', input: { name: 'instructions' } },
+      { id: 'replan', label: 'Replan', description: 'Back to planning', input: { name: 'instructions', prompt: 'What should change?', placeholder: 'smaller' } },
     ],
     textInput: { label: 'What should change?', placeholder: 'smaller', required: true },
     audience: 'operator',
