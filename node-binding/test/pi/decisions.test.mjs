@@ -53,6 +53,46 @@ test('a protected decision is answered through the select dialog; the tool canno
   await pi.quit();
 });
 
+test("the dialog asks for text only for the choice that collects it, and again until it fits the choice's rule", async () => {
+  env.addWorkflow('reasoned.workflow.mjs', 'reasoned');
+  env.model.script = () => ({ text: 'ok' });
+  const pi = await env.startPi();
+  const client = await env.client();
+
+  // A choice without text: no text dialog follows the pick.
+  let from = pi.mark();
+  await pi.prompt('/workflow reasoned');
+  let dialog = await pi.waitEvent((e) => e.type === 'extension_ui_request' && e.method === 'select', 'the select dialog', from);
+  const shipped = (await client.listRuns({ sessionId: 'session-a' }))[0].run_id;
+  pi.respondUi(dialog.id, { value: 'Ship' });
+  let run = await client.waitForRun(shipped, { timeoutMs: 30_000 });
+  assert.equal(run.status, 'completed', run.error);
+  assert.deepEqual(run.result, { choice: 'ship', reason: null });
+  assert.equal(pi.events.slice(from).filter((e) => e.type === 'extension_ui_request' && e.method === 'input').length, 0);
+
+  // The choice with a reason: asked with the workflow's prompt and rule; a short reason is not
+  // sent (the run keeps waiting) and the person is asked again.
+  from = pi.mark();
+  await pi.prompt('/workflow reasoned');
+  dialog = await pi.waitEvent((e) => e.type === 'extension_ui_request' && e.method === 'select', 'the select dialog', from);
+  const held = (await client.listRuns({ sessionId: 'session-a' })).find((r) => r.run_id !== shipped).run_id;
+  pi.respondUi(dialog.id, { value: 'Hold' });
+  const ask = await pi.waitEvent((e) => e.type === 'extension_ui_request' && e.method === 'input', 'the reason dialog', from);
+  assert.match(ask.title, /Why hold\? \(at least 5 characters\)/);
+  const again = pi.mark();
+  pi.respondUi(ask.id, { value: 'no' });
+  const reask = await pi.waitEvent((e) => e.type === 'extension_ui_request' && e.method === 'input', 'the reason dialog again', again);
+  assert.match(reask.title, /at least 5 characters, got 2/);
+  const status = await client.runStatus(held);
+  assert.equal(status.run.status, 'waiting');
+  assert.equal(status.decisions[0].status, 'pending');
+  pi.respondUi(reask.id, { value: 'not ready yet' });
+  run = await client.waitForRun(held, { timeoutMs: 30_000 });
+  assert.equal(run.status, 'completed', run.error);
+  assert.deepEqual(run.result, { choice: 'hold', reason: 'not ready yet' });
+  await pi.quit();
+});
+
 test('a dialog closes when the decision is answered elsewhere; /workflow answer decides it', async () => {
   env.addWorkflow('decision.workflow.mjs', 'ship');
   const pi = await env.startPi({ sessionId: 'session-b' });
