@@ -325,7 +325,8 @@ export declare class Client {
   request<T = unknown>(kind: string, envelope?: CommandOptions & { runId?: string; nodeId?: string; attemptId?: string }, payload?: unknown): Promise<Receipt<T>>;
 
   status(): Promise<HostStatus>;
-  listRuns(options?: { sessionId?: string; limit?: number }): Promise<Run[]>;
+  /** Newest first. `unfinished: true`: only runs not in a terminal status (however many ended since). */
+  listRuns(options?: { sessionId?: string; limit?: number; unfinished?: boolean }): Promise<Run[]>;
   startRun(workflowFile: string, options?: StartRunOptions): Promise<{ run_id: string; status: RunStatusName }>;
   runStatus(runId: string, options?: RunStatusOptions): Promise<RunStatus>;
   pauseRun(runId: string, options?: CommandOptions): Promise<{ run_id: string; paused: true }>;

@@ -51,6 +51,7 @@ fn sample(kind: RequestKind) -> Request {
         RequestKind::RunList => RequestBody::RunList(RunList {
             limit: Some(20),
             session_id: None,
+            ..Default::default()
         }),
         RequestKind::RunPause => RequestBody::RunPause,
         RequestKind::RunResume => RequestBody::RunResume,

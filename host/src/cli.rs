@@ -29,6 +29,9 @@ pub(crate) enum Cmd {
         /// Only runs of this origin session.
         #[arg(long)]
         session: Option<String>,
+        /// Only runs that have not ended (queued, running, waiting or in review).
+        #[arg(long)]
+        unfinished: bool,
         /// At most this many runs (the host lists at most 10000). When their results do not
         /// all fit one reply, the oldest are left out (`result_omitted` in `--json`).
         #[arg(long, value_name = "N", default_value_t = DEFAULT_RUNS_LIMIT,

@@ -229,6 +229,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Runs {
             json,
             session,
+            unfinished,
             limit,
         } => {
             // The host leaves out the oldest runs' results when the list would not fit one
@@ -238,6 +239,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 .call(RequestBody::RunList(payload::RunList {
                     limit: Some(limit),
                     session_id: session,
+                    unfinished: unfinished.then_some(true),
                 }))
                 .map_err(|e| match e {
                     ClientError::Rejected(r) if r.code == RejectionCode::PayloadTooLarge => {

@@ -575,6 +575,7 @@ fn a_start_whose_commit_fails_leaves_no_run_and_no_child() {
         .call(RequestBody::RunList(payload::RunList {
             session_id: None,
             limit: None,
+            ..Default::default()
         }))
         .unwrap();
     assert_eq!(runs.body["runs"], json!([]), "no run exists");

@@ -56,7 +56,7 @@ export default function piwExtension(pi) {
   /** A run id given, else this session's active (newest unfinished) run. */
   async function runOf(s, runId) {
     if (runId) return runId;
-    const runs = await s.call('run.list', (c) => c.listRuns({ sessionId: s.sessionId, limit: 50 }));
+    const runs = await s.call('run.list', (c) => c.listRuns({ sessionId: s.sessionId, unfinished: true, limit: 1 }));
     const live = runs.find((r) => !isFinal(r.status));
     if (!live) throw new WorkflowError('this session has no active workflow run; pass a runId');
     return live.run_id;

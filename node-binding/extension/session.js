@@ -28,6 +28,8 @@ export const MAX_REMINDERS = 2;
  * These attempts never start a host; after the last one the next call to the host does.
  */
 export const RECONNECT_DELAYS_MS = [500, 1_000, 2_000, 4_000, 8_000, 15_000, ...Array(9).fill(30_000)];
+/** The most unfinished runs of the session a refresh follows (each costs a `run.status` call). */
+const UNFINISHED_RUNS = 1_000;
 /** Workflow messages taken from the host per claim. */
 const CLAIM_LIMIT = 20;
 const KEY = 'piw';
@@ -458,7 +460,8 @@ export class WorkflowSession {
 
   async refresh() {
     await this.deliverMessages();
-    const runs = await this.call('run.list', (c) => c.listRuns({ sessionId: this.sessionId, limit: 50 }));
+    // Every run of the session that has not ended, however many have ended since it started.
+    const runs = await this.call('run.list', (c) => c.listRuns({ sessionId: this.sessionId, unfinished: true, limit: UNFINISHED_RUNS }));
     const statuses = new Map();
     for (const run of runs) {
       if (!isFinal(run.status)) statuses.set(run.run_id, await this.call('run.status', (c) => c.runStatus(run.run_id)));

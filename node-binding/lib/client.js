@@ -121,6 +121,7 @@ export class Client {
     const body = await this.#body('run.list', {}, {
       limit: options.limit ?? null,
       session_id: options.sessionId ?? null,
+      unfinished: options.unfinished ?? null,
     });
     return body.runs;
   }

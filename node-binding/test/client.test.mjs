@@ -141,6 +141,21 @@ test('listRuns filters by session and limit', async () => {
   assert.deepEqual(await c.listRuns({ sessionId: 'nobody' }), []);
 });
 
+test('listRuns({ unfinished: true }) lists the runs that have not ended, past any number that have', async () => {
+  const c = host.client;
+  const mine = 'session-unfinished';
+  const { run_id: waiting } = await c.startRun(steps, { sessionId: mine });
+  await c.waitForRun(waiting, { untilParked: true, timeoutMs: 20_000 });
+  const { run_id: cancelled } = await c.startRun(steps, { sessionId: mine });
+  await c.cancelRun(cancelled);
+  const ids = (runs) => runs.map((r) => r.run_id);
+  assert.deepEqual(ids(await c.listRuns({ sessionId: mine })), [cancelled, waiting]);
+  // The newest run has ended: a limit of one still finds the one that has not.
+  assert.deepEqual(ids(await c.listRuns({ sessionId: mine, unfinished: true, limit: 1 })), [waiting]);
+  await c.cancelRun(waiting);
+  assert.deepEqual(await c.listRuns({ sessionId: mine, unfinished: true }), []);
+});
+
 test('an interactive submission is validated: rejected with the validate error, then accepted', async () => {
   const c = host.client;
   const askSession = 'session-ask';

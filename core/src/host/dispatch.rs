@@ -651,8 +651,9 @@ pub fn apply_read(store: &Store, req: &Request, reply_limit: usize) -> Result<Re
             )
         }
         RequestBody::RunList(list) => {
-            let mut runs = store.list_runs(
+            let mut runs = store.list_runs_where(
                 list.session_id.as_deref(),
+                list.unfinished == Some(true),
                 list.limit.unwrap_or(100).min(10_000),
             )?;
             // Newest first: the oldest runs' results go first.

@@ -127,13 +127,17 @@ pub const DEFAULT_STATUS_ATTEMPTS: u32 = 100;
 /// The most attempts one `run.status` reply includes.
 pub const MAX_STATUS_ATTEMPTS: u32 = 1000;
 
-/// Payload of `run.list`. Both fields are filters; absent means "no filter".
+/// Payload of `run.list`. Every field is a filter; absent means "no filter".
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunList {
     /// At most this many runs, newest first.
     pub limit: Option<u32>,
     /// Only runs started from this Pi session.
     pub session_id: Option<String>,
+    /// `true`: only runs that have not ended (not `completed`, `failed`, `cancelled` or
+    /// `timed_out`), so a client finds every run still waiting however many have ended since.
+    #[serde(default)]
+    pub unfinished: Option<bool>,
 }
 
 /// Payload of `run.cancel`.

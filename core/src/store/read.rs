@@ -182,6 +182,10 @@ pub(super) fn json_col(row: &Row<'_>, idx: usize) -> rusqlite::Result<Option<Val
     .transpose()
 }
 
+/// The terminal statuses as an SQL list; `terminal_statuses_match_is_terminal` keeps it equal to
+/// [`RunStatus::is_terminal`].
+const TERMINAL_STATUSES: &str = "'completed', 'failed', 'cancelled', 'timed_out'";
+
 const RUN_COLUMNS: &str = "run_id, workflow_name, source_root, source_hash, definition_digest,
     input_hash, origin_session, execution_mode, project_dir, status, paused, current_node,
     current_attempt, revision, result, error, review_reason, created_at, updated_at, finished_at";
@@ -237,11 +241,23 @@ impl Store {
 
     /// Runs, newest first, optionally of one origin session.
     pub fn list_runs(&self, session: Option<&str>, limit: u32) -> StoreResult<Vec<RunRecord>> {
+        self.list_runs_where(session, false, limit)
+    }
+
+    /// [`Store::list_runs`], and with `unfinished_only` only the runs whose status is not
+    /// terminal ([`RunStatus::is_terminal`]).
+    pub fn list_runs_where(
+        &self,
+        session: Option<&str>,
+        unfinished_only: bool,
+        limit: u32,
+    ) -> StoreResult<Vec<RunRecord>> {
         let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT {RUN_COLUMNS} FROM runs WHERE (?1 IS NULL OR origin_session = ?1)
+               AND (?3 = 0 OR status NOT IN ({TERMINAL_STATUSES}))
              ORDER BY created_at DESC, run_id LIMIT ?2"
         ))?;
-        let rows = stmt.query_map(params![session, limit], run_from_row)?;
+        let rows = stmt.query_map(params![session, limit, unfinished_only], run_from_row)?;
         rows.map(|row| {
             let (mut run, status) = row?;
             run.status = parse_status(&status)?;
@@ -756,4 +772,24 @@ pub(crate) fn run_payload(
         definition.map(|d| serde_json::from_str(&d)).transpose()?,
         serde_json::from_str(&mounted)?,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn terminal_statuses_match_is_terminal() {
+        let listed: Vec<&str> = TERMINAL_STATUSES
+            .split(',')
+            .map(|s| s.trim().trim_matches('\''))
+            .collect();
+        for status in RunStatus::ALL {
+            assert_eq!(
+                listed.contains(&status.as_str()),
+                status.is_terminal(),
+                "{status:?}"
+            );
+        }
+    }
 }

@@ -1043,6 +1043,7 @@ impl Background {
                             RequestBody::RunList(payload::RunList {
                                 limit: Some(20),
                                 session_id: Some(SESSION.into()),
+                                ..Default::default()
                             })
                         };
                         frames.fetch_add(1, Ordering::Relaxed);
