@@ -1474,3 +1474,170 @@ fn a_progress_update_of_a_pending_request_is_an_event_and_leaves_it_pending() {
     });
     f.assert_clean();
 }
+
+/// A run whose validation children kept dying is in review with its request pending (each
+/// death rejected the submission it judged) and its attempt waiting. Returns (run, attempt,
+/// interaction).
+fn review_after_validation_losses(
+    f: &mut Fixture,
+    deadline: Option<i64>,
+) -> (String, String, String) {
+    let (run_id, act, a) = f.running();
+    let i = f.ask(&act.claim, &a, deadline);
+    for loss in 1..=DEFAULT_MAX_CHILD_LOSSES {
+        f.store
+            .write(|w| w.submit(&i, &a, &json!(loss), None))
+            .unwrap();
+        let act = f.activate(&run_id);
+        f.store
+            .write(|w| w.child_lost(&act.claim, "validator crashed"))
+            .unwrap();
+    }
+    assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Review);
+    (run_id, a, i)
+}
+
+/// Retrying a run in review whose attempt waits on an unanswered request makes it wait for the
+/// answer again, on the same attempt: it is never activated as if the request were answered
+/// (a `continue` makes the runtimes close the node as succeeded with a null answer). The
+/// next submission is judged on that attempt.
+#[test]
+fn a_retried_review_run_does_not_resume_its_unanswered_request_as_answered() {
+    let mut f = Fixture::new();
+    let (run_id, a, i) = review_after_validation_losses(&mut f, None);
+    f.store
+        .write(|w| w.retry_from_review(&run_id, PERSON))
+        .unwrap();
+    assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Waiting);
+    assert_eq!(
+        f.store.ready_runs(f.store.now_ms(), 10).unwrap(),
+        Vec::<String>::new(),
+        "no child starts before the request is answered"
+    );
+    let requests = f.store.interactions(Some(&run_id), None).unwrap();
+    assert_eq!(
+        (
+            requests.len(),
+            requests[0].status.as_str(),
+            requests[0].attempt_id.as_str()
+        ),
+        (1, "pending", a.as_str()),
+        "the request stays pending on its attempt"
+    );
+    f.assert_clean();
+    let s = f
+        .store
+        .write(|w| w.submit(&i, &a, &json!("the answer"), None))
+        .unwrap();
+    activate_to_validate(&mut f, &run_id, &a, &s);
+    f.assert_clean();
+}
+
+/// Activation never continues an attempt whose request nobody answered, whatever led there
+/// (here a queued row written behind the store's back): it is refused, and `diagnose` names
+/// the run.
+#[test]
+fn activation_refuses_to_continue_an_unanswered_request() {
+    let mut f = Fixture::new();
+    let (run_id, _a, i) = f.waiting();
+    f.corrupt(&format!(
+        "UPDATE runs SET status = 'queued' WHERE run_id = '{run_id}';
+         UPDATE queue SET state = 'ready' WHERE run_id = '{run_id}';"
+    ));
+    let codes: Vec<_> = f
+        .store
+        .diagnose()
+        .unwrap()
+        .into_iter()
+        .map(|x| x.code)
+        .collect();
+    assert!(
+        codes.contains(&"pending_request_on_active_run"),
+        "{codes:?}"
+    );
+    match f.store.write(|w| w.activate(&run_id, HOST)) {
+        Err(StoreError::InvalidTransition { detail, .. }) => {
+            assert!(detail.contains(&i), "{detail}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+/// A validation child that finds the workflow's source changed stops the run for review. The
+/// submission it was judging stays for the retry: once the person restores the source and
+/// retries, the next child judges it and the run moves on (it was left `validating` on an
+/// interrupted attempt, and every later step of the run was refused).
+#[test]
+fn review_during_validation_does_not_leave_a_submission_validating_forever() {
+    let mut f = Fixture::new();
+    let (run_id, a, _i, s) = submitted(&mut f);
+    let act = activate_to_validate(&mut f, &run_id, &a, &s);
+    f.store
+        .write(|w| w.send_to_review(&act.claim, "source_changed"))
+        .unwrap();
+    f.assert_clean();
+    f.store
+        .write(|w| w.retry_from_review(&run_id, PERSON))
+        .unwrap();
+    let act = activate_to_validate(&mut f, &run_id, &a, &s);
+    f.store.write(|w| w.settle(&act.claim, &s, Ok(()))).unwrap();
+    f.store
+        .write(|w| w.transition(&act.claim, &step(&a, "b")))
+        .expect("the run moves on");
+    f.assert_clean();
+}
+
+/// `diagnose` reports a submission left `validating` on an attempt that no child will open
+/// again (what a review during validation used to leave).
+#[test]
+fn diagnose_reports_a_validating_submission_nobody_will_judge() {
+    let mut f = Fixture::new();
+    let (run_id, a, _i, s) = submitted(&mut f);
+    f.assert_clean();
+    f.corrupt(&format!(
+        "UPDATE attempts SET status = 'interrupted' WHERE attempt_id = '{a}';
+         UPDATE runs SET status = 'review' WHERE run_id = '{run_id}';
+         UPDATE queue SET state = 'review' WHERE run_id = '{run_id}';"
+    ));
+    let findings = f.store.diagnose().unwrap();
+    let found = findings
+        .iter()
+        .find(|x| x.code == "validating_submission_without_judge")
+        .unwrap_or_else(|| panic!("{findings:#?}"));
+    assert_eq!(found.ids, vec![s, a]);
+}
+
+/// A person answered a checkpoint; the next child finds the workflow's source changed and
+/// stops the run for review. The answer stays: after the retry the attempt continues with it,
+/// as after a lost child (the attempt used to be interrupted, and the node asked again).
+#[test]
+fn review_for_a_changed_source_keeps_an_answered_decision() {
+    let mut f = Fixture::new();
+    let (run_id, act, a) = f.running();
+    let d = f
+        .store
+        .write(|w| w.wait_for_decision(&act.claim, &a, DecisionKind::Checkpoint, &json!({})))
+        .unwrap();
+    f.store
+        .write(|w| w.answer_decision(&d, &json!("ship it"), Answerer::Person))
+        .unwrap();
+    let continued = Resume::Continue {
+        node_id: "a".into(),
+        attempt_id: a.clone(),
+    };
+    let act = f.activate(&run_id);
+    assert_eq!(act.resume, continued);
+    f.store
+        .write(|w| w.send_to_review(&act.claim, "source_changed: the graph differs"))
+        .unwrap();
+    f.assert_clean();
+    f.store
+        .write(|w| w.retry_from_review(&run_id, PERSON))
+        .unwrap();
+    let act = f.activate(&run_id);
+    assert_eq!(
+        act.resume, continued,
+        "the answered attempt continues with its answer"
+    );
+    f.assert_clean();
+}

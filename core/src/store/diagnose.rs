@@ -134,6 +134,36 @@ fn checks() -> Vec<Check> {
             repairable: false,
         },
         Check {
+            code: "pending_request_on_active_run",
+            sql: "SELECT run_id, group_concat(id),
+                         'run is ' || status || ' while a request of its waits for an answer'
+                  FROM (SELECT d.run_id, d.decision_id AS id, r.status FROM decisions d
+                        JOIN runs r USING (run_id)
+                        WHERE d.status = 'pending' AND r.status IN ('queued', 'running')
+                        UNION ALL
+                        SELECT i.run_id, i.interaction_id, r.status FROM interactions i
+                        JOIN runs r USING (run_id)
+                        WHERE i.status = 'pending' AND r.status IN ('queued', 'running'))
+                  GROUP BY run_id",
+            repairable: false,
+        },
+        Check {
+            code: "validating_submission_without_judge",
+            sql: "SELECT i.run_id, s.submission_id || ',' || i.attempt_id,
+                         'submission is validating but its attempt is ' || a.status
+                         || CASE WHEN r.current_attempt IS i.attempt_id THEN ''
+                                 ELSE ' and no longer the run''s current one' END
+                         || ': no child will ever judge it'
+                  FROM submissions s JOIN interactions i ON i.interaction_id = s.interaction_id
+                  JOIN attempts a ON a.attempt_id = i.attempt_id
+                  JOIN runs r ON r.run_id = i.run_id
+                  WHERE s.state = 'validating'
+                    AND r.status NOT IN ('completed','failed','cancelled','timed_out')
+                    AND (a.status NOT IN ('running', 'waiting')
+                         OR r.current_attempt IS NOT i.attempt_id)",
+            repairable: false,
+        },
+        Check {
             code: "validating_submission_mismatch",
             sql: "SELECT i.run_id, s.submission_id || ',' || i.interaction_id,
                          'submission is validating but its interaction is ' || i.status
