@@ -1641,3 +1641,84 @@ fn review_for_a_changed_source_keeps_an_answered_decision() {
     );
     f.assert_clean();
 }
+
+/// The host's deadline pass (`run_due_work`): every expiry, then expired claims.
+fn deadline_pass(f: &mut Fixture) -> StoreResult<()> {
+    f.store.write(|w| {
+        w.expire_due_interactions()?;
+        w.expire_due_decisions()?;
+        w.recover_expired_claims(Some(HOST))?;
+        Ok(())
+    })
+}
+
+/// A run waiting on a human decision at node `a` whose deadline is `deadline`: (run, decision).
+fn waiting_on_decision(f: &mut Fixture, deadline: i64) -> (String, String) {
+    let run_id = f.start();
+    let act = f.activate(&run_id);
+    let a = f
+        .store
+        .write(|w| w.node_started(&act.claim, "a", Some(deadline)))
+        .unwrap();
+    let d = f
+        .store
+        .write(|w| w.wait_for_decision(&act.claim, &a, DecisionKind::HumanDecision, &json!({})))
+        .unwrap();
+    (run_id, d)
+}
+
+/// One expiry that fails undoes only itself: the other runs' requests expire in the same pass.
+/// A run whose due request is refused for good (here its row is unreadable) stops for review
+/// with the reason, so it is not tried again at every wake-up (the store's next deadline is
+/// not in the past); a run whose second due request stopped being due when the first one
+/// expired is simply queued.
+#[test]
+fn one_run_with_two_due_requests_does_not_block_every_other_runs_deadlines() {
+    let mut f = Fixture::new();
+    let deadline = T0 + 60_000;
+    let (broken, broken_decision) = waiting_on_decision(&mut f, deadline);
+    f.corrupt(&format!(
+        "UPDATE decisions SET request = 'not json' WHERE decision_id = '{broken_decision}'"
+    ));
+    let (other_decision_run, _) = waiting_on_decision(&mut f, deadline);
+    let (twice, twice_attempt) = {
+        let (run_id, act, a) = f.running();
+        f.ask(&act.claim, &a, Some(deadline));
+        (run_id, a)
+    };
+    // A second due request on the same attempt (a contradiction only a bug or a hand-edited
+    // database makes): expiring the first queues the run, so the second is no longer due.
+    f.corrupt(&format!(
+        "INSERT INTO interactions (interaction_id, run_id, attempt_id, node_id, origin_session,
+                                   kind, request, deadline_at, status, created_at)
+         VALUES ('int-second', '{twice}', '{twice_attempt}', 'a', 'session-1', 'agent', '{{}}',
+                 {deadline}, 'pending', {T0})"
+    ));
+    let (other_interaction_run, _, _) = {
+        let (run_id, act, a) = f.running();
+        let i = f.ask(&act.claim, &a, Some(deadline));
+        (run_id, a, i)
+    };
+    f.clock.advance(61_000);
+    deadline_pass(&mut f).expect("the deadline pass commits");
+    let status = |f: &Fixture, run: &str| f.store.run(run).unwrap().status;
+    assert_eq!(status(&f, &other_decision_run), RunStatus::Queued);
+    assert_eq!(status(&f, &other_interaction_run), RunStatus::Queued);
+    assert_eq!(status(&f, &twice), RunStatus::Queued);
+    assert_eq!(status(&f, &broken), RunStatus::Review);
+    let reason = f
+        .store
+        .run(&broken)
+        .unwrap()
+        .review_reason
+        .unwrap_or_default();
+    assert!(reason.contains(&broken_decision), "{reason}");
+    assert!(
+        f.store
+            .next_deadline()
+            .unwrap()
+            .is_none_or(|at| at > f.store.now_ms()),
+        "nothing is due any more: the host sleeps"
+    );
+    deadline_pass(&mut f).expect("a second pass has nothing to do");
+}
