@@ -1722,3 +1722,109 @@ fn one_run_with_two_due_requests_does_not_block_every_other_runs_deadlines() {
     );
     deadline_pass(&mut f).expect("a second pass has nothing to do");
 }
+
+/// A running run of a graph snapshot with `max_steps` 3 and a mount `m` whose own limit is 1.
+fn running_with_step_limits(f: &mut Fixture) -> (String, Activation, String) {
+    let run_id = f.start_with(NewRun {
+        definition: Some(json!({
+            "name": "loop", "start": "a", "max_steps": 3, "mounts": {"m": {"max_steps": 1}},
+            "nodes": {}, "edges": []
+        })),
+        ..new_run(Some("session-1"))
+    });
+    let act = f.activate(&run_id);
+    let a = f
+        .store
+        .write(|w| w.node_started(&act.claim, "a", None))
+        .unwrap();
+    (run_id, act, a)
+}
+
+fn assert_step_limit<T: std::fmt::Debug>(
+    f: &mut Fixture,
+    what: &str,
+    needle: &str,
+    op: impl FnOnce(&mut WriteTx<'_>) -> StoreResult<T>,
+) {
+    let before = f.store.canonical_dump().unwrap();
+    match f.store.write(op) {
+        Err(StoreError::StepLimitReached { detail, .. }) => {
+            assert!(detail.contains(needle), "{what}: {detail}")
+        }
+        other => panic!("{what}: expected StepLimitReached, got {other:?}"),
+    }
+    assert_eq!(
+        f.store.canonical_dump().unwrap(),
+        before,
+        "{what}: a refusal changed the database"
+    );
+}
+
+/// The store opens no attempt past the graph's step limits, whoever asks: a transition and a
+/// node start are refused alike (nothing written), for the run's `max_steps` and for one
+/// invocation of an included workflow's.
+#[test]
+fn no_attempt_opens_past_the_step_limit() {
+    let mut f = Fixture::new();
+    let (run_id, act, a) = running_with_step_limits(&mut f);
+    // Entering the mount starts an invocation; its second step is one too many.
+    let t = f
+        .store
+        .write(|w| w.transition(&act.claim, &step(&a, "m.x")))
+        .unwrap();
+    assert_step_limit(&mut f, "a second step inside m", "included as m", |w| {
+        w.transition(&act.claim, &step(&t.next_attempt_id, "m.y"))
+    });
+    let t = f
+        .store
+        .write(|w| w.transition(&act.claim, &step(&t.next_attempt_id, "b")))
+        .unwrap();
+    assert_step_limit(&mut f, "a fourth attempt", "maxSteps is 3", |w| {
+        w.transition(&act.claim, &step(&t.next_attempt_id, "c"))
+    });
+    // A node start after a park (the host's own routes end that way) counts the same.
+    f.store.write(|w| w.park(&act.claim, None)).unwrap();
+    let act = f.activate(&run_id);
+    assert_step_limit(&mut f, "a node start", "maxSteps is 3", |w| {
+        w.node_started(&act.claim, "b", None)
+    });
+}
+
+/// Giving up on a request routes `failed` like a child would, and a route past the step limit
+/// fails the run with the limit's reason, in the same commit.
+#[test]
+fn a_request_given_up_at_the_step_limit_fails_the_run() {
+    let mut f = Fixture::new();
+    let (run_id, act, a) = running_with_step_limits(&mut f);
+    let t = f
+        .store
+        .write(|w| w.transition(&act.claim, &step(&a, "b")))
+        .unwrap();
+    let t = f
+        .store
+        .write(|w| w.transition(&act.claim, &step(&t.next_attempt_id, "c")))
+        .unwrap();
+    let i = f.ask(&act.claim, &t.next_attempt_id, None);
+    f.store
+        .write(|w| {
+            w.fail_interaction(
+                &i,
+                &t.next_attempt_id,
+                "no answer",
+                Some(("a", None)),
+                "ctl",
+            )
+        })
+        .unwrap();
+    let run = f.store.run(&run_id).unwrap();
+    assert_eq!(run.status, RunStatus::Failed);
+    assert!(
+        run.error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("maxSteps is 3"),
+        "{:?}",
+        run.error
+    );
+    f.assert_clean();
+}

@@ -2701,3 +2701,71 @@ fn an_effect_receipt_committed_before_a_host_crash_is_replayed_to_the_rerun() {
     assert_eq!(lines(&env), 1, "the effect was applied once");
     env.stop(host);
 }
+
+/// A node whose deadline routes back to itself is a loop like any other, and the graph's step
+/// limit (`max_steps`) ends it: the steps the host takes itself (routing a timeout, then the
+/// next child's node start) count like a child's (they used to skip the check, and the loop
+/// went on for as long as the clock moved).
+#[test]
+fn a_timeout_loop_stops_at_the_step_limit() {
+    let env = Env::with_test_clock(&[("PIW_KILL_GRACE_MS", "200")]);
+    let host = env.serve(None);
+    let file = env.fixture(
+        "tloop",
+        json!({
+            "graph": {
+                "name": "tloop", "start": "busy", "max_steps": 3,
+                "nodes": {"busy": {"kind": "compute", "timeout_ms": 1_000}},
+                "edges": [{"from": "busy", "switch": {"on": "$result.outcome", "cases": {"timed_out": "busy"}}}]
+            },
+            "behaviors": {"busy": {"spin_forever": true}}
+        }),
+    );
+    let run_id = env.start(&file, json!({}));
+    let mut running = as_text(&running_attempt(&wait_for_running_attempt(
+        &env, &run_id, "busy",
+    )));
+    let mut last = json!(null);
+    for _ in 0..6 {
+        env.advance_clock(2_000);
+        let start = Instant::now();
+        loop {
+            let s = env.status(&run_id);
+            let status = s["run"]["status"].clone();
+            let now = as_text(&running_attempt(&s));
+            if status != json!("running") && status != json!("queued")
+                || (!now.is_empty() && now != running)
+            {
+                running = now;
+                last = s;
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "no progress: {s:#}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if last["run"]["status"] != json!("running") {
+            break;
+        }
+    }
+    eprintln!(
+        "status {} after {} attempts (max_steps 3)",
+        last["run"]["status"], last["attempt_count"]
+    );
+    env.stop(host);
+    assert_eq!(last["run"]["status"], json!("failed"), "{last:#}");
+}
+
+fn running_attempt(s: &Value) -> Value {
+    s["attempts"]
+        .as_array()
+        .and_then(|a| a.iter().find(|x| x["status"] == json!("running")))
+        .map(|x| x["attempt_id"].clone())
+        .unwrap_or(json!(""))
+}
+
+fn as_text(v: &Value) -> String {
+    v.as_str().unwrap_or_default().to_owned()
+}

@@ -82,7 +82,9 @@ pub fn rejection_for(err: &StoreError) -> Rejection {
         } => RejectionCode::StaleGeneration,
         StoreError::ClaimLost { .. } => RejectionCode::ClaimLost,
         StoreError::RunNotFound(_) | StoreError::NotFound { .. } => RejectionCode::NotFound,
-        StoreError::InvalidTransition { .. } => RejectionCode::InvalidTransition,
+        StoreError::InvalidTransition { .. } | StoreError::StepLimitReached { .. } => {
+            RejectionCode::InvalidTransition
+        }
         StoreError::StaleRevision { .. } => RejectionCode::StaleRevision,
         StoreError::StaleAttempt { .. } | StoreError::DeadlinePassed { .. } => {
             RejectionCode::StaleAttempt

@@ -237,6 +237,73 @@ impl WriteTx<'_> {
         Ok(u64::try_from(count).unwrap_or(0))
     }
 
+    /// Refuses with [`StoreError::StepLimitReached`] when opening an attempt of `next_node`
+    /// now would exceed a step limit of the run's graph snapshot: the run's `max_steps` (its
+    /// attempts so far, whatever ended them), or the `max_steps` of a mount `next_node` lives
+    /// in (the attempts of that mount's current invocation; entering a mount starts a new
+    /// one, so only steps inside it count). Every attempt is opened by `node_started` or
+    /// `transition`, and both ask this first: no path, a child's or the host's own, steps
+    /// past the limit. A run without a snapshot yet has no limit to check.
+    pub(crate) fn require_within_step_limit(
+        &self,
+        run_id: &str,
+        next_node: &str,
+    ) -> StoreResult<()> {
+        let run_limit: Option<Option<i64>> = self
+            .conn()
+            .prepare_cached(
+                "SELECT json_extract(definition, '$.max_steps') FROM runs
+                 WHERE run_id = ?1 AND definition IS NOT NULL",
+            )?
+            .query_row([run_id], |r| r.get(0))
+            .optional()?;
+        let Some(run_limit) = run_limit else {
+            return Ok(());
+        };
+        let limit_of = |max_steps: Option<i64>| {
+            max_steps.map_or(crate::graph::DEFAULT_MAX_STEPS, |n| {
+                u64::try_from(n).unwrap_or(0)
+            })
+        };
+        let limit = limit_of(run_limit);
+        if self.attempt_count(run_id)? >= limit {
+            return Err(StoreError::StepLimitReached {
+                run_id: run_id.to_owned(),
+                detail: format!(
+                    "the run reached its step limit: maxSteps is {limit} and every step was used (a loop in the graph did not end)"
+                ),
+            });
+        }
+        let mounts: Vec<(String, Option<i64>)> = self
+            .conn()
+            .prepare_cached(
+                "SELECT m.key, json_extract(m.value, '$.max_steps')
+                 FROM runs r, json_each(r.definition, '$.mounts') m
+                 WHERE r.run_id = ?1 AND json_type(r.definition, '$.mounts') = 'object'
+                 ORDER BY length(m.key)",
+            )?
+            .query_map([run_id], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<_, _>>()?;
+        for (path, max_steps) in mounts {
+            let inside = next_node
+                .strip_prefix(path.as_str())
+                .is_some_and(|rest| rest.starts_with('.'));
+            if !inside {
+                continue;
+            }
+            let limit = limit_of(max_steps);
+            if self.attempts_in_invocation(run_id, &path)? >= limit {
+                return Err(StoreError::StepLimitReached {
+                    run_id: run_id.to_owned(),
+                    detail: format!(
+                        "the workflow included as {path} reached its step limit: its maxSteps is {limit} and this invocation used every step (a loop in it did not end)"
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// How many attempts the current invocation of mount `path` has started: the run's newest
     /// attempts whose nodes live under `path` (`<path>.<node>`), counted back to the newest one
     /// outside it. An invocation begins when the run enters the mount from outside.

@@ -52,7 +52,11 @@ pub fn apply_worker(
                 return Err(invalid_input(format!("node {node} is not in the graph")));
             }
             let deadline = deadline_for(w, &graph, node, started.timeout_ms)?;
-            let attempt_id = w.node_started(&claim, node, deadline)?;
+            let started = w.node_started(&claim, node, deadline);
+            let attempt_id = match fail_at_step_limit(w, &claim, None, started)? {
+                Ok(attempt_id) => attempt_id,
+                Err(refused) => return Ok(refused),
+            };
             json!({ "attempt_id": attempt_id, "deadline_at": deadline })
         }
         RequestBody::WorkerTransition(t) => {
@@ -73,21 +77,18 @@ pub fn apply_worker(
             )? {
                 return Ok(refused);
             }
-            if let Some(refused) =
-                check_step_limit(w, &claim, &graph, &attempt_id, &outcome, &t.next_node)?
-            {
-                return Ok(refused);
-            }
             let deadline = deadline_for(w, &graph, &t.next_node, t.next_timeout_ms)?;
-            let done = w.transition(
-                &claim,
-                &TransitionRequest {
-                    attempt_id,
-                    outcome,
-                    next_node: t.next_node.clone(),
-                    next_deadline_at: deadline,
-                },
-            )?;
+            let request = TransitionRequest {
+                attempt_id,
+                outcome,
+                next_node: t.next_node.clone(),
+                next_deadline_at: deadline,
+            };
+            let stepped = w.transition(&claim, &request);
+            let done = match fail_at_step_limit(w, &claim, Some(&request), stepped)? {
+                Ok(done) => done,
+                Err(refused) => return Ok(refused),
+            };
             let parked = done.pause_requested;
             if parked {
                 w.park(&claim, None)?;
@@ -335,7 +336,11 @@ pub(super) fn worker_hello(
             // itself, with `worker.node_started`.
             if !graph.node(&node).is_some_and(|n| n.timeout_at_start) {
                 let deadline = deadline_for(w, graph, &node, None)?;
-                let attempt_id = w.node_started(&claim, &node, deadline)?;
+                let started = w.node_started(&claim, &node, deadline);
+                let attempt_id = match fail_at_step_limit(w, &claim, None, started)? {
+                    Ok(attempt_id) => attempt_id,
+                    Err(refused) => return Ok(json!({ "stop": refused["refused"] })),
+                };
                 reply["resume"]["node_id"] = json!(node);
                 reply["resume"]["attempt_id"] = json!(attempt_id);
                 reply["resume"]["deadline_at"] = json!(deadline);
@@ -453,20 +458,17 @@ pub(super) fn apply_earlier_steps(
         )? {
             return Ok(Err(refused));
         }
-        if let Some(refused) =
-            check_step_limit(w, claim, graph, &attempt_id, &outcome, &step.next_node)?
-        {
-            return Ok(Err(refused));
-        }
-        let done = w.transition(
-            claim,
-            &TransitionRequest {
-                attempt_id,
-                outcome,
-                next_node: step.next_node.clone(),
-                next_deadline_at: None,
-            },
-        )?;
+        let request = TransitionRequest {
+            attempt_id,
+            outcome,
+            next_node: step.next_node.clone(),
+            next_deadline_at: None,
+        };
+        let stepped = w.transition(claim, &request);
+        let done = match fail_at_step_limit(w, claim, Some(&request), stepped)? {
+            Ok(done) => done,
+            Err(refused) => return Ok(Err(refused)),
+        };
         attempt_id = done.next_attempt_id;
         from = step.next_node.clone();
     }
@@ -559,45 +561,30 @@ pub(super) fn check_route(
     }
 }
 
-/// Fails the run when the transition would open more attempts than the graph's step limit
-/// (`maxSteps`, default 100): the host's bound on every loop, whatever the child does. The
-/// attempt that is ending keeps its own outcome; the run fails with the reason.
-pub(super) fn check_step_limit(
+/// Turns the store's refusal to open an attempt past the graph's step limit (`maxSteps`,
+/// default 100: the host's bound on every loop, whatever the child does) into the run's
+/// failure with that reason, committed as the command's result (`Err(body)` with `refused`):
+/// the store enforces the limit on every attempt it opens, this is what every step the host
+/// commits (a child's, a node's timeout routed by the host) does when it is refused. The
+/// attempt a refused transition was closing keeps its own outcome (a timed-out one fails:
+/// the run ends on the limit, not on the timeout).
+pub(super) fn fail_at_step_limit<T>(
     w: &mut WriteTx<'_>,
     claim: &Claim,
-    graph: &Graph,
-    attempt_id: &str,
-    outcome: &AttemptOutcome,
-    next_node: &str,
-) -> Result<Option<Value>, StoreError> {
-    let limit = graph.step_limit();
-    let mut error = (w.attempt_count(&claim.run_id)? >= limit).then(|| format!(
-        "the run reached its step limit: maxSteps is {limit} and every step was used (a loop in the graph did not end)"
-    ));
-    // Each included workflow's own limit bounds one invocation of its mount. Entering a mount
-    // starts a new invocation (none of its attempts is the newest then), so only steps inside
-    // it count.
-    for (path, mount) in graph.mounts_of(next_node) {
-        if error.is_some() {
-            break;
-        }
-        let limit = mount.step_limit();
-        if w.attempts_in_invocation(&claim.run_id, path)? >= limit {
-            error = Some(format!(
-                "the workflow included as {path} reached its step limit: its maxSteps is {limit} and this invocation used every step (a loop in it did not end)"
-            ));
-        }
-    }
-    let Some(error) = error else {
-        return Ok(None);
+    closing: Option<&TransitionRequest>,
+    stepped: Result<T, StoreError>,
+) -> Result<Result<T, Value>, StoreError> {
+    let error = match stepped {
+        Err(StoreError::StepLimitReached { detail, .. }) => detail,
+        other => return other.map(Ok),
     };
-    // A timed-out node that would route on is still a step-limit failure, not a timeout.
-    let closing = match outcome {
-        AttemptOutcome::TimedOut => AttemptOutcome::Failed {
+    let outcome = match closing.map(|t| &t.outcome) {
+        Some(AttemptOutcome::TimedOut) | None => AttemptOutcome::Failed {
             error: error.clone(),
         },
-        other => other.clone(),
+        Some(other) => other.clone(),
     };
-    w.fail(claim, Some(attempt_id), &closing, &error)?;
-    Ok(Some(json!({ "refused": error, "status": "failed" })))
+    let attempt_id = closing.map(|t| t.attempt_id.as_str());
+    w.fail(claim, attempt_id, &outcome, &error)?;
+    Ok(Err(json!({ "refused": error, "status": "failed" })))
 }

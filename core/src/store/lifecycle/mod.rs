@@ -555,6 +555,8 @@ impl WriteTx<'_> {
     // ----- execution -------------------------------------------------------------------------
 
     /// Opens the first attempt of `node_id` after an activation without an open attempt.
+    /// Refused with [`StoreError::StepLimitReached`] (nothing written) when the run used
+    /// every step of its graph's limit.
     pub fn node_started(
         &mut self,
         claim: &Claim,
@@ -576,6 +578,7 @@ impl WriteTx<'_> {
                 ));
             }
         }
+        self.require_within_step_limit(&claim.run_id, node_id)?;
         let attempt_id =
             self.open_attempt(&claim.run_id, node_id, claim.generation, deadline_at)?;
         self.finish_run_write(
@@ -587,6 +590,8 @@ impl WriteTx<'_> {
     }
 
     /// Closes the current attempt with its outcome and opens the next node's attempt.
+    /// Refused with [`StoreError::StepLimitReached`] (nothing written, the attempt still
+    /// running) when the next attempt would exceed a step limit of the run's graph.
     pub fn transition(
         &mut self,
         claim: &Claim,
@@ -597,6 +602,8 @@ impl WriteTx<'_> {
         let from =
             self.current_attempt(&claim.run_id, &run, &req.attempt_id, AttemptStatus::Running)?;
         self.require_settled(&claim.run_id, Op::Transition, run.status)?;
+        // Before any write: a refusal leaves the attempt running, for the caller to fail.
+        self.require_within_step_limit(&claim.run_id, &req.next_node)?;
         self.close_attempt(&req.attempt_id, &req.outcome)?;
         let next_attempt_id = self.open_attempt(
             &claim.run_id,

@@ -349,16 +349,25 @@ impl WriteTx<'_> {
         };
         match next {
             Some((next_node, next_deadline_at)) => {
-                self.transition(
+                let routed = self.transition(
                     &claim,
                     &TransitionRequest {
                         attempt_id: attempt_id.to_owned(),
-                        outcome,
+                        outcome: outcome.clone(),
                         next_node: next_node.to_owned(),
                         next_deadline_at,
                     },
-                )?;
-                self.park(&claim, None)?;
+                );
+                match routed {
+                    Ok(_) => {
+                        self.park(&claim, None)?;
+                    }
+                    // The route would step past the graph's limit: the run fails instead.
+                    Err(StoreError::StepLimitReached { detail, .. }) => {
+                        self.fail(&claim, Some(attempt_id), &outcome, &detail)?;
+                    }
+                    Err(e) => return Err(e),
+                }
             }
             None => {
                 self.fail(&claim, Some(attempt_id), &outcome, reason)?;
