@@ -4,9 +4,9 @@
 mod common;
 
 use common::Fixture;
-use piw_core::host::dispatch::{apply_command, HostState};
+use piw_core::host::dispatch::{apply_command, apply_read, HostState};
 use piw_core::protocol::{payload, Request, RequestBody};
-use piw_core::store::{DecisionKind, RunStatus};
+use piw_core::store::{DecisionKind, Fence, InteractionKind, RunStatus};
 use serde_json::json;
 
 /// Applies `body` for the run in the transaction where the child's wait releases the claim,
@@ -691,4 +691,138 @@ fn the_status_of_a_run_with_thousands_of_attempts_fits_and_pages_back() {
         matches!(err, piw_core::store::StoreError::NotFound { .. }),
         "{err:?}"
     );
+}
+
+/// `interaction.list` of a session fits its reply: a few waiting runs whose requests are large
+/// (each valid, under the payload limit) used to make the reply too large for good, and the
+/// Pi extension saw none of the session's requests. The oldest come whole, as many as fit,
+/// with `more`; the rest show once those are answered.
+#[test]
+fn interaction_list_of_a_session_fits_a_reply() {
+    use piw_core::protocol::{encode_frame, Limits, ServerFrame};
+    let mut f = Fixture::new();
+    let big = json!({ "prompt": "x".repeat(200 * 1024) });
+    let mut asked = Vec::new();
+    for _ in 0..6 {
+        let (run_id, act, a) = f.running();
+        let i = f
+            .store
+            .write(|w| w.request_interaction(&act.claim, &a, InteractionKind::Agent, &big, None))
+            .unwrap();
+        asked.push((run_id, i, a));
+    }
+    let limits = Limits::default();
+    let list = |f: &Fixture| {
+        let req = Request::new(
+            "req-list",
+            RequestBody::InteractionList(payload::InteractionList {
+                session_id: "session-1".into(),
+            }),
+        );
+        let receipt = apply_read(&f.store, &req, limits.max_frame_bytes).unwrap();
+        let encoded = encode_frame(&ServerFrame::receipt("req-list", receipt.clone()), &limits);
+        assert!(
+            encoded.is_ok(),
+            "the reply does not fit a frame: {:?}",
+            encoded.err()
+        );
+        receipt.body
+    };
+    let ids = |body: &serde_json::Value| -> Vec<String> {
+        body["interactions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["interaction_id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let first = list(&f);
+    let shown = ids(&first);
+    assert!(!shown.is_empty() && shown.len() < asked.len(), "{shown:?}");
+    assert_eq!(first["more"], json!(true));
+    assert_eq!(
+        shown,
+        asked
+            .iter()
+            .map(|(_, i, _)| i.clone())
+            .take(shown.len())
+            .collect::<Vec<_>>(),
+        "oldest first"
+    );
+    assert!(first["interactions"][0]["request"] == big, "whole requests");
+    // Once the shown ones are settled (here their runs end), the next ones come.
+    for (run_id, _, _) in asked.iter().take(shown.len()) {
+        f.store
+            .write(|w| w.cancel(run_id, Fence::Unclaimed, "answered elsewhere"))
+            .unwrap();
+    }
+    let rest = ids(&list(&f));
+    assert_eq!(
+        rest,
+        asked
+            .iter()
+            .skip(shown.len())
+            .take(rest.len())
+            .map(|(_, i, _)| i.clone())
+            .collect::<Vec<_>>()
+    );
+    assert!(!rest.is_empty());
+}
+
+/// `message.claim` claims only what its reply carries, in the same transaction: terminal
+/// messages of a few runs with large (valid) results used to be claimed (60 s lease, receipt
+/// stored) and then refused as too large, so the session's messages were never delivered.
+/// Claiming and acknowledging in turn delivers every message.
+#[test]
+fn message_claim_of_a_session_fits_a_reply() {
+    use piw_core::protocol::{encode_frame, Limits, Receipt, ServerFrame};
+    let mut f = Fixture::new();
+    let big = json!({ "text": "x".repeat(220 * 1024) });
+    for _ in 0..5 {
+        let (_run, act, a) = f.running();
+        f.store
+            .write(|w| w.complete(&act.claim, &a, &json!(null), &big))
+            .unwrap();
+    }
+    let limits = Limits::default();
+    let state = HostState {
+        reply_limit: limits.max_frame_bytes,
+        ..HostState::default()
+    };
+    let mut delivered = Vec::new();
+    for round in 0..5 {
+        let req = Request::new(
+            format!("req-claim-{round}"),
+            RequestBody::MessageClaim(payload::MessageClaim {
+                session_id: "session-1".into(),
+                limit: Some(20),
+                claimant: Some("pi:session-1".into()),
+            }),
+        );
+        let body = f
+            .store
+            .write(|w| apply_command(w, &state, &req, None))
+            .unwrap();
+        let encoded = encode_frame(
+            &ServerFrame::receipt("req-claim", Receipt::new(None, body.clone())),
+            &limits,
+        );
+        assert!(
+            encoded.is_ok(),
+            "the reply does not fit a frame: {:?}",
+            encoded.err()
+        );
+        let messages = body["messages"].as_array().unwrap().clone();
+        if messages.is_empty() {
+            break;
+        }
+        assert!(messages.len() < 5, "not all at once: {}", messages.len());
+        assert_eq!(body["more"], json!(delivered.len() + messages.len() < 5));
+        for m in messages {
+            let id = m["message_id"].as_str().unwrap().to_owned();
+            f.store.write(|w| w.ack_message(&id)).unwrap();
+            delivered.push(id);
+        }
+    }
+    assert_eq!(delivered.len(), 5, "every message delivered");
 }
