@@ -826,3 +826,134 @@ fn message_claim_of_a_session_fits_a_reply() {
     }
     assert_eq!(delivered.len(), 5, "every message delivered");
 }
+
+/// A `worker.hello` reply fits a frame however large the run's outputs were: the node results
+/// that do not fit are left out (`results_more`) and come in `worker.results` pages, each
+/// fitting a frame too, until the child holds every one. A run whose nodes returned a few
+/// large (valid) outputs used to be unresumable: every hello reply was too large, each child
+/// died, and the run went to review.
+#[test]
+fn a_hello_reply_fits_a_frame_after_large_outputs() {
+    use piw_core::host::children::{apply_worker, ChildEntry};
+    use piw_core::ids::ClaimToken;
+    use piw_core::protocol::{encode_frame, Limits, Receipt, ServerFrame};
+    use piw_core::store::{Answerer, AttemptOutcome, TransitionRequest};
+    let mut f = Fixture::new();
+    let (run_id, act, mut attempt) = f.running();
+    let nodes = ["a", "b", "c", "d", "e"];
+    for (n, next) in ["b", "c", "d", "e", "g"].into_iter().enumerate() {
+        let output = json!({ "node": n, "text": "x".repeat(200 * 1024) });
+        let t = f
+            .store
+            .write(|w| {
+                w.transition(
+                    &act.claim,
+                    &TransitionRequest {
+                        attempt_id: attempt.clone(),
+                        outcome: AttemptOutcome::Succeeded { output },
+                        next_node: next.into(),
+                        next_deadline_at: None,
+                    },
+                )
+            })
+            .unwrap();
+        attempt = t.next_attempt_id;
+    }
+    let d = f
+        .store
+        .write(|w| w.wait_for_decision(&act.claim, &attempt, DecisionKind::Checkpoint, &json!({})))
+        .unwrap();
+    f.store
+        .write(|w| w.answer_decision(&d, &json!("yes"), Answerer::Model))
+        .unwrap();
+    let act = f.activate(&run_id);
+    let token = ClaimToken::generate();
+    let limits = Limits::default();
+    let mut state = HostState {
+        reply_limit: limits.max_frame_bytes,
+        ..HostState::default()
+    };
+    state.claims.insert(run_id.clone(), act.claim.clone());
+    state.children.insert(
+        run_id.clone(),
+        ChildEntry {
+            generation: act.claim.generation,
+            child_epoch: 0,
+            launch: 0,
+            token_hash: token.hash(),
+            hello: false,
+            launched_at: common::T0,
+            judging_since: None,
+            stopping: false,
+            released_at: None,
+            mode: act.mode,
+            resume: act.resume.clone(),
+            from_standby: false,
+            stop_reason: None,
+        },
+    );
+    let mut send = |f: &mut Fixture, id: &str, body: RequestBody| {
+        let req = Request::new(id, body)
+            .with_run_id(&run_id)
+            .with_generation(act.claim.generation);
+        let body = f
+            .store
+            .write(|w| apply_worker(w, &mut state, &req))
+            .unwrap();
+        let encoded = encode_frame(
+            &ServerFrame::receipt(id, Receipt::new(None, body.clone())),
+            &limits,
+        );
+        assert!(
+            encoded.is_ok(),
+            "{id}: the reply does not fit a frame: {:?}",
+            encoded.err()
+        );
+        body
+    };
+    let hello = send(
+        &mut f,
+        "hello-1",
+        RequestBody::WorkerHello(payload::WorkerHello {
+            child_token: token.expose_secret().to_owned(),
+            pid: 1,
+            definition: None,
+            mounted_sources: None,
+            start_node: false,
+        }),
+    );
+    assert_eq!(hello["results_more"], json!(true));
+    assert_eq!(hello["answer"], json!("yes"));
+    let mut results = hello["results"].as_array().unwrap().clone();
+    let mut more = true;
+    for page in 0..10 {
+        if !more {
+            break;
+        }
+        let body = send(
+            &mut f,
+            &format!("results-{page}"),
+            RequestBody::WorkerResults(payload::WorkerResults {
+                offset: results.len() as u64,
+            }),
+        );
+        results.extend(body["results"].as_array().unwrap().iter().cloned());
+        more = body["more"] == json!(true);
+    }
+    assert!(!more, "the pages end");
+    let got: Vec<_> = results
+        .iter()
+        .map(|r| {
+            (
+                r["node"].as_str().unwrap().to_owned(),
+                r["output"]["node"].clone(),
+            )
+        })
+        .collect();
+    let want: Vec<_> = nodes
+        .iter()
+        .enumerate()
+        .map(|(n, node)| (node.to_string(), json!(n)))
+        .collect();
+    assert_eq!(got, want, "every node's output, in order");
+}

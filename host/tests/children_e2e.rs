@@ -2769,3 +2769,44 @@ fn running_attempt(s: &Value) -> Value {
 fn as_text(v: &Value) -> String {
     v.as_str().unwrap_or_default().to_owned()
 }
+
+/// A run whose nodes returned large outputs (each valid, together over a frame) resumes after
+/// a checkpoint: the hello reply leaves out the node results that do not fit, and the worker
+/// library fetches them in `worker.results` pages before the node code runs. Before, every
+/// child's hello reply was too large, each child died, and the run went to review.
+#[test]
+fn a_run_with_large_outputs_resumes_after_a_checkpoint() {
+    let env = Env::new(&[]);
+    let host = env.serve(None);
+    let chain = ["a", "b", "c", "d", "e"];
+    let mut nodes = serde_json::Map::new();
+    let mut edges = Vec::new();
+    for (i, node) in chain.iter().enumerate() {
+        nodes.insert((*node).into(), json!({"kind": "compute"}));
+        let next = chain.get(i + 1).copied().unwrap_or("ask");
+        edges.push(json!({"from": node, "to": next}));
+    }
+    nodes.insert("ask".into(), json!({"kind": "checkpoint"}));
+    nodes.insert("done".into(), json!({"kind": "compute"}));
+    edges.push(json!({"from": "ask", "to": "done"}));
+    let file = env.fixture(
+        "large",
+        json!({
+            "graph": {"name": "large", "start": "a", "nodes": nodes, "edges": edges},
+            // Every compute node passes its input on: five outputs of 200 KiB.
+            "behaviors": {"ask": {"wait": "checkpoint"}, "done": {"return": "finished"}}
+        }),
+    );
+    let run_id = env.start(&file, json!({"text": "x".repeat(200 * 1024)}));
+    let s = env.wait_for(&run_id, &["waiting", "failed"], Duration::from_secs(30));
+    assert_eq!(s["run"]["status"], json!("waiting"), "{:#}", s["run"]);
+    answer_decision(&env, &s, "answer-large", false, json!("go")).unwrap();
+    let s = env.wait_for(
+        &run_id,
+        &["completed", "failed", "review"],
+        Duration::from_secs(30),
+    );
+    assert_eq!(s["run"]["status"], json!("completed"), "{:#}", s["run"]);
+    assert_eq!(s["run"]["result"], json!("finished"));
+    env.stop(host);
+}

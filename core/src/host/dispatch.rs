@@ -495,7 +495,7 @@ const REPLY_ENVELOPE_ROOM: usize = 8 * 1024;
 
 /// The length of `value` as JSON (0 when it cannot be serialized, which a store record can
 /// always be).
-fn json_len(value: &impl serde::Serialize) -> usize {
+pub(crate) fn json_len(value: &impl serde::Serialize) -> usize {
     /// Counts what would be written, keeping nothing: no allocation for a status read.
     struct Counter(usize);
     impl std::io::Write for Counter {
@@ -512,23 +512,27 @@ fn json_len(value: &impl serde::Serialize) -> usize {
 }
 
 /// The bytes of body a reply under `reply_limit` can carry.
-fn reply_room(reply_limit: usize) -> usize {
+pub(crate) fn reply_room(reply_limit: usize) -> usize {
     reply_limit.saturating_sub(REPLY_ENVELOPE_ROOM)
 }
 
-/// As many whole items of `items` as fit `room` bytes of JSON, in order (at least the first:
-/// an item is never larger than a frame); returns whether any were left out.
-fn keep_what_fits<T: serde::Serialize>(items: &mut Vec<T>, room: usize) -> bool {
+/// How many of `items`, from the first, fit `room` bytes of JSON together.
+pub(crate) fn fitting_prefix<T: serde::Serialize>(items: &[T], room: usize) -> usize {
     let mut used = 0usize;
     // Each item also takes its separating comma.
-    let fits = items
+    items
         .iter()
         .take_while(|item| {
             used = used.saturating_add(json_len(item) + 1);
             used <= room
         })
         .count()
-        .max(1);
+}
+
+/// As many whole items of `items` as fit `room` bytes of JSON, in order (at least the first:
+/// an item is never larger than a frame); returns whether any were left out.
+pub(crate) fn keep_what_fits<T: serde::Serialize>(items: &mut Vec<T>, room: usize) -> bool {
+    let fits = fitting_prefix(items, room).max(1);
     let more = fits < items.len();
     items.truncate(fits);
     more

@@ -205,6 +205,20 @@ pub fn apply_worker(
             json!({ "submission_id": v.submission_id, "accepted": v.accepted })
         }
         RequestBody::WorkerExit(_) => json!({}),
+        // The run does not move while its child reads these pages (the child takes no step
+        // before it has its context), so an offset into the same list is a stable cursor.
+        RequestBody::WorkerResults(page) => {
+            let results = node_results(w, run_id)?;
+            let offset = usize::try_from(page.offset)
+                .unwrap_or(usize::MAX)
+                .min(results.len());
+            let mut rest = results[offset..].to_vec();
+            let more = crate::host::dispatch::keep_what_fits(
+                &mut rest,
+                crate::host::dispatch::reply_room(state.reply_limit),
+            );
+            json!({ "results": rest, "more": more })
+        }
         other => {
             return Err(StoreError::Forbidden(format!(
                 "{} is not a worker kind",
@@ -307,20 +321,7 @@ pub(super) fn worker_hello(
         Some(output) => output,
         None => input.clone(),
     };
-    // Outcome names as a workflow routes on them (`$result.outcome`).
-    let results: Vec<Value> = w
-        .latest_results(run_id)?
-        .into_iter()
-        .map(|r| {
-            let outcome = if r.status == "succeeded" {
-                "ok"
-            } else {
-                r.status.as_str()
-            };
-            json!({ "node": r.node, "outcome": outcome, "output": r.output, "error": r.error, "visits": r.finished })
-        })
-        .collect();
-    let mut reply = json!({ "mode": mode.as_str(), "resume": resume, "input": input, "node_input": node_input, "results": results, "definition": graph.as_ref().map(Graph::to_value), "features": payload::HOST_FEATURES });
+    let mut reply = json!({ "mode": mode.as_str(), "resume": resume, "input": input, "node_input": node_input, "results": [], "definition": graph.as_ref().map(Graph::to_value), "features": payload::HOST_FEATURES });
     // After a lost child, the next one reports every step as it takes it: the host then knows
     // which node was running if this child dies too (steps reported together would leave the
     // loss on the last node the host heard of).
@@ -354,6 +355,17 @@ pub(super) fn worker_hello(
         reply["submission"] =
             json!({ "submission_id": sub, "payload": w.submission_payload(sub)? });
     }
+    // Every node's latest output may be as large as a payload: the results that do not fit
+    // the frame with the rest of the reply are left for `worker.results` pages.
+    let mut results = node_results(w, run_id)?;
+    let room = crate::host::dispatch::reply_room(state.reply_limit)
+        .saturating_sub(crate::host::dispatch::json_len(&reply) + r#","results_more":true"#.len());
+    let fits = crate::host::dispatch::fitting_prefix(&results, room);
+    if fits < results.len() {
+        results.truncate(fits);
+        reply["results_more"] = json!(true);
+    }
+    reply["results"] = Value::Array(results);
     if let Some(entry) = state.children.get_mut(run_id) {
         entry.hello = true;
         if entry.mode == ChildMode::Validate {
@@ -365,6 +377,23 @@ pub(super) fn worker_hello(
         state.graphs.insert(run_id.to_owned(), graph);
     }
     Ok(reply)
+}
+
+/// The latest finished attempt of every node of the run, in the order they finished, as a
+/// child's hello reply and `worker.results` carry them: outcome names as a workflow routes on
+/// them (`$result.outcome`).
+fn node_results(w: &WriteTx<'_>, run_id: &str) -> Result<Vec<Value>, StoreError> {
+    Ok(w.latest_results(run_id)?
+        .into_iter()
+        .map(|r| {
+            let outcome = if r.status == "succeeded" {
+                "ok"
+            } else {
+                r.status.as_str()
+            };
+            json!({ "node": r.node, "outcome": outcome, "output": r.output, "error": r.error, "visits": r.finished })
+        })
+        .collect())
 }
 
 /// The attempt a worker's proposal closes and the node it ran, from the store: the graph
