@@ -361,9 +361,19 @@ impl super::WriteTx<'_> {
             }
             "host_claim_on_idle_run" | "claim_on_terminal_run" => self.release_claim(run_id)?,
             "missing_claim_row" => {
+                // The highest generation the run ever handed out, so the next claim's is new:
+                // an activation or a control claim need not have opened an attempt, but each
+                // left its event (and a launch its child record).
                 c.execute(
                     "INSERT INTO claims (run_id, generation)
-                     VALUES (?1, (SELECT COALESCE(MAX(generation), 0) FROM attempts WHERE run_id = ?1))",
+                     VALUES (?1, (SELECT MAX(g) FROM (
+                         SELECT COALESCE(MAX(generation), 0) AS g FROM attempts WHERE run_id = ?1
+                         UNION ALL
+                         SELECT COALESCE(MAX(generation), 0) FROM children WHERE run_id = ?1
+                         UNION ALL
+                         SELECT COALESCE(MAX(CAST(json_extract(data, '$.generation') AS INTEGER)), 0)
+                         FROM events WHERE run_id = ?1 AND kind IN ('activated', 'control_claimed')
+                           AND json_valid(data))))",
                     [run_id],
                 )?;
             }
