@@ -957,3 +957,35 @@ fn a_hello_reply_fits_a_frame_after_large_outputs() {
         .collect();
     assert_eq!(got, want, "every node's output, in order");
 }
+
+/// `run.retry` answers with the status the run is in after the retry: `waiting` for a run
+/// whose attempt waits on a request nobody answered (its validation children kept dying).
+#[test]
+fn a_retry_reports_a_run_that_waits_for_its_answer_again() {
+    let mut f = Fixture::new();
+    let (run_id, act, a) = f.running();
+    let i = f.ask(&act.claim, &a, None);
+    for loss in 1..=piw_core::store::DEFAULT_MAX_CHILD_LOSSES {
+        f.store
+            .write(|w| w.submit(&i, &a, &json!(loss), None))
+            .unwrap();
+        let act = f.activate(&run_id);
+        f.store
+            .write(|w| w.child_lost(&act.claim, "validator crashed"))
+            .unwrap();
+    }
+    let req = Request::new(
+        "retry-1",
+        RequestBody::RunRetry(payload::RunRetry {
+            reason: Some("fixed".into()),
+            by: Some("ana".into()),
+        }),
+    )
+    .with_run_id(&run_id);
+    let body = f
+        .store
+        .write(|w| apply_command(w, &HostState::default(), &req, None))
+        .unwrap();
+    assert_eq!(body["status"], json!("waiting"));
+    assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Waiting);
+}

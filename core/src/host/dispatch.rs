@@ -347,7 +347,9 @@ pub fn apply_command(
                 reason: r.reason.as_deref().unwrap_or(""),
             };
             w.retry_from_review(run_id, who)?;
-            json!({ "run_id": run_id, "status": RunStatus::Queued.as_str() })
+            // `queued`, or `waiting` when its attempt waits on a request nobody answered.
+            let (status, _) = w.run_state(run_id)?;
+            json!({ "run_id": run_id, "status": status.as_str() })
         }
         RequestBody::EffectResolve(e) => {
             let run_id = required(&req.run_id, "run_id")?;
