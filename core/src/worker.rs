@@ -194,6 +194,11 @@ pub struct HelloReply {
     /// from it (`outputs`, `results`), so a resumed child sees what an uninterrupted one would.
     #[serde(default)]
     pub results: Vec<Value>,
+    /// The host left results out to fit its reply in a frame: the rest come in
+    /// `worker.results` pages. [`Worker::hello`] fetches them all before it returns (so this
+    /// is `false` in what it returns).
+    #[serde(default)]
+    pub results_more: bool,
     /// The run's stored graph snapshot.
     pub definition: Option<Value>,
     /// The answer of the decision a `continue` resumes after.
@@ -211,6 +216,15 @@ pub struct HelloReply {
     /// then reports the step itself.
     #[serde(default)]
     pub report_each_step: bool,
+}
+
+/// A page of `worker.results`.
+#[derive(Debug, Deserialize)]
+struct ResultsPage {
+    #[serde(default)]
+    results: Vec<Value>,
+    #[serde(default)]
+    more: bool,
 }
 
 /// What the host answered to a transition.
@@ -358,8 +372,23 @@ impl Worker {
             start_node,
         });
         let r = self.call(body)?;
-        let reply: HelloReply =
+        let mut reply: HelloReply =
             serde_json::from_value(r.body).map_err(|e| WorkerError::Reply(e.to_string()))?;
+        while reply.results_more {
+            let offset = u64::try_from(reply.results.len()).unwrap_or(u64::MAX);
+            let r = self.call(RequestBody::WorkerResults(payload::WorkerResults {
+                offset,
+            }))?;
+            let page: ResultsPage =
+                serde_json::from_value(r.body).map_err(|e| WorkerError::Reply(e.to_string()))?;
+            if page.results.is_empty() && page.more {
+                return Err(WorkerError::Reply(
+                    "worker.results returned an empty page with more to come".into(),
+                ));
+            }
+            reply.results.extend(page.results);
+            reply.results_more = page.more;
+        }
         if let Some(a) = reply.resume.get("attempt_id").and_then(Value::as_str) {
             self.attempt_id = Some(a.to_owned());
         }

@@ -4,9 +4,9 @@
 mod common;
 
 use common::Fixture;
-use piw_core::host::dispatch::{apply_command, HostState};
+use piw_core::host::dispatch::{apply_command, apply_read, HostState};
 use piw_core::protocol::{payload, Request, RequestBody};
-use piw_core::store::{DecisionKind, RunStatus};
+use piw_core::store::{DecisionKind, Fence, InteractionKind, RunStatus};
 use serde_json::json;
 
 /// Applies `body` for the run in the transaction where the child's wait releases the claim,
@@ -691,4 +691,301 @@ fn the_status_of_a_run_with_thousands_of_attempts_fits_and_pages_back() {
         matches!(err, piw_core::store::StoreError::NotFound { .. }),
         "{err:?}"
     );
+}
+
+/// `interaction.list` of a session fits its reply: a few waiting runs whose requests are large
+/// (each valid, under the payload limit) used to make the reply too large for good, and the
+/// Pi extension saw none of the session's requests. The oldest come whole, as many as fit,
+/// with `more`; the rest show once those are answered.
+#[test]
+fn interaction_list_of_a_session_fits_a_reply() {
+    use piw_core::protocol::{encode_frame, Limits, ServerFrame};
+    let mut f = Fixture::new();
+    let big = json!({ "prompt": "x".repeat(200 * 1024) });
+    let mut asked = Vec::new();
+    for _ in 0..6 {
+        let (run_id, act, a) = f.running();
+        let i = f
+            .store
+            .write(|w| w.request_interaction(&act.claim, &a, InteractionKind::Agent, &big, None))
+            .unwrap();
+        asked.push((run_id, i, a));
+    }
+    let limits = Limits::default();
+    let list = |f: &Fixture| {
+        let req = Request::new(
+            "req-list",
+            RequestBody::InteractionList(payload::InteractionList {
+                session_id: "session-1".into(),
+            }),
+        );
+        let receipt = apply_read(&f.store, &req, limits.max_frame_bytes).unwrap();
+        let encoded = encode_frame(&ServerFrame::receipt("req-list", receipt.clone()), &limits);
+        assert!(
+            encoded.is_ok(),
+            "the reply does not fit a frame: {:?}",
+            encoded.err()
+        );
+        receipt.body
+    };
+    let ids = |body: &serde_json::Value| -> Vec<String> {
+        body["interactions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["interaction_id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let first = list(&f);
+    let shown = ids(&first);
+    assert!(!shown.is_empty() && shown.len() < asked.len(), "{shown:?}");
+    assert_eq!(first["more"], json!(true));
+    assert_eq!(
+        shown,
+        asked
+            .iter()
+            .map(|(_, i, _)| i.clone())
+            .take(shown.len())
+            .collect::<Vec<_>>(),
+        "oldest first"
+    );
+    assert!(first["interactions"][0]["request"] == big, "whole requests");
+    // Once the shown ones are settled (here their runs end), the next ones come.
+    for (run_id, _, _) in asked.iter().take(shown.len()) {
+        f.store
+            .write(|w| w.cancel(run_id, Fence::Unclaimed, "answered elsewhere"))
+            .unwrap();
+    }
+    let rest = ids(&list(&f));
+    assert_eq!(
+        rest,
+        asked
+            .iter()
+            .skip(shown.len())
+            .take(rest.len())
+            .map(|(_, i, _)| i.clone())
+            .collect::<Vec<_>>()
+    );
+    assert!(!rest.is_empty());
+}
+
+/// `message.claim` claims only what its reply carries, in the same transaction: terminal
+/// messages of a few runs with large (valid) results used to be claimed (60 s lease, receipt
+/// stored) and then refused as too large, so the session's messages were never delivered.
+/// Claiming and acknowledging in turn delivers every message.
+#[test]
+fn message_claim_of_a_session_fits_a_reply() {
+    use piw_core::protocol::{encode_frame, Limits, Receipt, ServerFrame};
+    let mut f = Fixture::new();
+    let big = json!({ "text": "x".repeat(220 * 1024) });
+    for _ in 0..5 {
+        let (_run, act, a) = f.running();
+        f.store
+            .write(|w| w.complete(&act.claim, &a, &json!(null), &big))
+            .unwrap();
+    }
+    let limits = Limits::default();
+    let state = HostState {
+        reply_limit: limits.max_frame_bytes,
+        ..HostState::default()
+    };
+    let mut delivered = Vec::new();
+    for round in 0..5 {
+        let req = Request::new(
+            format!("req-claim-{round}"),
+            RequestBody::MessageClaim(payload::MessageClaim {
+                session_id: "session-1".into(),
+                limit: Some(20),
+                claimant: Some("pi:session-1".into()),
+            }),
+        );
+        let body = f
+            .store
+            .write(|w| apply_command(w, &state, &req, None))
+            .unwrap();
+        let encoded = encode_frame(
+            &ServerFrame::receipt("req-claim", Receipt::new(None, body.clone())),
+            &limits,
+        );
+        assert!(
+            encoded.is_ok(),
+            "the reply does not fit a frame: {:?}",
+            encoded.err()
+        );
+        let messages = body["messages"].as_array().unwrap().clone();
+        if messages.is_empty() {
+            break;
+        }
+        assert!(messages.len() < 5, "not all at once: {}", messages.len());
+        assert_eq!(body["more"], json!(delivered.len() + messages.len() < 5));
+        for m in messages {
+            let id = m["message_id"].as_str().unwrap().to_owned();
+            f.store.write(|w| w.ack_message(&id)).unwrap();
+            delivered.push(id);
+        }
+    }
+    assert_eq!(delivered.len(), 5, "every message delivered");
+}
+
+/// A `worker.hello` reply fits a frame however large the run's outputs were: the node results
+/// that do not fit are left out (`results_more`) and come in `worker.results` pages, each
+/// fitting a frame too, until the child holds every one. A run whose nodes returned a few
+/// large (valid) outputs used to be unresumable: every hello reply was too large, each child
+/// died, and the run went to review.
+#[test]
+fn a_hello_reply_fits_a_frame_after_large_outputs() {
+    use piw_core::host::children::{apply_worker, ChildEntry};
+    use piw_core::ids::ClaimToken;
+    use piw_core::protocol::{encode_frame, Limits, Receipt, ServerFrame};
+    use piw_core::store::{Answerer, AttemptOutcome, TransitionRequest};
+    let mut f = Fixture::new();
+    let (run_id, act, mut attempt) = f.running();
+    let nodes = ["a", "b", "c", "d", "e"];
+    for (n, next) in ["b", "c", "d", "e", "g"].into_iter().enumerate() {
+        let output = json!({ "node": n, "text": "x".repeat(200 * 1024) });
+        let t = f
+            .store
+            .write(|w| {
+                w.transition(
+                    &act.claim,
+                    &TransitionRequest {
+                        attempt_id: attempt.clone(),
+                        outcome: AttemptOutcome::Succeeded { output },
+                        next_node: next.into(),
+                        next_deadline_at: None,
+                    },
+                )
+            })
+            .unwrap();
+        attempt = t.next_attempt_id;
+    }
+    let d = f
+        .store
+        .write(|w| w.wait_for_decision(&act.claim, &attempt, DecisionKind::Checkpoint, &json!({})))
+        .unwrap();
+    f.store
+        .write(|w| w.answer_decision(&d, &json!("yes"), Answerer::Model))
+        .unwrap();
+    let act = f.activate(&run_id);
+    let token = ClaimToken::generate();
+    let limits = Limits::default();
+    let mut state = HostState {
+        reply_limit: limits.max_frame_bytes,
+        ..HostState::default()
+    };
+    state.claims.insert(run_id.clone(), act.claim.clone());
+    state.children.insert(
+        run_id.clone(),
+        ChildEntry {
+            generation: act.claim.generation,
+            child_epoch: 0,
+            launch: 0,
+            token_hash: token.hash(),
+            hello: false,
+            launched_at: common::T0,
+            judging_since: None,
+            stopping: false,
+            released_at: None,
+            mode: act.mode,
+            resume: act.resume.clone(),
+            from_standby: false,
+            stop_reason: None,
+        },
+    );
+    let mut send = |f: &mut Fixture, id: &str, body: RequestBody| {
+        let req = Request::new(id, body)
+            .with_run_id(&run_id)
+            .with_generation(act.claim.generation);
+        let body = f
+            .store
+            .write(|w| apply_worker(w, &mut state, &req))
+            .unwrap();
+        let encoded = encode_frame(
+            &ServerFrame::receipt(id, Receipt::new(None, body.clone())),
+            &limits,
+        );
+        assert!(
+            encoded.is_ok(),
+            "{id}: the reply does not fit a frame: {:?}",
+            encoded.err()
+        );
+        body
+    };
+    let hello = send(
+        &mut f,
+        "hello-1",
+        RequestBody::WorkerHello(payload::WorkerHello {
+            child_token: token.expose_secret().to_owned(),
+            pid: 1,
+            definition: None,
+            mounted_sources: None,
+            start_node: false,
+        }),
+    );
+    assert_eq!(hello["results_more"], json!(true));
+    assert_eq!(hello["answer"], json!("yes"));
+    let mut results = hello["results"].as_array().unwrap().clone();
+    let mut more = true;
+    for page in 0..10 {
+        if !more {
+            break;
+        }
+        let body = send(
+            &mut f,
+            &format!("results-{page}"),
+            RequestBody::WorkerResults(payload::WorkerResults {
+                offset: results.len() as u64,
+            }),
+        );
+        results.extend(body["results"].as_array().unwrap().iter().cloned());
+        more = body["more"] == json!(true);
+    }
+    assert!(!more, "the pages end");
+    let got: Vec<_> = results
+        .iter()
+        .map(|r| {
+            (
+                r["node"].as_str().unwrap().to_owned(),
+                r["output"]["node"].clone(),
+            )
+        })
+        .collect();
+    let want: Vec<_> = nodes
+        .iter()
+        .enumerate()
+        .map(|(n, node)| (node.to_string(), json!(n)))
+        .collect();
+    assert_eq!(got, want, "every node's output, in order");
+}
+
+/// `run.retry` answers with the status the run is in after the retry: `waiting` for a run
+/// whose attempt waits on a request nobody answered (its validation children kept dying).
+#[test]
+fn a_retry_reports_a_run_that_waits_for_its_answer_again() {
+    let mut f = Fixture::new();
+    let (run_id, act, a) = f.running();
+    let i = f.ask(&act.claim, &a, None);
+    for loss in 1..=piw_core::store::DEFAULT_MAX_CHILD_LOSSES {
+        f.store
+            .write(|w| w.submit(&i, &a, &json!(loss), None))
+            .unwrap();
+        let act = f.activate(&run_id);
+        f.store
+            .write(|w| w.child_lost(&act.claim, "validator crashed"))
+            .unwrap();
+    }
+    let req = Request::new(
+        "retry-1",
+        RequestBody::RunRetry(payload::RunRetry {
+            reason: Some("fixed".into()),
+            by: Some("ana".into()),
+        }),
+    )
+    .with_run_id(&run_id);
+    let body = f
+        .store
+        .write(|w| apply_command(w, &HostState::default(), &req, None))
+        .unwrap();
+    assert_eq!(body["status"], json!("waiting"));
+    assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Waiting);
 }

@@ -187,6 +187,7 @@ fn sample(kind: RequestKind) -> Request {
         RequestKind::WorkerExit => RequestBody::WorkerExit(WorkerExit {
             reason: "parked".into(),
         }),
+        RequestKind::WorkerResults => RequestBody::WorkerResults(WorkerResults { offset: 3 }),
     };
     let required = kind.required_fields();
     let mut request = Request::new(format!("req-{}", kind.as_str()), body);
@@ -827,7 +828,7 @@ fn decode_error_messages_are_bounded() {
 
 #[test]
 fn every_request_kind_round_trips() {
-    assert_eq!(RequestKind::ALL.len(), 36);
+    assert_eq!(RequestKind::ALL.len(), 37);
     for &kind in RequestKind::ALL {
         let request = sample(kind)
             .with_expected_revision(3)

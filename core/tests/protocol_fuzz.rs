@@ -51,6 +51,7 @@ const CORPUS: &[&str] = &[
     r#"{"schema":"piw.protocol.v1","request_id":"w12","kind":"worker.effect_settle","run_id":"run-1","generation":2,"payload":{"effect_id":"e1","result":{"status":"applied","receipt":{"id":7}}}}"#,
     r#"{"schema":"piw.protocol.v1","request_id":"w13","kind":"worker.validation_result","run_id":"run-1","generation":2,"payload":{"submission_id":"sb1","accepted":true,"error":null}}"#,
     r#"{"schema":"piw.protocol.v1","request_id":"w14","kind":"worker.exit","run_id":"run-1","generation":2,"payload":{"reason":"parked"}}"#,
+    r#"{"schema":"piw.protocol.v1","request_id":"w15","kind":"worker.results","run_id":"run-1","generation":2,"payload":{"offset":4}}"#,
 ];
 
 /// Field names that appear somewhere in the protocol, so random envelopes hit real fields.

@@ -158,3 +158,29 @@ fn messages_that_contradict_their_run_are_reported() {
         vec!["message_session_mismatch"]
     );
 }
+
+/// A lost claim row is rebuilt with the highest generation the run ever handed out, not only
+/// the highest an attempt carries: an activation whose child died before starting a node
+/// opened no attempt, and reusing its generation would let that child's late messages pass
+/// the fence.
+#[test]
+fn a_rebuilt_claim_never_reuses_a_generation() {
+    let mut f = Fixture::new();
+    let (run_id, act, _) = f.running();
+    f.store
+        .write(|w| w.child_lost(&act.claim, "crashed"))
+        .unwrap();
+    let second = f.activate(&run_id);
+    assert_eq!(second.claim.generation, 2);
+    f.store
+        .write(|w| w.child_lost(&second.claim, "crashed before its first node"))
+        .unwrap();
+    f.corrupt(&format!("DELETE FROM claims WHERE run_id = '{run_id}'"));
+    assert_eq!(
+        codes(&f.store.diagnose().unwrap()),
+        vec!["missing_claim_row"]
+    );
+    f.store.repair().unwrap();
+    f.assert_clean();
+    assert_eq!(f.activate(&run_id).claim.generation, 3, "a new generation");
+}

@@ -1474,3 +1474,357 @@ fn a_progress_update_of_a_pending_request_is_an_event_and_leaves_it_pending() {
     });
     f.assert_clean();
 }
+
+/// A run whose validation children kept dying is in review with its request pending (each
+/// death rejected the submission it judged) and its attempt waiting. Returns (run, attempt,
+/// interaction).
+fn review_after_validation_losses(
+    f: &mut Fixture,
+    deadline: Option<i64>,
+) -> (String, String, String) {
+    let (run_id, act, a) = f.running();
+    let i = f.ask(&act.claim, &a, deadline);
+    for loss in 1..=DEFAULT_MAX_CHILD_LOSSES {
+        f.store
+            .write(|w| w.submit(&i, &a, &json!(loss), None))
+            .unwrap();
+        let act = f.activate(&run_id);
+        f.store
+            .write(|w| w.child_lost(&act.claim, "validator crashed"))
+            .unwrap();
+    }
+    assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Review);
+    (run_id, a, i)
+}
+
+/// Retrying a run in review whose attempt waits on an unanswered request makes it wait for the
+/// answer again, on the same attempt: it is never activated as if the request were answered
+/// (a `continue` makes the runtimes close the node as succeeded with a null answer). The
+/// next submission is judged on that attempt.
+#[test]
+fn a_retried_review_run_does_not_resume_its_unanswered_request_as_answered() {
+    let mut f = Fixture::new();
+    let (run_id, a, i) = review_after_validation_losses(&mut f, None);
+    f.store
+        .write(|w| w.retry_from_review(&run_id, PERSON))
+        .unwrap();
+    assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Waiting);
+    assert_eq!(
+        f.store.ready_runs(f.store.now_ms(), 10).unwrap(),
+        Vec::<String>::new(),
+        "no child starts before the request is answered"
+    );
+    let requests = f.store.interactions(Some(&run_id), None).unwrap();
+    assert_eq!(
+        (
+            requests.len(),
+            requests[0].status.as_str(),
+            requests[0].attempt_id.as_str()
+        ),
+        (1, "pending", a.as_str()),
+        "the request stays pending on its attempt"
+    );
+    f.assert_clean();
+    let s = f
+        .store
+        .write(|w| w.submit(&i, &a, &json!("the answer"), None))
+        .unwrap();
+    activate_to_validate(&mut f, &run_id, &a, &s);
+    f.assert_clean();
+}
+
+/// Activation never continues an attempt whose request nobody answered, whatever led there
+/// (here a queued row written behind the store's back): it is refused, and `diagnose` names
+/// the run.
+#[test]
+fn activation_refuses_to_continue_an_unanswered_request() {
+    let mut f = Fixture::new();
+    let (run_id, _a, i) = f.waiting();
+    f.corrupt(&format!(
+        "UPDATE runs SET status = 'queued' WHERE run_id = '{run_id}';
+         UPDATE queue SET state = 'ready' WHERE run_id = '{run_id}';"
+    ));
+    let codes: Vec<_> = f
+        .store
+        .diagnose()
+        .unwrap()
+        .into_iter()
+        .map(|x| x.code)
+        .collect();
+    assert!(
+        codes.contains(&"pending_request_on_active_run"),
+        "{codes:?}"
+    );
+    match f.store.write(|w| w.activate(&run_id, HOST)) {
+        Err(StoreError::InvalidTransition { detail, .. }) => {
+            assert!(detail.contains(&i), "{detail}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+/// A validation child that finds the workflow's source changed stops the run for review. The
+/// submission it was judging stays for the retry: once the person restores the source and
+/// retries, the next child judges it and the run moves on (it was left `validating` on an
+/// interrupted attempt, and every later step of the run was refused).
+#[test]
+fn review_during_validation_does_not_leave_a_submission_validating_forever() {
+    let mut f = Fixture::new();
+    let (run_id, a, _i, s) = submitted(&mut f);
+    let act = activate_to_validate(&mut f, &run_id, &a, &s);
+    f.store
+        .write(|w| w.send_to_review(&act.claim, "source_changed"))
+        .unwrap();
+    f.assert_clean();
+    f.store
+        .write(|w| w.retry_from_review(&run_id, PERSON))
+        .unwrap();
+    let act = activate_to_validate(&mut f, &run_id, &a, &s);
+    f.store.write(|w| w.settle(&act.claim, &s, Ok(()))).unwrap();
+    f.store
+        .write(|w| w.transition(&act.claim, &step(&a, "b")))
+        .expect("the run moves on");
+    f.assert_clean();
+}
+
+/// `diagnose` reports a submission left `validating` on an attempt that no child will open
+/// again (what a review during validation used to leave).
+#[test]
+fn diagnose_reports_a_validating_submission_nobody_will_judge() {
+    let mut f = Fixture::new();
+    let (run_id, a, _i, s) = submitted(&mut f);
+    f.assert_clean();
+    f.corrupt(&format!(
+        "UPDATE attempts SET status = 'interrupted' WHERE attempt_id = '{a}';
+         UPDATE runs SET status = 'review' WHERE run_id = '{run_id}';
+         UPDATE queue SET state = 'review' WHERE run_id = '{run_id}';"
+    ));
+    let findings = f.store.diagnose().unwrap();
+    let found = findings
+        .iter()
+        .find(|x| x.code == "validating_submission_without_judge")
+        .unwrap_or_else(|| panic!("{findings:#?}"));
+    assert_eq!(found.ids, vec![s, a]);
+}
+
+/// A person answered a checkpoint; the next child finds the workflow's source changed and
+/// stops the run for review. The answer stays: after the retry the attempt continues with it,
+/// as after a lost child (the attempt used to be interrupted, and the node asked again).
+#[test]
+fn review_for_a_changed_source_keeps_an_answered_decision() {
+    let mut f = Fixture::new();
+    let (run_id, act, a) = f.running();
+    let d = f
+        .store
+        .write(|w| w.wait_for_decision(&act.claim, &a, DecisionKind::Checkpoint, &json!({})))
+        .unwrap();
+    f.store
+        .write(|w| w.answer_decision(&d, &json!("ship it"), Answerer::Person))
+        .unwrap();
+    let continued = Resume::Continue {
+        node_id: "a".into(),
+        attempt_id: a.clone(),
+    };
+    let act = f.activate(&run_id);
+    assert_eq!(act.resume, continued);
+    f.store
+        .write(|w| w.send_to_review(&act.claim, "source_changed: the graph differs"))
+        .unwrap();
+    f.assert_clean();
+    f.store
+        .write(|w| w.retry_from_review(&run_id, PERSON))
+        .unwrap();
+    let act = f.activate(&run_id);
+    assert_eq!(
+        act.resume, continued,
+        "the answered attempt continues with its answer"
+    );
+    f.assert_clean();
+}
+
+/// The host's deadline pass (`run_due_work`): every expiry, then expired claims.
+fn deadline_pass(f: &mut Fixture) -> StoreResult<()> {
+    f.store.write(|w| {
+        w.expire_due_interactions()?;
+        w.expire_due_decisions()?;
+        w.recover_expired_claims(Some(HOST))?;
+        Ok(())
+    })
+}
+
+/// A run waiting on a human decision at node `a` whose deadline is `deadline`: (run, decision).
+fn waiting_on_decision(f: &mut Fixture, deadline: i64) -> (String, String) {
+    let run_id = f.start();
+    let act = f.activate(&run_id);
+    let a = f
+        .store
+        .write(|w| w.node_started(&act.claim, "a", Some(deadline)))
+        .unwrap();
+    let d = f
+        .store
+        .write(|w| w.wait_for_decision(&act.claim, &a, DecisionKind::HumanDecision, &json!({})))
+        .unwrap();
+    (run_id, d)
+}
+
+/// One expiry that fails undoes only itself: the other runs' requests expire in the same pass.
+/// A run whose due request is refused for good (here its row is unreadable) stops for review
+/// with the reason, so it is not tried again at every wake-up (the store's next deadline is
+/// not in the past); a run whose second due request stopped being due when the first one
+/// expired is simply queued.
+#[test]
+fn one_run_with_two_due_requests_does_not_block_every_other_runs_deadlines() {
+    let mut f = Fixture::new();
+    let deadline = T0 + 60_000;
+    let (broken, broken_decision) = waiting_on_decision(&mut f, deadline);
+    f.corrupt(&format!(
+        "UPDATE decisions SET request = 'not json' WHERE decision_id = '{broken_decision}'"
+    ));
+    let (other_decision_run, _) = waiting_on_decision(&mut f, deadline);
+    let (twice, twice_attempt) = {
+        let (run_id, act, a) = f.running();
+        f.ask(&act.claim, &a, Some(deadline));
+        (run_id, a)
+    };
+    // A second due request on the same attempt (a contradiction only a bug or a hand-edited
+    // database makes): expiring the first queues the run, so the second is no longer due.
+    f.corrupt(&format!(
+        "INSERT INTO interactions (interaction_id, run_id, attempt_id, node_id, origin_session,
+                                   kind, request, deadline_at, status, created_at)
+         VALUES ('int-second', '{twice}', '{twice_attempt}', 'a', 'session-1', 'agent', '{{}}',
+                 {deadline}, 'pending', {T0})"
+    ));
+    let (other_interaction_run, _, _) = {
+        let (run_id, act, a) = f.running();
+        let i = f.ask(&act.claim, &a, Some(deadline));
+        (run_id, a, i)
+    };
+    f.clock.advance(61_000);
+    deadline_pass(&mut f).expect("the deadline pass commits");
+    let status = |f: &Fixture, run: &str| f.store.run(run).unwrap().status;
+    assert_eq!(status(&f, &other_decision_run), RunStatus::Queued);
+    assert_eq!(status(&f, &other_interaction_run), RunStatus::Queued);
+    assert_eq!(status(&f, &twice), RunStatus::Queued);
+    assert_eq!(status(&f, &broken), RunStatus::Review);
+    let reason = f
+        .store
+        .run(&broken)
+        .unwrap()
+        .review_reason
+        .unwrap_or_default();
+    assert!(reason.contains(&broken_decision), "{reason}");
+    assert!(
+        f.store
+            .next_deadline()
+            .unwrap()
+            .is_none_or(|at| at > f.store.now_ms()),
+        "nothing is due any more: the host sleeps"
+    );
+    deadline_pass(&mut f).expect("a second pass has nothing to do");
+}
+
+/// A running run of a graph snapshot with `max_steps` 3 and a mount `m` whose own limit is 1.
+fn running_with_step_limits(f: &mut Fixture) -> (String, Activation, String) {
+    let run_id = f.start_with(NewRun {
+        definition: Some(json!({
+            "name": "loop", "start": "a", "max_steps": 3, "mounts": {"m": {"max_steps": 1}},
+            "nodes": {}, "edges": []
+        })),
+        ..new_run(Some("session-1"))
+    });
+    let act = f.activate(&run_id);
+    let a = f
+        .store
+        .write(|w| w.node_started(&act.claim, "a", None))
+        .unwrap();
+    (run_id, act, a)
+}
+
+fn assert_step_limit<T: std::fmt::Debug>(
+    f: &mut Fixture,
+    what: &str,
+    needle: &str,
+    op: impl FnOnce(&mut WriteTx<'_>) -> StoreResult<T>,
+) {
+    let before = f.store.canonical_dump().unwrap();
+    match f.store.write(op) {
+        Err(StoreError::StepLimitReached { detail, .. }) => {
+            assert!(detail.contains(needle), "{what}: {detail}")
+        }
+        other => panic!("{what}: expected StepLimitReached, got {other:?}"),
+    }
+    assert_eq!(
+        f.store.canonical_dump().unwrap(),
+        before,
+        "{what}: a refusal changed the database"
+    );
+}
+
+/// The store opens no attempt past the graph's step limits, whoever asks: a transition and a
+/// node start are refused alike (nothing written), for the run's `max_steps` and for one
+/// invocation of an included workflow's.
+#[test]
+fn no_attempt_opens_past_the_step_limit() {
+    let mut f = Fixture::new();
+    let (run_id, act, a) = running_with_step_limits(&mut f);
+    // Entering the mount starts an invocation; its second step is one too many.
+    let t = f
+        .store
+        .write(|w| w.transition(&act.claim, &step(&a, "m.x")))
+        .unwrap();
+    assert_step_limit(&mut f, "a second step inside m", "included as m", |w| {
+        w.transition(&act.claim, &step(&t.next_attempt_id, "m.y"))
+    });
+    let t = f
+        .store
+        .write(|w| w.transition(&act.claim, &step(&t.next_attempt_id, "b")))
+        .unwrap();
+    assert_step_limit(&mut f, "a fourth attempt", "maxSteps is 3", |w| {
+        w.transition(&act.claim, &step(&t.next_attempt_id, "c"))
+    });
+    // A node start after a park (the host's own routes end that way) counts the same.
+    f.store.write(|w| w.park(&act.claim, None)).unwrap();
+    let act = f.activate(&run_id);
+    assert_step_limit(&mut f, "a node start", "maxSteps is 3", |w| {
+        w.node_started(&act.claim, "b", None)
+    });
+}
+
+/// Giving up on a request routes `failed` like a child would, and a route past the step limit
+/// fails the run with the limit's reason, in the same commit.
+#[test]
+fn a_request_given_up_at_the_step_limit_fails_the_run() {
+    let mut f = Fixture::new();
+    let (run_id, act, a) = running_with_step_limits(&mut f);
+    let t = f
+        .store
+        .write(|w| w.transition(&act.claim, &step(&a, "b")))
+        .unwrap();
+    let t = f
+        .store
+        .write(|w| w.transition(&act.claim, &step(&t.next_attempt_id, "c")))
+        .unwrap();
+    let i = f.ask(&act.claim, &t.next_attempt_id, None);
+    f.store
+        .write(|w| {
+            w.fail_interaction(
+                &i,
+                &t.next_attempt_id,
+                "no answer",
+                Some(("a", None)),
+                "ctl",
+            )
+        })
+        .unwrap();
+    let run = f.store.run(&run_id).unwrap();
+    assert_eq!(run.status, RunStatus::Failed);
+    assert!(
+        run.error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("maxSteps is 3"),
+        "{:?}",
+        run.error
+    );
+    f.assert_clean();
+}

@@ -2702,3 +2702,112 @@ fn an_effect_receipt_committed_before_a_host_crash_is_replayed_to_the_rerun() {
     assert_eq!(lines(&env), 1, "the effect was applied once");
     env.stop(host);
 }
+
+/// A node whose deadline routes back to itself is a loop like any other, and the graph's step
+/// limit (`max_steps`) ends it: the steps the host takes itself (routing a timeout, then the
+/// next child's node start) count like a child's (they used to skip the check, and the loop
+/// went on for as long as the clock moved).
+#[test]
+fn a_timeout_loop_stops_at_the_step_limit() {
+    let env = Env::with_test_clock(&[("PIW_KILL_GRACE_MS", "200")]);
+    let host = env.serve(None);
+    let file = env.fixture(
+        "tloop",
+        json!({
+            "graph": {
+                "name": "tloop", "start": "busy", "max_steps": 3,
+                "nodes": {"busy": {"kind": "compute", "timeout_ms": 1_000}},
+                "edges": [{"from": "busy", "switch": {"on": "$result.outcome", "cases": {"timed_out": "busy"}}}]
+            },
+            "behaviors": {"busy": {"spin_forever": true}}
+        }),
+    );
+    let run_id = env.start(&file, json!({}));
+    let mut running = as_text(&running_attempt(&wait_for_running_attempt(
+        &env, &run_id, "busy",
+    )));
+    let mut last = json!(null);
+    for _ in 0..6 {
+        env.advance_clock(2_000);
+        let start = Instant::now();
+        loop {
+            let s = env.status(&run_id);
+            let status = s["run"]["status"].clone();
+            let now = as_text(&running_attempt(&s));
+            if status != json!("running") && status != json!("queued")
+                || (!now.is_empty() && now != running)
+            {
+                running = now;
+                last = s;
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "no progress: {s:#}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if last["run"]["status"] != json!("running") {
+            break;
+        }
+    }
+    eprintln!(
+        "status {} after {} attempts (max_steps 3)",
+        last["run"]["status"], last["attempt_count"]
+    );
+    env.stop(host);
+    assert_eq!(last["run"]["status"], json!("failed"), "{last:#}");
+}
+
+fn running_attempt(s: &Value) -> Value {
+    s["attempts"]
+        .as_array()
+        .and_then(|a| a.iter().find(|x| x["status"] == json!("running")))
+        .map(|x| x["attempt_id"].clone())
+        .unwrap_or(json!(""))
+}
+
+fn as_text(v: &Value) -> String {
+    v.as_str().unwrap_or_default().to_owned()
+}
+
+/// A run whose nodes returned large outputs (each valid, together over a frame) resumes after
+/// a checkpoint: the hello reply leaves out the node results that do not fit, and the worker
+/// library fetches them in `worker.results` pages before the node code runs. Before, every
+/// child's hello reply was too large, each child died, and the run went to review.
+#[test]
+fn a_run_with_large_outputs_resumes_after_a_checkpoint() {
+    let env = Env::new(&[]);
+    let host = env.serve(None);
+    let chain = ["a", "b", "c", "d", "e"];
+    let mut nodes = serde_json::Map::new();
+    let mut edges = Vec::new();
+    for (i, node) in chain.iter().enumerate() {
+        nodes.insert((*node).into(), json!({"kind": "compute"}));
+        let next = chain.get(i + 1).copied().unwrap_or("ask");
+        edges.push(json!({"from": node, "to": next}));
+    }
+    nodes.insert("ask".into(), json!({"kind": "checkpoint"}));
+    nodes.insert("done".into(), json!({"kind": "compute"}));
+    edges.push(json!({"from": "ask", "to": "done"}));
+    let file = env.fixture(
+        "large",
+        json!({
+            "graph": {"name": "large", "start": "a", "nodes": nodes, "edges": edges},
+            // Every compute node passes its input on: five outputs of 200 KiB.
+            "behaviors": {"ask": {"wait": "checkpoint"}, "done": {"return": "finished"}}
+        }),
+    );
+    let run_id = env.start(&file, json!({"text": "x".repeat(200 * 1024)}));
+    let s = env.wait_for(&run_id, &["waiting", "failed"], Duration::from_secs(30));
+    assert_eq!(s["run"]["status"], json!("waiting"), "{:#}", s["run"]);
+    answer_decision(&env, &s, "answer-large", false, json!("go")).unwrap();
+    let s = env.wait_for(
+        &run_id,
+        &["completed", "failed", "review"],
+        Duration::from_secs(30),
+    );
+    assert_eq!(s["run"]["status"], json!("completed"), "{:#}", s["run"]);
+    assert_eq!(s["run"]["result"], json!("finished"));
+    env.stop(host);
+}

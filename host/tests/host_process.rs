@@ -1418,3 +1418,37 @@ fn run_start_paths_never_depend_on_the_hosts_directory() {
     );
     home.stop(host);
 }
+
+/// A client that retries a `run.start` (same request id) after the reply was lost gets the
+/// committed start's receipt even when the workflow file has moved since: the receipt is looked
+/// up before the file is needed (the retry used to get `not_found` for a run that exists). A
+/// new request for the missing file is still `not_found`.
+#[test]
+fn a_retried_run_start_replays_its_receipt_after_the_file_moved() {
+    let home = Home::new();
+    let host = home.serve(None);
+    let mut c = home.client();
+    let workflow = home.workflow();
+    let start = |id: &str| {
+        Request::new(
+            id,
+            RequestBody::RunStart(payload::RunStart {
+                workflow_file: workflow.clone(),
+                input: json!({}),
+                session_id: None,
+                execution_mode: None,
+                project_dir: None,
+            }),
+        )
+    };
+    let first = c.send(start("start-once")).unwrap();
+    let run_id = first.body["run_id"].as_str().unwrap().to_owned();
+    std::fs::rename(&workflow, format!("{workflow}.moved")).unwrap();
+    let again = c
+        .send(start("start-once"))
+        .expect("the receipt is replayed");
+    assert_eq!(again.body["run_id"], json!(run_id));
+    let err = c.send(start("start-new")).unwrap_err();
+    assert_eq!(err.code(), Some(RejectionCode::NotFound), "{err}");
+    home.stop(host);
+}

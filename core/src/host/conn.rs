@@ -423,7 +423,7 @@ async fn handle_frame(
             // A run filter must name a run that exists (the store answers `not_found`
             // otherwise); a session needs no record before its first run.
             if filter.0.is_some() {
-                if let Err(rejection) = ask_store(shared, request.clone(), None, None).await {
+                if let Err(rejection) = ask_store(shared, request.clone(), None, None, None).await {
                     return Ok(answer(Err(rejection)));
                 }
             }
@@ -453,6 +453,7 @@ async fn handle_frame(
             "a worker connection must start with worker.hello and speak only for its own run and generation",
         )))),
         body => {
+            let mut start_refused = None;
             let start = match body {
                 RequestBody::RunStart(start)
                     if !shared.runtime_suffixes.iter().any(|sfx| start.workflow_file.ends_with(sfx.as_str())) =>
@@ -471,7 +472,13 @@ async fn handle_frame(
                     let start = start.clone();
                     match tokio::task::spawn_blocking(move || dispatch::prepare_start(&start)).await {
                         Ok(Ok(p)) => Some(p),
-                        Ok(Err(rejection)) => return Ok(answer(Err(rejection))),
+                        // A retry of a start that committed (its reply was lost) gets its
+                        // receipt even if the file has moved since: the store looks it up
+                        // and answers with this rejection only when there is none.
+                        Ok(Err(rejection)) => {
+                            start_refused = Some(rejection);
+                            None
+                        }
                         Err(e) => {
                             return Ok(answer(Err(Rejection::new(
                                 RejectionCode::Internal,
@@ -492,7 +499,7 @@ async fn handle_frame(
             };
             let hello = matches!(request.body, RequestBody::WorkerHello(_))
                 .then(|| (request.run_id.clone(), request.generation));
-            let result = ask_store(shared, request, start, meta).await;
+            let result = ask_store(shared, request, start, start_refused, meta).await;
             if let (Some((Some(run_id), Some(generation))), Ok(receipt)) = (hello, &result) {
                 if receipt.body.get("stop").is_none() {
                     *worker = Some((run_id, generation));
@@ -509,6 +516,7 @@ async fn ask_store(
     shared: &HostShared,
     request: Request,
     start: Option<dispatch::PreparedStart>,
+    start_refused: Option<Rejection>,
     meta: Option<crate::store::CommandMeta>,
 ) -> Result<Receipt, Rejection> {
     let stopping = || Rejection::new(RejectionCode::HostShuttingDown, "host is stopping");
@@ -516,6 +524,7 @@ async fn ask_store(
     let job = Job {
         request,
         start,
+        start_refused,
         meta,
         reply: tx,
     };

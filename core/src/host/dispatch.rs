@@ -82,7 +82,9 @@ pub fn rejection_for(err: &StoreError) -> Rejection {
         } => RejectionCode::StaleGeneration,
         StoreError::ClaimLost { .. } => RejectionCode::ClaimLost,
         StoreError::RunNotFound(_) | StoreError::NotFound { .. } => RejectionCode::NotFound,
-        StoreError::InvalidTransition { .. } => RejectionCode::InvalidTransition,
+        StoreError::InvalidTransition { .. } | StoreError::StepLimitReached { .. } => {
+            RejectionCode::InvalidTransition
+        }
         StoreError::StaleRevision { .. } => RejectionCode::StaleRevision,
         StoreError::StaleAttempt { .. } | StoreError::DeadlinePassed { .. } => {
             RejectionCode::StaleAttempt
@@ -346,7 +348,9 @@ pub fn apply_command(
                 reason: r.reason.as_deref().unwrap_or(""),
             };
             w.retry_from_review(run_id, who)?;
-            json!({ "run_id": run_id, "status": RunStatus::Queued.as_str() })
+            // `queued`, or `waiting` when its attempt waits on a request nobody answered.
+            let (status, _) = w.run_state(run_id)?;
+            json!({ "run_id": run_id, "status": status.as_str() })
         }
         RequestBody::EffectResolve(e) => {
             let run_id = required(&req.run_id, "run_id")?;
@@ -449,13 +453,15 @@ pub fn apply_command(
                 Some(claimant) => format!("claimant-{claimant}"),
                 None => format!("request-{}", req.request_id),
             };
-            let messages = w.claim_messages(
+            // Claimed in this transaction only what the reply carries.
+            let claimed = w.claim_messages(
                 &m.session_id,
                 &owner,
                 m.limit.unwrap_or(16).min(256),
                 MESSAGE_CLAIM_LEASE_MS,
+                reply_room(state.reply_limit),
             )?;
-            json!({ "messages": messages })
+            json!({ "messages": claimed.messages, "more": claimed.more })
         }
         RequestBody::MessageAck(m) => {
             let at = w.ack_message(&m.message_id)?;
@@ -492,7 +498,7 @@ const REPLY_ENVELOPE_ROOM: usize = 8 * 1024;
 
 /// The length of `value` as JSON (0 when it cannot be serialized, which a store record can
 /// always be).
-fn json_len(value: &impl serde::Serialize) -> usize {
+pub(crate) fn json_len(value: &impl serde::Serialize) -> usize {
     /// Counts what would be written, keeping nothing: no allocation for a status read.
     struct Counter(usize);
     impl std::io::Write for Counter {
@@ -506,6 +512,33 @@ fn json_len(value: &impl serde::Serialize) -> usize {
     }
     let mut counter = Counter(0);
     serde_json::to_writer(&mut counter, value).map_or(0, |()| counter.0)
+}
+
+/// The bytes of body a reply under `reply_limit` can carry.
+pub(crate) fn reply_room(reply_limit: usize) -> usize {
+    reply_limit.saturating_sub(REPLY_ENVELOPE_ROOM)
+}
+
+/// How many of `items`, from the first, fit `room` bytes of JSON together.
+pub(crate) fn fitting_prefix<T: serde::Serialize>(items: &[T], room: usize) -> usize {
+    let mut used = 0usize;
+    // Each item also takes its separating comma.
+    items
+        .iter()
+        .take_while(|item| {
+            used = used.saturating_add(json_len(item) + 1);
+            used <= room
+        })
+        .count()
+}
+
+/// As many whole items of `items` as fit `room` bytes of JSON, in order (at least the first:
+/// an item is never larger than a frame); returns whether any were left out.
+pub(crate) fn keep_what_fits<T: serde::Serialize>(items: &mut Vec<T>, room: usize) -> bool {
+    let fits = fitting_prefix(items, room).max(1);
+    let more = fits < items.len();
+    items.truncate(fits);
+    more
 }
 
 /// How many bytes a body of `body_len` bytes is over what a reply under `reply_limit` can carry.
@@ -599,7 +632,8 @@ fn fit_run_status(
 }
 
 /// Answers a read-only request from the store, fitting `run.status` and `run.list` under
-/// `reply_limit` (the frame limit) as [`fit_run_status`] says.
+/// `reply_limit` (the frame limit) as [`fit_run_status`] says, and `interaction.list` by
+/// leaving the newest requests for a later list.
 pub fn apply_read(store: &Store, req: &Request, reply_limit: usize) -> Result<Receipt, StoreError> {
     Ok(match &req.body {
         RequestBody::RunStatus(query) => {
@@ -666,10 +700,13 @@ pub fn apply_read(store: &Store, req: &Request, reply_limit: usize) -> Result<Re
             );
             Receipt::new(None, json!({ "runs": runs }))
         }
-        RequestBody::InteractionList(l) => Receipt::new(
-            None,
-            json!({ "interactions": store.interactions(None, Some(&l.session_id))? }),
-        ),
+        RequestBody::InteractionList(l) => {
+            // Oldest first, as many whole requests as fit: the rest show once these are
+            // answered (each request is under the payload limit, so one always fits).
+            let mut interactions = store.interactions(None, Some(&l.session_id))?;
+            let more = keep_what_fits(&mut interactions, reply_room(reply_limit));
+            Receipt::new(None, json!({ "interactions": interactions, "more": more }))
+        }
         RequestBody::Diagnose => Receipt::new(None, json!({ "findings": store.diagnose()? })),
         // The connection asks only whether the run exists; it makes the subscription itself.
         RequestBody::Subscribe(s) => {

@@ -256,6 +256,7 @@ impl HostShared {
             .send(StoreMsg::Request(Box::new(Job {
                 request: Request::new("host-status", RequestBody::HostStatus),
                 start: None,
+                start_refused: None,
                 meta: None,
                 reply: tx,
             })))

@@ -42,6 +42,9 @@ pub enum StoreMsg {
 pub struct Job {
     pub request: Request,
     pub start: Option<PreparedStart>,
+    /// Why a `run.start` could not be prepared (its file is gone or unreadable): only the
+    /// receipt of an earlier commit of the same request may answer it; otherwise this does.
+    pub start_refused: Option<Rejection>,
     /// The command's receipt identity, computed by the connection task (hashing stays off the
     /// store thread); `None` to compute it here.
     pub meta: Option<crate::store::CommandMeta>,
@@ -281,11 +284,13 @@ fn process_batch(
                     dispatch::apply_command(w, state, &job.request, job.start.as_ref())
                 })?
             };
-            results.extend(
-                outcomes
-                    .into_iter()
-                    .map(|r| r.map_err(|e| dispatch::rejection_for(&e))),
-            );
+            results.extend(outcomes.into_iter().zip(group).map(|(r, job)| {
+                r.map_err(|e| match &job.start_refused {
+                    // Not a replay: the start was never prepared, and it fails as it did.
+                    Some(refused) => refused.clone(),
+                    None => dispatch::rejection_for(&e),
+                })
+            }));
         }
         // Runs this batch made ready (a start, a resume, an answer) are activated in the same
         // commit when a child slot is free: one commit less between a command and its child.

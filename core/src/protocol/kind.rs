@@ -250,6 +250,8 @@ request_kinds! {
     WorkerValidationResult = "worker.validation_result" => WorkerValidationResult, WORKER;
     /// The worker is about to exit. Worker.
     WorkerExit = "worker.exit" => WorkerExit, WORKER;
+    /// The next page of the node results a hello reply left out to fit its frame. Worker.
+    WorkerResults = "worker.results" => WorkerResults, WORKER;
 }
 
 impl RequestKind {
@@ -290,7 +292,7 @@ mod tests {
             assert!(seen.insert(kind.as_str()), "duplicate {kind}");
             assert_eq!(RequestKind::parse(kind.as_str()), Some(kind));
         }
-        assert_eq!(RequestKind::ALL.len(), 36);
+        assert_eq!(RequestKind::ALL.len(), 37);
         assert_eq!(RequestKind::parse("run.explode"), None);
     }
 

@@ -45,8 +45,8 @@ pub use payload::{
     InteractionUpdate, MessageAck, MessageClaim, RetryContract, RunCancel, RunList, RunRetry,
     RunStart, RunStatusQuery, Subscribe, Unsubscribe, WorkerComplete, WorkerEffectApplying,
     WorkerEffectReserve, WorkerEffectSettle, WorkerExit, WorkerFail, WorkerHello,
-    WorkerInteractionRequest, WorkerNodeStarted, WorkerNotify, WorkerProgress, WorkerTransition,
-    WorkerValidationResult, WorkerWait,
+    WorkerInteractionRequest, WorkerNodeStarted, WorkerNotify, WorkerProgress, WorkerResults,
+    WorkerTransition, WorkerValidationResult, WorkerWait,
 };
 pub use rejection::RejectionCode;
 pub use request::{DecodeError, Request, MAX_ID_CHARS, MAX_REQUEST_DEPTH};

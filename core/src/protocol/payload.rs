@@ -455,6 +455,14 @@ pub struct WorkerValidationResult {
     pub error: Option<String>,
 }
 
+/// Payload of `worker.results`: the next page of the `results` a hello reply left out to fit
+/// its frame (`results_more`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerResults {
+    /// How many results the worker holds so far: the page starts with the next one.
+    pub offset: u64,
+}
+
 /// Payload of `worker.exit`: the worker is about to exit.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerExit {

@@ -134,6 +134,36 @@ fn checks() -> Vec<Check> {
             repairable: false,
         },
         Check {
+            code: "pending_request_on_active_run",
+            sql: "SELECT run_id, group_concat(id),
+                         'run is ' || status || ' while a request of its waits for an answer'
+                  FROM (SELECT d.run_id, d.decision_id AS id, r.status FROM decisions d
+                        JOIN runs r USING (run_id)
+                        WHERE d.status = 'pending' AND r.status IN ('queued', 'running')
+                        UNION ALL
+                        SELECT i.run_id, i.interaction_id, r.status FROM interactions i
+                        JOIN runs r USING (run_id)
+                        WHERE i.status = 'pending' AND r.status IN ('queued', 'running'))
+                  GROUP BY run_id",
+            repairable: false,
+        },
+        Check {
+            code: "validating_submission_without_judge",
+            sql: "SELECT i.run_id, s.submission_id || ',' || i.attempt_id,
+                         'submission is validating but its attempt is ' || a.status
+                         || CASE WHEN r.current_attempt IS i.attempt_id THEN ''
+                                 ELSE ' and no longer the run''s current one' END
+                         || ': no child will ever judge it'
+                  FROM submissions s JOIN interactions i ON i.interaction_id = s.interaction_id
+                  JOIN attempts a ON a.attempt_id = i.attempt_id
+                  JOIN runs r ON r.run_id = i.run_id
+                  WHERE s.state = 'validating'
+                    AND r.status NOT IN ('completed','failed','cancelled','timed_out')
+                    AND (a.status NOT IN ('running', 'waiting')
+                         OR r.current_attempt IS NOT i.attempt_id)",
+            repairable: false,
+        },
+        Check {
             code: "validating_submission_mismatch",
             sql: "SELECT i.run_id, s.submission_id || ',' || i.interaction_id,
                          'submission is validating but its interaction is ' || i.status
@@ -331,9 +361,19 @@ impl super::WriteTx<'_> {
             }
             "host_claim_on_idle_run" | "claim_on_terminal_run" => self.release_claim(run_id)?,
             "missing_claim_row" => {
+                // The highest generation the run ever handed out, so the next claim's is new:
+                // an activation or a control claim need not have opened an attempt, but each
+                // left its event (and a launch its child record).
                 c.execute(
                     "INSERT INTO claims (run_id, generation)
-                     VALUES (?1, (SELECT COALESCE(MAX(generation), 0) FROM attempts WHERE run_id = ?1))",
+                     VALUES (?1, (SELECT MAX(g) FROM (
+                         SELECT COALESCE(MAX(generation), 0) AS g FROM attempts WHERE run_id = ?1
+                         UNION ALL
+                         SELECT COALESCE(MAX(generation), 0) FROM children WHERE run_id = ?1
+                         UNION ALL
+                         SELECT COALESCE(MAX(CAST(json_extract(data, '$.generation') AS INTEGER)), 0)
+                         FROM events WHERE run_id = ?1 AND kind IN ('activated', 'control_claimed')
+                           AND json_valid(data))))",
                     [run_id],
                 )?;
             }

@@ -84,6 +84,12 @@ pub enum StoreError {
         deadline_at: i64,
     },
 
+    /// Opening one more attempt would take the run (or one invocation of an included
+    /// workflow) past its graph's step limit (`maxSteps`). Nothing was written; the caller
+    /// fails the run with `detail`.
+    #[error("run {run_id}: {detail}")]
+    StepLimitReached { run_id: String, detail: String },
+
     /// The same idempotency key (or request id) arrived with a different request.
     #[error("idempotency conflict: key {key} was used for a different request")]
     IdempotencyConflict { key: String },

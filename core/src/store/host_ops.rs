@@ -7,6 +7,14 @@ use serde_json::Value;
 use super::{MessageRecord, RecoveredRun, Store, StoreError, StoreResult, WriteTx};
 use crate::clock::UnixMillis;
 
+/// What `message.claim` took: the messages, oldest first, and whether undelivered messages
+/// were left unclaimed so that the reply fits a frame (claim again after acknowledging these).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimedMessages {
+    pub messages: Vec<MessageRecord>,
+    pub more: bool,
+}
+
 impl WriteTx<'_> {
     /// Records a new host process and returns its epoch (strictly increasing).
     pub fn begin_host_epoch(&mut self, pid: u32) -> StoreResult<i64> {
@@ -59,27 +67,52 @@ impl WriteTx<'_> {
         Ok(out)
     }
 
-    /// Claims up to `limit` undelivered messages of `session` for `owner` for `lease_ms`.
-    /// Messages whose earlier delivery claim expired are handed out again (at-least-once; the
-    /// acknowledgement makes delivery final).
+    /// Claims up to `limit` undelivered messages of `session` for `owner` for `lease_ms`, no
+    /// more than fit `max_bytes` of reply (the first always does): a claimed message must
+    /// reach its claimant, or it waits out the lease and the same oldest messages are taken
+    /// again, for good. Messages whose earlier delivery claim expired are handed out again
+    /// (at-least-once; the acknowledgement makes delivery final).
     pub fn claim_messages(
         &mut self,
         session: &str,
         owner: &str,
         limit: u32,
         lease_ms: i64,
-    ) -> StoreResult<Vec<MessageRecord>> {
+        max_bytes: usize,
+    ) -> StoreResult<ClaimedMessages> {
         self.ops.push("claim_messages");
-        let ids: Vec<String> = self
+        // The record's JSON is its stored content and ids plus a bounded rest (field names,
+        // kind, delivery time): what `PER_MESSAGE_ROOM` covers.
+        const PER_MESSAGE_ROOM: usize = 256;
+        let candidates: Vec<(String, usize)> = self
             .conn()
             .prepare_cached(
-                "SELECT message_id FROM workflow_messages
+                "SELECT message_id, length(CAST(content AS BLOB)) + length(message_id)
+                                    + length(run_id) + length(origin_session)
+                 FROM workflow_messages
                  WHERE origin_session = ?1 AND delivered_at IS NULL
                    AND (claim_expires_at IS NULL OR claim_expires_at <= ?2 OR claimed_by = ?3)
                  ORDER BY created_at, rowid LIMIT ?4",
             )?
-            .query_map(params![session, self.now, owner, limit], |r| r.get(0))?
+            .query_map(params![session, self.now, owner, limit], |r| {
+                Ok((r.get(0)?, r.get::<_, i64>(1)?))
+            })?
+            .map(|row| row.map(|(id, len)| (id, usize::try_from(len).unwrap_or(usize::MAX))))
             .collect::<Result<_, _>>()?;
+        // Oldest first, as many whole messages as fit `max_bytes` (always the first: one
+        // message is smaller than a frame); the rest stay unclaimed for the next claim.
+        let mut ids = Vec::with_capacity(candidates.len());
+        let mut used = 0usize;
+        let mut more = false;
+        for (id, len) in candidates {
+            let len = len.saturating_add(PER_MESSAGE_ROOM);
+            if !ids.is_empty() && used.saturating_add(len) > max_bytes {
+                more = true;
+                break;
+            }
+            used = used.saturating_add(len);
+            ids.push(id);
+        }
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
             let rec = self
@@ -108,7 +141,10 @@ impl WriteTx<'_> {
                 delivered_at: rec.5,
             });
         }
-        Ok(out)
+        Ok(ClaimedMessages {
+            messages: out,
+            more,
+        })
     }
 
     /// Marks a message delivered. Acknowledging twice is harmless and returns the first time.
@@ -235,6 +271,73 @@ impl WriteTx<'_> {
             .prepare_cached("SELECT COUNT(*) FROM attempts WHERE run_id = ?1")?
             .query_row([run_id], |r| r.get(0))?;
         Ok(u64::try_from(count).unwrap_or(0))
+    }
+
+    /// Refuses with [`StoreError::StepLimitReached`] when opening an attempt of `next_node`
+    /// now would exceed a step limit of the run's graph snapshot: the run's `max_steps` (its
+    /// attempts so far, whatever ended them), or the `max_steps` of a mount `next_node` lives
+    /// in (the attempts of that mount's current invocation; entering a mount starts a new
+    /// one, so only steps inside it count). Every attempt is opened by `node_started` or
+    /// `transition`, and both ask this first: no path, a child's or the host's own, steps
+    /// past the limit. A run without a snapshot yet has no limit to check.
+    pub(crate) fn require_within_step_limit(
+        &self,
+        run_id: &str,
+        next_node: &str,
+    ) -> StoreResult<()> {
+        let run_limit: Option<Option<i64>> = self
+            .conn()
+            .prepare_cached(
+                "SELECT json_extract(definition, '$.max_steps') FROM runs
+                 WHERE run_id = ?1 AND definition IS NOT NULL",
+            )?
+            .query_row([run_id], |r| r.get(0))
+            .optional()?;
+        let Some(run_limit) = run_limit else {
+            return Ok(());
+        };
+        let limit_of = |max_steps: Option<i64>| {
+            max_steps.map_or(crate::graph::DEFAULT_MAX_STEPS, |n| {
+                u64::try_from(n).unwrap_or(0)
+            })
+        };
+        let limit = limit_of(run_limit);
+        if self.attempt_count(run_id)? >= limit {
+            return Err(StoreError::StepLimitReached {
+                run_id: run_id.to_owned(),
+                detail: format!(
+                    "the run reached its step limit: maxSteps is {limit} and every step was used (a loop in the graph did not end)"
+                ),
+            });
+        }
+        let mounts: Vec<(String, Option<i64>)> = self
+            .conn()
+            .prepare_cached(
+                "SELECT m.key, json_extract(m.value, '$.max_steps')
+                 FROM runs r, json_each(r.definition, '$.mounts') m
+                 WHERE r.run_id = ?1 AND json_type(r.definition, '$.mounts') = 'object'
+                 ORDER BY length(m.key)",
+            )?
+            .query_map([run_id], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<_, _>>()?;
+        for (path, max_steps) in mounts {
+            let inside = next_node
+                .strip_prefix(path.as_str())
+                .is_some_and(|rest| rest.starts_with('.'));
+            if !inside {
+                continue;
+            }
+            let limit = limit_of(max_steps);
+            if self.attempts_in_invocation(run_id, &path)? >= limit {
+                return Err(StoreError::StepLimitReached {
+                    run_id: run_id.to_owned(),
+                    detail: format!(
+                        "the workflow included as {path} reached its step limit: its maxSteps is {limit} and this invocation used every step (a loop in it did not end)"
+                    ),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// How many attempts the current invocation of mount `path` has started: the run's newest

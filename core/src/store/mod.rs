@@ -40,7 +40,7 @@ pub use diagnose::{Finding, RepairReport};
 pub use durability::WalSync;
 pub use effects::{EffectResult, Reservation};
 pub use error::{StoreError, StoreResult};
-pub use host_ops::NodeResult;
+pub use host_ops::{ClaimedMessages, NodeResult};
 pub use lifecycle::{
     Activation, CancelSummary, NewRun, Provenance, RecoveredRun, Resume, TransitionRequest,
     Transitioned,

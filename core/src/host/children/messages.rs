@@ -52,7 +52,11 @@ pub fn apply_worker(
                 return Err(invalid_input(format!("node {node} is not in the graph")));
             }
             let deadline = deadline_for(w, &graph, node, started.timeout_ms)?;
-            let attempt_id = w.node_started(&claim, node, deadline)?;
+            let started = w.node_started(&claim, node, deadline);
+            let attempt_id = match fail_at_step_limit(w, &claim, None, started)? {
+                Ok(attempt_id) => attempt_id,
+                Err(refused) => return Ok(refused),
+            };
             json!({ "attempt_id": attempt_id, "deadline_at": deadline })
         }
         RequestBody::WorkerTransition(t) => {
@@ -73,21 +77,18 @@ pub fn apply_worker(
             )? {
                 return Ok(refused);
             }
-            if let Some(refused) =
-                check_step_limit(w, &claim, &graph, &attempt_id, &outcome, &t.next_node)?
-            {
-                return Ok(refused);
-            }
             let deadline = deadline_for(w, &graph, &t.next_node, t.next_timeout_ms)?;
-            let done = w.transition(
-                &claim,
-                &TransitionRequest {
-                    attempt_id,
-                    outcome,
-                    next_node: t.next_node.clone(),
-                    next_deadline_at: deadline,
-                },
-            )?;
+            let request = TransitionRequest {
+                attempt_id,
+                outcome,
+                next_node: t.next_node.clone(),
+                next_deadline_at: deadline,
+            };
+            let stepped = w.transition(&claim, &request);
+            let done = match fail_at_step_limit(w, &claim, Some(&request), stepped)? {
+                Ok(done) => done,
+                Err(refused) => return Ok(refused),
+            };
             let parked = done.pause_requested;
             if parked {
                 w.park(&claim, None)?;
@@ -204,6 +205,20 @@ pub fn apply_worker(
             json!({ "submission_id": v.submission_id, "accepted": v.accepted })
         }
         RequestBody::WorkerExit(_) => json!({}),
+        // The run does not move while its child reads these pages (the child takes no step
+        // before it has its context), so an offset into the same list is a stable cursor.
+        RequestBody::WorkerResults(page) => {
+            let results = node_results(w, run_id)?;
+            let offset = usize::try_from(page.offset)
+                .unwrap_or(usize::MAX)
+                .min(results.len());
+            let mut rest = results[offset..].to_vec();
+            let more = crate::host::dispatch::keep_what_fits(
+                &mut rest,
+                crate::host::dispatch::reply_room(state.reply_limit),
+            );
+            json!({ "results": rest, "more": more })
+        }
         other => {
             return Err(StoreError::Forbidden(format!(
                 "{} is not a worker kind",
@@ -306,20 +321,7 @@ pub(super) fn worker_hello(
         Some(output) => output,
         None => input.clone(),
     };
-    // Outcome names as a workflow routes on them (`$result.outcome`).
-    let results: Vec<Value> = w
-        .latest_results(run_id)?
-        .into_iter()
-        .map(|r| {
-            let outcome = if r.status == "succeeded" {
-                "ok"
-            } else {
-                r.status.as_str()
-            };
-            json!({ "node": r.node, "outcome": outcome, "output": r.output, "error": r.error, "visits": r.finished })
-        })
-        .collect();
-    let mut reply = json!({ "mode": mode.as_str(), "resume": resume, "input": input, "node_input": node_input, "results": results, "definition": graph.as_ref().map(Graph::to_value), "features": payload::HOST_FEATURES });
+    let mut reply = json!({ "mode": mode.as_str(), "resume": resume, "input": input, "node_input": node_input, "results": [], "definition": graph.as_ref().map(Graph::to_value), "features": payload::HOST_FEATURES });
     // After a lost child, the next one reports every step as it takes it: the host then knows
     // which node was running if this child dies too (steps reported together would leave the
     // loss on the last node the host heard of).
@@ -335,7 +337,11 @@ pub(super) fn worker_hello(
             // itself, with `worker.node_started`.
             if !graph.node(&node).is_some_and(|n| n.timeout_at_start) {
                 let deadline = deadline_for(w, graph, &node, None)?;
-                let attempt_id = w.node_started(&claim, &node, deadline)?;
+                let started = w.node_started(&claim, &node, deadline);
+                let attempt_id = match fail_at_step_limit(w, &claim, None, started)? {
+                    Ok(attempt_id) => attempt_id,
+                    Err(refused) => return Ok(json!({ "stop": refused["refused"] })),
+                };
                 reply["resume"]["node_id"] = json!(node);
                 reply["resume"]["attempt_id"] = json!(attempt_id);
                 reply["resume"]["deadline_at"] = json!(deadline);
@@ -349,6 +355,17 @@ pub(super) fn worker_hello(
         reply["submission"] =
             json!({ "submission_id": sub, "payload": w.submission_payload(sub)? });
     }
+    // Every node's latest output may be as large as a payload: the results that do not fit
+    // the frame with the rest of the reply are left for `worker.results` pages.
+    let mut results = node_results(w, run_id)?;
+    let room = crate::host::dispatch::reply_room(state.reply_limit)
+        .saturating_sub(crate::host::dispatch::json_len(&reply) + r#","results_more":true"#.len());
+    let fits = crate::host::dispatch::fitting_prefix(&results, room);
+    if fits < results.len() {
+        results.truncate(fits);
+        reply["results_more"] = json!(true);
+    }
+    reply["results"] = Value::Array(results);
     if let Some(entry) = state.children.get_mut(run_id) {
         entry.hello = true;
         if entry.mode == ChildMode::Validate {
@@ -360,6 +377,23 @@ pub(super) fn worker_hello(
         state.graphs.insert(run_id.to_owned(), graph);
     }
     Ok(reply)
+}
+
+/// The latest finished attempt of every node of the run, in the order they finished, as a
+/// child's hello reply and `worker.results` carry them: outcome names as a workflow routes on
+/// them (`$result.outcome`).
+fn node_results(w: &WriteTx<'_>, run_id: &str) -> Result<Vec<Value>, StoreError> {
+    Ok(w.latest_results(run_id)?
+        .into_iter()
+        .map(|r| {
+            let outcome = if r.status == "succeeded" {
+                "ok"
+            } else {
+                r.status.as_str()
+            };
+            json!({ "node": r.node, "outcome": outcome, "output": r.output, "error": r.error, "visits": r.finished })
+        })
+        .collect())
 }
 
 /// The attempt a worker's proposal closes and the node it ran, from the store: the graph
@@ -453,20 +487,17 @@ pub(super) fn apply_earlier_steps(
         )? {
             return Ok(Err(refused));
         }
-        if let Some(refused) =
-            check_step_limit(w, claim, graph, &attempt_id, &outcome, &step.next_node)?
-        {
-            return Ok(Err(refused));
-        }
-        let done = w.transition(
-            claim,
-            &TransitionRequest {
-                attempt_id,
-                outcome,
-                next_node: step.next_node.clone(),
-                next_deadline_at: None,
-            },
-        )?;
+        let request = TransitionRequest {
+            attempt_id,
+            outcome,
+            next_node: step.next_node.clone(),
+            next_deadline_at: None,
+        };
+        let stepped = w.transition(claim, &request);
+        let done = match fail_at_step_limit(w, claim, Some(&request), stepped)? {
+            Ok(done) => done,
+            Err(refused) => return Ok(Err(refused)),
+        };
         attempt_id = done.next_attempt_id;
         from = step.next_node.clone();
     }
@@ -559,45 +590,30 @@ pub(super) fn check_route(
     }
 }
 
-/// Fails the run when the transition would open more attempts than the graph's step limit
-/// (`maxSteps`, default 100): the host's bound on every loop, whatever the child does. The
-/// attempt that is ending keeps its own outcome; the run fails with the reason.
-pub(super) fn check_step_limit(
+/// Turns the store's refusal to open an attempt past the graph's step limit (`maxSteps`,
+/// default 100: the host's bound on every loop, whatever the child does) into the run's
+/// failure with that reason, committed as the command's result (`Err(body)` with `refused`):
+/// the store enforces the limit on every attempt it opens, this is what every step the host
+/// commits (a child's, a node's timeout routed by the host) does when it is refused. The
+/// attempt a refused transition was closing keeps its own outcome (a timed-out one fails:
+/// the run ends on the limit, not on the timeout).
+pub(super) fn fail_at_step_limit<T>(
     w: &mut WriteTx<'_>,
     claim: &Claim,
-    graph: &Graph,
-    attempt_id: &str,
-    outcome: &AttemptOutcome,
-    next_node: &str,
-) -> Result<Option<Value>, StoreError> {
-    let limit = graph.step_limit();
-    let mut error = (w.attempt_count(&claim.run_id)? >= limit).then(|| format!(
-        "the run reached its step limit: maxSteps is {limit} and every step was used (a loop in the graph did not end)"
-    ));
-    // Each included workflow's own limit bounds one invocation of its mount. Entering a mount
-    // starts a new invocation (none of its attempts is the newest then), so only steps inside
-    // it count.
-    for (path, mount) in graph.mounts_of(next_node) {
-        if error.is_some() {
-            break;
-        }
-        let limit = mount.step_limit();
-        if w.attempts_in_invocation(&claim.run_id, path)? >= limit {
-            error = Some(format!(
-                "the workflow included as {path} reached its step limit: its maxSteps is {limit} and this invocation used every step (a loop in it did not end)"
-            ));
-        }
-    }
-    let Some(error) = error else {
-        return Ok(None);
+    closing: Option<&TransitionRequest>,
+    stepped: Result<T, StoreError>,
+) -> Result<Result<T, Value>, StoreError> {
+    let error = match stepped {
+        Err(StoreError::StepLimitReached { detail, .. }) => detail,
+        other => return other.map(Ok),
     };
-    // A timed-out node that would route on is still a step-limit failure, not a timeout.
-    let closing = match outcome {
-        AttemptOutcome::TimedOut => AttemptOutcome::Failed {
+    let outcome = match closing.map(|t| &t.outcome) {
+        Some(AttemptOutcome::TimedOut) | None => AttemptOutcome::Failed {
             error: error.clone(),
         },
-        other => other.clone(),
+        Some(other) => other.clone(),
     };
-    w.fail(claim, Some(attempt_id), &closing, &error)?;
-    Ok(Some(json!({ "refused": error, "status": "failed" })))
+    let attempt_id = closing.map(|t| t.attempt_id.as_str());
+    w.fail(claim, attempt_id, &outcome, &error)?;
+    Ok(Err(json!({ "refused": error, "status": "failed" })))
 }

@@ -504,17 +504,17 @@ pub(super) fn time_out_attempt(
             // The run parks right after: the attempt opened here is interrupted, and the next
             // child opens its own (deciding a deadline decided at the start then).
             let deadline = deadline_for(w, &graph, &next, None)?;
-            w.transition(
-                claim,
-                &TransitionRequest {
-                    attempt_id,
-                    outcome: AttemptOutcome::TimedOut,
-                    next_node: next,
-                    next_deadline_at: deadline,
-                },
-            )?;
-            // The child still runs the old node: park so a fresh child picks up the route.
-            w.park(claim, None)?;
+            let request = TransitionRequest {
+                attempt_id,
+                outcome: AttemptOutcome::TimedOut,
+                next_node: next,
+                next_deadline_at: deadline,
+            };
+            let stepped = w.transition(claim, &request);
+            if fail_at_step_limit(w, claim, Some(&request), stepped)?.is_ok() {
+                // The child still runs the old node: park so a fresh child picks up the route.
+                w.park(claim, None)?;
+            }
         }
         _ => {
             let error = format!("node {node} passed its deadline");

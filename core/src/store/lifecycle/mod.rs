@@ -352,7 +352,7 @@ impl WriteTx<'_> {
         }
         self.authorize(run_id, Fence::Unclaimed, Op::Activate)?;
         let claim = self.bind_new_claim(run_id, OwnerKind::Host, owner_id)?;
-        let (mode, resume) = self.resume_point(&run)?;
+        let (mode, resume) = self.resume_point(run_id, &run)?;
         if let Some(attempt_id) = &run.current_attempt {
             // A waiting attempt continues under the new generation.
             self.conn()
@@ -376,7 +376,7 @@ impl WriteTx<'_> {
         })
     }
 
-    fn resume_point(&self, run: &RunRow) -> StoreResult<(ChildMode, Resume)> {
+    fn resume_point(&self, run_id: &str, run: &RunRow) -> StoreResult<(ChildMode, Resume)> {
         let Some(attempt_id) = run.current_attempt.clone() else {
             return Ok((
                 ChildMode::Run,
@@ -405,7 +405,21 @@ impl WriteTx<'_> {
             )?
             .query_row([&attempt_id], |r| Ok((r.get(0)?, r.get(1)?)))
             .optional()?;
+        // An unanswered request is never continued (a child would take the missing answer
+        // for one and finish the node with nothing): its run waits. Only a corrupt or
+        // contradictory row gets here, and activation refuses it.
+        let unanswered = |what: &str, id: &str| {
+            invalid(
+                run_id,
+                Op::Activate,
+                run.status,
+                format!("attempt {attempt_id} waits on {what} {id}, which nobody answered"),
+            )
+        };
         match interaction {
+            Some((interaction_id, status)) if status == "pending" => {
+                Err(unanswered("interaction", &interaction_id))
+            }
             Some((interaction_id, status)) if status == "validating" => {
                 let submission_id: String = self
                     .conn()
@@ -452,31 +466,37 @@ impl WriteTx<'_> {
             // No interaction: the attempt waited on a decision. A pending decision never
             // reaches here (its run waits); a cancelled one on a live run was not answered
             // before the node's deadline (`expire_decision`).
-            _ if self.latest_decision_status(&attempt_id)?.as_deref() == Some("cancelled") => Ok((
-                ChildMode::Run,
-                Resume::InteractionExpired {
-                    node_id,
-                    attempt_id,
-                },
-            )),
-            _ => Ok((
-                ChildMode::Run,
-                Resume::Continue {
-                    node_id,
-                    attempt_id,
-                },
-            )),
+            _ => match self.latest_decision(&attempt_id)? {
+                Some((decision_id, status)) if status == "pending" => {
+                    Err(unanswered("decision", &decision_id))
+                }
+                Some((_, status)) if status == "cancelled" => Ok((
+                    ChildMode::Run,
+                    Resume::InteractionExpired {
+                        node_id,
+                        attempt_id,
+                    },
+                )),
+                _ => Ok((
+                    ChildMode::Run,
+                    Resume::Continue {
+                        node_id,
+                        attempt_id,
+                    },
+                )),
+            },
         }
     }
 
-    fn latest_decision_status(&self, attempt_id: &str) -> StoreResult<Option<String>> {
+    /// The newest decision of the attempt: its id and status.
+    fn latest_decision(&self, attempt_id: &str) -> StoreResult<Option<(String, String)>> {
         Ok(self
             .conn()
             .prepare_cached(
-                "SELECT status FROM decisions WHERE attempt_id = ?1
+                "SELECT decision_id, status FROM decisions WHERE attempt_id = ?1
                  ORDER BY created_at DESC, rowid DESC LIMIT 1",
             )?
-            .query_row([attempt_id], |r| r.get(0))
+            .query_row([attempt_id], |r| Ok((r.get(0)?, r.get(1)?)))
             .optional()?)
     }
 
@@ -535,6 +555,8 @@ impl WriteTx<'_> {
     // ----- execution -------------------------------------------------------------------------
 
     /// Opens the first attempt of `node_id` after an activation without an open attempt.
+    /// Refused with [`StoreError::StepLimitReached`] (nothing written) when the run used
+    /// every step of its graph's limit.
     pub fn node_started(
         &mut self,
         claim: &Claim,
@@ -556,6 +578,7 @@ impl WriteTx<'_> {
                 ));
             }
         }
+        self.require_within_step_limit(&claim.run_id, node_id)?;
         let attempt_id =
             self.open_attempt(&claim.run_id, node_id, claim.generation, deadline_at)?;
         self.finish_run_write(
@@ -567,6 +590,8 @@ impl WriteTx<'_> {
     }
 
     /// Closes the current attempt with its outcome and opens the next node's attempt.
+    /// Refused with [`StoreError::StepLimitReached`] (nothing written, the attempt still
+    /// running) when the next attempt would exceed a step limit of the run's graph.
     pub fn transition(
         &mut self,
         claim: &Claim,
@@ -577,6 +602,8 @@ impl WriteTx<'_> {
         let from =
             self.current_attempt(&claim.run_id, &run, &req.attempt_id, AttemptStatus::Running)?;
         self.require_settled(&claim.run_id, Op::Transition, run.status)?;
+        // Before any write: a refusal leaves the attempt running, for the caller to fail.
+        self.require_within_step_limit(&claim.run_id, &req.next_node)?;
         self.close_attempt(&req.attempt_id, &req.outcome)?;
         let next_attempt_id = self.open_attempt(
             &claim.run_id,

@@ -104,13 +104,7 @@ impl WriteTx<'_> {
         count_loss: bool,
     ) -> StoreResult<RecoveredRun> {
         self.release_claim(run_id)?;
-        let validating: bool = self
-            .conn()
-            .prepare_cached(
-                "SELECT EXISTS (SELECT 1 FROM submissions WHERE state = 'validating' AND
-                        interaction_id IN (SELECT interaction_id FROM interactions WHERE run_id = ?1))",
-            )?
-            .query_row([run_id], |r| r.get(0))?;
+        let validating = self.has_validating_submission(run_id)?;
         if validating {
             if count_loss {
                 // A validation child that died rejects only its provisional submission (its
@@ -142,11 +136,7 @@ impl WriteTx<'_> {
             }
             // Otherwise (the host went away) the submission stays under validation and the next
             // child judges it again. Either way the attempt waits again.
-            if let Some(attempt_id) = &run.current_attempt {
-                self.conn()
-                    .prepare_cached("UPDATE attempts SET status = 'waiting' WHERE attempt_id = ?1")?
-                    .execute([attempt_id])?;
-            }
+            self.set_attempt_waiting(run)?;
         } else if !self.rewait_answered_attempt(run)? {
             self.interrupt_running_attempt(run, reason)?;
         }
@@ -188,6 +178,43 @@ impl WriteTx<'_> {
             status,
             reason: why,
         })
+    }
+
+    fn has_validating_submission(&self, run_id: &str) -> StoreResult<bool> {
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM submissions WHERE state = 'validating' AND
+                        interaction_id IN (SELECT interaction_id FROM interactions WHERE run_id = ?1))",
+            )?
+            .query_row([run_id], |r| r.get(0))?)
+    }
+
+    fn set_attempt_waiting(&mut self, run: &RunRow) -> StoreResult<()> {
+        if let Some(attempt_id) = &run.current_attempt {
+            self.conn()
+                .prepare_cached("UPDATE attempts SET status = 'waiting' WHERE attempt_id = ?1")?
+                .execute([attempt_id])?;
+        }
+        Ok(())
+    }
+
+    /// Whether the run's current attempt waits on a request nobody has answered yet (a
+    /// pending decision or interactive request): such a run waits for the answer, it is not
+    /// ready for a child (which would take the missing answer for one).
+    fn waits_on_pending_request(&self, run: &RunRow) -> StoreResult<bool> {
+        let Some(attempt_id) = &run.current_attempt else {
+            return Ok(false);
+        };
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM attempts WHERE attempt_id = ?1 AND status = 'waiting')
+                    AND (EXISTS (SELECT 1 FROM decisions WHERE attempt_id = ?1 AND status = 'pending')
+                         OR EXISTS (SELECT 1 FROM interactions
+                                    WHERE attempt_id = ?1 AND status = 'pending'))",
+            )?
+            .query_row([attempt_id], |r| r.get(0))?)
     }
 
     /// A running attempt that continues after an answered decision, an accepted submission or
@@ -239,23 +266,33 @@ impl WriteTx<'_> {
         Ok(())
     }
 
-    /// Stops a running run for manual review (for example `source_changed`): the attempt is
-    /// interrupted and the claim released; nothing is retried until a person acts.
+    /// Stops a running run for manual review (for example `source_changed`): the claim is
+    /// released and nothing is retried until a person acts. The attempt is interrupted unless
+    /// it carries committed work (see below), which the retry continues.
     pub fn send_to_review(&mut self, claim: &Claim, reason: &str) -> StoreResult<u64> {
         self.fence(claim)?;
         let run = self.run_for(&claim.run_id, Op::Review)?;
-        self.interrupt_running_attempt(&run, reason)?;
+        // What the attempt already holds stays for the retry: a submission being judged is
+        // judged again (its attempt waits, as when the host went away), an answered or expired
+        // request or an accepted submission is continued with. Only bare work is interrupted.
+        if self.has_validating_submission(&claim.run_id)? {
+            self.set_attempt_waiting(&run)?;
+        } else if !self.rewait_answered_attempt(&run)? {
+            self.interrupt_running_attempt(&run, reason)?;
+        }
         self.release_claim(&claim.run_id)?;
         self.set_status(&claim.run_id, RunStatus::Review)?;
         self.set_review_reason(&claim.run_id, reason)?;
         self.finish_run_write(&claim.run_id, "review", json!({ "reason": reason }))
     }
 
-    /// A person's way out of review: the run's current node runs again, from the last
-    /// committed boundary, with its count of lost children cleared (for repeated losses once
-    /// the cause is fixed, or a changed source the person has put back). Refused while an
-    /// effect is uncertain (resolve it first: a retry must not apply it again) and for a run
-    /// not in review. Never records a success: the node simply runs again.
+    /// A person's way out of review: the run goes on from the last committed boundary, with
+    /// its count of lost children cleared (for repeated losses once the cause is fixed, or a
+    /// changed source the person has put back): its current node runs again, or its attempt
+    /// continues with what it holds (an answer, a submission to judge), or it waits again for
+    /// the answer to its pending request. Refused while an effect is uncertain (resolve it
+    /// first: a retry must not apply it again) and for a run not in review. Never records a
+    /// success.
     pub fn retry_from_review(&mut self, run_id: &str, who: Provenance<'_>) -> StoreResult<u64> {
         let run = self.run_for(run_id, Op::Retry)?;
         if let Some(key) = self.first_uncertain_effect(run_id)? {
@@ -267,7 +304,7 @@ impl WriteTx<'_> {
             ));
         }
         self.authorize(run_id, Fence::Unclaimed, Op::Retry)?;
-        self.requeue_from_review(run_id)?;
+        self.requeue_from_review(run_id, &run)?;
         self.finish_run_write(
             run_id,
             "retried",
@@ -325,7 +362,7 @@ impl WriteTx<'_> {
             .execute(params![effect_id, state, receipt, error, self.now])?;
         let continues = self.first_uncertain_effect(run_id)?.is_none();
         if continues {
-            self.requeue_from_review(run_id)?;
+            self.requeue_from_review(run_id, &run)?;
         }
         self.finish_run_write(
             run_id,
@@ -346,9 +383,16 @@ impl WriteTx<'_> {
             .optional()?)
     }
 
-    /// A run in review becomes ready again, its lost children forgotten.
-    fn requeue_from_review(&mut self, run_id: &str) -> StoreResult<()> {
-        self.set_status(run_id, RunStatus::Queued)?;
+    /// A run in review becomes ready again, its lost children forgotten; one whose attempt
+    /// waits on an unanswered request (its validation children kept dying, each rejecting
+    /// the submission it judged) waits for the answer again, on the same attempt.
+    fn requeue_from_review(&mut self, run_id: &str, run: &RunRow) -> StoreResult<()> {
+        let status = if self.waits_on_pending_request(run)? {
+            RunStatus::Waiting
+        } else {
+            RunStatus::Queued
+        };
+        self.set_status(run_id, status)?;
         self.set_available(run_id, self.now)?;
         self.conn()
             .prepare_cached("UPDATE queue SET crash_count = 0 WHERE run_id = ?1")?

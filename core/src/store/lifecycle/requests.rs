@@ -349,16 +349,25 @@ impl WriteTx<'_> {
         };
         match next {
             Some((next_node, next_deadline_at)) => {
-                self.transition(
+                let routed = self.transition(
                     &claim,
                     &TransitionRequest {
                         attempt_id: attempt_id.to_owned(),
-                        outcome,
+                        outcome: outcome.clone(),
                         next_node: next_node.to_owned(),
                         next_deadline_at,
                     },
-                )?;
-                self.park(&claim, None)?;
+                );
+                match routed {
+                    Ok(_) => {
+                        self.park(&claim, None)?;
+                    }
+                    // The route would step past the graph's limit: the run fails instead.
+                    Err(StoreError::StepLimitReached { detail, .. }) => {
+                        self.fail(&claim, Some(attempt_id), &outcome, &detail)?;
+                    }
+                    Err(e) => return Err(e),
+                }
             }
             None => {
                 self.fail(&claim, Some(attempt_id), &outcome, reason)?;
@@ -667,17 +676,61 @@ impl WriteTx<'_> {
         self.expire_due(&EXPIRING_DECISION)
     }
 
-    /// Expires every due request of `kind`, each in its own savepoint.
+    /// Expires every due request of `kind`, each in its own savepoint: one that fails undoes
+    /// only itself, never the others of the pass (nor the rest of the host's deadline work).
+    /// A refused request that is no longer due (an earlier expiry of the pass queued its run)
+    /// is skipped; one still due was refused for good (its rows contradict each other), so
+    /// its run stops for review with the error instead of being tried again at every wake-up.
     fn expire_due(&mut self, kind: &ExpiringRequest) -> StoreResult<Vec<(String, String)>> {
-        let due: Vec<(String, String)> = self
+        let due = self.due_requests(kind)?;
+        let mut expired = Vec::with_capacity(due.len());
+        for (id, run_id) in due {
+            let error = match self.savepoint(|w| w.expire_request(kind, &id)) {
+                Ok(()) => {
+                    expired.push((id, run_id));
+                    continue;
+                }
+                Err(e) => e,
+            };
+            if !self
+                .due_requests(kind)?
+                .iter()
+                .any(|(due_id, _)| *due_id == id)
+            {
+                tracing::debug!(%run_id, request = %id, %error, "no longer due; not expired");
+                continue;
+            }
+            tracing::warn!(%run_id, request = %id, %error, "cannot expire a due request; the run goes to review");
+            let reason = format!(
+                "the deadline of {} {id} passed but it could not be expired: {error}",
+                kind.what
+            );
+            if let Err(e) = self.savepoint(|w| w.review_waiting_run(kind.op, &run_id, &reason)) {
+                tracing::error!(%run_id, request = %id, error = %e, "cannot stop the run for review either");
+            }
+        }
+        Ok(expired)
+    }
+
+    fn due_requests(&self, kind: &ExpiringRequest) -> StoreResult<Vec<(String, String)>> {
+        Ok(self
             .conn()
             .prepare_cached(kind.due)?
             .query_map([self.now], |r| Ok((r.get(0)?, r.get(1)?)))?
-            .collect::<Result<_, _>>()?;
-        for (id, _) in &due {
-            self.savepoint(|w| w.expire_request(kind, id))?;
-        }
-        Ok(due)
+            .collect::<Result<_, _>>()?)
+    }
+
+    /// Stops a waiting run for review with `reason` (`op` is the operation that could not
+    /// proceed). Its attempt keeps waiting on its request: a retry makes it wait again.
+    fn review_waiting_run(&mut self, op: Op, run_id: &str, reason: &str) -> StoreResult<()> {
+        self.run_for(run_id, op)?;
+        self.authorize(run_id, Fence::Unclaimed, op)?;
+        self.set_status(run_id, RunStatus::Review)?;
+        self.conn()
+            .prepare_cached("UPDATE runs SET review_reason = ?2 WHERE run_id = ?1")?
+            .execute(params![run_id, reason])?;
+        self.finish_run_write(run_id, "review", json!({ "reason": reason }))?;
+        Ok(())
     }
 
     /// Closes the pending request `id` of `kind` whose deadline has passed, queues its run and
