@@ -1782,12 +1782,20 @@ fn no_attempt_opens_past_the_step_limit() {
     assert_step_limit(&mut f, "a fourth attempt", "maxSteps is 3", |w| {
         w.transition(&act.claim, &step(&t.next_attempt_id, "c"))
     });
-    // A node start after a park (the host's own routes end that way) counts the same.
+    // A park interrupts b's attempt: reopening b is not a step (the graph did not move),
+    // and the route past the limit is refused from the reopened attempt just the same.
     f.store.write(|w| w.park(&act.claim, None)).unwrap();
     let act = f.activate(&run_id);
-    assert_step_limit(&mut f, "a node start", "maxSteps is 3", |w| {
-        w.node_started(&act.claim, "b", None)
-    });
+    let b = f
+        .store
+        .write(|w| w.node_started(&act.claim, "b", None))
+        .expect("reopening an interrupted node is not a new step");
+    assert_step_limit(
+        &mut f,
+        "a fourth step after the park",
+        "maxSteps is 3",
+        |w| w.transition(&act.claim, &step(&b, "c")),
+    );
 }
 
 /// Giving up on a request routes `failed` like a child would, and a route past the step limit
@@ -1827,4 +1835,35 @@ fn a_request_given_up_at_the_step_limit_fails_the_run() {
         run.error
     );
     f.assert_clean();
+}
+
+/// A park between two nodes (a pause at a boundary, a timeout the host routes) leaves the
+/// attempt it opened interrupted, and the next child reopens that node with `node_started`;
+/// so does the next child after a lost child or a host restart. That reopening is not a step:
+/// a two-node run with `max_steps: 2`, paused once at its boundary, runs its second node.
+#[test]
+fn reopening_an_interrupted_node_at_the_step_limit_is_not_a_new_step() {
+    let mut f = Fixture::new();
+    let run_id = f.start_with(NewRun {
+        definition: Some(json!({
+            "name": "two", "start": "a", "max_steps": 2, "nodes": {}, "edges": []
+        })),
+        ..new_run(Some("session-1"))
+    });
+    let act = f.activate(&run_id);
+    let a = f
+        .store
+        .write(|w| w.node_started(&act.claim, "a", None))
+        .unwrap();
+    f.store
+        .write(|w| w.transition(&act.claim, &step(&a, "b")))
+        .unwrap();
+    // Paused at the boundary: the run parks, b's attempt is interrupted.
+    f.store.write(|w| w.park(&act.claim, None)).unwrap();
+    let act = f.activate(&run_id);
+    let reopened = f.store.write(|w| w.node_started(&act.claim, "b", None));
+    assert!(
+        reopened.is_ok(),
+        "the second node of a two-step run could not run after a pause: {reopened:?}"
+    );
 }

@@ -264,20 +264,25 @@ impl WriteTx<'_> {
             .optional()?)
     }
 
-    /// How many attempts the run has opened: the steps its graph's step limit counts.
-    pub fn attempt_count(&self, run_id: &str) -> StoreResult<u64> {
+    /// The steps the run's graph's step limit counts: its attempts, except those interrupted
+    /// (a pause, a lost child, a host restart, a route the host parks after): the node they
+    /// were at opens again without the graph having moved, and child losses have their own
+    /// bound (the run goes to review).
+    pub fn steps_taken(&self, run_id: &str) -> StoreResult<u64> {
         let count: i64 = self
             .conn()
-            .prepare_cached("SELECT COUNT(*) FROM attempts WHERE run_id = ?1")?
+            .prepare_cached(
+                "SELECT COUNT(*) FROM attempts WHERE run_id = ?1 AND status != 'interrupted'",
+            )?
             .query_row([run_id], |r| r.get(0))?;
         Ok(u64::try_from(count).unwrap_or(0))
     }
 
     /// Refuses with [`StoreError::StepLimitReached`] when opening an attempt of `next_node`
     /// now would exceed a step limit of the run's graph snapshot: the run's `max_steps` (its
-    /// attempts so far, whatever ended them), or the `max_steps` of a mount `next_node` lives
-    /// in (the attempts of that mount's current invocation; entering a mount starts a new
-    /// one, so only steps inside it count). Every attempt is opened by `node_started` or
+    /// [`steps_taken`](Self::steps_taken)), or the `max_steps` of a mount `next_node` lives
+    /// in (the steps of that mount's current invocation; entering a mount starts a new one,
+    /// so only steps inside it count). Every attempt is opened by `node_started` or
     /// `transition`, and both ask this first: no path, a child's or the host's own, steps
     /// past the limit. A run without a snapshot yet has no limit to check.
     pub(crate) fn require_within_step_limit(
@@ -302,7 +307,7 @@ impl WriteTx<'_> {
             })
         };
         let limit = limit_of(run_limit);
-        if self.attempt_count(run_id)? >= limit {
+        if self.steps_taken(run_id)? >= limit {
             return Err(StoreError::StepLimitReached {
                 run_id: run_id.to_owned(),
                 detail: format!(
@@ -340,16 +345,16 @@ impl WriteTx<'_> {
         Ok(())
     }
 
-    /// How many attempts the current invocation of mount `path` has started: the run's newest
+    /// How many steps the current invocation of mount `path` has taken: the run's newest
     /// attempts whose nodes live under `path` (`<path>.<node>`), counted back to the newest one
-    /// outside it. An invocation begins when the run enters the mount from outside.
+    /// outside it, interrupted ones not counted (as in [`steps_taken`](Self::steps_taken)). An invocation begins when the run enters the mount from outside.
     pub fn attempts_in_invocation(&self, run_id: &str, path: &str) -> StoreResult<u64> {
         let prefix = format!("{path}.");
         let count: i64 = self
             .conn()
             .prepare_cached(
                 "SELECT COUNT(*) FROM attempts
-                 WHERE run_id = ?1
+                 WHERE run_id = ?1 AND status != 'interrupted'
                    AND rowid > COALESCE((SELECT MAX(rowid) FROM attempts
                                          WHERE run_id = ?1
                                            AND substr(node_id, 1, length(?2)) != ?2), 0)",
