@@ -332,8 +332,11 @@ export declare class Client {
   pauseRun(runId: string, options?: CommandOptions): Promise<{ run_id: string; paused: true }>;
   resumeRun(runId: string, options?: CommandOptions): Promise<{ run_id: string; paused: false }>;
   cancelRun(runId: string, options?: CommandOptions & { reason?: string }): Promise<{ run_id: string; status: 'cancelled'; summary: unknown }>;
-  /** A run in review: runs its current node again. Refused while an effect is uncertain. */
-  retryRun(runId: string, options?: CommandOptions & { reason?: string; by?: string }): Promise<{ run_id: string; status: 'queued' }>;
+  /**
+   * A run in review: runs its current node again (`queued`), or, when that node's attempt waits
+   * for an answer nobody gave yet, waits for it again (`waiting`). Refused while an effect is uncertain.
+   */
+  retryRun(runId: string, options?: CommandOptions & { reason?: string; by?: string }): Promise<{ run_id: string; status: 'queued' | 'waiting' }>;
   /** A run in review: records what became of an uncertain effect; the run continues once none is. */
   resolveEffect(
     runId: string,

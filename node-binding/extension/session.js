@@ -504,8 +504,10 @@ export class WorkflowSession {
         await this.call('message.ack', (c) => c.ackMessage(m.message_id));
         acked += 1;
       }
-      // Claims give back what this claimant holds first: claim again only when all were acknowledged.
-      if (messages.length < CLAIM_LIMIT || acked < messages.length) return;
+      // Claims give back what this claimant holds first: claim again only when all were
+      // acknowledged. A claim may hold fewer than CLAIM_LIMIT though more wait (only what fits a
+      // frame is claimed), so claim again until one comes back empty.
+      if (acked < messages.length) return;
     }
   }
 
