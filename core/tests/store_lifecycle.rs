@@ -1723,6 +1723,27 @@ fn one_run_with_two_due_requests_does_not_block_every_other_runs_deadlines() {
     deadline_pass(&mut f).expect("a second pass has nothing to do");
 }
 
+/// An expiry that fails because the database does (here a trigger makes SQLite refuse the
+/// write) says nothing about the request: the pass fails and is tried again at the next
+/// wake-up, and the run is not sent to review, where it would need a person.
+#[test]
+fn an_expiry_the_database_fails_is_tried_again_not_sent_to_review() {
+    let mut f = Fixture::new();
+    let deadline = T0 + 60_000;
+    let (run_id, _) = waiting_on_decision(&mut f, deadline);
+    f.corrupt(
+        "CREATE TRIGGER disk_trouble BEFORE UPDATE ON decisions
+         BEGIN SELECT RAISE(ABORT, 'disk trouble'); END",
+    );
+    f.clock.advance(61_000);
+    let failed = deadline_pass(&mut f).expect_err("the pass fails with the database");
+    assert!(matches!(failed, StoreError::Sqlite(_)), "{failed:?}");
+    assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Waiting);
+    f.corrupt("DROP TRIGGER disk_trouble");
+    deadline_pass(&mut f).expect("the next pass commits");
+    assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Queued);
+}
+
 /// A running run of a graph snapshot with `max_steps` 3 and a mount `m` whose own limit is 1.
 fn running_with_step_limits(f: &mut Fixture) -> (String, Activation, String) {
     let run_id = f.start_with(NewRun {

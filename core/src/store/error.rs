@@ -153,6 +153,19 @@ impl StoreError {
     pub fn is_claim_lost(&self) -> bool {
         matches!(self, StoreError::ClaimLost { .. })
     }
+
+    /// Whether this error says nothing about the rows (the database or the disk failed, or a
+    /// test injected a fault): the same write may well succeed when tried again.
+    pub fn is_infrastructure(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Sqlite(_)
+                | StoreError::Io { .. }
+                | StoreError::TransactionLost
+                | StoreError::InjectedFault(_)
+                | StoreError::IncompatibleDatabase { .. }
+        )
+    }
 }
 
 /// Shorthand for store results.

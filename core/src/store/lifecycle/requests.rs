@@ -681,6 +681,8 @@ impl WriteTx<'_> {
     /// A refused request that is no longer due (an earlier expiry of the pass queued its run)
     /// is skipped; one still due was refused for good (its rows contradict each other), so
     /// its run stops for review with the error instead of being tried again at every wake-up.
+    /// A failure of the database itself ([`StoreError::is_infrastructure`]) says nothing about
+    /// the request: it fails the pass, which the next wake-up tries again.
     fn expire_due(&mut self, kind: &ExpiringRequest) -> StoreResult<Vec<(String, String)>> {
         let due = self.due_requests(kind)?;
         let mut expired = Vec::with_capacity(due.len());
@@ -690,6 +692,7 @@ impl WriteTx<'_> {
                     expired.push((id, run_id));
                     continue;
                 }
+                Err(e) if e.is_infrastructure() => return Err(e),
                 Err(e) => e,
             };
             if !self
