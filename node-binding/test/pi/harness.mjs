@@ -309,7 +309,16 @@ export class PiProcess {
       };
       const timer = setTimeout(() => {
         cleanup();
-        reject(new Error(`timed out waiting for ${what}; stderr:\n${this.stderr.slice(-3000)}`));
+        // What Pi did meanwhile: the kinds of its events since `from` (with the custom
+        // messages' types and the extension's notifications), to tell a hang from a wrong turn.
+        const seen = this.events.slice(from).map((e) =>
+          e.type === 'message_end' && e.message?.role === 'custom'
+            ? `message_end(${e.message.customType}${e.message.details?.kind ? `:${e.message.details.kind}` : ''})`
+            : e.type === 'extension_ui_request'
+              ? `ui(${e.method}${e.message ? `: ${String(e.message).slice(0, 120)}` : ''})`
+              : e.type,
+        );
+        reject(new Error(`timed out waiting for ${what}; Pi's events since: ${seen.join(', ').slice(-4000)}; stderr:\n${this.stderr.slice(-3000)}`));
       }, WAIT_MS);
       const cleanup = () => {
         clearTimeout(timer);
