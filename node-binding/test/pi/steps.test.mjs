@@ -7,7 +7,7 @@ import { existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, test } from 'node:test';
 
-import { piEnv, sleep, until } from './harness.mjs';
+import { piEnv, pkgDir, sleep, until } from './harness.mjs';
 
 let env;
 beforeEach(async () => {
@@ -198,7 +198,7 @@ test('Escape while submit waits for the validation returns at once; the verdict 
   writeFileSync(
     join(env.project, '.pi', 'workflows', 'slowval.workflow.mjs'),
     `import { existsSync } from 'node:fs';
-import { defineWorkflow, agent, compute } from ${JSON.stringify(join(process.cwd(), 'index.js'))};
+import { defineWorkflow, agent, compute } from ${JSON.stringify(join(pkgDir, 'index.js'))};
 export default defineWorkflow({
   name: 'slowval', startAt: 'draft',
   nodes: {
