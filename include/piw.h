@@ -42,6 +42,10 @@
 // The patch version of the library this header belongs to.
 #define PIW_VERSION_PATCH 0
 
+// Flag of `piw_wait_run`: return also when the run waits (on a checkpoint, a decision, an
+// interaction or a pause) or is in review, not only when it is final.
+#define PIW_WAIT_UNTIL_PARKED 1
+
 // Longest identifier, kind, path or short text argument, in bytes.
 #define PIW_MAX_TEXT_BYTES (64 * 1024)
 
@@ -256,6 +260,35 @@ enum piw_status piw_client_call(const struct piw_client *client,
                                 int64_t timeout_ms,
                                 char **receipt_out);
 
+// Whether `status` (a run's `status`, as in `run.status` and every event) is final: 1 for
+// `completed`, `failed`, `cancelled` and `timed_out`, 0 for any other status, NULL or text
+// this library does not know. The one list of final states; use it rather than a copy.
+// Thread safety: any thread.
+int piw_run_status_is_final(const char *status);
+
+// Waits until run `run_id` is final (`piw_run_status_is_final`), or, with
+// `PIW_WAIT_UNTIL_PARKED` in `flags`, also until it waits or is in review, and stores its
+// record in `*run_out` (the `run` object of `run.status`: `status`, `result`, `error`,
+// `revision`, ...; owned by the caller). Already there: returns at once.
+//
+// `timeout_ms`: negative waits without bound; `PIW_STATUS_TIMEOUT` when it passed (the run
+// goes on). Errors: `PIW_STATUS_REJECTED` (`not_found`: no such run), as `piw_client_call`
+// otherwise. Thread safety: any thread; it uses a subscription of its own.
+enum piw_status piw_wait_run(const struct piw_client *client,
+                             const char *run_id,
+                             uint32_t flags,
+                             int64_t timeout_ms,
+                             char **run_out);
+
+// Closes every client and subscription handle still open (as `piw_client_close` and
+// `piw_subscription_close` would; their handles then fail with `PIW_STATUS_CLOSED`) and stops
+// the library's `piw-io` thread, so a program can end with nothing of the library left
+// running (valgrind then reports nothing still reachable from it). Worker handles are not
+// touched. The library stays usable: the next `piw_connect` starts the thread again.
+// Call it from a thread of your own, with no other call of the library in flight.
+// Thread safety: any thread.
+enum piw_status piw_shutdown(void);
+
 // The socket path the client is connected to, in `*out` (owned by the caller).
 // Thread safety: any thread.
 enum piw_status piw_client_socket(const struct piw_client *client, char **out);
@@ -292,7 +325,8 @@ enum piw_status piw_subscribe(const struct piw_client *client,
                               struct piw_subscription **out);
 
 // Takes the next event: `PIW_STATUS_OK` with `*event_out` set to the event's JSON
-// (`{"schema", "subscription_id", "run_id", "seq", "event_type", "data", ...}`: see
+// (`{"schema", "subscription_id", "run_id", "seq", "event_kind", "status", "revision", "at_ms",
+// "data"}`: see
 // docs/WORKFLOW_SERVER.md; owned by the caller). Waits up to `timeout_ms` for one (0: do not
 // wait; negative: without bound); `PIW_STATUS_TIMEOUT` when none came.
 // `PIW_STATUS_END` (not a failure; the last error is untouched) once the subscription was

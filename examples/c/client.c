@@ -6,7 +6,8 @@
  * It connects to the installation of $PIW_HOME (starting a host on demand, $PIW_HOST_BIN or
  * `piw` on PATH), subscribes to a session of its own, starts the run in that session (so no
  * event of the run can be missed), waits for events with poll(2) on the subscription's file
- * descriptor, and prints one line per event, then the run's result. Last, it shows a typed
+ * descriptor, and prints one line per event until the run ends (or stops for review), then
+ * the run's record from piw_wait_run. Last, it shows a typed
  * rejection: resuming the finished run is refused with `invalid_transition`. A checkpoint the
  * run waits on is answered with ANSWER_JSON (default `true`); an interactive request of the
  * run (an agent step) is submitted ANSWER_JSON as its result, and when the workflow rejects that
@@ -90,9 +91,10 @@ static int submit(piw_client *client, const char *session, const char *run_id,
     return 0;
 }
 
-static int is_final(const char *status) {
-    return strcmp(status, "completed") == 0 || strcmp(status, "failed") == 0 ||
-           strcmp(status, "cancelled") == 0 || strcmp(status, "review") == 0;
+/* Whether to stop following the run: it ended (libpiw's one list of final states), or it
+ * stopped for a person's review, which this client does not do. */
+static int stops_here(const char *status) {
+    return piw_run_status_is_final(status) || strcmp(status, "review") == 0;
 }
 
 /* JSON string escaping of `s` into a new malloc'd string (quotes included). */
@@ -204,7 +206,7 @@ int main(int argc, char **argv) {
                 int rc = submit(client, session, run_id, result);
                 if (rc != 0) return rc;
             }
-            if (is_final(status)) {
+            if (stops_here(status)) {
                 char *data = field(event, "/data");
                 printf("final %s\n", data ? data : "null");
                 piw_string_free(data);
@@ -221,16 +223,18 @@ int main(int argc, char **argv) {
 
     char envelope[256];
     snprintf(envelope, sizeof envelope, "{\"run_id\":\"%s\"}", run_id);
-    st = piw_client_call(client, "run.status", envelope, NULL, 30000, &receipt);
-    if (st != PIW_STATUS_OK) return fail("run.status", st);
-    char *status = field(receipt, "/body/run/status"), *result = field(receipt, "/body/run/result");
-    char *revision = field(receipt, "/body/run/revision");
+    /* The run's record once it ended or parked: returns at once here, as it did. */
+    char *run = NULL;
+    st = piw_wait_run(client, run_id, PIW_WAIT_UNTIL_PARKED, 30000, &run);
+    if (st != PIW_STATUS_OK) return fail("wait run", st);
+    char *status = field(run, "/status"), *result = field(run, "/result");
+    char *revision = field(run, "/revision");
     printf("status %s %s\nresult %s\n", status ? status : "?", revision ? revision : "?",
            result ? result : "null");
     piw_string_free(status);
     piw_string_free(revision);
     piw_string_free(result);
-    piw_string_free(receipt);
+    piw_string_free(run);
 
     /* A typed rejection: a finished run cannot be resumed. */
     st = piw_client_call(client, "run.resume", envelope, NULL, 30000, &receipt);
@@ -245,5 +249,7 @@ int main(int argc, char **argv) {
     piw_string_free(run_id);
     piw_subscription_close(sub);
     piw_client_close(client);
+    /* Stops the library's I/O thread: nothing of libpiw is left when the program ends. */
+    piw_shutdown();
     return 0;
 }

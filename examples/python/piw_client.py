@@ -29,7 +29,7 @@ REJECTION_CODES = {
     12: "effect_conflict", 13: "effect_uncertain", 14: "host_shutting_down",
     15: "subscriber_lagged", 16: "internal", 255: "unknown",
 }
-FINAL = {"completed", "failed", "cancelled", "review"}
+WAIT_UNTIL_PARKED = 1
 
 
 class PiwError(Exception):
@@ -59,6 +59,9 @@ def load(path=None):
         "piw_subscription_next": ([ctypes.c_void_p, ctypes.c_int64, c_out], ctypes.c_int),
         "piw_subscription_fd": ([ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)], ctypes.c_int),
         "piw_subscription_close": ([ctypes.c_void_p], ctypes.c_int),
+        "piw_run_status_is_final": ([c_str], ctypes.c_int),
+        "piw_wait_run": ([ctypes.c_void_p, c_str, ctypes.c_uint32, ctypes.c_int64, c_out], ctypes.c_int),
+        "piw_shutdown": ([], ctypes.c_int),
     }
     for name, (args, ret) in sig.items():
         fn = getattr(lib, name)
@@ -97,6 +100,21 @@ class Piw:
         self._check(self.lib.piw_client_call(self.handle, kind.encode(), _enc(envelope), _enc(payload),
                                              timeout_ms, ctypes.byref(out)))
         return json.loads(self._take(out))
+
+    def is_final(self, status):
+        """Whether a run status is final (libpiw's one list of final states)."""
+        return bool(self.lib.piw_run_status_is_final(status.encode()))
+
+    def wait_run(self, run_id, until_parked=False, timeout_ms=-1):
+        """The run's record once it is final (or, with until_parked, waiting or in review)."""
+        out = ctypes.c_void_p()
+        flags = WAIT_UNTIL_PARKED if until_parked else 0
+        self._check(self.lib.piw_wait_run(self.handle, run_id.encode(), flags, timeout_ms, ctypes.byref(out)))
+        return json.loads(self._take(out))
+
+    def shutdown(self):
+        """Closes every handle and stops libpiw's I/O thread (the process may then end cleanly)."""
+        self._check(self.lib.piw_shutdown())
 
     def subscribe(self, filter_):
         sub = ctypes.c_void_p()
@@ -158,8 +176,9 @@ def main(argv):
             return 1
         while (event := sub.next(0)) is not None:
             print("event", event["seq"], event["event_kind"], event["status"], flush=True)
-            finished = finished or event["status"] in FINAL
-    run = client.call("run.status", {"run_id": run_id})["body"]["run"]
+            # It stops for a person's review too, which this client does not do.
+            finished = finished or client.is_final(event["status"]) or event["status"] == "review"
+    run = client.wait_run(run_id, until_parked=True, timeout_ms=30000)
     print("status", run["status"], run["revision"])
     print("result", json.dumps(run["result"], separators=(",", ":")))
     try:
@@ -169,6 +188,7 @@ def main(argv):
         print("rejected", e.code, e.rejection, e.message)
     sub.close()
     client.close()
+    client.shutdown()
     return 0
 
 

@@ -8,23 +8,27 @@ use std::io::{Read as _, Write as _};
 use std::os::fd::AsRawFd as _;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use piw_core::client::{self, PipelinedClient, SUBSCRIPTION_BUFFER};
 use piw_core::paths::PiwPaths;
 use piw_core::protocol::{payload, Limits, Request, PROTOCOL_SCHEMA};
+use piw_core::store::RunStatus;
 use serde_json::{json, Map, Value};
 
 use crate::error::{Error, ErrorSlot, PiwStatus};
 use crate::handles::{HasErrorSlot, Table};
 
 /// The tokio runtime every client of the process shares: one background thread (`piw-io`)
-/// that reads and writes the sockets. Built at the first connect; lives as long as the process.
-fn runtime() -> Result<&'static tokio::runtime::Runtime, Error> {
-    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    if let Some(rt) = RUNTIME.get() {
-        return Ok(rt);
+/// that reads and writes the sockets. Built at the first connect; stopped by [`shutdown`]
+/// (`piw_shutdown`), after which the next connect builds it again.
+static RUNTIME: Mutex<Option<tokio::runtime::Runtime>> = Mutex::new(None);
+
+fn runtime() -> Result<tokio::runtime::Handle, Error> {
+    let mut slot = RUNTIME.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(rt) = slot.as_ref() {
+        return Ok(rt.handle().clone());
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -38,8 +42,25 @@ fn runtime() -> Result<&'static tokio::runtime::Runtime, Error> {
                 format!("cannot start the I/O thread: {e}"),
             )
         })?;
-    // A racing caller may have set it first; then ours is dropped (here, outside any runtime).
-    Ok(RUNTIME.get_or_init(|| rt))
+    let handle = rt.handle().clone();
+    *slot = Some(rt);
+    Ok(handle)
+}
+
+/// Closes every client and subscription handle and stops the `piw-io` thread, waiting up to
+/// `grace` for its tasks to end. Called on a caller's thread, never on `piw-io` itself.
+pub fn shutdown(grace: Duration) {
+    for sub in SUBSCRIPTIONS.drain() {
+        sub.close();
+    }
+    for client in CLIENTS.drain() {
+        client.close();
+    }
+    let rt = RUNTIME.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(rt) = rt {
+        rt.shutdown_timeout(grace);
+    }
+    client::stop_reaping();
 }
 
 /// A timeout argument: negative waits without bound.
@@ -167,6 +188,62 @@ impl ClientObject {
         )
     }
 
+    /// Waits until run `run_id` is final ([`RunStatus::is_terminal`], the one list of final
+    /// states), or with `until_parked` also waiting or in review, and returns its record (the
+    /// `run` of `run.status`). Reads the status, then again after each event that says so, on
+    /// a subscription of its own opened first (so no change falls between the read and the
+    /// wait).
+    pub fn wait_run(
+        &self,
+        run_id: &str,
+        until_parked: bool,
+        timeout: Option<Duration>,
+    ) -> Result<Value, Error> {
+        let stops = move |status: &str| {
+            RunStatus::parse(status).is_some_and(|s| {
+                s.is_terminal()
+                    || (until_parked && matches!(s, RunStatus::Waiting | RunStatus::Review))
+            })
+        };
+        let status_request =
+            || build_request("run.status", &json!({ "run_id": run_id }), Value::Null);
+        let wait = async {
+            let mut sub = self
+                .client
+                .subscribe(payload::Subscribe {
+                    run_id: Some(run_id.to_owned()),
+                    session_id: None,
+                })
+                .await?;
+            let found = loop {
+                let receipt = self.client.send(status_request()?).await?;
+                let run = receipt.body.get("run").cloned().unwrap_or(Value::Null);
+                if run.get("status").and_then(Value::as_str).is_some_and(stops) {
+                    break run;
+                }
+                loop {
+                    match sub.next().await {
+                        Some(Ok(event)) if stops(&event.status) => break,
+                        Some(Ok(_)) => {}
+                        Some(Err(e)) => return Err(Error::from(e)),
+                        None => return Err(Error::from(client::ClientError::Disconnected)),
+                    }
+                }
+            };
+            // The host forgets a subscription whose connection ends; a failed unsubscribe
+            // loses nothing.
+            let _ = sub.close().await;
+            Ok(found)
+        };
+        let rt = runtime()?;
+        match timeout {
+            None => rt.block_on(wait),
+            Some(t) => rt
+                .block_on(async { tokio::time::timeout(t, wait).await })
+                .map_err(|_| Error::from(client::ClientError::TimedOut))?,
+        }
+    }
+
     pub fn subscribe(&self, filter: &Value) -> Result<SubscriptionObject, Error> {
         let text = |k: &str| -> Result<Option<String>, Error> {
             match filter.get(k) {
@@ -185,7 +262,7 @@ impl ClientObject {
             run_id: text("run_id")?,
             session_id: text("session_id")?,
         }))?;
-        SubscriptionObject::start(rt, self.client.clone(), sub)
+        SubscriptionObject::start(&rt, self.client.clone(), sub)
     }
 
     pub fn close(&self) {
@@ -295,7 +372,7 @@ pub static SUBSCRIPTIONS: Table<SubscriptionObject> = Table::new("subscription")
 
 impl SubscriptionObject {
     fn start(
-        rt: &tokio::runtime::Runtime,
+        rt: &tokio::runtime::Handle,
         client: PipelinedClient,
         mut sub: client::Subscription,
     ) -> Result<Self, Error> {

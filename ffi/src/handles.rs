@@ -67,6 +67,14 @@ impl<T: HasErrorSlot> Table<T> {
             .ok_or_else(|| Error::closed(self.what))
     }
 
+    /// Takes every object out of the table: every handle of this type is closed.
+    pub fn drain(&self) -> Vec<Arc<T>> {
+        self.objects()
+            .take()
+            .map(|m| m.into_values().collect())
+            .unwrap_or_default()
+    }
+
     /// Runs `f` on the object of a live handle, recording a failure (a panic too) on the
     /// handle as well as in the thread's last error.
     pub fn with<P, R>(

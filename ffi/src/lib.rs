@@ -305,6 +305,71 @@ pub unsafe extern "C" fn piw_client_call(
     })
 }
 
+/// Flag of `piw_wait_run`: return also when the run waits (on a checkpoint, a decision, an
+/// interaction or a pause) or is in review, not only when it is final.
+pub const PIW_WAIT_UNTIL_PARKED: u32 = 1;
+
+/// Whether `status` (a run's `status`, as in `run.status` and every event) is final: 1 for
+/// `completed`, `failed`, `cancelled` and `timed_out`, 0 for any other status, NULL or text
+/// this library does not know. The one list of final states; use it rather than a copy.
+/// Thread safety: any thread.
+#[no_mangle]
+pub unsafe extern "C" fn piw_run_status_is_final(status: *const c_char) -> c_int {
+    ffi_value(0, || {
+        // SAFETY: NULL or a NUL-terminated string, per the conventions; read bounded.
+        let Ok(status) = (unsafe { text(status, "status", PIW_MAX_TEXT_BYTES) }) else {
+            return 0;
+        };
+        c_int::from(piw_core::store::RunStatus::parse(status).is_some_and(|s| s.is_terminal()))
+    })
+}
+
+/// Waits until run `run_id` is final (`piw_run_status_is_final`), or, with
+/// `PIW_WAIT_UNTIL_PARKED` in `flags`, also until it waits or is in review, and stores its
+/// record in `*run_out` (the `run` object of `run.status`: `status`, `result`, `error`,
+/// `revision`, ...; owned by the caller). Already there: returns at once.
+///
+/// `timeout_ms`: negative waits without bound; `PIW_STATUS_TIMEOUT` when it passed (the run
+/// goes on). Errors: `PIW_STATUS_REJECTED` (`not_found`: no such run), as `piw_client_call`
+/// otherwise. Thread safety: any thread; it uses a subscription of its own.
+#[no_mangle]
+pub unsafe extern "C" fn piw_wait_run(
+    client: *const PiwClient,
+    run_id: *const c_char,
+    flags: u32,
+    timeout_ms: i64,
+    run_out: *mut *mut c_char,
+) -> PiwStatus {
+    ffi_call(|| {
+        CLIENTS.with(client, |c| {
+            let out = unsafe { out_string(run_out, "run_out") }?;
+            let run_id = unsafe { text(run_id, "run_id", PIW_MAX_TEXT_BYTES) }?;
+            if flags & !PIW_WAIT_UNTIL_PARKED != 0 {
+                return Err(Error::invalid(format!("unknown flags {flags:#x}")));
+            }
+            let until_parked = flags & PIW_WAIT_UNTIL_PARKED != 0;
+            let run = c.wait_run(run_id, until_parked, client::timeout_of(timeout_ms))?;
+            give(out, &run.to_string());
+            Ok(())
+        })
+    })
+}
+
+/// Closes every client and subscription handle still open (as `piw_client_close` and
+/// `piw_subscription_close` would; their handles then fail with `PIW_STATUS_CLOSED`) and stops
+/// the library's `piw-io` thread, so a program can end with nothing of the library left
+/// running (valgrind then reports nothing still reachable from it). Worker handles are not
+/// touched. The library stays usable: the next `piw_connect` starts the thread again.
+/// Call it from a thread of your own, with no other call of the library in flight.
+/// Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn piw_shutdown() -> PiwStatus {
+    ffi_call(|| {
+        client::shutdown(std::time::Duration::from_secs(5));
+        Ok(())
+    })
+}
+
 /// The socket path the client is connected to, in `*out` (owned by the caller).
 /// Thread safety: any thread.
 #[no_mangle]
@@ -392,7 +457,8 @@ pub unsafe extern "C" fn piw_subscribe(
 }
 
 /// Takes the next event: `PIW_STATUS_OK` with `*event_out` set to the event's JSON
-/// (`{"schema", "subscription_id", "run_id", "seq", "event_type", "data", ...}`: see
+/// (`{"schema", "subscription_id", "run_id", "seq", "event_kind", "status", "revision", "at_ms",
+/// "data"}`: see
 /// docs/WORKFLOW_SERVER.md; owned by the caller). Waits up to `timeout_ms` for one (0: do not
 /// wait; negative: without bound); `PIW_STATUS_TIMEOUT` when none came.
 /// `PIW_STATUS_END` (not a failure; the last error is untouched) once the subscription was

@@ -233,6 +233,7 @@ unsafe fn client_calls(
                 piw_client_call(cl, c"host.status".as_ptr(), null(), json, 1000, o),
             ),
             ("piw_subscribe(filter)", piw_subscribe(cl, json, &mut sub)),
+            ("piw_wait_run(run_id)", piw_wait_run(cl, text, 0, 1000, o)),
             (
                 "piw_json_pointer(json)",
                 piw_json_pointer(json, c"".as_ptr(), o),
@@ -403,6 +404,18 @@ fn null_arguments_are_refused_by_every_entry_point() {
             ("piw_client_socket(client)", piw_client_socket(null(), o)),
             ("piw_client_socket(out)", piw_client_socket(client, no_out)),
             ("piw_client_close", piw_client_close(null_mut())),
+            (
+                "piw_wait_run(client)",
+                piw_wait_run(null(), c"r".as_ptr(), 0, 0, o),
+            ),
+            (
+                "piw_wait_run(run_id)",
+                piw_wait_run(client, null(), 0, 0, o),
+            ),
+            (
+                "piw_wait_run(out)",
+                piw_wait_run(client, c"r".as_ptr(), 0, 0, no_out),
+            ),
             (
                 "piw_subscribe(client)",
                 piw_subscribe(null(), filter.as_ptr(), &mut sub.clone()),
@@ -632,6 +645,7 @@ fn closed_handles_and_handles_of_another_type_are_refused() {
                 piw_client_call(client, c"host.status".as_ptr(), null(), null(), 1000, o),
             ),
             ("piw_client_socket", piw_client_socket(client, o)),
+            ("piw_wait_run", piw_wait_run(client, c"r".as_ptr(), 0, 0, o)),
             (
                 "piw_subscribe",
                 piw_subscribe(client, filter.as_ptr(), &mut null_mut()),

@@ -400,3 +400,108 @@ fn an_answer_that_fits_no_choice_is_refused_with_the_choices() {
     assert_eq!(unsafe { piw_subscription_close(sub) }, PiwStatus::Ok);
     assert_eq!(unsafe { piw_client_close(client) }, PiwStatus::Ok);
 }
+
+/// `piw_wait_run`: returns at once for a run already where it is asked to stop; without
+/// `PIW_WAIT_UNTIL_PARKED` a waiting run is not final, so it waits (here until its timeout);
+/// once the checkpoint is answered it returns the completed run's record.
+#[test]
+fn waiting_for_a_run_stops_where_it_is_asked_to() {
+    let install = common::Install::new();
+    let client = connect(&install);
+    let workflow = install.path().join("ask.workflow.json");
+    std::fs::write(
+        &workflow,
+        serde_json::json!({
+            "graph": {"name": "ask", "start": "ask",
+                      "nodes": {"ask": {"kind": "checkpoint"}, "done": {"kind": "compute"}},
+                      "edges": [{"from": "ask", "to": "done"}]},
+            "behaviors": {"ask": {"wait": "checkpoint"}, "done": {"return": {"ok": true}}}
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let started = call(
+        client,
+        "run.start",
+        None,
+        Some(serde_json::json!({
+            "workflow_file": workflow, "session_id": "wait", "project_dir": install.path(),
+        })),
+    )
+    .unwrap();
+    let run_id = started["body"]["run_id"].as_str().unwrap().to_owned();
+    let run_c = c(&run_id);
+    let wait = |flags: u32, timeout_ms: i64| -> Result<serde_json::Value, PiwStatus> {
+        let mut out = null_mut();
+        let st = unsafe { piw_wait_run(client, run_c.as_ptr(), flags, timeout_ms, &mut out) };
+        if st == PiwStatus::Ok {
+            Ok(serde_json::from_str(&take(out)).unwrap())
+        } else {
+            assert!(out.is_null());
+            Err(st)
+        }
+    };
+    let parked = wait(PIW_WAIT_UNTIL_PARKED, 30_000).unwrap();
+    assert_eq!(parked["status"], "waiting", "{parked}");
+    assert_eq!(parked["run_id"], run_id.as_str(), "{parked}");
+    // Waiting is not final: the wait runs out (the run cannot end while nobody answers).
+    assert_eq!(wait(0, 200), Err(PiwStatus::Timeout));
+    let status = call(
+        client,
+        "run.status",
+        Some(serde_json::json!({ "run_id": run_id })),
+        None,
+    )
+    .unwrap();
+    let decision = status["body"]["decisions"][0]["decision_id"].clone();
+    call(
+        client,
+        "checkpoint.answer",
+        Some(serde_json::json!({ "run_id": run_id })),
+        Some(serde_json::json!({ "decision_id": decision, "answer": "yes" })),
+    )
+    .unwrap();
+    let done = wait(0, 60_000).unwrap();
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"], serde_json::json!({"ok": true}), "{done}");
+    // An unknown run is a typed rejection, not a wait.
+    let mut out = null_mut();
+    let unknown = c("run-does-not-exist");
+    assert_eq!(
+        unsafe { piw_wait_run(client, unknown.as_ptr(), 0, 30_000, &mut out) },
+        PiwStatus::Rejected
+    );
+    assert_eq!(piw_last_rejection_code(), PiwRejectionCode::NotFound);
+    // Flags this library does not know are refused.
+    assert_eq!(
+        unsafe { piw_wait_run(client, run_c.as_ptr(), 0x80, 1000, &mut out) },
+        PiwStatus::InvalidArgument
+    );
+    assert_eq!(unsafe { piw_client_close(client) }, PiwStatus::Ok);
+}
+
+/// The one list of final states.
+#[test]
+fn final_run_statuses_are_the_terminal_ones() {
+    let is_final = |s: &str| unsafe { piw_run_status_is_final(c(s).as_ptr()) };
+    for s in ["completed", "failed", "cancelled", "timed_out"] {
+        assert_eq!(is_final(s), 1, "{s}");
+    }
+    for s in [
+        "queued",
+        "running",
+        "waiting",
+        "review",
+        "",
+        "COMPLETED",
+        "bogus",
+    ] {
+        assert_eq!(is_final(s), 0, "{s}");
+    }
+    assert_eq!(unsafe { piw_run_status_is_final(null()) }, 0);
+    assert_eq!(
+        unsafe { piw_run_status_is_final(c"\xff\xfe".as_ptr()) },
+        0,
+        "invalid UTF-8 is no status"
+    );
+}

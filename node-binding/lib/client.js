@@ -26,7 +26,8 @@ export function hostEnvironment() {
   };
 }
 
-const FINAL = new Set(['completed', 'failed', 'cancelled', 'timed_out']);
+// The host's own list (core's RunStatus::is_terminal), not a copy of it.
+const FINAL = new Set(addon.finalRunStatuses());
 
 /** Whether a run status is final. */
 export function isFinal(status) {

@@ -55,3 +55,14 @@ pub(crate) fn client_error(e: piw_core::client::ClientError) -> napi::Error {
     };
     js_error(e.code_str(), message)
 }
+
+/// The run statuses that are final (`RunStatus::is_terminal`): the one list every client
+/// reads, so none keeps a copy that misses one.
+#[napi_derive::napi(js_name = "finalRunStatuses")]
+pub fn final_run_statuses() -> Vec<String> {
+    piw_core::store::RunStatus::ALL
+        .iter()
+        .filter(|s| s.is_terminal())
+        .map(|s| s.as_str().to_owned())
+        .collect()
+}

@@ -760,11 +760,78 @@ pub fn ensure_host_with_env(
     }
 }
 
-/// Waits for `child` on a thread of its own, so a long-lived caller keeps no zombie.
+/// The threads that wait for hosts this process started (see [`reap_in_background`]), each
+/// with the write end of the pipe that stops it.
+static REAPERS: std::sync::Mutex<Vec<Reaper>> = std::sync::Mutex::new(Vec::new());
+
+struct Reaper {
+    thread: std::thread::JoinHandle<()>,
+    stop: std::io::PipeWriter,
+}
+
+/// Waits for `child` on a thread of its own, so a long-lived caller keeps no zombie. The
+/// thread sleeps in poll(2) on the child's pidfd and on a pipe, so [`stop_reaping`] can end it
+/// while the host still runs. Where pidfds are missing (Linux before 5.3, valgrind) it looks
+/// at the child once a second instead.
 fn reap_in_background(mut child: std::process::Child) {
-    let _ = std::thread::Builder::new()
+    use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
+    let mut reapers = REAPERS.lock().unwrap_or_else(|p| p.into_inner());
+    reapers.retain(|r| !r.thread.is_finished());
+    let Ok((stop_rx, stop)) = std::io::pipe() else {
+        let _ = std::thread::Builder::new()
+            .name("piw-host-reaper".into())
+            .spawn(move || child.wait());
+        return;
+    };
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, child.id() as libc::pid_t, 0) };
+    // SAFETY: a descriptor pidfd_open just returned, owned by nothing else.
+    let pidfd = (raw >= 0)
+        .then(|| i32::try_from(raw).ok())
+        .flatten()
+        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
+    let spawned = std::thread::Builder::new()
         .name("piw-host-reaper".into())
-        .spawn(move || child.wait());
+        .spawn(move || loop {
+            let mut fds = [
+                libc::pollfd {
+                    fd: stop_rx.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: pidfd.as_ref().map_or(-1, |fd| fd.as_raw_fd()),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            let timeout = if pidfd.is_some() { -1 } else { 1000 };
+            // SAFETY: two pollfd entries that live across the call (a negative fd is ignored).
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) };
+            if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+                return;
+            }
+            if fds[0].revents != 0 {
+                return; // stop_reaping closed the pipe
+            }
+            if !matches!(child.try_wait(), Ok(None)) {
+                return; // reaped (or it cannot be waited for)
+            }
+        });
+    if let Ok(thread) = spawned {
+        reapers.push(Reaper { thread, stop });
+    }
+}
+
+/// Ends every thread that waits for a host this process started, leaving the hosts running
+/// (one that exits later is reaped when this process ends). For a library that must leave
+/// nothing running when its caller shuts it down (libpiw's `piw_shutdown`).
+pub fn stop_reaping() {
+    let reapers = std::mem::take(&mut *REAPERS.lock().unwrap_or_else(|p| p.into_inner()));
+    for Reaper { thread, stop } in reapers {
+        drop(stop);
+        let _ = thread.join();
+    }
 }
 
 /// Starts `host_bin host serve` detached: its own session (it outlives the caller's terminal

@@ -190,3 +190,25 @@ pub fn compile_c(sources: &[PathBuf], out: &Path, extra_flags: &[&str]) {
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
+
+/// A workflow whose first node never finishes and has a deadline: the host times it out, and
+/// with no route for `timed_out` the run ends `timed_out`.
+pub fn write_timing_out_workflow(dir: &Path) -> PathBuf {
+    let workflow = dir.join("late.workflow.json");
+    let never = dir.join("never-created");
+    std::fs::write(
+        &workflow,
+        serde_json::json!({
+            "graph": {
+                "name": "late",
+                "start": "slow",
+                "nodes": { "slow": { "kind": "compute", "timeout_ms": 1000 } },
+                "edges": []
+            },
+            "behaviors": { "slow": { "wait_for_file": never } }
+        })
+        .to_string(),
+    )
+    .unwrap();
+    workflow
+}
