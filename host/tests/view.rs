@@ -180,7 +180,10 @@ impl Tmux {
         }
     }
 
-    /// Waits until the screen satisfies `ok` (30 s: only a hang reaches it).
+    /// Waits until the whole screen satisfies `ok` and returns that screen; a timeout (30 s:
+    /// only a hang reaches it) fails with the last screen read. tmux can show a frame the
+    /// viewer is still writing, so `ok` states everything the caller then relies on (never
+    /// only a header) and must not panic on a screen that is half drawn.
     fn wait_for(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
         let started = Instant::now();
         loop {
@@ -190,7 +193,21 @@ impl Tmux {
             }
             assert!(
                 started.elapsed() < HANG,
-                "never {what}; the screen:\n{screen}"
+                "never {what}; the last screen:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Sends `q` and waits until the viewer has quit (its pane closes with it).
+    fn quit(&self) {
+        let last = self.screen();
+        self.keys(&["q"]);
+        let started = Instant::now();
+        while self.alive() {
+            assert!(
+                started.elapsed() < HANG,
+                "the viewer did not quit on q; the screen before:\n{last}"
             );
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -215,12 +232,21 @@ fn rand_suffix() -> u64 {
         .unwrap_or(0)
 }
 
-/// The line of the screen holding `needle`.
-fn line_of<'a>(screen: &'a str, needle: &str) -> &'a str {
-    screen
+/// Whether one line of the screen holds every one of `parts`.
+fn has_line(screen: &str, parts: &[&str]) -> bool {
+    screen.lines().any(|l| parts.iter().all(|p| l.contains(p)))
+}
+
+/// The event the history header shows and the run's revision, once that line is drawn whole
+/// (`HISTORY event 7 of 12: transitioned at 10:00:00 (End: live)`).
+fn history_event(screen: &str) -> Option<(u64, u64)> {
+    let line = screen
         .lines()
-        .find(|l| l.contains(needle))
-        .unwrap_or_else(|| panic!("no {needle} on the screen:\n{screen}"))
+        .find(|l| l.contains("HISTORY event ") && l.contains("(End: live)"))?;
+    let rest = &line[line.find("HISTORY event ")? + "HISTORY event ".len()..];
+    let (seq, rest) = rest.split_once(" of ")?;
+    let (revision, _) = rest.split_once(':')?;
+    Some((seq.parse().ok()?, revision.parse().ok()?))
 }
 
 #[test]
@@ -234,56 +260,57 @@ fn the_viewer_follows_a_live_host_in_a_real_terminal() {
     let Some(tmux) = Tmux::start(&inst.home, &["view"], (80, 24)) else {
         return;
     };
-    let screen = tmux.wait_for("the run list", |s| s.contains("piw runs: 2 of 2"));
     // Newest first, the newest selected.
-    assert!(line_of(&screen, &gate).contains("> running"), "{screen}");
-    assert!(line_of(&screen, &hello).contains("completed"), "{screen}");
+    tmux.wait_for("the run list, the gated run selected", |s| {
+        s.contains("piw runs: 2 of 2")
+            && has_line(s, &[&gate, "> running"])
+            && has_line(s, &[&hello, "completed"])
+    });
 
     // Down selects the older run; Enter opens it; the history steps back and forth.
     tmux.keys(&["Down"]);
-    tmux.wait_for("hello selected", |s| {
-        line_of(s, &hello).contains("> completed")
-    });
+    tmux.wait_for("hello selected", |s| has_line(s, &[&hello, "> completed"]));
     tmux.keys(&["Enter"]);
-    let screen = tmux.wait_for("the hello run", |s| s.contains("COMPLETED · hello"));
-    assert!(
-        // The current node's box is in view (at 80x24 the panel scrolls to it).
-        line_of(&screen, "[done]").contains("│ ✓ [done]") && screen.contains("events · live"),
-        "{screen}"
-    );
+    // The current node's box is in view (at 80x24 the panel scrolls to it).
+    tmux.wait_for("the hello run, its last node in view", |s| {
+        s.contains("COMPLETED · hello")
+            && has_line(s, &["│ ✓ [done]"])
+            && s.contains("events · live")
+    });
     tmux.keys(&["Left"]);
-    let screen = tmux.wait_for("history", |s| s.contains("HISTORY event"));
-    let newest = line_of(&screen, "HISTORY event").to_owned();
+    let screen = tmux.wait_for("the newest event in history", |s| {
+        history_event(s).is_some_and(|(seq, revision)| seq == revision)
+            && s.contains("events · history")
+    });
+    let (newest, _) = history_event(&screen).unwrap_or_default();
     tmux.keys(&["Left"]);
     tmux.wait_for("one event further back", |s| {
-        s.contains("HISTORY event") && line_of(s, "HISTORY event") != newest
+        history_event(s).is_some_and(|(seq, _)| seq + 1 == newest)
     });
     tmux.keys(&["Right", "Right"]);
     tmux.wait_for("live again", |s| {
-        !s.contains("HISTORY") && s.contains("events · live")
+        !s.contains("HISTORY") && s.contains("events · live") && has_line(s, &["│ ✓ [done]"])
     });
 
     // Back to the list, up to the gated run, open it: it waits at b.
     tmux.keys(&["Escape"]);
-    tmux.wait_for("the run list again", |s| s.contains("piw runs: 2 of 2"));
+    tmux.wait_for("the run list again, hello selected", |s| {
+        s.contains("piw runs: 2 of 2") && has_line(s, &[&hello, "> completed"])
+    });
     tmux.keys(&["Up", "Enter"]);
-    let screen = tmux.wait_for("the gated run", |s| s.contains("RUNNING · gate"));
-    assert!(line_of(&screen, "[b]").contains("running"), "{screen}");
-    assert!(line_of(&screen, "[c]").contains("not visited"), "{screen}");
+    tmux.wait_for("the gated run running at b, c not visited", |s| {
+        s.contains("RUNNING · gate")
+            && has_line(s, &["[b]", "running"])
+            && has_line(s, &["[c]", "not visited"])
+    });
 
     // The run advances: the screen follows without a key.
     std::fs::write(&barrier, b"go").unwrap();
-    let screen = tmux.wait_for("the run completed on screen", |s| {
-        s.contains("COMPLETED · gate")
+    tmux.wait_for("the run completed on screen, c ok", |s| {
+        s.contains("COMPLETED · gate") && has_line(s, &["[c]", "ok"])
     });
-    assert!(line_of(&screen, "[c]").contains("ok"), "{screen}");
 
-    tmux.keys(&["q"]);
-    let started = Instant::now();
-    while tmux.alive() {
-        assert!(started.elapsed() < HANG, "the viewer did not quit on q");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    tmux.quit();
 }
 
 #[test]
@@ -321,16 +348,14 @@ fn viewing_a_stopped_installation_starts_no_host_and_leaves_the_database_as_it_w
     );
 
     if let Some(tmux) = Tmux::start(&inst.home, &["view", &hello], (80, 24)) {
-        let screen = tmux.wait_for("the run", |s| s.contains("COMPLETED · hello"));
-        assert!(screen.contains("[done]"), "{screen}");
+        tmux.wait_for("the run, its last node in view", |s| {
+            s.contains("COMPLETED · hello") && has_line(s, &["│ ✓ [done]"])
+        });
         tmux.keys(&["Left", "Down", "Escape"]);
-        tmux.wait_for("the run list", |s| s.contains("piw runs: 1 of 1"));
-        tmux.keys(&["q"]);
-        let started = Instant::now();
-        while tmux.alive() {
-            assert!(started.elapsed() < HANG, "the viewer did not quit on q");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        tmux.wait_for("the run list, the run selected", |s| {
+            s.contains("piw runs: 1 of 1") && has_line(s, &[&hello, "> completed"])
+        });
+        tmux.quit();
     }
 
     assert!(inst.db_files() == before, "the database's bytes changed");

@@ -1,6 +1,8 @@
 // What the model and the person see: the step message of an interactive request (read through
 // the request contract, tolerating missing fields), result cards, widget lines and the footer.
 
+import { fitColumns } from './width.js';
+
 /** Custom message types this extension adds to a session. */
 export const STEP = 'piw-step';
 export const MESSAGE = 'piw-message';
@@ -145,34 +147,7 @@ export function widgetOf(status, progress) {
   return { lines: lines.slice(0, 10), status: head };
 }
 
-/** Terminal columns a code point takes (East Asian wide and emoji ranges count two). */
-function columns(cp) {
-  if (cp < 0x1100) return 1;
-  const wide =
-    (cp >= 0x1100 && cp <= 0x115f) ||
-    (cp >= 0x2e80 && cp <= 0xa4cf) ||
-    (cp >= 0xac00 && cp <= 0xd7a3) ||
-    (cp >= 0xf900 && cp <= 0xfaff) ||
-    (cp >= 0xfe30 && cp <= 0xfe4f) ||
-    (cp >= 0xff00 && cp <= 0xff60) ||
-    (cp >= 0xffe0 && cp <= 0xffe6) ||
-    (cp >= 0x1f300 && cp <= 0x1faff) ||
-    (cp >= 0x20000 && cp <= 0x3fffd);
-  return wide ? 2 : 1;
-}
-
-/** `text` (no escape codes) cut to `width` terminal columns. */
-export function fitColumns(text, width) {
-  let used = 0;
-  let out = '';
-  for (const ch of text.replace(/[\u0000-\u001f\u007f]/g, ' ')) {
-    const w = columns(ch.codePointAt(0));
-    if (used + w > width) break;
-    used += w;
-    out += ch;
-  }
-  return out;
-}
+export { fitColumns };
 
 /** The plain lines of a step or message card: its head (run, node, status) and up to three lines of content. */
 export function cardText(message) {

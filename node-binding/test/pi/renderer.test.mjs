@@ -3,7 +3,11 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
+import { visibleWidth } from '@earendil-works/pi-tui';
+
 import piwExtension from '../../extension/index.js';
+import { fitColumns } from '../../extension/format.js';
+import { textColumns } from '../../extension/width.js';
 
 /** The extension's registrations, through a stand-in for Pi's ExtensionAPI. */
 function register() {
@@ -61,4 +65,42 @@ test('the tool schema is plain JSON Schema: a flat object with an enum action', 
   assert.deepEqual(parameters.required, ['action']);
   assert.deepEqual(parameters.properties.action.enum, ['list', 'start', 'status', 'pause', 'resume', 'cancel', 'answer', 'update', 'submit']);
   for (const p of Object.values(parameters.properties)) assert.notEqual(p.type, 'object', 'flat');
+});
+
+// Text whose columns a per-code-point count gets wrong, with the columns a terminal gives it.
+const CLUSTERS = [
+  ['plain ascii', 11],
+  ['👩‍👩‍👧‍👦 family (ZWJ)', 2 + 13],
+  ['👍🏽 skin tone', 2 + 10],
+  ['🇫🇷 flag', 2 + 5],
+  ['1️⃣ keycap', 2 + 7],
+  ['❤️ vs16, ✓ text', 2 + 13],
+  ['e\u0301te\u0301 combining', 3 + 10],
+  ['漢字 かな 한국어', 4 + 1 + 4 + 1 + 6],
+  ['ｆｕｌｌ', 8],
+  ['zero\u200bwidth', 9],
+  ['नमस्ते', 4],
+];
+
+test('text is measured per grapheme cluster, as Pi and terminals draw it', () => {
+  for (const [text, columns] of CLUSTERS) {
+    assert.equal(textColumns(text), columns, JSON.stringify(text));
+    assert.equal(textColumns(text), visibleWidth(text), `${JSON.stringify(text)} as Pi measures it`);
+  }
+});
+
+test('a line is cut between grapheme clusters, to at most the width Pi measures', () => {
+  const segmenter = new Intl.Segmenter(undefined, { granularity: 'grapheme' });
+  const clusters = (text) => [...segmenter.segment(text)].map((s) => s.segment);
+  const line = CLUSTERS.map(([text]) => text).join(' · ');
+  const whole = clusters(line);
+  for (let width = 0; width <= textColumns(line) + 1; width += 1) {
+    const fitted = fitColumns(line, width);
+    assert.ok(visibleWidth(fitted) <= width, `${JSON.stringify(fitted)} fits ${width} columns`);
+    // Whole clusters only, and as many as fit.
+    const kept = clusters(fitted);
+    assert.deepEqual(kept, whole.slice(0, kept.length), `${width}: cut inside a cluster`);
+    const next = whole[kept.length];
+    if (next !== undefined) assert.ok(visibleWidth(fitted + next) > width, `${width}: stopped early`);
+  }
 });
