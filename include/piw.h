@@ -212,7 +212,9 @@ enum piw_status piw_hash_file(const char *path, char **out);
 //   (`invalid_home`).
 // - `start` (default `true`): when no host answers, start `host_bin host serve` detached and
 //   wait until it is ready; racing callers end with exactly one host.
-// - `host_bin`: the `piw` binary to start. Default: `$PIW_HOST_BIN`, else `piw` on `PATH`.
+// - `host_bin`: the `piw` binary to start. Default: `$PIW_HOST_BIN`, else the `piw` beside
+//   this library (a cargo build directory), else `../bin/piw` from it (an installed prefix),
+//   else `piw` on `PATH`.
 // - `host_env`: `{ "NAME": "value" }` added to a started host's environment (e.g.
 //   `PIW_RUNTIMES`). A host that already runs is used as it is.
 // - `ready_timeout_ms` (default 10000): how long to wait for a started host.

@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 use std::ffi::{c_char, c_int};
 use std::io::{Read as _, Write as _};
 use std::os::fd::AsRawFd as _;
+use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
@@ -61,6 +62,32 @@ pub fn shutdown(grace: Duration) {
         rt.shutdown_timeout(grace);
     }
     client::stop_reaping();
+}
+
+/// The `piw` binary to start when neither the `host_bin` option nor `PIW_HOST_BIN` names one:
+/// beside this library (a cargo build directory: `target/release/piw`), then in `../bin/`
+/// (an install under a prefix: `lib/libpiw.so`, `bin/piw`), else `piw` on `PATH`.
+fn default_host_bin() -> String {
+    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
+    // SAFETY: dladdr reads the address of a function of this library and fills `info`; the
+    // file name it points to lives as long as the library is loaded.
+    let found =
+        unsafe { libc::dladdr(crate::piw_connect as *const libc::c_void, info.as_mut_ptr()) };
+    // SAFETY: zeroed, and filled by dladdr when it returned non-zero.
+    let info = unsafe { info.assume_init() };
+    if found != 0 && !info.dli_fname.is_null() {
+        // SAFETY: a NUL-terminated path owned by the dynamic loader.
+        let lib = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
+        let lib = std::path::Path::new(std::ffi::OsStr::from_bytes(lib.to_bytes()));
+        if let Some(dir) = lib.parent() {
+            for candidate in [dir.join("piw"), dir.join("../bin/piw")] {
+                if candidate.is_file() {
+                    return candidate.display().to_string();
+                }
+            }
+        }
+    }
+    "piw".to_owned()
 }
 
 /// A timeout argument: negative waits without bound.
@@ -123,7 +150,7 @@ pub fn connect(options: &Value) -> Result<ClientObject, Error> {
     if start {
         let bin = text("host_bin")?
             .or_else(|| std::env::var("PIW_HOST_BIN").ok().filter(|b| !b.is_empty()))
-            .unwrap_or_else(|| "piw".to_owned());
+            .unwrap_or_else(default_host_bin);
         let env: Vec<(String, String)> = match options.get("host_env") {
             None | Some(Value::Null) => Vec::new(),
             Some(Value::Object(m)) => m
