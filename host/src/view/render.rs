@@ -360,6 +360,8 @@ pub fn inspector_lines(m: &RunModel, now: UnixMillis) -> Vec<Line<'static>> {
         );
         out.push(Line::from(format!("  {}", compact(&e.data))));
     }
+    // In history, how long an attempt had run or waited is counted to the event shown.
+    let now = m.shown_event().map_or(now, |e| e.at);
     let Some(node) = m.nodes.get(m.selected) else {
         out.push(Line::from("no node selected"));
         return out;

@@ -347,17 +347,38 @@ fn a_run_with_a_branch_and_a_loop_shows_visits_routes_and_history() {
         "{text}"
     );
     assert!(text.contains("review ─▶ draft (ok)"), "{text}");
+    // Every node as it was after that event: draft running its second visit (the first took
+    // 1 s), review done once, publish not reached yet.
+    let line = |text: &str, needle: &str| line_with(text, needle).to_owned();
+    assert!(
+        line(&text, "[draft]").contains("▶ [draft] running ×2 1.00s ◀"),
+        "{text}"
+    );
+    assert!(
+        line(&text, "[review]").contains("✓ [review] ok ×1 2.00s"),
+        "{text}"
+    );
+    assert!(line(&text, "[publish]").contains("not visited"), "{text}");
     // The node the event went to is selected: the inspector shows the attempt it opened (the
-    // second of two), not the node's newest.
+    // second of two), running then, for no time yet.
     assert!(text.contains("node draft (compute)"), "{text}");
-    assert!(text.contains("attempt 2 of 2"), "{text}");
+    assert!(text.contains("attempt 2 of 2 · running"), "{text}");
+    assert!(text.contains("· for 0ms"), "{text}");
     // Its input: what review returned the step before.
     assert!(text.contains(r#"input: {"again":true}"#), "{text}");
     app.key(&f.store, KeyCode::Left).unwrap();
     let text = buffer_text(&frame(&app, PLAIN, f.clock_now(), 80, 24).unwrap());
     assert!(text.contains("draft ─▶ review (ok)"), "{text}");
     assert!(
-        text.contains("node review (compute)") && text.contains("attempt 1 of 2"),
+        line(&text, "[draft]").contains("✓ [draft] ok ×1 1.00s"),
+        "{text}"
+    );
+    assert!(
+        line(&text, "[review]").contains("▶ [review] running ×1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("node review (compute)") && text.contains("attempt 1 of 1 · running"),
         "{text}"
     );
     for _ in 0..5 {
@@ -396,6 +417,68 @@ fn a_run_waiting_on_a_decision_shows_the_question() {
     let text = f.view(&run_id, 100, 30);
     assert!(
         text.contains(r#"answer (person): {"choice":"yes"}"#),
+        "{text}"
+    );
+}
+
+/// Stepping back through a run waiting on a decision: the node waits only from the event that
+/// asked, ran before it, and was not visited before the run reached it.
+#[test]
+fn history_shows_each_node_as_it_was_at_the_event() {
+    let mut f = Fixture::new();
+    let (run_id, _) = waiting_on_decision(&mut f);
+    let mut app = App::load(&f.store, RunFilter::default(), Some(&run_id)).unwrap();
+    let back = |app: &mut App| {
+        app.key(&f.store, KeyCode::Left).unwrap();
+        buffer_text(&frame(app, PLAIN, f.clock_now(), 100, 30).unwrap())
+    };
+    let text = back(&mut app);
+    assert!(text.contains("HISTORY event 5 of 5: waiting"), "{text}");
+    assert!(
+        line_with(&text, "[approve]").contains("? [approve] waiting ×1"),
+        "{text}"
+    );
+    let text = back(&mut app);
+    assert!(
+        text.contains("HISTORY event 4 of 5: transitioned"),
+        "{text}"
+    );
+    assert!(
+        line_with(&text, "[approve]").contains("▶ [approve] running ×1"),
+        "{text}"
+    );
+    assert!(
+        line_with(&text, "[build]").contains("✓ [build] ok ×1 3.00s"),
+        "{text}"
+    );
+    let text = back(&mut app);
+    assert!(
+        text.contains("HISTORY event 3 of 5: node_started"),
+        "{text}"
+    );
+    assert!(
+        line_with(&text, "[build]").contains("▶ [build] running ×1"),
+        "{text}"
+    );
+    assert!(
+        line_with(&text, "[approve]").contains("not visited"),
+        "{text}"
+    );
+    let text = back(&mut app);
+    assert!(text.contains("HISTORY event 2 of 5: activated"), "{text}");
+    assert!(
+        line_with(&text, "[build]").contains("not visited"),
+        "{text}"
+    );
+    // Live again: as it is now.
+    app.key(&f.store, KeyCode::End).unwrap();
+    let text = buffer_text(&frame(&app, PLAIN, f.clock_now(), 100, 30).unwrap());
+    assert!(
+        line_with(&text, "[approve]").contains("? [approve] waiting ×1"),
+        "{text}"
+    );
+    assert!(
+        line_with(&text, "[build]").contains("✓ [build] ok ×1"),
         "{text}"
     );
 }
@@ -659,6 +742,10 @@ fn events_load_a_page_at_a_time_and_history_pages_back() {
     let shown = model.shown_event().unwrap().seq;
     model.reload(&f.store).unwrap();
     assert_eq!(model.shown_event().unwrap().seq, shown);
+    // The node as it was then (events 1-2 started and activated the run, each later one
+    // opened an attempt), and as it is now once live again.
+    assert_eq!(model.nodes[0].activity.as_ref().unwrap().visits, shown - 2);
+    model.live(&f.store).unwrap();
     assert_eq!(model.nodes[0].activity.as_ref().unwrap().visits, 252);
 }
 
