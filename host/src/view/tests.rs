@@ -347,11 +347,11 @@ fn a_run_with_a_branch_and_a_loop_shows_visits_routes_and_history() {
         "{text}"
     );
     assert!(text.contains("review ─▶ draft (ok)"), "{text}");
-    // Every node as it was after that event: draft running its second visit (the first took
-    // 1 s), review done once, publish not reached yet.
+    // Every node as it was after that event: draft running its second visit (for no time yet),
+    // review done once, publish not reached yet.
     let line = |text: &str, needle: &str| line_with(text, needle).to_owned();
     assert!(
-        line(&text, "[draft]").contains("▶ [draft] running ×2 1.00s ◀"),
+        line(&text, "[draft]").contains("▶ [draft] running ×2 0ms ◀"),
         "{text}"
     );
     assert!(
@@ -479,6 +479,110 @@ fn history_shows_each_node_as_it_was_at_the_event() {
     );
     assert!(
         line_with(&text, "[build]").contains("✓ [build] ok ×1"),
+        "{text}"
+    );
+}
+
+/// A waiting node's box says how long it has waited, the time the inspector gives too.
+#[test]
+fn a_waiting_node_shows_how_long_it_has_waited() {
+    let mut f = Fixture::new();
+    let (run_id, _) = waiting_on_decision(&mut f);
+    f.clock.advance(95_000);
+    let text = f.view(&run_id, 80, 24);
+    assert!(
+        line_with(&text, "[approve]").contains("? [approve] waiting ×1 1m ◀"),
+        "{text}"
+    );
+    assert!(text.contains("· for 1m"), "{text}");
+    // A finished node keeps the time its attempts took.
+    assert!(
+        line_with(&text, "[build]").contains("✓ [build] ok ×1 3.00s"),
+        "{text}"
+    );
+}
+
+/// At 200×50 a short run leaves the panels most of the screen: the events pane takes it, so
+/// every event down to the first is listed, and no more rows than they need.
+#[test]
+fn the_events_pane_uses_the_rows_the_panels_do_not_need() {
+    let mut f = Fixture::new();
+    let graph = json!({
+        "name": "spin", "start": "a", "max_steps": 100,
+        "nodes": {"a": {"kind": "compute"}},
+        "edges": [{"from": "a", "switch": {"on": "$.n", "cases": {}, "default": "a"}}]
+    });
+    let (run_id, act, mut attempt) = f.start(&graph, None);
+    for n in 0..20 {
+        attempt = f.step(&act, &attempt, json!({"n": n}), "a", 10);
+    }
+    let text = f.view(&run_id, 200, 50);
+    let rows: Vec<&str> = text.lines().collect();
+    let first = rows
+        .iter()
+        .position(|l| l.contains("#1 "))
+        .unwrap_or_else(|| {
+            panic!("the first event is not listed:\n{text}");
+        });
+    assert!(text.contains("#23 "), "{text}");
+    // The pane ends right under the first event, above the footer.
+    assert!(rows[first + 1].starts_with('└'), "{text}");
+    assert_eq!(first + 3, rows.len(), "{text}");
+    // And the panels above still show all they have.
+    assert!(line_with(&text, "[a]").contains("running ×21"), "{text}");
+}
+
+/// What does not fit its column or panel is cut with `…`, never silently: a long workflow name
+/// in the run list, a long node id in its box (the state, time and `◀` stay), an event line.
+#[test]
+fn a_cut_line_ends_in_an_ellipsis() {
+    let mut f = Fixture::new();
+    let graph = json!({
+        "name": "a-workflow-whose-name-is-much-longer-than-its-column", "start": "first",
+        "nodes": {"first": {"kind": "compute"},
+                  "a-node-whose-id-is-longer-than-the-graph-panel": {"kind": "compute"}},
+        "edges": [{"from": "first", "to": "a-node-whose-id-is-longer-than-the-graph-panel"}]
+    });
+    let (run_id, act, attempt) = f.start(&graph, None);
+    f.step(
+        &act,
+        &attempt,
+        json!({}),
+        "a-node-whose-id-is-longer-than-the-graph-panel",
+        1_000,
+    );
+    let list = buffer_text(
+        &frame(
+            &App::load(&f.store, RunFilter::default(), None).unwrap(),
+            PLAIN,
+            f.clock_now(),
+            80,
+            24,
+        )
+        .unwrap(),
+    );
+    assert!(
+        line_with(&list, &run_id).contains("running     a-workf… -        a-node-… "),
+        "{list}"
+    );
+    let text = f.view(&run_id, 80, 24);
+    let node = line_with(&text, "[a-node-");
+    assert!(
+        node.contains("▶ [a-node-whose-id-is…] ×1 0ms ◀ │"),
+        "{text}"
+    );
+    let event = line_with(&text, "#4 ");
+    assert!(
+        event.ends_with("first ─▶ a-node-whose-id-is-longer-than-the-gr…│"),
+        "{text}"
+    );
+    assert!(
+        text.contains("┌ graph a-workflow-whose-name-is-much-…┐"),
+        "{text}"
+    );
+    // Nothing is cut where it fits.
+    assert!(
+        line_with(&text, "[first]").contains("✓ [first] ok ×1 1.00s"),
         "{text}"
     );
 }
