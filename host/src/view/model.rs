@@ -244,12 +244,17 @@ impl RunModel {
                     attempt.output = None;
                     attempt.error = None;
                 }
-                Inspector {
+                let mut inspector = Inspector {
                     input: Some(store.attempt_input(&self.run.run_id, &id)?),
                     attempt: Some(attempt),
                     requests: store.attempt_requests(&id)?,
                     effects: store.attempt_effects(&self.run.run_id, &id)?,
+                };
+                if let Some(i) = self.history {
+                    // The events after the one shown are all loaded (newest first, up to it).
+                    undo_later_events(&mut inspector, &self.events[..i]);
                 }
+                inspector
             }
             None => Inspector::default(),
         };
@@ -382,6 +387,55 @@ pub fn activity_at(spans: &[AttemptSpan], seq: u64) -> Vec<NodeActivity> {
     }
     nodes.sort_by(|a, b| a.node_id.cmp(&b.node_id));
     nodes
+}
+
+/// Takes back from `inspector` what the events after the one shown did (`later`): a request or
+/// effect made later is not there yet, a request answered or submitted to later still pending,
+/// an effect settled later still applying.
+pub fn undo_later_events(inspector: &mut Inspector, later: &[EventRecord]) {
+    let named = |kinds: &[&str], field: &str| -> Vec<String> {
+        later
+            .iter()
+            .filter(|e| kinds.contains(&e.kind.as_str()))
+            .filter_map(|e| e.data[field].as_str().map(str::to_owned))
+            .collect()
+    };
+    let asked = [
+        named(&["waiting"], "decision"),
+        named(&["interaction_requested"], "interaction"),
+    ]
+    .concat();
+    let answered = named(&["decision_answered"], "decision");
+    let submitted = named(&["submitted"], "interaction");
+    inspector.requests.retain(|r| !asked.contains(&r.id));
+    for r in &mut inspector.requests {
+        if answered.contains(&r.id) || submitted.contains(&r.id) {
+            r.status = "pending".into();
+            r.answer = None;
+            r.answered_by = None;
+            r.error = None;
+        }
+    }
+    let reserved = named(&["effect_reserved"], "effect");
+    let applying = named(&["effect_applying"], "effect");
+    let settled = named(&["effect_settled"], "effect");
+    let resolved = named(&["effect_resolved"], "effect");
+    inspector
+        .effects
+        .retain(|e| !reserved.contains(&e.effect_id));
+    for e in &mut inspector.effects {
+        let state = if applying.contains(&e.effect_id) {
+            "reserved"
+        } else if settled.contains(&e.effect_id) {
+            "applying"
+        } else if resolved.contains(&e.effect_id) {
+            "uncertain"
+        } else {
+            continue;
+        };
+        e.state = state.into();
+        e.receipt = None;
+    }
 }
 
 /// Where the run was just after event `seq`: the node of the newest attempt opened by then.

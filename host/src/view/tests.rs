@@ -421,39 +421,60 @@ fn a_run_waiting_on_a_decision_shows_the_question() {
     );
 }
 
-/// Stepping back through a run waiting on a decision: the node waits only from the event that
-/// asked, ran before it, and was not visited before the run reached it.
+/// Stepping back through a run whose decision was answered: the node waits only from the event
+/// that asked (the answer shown only from the event that gave it), ran before it, and was not
+/// visited before the run reached it.
 #[test]
 fn history_shows_each_node_as_it_was_at_the_event() {
     let mut f = Fixture::new();
-    let (run_id, _) = waiting_on_decision(&mut f);
+    let (run_id, decision) = waiting_on_decision(&mut f);
+    f.store
+        .write(|w| w.answer_decision(&decision, &json!({"choice": "yes"}), Answerer::Person))
+        .unwrap();
     let mut app = App::load(&f.store, RunFilter::default(), Some(&run_id)).unwrap();
     let back = |app: &mut App| {
         app.key(&f.store, KeyCode::Left).unwrap();
         buffer_text(&frame(app, PLAIN, f.clock_now(), 100, 30).unwrap())
     };
     let text = back(&mut app);
-    assert!(text.contains("HISTORY event 5 of 5: waiting"), "{text}");
+    assert!(
+        text.contains("HISTORY event 6 of 6: decision_answered"),
+        "{text}"
+    );
+    assert!(text.contains("answer (person)"), "{text}");
+    // Asked, not yet answered: the question without its answer.
+    let text = back(&mut app);
+    assert!(text.contains("HISTORY event 5 of 6: waiting"), "{text}");
     assert!(
         line_with(&text, "[approve]").contains("? [approve] waiting ×1"),
         "{text}"
     );
+    assert!(
+        text.contains("pending") && !text.contains("· answered"),
+        "{text}"
+    );
+    assert!(
+        text.contains("question: Ship app.tar") && !text.contains("answer ("),
+        "{text}"
+    );
+    // Before it asked: no decision yet.
     let text = back(&mut app);
     assert!(
-        text.contains("HISTORY event 4 of 5: transitioned"),
+        text.contains("HISTORY event 4 of 6: transitioned"),
         "{text}"
     );
     assert!(
         line_with(&text, "[approve]").contains("▶ [approve] running ×1"),
         "{text}"
     );
+    assert!(!text.contains("question:"), "{text}");
     assert!(
         line_with(&text, "[build]").contains("✓ [build] ok ×1 3.00s"),
         "{text}"
     );
     let text = back(&mut app);
     assert!(
-        text.contains("HISTORY event 3 of 5: node_started"),
+        text.contains("HISTORY event 3 of 6: node_started"),
         "{text}"
     );
     assert!(
@@ -465,7 +486,7 @@ fn history_shows_each_node_as_it_was_at_the_event() {
         "{text}"
     );
     let text = back(&mut app);
-    assert!(text.contains("HISTORY event 2 of 5: activated"), "{text}");
+    assert!(text.contains("HISTORY event 2 of 6: activated"), "{text}");
     assert!(
         line_with(&text, "[build]").contains("not visited"),
         "{text}"
@@ -887,4 +908,56 @@ fn line_with<'a>(text: &'a str, needle: &str) -> &'a str {
     text.lines()
         .find(|l| l.contains(needle))
         .unwrap_or_else(|| panic!("no {needle}:\n{text}"))
+}
+
+/// In history an effect is drawn as it was: not there before it was reserved, still applying
+/// (no receipt) before it settled.
+#[test]
+fn history_takes_back_effects_settled_or_reserved_later() {
+    use piw_core::store::{EffectRecord, EventRecord};
+
+    use super::model::{undo_later_events, Inspector};
+
+    let effect = |id: &str| EffectRecord {
+        effect_id: id.into(),
+        run_id: "run".into(),
+        attempt_id: "att".into(),
+        effect_key: format!("key-{id}"),
+        fingerprint: "fp".into(),
+        state: "applied".into(),
+        retry_contract: "never".into(),
+        receipt: Some(json!({"ok": true})),
+        receipt_omitted: false,
+        error: None,
+    };
+    let event = |seq: u64, kind: &str, data: Value| EventRecord {
+        run_id: "run".into(),
+        seq,
+        kind: kind.into(),
+        at: T0,
+        data,
+    };
+    let mut inspector = Inspector {
+        effects: vec![effect("e1"), effect("e2"), effect("e3")],
+        ..Inspector::default()
+    };
+    let later = [
+        event(
+            9,
+            "effect_reserved",
+            json!({"effect": "e3", "key": "key-e3"}),
+        ),
+        event(
+            8,
+            "effect_settled",
+            json!({"effect": "e2", "state": "applied"}),
+        ),
+    ];
+    undo_later_events(&mut inspector, &later);
+    let states: Vec<(&str, &str, bool)> = inspector
+        .effects
+        .iter()
+        .map(|e| (e.effect_id.as_str(), e.state.as_str(), e.receipt.is_some()))
+        .collect();
+    assert_eq!(states, [("e1", "applied", true), ("e2", "applying", false)]);
 }
