@@ -3,7 +3,7 @@
 mod common;
 
 use common::{new_run, step, Fixture};
-use piw_core::store::{RunFilter, RunStatus, Store, StoreConfig};
+use piw_core::store::{Answerer, DecisionKind, Fence, RunFilter, RunStatus, Store, StoreConfig};
 use serde_json::json;
 
 fn reader(f: &Fixture) -> Store {
@@ -106,5 +106,94 @@ fn event_pages_stitch_to_the_whole_chain_and_data_version_sees_commits() {
     assert_eq!(
         r.events_page(&run_id, None, 1).unwrap().newest_first[0].kind,
         "transitioned"
+    );
+}
+
+/// The attempts placed in the run's events give each attempt's status after every event: it
+/// waits for a checkpoint and runs again once answered and reactivated, waits again across a
+/// lost child (its answer is kept), closes at the transition; the next attempt is interrupted
+/// by a lost child (closed there, not when the node starts again) and the third is cancelled.
+#[test]
+fn attempt_history_replays_each_attempts_status_event_by_event() {
+    let mut f = Fixture::new();
+    let (run_id, act, a1) = f.running(); // 1 started, 2 activated, 3 node_started a
+    let decision = f
+        .store
+        .write(|w| w.wait_for_decision(&act.claim, &a1, DecisionKind::Checkpoint, &json!({})))
+        .unwrap(); // 4 waiting
+    f.store
+        .write(|w| w.answer_decision(&decision, &json!("go"), Answerer::Person))
+        .unwrap(); // 5 decision_answered
+    let act = f.activate(&run_id); // 6 activated
+    f.store
+        .write(|w| w.child_lost(&act.claim, "crash"))
+        .unwrap(); // 7 child_lost
+    let act = f.activate(&run_id); // 8 activated
+    let b1 = f
+        .store
+        .write(|w| w.transition(&act.claim, &step(&a1, "b")))
+        .unwrap()
+        .next_attempt_id; // 9 transitioned a -> b
+    f.store
+        .write(|w| w.child_lost(&act.claim, "crash"))
+        .unwrap(); // 10 child_lost
+    let act = f.activate(&run_id); // 11 activated
+    let b2 = f
+        .store
+        .write(|w| w.node_started(&act.claim, "b", None))
+        .unwrap(); // 12 node_started b
+    f.store
+        .write(|w| w.cancel(&run_id, Fence::Claim(&act.claim), "stop"))
+        .unwrap(); // 13 cancelled
+    let r = reader(&f);
+    assert_eq!(r.run(&run_id).unwrap().revision, 13);
+
+    let spans = r.attempt_history(&run_id).unwrap();
+    let ids: Vec<&str> = spans.iter().map(|s| s.attempt_id.as_str()).collect();
+    assert_eq!(ids, [a1.as_str(), b1.as_str(), b2.as_str()]);
+    let statuses =
+        |i: usize| -> Vec<Option<&str>> { (1..=13).map(|seq| spans[i].status_at(seq)).collect() };
+    let (run, wait) = (Some("running"), Some("waiting"));
+    assert_eq!(
+        statuses(0),
+        [
+            None,
+            None,
+            run,
+            wait,
+            wait,
+            run,
+            wait,
+            run,
+            Some("ok"),
+            Some("ok"),
+            Some("ok"),
+            Some("ok"),
+            Some("ok")
+        ]
+    );
+    let interrupted = Some("interrupted");
+    assert_eq!(
+        statuses(1),
+        [
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            run,
+            interrupted,
+            interrupted,
+            interrupted,
+            interrupted
+        ]
+    );
+    assert_eq!(statuses(2)[10..], [None, run, Some("cancelled")]);
+    assert_eq!(
+        spans.iter().map(|s| s.closed_seq).collect::<Vec<_>>(),
+        [Some(9), Some(10), Some(13)]
     );
 }

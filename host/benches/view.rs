@@ -165,7 +165,7 @@ fn main() {
         ms(&l, 0.5)
     };
     println!("\n  reads (p50 of {SAMPLES}, ms):");
-    let reads: [(&str, &dyn Fn()); 6] = [
+    let reads: [(&str, &dyn Fn()); 7] = [
         ("open read-only (schema check included)", &|| {
             Store::open_read_only(&paths.db, StoreConfig::default()).unwrap();
         }),
@@ -184,6 +184,9 @@ fn main() {
         }),
         ("for comparison: every event (Store::events)", &|| {
             store.events(&run_id, 0).unwrap();
+        }),
+        ("attempt_history (the first step back)", &|| {
+            store.attempt_history(&run_id).unwrap();
         }),
     ];
     for (name, f) in reads {

@@ -284,8 +284,10 @@ fn the_viewer_follows_a_live_host_in_a_real_terminal() {
     });
     let (newest, _) = history_event(&screen).unwrap_or_default();
     tmux.keys(&["Left"]);
-    tmux.wait_for("one event further back", |s| {
+    // The step into done: done drawn as it was then, running.
+    tmux.wait_for("one event further back, done running", |s| {
         history_event(s).is_some_and(|(seq, _)| seq + 1 == newest)
+            && has_line(s, &["▶ [done] running"])
     });
     tmux.keys(&["Right", "Right"]);
     tmux.wait_for("live again", |s| {

@@ -53,7 +53,8 @@ pub use read::{
 pub use receipts::{CommandMeta, CommandOutcome, StoredReceipt};
 pub use schema::{ddl_digest, DDL, SCHEMA_ID};
 pub use view::{
-    AttemptDetail, AttemptRequest, EventCursor, EventPage, NodeActivity, RunFilter, RunSummary,
+    attempt_spans, AttemptDetail, AttemptRequest, AttemptSpan, EventCursor, EventPage,
+    NodeActivity, RunFilter, RunSummary,
 };
 
 use crate::clock::{Clock, SystemClock, UnixMillis};

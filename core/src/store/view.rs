@@ -6,7 +6,7 @@ use rusqlite::{params, OptionalExtension as _};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::read::{EffectRecord, EventRecord};
+use super::read::{AttemptRecord, EffectRecord, EventRecord};
 use super::{parse_status, RunStatus, Store, StoreError, StoreResult};
 use crate::clock::UnixMillis;
 use crate::protocol::outcome_word;
@@ -92,6 +92,132 @@ pub struct EventPage {
 /// Where a page of events continues: an opaque position in a run's event chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EventCursor(i64);
+
+/// One attempt placed in its run's history: the events that opened and closed it and those at
+/// which it began or stopped waiting, so a viewer can show it as it was after any event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AttemptSpan {
+    pub attempt_id: String,
+    pub node_id: String,
+    pub ordinal: u64,
+    /// The event (its seq) that opened the attempt.
+    pub opened_seq: u64,
+    /// The event that closed it; `None` while it is open.
+    pub closed_seq: Option<u64>,
+    /// Its status now (the attempt vocabulary: `ok`, `failed`, ...), which it had from
+    /// `closed_seq` on.
+    pub status: String,
+    pub started_at: UnixMillis,
+    pub finished_at: Option<UnixMillis>,
+    /// The events after which it waited (`true`) or ran again (`false`), oldest first.
+    pub waits: Vec<(u64, bool)>,
+}
+
+impl AttemptSpan {
+    /// Its status just after event `seq`: `None` before it opened, `running` or `waiting` while
+    /// open, then its final status.
+    pub fn status_at(&self, seq: u64) -> Option<&str> {
+        if seq < self.opened_seq {
+            return None;
+        }
+        if self.closed_seq.is_some_and(|closed| closed <= seq) {
+            return Some(&self.status);
+        }
+        let waiting = self
+            .waits
+            .iter()
+            .take_while(|(at, _)| *at <= seq)
+            .last()
+            .is_some_and(|(_, waits)| *waits);
+        Some(if waiting { "waiting" } else { "running" })
+    }
+
+    /// Whether the attempt is open (running or waiting) just after event `seq`.
+    pub fn open_at(&self, seq: u64) -> bool {
+        self.opened_seq <= seq && self.closed_seq.is_none_or(|closed| closed > seq)
+    }
+}
+
+/// Places a run's attempts in its events (oldest first), by the rules of the lifecycle: a run
+/// has at most one open attempt; `node_started` and `transitioned` open the one they name
+/// (`transitioned` closing the one before); `waiting`, `interaction_requested` and a rejected
+/// submission make it wait, `activated` and a failed interaction run it again; a loss
+/// (`child_lost`, `recovered`), `review` or `parked` either interrupts it or leaves it waiting
+/// for the retry: an attempt that ended without a transition closed at the last such event
+/// before the next attempt opened, or at the event that ended the run.
+pub fn attempt_spans(events: &[EventRecord], attempts: &[AttemptRecord]) -> Vec<AttemptSpan> {
+    let rows: std::collections::HashMap<&str, &AttemptRecord> = attempts
+        .iter()
+        .map(|a| (a.attempt_id.as_str(), a))
+        .collect();
+    let mut spans: Vec<AttemptSpan> = Vec::new();
+    // The open attempt (an index into `spans`) and the last event that could have closed it.
+    let mut open: Option<usize> = None;
+    let mut last_stop: Option<u64> = None;
+    let close = |span: &mut AttemptSpan, seq: u64| {
+        if span.finished_at.is_some() {
+            span.closed_seq = Some(seq);
+        }
+    };
+    for e in events {
+        match e.kind.as_str() {
+            "node_started" | "transitioned" => {
+                if let Some(i) = open.take() {
+                    let at = if e.kind == "transitioned" {
+                        e.seq
+                    } else {
+                        last_stop.unwrap_or(e.seq)
+                    };
+                    close(&mut spans[i], at);
+                }
+                last_stop = None;
+                let Some(row) = e.data["attempt"].as_str().and_then(|id| rows.get(id)) else {
+                    continue;
+                };
+                open = Some(spans.len());
+                spans.push(AttemptSpan {
+                    attempt_id: row.attempt_id.clone(),
+                    node_id: row.node_id.clone(),
+                    ordinal: row.ordinal,
+                    opened_seq: e.seq,
+                    closed_seq: None,
+                    status: outcome_word(&row.status).to_owned(),
+                    started_at: row.started_at,
+                    finished_at: row.finished_at,
+                    waits: Vec::new(),
+                });
+            }
+            "waiting" | "interaction_requested" | "submission_rejected" => {
+                if let Some(i) = open {
+                    spans[i].waits.push((e.seq, true));
+                }
+            }
+            "activated" | "interaction_failed" => {
+                if let Some(i) = open {
+                    spans[i].waits.push((e.seq, false));
+                }
+            }
+            "child_lost" | "recovered" | "review" | "parked" | "repaired" => {
+                if let Some(i) = open {
+                    // Left waiting unless this is where it was interrupted (known once the
+                    // next attempt opens); a closed span's status no longer reads its waits.
+                    spans[i].waits.push((e.seq, true));
+                }
+                last_stop = Some(e.seq);
+            }
+            "completed" | "failed" | "cancelled" | "timed_out" => {
+                if let Some(i) = open.take() {
+                    close(&mut spans[i], e.seq);
+                }
+            }
+            _ => {}
+        }
+    }
+    if let (Some(i), Some(at)) = (open, last_stop) {
+        close(&mut spans[i], at);
+    }
+    spans
+}
 
 impl Store {
     /// SQLite's `data_version`: it changes when another connection (the host) commits, so a
@@ -327,6 +453,14 @@ impl Store {
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The run's attempts placed in its history ([`attempt_spans`]): reads all its events and
+    /// attempts, so a viewer asks only when a person steps back through the history.
+    pub fn attempt_history(&self, run_id: &str) -> StoreResult<Vec<AttemptSpan>> {
+        let events = self.events(run_id, 0)?;
+        let attempts = self.attempts(run_id)?;
+        Ok(attempt_spans(&events, &attempts))
     }
 
     /// Up to `limit` of the run's events, newest first: the newest ones when `older` is

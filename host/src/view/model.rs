@@ -5,8 +5,8 @@
 use piw_core::clock::UnixMillis;
 use piw_core::graph::{Edge, Graph, NodeKind};
 use piw_core::store::{
-    AttemptDetail, AttemptRequest, ChildRecord, EffectRecord, EventCursor, EventRecord,
-    NodeActivity, RunFilter, RunRecord, RunStatus, RunSummary, Store, StoreResult,
+    AttemptDetail, AttemptRequest, AttemptSpan, ChildRecord, EffectRecord, EventCursor,
+    EventRecord, NodeActivity, RunFilter, RunRecord, RunStatus, RunSummary, Store, StoreResult,
 };
 
 /// How many runs one page of the run list holds (more than any terminal shows at once).
@@ -132,6 +132,9 @@ pub struct RunModel {
     pub older_events: Option<EventCursor>,
     /// Stepping through history: the index into `events` of the event shown; `None` is live.
     pub history: Option<usize>,
+    /// The run's attempts placed in its history, read when history is first shown (and again
+    /// on a change while it is): the nodes are drawn as they were after the event shown.
+    pub spans: Option<Vec<AttemptSpan>>,
 }
 
 impl RunModel {
@@ -147,6 +150,7 @@ impl RunModel {
             events: Vec::new(),
             older_events: None,
             history: None,
+            spans: None,
         };
         model.reload(store)?;
         Ok(model)
@@ -165,17 +169,6 @@ impl RunModel {
                 }
             }
         }
-        let keep = self.selected_node().map(str::to_owned);
-        let activity = store.node_activity(&run_id)?;
-        self.nodes = node_rows(
-            self.graph.as_ref(),
-            activity,
-            self.run.current_node.as_deref(),
-        );
-        self.selected = keep
-            .and_then(|id| self.nodes.iter().position(|n| n.node_id == id))
-            .or_else(|| self.nodes.iter().position(|n| n.is_current))
-            .unwrap_or(0);
         self.child = store.last_child(&run_id)?;
         // The newest page again; an event shown in history keeps its place by seq.
         let shown_seq = self.shown_event().map(|e| e.seq);
@@ -188,7 +181,37 @@ impl RunModel {
             }
             self.history = self.events.iter().position(|e| e.seq == seq);
         }
+        self.spans = None;
+        let keep = self.selected_node().map(str::to_owned);
+        self.place_nodes(store)?;
+        self.selected = keep
+            .and_then(|id| self.nodes.iter().position(|n| n.node_id == id))
+            .or_else(|| self.nodes.iter().position(|n| n.is_current))
+            .unwrap_or(0);
         self.load_inspector(store)
+    }
+
+    /// The node rows: as they are now when live; in history, as they were after the event
+    /// shown, replayed from the run's attempts placed in its events.
+    fn place_nodes(&mut self, store: &Store) -> StoreResult<()> {
+        let (activity, current) = match self.shown_event().map(|e| e.seq) {
+            None => {
+                self.spans = None;
+                (
+                    store.node_activity(&self.run.run_id)?,
+                    self.run.current_node.clone(),
+                )
+            }
+            Some(seq) => {
+                if self.spans.is_none() {
+                    self.spans = Some(store.attempt_history(&self.run.run_id)?);
+                }
+                let spans = self.spans.as_deref().unwrap_or_default();
+                (activity_at(spans, seq), current_at(spans, seq))
+            }
+        };
+        self.nodes = node_rows(self.graph.as_ref(), activity, current.as_deref());
+        Ok(())
     }
 
     fn load_older(&mut self, store: &Store) -> StoreResult<()> {
@@ -199,26 +222,40 @@ impl RunModel {
     }
 
     fn load_inspector(&mut self, store: &Store) -> StoreResult<()> {
-        // In history, the attempt the shown event opened (as it is now), when it is the
-        // selected node's; else the selected node's newest attempt.
-        let selected = self.nodes.get(self.selected);
-        let from_event = self.shown_event().and_then(|e| {
-            let node = event_node(e)?;
-            let attempt = e.data["attempt"].as_str()?;
-            (selected.map(|n| n.node_id.as_str()) == Some(node)).then(|| attempt.to_owned())
-        });
-        let attempt_id = from_event.or_else(|| {
-            selected
-                .and_then(|n| n.activity.as_ref())
-                .map(|a| a.last_attempt_id.clone())
-        });
+        // The selected node's newest attempt (in history, its newest then, as it was then).
+        let attempt_id = self
+            .nodes
+            .get(self.selected)
+            .and_then(|n| n.activity.as_ref())
+            .map(|a| a.last_attempt_id.clone());
         self.inspector = match attempt_id {
-            Some(id) => Inspector {
-                input: Some(store.attempt_input(&self.run.run_id, &id)?),
-                attempt: Some(store.attempt_detail(&id)?),
-                requests: store.attempt_requests(&id)?,
-                effects: store.attempt_effects(&self.run.run_id, &id)?,
-            },
+            Some(id) => {
+                let mut attempt = store.attempt_detail(&id)?;
+                let seq = self.shown_event().map(|e| e.seq);
+                let then = seq.and_then(|seq| {
+                    let span = self.spans.as_ref()?.iter().find(|s| s.attempt_id == id)?;
+                    span.open_at(seq)
+                        .then(|| span.status_at(seq).map(str::to_owned))?
+                });
+                if let Some(status) = then {
+                    // Still open after the event shown: nothing of its end is shown yet.
+                    attempt.status = status;
+                    attempt.finished_at = None;
+                    attempt.output = None;
+                    attempt.error = None;
+                }
+                let mut inspector = Inspector {
+                    input: Some(store.attempt_input(&self.run.run_id, &id)?),
+                    attempt: Some(attempt),
+                    requests: store.attempt_requests(&id)?,
+                    effects: store.attempt_effects(&self.run.run_id, &id)?,
+                };
+                if let Some(i) = self.history {
+                    // The events after the one shown are all loaded (newest first, up to it).
+                    undo_later_events(&mut inspector, &self.events[..i]);
+                }
+                inspector
+            }
             None => Inspector::default(),
         };
         Ok(())
@@ -266,8 +303,10 @@ impl RunModel {
         self.select_event_node(store)
     }
 
-    /// In history, the node the shown event is about is selected; live, the current node.
+    /// Draws the nodes as they were after the event shown (or as they are, live) and selects
+    /// the node the event is about (live, the current node).
     fn select_event_node(&mut self, store: &Store) -> StoreResult<()> {
+        self.place_nodes(store)?;
         let target = match self.shown_event() {
             Some(event) => event_node(event).map(str::to_owned),
             None => self.run.current_node.clone(),
@@ -275,16 +314,27 @@ impl RunModel {
         if let Some(i) = target.and_then(|t| self.nodes.iter().position(|n| n.node_id == t)) {
             self.selected = i;
         }
+        self.selected = self.selected.min(self.nodes.len().saturating_sub(1));
         self.load_inspector(store)
     }
 
     /// The current node's latest progress message (`worker.progress`), from the loaded
-    /// events: the newest `progress` event since the run last moved to a node.
+    /// events: the newest `progress` event since the run last moved to a node (in history,
+    /// as of the event shown).
     pub fn current_progress(&self) -> Option<&str> {
-        if !matches!(self.run.status, RunStatus::Running | RunStatus::Waiting) {
+        let open = match self.history {
+            None => matches!(self.run.status, RunStatus::Running | RunStatus::Waiting),
+            Some(_) => self.nodes.iter().any(|n| {
+                n.is_current
+                    && n.activity
+                        .as_ref()
+                        .is_some_and(|a| matches!(a.last_status.as_str(), "running" | "waiting"))
+            }),
+        };
+        if !open {
             return None;
         }
-        for event in &self.events {
+        for event in self.events.iter().skip(self.history.unwrap_or(0)) {
             match event.kind.as_str() {
                 "progress" => return event.data["message"].as_str(),
                 "node_started" | "transitioned" => return None,
@@ -301,6 +351,99 @@ impl RunModel {
             None => self.run.current_node.as_deref(),
         }
     }
+}
+
+/// What each node had done just after event `seq`, from the run's attempt spans (as
+/// [`Store::node_activity`] reads it now).
+pub fn activity_at(spans: &[AttemptSpan], seq: u64) -> Vec<NodeActivity> {
+    let mut nodes: Vec<NodeActivity> = Vec::new();
+    for span in spans {
+        let Some(status) = span.status_at(seq) else {
+            continue;
+        };
+        let i = match nodes.iter().position(|n| n.node_id == span.node_id) {
+            Some(i) => i,
+            None => {
+                nodes.push(NodeActivity {
+                    node_id: span.node_id.clone(),
+                    visits: 0,
+                    last_status: String::new(),
+                    last_attempt_id: String::new(),
+                    busy_ms: 0,
+                    last_started_at: 0,
+                });
+                nodes.len() - 1
+            }
+        };
+        let node = &mut nodes[i];
+        node.visits += 1;
+        if !span.open_at(seq) {
+            node.busy_ms += span.finished_at.map_or(0, |end| end - span.started_at);
+        }
+        // Spans come in the order their attempts opened: the last one is the newest.
+        node.last_status = status.to_owned();
+        node.last_attempt_id = span.attempt_id.clone();
+        node.last_started_at = span.started_at;
+    }
+    nodes.sort_by(|a, b| a.node_id.cmp(&b.node_id));
+    nodes
+}
+
+/// Takes back from `inspector` what the events after the one shown did (`later`): a request or
+/// effect made later is not there yet, a request answered or submitted to later still pending,
+/// an effect settled later still applying.
+pub fn undo_later_events(inspector: &mut Inspector, later: &[EventRecord]) {
+    let named = |kinds: &[&str], field: &str| -> Vec<String> {
+        later
+            .iter()
+            .filter(|e| kinds.contains(&e.kind.as_str()))
+            .filter_map(|e| e.data[field].as_str().map(str::to_owned))
+            .collect()
+    };
+    let asked = [
+        named(&["waiting"], "decision"),
+        named(&["interaction_requested"], "interaction"),
+    ]
+    .concat();
+    let answered = named(&["decision_answered"], "decision");
+    let submitted = named(&["submitted"], "interaction");
+    inspector.requests.retain(|r| !asked.contains(&r.id));
+    for r in &mut inspector.requests {
+        if answered.contains(&r.id) || submitted.contains(&r.id) {
+            r.status = "pending".into();
+            r.answer = None;
+            r.answered_by = None;
+            r.error = None;
+        }
+    }
+    let reserved = named(&["effect_reserved"], "effect");
+    let applying = named(&["effect_applying"], "effect");
+    let settled = named(&["effect_settled"], "effect");
+    let resolved = named(&["effect_resolved"], "effect");
+    inspector
+        .effects
+        .retain(|e| !reserved.contains(&e.effect_id));
+    for e in &mut inspector.effects {
+        let state = if applying.contains(&e.effect_id) {
+            "reserved"
+        } else if settled.contains(&e.effect_id) {
+            "applying"
+        } else if resolved.contains(&e.effect_id) {
+            "uncertain"
+        } else {
+            continue;
+        };
+        e.state = state.into();
+        e.receipt = None;
+    }
+}
+
+/// Where the run was just after event `seq`: the node of the newest attempt opened by then.
+pub fn current_at(spans: &[AttemptSpan], seq: u64) -> Option<String> {
+    spans
+        .iter()
+        .rfind(|s| s.opened_seq <= seq)
+        .map(|s| s.node_id.clone())
 }
 
 /// The node an event is about: where a step went, or which node started.

@@ -8,12 +8,13 @@
 
 use piw_core::clock::UnixMillis;
 use piw_core::store::{EventRecord, RunStatus};
-use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::layout::{Constraint, Flex, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Cell, Paragraph, Row, Table, TableState, Wrap};
 use ratatui::Frame;
 use serde_json::Value;
+use unicode_width::UnicodeWidthStr as _;
 
 use super::model::{event_node, precise_duration, short_duration, NodeRow, RunModel, RunsModel};
 
@@ -89,20 +90,6 @@ fn draw_runs(frame: &mut Frame<'_>, area: Rect, runs: &RunsModel, theme: Theme, 
     );
     let header = Row::new(["STATUS", "WORKFLOW", "SESSION", "NODE", "AGE", "RUN"])
         .style(Style::default().add_modifier(Modifier::BOLD));
-    let rows = runs.rows.iter().map(|r| {
-        let mut status = r.status.as_str().to_owned();
-        if r.paused {
-            status.push_str(" (paused)");
-        }
-        Row::new([
-            Cell::from(status).style(theme.status(r.status.as_str())),
-            Cell::from(r.workflow_name.clone()),
-            Cell::from(r.origin_session.clone().unwrap_or_else(|| "-".into())),
-            Cell::from(r.current_node.clone().unwrap_or_else(|| "-".into())),
-            Cell::from(short_duration(now - r.created_at)),
-            Cell::from(r.run_id.clone()),
-        ])
-    });
     let widths = [
         Constraint::Length(11),
         Constraint::Fill(2),
@@ -112,9 +99,36 @@ fn draw_runs(frame: &mut Frame<'_>, area: Rect, runs: &RunsModel, theme: Theme, 
         // Run ids are 32 characters: shown whole, so they can be copied.
         Constraint::Length(32),
     ];
+    // The columns as the table lays them out (inside the border, after the `> ` of the
+    // selection), so a cell too long for its column is cut with `…` rather than silently.
+    let columns: Vec<u16> = Layout::horizontal(widths)
+        .flex(Flex::Start)
+        .spacing(1)
+        .split(Rect::new(0, 0, area.width.saturating_sub(2 + 2), 1))
+        .iter()
+        .map(|c| c.width)
+        .collect();
+    let cut = |i: usize, text: String| fit_text(&text, columns.get(i).copied().unwrap_or(0));
+    let rows = runs.rows.iter().map(|r| {
+        let mut status = r.status.as_str().to_owned();
+        if r.paused {
+            status.push_str(" (paused)");
+        }
+        Row::new([
+            Cell::from(cut(0, status)).style(theme.status(r.status.as_str())),
+            Cell::from(cut(1, r.workflow_name.clone())),
+            Cell::from(cut(
+                2,
+                r.origin_session.clone().unwrap_or_else(|| "-".into()),
+            )),
+            Cell::from(cut(3, r.current_node.clone().unwrap_or_else(|| "-".into()))),
+            Cell::from(cut(4, short_duration(now - r.created_at))),
+            Cell::from(r.run_id.clone()),
+        ])
+    });
     let table = Table::new(rows, widths)
         .header(header)
-        .block(Block::bordered().title(title))
+        .block(Block::bordered().title(fit_text(&title, area.width.saturating_sub(2))))
         .row_highlight_style(Style::default().add_modifier(Modifier::REVERSED))
         .highlight_symbol("> ");
     let mut state =
@@ -138,21 +152,45 @@ fn title_str(filter: &piw_core::store::RunFilter) -> String {
 
 fn draw_run(frame: &mut Frame<'_>, area: Rect, m: &RunModel, theme: Theme, now: UnixMillis) {
     let wide = area.width >= 100;
-    let events_height = if area.height >= 30 { 10 } else { 6 };
+    let [graph_width, inspector_width] = Layout::horizontal([
+        Constraint::Percentage(if wide { 45 } else { 50 }),
+        Constraint::Fill(1),
+    ])
+    .areas(Rect::new(0, 0, area.width, 1))
+    .map(|r| r.width.saturating_sub(2));
+    // The events get the rows the graph and the inspector do not need (at least a few, at
+    // most what there is to list), so a short run's first event is not hidden below empty
+    // panels.
+    let (graph, _) = graph_lines(m, theme, now, graph_width);
+    let middle_needed = (graph.len() + 2)
+        .max(inspector(m, now).line_count(inspector_width))
+        .max(4);
+    let below_head = usize::from(area.height.saturating_sub(2));
+    let least = if area.height >= 30 { 10 } else { 6 };
+    let listed = if m.older_events.is_some() {
+        usize::MAX
+    } else {
+        m.events.len() + 2
+    };
+    let events_height = listed.min(below_head.saturating_sub(middle_needed).max(least));
     let [head, middle, events] = Layout::vertical([
         Constraint::Length(2),
         Constraint::Min(4),
-        Constraint::Length(events_height),
+        Constraint::Length(u16::try_from(events_height).unwrap_or(u16::MAX)),
     ])
     .areas(area);
-    frame.render_widget(Paragraph::new(header_lines(m, theme, now)), head);
-    let [graph, inspector] = Layout::horizontal([
+    let head_lines = header_lines(m, theme, now)
+        .into_iter()
+        .map(|l| fit_line(l, head.width))
+        .collect::<Vec<_>>();
+    frame.render_widget(Paragraph::new(head_lines), head);
+    let [graph_area, inspector_area] = Layout::horizontal([
         Constraint::Percentage(if wide { 45 } else { 50 }),
         Constraint::Fill(1),
     ])
     .areas(middle);
-    draw_graph(frame, graph, m, theme);
-    draw_inspector(frame, inspector, m, theme, now);
+    draw_graph(frame, graph_area, m, theme, now);
+    frame.render_widget(inspector(m, now), inspector_area);
     draw_events(frame, events, m);
 }
 
@@ -223,14 +261,25 @@ pub fn status_marker(status: Option<&str>) -> &'static str {
 /// to the one next node, `├─ case ─▶ node` for each case of a switch, `■ end` for none. The
 /// boxes share one width, so they read as a column. Nothing depends on colour: `>` marks the
 /// selected node and `▸` the highlighted one, beside its box.
-pub fn graph_lines(m: &RunModel, theme: Theme) -> (Vec<Line<'static>>, usize) {
+pub fn graph_lines(
+    m: &RunModel,
+    theme: Theme,
+    now: UnixMillis,
+    width: u16,
+) -> (Vec<Line<'static>>, usize) {
+    // In history, how long an open attempt had run or waited is counted to the event shown.
+    let now = m.shown_event().map_or(now, |e| e.at);
     let mut lines = Vec::new();
     let mut selected_line = 0;
     let highlighted = m.highlighted_node();
     let contents: Vec<Line<'static>> = m
         .nodes
         .iter()
-        .map(|node| node_line(node, highlighted == Some(&node.node_id), theme))
+        .map(|node| {
+            // A box and its margins take six columns around what it says.
+            let room = usize::from(width).saturating_sub(6);
+            node_line(node, highlighted == Some(&node.node_id), theme, now, room)
+        })
         .collect();
     let inner = contents.iter().map(Line::width).max().unwrap_or(0) + 2;
     let mut mount: Option<&str> = None;
@@ -283,13 +332,22 @@ pub fn graph_lines(m: &RunModel, theme: Theme) -> (Vec<Line<'static>>, usize) {
     (lines, selected_line)
 }
 
-/// What a node's box says: its state marker, `[id]`, status word, visits and time.
-fn node_line(node: &NodeRow, highlighted: bool, theme: Theme) -> Line<'static> {
+/// What a node's box says: its state marker, `[id]`, status word, visits and time: while its
+/// newest attempt runs or waits, how long it has so far (as the inspector counts it), else the
+/// time its attempts took.
+fn node_line(
+    node: &NodeRow,
+    highlighted: bool,
+    theme: Theme,
+    now: UnixMillis,
+    room: usize,
+) -> Line<'static> {
     let status = node.activity.as_ref().map(|a| a.last_status.as_str());
+    let id = format!("[{}]", node.node_id);
     let mut spans = vec![
         Span::raw(format!("{} ", status_marker(status))),
         Span::styled(
-            format!("[{}]", node.node_id),
+            id.clone(),
             if highlighted {
                 Style::default().add_modifier(Modifier::BOLD)
             } else {
@@ -303,10 +361,14 @@ fn node_line(node: &NodeRow, highlighted: bool, theme: Theme) -> Line<'static> {
                 format!(" {}", a.last_status),
                 theme.status(&a.last_status),
             ));
+            let time = match a.last_status.as_str() {
+                "running" | "waiting" => now - a.last_started_at,
+                _ => a.busy_ms,
+            };
             spans.push(Span::raw(format!(
                 " ×{} {}",
                 a.visits,
-                precise_duration(a.busy_ms)
+                precise_duration(time)
             )));
         }
         None => spans.push(Span::raw(" not visited")),
@@ -317,11 +379,27 @@ fn node_line(node: &NodeRow, highlighted: bool, theme: Theme) -> Line<'static> {
             Style::default().add_modifier(Modifier::BOLD),
         ));
     }
-    Line::from(spans)
+    // Too wide for the panel: the status word gives way first (the marker says it too), then
+    // the id (`[repair.ver…]`), so the time and the current node's `◀` stay in view.
+    let line = Line::from(spans.clone());
+    if line.width() <= room {
+        return line;
+    }
+    if node.activity.is_some() {
+        spans.remove(2);
+    }
+    let over = Line::from(spans.clone()).width().saturating_sub(room);
+    if over == 0 {
+        return Line::from(spans);
+    }
+    let id_room = id.width().saturating_sub(over).max(3);
+    let id_room = u16::try_from(id_room - 1).unwrap_or(u16::MAX);
+    spans[1].content = format!("{}]", fit_text(&id[..id.len() - 1], id_room)).into();
+    fit_line(Line::from(spans), u16::try_from(room).unwrap_or(u16::MAX))
 }
 
-fn draw_graph(frame: &mut Frame<'_>, area: Rect, m: &RunModel, theme: Theme) {
-    let (mut lines, selected_line) = graph_lines(m, theme);
+fn draw_graph(frame: &mut Frame<'_>, area: Rect, m: &RunModel, theme: Theme, now: UnixMillis) {
+    let (mut lines, selected_line) = graph_lines(m, theme, now, area.width.saturating_sub(2));
     if lines.is_empty() {
         lines.push(Line::from(
             "no graph snapshot yet (the run has not started)",
@@ -337,6 +415,12 @@ fn draw_graph(frame: &mut Frame<'_>, area: Rect, m: &RunModel, theme: Theme) {
         .graph
         .as_ref()
         .map_or(" graph ".to_owned(), |g| format!(" graph {} ", g.name));
+    let title = fit_text(&title, area.width.saturating_sub(2));
+    let inner_width = area.width.saturating_sub(2);
+    let lines: Vec<Line<'static>> = lines
+        .into_iter()
+        .map(|l| fit_line(l, inner_width))
+        .collect();
     frame.render_widget(
         Paragraph::new(lines)
             .block(Block::bordered().title(title))
@@ -360,6 +444,8 @@ pub fn inspector_lines(m: &RunModel, now: UnixMillis) -> Vec<Line<'static>> {
         );
         out.push(Line::from(format!("  {}", compact(&e.data))));
     }
+    // In history, how long an attempt had run or waited is counted to the event shown.
+    let now = m.shown_event().map_or(now, |e| e.at);
     let Some(node) = m.nodes.get(m.selected) else {
         out.push(Line::from("no node selected"));
         return out;
@@ -463,13 +549,11 @@ pub fn inspector_lines(m: &RunModel, now: UnixMillis) -> Vec<Line<'static>> {
     out
 }
 
-fn draw_inspector(frame: &mut Frame<'_>, area: Rect, m: &RunModel, _theme: Theme, now: UnixMillis) {
-    frame.render_widget(
-        Paragraph::new(inspector_lines(m, now))
-            .block(Block::bordered().title(" inspector "))
-            .wrap(Wrap { trim: false }),
-        area,
-    );
+/// The inspector panel (wrapped: nothing in it is cut but by [`compact`]).
+fn inspector(m: &RunModel, now: UnixMillis) -> Paragraph<'static> {
+    Paragraph::new(inspector_lines(m, now))
+        .block(Block::bordered().title(" inspector "))
+        .wrap(Wrap { trim: false })
 }
 
 /// One line of the event list.
@@ -502,11 +586,14 @@ fn draw_events(frame: &mut Frame<'_>, area: Rect, m: &RunModel) {
         .take(visible)
         .map(|(i, e)| {
             let shown = m.history == Some(i);
-            let line = Line::from(format!(
-                "{}{}",
-                if shown { "▸" } else { " " },
-                event_line(e)
-            ));
+            let line = fit_line(
+                Line::from(format!(
+                    "{}{}",
+                    if shown { "▸" } else { " " },
+                    event_line(e)
+                )),
+                area.width.saturating_sub(2),
+            );
             if shown {
                 line.style(Style::default().add_modifier(Modifier::REVERSED))
             } else {
@@ -522,6 +609,47 @@ fn draw_events(frame: &mut Frame<'_>, area: Rect, m: &RunModel) {
         Paragraph::new(lines).block(Block::bordered().title(title)),
         area,
     );
+}
+
+/// `line` cut to `width` columns; a line that was cut ends in `…`.
+pub fn fit_line(line: Line<'static>, width: u16) -> Line<'static> {
+    let width = usize::from(width);
+    if line.width() <= width {
+        return line;
+    }
+    let room = width.saturating_sub(1);
+    let mut used = 0;
+    let mut spans: Vec<Span<'static>> = Vec::new();
+    for span in &line.spans {
+        let mut text = String::new();
+        let mut full = false;
+        for g in span.styled_graphemes(Style::default()) {
+            let w = g.symbol.width();
+            if used + w > room {
+                full = true;
+                break;
+            }
+            used += w;
+            text.push_str(g.symbol);
+        }
+        spans.push(Span::styled(text, span.style));
+        if full {
+            break;
+        }
+    }
+    if width > 0 {
+        spans.push(Span::raw("…"));
+    }
+    Line { spans, ..line }
+}
+
+/// `text` cut to `width` columns, ending in `…` when it was cut.
+pub fn fit_text(text: &str, width: u16) -> String {
+    fit_line(Line::from(text.to_owned()), width)
+        .spans
+        .iter()
+        .map(|s| s.content.as_ref())
+        .collect()
 }
 
 /// A value on one line, cut to keep a panel readable.

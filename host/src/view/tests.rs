@@ -347,17 +347,38 @@ fn a_run_with_a_branch_and_a_loop_shows_visits_routes_and_history() {
         "{text}"
     );
     assert!(text.contains("review ─▶ draft (ok)"), "{text}");
+    // Every node as it was after that event: draft running its second visit (for no time yet),
+    // review done once, publish not reached yet.
+    let line = |text: &str, needle: &str| line_with(text, needle).to_owned();
+    assert!(
+        line(&text, "[draft]").contains("▶ [draft] running ×2 0ms ◀"),
+        "{text}"
+    );
+    assert!(
+        line(&text, "[review]").contains("✓ [review] ok ×1 2.00s"),
+        "{text}"
+    );
+    assert!(line(&text, "[publish]").contains("not visited"), "{text}");
     // The node the event went to is selected: the inspector shows the attempt it opened (the
-    // second of two), not the node's newest.
+    // second of two), running then, for no time yet.
     assert!(text.contains("node draft (compute)"), "{text}");
-    assert!(text.contains("attempt 2 of 2"), "{text}");
+    assert!(text.contains("attempt 2 of 2 · running"), "{text}");
+    assert!(text.contains("· for 0ms"), "{text}");
     // Its input: what review returned the step before.
     assert!(text.contains(r#"input: {"again":true}"#), "{text}");
     app.key(&f.store, KeyCode::Left).unwrap();
     let text = buffer_text(&frame(&app, PLAIN, f.clock_now(), 80, 24).unwrap());
     assert!(text.contains("draft ─▶ review (ok)"), "{text}");
     assert!(
-        text.contains("node review (compute)") && text.contains("attempt 1 of 2"),
+        line(&text, "[draft]").contains("✓ [draft] ok ×1 1.00s"),
+        "{text}"
+    );
+    assert!(
+        line(&text, "[review]").contains("▶ [review] running ×1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("node review (compute)") && text.contains("attempt 1 of 1 · running"),
         "{text}"
     );
     for _ in 0..5 {
@@ -396,6 +417,193 @@ fn a_run_waiting_on_a_decision_shows_the_question() {
     let text = f.view(&run_id, 100, 30);
     assert!(
         text.contains(r#"answer (person): {"choice":"yes"}"#),
+        "{text}"
+    );
+}
+
+/// Stepping back through a run whose decision was answered: the node waits only from the event
+/// that asked (the answer shown only from the event that gave it), ran before it, and was not
+/// visited before the run reached it.
+#[test]
+fn history_shows_each_node_as_it_was_at_the_event() {
+    let mut f = Fixture::new();
+    let (run_id, decision) = waiting_on_decision(&mut f);
+    f.store
+        .write(|w| w.answer_decision(&decision, &json!({"choice": "yes"}), Answerer::Person))
+        .unwrap();
+    let mut app = App::load(&f.store, RunFilter::default(), Some(&run_id)).unwrap();
+    let back = |app: &mut App| {
+        app.key(&f.store, KeyCode::Left).unwrap();
+        buffer_text(&frame(app, PLAIN, f.clock_now(), 100, 30).unwrap())
+    };
+    let text = back(&mut app);
+    assert!(
+        text.contains("HISTORY event 6 of 6: decision_answered"),
+        "{text}"
+    );
+    assert!(text.contains("answer (person)"), "{text}");
+    // Asked, not yet answered: the question without its answer.
+    let text = back(&mut app);
+    assert!(text.contains("HISTORY event 5 of 6: waiting"), "{text}");
+    assert!(
+        line_with(&text, "[approve]").contains("? [approve] waiting ×1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("pending") && !text.contains("· answered"),
+        "{text}"
+    );
+    assert!(
+        text.contains("question: Ship app.tar") && !text.contains("answer ("),
+        "{text}"
+    );
+    // Before it asked: no decision yet.
+    let text = back(&mut app);
+    assert!(
+        text.contains("HISTORY event 4 of 6: transitioned"),
+        "{text}"
+    );
+    assert!(
+        line_with(&text, "[approve]").contains("▶ [approve] running ×1"),
+        "{text}"
+    );
+    assert!(!text.contains("question:"), "{text}");
+    assert!(
+        line_with(&text, "[build]").contains("✓ [build] ok ×1 3.00s"),
+        "{text}"
+    );
+    let text = back(&mut app);
+    assert!(
+        text.contains("HISTORY event 3 of 6: node_started"),
+        "{text}"
+    );
+    assert!(
+        line_with(&text, "[build]").contains("▶ [build] running ×1"),
+        "{text}"
+    );
+    assert!(
+        line_with(&text, "[approve]").contains("not visited"),
+        "{text}"
+    );
+    let text = back(&mut app);
+    assert!(text.contains("HISTORY event 2 of 6: activated"), "{text}");
+    assert!(
+        line_with(&text, "[build]").contains("not visited"),
+        "{text}"
+    );
+    // Live again: as it is now.
+    app.key(&f.store, KeyCode::End).unwrap();
+    let text = buffer_text(&frame(&app, PLAIN, f.clock_now(), 100, 30).unwrap());
+    assert!(
+        line_with(&text, "[approve]").contains("? [approve] waiting ×1"),
+        "{text}"
+    );
+    assert!(
+        line_with(&text, "[build]").contains("✓ [build] ok ×1"),
+        "{text}"
+    );
+}
+
+/// A waiting node's box says how long it has waited, the time the inspector gives too.
+#[test]
+fn a_waiting_node_shows_how_long_it_has_waited() {
+    let mut f = Fixture::new();
+    let (run_id, _) = waiting_on_decision(&mut f);
+    f.clock.advance(95_000);
+    let text = f.view(&run_id, 80, 24);
+    assert!(
+        line_with(&text, "[approve]").contains("? [approve] waiting ×1 1m ◀"),
+        "{text}"
+    );
+    assert!(text.contains("· for 1m"), "{text}");
+    // A finished node keeps the time its attempts took.
+    assert!(
+        line_with(&text, "[build]").contains("✓ [build] ok ×1 3.00s"),
+        "{text}"
+    );
+}
+
+/// At 200×50 a short run leaves the panels most of the screen: the events pane takes it, so
+/// every event down to the first is listed, and no more rows than they need.
+#[test]
+fn the_events_pane_uses_the_rows_the_panels_do_not_need() {
+    let mut f = Fixture::new();
+    let graph = json!({
+        "name": "spin", "start": "a", "max_steps": 100,
+        "nodes": {"a": {"kind": "compute"}},
+        "edges": [{"from": "a", "switch": {"on": "$.n", "cases": {}, "default": "a"}}]
+    });
+    let (run_id, act, mut attempt) = f.start(&graph, None);
+    for n in 0..20 {
+        attempt = f.step(&act, &attempt, json!({"n": n}), "a", 10);
+    }
+    let text = f.view(&run_id, 200, 50);
+    let rows: Vec<&str> = text.lines().collect();
+    let first = rows
+        .iter()
+        .position(|l| l.contains("#1 "))
+        .unwrap_or_else(|| {
+            panic!("the first event is not listed:\n{text}");
+        });
+    assert!(text.contains("#23 "), "{text}");
+    // The pane ends right under the first event, above the footer.
+    assert!(rows[first + 1].starts_with('└'), "{text}");
+    assert_eq!(first + 3, rows.len(), "{text}");
+    // And the panels above still show all they have.
+    assert!(line_with(&text, "[a]").contains("running ×21"), "{text}");
+}
+
+/// What does not fit its column or panel is cut with `…`, never silently: a long workflow name
+/// in the run list, a long node id in its box (the state, time and `◀` stay), an event line.
+#[test]
+fn a_cut_line_ends_in_an_ellipsis() {
+    let mut f = Fixture::new();
+    let graph = json!({
+        "name": "a-workflow-whose-name-is-much-longer-than-its-column", "start": "first",
+        "nodes": {"first": {"kind": "compute"},
+                  "a-node-whose-id-is-longer-than-the-graph-panel": {"kind": "compute"}},
+        "edges": [{"from": "first", "to": "a-node-whose-id-is-longer-than-the-graph-panel"}]
+    });
+    let (run_id, act, attempt) = f.start(&graph, None);
+    f.step(
+        &act,
+        &attempt,
+        json!({}),
+        "a-node-whose-id-is-longer-than-the-graph-panel",
+        1_000,
+    );
+    let list = buffer_text(
+        &frame(
+            &App::load(&f.store, RunFilter::default(), None).unwrap(),
+            PLAIN,
+            f.clock_now(),
+            80,
+            24,
+        )
+        .unwrap(),
+    );
+    assert!(
+        line_with(&list, &run_id).contains("running     a-workf… -        a-node-… "),
+        "{list}"
+    );
+    let text = f.view(&run_id, 80, 24);
+    let node = line_with(&text, "[a-node-");
+    assert!(
+        node.contains("▶ [a-node-whose-id-is…] ×1 0ms ◀ │"),
+        "{text}"
+    );
+    let event = line_with(&text, "#4 ");
+    assert!(
+        event.ends_with("first ─▶ a-node-whose-id-is-longer-than-the-gr…│"),
+        "{text}"
+    );
+    assert!(
+        text.contains("┌ graph a-workflow-whose-name-is-much-…┐"),
+        "{text}"
+    );
+    // Nothing is cut where it fits.
+    assert!(
+        line_with(&text, "[first]").contains("✓ [first] ok ×1 1.00s"),
         "{text}"
     );
 }
@@ -659,6 +867,10 @@ fn events_load_a_page_at_a_time_and_history_pages_back() {
     let shown = model.shown_event().unwrap().seq;
     model.reload(&f.store).unwrap();
     assert_eq!(model.shown_event().unwrap().seq, shown);
+    // The node as it was then (events 1-2 started and activated the run, each later one
+    // opened an attempt), and as it is now once live again.
+    assert_eq!(model.nodes[0].activity.as_ref().unwrap().visits, shown - 2);
+    model.live(&f.store).unwrap();
     assert_eq!(model.nodes[0].activity.as_ref().unwrap().visits, 252);
 }
 
@@ -696,4 +908,56 @@ fn line_with<'a>(text: &'a str, needle: &str) -> &'a str {
     text.lines()
         .find(|l| l.contains(needle))
         .unwrap_or_else(|| panic!("no {needle}:\n{text}"))
+}
+
+/// In history an effect is drawn as it was: not there before it was reserved, still applying
+/// (no receipt) before it settled.
+#[test]
+fn history_takes_back_effects_settled_or_reserved_later() {
+    use piw_core::store::{EffectRecord, EventRecord};
+
+    use super::model::{undo_later_events, Inspector};
+
+    let effect = |id: &str| EffectRecord {
+        effect_id: id.into(),
+        run_id: "run".into(),
+        attempt_id: "att".into(),
+        effect_key: format!("key-{id}"),
+        fingerprint: "fp".into(),
+        state: "applied".into(),
+        retry_contract: "never".into(),
+        receipt: Some(json!({"ok": true})),
+        receipt_omitted: false,
+        error: None,
+    };
+    let event = |seq: u64, kind: &str, data: Value| EventRecord {
+        run_id: "run".into(),
+        seq,
+        kind: kind.into(),
+        at: T0,
+        data,
+    };
+    let mut inspector = Inspector {
+        effects: vec![effect("e1"), effect("e2"), effect("e3")],
+        ..Inspector::default()
+    };
+    let later = [
+        event(
+            9,
+            "effect_reserved",
+            json!({"effect": "e3", "key": "key-e3"}),
+        ),
+        event(
+            8,
+            "effect_settled",
+            json!({"effect": "e2", "state": "applied"}),
+        ),
+    ];
+    undo_later_events(&mut inspector, &later);
+    let states: Vec<(&str, &str, bool)> = inspector
+        .effects
+        .iter()
+        .map(|e| (e.effect_id.as_str(), e.state.as_str(), e.receipt.is_some()))
+        .collect();
+    assert_eq!(states, [("e1", "applied", true), ("e2", "applying", false)]);
 }
