@@ -2,6 +2,9 @@
 // workflow messages, the presentation of its one active interactive request (with reminders),
 // its protected decisions as dialogs, and its widget. Runs live in the host: nothing here
 // cancels, fails or parks a run when Pi goes away.
+import { existsSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+
 import { Client, isFinal } from '../index.js';
 import {
   MESSAGE,
@@ -33,6 +36,20 @@ const UNFINISHED_RUNS = 1_000;
 /** Workflow messages taken from the host per claim. */
 const CLAIM_LIMIT = 20;
 const KEY = 'piw';
+
+/**
+ * A test's barrier (test-only, like PIW_PI_FAULT): with PIW_PI_BARRIER_DIR set, while
+ * `<dir>/<point>.hold` exists the session waits at `point`. `<point>.reached` says it got there,
+ * `<point>.passed` that it goes on (written just before the code after the point runs, which
+ * runs on without yielding to anything but what it awaits).
+ */
+async function barrier(point) {
+  const dir = process.env.PIW_PI_BARRIER_DIR;
+  if (!dir || !existsSync(join(dir, `${point}.hold`))) return;
+  writeFileSync(join(dir, `${point}.reached`), '');
+  while (existsSync(join(dir, `${point}.hold`))) await new Promise((r) => setTimeout(r, 20));
+  writeFileSync(join(dir, `${point}.passed`), '');
+}
 
 export class HostCallError extends Error {
   constructor(message, code) {
@@ -327,6 +344,7 @@ export class WorkflowSession {
   async close() {
     if (this.closed) return;
     this.closed = true;
+    await barrier('closing');
     clearTimeout(this.reconnectTimer);
     this.reconnectTimer = null;
     for (const dialog of this.dialogs.values()) dialog.controller.abort();
@@ -483,7 +501,10 @@ export class WorkflowSession {
       const messages = await this.call('message.claim', (c) =>
         c.claimMessages(this.sessionId, { limit: CLAIM_LIMIT, claimant: `pi:${this.sessionId}` }),
       );
-      if (messages.length === 0) return;
+      await barrier('claimed');
+      // Pi is quitting (its session is closing): nothing more is added to the session; what was
+      // claimed and not acknowledged comes back at the next start.
+      if (messages.length === 0 || this.closed) return;
       this.pruneOutbox();
       let acked = 0;
       for (const m of messages) {
@@ -512,6 +533,7 @@ export class WorkflowSession {
   }
 
   deliver(m) {
+    if (this.closed) return;
     const text = messageText(m);
     const presentation = presentationOf(m);
     const details = { messageId: m.message_id, runId: m.run_id, kind: m.kind, content: m.content };
@@ -580,6 +602,7 @@ export class WorkflowSession {
   }
 
   sendStep(active, content, reminder) {
+    if (this.closed) return;
     const details = {
       key: active.id,
       runId: active.runId,
@@ -598,11 +621,16 @@ export class WorkflowSession {
 
   /** The model's turn settled (Pi's agent_settled): handled in the refresh loop, then a refresh. */
   onSettled(aborted) {
+    if (this.closed) return;
     // Known at once: what Pi dropped in this turn comes back without a turn after Escape.
     this.lastSettleAborted = aborted;
     // Counted once Pi has finished emitting the settle: a message sent while it emitted it
-    // starts a run of its own by then (Pi is not idle), so it is not taken for dropped.
+    // starts a run of its own by then (Pi is not idle), so it is not taken for dropped. Pi
+    // quitting aborts the turn and closes the session before then (session_shutdown follows the
+    // abort at once): that settle is not an Escape, and what waited in Pi's queue is not taken
+    // for dropped here; it comes back, with its turn, at the next start.
     setImmediate(() => {
+      if (this.closed) return;
       this.settles += 1;
       this.settleQueue.push(aborted);
       this.kick();

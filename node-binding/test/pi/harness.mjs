@@ -23,7 +23,9 @@ export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 /**
  * The mock model. `script(request)` gets `{ messages, last, lastText, tools }` of each chat
  * completion request and returns `{ text }` or `{ tool: { name, arguments } }` (or a Promise of
- * one, to hold a turn open). Every request is kept in `requests`.
+ * one, to hold a turn open before it starts). With `hold` (a Promise) the reply's first chunk is
+ * streamed and the rest waits until `hold` resolves: Pi is mid-turn, streaming, until the test
+ * releases it. Every request is kept in `requests`.
  */
 export async function mockModel(script) {
   const requests = [];
@@ -53,6 +55,12 @@ export async function mockModel(script) {
       const id = `chatcmpl-${++count}`;
       const chunk = (delta, finish = null) =>
         res.write(`data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created: 1, model: 'mock-model', choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`);
+      if (reply.hold) {
+        // The turn's first chunk reaches Pi; the rest waits for the test.
+        chunk({ role: 'assistant', content: '' });
+        await reply.hold;
+        if (res.destroyed) return;
+      }
       if (reply.tool) {
         const args = JSON.stringify(reply.tool.arguments ?? {});
         chunk({ role: 'assistant', tool_calls: [{ index: 0, id: `call_${count}`, type: 'function', function: { name: reply.tool.name, arguments: '' } }] });

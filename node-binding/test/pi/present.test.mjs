@@ -3,7 +3,7 @@
 // Pi's queue for a turn); without them a result card and no turn (decisions.test.mjs,
 // restart.test.mjs). Also the TUI card renderer.
 import assert from 'node:assert/strict';
-import { writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, test } from 'node:test';
 
@@ -91,19 +91,17 @@ test('an assistantMessage step is answered by the visible reply; an ordinary che
 const terminalCards = (pi, from = 0) => pi.customMessages('piw-message', from).filter((m) => m.details.kind === 'terminal');
 
 /**
- * A run of `presented` ends while the model streams a turn that the test holds open: its
- * presentation waits in Pi's queue as a steer. Returns Pi, the release of the held turn and the run.
+ * A run of `presented` ends while the model streams a turn that the test holds open (its first
+ * chunk sent, the rest held): its presentation waits in Pi's queue as a steer. Returns Pi, the
+ * release of the held turn and the run.
  */
-async function runEndsWhileStreaming(sessionId) {
+async function runEndsWhileStreaming(sessionId, extraEnv = {}) {
   env.addWorkflow('presented.workflow.mjs', 'presented');
   let release;
   const held = new Promise((r) => (release = r));
-  env.model.script = async ({ lastText }) => {
-    if (/HOLD-ME/.test(lastText)) await held;
-    return { text: 'ok' };
-  };
+  env.model.script = ({ lastText }) => (/HOLD-ME/.test(lastText) ? { text: 'ok', hold: held } : { text: 'ok' });
   const gate = join(env.root, `open-${sessionId}`);
-  const pi = await env.startPi({ sessionId });
+  const pi = await env.startPi({ sessionId, extraEnv });
   // A session Pi has saved (it writes the file once the conversation has started).
   await pi.prompt('hi');
   await pi.waitSettled();
@@ -115,7 +113,8 @@ async function runEndsWhileStreaming(sessionId) {
   }, 'the run computing');
   const from = pi.mark();
   await pi.prompt('HOLD-ME');
-  await until(() => env.model.requests.some((r) => /HOLD-ME/.test(r.lastText)), 'the held model request');
+  // Mid-turn: the model's reply has begun streaming.
+  await pi.waitEvent((e) => e.type === 'message_start' && e.message?.role === 'assistant', 'the held reply streaming', from);
   writeFileSync(gate, '');
   await client.waitForRun(run.run_id, { timeoutMs: 30_000 });
   // The extension has handed the presentation to Pi (its notification comes with it).
@@ -155,6 +154,33 @@ test('a presentation waiting as a steer when Pi quits mid-turn is delivered at t
   assert.equal(reply.data.messages.filter((m) => m.role === 'custom' && m.customType === 'piw-message').length, 1, 'in the session once');
   assert.equal(terminalCards(third).length, 0, 'not delivered a second time');
   await third.quit();
+});
+
+test('a refresh still running when Pi quits mid-turn adds nothing to the closing session: the presentation waiting as a steer comes at the next start, with its turn, once', async () => {
+  const barriers = join(env.root, 'barriers');
+  mkdirSync(barriers);
+  const { pi, release } = await runEndsWhileStreaming('closing', { PIW_PI_BARRIER_DIR: barriers });
+  // A refresh claims the presentation again (this claimant holds it) and waits with it.
+  writeFileSync(join(barriers, 'claimed.hold'), '');
+  writeFileSync(join(barriers, 'closing.hold'), '');
+  await pi.prompt('/workflow list');
+  await until(() => existsSync(join(barriers, 'claimed.reached')), 'a refresh holding its claim');
+  pi.child.stdin.end(); // quit: the held turn is aborted, then the session closes
+  await until(() => existsSync(join(barriers, 'closing.reached')), 'the session closing');
+  // The refresh goes on while the session closes; then the close.
+  rmSync(join(barriers, 'claimed.hold'));
+  await until(() => existsSync(join(barriers, 'claimed.passed')), 'the refresh going on');
+  rmSync(join(barriers, 'closing.hold'));
+  await pi.exited;
+  release();
+  const again = await env.startPi({ sessionId: 'closing' });
+  const card = await until(() => terminalCards(again)[0], 'the presentation at the next start');
+  assert.match(card.content, /PRESENT-THE-RESULT/);
+  await until(() => env.model.requests.some((r) => /PRESENT-THE-RESULT/.test(r.lastText)), 'its turn');
+  await again.waitSettled();
+  const reply = await again.send({ type: 'get_messages' });
+  assert.equal(reply.data.messages.filter((m) => m.role === 'custom' && m.customType === 'piw-message').length, 1, 'in the session once');
+  await again.quit();
 });
 
 test('Escape (queue cleared, turn aborted) while a presentation waits as a steer: it is added again in the same process without a turn', async () => {
