@@ -1452,3 +1452,126 @@ fn a_retried_run_start_replays_its_receipt_after_the_file_moved() {
     assert_eq!(err.code(), Some(RejectionCode::NotFound), "{err}");
     home.stop(host);
 }
+
+/// A host whose log cannot be written (its stderr a pipe whose reader went away, as a full
+/// disk would fail it too) drops the lines and keeps serving: logging in the store thread must
+/// not stop the thread that owns the state, and `host.status` counts what was lost.
+#[test]
+fn a_host_whose_log_cannot_be_written_keeps_serving() {
+    let home = Home::new();
+    let mut cmd = Command::new(piw());
+    // Debug: the store thread logs on every launch.
+    cmd.args(["host", "serve"])
+        .env("PIW_HOME", &home.paths.home)
+        .env("PIW_LOG", "debug")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut host = HostProc::start_ready(&mut cmd, &home.paths, None);
+    drop(host.stderr.take());
+    let mut c = home.client();
+    for _ in 0..3 {
+        let run_id = home.start_run(&mut c);
+        c.send(
+            Request::new(piw_core::ids::new_id("p"), RequestBody::RunPause).with_run_id(&run_id),
+        )
+        .expect("a command is answered while the log cannot be written");
+    }
+    let status = c.call(RequestBody::HostStatus).unwrap();
+    assert_eq!(
+        status.body["runs"]["waiting"],
+        json!(3),
+        "{:#}",
+        status.body
+    );
+    assert!(
+        status.body["log_writes_lost"].as_u64().unwrap_or(0) > 0,
+        "{:#}",
+        status.body
+    );
+    assert!(host.try_wait().unwrap().is_none());
+    home.stop(host);
+}
+
+/// A thread that owns state and dies (a panic in the store thread) takes the host down with
+/// its own exit code at once; the socket is gone, so the next client starts a new host, and
+/// nothing of the failed batch was committed.
+#[test]
+fn a_store_thread_that_dies_takes_the_host_down_and_a_new_host_serves() {
+    let home = Home::new();
+    let (run_id, before) = parked_run(&home);
+    let mut dying = home.serve(Some("panic_commit:run.pause"));
+    let pause = Request::new("pause-panics", RequestBody::RunPause).with_run_id(&run_id);
+    let err = home.client().send(pause).unwrap_err();
+    // Unanswered, or told the host is stopping (its reply was dropped with the thread).
+    if err.code() != Some(RejectionCode::HostShuttingDown) {
+        assert_unanswered(&err, "the store thread died before committing");
+    }
+    assert_eq!(
+        wait_exit(&mut dying, Duration::from_secs(20)),
+        Some(piw_core::host::STATE_OWNER_DIED_EXIT),
+        "the host exits instead of staying half-alive"
+    );
+    assert!(!home.paths.socket.exists(), "the socket is removed");
+    let host = home.serve(None);
+    let mut c = home.client();
+    assert_eq!(home.revision(&mut c, &run_id), before, "nothing committed");
+    home.stop(host);
+}
+
+/// `piw host serve` with its stdout on a full device (its "ready" line cannot be written)
+/// still serves.
+#[test]
+fn a_host_whose_stdout_is_a_full_device_still_serves() {
+    let home = Home::new();
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let mut cmd = Command::new(piw());
+    cmd.args(["host", "serve"])
+        .env("PIW_HOME", &home.paths.home)
+        .env("PIW_LOG", "warn")
+        .stdout(full)
+        .stderr(Stdio::piped());
+    let host = HostProc::start_ready(&mut cmd, &home.paths, None);
+    let mut c = home.client();
+    home.start_run(&mut c);
+    home.stop(host);
+}
+
+/// While the disk holding the database is full, commands are refused with a clear error and
+/// nothing is stored; once there is space again the same host serves again by itself, and what
+/// it acknowledged survives a restart.
+#[test]
+fn a_full_disk_refuses_commands_clearly_and_the_host_serves_again_once_space_is_back() {
+    let home = Home::new();
+    let (run_id, before) = parked_run(&home);
+    let full = home.paths.home.join("disk-is-full");
+    let host = home.serve(Some(&format!("disk_full:{}", full.display())));
+    let mut c = home.client();
+    std::fs::write(&full, "").unwrap();
+    for attempt in 0..2 {
+        let err = c
+            .send(
+                Request::new(format!("pause-full-{attempt}"), RequestBody::RunPause)
+                    .with_run_id(&run_id),
+            )
+            .unwrap_err();
+        let ClientError::Rejected(r) = &err else {
+            panic!("a refusal, not a broken connection: {err:?}");
+        };
+        assert!(
+            r.message.contains("the disk holding")
+                && r.message.contains("is full: nothing of this was stored"),
+            "{r:?}"
+        );
+    }
+    assert_eq!(home.revision(&mut c, &run_id), before, "nothing stored");
+    std::fs::remove_file(&full).unwrap();
+    let pause = Request::new("pause-after", RequestBody::RunPause).with_run_id(&run_id);
+    c.send(pause.clone())
+        .expect("served again once space is back");
+    home.stop(host);
+    let (host, _) = assert_paused_once(&home, pause, &run_id, before);
+    home.stop(host);
+}

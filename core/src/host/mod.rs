@@ -10,6 +10,7 @@ pub mod children;
 pub mod conn;
 pub mod dispatch;
 pub mod fault;
+pub mod log;
 pub mod outbox;
 pub mod store_thread;
 pub mod supervisor;
@@ -286,6 +287,7 @@ impl HostShared {
                 "standby_workers": f.standby_waiting.load(std::sync::atomic::Ordering::Relaxed),
                 "stopping": *self.stopping.borrow(),
                 "runtimes": *self.runtime_suffixes,
+                "log_writes_lost": log::writes_lost(),
             }),
         )
     }
@@ -376,9 +378,11 @@ pub fn serve(config: HostConfig) -> Result<(), HostError> {
 
     let pid = std::process::id();
     let mut store_config = config.store.clone();
-    if let Some(observer) = FaultPlan::from_env().commit_observer() {
+    let fault = FaultPlan::from_env();
+    if let Some(observer) = fault.commit_observer() {
         store_config.commit_observer = Some(observer);
     }
+    store_config.disk_full_while = fault.disk_full_while();
     let mut store = Store::open(&config.paths.db, store_config)?;
     // One transaction, so one sync, for the new epoch and everything recovered from the
     // earlier ones: a restart after a crash waits on the disk once, and it is all or nothing.
@@ -550,7 +554,17 @@ async fn serve_async(
     };
     let store_thread = std::thread::Builder::new()
         .name("piw-store".into())
-        .spawn(move || store_thread::run(store, state, jobs_rx, fault, epoch))
+        .spawn({
+            let socket = paths.socket.clone();
+            move || {
+                let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    store_thread::run(store, state, jobs_rx, fault, epoch)
+                }));
+                if ran.is_err() {
+                    state_owner_died("the store thread", &socket);
+                }
+            }
+        })
         .map_err(io_err("cannot start the store thread"))?;
 
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -578,7 +592,10 @@ async fn serve_async(
         }),
     };
     tracing::info!(pid = std::process::id(), epoch, socket = %paths.socket.display(), "piw host ready");
-    println!(
+    // For a person watching `piw host serve`; stdout may be a closed pipe or a full device,
+    // which must not stop a host that is ready.
+    let _ = writeln!(
+        std::io::stdout(),
         "piw host ready: pid {} epoch {} socket {}",
         std::process::id(),
         epoch,
@@ -587,8 +604,12 @@ async fn serve_async(
 
     let mut connections = tokio::task::JoinSet::new();
     let mut stop_watch = stop_rx.clone();
+    let mut supervisor_task = supervisor_task;
     loop {
         tokio::select! {
+            // The supervisor ends only when the store thread lets it go, at the stop: before
+            // that, its end (a panic) leaves children nobody watches.
+            _ = &mut supervisor_task => state_owner_died("the supervisor", &paths.socket),
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     connections.spawn(conn::serve(stream, shared.clone(), stop_rx.clone()));
@@ -634,6 +655,22 @@ async fn serve_async(
     tracing::info!("piw host stopped");
     Ok(())
 }
+
+/// A thread (or task) that owns state ended abnormally (a panic): the host cannot go on
+/// half-alive (answering `host.status`, refusing everything else for ever while it holds the
+/// lock), so it exits at once with code [`STATE_OWNER_DIED_EXIT`]. Nothing unsynced was
+/// acknowledged; the socket goes first, so the next client starts a new host, whose start-up
+/// recovery takes over the runs and children.
+fn state_owner_died(what: &str, socket: &std::path::Path) -> ! {
+    let _ = std::fs::remove_file(socket);
+    tracing::error!(
+        "{what} ended abnormally; the host exits so that the next client starts a new one"
+    );
+    std::process::exit(STATE_OWNER_DIED_EXIT);
+}
+
+/// The exit code of a host whose store thread or supervisor died.
+pub const STATE_OWNER_DIED_EXIT: i32 = 70;
 
 #[cfg(test)]
 mod tests {
