@@ -302,12 +302,12 @@ fn run(cli: Cli) -> Result<(), CliError> {
                                 format!(" ({})", ids.join(", "))
                             })
                             .unwrap_or_default();
-                        format!(
-                            "{} run {} {}{ids}",
-                            str_of(&f["code"]),
-                            str_of(&f["run_id"]),
-                            str_of(&f["detail"]),
-                        )
+                        // A finding about the whole file names no run.
+                        let run = match f["run_id"].as_str() {
+                            Some("") => String::new(),
+                            _ => format!(" run {}", str_of(&f["run_id"])),
+                        };
+                        format!("{}{run} {}{ids}", str_of(&f["code"]), str_of(&f["detail"]),)
                     })
                     .collect::<Vec<_>>()
                     .join("\n")

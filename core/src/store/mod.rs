@@ -36,7 +36,7 @@ use std::sync::Arc;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension as _, TransactionBehavior};
 
 pub use children::{ChildExitRecord, ChildRecord, OrphanChild};
-pub use diagnose::{Finding, RepairReport};
+pub use diagnose::{Finding, RepairReport, DATABASE_MALFORMED};
 pub use durability::WalSync;
 pub use effects::{EffectResult, Reservation};
 pub use error::{StoreError, StoreResult};
