@@ -203,6 +203,14 @@ pub enum HostError {
     /// Another host holds the installation lock.
     #[error("another piw host (pid {pid}) is already running for {home}")]
     AlreadyRunning { pid: String, home: String },
+    /// Another host serves the same database file through another installation (a symbolic
+    /// link at one's `state.sqlite`).
+    #[error("another piw host ({holder}) already serves the database in {database_dir} (where {db} leads); one database is served by one host")]
+    DatabaseInUse {
+        holder: String,
+        database_dir: String,
+        db: String,
+    },
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("{what}: {source}")]
@@ -303,11 +311,15 @@ impl HostShared {
 /// last thread has exited, which on a loaded machine can be a while after its main thread
 /// shows as dead. Such a lock is waited for, up to [`DYING_HOLDER_WAIT`]; a live holder is
 /// reported at once.
-pub fn lock_installation(paths: &PiwPaths) -> Result<File, HostError> {
+///
+/// The lock also covers the directory that really holds the database
+/// ([`crate::paths::database_dir`]): an installation whose `state.sqlite` is a link to
+/// another's database cannot start a second host on it ([`HostError::DatabaseInUse`]).
+pub fn lock_installation(paths: &PiwPaths) -> Result<InstallationLock, HostError> {
     let deadline = Instant::now() + DYING_HOLDER_WAIT;
-    loop {
+    let file = loop {
         match try_lock_installation(paths)? {
-            LockAttempt::Locked(file) => return Ok(file),
+            LockAttempt::Locked(file) => break file,
             LockAttempt::Held { pid } => {
                 let dying = pid
                     .parse::<u32>()
@@ -321,7 +333,50 @@ pub fn lock_installation(paths: &PiwPaths) -> Result<File, HostError> {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
-    }
+    };
+    let dir = crate::paths::database_dir(&paths.db).map_err(io_err(format!(
+        "cannot find where {} leads",
+        paths.db.display()
+    )))?;
+    let database_dir = loop {
+        let handle = File::open(&dir).map_err(io_err(format!("cannot open {}", dir.display())))?;
+        match handle.try_lock() {
+            Ok(()) => break handle,
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let holders = crate::supervise::flock_holders(&dir).unwrap_or_default();
+                let dying = !holders.is_empty()
+                    && holders
+                        .iter()
+                        .all(|&pid| !crate::supervise::process_alive(pid));
+                if !dying || Instant::now() >= deadline {
+                    return Err(HostError::DatabaseInUse {
+                        holder: match holders.first() {
+                            Some(pid) => format!("pid {pid}"),
+                            None => "another process".into(),
+                        },
+                        database_dir: dir.display().to_string(),
+                        db: paths.db.display().to_string(),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(io_err(format!("cannot lock {}", dir.display()))(e))
+            }
+        }
+    };
+    Ok(InstallationLock {
+        _file: file,
+        _database_dir: database_dir,
+    })
+}
+
+/// An installation's lock ([`lock_installation`]), held until dropped: `host.lock` and the
+/// directory that really holds the database.
+#[derive(Debug)]
+pub struct InstallationLock {
+    _file: File,
+    _database_dir: File,
 }
 
 /// How long [`lock_installation`] waits for a lock whose holder is dead but still exiting.
@@ -336,14 +391,17 @@ enum LockAttempt {
 }
 
 fn try_lock_installation(paths: &PiwPaths) -> Result<LockAttempt, HostError> {
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(&paths.lock)
-        .map_err(io_err(format!("cannot open {}", paths.lock.display())))?;
+    // Never a link (its target would be truncated below) nor anything but a regular file.
+    let mut file = crate::paths::open_installation_file(
+        &paths.lock,
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600),
+    )
+    .map_err(io_err(format!("cannot open {}", paths.lock.display())))?;
     match file.try_lock() {
         Ok(()) => {}
         Err(std::fs::TryLockError::WouldBlock) => {
@@ -420,6 +478,42 @@ pub fn serve(config: HostConfig) -> Result<(), HostError> {
         .build()
         .map_err(io_err("cannot start the async runtime"))?;
     runtime.block_on(serve_async(config, store, epoch, host_owner_id(epoch)))
+}
+
+/// Clears the way for this host's socket. The lock proves no other host of this installation
+/// runs, so a socket nobody listens on is an earlier host's, left by a crash, and is removed.
+/// Anything else is left alone and refused: a socket another program listens on (taking it
+/// over would cut that program off), or something that is not a socket at all (a file, a
+/// link: piw deletes nothing it did not make).
+fn remove_stale_socket(socket: &std::path::Path) -> Result<(), HostError> {
+    use std::os::unix::fs::FileTypeExt as _;
+    let kind = match std::fs::symlink_metadata(socket) {
+        Ok(meta) => meta.file_type(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_err(format!("cannot look at {}", socket.display()))(e)),
+    };
+    let refuse = |why: String| HostError::Io {
+        what: format!("cannot serve at {}", socket.display()),
+        source: std::io::Error::new(std::io::ErrorKind::AlreadyExists, why),
+    };
+    if !kind.is_socket() {
+        return Err(refuse(format!(
+            "it is {}, not a socket piw made; remove it",
+            crate::paths::file_kind(&kind)
+        )));
+    }
+    match std::os::unix::net::UnixStream::connect(socket) {
+        // Someone listens: not a socket this installation's hosts left behind.
+        Ok(_) => Err(refuse(
+            "another program listens on it; stop that program or remove the socket".into(),
+        )),
+        Err(_) => std::fs::remove_file(socket).or_else(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Ok(()),
+            _ => Err(io_err(format!("cannot remove stale {}", socket.display()))(
+                e,
+            )),
+        }),
+    }
 }
 
 /// The scope of an installation's child markers ([`crate::supervise::MARKER_VAR`]): a digest of
@@ -506,17 +600,7 @@ async fn serve_async(
     let mut sigterm = signal(SignalKind::terminate()).map_err(io_err("cannot handle SIGTERM"))?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(io_err("cannot handle SIGINT"))?;
     let mut sighup = signal(SignalKind::hangup()).map_err(io_err("cannot handle SIGHUP"))?;
-    // The lock proves no other host runs, so a socket file left here is stale.
-    match std::fs::remove_file(&paths.socket) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => {
-            return Err(io_err(format!(
-                "cannot remove stale {}",
-                paths.socket.display()
-            ))(e))
-        }
-    }
+    remove_stale_socket(&paths.socket)?;
     let listener = UnixListener::bind(&paths.socket)
         .map_err(io_err(format!("cannot bind {}", paths.socket.display())))?;
     std::fs::set_permissions(&paths.socket, std::fs::Permissions::from_mode(0o600))
