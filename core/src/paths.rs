@@ -106,6 +106,97 @@ impl PiwPaths {
     }
 }
 
+/// Opens a file the installation itself keeps (`host.lock`, `host.log`) with `options`,
+/// without following a symbolic link and without blocking on a FIFO: anything but a regular
+/// file there is refused with a message that says what it is. piw writes nothing outside its
+/// installation through a link planted at one of its names.
+pub fn open_installation_file(
+    path: &Path,
+    options: &mut std::fs::OpenOptions,
+) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let opened = options
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path);
+    let file = match opened {
+        Ok(file) => file,
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(not_a_regular_file(path, "a symbolic link"))
+        }
+        // A FIFO without a reader, opened for writing only.
+        Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
+            return Err(not_a_regular_file(path, "a FIFO"))
+        }
+        Err(e) => return Err(e),
+    };
+    let kind = file.metadata()?.file_type();
+    if !kind.is_file() {
+        return Err(not_a_regular_file(path, file_kind(&kind)));
+    }
+    // Regular files never block; the flag only kept the open from waiting on a FIFO.
+    // SAFETY: fcntl on a descriptor this function owns.
+    unsafe {
+        use std::os::fd::AsRawFd as _;
+        let fd = file.as_raw_fd();
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags >= 0 {
+            libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK);
+        }
+    }
+    Ok(file)
+}
+
+/// What a file of this type is, in words.
+pub fn file_kind(kind: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt as _;
+    if kind.is_symlink() {
+        "a symbolic link"
+    } else if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_block_device() || kind.is_char_device() {
+        "a device"
+    } else if kind.is_file() {
+        "a regular file"
+    } else {
+        "not a regular file"
+    }
+}
+
+fn not_a_regular_file(path: &Path, what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!(
+            "{} is {what}, not a regular file; piw keeps only its own files there and follows no link it finds at their names (remove it)",
+            path.display()
+        ),
+    )
+}
+
+/// The directory that really holds the database at `db`: symbolic links at `db` itself are
+/// followed (also to a file that does not exist yet), then the directory is made canonical.
+/// Two installations whose databases are one file find the same directory.
+pub fn database_dir(db: &Path) -> io::Result<PathBuf> {
+    let mut target = db.to_path_buf();
+    // As many links as the kernel follows in one lookup.
+    for _ in 0..40 {
+        match std::fs::read_link(&target) {
+            Ok(next) => {
+                target = match target.parent() {
+                    Some(dir) if next.is_relative() => dir.join(next),
+                    _ => next,
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    let dir = target.parent().unwrap_or_else(|| Path::new("/"));
+    std::fs::canonicalize(dir)
+}
+
 /// `path` without `.` components and without a trailing slash (what `Path::components`
 /// drops).
 fn normalize(path: &Path) -> PathBuf {

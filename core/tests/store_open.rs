@@ -242,3 +242,31 @@ fn a_database_in_a_directory_with_uri_characters_reopens() {
     let s = Store::open(&path, StoreConfig::default()).unwrap();
     assert_eq!(s.run(&run_id).unwrap().run_id, run_id);
 }
+
+/// A FIFO at the database's path is refused at once, by a writer and by a reader alike:
+/// opening it would wait for ever for a writer to appear.
+#[test]
+fn a_fifo_is_refused_without_blocking() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.sqlite");
+    let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo with a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let opener = path.clone();
+    std::thread::spawn(move || {
+        let rw = Store::open(&opener, StoreConfig::default()).map(|_| ());
+        let ro = Store::open_read_only(&opener, StoreConfig::default()).map(|_| ());
+        let _ = tx.send((rw, ro));
+    });
+    // A bound on a hang, not a speed check.
+    let (rw, ro) = rx
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("opening a FIFO must not block");
+    for err in [rw.unwrap_err(), ro.unwrap_err()] {
+        assert!(
+            err.to_string().contains("is a FIFO, not a regular file"),
+            "{err}"
+        );
+    }
+}

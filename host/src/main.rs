@@ -302,12 +302,12 @@ fn run(cli: Cli) -> Result<(), CliError> {
                                 format!(" ({})", ids.join(", "))
                             })
                             .unwrap_or_default();
-                        format!(
-                            "{} run {} {}{ids}",
-                            str_of(&f["code"]),
-                            str_of(&f["run_id"]),
-                            str_of(&f["detail"]),
-                        )
+                        // A finding about the whole file names no run.
+                        let run = match f["run_id"].as_str() {
+                            Some("") => String::new(),
+                            _ => format!(" run {}", str_of(&f["run_id"])),
+                        };
+                        format!("{}{run} {}{ids}", str_of(&f["code"]), str_of(&f["detail"]),)
                     })
                     .collect::<Vec<_>>()
                     .join("\n")
@@ -406,9 +406,12 @@ fn init_logging() {
     // No colour codes in host.log (a detached host's stderr), in a pipe, or with NO_COLOR.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    // A log line that cannot be written (a full disk, a closed pipe) is counted and dropped:
+    // the default writer's fallback would panic in whichever thread logged.
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(piw_core::host::log::LogSink::stderr)
+        .log_internal_errors(false)
         .with_ansi(ansi)
         .init();
 }

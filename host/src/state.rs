@@ -62,15 +62,25 @@ pub(crate) fn remove_state_locked(paths: &PiwPaths) -> Result<bool, CliError> {
 }
 
 /// `piw state restore <file> --yes`: replaces the state database with a backup, while no host
-/// runs. The backup is checked first (a file this build cannot open is refused and nothing
-/// changes), then the current database is removed as by `piw state reset` and the backup is
+/// runs. The backup is checked first (a file this build cannot open, or that SQLite's
+/// integrity check calls malformed, is refused and nothing changes), then the current database is removed as by `piw state reset` and the backup is
 /// copied in with SQLite's online backup (mode 0600).
 pub(crate) fn restore_state(
     paths: &PiwPaths,
     file: &std::path::Path,
     yes: bool,
 ) -> Result<(), CliError> {
+    // The backup's schema digest is checked by the open, its pages by SQLite's integrity
+    // check: a damaged copy would replace a sound database with one no host can start on.
     let source = Store::open_read_only(file, StoreConfig::default())?;
+    let problems = source.integrity_problems()?;
+    if !problems.is_empty() {
+        return Err(CliError::Runtime(format!(
+            "refusing to restore {}: SQLite's integrity check says it is malformed ({}); nothing was changed",
+            file.display(),
+            problems.join("; ")
+        )));
+    }
     if !yes {
         let mut current = paths.db.clone().into_os_string();
         current.push(".bak");

@@ -1801,3 +1801,58 @@ fn run_start_finds_a_workflow_by_name_the_project_first_and_refuses_reserved_wor
         text(&o)
     );
 }
+
+/// A backup with garbage in one of its pages (here the page at byte 8192) passes the schema
+/// check but SQLite calls it malformed: `piw state restore` refuses it and changes nothing, and
+/// `piw diagnose` of a database so damaged reports it (exit 3, `database_malformed`).
+#[test]
+fn a_damaged_backup_is_refused_by_restore_and_reported_by_diagnose() {
+    let h = home();
+    let file = hello_example(&h);
+    let o = piw(&h.home, &["run", "start", file.to_str().unwrap(), "--wait"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let backup = h.home.with_file_name("backup.sqlite");
+    let o = piw(&h.home, &["state", "backup", backup.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(piw(&h.home, &["host", "stop"]).status.code(), Some(0));
+    let damaged = h.home.with_file_name("damaged.sqlite");
+    let mut bytes = std::fs::read(&backup).unwrap();
+    assert!(bytes.len() > 8192 + 200);
+    bytes[8192..8192 + 200].fill(0xA5);
+    std::fs::write(&damaged, &bytes).unwrap();
+    let before = std::fs::read(h.home.join("state.sqlite")).unwrap();
+
+    let o = piw(
+        &h.home,
+        &["state", "restore", damaged.to_str().unwrap(), "--yes"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("malformed") && text(&o).contains("nothing was changed"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(
+        std::fs::read(h.home.join("state.sqlite")).unwrap(),
+        before,
+        "the database was replaced"
+    );
+
+    // The same damage in the installation's own database.
+    for suffix in ["-wal", "-shm"] {
+        let _ = std::fs::remove_file(h.home.join(format!("state.sqlite{suffix}")));
+    }
+    std::fs::copy(&damaged, h.home.join("state.sqlite")).unwrap();
+    let o = piw(&h.home, &["diagnose", "--json"]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert_eq!(
+        json_of(&o)["findings"][0]["code"],
+        piw_core::store::DATABASE_MALFORMED
+    );
+    let o = piw(&h.home, &["diagnose"]);
+    assert!(
+        text(&o).starts_with("database_malformed SQLite's integrity check says"),
+        "{}",
+        text(&o)
+    );
+}

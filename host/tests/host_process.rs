@@ -1452,3 +1452,264 @@ fn a_retried_run_start_replays_its_receipt_after_the_file_moved() {
     assert_eq!(err.code(), Some(RejectionCode::NotFound), "{err}");
     home.stop(host);
 }
+
+/// A host whose log cannot be written (its stderr a pipe whose reader went away, as a full
+/// disk would fail it too) drops the lines and keeps serving: logging in the store thread must
+/// not stop the thread that owns the state, and `host.status` counts what was lost.
+#[test]
+fn a_host_whose_log_cannot_be_written_keeps_serving() {
+    let home = Home::new();
+    let mut cmd = Command::new(piw());
+    // Debug: the store thread logs on every launch.
+    cmd.args(["host", "serve"])
+        .env("PIW_HOME", &home.paths.home)
+        .env("PIW_LOG", "debug")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut host = HostProc::start_ready(&mut cmd, &home.paths, None);
+    drop(host.stderr.take());
+    let mut c = home.client();
+    for _ in 0..3 {
+        let run_id = home.start_run(&mut c);
+        c.send(
+            Request::new(piw_core::ids::new_id("p"), RequestBody::RunPause).with_run_id(&run_id),
+        )
+        .expect("a command is answered while the log cannot be written");
+    }
+    let status = c.call(RequestBody::HostStatus).unwrap();
+    assert_eq!(
+        status.body["runs"]["waiting"],
+        json!(3),
+        "{:#}",
+        status.body
+    );
+    assert!(
+        status.body["log_writes_lost"].as_u64().unwrap_or(0) > 0,
+        "{:#}",
+        status.body
+    );
+    assert!(host.try_wait().unwrap().is_none());
+    home.stop(host);
+}
+
+/// A thread that owns state and dies (a panic in the store thread) takes the host down with
+/// its own exit code at once; the socket is gone, so the next client starts a new host, and
+/// nothing of the failed batch was committed.
+#[test]
+fn a_store_thread_that_dies_takes_the_host_down_and_a_new_host_serves() {
+    let home = Home::new();
+    let (run_id, before) = parked_run(&home);
+    let mut dying = home.serve(Some("panic_commit:run.pause"));
+    let pause = Request::new("pause-panics", RequestBody::RunPause).with_run_id(&run_id);
+    let err = home.client().send(pause).unwrap_err();
+    // Unanswered, or told the host is stopping (its reply was dropped with the thread).
+    if err.code() != Some(RejectionCode::HostShuttingDown) {
+        assert_unanswered(&err, "the store thread died before committing");
+    }
+    assert_eq!(
+        wait_exit(&mut dying, Duration::from_secs(20)),
+        Some(piw_core::host::STATE_OWNER_DIED_EXIT),
+        "the host exits instead of staying half-alive"
+    );
+    assert!(!home.paths.socket.exists(), "the socket is removed");
+    let host = home.serve(None);
+    let mut c = home.client();
+    assert_eq!(home.revision(&mut c, &run_id), before, "nothing committed");
+    home.stop(host);
+}
+
+/// `piw host serve` with its stdout on a full device (its "ready" line cannot be written)
+/// still serves.
+#[test]
+fn a_host_whose_stdout_is_a_full_device_still_serves() {
+    let home = Home::new();
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let mut cmd = Command::new(piw());
+    cmd.args(["host", "serve"])
+        .env("PIW_HOME", &home.paths.home)
+        .env("PIW_LOG", "warn")
+        .stdout(full)
+        .stderr(Stdio::piped());
+    let host = HostProc::start_ready(&mut cmd, &home.paths, None);
+    let mut c = home.client();
+    home.start_run(&mut c);
+    home.stop(host);
+}
+
+/// While the disk holding the database is full, commands are refused with a clear error and
+/// nothing is stored; once there is space again the same host serves again by itself, and what
+/// it acknowledged survives a restart.
+#[test]
+fn a_full_disk_refuses_commands_clearly_and_the_host_serves_again_once_space_is_back() {
+    let home = Home::new();
+    let (run_id, before) = parked_run(&home);
+    let full = home.paths.home.join("disk-is-full");
+    let host = home.serve(Some(&format!("disk_full:{}", full.display())));
+    let mut c = home.client();
+    std::fs::write(&full, "").unwrap();
+    for attempt in 0..2 {
+        let err = c
+            .send(
+                Request::new(format!("pause-full-{attempt}"), RequestBody::RunPause)
+                    .with_run_id(&run_id),
+            )
+            .unwrap_err();
+        let ClientError::Rejected(r) = &err else {
+            panic!("a refusal, not a broken connection: {err:?}");
+        };
+        assert!(
+            r.message.contains("the disk holding")
+                && r.message.contains("is full: nothing of this was stored"),
+            "{r:?}"
+        );
+    }
+    assert_eq!(home.revision(&mut c, &run_id), before, "nothing stored");
+    std::fs::remove_file(&full).unwrap();
+    let pause = Request::new("pause-after", RequestBody::RunPause).with_run_id(&run_id);
+    c.send(pause.clone())
+        .expect("served again once space is back");
+    home.stop(host);
+    let (host, _) = assert_paused_once(&home, pause, &run_id, before);
+    home.stop(host);
+}
+
+/// `piw host serve` for `paths` that must refuse to start: its exit code and what it said.
+fn refused_serve(paths: &PiwPaths) -> (Option<i32>, String) {
+    let mut child = Command::new(piw())
+        .args(["host", "serve"])
+        .env("PIW_HOME", &paths.home)
+        .env("PIW_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let code = wait_exit(&mut child, Duration::from_secs(20));
+    let mut err = String::new();
+    if code.is_some() {
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+    }
+    (code, err)
+}
+
+/// One host per database whatever the paths: an installation whose `state.sqlite` is a link
+/// to another's database gets no second host beside the first (which would take the first's
+/// children for orphans and run their work again), and cannot reset it while it is served.
+#[test]
+fn a_database_linked_from_another_installation_gets_no_second_host() {
+    let first = Home::new();
+    let host = first.serve(None);
+    let mut c = first.client();
+    let run_id = first.start_run(&mut c);
+    let before = first.revision(&mut c, &run_id);
+    let second = Home::new();
+    second.paths.ensure_dirs().unwrap();
+    std::os::unix::fs::symlink(&first.paths.db, &second.paths.db).unwrap();
+
+    let (code, err) = refused_serve(&second.paths);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("already serves the database"), "{err}");
+    let reset = Command::new(piw())
+        .args(["state", "reset", "--yes"])
+        .env("PIW_HOME", &second.paths.home)
+        .output()
+        .unwrap();
+    assert_eq!(reset.status.code(), Some(1), "{reset:?}");
+    assert!(first.paths.db.exists() && second.paths.db.exists());
+    // The first host serves on, its run untouched.
+    assert_eq!(first.revision(&mut c, &run_id), before);
+    assert_eq!(host_pids(&second.paths.home), Vec::<u32>::new());
+    first.stop(host);
+}
+
+/// A file outside any installation that a link planted in one points at, and a fresh
+/// installation directory.
+fn victim_and_home() -> (tempfile::TempDir, PathBuf, Home) {
+    let outside = tempfile::tempdir().unwrap();
+    let victim = outside.path().join("precious");
+    std::fs::write(&victim, "keep me\n").unwrap();
+    let home = Home::new();
+    home.paths.ensure_dirs().unwrap();
+    (outside, victim, home)
+}
+
+// Files that are not what they seem: each is refused with a message that says what it is,
+// and nothing outside the installation is written.
+
+/// A FIFO at `state.sqlite` would hang the host for ever with the lock held.
+#[test]
+fn a_fifo_at_the_database_is_refused() {
+    let (_outside, _, home) = victim_and_home();
+    let fifo = std::ffi::CString::new(home.paths.db.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo with a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    let (code, err) = refused_serve(&home.paths);
+    assert_eq!(code, Some(1), "a FIFO at state.sqlite: {err}");
+    assert!(err.contains("is a FIFO, not a regular file"), "{err}");
+}
+
+/// A link at `host.lock` would have its target truncated.
+#[test]
+fn a_link_at_the_lock_is_refused() {
+    let (_outside, victim, home) = victim_and_home();
+    std::os::unix::fs::symlink(&victim, &home.paths.lock).unwrap();
+    let (code, err) = refused_serve(&home.paths);
+    assert_eq!(code, Some(1), "a link at host.lock: {err}");
+    assert!(
+        err.contains("is a symbolic link, not a regular file"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me\n");
+}
+
+/// A link at `host.log` would be appended to by every host started on demand.
+#[test]
+fn a_link_at_the_log_is_refused() {
+    let (_outside, victim, home) = victim_and_home();
+    std::os::unix::fs::symlink(&victim, &home.paths.log).unwrap();
+    let err = ensure_host(&home.paths, &piw(), Duration::from_secs(20)).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("is a symbolic link, not a regular file"),
+        "a link at host.log: {err}"
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me\n");
+}
+
+/// A regular file at `host.sock` would be deleted.
+#[test]
+fn a_file_at_the_socket_is_left_alone_and_refused() {
+    let (_outside, _, home) = victim_and_home();
+    std::fs::write(&home.paths.socket, "not a socket\n").unwrap();
+    let (code, err) = refused_serve(&home.paths);
+    assert_eq!(code, Some(1), "a file at host.sock: {err}");
+    assert!(
+        err.contains("is a regular file, not a socket piw made"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&home.paths.socket).unwrap(),
+        "not a socket\n"
+    );
+}
+
+/// Another program's live socket at `host.sock` would be taken over.
+#[test]
+fn another_programs_live_socket_is_not_taken_over() {
+    let (_outside, _, home) = victim_and_home();
+    let theirs = std::os::unix::net::UnixListener::bind(&home.paths.socket).unwrap();
+    let (code, err) = refused_serve(&home.paths);
+    assert_eq!(code, Some(1), "another program's socket: {err}");
+    assert!(err.contains("another program listens on it"), "{err}");
+    let _client = UnixStream::connect(&home.paths.socket).unwrap();
+    theirs
+        .accept()
+        .expect("the other program still has its socket");
+}

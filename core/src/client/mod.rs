@@ -842,12 +842,15 @@ fn start_host(
     env: &[(String, String)],
 ) -> Result<std::process::Child, ClientError> {
     // The owner's only, like the state it logs about.
+    // Never appended through a link planted at its name, nor a FIFO that would block.
     use std::os::unix::fs::OpenOptionsExt as _;
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(&paths.log)?;
+    let log = crate::paths::open_installation_file(
+        &paths.log,
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600),
+    )?;
     let mut cmd = Command::new(host_bin);
     cmd.args(["host", "serve"])
         .envs(env.iter().map(|(k, v)| (k, v)))

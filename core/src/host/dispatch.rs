@@ -113,7 +113,13 @@ pub fn rejection_for(err: &StoreError) -> Rejection {
         StoreError::InvalidAnswer { rule, .. } => rule.clone(),
         _ => Value::Null,
     };
-    Rejection::new(code, err.to_string()).with_details(details)
+    let message = if err.is_disk_full() {
+        // Said the same whether SQLite failed a statement or the commit.
+        "the disk holding the state database is full: nothing of this was stored; free some space and try again".to_owned()
+    } else {
+        err.to_string()
+    };
+    Rejection::new(code, message).with_details(details)
 }
 
 /// Whether a request changes durable state (and so runs in the batch transaction with a

@@ -3,7 +3,10 @@
 //! would) just before or just after committing a batch that contains a command of that kind.
 //! Crash tests use it to prove that no acknowledged command is lost or applied twice.
 //! `fail_commit:<kind>` makes the first such batch fail instead of committing (as a full disk
-//! would), and the host carries on. `fail_sync` makes the first fsync of the WAL fail (as a
+//! would), and the host carries on. `panic_commit:<kind>` panics the store thread just before
+//! committing such a batch (a bug in a thread that owns state): the host must exit, not stay
+//! half-alive. `disk_full:<file>` fails every commit as a full disk would while `<file>`
+//! exists ([`crate::store::StoreConfig::disk_full_while`]). `fail_sync` makes the first fsync of the WAL fail (as a
 //! failing disk would): the host must exit without acknowledging what it had not synced.
 //!
 //! Every durable commit of the host, not only the batches of client commands, has a crash
@@ -21,6 +24,8 @@ pub struct FaultPlan {
     before_commit: Option<String>,
     after_commit: Option<String>,
     fail_commit: Option<String>,
+    panic_commit: Option<String>,
+    disk_full_while: Option<std::path::PathBuf>,
     fail_sync: bool,
     failed_once: std::sync::Arc<std::sync::atomic::AtomicBool>,
     before_op: Option<String>,
@@ -53,6 +58,14 @@ impl FaultPlan {
                 fail_commit: Some(kind.to_owned()),
                 ..Self::default()
             },
+            Some(("panic_commit", kind)) => Self {
+                panic_commit: Some(kind.to_owned()),
+                ..Self::default()
+            },
+            Some(("disk_full", file)) => Self {
+                disk_full_while: Some(file.into()),
+                ..Self::default()
+            },
             Some(("before_op", op)) => Self {
                 before_op: Some(op.to_owned()),
                 ..Self::default()
@@ -72,7 +85,12 @@ impl FaultPlan {
         }
     }
 
-    pub(crate) fn before_commit<'a>(&self, kinds: impl Iterator<Item = &'a str>) {
+    pub(crate) fn before_commit<'a>(&self, kinds: impl Iterator<Item = &'a str> + Clone) {
+        if let Some(target) = &self.panic_commit {
+            if kinds.clone().any(|k| k == target) {
+                panic!("PIW_FAULT panic_commit:{target} reached");
+            }
+        }
         abort_if(self.before_commit.as_deref(), kinds, "before_commit");
     }
 
@@ -85,6 +103,11 @@ impl FaultPlan {
             }
             _ => false,
         }
+    }
+
+    /// The file whose existence fails every commit as a full disk would (`disk_full`).
+    pub(crate) fn disk_full_while(&self) -> Option<std::path::PathBuf> {
+        self.disk_full_while.clone()
     }
 
     /// Whether this fsync of the WAL must fail (`fail_sync`).
@@ -140,7 +163,11 @@ fn record_ops(file: &std::path::Path, ops: &[&str]) {
 fn abort_if<'a>(target: Option<&str>, mut kinds: impl Iterator<Item = &'a str>, point: &str) {
     if let Some(target) = target {
         if kinds.any(|k| k == target) {
-            eprintln!("piw: PIW_FAULT {point}:{target} reached; aborting");
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr(),
+                "piw: PIW_FAULT {point}:{target} reached; aborting"
+            );
             std::process::abort();
         }
     }

@@ -10,6 +10,7 @@ pub mod children;
 pub mod conn;
 pub mod dispatch;
 pub mod fault;
+pub mod log;
 pub mod outbox;
 pub mod store_thread;
 pub mod supervisor;
@@ -202,6 +203,14 @@ pub enum HostError {
     /// Another host holds the installation lock.
     #[error("another piw host (pid {pid}) is already running for {home}")]
     AlreadyRunning { pid: String, home: String },
+    /// Another host serves the same database file through another installation (a symbolic
+    /// link at one's `state.sqlite`).
+    #[error("another piw host ({holder}) already serves the database in {database_dir} (where {db} leads); one database is served by one host")]
+    DatabaseInUse {
+        holder: String,
+        database_dir: String,
+        db: String,
+    },
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("{what}: {source}")]
@@ -286,6 +295,7 @@ impl HostShared {
                 "standby_workers": f.standby_waiting.load(std::sync::atomic::Ordering::Relaxed),
                 "stopping": *self.stopping.borrow(),
                 "runtimes": *self.runtime_suffixes,
+                "log_writes_lost": log::writes_lost(),
             }),
         )
     }
@@ -301,11 +311,15 @@ impl HostShared {
 /// last thread has exited, which on a loaded machine can be a while after its main thread
 /// shows as dead. Such a lock is waited for, up to [`DYING_HOLDER_WAIT`]; a live holder is
 /// reported at once.
-pub fn lock_installation(paths: &PiwPaths) -> Result<File, HostError> {
+///
+/// The lock also covers the directory that really holds the database
+/// ([`crate::paths::database_dir`]): an installation whose `state.sqlite` is a link to
+/// another's database cannot start a second host on it ([`HostError::DatabaseInUse`]).
+pub fn lock_installation(paths: &PiwPaths) -> Result<InstallationLock, HostError> {
     let deadline = Instant::now() + DYING_HOLDER_WAIT;
-    loop {
+    let file = loop {
         match try_lock_installation(paths)? {
-            LockAttempt::Locked(file) => return Ok(file),
+            LockAttempt::Locked(file) => break file,
             LockAttempt::Held { pid } => {
                 let dying = pid
                     .parse::<u32>()
@@ -319,7 +333,50 @@ pub fn lock_installation(paths: &PiwPaths) -> Result<File, HostError> {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
-    }
+    };
+    let dir = crate::paths::database_dir(&paths.db).map_err(io_err(format!(
+        "cannot find where {} leads",
+        paths.db.display()
+    )))?;
+    let database_dir = loop {
+        let handle = File::open(&dir).map_err(io_err(format!("cannot open {}", dir.display())))?;
+        match handle.try_lock() {
+            Ok(()) => break handle,
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let holders = crate::supervise::flock_holders(&dir).unwrap_or_default();
+                let dying = !holders.is_empty()
+                    && holders
+                        .iter()
+                        .all(|&pid| !crate::supervise::process_alive(pid));
+                if !dying || Instant::now() >= deadline {
+                    return Err(HostError::DatabaseInUse {
+                        holder: match holders.first() {
+                            Some(pid) => format!("pid {pid}"),
+                            None => "another process".into(),
+                        },
+                        database_dir: dir.display().to_string(),
+                        db: paths.db.display().to_string(),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(io_err(format!("cannot lock {}", dir.display()))(e))
+            }
+        }
+    };
+    Ok(InstallationLock {
+        _file: file,
+        _database_dir: database_dir,
+    })
+}
+
+/// An installation's lock ([`lock_installation`]), held until dropped: `host.lock` and the
+/// directory that really holds the database.
+#[derive(Debug)]
+pub struct InstallationLock {
+    _file: File,
+    _database_dir: File,
 }
 
 /// How long [`lock_installation`] waits for a lock whose holder is dead but still exiting.
@@ -334,14 +391,17 @@ enum LockAttempt {
 }
 
 fn try_lock_installation(paths: &PiwPaths) -> Result<LockAttempt, HostError> {
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(&paths.lock)
-        .map_err(io_err(format!("cannot open {}", paths.lock.display())))?;
+    // Never a link (its target would be truncated below) nor anything but a regular file.
+    let mut file = crate::paths::open_installation_file(
+        &paths.lock,
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600),
+    )
+    .map_err(io_err(format!("cannot open {}", paths.lock.display())))?;
     match file.try_lock() {
         Ok(()) => {}
         Err(std::fs::TryLockError::WouldBlock) => {
@@ -376,9 +436,11 @@ pub fn serve(config: HostConfig) -> Result<(), HostError> {
 
     let pid = std::process::id();
     let mut store_config = config.store.clone();
-    if let Some(observer) = FaultPlan::from_env().commit_observer() {
+    let fault = FaultPlan::from_env();
+    if let Some(observer) = fault.commit_observer() {
         store_config.commit_observer = Some(observer);
     }
+    store_config.disk_full_while = fault.disk_full_while();
     let mut store = Store::open(&config.paths.db, store_config)?;
     // One transaction, so one sync, for the new epoch and everything recovered from the
     // earlier ones: a restart after a crash waits on the disk once, and it is all or nothing.
@@ -416,6 +478,42 @@ pub fn serve(config: HostConfig) -> Result<(), HostError> {
         .build()
         .map_err(io_err("cannot start the async runtime"))?;
     runtime.block_on(serve_async(config, store, epoch, host_owner_id(epoch)))
+}
+
+/// Clears the way for this host's socket. The lock proves no other host of this installation
+/// runs, so a socket nobody listens on is an earlier host's, left by a crash, and is removed.
+/// Anything else is left alone and refused: a socket another program listens on (taking it
+/// over would cut that program off), or something that is not a socket at all (a file, a
+/// link: piw deletes nothing it did not make).
+fn remove_stale_socket(socket: &std::path::Path) -> Result<(), HostError> {
+    use std::os::unix::fs::FileTypeExt as _;
+    let kind = match std::fs::symlink_metadata(socket) {
+        Ok(meta) => meta.file_type(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_err(format!("cannot look at {}", socket.display()))(e)),
+    };
+    let refuse = |why: String| HostError::Io {
+        what: format!("cannot serve at {}", socket.display()),
+        source: std::io::Error::new(std::io::ErrorKind::AlreadyExists, why),
+    };
+    if !kind.is_socket() {
+        return Err(refuse(format!(
+            "it is {}, not a socket piw made; remove it",
+            crate::paths::file_kind(&kind)
+        )));
+    }
+    match std::os::unix::net::UnixStream::connect(socket) {
+        // Someone listens: not a socket this installation's hosts left behind.
+        Ok(_) => Err(refuse(
+            "another program listens on it; stop that program or remove the socket".into(),
+        )),
+        Err(_) => std::fs::remove_file(socket).or_else(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Ok(()),
+            _ => Err(io_err(format!("cannot remove stale {}", socket.display()))(
+                e,
+            )),
+        }),
+    }
 }
 
 /// The scope of an installation's child markers ([`crate::supervise::MARKER_VAR`]): a digest of
@@ -502,17 +600,7 @@ async fn serve_async(
     let mut sigterm = signal(SignalKind::terminate()).map_err(io_err("cannot handle SIGTERM"))?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(io_err("cannot handle SIGINT"))?;
     let mut sighup = signal(SignalKind::hangup()).map_err(io_err("cannot handle SIGHUP"))?;
-    // The lock proves no other host runs, so a socket file left here is stale.
-    match std::fs::remove_file(&paths.socket) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => {
-            return Err(io_err(format!(
-                "cannot remove stale {}",
-                paths.socket.display()
-            ))(e))
-        }
-    }
+    remove_stale_socket(&paths.socket)?;
     let listener = UnixListener::bind(&paths.socket)
         .map_err(io_err(format!("cannot bind {}", paths.socket.display())))?;
     std::fs::set_permissions(&paths.socket, std::fs::Permissions::from_mode(0o600))
@@ -550,7 +638,17 @@ async fn serve_async(
     };
     let store_thread = std::thread::Builder::new()
         .name("piw-store".into())
-        .spawn(move || store_thread::run(store, state, jobs_rx, fault, epoch))
+        .spawn({
+            let socket = paths.socket.clone();
+            move || {
+                let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    store_thread::run(store, state, jobs_rx, fault, epoch)
+                }));
+                if ran.is_err() {
+                    state_owner_died("the store thread", &socket);
+                }
+            }
+        })
         .map_err(io_err("cannot start the store thread"))?;
 
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -578,7 +676,10 @@ async fn serve_async(
         }),
     };
     tracing::info!(pid = std::process::id(), epoch, socket = %paths.socket.display(), "piw host ready");
-    println!(
+    // For a person watching `piw host serve`; stdout may be a closed pipe or a full device,
+    // which must not stop a host that is ready.
+    let _ = writeln!(
+        std::io::stdout(),
         "piw host ready: pid {} epoch {} socket {}",
         std::process::id(),
         epoch,
@@ -587,8 +688,12 @@ async fn serve_async(
 
     let mut connections = tokio::task::JoinSet::new();
     let mut stop_watch = stop_rx.clone();
+    let mut supervisor_task = supervisor_task;
     loop {
         tokio::select! {
+            // The supervisor ends only when the store thread lets it go, at the stop: before
+            // that, its end (a panic) leaves children nobody watches.
+            _ = &mut supervisor_task => state_owner_died("the supervisor", &paths.socket),
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     connections.spawn(conn::serve(stream, shared.clone(), stop_rx.clone()));
@@ -634,6 +739,22 @@ async fn serve_async(
     tracing::info!("piw host stopped");
     Ok(())
 }
+
+/// A thread (or task) that owns state ended abnormally (a panic): the host cannot go on
+/// half-alive (answering `host.status`, refusing everything else for ever while it holds the
+/// lock), so it exits at once with code [`STATE_OWNER_DIED_EXIT`]. Nothing unsynced was
+/// acknowledged; the socket goes first, so the next client starts a new host, whose start-up
+/// recovery takes over the runs and children.
+fn state_owner_died(what: &str, socket: &std::path::Path) -> ! {
+    let _ = std::fs::remove_file(socket);
+    tracing::error!(
+        "{what} ended abnormally; the host exits so that the next client starts a new one"
+    );
+    std::process::exit(STATE_OWNER_DIED_EXIT);
+}
+
+/// The exit code of a host whose store thread or supervisor died.
+pub const STATE_OWNER_DIED_EXIT: i32 = 70;
 
 #[cfg(test)]
 mod tests {

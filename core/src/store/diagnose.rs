@@ -246,9 +246,48 @@ fn checks() -> Vec<Check> {
     ]
 }
 
+/// The code of the finding for a file SQLite itself calls malformed.
+pub const DATABASE_MALFORMED: &str = "database_malformed";
+
+/// How many of SQLite's complaints an integrity check keeps.
+const INTEGRITY_PROBLEMS: u32 = 10;
+
 impl Store {
-    /// Lists every contradiction in the database. Read-only.
+    /// What SQLite's `PRAGMA integrity_check` finds wrong with the file (its pages, b-trees
+    /// and indexes), at most [`INTEGRITY_PROBLEMS`] lines; empty when it says `ok`. A check
+    /// that SQLite cannot even finish (the file is that damaged) is one problem, its error.
+    pub fn integrity_problems(&self) -> StoreResult<Vec<String>> {
+        let checked = self
+            .conn
+            .prepare(&format!("PRAGMA integrity_check({INTEGRITY_PROBLEMS})"))
+            .and_then(|mut stmt| {
+                stmt.query_map([], |r| r.get::<_, String>(0))?
+                    .collect::<Result<Vec<_>, _>>()
+            });
+        Ok(match checked {
+            Ok(lines) if lines.len() == 1 && lines[0] == "ok" => Vec::new(),
+            Ok(lines) => lines,
+            Err(e) => vec![e.to_string()],
+        })
+    }
+
+    /// Lists every contradiction in the database. Read-only. A file SQLite calls malformed is
+    /// one finding, [`DATABASE_MALFORMED`] (with no run), and nothing else is checked: rows
+    /// read from damaged pages prove nothing.
     pub fn diagnose(&self) -> StoreResult<Vec<Finding>> {
+        let problems = self.integrity_problems()?;
+        if !problems.is_empty() {
+            return Ok(vec![Finding {
+                code: DATABASE_MALFORMED,
+                run_id: String::new(),
+                ids: Vec::new(),
+                detail: format!(
+                    "SQLite's integrity check says the file is malformed: {}",
+                    problems.join("; ")
+                ),
+                repairable: false,
+            }]);
+        }
         let mut findings = Vec::new();
         for check in checks() {
             let mut stmt = self.conn.prepare_cached(check.sql)?;

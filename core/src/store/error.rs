@@ -131,6 +131,11 @@ pub enum StoreError {
     #[error("the transaction was rolled back by the database (disk full or i/o error)")]
     TransactionLost,
 
+    /// The disk holding the database is full (SQLite's `SQLITE_FULL`): nothing of the
+    /// transaction was stored. The same write succeeds once there is space again.
+    #[error("the disk holding {} is full: nothing of this was stored; free some space and try again", .path.display())]
+    DiskFull { path: PathBuf },
+
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
 
@@ -154,12 +159,34 @@ impl StoreError {
         matches!(self, StoreError::ClaimLost { .. })
     }
 
+    /// Whether SQLite said the disk is full.
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            StoreError::DiskFull { .. } => true,
+            StoreError::Sqlite(e) => e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull),
+            _ => false,
+        }
+    }
+
+    /// This error, said as [`StoreError::DiskFull`] of the database at `path` when SQLite
+    /// said the disk is full.
+    pub(crate) fn on_disk(self, path: &std::path::Path) -> Self {
+        if self.is_disk_full() {
+            StoreError::DiskFull {
+                path: path.to_path_buf(),
+            }
+        } else {
+            self
+        }
+    }
+
     /// Whether this error says nothing about the rows (the database or the disk failed, or a
     /// test injected a fault): the same write may well succeed when tried again.
     pub fn is_infrastructure(&self) -> bool {
         matches!(
             self,
             StoreError::Sqlite(_)
+                | StoreError::DiskFull { .. }
                 | StoreError::Io { .. }
                 | StoreError::TransactionLost
                 | StoreError::InjectedFault(_)

@@ -36,7 +36,7 @@ use std::sync::Arc;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension as _, TransactionBehavior};
 
 pub use children::{ChildExitRecord, ChildRecord, OrphanChild};
-pub use diagnose::{Finding, RepairReport};
+pub use diagnose::{Finding, RepairReport, DATABASE_MALFORMED};
 pub use durability::WalSync;
 pub use effects::{EffectResult, Reservation};
 pub use error::{StoreError, StoreResult};
@@ -97,6 +97,9 @@ pub struct StoreConfig {
     pub fault_hook: Option<FaultHook>,
     /// Test-only: watch every commit (crash points of the host process).
     pub commit_observer: Option<CommitObserver>,
+    /// Test-only: while this file exists, every transaction fails just before its commit as on
+    /// a full disk ([`StoreError::DiskFull`]); the host's `PIW_FAULT=disk_full:<file>`.
+    pub disk_full_while: Option<PathBuf>,
 }
 
 impl Default for StoreConfig {
@@ -107,6 +110,7 @@ impl Default for StoreConfig {
             clock: Arc::new(SystemClock),
             fault_hook: None,
             commit_observer: None,
+            disk_full_while: None,
         }
     }
 }
@@ -119,6 +123,7 @@ impl std::fmt::Debug for StoreConfig {
             .field("clock", &self.clock)
             .field("fault_hook", &self.fault_hook.is_some())
             .field("commit_observer", &self.commit_observer.is_some())
+            .field("disk_full_while", &self.disk_full_while)
             .finish()
     }
 }
@@ -257,7 +262,8 @@ impl Store {
             ops: Vec::new(),
             revisions: Vec::new(),
         };
-        let out = f(&mut w)?;
+        let path = &self.path;
+        let out = f(&mut w).map_err(|e| e.on_disk(path))?;
         // SQLite may have rolled the transaction back by itself (a full disk, an I/O error):
         // whatever ran after that committed statement by statement, and nothing of this
         // transaction may be reported as committed.
@@ -269,12 +275,24 @@ impl Store {
                 return Err(StoreError::InjectedFault(names));
             }
         }
+        if self
+            .config
+            .disk_full_while
+            .as_ref()
+            .is_some_and(|file| file.exists())
+        {
+            drop(w); // rolls back
+            return Err(StoreError::DiskFull {
+                path: self.path.clone(),
+            });
+        }
         let observer = self.config.commit_observer.clone();
         let ops = observer.as_ref().map(|observe| {
             observe(CommitStage::Before, &w.ops);
             std::mem::take(&mut w.ops)
         });
-        w.tx.commit()?;
+        w.tx.commit()
+            .map_err(|e| StoreError::from(e).on_disk(&self.path))?;
         self.commits += 1;
         if let (Some(observe), Some(ops)) = (observer, ops) {
             observe(CommitStage::After, &ops);

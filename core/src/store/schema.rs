@@ -41,6 +41,18 @@ pub(crate) fn check_existing(path: &Path) -> StoreResult<()> {
         path: path.to_path_buf(),
         source,
     };
+    // Only a regular file (a link to one is followed): opening a FIFO would wait for ever for
+    // a writer, with the installation locked.
+    let kind = fs::metadata(path).map_err(io)?.file_type();
+    if !kind.is_file() {
+        return Err(io(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "it is {}, not a regular file; piw keeps its state database there (remove it)",
+                crate::paths::file_kind(&kind)
+            ),
+        )));
+    }
     let mut header = [0u8; 16];
     let mut file = fs::File::open(path).map_err(io)?;
     let len = file.metadata().map_err(io)?.len();

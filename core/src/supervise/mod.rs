@@ -51,8 +51,8 @@ pub use orphan::{
     kill_marked_leftovers, kill_orphan_group, kill_orphan_groups, OrphanOutcome, RecordedProcess,
 };
 pub use procfs::{
-    flock_held, group_alive, group_members, parse_proc_stat, process_alive, process_start_time,
-    processes_with_env, read_proc_stat, ProcStat,
+    flock_held, flock_holders, group_alive, group_members, parse_proc_stat, process_alive,
+    process_start_time, processes_with_env, read_proc_stat, ProcStat,
 };
 use tail::Tail;
 

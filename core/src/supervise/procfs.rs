@@ -75,6 +75,12 @@ pub fn process_start_time(pid: u32) -> Option<u64> {
 /// table (`/proc/locks`) without touching the lock. `None` when the file or the table cannot
 /// be read.
 pub fn flock_held(path: &std::path::Path) -> Option<bool> {
+    flock_holders(path).map(|pids| !pids.is_empty())
+}
+
+/// The processes holding an `flock` on the file (or directory) at `path`, from `/proc/locks`.
+/// `None` when the file or the table cannot be read.
+pub fn flock_holders(path: &std::path::Path) -> Option<Vec<u32>> {
     use std::os::unix::fs::MetadataExt as _;
     let meta = std::fs::metadata(path).ok()?;
     let table = std::fs::read_to_string("/proc/locks").ok()?;
@@ -85,10 +91,17 @@ pub fn flock_held(path: &std::path::Path) -> Option<bool> {
         libc::minor(dev),
         meta.ino()
     );
-    Some(table.lines().any(|line| {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        fields.get(1) == Some(&"FLOCK") && fields.get(5) == Some(&file.as_str())
-    }))
+    Some(
+        table
+            .lines()
+            .filter_map(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                (fields.get(1) == Some(&"FLOCK") && fields.get(5) == Some(&file.as_str()))
+                    .then(|| fields.get(4)?.parse().ok())
+                    .flatten()
+            })
+            .collect(),
+    )
 }
 
 /// Whether process `pid` exists and has not ended (a zombie has ended).
