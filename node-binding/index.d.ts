@@ -628,7 +628,8 @@ export interface ShellActionResult {
 }
 
 export interface ShellSpec<I = any, O = ShellActionResult> {
-  effect: EffectPolicy;
+  /** Default `manualEffect('shell')`: never retried automatically; a crash mid-command stops the run for review. */
+  effect?: EffectPolicy;
   exec: (ctx: WorkflowNodeContext<I>) => Awaitable<ShellCommand>;
   parse?: (result: ShellActionResult, ctx: WorkflowNodeContext<I>) => Awaitable<O>;
   /** Turns each complete output line (at most 64 KiB) into updates, published in order. */
@@ -640,7 +641,8 @@ export interface ShellSpec<I = any, O = ShellActionResult> {
 
 /** A managed side effect; `run`'s return value is the receipt and the node's output. */
 export declare function action<I = any, R = unknown>(spec: {
-  effect: EffectPolicy;
+  /** Default `manualEffect('action')`: never retried automatically; a crash mid-effect stops the run for review. */
+  effect?: EffectPolicy;
   run: (ctx: WorkflowActionContext<I>) => Awaitable<R>;
   timeoutMs?: TimeoutMs<I>;
 }): WorkflowNode;

@@ -317,15 +317,20 @@ export function manualEffect(type) {
 }
 
 /**
- * A managed side effect: `{ effect: idempotentEffect(type) | manualEffect(type), run(ctx),
- * timeoutMs? }`. The host reserves the effect (keyed by run, effect type, node path and visit)
+ * A managed side effect: `{ effect?: idempotentEffect(type) | manualEffect(type), run(ctx),
+ * timeoutMs? }`; no `effect` is `manualEffect('action')` (`manualEffect('shell')` for a command). The host reserves the effect (keyed by run, effect type, node path and visit)
  * before `run` starts; `run`'s return value is the receipt and the node's output. `run` gets
  * `ctx.publishUpdate(update)` for durable progress updates. An exception from `run` settles the
  * effect failed and fails the node; a crash in the middle leaves it in doubt (see the effect).
  */
 export function action(spec) {
   const o = options(spec, 'action()');
-  if (!o.effect?.[EFFECT]) throw shape('action effect must be idempotentEffect(type) or manualEffect(type)');
+  // Without a declared effect, the action is a manual one: piw cannot know whether applying it
+  // twice is safe, so a crash in the middle stops the run for review instead of retrying it.
+  const declared = o.effect ?? manualEffect(o.exec === undefined ? 'action' : 'shell');
+  if (!declared?.[EFFECT]) {
+    throw shape('action effect must be idempotentEffect(type) or manualEffect(type) (or left out: a manual effect)');
+  }
   if ((o.run === undefined) === (o.exec === undefined)) throw shape('action needs exactly one of run and exec');
   const shellFields =
     o.exec === undefined
@@ -337,7 +342,7 @@ export function action(spec) {
         };
   return node(
     'action',
-    { effect: o.effect, retry: o.effect.retry, run: optionalFn(o.run, 'action run'), ...shellFields },
+    { effect: declared, retry: declared.retry, run: optionalFn(o.run, 'action run'), ...shellFields },
     timeout(o.timeoutMs, 'action'),
   );
 }
