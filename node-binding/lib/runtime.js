@@ -15,6 +15,7 @@ import { native as addon, packageDir } from './native.js';
 import { fromNative } from './errors.js';
 import { humanResponse, isWorkflow, resolveIncludes } from './authoring.js';
 import { looksLikePath, resolveWorkflow as resolveReference } from '../extension/resolve.js';
+import { registerTypeScript, warmTypeScript } from './typescript.js';
 
 /**
  * The launch envelope: all of stdin, up to its end. Read synchronously: a child (and a standby
@@ -72,7 +73,22 @@ function failToLoad(w, reason) {
 
 /** The module specifiers that name this package in a workflow file, with no install step. */
 const PACKAGE_NAMES = new Set(['piw', '@osolmaz/pi-workflows']);
+/** What the reference's subpaths are, and why an import of one cannot load here. */
+const MISSING_SUBPATHS = {
+  builtins: 'the reference\'s built-in workflows (autoplan, autoimplement, sanity-check, plan-change, ...); piw ships none: copy the workflow into your project',
+  controllers: 'the reference\'s controllers; piw has none',
+  extension: 'the reference\'s Pi extension; piw\'s is this package itself (`pi install` it), with no API for workflow files',
+};
 let aliases = null;
+
+/** The error of an import of `@osolmaz/pi-workflows/<subpath>` (or `piw/<subpath>`). */
+function missingSubpath(specifier) {
+  const subpath = specifier.slice(specifier.indexOf('/', specifier.startsWith('@') ? specifier.indexOf('/') + 1 : 0) + 1);
+  const what = MISSING_SUBPATHS[subpath] ?? 'not part of piw';
+  const e = new Error(`${specifier} is not available in piw: ${what}. Import from "@osolmaz/pi-workflows" (or "piw") instead.`);
+  e.code = 'ERR_PACKAGE_PATH_NOT_EXPORTED';
+  return e;
+}
 
 /**
  * Makes `import ... from "piw"` and `from "@osolmaz/pi-workflows"` resolve to this package in
@@ -82,10 +98,14 @@ let aliases = null;
  */
 function registerPackageAliases() {
   if (aliases || !module.registerHooks) return;
+  registerTypeScript();
   const index = pathToFileURL(join(packageDir, 'index.js')).href;
   aliases = module.registerHooks({
     resolve(specifier, context, nextResolve) {
       if (PACKAGE_NAMES.has(specifier)) return { url: index, shortCircuit: true };
+      if (/^(?:@osolmaz\/pi-workflows|piw)\//.test(specifier) && specifier !== 'piw/worker') {
+        throw missingSubpath(specifier);
+      }
       return nextResolve(specifier, context);
     },
   });
@@ -100,6 +120,7 @@ class LoadError extends Error {}
  * --check` on each candidate file finds it (a subprocess, only when loading already failed).
  */
 function locate(e, candidates) {
+  if (typeof e?.location === 'string') return e.location;
   // `path:line`, the source (with a line of context for TypeScript), then a caret line.
   const top = /^(\/[^\n]*?):(\d+)\n(?:[^\n]*\n){1,3}?([ \t]*)\^/.exec(String(e?.stack ?? ''));
   if (top) return `${top[1]}:${top[2]}:${top[3].length + 1}`;
@@ -1133,6 +1154,7 @@ export async function warmUp() {
       input_hash: '',
       socket_path: '/nonexistent',
     };
+    warmTypeScript();
     const parsed = new addon.Worker(JSON.stringify(envelope));
     parsed.verifySources();
     const host = new Rehearsal(parsed.envelope);

@@ -20,9 +20,9 @@ after(async () => {
   await host?.stop();
 });
 
-/** Writes a file of the project (its `.pi/workflows/` unless the path says otherwise). */
+/** Writes a file of the project's `.pi/workflows/`. */
 function write(rel, text) {
-  const file = join(project, rel.includes('/') ? rel : join('.pi', 'workflows', rel));
+  const file = join(project, '.pi', 'workflows', rel);
   writeFileSync(file, text);
   return file;
 }
@@ -97,5 +97,100 @@ export default defineWorkflow({
     assert.deepEqual(lines, crash === 'action' ? ['record'] : ['record', 'shell']);
     assert.equal(attempts.filter((a) => a.node_id === (crash === 'action' ? 'record' : 'announce')).length, 1);
     await c.cancelRun(runId);
+  }
+});
+
+test('TypeScript as pi-workflows users write it: ./x.js imports reach .ts, enum/namespace/parameter properties, a "type": "commonjs" project; every file verified on resume', async () => {
+  // What `npm init -y` writes today.
+  writeFileSync(join(project, 'package.json'), JSON.stringify({ name: 'project', version: '1.0.0', type: 'commonjs' }));
+  write(
+    'lib/helper.ts',
+    `export enum Verdict { Ship = "ship", Hold = "hold" }
+export namespace Score { export const bonus = 2; }
+export class Counter {
+  constructor(private readonly base: number, public step = 1) {}
+  next(): number { return this.base + this.step + Score.bonus; }
+}
+`,
+  );
+  write(
+    'child.workflow.ts',
+    `import { compute, defineWorkflow } from "@osolmaz/pi-workflows";
+import { Counter } from "./lib/helper.js";
+
+export default defineWorkflow({
+  name: "child",
+  startAt: "count",
+  nodes: { count: compute({ run: ({ input }) => ({ n: new Counter((input as { base: number }).base).next() }) }) },
+  edges: [],
+  exits: { done: { from: "count" } },
+});
+`,
+  );
+  const file = write(
+    'release.workflow.ts',
+    `import { checkpoint, compute, defineWorkflow, includeWorkflow } from "@osolmaz/pi-workflows";
+import child from "./child.workflow.js";
+import { Verdict } from "./lib/helper";
+
+export default defineWorkflow({
+  name: "release",
+  startAt: "gate",
+  includes: { counted: includeWorkflow(child, { input: () => ({ base: 10 }) }) },
+  nodes: {
+    gate: checkpoint({ summary: "Ship?" }),
+    verdict: compute({ run: ({ outputs }) => ({ verdict: outputs.gate === "yes" ? Verdict.Ship : Verdict.Hold }) }),
+    report: compute({ run: ({ outputs }) => ({ ...(outputs.verdict as object), counted: outputs.counted }) }),
+  },
+  edges: [
+    { from: "gate", to: "verdict" },
+    { from: "verdict", to: "counted" },
+    { from: "counted.done", to: "report" },
+  ],
+});
+`,
+  );
+  const c = host.client;
+  const answer = async (runId, value) => {
+    const parked = await c.waitForRun(runId, { untilParked: true, timeoutMs: 30_000 });
+    assert.equal(parked.status, 'waiting', JSON.stringify(parked));
+    const { decisions } = await c.runStatus(runId);
+    await c.answerCheckpoint(runId, decisions.find((d) => d.status === 'pending').decision_id, value);
+  };
+  const { run_id: runId } = await c.startRun(file, { input: {} });
+  await answer(runId, 'yes');
+  const done = await c.waitForRun(runId, { timeoutMs: 30_000 });
+  assert.equal(done.status, 'completed', JSON.stringify(done));
+  assert.deepEqual(done.result, { verdict: 'ship', counted: { exit: 'done', output: { n: 13 } } });
+
+  // The helper reached through `./lib/helper.js` is one of the run's sources: changed while the
+  // run waits, the resumed run stops for review before any code runs.
+  const { run_id: second } = await c.startRun(file, { input: {} });
+  await c.waitForRun(second, { untilParked: true, timeoutMs: 30_000 });
+  appendFileSync(join(project, '.pi', 'workflows', 'lib', 'helper.ts'), '// changed\n');
+  await answer(second, 'no');
+  const stopped = await c.waitForRun(second, { untilParked: true, timeoutMs: 30_000 });
+  assert.equal(stopped.status, 'review', JSON.stringify(stopped));
+  assert.match((await c.runStatus(second)).run.review_reason, /helper\.ts/);
+  await c.cancelRun(second);
+});
+
+test('an import of a subpath piw lacks, or TypeScript that does not parse, fails the run at once with what to do', async () => {
+  const cases = [
+    [
+      'builtin.workflow.ts',
+      'export { autoplanWorkflow as default } from "@osolmaz/pi-workflows/builtins";\n',
+      /@osolmaz\/pi-workflows\/builtins is not available in piw: the reference's built-in workflows .*piw ships none/,
+    ],
+    [
+      'broken.workflow.ts',
+      'const a: number = 1;\nconst b = {\n  x: = 2\n};\nexport default b;\n',
+      /broken\.workflow\.ts:3:6: ERR_INVALID_TYPESCRIPT_SYNTAX: Expression expected/,
+    ],
+  ];
+  for (const [name, text, reason] of cases) {
+    const run = await runToEnd(write(name, text));
+    assert.equal(run.status, 'failed', `${name}: ${JSON.stringify(run)}`);
+    assert.match(run.error, reason, name);
   }
 });
