@@ -604,11 +604,13 @@ export declare function manualEffect(type: string): EffectPolicy;
 export interface ShellCommand {
   command: string;
   args?: string[];
-  /** Default: the run's project directory. */
+  /** Default: the run's project directory (a relative `cwd` is resolved against it). */
   cwd?: string;
   /** Added to the child's environment. */
   env?: Record<string, string>;
   stdin?: string;
+  /** Run through a shell (`true`: `/bin/sh`, or the path of one), as `child_process.spawn` does. */
+  shell?: boolean | string;
   /** The command's own deadline: its whole process group is killed and the node fails. */
   timeoutMs?: number;
   /** A non-zero exit does not fail the node. */
@@ -618,6 +620,10 @@ export interface ShellCommand {
 }
 
 export interface ShellActionResult {
+  command: string;
+  args: string[];
+  /** Where the command ran: `cwd` resolved against the run's project directory. */
+  cwd: string;
   stdout: string;
   stderr: string;
   exitCode: number | null;
@@ -634,7 +640,12 @@ export interface ShellSpec<I = any, O = ShellActionResult> {
   parse?: (result: ShellActionResult, ctx: WorkflowNodeContext<I>) => Awaitable<O>;
   /** Turns each complete output line (at most 64 KiB) into updates, published in order. */
   updates?: {
-    parseLine: (line: string, info: { stream: 'stdout' | 'stderr' }) => Awaitable<WorkflowUpdate | WorkflowUpdate[] | null | undefined>;
+    /** The streams whose lines are parsed (default both). */
+    streams?: Array<'stdout' | 'stderr'>;
+    parseLine: (
+      line: { stream: 'stdout' | 'stderr'; text: string },
+      ctx: WorkflowActionContext<I>,
+    ) => Awaitable<WorkflowUpdate | WorkflowUpdate[] | null | undefined>;
   };
   timeoutMs?: TimeoutMs<I>;
 }

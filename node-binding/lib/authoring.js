@@ -339,6 +339,7 @@ export function action(spec) {
           exec: fn(o.exec, 'shell exec'),
           parse: optionalFn(o.parse, 'shell parse'),
           parseLine: optionalFn(o.updates?.parseLine, 'shell updates.parseLine'),
+          streams: streams(o.updates?.streams),
         };
   return node(
     'action',
@@ -347,11 +348,21 @@ export function action(spec) {
   );
 }
 
+/** The output streams `updates.parseLine` reads: `['stdout', 'stderr']` unless given. */
+function streams(value) {
+  if (value === undefined) return ['stdout', 'stderr'];
+  if (!Array.isArray(value) || value.length === 0 || !value.every((v) => v === 'stdout' || v === 'stderr')) {
+    throw shape('shell updates.streams must be a non-empty array of "stdout" and "stderr"');
+  }
+  return [...new Set(value)];
+}
+
 /**
- * A command the workflow owns, run as a managed effect: `{ effect, exec(ctx) => { command,
- * args?, cwd?, env?, stdin?, timeoutMs?, allowNonZeroExit?, maxOutputChars? }, parse?(result,
- * ctx), updates?: { parseLine(line, { stream }) }, timeoutMs? }`. The output is `parse`'s value,
- * else the result `{ stdout, stderr, exitCode, signal, durationMs, truncated }`; a non-zero exit
+ * A command the workflow owns, run as a managed effect: `{ effect?, exec(ctx) => { command,
+ * args?, cwd?, env?, stdin?, shell?, timeoutMs?, allowNonZeroExit?, maxOutputChars? },
+ * parse?(result, ctx), updates?: { streams?, parseLine({ stream, text }, ctx) }, timeoutMs? }`.
+ * The output is `parse`'s value, else the result `{ command, args, cwd, stdout, stderr,
+ * exitCode, signal, durationMs, truncated }`; a non-zero exit
  * fails the node unless `allowNonZeroExit`. The command runs in its own process group, killed
  * whole at its timeout and when the run is stopped.
  */

@@ -483,11 +483,16 @@ class Capture {
  * `updates.parseLine` in order. Resolves with the result; rejects when the command cannot start,
  * times out, or (without `allowNonZeroExit`) exits non-zero.
  */
-async function runShell(impl, ctx, publishUpdate) {
+async function runShell(impl, ctx, publishUpdate, effect) {
   const spec = await impl.exec(ctx);
   if (!spec || typeof spec.command !== 'string') throw new Error('exec must return { command, args?, ... }');
   // Every argument is checked before the command starts: a bad one starts nothing.
   if (spec.args !== undefined && !Array.isArray(spec.args)) throw new Error('args must be an array');
+  if (spec.shell !== undefined && typeof spec.shell !== 'boolean' && typeof spec.shell !== 'string') {
+    throw new Error('shell must be a boolean or the path of a shell');
+  }
+  if (spec.cwd !== undefined && typeof spec.cwd !== 'string') throw new Error('cwd must be a string');
+  const cwd = resolvePath(ctx.state.projectDir, spec.cwd ?? '.');
   const args = (spec.args ?? []).map(String);
   const max = spec.maxOutputChars ?? DEFAULT_MAX_OUTPUT_CHARS;
   if (!(Number.isInteger(max) && max > 0)) throw new Error('maxOutputChars must be a positive integer');
@@ -505,13 +510,15 @@ async function runShell(impl, ctx, publishUpdate) {
   let updates = Promise.resolve();
   let lineError = null;
   let stopForLine = () => {};
+  const lineContext = { ...ctx, publishUpdate, effect };
   const lineHandler = (stream) =>
-    impl.parseLine
+    impl.parseLine && impl.streams.includes(stream)
       ? (line) => {
           updates = updates
             .then(async () => {
               if (lineError) return;
-              const parsed = await impl.parseLine(line, { stream });
+              const text = line.endsWith('\r') ? line.slice(0, -1) : line;
+              const parsed = await impl.parseLine({ stream, text }, lineContext);
               for (const u of Array.isArray(parsed) ? parsed : parsed ? [parsed] : []) await publishUpdate(u);
             })
             .catch((e) => {
@@ -523,8 +530,9 @@ async function runShell(impl, ctx, publishUpdate) {
   const out = new Capture(max, lineHandler('stdout'));
   const err = new Capture(max, lineHandler('stderr'));
   const child = spawn(spec.command, args, {
-    cwd: spec.cwd ?? ctx.state.projectDir,
+    cwd,
     env: { ...process.env, ...(spec.env ?? {}) },
+    shell: spec.shell ?? false,
     detached: true,
     stdio: ['pipe', 'pipe', 'pipe'],
   });
@@ -565,6 +573,9 @@ async function runShell(impl, ctx, publishUpdate) {
   await updates;
   if (lineError) throw new Error(`updates.parseLine failed: ${message(lineError)}`);
   const result = {
+    command: spec.command,
+    args,
+    cwd,
     stdout: out.text,
     stderr: err.text,
     exitCode,
@@ -615,7 +626,7 @@ async function executeNode(w, run, impl, ctx) {
         // `effect.retry` tells `run` that an earlier application was interrupted (only under
         // idempotentEffect): it must check before acting again.
         const effect = { id: r.effect_id, type: impl.effect.type, key, retry: r.retry };
-        const value = impl.exec ? await runShell(impl, ctx, publishUpdate) : await impl.run({ ...ctx, publishUpdate, effect });
+        const value = impl.exec ? await runShell(impl, ctx, publishUpdate, effect) : await impl.run({ ...ctx, publishUpdate, effect });
         receipt = toJson(value, 'the effect receipt');
       } catch (e) {
         // An error `run` reports settles the effect failed (the reference's "rejected"); only a

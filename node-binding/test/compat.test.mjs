@@ -194,3 +194,52 @@ test('an import of a subpath piw lacks, or TypeScript that does not parse, fails
     assert.match(run.error, reason, name);
   }
 });
+
+test('shell as pi-workflows has it: the shell option, updates.streams, parseLine({ stream, text }, ctx), command/args/cwd in the result', async () => {
+  const c = host.client;
+  const session = 'session-compat-shell';
+  mkdirSync(join(project, 'sub'), { recursive: true });
+  const file = write(
+    'lines.workflow.ts',
+    `import { defineWorkflow, shell } from "@osolmaz/pi-workflows";
+
+export default defineWorkflow({
+  name: "lines",
+  startAt: "count",
+  nodes: {
+    count: shell({
+      exec: () => ({ command: "printf 'step 1\\\\r\\\\nstep 2\\\\n'; echo 'step 9' >&2; pwd", shell: true, cwd: "sub" }),
+      updates: {
+        streams: ["stdout"],
+        parseLine: ({ stream, text }, { state }) =>
+          text.startsWith("step") ? { type: "progress", key: state.node, data: { stream, text } } : undefined,
+      },
+      parse: (result) => ({ command: result.command, args: result.args, cwd: result.cwd, stdout: result.stdout }),
+    }),
+  },
+  edges: [],
+});
+`,
+  );
+  const sub = await c.subscribe({ sessionId: session });
+  const { run_id: runId } = await c.startRun(file, { sessionId: session, projectDir: project });
+  const progress = [];
+  for await (const e of sub) {
+    if (e.run_id === runId && e.event_kind === 'progress') progress.push(e.data.data.data);
+    if (e.run_id === runId && ['completed', 'failed', 'review'].includes(e.status)) break;
+  }
+  const run = await c.waitForRun(runId, { timeoutMs: 30_000 });
+  assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+  const cwd = join(project, 'sub');
+  assert.deepEqual(run.result, {
+    command: "printf 'step 1\\r\\nstep 2\\n'; echo 'step 9' >&2; pwd",
+    args: [],
+    cwd,
+    stdout: `step 1\r\nstep 2\n${cwd}\n`,
+  });
+  // stdout only, each line without its \r, in order.
+  assert.deepEqual(progress, [
+    { stream: 'stdout', text: 'step 1' },
+    { stream: 'stdout', text: 'step 2' },
+  ]);
+});

@@ -74,7 +74,7 @@ export const wf = defineWorkflow<{ n: number }>({
       effect: idempotentEffect('git.status'),
       exec: () => ({ command: 'git', args: ['status', '--porcelain'], timeoutMs: 10_000, allowNonZeroExit: false }),
       parse: (result) => ({ dirty: result.stdout.trim().length > 0 }),
-      updates: { parseLine: (line, { stream }) => (line ? { type: 'log', key: stream, data: line } : null) },
+      updates: { streams: ['stdout'], parseLine: ({ stream, text }, { state }) => (text ? { type: 'log', key: `${stream}:${state.node}`, data: text } : null) },
     }),
   },
   edges: [

@@ -662,8 +662,8 @@ test('shell: exec, parse, updates.parseLine, capped output, non-zero exits', asy
             stdin: input.feed,
             maxOutputChars: 100,
           }),
-          updates: { parseLine: (line, { stream }) =>
-            line.startsWith('progress') ? { type: 'progress', key: stream, data: { n: Number(line.split(' ')[1]) } } : null },
+          updates: { parseLine: ({ stream, text }) =>
+            text.startsWith('progress') ? { type: 'progress', key: stream, data: { n: Number(text.split(' ')[1]) } } : null },
         }),
         bad: piw.shell({
           effect: piw.manualEffect('cmd.bad'),
@@ -716,7 +716,7 @@ test('shell: a throwing updates.parseLine fails the node with its error and stop
         parse: piw.shell({
           effect: piw.idempotentEffect('cmd.parse'),
           exec: () => ({ command: 'sh', args: ['-c', 'echo ok; echo bad; exec sleep 600'] }),
-          updates: { parseLine: (line) => { if (line === 'bad') throw new Error('cannot parse ' + line); return { type: 'line', data: line }; } },
+          updates: { parseLine: ({ text }) => { if (text === 'bad') throw new Error('cannot parse ' + text); return { type: 'line', data: text }; } },
         }),
         timeout: piw.shell({
           effect: piw.idempotentEffect('cmd.timeout'),
