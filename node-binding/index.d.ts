@@ -662,6 +662,60 @@ export declare function action<I = any, O = ShellActionResult>(spec: ShellSpec<I
 /** A command the workflow owns, run as a managed effect in its own process group. */
 export declare function shell<I = any, O = ShellActionResult>(spec: ShellSpec<I, O>): WorkflowNode;
 
+/** One command of a batch: every field is required; `cwd` is absolute. */
+export interface CommandBatchItem {
+  /** `[A-Za-z0-9][A-Za-z0-9._:-]{0,63}`, unique in the batch. */
+  id: string;
+  command: string;
+  args: string[];
+  cwd: string;
+  /** 1 through 3,600,000. */
+  timeoutMs: number;
+  /** 1 through 1,000,000. */
+  maxOutputChars: number;
+}
+export interface CommandBatchRequest {
+  /** At most 64. */
+  items: CommandBatchItem[];
+  /** 1 through 8. */
+  maxConcurrency: number;
+}
+export type CommandBatchItemOutcome = 'succeeded' | 'failed' | 'timedOut' | 'cancelled';
+export interface CommandBatchItemResult extends Omit<ShellActionResult, 'truncated'> {
+  id: string;
+  outcome: CommandBatchItemOutcome;
+  stdoutTruncated: boolean;
+  stderrTruncated: boolean;
+  /** Why the item did not succeed (at most 2,000 characters). */
+  error?: string;
+}
+export interface CommandBatchResult {
+  schema: 'pi-workflows.command-batch-result.v1';
+  /** In request order. */
+  items: CommandBatchItemResult[];
+  completed: number;
+  total: number;
+}
+export interface RunCommandBatchOptions {
+  /** Stops every running command (each group is killed); items not started end `cancelled`. */
+  signal?: AbortSignal;
+  /** Told of each item as it ends; what it throws is ignored. */
+  onItemSettled?: (result: CommandBatchItemResult, completed: number, total: number) => Awaitable<void>;
+}
+export declare const COMMAND_BATCH_RESULT_SCHEMA: 'pi-workflows.command-batch-result.v1';
+export declare const MAX_COMMAND_BATCH_ITEMS: number;
+export declare const MAX_COMMAND_BATCH_CONCURRENCY: number;
+export declare const MAX_COMMAND_BATCH_TIMEOUT_MS: number;
+export declare const MAX_COMMAND_BATCH_OUTPUT_CHARS: number;
+/** Checks a batch request whole (throws the first problem) and returns it normalised. */
+export declare function validateCommandBatchRequest(value: unknown): CommandBatchRequest;
+/**
+ * Runs the commands of a batch, at most `maxConcurrency` at once, each in its own process group
+ * (killed at its timeout, on `signal`, and when the run is stopped); one item's failure does not
+ * stop the others. Call it from an `action` (a manual effect unless declared otherwise).
+ */
+export declare function runCommandBatch(request: CommandBatchRequest, options?: RunCommandBatchOptions): Promise<CommandBatchResult>;
+
 export type Edge =
   | { from: string; to: string }
   | {

@@ -5,7 +5,7 @@
 // every saved mounted source *before importing any workflow code*; import the workflow; compare
 // the mounts it resolves with the saved ones; say hello; execute nodes and propose each
 // transition; exit when the run parks, finishes, or the host says the run moved on.
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { readFileSync, realpathSync } from 'node:fs';
 import module from 'node:module';
 import { dirname, join, relative, resolve as resolvePath, sep } from 'node:path';
@@ -16,6 +16,7 @@ import { fromNative } from './errors.js';
 import { humanResponse, isWorkflow, resolveIncludes } from './authoring.js';
 import { looksLikePath, resolveWorkflow as resolveReference } from '../extension/resolve.js';
 import { registerTypeScript, warmTypeScript } from './typescript.js';
+import { checkCommand, commandGroups, killGroup, MAX_TIMER_MS, runCommand } from './command.js';
 
 /**
  * The launch envelope: all of stdin, up to its end. Read synchronously: a child (and a standby
@@ -432,165 +433,52 @@ async function humanRequest(run, impl, ctx) {
   };
 }
 
-/** The reference's default cap on each of stdout and stderr, in characters. */
-const DEFAULT_MAX_OUTPUT_CHARS = 1_000_000;
-/** The longest line `updates.parseLine` sees; the rest of a longer line is dropped. */
-const MAX_LINE_CHARS = 64 * 1024;
-/** The longest delay `setTimeout` honours (2^31 - 1 ms, about 24.8 days). */
-const MAX_TIMER_MS = 2_147_483_647;
-/** Between SIGTERM and SIGKILL of a command's group at its timeout. */
-const SHELL_KILL_GRACE_MS = 1000;
-/** The process groups of running commands: killed at once when this child is stopped. */
-const commandGroups = new Set();
-
-function killGroup(pid, signal) {
-  try {
-    process.kill(-pid, signal);
-  } catch {
-    // already gone
-  }
-}
-
-/** Captures one stream: capped text, and whole lines for `parseLine`. */
-class Capture {
-  constructor(max, onLine) {
-    this.max = max;
-    this.text = '';
-    this.truncated = false;
-    this.partial = '';
-    this.onLine = onLine;
-  }
-
-  push(s) {
-    const room = this.max - this.text.length;
-    if (s.length > room) this.truncated = true;
-    if (room > 0) this.text += s.slice(0, room);
-    if (!this.onLine) return;
-    const lines = (this.partial + s).split('\n');
-    this.partial = lines.pop().slice(0, MAX_LINE_CHARS);
-    for (const line of lines) this.onLine(line.slice(0, MAX_LINE_CHARS));
-  }
-
-  end() {
-    if (this.onLine && this.partial !== '') this.onLine(this.partial);
-    this.partial = '';
-  }
-}
-
 /**
- * Runs a shell action's command: in its own process group (so its timeout, or this child being
- * stopped, kills everything it started), with stdout and stderr capped, complete lines handed to
- * `updates.parseLine` in order. Resolves with the result; rejects when the command cannot start,
- * times out, or (without `allowNonZeroExit`) exits non-zero.
+ * Runs a shell action's command (see `runCommand`): complete lines of `updates.streams` go to
+ * `updates.parseLine` in order. Resolves with `parse`'s value, else the result; rejects when the
+ * command cannot start, times out, is stopped, a line fails to parse, or (without
+ * `allowNonZeroExit`) it exits non-zero.
  */
 async function runShell(impl, ctx, publishUpdate, effect) {
-  const spec = await impl.exec(ctx);
-  if (!spec || typeof spec.command !== 'string') throw new Error('exec must return { command, args?, ... }');
-  // Every argument is checked before the command starts: a bad one starts nothing.
-  if (spec.args !== undefined && !Array.isArray(spec.args)) throw new Error('args must be an array');
-  if (spec.shell !== undefined && typeof spec.shell !== 'boolean' && typeof spec.shell !== 'string') {
-    throw new Error('shell must be a boolean or the path of a shell');
-  }
-  if (spec.cwd !== undefined && typeof spec.cwd !== 'string') throw new Error('cwd must be a string');
+  // Every value `exec` returns is checked before the command starts: a bad one starts nothing.
+  const spec = checkCommand(await impl.exec(ctx));
   const cwd = resolvePath(ctx.state.projectDir, spec.cwd ?? '.');
-  const args = (spec.args ?? []).map(String);
-  const max = spec.maxOutputChars ?? DEFAULT_MAX_OUTPUT_CHARS;
-  if (!(Number.isInteger(max) && max > 0)) throw new Error('maxOutputChars must be a positive integer');
-  // A timer cannot wait longer than MAX_TIMER_MS: Node would fire a longer one at once.
-  if (
-    spec.timeoutMs !== undefined &&
-    !(typeof spec.timeoutMs === 'number' && spec.timeoutMs > 0 && spec.timeoutMs <= MAX_TIMER_MS)
-  ) {
-    throw new Error(`timeoutMs must be a positive number of milliseconds, at most ${MAX_TIMER_MS}`);
-  }
-  const started = monotonicMs();
   // Updates are published in line order. A failing parseLine (or update) fails the node with
   // its error: the command is stopped and no later line is parsed. The chain always has a
   // handler, so the failure is never an unhandled rejection, which would end this child.
   let updates = Promise.resolve();
   let lineError = null;
-  let stopForLine = () => {};
+  const stopRef = {};
   const lineContext = { ...ctx, publishUpdate, effect };
-  const lineHandler = (stream) =>
-    impl.parseLine && impl.streams.includes(stream)
-      ? (line) => {
-          updates = updates
-            .then(async () => {
-              if (lineError) return;
-              const text = line.endsWith('\r') ? line.slice(0, -1) : line;
-              const parsed = await impl.parseLine({ stream, text }, lineContext);
-              for (const u of Array.isArray(parsed) ? parsed : parsed ? [parsed] : []) await publishUpdate(u);
-            })
-            .catch((e) => {
-              lineError ??= e;
-              stopForLine();
-            });
-        }
-      : null;
-  const out = new Capture(max, lineHandler('stdout'));
-  const err = new Capture(max, lineHandler('stderr'));
-  const child = spawn(spec.command, args, {
-    cwd,
-    env: { ...process.env, ...(spec.env ?? {}) },
-    shell: spec.shell ?? false,
-    detached: true,
-    stdio: ['pipe', 'pipe', 'pipe'],
-  });
-  let timedOut = false;
-  let aborted = false;
-  const timers = [];
-  const stop = (why) => {
-    if (child.pid === undefined || child.exitCode !== null || child.signalCode !== null) return;
-    if (why === 'timeout') timedOut = true;
-    else if (why === 'abort') aborted = true;
-    killGroup(child.pid, 'SIGTERM');
-    timers.push(setTimeout(() => killGroup(child.pid, 'SIGKILL'), SHELL_KILL_GRACE_MS));
-  };
-  if (child.pid !== undefined) commandGroups.add(child.pid);
-  const onAbort = () => stop('abort');
-  ctx.signal.addEventListener('abort', onAbort, { once: true });
-  stopForLine = () => stop('line');
-  if (spec.timeoutMs !== undefined) timers.push(setTimeout(() => stop('timeout'), spec.timeoutMs));
-  // Decoded as UTF-8 across chunk boundaries.
-  child.stdout.setEncoding('utf8').on('data', (c) => out.push(c));
-  child.stderr.setEncoding('utf8').on('data', (c) => err.push(c));
-  child.stdin.on('error', () => {}); // a command that does not read its input
-  child.stdin.end(spec.stdin === undefined ? undefined : String(spec.stdin));
-  const [exitCode, signal] = await new Promise((resolve, reject) => {
-    child.once('error', reject);
-    child.once('close', (code, sig) => resolve([code, sig]));
-  }).finally(() => {
-    ctx.signal.removeEventListener('abort', onAbort);
-    for (const t of timers) clearTimeout(t);
-    // Whatever the command left behind in its group goes with it.
-    if (child.pid !== undefined) {
-      killGroup(child.pid, 'SIGKILL');
-      commandGroups.delete(child.pid);
-    }
-  });
-  out.end();
-  err.end();
+  const onLine = impl.parseLine
+    ? (stream, line) => {
+        if (!impl.streams.includes(stream)) return;
+        updates = updates
+          .then(async () => {
+            if (lineError) return;
+            const text = line.endsWith('\r') ? line.slice(0, -1) : line;
+            const parsed = await impl.parseLine({ stream, text }, lineContext);
+            for (const u of Array.isArray(parsed) ? parsed : parsed ? [parsed] : []) await publishUpdate(u);
+          })
+          .catch((e) => {
+            lineError ??= e;
+            stopRef.stop?.();
+          });
+      }
+    : null;
+  let result;
+  try {
+    result = await runCommand(spec, { cwd, env: process.env, signal: ctx.signal, onLine, stopRef });
+  } catch (e) {
+    await updates;
+    if (lineError) throw new Error(`updates.parseLine failed: ${message(lineError)}`);
+    throw e;
+  }
   await updates;
   if (lineError) throw new Error(`updates.parseLine failed: ${message(lineError)}`);
-  const result = {
-    command: spec.command,
-    args,
-    cwd,
-    stdout: out.text,
-    stderr: err.text,
-    exitCode,
-    signal,
-    durationMs: Math.round(monotonicMs() - started),
-    truncated: out.truncated || err.truncated,
-  };
-  const shown = `${spec.command}${args.length ? ` ${args.join(' ')}` : ''}`;
-  if (timedOut) throw new Error(`${shown} timed out after ${spec.timeoutMs} ms`);
-  if (aborted) throw new Error(`${shown} was stopped`);
-  if (exitCode !== 0 && !spec.allowNonZeroExit) {
-    const tail = result.stderr.trim().split('\n').slice(-1)[0] ?? '';
-    throw new Error(`${shown} exited with ${exitCode ?? signal}${tail ? `: ${tail}` : ''}`);
-  }
-  return impl.parse ? impl.parse(result, ctx) : result;
+  const { stdoutTruncated, stderrTruncated, ...shown } = result;
+  const output = { ...shown, truncated: stdoutTruncated || stderrTruncated };
+  return impl.parse ? impl.parse(output, ctx) : output;
 }
 
 /** Executes one node; resolves with `{ outcome }` or `{ parked: true }`. */

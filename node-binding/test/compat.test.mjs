@@ -243,3 +243,66 @@ export default defineWorkflow({
     { stream: 'stdout', text: 'step 2' },
   ]);
 });
+
+test('runCommandBatch from an action, as the reference example writes it: items in order, one failure and one timeout beside successes', async () => {
+  const file = write(
+    'batch.workflow.ts',
+    `import { action, compute, defineWorkflow, runCommandBatch, type CommandBatchRequest } from "@osolmaz/pi-workflows";
+
+type Input = { cwd: string };
+const item = (id: string, script: string, timeoutMs = 10_000) => ({
+  id, command: "sh", args: ["-c", script], cwd: "", timeoutMs, maxOutputChars: 4,
+});
+
+export default defineWorkflow({
+  name: "batch",
+  input: (value): Input => value as Input,
+  startAt: "prepare",
+  nodes: {
+    prepare: compute({
+      run: ({ input }) =>
+        ({
+          maxConcurrency: 2,
+          items: [
+            item("first", "printf first"),
+            item("bad", "echo broken >&2; exit 2"),
+            item("slow", "exec sleep 60", 200),
+            item("fourth", "pwd"),
+          ].map((i) => ({ ...i, cwd: (input as Input).cwd })),
+        }) satisfies CommandBatchRequest,
+    }),
+    run: action({
+      run: async (context) => {
+        const settled: string[] = [];
+        const result = await runCommandBatch(context.outputs.prepare as CommandBatchRequest, {
+          signal: context.signal,
+          onItemSettled: (r) => { settled.push(r.id); throw new Error("ignored"); },
+        });
+        return { ...result, settled: settled.sort() };
+      },
+    }),
+  },
+  edges: [{ from: "prepare", to: "run" }],
+});
+`,
+  );
+  const run = await runToEnd(file, { cwd: host.dir });
+  assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+  const { schema, completed, total, settled, items } = run.result;
+  assert.deepEqual([schema, completed, total, settled], ['pi-workflows.command-batch-result.v1', 4, 4, ['bad', 'first', 'fourth', 'slow']]);
+  assert.deepEqual(
+    items.map((i) => [i.id, i.outcome, i.stdout, i.stdoutTruncated, i.exitCode, i.cwd]),
+    [
+      ['first', 'succeeded', 'firs', true, 0, host.dir],
+      ['bad', 'failed', '', false, 2, host.dir],
+      ['slow', 'timedOut', '', false, null, host.dir],
+      ['fourth', 'succeeded', host.dir.slice(0, 4), true, 0, host.dir],
+    ],
+  );
+  assert.equal(items[1].error, 'sh -c echo broken >&2; exit 2 exited with 2: brok'); // stderr is capped too
+  assert.match(items[2].error, /timed out after 200 ms/);
+
+  const { validateCommandBatchRequest } = await import('../index.js');
+  assert.throws(() => validateCommandBatchRequest({ items: [{ id: 'a', command: 'x', args: [], cwd: 'rel', timeoutMs: 1, maxOutputChars: 1 }], maxConcurrency: 1 }), /items\[0\]\.cwd must be an absolute path/);
+  assert.throws(() => validateCommandBatchRequest({ items: [], maxConcurrency: 9 }), /maxConcurrency must be an integer from 1 through 8/);
+});
