@@ -538,8 +538,9 @@ export declare function decisionEdge<C extends string>(spec: {
 }): Edge;
 
 /** An ordinary checkpoint; its output is the answer (any JSON). */
-export declare function checkpoint<I = any>(spec: {
-  summary: Text<I>;
+export declare function checkpoint<I = any>(spec?: {
+  /** Default: `<node> waits for an answer`. */
+  summary?: Text<I>;
   /** A value shown with the request (under `extra.output`). */
   run?: (ctx: WorkflowNodeContext<I>) => Awaitable<unknown>;
 }): WorkflowNode;
@@ -572,16 +573,28 @@ export type HumanChoices<K extends string = string> = { readonly [choicesBrand]:
 export declare function defineHumanChoices<K extends string>(choices: Record<K, HumanChoice>): HumanChoices<K>;
 
 /** A decision only a person may answer; output `{ choice, provenance }` or `{ choice, input: { [name]: text }, provenance }`. */
+export interface HumanDecisionTimeout<K extends string = string> {
+  afterMs: number;
+  response: { choice: K; text?: string };
+}
+/**
+ * `audience` and `onTimeout` may be functions of the node context: they are called (with
+ * `request`) when the attempt opens, and the request, deadline and response are saved with it.
+ */
 export declare function humanDecision<I = any, K extends string = string>(spec: {
   choices: HumanChoices<K>;
-  audience?: string;
+  audience?: string | ((ctx: WorkflowNodeContext<I>) => Awaitable<string>);
   request?: (ctx: WorkflowNodeContext<I>) => Awaitable<{
     title?: string;
     subject?: unknown;
     presentation?: { summary?: string; [key: string]: unknown };
+    /** A positive integer, kept with the request (`extra.revision`). */
+    revision?: number;
+    /** An ISO date: the decision's deadline (the node ends `timed_out`); not with `onTimeout`. */
+    expiresAt?: string;
   }>;
   /** The host answers with `response` (provenance `timeout`) when nobody did within `afterMs`. */
-  onTimeout?: { afterMs: number; response: { choice: K; text?: string } };
+  onTimeout?: HumanDecisionTimeout<K> | ((ctx: WorkflowNodeContext<I>) => Awaitable<HumanDecisionTimeout<K> | undefined>);
 }): WorkflowNode;
 /** The switch edge of a `humanDecision`: one target for every choice. */
 export declare function humanDecisionEdge<K extends string>(spec: {

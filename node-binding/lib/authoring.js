@@ -173,14 +173,14 @@ function exhaustiveSwitch(what, from, on, keys, cases) {
   return { from, switch: { on, cases: { ...given } } };
 }
 
-/** An ordinary checkpoint (`{ summary, run? }`): answered with any JSON, the node's output. */
-export function checkpoint(spec) {
+/**
+ * An ordinary checkpoint (`{ summary?, run? }`, or no options): answered with any JSON, the
+ * node's output. Without `summary`, the request says which node waits.
+ */
+export function checkpoint(spec = {}) {
   const o = options(spec, 'checkpoint()');
-  return node(
-    'checkpoint',
-    { summary: textOrFn(o.summary, 'checkpoint summary'), run: optionalFn(o.run, 'checkpoint run') },
-    null,
-  );
+  const summary = o.summary === undefined ? ({ state }) => `${state.node} waits for an answer` : textOrFn(o.summary, 'checkpoint summary');
+  return node('checkpoint', { summary, run: optionalFn(o.run, 'checkpoint run') }, null);
 }
 
 /** One choice of a human decision: `{ label, description?, input?: textInput(...) }`. */
@@ -251,41 +251,67 @@ export function humanResponse(choices, response) {
 }
 
 /**
+ * Checks an `onTimeout` policy (`{ afterMs, response }`) against the choices; returns it
+ * normalised, or throws an `Error` saying what is wrong.
+ */
+export function checkOnTimeout(choices, value) {
+  if (!value || typeof value !== 'object' || Array.isArray(value)) throw new Error('onTimeout must be { afterMs, response }');
+  if (!(typeof value.afterMs === 'number' && Number.isFinite(value.afterMs) && value.afterMs > 0)) {
+    throw new Error('onTimeout.afterMs must be a positive number');
+  }
+  try {
+    humanResponse(choices, value.response);
+  } catch (e) {
+    throw new Error(`onTimeout.response: ${e.message}`);
+  }
+  return { afterMs: Math.ceil(value.afterMs), response: value.response };
+}
+
+/**
  * A decision only a person may answer: `{ choices: defineHumanChoices(...), audience?,
- * request?(ctx) => { title?, subject?, presentation? }, onTimeout?: { afterMs, response } }`.
- * Output: `{ choice, provenance }` or `{ choice, input, provenance }` (see `humanResponse`),
- * `provenance` being `human`, or `timeout` when nobody answered before `afterMs`.
+ * request?(ctx) => { title?, subject?, presentation?, revision?, expiresAt? }, onTimeout?: {
+ * afterMs, response } }`. `audience` may be a function of the node context and `onTimeout` one
+ * returning the policy or `undefined`: both are called when the attempt opens, and the request,
+ * the deadline and the response are saved with it. Output: `{ choice, provenance }` or `{
+ * choice, input, provenance }` (see `humanResponse`), `provenance` being `human`, or `timeout`
+ * when nobody answered before `afterMs`.
  */
 export function humanDecision(spec) {
   const o = options(spec, 'humanDecision()');
   if (!o.choices?.[CHOICES]) throw shape('humanDecision choices must be made with defineHumanChoices()');
-  if (o.audience !== undefined && typeof o.audience !== 'string') throw shape('humanDecision audience must be a string');
-  let onTimeout = null;
-  if (o.onTimeout !== undefined) {
-    const t = options(o.onTimeout, 'humanDecision onTimeout');
-    if (!(typeof t.afterMs === 'number' && Number.isFinite(t.afterMs) && t.afterMs > 0)) {
-      throw shape('humanDecision onTimeout.afterMs must be a positive number');
-    }
-    try {
-      humanResponse(o.choices, t.response);
-    } catch (e) {
-      throw shape(`humanDecision onTimeout.response: ${e.message}`);
-    }
-    onTimeout = { afterMs: Math.ceil(t.afterMs), response: t.response };
+  if (o.audience !== undefined && typeof o.audience !== 'string' && typeof o.audience !== 'function') {
+    throw shape('humanDecision audience must be a string or a function of the node context');
   }
+  let onTimeout = null;
+  if (typeof o.onTimeout === 'function') {
+    onTimeout = o.onTimeout;
+  } else if (o.onTimeout !== undefined) {
+    try {
+      onTimeout = checkOnTimeout(o.choices, o.onTimeout);
+    } catch (e) {
+      throw shape(`humanDecision ${e.message}`);
+    }
+  }
+  const request = optionalFn(o.request, 'humanDecision request');
+  // The request (and with it the deadline: `onTimeout`'s, or the request's `expiresAt`) is
+  // decided when the attempt opens whenever code decides it; a fixed `onTimeout` alone is a
+  // fixed deadline in the graph. The host expires the decision at the deadline (also when it
+  // passed while the host was down) and answers with the saved `onTimeout.response`.
+  const decidedAtStart = typeof onTimeout === 'function' || request !== undefined;
   return node(
     'human_decision',
-    {
-      choices: o.choices,
-      audience: o.audience ?? null,
-      request: optionalFn(o.request, 'humanDecision request'),
-      onTimeout,
-    },
-    // The host saves the deadline with the attempt and expires the decision at it (also when
-    // it passed while the host was down); the runtime then applies `onTimeout.response`.
-    onTimeout ? onTimeout.afterMs : null,
+    { choices: o.choices, audience: o.audience ?? null, request, onTimeout },
+    decidedAtStart ? DECIDED_WITH_REQUEST : onTimeout ? onTimeout.afterMs : null,
   );
 }
+
+/**
+ * The `timeoutMs` of a human decision whose request decides its deadline: the runtime builds
+ * the request when the attempt opens and takes the deadline from it.
+ */
+export const DECIDED_WITH_REQUEST = Object.freeze(() => {
+  throw new Error('a human decision decides its deadline with its request');
+});
 
 /** The switch edge of a `humanDecision`: one target for every choice. */
 export function humanDecisionEdge(spec) {

@@ -13,7 +13,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 
 import { native as addon, packageDir } from './native.js';
 import { fromNative } from './errors.js';
-import { humanResponse, isWorkflow, resolveIncludes } from './authoring.js';
+import { checkOnTimeout, DECIDED_WITH_REQUEST, humanResponse, isWorkflow, resolveIncludes } from './authoring.js';
 import { looksLikePath, resolveWorkflow as resolveReference } from '../extension/resolve.js';
 import { registerTypeScript, warmTypeScript } from './typescript.js';
 import { checkCommand, commandGroups, killGroup, MAX_TIMER_MS, runCommand } from './command.js';
@@ -389,6 +389,36 @@ function requestBase(run, ctx, kind) {
 /** The `human_decision` request: question, details, choices, text input, audience, extra. */
 async function humanRequest(run, impl, ctx) {
   const asked = impl.request ? ((await nodeCode(ctx, 'its request', () => impl.request(ctx))) ?? {}) : {};
+  const audience =
+    typeof impl.audience === 'function'
+      ? await nodeCode(ctx, 'its audience', async () => {
+          const value = await impl.audience(ctx);
+          if (typeof value !== 'string' || value === '') throw new Error(`audience must return a non-empty string, got ${JSON.stringify(value ?? null)}`);
+          return value;
+        })
+      : impl.audience;
+  const onTimeout =
+    typeof impl.onTimeout === 'function'
+      ? await nodeCode(ctx, 'its onTimeout', async () => {
+          const value = await impl.onTimeout(ctx);
+          return value === undefined || value === null ? null : checkOnTimeout(impl.choices, value);
+        })
+      : impl.onTimeout;
+  const { revision, expiresAt } = asked;
+  if (revision !== undefined && !(Number.isSafeInteger(revision) && revision > 0)) {
+    throw new NodeFailure(`node ${ctx.state.node} failed in its request: revision must be a positive integer, got ${JSON.stringify(revision)}`);
+  }
+  let expiresInMs = null;
+  if (expiresAt !== undefined) {
+    const at = typeof expiresAt === 'string' ? Date.parse(expiresAt) : Number.NaN;
+    if (Number.isNaN(at)) {
+      throw new NodeFailure(`node ${ctx.state.node} failed in its request: expiresAt must be an ISO date, got ${JSON.stringify(expiresAt)}`);
+    }
+    if (onTimeout) {
+      throw new NodeFailure(`node ${ctx.state.node} failed in its request: a request with onTimeout cannot also have expiresAt`);
+    }
+    expiresInMs = Math.max(1, at - Date.now());
+  }
   const presentation = asked.presentation ?? null;
   const question = String(asked.title ?? presentation?.summary ?? `Decide ${ctx.state.node}`);
   const details = asked.title !== undefined && presentation?.summary ? String(presentation.summary) : null;
@@ -421,16 +451,20 @@ async function humanRequest(run, impl, ctx) {
   const extra = {};
   if (asked.subject !== undefined) extra.subject = asked.subject;
   if (presentation) extra.presentation = presentation;
-  if (impl.onTimeout) extra.onTimeout = impl.onTimeout;
-  return {
+  // The host answers with `extra.onTimeout.response` when the deadline passes unanswered.
+  if (onTimeout) extra.onTimeout = onTimeout;
+  if (revision !== undefined) extra.revision = revision;
+  if (expiresAt !== undefined) extra.expiresAt = expiresAt;
+  const request = {
     ...requestBase(run, ctx, 'human_decision'),
     question,
     details,
     choices,
     textInput,
-    audience: impl.audience,
+    audience,
     ...(Object.keys(extra).length ? { extra } : {}),
   };
+  return { request, deadlineMs: onTimeout?.afterMs ?? expiresInMs };
 }
 
 /**
@@ -543,9 +577,12 @@ async function executeNode(w, run, impl, ctx) {
       w.wait('checkpoint', toJson(request, 'the request'));
       return { parked: true };
     }
-    case 'human_decision':
-      w.wait('human_decision', toJson(await humanRequest(run, impl, ctx), 'the request'));
+    case 'human_decision': {
+      // Built when the attempt opened (`decideTimeout`), when its request decided the deadline.
+      const request = run.takePrepared(ctx.state.node) ?? (await humanRequest(run, impl, ctx)).request;
+      w.wait('human_decision', toJson(request, 'the request'));
       return { parked: true };
+    }
     case 'notify': {
       const text = String(await nodeCode(ctx, 'its message', () => impl.message(ctx)));
       const content = { kind: impl.notifyKind, message: text };
@@ -620,6 +657,17 @@ class RunContext {
     }
   }
 
+  /** A request built when its attempt opened, for the node to wait with. */
+  prepare(node, request) {
+    this.prepared = { node, request };
+  }
+
+  takePrepared(node) {
+    const prepared = this.prepared?.node === node ? this.prepared.request : null;
+    this.prepared = null;
+    return prepared;
+  }
+
   finished(node, outcome) {
     this.visits[node] = (this.visits[node] ?? 0) + 1;
     this.record(node, outcome);
@@ -691,20 +739,28 @@ async function decideTimeout(run, impl, nodeId) {
   if (!impl?.timeoutAtStart) return { ms: undefined };
   const controller = new AbortController();
   let timer;
+  const withRequest = impl.timeoutAtStart === DECIDED_WITH_REQUEST;
   try {
     const ctx = await run.forNode(nodeId, null, controller.signal);
     const bound = new Promise((_, reject) => {
       timer = setTimeout(() => {
-        controller.abort(new Error('timeoutMs took too long'));
+        controller.abort(new Error(withRequest ? 'the request took too long' : 'timeoutMs took too long'));
         reject(new Error(`did not return within ${TIMEOUT_FN_BOUND_MS / 1000} s`));
       }, TIMEOUT_FN_BOUND_MS);
     });
+    if (withRequest) {
+      // A human decision: its request, built now, gives the deadline, and is the one it waits with.
+      const { request, deadlineMs } = await Promise.race([humanRequest(run, impl, ctx), bound]);
+      run.prepare(nodeId, toJson(request, 'the request'));
+      return { ms: deadlineMs };
+    }
     const value = await Promise.race([Promise.resolve().then(() => impl.timeoutAtStart(ctx)), bound]);
     if (value === null) return { ms: null };
     if (typeof value === 'number' && Number.isFinite(value) && value > 0) return { ms: Math.ceil(value) };
     throw new Error(`must return a positive number of milliseconds or null, got ${String(value)}`);
   } catch (e) {
-    return { ms: null, error: e instanceof NodeFailure ? e.message : failedIn(nodeId, 'its timeoutMs', e) };
+    const what = withRequest ? 'its request' : 'its timeoutMs';
+    return { ms: null, error: e instanceof NodeFailure ? e.message : failedIn(nodeId, what, e) };
   } finally {
     clearTimeout(timer);
   }
@@ -856,7 +912,7 @@ async function drive(w) {
       // response then, with `timeout` provenance (validated when the workflow was defined).
       const impl = impls[nodeId];
       carried =
-        impl?.kind === 'human_decision' && impl.onTimeout
+        impl?.kind === 'human_decision' && impl.onTimeout && typeof impl.onTimeout !== 'function'
           ? { status: 'succeeded', output: { ...humanResponse(impl.choices, impl.onTimeout.response), provenance: 'timeout' } }
           : { status: 'timed_out' };
       break;

@@ -1,11 +1,11 @@
 // Workflow files written for pi-workflows 0.12.1, in the style of its docs and examples, run
 // through a real host: what runs unchanged, and each difference node-binding/README.md lists.
 import assert from 'node:assert/strict';
-import { appendFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { appendFileSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 
-import { startHost } from './helpers.mjs';
+import { sleep, startHost } from './helpers.mjs';
 
 let host;
 let project;
@@ -305,4 +305,116 @@ export default defineWorkflow({
   const { validateCommandBatchRequest } = await import('../index.js');
   assert.throws(() => validateCommandBatchRequest({ items: [{ id: 'a', command: 'x', args: [], cwd: 'rel', timeoutMs: 1, maxOutputChars: 1 }], maxConcurrency: 1 }), /items\[0\]\.cwd must be an absolute path/);
   assert.throws(() => validateCommandBatchRequest({ items: [], maxConcurrency: 9 }), /maxConcurrency must be an integer from 1 through 8/);
+});
+
+test('checkpoint() without summary; humanDecision with function audience and onTimeout, request revision and expiresAt, decided when the attempt opens', async () => {
+  const { Client } = await import('../index.js');
+  const { hostBin, killInstallation, tempDir } = await import('./helpers.mjs');
+  const dir = tempDir();
+  const home = join(dir, 'home');
+  // Deadlines pass when this test moves the host's test clock, never by themselves.
+  const clock = join(dir, 'clock');
+  let offset = 0;
+  const advance = (ms) => {
+    offset += ms;
+    writeFileSync(`${clock}.tmp`, String(offset));
+    renameSync(`${clock}.tmp`, clock);
+  };
+  const file = join(dir, 'gate.workflow.ts');
+  writeFileSync(
+    file,
+    `import { checkpoint, choice, compute, defineHumanChoices, defineWorkflow, humanDecision, humanDecisionEdge } from "@osolmaz/pi-workflows";
+
+type Input = { team: string; waitMs?: number; expires?: boolean };
+const choices = defineHumanChoices({ continue: choice({ label: "Continue" }), stop: choice({ label: "Stop" }) });
+
+export default defineWorkflow({
+  name: "gate",
+  startAt: "confirm",
+  nodes: {
+    confirm: checkpoint(),
+    approve: humanDecision({
+      choices,
+      audience: ({ input }) => \`team-\${(input as Input).team}\`,
+      onTimeout: ({ input }) => {
+        const { waitMs } = input as Input;
+        return waitMs ? { afterMs: waitMs, response: { choice: "stop" } } : undefined;
+      },
+      request: ({ input, outputs }) => ({
+        title: "Approve",
+        subject: { confirmed: outputs.confirm },
+        presentation: { summary: "Go on?" },
+        revision: 2,
+        ...((input as Input).expires ? { expiresAt: new Date(Date.now() + 60_000).toISOString() } : {}),
+      }),
+    }),
+    went: compute({ run: ({ outputs }) => outputs.approve }),
+    stopped: compute({ run: ({ outputs }) => outputs.approve }),
+  },
+  edges: [
+    { from: "confirm", to: "approve" },
+    humanDecisionEdge({ from: "approve", choices, cases: { continue: "went", stop: "stopped" } }),
+  ],
+});
+`,
+  );
+  const c = await Client.connect({ home, hostBin, hostEnv: { HOME: dir, PIW_KILL_GRACE_MS: '300', PIW_TEST_CLOCK: clock } });
+  const pending = async (runId) => {
+    const parked = await c.waitForRun(runId, { untilParked: true, timeoutMs: 30_000 });
+    assert.equal(parked.status, 'waiting', JSON.stringify(parked));
+    return (await c.runStatus(runId)).decisions.find((d) => d.status === 'pending');
+  };
+  try {
+    const timed = (await c.startRun(file, { input: { team: 'ops', waitMs: 600_000 } })).run_id;
+    const confirm = await pending(timed);
+    assert.equal(confirm.request.summary, 'confirm waits for an answer');
+    await c.answerCheckpoint(timed, confirm.decision_id, 'yes');
+    // Wait until the checkpoint is behind: the decision is the one pending now.
+    let approve;
+    for (let i = 0; i < 1500 && approve?.node_id !== 'approve'; i++) {
+      approve = await pending(timed);
+      if (approve?.node_id !== 'approve') await sleep(20);
+    }
+    assert.equal(approve.request.audience, 'team-ops');
+    assert.deepEqual(approve.request.extra.onTimeout, { afterMs: 600_000, response: { choice: 'stop' } });
+    assert.equal(approve.request.extra.revision, 2);
+    assert.deepEqual(approve.request.extra.subject, { confirmed: 'yes' });
+    advance(600_001);
+    await c.runStatus(timed); // wakes a host asleep until the old deadline
+    const done = await c.waitForRun(timed, { timeoutMs: 30_000 });
+    assert.equal(done.status, 'completed', done.error);
+    assert.deepEqual(done.result, { choice: 'stop', provenance: 'timeout' });
+
+    // onTimeout returning undefined: no deadline; a person answers.
+    const open = (await c.startRun(file, { input: { team: 'dev' } })).run_id;
+    await c.answerCheckpoint(open, (await pending(open)).decision_id, 'ok');
+    let second;
+    for (let i = 0; i < 1500 && second?.node_id !== 'approve'; i++) {
+      second = await pending(open);
+      if (second?.node_id !== 'approve') await sleep(20);
+    }
+    assert.equal(second.request.audience, 'team-dev');
+    assert.equal(second.request.extra.onTimeout, undefined);
+    await c.answerHumanDecision(open, second.decision_id, { choice: 'continue' });
+    const answered = await c.waitForRun(open, { timeoutMs: 30_000 });
+    assert.deepEqual(answered.result, { choice: 'continue', provenance: 'human' });
+
+    // expiresAt: nobody answered in time, so the node ends timed_out (no route: the run too).
+    const expiring = (await c.startRun(file, { input: { team: 'dev', expires: true } })).run_id;
+    await c.answerCheckpoint(expiring, (await pending(expiring)).decision_id, 'ok');
+    let third;
+    for (let i = 0; i < 1500 && third?.node_id !== 'approve'; i++) {
+      third = await pending(expiring);
+      if (third?.node_id !== 'approve') await sleep(20);
+    }
+    assert.match(third.request.extra.expiresAt, /^\d{4}-\d\d-\d\dT/);
+    advance(120_000);
+    await c.runStatus(expiring);
+    const expired = await c.waitForRun(expiring, { timeoutMs: 30_000 });
+    assert.equal(expired.status, 'timed_out', JSON.stringify(expired));
+  } finally {
+    await c.request('host.stop').catch(() => {});
+    await c.close().catch(() => {});
+    await killInstallation(home);
+  }
 });
