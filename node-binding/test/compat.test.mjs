@@ -1,7 +1,7 @@
 // Workflow files written for pi-workflows 0.12.1, in the style of its docs and examples, run
 // through a real host: what runs unchanged, and each difference node-binding/README.md lists.
 import assert from 'node:assert/strict';
-import { appendFileSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { appendFileSync, mkdirSync, readdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 
@@ -10,8 +10,11 @@ import { sleep, startHost } from './helpers.mjs';
 let host;
 let project;
 
+/** A credential the user has in the environment the host was started from. */
+const TOKEN = 'ghp-compat-token-7f3a9c';
+
 before(async () => {
-  host = await startHost();
+  host = await startHost({ GH_TOKEN: TOKEN });
   project = join(host.dir, 'project');
   mkdirSync(join(project, '.pi', 'workflows', 'lib'), { recursive: true });
 });
@@ -417,4 +420,35 @@ export default defineWorkflow({
     await c.close().catch(() => {});
     await killInstallation(home);
   }
+});
+
+test('a workflow sees the environment the host was started with (a GH_TOKEN), not the host\'s own settings, and no value reaches the database', async () => {
+  const file = write(
+    'env.workflow.ts',
+    `import { compute, defineWorkflow, shell } from "@osolmaz/pi-workflows";
+
+export default defineWorkflow({
+  name: "env",
+  startAt: "node",
+  nodes: {
+    node: compute({ run: () => ({ token: process.env.GH_TOKEN?.length ?? null, grace: process.env.PIW_KILL_GRACE_MS ?? null }) }),
+    command: shell({ exec: () => ({ command: "sh", args: ["-c", 'printf %s "$GH_TOKEN" | wc -c'] }) }),
+    both: compute({ run: ({ outputs }) => ({ sameToken: (outputs.node as { token: number }).token, grace: (outputs.node as { grace: string | null }).grace, command: Number((outputs.command as { stdout: string }).stdout) }) }),
+  },
+  edges: [
+    { from: "node", to: "command" },
+    { from: "command", to: "both" },
+  ],
+});
+`,
+  );
+  const run = await runToEnd(file);
+  assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+  assert.deepEqual(run.result, { sameToken: TOKEN.length, grace: null, command: TOKEN.length });
+  // The outputs hold its length, not the token, and the host stores no environment.
+  const stored = readdirSync(host.home, { recursive: true })
+    .map((name) => join(host.home, name))
+    .filter((path) => statSync(path).isFile())
+    .filter((path) => readFileSync(path).includes(TOKEN));
+  assert.deepEqual(stored, []);
 });
