@@ -538,8 +538,9 @@ export declare function decisionEdge<C extends string>(spec: {
 }): Edge;
 
 /** An ordinary checkpoint; its output is the answer (any JSON). */
-export declare function checkpoint<I = any>(spec: {
-  summary: Text<I>;
+export declare function checkpoint<I = any>(spec?: {
+  /** Default: `<node> waits for an answer`. */
+  summary?: Text<I>;
   /** A value shown with the request (under `extra.output`). */
   run?: (ctx: WorkflowNodeContext<I>) => Awaitable<unknown>;
 }): WorkflowNode;
@@ -572,16 +573,28 @@ export type HumanChoices<K extends string = string> = { readonly [choicesBrand]:
 export declare function defineHumanChoices<K extends string>(choices: Record<K, HumanChoice>): HumanChoices<K>;
 
 /** A decision only a person may answer; output `{ choice, provenance }` or `{ choice, input: { [name]: text }, provenance }`. */
+export interface HumanDecisionTimeout<K extends string = string> {
+  afterMs: number;
+  response: { choice: K; text?: string };
+}
+/**
+ * `audience` and `onTimeout` may be functions of the node context: they are called (with
+ * `request`) when the attempt opens, and the request, deadline and response are saved with it.
+ */
 export declare function humanDecision<I = any, K extends string = string>(spec: {
   choices: HumanChoices<K>;
-  audience?: string;
+  audience?: string | ((ctx: WorkflowNodeContext<I>) => Awaitable<string>);
   request?: (ctx: WorkflowNodeContext<I>) => Awaitable<{
     title?: string;
     subject?: unknown;
     presentation?: { summary?: string; [key: string]: unknown };
+    /** A positive integer, kept with the request (`extra.revision`). */
+    revision?: number;
+    /** An ISO date: the decision's deadline (the node ends `timed_out`); not with `onTimeout`. */
+    expiresAt?: string;
   }>;
   /** The host answers with `response` (provenance `timeout`) when nobody did within `afterMs`. */
-  onTimeout?: { afterMs: number; response: { choice: K; text?: string } };
+  onTimeout?: HumanDecisionTimeout<K> | ((ctx: WorkflowNodeContext<I>) => Awaitable<HumanDecisionTimeout<K> | undefined>);
 }): WorkflowNode;
 /** The switch edge of a `humanDecision`: one target for every choice. */
 export declare function humanDecisionEdge<K extends string>(spec: {
@@ -604,11 +617,13 @@ export declare function manualEffect(type: string): EffectPolicy;
 export interface ShellCommand {
   command: string;
   args?: string[];
-  /** Default: the run's project directory. */
+  /** Default: the run's project directory (a relative `cwd` is resolved against it). */
   cwd?: string;
   /** Added to the child's environment. */
   env?: Record<string, string>;
   stdin?: string;
+  /** Run through a shell (`true`: `/bin/sh`, or the path of one), as `child_process.spawn` does. */
+  shell?: boolean | string;
   /** The command's own deadline: its whole process group is killed and the node fails. */
   timeoutMs?: number;
   /** A non-zero exit does not fail the node. */
@@ -618,6 +633,10 @@ export interface ShellCommand {
 }
 
 export interface ShellActionResult {
+  command: string;
+  args: string[];
+  /** Where the command ran: `cwd` resolved against the run's project directory. */
+  cwd: string;
   stdout: string;
   stderr: string;
   exitCode: number | null;
@@ -628,19 +647,26 @@ export interface ShellActionResult {
 }
 
 export interface ShellSpec<I = any, O = ShellActionResult> {
-  effect: EffectPolicy;
+  /** Default `manualEffect('shell')`: never retried automatically; a crash mid-command stops the run for review. */
+  effect?: EffectPolicy;
   exec: (ctx: WorkflowNodeContext<I>) => Awaitable<ShellCommand>;
   parse?: (result: ShellActionResult, ctx: WorkflowNodeContext<I>) => Awaitable<O>;
   /** Turns each complete output line (at most 64 KiB) into updates, published in order. */
   updates?: {
-    parseLine: (line: string, info: { stream: 'stdout' | 'stderr' }) => Awaitable<WorkflowUpdate | WorkflowUpdate[] | null | undefined>;
+    /** The streams whose lines are parsed (default both). */
+    streams?: Array<'stdout' | 'stderr'>;
+    parseLine: (
+      line: { stream: 'stdout' | 'stderr'; text: string },
+      ctx: WorkflowActionContext<I>,
+    ) => Awaitable<WorkflowUpdate | WorkflowUpdate[] | null | undefined>;
   };
   timeoutMs?: TimeoutMs<I>;
 }
 
 /** A managed side effect; `run`'s return value is the receipt and the node's output. */
 export declare function action<I = any, R = unknown>(spec: {
-  effect: EffectPolicy;
+  /** Default `manualEffect('action')`: never retried automatically; a crash mid-effect stops the run for review. */
+  effect?: EffectPolicy;
   run: (ctx: WorkflowActionContext<I>) => Awaitable<R>;
   timeoutMs?: TimeoutMs<I>;
 }): WorkflowNode;
@@ -648,6 +674,60 @@ export declare function action<I = any, R = unknown>(spec: {
 export declare function action<I = any, O = ShellActionResult>(spec: ShellSpec<I, O>): WorkflowNode;
 /** A command the workflow owns, run as a managed effect in its own process group. */
 export declare function shell<I = any, O = ShellActionResult>(spec: ShellSpec<I, O>): WorkflowNode;
+
+/** One command of a batch: every field is required; `cwd` is absolute. */
+export interface CommandBatchItem {
+  /** `[A-Za-z0-9][A-Za-z0-9._:-]{0,63}`, unique in the batch. */
+  id: string;
+  command: string;
+  args: string[];
+  cwd: string;
+  /** 1 through 3,600,000. */
+  timeoutMs: number;
+  /** 1 through 1,000,000. */
+  maxOutputChars: number;
+}
+export interface CommandBatchRequest {
+  /** At most 64. */
+  items: CommandBatchItem[];
+  /** 1 through 8. */
+  maxConcurrency: number;
+}
+export type CommandBatchItemOutcome = 'succeeded' | 'failed' | 'timedOut' | 'cancelled';
+export interface CommandBatchItemResult extends Omit<ShellActionResult, 'truncated'> {
+  id: string;
+  outcome: CommandBatchItemOutcome;
+  stdoutTruncated: boolean;
+  stderrTruncated: boolean;
+  /** Why the item did not succeed (at most 2,000 characters). */
+  error?: string;
+}
+export interface CommandBatchResult {
+  schema: 'pi-workflows.command-batch-result.v1';
+  /** In request order. */
+  items: CommandBatchItemResult[];
+  completed: number;
+  total: number;
+}
+export interface RunCommandBatchOptions {
+  /** Stops every running command (each group is killed); items not started end `cancelled`. */
+  signal?: AbortSignal;
+  /** Told of each item as it ends; what it throws is ignored. */
+  onItemSettled?: (result: CommandBatchItemResult, completed: number, total: number) => Awaitable<void>;
+}
+export declare const COMMAND_BATCH_RESULT_SCHEMA: 'pi-workflows.command-batch-result.v1';
+export declare const MAX_COMMAND_BATCH_ITEMS: number;
+export declare const MAX_COMMAND_BATCH_CONCURRENCY: number;
+export declare const MAX_COMMAND_BATCH_TIMEOUT_MS: number;
+export declare const MAX_COMMAND_BATCH_OUTPUT_CHARS: number;
+/** Checks a batch request whole (throws the first problem) and returns it normalised. */
+export declare function validateCommandBatchRequest(value: unknown): CommandBatchRequest;
+/**
+ * Runs the commands of a batch, at most `maxConcurrency` at once, each in its own process group
+ * (killed at its timeout, on `signal`, and when the run is stopped); one item's failure does not
+ * stop the others. Call it from an `action` (a manual effect unless declared otherwise).
+ */
+export declare function runCommandBatch(request: CommandBatchRequest, options?: RunCommandBatchOptions): Promise<CommandBatchResult>;
 
 export type Edge =
   | { from: string; to: string }

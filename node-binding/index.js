@@ -22,4 +22,13 @@ export {
   idempotentEffect,
   manualEffect,
 } from './lib/authoring.js';
+export {
+  COMMAND_BATCH_RESULT_SCHEMA,
+  MAX_COMMAND_BATCH_CONCURRENCY,
+  MAX_COMMAND_BATCH_ITEMS,
+  MAX_COMMAND_BATCH_OUTPUT_CHARS,
+  MAX_COMMAND_BATCH_TIMEOUT_MS,
+  runCommandBatch,
+  validateCommandBatchRequest,
+} from './lib/command.js';
 export { PiwError } from './lib/errors.js';

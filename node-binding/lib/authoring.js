@@ -173,14 +173,14 @@ function exhaustiveSwitch(what, from, on, keys, cases) {
   return { from, switch: { on, cases: { ...given } } };
 }
 
-/** An ordinary checkpoint (`{ summary, run? }`): answered with any JSON, the node's output. */
-export function checkpoint(spec) {
+/**
+ * An ordinary checkpoint (`{ summary?, run? }`, or no options): answered with any JSON, the
+ * node's output. Without `summary`, the request says which node waits.
+ */
+export function checkpoint(spec = {}) {
   const o = options(spec, 'checkpoint()');
-  return node(
-    'checkpoint',
-    { summary: textOrFn(o.summary, 'checkpoint summary'), run: optionalFn(o.run, 'checkpoint run') },
-    null,
-  );
+  const summary = o.summary === undefined ? ({ state }) => `${state.node} waits for an answer` : textOrFn(o.summary, 'checkpoint summary');
+  return node('checkpoint', { summary, run: optionalFn(o.run, 'checkpoint run') }, null);
 }
 
 /** One choice of a human decision: `{ label, description?, input?: textInput(...) }`. */
@@ -251,41 +251,67 @@ export function humanResponse(choices, response) {
 }
 
 /**
+ * Checks an `onTimeout` policy (`{ afterMs, response }`) against the choices; returns it
+ * normalised, or throws an `Error` saying what is wrong.
+ */
+export function checkOnTimeout(choices, value) {
+  if (!value || typeof value !== 'object' || Array.isArray(value)) throw new Error('onTimeout must be { afterMs, response }');
+  if (!(typeof value.afterMs === 'number' && Number.isFinite(value.afterMs) && value.afterMs > 0)) {
+    throw new Error('onTimeout.afterMs must be a positive number');
+  }
+  try {
+    humanResponse(choices, value.response);
+  } catch (e) {
+    throw new Error(`onTimeout.response: ${e.message}`);
+  }
+  return { afterMs: Math.ceil(value.afterMs), response: value.response };
+}
+
+/**
  * A decision only a person may answer: `{ choices: defineHumanChoices(...), audience?,
- * request?(ctx) => { title?, subject?, presentation? }, onTimeout?: { afterMs, response } }`.
- * Output: `{ choice, provenance }` or `{ choice, input, provenance }` (see `humanResponse`),
- * `provenance` being `human`, or `timeout` when nobody answered before `afterMs`.
+ * request?(ctx) => { title?, subject?, presentation?, revision?, expiresAt? }, onTimeout?: {
+ * afterMs, response } }`. `audience` may be a function of the node context and `onTimeout` one
+ * returning the policy or `undefined`: both are called when the attempt opens, and the request,
+ * the deadline and the response are saved with it. Output: `{ choice, provenance }` or `{
+ * choice, input, provenance }` (see `humanResponse`), `provenance` being `human`, or `timeout`
+ * when nobody answered before `afterMs`.
  */
 export function humanDecision(spec) {
   const o = options(spec, 'humanDecision()');
   if (!o.choices?.[CHOICES]) throw shape('humanDecision choices must be made with defineHumanChoices()');
-  if (o.audience !== undefined && typeof o.audience !== 'string') throw shape('humanDecision audience must be a string');
-  let onTimeout = null;
-  if (o.onTimeout !== undefined) {
-    const t = options(o.onTimeout, 'humanDecision onTimeout');
-    if (!(typeof t.afterMs === 'number' && Number.isFinite(t.afterMs) && t.afterMs > 0)) {
-      throw shape('humanDecision onTimeout.afterMs must be a positive number');
-    }
-    try {
-      humanResponse(o.choices, t.response);
-    } catch (e) {
-      throw shape(`humanDecision onTimeout.response: ${e.message}`);
-    }
-    onTimeout = { afterMs: Math.ceil(t.afterMs), response: t.response };
+  if (o.audience !== undefined && typeof o.audience !== 'string' && typeof o.audience !== 'function') {
+    throw shape('humanDecision audience must be a string or a function of the node context');
   }
+  let onTimeout = null;
+  if (typeof o.onTimeout === 'function') {
+    onTimeout = o.onTimeout;
+  } else if (o.onTimeout !== undefined) {
+    try {
+      onTimeout = checkOnTimeout(o.choices, o.onTimeout);
+    } catch (e) {
+      throw shape(`humanDecision ${e.message}`);
+    }
+  }
+  const request = optionalFn(o.request, 'humanDecision request');
+  // The request (and with it the deadline: `onTimeout`'s, or the request's `expiresAt`) is
+  // decided when the attempt opens whenever code decides it; a fixed `onTimeout` alone is a
+  // fixed deadline in the graph. The host expires the decision at the deadline (also when it
+  // passed while the host was down) and answers with the saved `onTimeout.response`.
+  const decidedAtStart = typeof onTimeout === 'function' || request !== undefined;
   return node(
     'human_decision',
-    {
-      choices: o.choices,
-      audience: o.audience ?? null,
-      request: optionalFn(o.request, 'humanDecision request'),
-      onTimeout,
-    },
-    // The host saves the deadline with the attempt and expires the decision at it (also when
-    // it passed while the host was down); the runtime then applies `onTimeout.response`.
-    onTimeout ? onTimeout.afterMs : null,
+    { choices: o.choices, audience: o.audience ?? null, request, onTimeout },
+    decidedAtStart ? DECIDED_WITH_REQUEST : onTimeout ? onTimeout.afterMs : null,
   );
 }
+
+/**
+ * The `timeoutMs` of a human decision whose request decides its deadline: the runtime builds
+ * the request when the attempt opens and takes the deadline from it.
+ */
+export const DECIDED_WITH_REQUEST = Object.freeze(() => {
+  throw new Error('a human decision decides its deadline with its request');
+});
 
 /** The switch edge of a `humanDecision`: one target for every choice. */
 export function humanDecisionEdge(spec) {
@@ -317,15 +343,20 @@ export function manualEffect(type) {
 }
 
 /**
- * A managed side effect: `{ effect: idempotentEffect(type) | manualEffect(type), run(ctx),
- * timeoutMs? }`. The host reserves the effect (keyed by run, effect type, node path and visit)
+ * A managed side effect: `{ effect?: idempotentEffect(type) | manualEffect(type), run(ctx),
+ * timeoutMs? }`; no `effect` is `manualEffect('action')` (`manualEffect('shell')` for a command). The host reserves the effect (keyed by run, effect type, node path and visit)
  * before `run` starts; `run`'s return value is the receipt and the node's output. `run` gets
  * `ctx.publishUpdate(update)` for durable progress updates. An exception from `run` settles the
  * effect failed and fails the node; a crash in the middle leaves it in doubt (see the effect).
  */
 export function action(spec) {
   const o = options(spec, 'action()');
-  if (!o.effect?.[EFFECT]) throw shape('action effect must be idempotentEffect(type) or manualEffect(type)');
+  // Without a declared effect, the action is a manual one: piw cannot know whether applying it
+  // twice is safe, so a crash in the middle stops the run for review instead of retrying it.
+  const declared = o.effect ?? manualEffect(o.exec === undefined ? 'action' : 'shell');
+  if (!declared?.[EFFECT]) {
+    throw shape('action effect must be idempotentEffect(type) or manualEffect(type) (or left out: a manual effect)');
+  }
   if ((o.run === undefined) === (o.exec === undefined)) throw shape('action needs exactly one of run and exec');
   const shellFields =
     o.exec === undefined
@@ -334,19 +365,30 @@ export function action(spec) {
           exec: fn(o.exec, 'shell exec'),
           parse: optionalFn(o.parse, 'shell parse'),
           parseLine: optionalFn(o.updates?.parseLine, 'shell updates.parseLine'),
+          streams: streams(o.updates?.streams),
         };
   return node(
     'action',
-    { effect: o.effect, retry: o.effect.retry, run: optionalFn(o.run, 'action run'), ...shellFields },
+    { effect: declared, retry: declared.retry, run: optionalFn(o.run, 'action run'), ...shellFields },
     timeout(o.timeoutMs, 'action'),
   );
 }
 
+/** The output streams `updates.parseLine` reads: `['stdout', 'stderr']` unless given. */
+function streams(value) {
+  if (value === undefined) return ['stdout', 'stderr'];
+  if (!Array.isArray(value) || value.length === 0 || !value.every((v) => v === 'stdout' || v === 'stderr')) {
+    throw shape('shell updates.streams must be a non-empty array of "stdout" and "stderr"');
+  }
+  return [...new Set(value)];
+}
+
 /**
- * A command the workflow owns, run as a managed effect: `{ effect, exec(ctx) => { command,
- * args?, cwd?, env?, stdin?, timeoutMs?, allowNonZeroExit?, maxOutputChars? }, parse?(result,
- * ctx), updates?: { parseLine(line, { stream }) }, timeoutMs? }`. The output is `parse`'s value,
- * else the result `{ stdout, stderr, exitCode, signal, durationMs, truncated }`; a non-zero exit
+ * A command the workflow owns, run as a managed effect: `{ effect?, exec(ctx) => { command,
+ * args?, cwd?, env?, stdin?, shell?, timeoutMs?, allowNonZeroExit?, maxOutputChars? },
+ * parse?(result, ctx), updates?: { streams?, parseLine({ stream, text }, ctx) }, timeoutMs? }`.
+ * The output is `parse`'s value, else the result `{ command, args, cwd, stdout, stderr,
+ * exitCode, signal, durationMs, truncated }`; a non-zero exit
  * fails the node unless `allowNonZeroExit`. The command runs in its own process group, killed
  * whole at its timeout and when the run is stopped.
  */

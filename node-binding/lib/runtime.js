@@ -5,7 +5,7 @@
 // every saved mounted source *before importing any workflow code*; import the workflow; compare
 // the mounts it resolves with the saved ones; say hello; execute nodes and propose each
 // transition; exit when the run parks, finishes, or the host says the run moved on.
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { readFileSync, realpathSync } from 'node:fs';
 import module from 'node:module';
 import { dirname, join, relative, resolve as resolvePath, sep } from 'node:path';
@@ -13,8 +13,10 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 
 import { native as addon, packageDir } from './native.js';
 import { fromNative } from './errors.js';
-import { humanResponse, isWorkflow, resolveIncludes } from './authoring.js';
+import { checkOnTimeout, DECIDED_WITH_REQUEST, humanResponse, isWorkflow, resolveIncludes } from './authoring.js';
 import { looksLikePath, resolveWorkflow as resolveReference } from '../extension/resolve.js';
+import { registerTypeScript, warmTypeScript } from './typescript.js';
+import { checkCommand, commandGroups, killGroup, MAX_TIMER_MS, runCommand } from './command.js';
 
 /**
  * The launch envelope: all of stdin, up to its end. Read synchronously: a child (and a standby
@@ -72,7 +74,22 @@ function failToLoad(w, reason) {
 
 /** The module specifiers that name this package in a workflow file, with no install step. */
 const PACKAGE_NAMES = new Set(['piw', '@osolmaz/pi-workflows']);
+/** What the reference's subpaths are, and why an import of one cannot load here. */
+const MISSING_SUBPATHS = {
+  builtins: 'the reference\'s built-in workflows (autoplan, autoimplement, sanity-check, plan-change, ...); piw ships none: copy the workflow into your project',
+  controllers: 'the reference\'s controllers; piw has none',
+  extension: 'the reference\'s Pi extension; piw\'s is this package itself (`pi install` it), with no API for workflow files',
+};
 let aliases = null;
+
+/** The error of an import of `@osolmaz/pi-workflows/<subpath>` (or `piw/<subpath>`). */
+function missingSubpath(specifier) {
+  const subpath = specifier.slice(specifier.indexOf('/', specifier.startsWith('@') ? specifier.indexOf('/') + 1 : 0) + 1);
+  const what = MISSING_SUBPATHS[subpath] ?? 'not part of piw';
+  const e = new Error(`${specifier} is not available in piw: ${what}. Import from "@osolmaz/pi-workflows" (or "piw") instead.`);
+  e.code = 'ERR_PACKAGE_PATH_NOT_EXPORTED';
+  return e;
+}
 
 /**
  * Makes `import ... from "piw"` and `from "@osolmaz/pi-workflows"` resolve to this package in
@@ -82,10 +99,14 @@ let aliases = null;
  */
 function registerPackageAliases() {
   if (aliases || !module.registerHooks) return;
+  registerTypeScript();
   const index = pathToFileURL(join(packageDir, 'index.js')).href;
   aliases = module.registerHooks({
     resolve(specifier, context, nextResolve) {
       if (PACKAGE_NAMES.has(specifier)) return { url: index, shortCircuit: true };
+      if (/^(?:@osolmaz\/pi-workflows|piw)\//.test(specifier) && specifier !== 'piw/worker') {
+        throw missingSubpath(specifier);
+      }
       return nextResolve(specifier, context);
     },
   });
@@ -100,6 +121,7 @@ class LoadError extends Error {}
  * --check` on each candidate file finds it (a subprocess, only when loading already failed).
  */
 function locate(e, candidates) {
+  if (typeof e?.location === 'string') return e.location;
   // `path:line`, the source (with a line of context for TypeScript), then a caret line.
   const top = /^(\/[^\n]*?):(\d+)\n(?:[^\n]*\n){1,3}?([ \t]*)\^/.exec(String(e?.stack ?? ''));
   if (top) return `${top[1]}:${top[2]}:${top[3].length + 1}`;
@@ -367,6 +389,36 @@ function requestBase(run, ctx, kind) {
 /** The `human_decision` request: question, details, choices, text input, audience, extra. */
 async function humanRequest(run, impl, ctx) {
   const asked = impl.request ? ((await nodeCode(ctx, 'its request', () => impl.request(ctx))) ?? {}) : {};
+  const audience =
+    typeof impl.audience === 'function'
+      ? await nodeCode(ctx, 'its audience', async () => {
+          const value = await impl.audience(ctx);
+          if (typeof value !== 'string' || value === '') throw new Error(`audience must return a non-empty string, got ${JSON.stringify(value ?? null)}`);
+          return value;
+        })
+      : impl.audience;
+  const onTimeout =
+    typeof impl.onTimeout === 'function'
+      ? await nodeCode(ctx, 'its onTimeout', async () => {
+          const value = await impl.onTimeout(ctx);
+          return value === undefined || value === null ? null : checkOnTimeout(impl.choices, value);
+        })
+      : impl.onTimeout;
+  const { revision, expiresAt } = asked;
+  if (revision !== undefined && !(Number.isSafeInteger(revision) && revision > 0)) {
+    throw new NodeFailure(`node ${ctx.state.node} failed in its request: revision must be a positive integer, got ${JSON.stringify(revision)}`);
+  }
+  let expiresInMs = null;
+  if (expiresAt !== undefined) {
+    const at = typeof expiresAt === 'string' ? Date.parse(expiresAt) : Number.NaN;
+    if (Number.isNaN(at)) {
+      throw new NodeFailure(`node ${ctx.state.node} failed in its request: expiresAt must be an ISO date, got ${JSON.stringify(expiresAt)}`);
+    }
+    if (onTimeout) {
+      throw new NodeFailure(`node ${ctx.state.node} failed in its request: a request with onTimeout cannot also have expiresAt`);
+    }
+    expiresInMs = Math.max(1, at - Date.now());
+  }
   const presentation = asked.presentation ?? null;
   const question = String(asked.title ?? presentation?.summary ?? `Decide ${ctx.state.node}`);
   const details = asked.title !== undefined && presentation?.summary ? String(presentation.summary) : null;
@@ -399,166 +451,68 @@ async function humanRequest(run, impl, ctx) {
   const extra = {};
   if (asked.subject !== undefined) extra.subject = asked.subject;
   if (presentation) extra.presentation = presentation;
-  if (impl.onTimeout) extra.onTimeout = impl.onTimeout;
-  return {
+  // The host answers with `extra.onTimeout.response` when the deadline passes unanswered.
+  if (onTimeout) extra.onTimeout = onTimeout;
+  if (revision !== undefined) extra.revision = revision;
+  if (expiresAt !== undefined) extra.expiresAt = expiresAt;
+  const request = {
     ...requestBase(run, ctx, 'human_decision'),
     question,
     details,
     choices,
     textInput,
-    audience: impl.audience,
+    audience,
     ...(Object.keys(extra).length ? { extra } : {}),
   };
-}
-
-/** The reference's default cap on each of stdout and stderr, in characters. */
-const DEFAULT_MAX_OUTPUT_CHARS = 1_000_000;
-/** The longest line `updates.parseLine` sees; the rest of a longer line is dropped. */
-const MAX_LINE_CHARS = 64 * 1024;
-/** The longest delay `setTimeout` honours (2^31 - 1 ms, about 24.8 days). */
-const MAX_TIMER_MS = 2_147_483_647;
-/** Between SIGTERM and SIGKILL of a command's group at its timeout. */
-const SHELL_KILL_GRACE_MS = 1000;
-/** The process groups of running commands: killed at once when this child is stopped. */
-const commandGroups = new Set();
-
-function killGroup(pid, signal) {
-  try {
-    process.kill(-pid, signal);
-  } catch {
-    // already gone
-  }
-}
-
-/** Captures one stream: capped text, and whole lines for `parseLine`. */
-class Capture {
-  constructor(max, onLine) {
-    this.max = max;
-    this.text = '';
-    this.truncated = false;
-    this.partial = '';
-    this.onLine = onLine;
-  }
-
-  push(s) {
-    const room = this.max - this.text.length;
-    if (s.length > room) this.truncated = true;
-    if (room > 0) this.text += s.slice(0, room);
-    if (!this.onLine) return;
-    const lines = (this.partial + s).split('\n');
-    this.partial = lines.pop().slice(0, MAX_LINE_CHARS);
-    for (const line of lines) this.onLine(line.slice(0, MAX_LINE_CHARS));
-  }
-
-  end() {
-    if (this.onLine && this.partial !== '') this.onLine(this.partial);
-    this.partial = '';
-  }
+  return { request, deadlineMs: onTimeout?.afterMs ?? expiresInMs };
 }
 
 /**
- * Runs a shell action's command: in its own process group (so its timeout, or this child being
- * stopped, kills everything it started), with stdout and stderr capped, complete lines handed to
- * `updates.parseLine` in order. Resolves with the result; rejects when the command cannot start,
- * times out, or (without `allowNonZeroExit`) exits non-zero.
+ * Runs a shell action's command (see `runCommand`): complete lines of `updates.streams` go to
+ * `updates.parseLine` in order. Resolves with `parse`'s value, else the result; rejects when the
+ * command cannot start, times out, is stopped, a line fails to parse, or (without
+ * `allowNonZeroExit`) it exits non-zero.
  */
-async function runShell(impl, ctx, publishUpdate) {
-  const spec = await impl.exec(ctx);
-  if (!spec || typeof spec.command !== 'string') throw new Error('exec must return { command, args?, ... }');
-  // Every argument is checked before the command starts: a bad one starts nothing.
-  if (spec.args !== undefined && !Array.isArray(spec.args)) throw new Error('args must be an array');
-  const args = (spec.args ?? []).map(String);
-  const max = spec.maxOutputChars ?? DEFAULT_MAX_OUTPUT_CHARS;
-  if (!(Number.isInteger(max) && max > 0)) throw new Error('maxOutputChars must be a positive integer');
-  // A timer cannot wait longer than MAX_TIMER_MS: Node would fire a longer one at once.
-  if (
-    spec.timeoutMs !== undefined &&
-    !(typeof spec.timeoutMs === 'number' && spec.timeoutMs > 0 && spec.timeoutMs <= MAX_TIMER_MS)
-  ) {
-    throw new Error(`timeoutMs must be a positive number of milliseconds, at most ${MAX_TIMER_MS}`);
-  }
-  const started = monotonicMs();
+async function runShell(impl, ctx, publishUpdate, effect) {
+  // Every value `exec` returns is checked before the command starts: a bad one starts nothing.
+  const spec = checkCommand(await impl.exec(ctx));
+  const cwd = resolvePath(ctx.state.projectDir, spec.cwd ?? '.');
   // Updates are published in line order. A failing parseLine (or update) fails the node with
   // its error: the command is stopped and no later line is parsed. The chain always has a
   // handler, so the failure is never an unhandled rejection, which would end this child.
   let updates = Promise.resolve();
   let lineError = null;
-  let stopForLine = () => {};
-  const lineHandler = (stream) =>
-    impl.parseLine
-      ? (line) => {
-          updates = updates
-            .then(async () => {
-              if (lineError) return;
-              const parsed = await impl.parseLine(line, { stream });
-              for (const u of Array.isArray(parsed) ? parsed : parsed ? [parsed] : []) await publishUpdate(u);
-            })
-            .catch((e) => {
-              lineError ??= e;
-              stopForLine();
-            });
-        }
-      : null;
-  const out = new Capture(max, lineHandler('stdout'));
-  const err = new Capture(max, lineHandler('stderr'));
-  const child = spawn(spec.command, args, {
-    cwd: spec.cwd ?? ctx.state.projectDir,
-    env: { ...process.env, ...(spec.env ?? {}) },
-    detached: true,
-    stdio: ['pipe', 'pipe', 'pipe'],
-  });
-  let timedOut = false;
-  let aborted = false;
-  const timers = [];
-  const stop = (why) => {
-    if (child.pid === undefined || child.exitCode !== null || child.signalCode !== null) return;
-    if (why === 'timeout') timedOut = true;
-    else if (why === 'abort') aborted = true;
-    killGroup(child.pid, 'SIGTERM');
-    timers.push(setTimeout(() => killGroup(child.pid, 'SIGKILL'), SHELL_KILL_GRACE_MS));
-  };
-  if (child.pid !== undefined) commandGroups.add(child.pid);
-  const onAbort = () => stop('abort');
-  ctx.signal.addEventListener('abort', onAbort, { once: true });
-  stopForLine = () => stop('line');
-  if (spec.timeoutMs !== undefined) timers.push(setTimeout(() => stop('timeout'), spec.timeoutMs));
-  // Decoded as UTF-8 across chunk boundaries.
-  child.stdout.setEncoding('utf8').on('data', (c) => out.push(c));
-  child.stderr.setEncoding('utf8').on('data', (c) => err.push(c));
-  child.stdin.on('error', () => {}); // a command that does not read its input
-  child.stdin.end(spec.stdin === undefined ? undefined : String(spec.stdin));
-  const [exitCode, signal] = await new Promise((resolve, reject) => {
-    child.once('error', reject);
-    child.once('close', (code, sig) => resolve([code, sig]));
-  }).finally(() => {
-    ctx.signal.removeEventListener('abort', onAbort);
-    for (const t of timers) clearTimeout(t);
-    // Whatever the command left behind in its group goes with it.
-    if (child.pid !== undefined) {
-      killGroup(child.pid, 'SIGKILL');
-      commandGroups.delete(child.pid);
-    }
-  });
-  out.end();
-  err.end();
+  const stopRef = {};
+  const lineContext = { ...ctx, publishUpdate, effect };
+  const onLine = impl.parseLine
+    ? (stream, line) => {
+        if (!impl.streams.includes(stream)) return;
+        updates = updates
+          .then(async () => {
+            if (lineError) return;
+            const text = line.endsWith('\r') ? line.slice(0, -1) : line;
+            const parsed = await impl.parseLine({ stream, text }, lineContext);
+            for (const u of Array.isArray(parsed) ? parsed : parsed ? [parsed] : []) await publishUpdate(u);
+          })
+          .catch((e) => {
+            lineError ??= e;
+            stopRef.stop?.();
+          });
+      }
+    : null;
+  let result;
+  try {
+    result = await runCommand(spec, { cwd, env: process.env, signal: ctx.signal, onLine, stopRef });
+  } catch (e) {
+    await updates;
+    if (lineError) throw new Error(`updates.parseLine failed: ${message(lineError)}`);
+    throw e;
+  }
   await updates;
   if (lineError) throw new Error(`updates.parseLine failed: ${message(lineError)}`);
-  const result = {
-    stdout: out.text,
-    stderr: err.text,
-    exitCode,
-    signal,
-    durationMs: Math.round(monotonicMs() - started),
-    truncated: out.truncated || err.truncated,
-  };
-  const shown = `${spec.command}${args.length ? ` ${args.join(' ')}` : ''}`;
-  if (timedOut) throw new Error(`${shown} timed out after ${spec.timeoutMs} ms`);
-  if (aborted) throw new Error(`${shown} was stopped`);
-  if (exitCode !== 0 && !spec.allowNonZeroExit) {
-    const tail = result.stderr.trim().split('\n').slice(-1)[0] ?? '';
-    throw new Error(`${shown} exited with ${exitCode ?? signal}${tail ? `: ${tail}` : ''}`);
-  }
-  return impl.parse ? impl.parse(result, ctx) : result;
+  const { stdoutTruncated, stderrTruncated, ...shown } = result;
+  const output = { ...shown, truncated: stdoutTruncated || stderrTruncated };
+  return impl.parse ? impl.parse(output, ctx) : output;
 }
 
 /** Executes one node; resolves with `{ outcome }` or `{ parked: true }`. */
@@ -594,7 +548,7 @@ async function executeNode(w, run, impl, ctx) {
         // `effect.retry` tells `run` that an earlier application was interrupted (only under
         // idempotentEffect): it must check before acting again.
         const effect = { id: r.effect_id, type: impl.effect.type, key, retry: r.retry };
-        const value = impl.exec ? await runShell(impl, ctx, publishUpdate) : await impl.run({ ...ctx, publishUpdate, effect });
+        const value = impl.exec ? await runShell(impl, ctx, publishUpdate, effect) : await impl.run({ ...ctx, publishUpdate, effect });
         receipt = toJson(value, 'the effect receipt');
       } catch (e) {
         // An error `run` reports settles the effect failed (the reference's "rejected"); only a
@@ -623,9 +577,12 @@ async function executeNode(w, run, impl, ctx) {
       w.wait('checkpoint', toJson(request, 'the request'));
       return { parked: true };
     }
-    case 'human_decision':
-      w.wait('human_decision', toJson(await humanRequest(run, impl, ctx), 'the request'));
+    case 'human_decision': {
+      // Built when the attempt opened (`decideTimeout`), when its request decided the deadline.
+      const request = run.takePrepared(ctx.state.node) ?? (await humanRequest(run, impl, ctx)).request;
+      w.wait('human_decision', toJson(request, 'the request'));
       return { parked: true };
+    }
     case 'notify': {
       const text = String(await nodeCode(ctx, 'its message', () => impl.message(ctx)));
       const content = { kind: impl.notifyKind, message: text };
@@ -700,6 +657,17 @@ class RunContext {
     }
   }
 
+  /** A request built when its attempt opened, for the node to wait with. */
+  prepare(node, request) {
+    this.prepared = { node, request };
+  }
+
+  takePrepared(node) {
+    const prepared = this.prepared?.node === node ? this.prepared.request : null;
+    this.prepared = null;
+    return prepared;
+  }
+
   finished(node, outcome) {
     this.visits[node] = (this.visits[node] ?? 0) + 1;
     this.record(node, outcome);
@@ -771,20 +739,28 @@ async function decideTimeout(run, impl, nodeId) {
   if (!impl?.timeoutAtStart) return { ms: undefined };
   const controller = new AbortController();
   let timer;
+  const withRequest = impl.timeoutAtStart === DECIDED_WITH_REQUEST;
   try {
     const ctx = await run.forNode(nodeId, null, controller.signal);
     const bound = new Promise((_, reject) => {
       timer = setTimeout(() => {
-        controller.abort(new Error('timeoutMs took too long'));
+        controller.abort(new Error(withRequest ? 'the request took too long' : 'timeoutMs took too long'));
         reject(new Error(`did not return within ${TIMEOUT_FN_BOUND_MS / 1000} s`));
       }, TIMEOUT_FN_BOUND_MS);
     });
+    if (withRequest) {
+      // A human decision: its request, built now, gives the deadline, and is the one it waits with.
+      const { request, deadlineMs } = await Promise.race([humanRequest(run, impl, ctx), bound]);
+      run.prepare(nodeId, toJson(request, 'the request'));
+      return { ms: deadlineMs };
+    }
     const value = await Promise.race([Promise.resolve().then(() => impl.timeoutAtStart(ctx)), bound]);
     if (value === null) return { ms: null };
     if (typeof value === 'number' && Number.isFinite(value) && value > 0) return { ms: Math.ceil(value) };
     throw new Error(`must return a positive number of milliseconds or null, got ${String(value)}`);
   } catch (e) {
-    return { ms: null, error: e instanceof NodeFailure ? e.message : failedIn(nodeId, 'its timeoutMs', e) };
+    const what = withRequest ? 'its request' : 'its timeoutMs';
+    return { ms: null, error: e instanceof NodeFailure ? e.message : failedIn(nodeId, what, e) };
   } finally {
     clearTimeout(timer);
   }
@@ -936,7 +912,7 @@ async function drive(w) {
       // response then, with `timeout` provenance (validated when the workflow was defined).
       const impl = impls[nodeId];
       carried =
-        impl?.kind === 'human_decision' && impl.onTimeout
+        impl?.kind === 'human_decision' && impl.onTimeout && typeof impl.onTimeout !== 'function'
           ? { status: 'succeeded', output: { ...humanResponse(impl.choices, impl.onTimeout.response), provenance: 'timeout' } }
           : { status: 'timed_out' };
       break;
@@ -1133,6 +1109,7 @@ export async function warmUp() {
       input_hash: '',
       socket_path: '/nonexistent',
     };
+    warmTypeScript();
     const parsed = new addon.Worker(JSON.stringify(envelope));
     parsed.verifySources();
     const host = new Rehearsal(parsed.envelope);

@@ -67,11 +67,14 @@ export const wf = defineWorkflow<{ n: number }>({
     g: agent({ prompt: 'explain', expectedOutput: assistantMessage({ maxChars: 100 }) }),
     h: notify({ kind: 'final', message: ({ results }) => String(results.g?.outcome) }),
     i: action({ effect: manualEffect('x.y'), run: () => 1 }),
+    // No effect: a manual one, as pi-workflows files are written.
+    k: action({ run: async ({ publishUpdate }) => publishUpdate({ type: 'log', data: 1 }) }),
+    l: shell({ exec: () => ({ command: 'true' }) }),
     j: shell({
       effect: idempotentEffect('git.status'),
       exec: () => ({ command: 'git', args: ['status', '--porcelain'], timeoutMs: 10_000, allowNonZeroExit: false }),
       parse: (result) => ({ dirty: result.stdout.trim().length > 0 }),
-      updates: { parseLine: (line, { stream }) => (line ? { type: 'log', key: stream, data: line } : null) },
+      updates: { streams: ['stdout'], parseLine: ({ stream, text }, { state }) => (text ? { type: 'log', key: `${stream}:${state.node}`, data: text } : null) },
     }),
   },
   edges: [
@@ -82,6 +85,8 @@ export const wf = defineWorkflow<{ n: number }>({
     decisionEdge({ from: 'e', choices: verdicts, cases: { y: 'f', n: 'g' } }),
     humanDecisionEdge({ from: 'f', choices, cases: { go: 'h', redo: 'i' } }),
     { from: 'i', to: 'j' },
+    { from: 'j', to: 'k' },
+    { from: 'k', to: 'l' },
   ],
 });
 

@@ -540,7 +540,7 @@ fn launch(
                 program: runtime.program.clone(),
                 args: runtime.args.iter().map(Into::into).collect(),
                 // Tells the runtime it may warm up while it waits for a run's envelope.
-                env: vec![("PIW_STANDBY".into(), "1".into())],
+                env: workflow_environment(Some(("PIW_STANDBY", "1"))),
                 cwd: state
                     .socket_path
                     .parent()
@@ -561,7 +561,7 @@ fn launch(
         spec: crate::supervise::SpawnSpec {
             program: runtime.program.clone(),
             args: args.into_iter().map(Into::into).collect(),
-            env: vec![("PIW_RUN_ID".into(), run_id.into())],
+            env: workflow_environment(Some(("PIW_RUN_ID", run_id))),
             cwd: PathBuf::from(&run.project_dir),
             stdin_payload: stdin,
             limits,
@@ -577,4 +577,25 @@ fn launch(
         generation: act.claim.generation,
         launch,
     })
+}
+
+/// The environment a workflow's child gets besides what the supervisor always passes on: the
+/// host's own environment (the one the process that started the host had: a Pi session, a
+/// shell running `piw`), so node code and the commands it runs see the user's credentials
+/// variables, proxies and tools' settings as they would in that session. The host's own
+/// settings (`PIW_*`, except `PIW_HOME`, which the supervisor passes on) stay with the host.
+/// Nothing here is written anywhere: the values live in the host's memory and the child's.
+fn workflow_environment(
+    extra: Option<(&str, &str)>,
+) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    let mut env: Vec<_> = std::env::vars_os()
+        .filter(|(key, _)| {
+            let key = key.to_string_lossy();
+            !key.starts_with("PIW_") || key == "PIW_HOME"
+        })
+        .collect();
+    if let Some((key, value)) = extra {
+        env.push((key.into(), value.into()));
+    }
+    env
 }

@@ -1,0 +1,454 @@
+// Workflow files written for pi-workflows 0.12.1, in the style of its docs and examples, run
+// through a real host: what runs unchanged, and each difference node-binding/README.md lists.
+import assert from 'node:assert/strict';
+import { appendFileSync, mkdirSync, readdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, before, test } from 'node:test';
+
+import { sleep, startHost } from './helpers.mjs';
+
+let host;
+let project;
+
+/** A credential the user has in the environment the host was started from. */
+const TOKEN = 'ghp-compat-token-7f3a9c';
+
+before(async () => {
+  host = await startHost({ GH_TOKEN: TOKEN });
+  project = join(host.dir, 'project');
+  mkdirSync(join(project, '.pi', 'workflows', 'lib'), { recursive: true });
+});
+
+after(async () => {
+  await host?.stop();
+});
+
+/** Writes a file of the project's `.pi/workflows/`. */
+function write(rel, text) {
+  const file = join(project, '.pi', 'workflows', rel);
+  writeFileSync(file, text);
+  return file;
+}
+
+async function runToEnd(file, input = {}) {
+  const c = host.client;
+  return c.waitForRun((await c.startRun(file, { input })).run_id, { timeoutMs: 30_000 });
+}
+
+test('an action and a shell without effect: run as written; a child killed while applying sends the run to review, not to a retry', async () => {
+  const calls = join(host.dir, 'calls.log');
+  const file = write(
+    'effects.workflow.ts',
+    `import { action, compute, defineWorkflow, shell } from "@osolmaz/pi-workflows";
+import { appendFileSync } from "node:fs";
+
+type Input = { log: string; crash?: "action" | "shell" };
+
+export default defineWorkflow({
+  name: "effects",
+  startAt: "record",
+  nodes: {
+    record: action({
+      run: ({ input }) => {
+        const { log, crash } = input as Input;
+        appendFileSync(log, "record\\n");
+        if (crash === "action") process.kill(process.pid, "SIGKILL");
+        return { recorded: true };
+      },
+    }),
+    announce: shell({
+      exec: ({ input }) => {
+        const { log, crash } = input as Input;
+        return {
+          command: "sh",
+          args: ["-c", crash === "shell" ? 'echo shell >> "$1"; kill -9 $PPID; sleep 60' : 'echo shell >> "$1"; printf done', "sh", log],
+        };
+      },
+    }),
+    finish: compute({ run: ({ outputs }) => ({ record: outputs.record, said: (outputs.announce as { stdout: string }).stdout }) }),
+  },
+  edges: [
+    { from: "record", to: "announce" },
+    { from: "announce", to: "finish" },
+  ],
+});
+`,
+  );
+  const c = host.client;
+  const done = await runToEnd(file, { log: calls });
+  assert.equal(done.status, 'completed', JSON.stringify(done));
+  assert.deepEqual(done.result, { record: { recorded: true }, said: 'done' });
+  const settled = (await c.runStatus(done.run_id)).effects;
+  // A default effect's type is the node kind's word, so its key says what it was.
+  assert.deepEqual(
+    settled.map((e) => [e.effect_key, e.state]),
+    [
+      [`${done.run_id}:action:record:1`, 'applied'],
+      [`${done.run_id}:shell:announce:1`, 'applied'],
+    ],
+  );
+
+  for (const crash of ['action', 'shell']) {
+    writeFileSync(calls, '');
+    const { run_id: runId } = await c.startRun(file, { input: { log: calls, crash } });
+    const stopped = await c.waitForRun(runId, { untilParked: true, timeoutMs: 30_000 });
+    assert.equal(stopped.status, 'review', JSON.stringify(stopped));
+    const { effects, attempts } = await c.runStatus(runId);
+    assert.equal(effects.at(-1).state, 'uncertain', JSON.stringify(effects));
+    // Applied once, never again by another child.
+    const lines = readFileSync(calls, 'utf8').split('\n').filter(Boolean);
+    assert.deepEqual(lines, crash === 'action' ? ['record'] : ['record', 'shell']);
+    assert.equal(attempts.filter((a) => a.node_id === (crash === 'action' ? 'record' : 'announce')).length, 1);
+    await c.cancelRun(runId);
+  }
+});
+
+test('TypeScript as pi-workflows users write it: ./x.js imports reach .ts, enum/namespace/parameter properties, a "type": "commonjs" project; every file verified on resume', async () => {
+  // What `npm init -y` writes today.
+  writeFileSync(join(project, 'package.json'), JSON.stringify({ name: 'project', version: '1.0.0', type: 'commonjs' }));
+  write(
+    'lib/helper.ts',
+    `export enum Verdict { Ship = "ship", Hold = "hold" }
+export namespace Score { export const bonus = 2; }
+export class Counter {
+  constructor(private readonly base: number, public step = 1) {}
+  next(): number { return this.base + this.step + Score.bonus; }
+}
+`,
+  );
+  write(
+    'child.workflow.ts',
+    `import { compute, defineWorkflow } from "@osolmaz/pi-workflows";
+import { Counter } from "./lib/helper.js";
+
+export default defineWorkflow({
+  name: "child",
+  startAt: "count",
+  nodes: { count: compute({ run: ({ input }) => ({ n: new Counter((input as { base: number }).base).next() }) }) },
+  edges: [],
+  exits: { done: { from: "count" } },
+});
+`,
+  );
+  const file = write(
+    'release.workflow.ts',
+    `import { checkpoint, compute, defineWorkflow, includeWorkflow } from "@osolmaz/pi-workflows";
+import child from "./child.workflow.js";
+import { Verdict } from "./lib/helper";
+
+export default defineWorkflow({
+  name: "release",
+  startAt: "gate",
+  includes: { counted: includeWorkflow(child, { input: () => ({ base: 10 }) }) },
+  nodes: {
+    gate: checkpoint({ summary: "Ship?" }),
+    verdict: compute({ run: ({ outputs }) => ({ verdict: outputs.gate === "yes" ? Verdict.Ship : Verdict.Hold }) }),
+    report: compute({ run: ({ outputs }) => ({ ...(outputs.verdict as object), counted: outputs.counted }) }),
+  },
+  edges: [
+    { from: "gate", to: "verdict" },
+    { from: "verdict", to: "counted" },
+    { from: "counted.done", to: "report" },
+  ],
+});
+`,
+  );
+  const c = host.client;
+  const answer = async (runId, value) => {
+    const parked = await c.waitForRun(runId, { untilParked: true, timeoutMs: 30_000 });
+    assert.equal(parked.status, 'waiting', JSON.stringify(parked));
+    const { decisions } = await c.runStatus(runId);
+    await c.answerCheckpoint(runId, decisions.find((d) => d.status === 'pending').decision_id, value);
+  };
+  const { run_id: runId } = await c.startRun(file, { input: {} });
+  await answer(runId, 'yes');
+  const done = await c.waitForRun(runId, { timeoutMs: 30_000 });
+  assert.equal(done.status, 'completed', JSON.stringify(done));
+  assert.deepEqual(done.result, { verdict: 'ship', counted: { exit: 'done', output: { n: 13 } } });
+
+  // The helper reached through `./lib/helper.js` is one of the run's sources: changed while the
+  // run waits, the resumed run stops for review before any code runs.
+  const { run_id: second } = await c.startRun(file, { input: {} });
+  await c.waitForRun(second, { untilParked: true, timeoutMs: 30_000 });
+  appendFileSync(join(project, '.pi', 'workflows', 'lib', 'helper.ts'), '// changed\n');
+  await answer(second, 'no');
+  const stopped = await c.waitForRun(second, { untilParked: true, timeoutMs: 30_000 });
+  assert.equal(stopped.status, 'review', JSON.stringify(stopped));
+  assert.match((await c.runStatus(second)).run.review_reason, /helper\.ts/);
+  await c.cancelRun(second);
+});
+
+test('an import of a subpath piw lacks, or TypeScript that does not parse, fails the run at once with what to do', async () => {
+  const cases = [
+    [
+      'builtin.workflow.ts',
+      'export { autoplanWorkflow as default } from "@osolmaz/pi-workflows/builtins";\n',
+      /@osolmaz\/pi-workflows\/builtins is not available in piw: the reference's built-in workflows .*piw ships none/,
+    ],
+    [
+      'broken.workflow.ts',
+      'const a: number = 1;\nconst b = {\n  x: = 2\n};\nexport default b;\n',
+      /broken\.workflow\.ts:3:6: ERR_INVALID_TYPESCRIPT_SYNTAX: Expression expected/,
+    ],
+  ];
+  for (const [name, text, reason] of cases) {
+    const run = await runToEnd(write(name, text));
+    assert.equal(run.status, 'failed', `${name}: ${JSON.stringify(run)}`);
+    assert.match(run.error, reason, name);
+  }
+});
+
+test('shell as pi-workflows has it: the shell option, updates.streams, parseLine({ stream, text }, ctx), command/args/cwd in the result', async () => {
+  const c = host.client;
+  const session = 'session-compat-shell';
+  mkdirSync(join(project, 'sub'), { recursive: true });
+  const file = write(
+    'lines.workflow.ts',
+    `import { defineWorkflow, shell } from "@osolmaz/pi-workflows";
+
+export default defineWorkflow({
+  name: "lines",
+  startAt: "count",
+  nodes: {
+    count: shell({
+      exec: () => ({ command: "printf 'step 1\\\\r\\\\nstep 2\\\\n'; echo 'step 9' >&2; pwd", shell: true, cwd: "sub" }),
+      updates: {
+        streams: ["stdout"],
+        parseLine: ({ stream, text }, { state }) =>
+          text.startsWith("step") ? { type: "progress", key: state.node, data: { stream, text } } : undefined,
+      },
+      parse: (result) => ({ command: result.command, args: result.args, cwd: result.cwd, stdout: result.stdout }),
+    }),
+  },
+  edges: [],
+});
+`,
+  );
+  const sub = await c.subscribe({ sessionId: session });
+  const { run_id: runId } = await c.startRun(file, { sessionId: session, projectDir: project });
+  const progress = [];
+  for await (const e of sub) {
+    if (e.run_id === runId && e.event_kind === 'progress') progress.push(e.data.data.data);
+    if (e.run_id === runId && ['completed', 'failed', 'review'].includes(e.status)) break;
+  }
+  const run = await c.waitForRun(runId, { timeoutMs: 30_000 });
+  assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+  const cwd = join(project, 'sub');
+  assert.deepEqual(run.result, {
+    command: "printf 'step 1\\r\\nstep 2\\n'; echo 'step 9' >&2; pwd",
+    args: [],
+    cwd,
+    stdout: `step 1\r\nstep 2\n${cwd}\n`,
+  });
+  // stdout only, each line without its \r, in order.
+  assert.deepEqual(progress, [
+    { stream: 'stdout', text: 'step 1' },
+    { stream: 'stdout', text: 'step 2' },
+  ]);
+});
+
+test('runCommandBatch from an action, as the reference example writes it: items in order, one failure and one timeout beside successes', async () => {
+  const file = write(
+    'batch.workflow.ts',
+    `import { action, compute, defineWorkflow, runCommandBatch, type CommandBatchRequest } from "@osolmaz/pi-workflows";
+
+type Input = { cwd: string };
+const item = (id: string, script: string, timeoutMs = 10_000) => ({
+  id, command: "sh", args: ["-c", script], cwd: "", timeoutMs, maxOutputChars: 4,
+});
+
+export default defineWorkflow({
+  name: "batch",
+  input: (value): Input => value as Input,
+  startAt: "prepare",
+  nodes: {
+    prepare: compute({
+      run: ({ input }) =>
+        ({
+          maxConcurrency: 2,
+          items: [
+            item("first", "printf first"),
+            item("bad", "echo broken >&2; exit 2"),
+            item("slow", "exec sleep 60", 200),
+            item("fourth", "pwd"),
+          ].map((i) => ({ ...i, cwd: (input as Input).cwd })),
+        }) satisfies CommandBatchRequest,
+    }),
+    run: action({
+      run: async (context) => {
+        const settled: string[] = [];
+        const result = await runCommandBatch(context.outputs.prepare as CommandBatchRequest, {
+          signal: context.signal,
+          onItemSettled: (r) => { settled.push(r.id); throw new Error("ignored"); },
+        });
+        return { ...result, settled: settled.sort() };
+      },
+    }),
+  },
+  edges: [{ from: "prepare", to: "run" }],
+});
+`,
+  );
+  const run = await runToEnd(file, { cwd: host.dir });
+  assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+  const { schema, completed, total, settled, items } = run.result;
+  assert.deepEqual([schema, completed, total, settled], ['pi-workflows.command-batch-result.v1', 4, 4, ['bad', 'first', 'fourth', 'slow']]);
+  assert.deepEqual(
+    items.map((i) => [i.id, i.outcome, i.stdout, i.stdoutTruncated, i.exitCode, i.cwd]),
+    [
+      ['first', 'succeeded', 'firs', true, 0, host.dir],
+      ['bad', 'failed', '', false, 2, host.dir],
+      ['slow', 'timedOut', '', false, null, host.dir],
+      ['fourth', 'succeeded', host.dir.slice(0, 4), true, 0, host.dir],
+    ],
+  );
+  assert.equal(items[1].error, 'sh -c echo broken >&2; exit 2 exited with 2: brok'); // stderr is capped too
+  assert.match(items[2].error, /timed out after 200 ms/);
+
+  const { validateCommandBatchRequest } = await import('../index.js');
+  assert.throws(() => validateCommandBatchRequest({ items: [{ id: 'a', command: 'x', args: [], cwd: 'rel', timeoutMs: 1, maxOutputChars: 1 }], maxConcurrency: 1 }), /items\[0\]\.cwd must be an absolute path/);
+  assert.throws(() => validateCommandBatchRequest({ items: [], maxConcurrency: 9 }), /maxConcurrency must be an integer from 1 through 8/);
+});
+
+test('checkpoint() without summary; humanDecision with function audience and onTimeout, request revision and expiresAt, decided when the attempt opens', async () => {
+  const { Client } = await import('../index.js');
+  const { hostBin, killInstallation, tempDir } = await import('./helpers.mjs');
+  const dir = tempDir();
+  const home = join(dir, 'home');
+  // Deadlines pass when this test moves the host's test clock, never by themselves.
+  const clock = join(dir, 'clock');
+  let offset = 0;
+  const advance = (ms) => {
+    offset += ms;
+    writeFileSync(`${clock}.tmp`, String(offset));
+    renameSync(`${clock}.tmp`, clock);
+  };
+  const file = join(dir, 'gate.workflow.ts');
+  writeFileSync(
+    file,
+    `import { checkpoint, choice, compute, defineHumanChoices, defineWorkflow, humanDecision, humanDecisionEdge } from "@osolmaz/pi-workflows";
+
+type Input = { team: string; waitMs?: number; expires?: boolean };
+const choices = defineHumanChoices({ continue: choice({ label: "Continue" }), stop: choice({ label: "Stop" }) });
+
+export default defineWorkflow({
+  name: "gate",
+  startAt: "confirm",
+  nodes: {
+    confirm: checkpoint(),
+    approve: humanDecision({
+      choices,
+      audience: ({ input }) => \`team-\${(input as Input).team}\`,
+      onTimeout: ({ input }) => {
+        const { waitMs } = input as Input;
+        return waitMs ? { afterMs: waitMs, response: { choice: "stop" } } : undefined;
+      },
+      request: ({ input, outputs }) => ({
+        title: "Approve",
+        subject: { confirmed: outputs.confirm },
+        presentation: { summary: "Go on?" },
+        revision: 2,
+        ...((input as Input).expires ? { expiresAt: new Date(Date.now() + 60_000).toISOString() } : {}),
+      }),
+    }),
+    went: compute({ run: ({ outputs }) => outputs.approve }),
+    stopped: compute({ run: ({ outputs }) => outputs.approve }),
+  },
+  edges: [
+    { from: "confirm", to: "approve" },
+    humanDecisionEdge({ from: "approve", choices, cases: { continue: "went", stop: "stopped" } }),
+  ],
+});
+`,
+  );
+  const c = await Client.connect({ home, hostBin, hostEnv: { HOME: dir, PIW_KILL_GRACE_MS: '300', PIW_TEST_CLOCK: clock } });
+  const pending = async (runId) => {
+    const parked = await c.waitForRun(runId, { untilParked: true, timeoutMs: 30_000 });
+    assert.equal(parked.status, 'waiting', JSON.stringify(parked));
+    return (await c.runStatus(runId)).decisions.find((d) => d.status === 'pending');
+  };
+  try {
+    const timed = (await c.startRun(file, { input: { team: 'ops', waitMs: 600_000 } })).run_id;
+    const confirm = await pending(timed);
+    assert.equal(confirm.request.summary, 'confirm waits for an answer');
+    await c.answerCheckpoint(timed, confirm.decision_id, 'yes');
+    // Wait until the checkpoint is behind: the decision is the one pending now.
+    let approve;
+    for (let i = 0; i < 1500 && approve?.node_id !== 'approve'; i++) {
+      approve = await pending(timed);
+      if (approve?.node_id !== 'approve') await sleep(20);
+    }
+    assert.equal(approve.request.audience, 'team-ops');
+    assert.deepEqual(approve.request.extra.onTimeout, { afterMs: 600_000, response: { choice: 'stop' } });
+    assert.equal(approve.request.extra.revision, 2);
+    assert.deepEqual(approve.request.extra.subject, { confirmed: 'yes' });
+    advance(600_001);
+    await c.runStatus(timed); // wakes a host asleep until the old deadline
+    const done = await c.waitForRun(timed, { timeoutMs: 30_000 });
+    assert.equal(done.status, 'completed', done.error);
+    assert.deepEqual(done.result, { choice: 'stop', provenance: 'timeout' });
+
+    // onTimeout returning undefined: no deadline; a person answers.
+    const open = (await c.startRun(file, { input: { team: 'dev' } })).run_id;
+    await c.answerCheckpoint(open, (await pending(open)).decision_id, 'ok');
+    let second;
+    for (let i = 0; i < 1500 && second?.node_id !== 'approve'; i++) {
+      second = await pending(open);
+      if (second?.node_id !== 'approve') await sleep(20);
+    }
+    assert.equal(second.request.audience, 'team-dev');
+    assert.equal(second.request.extra.onTimeout, undefined);
+    await c.answerHumanDecision(open, second.decision_id, { choice: 'continue' });
+    const answered = await c.waitForRun(open, { timeoutMs: 30_000 });
+    assert.deepEqual(answered.result, { choice: 'continue', provenance: 'human' });
+
+    // expiresAt: nobody answered in time, so the node ends timed_out (no route: the run too).
+    const expiring = (await c.startRun(file, { input: { team: 'dev', expires: true } })).run_id;
+    await c.answerCheckpoint(expiring, (await pending(expiring)).decision_id, 'ok');
+    let third;
+    for (let i = 0; i < 1500 && third?.node_id !== 'approve'; i++) {
+      third = await pending(expiring);
+      if (third?.node_id !== 'approve') await sleep(20);
+    }
+    assert.match(third.request.extra.expiresAt, /^\d{4}-\d\d-\d\dT/);
+    advance(120_000);
+    await c.runStatus(expiring);
+    const expired = await c.waitForRun(expiring, { timeoutMs: 30_000 });
+    assert.equal(expired.status, 'timed_out', JSON.stringify(expired));
+  } finally {
+    await c.request('host.stop').catch(() => {});
+    await c.close().catch(() => {});
+    await killInstallation(home);
+  }
+});
+
+test('a workflow sees the environment the host was started with (a GH_TOKEN), not the host\'s own settings, and no value reaches the database', async () => {
+  const file = write(
+    'env.workflow.ts',
+    `import { compute, defineWorkflow, shell } from "@osolmaz/pi-workflows";
+
+export default defineWorkflow({
+  name: "env",
+  startAt: "node",
+  nodes: {
+    node: compute({ run: () => ({ token: process.env.GH_TOKEN?.length ?? null, grace: process.env.PIW_KILL_GRACE_MS ?? null }) }),
+    command: shell({ exec: () => ({ command: "sh", args: ["-c", 'printf %s "$GH_TOKEN" | wc -c'] }) }),
+    both: compute({ run: ({ outputs }) => ({ sameToken: (outputs.node as { token: number }).token, grace: (outputs.node as { grace: string | null }).grace, command: Number((outputs.command as { stdout: string }).stdout) }) }),
+  },
+  edges: [
+    { from: "node", to: "command" },
+    { from: "command", to: "both" },
+  ],
+});
+`,
+  );
+  const run = await runToEnd(file);
+  assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+  assert.deepEqual(run.result, { sameToken: TOKEN.length, grace: null, command: TOKEN.length });
+  // The outputs hold its length, not the token, and the host stores no environment.
+  const stored = readdirSync(host.home, { recursive: true })
+    .map((name) => join(host.home, name))
+    .filter((path) => statSync(path).isFile())
+    .filter((path) => readFileSync(path).includes(TOKEN));
+  assert.deepEqual(stored, []);
+});
