@@ -366,11 +366,14 @@ export default function piwExtension(pi) {
     description: 'Workflows: /workflow [name|path] [task | --input-json JSON] | status|pause|resume|cancel [runId] | answer [runId] <answer>',
     async getArgumentCompletions(prefix) {
       const words = prefix.split(/\s+/);
+      // Nothing to offer once the argument is complete: Pi's Enter on an argument menu only
+      // applies the selected item, so a menu left open would take a second Enter to run.
+      const offer = (items) => (items.length && !items.some((i) => i.value === prefix) ? items : null);
       try {
         if (words.length <= 1) {
           const names = session ? (await listWorkflows(session.cwd)).map((w) => w.name) : [];
           const items = [...SUBCOMMANDS, ...names].filter((w) => w.startsWith(words[0] ?? ''));
-          return items.length ? items.map((w) => ({ value: w, label: w })) : null;
+          return offer(items.map((w) => ({ value: w, label: w })));
         }
         if (['status', 'pause', 'resume', 'cancel', 'answer'].includes(words[0]) && words.length === 2 && session) {
           const runs = await session.call('run.list', (c) => c.listRuns({ sessionId: session.sessionId, limit: 20 }));
@@ -378,7 +381,7 @@ export default function piwExtension(pi) {
             value: `${words[0]} ${r.run_id}`,
             label: `${r.run_id} ${r.workflow_name} ${r.status}`,
           }));
-          return items.length ? items : null;
+          return offer(items);
         }
       } catch {
         // No completions while the host is unreachable.
@@ -386,7 +389,9 @@ export default function piwExtension(pi) {
       return null;
     },
     async handler(args, ctx) {
-      const say = (t, level = 'info') => ctx.ui.notify(t, level);
+      // Print and JSON modes (`pi -p "/workflow ..."`) have no UI to notify: the outcome is
+      // printed on stderr (Pi keeps stdout for the model's answer, or its event stream).
+      const say = (t, level = 'info') => (ctx.hasUI ? ctx.ui.notify(t, level) : process.stderr.write(`${t}\n`));
       try {
         await command(need(), String(args ?? '').trim(), say);
       } catch (e) {

@@ -3,9 +3,11 @@
 // later), the tool and the command act only on this session's runs, and a run started without
 // input gets `{}`.
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { join } from 'node:path';
 import { afterEach, beforeEach, test } from 'node:test';
 
-import { piEnv, until } from './harness.mjs';
+import { WAIT_MS, piCli, piEnv, pkgDir, until } from './harness.mjs';
 
 let env;
 beforeEach(async () => {
@@ -160,4 +162,28 @@ test('a run started without input gets {} (the command without text, the tool wi
   const byTool = await until(async () => (await client.listRuns({ sessionId: 'session-a' })).find((r) => r.run_id !== byCommand.run_id), 'the run the tool started');
   assert.deepEqual((await client.waitForRun(byTool.run_id, { timeoutMs: 30_000 })).result, { input: {} });
   await pi.quit();
+});
+
+test('pi -p "/workflow <name>" prints the run it started (there is no UI to notify)', async () => {
+  env.addWorkflow('echo.workflow.mjs', 'echo');
+  const args = [
+    piCli, '-p', '/workflow echo',
+    '--session-dir', join(env.root, 's'), '--session-id', 'printed',
+    '--no-skills', '--no-themes', '--no-prompt-templates', '--no-context-files', '--offline', '--no-builtin-tools',
+    '--provider', 'mock', '--model', 'mock-model', '-e', pkgDir,
+  ];
+  const child = spawn(process.execPath, args, { cwd: env.project, env: env.env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  let err = '';
+  child.stdout.on('data', (c) => (out += c));
+  child.stderr.on('data', (c) => (err += c));
+  const timer = setTimeout(() => child.kill('SIGKILL'), WAIT_MS);
+  const code = await new Promise((r) => child.on('exit', r));
+  clearTimeout(timer);
+  assert.equal(code, 0, err);
+  const client = await env.client();
+  const [run] = await client.listRuns({ sessionId: 'printed' });
+  assert.ok(run, `a run was started: ${out}${err}`);
+  // On stderr: Pi keeps stdout for the model's answer.
+  assert.match(err, new RegExp(`started echo: run ${run.run_id}`));
 });
