@@ -121,10 +121,12 @@ export function widgetOf(status, progress) {
   const head = `wf ${run.workflow_name} ${run.paused ? 'paused' : run.status}${run.current_node ? ` ${run.current_node}` : ''}`;
   // The host lists attempts newest first: read them oldest first, so that a node's last
   // attempt is its newest and the nodes come in the order of their latest visits.
+  // An interrupted attempt is not a visit: the node opens again for the same visit (a pause, a
+  // lost child, a route the host parks after).
   const visits = new Map();
   for (const a of [...attempts].reverse()) {
     const v = visits.get(a.node_id) ?? { count: 0, last: a };
-    v.count += 1;
+    if (a.status !== 'interrupted') v.count += 1;
     v.last = a;
     visits.delete(a.node_id);
     visits.set(a.node_id, v);
