@@ -74,12 +74,14 @@ export function stepMessage(interaction, workflowName, reminder = 0) {
   return lines.join('\n');
 }
 
-/** The message that asks the model to answer an ordinary checkpoint. */
-export function checkpointMessage(decision, run) {
+/** The message that asks the model to answer an ordinary checkpoint (`reminder` 0 for the first presentation). */
+export function checkpointMessage(decision, run, reminder = 0) {
   const req = readRequest(decision.request);
-  const lines = [
-    `Workflow checkpoint — workflow: ${req.workflow ?? run.workflow_name}, step: ${req.node ?? decision.node_id}`,
-  ];
+  const lines = [];
+  if (reminder > 0) {
+    lines.push(`Reminder ${reminder} of 2: this workflow checkpoint is still waiting for your answer.`);
+  }
+  lines.push(`Workflow checkpoint — workflow: ${req.workflow ?? run.workflow_name}, step: ${req.node ?? decision.node_id}`);
   if (req.summary) lines.push('', req.summary);
   if (req.prompt) lines.push('', req.prompt);
   if (req.raw !== null) lines.push('', 'Request:', json(req.raw));

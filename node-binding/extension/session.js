@@ -673,7 +673,7 @@ export class WorkflowSession {
       const content =
         active.type === 'interaction'
           ? stepMessage(active.item, status.run.workflow_name, shown)
-          : checkpointMessage(active.item, status.run);
+          : checkpointMessage(active.item, status.run, shown);
       this.sendStep(active, content, shown);
     } else if (active.type === 'interaction') {
       const reason = `no submission after ${MAX_REMINDERS} reminders`;

@@ -187,3 +187,21 @@ test('pi -p "/workflow <name>" prints the run it started (there is no UI to noti
   // On stderr: Pi keeps stdout for the model's answer.
   assert.match(err, new RegExp(`started echo: run ${run.run_id}`));
 });
+
+test('a checkpoint reminder is headed like a step reminder', async () => {
+  const file = env.addWorkflow('confirm.workflow.mjs', 'confirm');
+  env.model.script = () => ({ text: 'not answering' });
+  const pi = await env.startPi();
+  const client = await env.client();
+  const from = pi.mark();
+  await client.startRun(file, { input: {}, sessionId: 'session-a' });
+  const reminders = await until(() => {
+    const steps = pi.customMessages('piw-step', from);
+    return steps.length >= 3 && steps;
+  }, 'the checkpoint and two reminders');
+  assert.deepEqual(reminders.map((m) => m.details.reminder), [0, 1, 2]);
+  assert.match(reminders[0].content, /^Workflow checkpoint — /);
+  assert.match(reminders[1].content, /^Reminder 1 of 2: this workflow checkpoint is still waiting for your answer\.\nWorkflow checkpoint — /);
+  assert.match(reminders[2].content, /^Reminder 2 of 2: /);
+  await pi.quit();
+});
