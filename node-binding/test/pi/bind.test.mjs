@@ -1,7 +1,8 @@
 // What a call from Pi acts on: `submit` answers the request the model was shown (a paused run's
 // request does not hold another run's back; a repeated call never lands on a step presented
-// later), the tool and the command act only on this session's runs, and a run started without
-// input gets `{}`.
+// later), the tool and the command act only on this session's runs, a run started without
+// input gets `{}`; `pi -p "/workflow <name>"` prints the run; a checkpoint reminder is headed as
+// a step's.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
