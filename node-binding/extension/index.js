@@ -257,7 +257,8 @@ export default function piwExtension(pi) {
       );
     }
     if (shown.kind === 'checkpoint') {
-      throw new WorkflowError(`the request presented last is the checkpoint ${shown.node} of run ${shown.runId}: answer it with the action "answer"`);
+      const which = interactionId ? `${interactionId} is` : 'the request presented last is';
+      throw new WorkflowError(`${which} the checkpoint ${shown.node} of run ${shown.runId}: answer it with the action "answer"`);
     }
     const st = statuses.get(shown.runId) ?? (await s.call('run.status', (c) => c.runStatus(shown.runId)));
     const interaction = st.interactions.find((i) => i.interaction_id === id);
