@@ -346,7 +346,7 @@ export declare class Client {
   ): Promise<{ run_id: string; effect_id: string; state: 'applied' | 'failed'; status: RunStatusName }>;
   /** Answers an ordinary checkpoint (the model-facing path). */
   answerCheckpoint(runId: string, decisionId: string, answer: unknown, options?: CommandOptions): Promise<{ decision_id: string; answered_by: 'model' }>;
-  /** Answers a protected human decision; only a person in the origin session may. */
+  /** A person's answer: to a protected human decision (only a person may answer one) or to a checkpoint. */
   answerHumanDecision(runId: string, decisionId: string, answer: unknown, options?: CommandOptions): Promise<{ decision_id: string; answered_by: 'person' }>;
   /** Pending interactive requests of a Pi session. */
   listInteractions(sessionId: string): Promise<Interaction[]>;
@@ -366,12 +366,16 @@ export declare class Client {
     data?: unknown,
     options?: CommandOptions,
   ): Promise<{ interaction_id: string }>;
-  /** Submits a result; the workflow's `validate` judges it in a supervised child before it counts. */
+  /**
+   * Submits a result; the workflow's `validate` judges it in a supervised child before it counts.
+   * Sent again for a request that already took an equal result (being judged or accepted):
+   * that submission's receipt, `repeated: true`; another result for a closed request is refused.
+   */
   submitInteraction(
     interaction: Pick<Interaction, 'interaction_id' | 'run_id' | 'node_id' | 'attempt_id'>,
     result: unknown,
     options?: CommandOptions,
-  ): Promise<{ interaction_id: string; submission_id: string; state: 'validating' }>;
+  ): Promise<{ interaction_id: string; submission_id: string; state: 'validating' | 'accepted'; repeated: boolean }>;
   claimMessages(sessionId: string, options?: CommandOptions & {
     limit?: number;
     /** A stable name of this client: messages it already holds are claimed again at once (after a restart). */

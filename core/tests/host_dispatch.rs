@@ -544,6 +544,7 @@ fn an_answer_naming_another_run_or_node_is_refused() {
     let submit = payload::InteractionSubmit {
         interaction_id: interaction.clone(),
         result: json!({"v": 1}),
+        refuse_repeat: false,
     };
     let cases = [
         Request::new("c1", RequestBody::CheckpointAnswer(answer.clone()))

@@ -84,6 +84,7 @@ fn sample(kind: RequestKind) -> Request {
         RequestKind::InteractionSubmit => RequestBody::InteractionSubmit(InteractionSubmit {
             interaction_id: "int-1".into(),
             result: json!({"summary": "done"}),
+            refuse_repeat: false,
         }),
         RequestKind::InteractionFail => RequestBody::InteractionFail(InteractionFail {
             interaction_id: "int-1".into(),

@@ -4,7 +4,7 @@ mod common;
 
 use common::*;
 use piw_core::store::*;
-use serde_json::json;
+use serde_json::{json, Value};
 
 fn assert_invalid<T: std::fmt::Debug>(
     f: &mut Fixture,
@@ -508,16 +508,43 @@ fn interactive_validation_reject_then_accept_and_duplicate_submission() {
         ("rejected", Some("v must be 2"))
     );
 
+    // A rejected result is no repeat: sent again, it is judged again.
+    let repeat = |f: &mut Fixture, v: Value| {
+        f.store
+            .write(|w| w.repeated_submission(&i, &a, &v))
+            .unwrap()
+    };
+    assert_eq!(repeat(&mut f, json!({"v": 1})), None);
     let s2 = f
         .store
-        .write(|w| w.submit(&i, &a, &json!({"v": 2}), Some("key-2")))
+        .write(|w| w.submit(&i, &a, &json!({"v": 2, "w": 3}), Some("key-2")))
         .unwrap();
+    // The result being judged, sent again (its keys in another order): its receipt.
+    assert_eq!(
+        repeat(&mut f, json!({"w": 3, "v": 2})),
+        Some((s2.clone(), "validating".to_owned()))
+    );
+    assert_eq!(repeat(&mut f, json!({"v": 2})), None);
     let act = f.activate(&run_id);
     f.store
         .write(|w| w.settle(&act.claim, &s2, Ok(())))
         .unwrap();
+    assert_eq!(
+        repeat(&mut f, json!({"v": 2, "w": 3})),
+        Some((s2.clone(), "accepted".to_owned()))
+    );
+    // Only for the request's own attempt; the request's own result is no earlier one.
+    assert_eq!(
+        f.store
+            .write(|w| w.repeated_submission(&i, "att-old", &json!({"v": 2, "w": 3})))
+            .unwrap(),
+        None
+    );
     f.store
-        .write(|w| w.complete(&act.claim, &a, &json!({"v": 2}), &json!("ok")))
+        .write(|w| w.refuse_accepted_before(&i, &json!({"v": 2, "w": 3})))
+        .unwrap();
+    f.store
+        .write(|w| w.complete(&act.claim, &a, &json!({"v": 2, "w": 3}), &json!("ok")))
         .unwrap();
     assert_eq!(
         f.store.interactions(Some(&run_id), None).unwrap()[0].status,

@@ -170,7 +170,12 @@ pub(crate) enum RunCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Submit a result for the interactive step a run waits for (the workflow validates it).
+    /// Submit a result for an interactive step of a run (the workflow validates it). With
+    /// `--interaction`, for that request (as `piw run status` names it): refused once it is
+    /// closed, except that the result it already took gives back the original receipt.
+    /// Without, for the request the run waits for now, refused when an earlier request of the
+    /// run already accepted the same result: the same command run again never answers the
+    /// next visit (name the interaction to submit an equal result on purpose).
     Submit {
         run_id: String,
         /// The result as JSON.
@@ -179,6 +184,9 @@ pub(crate) enum RunCmd {
         /// The result as JSON, from `@file` or `-` (stdin) or inline.
         #[arg(long, value_parser = parse_json)]
         input: Option<Value>,
+        /// The interactive request answered (`int-…`, from `piw run status`).
+        #[arg(long, value_name = "ID")]
+        interaction: Option<String>,
         #[arg(long)]
         json: bool,
     },

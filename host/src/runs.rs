@@ -111,9 +111,10 @@ pub(crate) fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {
             let answer = input.unwrap_or_else(|| json_or_text(&answer.unwrap_or_default()));
             let decision = pending_decision(&mut client, &run_id, "checkpoint")?;
             (
+                // A person's answer (`answered_by: person`): `decision.answer` takes checkpoints too.
                 client.send(run_request(
                     &run_id,
-                    RequestBody::CheckpointAnswer(payload::DecisionAnswer {
+                    RequestBody::DecisionAnswer(payload::DecisionAnswer {
                         decision_id: decision,
                         answer,
                     }),
@@ -147,6 +148,7 @@ pub(crate) fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {
             run_id,
             result,
             input,
+            interaction,
             json,
         } => {
             let result = input.or(result).unwrap_or(Value::Null);
@@ -154,28 +156,38 @@ pub(crate) fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {
                 &run_id,
                 RequestBody::RunStatus(Default::default()),
             ))?;
-            let open = status.body["interactions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|i| i["status"] == "pending")
-                .cloned()
-                .ok_or_else(|| {
-                    CliError::Runtime(format!(
-                        "run {run_id} waits for no interactive step (the run {})",
-                        status_words(&str_of(&status.body["run"]["status"]))
-                    ))
-                })?;
+            let interactions = status.body["interactions"].as_array().into_iter().flatten();
+            // Named: that request, whatever it has become (the host refuses a closed one). Else
+            // the open one, guarded against a result an earlier request already took.
+            let named = interaction.is_some();
+            let bound = match &interaction {
+                Some(id) => interactions
+                    .clone()
+                    .find(|i| i["interaction_id"] == id.as_str())
+                    .ok_or_else(|| {
+                        CliError::Runtime(format!("run {run_id} has no interaction {id}"))
+                    })?,
+                None => interactions
+                    .clone()
+                    .find(|i| i["status"] == "pending" || i["status"] == "validating")
+                    .ok_or_else(|| {
+                        CliError::Runtime(format!(
+                            "run {run_id} waits for no interactive step (the run {})",
+                            status_words(&str_of(&status.body["run"]["status"]))
+                        ))
+                    })?,
+            };
             let request = Request::new(
                 piw_core::ids::new_id("cli"),
                 RequestBody::InteractionSubmit(payload::InteractionSubmit {
-                    interaction_id: str_of(&open["interaction_id"]),
+                    interaction_id: str_of(&bound["interaction_id"]),
                     result,
+                    refuse_repeat: !named,
                 }),
             )
             .with_run_id(&run_id)
-            .with_node_id(str_of(&open["node_id"]))
-            .with_attempt_id(str_of(&open["attempt_id"]));
+            .with_node_id(str_of(&bound["node_id"]))
+            .with_attempt_id(str_of(&bound["attempt_id"]));
             (client.send(request)?, json)
         }
         RunCmd::Wait {
@@ -317,11 +329,12 @@ pub(crate) fn request_lines(status: &Value) -> String {
             continue;
         }
         text.push_str(&format!(
-            "\nwaits for a result for interactive step {} ({}) at node {}: {}\n  submit with `piw run submit {run_id} <json>`",
+            "\nwaits for a result for interactive step {} ({}) at node {}: {}\n  submit with `piw run submit {run_id} --interaction {} <json>`",
             str_of(&i["interaction_id"]),
             str_of(&i["kind"]),
             str_of(&i["node_id"]),
-            i["request"]
+            i["request"],
+            str_of(&i["interaction_id"]),
         ));
         if let Some(error) = i["last_submission"]["error"].as_str() {
             text.push_str(&format!("\n  the last result was rejected: {error}"));

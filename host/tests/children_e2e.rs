@@ -1618,6 +1618,7 @@ fn submit(
             RequestBody::InteractionSubmit(payload::InteractionSubmit {
                 interaction_id: interaction["interaction_id"].as_str().unwrap().to_owned(),
                 result: json!({ "value": value }),
+                refuse_repeat: false,
             }),
         )
         .with_run_id(run_id)

@@ -1856,3 +1856,169 @@ fn a_damaged_backup_is_refused_by_restore_and_reported_by_diagnose() {
         text(&o)
     );
 }
+
+/// `piw run submit` answers the request the person meant. Without `--interaction` it binds to
+/// the request the run waits for now, and refuses a result an earlier request of the run
+/// already accepted: the same command run again does not answer the next visit. With
+/// `--interaction`, the result a closed request took gives back the original receipt, another
+/// is refused, and an equal result goes to a named open request on purpose.
+#[test]
+fn a_repeated_submit_from_the_command_line_does_not_answer_the_next_step() {
+    let h = home();
+    let file = workflow_file(
+        &h,
+        "two-steps",
+        &serde_json::json!({
+            "graph": {"name": "two-steps", "start": "a",
+                      "nodes": {"a": {"kind": "agent"}, "b": {"kind": "agent"}, "done": {"kind": "compute"}},
+                      "edges": [{"from": "a", "to": "b"}, {"from": "b", "to": "done"}]},
+            "behaviors": {"a": {"interact": "agent"}, "b": {"interact": "agent"}, "done": {}}
+        }),
+    );
+    let o = piw(
+        &h.home,
+        &[
+            "run",
+            "start",
+            file.to_str().unwrap(),
+            "--session",
+            "s1",
+            "--json",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let run_id = json_of(&o)["run_id"].as_str().unwrap().to_owned();
+    let open_at = |node: &str| {
+        let started = std::time::Instant::now();
+        loop {
+            let s = wait_status(&h.home, &run_id, &["waiting"]);
+            if let Some(i) = s["interactions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|i| i["node_id"] == node && i["status"] == "pending")
+            {
+                return i["interaction_id"].as_str().unwrap().to_owned();
+            }
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(30),
+                "never waiting at {node}: {s}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+    let a = open_at("a");
+    let shown = text(&piw(&h.home, &["run", "status", &run_id]));
+    assert!(
+        shown.contains(&format!("piw run submit {run_id} --interaction {a} <json>")),
+        "{shown}"
+    );
+    let o = piw(
+        &h.home,
+        &["run", "submit", &run_id, r#"{"value": 1}"#, "--json"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let first = json_of(&o)["submission_id"].as_str().unwrap().to_owned();
+    let b = open_at("b");
+
+    // The same command again: refused, and b still waits.
+    let o = piw(&h.home, &["run", "submit", &run_id, r#"{"value": 1}"#]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains(&format!("already accepted for interaction {a} (node a)")),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(open_at("b"), b);
+
+    // Named: the result a took gives its receipt back; another result for a is refused.
+    let o = piw(
+        &h.home,
+        &[
+            "run",
+            "submit",
+            &run_id,
+            r#"{"value": 1}"#,
+            "--interaction",
+            &a,
+            "--json",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let again = json_of(&o);
+    assert_eq!(again["submission_id"], first.as_str(), "{again}");
+    assert_eq!(again["repeated"], true, "{again}");
+    assert_eq!(again["state"], "accepted", "{again}");
+    let o = piw(
+        &h.home,
+        &[
+            "run",
+            "submit",
+            &run_id,
+            r#"{"value": 2}"#,
+            "--interaction",
+            &a,
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("invalid_transition"), "{}", text(&o));
+    assert_eq!(open_at("b"), b);
+
+    // An equal result for b, named on purpose, is taken.
+    let o = piw(
+        &h.home,
+        &[
+            "run",
+            "submit",
+            &run_id,
+            r#"{"value": 1}"#,
+            "--interaction",
+            &b,
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let done = wait_status(&h.home, &run_id, &["completed"]);
+    let outputs: Vec<_> = done["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["node_id"] == "a" || x["node_id"] == "b")
+        .map(|x| (x["node_id"].clone(), x["output"].clone()))
+        .collect();
+    assert_eq!(outputs.len(), 2, "{done}");
+}
+
+/// A checkpoint answered from the command line is a person's answer.
+#[test]
+fn a_checkpoint_answered_from_the_command_line_is_recorded_as_a_persons() {
+    let h = home();
+    let file = workflow_file(
+        &h,
+        "check",
+        &serde_json::json!({
+            "graph": {"name": "check", "start": "ask",
+                      "nodes": {"ask": {"kind": "checkpoint"}, "done": {"kind": "compute"}},
+                      "edges": [{"from": "ask", "to": "done"}]},
+            "behaviors": {"ask": {"wait": "checkpoint"}, "done": {}}
+        }),
+    );
+    let o = piw(
+        &h.home,
+        &[
+            "run",
+            "start",
+            file.to_str().unwrap(),
+            "--session",
+            "s1",
+            "--json",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let run_id = json_of(&o)["run_id"].as_str().unwrap().to_owned();
+    wait_status(&h.home, &run_id, &["waiting"]);
+    let o = piw(&h.home, &["run", "answer", &run_id, "yes", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(json_of(&o)["answered_by"], "person", "{}", text(&o));
+    let done = wait_status(&h.home, &run_id, &["completed"]);
+    assert_eq!(done["decisions"][0]["answered_by"], "person", "{done}");
+}

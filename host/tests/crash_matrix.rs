@@ -320,6 +320,7 @@ impl Scenario {
             let submit = RequestBody::InteractionSubmit(payload::InteractionSubmit {
                 interaction_id: i["interaction_id"].as_str().unwrap().to_owned(),
                 result: json!({ "value": value }),
+                refuse_repeat: false,
             });
             let r = self.call(
                 Request::new(request_id, submit)

@@ -76,12 +76,14 @@ export function stepMessage(interaction, workflowName, reminder = 0) {
   return lines.join('\n');
 }
 
-/** The message that asks the model to answer an ordinary checkpoint. */
-export function checkpointMessage(decision, run) {
+/** The message that asks the model to answer an ordinary checkpoint (`reminder` 0 for the first presentation). */
+export function checkpointMessage(decision, run, reminder = 0) {
   const req = readRequest(decision.request);
-  const lines = [
-    `Workflow checkpoint — workflow: ${req.workflow ?? run.workflow_name}, step: ${req.node ?? decision.node_id}`,
-  ];
+  const lines = [];
+  if (reminder > 0) {
+    lines.push(`Reminder ${reminder} of 2: this workflow checkpoint is still waiting for your answer.`);
+  }
+  lines.push(`Workflow checkpoint — workflow: ${req.workflow ?? run.workflow_name}, step: ${req.node ?? decision.node_id}`);
   if (req.summary) lines.push('', req.summary);
   if (req.prompt) lines.push('', req.prompt);
   if (req.raw !== null) lines.push('', 'Request:', json(req.raw));
@@ -123,10 +125,12 @@ export function widgetOf(status, progress) {
   const head = `wf ${run.workflow_name} ${run.paused ? 'paused' : run.status}${run.current_node ? ` ${run.current_node}` : ''}`;
   // The host lists attempts newest first: read them oldest first, so that a node's last
   // attempt is its newest and the nodes come in the order of their latest visits.
+  // An interrupted attempt is not a visit: the node opens again for the same visit (a pause, a
+  // lost child, a route the host parks after).
   const visits = new Map();
   for (const a of [...attempts].reverse()) {
     const v = visits.get(a.node_id) ?? { count: 0, last: a };
-    v.count += 1;
+    if (a.status !== 'interrupted') v.count += 1;
     v.last = a;
     visits.delete(a.node_id);
     visits.set(a.node_id, v);

@@ -62,6 +62,29 @@ export default function piwExtension(pi) {
     return live.run_id;
   }
 
+  /**
+   * Refuses to act on a run this Pi session did not start (another session's, or one started
+   * outside Pi): its origin session decides; a person at a shell may act on any run with
+   * `piw run <verb>`. Resolves with the run's status.
+   */
+  async function ownRun(s, runId, verb) {
+    const st = await s.call('run.status', (c) => c.runStatus(runId));
+    const origin = st.run.origin_session;
+    if (origin !== s.sessionId) {
+      const whose = origin ? `Pi session ${origin}` : 'no Pi session (it was started outside Pi)';
+      throw new WorkflowError(
+        `run ${runId} belongs to ${whose}: only the session that started it can ${verb} it from Pi (a person at a shell can: piw run ${verb} ${runId} ...)`,
+      );
+    }
+    return st;
+  }
+
+  /** `runOf`, refused unless the run is this session's (see `ownRun`): `{ runId, status }`. */
+  async function ownRunOf(s, runId, verb) {
+    const id = await runOf(s, runId);
+    return { runId: id, status: await ownRun(s, id, verb) };
+  }
+
   async function start(s, ref, input) {
     let found;
     try {
@@ -71,7 +94,8 @@ export default function piwExtension(pi) {
       throw e;
     }
     const { run_id, status } = await s.call('run.start', (c) =>
-      c.startRun(found.path, { input: input ?? null, sessionId: s.sessionId, projectDir: s.cwd }),
+      // No input is an empty object, as pi-workflows passes it (workflows read `input.task`).
+      c.startRun(found.path, { input: input ?? {}, sessionId: s.sessionId, projectDir: s.cwd }),
     );
     s.widgetRun = run_id;
     s.kick();
@@ -104,8 +128,8 @@ export default function piwExtension(pi) {
     return { text: lines.join('\n'), workflows: files, runs };
   }
 
-  async function pendingDecision(s, runId, kindWanted) {
-    const st = await s.call('run.status', (c) => c.runStatus(runId));
+  async function pendingDecision(st, kindWanted) {
+    const runId = st.run.run_id;
     const d = st.decisions.find((x) => x.status === 'pending');
     if (!d) throw new WorkflowError(`run ${runId} has no pending checkpoint or decision`);
     if (kindWanted === 'checkpoint' && d.kind === 'human_decision') {
@@ -167,25 +191,25 @@ export default function piwExtension(pi) {
           return text(st.text, { run: st.status.run });
         }
         case 'pause': {
-          const runId = await runOf(s, params.runId);
+          const { runId } = await ownRunOf(s, params.runId, 'pause');
           await s.call('run.pause', (c) => c.pauseRun(runId));
           s.kick();
           return text(`paused run ${runId}`, { runId });
         }
         case 'resume': {
-          const runId = await runOf(s, params.runId);
+          const { runId } = await ownRunOf(s, params.runId, 'resume');
           await resume(s, runId);
           return text(`resumed run ${runId}`, { runId });
         }
         case 'cancel': {
-          const runId = await runOf(s, params.runId);
+          const { runId } = await ownRunOf(s, params.runId, 'cancel');
           const r = await s.call('run.cancel', (c) => c.cancelRun(runId, { reason: 'cancelled from Pi' }));
           s.kick();
           return text(`cancelled run ${runId}`, r);
         }
         case 'answer': {
-          const runId = await runOf(s, params.runId);
-          const d = await pendingDecision(s, runId, 'checkpoint');
+          const { runId, status } = await ownRunOf(s, params.runId, 'answer');
+          const d = await pendingDecision(status, 'checkpoint');
           await s.call('checkpoint.answer', (c) => c.answerCheckpoint(runId, d.decision_id, params.answer ?? null));
           s.kick();
           return text(`answered checkpoint ${d.node_id} of run ${runId}`, { runId, decisionId: d.decision_id });
@@ -200,22 +224,67 @@ export default function piwExtension(pi) {
     },
   });
 
-  /** This session's current interactive request; `interactionId`, when given, must be it. */
-  async function currentRequest(s, interactionId) {
-    const pending = await s.call('interaction.list', (c) => c.listInteractions(s.sessionId));
-    const current = pending.find((i) => i.origin_session === s.sessionId);
-    if (!current) throw new WorkflowError('no workflow step of this session is waiting for a submission');
-    if (interactionId && interactionId !== current.interaction_id) {
+  /** Why a closed interaction takes no more output, for the model. */
+  const closedWhy = {
+    settled: 'it already took an output (accepted)',
+    expired: 'it timed out (its deadline passed)',
+    cancelled: 'it was cancelled (its run was cancelled, or the step was given up)',
+  };
+
+  /**
+   * The interaction a `submit` or `update` answers: `interactionId`, else the request the model
+   * was shown last in this session, never one presented later (a repeated call lands where
+   * the first did). `{ interaction, open: true }` when it is the session's active interaction
+   * (what is presented, see WorkflowSession.activeInteraction); `{ interaction, open: false }`
+   * when it is closed (a `submit` of the result it took gets its original receipt). Refused
+   * otherwise, naming the current request only when the model was shown it.
+   */
+  async function boundInteraction(s, interactionId) {
+    const statuses = new Map();
+    const active = await s.activeInteraction(statuses);
+    const shown = s.presentedRequest(interactionId ?? null);
+    const id = interactionId ?? shown?.key;
+    if (active && active.interaction_id === id) return { interaction: active, open: true };
+    const current =
+      active && s.presentedRequest(active.interaction_id)
+        ? `; this session's current request is interaction ${active.interaction_id} (step ${active.node_id}, attempt ${active.attempt_id})`
+        : '';
+    if (!shown) {
       throw new WorkflowError(
-        `interaction ${interactionId} is closed or not this session's current request; the current one is interaction ${current.interaction_id} (step ${current.node_id}, attempt ${current.attempt_id})`,
+        interactionId
+          ? `interaction ${interactionId} is closed or not this session's current request${current || ': no step of this session waits for a submission'}`
+          : 'no workflow step was presented in this session: there is nothing to submit',
       );
     }
-    return current;
+    if (shown.kind === 'checkpoint') {
+      const which = interactionId ? `${interactionId} is` : 'the request presented last is';
+      throw new WorkflowError(`${which} the checkpoint ${shown.node} of run ${shown.runId}: answer it with the action "answer"`);
+    }
+    const st = statuses.get(shown.runId) ?? (await s.call('run.status', (c) => c.runStatus(shown.runId)));
+    const interaction = st.interactions.find((i) => i.interaction_id === id);
+    if (!interaction) throw new WorkflowError(`interaction ${id} is not a request of run ${shown.runId}${current}`);
+    if (interaction.status === 'pending' || interaction.status === 'validating') {
+      const why = st.run.paused
+        ? `its run ${shown.runId} is paused (/workflow resume ${shown.runId} presents it again)`
+        : 'another request of this session goes first';
+      throw new WorkflowError(`interaction ${id} (step ${interaction.node_id}) is not this session's current request: ${why}${current}`);
+    }
+    return { interaction, open: false, current };
+  }
+
+  /** The refusal of an output for a closed interaction. */
+  function closedError(bound) {
+    const { interaction: i, current } = bound;
+    return new WorkflowError(
+      `interaction ${i.interaction_id} (step ${i.node_id} of run ${i.run_id}) is closed: ${closedWhy[i.status] ?? i.status}; this output was not submitted${current}`,
+    );
   }
 
   async function update(s, params) {
     if (!params.message) throw new WorkflowError('update needs `message`');
-    const current = await currentRequest(s, params.interactionId);
+    const bound = await boundInteraction(s, params.interactionId);
+    if (!bound.open) throw closedError(bound);
+    const current = bound.interaction;
     await s.call('interaction.update', (c) => c.updateInteraction(current, params.message));
     return text(`progress noted for step ${current.node_id}; the step is still open: submit its output when done`, {
       runId: current.run_id,
@@ -224,10 +293,8 @@ export default function piwExtension(pi) {
   }
 
   async function submit(s, params, signal) {
-    const current = await currentRequest(s, params.interactionId);
-    if (current.status === 'validating') {
-      throw new WorkflowError(`the last submission for ${current.node_id} is still being validated; wait for its verdict`);
-    }
+    const bound = await boundInteraction(s, params.interactionId);
+    const current = bound.interaction;
     let submitted;
     try {
       submitted = await s.call('interaction.submit', (c) => c.submitInteraction(current, params.output ?? null));
@@ -235,7 +302,18 @@ export default function piwExtension(pi) {
       if (e?.code === 'stale_attempt') {
         throw new WorkflowError(`attempt ${current.attempt_id} is no longer current: ${e.message}`);
       }
+      if (e?.code === 'invalid_transition' && current.status === 'validating') {
+        throw new WorkflowError(`the last submission for ${current.node_id} is still being validated; wait for its verdict`);
+      }
+      if (e?.code === 'invalid_transition' && !bound.open) throw closedError(bound);
       throw e;
+    }
+    if (submitted.repeated && submitted.state === 'accepted') {
+      s.kick();
+      return text(
+        `already accepted: step ${current.node_id} of run ${current.run_id} took this output before (submission ${submitted.submission_id}); nothing was submitted again. Do not submit it again: a next step arrives as its own message.`,
+        { runId: current.run_id, interactionId: current.interaction_id, submissionId: submitted.submission_id, repeated: true },
+      );
     }
     const verdictCall = s.call(
       'the validation',
@@ -289,11 +367,14 @@ export default function piwExtension(pi) {
     description: 'Workflows: /workflow [name|path] [task | --input-json JSON] | status|pause|resume|cancel [runId] | answer [runId] <answer>',
     async getArgumentCompletions(prefix) {
       const words = prefix.split(/\s+/);
+      // Nothing to offer once the argument is complete: Pi's Enter on an argument menu only
+      // applies the selected item, so a menu left open would take a second Enter to run.
+      const offer = (items) => (items.length && !items.some((i) => i.value === prefix) ? items : null);
       try {
         if (words.length <= 1) {
           const names = session ? (await listWorkflows(session.cwd)).map((w) => w.name) : [];
           const items = [...SUBCOMMANDS, ...names].filter((w) => w.startsWith(words[0] ?? ''));
-          return items.length ? items.map((w) => ({ value: w, label: w })) : null;
+          return offer(items.map((w) => ({ value: w, label: w })));
         }
         if (['status', 'pause', 'resume', 'cancel', 'answer'].includes(words[0]) && words.length === 2 && session) {
           const runs = await session.call('run.list', (c) => c.listRuns({ sessionId: session.sessionId, limit: 20 }));
@@ -301,7 +382,7 @@ export default function piwExtension(pi) {
             value: `${words[0]} ${r.run_id}`,
             label: `${r.run_id} ${r.workflow_name} ${r.status}`,
           }));
-          return items.length ? items : null;
+          return offer(items);
         }
       } catch {
         // No completions while the host is unreachable.
@@ -309,7 +390,9 @@ export default function piwExtension(pi) {
       return null;
     },
     async handler(args, ctx) {
-      const say = (t, level = 'info') => ctx.ui.notify(t, level);
+      // Print and JSON modes (`pi -p "/workflow ..."`) have no UI to notify: the outcome is
+      // printed on stderr (Pi keeps stdout for the model's answer, or its event stream).
+      const say = (t, level = 'info') => (ctx.hasUI ? ctx.ui.notify(t, level) : process.stderr.write(`${t}\n`));
       try {
         await command(need(), String(args ?? '').trim(), say);
       } catch (e) {
@@ -335,20 +418,20 @@ export default function piwExtension(pi) {
         s.kick();
         return;
       case 'pause': {
-        const runId = await runOf(s, runIdArg());
+        const { runId } = await ownRunOf(s, runIdArg(), 'pause');
         await s.call('run.pause', (c) => c.pauseRun(runId));
         s.kick();
         say(`paused run ${runId}`);
         return;
       }
       case 'resume': {
-        const runId = await runOf(s, runIdArg());
+        const { runId } = await ownRunOf(s, runIdArg(), 'resume');
         await resume(s, runId);
         say(`resumed run ${runId}`);
         return;
       }
       case 'cancel': {
-        const runId = await runOf(s, runIdArg());
+        const { runId } = await ownRunOf(s, runIdArg(), 'cancel');
         await s.call('run.cancel', (c) => c.cancelRun(runId, { reason: 'cancelled by the person from Pi' }));
         s.kick();
         say(`cancelled run ${runId}`);
@@ -356,10 +439,10 @@ export default function piwExtension(pi) {
       }
       case 'answer': {
         const given = runIdArg();
-        const runId = await runOf(s, given);
         const raw = given ? tail.slice(tail.indexOf(given) + given.length).trim() : tail;
         if (raw === '') throw new WorkflowError('answer needs the answer: /workflow answer [runId] <json|text>');
-        const d = await pendingDecision(s, runId, 'any');
+        const { runId, status } = await ownRunOf(s, given, 'answer');
+        const d = await pendingDecision(status, 'any');
         if (d.kind === 'human_decision') {
           // Refused here when it fits none of the choices or breaks its text's length rule.
           const { answer, problem } = humanAnswer(d.request, raw);
@@ -372,7 +455,8 @@ export default function piwExtension(pi) {
           } catch {
             value = raw;
           }
-          await s.call('checkpoint.answer', (c) => c.answerCheckpoint(runId, d.decision_id, value));
+          // The person's answer (answered_by: person), as the CLI's.
+          await s.call('decision.answer', (c) => c.answerHumanDecision(runId, d.decision_id, value));
         }
         s.kick();
         say(`answered ${d.node_id} of run ${runId}`);

@@ -564,20 +564,45 @@ export class WorkflowSession {
     if (message?.role === 'custom' && message.customType === MESSAGE && message.details?.messageId) this.kick();
   }
 
-  /** The session's one active request: the first pending interaction of a run that is not paused, else such a run's first pending checkpoint. */
-  async presentActive(statuses) {
+  /**
+   * The session's active interaction: its first pending (or validating) interaction of a run
+   * that is not paused, or null. What `presentActive` presents and what the tool's `submit`
+   * and `update` answer: one notion of "current", so a paused run's request never holds
+   * another run's back. `statuses` (run id -> run.status) is filled in for the runs it reads.
+   */
+  async activeInteraction(statuses = new Map()) {
     const interactions = await this.call('interaction.list', (c) => c.listInteractions(this.sessionId));
-    // A run older than the listed ones still has its requests presented.
-    const statusOf = async (runId) => {
-      if (!statuses.has(runId)) statuses.set(runId, await this.call('run.status', (c) => c.runStatus(runId)));
-      return statuses.get(runId);
-    };
-    let next = null;
     for (const i of interactions) {
-      if (i.origin_session !== this.sessionId || (await statusOf(i.run_id)).run.paused) continue;
-      next = { type: 'interaction', id: i.interaction_id, runId: i.run_id, kind: i.kind, item: i };
-      break;
+      if (i.origin_session !== this.sessionId) continue;
+      // A run older than the listed ones still has its requests presented.
+      if (!statuses.has(i.run_id)) statuses.set(i.run_id, await this.call('run.status', (c) => c.runStatus(i.run_id)));
+      if (!statuses.get(i.run_id).run.paused) return i;
     }
+    return null;
+  }
+
+  /**
+   * The request the model was shown last (the newest step message in the session's branch),
+   * or with `key` the newest presentation of that request: `{ key, runId, kind, node,
+   * attemptId }`, or null. A message on its way to Pi is not counted: the model has not seen
+   * it (a steer waits for the running tool calls to end).
+   */
+  presentedRequest(key = null) {
+    const entries = this.entries();
+    for (let i = entries.length - 1; i >= 0; i--) {
+      const e = entries[i];
+      if (e.type !== 'custom_message' || e.customType !== STEP || !e.details?.key) continue;
+      if (key === null || e.details.key === key) return { ...e.details };
+    }
+    return null;
+  }
+
+  /** The session's one active request: the active interaction, else the first pending checkpoint of a run that is not paused. */
+  async presentActive(statuses) {
+    const interaction = await this.activeInteraction(statuses);
+    let next = interaction
+      ? { type: 'interaction', id: interaction.interaction_id, runId: interaction.run_id, kind: interaction.kind, item: interaction }
+      : null;
     if (!next) {
       for (const s of statuses.values()) {
         if (s.run.paused) continue;
@@ -676,7 +701,7 @@ export class WorkflowSession {
       const content =
         active.type === 'interaction'
           ? stepMessage(active.item, status.run.workflow_name, shown)
-          : checkpointMessage(active.item, status.run);
+          : checkpointMessage(active.item, status.run, shown);
       this.sendStep(active, content, shown);
     } else if (active.type === 'interaction') {
       const reason = `no submission after ${MAX_REMINDERS} reminders`;

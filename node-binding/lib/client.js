@@ -209,7 +209,7 @@ export class Client {
     });
   }
 
-  /** Answers a protected human decision (a person in the origin session). */
+  /** A person's answer (`answered_by: person`): to a protected human decision, or to a checkpoint. */
   answerHumanDecision(runId, decisionId, answer, options = {}) {
     return this.#body('decision.answer', { ...envelope(options), runId }, {
       decision_id: decisionId,

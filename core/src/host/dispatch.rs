@@ -400,13 +400,25 @@ pub fn apply_command(
                 required(&req.node_id, "node_id")?,
                 &s.interaction_id,
             )?;
+            // The same result again for a request that took it: the original receipt.
+            if let Some((submission_id, state)) =
+                w.repeated_submission(&s.interaction_id, attempt_id, &s.result)?
+            {
+                return Ok(json!({ "interaction_id": s.interaction_id,
+                                  "submission_id": submission_id, "state": state,
+                                  "repeated": true }));
+            }
+            if s.refuse_repeat {
+                w.refuse_accepted_before(&s.interaction_id, &s.result)?;
+            }
             let submission_id = w.submit(
                 &s.interaction_id,
                 attempt_id,
                 &s.result,
                 req.idempotency_key.as_deref(),
             )?;
-            json!({ "interaction_id": s.interaction_id, "submission_id": submission_id, "state": "validating" })
+            json!({ "interaction_id": s.interaction_id, "submission_id": submission_id,
+                    "state": "validating", "repeated": false })
         }
         RequestBody::InteractionFail(f) => {
             let run_id = required(&req.run_id, "run_id")?;

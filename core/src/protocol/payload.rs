@@ -192,6 +192,12 @@ pub struct InteractionSubmit {
     pub interaction_id: String,
     /// The step's result, validated by the workflow in a supervised child before it counts.
     pub result: Value,
+    /// Refuse (`invalid_transition`) a result equal to one an earlier request of the run
+    /// accepted: for a client that bound the submission to whatever request was current when
+    /// it sent it (`piw run submit` without `--interaction`), so that the same command run
+    /// again does not answer the next visit with the previous one's result.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub refuse_repeat: bool,
 }
 
 /// Payload of `interaction.fail`: the origin session gave up on a pending interactive

@@ -48,3 +48,10 @@ test("the widget shows a revisited node's latest outcome, visits and timing, and
   const few = widgetOf({ run: run('b', 'completed'), attempts: [...oldestFirst.slice(0, 3)].reverse() }, 'step 2 of 3');
   assert.deepEqual(few.lines, ['wf loop completed b · run run_1', '  ✓ b 30 ms', '  ✓ a ×2 7 ms', '  step 2 of 3']);
 });
+
+test('an interrupted attempt is not a visit: a node reached through a route the host parked after counts once', () => {
+  // draft fails, the host routes to gaveUp and parks (that attempt is interrupted), a child runs it.
+  const oldestFirst = [attempt('draft', 'failed', 1000, 1010), attempt('gaveUp', 'interrupted', 1010, 1010), attempt('gaveUp', 'ok', 1020, 1025)];
+  const { lines } = widgetOf({ run: run('gaveUp', 'completed'), attempts: [...oldestFirst].reverse() }, null);
+  assert.deepEqual(lines.slice(1), ['  ✗ draft 10 ms', '  ✓ gaveUp 5 ms']);
+});

@@ -13,14 +13,23 @@ import { textColumns } from '../../extension/width.js';
 function register() {
   const renderers = new Map();
   const tools = [];
+  const commands = new Map();
   piwExtension({
     on() {},
     registerTool: (t) => tools.push(t),
-    registerCommand() {},
+    registerCommand: (name, c) => commands.set(name, c),
     registerMessageRenderer: (type, fn) => renderers.set(type, fn),
   });
-  return { renderers, tools };
+  return { renderers, tools, commands };
 }
+
+test('a complete subcommand offers no completion, so one Enter runs it (Enter on a menu only applies its item)', async () => {
+  const { commands } = register();
+  const complete = commands.get('workflow').getArgumentCompletions;
+  assert.deepEqual(await complete('sta'), [{ value: 'status', label: 'status' }]);
+  assert.equal(await complete('status'), null);
+  assert.equal(await complete('list'), null);
+});
 
 const theme = { fg: (color, text) => `<${color}>${text}</${color}>` };
 const plain = (line) => line.replace(/<\/?[a-z]+>/g, '');

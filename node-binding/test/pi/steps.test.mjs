@@ -112,7 +112,7 @@ test('one active request per session: the second run waits; a stale interaction 
   assert.equal(steps[0].details.runId, a.run_id, 'the first run is presented first');
   assert.equal(steps[1].details.runId, b.run_id);
   const refused = await pi.waitEvent(
-    (e) => e.type === 'tool_execution_end' && e.isError && /is closed or not this session's current request/.test(JSON.stringify(e.result)),
+    (e) => e.type === 'tool_execution_end' && e.isError && /is closed: it already took an output \(accepted\); this output was not submitted; this session's current request is interaction/.test(JSON.stringify(e.result)),
     'the stale submit refused',
     from,
   );

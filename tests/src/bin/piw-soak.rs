@@ -772,6 +772,7 @@ impl Soak {
                 let submit = RequestBody::InteractionSubmit(payload::InteractionSubmit {
                     interaction_id: x["interaction_id"].as_str().unwrap_or_default().to_owned(),
                     result: result.clone(),
+                    refuse_repeat: false,
                 });
                 let request =
                     Request::new(format!("soak-{}-submit-{index}-{n}", self.seed), submit)

@@ -281,6 +281,73 @@ impl WriteTx<'_> {
         Ok(submission_id)
     }
 
+    /// The submission `payload` repeats, when it repeats one the request already took: the
+    /// request is no longer pending, `attempt_id` is its own, and its newest submission that
+    /// was not rejected (being judged, or accepted) carries an equal payload. Returns that
+    /// submission's `(submission_id, state)`; `None` otherwise (the submission is then judged
+    /// by [`WriteTx::submit`]'s rules). A client that sent a result again (a model retrying
+    /// its call) gets the original receipt instead of a refusal, and nothing changes.
+    pub fn repeated_submission(
+        &self,
+        interaction_id: &str,
+        attempt_id: &str,
+        payload: &Value,
+    ) -> StoreResult<Option<(String, String)>> {
+        let request = self.interaction_row(interaction_id)?;
+        if request.status == "pending" || request.attempt_id != attempt_id {
+            return Ok(None);
+        }
+        let newest: Option<(String, String, String)> = self
+            .conn()
+            .prepare_cached(
+                "SELECT submission_id, state, payload FROM submissions
+                 WHERE interaction_id = ?1 AND state IN ('validating', 'accepted')
+                 ORDER BY created_at DESC, rowid DESC LIMIT 1",
+            )?
+            .query_row([interaction_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .optional()?;
+        Ok(newest.and_then(|(submission_id, state, stored)| {
+            same_payload(&stored, payload).then_some((submission_id, state))
+        }))
+    }
+
+    /// Refuses (`InvalidTransition`) a submission for `interaction_id` whose payload equals one
+    /// an earlier request of the same run accepted: the guard of a client that bound the
+    /// submission to whatever request was current when it sent it (`piw run submit` without
+    /// an interaction id), so that a command run again does not answer the next visit with
+    /// the previous one's result.
+    pub fn refuse_accepted_before(&self, interaction_id: &str, payload: &Value) -> StoreResult<()> {
+        let request = self.interaction_row(interaction_id)?;
+        let accepted: Vec<(String, String, String)> = self
+            .conn()
+            .prepare_cached(
+                "SELECT i.interaction_id, i.node_id, s.payload
+                 FROM submissions s JOIN interactions i ON i.interaction_id = s.interaction_id
+                 WHERE i.run_id = ?1 AND i.interaction_id <> ?2 AND s.state = 'accepted'
+                 ORDER BY s.created_at DESC, s.rowid DESC",
+            )?
+            .query_map(params![request.run_id, interaction_id], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })?
+            .collect::<Result<_, _>>()?;
+        let Some((earlier, node, _)) = accepted
+            .into_iter()
+            .find(|(_, _, stored)| same_payload(stored, payload))
+        else {
+            return Ok(());
+        };
+        let run = self.run_row(&request.run_id)?;
+        Err(invalid(
+            &request.run_id,
+            Op::Submit,
+            run.status,
+            format!(
+                "this result was already accepted for interaction {earlier} (node {node}); \
+                 name interaction {interaction_id} to submit it to this request too"
+            ),
+        ))
+    }
+
     /// A durable progress update from the agent working on a pending interactive request
     /// (the Pi tool's `update`): kept as a `progress` event of the run, like a worker's, and
     /// does not complete the request. Refuses a stale attempt and a request that is not
@@ -942,6 +1009,12 @@ fn text_rule_words(input: &Value) -> String {
         (None, Some(max)) => format!("a text of at most {max} characters"),
         (None, None) => "a text".to_owned(),
     }
+}
+
+/// Whether a stored submission payload (its JSON text) is the same value as `payload`
+/// (compared as values: the order of an object's keys does not matter).
+fn same_payload(stored: &str, payload: &Value) -> bool {
+    serde_json::from_str::<Value>(stored).is_ok_and(|v| &v == payload)
 }
 
 #[cfg(test)]
