@@ -961,3 +961,23 @@ fn history_takes_back_effects_settled_or_reserved_later() {
         .collect();
     assert_eq!(states, [("e1", "applied", true), ("e2", "applying", false)]);
 }
+
+/// However small the terminal, a frame is drawn (cut, never a panic), live and in history.
+#[test]
+fn tiny_terminals_get_a_frame() {
+    let mut f = Fixture::new();
+    let run_id = composed_run(&mut f);
+    let mut app = App::load(&f.store, RunFilter::default(), Some(&run_id)).unwrap();
+    for history in [false, true] {
+        if history {
+            app.key(&f.store, KeyCode::Left).unwrap();
+        }
+        for (w, h) in [(1, 1), (2, 3), (10, 4), (30, 8), (80, 5)] {
+            frame(&app, PLAIN, f.clock_now(), w, h).unwrap();
+        }
+    }
+    app.key(&f.store, KeyCode::Esc).unwrap();
+    for (w, h) in [(1, 1), (5, 2), (30, 8)] {
+        frame(&app, PLAIN, f.clock_now(), w, h).unwrap();
+    }
+}
