@@ -64,25 +64,25 @@ export default function piwExtension(pi) {
 
   /**
    * Refuses to act on a run this Pi session did not start (another session's, or one started
-   * outside Pi): its origin session decides; a person at a shell may act on any run with
-   * `piw run <verb>`. Resolves with the run's status.
+   * outside Pi): its origin session decides. A person at a shell may act on any run with `piw
+   * run <verb>`: the person's command says so, the model's tool does not (the model is not to
+   * go around the rule). Resolves with the run's status.
    */
-  async function ownRun(s, runId, verb) {
+  async function ownRun(s, runId, verb, byPerson) {
     const st = await s.call('run.status', (c) => c.runStatus(runId));
     const origin = st.run.origin_session;
     if (origin !== s.sessionId) {
       const whose = origin ? `Pi session ${origin}` : 'no Pi session (it was started outside Pi)';
-      throw new WorkflowError(
-        `run ${runId} belongs to ${whose}: only the session that started it can ${verb} it from Pi (a person at a shell can: piw run ${verb} ${runId} ...)`,
-      );
+      const shell = byPerson ? ` (from a shell, piw run ${verb === 'answer' ? 'answer|decide' : verb} ${runId} … acts on any run)` : '';
+      throw new WorkflowError(`run ${runId} belongs to ${whose}: only the session that started it can ${verb} it from Pi${shell}`);
     }
     return st;
   }
 
   /** `runOf`, refused unless the run is this session's (see `ownRun`): `{ runId, status }`. */
-  async function ownRunOf(s, runId, verb) {
+  async function ownRunOf(s, runId, verb, byPerson = false) {
     const id = await runOf(s, runId);
-    return { runId: id, status: await ownRun(s, id, verb) };
+    return { runId: id, status: await ownRun(s, id, verb, byPerson) };
   }
 
   async function start(s, ref, input) {
@@ -418,20 +418,20 @@ export default function piwExtension(pi) {
         s.kick();
         return;
       case 'pause': {
-        const { runId } = await ownRunOf(s, runIdArg(), 'pause');
+        const { runId } = await ownRunOf(s, runIdArg(), 'pause', true);
         await s.call('run.pause', (c) => c.pauseRun(runId));
         s.kick();
         say(`paused run ${runId}`);
         return;
       }
       case 'resume': {
-        const { runId } = await ownRunOf(s, runIdArg(), 'resume');
+        const { runId } = await ownRunOf(s, runIdArg(), 'resume', true);
         await resume(s, runId);
         say(`resumed run ${runId}`);
         return;
       }
       case 'cancel': {
-        const { runId } = await ownRunOf(s, runIdArg(), 'cancel');
+        const { runId } = await ownRunOf(s, runIdArg(), 'cancel', true);
         await s.call('run.cancel', (c) => c.cancelRun(runId, { reason: 'cancelled by the person from Pi' }));
         s.kick();
         say(`cancelled run ${runId}`);
@@ -441,7 +441,7 @@ export default function piwExtension(pi) {
         const given = runIdArg();
         const raw = given ? tail.slice(tail.indexOf(given) + given.length).trim() : tail;
         if (raw === '') throw new WorkflowError('answer needs the answer: /workflow answer [runId] <json|text>');
-        const { runId, status } = await ownRunOf(s, given, 'answer');
+        const { runId, status } = await ownRunOf(s, given, 'answer', true);
         const d = await pendingDecision(status, 'any');
         if (d.kind === 'human_decision') {
           // Refused here when it fits none of the choices or breaks its text's length rule.

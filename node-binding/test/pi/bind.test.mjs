@@ -123,12 +123,13 @@ test("another session's run: the tool and the command refuse to answer, pause or
     const end = await pi.waitEvent((e) => e.type === 'tool_execution_end', `the tool call to ${ask}`, from);
     assert.equal(end.isError, true, JSON.stringify(end.result));
     assert.match(JSON.stringify(end.result), new RegExp(`run ${theirs.run_id} belongs to Pi session session-a`));
+    assert.doesNotMatch(JSON.stringify(end.result), /piw run/, 'the model is not shown a way around the rule');
     await pi.waitSettled(from);
   }
   for (const command of [`answer ${theirs.run_id} yes`, `pause ${theirs.run_id}`, `cancel ${theirs.run_id}`]) {
     const from = pi.mark();
     await pi.prompt(`/workflow ${command}`);
-    await pi.waitNotify(new RegExp(`workflow: run ${theirs.run_id} belongs to Pi session session-a`), from);
+    await pi.waitNotify(new RegExp(`workflow: run ${theirs.run_id} belongs to Pi session session-a: .*from a shell, piw run`), from);
   }
   const status = await client.runStatus(theirs.run_id);
   assert.equal(status.run.status, 'waiting');
