@@ -15,6 +15,13 @@ const SUBCOMMANDS = ['list', 'status', 'pause', 'resume', 'cancel', 'answer'];
 class WorkflowError extends Error {}
 
 const text = (t, details = {}) => ({ content: [{ type: 'text', text: t }], details });
+/** Whether two JSON values are equal (an object's key order does not matter). */
+function sameJson(a, b) {
+  if (a === b) return true;
+  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null || Array.isArray(a) !== Array.isArray(b)) return false;
+  const ka = Object.keys(a);
+  return ka.length === Object.keys(b).length && ka.every((k) => Object.hasOwn(b, k) && sameJson(a[k], b[k]));
+}
 const pretty = (v) => JSON.stringify(v, null, 2);
 
 export default function piwExtension(pi) {
@@ -208,9 +215,26 @@ export default function piwExtension(pi) {
           return text(`cancelled run ${runId}`, r);
         }
         case 'answer': {
-          const { runId, status } = await ownRunOf(s, params.runId, 'answer');
-          const d = await pendingDecision(status, 'checkpoint');
-          await s.call('checkpoint.answer', (c) => c.answerCheckpoint(runId, d.decision_id, params.answer ?? null));
+          // Bound to the checkpoint the model was shown last (of the run named), as `submit`
+          // is: a repeated call never answers a checkpoint presented later, nor another run's.
+          const shown = s.presentedRequest({ runId: params.runId, kind: 'checkpoint' });
+          const { runId, status } = await ownRunOf(s, params.runId ?? shown?.runId, 'answer');
+          const answer = params.answer ?? null;
+          const presented = shown && status.decisions.find((x) => x.decision_id === shown.key);
+          if (presented && presented.status !== 'pending') {
+            if (presented.status === 'answered' && !presented.answer_omitted && sameJson(presented.answer, answer)) {
+              s.kick();
+              return text(
+                `already answered: checkpoint ${presented.node_id} of run ${runId} took this answer before; nothing was sent again. A next checkpoint arrives as its own message.`,
+                { runId, decisionId: presented.decision_id, repeated: true },
+              );
+            }
+            throw new WorkflowError(
+              `checkpoint ${presented.node_id} of run ${runId} (decision ${presented.decision_id}) is closed (${presented.status}); this answer was not sent`,
+            );
+          }
+          const d = presented ?? (await pendingDecision(status, 'checkpoint'));
+          await s.call('checkpoint.answer', (c) => c.answerCheckpoint(runId, d.decision_id, answer));
           s.kick();
           return text(`answered checkpoint ${d.node_id} of run ${runId}`, { runId, decisionId: d.decision_id });
         }
@@ -242,11 +266,11 @@ export default function piwExtension(pi) {
   async function boundInteraction(s, interactionId) {
     const statuses = new Map();
     const active = await s.activeInteraction(statuses);
-    const shown = s.presentedRequest(interactionId ?? null);
+    const shown = s.presentedRequest({ key: interactionId });
     const id = interactionId ?? shown?.key;
     if (active && active.interaction_id === id) return { interaction: active, open: true };
     const current =
-      active && s.presentedRequest(active.interaction_id)
+      active && s.presentedRequest({ key: active.interaction_id })
         ? `; this session's current request is interaction ${active.interaction_id} (step ${active.node_id}, attempt ${active.attempt_id})`
         : '';
     if (!shown) {
