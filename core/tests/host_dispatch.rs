@@ -990,3 +990,53 @@ fn a_retry_reports_a_run_that_waits_for_its_answer_again() {
     assert_eq!(body["status"], json!("waiting"));
     assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Waiting);
 }
+
+/// A submission sent again (a client retrying its call) for a request that already took it
+/// gets the original receipt and changes nothing; another result for that request is refused.
+#[test]
+fn a_submission_sent_again_gets_its_receipt_and_changes_nothing() {
+    let mut f = Fixture::new();
+    let (run_i, attempt_i, interaction) = f.waiting();
+    let state = HostState::default();
+    let submit = |id: &str, result: serde_json::Value| {
+        Request::new(
+            id,
+            RequestBody::InteractionSubmit(payload::InteractionSubmit {
+                interaction_id: interaction.clone(),
+                result,
+                refuse_repeat: false,
+            }),
+        )
+        .with_run_id(&run_i)
+        .with_node_id("a")
+        .with_attempt_id(&attempt_i)
+    };
+    let first = f
+        .store
+        .write(|w| apply_command(w, &state, &submit("s1", json!({"v": 1, "w": 2})), None))
+        .unwrap();
+    assert_eq!(first["repeated"], false, "{first}");
+    let before = f.store.canonical_dump().unwrap();
+    let again = f
+        .store
+        .write(|w| apply_command(w, &state, &submit("s2", json!({"w": 2, "v": 1})), None))
+        .unwrap();
+    assert_eq!(again["repeated"], true, "{again}");
+    assert_eq!(again["submission_id"], first["submission_id"]);
+    assert_eq!(again["state"], "validating");
+    assert_eq!(
+        f.store.canonical_dump().unwrap(),
+        before,
+        "a repeat changed the database"
+    );
+    let err = f
+        .store
+        .write(|w| apply_command(w, &state, &submit("s3", json!({"v": 2})), None))
+        .unwrap_err();
+    assert_eq!(
+        piw_core::host::dispatch::rejection_for(&err).code,
+        piw_core::protocol::RejectionCode::InvalidTransition,
+        "{err:?}"
+    );
+    assert_eq!(f.store.canonical_dump().unwrap(), before);
+}

@@ -149,7 +149,11 @@ pub(crate) enum RunCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Answer the ordinary checkpoint a run waits for.
+    /// Answer an ordinary checkpoint of a run, as a person. With `--decision`, that one (as
+    /// `piw run status` names it): once it is answered, the same answer gives back the original
+    /// receipt and another is refused. Without, the one the run waits for now, refused when an
+    /// earlier checkpoint of the run took the same answer: the same command run again never
+    /// answers the next visit (name the decision to give an equal answer on purpose).
     Answer {
         run_id: String,
         /// The answer: JSON, or plain text (sent as a JSON string).
@@ -158,15 +162,22 @@ pub(crate) enum RunCmd {
         /// The answer as JSON, from `@file` or `-` (stdin) or inline.
         #[arg(long, value_parser = parse_json)]
         input: Option<Value>,
+        /// The checkpoint answered (`dec-…`, from `piw run status`).
+        #[arg(long, value_name = "ID")]
+        decision: Option<String>,
         #[arg(long)]
         json: bool,
     },
-    /// Answer the protected human decision a run waits for, as the person deciding: the
-    /// answer is `{"choice": CHOICE, "text": TEXT}` (`text` only when given).
+    /// Answer a protected human decision of a run, as the person deciding: the answer is
+    /// `{"choice": CHOICE, "text": TEXT}` (`text` only when given). `--decision` binds it as
+    /// for `piw run answer`.
     Decide {
         run_id: String,
         choice: String,
         text: Option<String>,
+        /// The decision answered (`dec-…`, from `piw run status`).
+        #[arg(long, value_name = "ID")]
+        decision: Option<String>,
         #[arg(long)]
         json: bool,
     },

@@ -2,22 +2,45 @@
 
 use super::*;
 
-/// The pending decision of `kind` (`checkpoint` or `human_decision`) run `run_id` waits for.
-pub(crate) fn pending_decision(
+/// The decision of `kind` (`checkpoint` or `human_decision`) of run `run_id` that a person's
+/// `answer` binds to: `named` (whatever it has become: the host refuses one that is closed),
+/// else the one the run waits for now, refused when an earlier decision of that kind took an
+/// equal answer (the same command run again must not answer the next visit). `Err(receipt)`
+/// inside: the named decision already took this very answer; its original receipt.
+pub(crate) fn bound_decision(
     client: &mut BlockingClient,
     run_id: &str,
     kind: &str,
-) -> Result<String, CliError> {
+    named: Option<&str>,
+    answer: &Value,
+) -> Result<Result<String, Value>, CliError> {
     let status = client.send(run_request(
         run_id,
         RequestBody::RunStatus(Default::default()),
     ))?;
-    status.body["decisions"]
+    let of_kind: Vec<&Value> = status.body["decisions"]
         .as_array()
         .into_iter()
         .flatten()
-        .find(|d| d["status"] == "pending" && d["kind"] == kind)
-        .map(|d| str_of(&d["decision_id"]))
+        .filter(|d| d["kind"] == kind)
+        .collect();
+    let took = |d: &Value| d["status"] == "answered" && &d["answer"] == answer;
+    if let Some(id) = named {
+        let d = of_kind
+            .iter()
+            .find(|d| d["decision_id"] == id)
+            .ok_or_else(|| CliError::Runtime(format!("run {run_id} has no {kind} {id}")))?;
+        if took(d) {
+            return Ok(Err(
+                json!({ "decision_id": id, "answered_by": d["answered_by"],
+                                  "repeated": true }),
+            ));
+        }
+        return Ok(Ok(id.to_owned()));
+    }
+    let pending = of_kind
+        .iter()
+        .find(|d| d["status"] == "pending")
         .ok_or_else(|| {
             let what = if kind == "checkpoint" {
                 "a checkpoint answer (`piw run answer`)"
@@ -28,7 +51,16 @@ pub(crate) fn pending_decision(
                 "run {run_id} does not wait for {what} (the run {})",
                 status_words(&str_of(&status.body["run"]["status"]))
             ))
-        })
+        })?;
+    let id = str_of(&pending["decision_id"]);
+    if let Some(earlier) = of_kind.iter().find(|d| took(d)) {
+        return Err(CliError::Runtime(format!(
+            "run {run_id}: this answer was already given to decision {} (node {}); to give it to decision {id} too, name it: --decision {id}",
+            str_of(&earlier["decision_id"]),
+            str_of(&earlier["node_id"]),
+        )));
+    }
+    Ok(Ok(id))
 }
 
 /// Who a person's command on a run is from: the login name, kept in the run's events.
@@ -106,10 +138,20 @@ pub(crate) fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {
             run_id,
             answer,
             input,
+            decision,
             json,
         } => {
             let answer = input.unwrap_or_else(|| json_or_text(&answer.unwrap_or_default()));
-            let decision = pending_decision(&mut client, &run_id, "checkpoint")?;
+            let decision = match bound_decision(
+                &mut client,
+                &run_id,
+                "checkpoint",
+                decision.as_deref(),
+                &answer,
+            )? {
+                Ok(id) => id,
+                Err(receipt) => return print_receipt(&receipt, json),
+            };
             (
                 // A person's answer (`answered_by: person`): `decision.answer` takes checkpoints too.
                 client.send(run_request(
@@ -126,13 +168,23 @@ pub(crate) fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {
             run_id,
             choice,
             text,
+            decision,
             json,
         } => {
             let mut answer = json!({ "choice": choice });
             if let Some(text) = text {
                 answer["text"] = json!(text);
             }
-            let decision = pending_decision(&mut client, &run_id, "human_decision")?;
+            let decision = match bound_decision(
+                &mut client,
+                &run_id,
+                "human_decision",
+                decision.as_deref(),
+                &answer,
+            )? {
+                Ok(id) => id,
+                Err(receipt) => return print_receipt(&receipt, json),
+            };
             (
                 client.send(run_request(
                     &run_id,
@@ -275,16 +327,27 @@ pub(crate) fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {
             text.push_str(&last_child_lines(&b["last_child"]));
             text
         } else {
-            b.as_object()
-                .map(|o| {
-                    o.iter()
-                        .map(|(k, v)| format!("{k} {}", str_of(v)))
-                        .collect::<Vec<_>>()
-                        .join("\n")
-                })
-                .unwrap_or_default()
+            fields_text(b)
         }
     });
+    Ok(())
+}
+
+/// A receipt body that is not a run, one `key value` line per field.
+fn fields_text(body: &Value) -> String {
+    body.as_object()
+        .map(|o| {
+            o.iter()
+                .map(|(k, v)| format!("{k} {}", str_of(v)))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
+}
+
+/// Prints a receipt the command did not need the host for (an answer already taken).
+fn print_receipt(body: &Value, json_out: bool) -> Result<(), CliError> {
+    print(body, json_out, fields_text);
     Ok(())
 }
 
@@ -306,15 +369,16 @@ pub(crate) fn request_lines(status: &Value) -> String {
         if d["status"] != "pending" {
             continue;
         }
+        let id = str_of(&d["decision_id"]);
         let (what, how) = if d["kind"] == "human_decision" {
             (
                 "a person's decision",
-                format!("piw run decide {run_id} <choice> [text]"),
+                format!("piw run decide {run_id} --decision {id} <choice> [text]"),
             )
         } else {
             (
                 "a checkpoint answer",
-                format!("piw run answer {run_id} <answer>"),
+                format!("piw run answer {run_id} --decision {id} <answer>"),
             )
         };
         text.push_str(&format!(

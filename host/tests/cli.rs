@@ -959,7 +959,7 @@ fn a_person_answers_decides_submits_and_waits_from_the_command_line() {
     );
     assert!(shown.contains(r#"{"question":"continue?"}"#), "{shown}");
     assert!(
-        shown.contains(&format!("piw run answer {run_id} <answer>")),
+        shown.contains(&format!("piw run answer {run_id} --decision dec-")),
         "{shown}"
     );
     // The wrong command says what the run waits for instead.
@@ -1986,6 +1986,105 @@ fn a_repeated_submit_from_the_command_line_does_not_answer_the_next_step() {
         .map(|x| (x["node_id"].clone(), x["output"].clone()))
         .collect();
     assert_eq!(outputs.len(), 2, "{done}");
+}
+
+/// `piw run answer` and `piw run decide` answer the decision the person meant, as `piw run
+/// submit` does: run again, the same command does not answer the next checkpoint; named with
+/// `--decision`, an answered one gives back its receipt for the same answer.
+#[test]
+fn a_repeated_answer_from_the_command_line_does_not_answer_the_next_checkpoint() {
+    let h = home();
+    let file = workflow_file(
+        &h,
+        "two-checks",
+        &serde_json::json!({
+            "graph": {"name": "two-checks", "start": "a",
+                      "nodes": {"a": {"kind": "checkpoint"}, "b": {"kind": "human_decision"},
+                                "c": {"kind": "human_decision"}, "done": {"kind": "compute"}},
+                      "edges": [{"from": "a", "to": "b"}, {"from": "b", "to": "c"}, {"from": "c", "to": "done"}]},
+            "behaviors": {"a": {"wait": "checkpoint"}, "b": {"wait": "human_decision"},
+                          "c": {"wait": "human_decision"}, "done": {}}
+        }),
+    );
+    let o = piw(
+        &h.home,
+        &[
+            "run",
+            "start",
+            file.to_str().unwrap(),
+            "--session",
+            "s1",
+            "--json",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let run_id = json_of(&o)["run_id"].as_str().unwrap().to_owned();
+    let pending_at = |node: &str| {
+        let started = std::time::Instant::now();
+        loop {
+            let s = wait_status(&h.home, &run_id, &["waiting"]);
+            if let Some(d) = s["decisions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|d| d["node_id"] == node && d["status"] == "pending")
+            {
+                return d["decision_id"].as_str().unwrap().to_owned();
+            }
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(30),
+                "never waiting at {node}: {s}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+    let a = pending_at("a");
+    let o = piw(&h.home, &["run", "answer", &run_id, "yes"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let b = pending_at("b");
+    // The same answer for a, named: its receipt; another answer for it: refused.
+    let o = piw(
+        &h.home,
+        &["run", "answer", &run_id, "yes", "--decision", &a, "--json"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(json_of(&o)["repeated"], true, "{}", text(&o));
+    let o = piw(&h.home, &["run", "answer", &run_id, "no", "--decision", &a]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    // A decision: decided, then the same command again does not decide c.
+    let o = piw(&h.home, &["run", "decide", &run_id, "approve", "fine"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_ne!(b, pending_at("c"));
+    let o = piw(&h.home, &["run", "decide", &run_id, "approve", "fine"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains(&format!("already given to decision {b} (node b)")),
+        "{}",
+        text(&o)
+    );
+    let c = pending_at("c");
+    let o = piw(
+        &h.home,
+        &[
+            "run",
+            "decide",
+            &run_id,
+            "approve",
+            "fine",
+            "--decision",
+            &c,
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let done = wait_status(&h.home, &run_id, &["completed"]);
+    assert!(
+        done["decisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|d| d["status"] == "answered" && d["answered_by"] == "person"),
+        "{done}"
+    );
 }
 
 /// A checkpoint answered from the command line is a person's answer.

@@ -15,6 +15,13 @@ const SUBCOMMANDS = ['list', 'status', 'pause', 'resume', 'cancel', 'answer'];
 class WorkflowError extends Error {}
 
 const text = (t, details = {}) => ({ content: [{ type: 'text', text: t }], details });
+/** Whether two JSON values are equal (an object's key order does not matter). */
+function sameJson(a, b) {
+  if (a === b) return true;
+  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null || Array.isArray(a) !== Array.isArray(b)) return false;
+  const ka = Object.keys(a);
+  return ka.length === Object.keys(b).length && ka.every((k) => Object.hasOwn(b, k) && sameJson(a[k], b[k]));
+}
 const pretty = (v) => JSON.stringify(v, null, 2);
 
 export default function piwExtension(pi) {
@@ -64,25 +71,25 @@ export default function piwExtension(pi) {
 
   /**
    * Refuses to act on a run this Pi session did not start (another session's, or one started
-   * outside Pi): its origin session decides; a person at a shell may act on any run with
-   * `piw run <verb>`. Resolves with the run's status.
+   * outside Pi): its origin session decides. A person at a shell may act on any run with `piw
+   * run <verb>`: the person's command says so, the model's tool does not (the model is not to
+   * go around the rule). Resolves with the run's status.
    */
-  async function ownRun(s, runId, verb) {
+  async function ownRun(s, runId, verb, byPerson) {
     const st = await s.call('run.status', (c) => c.runStatus(runId));
     const origin = st.run.origin_session;
     if (origin !== s.sessionId) {
       const whose = origin ? `Pi session ${origin}` : 'no Pi session (it was started outside Pi)';
-      throw new WorkflowError(
-        `run ${runId} belongs to ${whose}: only the session that started it can ${verb} it from Pi (a person at a shell can: piw run ${verb} ${runId} ...)`,
-      );
+      const shell = byPerson ? ` (from a shell, piw run ${verb === 'answer' ? 'answer|decide' : verb} ${runId} … acts on any run)` : '';
+      throw new WorkflowError(`run ${runId} belongs to ${whose}: only the session that started it can ${verb} it from Pi${shell}`);
     }
     return st;
   }
 
   /** `runOf`, refused unless the run is this session's (see `ownRun`): `{ runId, status }`. */
-  async function ownRunOf(s, runId, verb) {
+  async function ownRunOf(s, runId, verb, byPerson = false) {
     const id = await runOf(s, runId);
-    return { runId: id, status: await ownRun(s, id, verb) };
+    return { runId: id, status: await ownRun(s, id, verb, byPerson) };
   }
 
   async function start(s, ref, input) {
@@ -208,9 +215,26 @@ export default function piwExtension(pi) {
           return text(`cancelled run ${runId}`, r);
         }
         case 'answer': {
-          const { runId, status } = await ownRunOf(s, params.runId, 'answer');
-          const d = await pendingDecision(status, 'checkpoint');
-          await s.call('checkpoint.answer', (c) => c.answerCheckpoint(runId, d.decision_id, params.answer ?? null));
+          // Bound to the checkpoint the model was shown last (of the run named), as `submit`
+          // is: a repeated call never answers a checkpoint presented later, nor another run's.
+          const shown = s.presentedRequest({ runId: params.runId, kind: 'checkpoint' });
+          const { runId, status } = await ownRunOf(s, params.runId ?? shown?.runId, 'answer');
+          const answer = params.answer ?? null;
+          const presented = shown && status.decisions.find((x) => x.decision_id === shown.key);
+          if (presented && presented.status !== 'pending') {
+            if (presented.status === 'answered' && !presented.answer_omitted && sameJson(presented.answer, answer)) {
+              s.kick();
+              return text(
+                `already answered: checkpoint ${presented.node_id} of run ${runId} took this answer before; nothing was sent again. A next checkpoint arrives as its own message.`,
+                { runId, decisionId: presented.decision_id, repeated: true },
+              );
+            }
+            throw new WorkflowError(
+              `checkpoint ${presented.node_id} of run ${runId} (decision ${presented.decision_id}) is closed (${presented.status}); this answer was not sent`,
+            );
+          }
+          const d = presented ?? (await pendingDecision(status, 'checkpoint'));
+          await s.call('checkpoint.answer', (c) => c.answerCheckpoint(runId, d.decision_id, answer));
           s.kick();
           return text(`answered checkpoint ${d.node_id} of run ${runId}`, { runId, decisionId: d.decision_id });
         }
@@ -242,11 +266,11 @@ export default function piwExtension(pi) {
   async function boundInteraction(s, interactionId) {
     const statuses = new Map();
     const active = await s.activeInteraction(statuses);
-    const shown = s.presentedRequest(interactionId ?? null);
+    const shown = s.presentedRequest({ key: interactionId });
     const id = interactionId ?? shown?.key;
     if (active && active.interaction_id === id) return { interaction: active, open: true };
     const current =
-      active && s.presentedRequest(active.interaction_id)
+      active && s.presentedRequest({ key: active.interaction_id })
         ? `; this session's current request is interaction ${active.interaction_id} (step ${active.node_id}, attempt ${active.attempt_id})`
         : '';
     if (!shown) {
@@ -418,20 +442,20 @@ export default function piwExtension(pi) {
         s.kick();
         return;
       case 'pause': {
-        const { runId } = await ownRunOf(s, runIdArg(), 'pause');
+        const { runId } = await ownRunOf(s, runIdArg(), 'pause', true);
         await s.call('run.pause', (c) => c.pauseRun(runId));
         s.kick();
         say(`paused run ${runId}`);
         return;
       }
       case 'resume': {
-        const { runId } = await ownRunOf(s, runIdArg(), 'resume');
+        const { runId } = await ownRunOf(s, runIdArg(), 'resume', true);
         await resume(s, runId);
         say(`resumed run ${runId}`);
         return;
       }
       case 'cancel': {
-        const { runId } = await ownRunOf(s, runIdArg(), 'cancel');
+        const { runId } = await ownRunOf(s, runIdArg(), 'cancel', true);
         await s.call('run.cancel', (c) => c.cancelRun(runId, { reason: 'cancelled by the person from Pi' }));
         s.kick();
         say(`cancelled run ${runId}`);
@@ -441,7 +465,7 @@ export default function piwExtension(pi) {
         const given = runIdArg();
         const raw = given ? tail.slice(tail.indexOf(given) + given.length).trim() : tail;
         if (raw === '') throw new WorkflowError('answer needs the answer: /workflow answer [runId] <json|text>');
-        const { runId, status } = await ownRunOf(s, given, 'answer');
+        const { runId, status } = await ownRunOf(s, given, 'answer', true);
         const d = await pendingDecision(status, 'any');
         if (d.kind === 'human_decision') {
           // Refused here when it fits none of the choices or breaks its text's length rule.

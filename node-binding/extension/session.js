@@ -583,16 +583,17 @@ export class WorkflowSession {
 
   /**
    * The request the model was shown last (the newest step message in the session's branch),
-   * or with `key` the newest presentation of that request: `{ key, runId, kind, node,
-   * attemptId }`, or null. A message on its way to Pi is not counted: the model has not seen
-   * it (a steer waits for the running tool calls to end).
+   * or the newest presentation matching `which` (`key`, `runId`, `kind`: each only when
+   * given): `{ key, runId, kind, node, attemptId }`, or null. A message on its way to Pi is
+   * not counted: the model has not seen it (a steer waits for the running tool calls to end).
    */
-  presentedRequest(key = null) {
+  presentedRequest(which = {}) {
     const entries = this.entries();
     for (let i = entries.length - 1; i >= 0; i--) {
       const e = entries[i];
       if (e.type !== 'custom_message' || e.customType !== STEP || !e.details?.key) continue;
-      if (key === null || e.details.key === key) return { ...e.details };
+      const d = e.details;
+      if (['key', 'runId', 'kind'].every((f) => which[f] == null || which[f] === d[f])) return { ...d };
     }
     return null;
   }

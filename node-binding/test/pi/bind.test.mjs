@@ -102,6 +102,49 @@ test('a repeated submit without an interaction id gets the original receipt, nev
   await pi.quit();
 });
 
+test('a repeated checkpoint answer without a run id is not taken by the next checkpoint', async () => {
+  env.addWorkflow('twocheck.workflow.mjs', 'twocheck');
+  const client = await env.client();
+  const secondWaits = async () => {
+    const [r] = await client.listRuns({ sessionId: 'session-a' });
+    return r && (await client.runStatus(r.run_id)).decisions.some((d) => d.node_id === 'second' && d.status === 'pending');
+  };
+  const answer = (value) => ({ tool: { name: 'workflow', arguments: { action: 'answer', answer: value } } });
+  let phase = 0;
+  env.model.script = async ({ last, lastText }) => {
+    if (last.role === 'tool' && phase === 1) {
+      phase = 2;
+      // The model repeats its call once the next checkpoint waits in the host, before it is shown.
+      await until(secondWaits, 'the second checkpoint waiting');
+      return answer({ go: 1 });
+    }
+    if (last.role === 'user' && /CHECK-TWO/.test(lastText) && phase < 3) {
+      phase = 3;
+      return answer({ go: 2 });
+    }
+    if (last.role === 'user' && /CHECK-ONE/.test(lastText) && phase === 0) {
+      phase = 1;
+      return answer({ go: 1 });
+    }
+    return { text: 'ok' };
+  };
+  const pi = await env.startPi();
+  const from = pi.mark();
+  await pi.prompt('/workflow twocheck');
+  const [started] = await until(async () => {
+    const runs = await client.listRuns({ sessionId: 'session-a' });
+    return runs.length && runs;
+  }, 'the run');
+  const run = await client.waitForRun(started.run_id, { timeoutMs: 30_000 });
+  assert.equal(run.status, 'completed', run.error);
+  assert.deepEqual(run.result, { first: { go: 1 }, second: { go: 2 } });
+  const ends = toolEnds(pi, from);
+  assert.equal(ends.length, 3, JSON.stringify(ends.map((e) => e.result)));
+  assert.equal(ends[1].isError, false, JSON.stringify(ends[1].result));
+  assert.match(JSON.stringify(ends[1].result), /already answered: checkpoint first/);
+  await pi.quit();
+});
+
 test("another session's run: the tool and the command refuse to answer, pause or cancel it; a person's answer is recorded as such", async () => {
   const file = env.addWorkflow('confirm.workflow.mjs', 'confirm');
   const client = await env.client();
@@ -123,12 +166,13 @@ test("another session's run: the tool and the command refuse to answer, pause or
     const end = await pi.waitEvent((e) => e.type === 'tool_execution_end', `the tool call to ${ask}`, from);
     assert.equal(end.isError, true, JSON.stringify(end.result));
     assert.match(JSON.stringify(end.result), new RegExp(`run ${theirs.run_id} belongs to Pi session session-a`));
+    assert.doesNotMatch(JSON.stringify(end.result), /piw run/, 'the model is not shown a way around the rule');
     await pi.waitSettled(from);
   }
   for (const command of [`answer ${theirs.run_id} yes`, `pause ${theirs.run_id}`, `cancel ${theirs.run_id}`]) {
     const from = pi.mark();
     await pi.prompt(`/workflow ${command}`);
-    await pi.waitNotify(new RegExp(`workflow: run ${theirs.run_id} belongs to Pi session session-a`), from);
+    await pi.waitNotify(new RegExp(`workflow: run ${theirs.run_id} belongs to Pi session session-a: .*from a shell, piw run`), from);
   }
   const status = await client.runStatus(theirs.run_id);
   assert.equal(status.run.status, 'waiting');
