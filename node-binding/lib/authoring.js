@@ -12,8 +12,9 @@ const ASSISTANT_MESSAGE = Symbol.for('piw.assistant_message');
 const EFFECT = Symbol.for('piw.effect');
 const CHOICES = Symbol.for('piw.human_choices');
 
-/** The reference's default deadline of an agent step: 15 minutes. */
+/** The reference's default deadline of a node: 15 minutes (here: agent steps and actions). */
 export const DEFAULT_AGENT_TIMEOUT_MS = 15 * 60 * 1000;
+const DEFAULT_ACTION_TIMEOUT_MS = DEFAULT_AGENT_TIMEOUT_MS;
 const ID = /^[A-Za-z_][A-Za-z0-9_-]*$/;
 
 const shape = (message) => new PiwError('invalid_graph', message);
@@ -370,7 +371,7 @@ export function action(spec) {
   return node(
     'action',
     { effect: declared, retry: declared.retry, run: optionalFn(o.run, 'action run'), ...shellFields },
-    timeout(o.timeoutMs, 'action'),
+    timeout(o.timeoutMs, 'action', DEFAULT_ACTION_TIMEOUT_MS),
   );
 }
 

@@ -452,3 +452,25 @@ export default defineWorkflow({
     .filter((path) => readFileSync(path).includes(TOKEN));
   assert.deepEqual(stored, []);
 });
+
+test('the default deadline of each node kind: 15 minutes for agent, action and shell; none for the others', async () => {
+  const piw = await import('../index.js');
+  const choices = piw.defineHumanChoices({ go: piw.choice({ label: 'Go' }) });
+  const wf = piw.defineWorkflow({
+    name: 'defaults',
+    startAt: 'a',
+    nodes: {
+      a: piw.agent({ prompt: 'p' }),
+      b: piw.action({ run: () => 1 }),
+      c: piw.shell({ exec: () => ({ command: 'true' }) }),
+      d: piw.compute({ run: () => 1 }),
+      e: piw.checkpoint(),
+      f: piw.notify({ message: 'm' }),
+      g: piw.humanDecision({ choices }),
+      h: piw.action({ run: () => 1, timeoutMs: null }),
+    },
+    edges: ['a', 'b', 'c', 'd', 'e', 'f', 'g'].map((from, i) => ({ from, to: 'bcdefgh'[i] })),
+  });
+  const deadlines = Object.fromEntries(Object.entries(wf.graph.nodes).map(([id, n]) => [id, n.timeout_ms ?? null]));
+  assert.deepEqual(deadlines, { a: 900_000, b: 900_000, c: 900_000, d: null, e: null, f: null, g: null, h: null });
+});
