@@ -3,6 +3,7 @@ export { Client, Subscription, ensureHost, findHostBin, hostEnvironment, isFinal
 export {
   defineWorkflow,
   isWorkflow,
+  isWorkflow as isWorkflowDefinition,
   compute,
   notify,
   agent,
@@ -31,4 +32,6 @@ export {
   runCommandBatch,
   validateCommandBatchRequest,
 } from './lib/command.js';
+export { canonicalJson, digest, extractJsonValue, parseJsonValue, parseStrictJsonValue } from './lib/helpers.js';
+export { MAX_UPDATE_DATA_BYTES, validateProgressData, validateWorkflowUpdate } from './lib/updates.js';
 export { PiwError } from './lib/errors.js';

@@ -6,6 +6,7 @@
 // the mounts it resolves with the saved ones; say hello; execute nodes and propose each
 // transition; exit when the run parks, finishes, or the host says the run moved on.
 import { spawnSync } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import { readFileSync, realpathSync } from 'node:fs';
 import module from 'node:module';
 import { dirname, join, relative, resolve as resolvePath, sep } from 'node:path';
@@ -16,6 +17,7 @@ import { fromNative } from './errors.js';
 import { checkOnTimeout, DECIDED_WITH_REQUEST, humanResponse, isWorkflow, resolveIncludes } from './authoring.js';
 import { looksLikePath, resolveWorkflow as resolveReference } from '../extension/resolve.js';
 import { registerTypeScript, warmTypeScript } from './typescript.js';
+import { validateWorkflowUpdate } from './updates.js';
 import { checkCommand, commandGroups, killGroup, MAX_TIMER_MS, runCommand } from './command.js';
 
 /**
@@ -538,10 +540,12 @@ async function executeNode(w, run, impl, ctx) {
       if (r.reservation === 'already_applied') return { outcome: { status: 'succeeded', output: r.receipt } };
       if (r.reservation === 'already_failed') return { outcome: { status: 'failed', error: r.error } };
       w.effectApplying(r.effect_id);
+      // Checked as the reference checks it, kept by the host as a progress event of the run,
+      // and answered with a receipt whose `seq` is the run's revision after that commit.
       const publishUpdate = async (update) => {
-        if (!update || typeof update.type !== 'string') throw new Error('publishUpdate needs { type, key?, data? }');
-        const label = update.key === undefined ? update.type : `${update.type}:${update.key}`;
-        w.progress(label, toJson(update, 'the update'));
+        const checked = validateWorkflowUpdate(update);
+        const seq = w.progress(`${checked.type}:${checked.key}`, toJson(checked, 'the update'));
+        return { updateId: `upd_${randomUUID()}`, seq: seq ?? null, at: new Date().toISOString(), type: checked.type, key: checked.key };
       };
       let receipt;
       try {
@@ -881,7 +885,10 @@ async function drive(w) {
   const run = new RunContext(env, workflow, hello, runInput);
   if (workflow.title) {
     try {
-      run.title = String(await workflow.title({ input: runInput, workflowName: workflow.name }));
+      // A title function may give nothing (the reference's examples return `undefined` when
+      // the input has no topic): then the run has no title, not the word "undefined".
+      const title = await workflow.title({ input: runInput, workflowName: workflow.name });
+      run.title = title === undefined || title === null ? null : String(title);
     } catch {
       run.title = null; // a title is for display: a failing one does not fail the run
     }

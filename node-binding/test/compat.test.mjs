@@ -215,7 +215,7 @@ export default defineWorkflow({
       updates: {
         streams: ["stdout"],
         parseLine: ({ stream, text }, { state }) =>
-          text.startsWith("step") ? { type: "progress", key: state.node, data: { stream, text } } : undefined,
+          text.startsWith("step") ? { type: "step", key: state.node, data: { stream, text } } : undefined,
       },
       parse: (result) => ({ command: result.command, args: result.args, cwd: result.cwd, stdout: result.stdout }),
     }),
@@ -328,11 +328,13 @@ test('checkpoint() without summary; humanDecision with function audience and onT
     file,
     `import { checkpoint, choice, compute, defineHumanChoices, defineWorkflow, humanDecision, humanDecisionEdge } from "@osolmaz/pi-workflows";
 
-type Input = { team: string; waitMs?: number; expires?: boolean };
+type Input = { team: string; waitMs?: number; expires?: boolean; topic?: string };
 const choices = defineHumanChoices({ continue: choice({ label: "Continue" }), stop: choice({ label: "Stop" }) });
 
 export default defineWorkflow({
   name: "gate",
+  // As the reference's examples do: no title without a topic.
+  title: ({ input }) => ((input as Input).topic ? \`gate: \${(input as Input).topic}\` : undefined),
   startAt: "confirm",
   nodes: {
     confirm: checkpoint(),
@@ -371,6 +373,7 @@ export default defineWorkflow({
     const timed = (await c.startRun(file, { input: { team: 'ops', waitMs: 600_000 } })).run_id;
     const confirm = await pending(timed);
     assert.equal(confirm.request.summary, 'confirm waits for an answer');
+    assert.equal(confirm.request.title, null);
     await c.answerCheckpoint(timed, confirm.decision_id, 'yes');
     // Wait until the checkpoint is behind: the decision is the one pending now.
     let approve;
@@ -389,8 +392,10 @@ export default defineWorkflow({
     assert.deepEqual(done.result, { choice: 'stop', provenance: 'timeout' });
 
     // onTimeout returning undefined: no deadline; a person answers.
-    const open = (await c.startRun(file, { input: { team: 'dev' } })).run_id;
-    await c.answerCheckpoint(open, (await pending(open)).decision_id, 'ok');
+    const open = (await c.startRun(file, { input: { team: 'dev', topic: 'release' } })).run_id;
+    const titled = await pending(open);
+    assert.equal(titled.request.title, 'gate: release');
+    await c.answerCheckpoint(open, titled.decision_id, 'ok');
     let second;
     for (let i = 0; i < 1500 && second?.node_id !== 'approve'; i++) {
       second = await pending(open);
@@ -473,4 +478,83 @@ test('the default deadline of each node kind: 15 minutes for agent, action and s
   });
   const deadlines = Object.fromEntries(Object.entries(wf.graph.nodes).map(([id, n]) => [id, n.timeout_ms ?? null]));
   assert.deepEqual(deadlines, { a: 900_000, b: 900_000, c: 900_000, d: null, e: null, f: null, g: null, h: null });
+});
+
+test('publishUpdate as pi-workflows has it: checked, answered with a receipt; the JSON and digest helpers workflows import', async () => {
+  const c = host.client;
+  const session = 'session-compat-updates';
+  const file = write(
+    'updates.workflow.ts',
+    `import { action, canonicalJson, defineWorkflow, digest, extractJsonValue, parseJsonValue } from "@osolmaz/pi-workflows";
+
+export default defineWorkflow({
+  name: "updates",
+  startAt: "work",
+  nodes: {
+    work: action({
+      run: async ({ publishUpdate }) => {
+        const first = await publishUpdate({
+          type: "progress",
+          key: "overall",
+          data: { schema: "pi-workflows.progress.v1", status: "running", completed: 1, total: 4, unit: "files" },
+        });
+        const second = await publishUpdate({ type: "note", key: "log", data: { text: "half" } });
+        const refused: string[] = [];
+        for (const bad of [
+          { type: "progress", key: "overall", data: { status: "running" } },
+          { type: "note", data: { text: "no key" } },
+          { type: "Note", key: "x", data: {} },
+          { type: "note", key: "x", data: "text" },
+          { type: "progress", key: "p", data: { schema: "pi-workflows.progress.v1", status: "running", completed: 3 } },
+        ]) {
+          try {
+            await publishUpdate(bad as never);
+          } catch (e) {
+            refused.push((e as Error).message);
+          }
+        }
+        return {
+          receipts: [first, second].map((r) => ({ type: r.type, key: r.key, seq: typeof r.seq, id: r.updateId.startsWith("upd_"), at: !Number.isNaN(Date.parse(r.at)) })),
+          ordered: (second.seq as number) > (first.seq as number),
+          refused,
+          parsed: [extractJsonValue('Here: {"a": [1, "}"]} done'), parseJsonValue('\`\`\`json\\n{"b": 2}\\n\`\`\`', { mode: "fenced" })],
+          canonical: canonicalJson({ b: 1, a: { d: 2, c: 3 } }),
+          digest: digest({ b: 1, a: 2 }) === digest({ a: 2, b: 1 }),
+        };
+      },
+    }),
+  },
+  edges: [],
+});
+`,
+  );
+  const sub = await c.subscribe({ sessionId: session });
+  const { run_id: runId } = await c.startRun(file, { sessionId: session });
+  const progress = [];
+  for await (const e of sub) {
+    if (e.run_id === runId && e.event_kind === 'progress') progress.push(e.data);
+    if (e.run_id === runId && ['completed', 'failed', 'review'].includes(e.status)) break;
+  }
+  const run = await c.waitForRun(runId, { timeoutMs: 30_000 });
+  assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+  assert.deepEqual(run.result.receipts, [
+    { type: 'progress', key: 'overall', seq: 'number', id: true, at: true },
+    { type: 'note', key: 'log', seq: 'number', id: true, at: true },
+  ]);
+  assert.equal(run.result.ordered, true);
+  assert.deepEqual(run.result.refused, [
+    'progress.schema must be "pi-workflows.progress.v1"',
+    'update.key must match ^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$, got null',
+    'update.type must match ^[a-z][a-z0-9.-]{0,63}$, got "Note"',
+    'update.data must be a JSON object',
+    'progress.unit must be 1 to 32 printable characters (it is required with counts)',
+  ]);
+  assert.deepEqual(run.result.parsed, [{ a: [1, '}'] }, { b: 2 }]);
+  assert.equal(run.result.canonical, '{"a":{"c":3,"d":2},"b":1}');
+  assert.equal(run.result.digest, true);
+  // What the host kept and sent: only the two valid updates, in order.
+  assert.deepEqual(
+    progress.map((p) => p.message),
+    ['progress:overall', 'note:log'],
+  );
 });
