@@ -86,9 +86,6 @@ function alternatives(specifier) {
   return [`${specifier}.ts`, `${specifier}.mts`, `${specifier}.js`, `${specifier}.mjs`, `${specifier}/index.ts`, `${specifier}/index.js`];
 }
 
-/** Not found, as `import` (ESM) or `require` (CommonJS) says it. */
-const notFound = (e) => e?.code === 'ERR_MODULE_NOT_FOUND' || e?.code === 'MODULE_NOT_FOUND';
-
 const inNodeModules = (url) => typeof url === 'string' && url.includes(`${sep}node_modules${sep}`);
 
 /**
@@ -102,12 +99,12 @@ export function registerTypeScript() {
       try {
         return nextResolve(specifier, context);
       } catch (e) {
-        if (!notFound(e) || !RELATIVE.test(specifier) || inNodeModules(context.parentURL)) throw e;
+        if (e?.code !== 'ERR_MODULE_NOT_FOUND' || !RELATIVE.test(specifier) || inNodeModules(context.parentURL)) throw e;
         for (const candidate of alternatives(specifier)) {
           try {
             return nextResolve(candidate, context);
           } catch (again) {
-            if (!notFound(again)) throw again;
+            if (again?.code !== 'ERR_MODULE_NOT_FOUND') throw again;
           }
         }
         throw e;
