@@ -452,13 +452,21 @@ function source(id, leaves) {
   return Object.hasOwn(leaves, id) ? leaves[id] : id;
 }
 
+/**
+ * The route's path as the graph reads it: the reference's `$result.output.<path>` is the node's
+ * output, which the graph names `$output.<path>`.
+ */
+function routePath(on) {
+  return typeof on === 'string' && on.startsWith('$result.output.') ? `$output.${on.slice('$result.output.'.length)}` : on;
+}
+
 function rewriteEdge(edge, from, to) {
   if (edge.to !== undefined) return { from: from(edge.from), to: to(edge.to) };
   const sw = edge.switch;
   return {
     from: from(edge.from),
     switch: {
-      on: sw.on,
+      on: routePath(sw.on),
       cases: Object.fromEntries(Object.entries(sw.cases ?? {}).map(([k, v]) => [k, to(v)])),
       ...(sw.default === undefined ? {} : { default: to(sw.default) }),
     },

@@ -558,3 +558,40 @@ export default defineWorkflow({
     ['progress:overall', 'note:log'],
   );
 });
+
+test('routes on $output.<field> and $result.output.<field> (the node output), $result.outcome; another $result field is refused with the way out', async () => {
+  const file = write(
+    'routes.workflow.ts',
+    `import { compute, defineWorkflow } from "@osolmaz/pi-workflows";
+
+export default defineWorkflow({
+  name: "routes",
+  startAt: "classify",
+  nodes: {
+    classify: compute({ run: ({ input }) => ({ size: (input as { n: number }).n > 10 ? "big" : "small" }) }),
+    check: compute({ run: ({ outputs }) => ({ verdict: (outputs.classify as { size: string }).size === "big" ? "split" : "keep" }) }),
+    split: compute({ run: () => "split" }),
+    keep: compute({ run: () => "keep" }),
+    small: compute({ run: () => "small" }),
+  },
+  edges: [
+    { from: "classify", switch: { on: "$output.size", cases: { big: "check", small: "small" } } },
+    { from: "check", switch: { on: "$result.output.verdict", cases: { split: "split", keep: "keep" } } },
+  ],
+});
+`,
+  );
+  assert.equal((await runToEnd(file, { n: 20 })).result, 'split');
+  assert.equal((await runToEnd(file, { n: 1 })).result, 'small');
+  const { compute, defineWorkflow } = await import('../index.js');
+  assert.throws(
+    () =>
+      defineWorkflow({
+        name: 'bad',
+        startAt: 'a',
+        nodes: { a: compute({ run: () => 1 }), b: compute({ run: () => 1 }) },
+        edges: [{ from: 'a', switch: { on: '$result.error', cases: { x: 'b' } } }],
+      }),
+    /switches on "\$result\.error": expected "\$result\.outcome" or a path like/,
+  );
+});
