@@ -513,6 +513,16 @@ export declare function canonicalJson(value: unknown): string;
 /** `sha256:<hex>` of `canonicalJson(value)`. */
 export declare function digest(value: unknown): string;
 
+/** The reason a node's `signal` aborts at its deadline. */
+export declare class TimeoutError extends Error {
+  constructor(timeoutMs: number);
+  readonly timeoutMs: number;
+}
+/** The reason a node's `signal` aborts when the run is stopped (cancelled or paused). */
+export declare class CancelledError extends Error {
+  constructor(message?: string);
+}
+
 export interface WorkflowActionContext<I = unknown> extends WorkflowNodeContext<I> {
   publishUpdate(update: WorkflowUpdate): Promise<WorkflowUpdateReceipt>;
   /** The managed effect; `retry` is true when an earlier application was interrupted. */

@@ -34,4 +34,4 @@ export {
 } from './lib/command.js';
 export { canonicalJson, digest, extractJsonValue, parseJsonValue, parseStrictJsonValue } from './lib/helpers.js';
 export { MAX_UPDATE_DATA_BYTES, validateProgressData, validateWorkflowUpdate } from './lib/updates.js';
-export { PiwError } from './lib/errors.js';
+export { CancelledError, PiwError, TimeoutError } from './lib/errors.js';

@@ -13,7 +13,7 @@ import { dirname, join, relative, resolve as resolvePath, sep } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
 import { native as addon, packageDir } from './native.js';
-import { fromNative } from './errors.js';
+import { CancelledError, fromNative, TimeoutError } from './errors.js';
 import { checkOnTimeout, DECIDED_WITH_REQUEST, humanResponse, isWorkflow, resolveIncludes } from './authoring.js';
 import { looksLikePath, resolveWorkflow as resolveReference } from '../extension/resolve.js';
 import { registerTypeScript, warmTypeScript } from './typescript.js';
@@ -783,8 +783,18 @@ function nodeSignal(timeoutMs) {
   const timer =
     timeoutMs === undefined || timeoutMs > MAX_TIMER_MS
       ? null
-      : setTimeout(() => controller.abort(new Error('the node timed out')), timeoutMs).unref();
-  return { signal: controller.signal, done: () => timer && clearTimeout(timer) };
+      : setTimeout(() => controller.abort(new TimeoutError(timeoutMs)), timeoutMs);
+  // The child stays alive while node code runs: code that only waits for its signal (its
+  // deadline, or the run being stopped) would otherwise leave Node nothing to wait for, and the
+  // child would exit (code 13, an unsettled await) as if it had crashed.
+  const alive = setInterval(() => {}, MAX_TIMER_MS);
+  return {
+    signal: controller.signal,
+    done: () => {
+      if (timer) clearTimeout(timer);
+      clearInterval(alive);
+    },
+  };
 }
 /**
  * While a node's code runs, an exception it throws where nobody catches it (in a timer, an
@@ -829,7 +839,7 @@ function onTerminate() {
   process.once('SIGTERM', () => {}); // keep handling it while we wind down
   // Commands run in their own process groups: take them down now, whatever they ignore.
   for (const pid of commandGroups) killGroup(pid, 'SIGKILL');
-  current?.abort(new Error('the run was stopped'));
+  current?.abort(new CancelledError());
   // Let cooperative node code see the abort, then go: the host waits only a grace period.
   setTimeout(() => process.exit(143), 50).unref();
 }

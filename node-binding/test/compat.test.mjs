@@ -1,7 +1,7 @@
 // Workflow files written for pi-workflows 0.12.1, in the style of its docs and examples, run
 // through a real host: what runs unchanged, and each difference node-binding/README.md lists.
 import assert from 'node:assert/strict';
-import { appendFileSync, mkdirSync, readdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 
@@ -594,4 +594,48 @@ export default defineWorkflow({
       }),
     /switches on "\$result\.error": expected "\$result\.outcome" or a path like/,
   );
+});
+
+test('a node signal aborts with the reference\'s TimeoutError at its deadline and CancelledError when the run is stopped', async () => {
+  const seen = join(host.dir, 'abort-reasons');
+  const started = join(host.dir, 'abort-started');
+  const file = write(
+    'aborts.workflow.ts',
+    `import { appendFileSync, writeFileSync } from "node:fs";
+import { CancelledError, compute, defineWorkflow, TimeoutError } from "@osolmaz/pi-workflows";
+
+const waitForAbort = (signal: AbortSignal, mark: string) =>
+  new Promise(() => {
+    signal.addEventListener("abort", () => {
+      const r = signal.reason;
+      const kind = r instanceof TimeoutError ? \`timeout \${r.timeoutMs}\` : r instanceof CancelledError ? "cancelled" : String(r);
+      appendFileSync(${JSON.stringify(seen)}, \`\${mark}: \${kind}\\n\`);
+    });
+    writeFileSync(${JSON.stringify(started)}, mark);
+  });
+
+export default defineWorkflow({
+  name: "aborts",
+  startAt: "wait",
+  nodes: {
+    wait: compute({ timeoutMs: ({ input }) => ((input as { short?: boolean }).short ? 300 : null), run: ({ input, signal }) => waitForAbort(signal, (input as { short?: boolean }).short ? "short" : "long") }),
+  },
+  edges: [],
+});
+`,
+  );
+  const c = host.client;
+  const lines = () => (existsSync(seen) ? readFileSync(seen, 'utf8').split('\n').filter(Boolean) : []);
+  const waitFor = async (what, cond) => {
+    for (let i = 0; i < 1500 && !cond(); i++) await sleep(20);
+    assert.ok(cond(), what);
+  };
+  // The node never ends by itself: it times out at its 300 ms deadline, whatever the machine's speed.
+  const short = await runToEnd(file, { short: true });
+  assert.equal(short.status, 'timed_out', JSON.stringify(short));
+  await waitFor('the timeout reason', () => lines().includes('short: timeout 300'));
+  const { run_id: runId } = await c.startRun(file, { input: {} });
+  await waitFor('the long node started', () => existsSync(started) && readFileSync(started, 'utf8') === 'long');
+  await c.cancelRun(runId);
+  await waitFor('the cancel reason', () => lines().includes('long: cancelled'));
 });
