@@ -809,13 +809,20 @@ export interface IncludedWorkflow {
  */
 export declare function includeWorkflow<I = any>(
   workflow: Workflow | string,
-  options?: { input?: (ctx: WorkflowNodeContext<I>) => Awaitable<unknown> },
+  options?: {
+    input?: (ctx: WorkflowNodeContext<I>) => Awaitable<unknown>;
+    /** For a name or path: the workflow it must match (contractId, exit names, input or not). */
+    contract?: Workflow;
+  },
 ): IncludedWorkflow;
-/** The reference's dynamic form: `includeWorkflow({ workflow: "repair", input })`. */
+/** The reference's dynamic form: `includeWorkflow({ workflow: "repair", input, contract? })`. */
 export declare function includeWorkflow<I = any>(options: {
   workflow: Workflow | string;
   input?: (ctx: WorkflowNodeContext<I>) => Awaitable<unknown>;
+  contract?: Workflow;
 }): IncludedWorkflow;
+/** A named set of workflows, checked (each made by `defineWorkflow`, names unique) and frozen. */
+export declare function defineWorkflowRegistry<R extends Record<string, Workflow>>(registry: R): Readonly<R>;
 /** The output of a mount: which exit the included workflow left through, and its output. */
 export interface IncludedResult<O = unknown> {
   exit: string;

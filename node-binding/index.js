@@ -2,6 +2,7 @@
 export { Client, Subscription, ensureHost, findHostBin, hostEnvironment, isFinal } from './lib/client.js';
 export {
   defineWorkflow,
+  defineWorkflowRegistry,
   isWorkflow,
   isWorkflow as isWorkflowDefinition,
   compute,

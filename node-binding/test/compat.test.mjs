@@ -639,3 +639,53 @@ export default defineWorkflow({
   await c.cancelRun(runId);
   await waitFor('the cancel reason', () => lines().includes('long: cancelled'));
 });
+
+test('includeWorkflow by path with a contract: a matching workflow runs, a mismatching one fails the run naming the difference; defineWorkflowRegistry', async () => {
+  write(
+    'repair.workflow.ts',
+    `import { compute, defineWorkflow } from "@osolmaz/pi-workflows";
+export default defineWorkflow({
+  name: "repair",
+  contractId: "repair.v1",
+  startAt: "fix",
+  nodes: { fix: compute({ run: () => ({ fixed: true }) }) },
+  edges: [],
+  exits: { fixed: { from: "fix" } },
+});
+`,
+  );
+  const parent = (contractId) =>
+    write(
+      `parent-${contractId.replace('.', '-')}.workflow.ts`,
+      `import { compute, defineWorkflow, includeWorkflow } from "@osolmaz/pi-workflows";
+const contract = defineWorkflow({
+  name: "repair-contract",
+  contractId: "${contractId}",
+  startAt: "fix",
+  nodes: { fix: compute({ run: () => null }) },
+  edges: [],
+  exits: { fixed: { from: "fix" } },
+});
+export default defineWorkflow({
+  name: "parent",
+  startAt: "repair",
+  includes: { repair: includeWorkflow({ workflow: "./repair.workflow.ts", contract }) },
+  nodes: { done: compute({ run: ({ outputs }) => outputs.repair }) },
+  edges: [{ from: "repair.fixed", to: "done" }],
+});
+`,
+    );
+  const ok = await runToEnd(parent('repair.v1'));
+  assert.equal(ok.status, 'completed', ok.error);
+  assert.deepEqual(ok.result, { exit: 'fixed', output: { fixed: true } });
+  const bad = await runToEnd(parent('repair.v2'));
+  assert.equal(bad.status, 'failed');
+  assert.match(bad.error, /includes\.repair \(.*repair\.workflow\.ts\): contract mismatch: expected repair\.v2, got repair\.v1/);
+
+  const { compute, defineWorkflow, defineWorkflowRegistry } = await import('../index.js');
+  const one = (name) => defineWorkflow({ name, startAt: 'a', nodes: { a: compute({ run: () => 1 }) }, edges: [] });
+  const registry = defineWorkflowRegistry({ a: one('a'), b: one('b') });
+  assert.ok(Object.isFrozen(registry));
+  assert.throws(() => defineWorkflowRegistry({ a: one('same'), b: one('same') }), /two workflows named same/);
+  assert.throws(() => one('x') && defineWorkflow({ name: 'c', contractId: 'bad id', startAt: 'a', nodes: { a: compute({ run: () => 1 }) }, edges: [] }), /contractId must match/);
+});
