@@ -513,6 +513,28 @@ export declare function canonicalJson(value: unknown): string;
 /** `sha256:<hex>` of `canonicalJson(value)`. */
 export declare function digest(value: unknown): string;
 
+/** A workflow file found by name: `ref` is its path, `source` where it was found. */
+export interface DiscoveredWorkflow {
+  name: string;
+  ref: string;
+  source: 'project' | 'global' | 'path';
+}
+export interface WorkflowSearchPaths {
+  cwd: string;
+  /** Default: the user's home directory. */
+  homeDir?: string;
+}
+/** `.pi/workflows/` of the project, then `~/.pi/agent/workflows/`. */
+export declare function workflowSearchDirs(paths: WorkflowSearchPaths): { dir: string; source: 'project' | 'global' }[];
+/** A file's name without its `.workflow.*` suffix. */
+export declare function workflowFileStem(filePath: string): string;
+/** Every workflow visible from `cwd` (a project file hides a global one of the same name). */
+export declare function discoverWorkflows(paths: WorkflowSearchPaths): Promise<DiscoveredWorkflow[]>;
+/** The file a name or a path (relative to `cwd`) refers to. */
+export declare function resolveWorkflowRef(ref: string, paths: WorkflowSearchPaths): Promise<DiscoveredWorkflow>;
+/** The workflow a file default-exports (TypeScript compiled as in a run's child). */
+export declare function loadWorkflowFile(filePath: string): Promise<Workflow>;
+
 /** The reason a node's `signal` aborts at its deadline. */
 export declare class TimeoutError extends Error {
   constructor(timeoutMs: number);

@@ -36,3 +36,4 @@ export {
 export { canonicalJson, digest, extractJsonValue, parseJsonValue, parseStrictJsonValue } from './lib/helpers.js';
 export { MAX_UPDATE_DATA_BYTES, validateProgressData, validateWorkflowUpdate } from './lib/updates.js';
 export { CancelledError, PiwError, TimeoutError } from './lib/errors.js';
+export { discoverWorkflows, loadWorkflowFile, resolveWorkflowRef, workflowFileStem, workflowSearchDirs } from './lib/discover.js';

@@ -16,7 +16,8 @@ import { native as addon, packageDir } from './native.js';
 import { CancelledError, fromNative, TimeoutError } from './errors.js';
 import { checkOnTimeout, DECIDED_WITH_REQUEST, humanResponse, isWorkflow, resolveIncludes } from './authoring.js';
 import { looksLikePath, resolveWorkflow as resolveReference } from '../extension/resolve.js';
-import { registerTypeScript, warmTypeScript } from './typescript.js';
+import { registerPackageAliases } from './aliases.js';
+import { warmTypeScript } from './typescript.js';
 import { validateWorkflowUpdate } from './updates.js';
 import { checkCommand, commandGroups, killGroup, MAX_TIMER_MS, runCommand } from './command.js';
 
@@ -72,46 +73,6 @@ function stopForReview(w, reason) {
 function failToLoad(w, reason) {
   w.hello(null, {});
   w.fail(reason, false);
-}
-
-/** The module specifiers that name this package in a workflow file, with no install step. */
-const PACKAGE_NAMES = new Set(['piw', '@osolmaz/pi-workflows']);
-/** What the reference's subpaths are, and why an import of one cannot load here. */
-const MISSING_SUBPATHS = {
-  builtins: 'the reference\'s built-in workflows (autoplan, autoimplement, sanity-check, plan-change, ...); piw ships none: copy the workflow into your project',
-  controllers: 'the reference\'s controllers; piw has none',
-  extension: 'the reference\'s Pi extension; piw\'s is this package itself (`pi install` it), with no API for workflow files',
-};
-let aliases = null;
-
-/** The error of an import of `@osolmaz/pi-workflows/<subpath>` (or `piw/<subpath>`). */
-function missingSubpath(specifier) {
-  const subpath = specifier.slice(specifier.indexOf('/', specifier.startsWith('@') ? specifier.indexOf('/') + 1 : 0) + 1);
-  const what = MISSING_SUBPATHS[subpath] ?? 'not part of piw';
-  const e = new Error(`${specifier} is not available in piw: ${what}. Import from "@osolmaz/pi-workflows" (or "piw") instead.`);
-  e.code = 'ERR_PACKAGE_PATH_NOT_EXPORTED';
-  return e;
-}
-
-/**
- * Makes `import ... from "piw"` and `from "@osolmaz/pi-workflows"` resolve to this package in
- * this process: a user's file under `.pi/workflows/` has no `node_modules`, and pi-workflows
- * files import the reference's package name. Registered once, for the child's whole life (a
- * workflow may import lazily).
- */
-function registerPackageAliases() {
-  if (aliases || !module.registerHooks) return;
-  registerTypeScript();
-  const index = pathToFileURL(join(packageDir, 'index.js')).href;
-  aliases = module.registerHooks({
-    resolve(specifier, context, nextResolve) {
-      if (PACKAGE_NAMES.has(specifier)) return { url: index, shortCircuit: true };
-      if (/^(?:@osolmaz\/pi-workflows|piw)\//.test(specifier) && specifier !== 'piw/worker') {
-        throw missingSubpath(specifier);
-      }
-      return nextResolve(specifier, context);
-    },
-  });
 }
 
 /** A load failure with the file, line and column it happened at (when Node tells). */
@@ -775,9 +736,21 @@ async function decideTimeout(run, impl, nodeId) {
  * enforces it too) or when the host stops this child (SIGTERM on cancel or pause).
  */
 let current = null;
+/**
+ * When this child last asked the host for something that may open an attempt: the host's
+ * deadline for that attempt is at least this plus its timeout.
+ */
+let attemptOpenedAt = 0;
+/** The earliest the host may end the running node at its deadline (monotonic ms), or null. */
+let deadlineAt = null;
+/** The running node's timeout, for the `TimeoutError` its signal aborts with. */
+let deadlineMs = null;
+
 function nodeSignal(timeoutMs) {
   current = new AbortController();
   const controller = current;
+  deadlineAt = timeoutMs === undefined ? null : attemptOpenedAt + timeoutMs;
+  deadlineMs = timeoutMs ?? null;
   // A deadline longer than a timer can wait is left to the host, which enforces every
   // deadline anyway (Node would fire a longer timer at once).
   const timer =
@@ -839,7 +812,9 @@ function onTerminate() {
   process.once('SIGTERM', () => {}); // keep handling it while we wind down
   // Commands run in their own process groups: take them down now, whatever they ignore.
   for (const pid of commandGroups) killGroup(pid, 'SIGKILL');
-  current?.abort(new CancelledError());
+  // Stopped once the node's deadline has passed: the host ended the node at it.
+  const timedOut = deadlineAt !== null && monotonicMs() >= deadlineAt;
+  current?.abort(timedOut ? new TimeoutError(deadlineMs) : new CancelledError());
   // Let cooperative node code see the abort, then go: the host waits only a grace period.
   setTimeout(() => process.exit(143), 50).unref();
 }
@@ -876,6 +851,7 @@ async function drive(w) {
     else failToLoad(w, e instanceof LoadError ? e.message : `cannot load the workflow: ${message(e)}`);
     return;
   }
+  attemptOpenedAt = monotonicMs();
   const hello = w.hello(workflow.graph, mounts, true);
   const resume = hello.resume;
   if (hello.stop !== null && hello.stop !== undefined) return;
@@ -960,6 +936,7 @@ async function drive(w) {
       // deadline is decided by its `timeoutMs` function: that decision opens the attempt).
       if (resume.attempt_id === undefined) {
         decided = await decideTimeout(run, impls[nodeId], nodeId);
+        attemptOpenedAt = monotonicMs();
         resume.attempt_id = w.nodeStarted(nodeId, decided.ms ?? null);
       }
   }
@@ -1014,6 +991,7 @@ async function drive(w) {
       }
       batch.cancelTimer();
       decided = await decideTimeout(run, impls[route.next], route.next);
+      attemptOpenedAt = monotonicMs();
       const reply = w.transition(outcome, route.next, decided.ms ?? null);
       batch.reported();
       if (reply.parked) return;

@@ -689,3 +689,33 @@ export default defineWorkflow({
   assert.throws(() => defineWorkflowRegistry({ a: one('same'), b: one('same') }), /two workflows named same/);
   assert.throws(() => one('x') && defineWorkflow({ name: 'c', contractId: 'bad id', startAt: 'a', nodes: { a: compute({ run: () => 1 }) }, edges: [] }), /contractId must match/);
 });
+
+test('discoverWorkflows, resolveWorkflowRef, workflowSearchDirs, workflowFileStem and loadWorkflowFile, as pi-workflows exports them', async () => {
+  const piw = await import('../index.js');
+  const home = join(host.dir, 'discover-home');
+  mkdirSync(join(home, '.pi', 'agent', 'workflows'), { recursive: true });
+  writeFileSync(join(home, '.pi', 'agent', 'workflows', 'global-only.workflow.mjs'), 'export default 1;\n');
+  writeFileSync(join(home, '.pi', 'agent', 'workflows', 'disc-shared.workflow.mjs'), 'export default 1;\n');
+  write('disc-shared.workflow.ts', 'export default 2;\n');
+  write(
+    'disc-load.workflow.ts',
+    'import { compute, defineWorkflow } from "@osolmaz/pi-workflows";\nenum K { A = 1 }\nexport default defineWorkflow({ name: "disc-load", startAt: "a", nodes: { a: compute({ run: () => K.A }) }, edges: [] });\n',
+  );
+  const paths = { cwd: project, homeDir: home };
+  assert.deepEqual(piw.workflowSearchDirs(paths), [
+    { dir: join(project, '.pi', 'workflows'), source: 'project' },
+    { dir: join(home, '.pi', 'agent', 'workflows'), source: 'global' },
+  ]);
+  const found = await piw.discoverWorkflows(paths);
+  assert.deepEqual(found.find((w) => w.name === 'global-only'), { name: 'global-only', ref: join(home, '.pi', 'agent', 'workflows', 'global-only.workflow.mjs'), source: 'global' });
+  // The project's file hides the global one of the same name.
+  assert.deepEqual(found.find((w) => w.name === 'disc-shared'), { name: 'disc-shared', ref: join(project, '.pi', 'workflows', 'disc-shared.workflow.ts'), source: 'project' });
+  assert.equal(piw.workflowFileStem('/x/release.workflow.ts'), 'release');
+  const ref = await piw.resolveWorkflowRef('disc-load', paths);
+  assert.equal(ref.source, 'project');
+  // Loaded in this test's own process: TypeScript and the package name work here too.
+  const loaded = await piw.loadWorkflowFile(ref.ref);
+  assert.equal(piw.isWorkflowDefinition(loaded), true);
+  assert.equal(loaded.name, 'disc-load');
+  await assert.rejects(piw.loadWorkflowFile(join(home, '.pi', 'agent', 'workflows', 'global-only.workflow.mjs')), /must export default defineWorkflow/);
+});
