@@ -20,7 +20,7 @@ export default defineWorkflow({
           await publishUpdate({
             type: 'progress',
             key: 'overall',
-            data: { status: 'running', completed: i + 1, total: targets.length, unit: 'targets' },
+            data: { schema: 'pi-workflows.progress.v1', status: 'running', completed: i + 1, total: targets.length, unit: 'targets' },
           });
         }
         return { deployed: targets };

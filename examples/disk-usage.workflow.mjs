@@ -17,7 +17,7 @@ export default defineWorkflow({
         maxOutputChars: 200_000,
       }),
       updates: {
-        parseLine: ({ text }) => ({ type: 'progress', key: 'du', data: { measured: text.split('\t')[1] } }),
+        parseLine: ({ text }) => ({ type: 'measured', key: 'du', data: { path: text.split('\t')[1] } }),
       },
       parse: (result) =>
         result.stdout

@@ -465,15 +465,92 @@ export interface WorkflowNodeContext<I = unknown> {
   signal: AbortSignal;
 }
 
-/** A durable, non-completing update from an action (`type`, optional `key`, `data`). */
+/**
+ * A durable, non-completing update from an action: `type` matches `[a-z][a-z0-9.-]{0,63}`, `key`
+ * `[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}`, `data` is a JSON object of at most 64 KiB (a `progress`
+ * update's follows `pi-workflows.progress.v1`, see `validateProgressData`).
+ */
 export interface WorkflowUpdate {
   type: string;
-  key?: string;
-  data?: unknown;
+  key: string;
+  data: Record<string, unknown>;
+}
+
+/** What `publishUpdate` answers: `seq` is the run's revision after the update was kept. */
+export interface WorkflowUpdateReceipt {
+  updateId: string;
+  seq: number | null;
+  at: string;
+  type: string;
+  key: string;
+}
+
+/** The data of a `progress` update. */
+export interface WorkflowProgressData {
+  schema: 'pi-workflows.progress.v1';
+  status: 'pending' | 'running' | 'waiting' | 'blocked' | 'completed' | 'failed' | 'cancelled' | 'unknown';
+  label?: string;
+  phase?: string;
+  completed?: number;
+  total?: number;
+  /** Required with `completed` or `total`: 1 to 32 printable characters. */
+  unit?: string;
+  sourceUpdatedAt?: string;
+  sourceEstimatedFinishAt?: string;
+}
+
+export declare const MAX_UPDATE_DATA_BYTES: number;
+/** Checks an update as `publishUpdate` does; returns `{ type, key, data }` or throws the first problem. */
+export declare function validateWorkflowUpdate(update: unknown): WorkflowUpdate;
+/** Checks the data of a `progress` update; returns it or throws the first problem. */
+export declare function validateProgressData(data: unknown): WorkflowProgressData;
+
+/**
+ * A JSON value out of model text: `strict` the whole text, `fenced` or the first ``` fence,
+ * `compat` (default) or the first object or array in prose that parses. Throws when none.
+ */
+export declare function parseJsonValue(text: string, options?: { mode?: 'strict' | 'fenced' | 'compat' }): unknown;
+export declare function parseStrictJsonValue(text: string): unknown;
+export declare function extractJsonValue(text: string): unknown;
+/** JSON text with every object's keys sorted (as the reference sorts them). */
+export declare function canonicalJson(value: unknown): string;
+/** `sha256:<hex>` of `canonicalJson(value)`. */
+export declare function digest(value: unknown): string;
+
+/** A workflow file found by name: `ref` is its path, `source` where it was found. */
+export interface DiscoveredWorkflow {
+  name: string;
+  ref: string;
+  source: 'project' | 'global' | 'path';
+}
+export interface WorkflowSearchPaths {
+  cwd: string;
+  /** Default: the user's home directory. */
+  homeDir?: string;
+}
+/** `.pi/workflows/` of the project, then `~/.pi/agent/workflows/`. */
+export declare function workflowSearchDirs(paths: WorkflowSearchPaths): { dir: string; source: 'project' | 'global' }[];
+/** A file's name without its `.workflow.*` suffix. */
+export declare function workflowFileStem(filePath: string): string;
+/** Every workflow visible from `cwd` (a project file hides a global one of the same name). */
+export declare function discoverWorkflows(paths: WorkflowSearchPaths): Promise<DiscoveredWorkflow[]>;
+/** The file a name or a path (relative to `cwd`) refers to. */
+export declare function resolveWorkflowRef(ref: string, paths: WorkflowSearchPaths): Promise<DiscoveredWorkflow>;
+/** The workflow a file default-exports (TypeScript compiled as in a run's child). */
+export declare function loadWorkflowFile(filePath: string): Promise<Workflow>;
+
+/** The reason a node's `signal` aborts at its deadline. */
+export declare class TimeoutError extends Error {
+  constructor(timeoutMs: number);
+  readonly timeoutMs: number;
+}
+/** The reason a node's `signal` aborts when the run is stopped (cancelled or paused). */
+export declare class CancelledError extends Error {
+  constructor(message?: string);
 }
 
 export interface WorkflowActionContext<I = unknown> extends WorkflowNodeContext<I> {
-  publishUpdate(update: WorkflowUpdate): Promise<void>;
+  publishUpdate(update: WorkflowUpdate): Promise<WorkflowUpdateReceipt>;
   /** The managed effect; `retry` is true when an earlier application was interrupted. */
   effect: { id: string; type: string; key: string; retry: boolean };
 }
@@ -758,13 +835,20 @@ export interface IncludedWorkflow {
  */
 export declare function includeWorkflow<I = any>(
   workflow: Workflow | string,
-  options?: { input?: (ctx: WorkflowNodeContext<I>) => Awaitable<unknown> },
+  options?: {
+    input?: (ctx: WorkflowNodeContext<I>) => Awaitable<unknown>;
+    /** For a name or path: the workflow it must match (contractId, exit names, input or not). */
+    contract?: Workflow;
+  },
 ): IncludedWorkflow;
-/** The reference's dynamic form: `includeWorkflow({ workflow: "repair", input })`. */
+/** The reference's dynamic form: `includeWorkflow({ workflow: "repair", input, contract? })`. */
 export declare function includeWorkflow<I = any>(options: {
   workflow: Workflow | string;
   input?: (ctx: WorkflowNodeContext<I>) => Awaitable<unknown>;
+  contract?: Workflow;
 }): IncludedWorkflow;
+/** A named set of workflows, checked (each made by `defineWorkflow`, names unique) and frozen. */
+export declare function defineWorkflowRegistry<R extends Record<string, Workflow>>(registry: R): Readonly<R>;
 /** The output of a mount: which exit the included workflow left through, and its output. */
 export interface IncludedResult<O = unknown> {
   exit: string;
@@ -777,8 +861,9 @@ export interface WorkflowDefinition<I = any> {
   /** An id: `[A-Za-z_][A-Za-z0-9_-]*`. */
   name: string;
   /** The run's title, resolved from `{ input, workflowName }`. */
-  title?: string | ((args: { input: I; workflowName: string }) => Awaitable<string>);
-  presentationPrompt?: string;
+  title?: string | ((args: { input: I; workflowName: string }) => Awaitable<string | undefined>);
+  /** A string; a function is accepted but not called (see "What differs" in the README). */
+  presentationPrompt?: string | ((ctx: { state: unknown; finalOutput: unknown; signal: AbortSignal }) => Awaitable<string | undefined>);
   startAt: string;
   nodes: Record<string, WorkflowNode>;
   edges: Edge[];
@@ -810,3 +895,5 @@ export interface Workflow {
 /** Defines a workflow; throws `PiwError` (`invalid_graph`) naming what is wrong. Export it as default. */
 export declare function defineWorkflow<I = any>(definition: WorkflowDefinition<I>): Workflow;
 export declare function isWorkflow(value: unknown): value is Workflow;
+/** The reference's name for `isWorkflow`. */
+export declare const isWorkflowDefinition: typeof isWorkflow;

@@ -2,7 +2,9 @@
 export { Client, Subscription, ensureHost, findHostBin, hostEnvironment, isFinal } from './lib/client.js';
 export {
   defineWorkflow,
+  defineWorkflowRegistry,
   isWorkflow,
+  isWorkflow as isWorkflowDefinition,
   compute,
   notify,
   agent,
@@ -31,4 +33,7 @@ export {
   runCommandBatch,
   validateCommandBatchRequest,
 } from './lib/command.js';
-export { PiwError } from './lib/errors.js';
+export { canonicalJson, digest, extractJsonValue, parseJsonValue, parseStrictJsonValue } from './lib/helpers.js';
+export { MAX_UPDATE_DATA_BYTES, validateProgressData, validateWorkflowUpdate } from './lib/updates.js';
+export { CancelledError, PiwError, TimeoutError } from './lib/errors.js';
+export { discoverWorkflows, loadWorkflowFile, resolveWorkflowRef, workflowFileStem, workflowSearchDirs } from './lib/discover.js';

@@ -12,8 +12,9 @@ const ASSISTANT_MESSAGE = Symbol.for('piw.assistant_message');
 const EFFECT = Symbol.for('piw.effect');
 const CHOICES = Symbol.for('piw.human_choices');
 
-/** The reference's default deadline of an agent step: 15 minutes. */
+/** The reference's default deadline of a node: 15 minutes (here: agent steps and actions). */
 export const DEFAULT_AGENT_TIMEOUT_MS = 15 * 60 * 1000;
+const DEFAULT_ACTION_TIMEOUT_MS = DEFAULT_AGENT_TIMEOUT_MS;
 const ID = /^[A-Za-z_][A-Za-z0-9_-]*$/;
 
 const shape = (message) => new PiwError('invalid_graph', message);
@@ -370,7 +371,7 @@ export function action(spec) {
   return node(
     'action',
     { effect: declared, retry: declared.retry, run: optionalFn(o.run, 'action run'), ...shellFields },
-    timeout(o.timeoutMs, 'action'),
+    timeout(o.timeoutMs, 'action', DEFAULT_ACTION_TIMEOUT_MS),
   );
 }
 
@@ -415,12 +416,14 @@ export function includeWorkflow(workflow, spec = {}) {
     return includeWorkflow(workflow.workflow, workflow);
   }
   const input = optionalFn(spec?.input, 'includeWorkflow input');
+  const contract = spec?.contract;
+  if (contract !== undefined && !isWorkflow(contract)) throw shape('includeWorkflow contract must be a workflow made by defineWorkflow');
   if (typeof workflow === 'string') {
     if (workflow.trim() === '') throw shape('includeWorkflow needs a workflow, a name or a path');
     if (workflow.startsWith('builtin:')) {
       throw shape(`includeWorkflow ${workflow}: piw has no built-in workflows; include a file by name or path`);
     }
-    return Object.freeze({ [INCLUDE]: true, reference: workflow.trim(), input });
+    return Object.freeze({ [INCLUDE]: true, reference: workflow.trim(), input, contract });
   }
   if (!isWorkflow(workflow)) {
     throw shape('includeWorkflow needs a workflow made by defineWorkflow, a discovered name or a path');
@@ -451,13 +454,21 @@ function source(id, leaves) {
   return Object.hasOwn(leaves, id) ? leaves[id] : id;
 }
 
+/**
+ * The route's path as the graph reads it: the reference's `$result.output.<path>` is the node's
+ * output, which the graph names `$output.<path>`.
+ */
+function routePath(on) {
+  return typeof on === 'string' && on.startsWith('$result.output.') ? `$output.${on.slice('$result.output.'.length)}` : on;
+}
+
 function rewriteEdge(edge, from, to) {
   if (edge.to !== undefined) return { from: from(edge.from), to: to(edge.to) };
   const sw = edge.switch;
   return {
     from: from(edge.from),
     switch: {
-      on: sw.on,
+      on: routePath(sw.on),
       cases: Object.fromEntries(Object.entries(sw.cases ?? {}).map(([k, v]) => [k, to(v)])),
       ...(sw.default === undefined ? {} : { default: to(sw.default) }),
     },
@@ -490,6 +501,9 @@ export function defineWorkflow(def) {
   if (!Array.isArray(o.edges)) throw shape('defineWorkflow needs edges (an array, may be empty)');
   for (const k of ['source', 'contractId']) {
     if (o[k] !== undefined && typeof o[k] !== 'string') throw shape(`${k} must be a string`);
+  }
+  if (o.contractId !== undefined && !/^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/.test(o.contractId)) {
+    throw shape(`contractId must match [A-Za-z0-9][A-Za-z0-9._:-]{0,127}, got ${JSON.stringify(o.contractId)}`);
   }
   const maxSteps = o.maxSteps;
   if (maxSteps !== undefined && !(Number.isInteger(maxSteps) && maxSteps > 0)) {
@@ -615,6 +629,7 @@ export async function resolveIncludes(workflow, file, load) {
       if (inc.reference !== undefined) {
         ({ workflow: child, file: childFile } = await load(inc.reference, wfFile));
         if (!isWorkflow(child)) throw shape(`includes.${mount}: ${childFile} must export default defineWorkflow({...})`);
+        if (inc.contract) checkContract(mount, inc.contract, child, childFile);
       }
       const link = { mount, file: childFile, workflow: child };
       const seen = chain.findIndex((c) => c.workflow === child || (childFile !== null && c.file === childFile));
@@ -628,6 +643,51 @@ export async function resolveIncludes(workflow, file, load) {
     return defineWorkflow({ ...wf.definition, includes });
   }
   return resolve(workflow, file, [{ mount: null, file, workflow }]);
+}
+
+/** What a workflow promises an includer: its contract id, exit names and whether it takes input. */
+function contractOf(wf) {
+  const def = wf.pending ? wf.definition : wf;
+  return {
+    contractId: (wf.pending ? def.contractId : wf.contractId) ?? null,
+    exits: Object.keys(def.exits ?? {}).sort(),
+    input: Boolean(def.input),
+  };
+}
+
+/**
+ * A workflow an include resolved by name or path against the contract the includer gave (a
+ * workflow, `includeWorkflow(ref, { contract })`): the same `contractId` when the contract has
+ * one, the same exit names, and both taking input or neither.
+ */
+function checkContract(mount, contract, child, file) {
+  const want = contractOf(contract);
+  const got = contractOf(child);
+  const where = `includes.${mount} (${file})`;
+  if (want.contractId !== null && want.contractId !== got.contractId) {
+    throw shape(`${where}: contract mismatch: expected ${want.contractId}, got ${got.contractId ?? 'none'}`);
+  }
+  if (want.exits.join(',') !== got.exits.join(',')) {
+    throw shape(`${where}: exit contract mismatch: expected ${want.exits.join(', ') || 'none'}, got ${got.exits.join(', ') || 'none'}`);
+  }
+  if (want.input !== got.input) {
+    throw shape(`${where}: input contract mismatch: the contract ${want.input ? 'takes' : 'takes no'} input, the workflow ${got.input ? 'does' : 'does not'}`);
+  }
+}
+
+/**
+ * A named set of workflows (`{ key: defineWorkflow(...) }`), checked: every entry made by
+ * `defineWorkflow`, no two with the same name. Returns it frozen.
+ */
+export function defineWorkflowRegistry(registry) {
+  const o = options(registry, 'defineWorkflowRegistry()');
+  const names = new Set();
+  for (const [key, wf] of Object.entries(o)) {
+    if (!isWorkflow(wf)) throw shape(`workflow registry entry ${key} must be made with defineWorkflow`);
+    if (names.has(wf.name)) throw shape(`workflow registry has two workflows named ${wf.name}`);
+    names.add(wf.name);
+  }
+  return Object.freeze({ ...o });
 }
 
 function sourceFile(source) {

@@ -11,6 +11,23 @@ export class PiwError extends Error {
   }
 }
 
+/** The reason a node's `signal` aborts at its deadline (the reference's class of the name). */
+export class TimeoutError extends Error {
+  constructor(timeoutMs) {
+    super(`the node timed out after ${timeoutMs} ms`);
+    this.name = 'TimeoutError';
+    this.timeoutMs = timeoutMs;
+  }
+}
+
+/** The reason a node's `signal` aborts when the run is stopped (cancelled or paused). */
+export class CancelledError extends Error {
+  constructor(message = 'the run was stopped') {
+    super(message);
+    this.name = 'CancelledError';
+  }
+}
+
 /** Separates a rejection's details (JSON) from its message in the addon's error text. */
 const DETAILS_SEPARATOR = '\x1e';
 

@@ -6,16 +6,19 @@
 // the mounts it resolves with the saved ones; say hello; execute nodes and propose each
 // transition; exit when the run parks, finishes, or the host says the run moved on.
 import { spawnSync } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import { readFileSync, realpathSync } from 'node:fs';
 import module from 'node:module';
 import { dirname, join, relative, resolve as resolvePath, sep } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
 import { native as addon, packageDir } from './native.js';
-import { fromNative } from './errors.js';
+import { CancelledError, fromNative, TimeoutError } from './errors.js';
 import { checkOnTimeout, DECIDED_WITH_REQUEST, humanResponse, isWorkflow, resolveIncludes } from './authoring.js';
 import { looksLikePath, resolveWorkflow as resolveReference } from '../extension/resolve.js';
-import { registerTypeScript, warmTypeScript } from './typescript.js';
+import { registerPackageAliases } from './aliases.js';
+import { warmTypeScript } from './typescript.js';
+import { validateWorkflowUpdate } from './updates.js';
 import { checkCommand, commandGroups, killGroup, MAX_TIMER_MS, runCommand } from './command.js';
 
 /**
@@ -70,46 +73,6 @@ function stopForReview(w, reason) {
 function failToLoad(w, reason) {
   w.hello(null, {});
   w.fail(reason, false);
-}
-
-/** The module specifiers that name this package in a workflow file, with no install step. */
-const PACKAGE_NAMES = new Set(['piw', '@osolmaz/pi-workflows']);
-/** What the reference's subpaths are, and why an import of one cannot load here. */
-const MISSING_SUBPATHS = {
-  builtins: 'the reference\'s built-in workflows (autoplan, autoimplement, sanity-check, plan-change, ...); piw ships none: copy the workflow into your project',
-  controllers: 'the reference\'s controllers; piw has none',
-  extension: 'the reference\'s Pi extension; piw\'s is this package itself (`pi install` it), with no API for workflow files',
-};
-let aliases = null;
-
-/** The error of an import of `@osolmaz/pi-workflows/<subpath>` (or `piw/<subpath>`). */
-function missingSubpath(specifier) {
-  const subpath = specifier.slice(specifier.indexOf('/', specifier.startsWith('@') ? specifier.indexOf('/') + 1 : 0) + 1);
-  const what = MISSING_SUBPATHS[subpath] ?? 'not part of piw';
-  const e = new Error(`${specifier} is not available in piw: ${what}. Import from "@osolmaz/pi-workflows" (or "piw") instead.`);
-  e.code = 'ERR_PACKAGE_PATH_NOT_EXPORTED';
-  return e;
-}
-
-/**
- * Makes `import ... from "piw"` and `from "@osolmaz/pi-workflows"` resolve to this package in
- * this process: a user's file under `.pi/workflows/` has no `node_modules`, and pi-workflows
- * files import the reference's package name. Registered once, for the child's whole life (a
- * workflow may import lazily).
- */
-function registerPackageAliases() {
-  if (aliases || !module.registerHooks) return;
-  registerTypeScript();
-  const index = pathToFileURL(join(packageDir, 'index.js')).href;
-  aliases = module.registerHooks({
-    resolve(specifier, context, nextResolve) {
-      if (PACKAGE_NAMES.has(specifier)) return { url: index, shortCircuit: true };
-      if (/^(?:@osolmaz\/pi-workflows|piw)\//.test(specifier) && specifier !== 'piw/worker') {
-        throw missingSubpath(specifier);
-      }
-      return nextResolve(specifier, context);
-    },
-  });
 }
 
 /** A load failure with the file, line and column it happened at (when Node tells). */
@@ -538,10 +501,12 @@ async function executeNode(w, run, impl, ctx) {
       if (r.reservation === 'already_applied') return { outcome: { status: 'succeeded', output: r.receipt } };
       if (r.reservation === 'already_failed') return { outcome: { status: 'failed', error: r.error } };
       w.effectApplying(r.effect_id);
+      // Checked as the reference checks it, kept by the host as a progress event of the run,
+      // and answered with a receipt whose `seq` is the run's revision after that commit.
       const publishUpdate = async (update) => {
-        if (!update || typeof update.type !== 'string') throw new Error('publishUpdate needs { type, key?, data? }');
-        const label = update.key === undefined ? update.type : `${update.type}:${update.key}`;
-        w.progress(label, toJson(update, 'the update'));
+        const checked = validateWorkflowUpdate(update);
+        const seq = w.progress(`${checked.type}:${checked.key}`, toJson(checked, 'the update'));
+        return { updateId: `upd_${randomUUID()}`, seq: seq ?? null, at: new Date().toISOString(), type: checked.type, key: checked.key };
       };
       let receipt;
       try {
@@ -771,16 +736,38 @@ async function decideTimeout(run, impl, nodeId) {
  * enforces it too) or when the host stops this child (SIGTERM on cancel or pause).
  */
 let current = null;
+/**
+ * When this child last asked the host for something that may open an attempt: the host's
+ * deadline for that attempt is at least this plus its timeout.
+ */
+let attemptOpenedAt = 0;
+/** The earliest the host may end the running node at its deadline (monotonic ms), or null. */
+let deadlineAt = null;
+/** The running node's timeout, for the `TimeoutError` its signal aborts with. */
+let deadlineMs = null;
+
 function nodeSignal(timeoutMs) {
   current = new AbortController();
   const controller = current;
+  deadlineAt = timeoutMs === undefined ? null : attemptOpenedAt + timeoutMs;
+  deadlineMs = timeoutMs ?? null;
   // A deadline longer than a timer can wait is left to the host, which enforces every
   // deadline anyway (Node would fire a longer timer at once).
   const timer =
     timeoutMs === undefined || timeoutMs > MAX_TIMER_MS
       ? null
-      : setTimeout(() => controller.abort(new Error('the node timed out')), timeoutMs).unref();
-  return { signal: controller.signal, done: () => timer && clearTimeout(timer) };
+      : setTimeout(() => controller.abort(new TimeoutError(timeoutMs)), timeoutMs);
+  // The child stays alive while node code runs: code that only waits for its signal (its
+  // deadline, or the run being stopped) would otherwise leave Node nothing to wait for, and the
+  // child would exit (code 13, an unsettled await) as if it had crashed.
+  const alive = setInterval(() => {}, MAX_TIMER_MS);
+  return {
+    signal: controller.signal,
+    done: () => {
+      if (timer) clearTimeout(timer);
+      clearInterval(alive);
+    },
+  };
 }
 /**
  * While a node's code runs, an exception it throws where nobody catches it (in a timer, an
@@ -825,7 +812,9 @@ function onTerminate() {
   process.once('SIGTERM', () => {}); // keep handling it while we wind down
   // Commands run in their own process groups: take them down now, whatever they ignore.
   for (const pid of commandGroups) killGroup(pid, 'SIGKILL');
-  current?.abort(new Error('the run was stopped'));
+  // Stopped once the node's deadline has passed: the host ended the node at it.
+  const timedOut = deadlineAt !== null && monotonicMs() >= deadlineAt;
+  current?.abort(timedOut ? new TimeoutError(deadlineMs) : new CancelledError());
   // Let cooperative node code see the abort, then go: the host waits only a grace period.
   setTimeout(() => process.exit(143), 50).unref();
 }
@@ -862,6 +851,7 @@ async function drive(w) {
     else failToLoad(w, e instanceof LoadError ? e.message : `cannot load the workflow: ${message(e)}`);
     return;
   }
+  attemptOpenedAt = monotonicMs();
   const hello = w.hello(workflow.graph, mounts, true);
   const resume = hello.resume;
   if (hello.stop !== null && hello.stop !== undefined) return;
@@ -881,7 +871,10 @@ async function drive(w) {
   const run = new RunContext(env, workflow, hello, runInput);
   if (workflow.title) {
     try {
-      run.title = String(await workflow.title({ input: runInput, workflowName: workflow.name }));
+      // A title function may give nothing (the reference's examples return `undefined` when
+      // the input has no topic): then the run has no title, not the word "undefined".
+      const title = await workflow.title({ input: runInput, workflowName: workflow.name });
+      run.title = title === undefined || title === null ? null : String(title);
     } catch {
       run.title = null; // a title is for display: a failing one does not fail the run
     }
@@ -943,6 +936,7 @@ async function drive(w) {
       // deadline is decided by its `timeoutMs` function: that decision opens the attempt).
       if (resume.attempt_id === undefined) {
         decided = await decideTimeout(run, impls[nodeId], nodeId);
+        attemptOpenedAt = monotonicMs();
         resume.attempt_id = w.nodeStarted(nodeId, decided.ms ?? null);
       }
   }
@@ -997,6 +991,7 @@ async function drive(w) {
       }
       batch.cancelTimer();
       decided = await decideTimeout(run, impls[route.next], route.next);
+      attemptOpenedAt = monotonicMs();
       const reply = w.transition(outcome, route.next, decided.ms ?? null);
       batch.reported();
       if (reply.parked) return;

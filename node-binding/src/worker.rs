@@ -250,12 +250,13 @@ impl Worker {
             .map_err(worker_error)
     }
 
-    /// Publishes informational progress.
+    /// Publishes informational progress; returns the run's revision after the commit (the
+    /// update's place in the run's history), when the host gives it.
     #[napi]
-    pub fn progress(&mut self, message: String, data: Value) -> Result<()> {
+    pub fn progress(&mut self, message: String, data: Value) -> Result<Option<i64>> {
         self.session()?
             .progress(&message, data)
-            .map(drop)
+            .map(|receipt| receipt.revision.and_then(|r| i64::try_from(r).ok()))
             .map_err(worker_error)
     }
 

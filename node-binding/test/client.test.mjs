@@ -342,7 +342,7 @@ test('waitForRun goes on through a burst of events it fell behind on', async () 
           effect: piw.idempotentEffect('chat'),
           run: async ({ publishUpdate }) => {
             while (!existsSync(${JSON.stringify(go)})) await new Promise((r) => setTimeout(r, 10));
-            for (let i = 0; i < 6000; i++) await publishUpdate({ type: 'progress', data: { step: i } });
+            for (let i = 0; i < 6000; i++) await publishUpdate({ type: 'chat', key: 'talk', data: { step: i } });
             writeFileSync(${JSON.stringify(marker)}, 'done');
             return { said: 6000 };
           },

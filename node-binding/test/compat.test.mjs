@@ -1,7 +1,7 @@
 // Workflow files written for pi-workflows 0.12.1, in the style of its docs and examples, run
 // through a real host: what runs unchanged, and each difference node-binding/README.md lists.
 import assert from 'node:assert/strict';
-import { appendFileSync, mkdirSync, readdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 
@@ -215,7 +215,7 @@ export default defineWorkflow({
       updates: {
         streams: ["stdout"],
         parseLine: ({ stream, text }, { state }) =>
-          text.startsWith("step") ? { type: "progress", key: state.node, data: { stream, text } } : undefined,
+          text.startsWith("step") ? { type: "step", key: state.node, data: { stream, text } } : undefined,
       },
       parse: (result) => ({ command: result.command, args: result.args, cwd: result.cwd, stdout: result.stdout }),
     }),
@@ -328,11 +328,13 @@ test('checkpoint() without summary; humanDecision with function audience and onT
     file,
     `import { checkpoint, choice, compute, defineHumanChoices, defineWorkflow, humanDecision, humanDecisionEdge } from "@osolmaz/pi-workflows";
 
-type Input = { team: string; waitMs?: number; expires?: boolean };
+type Input = { team: string; waitMs?: number; expires?: boolean; topic?: string };
 const choices = defineHumanChoices({ continue: choice({ label: "Continue" }), stop: choice({ label: "Stop" }) });
 
 export default defineWorkflow({
   name: "gate",
+  // As the reference's examples do: no title without a topic.
+  title: ({ input }) => ((input as Input).topic ? \`gate: \${(input as Input).topic}\` : undefined),
   startAt: "confirm",
   nodes: {
     confirm: checkpoint(),
@@ -371,6 +373,7 @@ export default defineWorkflow({
     const timed = (await c.startRun(file, { input: { team: 'ops', waitMs: 600_000 } })).run_id;
     const confirm = await pending(timed);
     assert.equal(confirm.request.summary, 'confirm waits for an answer');
+    assert.equal(confirm.request.title, null);
     await c.answerCheckpoint(timed, confirm.decision_id, 'yes');
     // Wait until the checkpoint is behind: the decision is the one pending now.
     let approve;
@@ -389,8 +392,10 @@ export default defineWorkflow({
     assert.deepEqual(done.result, { choice: 'stop', provenance: 'timeout' });
 
     // onTimeout returning undefined: no deadline; a person answers.
-    const open = (await c.startRun(file, { input: { team: 'dev' } })).run_id;
-    await c.answerCheckpoint(open, (await pending(open)).decision_id, 'ok');
+    const open = (await c.startRun(file, { input: { team: 'dev', topic: 'release' } })).run_id;
+    const titled = await pending(open);
+    assert.equal(titled.request.title, 'gate: release');
+    await c.answerCheckpoint(open, titled.decision_id, 'ok');
     let second;
     for (let i = 0; i < 1500 && second?.node_id !== 'approve'; i++) {
       second = await pending(open);
@@ -451,4 +456,266 @@ export default defineWorkflow({
     .filter((path) => statSync(path).isFile())
     .filter((path) => readFileSync(path).includes(TOKEN));
   assert.deepEqual(stored, []);
+});
+
+test('the default deadline of each node kind: 15 minutes for agent, action and shell; none for the others', async () => {
+  const piw = await import('../index.js');
+  const choices = piw.defineHumanChoices({ go: piw.choice({ label: 'Go' }) });
+  const wf = piw.defineWorkflow({
+    name: 'defaults',
+    startAt: 'a',
+    nodes: {
+      a: piw.agent({ prompt: 'p' }),
+      b: piw.action({ run: () => 1 }),
+      c: piw.shell({ exec: () => ({ command: 'true' }) }),
+      d: piw.compute({ run: () => 1 }),
+      e: piw.checkpoint(),
+      f: piw.notify({ message: 'm' }),
+      g: piw.humanDecision({ choices }),
+      h: piw.action({ run: () => 1, timeoutMs: null }),
+    },
+    edges: ['a', 'b', 'c', 'd', 'e', 'f', 'g'].map((from, i) => ({ from, to: 'bcdefgh'[i] })),
+  });
+  const deadlines = Object.fromEntries(Object.entries(wf.graph.nodes).map(([id, n]) => [id, n.timeout_ms ?? null]));
+  assert.deepEqual(deadlines, { a: 900_000, b: 900_000, c: 900_000, d: null, e: null, f: null, g: null, h: null });
+});
+
+test('publishUpdate as pi-workflows has it: checked, answered with a receipt; the JSON and digest helpers workflows import', async () => {
+  const c = host.client;
+  const session = 'session-compat-updates';
+  const file = write(
+    'updates.workflow.ts',
+    `import { action, canonicalJson, defineWorkflow, digest, extractJsonValue, parseJsonValue } from "@osolmaz/pi-workflows";
+
+export default defineWorkflow({
+  name: "updates",
+  startAt: "work",
+  nodes: {
+    work: action({
+      run: async ({ publishUpdate }) => {
+        const first = await publishUpdate({
+          type: "progress",
+          key: "overall",
+          data: { schema: "pi-workflows.progress.v1", status: "running", completed: 1, total: 4, unit: "files" },
+        });
+        const second = await publishUpdate({ type: "note", key: "log", data: { text: "half" } });
+        const refused: string[] = [];
+        for (const bad of [
+          { type: "progress", key: "overall", data: { status: "running" } },
+          { type: "note", data: { text: "no key" } },
+          { type: "Note", key: "x", data: {} },
+          { type: "note", key: "x", data: "text" },
+          { type: "progress", key: "p", data: { schema: "pi-workflows.progress.v1", status: "running", completed: 3 } },
+        ]) {
+          try {
+            await publishUpdate(bad as never);
+          } catch (e) {
+            refused.push((e as Error).message);
+          }
+        }
+        return {
+          receipts: [first, second].map((r) => ({ type: r.type, key: r.key, seq: typeof r.seq, id: r.updateId.startsWith("upd_"), at: !Number.isNaN(Date.parse(r.at)) })),
+          ordered: (second.seq as number) > (first.seq as number),
+          refused,
+          parsed: [extractJsonValue('Here: {"a": [1, "}"]} done'), parseJsonValue('\`\`\`json\\n{"b": 2}\\n\`\`\`', { mode: "fenced" })],
+          canonical: canonicalJson({ b: 1, a: { d: 2, c: 3 } }),
+          digest: digest({ b: 1, a: 2 }) === digest({ a: 2, b: 1 }),
+        };
+      },
+    }),
+  },
+  edges: [],
+});
+`,
+  );
+  const sub = await c.subscribe({ sessionId: session });
+  const { run_id: runId } = await c.startRun(file, { sessionId: session });
+  const progress = [];
+  for await (const e of sub) {
+    if (e.run_id === runId && e.event_kind === 'progress') progress.push(e.data);
+    if (e.run_id === runId && ['completed', 'failed', 'review'].includes(e.status)) break;
+  }
+  const run = await c.waitForRun(runId, { timeoutMs: 30_000 });
+  assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+  assert.deepEqual(run.result.receipts, [
+    { type: 'progress', key: 'overall', seq: 'number', id: true, at: true },
+    { type: 'note', key: 'log', seq: 'number', id: true, at: true },
+  ]);
+  assert.equal(run.result.ordered, true);
+  assert.deepEqual(run.result.refused, [
+    'progress.schema must be "pi-workflows.progress.v1"',
+    'update.key must match ^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$, got null',
+    'update.type must match ^[a-z][a-z0-9.-]{0,63}$, got "Note"',
+    'update.data must be a JSON object',
+    'progress.unit must be 1 to 32 printable characters (it is required with counts)',
+  ]);
+  assert.deepEqual(run.result.parsed, [{ a: [1, '}'] }, { b: 2 }]);
+  assert.equal(run.result.canonical, '{"a":{"c":3,"d":2},"b":1}');
+  assert.equal(run.result.digest, true);
+  // What the host kept and sent: only the two valid updates, in order.
+  assert.deepEqual(
+    progress.map((p) => p.message),
+    ['progress:overall', 'note:log'],
+  );
+});
+
+test('routes on $output.<field> and $result.output.<field> (the node output), $result.outcome; another $result field is refused with the way out', async () => {
+  const file = write(
+    'routes.workflow.ts',
+    `import { compute, defineWorkflow } from "@osolmaz/pi-workflows";
+
+export default defineWorkflow({
+  name: "routes",
+  startAt: "classify",
+  nodes: {
+    classify: compute({ run: ({ input }) => ({ size: (input as { n: number }).n > 10 ? "big" : "small" }) }),
+    check: compute({ run: ({ outputs }) => ({ verdict: (outputs.classify as { size: string }).size === "big" ? "split" : "keep" }) }),
+    split: compute({ run: () => "split" }),
+    keep: compute({ run: () => "keep" }),
+    small: compute({ run: () => "small" }),
+  },
+  edges: [
+    { from: "classify", switch: { on: "$output.size", cases: { big: "check", small: "small" } } },
+    { from: "check", switch: { on: "$result.output.verdict", cases: { split: "split", keep: "keep" } } },
+  ],
+});
+`,
+  );
+  assert.equal((await runToEnd(file, { n: 20 })).result, 'split');
+  assert.equal((await runToEnd(file, { n: 1 })).result, 'small');
+  const { compute, defineWorkflow } = await import('../index.js');
+  assert.throws(
+    () =>
+      defineWorkflow({
+        name: 'bad',
+        startAt: 'a',
+        nodes: { a: compute({ run: () => 1 }), b: compute({ run: () => 1 }) },
+        edges: [{ from: 'a', switch: { on: '$result.error', cases: { x: 'b' } } }],
+      }),
+    /switches on "\$result\.error": expected "\$result\.outcome" or a path like/,
+  );
+});
+
+test('a node signal aborts with the reference\'s TimeoutError at its deadline and CancelledError when the run is stopped', async () => {
+  const seen = join(host.dir, 'abort-reasons');
+  const started = join(host.dir, 'abort-started');
+  const file = write(
+    'aborts.workflow.ts',
+    `import { appendFileSync, writeFileSync } from "node:fs";
+import { CancelledError, compute, defineWorkflow, TimeoutError } from "@osolmaz/pi-workflows";
+
+const waitForAbort = (signal: AbortSignal, mark: string) =>
+  new Promise(() => {
+    signal.addEventListener("abort", () => {
+      const r = signal.reason;
+      const kind = r instanceof TimeoutError ? \`timeout \${r.timeoutMs}\` : r instanceof CancelledError ? "cancelled" : String(r);
+      appendFileSync(${JSON.stringify(seen)}, \`\${mark}: \${kind}\\n\`);
+    });
+    writeFileSync(${JSON.stringify(started)}, mark);
+  });
+
+export default defineWorkflow({
+  name: "aborts",
+  startAt: "wait",
+  nodes: {
+    wait: compute({ timeoutMs: ({ input }) => ((input as { short?: boolean }).short ? 300 : null), run: ({ input, signal }) => waitForAbort(signal, (input as { short?: boolean }).short ? "short" : "long") }),
+  },
+  edges: [],
+});
+`,
+  );
+  const c = host.client;
+  const lines = () => (existsSync(seen) ? readFileSync(seen, 'utf8').split('\n').filter(Boolean) : []);
+  const waitFor = async (what, cond) => {
+    for (let i = 0; i < 1500 && !cond(); i++) await sleep(20);
+    assert.ok(cond(), what);
+  };
+  // The node never ends by itself: it times out at its 300 ms deadline, whatever the machine's speed.
+  const short = await runToEnd(file, { short: true });
+  assert.equal(short.status, 'timed_out', JSON.stringify(short));
+  await waitFor('the timeout reason', () => lines().includes('short: timeout 300'));
+  const { run_id: runId } = await c.startRun(file, { input: {} });
+  await waitFor('the long node started', () => existsSync(started) && readFileSync(started, 'utf8') === 'long');
+  await c.cancelRun(runId);
+  await waitFor('the cancel reason', () => lines().includes('long: cancelled'));
+});
+
+test('includeWorkflow by path with a contract: a matching workflow runs, a mismatching one fails the run naming the difference; defineWorkflowRegistry', async () => {
+  write(
+    'repair.workflow.ts',
+    `import { compute, defineWorkflow } from "@osolmaz/pi-workflows";
+export default defineWorkflow({
+  name: "repair",
+  contractId: "repair.v1",
+  startAt: "fix",
+  nodes: { fix: compute({ run: () => ({ fixed: true }) }) },
+  edges: [],
+  exits: { fixed: { from: "fix" } },
+});
+`,
+  );
+  const parent = (contractId) =>
+    write(
+      `parent-${contractId.replace('.', '-')}.workflow.ts`,
+      `import { compute, defineWorkflow, includeWorkflow } from "@osolmaz/pi-workflows";
+const contract = defineWorkflow({
+  name: "repair-contract",
+  contractId: "${contractId}",
+  startAt: "fix",
+  nodes: { fix: compute({ run: () => null }) },
+  edges: [],
+  exits: { fixed: { from: "fix" } },
+});
+export default defineWorkflow({
+  name: "parent",
+  startAt: "repair",
+  includes: { repair: includeWorkflow({ workflow: "./repair.workflow.ts", contract }) },
+  nodes: { done: compute({ run: ({ outputs }) => outputs.repair }) },
+  edges: [{ from: "repair.fixed", to: "done" }],
+});
+`,
+    );
+  const ok = await runToEnd(parent('repair.v1'));
+  assert.equal(ok.status, 'completed', ok.error);
+  assert.deepEqual(ok.result, { exit: 'fixed', output: { fixed: true } });
+  const bad = await runToEnd(parent('repair.v2'));
+  assert.equal(bad.status, 'failed');
+  assert.match(bad.error, /includes\.repair \(.*repair\.workflow\.ts\): contract mismatch: expected repair\.v2, got repair\.v1/);
+
+  const { compute, defineWorkflow, defineWorkflowRegistry } = await import('../index.js');
+  const one = (name) => defineWorkflow({ name, startAt: 'a', nodes: { a: compute({ run: () => 1 }) }, edges: [] });
+  const registry = defineWorkflowRegistry({ a: one('a'), b: one('b') });
+  assert.ok(Object.isFrozen(registry));
+  assert.throws(() => defineWorkflowRegistry({ a: one('same'), b: one('same') }), /two workflows named same/);
+  assert.throws(() => one('x') && defineWorkflow({ name: 'c', contractId: 'bad id', startAt: 'a', nodes: { a: compute({ run: () => 1 }) }, edges: [] }), /contractId must match/);
+});
+
+test('discoverWorkflows, resolveWorkflowRef, workflowSearchDirs, workflowFileStem and loadWorkflowFile, as pi-workflows exports them', async () => {
+  const piw = await import('../index.js');
+  const home = join(host.dir, 'discover-home');
+  mkdirSync(join(home, '.pi', 'agent', 'workflows'), { recursive: true });
+  writeFileSync(join(home, '.pi', 'agent', 'workflows', 'global-only.workflow.mjs'), 'export default 1;\n');
+  writeFileSync(join(home, '.pi', 'agent', 'workflows', 'disc-shared.workflow.mjs'), 'export default 1;\n');
+  write('disc-shared.workflow.ts', 'export default 2;\n');
+  write(
+    'disc-load.workflow.ts',
+    'import { compute, defineWorkflow } from "@osolmaz/pi-workflows";\nenum K { A = 1 }\nexport default defineWorkflow({ name: "disc-load", startAt: "a", nodes: { a: compute({ run: () => K.A }) }, edges: [] });\n',
+  );
+  const paths = { cwd: project, homeDir: home };
+  assert.deepEqual(piw.workflowSearchDirs(paths), [
+    { dir: join(project, '.pi', 'workflows'), source: 'project' },
+    { dir: join(home, '.pi', 'agent', 'workflows'), source: 'global' },
+  ]);
+  const found = await piw.discoverWorkflows(paths);
+  assert.deepEqual(found.find((w) => w.name === 'global-only'), { name: 'global-only', ref: join(home, '.pi', 'agent', 'workflows', 'global-only.workflow.mjs'), source: 'global' });
+  // The project's file hides the global one of the same name.
+  assert.deepEqual(found.find((w) => w.name === 'disc-shared'), { name: 'disc-shared', ref: join(project, '.pi', 'workflows', 'disc-shared.workflow.ts'), source: 'project' });
+  assert.equal(piw.workflowFileStem('/x/release.workflow.ts'), 'release');
+  const ref = await piw.resolveWorkflowRef('disc-load', paths);
+  assert.equal(ref.source, 'project');
+  // Loaded in this test's own process: TypeScript and the package name work here too.
+  const loaded = await piw.loadWorkflowFile(ref.ref);
+  assert.equal(piw.isWorkflowDefinition(loaded), true);
+  assert.equal(loaded.name, 'disc-load');
+  await assert.rejects(piw.loadWorkflowFile(join(home, '.pi', 'agent', 'workflows', 'global-only.workflow.mjs')), /must export default defineWorkflow/);
 });

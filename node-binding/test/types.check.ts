@@ -47,7 +47,7 @@ export const wf = defineWorkflow<{ n: number }>({
     b: action({
       effect: idempotentEffect('thing.do'),
       run: async ({ effect, publishUpdate }) => {
-        await publishUpdate({ type: 'progress', key: 'all', data: { done: 1 } });
+        await publishUpdate({ type: 'progress', key: 'all', data: { schema: 'pi-workflows.progress.v1', status: 'running', completed: 1, total: 2, unit: 'steps' } });
         return { retried: effect.retry };
       },
     }),
@@ -68,13 +68,13 @@ export const wf = defineWorkflow<{ n: number }>({
     h: notify({ kind: 'final', message: ({ results }) => String(results.g?.outcome) }),
     i: action({ effect: manualEffect('x.y'), run: () => 1 }),
     // No effect: a manual one, as pi-workflows files are written.
-    k: action({ run: async ({ publishUpdate }) => publishUpdate({ type: 'log', data: 1 }) }),
+    k: action({ run: async ({ publishUpdate }) => (await publishUpdate({ type: 'log', key: 'k', data: { n: 1 } })).seq }),
     l: shell({ exec: () => ({ command: 'true' }) }),
     j: shell({
       effect: idempotentEffect('git.status'),
       exec: () => ({ command: 'git', args: ['status', '--porcelain'], timeoutMs: 10_000, allowNonZeroExit: false }),
       parse: (result) => ({ dirty: result.stdout.trim().length > 0 }),
-      updates: { streams: ['stdout'], parseLine: ({ stream, text }, { state }) => (text ? { type: 'log', key: `${stream}:${state.node}`, data: text } : null) },
+      updates: { streams: ['stdout'], parseLine: ({ stream, text }, { state }) => (text ? { type: 'log', key: `${stream}:${state.node}`, data: { text } } : null) },
     }),
   },
   edges: [

@@ -663,7 +663,7 @@ test('shell: exec, parse, updates.parseLine, capped output, non-zero exits', asy
             maxOutputChars: 100,
           }),
           updates: { parseLine: ({ stream, text }) =>
-            text.startsWith('progress') ? { type: 'progress', key: stream, data: { n: Number(text.split(' ')[1]) } } : null },
+            text.startsWith('progress') ? { type: 'count', key: stream, data: { n: Number(text.split(' ')[1]) } } : null },
         }),
         bad: piw.shell({
           effect: piw.manualEffect('cmd.bad'),
@@ -691,7 +691,7 @@ test('shell: exec, parse, updates.parseLine, capped output, non-zero exits', asy
   const run = await c.waitForRun(runId, { timeoutMs: 20_000 });
   assert.equal(run.status, 'completed', run.error ?? run.review_reason);
   assert.deepEqual(run.result, { code: 4, bad: 'node bad failed: sh -c echo nope >&2; exit 3 exited with 3: nope' });
-  assert.deepEqual(progress, [{ message: 'progress:stdout', data: { type: 'progress', key: 'stdout', data: { n: 2 } } }]);
+  assert.deepEqual(progress, [{ message: 'count:stdout', data: { type: 'count', key: 'stdout', data: { n: 2 } } }]);
   const { attempts, effects } = await c.runStatus(runId);
   const lines = attempts.find((a) => a.node_id === 'lines').output;
   assert.equal(lines.stdout, 'one\nprogress 2\nfed\n' + '0'.repeat(100 - 'one\nprogress 2\nfed\n'.length));
@@ -716,7 +716,7 @@ test('shell: a throwing updates.parseLine fails the node with its error and stop
         parse: piw.shell({
           effect: piw.idempotentEffect('cmd.parse'),
           exec: () => ({ command: 'sh', args: ['-c', 'echo ok; echo bad; exec sleep 600'] }),
-          updates: { parseLine: ({ text }) => { if (text === 'bad') throw new Error('cannot parse ' + text); return { type: 'line', data: text }; } },
+          updates: { parseLine: ({ text }) => { if (text === 'bad') throw new Error('cannot parse ' + text); return { type: 'line', key: 'out', data: { text } }; } },
         }),
         timeout: piw.shell({
           effect: piw.idempotentEffect('cmd.timeout'),
