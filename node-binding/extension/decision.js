@@ -111,11 +111,19 @@ export function decisionText(request, workflowName = null) {
     .join('\n');
 }
 
+/**
+ * Shift+Up and Shift+Down as terminals send them (xterm's form, rxvt's):
+ * they page the request. Pi keeps PageUp and PageDown for itself in its regular mode (they never
+ * reach a dialog), so these are the keys that always do.
+ */
+const SHIFT_UP = ['\x1b[1;2A', '\x1b[a'];
+const SHIFT_DOWN = ['\x1b[1;2B', '\x1b[b'];
+
 const STYLE = { title: 'accent', section: 'accent', note: 'warning', pre: 'muted' };
 
 /**
  * The TUI dialog of a human decision (Pi's `Component`, for `ctx.ui.custom`): the request's
- * lines, wrapped to the width and scrolled (page keys) when they do not fit the terminal, then
+ * lines, wrapped to the width and paged (Shift+↑↓) when they do not fit the terminal, then
  * the choices (up/down, Enter); Escape leaves it for later. `done(index | undefined)`.
  * Written here rather than with `@earendil-works/pi-tui` for the reason the cards are
  * (docs/PERFORMANCE.md, "Pi extension start").
@@ -151,7 +159,7 @@ export class DecisionComponent {
     const rule = (text) => ` ${style('pre', fitColumns(text, room))}`;
     if (body.length > view) {
       const last = Math.min(body.length, this.scroll + view);
-      rows.push(rule(`── rows ${this.scroll + 1}–${last} of ${body.length}${last < body.length ? ' · PgDn: more' : ''}${this.scroll > 0 ? ' · PgUp: back' : ''} ──`));
+      rows.push(rule(`── rows ${this.scroll + 1}–${last} of ${body.length}${last < body.length ? ' · Shift+↓ more' : ''}${this.scroll > 0 ? ' · Shift+↑ back' : ''} ──`));
     } else {
       rows.push('');
     }
@@ -159,7 +167,7 @@ export class DecisionComponent {
       const line = fitColumns(`${i === this.selected ? '> ' : '  '}${label}`, room);
       rows.push(` ${i === this.selected ? style('title', line) : line}`);
     });
-    rows.push(rule('↑↓ choose · Enter decide · PgUp/PgDn scroll · Esc later'));
+    rows.push(rule('↑↓ choose · Enter decide · Shift+↑↓ scroll · Esc later'));
     return rows;
   }
 
@@ -175,8 +183,8 @@ export class DecisionComponent {
     }
     if (is('tui.select.up')) this.selected = (this.selected - 1 + this.labels.length) % this.labels.length;
     else if (is('tui.select.down')) this.selected = (this.selected + 1) % this.labels.length;
-    else if (is('tui.select.pageUp')) this.scroll = Math.max(0, this.scroll - Math.max(1, this.page - 1));
-    else if (is('tui.select.pageDown')) this.scroll += Math.max(1, this.page - 1);
+    else if (is('tui.select.pageUp') || SHIFT_UP.includes(data)) this.scroll = Math.max(0, this.scroll - Math.max(1, this.page - 1));
+    else if (is('tui.select.pageDown') || SHIFT_DOWN.includes(data)) this.scroll += Math.max(1, this.page - 1);
     else return;
     this.tui?.requestRender?.();
   }
