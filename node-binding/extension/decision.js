@@ -149,14 +149,15 @@ export class DecisionComponent {
   }
 
   render(width) {
-    const room = Math.max(1, width - 1);
+    const pad = width > 1 ? ' ' : '';
+    const room = Math.max(1, width - pad.length);
     const style = (name, text) => (this.theme?.fg && STYLE[name] ? this.theme.fg(STYLE[name], text) : text);
     const body = this.lines.flatMap((l) => wrapColumns(l.text, room).map((row) => style(l.style, row)));
     const view = this.viewport();
     this.page = Math.min(view, body.length);
     this.scroll = Math.max(0, Math.min(this.scroll, body.length - view));
-    const rows = body.slice(this.scroll, this.scroll + view).map((row) => ` ${row}`);
-    const rule = (text) => ` ${style('pre', fitColumns(text, room))}`;
+    const rows = body.slice(this.scroll, this.scroll + view).map((row) => `${pad}${row}`);
+    const rule = (text) => `${pad}${style('pre', fitColumns(text, room))}`;
     if (body.length > view) {
       const last = Math.min(body.length, this.scroll + view);
       rows.push(rule(`── rows ${this.scroll + 1}–${last} of ${body.length}${last < body.length ? ' · Shift+↓ more' : ''}${this.scroll > 0 ? ' · Shift+↑ back' : ''} ──`));
@@ -165,7 +166,7 @@ export class DecisionComponent {
     }
     this.labels.forEach((label, i) => {
       const line = fitColumns(`${i === this.selected ? '> ' : '  '}${label}`, room);
-      rows.push(` ${i === this.selected ? style('title', line) : line}`);
+      rows.push(`${pad}${i === this.selected ? style('title', line) : line}`);
     });
     rows.push(rule('↑↓ choose · Enter decide · Shift+↑↓ scroll · Esc later'));
     return rows;

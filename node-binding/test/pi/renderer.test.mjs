@@ -8,6 +8,7 @@ import { visibleWidth } from '@earendil-works/pi-tui';
 import piwExtension from '../../extension/index.js';
 import { fitColumns, messageText, stepMessage } from '../../extension/format.js';
 import { textColumns } from '../../extension/width.js';
+import { DecisionComponent, decisionLines, decisionText } from '../../extension/decision.js';
 
 /** The extension's registrations, through a stand-in for Pi's ExtensionAPI. */
 function register() {
@@ -165,4 +166,57 @@ test('a line is cut between grapheme clusters, to at most the width Pi measures'
     const next = whole[kept.length];
     if (next !== undefined) assert.ok(visibleWidth(fitted + next) > width, `${width}: stopped early`);
   }
+});
+
+test('a decision without a presentation shows its subject; a block of an unknown kind is shown, not left out; the onTimeout response is said', () => {
+  const request = {
+    workflow: 'ship',
+    question: 'Ship it?',
+    details: null,
+    choices: [{ id: 'go', label: 'Ship' }, { id: 'no', label: 'Hold' }],
+    extra: { subject: { version: '1.2.0' }, onTimeout: { afterMs: 600_000, response: { choice: 'no' } } },
+  };
+  assert.equal(
+    decisionText(request),
+    ['Workflow ship: Ship it?', '', 'Subject:', '{', '  "version": "1.2.0"', '}', '', 'If nobody answers within 10 min, the workflow goes on with "Hold".'].join('\n'),
+  );
+  const odd = { question: 'Go?', extra: { presentation: { summary: 'Go?', blocks: [{ kind: 'table', rows: [['a', 'b']] }] } } };
+  // A summary the question already says is not said twice.
+  assert.deepEqual(decisionText(odd, 'wf').split('\n'), ['Workflow wf: Go?', '{', '  "kind": "table",', '  "rows": [', '    [', '      "a",', '      "b"', '    ]', '  ]', '}']);
+});
+
+test('the decision dialog fits every width, pages through the request and moves the selection', () => {
+  const lines = decisionLines({
+    workflow: 'plan',
+    question: 'Approve 漢字 the plan',
+    extra: { presentation: { summary: 'A summary that is long enough to wrap at narrow widths, with 漢字 in it.', blocks: [{ kind: 'bullets', items: Array.from({ length: 40 }, (_, i) => `item ${i}`) }] } },
+  });
+  let picked = null;
+  const keys = { 'tui.select.down': '\x1b[B', 'tui.select.confirm': '\r' };
+  const dialog = new DecisionComponent({
+    lines,
+    labels: ['Approve', 'Reject — stop here'],
+    tui: { terminal: { rows: 20 }, requestRender() {} },
+    theme,
+    keybindings: { matches: (data, action) => keys[action] === data },
+    done: (v) => (picked = v),
+  });
+  for (const width of [1, 2, 8, 20, 33, 80]) {
+    for (const row of dialog.render(width).map(plain)) assert.ok(visibleWidth(row) <= width, `${JSON.stringify(row)} fits ${width}`);
+  }
+  const first = dialog.render(60).map(plain);
+  // A page is what the terminal's 20 rows leave after the choices and 8 rows of Pi's own.
+  assert.equal(first.length, 10 + 1 + 2 + 1, 'the page, the rule, the choices, the keys');
+  assert.match(first[10], /^ ── rows 1–10 of \d+ · Shift\+↓ more ──$/);
+  dialog.handleInput('\x1b[1;2B');
+  const second = dialog.render(60).map(plain);
+  // A page on, keeping one row of the last page in view.
+  assert.match(second[10], /^ ── rows 10–19 of \d+ · Shift\+↓ more · Shift\+↑ back ──$/);
+  for (let i = 0; i < 10; i++) dialog.handleInput('\x1b[1;2B');
+  const last = dialog.render(60).map(plain);
+  assert.equal(last[9], ' • item 39');
+  dialog.handleInput('\x1b[B');
+  assert.deepEqual(dialog.render(60).map(plain).slice(11, 13), ['   Approve', ' > Reject — stop here']);
+  dialog.handleInput('\r');
+  assert.equal(picked, 1);
 });
