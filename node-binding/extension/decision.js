@@ -152,7 +152,11 @@ export class DecisionComponent {
     const pad = width > 1 ? ' ' : '';
     const room = Math.max(1, width - pad.length);
     const style = (name, text) => (this.theme?.fg && STYLE[name] ? this.theme.fg(STYLE[name], text) : text);
-    const body = this.lines.flatMap((l) => wrapColumns(l.text, room).map((row) => style(l.style, row)));
+    // The wrapped request, kept per width (rendered at every frame; moving the selection keeps it).
+    if (this.wrapped?.width !== width) {
+      this.wrapped = { width, body: this.lines.flatMap((l) => wrapColumns(l.text, room).map((row) => style(l.style, row))) };
+    }
+    const { body } = this.wrapped;
     const view = this.viewport();
     this.page = Math.min(view, body.length);
     this.scroll = Math.max(0, Math.min(this.scroll, body.length - view));
@@ -190,5 +194,8 @@ export class DecisionComponent {
     this.tui?.requestRender?.();
   }
 
-  invalidate() {}
+  invalidate() {
+    // The theme may have changed: styled rows are made again.
+    this.wrapped = null;
+  }
 }

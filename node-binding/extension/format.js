@@ -168,7 +168,13 @@ export const CARD_EXPANDED_ROWS = 400;
  */
 export function cardText(message) {
   const d = message.details ?? {};
-  const text = typeof message.content === 'string' ? message.content : messageText({ content: message.content });
+  // Pi's custom message content: a string, or text (and image) blocks.
+  const text =
+    typeof message.content === 'string'
+      ? message.content
+      : Array.isArray(message.content)
+        ? message.content.filter((b) => b?.type === 'text').map((b) => b.text).join('\n')
+        : messageText({ content: message.content });
   const lines = text.split('\n');
   if (message.customType === STEP) {
     const head = `workflow step ${d.node ?? ''} · run ${d.runId ?? ''}${d.reminder ? ` · reminder ${d.reminder}` : ''}`;
@@ -176,7 +182,7 @@ export function cardText(message) {
   }
   const c = d.content;
   if (d.kind === 'terminal' && c && typeof c === 'object') {
-    const head = `workflow ${c.workflow ?? ''} ${c.status ?? 'ended'} · run ${d.runId ?? ''}`;
+    const head = `${['workflow', str(c.workflow), str(c.status) ?? 'ended'].filter(Boolean).join(' ')} · run ${d.runId ?? ''}`;
     const about = [];
     if (c.error) about.push(...`error: ${c.error}`.split('\n'));
     if (c.reason) about.push(...`reason: ${c.reason}`.split('\n'));
@@ -206,28 +212,48 @@ export class CardComponent {
   }
 
   render(width) {
+    if (this.cache?.width === width) return this.cache.rows;
     // A column of margin, as Pi's own cards have, when there is room for it.
     const pad = width > 1 ? ' ' : '';
     const room = Math.max(1, width - pad.length);
     const style = (color, line) => (this.theme?.fg ? this.theme.fg(color, line) : line);
-    const wrap = (lines) => lines.flatMap((line) => wrapColumns(line, room));
     const rows = [`${pad}${style('accent', fitColumns(this.card.head, room))}`];
-    const full = wrap(this.card.lines);
     const note = (text) => rows.push(`${pad}${style('dim', fitColumns(text, room))}`);
+    const limit = this.expanded ? CARD_EXPANDED_ROWS : CARD_ROWS;
+    const shown = wrapRows(this.expanded ? this.card.lines : this.card.compact, room, limit);
+    for (const row of shown.slice(0, limit)) rows.push(`${pad}${row}`);
     if (this.expanded) {
-      for (const row of full.slice(0, CARD_EXPANDED_ROWS)) rows.push(`${pad}${row}`);
-      if (full.length > CARD_EXPANDED_ROWS) note(`… ${full.length - CARD_EXPANDED_ROWS} more rows (the session file holds the whole text)`);
-      return rows;
+      if (shown.length > limit) note('… (the session file holds the whole text)');
+    } else if (shown.length > limit || !sameWords(this.card.compact, this.card.lines)) {
+      // Expanding shows more than blank rows or the same words again.
+      note(`… ${this.expandKey} to expand`);
     }
-    const compact = wrap(this.card.compact);
-    for (const row of compact.slice(0, CARD_ROWS)) rows.push(`${pad}${row}`);
-    const hidden = compact.length - Math.min(compact.length, CARD_ROWS);
-    // Expanding shows more than blank rows or the same rows again.
-    const words = (list) => list.filter((r) => r.trim() !== '').join('\n');
-    if (hidden > 0) note(`… ${hidden} more rows, ${this.expandKey} to expand`);
-    else if (words(full) !== words(compact)) note(`… ${this.expandKey} to expand`);
+    this.cache = { width, rows };
     return rows;
   }
 
-  invalidate() {}
+  invalidate() {
+    this.cache = null;
+  }
+}
+
+/**
+ * `lines` wrapped to `room` columns, stopping once more than `limit` rows are made (a card
+ * shows at most that many: a result of megabytes is not wrapped whole at every frame).
+ */
+function wrapRows(lines, room, limit) {
+  const rows = [];
+  // Enough text for limit + 1 rows however narrow its characters.
+  const most = (limit + 1) * room * 8;
+  for (const line of lines) {
+    if (rows.length > limit) break;
+    rows.push(...wrapColumns(line.length > most ? line.slice(0, most) : line, room));
+  }
+  return rows;
+}
+
+/** Whether two texts have the same words (wrapping and blank lines aside). */
+function sameWords(a, b) {
+  const words = (lines) => lines.join(' ').split(/\s+/).filter(Boolean).join(' ');
+  return words(a) === words(b);
 }

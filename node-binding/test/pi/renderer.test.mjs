@@ -63,7 +63,7 @@ test('a step card shows the start of the step, and expanded (Pi\'s expand key) t
   const collapsed = draw(message, 80);
   assert.equal(collapsed[0], ' workflow step draft · run run_1 · reminder 1');
   assert.equal(collapsed.length, 1 + 4 + 1, 'the head, four rows, the hint');
-  assert.match(collapsed.at(-1), /… \d+ more rows, ctrl\+o to expand/);
+  assert.equal(collapsed.at(-1), ' … ctrl+o to expand');
   assert.ok(!collapsed.join('\n').includes('"action":"submit"'), 'collapsed, the card is short');
   // Expanded: every line of the step, the prompt, the expected output and the exact submit call.
   const expanded = draw(message, 200, true);
@@ -96,13 +96,20 @@ test('a result card shows the result, bounded, and all of it expanded; no row is
   assert.equal(rows[0], ' workflow gate completed · run run_2');
   assert.match(rows[1], /^ result: \{"title":"Faster starts","items":\["item 0 漢字"/);
   assert.equal(rows.length, 1 + 4 + 1, 'bounded: four rows and the hint');
-  assert.match(rows.at(-1), /more rows, ctrl\+o to expand/);
+  assert.equal(rows.at(-1), ' … ctrl+o to expand');
   const expanded = draw(message, 80, true);
   assert.deepEqual(expanded.slice(1), [' result:', ...JSON.stringify(result, null, 2).split('\n').map((l) => ` ${l}`)]);
   for (const width of [1, 2, 12, 20, 40]) {
     draw(message, width);
     draw(message, width, true);
   }
+  // A result of megabytes: as many rows as a card shows, never more.
+  const huge = { workflow: 'gate', status: 'completed', result: { text: 'x'.repeat(2_000_000), lines: Array(50_000).fill('row') } };
+  const big = { customType: 'piw-message', content: '', details: { kind: 'terminal', runId: 'run_2', content: huge } };
+  assert.equal(draw(big, 80).length, 1 + 4 + 1);
+  const open = draw(big, 80, true);
+  assert.equal(open.length, 1 + 400 + 1);
+  assert.equal(open.at(-1), ' … (the session file holds the whole text)');
   // A small result needs no expanding.
   const small = { workflow: 'gate', status: 'completed', result: true };
   assert.deepEqual(draw({ customType: 'piw-message', content: '', details: { kind: 'terminal', runId: 'run_2', content: small } }, 80), [
