@@ -124,7 +124,8 @@ const STYLE = { title: 'accent', section: 'accent', note: 'warning', pre: 'muted
 /**
  * The TUI dialog of a human decision (Pi's `Component`, for `ctx.ui.custom`): the request's
  * lines, wrapped to the width and paged (Shift+↑↓) when they do not fit the terminal, then
- * the choices (up/down, Enter); Escape leaves it for later. `done(index | undefined)`.
+ * the choices (up/down, Enter); Escape leaves it for later. Enter decides only once the last
+ * row of the request has been on screen (before, it pages on). `done(index | undefined)`.
  * Written here rather than with `@earendil-works/pi-tui` for the reason the cards are
  * (docs/PERFORMANCE.md, "Pi extension start").
  */
@@ -140,6 +141,8 @@ export class DecisionComponent {
     this.scroll = 0;
     /** Rows of the request the last render showed at once (a page). */
     this.page = 1;
+    /** Whether the request's last row has been on screen: until then Enter reads on, never decides. */
+    this.seenAll = false;
   }
 
   /** Rows of the request shown at once: what the terminal leaves after the choices and the hints. */
@@ -172,13 +175,15 @@ export class DecisionComponent {
       const line = fitColumns(`${i === this.selected ? '> ' : '  '}${label}`, room);
       rows.push(`${pad}${i === this.selected ? style('title', line) : line}`);
     });
-    rows.push(rule('↑↓ choose · Enter decide · Shift+↑↓ scroll · Esc later'));
+    if (this.scroll + view >= body.length) this.seenAll = true;
+    rows.push(rule(this.seenAll ? '↑↓ choose · Enter decide · Shift+↑↓ scroll · Esc later' : '↑↓ choose · Enter reads on (decides at the end) · Esc later'));
     return rows;
   }
 
   handleInput(data) {
     const is = (action) => this.keybindings?.matches?.(data, action);
-    if (is('tui.select.confirm')) {
+    // A person decides only once the whole request has been on screen.
+    if (is('tui.select.confirm') && this.seenAll) {
       this.done(this.selected);
       return;
     }
@@ -189,7 +194,7 @@ export class DecisionComponent {
     if (is('tui.select.up')) this.selected = (this.selected - 1 + this.labels.length) % this.labels.length;
     else if (is('tui.select.down')) this.selected = (this.selected + 1) % this.labels.length;
     else if (is('tui.select.pageUp') || SHIFT_UP.includes(data)) this.scroll = Math.max(0, this.scroll - Math.max(1, this.page - 1));
-    else if (is('tui.select.pageDown') || SHIFT_DOWN.includes(data)) this.scroll += Math.max(1, this.page - 1);
+    else if (is('tui.select.pageDown') || is('tui.select.confirm') || SHIFT_DOWN.includes(data)) this.scroll += Math.max(1, this.page - 1);
     else return;
     this.tui?.requestRender?.();
   }

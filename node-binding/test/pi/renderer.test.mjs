@@ -212,6 +212,12 @@ test('the decision dialog fits every width, pages through the request and moves 
     for (const row of dialog.render(width).map(plain)) assert.ok(visibleWidth(row) <= width, `${JSON.stringify(row)} fits ${width}`);
   }
   const first = dialog.render(60).map(plain);
+  assert.equal(first.at(-1), ' ↑↓ choose · Enter reads on (decides at the end) · Esc later');
+  // Enter before the end has been on screen reads on: nobody decides on a request half read.
+  dialog.handleInput('\r');
+  assert.equal(picked, null);
+  assert.match(dialog.render(60).map(plain)[10], /^ ── rows 10–19 of /);
+  dialog.handleInput('\x1b[1;2A');
   // A page is what the terminal's 20 rows leave after the choices and 8 rows of Pi's own.
   assert.equal(first.length, 10 + 1 + 2 + 1, 'the page, the rule, the choices, the keys');
   assert.match(first[10], /^ ── rows 1–10 of \d+ · Shift\+↓ more ──$/);
@@ -222,6 +228,9 @@ test('the decision dialog fits every width, pages through the request and moves 
   for (let i = 0; i < 10; i++) dialog.handleInput('\x1b[1;2B');
   const last = dialog.render(60).map(plain);
   assert.equal(last[9], ' • item 39');
+  assert.equal(last.at(-1), ' ↑↓ choose · Enter decide · Shift+↑↓ scroll · Esc later');
+  // Seen once, it stays decidable when paged back.
+  dialog.handleInput('\x1b[1;2A');
   dialog.handleInput('\x1b[B');
   assert.deepEqual(dialog.render(60).map(plain).slice(11, 13), ['   Approve', ' > Reject — stop here']);
   dialog.handleInput('\r');

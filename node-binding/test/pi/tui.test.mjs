@@ -103,7 +103,7 @@ test('in the TUI a decision shows its whole presentation, paged with Shift+Down,
       r.some((x) => /^ ── rows 1–\d+ of \d+ · Shift\+↓ more ──$/.test(x)) &&
       r.includes(' > Approve') &&
       r.includes('   Reject') &&
-      r.includes(' ↑↓ choose · Enter decide · Shift+↑↓ scroll · Esc later')
+      r.includes(' ↑↓ choose · Enter reads on (decides at the end) · Esc later')
     );
   });
   assert.ok(!first.includes('END-OF-PLAN'), 'the end of the plan is further down');
@@ -121,7 +121,8 @@ test('in the TUI a decision shows its whole presentation, paged with Shift+Down,
       r.includes('   then: piw migrate') &&
       r.includes(' END-OF-PLAN') &&
       r.some((x) => new RegExp(`^ ── rows \\d+–${total} of ${total} · Shift\\+↑ back ──$`).test(x)) &&
-      r.includes(' > Approve')
+      r.includes(' > Approve') &&
+      r.includes(' ↑↓ choose · Enter decide · Shift+↑↓ scroll · Esc later')
     );
   });
   assert.ok(end);
