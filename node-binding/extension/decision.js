@@ -112,9 +112,9 @@ export function decisionText(request, workflowName = null) {
 }
 
 /**
- * Shift+Up and Shift+Down as terminals send them (xterm's form, rxvt's):
- * they page the request. Pi keeps PageUp and PageDown for itself in its regular mode (they never
- * reach a dialog), so these are the keys that always do.
+ * Shift+Up and Shift+Down as terminals send them (xterm's form, rxvt's): they page the
+ * request. Pi keeps PageUp and PageDown for itself in its regular mode (they never reach a
+ * dialog), so these are the keys that always do.
  */
 const SHIFT_UP = ['\x1b[1;2A', '\x1b[a'];
 const SHIFT_DOWN = ['\x1b[1;2B', '\x1b[b'];
@@ -145,7 +145,10 @@ export class DecisionComponent {
     this.seenAll = false;
   }
 
-  /** Rows of the request shown at once: what the terminal leaves after the choices and the hints. */
+  /**
+   * Rows of the request shown at once: what the terminal leaves after the choices, the rule and
+   * the keys row, and Pi's own rows around the dialog (widget, footer: about six).
+   */
   viewport() {
     const rows = Number(this.tui?.terminal?.rows) || 24;
     return Math.max(3, rows - this.labels.length - 8);
