@@ -54,15 +54,31 @@ class Terminal {
     for (const key of keys) this.tmux('send-keys', key);
   }
 
-  /** Waits until the whole screen satisfies `ok`; fails with the last screen after WAIT_MS. */
-  async waitFor(what, ok) {
+  /**
+   * Waits until the whole screen satisfies `ok`; fails with the last screen after WAIT_MS.
+   * `meanwhile(screen)` is called with each screen that does not.
+   */
+  async waitFor(what, ok, meanwhile = () => {}) {
     const deadline = Date.now() + WAIT_MS;
     for (;;) {
       const screen = this.screen();
       if (ok(screen)) return screen;
       if (Date.now() > deadline) throw new Error(`never ${what}; the last screen:\n${screen}`);
+      meanwhile(screen);
       await sleep(50);
     }
+  }
+
+  /**
+   * Submits `line` in Pi's editor and waits for `ok` (see `waitFor`). Pi takes no submission
+   * until its start is complete: it keeps the line in the editor and says "Startup is still in
+   * progress", and Enter is pressed again, until the line leaves the editor.
+   */
+  async submit(line, what, ok) {
+    this.type(line, 'Enter');
+    return this.waitFor(what, ok, (screen) => {
+      if (screen.includes('Startup is still in progress') && rowsOf(screen).includes(line)) this.type('', 'Enter');
+    });
   }
 
   close() {
@@ -91,9 +107,8 @@ afterEach(async () => {
 test('in the TUI a decision shows its whole presentation, paged with Shift+Down, above its choices', { skip }, async () => {
   env.addWorkflow('plan.workflow.mjs', 'plan');
   term = new Terminal(env, { columns: 100, rows: 30 });
-  await term.waitFor('Pi ready', (s) => /mock-model/.test(s) && /─{20}/.test(s));
-  term.type('/workflow plan', 'Enter');
-  const first = await term.waitFor('the dialog: title, summary, the first rows, the choices and the keys', (s) => {
+  await term.waitFor('Pi drawn (its editor and footer)', (s) => /mock-model/.test(s) && /─{20}/.test(s));
+  const first = await term.submit('/workflow plan', 'the dialog: title, summary, the first rows, the choices and the keys', (s) => {
     const r = rowsOf(s);
     return (
       r.includes(' Workflow plan: Approve the migration plan') &&
@@ -142,9 +157,8 @@ test("in the TUI Pi's expand key opens a step card to the whole step contract an
     return id ? { tool: { name: 'workflow', arguments: { action: 'submit', interactionId: id, output: { title: 'Faster starts' } } } } : { text: 'submitted' };
   };
   term = new Terminal(env, { columns: 140, rows: 50 });
-  await term.waitFor('Pi ready', (s) => /mock-model/.test(s) && /─{20}/.test(s));
-  term.type('/workflow titles the release', 'Enter');
-  const collapsed = await term.waitFor('the step card and the result card, collapsed', (s) => {
+  await term.waitFor('Pi drawn (its editor and footer)', (s) => /mock-model/.test(s) && /─{20}/.test(s));
+  const collapsed = await term.submit('/workflow titles the release', 'the step card and the result card, collapsed', (s) => {
     const r = rowsOf(s);
     return (
       r.some((x) => /^ workflow step draft · run run-/.test(x)) &&
