@@ -1,7 +1,7 @@
 // What the model and the person see: the step message of an interactive request (read through
 // the request contract, tolerating missing fields), result cards, widget lines and the footer.
 
-import { fitColumns } from './width.js';
+import { fitColumns, wrapColumns } from './width.js';
 
 /** Custom message types this extension adds to a session. */
 export const STEP = 'piw-step';
@@ -107,6 +107,8 @@ export function messageText(message) {
     return [head, ...rest].join('\n');
   }
   if (typeof c === 'string') return c;
+  // A `notify` node's output is `{ kind, message }`: the message is what it says.
+  if (c && typeof c === 'object' && typeof c.message === 'string') return c.message;
   if (c && typeof c === 'object' && typeof c.text === 'string') return c.text;
   return json(c);
 }
@@ -153,35 +155,105 @@ export function widgetOf(status, progress) {
 
 export { fitColumns };
 
-/** The plain lines of a step or message card: its head (run, node, status) and up to three lines of content. */
+/** Rows of a collapsed card's body; the rest is behind Pi's expand key. */
+export const CARD_ROWS = 4;
+/** Rows of an expanded card's body at most (a card is not a pager: the session file holds it all). */
+export const CARD_EXPANDED_ROWS = 400;
+
+/**
+ * What a step or message card carries: `{ head, lines, compact }`. `lines` is everything
+ * (shown expanded); `compact` what a collapsed card shows first. A run's end is read from the
+ * message's own content (its error, reason and result), not from the text the model got
+ * (which may carry presentation instructions).
+ */
 export function cardText(message) {
   const d = message.details ?? {};
-  const head =
-    message.customType === STEP
-      ? `workflow step ${d.node ?? ''} · run ${d.runId ?? ''}${d.reminder ? ` · reminder ${d.reminder}` : ''}`
-      : `workflow ${d.kind ?? 'message'} · run ${d.runId ?? ''}${d.content?.status ? ` · ${d.content.status}` : ''}`;
-  const body = typeof message.content === 'string' ? message.content.split('\n').slice(0, 3) : [];
-  return [head, ...body];
+  // Pi's custom message content: a string, or text (and image) blocks.
+  const text =
+    typeof message.content === 'string'
+      ? message.content
+      : Array.isArray(message.content)
+        ? message.content.filter((b) => b?.type === 'text').map((b) => b.text).join('\n')
+        : messageText({ content: message.content });
+  const lines = text.split('\n');
+  if (message.customType === STEP) {
+    const head = `workflow step ${d.node ?? ''} · run ${d.runId ?? ''}${d.reminder ? ` · reminder ${d.reminder}` : ''}`;
+    return { head, lines, compact: lines.filter((l) => l.trim() !== '') };
+  }
+  const c = d.content;
+  if (d.kind === 'terminal' && c && typeof c === 'object') {
+    const head = `${['workflow', str(c.workflow), str(c.status) ?? 'ended'].filter(Boolean).join(' ')} · run ${d.runId ?? ''}`;
+    const about = [];
+    if (c.error) about.push(...`error: ${c.error}`.split('\n'));
+    if (c.reason) about.push(...`reason: ${c.reason}`.split('\n'));
+    const has = c.result !== undefined && c.result !== null;
+    const compact = has ? [...about, `result: ${JSON.stringify(c.result)}`] : about;
+    const pretty = json(c.result);
+    const full = !has ? about : pretty.includes('\n') ? [...about, 'result:', ...pretty.split('\n')] : compact;
+    return { head, lines: full, compact };
+  }
+  const head = `workflow ${d.kind ?? 'message'} · run ${d.runId ?? ''}`;
+  return { head, lines, compact: lines.filter((l) => l.trim() !== '') };
 }
 
 /**
- * The TUI component of a card (Pi's `Component`: `render(width)` and `invalidate()`). Written
- * here rather than taken from `@earendil-works/pi-tui` so that loading the extension does not
- * load a second copy of Pi's TUI (see docs/PERFORMANCE.md, "Pi extension start").
+ * The TUI component of a card (Pi's `Component`: `render(width)` and `invalidate()`), collapsed
+ * or expanded (Pi's `expanded` render option, toggled by its expand key as for tool results).
+ * Every row fits the width: the body is wrapped, never cut at the edge. Written here rather
+ * than taken from `@earendil-works/pi-tui` so that loading the extension does not load a second
+ * copy of Pi's TUI (see docs/PERFORMANCE.md, "Pi extension start").
  */
 export class CardComponent {
-  constructor(message, theme) {
-    this.lines = cardText(message);
+  constructor(message, options, theme) {
+    this.card = cardText(message);
+    this.expanded = Boolean(options?.expanded);
+    this.expandKey = (typeof options?.keyText === 'function' && options.keyText('app.tools.expand')) || 'ctrl+o';
     this.theme = theme;
   }
 
   render(width) {
-    const room = Math.max(1, width - 1);
-    return this.lines.map((line, i) => {
-      const fitted = fitColumns(line, room);
-      return ` ${i === 0 && this.theme?.fg ? this.theme.fg('accent', fitted) : fitted}`;
-    });
+    if (this.cache?.width === width) return this.cache.rows;
+    // A column of margin, as Pi's own cards have, when there is room for it.
+    const pad = width > 1 ? ' ' : '';
+    const room = Math.max(1, width - pad.length);
+    const style = (color, line) => (this.theme?.fg ? this.theme.fg(color, line) : line);
+    const rows = [`${pad}${style('accent', fitColumns(this.card.head, room))}`];
+    const note = (text) => rows.push(`${pad}${style('dim', fitColumns(text, room))}`);
+    const limit = this.expanded ? CARD_EXPANDED_ROWS : CARD_ROWS;
+    const shown = wrapRows(this.expanded ? this.card.lines : this.card.compact, room, limit);
+    for (const row of shown.slice(0, limit)) rows.push(`${pad}${row}`);
+    if (this.expanded) {
+      if (shown.length > limit) note('… (the session file holds the whole text)');
+    } else if (shown.length > limit || !sameWords(this.card.compact, this.card.lines)) {
+      // Expanding shows more than blank rows or the same words again.
+      note(`… ${this.expandKey} to expand`);
+    }
+    this.cache = { width, rows };
+    return rows;
   }
 
-  invalidate() {}
+  invalidate() {
+    this.cache = null;
+  }
+}
+
+/**
+ * `lines` wrapped to `room` columns, stopping once more than `limit` rows are made (a card
+ * shows at most that many: a result of megabytes is not wrapped whole at every frame).
+ */
+function wrapRows(lines, room, limit) {
+  const rows = [];
+  // Enough text for limit + 1 rows however narrow its characters.
+  const most = (limit + 1) * room * 8;
+  for (const line of lines) {
+    if (rows.length > limit) break;
+    rows.push(...wrapColumns(line.length > most ? line.slice(0, most) : line, room));
+  }
+  return rows;
+}
+
+/** Whether two texts have the same words (wrapping and blank lines aside). */
+function sameWords(a, b) {
+  const words = (lines) => lines.join(' ').split(/\s+/).filter(Boolean).join(' ');
+  return words(a) === words(b);
 }

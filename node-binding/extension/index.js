@@ -508,7 +508,7 @@ export default function piwExtension(pi) {
   // ---------------------------------------------------------------------------------------
   // Compact cards
 
-  const card = (message, _options, theme) => new CardComponent(message, theme);
+  const card = (message, options, theme) => new CardComponent(message, options, theme);
   pi.registerMessageRenderer(STEP, card);
   pi.registerMessageRenderer(MESSAGE, card);
 }

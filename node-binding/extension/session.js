@@ -16,6 +16,7 @@ import {
   stepMessage,
   widgetOf,
 } from './format.js';
+import { DecisionComponent, decisionLines, decisionText } from './decision.js';
 
 /** How long a call to the host may take before a tool call fails (a hung host). */
 export const CALL_TIMEOUT_MS = Number(process.env.PIW_PI_CALL_TIMEOUT_MS) || 10_000;
@@ -798,34 +799,67 @@ export class WorkflowSession {
     }
   }
 
-  /** Tells the person why a decision's dialog closed (answered elsewhere, expired, cancelled). */
+  /**
+   * Tells the person why a decision's dialog closed: answered (elsewhere, or by the workflow's
+   * onTimeout response at its deadline: `provenance: "timeout"`), cancelled, or gone.
+   */
   async reportClosed(id, dialog, statuses) {
     const find = (st) => st?.decisions.find((x) => x.decision_id === id);
     // A run that ended since is not among the live runs' statuses: ask for it.
     const decision = find(statuses.get(dialog.runId)) ?? find(await this.call('run.status', (c) => c.runStatus(dialog.runId)));
-    this.ctx.ui.notify(`workflow decision ${dialog.node} (run ${dialog.runId}) was closed: ${decision?.status ?? 'gone'}`, 'info');
+    let why = decision?.status ?? 'gone';
+    if (decision?.status === 'answered' && decision.answer?.provenance === 'timeout') {
+      const picked = readRequest(decision.request).choices.find((c) => c.id === decision.answer.choice);
+      why = `nobody answered in time, so the workflow's onTimeout response was applied (${picked?.label ?? decision.answer.choice})`;
+    } else if (decision?.status === 'answered') {
+      why = `answered${decision.answered_by ? ` by the ${decision.answered_by}` : ''}`;
+    }
+    this.ctx.ui.notify(`workflow decision ${dialog.node} (run ${dialog.runId}) was closed: ${why}`, 'info');
   }
 
+  /**
+   * Asks the person a human decision: its request (title, summary, the presentation's blocks)
+   * and choices in a scrollable dialog in the TUI, or as the select's title in RPC mode (where
+   * `custom()` has no component); then the picked choice's text, if it takes one.
+   */
   async askPerson(decision, run, signal) {
     const req = readRequest(decision.request);
-    const title = [
-      `Workflow ${req.workflow ?? run.workflow_name}: ${req.question ?? 'a decision'}`,
-      req.details,
-      req.raw !== null ? JSON.stringify(req.raw) : null,
-    ]
-      .filter(Boolean)
-      .join('\n');
+    const lines = decisionLines(decision.request, run.workflow_name);
     let choice = null;
     // The text the picked choice collects (none for a choice without a text input).
     let input = null;
     if (req.choices.length > 0) {
       const labels = req.choices.map((c) => (c.description ? `${c.label} — ${c.description}` : c.label));
-      const picked = await this.ctx.ui.select(title, labels, { signal });
-      if (picked === undefined) return; // dismissed or closed: offered again at the next refresh
-      choice = req.choices[labels.indexOf(picked)]?.id ?? null;
+      let index;
+      if (this.ctx.mode === 'tui') {
+        index = await this.ctx.ui.custom(
+          (tui, theme, keybindings, done) => {
+            const close = () => done(undefined);
+            signal.addEventListener('abort', close, { once: true });
+            if (signal.aborted) queueMicrotask(close);
+            return new DecisionComponent({
+              lines,
+              labels,
+              tui,
+              theme,
+              keybindings,
+              done: (value) => {
+                signal.removeEventListener('abort', close);
+                done(value);
+              },
+            });
+          },
+          { blocked: { kind: 'question', message: lines[0].text } },
+        );
+      } else {
+        const picked = await this.ctx.ui.select(decisionText(decision.request, run.workflow_name), labels, { signal });
+        index = picked === undefined ? undefined : labels.indexOf(picked);
+      }
+      if (index === undefined || signal.aborted) return; // dismissed or closed: offered again at the next refresh
+      choice = req.choices[index]?.id ?? null;
       input = choice === null ? null : choiceInputs(decision.request).get(choice) ?? null;
     } else {
-      input = { label: title, placeholder: '', minLength: null, maxLength: null, required: false, perChoice: false };
+      input = { label: decisionText(decision.request, run.workflow_name), placeholder: '', minLength: null, maxLength: null, required: false, perChoice: false };
     }
     let text = null;
     if (input) {

@@ -83,3 +83,44 @@ export function fitColumns(text, width) {
   }
   return out;
 }
+
+/**
+ * `text` (one line, no escape codes) as rows of at most `width` terminal columns: broken after
+ * the last space that fits, else between grapheme clusters (a long word or a JSON value).
+ * Leading spaces are kept (indented text stays indented); an empty line is one empty row.
+ */
+export function wrapColumns(text, width) {
+  const room = Math.max(1, width);
+  const rows = [];
+  let row = '';
+  let used = 0;
+  // The end of `row` just after its last space (where it may break), and the columns before it.
+  let breakAt = -1;
+  let breakUsed = 0;
+  for (const { segment } of graphemes.segment(text.replace(/[\u0000-\u001f\u007f]/g, ' '))) {
+    const columns = clusterColumns(segment);
+    // Wider than a whole row (a wide character in one column): it cannot be drawn.
+    if (columns > room) continue;
+    if (used + columns > room && row !== '') {
+      if (breakAt > 0 && segment !== ' ') {
+        rows.push(row.slice(0, breakAt).trimEnd());
+        row = row.slice(breakAt);
+        used -= breakUsed;
+      } else {
+        rows.push(row.trimEnd());
+        row = '';
+        used = 0;
+      }
+      breakAt = -1;
+      if (segment === ' ' && row === '') continue;
+    }
+    row += segment;
+    used += columns;
+    if (segment === ' ' && row.trim() !== '') {
+      breakAt = row.length;
+      breakUsed = used;
+    }
+  }
+  rows.push(row.trimEnd());
+  return rows;
+}

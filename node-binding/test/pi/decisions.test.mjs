@@ -93,6 +93,43 @@ test("the dialog asks for text only for the choice that collects it, and again u
   await pi.quit();
 });
 
+test('the dialog shows what is decided: the title, summary and every block of the presentation, in order (RPC: the select\'s title)', async () => {
+  env.addWorkflow('plan.workflow.mjs', 'plan');
+  const pi = await env.startPi();
+  const client = await env.client();
+  const from = pi.mark();
+  await pi.prompt('/workflow plan');
+  const dialog = await pi.waitEvent((e) => e.type === 'extension_ui_request' && e.method === 'select', 'the select dialog', from);
+  const steps = Array.from({ length: 30 }, (_, i) => `• Step ${i + 1} of the plan.`);
+  assert.equal(
+    dialog.title,
+    [
+      'Workflow plan: Approve the migration plan',
+      '',
+      'Move the store to the new schema in thirty steps.',
+      '',
+      'Changes',
+      '',
+      'Every table is copied, then swapped.',
+      ...steps,
+      '',
+      'Facts',
+      'Tables: 12',
+      'Downtime: none',
+      'piw migrate --dry-run',
+      '  then: piw migrate',
+      '',
+      'END-OF-PLAN',
+    ].join('\n'),
+  );
+  assert.deepEqual(dialog.options, ['Approve', 'Reject']);
+  const [{ run_id: runId }] = await client.listRuns({ sessionId: 'session-a' });
+  pi.respondUi(dialog.id, { value: 'Reject' });
+  const run = await client.waitForRun(runId, { timeoutMs: 30_000 });
+  assert.deepEqual(run.result, { approved: false });
+  await pi.quit();
+});
+
 test('a dialog closes when the decision is answered elsewhere; /workflow answer decides it', async () => {
   env.addWorkflow('decision.workflow.mjs', 'ship');
   const pi = await env.startPi({ sessionId: 'session-b' });
@@ -121,7 +158,8 @@ test('notify output and the result reach the session once, without a model turn'
     return m.length >= 2 && m;
   }, 'the notify and the result');
   assert.equal(messages[0].details.kind, 'notify');
-  assert.match(messages[0].content, /hello from the workflow: greet everyone/);
+  // The message itself, not the node's output JSON.
+  assert.equal(messages[0].content, 'hello from the workflow: greet everyone');
   assert.equal(messages[1].details.kind, 'terminal');
   assert.match(messages[1].content, /completed/);
   assert.equal(env.model.requests.length, 0, 'no model turn');
@@ -147,7 +185,8 @@ test('an open dialog closes when the host applies the decision\'s onTimeout resp
     const [{ run_id: runId }] = await client.listRuns({ sessionId: 'session-c' });
     advance(600_001);
     await client.runStatus(runId); // wakes a host asleep until the old deadline
-    await pi.waitNotify(/workflow decision ask \(run .*\) was closed: answered/, from);
+    // Closed by the workflow's own response, and said so: not "answered" as if a person had.
+    await pi.waitNotify(/workflow decision ask \(run .*\) was closed: nobody answered in time, so the workflow's onTimeout response was applied \(Go\)/, from);
     const run = await client.waitForRun(runId, { timeoutMs: 30_000 });
     assert.deepEqual(run.result, { choice: 'go', provenance: 'timeout' });
     await pi.waitNotify(/workflow expiring completed/, from);

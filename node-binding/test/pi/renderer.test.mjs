@@ -6,8 +6,9 @@ import { test } from 'node:test';
 import { visibleWidth } from '@earendil-works/pi-tui';
 
 import piwExtension from '../../extension/index.js';
-import { fitColumns } from '../../extension/format.js';
+import { fitColumns, messageText, stepMessage } from '../../extension/format.js';
 import { textColumns } from '../../extension/width.js';
+import { DecisionComponent, decisionLines, decisionText } from '../../extension/decision.js';
 
 /** The extension's registrations, through a stand-in for Pi's ExtensionAPI. */
 function register() {
@@ -34,37 +35,97 @@ test('a complete subcommand offers no completion, so one Enter runs it (Enter on
 const theme = { fg: (color, text) => `<${color}>${text}</${color}>` };
 const plain = (line) => line.replace(/<\/?[a-z]+>/g, '');
 
-test('a step card shows the node, the run and the reminder, then the first three lines of the step', () => {
+/** A card as Pi draws it: its rows, with the theme's colours taken off. */
+function draw(message, width, expanded = false) {
   const { renderers } = register();
+  const options = { expanded, keyText: (binding) => (binding === 'app.tools.expand' ? 'ctrl+o' : '?') };
+  const rows = renderers.get(message.customType)(message, options, theme).render(width).map(plain);
+  for (const row of rows) assert.ok(visibleWidth(row) <= width, `${JSON.stringify(row)} fits ${width} columns`);
+  return rows;
+}
+
+const interaction = {
+  interaction_id: 'int_7',
+  attempt_id: 'att_3',
+  node_id: 'draft',
+  kind: 'agent',
+  request: {
+    workflow: 'titles',
+    node: 'draft',
+    prompt: 'Propose a title for the release notes.\nKeep it under eight words.',
+    expectedOutput: '{"title": string}',
+  },
+};
+
+test('a step card shows the start of the step, and expanded (Pi\'s expand key) the whole step contract', () => {
+  const content = stepMessage(interaction, 'titles', 1);
+  const message = { customType: 'piw-step', content, details: { node: 'draft', runId: 'run_1', reminder: 1 } };
+  const collapsed = draw(message, 80);
+  assert.equal(collapsed[0], ' workflow step draft · run run_1 · reminder 1');
+  assert.equal(collapsed.length, 1 + 4 + 1, 'the head, four rows, the hint');
+  assert.equal(collapsed.at(-1), ' … ctrl+o to expand');
+  assert.ok(!collapsed.join('\n').includes('"action":"submit"'), 'collapsed, the card is short');
+  // Expanded: every line of the step, the prompt, the expected output and the exact submit call.
+  const expanded = draw(message, 200, true);
+  assert.deepEqual(expanded.slice(1), content.split('\n').map((line) => ` ${line}`));
+  assert.ok(expanded.includes(' Propose a title for the release notes.'));
+  assert.ok(expanded.includes(' Expected output: {"title": string}'));
+  assert.ok(expanded.includes(` ${JSON.stringify({ action: 'submit', interactionId: 'int_7', output: '<your JSON output>' })}`));
+  // Narrow, the same text wrapped: nothing is cut at the edge.
+  const narrow = draw(message, 30, true);
+  const ink = (text) => text.replace(/\s+/g, '');
+  assert.equal(ink(narrow.slice(1).join('')), ink(content));
+});
+
+test('a notify card shows the message, not the output JSON', () => {
+  const text = messageText({ kind: 'notify', run_id: 'run_4', content: { kind: 'progress', message: 'hello from the workflow' } });
+  assert.equal(text, 'hello from the workflow');
+  const rows = draw({ customType: 'piw-message', content: text, details: { kind: 'notify', runId: 'run_4', content: { kind: 'progress', message: 'hello from the workflow' } } }, 80);
+  assert.deepEqual(rows, [' workflow notify · run run_4', ' hello from the workflow']);
+});
+
+test('a result card shows the result, bounded, and all of it expanded; no row is wider than the width', () => {
+  const result = { title: 'Faster starts', items: Array.from({ length: 30 }, (_, i) => `item ${i} 漢字`) };
+  const content = { workflow: 'gate', status: 'completed', result };
   const message = {
-    customType: 'piw-step',
-    content: 'Workflow titles, step draft\nPropose a title\nExpected output: {"title": string}\nSubmit with ...',
-    details: { node: 'draft', runId: 'run_1', reminder: 1 },
+    customType: 'piw-message',
+    content: messageText({ kind: 'terminal', run_id: 'run_2', content }),
+    details: { kind: 'terminal', runId: 'run_2', content },
   };
-  const lines = renderers.get('piw-step')(message, { expanded: false }, theme).render(80);
-  assert.deepEqual(lines, [
-    ' <accent>workflow step draft · run run_1 · reminder 1</accent>',
-    ' Workflow titles, step draft',
-    ' Propose a title',
-    ' Expected output: {"title": string}',
+  const rows = draw(message, 80);
+  assert.equal(rows[0], ' workflow gate completed · run run_2');
+  assert.match(rows[1], /^ result: \{"title":"Faster starts","items":\["item 0 漢字"/);
+  assert.equal(rows.length, 1 + 4 + 1, 'bounded: four rows and the hint');
+  assert.equal(rows.at(-1), ' … ctrl+o to expand');
+  const expanded = draw(message, 80, true);
+  assert.deepEqual(expanded.slice(1), [' result:', ...JSON.stringify(result, null, 2).split('\n').map((l) => ` ${l}`)]);
+  for (const width of [1, 2, 12, 20, 40]) {
+    draw(message, width);
+    draw(message, width, true);
+  }
+  // A result of megabytes: as many rows as a card shows, never more.
+  const huge = { workflow: 'gate', status: 'completed', result: { text: 'x'.repeat(2_000_000), lines: Array(50_000).fill('row') } };
+  const big = { customType: 'piw-message', content: '', details: { kind: 'terminal', runId: 'run_2', content: huge } };
+  assert.equal(draw(big, 80).length, 1 + 4 + 1);
+  const open = draw(big, 80, true);
+  assert.equal(open.length, 1 + 400 + 1);
+  assert.equal(open.at(-1), ' … (the session file holds the whole text)');
+  // A small result needs no expanding.
+  const small = { workflow: 'gate', status: 'completed', result: true };
+  assert.deepEqual(draw({ customType: 'piw-message', content: '', details: { kind: 'terminal', runId: 'run_2', content: small } }, 80), [
+    ' workflow gate completed · run run_2',
+    ' result: true',
   ]);
 });
 
-test('a result card shows the kind, the run and the status; no line is wider than the width', () => {
-  const { renderers } = register();
-  const message = {
-    customType: 'piw-message',
-    content: `Workflow gate completed (run run_2)\nresult: ${'x'.repeat(200)}\n漢字漢字漢字漢字漢字漢字`,
-    details: { kind: 'terminal', runId: 'run_2', content: { status: 'completed' } },
-  };
-  const card = renderers.get('piw-message')(message, { expanded: false }, theme);
-  assert.equal(plain(card.render(80)[0]), ' workflow terminal · run run_2 · completed');
-  for (const width of [12, 20, 40]) {
-    for (const line of card.render(width)) {
-      const columns = [...plain(line)].reduce((n, ch) => n + (ch.codePointAt(0) >= 0x2e80 ? 2 : 1), 0);
-      assert.ok(columns <= width, `${JSON.stringify(line)} fits ${width} columns`);
-    }
-  }
+test("a failed run's card shows its reason within the width", () => {
+  const error = 'node fetch failed: the request to https://example.invalid/api/v1/items timed out after 30000 ms (3 tries)';
+  const content = { workflow: 'sync', status: 'failed', error };
+  const message = { customType: 'piw-message', content: `Workflow sync failed (run run_9)\nerror: ${error}`, details: { kind: 'terminal', runId: 'run_9', content } };
+  const rows = draw(message, 40);
+  assert.equal(rows[0], ' workflow sync failed · run run_9');
+  // Wrapped, not cut: every word of the reason is on the card.
+  assert.equal(rows.slice(1).join('').replace(/\s+/g, ''), `error: ${error}`.replace(/\s+/g, ''));
 });
 
 test('the tool schema is plain JSON Schema: a flat object with an enum action', () => {
@@ -112,4 +173,66 @@ test('a line is cut between grapheme clusters, to at most the width Pi measures'
     const next = whole[kept.length];
     if (next !== undefined) assert.ok(visibleWidth(fitted + next) > width, `${width}: stopped early`);
   }
+});
+
+test('a decision without a presentation shows its subject; a block of an unknown kind is shown, not left out; the onTimeout response is said', () => {
+  const request = {
+    workflow: 'ship',
+    question: 'Ship it?',
+    details: null,
+    choices: [{ id: 'go', label: 'Ship' }, { id: 'no', label: 'Hold' }],
+    extra: { subject: { version: '1.2.0' }, onTimeout: { afterMs: 600_000, response: { choice: 'no' } } },
+  };
+  assert.equal(
+    decisionText(request),
+    ['Workflow ship: Ship it?', '', 'Subject:', '{', '  "version": "1.2.0"', '}', '', 'If nobody answers within 10 min, the workflow goes on with "Hold".'].join('\n'),
+  );
+  const odd = { question: 'Go?', extra: { presentation: { summary: 'Go?', blocks: [{ kind: 'table', rows: [['a', 'b']] }] } } };
+  // A summary the question already says is not said twice.
+  assert.deepEqual(decisionText(odd, 'wf').split('\n'), ['Workflow wf: Go?', '{', '  "kind": "table",', '  "rows": [', '    [', '      "a",', '      "b"', '    ]', '  ]', '}']);
+});
+
+test('the decision dialog fits every width, pages through the request and moves the selection', () => {
+  const lines = decisionLines({
+    workflow: 'plan',
+    question: 'Approve 漢字 the plan',
+    extra: { presentation: { summary: 'A summary that is long enough to wrap at narrow widths, with 漢字 in it.', blocks: [{ kind: 'bullets', items: Array.from({ length: 40 }, (_, i) => `item ${i}`) }] } },
+  });
+  let picked = null;
+  const keys = { 'tui.select.down': '\x1b[B', 'tui.select.confirm': '\r' };
+  const dialog = new DecisionComponent({
+    lines,
+    labels: ['Approve', 'Reject — stop here'],
+    tui: { terminal: { rows: 20 }, requestRender() {} },
+    theme,
+    keybindings: { matches: (data, action) => keys[action] === data },
+    done: (v) => (picked = v),
+  });
+  for (const width of [1, 2, 8, 20, 33, 80]) {
+    for (const row of dialog.render(width).map(plain)) assert.ok(visibleWidth(row) <= width, `${JSON.stringify(row)} fits ${width}`);
+  }
+  const first = dialog.render(60).map(plain);
+  assert.equal(first.at(-1), ' ↑↓ choose · Enter reads on (decides at the end) · Esc later');
+  // Enter before the end has been on screen reads on: nobody decides on a request half read.
+  dialog.handleInput('\r');
+  assert.equal(picked, null);
+  assert.match(dialog.render(60).map(plain)[10], /^ ── rows 10–19 of /);
+  dialog.handleInput('\x1b[1;2A');
+  // A page is what the terminal's 20 rows leave after the choices and 8 rows of Pi's own.
+  assert.equal(first.length, 10 + 1 + 2 + 1, 'the page, the rule, the choices, the keys');
+  assert.match(first[10], /^ ── rows 1–10 of \d+ · Shift\+↓ more ──$/);
+  dialog.handleInput('\x1b[1;2B');
+  const second = dialog.render(60).map(plain);
+  // A page on, keeping one row of the last page in view.
+  assert.match(second[10], /^ ── rows 10–19 of \d+ · Shift\+↓ more · Shift\+↑ back ──$/);
+  for (let i = 0; i < 10; i++) dialog.handleInput('\x1b[1;2B');
+  const last = dialog.render(60).map(plain);
+  assert.equal(last[9], ' • item 39');
+  assert.equal(last.at(-1), ' ↑↓ choose · Enter decide · Shift+↑↓ scroll · Esc later');
+  // Seen once, it stays decidable when paged back.
+  dialog.handleInput('\x1b[1;2A');
+  dialog.handleInput('\x1b[B');
+  assert.deepEqual(dialog.render(60).map(plain).slice(11, 13), ['   Approve', ' > Reject — stop here']);
+  dialog.handleInput('\r');
+  assert.equal(picked, 1);
 });
