@@ -1,6 +1,7 @@
 // The extension in Pi's interactive TUI, in a real terminal (tmux): the cards and their expand
-// key, and a protected decision's dialog with its whole presentation, paged. Every wait is for
-// the whole screen the test then relies on (frames are drawn in pieces), bounded by WAIT_MS.
+// key, a protected decision's dialog with its whole presentation, paged, and a complete `/workflow`
+// argument that runs with one Enter. Every wait is for the whole screen the test then relies on
+// (frames are drawn in pieces), bounded by WAIT_MS.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
