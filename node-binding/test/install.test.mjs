@@ -24,7 +24,7 @@ import { tmpdir } from 'node:os';
 import { delimiter, dirname, join, resolve } from 'node:path';
 import { after, before, test } from 'node:test';
 
-import { piCli, piEnv, pkgDir, stopHost, until } from './pi/harness.mjs';
+import { alive, piCli, piEnv, pkgDir, stopHost, until } from './pi/harness.mjs';
 
 const repoRoot = resolve(pkgDir, '..');
 /** Bounds a command that only a hang reaches. */
@@ -51,6 +51,8 @@ function run(cmd, args, { env = userEnv, cwd = project, input } = {}) {
       clearTimeout(timer);
       resolveRun({ code, signal, stdout, stderr, text: `${stdout}${stderr}` });
     });
+    // A command that exits before reading its input closes the pipe: not an error here.
+    child.stdin.on('error', () => {});
     child.stdin.end(input ?? '');
   });
 }
@@ -189,6 +191,44 @@ test('`npx piw run start --wait` runs a .workflow.mjs and a .workflow.ts with no
   assert.equal(usage.code, 2, usage.text);
   const stopped = await run('npx', ['piw', 'host', 'stop']);
   assert.equal(stopped.code, 0, stopped.text);
+});
+
+test('the launcher passes signals both ways: SIGTERM reaches the host, a host killed by a signal ends the launcher by the same signal', async () => {
+  const launcher = join(project, 'node_modules', 'piw', 'bin', 'piw.js');
+  const home = join(root, 'serve-home');
+  const env = { ...userEnv, PIW_HOME: home };
+  const serve = () => {
+    const child = spawn('node', [launcher, 'host', 'serve'], { cwd: project, env, stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (c) => (stderr += c));
+    const exited = new Promise((r) => child.on('exit', (code, signal) => r({ code, signal, stderr })));
+    return { child, exited };
+  };
+  const hostPid = () =>
+    until(async () => {
+      const status = await run(join(platformDir(), 'bin', 'piw'), ['host', 'status', '--json'], { env });
+      return status.code === 0 && JSON.parse(status.stdout).pid;
+    }, 'the served host');
+  const first = serve();
+  try {
+    const pid = await hostPid();
+    first.child.kill('SIGTERM');
+    const end = await first.exited;
+    assert.deepEqual([end.code, end.signal], [0, null], end.stderr);
+    await until(() => !alive(pid), 'the host gone');
+
+    const second = serve();
+    try {
+      process.kill(await hostPid(), 'SIGKILL');
+      const killed = await second.exited;
+      assert.deepEqual([killed.code, killed.signal], [null, 'SIGKILL'], killed.stderr);
+    } finally {
+      second.child.kill('SIGKILL');
+    }
+  } finally {
+    first.child.kill('SIGKILL');
+    await stopHost(home);
+  }
 });
 
 test('the installed `piw` binary, started without the launcher, finds Node and the worker runtime itself', async () => {
