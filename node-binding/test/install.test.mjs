@@ -193,6 +193,18 @@ test('`npx piw run start --wait` runs a .workflow.mjs and a .workflow.ts with no
   assert.equal(stopped.code, 0, stopped.text);
 });
 
+test('on a platform without prebuilt binaries, the package and its launcher say which platforms have them', async () => {
+  const pretend = "Object.defineProperty(process, 'arch', { value: 'riscv64' });";
+  const loaded = await run('node', ['--input-type=module', '-e', `${pretend} try { await import('piw'); } catch (e) { console.log(e.code, e.message); }`]);
+  assert.equal(loaded.code, 0, loaded.text);
+  assert.match(loaded.stdout, /^addon_missing piw has no prebuilt native addon for linux-riscv64-(gnu|musl): the npm package ships binaries for linux-x64-gnu \(Linux on x86-64 with glibc\) only/);
+  assert.doesNotMatch(loaded.stdout, /npm run build/);
+  const launcher = join(project, 'node_modules', 'piw', 'bin', 'piw.js');
+  const launched = await run('node', ['--input-type=module', '-e', `${pretend} await import(${JSON.stringify(launcher)});`]);
+  assert.equal(launched.code, 1, launched.text);
+  assert.match(launched.stderr, /^piw: piw has no prebuilt piw binary for linux-riscv64-(gnu|musl): the npm package ships binaries for linux-x64-gnu/);
+});
+
 test('the launcher passes signals both ways: SIGTERM reaches the host, a host killed by a signal ends the launcher by the same signal', async () => {
   const launcher = join(project, 'node_modules', 'piw', 'bin', 'piw.js');
   const home = join(root, 'serve-home');
