@@ -21,7 +21,7 @@ import {
   writeFileSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { delimiter, dirname, join, resolve } from 'node:path';
+import { delimiter, join, resolve } from 'node:path';
 import { after, before, test } from 'node:test';
 
 import { alive, piCli, piEnv, pkgDir, stopHost, until } from './pi/harness.mjs';
@@ -299,7 +299,7 @@ test('`pi install` of the installed package: Pi lists it, loads the extension an
   try {
     const installedPiw = join(project, 'node_modules', 'piw');
     // Pi, like the user, has no checkout's host: the extension finds the platform package's.
-    const piProcessEnv = { ...env.env, PATH: [dirname(process.execPath), ...systemPathWithoutNode()].join(delimiter) };
+    const piProcessEnv = { ...env.env, PATH: userPath };
     delete piProcessEnv.PIW_HOST_BIN;
     const installed = await run(process.execPath, [piCli, 'install', installedPiw], { env: piProcessEnv, cwd: env.project });
     assert.equal(installed.code, 0, installed.text);
