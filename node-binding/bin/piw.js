@@ -7,7 +7,7 @@ import { existsSync } from 'node:fs';
 import { constants } from 'node:os';
 import { join } from 'node:path';
 
-import { installedPlatformPackage, missingBinaryMessage, packageDir } from '../lib/platform.js';
+import { installedPlatformPackage, missingBinaryMessage, nodeRunsWorkflows, packageDir } from '../lib/platform.js';
 
 function hostBinary() {
   const prebuilt = installedPlatformPackage();
@@ -30,8 +30,7 @@ const env = { ...process.env };
 env.PIW_NODE_WORKER ||= join(packageDir, 'worker.js');
 // This Node runs workflows only if it is new enough; otherwise the host looks for one on PATH
 // and, finding none, says what is missing.
-const [major, minor] = process.versions.node.split('.').map(Number);
-if (major > 22 || (major === 22 && minor >= 19)) env.PIW_NODE ||= process.execPath;
+if (nodeRunsWorkflows()) env.PIW_NODE ||= process.execPath;
 
 const child = spawn(bin, process.argv.slice(2), { stdio: 'inherit', env });
 const forwarded = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT'];

@@ -5,7 +5,7 @@ import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 
 import { native as addon, packageDir } from './native.js';
-import { installedPlatformPackage } from './platform.js';
+import { installedPlatformPackage, nodeRunsWorkflows } from './platform.js';
 import { native, PiwError } from './errors.js';
 
 /**
@@ -24,10 +24,14 @@ export function findHostBin(hostBin) {
   return 'piw';
 }
 
-/** The environment a host started by this package gets: the Node worker runtime. */
+/**
+ * The environment a host started by this package gets: the Node worker runtime, with this Node
+ * when it can run workflows (22.19+; else the host looks for one on PATH and says so if none).
+ */
 export function hostEnvironment() {
+  const node = process.env.PIW_NODE || (nodeRunsWorkflows() ? process.execPath : undefined);
   return {
-    PIW_NODE: process.env.PIW_NODE || process.execPath,
+    ...(node ? { PIW_NODE: node } : {}),
     PIW_NODE_WORKER: process.env.PIW_NODE_WORKER || join(packageDir, 'worker.js'),
   };
 }

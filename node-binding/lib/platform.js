@@ -12,6 +12,12 @@ export const packageDir = dirname(dirname(fileURLToPath(import.meta.url)));
 /** The platforms with prebuilt binaries: `<os>-<cpu>[-<libc>]` -> what a person calls it. */
 export const SUPPORTED = { 'linux-x64-gnu': 'Linux on x86-64 with glibc' };
 
+/** Whether this Node can run workflows (the worker runtime needs 22.19: it strips TypeScript types). */
+export function nodeRunsWorkflows() {
+  const [major, minor] = process.versions.node.split('.').map(Number);
+  return major > 22 || (major === 22 && minor >= 19);
+}
+
 /** The platform packages that could serve this machine (before telling glibc from musl). */
 function candidatePlatforms() {
   const base = `${process.platform}-${process.arch}`;
