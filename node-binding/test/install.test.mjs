@@ -83,15 +83,19 @@ before(async () => {
   const tarballs = packed.trim().split('\n');
   assert.equal(tarballs.length, 2, packed);
 
-  // The user's PATH: this Node (>= 22.19) first, then the system's directories without any
-  // that holds `cargo` or lies in this checkout.
+  // The user's PATH: this Node (>= 22.19), npm and npx first, then the system's directories
+  // without any that holds `cargo` or lies in this checkout.
   symlinkSync(process.execPath, join(bin, 'node'));
+  for (const tool of ['npm', 'npx']) {
+    const [dir] = onPath(process.env.PATH ?? '', tool);
+    assert.ok(dir, `${tool} on PATH`);
+    symlinkSync(realpathSync(join(dir, tool)), join(bin, tool));
+  }
   const systemDirs = (process.env.PATH ?? '')
     .split(delimiter)
     .filter((dir) => dir && !existsSync(join(dir, 'cargo')) && !resolve(dir).startsWith(repoRoot));
   userPath = [bin, ...systemDirs].join(delimiter);
   assert.deepEqual(onPath(userPath, 'cargo'), []);
-  assert.ok(onPath(userPath, 'npm').length > 0, `npm on ${userPath}`);
 
   // The package's own dependencies resolve from the cache `npm ci` filled; with none, a temp
   // cache and --offline (nothing at all is fetched).
