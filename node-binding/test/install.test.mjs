@@ -4,8 +4,8 @@
 // a temp HOME and PIW_HOME: `npx piw run start` of a `.workflow.mjs` and a `.workflow.ts`, the
 // installed binary on its own (finding Node and the worker runtime from its installation), a
 // Node client of the installed package, and `pi install` of it into Pi. Nothing is downloaded:
-// the tarballs are local, and the package's own dependencies (if any) come from the npm cache
-// that the repository's `npm ci` filled.
+// the tarballs are local, the package's own dependencies are packed from the repository's
+// node_modules, and npm runs --offline.
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import {
@@ -97,13 +97,10 @@ before(async () => {
   userPath = [bin, ...systemDirs].join(delimiter);
   assert.deepEqual(onPath(userPath, 'cargo'), []);
 
-  // The package's own dependencies resolve from the cache `npm ci` filled; with none, a temp
-  // cache and --offline (nothing at all is fetched).
-  const main = JSON.parse(readFileSync(join(pkgDir, 'package.json'), 'utf8'));
-  const hasDependencies = Object.keys(main.dependencies ?? {}).length > 0;
-  const cache = hasDependencies
-    ? execFileSync('npm', ['config', 'get', 'cache'], { encoding: 'utf8' }).trim()
-    : join(root, 'npm-cache');
+  // The package's own runtime dependencies (and theirs) are packed from the repository's
+  // node_modules, which `npm ci` filled, and installed from those tarballs with the others:
+  // --offline and an empty cache, so nothing at all is fetched.
+  const dependencyTarballs = packDependencies(pkgDir, join(root, 'deps'), { ...process.env, HOME: home, npm_config_cache: join(root, 'npm-cache'), npm_config_offline: 'true', ...npmQuiet });
   userEnv = {
     PATH: userPath,
     HOME: home,
@@ -111,13 +108,13 @@ before(async () => {
     PIW_HOME: piwHome,
     PIW_KILL_GRACE_MS: '300',
     LANG: 'C.UTF-8',
-    npm_config_cache: cache,
+    npm_config_cache: join(root, 'npm-cache'),
     // npx finds `piw` in the project; were it to look further, it would fail, not download.
-    ...(hasDependencies ? { npm_config_prefer_offline: 'true' } : { npm_config_offline: 'true' }),
+    npm_config_offline: 'true',
     ...npmQuiet,
   };
   writeFileSync(join(project, 'package.json'), JSON.stringify({ name: 'my-project', version: '1.0.0', private: true }));
-  const installed = await run('npm', ['install', ...tarballs]);
+  const installed = await run('npm', ['install', ...dependencyTarballs, ...tarballs]);
   assert.equal(installed.code, 0, installed.text);
 
   writeFileSync(
@@ -159,6 +156,31 @@ async function hostExe(home, env = userEnv) {
   const status = await run(join(platformDir(), 'bin', 'piw'), ['host', 'status', '--json'], { env: { ...env, PIW_HOME: home } });
   assert.equal(status.code, 0, status.text);
   return realpathSync(`/proc/${JSON.parse(status.stdout).pid}/exe`);
+}
+
+/**
+ * Packs `dir`'s runtime dependencies, and theirs, from `dir/node_modules` (as `npm ci`
+ * installed them) into `out`, running npm in `env`; returns the tarballs' paths.
+ */
+function packDependencies(dir, out, env) {
+  mkdirSync(out, { recursive: true });
+  const seen = new Set();
+  const pending = Object.keys(JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')).dependencies ?? {});
+  const tarballs = [];
+  while (pending.length) {
+    const name = pending.pop();
+    if (seen.has(name)) continue;
+    seen.add(name);
+    const installed = join(dir, 'node_modules', name);
+    assert.ok(existsSync(installed), `${name} is installed in ${dir}/node_modules (npm ci)`);
+    const file = execFileSync('npm', ['pack', installed, '--ignore-scripts', '--pack-destination', out], { encoding: 'utf8', env })
+      .trim()
+      .split('\n')
+      .pop();
+    tarballs.push(join(out, file));
+    pending.push(...Object.keys(JSON.parse(readFileSync(join(installed, 'package.json'), 'utf8')).dependencies ?? {}));
+  }
+  return tarballs;
 }
 
 test('the packages hold the prebuilt binaries, stripped', () => {
