@@ -74,6 +74,49 @@ test('a request that arrives while Pi is closed is presented once at the next st
   await again.quit();
 });
 
+const stepId = (text) => /"interactionId":"([^"]+)"/.exec(text)?.[1];
+
+for (const how of ['killed', 'quits']) {
+  test(`Pi ${how} while the model streams a step's turn: the next start presents the step again, once, and the run goes on`, async () => {
+    env.addWorkflow('agent.workflow.mjs', 'titles');
+    let stepTurns = 0;
+    env.model.script = ({ last, lastText }) => {
+      if (last.role === 'tool') return { text: 'done' };
+      const id = stepId(lastText);
+      if (!id) return { text: 'ok' };
+      stepTurns += 1;
+      // The first turn on the step streams until Pi is gone.
+      if (stepTurns === 1) return { text: 'Thinking', hold: new Promise(() => {}) };
+      return { tool: { name: 'workflow', arguments: { action: 'submit', interactionId: id, output: { title: 'After the restart' } } } };
+    };
+    const sessionId = `step-${how}`;
+    const pi = await env.startPi({ sessionId });
+    // A session Pi has saved (it writes the file once the conversation has started).
+    await pi.prompt('hi');
+    await pi.waitSettled();
+    const client = await env.client();
+    const from = pi.mark();
+    const { run_id } = await client.startRun(join(env.project, '.pi/workflows/titles.workflow.mjs'), { input: { task: 'x' }, sessionId });
+    // The step message is in the session (its message_end came before the reply began).
+    await until(() => pi.customMessages('piw-step', from)[0], 'the step');
+    await pi.waitEvent((e) => e.type === 'message_start' && e.message?.role === 'assistant', "the step's turn streaming", from);
+    if (how === 'killed') pi.kill('SIGKILL');
+    else pi.child.stdin.end(); // an orderly quit: the turn is aborted
+    await pi.exited;
+    assert.equal((await client.runStatus(run_id)).run.paused, false, 'quitting is no Escape: the run is not paused');
+
+    const again = await env.startPi({ sessionId });
+    const run = await client.waitForRun(run_id, { timeoutMs: 30_000 });
+    assert.deepEqual(run.result, { title: 'After the restart' });
+    const steps = again.customMessages('piw-step');
+    assert.equal(steps.length, 1, 'presented again once');
+    assert.match(steps[0].content, /^Pi stopped before the turn that carried this workflow step ended/);
+    assert.equal(steps[0].details.reminder, 0, 'no reminder used up');
+    assert.equal(stepTurns, 2);
+    await again.quit();
+  });
+}
+
 test('a node deadline that passes while Pi is closed: the next start shows the timeout route and presents the next request', async () => {
   env.addWorkflow('deadline.workflow.mjs', 'deadline');
   env.model.script = () => ({ text: 'noted' });

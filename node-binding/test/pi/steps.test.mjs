@@ -3,7 +3,7 @@
 // one active request per session (a paused run's request does not hold the others back), a stale
 // attempt refused, Escape while `submit` waits for the validation.
 import assert from 'node:assert/strict';
-import { existsSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, test } from 'node:test';
 
@@ -41,6 +41,55 @@ test('a turn that settles without a submission gets two reminders, then the atte
   assert.equal(draft.error, 'no submission after 2 reminders');
   // Three turns (the step, two reminders), nothing after the attempt failed.
   assert.equal(pi.events.filter((e) => e.type === 'agent_settled').length, 3);
+  await pi.quit();
+});
+
+test('the previous step\'s settled turn is never counted against the next: every step submitted at once, no reminder', async () => {
+  env.addWorkflow('three.workflow.mjs', 'three');
+  const barriers = join(env.root, 'barriers');
+  mkdirSync(barriers);
+  // The refresh that presents step b waits until the test lets it go.
+  writeFileSync(join(barriers, 'present-b.hold'), '');
+  let releaseA;
+  const heldA = new Promise((r) => (releaseA = r));
+  let releaseB;
+  const heldB = new Promise((r) => (releaseB = r));
+  env.model.script = ({ messages, last, lastText }) => {
+    const step = [...messages].reverse().find(isStep);
+    const node = /STEP-([ABC])/.exec(step ? textOf(step) : '')?.[1];
+    // Step a's turn ends with a reply the test holds open (after a's submission).
+    if (last.role === 'tool') return node === 'A' ? { text: 'ok', hold: heldA } : { text: 'ok' };
+    const id = stepId(lastText);
+    if (!id) return { text: 'ok' };
+    const submit = { tool: { name: 'workflow', arguments: { action: 'submit', interactionId: id, output: { word: `w${node}` } } } };
+    // Step b's turn is held until the settle of a's turn has been handled.
+    return node === 'B' ? { ...submit, hold: heldB } : submit;
+  };
+  const pi = await env.startPi({ sessionId: 'three', extraEnv: { PIW_PI_BARRIER_DIR: barriers } });
+  const client = await env.client();
+  const from = pi.mark();
+  const { run_id } = await client.startRun(`${env.project}/.pi/workflows/three.workflow.mjs`, { sessionId: 'three' });
+  // a is accepted (b waits to be presented) and a's turn streams its last reply.
+  await until(() => existsSync(join(barriers, 'present-b.reached')), 'the refresh that presents b');
+  await until(() => env.model.requests.some((r) => r.last.role === 'tool'), "a's turn after its submission");
+  const settleMark = pi.mark();
+  releaseA();
+  await pi.waitSettled(settleMark);
+  // b is presented after a's turn settled, and before that settle is handled.
+  const presentMark = pi.mark();
+  rmSync(join(barriers, 'present-b.hold'));
+  await until(() => pi.customMessages('piw-step', from).some((m) => m.details.node === 'b'), 'step b presented');
+  // The refresh that presented b ends with the widget; the next one handles a's settle first.
+  await until(
+    () => pi.events.slice(presentMark).filter((e) => e.type === 'extension_ui_request' && e.method === 'setWidget').length >= 2,
+    "a's settle handled",
+  );
+  releaseB();
+  const run = await client.waitForRun(run_id, { timeoutMs: 30_000 });
+  assert.equal(run.status, 'completed');
+  assert.deepEqual(run.result, { a: 'wA', b: 'wB', c: 'wC' });
+  const steps = pi.customMessages('piw-step', from);
+  assert.deepEqual(steps.map((m) => [m.details.node, m.details.reminder]), [['a', 0], ['b', 0], ['c', 0]], 'each step presented once, no reminder');
   await pi.quit();
 });
 
