@@ -177,6 +177,22 @@ export function humanAnswer(request, raw) {
   return { answer: { choice: picked.id, text: input.perChoice ? (text ?? '') : text || null } };
 }
 
+/**
+ * Why a request the model was working on is closed without its submission, or null while it
+ * is open or once it was answered: its run ended, or the request timed out or was cancelled.
+ */
+export function closedWithout(status, id) {
+  const { run } = status;
+  const interaction = status.interactions.find((i) => i.interaction_id === id);
+  const decision = status.decisions.find((d) => d.decision_id === id);
+  const state = interaction?.status ?? decision?.status ?? null;
+  if (state === 'settled' || state === 'answered') return null;
+  if (isFinal(run.status)) return `the run ended: ${run.status}`;
+  if (state === 'expired') return 'it timed out';
+  if (state === 'cancelled') return interaction ? 'it was cancelled' : 'it was closed (cancelled, or its deadline passed)';
+  return null;
+}
+
 export class WorkflowSession {
   /** @param pi the ExtensionAPI; @param ctx the session_start context */
   constructor(pi, ctx) {
@@ -220,8 +236,14 @@ export class WorkflowSession {
     this.presentedTurns = new Set();
     /** Messages delivered by this process: id -> the copies the branch holds once this one is in. */
     this.deliveredHere = new Map();
-    /** Steps presented by this process. */
-    this.presentedHere = new Set();
+    /** Requests presented by this process: key -> `{ type, runId, node }`. */
+    this.presentedHere = new Map();
+    /**
+     * Requests whose turn was stopped because the workflow closed them (cancelled, timed out,
+     * their run ended); while such a stop waits for its settle, nothing new is presented.
+     */
+    this.stoppedTurns = new Set();
+    this.stoppingTurn = false;
     /**
      * Steps presented before this process started, looked at once: a turn the previous Pi did
      * not finish (it died or quit mid-turn) is given again, once.
@@ -524,6 +546,7 @@ export class WorkflowSession {
     for (const run of runs) {
       if (!isFinal(run.status)) statuses.set(run.run_id, await this.call('run.status', (c) => c.runStatus(run.run_id)));
     }
+    await this.stopClosedTurn(statuses);
     await this.presentActive(statuses);
     this.offerDecisions(statuses);
     await this.updateWidget(runs, statuses);
@@ -662,6 +685,8 @@ export class WorkflowSession {
     }
     if (next) await barrier(`present-${next.item.node_id}`);
     this.active = next;
+    // A turn being stopped: what comes next is presented after its settle, with a turn of its own.
+    if (this.stoppingTurn) return;
     const resumed = this.resumedRun;
     if (resumed && statuses.has(resumed) && !statuses.get(resumed).run.paused) this.resumedRun = null;
     if (!next) return;
@@ -682,9 +707,43 @@ export class WorkflowSession {
     const seen = this.branchIndex().get(`step:${next.id}`);
     if (!seen || !run) return;
     if (seen.completed) {
-      await this.afterTurn(next, run);
+      await this.afterTurn(next, statuses.get(next.runId));
     } else {
       this.sendStep(next, `Pi stopped before the turn that carried this workflow step ended; the step is still waiting.\n\n${content}`, seen.reminder);
+    }
+  }
+
+  /**
+   * Turns follow the run: when the request the running turn carries is closed without its
+   * submission (cancelled, timed out, its run ended), the turn is stopped and the session told
+   * why, in one message that starts no turn. Its aborted settle pauses nothing: the request is
+   * no longer pending.
+   */
+  async stopClosedTurn(statuses) {
+    if (this.ctx.isIdle()) return;
+    for (const key of this.carrying) {
+      if (!key.startsWith('step:')) continue;
+      const id = key.slice('step:'.length);
+      const presented = this.presentedHere.get(id);
+      if (!presented || this.stoppedTurns.has(id)) continue;
+      const status = statuses.get(presented.runId) ?? (await this.call('run.status', (c) => c.runStatus(presented.runId)));
+      const why = closedWithout(status, id);
+      if (!why || this.closed || this.ctx.isIdle()) continue;
+      this.stoppedTurns.add(id);
+      this.stoppingTurn = true;
+      const what = presented.type === 'checkpoint' ? 'checkpoint' : 'step';
+      // A run that ended says so in its own card (its terminal message): that is the one message.
+      if (!isFinal(status.run.status)) this.pi.sendMessage(
+        {
+          customType: MESSAGE,
+          content: `Stop working on workflow ${what} ${presented.node} (run ${presented.runId}): ${why}. Do not submit it.`,
+          display: true,
+          details: { kind: 'turn_stopped', runId: presented.runId, key: id, reason: why },
+        },
+        { triggerTurn: false },
+      );
+      this.ctx.abort();
+      return;
     }
   }
 
@@ -701,7 +760,7 @@ export class WorkflowSession {
     };
     const count = (this.presentedSteps().get(active.id) ?? 0) + 1;
     this.outbox.set(`step:${active.id}`, { type: 'step', id: active.id, count, reminder, settles: this.settles });
-    this.presentedHere.add(active.id);
+    this.presentedHere.set(active.id, { type: active.type, runId: active.runId, node: active.item.node_id });
     this.pi.sendMessage(
       { customType: STEP, content, display: true, details },
       { triggerTurn: true, deliverAs: this.ctx.isIdle() ? 'followUp' : 'steer' },
@@ -715,6 +774,7 @@ export class WorkflowSession {
     this.lastSettleAborted = aborted;
     const carried = this.carrying;
     this.carrying = new Set();
+    this.stoppingTurn = false;
     // Counted once Pi has finished emitting the settle: a message sent while it emitted it
     // starts a run of its own by then (Pi is not idle), so it is not taken for dropped. Pi
     // quitting aborts the turn and closes the session before then (session_shutdown follows the
@@ -766,14 +826,16 @@ export class WorkflowSession {
       this.sendStep(active, content, wasDropped.reminder);
       return;
     }
-    await this.afterTurn(active, status.run);
+    await this.afterTurn(active, status);
   }
 
   /**
    * A turn carried the active request and ended without its submission: an `assistantMessage`
-   * step takes the visible reply; else a reminder, at most MAX_REMINDERS, then the attempt fails.
+   * step takes the visible reply; else a reminder, at most MAX_REMINDERS, then the attempt fails
+   * (saying why the last submission was rejected, when there was one). `status`: its run's.
    */
-  async afterTurn(active, run) {
+  async afterTurn(active, status) {
+    const { run } = status;
     if (active.type === 'interaction' && active.kind === 'assistant_message') {
       const text = this.lastAssistantText();
       if (text !== null) {
@@ -787,7 +849,11 @@ export class WorkflowSession {
         active.type === 'interaction' ? stepMessage(active.item, run.workflow_name, reminder) : checkpointMessage(active.item, run);
       this.sendStep(active, content, reminder);
     } else if (active.type === 'interaction') {
-      const reason = `no submission after ${MAX_REMINDERS} reminders`;
+      const last = status.interactions.find((i) => i.interaction_id === active.id)?.last_submission;
+      const reason =
+        last?.state === 'rejected'
+          ? `no accepted submission after ${MAX_REMINDERS} reminders; the last was rejected: ${last.error}`
+          : `no submission after ${MAX_REMINDERS} reminders`;
       const { routed_to: next } = await this.call('interaction.fail', (c) => c.failInteraction(active.item, reason));
       this.ctx.ui.notify(
         `workflow step ${active.item.node_id} (run ${active.runId}) failed: ${reason}${next ? `; the run goes on at ${next}` : ''}`,
