@@ -28,7 +28,9 @@ export const MAX_REMINDERS = 2;
 /**
  * Waits between attempts to follow a host again after the session's subscription ended (a host
  * that stopped, restarted or died): quick at first, then every 30 s, for about five minutes.
- * These attempts never start a host; after the last one the next call to the host does.
+ * While the session has live runs these attempts start a host (its runs progress only in
+ * one); otherwise they only connect to one that runs, and after the last one the next call to
+ * the host starts one.
  */
 export const RECONNECT_DELAYS_MS = [500, 1_000, 2_000, 4_000, 8_000, 15_000, ...Array(9).fill(30_000)];
 /** The most unfinished runs of the session a refresh follows (each costs a `run.status` call). */
@@ -259,6 +261,8 @@ export class WorkflowSession {
     /** Connections given up, with why (for the calls still waiting on them). */
     this.dropped = new WeakMap();
     this.connectedBefore = false;
+    /** The session's runs that had not ended at the last refresh (ids). */
+    this.liveRuns = [];
     this.reconnectTimer = null;
     this.reconnectAttempt = 0;
     /** The last refresh failure reported to the person (reported once, until a refresh succeeds). */
@@ -353,7 +357,16 @@ export class WorkflowSession {
       // The connection ended (a host that stopped or died).
     }
     if (this.client === client) this.dropClient('the piw host closed the connection');
+    this.showHostGone('starting it again');
     this.scheduleReconnect();
+  }
+
+  /** The widget says that the session's live runs do not progress while no host runs. */
+  showHostGone(what) {
+    if (this.closed || this.liveRuns.length === 0) return;
+    const n = this.liveRuns.length;
+    this.ctx.ui.setWidget(KEY, [`piw: the host is not running: ${n === 1 ? `run ${this.liveRuns[0]} does` : `${n} runs of this session do`} not progress (${what})`]);
+    this.ctx.ui.setStatus(KEY, 'wf: no host');
   }
 
   /**
@@ -369,8 +382,9 @@ export class WorkflowSession {
       this.reconnectTimer = null;
       if (this.closed || this.client?.isOpen) return;
       try {
-        await this.connection({ start: false });
+        await this.connection({ start: this.liveRuns.length > 0 });
       } catch {
+        if (this.reconnectAttempt >= RECONNECT_DELAYS_MS.length) this.showHostGone('/workflow status tries again');
         this.scheduleReconnect();
       }
     }, delay);
@@ -542,6 +556,7 @@ export class WorkflowSession {
     await this.deliverMessages();
     // Every run of the session that has not ended, however many have ended since it started.
     const runs = await this.call('run.list', (c) => c.listRuns({ sessionId: this.sessionId, unfinished: true, limit: UNFINISHED_RUNS }));
+    this.liveRuns = runs.filter((r) => !isFinal(r.status)).map((r) => r.run_id);
     const statuses = new Map();
     for (const run of runs) {
       if (!isFinal(run.status)) statuses.set(run.run_id, await this.call('run.status', (c) => c.runStatus(run.run_id)));

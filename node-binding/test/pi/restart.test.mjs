@@ -7,6 +7,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, test } from 'node:test';
 
+import { Client } from '../../index.js';
 import { alive, piEnv, sleep, until } from './harness.mjs';
 
 let env;
@@ -210,6 +211,48 @@ test('after the host restarts, the session follows it again: a run that ends the
   await client.request('host.stop').catch(() => {});
   await until(() => !alive(pid), 'the host gone');
   // Another client (the CLI, another Pi session, a script) starts the host again.
+  client = await env.client();
+  writeFileSync(gate, '');
+  assert.equal((await client.waitForRun(run.run_id, { timeoutMs: 30_000 })).status, 'completed');
+  const card = await until(() => terminalCards(pi)[0], 'the result card in the running session');
+  assert.match(card.content, /gate completed/);
+  await pi.quit();
+});
+
+test('the host dies while Pi is idle with a live run of the session: the widget says the run does not progress, the extension starts a host again, the run goes on', async () => {
+  env.addWorkflow('gate.workflow.mjs', 'gate');
+  const gate = join(env.root, 'open');
+  const pi = await env.startPi({ sessionId: 'orphan' });
+  await pi.prompt(`/workflow gate --input-json ${JSON.stringify({ gate })}`);
+  let client = await env.client();
+  const [run] = await until(async () => {
+    const runs = await client.listRuns({ sessionId: 'orphan' });
+    return runs.length && runs[0].status === 'running' && runs;
+  }, 'the run computing');
+  // The session knows the run is live: its widget shows it.
+  await pi.waitEvent((e) => e.type === 'extension_ui_request' && e.method === 'setStatus' && /wf gate/.test(e.statusText ?? ''), 'the footer status');
+  const { pid } = await client.status();
+  await client.close();
+  const from = pi.mark();
+  process.kill(pid, 'SIGKILL');
+  await until(() => !alive(pid), 'the host gone');
+  await pi.waitEvent(
+    (e) => e.type === 'extension_ui_request' && e.method === 'setWidget' && (e.widgetLines ?? []).some((l) => /the host is not running: run .* does not progress/.test(l)),
+    'the widget saying so',
+    from,
+  );
+  // No client of the test starts one: the extension does.
+  const restarted = await until(async () => {
+    try {
+      const c = await Client.connect({ home: env.piwHome, start: false });
+      const { pid: now } = await c.status();
+      await c.close();
+      return now !== pid && now;
+    } catch {
+      return false;
+    }
+  }, 'a host started again');
+  assert.ok(alive(restarted));
   client = await env.client();
   writeFileSync(gate, '');
   assert.equal((await client.waitForRun(run.run_id, { timeoutMs: 30_000 })).status, 'completed');
