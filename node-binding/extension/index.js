@@ -204,10 +204,14 @@ export default function piwExtension(pi) {
   async function currentRequest(s, interactionId) {
     const pending = await s.call('interaction.list', (c) => c.listInteractions(s.sessionId));
     const current = pending.find((i) => i.origin_session === s.sessionId);
-    if (!current) throw new WorkflowError('no workflow step of this session is waiting for a submission');
+    // A late submission hears why its step is closed (timed out, cancelled, its run ended).
+    const closed = interactionId && interactionId !== current?.interaction_id ? await s.closedReason(interactionId) : null;
+    if (!current) {
+      throw new WorkflowError(`${closed ? `interaction ${interactionId} is closed: ${closed}; ` : ''}no workflow step of this session is waiting for a submission`);
+    }
     if (interactionId && interactionId !== current.interaction_id) {
       throw new WorkflowError(
-        `interaction ${interactionId} is closed or not this session's current request; the current one is interaction ${current.interaction_id} (step ${current.node_id}, attempt ${current.attempt_id})`,
+        `interaction ${interactionId} is ${closed ? `closed: ${closed}` : "closed or not this session's current request"}; the current one is interaction ${current.interaction_id} (step ${current.node_id}, attempt ${current.attempt_id})`,
       );
     }
     return current;

@@ -762,6 +762,22 @@ export class WorkflowSession {
     }
   }
 
+  /**
+   * Why the interaction `id` presented in this session no longer takes a submission ("it timed
+   * out", "it was cancelled", "the run ended: cancelled", "it was already accepted"), or null
+   * when that is not known (not one of this session's, or still open).
+   */
+  async closedReason(id) {
+    let runId = this.presentedHere.get(id)?.runId;
+    if (!runId) {
+      for (const e of this.entries()) if (e.type === 'custom_message' && e.customType === STEP && e.details?.key === id) runId = e.details.runId;
+    }
+    if (!runId) return null;
+    const status = await this.call('run.status', (c) => c.runStatus(runId));
+    if (status.interactions.some((i) => i.interaction_id === id && i.status === 'settled')) return 'it was already accepted';
+    return closedWithout(status, id);
+  }
+
   /** Presents a request to the model with a turn; `reminder`: the reminders it has had, this one included. */
   sendStep(active, content, reminder) {
     if (this.closed) return;

@@ -180,7 +180,7 @@ test('one active request per session: the second run waits; a stale interaction 
   assert.equal(steps[0].details.runId, a.run_id, 'the first run is presented first');
   assert.equal(steps[1].details.runId, b.run_id);
   const refused = await pi.waitEvent(
-    (e) => e.type === 'tool_execution_end' && e.isError && /is closed or not this session's current request/.test(JSON.stringify(e.result)),
+    (e) => e.type === 'tool_execution_end' && e.isError && /interaction \S+ is closed: it was already accepted/.test(JSON.stringify(e.result)),
     'the stale submit refused',
     from,
   );
@@ -331,7 +331,7 @@ test('a run cancelled while the model works on its step stops the turn; the run\
   await pi.quit();
 });
 
-test('a step that times out while the model works on it stops the turn with one message saying so; the next step gets its own turn', async () => {
+test('a step that times out while the model works on it stops the turn with one message saying so; the next step gets its own turn; a late submit hears that it timed out', async () => {
   // The host runs on a test clock: the deadline passes when this test moves it.
   const clock = join(env.root, 'clock');
   const advance = (ms) => {
@@ -341,10 +341,28 @@ test('a step that times out while the model works on it stops the turn with one 
   const client = await Client.connect({ home: env.piwHome, hostBin, hostEnv: { HOME: env.home, PIW_KILL_GRACE_MS: '300', PIW_TEST_CLOCK: clock } });
   try {
     env.addWorkflow('deadline.workflow.mjs', 'deadline');
-    env.model.script = ({ lastText }) => {
-      if (/Answer first/.test(lastText)) return { text: 'Working on it', hold: new Promise(() => {}) };
-      const id = stepId(lastText);
-      return id ? { tool: { name: 'workflow', arguments: { action: 'submit', interactionId: id, output: { ok: true } } } } : { text: 'ok' };
+    let firstId = null;
+    let late = null;
+    env.model.script = ({ messages, last }) => {
+      // The newest step in the context (cards without a turn may come after it).
+      const step = [...messages].reverse().find(isStep);
+      const id = step ? stepId(textOf(step)) : null;
+      if (!id) return { text: 'ok' };
+      if (/Answer first/.test(textOf(step))) {
+        firstId = id;
+        return { text: 'Working on it', hold: new Promise(() => {}) };
+      }
+      const submit = (interactionId) => ({ tool: { name: 'workflow', arguments: { action: 'submit', interactionId, output: { ok: true } } } });
+      // On the second step the model submits the first one late, once, then the second.
+      if (late === null) {
+        late = 'sent';
+        return submit(firstId);
+      }
+      if (late === 'sent') {
+        late = 'done';
+        return submit(id);
+      }
+      return { text: 'ok' };
     };
     const pi = await env.startPi({ sessionId: 'late' });
     const from = pi.mark();
@@ -362,6 +380,8 @@ test('a step that times out while the model works on it stops the turn with one 
     assert.match(stopped[0].content, /Stop working on workflow step first .*: it timed out/);
     const steps = pi.customMessages('piw-step', from);
     assert.deepEqual(steps.map((m) => [m.details.node, m.details.reminder]), [['first', 0], ['second', 0]]);
+    const refused = await pi.waitEvent((e) => e.type === 'tool_execution_end' && e.isError, 'the late submit refused', from);
+    assert.match(JSON.stringify(refused.result), new RegExp(`interaction ${firstId} is closed: it timed out`));
     assert.equal(pi.notifications(from).filter((n) => /paused/.test(n)).length, 0, 'nothing paused');
     await pi.quit();
   } finally {
