@@ -437,21 +437,26 @@ export class WorkflowSession {
    */
   branchIndex() {
     const index = new Map();
-    for (const e of this.entries()) {
+    const entries = this.entries();
+    // Where the last copy of each is, and the last assistant reply that ended.
+    const lastAt = new Map();
+    let lastCompleted = -1;
+    entries.forEach((e, at) => {
       if (e.type === 'custom_message' && (e.customType === STEP || e.customType === MESSAGE)) {
         const id = e.customType === STEP ? e.details?.key : e.details?.messageId;
-        if (!id) continue;
+        if (!id) return;
         const key = `${e.customType === STEP ? 'step' : 'message'}:${id}`;
         const seen = index.get(key) ?? { count: 0, reminder: 0, turn: false, completed: false };
         seen.count += 1;
         seen.reminder = Math.max(seen.reminder, Number(e.details.reminder) || 0);
         seen.turn = e.customType === STEP || e.details.turn === true;
-        seen.completed = false;
         index.set(key, seen);
+        lastAt.set(key, at);
       } else if (e.type === 'message' && e.message?.role === 'assistant' && ['stop', 'length'].includes(e.message.stopReason)) {
-        for (const seen of index.values()) seen.completed = true;
+        lastCompleted = at;
       }
-    }
+    });
+    for (const [key, seen] of index) seen.completed = lastCompleted > lastAt.get(key);
     return index;
   }
 
@@ -471,13 +476,6 @@ export class WorkflowSession {
     const sent = this.outbox.get(`step:${key}`);
     if (sent) most = Math.max(most, sent.reminder);
     return most;
-  }
-
-  /** Ids of the workflow messages the session's branch holds. */
-  deliveredMessages() {
-    const ids = new Set();
-    for (const key of this.branchIndex().keys()) if (key.startsWith('message:')) ids.add(key.slice(8));
-    return ids;
   }
 
   /**
