@@ -6,7 +6,7 @@
 import { isFinal } from '../index.js';
 import { CardComponent, MESSAGE, STEP } from './format.js';
 import { RESERVED, ResolveError, listWorkflows, resolveWorkflow } from './resolve.js';
-import { VALIDATION_WAIT_MS, WorkflowSession, humanAnswer } from './session.js';
+import { VALIDATION_WAIT_MS, WorkflowSession, closedWithout, humanAnswer } from './session.js';
 
 const ACTIONS = ['list', 'start', 'status', 'pause', 'resume', 'cancel', 'answer', 'update', 'submit'];
 const SUBCOMMANDS = ['list', 'status', 'pause', 'resume', 'cancel', 'answer'];
@@ -248,12 +248,6 @@ export default function piwExtension(pi) {
     },
   });
 
-  /** Why a closed interaction takes no more output, for the model. */
-  const closedWhy = {
-    settled: 'it already took an output (accepted)',
-    expired: 'it timed out (its deadline passed)',
-    cancelled: 'it was cancelled (its run was cancelled, or the step was given up)',
-  };
 
   /**
    * The interaction a `submit` or `update` answers: `interactionId`, else the request the model
@@ -293,14 +287,15 @@ export default function piwExtension(pi) {
         : 'another request of this session goes first';
       throw new WorkflowError(`interaction ${id} (step ${interaction.node_id}) is not this session's current request: ${why}${current}`);
     }
-    return { interaction, open: false, current };
+    const why = interaction.status === 'settled' ? 'it was already accepted' : (closedWithout(st, id) ?? interaction.status);
+    return { interaction, open: false, current, why };
   }
 
-  /** The refusal of an output for a closed interaction. */
+  /** The refusal of an output for a closed interaction: why it closed (accepted, timed out, cancelled, its run ended). */
   function closedError(bound) {
-    const { interaction: i, current } = bound;
+    const { interaction: i, current, why } = bound;
     return new WorkflowError(
-      `interaction ${i.interaction_id} (step ${i.node_id} of run ${i.run_id}) is closed: ${closedWhy[i.status] ?? i.status}; this output was not submitted${current}`,
+      `interaction ${i.interaction_id} (step ${i.node_id} of run ${i.run_id}) is closed: ${why}; this output was not submitted${current}`,
     );
   }
 

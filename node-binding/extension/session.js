@@ -29,7 +29,9 @@ export const MAX_REMINDERS = 2;
 /**
  * Waits between attempts to follow a host again after the session's subscription ended (a host
  * that stopped, restarted or died): quick at first, then every 30 s, for about five minutes.
- * These attempts never start a host; after the last one the next call to the host does.
+ * While the session has live runs these attempts start a host (its runs progress only in
+ * one); otherwise they only connect to one that runs, and after the last one the next call to
+ * the host starts one.
  */
 export const RECONNECT_DELAYS_MS = [500, 1_000, 2_000, 4_000, 8_000, 15_000, ...Array(9).fill(30_000)];
 /** The most unfinished runs of the session a refresh follows (each costs a `run.status` call). */
@@ -178,6 +180,22 @@ export function humanAnswer(request, raw) {
   return { answer: { choice: picked.id, text: input.perChoice ? (text ?? '') : text || null } };
 }
 
+/**
+ * Why a request the model was working on is closed without its submission, or null while it
+ * is open or once it was answered: its run ended, or the request timed out or was cancelled.
+ */
+export function closedWithout(status, id) {
+  const { run } = status;
+  const interaction = status.interactions.find((i) => i.interaction_id === id);
+  const decision = status.decisions.find((d) => d.decision_id === id);
+  const state = interaction?.status ?? decision?.status ?? null;
+  if (state === 'settled' || state === 'answered') return null;
+  if (isFinal(run.status)) return `the run ended: ${run.status}`;
+  if (state === 'expired') return 'it timed out';
+  if (state === 'cancelled') return interaction ? 'it was cancelled' : 'it was closed (cancelled, or its deadline passed)';
+  return null;
+}
+
 export class WorkflowSession {
   /** @param pi the ExtensionAPI; @param ctx the session_start context */
   constructor(pi, ctx) {
@@ -199,16 +217,41 @@ export class WorkflowSession {
     this.widgetRun = null;
     /**
      * Sent to Pi in this process but not yet seen in the session's branch (a steer or follow-up
-     * waits in Pi's memory for the turn): `message:<id>` -> `{ type: 'message', id, settles }`,
-     * `step:<key>` -> `{ type: 'step', id, count, settles }` (`count`: the presentations of the
-     * step the branch holds once this one is in). `settles`: how many turns had settled when it
-     * was sent; one that is still not in the branch after a later settle was dropped by Pi
-     * (its queue cleared, or Pi quitting mid-turn) and is sent again.
+     * waits in Pi's memory for the turn): `message:<id>` -> `{ type: 'message', id, count,
+     * settles }`, `step:<key>` -> `{ type: 'step', id, count, reminder, settles }` (`count`: the
+     * copies the branch holds once this one is in; `reminder`: the step's reminders so far).
+     * `settles`: how many turns had settled when it was sent; one that is still not in the
+     * branch after a later settle was dropped by Pi (its queue cleared, or Pi quitting mid-turn)
+     * and is sent again.
      */
     this.outbox = new Map();
-    /** agent_settled events seen, and the `aborted` flag of those not handled yet. */
+    /** agent_settled events seen, and those not handled yet: `{ aborted, carried }`. */
     this.settles = 0;
     this.settleQueue = [];
+    /**
+     * What the turn now running carries: `step:<key>` and `message:<id>` (a message that asks
+     * for a turn) whose message_end came since the last settle. At the settle they are that
+     * turn's: a reminder follows only a turn that carried its step, and a presentation is
+     * acknowledged once the turn that carried it settled (`presentedTurns`).
+     */
+    this.carrying = new Set();
+    /** Messages asking for a turn whose turn settled in this process (acknowledged then). */
+    this.presentedTurns = new Set();
+    /** Messages delivered by this process: id -> the copies the branch holds once this one is in. */
+    this.deliveredHere = new Map();
+    /** Requests presented by this process: key -> `{ type, runId, node }`. */
+    this.presentedHere = new Map();
+    /**
+     * Requests whose turn was stopped because the workflow closed them (cancelled, timed out,
+     * their run ended); while such a stop waits for its settle, nothing new is presented.
+     */
+    this.stoppedTurns = new Set();
+    this.stoppingTurn = false;
+    /**
+     * Steps presented before this process started, looked at once: a turn the previous Pi did
+     * not finish (it died or quit mid-turn) is given again, once.
+     */
+    this.recovered = new Set();
     /** Whether the last settled turn was aborted (Escape): what was dropped then comes back without a turn. */
     this.lastSettleAborted = false;
     /** Messages Pi dropped once in this process, and those whose end was already notified. */
@@ -219,6 +262,8 @@ export class WorkflowSession {
     /** Connections given up, with why (for the calls still waiting on them). */
     this.dropped = new WeakMap();
     this.connectedBefore = false;
+    /** The session's runs that had not ended at the last refresh (ids). */
+    this.liveRuns = [];
     this.reconnectTimer = null;
     this.reconnectAttempt = 0;
     /** The last refresh failure reported to the person (reported once, until a refresh succeeds). */
@@ -313,7 +358,16 @@ export class WorkflowSession {
       // The connection ended (a host that stopped or died).
     }
     if (this.client === client) this.dropClient('the piw host closed the connection');
+    this.showHostGone('starting it again');
     this.scheduleReconnect();
+  }
+
+  /** The widget says that the session's live runs do not progress while no host runs. */
+  showHostGone(what) {
+    if (this.closed || this.liveRuns.length === 0) return;
+    const n = this.liveRuns.length;
+    this.ctx.ui.setWidget(KEY, [`piw: the host is not running: ${n === 1 ? `run ${this.liveRuns[0]} does` : `${n} runs of this session do`} not progress (${what})`]);
+    this.ctx.ui.setStatus(KEY, 'wf: no host');
   }
 
   /**
@@ -329,8 +383,9 @@ export class WorkflowSession {
       this.reconnectTimer = null;
       if (this.closed || this.client?.isOpen) return;
       try {
-        await this.connection({ start: false });
+        await this.connection({ start: this.liveRuns.length > 0 });
       } catch {
+        if (this.reconnectAttempt >= RECONNECT_DELAYS_MS.length) this.showHostGone('/workflow status tries again');
         this.scheduleReconnect();
       }
     }, delay);
@@ -375,33 +430,53 @@ export class WorkflowSession {
     }
   }
 
-  /** Step presentations in the session's branch: key -> how many times (first + reminders). */
-  branchSteps() {
-    const seen = new Map();
-    for (const e of this.entries()) {
-      if (e.type === 'custom_message' && e.customType === STEP && e.details?.key) {
-        seen.set(e.details.key, (seen.get(e.details.key) ?? 0) + 1);
+  /**
+   * This extension's entries in the session's branch: `step:<key>` / `message:<id>` ->
+   * `{ count, reminder, turn, completed }`: how many copies, the most reminders one carries,
+   * whether the last copy asked for a turn, and whether a turn was completed after it (an
+   * assistant reply that ended, not one cut short: Pi died or quit mid-turn).
+   */
+  branchIndex() {
+    const index = new Map();
+    const entries = this.entries();
+    // Where the last copy of each is, and the last assistant reply that ended.
+    const lastAt = new Map();
+    let lastCompleted = -1;
+    entries.forEach((e, at) => {
+      if (e.type === 'custom_message' && (e.customType === STEP || e.customType === MESSAGE)) {
+        const id = e.customType === STEP ? e.details?.key : e.details?.messageId;
+        if (!id) return;
+        const key = `${e.customType === STEP ? 'step' : 'message'}:${id}`;
+        const seen = index.get(key) ?? { count: 0, reminder: 0, turn: false, completed: false };
+        seen.count += 1;
+        seen.reminder = Math.max(seen.reminder, Number(e.details.reminder) || 0);
+        seen.turn = e.customType === STEP || e.details.turn === true;
+        index.set(key, seen);
+        lastAt.set(key, at);
+      } else if (e.type === 'message' && e.message?.role === 'assistant' && ['stop', 'length'].includes(e.message.stopReason)) {
+        lastCompleted = at;
       }
-    }
-    return seen;
+    });
+    for (const [key, seen] of index) seen.completed = lastCompleted > lastAt.get(key);
+    return index;
   }
 
   /** Step presentations in the branch or on their way to it: key -> how many times. */
   presentedSteps() {
-    const seen = this.branchSteps();
+    const seen = new Map();
+    for (const [key, v] of this.branchIndex()) if (key.startsWith('step:')) seen.set(key.slice(5), v.count);
     for (const sent of this.outbox.values()) {
       if (sent.type === 'step') seen.set(sent.id, Math.max(sent.count, seen.get(sent.id) ?? 0));
     }
     return seen;
   }
 
-  /** Ids of the workflow messages the session's branch holds (only those are acknowledged). */
-  deliveredMessages() {
-    const ids = new Set();
-    for (const e of this.entries()) {
-      if (e.type === 'custom_message' && e.customType === MESSAGE && e.details?.messageId) ids.add(e.details.messageId);
-    }
-    return ids;
+  /** The reminders a step has had (in the branch or on their way to it). */
+  remindersOf(key) {
+    let most = this.branchIndex().get(`step:${key}`)?.reminder ?? 0;
+    const sent = this.outbox.get(`step:${key}`);
+    if (sent) most = Math.max(most, sent.reminder);
+    return most;
   }
 
   /**
@@ -411,11 +486,10 @@ export class WorkflowSession {
    */
   pruneOutbox() {
     const idle = this.ctx.isIdle();
-    const messages = this.deliveredMessages();
-    const steps = this.branchSteps();
+    const branch = this.branchIndex();
     const dropped = [];
     for (const [key, sent] of this.outbox) {
-      const inBranch = sent.type === 'message' ? messages.has(sent.id) : (steps.get(sent.id) ?? 0) >= sent.count;
+      const inBranch = (branch.get(key)?.count ?? 0) >= sent.count;
       if (inBranch) {
         this.outbox.delete(key);
       } else if (idle && sent.settles < this.settles) {
@@ -445,9 +519,9 @@ export class WorkflowSession {
       do {
         this.refreshAgain = false;
         while (this.settleQueue.length > 0 && !this.closed) {
-          const aborted = this.settleQueue.shift();
+          const turn = this.settleQueue.shift();
           try {
-            await this.settled(aborted);
+            await this.settled(turn);
           } catch (e) {
             this.reportFailure('after the turn', e);
           }
@@ -481,10 +555,12 @@ export class WorkflowSession {
     await this.deliverMessages();
     // Every run of the session that has not ended, however many have ended since it started.
     const runs = await this.call('run.list', (c) => c.listRuns({ sessionId: this.sessionId, unfinished: true, limit: UNFINISHED_RUNS }));
+    this.liveRuns = runs.filter((r) => !isFinal(r.status)).map((r) => r.run_id);
     const statuses = new Map();
     for (const run of runs) {
       if (!isFinal(run.status)) statuses.set(run.run_id, await this.call('run.status', (c) => c.runStatus(run.run_id)));
     }
+    await this.stopClosedTurn(statuses);
     await this.presentActive(statuses);
     this.offerDecisions(statuses);
     await this.updateWidget(runs, statuses);
@@ -510,15 +586,28 @@ export class WorkflowSession {
       let acked = 0;
       for (const m of messages) {
         if (m.origin_session !== this.sessionId) continue;
-        const key = `message:${m.message_id}`;
-        if (!this.deliveredMessages().has(m.message_id)) {
-          // On its way: acknowledged once it is in the branch.
-          if (this.outbox.has(key)) continue;
-          this.deliver(m);
+        const id = m.message_id;
+        const key = `message:${id}`;
+        // On its way: acknowledged once it is in the branch.
+        if (this.outbox.has(key)) continue;
+        let copy = this.branchIndex().get(key);
+        // The copies the branch holds once the one this process sent is in.
+        const ours = this.deliveredHere.get(id);
+        if (!copy || (ours !== undefined && copy.count < ours)) {
+          // Not in the session, or the copy this process sent again was dropped by Pi.
+          this.deliver(m, { interrupted: copy !== undefined });
           // Added at once while Pi is idle; a turn's message waits for it (its message_end
           // or the turn's settle schedules the refresh that acknowledges it).
-          if (!this.deliveredMessages().has(m.message_id)) continue;
+          copy = this.branchIndex().get(key);
+          if (!copy || copy.count < this.deliveredHere.get(id)) continue;
+        } else if (copy.turn && ours === undefined && !copy.completed) {
+          // Added with its turn by a Pi that did not finish that turn (it died or quit
+          // mid-turn): given again, once, with its turn.
+          this.deliver(m, { interrupted: true });
+          continue;
         }
+        // Its turn runs in this process: acknowledged once the turn settled.
+        if (copy.turn && this.deliveredHere.has(id) && !this.presentedTurns.has(id)) continue;
         this.outbox.delete(key);
         // Fault injection for the tests (as the host's PIW_FAULT): die between adding a
         // message to the session and acknowledging it.
@@ -533,16 +622,26 @@ export class WorkflowSession {
     }
   }
 
-  deliver(m) {
+  /**
+   * Adds a workflow message to the session: one with presentation instructions with a turn
+   * (`details.turn`), acknowledged once that turn settled. `interrupted`: the turn a previous
+   * Pi gave it did not end.
+   */
+  deliver(m, { interrupted = false } = {}) {
     if (this.closed) return;
     const text = messageText(m);
     const presentation = presentationOf(m);
-    const details = { messageId: m.message_id, runId: m.run_id, kind: m.kind, content: m.content };
-    this.outbox.set(`message:${m.message_id}`, { type: 'message', id: m.message_id, settles: this.settles });
     // A message Pi dropped when the person stopped the turn (Escape) comes back without starting one.
-    if (presentation && !(this.lastSettleAborted && this.droppedMessages.has(m.message_id))) {
+    const turn = Boolean(presentation) && !(this.lastSettleAborted && this.droppedMessages.has(m.message_id));
+    const details = { messageId: m.message_id, runId: m.run_id, kind: m.kind, content: m.content, turn };
+    const key = `message:${m.message_id}`;
+    const count = (this.branchIndex().get(key)?.count ?? 0) + 1;
+    this.outbox.set(key, { type: 'message', id: m.message_id, count, settles: this.settles });
+    this.deliveredHere.set(m.message_id, count);
+    if (turn) {
+      const again = interrupted ? 'Pi stopped before the turn that presents this ended; present it now.\n\n' : '';
       this.pi.sendMessage(
-        { customType: MESSAGE, content: `${text}\n\n${presentation}`, display: true, details },
+        { customType: MESSAGE, content: `${again}${text}\n\n${presentation}`, display: true, details },
         { triggerTurn: true, deliverAs: this.ctx.isIdle() ? 'followUp' : 'steer' },
       );
     } else {
@@ -560,9 +659,18 @@ export class WorkflowSession {
     }
   }
 
-  /** A Pi `message_end`: one of ours reached the session (Pi stores it right after the handlers). */
+  /**
+   * A Pi `message_end`: one of ours reached the session (Pi stores it right after the
+   * handlers); a step, or a message that asked for a turn, is carried by the turn now running.
+   */
   onMessageEnd(message) {
-    if (message?.role === 'custom' && message.customType === MESSAGE && message.details?.messageId) this.kick();
+    if (message?.role !== 'custom' || this.closed) return;
+    const details = message.details ?? {};
+    if (message.customType === STEP && details.key) this.carrying.add(`step:${details.key}`);
+    if (message.customType === MESSAGE && details.messageId) {
+      if (details.turn) this.carrying.add(`message:${details.messageId}`);
+      this.kick();
+    }
   }
 
   /**
@@ -615,19 +723,87 @@ export class WorkflowSession {
         }
       }
     }
+    if (next) await barrier(`present-${next.item.node_id}`);
     this.active = next;
+    // A turn being stopped: what comes next is presented after its settle, with a turn of its own.
+    if (this.stoppingTurn) return;
     const resumed = this.resumedRun;
     if (resumed && statuses.has(resumed) && !statuses.get(resumed).run.paused) this.resumedRun = null;
     if (!next) return;
     if (next.type === 'interaction' && next.item.status !== 'pending') return;
     const again = resumed === next.runId;
-    if (!again && (this.presentedSteps().get(next.id) ?? 0) > 0) return;
-    const workflow = statuses.get(next.runId)?.run.workflow_name;
-    const content = next.type === 'interaction' ? stepMessage(next.item, workflow) : checkpointMessage(next.item, next.run);
-    // After a resume the model continues the same request: presented again, once.
-    this.sendStep(next, again ? `The workflow was resumed.\n\n${content}` : content, 0);
+    const run = statuses.get(next.runId)?.run;
+    const content = next.type === 'interaction' ? stepMessage(next.item, run?.workflow_name) : checkpointMessage(next.item, next.run);
+    if (again || (this.presentedSteps().get(next.id) ?? 0) === 0) {
+      // After a resume the model continues the same request: presented again, once.
+      this.sendStep(next, again ? `The workflow was resumed.\n\n${content}` : content, this.remindersOf(next.id));
+      return;
+    }
+    if (this.presentedHere.has(next.id) || this.recovered.has(next.id)) return;
+    // Presented by an earlier Pi on this session: looked at once. A turn that carried it and
+    // ended without its submission gets what its settle would have given; a turn Pi did not
+    // finish (it died or quit mid-turn) is given again, once, without using up a reminder.
+    this.recovered.add(next.id);
+    const seen = this.branchIndex().get(`step:${next.id}`);
+    if (!seen || !run) return;
+    if (seen.completed) {
+      await this.afterTurn(next, statuses.get(next.runId));
+    } else {
+      this.sendStep(next, `Pi stopped before the turn that carried this workflow step ended; the step is still waiting.\n\n${content}`, seen.reminder);
+    }
   }
 
+  /**
+   * Turns follow the run: when the request the running turn carries is closed without its
+   * submission (cancelled, timed out, its run ended), the turn is stopped and the session told
+   * why, in one message that starts no turn. Its aborted settle pauses nothing: the request is
+   * no longer pending.
+   */
+  async stopClosedTurn(statuses) {
+    if (this.ctx.isIdle()) return;
+    for (const key of this.carrying) {
+      if (!key.startsWith('step:')) continue;
+      const id = key.slice('step:'.length);
+      const presented = this.presentedHere.get(id);
+      if (!presented || this.stoppedTurns.has(id)) continue;
+      const status = statuses.get(presented.runId) ?? (await this.call('run.status', (c) => c.runStatus(presented.runId)));
+      const why = closedWithout(status, id);
+      if (!why || this.closed || this.ctx.isIdle()) continue;
+      this.stoppedTurns.add(id);
+      this.stoppingTurn = true;
+      const what = presented.type === 'checkpoint' ? 'checkpoint' : 'step';
+      // A run that ended says so in its own card (its terminal message): that is the one message.
+      if (!isFinal(status.run.status)) this.pi.sendMessage(
+        {
+          customType: MESSAGE,
+          content: `Stop working on workflow ${what} ${presented.node} (run ${presented.runId}): ${why}. Do not submit it.`,
+          display: true,
+          details: { kind: 'turn_stopped', runId: presented.runId, key: id, reason: why },
+        },
+        { triggerTurn: false },
+      );
+      this.ctx.abort();
+      return;
+    }
+  }
+
+  /**
+   * Why the interaction `id` presented in this session no longer takes a submission ("it timed
+   * out", "it was cancelled", "the run ended: cancelled", "it was already accepted"), or null
+   * when that is not known (not one of this session's, or still open).
+   */
+  async closedReason(id) {
+    let runId = this.presentedHere.get(id)?.runId;
+    if (!runId) {
+      for (const e of this.entries()) if (e.type === 'custom_message' && e.customType === STEP && e.details?.key === id) runId = e.details.runId;
+    }
+    if (!runId) return null;
+    const status = await this.call('run.status', (c) => c.runStatus(runId));
+    if (status.interactions.some((i) => i.interaction_id === id && i.status === 'settled')) return 'it was already accepted';
+    return closedWithout(status, id);
+  }
+
+  /** Presents a request to the model with a turn; `reminder`: the reminders it has had, this one included. */
   sendStep(active, content, reminder) {
     if (this.closed) return;
     const details = {
@@ -639,7 +815,8 @@ export class WorkflowSession {
       reminder,
     };
     const count = (this.presentedSteps().get(active.id) ?? 0) + 1;
-    this.outbox.set(`step:${active.id}`, { type: 'step', id: active.id, count, settles: this.settles });
+    this.outbox.set(`step:${active.id}`, { type: 'step', id: active.id, count, reminder, settles: this.settles });
+    this.presentedHere.set(active.id, { type: active.type, runId: active.runId, node: active.item.node_id });
     this.pi.sendMessage(
       { customType: STEP, content, display: true, details },
       { triggerTurn: true, deliverAs: this.ctx.isIdle() ? 'followUp' : 'steer' },
@@ -651,6 +828,9 @@ export class WorkflowSession {
     if (this.closed) return;
     // Known at once: what Pi dropped in this turn comes back without a turn after Escape.
     this.lastSettleAborted = aborted;
+    const carried = this.carrying;
+    this.carrying = new Set();
+    this.stoppingTurn = false;
     // Counted once Pi has finished emitting the settle: a message sent while it emitted it
     // starts a run of its own by then (Pi is not idle), so it is not taken for dropped. Pi
     // quitting aborts the turn and closes the session before then (session_shutdown follows the
@@ -659,23 +839,26 @@ export class WorkflowSession {
     setImmediate(() => {
       if (this.closed) return;
       this.settles += 1;
-      this.settleQueue.push(aborted);
+      for (const key of carried) if (key.startsWith('message:')) this.presentedTurns.add(key.slice('message:'.length));
+      this.settleQueue.push({ aborted, carried });
       this.kick();
     });
   }
 
   /**
-   * After a settled turn. Aborted (Escape) while a request is active: pause its run. Else a
-   * presented request that is still pending gets a reminder, at most MAX_REMINDERS; one Pi
-   * dropped from its queue is presented again.
+   * After a settled turn, for the active request only when the turn carried it (or, ending,
+   * dropped it from Pi's queue): the previous request's turn is never counted against the
+   * next. Aborted (Escape): its run pauses. Dropped: presented again. Else the turn ended
+   * without its submission (`afterTurn`).
    */
-  async settled(aborted) {
+  async settled({ aborted, carried }) {
     if (this.closed) return;
-    const droppedSteps = new Set(this.pruneOutbox().filter((d) => d.type === 'step').map((d) => d.id));
+    const dropped = new Map(this.pruneOutbox().filter((d) => d.type === 'step').map((d) => [d.id, d]));
     const active = this.active;
     if (!active) return;
-    const sent = droppedSteps.has(active.id) || (this.presentedSteps().get(active.id) ?? 0) > 0;
-    if (!sent) return;
+    const wasCarried = carried.has(`step:${active.id}`);
+    const wasDropped = dropped.get(active.id);
+    if (!wasCarried && !wasDropped) return;
     const status = await this.call('run.status', (c) => c.runStatus(active.runId));
     if (status.run.paused || isFinal(status.run.status)) return;
     const stillPending =
@@ -691,22 +874,44 @@ export class WorkflowSession {
       );
       return;
     }
-    if (active.type === 'interaction' && active.kind === 'assistant_message' && !droppedSteps.has(active.id)) {
+    if (!wasCarried) {
+      const content =
+        active.type === 'interaction'
+          ? stepMessage(active.item, status.run.workflow_name, wasDropped.reminder)
+          : checkpointMessage(active.item, status.run);
+      this.sendStep(active, content, wasDropped.reminder);
+      return;
+    }
+    await this.afterTurn(active, status);
+  }
+
+  /**
+   * A turn carried the active request and ended without its submission: an `assistantMessage`
+   * step takes the visible reply; else a reminder, at most MAX_REMINDERS, then the attempt fails
+   * (saying why the last submission was rejected, when there was one). `status`: its run's.
+   */
+  async afterTurn(active, status) {
+    const { run } = status;
+    if (active.type === 'interaction' && active.kind === 'assistant_message') {
       const text = this.lastAssistantText();
       if (text !== null) {
         await this.call('interaction.submit', (c) => c.submitInteraction(active.item, text));
         return;
       }
     }
-    const shown = this.presentedSteps().get(active.id) ?? 0;
-    if (shown <= MAX_REMINDERS) {
+    const reminder = this.remindersOf(active.id) + 1;
+    if (reminder <= MAX_REMINDERS) {
       const content =
         active.type === 'interaction'
-          ? stepMessage(active.item, status.run.workflow_name, shown)
-          : checkpointMessage(active.item, status.run, shown);
-      this.sendStep(active, content, shown);
+          ? stepMessage(active.item, run.workflow_name, reminder)
+          : checkpointMessage(active.item, run, reminder);
+      this.sendStep(active, content, reminder);
     } else if (active.type === 'interaction') {
-      const reason = `no submission after ${MAX_REMINDERS} reminders`;
+      const last = status.interactions.find((i) => i.interaction_id === active.id)?.last_submission;
+      const reason =
+        last?.state === 'rejected'
+          ? `no accepted submission after ${MAX_REMINDERS} reminders; the last was rejected: ${last.error}`
+          : `no submission after ${MAX_REMINDERS} reminders`;
       const { routed_to: next } = await this.call('interaction.fail', (c) => c.failInteraction(active.item, reason));
       this.ctx.ui.notify(
         `workflow step ${active.item.node_id} (run ${active.runId}) failed: ${reason}${next ? `; the run goes on at ${next}` : ''}`,

@@ -90,6 +90,49 @@ test('an assistantMessage step is answered by the visible reply; an ordinary che
 
 const terminalCards = (pi, from = 0) => pi.customMessages('piw-message', from).filter((m) => m.details.kind === 'terminal');
 
+for (const how of ['killed', 'quits']) {
+  test(`Pi ${how} during the presentation turn: the next start presents the run's end again, once; the one after, not at all`, async () => {
+    env.addWorkflow('presented.workflow.mjs', 'presented');
+    let presentations = 0;
+    env.model.script = ({ lastText }) => {
+      if (!/PRESENT-THE-RESULT/.test(lastText)) return { text: 'ok' };
+      presentations += 1;
+      // The first presentation turn streams until Pi is gone.
+      return presentations === 1 ? { text: 'You have', hold: new Promise(() => {}) } : { text: 'You have 3 apples.' };
+    };
+    const sessionId = `cut-${how}`;
+    const pi = await env.startPi({ sessionId });
+    // A session Pi has saved (it writes the file once the conversation has started).
+    await pi.prompt('hi');
+    await pi.waitSettled();
+    const gate = join(env.root, 'open');
+    writeFileSync(gate, '');
+    const from = pi.mark();
+    await pi.prompt(`/workflow presented --input-json ${JSON.stringify({ gate })}`);
+    await until(() => terminalCards(pi, from)[0], 'the presentation');
+    await pi.waitEvent((e) => e.type === 'message_start' && e.message?.role === 'assistant', 'the presentation turn streaming', from);
+    if (how === 'killed') pi.kill('SIGKILL');
+    else pi.child.stdin.end(); // an orderly quit: the turn is aborted
+    await pi.exited;
+
+    const again = await env.startPi({ sessionId });
+    const card = await until(() => terminalCards(again)[0], 'the presentation at the next start');
+    assert.match(card.content, /^Pi stopped before the turn that presents this ended/);
+    assert.match(card.content, /PRESENT-THE-RESULT/);
+    await again.waitSettled();
+    assert.equal(presentations, 2);
+    await again.quit();
+
+    const third = await env.startPi({ sessionId });
+    await third.waitEvent((e) => e.type === 'extension_ui_request' && e.method === 'setWidget', 'the first refresh');
+    assert.equal(terminalCards(third).length, 0, 'not presented a third time');
+    const client = await env.client();
+    assert.deepEqual(await client.claimMessages(sessionId, { claimant: `pi:${sessionId}` }), [], 'acknowledged');
+    assert.equal(presentations, 2, 'one presentation turn cut short, one that ended');
+    await third.quit();
+  });
+}
+
 /**
  * A run of `presented` ends while the model streams a turn that the test holds open (its first
  * chunk sent, the rest held): its presentation waits in Pi's queue as a steer. Returns Pi, the

@@ -7,6 +7,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, test } from 'node:test';
 
+import { Client } from '../../index.js';
 import { alive, piEnv, sleep, until } from './harness.mjs';
 
 let env;
@@ -73,6 +74,49 @@ test('a request that arrives while Pi is closed is presented once at the next st
   assert.equal(again.customMessages('piw-step').filter((m) => m.details.reminder === 0).length, 0, 'presented once per session');
   await again.quit();
 });
+
+const stepId = (text) => /"interactionId":"([^"]+)"/.exec(text)?.[1];
+
+for (const how of ['killed', 'quits']) {
+  test(`Pi ${how} while the model streams a step's turn: the next start presents the step again, once, and the run goes on`, async () => {
+    env.addWorkflow('agent.workflow.mjs', 'titles');
+    let stepTurns = 0;
+    env.model.script = ({ last, lastText }) => {
+      if (last.role === 'tool') return { text: 'done' };
+      const id = stepId(lastText);
+      if (!id) return { text: 'ok' };
+      stepTurns += 1;
+      // The first turn on the step streams until Pi is gone.
+      if (stepTurns === 1) return { text: 'Thinking', hold: new Promise(() => {}) };
+      return { tool: { name: 'workflow', arguments: { action: 'submit', interactionId: id, output: { title: 'After the restart' } } } };
+    };
+    const sessionId = `step-${how}`;
+    const pi = await env.startPi({ sessionId });
+    // A session Pi has saved (it writes the file once the conversation has started).
+    await pi.prompt('hi');
+    await pi.waitSettled();
+    const client = await env.client();
+    const from = pi.mark();
+    const { run_id } = await client.startRun(join(env.project, '.pi/workflows/titles.workflow.mjs'), { input: { task: 'x' }, sessionId });
+    // The step message is in the session (its message_end came before the reply began).
+    await until(() => pi.customMessages('piw-step', from)[0], 'the step');
+    await pi.waitEvent((e) => e.type === 'message_start' && e.message?.role === 'assistant', "the step's turn streaming", from);
+    if (how === 'killed') pi.kill('SIGKILL');
+    else pi.child.stdin.end(); // an orderly quit: the turn is aborted
+    await pi.exited;
+    assert.equal((await client.runStatus(run_id)).run.paused, false, 'quitting is no Escape: the run is not paused');
+
+    const again = await env.startPi({ sessionId });
+    const run = await client.waitForRun(run_id, { timeoutMs: 30_000 });
+    assert.deepEqual(run.result, { title: 'After the restart' });
+    const steps = again.customMessages('piw-step');
+    assert.equal(steps.length, 1, 'presented again once');
+    assert.match(steps[0].content, /^Pi stopped before the turn that carried this workflow step ended/);
+    assert.equal(steps[0].details.reminder, 0, 'no reminder used up');
+    assert.equal(stepTurns, 2);
+    await again.quit();
+  });
+}
 
 test('a node deadline that passes while Pi is closed: the next start shows the timeout route and presents the next request', async () => {
   env.addWorkflow('deadline.workflow.mjs', 'deadline');
@@ -167,6 +211,48 @@ test('after the host restarts, the session follows it again: a run that ends the
   await client.request('host.stop').catch(() => {});
   await until(() => !alive(pid), 'the host gone');
   // Another client (the CLI, another Pi session, a script) starts the host again.
+  client = await env.client();
+  writeFileSync(gate, '');
+  assert.equal((await client.waitForRun(run.run_id, { timeoutMs: 30_000 })).status, 'completed');
+  const card = await until(() => terminalCards(pi)[0], 'the result card in the running session');
+  assert.match(card.content, /gate completed/);
+  await pi.quit();
+});
+
+test('the host dies while Pi is idle with a live run of the session: the widget says the run does not progress, the extension starts a host again, the run goes on', async () => {
+  env.addWorkflow('gate.workflow.mjs', 'gate');
+  const gate = join(env.root, 'open');
+  const pi = await env.startPi({ sessionId: 'orphan' });
+  await pi.prompt(`/workflow gate --input-json ${JSON.stringify({ gate })}`);
+  let client = await env.client();
+  const [run] = await until(async () => {
+    const runs = await client.listRuns({ sessionId: 'orphan' });
+    return runs.length && runs[0].status === 'running' && runs;
+  }, 'the run computing');
+  // The session knows the run is live: its widget shows it.
+  await pi.waitEvent((e) => e.type === 'extension_ui_request' && e.method === 'setStatus' && /wf gate/.test(e.statusText ?? ''), 'the footer status');
+  const { pid } = await client.status();
+  await client.close();
+  const from = pi.mark();
+  process.kill(pid, 'SIGKILL');
+  await until(() => !alive(pid), 'the host gone');
+  await pi.waitEvent(
+    (e) => e.type === 'extension_ui_request' && e.method === 'setWidget' && (e.widgetLines ?? []).some((l) => /the host is not running: run .* does not progress/.test(l)),
+    'the widget saying so',
+    from,
+  );
+  // No client of the test starts one: the extension does.
+  const restarted = await until(async () => {
+    try {
+      const c = await Client.connect({ home: env.piwHome, start: false });
+      const { pid: now } = await c.status();
+      await c.close();
+      return now !== pid && now;
+    } catch {
+      return false;
+    }
+  }, 'a host started again');
+  assert.ok(alive(restarted));
   client = await env.client();
   writeFileSync(gate, '');
   assert.equal((await client.waitForRun(run.run_id, { timeoutMs: 30_000 })).status, 'completed');

@@ -3,11 +3,12 @@
 // one active request per session (a paused run's request does not hold the others back), a stale
 // attempt refused, Escape while `submit` waits for the validation.
 import assert from 'node:assert/strict';
-import { existsSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, test } from 'node:test';
 
-import { piEnv, pkgDir, sleep, until } from './harness.mjs';
+import { Client } from '../../index.js';
+import { hostBin, piEnv, pkgDir, sleep, until } from './harness.mjs';
 
 let env;
 beforeEach(async () => {
@@ -41,6 +42,73 @@ test('a turn that settles without a submission gets two reminders, then the atte
   assert.equal(draft.error, 'no submission after 2 reminders');
   // Three turns (the step, two reminders), nothing after the attempt failed.
   assert.equal(pi.events.filter((e) => e.type === 'agent_settled').length, 3);
+  await pi.quit();
+});
+
+test('a step whose every submission was rejected fails with the rejection, not as one without a submission', async () => {
+  env.model.script = ({ last, lastText }) => {
+    if (last.role === 'tool') return { text: 'I tried' };
+    const id = stepId(lastText);
+    return id ? { tool: { name: 'workflow', arguments: { action: 'submit', interactionId: id, output: { title: 'bad' } } } } : { text: 'ok' };
+  };
+  const pi = await env.startPi();
+  const client = await env.client();
+  const from = pi.mark();
+  const { run_id } = await client.startRun(`${env.project}/.pi/workflows/titles.workflow.mjs`, { input: { task: 'x' }, sessionId: 'session-a' });
+  await pi.waitNotify(/step draft .* failed: no accepted submission after 2 reminders; the last was rejected: .*title must not be "bad"/, from);
+  const run = await client.waitForRun(run_id, { timeoutMs: 30_000 });
+  assert.deepEqual(run.result, { title: null, why: 'failed' });
+  const draft = (await client.runStatus(run_id)).attempts.find((a) => a.node_id === 'draft');
+  assert.match(draft.error, /^no accepted submission after 2 reminders; the last was rejected: .*title must not be "bad"/);
+  await pi.quit();
+});
+
+test('the previous step\'s settled turn is never counted against the next: every step submitted at once, no reminder', async () => {
+  env.addWorkflow('three.workflow.mjs', 'three');
+  const barriers = join(env.root, 'barriers');
+  mkdirSync(barriers);
+  // The refresh that presents step b waits until the test lets it go.
+  writeFileSync(join(barriers, 'present-b.hold'), '');
+  let releaseA;
+  const heldA = new Promise((r) => (releaseA = r));
+  let releaseB;
+  const heldB = new Promise((r) => (releaseB = r));
+  env.model.script = ({ messages, last, lastText }) => {
+    const step = [...messages].reverse().find(isStep);
+    const node = /STEP-([ABC])/.exec(step ? textOf(step) : '')?.[1];
+    // Step a's turn ends with a reply the test holds open (after a's submission).
+    if (last.role === 'tool') return node === 'A' ? { text: 'ok', hold: heldA } : { text: 'ok' };
+    const id = stepId(lastText);
+    if (!id) return { text: 'ok' };
+    const submit = { tool: { name: 'workflow', arguments: { action: 'submit', interactionId: id, output: { word: `w${node}` } } } };
+    // Step b's turn is held until the settle of a's turn has been handled.
+    return node === 'B' ? { ...submit, hold: heldB } : submit;
+  };
+  const pi = await env.startPi({ sessionId: 'three', extraEnv: { PIW_PI_BARRIER_DIR: barriers } });
+  const client = await env.client();
+  const from = pi.mark();
+  const { run_id } = await client.startRun(`${env.project}/.pi/workflows/three.workflow.mjs`, { sessionId: 'three' });
+  // a is accepted (b waits to be presented) and a's turn streams its last reply.
+  await until(() => existsSync(join(barriers, 'present-b.reached')), 'the refresh that presents b');
+  await until(() => env.model.requests.some((r) => r.last.role === 'tool'), "a's turn after its submission");
+  const settleMark = pi.mark();
+  releaseA();
+  await pi.waitSettled(settleMark);
+  // b is presented after a's turn settled, and before that settle is handled.
+  const presentMark = pi.mark();
+  rmSync(join(barriers, 'present-b.hold'));
+  await until(() => pi.customMessages('piw-step', from).some((m) => m.details.node === 'b'), 'step b presented');
+  // The refresh that presented b ends with the widget; the next one handles a's settle first.
+  await until(
+    () => pi.events.slice(presentMark).filter((e) => e.type === 'extension_ui_request' && e.method === 'setWidget').length >= 2,
+    "a's settle handled",
+  );
+  releaseB();
+  const run = await client.waitForRun(run_id, { timeoutMs: 30_000 });
+  assert.equal(run.status, 'completed');
+  assert.deepEqual(run.result, { a: 'wA', b: 'wB', c: 'wC' });
+  const steps = pi.customMessages('piw-step', from);
+  assert.deepEqual(steps.map((m) => [m.details.node, m.details.reminder]), [['a', 0], ['b', 0], ['c', 0]], 'each step presented once, no reminder');
   await pi.quit();
 });
 
@@ -112,7 +180,7 @@ test('one active request per session: the second run waits; a stale interaction 
   assert.equal(steps[0].details.runId, a.run_id, 'the first run is presented first');
   assert.equal(steps[1].details.runId, b.run_id);
   const refused = await pi.waitEvent(
-    (e) => e.type === 'tool_execution_end' && e.isError && /is closed: it already took an output \(accepted\); this output was not submitted; this session's current request is interaction/.test(JSON.stringify(e.result)),
+    (e) => e.type === 'tool_execution_end' && e.isError && /is closed: it was already accepted; this output was not submitted; this session's current request is interaction/.test(JSON.stringify(e.result)),
     'the stale submit refused',
     from,
   );
@@ -239,4 +307,84 @@ export default defineWorkflow({
   await until(() => pi.customMessages('piw-message', from).some((m) => m.details.kind === 'verdict'), 'the verdict card');
   assert.equal(submits, 1, 'submitted once');
   await pi.quit();
+});
+
+test('a run cancelled while the model works on its step stops the turn; the run\'s card says why; nothing is paused, no new turn', async () => {
+  env.model.script = ({ lastText }) => (stepId(lastText) ? { text: 'Working on it', hold: new Promise(() => {}) } : { text: 'ok' });
+  const pi = await env.startPi({ sessionId: 'cancel' });
+  const client = await env.client();
+  const from = pi.mark();
+  const { run_id } = await client.startRun(`${env.project}/.pi/workflows/titles.workflow.mjs`, { input: { task: 'x' }, sessionId: 'cancel' });
+  await pi.waitEvent((e) => e.type === 'message_start' && e.message?.role === 'assistant', "the step's turn streaming", from);
+  const requests = env.model.requests.length;
+  await client.cancelRun(run_id, { reason: 'not needed' });
+  await pi.waitEvent((e) => e.type === 'agent_settled' && e.aborted === true, 'the turn stopped', from);
+  const card = await until(() => pi.customMessages('piw-message', from).find((m) => m.details.kind === 'terminal'), "the run's card");
+  assert.match(card.content, /cancelled/);
+  // Settled and handled: a refresh after it ends with the widget.
+  const after = pi.mark();
+  await pi.prompt('/workflow list');
+  await pi.waitEvent((e) => e.type === 'extension_ui_request' && e.method === 'setWidget', 'a refresh after the stop', after);
+  assert.equal(pi.customMessages('piw-message', from).filter((m) => m.details.kind === 'turn_stopped').length, 0, 'the run\'s card is the one message');
+  assert.equal(pi.notifications(from).filter((n) => /paused/.test(n)).length, 0, 'nothing paused');
+  assert.equal(env.model.requests.length, requests, 'no new turn');
+  await pi.quit();
+});
+
+test('a step that times out while the model works on it stops the turn with one message saying so; the next step gets its own turn; a late submit hears that it timed out', async () => {
+  // The host runs on a test clock: the deadline passes when this test moves it.
+  const clock = join(env.root, 'clock');
+  const advance = (ms) => {
+    writeFileSync(`${clock}.tmp`, String(ms));
+    renameSync(`${clock}.tmp`, clock);
+  };
+  const client = await Client.connect({ home: env.piwHome, hostBin, hostEnv: { HOME: env.home, PIW_KILL_GRACE_MS: '300', PIW_TEST_CLOCK: clock } });
+  try {
+    env.addWorkflow('deadline.workflow.mjs', 'deadline');
+    let firstId = null;
+    let late = null;
+    env.model.script = ({ messages, last }) => {
+      // The newest step in the context (cards without a turn may come after it).
+      const step = [...messages].reverse().find(isStep);
+      const id = step ? stepId(textOf(step)) : null;
+      if (!id) return { text: 'ok' };
+      if (/Answer first/.test(textOf(step))) {
+        firstId = id;
+        return { text: 'Working on it', hold: new Promise(() => {}) };
+      }
+      const submit = (interactionId) => ({ tool: { name: 'workflow', arguments: { action: 'submit', interactionId, output: { ok: true } } } });
+      // On the second step the model submits the first one late, once, then the second.
+      if (late === null) {
+        late = 'sent';
+        return submit(firstId);
+      }
+      if (late === 'sent') {
+        late = 'done';
+        return submit(id);
+      }
+      return { text: 'ok' };
+    };
+    const pi = await env.startPi({ sessionId: 'late' });
+    const from = pi.mark();
+    await pi.prompt('/workflow deadline');
+    await pi.waitEvent((e) => e.type === 'message_start' && e.message?.role === 'assistant', "the first step's turn streaming", from);
+    const [{ run_id: runId }] = await client.listRuns({ sessionId: 'late' });
+    advance(60_000);
+    await client.runStatus(runId); // wakes a host asleep until the old deadline
+    await pi.waitEvent((e) => e.type === 'agent_settled' && e.aborted === true, 'the turn stopped', from);
+    const run = await client.waitForRun(runId, { timeoutMs: 30_000 });
+    assert.equal(run.status, 'completed');
+    assert.equal(run.paused, false);
+    const stopped = pi.customMessages('piw-message', from).filter((m) => m.details.kind === 'turn_stopped');
+    assert.equal(stopped.length, 1);
+    assert.match(stopped[0].content, /Stop working on workflow step first .*: it timed out/);
+    const steps = pi.customMessages('piw-step', from);
+    assert.deepEqual(steps.map((m) => [m.details.node, m.details.reminder]), [['first', 0], ['second', 0]]);
+    const refused = await pi.waitEvent((e) => e.type === 'tool_execution_end' && e.isError, 'the late submit refused', from);
+    assert.match(JSON.stringify(refused.result), new RegExp(`interaction ${firstId} \\(step [^)]*\\) is closed: it timed out`));
+    assert.equal(pi.notifications(from).filter((n) => /paused/.test(n)).length, 0, 'nothing paused');
+    await pi.quit();
+  } finally {
+    await client.close().catch(() => {});
+  }
 });
