@@ -1713,3 +1713,61 @@ fn another_programs_live_socket_is_not_taken_over() {
         .accept()
         .expect("the other program still has its socket");
 }
+
+/// The soft and hard `RLIMIT_NOFILE` of process `pid`, from `/proc/<pid>/limits`.
+fn open_file_limits(pid: u32) -> (u64, u64) {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    let nums: Vec<u64> = line
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    (nums[0], nums[1])
+}
+
+/// With a low descriptor limit, idle connections past what the host can hold used to lock
+/// every other client out. The host raises its soft limit to the hard one, keeps at most what
+/// that leaves for connections, and closes the connection idle the longest (saying why) to
+/// make room for a new one: a client still gets its answer.
+#[test]
+fn idle_connections_cannot_lock_other_clients_out() {
+    use std::os::unix::process::CommandExt as _;
+    let home = Home::new();
+    let mut cmd = Command::new(piw());
+    cmd.args(["host", "serve"])
+        .env("PIW_HOME", &home.paths.home)
+        .env("PIW_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: setrlimit in the forked child before exec, async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 256,
+                rlim_max: 512,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let host = HostProc::start_ready(&mut cmd, &home.paths, None);
+    assert_eq!(
+        open_file_limits(host.id()),
+        (512, 512),
+        "soft raised to hard"
+    );
+
+    let mut idle: Vec<UnixStream> = (0..600).map(|_| raw(&home)).collect();
+    let mut c = BlockingClient::connect(&home.paths).unwrap();
+    c.set_timeout(Some(Duration::from_secs(20))).unwrap();
+    c.call(RequestBody::HostStatus)
+        .expect("a client is answered past 600 idle connections");
+    let said = read_to_close(&mut idle[0]);
+    assert!(said.contains("idle the longest"), "{said}");
+    home.stop(host);
+}

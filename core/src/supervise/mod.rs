@@ -1069,6 +1069,19 @@ async fn finish(mut f: Finish) {
     });
 }
 
+/// What ran out, when `e` says the system or this process is out of a resource (descriptors,
+/// memory, processes) rather than that something is missing or wrong: a failure of the
+/// host's own, worth trying again, never the caller's file or the child's fault.
+pub fn exhausted_resource(e: &io::Error) -> Option<&'static str> {
+    match e.raw_os_error()? {
+        libc::EMFILE => Some("file descriptors (the host's own limit)"),
+        libc::ENFILE => Some("file descriptors (the system's limit)"),
+        libc::ENOMEM => Some("memory"),
+        libc::EAGAIN => Some("processes or memory"),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
