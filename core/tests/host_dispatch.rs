@@ -92,6 +92,7 @@ fn reports_about_an_abandoned_launch_are_ignored() {
         standby: false,
     };
     let exited = ChildReport::Exited {
+        host_ran_out_of: None,
         run_id: run_id.clone(),
         generation,
         child_epoch,
@@ -177,6 +178,7 @@ fn after_a_failed_activation_commit_children_wait_for_their_commit() {
         &mut f.store,
         &mut state,
         vec![ChildReport::Exited {
+            host_ran_out_of: None,
             run_id: run_id.clone(),
             generation: 1,
             child_epoch: 1,
@@ -276,6 +278,7 @@ fn started_then_exited(
             standby,
         },
         ChildReport::Exited {
+            host_ran_out_of: None,
             run_id: run_id.to_owned(),
             generation,
             child_epoch,

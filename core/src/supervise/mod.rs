@@ -307,6 +307,20 @@ pub enum SuperviseError {
     },
 }
 
+impl SuperviseError {
+    /// What ran out, when the child could not be started because the host itself is out of
+    /// descriptors, memory or processes ([`exhausted_resource`]): the host's own, passing
+    /// failure, not the child's or its run's.
+    pub fn exhausted_resource(&self) -> Option<&'static str> {
+        match self {
+            SuperviseError::Spawn { source, .. } | SuperviseError::Io { source, .. } => {
+                exhausted_resource(source)
+            }
+            SuperviseError::Cwd { .. } => None,
+        }
+    }
+}
+
 /// A running (or finished but not yet released) child and its process group.
 ///
 /// Dropping it sends SIGKILL to whatever is left of the group and reaps the leader.

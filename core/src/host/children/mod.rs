@@ -122,6 +122,9 @@ pub enum ChildReport {
         child_epoch: i64,
         launch: u64,
         exit: ChildExitRecord,
+        /// The child never started because the host ran out of this (descriptors, memory,
+        /// processes): the host's own failure, retried later without counting a loss.
+        host_ran_out_of: Option<&'static str>,
     },
 }
 

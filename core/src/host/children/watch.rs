@@ -59,6 +59,10 @@ pub fn on_child_reports(store: &mut Store, state: &mut HostState, reports: Vec<C
     }
 }
 
+/// How long a run whose child could not be started for lack of the host's own resources
+/// waits before it is launched again.
+const LAUNCH_RETRY_MS: i64 = 1_000;
+
 /// A child report: record it, and when a child died while its run was still running under
 /// our claim, requeue the run from its last committed boundary (or stop it for review).
 pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildReport) {
@@ -91,6 +95,7 @@ pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildRe
             child_epoch,
             launch,
             exit,
+            host_ran_out_of,
         } => {
             let ours = state
                 .children
@@ -138,9 +143,12 @@ pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildRe
                             ),
                         };
                         let shutting_down = state.shutting_down;
+                        let retry_at = w.now_ms() + LAUNCH_RETRY_MS;
                         let released = w.savepoint(|w| {
                             if shutting_down {
                                 w.release_at_shutdown(claim)
+                            } else if host_ran_out_of.is_some() && ours {
+                                w.release_after_launch_failure(claim, &exit.reason, retry_at)
                             } else if may_forgive {
                                 w.release_uncounted(
                                     claim,
