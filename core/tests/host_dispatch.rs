@@ -893,6 +893,7 @@ fn a_hello_reply_fits_a_frame_after_large_outputs() {
             resume: act.resume.clone(),
             from_standby: false,
             stop_reason: None,
+            disconnected_at: None,
         },
     );
     let mut send = |f: &mut Fixture, id: &str, body: RequestBody| {

@@ -2868,3 +2868,34 @@ fn a_child_the_host_cannot_spawn_for_lack_of_descriptors_is_no_lost_child() {
     assert_eq!(done["run"]["status"], "completed", "{done:#}");
     env.stop(host);
 }
+
+/// A child that closes its connection to the host and keeps running used to hold its run in
+/// `running` for ever (its claim renewed by the host), nobody told why. It is stopped a kill
+/// grace after its connection closed and handled as a lost child, whose reason says so: after
+/// three such losses the run stops for review.
+#[test]
+fn a_child_that_closes_its_connection_and_keeps_running_is_stopped_as_lost() {
+    let env = Env::with_test_clock(&[]);
+    let host = env.serve(None);
+    let file = env.one_node("mute", json!({"close_connection_and_hang": true}));
+    let run_id = env.start(&file, json!({}));
+    let start = Instant::now();
+    let s = loop {
+        let s = env.settle(&run_id);
+        if s["run"]["status"] == "review" {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the mute child was never stopped: {s:#}"
+        );
+        env.advance_clock(2_000);
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        s.to_string()
+            .contains("the child closed its connection to the host and kept running"),
+        "{s:#}"
+    );
+    env.stop(host);
+}

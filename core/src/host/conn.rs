@@ -169,6 +169,13 @@ pub async fn serve(
             _ = slot.evict.notified() => break Close::Goodbye(RejectionCode::Internal, slot.eviction_reason()),
         }
     };
+    // A child's connection is gone: if its run still needs it, the host stops it after a
+    // bound (a child without its connection can only hold its run).
+    if let Some((run_id, generation)) = worker.take() {
+        let _ = shared
+            .jobs
+            .send(StoreMsg::WorkerDisconnected { run_id, generation });
+    }
     if let Close::Goodbye(code, message) = close {
         tracing::debug!(%code, %message, "closing connection");
         let _ = write(

@@ -163,6 +163,9 @@ pub struct ChildEntry {
     /// Why the host stopped it, when a deadline of the host's did (the loss reason names it:
     /// "validation timed out after N ms" rather than just the signal that ended the child).
     pub stop_reason: Option<String>,
+    /// When the child's connection to the host closed while its run still needed it; a child
+    /// still alive a kill grace later is stopped (and its exit is a loss).
+    pub disconnected_at: Option<i64>,
 }
 
 impl HostState {
@@ -515,6 +518,7 @@ fn launch(
             resume: act.resume.clone(),
             from_standby: false,
             stop_reason: None,
+            disconnected_at: None,
         },
     );
     state.renewed_at.insert(run_id.to_owned(), now);

@@ -59,6 +59,23 @@ pub fn on_child_reports(store: &mut Store, state: &mut HostState, reports: Vec<C
     }
 }
 
+/// A worker's connection closed (`run_id`, `generation`: what it spoke for). A child whose run
+/// still needs it cannot go on without the host, so unless it exits by itself within a kill
+/// grace it is stopped then, and its exit is handled as a lost child. Ignored while the host
+/// stops (it closes every connection) and for a run already released.
+pub fn worker_disconnected(state: &mut HostState, now: i64, run_id: &str, generation: u64) {
+    if state.shutting_down {
+        return;
+    }
+    if let Some(entry) = state
+        .children
+        .get_mut(run_id)
+        .filter(|e| e.generation == generation && !e.stopping && e.released_at.is_none())
+    {
+        entry.disconnected_at.get_or_insert(now);
+    }
+}
+
 /// How long a run whose child could not be started for lack of the host's own resources
 /// waits before it is launched again.
 const LAUNCH_RETRY_MS: i64 = 1_000;
@@ -327,7 +344,7 @@ pub fn next_child_deadline(store: &Store, state: &HostState) -> Option<i64> {
         .children
         .values()
         .filter(|e| !e.stopping)
-        .filter_map(|e| e.released_at)
+        .filter_map(|e| e.released_at.or(e.disconnected_at))
         .map(|t| t + grace)
         .min();
     [
@@ -449,6 +466,21 @@ pub fn due_child_work(store: &mut Store, state: &mut HostState) {
         .map(|(r, _)| r.clone())
         .collect();
     for run_id in lingering {
+        stop_child(state, &run_id);
+    }
+    // Children whose connection closed while their run still needed them, still alive.
+    let disconnected: Vec<String> = state
+        .children
+        .iter()
+        .filter(|(_, e)| !e.stopping && e.disconnected_at.is_some_and(|t| t + grace <= now))
+        .map(|(r, _)| r.clone())
+        .collect();
+    for run_id in disconnected {
+        tracing::warn!(%run_id, "child closed its connection and kept running; stopping it");
+        if let Some(e) = state.children.get_mut(&run_id) {
+            e.stop_reason =
+                Some("the child closed its connection to the host and kept running".into());
+        }
         stop_child(state, &run_id);
     }
     // Node deadlines.
