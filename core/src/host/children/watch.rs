@@ -227,11 +227,33 @@ pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildRe
 pub fn last_stderr_line(stderr_tail: &[u8]) -> Option<String> {
     const MAX_BYTES: usize = 600;
     let text = String::from_utf8_lossy(stderr_tail);
-    let line = text.lines().map(str::trim).rfind(|l| !l.is_empty())?;
+    let lines = || text.lines().map(str::trim).filter(|l| !l.is_empty());
+    // A runtime that dies hard (Node out of memory) ends with a native stack trace and
+    // banners: the line that says why comes before them.
+    let line = lines()
+        .rfind(|l| !is_trace_line(l))
+        .or_else(|| lines().next_back())?;
+    let line = line.strip_prefix("# ").unwrap_or(line);
     Some(crate::protocol::request::bounded_message(
         &mask_hex_runs(line),
         MAX_BYTES,
     ))
+}
+
+/// Whether a (trimmed) stderr line is part of a crash's trace rather than its reason: a
+/// native stack frame (`1: 0xb8d0a3 node::Abort() [node]`), a JavaScript one (`at f (x.js:1:2)`),
+/// a banner (`----- Native stack trace -----`, `<--- JS stacktrace --->`, a line of `#`), or
+/// Node's closing version line.
+fn is_trace_line(line: &str) -> bool {
+    let frame = line
+        .split_once(": 0x")
+        .is_some_and(|(n, _)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    frame
+        || line.starts_with("at ")
+        || line.starts_with("-----")
+        || line.starts_with("<---")
+        || line.bytes().all(|b| b == b'#')
+        || line.starts_with("Node.js v")
 }
 
 /// `text` with every run of 32 or more hex digits replaced by `<hex>`: what a child printed
