@@ -1856,3 +1856,28 @@ fn a_damaged_backup_is_refused_by_restore_and_reported_by_diagnose() {
         text(&o)
     );
 }
+
+/// `--input` with an integer no 64-bit integer holds is a usage error naming it, before any
+/// host starts: the JSON parser would store another value.
+#[test]
+fn an_input_integer_that_would_lose_its_value_is_a_usage_error() {
+    let h = home();
+    let file = hello_example(&h);
+    let o = piw(
+        &h.home,
+        &[
+            "run",
+            "start",
+            file.to_str().unwrap(),
+            "--input",
+            r#"{"n": 123456789012345678901234567890}"#,
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("123456789012345678901234567890 does not fit 64 bits"),
+        "{}",
+        text(&o)
+    );
+    assert!(!h.home.join("state.sqlite").exists(), "a host started");
+}
