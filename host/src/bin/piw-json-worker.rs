@@ -6,6 +6,7 @@
 //!   "mounts": { "lib": "lib.json" },          // included sources, relative to the fixture
 //!   "on_load_marker": "/tmp/x/loaded",        // written when the "module" loads
 //!   "sleep_on_load_ms": 100,                  // the "module" takes this long to load
+//!   "exit_after_ms": 500,                     // after completing the run, exit this much later
 //!   "behaviors": { "a": { "return": {"x": 1} } } }
 //! ```
 //!
@@ -214,6 +215,11 @@ fn run() -> Result<(), WorkerError> {
             }
             Route::Complete => {
                 w.complete(outcome, last_output.clone())?;
+                // A runtime that takes its time to exit after its last word.
+                if let Some(ms) = fixture["exit_after_ms"].as_u64() {
+                    eprintln!("piw-json-worker: done; exiting in {ms} ms");
+                    std::thread::sleep(Duration::from_millis(ms));
+                }
                 return Ok(());
             }
             Route::Fail { error, .. } => {
