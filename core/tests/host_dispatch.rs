@@ -92,6 +92,7 @@ fn reports_about_an_abandoned_launch_are_ignored() {
         standby: false,
     };
     let exited = ChildReport::Exited {
+        host_ran_out_of: None,
         run_id: run_id.clone(),
         generation,
         child_epoch,
@@ -177,6 +178,7 @@ fn after_a_failed_activation_commit_children_wait_for_their_commit() {
         &mut f.store,
         &mut state,
         vec![ChildReport::Exited {
+            host_ran_out_of: None,
             run_id: run_id.clone(),
             generation: 1,
             child_epoch: 1,
@@ -276,6 +278,7 @@ fn started_then_exited(
             standby,
         },
         ChildReport::Exited {
+            host_ran_out_of: None,
             run_id: run_id.to_owned(),
             generation,
             child_epoch,
@@ -451,6 +454,23 @@ fn an_unroutable_node_timeout_does_not_make_the_store_thread_spin() {
         "a passed deadline is still the next wake-up: {next:?} at {}",
         f.store.now_ms()
     );
+}
+
+#[test]
+fn last_stderr_line_says_why_node_died_not_where_its_stack_was() {
+    use piw_core::host::children::last_stderr_line;
+    let oom = b"<--- Last few GCs --->\n\n[81:0x6e3c000]  912 ms: Mark-Compact 40.1 (42.0) -> 39.6 (43.0) MB\n\n<--- JS stacktrace --->\n\nFATAL ERROR: Reached heap limit Allocation failed - JavaScript heap out of memory\n----- Native stack trace -----\n\n 1: 0xb8d0a3 node::Abort() [node]\n 2: 0xa9a7f0  [node]\n 3: 0xd6dbd0 v8::Utils::ReportOOMFailure(v8::internal::Isolate*, char const*) [node]\n";
+    assert_eq!(
+        last_stderr_line(oom).as_deref(),
+        Some("FATAL ERROR: Reached heap limit Allocation failed - JavaScript heap out of memory")
+    );
+    let zone = b"\n#\n# Fatal process out of memory: Zone\n#\n----- Native stack trace -----\n\n 1: 0x10f2a51  [node]\n";
+    assert_eq!(
+        last_stderr_line(zone).as_deref(),
+        Some("Fatal process out of memory: Zone")
+    );
+    let thrown = b"file:///w.mjs:3\n    throw new Error('boom');\n    ^\n\nError: boom\n    at file:///w.mjs:3:11\n    at ModuleJob.run (node:internal/modules/esm/module_job:271:25)\n\nNode.js v22.12.0\n";
+    assert_eq!(last_stderr_line(thrown).as_deref(), Some("Error: boom"));
 }
 
 #[test]
@@ -891,6 +911,7 @@ fn a_hello_reply_fits_a_frame_after_large_outputs() {
             resume: act.resume.clone(),
             from_standby: false,
             stop_reason: None,
+            disconnected_at: None,
         },
     );
     let mut send = |f: &mut Fixture, id: &str, body: RequestBody| {

@@ -142,6 +142,11 @@ fn parse_json(text: &str) -> Result<Value, String> {
     } else {
         text
     };
+    if let Some(literal) = piw_core::protocol::integer_out_of_range(source) {
+        return Err(format!(
+            "the integer {literal} does not fit 64 bits and would lose its value; write it as a string"
+        ));
+    }
     serde_json::from_str(source).map_err(|e| format!("not JSON: {e}"))
 }
 

@@ -493,6 +493,32 @@ pub(crate) fn waiting_notices(run_id: &str, status_body: &Value) -> Vec<String> 
     notices
 }
 
+/// How long `--wait` waits, after the run ended, for its last child to exit: the host's kill
+/// grace (2 s) twice, for a child that lingers and is stopped, and margin.
+const CHILD_EXIT_WAIT: Duration = Duration::from_secs(10);
+
+/// `status` of the ended `run_id`, read again until its last child has exited (at most
+/// [`CHILD_EXIT_WAIT`]); the latest status read when that does not happen in time or a read
+/// fails.
+fn with_last_child_exited(client: &mut BlockingClient, run_id: &str, status: Receipt) -> Receipt {
+    let started = std::time::Instant::now();
+    let mut status = status;
+    while status.body["last_child"].is_object()
+        && status.body["last_child"]["exited"] != json!(true)
+        && started.elapsed() < CHILD_EXIT_WAIT
+    {
+        std::thread::sleep(Duration::from_millis(25));
+        match client.send(run_request(
+            run_id,
+            RequestBody::RunStatus(Default::default()),
+        )) {
+            Ok(r) => status = r,
+            Err(_) => break,
+        }
+    }
+    status
+}
+
 pub(crate) fn wait_for_run(
     paths: &PiwPaths,
     mut client: BlockingClient,
@@ -553,6 +579,9 @@ pub(crate) fn wait_for_run(
         }
         // Terminal, or stopped until a person acts: either way nothing more happens by itself.
         if ["completed", "failed", "cancelled", "timed_out", "review"].contains(&status.as_str()) {
+            // The run ends before its child does: wait (bounded) for that exit, so what is
+            // printed has the child's exit and the end of its output.
+            let r = with_last_child_exited(&mut client, run_id, r);
             print(&r.body, json_out, |b| {
                 let run = &b["run"];
                 // Only the lines that say something: a completed run has no error, a failed

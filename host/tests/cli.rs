@@ -2121,3 +2121,61 @@ fn a_checkpoint_answered_from_the_command_line_is_recorded_as_a_persons() {
     let done = wait_status(&h.home, &run_id, &["completed"]);
     assert_eq!(done["decisions"][0]["answered_by"], "person", "{done}");
 }
+
+/// `--input` with an integer no 64-bit integer holds is a usage error naming it, before any
+/// host starts: the JSON parser would store another value.
+#[test]
+fn an_input_integer_that_would_lose_its_value_is_a_usage_error() {
+    let h = home();
+    let file = hello_example(&h);
+    let o = piw(
+        &h.home,
+        &[
+            "run",
+            "start",
+            file.to_str().unwrap(),
+            "--input",
+            r#"{"n": 123456789012345678901234567890}"#,
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("123456789012345678901234567890 does not fit 64 bits"),
+        "{}",
+        text(&o)
+    );
+    assert!(!h.home.join("state.sqlite").exists(), "a host started");
+}
+
+/// `run start --wait --json` prints the run once its last child has exited too: the run ends
+/// at the child's last word, the child a moment later, and the status printed then has its
+/// exit code and the end of its output.
+#[test]
+fn wait_json_shows_the_last_childs_exit_once_it_exited() {
+    let h = home();
+    let file = workflow_file(
+        &h,
+        "slow-exit",
+        &serde_json::json!({
+            "graph": {"name": "slow-exit", "start": "a", "nodes": {"a": {"kind": "compute"}}, "edges": []},
+            "exit_after_ms": 1_000,
+            "behaviors": {"a": {"return": {"ok": true}}}
+        }),
+    );
+    let o = piw(
+        &h.home,
+        &["run", "start", file.to_str().unwrap(), "--wait", "--json"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let body = json_of(&o);
+    assert_eq!(body["run"]["status"], "completed", "{body:#}");
+    let child = &body["last_child"];
+    assert_eq!(child["exited"], true, "{body:#}");
+    assert_eq!(child["exit_code"], 0, "{body:#}");
+    assert!(
+        child["stderr_tail"]
+            .as_str()
+            .is_some_and(|t| t.contains("exiting in 1000 ms")),
+        "{body:#}"
+    );
+}

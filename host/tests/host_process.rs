@@ -1713,3 +1713,120 @@ fn another_programs_live_socket_is_not_taken_over() {
         .accept()
         .expect("the other program still has its socket");
 }
+
+/// The soft and hard `RLIMIT_NOFILE` of process `pid`, from `/proc/<pid>/limits`.
+fn open_file_limits(pid: u32) -> (u64, u64) {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    let nums: Vec<u64> = line
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    (nums[0], nums[1])
+}
+
+/// With a low descriptor limit, idle connections past what the host can hold used to lock
+/// every other client out. The host raises its soft limit to the hard one, keeps at most what
+/// that leaves for connections, and closes the connection idle the longest (saying why) to
+/// make room for a new one: a client still gets its answer.
+#[test]
+fn idle_connections_cannot_lock_other_clients_out() {
+    use std::os::unix::process::CommandExt as _;
+    let home = Home::new();
+    let mut cmd = Command::new(piw());
+    cmd.args(["host", "serve"])
+        .env("PIW_HOME", &home.paths.home)
+        .env("PIW_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: setrlimit in the forked child before exec, async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 256,
+                rlim_max: 512,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let host = HostProc::start_ready(&mut cmd, &home.paths, None);
+    assert_eq!(
+        open_file_limits(host.id()),
+        (512, 512),
+        "soft raised to hard"
+    );
+
+    let mut idle: Vec<UnixStream> = (0..600).map(|_| raw(&home)).collect();
+    let mut c = BlockingClient::connect(&home.paths).unwrap();
+    c.set_timeout(Some(Duration::from_secs(20))).unwrap();
+    c.call(RequestBody::HostStatus)
+        .expect("a client is answered past 600 idle connections");
+    let said = read_to_close(&mut idle[0]);
+    assert!(said.contains("idle the longest"), "{said}");
+    home.stop(host);
+}
+
+/// An integer no 64-bit integer holds would be read as a floating-point number and stored
+/// with another value: the request is refused (`malformed`, naming the integer) and no run
+/// starts; the same number written as a string, or one that fits, keeps its value.
+#[test]
+fn an_integer_that_would_lose_its_value_is_refused_not_changed() {
+    let home = Home::new();
+    let host = home.serve(None);
+    let wf = serde_json::to_string(&home.workflow()).unwrap();
+    let start = |input: &str| {
+        let mut s = raw(&home);
+        let body = format!(
+            r#"{{"schema":"piw.protocol.v1","request_id":"big-{}","kind":"run.start","payload":{{"workflow_file":{wf},"input":{input}}}}}"#,
+            input.len()
+        );
+        s.write_all(&frame(body.as_bytes())).unwrap();
+        read_to_close_or_first(&mut s)
+    };
+    let said = start(r#"{"n": 123456789012345678901234567890}"#);
+    assert!(
+        said.contains("malformed")
+            && said.contains("123456789012345678901234567890 does not fit 64 bits"),
+        "{said}"
+    );
+    let runs = home
+        .client()
+        .call(RequestBody::RunList(Default::default()))
+        .unwrap();
+    assert_eq!(runs.body["runs"], json!([]), "no run started");
+    let said = start(r#"{"n": 18446744073709551615, "s": "123456789012345678901234567890"}"#);
+    assert!(said.contains("run_id"), "{said}");
+    let mut c = home.client();
+    let runs = c.call(RequestBody::RunList(Default::default())).unwrap();
+    let run_id = runs.body["runs"][0]["run_id"].as_str().unwrap().to_owned();
+    home.wait_status(&mut c, &run_id, "waiting");
+    let stored: String = rusqlite::Connection::open_with_flags(
+        &home.paths.db,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap()
+    .query_row("SELECT input FROM runs WHERE run_id = ?1", [&run_id], |r| {
+        r.get(0)
+    })
+    .unwrap();
+    assert!(
+        stored.contains("18446744073709551615")
+            && stored.contains("\"123456789012345678901234567890\""),
+        "{stored}"
+    );
+    home.stop(host);
+}
+
+/// The first frame the host sends (a reply or a goodbye), as text.
+fn read_to_close_or_first(s: &mut UnixStream) -> String {
+    let body = piw_core::protocol::read_frame(s, &piw_core::protocol::Limits::default())
+        .expect("a frame")
+        .expect("the host answers");
+    String::from_utf8_lossy(&body).into_owned()
+}

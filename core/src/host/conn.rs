@@ -45,12 +45,26 @@ enum Close {
     Goodbye(RejectionCode, String),
 }
 
-/// Serves one connection until it closes.
+/// Refuses a connection the host has no room for, saying why.
+pub async fn refuse(mut stream: UnixStream, limits: Limits, message: String) {
+    let _ = write(
+        &mut stream,
+        &mut Inbound::new(limits),
+        &ServerFrame::goodbye(RejectionCode::Internal, message),
+    )
+    .await;
+    let _ = stream.shutdown().await;
+}
+
+/// Serves one connection until it closes, or until the connection cap closes it
+/// ([`super::slots`]: it was idle the longest when another connection needed its room).
 pub async fn serve(
     mut stream: UnixStream,
     shared: HostShared,
     mut shutdown: watch::Receiver<bool>,
+    slot: std::sync::Arc<super::slots::Slot>,
 ) {
+    let _guard = super::slots::SlotGuard(slot.clone());
     let peer = stream.peer_cred().ok().map(|c| c.uid());
     if let Err(rejection) = authorize_peer(peer, shared.expected_uid) {
         tracing::warn!(?peer, "refused a connection from another user");
@@ -80,7 +94,9 @@ pub async fn serve(
         match inbound.decoder.next_frame() {
             Ok(Some(body)) => {
                 frames_taken += 1;
+                slot.set_busy(true);
                 let frame = handle_frame(&body, &shared, &mut subscriptions, &mut worker).await;
+                slot.set_role(worker.is_some(), !subscriptions.is_empty());
                 if subscriptions.is_empty() {
                     events = None;
                 } else if events.is_none() {
@@ -91,6 +107,7 @@ pub async fn serve(
                         if write(&mut stream, &mut inbound, &frame).await.is_err() {
                             break Close::Eof;
                         }
+                        slot.set_busy(false);
                         continue;
                     }
                     Err(bad) => {
@@ -149,8 +166,17 @@ pub async fn serve(
                 break Close::Goodbye(RejectionCode::Malformed, format!("frame not completed within {} s", FRAME_COMPLETION_TIMEOUT.as_secs()));
             }
             _ = shutdown.changed() => break Close::Goodbye(RejectionCode::HostShuttingDown, "host is stopping".into()),
+            // `internal`: the host's own limit, not the client's fault; connecting again works.
+            _ = slot.evict.notified() => break Close::Goodbye(RejectionCode::Internal, slot.eviction_reason()),
         }
     };
+    // A child's connection is gone: if its run still needs it, the host stops it after a
+    // bound (a child without its connection can only hold its run).
+    if let Some((run_id, generation)) = worker.take() {
+        let _ = shared
+            .jobs
+            .send(StoreMsg::WorkerDisconnected { run_id, generation });
+    }
     if let Close::Goodbye(code, message) = close {
         tracing::debug!(%code, %message, "closing connection");
         let _ = write(

@@ -198,18 +198,10 @@ pub fn prepare_start(start: &payload::RunStart) -> Result<PreparedStart, Rejecti
         }
     };
     let path = path.as_path();
-    let canonical = std::fs::canonicalize(path).map_err(|e| {
-        Rejection::new(
-            RejectionCode::NotFound,
-            format!("workflow file {}: {e}", path.display()),
-        )
-    })?;
-    let source_hash = hash_workflow_file(&canonical).map_err(|e| {
-        Rejection::new(
-            RejectionCode::NotFound,
-            format!("workflow file {}: {e}", canonical.display()),
-        )
-    })?;
+    let canonical = std::fs::canonicalize(path)
+        .map_err(|e| unreadable(format!("workflow file {}", path.display()), &e))?;
+    let source_hash = hash_workflow_file(&canonical)
+        .map_err(|e| unreadable(format!("workflow file {}", canonical.display()), &e))?;
     let file_name = canonical
         .file_name()
         .and_then(|n| n.to_str())
@@ -256,10 +248,20 @@ fn checked_project_dir(dir: &str) -> Result<std::path::PathBuf, Rejection> {
             RejectionCode::NotFound,
             format!("project_dir {dir}: not a directory"),
         )),
-        Err(e) => Err(Rejection::new(
-            RejectionCode::NotFound,
-            format!("project_dir {dir}: {e}"),
-        )),
+        Err(e) => Err(unreadable(format!("project_dir {dir}"), &e)),
+    }
+}
+
+/// A file `what` the host could not read: `not_found`, unless the host itself ran out of
+/// something (descriptors, memory), which is its own failure (`internal`, worth retrying) and
+/// says what ran out.
+fn unreadable(what: String, e: &std::io::Error) -> Rejection {
+    match crate::supervise::exhausted_resource(e) {
+        Some(resource) => Rejection::new(
+            RejectionCode::Internal,
+            format!("the host ran out of {resource} while reading {what} ({e}); nothing was started, try again"),
+        ),
+        None => Rejection::new(RejectionCode::NotFound, format!("{what}: {e}")),
     }
 }
 
@@ -752,6 +754,27 @@ pub fn apply_read(store: &Store, req: &Request, reply_limit: usize) -> Result<Re
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_file_the_host_could_not_read_for_lack_of_descriptors_is_not_missing() {
+        let r = unreadable(
+            "workflow file /w.workflow.json".into(),
+            &std::io::Error::from_raw_os_error(libc::EMFILE),
+        );
+        assert_eq!(r.code, RejectionCode::Internal);
+        assert!(
+            r.message
+                .starts_with("the host ran out of file descriptors"),
+            "{}",
+            r.message
+        );
+        let r = unreadable(
+            "workflow file /w.workflow.json".into(),
+            &std::io::Error::from(std::io::ErrorKind::NotFound),
+        );
+        assert_eq!(r.code, RejectionCode::NotFound);
+    }
+
     use super::*;
     use crate::store::{AttemptRecord, DecisionRecord, EffectRecord, InteractionRecord};
 

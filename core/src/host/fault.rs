@@ -6,7 +6,8 @@
 //! would), and the host carries on. `panic_commit:<kind>` panics the store thread just before
 //! committing such a batch (a bug in a thread that owns state): the host must exit, not stay
 //! half-alive. `disk_full:<file>` fails every commit as a full disk would while `<file>`
-//! exists ([`crate::store::StoreConfig::disk_full_while`]). `fail_sync` makes the first fsync of the WAL fail (as a
+//! exists ([`crate::store::StoreConfig::disk_full_while`]). `spawn_fails:<file>` fails every
+//! child spawn with "Too many open files" while `<file>` exists. `fail_sync` makes the first fsync of the WAL fail (as a
 //! failing disk would): the host must exit without acknowledging what it had not synced.
 //!
 //! Every durable commit of the host, not only the batches of client commands, has a crash
@@ -26,6 +27,7 @@ pub struct FaultPlan {
     fail_commit: Option<String>,
     panic_commit: Option<String>,
     disk_full_while: Option<std::path::PathBuf>,
+    spawn_fails_while: Option<std::path::PathBuf>,
     fail_sync: bool,
     failed_once: std::sync::Arc<std::sync::atomic::AtomicBool>,
     before_op: Option<String>,
@@ -60,6 +62,10 @@ impl FaultPlan {
             },
             Some(("panic_commit", kind)) => Self {
                 panic_commit: Some(kind.to_owned()),
+                ..Self::default()
+            },
+            Some(("spawn_fails", file)) => Self {
+                spawn_fails_while: Some(file.into()),
                 ..Self::default()
             },
             Some(("disk_full", file)) => Self {
@@ -108,6 +114,14 @@ impl FaultPlan {
     /// The file whose existence fails every commit as a full disk would (`disk_full`).
     pub(crate) fn disk_full_while(&self) -> Option<std::path::PathBuf> {
         self.disk_full_while.clone()
+    }
+
+    /// The error a child spawn fails with now (`spawn_fails`, while its file exists).
+    pub(crate) fn spawn_failure(&self) -> Option<std::io::Error> {
+        self.spawn_fails_while
+            .as_ref()
+            .filter(|file| file.exists())
+            .map(|_| std::io::Error::from_raw_os_error(libc::EMFILE))
     }
 
     /// Whether this fsync of the WAL must fail (`fail_sync`).

@@ -13,6 +13,7 @@ pub mod fault;
 pub mod log;
 pub mod node_runtime;
 pub mod outbox;
+pub mod slots;
 pub mod store_thread;
 pub mod supervisor;
 
@@ -47,6 +48,9 @@ pub struct HostConfig {
     pub drain_timeout: Duration,
     /// Runtimes, limits and timeouts of children.
     pub children: children::ChildConfig,
+    /// The most connections kept open ([`slots`]); `None`: what the descriptor limit leaves
+    /// ([`slots::cap_for`]).
+    pub max_connections: Option<usize>,
 }
 
 impl HostConfig {
@@ -59,6 +63,7 @@ impl HostConfig {
             expected_uid: crate::paths::current_uid(),
             drain_timeout: Duration::from_secs(5),
             children: children::ChildConfig::default(),
+            max_connections: None,
         }
     }
 
@@ -66,7 +71,7 @@ impl HostConfig {
     /// `PIW_RUNTIMES` (`suffix=program args;...`), `PIW_NODE` and `PIW_NODE_WORKER` (the Node
     /// runtime, else found from the installation: [`node_runtime`]), `PIW_MAX_CHILDREN`, `PIW_HANDSHAKE_TIMEOUT_MS`, `PIW_VALIDATION_TIMEOUT_MS`, `PIW_CHILD_NICE`, `PIW_KILL_GRACE_MS`,
     /// `PIW_LEASE_MS`, `PIW_CHILD_CPU_SECONDS`, `PIW_CHILD_MEMORY_BYTES`,
-    /// `PIW_STANDBY_WORKERS`; and, for tests only, `PIW_TEST_CLOCK` (a file holding an offset
+    /// `PIW_STANDBY_WORKERS`, `PIW_MAX_CONNECTIONS`; and, for tests only, `PIW_TEST_CLOCK` (a file holding an offset
     /// in milliseconds that moves the host's clock: [`crate::clock::OffsetFileClock`]).
     pub fn from_env(paths: PiwPaths) -> Self {
         let mut config = Self::new(paths);
@@ -122,6 +127,9 @@ impl HostConfig {
         if let Some(file) = std::env::var_os("PIW_TEST_CLOCK") {
             tracing::warn!(file = %std::path::Path::new(&file).display(), "PIW_TEST_CLOCK: the host's clock follows a test's offset file");
             config.store.clock = std::sync::Arc::new(crate::clock::OffsetFileClock::new(file));
+        }
+        if let Some(n) = num("PIW_MAX_CONNECTIONS") {
+            config.max_connections = Some(usize::try_from(n.max(1)).unwrap_or(usize::MAX));
         }
         config.children.cpu_seconds = num("PIW_CHILD_CPU_SECONDS");
         config.children.memory_bytes = num("PIW_CHILD_MEMORY_BYTES");
@@ -428,6 +436,7 @@ pub fn serve(config: HostConfig) -> Result<(), HostError> {
         config.paths.home.display()
     )))?;
     let _lock = lock_installation(&config.paths)?;
+    let nofile = raise_descriptor_limit();
 
     let pid = std::process::id();
     let mut store_config = config.store.clone();
@@ -472,7 +481,42 @@ pub fn serve(config: HostConfig) -> Result<(), HostError> {
         .enable_all()
         .build()
         .map_err(io_err("cannot start the async runtime"))?;
-    runtime.block_on(serve_async(config, store, epoch, host_owner_id(epoch)))
+    let cap = config
+        .max_connections
+        .unwrap_or_else(|| slots::cap_for(nofile, config.children.max_children));
+    runtime.block_on(serve_async(config, store, epoch, host_owner_id(epoch), cap))
+}
+
+/// Raises this process's soft limit of open descriptors to its hard limit (its children
+/// inherit it), and returns the limit now in force. The common soft
+/// limit of 1,024 is far below what a host with many clients and children needs.
+fn raise_descriptor_limit() -> u64 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit with a valid struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return 1_024;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                limit.rlim_cur = limit.rlim_max;
+            } else {
+                tracing::warn!(
+                    soft = limit.rlim_cur,
+                    hard = limit.rlim_max,
+                    "cannot raise the open-file limit"
+                );
+            }
+        }
+    }
+    limit.rlim_cur
 }
 
 /// Clears the way for this host's socket. The lock proves no other host of this installation
@@ -586,6 +630,7 @@ async fn serve_async(
     mut store: Store,
     epoch: i64,
     owner_id: String,
+    max_connections: usize,
 ) -> Result<(), HostError> {
     let paths = config.paths.clone();
     // Before the socket exists: from the moment a client can reach this host, a stop signal
@@ -683,6 +728,7 @@ async fn serve_async(
     );
 
     let mut connections = tokio::task::JoinSet::new();
+    let mut slots = slots::Slots::new(max_connections);
     let mut stop_watch = stop_rx.clone();
     let mut supervisor_task = supervisor_task;
     loop {
@@ -691,12 +737,23 @@ async fn serve_async(
             // that, its end (a panic) leaves children nobody watches.
             _ = &mut supervisor_task => state_owner_died("the supervisor", &paths.socket),
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    connections.spawn(conn::serve(stream, shared.clone(), stop_rx.clone()));
-                }
+                Ok((stream, _)) => match slots.admit() {
+                    slots::Admit::Serve(slot) => {
+                        connections.spawn(conn::serve(stream, shared.clone(), stop_rx.clone(), slot));
+                    }
+                    slots::Admit::Refuse(why) => {
+                        tracing::warn!(cap = slots.cap(), "refused a connection: none is idle");
+                        connections.spawn(conn::refuse(stream, shared.limits, why));
+                    }
+                },
                 Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    // Out of descriptors: make room by closing the longest-idle connection.
+                    let exhausted = matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE));
+                    let freed = exhausted && slots.evict_idle("new connections (the host ran out of file descriptors)");
+                    tracing::warn!(error = %e, freed, "accept failed");
+                    if !freed {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
                 }
             },
             _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); break; }

@@ -30,6 +30,8 @@ pub enum StoreMsg {
     Request(Box<Job>),
     /// A child started or exited.
     Child(super::children::ChildReport),
+    /// A worker connection (the child of `run_id` at `generation`) closed.
+    WorkerDisconnected { run_id: String, generation: u64 },
     /// The host has begun to stop (sent before any connection is told): launch nothing more,
     /// and a child that exits from now on (its connection was closed by the stop) leaves its
     /// run resumable without counting a loss. Requests still in flight are answered.
@@ -109,6 +111,14 @@ pub fn run(
                 match msg {
                     StoreMsg::Request(job) => batch.push(*job),
                     StoreMsg::Child(report) => reports.push(report),
+                    StoreMsg::WorkerDisconnected { run_id, generation } => {
+                        children::worker_disconnected(
+                            &mut state,
+                            store.now_ms(),
+                            &run_id,
+                            generation,
+                        );
+                    }
                     StoreMsg::Draining => state.shutting_down = true,
                     StoreMsg::Shutdown => {
                         state.shutting_down = true;

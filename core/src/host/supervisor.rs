@@ -15,6 +15,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::children::ChildReport;
+use super::fault::FaultPlan;
 use super::store_thread::StoreMsg;
 use crate::store::ChildExitRecord;
 use crate::supervise::{self, SpawnSpec, StdinHandoff, Supervised};
@@ -251,15 +252,25 @@ async fn watch_child(
     } = launched;
     let standby = matches!(source, ChildSource::Standby(_));
     let spawned = match source {
-        ChildSource::Spawn(spec) => supervise::spawn(spec).await,
+        ChildSource::Spawn(spec) => match FaultPlan::from_env().spawn_failure() {
+            Some(source) => Err(supervise::SuperviseError::Spawn {
+                program: spec.program.clone(),
+                source,
+            }),
+            None => supervise::spawn(spec).await,
+        },
         ChildSource::Standby(child) => Ok(child),
     };
     let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
-            tracing::error!(%run_id, error = %e, "cannot launch the child");
+            let host_ran_out_of = e.exhausted_resource();
+            tracing::error!(%run_id, error = %e, ?host_ran_out_of, "cannot launch the child");
             let exit = ChildExitRecord {
-                reason: format!("launch failed: {e}"),
+                reason: match host_ran_out_of {
+                    Some(resource) => format!("launch failed: the host ran out of {resource}: {e}"),
+                    None => format!("launch failed: {e}"),
+                },
                 ..Default::default()
             };
             let _ = reports.send(StoreMsg::Child(ChildReport::Exited {
@@ -268,6 +279,7 @@ async fn watch_child(
                 child_epoch,
                 launch,
                 exit,
+                host_ran_out_of,
             }));
             return;
         }
@@ -315,5 +327,6 @@ async fn watch_child(
         child_epoch,
         launch,
         exit: record,
+        host_ran_out_of: None,
     }));
 }

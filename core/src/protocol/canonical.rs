@@ -146,6 +146,50 @@ fn write_string(s: &str, out: &mut impl Sink) {
     out.push_char('"');
 }
 
+/// The first integer literal in the JSON `text` that no 64-bit integer holds (below
+/// `i64::MIN` or above `u64::MAX`), if any. JSON parsers, this one included, read such a
+/// literal as a floating-point number and silently change its value
+/// (`123456789012345678901234567890` becomes `1.2345678901234568e29`): a request carrying one
+/// is refused instead, so a stored input is always what was sent. Literals with a fraction or
+/// an exponent are floating-point numbers by their own spelling and pass. String contents are
+/// skipped.
+pub fn integer_out_of_range(text: &str) -> Option<&str> {
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = i;
+                i += 1;
+                while i < bytes.len()
+                    && matches!(bytes[i], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-')
+                {
+                    i += 1;
+                }
+                let literal = text.get(start..i).unwrap_or_default();
+                let integer = !literal.contains(['.', 'e', 'E']);
+                // 20 digits at most fit (u64::MAX has 20); fewer always do.
+                if integer
+                    && literal.trim_start_matches('-').len() >= 19
+                    && literal.parse::<i64>().is_err()
+                    && literal.parse::<u64>().is_err()
+                {
+                    return Some(literal);
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    None
+}
+
 /// A JSON value parsed strictly: an object that repeats a key is an error instead of silently
 /// keeping one of the values. Used for everything a peer sends, so that two readers of the same
 /// frame can never disagree about what it says.
@@ -234,6 +278,26 @@ impl<'de> Visitor<'de> for StrictValueVisitor {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn integers_no_64_bit_integer_holds_are_found_outside_strings() {
+        assert_eq!(
+            integer_out_of_range(r#"{"n": 123456789012345678901234567890}"#),
+            Some("123456789012345678901234567890")
+        );
+        assert_eq!(
+            integer_out_of_range(r#"[-9223372036854775809]"#),
+            Some("-9223372036854775809")
+        );
+        for fine in [
+            r#"{"n": 18446744073709551615, "m": -9223372036854775808}"#,
+            r#"{"n": 1.5e300, "m": 123456789012345678901234567890.0}"#,
+            r#"{"s": "123456789012345678901234567890", "t": "a\"1234567890123456789012"}"#,
+        ] {
+            assert_eq!(integer_out_of_range(fine), None, "{fine}");
+        }
+    }
+
     use super::*;
     use serde_json::json;
 

@@ -146,6 +146,12 @@ impl Request {
             _ => None,
         };
         let with_id = |err: DecodeError| err.with_request_id(request_id.clone());
+        if let Some(literal) = super::canonical::integer_out_of_range(text) {
+            return Err(with_id(DecodeError::malformed(format!(
+                "the integer {} does not fit 64 bits and would lose its value; send it as a string",
+                bounded_message(literal, 64)
+            ))));
+        }
 
         match raw.schema.take().map(|v| v.0) {
             Some(Value::String(schema)) if schema == PROTOCOL_SCHEMA => {}

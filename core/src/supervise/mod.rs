@@ -307,6 +307,20 @@ pub enum SuperviseError {
     },
 }
 
+impl SuperviseError {
+    /// What ran out, when the child could not be started because the host itself is out of
+    /// descriptors, memory or processes ([`exhausted_resource`]): the host's own, passing
+    /// failure, not the child's or its run's.
+    pub fn exhausted_resource(&self) -> Option<&'static str> {
+        match self {
+            SuperviseError::Spawn { source, .. } | SuperviseError::Io { source, .. } => {
+                exhausted_resource(source)
+            }
+            SuperviseError::Cwd { .. } => None,
+        }
+    }
+}
+
 /// A running (or finished but not yet released) child and its process group.
 ///
 /// Dropping it sends SIGKILL to whatever is left of the group and reaps the leader.
@@ -1067,6 +1081,19 @@ async fn finish(mut f: Finish) {
         stderr_total,
         drain_complete,
     });
+}
+
+/// What ran out, when `e` says the system or this process is out of a resource (descriptors,
+/// memory, processes) rather than that something is missing or wrong: a failure of the
+/// host's own, worth trying again, never the caller's file or the child's fault.
+pub fn exhausted_resource(e: &io::Error) -> Option<&'static str> {
+    match e.raw_os_error()? {
+        libc::EMFILE => Some("file descriptors (the host's own limit)"),
+        libc::ENFILE => Some("file descriptors (the system's limit)"),
+        libc::ENOMEM => Some("memory"),
+        libc::EAGAIN => Some("processes or memory"),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 //!   "mounts": { "lib": "lib.json" },          // included sources, relative to the fixture
 //!   "on_load_marker": "/tmp/x/loaded",        // written when the "module" loads
 //!   "sleep_on_load_ms": 100,                  // the "module" takes this long to load
+//!   "exit_after_ms": 500,                     // after completing the run, exit this much later
 //!   "behaviors": { "a": { "return": {"x": 1} } } }
 //! ```
 //!
@@ -22,6 +23,7 @@
 //! idempotency keys would), `wait` (`checkpoint` / `human_decision`; `request` replaces its request), `interact`
 //! (`agent` / `assistant_message`), `validate` (`{"field": "value"}` the submission must contain;
 //! `validate_sleep_ms` delays the verdict),
+//! `close_connection_and_hang` (shut the connection to the host down and run on for ever),
 //! `notify` (content), `propose_next` (propose this node instead of the routed one: a
 //! misbehaving child, for tests of the host's graph check). A top-level `"batch_compute": true`
 //! reports consecutive plain compute steps together (`Worker::defer_transition`).
@@ -213,6 +215,11 @@ fn run() -> Result<(), WorkerError> {
             }
             Route::Complete => {
                 w.complete(outcome, last_output.clone())?;
+                // A runtime that takes its time to exit after its last word.
+                if let Some(ms) = fixture["exit_after_ms"].as_u64() {
+                    eprintln!("piw-json-worker: done; exiting in {ms} ms");
+                    std::thread::sleep(Duration::from_millis(ms));
+                }
                 return Ok(());
             }
             Route::Fail { error, .. } => {
@@ -231,6 +238,12 @@ enum Step {
 fn execute(w: &mut Worker, b: &Value, input: &Value) -> Result<Step, WorkerError> {
     if let Some(ms) = b["sleep_ms"].as_u64() {
         std::thread::sleep(Duration::from_millis(ms));
+    }
+    if b["close_connection_and_hang"].as_bool() == Some(true) {
+        close_sockets();
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+        }
     }
     if let Some(barrier) = b["wait_for_file"].as_str() {
         while !Path::new(barrier).exists() {
@@ -386,6 +399,32 @@ fn validate(rule: &Value, payload: &Value) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Shuts down every socket this process holds (its connection to the host), without exiting.
+fn close_sockets() {
+    use std::os::fd::FromRawFd as _;
+    let Ok(fds) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    for entry in fds.flatten() {
+        let is_socket = std::fs::read_link(entry.path())
+            .is_ok_and(|target| target.to_string_lossy().starts_with("socket:"));
+        let Some(fd) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if is_socket {
+            // SAFETY: a descriptor this process holds; the stream is forgotten, not closed,
+            // so whoever owns the descriptor still does.
+            let stream = unsafe { std::os::unix::net::UnixStream::from_raw_fd(fd) };
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            std::mem::forget(stream);
+        }
+    }
 }
 
 fn crash_point(b: &Value, point: &str) {

@@ -8,7 +8,9 @@
 //! answers what they wait for, and injects faults: the host killed (SIGKILL) or stopped
 //! (SIGTERM) and restarted, a child killed (SIGKILL), a client that dies mid-call (a command
 //! written, whole or in part, on a connection closed before the reply), a stalled host
-//! (SIGSTOP, then SIGCONT), malformed frames. A command whose connection broke is sent again
+//! (SIGSTOP, then SIGCONT), malformed frames, a full disk for a while (`PIW_FAULT=disk_full`:
+//! commands refused, sent again), a host whose log is a pipe nobody reads, a burst of idle
+//! connections past the host's connection cap. A command whose connection broke is sent again
 //! with the same request id (as a client that retries must), so a command the host committed
 //! before it died is replayed, never applied twice. Which workflow, which answer and which
 //! fault come next is drawn from one seeded RNG, so a seed replays the same schedule (the
@@ -53,6 +55,10 @@ const BOUND: Duration = Duration::from_secs(60);
 const MAX_CHILD_KILLS_PER_RUN: u32 = 2;
 /// At most this many runs are unfinished at once.
 const MAX_ACTIVE: usize = 6;
+
+/// The host's connection cap in the soak (`PIW_MAX_CONNECTIONS`), low enough for a burst of
+/// idle connections to pass it.
+const MAX_CONNECTIONS: usize = 48;
 /// The origin session of every run (for interactions and messages).
 const SESSION: &str = "soak";
 
@@ -135,6 +141,9 @@ struct Soak {
     piw: PathBuf,
     worker: PathBuf,
     host: Option<Child>,
+    /// The next host started gets a stderr pipe whose reader is gone (its log cannot be
+    /// written).
+    closed_log_next: bool,
     plans: Vec<Plan>,
     tally: Tally,
 }
@@ -237,6 +246,7 @@ impl Soak {
             piw,
             worker,
             host: None,
+            closed_log_next: false,
             plans: Vec::new(),
             tally: Tally::default(),
         })
@@ -297,7 +307,7 @@ impl Soak {
             kind: self.rng.random_range(0..KINDS.len()),
             value: self.rng.random_range(1..1_000_000),
             sleep_ms: self.rng.random_range(0..1_500),
-            fault: self.rng.random_range(0..6),
+            fault: self.rng.random_range(0..9),
             param: self.rng.random(),
             pause_ms: self.rng.random_range(0..40),
         };
@@ -357,6 +367,30 @@ impl Soak {
                 self.count("malformed_frame");
                 self.malformed_frame(param);
             }
+            6 => {
+                // The disk holding the database is full for a while (`PIW_FAULT=disk_full`):
+                // commands are refused meanwhile, and the same host serves again after.
+                self.count("disk_full");
+                let flag = self.path("disk-full");
+                std::fs::write(&flag, b"")?;
+                std::thread::sleep(Duration::from_millis(50 + param % 450));
+                std::fs::remove_file(&flag)?;
+            }
+            7 => {
+                // The next host logs (at debug) into a pipe nobody reads.
+                self.count("log_pipe_closed");
+                self.closed_log_next = true;
+                self.kill_host(libc::SIGTERM)?;
+            }
+            8 => {
+                // A burst of idle connections past the host's connection cap.
+                self.count("idle_connections");
+                let idle: Vec<UnixStream> = (0..MAX_CONNECTIONS * 2)
+                    .filter_map(|_| UnixStream::connect(&self.paths.socket).ok())
+                    .collect();
+                std::thread::sleep(Duration::from_millis(20 + param % 200));
+                drop(idle);
+            }
             _ => {
                 // A status read by a client that dies before its reply; the commands' own
                 // abandoned sends happen in `command`.
@@ -381,23 +415,35 @@ impl Soak {
             .create(true)
             .append(true)
             .open(self.path("hosts.log"))?;
+        let closed_log = std::mem::take(&mut self.closed_log_next);
+        let (stderr, log_level) = if closed_log {
+            let (reader, writer) = std::io::pipe()?;
+            drop(reader);
+            (Stdio::from(writer), "debug")
+        } else {
+            (Stdio::from(log), "warn")
+        };
         let child = Command::new(&self.piw)
             .args(["host", "serve"])
             .env("PIW_HOME", &self.paths.home)
             .env("HOME", self.path("home"))
             .env("TMPDIR", self.path("tmp"))
             .env("PI_CODING_AGENT_DIR", self.path("agent"))
-            .env("PIW_LOG", "warn")
+            .env("PIW_LOG", log_level)
             .env("PIW_KILL_GRACE_MS", "200")
+            .env("PIW_MAX_CONNECTIONS", MAX_CONNECTIONS.to_string())
             .env(
                 "PIW_RUNTIMES",
                 format!(".workflow.json={}", self.worker.display()),
             )
-            .env_remove("PIW_FAULT")
+            .env(
+                "PIW_FAULT",
+                format!("disk_full:{}", self.path("disk-full").display()),
+            )
             .env_remove("PIW_TEST_CLOCK")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(log)
+            .stderr(stderr)
             .spawn()?;
         self.host = Some(child);
         let start = Instant::now();
@@ -495,6 +541,19 @@ impl Soak {
             });
             self.tally.frames += 1;
             match sent {
+                // A full disk refused it and stored nothing: the same request again, later.
+                Err(ClientError::Rejected(r))
+                    if r.code == RejectionCode::Internal && r.message.contains("is full") =>
+                {
+                    if start.elapsed() > BOUND * 2 {
+                        return Err(format!(
+                            "{} refused for ever: {}",
+                            request.request_id, r.message
+                        )
+                        .into());
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
                 Err(ClientError::Rejected(r)) if r.code != RejectionCode::HostShuttingDown => {
                     self.tally.frames += 1;
                     return Ok(Err(ClientError::Rejected(r)));

@@ -143,6 +143,9 @@ pub enum ChildReport {
         child_epoch: i64,
         launch: u64,
         exit: ChildExitRecord,
+        /// The child never started because the host ran out of this (descriptors, memory,
+        /// processes): the host's own failure, retried later without counting a loss.
+        host_ran_out_of: Option<&'static str>,
     },
 }
 
@@ -181,6 +184,9 @@ pub struct ChildEntry {
     /// Why the host stopped it, when a deadline of the host's did (the loss reason names it:
     /// "validation timed out after N ms" rather than just the signal that ended the child).
     pub stop_reason: Option<String>,
+    /// When the child's connection to the host closed while its run still needed it; a child
+    /// still alive a kill grace later is stopped (and its exit is a loss).
+    pub disconnected_at: Option<i64>,
 }
 
 impl HostState {
@@ -539,6 +545,7 @@ fn launch(
             resume: act.resume.clone(),
             from_standby: false,
             stop_reason: None,
+            disconnected_at: None,
         },
     );
     state.renewed_at.insert(run_id.to_owned(), now);

@@ -59,6 +59,27 @@ pub fn on_child_reports(store: &mut Store, state: &mut HostState, reports: Vec<C
     }
 }
 
+/// A worker's connection closed (`run_id`, `generation`: what it spoke for). A child whose run
+/// still needs it cannot go on without the host, so unless it exits by itself within a kill
+/// grace it is stopped then, and its exit is handled as a lost child. Ignored while the host
+/// stops (it closes every connection) and for a run already released.
+pub fn worker_disconnected(state: &mut HostState, now: i64, run_id: &str, generation: u64) {
+    if state.shutting_down {
+        return;
+    }
+    if let Some(entry) = state
+        .children
+        .get_mut(run_id)
+        .filter(|e| e.generation == generation && !e.stopping && e.released_at.is_none())
+    {
+        entry.disconnected_at.get_or_insert(now);
+    }
+}
+
+/// How long a run whose child could not be started for lack of the host's own resources
+/// waits before it is launched again.
+const LAUNCH_RETRY_MS: i64 = 1_000;
+
 /// A child report: record it, and when a child died while its run was still running under
 /// our claim, requeue the run from its last committed boundary (or stop it for review).
 pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildReport) {
@@ -91,6 +112,7 @@ pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildRe
             child_epoch,
             launch,
             exit,
+            host_ran_out_of,
         } => {
             let ours = state
                 .children
@@ -138,9 +160,12 @@ pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildRe
                             ),
                         };
                         let shutting_down = state.shutting_down;
+                        let retry_at = w.now_ms() + LAUNCH_RETRY_MS;
                         let released = w.savepoint(|w| {
                             if shutting_down {
                                 w.release_at_shutdown(claim)
+                            } else if host_ran_out_of.is_some() && ours {
+                                w.release_after_launch_failure(claim, &exit.reason, retry_at)
                             } else if may_forgive {
                                 w.release_uncounted(
                                     claim,
@@ -202,11 +227,33 @@ pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildRe
 pub fn last_stderr_line(stderr_tail: &[u8]) -> Option<String> {
     const MAX_BYTES: usize = 600;
     let text = String::from_utf8_lossy(stderr_tail);
-    let line = text.lines().map(str::trim).rfind(|l| !l.is_empty())?;
+    let lines = || text.lines().map(str::trim).filter(|l| !l.is_empty());
+    // A runtime that dies hard (Node out of memory) ends with a native stack trace and
+    // banners: the line that says why comes before them.
+    let line = lines()
+        .rfind(|l| !is_trace_line(l))
+        .or_else(|| lines().next_back())?;
+    let line = line.strip_prefix("# ").unwrap_or(line);
     Some(crate::protocol::request::bounded_message(
         &mask_hex_runs(line),
         MAX_BYTES,
     ))
+}
+
+/// Whether a (trimmed) stderr line is part of a crash's trace rather than its reason: a
+/// native stack frame (`1: 0xb8d0a3 node::Abort() [node]`), a JavaScript one (`at f (x.js:1:2)`),
+/// a banner (`----- Native stack trace -----`, `<--- JS stacktrace --->`, a line of `#`), or
+/// Node's closing version line.
+fn is_trace_line(line: &str) -> bool {
+    let frame = line
+        .split_once(": 0x")
+        .is_some_and(|(n, _)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    frame
+        || line.starts_with("at ")
+        || line.starts_with("-----")
+        || line.starts_with("<---")
+        || line.bytes().all(|b| b == b'#')
+        || line.starts_with("Node.js v")
 }
 
 /// `text` with every run of 32 or more hex digits replaced by `<hex>`: what a child printed
@@ -319,7 +366,7 @@ pub fn next_child_deadline(store: &Store, state: &HostState) -> Option<i64> {
         .children
         .values()
         .filter(|e| !e.stopping)
-        .filter_map(|e| e.released_at)
+        .filter_map(|e| e.released_at.or(e.disconnected_at))
         .map(|t| t + grace)
         .min();
     [
@@ -441,6 +488,21 @@ pub fn due_child_work(store: &mut Store, state: &mut HostState) {
         .map(|(r, _)| r.clone())
         .collect();
     for run_id in lingering {
+        stop_child(state, &run_id);
+    }
+    // Children whose connection closed while their run still needed them, still alive.
+    let disconnected: Vec<String> = state
+        .children
+        .iter()
+        .filter(|(_, e)| !e.stopping && e.disconnected_at.is_some_and(|t| t + grace <= now))
+        .map(|(r, _)| r.clone())
+        .collect();
+    for run_id in disconnected {
+        tracing::warn!(%run_id, "child closed its connection and kept running; stopping it");
+        if let Some(e) = state.children.get_mut(&run_id) {
+            e.stop_reason =
+                Some("the child closed its connection to the host and kept running".into());
+        }
         stop_child(state, &run_id);
     }
     // Node deadlines.

@@ -40,6 +40,25 @@ impl WriteTx<'_> {
         self.requeue_after_loss_counted(&claim.run_id, &run, why, "recovered", false)
     }
 
+    /// Requeues a run whose child could not even be started because the host itself ran out
+    /// of something (descriptors, memory, processes): the host's failure, not the run's, so
+    /// no loss is counted, and the run is ready again at `retry_at`.
+    pub fn release_after_launch_failure(
+        &mut self,
+        claim: &Claim,
+        why: &str,
+        retry_at: UnixMillis,
+    ) -> StoreResult<RecoveredRun> {
+        self.fence(claim)?;
+        let run = self.run_for(&claim.run_id, Op::ChildLost)?;
+        let recovered =
+            self.requeue_after_loss_counted(&claim.run_id, &run, why, "recovered", false)?;
+        if recovered.status == RunStatus::Queued {
+            self.set_available(&claim.run_id, retry_at)?;
+        }
+        Ok(recovered)
+    }
+
     /// Makes every running row whose claim has expired (or vanished) claimable again, in one
     /// commit per call, counting a loss for each. Used at host start.
     pub fn recover_expired(&mut self) -> StoreResult<Vec<RecoveredRun>> {
