@@ -32,14 +32,18 @@ pub(crate) fn remove_state_locked(paths: &PiwPaths) -> Result<bool, CliError> {
                     .filter(|o| **o == piw_core::supervise::OrphanOutcome::Killed)
                     .count();
                 if !stopped.is_empty() {
-                    println!("stopped {killed} child process(es) an earlier host left running");
+                    eprintln!(
+                        "piw: stopped {killed} child process(es) an earlier host left running"
+                    );
                 }
                 let leftovers = piw_core::supervise::kill_marked_leftovers(
                     &piw_core::host::supervision_scope(&paths.socket),
                     Duration::from_secs(2),
                 );
                 if leftovers > 0 {
-                    println!("stopped {leftovers} process(es) those children had left behind");
+                    eprintln!(
+                        "piw: stopped {leftovers} process(es) those children had left behind"
+                    );
                 }
             }
             // A database this build cannot read names no children it could stop.
@@ -92,10 +96,5 @@ pub(crate) fn restore_state(
     })?;
     remove_state_locked(paths)?;
     source.backup_to(&paths.db)?;
-    println!(
-        "restored {} from {}; note: {RESTORE_MEANS}",
-        paths.db.display(),
-        file.display()
-    );
     Ok(())
 }
