@@ -121,11 +121,16 @@ pub(crate) enum Cmd {
         #[arg(long)]
         session: Option<String>,
     },
+    /// Print a run's child output (every child of every attempt, whole, up to 16 MiB each)
+    /// and its events; `--follow` goes on printing them as they come until the run ends.
+    /// Read-only: it never starts a host.
+    Logs(logs::LogsArgs),
     /// Print a completion script for a shell (run ids complete too), e.g.
     /// `piw completions bash > ~/.local/share/bash-completion/completions/piw`.
     Completions(completions::CompletionsArgs),
-    /// Print the man page (roff), e.g. `piw man | man -l -`.
-    Man,
+    /// Print the man page (roff) of piw or of one command, e.g. `piw man run start | man -l -`;
+    /// `--dir` writes every page instead.
+    Man(completions::ManArgs),
 }
 
 fn parse_run_status(text: &str) -> Result<piw_core::store::RunStatus, String> {

@@ -18,6 +18,7 @@ mod cli;
 mod completions;
 mod host_ctl;
 mod human;
+mod logs;
 mod resolve;
 mod run_ids;
 mod runs;
@@ -224,7 +225,7 @@ fn run_request(run_id: &str, body: RequestBody) -> Request {
 fn run(cli: Cli, json: bool) -> Result<(), CliError> {
     match cli.command {
         Cmd::Completions(args) => return completions::print_completions(args.shell),
-        Cmd::Man => return completions::print_man(),
+        Cmd::Man(args) => return completions::man(args),
         _ => {}
     }
     let paths = PiwPaths::from_env()?;
@@ -232,7 +233,7 @@ fn run(cli: Cli, json: bool) -> Result<(), CliError> {
         require_installation(&paths)?;
     }
     match cli.command {
-        Cmd::Completions(_) | Cmd::Man => Ok(()),
+        Cmd::Completions(_) | Cmd::Man(_) => Ok(()),
         Cmd::Host(HostCmd::Serve) => {
             init_logging();
             match piw_core::host::serve(HostConfig::from_env(paths)) {
@@ -338,6 +339,7 @@ fn run(cli: Cli, json: bool) -> Result<(), CliError> {
             Ok(())
         }
         Cmd::Run(cmd) => run_cmd(&paths, cmd, json),
+        Cmd::Logs(args) => logs::logs(&paths, args, json),
         Cmd::View {
             run_id,
             once,

@@ -24,7 +24,8 @@ pub(crate) fn needs_installation(cmd: &Cmd) -> bool {
         Cmd::Run(_) => true,
         Cmd::State(_) => false,
         Cmd::Runs { .. } | Cmd::Diagnose { .. } | Cmd::Repair { .. } | Cmd::View { .. } => true,
-        Cmd::Completions(_) | Cmd::Man => false,
+        Cmd::Logs(_) => true,
+        Cmd::Completions(_) | Cmd::Man(_) => false,
     }
 }
 

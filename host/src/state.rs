@@ -3,7 +3,8 @@
 
 use super::*;
 
-/// Removes the state database (and its `-wal` and `-shm` files) while holding the
+/// Removes the state database (and its `-wal` and `-shm` files, and the children's output
+/// logs under `logs/`) while holding the
 /// installation lock, after stopping the children it records as running (a crashed host's:
 /// once the database is gone nothing else knows them). Refused while a host runs or is still
 /// stopping. Returns whether there was anything to remove.
@@ -61,6 +62,13 @@ pub(crate) fn remove_state_locked(paths: &PiwPaths) -> Result<bool, CliError> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e.into()),
         }
+    }
+    // The children's output logs belong to the runs of this database: they go with it (a
+    // restored database numbers its children again, and would append to another's file).
+    match std::fs::remove_dir_all(&paths.logs) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e.into()),
     }
     Ok(removed)
 }

@@ -2193,6 +2193,30 @@ fn completions_complete_commands_and_run_ids_and_man_prints_the_page() {
         page.contains("completions") && page.contains("diagnose"),
         "{page}"
     );
+    // One command's page, and every page for a man path.
+    let o = piw(&h.home, &["man", "run", "start"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let page = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        page.contains(".TH piw-run-start 1") && page.contains("timeout"),
+        "{page}"
+    );
+    assert_eq!(
+        piw(&h.home, &["man", "run", "bogus"]).status.code(),
+        Some(2)
+    );
+    let pages = h.home.with_file_name("man1");
+    std::fs::create_dir_all(&pages).unwrap();
+    let o = piw(&h.home, &["man", "--dir", pages.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    for name in [
+        "piw.1",
+        "piw-run-start.1",
+        "piw-logs.1",
+        "piw-state-reset.1",
+    ] {
+        assert!(pages.join(name).is_file(), "{name}");
+    }
 
     let file = hello_example(&h);
     let o = piw(
@@ -2237,4 +2261,191 @@ fn completions_complete_commands_and_run_ids_and_man_prints_the_page() {
     assert_eq!(words.trim(), run_id, "{words}");
     let words = complete(&format!("piw view {}", &run_id[..6]));
     assert_eq!(words.trim(), run_id, "{words}");
+}
+
+/// `piw logs <run>` prints every child's whole output (each attempt's child, not the last
+/// 64 KiB of the last one), masked like `run status`, and the run's events; `--json` has the
+/// same as data. `piw state reset` removes the logs with the state.
+#[test]
+fn logs_show_every_childs_whole_output_and_the_events() {
+    let h = home();
+    let file = h.home.with_file_name("noisy.workflow.sh");
+    std::fs::write(
+        &file,
+        "echo first line of child\necho 'token 0123456789abcdef0123456789abcdef01234567' >&2\nhead -c 100000 /dev/zero | tr '\\0' x\necho\necho 'last line' >&2\nexit 3\n",
+    )
+    .unwrap();
+    let o = piw_with_runtime(
+        &h.home,
+        ".workflow.sh=/bin/sh",
+        &["run", "start", file.to_str().unwrap(), "--wait", "--json"],
+    );
+    let run = json_of(&o);
+    assert_eq!(run["run"]["status"], "review", "{}", text(&o));
+    let run_id = run["run"]["run_id"].as_str().unwrap().to_owned();
+    let children = json_of(&piw(&h.home, &["run", "status", &run_id, "--json"]))["run"].clone();
+    assert_eq!(children["status"], "review");
+
+    let o = piw(&h.home, &["logs", &run_id[..run_id.len() - 4]]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let shown = String::from_utf8_lossy(&o.stdout).into_owned();
+    // Three children were lost before the run stopped for review: each one's output, whole.
+    let headers: Vec<&str> = shown
+        .lines()
+        .filter(|l| l.starts_with("== child "))
+        .collect();
+    assert_eq!(headers.len(), 3, "{headers:#?}");
+    for (n, header) in headers.iter().enumerate() {
+        assert!(
+            header.starts_with(&format!(
+                "== child {} (claim generation {}, pid ",
+                n + 1,
+                n + 1
+            )) && header.ends_with("): exited with code 3 =="),
+            "{header}"
+        );
+    }
+    // The children's output, then the events (whose loss reasons quote the stderr too).
+    let output = &shown[..shown.find("\n-- #1 ").unwrap()];
+    assert_eq!(
+        output.matches("first line of child\n").count(),
+        3,
+        "{}",
+        &output[..300]
+    );
+    assert_eq!(output.matches("last line").count(), 3);
+    // Every x the children wrote (the headers' "exited" and the masks' "<hex>" aside; a
+    // stderr line may land inside the x's, as it came between two reads of stdout).
+    let xs = output.matches('x').count()
+        - output.matches("exited").count()
+        - output.matches("<hex>").count();
+    assert_eq!(xs, 3 * 100_000, "every byte, past the 64 KiB tails");
+    assert_eq!(output.matches("token <hex>").count(), 3);
+    assert!(
+        !shown.contains("0123456789abcdef0123"),
+        "a token-shaped run is masked"
+    );
+    assert!(shown.contains("\n-- #1 ") && shown.contains(" started {\"workflow\":\"noisy\"}"));
+    assert!(shown.contains(" child_lost "), "the events are there");
+
+    let logs = json_of(&piw(&h.home, &["logs", &run_id, "--json"]));
+    assert_eq!(logs["run_id"], run_id.as_str());
+    assert_eq!(logs["status"], "review");
+    let children = logs["children"].as_array().unwrap();
+    assert_eq!(children.len(), 3, "{logs}");
+    for c in children {
+        let output = c["output"].as_str().unwrap();
+        // stdout and stderr in the order the host read them (which of two pipes is read
+        // first is the scheduler's choice).
+        assert!(
+            output.contains("first line of child\n"),
+            "{}",
+            &output[..40]
+        );
+        assert!(output.contains("token <hex>\n"), "{}", &output[..40]);
+        assert_eq!(
+            output.matches('x').count(),
+            100_000 + 1,
+            "and the x of <hex>"
+        );
+        assert!(Path::new(c["child"]["log"].as_str().unwrap()).is_file());
+    }
+    assert_eq!(logs["events"][0]["kind"], "started", "{logs}");
+    assert!(logs["events"][0]["time"].as_str().unwrap().ends_with('Z'));
+
+    assert_eq!(piw(&h.home, &["host", "stop"]).status.code(), Some(0));
+    assert!(h.home.join("logs").join(&run_id).is_dir());
+    let o = piw(&h.home, &["state", "reset", "--yes"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        !h.home.join("logs").exists(),
+        "the logs went with the state"
+    );
+}
+
+/// `piw logs --follow` prints the output as the child writes it and the events as they come,
+/// and ends by itself when the run ends.
+#[test]
+fn logs_follow_prints_output_and_events_live_until_the_run_ends() {
+    use std::io::BufRead as _;
+    use std::time::{Duration, Instant};
+    let h = home();
+    let barrier = h.home.with_file_name("go-on");
+    let file = h.home.with_file_name("slow.workflow.sh");
+    std::fs::write(
+        &file,
+        format!(
+            "echo before the barrier\nwhile [ ! -e '{}' ]; do sleep 0.05; done\necho after the barrier\nexit 3\n",
+            barrier.display()
+        ),
+    )
+    .unwrap();
+    let o = piw_with_runtime(
+        &h.home,
+        ".workflow.sh=/bin/sh",
+        &["run", "start", file.to_str().unwrap(), "--json"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let run_id = json_of(&o)["run_id"].as_str().unwrap().to_owned();
+    let mut follow = Command::new(env!("CARGO_BIN_EXE_piw"))
+        .args(["logs", &run_id, "--follow"])
+        .env("PIW_HOME", &h.home)
+        .env("PIW_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let stdout = follow.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen: Vec<String> = Vec::new();
+    let mut wait_for = |what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !seen.iter().any(|l| l.contains(what)) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => seen.push(line),
+                Err(_) => panic!("no {what:?} within 30 s; printed so far: {seen:#?}"),
+            }
+        }
+        seen.clone()
+    };
+    // The child is blocked at the barrier: its first line is printed while it still runs.
+    let lines = wait_for("before the barrier");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("== child 1 ") && l.ends_with(": running ==")),
+        "{lines:#?}"
+    );
+    assert!(!lines.iter().any(|l| l.contains("after the barrier")));
+    std::fs::write(&barrier, "").unwrap();
+    wait_for("after the barrier");
+    // The run stops for review after its children are lost; a cancel ends it, and the follow.
+    wait_for(" child_lost ");
+    wait_status(&h.home, &run_id, &["review"]);
+    assert_eq!(
+        piw(&h.home, &["run", "cancel", &run_id]).status.code(),
+        Some(0)
+    );
+    let lines = wait_for(" cancelled ");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = follow.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the follow did not end: {lines:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0), "{lines:#?}");
 }

@@ -32,6 +32,16 @@ pub use watch::*;
 /// Bytes of stdout and of stderr kept on a child's record.
 const CHILD_TAIL_BYTES: usize = 64 * 1024;
 
+/// The most output of one child kept in its log file (`piw logs`): 16 MiB, then a line says
+/// the rest was not kept.
+pub const CHILD_LOG_BYTES: u64 = 16 * 1024 * 1024;
+
+/// The log file of child `child_epoch` of run `run_id` under the installation's `logs`
+/// directory: `<logs>/<run_id>/<child_epoch>.log`.
+pub fn child_log_path(logs: &Path, run_id: &str, child_epoch: i64) -> PathBuf {
+    logs.join(run_id).join(format!("{child_epoch}.log"))
+}
+
 /// A runtime: the command the host runs for workflow files with a given suffix.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Runtime {
@@ -85,6 +95,9 @@ pub struct ChildConfig {
     /// default 2; 0 turns the pools off). A pool fills after its runtime's first launch, so a
     /// host that never runs such a workflow starts none.
     pub standby_workers: usize,
+    /// Where each child's whole output is kept ([`child_log_path`]); `None` keeps only the
+    /// tails in the database. The installation's `logs` directory for a real host.
+    pub output_logs: Option<PathBuf>,
 }
 
 impl Default for ChildConfig {
@@ -94,6 +107,7 @@ impl Default for ChildConfig {
             max_children: 16,
             handshake_timeout: Duration::from_secs(10),
             validation_timeout: Duration::from_secs(60),
+            output_logs: None,
             kill_grace: Duration::from_secs(2),
             cpu_seconds: None,
             memory_bytes: None,
@@ -550,6 +564,8 @@ fn launch(
                 nice: cfg.nice,
                 tail_bytes: CHILD_TAIL_BYTES,
                 scope: state.supervision_scope.clone(),
+                // Given when a run takes the worker (`supervisor`).
+                output_log: None,
             },
         })
     });
@@ -568,6 +584,12 @@ fn launch(
             nice: cfg.nice,
             tail_bytes: CHILD_TAIL_BYTES,
             scope: state.supervision_scope.clone(),
+            output_log: cfg.output_logs.as_ref().map(|dir| {
+                Box::new(crate::supervise::OutputLog {
+                    path: child_log_path(dir, run_id, child_epoch),
+                    cap_bytes: CHILD_LOG_BYTES,
+                })
+            }),
         },
         standby,
     });
