@@ -20,9 +20,16 @@ pub(crate) fn command() -> clap::Command {
         // `mut_args`, not `mut_arg`: that one moves the argument to the end, which would
         // reorder positional arguments.
         let cmd = cmd.mut_args(|a| match a.get_id().as_str() {
-            "run_id" => a.add(clap_complete::ArgValueCompleter::new(
-                completions::complete_run_ids,
-            )),
+            "run_id" => {
+                let a = a.add(clap_complete::ArgValueCompleter::new(
+                    completions::complete_run_ids,
+                ));
+                if a.get_help().is_none() {
+                    a.help("The run: its id, or a prefix of it that names one run")
+                } else {
+                    a
+                }
+            }
             "json" => a.help(JSON_HELP),
             _ => a,
         });

@@ -1919,6 +1919,13 @@ fn every_command_takes_json_and_its_help_says_so() {
             help.contains("--json") && help.contains("Print the result as one JSON document"),
             "{args:?}: {help}"
         );
+        // Where a run id is taken, the help says a prefix does.
+        if help.contains("<RUN_ID>") {
+            assert!(
+                help.contains("a prefix of it that names one run"),
+                "{args:?}: {help}"
+            );
+        }
     }
 
     let o = piw(&h.home, &["host", "start", "--json"]);
