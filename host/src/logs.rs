@@ -40,8 +40,15 @@ struct Printed {
 pub(crate) fn logs(paths: &PiwPaths, args: LogsArgs, json_out: bool) -> Result<(), CliError> {
     let run_id = resolve_run_id(paths, &args.run_id)?;
     let store = Store::open_read_only(&paths.db, StoreConfig::default())?;
-    // An unknown run is an error, as in every command.
-    let run = store.run(&run_id)?;
+    // An unknown run is `not_found`, as in every command.
+    let run = store.run(&run_id).map_err(|e| match e {
+        piw_core::store::StoreError::RunNotFound(_) => CliError::Client {
+            code: "not_found",
+            message: format!("not_found: run {run_id} not found"),
+            details: Value::Null,
+        },
+        other => other.into(),
+    })?;
     if !args.follow {
         let children = store.children(&run_id)?;
         let events = store.events(&run_id, 0)?;

@@ -2360,6 +2360,10 @@ fn logs_show_every_childs_whole_output_and_the_events() {
     assert_eq!(logs["events"][0]["kind"], "started", "{logs}");
     assert!(logs["events"][0]["time"].as_str().unwrap().ends_with('Z'));
 
+    let o = piw(&h.home, &["logs", "run-nope", "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(json_of(&o)["error"]["code"], "not_found");
+
     assert_eq!(piw(&h.home, &["host", "stop"]).status.code(), Some(0));
     assert!(h.home.join("logs").join(&run_id).is_dir());
     let o = piw(&h.home, &["state", "reset", "--yes"]);
