@@ -72,9 +72,9 @@ pub(crate) fn logs(paths: &PiwPaths, args: LogsArgs, json_out: bool) -> Result<(
             return Ok(());
         }
         let mut printed = Printed::default();
-        let mut out = std::io::stdout().lock();
-        print_new(paths, &store, &run_id, &mut printed, false, &mut out)?;
-        return Ok(());
+        let mut text = Vec::new();
+        print_new(paths, &store, &run_id, &mut printed, false, &mut text)?;
+        return write_out(&text).map(drop);
     }
     follow(paths, &store, &run_id, json_out)
 }
@@ -90,15 +90,25 @@ fn follow(paths: &PiwPaths, store: &Store, run_id: &str, json_out: bool) -> Resu
         let run = store.run(run_id)?;
         let children = store.children(run_id)?;
         let done = run.status.is_terminal() && children.iter().all(|c| c.exited);
-        {
-            let mut out = std::io::stdout().lock();
-            print_new(paths, store, run_id, &mut printed, json_out, &mut out)?;
-            out.flush()?;
-        }
-        if done {
+        let mut text = Vec::new();
+        print_new(paths, store, run_id, &mut printed, json_out, &mut text)?;
+        // A reader that went away (`piw logs -f RUN | head`) ends the follow, quietly.
+        let reader_there = write_out(&text)?;
+        if done || !reader_there {
             return Ok(());
         }
         wait_for_news(paths, run_id, &mut client);
+    }
+}
+
+/// Writes `text` to stdout; `false` when the reader went away (a closed pipe), which is no
+/// error for a command whose output is cut short on purpose (`| head`).
+fn write_out(text: &[u8]) -> Result<bool, CliError> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text).and_then(|()| out.flush()) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -135,7 +145,7 @@ fn print_new(
     run_id: &str,
     printed: &mut Printed,
     json_lines: bool,
-    out: &mut impl std::io::Write,
+    out: &mut Vec<u8>,
 ) -> Result<(), CliError> {
     for child in store.children(run_id)? {
         let (header_done, offset) = printed

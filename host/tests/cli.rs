@@ -2360,6 +2360,27 @@ fn logs_show_every_childs_whole_output_and_the_events() {
     assert_eq!(logs["events"][0]["kind"], "started", "{logs}");
     assert!(logs["events"][0]["time"].as_str().unwrap().ends_with('Z'));
 
+    // A reader that stops early (`| head`) ends it quietly: more output than a pipe holds,
+    // one line read, the pipe closed.
+    {
+        use std::io::BufRead as _;
+        let mut head = Command::new(env!("CARGO_BIN_EXE_piw"))
+            .args(["logs", &run_id])
+            .env("PIW_HOME", &h.home)
+            .env("PIW_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        std::io::BufReader::new(head.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        assert!(first.starts_with("== child 1 "), "{first}");
+        let o = head.wait_with_output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        assert!(o.stderr.is_empty(), "{}", text(&o));
+    }
     let o = piw(&h.home, &["logs", "run-nope", "--json"]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert_eq!(json_of(&o)["error"]["code"], "not_found");
