@@ -88,7 +88,7 @@ pub(crate) enum Cmd {
         #[arg(long)]
         unfinished: bool,
         /// Only runs in this status; repeat it or give a list (`--status waiting,review`).
-        #[arg(long, value_name = "STATUS", value_delimiter = ',', value_parser = parse_run_status)]
+        #[arg(long, value_name = "STATUS", value_delimiter = ',', value_parser = run_status_values())]
         status: Vec<piw_core::store::RunStatus>,
         /// At most this many runs (the host lists at most 10000). When their results do not
         /// all fit one reply, the oldest are left out (`result_omitted` in `--json`).
@@ -138,6 +138,16 @@ pub(crate) enum Cmd {
     /// Print the man page (roff) of piw or of one command, e.g. `piw man run start | man -l -`;
     /// `--dir` writes every page instead.
     Man(completions::ManArgs),
+}
+
+/// A run status, with every status listed in `--help`, in an error and for shell completion.
+fn run_status_values() -> impl clap::builder::TypedValueParser<Value = piw_core::store::RunStatus> {
+    use clap::builder::TypedValueParser as _;
+    let names: Vec<&'static str> = piw_core::store::RunStatus::ALL
+        .iter()
+        .map(|s| s.as_str())
+        .collect();
+    clap::builder::PossibleValuesParser::new(names).try_map(|name| parse_run_status(&name))
 }
 
 fn parse_run_status(text: &str) -> Result<piw_core::store::RunStatus, String> {

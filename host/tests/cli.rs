@@ -2098,7 +2098,11 @@ fn runs_filter_by_status_show_times_as_people_read_them_and_take_run_id_prefixes
     );
     let o = piw(&h.home, &["runs", "--status", "bogus"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(text(&o).contains("one of queued, running"), "{}", text(&o));
+    assert!(
+        text(&o).contains("[possible values: queued, running, waiting, review"),
+        "{}",
+        text(&o)
+    );
 
     // Human form: relative times; --json keeps the milliseconds and adds UTC text.
     let table = text(&piw(&h.home, &["runs"]));
@@ -2266,6 +2270,8 @@ fn completions_complete_commands_and_run_ids_and_man_prints_the_page() {
     );
     let words = complete(&format!("piw run status {}", &run_id[..6]));
     assert_eq!(words.trim(), run_id, "{words}");
+    let words = complete("piw runs --status wa");
+    assert_eq!(words.trim(), "waiting", "{words}");
     let words = complete(&format!("piw view {}", &run_id[..6]));
     assert_eq!(words.trim(), run_id, "{words}");
 }
