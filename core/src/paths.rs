@@ -40,6 +40,8 @@ pub struct PiwPaths {
     pub lock: PathBuf,
     /// `host.log`: where an on-demand host writes its log.
     pub log: PathBuf,
+    /// `logs/`: each run's child output, `logs/<run_id>/<child_epoch>.log` (`piw logs`).
+    pub logs: PathBuf,
     /// The Unix socket clients connect to.
     pub socket: PathBuf,
 }
@@ -90,6 +92,7 @@ impl PiwPaths {
             db: home.join("state.sqlite"),
             lock: home.join("host.lock"),
             log: home.join("host.log"),
+            logs: home.join("logs"),
             socket,
             home,
         }

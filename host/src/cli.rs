@@ -2,6 +2,54 @@
 
 use super::*;
 
+/// The `--json` of every command, with one help text.
+pub(crate) const JSON_HELP: &str = "Print the result as one JSON document on stdout; an error too (`{\"error\": {\"code\", \"message\", \"details\"}}`), with the same exit codes";
+
+/// The commands that print no result of their own (a script, a page, completion words), so
+/// take no `--json`.
+const WITHOUT_JSON: [&str; 2] = ["completions", "man"];
+
+/// The whole grammar: the derived one, with `--json` (and its help) on every command that
+/// prints a result, and run ids that complete in a shell. Completions and the man page are
+/// generated from this too.
+pub(crate) fn command() -> clap::Command {
+    fn with_json(cmd: clap::Command) -> clap::Command {
+        if cmd.has_subcommands() {
+            return cmd.mut_subcommands(with_json);
+        }
+        // `mut_args`, not `mut_arg`: that one moves the argument to the end, which would
+        // reorder positional arguments.
+        let cmd = cmd.mut_args(|a| match a.get_id().as_str() {
+            "run_id" => {
+                let a = a.add(clap_complete::ArgValueCompleter::new(
+                    completions::complete_run_ids,
+                ));
+                if a.get_help().is_none() {
+                    a.help("The run: its id, or a prefix of it that names one run")
+                } else {
+                    a
+                }
+            }
+            "json" => a.help(JSON_HELP),
+            _ => a,
+        });
+        if WITHOUT_JSON.contains(&cmd.get_name()) {
+            return cmd;
+        }
+        if cmd.get_arguments().any(|a| a.get_id() == "json") {
+            cmd
+        } else {
+            cmd.arg(
+                clap::Arg::new("json")
+                    .long("json")
+                    .action(clap::ArgAction::SetTrue)
+                    .help(JSON_HELP),
+            )
+        }
+    }
+    with_json(<Cli as clap::CommandFactory>::command())
+}
+
 #[derive(Parser)]
 #[command(
     name = "piw",
@@ -9,7 +57,14 @@ use super::*;
     about = "The piw workflow host and its command line."
 )]
 #[command(
-    after_help = "PIW_HOME selects the installation: an absolute path (default ~/.pi/agent/piw)."
+    after_help = "PIW_HOME selects the installation: an absolute path (default \
+~/.pi/agent/piw). Only `host start`, `host serve`, `run start` and `state restore` create one; \
+other commands on an installation that does not exist say so and create nothing.
+
+A run id may be shortened to any prefix that names one run.
+
+Exit codes: 0 ok, 1 failed, 2 usage (an ambiguous run id too), 3 `diagnose` found \
+contradictions, 4 `--wait`/`run wait` gave up after `--timeout` (the run goes on)."
 )]
 pub(crate) struct Cli {
     #[command(subcommand)]
@@ -32,6 +87,9 @@ pub(crate) enum Cmd {
         /// Only runs that have not ended (queued, running, waiting or in review).
         #[arg(long)]
         unfinished: bool,
+        /// Only runs in this status; repeat it or give a list (`--status waiting,review`).
+        #[arg(long, value_name = "STATUS", value_delimiter = ',', value_parser = run_status_values())]
+        status: Vec<piw_core::store::RunStatus>,
         /// At most this many runs (the host lists at most 10000). When their results do not
         /// all fit one reply, the oldest are left out (`result_omitted` in `--json`).
         #[arg(long, value_name = "N", default_value_t = DEFAULT_RUNS_LIMIT,
@@ -70,6 +128,26 @@ pub(crate) enum Cmd {
         #[arg(long)]
         session: Option<String>,
     },
+    /// Print a run's child output (every child of every attempt, whole, up to 16 MiB each)
+    /// and its events; `--follow` goes on printing them as they come until the run ends.
+    /// Read-only: it never starts a host.
+    Logs(logs::LogsArgs),
+    /// Print a completion script for a shell (run ids complete too), e.g.
+    /// `piw completions bash > ~/.local/share/bash-completion/completions/piw`.
+    Completions(completions::CompletionsArgs),
+    /// Print the man page (roff) of piw or of one command, e.g. `piw man run start | man -l -`;
+    /// `--dir` writes every page instead.
+    Man(completions::ManArgs),
+}
+
+/// A run status, with every status listed in `--help`, in an error and for shell completion.
+fn run_status_values() -> impl clap::builder::TypedValueParser<Value = piw_core::store::RunStatus> {
+    use clap::builder::TypedValueParser as _;
+    let names: Vec<&'static str> = piw_core::store::RunStatus::ALL
+        .iter()
+        .map(|s| s.as_str())
+        .collect();
+    clap::builder::PossibleValuesParser::new(names).try_map(|name| parse_run_status(&name))
 }
 
 fn parse_run_status(text: &str) -> Result<piw_core::store::RunStatus, String> {
@@ -113,7 +191,7 @@ pub(crate) enum RunCmd {
         /// Wait until the run finishes (or stops for review) and print its result.
         #[arg(long)]
         wait: bool,
-        /// With --wait: give up after this many seconds (exit 1; the run goes on).
+        /// With --wait: give up after this many seconds (exit 4; the run goes on).
         #[arg(long, value_name = "SECS", requires = "wait")]
         timeout: Option<u64>,
         #[arg(long)]
@@ -204,7 +282,7 @@ pub(crate) enum RunCmd {
     /// Wait until a run finishes (or stops for review) and print how it ended.
     Wait {
         run_id: String,
-        /// Give up after this many seconds (exit 1; the run goes on).
+        /// Give up after this many seconds (exit 4; the run goes on).
         #[arg(long, value_name = "SECS")]
         timeout: Option<u64>,
         #[arg(long)]

@@ -37,8 +37,9 @@ pub(crate) fn not_answering(paths: &PiwPaths) -> CliError {
 /// `piw host stop`: asks the host to stop and returns once its process has ended. A host that
 /// is already stopping (a SIGTERM, another `piw host stop`) has removed its socket but still
 /// holds the installation lock while it finishes: that one is waited for too, so whatever
-/// runs next (`piw state reset --yes`) finds the installation free.
-pub(crate) fn stop_host(paths: &PiwPaths) -> Result<(), CliError> {
+/// runs next (`piw state reset --yes`) finds the installation free. Returns whether a host
+/// was running.
+pub(crate) fn stop_host(paths: &PiwPaths) -> Result<bool, CliError> {
     let started = std::time::Instant::now();
     let wait = Duration::from_millis(STOP_WAIT_MS);
     let mut announced = false;
@@ -57,15 +58,7 @@ pub(crate) fn stop_host(paths: &PiwPaths) -> Result<(), CliError> {
                 }
                 std::thread::sleep(Duration::from_millis(5));
             }
-            println!(
-                "{}",
-                if announced {
-                    "piw host stopped"
-                } else {
-                    "no piw host is running"
-                }
-            );
-            return Ok(());
+            return Ok(announced);
         }
         // Held without a socket: a host that is stopping (or starting: it answers soon), or
         // a short `piw state reset` / `piw diagnose`.
@@ -96,7 +89,7 @@ pub(crate) fn stop_host(paths: &PiwPaths) -> Result<(), CliError> {
 pub(crate) fn stop_answering_host(
     paths: &PiwPaths,
     client: &mut BlockingClient,
-) -> Result<(), CliError> {
+) -> Result<bool, CliError> {
     let pid = host_call(paths, client, RequestBody::HostStatus)?.body["pid"]
         .as_u64()
         .and_then(|p| u32::try_from(p).ok());
@@ -115,8 +108,7 @@ pub(crate) fn stop_answering_host(
             None => BlockingClient::connect(paths).is_err(),
         };
         if gone {
-            println!("piw host stopped");
-            return Ok(());
+            return Ok(true);
         }
         std::thread::sleep(Duration::from_millis(25));
     }

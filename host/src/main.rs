@@ -1,11 +1,12 @@
 //! `piw`: host control, runs, diagnosis and state maintenance, as a thin layer over
-//! `piw-core`. Exit codes: 0 ok, 1 runtime error, 2 usage.
+//! `piw-core`. Exit codes: 0 ok, 1 runtime error, 2 usage (an ambiguous run id too), 3
+//! `diagnose` found contradictions, 4 a wait gave up at its `--timeout`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{FromArgMatches as _, Parser, Subcommand};
 use piw_core::client::{ensure_host, BlockingClient, ClientError, DEFAULT_READY_TIMEOUT};
 use piw_core::host::{HostConfig, HostError};
 use piw_core::paths::PiwPaths;
@@ -14,13 +15,18 @@ use piw_core::store::{Store, StoreConfig};
 use serde_json::{json, Value};
 
 mod cli;
+mod completions;
 mod host_ctl;
+mod human;
+mod logs;
 mod resolve;
+mod run_ids;
 mod runs;
 mod state;
 mod view;
 use cli::*;
 use host_ctl::*;
+use run_ids::*;
 use runs::*;
 use state::*;
 
@@ -51,6 +57,13 @@ enum CliError {
     /// Exit 1, with nothing more to print: the output already says why (`--wait --json` of a
     /// run that did not complete prints its status).
     Reported,
+    /// Exit 1: a command that reads an installation was given one that does not exist.
+    NoInstallation(String),
+    /// Exit 2: a run id prefix that begins several runs (listed in the message, and as
+    /// `details.candidates` in `--json`).
+    Ambiguous { message: String, candidates: Value },
+    /// Exit 4: a wait reached its `--timeout`; the run goes on.
+    GaveUpWaiting(String),
 }
 
 impl<E: std::fmt::Display + 'static> From<E> for CliError {
@@ -73,15 +86,20 @@ impl<E: std::fmt::Display + 'static> From<E> for CliError {
 fn main() -> ExitCode {
     // With `--json`, errors are JSON on stdout too (`{"error": {"code", "message",
     // "details"}}`), with the same exit codes; without it, a line on stderr.
+    // A shell asking for completions gets them and nothing else.
+    completions::complete_from_env();
     let json = std::env::args_os().skip(1).any(|a| a == "--json");
-    let cli = match Cli::try_parse() {
+    let parsed = cli::command()
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m));
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(e) if json && e.use_stderr() => {
             return report_error(true, "usage", e.to_string().trim(), Value::Null, 2)
         }
         Err(e) => e.exit(), // usage errors exit 2, help and version 0
     };
-    match run(cli) {
+    match run(cli, json) {
         Ok(()) => ExitCode::SUCCESS,
         Err(CliError::Runtime(msg)) => report_error(json, "failed", &msg, Value::Null, 1),
         Err(CliError::Client {
@@ -92,6 +110,22 @@ fn main() -> ExitCode {
         Err(CliError::Usage(msg)) => report_error(json, "usage", &msg, Value::Null, 2),
         Err(CliError::Findings) => ExitCode::from(3),
         Err(CliError::Reported) => ExitCode::from(1),
+        Err(CliError::NoInstallation(msg)) => {
+            report_error(json, "no_installation", &msg, Value::Null, 1)
+        }
+        Err(CliError::Ambiguous {
+            message,
+            candidates,
+        }) => report_error(
+            json,
+            "ambiguous_run_id",
+            &message,
+            json!({ "candidates": candidates }),
+            2,
+        ),
+        Err(CliError::GaveUpWaiting(msg)) => {
+            report_error(json, "gave_up_waiting", &msg, Value::Null, 4)
+        }
     }
 }
 
@@ -191,9 +225,20 @@ fn run_request(run_id: &str, body: RequestBody) -> Request {
     Request::new(piw_core::ids::new_id("cli"), body).with_run_id(run_id)
 }
 
-fn run(cli: Cli) -> Result<(), CliError> {
-    let paths = PiwPaths::from_env()?;
+/// Runs one command. `json` is its `--json`, which every command that prints a result takes
+/// ([`cli::command`] adds it where the grammar has no field for it).
+fn run(cli: Cli, json: bool) -> Result<(), CliError> {
     match cli.command {
+        Cmd::Completions(args) => return completions::print_completions(args.shell),
+        Cmd::Man(args) => return completions::man(args),
+        _ => {}
+    }
+    let paths = PiwPaths::from_env()?;
+    if needs_installation(&cli.command) {
+        require_installation(&paths)?;
+    }
+    match cli.command {
+        Cmd::Completions(_) | Cmd::Man(_) => Ok(()),
         Cmd::Host(HostCmd::Serve) => {
             init_logging();
             match piw_core::host::serve(HostConfig::from_env(paths)) {
@@ -207,7 +252,9 @@ fn run(cli: Cli) -> Result<(), CliError> {
             ensure_host(&paths, &host_bin(), DEFAULT_READY_TIMEOUT)?;
             let mut client = BlockingClient::connect(&paths)?;
             let status = host_call(&paths, &mut client, RequestBody::HostStatus)?;
-            println!("piw host running: pid {}", status.body["pid"]);
+            print(&status.body, json, |b| {
+                format!("piw host running: pid {}", b["pid"])
+            });
             Ok(())
         }
         Cmd::Host(HostCmd::Status { json }) => {
@@ -230,11 +277,23 @@ fn run(cli: Cli) -> Result<(), CliError> {
             });
             Ok(())
         }
-        Cmd::Host(HostCmd::Stop) => stop_host(&paths),
+        Cmd::Host(HostCmd::Stop) => {
+            let was_running = stop_host(&paths)?;
+            print(&json!({ "stopped": was_running }), json, |_| {
+                if was_running {
+                    "piw host stopped"
+                } else {
+                    "no piw host is running"
+                }
+                .into()
+            });
+            Ok(())
+        }
         Cmd::Runs {
             json,
             session,
             unfinished,
+            status,
             limit,
         } => {
             // The host leaves out the oldest runs' results when the list would not fit one
@@ -245,6 +304,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
                     limit: Some(limit),
                     session_id: session,
                     unfinished: unfinished.then_some(true),
+                    statuses: (!status.is_empty()).then_some(status),
                 }))
                 .map_err(|e| match e {
                     ClientError::Rejected(r) if r.code == RejectionCode::PayloadTooLarge => {
@@ -254,14 +314,27 @@ fn run(cli: Cli) -> Result<(), CliError> {
                     }
                     other => other.into(),
                 })?;
-            print(&r.body, json, |b| {
-                let mut out =
-                    String::from("RUN                               STATUS      WORKFLOW  NODE");
+            let mut body = r.body;
+            // The times as UTC text beside their Unix milliseconds: absolute, for scripts.
+            for run in body["runs"].as_array_mut().into_iter().flatten() {
+                for (ms, text) in [("created_at", "started"), ("finished_at", "ended")] {
+                    run[text] = run[ms].as_u64().map(human::utc).into();
+                }
+            }
+            let now = human::now_ms();
+            print(&body, json, |b| {
+                let ago = |v: &Value| v.as_u64().map_or("-".into(), |ms| human::ago(ms, now));
+                let mut out = format!(
+                    "{:<33} {:<11} {:<14} {:<14} {:<9} NODE",
+                    "RUN", "STATUS", "STARTED", "ENDED", "WORKFLOW"
+                );
                 for run in b["runs"].as_array().into_iter().flatten() {
                     out.push_str(&format!(
-                        "\n{:<33} {:<11} {:<9} {}",
+                        "\n{:<33} {:<11} {:<14} {:<14} {:<9} {}",
                         str_of(&run["run_id"]),
                         str_of(&run["status"]),
+                        ago(&run["created_at"]),
+                        ago(&run["finished_at"]),
                         str_of(&run["workflow_name"]),
                         str_of(&run["current_node"])
                     ));
@@ -270,7 +343,8 @@ fn run(cli: Cli) -> Result<(), CliError> {
             });
             Ok(())
         }
-        Cmd::Run(cmd) => run_cmd(&paths, cmd),
+        Cmd::Run(cmd) => run_cmd(&paths, cmd, json),
+        Cmd::Logs(args) => logs::logs(&paths, args, json),
         Cmd::View {
             run_id,
             once,
@@ -278,11 +352,20 @@ fn run(cli: Cli) -> Result<(), CliError> {
             session,
         } => {
             let filter = piw_core::store::RunFilter { status, session };
+            let run_id = run_id
+                .map(|given| resolve_run_id(&paths, &given))
+                .transpose()?;
             if once {
-                print!(
-                    "{}",
-                    view::once(&paths, filter, run_id.as_deref(), view::ONCE_SIZE)?
-                );
+                let frame = view::once(&paths, filter, run_id.as_deref(), view::ONCE_SIZE)?;
+                if json {
+                    print(&json!({ "frame": frame }), true, |_| String::new());
+                } else {
+                    print!("{frame}");
+                }
+            } else if json {
+                return Err(CliError::Usage(
+                    "the live viewer draws a terminal; `piw view --once --json` prints one frame as JSON".into(),
+                ));
             } else {
                 view::interactive(&paths, filter, run_id.as_deref())?;
             }
@@ -351,13 +434,35 @@ fn run(cli: Cli) -> Result<(), CliError> {
             }
             let store = Store::open_read_only(&paths.db, StoreConfig::default())?;
             store.backup_to(&path)?;
-            println!("backed up {} to {}", paths.db.display(), path.display());
+            print(
+                &json!({ "database": paths.db, "backup": path }),
+                json,
+                |_| format!("backed up {} to {}", paths.db.display(), path.display()),
+            );
             Ok(())
         }
-        Cmd::State(StateCmd::Restore { file, yes }) => restore_state(&paths, &file, yes),
+        Cmd::State(StateCmd::Restore { file, yes }) => {
+            restore_state(&paths, &file, yes)?;
+            print(
+                &json!({ "database": paths.db, "restored_from": file }),
+                json,
+                |_| {
+                    format!(
+                        "restored {} from {}; note: {RESTORE_MEANS}",
+                        paths.db.display(),
+                        file.display()
+                    )
+                },
+            );
+            Ok(())
+        }
         Cmd::State(StateCmd::Reset { yes }) => {
             if !paths.home.exists() {
-                println!("{} does not exist; nothing to reset", paths.home.display());
+                print(
+                    &json!({ "database": paths.db, "removed": false }),
+                    json,
+                    |_| format!("{} does not exist; nothing to reset", paths.home.display()),
+                );
                 return Ok(());
             }
             if !yes {
@@ -372,17 +477,23 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 )));
             }
             let removed = remove_state(&paths)?;
-            if removed {
-                println!(
-                    "removed {}; the next host start creates a fresh database",
-                    paths.db.display()
-                );
-            } else {
-                println!(
-                    "nothing to remove: there is no {}; the next host start creates a fresh database",
-                    paths.db.display()
-                );
-            }
+            print(
+                &json!({ "database": paths.db, "removed": removed }),
+                json,
+                |_| {
+                    if removed {
+                        format!(
+                            "removed {}; the next host start creates a fresh database",
+                            paths.db.display()
+                        )
+                    } else {
+                        format!(
+                            "nothing to remove: there is no {}; the next host start creates a fresh database",
+                            paths.db.display()
+                        )
+                    }
+                },
+            );
             Ok(())
         }
     }
@@ -443,9 +554,13 @@ mod tests {
         assert_eq!(notices.len(), 4, "{notices:#?}");
         assert!(notices[0].contains("paused; `piw run resume run-1`"));
         assert!(notices[1].contains("a checkpoint answer (d-1) at node ask"));
-        assert!(notices[1].contains("answered in Pi session s-1"));
+        // Each names the command that answers it here, and the session that can too.
+        assert!(notices[1]
+            .contains("answer it with `piw run answer run-1 <answer>` or in Pi session s-1"));
         assert!(notices[2].contains("a person's decision (d-2) at node gate"));
+        assert!(notices[2].contains("`piw run decide run-1 <choice> [text]`"));
         assert!(notices[3].contains("interaction i-1 (agent) at node chat"));
+        assert!(notices[3].contains("`piw run submit run-1 <json>`"));
         // Without a Pi session, nobody presents the request: the notice says so.
         let mut sessionless = body.clone();
         sessionless["run"]["origin_session"] = Value::Null;

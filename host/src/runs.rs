@@ -72,22 +72,40 @@ pub(crate) fn login_name() -> String {
 }
 
 /// `piw run graph`: read-only, like `piw view`, so it is answered before (and without) a host.
+/// With `--json`, `{"run_id", "format", "graph"}` (the graph as text).
 fn run_graph(
     paths: &PiwPaths,
     run_id: &str,
     format: view::export::GraphFormat,
+    json_out: bool,
 ) -> Result<(), CliError> {
-    print!("{}", view::graph(paths, run_id, format)?);
+    let graph = view::graph(paths, run_id, format)?;
+    if json_out {
+        let format = clap::ValueEnum::to_possible_value(&format)
+            .map(|v| v.get_name().to_owned())
+            .unwrap_or_default();
+        print(
+            &json!({ "run_id": run_id, "format": format, "graph": graph }),
+            true,
+            |_| String::new(),
+        );
+    } else {
+        print!("{graph}");
+    }
     Ok(())
 }
 
-pub(crate) fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {
+/// `piw run <command>`; `json` is `--json` (which `run graph` has no field for).
+pub(crate) fn run_cmd(paths: &PiwPaths, mut cmd: RunCmd, json: bool) -> Result<(), CliError> {
+    if let Some(run_id) = run_id_of(&mut cmd) {
+        *run_id = resolve_run_id(paths, run_id)?;
+    }
     if let RunCmd::Graph { run_id, format } = &cmd {
-        return run_graph(paths, run_id, *format);
+        return run_graph(paths, run_id, *format, json);
     }
     let mut client = connect(paths)?;
     let (receipt, json_out): (Receipt, bool) = match cmd {
-        RunCmd::Graph { run_id, format } => return run_graph(paths, &run_id, format),
+        RunCmd::Graph { run_id, format } => return run_graph(paths, &run_id, format, json),
         RunCmd::Start {
             workflow,
             input,
@@ -319,6 +337,19 @@ pub(crate) fn run_cmd(paths: &PiwPaths, cmd: RunCmd) -> Result<(), CliError> {
                 str_of(&run["current_node"]),
                 run["revision"]
             );
+            let now = human::now_ms();
+            if !run["created_at"].is_null() {
+                text.push_str(&format!(
+                    "\nstarted {}",
+                    human::when(&run["created_at"], now)
+                ));
+            }
+            if !run["finished_at"].is_null() {
+                text.push_str(&format!(
+                    "\nended {}",
+                    human::when(&run["finished_at"], now)
+                ));
+            }
             if !run["result"].is_null() {
                 text.push_str(&format!("\nresult {}", run["result"]));
             }
@@ -381,11 +412,17 @@ pub(crate) fn request_lines(status: &Value) -> String {
                 format!("piw run answer {run_id} --decision {id} <answer>"),
             )
         };
+        let asked = match (d["kind"] == "human_decision")
+            .then(|| human::decision_lines(&d["request"], "  "))
+            .flatten()
+        {
+            Some(lines) => format!("\n{}", lines.join("\n")),
+            None => format!(" {}", d["request"]),
+        };
         text.push_str(&format!(
-            "\nwaits for {what} ({}) at node {}: {}\n  answer with `{how}`",
+            "\nwaits for {what} ({}) at node {}:{asked}\n  answer with `{how}`",
             str_of(&d["decision_id"]),
             str_of(&d["node_id"]),
-            d["request"]
         ));
     }
     for i in status["interactions"].as_array().into_iter().flatten() {
@@ -460,33 +497,48 @@ pub(crate) fn waiting_notices(run_id: &str, status_body: &Value) -> Vec<String> 
     if str_of(&run["status"]) != "waiting" {
         return notices;
     }
-    // A run started without a Pi session (`--session`) has nobody to present its requests:
-    // say so rather than promise an answer from a session that does not exist.
-    let answered_in = run["origin_session"].as_str().map_or_else(
-        || format!("the run has no Pi session to answer it in (started without --session), so only a client that submits it by id or `piw run cancel {run_id}` moves it on; this command goes on waiting"),
-        |s| format!("it is answered in Pi session {s}, and this command goes on waiting"),
-    );
+    // Each notice names the command that answers from here. A run started without a Pi
+    // session (`--session`) has nobody to present its requests: say so rather than promise an
+    // answer from a session that does not exist.
+    let answered_in = |command: String| {
+        run["origin_session"].as_str().map_or_else(
+            || format!("the run has no Pi session to answer it in (started without --session): answer it with `{command}` (or `piw run cancel {run_id}`); this command goes on waiting"),
+            |s| format!("answer it with `{command}` or in Pi session {s}; this command goes on waiting"),
+        )
+    };
     for d in status_body["decisions"].as_array().into_iter().flatten() {
         if d["status"] == "pending" {
-            let what = if d["kind"] == "human_decision" {
-                "a person's decision"
+            let (what, command, asked) = if d["kind"] == "human_decision" {
+                (
+                    "a person's decision",
+                    format!("piw run decide {run_id} <choice> [text]"),
+                    human::decision_lines(&d["request"], "  ")
+                        .map(|lines| format!("\n{}", lines.join("\n")))
+                        .unwrap_or_default(),
+                )
             } else {
-                "a checkpoint answer"
+                (
+                    "a checkpoint answer",
+                    format!("piw run answer {run_id} <answer>"),
+                    String::new(),
+                )
             };
             notices.push(format!(
-                "run {run_id} waits for {what} ({}) at node {}; {answered_in}",
+                "run {run_id} waits for {what} ({}) at node {}; {}{asked}",
                 str_of(&d["decision_id"]),
-                str_of(&d["node_id"])
+                str_of(&d["node_id"]),
+                answered_in(command)
             ));
         }
     }
     for i in status_body["interactions"].as_array().into_iter().flatten() {
         if i["status"] == "pending" || i["status"] == "validating" {
             notices.push(format!(
-                "run {run_id} waits for an answer to interaction {} ({}) at node {}; {answered_in}",
+                "run {run_id} waits for an answer to interaction {} ({}) at node {}; {}",
                 str_of(&i["interaction_id"]),
                 str_of(&i["kind"]),
-                str_of(&i["node_id"])
+                str_of(&i["node_id"]),
+                answered_in(format!("piw run submit {run_id} <json>"))
             ));
         }
     }
@@ -546,7 +598,7 @@ pub(crate) fn wait_for_run(
             )));
         }
         if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
-            return Err(CliError::Runtime(format!(
+            return Err(CliError::GaveUpWaiting(format!(
                 "gave up waiting for run {run_id} (the host went away: {e})"
             )));
         }
@@ -608,7 +660,7 @@ pub(crate) fn wait_for_run(
         if let Some(deadline) = deadline {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             if left.is_zero() {
-                return Err(CliError::Runtime(format!(
+                return Err(CliError::GaveUpWaiting(format!(
                     "gave up waiting for run {run_id} (the run {})",
                     status_words(&status)
                 )));
@@ -632,7 +684,7 @@ pub(crate) fn wait_for_run(
                 subscribe(&mut client)?;
             }
             Err(ClientError::TimedOut) if deadline.is_some() => {
-                return Err(CliError::Runtime(format!(
+                return Err(CliError::GaveUpWaiting(format!(
                     "gave up waiting for run {run_id} (it is {status})"
                 )));
             }

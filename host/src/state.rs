@@ -3,7 +3,8 @@
 
 use super::*;
 
-/// Removes the state database (and its `-wal` and `-shm` files) while holding the
+/// Removes the state database (and its `-wal` and `-shm` files, and the children's output
+/// logs under `logs/`) while holding the
 /// installation lock, after stopping the children it records as running (a crashed host's:
 /// once the database is gone nothing else knows them). Refused while a host runs or is still
 /// stopping. Returns whether there was anything to remove.
@@ -32,14 +33,18 @@ pub(crate) fn remove_state_locked(paths: &PiwPaths) -> Result<bool, CliError> {
                     .filter(|o| **o == piw_core::supervise::OrphanOutcome::Killed)
                     .count();
                 if !stopped.is_empty() {
-                    println!("stopped {killed} child process(es) an earlier host left running");
+                    eprintln!(
+                        "piw: stopped {killed} child process(es) an earlier host left running"
+                    );
                 }
                 let leftovers = piw_core::supervise::kill_marked_leftovers(
                     &piw_core::host::supervision_scope(&paths.socket),
                     Duration::from_secs(2),
                 );
                 if leftovers > 0 {
-                    println!("stopped {leftovers} process(es) those children had left behind");
+                    eprintln!(
+                        "piw: stopped {leftovers} process(es) those children had left behind"
+                    );
                 }
             }
             // A database this build cannot read names no children it could stop.
@@ -57,6 +62,13 @@ pub(crate) fn remove_state_locked(paths: &PiwPaths) -> Result<bool, CliError> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e.into()),
         }
+    }
+    // The children's output logs belong to the runs of this database: they go with it (a
+    // restored database numbers its children again, and would append to another's file).
+    match std::fs::remove_dir_all(&paths.logs) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e.into()),
     }
     Ok(removed)
 }
@@ -102,10 +114,5 @@ pub(crate) fn restore_state(
     })?;
     remove_state_locked(paths)?;
     source.backup_to(&paths.db)?;
-    println!(
-        "restored {} from {}; note: {RESTORE_MEANS}",
-        paths.db.display(),
-        file.display()
-    );
     Ok(())
 }

@@ -506,9 +506,11 @@ fn wait_gives_up_after_its_timeout_and_the_run_goes_on() {
             "1",
         ],
     );
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    // Its own exit code: the run did not end, nor did the wait fail.
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o));
     assert!(text(&o).contains("gave up waiting"), "{}", text(&o));
-    // What the run waits for was said, once, so the wait never looked like a hang.
+    // What the run waits for was said, once, so the wait never looked like a hang, with the
+    // command that answers it.
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(
         stderr.matches("waits for a checkpoint answer").count(),
@@ -519,11 +521,30 @@ fn wait_gives_up_after_its_timeout_and_the_run_goes_on() {
         stderr.contains("at node ask; the run has no Pi session to answer it in"),
         "{stderr}"
     );
-    assert!(started.elapsed() < std::time::Duration::from_secs(15));
     let runs = json_of(&piw(&h.home, &["runs", "--json"]));
+    let run_id = runs["runs"][0]["run_id"].as_str().unwrap().to_owned();
+    assert!(
+        stderr.contains(&format!(
+            "answer it with `piw run answer {run_id} <answer>`"
+        )),
+        "{stderr}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(15));
     assert_eq!(
         runs["runs"][0]["status"], "waiting",
         "the run goes on: {runs}"
+    );
+    // `run wait` gives up the same way, and with --json says so as JSON.
+    let o = piw(
+        &h.home,
+        &["run", "wait", &run_id, "--timeout", "1", "--json"],
+    );
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+    assert_eq!(
+        json_of(&o)["error"]["code"],
+        "gave_up_waiting",
+        "{}",
+        text(&o)
     );
     // --timeout needs --wait.
     assert_eq!(
@@ -1178,10 +1199,14 @@ fn diagnose_reads_a_stopped_installation_without_starting_a_host() {
         assert_eq!(o.status.code(), Some(1), "{}", text(&o));
         assert!(text(&o).contains("no piw host is running"), "{}", text(&o));
     };
-    // Nothing installed: nothing found, and nothing created to find that out.
+    // Nothing installed: it says so, and creates nothing to find that out.
     let o = piw(&h.home, &["diagnose"]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    assert!(text(&o).contains("no contradictions"), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("there is no piw installation at"),
+        "{}",
+        text(&o)
+    );
     assert!(!h.home.exists(), "diagnose created {}", h.home.display());
 
     let file = hello_example(&h);
@@ -1246,11 +1271,12 @@ fn waiting_for_a_run_outlives_a_host_that_was_killed_but_not_one_that_was_stoppe
     let running = |h: &Home| {
         let started = std::time::Instant::now();
         loop {
+            // Before the run is started there may be no installation yet (no `runs`).
             let runs = json_of(&piw(&h.home, &["runs", "--json"]));
             if runs["runs"]
                 .as_array()
-                .unwrap()
-                .iter()
+                .into_iter()
+                .flatten()
                 .any(|r| r["status"] == "running" && r["current_node"] == "a")
             {
                 return;
@@ -1703,6 +1729,8 @@ fn runs_that_do_not_fit_even_without_results_name_the_limit_option() {
     let h = home();
     let paths = piw_core::paths::PiwPaths::for_home(h.home.clone());
     paths.ensure_dirs().unwrap();
+    // An installation (`piw runs` reads only one that exists), which the fake host serves.
+    std::fs::write(&paths.db, "").unwrap();
     let listener = std::os::unix::net::UnixListener::bind(&paths.socket).unwrap();
     let host = std::thread::spawn(move || {
         let limits = Limits::default();
@@ -2178,4 +2206,662 @@ fn wait_json_shows_the_last_childs_exit_once_it_exited() {
             .is_some_and(|t| t.contains("exiting in 1000 ms")),
         "{body:#}"
     );
+}
+
+/// Only the commands that start something create an installation (`host start|serve`, `run
+/// start`, `state restore`). Every command that reads one, given a `PIW_HOME` where none
+/// exists (a typo), says so, exit 1 (`no_installation` with `--json`), and creates nothing: no
+/// directory, no database, no host left running.
+#[test]
+fn read_only_commands_on_a_missing_installation_say_so_and_create_nothing() {
+    let h = home();
+    for args in [
+        &["runs"][..],
+        &["runs", "--status", "waiting"],
+        &["run", "status", "run-x"],
+        &["run", "wait", "run-x"],
+        &["run", "graph", "run-x"],
+        &["run", "cancel", "run-x"],
+        &["run", "answer", "run-x", "yes"],
+        &["view", "--once"],
+        &["view", "--once", "run-x"],
+        &["diagnose"],
+        &["repair"],
+        &["host", "status"],
+    ] {
+        let o = piw(&h.home, args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", text(&o));
+        assert_eq!(
+            String::from_utf8_lossy(&o.stderr).trim(),
+            format!(
+                "piw: there is no piw installation at {0} (no piw state database at {0}/state.sqlite); check PIW_HOME: `piw run start` or `piw host start` creates one",
+                h.home.display()
+            ),
+            "{args:?}"
+        );
+        let o = piw(&h.home, &[args, &["--json"]].concat());
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", text(&o));
+        assert_eq!(json_of(&o)["error"]["code"], "no_installation", "{args:?}");
+        assert!(!h.home.exists(), "{args:?} created {}", h.home.display());
+    }
+    // Commands that need no installation still work and create none either.
+    assert_eq!(piw(&h.home, &["host", "stop"]).status.code(), Some(0));
+    assert_eq!(
+        piw(&h.home, &["state", "reset", "--yes"]).status.code(),
+        Some(0)
+    );
+    assert!(!h.home.exists());
+    // Starting a run creates it, and then the read-only commands read it.
+    let file = hello_example(&h);
+    let o = piw(&h.home, &["run", "start", file.to_str().unwrap(), "--wait"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(piw(&h.home, &["runs"]).status.code(), Some(0));
+}
+
+/// Every command that prints a result takes `--json` and its help says what it does; those
+/// that had none print JSON now: `host start|stop`, `state backup|reset`, `run graph`, `view
+/// --once`.
+#[test]
+fn every_command_takes_json_and_its_help_says_so() {
+    let h = home();
+    let commands: &[&[&str]] = &[
+        &["host", "start"],
+        &["host", "serve"],
+        &["host", "status"],
+        &["host", "stop"],
+        &["runs"],
+        &["run", "start"],
+        &["run", "graph"],
+        &["run", "status"],
+        &["run", "pause"],
+        &["run", "resume"],
+        &["run", "cancel"],
+        &["run", "answer"],
+        &["run", "decide"],
+        &["run", "submit"],
+        &["run", "wait"],
+        &["run", "retry"],
+        &["run", "resolve-effect"],
+        &["diagnose"],
+        &["repair"],
+        &["state", "backup"],
+        &["state", "restore"],
+        &["state", "reset"],
+        &["view"],
+    ];
+    for args in commands {
+        let o = piw(&h.home, &[args, &["--help"][..]].concat());
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", text(&o));
+        let help = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            help.contains("--json") && help.contains("Print the result as one JSON document"),
+            "{args:?}: {help}"
+        );
+        // Where a run id is taken, the help says a prefix does.
+        if help.contains("<RUN_ID>") {
+            assert!(
+                help.contains("a prefix of it that names one run"),
+                "{args:?}: {help}"
+            );
+        }
+    }
+
+    let o = piw(&h.home, &["host", "start", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(json_of(&o)["pid"].as_u64().is_some(), "{}", text(&o));
+    let file = hello_example(&h);
+    let o = piw(
+        &h.home,
+        &["run", "start", file.to_str().unwrap(), "--wait", "--json"],
+    );
+    let run_id = json_of(&o)["run"]["run_id"].as_str().unwrap().to_owned();
+    let o = piw(&h.home, &["run", "graph", &run_id, "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let graph = json_of(&o);
+    assert_eq!(graph["run_id"], run_id.as_str());
+    assert_eq!(graph["format"], "mermaid");
+    assert!(
+        graph["graph"].as_str().unwrap().contains("flowchart"),
+        "{graph}"
+    );
+    let o = piw(&h.home, &["view", "--once", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        json_of(&o)["frame"].as_str().unwrap().contains(&run_id),
+        "{}",
+        text(&o)
+    );
+    // The live viewer draws a terminal: --json is for --once.
+    let o = piw(&h.home, &["view", "--json"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert_eq!(json_of(&o)["error"]["code"], "usage");
+    let backup = h.home.with_file_name("b.sqlite");
+    let o = piw(
+        &h.home,
+        &["state", "backup", backup.to_str().unwrap(), "--json"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(json_of(&o)["backup"], backup.to_str().unwrap());
+    let o = piw(&h.home, &["host", "stop", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(json_of(&o), serde_json::json!({"stopped": true}));
+    let o = piw(&h.home, &["host", "stop", "--json"]);
+    assert_eq!(json_of(&o), serde_json::json!({"stopped": false}));
+    let o = piw(&h.home, &["state", "reset", "--yes", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(json_of(&o)["removed"], true, "{}", text(&o));
+}
+
+/// A human decision reads as its question and choices (with the text each takes), not as a
+/// raw JSON line: in `run status`, and in the notice of `run start --wait`, which names the
+/// command that answers it.
+#[test]
+fn a_human_decision_shows_as_its_question_and_choices() {
+    let h = home();
+    let file = workflow_file(
+        &h,
+        "gate",
+        &serde_json::json!({
+            "graph": {"name": "gate", "start": "ask",
+                      "nodes": {"ask": {"kind": "human_decision"}, "done": {"kind": "compute"}},
+                      "edges": [{"from": "ask", "to": "done"}]},
+            "behaviors": {"ask": {"wait": "human_decision", "request": {
+                "question": "Ship release 1.2?",
+                "details": "All checks passed.",
+                "choices": [{"id": "approve", "label": "Approve"},
+                            {"id": "reject", "input": {"name": "why", "minLength": 5}}]}},
+                          "done": {}}
+        }),
+    );
+    let o = piw(
+        &h.home,
+        &[
+            "run",
+            "start",
+            file.to_str().unwrap(),
+            "--wait",
+            "--timeout",
+            "1",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+    let run_id = json_of(&piw(&h.home, &["runs", "--json"]))["runs"][0]["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let asked = "\n  Ship release 1.2?\n  All checks passed.\n  choices:\n    approve (Approve)\n    reject + text \"why\" (at least 5 characters)";
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "answer it with `piw run decide {run_id} <choice> [text]` (or `piw run cancel {run_id}`); this command goes on waiting{asked}"
+        )),
+        "{stderr}"
+    );
+    let shown = text(&piw(&h.home, &["run", "status", &run_id]));
+    assert!(
+        shown.contains(&format!(
+            "at node ask:{asked}\n  answer with `piw run decide {run_id} <choice> [text]`"
+        )),
+        "{shown}"
+    );
+    assert!(!shown.contains("\"choices\""), "no raw request: {shown}");
+}
+
+/// Runs `piw` whose host (if it starts one) runs on the test clock in `clock`.
+fn piw_on_clock(home: &Path, clock: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_piw"))
+        .args(args)
+        .env("PIW_HOME", home)
+        .env("PIW_LOG", "warn")
+        .env("PIW_TEST_CLOCK", clock)
+        .output()
+        .expect("run piw")
+}
+
+/// `piw runs --status` filters by statuses (repeated or a comma list); times read as "10 min
+/// ago" (their UTC form in `--json`); and a run id may be shortened to any prefix that names
+/// one run, in every command that takes one; an ambiguous prefix lists the runs it could mean.
+#[test]
+fn runs_filter_by_status_show_times_as_people_read_them_and_take_run_id_prefixes() {
+    let h = home();
+    // The host's clock runs ten minutes behind: its runs started "10 min ago".
+    let clock = h.home.with_file_name("clock");
+    std::fs::write(&clock, "-600000").unwrap();
+    let hello = hello_example(&h);
+    let o = piw_on_clock(
+        &h.home,
+        &clock,
+        &["run", "start", hello.to_str().unwrap(), "--wait", "--json"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let done = json_of(&o)["run"]["run_id"].as_str().unwrap().to_owned();
+    let ask = workflow_file(
+        &h,
+        "ask",
+        &serde_json::json!({
+            "graph": {"name": "ask", "start": "ask",
+                      "nodes": {"ask": {"kind": "checkpoint"}, "done": {"kind": "compute"}},
+                      "edges": [{"from": "ask", "to": "done"}]},
+            "behaviors": {"ask": {"wait": "checkpoint"}}
+        }),
+    );
+    let o = piw_on_clock(
+        &h.home,
+        &clock,
+        &["run", "start", ask.to_str().unwrap(), "--json"],
+    );
+    let waiting = json_of(&o)["run_id"].as_str().unwrap().to_owned();
+    wait_status(&h.home, &waiting, &["waiting"]);
+
+    let listed = |args: &[&str]| -> Vec<String> {
+        let o = piw(&h.home, &[&["runs", "--json"][..], args].concat());
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", text(&o));
+        json_of(&o)["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["run_id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(listed(&["--status", "waiting"]), vec![waiting.clone()]);
+    assert_eq!(listed(&["--status", "completed"]), vec![done.clone()]);
+    assert_eq!(listed(&["--status", "failed"]), Vec::<String>::new());
+    assert_eq!(
+        listed(&["--status", "completed,waiting"]),
+        [waiting.clone(), done.clone()]
+    );
+    assert_eq!(
+        listed(&["--status", "waiting", "--status", "completed"]),
+        [waiting.clone(), done.clone()]
+    );
+    let o = piw(&h.home, &["runs", "--status", "bogus"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("[possible values: queued, running, waiting, review"),
+        "{}",
+        text(&o)
+    );
+
+    // Human form: relative times; --json keeps the milliseconds and adds UTC text.
+    let table = text(&piw(&h.home, &["runs"]));
+    assert!(
+        table.contains("STARTED") && table.contains("ENDED"),
+        "{table}"
+    );
+    let done_line = table.lines().find(|l| l.starts_with(&done)).unwrap();
+    assert_eq!(done_line.matches("10 min ago").count(), 2, "{table}");
+    let waiting_line = table.lines().find(|l| l.starts_with(&waiting)).unwrap();
+    assert_eq!(
+        waiting_line.split_whitespace().collect::<Vec<_>>(),
+        [&waiting, "waiting", "10", "min", "ago", "-", "ask", "ask"],
+        "{table}"
+    );
+    let runs = json_of(&piw(&h.home, &["runs", "--json", "--status", "completed"]));
+    let started = runs["runs"][0]["started"].as_str().unwrap();
+    assert!(started.len() == 20 && started.ends_with('Z'), "{runs}");
+    assert!(runs["runs"][0]["ended"].as_str().is_some(), "{runs}");
+    assert!(runs["runs"][0]["created_at"].as_u64().is_some(), "{runs}");
+    let shown = text(&piw(&h.home, &["run", "status", &done]));
+    assert!(
+        shown.contains("\nstarted 10 min ago (") && shown.contains("\nended 10 min ago ("),
+        "{shown}"
+    );
+
+    // A prefix that names one run is that run, in every command.
+    let common = done
+        .chars()
+        .zip(waiting.chars())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let (done_prefix, waiting_prefix) = (&done[..common + 1], &waiting[..common + 1]);
+    let o = piw(&h.home, &["run", "status", done_prefix, "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(json_of(&o)["run"]["run_id"], done.as_str());
+    let o = piw(&h.home, &["run", "graph", done_prefix]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = piw(&h.home, &["view", "--once", done_prefix]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains(&done), "{}", text(&o));
+    let o = piw(&h.home, &["run", "answer", waiting_prefix, "yes"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = piw(
+        &h.home,
+        &["run", "wait", waiting_prefix, "--timeout", "30", "--json"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(json_of(&o)["run"]["run_id"], waiting.as_str());
+
+    // A prefix of both: a usage error naming them.
+    let both = &done[..common];
+    let o = piw(&h.home, &["run", "status", both]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let said = text(&o);
+    assert!(
+        said.contains(&format!("run id \"{both}\" is ambiguous: it begins 2 runs"))
+            && said.contains(&format!(
+                "\n  {waiting}  completed  ask  started 10 min ago"
+            ))
+            && said.contains(&format!("\n  {done}  completed  hello  started 10 min ago")),
+        "{said}"
+    );
+    let o = piw(&h.home, &["run", "cancel", both, "--json"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = json_of(&o);
+    assert_eq!(err["error"]["code"], "ambiguous_run_id", "{err}");
+    assert_eq!(
+        err["error"]["details"]["candidates"],
+        serde_json::json!([waiting, done])
+    );
+    // A prefix of nothing is an unknown run, as before.
+    let o = piw(&h.home, &["run", "status", "run-zzz", "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(json_of(&o)["error"]["code"], "not_found");
+}
+
+/// `piw completions bash|zsh|fish` prints a script generated from the grammar; in a real bash
+/// it completes commands and run ids (from the installation, through `piw` itself). `piw man`
+/// prints the man page.
+#[test]
+fn completions_complete_commands_and_run_ids_and_man_prints_the_page() {
+    let h = home();
+    for shell in ["bash", "zsh", "fish"] {
+        let o = piw(&h.home, &["completions", shell]);
+        assert_eq!(o.status.code(), Some(0), "{shell}: {}", text(&o));
+        let script = String::from_utf8_lossy(&o.stdout);
+        assert!(script.contains("PIW_COMPLETE"), "{shell}: {script}");
+    }
+    assert!(!h.home.exists(), "completions created an installation");
+    let o = piw(&h.home, &["man"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let page = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        page.starts_with(".ie") || page.contains(".TH piw"),
+        "{page}"
+    );
+    assert!(
+        page.contains("completions") && page.contains("diagnose"),
+        "{page}"
+    );
+    // One command's page, and every page for a man path.
+    let o = piw(&h.home, &["man", "run", "start"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let page = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        page.contains(".TH piw-run-start 1") && page.contains("timeout"),
+        "{page}"
+    );
+    assert_eq!(
+        piw(&h.home, &["man", "run", "bogus"]).status.code(),
+        Some(2)
+    );
+    let pages = h.home.with_file_name("man1");
+    std::fs::create_dir_all(&pages).unwrap();
+    let o = piw(&h.home, &["man", "--dir", pages.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    for name in [
+        "piw.1",
+        "piw-run-start.1",
+        "piw-logs.1",
+        "piw-state-reset.1",
+    ] {
+        assert!(pages.join(name).is_file(), "{name}");
+    }
+
+    let file = hello_example(&h);
+    let o = piw(
+        &h.home,
+        &["run", "start", file.to_str().unwrap(), "--wait", "--json"],
+    );
+    let run_id = json_of(&o)["run"]["run_id"].as_str().unwrap().to_owned();
+    // `piw` on PATH, as the script calls it.
+    let bin = h.home.with_file_name("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_piw"), bin.join("piw")).unwrap();
+    let script = h.home.with_file_name("piw.bash");
+    std::fs::write(&script, &piw(&h.home, &["completions", "bash"]).stdout).unwrap();
+    let complete = |words: &str| -> String {
+        let o = Command::new("bash")
+            .arg("--norc")
+            .arg("-c")
+            .arg(format!(
+                r#"source "$1"; COMP_WORDS=({words}); COMP_CWORD=$(( ${{#COMP_WORDS[@]}} - 1 )); COMP_TYPE=9
+                   _clap_complete_piw piw "${{COMP_WORDS[COMP_CWORD]}}" "${{COMP_WORDS[COMP_CWORD-1]}}"
+                   printf '%s\n' "${{COMPREPLY[@]}}""#
+            ))
+            .arg("bash")
+            .arg(&script)
+            .env("PIW_HOME", &h.home)
+            .env("PIW_LOG", "warn")
+            .env(
+                "PATH",
+                format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
+            )
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let words = complete("piw ru");
+    assert!(
+        words.lines().any(|w| w == "run") && words.lines().any(|w| w == "runs"),
+        "{words}"
+    );
+    let words = complete(&format!("piw run status {}", &run_id[..6]));
+    assert_eq!(words.trim(), run_id, "{words}");
+    let words = complete("piw runs --status wa");
+    assert_eq!(words.trim(), "waiting", "{words}");
+    let words = complete(&format!("piw view {}", &run_id[..6]));
+    assert_eq!(words.trim(), run_id, "{words}");
+}
+
+/// `piw logs <run>` prints every child's whole output (each attempt's child, not the last
+/// 64 KiB of the last one), masked like `run status`, and the run's events; `--json` has the
+/// same as data. `piw state reset` removes the logs with the state.
+#[test]
+fn logs_show_every_childs_whole_output_and_the_events() {
+    let h = home();
+    let file = h.home.with_file_name("noisy.workflow.sh");
+    std::fs::write(
+        &file,
+        "echo first line of child\necho 'token 0123456789abcdef0123456789abcdef01234567' >&2\nhead -c 100000 /dev/zero | tr '\\0' x\necho\necho 'last line' >&2\nexit 3\n",
+    )
+    .unwrap();
+    let o = piw_with_runtime(
+        &h.home,
+        ".workflow.sh=/bin/sh",
+        &["run", "start", file.to_str().unwrap(), "--wait", "--json"],
+    );
+    let run = json_of(&o);
+    assert_eq!(run["run"]["status"], "review", "{}", text(&o));
+    let run_id = run["run"]["run_id"].as_str().unwrap().to_owned();
+    let children = json_of(&piw(&h.home, &["run", "status", &run_id, "--json"]))["run"].clone();
+    assert_eq!(children["status"], "review");
+
+    let o = piw(&h.home, &["logs", &run_id[..run_id.len() - 4]]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let shown = String::from_utf8_lossy(&o.stdout).into_owned();
+    // Three children were lost before the run stopped for review: each one's output, whole.
+    let headers: Vec<&str> = shown
+        .lines()
+        .filter(|l| l.starts_with("== child "))
+        .collect();
+    assert_eq!(headers.len(), 3, "{headers:#?}");
+    for (n, header) in headers.iter().enumerate() {
+        assert!(
+            header.starts_with(&format!(
+                "== child {} (claim generation {}, pid ",
+                n + 1,
+                n + 1
+            )) && header.ends_with("): exited with code 3 =="),
+            "{header}"
+        );
+    }
+    // The children's output, then the events (whose loss reasons quote the stderr too).
+    let output = &shown[..shown.find("\n-- #1 ").unwrap()];
+    assert_eq!(
+        output.matches("first line of child\n").count(),
+        3,
+        "{}",
+        &output[..300]
+    );
+    assert_eq!(output.matches("last line").count(), 3);
+    // Every x the children wrote (the headers' "exited" and the masks' "<hex>" aside; a
+    // stderr line may land inside the x's, as it came between two reads of stdout).
+    let xs = output.matches('x').count()
+        - output.matches("exited").count()
+        - output.matches("<hex>").count();
+    assert_eq!(xs, 3 * 100_000, "every byte, past the 64 KiB tails");
+    assert_eq!(output.matches("token <hex>").count(), 3);
+    assert!(
+        !shown.contains("0123456789abcdef0123"),
+        "a token-shaped run is masked"
+    );
+    assert!(shown.contains("\n-- #1 ") && shown.contains(" started {\"workflow\":\"noisy\"}"));
+    assert!(shown.contains(" child_lost "), "the events are there");
+
+    let logs = json_of(&piw(&h.home, &["logs", &run_id, "--json"]));
+    assert_eq!(logs["run_id"], run_id.as_str());
+    assert_eq!(logs["status"], "review");
+    let children = logs["children"].as_array().unwrap();
+    assert_eq!(children.len(), 3, "{logs}");
+    for c in children {
+        let output = c["output"].as_str().unwrap();
+        // stdout and stderr in the order the host read them (which of two pipes is read
+        // first is the scheduler's choice).
+        assert!(
+            output.contains("first line of child\n"),
+            "{}",
+            &output[..40]
+        );
+        assert!(output.contains("token <hex>\n"), "{}", &output[..40]);
+        assert_eq!(
+            output.matches('x').count(),
+            100_000 + 1,
+            "and the x of <hex>"
+        );
+        assert!(Path::new(c["child"]["log"].as_str().unwrap()).is_file());
+    }
+    assert_eq!(logs["events"][0]["kind"], "started", "{logs}");
+    assert!(logs["events"][0]["time"].as_str().unwrap().ends_with('Z'));
+
+    // A reader that stops early (`| head`) ends it quietly: more output than a pipe holds,
+    // one line read, the pipe closed.
+    {
+        use std::io::BufRead as _;
+        let mut head = Command::new(env!("CARGO_BIN_EXE_piw"))
+            .args(["logs", &run_id])
+            .env("PIW_HOME", &h.home)
+            .env("PIW_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        std::io::BufReader::new(head.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        assert!(first.starts_with("== child 1 "), "{first}");
+        let o = head.wait_with_output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        assert!(o.stderr.is_empty(), "{}", text(&o));
+    }
+    let o = piw(&h.home, &["logs", "run-nope", "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(json_of(&o)["error"]["code"], "not_found");
+
+    assert_eq!(piw(&h.home, &["host", "stop"]).status.code(), Some(0));
+    assert!(h.home.join("logs").join(&run_id).is_dir());
+    let o = piw(&h.home, &["state", "reset", "--yes"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        !h.home.join("logs").exists(),
+        "the logs went with the state"
+    );
+}
+
+/// `piw logs --follow` prints the output as the child writes it and the events as they come,
+/// and ends by itself when the run ends.
+#[test]
+fn logs_follow_prints_output_and_events_live_until_the_run_ends() {
+    use std::io::BufRead as _;
+    use std::time::{Duration, Instant};
+    let h = home();
+    let barrier = h.home.with_file_name("go-on");
+    let file = h.home.with_file_name("slow.workflow.sh");
+    std::fs::write(
+        &file,
+        format!(
+            "echo before the barrier\nwhile [ ! -e '{}' ]; do sleep 0.05; done\necho after the barrier\nexit 3\n",
+            barrier.display()
+        ),
+    )
+    .unwrap();
+    let o = piw_with_runtime(
+        &h.home,
+        ".workflow.sh=/bin/sh",
+        &["run", "start", file.to_str().unwrap(), "--json"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let run_id = json_of(&o)["run_id"].as_str().unwrap().to_owned();
+    let mut follow = Command::new(env!("CARGO_BIN_EXE_piw"))
+        .args(["logs", &run_id, "--follow"])
+        .env("PIW_HOME", &h.home)
+        .env("PIW_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let stdout = follow.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen: Vec<String> = Vec::new();
+    let mut wait_for = |what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !seen.iter().any(|l| l.contains(what)) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => seen.push(line),
+                Err(_) => panic!("no {what:?} within 30 s; printed so far: {seen:#?}"),
+            }
+        }
+        seen.clone()
+    };
+    // The child is blocked at the barrier: its first line is printed while it still runs.
+    let lines = wait_for("before the barrier");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("== child 1 ") && l.ends_with(": running ==")),
+        "{lines:#?}"
+    );
+    assert!(!lines.iter().any(|l| l.contains("after the barrier")));
+    std::fs::write(&barrier, "").unwrap();
+    wait_for("after the barrier");
+    // The run stops for review after its children are lost; a cancel ends it, and the follow.
+    wait_for(" child_lost ");
+    wait_status(&h.home, &run_id, &["review"]);
+    assert_eq!(
+        piw(&h.home, &["run", "cancel", &run_id]).status.code(),
+        Some(0)
+    );
+    let lines = wait_for(" cancelled ");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = follow.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the follow did not end: {lines:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0), "{lines:#?}");
 }

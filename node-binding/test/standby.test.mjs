@@ -1,10 +1,11 @@
 // Standby workers: Node workers started ahead of time that take exactly one run's envelope.
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
-import { alive, sleep, startHost, writeWorkflow } from './helpers.mjs';
+import { alive, hostBin, sleep, startHost, writeWorkflow } from './helpers.mjs';
 
 /** Pids of the live processes whose parent is `pid`. */
 function childrenOf(pid) {
@@ -83,6 +84,42 @@ test('a standby worker serves exactly one run, in its project directory, and the
     assert.equal(waiting.length, 2);
     await host.stop();
     for (const pid of waiting) await until(`standby worker ${pid} to exit`, () => !alive(pid));
+  } finally {
+    await host.stop();
+  }
+});
+
+test("a run served by a standby worker has that worker's output in its log (`piw logs`)", async () => {
+  const host = await startHost({ PIW_STANDBY_WORKERS: '1' });
+  try {
+    const file = writeWorkflow(
+      host.dir,
+      'noisy',
+      `export default piw.defineWorkflow({ name: 'noisy', startAt: 'say', edges: [],
+        nodes: { say: piw.compute({ run: () => { console.error('said by ' + process.env.PIW_RUN_ID);
+          console.log('on stdout too'); return { pid: process.pid }; } }) } });`,
+    );
+    const run = async () => {
+      const { run_id: runId } = await host.client.startRun(file);
+      const r = await host.client.waitForRun(runId, { timeoutMs: 20_000 });
+      assert.equal(r.status, 'completed', r.error);
+      return { runId, pid: r.result.pid };
+    };
+    const cold = await run();
+    const [standby] = await until('a standby worker', () => {
+      const kids = childrenOf(host.pid).filter((p) => p !== cold.pid);
+      return kids.length === 1 ? kids : null;
+    });
+    const warm = await run();
+    assert.equal(warm.pid, standby, 'served by the standby worker');
+    for (const { runId } of [cold, warm]) {
+      const logs = JSON.parse(
+        execFileSync(hostBin, ['logs', runId, '--json'], { env: { ...process.env, PIW_HOME: host.home } }),
+      );
+      assert.equal(logs.children.length, 1, JSON.stringify(logs));
+      const output = logs.children[0].output;
+      assert.ok(output.includes(`said by ${runId}\n`) && output.includes('on stdout too\n'), output);
+    }
   } finally {
     await host.stop();
   }

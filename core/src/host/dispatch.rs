@@ -708,6 +708,7 @@ pub fn apply_read(store: &Store, req: &Request, reply_limit: usize) -> Result<Re
             let mut runs = store.list_runs_where(
                 list.session_id.as_deref(),
                 list.unfinished == Some(true),
+                list.statuses.as_deref().unwrap_or_default(),
                 list.limit.unwrap_or(100).min(10_000),
             )?;
             // Newest first: the oldest runs' results go first.

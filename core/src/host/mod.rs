@@ -75,6 +75,8 @@ impl HostConfig {
     /// in milliseconds that moves the host's clock: [`crate::clock::OffsetFileClock`]).
     pub fn from_env(paths: PiwPaths) -> Self {
         let mut config = Self::new(paths);
+        // Each child's whole output, for `piw logs`.
+        config.children.output_logs = Some(config.paths.logs.clone());
         let num = |name: &str| {
             std::env::var(name)
                 .ok()

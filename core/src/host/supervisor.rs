@@ -36,8 +36,10 @@ pub struct StandbyPool {
     pub template: SpawnSpec,
 }
 
-/// What the store thread asks of the supervisor.
+/// What the store thread asks of the supervisor. One message per launch or stop: a `Launch`
+/// carries its spec inline, as large as it is.
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
 pub enum SupervisorCmd {
     Launch {
         run_id: String,
@@ -178,6 +180,13 @@ pub async fn run(
                     if let (Some((child, handoff)), ChildSource::Spawn(spec)) =
                         (pools.take(&pool.key), &source)
                     {
+                        // Its output goes to the run's log from here, with what it wrote
+                        // while it waited.
+                        if let Some(log) = &spec.output_log {
+                            if let Err(e) = child.log_output_to(log) {
+                                tracing::warn!(%run_id, path = %log.path.display(), error = %e, "cannot open the child's output log");
+                            }
+                        }
                         if handoff.hand_over(spec.stdin_payload.clone()) {
                             tracing::debug!(%run_id, pid = child.pid(), "took a standby worker");
                             source = ChildSource::Standby(child);

@@ -138,6 +138,9 @@ pub struct RunList {
     /// `timed_out`), so a client finds every run still waiting however many have ended since.
     #[serde(default)]
     pub unfinished: Option<bool>,
+    /// Only runs in one of these statuses (an empty list filters nothing).
+    #[serde(default)]
+    pub statuses: Option<Vec<crate::store::RunStatus>>,
 }
 
 /// Payload of `run.cancel`.

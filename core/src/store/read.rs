@@ -241,23 +241,33 @@ impl Store {
 
     /// Runs, newest first, optionally of one origin session.
     pub fn list_runs(&self, session: Option<&str>, limit: u32) -> StoreResult<Vec<RunRecord>> {
-        self.list_runs_where(session, false, limit)
+        self.list_runs_where(session, false, &[], limit)
     }
 
     /// [`Store::list_runs`], and with `unfinished_only` only the runs whose status is not
-    /// terminal ([`RunStatus::is_terminal`]).
+    /// terminal ([`RunStatus::is_terminal`]); with `statuses` not empty, only runs in one of
+    /// them.
     pub fn list_runs_where(
         &self,
         session: Option<&str>,
         unfinished_only: bool,
+        statuses: &[RunStatus],
         limit: u32,
     ) -> StoreResult<Vec<RunRecord>> {
+        // The statuses travel as one JSON array: one prepared statement whatever their number.
+        let statuses = (!statuses.is_empty()).then(|| {
+            Value::from(statuses.iter().map(|s| s.as_str()).collect::<Vec<_>>()).to_string()
+        });
         let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT {RUN_COLUMNS} FROM runs WHERE (?1 IS NULL OR origin_session = ?1)
                AND (?3 = 0 OR status NOT IN ({TERMINAL_STATUSES}))
+               AND (?4 IS NULL OR status IN (SELECT value FROM json_each(?4)))
              ORDER BY created_at DESC, run_id LIMIT ?2"
         ))?;
-        let rows = stmt.query_map(params![session, limit, unfinished_only], run_from_row)?;
+        let rows = stmt.query_map(
+            params![session, limit, unfinished_only, statuses],
+            run_from_row,
+        )?;
         rows.map(|row| {
             let (mut run, status) = row?;
             run.status = parse_status(&status)?;

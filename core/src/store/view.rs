@@ -219,6 +219,25 @@ pub fn attempt_spans(events: &[EventRecord], attempts: &[AttemptRecord]) -> Vec<
     spans
 }
 
+/// A [`RunSummary`] from a row of `run_id, workflow_name, origin_session, status, paused,
+/// current_node, revision, created_at, updated_at`, with its status still as text.
+fn summary_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(RunSummary, String)> {
+    Ok((
+        RunSummary {
+            run_id: r.get(0)?,
+            workflow_name: r.get(1)?,
+            origin_session: r.get(2)?,
+            status: RunStatus::Queued,
+            paused: r.get(4)?,
+            current_node: r.get(5)?,
+            revision: r.get::<_, i64>(6)? as u64,
+            created_at: r.get(7)?,
+            updated_at: r.get(8)?,
+        },
+        r.get::<_, String>(3)?,
+    ))
+}
+
 impl Store {
     /// SQLite's `data_version`: it changes when another connection (the host) commits, so a
     /// viewer polls this one cheap read instead of re-reading what it shows.
@@ -257,22 +276,7 @@ impl Store {
                 i64::from(limit),
                 i64::try_from(offset).unwrap_or(i64::MAX)
             ],
-            |r| {
-                Ok((
-                    RunSummary {
-                        run_id: r.get(0)?,
-                        workflow_name: r.get(1)?,
-                        origin_session: r.get(2)?,
-                        status: RunStatus::Queued,
-                        paused: r.get(4)?,
-                        current_node: r.get(5)?,
-                        revision: r.get::<_, i64>(6)? as u64,
-                        created_at: r.get(7)?,
-                        updated_at: r.get(8)?,
-                    },
-                    r.get::<_, String>(3)?,
-                ))
-            },
+            summary_from_row,
         )?;
         let page = rows
             .map(|row| {
@@ -282,6 +286,25 @@ impl Store {
             })
             .collect::<StoreResult<Vec<_>>>()?;
         Ok((page, u64::try_from(total).unwrap_or(0)))
+    }
+
+    /// The runs whose id begins with `prefix`, newest first, at most `limit`: how a person's
+    /// shortened run id is resolved (an exact id is one of them).
+    pub fn runs_with_id_prefix(&self, prefix: &str, limit: u32) -> StoreResult<Vec<RunSummary>> {
+        // `substr`, not `LIKE`: `_` and `%` in a prefix are ordinary characters.
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT run_id, workflow_name, origin_session, status, paused, current_node, revision,
+                    created_at, updated_at
+             FROM runs WHERE substr(run_id, 1, length(?1)) = ?1
+             ORDER BY created_at DESC, run_id LIMIT ?2",
+        )?;
+        let rows = stmt.query_map(params![prefix, i64::from(limit)], summary_from_row)?;
+        rows.map(|row| {
+            let (mut run, status) = row?;
+            run.status = parse_status(&status)?;
+            Ok(run)
+        })
+        .collect()
     }
 
     /// The run's stored graph snapshot (`None` before its first activation records it).

@@ -31,6 +31,7 @@
 #![warn(missing_docs)]
 
 mod orphan;
+mod output_log;
 mod procfs;
 mod tail;
 
@@ -50,6 +51,7 @@ use tokio::task::JoinHandle;
 pub use orphan::{
     kill_marked_leftovers, kill_orphan_group, kill_orphan_groups, OrphanOutcome, RecordedProcess,
 };
+pub use output_log::{cut_line, OutputLog, HELD_BEFORE_FILE};
 pub use procfs::{
     flock_held, flock_holders, group_alive, group_members, parse_proc_stat, process_alive,
     process_start_time, processes_with_env, read_proc_stat, ProcStat,
@@ -127,6 +129,10 @@ pub struct SpawnSpec {
     /// the child's [`MARKER_VAR`] value, so that [`kill_marked_leftovers`] of one installation
     /// never touches another's children. May be empty.
     pub scope: String,
+    /// Where the child's whole output goes (see [`OutputLog`]); `None`: only the tails, or a
+    /// file given later with [`Supervised::log_output_to`]. Boxed: a spec travels in
+    /// messages that should stay small.
+    pub output_log: Option<Box<OutputLog>>,
 }
 
 impl SpawnSpec {
@@ -143,7 +149,14 @@ impl SpawnSpec {
             nice: 0,
             tail_bytes: DEFAULT_TAIL_BYTES,
             scope: String::new(),
+            output_log: None,
         }
+    }
+
+    /// Writes the child's whole output to `log`.
+    pub fn output_log(mut self, log: OutputLog) -> Self {
+        self.output_log = Some(Box::new(log));
+        self
     }
 
     /// Sets the scope of the child's [`MARKER_VAR`] value.
@@ -204,6 +217,7 @@ impl fmt::Debug for SpawnSpec {
             .field("stdin_payload_len", &self.stdin_payload.len())
             .field("limits", &self.limits)
             .field("tail_bytes", &self.tail_bytes)
+            .field("output_log", &self.output_log)
             .finish()
     }
 }
@@ -346,6 +360,8 @@ struct Shared {
     marker_entry: Vec<u8>,
     reap: Mutex<ReapState>,
     runtime: tokio::runtime::Handle,
+    /// Where the drains copy the output to, besides the tails.
+    output: output_log::Sink,
 }
 
 /// Where the leader is in its life. Guarded by one mutex so that a group signal and the reap
@@ -509,12 +525,20 @@ async fn spawn_with(
         io_err("reading /proc/<pid>/stat")(io::Error::from(io::ErrorKind::NotFound))
     })?;
 
+    let output = output_log::Sink::new();
+    if let Some(log) = &spec.output_log {
+        // Before the drains start, so that the file has the output from its first byte.
+        if let Err(e) = output.attach(log) {
+            tracing::warn!(path = %log.path.display(), error = %e, "cannot open the child's output log");
+        }
+    }
     let shared = Arc::new(Shared {
         pid,
         program: program.clone(),
         marker_entry: format!("{MARKER_VAR}={marker}").into_bytes(),
         reap: Mutex::new(ReapState::default()),
         runtime: runtime.clone(),
+        output: output.clone(),
     });
     let (status_tx, status_rx) = oneshot::channel();
     let reaper_shared = Arc::clone(&shared);
@@ -527,8 +551,8 @@ async fn spawn_with(
 
     let out_tail = Arc::new(Mutex::new(Tail::new(spec.tail_bytes)));
     let err_tail = Arc::new(Mutex::new(Tail::new(spec.tail_bytes)));
-    let out_task = runtime.spawn(drain(stdout, Arc::clone(&out_tail)));
-    let err_task = runtime.spawn(drain(stderr, Arc::clone(&err_tail)));
+    let out_task = runtime.spawn(drain(stdout, Arc::clone(&out_tail), output.clone()));
+    let err_task = runtime.spawn(drain(stderr, Arc::clone(&err_tail), output));
     let stdin_task = runtime.spawn(async move {
         let payload = match later {
             None => spec.stdin_payload,
@@ -576,6 +600,13 @@ impl Supervised {
     /// The program as given in the spec.
     pub fn program(&self) -> &Path {
         &self.shared.program
+    }
+
+    /// Writes the child's whole output to `log` from now on, starting with what it wrote
+    /// before (up to [`HELD_BEFORE_FILE`] bytes): for a standby worker, once its run is known.
+    /// A child that already has a file keeps it.
+    pub fn log_output_to(&self, log: &OutputLog) -> io::Result<()> {
+        self.shared.output.attach(log)
     }
 
     /// Waits for the leader to exit and its output to be drained (at most
@@ -1000,13 +1031,20 @@ fn set_limit(resource: Resource, soft: libc::rlim_t, hard: libc::rlim_t) -> io::
     Ok(())
 }
 
-/// Reads `reader` to end-of-file into `tail`.
-async fn drain<R: AsyncRead + Unpin>(mut reader: R, tail: Arc<Mutex<Tail>>) {
+/// Reads `reader` to end-of-file into `tail` and `output`.
+async fn drain<R: AsyncRead + Unpin>(
+    mut reader: R,
+    tail: Arc<Mutex<Tail>>,
+    output: output_log::Sink,
+) {
     let mut buf = vec![0u8; READ_CHUNK];
     loop {
         match reader.read(&mut buf).await {
             Ok(0) => return,
-            Ok(n) => lock_tail(&tail).push(&buf[..n]),
+            Ok(n) => {
+                lock_tail(&tail).push(&buf[..n]);
+                output.write(&buf[..n]);
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => {
                 tracing::debug!(error = %e, "reading child output failed");

@@ -32,6 +32,16 @@ pub use watch::*;
 /// Bytes of stdout and of stderr kept on a child's record.
 const CHILD_TAIL_BYTES: usize = 64 * 1024;
 
+/// The most output of one child kept in its log file (`piw logs`): 16 MiB, then a line says
+/// the rest was not kept.
+pub const CHILD_LOG_BYTES: u64 = 16 * 1024 * 1024;
+
+/// The log file of child `child_epoch` of run `run_id` under the installation's `logs`
+/// directory: `<logs>/<run_id>/<child_epoch>.log`.
+pub fn child_log_path(logs: &Path, run_id: &str, child_epoch: i64) -> PathBuf {
+    logs.join(run_id).join(format!("{child_epoch}.log"))
+}
+
 /// A runtime: the command the host runs for workflow files with a given suffix.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Runtime {
@@ -88,6 +98,9 @@ pub struct ChildConfig {
     /// Runtimes the host looked for and did not find (the Node worker runtime without Node
     /// 22.19 or its `worker.js`): their files are refused with the reason.
     pub missing_runtimes: Vec<MissingRuntime>,
+    /// Where each child's whole output is kept ([`child_log_path`]); `None` keeps only the
+    /// tails in the database. The installation's `logs` directory for a real host.
+    pub output_logs: Option<PathBuf>,
 }
 
 /// A runtime that is not available: the suffixes it would serve, and what is missing.
@@ -114,6 +127,7 @@ impl Default for ChildConfig {
             max_children: 16,
             handshake_timeout: Duration::from_secs(10),
             validation_timeout: Duration::from_secs(60),
+            output_logs: None,
             kill_grace: Duration::from_secs(2),
             cpu_seconds: None,
             memory_bytes: None,
@@ -584,6 +598,8 @@ fn launch(
                 nice: cfg.nice,
                 tail_bytes: CHILD_TAIL_BYTES,
                 scope: state.supervision_scope.clone(),
+                // Given when a run takes the worker (`supervisor`).
+                output_log: None,
             },
         })
     });
@@ -602,6 +618,12 @@ fn launch(
             nice: cfg.nice,
             tail_bytes: CHILD_TAIL_BYTES,
             scope: state.supervision_scope.clone(),
+            output_log: cfg.output_logs.as_ref().map(|dir| {
+                Box::new(crate::supervise::OutputLog {
+                    path: child_log_path(dir, run_id, child_epoch),
+                    cap_bytes: CHILD_LOG_BYTES,
+                })
+            }),
         },
         standby,
     });
