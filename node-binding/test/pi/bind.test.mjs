@@ -52,6 +52,8 @@ test("a paused run's request does not hold back the submission for another run's
   const b = await client.startRun(file, { input: { task: 'RUN-B' }, sessionId: 'session-a' });
   const run = await client.waitForRun(b.run_id, { timeoutMs: 30_000 });
   assert.deepEqual(run.result, { title: 'B' }, 'the submission for B was taken');
+  // The run completes once the host took the submission; the tool's call ends in Pi after that.
+  await pi.waitEvent((e) => e.type === 'tool_execution_end' && e.toolName === 'workflow', 'the submit call ended', from);
   const ends = toolEnds(pi, from);
   assert.equal(ends.length, 1, JSON.stringify(ends.map((e) => e.result)));
   assert.equal(ends[0].isError, false, JSON.stringify(ends[0].result));
