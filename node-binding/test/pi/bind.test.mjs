@@ -52,9 +52,11 @@ test("a paused run's request does not hold back the submission for another run's
   const b = await client.startRun(file, { input: { task: 'RUN-B' }, sessionId: 'session-a' });
   const run = await client.waitForRun(b.run_id, { timeoutMs: 30_000 });
   assert.deepEqual(run.result, { title: 'B' }, 'the submission for B was taken');
-  // The run completes once the host took the submission; the tool's call ends in Pi after that.
-  await pi.waitEvent((e) => e.type === 'tool_execution_end' && e.toolName === 'workflow', 'the submit call ended', from);
-  const ends = toolEnds(pi, from);
+  // The run ends once the host took the submission; the tool's call ends in Pi a moment later.
+  const ends = await until(() => {
+    const e = toolEnds(pi, from);
+    return e.length >= 1 && e;
+  }, '1 workflow tool calls ended');
   assert.equal(ends.length, 1, JSON.stringify(ends.map((e) => e.result)));
   assert.equal(ends[0].isError, false, JSON.stringify(ends[0].result));
   assert.equal((await client.runStatus(a.run_id)).run.paused, true, 'A stays paused');
@@ -96,7 +98,11 @@ test('a repeated submit without an interaction id gets the original receipt, nev
   const run = await client.waitForRun(started.run_id, { timeoutMs: 30_000 });
   assert.equal(run.status, 'completed', run.error);
   assert.deepEqual(run.result, { first: { title: 'ONE' }, second: { title: 'TWO' } });
-  const ends = toolEnds(pi, from);
+  // The run ends once the host took the submission; the tool's call ends in Pi a moment later.
+  const ends = await until(() => {
+    const e = toolEnds(pi, from);
+    return e.length >= 3 && e;
+  }, '3 workflow tool calls ended');
   assert.equal(ends.length, 3, JSON.stringify(ends.map((e) => e.result)));
   assert.equal(ends[1].isError, false, JSON.stringify(ends[1].result));
   assert.match(JSON.stringify(ends[1].result), /already accepted: step first/);
@@ -140,7 +146,11 @@ test('a repeated checkpoint answer without a run id is not taken by the next che
   const run = await client.waitForRun(started.run_id, { timeoutMs: 30_000 });
   assert.equal(run.status, 'completed', run.error);
   assert.deepEqual(run.result, { first: { go: 1 }, second: { go: 2 } });
-  const ends = toolEnds(pi, from);
+  // The run ends once the host took the submission; the tool's call ends in Pi a moment later.
+  const ends = await until(() => {
+    const e = toolEnds(pi, from);
+    return e.length >= 3 && e;
+  }, '3 workflow tool calls ended');
   assert.equal(ends.length, 3, JSON.stringify(ends.map((e) => e.result)));
   assert.equal(ends[1].isError, false, JSON.stringify(ends[1].result));
   assert.match(JSON.stringify(ends[1].result), /already answered: checkpoint first/);
