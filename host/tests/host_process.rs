@@ -283,7 +283,9 @@ fn ensure_host_names_a_lock_that_is_held_past_its_wait() {
     let home = Home::new();
     home.paths.ensure_dirs().unwrap();
     let held = piw_core::host::lock_installation(&home.paths).unwrap();
-    let err = ensure_host(&home.paths, &piw(), Duration::from_millis(700)).unwrap_err();
+    // The lock stays held for the whole wait, so the outcome does not depend on its length;
+    // seconds let a loaded machine start (and lose) the host within it.
+    let err = ensure_host(&home.paths, &piw(), Duration::from_secs(5)).unwrap_err();
     drop(held);
     let ClientError::HostNotReady { detail, .. } = &err else {
         panic!("expected host_not_ready, got {err:?}");

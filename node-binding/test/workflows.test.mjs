@@ -771,9 +771,12 @@ test('shell: a command that ignores SIGTERM and starts a grandchild is killed wh
       edges: [{ from: 'run', switch: { on: '$result.outcome', cases: { failed: 'after' } } }],
     });`,
   );
+  // The pid file exists as soon as the shell opens it for the redirection, before `echo` has
+  // written to it: wait for its whole line.
   const started = async (name) => {
     const path = `${pids}-${name}`;
-    for (let i = 0; i < 1500 && !existsSync(path); i++) await new Promise((r) => setTimeout(r, 20));
+    const whole = () => (existsSync(path) ? readFileSync(path, 'utf8') : '').endsWith('\n');
+    for (let i = 0; i < 1500 && !whole(); i++) await new Promise((r) => setTimeout(r, 20));
     const text = readFileSync(path, 'utf8').trim();
     const all = text.split(/\s+/).map(Number);
     assert.equal(all.length, 2, text);
@@ -785,11 +788,12 @@ test('shell: a command that ignores SIGTERM and starts a grandchild is killed wh
   };
 
   // At its timeout: the group gets SIGTERM, then SIGKILL after the grace; the node fails.
-  const timed = await c.startRun(file, { input: { pids: `${pids}-timeout`, timeoutMs: 500 } });
+  // A timeout long enough for the shell to write its pids first on a loaded machine.
+  const timed = await c.startRun(file, { input: { pids: `${pids}-timeout`, timeoutMs: 5000 } });
   const timedPids = await started('timeout');
   const run = await c.waitForRun(timed.run_id, { timeoutMs: 30_000 });
   assert.equal(run.status, 'completed', run.error);
-  assert.match(run.result.error, /timed out after 500 ms/);
+  assert.match(run.result.error, /timed out after 5000 ms/);
   await allGone(timedPids);
 
   // On cancel: the worker takes its commands' groups down before it goes.
