@@ -130,7 +130,7 @@ export default function piwExtension(pi) {
     const runs = await s.call('run.list', (c) => c.listRuns({ sessionId: s.sessionId, limit: 20 }));
     const lines = files.length
       ? ['Workflows:', ...files.map((f) => `  ${f.name} (${f.scope}: ${f.path})`)]
-      : ['No workflows in .pi/workflows/ or ~/.pi/agent/workflows/'];
+      : ['No workflows in .pi/workflows/, ~/.pi/agent/workflows/ or the built-ins'];
     if (runs.length) lines.push('Runs of this session:', ...runs.map((r) => `  ${r.run_id} ${r.workflow_name} ${r.paused ? 'paused' : r.status}`));
     return { text: lines.join('\n'), workflows: files, runs };
   }

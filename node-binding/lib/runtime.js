@@ -14,7 +14,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { native as addon, packageDir } from './native.js';
 import { fromNative } from './errors.js';
 import { checkOnTimeout, DECIDED_WITH_REQUEST, humanResponse, isWorkflow, resolveIncludes } from './authoring.js';
-import { looksLikePath, resolveWorkflow as resolveReference } from '../extension/resolve.js';
+import { BUILTINS_DIR, looksLikePath, resolveWorkflow as resolveReference } from '../extension/resolve.js';
 import { registerTypeScript, warmTypeScript } from './typescript.js';
 import { checkCommand, commandGroups, killGroup, MAX_TIMER_MS, runCommand } from './command.js';
 
@@ -76,7 +76,6 @@ function failToLoad(w, reason) {
 const PACKAGE_NAMES = new Set(['piw', '@osolmaz/pi-workflows']);
 /** What the reference's subpaths are, and why an import of one cannot load here. */
 const MISSING_SUBPATHS = {
-  builtins: 'the reference\'s built-in workflows (autoplan, autoimplement, sanity-check, plan-change, ...); piw ships none: copy the workflow into your project',
   controllers: 'the reference\'s controllers; piw has none',
   extension: 'the reference\'s Pi extension; piw\'s is this package itself (`pi install` it), with no API for workflow files',
 };
@@ -101,15 +100,30 @@ function registerPackageAliases() {
   if (aliases || !module.registerHooks) return;
   registerTypeScript();
   const index = pathToFileURL(join(packageDir, 'index.js')).href;
+  const builtins = pathToFileURL(join(BUILTINS_DIR, 'index.js')).href;
   aliases = module.registerHooks({
     resolve(specifier, context, nextResolve) {
       if (PACKAGE_NAMES.has(specifier)) return { url: index, shortCircuit: true };
+      if (specifier === 'piw/builtins' || specifier === '@osolmaz/pi-workflows/builtins') {
+        return { url: builtins, shortCircuit: true };
+      }
       if (/^(?:@osolmaz\/pi-workflows|piw)\//.test(specifier) && specifier !== 'piw/worker') {
         throw missingSubpath(specifier);
       }
       return nextResolve(specifier, context);
     },
   });
+}
+
+/**
+ * Whether a file a workflow's import loaded is part of the workflow's source (recorded with its
+ * hash, verified on resume): the project's files and the package's built-in workflows (a
+ * changed built-in is a changed source, like a changed file), not the package's own code nor
+ * `node_modules`.
+ */
+function isWorkflowSource(path) {
+  if (path.startsWith(BUILTINS_DIR + sep)) return true;
+  return !path.startsWith(packageDir + sep) && !path.includes(`${sep}node_modules${sep}`);
 }
 
 /** A load failure with the file, line and column it happened at (when Node tells). */
@@ -160,9 +174,7 @@ async function loadWorkflow(file, projectDir, saved = new Set()) {
   const local = () =>
     [...imported]
       .map((url) => fileURLToPath(url))
-      .filter(
-        (path) => path !== root && !path.startsWith(packageDir + sep) && !path.includes(`${sep}node_modules${sep}`),
-      );
+      .filter((path) => path !== root && isWorkflowSource(path));
   let workflow;
   try {
     let mod;
@@ -244,7 +256,7 @@ async function loadReference(reference, from, projectDir, saved) {
  * names the cycle instead.
  */
 function importCycle(edges, rootUrl) {
-  const own = (url) => url.startsWith('file:') && !fileURLToPath(url).includes(`${sep}node_modules${sep}`) && !fileURLToPath(url).startsWith(packageDir + sep);
+  const own = (url) => url.startsWith('file:') && isWorkflowSource(fileURLToPath(url));
   const path = [];
   const onPath = new Set();
   const done = new Set();

@@ -181,9 +181,9 @@ export default defineWorkflow({
 test('an import of a subpath piw lacks, or TypeScript that does not parse, fails the run at once with what to do', async () => {
   const cases = [
     [
-      'builtin.workflow.ts',
-      'export { autoplanWorkflow as default } from "@osolmaz/pi-workflows/builtins";\n',
-      /@osolmaz\/pi-workflows\/builtins is not available in piw: the reference's built-in workflows .*piw ships none/,
+      'controllers.workflow.ts',
+      'export { something as default } from "@osolmaz/pi-workflows/controllers";\n',
+      /@osolmaz\/pi-workflows\/controllers is not available in piw: the reference's controllers; piw has none/,
     ],
     [
       'broken.workflow.ts',
