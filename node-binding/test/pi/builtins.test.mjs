@@ -245,3 +245,15 @@ test('plan-approval in auto mode continues by itself at its deadline; skip never
     await client.close().catch(() => {});
   }
 });
+
+test('pi install brings the skills: one for operating workflows and one per built-in', async () => {
+  const { code, out } = await env.piInstall();
+  assert.equal(code, 0, out);
+  const pi = await env.startPi({ sessionId: 'installed', extension: false, skills: true });
+  const reply = await pi.send({ type: 'get_commands' });
+  const skills = reply.data.commands.filter((c) => c.source === 'skill');
+  assert.deepEqual(skills.map((c) => c.name).sort(), ['skill:autodoc', 'skill:autoplan', 'skill:piw-workflows', 'skill:plan-approval']);
+  for (const s of skills) assert.ok(s.description.length > 80, `${s.name} says when to use it`);
+  assert.equal(pi.stderr.includes('skill'), false, pi.stderr);
+  await pi.quit();
+});
