@@ -104,7 +104,8 @@ test('autoplan frames, compares, chooses and plans (ready); a choice it cannot c
   assert.match(run.source_root, /builtins\/autoplan\.workflow\.mjs$/);
   // The steps the model saw: each framed with the problem; nothing was written.
   const prompts = env.model.requests.map((r) => textOf(r.last)).filter((t) => /Workflow step/.test(t));
-  assert.deepEqual(prompts.map((t) => /, step: (\w+),/.exec(t)[1]), ['frame', 'options', 'choose', 'plan']);
+  // (A step message steered into a running turn may end two model requests.)
+  assert.deepEqual([...new Set(prompts.map((t) => /, step: (\w+),/.exec(t)[1]))], ['frame', 'options', 'choose', 'plan']);
   assert.match(prompts[0], /Problem: parse\(""\) should give an empty list/);
   assert.equal(spawnSync('git', ['status', '--porcelain'], { cwd: env.project, encoding: 'utf8' }).stdout, '');
 
