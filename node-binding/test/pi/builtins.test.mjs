@@ -114,12 +114,19 @@ test('autoplan frames, compares, chooses and plans (ready); a choice it cannot c
     options: OPTIONS,
     choose: { status: 'blocked', chosen: 'guard', why: 'the test may be wrong', rejected: [{ id: 'rewrite', reason: 'same doubt' }], blocker: 'Nobody said whether "" is valid input' },
   });
-  await pi.prompt('/workflow builtin:autoplan --input-json {"problem":"decide what parse(\\"\\") means","constraints":["no new dependencies"]}');
+  const replanFrom = env.model.requests.length;
+  const replanInput = { problem: 'decide what parse("") means', constraints: ['no new dependencies'], previousPlan: PLAN, feedback: 'also cover whitespace-only input' };
+  await pi.prompt(`/workflow builtin:autoplan --input-json ${JSON.stringify(replanInput)}`);
   const blockedId = await until(async () => (await client.listRuns({ sessionId: 'session-a' })).find((r) => r.run_id !== runId)?.run_id, 'the second run');
   const blocked = await client.waitForRun(blockedId, { timeoutMs: 60_000 });
   assert.equal(blocked.status, 'completed', blocked.error ?? blocked.review_reason);
   assert.equal(blocked.result.status, 'blocked');
   assert.equal(blocked.result.reason, 'Nobody said whether "" is valid input');
+  // A replan: the earlier plan and the person's instructions reach the model with the problem.
+  const framed = env.model.requests.slice(replanFrom).map((r) => textOf(r.last)).find((t) => /step: frame/.test(t));
+  assert.match(framed, /Constraints:\n- no new dependencies/);
+  assert.match(framed, /A plan made before .*"summary":"Return an empty list for empty input"/);
+  assert.match(framed, /What the person asked to change: also cover whitespace-only input/);
   await pi.quit();
 });
 
@@ -169,6 +176,10 @@ test('the tool lists the built-ins; a project file of the same name overrides on
   let listed = await pi.waitEvent((e) => e.type === 'tool_execution_end', 'the list', from);
   const workflows = listed.result.details.workflows;
   assert.deepEqual(workflows.filter((w) => w.scope === 'builtin').map((w) => w.name), ['autodoc', 'autoplan', 'plan-approval']);
+  await pi.waitSettled(from);
+  const listFrom = pi.mark();
+  await pi.prompt('/workflow list');
+  await pi.waitNotify(/autoplan \(builtin: .*builtins\/autoplan\.workflow\.mjs\)/, listFrom);
   env.addWorkflow('notify.workflow.mjs', 'autodoc');
   await pi.waitSettled(from);
   from = pi.mark();
