@@ -50,9 +50,6 @@ function checkInspection(value) {
   return { route: 'update', file, content: answer.content.endsWith('\n') ? answer.content : `${answer.content}\n`, reason };
 }
 
-/** The callback with the input normalised (an including workflow passes it as it gives it). */
-const own = (fn) => (ctx) => fn({ ...ctx, input: readInput(ctx.input) });
-
 const digestOf = (data) => `sha256:${createHash('sha256').update(data).digest('hex')}`;
 
 function readOrNull(path) {
@@ -66,7 +63,7 @@ function readOrNull(path) {
 
 export default defineWorkflow({
   name: 'autodoc',
-  title: own(({ input }) => `autodoc: ${input.task.slice(0, 60)}`),
+  title: ({ input }) => `autodoc: ${input.task.slice(0, 60)}`,
   input: readInput,
   startAt: 'inspect',
   maxSteps: 10,
@@ -74,7 +71,7 @@ export default defineWorkflow({
   nodes: {
     inspect: agent({
       statusDetail: 'finding where the plan belongs',
-      prompt: own(({ input }) =>
+      prompt: ({ input }) =>
         [
           `Task: ${input.task}`,
           `The chosen plan (${input.planDigest}):`,
@@ -91,7 +88,7 @@ export default defineWorkflow({
           '- route "blocked": no suitable place exists, or the project\'s rules forbid the change; say why.',
         ]
           .filter((l) => l !== null)
-          .join('\n')),
+          .join('\n'),
       expectedOutput: '{ "route": "current" | "update" | "blocked", "file"?: "path/relative/to/project", "content"?: "the complete new text", "reason": string }',
       validate: checkInspection,
     }),
@@ -111,17 +108,17 @@ export default defineWorkflow({
       },
     }),
     documented: compute({
-      run: own(({ input, outputs }) => ({
+      run: ({ input, outputs }) => ({
         status: 'documented',
         task: input.task,
         planDigest: input.planDigest,
         file: outputs.inspect.file,
         changed: outputs.inspect.route === 'update' && outputs.write.changed,
         reason: outputs.inspect.reason,
-      })),
+      }),
     }),
     blocked: compute({
-      run: own(({ input, outputs }) => ({ status: 'blocked', task: input.task, planDigest: input.planDigest, reason: outputs.inspect.reason })),
+      run: ({ input, outputs }) => ({ status: 'blocked', task: input.task, planDigest: input.planDigest, reason: outputs.inspect.reason }),
     }),
   },
   edges: [

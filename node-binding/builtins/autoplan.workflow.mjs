@@ -72,9 +72,6 @@ function checkChoice(value, { outputs }) {
   };
 }
 
-/** The callback with the input normalised (an including workflow passes it as it gives it). */
-const own = (fn) => (ctx) => fn({ ...ctx, input: readInput(ctx.input) });
-
 const context = (input) =>
   [
     `Problem: ${input.task}`,
@@ -88,7 +85,7 @@ const context = (input) =>
 
 export default defineWorkflow({
   name: 'autoplan',
-  title: own(({ input }) => `autoplan: ${input.task.slice(0, 60)}`),
+  title: ({ input }) => `autoplan: ${input.task.slice(0, 60)}`,
   input: readInput,
   startAt: 'frame',
   maxSteps: 20,
@@ -96,20 +93,20 @@ export default defineWorkflow({
   nodes: {
     frame: agent({
       statusDetail: 'framing the problem',
-      prompt: own(({ input }) =>
+      prompt: ({ input }) =>
         [
           context(input),
           '',
           'Read the project as much as you need (do not change anything) and frame the problem:',
           'what is wrong or missing, what "done" looks like in checkable terms, and which parts of',
           'the project the work may touch and which it must leave alone. Do not propose a solution yet.',
-        ].join('\n')),
+        ].join('\n'),
       expectedOutput: '{ "problem": string, "success": [string], "inScope": [string], "outOfScope": [string] }',
       validate: checkFrame,
     }),
     options: agent({
       statusDetail: 'comparing approaches',
-      prompt: own(({ input, outputs }) =>
+      prompt: ({ input, outputs }) =>
         [
           context(input),
           `Frame: ${JSON.stringify(outputs.frame)}`,
@@ -117,13 +114,13 @@ export default defineWorkflow({
           'Lay out two to four genuinely different ways to solve it within the scope. For each: a short',
           'lowercase id, a title, the approach in a few sentences, and its costs and risks. Prefer',
           'approaches that reuse what the project already has; leave out ones that need changes outside it.',
-        ].join('\n')),
+        ].join('\n'),
       expectedOutput: '{ "options": [{ "id": "lowercase-id", "title": string, "approach": string, "tradeoffs": [string] }] }',
       validate: checkOptions,
     }),
     choose: agent({
       statusDetail: 'choosing an approach',
-      prompt: own(({ input, outputs }) =>
+      prompt: ({ input, outputs }) =>
         [
           context(input),
           `Frame: ${JSON.stringify(outputs.frame)}`,
@@ -133,14 +130,14 @@ export default defineWorkflow({
           'success criteria with the least new machinery and risk. Give one reason for rejecting each',
           'other option. If no option can be carried out now (missing access, a decision only someone',
           'else can make, a contradiction in the request), answer status "blocked" and name the blocker.',
-        ].join('\n')),
+        ].join('\n'),
       expectedOutput:
         '{ "status": "ready" | "blocked", "chosen": "<option id>", "why": string, "rejected": [{ "id": string, "reason": string }], "blocker"?: string }',
       validate: checkChoice,
     }),
     plan: agent({
       statusDetail: 'writing the implementation plan',
-      prompt: own(({ input, outputs }) => {
+      prompt: ({ input, outputs }) => {
         const chosen = outputs.options.options.find((o) => o.id === outputs.choose.chosen);
         return [
           context(input),
@@ -151,13 +148,13 @@ export default defineWorkflow({
           'enough to review one by one (each with what to do and the files it touches), the checks that',
           'prove it works (the project\'s own tests and commands), and the risks. Do not implement it.',
         ].join('\n');
-      }),
+      },
       expectedOutput:
         '{ "summary": string, "steps": [{ "title": string, "detail": string, "files"?: [string] }], "checks": [string], "risks": [string] }',
       validate: checkPlan,
     }),
     ready: compute({
-      run: own(({ input, outputs }) => ({
+      run: ({ input, outputs }) => ({
         status: 'ready',
         task: input.task,
         frame: outputs.frame,
@@ -165,17 +162,17 @@ export default defineWorkflow({
         choice: outputs.choose,
         plan: outputs.plan,
         planDigest: planDigest(outputs.plan),
-      })),
+      }),
     }),
     blocked: compute({
-      run: own(({ input, outputs }) => ({
+      run: ({ input, outputs }) => ({
         status: 'blocked',
         task: input.task,
         frame: outputs.frame,
         options: outputs.options.options,
         choice: outputs.choose,
         reason: outputs.choose.blocker,
-      })),
+      }),
     }),
   },
   edges: [

@@ -53,12 +53,6 @@ function readInput(raw) {
   };
 }
 
-/**
- * The callback with the input normalised: an including workflow hands its mount the input as
- * it gives it, so every callback reads it through `readInput` (which is idempotent).
- */
-const own = (fn) => (ctx) => fn({ ...ctx, input: readInput(ctx.input) });
-
 /** The outcome every exit carries: what was decided on, and how. */
 const outcome = (input, status, decision) => ({
   status,
@@ -71,17 +65,17 @@ const outcome = (input, status, decision) => ({
 
 export default defineWorkflow({
   name: 'plan-approval',
-  title: own(({ input }) => `plan approval: ${input.task.slice(0, 60)}`),
+  title: ({ input }) => `plan approval: ${input.task.slice(0, 60)}`,
   input: readInput,
   startAt: 'gate',
   maxSteps: 8,
   exits: { continue: { from: 'continued' }, stop: { from: 'stopped' }, replan: { from: 'replan' } },
   nodes: {
-    gate: compute({ run: own(({ input }) => ({ mode: input.mode })) }),
+    gate: compute({ run: ({ input }) => ({ mode: input.mode }) }),
     approve: humanDecision({
       choices,
-      audience: own(({ input }) => input.audience ?? 'the person who asked for the plan'),
-      request: own(({ input }) => {
+      audience: ({ input }) => input.audience ?? 'the person who asked for the plan',
+      request: ({ input }) => {
         const sections = [{ title: 'Task', body: input.task }, ...planSections(input.plan)];
         return {
           title: `Approve the plan for: ${input.task.slice(0, 120)}`,
@@ -92,17 +86,17 @@ export default defineWorkflow({
           },
           revision: input.revision,
         };
-      }),
-      onTimeout: own(({ input }) =>
-        input.mode === 'auto' ? { afterMs: input.autoContinueMs, response: { choice: 'continue' } } : undefined),
+      },
+      onTimeout: ({ input }) =>
+        input.mode === 'auto' ? { afterMs: input.autoContinueMs, response: { choice: 'continue' } } : undefined,
     }),
-    continued: compute({ run: own(({ input, outputs }) => outcome(input, 'continue', outputs.approve)) }),
-    stopped: compute({ run: own(({ input, outputs }) => outcome(input, 'stop', outputs.approve)) }),
+    continued: compute({ run: ({ input, outputs }) => outcome(input, 'continue', outputs.approve) }),
+    stopped: compute({ run: ({ input, outputs }) => outcome(input, 'stop', outputs.approve) }),
     replan: compute({
-      run: own(({ input, outputs }) => ({
+      run: ({ input, outputs }) => ({
         ...outcome(input, 'replan', outputs.approve),
         instructions: outputs.approve.input.instructions,
-      })),
+      }),
     }),
   },
   edges: [

@@ -724,13 +724,19 @@ class RunContext {
       visit: (this.visits[node] ?? 0) + 1,
       projectDir: this.env.projectDir,
     });
-    // An included workflow's input comes from its parent's context, at every level.
+    // An included workflow's input comes from its parent's context, at every level, through
+    // the included workflow's own `input` normaliser when it has one (as for a run's input).
     let input = this.input;
     let parent = '';
     for (const { path, include } of this.workflow.scopes[node] ?? []) {
       if (include.input) {
         const outer = { input, ...this.view(parent), state, signal };
         input = await nodeCode({ state }, `the input of mount ${path}`, () => include.input(outer));
+      }
+      const normalise = include.workflow?.input;
+      if (normalise) {
+        const given = input;
+        input = await nodeCode({ state }, `the input of the workflow included as ${path}`, () => normalise(given));
       }
       parent = path;
     }

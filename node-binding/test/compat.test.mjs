@@ -452,3 +452,42 @@ export default defineWorkflow({
     .filter((path) => readFileSync(path).includes(TOKEN));
   assert.deepEqual(stored, []);
 });
+
+test("an included workflow's callbacks see its input as its own input normaliser returns it, as pi-workflows has it", async () => {
+  write(
+    'doubler.workflow.ts',
+    `import { compute, defineWorkflow } from "@osolmaz/pi-workflows";
+
+export default defineWorkflow({
+  name: "doubler",
+  input: (raw) => ({ n: Number((raw as { n: string }).n) * 2, mode: (raw as { mode?: string }).mode ?? "default" }),
+  startAt: "read",
+  nodes: { read: compute({ run: ({ input }) => input }) },
+  edges: [],
+  exits: { done: { from: "read" } },
+});
+`,
+  );
+  const file = write(
+    'outer.workflow.ts',
+    `import { compute, defineWorkflow, includeWorkflow } from "@osolmaz/pi-workflows";
+
+export default defineWorkflow({
+  name: "outer",
+  startAt: "inner",
+  includes: {
+    inner: includeWorkflow("./doubler.workflow.ts", { input: ({ input }) => ({ n: (input as { text: string }).text }) }),
+    plain: includeWorkflow("./doubler.workflow.ts"),
+  },
+  nodes: { both: compute({ run: ({ outputs }) => ({ mapped: outputs.inner.output, given: outputs.plain.output }) }) },
+  edges: [
+    { from: "inner.done", to: "plain" },
+    { from: "plain.done", to: "both" },
+  ],
+});
+`,
+  );
+  const run = await runToEnd(file, { text: '21', n: '5' });
+  assert.equal(run.status, 'completed', JSON.stringify(run));
+  assert.deepEqual(run.result, { mapped: { n: 42, mode: 'default' }, given: { n: 10, mode: 'default' } });
+});
