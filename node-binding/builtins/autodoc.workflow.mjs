@@ -94,12 +94,13 @@ export default defineWorkflow({
     }),
     write: action({
       effect: idempotentEffect('doc_write'),
-      run: ({ outputs, state }) => {
+      run: ({ outputs, state, effect }) => {
         const { file, content } = outputs.inspect;
         const path = join(state.projectDir, file);
         const before = readOrNull(path);
-        // The check that makes a retry safe: the wanted text already there is a write done.
-        if (before === content) return { file, digest: digestOf(content), changed: false };
+        // The check that makes a retry safe: the wanted text already there is a write done
+        // (on a retry, most likely by the attempt that died before its receipt was kept).
+        if (before === content) return { file, digest: digestOf(content), changed: Boolean(effect?.retry), retried: Boolean(effect?.retry) };
         mkdirSync(dirname(path), { recursive: true });
         const tmp = `${path}.piw-${state.attemptId}.tmp`;
         writeFileSync(tmp, content);

@@ -4,12 +4,13 @@
 // on resume like any source. The runs use a copy of the package, so a test can change a
 // built-in the way an upgrade of the installed package would.
 import assert from 'node:assert/strict';
-import { appendFileSync, cpSync, mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
+import { appendFileSync, cpSync, mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 
 import { BUILTINS_DIR, listWorkflows, resolveWorkflow } from '../extension/resolve.js';
-import { pkgDir, startHost, tempDir } from './helpers.mjs';
+import { Client } from '../index.js';
+import { alive, hostBin, killInstallation, pkgDir, startHost, tempDir } from './helpers.mjs';
 
 const IDS = ['autodoc', 'autoplan', 'plan-approval'];
 
@@ -151,4 +152,52 @@ test('a built-in that changes while a run waits sends the run to review, as a ch
   const stopped = await c.waitForRun(direct, { untilParked: true, timeoutMs: 30_000 });
   assert.equal(stopped.status, 'review', JSON.stringify(stopped));
   await c.cancelRun(direct);
+});
+
+test("autodoc's file write survives a host killed before its receipt is kept: retried once, written once", async () => {
+  const dir = tempDir();
+  const home = join(dir, 'home');
+  const projectDir = join(dir, 'project');
+  mkdirSync(join(projectDir, 'docs'), { recursive: true });
+  const env = { HOME: dir, PIW_KILL_GRACE_MS: '300' };
+  const doc = '# Plan\n\nGuard empty input.\n';
+  // This host aborts just before it commits the effect's settlement: the file is written, the
+  // receipt is not kept, and the effect is in doubt.
+  const dying = await Client.connect({ home, hostBin, hostEnv: { ...env, PIW_FAULT: 'before_op:effect_settled' } });
+  let c = null;
+  try {
+    const { pid } = await dying.status();
+    const { run_id: runId } = await dying.startRun(join(BUILTINS_DIR, 'autodoc.workflow.mjs'), {
+      input: { task: 'empty input', plan: 'Guard empty input' },
+      sessionId: 's-doc',
+      projectDir,
+    });
+    await dying.waitForRun(runId, { untilParked: true, timeoutMs: 30_000 });
+    const [ask] = await dying.listInteractions('s-doc');
+    assert.equal(ask.node_id, 'inspect');
+    await dying.submitInteraction(ask, { route: 'update', file: 'docs/plan.md', content: doc, reason: 'docs holds plans' });
+    for (let i = 0; i < 1500 && alive(pid); i++) await new Promise((r) => setTimeout(r, 20));
+    assert.equal(alive(pid), false, 'the host died at the fault point');
+    await dying.close().catch(() => {});
+    assert.equal(readFileSync(join(projectDir, 'docs', 'plan.md'), 'utf8'), doc, 'the first attempt wrote the file');
+
+    c = await Client.connect({ home, hostBin, hostEnv: env });
+    const run = await c.waitForRun(runId, { timeoutMs: 30_000 });
+    assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+    assert.deepEqual({ status: run.result.status, file: run.result.file, changed: run.result.changed }, { status: 'documented', file: 'docs/plan.md', changed: true });
+    assert.equal(readFileSync(join(projectDir, 'docs', 'plan.md'), 'utf8'), doc);
+    const { effects, attempts } = await c.runStatus(runId);
+    assert.equal(effects.length, 1, JSON.stringify(effects));
+    assert.equal(effects[0].state, 'applied');
+    // The retry found the text in place and wrote nothing.
+    const writes = attempts.filter((a) => a.node_id === 'write');
+    assert.equal(writes.length, 2, JSON.stringify(attempts));
+    assert.equal(writes.find((a) => a.status === 'ok')?.output?.retried, true, JSON.stringify(writes));
+  } finally {
+    await dying.close().catch(() => {});
+    await c?.request('host.stop').catch(() => {});
+    await c?.close().catch(() => {});
+    await killInstallation(home);
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
