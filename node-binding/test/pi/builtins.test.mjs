@@ -268,4 +268,14 @@ test('pi install brings the skills: one for operating workflows and one per buil
   for (const s of skills) assert.ok(s.description.length > 80, `${s.name} says when to use it`);
   assert.equal(pi.stderr.includes('skill'), false, pi.stderr);
   await pi.quit();
+
+  // One turned off in Pi's settings (the package entry's skills filter), as the README says.
+  const settingsFile = join(env.agentDir, 'settings.json');
+  const settings = JSON.parse(readFileSync(settingsFile, 'utf8'));
+  settings.packages = settings.packages.map((source) => ({ source, skills: ['!skills/autodoc'] }));
+  writeFileSync(settingsFile, JSON.stringify(settings));
+  const filtered = await env.startPi({ sessionId: 'filtered', extension: false, skills: true });
+  const names = (await filtered.send({ type: 'get_commands' })).data.commands.filter((c) => c.source === 'skill').map((c) => c.name);
+  assert.deepEqual(names.sort(), ['skill:autoplan', 'skill:piw-workflows', 'skill:plan-approval']);
+  await filtered.quit();
 });
