@@ -2,7 +2,8 @@
 // step as the test scripts it, a fixture git repository made here (a small project whose check
 // fails). autoplan (a plan; a blocked plan), autodoc (the plan written into the project's docs
 // by the workflow; blocked), plan-approval (continue; replan with a text; auto-continue at its
-// deadline on the host's test clock).
+// deadline on the host's test clock), plan-change (a replan round, then approved; bounded
+// replans), and the package's skills.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
@@ -175,7 +176,7 @@ test('the tool lists the built-ins; a project file of the same name overrides on
   await pi.prompt('what workflows are there?');
   let listed = await pi.waitEvent((e) => e.type === 'tool_execution_end', 'the list', from);
   const workflows = listed.result.details.workflows;
-  assert.deepEqual(workflows.filter((w) => w.scope === 'builtin').map((w) => w.name), ['autodoc', 'autoplan', 'plan-approval']);
+  assert.deepEqual(workflows.filter((w) => w.scope === 'builtin').map((w) => w.name), ['autodoc', 'autoplan', 'plan-approval', 'plan-change']);
   await pi.waitSettled(from);
   const listFrom = pi.mark();
   await pi.prompt('/workflow list');
@@ -264,7 +265,7 @@ test('pi install brings the skills: one for operating workflows and one per buil
   const pi = await env.startPi({ sessionId: 'installed', extension: false, skills: true });
   const reply = await pi.send({ type: 'get_commands' });
   const skills = reply.data.commands.filter((c) => c.source === 'skill');
-  assert.deepEqual(skills.map((c) => c.name).sort(), ['skill:autodoc', 'skill:autoplan', 'skill:piw-workflows', 'skill:plan-approval']);
+  assert.deepEqual(skills.map((c) => c.name).sort(), ['skill:autodoc', 'skill:autoplan', 'skill:piw-workflows', 'skill:plan-approval', 'skill:plan-change']);
   for (const s of skills) assert.ok(s.description.length > 80, `${s.name} says when to use it`);
   assert.equal(pi.stderr.includes('skill'), false, pi.stderr);
   await pi.quit();
@@ -276,6 +277,55 @@ test('pi install brings the skills: one for operating workflows and one per buil
   writeFileSync(settingsFile, JSON.stringify(settings));
   const filtered = await env.startPi({ sessionId: 'filtered', extension: false, skills: true });
   const names = (await filtered.send({ type: 'get_commands' })).data.commands.filter((c) => c.source === 'skill').map((c) => c.name);
-  assert.deepEqual(names.sort(), ['skill:autoplan', 'skill:piw-workflows', 'skill:plan-approval']);
+  assert.deepEqual(names.sort(), ['skill:autoplan', 'skill:piw-workflows', 'skill:plan-approval', 'skill:plan-change']);
   await filtered.quit();
+});
+
+test('plan-change plans, documents and asks; a replan goes back to autoplan with the instructions; replans are bounded', async () => {
+  const doc = '# Plan: empty input\n\nReturn an empty list for empty input.\n';
+  env.model.script = scripted({
+    'plan.frame': FRAME,
+    'plan.options': OPTIONS,
+    'plan.choose': { status: 'ready', chosen: 'guard', why: 'smallest change', rejected: [{ id: 'rewrite', reason: 'too much' }] },
+    'plan.plan': PLAN,
+    'doc.inspect': { route: 'update', file: 'docs/plans/empty-input.md', content: doc, reason: 'docs/plans holds plans' },
+  });
+  const pi = await env.startPi();
+  const client = await env.client();
+  let from = pi.mark();
+  await pi.prompt('/workflow plan-change parse("") should give an empty list');
+  let dialog = await pi.waitEvent((e) => e.type === 'extension_ui_request' && e.method === 'select', 'the first approval', from);
+  assert.match(dialog.title, /1\. Guard: Return \[\] when text is empty/);
+  assert.equal(readFileSync(join(env.project, 'docs', 'plans', 'empty-input.md'), 'utf8'), doc, 'documented before the approval');
+  const runId = await onlyRun(client);
+  const replanFrom = env.model.requests.length;
+  const second = pi.mark();
+  pi.respondUi(dialog.id, { value: dialog.options[2] });
+  const ask = await pi.waitEvent((e) => e.type === 'extension_ui_request' && e.method === 'input', 'the instructions', from);
+  pi.respondUi(ask.id, { value: 'also cover whitespace-only input' });
+  dialog = await pi.waitEvent((e) => e.type === 'extension_ui_request' && e.method === 'select', 'the second approval', second);
+  assert.match(dialog.title, /revision 2/);
+  const framed = env.model.requests.slice(replanFrom).map((r) => textOf(r.last)).find((t) => /step: plan\.frame/.test(t));
+  assert.match(framed, /What the person asked to change: also cover whitespace-only input/);
+  pi.respondUi(dialog.id, { value: dialog.options[0] });
+  const run = await client.waitForRun(runId, { timeoutMs: 60_000 });
+  assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+  assert.deepEqual(
+    { status: run.result.status, documentedIn: run.result.documentedIn, decidedBy: run.result.decidedBy },
+    { status: 'approved', documentedIn: 'docs/plans/empty-input.md', decidedBy: 'human' },
+  );
+
+  // No replan allowed: the first replan stops the change.
+  from = pi.mark();
+  await pi.prompt(`/workflow builtin:plan-change --input-json ${JSON.stringify({ task: 'again', maxReplans: 0 })}`);
+  dialog = await pi.waitEvent((e) => e.type === 'extension_ui_request' && e.method === 'select', 'the approval', from);
+  const bounded = await until(async () => (await client.listRuns({ sessionId: 'session-a' })).find((r) => r.run_id !== runId)?.run_id, 'the second run');
+  pi.respondUi(dialog.id, { value: dialog.options[2] });
+  const why = await pi.waitEvent((e) => e.type === 'extension_ui_request' && e.method === 'input', 'the instructions', from);
+  pi.respondUi(why.id, { value: 'try harder' });
+  const stopped = await client.waitForRun(bounded, { timeoutMs: 60_000 });
+  assert.equal(stopped.status, 'completed', stopped.error ?? stopped.review_reason);
+  assert.equal(stopped.result.status, 'stopped');
+  assert.match(stopped.result.reason, /at most 0 replans/);
+  await pi.quit();
 });
