@@ -129,6 +129,19 @@ test('piw/builtins and @osolmaz/pi-workflows/builtins resolve in a workflow file
   }
 });
 
+test("pi-workflows' example that re-exports its autoplan loads unchanged and asks its first step", async () => {
+  const c = host.client;
+  // examples/workflows/autoplan.workflow.ts of pi-workflows 0.12.1, as it is.
+  const file = write('example-autoplan.workflow.ts', 'export { autoplanWorkflow as default } from "@osolmaz/pi-workflows/builtins";\n');
+  const { run_id: runId } = await c.startRun(file, { input: { problem: 'parse("") gives [0]' }, sessionId: 's-example', projectDir: project });
+  const parked = await c.waitForRun(runId, { untilParked: true, timeoutMs: 30_000 });
+  assert.equal(parked.status, 'waiting', JSON.stringify(parked));
+  const [ask] = await c.listInteractions('s-example');
+  assert.equal(ask.node_id, 'frame');
+  assert.match(ask.request.prompt, /Problem: parse\(""\) gives \[0\]/);
+  await c.cancelRun(runId);
+});
+
 test('a built-in that changes while a run waits sends the run to review, as a changed file does', async () => {
   const c = host.client;
   const file = approving();
