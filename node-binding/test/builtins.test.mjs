@@ -127,6 +127,11 @@ test('piw/builtins and @osolmaz/pi-workflows/builtins resolve in a workflow file
     assert.equal(run.status, 'completed', `${specifier}: ${JSON.stringify(run)}`);
     assert.equal(run.result.status, 'continue');
   }
+  // One of the reference's built-ins piw lacks: the run fails to load, naming it.
+  const file = write('lacking.workflow.ts', 'export { autoimplementWorkflow as default } from "@osolmaz/pi-workflows/builtins";\n');
+  const run = await c.waitForRun((await c.startRun(file, { input: {}, projectDir: project })).run_id, { timeoutMs: 30_000 });
+  assert.equal(run.status, 'failed', JSON.stringify(run));
+  assert.match(run.error, /does not provide an export named 'autoimplementWorkflow'/);
 });
 
 test("pi-workflows' example that re-exports its autoplan loads unchanged and asks its first step", async () => {
