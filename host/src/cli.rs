@@ -178,9 +178,10 @@ pub(crate) enum HostCmd {
 #[derive(Subcommand)]
 pub(crate) enum RunCmd {
     /// Start a run of a workflow: a name (found in ./.pi/workflows/, then
-    /// ~/.pi/agent/workflows/) or a path to a workflow file.
+    /// ~/.pi/agent/workflows/, then the built-ins), builtin:<id> (autoplan, autodoc,
+    /// plan-approval, plan-change) or a path to a workflow file.
     Start {
-        #[arg(value_name = "NAME|PATH")]
+        #[arg(value_name = "NAME|builtin:ID|PATH")]
         workflow: String,
         /// The run's input as JSON.
         #[arg(long, default_value = "null", value_parser = parse_json)]

@@ -1,5 +1,7 @@
 //! `piw run start <name|path>`: a workflow by name (the file stem) from the project's
-//! `.pi/workflows/`, then `~/.pi/agent/workflows/` (the project wins a collision), or a path.
+//! `.pi/workflows/`, then `~/.pi/agent/workflows/`, then the package's built-ins (the first
+//! wins a collision, so a project or global file overrides a built-in of the same name);
+//! `builtin:<id>` names the built-in itself; anything else with a `/` is a path.
 //! The Pi extension (`node-binding/extension/resolve.js`) resolves names by the same rules.
 
 use std::path::{Path, PathBuf};
@@ -23,12 +25,67 @@ pub const RESERVED: [&str; 10] = [
 pub enum ResolveError {
     #[error("\"{0}\" is a subcommand word, not a workflow name; rename the workflow file or start it by path (./{0}.workflow.mjs)")]
     Reserved(String),
-    #[error("no workflow named \"{name}\" in {} or {} (suffixes {})", .project.display(), .global.display(), SUFFIXES.join(", "))]
+    #[error("no workflow named \"{name}\" in {} or {} (suffixes {}) nor among the built-ins", .project.display(), .global.display(), SUFFIXES.join(", "))]
     UnknownName {
         name: String,
         project: PathBuf,
         global: PathBuf,
     },
+    #[error("no built-in workflow \"{name}\" in {}", .dir.as_ref().map_or_else(|| "(no built-ins found: set PIW_BUILTINS_DIR to the package's builtins/ folder)".to_owned(), |d| d.display().to_string()))]
+    UnknownBuiltin { name: String, dir: Option<PathBuf> },
+}
+
+/// The prefix of a reference to a built-in workflow, whatever files of its name exist.
+pub const BUILTIN_PREFIX: &str = "builtin:";
+/// The suffix of a built-in workflow's file in the package's `builtins/` folder.
+const BUILTIN_SUFFIX: &str = ".workflow.mjs";
+
+/// The package's `builtins/` folder: `PIW_BUILTINS_DIR`; else next to the Node worker runtime
+/// (`PIW_NODE_WORKER`'s folder), or a source checkout's `node-binding/builtins` when `piw` runs
+/// from its `target/`, or `builtins/` beside the folder of the `piw` executable (a package's
+/// `bin/`); `None` when none exists.
+pub fn builtins_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("PIW_BUILTINS_DIR") {
+        return Some(PathBuf::from(dir));
+    }
+    let worker = std::env::var_os("PIW_NODE_WORKER")
+        .and_then(|w| Some(PathBuf::from(w).parent()?.join("builtins")));
+    let exe = std::env::current_exe().ok();
+    // target/<profile>/piw -> the checkout root.
+    let checkout = exe.as_deref().and_then(|e| {
+        Some(
+            e.parent()?
+                .parent()?
+                .parent()?
+                .join("node-binding/builtins"),
+        )
+    });
+    let beside = exe
+        .as_deref()
+        .and_then(|e| Some(e.parent()?.parent()?.join("builtins")));
+    [worker, checkout, beside]
+        .into_iter()
+        .flatten()
+        .find(|d| d.is_dir())
+}
+
+fn builtin(name: &str, dir: Option<&Path>) -> Result<PathBuf, ResolveError> {
+    let unknown = || ResolveError::UnknownBuiltin {
+        name: name.to_owned(),
+        dir: dir.map(Path::to_path_buf),
+    };
+    // An id is a file stem: never a path out of the folder.
+    if name.is_empty() || name.contains('/') || name.starts_with('.') {
+        return Err(unknown());
+    }
+    let path = dir
+        .ok_or_else(unknown)?
+        .join(format!("{name}{BUILTIN_SUFFIX}"));
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(unknown())
+    }
 }
 
 fn looks_like_path(reference: &str) -> bool {
@@ -37,8 +94,17 @@ fn looks_like_path(reference: &str) -> bool {
         || SUFFIXES.iter().any(|s| reference.ends_with(s))
 }
 
-/// Resolves `reference` against the project directory `cwd` and the user's home directory.
-pub fn resolve_workflow(reference: &str, cwd: &Path, home: &Path) -> Result<PathBuf, ResolveError> {
+/// Resolves `reference` against the project directory `cwd`, the user's home directory and the
+/// built-ins' folder `builtins` (see [`builtins_dir`]).
+pub fn resolve_workflow(
+    reference: &str,
+    cwd: &Path,
+    home: &Path,
+    builtins: Option<&Path>,
+) -> Result<PathBuf, ResolveError> {
+    if let Some(id) = reference.strip_prefix(BUILTIN_PREFIX) {
+        return builtin(id.trim(), builtins);
+    }
     if looks_like_path(reference) {
         // A path goes to the host as it is: the host checks the file (and says why it
         // cannot run it) when it hashes it at `run.start`.
@@ -56,6 +122,9 @@ pub fn resolve_workflow(reference: &str, cwd: &Path, home: &Path) -> Result<Path
                 return Ok(path);
             }
         }
+    }
+    if let Ok(path) = builtin(reference, builtins) {
+        return Ok(path);
     }
     Err(ResolveError::UnknownName {
         name: reference.to_owned(),
@@ -80,16 +149,16 @@ mod tests {
         write(&home.join(".pi/agent/workflows/review.workflow.mjs"));
         write(&home.join(".pi/agent/workflows/only.workflow.json"));
         assert_eq!(
-            resolve_workflow("review", &cwd, &home).unwrap(),
+            resolve_workflow("review", &cwd, &home, None).unwrap(),
             home.join(".pi/agent/workflows/review.workflow.mjs")
         );
         write(&cwd.join(".pi/workflows/review.workflow.ts"));
         assert_eq!(
-            resolve_workflow("review", &cwd, &home).unwrap(),
+            resolve_workflow("review", &cwd, &home, None).unwrap(),
             cwd.join(".pi/workflows/review.workflow.ts")
         );
         assert_eq!(
-            resolve_workflow("only", &cwd, &home).unwrap(),
+            resolve_workflow("only", &cwd, &home, None).unwrap(),
             home.join(".pi/agent/workflows/only.workflow.json")
         );
     }
@@ -101,20 +170,66 @@ mod tests {
         write(&cwd.join("flows/x.workflow.js"));
         write(&cwd.join(".pi/workflows/status.workflow.mjs"));
         assert_eq!(
-            resolve_workflow("flows/x.workflow.js", &cwd, &home).unwrap(),
+            resolve_workflow("flows/x.workflow.js", &cwd, &home, None).unwrap(),
             cwd.join("flows/x.workflow.js")
         );
         assert_eq!(
-            resolve_workflow("status", &cwd, &home),
+            resolve_workflow("status", &cwd, &home, None),
             Err(ResolveError::Reserved("status".into()))
         );
         assert!(matches!(
-            resolve_workflow("nope", &cwd, &home),
+            resolve_workflow("nope", &cwd, &home, None),
             Err(ResolveError::UnknownName { .. })
         ));
         assert_eq!(
-            resolve_workflow("./nope.workflow.mjs", &cwd, &home).unwrap(),
+            resolve_workflow("./nope.workflow.mjs", &cwd, &home, None).unwrap(),
             cwd.join("./nope.workflow.mjs")
         );
+    }
+
+    #[test]
+    fn built_ins_by_prefix_and_by_name_and_overridden_by_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cwd, home, shipped) = (
+            dir.path().join("p"),
+            dir.path().join("h"),
+            dir.path().join("b"),
+        );
+        write(&shipped.join("autoplan.workflow.mjs"));
+        let b = Some(shipped.as_path());
+        assert_eq!(
+            resolve_workflow("builtin:autoplan", &cwd, &home, b).unwrap(),
+            shipped.join("autoplan.workflow.mjs")
+        );
+        assert_eq!(
+            resolve_workflow("autoplan", &cwd, &home, b).unwrap(),
+            shipped.join("autoplan.workflow.mjs")
+        );
+        // A global file, then a project file, of the same name wins over the built-in; the
+        // prefix still names the built-in.
+        write(&home.join(".pi/agent/workflows/autoplan.workflow.js"));
+        assert_eq!(
+            resolve_workflow("autoplan", &cwd, &home, b).unwrap(),
+            home.join(".pi/agent/workflows/autoplan.workflow.js")
+        );
+        write(&cwd.join(".pi/workflows/autoplan.workflow.ts"));
+        assert_eq!(
+            resolve_workflow("autoplan", &cwd, &home, b).unwrap(),
+            cwd.join(".pi/workflows/autoplan.workflow.ts")
+        );
+        assert_eq!(
+            resolve_workflow("builtin:autoplan", &cwd, &home, b).unwrap(),
+            shipped.join("autoplan.workflow.mjs")
+        );
+        for bad in ["builtin:nope", "builtin:../autoplan", "builtin:"] {
+            assert!(matches!(
+                resolve_workflow(bad, &cwd, &home, b),
+                Err(ResolveError::UnknownBuiltin { .. })
+            ));
+        }
+        assert!(matches!(
+            resolve_workflow("builtin:autoplan", &cwd, &home, None),
+            Err(ResolveError::UnknownBuiltin { dir: None, .. })
+        ));
     }
 }

@@ -121,7 +121,8 @@ pub(crate) fn run_cmd(paths: &PiwPaths, mut cmd: RunCmd, json: bool) -> Result<(
             let user_home = std::env::var_os("HOME")
                 .map(PathBuf::from)
                 .unwrap_or_default();
-            let file = resolve::resolve_workflow(&workflow, &cwd, &user_home)?;
+            let builtins = resolve::builtins_dir();
+            let file = resolve::resolve_workflow(&workflow, &cwd, &user_home, builtins.as_deref())?;
             let mut start = piw_core::client::run_start_here(&file, input)?;
             start.session_id = session;
             let r = client.call(RequestBody::RunStart(start))?;

@@ -2865,3 +2865,79 @@ fn logs_follow_prints_output_and_events_live_until_the_run_ends() {
     };
     assert_eq!(status.code(), Some(0), "{lines:#?}");
 }
+
+/// `piw run start builtin:<id>` runs the package's built-in (found from the checkout `piw` runs
+/// from, or `PIW_BUILTINS_DIR`); a bare id finds it after the project's and the user's files, so
+/// a project file of the same name overrides it.
+#[test]
+fn run_start_finds_a_built_in_by_prefix_and_by_name_after_the_files() {
+    let h = home();
+    let project = h.home.with_file_name("project");
+    let user_home = h.home.with_file_name("user");
+    std::fs::create_dir_all(project.join(".pi/workflows")).unwrap();
+    std::fs::create_dir_all(&user_home).unwrap();
+    let input = r#"{"task":"fix the parser","plan":"add a test, then fix it","mode":"skip"}"#;
+    let start = |name: &str, builtins: Option<&Path>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_piw"));
+        cmd.args(["run", "start", name, "--input", input, "--wait", "--json"])
+            .current_dir(&project)
+            .env("PIW_HOME", &h.home)
+            .env("HOME", &user_home)
+            .env("PIW_LOG", "warn")
+            .env_remove("PIW_BUILTINS_DIR")
+            .env_remove("PIW_NODE_WORKER");
+        if let Some(dir) = builtins {
+            cmd.env("PIW_BUILTINS_DIR", dir);
+        }
+        cmd.output().expect("run piw")
+    };
+    let shipped = std::fs::canonicalize(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../node-binding/builtins"
+    ))
+    .unwrap();
+    for name in ["builtin:plan-approval", "plan-approval"] {
+        let o = start(name, None);
+        assert_eq!(o.status.code(), Some(0), "{name}: {}", text(&o));
+        let run = &json_of(&o)["run"];
+        assert_eq!(run["status"], "completed", "{name}: {run}");
+        assert_eq!(run["result"]["status"], "continue", "{name}: {run}");
+        assert_eq!(
+            std::fs::canonicalize(run["source_root"].as_str().unwrap()).unwrap(),
+            shipped.join("plan-approval.workflow.mjs")
+        );
+    }
+    // A project file of the same name wins by name; the prefix still names the built-in.
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/hello.workflow.json"
+    );
+    let own = project.join(".pi/workflows/plan-approval.workflow.json");
+    std::fs::copy(example, &own).unwrap();
+    let o = start("plan-approval", None);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(
+        PathBuf::from(json_of(&o)["run"]["source_root"].as_str().unwrap()),
+        own
+    );
+    let o = start("builtin:plan-approval", None);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(
+        std::fs::canonicalize(json_of(&o)["run"]["source_root"].as_str().unwrap()).unwrap(),
+        shipped.join("plan-approval.workflow.mjs")
+    );
+    // PIW_BUILTINS_DIR names the folder; an unknown id is refused naming it.
+    let elsewhere = h.home.with_file_name("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let o = start("builtin:plan-approval", Some(&elsewhere));
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let message = json_of(&o)["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        message.contains("no built-in workflow \"plan-approval\"")
+            && message.contains(&elsewhere.display().to_string()),
+        "{message}"
+    );
+}

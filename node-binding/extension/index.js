@@ -130,7 +130,7 @@ export default function piwExtension(pi) {
     const runs = await s.call('run.list', (c) => c.listRuns({ sessionId: s.sessionId, limit: 20 }));
     const lines = files.length
       ? ['Workflows:', ...files.map((f) => `  ${f.name} (${f.scope}: ${f.path})`)]
-      : ['No workflows in .pi/workflows/ or ~/.pi/agent/workflows/'];
+      : ['No workflows in .pi/workflows/, ~/.pi/agent/workflows/ or the built-ins'];
     if (runs.length) lines.push('Runs of this session:', ...runs.map((r) => `  ${r.run_id} ${r.workflow_name} ${r.paused ? 'paused' : r.status}`));
     return { text: lines.join('\n'), workflows: files, runs };
   }
@@ -160,7 +160,7 @@ export default function piwExtension(pi) {
     name: 'workflow',
     label: 'Workflow',
     description:
-      'Start, follow and answer piw workflows. Actions: list; start (workflow = name or path, input = JSON); status, pause, resume, cancel (runId, default: this session\'s active run); answer (an ordinary checkpoint: runId, answer); update (a progress note on the current step: message); submit (the output of the current workflow step: output, interactionId from the step message).',
+      'Start, follow and answer piw workflows. Actions: list; start (workflow = a name, builtin:<id> or a path; input = JSON); status, pause, resume, cancel (runId, default: this session\'s active run); answer (an ordinary checkpoint: runId, answer); update (a progress note on the current step: message); submit (the output of the current workflow step: output, interactionId from the step message).',
     promptSnippet: 'Start, follow and answer durable piw workflows',
     promptGuidelines: [
       'When a workflow step message arrives, do the step and finish it with the workflow tool action "submit" exactly as the message says.',
@@ -169,7 +169,7 @@ export default function piwExtension(pi) {
       type: 'object',
       properties: {
         action: { type: 'string', enum: ACTIONS, description: 'what to do' },
-        workflow: { type: 'string', description: 'start: a workflow name or a path to a workflow file' },
+        workflow: { type: 'string', description: 'start: a workflow name, builtin:<id> (autoplan, autodoc, plan-approval, plan-change) or a path to a workflow file' },
         input: { description: 'start: the run input (JSON)' },
         runId: { type: 'string', description: "status/pause/resume/cancel/answer: the run (default: this session's active run)" },
         answer: { description: 'answer: the checkpoint answer (JSON)' },

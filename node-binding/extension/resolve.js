@@ -1,9 +1,17 @@
 // Where workflows are found: by name (the file stem) in the project's `.pi/workflows/`, then in
-// the user's `~/.pi/agent/workflows/` (the project wins a collision), or by a direct path.
-// `piw run start <name>` (host/src/main.rs) resolves names by the same rules.
+// the user's `~/.pi/agent/workflows/`, then among this package's built-ins (`builtins/`): the
+// first wins a collision, so a project or global file overrides a built-in of the same name.
+// `builtin:<id>` names the built-in itself; anything else with a `/` (or a workflow suffix) is
+// a path. `piw run start <name>` (host/src/resolve.rs) resolves names by the same rules.
 import { readdir, stat } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import { isAbsolute, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/** The package's built-in workflows: `<id>.workflow.mjs` files, shipped with the package. */
+export const BUILTINS_DIR = fileURLToPath(new URL('../builtins/', import.meta.url)).replace(/\/$/, '');
+/** The prefix of a reference to a built-in, whatever files of its name exist. */
+export const BUILTIN_PREFIX = 'builtin:';
 
 /** Workflow file suffixes, in the order a name is tried. */
 export const SUFFIXES = ['.workflow.ts', '.workflow.mts', '.workflow.js', '.workflow.mjs', '.workflow.json'];
@@ -44,7 +52,33 @@ function stemOf(file) {
 
 /** Whether a reference names a file (a path) rather than a discovered workflow name. */
 export function looksLikePath(ref) {
+  if (ref.startsWith(BUILTIN_PREFIX)) return false;
   return ref.includes('/') || ref.startsWith('.') || SUFFIXES.some((s) => ref.endsWith(s));
+}
+
+/** The built-in workflows: `[{ name, path, scope: 'builtin' }]`, sorted by name. */
+export async function listBuiltins(dir = BUILTINS_DIR) {
+  let names;
+  try {
+    names = await readdir(dir);
+  } catch {
+    return [];
+  }
+  const out = [];
+  for (const file of names.sort()) {
+    if (!file.endsWith('.workflow.mjs')) continue;
+    const path = join(dir, file);
+    if (await isFile(path)) out.push({ name: file.slice(0, -'.workflow.mjs'.length), path, scope: 'builtin' });
+  }
+  return out;
+}
+
+/** The built-in `id`, or a `ResolveError` naming the ones there are. */
+async function builtin(id, dir = BUILTINS_DIR) {
+  const all = await listBuiltins(dir);
+  const found = all.find((b) => b.name === id);
+  if (found) return found;
+  throw new ResolveError(`no built-in workflow "${id}"; the built-ins are ${all.map((b) => b.name).join(', ') || '(none)'}`);
 }
 
 async function isFile(path) {
@@ -57,7 +91,7 @@ async function isFile(path) {
 
 /**
  * Every workflow visible from `cwd`: `[{ name, path, scope }]`, sorted by name; a project file
- * hides a global one of the same name.
+ * hides a global one of the same name, and either hides a built-in.
  */
 export async function listWorkflows(cwd, home = homedir()) {
   const found = new Map();
@@ -75,6 +109,7 @@ export async function listWorkflows(cwd, home = homedir()) {
       if (await isFile(path)) found.set(name, { name, path, scope });
     }
   }
+  for (const b of await listBuiltins()) if (!found.has(b.name)) found.set(b.name, b);
   return [...found.values()].sort((a, b) => a.name.localeCompare(b.name));
 }
 
@@ -85,6 +120,7 @@ export async function listWorkflows(cwd, home = homedir()) {
 export async function resolveWorkflow(ref, cwd, home = homedir()) {
   const wanted = String(ref ?? '').trim();
   if (wanted === '') throw new ResolveError('name a workflow (or a path to one)');
+  if (wanted.startsWith(BUILTIN_PREFIX)) return builtin(wanted.slice(BUILTIN_PREFIX.length).trim());
   if (looksLikePath(wanted)) {
     const path = isAbsolute(wanted) ? wanted : resolve(cwd, wanted);
     if (!(await isFile(path))) throw new ResolveError(`no workflow file at ${path}`);
@@ -101,8 +137,10 @@ export async function resolveWorkflow(ref, cwd, home = homedir()) {
       if (await isFile(path)) return { name: wanted, path, scope };
     }
   }
+  const shipped = (await listBuiltins()).find((b) => b.name === wanted);
+  if (shipped) return shipped;
   const dirs = workflowDirs(cwd, home)
     .map((d) => d.dir)
     .join(' or ');
-  throw new ResolveError(`no workflow named "${wanted}" in ${dirs} (suffixes ${SUFFIXES.join(', ')})`);
+  throw new ResolveError(`no workflow named "${wanted}" in ${dirs} (suffixes ${SUFFIXES.join(', ')}) nor among the built-ins`);
 }

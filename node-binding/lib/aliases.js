@@ -1,11 +1,13 @@
 // How a workflow file reaches this package: `import ... from "piw"` and `from
 // "@osolmaz/pi-workflows"` resolve to it with no install step (a file under `.pi/workflows/`
-// has no `node_modules`, and pi-workflows files import the reference's name); the reference's
-// subpaths piw lacks fail with what they are.
+// has no `node_modules`, and pi-workflows files import the reference's name), and their
+// `/builtins` subpath to the built-in workflows; the reference's subpaths piw lacks fail with
+// what they are.
 import module from 'node:module';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 
+import { BUILTINS_DIR } from '../extension/resolve.js';
 import { packageDir } from './native.js';
 import { registerTypeScript } from './typescript.js';
 
@@ -13,7 +15,6 @@ import { registerTypeScript } from './typescript.js';
 const PACKAGE_NAMES = new Set(['piw', '@osolmaz/pi-workflows']);
 /** What the reference's subpaths are, and why an import of one cannot load here. */
 const MISSING_SUBPATHS = {
-  builtins: 'the reference\'s built-in workflows (autoplan, autoimplement, sanity-check, plan-change, ...); piw ships none: copy the workflow into your project',
   controllers: 'the reference\'s controllers; piw has none',
   extension: 'the reference\'s Pi extension; piw\'s is this package itself (`pi install` it), with no API for workflow files',
 };
@@ -38,9 +39,13 @@ export function registerPackageAliases() {
   if (aliases || !module.registerHooks) return;
   registerTypeScript();
   const index = pathToFileURL(join(packageDir, 'index.js')).href;
+  const builtins = pathToFileURL(join(BUILTINS_DIR, 'index.js')).href;
   aliases = module.registerHooks({
     resolve(specifier, context, nextResolve) {
       if (PACKAGE_NAMES.has(specifier)) return { url: index, shortCircuit: true };
+      if (specifier === 'piw/builtins' || specifier === '@osolmaz/pi-workflows/builtins') {
+        return { url: builtins, shortCircuit: true };
+      }
       if (/^(?:@osolmaz\/pi-workflows|piw)\//.test(specifier) && specifier !== 'piw/worker') {
         throw missingSubpath(specifier);
       }

@@ -405,8 +405,8 @@ const INCLUDE = Symbol.for('piw.include');
  * Mounts another workflow under a name of `includes`: `includeWorkflow(child, { input?: (ctx)
  * => childInput })`, `child` being a workflow made by `defineWorkflow` and imported directly, or
  * a reference resolved before the run's first node: a discovered name (`"repair"`: the
- * project's `.pi/workflows/`, then `~/.pi/agent/workflows/`) or a path (`"./repair.workflow.ts"`,
- * relative to the including file). The reference's form `includeWorkflow({ workflow, input })`
+ * project's `.pi/workflows/`, then `~/.pi/agent/workflows/`, then the built-ins), a built-in
+ * (`"builtin:autoplan"`) or a path (`"./repair.workflow.ts"`, relative to the including file). The reference's form `includeWorkflow({ workflow, input })`
  * works too. Its nodes become `<mount>.<node>`; an edge to the mount enters it at its
  * `startAt`, and `<mount>.<exit>` is where it leaves through one of its `exits`. Without
  * `input`, the child gets the parent's input.
@@ -420,9 +420,6 @@ export function includeWorkflow(workflow, spec = {}) {
   if (contract !== undefined && !isWorkflow(contract)) throw shape('includeWorkflow contract must be a workflow made by defineWorkflow');
   if (typeof workflow === 'string') {
     if (workflow.trim() === '') throw shape('includeWorkflow needs a workflow, a name or a path');
-    if (workflow.startsWith('builtin:')) {
-      throw shape(`includeWorkflow ${workflow}: piw has no built-in workflows; include a file by name or path`);
-    }
     return Object.freeze({ [INCLUDE]: true, reference: workflow.trim(), input, contract });
   }
   if (!isWorkflow(workflow)) {

@@ -15,7 +15,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { native as addon, packageDir } from './native.js';
 import { CancelledError, fromNative, TimeoutError } from './errors.js';
 import { checkOnTimeout, DECIDED_WITH_REQUEST, humanResponse, isWorkflow, resolveIncludes } from './authoring.js';
-import { looksLikePath, resolveWorkflow as resolveReference } from '../extension/resolve.js';
+import { BUILTINS_DIR, looksLikePath, resolveWorkflow as resolveReference } from '../extension/resolve.js';
 import { registerPackageAliases } from './aliases.js';
 import { warmTypeScript } from './typescript.js';
 import { validateWorkflowUpdate } from './updates.js';
@@ -75,6 +75,17 @@ function failToLoad(w, reason) {
   w.fail(reason, false);
 }
 
+/**
+ * Whether a file a workflow's import loaded is part of the workflow's source (recorded with its
+ * hash, verified on resume): the project's files and the package's built-in workflows (a
+ * changed built-in is a changed source, like a changed file), not the package's own code nor
+ * `node_modules`.
+ */
+function isWorkflowSource(path) {
+  if (path.startsWith(BUILTINS_DIR + sep)) return true;
+  return !path.startsWith(packageDir + sep) && !path.includes(`${sep}node_modules${sep}`);
+}
+
 /** A load failure with the file, line and column it happened at (when Node tells). */
 class LoadError extends Error {}
 
@@ -123,9 +134,7 @@ async function loadWorkflow(file, projectDir, saved = new Set()) {
   const local = () =>
     [...imported]
       .map((url) => fileURLToPath(url))
-      .filter(
-        (path) => path !== root && !path.startsWith(packageDir + sep) && !path.includes(`${sep}node_modules${sep}`),
-      );
+      .filter((path) => path !== root && isWorkflowSource(path));
   let workflow;
   try {
     let mod;
@@ -207,7 +216,7 @@ async function loadReference(reference, from, projectDir, saved) {
  * names the cycle instead.
  */
 function importCycle(edges, rootUrl) {
-  const own = (url) => url.startsWith('file:') && !fileURLToPath(url).includes(`${sep}node_modules${sep}`) && !fileURLToPath(url).startsWith(packageDir + sep);
+  const own = (url) => url.startsWith('file:') && isWorkflowSource(fileURLToPath(url));
   const path = [];
   const onPath = new Set();
   const done = new Set();
@@ -677,13 +686,19 @@ class RunContext {
       visit: (this.visits[node] ?? 0) + 1,
       projectDir: this.env.projectDir,
     });
-    // An included workflow's input comes from its parent's context, at every level.
+    // An included workflow's input comes from its parent's context, at every level, through
+    // the included workflow's own `input` normaliser when it has one (as for a run's input).
     let input = this.input;
     let parent = '';
     for (const { path, include } of this.workflow.scopes[node] ?? []) {
       if (include.input) {
         const outer = { input, ...this.view(parent), state, signal };
         input = await nodeCode({ state }, `the input of mount ${path}`, () => include.input(outer));
+      }
+      const normalise = include.workflow?.input;
+      if (normalise) {
+        const given = input;
+        input = await nodeCode({ state }, `the input of the workflow included as ${path}`, () => normalise(given));
       }
       parent = path;
     }

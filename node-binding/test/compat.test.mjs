@@ -181,9 +181,9 @@ export default defineWorkflow({
 test('an import of a subpath piw lacks, or TypeScript that does not parse, fails the run at once with what to do', async () => {
   const cases = [
     [
-      'builtin.workflow.ts',
-      'export { autoplanWorkflow as default } from "@osolmaz/pi-workflows/builtins";\n',
-      /@osolmaz\/pi-workflows\/builtins is not available in piw: the reference's built-in workflows .*piw ships none/,
+      'controllers.workflow.ts',
+      'export { something as default } from "@osolmaz/pi-workflows/controllers";\n',
+      /@osolmaz\/pi-workflows\/controllers is not available in piw: the reference's controllers; piw has none/,
     ],
     [
       'broken.workflow.ts',
@@ -718,4 +718,43 @@ test('discoverWorkflows, resolveWorkflowRef, workflowSearchDirs, workflowFileSte
   assert.equal(piw.isWorkflowDefinition(loaded), true);
   assert.equal(loaded.name, 'disc-load');
   await assert.rejects(piw.loadWorkflowFile(join(home, '.pi', 'agent', 'workflows', 'global-only.workflow.mjs')), /must export default defineWorkflow/);
+});
+
+test("an included workflow's callbacks see its input as its own input normaliser returns it, as pi-workflows has it", async () => {
+  write(
+    'doubler.workflow.ts',
+    `import { compute, defineWorkflow } from "@osolmaz/pi-workflows";
+
+export default defineWorkflow({
+  name: "doubler",
+  input: (raw) => ({ n: Number((raw as { n: string }).n) * 2, mode: (raw as { mode?: string }).mode ?? "default" }),
+  startAt: "read",
+  nodes: { read: compute({ run: ({ input }) => input }) },
+  edges: [],
+  exits: { done: { from: "read" } },
+});
+`,
+  );
+  const file = write(
+    'outer.workflow.ts',
+    `import { compute, defineWorkflow, includeWorkflow } from "@osolmaz/pi-workflows";
+
+export default defineWorkflow({
+  name: "outer",
+  startAt: "inner",
+  includes: {
+    inner: includeWorkflow("./doubler.workflow.ts", { input: ({ input }) => ({ n: (input as { text: string }).text }) }),
+    plain: includeWorkflow("./doubler.workflow.ts"),
+  },
+  nodes: { both: compute({ run: ({ outputs }) => ({ mapped: outputs.inner.output, given: outputs.plain.output }) }) },
+  edges: [
+    { from: "inner.done", to: "plain" },
+    { from: "plain.done", to: "both" },
+  ],
+});
+`,
+  );
+  const run = await runToEnd(file, { text: '21', n: '5' });
+  assert.equal(run.status, 'completed', JSON.stringify(run));
+  assert.deepEqual(run.result, { mapped: { n: 42, mode: 'default' }, given: { n: 10, mode: 'default' } });
 });

@@ -25,6 +25,7 @@ import {
   type RejectionCode,
   type RunEvent,
 } from '../index.js';
+import { autodocWorkflow, autoplanWorkflow, planApprovalWorkflow } from '../builtins/index.js';
 
 // The codes a caller may match on are in the union (`PiwErrorCode` takes any string too, so
 // only an annotation proves it).
@@ -152,3 +153,16 @@ export async function use(): Promise<number> {
   await client.close();
   return run.revision;
 }
+
+// The built-ins are workflows: included like any other.
+defineWorkflow({
+  name: 'with-builtins',
+  startAt: 'plan',
+  includes: {
+    plan: includeWorkflow(autoplanWorkflow),
+    doc: includeWorkflow(autodocWorkflow),
+    approve: includeWorkflow(planApprovalWorkflow),
+  },
+  nodes: {},
+  edges: [],
+});

@@ -146,14 +146,18 @@ export async function piEnv(script = () => ({ text: 'ok' })) {
       return dest;
     },
     copyFile: copyFileSync,
-    /** Starts Pi in RPC mode with the extension (unless `extension: false`) on session `sessionId`. */
-    async startPi({ sessionId = 'session-a', extension = true, extraEnv = {} } = {}) {
+    /**
+     * Starts Pi in RPC mode with the extension (unless `extension: false`) on session
+     * `sessionId`; without skills unless `skills: true` (then those of installed packages load).
+     */
+    async startPi({ sessionId = 'session-a', extension = true, skills = false, extraEnv = {} } = {}) {
       const args = [
         piCli,
         '--mode', 'rpc',
         '--session-dir', sessions,
         '--session-id', sessionId,
-        '--no-skills', '--no-themes', '--no-prompt-templates', '--no-context-files', '--offline',
+        ...(skills ? [] : ['--no-skills']),
+        '--no-themes', '--no-prompt-templates', '--no-context-files', '--offline',
         '--no-builtin-tools',
         '--provider', 'mock', '--model', 'mock-model',
       ];

@@ -1,0 +1,10 @@
+// Types of `piw/builtins`: the built-in workflows, to include (`includeWorkflow(autoplanWorkflow)`)
+// or re-export. Their inputs and exits are described in the package README.
+import type { Workflow } from '../index.js';
+
+export declare const autoplanWorkflow: Workflow;
+export declare const autodocWorkflow: Workflow;
+export declare const planApprovalWorkflow: Workflow;
+export declare const planChangeWorkflow: Workflow;
+/** How long plan-approval's `auto` mode waits for a person before it continues. */
+export declare const DEFAULT_AUTO_CONTINUE_MS: number;

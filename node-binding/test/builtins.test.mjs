@@ -1,0 +1,221 @@
+// The built-in workflows (node-binding/builtins/): found by `builtin:<id>` and by name after the
+// project's and the user's files, listed with them, importable as `piw/builtins` and
+// `@osolmaz/pi-workflows/builtins`, included by `includeWorkflow('builtin:<id>')`, and verified
+// on resume like any source. The runs use a copy of the package, so a test can change a
+// built-in the way an upgrade of the installed package would.
+import assert from 'node:assert/strict';
+import { appendFileSync, cpSync, mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, before, test } from 'node:test';
+
+import { BUILTINS_DIR, listWorkflows, resolveWorkflow } from '../extension/resolve.js';
+import { Client } from '../index.js';
+import { alive, hostBin, killInstallation, pkgDir, startHost, tempDir } from './helpers.mjs';
+
+const IDS = ['autodoc', 'autoplan', 'plan-approval', 'plan-change'];
+
+test('builtin:<id> names the built-in; a bare name finds it after the project and global files; both are listed', async () => {
+  const dir = tempDir();
+  const cwd = join(dir, 'p');
+  const home = join(dir, 'h');
+  mkdirSync(join(cwd, '.pi', 'workflows'), { recursive: true });
+  mkdirSync(join(home, '.pi', 'agent', 'workflows'), { recursive: true });
+  for (const id of IDS) {
+    assert.deepEqual(await resolveWorkflow(`builtin:${id}`, cwd, home), { name: id, path: join(BUILTINS_DIR, `${id}.workflow.mjs`), scope: 'builtin' });
+    assert.deepEqual(await resolveWorkflow(id, cwd, home), { name: id, path: join(BUILTINS_DIR, `${id}.workflow.mjs`), scope: 'builtin' });
+  }
+  let listed = await listWorkflows(cwd, home);
+  assert.deepEqual(listed.filter((w) => w.scope === 'builtin').map((w) => w.name), IDS);
+
+  // A global file, then a project file, of the same name overrides the built-in by name and in
+  // the list; `builtin:` still names the built-in.
+  const global = join(home, '.pi', 'agent', 'workflows', 'autoplan.workflow.mjs');
+  writeFileSync(global, 'export default null;\n');
+  assert.equal((await resolveWorkflow('autoplan', cwd, home)).path, global);
+  const own = join(cwd, '.pi', 'workflows', 'autoplan.workflow.js');
+  writeFileSync(own, 'export default null;\n');
+  assert.deepEqual(await resolveWorkflow('autoplan', cwd, home), { name: 'autoplan', path: own, scope: 'project' });
+  assert.equal((await resolveWorkflow('builtin:autoplan', cwd, home)).scope, 'builtin');
+  listed = await listWorkflows(cwd, home);
+  assert.deepEqual(listed.filter((w) => w.name === 'autoplan'), [{ name: 'autoplan', path: own, scope: 'project' }]);
+
+  await assert.rejects(resolveWorkflow('builtin:nope', cwd, home), /no built-in workflow "nope"; the built-ins are autodoc, autoplan, plan-approval, plan-change/);
+  await assert.rejects(resolveWorkflow('nope', cwd, home), /no workflow named "nope" .* nor among the built-ins/);
+});
+
+let host;
+let copy;
+let project;
+
+before(async () => {
+  // The package as an install has it (its code, built-ins and addon), its dependencies linked.
+  const dir = tempDir('piw-builtins-');
+  copy = join(dir, 'pkg');
+  for (const f of ['package.json', 'index.js', 'worker.js', 'piw.linux-x64-gnu.node']) cpSync(join(pkgDir, f), join(copy, f));
+  for (const d of ['lib', 'extension', 'builtins']) cpSync(join(pkgDir, d), join(copy, d), { recursive: true });
+  symlinkSync(join(pkgDir, 'node_modules'), join(copy, 'node_modules'));
+  host = await startHost({ PIW_NODE_WORKER: join(copy, 'worker.js'), PIW_NODE: process.execPath });
+  project = join(host.dir, 'project');
+  mkdirSync(join(project, '.pi', 'workflows'), { recursive: true });
+});
+
+after(async () => {
+  await host?.stop();
+});
+
+function write(name, text) {
+  const file = join(project, '.pi', 'workflows', name);
+  writeFileSync(file, text);
+  return file;
+}
+
+const PLAN = { summary: 'Fix the parser', steps: [{ title: 'Test', detail: 'Add a failing test' }, { title: 'Fix', detail: 'Handle empty input' }], checks: ['npm test'] };
+
+/** A project workflow that includes plan-approval by its built-in name. */
+const approving = () =>
+  write(
+    'approve-it.workflow.mjs',
+    `import { compute, defineWorkflow, includeWorkflow } from "piw";
+export default defineWorkflow({
+  name: "approve-it",
+  startAt: "approval",
+  includes: { approval: includeWorkflow("builtin:plan-approval") },
+  nodes: { done: compute({ run: ({ outputs }) => outputs.approval }) },
+  edges: [
+    { from: "approval.continue", to: "done" },
+    { from: "approval.stop", to: "done" },
+    { from: "approval.replan", to: "done" },
+  ],
+});
+`,
+  );
+
+async function parkedDecision(runId) {
+  const parked = await host.client.waitForRun(runId, { untilParked: true, timeoutMs: 30_000 });
+  assert.equal(parked.status, 'waiting', JSON.stringify(parked));
+  return (await host.client.runStatus(runId)).decisions.find((d) => d.status === 'pending');
+}
+
+test('includeWorkflow("builtin:plan-approval") runs the built-in; its decision shows the plan', async () => {
+  const c = host.client;
+  const file = approving();
+  const skipped = await c.waitForRun((await c.startRun(file, { input: { task: 'parser', plan: PLAN, mode: 'skip' }, projectDir: project })).run_id, { timeoutMs: 30_000 });
+  assert.equal(skipped.status, 'completed', JSON.stringify(skipped));
+  assert.equal(skipped.result.exit, 'continue');
+  assert.equal(skipped.result.output.decidedBy, 'skip');
+  assert.match(skipped.result.output.planDigest, /^sha256:[0-9a-f]{64}$/);
+
+  const { run_id: runId } = await c.startRun(file, { input: { task: 'parser', plan: PLAN }, projectDir: project });
+  const d = await parkedDecision(runId);
+  assert.equal(d.kind, 'human_decision', JSON.stringify(d));
+  assert.match(d.request.question, /Approve the plan for: parser/);
+  assert.match(d.request.details, /### Steps\n\n1\. Test: Add a failing test\n2\. Fix: Handle empty input/);
+  assert.deepEqual(d.request.extra.presentation.sections.map((s) => s.title), ['Task', 'Summary', 'Steps', 'Checks']);
+  assert.deepEqual(d.request.choices.map((ch) => ch.id), ['continue', 'stop', 'replan']);
+  await c.answerHumanDecision(runId, d.decision_id, { choice: 'replan', text: 'use the new tokenizer' });
+  const done = await c.waitForRun(runId, { timeoutMs: 30_000 });
+  assert.equal(done.status, 'completed', JSON.stringify(done));
+  assert.equal(done.result.exit, 'replan');
+  assert.equal(done.result.output.instructions, 'use the new tokenizer');
+});
+
+test('piw/builtins and @osolmaz/pi-workflows/builtins resolve in a workflow file', async () => {
+  const c = host.client;
+  for (const [name, specifier] of [['reexport-a', '@osolmaz/pi-workflows/builtins'], ['reexport-b', 'piw/builtins']]) {
+    const file = write(`${name}.workflow.ts`, `export { planApprovalWorkflow as default } from "${specifier}";\n`);
+    const run = await c.waitForRun((await c.startRun(file, { input: { task: 't', plan: 'ship it', mode: 'skip' }, projectDir: project })).run_id, { timeoutMs: 30_000 });
+    assert.equal(run.status, 'completed', `${specifier}: ${JSON.stringify(run)}`);
+    assert.equal(run.result.status, 'continue');
+  }
+  // One of the reference's built-ins piw lacks: the run fails to load, naming it.
+  const file = write('lacking.workflow.ts', 'export { autoimplementWorkflow as default } from "@osolmaz/pi-workflows/builtins";\n');
+  const run = await c.waitForRun((await c.startRun(file, { input: {}, projectDir: project })).run_id, { timeoutMs: 30_000 });
+  assert.equal(run.status, 'failed', JSON.stringify(run));
+  assert.match(run.error, /does not provide an export named 'autoimplementWorkflow'/);
+});
+
+test("pi-workflows' example that re-exports its autoplan loads unchanged and asks its first step", async () => {
+  const c = host.client;
+  // examples/workflows/autoplan.workflow.ts of pi-workflows 0.12.1, as it is.
+  const file = write('example-autoplan.workflow.ts', 'export { autoplanWorkflow as default } from "@osolmaz/pi-workflows/builtins";\n');
+  const { run_id: runId } = await c.startRun(file, { input: { problem: 'parse("") gives [0]' }, sessionId: 's-example', projectDir: project });
+  const parked = await c.waitForRun(runId, { untilParked: true, timeoutMs: 30_000 });
+  assert.equal(parked.status, 'waiting', JSON.stringify(parked));
+  const [ask] = await c.listInteractions('s-example');
+  assert.equal(ask.node_id, 'frame');
+  assert.match(ask.request.prompt, /Problem: parse\(""\) gives \[0\]/);
+  await c.cancelRun(runId);
+});
+
+test('a built-in that changes while a run waits sends the run to review, as a changed file does', async () => {
+  const c = host.client;
+  const file = approving();
+  // The included built-in itself, then a module it imports.
+  for (const changed of ['plan-approval.workflow.mjs', 'plan.mjs']) {
+    const { run_id: runId } = await c.startRun(file, { input: { task: 'parser', plan: PLAN }, projectDir: project });
+    const d = await parkedDecision(runId);
+    appendFileSync(join(copy, 'builtins', changed), '// changed by an upgrade\n');
+    await c.answerHumanDecision(runId, d.decision_id, { choice: 'continue' });
+    const stopped = await c.waitForRun(runId, { untilParked: true, timeoutMs: 30_000 });
+    assert.equal(stopped.status, 'review', `${changed}: ${JSON.stringify(stopped)}`);
+    assert.match((await c.runStatus(runId)).run.review_reason, new RegExp(changed.replace('.', '\\.')));
+    await c.cancelRun(runId);
+  }
+  // A run started on the built-in directly: its root is verified like any root.
+  const root = join(copy, 'builtins', 'plan-approval.workflow.mjs');
+  const { run_id: direct } = await c.startRun(root, { input: { task: 'parser', plan: PLAN }, projectDir: project });
+  const d = await parkedDecision(direct);
+  appendFileSync(root, '// changed again\n');
+  await c.answerHumanDecision(direct, d.decision_id, { choice: 'continue' });
+  const stopped = await c.waitForRun(direct, { untilParked: true, timeoutMs: 30_000 });
+  assert.equal(stopped.status, 'review', JSON.stringify(stopped));
+  await c.cancelRun(direct);
+});
+
+test("autodoc's file write survives a host killed before its receipt is kept: retried once, written once", async () => {
+  const dir = tempDir();
+  const home = join(dir, 'home');
+  const projectDir = join(dir, 'project');
+  mkdirSync(join(projectDir, 'docs'), { recursive: true });
+  const env = { HOME: dir, PIW_KILL_GRACE_MS: '300' };
+  const doc = '# Plan\n\nGuard empty input.\n';
+  // This host aborts just before it commits the effect's settlement: the file is written, the
+  // receipt is not kept, and the effect is in doubt.
+  const dying = await Client.connect({ home, hostBin, hostEnv: { ...env, PIW_FAULT: 'before_op:effect_settled' } });
+  let c = null;
+  try {
+    const { pid } = await dying.status();
+    const { run_id: runId } = await dying.startRun(join(BUILTINS_DIR, 'autodoc.workflow.mjs'), {
+      input: { task: 'empty input', plan: 'Guard empty input' },
+      sessionId: 's-doc',
+      projectDir,
+    });
+    await dying.waitForRun(runId, { untilParked: true, timeoutMs: 30_000 });
+    const [ask] = await dying.listInteractions('s-doc');
+    assert.equal(ask.node_id, 'inspect');
+    await dying.submitInteraction(ask, { route: 'update', file: 'docs/plan.md', content: doc, reason: 'docs holds plans' });
+    for (let i = 0; i < 1500 && alive(pid); i++) await new Promise((r) => setTimeout(r, 20));
+    assert.equal(alive(pid), false, 'the host died at the fault point');
+    await dying.close().catch(() => {});
+    assert.equal(readFileSync(join(projectDir, 'docs', 'plan.md'), 'utf8'), doc, 'the first attempt wrote the file');
+
+    c = await Client.connect({ home, hostBin, hostEnv: env });
+    const run = await c.waitForRun(runId, { timeoutMs: 30_000 });
+    assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+    assert.deepEqual({ status: run.result.status, file: run.result.file, changed: run.result.changed }, { status: 'documented', file: 'docs/plan.md', changed: true });
+    assert.equal(readFileSync(join(projectDir, 'docs', 'plan.md'), 'utf8'), doc);
+    const { effects, attempts } = await c.runStatus(runId);
+    assert.equal(effects.length, 1, JSON.stringify(effects));
+    assert.equal(effects[0].state, 'applied');
+    // The retry found the text in place and wrote nothing.
+    const writes = attempts.filter((a) => a.node_id === 'write');
+    assert.equal(writes.length, 2, JSON.stringify(attempts));
+    assert.equal(writes.find((a) => a.status === 'ok')?.output?.retried, true, JSON.stringify(writes));
+  } finally {
+    await dying.close().catch(() => {});
+    await c?.request('host.stop').catch(() => {});
+    await c?.close().catch(() => {});
+    await killInstallation(home);
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
