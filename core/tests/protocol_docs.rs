@@ -340,6 +340,11 @@ fn scenario() -> Scenario {
     f.store
         .write(|w| w.progress(&claim, "half way", &json!({"n": 1})))
         .unwrap();
+    // Past the attempt's bound of update bytes: one `updates_limited`.
+    let past = usize::try_from(piw_core::store::MAX_ATTEMPT_UPDATE_BYTES).unwrap();
+    f.store
+        .write(|w| w.progress(&claim, "too much", &json!({ "pad": "x".repeat(past) })))
+        .unwrap();
     let effect = f.reserve_and_apply(&claim, &b, "send", RetryContract::Never);
     f.store
         .write(|w| {

@@ -2900,3 +2900,53 @@ fn a_child_that_closes_its_connection_and_keeps_running_is_stopped_as_lost() {
     );
     env.stop(host);
 }
+
+/// A workflow that reports progress in a tight loop used to store every update (82 MB in
+/// 14 s): an attempt stores at most `MAX_ATTEMPT_UPDATE_BYTES` of them (and
+/// `MAX_ATTEMPT_UPDATES`) as events; the rest are counted on the attempt with the latest kept,
+/// and one `updates_limited` event says so.
+#[test]
+fn a_workflow_that_floods_progress_stores_a_bounded_number_of_events() {
+    let env = Env::new(&[]);
+    let host = env.serve(None);
+    let file = env.one_node(
+        "chatty",
+        json!({"progress_updates": 100, "progress_bytes": 64 * 1024, "return": {"ok": true}}),
+    );
+    let run_id = env.start(&file, json!({}));
+    let s = env.wait_for(
+        &run_id,
+        &["completed", "failed", "review"],
+        Duration::from_secs(60),
+    );
+    assert_eq!(s["run"]["status"], "completed", "{s:#}");
+    let events = |kind: &str| -> i64 {
+        rusqlite::Connection::open_with_flags(
+            &env.paths.db,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .unwrap()
+        .query_row(
+            "SELECT COUNT(*) FROM events WHERE run_id = ?1 AND kind = ?2",
+            [run_id.as_str(), kind],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    // 64 KiB and a little more each: what fits the bytes bound, and not one more.
+    let stored = events("progress");
+    let fits = piw_core::store::MAX_ATTEMPT_UPDATE_BYTES / (64 * 1024 + 64);
+    assert!(
+        stored > 0 && stored <= fits && stored >= fits - 1,
+        "{stored} of 100 stored"
+    );
+    assert_eq!(events("updates_limited"), 1);
+    let attempt = &s["attempts"][0];
+    assert_eq!(attempt["updates_dropped"], json!(100 - stored), "{s:#}");
+    // Over 16 KiB: kept as its size.
+    assert!(
+        attempt["latest_update"]["omitted_bytes"].as_i64() > Some(64 * 1024),
+        "{s:#}"
+    );
+    env.stop(host);
+}
