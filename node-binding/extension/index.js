@@ -3,10 +3,15 @@
 // runs no workflow code: runs execute in the host's supervised children.
 // No import of typebox, pi-ai or pi-tui: the tool's schema is plain JSON Schema (Pi validates any)
 // and the card is ./format.js's CardComponent, which keeps Pi's start fast (docs/PERFORMANCE.md).
+import { randomBytes } from 'node:crypto';
+
 import { isFinal } from '../index.js';
 import { CardComponent, MESSAGE, STEP } from './format.js';
 import { RESERVED, ResolveError, listWorkflows, resolveWorkflow } from './resolve.js';
 import { VALIDATION_WAIT_MS, WorkflowSession, closedWithout, humanAnswer } from './session.js';
+
+/** Errors of a call whose host went away or did not answer: its outcome is the host's to say. */
+const HOST_LOST = new Set(['disconnected', 'timeout', 'io', 'host_shutting_down', 'client_closed', 'connect_failed', 'host_not_ready']);
 
 const ACTIONS = ['list', 'start', 'status', 'pause', 'resume', 'cancel', 'answer', 'update', 'submit'];
 const SUBCOMMANDS = ['list', 'status', 'pause', 'resume', 'cancel', 'answer'];
@@ -314,9 +319,27 @@ export default function piwExtension(pi) {
   async function submit(s, params, signal) {
     const bound = await boundInteraction(s, params.interactionId);
     const current = bound.interaction;
+    // One request id for the submission and its resend: the host answers a resend of a
+    // request it took with the same receipt, so the output is taken at most once.
+    const requestId = `req-${Date.now().toString(16).padStart(12, '0')}${randomBytes(8).toString('hex')}`;
+    const send = () => s.call('interaction.submit', (c) => c.submitInteraction(current, params.output ?? null, { requestId }));
     let submitted;
     try {
-      submitted = await s.call('interaction.submit', (c) => c.submitInteraction(current, params.output ?? null));
+      try {
+        submitted = await send();
+      } catch (e) {
+        if (!HOST_LOST.has(e?.code)) throw e;
+        // The host went away (or hung) while the output was on its way: whether it was taken
+        // is the host's to say. Sent again once (the next call starts a host when none runs).
+        try {
+          submitted = await send();
+        } catch (again) {
+          if (!HOST_LOST.has(again?.code)) throw again;
+          throw new WorkflowError(
+            `the piw host went away while this output for step ${current.node_id} was being submitted (${again.message}), so whether it was taken is not known. Submit the same output again once the host is back (it is never taken twice), or check with the action "status"; do not submit a different one.`,
+          );
+        }
+      }
     } catch (e) {
       if (e?.code === 'stale_attempt') {
         throw new WorkflowError(`attempt ${current.attempt_id} is no longer current: ${e.message}`);

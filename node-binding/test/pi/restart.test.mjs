@@ -260,3 +260,38 @@ test('the host dies while Pi is idle with a live run of the session: the widget 
   assert.match(card.content, /gate completed/);
   await pi.quit();
 });
+
+test('a submit the host dies under is sent again to the next host and taken once; the model hears it was accepted', async () => {
+  env.addWorkflow('agent.workflow.mjs', 'titles');
+  // The first host started dies just before it commits a submission (as a crash would); the
+  // hosts started after it run clean. A wrapper around the real binary decides, by a marker.
+  const { hostBin } = await import('./harness.mjs');
+  const marker = join(env.root, 'faulty-host-started');
+  const wrapper = join(env.root, 'piw-first-host-dies');
+  writeFileSync(
+    wrapper,
+    `#!/bin/sh\nif [ -e '${marker}' ]; then exec '${hostBin}' "$@"; fi\n: > '${marker}'\nPIW_FAULT=before_commit:interaction.submit exec '${hostBin}' "$@"\n`,
+    { mode: 0o755 },
+  );
+  const submits = [];
+  env.model.script = ({ last, lastText }) => {
+    const id = last.role === 'user' ? /"interactionId":"([^"]+)"/.exec(lastText)?.[1] : null;
+    if (!id) return { text: 'ok' };
+    submits.push(id);
+    return { tool: { name: 'workflow', arguments: { action: 'submit', interactionId: id, output: { title: 'Once' } } } };
+  };
+  const pi = await env.startPi({ sessionId: 'crash-submit', extraEnv: { PIW_HOST_BIN: wrapper } });
+  const from = pi.mark();
+  await pi.prompt('/workflow titles the release');
+  const ended = await pi.waitEvent((e) => e.type === 'tool_execution_end' && e.toolName === 'workflow', 'the submit call', from);
+  assert.equal(ended.isError, false, JSON.stringify(ended.result));
+  assert.match(JSON.stringify(ended.result), /accepted: step draft/);
+  const client = await env.client();
+  const [run] = await client.listRuns({ sessionId: 'crash-submit' });
+  const done = await client.waitForRun(run.run_id, { timeoutMs: 30_000 });
+  assert.deepEqual(done.result, { title: 'Once' });
+  const status = await client.runStatus(run.run_id);
+  assert.equal(status.interactions.length, 1);
+  assert.equal(submits.length, 1, 'the model submitted once');
+  await pi.quit();
+});
