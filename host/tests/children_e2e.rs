@@ -2902,16 +2902,15 @@ fn a_child_that_closes_its_connection_and_keeps_running_is_stopped_as_lost() {
 }
 
 /// A workflow that reports progress in a tight loop used to store every update (82 MB in
-/// 14 s): an attempt stores at most `MAX_ATTEMPT_UPDATE_BYTES` of them (and
-/// `MAX_ATTEMPT_UPDATES`) as events; the rest are counted on the attempt with the latest kept,
-/// and one `updates_limited` event says so.
+/// 14 s): an attempt stores at most `MAX_ATTEMPT_UPDATES` of them as events; the rest are
+/// counted on the attempt with the latest kept, and one `updates_limited` event says so.
 #[test]
 fn a_workflow_that_floods_progress_stores_a_bounded_number_of_events() {
     let env = Env::new(&[]);
     let host = env.serve(None);
     let file = env.one_node(
         "chatty",
-        json!({"progress_updates": 100, "progress_bytes": 64 * 1024, "return": {"ok": true}}),
+        json!({"progress_updates": 1_000, "return": {"ok": true}}),
     );
     let run_id = env.start(&file, json!({}));
     let s = env.wait_for(
@@ -2933,20 +2932,11 @@ fn a_workflow_that_floods_progress_stores_a_bounded_number_of_events() {
         )
         .unwrap()
     };
-    // 64 KiB and a little more each: what fits the bytes bound, and not one more.
-    let stored = events("progress");
-    let fits = piw_core::store::MAX_ATTEMPT_UPDATE_BYTES / (64 * 1024 + 64);
-    assert!(
-        stored > 0 && stored <= fits && stored >= fits - 1,
-        "{stored} of 100 stored"
-    );
+    let limit = piw_core::store::MAX_ATTEMPT_UPDATES;
+    assert_eq!(events("progress"), limit);
     assert_eq!(events("updates_limited"), 1);
     let attempt = &s["attempts"][0];
-    assert_eq!(attempt["updates_dropped"], json!(100 - stored), "{s:#}");
-    // Over 16 KiB: kept as its size.
-    assert!(
-        attempt["latest_update"]["omitted_bytes"].as_i64() > Some(64 * 1024),
-        "{s:#}"
-    );
+    assert_eq!(attempt["updates_dropped"], json!(1_000 - limit), "{s:#}");
+    assert_eq!(attempt["latest_update"]["data"]["i"], json!(999), "{s:#}");
     env.stop(host);
 }

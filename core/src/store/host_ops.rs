@@ -174,14 +174,11 @@ impl WriteTx<'_> {
 }
 
 /// Most progress and notify events one attempt stores ([`WriteTx::bounded_update`]).
-pub const MAX_ATTEMPT_UPDATES: i64 = 10_000;
+pub const MAX_ATTEMPT_UPDATES: i64 = 200;
 /// Most bytes of event data those events of one attempt store.
-pub const MAX_ATTEMPT_UPDATE_BYTES: i64 = 4 * 1024 * 1024;
-/// The largest dropped update kept whole as its attempt's `latest_update`; a larger one is
-/// kept as `{"omitted_bytes": N}`.
-pub const MAX_LATEST_UPDATE_BYTES: i64 = 16 * 1024;
+pub const MAX_ATTEMPT_UPDATE_BYTES: i64 = 256 * 1024;
 /// Most progress and notify events one run stores, over all its attempts.
-pub const MAX_RUN_UPDATES: i64 = 20_000;
+pub const MAX_RUN_UPDATES: i64 = 5_000;
 
 impl WriteTx<'_> {
     /// Records a child's progress message as an event (no other state changes).
@@ -257,15 +254,7 @@ impl WriteTx<'_> {
                 "UPDATE attempts SET updates_dropped = updates_dropped + 1, latest_update = ?2
                  WHERE attempt_id = ?1",
             )?
-            .execute(params![
-                attempt_id,
-                // Kept whole when small: status replies carry it.
-                if len <= MAX_LATEST_UPDATE_BYTES {
-                    crate::protocol::canonical_json(&data)
-                } else {
-                    serde_json::json!({ "omitted_bytes": len }).to_string()
-                }
-            ])?;
+            .execute(params![attempt_id, crate::protocol::canonical_json(&data)])?;
         if dropped == 0 {
             self.finish_run_write(
                 run_id,
