@@ -340,15 +340,6 @@ fn scenario() -> Scenario {
     f.store
         .write(|w| w.progress(&claim, "half way", &json!({"n": 1})))
         .unwrap();
-    // Past the attempt's bound of updates: one `updates_limited`.
-    f.store
-        .write(|w| {
-            for n in 0..piw_core::store::MAX_ATTEMPT_UPDATES {
-                w.progress(&claim, "again", &json!({ "n": n }))?;
-            }
-            Ok(())
-        })
-        .unwrap();
     let effect = f.reserve_and_apply(&claim, &b, "send", RetryContract::Never);
     f.store
         .write(|w| {

@@ -796,8 +796,6 @@ mod tests {
             error: None,
             started_at: 0,
             finished_at: Some(0),
-            updates_dropped: 0,
-            latest_update: None,
         }
     }
 

@@ -173,13 +173,6 @@ impl WriteTx<'_> {
     }
 }
 
-/// Most progress and notify events one attempt stores ([`WriteTx::bounded_update`]).
-pub const MAX_ATTEMPT_UPDATES: i64 = 200;
-/// Most bytes of event data those events of one attempt store.
-pub const MAX_ATTEMPT_UPDATE_BYTES: i64 = 256 * 1024;
-/// Most progress and notify events one run stores, over all its attempts.
-pub const MAX_RUN_UPDATES: i64 = 5_000;
-
 impl WriteTx<'_> {
     /// Records a child's progress message as an event (no other state changes).
     pub fn progress(
@@ -198,77 +191,12 @@ impl WriteTx<'_> {
                 format!("the run is {}", run.status),
             ));
         }
-        let attempt = run.current_attempt.clone();
-        self.bounded_update(
+        self.finish_run_write(
             &claim.run_id,
-            attempt.as_deref(),
             "progress",
             serde_json::json!({ "message": message, "data": data }),
         )?;
         Ok(())
-    }
-
-    /// Writes event `kind` with `data` (a progress or notify event of `attempt_id`) within
-    /// the bounds a workflow's updates get: at most [`MAX_ATTEMPT_UPDATES`] events and
-    /// [`MAX_ATTEMPT_UPDATE_BYTES`] of their data per attempt, [`MAX_RUN_UPDATES`] per run.
-    /// Past them an update is counted on its attempt and kept as its latest, not stored as an
-    /// event: the first one past says so with an `updates_limited` event, later ones write no
-    /// event at all. Returns whether the event was stored.
-    pub(crate) fn bounded_update(
-        &mut self,
-        run_id: &str,
-        attempt_id: Option<&str>,
-        kind: &'static str,
-        data: serde_json::Value,
-    ) -> StoreResult<bool> {
-        let Some(attempt_id) = attempt_id else {
-            self.finish_run_write(run_id, kind, data)?;
-            return Ok(true);
-        };
-        let (stored, bytes, dropped): (i64, i64, i64) = self
-            .conn()
-            .prepare_cached(
-                "SELECT updates, update_bytes, updates_dropped FROM attempts WHERE attempt_id = ?1",
-            )?
-            .query_row([attempt_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-        let run_stored: i64 = self
-            .conn()
-            .prepare_cached("SELECT COALESCE(SUM(updates), 0) FROM attempts WHERE run_id = ?1")?
-            .query_row([run_id], |r| r.get(0))?;
-        let len = i64::try_from(crate::protocol::canonical_json_len(&data)).unwrap_or(i64::MAX);
-        if stored < MAX_ATTEMPT_UPDATES
-            && bytes.saturating_add(len) <= MAX_ATTEMPT_UPDATE_BYTES
-            && run_stored < MAX_RUN_UPDATES
-        {
-            self.conn()
-                .prepare_cached(
-                    "UPDATE attempts SET updates = updates + 1, update_bytes = update_bytes + ?2
-                     WHERE attempt_id = ?1",
-                )?
-                .execute(params![attempt_id, len])?;
-            self.finish_run_write(run_id, kind, data)?;
-            return Ok(true);
-        }
-        self.conn()
-            .prepare_cached(
-                "UPDATE attempts SET updates_dropped = updates_dropped + 1, latest_update = ?2
-                 WHERE attempt_id = ?1",
-            )?
-            .execute(params![attempt_id, crate::protocol::canonical_json(&data)])?;
-        if dropped == 0 {
-            self.finish_run_write(
-                run_id,
-                "updates_limited",
-                serde_json::json!({
-                    "attempt": attempt_id,
-                    "kind": kind,
-                    "max_attempt_updates": MAX_ATTEMPT_UPDATES,
-                    "max_attempt_update_bytes": MAX_ATTEMPT_UPDATE_BYTES,
-                    "max_run_updates": MAX_RUN_UPDATES,
-                }),
-            )?;
-        }
-        Ok(false)
     }
 
     /// The run's status.

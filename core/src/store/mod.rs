@@ -41,7 +41,6 @@ pub use durability::WalSync;
 pub use effects::{EffectResult, Reservation};
 pub use error::{StoreError, StoreResult};
 pub use host_ops::{ClaimedMessages, NodeResult};
-pub use host_ops::{MAX_ATTEMPT_UPDATES, MAX_ATTEMPT_UPDATE_BYTES, MAX_RUN_UPDATES};
 pub use lifecycle::{
     Activation, CancelSummary, NewRun, Provenance, RecoveredRun, Resume, TransitionRequest,
     Transitioned,

@@ -88,10 +88,6 @@ pub struct AttemptRecord {
     /// When the attempt opened, and when it ended (`None` while it runs or waits).
     pub started_at: UnixMillis,
     pub finished_at: Option<UnixMillis>,
-    /// Progress and notify events past the attempt's bounds: counted, not stored.
-    pub updates_dropped: u64,
-    /// The latest of those (its event data), kept; `None` when none was dropped.
-    pub latest_update: Option<Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -402,7 +398,7 @@ impl Store {
     pub fn attempts(&self, run_id: &str) -> StoreResult<Vec<AttemptRecord>> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT attempt_id, node_id, ordinal, generation, status, deadline_at, output, error,
-                    started_at, finished_at, updates_dropped, latest_update
+                    started_at, finished_at
              FROM attempts WHERE run_id = ?1 ORDER BY started_at, rowid",
         )?;
         let rows = stmt.query_map([run_id], |r| {
@@ -418,8 +414,6 @@ impl Store {
                 error: r.get(7)?,
                 started_at: r.get(8)?,
                 finished_at: r.get(9)?,
-                updates_dropped: r.get::<_, i64>(10)? as u64,
-                latest_update: json_col(r, 11)?,
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -456,7 +450,7 @@ impl Store {
         // Ordered as `attempts` orders them (start time, then insertion), reversed.
         let mut stmt = self.conn.prepare_cached(
             "SELECT attempt_id, node_id, ordinal, generation, status, deadline_at, output, error,
-                    started_at, finished_at, updates_dropped, latest_update
+                    started_at, finished_at
              FROM attempts WHERE run_id = ?1
                AND (?2 IS NULL OR started_at < ?2 OR (started_at = ?2 AND rowid < ?3))
              ORDER BY started_at DESC, rowid DESC LIMIT ?4",
@@ -481,8 +475,6 @@ impl Store {
                     error: r.get(7)?,
                     started_at: r.get(8)?,
                     finished_at: r.get(9)?,
-                    updates_dropped: r.get::<_, i64>(10)? as u64,
-                    latest_update: json_col(r, 11)?,
                 })
             },
         )?;

@@ -85,12 +85,6 @@ CREATE TABLE attempts (
     error        TEXT,
     started_at   INTEGER NOT NULL,
     finished_at  INTEGER,
-    -- Progress and notify events stored for it, and their data's bytes; past the bounds
-    -- (`store::MAX_ATTEMPT_UPDATES`, ...) they are counted and the latest kept, not stored.
-    updates          INTEGER NOT NULL DEFAULT 0,
-    update_bytes     INTEGER NOT NULL DEFAULT 0,
-    updates_dropped  INTEGER NOT NULL DEFAULT 0,
-    latest_update    TEXT,
     UNIQUE (run_id, node_id, ordinal)
 );
 -- Lookups of a run's attempts use the (run_id, node_id, ordinal) index above; no index on

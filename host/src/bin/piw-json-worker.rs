@@ -23,7 +23,7 @@
 //! idempotency keys would), `wait` (`checkpoint` / `human_decision`; `request` replaces its request), `interact`
 //! (`agent` / `assistant_message`), `validate` (`{"field": "value"}` the submission must contain;
 //! `validate_sleep_ms` delays the verdict),
-//! `progress_updates` (that many `worker.progress` calls), `close_connection_and_hang` (shut the connection to the host down and run on for ever),
+//! `close_connection_and_hang` (shut the connection to the host down and run on for ever),
 //! `notify` (content), `propose_next` (propose this node instead of the routed one: a
 //! misbehaving child, for tests of the host's graph check). A top-level `"batch_compute": true`
 //! reports consecutive plain compute steps together (`Worker::defer_transition`).
@@ -238,9 +238,6 @@ enum Step {
 fn execute(w: &mut Worker, b: &Value, input: &Value) -> Result<Step, WorkerError> {
     if let Some(ms) = b["sleep_ms"].as_u64() {
         std::thread::sleep(Duration::from_millis(ms));
-    }
-    for i in 0..b["progress_updates"].as_u64().unwrap_or(0) {
-        w.progress(&format!("step {i}"), json!({ "i": i }))?;
     }
     if b["close_connection_and_hang"].as_bool() == Some(true) {
         close_sockets();

@@ -363,9 +363,8 @@ impl WriteTx<'_> {
         self.require_pending_interaction(interaction_id, &request, attempt_id, false)?;
         let run_id = request.run_id;
         self.authorize(&run_id, Fence::Unclaimed, Op::Submit)?;
-        self.bounded_update(
+        self.finish_run_write(
             &run_id,
-            Some(attempt_id),
             "progress",
             json!({ "message": message, "data": data, "interaction": interaction_id }),
         )?;
@@ -872,13 +871,7 @@ impl WriteTx<'_> {
         let id = format!("msg-{}", &crate::ids::sha256_hex(key.as_bytes())[..28]);
         let message_id =
             self.add_message_once(&claim.run_id, &run, MessageKind::Notify, content, &id)?;
-        let attempt = run.current_attempt.clone();
-        self.bounded_update(
-            &claim.run_id,
-            attempt.as_deref(),
-            "notified",
-            json!({ "message": message_id }),
-        )?;
+        self.finish_run_write(&claim.run_id, "notified", json!({ "message": message_id }))?;
         Ok(message_id)
     }
 
