@@ -251,12 +251,18 @@ impl Worker {
     }
 
     /// Publishes informational progress; returns the run's revision after the commit (the
-    /// update's place in the run's history), when the host gives it.
+    /// update's place in the run's history; its event may have been over the run's event
+    /// budget), when the host gives it.
     #[napi]
     pub fn progress(&mut self, message: String, data: Value) -> Result<Option<i64>> {
         self.session()?
             .progress(&message, data)
-            .map(|receipt| receipt.revision.and_then(|r| i64::try_from(r).ok()))
+            .map(|receipt| {
+                receipt
+                    .revision
+                    .or_else(|| receipt.body.get("seq").and_then(Value::as_u64))
+                    .and_then(|r| i64::try_from(r).ok())
+            })
             .map_err(worker_error)
     }
 

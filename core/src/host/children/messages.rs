@@ -140,8 +140,8 @@ pub fn apply_worker(
             }
         }
         RequestBody::WorkerProgress(p) => {
-            w.progress(&claim, &p.message, &p.data)?;
-            json!({})
+            let kept = w.progress(&claim, &p.message, &p.data)?;
+            json!({ "seq": kept.seq, "event_kept": kept.event_kept })
         }
         RequestBody::WorkerWait(wait) => {
             let kind = match wait.decision_kind {
