@@ -719,3 +719,72 @@ test('discoverWorkflows, resolveWorkflowRef, workflowSearchDirs, workflowFileSte
   assert.equal(loaded.name, 'disc-load');
   await assert.rejects(piw.loadWorkflowFile(join(home, '.pi', 'agent', 'workflows', 'global-only.workflow.mjs')), /must export default defineWorkflow/);
 });
+
+test('workflow updates: the latest per (type, key) in status, events bounded (the excess counted, not stored); the progress helpers workflows import', async () => {
+  const c = host.client;
+  const session = 'session-compat-bounded';
+  const file = write(
+    'chatty.workflow.ts',
+    `import { action, defineWorkflow, estimateProgress, formatProgressLine, formatRemaining } from "@osolmaz/pi-workflows";
+
+const rows = (completed: number) => ({ schema: "pi-workflows.progress.v1" as const, label: "Rows", status: "running" as const, completed, total: 3000, unit: "rows" });
+
+export default defineWorkflow({
+  name: "chatty",
+  startAt: "work",
+  nodes: {
+    work: action({
+      run: async ({ publishUpdate }) => {
+        const started = Date.now();
+        let last;
+        for (let i = 1; i <= 3000; i++) last = await publishUpdate({ type: "progress", key: "rows", data: rows(i) });
+        await publishUpdate({ type: "note", key: "log", data: { text: "done" } });
+        const t = Date.parse("2026-08-16T10:00:00Z");
+        const estimate = estimateProgress("rows", [0, 1, 2].map((m) => ({ at: new Date(t + m * 60_000).toISOString(), data: rows(100 + m * 100) })), new Date(t + 120_000));
+        return {
+          seconds: Math.ceil((Date.now() - started) / 1000),
+          lastSeq: last!.seq,
+          line: formatProgressLine(estimate, new Date(t + 120_000)),
+          confidence: estimate.confidence,
+          remaining: [formatRemaining(45_000), formatRemaining(18 * 60_000), formatRemaining(2.5 * 3_600_000), formatRemaining(36 * 3_600_000)],
+        };
+      },
+    }),
+  },
+  edges: [],
+});
+`,
+  );
+  const sub = await c.subscribe({ sessionId: session });
+  const { run_id: runId } = await c.startRun(file, { sessionId: session });
+  const progress = [];
+  for await (const e of sub) {
+    if (e.run_id === runId && e.event_kind === 'progress') progress.push(e.data);
+    if (e.run_id === runId && ['completed', 'failed', 'review'].includes(e.status)) break;
+  }
+  const run = await c.waitForRun(runId, { timeoutMs: 30_000 });
+  assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+  const status = await c.runStatus(runId);
+  // The latest of each key, in the order they arrived; a counted track keeps its samples.
+  assert.deepEqual(
+    status.updates.map((u) => [u.type, u.key, u.data.completed ?? u.data.text, u.node_id]),
+    [
+      ['progress', 'rows', 3000, 'work'],
+      ['note', 'log', 'done', 'work'],
+    ],
+  );
+  assert.equal(status.updates[0].samples.length, 9);
+  assert.deepEqual(status.updates[0].samples.at(-1).slice(1), [3000]);
+  // Every update is either an event or counted as dropped; far fewer are stored than were
+  // published (a burst of 100, then 20 a second), and the events say what was dropped.
+  assert.equal(progress.length + status.events_dropped, 3001);
+  assert.ok(progress.length <= 100 + 20 * (run.result.seconds + 1), `${progress.length} events in ${run.result.seconds} s`);
+  assert.ok(status.events_dropped > 0);
+  const reported = progress.reduce((n, p) => n + (p.dropped ?? 0), 0);
+  assert.ok(reported <= status.events_dropped);
+  assert.equal(typeof run.result.lastSeq, 'number');
+  // The helpers: 100 rows a minute, 300 of 3,000 done.
+  assert.equal(run.result.line, 'Rows  300/3,000 rows  ETA 27m');
+  assert.equal(run.result.confidence, 'medium');
+  assert.deepEqual(run.result.remaining, ['45s', '18m', '2.5h', '1.5d']);
+});
