@@ -149,7 +149,8 @@ export function widgetOf(status, progress, now = Date.now()) {
   const lines = [`${head} · run ${run.run_id}`];
   const nodes = [...visits.entries()];
   // Keep the nodes visited last when there are more than fit.
-  const room = Math.max(1, (progress ? 7 : 8) - tracks.length);
+  const shown = progress && !estimates.some((e) => progress === `progress:${e.key}`);
+  const room = Math.max(1, (shown ? 7 : 8) - tracks.length);
   for (const [node, { count, last }] of nodes.slice(-room)) {
     const active = node === run.current_node && !['completed', 'failed', 'cancelled', 'timed_out'].includes(run.status);
     const took =
@@ -159,7 +160,8 @@ export function widgetOf(status, progress, now = Date.now()) {
     lines.push(`${active ? '→' : ' '} ${MARK[last.status] ?? '·'} ${node}${count > 1 ? ` ×${count}` : ''}${took}`);
   }
   lines.push(...tracks);
-  if (progress) lines.push(`  ${progress}`.slice(0, 200));
+  // The note of the last progress event, unless it only names a track shown above.
+  if (shown) lines.push(`  ${progress}`.slice(0, 200));
   return { lines: lines.slice(0, 10), status: head };
 }
 
