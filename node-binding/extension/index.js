@@ -180,11 +180,7 @@ export default function piwExtension(pi) {
         output: { description: 'submit: the step output (JSON)' },
         interactionId: { type: 'string', description: 'submit/update: the interaction id from the step message' },
         message: { type: 'string', description: 'update: what has been done so far (plain text, when there is no structured update)' },
-        update: {
-          type: 'object',
-          description: 'update: { type, key, data }, the current state of one item (replaces the previous one of the same type and key)',
-          properties: { type: { type: 'string' }, key: { type: 'string' }, data: { type: 'object' } },
-        },
+        update: { description: 'update: { type, key, data } (JSON), the current state of one item: replaces the previous one of the same type and key' },
         step: { type: 'string', description: 'update: the step (node) the update is for; checked against the open step' },
         attempt: { type: 'string', description: 'update: the attempt the update is for; checked against the open step' },
       },
