@@ -204,12 +204,18 @@ impl Worker {
             .map_or(0, |s| u32::try_from(s.deferred_steps()).unwrap_or(u32::MAX))
     }
 
-    /// The run finishes with `result`.
+    /// The run finishes with `result`; `presentation` is what the workflow's
+    /// `presentationPrompt` function gave for it.
     #[napi]
-    pub fn complete(&mut self, outcome: Value, result: Value) -> Result<()> {
+    pub fn complete(
+        &mut self,
+        outcome: Value,
+        result: Value,
+        presentation: Option<String>,
+    ) -> Result<()> {
         let outcome: AttemptOutcome = parse("outcome", outcome)?;
         self.session()?
-            .complete(outcome, result)
+            .complete_presented(outcome, result, presentation)
             .map(drop)
             .map_err(worker_error)
     }

@@ -788,3 +788,38 @@ export default defineWorkflow({
   assert.equal(run.result.confidence, 'medium');
   assert.deepEqual(run.result.remaining, ['45s', '18m', '2.5h', '1.5d']);
 });
+
+test('a presentationPrompt function is called when the run completes, with { state, finalOutput, signal }; its text goes with the terminal message; undefined or a throw gives none', async () => {
+  const c = host.client;
+  const presented = async (name, prompt) => {
+    const session = `session-compat-present-${name}`;
+    const file = write(
+      `${name}.workflow.mjs`,
+      `import { compute, defineWorkflow } from "@osolmaz/pi-workflows";
+export default defineWorkflow({
+  name: "${name}",
+  startAt: "answer",
+  presentationPrompt: ${prompt},
+  nodes: { answer: compute({ run: ({ input }) => ({ verdict: "ship", topic: input.topic }) }) },
+  edges: [],
+});
+`,
+    );
+    const run = await c.waitForRun((await c.startRun(file, { input: { topic: 'tests' }, sessionId: session })).run_id, { timeoutMs: 30_000 });
+    assert.equal(run.status, 'completed', run.error);
+    const messages = await c.claimMessages(session);
+    const terminal = messages.find((m) => m.kind === 'terminal');
+    assert.ok(terminal, JSON.stringify(messages));
+    return terminal.content.presentation;
+  };
+  assert.equal(
+    await presented(
+      'presentfn',
+      '({ state, finalOutput, signal }) => `Explain ${finalOutput.verdict} for ${state.input.topic} (${state.status}, ${Object.keys(state.outputs)}, ${signal instanceof AbortSignal})`',
+    ),
+    'Explain ship for tests (completed, answer, true)',
+  );
+  assert.equal(await presented('presentnone', '() => undefined'), undefined);
+  assert.equal(await presented('presentthrow', '() => { throw new Error("no words"); }'), undefined);
+  assert.equal(await presented('presentstring', '"Summarize the result."'), 'Summarize the result.');
+});

@@ -124,7 +124,13 @@ pub fn apply_worker(
             } else {
                 &c.result
             };
-            w.complete(&claim, &attempt_id, &output, result)?;
+            w.complete_presented(
+                &claim,
+                &attempt_id,
+                &output,
+                result,
+                c.presentation.as_deref(),
+            )?;
             json!({ "status": "completed" })
         }
         RequestBody::WorkerFail(f) => {
