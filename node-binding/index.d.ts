@@ -256,6 +256,26 @@ export interface RunStatus {
   decisions: Decision[];
   interactions: Interaction[];
   effects: Effect[];
+  /** The latest update per `(type, key)`, in the order they arrived. */
+  updates: RunUpdate[];
+  /** Progress and notify events dropped over the run's event budget. */
+  events_dropped: number;
+}
+
+/** The run's latest update for one `(type, key)` (`RunStatus.updates`). */
+export interface RunUpdate {
+  type: string;
+  key: string;
+  node_id: string | null;
+  attempt_id: string | null;
+  data: Record<string, unknown> | null;
+  /** `data` was left out so that the status fits a frame. */
+  data_omitted?: true;
+  seq: number;
+  /** Unix ms, when the host received it. */
+  at: number;
+  /** A counted progress track's `[at, completed]` of its current estimation epoch, oldest first (at most nine). */
+  samples: Array<[number, number]>;
 }
 
 export interface WorkflowMessage {
