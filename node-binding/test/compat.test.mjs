@@ -822,4 +822,9 @@ export default defineWorkflow({
   assert.equal(await presented('presentnone', '() => undefined'), undefined);
   assert.equal(await presented('presentthrow', '() => { throw new Error("no words"); }'), undefined);
   assert.equal(await presented('presentstring', '"Summarize the result."'), 'Summarize the result.');
+  const { compute, defineWorkflow } = await import('../index.js');
+  assert.throws(
+    () => defineWorkflow({ name: 'bad', startAt: 'a', presentationPrompt: 42, nodes: { a: compute({ run: () => 1 }) }, edges: [] }),
+    /presentationPrompt must be a string or a function/,
+  );
 });
