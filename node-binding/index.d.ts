@@ -256,6 +256,26 @@ export interface RunStatus {
   decisions: Decision[];
   interactions: Interaction[];
   effects: Effect[];
+  /** The latest update per `(type, key)`, in the order they arrived. */
+  updates: RunUpdate[];
+  /** Progress and notify events dropped over the run's event budget. */
+  events_dropped: number;
+}
+
+/** The run's latest update for one `(type, key)` (`RunStatus.updates`). */
+export interface RunUpdate {
+  type: string;
+  key: string;
+  node_id: string | null;
+  attempt_id: string | null;
+  data: Record<string, unknown> | null;
+  /** `data` was left out so that the status fits a frame. */
+  data_omitted?: true;
+  seq: number;
+  /** Unix ms, when the host received it. */
+  at: number;
+  /** A counted progress track's `[at, completed]` of its current estimation epoch, oldest first (at most nine). */
+  samples: Array<[number, number]>;
 }
 
 export interface WorkflowMessage {
@@ -504,6 +524,53 @@ export declare const MAX_UPDATE_DATA_BYTES: number;
 export declare function validateWorkflowUpdate(update: unknown): WorkflowUpdate;
 /** Checks the data of a `progress` update; returns it or throws the first problem. */
 export declare function validateProgressData(data: unknown): WorkflowProgressData;
+
+export type ProgressConfidence = 'low' | 'medium' | 'high';
+/** One progress track's estimate; rates in units per millisecond. */
+export interface ProgressEstimate {
+  key: string;
+  data: WorkflowProgressData;
+  sampleCount: number;
+  delta?: number;
+  rateLow?: number;
+  rateMedian?: number;
+  rateHigh?: number;
+  remainingLowMs?: number;
+  remainingMedianMs?: number;
+  remainingHighMs?: number;
+  confidence?: ProgressConfidence;
+  sourceEstimatedFinishAt?: string;
+  unavailableReason?: string;
+  elapsedMs?: number;
+}
+/** A sample of a track: `at` an ISO time or Unix milliseconds. */
+export interface ProgressSample {
+  at: string | number;
+  data: WorkflowProgressData;
+}
+export interface ProgressUpdateRecord {
+  type: string;
+  key: string;
+  at: string | number;
+  data: Record<string, unknown>;
+}
+export interface ProgressTrackState {
+  key: string;
+  samples: ProgressSample[];
+  estimate: ProgressEstimate;
+}
+/** The estimate of a track from its samples, oldest first (its current epoch's last eight intervals). */
+export declare function estimateProgress(key: string, samples: ProgressSample[], now?: Date): ProgressEstimate;
+/** `Worker A  420/1,000 rows  ETA 18m–20m`. */
+export declare function formatProgressLine(estimate: ProgressEstimate, now?: Date): string;
+export declare function formatProgressReport(estimates: ProgressEstimate[], nextCheckMinutes?: number, now?: Date, maxChars?: number): string;
+/** `45s`, `18m`, `2.5h`, `1.5d`. */
+export declare function formatRemaining(ms: number): string;
+export declare function prioritizeProgressEstimates(estimates: ProgressEstimate[]): ProgressEstimate[];
+export declare function progressTracksFromRecords(records: ProgressUpdateRecord[], now?: Date): ProgressTrackState[];
+export declare function appendProgressHistory<T extends ProgressUpdateRecord>(history: T[], additions: T[], maxPerTrack?: number, maxRecords?: number): T[];
+/** The tracks of `run.status` → `updates` (piw's projection, with its samples). */
+export declare function progressTracksFromStatus(updates: unknown[] | undefined, now?: Date): ProgressTrackState[];
 
 /**
  * A JSON value out of model text: `strict` the whole text, `fenced` or the first ``` fence,

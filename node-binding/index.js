@@ -35,5 +35,15 @@ export {
 } from './lib/command.js';
 export { canonicalJson, digest, extractJsonValue, parseJsonValue, parseStrictJsonValue } from './lib/helpers.js';
 export { MAX_UPDATE_DATA_BYTES, validateProgressData, validateWorkflowUpdate } from './lib/updates.js';
+export {
+  appendProgressHistory,
+  estimateProgress,
+  formatProgressLine,
+  formatProgressReport,
+  formatRemaining,
+  prioritizeProgressEstimates,
+  progressTracksFromRecords,
+  progressTracksFromStatus,
+} from './lib/progress.js';
 export { CancelledError, PiwError, TimeoutError } from './lib/errors.js';
 export { discoverWorkflows, loadWorkflowFile, resolveWorkflowRef, workflowFileStem, workflowSearchDirs } from './lib/discover.js';

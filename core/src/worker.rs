@@ -527,6 +527,17 @@ impl Worker {
         outcome: payload::AttemptOutcome,
         result: Value,
     ) -> Result<Receipt, WorkerError> {
+        self.complete_presented(outcome, result, None)
+    }
+
+    /// [`Self::complete`], with the presentation instructions the workflow gave for
+    /// this end (its `presentationPrompt` function's text).
+    pub fn complete_presented(
+        &mut self,
+        outcome: payload::AttemptOutcome,
+        result: Value,
+        presentation: Option<String>,
+    ) -> Result<Receipt, WorkerError> {
         let result_is_output = self.host_takes_result_from_output
             && !result.is_null()
             && matches!(&outcome, payload::AttemptOutcome::Succeeded { output } if *output == result);
@@ -543,6 +554,7 @@ impl Worker {
             result,
             result_is_output,
             earlier,
+            presentation,
         }))
     }
 

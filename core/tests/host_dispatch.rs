@@ -1061,3 +1061,92 @@ fn a_submission_sent_again_gets_its_receipt_and_changes_nothing() {
     );
     assert_eq!(f.store.canonical_dump().unwrap(), before);
 }
+
+/// A raw worker gets no more events stored than the budget allows (issue 26: one wrote 202 MB
+/// of progress in 32 s): its `worker.progress` and `worker.notify` messages are answered, the
+/// latest update per key is kept, the excess is counted in `run.status` and not stored.
+#[test]
+fn a_raw_workers_progress_and_notify_events_are_bounded() {
+    use piw_core::host::children::{apply_worker, ChildEntry};
+    use piw_core::ids::ClaimToken;
+    let mut f = Fixture::new();
+    let (run_id, act, attempt) = f.running();
+    let token = ClaimToken::generate();
+    let mut state = HostState::default();
+    state.claims.insert(run_id.clone(), act.claim.clone());
+    state.children.insert(
+        run_id.clone(),
+        ChildEntry {
+            generation: act.claim.generation,
+            child_epoch: 0,
+            launch: 0,
+            token_hash: token.hash(),
+            hello: false,
+            launched_at: common::T0,
+            judging_since: None,
+            stopping: false,
+            released_at: None,
+            mode: act.mode,
+            resume: act.resume.clone(),
+            from_standby: false,
+            stop_reason: None,
+        },
+    );
+    let mut send = |f: &mut Fixture, id: &str, body: RequestBody| {
+        let req = Request::new(id, body)
+            .with_run_id(&run_id)
+            .with_generation(act.claim.generation)
+            .with_node_id("a")
+            .with_attempt_id(&attempt);
+        f.store
+            .write(|w| apply_worker(w, &mut state, &req))
+            .unwrap()
+    };
+    send(
+        &mut f,
+        "hello",
+        RequestBody::WorkerHello(payload::WorkerHello {
+            child_token: token.expose_secret().to_owned(),
+            pid: 1,
+            definition: None,
+            mounted_sources: None,
+            start_node: false,
+        }),
+    );
+    let events = |f: &Fixture| f.store.events(&run_id, 0).unwrap().len();
+    let before = events(&f);
+    let mut kept = 0;
+    for i in 0..500 {
+        let body = send(
+            &mut f,
+            &format!("p-{i}"),
+            RequestBody::WorkerProgress(payload::WorkerProgress {
+                message: "progress:rows".into(),
+                data: json!({ "type": "progress", "key": "rows", "data": { "completed": i } }),
+            }),
+        );
+        if body["event_kept"] == json!(true) {
+            kept += 1;
+        }
+    }
+    for i in 0..300 {
+        send(
+            &mut f,
+            &format!("n-{i}"),
+            RequestBody::WorkerNotify(payload::WorkerNotify {
+                content: json!({ "text": "x".repeat(1000) }),
+            }),
+        );
+    }
+    assert_eq!(kept, 100, "a burst of 100 at one instant");
+    assert_eq!(events(&f), before + 100);
+    let status = apply_read(
+        &f.store,
+        &Request::new("st", RequestBody::RunStatus(Default::default())).with_run_id(&run_id),
+        1 << 20,
+    )
+    .unwrap()
+    .body;
+    assert_eq!(status["events_dropped"], json!(400 + 300));
+    assert_eq!(status["updates"][0]["data"], json!({ "completed": 499 }));
+}

@@ -340,6 +340,15 @@ fn scenario() -> Scenario {
     f.store
         .write(|w| w.progress(&claim, "half way", &json!({"n": 1})))
         .unwrap();
+    f.store
+        .write(|w| {
+            w.progress(
+                &claim,
+                "progress:rows",
+                &json!({"type": "progress", "key": "rows", "data": {"completed": 1}}),
+            )
+        })
+        .unwrap();
     let effect = f.reserve_and_apply(&claim, &b, "send", RetryContract::Never);
     f.store
         .write(|w| {
@@ -517,6 +526,7 @@ fn the_documented_records_are_the_ones_the_host_sends() {
         ("An interaction (", first("interactions")),
         ("An effect (", first("effects")),
         ("The last child (", statuses[0]["last_child"].clone()),
+        ("An update (", first("updates")),
     ];
     for (marker, record) in cases {
         let (always, marks) = documented_fields(&doc, marker);
@@ -563,7 +573,7 @@ fn the_documented_event_data_is_what_the_host_sends() {
         }
     }
     // Fields the table names with a condition: absent when it does not hold.
-    let conditional = ["retry", "interaction"];
+    let conditional = ["retry", "interaction", "dropped"];
     let mut seen = BTreeSet::new();
     for run in [
         &s.completed,

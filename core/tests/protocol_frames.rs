@@ -139,6 +139,7 @@ fn sample(kind: RequestKind) -> Request {
             result: json!([1, 2, 3]),
             result_is_output: false,
             earlier: Vec::new(),
+            presentation: Some("Summarize it.".into()),
         }),
         RequestKind::WorkerFail => RequestBody::WorkerFail(WorkerFail {
             error: "boom".into(),

@@ -208,3 +208,108 @@ fn a_broken_event_chain_is_reported_and_never_followed() {
         .detail
         .contains(&format!("{} events", r2_ids.len() - 1)));
 }
+
+/// A workflow that publishes updates in a tight loop (issue 26: 20,000 of them wrote 82 MB of
+/// events) keeps a bounded number of events: a burst, then the rate, per run; the latest update
+/// per `(type, key)` is kept whatever was dropped, the drops are counted, and the next event
+/// kept says how many were dropped before it. A notify loop is bounded the same way.
+#[test]
+fn a_chatty_workflow_keeps_the_latest_update_and_a_bounded_number_of_events() {
+    let mut f = Fixture::new();
+    let (run, act, _a) = f.running();
+    let claim = act.claim.clone();
+    let events_before = f.store.events(&run, 0).unwrap().len();
+    let update = |i: u64| {
+        json!({ "type": "progress", "key": "rows", "data": {
+            "schema": "pi-workflows.progress.v1", "status": "running",
+            "completed": i, "total": 2_000, "unit": "rows" } })
+    };
+    for i in 1..=2_000u64 {
+        f.store
+            .write(|w| w.progress(&claim, "progress:rows", &update(i)))
+            .unwrap();
+    }
+    let progress = |f: &Fixture| -> Vec<EventRecord> {
+        f.store
+            .events(&run, 0)
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.kind == "progress")
+            .collect()
+    };
+    assert_eq!(progress(&f).len(), EVENT_BURST as usize);
+    assert_eq!(f.store.events(&run, 0).unwrap().len(), events_before + 100);
+    assert_eq!(f.store.events_dropped(&run).unwrap(), 2_000 - 100);
+    let latest = f.store.updates(&run).unwrap();
+    assert_eq!(latest.len(), 1);
+    assert_eq!(latest[0].data["completed"], json!(2_000));
+    assert_eq!(latest[0].update_type, "progress");
+    // The samples for an ETA: the last nine, of the one epoch.
+    assert_eq!(latest[0].samples.len(), 9);
+
+    // A second later, the rate's worth more; the first says what was dropped before it.
+    f.clock.advance(1_000);
+    let kept = f
+        .store
+        .write(|w| w.progress(&claim, "progress:rows", &update(2_001)))
+        .unwrap();
+    assert!(kept.event_kept);
+    let last = progress(&f).pop().unwrap();
+    assert_eq!(last.data["dropped"], json!(2_000 - 100));
+    assert_eq!(kept.seq, last.seq);
+
+    // Notify events share the budget (the message itself is one per visit).
+    f.clock.advance(5_000);
+    for _ in 0..1_000 {
+        f.store
+            .write(|w| w.notify(&claim, &json!({"text": "hi"})))
+            .unwrap();
+    }
+    let notified = f
+        .store
+        .events(&run, 0)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == "notified")
+        .count();
+    assert_eq!(notified, EVENT_BURST as usize);
+    assert_eq!(f.store.events_dropped(&run).unwrap(), 2_000 - 100 + 900);
+}
+
+/// A run holds at most 1,024 update keys: a new one past them is refused, not stored; a known
+/// key is still replaced.
+#[test]
+fn a_run_refuses_an_update_key_past_its_limit() {
+    let mut f = Fixture::new();
+    let (run, act, _a) = f.running();
+    let claim = act.claim.clone();
+    let update = |k: i64| json!({ "type": "item", "key": format!("k{k}"), "data": { "k": k } });
+    for k in 0..MAX_UPDATE_KEYS {
+        f.store
+            .write(|w| w.progress(&claim, "item", &update(k)))
+            .unwrap();
+    }
+    let refused = f
+        .store
+        .write(|w| w.progress(&claim, "item", &update(MAX_UPDATE_KEYS)))
+        .unwrap_err();
+    assert!(matches!(refused, StoreError::InvalidInput(_)), "{refused}");
+    f.store
+        .write(|w| {
+            w.progress(
+                &claim,
+                "item",
+                &json!({ "type": "item", "key": "k0", "data": { "k": "again" } }),
+            )
+        })
+        .unwrap();
+    let updates = f.store.updates(&run).unwrap();
+    assert_eq!(updates.len(), MAX_UPDATE_KEYS as usize);
+    assert_eq!(updates.last().unwrap().data, json!({ "k": "again" }));
+    assert!(f
+        .store
+        .updates(&run)
+        .unwrap()
+        .iter()
+        .all(|u| u.key != format!("k{MAX_UPDATE_KEYS}")));
+}

@@ -1436,7 +1436,7 @@ impl Harness {
                 },
             ),
             StaleOp::Settle => w.settle(claim, &submission, Ok(())),
-            StaleOp::Report => w.progress(claim, "stale", &json!({})),
+            StaleOp::Report => w.progress(claim, "stale", &json!({})).map(unit),
             StaleOp::RecordDefinition => w.record_definition(claim, &json!({ "stale": true })),
         });
         Ok(r)

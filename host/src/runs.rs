@@ -356,6 +356,7 @@ pub(crate) fn run_cmd(paths: &PiwPaths, mut cmd: RunCmd, json: bool) -> Result<(
             }
             text.push_str(&why_lines(run));
             text.push_str(&request_lines(b));
+            text.push_str(&update_lines(b));
             text.push_str(&last_child_lines(&b["last_child"]));
             text
         } else {
@@ -448,6 +449,44 @@ pub(crate) fn request_lines(status: &Value) -> String {
 /// How the run's newest child ended (or that it runs) and the end of what it wrote to stderr:
 /// a run that failed or stopped for review shows why in the child's own words. Empty for a
 /// run that never had a child.
+/// The run's latest update per `(type, key)` (a `progress` one as its label, count and status,
+/// another as its data, cut at 200 characters), and the events its budget dropped.
+pub(crate) fn update_lines(status: &Value) -> String {
+    let mut text = String::new();
+    for u in status["updates"].as_array().into_iter().flatten() {
+        let d = &u["data"];
+        let what = if u["type"] == json!("progress") && d.is_object() {
+            let mut line = d["label"]
+                .as_str()
+                .unwrap_or(str_of(&u["key"]).as_str())
+                .to_owned();
+            if let Some(done) = d["completed"].as_f64() {
+                line.push_str(&format!(" {done}"));
+                if let Some(total) = d["total"].as_f64() {
+                    line.push_str(&format!("/{total}"));
+                }
+                if let Some(unit) = d["unit"].as_str() {
+                    line.push_str(&format!(" {unit}"));
+                }
+            }
+            format!("{line} · {}", str_of(&d["status"]))
+        } else {
+            d.to_string().chars().take(200).collect()
+        };
+        text.push_str(&format!(
+            "\nupdate {}:{} {what}",
+            str_of(&u["type"]),
+            str_of(&u["key"])
+        ));
+    }
+    if let Some(dropped) = status["events_dropped"].as_u64().filter(|n| *n > 0) {
+        text.push_str(&format!(
+            "\nevents dropped {dropped} (over the run's event budget; the latest updates are above)"
+        ));
+    }
+    text
+}
+
 pub(crate) fn last_child_lines(child: &Value) -> String {
     /// Lines of the stderr tail shown; `--json` has the whole tails.
     const STDERR_LINES: usize = 10;
@@ -707,4 +746,30 @@ pub(crate) fn wait_for_run(
 /// The connection ended without a goodbye: the host process died (or was killed).
 pub(crate) fn host_went_away(e: &ClientError) -> bool {
     matches!(e, ClientError::Disconnected | ClientError::Io(_))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_status_lists_the_latest_updates_and_the_dropped_events() {
+        let status = json!({
+            "updates": [
+                { "type": "progress", "key": "rows", "data": {
+                    "label": "Rows", "status": "running", "completed": 400, "total": 1000,
+                    "unit": "rows" } },
+                { "type": "note", "key": "log", "data": { "text": "half" } },
+            ],
+            "events_dropped": 12,
+        });
+        assert_eq!(
+            update_lines(&status),
+            "\nupdate progress:rows Rows 400/1000 rows · running\nupdate note:log {\"text\":\"half\"}\nevents dropped 12 (over the run's event budget; the latest updates are above)"
+        );
+        assert_eq!(
+            update_lines(&json!({ "updates": [], "events_dropped": 0 })),
+            ""
+        );
+    }
 }

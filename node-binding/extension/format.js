@@ -1,6 +1,7 @@
 // What the model and the person see: the step message of an interactive request (read through
 // the request contract, tolerating missing fields), result cards, widget lines and the footer.
 
+import { formatProgressLine, prioritizeProgressEstimates, progressTracksFromStatus } from '../lib/progress.js';
 import { fitColumns, wrapColumns } from './width.js';
 
 /** Custom message types this extension adds to a session. */
@@ -122,8 +123,18 @@ export function presentationOf(message) {
 const MARK = { ok: '✓', succeeded: '✓', failed: '✗', timed_out: '⏱', running: '▶', waiting: '…', interrupted: '↻', cancelled: '■' };
 
 /** The widget (at most 10 lines) and the footer status of a run's status. */
-export function widgetOf(status, progress) {
+export function widgetOf(status, progress, now = Date.now()) {
   const { run, attempts } = status;
+  // The run's progress tracks (its latest `progress` update per key, `run.status` → `updates`)
+  // with their ETA: `overall` first, then failed, blocked and waiting ones; at most four lines.
+  let estimates = [];
+  try {
+    estimates = prioritizeProgressEstimates(progressTracksFromStatus(status.updates, new Date(now)).map((t) => t.estimate));
+  } catch {
+    // A track the widget cannot read is left out, never the widget.
+  }
+  const tracks = estimates.map((e) => `  ${formatProgressLine(e, new Date(now))}`.slice(0, 200));
+  if (tracks.length > 4) tracks.splice(3, tracks.length, `  +${estimates.length - 3} more progress tracks`);
   const head = `wf ${run.workflow_name} ${run.paused ? 'paused' : run.status}${run.current_node ? ` ${run.current_node}` : ''}`;
   // The host lists attempts newest first: read them oldest first, so that a node's last
   // attempt is its newest and the nodes come in the order of their latest visits.
@@ -140,7 +151,8 @@ export function widgetOf(status, progress) {
   const lines = [`${head} · run ${run.run_id}`];
   const nodes = [...visits.entries()];
   // Keep the nodes visited last when there are more than fit.
-  const room = progress ? 7 : 8;
+  const shown = progress && !estimates.some((e) => progress === `progress:${e.key}`);
+  const room = Math.max(1, (shown ? 7 : 8) - tracks.length);
   for (const [node, { count, last }] of nodes.slice(-room)) {
     const active = node === run.current_node && !['completed', 'failed', 'cancelled', 'timed_out'].includes(run.status);
     const took =
@@ -149,7 +161,9 @@ export function widgetOf(status, progress) {
         : '';
     lines.push(`${active ? '→' : ' '} ${MARK[last.status] ?? '·'} ${node}${count > 1 ? ` ×${count}` : ''}${took}`);
   }
-  if (progress) lines.push(`  ${progress}`.slice(0, 200));
+  lines.push(...tracks);
+  // The note of the last progress event, unless it only names a track shown above.
+  if (shown) lines.push(`  ${progress}`.slice(0, 200));
   return { lines: lines.slice(0, 10), status: head };
 }
 

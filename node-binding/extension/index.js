@@ -3,15 +3,17 @@
 // runs no workflow code: runs execute in the host's supervised children.
 // No import of typebox, pi-ai or pi-tui: the tool's schema is plain JSON Schema (Pi validates any)
 // and the card is ./format.js's CardComponent, which keeps Pi's start fast (docs/PERFORMANCE.md).
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 
-import { isFinal } from '../index.js';
+import { isFinal, validateWorkflowUpdate } from '../index.js';
 import { CardComponent, MESSAGE, STEP } from './format.js';
 import { RESERVED, ResolveError, listWorkflows, resolveWorkflow } from './resolve.js';
 import { VALIDATION_WAIT_MS, WorkflowSession, closedWithout, humanAnswer } from './session.js';
 
 /** Errors of a call whose host went away or did not answer: its outcome is the host's to say. */
 const HOST_LOST = new Set(['disconnected', 'timeout', 'io', 'host_shutting_down', 'client_closed', 'connect_failed', 'host_not_ready']);
+
+const randomPart = () => `${process.pid}-${Date.now()}-${Math.random()}`;
 
 const ACTIONS = ['list', 'start', 'status', 'pause', 'resume', 'cancel', 'answer', 'update', 'submit'];
 const SUBCOMMANDS = ['list', 'status', 'pause', 'resume', 'cancel', 'answer'];
@@ -165,7 +167,7 @@ export default function piwExtension(pi) {
     name: 'workflow',
     label: 'Workflow',
     description:
-      'Start, follow and answer piw workflows. Actions: list; start (workflow = a name, builtin:<id> or a path; input = JSON); status, pause, resume, cancel (runId, default: this session\'s active run); answer (an ordinary checkpoint: runId, answer); update (a progress note on the current step: message); submit (the output of the current workflow step: output, interactionId from the step message).',
+      'Start, follow and answer piw workflows. Actions: list; start (workflow = a name, builtin:<id> or a path; input = JSON); status, pause, resume, cancel (runId, default: this session\'s active run); answer (an ordinary checkpoint: runId, answer); update (progress on the current step, the step still open: update = { type, key, data } as workflows publish it, e.g. { type: "progress", key: "overall", data: { schema: "pi-workflows.progress.v1", status: "running", completed, total, unit } }; or a plain message); submit (the output of the current workflow step: output, interactionId from the step message).',
     promptSnippet: 'Start, follow and answer durable piw workflows',
     promptGuidelines: [
       'When a workflow step message arrives, do the step and finish it with the workflow tool action "submit" exactly as the message says.',
@@ -180,11 +182,14 @@ export default function piwExtension(pi) {
         answer: { description: 'answer: the checkpoint answer (JSON)' },
         output: { description: 'submit: the step output (JSON)' },
         interactionId: { type: 'string', description: 'submit/update: the interaction id from the step message' },
-        message: { type: 'string', description: 'update: what has been done so far' },
+        message: { type: 'string', description: 'update: what has been done so far (plain text, when there is no structured update)' },
+        update: { description: 'update: { type, key, data } (JSON), the current state of one item: replaces the previous one of the same type and key' },
+        step: { type: 'string', description: 'update: the step (node) the update is for; checked against the open step' },
+        attempt: { type: 'string', description: 'update: the attempt the update is for; checked against the open step' },
       },
       required: ['action'],
     },
-    async execute(_toolCallId, params, signal) {
+    async execute(toolCallId, params, signal) {
       const s = need();
       switch (params.action) {
         case 'list': {
@@ -244,7 +249,7 @@ export default function piwExtension(pi) {
           return text(`answered checkpoint ${d.node_id} of run ${runId}`, { runId, decisionId: d.decision_id });
         }
         case 'update':
-          return update(s, params);
+          return update(s, params, toolCallId);
         case 'submit':
           return submit(s, params, signal);
         default:
@@ -304,15 +309,47 @@ export default function piwExtension(pi) {
     );
   }
 
-  async function update(s, params) {
-    if (!params.message) throw new WorkflowError('update needs `message`');
+  /**
+   * A progress note, or a workflow update `{ type, key, data }` checked as `publishUpdate`
+   * checks it and kept as the run's latest for its `(type, key)`; answered with a receipt. The
+   * tool call id makes a re-delivered call a repeat (the host answers the first one again).
+   */
+  async function update(s, params, toolCallId) {
+    let checked = null;
+    if (params.update !== undefined) {
+      try {
+        checked = validateWorkflowUpdate(params.update);
+      } catch (e) {
+        throw new WorkflowError(`update refused: ${e.message}`);
+      }
+    } else if (!params.message) {
+      throw new WorkflowError('update needs `update` ({ type, key, data }) or `message`');
+    }
     const bound = await boundInteraction(s, params.interactionId);
     if (!bound.open) throw closedError(bound);
     const current = bound.interaction;
-    await s.call('interaction.update', (c) => c.updateInteraction(current, params.message));
-    return text(`progress noted for step ${current.node_id}; the step is still open: submit its output when done`, {
+    if (params.step !== undefined && params.step !== current.node_id) {
+      throw new WorkflowError(`update is for step ${params.step}, but the open step is ${current.node_id} (run ${current.run_id})`);
+    }
+    if (params.attempt !== undefined && params.attempt !== current.attempt_id) {
+      throw new WorkflowError(`update is for attempt ${params.attempt}, but the open step's attempt is ${current.attempt_id}`);
+    }
+    const message = checked ? `${checked.type}:${checked.key}` : params.message;
+    const options = toolCallId ? { idempotencyKey: `update-${toolCallId}` } : {};
+    const body = await s.call('interaction.update', (c) => c.updateInteraction(current, message, checked, options));
+    const receipt = checked
+      ? {
+          updateId: `upd_${createHash('sha256').update(`${current.interaction_id}\0${toolCallId ?? randomPart()}`).digest('hex').slice(0, 26)}`,
+          seq: body?.seq ?? null,
+          at: new Date().toISOString(),
+          type: checked.type,
+          key: checked.key,
+        }
+      : null;
+    return text(`${checked ? `update ${message} kept` : 'progress noted'} for step ${current.node_id}; the step is still open: submit its output when done`, {
       runId: current.run_id,
       interactionId: current.interaction_id,
+      ...(receipt ? { receipt } : {}),
     });
   }
 

@@ -36,6 +36,13 @@ function textOrFn(value, what, optional = false) {
   throw shape(`${what} must be a string or a function of the node context`);
 }
 
+/** A workflow's `presentationPrompt`: a string, a function (called when the run completes) or none. */
+function presentationPromptOf(value) {
+  if (value === undefined || value === null) return null;
+  if (typeof value === 'string' || typeof value === 'function') return value;
+  throw shape('presentationPrompt must be a string or a function of { state, finalOutput, signal }');
+}
+
 function options(value, what) {
   if (!value || typeof value !== 'object' || Array.isArray(value)) {
     throw shape(`${what} needs an options object`);
@@ -595,7 +602,7 @@ export function defineWorkflow(def) {
     [WORKFLOW]: 'workflow',
     name: o.name,
     title: o.title === undefined ? null : textOrFn(o.title, 'title'),
-    presentationPrompt: o.presentationPrompt ?? null,
+    presentationPrompt: presentationPromptOf(o.presentationPrompt),
     input: optionalFn(o.input, 'input'),
     source: o.source ?? null,
     contractId: o.contractId ?? null,

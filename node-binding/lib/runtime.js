@@ -706,6 +706,52 @@ class RunContext {
   }
 }
 
+/** How long a `presentationPrompt` function may take (the reference's bound). */
+const PRESENTATION_BOUND_MS = 30_000;
+
+/**
+ * The presentation instructions of a run about to complete with `finalOutput`, from a
+ * `presentationPrompt` function called with `{ state, finalOutput, signal }` (copies: it cannot
+ * change the run): its text, or null for none (it returned `undefined` or an empty string, threw,
+ * or took longer than 30 s, when its signal aborts; the run completes all the same and the
+ * problem goes to the child's stderr). A string `presentationPrompt` travels in the snapshot.
+ */
+async function presentationOf(run, finalOutput) {
+  const prompt = run.workflow.presentationPrompt;
+  if (typeof prompt !== 'function') return null;
+  const controller = new AbortController();
+  let timer;
+  try {
+    const state = structuredClone({
+      runId: run.env.runId,
+      workflow: run.workflow.name,
+      title: run.title,
+      status: 'completed',
+      input: run.input,
+      ...run.view(''),
+      finalOutput,
+    });
+    const bound = new Promise((_, reject) => {
+      timer = setTimeout(() => {
+        controller.abort(new Error('presentationPrompt took too long'));
+        reject(new Error(`did not return within ${PRESENTATION_BOUND_MS / 1000} s`));
+      }, PRESENTATION_BOUND_MS);
+    });
+    const text = await Promise.race([
+      Promise.resolve().then(() => prompt({ state, finalOutput: state.finalOutput, signal: controller.signal })),
+      bound,
+    ]);
+    if (text === undefined || text === null) return null;
+    if (typeof text !== 'string') throw new Error(`must return a string or undefined, got ${typeof text}`);
+    return text.trim() === '' ? null : text;
+  } catch (e) {
+    process.stderr.write(`piw: presentationPrompt failed; the run is not presented: ${message(e)}\n`);
+    return null;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** How long a `timeoutMs` function may take (the reference's bound). */
 const TIMEOUT_FN_BOUND_MS = 30_000;
 
@@ -1014,7 +1060,7 @@ async function drive(w) {
       attemptId = reply.attemptId;
     } else if (route.complete) {
       batch.cancelTimer();
-      w.complete(outcome, last);
+      w.complete(outcome, last, await presentationOf(run, last));
       return;
     } else {
       batch.cancelTimer();

@@ -204,12 +204,18 @@ impl Worker {
             .map_or(0, |s| u32::try_from(s.deferred_steps()).unwrap_or(u32::MAX))
     }
 
-    /// The run finishes with `result`.
+    /// The run finishes with `result`; `presentation` is what the workflow's
+    /// `presentationPrompt` function gave for it.
     #[napi]
-    pub fn complete(&mut self, outcome: Value, result: Value) -> Result<()> {
+    pub fn complete(
+        &mut self,
+        outcome: Value,
+        result: Value,
+        presentation: Option<String>,
+    ) -> Result<()> {
         let outcome: AttemptOutcome = parse("outcome", outcome)?;
         self.session()?
-            .complete(outcome, result)
+            .complete_presented(outcome, result, presentation)
             .map(drop)
             .map_err(worker_error)
     }
@@ -251,12 +257,18 @@ impl Worker {
     }
 
     /// Publishes informational progress; returns the run's revision after the commit (the
-    /// update's place in the run's history), when the host gives it.
+    /// update's place in the run's history; its event may have been over the run's event
+    /// budget), when the host gives it.
     #[napi]
     pub fn progress(&mut self, message: String, data: Value) -> Result<Option<i64>> {
         self.session()?
             .progress(&message, data)
-            .map(|receipt| receipt.revision.and_then(|r| i64::try_from(r).ok()))
+            .map(|receipt| {
+                receipt
+                    .revision
+                    .or_else(|| receipt.body.get("seq").and_then(Value::as_u64))
+                    .and_then(|r| i64::try_from(r).ok())
+            })
             .map_err(worker_error)
     }
 

@@ -329,26 +329,36 @@ test('waitForRun goes on through a burst of events it fell behind on', async () 
   const c = host.client;
   const go = `${host.dir}/chatty.go`;
   const marker = `${host.dir}/chatty.done`;
-  // 6,000 events: more than a subscription buffers (4,096) even after whatever the socket
-  // buffers hold when this thread looks again, so the overflow below does not depend on speed.
+  // 6,000 steps, each at least one event: more than a subscription buffers (4,096) even after
+  // whatever the socket buffers hold when this thread looks again, so the overflow below does
+  // not depend on speed. (Steps, not updates: a run's progress events are bounded by rate.)
   const chatty = writeWorkflow(
     host.dir,
     'chatty',
     `import { existsSync, writeFileSync } from 'node:fs';
     export default piw.defineWorkflow({
-      name: 'chatty', startAt: 'talk',
+      name: 'chatty', startAt: 'wait', maxSteps: 10000,
       nodes: {
-        talk: piw.action({
-          effect: piw.idempotentEffect('chat'),
-          run: async ({ publishUpdate }) => {
+        wait: piw.action({
+          effect: piw.idempotentEffect('wait'),
+          run: async () => {
             while (!existsSync(${JSON.stringify(go)})) await new Promise((r) => setTimeout(r, 10));
-            for (let i = 0; i < 6000; i++) await publishUpdate({ type: 'chat', key: 'talk', data: { step: i } });
-            writeFileSync(${JSON.stringify(marker)}, 'done');
-            return { said: 6000 };
+            return { step: 0 };
           },
         }),
+        talk: piw.compute({
+          run: ({ outputs }) => {
+            const step = (outputs.talk?.step ?? 0) + 1;
+            if (step === 6000) writeFileSync(${JSON.stringify(marker)}, 'done');
+            return { step, next: step < 6000 ? 'again' : 'done' };
+          },
+        }),
+        done: piw.compute({ run: ({ outputs }) => ({ said: outputs.talk.step }) }),
       },
-      edges: [],
+      edges: [
+        { from: 'wait', to: 'talk' },
+        { from: 'talk', switch: { on: '$.next', cases: { again: 'talk', done: 'done' } } },
+      ],
     });`,
   );
   const { run_id: runId } = await c.startRun(chatty);
@@ -373,7 +383,7 @@ test('waitForRun goes on through a burst of events it fell behind on', async () 
   }
   writeFileSync(go, '');
   // Block this thread until the run has completed on the host (asked synchronously, through
-  // the CLI): its events pile up in the addon's buffers, unread. Each update is durable: tens
+  // the CLI): its events pile up in the addon's buffers, unread. Each step is durable: tens
   // of seconds on a loaded machine; the bound is only for a hang.
   const until = Date.now() + 180_000;
   const completed = () =>

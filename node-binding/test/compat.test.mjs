@@ -758,3 +758,112 @@ export default defineWorkflow({
   assert.equal(run.status, 'completed', JSON.stringify(run));
   assert.deepEqual(run.result, { mapped: { n: 42, mode: 'default' }, given: { n: 10, mode: 'default' } });
 });
+
+test('workflow updates: the latest per (type, key) in status, events bounded (the excess counted, not stored); the progress helpers workflows import', async () => {
+  const c = host.client;
+  const session = 'session-compat-bounded';
+  const file = write(
+    'chatty.workflow.ts',
+    `import { action, defineWorkflow, estimateProgress, formatProgressLine, formatRemaining } from "@osolmaz/pi-workflows";
+
+const rows = (completed: number) => ({ schema: "pi-workflows.progress.v1" as const, label: "Rows", status: "running" as const, completed, total: 3000, unit: "rows" });
+
+export default defineWorkflow({
+  name: "chatty",
+  startAt: "work",
+  nodes: {
+    work: action({
+      run: async ({ publishUpdate }) => {
+        const started = Date.now();
+        let last;
+        for (let i = 1; i <= 3000; i++) last = await publishUpdate({ type: "progress", key: "rows", data: rows(i) });
+        await publishUpdate({ type: "note", key: "log", data: { text: "done" } });
+        const t = Date.parse("2026-08-16T10:00:00Z");
+        const estimate = estimateProgress("rows", [0, 1, 2].map((m) => ({ at: new Date(t + m * 60_000).toISOString(), data: rows(100 + m * 100) })), new Date(t + 120_000));
+        return {
+          seconds: Math.ceil((Date.now() - started) / 1000),
+          lastSeq: last!.seq,
+          line: formatProgressLine(estimate, new Date(t + 120_000)),
+          confidence: estimate.confidence,
+          remaining: [formatRemaining(45_000), formatRemaining(18 * 60_000), formatRemaining(2.5 * 3_600_000), formatRemaining(36 * 3_600_000)],
+        };
+      },
+    }),
+  },
+  edges: [],
+});
+`,
+  );
+  const sub = await c.subscribe({ sessionId: session });
+  const { run_id: runId } = await c.startRun(file, { sessionId: session });
+  const progress = [];
+  for await (const e of sub) {
+    if (e.run_id === runId && e.event_kind === 'progress') progress.push(e.data);
+    if (e.run_id === runId && ['completed', 'failed', 'review'].includes(e.status)) break;
+  }
+  const run = await c.waitForRun(runId, { timeoutMs: 30_000 });
+  assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+  const status = await c.runStatus(runId);
+  // The latest of each key, in the order they arrived; a counted track keeps its samples.
+  assert.deepEqual(
+    status.updates.map((u) => [u.type, u.key, u.data.completed ?? u.data.text, u.node_id]),
+    [
+      ['progress', 'rows', 3000, 'work'],
+      ['note', 'log', 'done', 'work'],
+    ],
+  );
+  assert.equal(status.updates[0].samples.length, 9);
+  assert.deepEqual(status.updates[0].samples.at(-1).slice(1), [3000]);
+  // Every update is either an event or counted as dropped; far fewer are stored than were
+  // published (a burst of 100, then 20 a second), and the events say what was dropped.
+  assert.equal(progress.length + status.events_dropped, 3001);
+  assert.ok(progress.length <= 100 + 20 * (run.result.seconds + 1), `${progress.length} events in ${run.result.seconds} s`);
+  assert.ok(status.events_dropped > 0);
+  const reported = progress.reduce((n, p) => n + (p.dropped ?? 0), 0);
+  assert.ok(reported <= status.events_dropped);
+  assert.equal(typeof run.result.lastSeq, 'number');
+  // The helpers: 100 rows a minute, 300 of 3,000 done.
+  assert.equal(run.result.line, 'Rows  300/3,000 rows  ETA 27m');
+  assert.equal(run.result.confidence, 'medium');
+  assert.deepEqual(run.result.remaining, ['45s', '18m', '2.5h', '1.5d']);
+});
+
+test('a presentationPrompt function is called when the run completes, with { state, finalOutput, signal }; its text goes with the terminal message; undefined or a throw gives none', async () => {
+  const c = host.client;
+  const presented = async (name, prompt) => {
+    const session = `session-compat-present-${name}`;
+    const file = write(
+      `${name}.workflow.mjs`,
+      `import { compute, defineWorkflow } from "@osolmaz/pi-workflows";
+export default defineWorkflow({
+  name: "${name}",
+  startAt: "answer",
+  presentationPrompt: ${prompt},
+  nodes: { answer: compute({ run: ({ input }) => ({ verdict: "ship", topic: input.topic }) }) },
+  edges: [],
+});
+`,
+    );
+    const run = await c.waitForRun((await c.startRun(file, { input: { topic: 'tests' }, sessionId: session })).run_id, { timeoutMs: 30_000 });
+    assert.equal(run.status, 'completed', run.error);
+    const messages = await c.claimMessages(session);
+    const terminal = messages.find((m) => m.kind === 'terminal');
+    assert.ok(terminal, JSON.stringify(messages));
+    return terminal.content.presentation;
+  };
+  assert.equal(
+    await presented(
+      'presentfn',
+      '({ state, finalOutput, signal }) => `Explain ${finalOutput.verdict} for ${state.input.topic} (${state.status}, ${Object.keys(state.outputs)}, ${signal instanceof AbortSignal})`',
+    ),
+    'Explain ship for tests (completed, answer, true)',
+  );
+  assert.equal(await presented('presentnone', '() => undefined'), undefined);
+  assert.equal(await presented('presentthrow', '() => { throw new Error("no words"); }'), undefined);
+  assert.equal(await presented('presentstring', '"Summarize the result."'), 'Summarize the result.');
+  const { compute, defineWorkflow } = await import('../index.js');
+  assert.throws(
+    () => defineWorkflow({ name: 'bad', startAt: 'a', presentationPrompt: 42, nodes: { a: compute({ run: () => 1 }) }, edges: [] }),
+    /presentationPrompt must be a string or a function/,
+  );
+});

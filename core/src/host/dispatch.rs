@@ -460,13 +460,13 @@ pub fn apply_command(
                 required(&req.node_id, "node_id")?,
                 &u.interaction_id,
             )?;
-            w.interaction_progress(
+            let kept = w.interaction_progress(
                 &u.interaction_id,
                 required(&req.attempt_id, "attempt_id")?,
                 &u.message,
                 &u.data,
             )?;
-            json!({ "interaction_id": u.interaction_id })
+            json!({ "interaction_id": u.interaction_id, "seq": kept.seq, "event_kept": kept.event_kept })
         }
         RequestBody::MessageClaim(m) => {
             let owner = match &m.claimant {
@@ -675,6 +675,8 @@ pub fn apply_read(store: &Store, req: &Request, reply_limit: usize) -> Result<Re
             let mut effects = store.effects(run_id)?;
             // What the newest child said (its exit and output tails, masked like the loss
             // reasons): a run that failed or stopped for review shows why in its own words.
+            let mut updates = store.updates(run_id)?;
+            let events_dropped = store.events_dropped(run_id)?;
             let last_child = store.last_child(run_id)?.map(|mut c| {
                 c.stdout_tail = super::children::mask_hex_runs(&c.stdout_tail);
                 c.stderr_tail = super::children::mask_hex_runs(&c.stderr_tail);
@@ -688,6 +690,7 @@ pub fn apply_read(store: &Store, req: &Request, reply_limit: usize) -> Result<Re
                 &interactions,
                 &effects,
                 &last_child,
+                &updates,
             ));
             fit_run_status(
                 &mut attempts,
@@ -696,12 +699,30 @@ pub fn apply_read(store: &Store, req: &Request, reply_limit: usize) -> Result<Re
                 &mut effects,
                 reply_excess(body_len, reply_limit),
             );
+            // Then the data of the oldest updates, when what is left still does not fit.
+            let body_len = json_len(&(
+                &run,
+                &claim,
+                &attempts,
+                &decisions,
+                &interactions,
+                &effects,
+                &last_child,
+                &updates,
+            ));
+            omit_until_it_fits(
+                updates
+                    .iter_mut()
+                    .map(|u| (&mut u.data, &mut u.data_omitted)),
+                reply_excess(body_len, reply_limit),
+            );
             Receipt::new(
                 Some(run.revision),
                 json!({ "run": run, "claim": claim, "attempts": attempts,
                         "attempt_count": attempt_count,
                         "decisions": decisions, "interactions": interactions,
-                        "effects": effects, "last_child": last_child }),
+                        "effects": effects, "last_child": last_child,
+                        "updates": updates, "events_dropped": events_dropped }),
             )
         }
         RequestBody::RunList(list) => {

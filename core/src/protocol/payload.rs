@@ -376,6 +376,10 @@ pub struct WorkerComplete {
     /// Steps taken before the last one, oldest first (see [`EarlierStep`]).
     #[serde(default)]
     pub earlier: Vec<EarlierStep>,
+    /// The presentation instructions the workflow's `presentationPrompt` function gave for
+    /// this end (in place of the snapshot's `presentation_prompt`); absent when it gave none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub presentation: Option<String>,
 }
 
 /// Payload of `worker.fail`: the run cannot continue.

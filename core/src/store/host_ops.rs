@@ -174,13 +174,15 @@ impl WriteTx<'_> {
 }
 
 impl WriteTx<'_> {
-    /// Records a child's progress message as an event (no other state changes).
+    /// Records a child's progress message: an event within the run's event budget, and the
+    /// latest update for its `(type, key)` when its data is a workflow update (see
+    /// [`super::updates`]). No other state changes.
     pub fn progress(
         &mut self,
         claim: &super::Claim,
         message: &str,
         data: &Value,
-    ) -> StoreResult<()> {
+    ) -> StoreResult<super::ProgressKept> {
         self.fence(claim)?;
         let run = self.run_row(&claim.run_id)?;
         if run.status != super::RunStatus::Running {
@@ -191,12 +193,14 @@ impl WriteTx<'_> {
                 format!("the run is {}", run.status),
             ));
         }
-        self.finish_run_write(
+        self.record_progress(
             &claim.run_id,
-            "progress",
-            serde_json::json!({ "message": message, "data": data }),
-        )?;
-        Ok(())
+            run.current_node.as_deref(),
+            run.current_attempt.as_deref(),
+            message,
+            data,
+            None,
+        )
     }
 
     /// The run's status.

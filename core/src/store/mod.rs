@@ -28,6 +28,7 @@ pub mod model;
 mod read;
 mod receipts;
 mod schema;
+mod updates;
 mod view;
 
 use std::path::{Path, PathBuf};
@@ -52,6 +53,11 @@ pub use read::{
 };
 pub use receipts::{CommandMeta, CommandOutcome, StoredReceipt};
 pub use schema::{ddl_digest, DDL, SCHEMA_ID};
+pub use updates::{
+    workflow_update, ProgressKept, UpdateRecord, EVENT_BURST, EVENT_RATE_PER_SECOND,
+    MAX_ATTEMPT_EVENTS, MAX_ATTEMPT_EVENT_BYTES, MAX_RUN_EVENTS, MAX_RUN_EVENT_BYTES,
+    MAX_UPDATE_DATA_BYTES, MAX_UPDATE_KEYS,
+};
 pub use view::{
     attempt_spans, AttemptDetail, AttemptRequest, AttemptSpan, EventCursor, EventPage,
     NodeActivity, RunFilter, RunSummary,

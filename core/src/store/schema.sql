@@ -224,3 +224,36 @@ CREATE TABLE run_views (
     last_event      TEXT    NOT NULL,
     updated_at      INTEGER NOT NULL
 );
+
+-- The latest workflow update of a run per (type, key): a progress whose data is an update
+-- `{ type, key, data }` replaces its row in the same write, whether or not its event was kept
+-- (see event_budgets). `samples` holds the last (at, completed) pairs of a counted progress
+-- track's current estimation epoch, for an ETA.
+CREATE TABLE run_updates (
+    run_id      TEXT    NOT NULL REFERENCES runs (run_id),
+    type        TEXT    NOT NULL,
+    key         TEXT    NOT NULL,
+    node_id     TEXT,
+    attempt_id  TEXT,
+    data        TEXT    NOT NULL,   -- JSON object
+    seq         INTEGER NOT NULL,   -- the run's revision after the update
+    at          INTEGER NOT NULL,
+    samples     TEXT    NOT NULL,   -- JSON array of [at, completed]
+    ordinal     INTEGER NOT NULL,   -- the run's progress and notify count then: their order
+    PRIMARY KEY (run_id, type, key)
+) WITHOUT ROWID;
+
+-- What a run's progress and notify events used: per run (attempt_id '') and per attempt,
+-- the events and bytes kept; per run, the rate bucket and the events dropped over a bound
+-- (`unreported`: since the last event kept, which then says how many).
+CREATE TABLE event_budgets (
+    run_id       TEXT    NOT NULL REFERENCES runs (run_id),
+    attempt_id   TEXT    NOT NULL,
+    events       INTEGER NOT NULL,
+    bytes        INTEGER NOT NULL,
+    tokens       INTEGER NOT NULL,  -- thousandths of an event
+    refilled_at  INTEGER NOT NULL,
+    dropped      INTEGER NOT NULL,
+    unreported   INTEGER NOT NULL,
+    PRIMARY KEY (run_id, attempt_id)
+) WITHOUT ROWID;

@@ -7,6 +7,7 @@ use piw_core::graph::{Edge, Graph, NodeKind};
 use piw_core::store::{
     AttemptDetail, AttemptRequest, AttemptSpan, ChildRecord, EffectRecord, EventCursor,
     EventRecord, NodeActivity, RunFilter, RunRecord, RunStatus, RunSummary, Store, StoreResult,
+    UpdateRecord,
 };
 
 /// How many runs one page of the run list holds (more than any terminal shows at once).
@@ -113,6 +114,11 @@ pub struct Inspector {
     pub input: Option<serde_json::Value>,
     pub requests: Vec<AttemptRequest>,
     pub effects: Vec<EffectRecord>,
+    /// The run's latest updates the node published (per `(type, key)`); in history, those not
+    /// replaced after the event shown.
+    pub updates: Vec<UpdateRecord>,
+    /// The run's progress and notify events dropped over its event budget.
+    pub events_dropped: u64,
 }
 
 /// One run: its graph with node states, the inspector, and a window of its events.
@@ -244,11 +250,16 @@ impl RunModel {
                     attempt.output = None;
                     attempt.error = None;
                 }
+                let node = self.nodes.get(self.selected).map(|n| n.node_id.clone());
+                let mut updates = store.updates(&self.run.run_id)?;
+                updates.retain(|u| u.node_id == node && seq.is_none_or(|shown| u.seq <= shown));
                 let mut inspector = Inspector {
                     input: Some(store.attempt_input(&self.run.run_id, &id)?),
                     attempt: Some(attempt),
                     requests: store.attempt_requests(&id)?,
                     effects: store.attempt_effects(&self.run.run_id, &id)?,
+                    updates,
+                    events_dropped: store.events_dropped(&self.run.run_id)?,
                 };
                 if let Some(i) = self.history {
                     // The events after the one shown are all loaded (newest first, up to it).

@@ -520,6 +520,15 @@ pub fn inspector_lines(m: &RunModel, now: UnixMillis) -> Vec<Line<'static>> {
             out.push(Line::from(format!("  error: {}", one_line(error))));
         }
     }
+    for u in &m.inspector.updates {
+        out.extend(update_lines(u, now));
+    }
+    if m.inspector.events_dropped > 0 {
+        out.push(Line::from(format!(
+            "events dropped over the run's budget: {}",
+            m.inspector.events_dropped
+        )));
+    }
     if let Some(child) = &m.child {
         if child.exited {
             let how = match (child.exit_code, child.signal) {
@@ -547,6 +556,85 @@ pub fn inspector_lines(m: &RunModel, now: UnixMillis) -> Vec<Line<'static>> {
         }
     }
     out
+}
+
+/// An update in the inspector: a `progress` track as its count, status and ETA with the basis
+/// of the estimate (samples, source times); another type as its data.
+fn update_lines(u: &piw_core::store::UpdateRecord, now: UnixMillis) -> Vec<Line<'static>> {
+    let head = format!("update {}:{} at {}", u.update_type, u.key, clock_time(u.at));
+    if u.update_type != "progress" || u.data_omitted {
+        return vec![
+            Line::from(head),
+            Line::from(format!("  {}", compact(&u.data))),
+        ];
+    }
+    let d = &u.data;
+    let text = |f: &str| d.get(f).and_then(Value::as_str).map(one_line);
+    let number = |f: &str| d.get(f).and_then(Value::as_f64);
+    let mut line = text("label").unwrap_or_else(|| u.key.clone());
+    if let Some(done) = number("completed") {
+        line.push_str(&format!(" {done}"));
+        if let Some(total) = number("total") {
+            line.push_str(&format!("/{total}"));
+        }
+        if let Some(unit) = text("unit") {
+            line.push_str(&format!(" {unit}"));
+        }
+    }
+    line.push_str(&format!(
+        " · {}",
+        text("status").unwrap_or_else(|| "?".into())
+    ));
+    if let Some(phase) = text("phase") {
+        line.push_str(&format!(" · {phase}"));
+    }
+    let mut out = vec![Line::from(head), Line::from(format!("  {line}"))];
+    let rest = match (number("completed"), number("total")) {
+        (Some(done), Some(total)) => Some(total - done),
+        _ => None,
+    };
+    let running = text("status").as_deref() == Some("running");
+    match (rest, median_rate(&u.samples)) {
+        (Some(rest), Some(rate)) if running && rate > 0.0 => {
+            // The remaining work at the median rate of the epoch's intervals, from the last sample.
+            let left = (rest / rate) as i64 - (now - u.at).max(0);
+            out.push(Line::from(format!(
+                "  ETA {} (median of {} intervals)",
+                precise_duration(left.max(0)),
+                u.samples.len() - 1
+            )));
+        }
+        _ if running => out.push(Line::from(format!(
+            "  ETA unavailable ({} samples)",
+            u.samples.len()
+        ))),
+        _ => {}
+    }
+    for f in ["sourceUpdatedAt", "sourceEstimatedFinishAt"] {
+        if let Some(at) = text(f) {
+            out.push(Line::from(format!("  {f}: {at}")));
+        }
+    }
+    out
+}
+
+/// The median rate (units per ms) of the intervals between samples `[at, completed]`.
+fn median_rate(samples: &[(UnixMillis, f64)]) -> Option<f64> {
+    let mut rates: Vec<f64> = samples
+        .windows(2)
+        .filter(|w| w[1].0 > w[0].0)
+        .map(|w| (w[1].1 - w[0].1) / (w[1].0 - w[0].0) as f64)
+        .collect();
+    if rates.is_empty() {
+        return None;
+    }
+    rates.sort_by(f64::total_cmp);
+    let mid = rates.len() / 2;
+    Some(if rates.len().is_multiple_of(2) {
+        (rates[mid - 1] + rates[mid]) / 2.0
+    } else {
+        rates[mid]
+    })
 }
 
 /// The inspector panel (wrapped: nothing in it is cut but by [`compact`]).

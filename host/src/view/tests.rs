@@ -981,3 +981,45 @@ fn tiny_terminals_get_a_frame() {
         frame(&app, PLAIN, f.clock_now(), w, h).unwrap();
     }
 }
+
+/// The inspector shows the updates the selected node published: a progress track with its
+/// count, status and ETA (the median rate of its samples), another type as its data, and the
+/// events the run's budget dropped.
+#[test]
+fn the_inspector_shows_a_nodes_updates_with_the_tracks_eta() {
+    let mut f = Fixture::new();
+    let (run_id, act, _a) = f.start(&loop_graph(), None);
+    let rows = |done: u64| {
+        json!({ "type": "progress", "key": "rows", "data": {
+            "schema": "pi-workflows.progress.v1", "label": "Rows", "status": "running",
+            "completed": done, "total": 1000, "unit": "rows" } })
+    };
+    // 100 rows in ten seconds, 400 done: a minute left.
+    for m in 0..4u64 {
+        if m > 0 {
+            f.clock.advance(10_000);
+        }
+        f.store
+            .write(|w| {
+                w.heartbeat(&act.claim)?;
+                w.progress(&act.claim, "progress:rows", &rows(100 + m * 100))
+            })
+            .unwrap();
+    }
+    f.store
+        .write(|w| {
+            w.progress(
+                &act.claim,
+                "note:log",
+                &json!({ "type": "note", "key": "log", "data": { "text": "half" } }),
+            )
+        })
+        .unwrap();
+    let text = f.view(&run_id, 120, 40);
+    assert!(text.contains("update progress:rows at"), "{text}");
+    assert!(text.contains("Rows 400/1000 rows · running"), "{text}");
+    assert!(text.contains("ETA 1m (median of 3 intervals)"), "{text}");
+    assert!(text.contains("update note:log at"), "{text}");
+    assert!(text.contains(r#"{"text":"half"}"#), "{text}");
+    assert!(!text.contains("events dropped"), "{text}");
+}

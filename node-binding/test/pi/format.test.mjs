@@ -55,3 +55,38 @@ test('an interrupted attempt is not a visit: a node reached through a route the 
   const { lines } = widgetOf({ run: run('gaveUp', 'completed'), attempts: [...oldestFirst].reverse() }, null);
   assert.deepEqual(lines.slice(1), ['  ✗ draft 10 ms', '  ✓ gaveUp 5 ms']);
 });
+
+test("the widget shows the run's progress tracks with their ETA, overall and blocked first, within ten lines", () => {
+  const at = Date.parse('2026-08-16T10:00:00Z');
+  const progress = (key, data, samples = []) => ({
+    type: 'progress',
+    key,
+    node_id: 'k',
+    attempt_id: 'att',
+    data: { schema: 'pi-workflows.progress.v1', ...data },
+    seq: 1,
+    at: samples.at(-1)?.[0] ?? at,
+    samples,
+  });
+  // Worker A: 100 rows a minute for four minutes, 600 of 1,000 done: 4 minutes left.
+  const a = progress('worker-a', { label: 'Worker A', status: 'running', completed: 600, total: 1000, unit: 'rows' }, [0, 1, 2, 3, 4].map((m) => [at + m * 60_000, 200 + m * 100]));
+  const overall = progress('overall', { status: 'running', completed: 1, total: 3, unit: 'jobs' }, [[at, 1]]);
+  const blocked = progress('worker-b', { label: 'Worker B', status: 'blocked' });
+  const other = { type: 'note', key: 'n', data: { text: 'hi' }, seq: 2, at, samples: [] };
+  const oldestFirst = 'abcdefghij'.split('').map((n, i) => attempt(n, 'ok', 2000 + i * 100));
+  const { lines } = widgetOf(
+    { run: run('j'), attempts: [...oldestFirst].reverse(), updates: [a, blocked, other, overall] },
+    null,
+    at + 4 * 60_000,
+  );
+  assert.ok(lines.length <= 10, lines.join('\n'));
+  assert.deepEqual(lines.slice(-3), [
+    '  overall  1/3 jobs  ETA unavailable (needs another progress sample)',
+    '  Worker B  blocked  ETA unavailable (progress is blocked)',
+    '  Worker A  600/1,000 rows  ETA 4m',
+  ]);
+  // Nodes make room for the tracks: the newest ones stay.
+  assert.equal(lines[lines.length - 4], '→ ✓ j 5 ms');
+  // Without updates the widget is as it was.
+  assert.equal(widgetOf({ run: run('j'), attempts: [...oldestFirst].reverse() }, null).lines.length, 9);
+});

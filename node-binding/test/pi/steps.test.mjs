@@ -219,6 +219,59 @@ test('update records progress on the open step without completing it; the widget
   await pi.quit();
 });
 
+test('update in the structured form workflows publish: checked, kept as the latest for its key with a receipt, shown as a progress track; a wrong step is refused', async () => {
+  let phase = 0;
+  const data = { schema: 'pi-workflows.progress.v1', label: 'Files', status: 'running', completed: 1, total: 4, unit: 'files' };
+  env.model.script = ({ last, lastText }) => {
+    const id = stepId(lastText);
+    if (id && phase === 0) {
+      phase = 1;
+      return { tool: { name: 'workflow', arguments: { action: 'update', step: 'elsewhere', update: { type: 'progress', key: 'overall', data } } } };
+    }
+    if (last.role === 'tool' && phase === 1) {
+      phase = 2;
+      return { tool: { name: 'workflow', arguments: { action: 'update', step: 'draft', update: { type: 'progress', key: 'overall', data: { ...data, completed: 9 } } } } };
+    }
+    if (last.role === 'tool' && phase === 2) {
+      phase = 3;
+      return { tool: { name: 'workflow', arguments: { action: 'update', step: 'draft', update: { type: 'progress', key: 'overall', data } } } };
+    }
+    if (last.role === 'tool' && phase === 3) {
+      phase = 4;
+      return { tool: { name: 'workflow', arguments: { action: 'submit', output: { title: 'Tracked' } } } };
+    }
+    return { text: 'ok' };
+  };
+  const pi = await env.startPi();
+  const client = await env.client();
+  const from = pi.mark();
+  const { run_id } = await client.startRun(`${env.project}/.pi/workflows/titles.workflow.mjs`, { input: { task: 'x' }, sessionId: 'session-a' });
+  const ends = [];
+  for (let i = 0; i < 3; i++) {
+    ends.push(await pi.waitEvent((e) => e.type === 'tool_execution_end' && e.toolName === 'workflow' && !ends.includes(e), `update ${i + 1}`, from));
+  }
+  assert.equal(ends[0].isError, true);
+  assert.match(JSON.stringify(ends[0].result), /update is for step elsewhere, but the open step is draft/);
+  assert.equal(ends[1].isError, true);
+  assert.match(JSON.stringify(ends[1].result), /update refused: progress.total must be at least progress.completed/);
+  assert.equal(ends[2].isError, false, JSON.stringify(ends[2].result));
+  const receipt = ends[2].result.details.receipt;
+  assert.equal(receipt.type, 'progress');
+  assert.equal(receipt.key, 'overall');
+  assert.equal(typeof receipt.seq, 'number');
+  assert.match(receipt.updateId, /^upd_/);
+  await pi.waitEvent(
+    (e) => e.type === 'extension_ui_request' && e.method === 'setWidget' && (e.widgetLines ?? []).some((l) => /^ {2}Files {2}1\/4 files/.test(l)),
+    'the widget with the track',
+    from,
+  );
+  const status = await client.runStatus(run_id);
+  assert.deepEqual(status.updates.map((u) => [u.type, u.key, u.data.completed, u.node_id]), [['progress', 'overall', 1, 'draft']]);
+  const run = await client.waitForRun(run_id, { timeoutMs: 30_000 });
+  assert.deepEqual(run.result, { title: 'Tracked' });
+  await pi.quit();
+});
+
 test('a paused run\'s pending step does not keep another run\'s step from being presented', async () => {
   env.model.script = () => ({ text: 'ok' });
   const client = await env.client();

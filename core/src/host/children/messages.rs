@@ -124,7 +124,13 @@ pub fn apply_worker(
             } else {
                 &c.result
             };
-            w.complete(&claim, &attempt_id, &output, result)?;
+            w.complete_presented(
+                &claim,
+                &attempt_id,
+                &output,
+                result,
+                c.presentation.as_deref(),
+            )?;
             json!({ "status": "completed" })
         }
         RequestBody::WorkerFail(f) => {
@@ -140,8 +146,8 @@ pub fn apply_worker(
             }
         }
         RequestBody::WorkerProgress(p) => {
-            w.progress(&claim, &p.message, &p.data)?;
-            json!({})
+            let kept = w.progress(&claim, &p.message, &p.data)?;
+            json!({ "seq": kept.seq, "event_kept": kept.event_kept })
         }
         RequestBody::WorkerWait(wait) => {
             let kind = match wait.decision_kind {

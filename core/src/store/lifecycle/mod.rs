@@ -774,6 +774,20 @@ impl WriteTx<'_> {
         output: &Value,
         result: &Value,
     ) -> StoreResult<u64> {
+        self.complete_presented(claim, attempt_id, output, result, None)
+    }
+
+    /// [`Self::complete`], with the presentation instructions the workflow's
+    /// `presentationPrompt` function gave (they go with the terminal message in place of the
+    /// snapshot's `presentation_prompt`).
+    pub fn complete_presented(
+        &mut self,
+        claim: &Claim,
+        attempt_id: &str,
+        output: &Value,
+        result: &Value,
+        presentation: Option<&str>,
+    ) -> StoreResult<u64> {
         self.fence(claim)?;
         let run = self.run_for(&claim.run_id, Op::Complete)?;
         self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
@@ -793,6 +807,7 @@ impl WriteTx<'_> {
             RunStatus::Completed,
             "completed",
             json!({ "result": result }),
+            presentation,
         )?;
         Ok(revision)
     }
@@ -828,6 +843,7 @@ impl WriteTx<'_> {
             status,
             error,
             json!({ "error": error }),
+            None,
         )?;
         Ok(revision)
     }
@@ -859,6 +875,7 @@ impl WriteTx<'_> {
             RunStatus::Cancelled,
             reason,
             json!({ "reason": reason }),
+            None,
         )?;
         Ok(summary)
     }
@@ -910,6 +927,9 @@ impl WriteTx<'_> {
         Ok(summary)
     }
 
+    /// Ends the run; `presented` is the presentation instructions a `presentationPrompt`
+    /// function gave for this end, else the snapshot's `presentation_prompt` goes with the
+    /// terminal message.
     fn end_run(
         &mut self,
         run_id: &str,
@@ -917,6 +937,7 @@ impl WriteTx<'_> {
         status: RunStatus,
         reason: &str,
         mut data: Value,
+        presented: Option<&str>,
     ) -> StoreResult<(u64, CancelSummary)> {
         let summary = self.close_open_work(run_id, reason)?;
         if let Value::Object(map) = &mut data {
@@ -928,15 +949,19 @@ impl WriteTx<'_> {
             .execute(params![run_id, status.as_str(), self.now])?;
         // The workflow's presentation instructions (from the run's definition snapshot) go with
         // its terminal message, so that the origin session presents the result with a model turn.
-        let presentation: Option<String> = self
-            .conn()
-            .prepare_cached(
-                "SELECT json_extract(definition, '$.presentation_prompt') FROM runs
-                 WHERE run_id = ?1 AND json_valid(definition)",
-            )?
-            .query_row(params![run_id], |r| r.get(0))
-            .optional()?
-            .flatten();
+        // A `presentationPrompt` function's text, when the run's child gave one, comes first.
+        let presentation: Option<String> = match presented {
+            Some(text) => Some(text.to_owned()),
+            None => self
+                .conn()
+                .prepare_cached(
+                    "SELECT json_extract(definition, '$.presentation_prompt') FROM runs
+                     WHERE run_id = ?1 AND json_valid(definition)",
+                )?
+                .query_row(params![run_id], |r| r.get(0))
+                .optional()?
+                .flatten(),
+        };
         let mut content = data.clone();
         if let Value::Object(map) = &mut content {
             map.insert("status".into(), json!(status.as_str()));

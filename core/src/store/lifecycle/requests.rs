@@ -358,17 +358,20 @@ impl WriteTx<'_> {
         attempt_id: &str,
         message: &str,
         data: &Value,
-    ) -> StoreResult<()> {
+    ) -> StoreResult<super::super::ProgressKept> {
         let request = self.interaction_row(interaction_id)?;
         self.require_pending_interaction(interaction_id, &request, attempt_id, false)?;
         let run_id = request.run_id;
         self.authorize(&run_id, Fence::Unclaimed, Op::Submit)?;
-        self.finish_run_write(
+        let node = self.run_row(&run_id)?.current_node;
+        self.record_progress(
             &run_id,
-            "progress",
-            json!({ "message": message, "data": data, "interaction": interaction_id }),
-        )?;
-        Ok(())
+            node.as_deref(),
+            Some(attempt_id),
+            message,
+            data,
+            Some(interaction_id),
+        )
     }
 
     /// The origin session gave up on a pending interactive request (the model's turns
@@ -871,7 +874,16 @@ impl WriteTx<'_> {
         let id = format!("msg-{}", &crate::ids::sha256_hex(key.as_bytes())[..28]);
         let message_id =
             self.add_message_once(&claim.run_id, &run, MessageKind::Notify, content, &id)?;
-        self.finish_run_write(&claim.run_id, "notified", json!({ "message": message_id }))?;
+        // The event is bounded as progress is (the message itself is one per visit).
+        let mut event = json!({ "message": message_id });
+        if let Some(dropped) =
+            self.admit_event(&claim.run_id, run.current_attempt.as_deref(), &event)?
+        {
+            if dropped > 0 {
+                event["dropped"] = json!(dropped);
+            }
+            self.finish_run_write(&claim.run_id, "notified", event)?;
+        }
         Ok(message_id)
     }
 
