@@ -1090,6 +1090,7 @@ fn a_raw_workers_progress_and_notify_events_are_bounded() {
             resume: act.resume.clone(),
             from_standby: false,
             stop_reason: None,
+            disconnected_at: None,
         },
     );
     let mut send = |f: &mut Fixture, id: &str, body: RequestBody| {
