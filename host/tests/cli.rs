@@ -2398,9 +2398,14 @@ fn a_human_decision_shows_as_its_question_and_choices() {
         "{stderr}"
     );
     let shown = text(&piw(&h.home, &["run", "status", &run_id]));
+    let decision = json_of(&piw(&h.home, &["run", "status", &run_id, "--json"]))["decisions"][0]
+        ["decision_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert!(
         shown.contains(&format!(
-            "at node ask:{asked}\n  answer with `piw run decide {run_id} <choice> [text]`"
+            "at node ask:{asked}\n  answer with `piw run decide {run_id} --decision {decision} <choice> [text]`"
         )),
         "{shown}"
     );
