@@ -116,23 +116,6 @@ pub fn rejection_for(err: &StoreError) -> Rejection {
     Rejection::new(code, err.to_string()).with_details(details)
 }
 
-/// Whether a request changes durable state (and so runs in the batch transaction with a
-/// stored receipt) or only reads.
-pub fn is_durable_command(req: &Request) -> bool {
-    !matches!(
-        req.body,
-        RequestBody::HostStatus
-            | RequestBody::HostStop
-            | RequestBody::RunStatus(_)
-            | RequestBody::RunList(_)
-            | RequestBody::InteractionList(_)
-            | RequestBody::Subscribe(_)
-            | RequestBody::Unsubscribe(_)
-            | RequestBody::Diagnose
-            | RequestBody::Repair
-    )
-}
-
 /// The durable identity of a command for its receipt.
 pub fn command_meta(req: &Request) -> Result<CommandMeta, Rejection> {
     let fingerprint = req.fingerprint().map_err(|e| {

@@ -18,7 +18,7 @@ use super::children;
 use super::dispatch::{self, HostState, PreparedStart};
 use super::fault::FaultPlan;
 use super::outbox::Outbox;
-use crate::protocol::{Receipt, Rejection, RejectionCode, Request, RequestBody};
+use crate::protocol::{Receipt, Rejection, RejectionCode, Request, RequestBody, RequestClass};
 use crate::store::{Store, StoreError};
 
 /// Most commands committed in one transaction.
@@ -198,29 +198,18 @@ fn process_batch(
 ) -> Vec<String> {
     let (writes, reads): (Vec<Job>, Vec<Job>) = batch
         .into_iter()
-        .partition(|j| dispatch::is_durable_command(&j.request));
+        .partition(|j| j.request.class().is_durable_command());
     for job in reads {
-        let result = if matches!(job.request.body, RequestBody::Repair) {
-            store
-                .repair()
-                .map(|report| {
-                    // A write outside the batches: its events go out before its reply.
-                    for (run_id, before) in &report.runs_written {
-                        publish_run(store, &mut state.outbox, run_id, *before);
-                    }
-                    Receipt::new(None, json!({ "report": report }))
-                })
-                .map_err(|e| dispatch::rejection_for(&e))
-        } else {
-            dispatch::apply_read(store, &job.request, state.reply_limit)
-                .map(|mut receipt| {
-                    if matches!(job.request.body, RequestBody::HostStatus) {
-                        receipt.body["active_children"] = json!(state.live_children());
-                    }
-                    receipt
-                })
-                .map_err(|e| dispatch::rejection_for(&e))
-        };
+        let result = match job.request.class() {
+            RequestClass::Maintenance => maintain(store, &mut state.outbox, &job.request),
+            _ => dispatch::apply_read(store, &job.request, state.reply_limit).map(|mut receipt| {
+                if matches!(job.request.body, RequestBody::HostStatus) {
+                    receipt.body["active_children"] = json!(state.live_children());
+                }
+                receipt
+            }),
+        }
+        .map_err(|e| dispatch::rejection_for(&e));
         state.outbox.reply(job.reply, result);
     }
     // Reads answered from what is committed so far: sent now if that is durable, otherwise
@@ -371,6 +360,28 @@ fn process_batch(
         }
     }
     touched
+}
+
+/// A maintenance request: a write in a transaction of its own, without a receipt.
+fn maintain(
+    store: &mut Store,
+    outbox: &mut Outbox,
+    request: &Request,
+) -> Result<Receipt, StoreError> {
+    match &request.body {
+        RequestBody::Repair => {
+            let report = store.repair()?;
+            // A write outside the batches: its events go out before its reply.
+            for (run_id, before) in &report.runs_written {
+                publish_run(store, outbox, run_id, *before);
+            }
+            Ok(Receipt::new(None, json!({ "report": report })))
+        }
+        other => Err(StoreError::Forbidden(format!(
+            "{} is not a maintenance request",
+            other.kind_str()
+        ))),
+    }
 }
 
 /// The revision of every run a batch may touch, before it runs (for event publication).
