@@ -8,8 +8,8 @@ use serde_json::{json, Value};
 use crate::graph::{Graph, Outcome, Route};
 use crate::protocol::{payload, Receipt, Rejection, RejectionCode, Request, RequestBody};
 use crate::store::{
-    Answerer, Claim, ClaimLostReason, CommandMeta, ExecutionMode, Fence, NewRun, Provenance,
-    RunStatus, Store, StoreError, WriteTx,
+    Answerer, Claim, ClaimLostReason, CommandMeta, EffectResult, ExecutionMode, Fence, NewRun,
+    Provenance, RunStatus, Store, StoreError, WriteTx,
 };
 
 /// How long a claimed workflow message stays with one client before another may take it.
@@ -208,7 +208,7 @@ pub fn prepare_start(start: &payload::RunStart) -> Result<PreparedStart, Rejecti
             input: start.input.clone(),
             origin_session: start.session_id.clone(),
             execution_mode: match start.execution_mode {
-                Some(payload::ExecutionMode::Detached) => ExecutionMode::Detached,
+                Some(ExecutionMode::Detached) => ExecutionMode::Detached,
                 _ if start.session_id.is_none() => ExecutionMode::Detached,
                 _ => ExecutionMode::Interactive,
             },
@@ -341,21 +341,11 @@ pub fn apply_command(
                 by: e.by.as_deref().unwrap_or("unknown"),
                 reason: e.reason.as_deref().unwrap_or(""),
             };
-            let (result, state) = match &e.result {
-                payload::EffectResult::Applied { receipt } => (
-                    crate::store::EffectResult::Applied {
-                        receipt: receipt.clone(),
-                    },
-                    "applied",
-                ),
-                payload::EffectResult::Failed { error } => (
-                    crate::store::EffectResult::Failed {
-                        error: error.clone(),
-                    },
-                    "failed",
-                ),
+            let state = match &e.result {
+                EffectResult::Applied { .. } => "applied",
+                EffectResult::Failed { .. } => "failed",
             };
-            w.resolve_effect(run_id, &e.effect_id, &result, who)?;
+            w.resolve_effect(run_id, &e.effect_id, &e.result, who)?;
             let (status, _) = w.run_state(run_id)?;
             json!({ "run_id": run_id, "effect_id": e.effect_id, "state": state,
                     "status": status.as_str() })

@@ -38,7 +38,7 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension as _, Transactio
 pub use children::{ChildExitRecord, ChildRecord, OrphanChild};
 pub use diagnose::{Finding, RepairReport};
 pub use durability::WalSync;
-pub use effects::{EffectResult, Reservation};
+pub use effects::Reservation;
 pub use error::{StoreError, StoreResult};
 pub use host_ops::{ClaimedMessages, NodeResult};
 pub use lifecycle::{

@@ -65,7 +65,7 @@ pub fn apply_worker(
                     Ok(step) => step,
                     Err(refused) => return Ok(refused),
                 };
-            let outcome = store_outcome(&t.outcome);
+            let outcome = t.outcome.clone();
             if let Some(refused) = check_route(
                 w,
                 &claim,
@@ -109,7 +109,7 @@ pub fn apply_worker(
                     Ok(step) => step,
                     Err(refused) => return Ok(refused),
                 };
-            let outcome = store_outcome(&c.outcome);
+            let outcome = c.outcome.clone();
             if let Some(refused) =
                 check_route(w, &claim, &graph, &from, &attempt_id, &outcome, None)?
             {
@@ -144,18 +144,11 @@ pub fn apply_worker(
             json!({})
         }
         RequestBody::WorkerWait(wait) => {
-            let kind = match wait.decision_kind {
-                payload::DecisionKind::Checkpoint => DecisionKind::Checkpoint,
-                payload::DecisionKind::HumanDecision => DecisionKind::HumanDecision,
-            };
-            let id = w.wait_for_decision(&claim, &attempt()?, kind, &wait.request)?;
+            let id = w.wait_for_decision(&claim, &attempt()?, wait.decision_kind, &wait.request)?;
             json!({ "decision_id": id })
         }
         RequestBody::WorkerInteractionRequest(i) => {
-            let kind = match i.interaction_kind {
-                payload::InteractionKind::Agent => InteractionKind::Agent,
-                payload::InteractionKind::AssistantMessage => InteractionKind::AssistantMessage,
-            };
+            let kind = i.interaction_kind;
             let attempt_id = attempt()?;
             // The node's saved deadline, which the host enforces while no worker runs.
             let deadline = w.attempt_deadline(&attempt_id)?;
@@ -167,11 +160,7 @@ pub fn apply_worker(
             json!({ "message_id": id })
         }
         RequestBody::WorkerEffectReserve(e) => {
-            let contract = match e.retry_contract {
-                payload::RetryContract::Never => RetryContract::Never,
-                payload::RetryContract::IdempotencyKey => RetryContract::IdempotencyKey,
-                payload::RetryContract::ReadBack => RetryContract::ReadBack,
-            };
+            let contract = e.retry_contract;
             let r =
                 w.reserve_effect(&claim, &attempt()?, &e.effect_key, &e.fingerprint, contract)?;
             json!(r)
@@ -181,15 +170,7 @@ pub fn apply_worker(
             json!({ "effect_id": e.effect_id })
         }
         RequestBody::WorkerEffectSettle(e) => {
-            let result = match &e.result {
-                payload::EffectResult::Applied { receipt } => EffectResult::Applied {
-                    receipt: receipt.clone(),
-                },
-                payload::EffectResult::Failed { error } => EffectResult::Failed {
-                    error: error.clone(),
-                },
-            };
-            w.settle_effect(&claim, &e.effect_id, &result)?;
+            w.settle_effect(&claim, &e.effect_id, &e.result)?;
             json!({ "effect_id": e.effect_id })
         }
         RequestBody::WorkerValidationResult(v) => {
@@ -475,7 +456,7 @@ pub(super) fn apply_earlier_steps(
     }
     let (mut attempt_id, mut from) = current;
     for step in steps {
-        let outcome = store_outcome(&step.outcome);
+        let outcome = step.outcome.clone();
         if let Some(refused) = check_route(
             w,
             claim,
@@ -546,18 +527,6 @@ pub(super) fn deadline_for(
 
 pub(super) fn ms_after(now: i64, ms: u64) -> i64 {
     now.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX))
-}
-
-pub(super) fn store_outcome(o: &payload::AttemptOutcome) -> AttemptOutcome {
-    match o {
-        payload::AttemptOutcome::Succeeded { output } => AttemptOutcome::Succeeded {
-            output: output.clone(),
-        },
-        payload::AttemptOutcome::Failed { error } => AttemptOutcome::Failed {
-            error: error.clone(),
-        },
-        payload::AttemptOutcome::TimedOut => AttemptOutcome::TimedOut,
-    }
 }
 
 pub(super) fn graph_outcome(o: &AttemptOutcome) -> Outcome<'_> {

@@ -19,8 +19,8 @@ use crate::graph::{Graph, NodeKind, Outcome, Route};
 use crate::ids::ClaimToken;
 use crate::protocol::{payload, Request, RequestBody};
 use crate::store::{
-    AttemptOutcome, ChildExitRecord, ChildMode, Claim, DecisionKind, EffectResult, InteractionKind,
-    Resume, RetryContract, RunStatus, Store, StoreError, StoreResult, TransitionRequest, WriteTx,
+    AttemptOutcome, ChildExitRecord, ChildMode, Claim, Resume, RunStatus, Store, StoreError,
+    StoreResult, TransitionRequest, WriteTx,
 };
 use crate::worker::{LaunchEnvelope, MountedSource, LAUNCH_SCHEMA};
 
