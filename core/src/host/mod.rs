@@ -380,27 +380,7 @@ pub fn serve(config: HostConfig) -> Result<(), HostError> {
         store_config.commit_observer = Some(observer);
     }
     let mut store = Store::open(&config.paths.db, store_config)?;
-    // One transaction, so one sync, for the new epoch and everything recovered from the
-    // earlier ones: a restart after a crash waits on the disk once, and it is all or nothing.
-    let (epoch, recovered, unconfirmed) = store.write(|w| {
-        let epoch = w.begin_host_epoch(pid)?;
-        let mut recovered = w.recover_runs_of_dead_hosts(&host_owner_id(epoch))?;
-        recovered.extend(w.recover_expired()?);
-        let unconfirmed = w.close_unconfirmed_children(epoch)?;
-        Ok((epoch, recovered, unconfirmed))
-    })?;
-    if !recovered.is_empty() {
-        tracing::info!(
-            count = recovered.len(),
-            "startup recovery requeued runs of earlier hosts"
-        );
-    }
-    if unconfirmed > 0 {
-        tracing::warn!(
-            count = unconfirmed,
-            "children of an earlier host were never confirmed started"
-        );
-    }
+    let epoch = recover_at_start(&mut store, pid)?;
     cleanup_orphans(&mut store, epoch, config.children.kill_grace)?;
     crate::supervise::kill_marked_leftovers(
         &supervision_scope(&config.paths.socket),
@@ -428,8 +408,35 @@ pub fn supervision_scope(socket: &std::path::Path) -> String {
 }
 
 /// The claim owner of a host epoch.
-fn host_owner_id(epoch: i64) -> String {
+pub fn host_owner_id(epoch: i64) -> String {
     format!("host-epoch-{epoch}")
+}
+
+/// Begins the epoch of a host with process id `pid` and recovers what earlier hosts left: their
+/// runs requeued (the installation lock proves those hosts dead), expired claims, children never
+/// confirmed started. One transaction, so one sync: a restart after a crash waits on the disk
+/// once, and it is all or nothing. Returns the new epoch.
+pub fn recover_at_start(store: &mut Store, pid: u32) -> Result<i64, StoreError> {
+    let (epoch, recovered, unconfirmed) = store.write(|w| {
+        let epoch = w.begin_host_epoch(pid)?;
+        let mut recovered = w.recover_runs_of_dead_hosts(&host_owner_id(epoch))?;
+        recovered.extend(w.recover_expired()?);
+        let unconfirmed = w.close_unconfirmed_children(epoch)?;
+        Ok((epoch, recovered, unconfirmed))
+    })?;
+    if !recovered.is_empty() {
+        tracing::info!(
+            count = recovered.len(),
+            "startup recovery requeued runs of earlier hosts"
+        );
+    }
+    if unconfirmed > 0 {
+        tracing::warn!(
+            count = unconfirmed,
+            "children of an earlier host were never confirmed started"
+        );
+    }
+    Ok(epoch)
 }
 
 /// Stops the children recorded in `store` as running (launched by a host other than epoch

@@ -95,44 +95,16 @@ pub fn run(
                 },
             },
         };
-        if let Some(first) = first {
-            let mut msgs = vec![first];
+        let mut msgs: Vec<StoreMsg> = first.into_iter().collect();
+        if !msgs.is_empty() {
             while msgs.len() < MAX_BATCH {
                 match jobs.try_recv() {
                     Ok(msg) => msgs.push(msg),
                     Err(_) => break,
                 }
             }
-            let mut batch = Vec::with_capacity(msgs.len());
-            let mut reports = Vec::new();
-            for msg in msgs {
-                match msg {
-                    StoreMsg::Request(job) => batch.push(*job),
-                    StoreMsg::Child(report) => reports.push(report),
-                    StoreMsg::Draining => state.shutting_down = true,
-                    StoreMsg::Shutdown => {
-                        state.shutting_down = true;
-                        // Closing the channel makes the supervisor stop every child.
-                        state.supervisor = None;
-                    }
-                }
-            }
-            if !batch.is_empty() {
-                let touched = process_batch(&mut store, &mut state, batch, &fault);
-                children::forget_released_claims(&store, &mut state, Some(&touched));
-            }
-            children::on_child_reports(&mut store, &mut state, reports);
         }
-        // Due work runs whenever its deadline has passed, also while messages keep arriving.
-        // Heartbeats first: a claim renewed in time must not be recovered as expired.
-        if deadline.is_some_and(|at| at <= store.now_ms()) {
-            children::due_child_work(&mut store, &mut state);
-            run_due_work(&mut store, &mut state.outbox, &state.owner_id);
-            children::forget_released_claims(&store, &mut state, None);
-        }
-        if !state.shutting_down {
-            children::schedule(&mut store, &mut state);
-        }
+        turn(&mut store, &mut state, msgs, deadline, &fault);
         // With nothing queued, this thread may as well wait for the disk itself (no hop to
         // the syncer thread); otherwise the syncer waits while this thread goes on.
         let idle = match jobs.try_recv() {
@@ -151,10 +123,54 @@ pub fn run(
     tracing::debug!("store thread drained and stopped");
 }
 
+/// One turn of the store thread, after it took `msgs` off its queue (none when it woke for
+/// `deadline`, the earliest deadline it knew of before it waited): requests answered and
+/// committed, child reports handled, due work run once `deadline` has passed, ready runs
+/// scheduled. What it reveals waits in `state.outbox` for the next flush.
+pub fn turn(
+    store: &mut Store,
+    state: &mut HostState,
+    msgs: Vec<StoreMsg>,
+    deadline: Option<i64>,
+    fault: &FaultPlan,
+) {
+    if !msgs.is_empty() {
+        let mut batch = Vec::with_capacity(msgs.len());
+        let mut reports = Vec::new();
+        for msg in msgs {
+            match msg {
+                StoreMsg::Request(job) => batch.push(*job),
+                StoreMsg::Child(report) => reports.push(report),
+                StoreMsg::Draining => state.shutting_down = true,
+                StoreMsg::Shutdown => {
+                    state.shutting_down = true;
+                    // Closing the channel makes the supervisor stop every child.
+                    state.supervisor = None;
+                }
+            }
+        }
+        if !batch.is_empty() {
+            let touched = process_batch(store, state, batch, fault);
+            children::forget_released_claims(store, state, Some(&touched));
+        }
+        children::on_child_reports(store, state, reports);
+    }
+    // Due work runs whenever its deadline has passed, also while messages keep arriving.
+    // Heartbeats first: a claim renewed in time must not be recovered as expired.
+    if deadline.is_some_and(|at| at <= store.now_ms()) {
+        children::due_child_work(store, state);
+        run_due_work(store, &mut state.outbox, &state.owner_id);
+        children::forget_released_claims(store, state, None);
+    }
+    if !state.shutting_down {
+        children::schedule(store, state);
+    }
+}
+
 /// The earliest time the store thread has deadline work: the store's own deadlines (claim
 /// expiry, interaction deadlines) and the children's (heartbeats, node deadlines, handshake
 /// timeouts, lingering children, delayed runs). `None` when nothing is due.
-fn next_deadline_at(store: &Store, state: &HostState) -> Option<i64> {
+pub fn next_deadline_at(store: &Store, state: &HostState) -> Option<i64> {
     let store_deadline = match store.next_deadline() {
         Ok(d) => d,
         Err(e) => {
