@@ -286,7 +286,13 @@ impl Sim {
     }
 
     fn fail(&self, why: &str) -> ! {
-        let tail = self.history.len().saturating_sub(60);
+        // The last steps, or all of them with PIW_SIM_VERBOSE.
+        let shown = if std::env::var_os("PIW_SIM_VERBOSE").is_some() {
+            self.history.len()
+        } else {
+            60
+        };
+        let tail = self.history.len().saturating_sub(shown);
         panic!(
             "simulation seed {} failed: {why}\nlast steps:\n  {}\nreplay with PIW_SIM_SEEDS={}",
             self.seed,

@@ -1,4 +1,6 @@
-//! What the host watches about its children once they run: their exits (a loss, a release, an\nabandoned launch), the deadlines it owns (handshake, validation, node, lingering, heartbeat)\nand the stops it orders.
+//! What the host watches about its children once they run: their exits (a loss, a release, an
+//! abandoned launch), the deadlines it owns (handshake, validation, node, lingering, heartbeat)
+//! and the stops it orders.
 
 use super::*;
 
