@@ -151,6 +151,8 @@ struct Start {
 
 struct Host {
     state: HostState,
+    /// The store thread's end of the supervisor's channel, and the supervisor's.
+    supervisor_tx: Option<mpsc::UnboundedSender<SupervisorCmd>>,
     supervisor: mpsc::UnboundedReceiver<SupervisorCmd>,
     events: broadcast::Receiver<RunEvent>,
 }
@@ -257,7 +259,7 @@ impl Sim {
         let mut state = HostState {
             owner_id: piw_core::host::host_owner_id(epoch),
             epoch,
-            supervisor: Some(tx),
+            supervising: true,
             socket_path: "/nonexistent/host.sock".into(),
             reply_limit: piw_core::protocol::DEFAULT_MAX_FRAME_BYTES,
             outbox: Outbox::immediate(events_tx),
@@ -276,6 +278,7 @@ impl Sim {
         self.store = Some(store);
         self.host = Some(Host {
             state,
+            supervisor_tx: Some(tx),
             supervisor,
             events,
         });
@@ -750,6 +753,7 @@ impl Sim {
             msgs,
             deadline,
             &FaultPlan::default(),
+            &mut host.supervisor_tx,
         );
         while host.events.try_recv().is_ok() {}
         if !deliver {

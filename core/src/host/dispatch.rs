@@ -31,8 +31,13 @@ pub struct HostState {
     /// When each held claim was last renewed (by a write or a heartbeat).
     pub renewed_at: HashMap<String, i64>,
     pub child_config: super::children::ChildConfig,
-    /// The supervisor's command channel; `None` once the host is stopping.
-    pub supervisor: Option<tokio::sync::mpsc::UnboundedSender<super::supervisor::SupervisorCmd>>,
+    /// Whether children may be launched and stopped: true from the host's start until it
+    /// stops (then the supervisor stops every child itself).
+    pub supervising: bool,
+    /// What the supervisor must do (launch, stop), decided and not yet handed to it: the store
+    /// thread sends these on (`store_thread::send_child_commands`), so deciding code holds no
+    /// channel.
+    pub child_commands: Vec<super::supervisor::SupervisorCmd>,
     /// The socket children connect to.
     pub socket_path: std::path::PathBuf,
     /// This installation's [`super::supervision_scope`], computed once: every child's marker

@@ -548,7 +548,7 @@ async fn serve_async(
         owner_id,
         epoch,
         child_config: config.children.clone(),
-        supervisor: Some(supervisor_tx),
+        supervising: true,
         socket_path: paths.socket.clone(),
         supervision_scope: supervision_scope(&paths.socket),
         reply_limit: config.limits.max_frame_bytes,
@@ -557,7 +557,7 @@ async fn serve_async(
     };
     let store_thread = std::thread::Builder::new()
         .name("piw-store".into())
-        .spawn(move || store_thread::run(store, state, jobs_rx, fault, epoch))
+        .spawn(move || store_thread::run(store, state, jobs_rx, supervisor_tx, fault, epoch))
         .map_err(io_err("cannot start the store thread"))?;
 
     let (stop_tx, stop_rx) = watch::channel(false);

@@ -70,9 +70,11 @@ pub fn run(
     mut store: Store,
     mut state: HostState,
     jobs: Receiver<StoreMsg>,
+    supervisor: SupervisorTx,
     fault: FaultPlan,
     epoch: i64,
 ) {
+    let mut supervisor = Some(supervisor);
     // A message taken off the queue to learn whether the thread was idle, handled next.
     let mut next: Option<StoreMsg> = None;
     loop {
@@ -104,7 +106,14 @@ pub fn run(
                 }
             }
         }
-        turn(&mut store, &mut state, msgs, deadline, &fault);
+        turn(
+            &mut store,
+            &mut state,
+            msgs,
+            deadline,
+            &fault,
+            &mut supervisor,
+        );
         // With nothing queued, this thread may as well wait for the disk itself (no hop to
         // the syncer thread); otherwise the syncer waits while this thread goes on.
         let idle = match jobs.try_recv() {
@@ -133,6 +142,7 @@ pub fn turn(
     msgs: Vec<StoreMsg>,
     deadline: Option<i64>,
     fault: &FaultPlan,
+    supervisor: &mut Option<SupervisorTx>,
 ) {
     if !msgs.is_empty() {
         let mut batch = Vec::with_capacity(msgs.len());
@@ -144,13 +154,12 @@ pub fn turn(
                 StoreMsg::Draining => state.shutting_down = true,
                 StoreMsg::Shutdown => {
                     state.shutting_down = true;
-                    // Closing the channel makes the supervisor stop every child.
-                    state.supervisor = None;
+                    state.supervising = false;
                 }
             }
         }
         if !batch.is_empty() {
-            let touched = process_batch(store, state, batch, fault);
+            let touched = process_batch(store, state, batch, fault, supervisor);
             children::forget_released_claims(store, state, Some(&touched));
         }
         children::on_child_reports(store, state, reports);
@@ -164,6 +173,23 @@ pub fn turn(
     }
     if !state.shutting_down {
         children::schedule(store, state);
+    }
+    send_child_commands(state, supervisor);
+}
+
+/// The supervisor's command channel, as the store thread holds it.
+pub type SupervisorTx = tokio::sync::mpsc::UnboundedSender<super::supervisor::SupervisorCmd>;
+
+/// Hands the supervisor what the deciding code ordered (launches, stops), in order. Once the
+/// host no longer supervises, the channel is closed: the supervisor then stops every child.
+pub fn send_child_commands(state: &mut HostState, supervisor: &mut Option<SupervisorTx>) {
+    for command in state.child_commands.drain(..) {
+        if let Some(tx) = supervisor.as_ref() {
+            let _ = tx.send(command);
+        }
+    }
+    if !state.supervising {
+        *supervisor = None;
     }
 }
 
@@ -211,6 +237,7 @@ fn process_batch(
     state: &mut HostState,
     batch: Vec<Job>,
     fault: &FaultPlan,
+    supervisor: &mut Option<SupervisorTx>,
 ) -> Vec<String> {
     let (writes, reads): (Vec<Job>, Vec<Job>) = batch
         .into_iter()
@@ -301,6 +328,8 @@ fn process_batch(
         // commit when a child slot is free: one commit less between a command and its child.
         // Their children start before the commit (see `children::activate_and_launch`).
         activations = children::activate_and_launch(w, state);
+        // Sent now, before the commit: a worker loads while the commit reaches the disk.
+        send_child_commands(state, supervisor);
         fault.before_commit(writes.iter().map(|j| j.request.body.kind_str()));
         if fault.fail_commit(writes.iter().map(|j| j.request.body.kind_str())) {
             return Err(StoreError::InjectedFault("fail_commit".into()));

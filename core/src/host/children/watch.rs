@@ -531,14 +531,14 @@ pub fn stop_child(state: &mut HostState, run_id: &str) {
     if let Some(entry) = state.children.get_mut(run_id) {
         if !entry.stopping {
             entry.stopping = true;
-            let Some(supervisor) = &state.supervisor else {
-                return;
-            };
-            let _ = supervisor.send(SupervisorCmd::Stop {
-                run_id: run_id.to_owned(),
-                generation: entry.generation,
-                grace: state.child_config.kill_grace,
-            });
+            if state.supervising {
+                let stop = SupervisorCmd::Stop {
+                    run_id: run_id.to_owned(),
+                    generation: entry.generation,
+                    grace: state.child_config.kill_grace,
+                };
+                state.child_commands.push(stop);
+            }
         }
     }
 }
