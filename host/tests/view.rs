@@ -245,7 +245,11 @@ fn the_viewer_follows_a_live_host_in_a_real_terminal() {
         line_of(s, &hello).contains("> completed")
     });
     tmux.keys(&["Enter"]);
-    let screen = tmux.wait_for("the hello run", |s| s.contains("COMPLETED · hello"));
+    // The whole condition is waited for: the panel scrolls to the current node after the
+    // frame that first shows the run, and a capture can fall between the two.
+    let screen = tmux.wait_for("the hello run", |s| {
+        s.contains("COMPLETED · hello") && s.contains("[done]") && s.contains("events · live")
+    });
     assert!(
         // The current node's box is in view (at 80x24 the panel scrolls to it).
         line_of(&screen, "[done]").contains("│ ✓ [done]") && screen.contains("events · live"),
@@ -321,8 +325,9 @@ fn viewing_a_stopped_installation_starts_no_host_and_leaves_the_database_as_it_w
     );
 
     if let Some(tmux) = Tmux::start(&inst.home, &["view", &hello], (80, 24)) {
-        let screen = tmux.wait_for("the run", |s| s.contains("COMPLETED · hello"));
-        assert!(screen.contains("[done]"), "{screen}");
+        tmux.wait_for("the run and its current node", |s| {
+            s.contains("COMPLETED · hello") && s.contains("[done]")
+        });
         tmux.keys(&["Left", "Down", "Escape"]);
         tmux.wait_for("the run list", |s| s.contains("piw runs: 1 of 1"));
         tmux.keys(&["q"]);
