@@ -265,9 +265,9 @@ impl Sim {
             outbox: Outbox::immediate(events_tx),
             ..HostState::default()
         };
-        // Slots for every run: which of several ready runs created in the same millisecond gets
-        // a slot first depends on the random part of their ids.
-        state.child_config.max_children = 16;
+        // Slots for every run and its lingering children: which of several ready runs created
+        // in the same millisecond gets a slot first depends on the random part of their ids.
+        state.child_config.max_children = 64;
         state.child_config.runtimes = vec![Runtime {
             suffix: ".workflow.json".into(),
             program: "/bin/true".into(),
@@ -995,6 +995,12 @@ impl Sim {
             if runs.is_empty() && !children_left && self.starts.iter().all(|s| s.run_id.is_some()) {
                 return;
             }
+            // In the order of their starts (the store lists runs of one millisecond by id).
+            runs.sort_by_key(|r| {
+                self.starts
+                    .iter()
+                    .position(|s| s.run_id.as_deref() == Some(r.run_id.as_str()))
+            });
             for run in &runs {
                 if run.paused && round % 4 == 0 {
                     let id = self.request_id();
