@@ -643,14 +643,6 @@ pub(super) fn ms_after(now: i64, ms: u64) -> i64 {
     now.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX))
 }
 
-pub(super) fn graph_outcome(o: &AttemptOutcome) -> Outcome<'_> {
-    match o {
-        AttemptOutcome::Succeeded { output } => Outcome::Succeeded(output),
-        AttemptOutcome::Failed { error } => Outcome::Failed(error),
-        AttemptOutcome::TimedOut => Outcome::TimedOut,
-    }
-}
-
 /// Checks a child's proposal against the graph. A proposal that disagrees fails the run with
 /// the reason; the failure is the command's committed result (`Some(body)` with `refused`),
 /// not an error, so the savepoint around the command keeps it.
@@ -663,7 +655,7 @@ pub(super) fn check_route(
     outcome: &AttemptOutcome,
     proposed: Option<&str>,
 ) -> Result<Option<Value>, StoreError> {
-    match graph.check_transition(from, &graph_outcome(outcome), proposed) {
+    match graph.check_transition(from, &Outcome::from(outcome), proposed) {
         Ok(_) => Ok(None),
         Err(refused) => {
             let error = format!("transition refused: {refused}");
