@@ -172,7 +172,9 @@ pub fn turn(
         children::forget_released_claims(store, state, None);
     }
     if !state.shutting_down {
-        children::schedule(store, state);
+        children::schedule_with(store, state, &mut |state| {
+            send_child_commands(state, supervisor)
+        });
     }
     send_child_commands(state, supervisor);
 }

@@ -186,6 +186,17 @@ fn stale(run_id: &str) -> StoreError {
 /// ([`activate_and_launch`] from the store thread's batch); this catches the rest: runs made ready by
 /// a child's exit, a deadline, or a slot freed by an exit.
 pub fn schedule(store: &mut Store, state: &mut HostState) {
+    schedule_with(store, state, &mut |_| {});
+}
+
+/// [`schedule`], calling `before_commit` inside each activation's transaction once its launches
+/// are ordered: the store thread sends them on there, so a worker loads while the commit
+/// reaches the disk.
+pub fn schedule_with(
+    store: &mut Store,
+    state: &mut HostState,
+    before_commit: &mut dyn FnMut(&mut HostState),
+) {
     loop {
         let free = free_slots(state);
         if free == 0 {
@@ -202,6 +213,7 @@ pub fn schedule(store: &mut Store, state: &mut HostState) {
         let mut activations = Activations::default();
         let committed = store.write(|w| {
             activations = activate_and_launch(w, state);
+            before_commit(state);
             Ok(())
         });
         if let Err(e) = &committed {
@@ -356,9 +368,8 @@ pub struct Activations {
 }
 
 /// Inside an open transaction: activates ready runs ([`activate_ready`]) and orders their
-/// children's launches **before** the commit (the store thread sends a batch's launches before
-/// its commit, so a worker loads while the commit reaches the disk; [`schedule`]'s go after
-/// its commit, with the rest of the store thread's turn). That
+/// children's launches **before** the commit (the store thread sends them on before the commit,
+/// so a worker loads while the commit reaches the disk). That
 /// is safe because a child can do nothing the host accepts before its hello, and the store
 /// thread handles the hello only after this transaction ended (it handles one batch at a
 /// time). After a commit that failed with children already launched, the children wait for
