@@ -115,20 +115,13 @@ fn reports_about_an_abandoned_launch_are_ignored() {
     assert_eq!(f.store.children(&run_id).unwrap()[0].pid, Some(4343));
 }
 
-/// A host state of epoch 1 whose supervisor commands land in the returned receiver, with one
+/// A host state of epoch 1 that supervises (its orders wait in `child_commands`), with one
 /// runtime for `.workflow.mjs` (`/bin/true`; `standby`: whether it keeps pooled workers).
-fn host_state_with_runtime(
-    f: &mut Fixture,
-    standby: bool,
-) -> (
-    HostState,
-    tokio::sync::mpsc::UnboundedReceiver<piw_core::host::supervisor::SupervisorCmd>,
-) {
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+fn host_state_with_runtime(f: &mut Fixture, standby: bool) -> HostState {
     let mut state = HostState {
         owner_id: "host-epoch-1".into(),
         epoch: f.store.write(|w| w.begin_host_epoch(1)).unwrap(),
-        supervisor: Some(tx),
+        supervising: true,
         ..HostState::default()
     };
     state.child_config.runtimes = vec![piw_core::host::children::Runtime {
@@ -137,7 +130,7 @@ fn host_state_with_runtime(
         args: Vec::new(),
         standby,
     }];
-    (state, rx)
+    state
 }
 
 /// After a commit that had already launched children fails, children are launched only after
@@ -152,22 +145,22 @@ fn after_a_failed_activation_commit_children_wait_for_their_commit() {
 
     let mut f = Fixture::new();
     let run_id = f.start();
-    let (mut state, mut rx) = host_state_with_runtime(&mut f, false);
-    let mut sent = || {
-        let mut out = Vec::new();
-        while let Ok(cmd) = rx.try_recv() {
-            out.push(match cmd {
+    let mut state = host_state_with_runtime(&mut f, false);
+    let sent = |state: &mut HostState| {
+        state
+            .child_commands
+            .drain(..)
+            .map(|cmd| match cmd {
                 SupervisorCmd::Launch { launch, .. } => format!("launch {launch}"),
                 SupervisorCmd::Stop { .. } => "stop".to_owned(),
-            });
-        }
-        out
+            })
+            .collect::<Vec<_>>()
     };
 
     // The first failure: the child was launched early, so it is stopped.
     f.fail_next_commit.store(true, Ordering::SeqCst);
     schedule(&mut f.store, &mut state);
-    assert_eq!(sent(), ["launch 0", "stop"]);
+    assert_eq!(sent(&mut state), ["launch 0", "stop"]);
     assert!(state.launch_after_commit);
     assert_eq!(
         state.live_children(),
@@ -191,33 +184,27 @@ fn after_a_failed_activation_commit_children_wait_for_their_commit() {
     // Failing again: nothing starts.
     f.fail_next_commit.store(true, Ordering::SeqCst);
     schedule(&mut f.store, &mut state);
-    assert_eq!(sent(), Vec::<String>::new());
+    assert_eq!(sent(&mut state), Vec::<String>::new());
     assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Queued);
 
     // The next commit succeeds: the child is launched after it, and early launching resumes.
     schedule(&mut f.store, &mut state);
-    assert_eq!(sent(), ["launch 1"]);
+    assert_eq!(sent(&mut state), ["launch 1"]);
     assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Running);
     assert!(!state.launch_after_commit);
 }
 
 /// Launches `f`'s queued run from the standby pool, whose worker then dies before its hello:
 /// the run is requeued without counting a loss. Returns the host state and its supervisor
-/// channel.
-fn standby_worker_died_before_hello(
-    f: &mut Fixture,
-    run_id: &str,
-) -> (
-    HostState,
-    tokio::sync::mpsc::UnboundedReceiver<piw_core::host::supervisor::SupervisorCmd>,
-) {
+/// orders.
+fn standby_worker_died_before_hello(f: &mut Fixture, run_id: &str) -> HostState {
     use piw_core::host::children::{on_child_reports, schedule};
     use piw_core::store::ChildExitRecord;
 
-    let (mut state, mut rx) = host_state_with_runtime(f, true);
+    let mut state = host_state_with_runtime(f, true);
     state.child_config.standby_workers = 2;
     schedule(&mut f.store, &mut state);
-    let first = launches(&mut rx);
+    let first = launches(&mut state);
     let [launched @ (_, _, _, true)] = first[..] else {
         panic!("the first launch draws on the pool: {first:?}");
     };
@@ -236,16 +223,14 @@ fn standby_worker_died_before_hello(
         RunStatus::Queued,
         "forgiven, requeued"
     );
-    (state, rx)
+    state
 }
 
-/// The launches sent to the supervisor: (launch, generation, child epoch, from the pool).
-fn launches(
-    rx: &mut tokio::sync::mpsc::UnboundedReceiver<piw_core::host::supervisor::SupervisorCmd>,
-) -> Vec<(u64, u64, i64, bool)> {
+/// The launches ordered so far: (launch, generation, child epoch, from the pool).
+fn launches(state: &mut HostState) -> Vec<(u64, u64, i64, bool)> {
     use piw_core::host::supervisor::SupervisorCmd;
     let mut out = Vec::new();
-    while let Ok(cmd) = rx.try_recv() {
+    for cmd in state.child_commands.drain(..) {
         if let SupervisorCmd::Launch {
             launch,
             generation,
@@ -294,9 +279,9 @@ fn started_then_exited(
 fn a_run_whose_standby_worker_died_before_its_hello_restarts_in_a_fresh_process() {
     let mut f = Fixture::new();
     let run_id = f.start();
-    let (mut state, mut rx) = standby_worker_died_before_hello(&mut f, &run_id);
+    let mut state = standby_worker_died_before_hello(&mut f, &run_id);
     piw_core::host::children::schedule(&mut f.store, &mut state);
-    let second = launches(&mut rx);
+    let second = launches(&mut state);
     assert!(
         matches!(second[..], [(_, _, _, false)]),
         "the relaunch starts a fresh process: {second:?}"
@@ -307,7 +292,7 @@ fn a_run_whose_standby_worker_died_before_its_hello_restarts_in_a_fresh_process(
 fn a_forgiven_standby_death_is_forgotten_when_its_run_ends_before_a_relaunch() {
     let mut f = Fixture::new();
     let run_id = f.start();
-    let (mut state, _rx) = standby_worker_died_before_hello(&mut f, &run_id);
+    let mut state = standby_worker_died_before_hello(&mut f, &run_id);
     assert!(state.forgiven_standby_exits.contains(&run_id));
     f.store
         .write(|w| w.cancel(&run_id, piw_core::store::Fence::Unclaimed, "not needed"))
@@ -335,12 +320,12 @@ fn ready_runs_whose_activation_failed_to_commit_are_tried_again() {
 
     let mut f = Fixture::new();
     let run_id = f.start();
-    let (mut state, mut rx) = host_state_with_runtime(&mut f, false);
+    let mut state = host_state_with_runtime(&mut f, false);
     state.launch_after_commit = true; // an earlier activation commit failed
     f.fail_next_commit.store(true, Ordering::SeqCst);
     schedule(&mut f.store, &mut state);
     assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Queued);
-    assert!(rx.try_recv().is_err(), "nothing launched");
+    assert!(state.child_commands.is_empty(), "nothing launched");
     let retry = next_child_deadline(&f.store, &state).expect("a deadline to try again");
     assert!(retry > f.store.now_ms(), "not at once: {retry}");
 
@@ -358,7 +343,10 @@ fn ready_runs_whose_activation_failed_to_commit_are_tried_again() {
     due_child_work(&mut f.store, &mut state);
     schedule(&mut f.store, &mut state);
     assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Running);
-    assert!(matches!(rx.try_recv(), Ok(SupervisorCmd::Launch { .. })));
+    assert!(matches!(
+        state.child_commands.first(),
+        Some(SupervisorCmd::Launch { .. })
+    ));
     assert_eq!(state.activation_retry_at, None, "no retry left behind");
     assert_eq!(
         state.activation_retry_delay_ms, 0,
@@ -378,11 +366,11 @@ fn a_hello_whose_batch_failed_to_commit_can_be_said_again() {
 
     let mut f = Fixture::new();
     let run_id = f.start();
-    let (mut state, mut rx) = host_state_with_runtime(&mut f, false);
+    let mut state = host_state_with_runtime(&mut f, false);
     schedule(&mut f.store, &mut state);
-    let Ok(SupervisorCmd::Launch {
+    let Some(SupervisorCmd::Launch {
         spec, generation, ..
-    }) = rx.try_recv()
+    }) = state.child_commands.pop()
     else {
         panic!("the run was launched");
     };
@@ -426,7 +414,7 @@ fn an_unroutable_node_timeout_does_not_make_the_store_thread_spin() {
 
     let mut f = Fixture::new();
     let run_id = f.start();
-    let (mut state, _rx) = host_state_with_runtime(&mut f, false);
+    let mut state = host_state_with_runtime(&mut f, false);
     schedule(&mut f.store, &mut state);
     let claim = state.claims[&run_id].clone();
     let graph = json!({"name": "w", "start": "a",
@@ -509,10 +497,10 @@ fn a_child_that_keeps_dying_leaves_its_last_stderr_line_in_the_review_reason() {
 
     let mut f = Fixture::new();
     let run_id = f.start();
-    let (mut state, mut rx) = host_state_with_runtime(&mut f, false);
+    let mut state = host_state_with_runtime(&mut f, false);
     for _ in 0..3 {
         schedule(&mut f.store, &mut state);
-        let launched = launches(&mut rx);
+        let launched = launches(&mut state);
         let [one @ (_, _, _, false)] = launched[..] else {
             panic!("one fresh launch: {launched:?}");
         };

@@ -752,9 +752,12 @@ impl BenchHost for Host {
                     )
                 })
                 .collect();
+            // Attempt statuses in the words clients see (`ok` where the store says `succeeded`).
+            // Newest first, as `run.status` lists attempts.
             let expected: Vec<(String, String)> = nodes
                 .iter()
-                .map(|n| (n.clone(), "succeeded".to_owned()))
+                .rev()
+                .map(|n| (n.clone(), "ok".to_owned()))
                 .collect();
             assert_eq!(attempts, expected, "run {run_id}: attempts");
         }

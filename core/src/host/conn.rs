@@ -520,7 +520,7 @@ async fn handle_frame(
                 }
                 _ => None,
             };
-            let meta = if dispatch::is_durable_command(&request) {
+            let meta = if request.class().is_durable_command() {
                 match dispatch::command_meta(&request) {
                     Ok(meta) => Some(meta),
                     Err(rejection) => return Ok(answer(Err(rejection))),

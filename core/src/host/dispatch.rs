@@ -8,8 +8,8 @@ use serde_json::{json, Value};
 use crate::graph::{Graph, Outcome, Route};
 use crate::protocol::{payload, Receipt, Rejection, RejectionCode, Request, RequestBody};
 use crate::store::{
-    Answerer, Claim, ClaimLostReason, CommandMeta, ExecutionMode, Fence, NewRun, Provenance,
-    RunStatus, Store, StoreError, WriteTx,
+    Answerer, Claim, ClaimLostReason, CommandMeta, EffectResult, ExecutionMode, Fence, NewRun,
+    Provenance, RunStatus, Store, StoreError, WriteTx,
 };
 
 /// How long a claimed workflow message stays with one client before another may take it.
@@ -31,8 +31,13 @@ pub struct HostState {
     /// When each held claim was last renewed (by a write or a heartbeat).
     pub renewed_at: HashMap<String, i64>,
     pub child_config: super::children::ChildConfig,
-    /// The supervisor's command channel; `None` once the host is stopping.
-    pub supervisor: Option<tokio::sync::mpsc::UnboundedSender<super::supervisor::SupervisorCmd>>,
+    /// Whether children may be launched and stopped: true from the host's start until it
+    /// stops (then the supervisor stops every child itself).
+    pub supervising: bool,
+    /// What the supervisor must do (launch, stop), decided and not yet handed to it: the store
+    /// thread sends these on (`store_thread::send_child_commands`), so deciding code holds no
+    /// channel.
+    pub child_commands: Vec<super::supervisor::SupervisorCmd>,
     /// The socket children connect to.
     pub socket_path: std::path::PathBuf,
     /// This installation's [`super::supervision_scope`], computed once: every child's marker
@@ -122,23 +127,6 @@ pub fn rejection_for(err: &StoreError) -> Rejection {
     Rejection::new(code, message).with_details(details)
 }
 
-/// Whether a request changes durable state (and so runs in the batch transaction with a
-/// stored receipt) or only reads.
-pub fn is_durable_command(req: &Request) -> bool {
-    !matches!(
-        req.body,
-        RequestBody::HostStatus
-            | RequestBody::HostStop
-            | RequestBody::RunStatus(_)
-            | RequestBody::RunList(_)
-            | RequestBody::InteractionList(_)
-            | RequestBody::Subscribe(_)
-            | RequestBody::Unsubscribe(_)
-            | RequestBody::Diagnose
-            | RequestBody::Repair
-    )
-}
-
 /// The durable identity of a command for its receipt.
 pub fn command_meta(req: &Request) -> Result<CommandMeta, Rejection> {
     let fingerprint = req.fingerprint().map_err(|e| {
@@ -223,7 +211,7 @@ pub fn prepare_start(start: &payload::RunStart) -> Result<PreparedStart, Rejecti
             input: start.input.clone(),
             origin_session: start.session_id.clone(),
             execution_mode: match start.execution_mode {
-                Some(payload::ExecutionMode::Detached) => ExecutionMode::Detached,
+                Some(ExecutionMode::Detached) => ExecutionMode::Detached,
                 _ if start.session_id.is_none() => ExecutionMode::Detached,
                 _ => ExecutionMode::Interactive,
             },
@@ -309,192 +297,262 @@ pub fn apply_command(
     if let (Some(run_id), Some(expected)) = (&req.run_id, req.expected_revision) {
         w.expect_revision(run_id, expected)?;
     }
-    let body = match &req.body {
-        RequestBody::RunStart(_) => {
-            let start = start
-                .ok_or_else(|| StoreError::InvalidInput("run.start was not prepared".into()))?;
-            let run_id = w.start_run(&start.new_run)?;
-            json!({ "run_id": run_id, "status": RunStatus::Queued.as_str() })
+    match &req.body {
+        RequestBody::RunStart(_) => run_start(w, start),
+        RequestBody::RunPause => run_pause(w, state, req),
+        RequestBody::RunResume => run_resume(w, state, req),
+        RequestBody::RunCancel(cancel) => run_cancel(w, state, req, cancel),
+        RequestBody::RunRetry(r) => run_retry(w, req, r),
+        RequestBody::EffectResolve(e) => effect_resolve(w, req, e),
+        RequestBody::CheckpointAnswer(a) => checkpoint_answer(w, req, a),
+        RequestBody::DecisionAnswer(a) => decision_answer(w, req, a),
+        RequestBody::InteractionSubmit(s) => interaction_submit(w, req, s),
+        RequestBody::InteractionFail(f) => interaction_fail(w, state, req, f),
+        RequestBody::InteractionUpdate(u) => interaction_update(w, req, u),
+        RequestBody::MessageClaim(m) => message_claim(w, state, req, m),
+        RequestBody::MessageAck(m) => message_ack(w, m),
+        other => Err(StoreError::Forbidden(format!(
+            "{} is not accepted on this connection",
+            other.kind_str()
+        ))),
+    }
+}
+
+/// `run.start`: start a new run.
+fn run_start(w: &mut WriteTx<'_>, start: Option<&PreparedStart>) -> Result<Value, StoreError> {
+    let start =
+        start.ok_or_else(|| StoreError::InvalidInput("run.start was not prepared".into()))?;
+    let run_id = w.start_run(&start.new_run)?;
+    Ok(json!({ "run_id": run_id, "status": RunStatus::Queued.as_str() }))
+}
+
+/// `run.pause`: pause a run at its next durable boundary.
+fn run_pause(w: &mut WriteTx<'_>, state: &HostState, req: &Request) -> Result<Value, StoreError> {
+    let run_id = required(&req.run_id, "run_id")?;
+    let fence = fence_for(w, state, run_id)?;
+    w.pause(run_id, fence)?;
+    Ok(json!({ "run_id": run_id, "paused": true }))
+}
+
+/// `run.resume`: resume a paused run.
+fn run_resume(w: &mut WriteTx<'_>, state: &HostState, req: &Request) -> Result<Value, StoreError> {
+    let run_id = required(&req.run_id, "run_id")?;
+    let fence = fence_for(w, state, run_id)?;
+    w.resume(run_id, fence)?;
+    Ok(json!({ "run_id": run_id, "paused": false }))
+}
+
+/// `run.cancel`: cancel a run.
+fn run_cancel(
+    w: &mut WriteTx<'_>,
+    state: &HostState,
+    req: &Request,
+    cancel: &payload::RunCancel,
+) -> Result<Value, StoreError> {
+    let run_id = required(&req.run_id, "run_id")?;
+    let reason = cancel
+        .reason
+        .clone()
+        .unwrap_or_else(|| "cancelled by request".into());
+    let summary = match fence_for(w, state, run_id)? {
+        held @ Fence::Claim(_) => w.cancel(run_id, held, &reason)?,
+        // A running row this host does not hold: its lease must have expired. The
+        // control claim refuses live owners and fences the old one before the cancel.
+        Fence::Unclaimed if w.run_row(run_id)?.status == RunStatus::Running => {
+            let control = w.control_claim(run_id, &format!("{}-control", state.owner_id))?;
+            w.cancel(run_id, Fence::Claim(&control), &reason)?
         }
-        RequestBody::RunPause => {
-            let run_id = required(&req.run_id, "run_id")?;
-            let fence = fence_for(w, state, run_id)?;
-            w.pause(run_id, fence)?;
-            json!({ "run_id": run_id, "paused": true })
-        }
-        RequestBody::RunResume => {
-            let run_id = required(&req.run_id, "run_id")?;
-            let fence = fence_for(w, state, run_id)?;
-            w.resume(run_id, fence)?;
-            json!({ "run_id": run_id, "paused": false })
-        }
-        RequestBody::RunCancel(cancel) => {
-            let run_id = required(&req.run_id, "run_id")?;
-            let reason = cancel
-                .reason
-                .clone()
-                .unwrap_or_else(|| "cancelled by request".into());
-            let summary = match fence_for(w, state, run_id)? {
-                held @ Fence::Claim(_) => w.cancel(run_id, held, &reason)?,
-                // A running row this host does not hold: its lease must have expired. The
-                // control claim refuses live owners and fences the old one before the cancel.
-                Fence::Unclaimed if w.run_row(run_id)?.status == RunStatus::Running => {
-                    let control =
-                        w.control_claim(run_id, &format!("{}-control", state.owner_id))?;
-                    w.cancel(run_id, Fence::Claim(&control), &reason)?
-                }
-                unclaimed => w.cancel(run_id, unclaimed, &reason)?,
-            };
-            // The claim is forgotten, and the child stopped, after the commit
-            // (`children::forget_released_claims`).
-            json!({ "run_id": run_id, "status": "cancelled", "summary": summary })
-        }
-        RequestBody::RunRetry(r) => {
-            let run_id = required(&req.run_id, "run_id")?;
-            let who = Provenance {
-                by: r.by.as_deref().unwrap_or("unknown"),
-                reason: r.reason.as_deref().unwrap_or(""),
-            };
-            w.retry_from_review(run_id, who)?;
-            // `queued`, or `waiting` when its attempt waits on a request nobody answered.
-            let (status, _) = w.run_state(run_id)?;
-            json!({ "run_id": run_id, "status": status.as_str() })
-        }
-        RequestBody::EffectResolve(e) => {
-            let run_id = required(&req.run_id, "run_id")?;
-            let who = Provenance {
-                by: e.by.as_deref().unwrap_or("unknown"),
-                reason: e.reason.as_deref().unwrap_or(""),
-            };
-            let (result, state) = match &e.result {
-                payload::EffectResult::Applied { receipt } => (
-                    crate::store::EffectResult::Applied {
-                        receipt: receipt.clone(),
-                    },
-                    "applied",
-                ),
-                payload::EffectResult::Failed { error } => (
-                    crate::store::EffectResult::Failed {
-                        error: error.clone(),
-                    },
-                    "failed",
-                ),
-            };
-            w.resolve_effect(run_id, &e.effect_id, &result, who)?;
-            let (status, _) = w.run_state(run_id)?;
-            json!({ "run_id": run_id, "effect_id": e.effect_id, "state": state,
-                    "status": status.as_str() })
-        }
-        RequestBody::CheckpointAnswer(a) => {
-            w.require_decision_of(required(&req.run_id, "run_id")?, &a.decision_id)?;
-            w.answer_decision(&a.decision_id, &a.answer, Answerer::Model)?;
-            json!({ "decision_id": a.decision_id, "answered_by": "model" })
-        }
-        RequestBody::DecisionAnswer(a) => {
-            w.require_decision_of(required(&req.run_id, "run_id")?, &a.decision_id)?;
-            w.answer_decision(&a.decision_id, &a.answer, Answerer::Person)?;
-            json!({ "decision_id": a.decision_id, "answered_by": "person" })
-        }
-        RequestBody::InteractionSubmit(s) => {
-            let attempt_id = required(&req.attempt_id, "attempt_id")?;
-            w.require_interaction_of(
-                required(&req.run_id, "run_id")?,
-                required(&req.node_id, "node_id")?,
-                &s.interaction_id,
-            )?;
-            // The same result again for a request that took it: the original receipt.
-            if let Some((submission_id, state)) =
-                w.repeated_submission(&s.interaction_id, attempt_id, &s.result)?
-            {
-                return Ok(json!({ "interaction_id": s.interaction_id,
-                                  "submission_id": submission_id, "state": state,
-                                  "repeated": true }));
-            }
-            if s.refuse_repeat {
-                w.refuse_accepted_before(&s.interaction_id, &s.result)?;
-            }
-            let submission_id = w.submit(
-                &s.interaction_id,
-                attempt_id,
-                &s.result,
-                req.idempotency_key.as_deref(),
-            )?;
-            json!({ "interaction_id": s.interaction_id, "submission_id": submission_id,
-                    "state": "validating", "repeated": false })
-        }
-        RequestBody::InteractionFail(f) => {
-            let run_id = required(&req.run_id, "run_id")?;
-            let node_id = required(&req.node_id, "node_id")?;
-            w.require_interaction_of(run_id, node_id, &f.interaction_id)?;
-            // Route `failed` from the node as a child would: the stored graph decides (read
-            // here, not from the host's cache: a command must not change the host's memory).
-            let (_, definition, _) = w.run_payload(run_id)?;
-            let graph = definition
-                .as_ref()
-                .map(Graph::parse)
-                .transpose()
-                .map_err(|e| StoreError::CorruptRow(format!("stored graph: {e}")))?
-                .ok_or_else(|| StoreError::InvalidInput("the run has no graph snapshot".into()))?;
-            let next = match graph.route(node_id, &Outcome::Failed(&f.reason)) {
-                Ok(Route::Next(next)) => Some(next),
-                _ => None,
-            };
-            let deadline = next.as_deref().and_then(|n| {
-                graph.node(n).and_then(|n| n.timeout_ms).map(|ms| {
-                    w.now_ms()
-                        .saturating_add(i64::try_from(ms).unwrap_or(i64::MAX))
-                })
-            });
-            w.fail_interaction(
-                &f.interaction_id,
-                required(&req.attempt_id, "attempt_id")?,
-                &f.reason,
-                next.as_deref().map(|n| (n, deadline)),
-                &format!("{}-control", state.owner_id),
-            )?;
-            json!({ "interaction_id": f.interaction_id, "routed_to": next })
-        }
-        RequestBody::InteractionUpdate(u) => {
-            w.require_interaction_of(
-                required(&req.run_id, "run_id")?,
-                required(&req.node_id, "node_id")?,
-                &u.interaction_id,
-            )?;
-            let kept = w.interaction_progress(
-                &u.interaction_id,
-                required(&req.attempt_id, "attempt_id")?,
-                &u.message,
-                &u.data,
-            )?;
-            json!({ "interaction_id": u.interaction_id, "seq": kept.seq, "event_kept": kept.event_kept })
-        }
-        RequestBody::MessageClaim(m) => {
-            let owner = match &m.claimant {
-                Some(claimant) => format!("claimant-{claimant}"),
-                None => format!("request-{}", req.request_id),
-            };
-            // Claimed in this transaction only what the reply carries.
-            let claimed = w.claim_messages(
-                &m.session_id,
-                &owner,
-                m.limit.unwrap_or(16).min(256),
-                MESSAGE_CLAIM_LEASE_MS,
-                reply_room(state.reply_limit),
-            )?;
-            json!({ "messages": claimed.messages, "more": claimed.more })
-        }
-        RequestBody::MessageAck(m) => {
-            let at = w.ack_message(&m.message_id)?;
-            json!({ "message_id": m.message_id, "delivered_at": at })
-        }
-        other => {
-            return Err(StoreError::Forbidden(format!(
-                "{} is not accepted on this connection",
-                other.kind_str()
-            )))
-        }
+        unclaimed => w.cancel(run_id, unclaimed, &reason)?,
     };
-    Ok(body)
+    // The claim is forgotten, and the child stopped, after the commit
+    // (`children::forget_released_claims`).
+    Ok(json!({ "run_id": run_id, "status": "cancelled", "summary": summary }))
+}
+
+/// `run.retry`: run the current node of a run in review again (a person's way out).
+fn run_retry(
+    w: &mut WriteTx<'_>,
+    req: &Request,
+    r: &payload::RunRetry,
+) -> Result<Value, StoreError> {
+    let run_id = required(&req.run_id, "run_id")?;
+    let who = Provenance {
+        by: r.by.as_deref().unwrap_or("unknown"),
+        reason: r.reason.as_deref().unwrap_or(""),
+    };
+    w.retry_from_review(run_id, who)?;
+    // `queued`, or `waiting` when its attempt waits on a request nobody answered.
+    let (status, _) = w.run_state(run_id)?;
+    Ok(json!({ "run_id": run_id, "status": status.as_str() }))
+}
+
+/// `effect.resolve`: record what became of an uncertain effect of a run in review.
+fn effect_resolve(
+    w: &mut WriteTx<'_>,
+    req: &Request,
+    e: &payload::EffectResolve,
+) -> Result<Value, StoreError> {
+    let run_id = required(&req.run_id, "run_id")?;
+    let who = Provenance {
+        by: e.by.as_deref().unwrap_or("unknown"),
+        reason: e.reason.as_deref().unwrap_or(""),
+    };
+    let state = match &e.result {
+        EffectResult::Applied { .. } => "applied",
+        EffectResult::Failed { .. } => "failed",
+    };
+    w.resolve_effect(run_id, &e.effect_id, &e.result, who)?;
+    let (status, _) = w.run_state(run_id)?;
+    Ok(
+        json!({ "run_id": run_id, "effect_id": e.effect_id, "state": state,
+            "status": status.as_str() }),
+    )
+}
+
+/// `checkpoint.answer`: answer an ordinary checkpoint (the model-facing path).
+fn checkpoint_answer(
+    w: &mut WriteTx<'_>,
+    req: &Request,
+    a: &payload::DecisionAnswer,
+) -> Result<Value, StoreError> {
+    w.require_decision_of(required(&req.run_id, "run_id")?, &a.decision_id)?;
+    w.answer_decision(&a.decision_id, &a.answer, Answerer::Model)?;
+    Ok(json!({ "decision_id": a.decision_id, "answered_by": "model" }))
+}
+
+/// `decision.answer`: answer a protected human decision (a person in the origin session).
+fn decision_answer(
+    w: &mut WriteTx<'_>,
+    req: &Request,
+    a: &payload::DecisionAnswer,
+) -> Result<Value, StoreError> {
+    w.require_decision_of(required(&req.run_id, "run_id")?, &a.decision_id)?;
+    w.answer_decision(&a.decision_id, &a.answer, Answerer::Person)?;
+    Ok(json!({ "decision_id": a.decision_id, "answered_by": "person" }))
+}
+
+/// `interaction.submit`: submit a provisional result for an interactive request.
+fn interaction_submit(
+    w: &mut WriteTx<'_>,
+    req: &Request,
+    s: &payload::InteractionSubmit,
+) -> Result<Value, StoreError> {
+    let attempt_id = required(&req.attempt_id, "attempt_id")?;
+    w.require_interaction_of(
+        required(&req.run_id, "run_id")?,
+        required(&req.node_id, "node_id")?,
+        &s.interaction_id,
+    )?;
+    // The same result again for a request that took it: the original receipt.
+    if let Some((submission_id, state)) =
+        w.repeated_submission(&s.interaction_id, attempt_id, &s.result)?
+    {
+        return Ok(json!({ "interaction_id": s.interaction_id,
+                          "submission_id": submission_id, "state": state,
+                          "repeated": true }));
+    }
+    if s.refuse_repeat {
+        w.refuse_accepted_before(&s.interaction_id, &s.result)?;
+    }
+    let submission_id = w.submit(
+        &s.interaction_id,
+        attempt_id,
+        &s.result,
+        req.idempotency_key.as_deref(),
+    )?;
+    Ok(
+        json!({ "interaction_id": s.interaction_id, "submission_id": submission_id,
+               "state": "validating", "repeated": false }),
+    )
+}
+
+/// `interaction.fail`: fail the attempt of a pending interactive request the session gave up on.
+fn interaction_fail(
+    w: &mut WriteTx<'_>,
+    state: &HostState,
+    req: &Request,
+    f: &payload::InteractionFail,
+) -> Result<Value, StoreError> {
+    let run_id = required(&req.run_id, "run_id")?;
+    let node_id = required(&req.node_id, "node_id")?;
+    w.require_interaction_of(run_id, node_id, &f.interaction_id)?;
+    // Route `failed` from the node as a child would: the stored graph decides (read
+    // here, not from the host's cache: a command must not change the host's memory).
+    let (_, definition, _) = w.run_payload(run_id)?;
+    let graph = definition
+        .as_ref()
+        .map(Graph::parse)
+        .transpose()
+        .map_err(|e| StoreError::CorruptRow(format!("stored graph: {e}")))?
+        .ok_or_else(|| StoreError::InvalidInput("the run has no graph snapshot".into()))?;
+    let next = match graph.route(node_id, &Outcome::Failed(&f.reason)) {
+        Ok(Route::Next(next)) => Some(next),
+        _ => None,
+    };
+    let deadline = next.as_deref().and_then(|n| {
+        graph.node(n).and_then(|n| n.timeout_ms).map(|ms| {
+            w.now_ms()
+                .saturating_add(i64::try_from(ms).unwrap_or(i64::MAX))
+        })
+    });
+    w.fail_interaction(
+        &f.interaction_id,
+        required(&req.attempt_id, "attempt_id")?,
+        &f.reason,
+        next.as_deref().map(|n| (n, deadline)),
+        &format!("{}-control", state.owner_id),
+    )?;
+    Ok(json!({ "interaction_id": f.interaction_id, "routed_to": next }))
+}
+
+/// `interaction.update`: a progress update from the agent working on a pending interactive request.
+fn interaction_update(
+    w: &mut WriteTx<'_>,
+    req: &Request,
+    u: &payload::InteractionUpdate,
+) -> Result<Value, StoreError> {
+    w.require_interaction_of(
+        required(&req.run_id, "run_id")?,
+        required(&req.node_id, "node_id")?,
+        &u.interaction_id,
+    )?;
+    let kept = w.interaction_progress(
+        &u.interaction_id,
+        required(&req.attempt_id, "attempt_id")?,
+        &u.message,
+        &u.data,
+    )?;
+    Ok(
+        json!({ "interaction_id": u.interaction_id, "seq": kept.seq, "event_kept": kept.event_kept }),
+    )
+}
+
+/// `message.claim`: claim undelivered workflow messages of a Pi session.
+fn message_claim(
+    w: &mut WriteTx<'_>,
+    state: &HostState,
+    req: &Request,
+    m: &payload::MessageClaim,
+) -> Result<Value, StoreError> {
+    let owner = match &m.claimant {
+        Some(claimant) => format!("claimant-{claimant}"),
+        None => format!("request-{}", req.request_id),
+    };
+    // Claimed in this transaction only what the reply carries.
+    let claimed = w.claim_messages(
+        &m.session_id,
+        &owner,
+        m.limit.unwrap_or(16).min(256),
+        MESSAGE_CLAIM_LEASE_MS,
+        reply_room(state.reply_limit),
+    )?;
+    Ok(json!({ "messages": claimed.messages, "more": claimed.more }))
+}
+
+/// `message.ack`: acknowledge delivery of a claimed workflow message.
+fn message_ack(w: &mut WriteTx<'_>, m: &payload::MessageAck) -> Result<Value, StoreError> {
+    let at = w.ack_message(&m.message_id)?;
+    Ok(json!({ "message_id": m.message_id, "delivered_at": at }))
 }
 
 /// The fence a client command uses: this host's claim when it holds one, otherwise none.
@@ -656,115 +714,12 @@ fn fit_run_status(
 /// leaving the newest requests for a later list.
 pub fn apply_read(store: &Store, req: &Request, reply_limit: usize) -> Result<Receipt, StoreError> {
     Ok(match &req.body {
-        RequestBody::RunStatus(query) => {
-            let run_id = required(&req.run_id, "run_id")?;
-            let run = store.run(run_id)?;
-            let claim = store.claim_info(run_id)?;
-            // Newest first and capped: a run that looped thousands of times still has a
-            // status that fits a reply; older pages are asked for with `attempts_before`.
-            let (mut attempts, attempt_count) = store.attempts_page(
-                run_id,
-                query.attempts_before.as_deref(),
-                query
-                    .attempts_limit
-                    .unwrap_or(payload::DEFAULT_STATUS_ATTEMPTS)
-                    .min(payload::MAX_STATUS_ATTEMPTS),
-            )?;
-            let mut decisions = store.decisions(run_id)?;
-            let mut interactions = store.interactions(Some(run_id), None)?;
-            let mut effects = store.effects(run_id)?;
-            // What the newest child said (its exit and output tails, masked like the loss
-            // reasons): a run that failed or stopped for review shows why in its own words.
-            let mut updates = store.updates(run_id)?;
-            let events_dropped = store.events_dropped(run_id)?;
-            let last_child = store.last_child(run_id)?.map(|mut c| {
-                c.stdout_tail = super::children::mask_hex_runs(&c.stdout_tail);
-                c.stderr_tail = super::children::mask_hex_runs(&c.stderr_tail);
-                c
-            });
-            let body_len = json_len(&(
-                &run,
-                &claim,
-                &attempts,
-                &decisions,
-                &interactions,
-                &effects,
-                &last_child,
-                &updates,
-            ));
-            fit_run_status(
-                &mut attempts,
-                &mut interactions,
-                &mut decisions,
-                &mut effects,
-                reply_excess(body_len, reply_limit),
-            );
-            // Then the data of the oldest updates, when what is left still does not fit.
-            let body_len = json_len(&(
-                &run,
-                &claim,
-                &attempts,
-                &decisions,
-                &interactions,
-                &effects,
-                &last_child,
-                &updates,
-            ));
-            omit_until_it_fits(
-                updates
-                    .iter_mut()
-                    .map(|u| (&mut u.data, &mut u.data_omitted)),
-                reply_excess(body_len, reply_limit),
-            );
-            Receipt::new(
-                Some(run.revision),
-                json!({ "run": run, "claim": claim, "attempts": attempts,
-                        "attempt_count": attempt_count,
-                        "decisions": decisions, "interactions": interactions,
-                        "effects": effects, "last_child": last_child,
-                        "updates": updates, "events_dropped": events_dropped }),
-            )
-        }
-        RequestBody::RunList(list) => {
-            let mut runs = store.list_runs_where(
-                list.session_id.as_deref(),
-                list.unfinished == Some(true),
-                list.statuses.as_deref().unwrap_or_default(),
-                list.limit.unwrap_or(100).min(10_000),
-            )?;
-            // Newest first: the oldest runs' results go first.
-            let excess = reply_excess(json_len(&runs), reply_limit);
-            omit_until_it_fits(
-                runs.iter_mut()
-                    .rev()
-                    .map(|r| (r.result.get_or_insert(Value::Null), &mut r.result_omitted)),
-                excess,
-            );
-            Receipt::new(None, json!({ "runs": runs }))
-        }
-        RequestBody::InteractionList(l) => {
-            // Oldest first, as many whole requests as fit: the rest show once these are
-            // answered (each request is under the payload limit, so one always fits).
-            let mut interactions = store.interactions(None, Some(&l.session_id))?;
-            let more = keep_what_fits(&mut interactions, reply_room(reply_limit));
-            Receipt::new(None, json!({ "interactions": interactions, "more": more }))
-        }
+        RequestBody::RunStatus(query) => read_run_status(store, req, reply_limit, query)?,
+        RequestBody::RunList(list) => read_run_list(store, reply_limit, list)?,
+        RequestBody::InteractionList(l) => read_interaction_list(store, reply_limit, l)?,
         RequestBody::Diagnose => Receipt::new(None, json!({ "findings": store.diagnose()? })),
-        // The connection asks only whether the run exists; it makes the subscription itself.
-        RequestBody::Subscribe(s) => {
-            if let Some(run_id) = &s.run_id {
-                store.run_state(run_id)?;
-            }
-            Receipt::new(None, Value::Null)
-        }
-        RequestBody::HostStatus => {
-            let runs: serde_json::Map<String, Value> = store
-                .count_by_status()?
-                .into_iter()
-                .map(|(status, n)| (status.as_str().to_owned(), json!(n)))
-                .collect();
-            Receipt::new(None, json!({ "runs": runs }))
-        }
+        RequestBody::Subscribe(s) => read_subscribe(store, s)?,
+        RequestBody::HostStatus => read_host_status(store)?,
         other => {
             return Err(StoreError::Forbidden(format!(
                 "{} is not a read",
@@ -772,6 +727,141 @@ pub fn apply_read(store: &Store, req: &Request, reply_limit: usize) -> Result<Re
             )));
         }
     })
+}
+
+/// `run.status`: status of one run.
+fn read_run_status(
+    store: &Store,
+    req: &Request,
+    reply_limit: usize,
+    query: &payload::RunStatusQuery,
+) -> Result<Receipt, StoreError> {
+    let run_id = required(&req.run_id, "run_id")?;
+    let run = store.run(run_id)?;
+    let claim = store.claim_info(run_id)?;
+    // Newest first and capped: a run that looped thousands of times still has a
+    // status that fits a reply; older pages are asked for with `attempts_before`.
+    let (mut attempts, attempt_count) = store.attempts_page(
+        run_id,
+        query.attempts_before.as_deref(),
+        query
+            .attempts_limit
+            .unwrap_or(payload::DEFAULT_STATUS_ATTEMPTS)
+            .min(payload::MAX_STATUS_ATTEMPTS),
+    )?;
+    let mut decisions = store.decisions(run_id)?;
+    let mut interactions = store.interactions(Some(run_id), None)?;
+    let mut effects = store.effects(run_id)?;
+    // What the newest child said (its exit and output tails, masked like the loss
+    // reasons): a run that failed or stopped for review shows why in its own words.
+    let last_child = store.last_child(run_id)?.map(|mut c| {
+        c.stdout_tail = super::children::mask_hex_runs(&c.stdout_tail);
+        c.stderr_tail = super::children::mask_hex_runs(&c.stderr_tail);
+        c
+    });
+    let mut updates = store.updates(run_id)?;
+    let events_dropped = store.events_dropped(run_id)?;
+    let body_len =
+        |attempts: &[_], decisions: &[_], interactions: &[_], effects: &[_], updates: &[_]| {
+            json_len(&(
+                &run,
+                &claim,
+                attempts,
+                decisions,
+                interactions,
+                effects,
+                &last_child,
+                updates,
+            ))
+        };
+    let excess = reply_excess(
+        body_len(&attempts, &decisions, &interactions, &effects, &updates),
+        reply_limit,
+    );
+    fit_run_status(
+        &mut attempts,
+        &mut interactions,
+        &mut decisions,
+        &mut effects,
+        excess,
+    );
+    // Then the data of the oldest updates, when what is left still does not fit.
+    let excess = reply_excess(
+        body_len(&attempts, &decisions, &interactions, &effects, &updates),
+        reply_limit,
+    );
+    omit_until_it_fits(
+        updates
+            .iter_mut()
+            .map(|u| (&mut u.data, &mut u.data_omitted)),
+        excess,
+    );
+    Ok(Receipt::new(
+        Some(run.revision),
+        json!({ "run": run, "claim": claim, "attempts": attempts,
+                "attempt_count": attempt_count,
+                "decisions": decisions, "interactions": interactions,
+                "effects": effects, "last_child": last_child,
+                "updates": updates, "events_dropped": events_dropped }),
+    ))
+}
+
+/// `run.list`: list runs.
+fn read_run_list(
+    store: &Store,
+    reply_limit: usize,
+    list: &payload::RunList,
+) -> Result<Receipt, StoreError> {
+    let mut runs = store.list_runs_where(
+        list.session_id.as_deref(),
+        list.unfinished == Some(true),
+        list.statuses.as_deref().unwrap_or_default(),
+        list.limit.unwrap_or(100).min(10_000),
+    )?;
+    // Newest first: the oldest runs' results go first.
+    let excess = reply_excess(json_len(&runs), reply_limit);
+    omit_until_it_fits(
+        runs.iter_mut()
+            .rev()
+            .map(|r| (r.result.get_or_insert(Value::Null), &mut r.result_omitted)),
+        excess,
+    );
+    Ok(Receipt::new(None, json!({ "runs": runs })))
+}
+
+/// `interaction.list`: list pending interactive requests of a Pi session.
+fn read_interaction_list(
+    store: &Store,
+    reply_limit: usize,
+    l: &payload::InteractionList,
+) -> Result<Receipt, StoreError> {
+    // Oldest first, as many whole requests as fit: the rest show once these are
+    // answered (each request is under the payload limit, so one always fits).
+    let mut interactions = store.interactions(None, Some(&l.session_id))?;
+    let more = keep_what_fits(&mut interactions, reply_room(reply_limit));
+    Ok(Receipt::new(
+        None,
+        json!({ "interactions": interactions, "more": more }),
+    ))
+}
+
+/// `subscribe`: receive events of a run or a session on this connection.
+fn read_subscribe(store: &Store, s: &payload::Subscribe) -> Result<Receipt, StoreError> {
+    // The connection asks only whether the run exists; it makes the subscription itself.
+    if let Some(run_id) = &s.run_id {
+        store.run_state(run_id)?;
+    }
+    Ok(Receipt::new(None, Value::Null))
+}
+
+/// `host.status`: host health and identity.
+fn read_host_status(store: &Store) -> Result<Receipt, StoreError> {
+    let runs: serde_json::Map<String, Value> = store
+        .count_by_status()?
+        .into_iter()
+        .map(|(status, n)| (status.as_str().to_owned(), json!(n)))
+        .collect();
+    Ok(Receipt::new(None, json!({ "runs": runs })))
 }
 
 #[cfg(test)]

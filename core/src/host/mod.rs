@@ -448,27 +448,7 @@ pub fn serve(config: HostConfig) -> Result<(), HostError> {
     }
     store_config.disk_full_while = fault.disk_full_while();
     let mut store = Store::open(&config.paths.db, store_config)?;
-    // One transaction, so one sync, for the new epoch and everything recovered from the
-    // earlier ones: a restart after a crash waits on the disk once, and it is all or nothing.
-    let (epoch, recovered, unconfirmed) = store.write(|w| {
-        let epoch = w.begin_host_epoch(pid)?;
-        let mut recovered = w.recover_runs_of_dead_hosts(&host_owner_id(epoch))?;
-        recovered.extend(w.recover_expired()?);
-        let unconfirmed = w.close_unconfirmed_children(epoch)?;
-        Ok((epoch, recovered, unconfirmed))
-    })?;
-    if !recovered.is_empty() {
-        tracing::info!(
-            count = recovered.len(),
-            "startup recovery requeued runs of earlier hosts"
-        );
-    }
-    if unconfirmed > 0 {
-        tracing::warn!(
-            count = unconfirmed,
-            "children of an earlier host were never confirmed started"
-        );
-    }
+    let epoch = recover_at_start(&mut store, pid)?;
     cleanup_orphans(&mut store, epoch, config.children.kill_grace)?;
     crate::supervise::kill_marked_leftovers(
         &supervision_scope(&config.paths.socket),
@@ -567,8 +547,35 @@ pub fn supervision_scope(socket: &std::path::Path) -> String {
 }
 
 /// The claim owner of a host epoch.
-fn host_owner_id(epoch: i64) -> String {
+pub fn host_owner_id(epoch: i64) -> String {
     format!("host-epoch-{epoch}")
+}
+
+/// Begins the epoch of a host with process id `pid` and recovers what earlier hosts left: their
+/// runs requeued (the installation lock proves those hosts dead), expired claims, children never
+/// confirmed started. One transaction, so one sync: a restart after a crash waits on the disk
+/// once, and it is all or nothing. Returns the new epoch.
+pub fn recover_at_start(store: &mut Store, pid: u32) -> Result<i64, StoreError> {
+    let (epoch, recovered, unconfirmed) = store.write(|w| {
+        let epoch = w.begin_host_epoch(pid)?;
+        let mut recovered = w.recover_runs_of_dead_hosts(&host_owner_id(epoch))?;
+        recovered.extend(w.recover_expired()?);
+        let unconfirmed = w.close_unconfirmed_children(epoch)?;
+        Ok((epoch, recovered, unconfirmed))
+    })?;
+    if !recovered.is_empty() {
+        tracing::info!(
+            count = recovered.len(),
+            "startup recovery requeued runs of earlier hosts"
+        );
+    }
+    if unconfirmed > 0 {
+        tracing::warn!(
+            count = unconfirmed,
+            "children of an earlier host were never confirmed started"
+        );
+    }
+    Ok(epoch)
 }
 
 /// Stops the children recorded in `store` as running (launched by a host other than epoch
@@ -671,7 +678,7 @@ async fn serve_async(
         owner_id,
         epoch,
         child_config: config.children.clone(),
-        supervisor: Some(supervisor_tx),
+        supervising: true,
         socket_path: paths.socket.clone(),
         supervision_scope: supervision_scope(&paths.socket),
         reply_limit: config.limits.max_frame_bytes,
@@ -684,7 +691,7 @@ async fn serve_async(
             let socket = paths.socket.clone();
             move || {
                 let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    store_thread::run(store, state, jobs_rx, fault, epoch)
+                    store_thread::run(store, state, jobs_rx, supervisor_tx, fault, epoch)
                 }));
                 if ran.is_err() {
                     state_owner_died("the store thread", &socket);

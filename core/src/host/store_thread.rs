@@ -18,7 +18,7 @@ use super::children;
 use super::dispatch::{self, HostState, PreparedStart};
 use super::fault::FaultPlan;
 use super::outbox::Outbox;
-use crate::protocol::{Receipt, Rejection, RejectionCode, Request, RequestBody};
+use crate::protocol::{Receipt, Rejection, RejectionCode, Request, RequestBody, RequestClass};
 use crate::store::{Store, StoreError};
 
 /// Most commands committed in one transaction.
@@ -72,9 +72,11 @@ pub fn run(
     mut store: Store,
     mut state: HostState,
     jobs: Receiver<StoreMsg>,
+    supervisor: SupervisorTx,
     fault: FaultPlan,
     epoch: i64,
 ) {
+    let mut supervisor = Some(supervisor);
     // A message taken off the queue to learn whether the thread was idle, handled next.
     let mut next: Option<StoreMsg> = None;
     loop {
@@ -97,52 +99,23 @@ pub fn run(
                 },
             },
         };
-        if let Some(first) = first {
-            let mut msgs = vec![first];
+        let mut msgs: Vec<StoreMsg> = first.into_iter().collect();
+        if !msgs.is_empty() {
             while msgs.len() < MAX_BATCH {
                 match jobs.try_recv() {
                     Ok(msg) => msgs.push(msg),
                     Err(_) => break,
                 }
             }
-            let mut batch = Vec::with_capacity(msgs.len());
-            let mut reports = Vec::new();
-            for msg in msgs {
-                match msg {
-                    StoreMsg::Request(job) => batch.push(*job),
-                    StoreMsg::Child(report) => reports.push(report),
-                    StoreMsg::WorkerDisconnected { run_id, generation } => {
-                        children::worker_disconnected(
-                            &mut state,
-                            store.now_ms(),
-                            &run_id,
-                            generation,
-                        );
-                    }
-                    StoreMsg::Draining => state.shutting_down = true,
-                    StoreMsg::Shutdown => {
-                        state.shutting_down = true;
-                        // Closing the channel makes the supervisor stop every child.
-                        state.supervisor = None;
-                    }
-                }
-            }
-            if !batch.is_empty() {
-                let touched = process_batch(&mut store, &mut state, batch, &fault);
-                children::forget_released_claims(&store, &mut state, Some(&touched));
-            }
-            children::on_child_reports(&mut store, &mut state, reports);
         }
-        // Due work runs whenever its deadline has passed, also while messages keep arriving.
-        // Heartbeats first: a claim renewed in time must not be recovered as expired.
-        if deadline.is_some_and(|at| at <= store.now_ms()) {
-            children::due_child_work(&mut store, &mut state);
-            run_due_work(&mut store, &mut state.outbox, &state.owner_id);
-            children::forget_released_claims(&store, &mut state, None);
-        }
-        if !state.shutting_down {
-            children::schedule(&mut store, &mut state);
-        }
+        turn(
+            &mut store,
+            &mut state,
+            msgs,
+            deadline,
+            &fault,
+            &mut supervisor,
+        );
         // With nothing queued, this thread may as well wait for the disk itself (no hop to
         // the syncer thread); otherwise the syncer waits while this thread goes on.
         let idle = match jobs.try_recv() {
@@ -161,10 +134,76 @@ pub fn run(
     tracing::debug!("store thread drained and stopped");
 }
 
+/// One turn of the store thread, after it took `msgs` off its queue (none when it woke for
+/// `deadline`, the earliest deadline it knew of before it waited): requests answered and
+/// committed, child reports handled, due work run once `deadline` has passed, ready runs
+/// scheduled. What it reveals waits in `state.outbox` for the next flush.
+pub fn turn(
+    store: &mut Store,
+    state: &mut HostState,
+    msgs: Vec<StoreMsg>,
+    deadline: Option<i64>,
+    fault: &FaultPlan,
+    supervisor: &mut Option<SupervisorTx>,
+) {
+    if !msgs.is_empty() {
+        let mut batch = Vec::with_capacity(msgs.len());
+        let mut reports = Vec::new();
+        for msg in msgs {
+            match msg {
+                StoreMsg::Request(job) => batch.push(*job),
+                StoreMsg::Child(report) => reports.push(report),
+                StoreMsg::WorkerDisconnected { run_id, generation } => {
+                    children::worker_disconnected(state, store.now_ms(), &run_id, generation);
+                }
+                StoreMsg::Draining => state.shutting_down = true,
+                StoreMsg::Shutdown => {
+                    state.shutting_down = true;
+                    state.supervising = false;
+                }
+            }
+        }
+        if !batch.is_empty() {
+            let touched = process_batch(store, state, batch, fault, supervisor);
+            children::forget_released_claims(store, state, Some(&touched));
+        }
+        children::on_child_reports(store, state, reports);
+    }
+    // Due work runs whenever its deadline has passed, also while messages keep arriving.
+    // Heartbeats first: a claim renewed in time must not be recovered as expired.
+    if deadline.is_some_and(|at| at <= store.now_ms()) {
+        children::due_child_work(store, state);
+        run_due_work(store, &mut state.outbox, &state.owner_id);
+        children::forget_released_claims(store, state, None);
+    }
+    if !state.shutting_down {
+        children::schedule_with(store, state, &mut |state| {
+            send_child_commands(state, supervisor)
+        });
+    }
+    send_child_commands(state, supervisor);
+}
+
+/// The supervisor's command channel, as the store thread holds it.
+pub type SupervisorTx = tokio::sync::mpsc::UnboundedSender<super::supervisor::SupervisorCmd>;
+
+/// Hands the supervisor what the deciding code ordered (launches, stops), in order. Once the
+/// host no longer supervises, the channel is closed: the supervisor then stops every child.
+pub fn send_child_commands(state: &mut HostState, supervisor: &mut Option<SupervisorTx>) {
+    for command in state.child_commands.drain(..) {
+        if let Some(tx) = supervisor.as_ref() {
+            let _ = tx.send(command);
+        }
+    }
+    if !state.supervising {
+        *supervisor = None;
+    }
+}
+
 /// The earliest time the store thread has deadline work: the store's own deadlines (claim
 /// expiry, interaction deadlines) and the children's (heartbeats, node deadlines, handshake
 /// timeouts, lingering children, delayed runs). `None` when nothing is due.
-fn next_deadline_at(store: &Store, state: &HostState) -> Option<i64> {
+pub fn next_deadline_at(store: &Store, state: &HostState) -> Option<i64> {
     let store_deadline = match store.next_deadline() {
         Ok(d) => d,
         Err(e) => {
@@ -205,32 +244,22 @@ fn process_batch(
     state: &mut HostState,
     batch: Vec<Job>,
     fault: &FaultPlan,
+    supervisor: &mut Option<SupervisorTx>,
 ) -> Vec<String> {
     let (writes, reads): (Vec<Job>, Vec<Job>) = batch
         .into_iter()
-        .partition(|j| dispatch::is_durable_command(&j.request));
+        .partition(|j| j.request.class().is_durable_command());
     for job in reads {
-        let result = if matches!(job.request.body, RequestBody::Repair) {
-            store
-                .repair()
-                .map(|report| {
-                    // A write outside the batches: its events go out before its reply.
-                    for (run_id, before) in &report.runs_written {
-                        publish_run(store, &mut state.outbox, run_id, *before);
-                    }
-                    Receipt::new(None, json!({ "report": report }))
-                })
-                .map_err(|e| dispatch::rejection_for(&e))
-        } else {
-            dispatch::apply_read(store, &job.request, state.reply_limit)
-                .map(|mut receipt| {
-                    if matches!(job.request.body, RequestBody::HostStatus) {
-                        receipt.body["active_children"] = json!(state.live_children());
-                    }
-                    receipt
-                })
-                .map_err(|e| dispatch::rejection_for(&e))
-        };
+        let result = match job.request.class() {
+            RequestClass::Maintenance => maintain(store, &mut state.outbox, &job.request),
+            _ => dispatch::apply_read(store, &job.request, state.reply_limit).map(|mut receipt| {
+                if matches!(job.request.body, RequestBody::HostStatus) {
+                    receipt.body["active_children"] = json!(state.live_children());
+                }
+                receipt
+            }),
+        }
+        .map_err(|e| dispatch::rejection_for(&e));
         state.outbox.reply(job.reply, result);
     }
     // Reads answered from what is committed so far: sent now if that is durable, otherwise
@@ -306,6 +335,8 @@ fn process_batch(
         // commit when a child slot is free: one commit less between a command and its child.
         // Their children start before the commit (see `children::activate_and_launch`).
         activations = children::activate_and_launch(w, state);
+        // Sent now, before the commit: a worker loads while the commit reaches the disk.
+        send_child_commands(state, supervisor);
         fault.before_commit(writes.iter().map(|j| j.request.body.kind_str()));
         if fault.fail_commit(writes.iter().map(|j| j.request.body.kind_str())) {
             return Err(StoreError::InjectedFault("fail_commit".into()));
@@ -381,6 +412,28 @@ fn process_batch(
         }
     }
     touched
+}
+
+/// A maintenance request: a write in a transaction of its own, without a receipt.
+fn maintain(
+    store: &mut Store,
+    outbox: &mut Outbox,
+    request: &Request,
+) -> Result<Receipt, StoreError> {
+    match &request.body {
+        RequestBody::Repair => {
+            let report = store.repair()?;
+            // A write outside the batches: its events go out before its reply.
+            for (run_id, before) in &report.runs_written {
+                publish_run(store, outbox, run_id, *before);
+            }
+            Ok(Receipt::new(None, json!({ "report": report })))
+        }
+        other => Err(StoreError::Forbidden(format!(
+            "{} is not a maintenance request",
+            other.kind_str()
+        ))),
+    }
 }
 
 /// The revision of every run a batch may touch, before it runs (for event publication).

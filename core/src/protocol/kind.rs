@@ -73,13 +73,43 @@ impl RequiredFields {
     }
 }
 
+/// How the host handles a request kind: the path it takes from the connection to the store.
+///
+/// Declared once per kind, in the kind table below; the host's connection task and store thread
+/// branch on it, so a new kind is a row of the table and a function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RequestClass {
+    /// Answered by the connection task itself, which may ask the store thread for a read
+    /// (`host.status`, `host.stop`, `subscribe`, `unsubscribe`).
+    Connection,
+    /// Answered from committed state; writes nothing.
+    Read,
+    /// A client's durable command: committed in the batch transaction together with its
+    /// receipt, so a repeated request id replays the first answer.
+    Command,
+    /// A write in a transaction of its own, without a receipt (`repair`: run again, it repairs
+    /// what is left to repair).
+    Maintenance,
+    /// A workflow child's message, on a connection that said `worker.hello` for its run and
+    /// generation: a durable command with its receipt, committed in a savepoint of its own.
+    Worker,
+}
+
+impl RequestClass {
+    /// Whether requests of this class are committed in the batch transaction with a stored
+    /// receipt (and so need their receipt identity, `CommandMeta`).
+    pub fn is_durable_command(self) -> bool {
+        matches!(self, RequestClass::Command | RequestClass::Worker)
+    }
+}
+
 /// Defines `RequestKind` and `RequestBody` from one list of
-/// `Variant = "wire.kind" [=> PayloadType], required_fields;`.
+/// `Variant = "wire.kind" [=> PayloadType], required_fields, class;`.
 macro_rules! request_kinds {
     (
         $(
             $(#[$attr:meta])*
-            $variant:ident = $wire:literal $(=> $payload:ty)?, $required:ident;
+            $variant:ident = $wire:literal $(=> $payload:ty)?, $required:ident, $class:ident;
         )*
     ) => {
         /// The `kind` of a request: which operation it asks for.
@@ -114,6 +144,13 @@ macro_rules! request_kinds {
             pub fn required_fields(self) -> RequiredFields {
                 match self {
                     $( RequestKind::$variant => RequiredFields::$required, )*
+                }
+            }
+
+            /// How the host handles this kind.
+            pub fn class(self) -> RequestClass {
+                match self {
+                    $( RequestKind::$variant => RequestClass::$class, )*
                 }
             }
 
@@ -179,86 +216,85 @@ macro_rules! request_kinds {
 
 request_kinds! {
     /// Host health and identity. Client.
-    HostStatus = "host.status", NONE;
+    HostStatus = "host.status", NONE, Connection;
     /// Ask the host to stop after in-flight commands. Client.
-    HostStop = "host.stop", NONE;
+    HostStop = "host.stop", NONE, Connection;
     /// Start a new run. Client.
-    RunStart = "run.start" => RunStart, NONE;
+    RunStart = "run.start" => RunStart, NONE, Command;
     /// Status of one run. Client.
-    RunStatus = "run.status" => RunStatusQuery, RUN;
+    RunStatus = "run.status" => RunStatusQuery, RUN, Read;
     /// List runs. Client.
-    RunList = "run.list" => RunList, NONE;
+    RunList = "run.list" => RunList, NONE, Read;
     /// Pause a run at its next durable boundary. Client.
-    RunPause = "run.pause", RUN;
+    RunPause = "run.pause", RUN, Command;
     /// Resume a paused run. Client.
-    RunResume = "run.resume", RUN;
+    RunResume = "run.resume", RUN, Command;
     /// Cancel a run. Client.
-    RunCancel = "run.cancel" => RunCancel, RUN;
+    RunCancel = "run.cancel" => RunCancel, RUN, Command;
     /// Run the current node of a run in review again (a person's way out). Client.
-    RunRetry = "run.retry" => RunRetry, RUN;
+    RunRetry = "run.retry" => RunRetry, RUN, Command;
     /// Record what became of an uncertain effect of a run in review. Client.
-    EffectResolve = "effect.resolve" => EffectResolve, RUN;
+    EffectResolve = "effect.resolve" => EffectResolve, RUN, Command;
     /// Answer an ordinary checkpoint (the model-facing path). Client.
-    CheckpointAnswer = "checkpoint.answer" => DecisionAnswer, RUN;
+    CheckpointAnswer = "checkpoint.answer" => DecisionAnswer, RUN, Command;
     /// Answer a protected human decision (a person in the origin session). Client.
-    DecisionAnswer = "decision.answer" => DecisionAnswer, RUN;
+    DecisionAnswer = "decision.answer" => DecisionAnswer, RUN, Command;
     /// List pending interactive requests of a Pi session. Client.
-    InteractionList = "interaction.list" => InteractionList, NONE;
+    InteractionList = "interaction.list" => InteractionList, NONE, Read;
     /// Submit a provisional result for an interactive request. Client.
-    InteractionSubmit = "interaction.submit" => InteractionSubmit, RUN_NODE_ATTEMPT;
+    InteractionSubmit = "interaction.submit" => InteractionSubmit, RUN_NODE_ATTEMPT, Command;
     /// Fail the attempt of a pending interactive request the session gave up on. Client.
-    InteractionFail = "interaction.fail" => InteractionFail, RUN_NODE_ATTEMPT;
+    InteractionFail = "interaction.fail" => InteractionFail, RUN_NODE_ATTEMPT, Command;
     /// A progress update from the agent working on a pending interactive request. Client.
-    InteractionUpdate = "interaction.update" => InteractionUpdate, RUN_NODE_ATTEMPT;
+    InteractionUpdate = "interaction.update" => InteractionUpdate, RUN_NODE_ATTEMPT, Command;
     /// Claim undelivered workflow messages of a Pi session. Client.
-    MessageClaim = "message.claim" => MessageClaim, NONE;
+    MessageClaim = "message.claim" => MessageClaim, NONE, Command;
     /// Acknowledge delivery of a claimed workflow message. Client.
-    MessageAck = "message.ack" => MessageAck, NONE;
+    MessageAck = "message.ack" => MessageAck, NONE, Command;
     /// Receive events of a run or a session on this connection. Client.
-    Subscribe = "subscribe" => Subscribe, NONE;
+    Subscribe = "subscribe" => Subscribe, NONE, Connection;
     /// End a subscription. Client.
-    Unsubscribe = "unsubscribe" => Unsubscribe, NONE;
+    Unsubscribe = "unsubscribe" => Unsubscribe, NONE, Connection;
     /// List contradictory durable state (read-only). Client.
-    Diagnose = "diagnose", NONE;
+    Diagnose = "diagnose", NONE, Read;
     /// Repair states that have exact durable evidence. Client.
-    Repair = "repair", NONE;
+    Repair = "repair", NONE, Maintenance;
     /// Authenticate a worker connection; the first message a worker sends. Worker.
-    WorkerHello = "worker.hello" => WorkerHello, WORKER;
+    WorkerHello = "worker.hello" => WorkerHello, WORKER, Worker;
     /// A node attempt begins. Worker.
-    WorkerNodeStarted = "worker.node_started" => WorkerNodeStarted, WORKER_NODE;
+    WorkerNodeStarted = "worker.node_started" => WorkerNodeStarted, WORKER_NODE, Worker;
     /// The current attempt ended; propose the next node. Worker.
-    WorkerTransition = "worker.transition" => WorkerTransition, WORKER_ATTEMPT;
+    WorkerTransition = "worker.transition" => WorkerTransition, WORKER_ATTEMPT, Worker;
     /// The current attempt ended and the run finished. Worker.
-    WorkerComplete = "worker.complete" => WorkerComplete, WORKER_ATTEMPT;
+    WorkerComplete = "worker.complete" => WorkerComplete, WORKER_ATTEMPT, Worker;
     /// The run cannot continue. Worker.
-    WorkerFail = "worker.fail" => WorkerFail, WORKER;
+    WorkerFail = "worker.fail" => WorkerFail, WORKER, Worker;
     /// Informational progress. Worker.
-    WorkerProgress = "worker.progress" => WorkerProgress, WORKER;
+    WorkerProgress = "worker.progress" => WorkerProgress, WORKER, Worker;
     /// Park until a checkpoint or human decision is answered. Worker.
-    WorkerWait = "worker.wait" => WorkerWait, WORKER_ATTEMPT;
+    WorkerWait = "worker.wait" => WorkerWait, WORKER_ATTEMPT, Worker;
     /// Park until the origin session answers an interactive step. Worker.
-    WorkerInteractionRequest = "worker.interaction_request" => WorkerInteractionRequest, WORKER_ATTEMPT;
+    WorkerInteractionRequest = "worker.interaction_request" => WorkerInteractionRequest, WORKER_ATTEMPT, Worker;
     /// Record a notify node's message for the origin session. Worker.
-    WorkerNotify = "worker.notify" => WorkerNotify, WORKER_ATTEMPT;
+    WorkerNotify = "worker.notify" => WorkerNotify, WORKER_ATTEMPT, Worker;
     /// Reserve a managed effect. Worker.
-    WorkerEffectReserve = "worker.effect_reserve" => WorkerEffectReserve, WORKER_ATTEMPT;
+    WorkerEffectReserve = "worker.effect_reserve" => WorkerEffectReserve, WORKER_ATTEMPT, Worker;
     /// A reserved effect is about to be performed. Worker.
-    WorkerEffectApplying = "worker.effect_applying" => WorkerEffectApplying, WORKER;
+    WorkerEffectApplying = "worker.effect_applying" => WorkerEffectApplying, WORKER, Worker;
     /// A performed effect ended. Worker.
-    WorkerEffectSettle = "worker.effect_settle" => WorkerEffectSettle, WORKER;
+    WorkerEffectSettle = "worker.effect_settle" => WorkerEffectSettle, WORKER, Worker;
     /// The verdict of a validate-mode child on a submission. Worker.
-    WorkerValidationResult = "worker.validation_result" => WorkerValidationResult, WORKER;
+    WorkerValidationResult = "worker.validation_result" => WorkerValidationResult, WORKER, Worker;
     /// The worker is about to exit. Worker.
-    WorkerExit = "worker.exit" => WorkerExit, WORKER;
+    WorkerExit = "worker.exit" => WorkerExit, WORKER, Worker;
     /// The next page of the node results a hello reply left out to fit its frame. Worker.
-    WorkerResults = "worker.results" => WorkerResults, WORKER;
+    WorkerResults = "worker.results" => WorkerResults, WORKER, Worker;
 }
 
 impl RequestKind {
     /// Whether this kind is sent by a workflow child rather than a client.
     pub fn is_worker(self) -> bool {
-        // Worker kinds are exactly the `worker.` namespace; the generation requirement follows.
-        self.as_str().starts_with("worker.")
+        self.class() == RequestClass::Worker
     }
 }
 
@@ -305,5 +341,22 @@ mod tests {
                 "{kind}"
             );
         }
+    }
+
+    /// The worker class is exactly the `worker.` namespace, and `repair`, which writes, is
+    /// no read.
+    #[test]
+    fn classes_follow_the_namespaces_and_writes_are_not_reads() {
+        for &kind in RequestKind::ALL {
+            assert_eq!(
+                kind.class() == RequestClass::Worker,
+                kind.as_str().starts_with("worker."),
+                "{kind}"
+            );
+        }
+        assert_eq!(RequestKind::Repair.class(), RequestClass::Maintenance);
+        assert_eq!(RequestKind::Diagnose.class(), RequestClass::Read);
+        assert!(RequestKind::RunStart.class().is_durable_command());
+        assert!(!RequestKind::RunStatus.class().is_durable_command());
     }
 }

@@ -38,7 +38,7 @@ pub use frame::{
     DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_PAYLOAD_BYTES,
     LENGTH_PREFIX_BYTES,
 };
-pub use kind::{RequestBody, RequestKind, RequiredFields};
+pub use kind::{RequestBody, RequestClass, RequestKind, RequiredFields};
 pub use payload::{
     AttemptOutcome, DecisionAnswer, DecisionKind, EarlierStep, EffectResolve, EffectResult,
     ExecutionMode, InteractionFail, InteractionKind, InteractionList, InteractionSubmit,

@@ -9,88 +9,10 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// How a run is attached to Pi.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ExecutionMode {
-    /// Interactive steps are answered in the origin Pi session.
-    Interactive,
-    /// The run is not bound to a live Pi session; interactive steps go to a host-managed Pi.
-    Detached,
-}
-
-/// The result of one node attempt, as a worker reports it.
-///
-/// Wire form: `{"status":"succeeded","output":…}`, `{"status":"failed","error":"…"}` or
-/// `{"status":"timed_out"}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "status", rename_all = "snake_case")]
-pub enum AttemptOutcome {
-    /// The node finished; `output` is its result (`null` when absent).
-    Succeeded {
-        /// The node's output, routed on by the graph.
-        #[serde(default)]
-        output: Value,
-    },
-    /// The node failed with an error message.
-    Failed {
-        /// Human-readable error.
-        error: String,
-    },
-    /// The node's deadline passed before it finished.
-    TimedOut,
-}
-
-/// Which kind of decision a worker waits for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DecisionKind {
-    /// An ordinary checkpoint, answered through the model-facing tool (`checkpoint.answer`).
-    Checkpoint,
-    /// A protected human decision, answered only by a person (`decision.answer`).
-    HumanDecision,
-}
-
-/// Which kind of interactive step a worker asks the origin Pi session to perform.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum InteractionKind {
-    /// An agent step: the model works on the request and submits a result.
-    Agent,
-    /// An assistant-message step: the model writes one message as the result.
-    AssistantMessage,
-}
-
-/// When a managed effect may be retried safely.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RetryContract {
-    /// Never retried; an interrupted attempt becomes `uncertain`.
-    Never,
-    /// The external system deduplicates by an idempotency key, so a retry is safe.
-    IdempotencyKey,
-    /// A read-back check can prove whether the effect happened, so a retry is safe after it.
-    ReadBack,
-}
-
-/// How an applied effect ended, as a worker reports it.
-///
-/// Wire form: `{"status":"applied","receipt":…}` or `{"status":"failed","error":"…"}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "status", rename_all = "snake_case")]
-pub enum EffectResult {
-    /// The external system confirmed the effect; `receipt` is its proof (`null` when absent).
-    Applied {
-        /// What the external system returned, stored as the effect's receipt.
-        #[serde(default)]
-        receipt: Value,
-    },
-    /// The external system refused the effect; it did not happen.
-    Failed {
-        /// Human-readable error.
-        error: String,
-    },
-}
+// The vocabulary the wire shares with the store is defined once, in the store's model.
+pub use crate::store::model::{
+    AttemptOutcome, DecisionKind, EffectResult, ExecutionMode, InteractionKind, RetryContract,
+};
 
 /// Payload of `run.start`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -109,6 +109,11 @@ impl Request {
         self.body.kind()
     }
 
+    /// How the host handles the request (its kind's class).
+    pub fn class(&self) -> super::RequestClass {
+        self.kind().class()
+    }
+
     /// Whether a workflow child sent this (a `worker.*` kind).
     pub fn is_worker(&self) -> bool {
         self.kind().is_worker()

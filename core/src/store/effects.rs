@@ -8,8 +8,8 @@ use serde_json::{json, Value};
 
 use super::lifecycle::invalid;
 use super::{
-    parse_enum, AttemptStatus, Claim, EffectState, Op, RetryContract, StoreError, StoreResult,
-    WriteTx,
+    parse_enum, AttemptStatus, Claim, EffectResult, EffectState, Op, RetryContract, StoreError,
+    StoreResult, WriteTx,
 };
 use crate::ids::new_id;
 
@@ -24,14 +24,6 @@ pub enum Reservation {
     AlreadyApplied { effect_id: String, receipt: Value },
     /// It already failed definitively: here is the stored error.
     AlreadyFailed { effect_id: String, error: String },
-}
-
-/// How an application ended.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "result", rename_all = "snake_case")]
-pub enum EffectResult {
-    Applied { receipt: Value },
-    Failed { error: String },
 }
 
 /// What to do with a reserve for a key that already has a record.

@@ -39,7 +39,7 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension as _, Transactio
 pub use children::{ChildExitRecord, ChildRecord, OrphanChild};
 pub use diagnose::{Finding, RepairReport, DATABASE_MALFORMED};
 pub use durability::WalSync;
-pub use effects::{EffectResult, Reservation};
+pub use effects::Reservation;
 pub use error::{StoreError, StoreResult};
 pub use host_ops::{ClaimedMessages, NodeResult};
 pub use lifecycle::{

@@ -147,9 +147,12 @@ impl AttemptStatus {
 }
 
 string_enum! {
-    /// Ordinary checkpoints are answered by the model; human decisions only by a person.
+    /// Which kind of decision a run waits for: ordinary checkpoints are answered by the model,
+    /// human decisions only by a person. A wire value too (`worker.wait`).
     DecisionKind {
+        /// An ordinary checkpoint, answered through the model-facing tool (`checkpoint.answer`).
         Checkpoint = "checkpoint",
+        /// A protected human decision, answered only by a person (`decision.answer`).
         HumanDecision = "human_decision",
     }
 }
@@ -173,8 +176,12 @@ string_enum! {
 }
 
 string_enum! {
+    /// Which kind of interactive step a run asks its origin Pi session to perform. A wire value
+    /// too (`worker.interaction_request`).
     InteractionKind {
+        /// An agent step: the model works on the request and submits a result.
         Agent = "agent",
+        /// An assistant-message step: the model writes one message as the result.
         AssistantMessage = "assistant_message",
     }
 }
@@ -211,7 +218,8 @@ string_enum! {
 }
 
 string_enum! {
-    /// When an effect may be attempted again after an interruption.
+    /// When an effect may be attempted again after an interruption. A wire value too
+    /// (`worker.effect_reserve`).
     RetryContract {
         /// Never: an interrupted application becomes uncertain.
         Never = "never",
@@ -230,8 +238,11 @@ impl RetryContract {
 }
 
 string_enum! {
+    /// How a run is attached to Pi. A wire value too (`run.start`).
     ExecutionMode {
+        /// Interactive steps are answered in the origin Pi session.
         Interactive = "interactive",
+        /// The run is not bound to a live Pi session; interactive steps go to a host-managed Pi.
         Detached = "detached",
     }
 }
@@ -252,17 +263,44 @@ string_enum! {
 }
 
 /// How a node attempt ended, as reported by its child (or by the host for deadlines).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// Wire form: `{"status":"succeeded","output":…}`, `{"status":"failed","error":"…"}` or
+/// `{"status":"timed_out"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum AttemptOutcome {
+    /// The node finished; `output` is its result (`null` when absent).
     Succeeded {
+        /// The node's output, routed on by the graph.
         #[serde(default)]
         output: serde_json::Value,
     },
+    /// The node failed with an error message.
     Failed {
+        /// Human-readable error.
         error: String,
     },
+    /// The node's deadline passed before it finished.
     TimedOut,
+}
+
+/// How an applied effect ended, as its child reports it or a person resolves it.
+///
+/// Wire form: `{"status":"applied","receipt":…}` or `{"status":"failed","error":"…"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum EffectResult {
+    /// The external system confirmed the effect; `receipt` is its proof (`null` when absent).
+    Applied {
+        /// What the external system returned, stored as the effect's receipt.
+        #[serde(default)]
+        receipt: serde_json::Value,
+    },
+    /// The external system refused the effect; it did not happen.
+    Failed {
+        /// Human-readable error.
+        error: String,
+    },
 }
 
 impl AttemptOutcome {

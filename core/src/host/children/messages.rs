@@ -1,4 +1,7 @@
-//! What a child says: its worker messages applied inside the batch transaction (hello, node\nstarts, transitions, completion), each checked against the stored graph, its deadlines and\nthe step limits before anything is written.
+//! What a child says: its worker messages applied inside the batch transaction (hello, node
+//! starts, transitions, completion), each checked against the stored graph, its deadlines and
+//! the step limits before anything is written. One function per worker kind; `apply_worker`
+//! checks who speaks and dispatches.
 
 use super::*;
 
@@ -36,195 +39,25 @@ pub fn apply_worker(
         return Err(StoreError::Forbidden("worker.hello must come first".into()));
     }
     let claim = state.claim(run_id).cloned().ok_or_else(|| stale(run_id))?;
-    let attempt = || {
-        req.attempt_id
-            .clone()
-            .ok_or_else(|| invalid_input("attempt_id is required"))
-    };
     let body = match &req.body {
         RequestBody::WorkerNodeStarted(started) => {
-            let node = req
-                .node_id
-                .as_deref()
-                .ok_or_else(|| invalid_input("node_id is required"))?;
-            let graph = graph_of(w, state, run_id)?;
-            if graph.node(node).is_none() {
-                return Err(invalid_input(format!("node {node} is not in the graph")));
-            }
-            let deadline = deadline_for(w, &graph, node, started.timeout_ms)?;
-            let started = w.node_started(&claim, node, deadline);
-            let attempt_id = match fail_at_step_limit(w, &claim, None, started)? {
-                Ok(attempt_id) => attempt_id,
-                Err(refused) => return Ok(refused),
-            };
-            json!({ "attempt_id": attempt_id, "deadline_at": deadline })
+            worker_node_started(w, state, &claim, req, run_id, started)?
         }
-        RequestBody::WorkerTransition(t) => {
-            let (graph, attempt_id, from) =
-                match step_after_earlier(w, state, &claim, req, &t.earlier)? {
-                    Ok(step) => step,
-                    Err(refused) => return Ok(refused),
-                };
-            let outcome = store_outcome(&t.outcome);
-            if let Some(refused) = check_route(
-                w,
-                &claim,
-                &graph,
-                &from,
-                &attempt_id,
-                &outcome,
-                Some(&t.next_node),
-            )? {
-                return Ok(refused);
-            }
-            let deadline = deadline_for(w, &graph, &t.next_node, t.next_timeout_ms)?;
-            let request = TransitionRequest {
-                attempt_id,
-                outcome,
-                next_node: t.next_node.clone(),
-                next_deadline_at: deadline,
-            };
-            let stepped = w.transition(&claim, &request);
-            let done = match fail_at_step_limit(w, &claim, Some(&request), stepped)? {
-                Ok(done) => done,
-                Err(refused) => return Ok(refused),
-            };
-            let parked = done.pause_requested;
-            if parked {
-                w.park(&claim, None)?;
-            }
-            json!({ "attempt_id": done.next_attempt_id, "parked": parked, "deadline_at": deadline })
-        }
-        RequestBody::WorkerComplete(c) => {
-            if c.result_is_output
-                && (!c.result.is_null()
-                    || !matches!(c.outcome, payload::AttemptOutcome::Succeeded { .. }))
-            {
-                return Err(invalid_input(
-                    "result_is_output needs a succeeded outcome and a null result",
-                ));
-            }
-            let (graph, attempt_id, from) =
-                match step_after_earlier(w, state, &claim, req, &c.earlier)? {
-                    Ok(step) => step,
-                    Err(refused) => return Ok(refused),
-                };
-            let outcome = store_outcome(&c.outcome);
-            if let Some(refused) =
-                check_route(w, &claim, &graph, &from, &attempt_id, &outcome, None)?
-            {
-                return Ok(refused);
-            }
-            let output = match &outcome {
-                AttemptOutcome::Succeeded { output } => output.clone(),
-                _ => Value::Null,
-            };
-            let result = if c.result_is_output {
-                &output
-            } else {
-                &c.result
-            };
-            w.complete_presented(
-                &claim,
-                &attempt_id,
-                &output,
-                result,
-                c.presentation.as_deref(),
-            )?;
-            json!({ "status": "completed" })
-        }
-        RequestBody::WorkerFail(f) => {
-            if f.review {
-                w.send_to_review(&claim, &f.error)?;
-                json!({ "status": "review" })
-            } else {
-                let outcome = AttemptOutcome::Failed {
-                    error: f.error.clone(),
-                };
-                w.fail(&claim, req.attempt_id.as_deref(), &outcome, &f.error)?;
-                json!({ "status": "failed" })
-            }
-        }
-        RequestBody::WorkerProgress(p) => {
-            let kept = w.progress(&claim, &p.message, &p.data)?;
-            json!({ "seq": kept.seq, "event_kept": kept.event_kept })
-        }
-        RequestBody::WorkerWait(wait) => {
-            let kind = match wait.decision_kind {
-                payload::DecisionKind::Checkpoint => DecisionKind::Checkpoint,
-                payload::DecisionKind::HumanDecision => DecisionKind::HumanDecision,
-            };
-            let id = w.wait_for_decision(&claim, &attempt()?, kind, &wait.request)?;
-            json!({ "decision_id": id })
-        }
-        RequestBody::WorkerInteractionRequest(i) => {
-            let kind = match i.interaction_kind {
-                payload::InteractionKind::Agent => InteractionKind::Agent,
-                payload::InteractionKind::AssistantMessage => InteractionKind::AssistantMessage,
-            };
-            let attempt_id = attempt()?;
-            // The node's saved deadline, which the host enforces while no worker runs.
-            let deadline = w.attempt_deadline(&attempt_id)?;
-            let id = w.request_interaction(&claim, &attempt_id, kind, &i.request, deadline)?;
-            json!({ "interaction_id": id, "deadline_at": deadline })
-        }
-        RequestBody::WorkerNotify(n) => {
-            let id = w.notify(&claim, &n.content)?;
-            json!({ "message_id": id })
-        }
-        RequestBody::WorkerEffectReserve(e) => {
-            let contract = match e.retry_contract {
-                payload::RetryContract::Never => RetryContract::Never,
-                payload::RetryContract::IdempotencyKey => RetryContract::IdempotencyKey,
-                payload::RetryContract::ReadBack => RetryContract::ReadBack,
-            };
-            let r =
-                w.reserve_effect(&claim, &attempt()?, &e.effect_key, &e.fingerprint, contract)?;
-            json!(r)
-        }
-        RequestBody::WorkerEffectApplying(e) => {
-            w.effect_applying(&claim, &e.effect_id)?;
-            json!({ "effect_id": e.effect_id })
-        }
-        RequestBody::WorkerEffectSettle(e) => {
-            let result = match &e.result {
-                payload::EffectResult::Applied { receipt } => EffectResult::Applied {
-                    receipt: receipt.clone(),
-                },
-                payload::EffectResult::Failed { error } => EffectResult::Failed {
-                    error: error.clone(),
-                },
-            };
-            w.settle_effect(&claim, &e.effect_id, &result)?;
-            json!({ "effect_id": e.effect_id })
-        }
+        RequestBody::WorkerTransition(t) => worker_transition(w, state, &claim, req, t)?,
+        RequestBody::WorkerComplete(c) => worker_complete(w, state, &claim, req, c)?,
+        RequestBody::WorkerFail(f) => worker_fail(w, &claim, req, f)?,
+        RequestBody::WorkerProgress(p) => worker_progress(w, &claim, p)?,
+        RequestBody::WorkerWait(wait) => worker_wait(w, &claim, req, wait)?,
+        RequestBody::WorkerInteractionRequest(i) => worker_interaction_request(w, &claim, req, i)?,
+        RequestBody::WorkerNotify(n) => worker_notify(w, &claim, n)?,
+        RequestBody::WorkerEffectReserve(e) => worker_effect_reserve(w, &claim, req, e)?,
+        RequestBody::WorkerEffectApplying(e) => worker_effect_applying(w, &claim, e)?,
+        RequestBody::WorkerEffectSettle(e) => worker_effect_settle(w, &claim, e)?,
         RequestBody::WorkerValidationResult(v) => {
-            let verdict = if v.accepted {
-                Ok(())
-            } else {
-                Err(v.error.clone().unwrap_or_else(|| "rejected".into()))
-            };
-            w.settle(&claim, &v.submission_id, verdict)?;
-            if let Some(entry) = state.children.get_mut(run_id) {
-                entry.judging_since = None; // the verdict is in: no validation deadline now
-            }
-            json!({ "submission_id": v.submission_id, "accepted": v.accepted })
+            worker_validation_result(w, state, &claim, run_id, v)?
         }
         RequestBody::WorkerExit(_) => json!({}),
-        // The run does not move while its child reads these pages (the child takes no step
-        // before it has its context), so an offset into the same list is a stable cursor.
-        RequestBody::WorkerResults(page) => {
-            let results = node_results(w, run_id)?;
-            let offset = usize::try_from(page.offset)
-                .unwrap_or(usize::MAX)
-                .min(results.len());
-            let mut rest = results[offset..].to_vec();
-            let more = crate::host::dispatch::keep_what_fits(
-                &mut rest,
-                crate::host::dispatch::reply_room(state.reply_limit),
-            );
-            json!({ "results": rest, "more": more })
-        }
+        RequestBody::WorkerResults(page) => worker_results(w, state, run_id, page)?,
         other => {
             return Err(StoreError::Forbidden(format!(
                 "{} is not a worker kind",
@@ -234,6 +67,268 @@ pub fn apply_worker(
     };
     state.renewed_at.insert(run_id.to_owned(), w.now_ms());
     Ok(body)
+}
+
+/// `worker.node_started`: a node attempt begins.
+fn worker_node_started(
+    w: &mut WriteTx<'_>,
+    state: &mut HostState,
+    claim: &Claim,
+    req: &Request,
+    run_id: &str,
+    started: &payload::WorkerNodeStarted,
+) -> Result<Value, StoreError> {
+    let node = req
+        .node_id
+        .as_deref()
+        .ok_or_else(|| invalid_input("node_id is required"))?;
+    let graph = graph_of(w, state, run_id)?;
+    if graph.node(node).is_none() {
+        return Err(invalid_input(format!("node {node} is not in the graph")));
+    }
+    let deadline = deadline_for(w, &graph, node, started.timeout_ms)?;
+    let started = w.node_started(claim, node, deadline);
+    let attempt_id = match fail_at_step_limit(w, claim, None, started)? {
+        Ok(attempt_id) => attempt_id,
+        Err(refused) => return Ok(refused),
+    };
+    Ok(json!({ "attempt_id": attempt_id, "deadline_at": deadline }))
+}
+
+/// `worker.transition`: the current attempt ended; propose the next node.
+fn worker_transition(
+    w: &mut WriteTx<'_>,
+    state: &mut HostState,
+    claim: &Claim,
+    req: &Request,
+    t: &payload::WorkerTransition,
+) -> Result<Value, StoreError> {
+    let (graph, attempt_id, from) = match step_after_earlier(w, state, claim, req, &t.earlier)? {
+        Ok(step) => step,
+        Err(refused) => return Ok(refused),
+    };
+    let outcome = t.outcome.clone();
+    if let Some(refused) = check_route(
+        w,
+        claim,
+        &graph,
+        &from,
+        &attempt_id,
+        &outcome,
+        Some(&t.next_node),
+    )? {
+        return Ok(refused);
+    }
+    let deadline = deadline_for(w, &graph, &t.next_node, t.next_timeout_ms)?;
+    let request = TransitionRequest {
+        attempt_id,
+        outcome,
+        next_node: t.next_node.clone(),
+        next_deadline_at: deadline,
+    };
+    let stepped = w.transition(claim, &request);
+    let done = match fail_at_step_limit(w, claim, Some(&request), stepped)? {
+        Ok(done) => done,
+        Err(refused) => return Ok(refused),
+    };
+    let parked = done.pause_requested;
+    if parked {
+        w.park(claim, None)?;
+    }
+    Ok(json!({ "attempt_id": done.next_attempt_id, "parked": parked, "deadline_at": deadline }))
+}
+
+/// `worker.complete`: the current attempt ended and the run finished.
+fn worker_complete(
+    w: &mut WriteTx<'_>,
+    state: &mut HostState,
+    claim: &Claim,
+    req: &Request,
+    c: &payload::WorkerComplete,
+) -> Result<Value, StoreError> {
+    if c.result_is_output
+        && (!c.result.is_null() || !matches!(c.outcome, payload::AttemptOutcome::Succeeded { .. }))
+    {
+        return Err(invalid_input(
+            "result_is_output needs a succeeded outcome and a null result",
+        ));
+    }
+    let (graph, attempt_id, from) = match step_after_earlier(w, state, claim, req, &c.earlier)? {
+        Ok(step) => step,
+        Err(refused) => return Ok(refused),
+    };
+    let outcome = c.outcome.clone();
+    if let Some(refused) = check_route(w, claim, &graph, &from, &attempt_id, &outcome, None)? {
+        return Ok(refused);
+    }
+    let output = match &outcome {
+        AttemptOutcome::Succeeded { output } => output.clone(),
+        _ => Value::Null,
+    };
+    let result = if c.result_is_output {
+        &output
+    } else {
+        &c.result
+    };
+    w.complete_presented(
+        claim,
+        &attempt_id,
+        &output,
+        result,
+        c.presentation.as_deref(),
+    )?;
+    Ok(json!({ "status": "completed" }))
+}
+
+/// `worker.fail`: the run cannot continue.
+fn worker_fail(
+    w: &mut WriteTx<'_>,
+    claim: &Claim,
+    req: &Request,
+    f: &payload::WorkerFail,
+) -> Result<Value, StoreError> {
+    Ok(if f.review {
+        w.send_to_review(claim, &f.error)?;
+        json!({ "status": "review" })
+    } else {
+        let outcome = AttemptOutcome::Failed {
+            error: f.error.clone(),
+        };
+        w.fail(claim, req.attempt_id.as_deref(), &outcome, &f.error)?;
+        json!({ "status": "failed" })
+    })
+}
+
+/// `worker.progress`: informational progress.
+fn worker_progress(
+    w: &mut WriteTx<'_>,
+    claim: &Claim,
+    p: &payload::WorkerProgress,
+) -> Result<Value, StoreError> {
+    let kept = w.progress(claim, &p.message, &p.data)?;
+    Ok(json!({ "seq": kept.seq, "event_kept": kept.event_kept }))
+}
+
+/// `worker.wait`: park until a checkpoint or human decision is answered.
+fn worker_wait(
+    w: &mut WriteTx<'_>,
+    claim: &Claim,
+    req: &Request,
+    wait: &payload::WorkerWait,
+) -> Result<Value, StoreError> {
+    let id = w.wait_for_decision(claim, &attempt_of(req)?, wait.decision_kind, &wait.request)?;
+    Ok(json!({ "decision_id": id }))
+}
+
+/// `worker.interaction_request`: park until the origin session answers an interactive step.
+fn worker_interaction_request(
+    w: &mut WriteTx<'_>,
+    claim: &Claim,
+    req: &Request,
+    i: &payload::WorkerInteractionRequest,
+) -> Result<Value, StoreError> {
+    let kind = i.interaction_kind;
+    let attempt_id = attempt_of(req)?;
+    // The node's saved deadline, which the host enforces while no worker runs.
+    let deadline = w.attempt_deadline(&attempt_id)?;
+    let id = w.request_interaction(claim, &attempt_id, kind, &i.request, deadline)?;
+    Ok(json!({ "interaction_id": id, "deadline_at": deadline }))
+}
+
+/// `worker.notify`: record a notify node's message for the origin session.
+fn worker_notify(
+    w: &mut WriteTx<'_>,
+    claim: &Claim,
+    n: &payload::WorkerNotify,
+) -> Result<Value, StoreError> {
+    let id = w.notify(claim, &n.content)?;
+    Ok(json!({ "message_id": id }))
+}
+
+/// `worker.effect_reserve`: reserve a managed effect.
+fn worker_effect_reserve(
+    w: &mut WriteTx<'_>,
+    claim: &Claim,
+    req: &Request,
+    e: &payload::WorkerEffectReserve,
+) -> Result<Value, StoreError> {
+    let contract = e.retry_contract;
+    let r = w.reserve_effect(
+        claim,
+        &attempt_of(req)?,
+        &e.effect_key,
+        &e.fingerprint,
+        contract,
+    )?;
+    Ok(json!(r))
+}
+
+/// `worker.effect_applying`: a reserved effect is about to be performed.
+fn worker_effect_applying(
+    w: &mut WriteTx<'_>,
+    claim: &Claim,
+    e: &payload::WorkerEffectApplying,
+) -> Result<Value, StoreError> {
+    w.effect_applying(claim, &e.effect_id)?;
+    Ok(json!({ "effect_id": e.effect_id }))
+}
+
+/// `worker.effect_settle`: a performed effect ended.
+fn worker_effect_settle(
+    w: &mut WriteTx<'_>,
+    claim: &Claim,
+    e: &payload::WorkerEffectSettle,
+) -> Result<Value, StoreError> {
+    w.settle_effect(claim, &e.effect_id, &e.result)?;
+    Ok(json!({ "effect_id": e.effect_id }))
+}
+
+/// `worker.validation_result`: the verdict of a validate-mode child on a submission.
+fn worker_validation_result(
+    w: &mut WriteTx<'_>,
+    state: &mut HostState,
+    claim: &Claim,
+    run_id: &str,
+    v: &payload::WorkerValidationResult,
+) -> Result<Value, StoreError> {
+    let verdict = if v.accepted {
+        Ok(())
+    } else {
+        Err(v.error.clone().unwrap_or_else(|| "rejected".into()))
+    };
+    w.settle(claim, &v.submission_id, verdict)?;
+    if let Some(entry) = state.children.get_mut(run_id) {
+        entry.judging_since = None; // the verdict is in: no validation deadline now
+    }
+    Ok(json!({ "submission_id": v.submission_id, "accepted": v.accepted }))
+}
+
+/// `worker.results`: the next page of the node results a hello reply left out to fit its frame.
+fn worker_results(
+    w: &mut WriteTx<'_>,
+    state: &HostState,
+    run_id: &str,
+    page: &payload::WorkerResults,
+) -> Result<Value, StoreError> {
+    // The run does not move while its child reads these pages (the child takes no step
+    // before it has its context), so an offset into the same list is a stable cursor.
+    let results = node_results(w, run_id)?;
+    let offset = usize::try_from(page.offset)
+        .unwrap_or(usize::MAX)
+        .min(results.len());
+    let mut rest = results[offset..].to_vec();
+    let more = crate::host::dispatch::keep_what_fits(
+        &mut rest,
+        crate::host::dispatch::reply_room(state.reply_limit),
+    );
+    Ok(json!({ "results": rest, "more": more }))
+}
+
+/// The attempt a worker message names (`attempt_id`, required by the kinds that use it).
+fn attempt_of(req: &Request) -> Result<String, StoreError> {
+    req.attempt_id
+        .clone()
+        .ok_or_else(|| invalid_input("attempt_id is required"))
 }
 
 /// Takes back what a worker message changed in the host's memory when its batch did not
@@ -481,7 +576,7 @@ pub(super) fn apply_earlier_steps(
     }
     let (mut attempt_id, mut from) = current;
     for step in steps {
-        let outcome = store_outcome(&step.outcome);
+        let outcome = step.outcome.clone();
         if let Some(refused) = check_route(
             w,
             claim,
@@ -554,26 +649,6 @@ pub(super) fn ms_after(now: i64, ms: u64) -> i64 {
     now.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX))
 }
 
-pub(super) fn store_outcome(o: &payload::AttemptOutcome) -> AttemptOutcome {
-    match o {
-        payload::AttemptOutcome::Succeeded { output } => AttemptOutcome::Succeeded {
-            output: output.clone(),
-        },
-        payload::AttemptOutcome::Failed { error } => AttemptOutcome::Failed {
-            error: error.clone(),
-        },
-        payload::AttemptOutcome::TimedOut => AttemptOutcome::TimedOut,
-    }
-}
-
-pub(super) fn graph_outcome(o: &AttemptOutcome) -> Outcome<'_> {
-    match o {
-        AttemptOutcome::Succeeded { output } => Outcome::Succeeded(output),
-        AttemptOutcome::Failed { error } => Outcome::Failed(error),
-        AttemptOutcome::TimedOut => Outcome::TimedOut,
-    }
-}
-
 /// Checks a child's proposal against the graph. A proposal that disagrees fails the run with
 /// the reason; the failure is the command's committed result (`Some(body)` with `refused`),
 /// not an error, so the savepoint around the command keeps it.
@@ -586,7 +661,7 @@ pub(super) fn check_route(
     outcome: &AttemptOutcome,
     proposed: Option<&str>,
 ) -> Result<Option<Value>, StoreError> {
-    match graph.check_transition(from, &graph_outcome(outcome), proposed) {
+    match graph.check_transition(from, &Outcome::from(outcome), proposed) {
         Ok(_) => Ok(None),
         Err(refused) => {
             let error = format!("transition refused: {refused}");

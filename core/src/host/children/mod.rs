@@ -5,7 +5,8 @@
 //!
 //! This file holds the scheduler and the launches; [`messages`] applies what a child says;
 //! [`watch`] handles exits and the deadlines. Processes themselves are the supervisor task's
-//! business ([`super::supervisor`]); this module only decides, and talks to it over a channel.
+//! business ([`super::supervisor`]); this module only decides: its orders wait in
+//! `HostState::child_commands` until the store thread sends them on.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -19,8 +20,8 @@ use crate::graph::{Graph, NodeKind, Outcome, Route};
 use crate::ids::ClaimToken;
 use crate::protocol::{payload, Request, RequestBody};
 use crate::store::{
-    AttemptOutcome, ChildExitRecord, ChildMode, Claim, DecisionKind, EffectResult, InteractionKind,
-    Resume, RetryContract, RunStatus, Store, StoreError, StoreResult, TransitionRequest, WriteTx,
+    AttemptOutcome, ChildExitRecord, ChildMode, Claim, Resume, RunStatus, Store, StoreError,
+    StoreResult, TransitionRequest, WriteTx,
 };
 use crate::worker::{LaunchEnvelope, MountedSource, LAUNCH_SCHEMA};
 
@@ -226,6 +227,17 @@ fn stale(run_id: &str) -> StoreError {
 /// ([`activate_and_launch`] from the store thread's batch); this catches the rest: runs made ready by
 /// a child's exit, a deadline, or a slot freed by an exit.
 pub fn schedule(store: &mut Store, state: &mut HostState) {
+    schedule_with(store, state, &mut |_| {});
+}
+
+/// [`schedule`], calling `before_commit` inside each activation's transaction once its launches
+/// are ordered: the store thread sends them on there, so a worker loads while the commit
+/// reaches the disk.
+pub fn schedule_with(
+    store: &mut Store,
+    state: &mut HostState,
+    before_commit: &mut dyn FnMut(&mut HostState),
+) {
     loop {
         let free = free_slots(state);
         if free == 0 {
@@ -242,6 +254,7 @@ pub fn schedule(store: &mut Store, state: &mut HostState) {
         let mut activations = Activations::default();
         let committed = store.write(|w| {
             activations = activate_and_launch(w, state);
+            before_commit(state);
             Ok(())
         });
         if let Err(e) = &committed {
@@ -303,7 +316,7 @@ impl ActivatedRun {
 /// others). Nothing is launched here (see [`activate_and_launch`]).
 fn activate_ready(w: &mut WriteTx<'_>, state: &mut HostState) -> Vec<ActivatedRun> {
     let free = free_slots(state);
-    if free == 0 || state.shutting_down || state.supervisor.is_none() {
+    if free == 0 || state.shutting_down || !state.supervising {
         return Vec::new();
     }
     let ready = match w.ready_runs(free as u32) {
@@ -401,8 +414,9 @@ pub struct Activations {
     launched_early: bool,
 }
 
-/// Inside an open transaction: activates ready runs ([`activate_ready`]) and launches their
-/// children **before** the commit, so a worker loads while the commit reaches the disk. That
+/// Inside an open transaction: activates ready runs ([`activate_ready`]) and orders their
+/// children's launches **before** the commit (the store thread sends them on before the commit,
+/// so a worker loads while the commit reaches the disk). That
 /// is safe because a child can do nothing the host accepts before its hello, and the store
 /// thread handles the hello only after this transaction ended (it handles one batch at a
 /// time). After a commit that failed with children already launched, the children wait for
@@ -502,8 +516,8 @@ fn abandon_launches(state: &mut HostState, pending: Vec<PendingLaunch>) {
         state.abandoned_launches.insert(p.launch, p.run_id.clone());
         state.launch_after_commit = true;
         tracing::warn!(run_id = %p.run_id, "activation did not commit; stopping the child it launched");
-        if let Some(supervisor) = &state.supervisor {
-            let _ = supervisor.send(SupervisorCmd::Stop {
+        if state.supervising {
+            state.child_commands.push(SupervisorCmd::Stop {
                 run_id: p.run_id,
                 generation: p.generation,
                 grace: Duration::ZERO,
@@ -567,9 +581,9 @@ fn launch(
     let cfg = &state.child_config;
     let mut args = runtime.args.clone();
     args.push(run.source_root.clone());
-    let Some(supervisor) = &state.supervisor else {
+    if !state.supervising {
         return None;
-    };
+    }
     let limits = crate::supervise::ChildLimits {
         cpu_seconds: cfg.cpu_seconds,
         memory_bytes: cfg.memory_bytes,
@@ -603,7 +617,7 @@ fn launch(
             },
         })
     });
-    let _ = supervisor.send(SupervisorCmd::Launch {
+    let command = SupervisorCmd::Launch {
         run_id: run_id.to_owned(),
         generation: act.claim.generation,
         child_epoch,
@@ -626,7 +640,8 @@ fn launch(
             }),
         },
         standby,
-    });
+    };
+    state.child_commands.push(command);
     tracing::debug!(%run_id, generation = act.claim.generation, "child launch requested");
     Some(PendingLaunch {
         run_id: run_id.to_owned(),

@@ -1,4 +1,6 @@
-//! What the host watches about its children once they run: their exits (a loss, a release, an\nabandoned launch), the deadlines it owns (handshake, validation, node, lingering, heartbeat)\nand the stops it orders.
+//! What the host watches about its children once they run: their exits (a loss, a release, an
+//! abandoned launch), the deadlines it owns (handshake, validation, node, lingering, heartbeat)
+//! and the stops it orders.
 
 use super::*;
 
@@ -591,14 +593,14 @@ pub fn stop_child(state: &mut HostState, run_id: &str) {
     if let Some(entry) = state.children.get_mut(run_id) {
         if !entry.stopping {
             entry.stopping = true;
-            let Some(supervisor) = &state.supervisor else {
-                return;
-            };
-            let _ = supervisor.send(SupervisorCmd::Stop {
-                run_id: run_id.to_owned(),
-                generation: entry.generation,
-                grace: state.child_config.kill_grace,
-            });
+            if state.supervising {
+                let stop = SupervisorCmd::Stop {
+                    run_id: run_id.to_owned(),
+                    generation: entry.generation,
+                    grace: state.child_config.kill_grace,
+                };
+                state.child_commands.push(stop);
+            }
         }
     }
 }
