@@ -888,10 +888,19 @@ impl Sim {
             return;
         }
         let phase = self.children[child].phase.clone();
-        let Ok(receipt) = answer else {
-            // A refused child gives up, as the runtimes do.
-            self.children[child].phase = Phase::Leaving;
-            return;
+        let receipt = match answer {
+            Ok(receipt) => receipt,
+            Err(rejection) => {
+                // A refused child gives up, as the runtimes do. Refused because a commit failed
+                // (an injected disk fault), its exit counts as a loss: three in a row send the
+                // run to review, where its twin completed.
+                if rejection.code == piw_core::protocol::RejectionCode::Internal {
+                    let run_id = self.children[child].run_id.clone();
+                    self.faulted.insert(run_id);
+                }
+                self.children[child].phase = Phase::Leaving;
+                return;
+            }
         };
         let body = receipt.body;
         let next = match phase {
