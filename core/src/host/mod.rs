@@ -77,6 +77,8 @@ impl HostConfig {
         let mut config = Self::new(paths);
         // Each child's whole output, for `piw logs`.
         config.children.output_logs = Some(config.paths.logs.clone());
+        // A workflow's child sees the environment the host was started with.
+        config.children.workflow_env = children::workflow_env_of(std::env::vars_os());
         let num = |name: &str| {
             std::env::var(name)
                 .ok()

@@ -99,6 +99,9 @@ pub struct ChildConfig {
     /// Runtimes the host looked for and did not find (the Node worker runtime without Node
     /// 22.19 or its `worker.js`): their files are refused with the reason.
     pub missing_runtimes: Vec<MissingRuntime>,
+    /// What of the host's environment a workflow's child gets ([`workflow_env_of`]), taken
+    /// when the host starts; empty by default.
+    pub workflow_env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
     /// Where each child's whole output is kept ([`child_log_path`]); `None` keeps only the
     /// tails in the database. The installation's `logs` directory for a real host.
     pub output_logs: Option<PathBuf>,
@@ -135,6 +138,7 @@ impl Default for ChildConfig {
             nice: 5,
             standby_workers: 2,
             missing_runtimes: Vec::new(),
+            workflow_env: Vec::new(),
         }
     }
 }
@@ -602,7 +606,7 @@ fn launch(
                 program: runtime.program.clone(),
                 args: runtime.args.iter().map(Into::into).collect(),
                 // Tells the runtime it may warm up while it waits for a run's envelope.
-                env: workflow_environment(Some(("PIW_STANDBY", "1"))),
+                env: workflow_environment(&cfg.workflow_env, Some(("PIW_STANDBY", "1"))),
                 cwd: state
                     .socket_path
                     .parent()
@@ -625,7 +629,7 @@ fn launch(
         spec: crate::supervise::SpawnSpec {
             program: runtime.program.clone(),
             args: args.into_iter().map(Into::into).collect(),
-            env: workflow_environment(Some(("PIW_RUN_ID", run_id))),
+            env: workflow_environment(&cfg.workflow_env, Some(("PIW_RUN_ID", run_id))),
             cwd: PathBuf::from(&run.project_dir),
             stdin_payload: stdin,
             limits,
@@ -650,23 +654,32 @@ fn launch(
     })
 }
 
-/// The environment a workflow's child gets besides what the supervisor always passes on: the
-/// host's own environment (the one the process that started the host had: a Pi session, a
-/// shell running `piw`), so node code and the commands it runs see the user's credentials
-/// variables, proxies and tools' settings as they would in that session. The host's own
-/// settings (`PIW_*`, except `PIW_HOME`, which the supervisor passes on) stay with the host.
-/// Nothing here is written anywhere: the values live in the host's memory and the child's.
+/// The environment a workflow's child gets besides what the supervisor always passes on:
+/// `base` (the host's own environment, taken once at start by [`ChildConfig::workflow_env`]'s
+/// caller) and `extra`.
 fn workflow_environment(
+    base: &[(std::ffi::OsString, std::ffi::OsString)],
     extra: Option<(&str, &str)>,
 ) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
-    let mut env: Vec<_> = std::env::vars_os()
-        .filter(|(key, _)| {
-            let key = key.to_string_lossy();
-            !key.starts_with("PIW_") || key == "PIW_HOME"
-        })
-        .collect();
+    let mut env = base.to_vec();
     if let Some((key, value)) = extra {
         env.push((key.into(), value.into()));
     }
     env
+}
+
+/// The part of the host's environment a workflow's child gets: the one the process that
+/// started the host had (a Pi session, a shell running `piw`), so node code and the commands it
+/// runs see the user's credentials variables, proxies and tools' settings as they would in that
+/// session. The host's own settings (`PIW_*`, except `PIW_HOME`, which the supervisor passes
+/// on) stay with the host. Nothing here is written anywhere: the values live in the host's
+/// memory and the child's.
+pub fn workflow_env_of(
+    vars: impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    vars.filter(|(key, _)| {
+        let key = key.to_string_lossy();
+        !key.starts_with("PIW_") || key == "PIW_HOME"
+    })
+    .collect()
 }
