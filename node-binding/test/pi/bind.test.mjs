@@ -5,6 +5,7 @@
 // a step's.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, test } from 'node:test';
 
@@ -88,13 +89,20 @@ test('a repeated submit without an interaction id gets the original receipt, nev
     }
     return { text: 'ok' };
   };
-  const pi = await env.startPi();
+  // Step two is not presented until the repeat's call has ended (a barrier of the session), so
+  // the model's repeat always comes before the step is shown, whatever the machine's speed.
+  const barriers = join(env.root, 'barriers');
+  mkdirSync(barriers, { recursive: true });
+  writeFileSync(join(barriers, 'present-second.hold'), '');
+  const pi = await env.startPi({ extraEnv: { PIW_PI_BARRIER_DIR: barriers } });
   const from = pi.mark();
   await pi.prompt('/workflow twostep');
   const [started] = await until(async () => {
     const runs = await client.listRuns({ sessionId: 'session-a' });
     return runs.length && runs;
   }, 'the run');
+  await until(() => toolEnds(pi, from).length >= 2, 'the repeated submit ended');
+  rmSync(join(barriers, 'present-second.hold'));
   const run = await client.waitForRun(started.run_id, { timeoutMs: 30_000 });
   assert.equal(run.status, 'completed', run.error);
   assert.deepEqual(run.result, { first: { title: 'ONE' }, second: { title: 'TWO' } });
@@ -136,13 +144,19 @@ test('a repeated checkpoint answer without a run id is not taken by the next che
     }
     return { text: 'ok' };
   };
-  const pi = await env.startPi();
+  // The second checkpoint is not presented until the repeat's call has ended (see above).
+  const barriers = join(env.root, 'barriers');
+  mkdirSync(barriers, { recursive: true });
+  writeFileSync(join(barriers, 'present-second.hold'), '');
+  const pi = await env.startPi({ extraEnv: { PIW_PI_BARRIER_DIR: barriers } });
   const from = pi.mark();
   await pi.prompt('/workflow twocheck');
   const [started] = await until(async () => {
     const runs = await client.listRuns({ sessionId: 'session-a' });
     return runs.length && runs;
   }, 'the run');
+  await until(() => toolEnds(pi, from).length >= 2, 'the repeated answer ended');
+  rmSync(join(barriers, 'present-second.hold'));
   const run = await client.waitForRun(started.run_id, { timeoutMs: 30_000 });
   assert.equal(run.status, 'completed', run.error);
   assert.deepEqual(run.result, { first: { go: 1 }, second: { go: 2 } });
