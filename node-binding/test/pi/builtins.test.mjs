@@ -244,7 +244,7 @@ test('plan-approval in auto mode continues by itself at its deadline; skip never
     const run = await client.waitForRun(runId, { timeoutMs: 30_000 });
     assert.equal(run.status, 'completed', run.error);
     assert.deepEqual({ status: run.result.status, decidedBy: run.result.decidedBy }, { status: 'continue', decidedBy: 'timeout' });
-    await pi.waitNotify(/was closed: answered/, from);
+    await pi.waitNotify(/was closed: nobody answered in time, so the workflow's onTimeout response was applied/, from);
 
     from = pi.mark();
     await pi.prompt(`/workflow plan-approval --input-json ${approvalInput({ mode: 'skip' })}`);
