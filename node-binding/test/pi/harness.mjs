@@ -184,6 +184,8 @@ export async function piEnv(script = () => ({ text: 'ok' })) {
     },
     async close() {
       for (const pi of pis) pi.kill();
+      // A Pi that is still exiting may write into `root` (Node's compile cache) while it is removed.
+      await Promise.all(pis.map((pi) => pi.exited));
       for (const c of clients) await c.close().catch(() => {});
       await stopHost(piwHome);
       await model.close();

@@ -7,7 +7,7 @@ import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { afterEach, beforeEach, test } from 'node:test';
 
-import { WAIT_MS, piCli, piEnv, pkgDir, sleep } from './harness.mjs';
+import { WAIT_MS, alive, piCli, piEnv, pkgDir, sleep } from './harness.mjs';
 
 const hasTmux = (() => {
   try {
@@ -36,9 +36,11 @@ class Terminal {
       '--provider', 'mock', '--model', 'mock-model',
       '-e', pkgDir,
     ];
-    // `env -i`: Pi sees the test's environment only (the temp HOME), not the tmux server's.
-    const command = `env -i ${Object.entries(vars).map(([k, v]) => `${k}=${quote(v)}`).join(' ')} ${pi.map(quote).join(' ')}`;
+    // `exec`: the pane's process becomes Pi (`close` waits for it). `env -i`: Pi sees the test's
+    // environment only (the temp HOME), not the tmux server's.
+    const command = `exec env -i ${Object.entries(vars).map(([k, v]) => `${k}=${quote(v)}`).join(' ')} ${pi.map(quote).join(' ')}`;
     this.tmux('new-session', '-d', '-x', String(columns), '-y', String(rows), '-c', env.project, command);
+    this.piPid = Number(this.tmux('list-panes', '-F', '#{pane_pid}').trim());
   }
 
   tmux(...args) {
@@ -82,12 +84,20 @@ class Terminal {
     });
   }
 
-  close() {
+  /**
+   * Ends the tmux server and waits until Pi has exited: Pi writes Node's compile cache into the
+   * test's directory as it exits, so removing the directory before that races its writes.
+   */
+  async close() {
     try {
       this.tmux('kill-server');
     } catch {
       // already gone
     }
+    const deadline = Date.now() + 10_000;
+    while (alive(this.piPid) && Date.now() < deadline) await sleep(20);
+    if (alive(this.piPid)) process.kill(this.piPid, 'SIGKILL');
+    while (alive(this.piPid)) await sleep(20);
   }
 }
 
@@ -100,7 +110,7 @@ beforeEach(async () => {
   env = await piEnv();
 });
 afterEach(async () => {
-  term?.close();
+  await term?.close();
   term = null;
   await env?.close();
 });
