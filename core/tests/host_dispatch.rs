@@ -1139,3 +1139,88 @@ fn a_raw_workers_progress_and_notify_events_are_bounded() {
     assert_eq!(status["events_dropped"], json!(400 + 300));
     assert_eq!(status["updates"][0]["data"], json!({ "completed": 499 }));
 }
+
+/// A client that sends a committed command again (a crash or a lost connection dropped its
+/// reply) gets the command's receipt even when the batch carrying the repeat fails to commit:
+/// the receipt is a read of an earlier commit, and an `internal` rejection would tell the
+/// client that a command which took effect had failed (engine_sim seeds 2749 and 1773: a
+/// cancel acknowledged as failed, and the run ended cancelled). A command new in that batch,
+/// and its repeat within the same batch, still fail: nothing of theirs committed.
+#[test]
+fn a_command_sent_again_gets_its_receipt_even_when_its_batch_fails_to_commit() {
+    use piw_core::host::fault::FaultPlan;
+    use piw_core::host::store_thread::{turn, Job, StoreMsg};
+    use piw_core::protocol::{Receipt, Rejection, RejectionCode};
+    use std::sync::atomic::Ordering;
+    use tokio::sync::oneshot;
+
+    type Reply = oneshot::Receiver<Result<Receipt, Rejection>>;
+    fn cancel(request_id: &str, run_id: &str) -> (StoreMsg, Reply) {
+        let body = RequestBody::RunCancel(payload::RunCancel {
+            reason: Some("test".into()),
+        });
+        let (reply, rx) = oneshot::channel();
+        let job = Job {
+            request: Request::new(request_id, body).with_run_id(run_id),
+            start: None,
+            start_refused: None,
+            meta: None,
+            reply,
+        };
+        (StoreMsg::Request(Box::new(job)), rx)
+    }
+    fn one_turn(f: &mut Fixture, state: &mut HostState, msgs: Vec<StoreMsg>) {
+        turn(
+            &mut f.store,
+            state,
+            msgs,
+            None,
+            &FaultPlan::default(),
+            &mut None,
+        );
+        state.outbox.flush(f.store.commits(), true);
+    }
+
+    let mut f = Fixture::new();
+    let (cancelled, untouched) = (f.start(), f.start());
+    // Nothing is scheduled: the test is about the batch alone.
+    let mut state = HostState {
+        shutting_down: true,
+        ..HostState::default()
+    };
+    let (first, mut rx) = cancel("c-1", &cancelled);
+    one_turn(&mut f, &mut state, vec![first]);
+    let receipt = rx
+        .try_recv()
+        .expect("answered")
+        .expect("the cancel commits");
+    assert!(!receipt.replayed);
+    assert_eq!(
+        f.store.run(&cancelled).unwrap().status,
+        RunStatus::Cancelled
+    );
+
+    // The reply was lost: the client sends the cancel again, in a batch that fails to commit.
+    f.fail_next_commit.store(true, Ordering::SeqCst);
+    let (again, mut rx_again) = cancel("c-1", &cancelled);
+    let (new, rx_new) = cancel("c-2", &untouched);
+    let (new_again, rx_new_again) = cancel("c-2", &untouched);
+    one_turn(&mut f, &mut state, vec![again, new, new_again]);
+    assert!(
+        !f.fail_next_commit.load(Ordering::SeqCst),
+        "the commit failed"
+    );
+    let replay = rx_again
+        .try_recv()
+        .expect("answered")
+        .expect("the earlier commit's receipt");
+    assert!(replay.replayed);
+    assert_eq!(replay.body, receipt.body);
+    assert_eq!(replay.revision, receipt.revision);
+    for mut rx in [rx_new, rx_new_again] {
+        let refused = rx.try_recv().expect("answered").unwrap_err();
+        assert_eq!(refused.code, RejectionCode::Internal, "{refused:?}");
+    }
+    assert_eq!(f.store.run(&untouched).unwrap().status, RunStatus::Queued);
+    f.assert_clean();
+}

@@ -8,6 +8,7 @@
 //! that. Between batches the thread sleeps until the next durable deadline, or indefinitely
 //! when nothing is due (no idle wake-ups).
 
+use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::Duration;
 
@@ -19,7 +20,7 @@ use super::dispatch::{self, HostState, PreparedStart};
 use super::fault::FaultPlan;
 use super::outbox::Outbox;
 use crate::protocol::{Receipt, Rejection, RejectionCode, Request, RequestBody, RequestClass};
-use crate::store::{Store, StoreError};
+use crate::store::{CommandOutcome, Store, StoreError};
 
 /// Most commands committed in one transaction.
 pub const MAX_BATCH: usize = 256;
@@ -296,8 +297,9 @@ fn process_batch(
         None
     };
     let mut activations = children::Activations::default();
+    // Outside the transaction: a replay of an earlier commit is answered even if this one fails.
+    let mut results = Vec::with_capacity(writes.len());
     let committed = store.write(|w| {
-        let mut results = Vec::with_capacity(writes.len());
         // Every job's identity was computed above.
         let meta_of = |job: &Job| {
             job.meta
@@ -341,11 +343,11 @@ fn process_batch(
         if fault.fail_commit(writes.iter().map(|j| j.request.body.kind_str())) {
             return Err(StoreError::InjectedFault("fail_commit".into()));
         }
-        Ok((results, w.take_revisions()))
+        Ok(w.take_revisions())
     });
     children::settle_activations(state, store.now_ms(), committed.is_ok(), &mut activations);
     match committed {
-        Ok((results, written)) => {
+        Ok(written) => {
             fault.after_commit(writes.iter().map(|j| j.request.body.kind_str()));
             let mut touched = before.unwrap_or_default();
             if publishing {
@@ -368,22 +370,7 @@ fn process_batch(
                         touched.push((run_id.to_owned(), 0));
                     }
                 }
-                let receipt = result.map(|outcome| {
-                    // The run's revision after the batch: known from its writes, read only
-                    // for a command that wrote nothing (a replay).
-                    let revision = job.request.run_id.as_deref().and_then(|r| {
-                        written
-                            .get(r)
-                            .copied()
-                            .or_else(|| store.run_state(r).ok().map(|(_, revision)| revision))
-                    });
-                    let receipt = Receipt::new(revision, outcome.response);
-                    if outcome.replayed {
-                        receipt.replayed()
-                    } else {
-                        receipt
-                    }
-                });
+                let receipt = result.map(|outcome| receipt_of(store, &written, &job, outcome));
                 replies.push((job.reply, receipt));
             }
             let outbox = &mut state.outbox;
@@ -400,18 +387,54 @@ fn process_batch(
             }
         }
         Err(e) => {
-            tracing::error!(error = %e, "batch commit failed; nothing was acknowledged");
+            tracing::error!(error = %e, "batch commit failed; only replays were acknowledged");
             let rejection = Rejection::new(RejectionCode::Internal, format!("commit failed: {e}"));
             let now = store.now_ms();
-            for job in writes {
-                if job.request.is_worker() {
-                    children::forget_uncommitted_worker_message(state, &job.request, now);
-                }
-                state.outbox.reply(job.reply, Err(rejection.clone()));
+            let no_writes = HashMap::new();
+            // A command the failed transaction never reached has no result.
+            let results = results.into_iter().map(Some).chain(std::iter::repeat(None));
+            for (job, result) in writes.into_iter().zip(results) {
+                // The receipt of an earlier commit (a client resending a command whose reply a
+                // crash or a lost connection dropped) is a read: this failure changes nothing
+                // of it, and an `internal` would tell the client its committed command failed.
+                let receipt = match result {
+                    Some(Ok(outcome)) if outcome.committed_before => {
+                        Ok(receipt_of(store, &no_writes, &job, outcome))
+                    }
+                    _ => {
+                        if job.request.is_worker() {
+                            children::forget_uncommitted_worker_message(state, &job.request, now);
+                        }
+                        Err(rejection.clone())
+                    }
+                };
+                state.outbox.reply(job.reply, receipt);
             }
         }
     }
     touched
+}
+
+/// The receipt of a command's `outcome`, with its run's revision after the batch: known from
+/// the batch's `written` revisions, read only for a command that wrote nothing (a replay).
+fn receipt_of(
+    store: &Store,
+    written: &HashMap<String, u64>,
+    job: &Job,
+    outcome: CommandOutcome,
+) -> Receipt {
+    let revision = job.request.run_id.as_deref().and_then(|r| {
+        written
+            .get(r)
+            .copied()
+            .or_else(|| store.run_state(r).ok().map(|(_, revision)| revision))
+    });
+    let receipt = Receipt::new(revision, outcome.response);
+    if outcome.replayed {
+        receipt.replayed()
+    } else {
+        receipt
+    }
 }
 
 /// A maintenance request: a write in a transaction of its own, without a receipt.

@@ -267,6 +267,7 @@ impl Store {
             config: &self.config,
             ops: Vec::new(),
             revisions: Vec::new(),
+            receipts_written: Default::default(),
         };
         let path = &self.path;
         let out = f(&mut w).map_err(|e| e.on_disk(path))?;
@@ -322,6 +323,9 @@ pub struct WriteTx<'a> {
     ops: Vec<&'static str>,
     /// Each run write's new revision, in order (see [`WriteTx::take_revisions`]).
     revisions: Vec<(String, u64)>,
+    /// The request id of every receipt this transaction inserted: a receipt found that is not
+    /// among them was committed before (see [`CommandOutcome::committed_before`]).
+    receipts_written: std::collections::HashSet<String>,
 }
 
 impl WriteTx<'_> {

@@ -30,7 +30,12 @@ pub struct StoredReceipt {
 #[derive(Debug, Clone, PartialEq)]
 pub struct CommandOutcome {
     pub response: Value,
+    /// The response is a stored receipt: the command had run before.
     pub replayed: bool,
+    /// The receipt replayed was committed by an earlier transaction, not by this one: the
+    /// answer holds whether or not this transaction commits (a client that resent a committed
+    /// command must get its receipt even when the batch carrying the resend fails).
+    pub committed_before: bool,
 }
 
 impl WriteTx<'_> {
@@ -102,9 +107,13 @@ impl WriteTx<'_> {
         self.savepoint(|w| w.apply_and_store(meta, f))
     }
 
-    /// The stored outcome of an earlier commit of the command, if there is one.
+    /// The stored outcome of an earlier run of the command, if there is one, and whether an
+    /// earlier transaction committed it (see [`CommandOutcome::committed_before`]).
     fn replay(&self, meta: &CommandMeta) -> StoreResult<Option<CommandOutcome>> {
         Ok(self.find_receipt(meta)?.map(|stored| CommandOutcome {
+            // A request id is a key of the table: a receipt this transaction inserted was not
+            // there before it.
+            committed_before: !self.receipts_written.contains(&stored.request_id),
             response: stored.response,
             replayed: true,
         }))
@@ -218,9 +227,13 @@ impl WriteTx<'_> {
                 response.to_string(),
                 self.now
             ])?;
+        // Kept also if a savepoint undoes the insert: the set is only asked about receipts
+        // found, and a request id found after its insert was undone was inserted again here.
+        self.receipts_written.insert(meta.request_id.clone());
         Ok(CommandOutcome {
             response,
             replayed: false,
+            committed_before: false,
         })
     }
 }
