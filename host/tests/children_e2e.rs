@@ -2900,3 +2900,59 @@ fn a_child_that_closes_its_connection_and_keeps_running_is_stopped_as_lost() {
     );
     env.stop(host);
 }
+
+/// A child that connects, says so, and sends its hello only when the test lets it.
+const SLOW_HELLO_CHILD: &str = r#"
+fixture = env["source_root"]
+open(fixture + ".connected", "w").close()
+while not os.path.exists(fixture + ".release"):
+    time.sleep(0.02)
+graph = json.load(open(fixture))["graph"]
+try:
+    out = call("worker.hello", {"child_token": env["child_token"], "pid": os.getpid(), "definition": graph, "mounted_sources": {}})
+except Exception as e:
+    out = {"error": repr(e)}
+answer(fixture, out)
+"#;
+
+/// The connection cap closes the connection idle the longest to make room; a child that has
+/// connected but whose hello the host has not read yet looks idle too. Closing it would count
+/// as a lost child against its run (the soak sent a run to review this way under load): a
+/// connection from one of the host's own children is never closed for the cap.
+#[test]
+fn a_childs_connection_outlasts_a_burst_of_connections_before_its_hello() {
+    let mut env = Env::new(&[]);
+    let script = python_child(&env, "slow_hello.py", SLOW_HELLO_CHILD);
+    env.extra.push((
+        "PIW_RUNTIMES".into(),
+        format!(".workflow.json=/usr/bin/env python3 {}", script.display()),
+    ));
+    env.extra.push(("PIW_MAX_CONNECTIONS".into(), "4".into()));
+    let host = env.serve(None);
+    let file = env.one_node("slow-hello", json!({}));
+    let run_id = env.start(&file, json!({}));
+    let connected = PathBuf::from(format!("{file}.connected"));
+    let start = Instant::now();
+    while !connected.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the child never connected"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // More idle connections than the cap; the host accepts in order, so once a later client
+    // is answered every one of them was admitted (each by closing the longest idle).
+    let idle: Vec<std::os::unix::net::UnixStream> = (0..8)
+        .map(|_| std::os::unix::net::UnixStream::connect(&env.paths.socket).unwrap())
+        .collect();
+    env.status(&run_id);
+    std::fs::write(format!("{file}.release"), "").unwrap();
+    let out = python_answer(&file, "the slow-hello child");
+    assert_eq!(
+        out["ok"],
+        json!(true),
+        "the child's hello was served: {out}"
+    );
+    drop(idle);
+    env.stop(host);
+}

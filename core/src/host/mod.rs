@@ -748,7 +748,7 @@ async fn serve_async(
             // that, its end (a panic) leaves children nobody watches.
             _ = &mut supervisor_task => state_owner_died("the supervisor", &paths.socket),
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => match slots.admit() {
+                Ok((stream, _)) => match slots.admit(slots::peer_is_own_child(&stream)) {
                     slots::Admit::Serve(slot) => {
                         connections.spawn(conn::serve(stream, shared.clone(), stop_rx.clone(), slot));
                     }

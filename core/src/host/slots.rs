@@ -3,6 +3,12 @@
 //! most [`Slots::cap`] connections; at the cap, the connection idle the longest (no request
 //! in flight, not a child's, subscribers last) is closed with a goodbye that says why, to make
 //! room for the new one. Only when none is idle is the new connection refused.
+//!
+//! A child's connection is known as such from its peer (a process the host started, see
+//! [`peer_is_own_child`]) from the moment it is accepted, not only once its `worker.hello` is
+//! served: a child that has just connected looks idle, and closing it would count as a lost
+//! child against its run (under load, a burst of connections can arrive before its hello is
+//! read). Children are bounded by `PIW_MAX_CHILDREN`, not by the cap.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,6 +21,8 @@ pub struct Slot {
     /// Milliseconds since `started` of the last request or reply.
     last_active_ms: AtomicU64,
     busy: AtomicBool,
+    /// Accepted from one of the host's own children: never closed for the cap.
+    child: bool,
     worker: AtomicBool,
     subscribed: AtomicBool,
     closed: AtomicBool,
@@ -24,11 +32,12 @@ pub struct Slot {
 }
 
 impl Slot {
-    fn new(started: Instant) -> Self {
+    fn new(started: Instant, child: bool) -> Self {
         Self {
             started,
             last_active_ms: AtomicU64::new(elapsed_ms(started)),
             busy: AtomicBool::new(false),
+            child,
             worker: AtomicBool::new(false),
             subscribed: AtomicBool::new(false),
             closed: AtomicBool::new(false),
@@ -104,8 +113,9 @@ impl Slots {
         self.cap
     }
 
-    /// Admits a new connection, closing the longest-idle one first when at the cap.
-    pub fn admit(&mut self) -> Admit {
+    /// Admits a new connection, closing the longest-idle one first when at the cap. `child`:
+    /// the peer is one of the host's own children ([`peer_is_own_child`]).
+    pub fn admit(&mut self, child: bool) -> Admit {
         self.open
             .retain(|s| !s.closed.load(Ordering::Relaxed) && !s.evicted.load(Ordering::Relaxed));
         if self.open.len() >= self.cap && !self.evict_idle("a new connection") {
@@ -114,7 +124,7 @@ impl Slots {
                 self.cap
             ));
         }
-        let slot = Arc::new(Slot::new(self.started));
+        let slot = Arc::new(Slot::new(self.started, child));
         self.open.push(slot.clone());
         Admit::Serve(slot)
     }
@@ -129,6 +139,7 @@ impl Slots {
                 !s.closed.load(Ordering::Relaxed)
                     && !s.evicted.load(Ordering::Relaxed)
                     && !s.busy.load(Ordering::Relaxed)
+                    && !s.child
                     && !s.worker.load(Ordering::Relaxed)
             })
             .min_by_key(|s| {
@@ -154,6 +165,21 @@ impl Slots {
     }
 }
 
+/// Whether the process at the other end of `stream` is one the host started (its parent is
+/// this process): a child connects before its first frame says so.
+pub fn peer_is_own_child(stream: &tokio::net::UnixStream) -> bool {
+    let Some(pid) = stream
+        .peer_cred()
+        .ok()
+        .and_then(|c| c.pid())
+        .and_then(|p| u32::try_from(p).ok())
+    else {
+        return false;
+    };
+    let own = i64::from(std::process::id());
+    crate::supervise::read_proc_stat(pid).is_some_and(|s| i64::from(s.ppid) == own)
+}
+
 /// The connection cap for a descriptor limit of `nofile`: what is left after a reserve for
 /// the database's files, the host's own and each child's pipes and connection, at most
 /// [`MAX_CONNECTIONS`].
@@ -171,7 +197,7 @@ mod tests {
     use super::*;
 
     fn served(slots: &mut Slots) -> Arc<Slot> {
-        match slots.admit() {
+        match slots.admit(false) {
             Admit::Serve(slot) => slot,
             Admit::Refuse(why) => panic!("refused: {why}"),
         }
@@ -204,15 +230,31 @@ mod tests {
     }
 
     #[test]
+    fn a_childs_connection_is_kept_before_its_hello() {
+        let mut slots = Slots::new(2);
+        let Admit::Serve(child) = slots.admit(true) else {
+            panic!()
+        };
+        let plain = served(&mut slots);
+        let _newer = served(&mut slots);
+        assert!(evicted(&plain), "the plain idle connection made room");
+        let _newest = served(&mut slots);
+        assert!(
+            !evicted(&child),
+            "a child's connection is never closed for the cap"
+        );
+    }
+
+    #[test]
     fn all_busy_refuses_the_new_connection() {
         let mut slots = Slots::new(1);
-        let Admit::Serve(only) = slots.admit() else {
+        let Admit::Serve(only) = slots.admit(false) else {
             panic!()
         };
         only.set_busy(true);
-        assert!(matches!(slots.admit(), Admit::Refuse(_)));
+        assert!(matches!(slots.admit(false), Admit::Refuse(_)));
         drop(SlotGuard(only));
-        assert!(matches!(slots.admit(), Admit::Serve(_)));
+        assert!(matches!(slots.admit(false), Admit::Serve(_)));
     }
 
     #[test]
