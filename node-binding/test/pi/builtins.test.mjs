@@ -176,7 +176,7 @@ test('the tool lists the built-ins; a project file of the same name overrides on
   await pi.prompt('what workflows are there?');
   let listed = await pi.waitEvent((e) => e.type === 'tool_execution_end', 'the list', from);
   const workflows = listed.result.details.workflows;
-  assert.deepEqual(workflows.filter((w) => w.scope === 'builtin').map((w) => w.name), ['autodoc', 'autoplan', 'plan-approval', 'plan-change']);
+  assert.deepEqual(workflows.filter((w) => w.scope === 'builtin').map((w) => w.name), ['autodoc', 'autoimplement', 'autoplan', 'plan-approval', 'plan-change']);
   await pi.waitSettled(from);
   const listFrom = pi.mark();
   await pi.prompt('/workflow list');
