@@ -456,8 +456,10 @@ export default defineWorkflow({
         if (outputs.triage?.route === 'exhausted') {
           return { ...base, stage: 'review', reason: `${outputs.review.blocking} P0-P2 findings still open after ${input.maxReviews} reviews`, evidence: openFindings(outputs.review) };
         }
-        const ci = outputs.watchCi ?? outputs.push ?? null;
-        return { ...base, stage: 'ci', reason: ci?.reason ?? ci?.error ?? 'CI could not be followed', evidence: ci, commit: outputs.commit ?? null };
+        if (outputs.afterPush?.route === 'failed') {
+          return { ...base, stage: 'ci', reason: `the push to the pull request's branch failed: ${outputs.push.error}`, evidence: outputs.ci.pr, commit: outputs.commit };
+        }
+        return { ...base, stage: 'ci', reason: outputs.watchCi.reason, evidence: outputs.watchCi, commit: outputs.commit };
       },
     }),
     finalize: compute({

@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { test } from 'node:test';
+import { before, test } from 'node:test';
 
 import { BUILTINS_DIR } from '../extension/resolve.js';
 import { Client } from '../index.js';
@@ -17,9 +17,11 @@ import { alive, hostBin, killInstallation, tempDir } from './helpers.mjs';
 const WORKFLOW = join(BUILTINS_DIR, 'autoimplement.workflow.mjs');
 
 // The fixture's check is `node --test`: under this test runner's variable it would report to a
-// parent that is not there and exit 0 whatever its tests say. The host inherits this process's
-// environment.
-delete process.env.NODE_TEST_CONTEXT;
+// parent that is not there and exit 0 whatever its tests say. The hosts inherit this process's
+// environment. (Removed once the tests are declared: the runner reads it when the first is.)
+before(() => {
+  delete process.env.NODE_TEST_CONTEXT;
+});
 
 /** A fixture project, a PIW_HOME and the host environment (PATH: git and node only). */
 function setup() {
@@ -142,6 +144,45 @@ test('a step that runs out of time is asked again, twice at most; the third time
     assert.equal(run.result.reason, 'implement ran out of time 3 times');
     const { attempts } = await c.runStatus(runId);
     assert.deepEqual(attempts.filter((a) => a.node_id === 'implement').map((a) => a.status), ['timed_out', 'timed_out', 'timed_out']);
+  } finally {
+    await c.request('host.stop').catch(() => {});
+    await c.close().catch(() => {});
+    await killInstallation(home);
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a review must say what became of each finding the last one left open; P0-P2 go back, P3 do not; reviews are bounded', async () => {
+  const { dir, home, projectDir, env } = setup();
+  const c = await Client.connect({ home, hostBin, hostEnv: env });
+  try {
+    const { run_id: runId } = await c.startRun(WORKFLOW, { input: { task: 'empty input', plan: PLAN, checks: CHECKS, maxReviews: 2 }, sessionId: 's-rev', projectDir });
+    const answer = async (node, output) => {
+      await c.waitForRun(runId, { untilParked: true, timeoutMs: 30_000 });
+      const ask = await pending(c, 's-rev', node);
+      const { submission_id } = await c.submitInteraction(ask, output);
+      return { ask, verdict: await c.waitForSubmission(runId, submission_id, { timeoutMs: 30_000 }) };
+    };
+    writeFileSync(join(projectDir, 'src', 'parse.js'), FIX);
+    await answer('implement', { status: 'done', summary: 'Guard the empty string' });
+    const p2 = { id: 'blank', severity: 'P2', title: 'blank input', detail: 'parse(" ") untested' };
+    assert.equal((await answer('review', { findings: [p2, { id: 'nit', severity: 'P3', title: 'naming', detail: 'input' }] })).verdict.state, 'accepted');
+    const { ask } = await answer('implement', { status: 'done', summary: 'Test blank input' });
+    assert.match(ask.request.prompt, /- blank \[P2\] blank input: parse\(" "\) untested/);
+    assert.doesNotMatch(ask.request.prompt, /nit/);
+    // Forgetting the open finding is refused, naming it; the model answers again.
+    const forgot = await answer('review', { findings: [] });
+    assert.equal(forgot.verdict.state, 'rejected');
+    assert.match(forgot.verdict.error, /say what became of the open findings blank: list each again \(still open\) or name it in resolved/);
+    assert.match(forgot.ask.request.prompt, /The last review left these open; .*\n- blank \[P2\]/);
+    // Still open at the last review allowed: the run ends blocked with it.
+    assert.equal((await c.submitInteraction(await pending(c, 's-rev', 'review'), { findings: [p2] })).state, 'validating');
+    const run = await c.waitForRun(runId, { timeoutMs: 30_000 });
+    assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+    assert.deepEqual(
+      { status: run.result.status, stage: run.result.stage, reason: run.result.reason, open: run.result.evidence.map((f) => f.id) },
+      { status: 'blocked', stage: 'review', reason: '1 P0-P2 findings still open after 2 reviews', open: ['blank'] },
+    );
   } finally {
     await c.request('host.stop').catch(() => {});
     await c.close().catch(() => {});

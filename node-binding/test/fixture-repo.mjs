@@ -68,7 +68,8 @@ export function resetRepo(dir, first) {
  * A folder of the tools the workflows run (`git`, `node`) and, with `ghState`, a fake `gh`:
  * `pr view` answers the pull request in the JSON file `ghState` (`{ pr: { number, url } }`, its
  * head read from the bare origin), or fails as gh does with no pull request; `pr checks --watch`
- * succeeds; `pr checks --json` prints `checks` from the state. Each call's arguments go to
+ * succeeds; `pr checks --json` prints `checks` from the state (or, with `rounds`, the n-th list
+ * of it at the n-th call). Each call's arguments go to
  * `<ghState>.log`, one JSON line each. Returns the folder, to be the whole PATH.
  */
 export function toolsPath(dir, { ghState, origin } = {}) {
@@ -93,7 +94,10 @@ if (args[0] === 'pr' && args[1] === 'view') {
 } else if (args[0] === 'pr' && args[1] === 'checks' && args.includes('--watch')) {
   process.stdout.write('All checks were successful\\n');
 } else if (args[0] === 'pr' && args[1] === 'checks') {
-  process.stdout.write(JSON.stringify(state.checks ?? []));
+  // \`rounds\`: the list the n-th reading gives (the last one from then on).
+  const n = readFileSync(${JSON.stringify(`${ghState}.log`)}, 'utf8').split('\\n').filter((l) => l.includes('"--json"') && l.includes('"checks"')).length;
+  const rounds = state.rounds ?? [state.checks ?? []];
+  process.stdout.write(JSON.stringify(rounds[Math.min(n, rounds.length) - 1]));
 } else {
   process.stderr.write('fake gh: unexpected ' + args.join(' ') + '\\n'); process.exit(2);
 }

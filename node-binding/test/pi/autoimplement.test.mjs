@@ -4,7 +4,8 @@
 // `gh` on a PATH of git and node only. The happy path (checks named by the model, one review,
 // the commit pushed to the pull request and its CI green); a fix that fails the check and a
 // review with a P1 finding, each needing another round (no pull request: CI skipped, and
-// said); a blocker challenged once, then the run ends blocked.
+// said); a blocker challenged once, then the run ends blocked; the pull request's CI failing
+// once (another round, a second commit pushed).
 import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -22,7 +23,8 @@ let ghState;
 before(async () => {
   // The fixture's check is `node --test`: under this test runner's variable it would report to
   // a parent that is not there and exit 0 whatever its tests say. The host inherits this
-  // process's environment.
+  // process's environment. (Removed once the tests are declared: the runner reads it when the
+  // first is.)
   delete process.env.NODE_TEST_CONTEXT;
   env = await piEnv();
   first = fixtureRepo(env.project);
@@ -179,4 +181,26 @@ test('a blocker is challenged once: the model goes on, says it is blocked again,
   const { attempts } = await client.runStatus(runId);
   assert.equal(attempts.filter((a) => ['verify', 'commit'].includes(a.node_id)).length, 0, 'nothing checked or committed');
   assert.equal(gitIn(env.project, 'rev-parse', 'HEAD'), first);
+});
+
+test("the pull request's CI fails: another round with the failure, a second commit pushed, CI green", async () => {
+  const lint = { name: 'lint', state: 'FAILURE', bucket: 'fail', link: 'https://example.invalid/ci/lint' };
+  writeFileSync(ghState, JSON.stringify({ pr: { number: 7, url: 'https://example.invalid/pr/7' }, rounds: [[lint], [{ ...lint, state: 'SUCCESS', bucket: 'pass' }]] }));
+  const asked = scripted({
+    implement: (n) => {
+      write(n === 1 ? FIX : FIX.replace('(text)', '(input)').replaceAll('text', 'input'));
+      return { status: 'done', summary: n === 1 ? 'Return [] for empty input' : 'Name the parameter input, as lint wants', files: ['src/parse.js'] };
+    },
+    review: () => ({ findings: [] }),
+  });
+  const earlier = await runIds();
+  await pi.prompt(`/workflow autoimplement --input-json ${JSON.stringify({ task: 'parse("") should give []', plan: PLAN, checks: CHECKS })}`);
+  const runId = await newRun(earlier);
+  const run = await client.waitForRun(runId, { timeoutMs: 90_000 });
+  assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+  assert.equal(run.result.ci.route, 'green');
+  assert.match(asked.implement[1], /The pull request's CI failed: lint \(https:\/\/example\.invalid\/ci\/lint\)/);
+  assert.equal(asked.review.length, 2, 'the second round was reviewed too');
+  assert.equal(gitIn(env.project, 'rev-list', '--count', `${first}..origin/main`), '2', 'two commits, both pushed');
+  assert.equal(gitIn(env.project, 'log', '-1', '--format=%s', 'origin/main'), 'Name the parameter input, as lint wants');
 });
