@@ -32,7 +32,7 @@ const CHECK_ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$/;
 const SEVERITIES = ['P0', 'P1', 'P2', 'P3'];
 const BLOCKING = new Set(['P0', 'P1', 'P2']);
 
-/** `{ cwd?, ...}` inside the project: a relative path, no `..` out of it. */
+/** A path inside the project: relative, never out of it through `..`. */
 function projectPath(value, what) {
   const p = normalize(text(value, what, 400));
   if (isAbsolute(p) || p === '..' || p.startsWith(`..${sep}`)) throw new Error(`${what} must be a path inside the project, got ${JSON.stringify(value)}`);
@@ -146,7 +146,25 @@ function checkChecks(value) {
 }
 
 const checksOf = ({ input, outputs }) => input.checks ?? outputs.chooseChecks.checks;
-const git = (cwd, args) => execFileSync('git', args, { cwd, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], maxBuffer: 16 * 1024 * 1024 });
+/** The most of the diff a review request carries (requests are at most 240 KiB). */
+const MAX_DIFF_BYTES = 100_000;
+
+/** `git <args>` in `cwd`: its output, or an error with the command and git's own words. */
+function git(cwd, args) {
+  try {
+    return execFileSync('git', args, { cwd, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], maxBuffer: 64 * 1024 * 1024 });
+  } catch (e) {
+    const why = String(e.stderr || e.message).trim().slice(0, 1_000);
+    throw new Error(`git ${args.join(' ')} failed in ${cwd} (autoimplement works in a git repository): ${why}`);
+  }
+}
+
+/** At most `max` bytes of `s` (cut at a character), saying so when cut. */
+function clip(s, max) {
+  const bytes = Buffer.from(s, 'utf8');
+  if (bytes.length <= max) return s;
+  return `${bytes.subarray(0, max).toString('utf8').replace(/\uFFFD$/, '')}\n… (cut at ${max} bytes of ${bytes.length}: read the rest with git diff HEAD)`;
+}
 const tail = (s) => (s.length > OUTPUT_TAIL_CHARS ? `…${s.slice(-OUTPUT_TAIL_CHARS)}` : s);
 
 /** A command's path on PATH, or null: `gh` absent is said, not discovered by a failure. */
@@ -293,7 +311,7 @@ export default defineWorkflow({
         const dir = state.projectDir;
         return {
           stat: git(dir, ['diff', 'HEAD', '--stat']).trim(),
-          diff: git(dir, ['diff', 'HEAD']).slice(0, 120_000),
+          diff: clip(git(dir, ['diff', 'HEAD']), MAX_DIFF_BYTES),
           added: git(dir, ['ls-files', '--others', '--exclude-standard']).split('\n').filter(Boolean).slice(0, 200),
         };
       },
