@@ -5,7 +5,7 @@
 // the commit pushed to the pull request and its CI green); a fix that fails the check and a
 // review with a P1 finding, each needing another round (no pull request: CI skipped, and
 // said); a blocker challenged once, then the run ends blocked; the pull request's CI failing
-// once (another round, a second commit pushed).
+// once (another round, a second commit pushed); the host killed while the model reviews.
 import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -13,13 +13,14 @@ import { after, before, beforeEach, test } from 'node:test';
 
 import { Client } from '../../index.js';
 import { CHECKS, FIX, fixtureRepo, gitIn, PLAN, resetRepo, toolsPath, WRONG_FIX } from '../fixture-repo.mjs';
-import { hostBin, piEnv, until } from './harness.mjs';
+import { alive, hostBin, piEnv, until } from './harness.mjs';
 
 let env;
 let pi;
 let client;
 let first;
 let ghState;
+let path;
 before(async () => {
   // The fixture's check is `node --test`: under this test runner's variable it would report to
   // a parent that is not there and exit 0 whatever its tests say. The host inherits this
@@ -30,9 +31,10 @@ before(async () => {
   first = fixtureRepo(env.project);
   ghState = join(env.root, 'gh.json');
   // The host (started here, before Pi) and so every run sees only these tools: never a real gh.
-  const path = toolsPath(env.root, { ghState, origin: `${env.project}.git` });
+  path = toolsPath(env.root, { ghState, origin: `${env.project}.git` });
   client = await Client.connect({ home: env.piwHome, hostBin, hostEnv: { HOME: env.home, PIW_KILL_GRACE_MS: '300', PATH: path } });
-  pi = await env.startPi();
+  // So does a host the extension starts again.
+  pi = await env.startPi({ extraEnv: { PATH: path } });
 });
 beforeEach(() => {
   resetRepo(env.project, first);
@@ -53,14 +55,14 @@ const stepOf = (m) => {
 
 /**
  * The mock model: the n-th request of a step (per node) is answered with `answers[node](n,
- * prompt)`; each step's prompt is kept in `asked` (node -> prompts). After a tool result the
- * turn ends. A step message steered into a running turn may reach the model twice: a repeat of
- * an interaction already answered is answered the same.
+ * prompt)` (or a Promise of it: the turn waits); each step's prompt is kept in `asked` (node ->
+ * prompts). After a tool result the turn ends. A step message steered into a running turn may
+ * reach the model twice: a repeat of an interaction already answered is answered the same.
  */
 function scripted(answers) {
   const asked = {};
   const given = new Map();
-  env.model.script = ({ last }) => {
+  env.model.script = async ({ last }) => {
     if (last.role === 'tool') return { text: 'done' };
     const step = stepOf(last);
     if (!step) return { text: 'ok' };
@@ -69,9 +71,16 @@ function scripted(answers) {
       (asked[step.node] ??= []).push(step.text);
       given.set(step.id, answers[step.node](asked[step.node].length, step.text));
     }
-    return { tool: { name: 'workflow', arguments: { action: 'submit', interactionId: step.id, output: given.get(step.id) } } };
+    return { tool: { name: 'workflow', arguments: { action: 'submit', interactionId: step.id, output: await given.get(step.id) } } };
   };
   return asked;
+}
+
+/** A promise and the function that resolves it. */
+function latch() {
+  let open;
+  const promise = new Promise((r) => (open = r));
+  return { promise, open };
 }
 
 const write = (content) => writeFileSync(join(env.project, 'src', 'parse.js'), content);
@@ -203,4 +212,35 @@ test("the pull request's CI fails: another round with the failure, a second comm
   assert.equal(asked.review.length, 2, 'the second round was reviewed too');
   assert.equal(gitIn(env.project, 'rev-list', '--count', `${first}..origin/main`), '2', 'two commits, both pushed');
   assert.equal(gitIn(env.project, 'log', '-1', '--format=%s', 'origin/main'), 'Name the parameter input, as lint wants');
+});
+
+test('the host killed while the model reviews: a host starts again, the run resumes at its review, nothing done twice', async () => {
+  writeFileSync(ghState, JSON.stringify({}));
+  const release = latch();
+  const asked = scripted({
+    implement: () => {
+      write(FIX);
+      return { status: 'done', summary: 'Return [] for empty input', files: ['src/parse.js'] };
+    },
+    // The review's answer waits until the test has killed the host and started another.
+    review: () => release.promise.then(() => ({ findings: [] })),
+  });
+  const earlier = await runIds();
+  await pi.prompt(`/workflow autoimplement --input-json ${JSON.stringify({ task: 'parse("") should give []', plan: PLAN, checks: CHECKS })}`);
+  const runId = await newRun(earlier);
+  await until(() => asked.review?.length === 1, 'the review with the model');
+  const { pid } = await client.status();
+  process.kill(pid, 'SIGKILL');
+  await until(() => !alive(pid), 'the host gone');
+  await client.close().catch(() => {});
+  client = await Client.connect({ home: env.piwHome, hostBin, hostEnv: { HOME: env.home, PIW_KILL_GRACE_MS: '300', PATH: path } });
+  release.open();
+  const run = await client.waitForRun(runId, { timeoutMs: 90_000 });
+  assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+  assert.equal(run.result.status, 'completed');
+  assert.equal(asked.implement.length, 1, 'implemented once');
+  const { attempts } = await client.runStatus(runId);
+  const count = (node) => attempts.filter((a) => a.node_id === node).length;
+  assert.deepEqual({ verify: count('verify'), commit: count('commit') }, { verify: 1, commit: 1 });
+  assert.equal(gitIn(env.project, 'rev-list', '--count', `${first}..HEAD`), '1', 'one commit');
 });
