@@ -60,9 +60,10 @@ function checkList(value, what) {
   });
 }
 
-function bounded(value, fallback, what, max) {
+/** An integer input from `min` to `max`, `fallback` when absent. */
+function bounded(value, fallback, what, min, max) {
   const n = value ?? fallback;
-  if (!(Number.isSafeInteger(n) && n >= 0 && n <= max)) throw new Error(`autoimplement ${what} must be an integer from 0 to ${max}`);
+  if (!(Number.isSafeInteger(n) && n >= min && n <= max)) throw new Error(`autoimplement ${what} must be an integer from ${min} to ${max}`);
   return n;
 }
 
@@ -80,9 +81,9 @@ function readInput(raw) {
     plan: input.plan,
     planDigest: input.planDigest === undefined ? planDigest(input.plan) : text(input.planDigest, 'autoimplement input planDigest', 200),
     ...(input.checks === undefined ? {} : { checks: checkList(input.checks, 'autoimplement input checks') }),
-    maxRounds: bounded(input.maxRounds, DEFAULT_MAX_ROUNDS, 'maxRounds', 20),
-    maxReviews: bounded(input.maxReviews, DEFAULT_MAX_REVIEWS, 'maxReviews', 10) || 1,
-    concurrency: bounded(input.concurrency, 1, 'concurrency', 8) || 1,
+    maxRounds: bounded(input.maxRounds, DEFAULT_MAX_ROUNDS, 'maxRounds', 0, 20),
+    maxReviews: bounded(input.maxReviews, DEFAULT_MAX_REVIEWS, 'maxReviews', 1, 10),
+    concurrency: bounded(input.concurrency, 1, 'concurrency', 1, 8),
     commit: input.commit !== false,
     push: input.push !== false,
     ciTimeoutMs,
