@@ -93,18 +93,27 @@ const runIds = async () => (await client.listRuns({ sessionId: 'session-a' })).m
 
 test('the happy path: implemented, checked (the checks the model named), reviewed, committed, pushed to the pull request, CI green', async () => {
   writeFileSync(ghState, JSON.stringify({ pr: { number: 7, url: 'https://example.invalid/pr/7' }, checks: [{ name: 'test', state: 'SUCCESS', bucket: 'pass', link: 'https://example.invalid/ci/1' }] }));
+  const widgetShown = latch();
   const asked = scripted({
     implement: () => {
       write(FIX);
       return { status: 'done', summary: 'Return [] for empty input', files: ['src/parse.js'] };
     },
     chooseChecks: () => ({ checks: CHECKS }),
-    review: () => ({ findings: [] }),
+    // The review waits until the widget has shown the checks' track (the run is live meanwhile).
+    review: () => widgetShown.promise.then(() => ({ findings: [] })),
   });
   const earlier = await runIds();
   const from = pi.mark();
   await pi.prompt(`/workflow autoimplement --input-json ${JSON.stringify({ task: 'parse("") should give []', plan: PLAN })}`);
   const runId = await newRun(earlier);
+  // Progress per batch item, in the widget: the checks' track once its item ended.
+  await pi.waitEvent(
+    (e) => e.type === 'extension_ui_request' && e.method === 'setWidget' && (e.widgetLines ?? []).some((l) => /project checks\s+1\/1 checks/.test(l)),
+    "the widget showing the checks' track",
+    from,
+  );
+  widgetShown.open();
   const run = await client.waitForRun(runId, { timeoutMs: 90_000 });
   assert.equal(run.status, 'completed', run.error ?? run.review_reason);
   assert.equal(run.result.status, 'completed');
@@ -122,14 +131,10 @@ test('the happy path: implemented, checked (the checks the model named), reviewe
   const { effects, updates } = await client.runStatus(runId);
   const kinds = effects.map((e) => /:(run_checks|git_commit|ci_status|git_push|ci_watch):/.exec(JSON.stringify(e))?.[1] ?? JSON.stringify(e)).sort();
   assert.deepEqual(kinds, ['ci_status', 'ci_watch', 'git_commit', 'git_push', 'run_checks'], JSON.stringify(effects));
-  // Progress per batch item: the checks' track and CI's, as the widget shows them.
+  // The progress tracks kept with the run: the checks' and CI's.
   const track = (key) => updates.find((u) => u.type === 'progress' && u.key === key)?.data;
   assert.deepEqual(track('checks'), { schema: 'pi-workflows.progress.v1', status: 'completed', label: 'project checks', completed: 1, total: 1, unit: 'checks' });
   assert.equal(track('ci').status, 'completed');
-  assert.ok(
-    pi.events.slice(from).some((e) => e.type === 'extension_ui_request' && e.method === 'setWidget' && (e.widgetLines ?? []).some((l) => /project checks\s+1\/1 checks/.test(l))),
-    'the widget showed the checks track',
-  );
 });
 
 test('a fix that fails the check, then a review finding, each go back for another round; no pull request: CI skipped, and said', async () => {
