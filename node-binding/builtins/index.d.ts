@@ -8,3 +8,5 @@ export declare const planApprovalWorkflow: Workflow;
 export declare const planChangeWorkflow: Workflow;
 /** How long plan-approval's `auto` mode waits for a person before it continues. */
 export declare const DEFAULT_AUTO_CONTINUE_MS: number;
+/** Implements a chosen plan: checks, review rounds, commit and the pull request's CI. */
+export declare const autoimplementWorkflow: Workflow;

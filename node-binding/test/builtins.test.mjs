@@ -12,7 +12,7 @@ import { BUILTINS_DIR, listWorkflows, resolveWorkflow } from '../extension/resol
 import { Client } from '../index.js';
 import { alive, hostBin, killInstallation, pkgDir, startHost, tempDir } from './helpers.mjs';
 
-const IDS = ['autodoc', 'autoplan', 'plan-approval', 'plan-change'];
+const IDS = ['autodoc', 'autoimplement', 'autoplan', 'plan-approval', 'plan-change'];
 
 test('builtin:<id> names the built-in; a bare name finds it after the project and global files; both are listed', async () => {
   const dir = tempDir();
@@ -39,7 +39,7 @@ test('builtin:<id> names the built-in; a bare name finds it after the project an
   listed = await listWorkflows(cwd, home);
   assert.deepEqual(listed.filter((w) => w.name === 'autoplan'), [{ name: 'autoplan', path: own, scope: 'project' }]);
 
-  await assert.rejects(resolveWorkflow('builtin:nope', cwd, home), /no built-in workflow "nope"; the built-ins are autodoc, autoplan, plan-approval, plan-change/);
+  await assert.rejects(resolveWorkflow('builtin:nope', cwd, home), /no built-in workflow "nope"; the built-ins are autodoc, autoimplement, autoplan, plan-approval, plan-change/);
   await assert.rejects(resolveWorkflow('nope', cwd, home), /no workflow named "nope" .* nor among the built-ins/);
 });
 
@@ -128,10 +128,10 @@ test('piw/builtins and @osolmaz/pi-workflows/builtins resolve in a workflow file
     assert.equal(run.result.status, 'continue');
   }
   // One of the reference's built-ins piw lacks: the run fails to load, naming it.
-  const file = write('lacking.workflow.ts', 'export { autoimplementWorkflow as default } from "@osolmaz/pi-workflows/builtins";\n');
+  const file = write('lacking.workflow.ts', 'export { monitorWorkflow as default } from "@osolmaz/pi-workflows/builtins";\n');
   const run = await c.waitForRun((await c.startRun(file, { input: {}, projectDir: project })).run_id, { timeoutMs: 30_000 });
   assert.equal(run.status, 'failed', JSON.stringify(run));
-  assert.match(run.error, /does not provide an export named 'autoimplementWorkflow'/);
+  assert.match(run.error, /does not provide an export named 'monitorWorkflow'/);
 });
 
 test("pi-workflows' example that re-exports its autoplan loads unchanged and asks its first step", async () => {
@@ -144,6 +144,20 @@ test("pi-workflows' example that re-exports its autoplan loads unchanged and ask
   const [ask] = await c.listInteractions('s-example');
   assert.equal(ask.node_id, 'frame');
   assert.match(ask.request.prompt, /Problem: parse\(""\) gives \[0\]/);
+  await c.cancelRun(runId);
+});
+
+test("pi-workflows' example that re-exports its autoimplement loads unchanged and asks for the implementation", async () => {
+  const c = host.client;
+  // examples/workflows/autoimplement.workflow.ts of pi-workflows 0.12.1, as it is.
+  const file = write('example-autoimplement.workflow.ts', 'export { autoimplementWorkflow as default } from "@osolmaz/pi-workflows/builtins";\n');
+  const { run_id: runId } = await c.startRun(file, { input: { task: 'empty input', plan: PLAN }, sessionId: 's-example-impl', projectDir: project });
+  const parked = await c.waitForRun(runId, { untilParked: true, timeoutMs: 30_000 });
+  assert.equal(parked.status, 'waiting', JSON.stringify(parked));
+  const [ask] = await c.listInteractions('s-example-impl');
+  assert.equal(ask.node_id, 'implement');
+  assert.match(ask.request.prompt, /Implement this plan in the working tree/);
+  assert.match(ask.request.prompt, /2\. Fix: Handle empty input/);
   await c.cancelRun(runId);
 });
 

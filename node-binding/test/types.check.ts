@@ -26,6 +26,7 @@ import {
   type RunEvent,
 } from '../index.js';
 import { autodocWorkflow, autoplanWorkflow, planApprovalWorkflow } from '../builtins/index.js';
+import { autoimplementWorkflow } from '../builtins/index.js';
 
 // The codes a caller may match on are in the union (`PiwErrorCode` takes any string too, so
 // only an annotation proves it).
@@ -163,6 +164,15 @@ defineWorkflow({
     doc: includeWorkflow(autodocWorkflow),
     approve: includeWorkflow(planApprovalWorkflow),
   },
+  nodes: {},
+  edges: [],
+});
+
+// autoimplement after an approved plan, as a user composes them.
+defineWorkflow({
+  name: 'plan-then-implement',
+  startAt: 'implement',
+  includes: { implement: includeWorkflow(autoimplementWorkflow, { input: () => ({ task: 't', plan: 'p' }) }) },
   nodes: {},
   edges: [],
 });

@@ -1,0 +1,251 @@
+// autoimplement end to end: real Pi with the extension, the mock model answering each step as
+// the test scripts it (its "implementation" writes the fixture's files), on one fixture git
+// repository (a parser whose check fails) reset between tests, with a bare origin and a fake
+// `gh` on a PATH of git and node only. The happy path (checks named by the model, one review,
+// the commit pushed to the pull request and its CI green); a fix that fails the check and a
+// review with a P1 finding, each needing another round (no pull request: CI skipped, and
+// said); a blocker challenged once, then the run ends blocked; the pull request's CI failing
+// once (another round, a second commit pushed); the host killed while the model reviews.
+import assert from 'node:assert/strict';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, before, beforeEach, test } from 'node:test';
+
+import { Client } from '../../index.js';
+import { CHECKS, FIX, fixtureRepo, gitIn, PLAN, resetRepo, toolsPath, WRONG_FIX } from '../fixture-repo.mjs';
+import { alive, hostBin, piEnv, until } from './harness.mjs';
+
+let env;
+let pi;
+let client;
+let first;
+let ghState;
+let path;
+before(async () => {
+  // The fixture's check is `node --test`: under this test runner's variable it would report to
+  // a parent that is not there and exit 0 whatever its tests say. The host inherits this
+  // process's environment. (Removed once the tests are declared: the runner reads it when the
+  // first is.)
+  delete process.env.NODE_TEST_CONTEXT;
+  env = await piEnv();
+  first = fixtureRepo(env.project);
+  ghState = join(env.root, 'gh.json');
+  // The host (started here, before Pi) and so every run sees only these tools: never a real gh.
+  path = toolsPath(env.root, { ghState, origin: `${env.project}.git` });
+  client = await Client.connect({ home: env.piwHome, hostBin, hostEnv: { HOME: env.home, PIW_KILL_GRACE_MS: '300', PATH: path } });
+  // So does a host the extension starts again.
+  pi = await env.startPi({ extraEnv: { PATH: path } });
+});
+beforeEach(() => {
+  resetRepo(env.project, first);
+  writeFileSync(`${ghState}.log`, '');
+});
+after(async () => {
+  await client?.close().catch(() => {});
+  await env?.close();
+});
+
+const textOf = (m) => (typeof m.content === 'string' ? m.content : (m.content ?? []).map((b) => b.text ?? '').join(''));
+const stepOf = (m) => {
+  const t = textOf(m);
+  const id = /"interactionId":"([^"]+)"/.exec(t)?.[1];
+  const node = /, step: ([\w.-]+), attempt:/.exec(t)?.[1];
+  return m.role === 'user' && id && node ? { id, node, text: t } : null;
+};
+
+/**
+ * The mock model: the n-th request of a step (per node) is answered with `answers[node](n,
+ * prompt)` (or a Promise of it: the turn waits); each step's prompt is kept in `asked` (node ->
+ * prompts). After a tool result the turn ends. A step message steered into a running turn may
+ * reach the model twice: a repeat of an interaction already answered is answered the same.
+ */
+function scripted(answers) {
+  const asked = {};
+  const given = new Map();
+  env.model.script = async ({ last }) => {
+    if (last.role === 'tool') return { text: 'done' };
+    const step = stepOf(last);
+    if (!step) return { text: 'ok' };
+    assert.ok(Object.hasOwn(answers, step.node), `no scripted answer for step ${step.node}`);
+    if (!given.has(step.id)) {
+      (asked[step.node] ??= []).push(step.text);
+      given.set(step.id, answers[step.node](asked[step.node].length, step.text));
+    }
+    return { tool: { name: 'workflow', arguments: { action: 'submit', interactionId: step.id, output: await given.get(step.id) } } };
+  };
+  return asked;
+}
+
+/** A promise and the function that resolves it. */
+function latch() {
+  let open;
+  const promise = new Promise((r) => (open = r));
+  return { promise, open };
+}
+
+const write = (content) => writeFileSync(join(env.project, 'src', 'parse.js'), content);
+const ghCalls = () => readFileSync(`${ghState}.log`, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l).slice(0, 3).join(' '));
+
+async function newRun(before) {
+  return until(async () => (await client.listRuns({ sessionId: 'session-a' })).find((r) => !before.includes(r.run_id))?.run_id, 'the run');
+}
+const runIds = async () => (await client.listRuns({ sessionId: 'session-a' })).map((r) => r.run_id);
+
+test('the happy path: implemented, checked (the checks the model named), reviewed, committed, pushed to the pull request, CI green', async () => {
+  writeFileSync(ghState, JSON.stringify({ pr: { number: 7, url: 'https://example.invalid/pr/7' }, checks: [{ name: 'test', state: 'SUCCESS', bucket: 'pass', link: 'https://example.invalid/ci/1' }] }));
+  const widgetShown = latch();
+  const asked = scripted({
+    implement: () => {
+      write(FIX);
+      return { status: 'done', summary: 'Return [] for empty input', files: ['src/parse.js'] };
+    },
+    chooseChecks: () => ({ checks: CHECKS }),
+    // The review waits until the widget has shown the checks' track (the run is live meanwhile).
+    review: () => widgetShown.promise.then(() => ({ findings: [] })),
+  });
+  const earlier = await runIds();
+  const from = pi.mark();
+  await pi.prompt(`/workflow autoimplement --input-json ${JSON.stringify({ task: 'parse("") should give []', plan: PLAN })}`);
+  const runId = await newRun(earlier);
+  // Progress per batch item, in the widget: the checks' track once its item ended.
+  await pi.waitEvent(
+    (e) => e.type === 'extension_ui_request' && e.method === 'setWidget' && (e.widgetLines ?? []).some((l) => /project checks\s+1\/1 checks/.test(l)),
+    "the widget showing the checks' track",
+    from,
+  );
+  widgetShown.open();
+  const run = await client.waitForRun(runId, { timeoutMs: 90_000 });
+  assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+  assert.equal(run.result.status, 'completed');
+  assert.deepEqual(run.result.checks, [{ id: 'test', outcome: 'succeeded' }]);
+  assert.deepEqual(run.result.ci, { route: 'green', pr: 'https://example.invalid/pr/7', checks: [{ name: 'test', bucket: 'pass' }] });
+  assert.deepEqual(Object.fromEntries(Object.entries(asked).map(([k, v]) => [k, v.length])), { implement: 1, chooseChecks: 1, review: 1 });
+  assert.match(asked.implement[0], /Implement this plan in the working tree/);
+  assert.match(asked.review[0], /\+export const parse = \(text\) => \(text === "" \? \[\] :/);
+  // Committed and pushed to the pull request's branch; the fake gh was asked in this order.
+  const head = gitIn(env.project, 'rev-parse', 'HEAD');
+  assert.equal(run.result.commit.sha, head);
+  assert.equal(gitIn(env.project, 'rev-parse', 'origin/main'), head);
+  assert.deepEqual(ghCalls(), ['pr view --json', 'pr checks https://example.invalid/pr/7', 'pr checks https://example.invalid/pr/7']);
+  // Each side effect a managed effect: the push a manual one, the rest safe to repeat.
+  const { effects, updates } = await client.runStatus(runId);
+  const kinds = effects.map((e) => /:(run_checks|git_commit|ci_status|git_push|ci_watch):/.exec(JSON.stringify(e))?.[1] ?? JSON.stringify(e)).sort();
+  assert.deepEqual(kinds, ['ci_status', 'ci_watch', 'git_commit', 'git_push', 'run_checks'], JSON.stringify(effects));
+  // The progress tracks kept with the run: the checks' and CI's.
+  const track = (key) => updates.find((u) => u.type === 'progress' && u.key === key)?.data;
+  assert.deepEqual(track('checks'), { schema: 'pi-workflows.progress.v1', status: 'completed', label: 'project checks', completed: 1, total: 1, unit: 'checks' });
+  assert.equal(track('ci').status, 'completed');
+});
+
+test('a fix that fails the check, then a review finding, each go back for another round; no pull request: CI skipped, and said', async () => {
+  writeFileSync(ghState, JSON.stringify({}));
+  const asked = scripted({
+    implement: (n) => {
+      write(n === 1 ? WRONG_FIX : FIX);
+      if (n === 3) writeFileSync(join(env.project, 'src', 'blank.test.js'), 'import assert from "node:assert"; import test from "node:test"; import { parse } from "./parse.js";\ntest("blank", () => assert.deepEqual(parse(" "), [0]));\n');
+      return { status: 'done', summary: ['Guard whitespace', 'Guard the empty string', 'Cover blank input with a test'][n - 1], files: ['src/parse.js'] };
+    },
+    review: (n) =>
+      n === 1
+        ? { findings: [{ id: 'blank', severity: 'P1', title: 'blank input untested', detail: 'parse(" ") is not covered by a test', file: 'src/parse.test.js' }, { id: 'nit', severity: 'P3', title: 'naming', detail: 'text could be input' }] }
+        : { findings: [{ id: 'nit', severity: 'P3', title: 'naming', detail: 'text could be input' }], resolved: ['blank'] },
+  });
+  const earlier = await runIds();
+  await pi.prompt(`/workflow builtin:autoimplement --input-json ${JSON.stringify({ task: 'parse("") should give []', plan: PLAN, checks: CHECKS })}`);
+  const runId = await newRun(earlier);
+  const run = await client.waitForRun(runId, { timeoutMs: 90_000 });
+  assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+  assert.equal(run.result.status, 'completed');
+  assert.deepEqual({ rounds: run.result.rounds, reviews: run.result.reviews }, { rounds: 3, reviews: 2 });
+  assert.equal(asked.implement.length, 3);
+  // Round 2 was told which check failed and how; round 3 the open finding by its id.
+  assert.match(asked.implement[1], /Round 2: the work is not done yet\.\nThese checks fail:\n- test \(failed, exit 1\):/);
+  assert.match(asked.implement[1], /empty input/);
+  assert.doesNotMatch(asked.implement[1], /The review found/);
+  assert.match(asked.implement[2], /The review found .*\n- blank \[P1\] blank input untested: parse\(" "\) is not covered by a test \(src\/parse\.test\.js\)/);
+  assert.doesNotMatch(asked.implement[2], /nit/, 'a P3 finding is not sent back');
+  // The second review was asked about the finding the first left open.
+  assert.match(asked.review[1], /The last review left these open.*\n- blank \[P1\]/);
+  assert.match(asked.review[1], /New files \(read them\): src\/blank\.test\.js/);
+  assert.deepEqual(run.result.ci, { route: 'skipped', reason: 'no CI followed: no pull request for this branch (no pull requests found for branch "main")' });
+  assert.equal(gitIn(env.project, 'log', '-1', '--format=%s'), 'Cover blank input with a test');
+  assert.equal(gitIn(env.project, 'rev-list', '--count', `${first}..HEAD`), '1', 'one commit, after the last round');
+  assert.equal(gitIn(env.project, 'rev-parse', 'origin/main'), first, 'nothing pushed without a pull request');
+  const { attempts } = await client.runStatus(runId);
+  assert.deepEqual(attempts.filter((a) => a.node_id === 'verify').map((a) => a.output.passed).reverse(), [false, true, true]); // (newest first)
+});
+
+test('a blocker is challenged once: the model goes on, says it is blocked again, and the run ends blocked', async () => {
+  const asked = scripted({
+    implement: (n) => ({ status: 'blocked', summary: 'not started', blocker: n === 1 ? 'the test may be wrong' : 'the test asserts behaviour nobody specified' }),
+    challenge: () => ({ route: 'continue', reason: 'the plan says what "" means', tried: ['read the plan'], nextAction: 'implement the guard the plan describes' }),
+  });
+  const earlier = await runIds();
+  await pi.prompt(`/workflow autoimplement --input-json ${JSON.stringify({ task: 'parse("") should give []', plan: PLAN, checks: CHECKS })}`);
+  const runId = await newRun(earlier);
+  const run = await client.waitForRun(runId, { timeoutMs: 90_000 });
+  assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+  assert.deepEqual(
+    { status: run.result.status, stage: run.result.stage, reason: run.result.reason, challenged: run.result.evidence.route },
+    { status: 'blocked', stage: 'implement', reason: 'the test asserts behaviour nobody specified', challenged: 'continue' },
+  );
+  assert.deepEqual({ implement: asked.implement.length, challenge: asked.challenge.length }, { implement: 2, challenge: 1 });
+  assert.match(asked.challenge[0], /You said the work is blocked: the test may be wrong/);
+  assert.match(asked.implement[1], /You decided to go on despite a blocker: implement the guard the plan describes/);
+  const { attempts } = await client.runStatus(runId);
+  assert.equal(attempts.filter((a) => ['verify', 'commit'].includes(a.node_id)).length, 0, 'nothing checked or committed');
+  assert.equal(gitIn(env.project, 'rev-parse', 'HEAD'), first);
+});
+
+test("the pull request's CI fails: another round with the failure, a second commit pushed, CI green", async () => {
+  const lint = { name: 'lint', state: 'FAILURE', bucket: 'fail', link: 'https://example.invalid/ci/lint' };
+  writeFileSync(ghState, JSON.stringify({ pr: { number: 7, url: 'https://example.invalid/pr/7' }, rounds: [[lint], [{ ...lint, state: 'SUCCESS', bucket: 'pass' }]] }));
+  const asked = scripted({
+    implement: (n) => {
+      write(n === 1 ? FIX : FIX.replace('(text)', '(input)').replaceAll('text', 'input'));
+      return { status: 'done', summary: n === 1 ? 'Return [] for empty input' : 'Name the parameter input, as lint wants', files: ['src/parse.js'] };
+    },
+    review: () => ({ findings: [] }),
+  });
+  const earlier = await runIds();
+  await pi.prompt(`/workflow autoimplement --input-json ${JSON.stringify({ task: 'parse("") should give []', plan: PLAN, checks: CHECKS })}`);
+  const runId = await newRun(earlier);
+  const run = await client.waitForRun(runId, { timeoutMs: 90_000 });
+  assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+  assert.equal(run.result.ci.route, 'green');
+  assert.match(asked.implement[1], /The pull request's CI failed: lint \(https:\/\/example\.invalid\/ci\/lint\)/);
+  assert.equal(asked.review.length, 2, 'the second round was reviewed too');
+  assert.equal(gitIn(env.project, 'rev-list', '--count', `${first}..origin/main`), '2', 'two commits, both pushed');
+  assert.equal(gitIn(env.project, 'log', '-1', '--format=%s', 'origin/main'), 'Name the parameter input, as lint wants');
+});
+
+test('the host killed while the model reviews: a host starts again, the run resumes at its review, nothing done twice', async () => {
+  writeFileSync(ghState, JSON.stringify({}));
+  const release = latch();
+  const asked = scripted({
+    implement: () => {
+      write(FIX);
+      return { status: 'done', summary: 'Return [] for empty input', files: ['src/parse.js'] };
+    },
+    // The review's answer waits until the test has killed the host and started another.
+    review: () => release.promise.then(() => ({ findings: [] })),
+  });
+  const earlier = await runIds();
+  await pi.prompt(`/workflow autoimplement --input-json ${JSON.stringify({ task: 'parse("") should give []', plan: PLAN, checks: CHECKS })}`);
+  const runId = await newRun(earlier);
+  await until(() => asked.review?.length === 1, 'the review with the model');
+  const { pid } = await client.status();
+  process.kill(pid, 'SIGKILL');
+  await until(() => !alive(pid), 'the host gone');
+  await client.close().catch(() => {});
+  client = await Client.connect({ home: env.piwHome, hostBin, hostEnv: { HOME: env.home, PIW_KILL_GRACE_MS: '300', PATH: path } });
+  release.open();
+  const run = await client.waitForRun(runId, { timeoutMs: 90_000 });
+  assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+  assert.equal(run.result.status, 'completed');
+  assert.equal(asked.implement.length, 1, 'implemented once');
+  const { attempts } = await client.runStatus(runId);
+  const count = (node) => attempts.filter((a) => a.node_id === node).length;
+  assert.deepEqual({ verify: count('verify'), commit: count('commit') }, { verify: 1, commit: 1 });
+  assert.equal(gitIn(env.project, 'rev-list', '--count', `${first}..HEAD`), '1', 'one commit');
+});
