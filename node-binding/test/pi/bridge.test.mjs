@@ -6,9 +6,9 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, test } from 'node:test';
 
-import { BRIDGE_EXIT, preflightBridge } from '../../index.js';
+import { BRIDGE_EXIT, Client, preflightBridge } from '../../index.js';
 import { WorkflowSession } from '../../extension/session.js';
-import { piCli, piEnv, until } from './harness.mjs';
+import { alive, piCli, piEnv, until } from './harness.mjs';
 
 let env;
 beforeEach(async () => {
@@ -16,6 +16,7 @@ beforeEach(async () => {
   env.addWorkflow('agent.workflow.mjs', 'titles');
   env.addWorkflow('gated.workflow.mjs', 'gated');
   env.addWorkflow('confirm.workflow.mjs', 'confirm');
+  env.addWorkflow('reply.workflow.mjs', 'reply');
 });
 afterEach(async () => {
   await env?.close();
@@ -216,3 +217,49 @@ test('a run waiting on a checkpoint has no step for a bridge: it exits, and no s
   const interactive = { ...status, run: { ...status.run, execution_mode: 'interactive' } };
   assert.equal(session.pendingCheckpoint(new Map([[run_id, interactive]]))?.id, status.decisions[0].decision_id);
 });
+
+test('an assistantMessage step is answered by the visible reply; the bridge stops at the checkpoint that follows', async () => {
+  env.model.script = ({ last, lastText }) => (last.role === 'user' && /GREET-STEP/.test(lastText) ? { text: 'Hello there' } : { text: 'ok' });
+  const client = await env.client();
+  const { run_id } = await client.startRun(workflowFile('reply'), { projectDir: env.project });
+  const pi = env.startBridge(run_id);
+  assert.equal((await exitOf(pi)).code, BRIDGE_EXIT.done, pi.stderr);
+  assert.match(pi.stderr, /waits on a checkpoint \(confirm\)/);
+  const status = await client.runStatus(run_id);
+  const decision = status.decisions.find((d) => d.status === 'pending');
+  await client.answerCheckpoint(run_id, decision.decision_id, 'yes');
+  const run = await client.waitForRun(run_id, { timeoutMs: 30_000 });
+  assert.deepEqual(run.result, { greeting: 'Hello there', confirmed: 'yes' });
+});
+
+test('the host goes away under a bridge: it exits (hostGone) once its turn settled, and never starts a host', async () => {
+  let release;
+  const held = new Promise((r) => (release = r));
+  env.model.script = ({ last, lastText }) => (last.role === 'user' && stepId(lastText) ? { text: 'thinking', hold: held } : { text: 'ok' });
+  const client = await env.client();
+  const { run_id } = await client.startRun(workflowFile('titles'), { input: { task: 'x' }, projectDir: env.project });
+  const pi = env.startBridge(run_id);
+  await until(() => env.model.requests.length > 0, "the bridge's turn");
+  const { pid } = await client.status();
+  await client.close();
+  process.kill(pid, 'SIGKILL');
+  await until(() => !alive(pid), 'the host gone');
+  release();
+  const exit = await exitOf(pi);
+  assert.equal(exit.code, BRIDGE_EXIT.hostGone, pi.stderr);
+  assert.match(pi.stderr, /piw bridge: run .*: the piw host closed the connection/);
+  // A bridge started while no host runs starts none: it exits at once.
+  const late = env.startBridge(run_id);
+  assert.equal((await exitOf(late)).code, BRIDGE_EXIT.hostGone, late.stderr);
+  assert.equal(await hostAnswers(), false, 'no host was started');
+});
+
+async function hostAnswers() {
+  try {
+    const c = await Client.connect({ home: env.piwHome, start: false });
+    await c.close();
+    return true;
+  } catch {
+    return false;
+  }
+}
