@@ -2,13 +2,14 @@
 // one run's steps, started here as the host's launcher will start it (`env.startBridge`, which
 // uses `bridgeCommand`); the run is started through the client as a detached run is.
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, test } from 'node:test';
 
 import { BRIDGE_EXIT, Client, preflightBridge } from '../../index.js';
 import { WorkflowSession } from '../../extension/session.js';
-import { alive, piCli, piEnv, until } from './harness.mjs';
+import { alive, piCli, piEnv, pkgDir, until } from './harness.mjs';
 
 let env;
 beforeEach(async () => {
@@ -200,6 +201,14 @@ test('the preflight: a usable provider and model pass; a model Pi lacks or a pro
   await assert.rejects(preflightBridge({ ...opts, provider: 'openai', model: 'gpt-4o' }), (e) => e.code === 'pi_unusable' && /provider openai .*no credentials/.test(e.message));
   await assert.rejects(preflightBridge({ ...opts, provider: 'mock' }), (e) => e.code === 'pi_unusable' && /needs a provider and a model/.test(e.message));
   await assert.rejects(preflightBridge({ ...opts, pi: '/nonexistent/pi', provider: 'mock', model: 'mock-model' }), (e) => e.code === 'pi_unusable' && /cannot run Pi/.test(e.message));
+  // The same as a command, for the host's launcher.
+  const command = (model) => spawnSync(process.execPath, [join(pkgDir, 'lib', 'bridge-preflight.js'), piCli, 'mock', model], { env: env.env, cwd: env.project, encoding: 'utf8' });
+  const ready = command('mock-model');
+  assert.equal(ready.status, 0, ready.stderr);
+  assert.equal(ready.stdout, 'ready mock mock-model\n');
+  const refused = command('no-such-model');
+  assert.equal(refused.status, 2);
+  assert.match(refused.stderr, /Pi offers no model no-such-model of provider mock/);
 });
 
 test('a run waiting on a checkpoint has no step for a bridge: it exits, and no session presents it to its model', async () => {
