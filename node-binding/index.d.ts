@@ -964,3 +964,36 @@ export declare function defineWorkflow<I = any>(definition: WorkflowDefinition<I
 export declare function isWorkflow(value: unknown): value is Workflow;
 /** The reference's name for `isWorkflow`. */
 export declare const isWorkflowDefinition: typeof isWorkflow;
+
+// ---------------------------------------------------------------------------------------------
+// The bridge of detached runs (Pi in RPC mode serving one run's interactive steps)
+
+/** How a bridge's Pi exits: `done` the run has no step for it, `busy` another bridge serves it, `unusable` no such detached run, `hostGone` the host went away. */
+export declare const BRIDGE_EXIT: Readonly<{ done: 0; busy: 3; unusable: 4; hostGone: 5 }>;
+/** The bridge extension's file, for Pi's `-e`. */
+export declare const BRIDGE_EXTENSION: string;
+/** The command line of run `runId`'s bridge; `env` is what to add to the launcher's environment. */
+export declare function bridgeCommand(options: {
+  pi: string;
+  runId: string;
+  provider?: string;
+  model?: string;
+  piArgs?: string[];
+  node?: string;
+  home?: string;
+}): { command: string; args: string[]; env: Record<string, string> };
+/** A held bridge lock. */
+export interface BridgeLock {
+  release(): void;
+}
+/** Takes run `runId`'s bridge lock; `PiwError` `bridge_busy` when another process holds it. */
+export declare function lockBridge(runId: string, home?: string): BridgeLock;
+/** Checks that Pi can serve a detached run with this provider and model; `PiwError` `pi_unusable` says why not. */
+export declare function preflightBridge(options: {
+  pi: string;
+  provider?: string;
+  model?: string;
+  node?: string;
+  env?: Record<string, string | undefined>;
+  cwd?: string;
+}): Promise<{ provider: string; model: string }>;

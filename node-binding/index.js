@@ -46,4 +46,5 @@ export {
   progressTracksFromStatus,
 } from './lib/progress.js';
 export { CancelledError, PiwError, TimeoutError } from './lib/errors.js';
+export { BRIDGE_EXIT, BRIDGE_EXTENSION, bridgeCommand, lockBridge, preflightBridge } from './lib/bridge.js';
 export { discoverWorkflows, loadWorkflowFile, resolveWorkflowRef, workflowFileStem, workflowSearchDirs } from './lib/discover.js';

@@ -1231,6 +1231,32 @@ fn a_request_of_a_run_in_review_is_not_listed_for_its_session() {
     f.assert_clean();
 }
 
+/// A detached run's requests are answered by its bridge (which reads them from `run.status`),
+/// never by a Pi session: not even its origin session lists them.
+#[test]
+fn a_request_of_a_detached_run_is_not_listed_for_its_origin_session() {
+    let mut f = Fixture::new();
+    let run_id = f.start_with(NewRun {
+        execution_mode: ExecutionMode::Detached,
+        ..common::new_run(Some("session-1"))
+    });
+    let act = f.activate(&run_id);
+    let a = f
+        .store
+        .write(|w| w.node_started(&act.claim, "a", None))
+        .unwrap();
+    let i = f.ask(&act.claim, &a, None);
+    assert_eq!(
+        f.store.interactions(None, Some("session-1")).unwrap(),
+        vec![]
+    );
+    let listed = f.store.interactions(Some(&run_id), None).unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].interaction_id, i);
+    assert_eq!(listed[0].status, "pending");
+    f.assert_clean();
+}
+
 /// A notify node that runs again after its child was lost (its transition never committed)
 /// adds no second message: the message's identity is the run, the node and the visit. A loop
 /// that enters the node again is a new visit with a new message (found by the host's crash

@@ -3,25 +3,15 @@
 // runs no workflow code: runs execute in the host's supervised children.
 // No import of typebox, pi-ai or pi-tui: the tool's schema is plain JSON Schema (Pi validates any)
 // and the card is ./format.js's CardComponent, which keeps Pi's start fast (docs/PERFORMANCE.md).
-import { createHash, randomBytes } from 'node:crypto';
-
-import { isFinal, validateWorkflowUpdate } from '../index.js';
+import { isFinal } from '../index.js';
 import { CardComponent, MESSAGE, STEP } from './format.js';
 import { RESERVED, ResolveError, listWorkflows, resolveWorkflow } from './resolve.js';
-import { VALIDATION_WAIT_MS, WorkflowSession, closedWithout, humanAnswer } from './session.js';
-
-/** Errors of a call whose host went away or did not answer: its outcome is the host's to say. */
-const HOST_LOST = new Set(['disconnected', 'timeout', 'io', 'host_shutting_down', 'client_closed', 'connect_failed', 'host_not_ready']);
-
-const randomPart = () => `${process.pid}-${Date.now()}-${Math.random()}`;
+import { WorkflowSession, humanAnswer } from './session.js';
+import { STEP_ACTIONS_TEXT, STEP_PARAMETERS, WorkflowError, submit, text, update } from './tool.js';
 
 const ACTIONS = ['list', 'start', 'status', 'pause', 'resume', 'cancel', 'answer', 'update', 'submit'];
 const SUBCOMMANDS = ['list', 'status', 'pause', 'resume', 'cancel', 'answer'];
 
-/** A tool or command failure the caller can act on (shown as a tool error). */
-class WorkflowError extends Error {}
-
-const text = (t, details = {}) => ({ content: [{ type: 'text', text: t }], details });
 /** Whether two JSON values are equal (an object's key order does not matter). */
 function sameJson(a, b) {
   if (a === b) return true;
@@ -167,7 +157,7 @@ export default function piwExtension(pi) {
     name: 'workflow',
     label: 'Workflow',
     description:
-      'Start, follow and answer piw workflows. Actions: list; start (workflow = a name, builtin:<id> or a path; input = JSON); status, pause, resume, cancel (runId, default: this session\'s active run); answer (an ordinary checkpoint: runId, answer); update (progress on the current step, the step still open: update = { type, key, data } as workflows publish it, e.g. { type: "progress", key: "overall", data: { schema: "pi-workflows.progress.v1", status: "running", completed, total, unit } }; or a plain message); submit (the output of the current workflow step: output, interactionId from the step message).',
+      `Start, follow and answer piw workflows. Actions: list; start (workflow = a name, builtin:<id> or a path; input = JSON); status, pause, resume, cancel (runId, default: this session\'s active run); answer (an ordinary checkpoint: runId, answer); ${STEP_ACTIONS_TEXT}.`,
     promptSnippet: 'Start, follow and answer durable piw workflows',
     promptGuidelines: [
       'When a workflow step message arrives, do the step and finish it with the workflow tool action "submit" exactly as the message says.',
@@ -180,12 +170,7 @@ export default function piwExtension(pi) {
         input: { description: 'start: the run input (JSON)' },
         runId: { type: 'string', description: "status/pause/resume/cancel/answer: the run (default: this session's active run)" },
         answer: { description: 'answer: the checkpoint answer (JSON)' },
-        output: { description: 'submit: the step output (JSON)' },
-        interactionId: { type: 'string', description: 'submit/update: the interaction id from the step message' },
-        message: { type: 'string', description: 'update: what has been done so far (plain text, when there is no structured update)' },
-        update: { description: 'update: { type, key, data } (JSON), the current state of one item: replaces the previous one of the same type and key' },
-        step: { type: 'string', description: 'update: the step (node) the update is for; checked against the open step' },
-        attempt: { type: 'string', description: 'update: the attempt the update is for; checked against the open step' },
+        ...STEP_PARAMETERS,
       },
       required: ['action'],
     },
@@ -258,186 +243,6 @@ export default function piwExtension(pi) {
     },
   });
 
-
-  /**
-   * The interaction a `submit` or `update` answers: `interactionId`, else the request the model
-   * was shown last in this session, never one presented later (a repeated call lands where
-   * the first did). `{ interaction, open: true }` when it is the session's active interaction
-   * (what is presented, see WorkflowSession.activeInteraction); `{ interaction, open: false }`
-   * when it is closed (a `submit` of the result it took gets its original receipt). Refused
-   * otherwise, naming the current request only when the model was shown it.
-   */
-  async function boundInteraction(s, interactionId) {
-    const statuses = new Map();
-    const active = await s.activeInteraction(statuses);
-    const shown = s.presentedRequest({ key: interactionId });
-    const id = interactionId ?? shown?.key;
-    if (active && active.interaction_id === id) return { interaction: active, open: true };
-    const current =
-      active && s.presentedRequest({ key: active.interaction_id })
-        ? `; this session's current request is interaction ${active.interaction_id} (step ${active.node_id}, attempt ${active.attempt_id})`
-        : '';
-    if (!shown) {
-      throw new WorkflowError(
-        interactionId
-          ? `interaction ${interactionId} is closed or not this session's current request${current || ': no step of this session waits for a submission'}`
-          : 'no workflow step was presented in this session: there is nothing to submit',
-      );
-    }
-    if (shown.kind === 'checkpoint') {
-      const which = interactionId ? `${interactionId} is` : 'the request presented last is';
-      throw new WorkflowError(`${which} the checkpoint ${shown.node} of run ${shown.runId}: answer it with the action "answer"`);
-    }
-    const st = statuses.get(shown.runId) ?? (await s.call('run.status', (c) => c.runStatus(shown.runId)));
-    const interaction = st.interactions.find((i) => i.interaction_id === id);
-    if (!interaction) throw new WorkflowError(`interaction ${id} is not a request of run ${shown.runId}${current}`);
-    if (interaction.status === 'pending' || interaction.status === 'validating') {
-      const why = st.run.paused
-        ? `its run ${shown.runId} is paused (/workflow resume ${shown.runId} presents it again)`
-        : 'another request of this session goes first';
-      throw new WorkflowError(`interaction ${id} (step ${interaction.node_id}) is not this session's current request: ${why}${current}`);
-    }
-    const why = interaction.status === 'settled' ? 'it was already accepted' : (closedWithout(st, id) ?? interaction.status);
-    return { interaction, open: false, current, why };
-  }
-
-  /** The refusal of an output for a closed interaction: why it closed (accepted, timed out, cancelled, its run ended). */
-  function closedError(bound) {
-    const { interaction: i, current, why } = bound;
-    return new WorkflowError(
-      `interaction ${i.interaction_id} (step ${i.node_id} of run ${i.run_id}) is closed: ${why}; this output was not submitted${current}`,
-    );
-  }
-
-  /**
-   * A progress note, or a workflow update `{ type, key, data }` checked as `publishUpdate`
-   * checks it and kept as the run's latest for its `(type, key)`; answered with a receipt. The
-   * tool call id makes a re-delivered call a repeat (the host answers the first one again).
-   */
-  async function update(s, params, toolCallId) {
-    let checked = null;
-    if (params.update !== undefined) {
-      try {
-        checked = validateWorkflowUpdate(params.update);
-      } catch (e) {
-        throw new WorkflowError(`update refused: ${e.message}`);
-      }
-    } else if (!params.message) {
-      throw new WorkflowError('update needs `update` ({ type, key, data }) or `message`');
-    }
-    const bound = await boundInteraction(s, params.interactionId);
-    if (!bound.open) throw closedError(bound);
-    const current = bound.interaction;
-    if (params.step !== undefined && params.step !== current.node_id) {
-      throw new WorkflowError(`update is for step ${params.step}, but the open step is ${current.node_id} (run ${current.run_id})`);
-    }
-    if (params.attempt !== undefined && params.attempt !== current.attempt_id) {
-      throw new WorkflowError(`update is for attempt ${params.attempt}, but the open step's attempt is ${current.attempt_id}`);
-    }
-    const message = checked ? `${checked.type}:${checked.key}` : params.message;
-    const options = toolCallId ? { idempotencyKey: `update-${toolCallId}` } : {};
-    const body = await s.call('interaction.update', (c) => c.updateInteraction(current, message, checked, options));
-    const receipt = checked
-      ? {
-          updateId: `upd_${createHash('sha256').update(`${current.interaction_id}\0${toolCallId ?? randomPart()}`).digest('hex').slice(0, 26)}`,
-          seq: body?.seq ?? null,
-          at: new Date().toISOString(),
-          type: checked.type,
-          key: checked.key,
-        }
-      : null;
-    return text(`${checked ? `update ${message} kept` : 'progress noted'} for step ${current.node_id}; the step is still open: submit its output when done`, {
-      runId: current.run_id,
-      interactionId: current.interaction_id,
-      ...(receipt ? { receipt } : {}),
-    });
-  }
-
-  async function submit(s, params, signal) {
-    const bound = await boundInteraction(s, params.interactionId);
-    const current = bound.interaction;
-    // One request id for the submission and its resend: the host answers a resend of a
-    // request it took with the same receipt, so the output is taken at most once.
-    const requestId = `req-${Date.now().toString(16).padStart(12, '0')}${randomBytes(8).toString('hex')}`;
-    const send = () => s.call('interaction.submit', (c) => c.submitInteraction(current, params.output ?? null, { requestId }));
-    let submitted;
-    try {
-      try {
-        submitted = await send();
-      } catch (e) {
-        if (!HOST_LOST.has(e?.code)) throw e;
-        // The host went away (or hung) while the output was on its way: whether it was taken
-        // is the host's to say. Sent again once (the next call starts a host when none runs).
-        try {
-          submitted = await send();
-        } catch (again) {
-          if (!HOST_LOST.has(again?.code)) throw again;
-          throw new WorkflowError(
-            `the piw host went away while this output for step ${current.node_id} was being submitted (${again.message}), so whether it was taken is not known. Submit the same output again once the host is back (it is never taken twice), or check with the action "status"; do not submit a different one.`,
-          );
-        }
-      }
-    } catch (e) {
-      if (e?.code === 'stale_attempt') {
-        throw new WorkflowError(`attempt ${current.attempt_id} is no longer current: ${e.message}`);
-      }
-      if (e?.code === 'invalid_transition' && current.status === 'validating') {
-        throw new WorkflowError(`the last submission for ${current.node_id} is still being validated; wait for its verdict`);
-      }
-      if (e?.code === 'invalid_transition' && !bound.open) throw closedError(bound);
-      throw e;
-    }
-    if (submitted.repeated && submitted.state === 'accepted') {
-      s.kick();
-      return text(
-        `already accepted: step ${current.node_id} of run ${current.run_id} took this output before (submission ${submitted.submission_id}); nothing was submitted again. Do not submit it again: a next step arrives as its own message.`,
-        { runId: current.run_id, interactionId: current.interaction_id, submissionId: submitted.submission_id, repeated: true },
-      );
-    }
-    const verdictCall = s.call(
-      'the validation',
-      (c) => c.waitForSubmission(current.run_id, submitted.submission_id),
-      VALIDATION_WAIT_MS,
-    );
-    // The turn stopped (Escape): the submission stands (the host keeps it and validates it
-    // once); the model hears that its outcome is unknown, the session hears the verdict later.
-    const stopped = await untilAborted(signal, verdictCall);
-    if (stopped) {
-      s.reportVerdictLater(current, submitted.submission_id, verdictCall);
-      return text(
-        `submitted the output for step ${current.node_id} of run ${current.run_id}; the turn was stopped before the workflow's validation judged it, so its outcome is not known yet: it will be reported in this session. Do not submit it again.`,
-        { runId: current.run_id, interactionId: current.interaction_id, submissionId: submitted.submission_id, verdict: 'unknown' },
-      );
-    }
-    const verdict = await verdictCall;
-    s.kick();
-    if (verdict.state === 'rejected') {
-      throw new WorkflowError(
-        `the workflow rejected this output for step ${current.node_id}: ${verdict.error}. Fix it and submit again (interactionId ${current.interaction_id}).`,
-      );
-    }
-    return text(`accepted: step ${current.node_id} of run ${current.run_id} is done`, {
-      runId: current.run_id,
-      interactionId: current.interaction_id,
-      submissionId: submitted.submission_id,
-    });
-  }
-
-  /** Resolves true when `signal` aborts before `promise` settles, false once it settles (either way). */
-  function untilAborted(signal, promise) {
-    const settled = promise.then(
-      () => false,
-      () => false,
-    );
-    if (!signal) return settled;
-    if (signal.aborted) return Promise.resolve(true);
-    let onAbort;
-    const aborted = new Promise((r) => {
-      onAbort = () => r(true);
-      signal.addEventListener('abort', onAbort, { once: true });
-    });
-    return Promise.race([settled, aborted]).finally(() => signal.removeEventListener('abort', onAbort));
-  }
 
   // ---------------------------------------------------------------------------------------
   // The person's command

@@ -268,6 +268,13 @@ export class WorkflowSession {
     this.reconnectAttempt = 0;
     /** The last refresh failure reported to the person (reported once, until a refresh succeeds). */
     this.refreshFailure = null;
+    /** Whether a call may start a host when none answers (a bridge never does: see ./bridge.js). */
+    this.startsHost = true;
+  }
+
+  /** The events this link follows: its session's. */
+  subscriptionFilter() {
+    return { sessionId: this.sessionId };
   }
 
   // ---------------------------------------------------------------------------------------
@@ -279,7 +286,7 @@ export class WorkflowSession {
    * connection made after an earlier one ended schedules a refresh: what happened meanwhile
    * (results, steps) is delivered.
    */
-  async connection({ start = true } = {}) {
+  async connection({ start = this.startsHost } = {}) {
     if (this.closed) throw new HostCallError('the workflow session is closed', 'client_closed');
     if (this.client?.isOpen) return this.client;
     if (!this.connecting) {
@@ -293,7 +300,7 @@ export class WorkflowSession {
         if (closedMeanwhile()) throw new HostCallError('the workflow session is closed', 'client_closed');
         let sub;
         try {
-          sub = await client.subscribe({ sessionId: this.sessionId });
+          sub = await client.subscribe(this.subscriptionFilter());
         } catch (e) {
           client.close().catch(() => {});
           throw e;
@@ -358,6 +365,11 @@ export class WorkflowSession {
       // The connection ended (a host that stopped or died).
     }
     if (this.client === client) this.dropClient('the piw host closed the connection');
+    this.hostGone();
+  }
+
+  /** The subscription ended (a host that stopped, restarted or died): followed again. */
+  hostGone() {
     this.showHostGone('starting it again');
     this.scheduleReconnect();
   }
@@ -707,22 +719,27 @@ export class WorkflowSession {
     return null;
   }
 
+  /**
+   * The first pending checkpoint of a run that is not paused, as the request to present, or
+   * null. A detached run's checkpoints are not the model's to answer (its bridge offers no
+   * `answer`): a person answers them (`/workflow answer`, `piw run answer`).
+   */
+  pendingCheckpoint(statuses) {
+    for (const s of statuses.values()) {
+      if (s.run.paused || s.run.execution_mode === 'detached') continue;
+      const d = s.decisions.find((x) => x.status === 'pending' && x.kind === 'checkpoint');
+      if (d) return { type: 'checkpoint', id: d.decision_id, runId: s.run.run_id, kind: 'checkpoint', item: d, run: s.run };
+    }
+    return null;
+  }
+
   /** The session's one active request: the active interaction, else the first pending checkpoint of a run that is not paused. */
   async presentActive(statuses) {
     const interaction = await this.activeInteraction(statuses);
     let next = interaction
       ? { type: 'interaction', id: interaction.interaction_id, runId: interaction.run_id, kind: interaction.kind, item: interaction }
       : null;
-    if (!next) {
-      for (const s of statuses.values()) {
-        if (s.run.paused) continue;
-        const d = s.decisions.find((x) => x.status === 'pending' && x.kind === 'checkpoint');
-        if (d) {
-          next = { type: 'checkpoint', id: d.decision_id, runId: s.run.run_id, kind: 'checkpoint', item: d, run: s.run };
-          break;
-        }
-      }
-    }
+    if (!next) next = this.pendingCheckpoint(statuses);
     if (next) await barrier(`present-${next.item.node_id}`);
     this.active = next;
     // A turn being stopped: what comes next is presented after its settle, with a turn of its own.

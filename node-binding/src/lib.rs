@@ -14,6 +14,7 @@
 
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod bridge;
 pub mod client;
 pub mod graph;
 pub mod worker;

@@ -1,8 +1,12 @@
 // Compiled by `tsc --noEmit` in the test command: the declarations in index.d.ts must describe
 // how the package is used (this file is type-checked, not run).
 import {
+  BRIDGE_EXIT,
   Client,
   PiwError,
+  bridgeCommand,
+  lockBridge,
+  preflightBridge,
   action,
   agent,
   assistantMessage,
@@ -176,3 +180,13 @@ defineWorkflow({
   nodes: {},
   edges: [],
 });
+
+// The bridge of a detached run, as the host's launcher uses it.
+const bridge = bridgeCommand({ pi: '/usr/bin/pi', runId: 'run-1', provider: 'mock', model: 'mock-model' });
+const bridgeArgs: string[] = bridge.args;
+const bridgeDone: 0 = BRIDGE_EXIT.done;
+const bridgeReady: Promise<{ provider: string; model: string }> = preflightBridge({ pi: bridge.command, provider: 'p', model: 'm' });
+lockBridge('run-1').release();
+void bridgeArgs;
+void bridgeDone;
+void bridgeReady;

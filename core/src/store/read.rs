@@ -522,9 +522,11 @@ impl Store {
              WHERE (?1 IS NULL OR i.run_id = ?1)
                AND (?2 IS NULL OR (i.origin_session = ?2 AND i.status IN ('pending', 'validating')
                     -- A run stopped for review takes no submission: its request is not
-                    -- offered to the session until a person resolves the run.
+                    -- offered to the session until a person resolves the run. A detached
+                    -- run's requests are its bridge's (run.status), never a session's.
                     AND NOT EXISTS (SELECT 1 FROM runs r
-                                    WHERE r.run_id = i.run_id AND r.status = 'review')))
+                                    WHERE r.run_id = i.run_id
+                                      AND (r.status = 'review' OR r.execution_mode = 'detached'))))
              ORDER BY i.created_at, i.rowid",
         )?;
         let rows = stmt.query_map(params![run_id, session], |r| {

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { Client, findHostBin } from '../../index.js';
+import { Client, bridgeCommand, findHostBin } from '../../index.js';
 
 export const pkgDir = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const fixturesDir = join(pkgDir, 'test', 'pi', 'fixtures');
@@ -165,6 +165,24 @@ export async function piEnv(script = () => ({ text: 'ok' })) {
       const pi = new PiProcess(spawn(process.execPath, args, { cwd: project, env: { ...env, ...extraEnv }, stdio: ['pipe', 'pipe', 'pipe'] }));
       pis.push(pi);
       await pi.ready();
+      return pi;
+    },
+    /**
+     * Starts the bridge of detached run `runId` as the host's launcher will: Pi in RPC mode
+     * with the bridge extension, the mock model, `PIW_BRIDGE_RUN` and this `PIW_HOME`. Not
+     * waited for: a bridge may exit at once (`pi.exited`).
+     */
+    startBridge(runId, { extraEnv = {} } = {}) {
+      const cmd = bridgeCommand({
+        pi: piCli,
+        runId,
+        provider: 'mock',
+        model: 'mock-model',
+        piArgs: ['--offline', '--no-builtin-tools'],
+        home: piwHome,
+      });
+      const pi = new PiProcess(spawn(cmd.command, cmd.args, { cwd: project, env: { ...env, ...cmd.env, ...extraEnv }, stdio: ['pipe', 'pipe', 'pipe'] }));
+      pis.push(pi);
       return pi;
     },
     /** Runs `pi install <this package>` (as a user would); resolves with its exit code. */
