@@ -196,6 +196,9 @@ test("in the TUI Pi's expand key opens a step card to the whole step contract an
 test('a complete /workflow argument runs with one Enter', { skip }, async () => {
   term = new Terminal(env, { columns: 120, rows: 40, sessionId: 'tui-enter' });
   await term.waitFor('Pi drawn (its editor and footer)', (s) => /mock-model/.test(s) && /─{20}/.test(s));
+  // Offered only once the extension has loaded: Pi draws its editor before its start is
+  // complete, so another of its commands is run first (`submit` waits out the start).
+  await term.submit('/workflow status', 'the status command answered', (s) => /workflow: /.test(s));
   term.type('/workflow lis');
   await term.waitFor('the completion menu offering list', (s) => /→ list/.test(s));
   term.type('t');
