@@ -151,6 +151,8 @@ struct Start {
 
 struct Host {
     state: HostState,
+    /// Where the store thread's replies and events wait until the simulation delivers them.
+    outbox: Outbox,
     /// The store thread's end of the supervisor's channel, and the supervisor's.
     supervisor_tx: Option<mpsc::UnboundedSender<SupervisorCmd>>,
     supervisor: mpsc::UnboundedReceiver<SupervisorCmd>,
@@ -262,7 +264,6 @@ impl Sim {
             supervising: true,
             socket_path: "/nonexistent/host.sock".into(),
             reply_limit: piw_core::protocol::DEFAULT_MAX_FRAME_BYTES,
-            outbox: Outbox::immediate(events_tx),
             ..HostState::default()
         };
         // Slots for every run and its lingering children: which of several ready runs created
@@ -278,6 +279,7 @@ impl Sim {
         self.store = Some(store);
         self.host = Some(Host {
             state,
+            outbox: Outbox::immediate(events_tx),
             supervisor_tx: Some(tx),
             supervisor,
             events,
@@ -752,6 +754,7 @@ impl Sim {
         turn(
             store,
             &mut host.state,
+            &mut host.outbox,
             msgs,
             deadline,
             &FaultPlan::default(),
@@ -762,7 +765,7 @@ impl Sim {
             return;
         }
         let commits = store.commits();
-        host.state.outbox.flush(commits, true);
+        host.outbox.flush(commits, true);
         let in_flight = std::mem::take(&mut self.in_flight);
         for (mut rx, waiting, what) in in_flight {
             match rx.try_recv() {
