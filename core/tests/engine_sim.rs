@@ -10,9 +10,15 @@
 //! end, with faults off, every run ends as its fault-free twin does (completed with the
 //! twin's result), unless it was cancelled or the faults sent it to review.
 //!
-//! `PIW_SIM_SEEDS=first..last` (or one seed) and `PIW_SIM_STEPS` choose how much to run; a
-//! failure names its seed and the steps that led to it.
+//! `PIW_SIM_SEEDS=first..last` (or one seed) and `PIW_SIM_STEPS` choose how much to run. Each
+//! step draws from a stream of its own (the seed and the step's number), so a step left out
+//! changes no other step's draws. A failure is shrunk: the steps are left out, in halves, then
+//! quarters, down to one at a time, while the same failure remains (`PIW_SIM_SHRINK` trials at
+//! most, 200 by default); it prints its seed, the failure, and the shortest history found with
+//! the `PIW_SIM_ONLY` steps that replay it. `PIW_SIM_VERBOSE=1` also prints the history of the
+//! failing run before shrinking.
 
+use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -65,6 +71,13 @@ fn twin_result() -> Value {
 struct Rng(u64);
 
 impl Rng {
+    /// The stream of `step` of the simulation of `seed` (`usize::MAX`: the settling after the
+    /// steps).
+    fn for_step(seed: u64, step: usize) -> Self {
+        let mut mix = Rng(seed ^ (step as u64).wrapping_mul(0xD1B5_4A32_D192_ED03));
+        Rng(mix.next())
+    }
+
     fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
@@ -151,6 +164,8 @@ struct Start {
 
 struct Host {
     state: HostState,
+    /// Where the store thread's replies and events wait until the simulation delivers them.
+    outbox: Outbox,
     /// The store thread's end of the supervisor's channel, and the supervisor's.
     supervisor_tx: Option<mpsc::UnboundedSender<SupervisorCmd>>,
     supervisor: mpsc::UnboundedReceiver<SupervisorCmd>,
@@ -158,7 +173,7 @@ struct Host {
 }
 
 struct Sim {
-    seed: u64,
+    /// The stream of the step running (`Rng::for_step`).
     rng: Rng,
     _dir: tempfile::TempDir,
     path: std::path::PathBuf,
@@ -169,6 +184,8 @@ struct Sim {
     host_life: u32,
     graph: Graph,
     history: Vec<String>,
+    /// How many of the planned steps have begun (the one that failed included).
+    steps_begun: usize,
     next_id: u64,
     starts: Vec<Start>,
     in_flight: Vec<InFlight>,
@@ -193,6 +210,31 @@ fn config(clock: &FakeClock, fail: &Arc<AtomicBool>) -> StoreConfig {
     }
 }
 
+/// What a simulation that failed left: its history and how many of its steps had begun.
+struct Wreck {
+    history: Vec<String>,
+    steps_begun: usize,
+}
+
+thread_local! {
+    /// The wreck of the last simulation on this thread that ended in a panic.
+    static WRECK: RefCell<Option<Wreck>> = const { RefCell::new(None) };
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        // A failure is a panic (of the simulation's checks or of the code under test): what
+        // led to it is kept for the report.
+        if std::thread::panicking() {
+            let wreck = Wreck {
+                history: std::mem::take(&mut self.history),
+                steps_begun: self.steps_begun,
+            };
+            WRECK.with(|w| *w.borrow_mut() = Some(wreck));
+        }
+    }
+}
+
 impl Sim {
     fn new(seed: u64) -> Self {
         // tmpfs when there is one: the simulation commits thousands of times.
@@ -206,7 +248,6 @@ impl Sim {
         let clock = FakeClock::new(T0);
         let fail_next_commit = Arc::new(AtomicBool::new(false));
         let mut sim = Sim {
-            seed,
             rng: Rng(seed),
             _dir: dir,
             path,
@@ -217,6 +258,7 @@ impl Sim {
             host_life: 0,
             graph: Graph::parse(&workflow()).expect("the workflow parses"),
             history: Vec::new(),
+            steps_begun: 0,
             next_id: 0,
             starts: Vec::new(),
             in_flight: Vec::new(),
@@ -262,7 +304,6 @@ impl Sim {
             supervising: true,
             socket_path: "/nonexistent/host.sock".into(),
             reply_limit: piw_core::protocol::DEFAULT_MAX_FRAME_BYTES,
-            outbox: Outbox::immediate(events_tx),
             ..HostState::default()
         };
         // Slots for every run and its lingering children: which of several ready runs created
@@ -278,6 +319,7 @@ impl Sim {
         self.store = Some(store);
         self.host = Some(Host {
             state,
+            outbox: Outbox::immediate(events_tx),
             supervisor_tx: Some(tx),
             supervisor,
             events,
@@ -288,20 +330,9 @@ impl Sim {
         self.history.push(what);
     }
 
+    /// Ends the simulation with `why`; its history is kept by `Drop` for the report.
     fn fail(&self, why: &str) -> ! {
-        // The last steps, or all of them with PIW_SIM_VERBOSE.
-        let shown = if std::env::var_os("PIW_SIM_VERBOSE").is_some() {
-            self.history.len()
-        } else {
-            60
-        };
-        let tail = self.history.len().saturating_sub(shown);
-        panic!(
-            "simulation seed {} failed: {why}\nlast steps:\n  {}\nreplay with PIW_SIM_SEEDS={}",
-            self.seed,
-            self.history[tail..].join("\n  "),
-            self.seed
-        );
+        std::panic::panic_any(why.to_owned())
     }
 
     fn request_id(&mut self) -> String {
@@ -752,6 +783,7 @@ impl Sim {
         turn(
             store,
             &mut host.state,
+            &mut host.outbox,
             msgs,
             deadline,
             &FaultPlan::default(),
@@ -762,7 +794,7 @@ impl Sim {
             return;
         }
         let commits = store.commits();
-        host.state.outbox.flush(commits, true);
+        host.outbox.flush(commits, true);
         let in_flight = std::mem::take(&mut self.in_flight);
         for (mut rx, waiting, what) in in_flight {
             match rx.try_recv() {
@@ -1083,18 +1115,194 @@ impl Sim {
     }
 }
 
-fn simulate(seed: u64, steps: usize) -> Vec<String> {
+/// Runs the simulation of `seed` with the steps `plan` names (each draws from its own stream:
+/// `Rng::for_step`), then settles with faults off and checks how every run ended. Its history.
+fn simulate(seed: u64, plan: &[usize]) -> Vec<String> {
     let mut sim = Sim::new(seed);
-    for _ in 0..steps {
+    for &step in plan {
+        sim.steps_begun += 1;
+        sim.rng = Rng::for_step(seed, step);
         sim.step();
     }
+    sim.rng = Rng::for_step(seed, usize::MAX);
     sim.fail_next_commit.store(false, Ordering::SeqCst);
     sim.settle();
     sim.check_ends();
-    if std::env::var_os("PIW_SIM_VERBOSE").is_some() {
-        eprintln!("seed {seed}:\n  {}", sim.history.join("\n  "));
+    std::mem::take(&mut sim.history)
+}
+
+/// A simulation that failed: why (the panic's message), its history, and how many steps of
+/// its plan had begun (a failure during the settling counts them all).
+struct Failure {
+    why: String,
+    history: Vec<String>,
+    steps_begun: usize,
+}
+
+impl Failure {
+    /// What two failures must share to be the same: `why` without its random ids and numbers.
+    fn kind(&self) -> String {
+        normalized(std::slice::from_ref(&self.why))[0]
+            .split(' ')
+            .map(|w| {
+                if w.chars().any(|c| c.is_ascii_digit()) {
+                    "N"
+                } else {
+                    w
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
     }
-    sim.history
+}
+
+/// Keeps the default panic hook's output out of the simulations run under `quietly`.
+static QUIET: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// `simulate`, with a failure as a value (no panic output while it runs).
+fn quietly(seed: u64, plan: &[usize]) -> Result<Vec<String>, Failure> {
+    let _one_at_a_time = QUIET.lock().unwrap_or_else(|e| e.into_inner());
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let ran = std::panic::catch_unwind(|| simulate(seed, plan));
+    std::panic::set_hook(hook);
+    ran.map_err(|payload| {
+        let why = payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_else(|| "a panic without a message".into());
+        let wreck = WRECK.with(|w| w.borrow_mut().take());
+        let (history, steps_begun) =
+            wreck.map_or((Vec::new(), plan.len()), |w| (w.history, w.steps_begun));
+        Failure {
+            why,
+            history,
+            steps_begun,
+        }
+    })
+}
+
+/// The shortest plan found that still fails as `kind` does, from `plan`, which failed after
+/// `begun` of its steps had begun; `trials` runs of `fails` at most. Steps after the one that
+/// failed go first; then chunks of halves, quarters, ... down to single steps are left out
+/// while the failure remains. `fails` answers how many steps of a plan had begun when it
+/// failed as `kind` does, or `None`.
+fn shrink(
+    plan: &[usize],
+    begun: usize,
+    trials: usize,
+    mut fails: impl FnMut(&[usize]) -> Option<usize>,
+) -> (Vec<usize>, usize) {
+    let mut best: Vec<usize> = plan[..begun.min(plan.len())].to_vec();
+    let mut tried = 0;
+    let mut chunk = best.len().div_ceil(2).max(1);
+    loop {
+        let mut at = 0;
+        while at < best.len() && tried < trials {
+            let candidate: Vec<usize> = best[..at]
+                .iter()
+                .chain(best[(at + chunk).min(best.len())..].iter())
+                .copied()
+                .collect();
+            tried += 1;
+            match fails(&candidate) {
+                Some(begun) => best = candidate[..begun.min(candidate.len())].to_vec(),
+                None => at += chunk,
+            }
+        }
+        if chunk == 1 || tried >= trials {
+            return (best, tried);
+        }
+        chunk = chunk.div_ceil(2);
+    }
+}
+
+/// Runs `seed` with `plan`; on a failure, shrinks it and panics with the seed, the failure
+/// and the shortest history found.
+fn check_seed(seed: u64, plan: &[usize]) {
+    let failure = match quietly(seed, plan) {
+        Ok(history) => {
+            if std::env::var_os("PIW_SIM_VERBOSE").is_some() {
+                eprintln!("seed {seed}:\n  {}", history.join("\n  "));
+            }
+            return;
+        }
+        Err(failure) => failure,
+    };
+    if std::env::var_os("PIW_SIM_VERBOSE").is_some() {
+        eprintln!(
+            "seed {seed} failed: {}\n  {}",
+            failure.why,
+            failure.history.join("\n  ")
+        );
+    }
+    let kind = failure.kind();
+    let trials = env_number("PIW_SIM_SHRINK").unwrap_or(200);
+    let mut shortest = failure;
+    let (kept, tried) = shrink(
+        plan,
+        shortest.steps_begun,
+        trials,
+        |candidate| match quietly(seed, candidate) {
+            Err(f) if f.kind() == kind => {
+                let begun = f.steps_begun;
+                shortest = f;
+                Some(begun)
+            }
+            _ => None,
+        },
+    );
+    panic!(
+        "simulation seed {seed} failed: {}\n\
+         shortest history found ({} of {} steps, {tried} shrinking runs):\n  {}\n\
+         replay with PIW_SIM_SEEDS={seed} PIW_SIM_ONLY={}",
+        shortest.why,
+        kept.len(),
+        plan.len(),
+        shortest.history.join("\n  "),
+        ranges(&kept),
+    );
+}
+
+/// `3,5..8,12` for [3, 5, 6, 7, 12] (`PIW_SIM_ONLY`'s syntax; ranges exclude their end).
+fn ranges(steps: &[usize]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < steps.len() {
+        let mut j = i;
+        while j + 1 < steps.len() && steps[j + 1] == steps[j] + 1 {
+            j += 1;
+        }
+        out.push(if j > i {
+            format!("{}..{}", steps[i], steps[j] + 1)
+        } else {
+            steps[i].to_string()
+        });
+        i = j + 1;
+    }
+    out.join(",")
+}
+
+/// The steps to run: `PIW_SIM_ONLY` (as `ranges` writes them), else the first `steps`.
+fn plan(steps: usize) -> Vec<usize> {
+    let Ok(only) = std::env::var("PIW_SIM_ONLY") else {
+        return (0..steps).collect();
+    };
+    only.split(',')
+        .filter(|part| !part.trim().is_empty())
+        .flat_map(|part| match part.split_once("..") {
+            Some((a, b)) => a.trim().parse().unwrap_or(0)..b.trim().parse().unwrap_or(0),
+            None => {
+                let step = part.trim().parse().unwrap_or(0);
+                step..step + 1
+            }
+        })
+        .collect()
+}
+
+fn env_number(name: &str) -> Option<usize> {
+    std::env::var(name).ok().and_then(|s| s.trim().parse().ok())
 }
 
 /// `history` with the ids the store draws at random (runs, decisions) replaced by the order in
@@ -1143,8 +1351,9 @@ fn seeds() -> std::ops::Range<u64> {
 
 #[test]
 fn the_same_seed_replays_the_same_history() {
-    let first = normalized(&simulate(7, 150));
-    let second = normalized(&simulate(7, 150));
+    let plan: Vec<usize> = (0..150).collect();
+    let run = || normalized(&quietly(7, &plan).unwrap_or_else(|f| panic!("seed 7: {}", f.why)));
+    let (first, second) = (run(), run());
     if let Some(at) = (0..first.len().min(second.len())).find(|&i| first[i] != second[i]) {
         panic!(
             "seed 7 diverged at step line {at}: {:?} vs {:?}",
@@ -1156,11 +1365,23 @@ fn the_same_seed_replays_the_same_history() {
 
 #[test]
 fn the_host_survives_seeded_interleavings_of_requests_children_time_and_crashes() {
-    let steps = std::env::var("PIW_SIM_STEPS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(300);
+    let plan = plan(env_number("PIW_SIM_STEPS").unwrap_or(300));
     for seed in seeds() {
-        simulate(seed, steps);
+        check_seed(seed, &plan);
     }
+}
+
+/// The shrinking keeps what a failure needs and nothing else: here a "failure" needs steps 7
+/// and 300 of 400, in that order, and fails once the second of them has begun.
+#[test]
+fn a_failure_shrinks_to_the_steps_it_needs() {
+    let plan: Vec<usize> = (0..400).collect();
+    let fails = |candidate: &[usize]| {
+        let seven = candidate.iter().position(|&s| s == 7)?;
+        let three_hundred = candidate.iter().position(|&s| s == 300)?;
+        (seven < three_hundred).then_some(three_hundred + 1)
+    };
+    let (kept, tried) = shrink(&plan, 301, 1_000, fails);
+    assert_eq!(kept, vec![7, 300], "after {tried} runs");
+    assert_eq!(ranges(&[3, 5, 6, 7, 12]), "3,5..8,12");
 }

@@ -1149,6 +1149,7 @@ fn a_raw_workers_progress_and_notify_events_are_bounded() {
 #[test]
 fn a_command_sent_again_gets_its_receipt_even_when_its_batch_fails_to_commit() {
     use piw_core::host::fault::FaultPlan;
+    use piw_core::host::outbox::Outbox;
     use piw_core::host::store_thread::{turn, Job, StoreMsg};
     use piw_core::protocol::{Receipt, Rejection, RejectionCode};
     use std::sync::atomic::Ordering;
@@ -1170,15 +1171,17 @@ fn a_command_sent_again_gets_its_receipt_even_when_its_batch_fails_to_commit() {
         (StoreMsg::Request(Box::new(job)), rx)
     }
     fn one_turn(f: &mut Fixture, state: &mut HostState, msgs: Vec<StoreMsg>) {
+        let mut outbox = Outbox::default();
         turn(
             &mut f.store,
             state,
+            &mut outbox,
             msgs,
             None,
             &FaultPlan::default(),
             &mut None,
         );
-        state.outbox.flush(f.store.commits(), true);
+        outbox.flush(f.store.commits(), true);
     }
 
     let mut f = Fixture::new();

@@ -47,8 +47,10 @@ pub struct HostState {
     /// fits its reply under it.
     pub reply_limit: usize,
     pub shutting_down: bool,
-    /// Where replies and committed run events leave, once durable.
-    pub outbox: super::outbox::Outbox,
+    /// Runs whose committed events subscribers were not sent yet, each with its revision
+    /// before them, in the order they were written: what the deciding code asks to publish
+    /// (the store thread publishes them through its outbox), so it holds no channel.
+    pub unpublished: Vec<(String, u64)>,
     /// Runs whose last child was a standby worker that died before its hello, and whose loss
     /// was therefore not counted (`children::on_child_report`); cleared by the next hello.
     pub forgiven_standby_exits: std::collections::HashSet<String>,

@@ -684,7 +684,6 @@ async fn serve_async(
         socket_path: paths.socket.clone(),
         supervision_scope: supervision_scope(&paths.socket),
         reply_limit: config.limits.max_frame_bytes,
-        outbox,
         ..HostState::default()
     };
     let store_thread = std::thread::Builder::new()
@@ -693,7 +692,7 @@ async fn serve_async(
             let socket = paths.socket.clone();
             move || {
                 let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    store_thread::run(store, state, jobs_rx, supervisor_tx, fault, epoch)
+                    store_thread::run(store, state, outbox, jobs_rx, supervisor_tx, fault, epoch)
                 }));
                 if ran.is_err() {
                     state_owner_died("the store thread", &socket);

@@ -68,10 +68,11 @@ pub struct RunEvent {
 }
 
 /// Runs the store thread until every sender is gone and the queue is drained. What it reveals
-/// leaves through `state.outbox`.
+/// leaves through `outbox`.
 pub fn run(
     mut store: Store,
     mut state: HostState,
+    mut outbox: Outbox,
     jobs: Receiver<StoreMsg>,
     supervisor: SupervisorTx,
     fault: FaultPlan,
@@ -112,6 +113,7 @@ pub fn run(
         turn(
             &mut store,
             &mut state,
+            &mut outbox,
             msgs,
             deadline,
             &fault,
@@ -126,22 +128,23 @@ pub fn run(
             }
             Err(TryRecvError::Empty | TryRecvError::Disconnected) => true,
         };
-        state.outbox.flush(store.commits(), idle);
+        outbox.flush(store.commits(), idle);
     }
     if let Err(e) = store.write(|w| w.end_host_epoch(epoch)) {
         tracing::error!(error = %e, "cannot record the host's clean stop");
     }
-    std::mem::take(&mut state.outbox).close(store.commits());
+    outbox.close(store.commits());
     tracing::debug!("store thread drained and stopped");
 }
 
 /// One turn of the store thread, after it took `msgs` off its queue (none when it woke for
 /// `deadline`, the earliest deadline it knew of before it waited): requests answered and
 /// committed, child reports handled, due work run once `deadline` has passed, ready runs
-/// scheduled. What it reveals waits in `state.outbox` for the next flush.
+/// scheduled. What it reveals waits in `outbox` for the next flush.
 pub fn turn(
     store: &mut Store,
     state: &mut HostState,
+    outbox: &mut Outbox,
     msgs: Vec<StoreMsg>,
     deadline: Option<i64>,
     fault: &FaultPlan,
@@ -165,24 +168,51 @@ pub fn turn(
             }
         }
         if !batch.is_empty() {
-            let touched = process_batch(store, state, batch, fault, supervisor);
+            let touched = process_batch(store, state, outbox, batch, fault, supervisor);
             children::forget_released_claims(store, state, Some(&touched));
         }
         children::on_child_reports(store, state, reports);
+        publish_unpublished(store, state, outbox);
     }
     // Due work runs whenever its deadline has passed, also while messages keep arriving.
     // Heartbeats first: a claim renewed in time must not be recovered as expired.
     if deadline.is_some_and(|at| at <= store.now_ms()) {
         children::due_child_work(store, state);
-        run_due_work(store, &mut state.outbox, &state.owner_id);
+        publish_unpublished(store, state, outbox);
+        run_due_work(store, outbox, &state.owner_id);
         children::forget_released_claims(store, state, None);
     }
     if !state.shutting_down {
         children::schedule_with(store, state, &mut |state| {
             send_child_commands(state, supervisor)
         });
+        publish_unpublished(store, state, outbox);
     }
     send_child_commands(state, supervisor);
+}
+
+/// Publishes the events the deciding code asked for (`HostState::unpublished`), each run
+/// once from its earliest revision, in the order the runs were first written. Called after
+/// each step of a turn that may ask, before the next step publishes a run itself: no event
+/// goes out twice.
+fn publish_unpublished(store: &Store, state: &mut HostState, outbox: &mut Outbox) {
+    if state.unpublished.is_empty() {
+        return;
+    }
+    let mut earliest: HashMap<String, u64> = HashMap::new();
+    let mut order = Vec::new();
+    for (run_id, after) in state.unpublished.drain(..) {
+        match earliest.get_mut(&run_id) {
+            Some(first) => *first = (*first).min(after),
+            None => {
+                earliest.insert(run_id.clone(), after);
+                order.push(run_id);
+            }
+        }
+    }
+    for run_id in order {
+        publish_run(store, outbox, &run_id, earliest[&run_id]);
+    }
 }
 
 /// The supervisor's command channel, as the store thread holds it.
@@ -243,6 +273,7 @@ fn run_due_work(store: &mut Store, outbox: &mut Outbox, owner_id: &str) {
 fn process_batch(
     store: &mut Store,
     state: &mut HostState,
+    outbox: &mut Outbox,
     batch: Vec<Job>,
     fault: &FaultPlan,
     supervisor: &mut Option<SupervisorTx>,
@@ -252,7 +283,7 @@ fn process_batch(
         .partition(|j| j.request.class().is_durable_command());
     for job in reads {
         let result = match job.request.class() {
-            RequestClass::Maintenance => maintain(store, &mut state.outbox, &job.request),
+            RequestClass::Maintenance => maintain(store, outbox, &job.request),
             _ => dispatch::apply_read(store, &job.request, state.reply_limit).map(|mut receipt| {
                 if matches!(job.request.body, RequestBody::HostStatus) {
                     receipt.body["active_children"] = json!(state.live_children());
@@ -261,11 +292,11 @@ fn process_batch(
             }),
         }
         .map_err(|e| dispatch::rejection_for(&e));
-        state.outbox.reply(job.reply, result);
+        outbox.reply(job.reply, result);
     }
     // Reads answered from what is committed so far: sent now if that is durable, otherwise
     // with the batch's replies (one fsync for both).
-    state.outbox.flush_if_synced(store.commits());
+    outbox.flush_if_synced(store.commits());
     // Each command's receipt identity (usually computed by its connection task already).
     let writes: Vec<Job> = writes
         .into_iter()
@@ -274,7 +305,7 @@ fn process_batch(
                 match dispatch::command_meta(&job.request) {
                     Ok(meta) => job.meta = Some(meta),
                     Err(rejection) => {
-                        state.outbox.reply(job.reply, Err(rejection));
+                        outbox.reply(job.reply, Err(rejection));
                         return None;
                     }
                 }
@@ -290,7 +321,7 @@ fn process_batch(
         .iter()
         .filter_map(|j| j.request.run_id.clone())
         .collect();
-    let publishing = state.outbox.has_subscribers();
+    let publishing = outbox.has_subscribers();
     let before = if publishing {
         Some(revisions(store, &writes))
     } else {
@@ -373,7 +404,6 @@ fn process_batch(
                 let receipt = result.map(|outcome| receipt_of(store, &written, &job, outcome));
                 replies.push((job.reply, receipt));
             }
-            let outbox = &mut state.outbox;
             // Events first, replies second: a client that subscribes after seeing a receipt
             // never receives events committed before it. A run touched twice in the batch is
             // published once, from its earliest revision.
@@ -408,7 +438,7 @@ fn process_batch(
                         Err(rejection.clone())
                     }
                 };
-                state.outbox.reply(job.reply, receipt);
+                outbox.reply(job.reply, receipt);
             }
         }
     }

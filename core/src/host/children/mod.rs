@@ -269,7 +269,7 @@ pub fn schedule_with(
             return;
         }
         for run in &activations.runs {
-            publish(store, state, &run.run.run_id, run.revision_before);
+            publish(state, &run.run.run_id, run.revision_before);
         }
         // A run that could not be launched stays ready; try again after the next message
         // rather than spinning on it now.
@@ -290,9 +290,10 @@ fn free_slots(state: &HostState) -> usize {
         .saturating_sub(state.live_children())
 }
 
-/// Publishes the events a write outside the request batches committed for `run_id`.
-fn publish(store: &Store, state: &mut HostState, run_id: &str, after: u64) {
-    super::store_thread::publish_run(store, &mut state.outbox, run_id, after);
+/// Asks for the events a write outside the request batches committed for `run_id` to be
+/// published (`HostState::unpublished`).
+fn publish(state: &mut HostState, run_id: &str, after: u64) {
+    state.unpublished.push((run_id.to_owned(), after));
 }
 
 fn revision_of(store: &Store, run_id: &str) -> u64 {

@@ -208,7 +208,7 @@ pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildRe
             } else if ours {
                 state.forgiven_standby_exits.remove(&run_id);
             }
-            publish(store, state, &run_id, before);
+            publish(state, &run_id, before);
             if ours {
                 state.children.remove(&run_id);
                 state.graphs.remove(&run_id);
@@ -523,7 +523,7 @@ pub fn due_child_work(store: &mut Store, state: &mut HostState) {
         }
         let before = revision_of(store, &claim.run_id);
         let result = store.write(|w| time_out_attempt(w, state, &claim));
-        publish(store, state, &claim.run_id, before);
+        publish(state, &claim.run_id, before);
         match result {
             Ok(()) => {
                 tracing::info!(run_id = %claim.run_id, "node deadline passed; attempt timed out");
