@@ -8,3 +8,5 @@ export declare const planApprovalWorkflow: Workflow;
 export declare const planChangeWorkflow: Workflow;
 /** How long plan-approval's `auto` mode waits for a person before it continues. */
 export declare const DEFAULT_AUTO_CONTINUE_MS: number;
+/** sanity-check: the change's evidence, independent read-only model reviews, one summary. */
+export declare const sanityCheckWorkflow: Workflow;

@@ -5,3 +5,4 @@ export { default as autoplanWorkflow } from './autoplan.workflow.mjs';
 export { default as autodocWorkflow } from './autodoc.workflow.mjs';
 export { default as planApprovalWorkflow, DEFAULT_AUTO_CONTINUE_MS } from './plan-approval.workflow.mjs';
 export { default as planChangeWorkflow } from './plan-change.workflow.mjs';
+export { default as sanityCheckWorkflow } from './sanity-check.workflow.mjs';

@@ -12,7 +12,7 @@ import { BUILTINS_DIR, listWorkflows, resolveWorkflow } from '../extension/resol
 import { Client } from '../index.js';
 import { alive, hostBin, killInstallation, pkgDir, startHost, tempDir } from './helpers.mjs';
 
-const IDS = ['autodoc', 'autoplan', 'plan-approval', 'plan-change'];
+const IDS = ['autodoc', 'autoplan', 'plan-approval', 'plan-change', 'sanity-check'];
 
 test('builtin:<id> names the built-in; a bare name finds it after the project and global files; both are listed', async () => {
   const dir = tempDir();
@@ -39,7 +39,7 @@ test('builtin:<id> names the built-in; a bare name finds it after the project an
   listed = await listWorkflows(cwd, home);
   assert.deepEqual(listed.filter((w) => w.name === 'autoplan'), [{ name: 'autoplan', path: own, scope: 'project' }]);
 
-  await assert.rejects(resolveWorkflow('builtin:nope', cwd, home), /no built-in workflow "nope"; the built-ins are autodoc, autoplan, plan-approval, plan-change/);
+  await assert.rejects(resolveWorkflow('builtin:nope', cwd, home), /no built-in workflow "nope"; the built-ins are autodoc, autoplan, plan-approval, plan-change, sanity-check/);
   await assert.rejects(resolveWorkflow('nope', cwd, home), /no workflow named "nope" .* nor among the built-ins/);
 });
 
@@ -51,7 +51,7 @@ before(async () => {
   // The package as an install has it (its code, built-ins and addon), its dependencies linked.
   const dir = tempDir('piw-builtins-');
   copy = join(dir, 'pkg');
-  for (const f of ['package.json', 'index.js', 'worker.js', 'piw.linux-x64-gnu.node']) cpSync(join(pkgDir, f), join(copy, f));
+  for (const f of ['package.json', 'index.js', 'worker.js', 'pi-cli.mjs', 'piw.linux-x64-gnu.node']) cpSync(join(pkgDir, f), join(copy, f));
   for (const d of ['lib', 'extension', 'builtins']) cpSync(join(pkgDir, d), join(copy, d), { recursive: true });
   symlinkSync(join(pkgDir, 'node_modules'), join(copy, 'node_modules'));
   host = await startHost({ PIW_NODE_WORKER: join(copy, 'worker.js'), PIW_NODE: process.execPath });

@@ -26,6 +26,7 @@ import {
   type RunEvent,
 } from '../index.js';
 import { autodocWorkflow, autoplanWorkflow, planApprovalWorkflow } from '../builtins/index.js';
+import { sanityCheckWorkflow } from '../builtins/index.js';
 
 // The codes a caller may match on are in the union (`PiwErrorCode` takes any string too, so
 // only an annotation proves it).
@@ -166,3 +167,7 @@ defineWorkflow({
   nodes: {},
   edges: [],
 });
+
+// sanity-check, re-exported as pi-workflows' example does, or included.
+export const sanityCheck = sanityCheckWorkflow;
+defineWorkflow({ name: 'with-sanity-check', startAt: 'check', includes: { check: includeWorkflow(sanityCheckWorkflow) }, nodes: {}, edges: [] });
