@@ -281,7 +281,7 @@ test('pi install brings the skills: one for operating workflows and one per buil
   await filtered.quit();
 });
 
-test('plan-change plans, documents and asks; a replan goes back to autoplan with the instructions; replans are bounded', async () => {
+test('plan-change plans, documents and asks; a replan goes back to autoplan with the instructions; replans are bounded (exits ready, blocked)', async () => {
   const doc = '# Plan: empty input\n\nReturn an empty list for empty input.\n';
   env.model.script = scripted({
     'plan.frame': FRAME,
@@ -312,7 +312,7 @@ test('plan-change plans, documents and asks; a replan goes back to autoplan with
   assert.equal(run.status, 'completed', run.error ?? run.review_reason);
   assert.deepEqual(
     { status: run.result.status, documentedIn: run.result.documentedIn, decidedBy: run.result.decidedBy },
-    { status: 'approved', documentedIn: 'docs/plans/empty-input.md', decidedBy: 'human' },
+    { status: 'ready', documentedIn: 'docs/plans/empty-input.md', decidedBy: 'human' },
   );
 
   // No replan allowed: the first replan stops the change.
@@ -325,7 +325,7 @@ test('plan-change plans, documents and asks; a replan goes back to autoplan with
   pi.respondUi(why.id, { value: 'try harder' });
   const stopped = await client.waitForRun(bounded, { timeoutMs: 60_000 });
   assert.equal(stopped.status, 'completed', stopped.error ?? stopped.review_reason);
-  assert.equal(stopped.result.status, 'stopped');
+  assert.deepEqual({ status: stopped.result.status, stage: stopped.result.stage }, { status: 'blocked', stage: 'approval' });
   assert.match(stopped.result.reason, /at most 0 replans/);
   await pi.quit();
 });
