@@ -8,7 +8,7 @@ import { chmodSync, mkdirSync, readFileSync, readdirSync, readlinkSync, writeFil
 import { join } from 'node:path';
 import { afterEach, beforeEach, test } from 'node:test';
 
-import { piEnv, stopHost, until } from './harness.mjs';
+import { alive, piEnv, stopHost, until } from './harness.mjs';
 
 let env;
 let releaseHeld;
@@ -73,13 +73,17 @@ function reviewers(answer) {
   };
 }
 
-/** Reviewer processes (Pi in JSON mode) working in the test's project: any left behind. */
+/**
+ * Reviewer processes working in the test's project, any left behind: Pi processes (Pi names
+ * itself `pi`) started by a run's code (they have its `PIW_RUN_ID`).
+ */
 function processesIn(dir) {
   const found = [];
   for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
     try {
-      const cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ');
-      if (readlinkSync(`/proc/${pid}/cwd`).startsWith(dir) && cmdline.includes('--mode json')) found.push(`${pid} ${cmdline.slice(0, 200)}`);
+      const cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ').trim();
+      const ofRun = readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0').some((v) => v.startsWith('PIW_RUN_ID='));
+      if (ofRun && readlinkSync(`/proc/${pid}/cwd`).startsWith(dir) && (cmdline === 'pi' || cmdline.includes('--mode json'))) found.push(`${pid} ${cmdline.slice(0, 200)}`);
     } catch {
       // gone, or not ours
     }
@@ -150,12 +154,63 @@ test('a reviewer that fails and one that hangs past its bound: the run says whic
   await pi.prompt(`/workflow builtin:sanity-check --input-json ${JSON.stringify({ model: 'mock/mock-model', lenses: ['necessity', 'tests'], reviewTimeoutMs: 5_000 })}`);
   const client = await env.client();
   const runId = await onlyRun(client);
+  // The held reviewer runs (its Pi is found as the check below looks for one).
+  await until(() => processesIn(env.project).length === 1, 'the held reviewer running');
   const run = await client.waitForRun(runId, { timeoutMs: 120_000 });
   assert.equal(run.status, 'failed', JSON.stringify(run));
   assert.match(run.error, /no reviewer answered: necessity failed: answered without the review asked for: .*; tests timed out: no answer within 5000 ms; its Pi process was killed/);
   assert.equal(env.model.requests.filter((r) => lensOf(r.lastText)).length, 2, 'serial: one, then the other');
   // The hung reviewer's Pi is gone: nothing runs in the project any more.
   await until(() => processesIn(env.project).length === 0, `no reviewer left: ${processesIn(env.project).join('; ')}`);
+  await pi.quit();
+});
+
+test('the host killed while a reviewer runs: the restarted host kills that reviewer, the review runs again and the run completes', async () => {
+  const held = new Promise((r) => (releaseHeld = r));
+  let asked = 0;
+  let firstArrived;
+  const arrived = new Promise((r) => (firstArrived = r));
+  env.model.script = reviewers(() => {
+    asked += 1;
+    if (asked > 1) return { text: JSON.stringify(REVIEWS.necessity) };
+    firstArrived();
+    return { hold: held, text: '{}' };
+  });
+  const pi = await env.startPi();
+  await pi.prompt(`/workflow builtin:sanity-check --input-json ${JSON.stringify({ model: 'mock/mock-model', lenses: ['necessity'] })}`);
+  let client = await env.client();
+  const runId = await onlyRun(client);
+  await arrived;
+  const first = processesIn(env.project);
+  assert.equal(first.length, 1, first.join('; '));
+  const { pid } = await client.status();
+  await client.close();
+  process.kill(pid, 'SIGKILL');
+  await until(() => !alive(pid), 'the host gone');
+  // The extension starts a host again (its session has a live run); that host kills what the
+  // dead one's children left running, the reviewer among them.
+  client = await env.client();
+  const run = await client.waitForRun(runId, { timeoutMs: 120_000 });
+  assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+  assert.deepEqual(run.result.reviews.map((r) => [r.lens, r.status]), [['necessity', 'reviewed']]);
+  assert.equal(asked, 2, 'the review ran again');
+  const firstPid = first[0].split(' ')[0];
+  await until(() => !alive(Number(firstPid)), `the first reviewer (${first[0]}) gone`);
+  assert.deepEqual(processesIn(env.project), []);
+  await pi.quit();
+});
+
+test('a run cancelled while its reviewers run takes them along', async () => {
+  const held = new Promise((r) => (releaseHeld = r));
+  env.model.script = reviewers(() => ({ hold: held, text: '{}' }));
+  const pi = await env.startPi();
+  await pi.prompt(`/workflow builtin:sanity-check --input-json ${JSON.stringify({ model: 'mock/mock-model', mode: 'parallel', lenses: ['necessity', 'design'] })}`);
+  const client = await env.client();
+  const runId = await onlyRun(client);
+  await until(() => processesIn(env.project).length === 2, 'both reviewers running');
+  await client.cancelRun(runId);
+  assert.equal((await client.waitForRun(runId, { timeoutMs: 30_000 })).status, 'cancelled');
+  await until(() => processesIn(env.project).length === 0, 'no reviewer left');
   await pi.quit();
 });
 
