@@ -254,6 +254,8 @@ async function runReviewer(lens, { pi, model, evidence, timeoutMs, signal, repor
     '--no-extensions', '--no-skills', '--no-prompt-templates', '--no-themes',
     // The reviewed project's own Pi settings and resources are not trusted.
     '--no-approve',
+    // The check before the reviews read the model catalogue; a reviewer refreshes nothing.
+    '--offline',
     '--tools', READ_TOOLS,
     '--provider', model.provider,
     '--model', model.id,

@@ -8,6 +8,7 @@ import { chmodSync, mkdirSync, readFileSync, readdirSync, readlinkSync, writeFil
 import { join } from 'node:path';
 import { afterEach, beforeEach, test } from 'node:test';
 
+import { Client } from '../../index.js';
 import { alive, piEnv, stopHost, until } from './harness.mjs';
 
 let env;
@@ -187,8 +188,18 @@ test('the host killed while a reviewer runs: the restarted host kills that revie
   await client.close();
   process.kill(pid, 'SIGKILL');
   await until(() => !alive(pid), 'the host gone');
-  // The extension starts a host again (its session has a live run); that host kills what the
-  // dead one's children left running, the reviewer among them.
+  // The extension starts a host again (its session has a live run), with Pi's environment;
+  // that host kills what the dead one's children left running, the reviewer among them.
+  await until(async () => {
+    try {
+      const c = await Client.connect({ home: env.piwHome, start: false });
+      const { pid: now } = await c.status();
+      await c.close();
+      return now !== pid;
+    } catch {
+      return false;
+    }
+  }, 'a host started again');
   client = await env.client();
   const run = await client.waitForRun(runId, { timeoutMs: 120_000 });
   assert.equal(run.status, 'completed', run.error ?? run.review_reason);
