@@ -2,8 +2,9 @@
 // change is (git: its base, commits, diff and working tree; the pull request through `gh` when
 // there is one), then asks independent model reviewers, each through a lens of its own, whether
 // the change is needed, fits what exists and is proven by its tests. Each reviewer is a separate
-// Pi process (`pi --mode json --no-session`) with only read tools, in its own process group,
-// killed at its bound or when the run stops; none sees another's answer. One notification sums
+// Pi process (`pi --print --no-session`: the prompt on stdin, the final answer on stdout, a
+// failed model call as its exit status and stderr) with only read tools, in its own process
+// group, killed at its bound or when the run stops; none sees another's answer. One notification sums
 // up the reviews. Nothing in the project is changed.
 //
 // Input: `{ mode?: "serial" | "parallel", baseRef?, lenses?, model?, reviewTimeoutMs?,
@@ -47,8 +48,8 @@ const MAX_REVIEW_TIMEOUT_MS = 60 * 60_000;
 const MAX_CONCURRENCY = LENS_IDS.length;
 /** How much of the evidence a reviewer's prompt carries; the rest it can read itself. */
 const EVIDENCE_CHARS = { diff: 60_000, log: 8_000, status: 6_000, pullRequest: 12_000 };
-/** A reviewer's event stream kept in memory: enough for its last message. */
-const REVIEWER_OUTPUT_CHARS = 8_000_000;
+/** A reviewer's answer (its final text); a longer one is cut and then fails its check. */
+const REVIEWER_OUTPUT_CHARS = 200_000;
 const INPUT_KEYS = ['mode', 'baseRef', 'lenses', 'model', 'reviewTimeoutMs', 'maxConcurrency'];
 
 function readInput(raw) {
@@ -218,38 +219,23 @@ function checkReview(value) {
   const review = record(value, 'the review');
   if (!VERDICTS.includes(review.verdict)) throw new Error(`verdict must be one of ${VERDICTS.join(', ')}`);
   const findings = review.findings ?? [];
-  if (!Array.isArray(findings) || findings.length > 40) throw new Error('findings must be an array of at most 40');
+  if (!Array.isArray(findings) || findings.length > 20) throw new Error('findings must be an array of at most 20');
   return {
     verdict: review.verdict,
-    summary: text(review.summary, 'summary', 4_000),
+    summary: text(review.summary, 'summary', 3_000),
     findings: findings.map((f, i) => {
       const finding = record(f, `finding ${i + 1}`);
       if (!SEVERITIES.includes(finding.severity)) throw new Error(`finding ${i + 1} severity must be high, medium or low`);
-      return { severity: finding.severity, file: text(finding.file ?? '-', `finding ${i + 1} file`, 400), detail: text(finding.detail, `finding ${i + 1} detail`, 4_000) };
+      return { severity: finding.severity, file: text(finding.file ?? '-', `finding ${i + 1} file`, 300), detail: text(finding.detail, `finding ${i + 1} detail`, 1_500) };
     }),
-    questions: Array.isArray(review.questions) ? review.questions.filter((q) => typeof q === 'string' && q.trim()).map((q) => q.trim().slice(0, 2_000)).slice(0, 20) : [],
+    questions: Array.isArray(review.questions) ? review.questions.filter((q) => typeof q === 'string' && q.trim()).map((q) => q.trim().slice(0, 1_000)).slice(0, 10) : [],
   };
 }
 
-/** The last assistant message of a `--mode json` event line, if this line is one. */
-function assistantMessage(line) {
-  if (!line.startsWith('{')) return null;
-  let event;
-  try {
-    event = JSON.parse(line);
-  } catch {
-    return null;
-  }
-  return event.type === 'message_end' && event.message?.role === 'assistant' ? event.message : null;
-}
-
-const messageText = (m) => (typeof m.content === 'string' ? m.content : (m.content ?? []).filter((b) => b?.type === 'text').map((b) => b.text).join('\n'));
-
 /** One reviewer: a Pi process of its own; resolves with what became of it (never rejects). */
 async function runReviewer(lens, { pi, model, evidence, timeoutMs, signal, report }) {
-  let last = null;
   const { command, args } = piCommand(pi, [
-    '--mode', 'json',
+    '--print',
     '--no-session',
     '--no-extensions', '--no-skills', '--no-prompt-templates', '--no-themes',
     // The reviewed project's own Pi settings and resources are not trusted.
@@ -264,14 +250,10 @@ async function runReviewer(lens, { pi, model, evidence, timeoutMs, signal, repor
   const spec = checkCommand({ command, args, timeoutMs, maxOutputChars: REVIEWER_OUTPUT_CHARS, stdin: `${reviewPrompt(lens, evidence)}\n\n` });
   const started = Date.now();
   await report(lens, 'running');
-  const onLine = (stream, line) => {
-    if (stream !== 'stdout') return;
-    const m = assistantMessage(line);
-    if (m) last = m;
-  };
   const done = (status, extra) => ({ lens, status, model: `${model.provider}/${model.id}`, durationMs: Date.now() - started, ...extra });
+  let answer;
   try {
-    await runCommand(spec, { cwd: evidence.repository, env: process.env, signal, onLine });
+    answer = (await runCommand(spec, { cwd: evidence.repository, env: process.env, signal })).stdout;
   } catch (e) {
     const tail = (e.result?.stderr ?? '').trim().split('\n').pop();
     const result =
@@ -284,11 +266,10 @@ async function runReviewer(lens, { pi, model, evidence, timeoutMs, signal, repor
     return result;
   }
   let result;
-  if (!last) result = done('failed', { error: 'Pi ended without an answer' });
-  else if (last.stopReason === 'error' || last.stopReason === 'aborted') result = done('failed', { error: `the model call failed: ${last.errorMessage ?? last.stopReason}`.slice(0, 2_000) });
+  if (!answer.trim()) result = done('failed', { error: 'Pi ended without an answer' });
   else {
     try {
-      result = done('reviewed', { review: checkReview(extractJsonValue(messageText(last))) });
+      result = done('reviewed', { review: checkReview(extractJsonValue(answer)) });
     } catch (e) {
       result = done('failed', { error: `answered without the review asked for: ${e.message}`.slice(0, 2_000) });
     }

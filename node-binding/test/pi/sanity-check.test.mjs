@@ -84,7 +84,7 @@ function processesIn(dir) {
     try {
       const cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ').trim();
       const ofRun = readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0').some((v) => v.startsWith('PIW_RUN_ID='));
-      if (ofRun && readlinkSync(`/proc/${pid}/cwd`).startsWith(dir) && (cmdline === 'pi' || cmdline.includes('--mode json'))) found.push(`${pid} ${cmdline.slice(0, 200)}`);
+      if (ofRun && readlinkSync(`/proc/${pid}/cwd`).startsWith(dir) && (cmdline === 'pi' || cmdline.includes('--print'))) found.push(`${pid} ${cmdline.slice(0, 200)}`);
     } catch {
       // gone, or not ours
     }
