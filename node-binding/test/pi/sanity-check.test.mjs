@@ -116,6 +116,12 @@ test("pi-workflows' sanity-check example runs unchanged: two parallel reviewers,
   assert.deepEqual(run.result.reviews[1].review, REVIEWS.tests);
   assert.equal(run.result.evidence.pullRequest, 'read');
   assert.equal(run.result.evidence.base.how, 'the parent commit');
+  // Progress per reviewer, as the widget and `piw view` show it.
+  const { updates } = await client.runStatus(runId);
+  assert.deepEqual(
+    updates.map((u) => [u.key, u.data.status, u.data.completed ?? null]).sort(),
+    [['sanity-check/reviewers', 'completed', 2], ['sanity-check/reviewers/necessity', 'completed', null], ['sanity-check/reviewers/tests', 'completed', null]],
+  );
 
   // Each reviewer was asked once, in a session of its own (no other reviewer's words in it),
   // with only the read tools, and saw the change, the commits and the pull request.
