@@ -40,7 +40,12 @@ const REFERENCE_BUILTIN = /^\.{1,2}\/(?:.*\/)?src\/builtins\/([a-z][a-z0-9-]*)\.
  */
 function referenceBuiltin(specifier, id, parentURL, cause) {
   const exported = `${id.replace(/-([a-z0-9])/g, (_, c) => c.toUpperCase())}Workflow`;
-  if (!existsSync(join(BUILTINS_DIR, `${id}.workflow.mjs`))) return cause;
+  if (!existsSync(join(BUILTINS_DIR, `${id}.workflow.mjs`))) {
+    const e = new Error(`Cannot find module ${JSON.stringify(specifier)}: it is in pi-workflows' own source tree, which piw does not have, and piw has no built-in "${id}"`);
+    e.code = 'ERR_MODULE_NOT_FOUND';
+    e.cause = cause;
+    return e;
+  }
   let local = null;
   try {
     const source = readFileSync(fileURLToPath(parentURL), 'utf8');

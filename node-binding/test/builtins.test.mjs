@@ -282,6 +282,10 @@ test("a copy of pi-workflows' approved-plan example: its import of the reference
   const fix = /import \{ planChangeWorkflow as changePlan \} from "@osolmaz\/pi-workflows\/builtins";/.exec(failed.error);
   assert.ok(fix, failed.error);
   assert.match(failed.error, /"\.\.\/\.\.\/src\/builtins\/plan-change\.workflow\.js": it is in pi-workflows' own source tree/);
+  // One piw does not have says so.
+  const other = write('other-builtin.workflow.ts', 'export { default } from "../../src/builtins/no-such-thing.workflow.js";\n');
+  const lacking = await c.waitForRun((await c.startRun(other, { input: {}, projectDir: project })).run_id, { timeoutMs: 30_000 });
+  assert.match(lacking.error, /it is in pi-workflows' own source tree, which piw does not have, and piw has no built-in "no-such-thing"/);
 
   // The one line changed as the error says; nothing else.
   writeFileSync(file, APPROVED_PLAN.replace('import changePlan from "../../src/builtins/plan-change.workflow.js";', fix[0]));
