@@ -10,3 +10,5 @@ export declare const planChangeWorkflow: Workflow;
 export declare const DEFAULT_AUTO_CONTINUE_MS: number;
 /** Implements a chosen plan: checks, review rounds, commit and the pull request's CI. */
 export declare const autoimplementWorkflow: Workflow;
+/** sanity-check: the change's evidence, independent read-only model reviews, one summary. */
+export declare const sanityCheckWorkflow: Workflow;

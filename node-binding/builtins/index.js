@@ -6,3 +6,4 @@ export { default as autodocWorkflow } from './autodoc.workflow.mjs';
 export { default as planApprovalWorkflow, DEFAULT_AUTO_CONTINUE_MS } from './plan-approval.workflow.mjs';
 export { default as planChangeWorkflow } from './plan-change.workflow.mjs';
 export { default as autoimplementWorkflow } from './autoimplement.workflow.mjs';
+export { default as sanityCheckWorkflow } from './sanity-check.workflow.mjs';

@@ -3,9 +3,10 @@
 // has no `node_modules`, and pi-workflows files import the reference's name), and their
 // `/builtins` subpath to the built-in workflows; the reference's subpaths piw lacks fail with
 // what they are.
+import { existsSync, readFileSync } from 'node:fs';
 import module from 'node:module';
 import { join } from 'node:path';
-import { pathToFileURL } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 
 import { BUILTINS_DIR } from '../extension/resolve.js';
 import { packageDir } from './native.js';
@@ -29,6 +30,39 @@ function missingSubpath(specifier) {
   return e;
 }
 
+/** A relative import of one of pi-workflows' built-ins from its own source tree. */
+const REFERENCE_BUILTIN = /^\.{1,2}\/(?:.*\/)?src\/builtins\/([a-z][a-z0-9-]*)\.workflow(?:\.[cm]?[jt]s)?$/;
+
+/**
+ * The error of an import of `<...>/src/builtins/<id>.workflow.js` that names nothing: a file
+ * copied out of pi-workflows' repository (its examples import its own source tree). It gives
+ * the one line that imports piw's built-in instead, keeping the file's own name for it.
+ */
+function referenceBuiltin(specifier, id, parentURL, cause) {
+  const exported = `${id.replace(/-([a-z0-9])/g, (_, c) => c.toUpperCase())}Workflow`;
+  if (!existsSync(join(BUILTINS_DIR, `${id}.workflow.mjs`))) {
+    const e = new Error(`Cannot find module ${JSON.stringify(specifier)}: it is in pi-workflows' own source tree, which piw does not have, and piw has no built-in "${id}"`);
+    e.code = 'ERR_MODULE_NOT_FOUND';
+    e.cause = cause;
+    return e;
+  }
+  let local = null;
+  try {
+    const source = readFileSync(fileURLToPath(parentURL), 'utf8');
+    const quoted = specifier.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+    local = new RegExp(`import\\s+([A-Za-z_$][\\w$]*)\\s+from\\s*["']${quoted}["']`).exec(source)?.[1] ?? null;
+  } catch {
+    // the importer is not a file: the line without its local name
+  }
+  const binding = local && local !== exported ? `{ ${exported} as ${local} }` : `{ ${exported} }`;
+  const e = new Error(
+    `Cannot find module ${JSON.stringify(specifier)}: it is in pi-workflows' own source tree, which piw does not have. ` +
+      `Import piw's built-in instead: import ${binding} from "@osolmaz/pi-workflows/builtins";`,
+  );
+  e.code = 'ERR_MODULE_NOT_FOUND';
+  return e;
+}
+
 /**
  * Makes `import ... from "piw"` and `from "@osolmaz/pi-workflows"` resolve to this package in
  * this process: a user's file under `.pi/workflows/` has no `node_modules`, and pi-workflows
@@ -49,7 +83,13 @@ export function registerPackageAliases() {
       if (/^(?:@osolmaz\/pi-workflows|piw)\//.test(specifier) && specifier !== 'piw/worker') {
         throw missingSubpath(specifier);
       }
-      return nextResolve(specifier, context);
+      try {
+        return nextResolve(specifier, context);
+      } catch (e) {
+        const builtin = e?.code === 'ERR_MODULE_NOT_FOUND' ? REFERENCE_BUILTIN.exec(specifier) : null;
+        if (!builtin || !context.parentURL) throw e;
+        throw referenceBuiltin(specifier, builtin[1], context.parentURL, e);
+      }
     },
   });
 }

@@ -12,7 +12,7 @@ import { BUILTINS_DIR, listWorkflows, resolveWorkflow } from '../extension/resol
 import { Client } from '../index.js';
 import { alive, hostBin, killInstallation, pkgDir, startHost, tempDir } from './helpers.mjs';
 
-const IDS = ['autodoc', 'autoimplement', 'autoplan', 'plan-approval', 'plan-change'];
+const IDS = ['autodoc', 'autoimplement', 'autoplan', 'plan-approval', 'plan-change', 'sanity-check'];
 
 test('builtin:<id> names the built-in; a bare name finds it after the project and global files; both are listed', async () => {
   const dir = tempDir();
@@ -39,7 +39,7 @@ test('builtin:<id> names the built-in; a bare name finds it after the project an
   listed = await listWorkflows(cwd, home);
   assert.deepEqual(listed.filter((w) => w.name === 'autoplan'), [{ name: 'autoplan', path: own, scope: 'project' }]);
 
-  await assert.rejects(resolveWorkflow('builtin:nope', cwd, home), /no built-in workflow "nope"; the built-ins are autodoc, autoimplement, autoplan, plan-approval, plan-change/);
+  await assert.rejects(resolveWorkflow('builtin:nope', cwd, home), /no built-in workflow "nope"; the built-ins are autodoc, autoimplement, autoplan, plan-approval, plan-change, sanity-check/);
   await assert.rejects(resolveWorkflow('nope', cwd, home), /no workflow named "nope" .* nor among the built-ins/);
 });
 
@@ -51,7 +51,7 @@ before(async () => {
   // The package as an install has it (its code, built-ins and addon), its dependencies linked.
   const dir = tempDir('piw-builtins-');
   copy = join(dir, 'pkg');
-  for (const f of ['package.json', 'index.js', 'worker.js', 'piw.linux-x64-gnu.node']) cpSync(join(pkgDir, f), join(copy, f));
+  for (const f of ['package.json', 'index.js', 'worker.js', 'pi-cli.mjs', 'piw.linux-x64-gnu.node']) cpSync(join(pkgDir, f), join(copy, f));
   for (const d of ['lib', 'extension', 'builtins']) cpSync(join(pkgDir, d), join(copy, d), { recursive: true });
   symlinkSync(join(pkgDir, 'node_modules'), join(copy, 'node_modules'));
   host = await startHost({ PIW_NODE_WORKER: join(copy, 'worker.js'), PIW_NODE: process.execPath });
@@ -232,4 +232,112 @@ test("autodoc's file write survives a host killed before its receipt is kept: re
     await killInstallation(home);
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+/**
+ * A workflow in the style of pi-workflows' `examples/workflows/approved-plan.workflow.ts`: it
+ * includes plan-change from pi-workflows' own source tree, with the reference's approval input,
+ * and routes on the reference's exits.
+ */
+const APPROVED_PLAN = `import { compute, defineWorkflow, includeWorkflow } from "@osolmaz/pi-workflows";
+import changePlan from "../../src/builtins/plan-change.workflow.js";
+
+type Request = { task: string };
+
+export default defineWorkflow({
+  name: "reviewed-plan",
+  startAt: "begin",
+  maxSteps: 60,
+  includes: {
+    change: includeWorkflow(changePlan, {
+      input: ({ input }) => ({
+        task: (input as Request).task,
+        approval: { mode: "auto" as const, audience: "maintainers", timeoutMinutes: 5, maxReplans: 1 },
+      }),
+    }),
+  },
+  nodes: {
+    begin: compute({ run: () => ({ route: "plan" }) }),
+    accepted: compute({ run: ({ outputs }) => ({ outcome: "accepted", change: outputs.change }) }),
+    refused: compute({ run: ({ outputs }) => ({ outcome: "refused", change: outputs.change }) }),
+  },
+  edges: [
+    { from: "begin", to: "change" },
+    { from: "change.ready", to: "accepted" },
+    { from: "change.blocked", to: "refused" },
+  ],
+});
+`;
+
+/** Answers the run's steps from `answers` (node id -> output) and its decision with `decide`. */
+async function drive(c, runId, session, answers, decide) {
+  for (;;) {
+    const run = await c.waitForRun(runId, { untilParked: true, timeoutMs: 30_000 });
+    if (run.status !== 'waiting') return run;
+    const [ask] = (await c.listInteractions(session)).filter((i) => i.run_id === runId);
+    if (ask) {
+      assert.ok(Object.hasOwn(answers, ask.node_id), `no answer for ${ask.node_id}`);
+      const { submission_id } = await c.submitInteraction(ask, answers[ask.node_id]);
+      const verdict = await c.waitForSubmission(runId, submission_id);
+      assert.equal(verdict.state, 'accepted', JSON.stringify(verdict));
+      continue;
+    }
+    const d = (await c.runStatus(runId)).decisions.find((x) => x.status === 'pending');
+    assert.ok(d, JSON.stringify(run));
+    await c.answerHumanDecision(runId, d.decision_id, await decide(d));
+  }
+}
+
+test("a copy of pi-workflows' approved-plan example: its import of the reference's source tree fails with the line that fixes it; with that line it runs", async () => {
+  const c = host.client;
+  const file = write('reviewed-plan.workflow.ts', APPROVED_PLAN);
+  const failed = await c.waitForRun((await c.startRun(file, { input: { task: 'parser' }, projectDir: project })).run_id, { timeoutMs: 30_000 });
+  assert.equal(failed.status, 'failed', JSON.stringify(failed));
+  const fix = /import \{ planChangeWorkflow as changePlan \} from "@osolmaz\/pi-workflows\/builtins";/.exec(failed.error);
+  assert.ok(fix, failed.error);
+  assert.match(failed.error, /"\.\.\/\.\.\/src\/builtins\/plan-change\.workflow\.js": it is in pi-workflows' own source tree/);
+  // One piw does not have says so.
+  const other = write('other-builtin.workflow.ts', 'export { default } from "../../src/builtins/no-such-thing.workflow.js";\n');
+  const lacking = await c.waitForRun((await c.startRun(other, { input: {}, projectDir: project })).run_id, { timeoutMs: 30_000 });
+  assert.match(lacking.error, /it is in pi-workflows' own source tree, which piw does not have, and piw has no built-in "no-such-thing"/);
+
+  // The one line changed as the error says; nothing else.
+  writeFileSync(file, APPROVED_PLAN.replace('import changePlan from "../../src/builtins/plan-change.workflow.js";', fix[0]));
+  const PLANNED = {
+    'change.plan.frame': { problem: 'parse("") gives [0]', success: ['npm test passes'], inScope: ['src'], outOfScope: [] },
+    'change.plan.options': {
+      options: [
+        { id: 'guard', title: 'Guard', approach: 'Return [] for empty input', tradeoffs: ['a branch'] },
+        { id: 'rewrite', title: 'Rewrite', approach: 'A tokenizer', tradeoffs: ['more code'] },
+      ],
+    },
+    'change.plan.choose': { status: 'ready', chosen: 'guard', why: 'smallest', rejected: [{ id: 'rewrite', reason: 'too big' }] },
+    'change.plan.plan': PLAN,
+    'change.doc.inspect': { route: 'blocked', reason: 'no docs folder' },
+  };
+  // Ready: planned, documented, and continued by the audience the input named.
+  mkdirSync(join(project, 'docs'), { recursive: true });
+  const { run_id: readyId } = await c.startRun(file, { input: { task: 'parser' }, sessionId: 's-approved', projectDir: project });
+  let audience = null;
+  let waits = null;
+  const ready = await drive(c, readyId, 's-approved', { ...PLANNED, 'change.doc.inspect': { route: 'update', file: 'docs/parser-plan.md', content: '# Parser plan\n', reason: 'docs' } }, async (d) => {
+    audience = d.request.audience;
+    // The auto mode's wait is the input's timeoutMinutes.
+    const approve = (await c.runStatus(readyId)).attempts.find((a) => a.node_id === 'change.approval.approve');
+    waits = approve.deadline_at - approve.started_at;
+    return { choice: 'continue' };
+  });
+  assert.equal(ready.status, 'completed', ready.error ?? ready.review_reason);
+  assert.equal(audience, 'maintainers');
+  assert.equal(ready.result.outcome, 'accepted');
+  assert.equal(ready.result.change.exit, 'ready');
+  assert.deepEqual({ ...ready.result.change.output, planDigest: undefined, plan: undefined }, { status: 'ready', task: 'parser', plan: undefined, planDigest: undefined, revision: 1, documentedIn: 'docs/parser-plan.md', decidedBy: 'human' });
+  assert.equal(waits, 5 * 60_000);
+
+  // Blocked: the documentation could not be written.
+  const { run_id: blockedId } = await c.startRun(file, { input: { task: 'parser' }, sessionId: 's-blocked', projectDir: project });
+  const blocked = await drive(c, blockedId, 's-blocked', PLANNED, () => assert.fail('no decision'));
+  assert.equal(blocked.status, 'completed', blocked.error ?? blocked.review_reason);
+  assert.equal(blocked.result.outcome, 'refused');
+  assert.deepEqual(blocked.result.change, { exit: 'blocked', output: { status: 'blocked', task: 'parser', stage: 'doc', reason: 'no docs folder', planDigest: blocked.result.change.output.planDigest } });
 });

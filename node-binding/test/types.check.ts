@@ -31,6 +31,7 @@ import {
 } from '../index.js';
 import { autodocWorkflow, autoplanWorkflow, planApprovalWorkflow } from '../builtins/index.js';
 import { autoimplementWorkflow } from '../builtins/index.js';
+import { sanityCheckWorkflow } from '../builtins/index.js';
 
 // The codes a caller may match on are in the union (`PiwErrorCode` takes any string too, so
 // only an annotation proves it).
@@ -190,3 +191,6 @@ lockBridge('run-1').release();
 void bridgeArgs;
 void bridgeDone;
 void bridgeReady;
+// sanity-check, re-exported as pi-workflows' example does, or included.
+export const sanityCheck = sanityCheckWorkflow;
+defineWorkflow({ name: 'with-sanity-check', startAt: 'check', includes: { check: includeWorkflow(sanityCheckWorkflow) }, nodes: {}, edges: [] });

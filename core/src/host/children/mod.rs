@@ -672,15 +672,44 @@ fn workflow_environment(
 /// The part of the host's environment a workflow's child gets: the one the process that
 /// started the host had (a Pi session, a shell running `piw`), so node code and the commands it
 /// runs see the user's credentials variables, proxies and tools' settings as they would in that
-/// session. The host's own settings (`PIW_*`, except `PIW_HOME`, which the supervisor passes
-/// on) stay with the host. Nothing here is written anywhere: the values live in the host's
+/// session. The host's own settings (`PIW_*`) stay with the host, except `PIW_HOME`, which the
+/// supervisor passes on, and the settings of the workflow runtime itself
+/// ([`WORKFLOW_RUNTIME_VARS`]). Nothing here is written anywhere: the values live in the host's
 /// memory and the child's.
 pub fn workflow_env_of(
     vars: impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
 ) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
     vars.filter(|(key, _)| {
         let key = key.to_string_lossy();
-        !key.starts_with("PIW_") || key == "PIW_HOME"
+        !key.starts_with("PIW_") || key == "PIW_HOME" || WORKFLOW_RUNTIME_VARS.contains(&&*key)
     })
     .collect()
+}
+
+/// `PIW_*` settings meant for the code a child runs, not for the host: `PIW_PI`, the Pi command
+/// that built-ins start Pi processes with (`node-binding/pi-cli.mjs`).
+pub const WORKFLOW_RUNTIME_VARS: [&str; 1] = ["PIW_PI"];
+
+#[cfg(test)]
+mod env_tests {
+    use super::workflow_env_of;
+    use std::ffi::OsString;
+
+    #[test]
+    fn a_child_gets_the_users_variables_and_piw_pi_but_not_the_hosts_settings() {
+        let vars = [
+            "GH_TOKEN",
+            "PIW_HOME",
+            "PIW_PI",
+            "PIW_MAX_CHILDREN",
+            "PIW_FAULT",
+            "PIW_PIX",
+        ]
+        .map(|k| (OsString::from(k), OsString::from("v")));
+        let kept: Vec<_> = workflow_env_of(vars.into_iter())
+            .into_iter()
+            .map(|(k, _)| k.into_string().unwrap_or_default())
+            .collect();
+        assert_eq!(kept, ["GH_TOKEN", "PIW_HOME", "PIW_PI"]);
+    }
 }
