@@ -998,8 +998,10 @@ export class WorkflowSession {
     // subscription, which schedules this refresh.
     for (const [id, dialog] of this.dialogs) {
       if (!pending.has(id)) {
-        dialog.controller.abort();
         this.dialogs.delete(id);
+        // Answered here: the answer this refresh sees is the person's own, nothing to report.
+        if (dialog.answering) continue;
+        dialog.controller.abort();
         this.reportClosed(id, dialog, statuses).catch(() => {});
       }
     }
@@ -1102,8 +1104,10 @@ export class WorkflowSession {
       }
     }
     if (signal.aborted) return;
-    // Answered here: its dialog is done (the refresh this answer causes must not report it closed).
-    if (this.dialogs.get(decision.decision_id)?.controller.signal === signal) this.dialogs.delete(decision.decision_id);
+    // The dialog stays open in `dialogs` until the answer is taken: a refresh while it travels
+    // must neither offer the still-pending decision again nor report it closed once answered.
+    const dialog = this.dialogs.get(decision.decision_id);
+    if (dialog?.controller.signal === signal) dialog.answering = true;
     await this.call('decision.answer', (c) =>
       c.answerHumanDecision(run.run_id, decision.decision_id, { choice, text }),
     );

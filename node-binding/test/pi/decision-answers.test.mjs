@@ -90,3 +90,54 @@ test('a request with only the decision-wide text input (no per-choice inputs): t
   assert.deepEqual(humanAnswer(shared, 'reject too vague').answer, { choice: 'reject', text: 'too vague' });
   assert.match(humanAnswer(shared, 'maybe').problem, /names none of the choices/);
 });
+
+test('a decision whose answer is on its way is not offered again by a refresh, nor reported closed once taken', async () => {
+  const { session, asked, notes, sent } = fakeSession(['Approve']);
+  // The host takes the answer only when the test says so.
+  let take;
+  const taken = new Promise((r) => (take = r));
+  session.call = async (_what, fn) =>
+    fn({
+      async answerHumanDecision(runId, decisionId, answer) {
+        sent.push(answer);
+        await taken;
+        return { decision_id: decisionId, answered_by: 'person' };
+      },
+    });
+  const pending = new Map([[run.run_id, { run, decisions: [decision] }]]);
+  session.offerDecisions(pending);
+  while (sent.length === 0) await new Promise((r) => setImmediate(r));
+  // A refresh while the answer travels: the decision is still pending at the host.
+  session.offerDecisions(pending);
+  assert.deepEqual(asked.map((a) => a.method), ['select'], 'offered once');
+  take();
+  while (session.dialogs.size > 0) await new Promise((r) => setImmediate(r));
+  // The refresh after the answer sees it answered: the person's own answer, nothing to report.
+  session.offerDecisions(new Map([[run.run_id, { run, decisions: [{ ...decision, status: 'answered' }] }]]));
+  assert.deepEqual(asked.map((a) => a.method), ['select']);
+  assert.deepEqual(sent, [{ choice: 'approve', text: null }]);
+  assert.equal(notes.filter((n) => /was closed/.test(n.message)).length, 0, JSON.stringify(notes));
+});
+
+test('a refresh that sees the answer taken while it still travels closes the dialog quietly', async () => {
+  const { session, asked, notes } = fakeSession(['Approve']);
+  let take;
+  const taken = new Promise((r) => (take = r));
+  let calls = 0;
+  session.call = async (_what, fn) =>
+    fn({
+      async answerHumanDecision(runId, decisionId) {
+        calls += 1;
+        await taken;
+        return { decision_id: decisionId, answered_by: 'person' };
+      },
+    });
+  session.offerDecisions(new Map([[run.run_id, { run, decisions: [decision] }]]));
+  while (calls === 0) await new Promise((r) => setImmediate(r));
+  // The host committed the answer; its reply has not arrived yet.
+  session.offerDecisions(new Map([[run.run_id, { run, decisions: [{ ...decision, status: 'answered' }] }]]));
+  take();
+  await new Promise((r) => setImmediate(r));
+  assert.deepEqual(asked.map((a) => a.method), ['select']);
+  assert.equal(notes.filter((n) => /was closed/.test(n.message)).length, 0, JSON.stringify(notes));
+});
