@@ -1239,12 +1239,20 @@ fn run_list_pages_through_every_run_exactly_once_while_runs_start_and_end() {
         assert!(pages > 1, "{pages} pages");
         let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
         assert!(twice.is_empty(), "listed more than once: {twice:?}");
-        let missing: Vec<_> = originals.iter().filter(|id| !seen.contains_key(*id)).collect();
+        let missing: Vec<_> = originals
+            .iter()
+            .filter(|id| !seen.contains_key(*id))
+            .collect();
         assert!(missing.is_empty(), "{} runs never listed", missing.len());
         // A run started with the clock set back lands after the cursor: listed once.
         for id in started.iter().skip(1).step_by(2) {
             let run = f.store.run(id).unwrap();
-            assert_eq!(seen.get(id), Some(&1), "{id} at {} of {started:?}", run.created_at);
+            assert_eq!(
+                seen.get(id),
+                Some(&1),
+                "{id} at {} of {started:?}",
+                run.created_at
+            );
         }
         let unfinished = list(
             &f,

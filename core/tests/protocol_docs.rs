@@ -523,7 +523,10 @@ fn the_documented_records_are_the_ones_the_host_sends() {
         .find(|r| r[0] == "`run.list`")
         .expect("run.list row");
     for field in keys(&list) {
-        assert!(row[1].contains(&format!("`{field}`")), "run.list lacks {field}");
+        assert!(
+            row[1].contains(&format!("`{field}`")),
+            "run.list lacks {field}"
+        );
     }
     let cases = [
         ("The run record (", statuses[0]["run"].clone()),

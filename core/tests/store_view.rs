@@ -32,7 +32,9 @@ fn runs_page_filters_pages_and_counts_newest_first() {
     // would show that run again).
     f.start();
     let after = page.last().map(|p| p.list_key());
-    let (page, total) = r.runs_page(&RunFilter::default(), after.as_ref(), 2).unwrap();
+    let (page, total) = r
+        .runs_page(&RunFilter::default(), after.as_ref(), 2)
+        .unwrap();
     assert_eq!(total, 7);
     assert_eq!(
         page.iter().map(|p| p.run_id.as_str()).collect::<Vec<_>>(),

@@ -167,9 +167,7 @@ fn parse_run_status(text: &str) -> Result<piw_core::store::RunStatus, String> {
     })
 }
 
-fn parse_run_list_cursor(
-    text: &str,
-) -> Result<piw_core::protocol::payload::RunListCursor, String> {
+fn parse_run_list_cursor(text: &str) -> Result<piw_core::protocol::payload::RunListCursor, String> {
     piw_core::protocol::payload::RunListCursor::decode(text)
         .ok_or_else(|| "the `next_cursor` of an earlier `piw runs --json`".to_owned())
 }

@@ -317,7 +317,13 @@ fn run(cli: Cli, json: bool) -> Result<(), CliError> {
                     cursor: cursor.take(),
                 }))?;
                 let mut body = r.body;
-                runs.extend(body["runs"].as_array_mut().map(std::mem::take).into_iter().flatten());
+                runs.extend(
+                    body["runs"]
+                        .as_array_mut()
+                        .map(std::mem::take)
+                        .into_iter()
+                        .flatten(),
+                );
                 more = body["more"] == true;
                 cursor = body["next_cursor"]
                     .as_str()

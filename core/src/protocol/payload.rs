@@ -112,9 +112,7 @@ impl<'de> Deserialize<'de> for RunListCursor {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = String::deserialize(deserializer)?;
         Self::decode(&text).ok_or_else(|| {
-            serde::de::Error::custom(format!(
-                "cursor {text:?} is not a run list's next_cursor"
-            ))
+            serde::de::Error::custom(format!("cursor {text:?} is not a run list's next_cursor"))
         })
     }
 }
