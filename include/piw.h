@@ -246,6 +246,10 @@ enum piw_status piw_connect(const char *options_json, struct piw_client **out);
 // {...}}` (`body` is the kind's reply: `run.start` gives `{"run_id": ...}`). Owned by the
 // caller.
 //
+// Lists page: `run.list` gives a page of runs with `more` and `next_cursor`; send the same
+// payload with `"cursor"` set to that `next_cursor` for the next page, until `more` is false
+// (every run then came exactly once, whatever started or ended meanwhile).
+//
 // `timeout_ms`: how long to wait for the receipt; negative waits without bound. On
 // `PIW_STATUS_TIMEOUT` the host may still apply the command: send it again with the same
 // `request_id` to learn its outcome (the host replays the receipt, `replayed: true`).

@@ -155,6 +155,26 @@ export interface Run {
   finished_at: number | null;
 }
 
+export interface ListRunsOptions {
+  sessionId?: string;
+  /** Runs per page (default 100, at most 10000). */
+  limit?: number;
+  unfinished?: boolean;
+  /** Only runs in one of these statuses. */
+  statuses?: RunStatusName[];
+  /** Where to continue: a page's `nextCursor` (opaque). */
+  cursor?: string | null;
+}
+
+/** A page of `listRunsPage`. */
+export interface RunsPage {
+  runs: Run[];
+  /** Whether runs follow this page. */
+  more: boolean;
+  /** Pass as `cursor` for the runs after this page; `null` when none follow. */
+  nextCursor: string | null;
+}
+
 export interface Attempt {
   attempt_id: string;
   node_id: string;
@@ -345,8 +365,16 @@ export declare class Client {
   request<T = unknown>(kind: string, envelope?: CommandOptions & { runId?: string; nodeId?: string; attemptId?: string }, payload?: unknown): Promise<Receipt<T>>;
 
   status(): Promise<HostStatus>;
-  /** Newest first. `unfinished: true`: only runs not in a terminal status (however many ended since). */
-  listRuns(options?: { sessionId?: string; limit?: number; unfinished?: boolean }): Promise<Run[]>;
+  /**
+   * One page of runs, newest first (`limit`, default 100, at most 10000; fewer when their
+   * records do not fit one reply). `unfinished: true`: only runs not in a terminal status
+   * (however many ended since). `cursor`: the `nextCursor` of an earlier page.
+   */
+  listRuns(options?: ListRunsOptions): Promise<Run[]>;
+  /** `listRuns` with whether runs follow and the cursor of the next page. */
+  listRunsPage(options?: ListRunsOptions): Promise<RunsPage>;
+  /** Every run of the filters, newest first, fetched a page at a time; each exactly once. */
+  allRuns(options?: Omit<ListRunsOptions, 'cursor'> & { cursor?: string | null }): AsyncIterableIterator<Run>;
   startRun(workflowFile: string, options?: StartRunOptions): Promise<{ run_id: string; status: RunStatusName }>;
   runStatus(runId: string, options?: RunStatusOptions): Promise<RunStatus>;
   pauseRun(runId: string, options?: CommandOptions): Promise<{ run_id: string; paused: true }>;

@@ -1227,3 +1227,138 @@ fn a_command_sent_again_gets_its_receipt_even_when_its_batch_fails_to_commit() {
     assert_eq!(f.store.run(&untouched).unwrap().status, RunStatus::Queued);
     f.assert_clean();
 }
+
+/// `run.list` pages through any number of runs: 2,100 runs whose records (long project
+/// directories, large results) add up to several frames are each listed exactly once, every
+/// reply fits a frame, and runs that start (newer, or with an older clock), end or change
+/// status while the list is paged neither skip nor repeat one. Without the cursor a list
+/// stopped at what one reply held (about 1,480 runs) and the rest were unreachable.
+#[test]
+fn run_list_pages_through_every_run_exactly_once_while_runs_start_and_end() {
+    use piw_core::protocol::DEFAULT_MAX_FRAME_BYTES;
+    use std::collections::BTreeMap;
+
+    const RUNS: usize = 2_100;
+    let mut f = Fixture::new();
+    // In batches of 70, each batch's runs sharing a start time (a transaction's).
+    let mut originals: Vec<String> = Vec::new();
+    for batch in 0..RUNS / 70 {
+        let ids = f
+            .store
+            .write(|w| {
+                (0..70)
+                    .map(|i| {
+                        let mut run = common::new_run(Some("session-1"));
+                        // Some records far larger than others.
+                        if (batch + i) % 5 == 0 {
+                            run.project_dir = format!("/p/{}", "d".repeat(4_000));
+                        }
+                        w.start_run(&run)
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .unwrap();
+        originals.extend(ids);
+        f.clock.advance(10);
+    }
+    // Ten completed runs with results near the payload limit.
+    for _ in 0..10 {
+        let (run_id, act, a) = f.running();
+        f.store
+            .write(|w| w.complete(&act.claim, &a, &json!({}), &json!("r".repeat(200_000))))
+            .unwrap();
+        originals.push(run_id);
+    }
+    let list = |f: &Fixture, payload: payload::RunList| {
+        let req = Request::new("ls", RequestBody::RunList(payload));
+        let body = apply_read(&f.store, &req, DEFAULT_MAX_FRAME_BYTES)
+            .expect("a list that fits")
+            .body;
+        let len = serde_json::to_vec(&body).unwrap().len();
+        assert!(len < DEFAULT_MAX_FRAME_BYTES, "{len} bytes");
+        body
+    };
+    for limit in [None, Some(payload::MAX_LIST_RUNS)] {
+        let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+        let mut cursor = None;
+        let mut pages = 0;
+        let mut started = Vec::new();
+        loop {
+            let body = list(
+                &f,
+                payload::RunList {
+                    limit,
+                    cursor: cursor.take(),
+                    ..Default::default()
+                },
+            );
+            pages += 1;
+            let runs = body["runs"].as_array().unwrap();
+            assert!(!runs.is_empty());
+            assert!(runs.len() <= limit.unwrap_or(payload::DEFAULT_LIST_RUNS) as usize);
+            for run in runs {
+                *seen
+                    .entry(run["run_id"].as_str().unwrap().to_owned())
+                    .or_default() += 1;
+            }
+            if body["more"] == json!(false) {
+                assert_eq!(body["next_cursor"], json!(null));
+                break;
+            }
+            let next: payload::RunListCursor =
+                serde_json::from_value(body["next_cursor"].clone()).unwrap();
+            cursor = Some(next);
+            // Between pages: a newer run, one started with the clock set back (it lands among
+            // the runs not listed yet), and a run listed or not yet listed ending.
+            f.clock.advance(5);
+            started.push(f.start());
+            let now = f.store.now_ms();
+            f.clock.set(common::T0);
+            started.push(f.start());
+            f.clock.set(now);
+            for victim in [&originals[pages * 7], &originals[RUNS - pages * 11]] {
+                if !f.store.run(victim).unwrap().status.is_terminal() {
+                    f.store
+                        .write(|w| w.cancel(victim, Fence::Unclaimed, "by test"))
+                        .unwrap();
+                }
+            }
+        }
+        assert!(pages > 1, "{pages} pages");
+        let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+        assert!(twice.is_empty(), "listed more than once: {twice:?}");
+        let missing: Vec<_> = originals
+            .iter()
+            .filter(|id| !seen.contains_key(*id))
+            .collect();
+        assert!(missing.is_empty(), "{} runs never listed", missing.len());
+        // A run started with the clock set back lands after the cursor: listed once.
+        for id in started.iter().skip(1).step_by(2) {
+            let run = f.store.run(id).unwrap();
+            assert_eq!(
+                seen.get(id),
+                Some(&1),
+                "{id} at {} of {started:?}",
+                run.created_at
+            );
+        }
+        let unfinished = list(
+            &f,
+            payload::RunList {
+                unfinished: Some(true),
+                limit: Some(1),
+                ..Default::default()
+            },
+        );
+        assert_eq!(unfinished["more"], json!(true));
+    }
+
+    // A cursor no host made is refused as the request's payload, not read as a place.
+    let bad = Request::decode(
+        &serde_json::to_vec(&json!({"schema": "piw.protocol.v1", "request_id": "x",
+            "kind": "run.list", "payload": {"cursor": "page-2"}}))
+        .unwrap(),
+        &piw_core::protocol::Limits::default(),
+    );
+    assert!(bad.is_err(), "{bad:?}");
+}

@@ -517,6 +517,17 @@ fn the_documented_records_are_the_ones_the_host_sends() {
     )
     .unwrap()
     .body;
+    // The list's own fields are named in its row of the receipt bodies.
+    let row = table_after(&doc, "### Receipt bodies")
+        .into_iter()
+        .find(|r| r[0] == "`run.list`")
+        .expect("run.list row");
+    for field in keys(&list) {
+        assert!(
+            row[1].contains(&format!("`{field}`")),
+            "run.list lacks {field}"
+        );
+    }
     let cases = [
         ("The run record (", statuses[0]["run"].clone()),
         ("The run record (", list["runs"][0].clone()),

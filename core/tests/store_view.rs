@@ -22,20 +22,30 @@ fn runs_page_filters_pages_and_counts_newest_first() {
     let (run_id, _, _) = f.running();
     let r = reader(&f);
 
-    let (page, total) = r.runs_page(&RunFilter::default(), 0, 2).unwrap();
+    let (page, total) = r.runs_page(&RunFilter::default(), None, 2).unwrap();
     assert_eq!(total, 6);
     assert_eq!(
         page.iter().map(|p| p.run_id.as_str()).collect::<Vec<_>>(),
         [run_id.as_str(), ids[4].as_str()]
     );
-    let (page, _) = r.runs_page(&RunFilter::default(), 2, 2).unwrap();
-    assert_eq!(page[0].run_id, ids[3]);
+    // The next page continues after the last run shown, whatever started since (an offset
+    // would show that run again).
+    f.start();
+    let after = page.last().map(|p| p.list_key());
+    let (page, total) = r
+        .runs_page(&RunFilter::default(), after.as_ref(), 2)
+        .unwrap();
+    assert_eq!(total, 7);
+    assert_eq!(
+        page.iter().map(|p| p.run_id.as_str()).collect::<Vec<_>>(),
+        [ids[3].as_str(), ids[2].as_str()]
+    );
 
     let even = RunFilter {
         status: None,
         session: Some("even".into()),
     };
-    let (page, total) = r.runs_page(&even, 0, 10).unwrap();
+    let (page, total) = r.runs_page(&even, None, 10).unwrap();
     assert_eq!(total, 3);
     assert!(page
         .iter()
@@ -45,7 +55,7 @@ fn runs_page_filters_pages_and_counts_newest_first() {
         status: Some(RunStatus::Running),
         session: None,
     };
-    let (page, total) = r.runs_page(&running, 0, 10).unwrap();
+    let (page, total) = r.runs_page(&running, None, 10).unwrap();
     assert_eq!((total, page.len()), (1, 1));
     assert_eq!(page[0].current_node.as_deref(), Some("a"));
 }

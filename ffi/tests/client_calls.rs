@@ -505,3 +505,95 @@ fn final_run_statuses_are_the_terminal_ones() {
         "invalid UTF-8 is no status"
     );
 }
+
+/// `run.list` through `piw_client_call` pages with `cursor` / `next_cursor`: 2,100 runs (ended,
+/// seeded through the store before the host starts, so no children) are each listed once,
+/// in pages that fit a reply, while a run starts between pages. Without the cursor a list
+/// stopped at what one reply held.
+#[test]
+fn run_list_pages_reach_every_run_through_the_abi() {
+    use piw_core::store::{ExecutionMode, Fence, NewRun, Store};
+    use std::collections::BTreeMap;
+
+    let install = common::Install::new();
+    std::fs::create_dir_all(install.piw_home()).unwrap();
+    let mut store = Store::open(install.piw_home().join("state.sqlite"), Default::default())
+        .expect("a new state database");
+    let seeded: Vec<String> = store
+        .write(|w| {
+            (0..2_100)
+                .map(|_| {
+                    let run_id = w.start_run(&NewRun {
+                        workflow_name: "seeded".into(),
+                        source_root: "/nowhere/seeded.workflow.json".into(),
+                        source_hash: "0".into(),
+                        mounted_sources: serde_json::json!({}),
+                        definition: None,
+                        input: serde_json::Value::Null,
+                        origin_session: Some("many".into()),
+                        execution_mode: ExecutionMode::Detached,
+                        project_dir: format!("/projects/{}", "p".repeat(490)),
+                    })?;
+                    w.cancel(&run_id, Fence::Unclaimed, "seeded")?;
+                    Ok(run_id)
+                })
+                .collect::<Result<_, _>>()
+        })
+        .unwrap();
+    drop(store);
+
+    let client = connect(&install);
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut cursor: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let mut payload = serde_json::json!({ "session_id": "many", "limit": 10_000 });
+        if let Some(c) = cursor.take() {
+            payload["cursor"] = c.into();
+        }
+        let page = call(client, "run.list", None, Some(payload)).expect("a page");
+        pages += 1;
+        for run in page["body"]["runs"].as_array().unwrap() {
+            *seen
+                .entry(run["run_id"].as_str().unwrap().to_owned())
+                .or_default() += 1;
+        }
+        if page["body"]["more"] != true {
+            assert_eq!(page["body"]["next_cursor"], serde_json::Value::Null);
+            break;
+        }
+        cursor = page["body"]["next_cursor"].as_str().map(str::to_owned);
+        assert!(cursor.is_some(), "{}", page["body"]["next_cursor"]);
+        if pages == 1 {
+            let workflow = common::repo_root().join("examples/hello.workflow.json");
+            call(
+                client,
+                "run.start",
+                None,
+                Some(serde_json::json!({
+                    "workflow_file": workflow, "session_id": "many",
+                    "project_dir": install.path(),
+                })),
+            )
+            .unwrap();
+        }
+    }
+    assert!(pages > 1, "{pages} pages");
+    assert!(seen.values().all(|n| *n == 1), "a run listed twice");
+    assert!(seeded.iter().all(|id| seen.contains_key(id)));
+    assert_eq!(
+        seen.len(),
+        seeded.len(),
+        "the run started meanwhile is newer"
+    );
+    // A cursor no host made is refused before it is sent.
+    let bad = call(
+        client,
+        "run.list",
+        None,
+        Some(serde_json::json!({ "cursor": "page-2" })),
+    );
+    assert_eq!(bad, Err(PiwStatus::Rejected));
+    assert_eq!(piw_last_rejection_code(), PiwRejectionCode::Malformed);
+    assert_eq!(unsafe { piw_client_close(client) }, PiwStatus::Ok);
+}

@@ -170,7 +170,7 @@ fn main() {
             Store::open_read_only(&paths.db, StoreConfig::default()).unwrap();
         }),
         ("runs_page (200)", &|| {
-            store.runs_page(&RunFilter::default(), 0, 200).unwrap();
+            store.runs_page(&RunFilter::default(), None, 200).unwrap();
         }),
         ("run + definition", &|| {
             store.run(&run_id).unwrap();

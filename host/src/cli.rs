@@ -90,11 +90,18 @@ pub(crate) enum Cmd {
         /// Only runs in this status; repeat it or give a list (`--status waiting,review`).
         #[arg(long, value_name = "STATUS", value_delimiter = ',', value_parser = run_status_values())]
         status: Vec<piw_core::store::RunStatus>,
-        /// At most this many runs (the host lists at most 10000). When their results do not
-        /// all fit one reply, the oldest are left out (`result_omitted` in `--json`).
+        /// At most this many runs, newest first. When more follow, a line on stderr says so
+        /// (`more` and `next_cursor` in `--json`).
         #[arg(long, value_name = "N", default_value_t = DEFAULT_RUNS_LIMIT,
-              value_parser = clap::value_parser!(u32).range(1..=10_000))]
+              value_parser = clap::value_parser!(u32).range(1..))]
         limit: u32,
+        /// Every run, however many (the host is asked a page at a time).
+        #[arg(long, conflicts_with = "limit")]
+        all: bool,
+        /// Only the runs after this place in the list: the `next_cursor` of an earlier
+        /// `piw runs --json`.
+        #[arg(long, value_name = "CURSOR", value_parser = parse_run_list_cursor)]
+        cursor: Option<piw_core::protocol::payload::RunListCursor>,
     },
     /// Start or control one run.
     #[command(subcommand)]
@@ -158,6 +165,11 @@ fn parse_run_status(text: &str) -> Result<piw_core::store::RunStatus, String> {
             .collect();
         format!("one of {}", all.join(", "))
     })
+}
+
+fn parse_run_list_cursor(text: &str) -> Result<piw_core::protocol::payload::RunListCursor, String> {
+    piw_core::protocol::payload::RunListCursor::decode(text)
+        .ok_or_else(|| "the `next_cursor` of an earlier `piw runs --json`".to_owned())
 }
 
 #[derive(Subcommand)]

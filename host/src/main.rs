@@ -295,26 +295,54 @@ fn run(cli: Cli, json: bool) -> Result<(), CliError> {
             unfinished,
             status,
             limit,
+            all,
+            cursor,
         } => {
-            // The host leaves out the oldest runs' results when the list would not fit one
-            // reply (`result_omitted`), so only a very large `--limit` can pass the reply
-            // limit (records alone, about 600 bytes each); then say which option to change.
-            let r = connect(&paths)?
-                .call(RequestBody::RunList(payload::RunList {
-                    limit: Some(limit),
-                    session_id: session,
+            // The host answers a page at a time (as many runs as fit a reply): ask for pages
+            // until `limit` runs are here, or every run with `--all`.
+            let wanted = if all { u64::MAX } else { u64::from(limit) };
+            let mut client = connect(&paths)?;
+            let mut runs: Vec<Value> = Vec::new();
+            let mut cursor = cursor;
+            let mut more;
+            loop {
+                let page_limit = u32::try_from(wanted - runs.len() as u64)
+                    .unwrap_or(u32::MAX)
+                    .min(payload::MAX_LIST_RUNS);
+                let r = client.call(RequestBody::RunList(payload::RunList {
+                    limit: Some(page_limit),
+                    session_id: session.clone(),
                     unfinished: unfinished.then_some(true),
-                    statuses: (!status.is_empty()).then_some(status),
-                }))
-                .map_err(|e| match e {
-                    ClientError::Rejected(r) if r.code == RejectionCode::PayloadTooLarge => {
-                        CliError::Runtime(format!(
-                            "{limit} runs do not fit one reply even without their results; ask for fewer with --limit N"
-                        ))
-                    }
-                    other => other.into(),
-                })?;
-            let mut body = r.body;
+                    statuses: (!status.is_empty()).then(|| status.clone()),
+                    cursor: cursor.take(),
+                }))?;
+                let mut body = r.body;
+                runs.extend(
+                    body["runs"]
+                        .as_array_mut()
+                        .map(std::mem::take)
+                        .into_iter()
+                        .flatten(),
+                );
+                more = body["more"] == true;
+                cursor = body["next_cursor"]
+                    .as_str()
+                    .and_then(payload::RunListCursor::decode);
+                if !more || cursor.is_none() || runs.len() as u64 >= wanted {
+                    break;
+                }
+            }
+            let next_cursor = cursor.filter(|_| more).map(|c| c.encode());
+            if !json && more {
+                if let Some(next) = &next_cursor {
+                    eprintln!(
+                        "piw: more runs follow: `piw runs --all` lists every one, `--limit N` more, \
+                         `--cursor {next}` the ones after these"
+                    );
+                }
+            }
+            let mut body = json!({ "runs": runs, "more": next_cursor.is_some(),
+                                   "next_cursor": next_cursor });
             // The times as UTC text beside their Unix milliseconds: absolute, for scripts.
             for run in body["runs"].as_array_mut().into_iter().flatten() {
                 for (ms, text) in [("created_at", "started"), ("finished_at", "ended")] {

@@ -1716,59 +1716,6 @@ fn state_backup_without_a_database_says_there_is_none() {
     assert!(!backup.exists() && !h.home.exists());
 }
 
-/// A list too long for one reply even without results (a `--limit` of thousands) says which
-/// option to change. A fake host answers `run.list` as a real one would then.
-#[test]
-fn runs_that_do_not_fit_even_without_results_name_the_limit_option() {
-    use piw_core::protocol::{
-        encode_frame, read_frame, Limits, Receipt, Rejection, RejectionCode, Request, RequestBody,
-        ServerFrame,
-    };
-    use std::io::Write;
-
-    let h = home();
-    let paths = piw_core::paths::PiwPaths::for_home(h.home.clone());
-    paths.ensure_dirs().unwrap();
-    // An installation (`piw runs` reads only one that exists), which the fake host serves.
-    std::fs::write(&paths.db, "").unwrap();
-    let listener = std::os::unix::net::UnixListener::bind(&paths.socket).unwrap();
-    let host = std::thread::spawn(move || {
-        let limits = Limits::default();
-        // The probe of `ensure_host`, then the CLI's connection.
-        for _ in 0..2 {
-            let (mut s, _) = listener.accept().unwrap();
-            while let Ok(Some(body)) = read_frame(&mut s, &limits) {
-                let r = Request::decode(&body, &limits).unwrap();
-                let frame = match r.body {
-                    RequestBody::RunList(_) => ServerFrame::rejection(
-                        r.request_id.clone(),
-                        Rejection::new(RejectionCode::PayloadTooLarge, "the reply is too large"),
-                    ),
-                    _ => ServerFrame::receipt(
-                        r.request_id.clone(),
-                        Receipt::new(None, serde_json::json!({})),
-                    ),
-                };
-                if s.write_all(&encode_frame(&frame, &limits).unwrap())
-                    .is_err()
-                {
-                    break;
-                }
-            }
-        }
-    });
-    let o = piw(&h.home, &["runs", "--limit", "5000"]);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    assert!(
-        text(&o).contains("5000 runs do not fit") && text(&o).contains("--limit N"),
-        "{}",
-        text(&o)
-    );
-    // A CLI that connected only once: one more connection lets the fake host end.
-    let _ = std::os::unix::net::UnixStream::connect(&paths.socket);
-    host.join().unwrap();
-}
-
 #[test]
 fn run_start_finds_a_workflow_by_name_the_project_first_and_refuses_reserved_words() {
     let h = home();
@@ -2944,5 +2891,119 @@ fn run_start_finds_a_built_in_by_prefix_and_by_name_after_the_files() {
         message.contains("no built-in workflow \"plan-approval\"")
             && message.contains(&elsewhere.display().to_string()),
         "{message}"
+    );
+}
+
+/// Ends `n` runs in the installation's database without a host (started and cancelled in the
+/// store, a few transactions): a list of thousands of runs without launching thousands of
+/// children. The host must not be running.
+fn seed_ended_runs(h: &Home, n: usize) -> Vec<String> {
+    use piw_core::store::{ExecutionMode, Fence, NewRun, Store};
+    let mut store = Store::open(h.home.join("state.sqlite"), Default::default()).unwrap();
+    let mut ids = Vec::new();
+    for chunk in 0..n.div_ceil(500) {
+        let batch = (n - chunk * 500).min(500);
+        ids.extend(
+            store
+                .write(|w| {
+                    (0..batch)
+                        .map(|_| {
+                            let run_id = w.start_run(&NewRun {
+                                workflow_name: "seeded".into(),
+                                source_root: "/nowhere/seeded.workflow.json".into(),
+                                source_hash: "0".into(),
+                                mounted_sources: serde_json::json!({}),
+                                definition: None,
+                                input: serde_json::json!(null),
+                                origin_session: None,
+                                execution_mode: ExecutionMode::Detached,
+                                project_dir: "/nowhere".into(),
+                            })?;
+                            w.cancel(&run_id, Fence::Unclaimed, "seeded")?;
+                            Ok(run_id)
+                        })
+                        .collect::<Result<Vec<_>, _>>()
+                })
+                .unwrap(),
+        );
+    }
+    ids
+}
+
+/// `piw runs` reaches every run however many there are: the newest 100 with a hint of the
+/// rest, `--all` pages through all 2,100 (one JSON document), `--limit` past one reply pages
+/// too, and `--cursor` continues a list exactly where it ended while runs start meanwhile.
+/// Without paging the host refused a list this long as too large for a frame.
+#[test]
+fn runs_lists_thousands_of_runs_a_page_at_a_time() {
+    use std::collections::BTreeSet;
+    let h = home();
+    assert_eq!(piw(&h.home, &["host", "start"]).status.code(), Some(0));
+    assert_eq!(piw(&h.home, &["host", "stop"]).status.code(), Some(0));
+    let seeded = seed_ended_runs(&h, 2_100);
+    let ids = |doc: &Value| -> Vec<String> {
+        doc["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["run_id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+
+    let o = piw(&h.home, &["runs"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 101);
+    let hint = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        hint.contains("piw runs --all") && hint.contains("--cursor r1."),
+        "{hint}"
+    );
+
+    let o = piw(&h.home, &["runs", "--all", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let all = json_of(&o);
+    assert_eq!(all["more"], false);
+    assert_eq!(all["next_cursor"], Value::Null);
+    let listed = ids(&all);
+    let unique: BTreeSet<&String> = listed.iter().collect();
+    assert_eq!((listed.len(), unique.len()), (2_100, 2_100));
+    assert!(seeded.iter().all(|id| unique.contains(id)));
+
+    // More than one reply holds, then the rest from its cursor, with a run started between.
+    let o = piw(&h.home, &["runs", "--json", "--limit", "2050"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let first = json_of(&o);
+    assert_eq!(first["more"], true);
+    let first_ids = ids(&first);
+    assert_eq!(first_ids.len(), 2_050);
+    let file = hello_example(&h);
+    let o = piw(
+        &h.home,
+        &["run", "start", file.to_str().unwrap(), "--wait", "--json"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let newer = json_of(&o)["run"]["run_id"].as_str().unwrap().to_owned();
+    let cursor = first["next_cursor"].as_str().unwrap();
+    let o = piw(&h.home, &["runs", "--json", "--cursor", cursor]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let rest = json_of(&o);
+    assert_eq!(rest["more"], false);
+    let rest_ids = ids(&rest);
+    assert_eq!(rest_ids.len(), 50);
+    assert!(
+        !rest_ids.contains(&newer),
+        "a newer run is not after the cursor"
+    );
+    let together: BTreeSet<&String> = first_ids.iter().chain(&rest_ids).collect();
+    assert_eq!(together.len(), 2_100);
+    assert!(seeded.iter().all(|id| together.contains(id)));
+
+    let o = piw(&h.home, &["runs", "--cursor", "page-2"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert_eq!(
+        piw(&h.home, &["runs", "--all", "--limit", "5"])
+            .status
+            .code(),
+        Some(2)
     );
 }

@@ -127,14 +127,42 @@ export class Client {
     return this.#body('host.status');
   }
 
-  /** Runs, newest first. */
+  /**
+   * Runs, newest first: one page (`limit`, default 100; fewer when their records do not fit
+   * one reply). `cursor`: the `nextCursor` of an earlier `listRunsPage`, for the runs after it.
+   */
   async listRuns(options = {}) {
+    return (await this.listRunsPage(options)).runs;
+  }
+
+  /**
+   * One page of `listRuns` with where the next starts: `{ runs, more, nextCursor }`. Pass
+   * `nextCursor` back as `cursor` (with the same filters) until `more` is false: every run that
+   * existed when the paging began comes exactly once, whatever starts or ends meanwhile.
+   */
+  async listRunsPage(options = {}) {
     const body = await this.#body('run.list', {}, {
       limit: options.limit ?? null,
       session_id: options.sessionId ?? null,
       unfinished: options.unfinished ?? null,
+      statuses: options.statuses ?? null,
+      cursor: options.cursor ?? null,
     });
-    return body.runs;
+    return { runs: body.runs, more: body.more === true, nextCursor: body.next_cursor ?? null };
+  }
+
+  /**
+   * Every run (of the filters), newest first, a page at a time: `for await (const run of
+   * client.allRuns({ unfinished: true })) ...`. `limit` is the size of each page asked for.
+   */
+  async *allRuns(options = {}) {
+    let cursor = options.cursor ?? null;
+    for (;;) {
+      const page = await this.listRunsPage({ ...options, cursor });
+      yield* page.runs;
+      if (!page.more || page.nextCursor === null) return;
+      cursor = page.nextCursor;
+    }
   }
 
   /**

@@ -2,6 +2,8 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { existsSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { DatabaseSync } from 'node:sqlite';
 import { after, before, test } from 'node:test';
 
 import { Client, PiwError } from '../index.js';
@@ -154,6 +156,79 @@ test('listRuns({ unfinished: true }) lists the runs that have not ended, past an
   assert.deepEqual(ids(await c.listRuns({ sessionId: mine, unfinished: true, limit: 1 })), [waiting]);
   await c.cancelRun(waiting);
   assert.deepEqual(await c.listRuns({ sessionId: mine, unfinished: true }), []);
+});
+
+/**
+ * Adds `count` ended runs of `sessionId` to the host's database behind its back (one SQL
+ * statement, no children): thousands of runs in a moment. Started at `base` ms, seven at a time
+ * sharing a start time, so pages also end among equal times.
+ */
+function seedRuns(home, { sessionId, count, base, prefix }) {
+  // A project directory of 500 bytes: 2,100 records are more than one reply holds.
+  const projectDir = '/projects/' + 'p'.repeat(490);
+  const db = new DatabaseSync(join(home, 'state.sqlite'));
+  try {
+    db.exec('PRAGMA busy_timeout = 10000');
+    db.prepare(`INSERT INTO runs (run_id, workflow_name, source_root, source_hash, mounted_sources,
+        input, input_hash, origin_session, execution_mode, project_dir, status, revision,
+        created_at, updated_at, finished_at)
+      WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?)
+      SELECT printf('%s-%05d', ?, i), 'seeded', '/nowhere/seeded.workflow.json', '0', '{}',
+        'null', '0', ?, 'detached', ?, 'cancelled', 0, ? + i / 7, ? + i / 7, ? + i / 7
+      FROM n`).run(count, prefix, sessionId, projectDir, base, base, base);
+  } finally {
+    db.close();
+  }
+  return Array.from({ length: count }, (_, i) => `${prefix}-${String(i).padStart(5, '0')}`);
+}
+
+test('allRuns and listRunsPage reach every one of 2,100 runs exactly once while runs start and end', async (t) => {
+  // A host of its own: the seeded runs have no history, which diagnose would report.
+  const many = await startHost();
+  t.after(() => many.stop());
+  const c = many.client;
+  const steps = writeWorkflow(many.dir, 'steps', `export default piw.defineWorkflow({
+    name: 'steps', startAt: 'gate', nodes: { gate: piw.checkpoint({ summary: 'go on?' }) }, edges: [] });`);
+  const sessionId = 'session-many';
+  const base = Date.now() - 1_000_000;
+  const seeded = seedRuns(many.home, { sessionId, count: 2_100, base, prefix: 'run-seeded' });
+  // More than one reply holds: the page is cut to what fits and says more follow.
+  const first = await c.listRunsPage({ sessionId, limit: 10_000 });
+  assert.ok(first.runs.length > 0 && first.runs.length < 2_100, `${first.runs.length}`);
+  assert.equal(first.more, true);
+  assert.equal(typeof first.nextCursor, 'string');
+  // Newest first, equal start times by run id; the next page goes on after the first.
+  const order = seeded
+    .map((id, i) => [Math.floor(i / 7), id])
+    .sort(([a, x], [b, y]) => b - a || (x < y ? -1 : 1))
+    .map(([, id]) => id);
+  const ids = (runs) => runs.map((r) => r.run_id);
+  assert.deepEqual(ids(first.runs), order.slice(0, first.runs.length));
+  const next = await c.listRuns({ sessionId, limit: 3, cursor: first.nextCursor });
+  assert.deepEqual(ids(next), order.slice(first.runs.length, first.runs.length + 3));
+
+  // Every run once, newest first, while a newer run starts, an older one is added and a run
+  // not listed yet changes status.
+  const seen = new Map();
+  let older = null;
+  let newer = null;
+  for await (const run of c.allRuns({ sessionId })) {
+    seen.set(run.run_id, (seen.get(run.run_id) ?? 0) + 1);
+    if (seen.size === 150) {
+      newer = (await c.startRun(steps, { sessionId })).run_id;
+      [older] = seedRuns(many.home, { sessionId, count: 1, base: base - 5, prefix: 'run-older' });
+      const db = new DatabaseSync(join(many.home, 'state.sqlite'));
+      db.exec('PRAGMA busy_timeout = 10000');
+      db.prepare("UPDATE runs SET status = 'failed' WHERE run_id = ?").run(seeded[3]);
+      db.close();
+    }
+  }
+  const twice = [...seen].filter(([, n]) => n > 1);
+  assert.deepEqual(twice, []);
+  assert.deepEqual(seeded.filter((id) => !seen.has(id)), []);
+  assert.equal(seen.get(older), 1, 'a run older than the cursor is listed');
+  assert.equal(seen.has(newer), false, 'a run newer than the first page is not');
+  await c.cancelRun(newer);
 });
 
 test('an interactive submission is validated: rejected with the validate error, then accepted', async () => {

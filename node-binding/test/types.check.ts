@@ -27,6 +27,7 @@ import {
   includeWorkflow,
   includedResult,
   type RejectionCode,
+  type Run,
   type RunEvent,
 } from '../index.js';
 import { autodocWorkflow, autoplanWorkflow, planApprovalWorkflow } from '../builtins/index.js';
@@ -142,6 +143,11 @@ export async function use(): Promise<number> {
     if (e.status === 'completed') break;
   }
   const run = await client.waitForRun(run_id, { timeoutMs: 1000, untilParked: true });
+  const page = await client.listRunsPage({ unfinished: true, statuses: ['waiting'], limit: 50 });
+  const next: Run[] = page.more && page.nextCursor !== null ? await client.listRuns({ cursor: page.nextCursor }) : [];
+  for await (const each of client.allRuns({ sessionId: 's' })) {
+    if (each.run_id === next[0]?.run_id) break;
+  }
   const [interaction] = await client.listInteractions('s');
   if (interaction) {
     const { submission_id } = await client.submitInteraction(interaction, { value: 42 });

@@ -808,27 +808,68 @@ fn read_run_status(
     ))
 }
 
-/// `run.list`: list runs.
+/// `run.list`: a page of runs, newest first, with where the next page starts.
 fn read_run_list(
     store: &Store,
     reply_limit: usize,
     list: &payload::RunList,
 ) -> Result<Receipt, StoreError> {
-    let mut runs = store.list_runs_where(
+    let limit = list
+        .limit
+        .unwrap_or(payload::DEFAULT_LIST_RUNS)
+        .min(payload::MAX_LIST_RUNS);
+    // One more than asked for: whether more follow.
+    let mut runs = store.list_runs_after(
         list.session_id.as_deref(),
         list.unfinished == Some(true),
         list.statuses.as_deref().unwrap_or_default(),
-        list.limit.unwrap_or(100).min(10_000),
+        list.cursor.as_ref().map(|c| &c.0),
+        limit.saturating_add(1),
     )?;
-    // Newest first: the oldest runs' results go first.
-    let excess = reply_excess(json_len(&runs), reply_limit);
+    let mut more = runs.len() > limit as usize;
+    runs.truncate(limit as usize);
+    // As many runs as fit without their results (the rest are the next page), then the
+    // results of the newest that fit with them: the oldest runs' results go first.
+    let room = reply_room(reply_limit).saturating_sub(RUN_LIST_ENVELOPE_ROOM);
+    let fits = runs_fitting_without_results(&runs, room);
+    more |= fits < runs.len();
+    runs.truncate(fits);
+    let excess = json_len(&runs).saturating_sub(room);
     omit_until_it_fits(
         runs.iter_mut()
             .rev()
             .map(|r| (r.result.get_or_insert(Value::Null), &mut r.result_omitted)),
         excess,
     );
-    Ok(Receipt::new(None, json!({ "runs": runs })))
+    let next_cursor = more
+        .then(|| runs.last().map(|r| payload::RunListCursor(r.list_key())))
+        .flatten();
+    Ok(Receipt::new(
+        None,
+        json!({ "runs": runs, "more": next_cursor.is_some(), "next_cursor": next_cursor }),
+    ))
+}
+
+/// What a `run.list` body takes besides its runs: `more` and the longest `next_cursor` (a
+/// run id is at most a text argument's length; counted generously).
+const RUN_LIST_ENVELOPE_ROOM: usize = 512;
+
+/// How many of `runs`, from the first, fit `room` bytes of JSON once their results are left
+/// out (at least the first: a run's record without its result is far under a frame).
+fn runs_fitting_without_results(runs: &[crate::store::RunRecord], room: usize) -> usize {
+    // A left-out result is `null` and its mark.
+    const OMITTED: usize = r#"null,"result_omitted":true"#.len();
+    let mut used = 2usize;
+    runs.iter()
+        .take_while(|run| {
+            let result = run.result.as_ref().map_or(4, json_len);
+            let without = json_len(run).saturating_sub(result) + OMITTED;
+            used = used.saturating_add(without + 1);
+            used <= room
+        })
+        .count()
+        .max(1)
+        .min(runs.len())
 }
 
 /// `interaction.list`: list pending interactive requests of a Pi session.

@@ -49,10 +49,12 @@ pub const DEFAULT_STATUS_ATTEMPTS: u32 = 100;
 /// The most attempts one `run.status` reply includes.
 pub const MAX_STATUS_ATTEMPTS: u32 = 1000;
 
-/// Payload of `run.list`. Every field is a filter; absent means "no filter".
+/// Payload of `run.list`. Every field but `cursor` and `limit` is a filter; absent means
+/// "no filter".
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunList {
-    /// At most this many runs, newest first.
+    /// At most this many runs, newest first (default [`DEFAULT_LIST_RUNS`], at most
+    /// [`MAX_LIST_RUNS`]); fewer when that many do not fit one reply.
     pub limit: Option<u32>,
     /// Only runs started from this Pi session.
     pub session_id: Option<String>,
@@ -63,6 +65,56 @@ pub struct RunList {
     /// Only runs in one of these statuses (an empty list filters nothing).
     #[serde(default)]
     pub statuses: Option<Vec<crate::store::RunStatus>>,
+    /// The runs after this place in the list: the `next_cursor` of the previous reply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<RunListCursor>,
+}
+
+/// How many runs `run.list` lists when not asked for a number.
+pub const DEFAULT_LIST_RUNS: u32 = 100;
+/// The most runs one `run.list` reply lists.
+pub const MAX_LIST_RUNS: u32 = 10_000;
+
+/// Where a run list continues (`run.list`'s `next_cursor`, given back as its `cursor`): the
+/// place of the last run listed, which never changes, so paging is not disturbed by runs that
+/// start or change status meanwhile. Opaque to clients: they pass on what the host gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunListCursor(pub crate::store::RunListKey);
+
+impl RunListCursor {
+    const PREFIX: &'static str = "r1.";
+
+    /// The cursor as it travels: `r1.<created_at>.<run_id>`.
+    pub fn encode(&self) -> String {
+        format!("{}{}.{}", Self::PREFIX, self.0.created_at, self.0.run_id)
+    }
+
+    /// A cursor from its text; `None` for text no host made.
+    pub fn decode(text: &str) -> Option<Self> {
+        let (created_at, run_id) = text.strip_prefix(Self::PREFIX)?.split_once('.')?;
+        let created_at = created_at.parse().ok()?;
+        (!run_id.is_empty()).then(|| {
+            Self(crate::store::RunListKey {
+                created_at,
+                run_id: run_id.to_owned(),
+            })
+        })
+    }
+}
+
+impl Serialize for RunListCursor {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.encode())
+    }
+}
+
+impl<'de> Deserialize<'de> for RunListCursor {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Self::decode(&text).ok_or_else(|| {
+            serde::de::Error::custom(format!("cursor {text:?} is not a run list's next_cursor"))
+        })
+    }
 }
 
 /// Payload of `run.cancel`.

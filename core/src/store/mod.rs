@@ -49,7 +49,7 @@ pub use lifecycle::{
 pub use model::*;
 pub use read::{
     AttemptRecord, ClaimInfo, DecisionRecord, EffectRecord, EventRecord, InteractionRecord,
-    MessageRecord, RunRecord, RunView, SubmissionRecord, SubmissionSummary,
+    MessageRecord, RunListKey, RunRecord, RunView, SubmissionRecord, SubmissionSummary,
 };
 pub use receipts::{CommandMeta, CommandOutcome, StoredReceipt};
 pub use schema::{ddl_digest, DDL, SCHEMA_ID};

@@ -36,6 +36,24 @@ pub struct RunRecord {
     pub finished_at: Option<UnixMillis>,
 }
 
+/// A run's place in a run list: lists are ordered by start time, newest first, then by run id.
+/// Neither changes in a run's life, so a page that ends at a key continues where it ended.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RunListKey {
+    pub created_at: UnixMillis,
+    pub run_id: String,
+}
+
+impl RunRecord {
+    /// The run's place in a run list.
+    pub fn list_key(&self) -> RunListKey {
+        RunListKey {
+            created_at: self.created_at,
+            run_id: self.run_id.clone(),
+        }
+    }
+}
+
 /// The claim's public face: who and which generation, never the token or its hash.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ClaimInfo {
@@ -254,6 +272,21 @@ impl Store {
         statuses: &[RunStatus],
         limit: u32,
     ) -> StoreResult<Vec<RunRecord>> {
+        self.list_runs_after(session, unfinished_only, statuses, None, limit)
+    }
+
+    /// [`Store::list_runs_where`], continued after the run whose place in the list is `after`
+    /// (the [`RunListKey`] of the last run of the previous page). The order is by key, and a
+    /// run's key never changes, so paging lists every run that existed when it began exactly
+    /// once, whatever is inserted or changes status meanwhile.
+    pub fn list_runs_after(
+        &self,
+        session: Option<&str>,
+        unfinished_only: bool,
+        statuses: &[RunStatus],
+        after: Option<&RunListKey>,
+        limit: u32,
+    ) -> StoreResult<Vec<RunRecord>> {
         // The statuses travel as one JSON array: one prepared statement whatever their number.
         let statuses = (!statuses.is_empty()).then(|| {
             Value::from(statuses.iter().map(|s| s.as_str()).collect::<Vec<_>>()).to_string()
@@ -262,10 +295,18 @@ impl Store {
             "SELECT {RUN_COLUMNS} FROM runs WHERE (?1 IS NULL OR origin_session = ?1)
                AND (?3 = 0 OR status NOT IN ({TERMINAL_STATUSES}))
                AND (?4 IS NULL OR status IN (SELECT value FROM json_each(?4)))
+               AND (?5 IS NULL OR created_at < ?5 OR (created_at = ?5 AND run_id > ?6))
              ORDER BY created_at DESC, run_id LIMIT ?2"
         ))?;
         let rows = stmt.query_map(
-            params![session, limit, unfinished_only, statuses],
+            params![
+                session,
+                limit,
+                unfinished_only,
+                statuses,
+                after.map(|k| k.created_at),
+                after.map(|k| k.run_id.as_str())
+            ],
             run_from_row,
         )?;
         rows.map(|row| {

@@ -48,6 +48,8 @@ CREATE TABLE runs (
 );
 CREATE INDEX runs_by_status ON runs (status);
 CREATE INDEX runs_by_session ON runs (origin_session);
+-- Run lists: newest first, each page continuing after the key of the last one's last run.
+CREATE INDEX runs_by_start ON runs (created_at DESC, run_id);
 
 -- Exactly one row per run. The generation survives release so it is never reused.
 CREATE TABLE claims (

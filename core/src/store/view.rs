@@ -6,7 +6,7 @@ use rusqlite::{params, OptionalExtension as _};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::read::{AttemptRecord, EffectRecord, EventRecord};
+use super::read::{AttemptRecord, EffectRecord, EventRecord, RunListKey};
 use super::{parse_status, RunStatus, Store, StoreError, StoreResult};
 use crate::clock::UnixMillis;
 use crate::protocol::outcome_word;
@@ -32,6 +32,16 @@ pub struct RunSummary {
     pub revision: u64,
     pub created_at: UnixMillis,
     pub updated_at: UnixMillis,
+}
+
+impl RunSummary {
+    /// The run's place in a run list.
+    pub fn list_key(&self) -> RunListKey {
+        RunListKey {
+            created_at: self.created_at,
+            run_id: self.run_id.clone(),
+        }
+    }
 }
 
 /// What one node of a run has done so far, over all its attempts.
@@ -247,11 +257,13 @@ impl Store {
             .query_row("PRAGMA data_version", [], |r| r.get(0))?)
     }
 
-    /// A page of runs, newest first, and how many runs match `filter` in all.
+    /// A page of runs, newest first, continued after the run whose place is `after` (the last
+    /// of the previous page, whose key stays put whatever starts meanwhile: no run is shown
+    /// twice or skipped), and how many runs match `filter` in all.
     pub fn runs_page(
         &self,
         filter: &RunFilter,
-        offset: u64,
+        after: Option<&RunListKey>,
         limit: u32,
     ) -> StoreResult<(Vec<RunSummary>, u64)> {
         let status = filter.status.map(|s| s.as_str());
@@ -267,14 +279,16 @@ impl Store {
             "SELECT run_id, workflow_name, origin_session, status, paused, current_node, revision,
                     created_at, updated_at
              FROM runs WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR origin_session = ?2)
-             ORDER BY created_at DESC, run_id LIMIT ?3 OFFSET ?4",
+               AND (?4 IS NULL OR created_at < ?4 OR (created_at = ?4 AND run_id > ?5))
+             ORDER BY created_at DESC, run_id LIMIT ?3",
         )?;
         let rows = stmt.query_map(
             params![
                 status,
                 session,
                 i64::from(limit),
-                i64::try_from(offset).unwrap_or(i64::MAX)
+                after.map(|k| k.created_at),
+                after.map(|k| k.run_id.as_str())
             ],
             summary_from_row,
         )?;

@@ -239,11 +239,38 @@ class Client:
         ``last_child``."""
         return self.call("run.status", {"run_id": run_id})["body"]
 
-    def runs(self, *, limit: Optional[int] = None, session_id: Optional[str] = None) -> list:
-        """Runs, newest first."""
-        payload = {k: v for k, v in {"limit": limit, "session_id": session_id}.items()
+    def runs(self, *, limit: Optional[int] = None, session_id: Optional[str] = None,
+             unfinished: Optional[bool] = None, statuses: Optional[list] = None,
+             cursor: Optional[str] = None) -> list:
+        """One page of runs, newest first (``limit``, default 100; fewer when their records do
+        not fit one reply), after ``cursor`` (a page's ``next_cursor``) when given."""
+        return self.runs_page(limit=limit, session_id=session_id, unfinished=unfinished,
+                              statuses=statuses, cursor=cursor)["runs"]
+
+    def runs_page(self, *, limit: Optional[int] = None, session_id: Optional[str] = None,
+                  unfinished: Optional[bool] = None, statuses: Optional[list] = None,
+                  cursor: Optional[str] = None) -> dict:
+        """``runs`` with ``more`` and ``next_cursor``: pass ``next_cursor`` back as ``cursor``
+        (same filters) until ``more`` is false."""
+        payload = {k: v for k, v in {"limit": limit, "session_id": session_id,
+                                     "unfinished": unfinished, "statuses": statuses,
+                                     "cursor": cursor}.items()
                    if v is not None}
-        return self.call("run.list", payload=payload)["body"]["runs"]
+        return self.call("run.list", payload=payload)["body"]
+
+    def all_runs(self, *, limit: Optional[int] = None, session_id: Optional[str] = None,
+                 unfinished: Optional[bool] = None,
+                 statuses: Optional[list] = None) -> Iterator[dict]:
+        """Every run of the filters, newest first, a page (of up to ``limit``) at a time: each
+        run that existed when it began exactly once, whatever starts or ends meanwhile."""
+        cursor = None
+        while True:
+            page = self.runs_page(limit=limit, session_id=session_id, unfinished=unfinished,
+                                  statuses=statuses, cursor=cursor)
+            yield from page["runs"]
+            if not page.get("more") or page.get("next_cursor") is None:
+                return
+            cursor = page["next_cursor"]
 
     def pause(self, run_id: str) -> dict:
         return self.call("run.pause", {"run_id": run_id})["body"]

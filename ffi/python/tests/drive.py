@@ -1,9 +1,11 @@
 """Drives a real host through the installed piw package (run by ffi/tests/python_package.rs in a
 fresh virtual environment): start, follow, answer, submit (rejected, then accepted), decide,
-wait, and the typed errors. Prints `ok` at the end; any failure raises."""
+wait, the typed errors, and paging through thousands of runs. Prints `ok` at the end; any
+failure raises."""
 
 import json
 import os
+import sqlite3
 import sys
 
 import piw
@@ -71,6 +73,40 @@ with piw.Client() as client:
     except piw.Rejected as e:
         assert e.code == "invalid_transition", e.code
     assert [r["run_id"] for r in client.runs()] == [run_id]
+
+    # Thousands of runs, added behind the host's back (ended, no children): every one is
+    # reached, exactly once, while a run older than the cursor is added between pages.
+    home = os.environ["PIW_HOME"]
+    project = "/projects/" + "p" * 490  # 2,100 records are more than one reply holds
+
+    def seed(count, base, prefix):
+        db = sqlite3.connect(os.path.join(home, "state.sqlite"), timeout=10)
+        with db:
+            db.executemany(
+                "INSERT INTO runs (run_id, workflow_name, source_root, source_hash,"
+                " mounted_sources, input, input_hash, origin_session, execution_mode,"
+                " project_dir, status, revision, created_at, updated_at, finished_at)"
+                " VALUES (?, 'seeded', '/nowhere/s.workflow.json', '0', '{}', 'null', '0',"
+                " 'many', 'detached', ?, 'cancelled', 0, ?, ?, ?)",
+                [(f"{prefix}-{i:05d}", project, base + i // 7, base + i // 7, base + i // 7)
+                 for i in range(count)])
+        db.close()
+        return [f"{prefix}-{i:05d}" for i in range(count)]
+
+    base = run["created_at"] - 1_000_000
+    seeded = seed(2_100, base, "run-seeded")
+    first = client.runs_page(session_id="many", limit=10_000)
+    assert first["more"] and 0 < len(first["runs"]) < 2_100, len(first["runs"])
+    seen = {}
+    older = None
+    for r in client.all_runs(session_id="many"):
+        seen[r["run_id"]] = seen.get(r["run_id"], 0) + 1
+        if len(seen) == 150:
+            [older] = seed(1, base - 5, "run-older")
+    assert all(n == 1 for n in seen.values()), [k for k, n in seen.items() if n > 1]
+    assert set(seeded) <= set(seen) and seen[older] == 1, len(seen)
+    after = client.runs(session_id="many", limit=3, cursor=first["next_cursor"])
+    assert not {r["run_id"] for r in after} & {r["run_id"] for r in first["runs"]}
 
 try:
     client.status(run_id)

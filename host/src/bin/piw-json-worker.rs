@@ -24,6 +24,10 @@
 //! (`agent` / `assistant_message`), `validate` (`{"field": "value"}` the submission must contain;
 //! `validate_sleep_ms` delays the verdict),
 //! `close_connection_and_hang` (shut the connection to the host down and run on for ever),
+//! `chatter` (`{updates, keys, notifies, pad_bytes}`: a chatty child, far past the host's event
+//! budget: `updates` workflow updates of type `soak.chatter` over `keys` keys, each
+//! `{"i": i, "pad": ...}` of `pad_bytes`, with `notifies` notify calls spread among them; the
+//! latest update of key `k` is the last `i` with `i % keys == k`),
 //! `notify` (content), `propose_next` (propose this node instead of the routed one: a
 //! misbehaving child, for tests of the host's graph check). A top-level `"batch_compute": true`
 //! reports consecutive plain compute steps together (`Worker::defer_transition`).
@@ -299,6 +303,9 @@ fn execute(w: &mut Worker, b: &Value, input: &Value) -> Result<Step, WorkerError
     if b["spin_forever"].as_bool() == Some(true) {
         spin(None);
     }
+    if let Some(chatter) = b.get("chatter") {
+        chatter_step(w, chatter)?;
+    }
     if let Some(content) = b.get("notify") {
         w.notify(content.clone())?;
     }
@@ -521,4 +528,25 @@ fn str_of(v: &Value) -> String {
 extern "C" {
     #[link_name = "signal"]
     fn libc_signal(sig: i32, handler: usize) -> usize;
+}
+
+/// The `chatter` behaviour: many more progress and notify calls than the host keeps events
+/// for (it drops the excess and counts it; the latest update per key is always kept).
+fn chatter_step(w: &mut Worker, chatter: &Value) -> Result<(), WorkerError> {
+    let updates = chatter["updates"].as_u64().unwrap_or(0);
+    let keys = chatter["keys"].as_u64().unwrap_or(1).max(1);
+    let notifies = chatter["notifies"].as_u64().unwrap_or(0);
+    let pad = "c".repeat(chatter["pad_bytes"].as_u64().unwrap_or(0) as usize);
+    let every = updates.checked_div(notifies).unwrap_or(u64::MAX).max(1);
+    let mut notified = 0;
+    for i in 0..updates {
+        let update = json!({ "type": "soak.chatter", "key": format!("k{}", i % keys),
+                             "data": { "i": i, "pad": pad } });
+        w.progress("chatter", update)?;
+        if i % every == 0 && notified < notifies {
+            w.notify(json!({ "text": "chatter", "i": i, "pad": pad }))?;
+            notified += 1;
+        }
+    }
+    Ok(())
 }

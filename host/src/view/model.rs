@@ -27,7 +27,7 @@ pub struct RunsModel {
 
 impl RunsModel {
     pub fn load(store: &Store, filter: RunFilter) -> StoreResult<Self> {
-        let (rows, total) = store.runs_page(&filter, 0, RUNS_PAGE)?;
+        let (rows, total) = store.runs_page(&filter, None, RUNS_PAGE)?;
         Ok(Self {
             filter,
             rows,
@@ -41,7 +41,7 @@ impl RunsModel {
         let keep = self.selected_run().map(str::to_owned);
         // As many runs as were loaded (more pages once the person scrolled past the first).
         let loaded = u32::try_from(self.rows.len()).unwrap_or(u32::MAX);
-        let (rows, total) = store.runs_page(&self.filter, 0, loaded.max(RUNS_PAGE))?;
+        let (rows, total) = store.runs_page(&self.filter, None, loaded.max(RUNS_PAGE))?;
         self.rows = rows;
         self.total = total;
         self.selected = keep
@@ -59,7 +59,10 @@ impl RunsModel {
     pub fn move_by(&mut self, store: &Store, delta: isize) -> StoreResult<()> {
         let wanted = self.selected.saturating_add_signed(delta);
         if wanted >= self.rows.len() && (self.rows.len() as u64) < self.total {
-            let (more, total) = store.runs_page(&self.filter, self.rows.len() as u64, RUNS_PAGE)?;
+            // After the last run loaded, not at an offset: runs started since the first page
+            // would shift an offset and show its last run again.
+            let after = self.rows.last().map(RunSummary::list_key);
+            let (more, total) = store.runs_page(&self.filter, after.as_ref(), RUNS_PAGE)?;
             self.rows.extend(more);
             self.total = total;
         }

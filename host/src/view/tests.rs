@@ -904,6 +904,66 @@ fn the_run_list_loads_the_next_page_when_the_selection_passes_the_last_run() {
     assert_eq!(app.runs.selected_run(), Some(oldest.as_str()));
 }
 
+/// The run list reaches every one of thousands of runs, a page at a time, each listed once
+/// although runs start while the person scrolls (an offset page showed runs again).
+#[test]
+fn the_run_list_reaches_every_run_once_while_runs_start() {
+    let mut f = Fixture::new();
+    let new_run = || NewRun {
+        workflow_name: "many".into(),
+        source_root: "/tmp/w.workflow.json".into(),
+        source_hash: "abc".into(),
+        mounted_sources: json!({}),
+        definition: None,
+        input: json!(null),
+        origin_session: None,
+        execution_mode: ExecutionMode::Detached,
+        project_dir: "/tmp".into(),
+    };
+    let mut seeded = Vec::new();
+    // Runs of one transaction share a start time: pages also end among equal times.
+    for _ in 0..21 {
+        seeded.extend(
+            f.store
+                .write(|w| {
+                    (0..100)
+                        .map(|_| w.start_run(&new_run()))
+                        .collect::<Result<Vec<_>, _>>()
+                })
+                .unwrap(),
+        );
+        f.clock.advance(1);
+    }
+    let mut app = App::load(&f.store, RunFilter::default(), None).unwrap();
+    let mut pages = 1;
+    // 2,100 runs at 10 a key: a bound only a list that never reaches its end passes.
+    for _ in 0..1_000 {
+        if app.runs.selected_run() == Some(seeded[0].as_str()) {
+            break;
+        }
+        let loaded = app.runs.rows.len();
+        app.key(&f.store, KeyCode::PageDown).unwrap();
+        if app.runs.rows.len() > loaded {
+            pages += 1;
+            // Three newer runs start after each page.
+            f.store
+                .write(|w| (0..3).try_for_each(|_| w.start_run(&new_run()).map(drop)))
+                .unwrap();
+        }
+    }
+    assert_eq!(
+        app.runs.selected_run(),
+        Some(seeded[0].as_str()),
+        "the oldest run is reached ({pages} pages)"
+    );
+    let mut ids: Vec<&str> = app.runs.rows.iter().map(|r| r.run_id.as_str()).collect();
+    assert_eq!(ids.len(), seeded.len(), "each run once");
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), seeded.len(), "no run twice");
+    assert!(app.runs.total > seeded.len() as u64);
+}
+
 fn line_with<'a>(text: &'a str, needle: &str) -> &'a str {
     text.lines()
         .find(|l| l.contains(needle))

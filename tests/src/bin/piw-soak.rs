@@ -10,7 +10,9 @@
 //! written, whole or in part, on a connection closed before the reply), a stalled host
 //! (SIGSTOP, then SIGCONT), malformed frames, a full disk for a while (`PIW_FAULT=disk_full`:
 //! commands refused, sent again), a host whose log is a pipe nobody reads, a burst of idle
-//! connections past the host's connection cap. A command whose connection broke is sent again
+//! connections past the host's connection cap, a chatty child (a run whose node sends progress
+//! updates and notify calls far past its event budget: the excess is dropped and counted, the
+//! latest update per key kept). A command whose connection broke is sent again
 //! with the same request id (as a client that retries must), so a command the host committed
 //! before it died is replayed, never applied twice. Which workflow, which answer and which
 //! fault come next is drawn from one seeded RNG, so a seed replays the same schedule (the
@@ -71,8 +73,11 @@ enum Kind {
     Decision,
     Interact,
     Notify,
+    /// A chatty child: progress updates and notify calls far past the run's event budget.
+    Chatty,
 }
 
+/// The mix of runs the schedule starts (a chatty run is started as a fault).
 const KINDS: [Kind; 7] = [
     Kind::Pure,
     Kind::EffectNever,
@@ -82,6 +87,13 @@ const KINDS: [Kind; 7] = [
     Kind::Interact,
     Kind::Notify,
 ];
+
+/// What a chatty run's node emits: far past the event budget's burst (100), its rate (20 a
+/// second) and, with the pads, past an attempt's bytes when kept.
+const CHATTER_UPDATES: u64 = 1_500;
+const CHATTER_KEYS: u64 = 4;
+const CHATTER_NOTIFIES: u64 = 400;
+const CHATTER_PAD_BYTES: u64 = 1_024;
 
 /// One run of the mix: what it was given and what the host acknowledged.
 struct Plan {
@@ -122,6 +134,8 @@ struct Tally {
     lost: u64,
     doubled: u64,
     unexpected: u64,
+    /// Progress and notify events the host dropped over chatty runs' budgets.
+    chatter_dropped: u64,
 }
 
 struct Soak {
@@ -366,6 +380,19 @@ impl Soak {
             4 => {
                 self.count("malformed_frame");
                 self.malformed_frame(param);
+            }
+            5 if param.is_multiple_of(2) => {
+                // A chatty child: a run whose node emits progress and notify calls far past
+                // its event budget (the host drops and counts the excess), among the faults.
+                let active = self
+                    .plans
+                    .iter()
+                    .filter(|p| p.final_status.is_none())
+                    .count();
+                if active < MAX_ACTIVE {
+                    self.count("chatty_child");
+                    self.start(Kind::Chatty, ((param >> 8) % 999_999) as i64 + 1, 0)?;
+                }
             }
             6 => {
                 // The disk holding the database is full for a while (`PIW_FAULT=disk_full`):
@@ -724,6 +751,15 @@ impl Soak {
                                          "return": {"value": value}},
                        "c": {"sleep_ms": sleep_ms / 2}}),
             ),
+            Kind::Chatty => (
+                json!({"a": {"kind": "compute"}, "b": {"kind": "notify"}, "c": {"kind": "compute"}}),
+                json!({"a": first,
+                       "b": {"chatter": {"updates": CHATTER_UPDATES, "keys": CHATTER_KEYS,
+                                         "notifies": CHATTER_NOTIFIES,
+                                         "pad_bytes": CHATTER_PAD_BYTES},
+                             "return": {"value": value}},
+                       "c": {"sleep_ms": sleep_ms / 2}}),
+            ),
         };
         let mut edges = vec![json!({"from": "a", "to": "b"})];
         if nodes.get("c").is_some() {
@@ -1011,6 +1047,58 @@ impl Soak {
                         );
                     }
                 }
+                Kind::Chatty => {
+                    // The excess was dropped and counted, what was kept is within the budget,
+                    // and the latest update of each key is the last one sent.
+                    let notes = messages.iter().filter(|m| m.kind == "notify").count();
+                    if notes != 1 {
+                        let t = if notes > 1 {
+                            &mut self.tally.doubled
+                        } else {
+                            &mut self.tally.lost
+                        };
+                        bad(format!("{notes} notify messages"), t);
+                    }
+                    if *result != expected_value {
+                        bad(format!("result {result}"), &mut self.tally.unexpected);
+                    }
+                    let dropped = s["events_dropped"].as_u64().unwrap_or(0);
+                    self.tally.chatter_dropped += dropped;
+                    let attempts = store
+                        .attempts(run_id)?
+                        .iter()
+                        .filter(|a| a.node_id == "b")
+                        .count() as i64;
+                    let kept = store
+                        .events(run_id, 0)?
+                        .iter()
+                        .filter(|e| e.kind == "progress" || e.kind == "notified")
+                        .count() as i64;
+                    if dropped == 0
+                        || kept > piw_core::store::MAX_RUN_EVENTS
+                        || kept > attempts * piw_core::store::MAX_ATTEMPT_EVENTS
+                    {
+                        bad(
+                            format!("chatter: {kept} events kept over {attempts} attempts, {dropped} dropped"),
+                            &mut self.tally.unexpected,
+                        );
+                    }
+                    for k in 0..CHATTER_KEYS {
+                        let key = format!("k{k}");
+                        let last = (0..CHATTER_UPDATES).rev().find(|i| i % CHATTER_KEYS == k);
+                        let latest = s["updates"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .find(|u| u["type"] == "soak.chatter" && u["key"] == key.as_str());
+                        if latest.map(|u| &u["data"]["i"]) != Some(&json!(last)) {
+                            bad(
+                                format!("chatter: the latest update of {key} is {latest:?}, not i={last:?}"),
+                                &mut self.tally.lost,
+                            );
+                        }
+                    }
+                }
                 Kind::Notify => {
                     let notes = messages.iter().filter(|m| m.kind == "notify").count();
                     if notes != 1 {
@@ -1051,6 +1139,10 @@ impl Soak {
             .collect();
         eprintln!("piw-soak: faults: {}", detail.join(" "));
         eprintln!("piw-soak: first faults: {}", self.fault_log.join(" "));
+        eprintln!(
+            "piw-soak: chatty runs dropped {} progress and notify events over their budgets",
+            self.tally.chatter_dropped
+        );
         println!(
             "soak seed={} faults={faults} runs={} completed={completed} lost={} doubled={} diagnose={} review={review} frames={}",
             self.seed,
