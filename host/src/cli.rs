@@ -195,8 +195,9 @@ pub(crate) enum RunCmd {
     Start {
         #[arg(value_name = "NAME|builtin:ID|PATH")]
         workflow: String,
-        /// The run's input as JSON.
-        #[arg(long, default_value = "null", value_parser = parse_json)]
+        /// The run's input as JSON; without it `{}`, as a start from Pi gives (workflows
+        /// written for pi-workflows read fields of their input, `input.task`, unguarded).
+        #[arg(long, default_value = "{}", value_parser = parse_json)]
         input: Value,
         /// The origin Pi session.
         #[arg(long)]

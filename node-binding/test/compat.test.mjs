@@ -1,11 +1,13 @@
 // Workflow files written for pi-workflows 0.12.1, in the style of its docs and examples, run
 // through a real host: what runs unchanged, and each difference node-binding/README.md lists.
 import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
 import { appendFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
+import { promisify } from 'node:util';
 
-import { sleep, startHost } from './helpers.mjs';
+import { hostBin, sleep, startHost } from './helpers.mjs';
 
 let host;
 let project;
@@ -866,4 +868,38 @@ export default defineWorkflow({
     () => defineWorkflow({ name: 'bad', startAt: 'a', presentationPrompt: 42, nodes: { a: compute({ run: () => 1 }) }, edges: [] }),
     /presentationPrompt must be a string or a function/,
   );
+});
+
+test('`piw run start <name>` without --input gives the workflow {}, as a start from Pi does: a file that reads input.text unguarded runs', async () => {
+  write(
+    'greet.workflow.ts',
+    `import { compute, defineWorkflow, shell } from "@osolmaz/pi-workflows";
+
+type GreetInput = {
+  name?: string;
+};
+
+/** A shell step and no agent: run from the command line, with no input. */
+export default defineWorkflow({
+  name: "greet",
+  startAt: "say",
+  nodes: {
+    say: shell({
+      exec: ({ input }) => ({ command: "printf", args: ["hello %s", (input as GreetInput).name ?? "world"], timeoutMs: 10_000 }),
+      parse: (result) => ({ stdout: result.stdout }),
+    }),
+    finish: compute({ run: ({ input, outputs }) => ({ said: (outputs.say as { stdout: string }).stdout, input }) }),
+  },
+  edges: [{ from: "say", to: "finish" }],
+});
+`,
+  );
+  // A run that did not complete exits non-zero: its JSON is on stdout all the same.
+  const { stdout } = await promisify(execFile)(hostBin, ['run', 'start', 'greet', '--wait', '--json'], {
+    cwd: project,
+    env: { PATH: process.env.PATH, HOME: host.dir, PIW_HOME: host.home },
+  }).catch((e) => e);
+  const { run } = JSON.parse(stdout);
+  assert.equal(run.status, 'completed', run.error);
+  assert.deepEqual(run.result, { said: 'hello world', input: {} });
 });
