@@ -1,4 +1,6 @@
-// autoimplement: carries out a plan that was already chosen. The model implements it; the
+// autoimplement: carries out a plan that was already chosen. Given only the task, the model
+// first finds that plan where the project keeps its plans (the input's `documents`, else its
+// docs); none found ends the run `blocked` before anything changes. The model implements it; the
 // workflow runs the project's own checks (a bounded command batch, one progress track in the
 // widget) and sends failures back for another round; the model then reviews the change, and
 // P0-P2 findings go back for another round until a review finds none (each finding keeps its
@@ -10,11 +12,11 @@
 // Exits: `completed` (what was done, checked, reviewed, committed and what CI said) or
 // `blocked` (the stage, why, and the evidence).
 import { execFileSync } from 'node:child_process';
-import { accessSync, constants } from 'node:fs';
+import { accessSync, constants, statSync } from 'node:fs';
 import { delimiter, isAbsolute, join, normalize, sep } from 'node:path';
 
 import { action, agent, compute, defineWorkflow, idempotentEffect, manualEffect, runCommandBatch } from '../index.js';
-import { optionalText, planDigest, planSections, record, sectionsText, text, texts } from './plan.mjs';
+import { checkPlan, optionalText, planDigest, planSections, record, sectionsText, text, texts } from './plan.mjs';
 
 /** Rounds of implementation after the first (failing checks, review findings, failing CI). */
 const DEFAULT_MAX_ROUNDS = 4;
@@ -68,18 +70,24 @@ function bounded(value, fallback, what, min, max) {
 }
 
 /**
- * `{ task, plan, planDigest?, checks?, maxRounds?, maxReviews?, concurrency?, commit?, push?,
- * ciTimeoutMs? }`.
+ * `{ task, plan?, planDigest?, documents?, checks?, maxRounds?, maxReviews?, concurrency?,
+ * commit?, push?, ciTimeoutMs? }`: without `plan`, the task names the work whose plan the
+ * model finds (in `documents` when given).
  */
 function readInput(raw) {
   const input = record(raw ?? {}, 'autoimplement input');
-  if (input.plan === undefined || input.plan === null) throw new Error('autoimplement input needs plan (the plan to carry out; autoplan or plan-change makes one)');
+  const given = input.plan !== undefined && input.plan !== null;
+  if (!given && (typeof input.task !== 'string' || input.task.trim() === '')) {
+    throw new Error('autoimplement input needs task (the work whose chosen plan it finds and carries out), or plan (the plan to carry out)');
+  }
   const ciTimeoutMs = input.ciTimeoutMs ?? DEFAULT_CI_TIMEOUT_MS;
   if (!(Number.isSafeInteger(ciTimeoutMs) && ciTimeoutMs > 0 && ciTimeoutMs <= 60 * 60_000)) throw new Error('autoimplement ciTimeoutMs must be 1 to 3600000');
   return {
     task: text(input.task ?? input.plan?.summary, 'autoimplement input task', 8_000),
-    plan: input.plan,
-    planDigest: input.planDigest === undefined ? planDigest(input.plan) : text(input.planDigest, 'autoimplement input planDigest', 200),
+    ...(given
+      ? { plan: input.plan, planDigest: input.planDigest === undefined ? planDigest(input.plan) : text(input.planDigest, 'autoimplement input planDigest', 200) }
+      : {}),
+    documents: texts(input.documents, 'autoimplement input documents', { chars: 400 }),
     ...(input.checks === undefined ? {} : { checks: checkList(input.checks, 'autoimplement input checks') }),
     maxRounds: bounded(input.maxRounds, DEFAULT_MAX_ROUNDS, 'maxRounds', 0, 20),
     maxReviews: bounded(input.maxReviews, DEFAULT_MAX_REVIEWS, 'maxReviews', 1, 10),
@@ -90,6 +98,40 @@ function readInput(raw) {
     scope: optionalText(input.scope, 'autoimplement input scope', 4_000),
   };
 }
+
+/**
+ * The plan the model found: `found` with the plan (a planning built-in's shape, or its text)
+ * and the project files it came from, each there; or `none` with the reason.
+ */
+function checkFoundPlan(value, { state }) {
+  const answer = record(value, 'the answer');
+  if (answer.route !== 'found' && answer.route !== 'none') throw new Error('route must be "found" or "none"');
+  const reason = text(answer.reason, 'reason', 4_000);
+  if (answer.route === 'none') return { route: 'none', reason };
+  const documents = texts(answer.documents, 'documents (the files the plan is written in)', { min: 1, max: 16, chars: 400 }).map((d, i) => {
+    const file = projectPath(d, `documents[${i}]`);
+    let isFile = false;
+    try {
+      isFile = statSync(join(state.projectDir, file)).isFile();
+    } catch {
+      // absent: said below
+    }
+    if (!isFile) throw new Error(`documents[${i}] ${JSON.stringify(file)} is no file in the project: name the files the plan is written in`);
+    return file;
+  });
+  let plan;
+  if (typeof answer.plan === 'string') plan = text(answer.plan, 'plan', 40_000);
+  else if (answer.plan !== null && typeof answer.plan === 'object' && !Array.isArray(answer.plan)) plan = checkPlan(answer.plan);
+  else throw new Error('plan must be { summary, steps: [{ title, detail, files? }], checks?, risks? } or the plan\'s text as written');
+  return { route: 'found', plan, planDigest: planDigest(plan), documents, reason };
+}
+
+/** The plan being carried out: the input's, or the one the model found. */
+const planOf = ({ input, outputs }) => (input.plan !== undefined ? input.plan : outputs.findPlan.plan);
+const digestOf = ({ input, outputs }) => input.planDigest ?? outputs.findPlan.planDigest;
+/** Where the plan came from, as the result says it. */
+const sourceOf = ({ input, outputs }) =>
+  input.plan !== undefined ? { from: 'input' } : { from: 'found', documents: outputs.findPlan.documents, reason: outputs.findPlan.reason };
 
 function checkImplementation(value, { state }) {
   const answer = record(value, 'the answer');
@@ -236,10 +278,32 @@ export default defineWorkflow({
   name: 'autoimplement',
   title: ({ input }) => `autoimplement: ${input.task.slice(0, 60)}`,
   input: readInput,
-  startAt: 'implement',
+  startAt: 'start',
   maxSteps: 300,
   exits: { completed: { from: 'finalize' }, blocked: { from: 'blocked' } },
   nodes: {
+    start: compute({ run: ({ input }) => ({ route: input.plan !== undefined ? 'given' : 'find' }) }),
+    findPlan: agent({
+      statusDetail: 'finding the chosen plan',
+      timeoutMs: 30 * 60_000,
+      prompt: ({ input }) =>
+        [
+          `Task: ${input.task}`,
+          '',
+          'A plan for this task was already chosen and written down; find it. Do not devise, improve or',
+          'implement a plan, and change nothing.',
+          input.documents.length
+            ? `Look in the documents the person points at: ${input.documents.join(', ')}.`
+            : 'Look where the project keeps its plans and design decisions (its docs folder, a plans directory,\nan architecture or design file; follow the project\'s own guidance such as AGENTS.md or CONTRIBUTING).',
+          '- route "found": the plan (as { summary, steps: [{ title, detail, files? }], checks?, risks? },',
+          '  or its text as written), the files it is written in (relative to the project root) and why it is this task\'s plan.',
+          '- route "none": no plan for this task is written down, or none clearly is the chosen one; say why.',
+        ].join('\n'),
+      expectedOutput:
+        '{ "route": "found" | "none", "plan"?: { "summary": string, "steps": [{ "title": string, "detail": string, "files"?: [string] }], "checks"?: [string], "risks"?: [string] } | string, "documents"?: [string], "reason": string }',
+      validate: checkFoundPlan,
+    }),
+    afterFind: compute({ run: ({ outputs }) => ({ route: outputs.findPlan.route }) }),
     implement: agent({
       statusDetail: 'implementing the plan',
       timeoutMs: 2 * 60 * 60_000,
@@ -248,8 +312,8 @@ export default defineWorkflow({
         const open = openWork(ctx);
         return [
           `Task: ${input.task}`,
-          `The plan to carry out (${input.planDigest}):`,
-          sectionsText(planSections(input.plan), 3),
+          `The plan to carry out (${digestOf(ctx)}):`,
+          sectionsText(planSections(planOf(ctx)), 3),
           input.scope ? `Scope: ${input.scope}` : null,
           '',
           state.visit === 1 && open.length === 0
@@ -320,12 +384,13 @@ export default defineWorkflow({
     review: agent({
       statusDetail: 'reviewing the change',
       timeoutMs: 60 * 60_000,
-      prompt: ({ input, outputs, state }) => {
+      prompt: (ctx) => {
+        const { input, outputs, state } = ctx;
         const open = openFindings(outputs.review);
         return [
           `Task: ${input.task}`,
-          `The plan (${input.planDigest}):`,
-          sectionsText(planSections(input.plan), 3),
+          `The plan (${digestOf(ctx)}):`,
+          sectionsText(planSections(planOf(ctx)), 3),
           '',
           `Review ${state.visit} of the change in the working tree (uncommitted; the project's checks pass):`,
           outputs.change.stat || '(no tracked file changed)',
@@ -361,7 +426,8 @@ export default defineWorkflow({
     commit: action({
       effect: idempotentEffect('git_commit'),
       timeoutMs: 5 * 60_000,
-      run: ({ input, outputs, state }) => {
+      run: (ctx) => {
+        const { input, outputs, state } = ctx;
         if (!input.commit) return { committed: false, reason: 'commit: false in the input' };
         const dir = state.projectDir;
         const trailer = `Piw-Run: ${state.runId}/${state.visit}`;
@@ -371,7 +437,7 @@ export default defineWorkflow({
         git(dir, ['add', '--all']);
         if (git(dir, ['diff', '--cached', '--name-only']).trim() === '') return { committed: false, reason: 'nothing to commit' };
         const [subject, ...body] = outputs.implement.summary.split('\n');
-        const message = [subject.slice(0, 72), body.join('\n').trim(), `Plan: ${input.planDigest}\n${trailer}`].filter(Boolean).join('\n\n');
+        const message = [subject.slice(0, 72), body.join('\n').trim(), `Plan: ${digestOf(ctx)}\n${trailer}`].filter(Boolean).join('\n\n');
         git(dir, ['commit', '-q', '-m', message]);
         return { committed: true, sha: git(dir, ['rev-parse', 'HEAD']).trim() };
       },
@@ -455,13 +521,16 @@ export default defineWorkflow({
     // Counts the steps that ran out of time; the one that did is tried again while some are left.
     timedOut: compute({
       run: ({ results, state }) => {
-        const node = ['implement', 'chooseChecks', 'review', 'challenge', 'verify', 'watchCi'].find((n) => results[n]?.outcome === 'timed_out');
+        const node = ['findPlan', 'implement', 'chooseChecks', 'review', 'challenge', 'verify', 'watchCi'].find((n) => results[n]?.outcome === 'timed_out');
         return { node, timeouts: state.visit, route: state.visit > MAX_TIMEOUT_RETRIES ? 'blocked' : node };
       },
     }),
     blocked: compute({
-      run: ({ input, outputs, results }) => {
-        const base = { status: 'blocked', task: input.task, planDigest: input.planDigest };
+      run: (ctx) => {
+        const { input, outputs, results } = ctx;
+        if (outputs.findPlan?.route === 'none') return { status: 'blocked', task: input.task, stage: 'plan', reason: outputs.findPlan.reason, evidence: null };
+        const found = input.plan !== undefined || outputs.findPlan?.route === 'found';
+        const base = { status: 'blocked', task: input.task, ...(found ? { planDigest: digestOf(ctx), planSource: sourceOf(ctx) } : {}) };
         if (outputs.timedOut?.route === 'blocked') {
           return { ...base, stage: 'timeout', reason: `${outputs.timedOut.node} ran out of time ${MAX_TIMEOUT_RETRIES + 1} times`, evidence: results[outputs.timedOut.node]?.error ?? null };
         }
@@ -482,22 +551,29 @@ export default defineWorkflow({
       },
     }),
     finalize: compute({
-      run: ({ input, outputs }) => ({
-        status: 'completed',
-        task: input.task,
-        planDigest: input.planDigest,
-        summary: outputs.implement.summary,
-        files: outputs.implement.files,
-        rounds: outputs.implement.round,
-        checks: outputs.verify.items.map((i) => ({ id: i.id, outcome: i.outcome })),
-        reviews: outputs.review.round,
-        findings: outputs.review.findings,
-        commit: outputs.commit,
-        ci: outputs.ci.route === 'skipped' ? { route: 'skipped', reason: outputs.ci.reason } : { route: outputs.watchCi.route, pr: outputs.watchCi.pr, checks: outputs.watchCi.checks },
-      }),
+      run: (ctx) => {
+        const { input, outputs } = ctx;
+        return {
+          status: 'completed',
+          task: input.task,
+          planDigest: digestOf(ctx),
+          planSource: sourceOf(ctx),
+          summary: outputs.implement.summary,
+          files: outputs.implement.files,
+          rounds: outputs.implement.round,
+          checks: outputs.verify.items.map((i) => ({ id: i.id, outcome: i.outcome })),
+          reviews: outputs.review.round,
+          findings: outputs.review.findings,
+          commit: outputs.commit,
+          ci: outputs.ci.route === 'skipped' ? { route: 'skipped', reason: outputs.ci.reason } : { route: outputs.watchCi.route, pr: outputs.watchCi.pr, checks: outputs.watchCi.checks },
+        };
+      },
     }),
   },
   edges: [
+    { from: 'start', switch: { on: '$.route', cases: { given: 'implement', find: 'findPlan' } } },
+    { from: 'findPlan', switch: { on: '$result.outcome', cases: { ok: 'afterFind', timed_out: 'timedOut' } } },
+    { from: 'afterFind', switch: { on: '$.route', cases: { found: 'implement', none: 'blocked' } } },
     { from: 'implement', switch: { on: '$result.outcome', cases: { ok: 'afterImplement', timed_out: 'timedOut' } } },
     { from: 'afterImplement', switch: { on: '$.route', cases: { verify: 'verify', choose: 'chooseChecks', blocked: 'challengeGate' } } },
     { from: 'chooseChecks', switch: { on: '$result.outcome', cases: { ok: 'verify', timed_out: 'timedOut' } } },
@@ -520,7 +596,7 @@ export default defineWorkflow({
       from: 'timedOut',
       switch: {
         on: '$.route',
-        cases: { implement: 'implement', chooseChecks: 'chooseChecks', review: 'review', challenge: 'challenge', verify: 'verify', watchCi: 'watchCi', blocked: 'blocked' },
+        cases: { findPlan: 'findPlan', implement: 'implement', chooseChecks: 'chooseChecks', review: 'review', challenge: 'challenge', verify: 'verify', watchCi: 'watchCi', blocked: 'blocked' },
       },
     },
   ],

@@ -3,15 +3,17 @@
 // receipt is kept (the run resumes from its durable boundary: nothing is implemented, checked
 // or committed twice); and the timeout route on the host's test clock (a step that runs out of
 // time is asked again, a bounded number of times, then the run ends blocked). `gh` is not on
-// the PATH here: CI is skipped, and the result says why.
+// the PATH here: CI is skipped, and the result says why. Without a plan in the input: the
+// model's answer of where the plan is written is checked before the run carries it out.
 import assert from 'node:assert/strict';
-import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { before, test } from 'node:test';
 
+import { planDigest } from '../builtins/plan.mjs';
 import { BUILTINS_DIR } from '../extension/resolve.js';
 import { Client } from '../index.js';
-import { CHECKS, FIX, fixtureRepo, gitIn, PLAN, toolsPath } from './fixture-repo.mjs';
+import { CHECKS, FIX, fixtureRepo, gitIn, PLAN, PLAN_DOC, toolsPath } from './fixture-repo.mjs';
 import { alive, hostBin, killInstallation, tempDir } from './helpers.mjs';
 
 const WORKFLOW = join(BUILTINS_DIR, 'autoimplement.workflow.mjs');
@@ -183,6 +185,49 @@ test('a review must say what became of each finding the last one left open; P0-P
       { status: run.result.status, stage: run.result.stage, reason: run.result.reason, open: run.result.evidence.map((f) => f.id) },
       { status: 'blocked', stage: 'review', reason: '1 P0-P2 findings still open after 2 reviews', open: ['blank'] },
     );
+  } finally {
+    await c.request('host.stop').catch(() => {});
+    await c.close().catch(() => {});
+    await killInstallation(home);
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("without a plan the model finds it in the documents given: an answer naming no file of the project, or no plan, is refused; the plan's text is carried out", async () => {
+  const { dir, home, projectDir, first, env } = setup();
+  const c = await Client.connect({ home, hostBin, hostEnv: env });
+  try {
+    const refused = await c.waitForRun((await c.startRun(WORKFLOW, { input: { checks: CHECKS }, sessionId: 's-none', projectDir })).run_id, { timeoutMs: 30_000 });
+    assert.equal(refused.status, 'failed');
+    assert.match(refused.error, /invalid input: autoimplement input needs task \(the work whose chosen plan it finds and carries out\), or plan/);
+
+    const { run_id: runId } = await c.startRun(WORKFLOW, { input: { task: 'empty input', documents: [PLAN_DOC], checks: CHECKS }, sessionId: 's-find', projectDir });
+    const answer = async (node, output) => {
+      await c.waitForRun(runId, { untilParked: true, timeoutMs: 30_000 });
+      const ask = await pending(c, 's-find', node);
+      const { submission_id } = await c.submitInteraction(ask, output);
+      return { ask, verdict: await c.waitForSubmission(runId, submission_id, { timeoutMs: 30_000 }) };
+    };
+    const missing = await answer('findPlan', { route: 'found', plan: PLAN, documents: ['docs/plans/other.md'], reason: 'it is there' });
+    assert.match(missing.ask.request.prompt, /Look in the documents the person points at: docs\/plans\/empty-input\.md\./);
+    assert.equal(missing.verdict.state, 'rejected');
+    assert.match(missing.verdict.error, /documents\[0\] "docs\/plans\/other\.md" is no file in the project/);
+    const outside = await answer('findPlan', { route: 'found', plan: PLAN, documents: ['../outside.md'], reason: 'it is there' });
+    assert.match(outside.verdict.error, /documents\[0\] must be a path inside the project/);
+    const noSteps = await answer('findPlan', { route: 'found', plan: { summary: 'guard it' }, documents: [PLAN_DOC], reason: 'it is there' });
+    assert.match(noSteps.verdict.error, /the plan needs steps/);
+    const planText = readFileSync(join(projectDir, PLAN_DOC), 'utf8');
+    assert.equal((await answer('findPlan', { route: 'found', plan: planText, documents: [PLAN_DOC], reason: 'the accepted plan' })).verdict.state, 'accepted');
+    writeFileSync(join(projectDir, 'src', 'parse.js'), FIX);
+    const implemented = await answer('implement', { status: 'done', summary: 'Guard the empty string' });
+    assert.match(implemented.ask.request.prompt, /1\. Guard: Return \[\] when text is empty \(src\/parse\.js\)/);
+    assert.equal((await answer('review', { findings: [] })).verdict.state, 'accepted');
+    const run = await c.waitForRun(runId, { timeoutMs: 30_000 });
+    assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+    assert.equal(run.result.status, 'completed');
+    assert.deepEqual(run.result.planSource, { from: 'found', documents: [PLAN_DOC], reason: 'the accepted plan' });
+    assert.equal(run.result.planDigest, planDigest(planText.trim()));
+    assert.equal(gitIn(projectDir, 'rev-list', '--count', `${first}..HEAD`), '1');
   } finally {
     await c.request('host.stop').catch(() => {});
     await c.close().catch(() => {});

@@ -1,7 +1,7 @@
 // A small project under git for the built-ins' tests: a parser whose test fails (`parse("")`
-// gives `[0]`), the fixes a scripted "implementation" writes, a PATH that holds only the tools
-// the workflows run (so no `gh` of the machine is ever reached), and a fake `gh` that answers
-// from a state file the test writes and logs every call.
+// gives `[0]`), the accepted plan to fix it in its docs, the fixes a scripted "implementation"
+// writes, a PATH that holds only the tools the workflows run (so no `gh` of the machine is ever
+// reached), and a fake `gh` that answers from a state file the test writes and logs every call.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { chmodSync, mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
@@ -17,6 +17,9 @@ export const PLAN = {
   checks: ['node --test'],
   risks: ['none known'],
 };
+/** Where the fixture project keeps `PLAN`, as autodoc would have written it. */
+export const PLAN_DOC = 'docs/plans/empty-input.md';
+const PLAN_TEXT = `# ${PLAN.summary}\n\nAccepted plan for: parse("") should give [].\n\n## Steps\n\n1. ${PLAN.steps[0].title}: ${PLAN.steps[0].detail} (${PLAN.steps[0].files.join(', ')})\n`;
 /** The project's own check, as a workflow's input names it. */
 export const CHECKS = [{ id: 'test', command: 'node', args: ['--test'] }];
 
@@ -46,6 +49,7 @@ export function fixtureRepo(dir) {
     'import assert from "node:assert"; import test from "node:test"; import { parse } from "./parse.js";\ntest("empty input", () => assert.deepEqual(parse(""), []));\n',
   );
   writeFileSync(join(dir, 'docs', 'plans', 'README.md'), '# Plans\n\nOne file per accepted plan.\n');
+  writeFileSync(join(dir, 'docs', 'plans', PLAN_DOC.split('/').pop()), PLAN_TEXT);
   gitIn(dirname(dir), 'init', '-q', '--bare', '-b', 'main', `${dir}.git`);
   gitIn(dir, 'init', '-q', '-b', 'main');
   gitIn(dir, 'config', 'user.name', 'Fixture');

@@ -5,14 +5,17 @@
 // the commit pushed to the pull request and its CI green); a fix that fails the check and a
 // review with a P1 finding, each needing another round (no pull request: CI skipped, and
 // said); a blocker challenged once, then the run ends blocked; the pull request's CI failing
-// once (another round, a second commit pushed); the host killed while the model reviews.
+// once (another round, a second commit pushed); the host killed while the model reviews; started
+// with a task only (through pi-workflows' example file): the model finds the plan in the
+// fixture's docs, or finds none and the run ends blocked with nothing changed.
 import assert from 'node:assert/strict';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, beforeEach, test } from 'node:test';
 
+import { planDigest } from '../../builtins/plan.mjs';
 import { Client } from '../../index.js';
-import { CHECKS, FIX, fixtureRepo, gitIn, PLAN, resetRepo, toolsPath, WRONG_FIX } from '../fixture-repo.mjs';
+import { CHECKS, FIX, fixtureRepo, gitIn, PLAN, PLAN_DOC, resetRepo, toolsPath, WRONG_FIX } from '../fixture-repo.mjs';
 import { alive, hostBin, piEnv, until } from './harness.mjs';
 
 let env;
@@ -195,6 +198,63 @@ test('a blocker is challenged once: the model goes on, says it is blocked again,
   const { attempts } = await client.runStatus(runId);
   assert.equal(attempts.filter((a) => ['verify', 'commit'].includes(a.node_id)).length, 0, 'nothing checked or committed');
   assert.equal(gitIn(env.project, 'rev-parse', 'HEAD'), first);
+});
+
+test("started with a task only, through pi-workflows' example: the model finds the plan in the project's docs and the run carries it out", async () => {
+  writeFileSync(ghState, JSON.stringify({}));
+  // examples/workflows/autoimplement.workflow.ts of pi-workflows 0.12.1, as it is, where the
+  // user keeps workflows (outside the fixture's repository: nothing of it is committed).
+  const example = join(env.agentDir, 'workflows', 'autoimplement.workflow.ts');
+  writeFileSync(example, 'export { autoimplementWorkflow as default } from "@osolmaz/pi-workflows/builtins";\n');
+  try {
+    const asked = scripted({
+      // The plan as the model reads it in the fixture's doc.
+      findPlan: () => {
+        assert.match(readFileSync(join(env.project, PLAN_DOC), 'utf8'), /1\. Guard: Return \[\] when text is empty/);
+        return { route: 'found', plan: PLAN, documents: [PLAN_DOC], reason: 'the accepted plan for this task' };
+      },
+      implement: () => {
+        write(FIX);
+        return { status: 'done', summary: 'Return [] for empty input', files: ['src/parse.js'] };
+      },
+      chooseChecks: () => ({ checks: CHECKS }),
+      review: () => ({ findings: [] }),
+    });
+    const earlier = await runIds();
+    await pi.prompt('/workflow autoimplement parse("") should give []');
+    const runId = await newRun(earlier);
+    const run = await client.waitForRun(runId, { timeoutMs: 90_000 });
+    assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+    assert.equal(run.result.status, 'completed', JSON.stringify(run.result));
+    assert.equal(run.source_root, example, 'the example file was the workflow started');
+    assert.deepEqual(run.result.planSource, { from: 'found', documents: [PLAN_DOC], reason: 'the accepted plan for this task' });
+    assert.equal(run.result.planDigest, planDigest(PLAN));
+    assert.deepEqual(Object.fromEntries(Object.entries(asked).map(([k, v]) => [k, v.length])), { findPlan: 1, implement: 1, chooseChecks: 1, review: 1 });
+    assert.match(asked.findPlan[0], /Task: parse\(""\) should give \[\]/);
+    assert.match(asked.findPlan[0], /Look where the project keeps its plans/);
+    assert.match(asked.implement[0], /1\. Guard: Return \[\] when text is empty \(src\/parse\.js\)/);
+    assert.match(gitIn(env.project, 'log', '-1', '--format=%B'), new RegExp(`^Return \\[\\] for empty input\n\nPlan: ${planDigest(PLAN)}\n`));
+  } finally {
+    rmSync(example, { force: true });
+  }
+});
+
+test('started with a task only and no plan for it in the project: the run ends blocked, nothing implemented or changed', async () => {
+  const asked = scripted({
+    findPlan: () => ({ route: 'none', reason: 'no plan in docs/plans is about separators' }),
+  });
+  const earlier = await runIds();
+  await pi.prompt('/workflow autoimplement parse should accept ";" as a separator');
+  const runId = await newRun(earlier);
+  const run = await client.waitForRun(runId, { timeoutMs: 90_000 });
+  assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+  assert.match(run.source_root, /builtins\/autoimplement\.workflow\.mjs$/);
+  assert.deepEqual(run.result, { status: 'blocked', task: 'parse should accept ";" as a separator', stage: 'plan', reason: 'no plan in docs/plans is about separators', evidence: null });
+  assert.deepEqual(Object.keys(asked), ['findPlan']);
+  const { attempts } = await client.runStatus(runId);
+  assert.deepEqual(attempts.map((a) => a.node_id).filter((n) => !['start', 'afterFind', 'blocked'].includes(n)), ['findPlan']);
+  assert.equal(gitIn(env.project, 'rev-parse', 'HEAD'), first);
+  assert.equal(gitIn(env.project, 'status', '--porcelain'), '');
 });
 
 test("the pull request's CI fails: another round with the failure, a second commit pushed, CI green", async () => {
