@@ -33,6 +33,7 @@ const DECIDING: &[&str] = &[
     "host/children/mod.rs",
     "host/children/messages.rs",
     "host/children/watch.rs",
+    "host/timers.rs",
 ];
 
 #[test]
