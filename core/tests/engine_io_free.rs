@@ -30,6 +30,7 @@ const IO_NAMES: &[&str] = &[
 
 /// The deciding modules, by path under `core/src`.
 const DECIDING: &[&str] = &[
+    "host/children/commands.rs",
     "host/children/mod.rs",
     "host/children/messages.rs",
     "host/children/watch.rs",
