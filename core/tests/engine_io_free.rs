@@ -1,7 +1,8 @@
 //! The host's deciding code names no I/O: no runtime, thread, channel, socket, file, process,
 //! environment or clock of its own. It reaches the store through `WriteTx`/`Store`, the time
-//! through the store's clock, and the supervisor through the orders it leaves in
-//! `HostState::child_commands`. A file listed here that starts doing I/O fails this test; the
+//! through the store's clock, the supervisor through the orders it leaves in
+//! `HostState::child_commands`, and subscribers through the runs it leaves in
+//! `HostState::unpublished`. A file listed here that starts doing I/O fails this test; the
 //! list grows as modules move to the engine (ARCHITECTURE.md, "Engine and driver").
 
 /// Names of I/O a deciding module may not use.
@@ -19,13 +20,21 @@ const IO_NAMES: &[&str] = &[
     "SystemTime",
     "Instant::now",
     "libc::",
+    // The driver's handles: replies and events leave through the outbox, orders through the
+    // supervisor's channel, both held by the store thread.
+    "Outbox",
+    "broadcast",
+    "oneshot",
+    "SupervisorTx",
 ];
 
 /// The deciding modules, by path under `core/src`.
 const DECIDING: &[&str] = &[
+    "host/children/commands.rs",
     "host/children/mod.rs",
     "host/children/messages.rs",
     "host/children/watch.rs",
+    "host/timers.rs",
 ];
 
 #[test]

@@ -29,8 +29,9 @@ use piw_core::host::children::{ChildReport, Runtime};
 use piw_core::host::dispatch::{HostState, PreparedStart};
 use piw_core::host::fault::FaultPlan;
 use piw_core::host::outbox::Outbox;
-use piw_core::host::store_thread::{next_deadline_at, turn, Job, RunEvent, StoreMsg};
+use piw_core::host::store_thread::{turn, Job, RunEvent, StoreMsg};
 use piw_core::host::supervisor::SupervisorCmd;
+use piw_core::host::timers::next_deadline_at;
 use piw_core::protocol::{payload, Receipt, Rejection, Request, RequestBody};
 use piw_core::store::{
     AttemptOutcome, ChildExitRecord, DecisionKind, ExecutionMode, NewRun, RunStatus, Store,

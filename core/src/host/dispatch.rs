@@ -37,7 +37,7 @@ pub struct HostState {
     /// What the supervisor must do (launch, stop), decided and not yet handed to it: the store
     /// thread sends these on (`store_thread::send_child_commands`), so deciding code holds no
     /// channel.
-    pub child_commands: Vec<super::supervisor::SupervisorCmd>,
+    pub child_commands: Vec<super::children::SupervisorCmd>,
     /// The socket children connect to.
     pub socket_path: std::path::PathBuf,
     /// This installation's [`super::supervision_scope`], computed once: every child's marker

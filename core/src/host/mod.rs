@@ -16,6 +16,7 @@ pub mod outbox;
 pub mod slots;
 pub mod store_thread;
 pub mod supervisor;
+pub mod timers;
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read as _, Seek as _, SeekFrom, Write as _};

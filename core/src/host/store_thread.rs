@@ -19,6 +19,7 @@ use super::children;
 use super::dispatch::{self, HostState, PreparedStart};
 use super::fault::FaultPlan;
 use super::outbox::Outbox;
+use super::timers;
 use crate::protocol::{Receipt, Rejection, RejectionCode, Request, RequestBody, RequestClass};
 use crate::store::{CommandOutcome, Store, StoreError};
 
@@ -82,7 +83,7 @@ pub fn run(
     // A message taken off the queue to learn whether the thread was idle, handled next.
     let mut next: Option<StoreMsg> = None;
     loop {
-        let deadline = next_deadline_at(&store, &state);
+        let deadline = timers::next_deadline_at(&store, &state);
         let wait = deadline.map(|at| {
             // A floor of 1 ms: a deadline that the due work could not clear must not spin.
             Duration::from_millis(u64::try_from(at - store.now_ms()).unwrap_or(0).max(1))
@@ -178,8 +179,8 @@ pub fn turn(
     // Heartbeats first: a claim renewed in time must not be recovered as expired.
     if deadline.is_some_and(|at| at <= store.now_ms()) {
         children::due_child_work(store, state);
+        timers::run_due_work(store, state);
         publish_unpublished(store, state, outbox);
-        run_due_work(store, outbox, &state.owner_id);
         children::forget_released_claims(store, state, None);
     }
     if !state.shutting_down {
@@ -228,45 +229,6 @@ pub fn send_child_commands(state: &mut HostState, supervisor: &mut Option<Superv
     }
     if !state.supervising {
         *supervisor = None;
-    }
-}
-
-/// The earliest time the store thread has deadline work: the store's own deadlines (claim
-/// expiry, interaction deadlines) and the children's (heartbeats, node deadlines, handshake
-/// timeouts, lingering children, delayed runs). `None` when nothing is due.
-pub fn next_deadline_at(store: &Store, state: &HostState) -> Option<i64> {
-    let store_deadline = match store.next_deadline() {
-        Ok(d) => d,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot compute the next deadline; retrying in 1 s");
-            Some(store.now_ms() + 1_000)
-        }
-    };
-    [store_deadline, children::next_child_deadline(store, state)]
-        .into_iter()
-        .flatten()
-        .min()
-}
-
-/// Deadlines owned by the host: expired interactions and decisions, and expired claims.
-fn run_due_work(store: &mut Store, outbox: &mut Outbox, owner_id: &str) {
-    let result = store.write(|w| {
-        w.expire_due_interactions()?;
-        w.expire_due_decisions()?;
-        w.recover_expired_claims(Some(owner_id))?;
-        // Every run written, from its revision before this pass: a run that both expired
-        // and was recovered here publishes all its events.
-        Ok(w.take_runs_written())
-    });
-    match result {
-        Ok(touched) if !touched.is_empty() => {
-            tracing::info!(count = touched.len(), "deadline work committed");
-            for (run_id, before) in touched {
-                publish_run(store, outbox, &run_id, before);
-            }
-        }
-        Ok(_) => {}
-        Err(e) => tracing::error!(error = %e, "deadline work failed"),
     }
 }
 

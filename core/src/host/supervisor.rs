@@ -24,39 +24,7 @@ use crate::supervise::{self, SpawnSpec, StdinHandoff, Supervised};
 /// 16-19 ms without the delay, 10-12 ms with it; docs/PERFORMANCE.md).
 const REFILL_DELAY: Duration = Duration::from_millis(25);
 
-/// Pre-started workers for one runtime.
-#[derive(Debug, Clone)]
-pub struct StandbyPool {
-    /// Identifies the pool (the runtime's command line); launches with the same key share it.
-    pub key: String,
-    /// How many workers to keep waiting.
-    pub size: usize,
-    /// How to start one: the runtime's command without a workflow file, in a neutral
-    /// directory (the worker moves to the run's project directory when it gets its envelope).
-    pub template: SpawnSpec,
-}
-
-/// What the store thread asks of the supervisor. One message per launch or stop: a `Launch`
-/// carries its spec inline, as large as it is.
-#[derive(Debug)]
-#[allow(clippy::large_enum_variant)]
-pub enum SupervisorCmd {
-    Launch {
-        run_id: String,
-        generation: u64,
-        child_epoch: i64,
-        /// This launch's host-unique number, echoed in every report about its child.
-        launch: u64,
-        spec: SpawnSpec,
-        /// Take a pre-started worker from this pool when one is waiting.
-        standby: Option<Box<StandbyPool>>,
-    },
-    Stop {
-        run_id: String,
-        generation: u64,
-        grace: Duration,
-    },
-}
+pub use super::children::{StandbyPool, SupervisorCmd};
 
 type Standby = (Supervised, StdinHandoff);
 

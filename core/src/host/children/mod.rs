@@ -5,8 +5,8 @@
 //!
 //! This file holds the scheduler and the launches; [`messages`] applies what a child says;
 //! [`watch`] handles exits and the deadlines. Processes themselves are the supervisor task's
-//! business ([`super::supervisor`]); this module only decides: its orders wait in
-//! `HostState::child_commands` until the store thread sends them on.
+//! business ([`super::supervisor`]); this module only decides: its orders (`commands`)
+//! wait in `HostState::child_commands` until the store thread sends them on.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -15,7 +15,6 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::dispatch::HostState;
-use super::supervisor::{StandbyPool, SupervisorCmd};
 use crate::graph::{Graph, NodeKind, Outcome, Route};
 use crate::ids::ClaimToken;
 use crate::protocol::{payload, Request, RequestBody};
@@ -25,8 +24,10 @@ use crate::store::{
 };
 use crate::worker::{LaunchEnvelope, MountedSource, LAUNCH_SCHEMA};
 
+mod commands;
 mod messages;
 mod watch;
+pub use commands::{StandbyPool, SupervisorCmd};
 pub use messages::*;
 pub use watch::*;
 
