@@ -49,8 +49,10 @@ fn the_wal_is_checkpointed_at_the_interval_set() {
         store.write(|w| w.start_run(&new_run(i))).unwrap();
         largest = largest.max(wal_len(&db));
     }
-    // One commit may carry the WAL a little past the interval before it is checkpointed.
-    let bound = 130 * FRAME + 32;
+    // A commit here writes about 16 pages (the run's row and input, the runs table's indexes),
+    // and the WAL may pass the interval by up to two commits before the checkpoint resets it:
+    // far below SQLite's default of 1,000 pages, which this test tells apart.
+    let bound = 140 * FRAME + 32;
     assert!(
         largest <= bound,
         "the WAL grew to {largest} bytes, past {bound}"
