@@ -255,7 +255,9 @@ enum piw_status piw_connect(const char *options_json, struct piw_client **out);
 // `request_id` to learn its outcome (the host replays the receipt, `replayed: true`).
 //
 // Errors: `PIW_STATUS_REJECTED` with `piw_last_rejection_code()` / `piw_last_error_message()`
-// / `piw_last_error_details()`: nothing was committed. `PIW_STATUS_DISCONNECTED`: the
+// / `piw_last_error_details()`: this attempt committed nothing (after `host_shutting_down` it
+// may have: send it again with the same `request_id` once the host runs, which replays a
+// committed command's receipt). `PIW_STATUS_DISCONNECTED`: the
 // connection ended; reconnect. `PIW_STATUS_CLOSED`: the client was closed.
 // Thread safety: any thread; calls on one client from several threads run concurrently on its
 // one connection (replies are matched by request id).

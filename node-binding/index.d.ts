@@ -49,7 +49,7 @@ export type RejectionCode =
    * events and closed it. Not a failure: connect again, resubscribe and re-read the run's status.
    */
   | 'subscriber_lagged'
-  /** A failure in the host, not the caller's fault; as a rejection nothing was committed. */
+  /** A failure in the host, not the caller's fault; as a rejection this attempt committed nothing (a resend with the same request id gets an earlier attempt's receipt). */
   | 'internal';
 
 export type ClientErrorCode =

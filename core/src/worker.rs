@@ -319,7 +319,7 @@ impl Worker {
         Ok(receipt)
     }
 
-    /// Sends `req`; an `internal` rejection (the host's commit failed, nothing was committed:
+    /// Sends `req`; an `internal` rejection (the host's commit failed, this attempt committed nothing:
     /// a full disk for a moment) is retried with the same request id, a few times with a
     /// growing pause, before it counts. The host takes back what such a message changed in its
     /// memory, so even a hello may be said again.

@@ -51,7 +51,8 @@ pub enum ClientError {
         path: PathBuf,
         source: std::io::Error,
     },
-    /// The host refused the request; nothing was committed.
+    /// The host refused the request; this attempt committed nothing, except perhaps after
+    /// `host_shutting_down` (see [`RejectionCode`]).
     #[error("{}: {}", .0.code, .0.message)]
     Rejected(Rejection),
     /// The request was not sent: the host would refuse it as `malformed` or

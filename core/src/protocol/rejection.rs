@@ -70,8 +70,9 @@ pub enum RejectionCode {
     /// runs. Connect again, subscribe again and reread the status of the runs you follow.
     SubscriberLagged,
     /// The host failed for a reason that is not the caller's fault (for example a database
-    /// error; as a goodbye, an I/O error on the connection). The command was not committed.
-    /// Retrying with the same `request_id` is safe and may help. A lagging subscriber is
+    /// error; as a goodbye, an I/O error on the connection). This attempt committed nothing;
+    /// an earlier one with the same `request_id` may have (its reply lost), and a resend then
+    /// gets its receipt. Retrying with the same `request_id` is safe and may help. A lagging subscriber is
     /// [`RejectionCode::SubscriberLagged`], never this.
     Internal,
     /// Never sent: what a client decodes a code into that this build does not know (a newer

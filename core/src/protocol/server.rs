@@ -99,7 +99,8 @@ pub struct Response {
     pub schema: ProtocolSchema,
     /// The `request_id` of the request answered.
     pub request_id: String,
-    /// The committed receipt, or why nothing was committed.
+    /// The receipt (a replayed one for a request id seen before), or why the request was
+    /// refused ([`RejectionCode`] says what a refusal means for the command).
     pub result: Result<Receipt, Rejection>,
 }
 

@@ -48,7 +48,8 @@ class PiwError(Exception):
 
 
 class Rejected(PiwError):
-    """The host refused the request; nothing was committed. ``code`` says why."""
+    """The host refused the request; this attempt committed nothing (after
+    ``host_shutting_down`` it may have: resend with the same request id). ``code`` says why."""
 
 
 class NotFound(Rejected):
