@@ -34,6 +34,7 @@ const DECIDING: &[&str] = &[
     "host/children/mod.rs",
     "host/children/messages.rs",
     "host/children/watch.rs",
+    "host/dispatch.rs",
     "host/timers.rs",
 ];
 

@@ -501,7 +501,7 @@ async fn handle_frame(
                 // File I/O, off the runtime's one worker thread: it serves every connection.
                 RequestBody::RunStart(start) => {
                     let start = start.clone();
-                    match tokio::task::spawn_blocking(move || dispatch::prepare_start(&start)).await {
+                    match tokio::task::spawn_blocking(move || super::start_file::prepare_start(&start)).await {
                         Ok(Ok(p)) => Some(p),
                         // A retry of a start that committed (its reply was lost) gets its
                         // receipt even if the file has moved since: the store looks it up

@@ -14,6 +14,7 @@ pub mod log;
 pub mod node_runtime;
 pub mod outbox;
 pub mod slots;
+pub mod start_file;
 pub mod store_thread;
 pub mod supervisor;
 pub mod timers;

@@ -32,6 +32,24 @@ pub fn canonical_json(value: &Value) -> String {
     out
 }
 
+/// The length of `value` as JSON (0 when it cannot be serialized, which a store record can
+/// always be).
+pub fn json_len(value: &impl serde::Serialize) -> usize {
+    /// Counts what would be written, keeping nothing: no allocation for a status read.
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    serde_json::to_writer(&mut counter, value).map_or(0, |()| counter.0)
+}
+
 /// The byte length of [`canonical_json`]`(value)`, computed without building the string.
 pub fn canonical_json_len(value: &Value) -> usize {
     let mut counter = LengthCounter(0);

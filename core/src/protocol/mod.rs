@@ -32,7 +32,7 @@ pub mod server;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-pub use canonical::{canonical_json, canonical_json_len, integer_out_of_range};
+pub use canonical::{canonical_json, canonical_json_len, integer_out_of_range, json_len};
 pub use frame::{
     encode_frame, read_frame, write_frame, FrameDecoder, FrameError, Limits,
     DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_PAYLOAD_BYTES,

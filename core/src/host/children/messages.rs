@@ -460,7 +460,7 @@ pub(super) fn worker_hello(
     // the frame with the rest of the reply are left for `worker.results` pages.
     let mut results = node_results(w, run_id)?;
     let room = crate::host::dispatch::reply_room(state.reply_limit)
-        .saturating_sub(crate::host::dispatch::json_len(&reply) + r#","results_more":true"#.len());
+        .saturating_sub(crate::protocol::json_len(&reply) + r#","results_more":true"#.len());
     let fits = crate::host::dispatch::fitting_prefix(&results, room);
     if fits < results.len() {
         results.truncate(fits);
