@@ -1,10 +1,12 @@
-//! piw core: the durable state store, the wire protocol, and (in later layers) the host,
-//! supervision, client and worker libraries. See `ARCHITECTURE.md` at the repository root.
+//! piw core: the durable state store, the wire protocol, the host's engine (its decisions,
+//! without I/O) and driver (its I/O: connections, the store thread, supervision), and the
+//! client and worker libraries. See `ARCHITECTURE.md` at the repository root.
 
 pub mod client;
 pub mod clock;
+pub mod driver;
+pub mod engine;
 pub mod graph;
-pub mod host;
 pub mod ids;
 pub mod paths;
 pub mod protocol;

@@ -3,7 +3,7 @@
 //! scheduler that interleaves client requests, simulated children (launches, hellos, steps,
 //! waits, exits, kills, messages of stale generations), lost replies, failed commits, clock
 //! jumps past heartbeats, leases and node deadlines, and host crashes (everything not committed
-//! is dropped; the next host is rebuilt from the file as `host::serve` does).
+//! is dropped; the next host is rebuilt from the file as `driver::serve` does).
 //!
 //! After every step: `diagnose` is clean; no run is both terminal and claimed; no stale
 //! generation is acknowledged; no start is applied twice; an acknowledged cancel holds. At the
@@ -24,14 +24,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use piw_core::clock::FakeClock;
+use piw_core::driver::fault::FaultPlan;
+use piw_core::driver::outbox::Outbox;
+use piw_core::driver::store_thread::{turn, Job, RunEvent, StoreMsg};
+use piw_core::driver::supervisor::SupervisorCmd;
+use piw_core::engine::children::{ChildReport, Runtime};
+use piw_core::engine::dispatch::{HostState, PreparedStart};
+use piw_core::engine::timers::next_deadline_at;
 use piw_core::graph::{Graph, Outcome, Route};
-use piw_core::host::children::{ChildReport, Runtime};
-use piw_core::host::dispatch::{HostState, PreparedStart};
-use piw_core::host::fault::FaultPlan;
-use piw_core::host::outbox::Outbox;
-use piw_core::host::store_thread::{turn, Job, RunEvent, StoreMsg};
-use piw_core::host::supervisor::SupervisorCmd;
-use piw_core::host::timers::next_deadline_at;
 use piw_core::protocol::{payload, Receipt, Rejection, Request, RequestBody};
 use piw_core::store::{
     AttemptOutcome, ChildExitRecord, DecisionKind, ExecutionMode, NewRun, RunStatus, Store,
@@ -276,12 +276,12 @@ impl Sim {
         self.store.as_mut().expect("a store")
     }
 
-    /// Opens the store and starts a host on it as `host::serve` does: a new epoch, the runs of
+    /// Opens the store and starts a host on it as `driver::serve` does: a new epoch, the runs of
     /// earlier hosts recovered, their children's ends recorded.
     fn boot(&mut self) {
         let mut store =
             Store::open(&self.path, config(&self.clock, &self.fail_next_commit)).expect("open");
-        let epoch = piw_core::host::recover_at_start(&mut store, 1).expect("startup recovery");
+        let epoch = piw_core::driver::recover_at_start(&mut store, 1).expect("startup recovery");
         // The orphans of the crashed host are "killed" here (the simulation's children have no
         // processes): only their ends are recorded.
         let orphans = store.orphan_children(epoch).expect("orphans");
@@ -300,7 +300,7 @@ impl Sim {
         let (tx, supervisor) = mpsc::unbounded_channel();
         let (events_tx, events) = broadcast::channel(1 << 16);
         let mut state = HostState {
-            owner_id: piw_core::host::host_owner_id(epoch),
+            owner_id: piw_core::driver::host_owner_id(epoch),
             epoch,
             supervising: true,
             socket_path: "/nonexistent/host.sock".into(),

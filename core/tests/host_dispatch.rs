@@ -4,7 +4,7 @@
 mod common;
 
 use common::Fixture;
-use piw_core::host::dispatch::{apply_command, apply_read, HostState};
+use piw_core::engine::dispatch::{apply_command, apply_read, HostState};
 use piw_core::protocol::{payload, Request, RequestBody};
 use piw_core::store::{DecisionKind, Fence, InteractionKind, RunStatus};
 use serde_json::json;
@@ -66,7 +66,7 @@ fn a_cancel_in_the_batch_that_released_the_held_claim_still_cancels() {
 /// abandoned child must not land on that next child's record.
 #[test]
 fn reports_about_an_abandoned_launch_are_ignored() {
-    use piw_core::host::children::{on_child_reports, ChildReport};
+    use piw_core::engine::children::{on_child_reports, ChildReport};
     use piw_core::store::ChildExitRecord;
 
     let mut f = Fixture::new();
@@ -124,7 +124,7 @@ fn host_state_with_runtime(f: &mut Fixture, standby: bool) -> HostState {
         supervising: true,
         ..HostState::default()
     };
-    state.child_config.runtimes = vec![piw_core::host::children::Runtime {
+    state.child_config.runtimes = vec![piw_core::engine::children::Runtime {
         suffix: ".workflow.mjs".into(),
         program: "/bin/true".into(),
         args: Vec::new(),
@@ -138,8 +138,8 @@ fn host_state_with_runtime(f: &mut Fixture, standby: bool) -> HostState {
 /// stop children in a loop.
 #[test]
 fn after_a_failed_activation_commit_children_wait_for_their_commit() {
-    use piw_core::host::children::{on_child_reports, schedule, ChildReport};
-    use piw_core::host::supervisor::SupervisorCmd;
+    use piw_core::driver::supervisor::SupervisorCmd;
+    use piw_core::engine::children::{on_child_reports, schedule, ChildReport};
     use piw_core::store::ChildExitRecord;
     use std::sync::atomic::Ordering;
 
@@ -198,7 +198,7 @@ fn after_a_failed_activation_commit_children_wait_for_their_commit() {
 /// the run is requeued without counting a loss. Returns the host state and its supervisor
 /// orders.
 fn standby_worker_died_before_hello(f: &mut Fixture, run_id: &str) -> HostState {
-    use piw_core::host::children::{on_child_reports, schedule};
+    use piw_core::engine::children::{on_child_reports, schedule};
     use piw_core::store::ChildExitRecord;
 
     let mut state = host_state_with_runtime(f, true);
@@ -228,7 +228,7 @@ fn standby_worker_died_before_hello(f: &mut Fixture, run_id: &str) -> HostState 
 
 /// The launches ordered so far: (launch, generation, child epoch, from the pool).
 fn launches(state: &mut HostState) -> Vec<(u64, u64, i64, bool)> {
-    use piw_core::host::supervisor::SupervisorCmd;
+    use piw_core::driver::supervisor::SupervisorCmd;
     let mut out = Vec::new();
     for cmd in state.child_commands.drain(..) {
         if let SupervisorCmd::Launch {
@@ -250,8 +250,8 @@ fn started_then_exited(
     run_id: &str,
     (launch, generation, child_epoch, standby): (u64, u64, i64, bool),
     exit: piw_core::store::ChildExitRecord,
-) -> Vec<piw_core::host::children::ChildReport> {
-    use piw_core::host::children::ChildReport;
+) -> Vec<piw_core::engine::children::ChildReport> {
+    use piw_core::engine::children::ChildReport;
     vec![
         ChildReport::Started {
             run_id: run_id.to_owned(),
@@ -280,7 +280,7 @@ fn a_run_whose_standby_worker_died_before_its_hello_restarts_in_a_fresh_process(
     let mut f = Fixture::new();
     let run_id = f.start();
     let mut state = standby_worker_died_before_hello(&mut f, &run_id);
-    piw_core::host::children::schedule(&mut f.store, &mut state);
+    piw_core::engine::children::schedule(&mut f.store, &mut state);
     let second = launches(&mut state);
     assert!(
         matches!(second[..], [(_, _, _, false)]),
@@ -298,7 +298,7 @@ fn a_forgiven_standby_death_is_forgotten_when_its_run_ends_before_a_relaunch() {
         .write(|w| w.cancel(&run_id, piw_core::store::Fence::Unclaimed, "not needed"))
         .unwrap();
     // What the store thread does after a batch that touched the run.
-    piw_core::host::children::forget_released_claims(
+    piw_core::engine::children::forget_released_claims(
         &f.store,
         &mut state,
         Some(std::slice::from_ref(&run_id)),
@@ -314,8 +314,8 @@ fn a_forgiven_standby_death_is_forgotten_when_its_run_ends_before_a_relaunch() {
 /// while: no child of theirs will exit to wake the store thread, so the retry is a deadline.
 #[test]
 fn ready_runs_whose_activation_failed_to_commit_are_tried_again() {
-    use piw_core::host::children::{due_child_work, next_child_deadline, schedule};
-    use piw_core::host::supervisor::SupervisorCmd;
+    use piw_core::driver::supervisor::SupervisorCmd;
+    use piw_core::engine::children::{due_child_work, next_child_deadline, schedule};
     use std::sync::atomic::Ordering;
 
     let mut f = Fixture::new();
@@ -359,8 +359,8 @@ fn ready_runs_whose_activation_failed_to_commit_are_tried_again() {
 /// `forget_uncommitted_worker_message` for every worker message of a failed batch).
 #[test]
 fn a_hello_whose_batch_failed_to_commit_can_be_said_again() {
-    use piw_core::host::children::{apply_worker, forget_uncommitted_worker_message, schedule};
-    use piw_core::host::supervisor::SupervisorCmd;
+    use piw_core::driver::supervisor::SupervisorCmd;
+    use piw_core::engine::children::{apply_worker, forget_uncommitted_worker_message, schedule};
     use piw_core::protocol::payload::WorkerHello;
     use std::sync::atomic::Ordering;
 
@@ -409,7 +409,7 @@ fn a_hello_whose_batch_failed_to_commit_can_be_said_again() {
 /// thread's next wake-up (it woke every millisecond, with two writes and a warning each time).
 #[test]
 fn an_unroutable_node_timeout_does_not_make_the_store_thread_spin() {
-    use piw_core::host::children::{due_child_work, next_child_deadline, schedule};
+    use piw_core::engine::children::{due_child_work, next_child_deadline, schedule};
     use piw_core::store::RetryContract;
 
     let mut f = Fixture::new();
@@ -446,7 +446,7 @@ fn an_unroutable_node_timeout_does_not_make_the_store_thread_spin() {
 
 #[test]
 fn last_stderr_line_says_why_node_died_not_where_its_stack_was() {
-    use piw_core::host::children::last_stderr_line;
+    use piw_core::engine::children::last_stderr_line;
     let oom = b"<--- Last few GCs --->\n\n[81:0x6e3c000]  912 ms: Mark-Compact 40.1 (42.0) -> 39.6 (43.0) MB\n\n<--- JS stacktrace --->\n\nFATAL ERROR: Reached heap limit Allocation failed - JavaScript heap out of memory\n----- Native stack trace -----\n\n 1: 0xb8d0a3 node::Abort() [node]\n 2: 0xa9a7f0  [node]\n 3: 0xd6dbd0 v8::Utils::ReportOOMFailure(v8::internal::Isolate*, char const*) [node]\n";
     assert_eq!(
         last_stderr_line(oom).as_deref(),
@@ -463,7 +463,7 @@ fn last_stderr_line_says_why_node_died_not_where_its_stack_was() {
 
 #[test]
 fn last_stderr_line_is_bounded_and_masks_what_looks_like_a_token() {
-    use piw_core::host::children::last_stderr_line;
+    use piw_core::engine::children::last_stderr_line;
     assert_eq!(last_stderr_line(b""), None);
     assert_eq!(last_stderr_line(b"\n  \n"), None);
     assert_eq!(
@@ -492,7 +492,7 @@ fn last_stderr_line_is_bounded_and_masks_what_looks_like_a_token() {
 
 #[test]
 fn a_child_that_keeps_dying_leaves_its_last_stderr_line_in_the_review_reason() {
-    use piw_core::host::children::{on_child_reports, schedule};
+    use piw_core::engine::children::{on_child_reports, schedule};
     use piw_core::store::ChildExitRecord;
 
     let mut f = Fixture::new();
@@ -575,7 +575,7 @@ fn an_answer_naming_another_run_or_node_is_refused() {
             .store
             .write(|w| apply_command(w, &state, &req, None))
             .expect_err(&req.request_id);
-        let code = piw_core::host::dispatch::rejection_for(&err).code;
+        let code = piw_core::engine::dispatch::rejection_for(&err).code;
         assert!(
             matches!(
                 code,
@@ -616,7 +616,7 @@ fn an_answer_naming_another_run_or_node_is_refused() {
 /// with `payload_too_large`, so no client could read the run or wait for its result.
 #[test]
 fn the_status_of_a_run_with_thousands_of_attempts_fits_and_pages_back() {
-    use piw_core::host::dispatch::apply_read;
+    use piw_core::engine::dispatch::apply_read;
     use piw_core::protocol::DEFAULT_MAX_FRAME_BYTES;
 
     const STEPS: usize = 8_000;
@@ -843,7 +843,7 @@ fn message_claim_of_a_session_fits_a_reply() {
 /// died, and the run went to review.
 #[test]
 fn a_hello_reply_fits_a_frame_after_large_outputs() {
-    use piw_core::host::children::{apply_worker, ChildEntry};
+    use piw_core::engine::children::{apply_worker, ChildEntry};
     use piw_core::ids::ClaimToken;
     use piw_core::protocol::{encode_frame, Limits, Receipt, ServerFrame};
     use piw_core::store::{Answerer, AttemptOutcome, TransitionRequest};
@@ -1043,7 +1043,7 @@ fn a_submission_sent_again_gets_its_receipt_and_changes_nothing() {
         .write(|w| apply_command(w, &state, &submit("s3", json!({"v": 2})), None))
         .unwrap_err();
     assert_eq!(
-        piw_core::host::dispatch::rejection_for(&err).code,
+        piw_core::engine::dispatch::rejection_for(&err).code,
         piw_core::protocol::RejectionCode::InvalidTransition,
         "{err:?}"
     );
@@ -1055,7 +1055,7 @@ fn a_submission_sent_again_gets_its_receipt_and_changes_nothing() {
 /// latest update per key is kept, the excess is counted in `run.status` and not stored.
 #[test]
 fn a_raw_workers_progress_and_notify_events_are_bounded() {
-    use piw_core::host::children::{apply_worker, ChildEntry};
+    use piw_core::engine::children::{apply_worker, ChildEntry};
     use piw_core::ids::ClaimToken;
     let mut f = Fixture::new();
     let (run_id, act, attempt) = f.running();
@@ -1148,9 +1148,9 @@ fn a_raw_workers_progress_and_notify_events_are_bounded() {
 /// and its repeat within the same batch, still fail: nothing of theirs committed.
 #[test]
 fn a_command_sent_again_gets_its_receipt_even_when_its_batch_fails_to_commit() {
-    use piw_core::host::fault::FaultPlan;
-    use piw_core::host::outbox::Outbox;
-    use piw_core::host::store_thread::{turn, Job, StoreMsg};
+    use piw_core::driver::fault::FaultPlan;
+    use piw_core::driver::outbox::Outbox;
+    use piw_core::driver::store_thread::{turn, Job, StoreMsg};
     use piw_core::protocol::{Receipt, Rejection, RejectionCode};
     use std::sync::atomic::Ordering;
     use tokio::sync::oneshot;

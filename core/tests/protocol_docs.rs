@@ -233,7 +233,7 @@ mod common;
 use std::collections::BTreeSet;
 
 use common::*;
-use piw_core::host::dispatch;
+use piw_core::engine::dispatch;
 use piw_core::store::{
     Answerer, ChildExitRecord, ChildMode, DecisionKind, EffectResult, Fence, Provenance,
     RetryContract, RunStatus, StoreError,

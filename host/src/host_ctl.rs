@@ -169,7 +169,7 @@ pub(crate) fn diagnose(paths: &PiwPaths) -> Result<Value, CliError> {
             // Nothing to diagnose, and nothing (not even PIW_HOME) is created to find that out.
             return Ok(json!({ "findings": [] }));
         }
-        let _lock = match piw_core::host::lock_installation(paths) {
+        let _lock = match piw_core::driver::lock_installation(paths) {
             Ok(lock) => lock,
             // Another process holds the installation: a host that is starting (ask it once it
             // answers) or stopping, or a `piw state reset`. Wait for either, never starting a

@@ -3,7 +3,7 @@
 //! Each child's whole output (stdout and stderr as they were read, every attempt's child, a
 //! standby worker's included from its start) is kept by the host's supervisor in
 //! `PIW_HOME/logs/<run_id>/<child_epoch>.log`, up to 16 MiB per child
-//! (`piw_core::host::children::CHILD_LOG_BYTES`; a line then says the rest was not kept). The
+//! (`piw_core::engine::children::CHILD_LOG_BYTES`; a line then says the rest was not kept). The
 //! files go with the state on `piw state reset`. This command reads them and the run's events
 //! from the database, read-only, so it works with or without a host; `--follow` goes on
 //! printing both as they come (woken by the host's events for the run while a host answers)
@@ -12,7 +12,7 @@
 use std::io::Write as _;
 
 use super::*;
-use piw_core::host::children::{child_log_path, mask_hex_runs};
+use piw_core::engine::children::{child_log_path, mask_hex_runs};
 use piw_core::store::{ChildRecord, EventRecord};
 
 /// How often `--follow` looks at the log files (output is not an event) and, without a

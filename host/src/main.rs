@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::{FromArgMatches as _, Parser, Subcommand};
 use piw_core::client::{ensure_host, BlockingClient, ClientError, DEFAULT_READY_TIMEOUT};
-use piw_core::host::{HostConfig, HostError};
+use piw_core::driver::{HostConfig, HostError};
 use piw_core::paths::PiwPaths;
 use piw_core::protocol::{payload, Receipt, RejectionCode, Request, RequestBody};
 use piw_core::store::{Store, StoreConfig};
@@ -241,7 +241,7 @@ fn run(cli: Cli, json: bool) -> Result<(), CliError> {
         Cmd::Completions(_) | Cmd::Man(_) => Ok(()),
         Cmd::Host(HostCmd::Serve) => {
             init_logging();
-            match piw_core::host::serve(HostConfig::from_env(paths)) {
+            match piw_core::driver::serve(HostConfig::from_env(paths)) {
                 Ok(()) => Ok(()),
                 Err(e @ HostError::AlreadyRunning { .. }) => Err(CliError::Runtime(e.to_string())),
                 Err(e) => Err(e.into()),
@@ -554,7 +554,7 @@ fn init_logging() {
     // the default writer's fallback would panic in whichever thread logged.
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(piw_core::host::log::LogSink::stderr)
+        .with_writer(piw_core::driver::log::LogSink::stderr)
         .log_internal_errors(false)
         .with_ansi(ansi)
         .init();

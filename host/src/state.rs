@@ -10,7 +10,7 @@ use super::*;
 /// stopping. Returns whether there was anything to remove.
 pub(crate) fn remove_state(paths: &PiwPaths) -> Result<bool, CliError> {
     // Held until the database is gone: no host runs, is still stopping, or starts meanwhile.
-    let _lock = piw_core::host::lock_installation(paths).map_err(|e| match e {
+    let _lock = piw_core::driver::lock_installation(paths).map_err(|e| match e {
         HostError::AlreadyRunning { pid, .. } => CliError::Runtime(format!(
             "a piw host is running or still stopping (pid {pid}); stop it first with `piw host stop`"
         )),
@@ -27,7 +27,7 @@ pub(crate) fn remove_state_locked(paths: &PiwPaths) -> Result<bool, CliError> {
         match Store::open_read_only(&paths.db, StoreConfig::default()) {
             Ok(store) => {
                 let (stopped, outcomes) =
-                    piw_core::host::stop_recorded_children(&store, None, Duration::from_secs(2))?;
+                    piw_core::driver::stop_recorded_children(&store, None, Duration::from_secs(2))?;
                 let killed = outcomes
                     .iter()
                     .filter(|o| **o == piw_core::supervise::OrphanOutcome::Killed)
@@ -38,7 +38,7 @@ pub(crate) fn remove_state_locked(paths: &PiwPaths) -> Result<bool, CliError> {
                     );
                 }
                 let leftovers = piw_core::supervise::kill_marked_leftovers(
-                    &piw_core::host::supervision_scope(&paths.socket),
+                    &piw_core::driver::supervision_scope(&paths.socket),
                     Duration::from_secs(2),
                 );
                 if leftovers > 0 {
@@ -106,7 +106,7 @@ pub(crate) fn restore_state(
     }
     paths.ensure_dirs()?;
     // Held from the removal to the copy: no host starts on a half-restored installation.
-    let _lock = piw_core::host::lock_installation(paths).map_err(|e| match e {
+    let _lock = piw_core::driver::lock_installation(paths).map_err(|e| match e {
         HostError::AlreadyRunning { pid, .. } => CliError::Runtime(format!(
             "a piw host is running or still stopping (pid {pid}); stop it first with `piw host stop`"
         )),

@@ -1340,7 +1340,7 @@ fn diagnose_waits_for_a_held_installation_without_starting_a_host() {
     assert_eq!(piw(&h.home, &["host", "stop"]).status.code(), Some(0));
 
     let paths = piw_core::paths::PiwPaths::for_home(h.home.clone());
-    let lock = piw_core::host::lock_installation(&paths).unwrap();
+    let lock = piw_core::driver::lock_installation(&paths).unwrap();
     let holder = std::thread::spawn(move || {
         std::thread::sleep(std::time::Duration::from_millis(800));
         drop(lock);

@@ -236,7 +236,7 @@ fn ten_racing_ensure_host_calls_end_with_exactly_one_host() {
 fn ensure_host_starts_a_host_once_a_stopping_one_has_let_go() {
     let home = Home::new();
     home.paths.ensure_dirs().unwrap();
-    let held = piw_core::host::lock_installation(&home.paths).unwrap();
+    let held = piw_core::driver::lock_installation(&home.paths).unwrap();
     let release = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(700));
         drop(held);
@@ -258,7 +258,7 @@ fn ensure_host_starts_a_host_once_a_stopping_one_has_let_go() {
 fn the_lock_of_a_dead_but_still_exiting_holder_is_waited_for() {
     let home = Home::new();
     home.paths.ensure_dirs().unwrap();
-    let held = piw_core::host::lock_installation(&home.paths).unwrap();
+    let held = piw_core::driver::lock_installation(&home.paths).unwrap();
     let mut dead = std::process::Command::new("true").spawn().unwrap();
     let dead_pid = dead.id();
     dead.wait().unwrap();
@@ -267,7 +267,7 @@ fn the_lock_of_a_dead_but_still_exiting_holder_is_waited_for() {
         std::thread::sleep(Duration::from_millis(300));
         drop(held);
     });
-    let taken = piw_core::host::lock_installation(&home.paths);
+    let taken = piw_core::driver::lock_installation(&home.paths);
     release.join().unwrap();
     let file = taken.expect("the lock, once its dying holder let go");
     drop(file);
@@ -282,7 +282,7 @@ fn the_lock_of_a_dead_but_still_exiting_holder_is_waited_for() {
 fn ensure_host_names_a_lock_that_is_held_past_its_wait() {
     let home = Home::new();
     home.paths.ensure_dirs().unwrap();
-    let held = piw_core::host::lock_installation(&home.paths).unwrap();
+    let held = piw_core::driver::lock_installation(&home.paths).unwrap();
     // The lock stays held for the whole wait, so the outcome does not depend on its length;
     // seconds let a loaded machine start (and lose) the host within it.
     let err = ensure_host(&home.paths, &piw(), Duration::from_secs(5)).unwrap_err();
@@ -824,7 +824,7 @@ fn a_subscriber_that_falls_too_far_behind_is_closed_with_subscriber_lagged() {
 #[test]
 fn a_peer_of_another_uid_is_refused() {
     // The check itself, with a fake credential.
-    use piw_core::host::conn::authorize_peer;
+    use piw_core::driver::conn::authorize_peer;
     assert!(authorize_peer(Some(1000), 1000).is_ok());
     let r = authorize_peer(Some(1001), 1000).unwrap_err();
     assert_eq!(r.code, RejectionCode::Unauthorized);
@@ -961,7 +961,7 @@ fn a_command_committed_before_a_crash_replays_its_receipt_after_restart() {
     home.stop(host);
 }
 
-/// The host commits without fsyncing and fsyncs the WAL before it replies (`host::outbox`):
+/// The host commits without fsyncing and fsyncs the WAL before it replies (`driver::outbox`):
 /// when that fsync fails, the commit must not be acknowledged, and the host must stop rather
 /// than carry on building on a commit the disk may have dropped.
 #[test]
@@ -1225,7 +1225,7 @@ fn a_connection_cannot_pile_up_subscriptions() {
             session_id: Some("s1".into()),
         })
     };
-    for _ in 0..piw_core::host::conn::MAX_SUBSCRIPTIONS {
+    for _ in 0..piw_core::driver::conn::MAX_SUBSCRIPTIONS {
         c.call(subscribe()).unwrap();
     }
     let err = c.call(subscribe()).unwrap_err();
@@ -1255,7 +1255,7 @@ fn ensure_host_starts_again_when_the_holder_let_go_before_the_refused_host_was_s
             refused.display()
         ),
     );
-    let held = piw_core::host::lock_installation(&home.paths).unwrap();
+    let held = piw_core::driver::lock_installation(&home.paths).unwrap();
     let release = std::thread::spawn(move || {
         let started = std::time::Instant::now();
         while !refused.exists() && started.elapsed() < Duration::from_secs(20) {
@@ -1510,7 +1510,7 @@ fn a_store_thread_that_dies_takes_the_host_down_and_a_new_host_serves() {
     }
     assert_eq!(
         wait_exit(&mut dying, Duration::from_secs(20)),
-        Some(piw_core::host::STATE_OWNER_DIED_EXIT),
+        Some(piw_core::driver::STATE_OWNER_DIED_EXIT),
         "the host exits instead of staying half-alive"
     );
     assert!(!home.paths.socket.exists(), "the socket is removed");

@@ -10,7 +10,7 @@
 //! [`WalSync::sync`] fsyncs the WAL from any thread. What a commit wrote is as durable as at
 //! `synchronous=FULL` once a `sync` that started after the commit returned: both put the same
 //! frames on disk with the same fsync, only later and from another thread. The caller must not
-//! reveal a commit (reply, event) before that; the host's outbox (`host::outbox`) enforces it.
+//! reveal a commit (reply, event) before that; the host's outbox (`driver::outbox`) enforces it.
 //! Checkpoints stay safe at `NORMAL`: SQLite fsyncs the WAL before it copies any frame into the
 //! database, and the database before it reuses the WAL. Other connections (a viewer, `piw state
 //! backup`) can read a commit before its fsync: at `FULL` SQLite publishes a commit to them
@@ -62,7 +62,7 @@ impl WalSync {
     /// file's timestamps: nothing a commit needs, and one more inode write per sync.
     ///
     /// An error means the disk may have lost those commits: nothing committed since the last
-    /// successful `sync` may be acknowledged (the host stops; see `host::outbox`).
+    /// successful `sync` may be acknowledged (the host stops; see `driver::outbox`).
     pub fn sync(&mut self) -> StoreResult<()> {
         let io = |source| StoreError::Io {
             path: self.path.clone(),

@@ -15,11 +15,11 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::sync::oneshot;
 
-use super::children;
-use super::dispatch::{self, HostState, PreparedStart};
 use super::fault::FaultPlan;
 use super::outbox::Outbox;
-use super::timers;
+use crate::engine::children;
+use crate::engine::dispatch::{self, HostState, PreparedStart};
+use crate::engine::timers;
 use crate::protocol::{Receipt, Rejection, RejectionCode, Request, RequestBody, RequestClass};
 use crate::store::{CommandOutcome, Store, StoreError};
 
@@ -31,7 +31,7 @@ pub enum StoreMsg {
     /// A request from a connection.
     Request(Box<Job>),
     /// A child started or exited.
-    Child(super::children::ChildReport),
+    Child(crate::engine::children::ChildReport),
     /// A worker connection (the child of `run_id` at `generation`) closed.
     WorkerDisconnected { run_id: String, generation: u64 },
     /// The host has begun to stop (sent before any connection is told): launch nothing more,

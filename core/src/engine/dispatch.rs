@@ -40,7 +40,7 @@ pub struct HostState {
     pub child_commands: Vec<super::children::SupervisorCmd>,
     /// The socket children connect to.
     pub socket_path: std::path::PathBuf,
-    /// This installation's [`super::supervision_scope`], computed once: every child's marker
+    /// This installation's [`crate::driver::supervision_scope`], computed once: every child's marker
     /// starts with it.
     pub supervision_scope: String,
     /// The largest reply frame connections send (`Limits::max_frame_bytes`): `run.status`

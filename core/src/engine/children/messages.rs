@@ -317,9 +317,9 @@ fn worker_results(
         .unwrap_or(usize::MAX)
         .min(results.len());
     let mut rest = results[offset..].to_vec();
-    let more = crate::host::dispatch::keep_what_fits(
+    let more = crate::engine::dispatch::keep_what_fits(
         &mut rest,
-        crate::host::dispatch::reply_room(state.reply_limit),
+        crate::engine::dispatch::reply_room(state.reply_limit),
     );
     Ok(json!({ "results": rest, "more": more }))
 }
@@ -459,9 +459,9 @@ pub(super) fn worker_hello(
     // Every node's latest output may be as large as a payload: the results that do not fit
     // the frame with the rest of the reply are left for `worker.results` pages.
     let mut results = node_results(w, run_id)?;
-    let room = crate::host::dispatch::reply_room(state.reply_limit)
+    let room = crate::engine::dispatch::reply_room(state.reply_limit)
         .saturating_sub(crate::protocol::json_len(&reply) + r#","results_more":true"#.len());
-    let fits = crate::host::dispatch::fitting_prefix(&results, room);
+    let fits = crate::engine::dispatch::fitting_prefix(&results, room);
     if fits < results.len() {
         results.truncate(fits);
         reply["results_more"] = json!(true);

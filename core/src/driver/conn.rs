@@ -9,10 +9,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::sync::{broadcast, oneshot, watch};
 
-use super::children;
-use super::dispatch;
 use super::store_thread::{Job, RunEvent, StoreMsg};
 use super::HostShared;
+use crate::engine::children;
+use crate::engine::dispatch;
 use crate::protocol::{
     encode_frame, Event, FrameDecoder, FrameError, Limits, Receipt, Rejection, RejectionCode,
     Request, RequestBody, ServerFrame,

@@ -4,7 +4,7 @@
 
 use serde_json::json;
 
-use super::dispatch::PreparedStart;
+use crate::engine::dispatch::PreparedStart;
 use crate::protocol::{payload, Rejection, RejectionCode};
 use crate::store::{ExecutionMode, NewRun};
 

@@ -1,14 +1,13 @@
-//! The host: one process per installation that owns the state database and every run claim,
-//! serves the local protocol on a user-only Unix socket, and (as later layers land) supervises
-//! one child per active run. It runs no workflow code.
+//! The host's driver: one process per installation that owns the state database and every
+//! run claim, serves the local protocol on a user-only Unix socket and supervises one child
+//! per active run. It runs no workflow code, and decides nothing: the decisions are the
+//! [`engine`](crate::engine)'s.
 //!
 //! Threads: a tokio runtime accepts connections and runs one task per connection
 //! ([`conn`]); a dedicated store thread ([`store_thread`]) owns the SQLite connection and
 //! commits commands in batches. They talk over a channel; replies go back on oneshots.
 
-pub mod children;
 pub mod conn;
-pub mod dispatch;
 pub mod fault;
 pub mod log;
 pub mod node_runtime;
@@ -17,7 +16,6 @@ pub mod slots;
 pub mod start_file;
 pub mod store_thread;
 pub mod supervisor;
-pub mod timers;
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
@@ -30,10 +28,11 @@ use serde_json::{json, Value};
 use tokio::net::UnixListener;
 use tokio::sync::{broadcast, oneshot, watch};
 
+use crate::engine::children;
+use crate::engine::dispatch::HostState;
 use crate::paths::PiwPaths;
 use crate::protocol::{Limits, Receipt, Request, RequestBody};
 use crate::store::{Store, StoreConfig, StoreError, SCHEMA_ID};
-use dispatch::HostState;
 use fault::FaultPlan;
 use store_thread::{Job, RunEvent, StoreMsg};
 

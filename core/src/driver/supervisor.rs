@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::children::ChildReport;
 use super::fault::FaultPlan;
 use super::store_thread::StoreMsg;
+use crate::engine::children::ChildReport;
 use crate::store::ChildExitRecord;
 use crate::supervise::{self, SpawnSpec, StdinHandoff, Supervised};
 
@@ -24,7 +24,7 @@ use crate::supervise::{self, SpawnSpec, StdinHandoff, Supervised};
 /// 16-19 ms without the delay, 10-12 ms with it; docs/PERFORMANCE.md).
 const REFILL_DELAY: Duration = Duration::from_millis(25);
 
-pub use super::children::{StandbyPool, SupervisorCmd};
+pub use crate::engine::children::{StandbyPool, SupervisorCmd};
 
 type Standby = (Supervised, StdinHandoff);
 
