@@ -1000,7 +1000,7 @@ export class WorkflowSession {
       if (!pending.has(id)) {
         this.dialogs.delete(id);
         // Answered here: the answer this refresh sees is the person's own, nothing to report.
-        if (dialog.answering) continue;
+        if (dialog.answered) continue;
         dialog.controller.abort();
         this.reportClosed(id, dialog, statuses).catch(() => {});
       }
@@ -1012,13 +1012,18 @@ export class WorkflowSession {
       this.dialogs.set(id, dialog);
       this.askPerson(d, run, controller.signal)
         .catch((e) => {
+          dialog.answered = false;
           if (this.closed || controller.signal.aborted) return;
           this.ctx.ui.notify(`workflow decision: ${e?.message ?? e}`, 'error');
           // Still pending (the host refused the answer, or did not take it): offered again.
           this.kick();
         })
         .finally(() => {
-          if (this.dialogs.get(id) === dialog) this.dialogs.delete(id);
+          // A dialog dismissed unanswered (or whose answer failed) is offered again at the next
+          // refresh. An answered one stays until a refresh sees the decision answered: a refresh
+          // whose statuses were read before the answer was taken still sees it pending, and
+          // must not offer it again.
+          if (this.dialogs.get(id) === dialog && !dialog.answered) this.dialogs.delete(id);
         });
     }
   }
@@ -1104,10 +1109,11 @@ export class WorkflowSession {
       }
     }
     if (signal.aborted) return;
-    // The dialog stays open in `dialogs` until the answer is taken: a refresh while it travels
-    // must neither offer the still-pending decision again nor report it closed once answered.
+    // The dialog stays in `dialogs` once answered here (see offerDecisions): a refresh while the
+    // answer travels, or one that read the statuses before it was taken, must neither offer the
+    // decision again nor report it closed once it sees it answered.
     const dialog = this.dialogs.get(decision.decision_id);
-    if (dialog?.controller.signal === signal) dialog.answering = true;
+    if (dialog?.controller.signal === signal) dialog.answered = true;
     await this.call('decision.answer', (c) =>
       c.answerHumanDecision(run.run_id, decision.decision_id, { choice, text }),
     );

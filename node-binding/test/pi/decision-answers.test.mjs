@@ -111,9 +111,13 @@ test('a decision whose answer is on its way is not offered again by a refresh, n
   session.offerDecisions(pending);
   assert.deepEqual(asked.map((a) => a.method), ['select'], 'offered once');
   take();
-  while (session.dialogs.size > 0) await new Promise((r) => setImmediate(r));
+  while (!notes.some((n) => /decision recorded/.test(n.message))) await new Promise((r) => setImmediate(r));
+  // A refresh whose statuses were read before the host took the answer still sees it pending.
+  session.offerDecisions(pending);
+  assert.deepEqual(asked.map((a) => a.method), ['select'], 'not offered again from a stale status');
   // The refresh after the answer sees it answered: the person's own answer, nothing to report.
   session.offerDecisions(new Map([[run.run_id, { run, decisions: [{ ...decision, status: 'answered' }] }]]));
+  assert.equal(session.dialogs.size, 0, 'its dialog is gone once the answer is seen');
   assert.deepEqual(asked.map((a) => a.method), ['select']);
   assert.deepEqual(sent, [{ choice: 'approve', text: null }]);
   assert.equal(notes.filter((n) => /was closed/.test(n.message)).length, 0, JSON.stringify(notes));
