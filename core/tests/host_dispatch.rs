@@ -843,7 +843,7 @@ fn message_claim_of_a_session_fits_a_reply() {
 /// died, and the run went to review.
 #[test]
 fn a_hello_reply_fits_a_frame_after_large_outputs() {
-    use piw_core::engine::children::{apply_worker, ChildEntry};
+    use piw_core::engine::children::apply_worker;
     use piw_core::ids::ClaimToken;
     use piw_core::protocol::{encode_frame, Limits, Receipt, ServerFrame};
     use piw_core::store::{Answerer, AttemptOutcome, TransitionRequest};
@@ -883,25 +883,9 @@ fn a_hello_reply_fits_a_frame_after_large_outputs() {
         ..HostState::default()
     };
     state.claims.insert(run_id.clone(), act.claim.clone());
-    state.children.insert(
-        run_id.clone(),
-        ChildEntry {
-            generation: act.claim.generation,
-            child_epoch: 0,
-            launch: 0,
-            token_hash: token.hash(),
-            hello: false,
-            launched_at: common::T0,
-            judging_since: None,
-            stopping: false,
-            released_at: None,
-            mode: act.mode,
-            resume: act.resume.clone(),
-            from_standby: false,
-            stop_reason: None,
-            disconnected_at: None,
-        },
-    );
+    state
+        .children
+        .insert(run_id.clone(), launched_child(&act, &token));
     let mut send = |f: &mut Fixture, id: &str, body: RequestBody| {
         let req = Request::new(id, body)
             .with_run_id(&run_id)
@@ -1055,32 +1039,16 @@ fn a_submission_sent_again_gets_its_receipt_and_changes_nothing() {
 /// latest update per key is kept, the excess is counted in `run.status` and not stored.
 #[test]
 fn a_raw_workers_progress_and_notify_events_are_bounded() {
-    use piw_core::engine::children::{apply_worker, ChildEntry};
+    use piw_core::engine::children::apply_worker;
     use piw_core::ids::ClaimToken;
     let mut f = Fixture::new();
     let (run_id, act, attempt) = f.running();
     let token = ClaimToken::generate();
     let mut state = HostState::default();
     state.claims.insert(run_id.clone(), act.claim.clone());
-    state.children.insert(
-        run_id.clone(),
-        ChildEntry {
-            generation: act.claim.generation,
-            child_epoch: 0,
-            launch: 0,
-            token_hash: token.hash(),
-            hello: false,
-            launched_at: common::T0,
-            judging_since: None,
-            stopping: false,
-            released_at: None,
-            mode: act.mode,
-            resume: act.resume.clone(),
-            from_standby: false,
-            stop_reason: None,
-            disconnected_at: None,
-        },
-    );
+    state
+        .children
+        .insert(run_id.clone(), launched_child(&act, &token));
     let mut send = |f: &mut Fixture, id: &str, body: RequestBody| {
         let req = Request::new(id, body)
             .with_run_id(&run_id)
@@ -1361,4 +1329,27 @@ fn run_list_pages_through_every_run_exactly_once_while_runs_start_and_end() {
         &piw_core::protocol::Limits::default(),
     );
     assert!(bad.is_err(), "{bad:?}");
+}
+
+/// The host's record of a child just launched for `act`'s claim, before its hello.
+fn launched_child(
+    act: &piw_core::store::Activation,
+    token: &piw_core::ids::ClaimToken,
+) -> piw_core::engine::children::ChildEntry {
+    piw_core::engine::children::ChildEntry {
+        generation: act.claim.generation,
+        child_epoch: 0,
+        launch: 0,
+        token_hash: token.hash(),
+        hello: false,
+        launched_at: common::T0,
+        judging_since: None,
+        stopping: false,
+        released_at: None,
+        mode: act.mode,
+        resume: act.resume.clone(),
+        from_standby: false,
+        stop_reason: None,
+        disconnected_at: None,
+    }
 }

@@ -812,6 +812,50 @@ fn wait_status(home: &Path, run_id: &str, statuses: &[&str]) -> Value {
     }
 }
 
+/// `piw run start <file> --session s1 --json`, which must succeed: the run's id.
+fn start_in_session(home: &Path, file: &Path) -> String {
+    let o = piw(
+        home,
+        &[
+            "run",
+            "start",
+            file.to_str().unwrap(),
+            "--session",
+            "s1",
+            "--json",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    json_of(&o)["run_id"].as_str().unwrap().to_owned()
+}
+
+/// The id of the run's pending item at `node`, once the run waits there: `list` is
+/// `interactions` or `decisions` (30 s: only a hang reaches it).
+fn pending_at(home: &Path, run_id: &str, list: &str, node: &str) -> String {
+    let id = if list == "decisions" {
+        "decision_id"
+    } else {
+        "interaction_id"
+    };
+    let started = std::time::Instant::now();
+    loop {
+        let s = wait_status(home, run_id, &["waiting"]);
+        if let Some(item) = s[list]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["node_id"] == node && i["status"] == "pending")
+        {
+            return item[id].as_str().unwrap().to_owned();
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "never waiting at {node}: {s}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// Review is not a dead end. A run whose children kept dying (its runtime was broken) is
 /// retried by a person once the cause is fixed: `piw run retry` runs the node again and the
 /// run completes. A retry of a run not in review is refused.
@@ -942,19 +986,7 @@ fn a_person_answers_decides_submits_and_waits_from_the_command_line() {
         )
     };
     let start = |file: &Path| {
-        let o = piw(
-            &h.home,
-            &[
-                "run",
-                "start",
-                file.to_str().unwrap(),
-                "--session",
-                "s1",
-                "--json",
-            ],
-        );
-        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-        let run_id = json_of(&o)["run_id"].as_str().unwrap().to_owned();
+        let run_id = start_in_session(&h.home, file);
         wait_status(&h.home, &run_id, &["waiting"]);
         run_id
     };
@@ -1850,38 +1882,8 @@ fn a_repeated_submit_from_the_command_line_does_not_answer_the_next_step() {
             "behaviors": {"a": {"interact": "agent"}, "b": {"interact": "agent"}, "done": {}}
         }),
     );
-    let o = piw(
-        &h.home,
-        &[
-            "run",
-            "start",
-            file.to_str().unwrap(),
-            "--session",
-            "s1",
-            "--json",
-        ],
-    );
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let run_id = json_of(&o)["run_id"].as_str().unwrap().to_owned();
-    let open_at = |node: &str| {
-        let started = std::time::Instant::now();
-        loop {
-            let s = wait_status(&h.home, &run_id, &["waiting"]);
-            if let Some(i) = s["interactions"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|i| i["node_id"] == node && i["status"] == "pending")
-            {
-                return i["interaction_id"].as_str().unwrap().to_owned();
-            }
-            assert!(
-                started.elapsed() < std::time::Duration::from_secs(30),
-                "never waiting at {node}: {s}"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-    };
+    let run_id = start_in_session(&h.home, &file);
+    let open_at = |node: &str| pending_at(&h.home, &run_id, "interactions", node);
     let a = open_at("a");
     let shown = text(&piw(&h.home, &["run", "status", &run_id]));
     assert!(
@@ -1981,38 +1983,8 @@ fn a_repeated_answer_from_the_command_line_does_not_answer_the_next_checkpoint()
                           "c": {"wait": "human_decision"}, "done": {}}
         }),
     );
-    let o = piw(
-        &h.home,
-        &[
-            "run",
-            "start",
-            file.to_str().unwrap(),
-            "--session",
-            "s1",
-            "--json",
-        ],
-    );
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let run_id = json_of(&o)["run_id"].as_str().unwrap().to_owned();
-    let pending_at = |node: &str| {
-        let started = std::time::Instant::now();
-        loop {
-            let s = wait_status(&h.home, &run_id, &["waiting"]);
-            if let Some(d) = s["decisions"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|d| d["node_id"] == node && d["status"] == "pending")
-            {
-                return d["decision_id"].as_str().unwrap().to_owned();
-            }
-            assert!(
-                started.elapsed() < std::time::Duration::from_secs(30),
-                "never waiting at {node}: {s}"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-    };
+    let run_id = start_in_session(&h.home, &file);
+    let pending_at = |node: &str| pending_at(&h.home, &run_id, "decisions", node);
     let a = pending_at("a");
     let o = piw(&h.home, &["run", "answer", &run_id, "yes"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
@@ -2076,19 +2048,7 @@ fn a_checkpoint_answered_from_the_command_line_is_recorded_as_a_persons() {
             "behaviors": {"ask": {"wait": "checkpoint"}, "done": {}}
         }),
     );
-    let o = piw(
-        &h.home,
-        &[
-            "run",
-            "start",
-            file.to_str().unwrap(),
-            "--session",
-            "s1",
-            "--json",
-        ],
-    );
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let run_id = json_of(&o)["run_id"].as_str().unwrap().to_owned();
+    let run_id = start_in_session(&h.home, &file);
     wait_status(&h.home, &run_id, &["waiting"]);
     let o = piw(&h.home, &["run", "answer", &run_id, "yes", "--json"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));

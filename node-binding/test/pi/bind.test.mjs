@@ -25,6 +25,25 @@ const submit = (output, interactionId) => ({
 });
 const toolEnds = (pi, from) => pi.events.slice(from).filter((e) => e.type === 'tool_execution_end' && e.toolName === 'workflow');
 
+/**
+ * Starts `/workflow <name>` in a Pi whose session holds the presentation of the step named
+ * `second` at a barrier until `release()`: the model's repeat of the first step's call then
+ * always comes before the second step is shown, whatever the machine's speed.
+ */
+async function startHeld(client, name) {
+  const barriers = join(env.root, 'barriers');
+  mkdirSync(barriers, { recursive: true });
+  writeFileSync(join(barriers, 'present-second.hold'), '');
+  const pi = await env.startPi({ extraEnv: { PIW_PI_BARRIER_DIR: barriers } });
+  const from = pi.mark();
+  await pi.prompt(`/workflow ${name}`);
+  const [started] = await until(async () => {
+    const runs = await client.listRuns({ sessionId: 'session-a' });
+    return runs.length && runs;
+  }, 'the run');
+  return { pi, from, started, release: () => rmSync(join(barriers, 'present-second.hold')) };
+}
+
 test("a paused run's request does not hold back the submission for another run's step", async () => {
   env.addWorkflow('agent.workflow.mjs', 'titles');
   let release;
@@ -89,20 +108,10 @@ test('a repeated submit without an interaction id gets the original receipt, nev
     }
     return { text: 'ok' };
   };
-  // Step two is not presented until the repeat's call has ended (a barrier of the session), so
-  // the model's repeat always comes before the step is shown, whatever the machine's speed.
-  const barriers = join(env.root, 'barriers');
-  mkdirSync(barriers, { recursive: true });
-  writeFileSync(join(barriers, 'present-second.hold'), '');
-  const pi = await env.startPi({ extraEnv: { PIW_PI_BARRIER_DIR: barriers } });
-  const from = pi.mark();
-  await pi.prompt('/workflow twostep');
-  const [started] = await until(async () => {
-    const runs = await client.listRuns({ sessionId: 'session-a' });
-    return runs.length && runs;
-  }, 'the run');
+  // Step two is not presented until the repeat's call has ended (see startHeld).
+  const { pi, from, started, release } = await startHeld(client, 'twostep');
   await until(() => toolEnds(pi, from).length >= 2, 'the repeated submit ended');
-  rmSync(join(barriers, 'present-second.hold'));
+  release();
   const run = await client.waitForRun(started.run_id, { timeoutMs: 30_000 });
   assert.equal(run.status, 'completed', run.error);
   assert.deepEqual(run.result, { first: { title: 'ONE' }, second: { title: 'TWO' } });
@@ -145,18 +154,9 @@ test('a repeated checkpoint answer without a run id is not taken by the next che
     return { text: 'ok' };
   };
   // The second checkpoint is not presented until the repeat's call has ended (see above).
-  const barriers = join(env.root, 'barriers');
-  mkdirSync(barriers, { recursive: true });
-  writeFileSync(join(barriers, 'present-second.hold'), '');
-  const pi = await env.startPi({ extraEnv: { PIW_PI_BARRIER_DIR: barriers } });
-  const from = pi.mark();
-  await pi.prompt('/workflow twocheck');
-  const [started] = await until(async () => {
-    const runs = await client.listRuns({ sessionId: 'session-a' });
-    return runs.length && runs;
-  }, 'the run');
+  const { pi, from, started, release } = await startHeld(client, 'twocheck');
   await until(() => toolEnds(pi, from).length >= 2, 'the repeated answer ended');
-  rmSync(join(barriers, 'present-second.hold'));
+  release();
   const run = await client.waitForRun(started.run_id, { timeoutMs: 30_000 });
   assert.equal(run.status, 'completed', run.error);
   assert.deepEqual(run.result, { first: { go: 1 }, second: { go: 2 } });
