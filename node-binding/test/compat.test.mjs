@@ -37,6 +37,21 @@ async function runToEnd(file, input = {}) {
   return c.waitForRun((await c.startRun(file, { input })).run_id, { timeoutMs: 30_000 });
 }
 
+/**
+ * Starts `file` for the session of `options` and returns the run once it ended, with the data
+ * of every progress event it published, in order (subscribed before the start: none missed).
+ */
+async function runCollectingProgress(c, file, options) {
+  const sub = await c.subscribe({ sessionId: options.sessionId });
+  const { run_id: runId } = await c.startRun(file, options);
+  const progress = [];
+  for await (const e of sub) {
+    if (e.run_id === runId && e.event_kind === 'progress') progress.push(e.data);
+    if (e.run_id === runId && ['completed', 'failed', 'review'].includes(e.status)) break;
+  }
+  return { runId, run: await c.waitForRun(runId, { timeoutMs: 30_000 }), progress };
+}
+
 test('an action and a shell without effect: run as written; a child killed while applying sends the run to review, not to a retry', async () => {
   const calls = join(host.dir, 'calls.log');
   const file = write(
@@ -226,14 +241,8 @@ export default defineWorkflow({
 });
 `,
   );
-  const sub = await c.subscribe({ sessionId: session });
-  const { run_id: runId } = await c.startRun(file, { sessionId: session, projectDir: project });
-  const progress = [];
-  for await (const e of sub) {
-    if (e.run_id === runId && e.event_kind === 'progress') progress.push(e.data.data.data);
-    if (e.run_id === runId && ['completed', 'failed', 'review'].includes(e.status)) break;
-  }
-  const run = await c.waitForRun(runId, { timeoutMs: 30_000 });
+  const { run, progress: events } = await runCollectingProgress(c, file, { sessionId: session, projectDir: project });
+  const progress = events.map((d) => d.data.data);
   assert.equal(run.status, 'completed', run.error ?? run.review_reason);
   const cwd = join(project, 'sub');
   assert.deepEqual(run.result, {
@@ -530,14 +539,7 @@ export default defineWorkflow({
 });
 `,
   );
-  const sub = await c.subscribe({ sessionId: session });
-  const { run_id: runId } = await c.startRun(file, { sessionId: session });
-  const progress = [];
-  for await (const e of sub) {
-    if (e.run_id === runId && e.event_kind === 'progress') progress.push(e.data);
-    if (e.run_id === runId && ['completed', 'failed', 'review'].includes(e.status)) break;
-  }
-  const run = await c.waitForRun(runId, { timeoutMs: 30_000 });
+  const { run, progress } = await runCollectingProgress(c, file, { sessionId: session });
   assert.equal(run.status, 'completed', run.error ?? run.review_reason);
   assert.deepEqual(run.result.receipts, [
     { type: 'progress', key: 'overall', seq: 'number', id: true, at: true },
@@ -796,14 +798,7 @@ export default defineWorkflow({
 });
 `,
   );
-  const sub = await c.subscribe({ sessionId: session });
-  const { run_id: runId } = await c.startRun(file, { sessionId: session });
-  const progress = [];
-  for await (const e of sub) {
-    if (e.run_id === runId && e.event_kind === 'progress') progress.push(e.data);
-    if (e.run_id === runId && ['completed', 'failed', 'review'].includes(e.status)) break;
-  }
-  const run = await c.waitForRun(runId, { timeoutMs: 30_000 });
+  const { runId, run, progress } = await runCollectingProgress(c, file, { sessionId: session });
   assert.equal(run.status, 'completed', run.error ?? run.review_reason);
   const status = await c.runStatus(runId);
   // The latest of each key, in the order they arrived; a counted track keeps its samples.
