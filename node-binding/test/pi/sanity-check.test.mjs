@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, test } from 'node:test';
 
 import { Client } from '../../index.js';
-import { alive, piEnv, stopHost, until } from './harness.mjs';
+import { WAIT_MS, alive, piEnv, stopHost, until } from './harness.mjs';
 
 let env;
 let releaseHeld;
@@ -158,14 +158,16 @@ test('a reviewer that fails and one that hangs past its bound: the run says whic
     return { hold: held, text: '{}' };
   });
   const pi = await env.startPi();
-  await pi.prompt(`/workflow builtin:sanity-check --input-json ${JSON.stringify({ model: 'mock/mock-model', lenses: ['necessity', 'tests'], reviewTimeoutMs: 5_000 })}`);
+  // The bound every reviewer gets: the one that answers must start its Pi and answer within
+  // it however loaded the machine is, so it is the suite's wait for what must happen.
+  await pi.prompt(`/workflow builtin:sanity-check --input-json ${JSON.stringify({ model: 'mock/mock-model', lenses: ['necessity', 'tests'], reviewTimeoutMs: WAIT_MS })}`);
   const client = await env.client();
   const runId = await onlyRun(client);
   // The held reviewer runs (its Pi is found as the check below looks for one).
   await until(() => processesIn(env.project).length === 1, 'the held reviewer running');
   const run = await client.waitForRun(runId, { timeoutMs: 120_000 });
   assert.equal(run.status, 'failed', JSON.stringify(run));
-  assert.match(run.error, /no reviewer answered: necessity failed: answered without the review asked for: .*; tests timed out: no answer within 5000 ms; its Pi process was killed/);
+  assert.match(run.error, new RegExp(`no reviewer answered: necessity failed: answered without the review asked for: .*; tests timed out: no answer within ${WAIT_MS} ms; its Pi process was killed`));
   assert.equal(env.model.requests.filter((r) => lensOf(r.lastText)).length, 2, 'serial: one, then the other');
   // The hung reviewer's Pi is gone: nothing runs in the project any more.
   await until(() => processesIn(env.project).length === 0, `no reviewer left: ${processesIn(env.project).join('; ')}`);
