@@ -108,7 +108,7 @@ export interface CommandOptions {
 }
 
 export interface StartRunOptions extends CommandOptions {
-  /** The run's input (JSON). */
+  /** The run's input (JSON; default `{}`). */
   input?: unknown;
   /** The origin Pi session: interactive steps and workflow messages go there. */
   sessionId?: string;

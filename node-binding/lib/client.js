@@ -174,7 +174,7 @@ export class Client {
   startRun(workflowFile, options = {}) {
     return this.#body('run.start', envelope(options), {
       workflow_file: resolve(options.projectDir ?? process.cwd(), workflowFile),
-      input: options.input ?? null,
+      input: options.input ?? {},
       session_id: options.sessionId ?? null,
       execution_mode: options.executionMode ?? null,
       project_dir: options.projectDir ? resolve(options.projectDir) : process.cwd(),

@@ -865,7 +865,7 @@ export default defineWorkflow({
   );
 });
 
-test('`piw run start <name>` without --input gives the workflow {}, as a start from Pi does: a file that reads input.text unguarded runs', async () => {
+test('`piw run start <name>` without --input, and the Node client without `input`, give the workflow {}, as a start from Pi does: a file that reads input.text unguarded runs', async () => {
   write(
     'greet.workflow.ts',
     `import { compute, defineWorkflow, shell } from "@osolmaz/pi-workflows";
@@ -897,4 +897,9 @@ export default defineWorkflow({
   const { run } = JSON.parse(stdout);
   assert.equal(run.status, 'completed', run.error);
   assert.deepEqual(run.result, { said: 'hello world', input: {} });
+  // The Node client without `input` gives the same.
+  const c = host.client;
+  const fromClient = await c.waitForRun((await c.startRun(join(project, '.pi', 'workflows', 'greet.workflow.ts'))).run_id, { timeoutMs: 20_000 });
+  assert.equal(fromClient.status, 'completed', fromClient.error);
+  assert.deepEqual(fromClient.result, { said: 'hello world', input: {} });
 });

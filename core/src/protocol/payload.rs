@@ -14,13 +14,18 @@ pub use crate::store::model::{
     AttemptOutcome, DecisionKind, EffectResult, ExecutionMode, InteractionKind, RetryContract,
 };
 
+fn empty_input() -> Value {
+    Value::Object(serde_json::Map::new())
+}
+
 /// Payload of `run.start`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunStart {
     /// Path of the workflow module to run (resolved against `project_dir` when relative).
     pub workflow_file: String,
-    /// The run's input (`null` when absent).
-    #[serde(default)]
+    /// The run's input (`{}` when absent, as every client and Pi give it: a workflow may read
+    /// `input.x` without a guard).
+    #[serde(default = "empty_input")]
     pub input: Value,
     /// The origin Pi session, for interactive steps and workflow messages.
     pub session_id: Option<String>,

@@ -668,6 +668,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_run_start_without_input_gets_an_empty_object_and_an_explicit_null_stays() {
+        let absent: super::super::payload::RunStart =
+            serde_json::from_str(r#"{"workflow_file":"/w.mjs"}"#).unwrap();
+        assert_eq!(absent.input, serde_json::json!({}));
+        let null: super::super::payload::RunStart =
+            serde_json::from_str(r#"{"workflow_file":"/w.mjs","input":null}"#).unwrap();
+        assert_eq!(null.input, serde_json::Value::Null);
+    }
+
+    #[test]
     fn bounded_message_cuts_at_char_boundary() {
         assert_eq!(bounded_message("short", 10), "short");
         let cut = bounded_message(&"é".repeat(100), 11);
