@@ -35,7 +35,7 @@ pub struct HostState {
     /// stops (then the supervisor stops every child itself).
     pub supervising: bool,
     /// What the supervisor must do (launch, stop), decided and not yet handed to it: the store
-    /// thread sends these on (`store_thread::send_child_commands`), so deciding code holds no
+    /// thread sends these on (as the turn's `Effect::Child`), so deciding code holds no
     /// channel.
     pub child_commands: Vec<super::children::SupervisorCmd>,
     /// The socket children connect to.
