@@ -7,5 +7,7 @@
 
 pub mod children;
 pub mod dispatch;
+mod fit;
+pub mod handlers;
 pub mod timers;
 pub mod turn;

@@ -1,0 +1,36 @@
+//! The `message.*` requests: claim and acknowledge workflow messages of a Pi session.
+
+use serde_json::{json, Value};
+
+use crate::engine::dispatch::{HostState, MESSAGE_CLAIM_LEASE_MS};
+use crate::engine::fit::reply_room;
+use crate::protocol::{payload, Request};
+use crate::store::{StoreError, WriteTx};
+
+/// `message.claim`: claim undelivered workflow messages of a Pi session.
+pub(crate) fn claim(
+    w: &mut WriteTx<'_>,
+    state: &HostState,
+    req: &Request,
+    m: &payload::MessageClaim,
+) -> Result<Value, StoreError> {
+    let owner = match &m.claimant {
+        Some(claimant) => format!("claimant-{claimant}"),
+        None => format!("request-{}", req.request_id),
+    };
+    // Claimed in this transaction only what the reply carries.
+    let claimed = w.claim_messages(
+        &m.session_id,
+        &owner,
+        m.limit.unwrap_or(16).min(256),
+        MESSAGE_CLAIM_LEASE_MS,
+        reply_room(state.reply_limit),
+    )?;
+    Ok(json!({ "messages": claimed.messages, "more": claimed.more }))
+}
+
+/// `message.ack`: acknowledge delivery of a claimed workflow message.
+pub(crate) fn ack(w: &mut WriteTx<'_>, m: &payload::MessageAck) -> Result<Value, StoreError> {
+    let at = w.ack_message(&m.message_id)?;
+    Ok(json!({ "message_id": m.message_id, "delivered_at": at }))
+}
