@@ -643,9 +643,16 @@ fn the_status_of_a_run_with_thousands_of_attempts_fits_and_pages_back() {
         .unwrap();
     let status = |query: payload::RunStatusQuery| {
         let req = Request::new("st", RequestBody::RunStatus(query)).with_run_id(&run_id);
-        let body = apply_read(&f.store, &req, DEFAULT_MAX_FRAME_BYTES)
-            .expect("a status that fits")
-            .body;
+        let body = apply_read(
+            &f.store,
+            &HostState {
+                reply_limit: DEFAULT_MAX_FRAME_BYTES,
+                ..HostState::default()
+            },
+            &req,
+        )
+        .expect("a status that fits")
+        .body;
         let len = serde_json::to_vec(&body).unwrap().len();
         assert!(len < DEFAULT_MAX_FRAME_BYTES, "{len} bytes");
         body
@@ -695,7 +702,15 @@ fn the_status_of_a_run_with_thousands_of_attempts_fits_and_pages_back() {
         }),
     )
     .with_run_id(&run_id);
-    let err = apply_read(&f.store, &req, DEFAULT_MAX_FRAME_BYTES).unwrap_err();
+    let err = apply_read(
+        &f.store,
+        &HostState {
+            reply_limit: DEFAULT_MAX_FRAME_BYTES,
+            ..HostState::default()
+        },
+        &req,
+    )
+    .unwrap_err();
     assert!(
         matches!(err, piw_core::store::StoreError::NotFound { .. }),
         "{err:?}"
@@ -728,7 +743,15 @@ fn interaction_list_of_a_session_fits_a_reply() {
                 session_id: "session-1".into(),
             }),
         );
-        let receipt = apply_read(&f.store, &req, limits.max_frame_bytes).unwrap();
+        let receipt = apply_read(
+            &f.store,
+            &HostState {
+                reply_limit: limits.max_frame_bytes,
+                ..HostState::default()
+            },
+            &req,
+        )
+        .unwrap();
         let encoded = encode_frame(&ServerFrame::receipt("req-list", receipt.clone()), &limits);
         assert!(
             encoded.is_ok(),
@@ -1099,8 +1122,11 @@ fn a_raw_workers_progress_and_notify_events_are_bounded() {
     assert_eq!(events(&f), before + 100);
     let status = apply_read(
         &f.store,
+        &HostState {
+            reply_limit: 1 << 20,
+            ..HostState::default()
+        },
         &Request::new("st", RequestBody::RunStatus(Default::default())).with_run_id(&run_id),
-        1 << 20,
     )
     .unwrap()
     .body;
@@ -1239,9 +1265,16 @@ fn run_list_pages_through_every_run_exactly_once_while_runs_start_and_end() {
     }
     let list = |f: &Fixture, payload: payload::RunList| {
         let req = Request::new("ls", RequestBody::RunList(payload));
-        let body = apply_read(&f.store, &req, DEFAULT_MAX_FRAME_BYTES)
-            .expect("a list that fits")
-            .body;
+        let body = apply_read(
+            &f.store,
+            &HostState {
+                reply_limit: DEFAULT_MAX_FRAME_BYTES,
+                ..HostState::default()
+            },
+            &req,
+        )
+        .expect("a list that fits")
+        .body;
         let len = serde_json::to_vec(&body).unwrap().len();
         assert!(len < DEFAULT_MAX_FRAME_BYTES, "{len} bytes");
         body

@@ -10,6 +10,7 @@ use super::handlers::{decision, effect, host, interaction, message, run};
 
 use serde_json::{json, Value};
 
+use crate::protocol::reply::body_of;
 use crate::protocol::{Receipt, Rejection, RejectionCode, Request, RequestBody};
 use crate::store::{Claim, ClaimLostReason, CommandMeta, NewRun, Store, StoreError, WriteTx};
 
@@ -167,19 +168,19 @@ pub fn apply_command(
         w.expect_revision(run_id, expected)?;
     }
     match &req.body {
-        RequestBody::RunStart(_) => run::start(w, start),
-        RequestBody::RunPause => run::pause(w, state, req),
-        RequestBody::RunResume => run::resume(w, state, req),
-        RequestBody::RunCancel(cancel) => run::cancel(w, state, req, cancel),
-        RequestBody::RunRetry(r) => run::retry(w, req, r),
-        RequestBody::EffectResolve(e) => effect::resolve(w, req, e),
-        RequestBody::CheckpointAnswer(a) => decision::checkpoint_answer(w, req, a),
-        RequestBody::DecisionAnswer(a) => decision::decision_answer(w, req, a),
-        RequestBody::InteractionSubmit(s) => interaction::submit(w, req, s),
-        RequestBody::InteractionFail(f) => interaction::fail(w, state, req, f),
-        RequestBody::InteractionUpdate(u) => interaction::update(w, req, u),
-        RequestBody::MessageClaim(m) => message::claim(w, state, req, m),
-        RequestBody::MessageAck(m) => message::ack(w, m),
+        RequestBody::RunStart(_) => body(&run::start(w, start)?),
+        RequestBody::RunPause => body(&run::pause(w, state, req)?),
+        RequestBody::RunResume => body(&run::resume(w, state, req)?),
+        RequestBody::RunCancel(cancel) => body(&run::cancel(w, state, req, cancel)?),
+        RequestBody::RunRetry(r) => body(&run::retry(w, req, r)?),
+        RequestBody::EffectResolve(e) => body(&effect::resolve(w, req, e)?),
+        RequestBody::CheckpointAnswer(a) => body(&decision::checkpoint_answer(w, req, a)?),
+        RequestBody::DecisionAnswer(a) => body(&decision::decision_answer(w, req, a)?),
+        RequestBody::InteractionSubmit(s) => body(&interaction::submit(w, req, s)?),
+        RequestBody::InteractionFail(f) => body(&interaction::fail(w, state, req, f)?),
+        RequestBody::InteractionUpdate(u) => body(&interaction::update(w, req, u)?),
+        RequestBody::MessageClaim(m) => body(&message::claim(w, state, req, m)?),
+        RequestBody::MessageAck(m) => body(&message::ack(w, m)?),
         other => Err(StoreError::Forbidden(format!(
             "{} is not accepted on this connection",
             other.kind_str()
@@ -188,21 +189,37 @@ pub fn apply_command(
 }
 
 /// Answers a read-only request from the store, fitting `run.status` and `run.list` under
-/// `reply_limit` (the frame limit) as [`fit_run_status`] says, and `interaction.list` by
-/// leaving the newest requests for a later list.
-pub fn apply_read(store: &Store, req: &Request, reply_limit: usize) -> Result<Receipt, StoreError> {
-    Ok(match &req.body {
-        RequestBody::RunStatus(query) => run::status(store, req, reply_limit, query)?,
-        RequestBody::RunList(list) => run::list(store, reply_limit, list)?,
-        RequestBody::InteractionList(l) => interaction::list(store, reply_limit, l)?,
-        RequestBody::Diagnose => host::diagnose(store)?,
-        RequestBody::Subscribe(s) => host::subscribe(store, s)?,
-        RequestBody::HostStatus => host::status(store)?,
-        other => {
-            return Err(StoreError::Forbidden(format!(
-                "{} is not a read",
-                other.kind_str()
-            )));
+/// `state.reply_limit` (the frame limit) as `fit::fit_run_status` says, and
+/// `interaction.list` by leaving the newest requests for a later list.
+pub fn apply_read(store: &Store, state: &HostState, req: &Request) -> Result<Receipt, StoreError> {
+    let limit = state.reply_limit;
+    match &req.body {
+        RequestBody::RunStatus(query) => {
+            let reply = run::status(store, req, limit, query)?;
+            receipt(Some(reply.run.revision), &reply)
         }
-    })
+        RequestBody::RunList(list) => receipt(None, &run::list(store, limit, list)?),
+        RequestBody::InteractionList(l) => receipt(None, &interaction::list(store, limit, l)?),
+        RequestBody::Diagnose => receipt(None, &host::diagnose(store)?),
+        RequestBody::Subscribe(s) => receipt(None, &host::subscribe(store, s)?),
+        RequestBody::HostStatus => receipt(None, &host::status(store, state)?),
+        other => Err(StoreError::Forbidden(format!(
+            "{} is not a read",
+            other.kind_str()
+        ))),
+    }
+}
+
+/// The receipt body of a command's typed reply: the one place it becomes JSON (a command's
+/// body is stored with its receipt, for replays).
+fn body<T: serde::Serialize>(reply: &T) -> Result<Value, StoreError> {
+    Ok(body_of(reply)?)
+}
+
+/// The receipt of a read's typed reply.
+pub(crate) fn receipt<T: serde::Serialize>(
+    revision: Option<u64>,
+    reply: &T,
+) -> Result<Receipt, StoreError> {
+    Ok(Receipt::new(revision, body_of(reply)?))
 }

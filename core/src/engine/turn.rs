@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use super::children::{self, SupervisorCmd};
 use super::dispatch::{self, HostState, PreparedStart};
 use super::timers;
+use crate::protocol::reply::RepairReply;
 use crate::protocol::{Receipt, Rejection, RejectionCode, Request, RequestBody, RequestClass};
 use crate::store::{CommandMeta, CommandOutcome, Store, StoreError};
 
@@ -223,12 +224,7 @@ fn handle_batch<R>(
     for job in reads {
         let result = match job.request.class() {
             RequestClass::Maintenance => maintain(store, fx, &job.request),
-            _ => dispatch::apply_read(store, &job.request, state.reply_limit).map(|mut receipt| {
-                if matches!(job.request.body, RequestBody::HostStatus) {
-                    receipt.body["active_children"] = serde_json::json!(state.live_children());
-                }
-                receipt
-            }),
+            _ => dispatch::apply_read(store, state, &job.request),
         }
         .map_err(|e| dispatch::rejection_for(&e));
         fx.apply(Effect::Reply {
@@ -427,7 +423,7 @@ fn maintain<R>(
             for (run_id, before) in &report.runs_written {
                 publish_run(store, fx, run_id, *before);
             }
-            Ok(Receipt::new(None, serde_json::json!({ "report": report })))
+            dispatch::receipt(None, &RepairReply { report })
         }
         other => Err(StoreError::Forbidden(format!(
             "{} is not a maintenance request",

@@ -1,30 +1,35 @@
 //! Requests about the host and its store as a whole: `host.status`, `diagnose`, `subscribe`.
 
-use serde_json::{json, Value};
-
-use crate::protocol::{payload, Receipt};
+use crate::engine::dispatch::HostState;
+use crate::protocol::payload;
+use crate::protocol::reply::{DiagnoseReply, HostStatusReply};
 use crate::store::{Store, StoreError};
 
-/// `subscribe`: receive events of a run or a session on this connection.
-pub(crate) fn subscribe(store: &Store, s: &payload::Subscribe) -> Result<Receipt, StoreError> {
+/// `subscribe`: receive events of a run or a session on this connection (no body).
+pub(crate) fn subscribe(store: &Store, s: &payload::Subscribe) -> Result<(), StoreError> {
     // The connection asks only whether the run exists; it makes the subscription itself.
     if let Some(run_id) = &s.run_id {
         store.run_state(run_id)?;
     }
-    Ok(Receipt::new(None, Value::Null))
+    Ok(())
 }
 
 /// `host.status`: host health and identity.
-pub(crate) fn status(store: &Store) -> Result<Receipt, StoreError> {
-    let runs: serde_json::Map<String, Value> = store
+pub(crate) fn status(store: &Store, state: &HostState) -> Result<HostStatusReply, StoreError> {
+    let runs = store
         .count_by_status()?
         .into_iter()
-        .map(|(status, n)| (status.as_str().to_owned(), json!(n)))
+        .map(|(status, n)| (status.as_str(), n))
         .collect();
-    Ok(Receipt::new(None, json!({ "runs": runs })))
+    Ok(HostStatusReply {
+        active_children: state.live_children(),
+        runs,
+    })
 }
 
 /// `diagnose`: what the store's consistency checks find.
-pub(crate) fn diagnose(store: &Store) -> Result<Receipt, StoreError> {
-    Ok(Receipt::new(None, json!({ "findings": store.diagnose()? })))
+pub(crate) fn diagnose(store: &Store) -> Result<DiagnoseReply, StoreError> {
+    Ok(DiagnoseReply {
+        findings: store.diagnose()?,
+    })
 }

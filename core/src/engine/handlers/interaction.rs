@@ -1,20 +1,21 @@
 //! The `interaction.*` requests: submit, fail, update (durable commands) and list (a read).
 
-use serde_json::{json, Value};
-
 use super::required;
 use crate::engine::dispatch::HostState;
 use crate::engine::fit::{keep_what_fits, reply_room};
 use crate::graph::{Graph, Outcome, Route};
-use crate::protocol::{payload, Receipt, Request};
-use crate::store::{Store, StoreError, WriteTx};
+use crate::protocol::reply::{
+    InteractionFailed, InteractionListReply, InteractionSubmitted, InteractionUpdated,
+};
+use crate::protocol::{payload, Request};
+use crate::store::{Store, StoreError, SubmissionState, WriteTx};
 
 /// `interaction.submit`: submit a provisional result for an interactive request.
 pub(crate) fn submit(
     w: &mut WriteTx<'_>,
     req: &Request,
     s: &payload::InteractionSubmit,
-) -> Result<Value, StoreError> {
+) -> Result<InteractionSubmitted, StoreError> {
     let attempt_id = required(&req.attempt_id, "attempt_id")?;
     w.require_interaction_of(
         required(&req.run_id, "run_id")?,
@@ -25,9 +26,12 @@ pub(crate) fn submit(
     if let Some((submission_id, state)) =
         w.repeated_submission(&s.interaction_id, attempt_id, &s.result)?
     {
-        return Ok(json!({ "interaction_id": s.interaction_id,
-                          "submission_id": submission_id, "state": state,
-                          "repeated": true }));
+        return Ok(InteractionSubmitted {
+            interaction_id: s.interaction_id.clone(),
+            submission_id,
+            state,
+            repeated: true,
+        });
     }
     if s.refuse_repeat {
         w.refuse_accepted_before(&s.interaction_id, &s.result)?;
@@ -38,10 +42,12 @@ pub(crate) fn submit(
         &s.result,
         req.idempotency_key.as_deref(),
     )?;
-    Ok(
-        json!({ "interaction_id": s.interaction_id, "submission_id": submission_id,
-               "state": "validating", "repeated": false }),
-    )
+    Ok(InteractionSubmitted {
+        interaction_id: s.interaction_id.clone(),
+        submission_id,
+        state: SubmissionState::Validating.as_str().to_owned(),
+        repeated: false,
+    })
 }
 
 /// `interaction.fail`: fail the attempt of a pending interactive request the session gave up on.
@@ -50,7 +56,7 @@ pub(crate) fn fail(
     state: &HostState,
     req: &Request,
     f: &payload::InteractionFail,
-) -> Result<Value, StoreError> {
+) -> Result<InteractionFailed, StoreError> {
     let run_id = required(&req.run_id, "run_id")?;
     let node_id = required(&req.node_id, "node_id")?;
     w.require_interaction_of(run_id, node_id, &f.interaction_id)?;
@@ -80,7 +86,10 @@ pub(crate) fn fail(
         next.as_deref().map(|n| (n, deadline)),
         &format!("{}-control", state.owner_id),
     )?;
-    Ok(json!({ "interaction_id": f.interaction_id, "routed_to": next }))
+    Ok(InteractionFailed {
+        interaction_id: f.interaction_id.clone(),
+        routed_to: next,
+    })
 }
 
 /// `interaction.update`: a progress update from the agent working on a pending interactive request.
@@ -88,7 +97,7 @@ pub(crate) fn update(
     w: &mut WriteTx<'_>,
     req: &Request,
     u: &payload::InteractionUpdate,
-) -> Result<Value, StoreError> {
+) -> Result<InteractionUpdated, StoreError> {
     w.require_interaction_of(
         required(&req.run_id, "run_id")?,
         required(&req.node_id, "node_id")?,
@@ -100,9 +109,11 @@ pub(crate) fn update(
         &u.message,
         &u.data,
     )?;
-    Ok(
-        json!({ "interaction_id": u.interaction_id, "seq": kept.seq, "event_kept": kept.event_kept }),
-    )
+    Ok(InteractionUpdated {
+        interaction_id: u.interaction_id.clone(),
+        seq: kept.seq,
+        event_kept: kept.event_kept,
+    })
 }
 
 /// `interaction.list`: list pending interactive requests of a Pi session.
@@ -110,13 +121,10 @@ pub(crate) fn list(
     store: &Store,
     reply_limit: usize,
     l: &payload::InteractionList,
-) -> Result<Receipt, StoreError> {
+) -> Result<InteractionListReply, StoreError> {
     // Oldest first, as many whole requests as fit: the rest show once these are
     // answered (each request is under the payload limit, so one always fits).
     let mut interactions = store.interactions(None, Some(&l.session_id))?;
     let more = keep_what_fits(&mut interactions, reply_room(reply_limit));
-    Ok(Receipt::new(
-        None,
-        json!({ "interactions": interactions, "more": more }),
-    ))
+    Ok(InteractionListReply { interactions, more })
 }

@@ -1,9 +1,8 @@
 //! The `message.*` requests: claim and acknowledge workflow messages of a Pi session.
 
-use serde_json::{json, Value};
-
 use crate::engine::dispatch::{HostState, MESSAGE_CLAIM_LEASE_MS};
 use crate::engine::fit::reply_room;
+use crate::protocol::reply::{MessageAcked, MessagesClaimed};
 use crate::protocol::{payload, Request};
 use crate::store::{StoreError, WriteTx};
 
@@ -13,7 +12,7 @@ pub(crate) fn claim(
     state: &HostState,
     req: &Request,
     m: &payload::MessageClaim,
-) -> Result<Value, StoreError> {
+) -> Result<MessagesClaimed, StoreError> {
     let owner = match &m.claimant {
         Some(claimant) => format!("claimant-{claimant}"),
         None => format!("request-{}", req.request_id),
@@ -26,11 +25,20 @@ pub(crate) fn claim(
         MESSAGE_CLAIM_LEASE_MS,
         reply_room(state.reply_limit),
     )?;
-    Ok(json!({ "messages": claimed.messages, "more": claimed.more }))
+    Ok(MessagesClaimed {
+        messages: claimed.messages,
+        more: claimed.more,
+    })
 }
 
 /// `message.ack`: acknowledge delivery of a claimed workflow message.
-pub(crate) fn ack(w: &mut WriteTx<'_>, m: &payload::MessageAck) -> Result<Value, StoreError> {
+pub(crate) fn ack(
+    w: &mut WriteTx<'_>,
+    m: &payload::MessageAck,
+) -> Result<MessageAcked, StoreError> {
     let at = w.ack_message(&m.message_id)?;
-    Ok(json!({ "message_id": m.message_id, "delivered_at": at }))
+    Ok(MessageAcked {
+        message_id: m.message_id.clone(),
+        delivered_at: at,
+    })
 }

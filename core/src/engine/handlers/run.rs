@@ -1,23 +1,27 @@
 //! The `run.*` requests: start, pause, resume, cancel, retry (durable commands), status
 //! and list (reads).
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::{fence_for, required};
 use crate::engine::dispatch::{HostState, PreparedStart};
 use crate::engine::fit::{fit_run_status, omit_until_it_fits, reply_excess, reply_room};
-use crate::protocol::{json_len, payload, Receipt, Request};
+use crate::protocol::reply::{RunCancelled, RunListReply, RunPaused, RunQueued, RunStatusReply};
+use crate::protocol::{json_len, payload, Request};
 use crate::store::{Fence, Provenance, RunStatus, Store, StoreError, WriteTx};
 
 /// `run.start`: start a new run.
 pub(crate) fn start(
     w: &mut WriteTx<'_>,
     start: Option<&PreparedStart>,
-) -> Result<Value, StoreError> {
+) -> Result<RunQueued, StoreError> {
     let start =
         start.ok_or_else(|| StoreError::InvalidInput("run.start was not prepared".into()))?;
     let run_id = w.start_run(&start.new_run)?;
-    Ok(json!({ "run_id": run_id, "status": RunStatus::Queued.as_str() }))
+    Ok(RunQueued {
+        run_id,
+        status: RunStatus::Queued,
+    })
 }
 
 /// `run.pause`: pause a run at its next durable boundary.
@@ -25,11 +29,14 @@ pub(crate) fn pause(
     w: &mut WriteTx<'_>,
     state: &HostState,
     req: &Request,
-) -> Result<Value, StoreError> {
+) -> Result<RunPaused, StoreError> {
     let run_id = required(&req.run_id, "run_id")?;
     let fence = fence_for(w, state, run_id)?;
     w.pause(run_id, fence)?;
-    Ok(json!({ "run_id": run_id, "paused": true }))
+    Ok(RunPaused {
+        run_id: run_id.to_owned(),
+        paused: true,
+    })
 }
 
 /// `run.resume`: resume a paused run.
@@ -37,11 +44,14 @@ pub(crate) fn resume(
     w: &mut WriteTx<'_>,
     state: &HostState,
     req: &Request,
-) -> Result<Value, StoreError> {
+) -> Result<RunPaused, StoreError> {
     let run_id = required(&req.run_id, "run_id")?;
     let fence = fence_for(w, state, run_id)?;
     w.resume(run_id, fence)?;
-    Ok(json!({ "run_id": run_id, "paused": false }))
+    Ok(RunPaused {
+        run_id: run_id.to_owned(),
+        paused: false,
+    })
 }
 
 /// `run.cancel`: cancel a run.
@@ -50,7 +60,7 @@ pub(crate) fn cancel(
     state: &HostState,
     req: &Request,
     cancel: &payload::RunCancel,
-) -> Result<Value, StoreError> {
+) -> Result<RunCancelled, StoreError> {
     let run_id = required(&req.run_id, "run_id")?;
     let reason = cancel
         .reason
@@ -68,7 +78,11 @@ pub(crate) fn cancel(
     };
     // The claim is forgotten, and the child stopped, after the commit
     // (`children::forget_released_claims`).
-    Ok(json!({ "run_id": run_id, "status": "cancelled", "summary": summary }))
+    Ok(RunCancelled {
+        run_id: run_id.to_owned(),
+        status: RunStatus::Cancelled,
+        summary,
+    })
 }
 
 /// `run.retry`: run the current node of a run in review again (a person's way out).
@@ -76,7 +90,7 @@ pub(crate) fn retry(
     w: &mut WriteTx<'_>,
     req: &Request,
     r: &payload::RunRetry,
-) -> Result<Value, StoreError> {
+) -> Result<RunQueued, StoreError> {
     let run_id = required(&req.run_id, "run_id")?;
     let who = Provenance {
         by: r.by.as_deref().unwrap_or("unknown"),
@@ -85,7 +99,10 @@ pub(crate) fn retry(
     w.retry_from_review(run_id, who)?;
     // `queued`, or `waiting` when its attempt waits on a request nobody answered.
     let (status, _) = w.run_state(run_id)?;
-    Ok(json!({ "run_id": run_id, "status": status.as_str() }))
+    Ok(RunQueued {
+        run_id: run_id.to_owned(),
+        status,
+    })
 }
 
 /// `run.status`: status of one run.
@@ -94,7 +111,7 @@ pub(crate) fn status(
     req: &Request,
     reply_limit: usize,
     query: &payload::RunStatusQuery,
-) -> Result<Receipt, StoreError> {
+) -> Result<RunStatusReply, StoreError> {
     let run_id = required(&req.run_id, "run_id")?;
     let run = store.run(run_id)?;
     let claim = store.claim_info(run_id)?;
@@ -155,14 +172,18 @@ pub(crate) fn status(
             .map(|u| (&mut u.data, &mut u.data_omitted)),
         excess,
     );
-    Ok(Receipt::new(
-        Some(run.revision),
-        json!({ "run": run, "claim": claim, "attempts": attempts,
-                "attempt_count": attempt_count,
-                "decisions": decisions, "interactions": interactions,
-                "effects": effects, "last_child": last_child,
-                "updates": updates, "events_dropped": events_dropped }),
-    ))
+    Ok(RunStatusReply {
+        run,
+        claim,
+        attempts,
+        attempt_count,
+        decisions,
+        interactions,
+        effects,
+        last_child,
+        updates,
+        events_dropped,
+    })
 }
 
 /// `run.list`: a page of runs, newest first, with where the next page starts.
@@ -170,7 +191,7 @@ pub(crate) fn list(
     store: &Store,
     reply_limit: usize,
     list: &payload::RunList,
-) -> Result<Receipt, StoreError> {
+) -> Result<RunListReply, StoreError> {
     let limit = list
         .limit
         .unwrap_or(payload::DEFAULT_LIST_RUNS)
@@ -201,10 +222,11 @@ pub(crate) fn list(
     let next_cursor = more
         .then(|| runs.last().map(|r| payload::RunListCursor(r.list_key())))
         .flatten();
-    Ok(Receipt::new(
-        None,
-        json!({ "runs": runs, "more": next_cursor.is_some(), "next_cursor": next_cursor }),
-    ))
+    Ok(RunListReply {
+        runs,
+        more: next_cursor.is_some(),
+        next_cursor,
+    })
 }
 
 /// What a `run.list` body takes besides its runs: `more` and the longest `next_cursor` (a

@@ -1,0 +1,265 @@
+//! The body of each request kind's receipt, typed as the requests are. The host builds one of
+//! these per reply and turns it into the receipt's JSON body at one edge ([`body_of`]); the
+//! field names and their order are what clients read (`docs/WORKFLOW_SERVER.md`).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::clock::UnixMillis;
+use crate::store::{
+    Answerer, AttemptRecord, CancelSummary, ChildRecord, ClaimInfo, DecisionRecord, EffectRecord,
+    EffectState, Finding, InteractionRecord, MessageRecord, RepairReport, RunRecord, RunStatus,
+    UpdateRecord,
+};
+
+use super::payload::RunListCursor;
+
+/// The JSON body of a receipt carrying `reply`.
+pub fn body_of<T: Serialize>(reply: &T) -> serde_json::Result<Value> {
+    serde_json::to_value(reply)
+}
+
+/// `run.start` and `run.retry`: the run and the status the command left it in.
+#[derive(Debug, Serialize)]
+pub struct RunQueued {
+    /// The run.
+    pub run_id: String,
+    /// `queued` (or `waiting` after a retry whose attempt waits on an unanswered request).
+    pub status: RunStatus,
+}
+
+/// `run.pause` and `run.resume`.
+#[derive(Debug, Serialize)]
+pub struct RunPaused {
+    /// The run.
+    pub run_id: String,
+    /// Whether the run is paused now.
+    pub paused: bool,
+}
+
+/// `run.cancel`.
+#[derive(Debug, Serialize)]
+pub struct RunCancelled {
+    /// The run.
+    pub run_id: String,
+    /// Always `cancelled`.
+    pub status: RunStatus,
+    /// What the cancellation closed.
+    pub summary: CancelSummary,
+}
+
+/// `effect.resolve`.
+#[derive(Debug, Serialize)]
+pub struct EffectResolved {
+    /// The run.
+    pub run_id: String,
+    /// The effect resolved.
+    pub effect_id: String,
+    /// `applied` or `failed`, as the person said.
+    pub state: EffectState,
+    /// The run's status after it.
+    pub status: RunStatus,
+}
+
+/// `checkpoint.answer` and `decision.answer`.
+#[derive(Debug, Serialize)]
+pub struct DecisionAnswered {
+    /// The decision answered.
+    pub decision_id: String,
+    /// Who answered: the model (a checkpoint) or a person (a protected decision).
+    pub answered_by: Answerer,
+}
+
+/// `interaction.submit`.
+#[derive(Debug, Serialize)]
+pub struct InteractionSubmitted {
+    /// The interactive request.
+    pub interaction_id: String,
+    /// The submission that holds the result.
+    pub submission_id: String,
+    /// The submission's state (`validating` for a new one).
+    pub state: String,
+    /// Whether this repeats a result the request already took (the original submission).
+    pub repeated: bool,
+}
+
+/// `interaction.fail`.
+#[derive(Debug, Serialize)]
+pub struct InteractionFailed {
+    /// The interactive request.
+    pub interaction_id: String,
+    /// The node the run goes on with, when the graph routes `failed` somewhere.
+    pub routed_to: Option<String>,
+}
+
+/// `interaction.update`.
+#[derive(Debug, Serialize)]
+pub struct InteractionUpdated {
+    /// The interactive request.
+    pub interaction_id: String,
+    /// The run's revision after the update.
+    pub seq: u64,
+    /// Whether its event was kept (else it was over the run's event budget).
+    pub event_kept: bool,
+}
+
+/// `message.claim`.
+#[derive(Debug, Serialize)]
+pub struct MessagesClaimed {
+    /// The messages claimed (as many as fit the reply).
+    pub messages: Vec<MessageRecord>,
+    /// Whether more are waiting.
+    pub more: bool,
+}
+
+/// `message.ack`.
+#[derive(Debug, Serialize)]
+pub struct MessageAcked {
+    /// The message acknowledged.
+    pub message_id: String,
+    /// When it was delivered (the first acknowledgement).
+    pub delivered_at: UnixMillis,
+}
+
+/// `run.status`: one run, fitted under the frame limit.
+#[derive(Debug, Serialize)]
+pub struct RunStatusReply {
+    /// The run.
+    pub run: RunRecord,
+    /// Who holds its claim.
+    pub claim: ClaimInfo,
+    /// A page of its attempts, newest first.
+    pub attempts: Vec<AttemptRecord>,
+    /// How many attempts it has in all.
+    pub attempt_count: u64,
+    /// Its decisions.
+    pub decisions: Vec<DecisionRecord>,
+    /// Its interactive requests.
+    pub interactions: Vec<InteractionRecord>,
+    /// Its managed effects.
+    pub effects: Vec<EffectRecord>,
+    /// Its newest child.
+    pub last_child: Option<ChildRecord>,
+    /// Its progress updates.
+    pub updates: Vec<UpdateRecord>,
+    /// How many of its events were over its event budget.
+    pub events_dropped: u64,
+}
+
+/// `run.list`: a page of runs.
+#[derive(Debug, Serialize)]
+pub struct RunListReply {
+    /// The runs, newest first.
+    pub runs: Vec<RunRecord>,
+    /// Whether more follow.
+    pub more: bool,
+    /// Where the next page starts.
+    pub next_cursor: Option<RunListCursor>,
+}
+
+/// `interaction.list`.
+#[derive(Debug, Serialize)]
+pub struct InteractionListReply {
+    /// Pending requests, oldest first, as many as fit.
+    pub interactions: Vec<InteractionRecord>,
+    /// Whether more are pending.
+    pub more: bool,
+}
+
+/// `diagnose`.
+#[derive(Debug, Serialize)]
+pub struct DiagnoseReply {
+    /// Every contradiction found.
+    pub findings: Vec<Finding>,
+}
+
+/// `repair`.
+#[derive(Debug, Serialize)]
+pub struct RepairReply {
+    /// What the repair did.
+    pub report: RepairReport,
+}
+
+/// `host.status`.
+#[derive(Debug, Serialize)]
+pub struct HostStatusReply {
+    /// Active child processes (abandoned launches being stopped included).
+    pub active_children: usize,
+    /// How many runs are in each status (statuses without runs left out).
+    pub runs: BTreeMap<&'static str, u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The typed bodies are the JSON clients have always read: the same names and values.
+    #[test]
+    fn typed_bodies_are_the_json_clients_read() {
+        let cases = [
+            (
+                body_of(&RunQueued {
+                    run_id: "r".into(),
+                    status: RunStatus::Queued,
+                }),
+                json!({ "run_id": "r", "status": "queued" }),
+            ),
+            (
+                body_of(&RunPaused {
+                    run_id: "r".into(),
+                    paused: true,
+                }),
+                json!({ "run_id": "r", "paused": true }),
+            ),
+            (
+                body_of(&RunCancelled {
+                    run_id: "r".into(),
+                    status: RunStatus::Cancelled,
+                    summary: CancelSummary::default(),
+                }),
+                json!({ "run_id": "r", "status": "cancelled",
+                        "summary": CancelSummary::default() }),
+            ),
+            (
+                body_of(&EffectResolved {
+                    run_id: "r".into(),
+                    effect_id: "e".into(),
+                    state: EffectState::Applied,
+                    status: RunStatus::TimedOut,
+                }),
+                json!({ "run_id": "r", "effect_id": "e", "state": "applied",
+                        "status": "timed_out" }),
+            ),
+            (
+                body_of(&DecisionAnswered {
+                    decision_id: "d".into(),
+                    answered_by: Answerer::Person,
+                }),
+                json!({ "decision_id": "d", "answered_by": "person" }),
+            ),
+            (
+                body_of(&InteractionFailed {
+                    interaction_id: "i".into(),
+                    routed_to: None,
+                }),
+                json!({ "interaction_id": "i", "routed_to": null }),
+            ),
+            (
+                body_of(&HostStatusReply {
+                    active_children: 2,
+                    runs: [("queued", 1), ("completed", 3)].into_iter().collect(),
+                }),
+                json!({ "runs": { "completed": 3, "queued": 1 }, "active_children": 2 }),
+            ),
+            (body_of(&()), Value::Null),
+        ];
+        for (typed, expected) in cases {
+            let typed = typed.expect("serializes");
+            assert_eq!(typed, expected);
+            assert_eq!(typed.to_string(), expected.to_string());
+        }
+    }
+}
