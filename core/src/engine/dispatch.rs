@@ -212,7 +212,7 @@ pub fn apply_read(store: &Store, state: &HostState, req: &Request) -> Result<Rec
 
 /// The receipt body of a command's typed reply: the one place it becomes JSON (a command's
 /// body is stored with its receipt, for replays).
-fn body<T: serde::Serialize>(reply: &T) -> Result<Value, StoreError> {
+pub(crate) fn body<T: serde::Serialize>(reply: &T) -> Result<Value, StoreError> {
     Ok(body_of(reply)?)
 }
 

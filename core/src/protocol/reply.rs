@@ -191,6 +191,114 @@ pub struct HostStatusReply {
     pub runs: BTreeMap<&'static str, u64>,
 }
 
+/// A worker's step the host refused (past the step limit, or off the graph): the run failed
+/// with the reason, and this is the command's committed result.
+#[derive(Debug, Serialize)]
+pub struct StepRefused {
+    /// Why.
+    pub refused: String,
+    /// Always `failed`.
+    pub status: RunStatus,
+}
+
+/// The reply to a worker's step: what the step did, or why it was refused.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum Stepped<T> {
+    /// The step was taken.
+    Taken(T),
+    /// The step was refused and the run failed.
+    Refused(StepRefused),
+}
+
+/// `worker.node_started`.
+#[derive(Debug, Serialize)]
+pub struct NodeStarted {
+    /// The attempt opened.
+    pub attempt_id: String,
+    /// When the host times it out.
+    pub deadline_at: Option<i64>,
+}
+
+/// `worker.transition`.
+#[derive(Debug, Serialize)]
+pub struct Transitioned {
+    /// The next node's attempt.
+    pub attempt_id: String,
+    /// Whether the run parked instead (a pause was asked for): the child stops.
+    pub parked: bool,
+    /// When the host times the next attempt out.
+    pub deadline_at: Option<i64>,
+}
+
+/// `worker.complete` and `worker.fail`: the run's status after it.
+#[derive(Debug, Serialize)]
+pub struct RunEnded {
+    /// `completed`, `failed` or `review`.
+    pub status: RunStatus,
+}
+
+/// `worker.progress`.
+#[derive(Debug, Serialize)]
+pub struct ProgressRecorded {
+    /// The run's revision after it.
+    pub seq: u64,
+    /// Whether its event was kept (else it was over the run's event budget).
+    pub event_kept: bool,
+}
+
+/// `worker.wait`.
+#[derive(Debug, Serialize)]
+pub struct DecisionRequested {
+    /// The decision the run waits on.
+    pub decision_id: String,
+}
+
+/// `worker.interaction_request`.
+#[derive(Debug, Serialize)]
+pub struct InteractionRequested {
+    /// The interactive request the run waits on.
+    pub interaction_id: String,
+    /// The node's deadline, which the host enforces while no worker runs.
+    pub deadline_at: Option<i64>,
+}
+
+/// `worker.notify`.
+#[derive(Debug, Serialize)]
+pub struct Notified {
+    /// The workflow message recorded for the origin session (`null` when none was).
+    pub message_id: Option<String>,
+}
+
+/// `worker.effect_applying` and `worker.effect_settle`.
+#[derive(Debug, Serialize)]
+pub struct EffectRecorded {
+    /// The effect.
+    pub effect_id: String,
+}
+
+/// `worker.validation_result`.
+#[derive(Debug, Serialize)]
+pub struct VerdictRecorded {
+    /// The submission judged.
+    pub submission_id: String,
+    /// Whether it was accepted.
+    pub accepted: bool,
+}
+
+/// `worker.exit`: an empty object.
+#[derive(Debug, Serialize)]
+pub struct WorkerExited {}
+
+/// `worker.results`: a page of node results.
+#[derive(Debug, Serialize)]
+pub struct ResultsPage {
+    /// Node results, in the order they finished.
+    pub results: Vec<Value>,
+    /// Whether more follow.
+    pub more: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -255,6 +363,21 @@ mod tests {
                 json!({ "runs": { "completed": 3, "queued": 1 }, "active_children": 2 }),
             ),
             (body_of(&()), Value::Null),
+            (body_of(&WorkerExited {}), json!({})),
+            (
+                body_of(&Stepped::<NodeStarted>::Refused(StepRefused {
+                    refused: "why".into(),
+                    status: RunStatus::Failed,
+                })),
+                json!({ "refused": "why", "status": "failed" }),
+            ),
+            (
+                body_of(&Stepped::Taken(NodeStarted {
+                    attempt_id: "a".into(),
+                    deadline_at: None,
+                })),
+                json!({ "attempt_id": "a", "deadline_at": null }),
+            ),
         ];
         for (typed, expected) in cases {
             let typed = typed.expect("serializes");

@@ -4,6 +4,12 @@
 //! checks who speaks and dispatches.
 
 use super::*;
+use crate::engine::dispatch::body;
+use crate::protocol::reply::{
+    DecisionRequested, EffectRecorded, InteractionRequested, NodeStarted, Notified,
+    ProgressRecorded, ResultsPage, RunEnded, StepRefused, Stepped, Transitioned, VerdictRecorded,
+    WorkerExited,
+};
 
 /// Applies one worker message inside the batch transaction.
 pub fn apply_worker(
@@ -40,24 +46,26 @@ pub fn apply_worker(
     }
     let claim = state.claim(run_id).cloned().ok_or_else(|| stale(run_id))?;
     let body = match &req.body {
-        RequestBody::WorkerNodeStarted(started) => {
-            worker_node_started(w, state, &claim, req, run_id, started)?
+        RequestBody::WorkerNodeStarted(started) => body(&worker_node_started(
+            w, state, &claim, req, run_id, started,
+        )?)?,
+        RequestBody::WorkerTransition(t) => body(&worker_transition(w, state, &claim, req, t)?)?,
+        RequestBody::WorkerComplete(c) => body(&worker_complete(w, state, &claim, req, c)?)?,
+        RequestBody::WorkerFail(f) => body(&worker_fail(w, &claim, req, f)?)?,
+        RequestBody::WorkerProgress(p) => body(&worker_progress(w, &claim, p)?)?,
+        RequestBody::WorkerWait(wait) => body(&worker_wait(w, &claim, req, wait)?)?,
+        RequestBody::WorkerInteractionRequest(i) => {
+            body(&worker_interaction_request(w, &claim, req, i)?)?
         }
-        RequestBody::WorkerTransition(t) => worker_transition(w, state, &claim, req, t)?,
-        RequestBody::WorkerComplete(c) => worker_complete(w, state, &claim, req, c)?,
-        RequestBody::WorkerFail(f) => worker_fail(w, &claim, req, f)?,
-        RequestBody::WorkerProgress(p) => worker_progress(w, &claim, p)?,
-        RequestBody::WorkerWait(wait) => worker_wait(w, &claim, req, wait)?,
-        RequestBody::WorkerInteractionRequest(i) => worker_interaction_request(w, &claim, req, i)?,
-        RequestBody::WorkerNotify(n) => worker_notify(w, &claim, n)?,
-        RequestBody::WorkerEffectReserve(e) => worker_effect_reserve(w, &claim, req, e)?,
-        RequestBody::WorkerEffectApplying(e) => worker_effect_applying(w, &claim, e)?,
-        RequestBody::WorkerEffectSettle(e) => worker_effect_settle(w, &claim, e)?,
+        RequestBody::WorkerNotify(n) => body(&worker_notify(w, &claim, n)?)?,
+        RequestBody::WorkerEffectReserve(e) => body(&worker_effect_reserve(w, &claim, req, e)?)?,
+        RequestBody::WorkerEffectApplying(e) => body(&worker_effect_applying(w, &claim, e)?)?,
+        RequestBody::WorkerEffectSettle(e) => body(&worker_effect_settle(w, &claim, e)?)?,
         RequestBody::WorkerValidationResult(v) => {
-            worker_validation_result(w, state, &claim, run_id, v)?
+            body(&worker_validation_result(w, state, &claim, run_id, v)?)?
         }
-        RequestBody::WorkerExit(_) => json!({}),
-        RequestBody::WorkerResults(page) => worker_results(w, state, run_id, page)?,
+        RequestBody::WorkerExit(_) => body(&WorkerExited {})?,
+        RequestBody::WorkerResults(page) => body(&worker_results(w, state, run_id, page)?)?,
         other => {
             return Err(StoreError::Forbidden(format!(
                 "{} is not a worker kind",
@@ -77,7 +85,7 @@ fn worker_node_started(
     req: &Request,
     run_id: &str,
     started: &payload::WorkerNodeStarted,
-) -> Result<Value, StoreError> {
+) -> Result<Stepped<NodeStarted>, StoreError> {
     let node = req
         .node_id
         .as_deref()
@@ -90,9 +98,12 @@ fn worker_node_started(
     let started = w.node_started(claim, node, deadline);
     let attempt_id = match fail_at_step_limit(w, claim, None, started)? {
         Ok(attempt_id) => attempt_id,
-        Err(refused) => return Ok(refused),
+        Err(refused) => return Ok(Stepped::Refused(refused)),
     };
-    Ok(json!({ "attempt_id": attempt_id, "deadline_at": deadline }))
+    Ok(Stepped::Taken(NodeStarted {
+        attempt_id,
+        deadline_at: deadline,
+    }))
 }
 
 /// `worker.transition`: the current attempt ended; propose the next node.
@@ -102,10 +113,10 @@ fn worker_transition(
     claim: &Claim,
     req: &Request,
     t: &payload::WorkerTransition,
-) -> Result<Value, StoreError> {
+) -> Result<Stepped<Transitioned>, StoreError> {
     let (graph, attempt_id, from) = match step_after_earlier(w, state, claim, req, &t.earlier)? {
         Ok(step) => step,
-        Err(refused) => return Ok(refused),
+        Err(refused) => return Ok(Stepped::Refused(refused)),
     };
     let outcome = t.outcome.clone();
     if let Some(refused) = check_route(
@@ -117,7 +128,7 @@ fn worker_transition(
         &outcome,
         Some(&t.next_node),
     )? {
-        return Ok(refused);
+        return Ok(Stepped::Refused(refused));
     }
     let deadline = deadline_for(w, &graph, &t.next_node, t.next_timeout_ms)?;
     let request = TransitionRequest {
@@ -129,13 +140,17 @@ fn worker_transition(
     let stepped = w.transition(claim, &request);
     let done = match fail_at_step_limit(w, claim, Some(&request), stepped)? {
         Ok(done) => done,
-        Err(refused) => return Ok(refused),
+        Err(refused) => return Ok(Stepped::Refused(refused)),
     };
     let parked = done.pause_requested;
     if parked {
         w.park(claim, None)?;
     }
-    Ok(json!({ "attempt_id": done.next_attempt_id, "parked": parked, "deadline_at": deadline }))
+    Ok(Stepped::Taken(Transitioned {
+        attempt_id: done.next_attempt_id,
+        parked,
+        deadline_at: deadline,
+    }))
 }
 
 /// `worker.complete`: the current attempt ended and the run finished.
@@ -145,7 +160,7 @@ fn worker_complete(
     claim: &Claim,
     req: &Request,
     c: &payload::WorkerComplete,
-) -> Result<Value, StoreError> {
+) -> Result<Stepped<RunEnded>, StoreError> {
     if c.result_is_output
         && (!c.result.is_null() || !matches!(c.outcome, payload::AttemptOutcome::Succeeded { .. }))
     {
@@ -155,11 +170,11 @@ fn worker_complete(
     }
     let (graph, attempt_id, from) = match step_after_earlier(w, state, claim, req, &c.earlier)? {
         Ok(step) => step,
-        Err(refused) => return Ok(refused),
+        Err(refused) => return Ok(Stepped::Refused(refused)),
     };
     let outcome = c.outcome.clone();
     if let Some(refused) = check_route(w, claim, &graph, &from, &attempt_id, &outcome, None)? {
-        return Ok(refused);
+        return Ok(Stepped::Refused(refused));
     }
     let output = match &outcome {
         AttemptOutcome::Succeeded { output } => output.clone(),
@@ -177,7 +192,9 @@ fn worker_complete(
         result,
         c.presentation.as_deref(),
     )?;
-    Ok(json!({ "status": "completed" }))
+    Ok(Stepped::Taken(RunEnded {
+        status: RunStatus::Completed,
+    }))
 }
 
 /// `worker.fail`: the run cannot continue.
@@ -186,16 +203,20 @@ fn worker_fail(
     claim: &Claim,
     req: &Request,
     f: &payload::WorkerFail,
-) -> Result<Value, StoreError> {
+) -> Result<RunEnded, StoreError> {
     Ok(if f.review {
         w.send_to_review(claim, &f.error)?;
-        json!({ "status": "review" })
+        RunEnded {
+            status: RunStatus::Review,
+        }
     } else {
         let outcome = AttemptOutcome::Failed {
             error: f.error.clone(),
         };
         w.fail(claim, req.attempt_id.as_deref(), &outcome, &f.error)?;
-        json!({ "status": "failed" })
+        RunEnded {
+            status: RunStatus::Failed,
+        }
     })
 }
 
@@ -204,9 +225,12 @@ fn worker_progress(
     w: &mut WriteTx<'_>,
     claim: &Claim,
     p: &payload::WorkerProgress,
-) -> Result<Value, StoreError> {
+) -> Result<ProgressRecorded, StoreError> {
     let kept = w.progress(claim, &p.message, &p.data)?;
-    Ok(json!({ "seq": kept.seq, "event_kept": kept.event_kept }))
+    Ok(ProgressRecorded {
+        seq: kept.seq,
+        event_kept: kept.event_kept,
+    })
 }
 
 /// `worker.wait`: park until a checkpoint or human decision is answered.
@@ -215,9 +239,9 @@ fn worker_wait(
     claim: &Claim,
     req: &Request,
     wait: &payload::WorkerWait,
-) -> Result<Value, StoreError> {
+) -> Result<DecisionRequested, StoreError> {
     let id = w.wait_for_decision(claim, &attempt_of(req)?, wait.decision_kind, &wait.request)?;
-    Ok(json!({ "decision_id": id }))
+    Ok(DecisionRequested { decision_id: id })
 }
 
 /// `worker.interaction_request`: park until the origin session answers an interactive step.
@@ -226,13 +250,16 @@ fn worker_interaction_request(
     claim: &Claim,
     req: &Request,
     i: &payload::WorkerInteractionRequest,
-) -> Result<Value, StoreError> {
+) -> Result<InteractionRequested, StoreError> {
     let kind = i.interaction_kind;
     let attempt_id = attempt_of(req)?;
     // The node's saved deadline, which the host enforces while no worker runs.
     let deadline = w.attempt_deadline(&attempt_id)?;
     let id = w.request_interaction(claim, &attempt_id, kind, &i.request, deadline)?;
-    Ok(json!({ "interaction_id": id, "deadline_at": deadline }))
+    Ok(InteractionRequested {
+        interaction_id: id,
+        deadline_at: deadline,
+    })
 }
 
 /// `worker.notify`: record a notify node's message for the origin session.
@@ -240,9 +267,9 @@ fn worker_notify(
     w: &mut WriteTx<'_>,
     claim: &Claim,
     n: &payload::WorkerNotify,
-) -> Result<Value, StoreError> {
+) -> Result<Notified, StoreError> {
     let id = w.notify(claim, &n.content)?;
-    Ok(json!({ "message_id": id }))
+    Ok(Notified { message_id: id })
 }
 
 /// `worker.effect_reserve`: reserve a managed effect.
@@ -251,7 +278,7 @@ fn worker_effect_reserve(
     claim: &Claim,
     req: &Request,
     e: &payload::WorkerEffectReserve,
-) -> Result<Value, StoreError> {
+) -> Result<crate::store::Reservation, StoreError> {
     let contract = e.retry_contract;
     let r = w.reserve_effect(
         claim,
@@ -260,7 +287,7 @@ fn worker_effect_reserve(
         &e.fingerprint,
         contract,
     )?;
-    Ok(json!(r))
+    Ok(r)
 }
 
 /// `worker.effect_applying`: a reserved effect is about to be performed.
@@ -268,9 +295,11 @@ fn worker_effect_applying(
     w: &mut WriteTx<'_>,
     claim: &Claim,
     e: &payload::WorkerEffectApplying,
-) -> Result<Value, StoreError> {
+) -> Result<EffectRecorded, StoreError> {
     w.effect_applying(claim, &e.effect_id)?;
-    Ok(json!({ "effect_id": e.effect_id }))
+    Ok(EffectRecorded {
+        effect_id: e.effect_id.clone(),
+    })
 }
 
 /// `worker.effect_settle`: a performed effect ended.
@@ -278,9 +307,11 @@ fn worker_effect_settle(
     w: &mut WriteTx<'_>,
     claim: &Claim,
     e: &payload::WorkerEffectSettle,
-) -> Result<Value, StoreError> {
+) -> Result<EffectRecorded, StoreError> {
     w.settle_effect(claim, &e.effect_id, &e.result)?;
-    Ok(json!({ "effect_id": e.effect_id }))
+    Ok(EffectRecorded {
+        effect_id: e.effect_id.clone(),
+    })
 }
 
 /// `worker.validation_result`: the verdict of a validate-mode child on a submission.
@@ -290,7 +321,7 @@ fn worker_validation_result(
     claim: &Claim,
     run_id: &str,
     v: &payload::WorkerValidationResult,
-) -> Result<Value, StoreError> {
+) -> Result<VerdictRecorded, StoreError> {
     let verdict = if v.accepted {
         Ok(())
     } else {
@@ -300,7 +331,10 @@ fn worker_validation_result(
     if let Some(entry) = state.children.get_mut(run_id) {
         entry.judging_since = None; // the verdict is in: no validation deadline now
     }
-    Ok(json!({ "submission_id": v.submission_id, "accepted": v.accepted }))
+    Ok(VerdictRecorded {
+        submission_id: v.submission_id.clone(),
+        accepted: v.accepted,
+    })
 }
 
 /// `worker.results`: the next page of the node results a hello reply left out to fit its frame.
@@ -309,7 +343,7 @@ fn worker_results(
     state: &HostState,
     run_id: &str,
     page: &payload::WorkerResults,
-) -> Result<Value, StoreError> {
+) -> Result<ResultsPage, StoreError> {
     // The run does not move while its child reads these pages (the child takes no step
     // before it has its context), so an offset into the same list is a stable cursor.
     let results = node_results(w, run_id)?;
@@ -321,7 +355,10 @@ fn worker_results(
         &mut rest,
         crate::engine::dispatch::reply_room(state.reply_limit),
     );
-    Ok(json!({ "results": rest, "more": more }))
+    Ok(ResultsPage {
+        results: rest,
+        more,
+    })
 }
 
 /// The attempt a worker message names (`attempt_id`, required by the kinds that use it).
@@ -441,7 +478,7 @@ pub(super) fn worker_hello(
                 let started = w.node_started(&claim, &node, deadline);
                 let attempt_id = match fail_at_step_limit(w, &claim, None, started)? {
                     Ok(attempt_id) => attempt_id,
-                    Err(refused) => return Ok(json!({ "stop": refused["refused"] })),
+                    Err(refused) => return Ok(json!({ "stop": refused.refused })),
                 };
                 reply["resume"]["node_id"] = json!(node);
                 reply["resume"]["attempt_id"] = json!(attempt_id);
@@ -536,7 +573,7 @@ pub(super) fn step_after_earlier(
     claim: &Claim,
     req: &Request,
     earlier: &[payload::EarlierStep],
-) -> Result<Result<(Graph, String, String), Value>, StoreError> {
+) -> Result<Result<(Graph, String, String), StepRefused>, StoreError> {
     let graph = graph_of(w, state, &claim.run_id)?;
     let current = current_step(w, &claim.run_id, req)?;
     Ok(apply_earlier_steps(w, claim, &graph, current, earlier)?
@@ -553,7 +590,7 @@ pub(super) fn apply_earlier_steps(
     graph: &Graph,
     current: (String, String),
     steps: &[payload::EarlierStep],
-) -> Result<Result<(String, String), Value>, StoreError> {
+) -> Result<Result<(String, String), StepRefused>, StoreError> {
     if steps.len() > payload::MAX_EARLIER_STEPS {
         return Err(invalid_input(format!(
             "{} earlier steps; at most {} per message",
@@ -660,13 +697,16 @@ pub(super) fn check_route(
     attempt_id: &str,
     outcome: &AttemptOutcome,
     proposed: Option<&str>,
-) -> Result<Option<Value>, StoreError> {
+) -> Result<Option<StepRefused>, StoreError> {
     match graph.check_transition(from, &Outcome::from(outcome), proposed) {
         Ok(_) => Ok(None),
         Err(refused) => {
             let error = format!("transition refused: {refused}");
             w.fail(claim, Some(attempt_id), outcome, &error)?;
-            Ok(Some(json!({ "refused": error, "status": "failed" })))
+            Ok(Some(StepRefused {
+                refused: error,
+                status: RunStatus::Failed,
+            }))
         }
     }
 }
@@ -683,7 +723,7 @@ pub(super) fn fail_at_step_limit<T>(
     claim: &Claim,
     closing: Option<&TransitionRequest>,
     stepped: Result<T, StoreError>,
-) -> Result<Result<T, Value>, StoreError> {
+) -> Result<Result<T, StepRefused>, StoreError> {
     let error = match stepped {
         Err(StoreError::StepLimitReached { detail, .. }) => detail,
         other => return other.map(Ok),
@@ -696,5 +736,8 @@ pub(super) fn fail_at_step_limit<T>(
     };
     let attempt_id = closing.map(|t| t.attempt_id.as_str());
     w.fail(claim, attempt_id, &outcome, &error)?;
-    Ok(Err(json!({ "refused": error, "status": "failed" })))
+    Ok(Err(StepRefused {
+        refused: error,
+        status: RunStatus::Failed,
+    }))
 }
