@@ -9,9 +9,9 @@ use serde_json::Value;
 
 use crate::clock::UnixMillis;
 use crate::store::{
-    Answerer, AttemptRecord, CancelSummary, ChildRecord, ClaimInfo, DecisionRecord, EffectRecord,
-    EffectState, Finding, InteractionRecord, MessageRecord, RepairReport, RunRecord, RunStatus,
-    UpdateRecord,
+    Answerer, AttemptRecord, CancelSummary, ChildMode, ChildRecord, ClaimInfo, DecisionRecord,
+    EffectRecord, EffectState, Finding, InteractionRecord, MessageRecord, RepairReport, RunRecord,
+    RunStatus, UpdateRecord,
 };
 
 use super::payload::RunListCursor;
@@ -294,9 +294,83 @@ pub struct WorkerExited {}
 #[derive(Debug, Serialize)]
 pub struct ResultsPage {
     /// Node results, in the order they finished.
-    pub results: Vec<Value>,
+    pub results: Vec<NodeResultBody>,
     /// Whether more follow.
     pub more: bool,
+}
+
+/// `worker.hello`: what a child needs to pick up its run, or why it must stop.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum HelloReply {
+    /// The run cannot go on (its graph is invalid or changed, or its first step was refused):
+    /// the child stops.
+    Stop {
+        /// Why.
+        stop: String,
+    },
+    /// Where the child picks up.
+    Context(Box<WorkerContext>),
+}
+
+/// Where a child picks up its run (the `worker.hello` reply).
+#[derive(Debug, Serialize)]
+pub struct WorkerContext {
+    /// `run` or `validate`.
+    pub mode: ChildMode,
+    /// Where to resume (the store's `Resume`, with the attempt the host opened for a fresh
+    /// start when the child asked it to).
+    pub resume: Value,
+    /// The run's input.
+    pub input: Value,
+    /// The input of the node the child starts with: the latest succeeded output.
+    pub node_input: Value,
+    /// The latest result of every node that finished, as many as fit (see `results_more`).
+    pub results: Vec<NodeResultBody>,
+    /// The run's graph snapshot.
+    pub definition: Option<Value>,
+    /// What this host supports beyond the protocol's base.
+    pub features: &'static [&'static str],
+    /// Report every step as it is taken (after a lost child); left out when false.
+    #[serde(skip_serializing_if = "is_false")]
+    pub report_each_step: bool,
+    /// The answer to the attempt the child resumes, when it resumes one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer: Option<Value>,
+    /// The submission a validating child judges.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub submission: Option<SubmissionToJudge>,
+    /// More results follow through `worker.results`; left out when false.
+    #[serde(skip_serializing_if = "is_false")]
+    pub results_more: bool,
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
+}
+
+/// The submission a validating child judges.
+#[derive(Debug, Serialize)]
+pub struct SubmissionToJudge {
+    /// The submission.
+    pub submission_id: String,
+    /// What was submitted.
+    pub payload: Value,
+}
+
+/// The latest finished attempt of one node, as a workflow routes on it.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeResultBody {
+    /// The node.
+    pub node: String,
+    /// `ok`, `failed` or `timed_out` (`$result.outcome`).
+    pub outcome: String,
+    /// Its output (`null` unless it succeeded).
+    pub output: Value,
+    /// The error of a failed attempt.
+    pub error: Option<String>,
+    /// How many attempts of the node finished.
+    pub visits: u64,
 }
 
 #[cfg(test)]
@@ -364,6 +438,58 @@ mod tests {
             ),
             (body_of(&()), Value::Null),
             (body_of(&WorkerExited {}), json!({})),
+            (
+                body_of(&HelloReply::Stop { stop: "x".into() }),
+                json!({ "stop": "x" }),
+            ),
+            (
+                body_of(&HelloReply::Context(Box::new(WorkerContext {
+                    mode: ChildMode::Run,
+                    resume: json!({ "resume": "fresh", "node_id": null }),
+                    input: json!(1),
+                    node_input: json!(2),
+                    results: Vec::new(),
+                    definition: None,
+                    features: &["f"],
+                    report_each_step: false,
+                    answer: None,
+                    submission: None,
+                    results_more: false,
+                }))),
+                json!({ "mode": "run", "resume": { "resume": "fresh", "node_id": null },
+                        "input": 1, "node_input": 2, "results": [], "definition": null,
+                        "features": ["f"] }),
+            ),
+            (
+                body_of(&HelloReply::Context(Box::new(WorkerContext {
+                    mode: ChildMode::Validate,
+                    resume: Value::Null,
+                    input: Value::Null,
+                    node_input: Value::Null,
+                    results: vec![NodeResultBody {
+                        node: "n".into(),
+                        outcome: "ok".into(),
+                        output: json!(3),
+                        error: None,
+                        visits: 1,
+                    }],
+                    definition: None,
+                    features: &[],
+                    report_each_step: true,
+                    answer: Some(Value::Null),
+                    submission: Some(SubmissionToJudge {
+                        submission_id: "s".into(),
+                        payload: json!(4),
+                    }),
+                    results_more: true,
+                }))),
+                json!({ "mode": "validate", "resume": null, "input": null, "node_input": null,
+                        "results": [{ "node": "n", "outcome": "ok", "output": 3,
+                                      "error": null, "visits": 1 }],
+                        "definition": null, "features": [], "report_each_step": true,
+                        "answer": null, "submission": { "submission_id": "s", "payload": 4 },
+                        "results_more": true }),
+            ),
             (
                 body_of(&Stepped::<NodeStarted>::Refused(StepRefused {
                     refused: "why".into(),

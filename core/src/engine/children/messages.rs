@@ -6,9 +6,9 @@
 use super::*;
 use crate::engine::dispatch::body;
 use crate::protocol::reply::{
-    DecisionRequested, EffectRecorded, InteractionRequested, NodeStarted, Notified,
-    ProgressRecorded, ResultsPage, RunEnded, StepRefused, Stepped, Transitioned, VerdictRecorded,
-    WorkerExited,
+    DecisionRequested, EffectRecorded, HelloReply, InteractionRequested, NodeResultBody,
+    NodeStarted, Notified, ProgressRecorded, ResultsPage, RunEnded, StepRefused, Stepped,
+    SubmissionToJudge, Transitioned, VerdictRecorded, WorkerContext, WorkerExited,
 };
 
 /// Applies one worker message inside the batch transaction.
@@ -39,7 +39,7 @@ pub fn apply_worker(
                 "the child token does not match this run's launch".into(),
             ));
         }
-        return worker_hello(w, state, run_id, hello);
+        return body(&worker_hello(w, state, run_id, hello)?);
     }
     if !entry.hello {
         return Err(StoreError::Forbidden("worker.hello must come first".into()));
@@ -402,7 +402,7 @@ pub(super) fn worker_hello(
     state: &mut HostState,
     run_id: &str,
     hello: &payload::WorkerHello,
-) -> Result<Value, StoreError> {
+) -> Result<HelloReply, StoreError> {
     let claim = state.claim(run_id).cloned().ok_or_else(|| stale(run_id))?;
     let (input, stored, _) = w.run_payload(run_id)?;
     let graph: Option<Graph> = match (&stored, &hello.definition) {
@@ -419,7 +419,7 @@ pub(super) fn worker_hello(
                         },
                         &error,
                     )?;
-                    return Ok(json!({ "stop": error }));
+                    return Ok(HelloReply::Stop { stop: error });
                 }
             };
             let mounted = hello.mounted_sources.clone().unwrap_or_else(|| json!({}));
@@ -436,7 +436,9 @@ pub(super) fn worker_hello(
                 if !same {
                     let reason = "source_changed: the workflow's graph differs from the one the run started with";
                     w.send_to_review(&claim, reason)?;
-                    return Ok(json!({ "stop": reason }));
+                    return Ok(HelloReply::Stop {
+                        stop: reason.to_owned(),
+                    });
                 }
             }
             Some(graph)
@@ -459,16 +461,25 @@ pub(super) fn worker_hello(
         Some(output) => output,
         None => input.clone(),
     };
-    let mut reply = json!({ "mode": mode.as_str(), "resume": resume, "input": input, "node_input": node_input, "results": [], "definition": graph.as_ref().map(Graph::to_value), "features": payload::HOST_FEATURES });
-    // After a lost child, the next one reports every step as it takes it: the host then knows
-    // which node was running if this child dies too (steps reported together would leave the
-    // loss on the last node the host heard of).
-    if w.child_losses(run_id)? > 0 {
-        reply["report_each_step"] = json!(true);
-    }
-    if hello.start_node && mode.as_str() == "run" && reply["resume"]["resume"] == "fresh" {
+    let mut reply = WorkerContext {
+        mode,
+        resume: resume.clone(),
+        input,
+        node_input,
+        results: Vec::new(),
+        definition: graph.as_ref().map(Graph::to_value),
+        features: payload::HOST_FEATURES,
+        // After a lost child, the next one reports every step as it takes it: the host then
+        // knows which node was running if this child dies too (steps reported together would
+        // leave the loss on the last node the host heard of).
+        report_each_step: w.child_losses(run_id)? > 0,
+        answer: None,
+        submission: None,
+        results_more: false,
+    };
+    if hello.start_node && mode == ChildMode::Run && reply.resume["resume"] == "fresh" {
         if let Some(graph) = &graph {
-            let node = reply["resume"]["node_id"]
+            let node = reply.resume["node_id"]
                 .as_str()
                 .map_or_else(|| graph.start.clone(), str::to_owned);
             // A deadline decided at the start needs the child's word: it opens the attempt
@@ -478,20 +489,26 @@ pub(super) fn worker_hello(
                 let started = w.node_started(&claim, &node, deadline);
                 let attempt_id = match fail_at_step_limit(w, &claim, None, started)? {
                     Ok(attempt_id) => attempt_id,
-                    Err(refused) => return Ok(json!({ "stop": refused.refused })),
+                    Err(refused) => {
+                        return Ok(HelloReply::Stop {
+                            stop: refused.refused,
+                        })
+                    }
                 };
-                reply["resume"]["node_id"] = json!(node);
-                reply["resume"]["attempt_id"] = json!(attempt_id);
-                reply["resume"]["deadline_at"] = json!(deadline);
+                reply.resume["node_id"] = json!(node);
+                reply.resume["attempt_id"] = json!(attempt_id);
+                reply.resume["deadline_at"] = json!(deadline);
             }
         }
     }
     if let Some(attempt_id) = resume.get("attempt_id").and_then(Value::as_str) {
-        reply["answer"] = w.answer_for_attempt(attempt_id)?.unwrap_or(Value::Null);
+        reply.answer = Some(w.answer_for_attempt(attempt_id)?.unwrap_or(Value::Null));
     }
     if let Some(sub) = resume.get("submission_id").and_then(Value::as_str) {
-        reply["submission"] =
-            json!({ "submission_id": sub, "payload": w.submission_payload(sub)? });
+        reply.submission = Some(SubmissionToJudge {
+            submission_id: sub.to_owned(),
+            payload: w.submission_payload(sub)?,
+        });
     }
     // Every node's latest output may be as large as a payload: the results that do not fit
     // the frame with the rest of the reply are left for `worker.results` pages.
@@ -501,9 +518,9 @@ pub(super) fn worker_hello(
     let fits = crate::engine::dispatch::fitting_prefix(&results, room);
     if fits < results.len() {
         results.truncate(fits);
-        reply["results_more"] = json!(true);
+        reply.results_more = true;
     }
-    reply["results"] = Value::Array(results);
+    reply.results = results;
     if let Some(entry) = state.children.get_mut(run_id) {
         entry.hello = true;
         if entry.mode == ChildMode::Validate {
@@ -514,22 +531,28 @@ pub(super) fn worker_hello(
     if let Some(graph) = graph {
         state.graphs.insert(run_id.to_owned(), graph);
     }
-    Ok(reply)
+    Ok(HelloReply::Context(Box::new(reply)))
 }
 
 /// The latest finished attempt of every node of the run, in the order they finished, as a
 /// child's hello reply and `worker.results` carry them: outcome names as a workflow routes on
 /// them (`$result.outcome`).
-fn node_results(w: &WriteTx<'_>, run_id: &str) -> Result<Vec<Value>, StoreError> {
+fn node_results(w: &WriteTx<'_>, run_id: &str) -> Result<Vec<NodeResultBody>, StoreError> {
     Ok(w.latest_results(run_id)?
         .into_iter()
         .map(|r| {
             let outcome = if r.status == "succeeded" {
-                "ok"
+                "ok".to_owned()
             } else {
-                r.status.as_str()
+                r.status
             };
-            json!({ "node": r.node, "outcome": outcome, "output": r.output, "error": r.error, "visits": r.finished })
+            NodeResultBody {
+                node: r.node,
+                outcome,
+                output: r.output,
+                error: r.error,
+                visits: r.finished,
+            }
         })
         .collect())
 }
