@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::clock::UnixMillis;
@@ -182,13 +182,58 @@ pub struct RepairReply {
     pub report: RepairReport,
 }
 
-/// `host.status`.
-#[derive(Debug, Serialize)]
-pub struct HostStatusReply {
+/// The store thread's part of `host.status` (the rest is the driver's facts).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct HostCounts {
     /// Active child processes (abandoned launches being stopped included).
     pub active_children: usize,
     /// How many runs are in each status (statuses without runs left out).
-    pub runs: BTreeMap<&'static str, u64>,
+    pub runs: BTreeMap<String, u64>,
+}
+
+/// `host.status`: host health and identity.
+#[derive(Debug, Serialize)]
+pub struct HostStatusReply {
+    /// The host's process id.
+    pub pid: u32,
+    /// The host's epoch.
+    pub epoch: i64,
+    /// How long the host has been up.
+    pub uptime_ms: u64,
+    /// The socket it serves.
+    pub socket: String,
+    /// Its state database.
+    pub database: String,
+    /// The installation's home.
+    pub home: String,
+    /// The database's schema id.
+    pub schema_id: &'static str,
+    /// How many runs are in each status (`null` when the store thread did not answer).
+    pub runs: Option<BTreeMap<String, u64>>,
+    /// Active child processes (`null` when the store thread did not answer).
+    pub active_children: Option<usize>,
+    /// Standby workers waiting for a run.
+    pub standby_workers: usize,
+    /// Whether the host is stopping.
+    pub stopping: bool,
+    /// The workflow file suffixes it runs.
+    pub runtimes: Vec<String>,
+    /// Log writes that failed since it started.
+    pub log_writes_lost: u64,
+}
+
+/// `host.stop`.
+#[derive(Debug, Serialize)]
+pub struct HostStopping {
+    /// Always true: the host has begun to stop.
+    pub stopping: bool,
+}
+
+/// `subscribe` (as the connection answers it) and `unsubscribe`.
+#[derive(Debug, Serialize)]
+pub struct Subscription {
+    /// The subscription made or ended.
+    pub subscription_id: String,
 }
 
 /// A worker's step the host refused (past the step limit, or off the graph): the run failed
@@ -430,9 +475,11 @@ mod tests {
                 json!({ "interaction_id": "i", "routed_to": null }),
             ),
             (
-                body_of(&HostStatusReply {
+                body_of(&HostCounts {
                     active_children: 2,
-                    runs: [("queued", 1), ("completed", 3)].into_iter().collect(),
+                    runs: [("queued".to_owned(), 1), ("completed".to_owned(), 3)]
+                        .into_iter()
+                        .collect(),
                 }),
                 json!({ "runs": { "completed": 3, "queued": 1 }, "active_children": 2 }),
             ),

@@ -2,7 +2,7 @@
 
 use crate::engine::dispatch::HostState;
 use crate::protocol::payload;
-use crate::protocol::reply::{DiagnoseReply, HostStatusReply};
+use crate::protocol::reply::{DiagnoseReply, HostCounts};
 use crate::store::{Store, StoreError};
 
 /// `subscribe`: receive events of a run or a session on this connection (no body).
@@ -15,13 +15,13 @@ pub(crate) fn subscribe(store: &Store, s: &payload::Subscribe) -> Result<(), Sto
 }
 
 /// `host.status`: host health and identity.
-pub(crate) fn status(store: &Store, state: &HostState) -> Result<HostStatusReply, StoreError> {
+pub(crate) fn status(store: &Store, state: &HostState) -> Result<HostCounts, StoreError> {
     let runs = store
         .count_by_status()?
         .into_iter()
-        .map(|(status, n)| (status.as_str(), n))
+        .map(|(status, n)| (status.as_str().to_owned(), n))
         .collect();
-    Ok(HostStatusReply {
+    Ok(HostCounts {
         active_children: state.live_children(),
         runs,
     })
