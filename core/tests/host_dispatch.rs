@@ -643,9 +643,16 @@ fn the_status_of_a_run_with_thousands_of_attempts_fits_and_pages_back() {
         .unwrap();
     let status = |query: payload::RunStatusQuery| {
         let req = Request::new("st", RequestBody::RunStatus(query)).with_run_id(&run_id);
-        let body = apply_read(&f.store, &req, DEFAULT_MAX_FRAME_BYTES)
-            .expect("a status that fits")
-            .body;
+        let body = apply_read(
+            &f.store,
+            &HostState {
+                reply_limit: DEFAULT_MAX_FRAME_BYTES,
+                ..HostState::default()
+            },
+            &req,
+        )
+        .expect("a status that fits")
+        .body;
         let len = serde_json::to_vec(&body).unwrap().len();
         assert!(len < DEFAULT_MAX_FRAME_BYTES, "{len} bytes");
         body
@@ -695,7 +702,15 @@ fn the_status_of_a_run_with_thousands_of_attempts_fits_and_pages_back() {
         }),
     )
     .with_run_id(&run_id);
-    let err = apply_read(&f.store, &req, DEFAULT_MAX_FRAME_BYTES).unwrap_err();
+    let err = apply_read(
+        &f.store,
+        &HostState {
+            reply_limit: DEFAULT_MAX_FRAME_BYTES,
+            ..HostState::default()
+        },
+        &req,
+    )
+    .unwrap_err();
     assert!(
         matches!(err, piw_core::store::StoreError::NotFound { .. }),
         "{err:?}"
@@ -728,7 +743,15 @@ fn interaction_list_of_a_session_fits_a_reply() {
                 session_id: "session-1".into(),
             }),
         );
-        let receipt = apply_read(&f.store, &req, limits.max_frame_bytes).unwrap();
+        let receipt = apply_read(
+            &f.store,
+            &HostState {
+                reply_limit: limits.max_frame_bytes,
+                ..HostState::default()
+            },
+            &req,
+        )
+        .unwrap();
         let encoded = encode_frame(&ServerFrame::receipt("req-list", receipt.clone()), &limits);
         assert!(
             encoded.is_ok(),
@@ -1099,8 +1122,11 @@ fn a_raw_workers_progress_and_notify_events_are_bounded() {
     assert_eq!(events(&f), before + 100);
     let status = apply_read(
         &f.store,
+        &HostState {
+            reply_limit: 1 << 20,
+            ..HostState::default()
+        },
         &Request::new("st", RequestBody::RunStatus(Default::default())).with_run_id(&run_id),
-        1 << 20,
     )
     .unwrap()
     .body;
@@ -1239,9 +1265,16 @@ fn run_list_pages_through_every_run_exactly_once_while_runs_start_and_end() {
     }
     let list = |f: &Fixture, payload: payload::RunList| {
         let req = Request::new("ls", RequestBody::RunList(payload));
-        let body = apply_read(&f.store, &req, DEFAULT_MAX_FRAME_BYTES)
-            .expect("a list that fits")
-            .body;
+        let body = apply_read(
+            &f.store,
+            &HostState {
+                reply_limit: DEFAULT_MAX_FRAME_BYTES,
+                ..HostState::default()
+            },
+            &req,
+        )
+        .expect("a list that fits")
+        .body;
         let len = serde_json::to_vec(&body).unwrap().len();
         assert!(len < DEFAULT_MAX_FRAME_BYTES, "{len} bytes");
         body
@@ -1352,4 +1385,113 @@ fn launched_child(
         stop_reason: None,
         disconnected_at: None,
     }
+}
+
+/// The engine's turn hands its effects to the driver in the order the host's guarantees need:
+/// a batch's reads are answered (and may leave) before its commands commit; a launch goes to
+/// the supervisor inside the transaction, before the commit; the commit's events go out
+/// before its receipts (a client that subscribes after a receipt misses no event before it).
+#[test]
+fn a_turn_hands_its_effects_to_the_driver_in_order() {
+    use piw_core::engine::dispatch::PreparedStart;
+    use piw_core::engine::turn::{turn, Effect, Effects, Input, Job};
+    use piw_core::store::StoreError;
+
+    #[derive(Default)]
+    struct Recorder(Vec<String>);
+    impl Effects<&'static str> for Recorder {
+        fn apply(&mut self, effect: Effect<&'static str>) {
+            self.0.push(match effect {
+                Effect::Reply { to, result } => match result {
+                    Ok(receipt) => format!("reply {to} {}", receipt.body),
+                    Err(rejection) => format!("reply {to} {rejection:?}"),
+                },
+                Effect::Event(event) => format!("event {}", event.kind),
+                Effect::ReadsAnswered { .. } => "reads answered".into(),
+                Effect::Child(_) => "child command".into(),
+                Effect::EndSupervision => "end supervision".into(),
+            });
+        }
+        fn publishing(&self) -> bool {
+            true
+        }
+        fn before_commit(&mut self, kinds: &[&str]) -> Result<(), StoreError> {
+            self.0.push(format!("before commit {kinds:?}"));
+            Ok(())
+        }
+        fn after_commit(&mut self, kinds: &[&str]) {
+            self.0.push(format!("after commit {kinds:?}"));
+        }
+    }
+    fn job(
+        request: Request,
+        start: Option<PreparedStart>,
+        reply: &'static str,
+    ) -> Input<&'static str> {
+        Input::Request(Box::new(Job {
+            request,
+            start,
+            start_refused: None,
+            meta: None,
+            reply,
+        }))
+    }
+
+    let mut f = Fixture::new();
+    let mut state = host_state_with_runtime(&mut f, false);
+    let start = RequestBody::RunStart(payload::RunStart {
+        workflow_file: "/tmp/demo.workflow.mjs".into(),
+        input: json!({"n": 1}),
+        session_id: None,
+        execution_mode: None,
+        project_dir: Some("/tmp".into()),
+    });
+    let prepared = PreparedStart {
+        new_run: common::new_run(None),
+    };
+    let inputs = vec![
+        job(Request::new("start-1", start), Some(prepared), "start"),
+        job(
+            Request::new("status-1", RequestBody::HostStatus),
+            None,
+            "status",
+        ),
+    ];
+    let mut recorder = Recorder::default();
+    turn(&mut f.store, &mut state, inputs, None, &mut recorder);
+    let log = recorder.0;
+    let at = |prefix: &str| {
+        log.iter()
+            .position(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?} in {log:#?}"))
+    };
+    assert!(
+        log[at("reply status")].contains(r#""active_children":0"#),
+        "{log:#?}"
+    );
+    assert!(at("reply status") < at("reads answered"), "{log:#?}");
+    assert!(at("reads answered") < at("child command"), "{log:#?}");
+    assert!(at("child command") < at("before commit"), "{log:#?}");
+    assert!(at("before commit") < at("after commit"), "{log:#?}");
+    assert!(at("after commit") < at("event"), "{log:#?}");
+    assert!(at("event") < at("reply start"), "{log:#?}");
+    assert!(
+        log[at("reply start")].contains(r#""status":"queued""#),
+        "{log:#?}"
+    );
+    assert_eq!(
+        f.store.run(&log_run_id(&log)).unwrap().status,
+        RunStatus::Running
+    );
+}
+
+/// The run id in a recorded `run.start` receipt.
+fn log_run_id(log: &[String]) -> String {
+    let reply = log
+        .iter()
+        .find(|l| l.starts_with("reply start"))
+        .expect("a start reply");
+    let body: serde_json::Value =
+        serde_json::from_str(reply.trim_start_matches("reply start ")).expect("a JSON body");
+    body["run_id"].as_str().expect("a run id").to_owned()
 }

@@ -483,9 +483,16 @@ fn scenario() -> Scenario {
 fn run_status(s: &Scenario, run_id: &str) -> Value {
     let request =
         Request::new("st", RequestBody::RunStatus(Default::default())).with_run_id(run_id);
-    dispatch::apply_read(&s.f.store, &request, DEFAULT_MAX_FRAME_BYTES)
-        .unwrap()
-        .body
+    dispatch::apply_read(
+        &s.f.store,
+        &dispatch::HostState {
+            reply_limit: DEFAULT_MAX_FRAME_BYTES,
+            ..dispatch::HostState::default()
+        },
+        &request,
+    )
+    .unwrap()
+    .body
 }
 
 /// The record tables of the page list exactly the fields the host sends in `run.status`,
@@ -512,8 +519,11 @@ fn the_documented_records_are_the_ones_the_host_sends() {
     };
     let list = dispatch::apply_read(
         &s.f.store,
+        &dispatch::HostState {
+            reply_limit: DEFAULT_MAX_FRAME_BYTES,
+            ..dispatch::HostState::default()
+        },
         &Request::new("ls", RequestBody::RunList(payload::RunList::default())),
-        DEFAULT_MAX_FRAME_BYTES,
     )
     .unwrap()
     .body;

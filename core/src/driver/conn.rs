@@ -13,6 +13,7 @@ use super::store_thread::{Job, RunEvent, StoreMsg};
 use super::HostShared;
 use crate::engine::children;
 use crate::engine::dispatch;
+use crate::protocol::reply::{body_of, HostStopping, Subscription};
 use crate::protocol::{
     encode_frame, Event, FrameDecoder, FrameError, Limits, Receipt, Rejection, RejectionCode,
     Request, RequestBody, ServerFrame,
@@ -431,7 +432,7 @@ async fn handle_frame(
         RequestBody::HostStatus => Ok(answer(Ok(shared.status().await))),
         RequestBody::HostStop => {
             shared.begin_stop();
-            Ok(answer(Ok(Receipt::new(None, json!({ "stopping": true })))))
+            Ok(answer(reply(&HostStopping { stopping: true })))
         }
         RequestBody::Subscribe(s) => {
             if s.run_id.is_none() && s.session_id.is_none() {
@@ -456,18 +457,16 @@ async fn handle_frame(
             }
             let sub_id = crate::ids::new_id("sub");
             subscriptions.insert(sub_id.clone(), filter);
-            Ok(answer(Ok(Receipt::new(
-                None,
-                json!({ "subscription_id": sub_id }),
-            ))))
+            Ok(answer(reply(&Subscription {
+                subscription_id: sub_id,
+            })))
         }
         RequestBody::Unsubscribe(u) => {
             let removed = subscriptions.remove(&u.subscription_id).is_some();
             Ok(answer(if removed {
-                Ok(Receipt::new(
-                    None,
-                    json!({ "subscription_id": u.subscription_id }),
-                ))
+                reply(&Subscription {
+                    subscription_id: u.subscription_id.clone(),
+                })
             } else {
                 Err(Rejection::new(
                     RejectionCode::NotFound,
@@ -563,6 +562,18 @@ async fn ask_store(
         return Err(stopping());
     }
     rx.await.unwrap_or_else(|_| Err(stopping()))
+}
+
+/// The receipt of a connection request's typed reply.
+fn reply<T: serde::Serialize>(reply: &T) -> Result<Receipt, Rejection> {
+    body_of(reply)
+        .map(|body| Receipt::new(None, body))
+        .map_err(|e| {
+            Rejection::new(
+                RejectionCode::Internal,
+                format!("cannot encode the reply: {e}"),
+            )
+        })
 }
 
 /// A worker request is allowed on a connection that said hello for the same run and

@@ -24,13 +24,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::net::UnixListener;
 use tokio::sync::{broadcast, oneshot, watch};
 
 use crate::engine::children;
 use crate::engine::dispatch::HostState;
 use crate::paths::PiwPaths;
+use crate::protocol::reply::{body_of, HostCounts, HostStatusReply};
 use crate::protocol::{Limits, Receipt, Request, RequestBody};
 use crate::store::{Store, StoreConfig, StoreError, SCHEMA_ID};
 use fault::FaultPlan;
@@ -282,30 +283,28 @@ impl HostShared {
             rx.await
                 .ok()
                 .and_then(|r| r.ok())
-                .map(|r| r.body)
-                .unwrap_or(Value::Null)
+                .and_then(|r| serde_json::from_value::<HostCounts>(r.body).ok())
         } else {
-            Value::Null
+            None
         };
         let f = &self.facts;
-        Receipt::new(
-            None,
-            json!({
-                "pid": f.pid,
-                "epoch": f.epoch,
-                "uptime_ms": u64::try_from(f.started.elapsed().as_millis()).unwrap_or(u64::MAX),
-                "socket": f.paths.socket.display().to_string(),
-                "database": f.paths.db.display().to_string(),
-                "home": f.paths.home.display().to_string(),
-                "schema_id": SCHEMA_ID,
-                "runs": counts.get("runs").cloned().unwrap_or(Value::Null),
-                "active_children": counts.get("active_children").cloned().unwrap_or(Value::Null),
-                "standby_workers": f.standby_waiting.load(std::sync::atomic::Ordering::Relaxed),
-                "stopping": *self.stopping.borrow(),
-                "runtimes": *self.runtime_suffixes,
-                "log_writes_lost": log::writes_lost(),
-            }),
-        )
+        let (runs, active_children) = counts.map(|c| (c.runs, c.active_children)).unzip();
+        let reply = HostStatusReply {
+            pid: f.pid,
+            epoch: f.epoch,
+            uptime_ms: u64::try_from(f.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            socket: f.paths.socket.display().to_string(),
+            database: f.paths.db.display().to_string(),
+            home: f.paths.home.display().to_string(),
+            schema_id: SCHEMA_ID,
+            runs,
+            active_children,
+            standby_workers: f.standby_waiting.load(std::sync::atomic::Ordering::Relaxed),
+            stopping: *self.stopping.borrow(),
+            runtimes: self.runtime_suffixes.to_vec(),
+            log_writes_lost: log::writes_lost(),
+        };
+        Receipt::new(None, body_of(&reply).unwrap_or(Value::Null))
     }
 }
 

@@ -27,6 +27,7 @@ pub mod frame;
 pub mod kind;
 pub mod payload;
 pub mod rejection;
+pub mod reply;
 pub mod request;
 pub mod server;
 

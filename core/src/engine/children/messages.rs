@@ -4,6 +4,12 @@
 //! checks who speaks and dispatches.
 
 use super::*;
+use crate::engine::dispatch::body;
+use crate::protocol::reply::{
+    DecisionRequested, EffectRecorded, HelloReply, InteractionRequested, NodeResultBody,
+    NodeStarted, Notified, ProgressRecorded, ResultsPage, RunEnded, StepRefused, Stepped,
+    SubmissionToJudge, Transitioned, VerdictRecorded, WorkerContext, WorkerExited,
+};
 
 /// Applies one worker message inside the batch transaction.
 pub fn apply_worker(
@@ -33,31 +39,33 @@ pub fn apply_worker(
                 "the child token does not match this run's launch".into(),
             ));
         }
-        return worker_hello(w, state, run_id, hello);
+        return body(&worker_hello(w, state, run_id, hello)?);
     }
     if !entry.hello {
         return Err(StoreError::Forbidden("worker.hello must come first".into()));
     }
     let claim = state.claim(run_id).cloned().ok_or_else(|| stale(run_id))?;
     let body = match &req.body {
-        RequestBody::WorkerNodeStarted(started) => {
-            worker_node_started(w, state, &claim, req, run_id, started)?
+        RequestBody::WorkerNodeStarted(started) => body(&worker_node_started(
+            w, state, &claim, req, run_id, started,
+        )?)?,
+        RequestBody::WorkerTransition(t) => body(&worker_transition(w, state, &claim, req, t)?)?,
+        RequestBody::WorkerComplete(c) => body(&worker_complete(w, state, &claim, req, c)?)?,
+        RequestBody::WorkerFail(f) => body(&worker_fail(w, &claim, req, f)?)?,
+        RequestBody::WorkerProgress(p) => body(&worker_progress(w, &claim, p)?)?,
+        RequestBody::WorkerWait(wait) => body(&worker_wait(w, &claim, req, wait)?)?,
+        RequestBody::WorkerInteractionRequest(i) => {
+            body(&worker_interaction_request(w, &claim, req, i)?)?
         }
-        RequestBody::WorkerTransition(t) => worker_transition(w, state, &claim, req, t)?,
-        RequestBody::WorkerComplete(c) => worker_complete(w, state, &claim, req, c)?,
-        RequestBody::WorkerFail(f) => worker_fail(w, &claim, req, f)?,
-        RequestBody::WorkerProgress(p) => worker_progress(w, &claim, p)?,
-        RequestBody::WorkerWait(wait) => worker_wait(w, &claim, req, wait)?,
-        RequestBody::WorkerInteractionRequest(i) => worker_interaction_request(w, &claim, req, i)?,
-        RequestBody::WorkerNotify(n) => worker_notify(w, &claim, n)?,
-        RequestBody::WorkerEffectReserve(e) => worker_effect_reserve(w, &claim, req, e)?,
-        RequestBody::WorkerEffectApplying(e) => worker_effect_applying(w, &claim, e)?,
-        RequestBody::WorkerEffectSettle(e) => worker_effect_settle(w, &claim, e)?,
+        RequestBody::WorkerNotify(n) => body(&worker_notify(w, &claim, n)?)?,
+        RequestBody::WorkerEffectReserve(e) => body(&worker_effect_reserve(w, &claim, req, e)?)?,
+        RequestBody::WorkerEffectApplying(e) => body(&worker_effect_applying(w, &claim, e)?)?,
+        RequestBody::WorkerEffectSettle(e) => body(&worker_effect_settle(w, &claim, e)?)?,
         RequestBody::WorkerValidationResult(v) => {
-            worker_validation_result(w, state, &claim, run_id, v)?
+            body(&worker_validation_result(w, state, &claim, run_id, v)?)?
         }
-        RequestBody::WorkerExit(_) => json!({}),
-        RequestBody::WorkerResults(page) => worker_results(w, state, run_id, page)?,
+        RequestBody::WorkerExit(_) => body(&WorkerExited {})?,
+        RequestBody::WorkerResults(page) => body(&worker_results(w, state, run_id, page)?)?,
         other => {
             return Err(StoreError::Forbidden(format!(
                 "{} is not a worker kind",
@@ -77,7 +85,7 @@ fn worker_node_started(
     req: &Request,
     run_id: &str,
     started: &payload::WorkerNodeStarted,
-) -> Result<Value, StoreError> {
+) -> Result<Stepped<NodeStarted>, StoreError> {
     let node = req
         .node_id
         .as_deref()
@@ -90,9 +98,12 @@ fn worker_node_started(
     let started = w.node_started(claim, node, deadline);
     let attempt_id = match fail_at_step_limit(w, claim, None, started)? {
         Ok(attempt_id) => attempt_id,
-        Err(refused) => return Ok(refused),
+        Err(refused) => return Ok(Stepped::Refused(refused)),
     };
-    Ok(json!({ "attempt_id": attempt_id, "deadline_at": deadline }))
+    Ok(Stepped::Taken(NodeStarted {
+        attempt_id,
+        deadline_at: deadline,
+    }))
 }
 
 /// `worker.transition`: the current attempt ended; propose the next node.
@@ -102,10 +113,10 @@ fn worker_transition(
     claim: &Claim,
     req: &Request,
     t: &payload::WorkerTransition,
-) -> Result<Value, StoreError> {
+) -> Result<Stepped<Transitioned>, StoreError> {
     let (graph, attempt_id, from) = match step_after_earlier(w, state, claim, req, &t.earlier)? {
         Ok(step) => step,
-        Err(refused) => return Ok(refused),
+        Err(refused) => return Ok(Stepped::Refused(refused)),
     };
     let outcome = t.outcome.clone();
     if let Some(refused) = check_route(
@@ -117,7 +128,7 @@ fn worker_transition(
         &outcome,
         Some(&t.next_node),
     )? {
-        return Ok(refused);
+        return Ok(Stepped::Refused(refused));
     }
     let deadline = deadline_for(w, &graph, &t.next_node, t.next_timeout_ms)?;
     let request = TransitionRequest {
@@ -129,13 +140,17 @@ fn worker_transition(
     let stepped = w.transition(claim, &request);
     let done = match fail_at_step_limit(w, claim, Some(&request), stepped)? {
         Ok(done) => done,
-        Err(refused) => return Ok(refused),
+        Err(refused) => return Ok(Stepped::Refused(refused)),
     };
     let parked = done.pause_requested;
     if parked {
         w.park(claim, None)?;
     }
-    Ok(json!({ "attempt_id": done.next_attempt_id, "parked": parked, "deadline_at": deadline }))
+    Ok(Stepped::Taken(Transitioned {
+        attempt_id: done.next_attempt_id,
+        parked,
+        deadline_at: deadline,
+    }))
 }
 
 /// `worker.complete`: the current attempt ended and the run finished.
@@ -145,7 +160,7 @@ fn worker_complete(
     claim: &Claim,
     req: &Request,
     c: &payload::WorkerComplete,
-) -> Result<Value, StoreError> {
+) -> Result<Stepped<RunEnded>, StoreError> {
     if c.result_is_output
         && (!c.result.is_null() || !matches!(c.outcome, payload::AttemptOutcome::Succeeded { .. }))
     {
@@ -155,11 +170,11 @@ fn worker_complete(
     }
     let (graph, attempt_id, from) = match step_after_earlier(w, state, claim, req, &c.earlier)? {
         Ok(step) => step,
-        Err(refused) => return Ok(refused),
+        Err(refused) => return Ok(Stepped::Refused(refused)),
     };
     let outcome = c.outcome.clone();
     if let Some(refused) = check_route(w, claim, &graph, &from, &attempt_id, &outcome, None)? {
-        return Ok(refused);
+        return Ok(Stepped::Refused(refused));
     }
     let output = match &outcome {
         AttemptOutcome::Succeeded { output } => output.clone(),
@@ -177,7 +192,9 @@ fn worker_complete(
         result,
         c.presentation.as_deref(),
     )?;
-    Ok(json!({ "status": "completed" }))
+    Ok(Stepped::Taken(RunEnded {
+        status: RunStatus::Completed,
+    }))
 }
 
 /// `worker.fail`: the run cannot continue.
@@ -186,16 +203,20 @@ fn worker_fail(
     claim: &Claim,
     req: &Request,
     f: &payload::WorkerFail,
-) -> Result<Value, StoreError> {
+) -> Result<RunEnded, StoreError> {
     Ok(if f.review {
         w.send_to_review(claim, &f.error)?;
-        json!({ "status": "review" })
+        RunEnded {
+            status: RunStatus::Review,
+        }
     } else {
         let outcome = AttemptOutcome::Failed {
             error: f.error.clone(),
         };
         w.fail(claim, req.attempt_id.as_deref(), &outcome, &f.error)?;
-        json!({ "status": "failed" })
+        RunEnded {
+            status: RunStatus::Failed,
+        }
     })
 }
 
@@ -204,9 +225,12 @@ fn worker_progress(
     w: &mut WriteTx<'_>,
     claim: &Claim,
     p: &payload::WorkerProgress,
-) -> Result<Value, StoreError> {
+) -> Result<ProgressRecorded, StoreError> {
     let kept = w.progress(claim, &p.message, &p.data)?;
-    Ok(json!({ "seq": kept.seq, "event_kept": kept.event_kept }))
+    Ok(ProgressRecorded {
+        seq: kept.seq,
+        event_kept: kept.event_kept,
+    })
 }
 
 /// `worker.wait`: park until a checkpoint or human decision is answered.
@@ -215,9 +239,9 @@ fn worker_wait(
     claim: &Claim,
     req: &Request,
     wait: &payload::WorkerWait,
-) -> Result<Value, StoreError> {
+) -> Result<DecisionRequested, StoreError> {
     let id = w.wait_for_decision(claim, &attempt_of(req)?, wait.decision_kind, &wait.request)?;
-    Ok(json!({ "decision_id": id }))
+    Ok(DecisionRequested { decision_id: id })
 }
 
 /// `worker.interaction_request`: park until the origin session answers an interactive step.
@@ -226,13 +250,16 @@ fn worker_interaction_request(
     claim: &Claim,
     req: &Request,
     i: &payload::WorkerInteractionRequest,
-) -> Result<Value, StoreError> {
+) -> Result<InteractionRequested, StoreError> {
     let kind = i.interaction_kind;
     let attempt_id = attempt_of(req)?;
     // The node's saved deadline, which the host enforces while no worker runs.
     let deadline = w.attempt_deadline(&attempt_id)?;
     let id = w.request_interaction(claim, &attempt_id, kind, &i.request, deadline)?;
-    Ok(json!({ "interaction_id": id, "deadline_at": deadline }))
+    Ok(InteractionRequested {
+        interaction_id: id,
+        deadline_at: deadline,
+    })
 }
 
 /// `worker.notify`: record a notify node's message for the origin session.
@@ -240,9 +267,9 @@ fn worker_notify(
     w: &mut WriteTx<'_>,
     claim: &Claim,
     n: &payload::WorkerNotify,
-) -> Result<Value, StoreError> {
+) -> Result<Notified, StoreError> {
     let id = w.notify(claim, &n.content)?;
-    Ok(json!({ "message_id": id }))
+    Ok(Notified { message_id: id })
 }
 
 /// `worker.effect_reserve`: reserve a managed effect.
@@ -251,7 +278,7 @@ fn worker_effect_reserve(
     claim: &Claim,
     req: &Request,
     e: &payload::WorkerEffectReserve,
-) -> Result<Value, StoreError> {
+) -> Result<crate::store::Reservation, StoreError> {
     let contract = e.retry_contract;
     let r = w.reserve_effect(
         claim,
@@ -260,7 +287,7 @@ fn worker_effect_reserve(
         &e.fingerprint,
         contract,
     )?;
-    Ok(json!(r))
+    Ok(r)
 }
 
 /// `worker.effect_applying`: a reserved effect is about to be performed.
@@ -268,9 +295,11 @@ fn worker_effect_applying(
     w: &mut WriteTx<'_>,
     claim: &Claim,
     e: &payload::WorkerEffectApplying,
-) -> Result<Value, StoreError> {
+) -> Result<EffectRecorded, StoreError> {
     w.effect_applying(claim, &e.effect_id)?;
-    Ok(json!({ "effect_id": e.effect_id }))
+    Ok(EffectRecorded {
+        effect_id: e.effect_id.clone(),
+    })
 }
 
 /// `worker.effect_settle`: a performed effect ended.
@@ -278,9 +307,11 @@ fn worker_effect_settle(
     w: &mut WriteTx<'_>,
     claim: &Claim,
     e: &payload::WorkerEffectSettle,
-) -> Result<Value, StoreError> {
+) -> Result<EffectRecorded, StoreError> {
     w.settle_effect(claim, &e.effect_id, &e.result)?;
-    Ok(json!({ "effect_id": e.effect_id }))
+    Ok(EffectRecorded {
+        effect_id: e.effect_id.clone(),
+    })
 }
 
 /// `worker.validation_result`: the verdict of a validate-mode child on a submission.
@@ -290,7 +321,7 @@ fn worker_validation_result(
     claim: &Claim,
     run_id: &str,
     v: &payload::WorkerValidationResult,
-) -> Result<Value, StoreError> {
+) -> Result<VerdictRecorded, StoreError> {
     let verdict = if v.accepted {
         Ok(())
     } else {
@@ -300,7 +331,10 @@ fn worker_validation_result(
     if let Some(entry) = state.children.get_mut(run_id) {
         entry.judging_since = None; // the verdict is in: no validation deadline now
     }
-    Ok(json!({ "submission_id": v.submission_id, "accepted": v.accepted }))
+    Ok(VerdictRecorded {
+        submission_id: v.submission_id.clone(),
+        accepted: v.accepted,
+    })
 }
 
 /// `worker.results`: the next page of the node results a hello reply left out to fit its frame.
@@ -309,7 +343,7 @@ fn worker_results(
     state: &HostState,
     run_id: &str,
     page: &payload::WorkerResults,
-) -> Result<Value, StoreError> {
+) -> Result<ResultsPage, StoreError> {
     // The run does not move while its child reads these pages (the child takes no step
     // before it has its context), so an offset into the same list is a stable cursor.
     let results = node_results(w, run_id)?;
@@ -321,7 +355,10 @@ fn worker_results(
         &mut rest,
         crate::engine::dispatch::reply_room(state.reply_limit),
     );
-    Ok(json!({ "results": rest, "more": more }))
+    Ok(ResultsPage {
+        results: rest,
+        more,
+    })
 }
 
 /// The attempt a worker message names (`attempt_id`, required by the kinds that use it).
@@ -365,7 +402,7 @@ pub(super) fn worker_hello(
     state: &mut HostState,
     run_id: &str,
     hello: &payload::WorkerHello,
-) -> Result<Value, StoreError> {
+) -> Result<HelloReply, StoreError> {
     let claim = state.claim(run_id).cloned().ok_or_else(|| stale(run_id))?;
     let (input, stored, _) = w.run_payload(run_id)?;
     let graph: Option<Graph> = match (&stored, &hello.definition) {
@@ -382,7 +419,7 @@ pub(super) fn worker_hello(
                         },
                         &error,
                     )?;
-                    return Ok(json!({ "stop": error }));
+                    return Ok(HelloReply::Stop { stop: error });
                 }
             };
             let mounted = hello.mounted_sources.clone().unwrap_or_else(|| json!({}));
@@ -399,7 +436,9 @@ pub(super) fn worker_hello(
                 if !same {
                     let reason = "source_changed: the workflow's graph differs from the one the run started with";
                     w.send_to_review(&claim, reason)?;
-                    return Ok(json!({ "stop": reason }));
+                    return Ok(HelloReply::Stop {
+                        stop: reason.to_owned(),
+                    });
                 }
             }
             Some(graph)
@@ -422,16 +461,25 @@ pub(super) fn worker_hello(
         Some(output) => output,
         None => input.clone(),
     };
-    let mut reply = json!({ "mode": mode.as_str(), "resume": resume, "input": input, "node_input": node_input, "results": [], "definition": graph.as_ref().map(Graph::to_value), "features": payload::HOST_FEATURES });
-    // After a lost child, the next one reports every step as it takes it: the host then knows
-    // which node was running if this child dies too (steps reported together would leave the
-    // loss on the last node the host heard of).
-    if w.child_losses(run_id)? > 0 {
-        reply["report_each_step"] = json!(true);
-    }
-    if hello.start_node && mode.as_str() == "run" && reply["resume"]["resume"] == "fresh" {
+    let mut reply = WorkerContext {
+        mode,
+        resume: resume.clone(),
+        input,
+        node_input,
+        results: Vec::new(),
+        definition: graph.as_ref().map(Graph::to_value),
+        features: payload::HOST_FEATURES,
+        // After a lost child, the next one reports every step as it takes it: the host then
+        // knows which node was running if this child dies too (steps reported together would
+        // leave the loss on the last node the host heard of).
+        report_each_step: w.child_losses(run_id)? > 0,
+        answer: None,
+        submission: None,
+        results_more: false,
+    };
+    if hello.start_node && mode == ChildMode::Run && reply.resume["resume"] == "fresh" {
         if let Some(graph) = &graph {
-            let node = reply["resume"]["node_id"]
+            let node = reply.resume["node_id"]
                 .as_str()
                 .map_or_else(|| graph.start.clone(), str::to_owned);
             // A deadline decided at the start needs the child's word: it opens the attempt
@@ -441,20 +489,26 @@ pub(super) fn worker_hello(
                 let started = w.node_started(&claim, &node, deadline);
                 let attempt_id = match fail_at_step_limit(w, &claim, None, started)? {
                     Ok(attempt_id) => attempt_id,
-                    Err(refused) => return Ok(json!({ "stop": refused["refused"] })),
+                    Err(refused) => {
+                        return Ok(HelloReply::Stop {
+                            stop: refused.refused,
+                        })
+                    }
                 };
-                reply["resume"]["node_id"] = json!(node);
-                reply["resume"]["attempt_id"] = json!(attempt_id);
-                reply["resume"]["deadline_at"] = json!(deadline);
+                reply.resume["node_id"] = json!(node);
+                reply.resume["attempt_id"] = json!(attempt_id);
+                reply.resume["deadline_at"] = json!(deadline);
             }
         }
     }
     if let Some(attempt_id) = resume.get("attempt_id").and_then(Value::as_str) {
-        reply["answer"] = w.answer_for_attempt(attempt_id)?.unwrap_or(Value::Null);
+        reply.answer = Some(w.answer_for_attempt(attempt_id)?.unwrap_or(Value::Null));
     }
     if let Some(sub) = resume.get("submission_id").and_then(Value::as_str) {
-        reply["submission"] =
-            json!({ "submission_id": sub, "payload": w.submission_payload(sub)? });
+        reply.submission = Some(SubmissionToJudge {
+            submission_id: sub.to_owned(),
+            payload: w.submission_payload(sub)?,
+        });
     }
     // Every node's latest output may be as large as a payload: the results that do not fit
     // the frame with the rest of the reply are left for `worker.results` pages.
@@ -464,9 +518,9 @@ pub(super) fn worker_hello(
     let fits = crate::engine::dispatch::fitting_prefix(&results, room);
     if fits < results.len() {
         results.truncate(fits);
-        reply["results_more"] = json!(true);
+        reply.results_more = true;
     }
-    reply["results"] = Value::Array(results);
+    reply.results = results;
     if let Some(entry) = state.children.get_mut(run_id) {
         entry.hello = true;
         if entry.mode == ChildMode::Validate {
@@ -477,22 +531,28 @@ pub(super) fn worker_hello(
     if let Some(graph) = graph {
         state.graphs.insert(run_id.to_owned(), graph);
     }
-    Ok(reply)
+    Ok(HelloReply::Context(Box::new(reply)))
 }
 
 /// The latest finished attempt of every node of the run, in the order they finished, as a
 /// child's hello reply and `worker.results` carry them: outcome names as a workflow routes on
 /// them (`$result.outcome`).
-fn node_results(w: &WriteTx<'_>, run_id: &str) -> Result<Vec<Value>, StoreError> {
+fn node_results(w: &WriteTx<'_>, run_id: &str) -> Result<Vec<NodeResultBody>, StoreError> {
     Ok(w.latest_results(run_id)?
         .into_iter()
         .map(|r| {
             let outcome = if r.status == "succeeded" {
-                "ok"
+                "ok".to_owned()
             } else {
-                r.status.as_str()
+                r.status
             };
-            json!({ "node": r.node, "outcome": outcome, "output": r.output, "error": r.error, "visits": r.finished })
+            NodeResultBody {
+                node: r.node,
+                outcome,
+                output: r.output,
+                error: r.error,
+                visits: r.finished,
+            }
         })
         .collect())
 }
@@ -536,7 +596,7 @@ pub(super) fn step_after_earlier(
     claim: &Claim,
     req: &Request,
     earlier: &[payload::EarlierStep],
-) -> Result<Result<(Graph, String, String), Value>, StoreError> {
+) -> Result<Result<(Graph, String, String), StepRefused>, StoreError> {
     let graph = graph_of(w, state, &claim.run_id)?;
     let current = current_step(w, &claim.run_id, req)?;
     Ok(apply_earlier_steps(w, claim, &graph, current, earlier)?
@@ -553,7 +613,7 @@ pub(super) fn apply_earlier_steps(
     graph: &Graph,
     current: (String, String),
     steps: &[payload::EarlierStep],
-) -> Result<Result<(String, String), Value>, StoreError> {
+) -> Result<Result<(String, String), StepRefused>, StoreError> {
     if steps.len() > payload::MAX_EARLIER_STEPS {
         return Err(invalid_input(format!(
             "{} earlier steps; at most {} per message",
@@ -660,13 +720,16 @@ pub(super) fn check_route(
     attempt_id: &str,
     outcome: &AttemptOutcome,
     proposed: Option<&str>,
-) -> Result<Option<Value>, StoreError> {
+) -> Result<Option<StepRefused>, StoreError> {
     match graph.check_transition(from, &Outcome::from(outcome), proposed) {
         Ok(_) => Ok(None),
         Err(refused) => {
             let error = format!("transition refused: {refused}");
             w.fail(claim, Some(attempt_id), outcome, &error)?;
-            Ok(Some(json!({ "refused": error, "status": "failed" })))
+            Ok(Some(StepRefused {
+                refused: error,
+                status: RunStatus::Failed,
+            }))
         }
     }
 }
@@ -683,7 +746,7 @@ pub(super) fn fail_at_step_limit<T>(
     claim: &Claim,
     closing: Option<&TransitionRequest>,
     stepped: Result<T, StoreError>,
-) -> Result<Result<T, Value>, StoreError> {
+) -> Result<Result<T, StepRefused>, StoreError> {
     let error = match stepped {
         Err(StoreError::StepLimitReached { detail, .. }) => detail,
         other => return other.map(Ok),
@@ -696,5 +759,8 @@ pub(super) fn fail_at_step_limit<T>(
     };
     let attempt_id = closing.map(|t| t.attempt_id.as_str());
     w.fail(claim, attempt_id, &outcome, &error)?;
-    Ok(Err(json!({ "refused": error, "status": "failed" })))
+    Ok(Err(StepRefused {
+        refused: error,
+        status: RunStatus::Failed,
+    }))
 }

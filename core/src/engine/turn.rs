@@ -1,0 +1,451 @@
+//! One turn of the host: what it does with the messages the driver took off its queue (client
+//! requests, worker messages, child reports, the stop) and with the time. Every decision of a
+//! turn lives here: which requests are reads, which commands commit together and how a failed
+//! commit answers them, which runs publish which events, the order of "requests, reports, due
+//! work, schedule". What must happen outside leaves as [`Effect`]s, handed to the driver's
+//! [`Effects`] in the order they must happen; the driver keeps only the transaction's
+//! durability, the fault points, the outbox and the supervisor's channel.
+//!
+//! A request's reply handle is opaque here (`R`): the engine hands it back with the reply.
+
+use std::collections::HashMap;
+
+use super::children::{self, SupervisorCmd};
+use super::dispatch::{self, HostState, PreparedStart};
+use super::timers;
+use crate::protocol::reply::RepairReply;
+use crate::protocol::{Receipt, Rejection, RejectionCode, Request, RequestBody, RequestClass};
+use crate::store::{CommandMeta, CommandOutcome, Store, StoreError};
+
+/// Most commands committed in one transaction.
+pub const MAX_BATCH: usize = 256;
+
+/// What a turn takes: one message the driver received.
+pub enum Input<R> {
+    /// A request from a connection.
+    Request(Box<Job<R>>),
+    /// A child started or exited.
+    Child(children::ChildReport),
+    /// A worker connection (the child of `run_id` at `generation`) closed.
+    WorkerDisconnected { run_id: String, generation: u64 },
+    /// The host has begun to stop (sent before any connection is told): launch nothing more,
+    /// and a child that exits from now on (its connection was closed by the stop) leaves its
+    /// run resumable without counting a loss. Requests still in flight are answered.
+    Draining,
+    /// The host is stopping: stop launching, let the supervisor stop every child.
+    Shutdown,
+}
+
+/// One request, with what its connection prepared, and where its reply goes.
+pub struct Job<R> {
+    pub request: Request,
+    pub start: Option<PreparedStart>,
+    /// Why a `run.start` could not be prepared (its file is gone or unreadable): only the
+    /// receipt of an earlier commit of the same request may answer it; otherwise this does.
+    pub start_refused: Option<Rejection>,
+    /// The command's receipt identity, computed by the connection task (hashing stays off the
+    /// store thread); `None` to compute it here.
+    pub meta: Option<CommandMeta>,
+    pub reply: R,
+}
+
+/// A committed change, published to subscribers after the commit.
+#[derive(Debug, Clone)]
+pub struct RunEvent {
+    pub run_id: String,
+    pub origin_session: Option<String>,
+    pub seq: u64,
+    pub kind: String,
+    pub status: String,
+    pub revision: u64,
+    pub at_ms: i64,
+    pub data: serde_json::Value,
+}
+
+/// What the engine asks of the driver, in order.
+#[derive(Debug)]
+pub enum Effect<R> {
+    /// Answer a request (once what it may reflect is durable).
+    Reply {
+        to: R,
+        result: Result<Receipt, Rejection>,
+    },
+    /// Send an event to subscribers (once its commit is durable).
+    Event(RunEvent),
+    /// The batch's reads are answered from the first `commits` commits: they may leave now
+    /// if those are durable, ahead of the batch's own commit.
+    ReadsAnswered { commits: u64 },
+    /// Hand an order to the supervisor now (launches go out before their commit, so a
+    /// worker loads while the commit reaches the disk).
+    Child(SupervisorCmd),
+    /// The host no longer supervises: close the supervisor's channel (it then stops every
+    /// child itself).
+    EndSupervision,
+}
+
+/// The driver's side of a turn: carries out effects, and names the points where a test may
+/// inject a fault.
+pub trait Effects<R> {
+    /// Carries out `effect` now.
+    fn apply(&mut self, effect: Effect<R>);
+    /// Whether anybody listens for run events (publishing reads the store; without a
+    /// listener the engine reads nothing for it).
+    fn publishing(&self) -> bool;
+    /// Inside a batch's transaction, about to commit commands of `kinds`: an error makes the
+    /// commit fail as a full disk would.
+    fn before_commit(&mut self, kinds: &[&str]) -> Result<(), StoreError>;
+    /// A batch of commands of `kinds` just committed.
+    fn after_commit(&mut self, kinds: &[&str]);
+}
+
+/// One turn, after the driver took `inputs` off its queue (none when it woke for `deadline`,
+/// the earliest deadline it knew of before it waited): requests answered and committed, child
+/// reports handled, due work run once `deadline` has passed, ready runs scheduled.
+pub fn turn<R>(
+    store: &mut Store,
+    state: &mut HostState,
+    inputs: Vec<Input<R>>,
+    deadline: Option<i64>,
+    fx: &mut dyn Effects<R>,
+) {
+    if !inputs.is_empty() {
+        let mut batch = Vec::with_capacity(inputs.len());
+        let mut reports = Vec::new();
+        for input in inputs {
+            match input {
+                Input::Request(job) => batch.push(*job),
+                Input::Child(report) => reports.push(report),
+                Input::WorkerDisconnected { run_id, generation } => {
+                    children::worker_disconnected(state, store.now_ms(), &run_id, generation);
+                }
+                Input::Draining => state.shutting_down = true,
+                Input::Shutdown => {
+                    state.shutting_down = true;
+                    state.supervising = false;
+                }
+            }
+        }
+        if !batch.is_empty() {
+            let touched = handle_batch(store, state, batch, fx);
+            children::forget_released_claims(store, state, Some(&touched));
+        }
+        children::on_child_reports(store, state, reports);
+        publish_unpublished(store, state, fx);
+    }
+    // Due work runs whenever its deadline has passed, also while messages keep arriving.
+    // Heartbeats first: a claim renewed in time must not be recovered as expired.
+    if deadline.is_some_and(|at| at <= store.now_ms()) {
+        children::due_child_work(store, state);
+        timers::run_due_work(store, state);
+        publish_unpublished(store, state, fx);
+        children::forget_released_claims(store, state, None);
+    }
+    if !state.shutting_down {
+        children::schedule_with(store, state, &mut |state| send_child_commands(state, fx));
+        publish_unpublished(store, state, fx);
+    }
+    send_child_commands(state, fx);
+}
+
+/// Hands the driver what the deciding code ordered (launches, stops), in order; once the host
+/// no longer supervises, ends the supervision.
+fn send_child_commands<R>(state: &mut HostState, fx: &mut dyn Effects<R>) {
+    for command in state.child_commands.drain(..) {
+        fx.apply(Effect::Child(command));
+    }
+    if !state.supervising {
+        fx.apply(Effect::EndSupervision);
+    }
+}
+
+/// Publishes the events the deciding code asked for (`HostState::unpublished`), each run
+/// once from its earliest revision, in the order the runs were first written. Called after
+/// each step of a turn that may ask, before the next step publishes a run itself: no event
+/// goes out twice.
+fn publish_unpublished<R>(store: &Store, state: &mut HostState, fx: &mut dyn Effects<R>) {
+    if state.unpublished.is_empty() {
+        return;
+    }
+    let mut earliest: HashMap<String, u64> = HashMap::new();
+    let mut order = Vec::new();
+    for (run_id, after) in state.unpublished.drain(..) {
+        match earliest.get_mut(&run_id) {
+            Some(first) => *first = (*first).min(after),
+            None => {
+                earliest.insert(run_id.clone(), after);
+                order.push(run_id);
+            }
+        }
+    }
+    for run_id in order {
+        publish_run(store, fx, &run_id, earliest[&run_id]);
+    }
+}
+
+/// The events of `run_id` after revision `after`, to subscribers (when there are any).
+fn publish_run<R>(store: &Store, fx: &mut dyn Effects<R>, run_id: &str, after: u64) {
+    if !fx.publishing() {
+        return;
+    }
+    let Ok(Some(view)) = store.run_view(run_id) else {
+        return;
+    };
+    let Ok(list) = store.events(run_id, after) else {
+        return;
+    };
+    for e in list {
+        let data = crate::protocol::event_data_for_clients(&e.kind, e.data);
+        fx.apply(Effect::Event(RunEvent {
+            run_id: run_id.to_owned(),
+            origin_session: view.origin_session.clone(),
+            seq: e.seq,
+            kind: e.kind,
+            status: view.status.clone(),
+            revision: view.revision,
+            at_ms: e.at,
+            data,
+        }));
+    }
+}
+
+/// A batch of requests: the reads answered from what is committed, then every durable
+/// command in **one** transaction (group commit), each with its receipt; one failing command
+/// does not undo its neighbours (`WriteTx::command_group`). Returns the runs the commands
+/// could change.
+fn handle_batch<R>(
+    store: &mut Store,
+    state: &mut HostState,
+    batch: Vec<Job<R>>,
+    fx: &mut dyn Effects<R>,
+) -> Vec<String> {
+    let (writes, reads): (Vec<Job<R>>, Vec<Job<R>>) = batch
+        .into_iter()
+        .partition(|j| j.request.class().is_durable_command());
+    for job in reads {
+        let result = match job.request.class() {
+            RequestClass::Maintenance => maintain(store, fx, &job.request),
+            _ => dispatch::apply_read(store, state, &job.request),
+        }
+        .map_err(|e| dispatch::rejection_for(&e));
+        fx.apply(Effect::Reply {
+            to: job.reply,
+            result,
+        });
+    }
+    // Reads answered from what is committed so far: sent now if that is durable, otherwise
+    // with the batch's replies (one fsync for both).
+    fx.apply(Effect::ReadsAnswered {
+        commits: store.commits(),
+    });
+    // Each command's receipt identity (usually computed by its connection task already).
+    let writes: Vec<Job<R>> = writes
+        .into_iter()
+        .filter_map(|mut job| {
+            if job.meta.is_none() {
+                match dispatch::command_meta(&job.request) {
+                    Ok(meta) => job.meta = Some(meta),
+                    Err(rejection) => {
+                        fx.apply(Effect::Reply {
+                            to: job.reply,
+                            result: Err(rejection),
+                        });
+                        return None;
+                    }
+                }
+            }
+            Some(job)
+        })
+        .collect();
+    if writes.is_empty() {
+        return Vec::new();
+    }
+    // The runs this batch can change: only their claims may have been released.
+    let touched: Vec<String> = writes
+        .iter()
+        .filter_map(|j| j.request.run_id.clone())
+        .collect();
+    let publishing = fx.publishing();
+    let before = if publishing {
+        Some(revisions(store, &writes))
+    } else {
+        None
+    };
+    let kinds: Vec<&str> = writes.iter().map(|j| j.request.body.kind_str()).collect();
+    let mut activations = children::Activations::default();
+    // Outside the transaction: a replay of an earlier commit is answered even if this one fails.
+    let mut results = Vec::with_capacity(writes.len());
+    let committed = store.write(|w| {
+        // Every job's identity was computed above.
+        let meta_of = |job: &Job<R>| {
+            job.meta
+                .clone()
+                .ok_or_else(|| StoreError::InvalidInput("the command has no identity".into()))
+        };
+        // Consecutive client commands run as one group (one savepoint for all of them unless
+        // one fails after writing: `WriteTx::command_group`); they may run twice, which is
+        // why they cannot change the host's memory. A worker's message changes it (its
+        // child's hello, the cached graph), so it runs once, in a savepoint of its own.
+        for group in writes.chunk_by(|a, b| !a.request.is_worker() && !b.request.is_worker()) {
+            let outcomes = if group[0].request.is_worker() {
+                let job = &group[0];
+                let outcome = meta_of(job).and_then(|meta| {
+                    w.command(&meta, |w| children::apply_worker(w, state, &job.request))
+                });
+                // Nothing after a transaction SQLite rolled back may run: it would commit.
+                w.ensure_in_transaction()?;
+                vec![outcome]
+            } else {
+                let state: &HostState = state;
+                w.command_group(group, meta_of, |w, job| {
+                    dispatch::apply_command(w, state, &job.request, job.start.as_ref())
+                })?
+            };
+            results.extend(outcomes.into_iter().zip(group).map(|(r, job)| {
+                r.map_err(|e| match &job.start_refused {
+                    // Not a replay: the start was never prepared, and it fails as it did.
+                    Some(refused) => refused.clone(),
+                    None => dispatch::rejection_for(&e),
+                })
+            }));
+        }
+        // Runs this batch made ready (a start, a resume, an answer) are activated in the same
+        // commit when a child slot is free: one commit less between a command and its child.
+        // Their children start before the commit (see `children::activate_and_launch`).
+        activations = children::activate_and_launch(w, state);
+        send_child_commands(state, fx);
+        fx.before_commit(&kinds)?;
+        Ok(w.take_revisions())
+    });
+    children::settle_activations(state, store.now_ms(), committed.is_ok(), &mut activations);
+    match committed {
+        Ok(written) => {
+            fx.after_commit(&kinds);
+            let mut published = before.unwrap_or_default();
+            if publishing {
+                published.extend(
+                    activations
+                        .runs
+                        .iter()
+                        .map(|a| (a.run_id().to_owned(), a.revision_before)),
+                );
+            }
+            let mut replies = Vec::with_capacity(writes.len());
+            for (job, result) in writes.into_iter().zip(results) {
+                // A replayed start (same request id, a client retrying after a broken
+                // connection) wrote nothing: its run's events went out with the original.
+                if let (true, Ok(outcome), RequestBody::RunStart(_)) =
+                    (publishing, &result, &job.request.body)
+                {
+                    let run_id = outcome.response.get("run_id").and_then(|v| v.as_str());
+                    if let (false, Some(run_id)) = (outcome.replayed, run_id) {
+                        published.push((run_id.to_owned(), 0));
+                    }
+                }
+                let receipt = result.map(|outcome| receipt_of(store, &written, &job, outcome));
+                replies.push((job.reply, receipt));
+            }
+            // Events first, replies second: a client that subscribes after seeing a receipt
+            // never receives events committed before it. A run touched twice in the batch is
+            // published once, from its earliest revision.
+            published.sort();
+            published.dedup_by(|later, earlier| later.0 == earlier.0);
+            for (run_id, after) in published {
+                publish_run(store, fx, &run_id, after);
+            }
+            for (to, result) in replies {
+                fx.apply(Effect::Reply { to, result });
+            }
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "batch commit failed; only replays were acknowledged");
+            let rejection = Rejection::new(RejectionCode::Internal, format!("commit failed: {e}"));
+            let now = store.now_ms();
+            let no_writes = HashMap::new();
+            // A command the failed transaction never reached has no result.
+            let results = results.into_iter().map(Some).chain(std::iter::repeat(None));
+            for (job, result) in writes.into_iter().zip(results) {
+                // The receipt of an earlier commit (a client resending a command whose reply a
+                // crash or a lost connection dropped) is a read: this failure changes nothing
+                // of it, and an `internal` would tell the client its committed command failed.
+                let result = match result {
+                    Some(Ok(outcome)) if outcome.committed_before => {
+                        Ok(receipt_of(store, &no_writes, &job, outcome))
+                    }
+                    _ => {
+                        if job.request.is_worker() {
+                            children::forget_uncommitted_worker_message(state, &job.request, now);
+                        }
+                        Err(rejection.clone())
+                    }
+                };
+                fx.apply(Effect::Reply {
+                    to: job.reply,
+                    result,
+                });
+            }
+        }
+    }
+    touched
+}
+
+/// The receipt of a command's `outcome`, with its run's revision after the batch: known from
+/// the batch's `written` revisions, read only for a command that wrote nothing (a replay).
+fn receipt_of<R>(
+    store: &Store,
+    written: &HashMap<String, u64>,
+    job: &Job<R>,
+    outcome: CommandOutcome,
+) -> Receipt {
+    let revision = job.request.run_id.as_deref().and_then(|r| {
+        written
+            .get(r)
+            .copied()
+            .or_else(|| store.run_state(r).ok().map(|(_, revision)| revision))
+    });
+    let receipt = Receipt::new(revision, outcome.response);
+    if outcome.replayed {
+        receipt.replayed()
+    } else {
+        receipt
+    }
+}
+
+/// A maintenance request: a write in a transaction of its own, without a receipt.
+fn maintain<R>(
+    store: &mut Store,
+    fx: &mut dyn Effects<R>,
+    request: &Request,
+) -> Result<Receipt, StoreError> {
+    match &request.body {
+        RequestBody::Repair => {
+            let report = store.repair()?;
+            // A write outside the batches: its events go out before its reply.
+            for (run_id, before) in &report.runs_written {
+                publish_run(store, fx, run_id, *before);
+            }
+            dispatch::receipt(None, &RepairReply { report })
+        }
+        other => Err(StoreError::Forbidden(format!(
+            "{} is not a maintenance request",
+            other.kind_str()
+        ))),
+    }
+}
+
+/// The revision of every run a batch may touch, before it runs (for event publication).
+fn revisions<R>(store: &Store, writes: &[Job<R>]) -> Vec<(String, u64)> {
+    writes
+        .iter()
+        .filter_map(|j| j.request.run_id.clone())
+        .map(|run_id| {
+            let rev = store.run_state(&run_id).map(|(_, rev)| rev).unwrap_or(0);
+            (run_id, rev)
+        })
+        .collect()
+}
+
+impl From<StoreError> for Rejection {
+    fn from(e: StoreError) -> Self {
+        dispatch::rejection_for(&e)
+    }
+}
