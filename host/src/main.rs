@@ -606,6 +606,15 @@ mod tests {
                 && notices[1].contains("`piw run cancel run-1`"),
             "{notices:#?}"
         );
+        // A durable timer: when the run goes on by itself.
+        let timed = json!({"run": {"status": "waiting", "paused": false, "current_node": "nap",
+                                   "wake_at": 1_700_000_060_000_u64}});
+        let notices = waiting_notices("run-1", &timed);
+        assert_eq!(notices.len(), 1, "{notices:#?}");
+        assert!(
+            notices[0].contains("waits on a durable timer at node nap until 2023-11-14T22:14:20Z"),
+            "{notices:#?}"
+        );
         // A run that goes on by itself waits for nobody, whatever its rows say.
         let running =
             json!({"run": {"status": "running", "paused": false}, "decisions": body["decisions"]});
