@@ -1400,8 +1400,10 @@ test('wait() and waitThen(): the run parks on the host timer with no child, the 
     dir,
     'naps',
     `import { appendFileSync } from 'node:fs';
-    export default piw.defineWorkflow({ name: 'naps', startAt: 'check',
+    export default piw.defineWorkflow({ name: 'naps', startAt: 'prep',
       nodes: {
+        // Pure steps the runtime reports together: the wait flushes them first.
+        prep: piw.compute({ run: () => ({ ready: true }) }),
         // Computed from the context, once: the file counts how often the code runs.
         check: piw.compute({ run: ({ input }) => {
           appendFileSync(${JSON.stringify(calls)}, 'check\\n');
@@ -1410,7 +1412,7 @@ test('wait() and waitThen(): the run parks on the host timer with no child, the 
         nap: piw.wait({ until: ({ outputs }) => { appendFileSync(${JSON.stringify(calls)}, 'nap\\n'); return Date.now() + 3 * 3600_000 + outputs.check.checked; },
                         output: ({ outputs }) => ({ after: outputs.check }) }),
       },
-      edges: [{ from: 'check', to: 'nap' }] });`,
+      edges: [{ from: 'prep', to: 'check' }, { from: 'check', to: 'nap' }] });`,
   );
   let c = await Client.connect({ home, hostBin, hostEnv: env });
   try {
