@@ -667,6 +667,10 @@ pub fn event_line(e: &EventRecord) -> String {
             e.data["to"].as_str().unwrap_or("?"),
             piw_core::protocol::outcome_word(e.data["outcome"].as_str().unwrap_or("?"))
         ),
+        "timer_set" | "timer_fired" => format!(
+            "wake {}",
+            e.data["wake_at"].as_i64().map_or("?".into(), clock_time)
+        ),
         _ => match event_node(e) {
             Some(node) => node.to_owned(),
             None => compact(&e.data),

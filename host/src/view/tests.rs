@@ -548,6 +548,11 @@ fn a_run_waiting_on_a_timer_says_when_it_wakes() {
         line_with(&text, "live · current node nap").contains(&wakes),
         "{text}"
     );
+    let set_line = format!(
+        "timer_set      wake {}",
+        super::render::clock_time(set.wake_at)
+    );
+    assert!(text.contains(&set_line), "{text}");
 }
 
 /// At 200×50 a short run leaves the panels most of the screen: the events pane takes it, so
