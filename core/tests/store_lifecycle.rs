@@ -1996,3 +1996,35 @@ fn cancelling_a_waiting_run_cancels_its_timer() {
     assert_eq!(f.store.write(|w| w.fire_due_timers()).unwrap(), vec![]);
     f.assert_clean();
 }
+
+/// A timer of a run an operator's claim holds (mid-cancel) waits for that claim: it is not the
+/// host's next deadline before the claim expires, and does not fire under it.
+#[test]
+fn a_timer_under_a_live_control_claim_waits_for_the_claim_to_expire() {
+    let mut f = Fixture::new();
+    let (run_id, act, a) = f.running();
+    let set = f
+        .store
+        .write(|w| w.wait_until(&act.claim, &a, Wake::After(1_000), &json!(null)))
+        .unwrap();
+    // An earlier timer of another run, which no claim holds, comes first.
+    let (other, act2, a2) = f.running();
+    f.store
+        .write(|w| w.wait_until(&act2.claim, &a2, Wake::After(5_000), &json!(null)))
+        .unwrap();
+    let control = f
+        .store
+        .write(|w| w.control_claim(&run_id, "operator"))
+        .unwrap();
+    let expires = f.store.now_ms() + LEASE_MS;
+    assert_eq!(f.store.next_deadline().unwrap(), Some(set.wake_at + 4_000));
+    f.clock.advance(5_000);
+    let fired = f.store.write(|w| w.fire_due_timers()).unwrap();
+    assert_eq!(fired.len(), 1);
+    assert_eq!(fired[0].1, other);
+    assert_eq!(f.store.next_deadline().unwrap(), Some(expires));
+    f.clock.advance(LEASE_MS);
+    let fired = f.store.write(|w| w.fire_due_timers()).unwrap();
+    assert_eq!(fired, vec![(set.timer_id, run_id.clone())]);
+    drop(control);
+}

@@ -692,11 +692,21 @@ impl Store {
                     WHERE d.status = 'pending' AND r.status = 'waiting'
                       AND a.deadline_at IS NOT NULL
                     UNION ALL
-                    SELECT MIN(MAX(t.wake_at,
-                                   CASE WHEN c.owner_kind IS NOT NULL THEN c.expires_at ELSE 0 END))
-                    FROM timers t JOIN runs r ON r.run_id = t.run_id
-                    JOIN claims c ON c.run_id = t.run_id
-                    WHERE t.status = 'pending' AND r.status = 'waiting'
+                    -- Timers may be many (a waiting run each): the earliest one no live claim
+                    -- holds is found walking `timers_due` from the start, the ones a live
+                    -- claim holds (an operator mid-cancel: few) from the claims.
+                    SELECT * FROM (
+                        SELECT t.wake_at FROM timers t JOIN runs r ON r.run_id = t.run_id
+                        JOIN claims c ON c.run_id = t.run_id
+                        WHERE t.status = 'pending' AND r.status = 'waiting'
+                          AND NOT (c.owner_kind IS NOT NULL AND c.expires_at > ?1)
+                        ORDER BY t.wake_at LIMIT 1)
+                    UNION ALL
+                    SELECT MIN(MAX(t.wake_at, c.expires_at))
+                    FROM claims c JOIN timers t ON t.run_id = c.run_id
+                    JOIN runs r ON r.run_id = t.run_id
+                    WHERE c.owner_kind IS NOT NULL AND c.expires_at > ?1
+                      AND t.status = 'pending' AND r.status = 'waiting'
                     UNION ALL
                     -- A ready run an operator's claim holds becomes launchable when it expires.
                     SELECT MIN(c.expires_at) FROM claims c JOIN queue q ON q.run_id = c.run_id
