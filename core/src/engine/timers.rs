@@ -1,7 +1,7 @@
 //! The host's own deadlines: when the store thread must wake next, and the deadline pass of
 //! the store (expired interactions, decisions and claims, due durable timers); and what a
-//! child's `worker.wait_until` sets. Deciding code: it names no I/O
-//! (`engine_io_free`); what it commits is published by the store thread.
+//! child's `worker.wait_until` sets. Deciding code: it names no I/O (`engine_io_free`); what
+//! it commits is published by the store thread.
 
 use serde_json::{json, Value};
 
@@ -12,8 +12,9 @@ pub use crate::store::Wake;
 use crate::store::{Claim, Store, StoreError, WriteTx};
 
 /// The earliest time the host has deadline work: the store's own deadlines (claim
-/// expiry, interaction deadlines, timers' wake times) and the children's (heartbeats, node deadlines, handshake
-/// timeouts, lingering children, delayed runs). `None` when nothing is due.
+/// expiry, interaction deadlines, timers' wake times) and the children's (heartbeats, node
+/// deadlines, handshake timeouts, lingering children, delayed runs). `None` when nothing is
+/// due.
 pub fn next_deadline_at(store: &Store, state: &HostState) -> Option<i64> {
     let store_deadline = match store.next_deadline() {
         Ok(d) => d,
@@ -29,8 +30,7 @@ pub fn next_deadline_at(store: &Store, state: &HostState) -> Option<i64> {
 }
 
 /// Deadlines owned by the host: expired interactions and decisions, due timers, and expired
-/// claims.
-/// What they committed waits in `state.unpublished`.
+/// claims. What they committed waits in `state.unpublished`.
 pub fn run_due_work(store: &mut Store, state: &mut HostState) {
     let owner_id = state.owner_id.as_str();
     let result = store.write(|w| {

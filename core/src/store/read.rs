@@ -667,8 +667,9 @@ impl Store {
 
     /// The earliest time the host's own deadline work has something to do: a running run's
     /// claim expires (recovery), a pending interaction's or decision's deadline or a pending
-    /// timer's wake time passes on a run no live claim holds (expiry; when an operator's claim holds it, at that claim's expiry), or an
-    /// operator's claim on a ready run expires (the run can be launched).
+    /// timer's wake time passes on a run no live claim holds (expiry, or firing; when an
+    /// operator's claim holds it, at that claim's expiry), or an operator's claim on a ready
+    /// run expires (the run can be launched).
     /// `None` when nothing is due, so the host can sleep without waking.
     pub fn next_deadline(&self) -> StoreResult<Option<UnixMillis>> {
         Ok(self

@@ -4,8 +4,9 @@
 //! This module holds a run's own course (start, activation and what a child resumes, node
 //! starts, transitions, parking, pause and resume, completion, failure, cancellation);
 //! [`requests`] what a run waits for (decisions, interactive requests, their deadlines) and the
-//! messages it leaves for its session; [`timers`] the durable timers a run waits on; [`recovery`] what follows a loss (a dead child or host,
-//! an expired claim) and the ways out of review. All of them are methods of [`WriteTx`].
+//! messages it leaves for its session; [`timers`] the durable timers a run waits on;
+//! [`recovery`] what follows a loss (a dead child or host, an expired claim) and the ways out
+//! of review. All of them are methods of [`WriteTx`].
 
 use rusqlite::{params, OptionalExtension as _};
 use serde::{Deserialize, Serialize};
@@ -923,7 +924,8 @@ impl WriteTx<'_> {
                  WHERE run_id = ?1 AND status = 'pending'",
             )?
             .execute(params![run_id, self.now])?;
-        // A timer is no request of anyone's: nothing to count, only nothing left to fire.
+        // Pending timers end with the run (no one answers a timer, so the summary, which
+        // counts what was asked of someone, leaves them out).
         c.prepare_cached(
             "UPDATE timers SET status = 'cancelled', fired_at = ?2
              WHERE run_id = ?1 AND status = 'pending'",

@@ -219,8 +219,8 @@ impl WriteTx<'_> {
     }
 
     /// Whether the run's current attempt waits on a request nobody has answered yet (a
-    /// pending decision or interactive request) or on a timer that has not fired: such a run waits for the answer, it is not
-    /// ready for a child (which would take the missing answer for one).
+    /// pending decision or interactive request) or on a timer that has not fired: such a run
+    /// waits, it is not ready for a child (which would take the missing answer for one).
     fn waits_on_pending_request(&self, run: &RunRow) -> StoreResult<bool> {
         let Some(attempt_id) = &run.current_attempt else {
             return Ok(false);
@@ -239,9 +239,10 @@ impl WriteTx<'_> {
     }
 
     /// A running attempt that continues after an answered decision, an accepted submission,
-    /// a request whose deadline passed or a fired timer holds a committed outcome: interrupting it would rerun
-    /// the node and ask again, dropping what a person (or the model) answered, or giving an
-    /// expired request a fresh deadline. It waits again instead, so the next activation
+    /// a request whose deadline passed or a fired timer holds a committed outcome:
+    /// interrupting it would rerun the node and ask (or wait) again, dropping what a person (or
+    /// the model) answered, or giving an expired request a fresh deadline or a fired timer a
+    /// new wake time. It waits again instead, so the next activation
     /// continues it the same way ([`Resume::Continue`], [`Resume::Accepted`],
     /// [`Resume::InteractionExpired`], [`Resume::TimerFired`]). Returns whether it did.
     fn rewait_answered_attempt(&mut self, run: &RunRow) -> StoreResult<bool> {
