@@ -402,7 +402,8 @@ enum piw_status piw_worker_compare_mounts(const struct piw_worker *worker,
 // opens in the same transaction (then `resume.attempt_id` is set: skip
 // `piw_worker_node_started` for it). `*reply_out` (owned by the caller) is the host's reply:
 // `{"stop", "mode", "resume": {"kind", "node_id", "attempt_id", ...}, "input", "node_input",
-// "results", "definition", "answer", "submission", "features", "report_each_step"}`; a
+// "results", "definition", "answer", "submission", "timer", "features", "report_each_step"}`
+// (`timer`: `{timer_id, wake_at, output}` on a `timer_fired` resume); a
 // non-null `stop` means exit at once. Errors: `PIW_STATUS_REJECTED` (`unauthorized`: a wrong
 // or used token), `PIW_STATUS_STALE`, `PIW_STATUS_MISUSE` (hello twice).
 // Thread safety: serialized per handle.
@@ -467,6 +468,16 @@ enum piw_status piw_worker_wait(const struct piw_worker *worker,
                                 const char *kind,
                                 const char *request_json,
                                 char **id_out);
+
+// Parks the run on a durable timer the host holds: `wake_json` is `{"for_ms": n}` (after n
+// ms of the host's clock) or `{"until_ms": t}` (at Unix ms t); when it fires, a new child
+// resumes the attempt (`timer_fired`) and it succeeds with `output_json` (NULL: `null`). The
+// timer's id is stored in `*id_out` (owned by the caller). Exit afterwards.
+// Thread safety: serialized per handle.
+enum piw_status piw_worker_wait_until(const struct piw_worker *worker,
+                                      const char *wake_json,
+                                      const char *output_json,
+                                      char **id_out);
 
 // Parks the run on an interactive step (`kind` `"agent"` or `"assistant_message"`) that the
 // origin session answers; the interaction's id is stored in `*id_out` (owned by the caller).

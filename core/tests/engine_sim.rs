@@ -43,20 +43,22 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 const LEASE_MS: i64 = 30_000;
 const T0: i64 = 1_700_000_000_000;
 
-/// The workflow every simulated run executes: two compute nodes around a checkpoint, then a
-/// node with a deadline whose timeout routes back to itself.
+/// The workflow every simulated run executes: two compute nodes around a checkpoint and a
+/// durable wait, then a node with a deadline whose timeout routes back to itself.
 fn workflow() -> Value {
     json!({
         "name": "sim", "start": "a",
         "nodes": {
             "a": {"kind": "compute"},
             "ok": {"kind": "checkpoint"},
+            "nap": {"kind": "wait"},
             "b": {"kind": "compute", "timeout_ms": 60_000},
             "done": {"kind": "compute"}
         },
         "edges": [
             {"from": "a", "to": "ok"},
-            {"from": "ok", "to": "b"},
+            {"from": "ok", "to": "nap"},
+            {"from": "nap", "to": "b"},
             {"from": "b", "switch": {"on": "$result.outcome",
                 "cases": {"ok": "done", "timed_out": "b"}}}
         ]
@@ -103,7 +105,8 @@ enum Phase {
     Launched,
     /// Its hello is in flight.
     Greeting,
-    /// Running `node` in `attempt`; `answer` is a checkpoint's answer it resumed with.
+    /// Running `node` in `attempt`; `answer` is a checkpoint's answer, or a fired timer's
+    /// output, it resumed with.
     Running {
         node: String,
         attempt: String,
@@ -579,9 +582,28 @@ impl Sim {
                 ));
                 return self.send(request, None, Waiting::Child(child));
             }
-            piw_core::graph::NodeKind::Checkpoint => AttemptOutcome::Succeeded {
-                output: answer.unwrap_or(Value::Null),
-            },
+            piw_core::graph::NodeKind::Wait if answer.is_none() => {
+                let body = RequestBody::WorkerWaitUntil(payload::WorkerWaitUntil {
+                    for_ms: Some(120_000),
+                    until_ms: None,
+                    output: json!({"node": node}),
+                });
+                let request = self
+                    .worker_request(child, body)
+                    .with_node_id(node)
+                    .with_attempt_id(attempt);
+                self.children[child].phase = Phase::Stepping;
+                self.note(format!(
+                    "child {}: wait_until at {node}",
+                    self.children[child].run_id
+                ));
+                return self.send(request, None, Waiting::Child(child));
+            }
+            piw_core::graph::NodeKind::Checkpoint | piw_core::graph::NodeKind::Wait => {
+                AttemptOutcome::Succeeded {
+                    output: answer.unwrap_or(Value::Null),
+                }
+            }
             _ => AttemptOutcome::Succeeded {
                 output: json!({"node": node}),
             },
@@ -946,7 +968,11 @@ impl Sim {
                     (Some(node), Some(attempt)) => Phase::Running {
                         node,
                         attempt,
-                        answer: body.get("answer").filter(|a| !a.is_null()).cloned(),
+                        answer: if resume["resume"] == "timer_fired" {
+                            Some(body["timer"]["output"].clone())
+                        } else {
+                            body.get("answer").filter(|a| !a.is_null()).cloned()
+                        },
                     },
                     _ => Phase::Leaving,
                 }

@@ -128,6 +128,20 @@ fn checkpoint_and_human_decision() {
 }
 
 #[test]
+fn durable_timer_set_and_fired() {
+    let mut f = Fixture::new();
+    let (run_id, act, a) = f.running();
+    let set = crash_then_commit(&mut f, "wait until", |w| {
+        w.wait_until(&act.claim, &a, Wake::After(1_000), &json!({"x": 1}))
+    });
+    f.clock.advance(1_000);
+    let fired = crash_then_commit(&mut f, "fire due timers", |w| w.fire_due_timers());
+    assert_eq!(fired, vec![(set.timer_id, run_id.clone())]);
+    let act = f.activate(&run_id);
+    assert!(matches!(act.resume, Resume::TimerFired { .. }));
+}
+
+#[test]
 fn interaction_submit_settle_expire() {
     let mut f = Fixture::new();
     let (run_id, act, a) = f.running();

@@ -110,6 +110,29 @@ fn contradictions_without_exact_evidence_are_left_for_review() {
 }
 
 #[test]
+fn a_pending_timer_of_an_ended_run_is_reported_and_cancelled_by_repair() {
+    let mut f = Fixture::new();
+    let (run_id, act, a) = f.running();
+    f.store
+        .write(|w| w.wait_until(&act.claim, &a, Wake::After(60_000), &json!(null)))
+        .unwrap();
+    f.store
+        .write(|w| w.cancel(&run_id, Fence::Unclaimed, "enough"))
+        .unwrap();
+    // A timer left pending by a write that forgot it: it must never fire for an ended run.
+    f.corrupt(&format!(
+        "UPDATE timers SET status = 'pending', fired_at = NULL WHERE run_id = '{run_id}'"
+    ));
+    assert_eq!(
+        codes(&f.store.diagnose().unwrap()),
+        vec!["pending_request_on_terminal_run"]
+    );
+    f.store.repair().unwrap();
+    f.assert_clean();
+    assert_eq!(f.store.run(&run_id).unwrap().wake_at, None);
+}
+
+#[test]
 fn derived_rows_are_rebuilt_from_the_run() {
     let mut f = Fixture::new();
     let run_id = f.start();

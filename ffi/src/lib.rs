@@ -665,7 +665,8 @@ pub unsafe extern "C" fn piw_worker_compare_mounts(
 /// opens in the same transaction (then `resume.attempt_id` is set: skip
 /// `piw_worker_node_started` for it). `*reply_out` (owned by the caller) is the host's reply:
 /// `{"stop", "mode", "resume": {"kind", "node_id", "attempt_id", ...}, "input", "node_input",
-/// "results", "definition", "answer", "submission", "features", "report_each_step"}`; a
+/// "results", "definition", "answer", "submission", "timer", "features", "report_each_step"}`
+/// (`timer`: `{timer_id, wake_at, output}` on a `timer_fired` resume); a
 /// non-null `stop` means exit at once. Errors: `PIW_STATUS_REJECTED` (`unauthorized`: a wrong
 /// or used token), `PIW_STATUS_STALE`, `PIW_STATUS_MISUSE` (hello twice).
 /// Thread safety: serialized per handle.
@@ -822,6 +823,27 @@ pub unsafe extern "C" fn piw_worker_wait(
         let kind = unsafe { text(kind, "kind", PIW_MAX_TEXT_BYTES) }?;
         let request = unsafe { opt_json(request_json, "request_json") }?;
         give(out, &w.wait(kind, request)?);
+        Ok(())
+    })
+}
+
+/// Parks the run on a durable timer the host holds: `wake_json` is `{"for_ms": n}` (after n
+/// ms of the host's clock) or `{"until_ms": t}` (at Unix ms t); when it fires, a new child
+/// resumes the attempt (`timer_fired`) and it succeeds with `output_json` (NULL: `null`). The
+/// timer's id is stored in `*id_out` (owned by the caller). Exit afterwards.
+/// Thread safety: serialized per handle.
+#[no_mangle]
+pub unsafe extern "C" fn piw_worker_wait_until(
+    worker: *const PiwWorker,
+    wake_json: *const c_char,
+    output_json: *const c_char,
+    id_out: *mut *mut c_char,
+) -> PiwStatus {
+    on_worker(worker, |w| {
+        let out = unsafe { out_string(id_out, "id_out") }?;
+        let wake = unsafe { json(wake_json, "wake_json") }?;
+        let output = unsafe { opt_json(output_json, "output_json") }?;
+        give(out, &w.wait_until(wake, output)?);
         Ok(())
     })
 }

@@ -196,6 +196,27 @@ impl WorkerObject {
         self.session(|s| Ok(s.wait(kind, request)?))
     }
 
+    /// `wake` is `{"for_ms": n}` or `{"until_ms": t}` (exactly one).
+    pub fn wait_until(&self, wake: Value, output: Value) -> Result<String, Error> {
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct WakeSpec {
+            for_ms: Option<u64>,
+            until_ms: Option<u64>,
+        }
+        let spec: WakeSpec = parse("wake ({\"for_ms\": n} or {\"until_ms\": t})", wake)?;
+        let wake = match (spec.for_ms, spec.until_ms) {
+            (Some(ms), None) => piw_core::store::Wake::After(ms),
+            (None, Some(at)) => piw_core::store::Wake::At(i64::try_from(at).unwrap_or(i64::MAX)),
+            _ => {
+                return Err(Error::invalid(
+                    "wake needs exactly one of for_ms and until_ms",
+                ))
+            }
+        };
+        self.session(|s| Ok(s.wait_until(wake, output)?.0))
+    }
+
     pub fn request_interaction(&self, kind: &str, request: Value) -> Result<String, Error> {
         let kind: InteractionKind =
             parse("interaction kind (agent or assistant_message)", json!(kind))?;

@@ -152,6 +152,14 @@ unsafe fn worker_calls(
                 piw_worker_wait(w, c"checkpoint".as_ptr(), json, o),
             ),
             (
+                "piw_worker_wait_until(wake)",
+                piw_worker_wait_until(w, json, null(), o),
+            ),
+            (
+                "piw_worker_wait_until(output)",
+                piw_worker_wait_until(w, c"{\"for_ms\":1}".as_ptr(), json, o),
+            ),
+            (
                 "piw_worker_request_interaction(kind)",
                 piw_worker_request_interaction(w, text, null(), o),
             ),
@@ -517,6 +525,14 @@ fn null_arguments_are_refused_by_every_entry_point() {
                 piw_worker_wait(w, c"checkpoint".as_ptr(), null(), no_out),
             ),
             (
+                "piw_worker_wait_until(wake)",
+                piw_worker_wait_until(w, null(), null(), o),
+            ),
+            (
+                "piw_worker_wait_until(out)",
+                piw_worker_wait_until(w, c"{\"for_ms\":1}".as_ptr(), null(), no_out),
+            ),
+            (
                 "piw_worker_request_interaction(kind)",
                 piw_worker_request_interaction(w, null(), null(), o),
             ),
@@ -709,6 +725,25 @@ fn a_failed_out_call_leaves_null_and_strings_come_back_owned() {
         r#""x\"y""#
     );
     unsafe { piw_string_free(out) };
+}
+
+/// A timer's wake is one of a duration and a time: anything else is refused before a word is
+/// sent.
+#[test]
+fn a_wake_that_is_neither_a_duration_nor_a_time_is_an_invalid_argument() {
+    let w = worker();
+    let mut out: *mut c_char = null_mut();
+    for wake in [
+        c"{}",
+        c"{\"for_ms\":1,\"until_ms\":2}",
+        c"{\"for_ms\":-1}",
+        c"{\"in\":1}",
+    ] {
+        let st = unsafe { piw_worker_wait_until(w, wake.as_ptr(), null(), &mut out) };
+        assert_eq!(st, PiwStatus::InvalidArgument, "{wake:?}");
+        assert!(out.is_null());
+    }
+    assert_eq!(unsafe { piw_worker_close(w) }, PiwStatus::Ok);
 }
 
 #[test]

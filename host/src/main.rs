@@ -345,7 +345,11 @@ fn run(cli: Cli, json: bool) -> Result<(), CliError> {
                                    "next_cursor": next_cursor });
             // The times as UTC text beside their Unix milliseconds: absolute, for scripts.
             for run in body["runs"].as_array_mut().into_iter().flatten() {
-                for (ms, text) in [("created_at", "started"), ("finished_at", "ended")] {
+                for (ms, text) in [
+                    ("created_at", "started"),
+                    ("finished_at", "ended"),
+                    ("wake_at", "wakes"),
+                ] {
                     run[text] = run[ms].as_u64().map(human::utc).into();
                 }
             }
@@ -364,7 +368,11 @@ fn run(cli: Cli, json: bool) -> Result<(), CliError> {
                         ago(&run["created_at"]),
                         ago(&run["finished_at"]),
                         str_of(&run["workflow_name"]),
-                        str_of(&run["current_node"])
+                        match human::coming(&run["wake_at"], now) {
+                            Some(wakes) =>
+                                format!("{} · wakes {wakes}", str_of(&run["current_node"])),
+                            None => str_of(&run["current_node"]),
+                        }
                     ));
                 }
                 out
@@ -596,6 +604,15 @@ mod tests {
         assert!(
             notices[1].contains("has no Pi session to answer it in")
                 && notices[1].contains("`piw run cancel run-1`"),
+            "{notices:#?}"
+        );
+        // A durable timer: when the run goes on by itself.
+        let timed = json!({"run": {"status": "waiting", "paused": false, "current_node": "nap",
+                                   "wake_at": 1_700_000_060_000_u64}});
+        let notices = waiting_notices("run-1", &timed);
+        assert_eq!(notices.len(), 1, "{notices:#?}");
+        assert!(
+            notices[0].contains("waits on a durable timer at node nap until 2023-11-14T22:14:20Z"),
             "{notices:#?}"
         );
         // A run that goes on by itself waits for nobody, whatever its rows say.

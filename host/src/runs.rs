@@ -351,6 +351,9 @@ pub(crate) fn run_cmd(paths: &PiwPaths, mut cmd: RunCmd, json: bool) -> Result<(
                     human::when(&run["finished_at"], now)
                 ));
             }
+            if let Some(wakes) = human::coming(&run["wake_at"], now) {
+                text.push_str(&format!("\nwakes {wakes}"));
+            }
             if !run["result"].is_null() {
                 text.push_str(&format!("\nresult {}", run["result"]));
             }
@@ -525,7 +528,8 @@ its stderr ends:",
 }
 
 /// What a non-terminal run waits for that only someone else can give it, one line each:
-/// pending decisions, pending interactions, a pause. Empty for a run that goes on by itself.
+/// pending decisions, pending interactions, a pause; and a durable timer's wake time, so a
+/// long wait never looks like a hang. Empty for a run that goes on by itself now.
 pub(crate) fn waiting_notices(run_id: &str, status_body: &Value) -> Vec<String> {
     let run = &status_body["run"];
     let mut notices = Vec::new();
@@ -536,6 +540,13 @@ pub(crate) fn waiting_notices(run_id: &str, status_body: &Value) -> Vec<String> 
     }
     if str_of(&run["status"]) != "waiting" {
         return notices;
+    }
+    if let Some(at) = run["wake_at"].as_u64() {
+        notices.push(format!(
+            "run {run_id} waits on a durable timer at node {} until {}; it goes on by itself then (no process runs meanwhile), and this command goes on waiting",
+            str_of(&run["current_node"]),
+            human::utc(at)
+        ));
     }
     // Each notice names the command that answers from here. A run started without a Pi
     // session (`--session`) has nobody to present its requests: say so rather than promise an

@@ -2,7 +2,7 @@
 //! crash before and after every lifecycle commit; issue "prove it under faults").
 //!
 //! One scenario drives two runs through every kind of durable work the host does: start-up
-//! recovery, pure steps, a managed effect (with an idempotency key, so a rerun is safe and the
+//! recovery, pure steps, a durable timer that comes due while no host runs, a managed effect (with an idempotency key, so a rerun is safe and the
 //! run's end does not depend on where the crash fell), a notify message, an ordinary checkpoint answered by
 //! a client, an interactive step judged in a validating child (one rejected, one accepted
 //! submission), a human decision that expires at its deadline (a test clock), a graceful stop
@@ -34,6 +34,10 @@ const BOUND: Duration = Duration::from_secs(60);
 
 /// The human decision's deadline; the driver moves the host's test clock past it.
 const DECISION_DEADLINE_MS: i64 = 60_000;
+
+/// How long the flow's `nap` waits on its durable timer; the clock passes it while the host
+/// is stopped.
+const NAP_MS: i64 = 3_600_000;
 
 struct Scenario {
     dir: tempfile::TempDir,
@@ -260,18 +264,21 @@ impl Scenario {
             "flow",
             json!({
                 "graph": {"name": "flow", "start": "a", "nodes": {
-                    "a": {"kind": "compute"}, "act": {"kind": "action", "retry": "idempotency_key"},
+                    "a": {"kind": "compute"}, "nap": {"kind": "wait"},
+                    "act": {"kind": "action", "retry": "idempotency_key"},
                     "tell": {"kind": "notify"}, "ask": {"kind": "checkpoint"},
                     "agent": {"kind": "agent"},
                     "approve": {"kind": "human_decision", "timeout_ms": DECISION_DEADLINE_MS},
                     "late": {"kind": "compute"}},
-                  "edges": [{"from": "a", "to": "act"}, {"from": "act", "to": "tell"},
+                  "edges": [{"from": "a", "to": "nap"}, {"from": "nap", "to": "act"},
+                            {"from": "act", "to": "tell"},
                             {"from": "tell", "to": "ask"}, {"from": "ask", "to": "agent"},
                             {"from": "agent", "to": "approve"},
                             {"from": "approve", "switch": {"on": "$result.outcome",
                                                            "cases": {"timed_out": "late"}}}]},
                 "behaviors": {
                     "a": {"return": {"step": 1}},
+                    "nap": {"timer": {"for_ms": NAP_MS}},
                     "act": {"effect": {"key": "append-once", "contract": "idempotency_key",
                                        "append_to": out, "line": "applied"}},
                     "tell": {"notify": {"text": "hello"}},
@@ -284,6 +291,13 @@ impl Scenario {
         let spin = self.one_spinning_node();
         self.serve();
         let flow_id = self.start("start-flow", &flow);
+        // The durable timer: set, then due while no host runs; the next host fires it.
+        self.wait(&flow_id, "waiting on its timer", |s| {
+            s["run"]["status"] == json!("waiting") && s["run"]["wake_at"].is_i64()
+        });
+        self.stop_host("stop-0");
+        self.advance_clock(NAP_MS);
+        self.serve();
         let s = self.wait(&flow_id, "at the checkpoint", |s| {
             pending(s, "decisions", "ask").is_some()
         });
@@ -536,6 +550,8 @@ fn a_crash_before_or_after_any_commit_loses_nothing_and_doubles_nothing() {
         "record_child_handshake",
         "record_child_exit",
         "decision_expired",
+        "timer_set",
+        "timer_fired",
         "claim_messages",
         "ack_message",
         "cancelled",

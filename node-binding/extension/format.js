@@ -120,6 +120,21 @@ export function presentationOf(message) {
   return message.kind === 'terminal' && c && typeof c === 'object' ? str(c.presentation) : null;
 }
 
+/**
+ * When a run waiting on a durable timer wakes, as a person reads it relative to `now`:
+ * `wakes in 2 h`, `wakes in 5 min`, `wakes in 40 s`, `wakes now` once the time has come (the host
+ * fires it at its next deadline pass); beyond a day the UTC time. `null` without a timer.
+ */
+export function wakeText(wakeAt, now = Date.now()) {
+  if (typeof wakeAt !== 'number') return null;
+  const secs = Math.ceil(Math.max(0, wakeAt - now) / 1000);
+  if (secs === 0) return 'wakes now';
+  if (secs < 60) return `wakes in ${secs} s`;
+  if (secs < 3570) return `wakes in ${Math.round(secs / 60)} min`;
+  if (secs < 86_400) return `wakes in ${Math.max(1, Math.round(secs / 3600))} h`;
+  return `wakes ${new Date(wakeAt).toISOString().slice(0, 16)}Z`;
+}
+
 const MARK = { ok: '✓', succeeded: '✓', failed: '✗', timed_out: '⏱', running: '▶', waiting: '…', interrupted: '↻', cancelled: '■' };
 
 /** The widget (at most 10 lines) and the footer status of a run's status. */
@@ -135,7 +150,8 @@ export function widgetOf(status, progress, now = Date.now()) {
   }
   const tracks = estimates.map((e) => `  ${formatProgressLine(e, new Date(now))}`.slice(0, 200));
   if (tracks.length > 4) tracks.splice(3, tracks.length, `  +${estimates.length - 3} more progress tracks`);
-  const head = `wf ${run.workflow_name} ${run.paused ? 'paused' : run.status}${run.current_node ? ` ${run.current_node}` : ''}`;
+  const wakes = wakeText(run.wake_at, now);
+  const head = `wf ${run.workflow_name} ${run.paused ? 'paused' : run.status}${run.current_node ? ` ${run.current_node}` : ''}${wakes ? ` · ${wakes}` : ''}`;
   // The host lists attempts newest first: read them oldest first, so that a node's last
   // attempt is its newest and the nodes come in the order of their latest visits.
   // An interrupted attempt is not a visit: the node opens again for the same visit (a pause, a

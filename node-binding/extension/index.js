@@ -4,7 +4,7 @@
 // No import of typebox, pi-ai or pi-tui: the tool's schema is plain JSON Schema (Pi validates any)
 // and the card is ./format.js's CardComponent, which keeps Pi's start fast (docs/PERFORMANCE.md).
 import { isFinal } from '../index.js';
-import { CardComponent, MESSAGE, STEP } from './format.js';
+import { CardComponent, MESSAGE, STEP, wakeText } from './format.js';
 import { RESERVED, ResolveError, listWorkflows, resolveWorkflow } from './resolve.js';
 import { WorkflowSession, humanAnswer } from './session.js';
 import { STEP_ACTIONS_TEXT, STEP_PARAMETERS, WorkflowError, submit, text, update } from './tool.js';
@@ -112,6 +112,7 @@ export default function piwExtension(pi) {
     const lines = [`run ${run.run_id}: ${run.workflow_name} ${run.paused ? 'paused' : run.status}${run.current_node ? ` at ${run.current_node}` : ''}`];
     if (run.error) lines.push(`error: ${run.error}`);
     if (run.review_reason) lines.push(`review: ${run.review_reason}`);
+    if (typeof run.wake_at === 'number') lines.push(`${wakeText(run.wake_at)} (${new Date(run.wake_at).toISOString()}): a durable wait, no process runs until then`);
     if (run.status === 'completed') lines.push(`result: ${JSON.stringify(run.result)}`);
     for (const i of st.interactions.filter((x) => x.status === 'pending' || x.status === 'validating')) {
       lines.push(`waiting for ${i.kind} ${i.node_id} (interaction ${i.interaction_id}, attempt ${i.attempt_id})`);

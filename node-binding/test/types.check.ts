@@ -24,6 +24,8 @@ import {
   notify,
   shell,
   textInput,
+  wait,
+  waitThen,
   includeWorkflow,
   includedResult,
   type RejectionCode,
@@ -200,3 +202,13 @@ void bridgeReady;
 // sanity-check, re-exported as pi-workflows' example does, or included.
 export const sanityCheck = sanityCheckWorkflow;
 defineWorkflow({ name: 'with-sanity-check', startAt: 'check', includes: { check: includeWorkflow(sanityCheckWorkflow) }, nodes: {}, edges: [] });
+
+// Durable waits: a wait node and waitThen from a compute node's code.
+{
+  const nap = wait({ for: '5m', output: { checked: true } });
+  const until = wait<{ at: string }>({ until: ({ input }) => input.at });
+  const poll = compute({ run: () => waitThen({ until: new Date(), output: 1 }) });
+  void [nap, until, poll];
+  const wakesAt = (run: Run): number | null => run.wake_at;
+  void wakesAt;
+}

@@ -18,14 +18,21 @@ fn empty_input() -> Value {
     Value::Object(serde_json::Map::new())
 }
 
+fn input_or_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Value, D::Error> {
+    Ok(match Value::deserialize(d)? {
+        Value::Null => empty_input(),
+        given => given,
+    })
+}
+
 /// Payload of `run.start`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunStart {
     /// Path of the workflow module to run (resolved against `project_dir` when relative).
     pub workflow_file: String,
-    /// The run's input (`{}` when absent, as every client and Pi give it: a workflow may read
-    /// `input.x` without a guard).
-    #[serde(default = "empty_input")]
+    /// The run's input: `{}` when absent or `null` (null means absent, as everywhere in the
+    /// protocol), as Pi and pi-workflows give it, so a workflow may read `input.x` unguarded.
+    #[serde(default = "empty_input", deserialize_with = "input_or_empty")]
     pub input: Value,
     /// The origin Pi session, for interactive steps and workflow messages.
     pub session_id: Option<String>,
@@ -389,6 +396,19 @@ pub struct WorkerWait {
     pub decision_kind: DecisionKind,
     /// What to show the person or model who answers.
     pub request: Value,
+}
+
+/// Payload of `worker.wait_until`: park the run until a time (a durable timer). Exactly one of
+/// `for_ms` and `until_ms`; the host decides the wake time once, from its own clock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerWaitUntil {
+    /// Wake this many milliseconds after the host receives the request.
+    pub for_ms: Option<u64>,
+    /// Wake at this time (Unix milliseconds); a time already past wakes at once.
+    pub until_ms: Option<u64>,
+    /// The node's output when it wakes (`null` when absent).
+    #[serde(default)]
+    pub output: Value,
 }
 
 /// Payload of `worker.interaction_request`: park the run until the origin session answers.

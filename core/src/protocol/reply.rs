@@ -308,6 +308,15 @@ pub struct InteractionRequested {
     pub deadline_at: Option<i64>,
 }
 
+/// `worker.wait_until`: the durable timer the run now waits on.
+#[derive(Debug, Serialize)]
+pub struct TimerSet {
+    /// The timer.
+    pub timer_id: String,
+    /// When it fires (Unix milliseconds), decided once by the host.
+    pub wake_at: i64,
+}
+
 /// `worker.notify`.
 #[derive(Debug, Serialize)]
 pub struct Notified {
@@ -382,6 +391,9 @@ pub struct WorkerContext {
     /// The answer to the attempt the child resumes, when it resumes one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub answer: Option<Value>,
+    /// The fired timer a `timer_fired` resume continues after: `{timer_id, wake_at, output}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timer: Option<Value>,
     /// The submission a validating child judges.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub submission: Option<SubmissionToJudge>,
@@ -500,6 +512,7 @@ mod tests {
                     features: &["f"],
                     report_each_step: false,
                     answer: None,
+                    timer: None,
                     submission: None,
                     results_more: false,
                 }))),
@@ -524,6 +537,7 @@ mod tests {
                     features: &[],
                     report_each_step: true,
                     answer: Some(Value::Null),
+                    timer: None,
                     submission: Some(SubmissionToJudge {
                         submission_id: "s".into(),
                         payload: json!(4),

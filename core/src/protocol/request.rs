@@ -580,6 +580,13 @@ fn check_body(body: &RequestBody) -> Result<(), DecodeError> {
             ));
         }
     }
+    if let RequestBody::WorkerWaitUntil(wait) = body {
+        if wait.for_ms.is_some() == wait.until_ms.is_some() {
+            return Err(DecodeError::malformed(
+                "invalid payload for `worker.wait_until`: needs exactly one of `for_ms` and `until_ms`",
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -668,13 +675,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_run_start_without_input_gets_an_empty_object_and_an_explicit_null_stays() {
-        let absent: super::super::payload::RunStart =
-            serde_json::from_str(r#"{"workflow_file":"/w.mjs"}"#).unwrap();
-        assert_eq!(absent.input, serde_json::json!({}));
-        let null: super::super::payload::RunStart =
-            serde_json::from_str(r#"{"workflow_file":"/w.mjs","input":null}"#).unwrap();
-        assert_eq!(null.input, serde_json::Value::Null);
+    fn a_run_start_without_input_or_with_null_gets_an_empty_object() {
+        for text in [
+            r#"{"workflow_file":"/w.mjs"}"#,
+            r#"{"workflow_file":"/w.mjs","input":null}"#,
+        ] {
+            let start: super::super::payload::RunStart = serde_json::from_str(text).unwrap();
+            assert_eq!(start.input, serde_json::json!({}), "{text}");
+        }
+        let given: super::super::payload::RunStart =
+            serde_json::from_str(r#"{"workflow_file":"/w.mjs","input":[1]}"#).unwrap();
+        assert_eq!(given.input, serde_json::json!([1]));
     }
 
     #[test]

@@ -113,13 +113,17 @@ fn checks() -> Vec<Check> {
         },
         Check {
             code: "pending_request_on_terminal_run",
-            sql: "SELECT run_id, group_concat(id), 'terminal run has pending decisions or interactions'
+            sql: "SELECT run_id, group_concat(id), 'terminal run has pending decisions, interactions or timers'
                   FROM (SELECT d.run_id, d.decision_id AS id FROM decisions d JOIN runs r USING (run_id)
                         WHERE d.status = 'pending'
                           AND r.status IN ('completed','failed','cancelled','timed_out')
                         UNION ALL
                         SELECT i.run_id, i.interaction_id FROM interactions i JOIN runs r USING (run_id)
                         WHERE i.status IN ('pending','validating')
+                          AND r.status IN ('completed','failed','cancelled','timed_out')
+                        UNION ALL
+                        SELECT t.run_id, t.timer_id FROM timers t JOIN runs r USING (run_id)
+                        WHERE t.status = 'pending'
                           AND r.status IN ('completed','failed','cancelled','timed_out'))
                   GROUP BY run_id",
             repairable: true,
@@ -127,10 +131,11 @@ fn checks() -> Vec<Check> {
         Check {
             code: "waiting_without_request",
             sql: "SELECT r.run_id, COALESCE(r.current_attempt, ''),
-                         'run is waiting but has no pending decision or interaction'
+                         'run is waiting but has no pending decision, interaction or timer'
                   FROM runs r WHERE r.status = 'waiting'
                     AND NOT EXISTS (SELECT 1 FROM decisions d WHERE d.run_id = r.run_id AND d.status = 'pending')
-                    AND NOT EXISTS (SELECT 1 FROM interactions i WHERE i.run_id = r.run_id AND i.status = 'pending')",
+                    AND NOT EXISTS (SELECT 1 FROM interactions i WHERE i.run_id = r.run_id AND i.status = 'pending')
+                    AND NOT EXISTS (SELECT 1 FROM timers t WHERE t.run_id = r.run_id AND t.status = 'pending')",
             repairable: false,
         },
         Check {
@@ -455,6 +460,11 @@ impl super::WriteTx<'_> {
                 c.execute(
                     "UPDATE interactions SET status = 'cancelled', closed_at = ?2
                      WHERE run_id = ?1 AND status IN ('pending','validating')",
+                    params![run_id, now],
+                )?;
+                c.execute(
+                    "UPDATE timers SET status = 'cancelled', fired_at = ?2
+                     WHERE run_id = ?1 AND status = 'pending'",
                     params![run_id, now],
                 )?;
             }

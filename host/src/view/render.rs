@@ -194,6 +194,19 @@ fn draw_run(frame: &mut Frame<'_>, area: Rect, m: &RunModel, theme: Theme, now: 
     draw_events(frame, events, m);
 }
 
+/// ` · wakes in 2 h (14:05:00)` for a run waiting on a durable timer; empty otherwise.
+fn wake_note(wake_at: Option<UnixMillis>, now: UnixMillis) -> String {
+    wake_at.map_or_else(String::new, |at| {
+        let then = u64::try_from(at).unwrap_or(0);
+        let now = u64::try_from(now).unwrap_or(0);
+        format!(
+            " · wakes {} ({})",
+            crate::human::until(then, now),
+            clock_time(at)
+        )
+    })
+}
+
 fn header_lines(m: &RunModel, theme: Theme, now: UnixMillis) -> Vec<Line<'static>> {
     let r = &m.run;
     let mut status = r.status.as_str().to_owned();
@@ -232,8 +245,9 @@ fn header_lines(m: &RunModel, theme: Theme, now: UnixMillis) -> Vec<Line<'static
                     Line::from(format!("result: {}", compact(result)))
                 }
                 _ => Line::from(format!(
-                    "live · current node {}",
-                    r.current_node.as_deref().unwrap_or("-")
+                    "live · current node {}{}",
+                    r.current_node.as_deref().unwrap_or("-"),
+                    wake_note(r.wake_at, now)
                 )),
             },
         },
@@ -652,6 +666,10 @@ pub fn event_line(e: &EventRecord) -> String {
             e.data["from"].as_str().unwrap_or("?"),
             e.data["to"].as_str().unwrap_or("?"),
             piw_core::protocol::outcome_word(e.data["outcome"].as_str().unwrap_or("?"))
+        ),
+        "timer_set" | "timer_fired" => format!(
+            "wake {}",
+            e.data["wake_at"].as_i64().map_or("?".into(), clock_time)
         ),
         _ => match event_node(e) {
             Some(node) => node.to_owned(),

@@ -523,6 +523,38 @@ fn a_waiting_node_shows_how_long_it_has_waited() {
     );
 }
 
+/// A run waiting on a durable timer says in its header when it wakes.
+#[test]
+fn a_run_waiting_on_a_timer_says_when_it_wakes() {
+    let mut f = Fixture::new();
+    let graph = json!({
+        "name": "nap", "start": "nap", "nodes": {"nap": {"kind": "wait"}}, "edges": []
+    });
+    let (run_id, act, a1) = f.start(&graph, None);
+    let set = f
+        .store
+        .write(|w| {
+            w.wait_until(
+                &act.claim,
+                &a1,
+                piw_core::store::Wake::After(2 * 3_600_000),
+                &json!(null),
+            )
+        })
+        .unwrap();
+    let text = f.view(&run_id, 100, 30);
+    let wakes = format!("wakes in 2 h ({})", super::render::clock_time(set.wake_at));
+    assert!(
+        line_with(&text, "live · current node nap").contains(&wakes),
+        "{text}"
+    );
+    let set_line = format!(
+        "timer_set      wake {}",
+        super::render::clock_time(set.wake_at)
+    );
+    assert!(text.contains(&set_line), "{text}");
+}
+
 /// At 200×50 a short run leaves the panels most of the screen: the events pane takes it, so
 /// every event down to the first is listed, and no more rows than they need.
 #[test]

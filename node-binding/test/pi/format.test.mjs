@@ -90,3 +90,17 @@ test("the widget shows the run's progress tracks with their ETA, overall and blo
   // Without updates the widget is as it was.
   assert.equal(widgetOf({ run: run('j'), attempts: [...oldestFirst].reverse() }, null).lines.length, 9);
 });
+
+test('a run waiting on a durable timer says when it wakes, in the widget and its footer status', () => {
+  const now = Date.parse('2026-08-16T10:00:00Z');
+  const waiting = { ...run('nap', 'waiting'), wake_at: now + 2 * 3600_000 };
+  const { lines, status } = widgetOf({ run: waiting, attempts: [attempt('nap', 'waiting', now - 5, null)] }, null, now);
+  assert.equal(status, 'wf loop waiting nap · wakes in 2 h');
+  assert.equal(lines[0], 'wf loop waiting nap · wakes in 2 h · run run_1');
+  const soon = widgetOf({ run: { ...waiting, wake_at: now + 90_000 }, attempts: [] }, null, now);
+  assert.equal(soon.status, 'wf loop waiting nap · wakes in 2 min');
+  const later = widgetOf({ run: { ...waiting, wake_at: now + 3 * 86_400_000 }, attempts: [] }, null, now);
+  assert.equal(later.status, 'wf loop waiting nap · wakes 2026-08-19T10:00Z');
+  const none = widgetOf({ run: { ...run('a'), wake_at: null }, attempts: [] }, null, now);
+  assert.equal(none.status, 'wf loop running a');
+});

@@ -73,12 +73,14 @@ enum Kind {
     Decision,
     Interact,
     Notify,
+    /// A durable timer: the run waits with no child until the host fires it.
+    Wait,
     /// A chatty child: progress updates and notify calls far past the run's event budget.
     Chatty,
 }
 
 /// The mix of runs the schedule starts (a chatty run is started as a fault).
-const KINDS: [Kind; 7] = [
+const KINDS: [Kind; 8] = [
     Kind::Pure,
     Kind::EffectNever,
     Kind::EffectKey,
@@ -86,6 +88,7 @@ const KINDS: [Kind; 7] = [
     Kind::Decision,
     Kind::Interact,
     Kind::Notify,
+    Kind::Wait,
 ];
 
 /// What a chatty run's node emits: far past the event budget's burst (100), its rate (20 a
@@ -751,6 +754,11 @@ impl Soak {
                                          "return": {"value": value}},
                        "c": {"sleep_ms": sleep_ms / 2}}),
             ),
+            // The host's real clock: the timer fires at its next deadline after `sleep_ms`.
+            Kind::Wait => (
+                json!({"a": {"kind": "compute"}, "b": {"kind": "wait"}, "c": {"kind": "compute"}}),
+                json!({"a": first, "b": {"timer": {"for_ms": sleep_ms}}, "c": {}}),
+            ),
             Kind::Chatty => (
                 json!({"a": {"kind": "compute"}, "b": {"kind": "notify"}, "c": {"kind": "compute"}}),
                 json!({"a": first,
@@ -984,6 +992,23 @@ impl Soak {
             }
             match plan.kind {
                 Kind::Pure => {
+                    if *result != expected_value {
+                        bad(format!("result {result}"), &mut self.tally.unexpected);
+                    }
+                }
+                Kind::Wait => {
+                    // One timer, set once and fired once, whatever the faults did.
+                    let events = store.events(run_id, 0)?;
+                    let count = |kind: &str| events.iter().filter(|e| e.kind == kind).count();
+                    let (set, fired) = (count("timer_set"), count("timer_fired"));
+                    if set != 1 || fired != 1 {
+                        let t = if set > 1 || fired > 1 {
+                            &mut self.tally.doubled
+                        } else {
+                            &mut self.tally.lost
+                        };
+                        bad(format!("{set} timers set, {fired} fired"), t);
+                    }
                     if *result != expected_value {
                         bad(format!("result {result}"), &mut self.tally.unexpected);
                     }

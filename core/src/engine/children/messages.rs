@@ -57,6 +57,12 @@ pub fn apply_worker(
         RequestBody::WorkerInteractionRequest(i) => {
             body(&worker_interaction_request(w, &claim, req, i)?)?
         }
+        RequestBody::WorkerWaitUntil(wait) => body(&crate::engine::timers::worker_wait_until(
+            w,
+            &claim,
+            &attempt_of(req)?,
+            wait,
+        )?)?,
         RequestBody::WorkerNotify(n) => body(&worker_notify(w, &claim, n)?)?,
         RequestBody::WorkerEffectReserve(e) => body(&worker_effect_reserve(w, &claim, req, e)?)?,
         RequestBody::WorkerEffectApplying(e) => body(&worker_effect_applying(w, &claim, e)?)?,
@@ -474,6 +480,7 @@ pub(super) fn worker_hello(
         // leave the loss on the last node the host heard of).
         report_each_step: w.child_losses(run_id)? > 0,
         answer: None,
+        timer: None,
         submission: None,
         results_more: false,
     };
@@ -503,6 +510,9 @@ pub(super) fn worker_hello(
     }
     if let Some(attempt_id) = resume.get("attempt_id").and_then(Value::as_str) {
         reply.answer = Some(w.answer_for_attempt(attempt_id)?.unwrap_or(Value::Null));
+        if resume.get("resume").and_then(Value::as_str) == Some("timer_fired") {
+            reply.timer = Some(w.fired_timer_of_attempt(attempt_id)?.unwrap_or(Value::Null));
+        }
     }
     if let Some(sub) = resume.get("submission_id").and_then(Value::as_str) {
         reply.submission = Some(SubmissionToJudge {
