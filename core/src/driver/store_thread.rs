@@ -19,7 +19,7 @@ use super::fault::FaultPlan;
 use super::outbox::Outbox;
 use crate::engine::children;
 use crate::engine::dispatch::{self, HostState, PreparedStart};
-use crate::engine::timers;
+use crate::engine::{retention, timers};
 use crate::protocol::{Receipt, Rejection, RejectionCode, Request, RequestBody, RequestClass};
 use crate::store::{CommandOutcome, Store, StoreError};
 
@@ -180,6 +180,8 @@ pub fn turn(
     if deadline.is_some_and(|at| at <= store.now_ms()) {
         children::due_child_work(store, state);
         timers::run_due_work(store, state);
+        retention::run_due_retention(store, state);
+        remove_pruned_logs(store, state);
         publish_unpublished(store, state, outbox);
         children::forget_released_claims(store, state, None);
     }
@@ -245,7 +247,7 @@ fn process_batch(
         .partition(|j| j.request.class().is_durable_command());
     for job in reads {
         let result = match job.request.class() {
-            RequestClass::Maintenance => maintain(store, outbox, &job.request),
+            RequestClass::Maintenance => maintain(store, state, outbox, &job.request),
             _ => dispatch::apply_read(store, &job.request, state.reply_limit).map(|mut receipt| {
                 if matches!(job.request.body, RequestBody::HostStatus) {
                     receipt.body["active_children"] = json!(state.live_children());
@@ -432,6 +434,7 @@ fn receipt_of(
 /// A maintenance request: a write in a transaction of its own, without a receipt.
 fn maintain(
     store: &mut Store,
+    state: &mut HostState,
     outbox: &mut Outbox,
     request: &Request,
 ) -> Result<Receipt, StoreError> {
@@ -444,10 +447,54 @@ fn maintain(
             }
             Ok(Receipt::new(None, json!({ "report": report })))
         }
+        RequestBody::RunPrune(prune) => {
+            let receipt = retention::prune_request(store, state, prune);
+            remove_pruned_logs(store, state);
+            receipt
+        }
         other => Err(StoreError::Forbidden(format!(
             "{} is not a maintenance request",
             other.kind_str()
         ))),
+    }
+}
+
+/// Removes the log files (`logs/<run_id>/`) of the runs a prune removed; after a whole prune,
+/// also those of runs that no longer exist (a crash between a prune's commit and this left
+/// them). A failure costs only space: logged, never fatal.
+fn remove_pruned_logs(store: &Store, state: &mut HostState) {
+    let Some(logs) = state.child_config.output_logs.clone() else {
+        state.pruned_runs.clear();
+        state.sweep_run_logs = false;
+        return;
+    };
+    let remove = |run_id: &str| {
+        // A run id is one path component (`ids`): nothing else under `logs` is named.
+        if run_id.is_empty() || run_id.contains(['/', '.']) {
+            return;
+        }
+        match std::fs::remove_dir_all(logs.join(run_id)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(%run_id, error = %e, "cannot remove a pruned run's logs"),
+        }
+    };
+    for run_id in state.pruned_runs.drain(..) {
+        remove(&run_id);
+    }
+    if std::mem::take(&mut state.sweep_run_logs) {
+        let Ok(entries) = std::fs::read_dir(&logs) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(run_id) = name.to_str() else {
+                continue;
+            };
+            if run_id.starts_with("run-") && matches!(store.run_view(run_id), Ok(None)) {
+                remove(run_id);
+            }
+        }
     }
 }
 

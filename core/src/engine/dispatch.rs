@@ -71,6 +71,15 @@ pub struct HostState {
     pub activation_retry_at: Option<i64>,
     /// The delay before the last such retry (it doubles while activations keep failing).
     pub activation_retry_delay_ms: i64,
+    /// What the host keeps of finished runs on its own; `None`: everything.
+    pub retention: Option<super::retention::Retention>,
+    /// When the retention pass runs next (`engine::retention`).
+    pub retention_due_at: Option<i64>,
+    /// Runs a prune removed whose log files the driver has not removed yet.
+    pub pruned_runs: Vec<String>,
+    /// A prune finished: the driver removes log files of runs that no longer exist (those a
+    /// crash after a prune's commit left).
+    pub sweep_run_logs: bool,
 }
 
 impl HostState {

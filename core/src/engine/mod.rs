@@ -7,4 +7,5 @@
 
 pub mod children;
 pub mod dispatch;
+pub mod retention;
 pub mod timers;

@@ -8,7 +8,8 @@ use crate::store::Store;
 
 /// The earliest time the host has deadline work: the store's own deadlines (claim
 /// expiry, interaction deadlines) and the children's (heartbeats, node deadlines, handshake
-/// timeouts, lingering children, delayed runs). `None` when nothing is due.
+/// timeouts, lingering children, delayed runs) and the retention pass. `None` when nothing is
+/// due.
 pub fn next_deadline_at(store: &Store, state: &HostState) -> Option<i64> {
     let store_deadline = match store.next_deadline() {
         Ok(d) => d,
@@ -17,10 +18,14 @@ pub fn next_deadline_at(store: &Store, state: &HostState) -> Option<i64> {
             Some(store.now_ms() + 1_000)
         }
     };
-    [store_deadline, children::next_child_deadline(store, state)]
-        .into_iter()
-        .flatten()
-        .min()
+    [
+        store_deadline,
+        children::next_child_deadline(store, state),
+        super::retention::next_retention_at(state),
+    ]
+    .into_iter()
+    .flatten()
+    .min()
 }
 
 /// Deadlines owned by the host: expired interactions and decisions, and expired claims.
