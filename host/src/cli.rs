@@ -14,9 +14,16 @@ const WITHOUT_JSON: [&str; 2] = ["completions", "man"];
 /// generated from this too.
 pub(crate) fn command() -> clap::Command {
     fn with_json(cmd: clap::Command) -> clap::Command {
-        if cmd.has_subcommands() {
-            return cmd.mut_subcommands(with_json);
-        }
+        let cmd = if cmd.has_subcommands() {
+            let cmd = cmd.mut_subcommands(with_json);
+            // A group of commands takes no `--json` itself; `piw runs` lists as well.
+            if !cmd.get_arguments().any(|a| a.get_id() == "json") {
+                return cmd;
+            }
+            cmd
+        } else {
+            cmd
+        };
         // `mut_args`, not `mut_arg`: that one moves the argument to the end, which would
         // reorder positional arguments.
         let cmd = cmd.mut_args(|a| match a.get_id().as_str() {
