@@ -19,6 +19,8 @@ const DAY_MS: i64 = 86_400_000;
 /// message, progress, an effect, a child record, an interaction with a submission, command
 /// receipts), then was cancelled.
 fn busy_cancelled_run(f: &mut Fixture) -> String {
+    // Each run starts a millisecond after the one before: the order of a prune is by start.
+    f.clock.advance(1);
     let run_id = f.start();
     let act = f.activate(&run_id);
     let claim = act.claim.clone();
@@ -76,6 +78,7 @@ fn busy_cancelled_run(f: &mut Fixture) -> String {
 
 /// A completed run of session-1, started through a receipt (as `run.start` is).
 fn completed_run(f: &mut Fixture) -> String {
+    f.clock.advance(1);
     let meta = CommandMeta {
         request_id: format!("req-start-{}", STARTS.fetch_add(1, Ordering::Relaxed)),
         idempotency_key: None,

@@ -51,37 +51,43 @@ impl PruneSelector {
     }
 }
 
-/// Every finished run a selector matches, oldest start first, from the key after `after`.
-/// `?1..?4` statuses, `?5` finished before (or NULL), `?6` kept (the newest N of the
-/// statuses, `-1`... see [`keep_bound`]), `?7`/`?8` the cursor (NULL: from the start), `?9`
-/// the limit. The newest `keep` are skipped by an OFFSET over the start index; claimed runs
-/// (a control claim on a finished run) are skipped.
+// The order of a prune is the run list's (`created_at DESC, run_id`: the start index) walked
+// backwards, oldest first; the newest `keep` of that list stay. Statuses are matched with
+// `+status` so the planner walks the start index (a batch reads about as many rows as it
+// removes) rather than the status index (which would sort every finished run per batch).
+
+/// The key of the `keep`-th newest run of the statuses (`?1..?4`; `?5` the offset, keep - 1):
+/// the runs kept end there.
+const SELECT_KEEP_BOUNDARY: &str = "
+    SELECT created_at, run_id FROM runs
+    WHERE +status IN (?1, ?2, ?3, ?4)
+    ORDER BY created_at DESC, run_id LIMIT 1 OFFSET ?5";
+
+/// Finished runs oldest first: `?1..?4` statuses, `?5` finished before (or NULL), `?6`/`?7`
+/// the first kept run (NULL: none kept), `?8`/`?9` the cursor (NULL: from the oldest), `?10`
+/// the limit. Claimed runs (a control claim on a finished run) are skipped.
 const SELECT_PRUNABLE: &str = "
-    WITH matched AS (
-        SELECT run_id, created_at, finished_at FROM runs
-        WHERE status IN (?1, ?2, ?3, ?4)
-        ORDER BY created_at DESC, run_id DESC
-        LIMIT -1 OFFSET ?6)
-    SELECT m.run_id, m.created_at FROM matched m JOIN claims c USING (run_id)
-    WHERE c.owner_kind IS NULL
-      AND (?5 IS NULL OR COALESCE(m.finished_at, 0) < ?5)
-      AND (?7 IS NULL OR m.created_at > ?7 OR (m.created_at = ?7 AND m.run_id > ?8))
-    ORDER BY m.created_at, m.run_id
-    LIMIT ?9";
+    SELECT r.run_id, r.created_at FROM runs r JOIN claims c USING (run_id)
+    WHERE +r.status IN (?1, ?2, ?3, ?4) AND c.owner_kind IS NULL
+      AND (?5 IS NULL OR COALESCE(r.finished_at, 0) < ?5)
+      AND (?6 IS NULL OR r.created_at < ?6 OR (r.created_at = ?6 AND r.run_id > ?7))
+      AND (?8 IS NULL OR r.created_at > ?8 OR (r.created_at = ?8 AND r.run_id < ?9))
+    ORDER BY r.created_at, r.run_id DESC
+    LIMIT ?10";
 
-/// The same selection, counted.
+/// The same selection, counted (`?1..?7` as above).
 const COUNT_PRUNABLE: &str = "
-    WITH matched AS (
-        SELECT run_id, created_at, finished_at FROM runs
-        WHERE status IN (?1, ?2, ?3, ?4)
-        ORDER BY created_at DESC, run_id DESC
-        LIMIT -1 OFFSET ?6)
-    SELECT COUNT(*) FROM matched m JOIN claims c USING (run_id)
-    WHERE c.owner_kind IS NULL
-      AND (?5 IS NULL OR COALESCE(m.finished_at, 0) < ?5)";
+    SELECT COUNT(*) FROM runs r JOIN claims c USING (run_id)
+    WHERE r.status IN (?1, ?2, ?3, ?4) AND c.owner_kind IS NULL
+      AND (?5 IS NULL OR COALESCE(r.finished_at, 0) < ?5)
+      AND (?6 IS NULL OR r.created_at < ?6 OR (r.created_at = ?6 AND r.run_id > ?7))";
 
-fn keep_bound(keep: Option<u64>) -> i64 {
-    keep.map_or(0, |k| i64::try_from(k).unwrap_or(i64::MAX))
+/// Where the kept runs end: none kept, the oldest kept, or every matching run (fewer than
+/// `keep` exist).
+enum Kept {
+    None,
+    From(RunListKey),
+    All,
 }
 
 /// A page of the runs a selector matches.
@@ -94,6 +100,25 @@ pub struct PrunablePage {
 }
 
 impl Store {
+    fn kept(&self, statuses: &[&'static str; 4], keep: Option<u64>) -> StoreResult<Kept> {
+        let Some(keep) = keep.filter(|k| *k > 0) else {
+            return Ok(Kept::None);
+        };
+        let offset = i64::try_from(keep - 1).unwrap_or(i64::MAX);
+        let s = statuses;
+        let key = self
+            .conn
+            .prepare_cached(SELECT_KEEP_BOUNDARY)?
+            .query_row(params![s[0], s[1], s[2], s[3], offset], |r| {
+                Ok(RunListKey {
+                    created_at: r.get(0)?,
+                    run_id: r.get(1)?,
+                })
+            })
+            .optional()?;
+        Ok(key.map_or(Kept::All, Kept::From))
+    }
+
     /// The finished runs `selector` matches, oldest start first, after `after` (a key of an
     /// earlier page), at most `limit`. Read-only.
     pub fn prunable_runs(
@@ -103,6 +128,11 @@ impl Store {
         limit: usize,
     ) -> StoreResult<PrunablePage> {
         let s = selector.bound_statuses()?;
+        let kept = match self.kept(&s, selector.keep)? {
+            Kept::All => return Ok(PrunablePage::default()),
+            Kept::None => None,
+            Kept::From(key) => Some(key),
+        };
         let wanted = i64::try_from(limit).unwrap_or(i64::MAX - 1);
         let mut stmt = self.conn.prepare_cached(SELECT_PRUNABLE)?;
         let mut runs = stmt
@@ -113,7 +143,8 @@ impl Store {
                     s[2],
                     s[3],
                     selector.finished_before,
-                    keep_bound(selector.keep),
+                    kept.as_ref().map(|k| k.created_at),
+                    kept.as_ref().map(|k| k.run_id.as_str()),
                     after.map(|k| k.created_at),
                     after.map(|k| k.run_id.as_str()),
                     wanted + 1,
@@ -134,6 +165,11 @@ impl Store {
     /// How many finished runs `selector` matches. Read-only.
     pub fn count_prunable(&self, selector: &PruneSelector) -> StoreResult<u64> {
         let s = selector.bound_statuses()?;
+        let kept = match self.kept(&s, selector.keep)? {
+            Kept::All => return Ok(0),
+            Kept::None => None,
+            Kept::From(key) => Some(key),
+        };
         let n: i64 = self.conn.prepare_cached(COUNT_PRUNABLE)?.query_row(
             params![
                 s[0],
@@ -141,7 +177,8 @@ impl Store {
                 s[2],
                 s[3],
                 selector.finished_before,
-                keep_bound(selector.keep)
+                kept.as_ref().map(|k| k.created_at),
+                kept.as_ref().map(|k| k.run_id.as_str()),
             ],
             |r| r.get(0),
         )?;
