@@ -459,9 +459,9 @@ fn maintain(
     }
 }
 
-/// Removes the log files (`logs/<run_id>/`) of the runs a prune removed; after a whole prune,
-/// also those of runs that no longer exist (a crash between a prune's commit and this left
-/// them). A failure costs only space: logged, never fatal.
+/// Removes the log files (`logs/<run_id>/`) of the runs a prune removed; after the host's
+/// first whole prune, also those of runs that no longer exist (a crash between a prune's
+/// commit and this left them). A failure costs only space: logged, never fatal.
 fn remove_pruned_logs(store: &Store, state: &mut HostState) {
     let Some(logs) = state.child_config.output_logs.clone() else {
         state.pruned_runs.clear();

@@ -80,6 +80,8 @@ pub struct HostState {
     /// A prune finished: the driver removes log files of runs that no longer exist (those a
     /// crash after a prune's commit left).
     pub sweep_run_logs: bool,
+    /// This host has asked for that sweep once already.
+    pub run_logs_swept: bool,
 }
 
 impl HostState {

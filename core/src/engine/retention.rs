@@ -177,7 +177,11 @@ fn prune_batch(
         }
     }
     state.pruned_runs.extend(removed.iter().cloned());
-    if !more {
+    // Log files a prune's commit left behind can only come from an earlier host's life (this
+    // one removes them right after its commits): one sweep per host, after its first whole
+    // prune.
+    if !more && !state.run_logs_swept {
+        state.run_logs_swept = true;
         state.sweep_run_logs = true;
     }
     Ok((removed, more))
