@@ -66,6 +66,7 @@ fn bench_size(dir: &Path, n: usize, keep: u64) {
         "\n== {n} finished runs (built in {:.1} s)",
         built.elapsed().as_secs_f64()
     );
+    store_level(dir, &paths, keep);
     let mut host = Host::start(
         dir,
         &name,
@@ -145,6 +146,40 @@ fn bench_size(dir: &Path, n: usize, keep: u64) {
     }
     host.stop();
     let _ = std::fs::remove_dir_all(&home);
+}
+
+/// One batch of the prune in this process, on a copy of the database: the removal and the
+/// page reclaim apart.
+fn store_level(dir: &Path, paths: &piw_core::paths::PiwPaths, keep: u64) {
+    let copy = dir.join("copy.sqlite");
+    std::fs::copy(&paths.db, &copy).unwrap();
+    let mut store = Store::open(&copy, StoreConfig::default()).unwrap();
+    let selector = piw_core::store::PruneSelector {
+        keep: Some(keep),
+        ..Default::default()
+    };
+    let t = Instant::now();
+    let page = store.prunable_runs(&selector, None, 500).unwrap();
+    let select = t.elapsed();
+    let ids: Vec<String> = page.runs.into_iter().map(|k| k.run_id).collect();
+    let t = Instant::now();
+    let removed = store.prune_runs(&ids).unwrap();
+    let remove = t.elapsed();
+    let free = store.free_pages().unwrap();
+    let t = Instant::now();
+    store.reclaim_free_pages(u32::MAX).unwrap();
+    let reclaim = t.elapsed();
+    println!(
+        "  one batch in-process: select {:.1} ms, remove {} runs {:.1} ms, give back {free} pages {:.1} ms",
+        select.as_secs_f64() * 1e3,
+        removed.len(),
+        remove.as_secs_f64() * 1e3,
+        reclaim.as_secs_f64() * 1e3
+    );
+    drop(store);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(dir.join(format!("copy.sqlite{suffix}")));
+    }
 }
 
 /// Writes `n` finished runs, a minute apart, the newest a minute ago; returns the newest.

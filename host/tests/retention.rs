@@ -144,6 +144,19 @@ impl Env {
         self.paths.logs.join(run_id)
     }
 
+    /// Waits until the run's log directory is gone: the supervisor removes it after the
+    /// prune's reply (30 s: only a failure reaches it).
+    fn wait_logs_gone(&self, run_id: &str) {
+        let started = Instant::now();
+        while self.logs_of(run_id).exists() {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the logs of {run_id} are left"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     fn assert_diagnose_clean(&self) {
         let o = self.piw(&["diagnose", "--json"]);
         assert!(o.status.success(), "diagnose: {}", text(&o));
@@ -224,7 +237,7 @@ fn prune_removes_only_finished_runs_and_a_dry_run_changes_nothing() {
         sorted(vec![waiting.clone(), running.clone()])
     );
     for gone in [&completed_a, &completed_b, &failed] {
-        assert!(!env.logs_of(gone).exists(), "the logs of {gone} are left");
+        env.wait_logs_gone(gone);
         let o = env.piw(&["run", "status", gone]);
         assert!(!o.status.success(), "{}", text(&o));
     }
@@ -271,7 +284,7 @@ fn a_prune_cut_short_by_a_host_kill_leaves_a_consistent_store() {
         env.json(&["runs", "prune", "--keep", "0", "--json"]);
         assert!(env.run_ids().is_empty());
         for run_id in &runs {
-            assert!(!env.logs_of(run_id).exists(), "{point}: logs of {run_id}");
+            env.wait_logs_gone(run_id);
         }
         env.assert_diagnose_clean();
         env.stop(host);
@@ -295,7 +308,7 @@ fn retention_applies_at_start_and_on_the_hosts_timer() {
     let recent = env.run(&done, &["completed"]);
     // The pass at start ran before any request was answered.
     assert_eq!(env.run_ids(), sorted(vec![waiting.clone(), recent.clone()]));
-    assert!(!env.logs_of(&old).exists());
+    env.wait_logs_gone(&old);
 
     // A day and a bit later the timer's pass (due an hour after the last) takes `recent`:
     // the first read wakes the host asleep until its old deadline, the second is answered

@@ -181,7 +181,7 @@ pub fn turn(
         children::due_child_work(store, state);
         timers::run_due_work(store, state);
         retention::run_due_retention(store, state);
-        remove_pruned_logs(store, state);
+        sweep_run_logs(store, state);
         publish_unpublished(store, state, outbox);
         children::forget_released_claims(store, state, None);
     }
@@ -449,7 +449,7 @@ fn maintain(
         }
         RequestBody::RunPrune(prune) => {
             let receipt = retention::prune_request(store, state, prune);
-            remove_pruned_logs(store, state);
+            sweep_run_logs(store, state);
             receipt
         }
         other => Err(StoreError::Forbidden(format!(
@@ -459,42 +459,28 @@ fn maintain(
     }
 }
 
-/// Removes the log files (`logs/<run_id>/`) of the runs a prune removed; after the host's
-/// first whole prune, also those of runs that no longer exist (a crash between a prune's
-/// commit and this left them). A failure costs only space: logged, never fatal.
-fn remove_pruned_logs(store: &Store, state: &mut HostState) {
+/// After the host's first whole prune: the log files of runs that no longer exist (a crash
+/// between a prune's commit and their removal left them), for the supervisor to remove.
+fn sweep_run_logs(store: &Store, state: &mut HostState) {
+    if !std::mem::take(&mut state.sweep_run_logs) {
+        return;
+    }
     let Some(logs) = state.child_config.output_logs.clone() else {
-        state.pruned_runs.clear();
-        state.sweep_run_logs = false;
         return;
     };
-    let remove = |run_id: &str| {
-        // A run id is one path component (`ids`): nothing else under `logs` is named.
-        if run_id.is_empty() || run_id.contains(['/', '.']) {
-            return;
-        }
-        match std::fs::remove_dir_all(logs.join(run_id)) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => tracing::warn!(%run_id, error = %e, "cannot remove a pruned run's logs"),
-        }
+    let Ok(entries) = std::fs::read_dir(&logs) else {
+        return;
     };
-    for run_id in state.pruned_runs.drain(..) {
-        remove(&run_id);
-    }
-    if std::mem::take(&mut state.sweep_run_logs) {
-        let Ok(entries) = std::fs::read_dir(&logs) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let Some(run_id) = name.to_str() else {
-                continue;
-            };
-            if run_id.starts_with("run-") && matches!(store.run_view(run_id), Ok(None)) {
-                remove(run_id);
-            }
-        }
+    let dirs: Vec<_> = entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str().map(str::to_owned))
+        .filter(|run_id| run_id.starts_with("run-") && matches!(store.run_view(run_id), Ok(None)))
+        .filter_map(|run_id| retention::run_log_dir(&logs, &run_id))
+        .collect();
+    if !dirs.is_empty() {
+        state
+            .child_commands
+            .push(super::supervisor::SupervisorCmd::RemoveLogs { dirs });
     }
 }
 

@@ -75,8 +75,6 @@ pub struct HostState {
     pub retention: Option<super::retention::Retention>,
     /// When the retention pass runs next (`engine::retention`).
     pub retention_due_at: Option<i64>,
-    /// Runs a prune removed whose log files the driver has not removed yet.
-    pub pruned_runs: Vec<String>,
     /// A prune finished: the driver removes log files of runs that no longer exist (those a
     /// crash after a prune's commit left).
     pub sweep_run_logs: bool,

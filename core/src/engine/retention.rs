@@ -176,7 +176,16 @@ fn prune_batch(
             tracing::warn!(error = %e, "cannot give a prune's free pages back");
         }
     }
-    state.pruned_runs.extend(removed.iter().cloned());
+    // Their child output goes too, by the supervisor (thousands of directories take seconds).
+    if let Some(logs) = &state.child_config.output_logs {
+        let dirs = removed
+            .iter()
+            .filter_map(|run_id| run_log_dir(logs, run_id))
+            .collect();
+        state
+            .child_commands
+            .push(super::children::SupervisorCmd::RemoveLogs { dirs });
+    }
     // Log files a prune's commit left behind can only come from an earlier host's life (this
     // one removes them right after its commits): one sweep per host, after its first whole
     // prune.
@@ -185,4 +194,10 @@ fn prune_batch(
         state.sweep_run_logs = true;
     }
     Ok((removed, more))
+}
+
+/// `logs/<run_id>`, for a run id that is one plain path component (every id the store makes).
+pub fn run_log_dir(logs: &std::path::Path, run_id: &str) -> Option<std::path::PathBuf> {
+    let plain = !run_id.is_empty() && !run_id.contains(['/', '.']);
+    plain.then(|| logs.join(run_id))
 }
