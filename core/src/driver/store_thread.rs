@@ -459,8 +459,8 @@ fn maintain(
     }
 }
 
-/// After the host's first whole prune: the log files of runs that no longer exist (a crash
-/// between a prune's commit and their removal left them), for the supervisor to remove.
+/// At the host's first prune: the log files of runs that no longer exist (a crash between a
+/// prune's commit and their removal left them), for the supervisor to remove.
 fn sweep_run_logs(store: &Store, state: &mut HostState) {
     if !std::mem::take(&mut state.sweep_run_logs) {
         return;

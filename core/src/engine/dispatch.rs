@@ -75,8 +75,8 @@ pub struct HostState {
     pub retention: Option<super::retention::Retention>,
     /// When the retention pass runs next (`engine::retention`).
     pub retention_due_at: Option<i64>,
-    /// A prune finished: the driver removes log files of runs that no longer exist (those a
-    /// crash after a prune's commit left).
+    /// The host's first prune ran: the driver looks for log files of runs that no longer
+    /// exist (those a crash after a prune's commit left).
     pub sweep_run_logs: bool,
     /// This host has asked for that sweep once already.
     pub run_logs_swept: bool,
