@@ -7,6 +7,8 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use piw_core::paths::PiwPaths;
+use piw_core::protocol::payload::{RunListCursor, RunPrune};
+use piw_core::protocol::RequestBody;
 use serde_json::{json, Value};
 
 mod common;
@@ -219,6 +221,46 @@ fn prune_removes_only_finished_runs_and_a_dry_run_changes_nothing() {
         text(&o)
     );
 
+    // The protocol's pages and batches: a dry run's page continues at its cursor; a batch
+    // removes at most `limit`, and `more` says to send it again.
+    let mut client = piw_core::client::BlockingClient::connect(&env.paths).unwrap();
+    let prune = |client: &mut piw_core::client::BlockingClient, request: RunPrune| {
+        client.call(RequestBody::RunPrune(request)).unwrap().body
+    };
+    let first = prune(
+        &mut client,
+        RunPrune {
+            keep: Some(0),
+            dry_run: Some(true),
+            limit: Some(2),
+            ..Default::default()
+        },
+    );
+    assert_eq!(first["more"], true, "{first}");
+    let second = prune(
+        &mut client,
+        RunPrune {
+            keep: Some(0),
+            dry_run: Some(true),
+            limit: Some(2),
+            cursor: RunListCursor::decode(first["next_cursor"].as_str().unwrap()),
+            ..Default::default()
+        },
+    );
+    assert_eq!(strings(&second["run_ids"]), vec![failed.clone()]);
+    assert_eq!(second["more"], false, "{second}");
+    let batch = prune(
+        &mut client,
+        RunPrune {
+            statuses: Some(vec![piw_core::store::RunStatus::Completed]),
+            limit: Some(1),
+            ..Default::default()
+        },
+    );
+    assert_eq!(strings(&batch["removed"]), vec![completed_a.clone()]);
+    assert_eq!(batch["more"], true, "{batch}");
+    drop(client);
+
     // By status.
     let r = env.json(&["runs", "prune", "--status", "failed", "--json"]);
     assert_eq!(strings(&r["run_ids"]), vec![failed.clone()]);
@@ -227,10 +269,7 @@ fn prune_removes_only_finished_runs_and_a_dry_run_changes_nothing() {
     assert_eq!(r["removed"], 0, "{r}");
     env.advance_clock(2 * DAY_MS);
     let r = env.json(&["runs", "prune", "--older-than", "1d", "--json"]);
-    assert_eq!(
-        sorted(strings(&r["run_ids"])),
-        sorted(vec![completed_a.clone(), completed_b.clone()])
-    );
+    assert_eq!(strings(&r["run_ids"]), vec![completed_b.clone()]);
 
     assert_eq!(
         env.run_ids(),
