@@ -96,8 +96,13 @@ pub fn prune_request(
     ))
 }
 
-/// The earliest time the retention pass is due; `None` when retention is off.
+/// The earliest time the retention pass is due; `None` when retention is off or the host is
+/// stopping (the pass would not run: a deadline left in the past would wake the store thread
+/// in a loop).
 pub fn next_retention_at(state: &HostState) -> Option<UnixMillis> {
+    if state.shutting_down {
+        return None;
+    }
     state.retention.and(state.retention_due_at)
 }
 
@@ -201,4 +206,36 @@ fn prune_batch(
 pub fn run_log_dir(logs: &std::path::Path, run_id: &str) -> Option<std::path::PathBuf> {
     let plain = !run_id.is_empty() && !run_id.contains(['/', '.']);
     plain.then(|| logs.join(run_id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stopping_host_has_no_retention_deadline() {
+        let mut state = HostState {
+            retention: Retention::from_settings(Some(1), None),
+            retention_due_at: Some(0),
+            ..HostState::default()
+        };
+        assert_eq!(next_retention_at(&state), Some(0));
+        // `run_due_retention` does nothing while the host stops: a deadline in the past would
+        // wake the store thread again at once, for ever.
+        state.shutting_down = true;
+        assert_eq!(next_retention_at(&state), None);
+        state.shutting_down = false;
+        state.retention = None;
+        assert_eq!(next_retention_at(&state), None);
+    }
+
+    #[test]
+    fn retention_is_off_unless_a_setting_is_given() {
+        assert_eq!(Retention::from_settings(None, None), None);
+        let both = Retention::from_settings(Some(30), Some(100)).unwrap();
+        let selector = both.selector(40 * 86_400_000);
+        assert_eq!(selector.finished_before, Some(10 * 86_400_000));
+        assert_eq!(selector.keep, Some(100));
+        assert!(selector.statuses.is_empty());
+    }
 }
