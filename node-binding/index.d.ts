@@ -168,6 +168,24 @@ export interface ListRunsOptions {
   cursor?: string | null;
 }
 
+export interface PruneRunsOptions {
+  /** Only runs that finished at least this long ago (milliseconds). */
+  olderThanMs?: number;
+  /** Only runs in one of these finished statuses (default: every one). */
+  statuses?: Array<'completed' | 'failed' | 'cancelled' | 'timed_out'>;
+  /** The newest this many finished runs (of those statuses) stay. */
+  keep?: number;
+  /** Change nothing; say what would go. */
+  dryRun?: boolean;
+}
+
+/** What `pruneRuns` removed, or with `dryRun` would remove, oldest first. */
+export interface PruneResult {
+  dryRun: boolean;
+  count: number;
+  runIds: string[];
+}
+
 /** A page of `listRunsPage`. */
 export interface RunsPage {
   runs: Run[];
@@ -432,6 +450,11 @@ export declare class Client {
     claimant?: string;
   }): Promise<WorkflowMessage[]>;
   ackMessage(messageId: string, options?: CommandOptions): Promise<{ message_id: string; delivered_at: number }>;
+  /**
+   * Removes finished runs with everything that belongs to them (never a run still going);
+   * a run goes when every option given holds. `dryRun` changes nothing.
+   */
+  pruneRuns(options?: PruneRunsOptions): Promise<PruneResult>;
   /** Contradictory durable state, if any (empty when healthy). */
   diagnose(): Promise<unknown[]>;
   /** Events of a run or of a session. */

@@ -850,6 +850,8 @@ impl Sim {
             | SupervisorCmd::Stop {
                 run_id, generation, ..
             } => order(run_id, *generation),
+            // The simulation never prunes.
+            SupervisorCmd::RemoveLogs { .. } => (usize::MAX, String::new(), 0),
         });
         for cmd in commands {
             match cmd {
@@ -881,6 +883,7 @@ impl Sim {
                         gone: false,
                     });
                 }
+                SupervisorCmd::RemoveLogs { .. } => {}
                 SupervisorCmd::Stop {
                     run_id, generation, ..
                 } => {

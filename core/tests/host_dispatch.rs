@@ -153,6 +153,7 @@ fn after_a_failed_activation_commit_children_wait_for_their_commit() {
             .map(|cmd| match cmd {
                 SupervisorCmd::Launch { launch, .. } => format!("launch {launch}"),
                 SupervisorCmd::Stop { .. } => "stop".to_owned(),
+                SupervisorCmd::RemoveLogs { .. } => "remove logs".to_owned(),
             })
             .collect::<Vec<_>>()
     };

@@ -112,6 +112,13 @@ fn sample(kind: RequestKind) -> Request {
         }),
         RequestKind::Diagnose => RequestBody::Diagnose,
         RequestKind::Repair => RequestBody::Repair,
+        RequestKind::RunPrune => RequestBody::RunPrune(piw_core::protocol::payload::RunPrune {
+            older_than_ms: Some(30 * 86_400_000),
+            statuses: Some(vec![piw_core::store::RunStatus::Failed]),
+            keep: Some(100),
+            dry_run: Some(true),
+            ..Default::default()
+        }),
         RequestKind::WorkerHello => RequestBody::WorkerHello(WorkerHello {
             child_token: "secret-token".into(),
             pid: 4242,
@@ -835,7 +842,7 @@ fn decode_error_messages_are_bounded() {
 
 #[test]
 fn every_request_kind_round_trips() {
-    assert_eq!(RequestKind::ALL.len(), 38);
+    assert_eq!(RequestKind::ALL.len(), 39);
     for &kind in RequestKind::ALL {
         let request = sample(kind)
             .with_expected_revision(3)

@@ -14,9 +14,16 @@ const WITHOUT_JSON: [&str; 2] = ["completions", "man"];
 /// generated from this too.
 pub(crate) fn command() -> clap::Command {
     fn with_json(cmd: clap::Command) -> clap::Command {
-        if cmd.has_subcommands() {
-            return cmd.mut_subcommands(with_json);
-        }
+        let cmd = if cmd.has_subcommands() {
+            let cmd = cmd.mut_subcommands(with_json);
+            // A group of commands takes no `--json` itself; `piw runs` lists as well.
+            if !cmd.get_arguments().any(|a| a.get_id() == "json") {
+                return cmd;
+            }
+            cmd
+        } else {
+            cmd
+        };
         // `mut_args`, not `mut_arg`: that one moves the argument to the end, which would
         // reorder positional arguments.
         let cmd = cmd.mut_args(|a| match a.get_id().as_str() {
@@ -76,8 +83,11 @@ pub(crate) enum Cmd {
     /// Start, run, inspect or stop the host.
     #[command(subcommand)]
     Host(HostCmd),
-    /// List runs, newest first.
+    /// List runs, newest first; `piw runs prune` removes finished ones.
+    #[command(args_conflicts_with_subcommands = true)]
     Runs {
+        #[command(subcommand)]
+        action: Option<RunsCmd>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -148,6 +158,62 @@ pub(crate) enum Cmd {
 }
 
 /// A run status, with every status listed in `--help`, in an error and for shell completion.
+/// What `piw runs` does besides listing.
+#[derive(Subcommand)]
+pub(crate) enum RunsCmd {
+    /// Remove finished runs (completed, failed, cancelled, timed out) with everything that
+    /// belongs to them: attempts, events, requests, effects, messages, receipts, child
+    /// output. A run not finished is never removed. Give at least one selector; a run goes
+    /// when every one given says so. The host removes them in batches, oldest first, and
+    /// gives the space back.
+    #[command(group(clap::ArgGroup::new("selector").required(true).multiple(true)
+        .args(["older_than", "status", "keep"])))]
+    Prune {
+        /// Only runs that finished at least this long ago: a number and a unit, `s`, `m`,
+        /// `h` or `d` (`30d`, `12h`).
+        #[arg(long, value_name = "AGE", value_parser = parse_age)]
+        older_than: Option<u64>,
+        /// Only runs in this finished status; repeat it or give a list
+        /// (`--status failed,cancelled`).
+        #[arg(long, value_name = "STATUS", value_delimiter = ',', value_parser = finished_status_values())]
+        status: Vec<piw_core::store::RunStatus>,
+        /// Keep the newest N finished runs (of the selected statuses), whatever their age.
+        #[arg(long, value_name = "N")]
+        keep: Option<u64>,
+        /// Say what would go (how many; the ids with `--json`) and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn finished_status_values(
+) -> impl clap::builder::TypedValueParser<Value = piw_core::store::RunStatus> {
+    use clap::builder::TypedValueParser as _;
+    let names: Vec<&'static str> = piw_core::store::RunStatus::ALL
+        .iter()
+        .filter(|s| s.is_terminal())
+        .map(|s| s.as_str())
+        .collect();
+    clap::builder::PossibleValuesParser::new(names).try_map(|name| parse_run_status(&name))
+}
+
+/// `30d`, `12h`, `90m`, `45s` as milliseconds.
+pub(crate) fn parse_age(text: &str) -> Result<u64, String> {
+    let usage = || "a number and a unit: s, m, h or d (`30d`)".to_owned();
+    let unit = text.chars().last().ok_or_else(usage)?;
+    let ms: u64 = match unit {
+        's' => 1_000,
+        'm' => 60_000,
+        'h' => 3_600_000,
+        'd' => 86_400_000,
+        _ => return Err(usage()),
+    };
+    let n: u64 = text[..text.len() - 1].parse().map_err(|_| usage())?;
+    n.checked_mul(ms).ok_or_else(usage)
+}
+
 fn run_status_values() -> impl clap::builder::TypedValueParser<Value = piw_core::store::RunStatus> {
     use clap::builder::TypedValueParser as _;
     let names: Vec<&'static str> = piw_core::store::RunStatus::ALL

@@ -19,6 +19,7 @@ mod completions;
 mod host_ctl;
 mod human;
 mod logs;
+mod prune;
 mod resolve;
 mod run_ids;
 mod runs;
@@ -290,6 +291,18 @@ fn run(cli: Cli, json: bool) -> Result<(), CliError> {
             Ok(())
         }
         Cmd::Runs {
+            action:
+                Some(RunsCmd::Prune {
+                    older_than,
+                    status,
+                    keep,
+                    dry_run,
+                    json: _,
+                }),
+            ..
+        } => prune::prune(&paths, older_than, status, keep, dry_run, json),
+        Cmd::Runs {
+            action: None,
             json,
             session,
             unfinished,

@@ -1809,9 +1809,10 @@ fn run_start_finds_a_workflow_by_name_the_project_first_and_refuses_reserved_wor
     );
 }
 
-/// A backup with garbage in one of its pages (here the page at byte 8192) passes the schema
-/// check but SQLite calls it malformed: `piw state restore` refuses it and changes nothing, and
-/// `piw diagnose` of a database so damaged reports it (exit 3, `database_malformed`).
+/// A backup with garbage in one of its pages (the root page of `runs`: not one the schema
+/// check reads) passes the schema check but SQLite calls it malformed: `piw state restore`
+/// refuses it and changes nothing, and `piw diagnose` of a database so damaged reports it
+/// (exit 3, `database_malformed`).
 #[test]
 fn a_damaged_backup_is_refused_by_restore_and_reported_by_diagnose() {
     let h = home();
@@ -1823,9 +1824,23 @@ fn a_damaged_backup_is_refused_by_restore_and_reported_by_diagnose() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_eq!(piw(&h.home, &["host", "stop"]).status.code(), Some(0));
     let damaged = h.home.with_file_name("damaged.sqlite");
+    let (page_size, runs_root): (usize, usize) = {
+        let c = rusqlite::Connection::open(&backup).unwrap();
+        (
+            c.query_row("PRAGMA page_size", [], |r| r.get::<_, i64>(0))
+                .unwrap() as usize,
+            c.query_row(
+                "SELECT rootpage FROM sqlite_master WHERE name = 'runs'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .unwrap() as usize,
+        )
+    };
+    let at = (runs_root - 1) * page_size;
     let mut bytes = std::fs::read(&backup).unwrap();
-    assert!(bytes.len() > 8192 + 200);
-    bytes[8192..8192 + 200].fill(0xA5);
+    assert!(bytes.len() > at + 200);
+    bytes[at..at + 200].fill(0xA5);
     std::fs::write(&damaged, &bytes).unwrap();
     let before = std::fs::read(h.home.join("state.sqlite")).unwrap();
 
@@ -2191,6 +2206,7 @@ fn every_command_takes_json_and_its_help_says_so() {
         &["run", "resolve-effect"],
         &["diagnose"],
         &["repair"],
+        &["runs", "prune"],
         &["state", "backup"],
         &["state", "restore"],
         &["state", "reset"],

@@ -6,8 +6,8 @@
 //! run's end does not depend on where the crash fell), a notify message, an ordinary checkpoint answered by
 //! a client, an interactive step judged in a validating child (one rejected, one accepted
 //! submission), a human decision that expires at its deadline (a test clock), a graceful stop
-//! and restart while a child computes, live cancellation of a spinning run, and message claim
-//! and acknowledgement. A fault-free pass records the store operations of every commit
+//! and restart while a child computes, live cancellation of a spinning run, message claim
+//! and acknowledgement, repair, and the prune of both runs at the end. A fault-free pass records the store operations of every commit
 //! (`PIW_FAULT=record_ops`); then, for every operation it saw, the scenario runs again with the
 //! host aborted just before (`before_op`) and just after (`after_op`) the first commit that
 //! contains it. The driver restarts the host (without the fault) whenever it dies and repeats
@@ -453,7 +453,7 @@ impl Scenario {
         let findings = store.diagnose().unwrap();
         assert!(findings.is_empty(), "diagnose: {findings:#?}");
 
-        Outcome {
+        let outcome = Outcome {
             flow: json!([flow_end["run"]["status"], flow_end["run"]["result"]]),
             flow_nodes: flow_end["attempts"]
                 .as_array()
@@ -486,7 +486,39 @@ impl Scenario {
                 m.sort();
                 m
             },
+        };
+        drop(store);
+
+        // Prune: both runs have finished, and every one goes (a batch at a time, sent again
+        // while `more`). A crash around its commit is answered by pruning again; each run is
+        // kept or removed wholly.
+        for round in 0.. {
+            assert!(round < 5, "the prune never ended");
+            let r = self.call(Request::new(
+                piw_core::ids::new_id("prune"),
+                RequestBody::RunPrune(piw_core::protocol::payload::RunPrune {
+                    keep: Some(0),
+                    ..Default::default()
+                }),
+            ));
+            if r.is_ok_and(|r| r.body["more"] == false) {
+                break;
+            }
         }
+        let store =
+            piw_core::store::Store::open_read_only(&self.paths.db, Default::default()).unwrap();
+        let findings = store.diagnose().unwrap();
+        assert!(
+            findings.is_empty(),
+            "diagnose after the prune: {findings:#?}"
+        );
+        for run_id in [&flow_id, &spin_id] {
+            assert!(
+                store.run(run_id).is_err(),
+                "{run_id} is left after the prune"
+            );
+        }
+        outcome
     }
 
     fn one_spinning_node(&self) -> String {
@@ -566,6 +598,7 @@ fn a_crash_before_or_after_any_commit_loses_nothing_and_doubles_nothing() {
         "transitioned",
         "completed",
         "repair",
+        "prune_runs",
     ] {
         assert!(
             ops.contains(op),

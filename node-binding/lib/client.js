@@ -323,6 +323,38 @@ export class Client {
     return this.#body('message.ack', envelope(options), { message_id: messageId });
   }
 
+  /**
+   * Removes finished runs with everything that belongs to them (never a run still going). A
+   * run goes when every option given holds: `olderThanMs` (finished at least that long ago),
+   * `statuses` (finished ones), `keep` (the newest N finished runs stay). The host removes a
+   * batch per request; this asks until none is left. `dryRun: true` changes nothing.
+   * Resolves with `{ dryRun, count, runIds }`: what went (or would go), oldest first.
+   */
+  async pruneRuns(options = {}) {
+    const dryRun = options.dryRun === true;
+    const runIds = [];
+    let cursor = null;
+    let count = null;
+    for (;;) {
+      const body = await this.#body('run.prune', {}, {
+        older_than_ms: options.olderThanMs ?? null,
+        statuses: options.statuses ?? null,
+        keep: options.keep ?? null,
+        dry_run: dryRun,
+        limit: null,
+        cursor,
+      });
+      const page = dryRun ? body.run_ids : body.removed;
+      count ??= dryRun ? body.count : null;
+      runIds.push(...page);
+      cursor = body.next_cursor ?? null;
+      // A batch that removed nothing while more match: those left are runs whose child is
+      // still exiting; a later prune takes them.
+      if (body.more !== true || page.length === 0 || (dryRun && cursor === null)) break;
+    }
+    return { dryRun, count: count ?? runIds.length, runIds };
+  }
+
   /** Lists contradictory durable state (read-only). */
   async diagnose() {
     return (await this.#body('diagnose')).findings;

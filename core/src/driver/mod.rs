@@ -53,6 +53,8 @@ pub struct HostConfig {
     /// The most connections kept open ([`slots`]); `None`: what the descriptor limit leaves
     /// ([`slots::cap_for`]).
     pub max_connections: Option<usize>,
+    /// What the host keeps of finished runs on its own; `None` (the default): everything.
+    pub retention: Option<crate::engine::retention::Retention>,
 }
 
 impl HostConfig {
@@ -66,6 +68,7 @@ impl HostConfig {
             drain_timeout: Duration::from_secs(5),
             children: children::ChildConfig::default(),
             max_connections: None,
+            retention: None,
         }
     }
 
@@ -73,7 +76,8 @@ impl HostConfig {
     /// `PIW_RUNTIMES` (`suffix=program args;...`), `PIW_NODE` and `PIW_NODE_WORKER` (the Node
     /// runtime, else found from the installation: [`node_runtime`]), `PIW_MAX_CHILDREN`, `PIW_HANDSHAKE_TIMEOUT_MS`, `PIW_VALIDATION_TIMEOUT_MS`, `PIW_CHILD_NICE`, `PIW_KILL_GRACE_MS`,
     /// `PIW_LEASE_MS`, `PIW_CHILD_CPU_SECONDS`, `PIW_CHILD_MEMORY_BYTES`,
-    /// `PIW_STANDBY_WORKERS`, `PIW_MAX_CONNECTIONS`; and, for tests only, `PIW_TEST_CLOCK` (a file holding an offset
+    /// `PIW_STANDBY_WORKERS`, `PIW_MAX_CONNECTIONS`, `PIW_RETAIN_DAYS` and `PIW_RETAIN_RUNS`
+    /// (retention: [`crate::engine::retention`]); and, for tests only, `PIW_TEST_CLOCK` (a file holding an offset
     /// in milliseconds that moves the host's clock: [`crate::clock::OffsetFileClock`]).
     pub fn from_env(paths: PiwPaths) -> Self {
         let mut config = Self::new(paths);
@@ -137,6 +141,10 @@ impl HostConfig {
         if let Some(n) = num("PIW_MAX_CONNECTIONS") {
             config.max_connections = Some(usize::try_from(n.max(1)).unwrap_or(usize::MAX));
         }
+        config.retention = crate::engine::retention::Retention::from_settings(
+            num("PIW_RETAIN_DAYS"),
+            num("PIW_RETAIN_RUNS"),
+        );
         config.children.cpu_seconds = num("PIW_CHILD_CPU_SECONDS");
         config.children.memory_bytes = num("PIW_CHILD_MEMORY_BYTES");
         config
@@ -684,6 +692,9 @@ async fn serve_async(
         socket_path: paths.socket.clone(),
         supervision_scope: supervision_scope(&paths.socket),
         reply_limit: config.limits.max_frame_bytes,
+        // Retention runs once at start (the store thread's first deadline), then on its timer.
+        retention: config.retention,
+        retention_due_at: config.retention.map(|_| store.now_ms()),
         ..HostState::default()
     };
     let store_thread = std::thread::Builder::new()

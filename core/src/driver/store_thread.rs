@@ -16,8 +16,8 @@ use std::time::Duration;
 use super::fault::FaultPlan;
 use super::outbox::{Outbox, ReplyTx};
 use crate::engine::dispatch::HostState;
-use crate::engine::timers;
 use crate::engine::turn::{self as engine_turn, Effect, Effects};
+use crate::engine::{retention, timers};
 use crate::store::{Store, StoreError};
 
 pub use crate::engine::turn::{RunEvent, MAX_BATCH};
@@ -116,6 +116,31 @@ pub fn turn(
         supervisor,
     };
     engine_turn::turn(store, state, msgs, deadline, &mut edges);
+    sweep_run_logs(store, state, supervisor);
+}
+
+/// Once the engine asked for it (at the host's first prune): the log directories of runs that
+/// no longer exist (a crash between a prune's commit and their removal left them), for the
+/// supervisor to remove. Reading the directory is I/O, so it is the driver's.
+fn sweep_run_logs(store: &Store, state: &mut HostState, supervisor: &mut Option<SupervisorTx>) {
+    if !std::mem::take(&mut state.sweep_run_logs) {
+        return;
+    }
+    let Some(logs) = state.child_config.output_logs.clone() else {
+        return;
+    };
+    let Ok(entries) = std::fs::read_dir(&logs) else {
+        return;
+    };
+    let dirs: Vec<_> = entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str().map(str::to_owned))
+        .filter(|run_id| run_id.starts_with("run-") && matches!(store.run_view(run_id), Ok(None)))
+        .filter_map(|run_id| retention::run_log_dir(&logs, &run_id))
+        .collect();
+    if let (false, Some(tx)) = (dirs.is_empty(), supervisor.as_ref()) {
+        let _ = tx.send(super::supervisor::SupervisorCmd::RemoveLogs { dirs });
+    }
 }
 
 /// The supervisor's command channel, as the store thread holds it.

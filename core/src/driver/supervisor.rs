@@ -184,6 +184,11 @@ pub async fn run(
                     let _ = tx.send(grace);
                 }
             }
+            // Thousands of directories take a second or more: on a blocking thread, waited
+            // for at the stop like the children.
+            SupervisorCmd::RemoveLogs { dirs } => {
+                tasks.spawn_blocking(move || remove_log_dirs(&dirs));
+            }
         }
     }
     // The host is stopping: stop the standby workers and every child's group, then wait for
@@ -306,4 +311,18 @@ async fn watch_child(
         exit: record,
         host_ran_out_of: None,
     }));
+}
+
+/// Removes each directory and what is in it; one that is gone already is no failure, and a
+/// failure costs only space (logged).
+fn remove_log_dirs(dirs: &[std::path::PathBuf]) {
+    for dir in dirs {
+        match std::fs::remove_dir_all(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e, "cannot remove a pruned run's logs");
+            }
+        }
+    }
 }

@@ -73,6 +73,15 @@ pub struct HostState {
     pub activation_retry_at: Option<i64>,
     /// The delay before the last such retry (it doubles while activations keep failing).
     pub activation_retry_delay_ms: i64,
+    /// What the host keeps of finished runs on its own; `None`: everything.
+    pub retention: Option<super::retention::Retention>,
+    /// When the retention pass runs next (`engine::retention`).
+    pub retention_due_at: Option<i64>,
+    /// The host's first prune ran: the driver looks for log files of runs that no longer
+    /// exist (those a crash after a prune's commit left).
+    pub sweep_run_logs: bool,
+    /// This host has asked for that sweep once already.
+    pub run_logs_swept: bool,
 }
 
 impl HostState {

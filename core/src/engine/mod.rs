@@ -9,5 +9,6 @@ pub mod children;
 pub mod dispatch;
 mod fit;
 pub mod handlers;
+pub mod retention;
 pub mod timers;
 pub mod turn;

@@ -10,8 +10,9 @@ pub use crate::store::Wake;
 use crate::store::{Claim, Store, StoreError, WriteTx};
 
 /// The earliest time the host has deadline work: the store's own deadlines (claim
-/// expiry, interaction deadlines, timers' wake times) and the children's (heartbeats, node
-/// deadlines, handshake timeouts, lingering children, delayed runs). `None` when nothing is
+/// expiry, interaction deadlines, timers' wake times), the children's (heartbeats, node
+/// deadlines, handshake timeouts, lingering children, delayed runs) and the retention pass.
+/// `None` when nothing is
 /// due.
 pub fn next_deadline_at(store: &Store, state: &HostState) -> Option<i64> {
     let store_deadline = match store.next_deadline() {
@@ -21,10 +22,14 @@ pub fn next_deadline_at(store: &Store, state: &HostState) -> Option<i64> {
             Some(store.now_ms() + 1_000)
         }
     };
-    [store_deadline, children::next_child_deadline(store, state)]
-        .into_iter()
-        .flatten()
-        .min()
+    [
+        store_deadline,
+        children::next_child_deadline(store, state),
+        super::retention::next_retention_at(state),
+    ]
+    .into_iter()
+    .flatten()
+    .min()
 }
 
 /// Deadlines owned by the host: expired interactions and decisions, due timers, and expired

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use super::children::{self, SupervisorCmd};
 use super::dispatch::{self, HostState, PreparedStart};
-use super::timers;
+use super::{retention, timers};
 use crate::protocol::reply::RepairReply;
 use crate::protocol::{Receipt, Rejection, RejectionCode, Request, RequestBody, RequestClass};
 use crate::store::{CommandMeta, CommandOutcome, Store, StoreError};
@@ -137,6 +137,7 @@ pub fn turn<R>(
     if deadline.is_some_and(|at| at <= store.now_ms()) {
         children::due_child_work(store, state);
         timers::run_due_work(store, state);
+        retention::run_due_retention(store, state);
         publish_unpublished(store, state, fx);
         children::forget_released_claims(store, state, None);
     }
@@ -223,7 +224,7 @@ fn handle_batch<R>(
         .partition(|j| j.request.class().is_durable_command());
     for job in reads {
         let result = match job.request.class() {
-            RequestClass::Maintenance => maintain(store, fx, &job.request),
+            RequestClass::Maintenance => maintain(store, state, fx, &job.request),
             _ => dispatch::apply_read(store, state, &job.request),
         }
         .map_err(|e| dispatch::rejection_for(&e));
@@ -413,6 +414,7 @@ fn receipt_of<R>(
 /// A maintenance request: a write in a transaction of its own, without a receipt.
 fn maintain<R>(
     store: &mut Store,
+    state: &mut HostState,
     fx: &mut dyn Effects<R>,
     request: &Request,
 ) -> Result<Receipt, StoreError> {
@@ -425,6 +427,9 @@ fn maintain<R>(
             }
             dispatch::receipt(None, &RepairReply { report })
         }
+        // The log directories of pruned runs go through the supervisor (off this thread);
+        // the driver's sweep of leftovers runs after the turn (`state.sweep_run_logs`).
+        RequestBody::RunPrune(prune) => retention::prune_request(store, state, prune),
         other => Err(StoreError::Forbidden(format!(
             "{} is not a maintenance request",
             other.kind_str()

@@ -88,7 +88,7 @@ pub enum RequestClass {
     /// receipt, so a repeated request id replays the first answer.
     Command,
     /// A write in a transaction of its own, without a receipt (`repair`: run again, it repairs
-    /// what is left to repair).
+    /// what is left to repair; `run.prune`: run again, it removes what is left to remove).
     Maintenance,
     /// A workflow child's message, on a connection that said `worker.hello` for its run and
     /// generation: a durable command with its receipt, committed in a savepoint of its own.
@@ -259,6 +259,8 @@ request_kinds! {
     Diagnose = "diagnose", NONE, Read;
     /// Repair states that have exact durable evidence. Client.
     Repair = "repair", NONE, Maintenance;
+    /// Remove finished runs with everything that belongs to them, a batch at a time. Client.
+    RunPrune = "run.prune" => RunPrune, NONE, Maintenance;
     /// Authenticate a worker connection; the first message a worker sends. Worker.
     WorkerHello = "worker.hello" => WorkerHello, WORKER, Worker;
     /// A node attempt begins. Worker.
@@ -330,7 +332,7 @@ mod tests {
             assert!(seen.insert(kind.as_str()), "duplicate {kind}");
             assert_eq!(RequestKind::parse(kind.as_str()), Some(kind));
         }
-        assert_eq!(RequestKind::ALL.len(), 38);
+        assert_eq!(RequestKind::ALL.len(), 39);
         assert_eq!(RequestKind::parse("run.explode"), None);
     }
 
@@ -357,6 +359,7 @@ mod tests {
             );
         }
         assert_eq!(RequestKind::Repair.class(), RequestClass::Maintenance);
+        assert_eq!(RequestKind::RunPrune.class(), RequestClass::Maintenance);
         assert_eq!(RequestKind::Diagnose.class(), RequestClass::Read);
         assert!(RequestKind::RunStart.class().is_durable_command());
         assert!(!RequestKind::RunStatus.class().is_durable_command());

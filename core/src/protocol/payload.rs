@@ -129,6 +129,35 @@ impl<'de> Deserialize<'de> for RunListCursor {
     }
 }
 
+/// Payload of `run.prune`: which finished runs go (each given selector must hold; a run not
+/// finished, or claimed, never goes). Each request removes at most `limit` runs, oldest first,
+/// in one transaction; the reply's `more` says whether to send it again.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunPrune {
+    /// Only runs that finished at least this long ago (milliseconds, by the host's clock).
+    #[serde(default)]
+    pub older_than_ms: Option<u64>,
+    /// Only runs in one of these statuses, each a finished one (absent or empty: every
+    /// finished status); an unfinished one is `malformed`.
+    #[serde(default)]
+    pub statuses: Option<Vec<crate::store::RunStatus>>,
+    /// The newest this many finished runs (of those statuses, by start) stay.
+    #[serde(default)]
+    pub keep: Option<u64>,
+    /// `true`: change nothing; list what would go (`count`, a page of `run_ids`).
+    #[serde(default)]
+    pub dry_run: Option<bool>,
+    /// At most this many runs removed (or listed), default and at most [`MAX_PRUNE_RUNS`].
+    #[serde(default)]
+    pub limit: Option<u32>,
+    /// A dry run's next page: the `next_cursor` of the previous reply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<RunListCursor>,
+}
+
+/// The most runs one `run.prune` removes (one transaction) or lists.
+pub const MAX_PRUNE_RUNS: u32 = 500;
+
 /// Payload of `run.cancel`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunCancel {

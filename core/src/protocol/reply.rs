@@ -308,6 +308,32 @@ pub struct InteractionRequested {
     pub deadline_at: Option<i64>,
 }
 
+/// `run.prune` with `dry_run`: what would go.
+#[derive(Debug, Serialize)]
+pub struct PruneListed {
+    /// Always `true`.
+    pub dry_run: bool,
+    /// How many runs the selectors pick.
+    pub count: u64,
+    /// A page of them, oldest first.
+    pub run_ids: Vec<String>,
+    /// Whether more follow (ask again with `next_cursor`).
+    pub more: bool,
+    /// Where the next page starts.
+    pub next_cursor: Option<RunListCursor>,
+}
+
+/// `run.prune`: one batch removed.
+#[derive(Debug, Serialize)]
+pub struct Pruned {
+    /// Always `false`.
+    pub dry_run: bool,
+    /// The runs this batch removed.
+    pub removed: Vec<String>,
+    /// Whether more are left (send the request again).
+    pub more: bool,
+}
+
 /// `worker.wait_until`: the durable timer the run now waits on.
 #[derive(Debug, Serialize)]
 pub struct TimerSet {

@@ -239,6 +239,15 @@ fn checks() -> Vec<Check> {
             repairable: false,
         },
         Check {
+            code: "dangling_reference",
+            // A row whose run, attempt, interaction or event is gone (a prune removes a run's
+            // rows without the foreign keys' enforcement: store/prune.rs).
+            sql: "SELECT '', fk.\"table\" || ':' || COALESCE(fk.rowid, ''),
+                         'a row of ' || fk.\"table\" || ' refers to a missing row of ' || fk.parent
+                  FROM pragma_foreign_key_check() fk",
+            repairable: false,
+        },
+        Check {
             code: "projection_mismatch",
             sql: "SELECT r.run_id, '', 'viewer projection differs from the run'
                   FROM runs r LEFT JOIN run_views v ON v.run_id = r.run_id

@@ -25,6 +25,7 @@ mod error;
 mod host_ops;
 mod lifecycle;
 pub mod model;
+mod prune;
 mod read;
 mod receipts;
 mod schema;
@@ -47,6 +48,7 @@ pub use lifecycle::{
     TransitionRequest, Transitioned, Wake,
 };
 pub use model::*;
+pub use prune::{PrunablePage, PruneSelector};
 pub use read::{
     AttemptRecord, ClaimInfo, DecisionRecord, EffectRecord, EventRecord, InteractionRecord,
     MessageRecord, RunListKey, RunRecord, RunView, SubmissionRecord, SubmissionSummary,

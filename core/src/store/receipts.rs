@@ -212,6 +212,12 @@ impl WriteTx<'_> {
         f: impl FnOnce(&mut Self) -> StoreResult<Value>,
     ) -> StoreResult<CommandOutcome> {
         let response = f(self)?;
+        // The run a command is about, also when the run is its answer (`run.start`): a prune
+        // removes a run's receipts with it.
+        let run_id = meta
+            .run_id
+            .as_deref()
+            .or_else(|| response.get("run_id").and_then(Value::as_str));
         self.conn()
             .prepare_cached(
                 "INSERT INTO command_receipts (request_id, idempotency_key, fingerprint, kind,
@@ -223,7 +229,7 @@ impl WriteTx<'_> {
                 meta.idempotency_key,
                 meta.fingerprint,
                 meta.kind,
-                meta.run_id,
+                run_id,
                 response.to_string(),
                 self.now
             ])?;

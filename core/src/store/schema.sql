@@ -278,3 +278,11 @@ CREATE TABLE event_budgets (
     unreported   INTEGER NOT NULL,
     PRIMARY KEY (run_id, attempt_id)
 ) WITHOUT ROWID;
+
+-- Retention (store/prune.rs). A prune deletes by run from every table keyed by one; these are
+-- the tables that had no index by run. Receipts name their run (also the one a `run.start`
+-- made); those naming none go once they are older than every run left. The file is created
+-- with auto_vacuum = INCREMENTAL (schema.rs), so the pages a prune frees go back.
+CREATE INDEX command_receipts_by_run ON command_receipts (run_id, created_at);
+CREATE INDEX children_by_run ON children (run_id);
+CREATE INDEX workflow_messages_by_run ON workflow_messages (run_id);

@@ -1,5 +1,5 @@
 //! What the deciding code orders the supervisor to do: launch a child (from a standby pool
-//! when there is one) or stop one. The orders wait in `HostState::child_commands` until the
+//! when there is one) or stop one, or remove the child output of pruned runs. The orders wait in `HostState::child_commands` until the
 //! store thread sends them on; the supervisor ([`crate::driver::supervisor`]) carries them out.
 
 use std::time::Duration;
@@ -38,4 +38,7 @@ pub enum SupervisorCmd {
         generation: u64,
         grace: Duration,
     },
+    /// Remove these directories of child output (`logs/<run_id>`: runs a prune removed),
+    /// away from the store thread.
+    RemoveLogs { dirs: Vec<std::path::PathBuf> },
 }

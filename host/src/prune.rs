@@ -1,0 +1,64 @@
+//! `piw runs prune`: asks the host to remove finished runs, a batch per request, until none
+//! that the selectors match is left (the host serves other clients between batches).
+
+use super::*;
+
+/// Sends `run.prune` until the host says nothing more matches. A dry run collects the whole
+/// list page by page and changes nothing.
+pub(crate) fn prune(
+    paths: &PiwPaths,
+    older_than_ms: Option<u64>,
+    statuses: Vec<piw_core::store::RunStatus>,
+    keep: Option<u64>,
+    dry_run: bool,
+    json: bool,
+) -> Result<(), CliError> {
+    let mut client = connect(paths)?;
+    let request = |cursor| {
+        RequestBody::RunPrune(payload::RunPrune {
+            older_than_ms,
+            statuses: (!statuses.is_empty()).then(|| statuses.clone()),
+            keep,
+            dry_run: Some(dry_run),
+            limit: None,
+            cursor,
+        })
+    };
+    let mut run_ids: Vec<Value> = Vec::new();
+    let mut cursor = None;
+    let mut count = None;
+    loop {
+        let mut body = client.call(request(cursor.take()))?.body;
+        count = count.or_else(|| body["count"].as_u64());
+        let page = if dry_run { "run_ids" } else { "removed" };
+        let got = body[page]
+            .as_array_mut()
+            .map(std::mem::take)
+            .unwrap_or_default();
+        let progressed = !got.is_empty();
+        run_ids.extend(got);
+        cursor = body["next_cursor"]
+            .as_str()
+            .and_then(payload::RunListCursor::decode);
+        // A batch that removed nothing while more match: those left are runs whose child is
+        // still exiting; a later prune takes them.
+        let more = body["more"] == true && progressed;
+        if !more || (dry_run && cursor.is_none()) {
+            break;
+        }
+    }
+    let body = if dry_run {
+        json!({ "dry_run": true, "count": count.unwrap_or(run_ids.len() as u64),
+                "run_ids": run_ids })
+    } else {
+        json!({ "dry_run": false, "removed": run_ids.len(), "run_ids": run_ids })
+    };
+    print(&body, json, |b| {
+        if dry_run {
+            format!("would remove {} finished run(s)", b["count"])
+        } else {
+            format!("removed {} finished run(s)", b["removed"])
+        }
+    });
+    Ok(())
+}
