@@ -23,6 +23,7 @@ const CORPUS: &[&str] = &[
     r#"{"schema":"piw.protocol.v1","request_id":"c6","kind":"run.pause","run_id":"run-1","expected_revision":3}"#,
     r#"{"schema":"piw.protocol.v1","request_id":"c7","kind":"run.resume","run_id":"run-1","idempotency_key":"k7"}"#,
     r#"{"schema":"piw.protocol.v1","request_id":"c8","kind":"run.cancel","run_id":"run-1","payload":{"reason":"no"}}"#,
+    r#"{"schema":"piw.protocol.v1","request_id":"c8p","kind":"run.prune","payload":{"older_than_ms":86400000,"statuses":["completed","failed"],"keep":10,"dry_run":true,"limit":50,"cursor":null}}"#,
     r#"{"schema":"piw.protocol.v1","request_id":"c8r","kind":"run.retry","run_id":"run-1","payload":{"reason":"fixed","by":"ana"}}"#,
     r#"{"schema":"piw.protocol.v1","request_id":"c8e","kind":"effect.resolve","run_id":"run-1","payload":{"effect_id":"eff-1","result":{"status":"failed","error":"never sent"}}}"#,
     r#"{"schema":"piw.protocol.v1","request_id":"c9","kind":"checkpoint.answer","run_id":"run-1","payload":{"decision_id":"d1","answer":"yes"}}"#,
