@@ -29,6 +29,7 @@ pub mod payload;
 pub mod rejection;
 pub mod request;
 pub mod server;
+pub mod value;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -54,6 +55,7 @@ pub use server::{
     event_data_for_clients, outcome_word, serialize_outcome_word, Event, Goodbye, Receipt,
     Rejection, Response, ServerFrame,
 };
+pub use value::{ValueRef, MAX_VALUE_BYTES};
 
 /// The protocol version string every frame carries in its `schema` field.
 ///

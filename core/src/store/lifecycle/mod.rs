@@ -604,6 +604,9 @@ impl WriteTx<'_> {
         self.require_settled(&claim.run_id, Op::Transition, run.status)?;
         // Before any write: a refusal leaves the attempt running, for the caller to fail.
         self.require_within_step_limit(&claim.run_id, &req.next_node)?;
+        if let AttemptOutcome::Succeeded { output } = &req.outcome {
+            self.check_slot(&claim.run_id, output)?;
+        }
         self.close_attempt(&req.attempt_id, &req.outcome)?;
         let next_attempt_id = self.open_attempt(
             &claim.run_id,
@@ -792,6 +795,8 @@ impl WriteTx<'_> {
         let run = self.run_for(&claim.run_id, Op::Complete)?;
         self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
         self.require_settled(&claim.run_id, Op::Complete, run.status)?;
+        self.check_slot(&claim.run_id, output)?;
+        self.check_slot(&claim.run_id, result)?;
         self.close_attempt(
             attempt_id,
             &AttemptOutcome::Succeeded {
