@@ -111,6 +111,11 @@ fn sample(kind: RequestKind) -> Request {
             subscription_id: "sub-1".into(),
         }),
         RequestKind::Diagnose => RequestBody::Diagnose,
+        RequestKind::ValueGet => RequestBody::ValueGet(ValueGet {
+            sha256: "ab".repeat(32),
+            offset: 0,
+            max_bytes: Some(1024),
+        }),
         RequestKind::Repair => RequestBody::Repair,
         RequestKind::WorkerHello => RequestBody::WorkerHello(WorkerHello {
             child_token: "secret-token".into(),
@@ -190,6 +195,12 @@ fn sample(kind: RequestKind) -> Request {
             reason: "parked".into(),
         }),
         RequestKind::WorkerResults => RequestBody::WorkerResults(WorkerResults { offset: 3 }),
+        RequestKind::WorkerValuePut => RequestBody::WorkerValuePut(WorkerValuePut {
+            sha256: "ab".repeat(32),
+            bytes: 70_000,
+            offset: 0,
+            data: "00ff".into(),
+        }),
     };
     let required = kind.required_fields();
     let mut request = Request::new(format!("req-{}", kind.as_str()), body);
@@ -830,7 +841,7 @@ fn decode_error_messages_are_bounded() {
 
 #[test]
 fn every_request_kind_round_trips() {
-    assert_eq!(RequestKind::ALL.len(), 37);
+    assert_eq!(RequestKind::ALL.len(), 39);
     for &kind in RequestKind::ALL {
         let request = sample(kind)
             .with_expected_revision(3)

@@ -2967,3 +2967,59 @@ fn runs_lists_thousands_of_runs_a_page_at_a_time() {
         Some(2)
     );
 }
+
+/// A node's output over 64 KiB is stored apart: `run status --json` and `run start --wait
+/// --json` print it whole, `run status` its start and size, and `run value` prints it alone;
+/// the next node reads it whole.
+#[test]
+fn a_large_output_is_printed_whole_with_json_and_as_a_preview_without() {
+    let h = home();
+    let file = workflow_file(
+        &h,
+        "big",
+        &serde_json::json!({
+            "graph": {"name": "big", "start": "a",
+                      "nodes": {"a": {"kind": "compute"}, "b": {"kind": "compute"}},
+                      "edges": [{"from": "a", "to": "b"}]},
+            "behaviors": {"a": {"return_bytes": 2_000_000}, "b": {}}
+        }),
+    );
+    let o = piw(
+        &h.home,
+        &["run", "start", file.to_str().unwrap(), "--wait", "--json"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let run = json_of(&o);
+    let blob = "b".repeat(2_000_000);
+    // `b` returned its input: `a`'s output, read back whole by the child that ran `b`.
+    assert_eq!(run["run"]["result"]["blob"], blob.as_str());
+    let run_id = run["run"]["run_id"].as_str().unwrap().to_owned();
+    let status = json_of(&piw(&h.home, &["run", "status", &run_id, "--json"]));
+    for a in status["attempts"].as_array().unwrap() {
+        assert_eq!(a["output"]["blob"], blob.as_str(), "{}", a["node_id"]);
+    }
+    let o = piw(&h.home, &["run", "status", &run_id]);
+    let shown = String::from_utf8_lossy(&o.stdout).into_owned();
+    let result = shown.lines().find(|l| l.starts_with("result ")).unwrap();
+    assert!(
+        result.starts_with(r#"result {"blob":"bbb"#)
+            && result.ends_with("`--json` prints it whole)"),
+        "{result}"
+    );
+    assert!(result.len() < 400, "{result}");
+    // The value by its hash, alone.
+    let store =
+        piw_core::store::Store::open_read_only(h.home.join("state.sqlite"), Default::default())
+            .unwrap();
+    let sha256 = store.attempts(&run_id).unwrap()[0].output.as_ref().unwrap()["sha256"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let o = piw(&h.home, &["run", "value", &run_id, &sha256]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(json_of(&o)["blob"], blob.as_str());
+    assert_eq!(
+        json_of(&piw(&h.home, &["diagnose", "--json"]))["findings"],
+        serde_json::json!([])
+    );
+}

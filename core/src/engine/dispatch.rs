@@ -574,6 +574,7 @@ pub fn apply_read(store: &Store, req: &Request, reply_limit: usize) -> Result<Re
         RequestBody::RunList(list) => read_run_list(store, reply_limit, list)?,
         RequestBody::InteractionList(l) => read_interaction_list(store, reply_limit, l)?,
         RequestBody::Diagnose => Receipt::new(None, json!({ "findings": store.diagnose()? })),
+        RequestBody::ValueGet(get) => read_value_get(store, req, reply_limit, get)?,
         RequestBody::Subscribe(s) => read_subscribe(store, s)?,
         RequestBody::HostStatus => read_host_status(store)?,
         other => {
@@ -661,6 +662,33 @@ fn read_run_status(
                 "updates": updates, "events_dropped": events_dropped }),
     ))
 }
+
+/// `value.get`: a piece of a value the run holds, hex-encoded, as much as was asked for and
+/// fits the reply.
+fn read_value_get(
+    store: &Store,
+    req: &Request,
+    reply_limit: usize,
+    get: &payload::ValueGet,
+) -> Result<Receipt, StoreError> {
+    let run_id = required(&req.run_id, "run_id")?;
+    // Two hex digits a byte, and room for the other fields.
+    let fits = reply_room(reply_limit).saturating_sub(VALUE_REPLY_FIELDS_ROOM) / 2;
+    let max = get
+        .max_bytes
+        .map_or(fits, |m| usize::try_from(m).unwrap_or(usize::MAX).min(fits));
+    let chunk = store.read_value_chunk(run_id, &get.sha256, get.offset, max)?;
+    let end = chunk.offset + u64::try_from(chunk.data.len()).unwrap_or(u64::MAX);
+    Ok(Receipt::new(
+        None,
+        json!({ "sha256": get.sha256, "bytes": chunk.bytes, "offset": chunk.offset,
+                "data": crate::protocol::value::chunk_to_hex(&chunk.data),
+                "more": end < chunk.bytes }),
+    ))
+}
+
+/// What a `value.get` reply holds besides its data.
+const VALUE_REPLY_FIELDS_ROOM: usize = 512;
 
 /// `run.list`: a page of runs, newest first, with where the next page starts.
 fn read_run_list(

@@ -44,10 +44,10 @@ pub use payload::{
     AttemptOutcome, DecisionAnswer, DecisionKind, EarlierStep, EffectResolve, EffectResult,
     ExecutionMode, InteractionFail, InteractionKind, InteractionList, InteractionSubmit,
     InteractionUpdate, MessageAck, MessageClaim, RetryContract, RunCancel, RunList, RunRetry,
-    RunStart, RunStatusQuery, Subscribe, Unsubscribe, WorkerComplete, WorkerEffectApplying,
-    WorkerEffectReserve, WorkerEffectSettle, WorkerExit, WorkerFail, WorkerHello,
-    WorkerInteractionRequest, WorkerNodeStarted, WorkerNotify, WorkerProgress, WorkerResults,
-    WorkerTransition, WorkerValidationResult, WorkerWait,
+    RunStart, RunStatusQuery, Subscribe, Unsubscribe, ValueGet, WorkerComplete,
+    WorkerEffectApplying, WorkerEffectReserve, WorkerEffectSettle, WorkerExit, WorkerFail,
+    WorkerHello, WorkerInteractionRequest, WorkerNodeStarted, WorkerNotify, WorkerProgress,
+    WorkerResults, WorkerTransition, WorkerValidationResult, WorkerValuePut, WorkerWait,
 };
 pub use rejection::RejectionCode;
 pub use request::{DecodeError, Request, MAX_ID_CHARS, MAX_REQUEST_DEPTH};

@@ -146,6 +146,77 @@ pub fn wrap_inline(value: Value) -> Value {
     }
 }
 
+/// Reads a stored value back, a `value.get` reply at a time: ask [`ValueReader::next_offset`]
+/// until it is `None`, feeding each reply's body to [`ValueReader::accept`], then
+/// [`ValueReader::finish`] checks the hash and parses the JSON.
+#[derive(Debug)]
+pub struct ValueReader {
+    reference: ValueRef,
+    received: Vec<u8>,
+}
+
+impl ValueReader {
+    /// A reader of the value `reference` names.
+    pub fn new(reference: ValueRef) -> ValueReader {
+        ValueReader {
+            received: Vec::with_capacity(usize::try_from(reference.bytes).unwrap_or(0)),
+            reference,
+        }
+    }
+
+    /// The reference being read.
+    pub fn reference(&self) -> &ValueRef {
+        &self.reference
+    }
+
+    /// Where the next `value.get` starts; `None` once the value is whole.
+    pub fn next_offset(&self) -> Option<u64> {
+        let have = u64::try_from(self.received.len()).unwrap_or(u64::MAX);
+        (have < self.reference.bytes).then_some(have)
+    }
+
+    /// Takes a `value.get` reply's body (`{bytes, offset, data, more}`).
+    pub fn accept(&mut self, body: &Value) -> Result<(), String> {
+        let offset = body.get("offset").and_then(Value::as_u64);
+        if offset != self.next_offset() {
+            return Err(format!(
+                "value {}: a piece at {offset:?}, {} bytes expected next",
+                self.reference.sha256,
+                self.received.len()
+            ));
+        }
+        let data = body
+            .get("data")
+            .and_then(Value::as_str)
+            .ok_or_else(|| "a value.get reply without `data`".to_owned())?;
+        let data = chunk_from_hex(data)?;
+        if data.is_empty() {
+            return Err(format!(
+                "value {}: an empty piece before its end",
+                self.reference.sha256
+            ));
+        }
+        self.received.extend_from_slice(&data);
+        Ok(())
+    }
+
+    /// The value, once its bytes hash to the reference's name.
+    pub fn finish(self) -> Result<Value, String> {
+        let sha256 = crate::ids::sha256_hex(&self.received);
+        if sha256 != self.reference.sha256
+            || u64::try_from(self.received.len()).ok() != Some(self.reference.bytes)
+        {
+            return Err(format!(
+                "value {} read back as {} bytes hashing to {sha256}",
+                self.reference.sha256,
+                self.received.len()
+            ));
+        }
+        serde_json::from_slice(&self.received)
+            .map_err(|e| format!("value {} is not JSON: {e}", self.reference.sha256))
+    }
+}
+
 /// Lowercase hex of `bytes`: how a chunk travels.
 pub fn chunk_to_hex(bytes: &[u8]) -> String {
     hex::encode(bytes)

@@ -75,8 +75,9 @@ impl WriteTx<'_> {
     /// Stores the chunk of value `sha256` (`bytes` long) that starts at `offset`, for the run
     /// holding `claim`, and links the value to that run. Chunks come in order: a chunk that
     /// starts before what is stored is one sent again (it changes nothing), one after it is
-    /// refused. A value already whole needs no chunk (the answer says so at once, whatever
-    /// was sent): the same value is stored once. The last chunk's arrival checks the hash.
+    /// refused; an empty one only asks how much is stored. A value already whole needs no
+    /// chunk (the answer says so at once, whatever was sent): the same value is stored once.
+    /// The last chunk's arrival checks the hash.
     pub fn put_value_chunk(
         &mut self,
         claim: &Claim,
@@ -86,6 +87,7 @@ impl WriteTx<'_> {
         data: &[u8],
     ) -> StoreResult<ValuePut> {
         self.fence(claim)?;
+        self.ops.push("value_put");
         if !is_sha256_hex(sha256) {
             return Err(invalid("`sha256` must be 64 lowercase hex digits"));
         }
@@ -113,7 +115,8 @@ impl WriteTx<'_> {
         };
         c.prepare_cached("INSERT OR IGNORE INTO run_values (run_id, sha256) VALUES (?1, ?2)")?
             .execute(params![claim.run_id, sha256])?;
-        if received == bytes || offset < received {
+        // An empty chunk asks how much is stored (where to go on from).
+        if received == bytes || offset < received || data.is_empty() {
             return Ok(ValuePut {
                 received,
                 complete: received == bytes,
@@ -125,7 +128,7 @@ impl WriteTx<'_> {
             )));
         }
         let end = offset.saturating_add(u64::try_from(data.len()).unwrap_or(u64::MAX));
-        if data.is_empty() || end > bytes {
+        if end > bytes {
             return Err(invalid(format!(
                 "value {sha256}: a chunk of {} bytes at {offset} does not fit its {bytes} bytes",
                 data.len()

@@ -57,6 +57,7 @@ pub fn apply_worker(
             worker_validation_result(w, state, &claim, run_id, v)?
         }
         RequestBody::WorkerExit(_) => json!({}),
+        RequestBody::WorkerValuePut(put) => worker_value_put(w, &claim, put)?,
         RequestBody::WorkerResults(page) => worker_results(w, state, run_id, page)?,
         other => {
             return Err(StoreError::Forbidden(format!(
@@ -322,6 +323,23 @@ fn worker_results(
         crate::engine::dispatch::reply_room(state.reply_limit),
     );
     Ok(json!({ "results": rest, "more": more }))
+}
+
+/// `worker.value_put`: a chunk of a large value, stored under the run's claim.
+fn worker_value_put(
+    w: &mut WriteTx<'_>,
+    claim: &Claim,
+    put: &payload::WorkerValuePut,
+) -> Result<Value, StoreError> {
+    let data = crate::protocol::value::chunk_from_hex(&put.data).map_err(invalid_input)?;
+    if data.len() > crate::protocol::value::VALUE_PUT_CHUNK_BYTES {
+        return Err(invalid_input(format!(
+            "a value chunk carries at most {} bytes",
+            crate::protocol::value::VALUE_PUT_CHUNK_BYTES
+        )));
+    }
+    let stored = w.put_value_chunk(claim, &put.sha256, put.bytes, put.offset, &data)?;
+    Ok(json!({ "received": stored.received, "complete": stored.complete }))
 }
 
 /// The attempt a worker message names (`attempt_id`, required by the kinds that use it).
