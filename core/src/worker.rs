@@ -444,6 +444,23 @@ impl Worker {
         })
     }
 
+    /// [`Worker::resolve_value`], reading each value once: `read` holds those read so far.
+    fn resolve_value_once(
+        &mut self,
+        stored: Value,
+        read: &mut BTreeMap<String, Value>,
+    ) -> Result<Value, WorkerError> {
+        let Ok(Slot::Reference(r)) = read_slot(&stored) else {
+            return self.resolve_value(stored);
+        };
+        if let Some(value) = read.get(&r.sha256) {
+            return Ok(value.clone());
+        }
+        let value = self.resolve_value(stored)?;
+        read.insert(r.sha256, value.clone());
+        Ok(value)
+    }
+
     /// Authenticates with the one-time token; sends the graph snapshot and resolved mounts.
     pub fn hello(
         &mut self,
@@ -510,18 +527,21 @@ impl Worker {
             .features
             .iter()
             .any(|f| f == payload::FEATURE_LARGE_VALUES);
-        // The workflow's code sees values, never references.
+        // The workflow's code sees values, never references; a value several places hold
+        // (the node input is the latest output) is read once.
+        let mut read = BTreeMap::new();
         for result in &mut reply.results {
             if let Some(output) = result.get_mut("output") {
-                *output = self.resolve_value(output.take())?;
+                *output = self.resolve_value_once(output.take(), &mut read)?;
             }
         }
-        reply.node_input = self.resolve_value(std::mem::take(&mut reply.node_input))?;
+        reply.node_input =
+            self.resolve_value_once(std::mem::take(&mut reply.node_input), &mut read)?;
         if let Some(answer) = reply.answer.take() {
-            reply.answer = Some(self.resolve_value(answer)?);
+            reply.answer = Some(self.resolve_value_once(answer, &mut read)?);
         }
         if let Some(submission) = reply.submission.take() {
-            reply.submission = Some(self.resolve_value(submission)?);
+            reply.submission = Some(self.resolve_value_once(submission, &mut read)?);
         }
         Ok(reply)
     }

@@ -161,9 +161,17 @@ export class Client {
 
   /** `status` (a `run.status` body) with every place resolved (`resolveValue`). */
   async #resolveStatus(runId, status) {
+    // A value several places hold (an action's output is its receipt) is read once.
+    const read = new Map();
     const resolveIn = async (items, field) => {
       for (const item of items ?? []) {
-        if (item[field] !== undefined) item[field] = await this.resolveValue(runId, item[field]);
+        const stored = item[field];
+        if (stored?.$piw === 'value' && typeof stored.sha256 === 'string') {
+          if (!read.has(stored.sha256)) read.set(stored.sha256, await this.resolveValue(runId, stored));
+          item[field] = structuredClone(read.get(stored.sha256));
+        } else if (stored !== undefined) {
+          item[field] = await this.resolveValue(runId, stored);
+        }
       }
     };
     await resolveIn([status.run], 'result');

@@ -602,6 +602,8 @@ impl BlockingClient {
             .as_str()
             .unwrap_or_default()
             .to_owned();
+        // A value several places hold (an action's output is its receipt) is read once.
+        let mut read = std::collections::BTreeMap::new();
         for (list, field) in [
             ("attempts", "output"),
             ("effects", "receipt"),
@@ -612,13 +614,32 @@ impl BlockingClient {
                 continue;
             };
             for place in items.iter_mut().filter_map(|i| i.get_mut(field)) {
-                *place = self.resolve_value(&run_id, place.take())?;
+                *place = self.resolve_value_once(&run_id, place.take(), &mut read)?;
             }
         }
         if let Some(result) = status.get_mut("run").and_then(|r| r.get_mut("result")) {
-            *result = self.resolve_value(&run_id, result.take())?;
+            *result = self.resolve_value_once(&run_id, result.take(), &mut read)?;
         }
         Ok(())
+    }
+
+    /// [`BlockingClient::resolve_value`], reading each value once: `read` holds those read.
+    fn resolve_value_once(
+        &mut self,
+        run_id: &str,
+        stored: Value,
+        read: &mut std::collections::BTreeMap<String, Value>,
+    ) -> Result<Value, ClientError> {
+        use crate::protocol::value::{read_slot, Slot};
+        let Ok(Slot::Reference(r)) = read_slot(&stored) else {
+            return self.resolve_value(run_id, stored);
+        };
+        if let Some(value) = read.get(&r.sha256) {
+            return Ok(value.clone());
+        }
+        let value = self.read_value(run_id, &r)?;
+        read.insert(r.sha256, value.clone());
+        Ok(value)
     }
 
     /// Sends `body` with a fresh request id and waits for its receipt.
