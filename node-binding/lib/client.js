@@ -196,7 +196,9 @@ export class Client {
   }
 
   /**
-   * One page of `listRuns` with where the next starts: `{ runs, more, nextCursor }`. Pass
+   * One page of `listRuns` with where the next starts: `{ runs, more, nextCursor }`. A list is
+   * a summary: a result stored apart (over 64 KiB) stays its reference
+   * (`{ $piw: 'value', sha256, bytes, preview }`; `runStatus` or `readValue` reads it). Pass
    * `nextCursor` back as `cursor` (with the same filters) until `more` is false: every run that
    * existed when the paging began comes exactly once, whatever starts or ends meanwhile.
    */
@@ -208,9 +210,6 @@ export class Client {
       statuses: options.statuses ?? null,
       cursor: options.cursor ?? null,
     });
-    for (const run of body.runs) {
-      if (run.result !== undefined && !options.references) run.result = await this.resolveValue(run.run_id, run.result);
-    }
     return { runs: body.runs, more: body.more === true, nextCursor: body.next_cursor ?? null };
   }
 

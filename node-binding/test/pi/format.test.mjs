@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { widgetOf } from '../../extension/format.js';
+import { messageText, widgetOf } from '../../extension/format.js';
 
 const attempt = (node_id, status, started_at, finished_at = started_at + 5) => ({
   attempt_id: `att-${node_id}-${started_at}`,
@@ -89,4 +89,18 @@ test("the widget shows the run's progress tracks with their ETA, overall and blo
   assert.equal(lines[lines.length - 4], '→ ✓ j 5 ms');
   // Without updates the widget is as it was.
   assert.equal(widgetOf({ run: run('j'), attempts: [...oldestFirst].reverse() }, null).lines.length, 9);
+});
+
+test("a terminal message whose result is stored apart shows the result's start, size and the command that prints it, not the reference", () => {
+  const sha256 = 'ab'.repeat(32);
+  const message = {
+    kind: 'terminal',
+    run_id: 'run-1',
+    content: { status: 'completed', workflow: 'big', result: { $piw: 'value', sha256, bytes: 5000012, preview: '{"stdout":"xxx' } },
+  };
+  const text = messageText(message);
+  assert.match(text, /^Workflow big completed \(run run-1\)\nresult: \{"stdout":"xxx… \(5000012 bytes: piw run value run-1 (ab)+\)$/);
+  assert.doesNotMatch(text, /\$piw/);
+  const plain = messageText({ ...message, content: { ...message.content, result: { n: 1 } } });
+  assert.match(plain, /result: \{\s*"n": 1\s*\}/);
 });
