@@ -744,10 +744,10 @@ pub fn fit_text(text: &str, width: u16) -> String {
 pub fn compact(value: &Value) -> String {
     use piw_core::protocol::value::{read_slot, Slot};
     let text = match read_slot(value) {
-        // A value stored apart: its start and size (`piw value get` prints it whole).
+        // A value stored apart: its start and size (`piw run value` prints it whole).
         Ok(Slot::Reference(r)) => {
             return format!(
-                "{}… ({} bytes: piw value get <run> {})",
+                "{}… ({} bytes: piw run value <run> {})",
                 one_line(&r.preview),
                 r.bytes,
                 r.sha256
