@@ -618,8 +618,11 @@ impl Worker {
             return Ok(false);
         };
         // It travels as the transition's own outcome now, no longer among the earlier steps.
+        // Its output went through `send_value` when it was deferred: sent as it is now.
         self.deferred_bytes = self.deferred_bytes.saturating_sub(encoded_len(&last));
-        Ok(self.transition(last.outcome, &last.next_node)?.parked)
+        Ok(self
+            .transition_sent(last.outcome, &last.next_node, None)?
+            .parked)
     }
 
     /// Proposes the current attempt's outcome and the next node (after any deferred steps).
@@ -644,6 +647,17 @@ impl Worker {
         next_timeout_ms: Option<u64>,
     ) -> Result<TransitionReply, WorkerError> {
         let outcome = self.send_outcome(outcome)?;
+        self.transition_sent(outcome, next_node, next_timeout_ms)
+    }
+
+    /// [`Worker::transition_with_timeout`] with an outcome already as it is sent
+    /// ([`Worker::send_outcome`]: a second pass would wrap a reference as a literal).
+    fn transition_sent(
+        &mut self,
+        outcome: payload::AttemptOutcome,
+        next_node: &str,
+        next_timeout_ms: Option<u64>,
+    ) -> Result<TransitionReply, WorkerError> {
         self.flush_if_it_would_not_fit(encoded_len(&outcome))?;
         let earlier = std::mem::take(&mut self.deferred);
         self.deferred_bytes = 0;

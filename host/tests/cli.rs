@@ -3023,3 +3023,57 @@ fn a_large_output_is_printed_whole_with_json_and_as_a_preview_without() {
         serde_json::json!([])
     );
 }
+
+/// A batched step whose output is stored apart, reported later on its own (here: at once,
+/// after a lost child, `report_each_step`), keeps the value, not its reference: the
+/// reference is made once, when the step is deferred.
+#[test]
+fn a_deferred_step_with_a_large_output_is_reported_with_the_value() {
+    let h = home();
+    let marker = h.home.with_file_name("crashed-once");
+    let file = workflow_file(
+        &h,
+        "batched",
+        &serde_json::json!({
+            "graph": {"name": "batched", "start": "a",
+                      "nodes": {"a": {"kind": "compute"}, "b": {"kind": "compute"},
+                                "c": {"kind": "compute"}},
+                      "edges": [{"from": "a", "to": "b"}, {"from": "b", "to": "c"}]},
+            "batch_compute": true,
+            "behaviors": {"a": {"return_bytes": 100_000},
+                          "b": {"crash": "before_propose", "once_marker": marker},
+                          "c": {}}
+        }),
+    );
+    let o = piw(
+        &h.home,
+        &["run", "start", file.to_str().unwrap(), "--wait", "--json"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        marker.exists(),
+        "the first child crashed with a's step deferred"
+    );
+    let run_id = json_of(&o)["run"]["run_id"].as_str().unwrap().to_owned();
+    let status = json_of(&piw(&h.home, &["run", "status", &run_id, "--json"]));
+    let ok: Vec<&Value> = status["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["status"] == "ok")
+        .collect();
+    assert_eq!(ok.len(), 3, "{status:#}");
+    for a in ok {
+        assert_eq!(
+            a["output"]["blob"].as_str().map(str::len),
+            Some(100_000),
+            "{}: {}",
+            a["node_id"],
+            a["output"]
+                .to_string()
+                .chars()
+                .take(300)
+                .collect::<String>()
+        );
+    }
+}

@@ -197,7 +197,11 @@ fn run() -> Result<(), WorkerError> {
                     && pure(&node)
                     && pure(&next)
                     && behaviors[&next].as_object().is_none_or(|b| {
-                        b.is_empty() || b.keys().all(|k| k == "return" || k == "crash")
+                        b.is_empty()
+                            || b.keys().all(|k| {
+                                ["return", "return_bytes", "crash", "once_marker"]
+                                    .contains(&k.as_str())
+                            })
                     })
                     && w.deferred_steps() < 64
                     && w.deferred_bytes() < 64 * 1024
