@@ -210,6 +210,10 @@ export class Client {
       statuses: options.statuses ?? null,
       cursor: options.cursor ?? null,
     });
+    for (const run of body.runs) {
+      // A literal needs no read: unwrapped here as everywhere.
+      if (run.result?.$piw === 'literal') run.result = run.result.value;
+    }
     return { runs: body.runs, more: body.more === true, nextCursor: body.next_cursor ?? null };
   }
 
