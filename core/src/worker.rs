@@ -535,6 +535,7 @@ impl Worker {
                 *output = self.resolve_value_once(output.take(), &mut read)?;
             }
         }
+        reply.input = self.resolve_value_once(std::mem::take(&mut reply.input), &mut read)?;
         reply.node_input =
             self.resolve_value_once(std::mem::take(&mut reply.node_input), &mut read)?;
         if let Some(answer) = reply.answer.take() {

@@ -275,6 +275,19 @@ test('a shell step\'s 5 MB output is stored apart and the next node, the client 
   assert.deepEqual(await c.diagnose(), []);
 });
 
+test('a run input shaped like a stored value reference is the caller\'s own data', async () => {
+  const file = writeWorkflow(
+    host.dir,
+    'echo-input',
+    `export default piw.defineWorkflow({ name: 'echo-input', startAt: 'echo', edges: [],
+      nodes: { echo: piw.compute({ run: ({ input }) => ({ input }) }) } });`,
+  );
+  const input = { $piw: 'value', sha256: 'a'.repeat(64), bytes: 3, preview: '' };
+  const run = await host.client.waitForRun((await host.client.startRun(file, { input })).run_id, { timeoutMs: 20_000 });
+  assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+  assert.deepEqual(run.result, { input });
+});
+
 test('node code that returns what JSON cannot hold fails the node, not the child', async () => {
   const file = writeWorkflow(
     host.dir,

@@ -300,7 +300,9 @@ impl WriteTx<'_> {
     /// Creates a queued run. Returns its id.
     pub fn start_run(&mut self, new: &NewRun) -> StoreResult<String> {
         let run_id = new_id("run");
-        let input = new.input.to_string();
+        // A place like an output: an input whose top level reads as a reference is the
+        // caller's own data, kept as a literal (`protocol::value`).
+        let input = crate::protocol::value::wrap_inline(new.input.clone()).to_string();
         let definition = new.definition.as_ref().map(|d| d.to_string());
         let digest = definition.as_ref().map(|d| sha256_hex(d.as_bytes()));
         self.conn()
