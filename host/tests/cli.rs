@@ -1615,9 +1615,10 @@ fn socket_of(home: &Path) -> PathBuf {
 }
 
 /// `piw runs` lists run records whose results together may pass the 1 MiB reply limit (ten
-/// runs with results of 120 kB did). The listing must still work: the newest runs that fit,
-/// and a note saying so on stderr (stdout stays one JSON document with `--json`). `--limit`
-/// asks for fewer or more.
+/// runs with results of 120 kB did; results that large are stored apart now, so here twenty
+/// of 60 kB, each inline). The listing must still work: the newest runs that fit, and a note
+/// saying so on stderr (stdout stays one JSON document with `--json`). `--limit` asks for
+/// fewer or more.
 #[test]
 fn runs_lists_every_run_when_results_are_large_and_takes_a_limit() {
     use piw_core::client::BlockingClient;
@@ -1633,8 +1634,8 @@ fn runs_lists_every_run_when_results_are_large_and_takes_a_limit() {
     let file = workflow_file(&h, "echo", &fixture);
     assert_eq!(piw(&h.home, &["host", "start"]).status.code(), Some(0));
     let mut client = BlockingClient::connect(&PiwPaths::for_home(h.home.clone())).unwrap();
-    let big = "x".repeat(120_000);
-    for _ in 0..10 {
+    let big = "x".repeat(60_000);
+    for _ in 0..20 {
         client
             .call(RequestBody::RunStart(payload::RunStart {
                 workflow_file: file.display().to_string(),
@@ -1648,7 +1649,7 @@ fn runs_lists_every_run_when_results_are_large_and_takes_a_limit() {
     let begun = std::time::Instant::now();
     loop {
         let status = json_of(&piw(&h.home, &["host", "status", "--json"]));
-        if status["runs"]["completed"] == 10 {
+        if status["runs"]["completed"] == 20 {
             break;
         }
         assert!(
@@ -1662,7 +1663,7 @@ fn runs_lists_every_run_when_results_are_large_and_takes_a_limit() {
     let o = piw(&h.home, &["runs", "--json"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let runs = json_of(&o)["runs"].as_array().unwrap().clone();
-    assert_eq!(runs.len(), 10);
+    assert_eq!(runs.len(), 20);
     let omitted: Vec<bool> = runs
         .iter()
         .map(|r| r["result_omitted"] == true && r["result"].is_null())
@@ -1671,14 +1672,14 @@ fn runs_lists_every_run_when_results_are_large_and_takes_a_limit() {
         !omitted[0] && runs[0]["result"] == big.as_str(),
         "the newest keeps its result"
     );
-    assert!(omitted[9], "the oldest result is left out");
+    assert!(omitted[19], "the oldest result is left out");
     assert!(
         omitted.windows(2).all(|w| w[0] <= w[1]),
         "results are left out oldest first: {omitted:?}"
     );
     let o = piw(&h.home, &["runs"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 11);
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 21);
     // `--limit` lists at most that many.
     let o = piw(&h.home, &["runs", "--json", "--limit", "2"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
