@@ -3019,6 +3019,17 @@ fn a_large_output_is_printed_whole_with_json_and_as_a_preview_without() {
     let o = piw(&h.home, &["run", "value", &run_id, &sha256]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_eq!(json_of(&o)["blob"], blob.as_str());
+    // `a`'s output, `b`'s (its input, the same value, sent again by a new child) and the
+    // run's result: one value stored once.
+    let db = rusqlite::Connection::open(h.home.join("state.sqlite")).unwrap();
+    let (values, bytes): (i64, i64) = db
+        .query_row(
+            "SELECT COUNT(*), (SELECT SUM(length(data)) FROM value_chunks) FROM value_blobs",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!((values, bytes), (1, 2_000_011));
     assert_eq!(
         json_of(&piw(&h.home, &["diagnose", "--json"]))["findings"],
         serde_json::json!([])
