@@ -288,6 +288,23 @@ enum piw_status piw_wait_run(const struct piw_client *client,
                              int64_t timeout_ms,
                              char **run_out);
 
+// A stored place of run `run_id` as the workflow gave it, in `*value_out` (JSON, owned by the
+// caller). `stored_json` is what a reply holds in a place that may hold a value stored apart:
+// an attempt's `output`, a run's `result`, an effect's `receipt`, a request, a message's
+// `content`. A reference (`{"$piw": "value", "sha256", "bytes", "preview"}`: a value over
+// 64 KiB) is read back a frame at a time with `value.get` and checked against its hash; a
+// wrapped literal (`{"$piw": "literal", "value": v}`) gives `v`; anything else is itself.
+//
+// `timeout_ms` bounds each `value.get`, as in `piw_client_call`. Errors: `PIW_STATUS_REJECTED`
+// (`not_found`: the run does not hold the value), `PIW_STATUS_PROTOCOL` (a malformed `$piw`
+// object, or bytes that do not match the hash), as `piw_client_call` otherwise.
+// Thread safety: any thread.
+enum piw_status piw_client_resolve_value(const struct piw_client *client,
+                                         const char *run_id,
+                                         const char *stored_json,
+                                         int64_t timeout_ms,
+                                         char **value_out);
+
 // Closes every client and subscription handle still open (as `piw_client_close` and
 // `piw_subscription_close` would; their handles then fail with `PIW_STATUS_CLOSED`) and stops
 // the library's `piw-io` thread, so a program can end with nothing of the library left

@@ -282,6 +282,19 @@ export interface RunStatusOptions {
   attemptsLimit?: number;
   /** Only attempts older than this one: the last `attempt_id` of a previous reply. */
   attemptsBefore?: string;
+  /** Keep values stored apart (over 64 KiB) as their references instead of reading them back. */
+  references?: boolean;
+}
+
+/** What the host keeps in place of a value over 64 KiB, stored apart (`readValue` reads it). */
+export interface ValueReference {
+  $piw: 'value';
+  /** SHA-256 of the value's canonical JSON. */
+  sha256: string;
+  /** The canonical JSON's length in bytes (at most 64 MiB). */
+  bytes: number;
+  /** The start of the canonical JSON, at most 200 characters. */
+  preview: string;
 }
 
 export interface RunStatus {
@@ -397,6 +410,10 @@ export declare class Client {
   allRuns(options?: Omit<ListRunsOptions, 'cursor'> & { cursor?: string | null }): AsyncIterableIterator<Run>;
   startRun(workflowFile: string, options?: StartRunOptions): Promise<{ run_id: string; status: RunStatusName }>;
   runStatus(runId: string, options?: RunStatusOptions): Promise<RunStatus>;
+  /** The value a reference names, which run `runId` holds, read back and checked against its hash. */
+  readValue(runId: string, reference: ValueReference): Promise<unknown>;
+  /** A stored place as the workflow gave it: a reference read back, a literal unwrapped, else itself. */
+  resolveValue(runId: string, stored: unknown): Promise<unknown>;
   pauseRun(runId: string, options?: CommandOptions): Promise<{ run_id: string; paused: true }>;
   resumeRun(runId: string, options?: CommandOptions): Promise<{ run_id: string; paused: false }>;
   cancelRun(runId: string, options?: CommandOptions & { reason?: string }): Promise<{ run_id: string; status: 'cancelled'; summary: unknown }>;

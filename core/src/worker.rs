@@ -16,7 +16,8 @@ use serde_json::{json, Value};
 
 use crate::client::{BlockingClient, ClientError};
 use crate::paths::PiwPaths;
-use crate::protocol::{payload, Receipt, RejectionCode, Request, RequestBody};
+use crate::protocol::value::{self, read_slot, Slot, ValueReader, ValueRef};
+use crate::protocol::{canonical_json, payload, Receipt, RejectionCode, Request, RequestBody};
 
 /// How often a worker message is resent after an `internal` rejection before it counts.
 const INTERNAL_RETRIES: usize = 3;
@@ -93,6 +94,17 @@ pub enum WorkerError {
     /// Reporting deferred steps parked the run (a pause was requested): the worker is done.
     #[error("the run parked at its last boundary")]
     Parked,
+    /// A value the workflow handed over is larger than the host stores
+    /// ([`crate::protocol::MAX_VALUE_BYTES`]).
+    #[error("value_too_large: {what} is {bytes} bytes of JSON, over the limit of {limit}")]
+    ValueTooLarge {
+        what: &'static str,
+        bytes: u64,
+        limit: u64,
+    },
+    /// A stored value read back does not match its reference.
+    #[error("a stored value could not be read back: {0}")]
+    ValueUnreadable(String),
 }
 
 impl WorkerError {
@@ -257,6 +269,9 @@ pub struct Worker {
     host_takes_result_from_output: bool,
     /// The hello reply asked for every step to be reported at once (`report_each_step`).
     report_each_step: bool,
+    /// The host stores large values (`large_values` in its hello reply): values over
+    /// [`value::INLINE_VALUE_BYTES`] are uploaded and sent as references.
+    host_stores_large_values: bool,
 }
 
 impl Worker {
@@ -275,6 +290,7 @@ impl Worker {
             deferred_bytes: 0,
             host_takes_result_from_output: false,
             report_each_step: false,
+            host_stores_large_values: false,
         })
     }
 
@@ -343,6 +359,113 @@ impl Worker {
         self.client.send(req)
     }
 
+    /// `value` as it is sent to the host: itself when small (wrapped when its top level would
+    /// read as a reference), or, over [`value::INLINE_VALUE_BYTES`], uploaded in chunks
+    /// (`worker.value_put`) and replaced by its reference. A host without `large_values` gets
+    /// the value as it is.
+    pub fn send_value(&mut self, what: &'static str, v: Value) -> Result<Value, WorkerError> {
+        if !self.host_stores_large_values {
+            return Ok(v);
+        }
+        let text = canonical_json(&v);
+        if text.len() <= value::INLINE_VALUE_BYTES {
+            return Ok(value::wrap_inline(v));
+        }
+        let bytes = u64::try_from(text.len()).unwrap_or(u64::MAX);
+        if bytes > value::MAX_VALUE_BYTES {
+            return Err(WorkerError::ValueTooLarge {
+                what,
+                bytes,
+                limit: value::MAX_VALUE_BYTES,
+            });
+        }
+        let reference = ValueRef::for_canonical(&text);
+        self.upload(&reference, text.as_bytes())?;
+        Ok(reference.to_json())
+    }
+
+    /// Sends `bytes` as the value `reference` names, from where the host's copy ends (an
+    /// empty first chunk asks: a value stored before, by any run, is not sent again).
+    fn upload(&mut self, reference: &ValueRef, bytes: &[u8]) -> Result<(), WorkerError> {
+        let mut offset = 0usize;
+        let mut end = 0usize;
+        loop {
+            let r = self.call(RequestBody::WorkerValuePut(payload::WorkerValuePut {
+                sha256: reference.sha256.clone(),
+                bytes: reference.bytes,
+                offset: u64::try_from(offset).unwrap_or(u64::MAX),
+                data: value::chunk_to_hex(&bytes[offset..end]),
+            }))?;
+            if r.body.get("complete").and_then(Value::as_bool) == Some(true) {
+                return Ok(());
+            }
+            let received = r
+                .body
+                .get("received")
+                .and_then(Value::as_u64)
+                .and_then(|n| usize::try_from(n).ok())
+                .filter(|&n| n < bytes.len() && (n > offset || end == offset))
+                .ok_or_else(|| {
+                    WorkerError::Reply(format!("worker.value_put answered {}", r.body))
+                })?;
+            offset = received;
+            end = (offset + value::VALUE_PUT_CHUNK_BYTES).min(bytes.len());
+        }
+    }
+
+    /// `stored` as the workflow's code sees it: a reference read back (`value.get`, a frame
+    /// at a time) and checked against its hash, a literal unwrapped, anything else itself.
+    pub fn resolve_value(&mut self, stored: Value) -> Result<Value, WorkerError> {
+        let reference = match read_slot(&stored) {
+            Ok(Slot::Reference(r)) => r,
+            Ok(Slot::Inline(inner)) if std::ptr::eq(inner, &stored) => return Ok(stored),
+            Ok(Slot::Inline(inner)) => return Ok(inner.clone()),
+            Err(e) => return Err(WorkerError::ValueUnreadable(e.to_string())),
+        };
+        let mut reader = ValueReader::new(reference);
+        while let Some(offset) = reader.next_offset() {
+            let r = self.call(RequestBody::ValueGet(payload::ValueGet {
+                sha256: reader.reference().sha256.clone(),
+                offset,
+                max_bytes: None,
+            }))?;
+            reader
+                .accept(&r.body)
+                .map_err(WorkerError::ValueUnreadable)?;
+        }
+        reader.finish().map_err(WorkerError::ValueUnreadable)
+    }
+
+    /// `outcome` as it is sent: a succeeded node's output through [`Worker::send_value`].
+    fn send_outcome(
+        &mut self,
+        outcome: payload::AttemptOutcome,
+    ) -> Result<payload::AttemptOutcome, WorkerError> {
+        Ok(match outcome {
+            payload::AttemptOutcome::Succeeded { output } => payload::AttemptOutcome::Succeeded {
+                output: self.send_value("the node's output", output)?,
+            },
+            other => other,
+        })
+    }
+
+    /// [`Worker::resolve_value`], reading each value once: `read` holds those read so far.
+    fn resolve_value_once(
+        &mut self,
+        stored: Value,
+        read: &mut BTreeMap<String, Value>,
+    ) -> Result<Value, WorkerError> {
+        let Ok(Slot::Reference(r)) = read_slot(&stored) else {
+            return self.resolve_value(stored);
+        };
+        if let Some(value) = read.get(&r.sha256) {
+            return Ok(value.clone());
+        }
+        let value = self.resolve_value(stored)?;
+        read.insert(r.sha256, value.clone());
+        Ok(value)
+    }
+
     /// Authenticates with the one-time token; sends the graph snapshot and resolved mounts.
     pub fn hello(
         &mut self,
@@ -405,6 +528,27 @@ impl Worker {
             .iter()
             .any(|f| f == payload::FEATURE_RESULT_IS_OUTPUT);
         self.report_each_step = reply.report_each_step;
+        self.host_stores_large_values = reply
+            .features
+            .iter()
+            .any(|f| f == payload::FEATURE_LARGE_VALUES);
+        // The workflow's code sees values, never references; a value several places hold
+        // (the node input is the latest output) is read once.
+        let mut read = BTreeMap::new();
+        for result in &mut reply.results {
+            if let Some(output) = result.get_mut("output") {
+                *output = self.resolve_value_once(output.take(), &mut read)?;
+            }
+        }
+        reply.input = self.resolve_value_once(std::mem::take(&mut reply.input), &mut read)?;
+        reply.node_input =
+            self.resolve_value_once(std::mem::take(&mut reply.node_input), &mut read)?;
+        if let Some(answer) = reply.answer.take() {
+            reply.answer = Some(self.resolve_value_once(answer, &mut read)?);
+        }
+        if let Some(submission) = reply.submission.take() {
+            reply.submission = Some(self.resolve_value_once(submission, &mut read)?);
+        }
         Ok(reply)
     }
 
@@ -447,6 +591,7 @@ impl Worker {
         outcome: payload::AttemptOutcome,
         next_node: &str,
     ) -> Result<(), WorkerError> {
+        let outcome = self.send_outcome(outcome)?;
         let step = payload::EarlierStep {
             outcome,
             next_node: next_node.to_owned(),
@@ -479,8 +624,11 @@ impl Worker {
             return Ok(false);
         };
         // It travels as the transition's own outcome now, no longer among the earlier steps.
+        // Its output went through `send_value` when it was deferred: sent as it is now.
         self.deferred_bytes = self.deferred_bytes.saturating_sub(encoded_len(&last));
-        Ok(self.transition(last.outcome, &last.next_node)?.parked)
+        Ok(self
+            .transition_sent(last.outcome, &last.next_node, None)?
+            .parked)
     }
 
     /// Proposes the current attempt's outcome and the next node (after any deferred steps).
@@ -499,6 +647,18 @@ impl Worker {
     /// [`Worker::transition`] into a node whose deadline the workflow decides when each
     /// attempt starts, with the timeout decided for the attempt it opens (`None`: no deadline).
     pub fn transition_with_timeout(
+        &mut self,
+        outcome: payload::AttemptOutcome,
+        next_node: &str,
+        next_timeout_ms: Option<u64>,
+    ) -> Result<TransitionReply, WorkerError> {
+        let outcome = self.send_outcome(outcome)?;
+        self.transition_sent(outcome, next_node, next_timeout_ms)
+    }
+
+    /// [`Worker::transition_with_timeout`] with an outcome already as it is sent
+    /// ([`Worker::send_outcome`]: a second pass would wrap a reference as a literal).
+    fn transition_sent(
         &mut self,
         outcome: payload::AttemptOutcome,
         next_node: &str,
@@ -546,11 +706,12 @@ impl Worker {
         let result_is_output = self.host_takes_result_from_output
             && !result.is_null()
             && matches!(&outcome, payload::AttemptOutcome::Succeeded { output } if *output == result);
-        let result = if result_is_output {
+        let result = if result_is_output || result.is_null() {
             Value::Null
         } else {
-            result
+            self.send_value("the run's result", result)?
         };
+        let outcome = self.send_outcome(outcome)?;
         self.flush_if_it_would_not_fit(encoded_len(&outcome) + encoded_len(&result))?;
         let earlier = std::mem::take(&mut self.deferred);
         self.deferred_bytes = 0;
@@ -591,6 +752,7 @@ impl Worker {
         request: Value,
     ) -> Result<String, WorkerError> {
         self.flush_for_node_operation()?;
+        let request = self.send_value("the decision's request", request)?;
         let r = self.call(RequestBody::WorkerWait(payload::WorkerWait {
             decision_kind: kind,
             request,
@@ -629,6 +791,7 @@ impl Worker {
         request: Value,
     ) -> Result<String, WorkerError> {
         self.flush_for_node_operation()?;
+        let request = self.send_value("the interaction's request", request)?;
         let r = self.call(RequestBody::WorkerInteractionRequest(
             payload::WorkerInteractionRequest {
                 interaction_kind: kind,
@@ -642,6 +805,7 @@ impl Worker {
     /// Records a notify node's message.
     pub fn notify(&mut self, content: Value) -> Result<Receipt, WorkerError> {
         self.flush_for_node_operation()?;
+        let content = self.send_value("the message", content)?;
         self.call(RequestBody::WorkerNotify(payload::WorkerNotify { content }))
     }
 
@@ -668,7 +832,17 @@ impl Worker {
                 retry_contract: contract,
             },
         ))?;
-        serde_json::from_value(r.body).map_err(|e| WorkerError::Reply(e.to_string()))
+        let reservation =
+            serde_json::from_value(r.body).map_err(|e| WorkerError::Reply(e.to_string()))?;
+        Ok(match reservation {
+            crate::store::Reservation::AlreadyApplied { effect_id, receipt } => {
+                crate::store::Reservation::AlreadyApplied {
+                    effect_id,
+                    receipt: self.resolve_value(receipt)?,
+                }
+            }
+            other => other,
+        })
     }
 
     /// Marks a reserved effect as being applied (from now on a crash makes it uncertain).
@@ -688,6 +862,12 @@ impl Worker {
         result: payload::EffectResult,
     ) -> Result<Receipt, WorkerError> {
         self.flush_for_node_operation()?;
+        let result = match result {
+            payload::EffectResult::Applied { receipt } => payload::EffectResult::Applied {
+                receipt: self.send_value("the effect's receipt", receipt)?,
+            },
+            other => other,
+        };
         self.call(RequestBody::WorkerEffectSettle(
             payload::WorkerEffectSettle {
                 effect_id: effect_id.to_owned(),

@@ -1496,3 +1496,62 @@ fn log_run_id(log: &[String]) -> String {
         serde_json::from_str(reply.trim_start_matches("reply start ")).expect("a JSON body");
     body["run_id"].as_str().expect("a run id").to_owned()
 }
+
+/// `value.get` answers a piece of a large value that fits a frame, whatever was asked for, and
+/// the pieces put together are the value.
+#[test]
+fn value_get_pieces_fit_a_frame_and_add_up_to_the_value() {
+    use piw_core::protocol::value::{ValueReader, ValueRef};
+    use piw_core::protocol::{canonical_json, encode_frame, Limits, ServerFrame};
+    let mut f = Fixture::new();
+    let (run_id, act, _) = f.running();
+    let value = json!({ "blob": "v".repeat(3_000_000) });
+    let text = canonical_json(&value);
+    let reference = ValueRef::for_canonical(&text);
+    let mut offset = 0usize;
+    while offset < text.len() {
+        let end = (offset + 100_000).min(text.len());
+        f.store
+            .write(|w| {
+                w.put_value_chunk(
+                    &act.claim,
+                    &reference.sha256,
+                    reference.bytes,
+                    offset as u64,
+                    &text.as_bytes()[offset..end],
+                )
+            })
+            .unwrap();
+        offset = end;
+    }
+    let limits = Limits::default();
+    let mut reader = ValueReader::new(reference.clone());
+    let mut pieces = 0;
+    while let Some(offset) = reader.next_offset() {
+        let req = Request::new(
+            "req-get",
+            RequestBody::ValueGet(payload::ValueGet {
+                sha256: reference.sha256.clone(),
+                offset,
+                // More than a frame holds: the host sends what fits.
+                max_bytes: Some(u64::MAX),
+            }),
+        )
+        .with_run_id(&run_id);
+        let state = HostState {
+            reply_limit: limits.max_frame_bytes,
+            ..HostState::default()
+        };
+        let receipt = apply_read(&f.store, &state, &req).unwrap();
+        let encoded = encode_frame(&ServerFrame::receipt("req-get", receipt.clone()), &limits);
+        assert!(
+            encoded.is_ok(),
+            "a piece does not fit a frame: {:?}",
+            encoded.err()
+        );
+        reader.accept(&receipt.body).unwrap();
+        pieces += 1;
+    }
+    assert_eq!(reader.finish().unwrap(), value);
+    assert!(pieces >= 6, "{pieces} pieces of 3 MB");
+}

@@ -102,7 +102,14 @@ fn documented_limits_match_the_defaults() {
     assert_eq!(DEFAULT_MAX_FRAME_BYTES, 1_048_576);
     assert_eq!(DEFAULT_MAX_BUFFERED_BYTES, 4_194_304);
     assert_eq!(DEFAULT_MAX_PAYLOAD_BYTES, 262_144);
-    for text in ["1,048,576", "4,194,304", "262,144", "1–128 characters"] {
+    assert_eq!(MAX_VALUE_BYTES, 67_108_864);
+    for text in [
+        "1,048,576",
+        "4,194,304",
+        "262,144",
+        "67,108,864",
+        "1–128 characters",
+    ] {
         assert!(doc.contains(text), "{text}");
     }
     assert_eq!(MAX_ID_CHARS, 128);

@@ -111,6 +111,11 @@ fn sample(kind: RequestKind) -> Request {
             subscription_id: "sub-1".into(),
         }),
         RequestKind::Diagnose => RequestBody::Diagnose,
+        RequestKind::ValueGet => RequestBody::ValueGet(ValueGet {
+            sha256: "ab".repeat(32),
+            offset: 0,
+            max_bytes: Some(1024),
+        }),
         RequestKind::Repair => RequestBody::Repair,
         RequestKind::RunPrune => RequestBody::RunPrune(piw_core::protocol::payload::RunPrune {
             older_than_ms: Some(30 * 86_400_000),
@@ -202,6 +207,12 @@ fn sample(kind: RequestKind) -> Request {
             reason: "parked".into(),
         }),
         RequestKind::WorkerResults => RequestBody::WorkerResults(WorkerResults { offset: 3 }),
+        RequestKind::WorkerValuePut => RequestBody::WorkerValuePut(WorkerValuePut {
+            sha256: "ab".repeat(32),
+            bytes: 70_000,
+            offset: 0,
+            data: "00ff".into(),
+        }),
     };
     let required = kind.required_fields();
     let mut request = Request::new(format!("req-{}", kind.as_str()), body);
@@ -842,7 +853,7 @@ fn decode_error_messages_are_bounded() {
 
 #[test]
 fn every_request_kind_round_trips() {
-    assert_eq!(RequestKind::ALL.len(), 39);
+    assert_eq!(RequestKind::ALL.len(), 41);
     for &kind in RequestKind::ALL {
         let request = sample(kind)
             .with_expected_revision(3)

@@ -215,6 +215,34 @@ impl ClientObject {
         )
     }
 
+    /// A stored place of run `run_id` as the workflow gave it: a reference read back with
+    /// `value.get` (each call bounded by `timeout`), a literal unwrapped, anything else itself.
+    pub fn resolve_value(
+        &self,
+        run_id: &str,
+        stored: Value,
+        timeout: Option<Duration>,
+    ) -> Result<Value, Error> {
+        use piw_core::protocol::value::{read_slot, Slot, ValueReader};
+        let protocol = |message: String| Error::new(PiwStatus::Protocol, "protocol", message);
+        let reference = match read_slot(&stored) {
+            Ok(Slot::Inline(value)) => return Ok(value.clone()),
+            Ok(Slot::Reference(r)) => r,
+            Err(e) => return Err(protocol(e.to_string())),
+        };
+        let mut reader = ValueReader::new(reference);
+        while let Some(offset) = reader.next_offset() {
+            let receipt = self.call(
+                "value.get",
+                &json!({ "run_id": run_id }),
+                json!({ "sha256": reader.reference().sha256, "offset": offset }),
+                timeout,
+            )?;
+            reader.accept(&receipt["body"]).map_err(protocol)?;
+        }
+        reader.finish().map_err(protocol)
+    }
+
     /// Waits until run `run_id` is final ([`RunStatus::is_terminal`], the one list of final
     /// states), or with `until_parked` also waiting or in review, and returns its record (the
     /// `run` of `run.status`). Reads the status, then again after each event that says so, on

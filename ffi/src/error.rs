@@ -237,6 +237,12 @@ impl From<WorkerError> for Error {
             WorkerError::Reply(_) => Error::new(PiwStatus::Protocol, "protocol", e.to_string()),
             WorkerError::Refused(_) => Error::new(PiwStatus::Refused, "refused", e.to_string()),
             WorkerError::Parked => Error::new(PiwStatus::Stale, "stale", e.to_string()),
+            WorkerError::ValueTooLarge { .. } => {
+                Error::new(PiwStatus::InvalidArgument, "value_too_large", e.to_string())
+            }
+            WorkerError::ValueUnreadable(_) => {
+                Error::new(PiwStatus::Protocol, "value_unreadable", e.to_string())
+            }
         }
     }
 }

@@ -363,6 +363,37 @@ pub unsafe extern "C" fn piw_wait_run(
     })
 }
 
+/// A stored place of run `run_id` as the workflow gave it, in `*value_out` (JSON, owned by the
+/// caller). `stored_json` is what a reply holds in a place that may hold a value stored apart:
+/// an attempt's `output`, a run's `result`, an effect's `receipt`, a request, a message's
+/// `content`. A reference (`{"$piw": "value", "sha256", "bytes", "preview"}`: a value over
+/// 64 KiB) is read back a frame at a time with `value.get` and checked against its hash; a
+/// wrapped literal (`{"$piw": "literal", "value": v}`) gives `v`; anything else is itself.
+///
+/// `timeout_ms` bounds each `value.get`, as in `piw_client_call`. Errors: `PIW_STATUS_REJECTED`
+/// (`not_found`: the run does not hold the value), `PIW_STATUS_PROTOCOL` (a malformed `$piw`
+/// object, or bytes that do not match the hash), as `piw_client_call` otherwise.
+/// Thread safety: any thread.
+#[no_mangle]
+pub unsafe extern "C" fn piw_client_resolve_value(
+    client: *const PiwClient,
+    run_id: *const c_char,
+    stored_json: *const c_char,
+    timeout_ms: i64,
+    value_out: *mut *mut c_char,
+) -> PiwStatus {
+    ffi_call(|| {
+        CLIENTS.with(client, |c| {
+            let out = unsafe { out_string(value_out, "value_out") }?;
+            let run_id = unsafe { text(run_id, "run_id", PIW_MAX_TEXT_BYTES) }?;
+            let stored = unsafe { opt_json(stored_json, "stored_json") }?;
+            let value = c.resolve_value(run_id, stored, client::timeout_of(timeout_ms))?;
+            give(out, &value.to_string());
+            Ok(())
+        })
+    })
+}
+
 /// Closes every client and subscription handle still open (as `piw_client_close` and
 /// `piw_subscription_close` would; their handles then fail with `PIW_STATUS_CLOSED`) and stops
 /// the library's `piw-io` thread, so a program can end with nothing of the library left

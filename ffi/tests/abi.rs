@@ -425,6 +425,18 @@ fn null_arguments_are_refused_by_every_entry_point() {
                 piw_wait_run(client, c"r".as_ptr(), 0, 0, no_out),
             ),
             (
+                "piw_client_resolve_value(client)",
+                piw_client_resolve_value(null(), c"r".as_ptr(), c"1".as_ptr(), 0, o),
+            ),
+            (
+                "piw_client_resolve_value(run_id)",
+                piw_client_resolve_value(client, null(), c"1".as_ptr(), 0, o),
+            ),
+            (
+                "piw_client_resolve_value(out)",
+                piw_client_resolve_value(client, c"r".as_ptr(), c"1".as_ptr(), 0, no_out),
+            ),
+            (
                 "piw_subscribe(client)",
                 piw_subscribe(null(), filter.as_ptr(), &mut sub.clone()),
             ),
@@ -662,6 +674,10 @@ fn closed_handles_and_handles_of_another_type_are_refused() {
             ),
             ("piw_client_socket", piw_client_socket(client, o)),
             ("piw_wait_run", piw_wait_run(client, c"r".as_ptr(), 0, 0, o)),
+            (
+                "piw_client_resolve_value",
+                piw_client_resolve_value(client, c"r".as_ptr(), c"1".as_ptr(), 0, o),
+            ),
             (
                 "piw_subscribe",
                 piw_subscribe(client, filter.as_ptr(), &mut null_mut()),

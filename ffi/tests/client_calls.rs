@@ -597,3 +597,57 @@ fn run_list_pages_reach_every_run_through_the_abi() {
     assert_eq!(piw_last_rejection_code(), PiwRejectionCode::Malformed);
     assert_eq!(unsafe { piw_client_close(client) }, PiwStatus::Ok);
 }
+
+/// `piw_client_resolve_value`: a node's output over 64 KiB comes back from `run.status` as a
+/// reference, which it reads back whole; a literal is unwrapped, a plain value is itself.
+#[test]
+fn a_value_stored_apart_is_read_back_through_the_abi() {
+    let install = common::Install::new();
+    let client = connect(&install);
+    let workflow = install.path().join("big.workflow.json");
+    std::fs::write(
+        &workflow,
+        serde_json::json!({
+            "graph": {"name": "big", "start": "a", "nodes": {"a": {"kind": "compute"}}, "edges": []},
+            "behaviors": {"a": {"return_bytes": 300_000}}
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let started = call(
+        client,
+        "run.start",
+        None,
+        Some(serde_json::json!({ "workflow_file": workflow, "project_dir": install.path() })),
+    )
+    .unwrap();
+    let run_id = started["body"]["run_id"].as_str().unwrap().to_owned();
+    let run_c = c(&run_id);
+    let mut out = null_mut();
+    let st = unsafe { piw_wait_run(client, run_c.as_ptr(), 0, 60_000, &mut out) };
+    assert_eq!(st, PiwStatus::Ok, "{}", last(piw_last_error_message));
+    let run: serde_json::Value = serde_json::from_str(&take(out)).unwrap();
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["result"]["$piw"], "value", "a reference");
+    let resolve = |stored: &serde_json::Value| -> serde_json::Value {
+        let stored = c(&stored.to_string());
+        let mut out = null_mut();
+        let st = unsafe {
+            piw_client_resolve_value(client, run_c.as_ptr(), stored.as_ptr(), 30_000, &mut out)
+        };
+        assert_eq!(st, PiwStatus::Ok, "{}", last(piw_last_error_message));
+        serde_json::from_str(&take(out)).unwrap()
+    };
+    let value = resolve(&run["result"]);
+    assert_eq!(value["blob"].as_str().unwrap(), "b".repeat(300_000));
+    let own = serde_json::json!({ "$piw": "value", "mine": true });
+    assert_eq!(
+        resolve(&serde_json::json!({ "$piw": "literal", "value": own })),
+        own
+    );
+    assert_eq!(
+        resolve(&serde_json::json!([1, 2])),
+        serde_json::json!([1, 2])
+    );
+    unsafe { piw_client_close(client) };
+}

@@ -289,6 +289,15 @@ pub(crate) enum RunCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Print a value of a run that is stored apart (over 64 KiB), whole, as JSON: the
+    /// `sha256` of its reference (`{"$piw": "value", ...}`, which `piw view` shows too).
+    Value {
+        run_id: String,
+        sha256: String,
+        /// Accepted for symmetry: the value is always printed as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Pause a run at its next durable boundary.
     Pause {
         run_id: String,

@@ -138,13 +138,30 @@ pub(crate) fn run_cmd(paths: &PiwPaths, mut cmd: RunCmd, json: bool) -> Result<(
             }
             (r, json)
         }
-        RunCmd::Status { run_id, json } => (
-            client.send(run_request(
+        RunCmd::Value { run_id, sha256, .. } => {
+            let reference = piw_core::protocol::ValueRef {
+                sha256: sha256.clone(),
+                bytes: value_length(&mut client, &run_id, &sha256)?,
+                preview: String::new(),
+            };
+            let value = client.read_value(&run_id, &reference)?;
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&value).unwrap_or_default()
+            );
+            return Ok(());
+        }
+        RunCmd::Status { run_id, json } => {
+            let mut r = client.send(run_request(
                 &run_id,
                 RequestBody::RunStatus(Default::default()),
-            ))?,
-            json,
-        ),
+            ))?;
+            // The whole document: values stored apart are read back into it.
+            if json {
+                client.resolve_run_status(&mut r.body)?;
+            }
+            (r, json)
+        }
         RunCmd::Pause { run_id, json } => (
             client.send(run_request(&run_id, RequestBody::RunPause))?,
             json,
@@ -354,9 +371,7 @@ pub(crate) fn run_cmd(paths: &PiwPaths, mut cmd: RunCmd, json: bool) -> Result<(
             if let Some(wakes) = human::coming(&run["wake_at"], now) {
                 text.push_str(&format!("\nwakes {wakes}"));
             }
-            if !run["result"].is_null() {
-                text.push_str(&format!("\nresult {}", run["result"]));
-            }
+            text.push_str(&result_line(&run["result"]));
             text.push_str(&why_lines(run));
             text.push_str(&request_lines(b));
             text.push_str(&update_lines(b));
@@ -367,6 +382,34 @@ pub(crate) fn run_cmd(paths: &PiwPaths, mut cmd: RunCmd, json: bool) -> Result<(
         }
     });
     Ok(())
+}
+
+/// The length of value `sha256` of `run_id`: a `value.get` of nothing says it.
+fn value_length(client: &mut BlockingClient, run_id: &str, sha256: &str) -> Result<u64, CliError> {
+    let r = client.send(run_request(
+        run_id,
+        RequestBody::ValueGet(piw_core::protocol::payload::ValueGet {
+            sha256: sha256.to_owned(),
+            offset: 0,
+            max_bytes: Some(1),
+        }),
+    ))?;
+    Ok(r.body["bytes"].as_u64().unwrap_or_default())
+}
+
+/// The `result` line of a run's text, when it has a result: a value stored apart shows its
+/// start and size (`--json` reads it whole).
+fn result_line(result: &Value) -> String {
+    use piw_core::protocol::value::{read_slot, Slot};
+    match read_slot(result) {
+        _ if result.is_null() => String::new(),
+        Ok(Slot::Reference(r)) => format!(
+            "\nresult {}… ({} bytes; `--json` prints it whole)",
+            r.preview, r.bytes
+        ),
+        Ok(Slot::Inline(v)) => format!("\nresult {v}"),
+        Err(_) => format!("\nresult {result}"),
+    }
 }
 
 /// A receipt body that is not a run, one `key value` line per field.
@@ -684,15 +727,16 @@ pub(crate) fn wait_for_run(
         if ["completed", "failed", "cancelled", "timed_out", "review"].contains(&status.as_str()) {
             // The run ends before its child does: wait (bounded) for that exit, so what is
             // printed has the child's exit and the end of its output.
-            let r = with_last_child_exited(&mut client, run_id, r);
+            let mut r = with_last_child_exited(&mut client, run_id, r);
+            if json_out {
+                client.resolve_run_status(&mut r.body)?;
+            }
             print(&r.body, json_out, |b| {
                 let run = &b["run"];
                 // Only the lines that say something: a completed run has no error, a failed
                 // one no result.
                 let mut text = format!("run {run_id} {}", status_words(&status));
-                if !run["result"].is_null() {
-                    text.push_str(&format!("\nresult {}", run["result"]));
-                }
+                text.push_str(&result_line(&run["result"]));
                 text.push_str(&why_lines(run));
                 text
             });

@@ -2322,16 +2322,17 @@ fn chain_fixture(env: &Env, name: &str, outputs: &[(&str, Value)], batched: bool
 /// A run whose attempts' outputs add up to more than a reply frame can carry still has a
 /// readable status: the oldest outputs are left out (and say so), the run's result and every
 /// attempt's status stay. Before, `run.status` failed with `payload_too_large`, and every
-/// client waiting on the run (`piw run start --wait`, `waitForRun`) failed with it.
+/// client waiting on the run (`piw run start --wait`, `waitForRun`) failed with it. (Each
+/// output is just under the size at which a value is stored apart, so each travels inline.)
 #[test]
 fn the_status_of_a_run_with_large_outputs_fits_one_reply() {
     let env = Env::new(&[]);
     let host = env.serve(None);
-    let nodes = ["a", "b", "c", "d", "e", "f"];
+    let nodes: Vec<String> = (0..20).map(|i| format!("n{i:02}")).collect();
     let outputs: Vec<(&str, Value)> = nodes
         .iter()
         .enumerate()
-        .map(|(i, n)| (*n, json!({ "n": i, "text": "x".repeat(200 * 1024) })))
+        .map(|(i, n)| (n.as_str(), json!({ "n": i, "text": "x".repeat(60 * 1024) })))
         .collect();
     let file = chain_fixture(&env, "big", &outputs, false);
     let run_id = env.start(&file, json!({}));
@@ -2341,7 +2342,7 @@ fn the_status_of_a_run_with_large_outputs_fits_one_reply() {
         Duration::from_secs(30),
     );
     assert_eq!(s["run"]["status"], json!("completed"), "{}", s["run"]);
-    assert_eq!(s["run"]["result"]["n"], json!(5), "the run's result stays");
+    assert_eq!(s["run"]["result"]["n"], json!(19), "the run's result stays");
     let attempts = s["attempts"].as_array().unwrap();
     assert_eq!(attempts.len(), nodes.len());
     assert!(
@@ -2357,7 +2358,7 @@ fn the_status_of_a_run_with_large_outputs_fits_one_reply() {
     assert!(!omitted[0], "the newest output stays");
     assert_eq!(
         attempts[0]["output"]["n"],
-        json!(5),
+        json!(19),
         "the newest output is whole"
     );
     env.stop(host);
@@ -2378,12 +2379,15 @@ fn batched_steps_with_large_outputs_still_complete() {
         .collect();
     let file = chain_fixture(&env, "batched", &outputs, true);
     let run_id = env.start(&file, json!({}));
-    let s = env.wait_for(
+    let mut s = env.wait_for(
         &run_id,
         &["completed", "failed", "review"],
         Duration::from_secs(30),
     );
     assert_eq!(s["run"]["status"], json!("completed"), "{}", s["run"]);
+    // The 200 KiB outputs are stored apart: read back.
+    assert_eq!(s["run"]["result"]["$piw"], json!("value"));
+    env.client().resolve_run_status(&mut s).unwrap();
     assert_eq!(s["run"]["result"]["node"], json!("e"));
     assert_eq!(
         s["run"]["result"]["text"].as_str().map(str::len),

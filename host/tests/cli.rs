@@ -1615,9 +1615,10 @@ fn socket_of(home: &Path) -> PathBuf {
 }
 
 /// `piw runs` lists run records whose results together may pass the 1 MiB reply limit (ten
-/// runs with results of 120 kB did). The listing must still work: the newest runs that fit,
-/// and a note saying so on stderr (stdout stays one JSON document with `--json`). `--limit`
-/// asks for fewer or more.
+/// runs with results of 120 kB did; results that large are stored apart now, so here twenty
+/// of 60 kB, each inline). The listing must still work: the newest runs that fit, and a note
+/// saying so on stderr (stdout stays one JSON document with `--json`). `--limit` asks for
+/// fewer or more.
 #[test]
 fn runs_lists_every_run_when_results_are_large_and_takes_a_limit() {
     use piw_core::client::BlockingClient;
@@ -1633,8 +1634,8 @@ fn runs_lists_every_run_when_results_are_large_and_takes_a_limit() {
     let file = workflow_file(&h, "echo", &fixture);
     assert_eq!(piw(&h.home, &["host", "start"]).status.code(), Some(0));
     let mut client = BlockingClient::connect(&PiwPaths::for_home(h.home.clone())).unwrap();
-    let big = "x".repeat(120_000);
-    for _ in 0..10 {
+    let big = "x".repeat(60_000);
+    for _ in 0..20 {
         client
             .call(RequestBody::RunStart(payload::RunStart {
                 workflow_file: file.display().to_string(),
@@ -1648,7 +1649,7 @@ fn runs_lists_every_run_when_results_are_large_and_takes_a_limit() {
     let begun = std::time::Instant::now();
     loop {
         let status = json_of(&piw(&h.home, &["host", "status", "--json"]));
-        if status["runs"]["completed"] == 10 {
+        if status["runs"]["completed"] == 20 {
             break;
         }
         assert!(
@@ -1662,7 +1663,7 @@ fn runs_lists_every_run_when_results_are_large_and_takes_a_limit() {
     let o = piw(&h.home, &["runs", "--json"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let runs = json_of(&o)["runs"].as_array().unwrap().clone();
-    assert_eq!(runs.len(), 10);
+    assert_eq!(runs.len(), 20);
     let omitted: Vec<bool> = runs
         .iter()
         .map(|r| r["result_omitted"] == true && r["result"].is_null())
@@ -1671,14 +1672,14 @@ fn runs_lists_every_run_when_results_are_large_and_takes_a_limit() {
         !omitted[0] && runs[0]["result"] == big.as_str(),
         "the newest keeps its result"
     );
-    assert!(omitted[9], "the oldest result is left out");
+    assert!(omitted[19], "the oldest result is left out");
     assert!(
         omitted.windows(2).all(|w| w[0] <= w[1]),
         "results are left out oldest first: {omitted:?}"
     );
     let o = piw(&h.home, &["runs"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 11);
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 21);
     // `--limit` lists at most that many.
     let o = piw(&h.home, &["runs", "--json", "--limit", "2"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
@@ -3042,4 +3043,125 @@ fn a_waiting_runs_wake_time_shows_in_status_and_runs_and_it_goes_on_then() {
     let s = wait_status(&h.home, &run_id, &["completed", "failed"]);
     assert_eq!(s["run"]["status"], "completed", "{s}");
     assert_eq!(s["run"]["result"], serde_json::json!({"slept": true}));
+}
+
+/// A node's output over 64 KiB is stored apart: `run status --json` and `run start --wait
+/// --json` print it whole, `run status` its start and size, and `run value` prints it alone;
+/// the next node reads it whole.
+#[test]
+fn a_large_output_is_printed_whole_with_json_and_as_a_preview_without() {
+    let h = home();
+    let file = workflow_file(
+        &h,
+        "big",
+        &serde_json::json!({
+            "graph": {"name": "big", "start": "a",
+                      "nodes": {"a": {"kind": "compute"}, "b": {"kind": "compute"}},
+                      "edges": [{"from": "a", "to": "b"}]},
+            "behaviors": {"a": {"return_bytes": 2_000_000}, "b": {}}
+        }),
+    );
+    let o = piw(
+        &h.home,
+        &["run", "start", file.to_str().unwrap(), "--wait", "--json"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let run = json_of(&o);
+    let blob = "b".repeat(2_000_000);
+    // `b` returned its input: `a`'s output, read back whole by the child that ran `b`.
+    assert_eq!(run["run"]["result"]["blob"], blob.as_str());
+    let run_id = run["run"]["run_id"].as_str().unwrap().to_owned();
+    let status = json_of(&piw(&h.home, &["run", "status", &run_id, "--json"]));
+    for a in status["attempts"].as_array().unwrap() {
+        assert_eq!(a["output"]["blob"], blob.as_str(), "{}", a["node_id"]);
+    }
+    let o = piw(&h.home, &["run", "status", &run_id]);
+    let shown = String::from_utf8_lossy(&o.stdout).into_owned();
+    let result = shown.lines().find(|l| l.starts_with("result ")).unwrap();
+    assert!(
+        result.starts_with(r#"result {"blob":"bbb"#)
+            && result.ends_with("`--json` prints it whole)"),
+        "{result}"
+    );
+    assert!(result.len() < 400, "{result}");
+    // The value by its hash, alone.
+    let store =
+        piw_core::store::Store::open_read_only(h.home.join("state.sqlite"), Default::default())
+            .unwrap();
+    let sha256 = store.attempts(&run_id).unwrap()[0].output.as_ref().unwrap()["sha256"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let o = piw(&h.home, &["run", "value", &run_id, &sha256]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(json_of(&o)["blob"], blob.as_str());
+    // `a`'s output, `b`'s (its input, the same value, sent again by a new child) and the
+    // run's result: one value stored once.
+    let db = rusqlite::Connection::open(h.home.join("state.sqlite")).unwrap();
+    let (values, bytes): (i64, i64) = db
+        .query_row(
+            "SELECT COUNT(*), (SELECT SUM(length(data)) FROM value_chunks) FROM value_blobs",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!((values, bytes), (1, 2_000_011));
+    assert_eq!(
+        json_of(&piw(&h.home, &["diagnose", "--json"]))["findings"],
+        serde_json::json!([])
+    );
+}
+
+/// A batched step whose output is stored apart, reported later on its own (here: at once,
+/// after a lost child, `report_each_step`), keeps the value, not its reference: the
+/// reference is made once, when the step is deferred.
+#[test]
+fn a_deferred_step_with_a_large_output_is_reported_with_the_value() {
+    let h = home();
+    let marker = h.home.with_file_name("crashed-once");
+    let file = workflow_file(
+        &h,
+        "batched",
+        &serde_json::json!({
+            "graph": {"name": "batched", "start": "a",
+                      "nodes": {"a": {"kind": "compute"}, "b": {"kind": "compute"},
+                                "c": {"kind": "compute"}},
+                      "edges": [{"from": "a", "to": "b"}, {"from": "b", "to": "c"}]},
+            "batch_compute": true,
+            "behaviors": {"a": {"return_bytes": 100_000},
+                          "b": {"crash": "before_propose", "once_marker": marker},
+                          "c": {}}
+        }),
+    );
+    let o = piw(
+        &h.home,
+        &["run", "start", file.to_str().unwrap(), "--wait", "--json"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        marker.exists(),
+        "the first child crashed with a's step deferred"
+    );
+    let run_id = json_of(&o)["run"]["run_id"].as_str().unwrap().to_owned();
+    let status = json_of(&piw(&h.home, &["run", "status", &run_id, "--json"]));
+    let ok: Vec<&Value> = status["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["status"] == "ok")
+        .collect();
+    assert_eq!(ok.len(), 3, "{status:#}");
+    for a in ok {
+        assert_eq!(
+            a["output"]["blob"].as_str().map(str::len),
+            Some(100_000),
+            "{}: {}",
+            a["node_id"],
+            a["output"]
+                .to_string()
+                .chars()
+                .take(300)
+                .collect::<String>()
+        );
+    }
 }

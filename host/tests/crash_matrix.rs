@@ -60,6 +60,8 @@ struct Outcome {
     effect_lines: usize,
     /// Every acknowledged message (by id, so a message added twice shows twice).
     messages: Vec<String>,
+    /// Node `a`'s output, stored apart, as read back: its length.
+    big_output: usize,
 }
 
 impl Drop for Scenario {
@@ -277,7 +279,8 @@ impl Scenario {
                             {"from": "approve", "switch": {"on": "$result.outcome",
                                                            "cases": {"timed_out": "late"}}}]},
                 "behaviors": {
-                    "a": {"return": {"step": 1}},
+                    // Stored apart (over 64 KiB): uploaded in chunks before its transition.
+                    "a": {"return_bytes": 300_000},
                     "nap": {"timer": {"for_ms": NAP_MS}},
                     "act": {"effect": {"key": "append-once", "contract": "idempotency_key",
                                        "append_to": out, "line": "applied"}},
@@ -480,6 +483,18 @@ impl Scenario {
                 .map(|s| format!("{:?}", s.state))
                 .collect(),
             spin: json!([spin_end["run"]["status"], spin_end["run"]["result"]]),
+            big_output: {
+                let a = flow_end["attempts"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|a| a["node_id"] == json!("a") && a["status"] == json!("ok"))
+                    .expect("a succeeded");
+                let sha256 = a["output"]["sha256"].as_str().expect("a reference");
+                let bytes = store.read_value(&flow_id, sha256).unwrap();
+                let value: Value = serde_json::from_slice(&bytes).unwrap();
+                value["blob"].as_str().unwrap().len()
+            },
             effect_lines: std::fs::read_to_string(&out).map_or(0, |t| t.lines().count()),
             messages: {
                 let mut m: Vec<String> = acked.into_values().collect();
@@ -599,6 +614,7 @@ fn a_crash_before_or_after_any_commit_loses_nothing_and_doubles_nothing() {
         "completed",
         "repair",
         "prune_runs",
+        "value_put",
     ] {
         assert!(
             ops.contains(op),
@@ -606,6 +622,7 @@ fn a_crash_before_or_after_any_commit_loses_nothing_and_doubles_nothing() {
         );
     }
     assert_eq!(expected.effect_lines, 1);
+    assert_eq!(expected.big_output, 300_000);
     // The notify message and one terminal message per finished run.
     assert_eq!(expected.messages.len(), 3, "{:?}", expected.messages);
     // `CRASH_MATRIX_ONLY=before_op:parked,...` narrows the matrix while debugging one point.

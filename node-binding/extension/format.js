@@ -96,6 +96,15 @@ export function checkpointMessage(decision, run, reminder = 0) {
   return lines.join('\n');
 }
 
+/**
+ * A result over 64 KiB, which the host stores apart and names by a reference: its start, its
+ * size and the command that prints it whole; `null` for any other value.
+ */
+function storedText(result, runId) {
+  if (result?.$piw !== 'value') return null;
+  return `${result.preview}… (${result.bytes} bytes: piw run value ${runId ?? '<run>'} ${result.sha256})`;
+}
+
 /** Text of a workflow message (`notify` output or a run's end). */
 export function messageText(message) {
   const c = message.content;
@@ -103,7 +112,7 @@ export function messageText(message) {
     const head = `Workflow ${c.workflow ?? ''} ${c.status ?? 'ended'} (run ${message.run_id})`;
     const rest = [];
     if (c.error) rest.push(`error: ${c.error}`);
-    if (c.result !== undefined && c.result !== null) rest.push(`result: ${json(c.result)}`);
+    if (c.result !== undefined && c.result !== null) rest.push(`result: ${storedText(c.result, message.run_id) ?? json(c.result)}`);
     if (c.reason) rest.push(`reason: ${c.reason}`);
     return [head, ...rest].join('\n');
   }
@@ -217,8 +226,9 @@ export function cardText(message) {
     if (c.error) about.push(...`error: ${c.error}`.split('\n'));
     if (c.reason) about.push(...`reason: ${c.reason}`.split('\n'));
     const has = c.result !== undefined && c.result !== null;
-    const compact = has ? [...about, `result: ${JSON.stringify(c.result)}`] : about;
-    const pretty = json(c.result);
+    const shown = storedText(c.result, d.runId);
+    const compact = has ? [...about, `result: ${shown ?? JSON.stringify(c.result)}`] : about;
+    const pretty = shown ?? json(c.result);
     const full = !has ? about : pretty.includes('\n') ? [...about, 'result:', ...pretty.split('\n')] : compact;
     return { head, lines: full, compact };
   }

@@ -1,6 +1,6 @@
 // The async client: a thin JavaScript face over the native pipelined client. Every method
 // returns a Promise; many calls may be in flight on one client.
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 
@@ -122,6 +122,66 @@ export class Client {
     return (await this.request(kind, env, payload)).body;
   }
 
+  /**
+   * The value a stored reference names (`{ $piw: 'value', sha256, bytes, preview }`, what the
+   * host keeps in place of a value over 64 KiB), read a frame at a time with `value.get` and
+   * checked against its hash. Rejects with `not_found` unless run `runId` holds it.
+   */
+  async readValue(runId, reference) {
+    const pieces = [];
+    let offset = 0;
+    while (offset < reference.bytes) {
+      const piece = await this.#body('value.get', { runId }, { sha256: reference.sha256, offset });
+      const data = Buffer.from(piece.data, 'hex');
+      if (piece.offset !== offset || data.length === 0) {
+        throw new PiwError('protocol', `value.get of ${reference.sha256} at ${offset} answered at ${piece.offset}`);
+      }
+      pieces.push(data);
+      offset += data.length;
+    }
+    const bytes = Buffer.concat(pieces);
+    const sha256 = createHash('sha256').update(bytes).digest('hex');
+    if (sha256 !== reference.sha256) {
+      throw new PiwError('protocol', `value ${reference.sha256} read back hashing to ${sha256}`);
+    }
+    return JSON.parse(bytes.toString('utf8'));
+  }
+
+  /**
+   * A stored place (an output, result, receipt, request, message) as the workflow gave it: a
+   * reference read back, a wrapped literal (a value of the workflow's own whose top level has
+   * a `$piw` key) unwrapped, anything else as it is.
+   */
+  async resolveValue(runId, stored) {
+    if (stored === null || typeof stored !== 'object' || Array.isArray(stored) || !('$piw' in stored)) return stored;
+    if (stored.$piw === 'literal') return stored.value;
+    if (stored.$piw === 'value') return this.readValue(runId, stored);
+    throw new PiwError('protocol', `a stored value is tagged ${JSON.stringify(stored.$piw)}`);
+  }
+
+  /** `status` (a `run.status` body) with every place resolved (`resolveValue`). */
+  async #resolveStatus(runId, status) {
+    // A value several places hold (an action's output is its receipt) is read once.
+    const read = new Map();
+    const resolveIn = async (items, field) => {
+      for (const item of items ?? []) {
+        const stored = item[field];
+        if (stored?.$piw === 'value' && typeof stored.sha256 === 'string') {
+          if (!read.has(stored.sha256)) read.set(stored.sha256, await this.resolveValue(runId, stored));
+          item[field] = structuredClone(read.get(stored.sha256));
+        } else if (stored !== undefined) {
+          item[field] = await this.resolveValue(runId, stored);
+        }
+      }
+    };
+    await resolveIn([status.run], 'result');
+    await resolveIn(status.attempts, 'output');
+    await resolveIn(status.effects, 'receipt');
+    await resolveIn(status.decisions, 'request');
+    await resolveIn(status.interactions, 'request');
+    return status;
+  }
+
   /** Host identity and run counts. */
   status() {
     return this.#body('host.status');
@@ -136,7 +196,9 @@ export class Client {
   }
 
   /**
-   * One page of `listRuns` with where the next starts: `{ runs, more, nextCursor }`. Pass
+   * One page of `listRuns` with where the next starts: `{ runs, more, nextCursor }`. A list is
+   * a summary: a result stored apart (over 64 KiB) stays its reference
+   * (`{ $piw: 'value', sha256, bytes, preview }`; `runStatus` or `readValue` reads it). Pass
    * `nextCursor` back as `cursor` (with the same filters) until `more` is false: every run that
    * existed when the paging began comes exactly once, whatever starts or ends meanwhile.
    */
@@ -148,6 +210,10 @@ export class Client {
       statuses: options.statuses ?? null,
       cursor: options.cursor ?? null,
     });
+    for (const run of body.runs) {
+      // A literal needs no read: unwrapped here as everywhere.
+      if (run.result?.$piw === 'literal') run.result = run.result.value;
+    }
     return { runs: body.runs, more: body.more === true, nextCursor: body.next_cursor ?? null };
   }
 
@@ -185,13 +251,17 @@ export class Client {
    * A run with its claim, decisions, interactions, effects and attempts: the newest
    * `attemptsLimit` (default 100, at most 1000) attempts, newest first, with `attempt_count`
    * (all of the run's); `attemptsBefore` (the last `attempt_id` of a previous reply) asks for
-   * older ones.
+   * older ones. Values over 64 KiB (outputs, the result, receipts, requests) are stored apart
+   * and read back here; `references: true` leaves them as their references
+   * (`{ $piw: 'value', sha256, bytes, preview }`, for `readValue`).
    */
-  runStatus(runId, options = {}) {
-    return this.#body('run.status', { runId }, {
+  async runStatus(runId, options = {}) {
+    const status = await this.#body('run.status', { runId }, {
       attempts_limit: options.attemptsLimit ?? null,
       attempts_before: options.attemptsBefore ?? null,
     });
+    // Values over 64 KiB are stored apart: read back unless the caller keeps references.
+    return options.references ? status : this.#resolveStatus(runId, status);
   }
 
   /** Pauses a run at its next durable boundary. */
@@ -257,7 +327,9 @@ export class Client {
 
   /** Pending interactive requests of a Pi session. */
   async listInteractions(sessionId) {
-    return (await this.#body('interaction.list', {}, { session_id: sessionId })).interactions;
+    const { interactions } = await this.#body('interaction.list', {}, { session_id: sessionId });
+    for (const i of interactions) i.request = await this.resolveValue(i.run_id, i.request);
+    return interactions;
   }
 
   /**
@@ -311,11 +383,13 @@ export class Client {
 
   /** Claims undelivered workflow messages of a Pi session. */
   async claimMessages(sessionId, options = {}) {
-    return (await this.#body('message.claim', envelope(options), {
+    const { messages } = await this.#body('message.claim', envelope(options), {
       session_id: sessionId,
       limit: options.limit ?? null,
       claimant: options.claimant ?? null,
-    })).messages;
+    });
+    for (const m of messages) m.content = await this.resolveValue(m.run_id, m.content);
+    return messages;
   }
 
   /** Acknowledges delivery of a claimed message. */
@@ -379,8 +453,11 @@ export class Client {
     return this.#waitFor(
       runId,
       async () => {
-        const { run } = await this.runStatus(runId);
-        return stopAt(run.status) ? run : undefined;
+        // References kept until the run is there: only its result is read back, once.
+        const { run } = await this.runStatus(runId, { references: true });
+        if (!stopAt(run.status)) return undefined;
+        run.result = await this.resolveValue(runId, run.result);
+        return run;
       },
       (event) => stopAt(event.status),
       options,
@@ -396,7 +473,7 @@ export class Client {
     return this.#waitFor(
       runId,
       async () => {
-        const { interactions, run } = await this.runStatus(runId);
+        const { interactions, run } = await this.runStatus(runId, { references: true });
         const last = interactions.find((i) => i.last_submission?.submission_id === submissionId)?.last_submission;
         if (last && last.state !== 'validating') return last;
         if (isFinal(run.status)) {

@@ -273,12 +273,16 @@ function toJson(value, what) {
 }
 
 /**
- * The largest value a node may hand the host: a message's payload is limited to 256 KiB, and
- * this leaves room for the message around one value. The worker library sends a run's last
- * output once even though it is the result too (when the host lists `result_is_output` in its
- * hello), and reports deferred steps on their own when a value would not fit beside them. A
- * host older than that takes the result in full beside the output: half as much then.
+ * The largest value a node may hand the host. A host that stores large values (it lists
+ * `large_values` in its hello) takes up to 64 MiB of JSON a value: the worker library uploads
+ * a value over 64 KiB in chunks and sends a reference, and reads references back before the
+ * workflow's code sees them. An older host takes what fits a message's 256 KiB payload: the
+ * worker library sends a run's last output once even though it is the result too (when the
+ * host lists `result_is_output`), and reports deferred steps on their own when a value would
+ * not fit beside them; a host older still takes the result in full beside the output: half as
+ * much then.
  */
+const MAX_LARGE_VALUE_BYTES = 64 * 1024 * 1024;
 const MAX_VALUE_BYTES = 240 * 1024;
 const MAX_VALUE_BYTES_OLDER_HOST = 120 * 1024;
 /** This child's limit (one run per process), set from the host's hello. */
@@ -939,9 +943,12 @@ async function drive(w) {
   const hello = w.hello(workflow.graph, mounts, true);
   const resume = hello.resume;
   if (hello.stop !== null && hello.stop !== undefined) return;
-  maxValueBytes = (hello.features ?? []).includes('result_is_output')
-    ? MAX_VALUE_BYTES
-    : MAX_VALUE_BYTES_OLDER_HOST;
+  const features = hello.features ?? [];
+  maxValueBytes = features.includes('large_values')
+    ? MAX_LARGE_VALUE_BYTES
+    : features.includes('result_is_output')
+      ? MAX_VALUE_BYTES
+      : MAX_VALUE_BYTES_OLDER_HOST;
   let runInput = hello.input;
   if (workflow.input) {
     // The input normaliser runs in every child of the run: the same input gives the same value.

@@ -40,6 +40,8 @@ fn worker_error(e: WorkerError) -> napi::Error {
         WorkerError::Reply(_) => "protocol",
         WorkerError::Refused(_) => "refused",
         WorkerError::Parked => "stale",
+        WorkerError::ValueTooLarge { .. } => "value_too_large",
+        WorkerError::ValueUnreadable(_) => "value_unreadable",
     };
     js_error(code, e.to_string())
 }

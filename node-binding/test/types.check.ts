@@ -31,6 +31,7 @@ import {
   type PruneResult,
   type RejectionCode,
   type Run,
+  type ValueReference,
   type RunEvent,
 } from '../index.js';
 import { autodocWorkflow, autoplanWorkflow, planApprovalWorkflow } from '../builtins/index.js';
@@ -158,6 +159,13 @@ export async function use(): Promise<number> {
     const { submission_id } = await client.submitInteraction(interaction, { value: 42 });
     const verdict = await client.waitForSubmission(run_id, submission_id);
     if (verdict.state === 'rejected') throw new PiwError();
+  }
+  const kept = await client.runStatus(run_id, { references: true });
+  const stored = kept.run.result as ValueReference | null;
+  if (stored?.$piw === 'value' && stored.bytes > 0) {
+    const whole: unknown = await client.readValue(run_id, stored);
+    const resolved: unknown = await client.resolveValue(run_id, stored);
+    console.log(whole, resolved);
   }
   try {
     await client.runStatus('nope');

@@ -215,16 +215,77 @@ test('an action: an error from run settles the effect failed; a crash leaves a m
   assert.equal(effects[0].state, 'uncertain');
 });
 
-test('an output too large for the host fails its node with a clear error', async () => {
+test('an output over the 64 MiB value limit fails its node with a clear error', async () => {
   const file = writeWorkflow(
     host.dir,
     'huge',
     `export default piw.defineWorkflow({ name: 'huge', startAt: 'big', edges: [],
-      nodes: { big: piw.compute({ run: () => ({ blob: 'x'.repeat(300_000) }) }) } });`,
+      nodes: { big: piw.compute({ run: () => ({ blob: 'x'.repeat(64 * 1024 * 1024) }) }) } });`,
   );
-  const run = await host.client.waitForRun((await host.client.startRun(file)).run_id, { timeoutMs: 20_000 });
+  const run = await host.client.waitForRun((await host.client.startRun(file)).run_id, { timeoutMs: 60_000 });
   assert.equal(run.status, 'failed');
-  assert.match(run.error, /the output is \d+ bytes of JSON; at most 245760/);
+  assert.match(run.error, /the output is \d+ bytes of JSON; at most 67108864/);
+});
+
+test('a shell step\'s 5 MB output is stored apart and the next node, the client and a resumed child read it whole', async () => {
+  const c = host.client;
+  const file = writeWorkflow(
+    host.dir,
+    'bigout',
+    `export default piw.defineWorkflow({
+      name: 'bigout', startAt: 'big',
+      nodes: {
+        big: piw.shell({
+          effect: piw.idempotentEffect('cmd.big'),
+          exec: () => ({ command: 'sh', args: ['-c', 'head -c 5000000 /dev/zero | tr "\\\\0" x'], maxOutputChars: 6_000_000 }),
+        }),
+        // Looks like a reference at its top level: stays the workflow's own data.
+        fake: piw.compute({ run: () => ({ $piw: 'value', sha256: '0'.repeat(64), bytes: 1 }) }),
+        ask: piw.checkpoint({ summary: 'go on?' }),
+        read: piw.compute({ run: ({ outputs }) => ({
+          len: outputs.big.stdout.length,
+          whole: outputs.big.stdout === 'x'.repeat(5_000_000),
+          fake: outputs.fake,
+          echo: outputs.big.stdout,
+        }) }),
+      },
+      edges: [{ from: 'big', to: 'fake' }, { from: 'fake', to: 'ask' }, { from: 'ask', to: 'read' }],
+    });`,
+  );
+  const { run_id: runId } = await c.startRun(file);
+  // Parked on the checkpoint: the child that ran \`big\` is gone, so \`read\` runs in a new
+  // child that gets the output from the host.
+  const parked = await c.waitForRun(runId, { untilParked: true, timeoutMs: 60_000 });
+  assert.equal(parked.status, 'waiting', JSON.stringify(parked));
+  const kept = await c.runStatus(runId, { references: true });
+  const stored = kept.attempts.find((a) => a.node_id === 'big').output;
+  assert.equal(stored.$piw, 'value');
+  assert.ok(stored.bytes > 5_000_000 && stored.preview.length <= 200, JSON.stringify(stored).slice(0, 300));
+  const decision = kept.decisions.find((d) => d.status === 'pending');
+  await c.answerCheckpoint(runId, decision.decision_id, 'yes');
+  const run = await c.waitForRun(runId, { timeoutMs: 60_000 });
+  assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+  assert.equal(run.result.len, 5_000_000);
+  assert.equal(run.result.whole, true);
+  assert.equal(run.result.echo, 'x'.repeat(5_000_000));
+  assert.deepEqual(run.result.fake, { $piw: 'value', sha256: '0'.repeat(64), bytes: 1 });
+  const { attempts, effects } = await c.runStatus(runId);
+  assert.equal(attempts.find((a) => a.node_id === 'big').output.stdout, 'x'.repeat(5_000_000));
+  assert.equal(effects[0].receipt.stdout.length, 5_000_000);
+  assert.deepEqual(await c.diagnose(), []);
+});
+
+test('a run input shaped like a stored value reference is the caller\'s own data', async () => {
+  const file = writeWorkflow(
+    host.dir,
+    'echo-input',
+    `export default piw.defineWorkflow({ name: 'echo-input', startAt: 'echo', edges: [],
+      nodes: { echo: piw.compute({ run: ({ input }) => ({ input }) }) } });`,
+  );
+  const input = { $piw: 'value', sha256: 'a'.repeat(64), bytes: 3, preview: '' };
+  const run = await host.client.waitForRun((await host.client.startRun(file, { input })).run_id, { timeoutMs: 20_000 });
+  assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+  assert.deepEqual(run.result, { input });
 });
 
 test('node code that returns what JSON cannot hold fails the node, not the child', async () => {

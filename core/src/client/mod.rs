@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
@@ -559,6 +560,86 @@ impl BlockingClient {
         self.stream.set_read_timeout(timeout)?;
         self.stream.set_write_timeout(timeout)?;
         Ok(())
+    }
+
+    /// The value `reference` names, which run `run_id` holds: read a frame at a time
+    /// (`value.get`) and checked against its hash.
+    pub fn read_value(
+        &mut self,
+        run_id: &str,
+        reference: &crate::protocol::ValueRef,
+    ) -> Result<Value, ClientError> {
+        let mut reader = crate::protocol::value::ValueReader::new(reference.clone());
+        while let Some(offset) = reader.next_offset() {
+            let get = RequestBody::ValueGet(crate::protocol::payload::ValueGet {
+                sha256: reference.sha256.clone(),
+                offset,
+                max_bytes: None,
+            });
+            let r = self.send(Request::new(new_request_id(), get).with_run_id(run_id))?;
+            reader.accept(&r.body).map_err(ClientError::Protocol)?;
+        }
+        reader.finish().map_err(ClientError::Protocol)
+    }
+
+    /// A stored place of run `run_id` (an output, result, receipt, request, message) as the
+    /// workflow gave it: a reference read back ([`BlockingClient::read_value`]), a wrapped
+    /// literal unwrapped, anything else as it is.
+    pub fn resolve_value(&mut self, run_id: &str, stored: Value) -> Result<Value, ClientError> {
+        use crate::protocol::value::{read_slot, Slot};
+        match read_slot(&stored) {
+            Ok(Slot::Inline(inner)) if std::ptr::eq(inner, &stored) => Ok(stored),
+            Ok(Slot::Inline(inner)) => Ok(inner.clone()),
+            Ok(Slot::Reference(r)) => self.read_value(run_id, &r),
+            Err(e) => Err(ClientError::Protocol(e.to_string())),
+        }
+    }
+
+    /// A `run.status` reply's body with every place resolved ([`BlockingClient::resolve_value`]):
+    /// the run's result, the attempts' outputs, the effects' receipts, the requests.
+    pub fn resolve_run_status(&mut self, status: &mut Value) -> Result<(), ClientError> {
+        let run_id = status["run"]["run_id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        // A value several places hold (an action's output is its receipt) is read once.
+        let mut read = std::collections::BTreeMap::new();
+        for (list, field) in [
+            ("attempts", "output"),
+            ("effects", "receipt"),
+            ("decisions", "request"),
+            ("interactions", "request"),
+        ] {
+            let Some(Value::Array(items)) = status.get_mut(list) else {
+                continue;
+            };
+            for place in items.iter_mut().filter_map(|i| i.get_mut(field)) {
+                *place = self.resolve_value_once(&run_id, place.take(), &mut read)?;
+            }
+        }
+        if let Some(result) = status.get_mut("run").and_then(|r| r.get_mut("result")) {
+            *result = self.resolve_value_once(&run_id, result.take(), &mut read)?;
+        }
+        Ok(())
+    }
+
+    /// [`BlockingClient::resolve_value`], reading each value once: `read` holds those read.
+    fn resolve_value_once(
+        &mut self,
+        run_id: &str,
+        stored: Value,
+        read: &mut std::collections::BTreeMap<String, Value>,
+    ) -> Result<Value, ClientError> {
+        use crate::protocol::value::{read_slot, Slot};
+        let Ok(Slot::Reference(r)) = read_slot(&stored) else {
+            return self.resolve_value(run_id, stored);
+        };
+        if let Some(value) = read.get(&r.sha256) {
+            return Ok(value.clone());
+        }
+        let value = self.read_value(run_id, &r)?;
+        read.insert(r.sha256, value.clone());
+        Ok(value)
     }
 
     /// Sends `body` with a fresh request id and waits for its receipt.

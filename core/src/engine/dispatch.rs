@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 pub(crate) use super::fit::{fitting_prefix, keep_what_fits, reply_room};
-use super::handlers::{decision, effect, host, interaction, message, run};
+use super::handlers::{decision, effect, host, interaction, message, run, value};
 
 use serde_json::{json, Value};
 
@@ -210,6 +210,7 @@ pub fn apply_read(store: &Store, state: &HostState, req: &Request) -> Result<Rec
         RequestBody::RunList(list) => receipt(None, &run::list(store, limit, list)?),
         RequestBody::InteractionList(l) => receipt(None, &interaction::list(store, limit, l)?),
         RequestBody::Diagnose => receipt(None, &host::diagnose(store)?),
+        RequestBody::ValueGet(get) => receipt(None, &value::get(store, req, limit, get)?),
         RequestBody::Subscribe(s) => receipt(None, &host::subscribe(store, s)?),
         RequestBody::HostStatus => receipt(None, &host::status(store, state)?),
         other => Err(StoreError::Forbidden(format!(

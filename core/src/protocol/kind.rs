@@ -255,6 +255,8 @@ request_kinds! {
     Subscribe = "subscribe" => Subscribe, NONE, Connection;
     /// End a subscription. Client.
     Unsubscribe = "unsubscribe" => Unsubscribe, NONE, Connection;
+    /// A piece of a large value a run holds. Client (and worker).
+    ValueGet = "value.get" => ValueGet, RUN, Read;
     /// List contradictory durable state (read-only). Client.
     Diagnose = "diagnose", NONE, Read;
     /// Repair states that have exact durable evidence. Client.
@@ -289,6 +291,8 @@ request_kinds! {
     WorkerEffectSettle = "worker.effect_settle" => WorkerEffectSettle, WORKER, Worker;
     /// The verdict of a validate-mode child on a submission. Worker.
     WorkerValidationResult = "worker.validation_result" => WorkerValidationResult, WORKER, Worker;
+    /// A chunk of a large value, before the message that refers to it. Worker.
+    WorkerValuePut = "worker.value_put" => WorkerValuePut, WORKER, Worker;
     /// The worker is about to exit. Worker.
     WorkerExit = "worker.exit" => WorkerExit, WORKER, Worker;
     /// The next page of the node results a hello reply left out to fit its frame. Worker.
@@ -332,7 +336,7 @@ mod tests {
             assert!(seen.insert(kind.as_str()), "duplicate {kind}");
             assert_eq!(RequestKind::parse(kind.as_str()), Some(kind));
         }
-        assert_eq!(RequestKind::ALL.len(), 39);
+        assert_eq!(RequestKind::ALL.len(), 41);
         assert_eq!(RequestKind::parse("run.explode"), None);
     }
 

@@ -30,6 +30,7 @@ pub mod rejection;
 pub mod reply;
 pub mod request;
 pub mod server;
+pub mod value;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -44,10 +45,11 @@ pub use payload::{
     AttemptOutcome, DecisionAnswer, DecisionKind, EarlierStep, EffectResolve, EffectResult,
     ExecutionMode, InteractionFail, InteractionKind, InteractionList, InteractionSubmit,
     InteractionUpdate, MessageAck, MessageClaim, RetryContract, RunCancel, RunList, RunRetry,
-    RunStart, RunStatusQuery, Subscribe, Unsubscribe, WorkerComplete, WorkerEffectApplying,
-    WorkerEffectReserve, WorkerEffectSettle, WorkerExit, WorkerFail, WorkerHello,
-    WorkerInteractionRequest, WorkerNodeStarted, WorkerNotify, WorkerProgress, WorkerResults,
-    WorkerTransition, WorkerValidationResult, WorkerWait, WorkerWaitUntil,
+    RunStart, RunStatusQuery, Subscribe, Unsubscribe, ValueGet, WorkerComplete,
+    WorkerEffectApplying, WorkerEffectReserve, WorkerEffectSettle, WorkerExit, WorkerFail,
+    WorkerHello, WorkerInteractionRequest, WorkerNodeStarted, WorkerNotify, WorkerProgress,
+    WorkerResults, WorkerTransition, WorkerValidationResult, WorkerValuePut, WorkerWait,
+    WorkerWaitUntil,
 };
 pub use rejection::RejectionCode;
 pub use request::{DecodeError, Request, MAX_ID_CHARS, MAX_REQUEST_DEPTH};
@@ -55,6 +57,7 @@ pub use server::{
     event_data_for_clients, outcome_word, serialize_outcome_word, Event, Goodbye, Receipt,
     Rejection, Response, ServerFrame,
 };
+pub use value::{ValueRef, MAX_VALUE_BYTES};
 
 /// The protocol version string every frame carries in its `schema` field.
 ///

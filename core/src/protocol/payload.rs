@@ -369,10 +369,15 @@ pub struct WorkerTransition {
 /// `worker.hello` reply (`features`). A host drops payload fields it does not know, so a
 /// worker newer than its host (a package upgraded under a running host) uses an optional
 /// field that changes meaning only when the host lists it.
-pub const HOST_FEATURES: &[&str] = &[FEATURE_RESULT_IS_OUTPUT];
+pub const HOST_FEATURES: &[&str] = &[FEATURE_RESULT_IS_OUTPUT, FEATURE_LARGE_VALUES];
 
 /// [`WorkerComplete::result_is_output`] is understood.
 pub const FEATURE_RESULT_IS_OUTPUT: &str = "result_is_output";
+
+/// The host stores values over a frame (`worker.value_put`, `value.get`, references in a
+/// run's places; see [`super::value`]): a worker may send references, up to
+/// [`super::value::MAX_VALUE_BYTES`] a value.
+pub const FEATURE_LARGE_VALUES: &str = "large_values";
 
 /// Payload of `worker.complete`: the current attempt ended and the run finished.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -502,6 +507,33 @@ pub struct WorkerValidationResult {
 pub struct WorkerResults {
     /// How many results the worker holds so far: the page starts with the next one.
     pub offset: u64,
+}
+
+/// Payload of `worker.value_put`: a chunk of a large value (see [`super::value`]), sent in
+/// order before the message that refers to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerValuePut {
+    /// SHA-256 of the value's canonical JSON, 64 lowercase hex digits.
+    pub sha256: String,
+    /// The value's whole length in bytes, at most [`super::value::MAX_VALUE_BYTES`].
+    pub bytes: u64,
+    /// Where this chunk starts: the `received` of the previous reply (0 first).
+    pub offset: u64,
+    /// The chunk, hex-encoded, at most [`super::value::VALUE_PUT_CHUNK_BYTES`] bytes.
+    pub data: String,
+}
+
+/// Payload of `value.get`: a piece of a large value a run holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ValueGet {
+    /// SHA-256 of the value, as its reference names it.
+    pub sha256: String,
+    /// Where the piece starts (0 when absent).
+    #[serde(default)]
+    pub offset: u64,
+    /// The most bytes wanted; the host sends fewer when more would not fit a frame.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_bytes: Option<u64>,
 }
 
 /// Payload of `worker.exit`: the worker is about to exit.

@@ -334,6 +334,30 @@ pub struct Pruned {
     pub more: bool,
 }
 
+/// `value.get`: a piece of a large value.
+#[derive(Debug, Serialize)]
+pub struct ValuePiece {
+    /// The value.
+    pub sha256: String,
+    /// Its whole length.
+    pub bytes: u64,
+    /// Where this piece starts.
+    pub offset: u64,
+    /// The piece, hex-encoded.
+    pub data: String,
+    /// Whether more follows it.
+    pub more: bool,
+}
+
+/// `worker.value_put`: how much of the value is stored now.
+#[derive(Debug, Serialize)]
+pub struct ValueStored {
+    /// Bytes stored so far.
+    pub received: u64,
+    /// Whether the value is whole (its hash checked).
+    pub complete: bool,
+}
+
 /// `worker.wait_until`: the durable timer the run now waits on.
 #[derive(Debug, Serialize)]
 pub struct TimerSet {

@@ -44,6 +44,31 @@ struct Check {
 fn checks() -> Vec<Check> {
     vec![
         Check {
+            code: "value_missing",
+            sql: "SELECT run_id, sha256, place || ' refers to value ' || sha256
+                         || ', which the run does not hold whole'
+                  FROM (SELECT run_id, place, json_extract(v, '$.sha256') AS sha256
+                        FROM (SELECT run_id, 'an attempt output' AS place, output AS v FROM attempts
+                              UNION ALL SELECT run_id, 'the run result', result FROM runs
+                              UNION ALL SELECT run_id, 'an effect receipt', receipt FROM effects
+                              UNION ALL SELECT run_id, 'a decision request', request FROM decisions
+                              UNION ALL SELECT run_id, 'an interaction request', request
+                                        FROM interactions
+                              UNION ALL SELECT run_id, 'a message', content FROM workflow_messages)
+                        WHERE v LIKE '{\"$piw\":\"value\"%' AND json_valid(v)) refs
+                  WHERE NOT EXISTS (SELECT 1 FROM run_values rv JOIN value_blobs b USING (sha256)
+                                    WHERE rv.run_id = refs.run_id AND rv.sha256 = refs.sha256
+                                      AND b.received = b.bytes)",
+            repairable: false,
+        },
+        Check {
+            code: "value_unreferenced",
+            sql: "SELECT '', sha256, 'value of ' || bytes || ' bytes is held by no run'
+                  FROM value_blobs v
+                  WHERE NOT EXISTS (SELECT 1 FROM run_values rv WHERE rv.sha256 = v.sha256)",
+            repairable: true,
+        },
+        Check {
             code: "running_without_live_owner_record",
             sql: "SELECT r.run_id, '', 'run is running but its claim has no owner'
                   FROM runs r JOIN claims c ON c.run_id = r.run_id
@@ -356,6 +381,15 @@ impl Store {
                 });
             }
         }
+        for (sha256, detail) in self.corrupt_values()? {
+            findings.push(Finding {
+                code: "value_corrupt",
+                run_id: String::new(),
+                ids: vec![sha256],
+                detail,
+                repairable: false,
+            });
+        }
         findings.sort_by(|a, b| (&a.run_id, a.code).cmp(&(&b.run_id, b.code)));
         Ok(findings)
     }
@@ -410,6 +444,10 @@ impl super::WriteTx<'_> {
                     "repair: running without an owner",
                     "repaired",
                 )?;
+                return Ok(());
+            }
+            "value_unreferenced" => {
+                self.remove_unreferenced_values()?;
                 return Ok(());
             }
             "host_claim_on_idle_run" | "claim_on_terminal_run" => self.release_claim(run_id)?,

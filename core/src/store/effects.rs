@@ -206,6 +206,9 @@ impl WriteTx<'_> {
         effect_id: &str,
         result: &EffectResult,
     ) -> StoreResult<()> {
+        if let EffectResult::Applied { receipt } = result {
+            self.check_slot(&claim.run_id, receipt)?;
+        }
         let (to, receipt, error) = match result {
             EffectResult::Applied { receipt } => {
                 (EffectState::Applied, Some(receipt.to_string()), None)

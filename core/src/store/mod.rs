@@ -30,6 +30,7 @@ mod read;
 mod receipts;
 mod schema;
 mod updates;
+mod values;
 mod view;
 
 use std::path::{Path, PathBuf};
@@ -60,6 +61,7 @@ pub use updates::{
     MAX_ATTEMPT_EVENTS, MAX_ATTEMPT_EVENT_BYTES, MAX_RUN_EVENTS, MAX_RUN_EVENT_BYTES,
     MAX_UPDATE_DATA_BYTES, MAX_UPDATE_KEYS,
 };
+pub use values::{ValueChunk, ValuePut};
 pub use view::{
     attempt_spans, AttemptDetail, AttemptRequest, AttemptSpan, EventCursor, EventPage,
     NodeActivity, RunFilter, RunSummary,

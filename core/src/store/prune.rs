@@ -300,11 +300,11 @@ impl WriteTx<'_> {
         Ok(())
     }
 
-    /// Removes the large values no run refers to any more. The content-addressed value store
-    /// (issue 30, large values) fills this in; a prune calls it after removing its runs, in the
-    /// same transaction.
+    /// Removes the large values no run refers to any more (the pruned runs' links went with
+    /// them, `DELETE_BY_RUN`); a prune calls it after removing its runs, in the same
+    /// transaction.
     fn drop_values_no_run_refers_to(&mut self) -> StoreResult<()> {
-        Ok(())
+        self.remove_unreferenced_values().map(drop)
     }
 }
 
@@ -317,8 +317,10 @@ const DELETE_BY_RUN: &[&str] = &[
     "DELETE FROM interactions WHERE run_id = ?1",
     "DELETE FROM decisions WHERE run_id = ?1",
     "DELETE FROM effects WHERE run_id = ?1",
+    "DELETE FROM timers WHERE run_id = ?1",
     "DELETE FROM attempts WHERE run_id = ?1",
     "DELETE FROM children WHERE run_id = ?1",
+    "DELETE FROM run_values WHERE run_id = ?1",
     "DELETE FROM workflow_messages WHERE run_id = ?1",
     "DELETE FROM command_receipts WHERE run_id = ?1",
     "DELETE FROM run_updates WHERE run_id = ?1",

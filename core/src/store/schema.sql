@@ -286,3 +286,28 @@ CREATE TABLE event_budgets (
 CREATE INDEX command_receipts_by_run ON command_receipts (run_id, created_at);
 CREATE INDEX children_by_run ON children (run_id);
 CREATE INDEX workflow_messages_by_run ON workflow_messages (run_id);
+
+-- Large values (node outputs, receipts, requests, messages over what a frame carries), stored
+-- once per installation by the SHA-256 of their canonical JSON and referred to from a run's
+-- rows by a typed reference (`protocol::value`). A value arrives in chunks, in order:
+-- `received` counts the bytes stored so far and the value is complete when it reaches `bytes`
+-- (the hash is checked then). It is kept while a run links to it (`run_values`).
+CREATE TABLE value_blobs (
+    sha256      TEXT    PRIMARY KEY,
+    bytes       INTEGER NOT NULL CHECK (bytes >= 0),
+    received    INTEGER NOT NULL CHECK (received >= 0 AND received <= bytes),
+    created_at  INTEGER NOT NULL
+);
+CREATE TABLE value_chunks (
+    sha256  TEXT    NOT NULL REFERENCES value_blobs (sha256),
+    offset  INTEGER NOT NULL,
+    data    BLOB    NOT NULL,
+    UNIQUE (sha256, offset)
+);
+-- The runs a value belongs to: the one that uploaded it and each that uploaded it again.
+CREATE TABLE run_values (
+    run_id  TEXT NOT NULL REFERENCES runs (run_id),
+    sha256  TEXT NOT NULL REFERENCES value_blobs (sha256),
+    PRIMARY KEY (run_id, sha256)
+) WITHOUT ROWID;
+CREATE INDEX run_values_by_value ON run_values (sha256);

@@ -30,6 +30,7 @@
 //! budget: `updates` workflow updates of type `soak.chatter` over `keys` keys, each
 //! `{"i": i, "pad": ...}` of `pad_bytes`, with `notifies` notify calls spread among them; the
 //! latest update of key `k` is the last `i` with `i % keys == k`),
+//! `return_bytes` (output `{"blob": "bbb..."}` of that many `b`s: a large value),
 //! `notify` (content), `propose_next` (propose this node instead of the routed one: a
 //! misbehaving child, for tests of the host's graph check). A top-level `"batch_compute": true`
 //! reports consecutive plain compute steps together (`Worker::defer_transition`).
@@ -209,7 +210,11 @@ fn run() -> Result<(), WorkerError> {
                     && pure(&node)
                     && pure(&next)
                     && behaviors[&next].as_object().is_none_or(|b| {
-                        b.is_empty() || b.keys().all(|k| k == "return" || k == "crash")
+                        b.is_empty()
+                            || b.keys().all(|k| {
+                                ["return", "return_bytes", "crash", "once_marker"]
+                                    .contains(&k.as_str())
+                            })
                     })
                     && w.deferred_steps() < 64
                     && w.deferred_bytes() < 64 * 1024
@@ -363,7 +368,10 @@ fn execute(w: &mut Worker, b: &Value, input: &Value) -> Result<Step, WorkerError
             error: error.to_owned(),
         }));
     }
-    let output = b.get("return").cloned().unwrap_or_else(|| input.clone());
+    let output = match b["return_bytes"].as_u64() {
+        Some(n) => json!({ "blob": "b".repeat(usize::try_from(n).unwrap_or(0)) }),
+        None => b.get("return").cloned().unwrap_or_else(|| input.clone()),
+    };
     Ok(Step::Done(AttemptOutcome::Succeeded { output }))
 }
 

@@ -760,9 +760,20 @@ pub fn fit_text(text: &str, width: u16) -> String {
 
 /// A value on one line, cut to keep a panel readable.
 pub fn compact(value: &Value) -> String {
-    let text = match value {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
+    use piw_core::protocol::value::{read_slot, Slot};
+    let text = match read_slot(value) {
+        // A value stored apart: its start and size (`piw run value` prints it whole).
+        Ok(Slot::Reference(r)) => {
+            return format!(
+                "{}… ({} bytes: piw run value <run> {})",
+                one_line(&r.preview),
+                r.bytes,
+                r.sha256
+            )
+        }
+        Ok(Slot::Inline(Value::String(s))) => s.clone(),
+        Ok(Slot::Inline(other)) => other.to_string(),
+        Err(_) => value.to_string(),
     };
     one_line(&text)
 }

@@ -1120,3 +1120,25 @@ fn the_inspector_shows_a_nodes_updates_with_the_tracks_eta() {
     assert!(text.contains(r#"{"text":"half"}"#), "{text}");
     assert!(!text.contains("events dropped"), "{text}");
 }
+
+/// A value stored apart shows as its start and size with the command that prints it whole,
+/// never as the reference's JSON; a literal shows as the workflow's own value.
+#[test]
+fn a_value_stored_apart_shows_its_preview_and_size() {
+    let r = piw_core::protocol::ValueRef {
+        sha256: "ab".repeat(32),
+        bytes: 5_000_012,
+        preview: "{\"stdout\":\"xxxx".into(),
+    };
+    let shown = super::render::compact(&r.to_json());
+    assert_eq!(
+        shown,
+        format!(
+            "{{\"stdout\":\"xxxx… (5000012 bytes: piw run value <run> {})",
+            r.sha256
+        )
+    );
+    let own = serde_json::json!({ "$piw": "value" });
+    let literal = piw_core::protocol::value::wrap_inline(own.clone());
+    assert_eq!(super::render::compact(&literal), own.to_string());
+}

@@ -23,14 +23,17 @@ test('messages that fill more than one frame all reach the session at its next s
   const pi = await env.startPi({ sessionId: 'loud' });
   const messages = await until(() => {
     const m = pi.customMessages('piw-message');
-    return m.length >= 6 && m;
-  }, 'all five notify messages and the end').catch((e) => {
+    return m.length >= 22 && m;
+  }, 'all twenty-one notify messages and the end').catch((e) => {
     const kinds = pi.customMessages('piw-message').map((m) => m.details.kind);
     throw new Error(`${e.message}: the session holds ${JSON.stringify(kinds)}`);
   });
   assert.deepEqual(
     messages.map((m) => m.details.kind),
-    ['notify', 'notify', 'notify', 'notify', 'notify', 'terminal'],
+    [...Array(21).fill('notify'), 'terminal'],
   );
+  // The 200 KB message was stored apart; the session got it whole.
+  const text = (m) => (typeof m.content === 'string' ? m.content : m.content.map((b) => b.text ?? '').join(''));
+  assert.ok(text(messages[20]).includes(`huge: ${'y'.repeat(200_000)}`), text(messages[20]).slice(0, 300));
   await pi.quit();
 });

@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { widgetOf } from '../../extension/format.js';
+import { messageText, widgetOf } from '../../extension/format.js';
 
 const attempt = (node_id, status, started_at, finished_at = started_at + 5) => ({
   attempt_id: `att-${node_id}-${started_at}`,
@@ -103,4 +103,18 @@ test('a run waiting on a durable timer says when it wakes, in the widget and its
   assert.equal(later.status, 'wf loop waiting nap · wakes 2026-08-19T10:00Z');
   const none = widgetOf({ run: { ...run('a'), wake_at: null }, attempts: [] }, null, now);
   assert.equal(none.status, 'wf loop running a');
+});
+
+test("a terminal message whose result is stored apart shows the result's start, size and the command that prints it, not the reference", () => {
+  const sha256 = 'ab'.repeat(32);
+  const message = {
+    kind: 'terminal',
+    run_id: 'run-1',
+    content: { status: 'completed', workflow: 'big', result: { $piw: 'value', sha256, bytes: 5000012, preview: '{"stdout":"xxx' } },
+  };
+  const text = messageText(message);
+  assert.match(text, /^Workflow big completed \(run run-1\)\nresult: \{"stdout":"xxx… \(5000012 bytes: piw run value run-1 (ab)+\)$/);
+  assert.doesNotMatch(text, /\$piw/);
+  const plain = messageText({ ...message, content: { ...message.content, result: { n: 1 } } });
+  assert.match(plain, /result: \{\s*"n": 1\s*\}/);
 });

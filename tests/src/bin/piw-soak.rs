@@ -77,6 +77,9 @@ enum Kind {
     Wait,
     /// A chatty child: progress updates and notify calls far past the run's event budget.
     Chatty,
+    /// A node output over 64 KiB: uploaded in chunks, stored apart, read back by the next node.
+    /// Every pure run of an even value is one (the schedule's draws stay those of the mix).
+    Large,
 }
 
 /// The mix of runs the schedule starts (a chatty run is started as a fault).
@@ -90,6 +93,12 @@ const KINDS: [Kind; 8] = [
     Kind::Notify,
     Kind::Wait,
 ];
+
+/// The length of a `Large` run's output blob: over the 64 KiB at which a value is stored
+/// apart, up to a few chunks.
+fn large_bytes(value: i64) -> u64 {
+    70_000 + value.unsigned_abs() % 300_000
+}
 
 /// What a chatty run's node emits: far past the event budget's burst (100), its rate (20 a
 /// second) and, with the pads, past an attempt's bytes when kept.
@@ -708,6 +717,11 @@ impl Soak {
 
     /// Writes the workflow file of a new run and starts it.
     fn start(&mut self, kind: Kind, value: i64, sleep_ms: u64) -> Res<()> {
+        let kind = if kind == Kind::Pure && value % 2 == 0 {
+            Kind::Large
+        } else {
+            kind
+        };
         let index = self.plans.len();
         let effect_file = self.path(&format!("effect-{index}.txt"));
         let out = effect_file.display().to_string();
@@ -716,6 +730,13 @@ impl Soak {
             Kind::Pure => (
                 json!({"a": {"kind": "compute"}, "b": {"kind": "compute"}}),
                 json!({"a": first, "b": {"sleep_ms": sleep_ms / 2}}),
+            ),
+            // `b` returns its input: `a`'s output, read back from the host when `b` runs in
+            // another child than `a`.
+            Kind::Large => (
+                json!({"a": {"kind": "compute"}, "b": {"kind": "compute"}}),
+                json!({"a": {"return_bytes": large_bytes(value), "sleep_ms": sleep_ms},
+                       "b": {"sleep_ms": sleep_ms / 2}}),
             ),
             Kind::EffectNever | Kind::EffectKey => {
                 let contract = if kind == Kind::EffectKey {
@@ -1011,6 +1032,22 @@ impl Soak {
                     }
                     if *result != expected_value {
                         bad(format!("result {result}"), &mut self.tally.unexpected);
+                    }
+                }
+                Kind::Large => {
+                    let blob = result["sha256"]
+                        .as_str()
+                        .and_then(|sha256| store.read_value(run_id, sha256).ok())
+                        .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
+                        .and_then(|v| v["blob"].as_str().map(str::len));
+                    if blob != usize::try_from(large_bytes(plan.value)).ok() {
+                        bad(
+                            format!(
+                                "a large result read back as {blob:?}: {}",
+                                result.to_string().chars().take(300).collect::<String>()
+                            ),
+                            &mut self.tally.unexpected,
+                        );
                     }
                 }
                 Kind::EffectNever | Kind::EffectKey => {

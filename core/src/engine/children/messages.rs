@@ -8,7 +8,7 @@ use crate::engine::dispatch::body;
 use crate::protocol::reply::{
     DecisionRequested, EffectRecorded, HelloReply, InteractionRequested, NodeResultBody,
     NodeStarted, Notified, ProgressRecorded, ResultsPage, RunEnded, StepRefused, Stepped,
-    SubmissionToJudge, Transitioned, VerdictRecorded, WorkerContext, WorkerExited,
+    SubmissionToJudge, Transitioned, ValueStored, VerdictRecorded, WorkerContext, WorkerExited,
 };
 
 /// Applies one worker message inside the batch transaction.
@@ -71,6 +71,7 @@ pub fn apply_worker(
             body(&worker_validation_result(w, state, &claim, run_id, v)?)?
         }
         RequestBody::WorkerExit(_) => body(&WorkerExited {})?,
+        RequestBody::WorkerValuePut(put) => body(&worker_value_put(w, &claim, put)?)?,
         RequestBody::WorkerResults(page) => body(&worker_results(w, state, run_id, page)?)?,
         other => {
             return Err(StoreError::Forbidden(format!(
@@ -364,6 +365,26 @@ fn worker_results(
     Ok(ResultsPage {
         results: rest,
         more,
+    })
+}
+
+/// `worker.value_put`: a chunk of a large value, stored under the run's claim.
+fn worker_value_put(
+    w: &mut WriteTx<'_>,
+    claim: &Claim,
+    put: &payload::WorkerValuePut,
+) -> Result<ValueStored, StoreError> {
+    let data = crate::protocol::value::chunk_from_hex(&put.data).map_err(invalid_input)?;
+    if data.len() > crate::protocol::value::VALUE_PUT_CHUNK_BYTES {
+        return Err(invalid_input(format!(
+            "a value chunk carries at most {} bytes",
+            crate::protocol::value::VALUE_PUT_CHUNK_BYTES
+        )));
+    }
+    let stored = w.put_value_chunk(claim, &put.sha256, put.bytes, put.offset, &data)?;
+    Ok(ValueStored {
+        received: stored.received,
+        complete: stored.complete,
     })
 }
 

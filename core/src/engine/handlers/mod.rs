@@ -9,6 +9,7 @@ pub mod host;
 pub mod interaction;
 pub mod message;
 pub mod run;
+pub mod value;
 
 use crate::engine::dispatch::HostState;
 use crate::store::{Fence, StoreError, WriteTx};

@@ -306,7 +306,9 @@ impl WriteTx<'_> {
     /// Creates a queued run. Returns its id.
     pub fn start_run(&mut self, new: &NewRun) -> StoreResult<String> {
         let run_id = new_id("run");
-        let input = new.input.to_string();
+        // A place like an output: an input whose top level reads as a reference is the
+        // caller's own data, kept as a literal (`protocol::value`).
+        let input = crate::protocol::value::wrap_inline(new.input.clone()).to_string();
         let definition = new.definition.as_ref().map(|d| d.to_string());
         let digest = definition.as_ref().map(|d| sha256_hex(d.as_bytes()));
         self.conn()
@@ -630,6 +632,9 @@ impl WriteTx<'_> {
         self.require_settled(&claim.run_id, Op::Transition, run.status)?;
         // Before any write: a refusal leaves the attempt running, for the caller to fail.
         self.require_within_step_limit(&claim.run_id, &req.next_node)?;
+        if let AttemptOutcome::Succeeded { output } = &req.outcome {
+            self.check_slot(&claim.run_id, output)?;
+        }
         self.close_attempt(&req.attempt_id, &req.outcome)?;
         let next_attempt_id = self.open_attempt(
             &claim.run_id,
@@ -818,6 +823,8 @@ impl WriteTx<'_> {
         let run = self.run_for(&claim.run_id, Op::Complete)?;
         self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
         self.require_settled(&claim.run_id, Op::Complete, run.status)?;
+        self.check_slot(&claim.run_id, output)?;
+        self.check_slot(&claim.run_id, result)?;
         self.close_attempt(
             attempt_id,
             &AttemptOutcome::Succeeded {

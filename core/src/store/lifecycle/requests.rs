@@ -77,6 +77,7 @@ impl WriteTx<'_> {
         let attempt =
             self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
         self.require_settled(&claim.run_id, Op::Wait, run.status)?;
+        self.check_slot(&claim.run_id, request)?;
         let decision_id = new_id("dec");
         self.conn()
             .prepare_cached(
@@ -126,6 +127,7 @@ impl WriteTx<'_> {
         let attempt =
             self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
         self.require_settled(&claim.run_id, Op::RequestInteraction, run.status)?;
+        self.check_slot(&claim.run_id, request)?;
         let interaction_id = new_id("int");
         self.conn()
             .prepare_cached(
@@ -865,6 +867,7 @@ impl WriteTx<'_> {
     /// the node again is a new visit with its own message.
     pub fn notify(&mut self, claim: &Claim, content: &Value) -> StoreResult<Option<String>> {
         self.fence(claim)?;
+        self.check_slot(&claim.run_id, content)?;
         let run = self.run_for(&claim.run_id, Op::NodeStarted)?;
         let node = run.current_node.clone().unwrap_or_default();
         let visit: i64 = self

@@ -1,0 +1,323 @@
+//! Large values: stored once per installation by the SHA-256 of their canonical JSON, in
+//! chunks (`value_blobs`, `value_chunks`), and kept while a run links to them (`run_values`).
+//! The wire form of a reference is `protocol::value`.
+
+use rusqlite::{params, OptionalExtension as _};
+use sha2::{Digest as _, Sha256};
+
+use super::{Claim, Store, StoreError, StoreResult, WriteTx};
+use crate::protocol::value::{is_sha256_hex, read_slot, Slot, ValueRef, MAX_VALUE_BYTES};
+
+/// What the store holds of a value after a chunk: how many bytes, in order from the start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ValuePut {
+    /// Bytes stored so far: where the next chunk starts.
+    pub received: u64,
+    /// Whether the value is whole (and its hash checked).
+    pub complete: bool,
+}
+
+/// A piece of a stored value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValueChunk {
+    /// The value's whole length.
+    pub bytes: u64,
+    /// Where `data` starts.
+    pub offset: u64,
+    pub data: Vec<u8>,
+}
+
+fn invalid(message: impl Into<String>) -> StoreError {
+    StoreError::InvalidInput(message.into())
+}
+
+fn not_found(sha256: &str) -> StoreError {
+    StoreError::NotFound {
+        what: "value",
+        id: sha256.to_owned(),
+    }
+}
+
+fn to_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn to_u64(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
+/// `bytes` and `received` of a value, if the store has any of it.
+fn value_progress(c: &rusqlite::Connection, sha256: &str) -> StoreResult<Option<(u64, u64)>> {
+    Ok(
+        c.prepare_cached("SELECT bytes, received FROM value_blobs WHERE sha256 = ?1")?
+            .query_row([sha256], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)))
+            .optional()?
+            .map(|(b, r)| (to_u64(b), to_u64(r))),
+    )
+}
+
+/// SHA-256 of a value's chunks in order, and their total length.
+fn hash_chunks(c: &rusqlite::Connection, sha256: &str) -> StoreResult<(String, u64)> {
+    let mut stmt =
+        c.prepare_cached("SELECT data FROM value_chunks WHERE sha256 = ?1 ORDER BY offset")?;
+    let mut rows = stmt.query([sha256])?;
+    let mut hasher = Sha256::new();
+    let mut len = 0u64;
+    while let Some(row) = rows.next()? {
+        let data = row.get_ref(0)?.as_blob().map_err(rusqlite::Error::from)?;
+        len += u64::try_from(data.len()).unwrap_or(u64::MAX);
+        hasher.update(data);
+    }
+    Ok((hex::encode(hasher.finalize()), len))
+}
+
+impl WriteTx<'_> {
+    /// Stores the chunk of value `sha256` (`bytes` long) that starts at `offset`, for the run
+    /// holding `claim`, and links the value to that run. Chunks come in order: a chunk that
+    /// starts before what is stored is one sent again (it changes nothing), one after it is
+    /// refused; an empty one only asks how much is stored. A value already whole needs no
+    /// chunk (the answer says so at once, whatever was sent): the same value is stored once.
+    /// The last chunk's arrival checks the hash.
+    pub fn put_value_chunk(
+        &mut self,
+        claim: &Claim,
+        sha256: &str,
+        bytes: u64,
+        offset: u64,
+        data: &[u8],
+    ) -> StoreResult<ValuePut> {
+        self.fence(claim)?;
+        self.ops.push("value_put");
+        if !is_sha256_hex(sha256) {
+            return Err(invalid("`sha256` must be 64 lowercase hex digits"));
+        }
+        if bytes > MAX_VALUE_BYTES {
+            return Err(invalid(format!(
+                "value {sha256} is {bytes} bytes, over the limit of {MAX_VALUE_BYTES}"
+            )));
+        }
+        let c = self.conn();
+        let received = match value_progress(c, sha256)? {
+            Some((stored, _)) if stored != bytes => {
+                return Err(invalid(format!(
+                    "value {sha256} is {stored} bytes, not {bytes}"
+                )))
+            }
+            Some((_, received)) => received,
+            None => {
+                c.prepare_cached(
+                    "INSERT INTO value_blobs (sha256, bytes, received, created_at)
+                     VALUES (?1, ?2, 0, ?3)",
+                )?
+                .execute(params![sha256, to_i64(bytes), self.now])?;
+                0
+            }
+        };
+        c.prepare_cached("INSERT OR IGNORE INTO run_values (run_id, sha256) VALUES (?1, ?2)")?
+            .execute(params![claim.run_id, sha256])?;
+        // An empty chunk asks how much is stored (where to go on from).
+        if received == bytes || offset < received || data.is_empty() {
+            return Ok(ValuePut {
+                received,
+                complete: received == bytes,
+            });
+        }
+        if offset > received {
+            return Err(invalid(format!(
+                "value {sha256}: a chunk at {offset}, but {received} bytes are stored"
+            )));
+        }
+        let end = offset.saturating_add(u64::try_from(data.len()).unwrap_or(u64::MAX));
+        if end > bytes {
+            return Err(invalid(format!(
+                "value {sha256}: a chunk of {} bytes at {offset} does not fit its {bytes} bytes",
+                data.len()
+            )));
+        }
+        c.prepare_cached("INSERT INTO value_chunks (sha256, offset, data) VALUES (?1, ?2, ?3)")?
+            .execute(params![sha256, to_i64(offset), data])?;
+        if end == bytes {
+            let (hash, len) = hash_chunks(c, sha256)?;
+            if hash != sha256 || len != bytes {
+                return Err(invalid(format!(
+                    "the {bytes} bytes sent as value {sha256} hash to {hash}"
+                )));
+            }
+        }
+        c.prepare_cached("UPDATE value_blobs SET received = ?2 WHERE sha256 = ?1")?
+            .execute(params![sha256, to_i64(end)])?;
+        Ok(ValuePut {
+            received: end,
+            complete: end == bytes,
+        })
+    }
+
+    /// Refuses `reference` in a row of `run_id` unless it names a whole value linked to that
+    /// run, of the length it says.
+    pub fn check_value_ref(&self, run_id: &str, reference: &ValueRef) -> StoreResult<()> {
+        let linked: Option<(i64, i64)> = self
+            .conn()
+            .prepare_cached(
+                "SELECT v.bytes, v.received FROM run_values rv JOIN value_blobs v USING (sha256)
+                 WHERE rv.run_id = ?1 AND rv.sha256 = ?2",
+            )?
+            .query_row(params![run_id, reference.sha256], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()?;
+        match linked {
+            Some((bytes, received)) if bytes == received && to_u64(bytes) == reference.bytes => {
+                Ok(())
+            }
+            Some(_) => Err(invalid(format!(
+                "value {} is not whole or not {} bytes: upload it before referring to it",
+                reference.sha256, reference.bytes
+            ))),
+            None => Err(invalid(format!(
+                "value {} was not uploaded by run {run_id}",
+                reference.sha256
+            ))),
+        }
+    }
+
+    /// Refuses `value` as the content of a place of `run_id` when its top level is a malformed
+    /// reference or literal, or a reference to a value the run does not hold whole.
+    pub(crate) fn check_slot(&self, run_id: &str, value: &serde_json::Value) -> StoreResult<()> {
+        match read_slot(value) {
+            Ok(Slot::Inline(_)) => Ok(()),
+            Ok(Slot::Reference(r)) => self.check_value_ref(run_id, &r),
+            Err(e) => Err(invalid(e.to_string())),
+        }
+    }
+
+    /// Forgets that `run_id` holds any value (for a run being removed); the values no other
+    /// run holds go with [`WriteTx::remove_unreferenced_values`].
+    pub fn unlink_run_values(&mut self, run_id: &str) -> StoreResult<u64> {
+        let n = self
+            .conn()
+            .prepare_cached("DELETE FROM run_values WHERE run_id = ?1")?
+            .execute([run_id])?;
+        Ok(u64::try_from(n).unwrap_or(u64::MAX))
+    }
+
+    /// Removes every value no run links to, with its chunks; returns how many.
+    pub fn remove_unreferenced_values(&mut self) -> StoreResult<u64> {
+        let c = self.conn();
+        c.prepare_cached(
+            "DELETE FROM value_chunks WHERE sha256 IN (
+                 SELECT sha256 FROM value_blobs v
+                 WHERE NOT EXISTS (SELECT 1 FROM run_values rv WHERE rv.sha256 = v.sha256))",
+        )?
+        .execute([])?;
+        let n = c
+            .prepare_cached(
+                "DELETE FROM value_blobs
+                 WHERE NOT EXISTS (SELECT 1 FROM run_values rv WHERE rv.sha256 = value_blobs.sha256)",
+            )?
+            .execute([])?;
+        Ok(u64::try_from(n).unwrap_or(u64::MAX))
+    }
+}
+
+impl Store {
+    /// Up to `max` bytes of value `sha256` from `offset`, if `run_id` holds it whole.
+    pub fn read_value_chunk(
+        &self,
+        run_id: &str,
+        sha256: &str,
+        offset: u64,
+        max: usize,
+    ) -> StoreResult<ValueChunk> {
+        let bytes: Option<(i64, i64)> = self
+            .conn
+            .prepare_cached(
+                "SELECT v.bytes, v.received FROM run_values rv JOIN value_blobs v USING (sha256)
+                 WHERE rv.run_id = ?1 AND rv.sha256 = ?2",
+            )?
+            .query_row(params![run_id, sha256], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?;
+        let bytes = match bytes {
+            Some((bytes, received)) if bytes == received => to_u64(bytes),
+            _ => return Err(not_found(sha256)),
+        };
+        if offset > bytes {
+            return Err(invalid(format!(
+                "value {sha256} is {bytes} bytes: no offset {offset}"
+            )));
+        }
+        let want = u64::try_from(max.max(1))
+            .unwrap_or(u64::MAX)
+            .min(bytes - offset);
+        let end = offset + want;
+        // The chunks that overlap [offset, end): the one that starts at or before `offset`,
+        // then those that start before `end`.
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT offset, data FROM value_chunks WHERE sha256 = ?1 AND offset < ?3
+               AND offset >= COALESCE((SELECT MAX(offset) FROM value_chunks
+                                       WHERE sha256 = ?1 AND offset <= ?2), 0)
+             ORDER BY offset",
+        )?;
+        let mut rows = stmt.query(params![sha256, to_i64(offset), to_i64(end)])?;
+        let mut data = Vec::with_capacity(usize::try_from(want).unwrap_or(0));
+        while let Some(row) = rows.next()? {
+            let start = to_u64(row.get(0)?);
+            let chunk = row.get_ref(1)?.as_blob().map_err(rusqlite::Error::from)?;
+            let from = usize::try_from(offset.saturating_sub(start)).unwrap_or(usize::MAX);
+            let to = usize::try_from(end.saturating_sub(start))
+                .unwrap_or(usize::MAX)
+                .min(chunk.len());
+            if from < to {
+                data.extend_from_slice(&chunk[from..to]);
+            }
+        }
+        if u64::try_from(data.len()).unwrap_or(u64::MAX) != want {
+            return Err(StoreError::InvalidInput(format!(
+                "value {sha256} is damaged: its chunks do not cover {offset}..{end} (see `piw diagnose`)"
+            )));
+        }
+        Ok(ValueChunk {
+            bytes,
+            offset,
+            data,
+        })
+    }
+
+    /// The whole value `sha256` of `run_id`, read chunk by chunk.
+    pub fn read_value(&self, run_id: &str, sha256: &str) -> StoreResult<Vec<u8>> {
+        let mut out = Vec::new();
+        loop {
+            let chunk = self.read_value_chunk(
+                run_id,
+                sha256,
+                u64::try_from(out.len()).unwrap_or(u64::MAX),
+                4 * 1024 * 1024,
+            )?;
+            out.extend_from_slice(&chunk.data);
+            if u64::try_from(out.len()).unwrap_or(u64::MAX) >= chunk.bytes {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// The whole values whose chunks do not add up to their length or hash: (sha256, detail).
+    pub(crate) fn corrupt_values(&self) -> StoreResult<Vec<(String, String)>> {
+        let whole: Vec<(String, i64)> = self
+            .conn
+            .prepare_cached("SELECT sha256, bytes FROM value_blobs WHERE received = bytes")?
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<_, _>>()?;
+        let mut corrupt = Vec::new();
+        for (sha256, bytes) in whole {
+            let (hash, len) = hash_chunks(&self.conn, &sha256)?;
+            if len != to_u64(bytes) {
+                corrupt.push((
+                    sha256,
+                    format!("value has {len} bytes in its chunks, {bytes} expected"),
+                ));
+            } else if hash != sha256 {
+                corrupt.push((sha256, format!("value's chunks hash to {hash}")));
+            }
+        }
+        Ok(corrupt)
+    }
+}
