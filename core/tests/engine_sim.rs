@@ -828,6 +828,8 @@ impl Sim {
             | SupervisorCmd::Stop {
                 run_id, generation, ..
             } => order(run_id, *generation),
+            SupervisorCmd::LaunchBridge { run_id, .. } => order(run_id, u64::MAX),
+            SupervisorCmd::StopBridge { .. } => (usize::MAX, String::new(), u64::MAX),
         });
         for cmd in commands {
             match cmd {
@@ -872,6 +874,10 @@ impl Sim {
                             c.stop_requested = true;
                         }
                     }
+                }
+                // Its hosts have no bridge settings: detached steps wait for the simulation.
+                SupervisorCmd::LaunchBridge { .. } | SupervisorCmd::StopBridge { .. } => {
+                    panic!("the simulation configures no bridges")
                 }
             }
         }

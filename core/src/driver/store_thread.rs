@@ -184,6 +184,9 @@ pub fn turn(
         children::forget_released_claims(store, state, None);
     }
     if !state.shutting_down {
+        // Bridges first: a step they fail makes its run ready for the scheduling below.
+        crate::engine::bridges::reconcile(store, state);
+        publish_unpublished(store, state, outbox);
         children::schedule_with(store, state, &mut |state| {
             send_child_commands(state, supervisor)
         });

@@ -71,12 +71,16 @@ pub struct HostState {
     pub activation_retry_at: Option<i64>,
     /// The delay before the last such retry (it doubles while activations keep failing).
     pub activation_retry_delay_ms: i64,
+    /// Detached runs' bridges (`super::bridges`).
+    pub bridges: super::bridges::Bridges,
 }
 
 impl HostState {
     /// Child processes this host runs or is still stopping (abandoned launches included).
     pub fn live_children(&self) -> usize {
-        self.children.len() + self.abandoned_launches.len()
+        self.children.len()
+            + self.abandoned_launches.len()
+            + self.bridges.slots_held(&self.children)
     }
 }
 

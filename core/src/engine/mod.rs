@@ -5,6 +5,7 @@
 //! or stop a child, publish a run's events) in [`dispatch::HostState`] for the
 //! [`driver`](crate::driver) to carry out.
 
+pub mod bridges;
 pub mod children;
 pub mod dispatch;
 pub mod timers;

@@ -17,10 +17,14 @@ pub fn next_deadline_at(store: &Store, state: &HostState) -> Option<i64> {
             Some(store.now_ms() + 1_000)
         }
     };
-    [store_deadline, children::next_child_deadline(store, state)]
-        .into_iter()
-        .flatten()
-        .min()
+    [
+        store_deadline,
+        children::next_child_deadline(store, state),
+        super::bridges::next_deadline(state),
+    ]
+    .into_iter()
+    .flatten()
+    .min()
 }
 
 /// Deadlines owned by the host: expired interactions and decisions, and expired claims.

@@ -194,9 +194,12 @@ export async function piEnv(script = () => ({ text: 'ok' })) {
       const code = await new Promise((r) => child.on('exit', r));
       return { code, out };
     },
-    /** A client of this environment's host (started on demand), closed by `close()`. */
-    async client() {
-      const c = await Client.connect({ home: piwHome, hostBin, hostEnv: { HOME: home, PIW_KILL_GRACE_MS: '300' } });
+    /**
+     * A client of this environment's host (started on demand with `hostEnv` added to its
+     * environment), closed by `close()`.
+     */
+    async client({ hostEnv = {} } = {}) {
+      const c = await Client.connect({ home: piwHome, hostBin, hostEnv: { HOME: home, PIW_KILL_GRACE_MS: '300', ...hostEnv } });
       clients.push(c);
       return c;
     },
@@ -207,7 +210,7 @@ export async function piEnv(script = () => ({ text: 'ok' })) {
       for (const c of clients) await c.close().catch(() => {});
       await stopHost(piwHome);
       await model.close();
-      rmSync(root, { recursive: true, force: true });
+      if (!process.env.PIW_TEST_KEEP) rmSync(root, { recursive: true, force: true });
     },
   };
   const clients = [];
