@@ -208,3 +208,35 @@ test('an explicit detached start is refused at once when Pi cannot serve it: no 
   );
   assert.deepEqual(await bare.listRuns({}), []);
 });
+
+test("/workflow <name> --detached and the tool's start with detached: the host's Pi answers the steps, the origin session gets the run's end and never the step", async () => {
+  env.model.script = ({ last, lastText }) => {
+    const id = last.role === 'user' ? stepId(lastText) : null;
+    if (id) return submit(id, { title: /Propose a title for (\w+)/.exec(lastText)?.[1] ?? 'x' });
+    // The person's model starts the second run through the tool.
+    if (last.role === 'user' && /start titles detached/.test(lastText)) {
+      return { tool: { name: 'workflow', arguments: { action: 'start', workflow: 'titles', input: { task: 'tool' }, detached: true } } };
+    }
+    return { text: 'ok' };
+  };
+  const person = await env.startPi({ sessionId: 'person', extraEnv: DETACHED });
+  const from = person.mark();
+  await person.prompt('/workflow titles --detached command');
+  const c = await client();
+  await person.prompt('start titles detached');
+  const ends = await until(() => {
+    const got = person.customMessages('piw-message', from).filter((m) => m.details?.kind === 'terminal');
+    return got.length === 2 ? got : null;
+  }, "both runs' ends in the origin session");
+  assert.match(ends.map((m) => m.content).join('\n'), /command/);
+  assert.match(ends.map((m) => m.content).join('\n'), /tool/);
+  const runs = await c.listRuns({ sessionId: 'person' });
+  assert.equal(runs.length, 2);
+  for (const r of runs) {
+    assert.equal(r.execution_mode, 'detached');
+    assert.equal(r.status, 'completed');
+  }
+  assert.deepEqual(runs.map((r) => r.result.title).sort(), ['command', 'tool']);
+  assert.equal(person.customMessages('piw-step', from).length, 0, 'the person was never shown a step');
+  await person.quit();
+});
