@@ -2405,7 +2405,8 @@ fn runs_filter_by_status_show_times_as_people_read_them_and_take_run_id_prefixes
     let waiting_line = table.lines().find(|l| l.starts_with(&waiting)).unwrap();
     assert_eq!(
         waiting_line.split_whitespace().collect::<Vec<_>>(),
-        [&waiting, "waiting", "10", "min", "ago", "-", "ask", "ask"],
+        // Started without a session: detached.
+        [&waiting, "waiting", "detached", "10", "min", "ago", "-", "ask", "ask"],
         "{table}"
     );
     let runs = json_of(&piw(&h.home, &["runs", "--json", "--status", "completed"]));
@@ -2965,5 +2966,41 @@ fn runs_lists_thousands_of_runs_a_page_at_a_time() {
             .status
             .code(),
         Some(2)
+    );
+}
+
+/// `piw run start --detached` asks for a detached run: a host without a Pi provider and model
+/// for detached steps refuses it at once with why, and starts nothing; `piw run status` says
+/// which runs are detached and where their messages go.
+#[test]
+fn a_detached_start_is_refused_without_a_pi_to_serve_it_and_status_shows_the_mode() {
+    let h = home();
+    let hello = hello_example(&h);
+    let o = piw(
+        &h.home,
+        &["run", "start", hello.to_str().unwrap(), "--detached"],
+    );
+    assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        text(&o).contains("cannot start a detached run: this host runs no detached steps"),
+        "{}",
+        text(&o)
+    );
+    let runs = json_of(&piw(&h.home, &["runs", "--json"]));
+    assert_eq!(runs["runs"].as_array().map(Vec::len), Some(0), "{runs}");
+    // Without a session a run is detached: status says so, and that no session gets its messages.
+    let o = piw(
+        &h.home,
+        &["run", "start", hello.to_str().unwrap(), "--wait"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let run_id = json_of(&piw(&h.home, &["runs", "--json"]))["runs"][0]["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let status = text(&piw(&h.home, &["run", "status", &run_id]));
+    assert!(
+        status.contains("mode detached (its steps go to Pi children of the host; no Pi session gets its messages"),
+        "{status}"
     );
 }
