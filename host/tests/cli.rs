@@ -2970,7 +2970,7 @@ fn runs_lists_thousands_of_runs_a_page_at_a_time() {
 }
 
 /// `piw run start --detached` asks for a detached run: a host without a Pi provider and model
-/// for detached steps refuses it at once with why, and starts nothing; `piw run status` says
+/// for detached steps (and none in the run's input) refuses it at once with why, and starts nothing; `piw run status` says
 /// which runs are detached and where their messages go.
 #[test]
 fn a_detached_start_is_refused_without_a_pi_to_serve_it_and_status_shows_the_mode() {
@@ -2982,7 +2982,7 @@ fn a_detached_start_is_refused_without_a_pi_to_serve_it_and_status_shows_the_mod
     );
     assert_ne!(o.status.code(), Some(0), "{}", text(&o));
     assert!(
-        text(&o).contains("cannot start a detached run: this host runs no detached steps"),
+        text(&o).contains("cannot start a detached run: no Pi provider and model"),
         "{}",
         text(&o)
     );

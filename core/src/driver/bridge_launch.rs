@@ -6,10 +6,12 @@
 //! Pi, first found wins: `PIW_PI` (an executable, or a `.js`/`.mjs` file run with the worker
 //! runtime's Node); the Pi the `piw` package installed (`@earendil-works/pi-coding-agent`
 //! beside it or in its `node_modules`, run with that Node); `pi` on `PATH`. The provider,
-//! model and extra arguments: `PIW_DETACHED_PROVIDER`, `PIW_DETACHED_MODEL`,
-//! `PIW_DETACHED_PI_ARGS` (split on whitespace). Without a provider and a model (or with
-//! `PIW_DETACHED_BRIDGES=off`) the host launches no bridges: a detached run's steps wait for a
-//! client to answer them, and an explicit detached start is refused.
+//! model and extra arguments: the workflow's (`defineWorkflow({ detached })`), the run's input
+//! (`piw_detached`), the host's `PIW_DETACHED_PROVIDER`, `PIW_DETACHED_MODEL`,
+//! `PIW_DETACHED_PI_ARGS` (split on whitespace), first found wins (`engine::bridges::pi_model`).
+//! A run for which none names a provider and a model gets no bridge: its steps wait for a
+//! client to answer them; an explicit detached start needs one from its input or the host.
+//! `PIW_DETACHED_BRIDGES=off`: the host launches no bridges at all.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -73,7 +75,6 @@ pub fn settings(
     if inputs.off {
         return None;
     }
-    let (provider, model) = (inputs.provider.clone()?, inputs.model.clone()?);
     let package = node.and_then(|rt| rt.worker.parent().map(Path::to_path_buf));
     let pi = match &package {
         None => Err("the bridge extension is part of the npm package `piw`, and this host has no Node worker runtime (PIW_NODE_WORKER)".to_owned()),
@@ -89,8 +90,8 @@ pub fn settings(
                 package.join("lib").join("bridge-preflight.js"),
             )
         }),
-        provider,
-        model,
+        provider: inputs.provider.clone(),
+        model: inputs.model.clone(),
         pi_args: inputs
             .pi_args
             .as_deref()
@@ -176,12 +177,19 @@ fn find_pi(
 /// runs it. `Err` says why, for the refusal.
 pub fn preflight(
     settings: Option<&BridgeSettings>,
+    input: &serde_json::Value,
     env: &[(OsString, OsString)],
     home: &Path,
     cwd: &Path,
 ) -> Result<(), String> {
     let Some(settings) = settings else {
-        return Err("this host runs no detached steps: start it with PIW_DETACHED_PROVIDER and PIW_DETACHED_MODEL (the Pi provider and model that serve them)".into());
+        return Err("this host runs no detached steps (PIW_DETACHED_BRIDGES=off)".into());
+    };
+    let Some(model) = crate::engine::bridges::pi_model(None, input, settings) else {
+        return Err(format!(
+            "no Pi provider and model to serve its steps: start the host with PIW_DETACHED_PROVIDER and PIW_DETACHED_MODEL, or give them in the run's input as {{\"{}\": {{\"provider\": ..., \"model\": ...}}}}",
+            crate::engine::bridges::INPUT_KEY
+        ));
     };
     let pi = settings.pi.as_ref().map_err(Clone::clone)?;
     let Some((node, script)) = &settings.preflight else {
@@ -193,7 +201,7 @@ pub fn preflight(
         .map_or_else(|| pi.program.display().to_string(), Clone::clone);
     let out = std::process::Command::new(node)
         .arg(script)
-        .args([pi_arg.as_str(), &settings.provider, &settings.model])
+        .args([pi_arg.as_str(), &model.provider, &model.model])
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k, v)))
         .env("PIW_HOME", home)
@@ -209,8 +217,8 @@ pub fn preflight(
     Err(format!(
         "Pi ({}) cannot serve a detached run with provider {} and model {}: {}",
         pi.describe,
-        settings.provider,
-        settings.model,
+        model.provider,
+        model.model,
         if why.is_empty() {
             "its preflight failed"
         } else {
@@ -320,10 +328,7 @@ mod tests {
     }
 
     #[test]
-    fn no_provider_and_model_no_bridges() {
-        let mut i = inputs();
-        i.model = None;
-        assert!(settings(&i, Some(&runtime()), Path::new("/h"), &|_| true).is_none());
+    fn off_no_bridges() {
         let mut off = inputs();
         off.off = true;
         assert!(settings(&off, Some(&runtime()), Path::new("/h"), &|_| true).is_none());
@@ -374,8 +379,12 @@ mod tests {
     }
 
     #[test]
-    fn an_explicit_detached_start_needs_a_host_that_runs_bridges() {
-        let why = preflight(None, &[], Path::new("/h"), Path::new("/")).unwrap_err();
+    fn an_explicit_detached_start_needs_a_provider_and_a_model() {
+        let mut i = inputs();
+        i.provider = None;
+        let s = settings(&i, Some(&runtime()), Path::new("/h"), &|_| true);
+        let input = serde_json::json!({"task": "x"});
+        let why = preflight(s.as_ref(), &input, &[], Path::new("/h"), Path::new("/")).unwrap_err();
         assert!(why.contains("PIW_DETACHED_PROVIDER"), "{why}");
     }
 }

@@ -69,9 +69,10 @@ pub struct BridgeSettings {
     pub extension: PathBuf,
     /// Node and `<package>/lib/bridge-preflight.js`, which check Pi before a detached start.
     pub preflight: Option<(PathBuf, PathBuf)>,
-    pub provider: String,
-    pub model: String,
-    /// More of Pi's arguments (`PIW_DETACHED_PI_ARGS`).
+    /// The host's own choice (`PIW_DETACHED_PROVIDER`, `_MODEL`, `_PI_ARGS`), the last place
+    /// [`pi_model`] looks.
+    pub provider: Option<String>,
+    pub model: Option<String>,
     pub pi_args: Vec<String>,
     /// The installation (`PIW_HOME`): where the bridge locks live.
     pub home: PathBuf,
@@ -84,8 +85,8 @@ impl BridgeSettings {
         self.home.join("bridges").join(format!("{run_id}.lock"))
     }
 
-    /// The bridge's command line for `run_id` (`lib/bridge.js` `bridgeCommand`'s).
-    fn command(&self, pi: &PiCommand) -> (PathBuf, Vec<String>) {
+    /// The bridge's command line (`lib/bridge.js` `bridgeCommand`'s) with `model`.
+    fn command(&self, pi: &PiCommand, model: &PiModel) -> (PathBuf, Vec<String>) {
         let mut args = pi.prefix.clone();
         args.extend(
             [
@@ -104,13 +105,59 @@ impl BridgeSettings {
         args.push(self.extension.display().to_string());
         args.extend([
             "--provider".to_owned(),
-            self.provider.clone(),
+            model.provider.clone(),
             "--model".to_owned(),
-            self.model.clone(),
+            model.model.clone(),
         ]);
-        args.extend(self.pi_args.iter().cloned());
+        args.extend(model.pi_args.iter().cloned());
         (pi.program.clone(), args)
     }
+}
+
+/// The Pi model a detached run's bridge uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PiModel {
+    pub provider: String,
+    pub model: String,
+    pub pi_args: Vec<String>,
+}
+
+/// The key of a run's input that names its Pi model: `{"piw_detached": {"provider", "model",
+/// "pi_args"}}`.
+pub const INPUT_KEY: &str = "piw_detached";
+
+/// The Pi model of a detached run: each of provider, model and extra arguments from the first
+/// place that sets it, the workflow (`definition`'s `detached`), the run's `input`
+/// ([`INPUT_KEY`]), the host's settings. `None` when no place names a provider and a model.
+pub fn pi_model(
+    definition: Option<&serde_json::Value>,
+    input: &serde_json::Value,
+    settings: &BridgeSettings,
+) -> Option<PiModel> {
+    let workflow = definition.and_then(|d| d.get("detached"));
+    let from_input = input.get(INPUT_KEY);
+    let text = |key: &str| {
+        [workflow, from_input]
+            .into_iter()
+            .flatten()
+            .find_map(|v| v.get(key).and_then(|v| v.as_str()).map(str::to_owned))
+    };
+    let pi_args = [workflow, from_input]
+        .into_iter()
+        .flatten()
+        .find_map(|v| {
+            v.get("pi_args").and_then(|a| a.as_array()).map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str().map(str::to_owned))
+                    .collect::<Vec<_>>()
+            })
+        })
+        .unwrap_or_else(|| settings.pi_args.clone());
+    Some(PiModel {
+        provider: text("provider").or_else(|| settings.provider.clone())?,
+        model: text("model").or_else(|| settings.model.clone())?,
+        pi_args,
+    })
 }
 
 /// One bridge the host launched and has not seen exit.
@@ -143,6 +190,9 @@ pub struct Bridges {
     pub live: BTreeMap<String, BridgeEntry>,
     /// Interaction id -> why its bridge was lost.
     pub lost: HashMap<String, String>,
+    /// The Pi model of each run with an open step ([`pi_model`]; `None`: nothing names one,
+    /// and its steps wait for a client), read once per run.
+    pub models: HashMap<String, Option<PiModel>>,
 }
 
 impl Bridges {
@@ -218,6 +268,10 @@ pub fn plan(
             continue;
         }
         let Some(settings) = settings else { continue };
+        // Nothing names a Pi model for it: its steps wait for a client, as before bridges.
+        if !matches!(bridges.models.get(run_id), Some(Some(_))) {
+            continue;
+        }
         if let Err(why) = &settings.pi {
             orders.push(BridgeOrder::Fail {
                 step: step.clone(),
@@ -371,8 +425,31 @@ pub fn reconcile(store: &mut Store, state: &mut HostState) {
         Ok(s) => s,
         Err(e) => return tracing::error!(error = %e, "cannot read the detached steps"),
     };
-    if steps.is_empty() && state.bridges.live.is_empty() && state.bridges.lost.is_empty() {
+    if steps.is_empty()
+        && state.bridges.live.is_empty()
+        && state.bridges.lost.is_empty()
+        && state.bridges.models.is_empty()
+    {
         return;
+    }
+    // Each run's Pi model, read once while it has an open step (its definition and input do
+    // not change).
+    state
+        .bridges
+        .models
+        .retain(|run, _| steps.iter().any(|s| &s.run_id == run));
+    for step in &steps {
+        if state.bridges.models.contains_key(&step.run_id) {
+            continue;
+        }
+        let model = match store.run_payload(&step.run_id) {
+            Ok((input, definition, _)) => pi_model(definition.as_ref(), &input, &settings),
+            Err(e) => {
+                tracing::error!(run_id = %step.run_id, error = %e, "cannot read the run's input");
+                None
+            }
+        };
+        state.bridges.models.insert(step.run_id.clone(), model);
     }
     // Forget losses of steps that closed meanwhile (their submission was accepted).
     state
@@ -419,9 +496,12 @@ pub fn reconcile(store: &mut Store, state: &mut HostState) {
 /// Orders the launch of the bridge of `step`'s run.
 fn launch(state: &mut HostState, settings: &BridgeSettings, step: &DetachedStep, now: i64) {
     let Ok(pi) = &settings.pi else { return };
+    let Some(Some(model)) = state.bridges.models.get(&step.run_id) else {
+        return;
+    };
+    let (program, args) = settings.command(pi, model);
     let launch = state.next_launch;
     state.next_launch += 1;
-    let (program, args) = settings.command(pi);
     let cfg: &ChildConfig = &state.child_config;
     let mut env = workflow_environment(&cfg.workflow_env, Some(("PIW_BRIDGE_RUN", &step.run_id)));
     env.push(("PIW_HOME".into(), settings.home.clone().into_os_string()));
@@ -531,8 +611,8 @@ mod tests {
             }),
             extension: "/pkg/extension/bridge.js".into(),
             preflight: None,
-            provider: "mock".into(),
-            model: "mock-model".into(),
+            provider: Some("mock".into()),
+            model: Some("mock-model".into()),
             pi_args: vec!["--offline".into()],
             home: "/home/piw".into(),
             handshake_timeout: Duration::from_secs(30),
@@ -561,24 +641,47 @@ mod tests {
 
     const NO_CHILD: &dyn Fn(&str) -> bool = &|_| false;
 
+    /// Bridges with a Pi model known for each of `runs`.
+    fn served(runs: &[&str]) -> Bridges {
+        let mut b = Bridges::default();
+        for run in runs {
+            b.models.insert(
+                (*run).to_owned(),
+                pi_model(None, &serde_json::json!({}), &settings()),
+            );
+        }
+        b
+    }
+
     #[test]
     fn an_open_step_without_a_bridge_gets_one_while_slots_last() {
         let steps = [step("r1", "i1", false), step("r2", "i2", false)];
         let s = settings();
-        let orders = plan(&steps, &Bridges::default(), NO_CHILD, 1, Some(&s), 0);
+        let orders = plan(&steps, &served(&["r1", "r2"]), NO_CHILD, 1, Some(&s), 0);
         assert_eq!(orders, [BridgeOrder::Launch(steps[0].clone())]);
         // A run whose own child holds a slot shares it with its bridge.
-        let orders = plan(&steps, &Bridges::default(), &|r| r == "r2", 0, Some(&s), 0);
+        let orders = plan(
+            &steps,
+            &served(&["r1", "r2"]),
+            &|r| r == "r2",
+            0,
+            Some(&s),
+            0,
+        );
         assert_eq!(orders, [BridgeOrder::Launch(steps[1].clone())]);
     }
 
     #[test]
     fn no_bridge_without_settings_or_for_a_step_being_judged() {
         let steps = [step("r1", "i1", false), step("r2", "i2", true)];
-        assert!(plan(&steps, &Bridges::default(), NO_CHILD, 4, None, 0).is_empty());
+        assert!(plan(&steps, &served(&["r1", "r2"]), NO_CHILD, 4, None, 0).is_empty());
         let s = settings();
-        let orders = plan(&steps, &Bridges::default(), NO_CHILD, 4, Some(&s), 0);
+        let orders = plan(&steps, &served(&["r1", "r2"]), NO_CHILD, 4, Some(&s), 0);
         assert_eq!(orders, [BridgeOrder::Launch(steps[0].clone())]);
+        // Nothing names a Pi model for the run: its step waits for a client.
+        let mut unnamed = served(&["r1"]);
+        unnamed.models.insert("r1".into(), None);
+        assert!(plan(&steps, &unnamed, NO_CHILD, 4, Some(&s), 0).is_empty());
     }
 
     #[test]
@@ -669,7 +772,7 @@ mod tests {
         let pending = step("r1", "i1", false);
         let orders = plan(
             std::slice::from_ref(&pending),
-            &Bridges::default(),
+            &served(&["r1"]),
             NO_CHILD,
             4,
             Some(&s),
@@ -718,9 +821,50 @@ mod tests {
     }
 
     #[test]
+    fn the_pi_model_comes_from_the_workflow_then_the_input_then_the_host() {
+        use serde_json::json;
+        let s = settings();
+        let host = pi_model(None, &json!({"task": "x"}), &s).expect("the host's");
+        assert_eq!(
+            (
+                host.provider.as_str(),
+                host.model.as_str(),
+                host.pi_args.clone()
+            ),
+            ("mock", "mock-model", vec!["--offline".to_owned()])
+        );
+        let input = json!({"piw_detached": {"model": "from-input", "pi_args": ["--a"]}});
+        let m = pi_model(None, &input, &s).expect("input over host");
+        assert_eq!(
+            (m.provider.as_str(), m.model.as_str()),
+            ("mock", "from-input")
+        );
+        assert_eq!(m.pi_args, ["--a"]);
+        let definition = json!({"detached": {"provider": "wf", "model": "from-workflow"}});
+        let m = pi_model(Some(&definition), &input, &s).expect("workflow over input");
+        assert_eq!(
+            (m.provider.as_str(), m.model.as_str()),
+            ("wf", "from-workflow")
+        );
+        assert_eq!(
+            m.pi_args,
+            ["--a"],
+            "each field from the first place that sets it"
+        );
+        let mut bare = settings();
+        bare.provider = None;
+        assert_eq!(
+            pi_model(None, &json!({}), &bare),
+            None,
+            "no provider anywhere"
+        );
+    }
+
+    #[test]
     fn the_command_line_is_the_bridge_contract() {
         let s = settings();
-        let (program, args) = s.command(s.pi.as_ref().expect("a pi"));
+        let model = pi_model(None, &serde_json::json!({}), &s).expect("the host's model");
+        let (program, args) = s.command(s.pi.as_ref().expect("a pi"), &model);
         assert_eq!(program, PathBuf::from("/node"));
         assert_eq!(
             args.join(" "),

@@ -204,9 +204,15 @@ test('an explicit detached start is refused at once when Pi cannot serve it: no 
   const bare = await env.client();
   await assert.rejects(
     bare.startRun(workflowFile('titles'), { input: { task: 'x' }, executionMode: 'detached', projectDir: env.project }),
-    (e) => /cannot start a detached run: this host runs no detached steps/.test(e.message),
+    (e) => /cannot start a detached run: no Pi provider and model to serve its steps: start the host with PIW_DETACHED_PROVIDER/.test(e.message),
+  );
+  const piw_detached = { provider: 'mock', model: 'no-such-model' };
+  await assert.rejects(
+    bare.startRun(workflowFile('titles'), { input: { task: 'x', piw_detached }, executionMode: 'detached', projectDir: env.project }),
+    (e) => /cannot start a detached run: Pi .* cannot serve a detached run with provider mock and model no-such-model: Pi offers no model no-such-model of provider mock/.test(e.message),
   );
   assert.deepEqual(await bare.listRuns({}), []);
+  assert.equal(env.model.requests.length, 0);
 });
 
 test("/workflow <name> --detached and the tool's start with detached: the host's Pi answers the steps, the origin session gets the run's end and never the step", async () => {
@@ -239,4 +245,32 @@ test("/workflow <name> --detached and the tool's start with detached: the host's
   assert.deepEqual(runs.map((r) => r.result.title).sort(), ['command', 'tool']);
   assert.equal(person.customMessages('piw-step', from).length, 0, 'the person was never shown a step');
   await person.quit();
+});
+
+test("the Pi model comes from the workflow, else the run's input, else the host; a run none names one for waits for a client", async () => {
+  env.addWorkflow('pinned.workflow.mjs', 'pinned');
+  env.model.script = ({ last, lastText }) => {
+    const id = last.role === 'user' ? stepId(lastText) : null;
+    return id ? submit(id, { title: /Propose a title for (\w+)/.exec(lastText)?.[1] ?? 'x' }) : { text: 'ok' };
+  };
+  // A host with no detached settings of its own.
+  const c = await env.client();
+  const pinned = await c.startRun(workflowFile('pinned'), { input: { task: 'workflow' }, projectDir: env.project });
+  assert.deepEqual((await c.waitForRun(pinned.run_id, { timeoutMs: 60_000 })).result, { title: 'workflow' });
+  const piw_detached = { provider: 'mock', model: 'mock-model', pi_args: ['--offline', '--no-builtin-tools'] };
+  const byInput = await c.startRun(workflowFile('titles'), { input: { task: 'input', piw_detached }, projectDir: env.project });
+  assert.deepEqual((await c.waitForRun(byInput.run_id, { timeoutMs: 60_000 })).result, { title: 'input' });
+  // An explicit detached start with the model in its input passes the host's check.
+  const explicit = await c.startRun(workflowFile('titles'), { input: { task: 'explicit', piw_detached }, executionMode: 'detached', sessionId: 'someone', projectDir: env.project });
+  assert.deepEqual((await c.waitForRun(explicit.run_id, { timeoutMs: 60_000 })).result, { title: 'explicit' });
+  // Nothing names a model: the step waits for a client (a script answering it), no bridge.
+  const requests = env.model.requests.length;
+  const unnamed = await c.startRun(workflowFile('titles'), { input: { task: 'script' }, projectDir: env.project });
+  const parked = await c.waitForRun(unnamed.run_id, { untilParked: true, timeoutMs: 30_000 });
+  assert.equal(parked.status, 'waiting');
+  assert.equal(existsSync(lockFile(unnamed.run_id)), false);
+  const [open] = (await c.runStatus(unnamed.run_id)).interactions;
+  await c.submitInteraction(open, { title: 'by script' });
+  assert.deepEqual((await c.waitForRun(unnamed.run_id, { timeoutMs: 60_000 })).result, { title: 'by script' });
+  assert.equal(env.model.requests.length, requests, 'no model turn for it');
 });
