@@ -274,3 +274,24 @@ test("the Pi model comes from the workflow, else the run's input, else the host;
   assert.deepEqual((await c.waitForRun(unnamed.run_id, { timeoutMs: 60_000 })).result, { title: 'by script' });
   assert.equal(env.model.requests.length, requests, 'no model turn for it');
 });
+
+test('host stop stops the Pi child with the host, and loses nothing: the next host presents the step again', async () => {
+  env.model.script = ({ last, lastText }) => (last.role === 'user' && stepId(lastText) ? { text: 'thinking', hold: new Promise(() => {}) } : { text: 'ok' });
+  const first = await client();
+  const { run_id } = await first.startRun(workflowFile('titles'), { input: { task: 'x' }, projectDir: env.project });
+  const bridge = await bridgePid(run_id);
+  await until(() => env.model.requests.length > 0, "the bridge's turn");
+  const { pid: host } = await first.status();
+  await first.request('host.stop');
+  await first.close();
+  await until(() => !alive(host), 'the host stopped');
+  assert.equal(alive(bridge), false, 'the bridge stopped before its host exited');
+  env.model.script = ({ last, lastText }) => {
+    const id = last.role === 'user' ? stepId(lastText) : null;
+    return id ? submit(id, { title: 'next host' }) : { text: 'ok' };
+  };
+  const second = await client();
+  assert.deepEqual((await second.waitForRun(run_id, { timeoutMs: 60_000 })).result, { title: 'next host' });
+  // The stop failed nothing: one attempt, answered through the next host's bridge.
+  assert.deepEqual((await attemptOf(second, run_id, 'draft')).map((a) => a.status), ['ok']);
+});
