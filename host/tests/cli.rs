@@ -2684,11 +2684,18 @@ fn logs_show_every_childs_whole_output_and_the_events() {
 
     assert_eq!(piw(&h.home, &["host", "stop"]).status.code(), Some(0));
     assert!(h.home.join("logs").join(&run_id).is_dir());
+    // A detached run's bridge lock (node-binding/src/bridge.rs) belongs to the state too.
+    std::fs::create_dir_all(h.home.join("bridges")).unwrap();
+    std::fs::write(h.home.join("bridges").join(format!("{run_id}.lock")), "1").unwrap();
     let o = piw(&h.home, &["state", "reset", "--yes"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(
         !h.home.join("logs").exists(),
         "the logs went with the state"
+    );
+    assert!(
+        !h.home.join("bridges").exists(),
+        "the bridge locks went with the state"
     );
 }
 
