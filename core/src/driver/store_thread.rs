@@ -169,6 +169,9 @@ pub fn turn(
             }
         }
         if !batch.is_empty() {
+            state
+                .bridges
+                .note_requests(batch.iter().map(|j| j.request.body.kind()));
             let touched = process_batch(store, state, outbox, batch, fault, supervisor);
             children::forget_released_claims(store, state, Some(&touched));
         }

@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use super::children::{workflow_environment, ChildConfig, SupervisorCmd, CHILD_LOG_BYTES};
 use super::dispatch::{self, HostState};
-use crate::protocol::{payload, Request, RequestBody};
+use crate::protocol::{payload, Request, RequestBody, RequestKind};
 use crate::store::{ChildExitRecord, DetachedStep, Store};
 
 /// Bytes of a bridge's stdout and stderr kept for its exit reason.
@@ -193,9 +193,39 @@ pub struct Bridges {
     /// The Pi model of each run with an open step ([`pi_model`]; `None`: nothing names one,
     /// and its steps wait for a client), read once per run.
     pub models: HashMap<String, Option<PiModel>>,
+    /// Nothing that could open or close a detached step happened since the last [`reconcile`]
+    /// (false at the host's start): the store thread's turns under load (steps and transitions
+    /// of workflow children) skip its read.
+    pub up_to_date: bool,
 }
 
 impl Bridges {
+    /// Notes a batch of requests of `kinds`: those that can open or close an interactive step,
+    /// or pause, resume, end or retry a run, make the next [`reconcile`] look.
+    pub fn note_requests(&mut self, kinds: impl IntoIterator<Item = RequestKind>) {
+        use RequestKind as K;
+        if kinds.into_iter().any(|k| {
+            matches!(
+                k,
+                K::WorkerInteractionRequest
+                    | K::WorkerValidationResult
+                    | K::WorkerFail
+                    | K::WorkerExit
+                    | K::WorkerComplete
+                    | K::InteractionSubmit
+                    | K::InteractionFail
+                    | K::RunPause
+                    | K::RunResume
+                    | K::RunCancel
+                    | K::RunRetry
+                    | K::EffectResolve
+                    | K::Repair
+            )
+        }) {
+            self.up_to_date = false;
+        }
+    }
+
     /// Slots the bridges hold: one per run that has a bridge and no child of its own.
     pub fn slots_held(&self, children: &HashMap<String, super::children::ChildEntry>) -> usize {
         self.live
@@ -361,6 +391,7 @@ pub fn on_reports(store: &mut Store, state: &mut HostState, reports: Vec<BridgeR
     if reports.is_empty() {
         return;
     }
+    state.bridges.up_to_date = false;
     let steps = match store.detached_steps() {
         Ok(s) => s,
         Err(e) => {
@@ -418,9 +449,10 @@ pub fn reconcile(store: &mut Store, state: &mut HostState) {
     let Some(settings) = state.child_config.bridges.clone() else {
         return;
     };
-    if state.shutting_down || !state.supervising {
+    if state.shutting_down || !state.supervising || state.bridges.up_to_date {
         return;
     }
+    state.bridges.up_to_date = true;
     let steps = match store.detached_steps() {
         Ok(s) => s,
         Err(e) => return tracing::error!(error = %e, "cannot read the detached steps"),
@@ -858,6 +890,33 @@ mod tests {
             None,
             "no provider anywhere"
         );
+    }
+
+    #[test]
+    fn only_requests_that_can_open_or_close_a_step_make_the_bridges_look_again() {
+        let mut b = Bridges {
+            up_to_date: true,
+            ..Bridges::default()
+        };
+        b.note_requests([
+            RequestKind::WorkerNodeStarted,
+            RequestKind::WorkerTransition,
+            RequestKind::WorkerProgress,
+            RequestKind::InteractionUpdate,
+            RequestKind::RunStart,
+        ]);
+        assert!(
+            b.up_to_date,
+            "a workflow child's steps change no detached step"
+        );
+        b.note_requests([
+            RequestKind::WorkerTransition,
+            RequestKind::WorkerInteractionRequest,
+        ]);
+        assert!(!b.up_to_date, "a new interactive step");
+        b.up_to_date = true;
+        b.note_requests([RequestKind::RunPause]);
+        assert!(!b.up_to_date, "a paused run's bridge stops");
     }
 
     #[test]

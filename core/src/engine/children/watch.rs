@@ -7,6 +7,10 @@ use super::*;
 /// Child reports of one batch: the pids of started children are recorded in one
 /// transaction; each exit is handled on its own (it may requeue its run).
 pub fn on_child_reports(store: &mut Store, state: &mut HostState, reports: Vec<ChildReport>) {
+    if !reports.is_empty() {
+        // A slot freed, a judge lost: what bridges are needed may have changed.
+        state.bridges.up_to_date = false;
+    }
     let (bridge_reports, reports): (Vec<_>, Vec<_>) = reports
         .into_iter()
         .partition(|r| matches!(r, ChildReport::Bridge(_)));
