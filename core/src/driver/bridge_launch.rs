@@ -264,7 +264,7 @@ pub async fn watch_bridge(
         }
     }
     tracing::debug!(%run_id, launch, pid = child.pid(), "bridge started");
-    let pid = child.pid().to_string();
+    let group = child.pid();
     let killer = child.killer();
     let mut reason = "exited";
     let mut hello = false;
@@ -282,7 +282,7 @@ pub async fn watch_bridge(
             _ = poll.tick(), if !hello => {
                 // A few bytes of a local file: read in place.
                 let holder = std::fs::read_to_string(&lock_file).unwrap_or_default();
-                if holder.trim() == pid {
+                if holder_is_ours(holder.trim(), group) {
                     hello = true;
                     report(BridgeReport::Hello { run_id: run_id.clone(), launch });
                 }
@@ -307,6 +307,17 @@ pub async fn watch_bridge(
     });
 }
 
+/// Whether the pid in a bridge lock (`holder`) is the bridge of process group `group`: the
+/// process the host started, or one it started in its group (a `pi` that is a wrapper script).
+fn holder_is_ours(holder: &str, group: u32) -> bool {
+    let Ok(pid) = holder.parse::<u32>() else {
+        return false;
+    };
+    pid == group
+        || supervise::read_proc_stat(pid)
+            .is_some_and(|s| !s.is_dead() && u32::try_from(s.pgrp).ok() == Some(group))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -325,6 +336,26 @@ mod tests {
             path: Some("/usr/bin".into()),
             ..Inputs::default()
         }
+    }
+
+    #[test]
+    fn a_lock_is_the_bridges_when_its_holder_is_in_the_bridges_group() {
+        let me = std::process::id();
+        let my_group = supervise::read_proc_stat(me)
+            .map(|s| s.pgrp)
+            .unwrap_or_default();
+        let my_group = u32::try_from(my_group).unwrap_or_default();
+        assert!(holder_is_ours(&me.to_string(), me));
+        assert!(
+            holder_is_ours(&me.to_string(), my_group),
+            "a member of the group"
+        );
+        assert!(
+            !holder_is_ours(&me.to_string(), u32::MAX - 1),
+            "another group"
+        );
+        assert!(!holder_is_ours("", me));
+        assert!(!holder_is_ours("not a pid", me));
     }
 
     #[test]

@@ -409,6 +409,7 @@ pub fn on_reports(store: &mut Store, state: &mut HostState, reports: Vec<BridgeR
                     .filter(|e| e.launch == launch)
                 {
                     entry.hello = true;
+                    tracing::info!(%run_id, launch, "the bridge took its run");
                 }
             }
             BridgeReport::Exited {

@@ -3,11 +3,11 @@
 // settings `PIW_DETACHED_PROVIDER` / `_MODEL` / `_PI_ARGS`. A bridge's pid is what its run's
 // lock file (`$PIW_HOME/bridges/<run>.lock`, its handshake) holds.
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, test } from 'node:test';
 
-import { alive, piEnv, until } from './harness.mjs';
+import { alive, piCli, piEnv, until } from './harness.mjs';
 
 const DETACHED = { PIW_DETACHED_PROVIDER: 'mock', PIW_DETACHED_MODEL: 'mock-model', PIW_DETACHED_PI_ARGS: '--offline --no-builtin-tools' };
 
@@ -294,4 +294,27 @@ test('host stop stops the Pi child with the host, and loses nothing: the next ho
   assert.deepEqual((await second.waitForRun(run_id, { timeoutMs: 60_000 })).result, { title: 'next host' });
   // The stop failed nothing: one attempt, answered through the next host's bridge.
   assert.deepEqual((await attemptOf(second, run_id, 'draft')).map((a) => a.status), ['ok']);
+});
+
+test('PIW_PI names the Pi to run; one that is a wrapper script (Pi a process of its group, not the one started) shakes hands too', async () => {
+  const wrapper = join(env.root, 'pi-wrapper.sh');
+  // No exec: the Pi that takes the run's lock is the wrapper's child.
+  writeFileSync(wrapper, `#!/bin/sh\n"${process.execPath}" "${piCli}" "$@"\n`);
+  chmodSync(wrapper, 0o755);
+  const clock = join(env.root, 'clock');
+  let release;
+  const held = new Promise((r) => (release = r));
+  env.model.script = ({ last, lastText }) => {
+    const id = last.role === 'user' ? stepId(lastText) : null;
+    return id ? { ...submit(id, { title: 'wrapped' }), hold: held } : { text: 'ok' };
+  };
+  const c = await client({ PIW_PI: wrapper, PIW_TEST_CLOCK: clock });
+  const { run_id } = await c.startRun(workflowFile('titles'), { input: { task: 'x' }, projectDir: env.project });
+  // The host saw the handshake (the log says so); then the handshake bound passes harmlessly.
+  await until(() => readFileSync(join(env.piwHome, 'host.log'), 'utf8').includes(`the bridge took its run run_id=${run_id}`), 'the handshake');
+  writeFileSync(`${clock}.tmp`, '120000');
+  renameSync(`${clock}.tmp`, clock);
+  await c.runStatus(run_id); // wakes a host asleep until the old deadline
+  release();
+  assert.deepEqual((await c.waitForRun(run_id, { timeoutMs: 60_000 })).result, { title: 'wrapped' });
 });
