@@ -11,8 +11,8 @@
 //! reads the settings.
 //!
 //! The rules:
-//! - one bridge per run, launched when the run has an open `pending` step and none serves it;
-//!   it holds a child slot (`PIW_MAX_CHILDREN`), shared with its run's own child (the
+//! - one bridge per run, launched when the run has an open `pending` step, none serves it and
+//!   something names its Pi model ([`pi_model`]; else the step waits for a client); it holds a child slot (`PIW_MAX_CHILDREN`), shared with its run's own child (the
 //!   validation of its submissions), so a run never waits on itself for a slot;
 //! - handshake: the bridge takes its run's lock (`$PIW_HOME/bridges/<run>.lock`, which then
 //!   holds its pid) as its extension loads, before its first call; one that has not within

@@ -110,7 +110,7 @@ pub struct ChildConfig {
     /// tails in the database. The installation's `logs` directory for a real host.
     pub output_logs: Option<PathBuf>,
     /// How detached runs' steps are served (`super::bridges`); `None`: the host launches no
-    /// bridges (no provider and model are configured, or `PIW_DETACHED_BRIDGES=off`).
+    /// bridges (`PIW_DETACHED_BRIDGES=off`, and in hosts built by hand, as in tests).
     pub bridges: Option<super::bridges::BridgeSettings>,
 }
 
