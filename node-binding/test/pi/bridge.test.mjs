@@ -203,6 +203,10 @@ test('the preflight: a usable provider and model pass; a model Pi lacks or a pro
   await assert.rejects(preflightBridge({ ...opts, provider: 'openai', model: 'gpt-4o' }), (e) => e.code === 'pi_unusable' && /provider openai .*no credentials/.test(e.message));
   await assert.rejects(preflightBridge({ ...opts, provider: 'mock' }), (e) => e.code === 'pi_unusable' && /needs a provider and a model/.test(e.message));
   await assert.rejects(preflightBridge({ ...opts, pi: '/nonexistent/pi', provider: 'mock', model: 'mock-model' }), (e) => e.code === 'pi_unusable' && /cannot run Pi/.test(e.message));
+  // A Pi older than 1.6 is refused.
+  const old = join(env.root, 'old-pi.mjs');
+  writeFileSync(old, "process.stdout.write('1.5.9\\n');\n");
+  await assert.rejects(preflightBridge({ ...opts, pi: old, provider: 'mock', model: 'mock-model' }), (e) => e.code === 'pi_unusable' && /is version 1\.5\.9; a detached run needs Pi 1\.6\.0 or newer/.test(e.message));
   // The same as a command, for the host's launcher.
   const command = (model) => spawnSync(process.execPath, [join(pkgDir, 'lib', 'bridge-preflight.js'), piCli, 'mock', model], { env: env.env, cwd: env.project, encoding: 'utf8' });
   const ready = command('mock-model');
