@@ -375,8 +375,8 @@ pub(crate) fn run_cmd(paths: &PiwPaths, mut cmd: RunCmd, json: bool) -> Result<(
 pub(crate) fn mode_line(run: &Value) -> String {
     let session = run["origin_session"].as_str();
     match (str_of(&run["execution_mode"]).as_str(), session) {
-        ("detached", Some(s)) => format!("\nmode detached (its steps go to Pi children of the host; its messages to Pi session {s})"),
-        ("detached", None) => "\nmode detached (its steps go to Pi children of the host; no Pi session gets its messages: this status shows how it went)".to_owned(),
+        ("detached", Some(s)) => format!("\nmode detached (the host's Pi children answer its steps when a Pi model is set for it; its messages go to Pi session {s})"),
+        ("detached", None) => "\nmode detached (the host's Pi children answer its steps when a Pi model is set for it; no Pi session gets its messages: this status shows how it went)".to_owned(),
         ("interactive", Some(s)) => format!("\nmode interactive (Pi session {s} answers its steps and gets its messages)"),
         (mode, _) if mode != "-" => format!("\nmode {mode}"),
         _ => String::new(),

@@ -3007,7 +3007,7 @@ fn a_detached_start_is_refused_without_a_pi_to_serve_it_and_status_shows_the_mod
         .to_owned();
     let status = text(&piw(&h.home, &["run", "status", &run_id]));
     assert!(
-        status.contains("mode detached (its steps go to Pi children of the host; no Pi session gets its messages"),
+        status.contains("mode detached (the host's Pi children answer its steps when a Pi model is set for it; no Pi session gets its messages"),
         "{status}"
     );
 }
