@@ -318,3 +318,31 @@ test('PIW_PI names the Pi to run; one that is a wrapper script (Pi a process of 
   release();
   assert.deepEqual((await c.waitForRun(run_id, { timeoutMs: 60_000 })).result, { title: 'wrapped' });
 });
+
+test('pausing a run stops its Pi child, resuming starts a new one for the same step; cancelling stops it for good', async () => {
+  let hold = true;
+  env.model.script = ({ last, lastText }) => {
+    const id = last.role === 'user' ? stepId(lastText) : null;
+    if (!id) return { text: 'ok' };
+    return hold ? { text: 'thinking', hold: new Promise(() => {}) } : submit(id, { title: 'after resume' });
+  };
+  const c = await client();
+  const { run_id } = await c.startRun(workflowFile('titles'), { input: { task: 'x' }, projectDir: env.project });
+  const first = await bridgePid(run_id);
+  await until(() => env.model.requests.length > 0, "the bridge's turn");
+  await c.pauseRun(run_id);
+  await until(() => !alive(first), 'the bridge stopped at the pause');
+  assert.equal((await c.runStatus(run_id)).run.paused, true);
+  hold = false;
+  await c.resumeRun(run_id);
+  assert.deepEqual((await c.waitForRun(run_id, { timeoutMs: 60_000 })).result, { title: 'after resume' });
+  assert.deepEqual((await attemptOf(c, run_id, 'draft')).map((a) => a.status), ['ok'], 'the same attempt, answered once');
+
+  hold = true;
+  const second = await c.startRun(workflowFile('titles'), { input: { task: 'y' }, projectDir: env.project });
+  const pid = await bridgePid(second.run_id);
+  await c.cancelRun(second.run_id, { reason: 'not needed' });
+  await until(() => !alive(pid), 'the bridge stopped at the cancel');
+  assert.equal((await c.runStatus(second.run_id)).run.status, 'cancelled');
+  await until(async () => (await c.status()).active_children === 0, 'no child left');
+});
