@@ -3,11 +3,12 @@
 // settings `PIW_DETACHED_PROVIDER` / `_MODEL` / `_PI_ARGS`. A bridge's pid is what its run's
 // lock file (`$PIW_HOME/bridges/<run>.lock`, its handshake) holds.
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import { chmodSync, existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, test } from 'node:test';
 
-import { alive, piCli, piEnv, until } from './harness.mjs';
+import { alive, hostBin, piCli, piEnv, until } from './harness.mjs';
 
 const DETACHED = { PIW_DETACHED_PROVIDER: 'mock', PIW_DETACHED_MODEL: 'mock-model', PIW_DETACHED_PI_ARGS: '--offline --no-builtin-tools' };
 
@@ -345,4 +346,23 @@ test('pausing a run stops its Pi child, resuming starts a new one for the same s
   await until(() => !alive(pid), 'the bridge stopped at the cancel');
   assert.equal((await c.runStatus(second.run_id)).run.status, 'cancelled');
   await until(async () => (await c.status()).active_children === 0, 'no child left');
+});
+
+test('a host started with a detached step open serves it before any client asks anything (piw host serve)', async () => {
+  env.model.script = ({ last, lastText }) => (last.role === 'user' && stepId(lastText) ? { text: 'thinking', hold: new Promise(() => {}) } : { text: 'ok' });
+  const first = await client();
+  const { run_id } = await first.startRun(workflowFile('titles'), { input: { task: 'x' }, projectDir: env.project });
+  const orphan = await bridgePid(run_id);
+  const { pid: host } = await first.status();
+  await first.close();
+  process.kill(host, 'SIGKILL');
+  await until(() => !alive(host), 'the host gone');
+  // A host in the foreground that no client ever asks anything (env.close stops it).
+  const serve = spawn(hostBin, ['host', 'serve'], { env: { ...env.env, ...DETACHED }, stdio: ['ignore', 'pipe', 'ignore'] });
+  let out = '';
+  serve.stdout.on('data', (c) => (out += c));
+  await until(() => out.includes('piw host ready'), 'the host ready');
+  const next = await bridgePid(run_id, orphan);
+  assert.notEqual(next, orphan);
+  await until(() => !alive(orphan), 'the orphan killed at the start');
 });
