@@ -80,6 +80,11 @@ pub fn run(
     epoch: i64,
 ) {
     let mut supervisor = Some(supervisor);
+    // A host that starts with a detached run's step open serves it before any request comes.
+    crate::engine::bridges::reconcile(&mut store, &mut state);
+    publish_unpublished(&store, &mut state, &mut outbox);
+    send_child_commands(&mut state, &mut supervisor);
+    outbox.flush(store.commits(), true);
     // A message taken off the queue to learn whether the thread was idle, handled next.
     let mut next: Option<StoreMsg> = None;
     loop {

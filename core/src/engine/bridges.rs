@@ -607,14 +607,9 @@ fn fail_step(store: &mut Store, state: &mut HostState, step: &DetachedStep, reas
     state.bridges.lost.remove(&step.interaction_id);
 }
 
-/// When the store thread must wake for bridges: a handshake bound passing; at once while they
-/// were not looked at since something changed (a host that just started, with a detached
-/// run's step open and no client yet).
+/// When a bridge's handshake bound passes next.
 pub fn next_deadline(state: &HostState) -> Option<i64> {
     let settings = state.child_config.bridges.as_ref()?;
-    if !state.bridges.up_to_date && state.supervising && !state.shutting_down {
-        return Some(0);
-    }
     let bound = i64::try_from(settings.handshake_timeout.as_millis()).unwrap_or(i64::MAX);
     state
         .bridges
