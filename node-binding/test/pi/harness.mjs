@@ -210,7 +210,7 @@ export async function piEnv(script = () => ({ text: 'ok' })) {
       for (const c of clients) await c.close().catch(() => {});
       await stopHost(piwHome);
       await model.close();
-      if (!process.env.PIW_TEST_KEEP) rmSync(root, { recursive: true, force: true });
+      rmSync(root, { recursive: true, force: true });
     },
   };
   const clients = [];
