@@ -1018,6 +1018,12 @@ export interface WorkflowDefinition<I = any> {
   title?: string | ((args: { input: I; workflowName: string }) => Awaitable<string | undefined>);
   /** A string; a function is accepted but not called (see "What differs" in the README). */
   presentationPrompt?: string | ((ctx: { state: unknown; finalOutput: unknown; signal: AbortSignal }) => Awaitable<string | undefined>);
+  /**
+   * The Pi model that serves this workflow's `agent` and `assistantMessage` steps when a run is
+   * detached (the host's Pi children); wins over the run's input (`piw_detached`) and the
+   * host's `PIW_DETACHED_PROVIDER` / `_MODEL` / `_PI_ARGS`, field by field.
+   */
+  detached?: { provider?: string; model?: string; piArgs?: string[] };
   startAt: string;
   nodes: Record<string, WorkflowNode>;
   edges: Edge[];

@@ -852,6 +852,8 @@ impl Sim {
             } => order(run_id, *generation),
             // The simulation never prunes.
             SupervisorCmd::RemoveLogs { .. } => (usize::MAX, String::new(), 0),
+            SupervisorCmd::LaunchBridge { run_id, .. } => order(run_id, u64::MAX),
+            SupervisorCmd::StopBridge { .. } => (usize::MAX, String::new(), u64::MAX),
         });
         for cmd in commands {
             match cmd {
@@ -897,6 +899,10 @@ impl Sim {
                             c.stop_requested = true;
                         }
                     }
+                }
+                // Its hosts have no bridge settings: detached steps wait for the simulation.
+                SupervisorCmd::LaunchBridge { .. } | SupervisorCmd::StopBridge { .. } => {
+                    panic!("the simulation configures no bridges")
                 }
             }
         }

@@ -154,6 +154,9 @@ fn after_a_failed_activation_commit_children_wait_for_their_commit() {
                 SupervisorCmd::Launch { launch, .. } => format!("launch {launch}"),
                 SupervisorCmd::Stop { .. } => "stop".to_owned(),
                 SupervisorCmd::RemoveLogs { .. } => "remove logs".to_owned(),
+                SupervisorCmd::LaunchBridge { .. } | SupervisorCmd::StopBridge { .. } => {
+                    "bridge".to_owned()
+                }
             })
             .collect::<Vec<_>>()
     };
@@ -1554,4 +1557,102 @@ fn value_get_pieces_fit_a_frame_and_add_up_to_the_value() {
     }
     assert_eq!(reader.finish().unwrap(), value);
     assert!(pieces >= 6, "{pieces} pieces of 3 MB");
+}
+
+/// Bridges (issue 29), on a real store: a detached run waiting on an agent step gets one
+/// bridge, counted as a child; while it lives no second one is ordered; when it is killed the
+/// step's attempt fails with why (the run routes), and no new bridge starts for that step.
+#[test]
+fn a_detached_step_gets_one_bridge_and_a_killed_bridge_fails_its_attempt() {
+    use piw_core::driver::supervisor::SupervisorCmd;
+    use piw_core::engine::bridges::{self, BridgeReport, BridgeSettings, PiCommand};
+    use piw_core::engine::children::{on_child_reports, ChildReport};
+    use piw_core::store::{ChildExitRecord, ExecutionMode, NewRun};
+
+    let mut f = Fixture::new();
+    let run_id = f.start_with(NewRun {
+        definition: Some(json!({"name": "w", "start": "a",
+            "nodes": {"a": {"kind": "agent"}}, "edges": []})),
+        execution_mode: ExecutionMode::Detached,
+        ..common::new_run(None)
+    });
+    let act = f.activate(&run_id);
+    let attempt = f
+        .store
+        .write(|w| w.node_started(&act.claim, "a", None))
+        .unwrap();
+    let interaction = f.ask(&act.claim, &attempt, None);
+    let mut state = host_state_with_runtime(&mut f, false);
+    state.child_config.bridges = Some(BridgeSettings {
+        pi: Ok(PiCommand {
+            program: "/bin/node".into(),
+            prefix: vec!["/pi/cli.js".into()],
+            describe: "test".into(),
+        }),
+        extension: "/pkg/extension/bridge.js".into(),
+        preflight: None,
+        provider: Some("mock".into()),
+        model: Some("mock-model".into()),
+        pi_args: Vec::new(),
+        home: f.dir.path().to_path_buf(),
+        handshake_timeout: std::time::Duration::from_secs(60),
+    });
+    let bridge_launches = |state: &mut HostState| {
+        state
+            .child_commands
+            .drain(..)
+            .filter_map(|cmd| match cmd {
+                SupervisorCmd::LaunchBridge {
+                    run_id,
+                    launch,
+                    spec,
+                    ..
+                } => Some((run_id, launch, spec)),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+
+    bridges::reconcile(&mut f.store, &mut state);
+    let launched = bridge_launches(&mut state);
+    assert_eq!(launched.len(), 1);
+    let (launched_run, launch, spec) = &launched[0];
+    assert_eq!(launched_run, &run_id);
+    assert_eq!(spec.cwd, std::path::PathBuf::from("/tmp"));
+    assert!(spec
+        .env
+        .iter()
+        .any(|(k, v)| k == "PIW_BRIDGE_RUN" && v.to_str() == Some(run_id.as_str())));
+    assert_eq!(state.live_children(), 1, "the bridge holds a child slot");
+    bridges::reconcile(&mut f.store, &mut state);
+    assert!(bridge_launches(&mut state).is_empty(), "one bridge per run");
+
+    on_child_reports(
+        &mut f.store,
+        &mut state,
+        vec![ChildReport::Bridge(BridgeReport::Exited {
+            run_id: run_id.clone(),
+            launch: *launch,
+            exit: ChildExitRecord {
+                signal: Some(9),
+                reason: "exited by signal 9".into(),
+                ..Default::default()
+            },
+        })],
+    );
+    assert_eq!(state.live_children(), 0);
+    bridges::reconcile(&mut f.store, &mut state);
+    assert!(
+        bridge_launches(&mut state).is_empty(),
+        "no new bridge for a lost step"
+    );
+    let interactions = f.store.interactions(Some(&run_id), None).unwrap();
+    assert_eq!(interactions[0].interaction_id, interaction);
+    assert_eq!(interactions[0].status, "cancelled");
+    let attempts = f.store.attempts(&run_id).unwrap();
+    assert_eq!(attempts[0].status, "failed");
+    assert_eq!(
+        attempts[0].error.as_deref(),
+        Some("the Pi bridge was killed by signal 9")
+    );
 }

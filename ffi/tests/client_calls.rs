@@ -651,3 +651,31 @@ fn a_value_stored_apart_is_read_back_through_the_abi() {
     );
     unsafe { piw_client_close(client) };
 }
+
+/// Through the C ABI, `run.start` asks for a detached run with `"execution_mode": "detached"`:
+/// a host with no Pi provider and model for detached steps (none in the input either) refuses
+/// it at once, saying why, and starts nothing.
+#[test]
+fn a_detached_start_the_host_cannot_serve_is_refused_with_why() {
+    let install = common::Install::new();
+    let client = connect(&install);
+    let workflow = common::repo_root().join("examples/hello.workflow.json");
+    let err = call(
+        client,
+        "run.start",
+        None,
+        Some(serde_json::json!({
+            "workflow_file": workflow, "execution_mode": "detached", "project_dir": install.path(),
+        })),
+    );
+    assert_eq!(err, Err(PiwStatus::Rejected));
+    assert_eq!(piw_last_rejection_code(), PiwRejectionCode::NotFound);
+    let message = last(piw_last_error_message);
+    assert!(
+        message.contains("cannot start a detached run: no Pi provider and model"),
+        "{message}"
+    );
+    let runs = call(client, "run.list", None, Some(serde_json::json!({}))).unwrap();
+    assert_eq!(runs["body"]["runs"], serde_json::json!([]), "{runs}");
+    assert_eq!(unsafe { piw_client_close(client) }, PiwStatus::Ok);
+}

@@ -268,6 +268,10 @@ pub(crate) enum RunCmd {
         /// The origin Pi session.
         #[arg(long)]
         session: Option<String>,
+        /// Run its interactive steps in Pi children of the host (`PIW_DETACHED_PROVIDER`,
+        /// `PIW_DETACHED_MODEL`), even with --session; refused at once if Pi cannot serve them.
+        #[arg(long)]
+        detached: bool,
         /// Wait until the run finishes (or stops for review) and print its result.
         #[arg(long)]
         wait: bool,

@@ -370,14 +370,15 @@ fn run(cli: Cli, json: bool) -> Result<(), CliError> {
             print(&body, json, |b| {
                 let ago = |v: &Value| v.as_u64().map_or("-".into(), |ms| human::ago(ms, now));
                 let mut out = format!(
-                    "{:<33} {:<11} {:<14} {:<14} {:<9} NODE",
-                    "RUN", "STATUS", "STARTED", "ENDED", "WORKFLOW"
+                    "{:<33} {:<11} {:<11} {:<14} {:<14} {:<9} NODE",
+                    "RUN", "STATUS", "MODE", "STARTED", "ENDED", "WORKFLOW"
                 );
                 for run in b["runs"].as_array().into_iter().flatten() {
                     out.push_str(&format!(
-                        "\n{:<33} {:<11} {:<14} {:<14} {:<9} {}",
+                        "\n{:<33} {:<11} {:<11} {:<14} {:<14} {:<9} {}",
                         str_of(&run["run_id"]),
                         str_of(&run["status"]),
+                        str_of(&run["execution_mode"]),
                         ago(&run["created_at"]),
                         ago(&run["finished_at"]),
                         str_of(&run["workflow_name"]),

@@ -110,6 +110,7 @@ pub(crate) fn run_cmd(paths: &PiwPaths, mut cmd: RunCmd, json: bool) -> Result<(
             workflow,
             input,
             session,
+            detached,
             wait,
             timeout,
             json,
@@ -125,6 +126,9 @@ pub(crate) fn run_cmd(paths: &PiwPaths, mut cmd: RunCmd, json: bool) -> Result<(
             let file = resolve::resolve_workflow(&workflow, &cwd, &user_home, builtins.as_deref())?;
             let mut start = piw_core::client::run_start_here(&file, input)?;
             start.session_id = session;
+            if detached {
+                start.execution_mode = Some(piw_core::store::ExecutionMode::Detached);
+            }
             let r = client.call(RequestBody::RunStart(start))?;
             if wait {
                 let run_id = str_of(&r.body["run_id"]);
@@ -355,6 +359,7 @@ pub(crate) fn run_cmd(paths: &PiwPaths, mut cmd: RunCmd, json: bool) -> Result<(
                 str_of(&run["current_node"]),
                 run["revision"]
             );
+            text.push_str(&mode_line(run));
             let now = human::now_ms();
             if !run["created_at"].is_null() {
                 text.push_str(&format!(
@@ -409,6 +414,18 @@ fn result_line(result: &Value) -> String {
         ),
         Ok(Slot::Inline(v)) => format!("\nresult {v}"),
         Err(_) => format!("\nresult {result}"),
+    }
+}
+
+/// Who answers a run's interactive steps and where its workflow messages go.
+pub(crate) fn mode_line(run: &Value) -> String {
+    let session = run["origin_session"].as_str();
+    match (str_of(&run["execution_mode"]).as_str(), session) {
+        ("detached", Some(s)) => format!("\nmode detached (the host's Pi children answer its steps when a Pi model is set for it; its messages go to Pi session {s})"),
+        ("detached", None) => "\nmode detached (the host's Pi children answer its steps when a Pi model is set for it; no Pi session gets its messages: this status shows how it went)".to_owned(),
+        ("interactive", Some(s)) => format!("\nmode interactive (Pi session {s} answers its steps and gets its messages)"),
+        (mode, _) if mode != "-" => format!("\nmode {mode}"),
+        _ => String::new(),
     }
 }
 

@@ -70,6 +70,12 @@ pub(crate) fn remove_state_locked(paths: &PiwPaths) -> Result<bool, CliError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e.into()),
     }
+    // The detached runs' bridge locks (`node-binding/src/bridge.rs`), of runs now gone.
+    match std::fs::remove_dir_all(paths.home.join("bridges")) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e.into()),
+    }
     Ok(removed)
 }
 

@@ -2422,7 +2422,8 @@ fn runs_filter_by_status_show_times_as_people_read_them_and_take_run_id_prefixes
     let waiting_line = table.lines().find(|l| l.starts_with(&waiting)).unwrap();
     assert_eq!(
         waiting_line.split_whitespace().collect::<Vec<_>>(),
-        [&waiting, "waiting", "10", "min", "ago", "-", "ask", "ask"],
+        // Started without a session: detached.
+        [&waiting, "waiting", "detached", "10", "min", "ago", "-", "ask", "ask"],
         "{table}"
     );
     let runs = json_of(&piw(&h.home, &["runs", "--json", "--status", "completed"]));
@@ -2700,11 +2701,18 @@ fn logs_show_every_childs_whole_output_and_the_events() {
 
     assert_eq!(piw(&h.home, &["host", "stop"]).status.code(), Some(0));
     assert!(h.home.join("logs").join(&run_id).is_dir());
+    // A detached run's bridge lock (node-binding/src/bridge.rs) belongs to the state too.
+    std::fs::create_dir_all(h.home.join("bridges")).unwrap();
+    std::fs::write(h.home.join("bridges").join(format!("{run_id}.lock")), "1").unwrap();
     let o = piw(&h.home, &["state", "reset", "--yes"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(
         !h.home.join("logs").exists(),
         "the logs went with the state"
+    );
+    assert!(
+        !h.home.join("bridges").exists(),
+        "the bridge locks went with the state"
     );
 }
 
@@ -3164,4 +3172,40 @@ fn a_deferred_step_with_a_large_output_is_reported_with_the_value() {
                 .collect::<String>()
         );
     }
+}
+
+/// `piw run start --detached` asks for a detached run: a host without a Pi provider and model
+/// for detached steps (and none in the run's input) refuses it at once with why, and starts nothing; `piw run status` says
+/// which runs are detached and where their messages go.
+#[test]
+fn a_detached_start_is_refused_without_a_pi_to_serve_it_and_status_shows_the_mode() {
+    let h = home();
+    let hello = hello_example(&h);
+    let o = piw(
+        &h.home,
+        &["run", "start", hello.to_str().unwrap(), "--detached"],
+    );
+    assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        text(&o).contains("cannot start a detached run: no Pi provider and model"),
+        "{}",
+        text(&o)
+    );
+    let runs = json_of(&piw(&h.home, &["runs", "--json"]));
+    assert_eq!(runs["runs"].as_array().map(Vec::len), Some(0), "{runs}");
+    // Without a session a run is detached: status says so, and that no session gets its messages.
+    let o = piw(
+        &h.home,
+        &["run", "start", hello.to_str().unwrap(), "--wait"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let run_id = json_of(&piw(&h.home, &["runs", "--json"]))["runs"][0]["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let status = text(&piw(&h.home, &["run", "status", &run_id]));
+    assert!(
+        status.contains("mode detached (the host's Pi children answer its steps when a Pi model is set for it; no Pi session gets its messages"),
+        "{status}"
+    );
 }

@@ -300,8 +300,10 @@ fn the_viewer_follows_a_live_host_in_a_real_terminal() {
         s.contains("piw runs: 2 of 2") && has_line(s, &[&hello, "> completed"])
     });
     tmux.keys(&["Up", "Enter"]);
+    // Started without a session, it is detached: its header says so.
     tmux.wait_for("the gated run running at b, c not visited", |s| {
         s.contains("RUNNING · gate")
+            && s.contains("· detached ·")
             && has_line(s, &["[b]", "running"])
             && has_line(s, &["[c]", "not visited"])
     });

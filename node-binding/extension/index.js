@@ -89,7 +89,8 @@ export default function piwExtension(pi) {
     return { runId: id, status: await ownRun(s, id, verb, byPerson) };
   }
 
-  async function start(s, ref, input) {
+  /** Starts workflow `ref`; `detached`: its steps go to Pi children of the host, not this session. */
+  async function start(s, ref, input, detached = false) {
     let found;
     try {
       found = await resolveWorkflow(ref, s.cwd);
@@ -99,7 +100,7 @@ export default function piwExtension(pi) {
     }
     const { run_id, status } = await s.call('run.start', (c) =>
       // No input is an empty object, as pi-workflows passes it (workflows read `input.task`).
-      c.startRun(found.path, { input: input ?? {}, sessionId: s.sessionId, projectDir: s.cwd }),
+      c.startRun(found.path, { input: input ?? {}, sessionId: s.sessionId, projectDir: s.cwd, ...(detached ? { executionMode: 'detached' } : {}) }),
     );
     s.widgetRun = run_id;
     s.kick();
@@ -169,6 +170,7 @@ export default function piwExtension(pi) {
         action: { type: 'string', enum: ACTIONS, description: 'what to do' },
         workflow: { type: 'string', description: 'start: a workflow name, builtin:<id> (autoplan, autodoc, plan-approval, plan-change, autoimplement, sanity-check) or a path to a workflow file' },
         input: { description: 'start: the run input (JSON)' },
+        detached: { type: 'boolean', description: "start: run its agent steps in Pi children of the piw host instead of this session (it still reports here); refused if the host cannot run Pi" },
         runId: { type: 'string', description: "status/pause/resume/cancel/answer: the run (default: this session's active run)" },
         answer: { description: 'answer: the checkpoint answer (JSON)' },
         ...STEP_PARAMETERS,
@@ -185,7 +187,7 @@ export default function piwExtension(pi) {
         }
         case 'start': {
           if (!params.workflow) throw new WorkflowError('start needs `workflow` (a name or a path)');
-          const r = await start(s, params.workflow, params.input);
+          const r = await start(s, params.workflow, params.input, params.detached === true);
           return text(`started ${r.workflow}: run ${r.run_id} (${r.status})`, r);
         }
         case 'status': {
@@ -249,7 +251,7 @@ export default function piwExtension(pi) {
   // The person's command
 
   pi.registerCommand('workflow', {
-    description: 'Workflows: /workflow [name|path] [task | --input-json JSON] | status|pause|resume|cancel [runId] | answer [runId] <answer>',
+    description: 'Workflows: /workflow [name|path] [--detached] [task | --input-json JSON] | status|pause|resume|cancel [runId] | answer [runId] <answer>',
     async getArgumentCompletions(prefix) {
       const words = prefix.split(/\s+/);
       // Nothing to offer once the argument is complete: Pi's Enter on an argument menu only
@@ -288,7 +290,7 @@ export default function piwExtension(pi) {
 
   async function command(s, args, say) {
     const [word = '', ...rest] = args.split(/\s+/).filter(Boolean);
-    const tail = args.slice(args.indexOf(word) + word.length).trim();
+    let tail = args.slice(args.indexOf(word) + word.length).trim();
     // A run id as the host makes them (`run-` and a lowercase hex id), not any word starting with "run".
     const runIdArg = () => (rest[0] && /^run-[0-9a-f]{8,}$/.test(rest[0]) ? rest[0] : undefined);
     switch (word) {
@@ -350,6 +352,10 @@ export default function piwExtension(pi) {
       default: {
         if (RESERVED.has(word)) throw new WorkflowError(`"${word}" is not a /workflow subcommand here; try /workflow ${SUBCOMMANDS.join('|')}`);
         let input;
+        // `/workflow <name> --detached ...`: its steps go to Pi children of the host.
+        const flag = /^--detached(?:\s+|$)/.exec(tail);
+        const detached = flag !== null;
+        if (flag) tail = tail.slice(flag[0].length);
         const m = /^--input-json\s+([\s\S]+)$/.exec(tail);
         if (m) {
           try {
@@ -360,8 +366,8 @@ export default function piwExtension(pi) {
         } else if (tail !== '') {
           input = { task: tail };
         }
-        const r = await start(s, word, input);
-        say(`started ${r.workflow}: run ${r.run_id}`);
+        const r = await start(s, word, input, detached);
+        say(`started ${r.workflow}: run ${r.run_id}${detached ? ' (detached: Pi children of the host answer its steps)' : ''}`);
       }
     }
   }

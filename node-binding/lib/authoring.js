@@ -43,6 +43,23 @@ function presentationPromptOf(value) {
   throw shape('presentationPrompt must be a string or a function of { state, finalOutput, signal }');
 }
 
+/** A workflow's `detached` (`{ provider?, model?, piArgs? }`) as the snapshot's `detached`. */
+function detachedOf(value) {
+  if (value === undefined) return undefined;
+  const o = options(value, 'detached');
+  const out = {};
+  for (const k of ['provider', 'model']) {
+    if (o[k] === undefined) continue;
+    if (typeof o[k] !== 'string' || o[k] === '') throw shape(`detached.${k} must be a non-empty string`);
+    out[k] = o[k];
+  }
+  if (o.piArgs !== undefined) {
+    if (!Array.isArray(o.piArgs) || !o.piArgs.every((a) => typeof a === 'string')) throw shape('detached.piArgs must be an array of strings');
+    out.pi_args = o.piArgs;
+  }
+  return out;
+}
+
 function options(value, what) {
   if (!value || typeof value !== 'object' || Array.isArray(value)) {
     throw shape(`${what} needs an options object`);
@@ -557,7 +574,8 @@ function checkEdge(edge, index) {
 
 /**
  * Defines a workflow: `{ name, title?, presentationPrompt?, startAt, nodes, edges, includes?,
- * exits?, maxSteps?, input?, source?, contractId? }`. Shape errors are thrown at once; graph errors (unknown
+ * exits?, maxSteps?, input?, source?, contractId?, detached? }` (`detached`: `{ provider?, model?,
+ * piArgs? }`, the Pi model that serves its steps when a run is detached). Shape errors are thrown at once; graph errors (unknown
  * targets, two outgoing edges, unreachable nodes) too, each naming the node, before any run.
  */
 export function defineWorkflow(def) {
@@ -576,6 +594,7 @@ export function defineWorkflow(def) {
   if (o.contractId !== undefined && !/^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/.test(o.contractId)) {
     throw shape(`contractId must match [A-Za-z0-9][A-Za-z0-9._:-]{0,127}, got ${JSON.stringify(o.contractId)}`);
   }
+  const detached = detachedOf(o.detached);
   const maxSteps = o.maxSteps;
   if (maxSteps !== undefined && !(Number.isInteger(maxSteps) && maxSteps > 0)) {
     throw shape(`maxSteps must be a positive integer, got ${maxSteps}`);
@@ -661,6 +680,7 @@ export function defineWorkflow(def) {
     edges,
     ...(maxSteps === undefined ? {} : { max_steps: maxSteps }),
     ...(Object.keys(mounts).length ? { mounts } : {}),
+    ...(detached ? { detached } : {}),
     // Carried by the snapshot to the run's terminal message (the client presents the result with it).
     ...(typeof o.presentationPrompt === 'string' && o.presentationPrompt.trim() !== '' ? { presentation_prompt: o.presentationPrompt } : {}),
   };

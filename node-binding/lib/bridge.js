@@ -5,6 +5,7 @@
 import { execFile } from 'node:child_process';
 import { join } from 'node:path';
 
+import { MIN_PI_VERSION } from '../pi-cli.mjs';
 import { PiwError, native } from './errors.js';
 import { native as addon, packageDir } from './native.js';
 
@@ -66,10 +67,17 @@ function runPi(pi, node, args, env, cwd) {
   });
 }
 
+/** `1.6.0` -> [1, 6, 0]; null when `text` holds no version. */
+const versionOf = (text) => /(\d+)\.(\d+)\.(\d+)/.exec(text ?? '')?.slice(1, 4).map(Number) ?? null;
+const atLeast = (v, min) => {
+  for (let i = 0; i < 3; i++) if (v[i] !== min[i]) return v[i] > min[i];
+  return true;
+};
+
 /**
  * Checks, before a detached start, that Pi can serve the run's steps: a provider and a model
- * are given, the provider has credentials (`pi auth check`), and Pi offers that model with
- * them (`pi --list-models`). Resolves with `{ provider, model }`; else a `PiwError`
+ * are given, Pi runs and is MIN_PI_VERSION or newer, the provider has credentials (`pi auth
+ * check`), and Pi offers that model with them (`pi --list-models`). Resolves with `{ provider, model }`; else a `PiwError`
  * `pi_unusable` that says what is missing and how to fix it. `env`: the environment the bridge
  * will have (credentials come from it and from Pi's agent directory).
  */
@@ -77,6 +85,15 @@ export async function preflightBridge({ pi, provider, model, node = process.exec
   if (!pi) throw new PiwError('pi_unusable', 'no Pi to run detached steps with');
   if (!provider || !model) {
     throw new PiwError('pi_unusable', `a detached run needs a provider and a model for its Pi (got provider ${provider ?? 'none'}, model ${model ?? 'none'})`);
+  }
+  const about = await runPi(pi, node, ['--version'], env, cwd);
+  if (about.spawnError) throw new PiwError('pi_unusable', `cannot run Pi (${pi}): ${about.spawnError.message}`);
+  const version = versionOf(about.stdout);
+  if (about.code !== 0 || !version) {
+    throw new PiwError('pi_unusable', `Pi (${pi}) does not run: --version exited ${about.code}: ${(about.stderr || about.stdout).trim().slice(-500)}`);
+  }
+  if (!atLeast(version, versionOf(MIN_PI_VERSION))) {
+    throw new PiwError('pi_unusable', `Pi (${pi}) is version ${version.join('.')}; a detached run needs Pi ${MIN_PI_VERSION} or newer`);
   }
   const auth = await runPi(pi, node, ['auth', 'check', '--provider', provider, '--model', model, '--json'], env, cwd);
   if (auth.spawnError) throw new PiwError('pi_unusable', `cannot run Pi (${pi}): ${auth.spawnError.message}`);

@@ -500,7 +500,22 @@ async fn handle_frame(
                 // File I/O, off the runtime's one worker thread: it serves every connection.
                 RequestBody::RunStart(start) => {
                     let start = start.clone();
-                    match tokio::task::spawn_blocking(move || super::start_file::prepare_start(&start)).await {
+                    let bridges = shared.bridges.clone();
+                    let home = shared.facts.paths.home.clone();
+                    let prepare = move || {
+                        let prepared = super::start_file::prepare_start(&start)?;
+                        // An explicit detached start is refused at once when no Pi can serve
+                        // its steps (Pi starts twice here: seconds, on this blocking thread).
+                        if start.execution_mode == Some(crate::store::ExecutionMode::Detached) {
+                            let (settings, env) = &*bridges;
+                            let cwd = std::path::Path::new(&prepared.new_run.project_dir);
+                            super::bridge_launch::preflight(settings.as_ref(), &start.input, env, &home, cwd).map_err(|why| {
+                                Rejection::new(RejectionCode::NotFound, format!("cannot start a detached run: {why}"))
+                            })?;
+                        }
+                        Ok(prepared)
+                    };
+                    match tokio::task::spawn_blocking(prepare).await {
                         Ok(Ok(p)) => Some(p),
                         // A retry of a start that committed (its reply was lost) gets its
                         // receipt even if the file has moved since: the store looks it up

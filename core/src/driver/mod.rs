@@ -7,6 +7,7 @@
 //! ([`conn`]); a dedicated store thread ([`store_thread`]) owns the SQLite connection and
 //! commits commands in batches. They talk over a channel; replies go back on oneshots.
 
+pub mod bridge_launch;
 pub mod conn;
 pub mod fault;
 pub mod log;
@@ -107,7 +108,17 @@ impl HostConfig {
                 standby: false,
             });
         }
-        match node_runtimes() {
+        let node = node_runtime::discover(
+            &node_runtime::Inputs::from_env(),
+            &node_runtime::SystemProbe,
+        );
+        config.children.bridges = bridge_launch::settings(
+            &bridge_launch::Inputs::from_env(),
+            node.as_ref().ok(),
+            &config.paths.home,
+            &|p: &std::path::Path| p.is_file(),
+        );
+        match node_runtimes(node) {
             Ok(runtimes) => config.children.runtimes.extend(runtimes),
             Err(missing) => config.children.missing_runtimes.push(missing),
         }
@@ -172,11 +183,9 @@ pub const NODE_WORKFLOW_SUFFIXES: [&str; 4] = [
 
 /// The Node worker runtime's entries, found as [`node_runtime`] says; none when it is missing,
 /// with the reason a `.workflow.mjs` start is refused with.
-fn node_runtimes() -> Result<Vec<children::Runtime>, children::MissingRuntime> {
-    let found = node_runtime::discover(
-        &node_runtime::Inputs::from_env(),
-        &node_runtime::SystemProbe,
-    );
+fn node_runtimes(
+    found: Result<node_runtime::NodeRuntime, node_runtime::NodeRuntimeMissing>,
+) -> Result<Vec<children::Runtime>, children::MissingRuntime> {
     match found {
         Ok(rt) => Ok(NODE_WORKFLOW_SUFFIXES
             .iter()
@@ -251,6 +260,12 @@ pub struct HostShared {
     pub(crate) runtime_suffixes: Arc<Vec<String>>,
     /// Runtimes looked for and not found, with why: the refusal of their files says it.
     pub(crate) missing_runtimes: Arc<Vec<children::MissingRuntime>>,
+    /// How detached steps are served, and the environment their Pi gets: an explicit
+    /// detached start is checked against them (`bridge_launch::preflight`).
+    pub(crate) bridges: Arc<(
+        Option<crate::engine::bridges::BridgeSettings>,
+        children::WorkflowEnv,
+    )>,
     pub(crate) stop: Arc<watch::Sender<bool>>,
     pub(crate) stopping: watch::Receiver<bool>,
     facts: Arc<HostFacts>,
@@ -727,6 +742,10 @@ async fn serve_async(
                 .collect(),
         ),
         missing_runtimes: Arc::new(config.children.missing_runtimes.clone()),
+        bridges: Arc::new((
+            config.children.bridges.clone(),
+            config.children.workflow_env.clone(),
+        )),
         stop: Arc::new(stop_tx),
         stopping: stop_rx.clone(),
         facts: Arc::new(HostFacts {

@@ -40,6 +40,18 @@ pub fn run(
     epoch: i64,
 ) {
     let mut supervisor = Some(supervisor);
+    // A host that starts with a detached run's step open serves it before any request comes:
+    // one turn with nothing received (its bridges looked at, ready runs scheduled).
+    turn(
+        &mut store,
+        &mut state,
+        &mut outbox,
+        Vec::new(),
+        None,
+        &fault,
+        &mut supervisor,
+    );
+    outbox.flush(store.commits(), true);
     // A message taken off the queue to learn whether the thread was idle, handled next.
     let mut next: Option<StoreMsg> = None;
     loop {

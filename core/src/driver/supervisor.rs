@@ -103,6 +103,8 @@ pub async fn run(
     standby_waiting: Arc<AtomicUsize>,
 ) {
     let mut stops: HashMap<(String, u64), mpsc::UnboundedSender<Duration>> = HashMap::new();
+    // Detached runs' bridges, by launch number.
+    let mut bridge_stops: HashMap<u64, mpsc::UnboundedSender<Duration>> = HashMap::new();
     let mut tasks = tokio::task::JoinSet::new();
     let mut pools = Pools {
         waiting: standby_waiting,
@@ -132,6 +134,7 @@ pub async fn run(
             }
         };
         stops.retain(|_, tx| !tx.is_closed());
+        bridge_stops.retain(|_, tx| !tx.is_closed());
         match cmd {
             SupervisorCmd::Launch {
                 run_id,
@@ -189,13 +192,35 @@ pub async fn run(
             SupervisorCmd::RemoveLogs { dirs } => {
                 tasks.spawn_blocking(move || remove_log_dirs(&dirs));
             }
+            SupervisorCmd::LaunchBridge {
+                run_id,
+                launch,
+                spec,
+                lock_file,
+            } => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                bridge_stops.insert(launch, tx);
+                tasks.spawn(super::bridge_launch::watch_bridge(
+                    run_id,
+                    launch,
+                    spec,
+                    lock_file,
+                    rx,
+                    reports.clone(),
+                ));
+            }
+            SupervisorCmd::StopBridge { launch, grace } => {
+                if let Some(tx) = bridge_stops.get(&launch) {
+                    let _ = tx.send(grace);
+                }
+            }
         }
     }
     // The host is stopping: stop the standby workers and every child's group, then wait for
     // the children's exits to be reported.
     let mut standby = pools.clear(stop_grace);
     pools.publish();
-    for tx in stops.values() {
+    for tx in stops.values().chain(bridge_stops.values()) {
         let _ = tx.send(stop_grace);
     }
     while tasks.join_next().await.is_some() {}

@@ -82,12 +82,16 @@ pub struct HostState {
     pub sweep_run_logs: bool,
     /// This host has asked for that sweep once already.
     pub run_logs_swept: bool,
+    /// Detached runs' bridges (`super::bridges`).
+    pub bridges: super::bridges::Bridges,
 }
 
 impl HostState {
     /// Child processes this host runs or is still stopping (abandoned launches included).
     pub fn live_children(&self) -> usize {
-        self.children.len() + self.abandoned_launches.len()
+        self.children.len()
+            + self.abandoned_launches.len()
+            + self.bridges.slots_held(&self.children)
     }
 }
 

@@ -5,6 +5,7 @@
 //! (reply, publish, launch or stop a child) to the [`driver`](crate::driver) as typed
 //! effects, in order.
 
+pub mod bridges;
 pub mod children;
 pub mod dispatch;
 mod fit;

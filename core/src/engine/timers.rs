@@ -26,6 +26,7 @@ pub fn next_deadline_at(store: &Store, state: &HostState) -> Option<i64> {
         store_deadline,
         children::next_child_deadline(store, state),
         super::retention::next_retention_at(state),
+        super::bridges::next_deadline(state),
     ]
     .into_iter()
     .flatten()
@@ -35,6 +36,8 @@ pub fn next_deadline_at(store: &Store, state: &HostState) -> Option<i64> {
 /// Deadlines owned by the host: expired interactions and decisions, due timers, and expired
 /// claims. What they committed waits in `state.unpublished`.
 pub fn run_due_work(store: &mut Store, state: &mut HostState) {
+    // A step may have expired, a bridge's handshake bound passed.
+    state.bridges.up_to_date = false;
     let owner_id = state.owner_id.as_str();
     let result = store.write(|w| {
         w.expire_due_interactions()?;

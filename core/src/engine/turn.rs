@@ -126,6 +126,9 @@ pub fn turn<R>(
             }
         }
         if !batch.is_empty() {
+            state
+                .bridges
+                .note_requests(batch.iter().map(|j| j.request.body.kind()));
             let touched = handle_batch(store, state, batch, fx);
             children::forget_released_claims(store, state, Some(&touched));
         }
@@ -142,6 +145,9 @@ pub fn turn<R>(
         children::forget_released_claims(store, state, None);
     }
     if !state.shutting_down {
+        // Bridges first: a step they fail makes its run ready for the scheduling below.
+        super::bridges::reconcile(store, state);
+        publish_unpublished(store, state, fx);
         children::schedule_with(store, state, &mut |state| send_child_commands(state, fx));
         publish_unpublished(store, state, fx);
     }

@@ -110,6 +110,25 @@ pub struct Graph {
     /// without includes, which leaves its digest unchanged.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub mounts: BTreeMap<String, Mount>,
+    /// The Pi model that serves the workflow's interactive steps when a run is detached
+    /// (`defineWorkflow({ detached })`): it wins over the run's input and the host's settings
+    /// (`engine::bridges::pi_model`). `None` leaves the digest of a snapshot without it unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detached: Option<DetachedPi>,
+}
+
+/// Which Pi model serves a detached run's steps; each field unset is taken from the next place
+/// that sets it (the run's input, the host's settings).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DetachedPi {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// More of Pi's arguments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pi_args: Option<Vec<String>>,
 }
 
 /// An included workflow's place in the flattened graph.
@@ -142,6 +161,8 @@ struct RawGraph {
     #[serde(default)]
     mounts: BTreeMap<String, Mount>,
     presentation_prompt: Option<String>,
+    #[serde(default)]
+    detached: Option<DetachedPi>,
 }
 
 impl TryFrom<RawGraph> for Graph {
@@ -156,6 +177,7 @@ impl TryFrom<RawGraph> for Graph {
             max_steps: raw.max_steps,
             mounts: raw.mounts,
             presentation_prompt: raw.presentation_prompt,
+            detached: raw.detached,
         };
         graph.normalize();
         graph.validate()?;
@@ -533,6 +555,12 @@ impl Graph {
         if let Some(prompt) = &self.presentation_prompt {
             graph.insert("presentation_prompt".into(), Value::String(prompt.clone()));
         }
+        if let Some(detached) = &self.detached {
+            graph.insert(
+                "detached".into(),
+                serde_json::to_value(detached).unwrap_or(Value::Null),
+            );
+        }
         Value::Object(graph)
     }
 
@@ -724,6 +752,19 @@ mod tests {
         let b = Graph::parse(&serde_json::from_str(reversed).expect("json")).expect("valid");
         assert_eq!(a, b);
         assert_eq!(a.digest(), b.digest());
+    }
+
+    #[test]
+    fn a_detached_pi_model_round_trips_and_only_a_set_one_changes_the_digest() {
+        let without = Graph::parse(&sample()).expect("valid");
+        assert!(without.to_value().get("detached").is_none());
+        let mut v = sample();
+        v["detached"] = json!({"provider": "p", "model": "m", "pi_args": ["--x"]});
+        let with = Graph::parse(&v).expect("valid");
+        assert_eq!(with.to_value()["detached"], v["detached"]);
+        assert_ne!(with.digest(), without.digest());
+        v["detached"] = json!({"provider": "p", "nope": 1});
+        assert!(Graph::parse(&v).is_err(), "unknown fields are refused");
     }
 
     #[test]

@@ -16,6 +16,7 @@
 //! - an expired claim never renews itself;
 //! - the claim token is never stored (only its SHA-256), logged, or put in an error.
 
+mod bridges;
 mod children;
 mod diagnose;
 mod dump;
@@ -38,6 +39,7 @@ use std::sync::Arc;
 
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension as _, TransactionBehavior};
 
+pub use bridges::DetachedStep;
 pub use children::{ChildExitRecord, ChildRecord, OrphanChild};
 pub use diagnose::{Finding, RepairReport, DATABASE_MALFORMED};
 pub use durability::WalSync;

@@ -217,6 +217,10 @@ fn header_lines(m: &RunModel, theme: Theme, now: UnixMillis) -> Vec<Line<'static
     if let Some(session) = &r.origin_session {
         facts.push(format!("session {session}"));
     }
+    // Its steps go to the host's Pi children, not to a session.
+    if r.execution_mode == "detached" {
+        facts.push("detached".into());
+    }
     facts.push(format!("rev {}", r.revision));
     facts.push(format!("{} ago", short_duration(now - r.created_at)));
     let first = Line::from(vec![

@@ -1,6 +1,8 @@
 // The bridge of detached runs (issue 29): real Pi in RPC mode with extension/bridge.js serving
-// one run's steps, started here as the host's launcher will start it (`env.startBridge`, which
-// uses `bridgeCommand`); the run is started through the client as a detached run is.
+// one run's steps, started here as the host's launcher starts it (`env.startBridge`, which uses
+// `bridgeCommand`); the run is started through the client as a detached run is. These hosts
+// launch no bridges themselves (no `PIW_DETACHED_PROVIDER`), except where a test says so;
+// detached.test.mjs has the host launching them.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
@@ -10,6 +12,8 @@ import { afterEach, beforeEach, test } from 'node:test';
 import { BRIDGE_EXIT, Client, preflightBridge } from '../../index.js';
 import { WorkflowSession } from '../../extension/session.js';
 import { alive, piCli, piEnv, pkgDir, until } from './harness.mjs';
+
+const DETACHED = { PIW_DETACHED_PROVIDER: 'mock', PIW_DETACHED_MODEL: 'mock-model', PIW_DETACHED_PI_ARGS: '--offline --no-builtin-tools' };
 
 let env;
 beforeEach(async () => {
@@ -161,9 +165,10 @@ test("a person's session never presents a detached run's steps, even as its orig
     const id = last.role === 'user' ? stepId(lastText) : null;
     return id ? submit(id, { title: 'from the bridge' }) : { text: 'ok' };
   };
-  const person = await env.startPi({ sessionId: 'person' });
+  // The host (the session starts it) serves detached steps itself: its own bridge.
+  const person = await env.startPi({ sessionId: 'person', extraEnv: DETACHED });
   const from = person.mark();
-  const client = await env.client();
+  const client = await env.client({ hostEnv: DETACHED });
   const { run_id } = await client.startRun(workflowFile('titles'), {
     input: { task: 'x' },
     sessionId: 'person',
@@ -171,15 +176,12 @@ test("a person's session never presents a detached run's steps, even as its orig
     projectDir: env.project,
   });
   assert.equal((await client.runStatus(run_id)).run.execution_mode, 'detached');
-  // The step waits; the person's session lists nothing to answer.
-  await client.waitForRun(run_id, { untilParked: true, timeoutMs: 30_000 });
+  // The person's session lists nothing to answer.
   assert.deepEqual(await client.listInteractions('person'), []);
-  const bridge = env.startBridge(run_id);
-  assert.equal((await exitOf(bridge)).code, BRIDGE_EXIT.done, bridge.stderr);
   const end = await until(() => person.customMessages('piw-message', from).find((m) => m.details?.kind === 'terminal'), "the run's end in the origin session");
   assert.match(end.content, /from the bridge/);
   assert.equal(person.customMessages('piw-step', from).length, 0, 'the person was never shown the step');
-  assert.equal(bridge.customMessages('piw-step').length, 1);
+  assert.equal(env.model.requests.filter((r) => r.last.role === 'user' && stepId(r.lastText)).length, 1, "the host's bridge presented it");
   await person.quit();
 });
 
@@ -201,6 +203,10 @@ test('the preflight: a usable provider and model pass; a model Pi lacks or a pro
   await assert.rejects(preflightBridge({ ...opts, provider: 'openai', model: 'gpt-4o' }), (e) => e.code === 'pi_unusable' && /provider openai .*no credentials/.test(e.message));
   await assert.rejects(preflightBridge({ ...opts, provider: 'mock' }), (e) => e.code === 'pi_unusable' && /needs a provider and a model/.test(e.message));
   await assert.rejects(preflightBridge({ ...opts, pi: '/nonexistent/pi', provider: 'mock', model: 'mock-model' }), (e) => e.code === 'pi_unusable' && /cannot run Pi/.test(e.message));
+  // A Pi older than 1.6 is refused.
+  const old = join(env.root, 'old-pi.mjs');
+  writeFileSync(old, "process.stdout.write('1.5.9\\n');\n");
+  await assert.rejects(preflightBridge({ ...opts, pi: old, provider: 'mock', model: 'mock-model' }), (e) => e.code === 'pi_unusable' && /is version 1\.5\.9; a detached run needs Pi 1\.6\.0 or newer/.test(e.message));
   // The same as a command, for the host's launcher.
   const command = (model) => spawnSync(process.execPath, [join(pkgDir, 'lib', 'bridge-preflight.js'), piCli, 'mock', model], { env: env.env, cwd: env.project, encoding: 'utf8' });
   const ready = command('mock-model');
@@ -212,7 +218,8 @@ test('the preflight: a usable provider and model pass; a model Pi lacks or a pro
 });
 
 test('a run waiting on a checkpoint has no step for a bridge: it exits, and no session presents it to its model', async () => {
-  const client = await env.client();
+  // Passes the host's detached-start check; no bridge of the host's: no interactive step.
+  const client = await env.client({ hostEnv: DETACHED });
   const { run_id } = await client.startRun(workflowFile('confirm'), { sessionId: 'person', executionMode: 'detached', projectDir: env.project });
   await client.waitForRun(run_id, { untilParked: true, timeoutMs: 30_000 });
   const pi = env.startBridge(run_id);

@@ -194,9 +194,12 @@ export async function piEnv(script = () => ({ text: 'ok' })) {
       const code = await new Promise((r) => child.on('exit', r));
       return { code, out };
     },
-    /** A client of this environment's host (started on demand), closed by `close()`. */
-    async client() {
-      const c = await Client.connect({ home: piwHome, hostBin, hostEnv: { HOME: home, PIW_KILL_GRACE_MS: '300' } });
+    /**
+     * A client of this environment's host (started on demand with `hostEnv` added to its
+     * environment), closed by `close()`.
+     */
+    async client({ hostEnv = {} } = {}) {
+      const c = await Client.connect({ home: piwHome, hostBin, hostEnv: { HOME: home, PIW_KILL_GRACE_MS: '300', ...hostEnv } });
       clients.push(c);
       return c;
     },

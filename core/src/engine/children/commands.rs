@@ -41,4 +41,14 @@ pub enum SupervisorCmd {
     /// Remove these directories of child output (`logs/<run_id>`: runs a prune removed),
     /// away from the store thread.
     RemoveLogs { dirs: Vec<std::path::PathBuf> },
+    /// Start a detached run's bridge (`crate::engine::bridges`): its stdin stays open and
+    /// empty for its life; it has shaken hands once `lock_file` holds its pid.
+    LaunchBridge {
+        run_id: String,
+        launch: u64,
+        spec: SpawnSpec,
+        lock_file: std::path::PathBuf,
+    },
+    /// Stop the bridge of launch `launch`: SIGTERM to its group, SIGKILL after `grace`.
+    StopBridge { launch: u64, grace: Duration },
 }

@@ -44,6 +44,9 @@ pub fn child_log_path(logs: &Path, run_id: &str, child_epoch: i64) -> PathBuf {
     logs.join(run_id).join(format!("{child_epoch}.log"))
 }
 
+/// Environment variables a child gets besides what the supervisor always passes on.
+pub type WorkflowEnv = Vec<(std::ffi::OsString, std::ffi::OsString)>;
+
 /// A runtime: the command the host runs for workflow files with a given suffix.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Runtime {
@@ -106,6 +109,9 @@ pub struct ChildConfig {
     /// Where each child's whole output is kept ([`child_log_path`]); `None` keeps only the
     /// tails in the database. The installation's `logs` directory for a real host.
     pub output_logs: Option<PathBuf>,
+    /// How detached runs' steps are served (`super::bridges`); `None`: the host launches no
+    /// bridges (`PIW_DETACHED_BRIDGES=off`, and in hosts built by hand, as in tests).
+    pub bridges: Option<super::bridges::BridgeSettings>,
 }
 
 /// A runtime that is not available: the suffixes it would serve, and what is missing.
@@ -140,6 +146,7 @@ impl Default for ChildConfig {
             standby_workers: 2,
             missing_runtimes: Vec::new(),
             workflow_env: Vec::new(),
+            bridges: None,
         }
     }
 }
@@ -167,6 +174,8 @@ pub enum ChildReport {
         /// processes): the host's own failure, retried later without counting a loss.
         host_ran_out_of: Option<&'static str>,
     },
+    /// About a detached run's bridge (`super::bridges`).
+    Bridge(super::bridges::BridgeReport),
 }
 
 impl ChildReport {
@@ -174,6 +183,10 @@ impl ChildReport {
     fn launch(&self) -> u64 {
         match self {
             ChildReport::Started { launch, .. } | ChildReport::Exited { launch, .. } => *launch,
+            ChildReport::Bridge(
+                super::bridges::BridgeReport::Hello { launch, .. }
+                | super::bridges::BridgeReport::Exited { launch, .. },
+            ) => *launch,
         }
     }
 }
@@ -244,7 +257,7 @@ pub fn schedule_with(
     before_commit: &mut dyn FnMut(&mut HostState),
 ) {
     loop {
-        let free = free_slots(state);
+        let free = activation_slots(state);
         if free == 0 {
             return;
         }
@@ -291,6 +304,13 @@ fn free_slots(state: &HostState) -> usize {
         .saturating_sub(state.live_children())
 }
 
+/// Slots activations may use: the free ones, and those that bridges hold for runs without a
+/// child (a run's child shares its bridge's slot: the validation of the bridge's submission
+/// never waits on the bridge).
+fn activation_slots(state: &HostState) -> usize {
+    free_slots(state) + state.bridges.slots_held(&state.children)
+}
+
 /// Asks for the events a write outside the request batches committed for `run_id` to be
 /// published (`HostState::unpublished`).
 fn publish(state: &mut HostState, run_id: &str, after: u64) {
@@ -321,10 +341,12 @@ impl ActivatedRun {
 /// slots, each in its own savepoint (one that cannot be activated does not hold back the
 /// others). Nothing is launched here (see [`activate_and_launch`]).
 fn activate_ready(w: &mut WriteTx<'_>, state: &mut HostState) -> Vec<ActivatedRun> {
-    let free = free_slots(state);
+    let free = activation_slots(state);
     if free == 0 || state.shutting_down || !state.supervising {
         return Vec::new();
     }
+    // Runs with a bridge use its slot; the others need a free one.
+    let mut unshared = free_slots(state);
     let ready = match w.ready_runs(free as u32) {
         Ok(r) => r,
         Err(e) => {
@@ -334,6 +356,12 @@ fn activate_ready(w: &mut WriteTx<'_>, state: &mut HostState) -> Vec<ActivatedRu
     };
     let mut out = Vec::with_capacity(ready.len());
     for run_id in ready {
+        if !state.bridges.live.contains_key(&run_id) {
+            if unshared == 0 {
+                continue;
+            }
+            unshared -= 1;
+        }
         // A run whose previous child is still alive (its claim was lost while it ran, or it
         // lingers after a boundary) waits until that child is stopped and has exited.
         if state.children.contains_key(&run_id) {
@@ -659,7 +687,7 @@ fn launch(
 /// The environment a workflow's child gets besides what the supervisor always passes on:
 /// `base` (the host's own environment, taken once at start by [`ChildConfig::workflow_env`]'s
 /// caller) and `extra`.
-fn workflow_environment(
+pub(crate) fn workflow_environment(
     base: &[(std::ffi::OsString, std::ffi::OsString)],
     extra: Option<(&str, &str)>,
 ) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {

@@ -7,6 +7,21 @@ use super::*;
 /// Child reports of one batch: the pids of started children are recorded in one
 /// transaction; each exit is handled on its own (it may requeue its run).
 pub fn on_child_reports(store: &mut Store, state: &mut HostState, reports: Vec<ChildReport>) {
+    if !reports.is_empty() {
+        // A slot freed, a judge lost: what bridges are needed may have changed.
+        state.bridges.up_to_date = false;
+    }
+    let (bridge_reports, reports): (Vec<_>, Vec<_>) = reports
+        .into_iter()
+        .partition(|r| matches!(r, ChildReport::Bridge(_)));
+    let bridge_reports = bridge_reports
+        .into_iter()
+        .filter_map(|r| match r {
+            ChildReport::Bridge(b) => Some(b),
+            _ => None,
+        })
+        .collect();
+    crate::engine::bridges::on_reports(store, state, bridge_reports);
     let (started, exited): (Vec<_>, Vec<_>) = reports
         .into_iter()
         .filter(|r| {
@@ -217,6 +232,9 @@ pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildRe
                 state.claims.remove(&run_id);
                 state.renewed_at.remove(&run_id);
             }
+        }
+        ChildReport::Bridge(report) => {
+            crate::engine::bridges::on_reports(store, state, vec![report]);
         }
     }
 }

@@ -1,0 +1,421 @@
+//! The I/O of detached runs' bridges (`engine::bridges` decides): which Pi to run and with
+//! what model ([`settings`], read once when the host starts), the preflight of an explicit
+//! detached start ([`preflight`], on the connection's blocking thread), and one bridge's
+//! process ([`watch_bridge`], a supervisor task).
+//!
+//! Pi, first found wins: `PIW_PI` (an executable, or a `.js`/`.mjs` file run with the worker
+//! runtime's Node); the Pi the `piw` package installed (`@earendil-works/pi-coding-agent`
+//! beside it or in its `node_modules`, run with that Node); `pi` on `PATH`. The provider,
+//! model and extra arguments: the workflow's (`defineWorkflow({ detached })`), the run's input
+//! (`piw_detached`), the host's `PIW_DETACHED_PROVIDER`, `PIW_DETACHED_MODEL`,
+//! `PIW_DETACHED_PI_ARGS` (split on whitespace), first found wins (`engine::bridges::pi_model`).
+//! A run for which none names a provider and a model gets no bridge: its steps wait for a
+//! client to answer them; an explicit detached start needs one from its input or the host.
+//! `PIW_DETACHED_BRIDGES=off`: the host launches no bridges at all.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use super::node_runtime::NodeRuntime;
+use super::store_thread::StoreMsg;
+use crate::engine::bridges::{BridgeReport, BridgeSettings, PiCommand};
+use crate::engine::children::ChildReport;
+use crate::store::ChildExitRecord;
+use crate::supervise::{self, SpawnSpec};
+
+/// The npm package of Pi.
+const PI_PACKAGE: &str = "@earendil-works/pi-coding-agent";
+
+/// How long a bridge may take to load Pi and its extension before it takes its run
+/// (`PIW_BRIDGE_HANDSHAKE_MS`): Pi starts in about a second, far longer on a loaded machine.
+pub const BRIDGE_HANDSHAKE: Duration = Duration::from_secs(60);
+
+/// How often a starting bridge's lock file is read for its pid.
+const HANDSHAKE_POLL: Duration = Duration::from_millis(50);
+
+/// The environment [`settings`] reads.
+#[derive(Debug, Clone, Default)]
+pub struct Inputs {
+    pub pi: Option<OsString>,
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    pub pi_args: Option<String>,
+    pub off: bool,
+    pub path: Option<OsString>,
+    pub handshake_ms: Option<u64>,
+}
+
+impl Inputs {
+    pub fn from_env() -> Self {
+        let text = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        Self {
+            pi: std::env::var_os("PIW_PI").filter(|v| !v.is_empty()),
+            provider: text("PIW_DETACHED_PROVIDER"),
+            model: text("PIW_DETACHED_MODEL"),
+            pi_args: text("PIW_DETACHED_PI_ARGS"),
+            off: text("PIW_DETACHED_BRIDGES").is_some_and(|v| v.trim() == "off"),
+            path: std::env::var_os("PATH"),
+            handshake_ms: text("PIW_BRIDGE_HANDSHAKE_MS").and_then(|v| v.trim().parse().ok()),
+        }
+    }
+}
+
+/// How this host runs bridges; `None` when it runs none (see the module documentation).
+/// `node`: the worker runtime, whose Node runs a script Pi and whose package holds the bridge
+/// extension.
+pub fn settings(
+    inputs: &Inputs,
+    node: Option<&NodeRuntime>,
+    home: &Path,
+    is_file: &dyn Fn(&Path) -> bool,
+) -> Option<BridgeSettings> {
+    if inputs.off {
+        return None;
+    }
+    let package = node.and_then(|rt| rt.worker.parent().map(Path::to_path_buf));
+    let pi = match &package {
+        None => Err("the bridge extension is part of the npm package `piw`, and this host has no Node worker runtime (PIW_NODE_WORKER)".to_owned()),
+        Some(package) => find_pi(inputs, node, package, is_file),
+    };
+    let package = package.unwrap_or_default();
+    Some(BridgeSettings {
+        pi,
+        extension: package.join("extension").join("bridge.js"),
+        preflight: node.map(|rt| {
+            (
+                rt.node.clone(),
+                package.join("lib").join("bridge-preflight.js"),
+            )
+        }),
+        provider: inputs.provider.clone(),
+        model: inputs.model.clone(),
+        pi_args: inputs
+            .pi_args
+            .as_deref()
+            .map(|a| a.split_whitespace().map(str::to_owned).collect())
+            .unwrap_or_default(),
+        home: home.to_path_buf(),
+        handshake_timeout: inputs
+            .handshake_ms
+            .map_or(BRIDGE_HANDSHAKE, Duration::from_millis),
+    })
+}
+
+/// Pi, as the module documentation says.
+fn find_pi(
+    inputs: &Inputs,
+    node: Option<&NodeRuntime>,
+    package: &Path,
+    is_file: &dyn Fn(&Path) -> bool,
+) -> Result<PiCommand, String> {
+    let script = |file: PathBuf, describe: String| match node {
+        Some(rt) => Ok(PiCommand {
+            program: rt.node.clone(),
+            prefix: vec![file.display().to_string()],
+            describe,
+        }),
+        None => Err(format!(
+            "{describe} is a script and the host has no Node 22 to run it"
+        )),
+    };
+    if let Some(pi) = &inputs.pi {
+        let file = super::anchored(PathBuf::from(pi));
+        let describe = format!("PIW_PI={}", file.display());
+        let is_script = file
+            .extension()
+            .is_some_and(|e| e == "js" || e == "mjs" || e == "cjs");
+        return if is_script {
+            script(file, describe)
+        } else {
+            Ok(PiCommand {
+                program: file,
+                prefix: Vec::new(),
+                describe,
+            })
+        };
+    }
+    // The package's own Pi: nested in its node_modules, or hoisted beside it.
+    let mut candidates = vec![package.join("node_modules").join(PI_PACKAGE)];
+    if let Some(node_modules) = package
+        .parent()
+        .filter(|p| p.file_name().is_some_and(|n| n == "node_modules"))
+    {
+        candidates.push(node_modules.join(PI_PACKAGE));
+    }
+    for dir in candidates {
+        // Its `bin`: the bundle of Pi 1.6, the plain build of others.
+        for cli in [dir.join("dist/bundle/cli.js"), dir.join("dist/cli.js")] {
+            if is_file(&cli) {
+                return script(cli, format!("{PI_PACKAGE} at {}", dir.display()));
+            }
+        }
+    }
+    let on_path = inputs.path.as_deref().and_then(|path| {
+        std::env::split_paths(path)
+            .filter(|d| d.is_absolute())
+            .map(|d| d.join("pi"))
+            .find(|p| is_file(p))
+    });
+    match on_path {
+        Some(pi) => Ok(PiCommand {
+            describe: format!("pi on PATH ({})", pi.display()),
+            program: pi,
+            prefix: Vec::new(),
+        }),
+        None => Err(format!(
+            "PIW_PI is not set, {PI_PACKAGE} is not installed beside piw, and there is no pi on PATH: install Pi 1.6 or newer, or set PIW_PI to its command (then `piw host stop`)"
+        )),
+    }
+}
+
+/// Checks, before an explicit detached start, that the host can serve its steps: it runs
+/// bridges, has a Pi, and Pi has the provider's credentials and offers the model
+/// (`lib/bridge-preflight.js`). Blocking (Pi starts twice): the connection's blocking thread
+/// runs it. `Err` says why, for the refusal.
+pub fn preflight(
+    settings: Option<&BridgeSettings>,
+    input: &serde_json::Value,
+    env: &[(OsString, OsString)],
+    home: &Path,
+    cwd: &Path,
+) -> Result<(), String> {
+    let Some(settings) = settings else {
+        return Err("this host runs no detached steps (PIW_DETACHED_BRIDGES=off)".into());
+    };
+    let Some(model) = crate::engine::bridges::pi_model(None, input, settings) else {
+        return Err(format!(
+            "no Pi provider and model to serve its steps: start the host with PIW_DETACHED_PROVIDER and PIW_DETACHED_MODEL, or give them in the run's input as {{\"{}\": {{\"provider\": ..., \"model\": ...}}}}",
+            crate::engine::bridges::INPUT_KEY
+        ));
+    };
+    let pi = settings.pi.as_ref().map_err(Clone::clone)?;
+    let Some((node, script)) = &settings.preflight else {
+        return Err("the host has no Node worker runtime to check Pi with".into());
+    };
+    let pi_arg = pi
+        .prefix
+        .first()
+        .map_or_else(|| pi.program.display().to_string(), Clone::clone);
+    let out = std::process::Command::new(node)
+        .arg(script)
+        .args([pi_arg.as_str(), &model.provider, &model.model])
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("PIW_HOME", home)
+        .current_dir(cwd)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run the Pi preflight ({}): {e}", node.display()))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let why = String::from_utf8_lossy(&out.stderr);
+    let why = why.trim();
+    Err(format!(
+        "Pi ({}) cannot serve a detached run with provider {} and model {}: {}",
+        pi.describe,
+        model.provider,
+        model.model,
+        if why.is_empty() {
+            "its preflight failed"
+        } else {
+            why
+        }
+    ))
+}
+
+/// One bridge's life: spawned with its stdin open and never written (Pi in RPC mode exits at
+/// its end), its handshake when `lock_file` holds its pid, a stop on request (SIGTERM to the
+/// group, SIGKILL after the grace), its exit reported.
+pub async fn watch_bridge(
+    run_id: String,
+    launch: u64,
+    spec: SpawnSpec,
+    lock_file: PathBuf,
+    mut stop: mpsc::UnboundedReceiver<Duration>,
+    reports: std::sync::mpsc::Sender<StoreMsg>,
+) {
+    let report = |r: BridgeReport| {
+        let _ = reports.send(StoreMsg::Child(ChildReport::Bridge(r)));
+    };
+    let log = spec.output_log.clone();
+    let (mut child, stdin) = match supervise::spawn_standby(spec).await {
+        Ok(started) => started,
+        Err(e) => {
+            tracing::error!(%run_id, error = %e, "cannot launch the bridge");
+            return report(BridgeReport::Exited {
+                run_id,
+                launch,
+                exit: ChildExitRecord {
+                    reason: format!("launch failed: {e}"),
+                    stderr_tail: format!("cannot start Pi: {e}").into_bytes(),
+                    exit_code: Some(crate::engine::bridges::exit_code::PI_FAILED),
+                    ..Default::default()
+                },
+            });
+        }
+    };
+    if let Some(log) = &log {
+        if let Err(e) = child.log_output_to(log) {
+            tracing::warn!(%run_id, path = %log.path.display(), error = %e, "cannot open the bridge's output log");
+        }
+    }
+    tracing::debug!(%run_id, launch, pid = child.pid(), "bridge started");
+    let group = child.pid();
+    let killer = child.killer();
+    let mut reason = "exited";
+    let mut hello = false;
+    let mut poll = tokio::time::interval(HANDSHAKE_POLL);
+    let exit = loop {
+        tokio::select! {
+            exit = child.wait() => break exit,
+            grace = stop.recv() => match grace {
+                Some(grace) => {
+                    reason = "stopped by the host";
+                    killer.terminate(grace);
+                }
+                None => break child.wait().await,
+            },
+            _ = poll.tick(), if !hello => {
+                // A few bytes of a local file: read in place.
+                let holder = std::fs::read_to_string(&lock_file).unwrap_or_default();
+                if holder_is_ours(holder.trim(), group) {
+                    hello = true;
+                    report(BridgeReport::Hello { run_id: run_id.clone(), launch });
+                }
+            }
+        }
+    };
+    drop(stdin);
+    report(BridgeReport::Exited {
+        run_id,
+        launch,
+        exit: ChildExitRecord {
+            exit_code: exit.code,
+            signal: exit.signal,
+            reason: match (exit.code, exit.signal) {
+                (Some(c), _) => format!("{reason} with code {c}"),
+                (None, Some(s)) => format!("{reason} by signal {s}"),
+                _ => reason.to_owned(),
+            },
+            stdout_tail: exit.stdout_tail,
+            stderr_tail: exit.stderr_tail,
+        },
+    });
+}
+
+/// Whether the pid in a bridge lock (`holder`) is the bridge of process group `group`: the
+/// process the host started, or one it started in its group (a `pi` that is a wrapper script).
+fn holder_is_ours(holder: &str, group: u32) -> bool {
+    let Ok(pid) = holder.parse::<u32>() else {
+        return false;
+    };
+    pid == group
+        || supervise::read_proc_stat(pid)
+            .is_some_and(|s| !s.is_dead() && u32::try_from(s.pgrp).ok() == Some(group))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runtime() -> NodeRuntime {
+        NodeRuntime {
+            node: "/n/bin/node".into(),
+            worker: "/pkg/piw/worker.js".into(),
+        }
+    }
+
+    fn inputs() -> Inputs {
+        Inputs {
+            provider: Some("mock".into()),
+            model: Some("mock-model".into()),
+            path: Some("/usr/bin".into()),
+            ..Inputs::default()
+        }
+    }
+
+    #[test]
+    fn a_lock_is_the_bridges_when_its_holder_is_in_the_bridges_group() {
+        let me = std::process::id();
+        let my_group = supervise::read_proc_stat(me)
+            .map(|s| s.pgrp)
+            .unwrap_or_default();
+        let my_group = u32::try_from(my_group).unwrap_or_default();
+        assert!(holder_is_ours(&me.to_string(), me));
+        assert!(
+            holder_is_ours(&me.to_string(), my_group),
+            "a member of the group"
+        );
+        assert!(
+            !holder_is_ours(&me.to_string(), u32::MAX - 1),
+            "another group"
+        );
+        assert!(!holder_is_ours("", me));
+        assert!(!holder_is_ours("not a pid", me));
+    }
+
+    #[test]
+    fn off_no_bridges() {
+        let mut off = inputs();
+        off.off = true;
+        assert!(settings(&off, Some(&runtime()), Path::new("/h"), &|_| true).is_none());
+    }
+
+    #[test]
+    fn pi_is_piw_pi_then_the_packages_then_on_path() {
+        let rt = runtime();
+        let home = Path::new("/h");
+        let nested = "/pkg/piw/node_modules/@earendil-works/pi-coding-agent/dist/bundle/cli.js";
+        let mut i = inputs();
+        i.pi = Some("/opt/pi/cli.mjs".into());
+        let s = settings(&i, Some(&rt), home, &|p| p == Path::new(nested)).expect("settings");
+        let pi = s.pi.expect("a pi");
+        assert_eq!(
+            (pi.program, pi.prefix),
+            (rt.node.clone(), vec!["/opt/pi/cli.mjs".to_owned()])
+        );
+        let s =
+            settings(&inputs(), Some(&rt), home, &|p| p == Path::new(nested)).expect("settings");
+        assert_eq!(s.pi.expect("a pi").prefix, [nested]);
+        assert_eq!(s.extension, PathBuf::from("/pkg/piw/extension/bridge.js"));
+        let s = settings(&inputs(), Some(&rt), home, &|p| {
+            p == Path::new("/usr/bin/pi")
+        })
+        .expect("settings");
+        let pi = s.pi.expect("a pi");
+        assert_eq!(
+            (pi.program, pi.prefix),
+            (PathBuf::from("/usr/bin/pi"), Vec::new())
+        );
+        let s = settings(&inputs(), Some(&rt), home, &|_| false).expect("settings");
+        assert!(s.pi.unwrap_err().contains("no pi on PATH"));
+    }
+
+    #[test]
+    fn a_hoisted_package_pi_is_found_beside_piw() {
+        let rt = NodeRuntime {
+            node: "/n/bin/node".into(),
+            worker: "/p/node_modules/piw/worker.js".into(),
+        };
+        let hoisted = "/p/node_modules/@earendil-works/pi-coding-agent/dist/bundle/cli.js";
+        let s = settings(&inputs(), Some(&rt), Path::new("/h"), &|p| {
+            p == Path::new(hoisted)
+        })
+        .expect("settings");
+        assert_eq!(s.pi.expect("a pi").prefix, [hoisted]);
+    }
+
+    #[test]
+    fn an_explicit_detached_start_needs_a_provider_and_a_model() {
+        let mut i = inputs();
+        i.provider = None;
+        let s = settings(&i, Some(&runtime()), Path::new("/h"), &|_| true);
+        let input = serde_json::json!({"task": "x"});
+        let why = preflight(s.as_ref(), &input, &[], Path::new("/h"), Path::new("/")).unwrap_err();
+        assert!(why.contains("PIW_DETACHED_PROVIDER"), "{why}");
+    }
+}

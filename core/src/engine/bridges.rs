@@ -1,0 +1,940 @@
+//! Bridges: the host's Pi RPC children that serve the interactive steps (`agent`,
+//! `assistantMessage`) of detached runs (issue 29). A bridge is Pi in RPC mode with the
+//! package's `extension/bridge.js`, bound to one run (`PIW_BRIDGE_RUN`); it presents the run's
+//! open step to its model, lets it submit through the same validation path as a session, and
+//! exits once the run has no step for it (`node-binding/lib/bridge.js`, `BRIDGE_EXIT`).
+//!
+//! This module decides, without I/O: [`plan`] compares the open steps of detached runs (the
+//! store's [`DetachedStep`]s) with the bridges alive and orders launches, stops and failed
+//! attempts; [`exit_verdict`] says what a bridge's exit means for the step it served. The
+//! supervisor (`driver::supervisor`) runs the processes; `driver::bridge_launch` finds Pi and
+//! reads the settings.
+//!
+//! The rules:
+//! - one bridge per run, launched when the run has an open `pending` step, none serves it and
+//!   something names its Pi model ([`pi_model`]; else the step waits for a client); it holds a child slot (`PIW_MAX_CHILDREN`), shared with its run's own child (the
+//!   validation of its submissions), so a run never waits on itself for a slot;
+//! - handshake: the bridge takes its run's lock (`$PIW_HOME/bridges/<run>.lock`, which then
+//!   holds its pid) as its extension loads, before its first call; one that has not within
+//!   [`BridgeSettings::handshake_timeout`] is stopped and its step fails;
+//! - it is stopped (SIGTERM, SIGKILL after the kill grace) once its run has no open step:
+//!   answered, expired at the node deadline, paused, cancelled, ended, in review;
+//! - an exit the host did not order while the step is still open (killed, crashed, Pi could not
+//!   start, the run refused) fails the step's attempt with the reason, and the run routes as
+//!   the node says (`interaction.fail`); a submission being judged is judged first, and the
+//!   attempt fails only if it is rejected (no submission is taken twice, none is lost).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::children::{workflow_environment, ChildConfig, SupervisorCmd, CHILD_LOG_BYTES};
+use super::dispatch::{self, HostState};
+use crate::protocol::{payload, Request, RequestBody, RequestKind};
+use crate::store::{ChildExitRecord, DetachedStep, Store};
+
+/// Bytes of a bridge's stdout and stderr kept for its exit reason.
+const BRIDGE_TAIL_BYTES: usize = 16 * 1024;
+
+/// How a bridge exits (`node-binding/lib/bridge.js` `BRIDGE_EXIT`).
+pub mod exit_code {
+    /// The run has no step for a bridge any more.
+    pub const DONE: i32 = 0;
+    /// Pi itself could not start.
+    pub const PI_FAILED: i32 = 1;
+    /// Another bridge serves the run.
+    pub const BUSY: i32 = 3;
+    /// No such run, or not a detached one.
+    pub const UNUSABLE: i32 = 4;
+    /// The host did not answer.
+    pub const HOST_GONE: i32 = 5;
+}
+
+/// The command that runs Pi: `program ...prefix ...args`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PiCommand {
+    pub program: PathBuf,
+    /// Pi's CLI script when `program` is Node.
+    pub prefix: Vec<String>,
+    /// Where it was found, for messages (`PIW_PI=...`, the package's, `pi` on PATH).
+    pub describe: String,
+}
+
+/// How the host runs bridges (`driver::bridge_launch::settings` reads them when it starts).
+#[derive(Debug, Clone)]
+pub struct BridgeSettings {
+    /// The Pi to run, or why there is none.
+    pub pi: Result<PiCommand, String>,
+    /// The bridge extension (`<package>/extension/bridge.js`).
+    pub extension: PathBuf,
+    /// Node and `<package>/lib/bridge-preflight.js`, which check Pi before a detached start.
+    pub preflight: Option<(PathBuf, PathBuf)>,
+    /// The host's own choice (`PIW_DETACHED_PROVIDER`, `_MODEL`, `_PI_ARGS`), the last place
+    /// [`pi_model`] looks.
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    pub pi_args: Vec<String>,
+    /// The installation (`PIW_HOME`): where the bridge locks live.
+    pub home: PathBuf,
+    pub handshake_timeout: Duration,
+}
+
+impl BridgeSettings {
+    /// The lock file a bridge of `run_id` holds (its handshake).
+    pub fn lock_file(&self, run_id: &str) -> PathBuf {
+        self.home.join("bridges").join(format!("{run_id}.lock"))
+    }
+
+    /// The bridge's command line (`lib/bridge.js` `bridgeCommand`'s) with `model`.
+    fn command(&self, pi: &PiCommand, model: &PiModel) -> (PathBuf, Vec<String>) {
+        let mut args = pi.prefix.clone();
+        args.extend(
+            [
+                "--mode",
+                "rpc",
+                "--no-session",
+                "--no-extensions",
+                "--no-skills",
+                "--no-prompt-templates",
+                "--no-themes",
+                "--no-context-files",
+                "-e",
+            ]
+            .map(str::to_owned),
+        );
+        args.push(self.extension.display().to_string());
+        args.extend([
+            "--provider".to_owned(),
+            model.provider.clone(),
+            "--model".to_owned(),
+            model.model.clone(),
+        ]);
+        args.extend(model.pi_args.iter().cloned());
+        (pi.program.clone(), args)
+    }
+}
+
+/// The Pi model a detached run's bridge uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PiModel {
+    pub provider: String,
+    pub model: String,
+    pub pi_args: Vec<String>,
+}
+
+/// The key of a run's input that names its Pi model: `{"piw_detached": {"provider", "model",
+/// "pi_args"}}`.
+pub const INPUT_KEY: &str = "piw_detached";
+
+/// The Pi model of a detached run: each of provider, model and extra arguments from the first
+/// place that sets it, the workflow (`definition`'s `detached`), the run's `input`
+/// ([`INPUT_KEY`]), the host's settings. `None` when no place names a provider and a model.
+pub fn pi_model(
+    definition: Option<&serde_json::Value>,
+    input: &serde_json::Value,
+    settings: &BridgeSettings,
+) -> Option<PiModel> {
+    let workflow = definition.and_then(|d| d.get("detached"));
+    let from_input = input.get(INPUT_KEY);
+    let text = |key: &str| {
+        [workflow, from_input]
+            .into_iter()
+            .flatten()
+            .find_map(|v| v.get(key).and_then(|v| v.as_str()).map(str::to_owned))
+    };
+    let pi_args = [workflow, from_input]
+        .into_iter()
+        .flatten()
+        .find_map(|v| {
+            v.get("pi_args").and_then(|a| a.as_array()).map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str().map(str::to_owned))
+                    .collect::<Vec<_>>()
+            })
+        })
+        .unwrap_or_else(|| settings.pi_args.clone());
+    Some(PiModel {
+        provider: text("provider").or_else(|| settings.provider.clone())?,
+        model: text("model").or_else(|| settings.model.clone())?,
+        pi_args,
+    })
+}
+
+/// One bridge the host launched and has not seen exit.
+#[derive(Debug, Clone)]
+pub struct BridgeEntry {
+    /// Host-unique, from the children's launch numbers.
+    pub launch: u64,
+    /// The step it serves now (the run's open one, updated as the run moves on).
+    pub interaction_id: String,
+    pub launched_at: i64,
+    /// It took its run's lock.
+    pub hello: bool,
+    /// Why the host stopped it, once it did.
+    pub stopping: Option<StopReason>,
+}
+
+/// Why the host stopped a bridge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StopReason {
+    /// Its run has no open step any more: nothing is lost.
+    StepClosed,
+    /// It did not take its run within the handshake bound: the step fails.
+    Handshake { after_ms: u64 },
+}
+
+/// The host's bridges: the settings, the live ones by run, and the steps whose bridge was lost
+/// while a submission of theirs was being judged (failed if it is rejected).
+#[derive(Debug, Default)]
+pub struct Bridges {
+    pub live: BTreeMap<String, BridgeEntry>,
+    /// Interaction id -> why its bridge was lost.
+    pub lost: HashMap<String, String>,
+    /// The Pi model of each run with an open step ([`pi_model`]; `None`: nothing names one,
+    /// and its steps wait for a client), read once per run.
+    pub models: HashMap<String, Option<PiModel>>,
+    /// Nothing that could open or close a detached step happened since the last [`reconcile`]
+    /// (false at the host's start): the store thread's turns under load (steps and transitions
+    /// of workflow children) skip its read.
+    pub up_to_date: bool,
+}
+
+impl Bridges {
+    /// Notes a batch of requests of `kinds`: those that can open or close an interactive step,
+    /// or pause, resume, end or retry a run, make the next [`reconcile`] look.
+    pub fn note_requests(&mut self, kinds: impl IntoIterator<Item = RequestKind>) {
+        use RequestKind as K;
+        if kinds.into_iter().any(|k| {
+            matches!(
+                k,
+                K::WorkerInteractionRequest
+                    | K::WorkerValidationResult
+                    | K::WorkerFail
+                    | K::WorkerExit
+                    | K::WorkerComplete
+                    | K::InteractionSubmit
+                    | K::InteractionFail
+                    | K::RunPause
+                    | K::RunResume
+                    | K::RunCancel
+                    | K::RunRetry
+                    | K::EffectResolve
+                    | K::Repair
+            )
+        }) {
+            self.up_to_date = false;
+        }
+    }
+
+    /// Slots the bridges hold: one per run that has a bridge and no child of its own.
+    pub fn slots_held(&self, children: &HashMap<String, super::children::ChildEntry>) -> usize {
+        self.live
+            .keys()
+            .filter(|run| !children.contains_key(*run))
+            .count()
+    }
+}
+
+/// What [`plan`] orders.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BridgeOrder {
+    /// Start a bridge for the step's run.
+    Launch(DetachedStep),
+    /// Stop the bridge of `run_id`.
+    Stop { run_id: String, why: StopReason },
+    /// Fail the step's attempt (`interaction.fail`) with `reason`; the run routes.
+    Fail { step: DetachedStep, reason: String },
+}
+
+/// What the host must do about bridges, given the open steps of detached runs (`steps`, as the
+/// store lists them), the bridges alive, whether a run has its own child (`has_child`: the slot
+/// is shared), the free child slots, the settings (`None`: the host runs no bridges) and `now`.
+pub fn plan(
+    steps: &[DetachedStep],
+    bridges: &Bridges,
+    has_child: &dyn Fn(&str) -> bool,
+    mut free_slots: usize,
+    settings: Option<&BridgeSettings>,
+    now: i64,
+) -> Vec<BridgeOrder> {
+    let mut orders = Vec::new();
+    let mut open: BTreeMap<&str, &DetachedStep> = BTreeMap::new();
+    for step in steps {
+        open.entry(step.run_id.as_str()).or_insert(step);
+    }
+    for (run_id, entry) in &bridges.live {
+        if entry.stopping.is_some() {
+            continue;
+        }
+        if !open.contains_key(run_id.as_str()) {
+            orders.push(BridgeOrder::Stop {
+                run_id: run_id.clone(),
+                why: StopReason::StepClosed,
+            });
+            continue;
+        }
+        if let Some(settings) = settings {
+            let bound = i64::try_from(settings.handshake_timeout.as_millis()).unwrap_or(i64::MAX);
+            if !entry.hello && now.saturating_sub(entry.launched_at) >= bound {
+                orders.push(BridgeOrder::Stop {
+                    run_id: run_id.clone(),
+                    why: StopReason::Handshake {
+                        after_ms: u64::try_from(bound).unwrap_or(0),
+                    },
+                });
+            }
+        }
+    }
+    for (run_id, step) in open {
+        if bridges.live.contains_key(run_id) || step.validating {
+            // Served, or being judged: the verdict comes first.
+            continue;
+        }
+        if let Some(reason) = bridges.lost.get(&step.interaction_id) {
+            orders.push(BridgeOrder::Fail {
+                step: step.clone(),
+                reason: reason.clone(),
+            });
+            continue;
+        }
+        let Some(settings) = settings else { continue };
+        // Nothing names a Pi model for it: its steps wait for a client, as before bridges.
+        if !matches!(bridges.models.get(run_id), Some(Some(_))) {
+            continue;
+        }
+        if let Err(why) = &settings.pi {
+            orders.push(BridgeOrder::Fail {
+                step: step.clone(),
+                reason: format!("no Pi to serve this detached step: {why}"),
+            });
+            continue;
+        }
+        if has_child(run_id) {
+            orders.push(BridgeOrder::Launch(step.clone()));
+        } else if free_slots > 0 {
+            free_slots -= 1;
+            orders.push(BridgeOrder::Launch(step.clone()));
+        }
+    }
+    orders
+}
+
+/// What a bridge's exit means for the step it served: `Some(reason)` when the step must fail
+/// (if it is still open), `None` when nothing is lost. `step_open`: the step it served is still
+/// open (pending or being judged).
+pub fn exit_verdict(
+    entry: &BridgeEntry,
+    exit: &ChildExitRecord,
+    step_open: bool,
+) -> Option<String> {
+    if !step_open {
+        return None;
+    }
+    let why = last_line(&exit.stderr_tail);
+    let said = |text: &str| {
+        if why.is_empty() {
+            text.to_owned()
+        } else {
+            format!("{text}: {why}")
+        }
+    };
+    match (&entry.stopping, exit.exit_code, exit.signal) {
+        (Some(StopReason::StepClosed), _, _) => None,
+        (Some(StopReason::Handshake { after_ms }), _, _) => Some(format!(
+            "the Pi bridge did not start serving the run within {after_ms} ms and was stopped"
+        )),
+        (None, Some(exit_code::DONE), _) => {
+            Some(said("the Pi bridge ended while its step was still open"))
+        }
+        (None, Some(exit_code::PI_FAILED), _) => Some(said("Pi could not start (exit 1)")),
+        (None, Some(exit_code::BUSY), _) => Some(said("another bridge serves the run")),
+        (None, Some(exit_code::UNUSABLE), _) => {
+            Some(said("the Pi bridge refused the run (exit 4)"))
+        }
+        (None, Some(exit_code::HOST_GONE), _) => {
+            Some(said("the Pi bridge lost its connection to the host"))
+        }
+        (None, Some(code), _) => Some(said(&format!("the Pi bridge exited with code {code}"))),
+        (None, None, Some(signal)) => Some(format!("the Pi bridge was killed by signal {signal}")),
+        (None, None, None) => Some(format!("the Pi bridge was lost: {}", exit.reason)),
+    }
+}
+
+/// The last non-empty line of a process's output tail, bounded.
+fn last_line(tail: &[u8]) -> String {
+    let text = String::from_utf8_lossy(tail);
+    let line = text
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or_default();
+    line.chars().take(500).collect()
+}
+
+/// A bridge's process reported by the supervisor.
+#[derive(Debug)]
+pub enum BridgeReport {
+    /// It took its run's lock (its handshake).
+    Hello { run_id: String, launch: u64 },
+    /// It exited, or never started (`exit.reason` says).
+    Exited {
+        run_id: String,
+        launch: u64,
+        exit: ChildExitRecord,
+    },
+}
+
+/// Handles bridge reports: a hello marks the handshake; an exit frees the slot and, when the
+/// host did not order it while the step was open, fails the step ([`exit_verdict`]).
+pub fn on_reports(store: &mut Store, state: &mut HostState, reports: Vec<BridgeReport>) {
+    if reports.is_empty() {
+        return;
+    }
+    state.bridges.up_to_date = false;
+    let steps = match store.detached_steps() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot read the detached steps");
+            Vec::new()
+        }
+    };
+    for report in reports {
+        match report {
+            BridgeReport::Hello { run_id, launch } => {
+                if let Some(entry) = state
+                    .bridges
+                    .live
+                    .get_mut(&run_id)
+                    .filter(|e| e.launch == launch)
+                {
+                    entry.hello = true;
+                    tracing::info!(%run_id, launch, "the bridge took its run");
+                }
+            }
+            BridgeReport::Exited {
+                run_id,
+                launch,
+                exit,
+            } => {
+                let Some(entry) = state
+                    .bridges
+                    .live
+                    .get(&run_id)
+                    .filter(|e| e.launch == launch)
+                    .cloned()
+                else {
+                    continue;
+                };
+                state.bridges.live.remove(&run_id);
+                let open = steps
+                    .iter()
+                    .any(|s| s.interaction_id == entry.interaction_id);
+                let verdict = if state.shutting_down {
+                    None
+                } else {
+                    exit_verdict(&entry, &exit, open)
+                };
+                tracing::info!(%run_id, reason = %exit.reason, failure = ?verdict, "bridge exited");
+                if let Some(reason) = verdict {
+                    state.bridges.lost.insert(entry.interaction_id, reason);
+                }
+            }
+        }
+    }
+}
+
+/// Compares the open steps of detached runs with the bridges alive, and orders launches,
+/// stops and failed attempts ([`plan`]). Runs on the store thread after each turn's work.
+pub fn reconcile(store: &mut Store, state: &mut HostState) {
+    let Some(settings) = state.child_config.bridges.clone() else {
+        return;
+    };
+    if state.shutting_down || !state.supervising || state.bridges.up_to_date {
+        return;
+    }
+    state.bridges.up_to_date = true;
+    let steps = match store.detached_steps() {
+        Ok(s) => s,
+        Err(e) => return tracing::error!(error = %e, "cannot read the detached steps"),
+    };
+    if steps.is_empty()
+        && state.bridges.live.is_empty()
+        && state.bridges.lost.is_empty()
+        && state.bridges.models.is_empty()
+    {
+        return;
+    }
+    // Each run's Pi model, read once while it has an open step (its definition and input do
+    // not change).
+    state
+        .bridges
+        .models
+        .retain(|run, _| steps.iter().any(|s| &s.run_id == run));
+    for step in &steps {
+        if state.bridges.models.contains_key(&step.run_id) {
+            continue;
+        }
+        let model = match store.run_payload(&step.run_id) {
+            Ok((input, definition, _)) => pi_model(definition.as_ref(), &input, &settings),
+            Err(e) => {
+                tracing::error!(run_id = %step.run_id, error = %e, "cannot read the run's input");
+                None
+            }
+        };
+        state.bridges.models.insert(step.run_id.clone(), model);
+    }
+    // Forget losses of steps that closed meanwhile (their submission was accepted).
+    state
+        .bridges
+        .lost
+        .retain(|id, _| steps.iter().any(|s| &s.interaction_id == id));
+    // A bridge serves whatever step its run has open now.
+    for step in &steps {
+        if let Some(entry) = state.bridges.live.get_mut(&step.run_id) {
+            entry.interaction_id.clone_from(&step.interaction_id);
+        }
+    }
+    let free = state
+        .child_config
+        .max_children
+        .saturating_sub(state.live_children());
+    let children = &state.children;
+    let orders = plan(
+        &steps,
+        &state.bridges,
+        &|run| children.contains_key(run),
+        free,
+        Some(&settings),
+        store.now_ms(),
+    );
+    for order in orders {
+        match order {
+            BridgeOrder::Launch(step) => launch(state, &settings, &step, store.now_ms()),
+            BridgeOrder::Stop { run_id, why } => {
+                if let Some(entry) = state.bridges.live.get_mut(&run_id) {
+                    tracing::info!(%run_id, ?why, "stopping the bridge");
+                    entry.stopping = Some(why);
+                    state.child_commands.push(SupervisorCmd::StopBridge {
+                        launch: entry.launch,
+                        grace: state.child_config.kill_grace,
+                    });
+                }
+            }
+            BridgeOrder::Fail { step, reason } => fail_step(store, state, &step, &reason),
+        }
+    }
+}
+
+/// Orders the launch of the bridge of `step`'s run.
+fn launch(state: &mut HostState, settings: &BridgeSettings, step: &DetachedStep, now: i64) {
+    let Ok(pi) = &settings.pi else { return };
+    let Some(Some(model)) = state.bridges.models.get(&step.run_id) else {
+        return;
+    };
+    let (program, args) = settings.command(pi, model);
+    let launch = state.next_launch;
+    state.next_launch += 1;
+    let cfg: &ChildConfig = &state.child_config;
+    let mut env = workflow_environment(&cfg.workflow_env, Some(("PIW_BRIDGE_RUN", &step.run_id)));
+    env.push(("PIW_HOME".into(), settings.home.clone().into_os_string()));
+    let spec = crate::supervise::SpawnSpec {
+        program,
+        args: args.into_iter().map(Into::into).collect(),
+        env,
+        cwd: PathBuf::from(&step.project_dir),
+        // Never written: Pi in RPC mode reads commands from stdin and exits at its end.
+        stdin_payload: Vec::new(),
+        limits: crate::supervise::ChildLimits {
+            cpu_seconds: cfg.cpu_seconds,
+            memory_bytes: cfg.memory_bytes,
+        },
+        nice: cfg.nice,
+        tail_bytes: BRIDGE_TAIL_BYTES,
+        scope: state.supervision_scope.clone(),
+        output_log: cfg.output_logs.as_ref().map(|dir| {
+            Box::new(crate::supervise::OutputLog {
+                path: dir.join(&step.run_id).join(format!("bridge-{launch}.log")),
+                cap_bytes: CHILD_LOG_BYTES,
+            })
+        }),
+    };
+    tracing::info!(run_id = %step.run_id, interaction = %step.interaction_id, launch, "launching a bridge");
+    state.bridges.live.insert(
+        step.run_id.clone(),
+        BridgeEntry {
+            launch,
+            interaction_id: step.interaction_id.clone(),
+            launched_at: now,
+            hello: false,
+            stopping: None,
+        },
+    );
+    state.child_commands.push(SupervisorCmd::LaunchBridge {
+        run_id: step.run_id.clone(),
+        launch,
+        spec,
+        lock_file: settings.lock_file(&step.run_id),
+    });
+}
+
+/// Fails the attempt of `step` as `interaction.fail` does (the run routes as its node says).
+fn fail_step(store: &mut Store, state: &mut HostState, step: &DetachedStep, reason: &str) {
+    let mut request = Request::new(
+        format!("bridge-{}", step.interaction_id),
+        RequestBody::InteractionFail(payload::InteractionFail {
+            interaction_id: step.interaction_id.clone(),
+            reason: reason.to_owned(),
+        }),
+    );
+    request.run_id = Some(step.run_id.clone());
+    request.node_id = Some(step.node_id.clone());
+    request.attempt_id = Some(step.attempt_id.clone());
+    let state_ref: &HostState = state;
+    let result = store.write(|w| {
+        dispatch::apply_command(w, state_ref, &request, None)?;
+        Ok(w.take_runs_written())
+    });
+    match result {
+        Ok(written) => {
+            tracing::warn!(run_id = %step.run_id, interaction = %step.interaction_id, %reason, "failed a detached step");
+            state.unpublished.extend(written);
+        }
+        Err(e) => {
+            tracing::error!(run_id = %step.run_id, error = %e, "cannot fail the detached step");
+        }
+    }
+    state.bridges.lost.remove(&step.interaction_id);
+}
+
+/// When a bridge's handshake bound passes next.
+pub fn next_deadline(state: &HostState) -> Option<i64> {
+    let settings = state.child_config.bridges.as_ref()?;
+    let bound = i64::try_from(settings.handshake_timeout.as_millis()).unwrap_or(i64::MAX);
+    state
+        .bridges
+        .live
+        .values()
+        .filter(|e| !e.hello && e.stopping.is_none())
+        .map(|e| e.launched_at.saturating_add(bound))
+        .min()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(run: &str, interaction: &str, validating: bool) -> DetachedStep {
+        DetachedStep {
+            run_id: run.into(),
+            interaction_id: interaction.into(),
+            attempt_id: format!("att-{interaction}"),
+            node_id: "draft".into(),
+            validating,
+            project_dir: "/p".into(),
+        }
+    }
+
+    fn settings() -> BridgeSettings {
+        BridgeSettings {
+            pi: Ok(PiCommand {
+                program: "/node".into(),
+                prefix: vec!["/pi/cli.js".into()],
+                describe: "test".into(),
+            }),
+            extension: "/pkg/extension/bridge.js".into(),
+            preflight: None,
+            provider: Some("mock".into()),
+            model: Some("mock-model".into()),
+            pi_args: vec!["--offline".into()],
+            home: "/home/piw".into(),
+            handshake_timeout: Duration::from_secs(30),
+        }
+    }
+
+    fn entry(interaction: &str, launched_at: i64) -> BridgeEntry {
+        BridgeEntry {
+            launch: 7,
+            interaction_id: interaction.into(),
+            launched_at,
+            hello: false,
+            stopping: None,
+        }
+    }
+
+    fn exit(code: Option<i32>, signal: Option<i32>, stderr: &str) -> ChildExitRecord {
+        ChildExitRecord {
+            exit_code: code,
+            signal,
+            reason: "exited".into(),
+            stderr_tail: stderr.as_bytes().to_vec(),
+            ..Default::default()
+        }
+    }
+
+    const NO_CHILD: &dyn Fn(&str) -> bool = &|_| false;
+
+    /// Bridges with a Pi model known for each of `runs`.
+    fn served(runs: &[&str]) -> Bridges {
+        let mut b = Bridges::default();
+        for run in runs {
+            b.models.insert(
+                (*run).to_owned(),
+                pi_model(None, &serde_json::json!({}), &settings()),
+            );
+        }
+        b
+    }
+
+    #[test]
+    fn an_open_step_without_a_bridge_gets_one_while_slots_last() {
+        let steps = [step("r1", "i1", false), step("r2", "i2", false)];
+        let s = settings();
+        let orders = plan(&steps, &served(&["r1", "r2"]), NO_CHILD, 1, Some(&s), 0);
+        assert_eq!(orders, [BridgeOrder::Launch(steps[0].clone())]);
+        // A run whose own child holds a slot shares it with its bridge.
+        let orders = plan(
+            &steps,
+            &served(&["r1", "r2"]),
+            &|r| r == "r2",
+            0,
+            Some(&s),
+            0,
+        );
+        assert_eq!(orders, [BridgeOrder::Launch(steps[1].clone())]);
+    }
+
+    #[test]
+    fn no_bridge_without_settings_or_for_a_step_being_judged() {
+        let steps = [step("r1", "i1", false), step("r2", "i2", true)];
+        assert!(plan(&steps, &served(&["r1", "r2"]), NO_CHILD, 4, None, 0).is_empty());
+        let s = settings();
+        let orders = plan(&steps, &served(&["r1", "r2"]), NO_CHILD, 4, Some(&s), 0);
+        assert_eq!(orders, [BridgeOrder::Launch(steps[0].clone())]);
+        // Nothing names a Pi model for the run: its step waits for a client.
+        let mut unnamed = served(&["r1"]);
+        unnamed.models.insert("r1".into(), None);
+        assert!(plan(&steps, &unnamed, NO_CHILD, 4, Some(&s), 0).is_empty());
+    }
+
+    #[test]
+    fn a_step_that_closed_stops_its_bridge_and_a_served_step_gets_no_second_one() {
+        let mut bridges = Bridges::default();
+        bridges.live.insert("r1".into(), entry("i1", 0));
+        bridges.live.insert("r2".into(), entry("i2", 0));
+        let s = settings();
+        let steps = [step("r1", "i1", false)];
+        let orders = plan(&steps, &bridges, NO_CHILD, 4, Some(&s), 10);
+        assert_eq!(
+            orders,
+            [BridgeOrder::Stop {
+                run_id: "r2".into(),
+                why: StopReason::StepClosed
+            }]
+        );
+    }
+
+    #[test]
+    fn a_bridge_silent_past_the_handshake_bound_is_stopped_and_its_step_fails() {
+        let mut bridges = Bridges::default();
+        bridges.live.insert("r1".into(), entry("i1", 1_000));
+        let s = settings();
+        let steps = [step("r1", "i1", false)];
+        assert!(plan(&steps, &bridges, NO_CHILD, 4, Some(&s), 30_999).is_empty());
+        let orders = plan(&steps, &bridges, NO_CHILD, 4, Some(&s), 31_000);
+        let why = StopReason::Handshake { after_ms: 30_000 };
+        assert_eq!(
+            orders,
+            [BridgeOrder::Stop {
+                run_id: "r1".into(),
+                why: why.clone()
+            }]
+        );
+        let mut stopped = entry("i1", 1_000);
+        stopped.stopping = Some(why);
+        let verdict = exit_verdict(&stopped, &exit(None, Some(15), ""), true);
+        assert_eq!(
+            verdict.as_deref(),
+            Some("the Pi bridge did not start serving the run within 30000 ms and was stopped")
+        );
+        // Once it took its run, no bound applies.
+        if let Some(e) = bridges.live.get_mut("r1") {
+            e.hello = true;
+        }
+        assert!(plan(&steps, &bridges, NO_CHILD, 4, Some(&s), 99_000).is_empty());
+    }
+
+    #[test]
+    fn a_lost_bridge_fails_its_step_once_no_submission_is_being_judged() {
+        let mut bridges = Bridges::default();
+        bridges.lost.insert("i1".into(), "killed".into());
+        let s = settings();
+        // Being judged: wait for the verdict.
+        assert!(plan(
+            &[step("r1", "i1", true)],
+            &bridges,
+            NO_CHILD,
+            4,
+            Some(&s),
+            0
+        )
+        .is_empty());
+        // Rejected (pending again): the attempt fails rather than a new bridge starting.
+        let pending = step("r1", "i1", false);
+        let orders = plan(
+            std::slice::from_ref(&pending),
+            &bridges,
+            NO_CHILD,
+            4,
+            Some(&s),
+            0,
+        );
+        assert_eq!(
+            orders,
+            [BridgeOrder::Fail {
+                step: pending,
+                reason: "killed".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn without_a_pi_a_detached_step_fails_with_the_reason_instead_of_waiting() {
+        let mut s = settings();
+        s.pi = Err("Pi not found: no pi on PATH".into());
+        let pending = step("r1", "i1", false);
+        let orders = plan(
+            std::slice::from_ref(&pending),
+            &served(&["r1"]),
+            NO_CHILD,
+            4,
+            Some(&s),
+            0,
+        );
+        assert_eq!(
+            orders,
+            [BridgeOrder::Fail {
+                step: pending,
+                reason: "no Pi to serve this detached step: Pi not found: no pi on PATH".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn each_exit_says_what_it_means_for_an_open_step() {
+        let e = entry("i1", 0);
+        let verdict =
+            |code, signal, stderr: &str| exit_verdict(&e, &exit(code, signal, stderr), true);
+        assert_eq!(
+            verdict(None, Some(9), "").as_deref(),
+            Some("the Pi bridge was killed by signal 9")
+        );
+        assert_eq!(
+            verdict(Some(1), None, "Error: No API key found for mock\n").as_deref(),
+            Some("Pi could not start (exit 1): Error: No API key found for mock")
+        );
+        assert_eq!(
+            verdict(Some(4), None, "piw bridge: run r1: run r1 is not detached\n").as_deref(),
+            Some("the Pi bridge refused the run (exit 4): piw bridge: run r1: run r1 is not detached")
+        );
+        assert!(verdict(Some(3), None, "").is_some());
+        assert!(
+            verdict(Some(0), None, "").is_some(),
+            "an open step was left"
+        );
+        // A step that closed loses nothing, whatever the exit.
+        assert_eq!(exit_verdict(&e, &exit(None, Some(9), ""), false), None);
+        // Nor does an exit the host ordered because the step closed.
+        let mut stopped = entry("i1", 0);
+        stopped.stopping = Some(StopReason::StepClosed);
+        assert_eq!(
+            exit_verdict(&stopped, &exit(Some(143), None, ""), true),
+            None
+        );
+    }
+
+    #[test]
+    fn the_pi_model_comes_from_the_workflow_then_the_input_then_the_host() {
+        use serde_json::json;
+        let s = settings();
+        let host = pi_model(None, &json!({"task": "x"}), &s).expect("the host's");
+        assert_eq!(
+            (
+                host.provider.as_str(),
+                host.model.as_str(),
+                host.pi_args.clone()
+            ),
+            ("mock", "mock-model", vec!["--offline".to_owned()])
+        );
+        let input = json!({"piw_detached": {"model": "from-input", "pi_args": ["--a"]}});
+        let m = pi_model(None, &input, &s).expect("input over host");
+        assert_eq!(
+            (m.provider.as_str(), m.model.as_str()),
+            ("mock", "from-input")
+        );
+        assert_eq!(m.pi_args, ["--a"]);
+        let definition = json!({"detached": {"provider": "wf", "model": "from-workflow"}});
+        let m = pi_model(Some(&definition), &input, &s).expect("workflow over input");
+        assert_eq!(
+            (m.provider.as_str(), m.model.as_str()),
+            ("wf", "from-workflow")
+        );
+        assert_eq!(
+            m.pi_args,
+            ["--a"],
+            "each field from the first place that sets it"
+        );
+        let mut bare = settings();
+        bare.provider = None;
+        assert_eq!(
+            pi_model(None, &json!({}), &bare),
+            None,
+            "no provider anywhere"
+        );
+    }
+
+    #[test]
+    fn only_requests_that_can_open_or_close_a_step_make_the_bridges_look_again() {
+        let mut b = Bridges {
+            up_to_date: true,
+            ..Bridges::default()
+        };
+        b.note_requests([
+            RequestKind::WorkerNodeStarted,
+            RequestKind::WorkerTransition,
+            RequestKind::WorkerProgress,
+            RequestKind::InteractionUpdate,
+            RequestKind::RunStart,
+        ]);
+        assert!(
+            b.up_to_date,
+            "a workflow child's steps change no detached step"
+        );
+        b.note_requests([
+            RequestKind::WorkerTransition,
+            RequestKind::WorkerInteractionRequest,
+        ]);
+        assert!(!b.up_to_date, "a new interactive step");
+        b.up_to_date = true;
+        b.note_requests([RequestKind::RunPause]);
+        assert!(!b.up_to_date, "a paused run's bridge stops");
+    }
+
+    #[test]
+    fn the_command_line_is_the_bridge_contract() {
+        let s = settings();
+        let model = pi_model(None, &serde_json::json!({}), &s).expect("the host's model");
+        let (program, args) = s.command(s.pi.as_ref().expect("a pi"), &model);
+        assert_eq!(program, PathBuf::from("/node"));
+        assert_eq!(
+            args.join(" "),
+            "/pi/cli.js --mode rpc --no-session --no-extensions --no-skills --no-prompt-templates \
+             --no-themes --no-context-files -e /pkg/extension/bridge.js --provider mock --model \
+             mock-model --offline"
+        );
+        assert_eq!(
+            s.lock_file("run-1"),
+            PathBuf::from("/home/piw/bridges/run-1.lock")
+        );
+    }
+}
