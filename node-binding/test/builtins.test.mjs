@@ -12,7 +12,7 @@ import { BUILTINS_DIR, listWorkflows, resolveWorkflow } from '../extension/resol
 import { Client } from '../index.js';
 import { alive, hostBin, killInstallation, pkgDir, startHost, tempDir } from './helpers.mjs';
 
-const IDS = ['autodoc', 'autoimplement', 'autoplan', 'plan-approval', 'plan-change', 'sanity-check'];
+const IDS = ['autodoc', 'autoimplement', 'autoplan', 'monitor', 'plan-approval', 'plan-change', 'sanity-check'];
 
 test('builtin:<id> names the built-in; a bare name finds it after the project and global files; both are listed', async () => {
   const dir = tempDir();
@@ -39,7 +39,7 @@ test('builtin:<id> names the built-in; a bare name finds it after the project an
   listed = await listWorkflows(cwd, home);
   assert.deepEqual(listed.filter((w) => w.name === 'autoplan'), [{ name: 'autoplan', path: own, scope: 'project' }]);
 
-  await assert.rejects(resolveWorkflow('builtin:nope', cwd, home), /no built-in workflow "nope"; the built-ins are autodoc, autoimplement, autoplan, plan-approval, plan-change, sanity-check/);
+  await assert.rejects(resolveWorkflow('builtin:nope', cwd, home), /no built-in workflow "nope"; the built-ins are autodoc, autoimplement, autoplan, monitor, plan-approval, plan-change, sanity-check/);
   await assert.rejects(resolveWorkflow('nope', cwd, home), /no workflow named "nope" .* nor among the built-ins/);
 });
 
