@@ -341,3 +341,29 @@ test("a copy of pi-workflows' approved-plan example: its import of the reference
   assert.equal(blocked.result.outcome, 'refused');
   assert.deepEqual(blocked.result.change, { exit: 'blocked', output: { status: 'blocked', task: 'parser', stage: 'doc', reason: 'no docs folder', planDigest: blocked.result.change.output.planDigest } });
 });
+
+test('monitor: a repair whose facts come back unchanged is not tried again; a failure gets at most three direct actions; the checks are counted', async () => {
+  const { monitorWorkflow } = await import('../builtins/index.js');
+  const tally = monitorWorkflow.nodes.tally.run;
+  const input = { task: 't', stopWhen: 's', everyMinutes: 5, maxChecks: 10 };
+  const act = (kind, failureId = 'f1', stateId = 's1') => ({ route: 'act', action: { kind, next: 'do it', failureId, stateId } });
+  // Each check goes through tally with the tally before it, as the runtime gives `outputs`.
+  const checks = (observations) => {
+    let before;
+    return observations.map((observe) => (before = tally({ input, outputs: { observe, ...(before ? { tally: before } : {}) } })));
+  };
+
+  const repairs = checks([act('repair'), act('repair', 'f1', 's2'), act('repair', 'f1', 's1')]);
+  assert.deepEqual(repairs.map((t) => t.route), ['repair', 'repair', 'stop']);
+  assert.match(repairs[2].reason, /the repair of f1 did not change what the check sees \(s1\); not repairing it again/);
+
+  const direct = checks([act('recover'), act('advance'), { route: 'wait' }, act('recover'), act('recover', 'f2')]);
+  assert.deepEqual(direct.map((t) => t.route), ['direct', 'direct', 'wait', 'stop', 'direct']);
+  assert.match(direct[3].reason, /3 actions for f1 did not resolve it/);
+  assert.deepEqual(direct.map((t) => t.checks), [1, 2, 3, 4, 5]);
+
+  const limited = checks(Array.from({ length: 10 }, () => ({ route: 'wait' })));
+  assert.deepEqual(limited.map((t) => t.route), [...Array(9).fill('wait'), 'limit']);
+  // The goal reached on the last allowed check is `done`, not `limit`.
+  assert.equal(checks([...Array(9).fill({ route: 'wait' }), { route: 'done' }])[9].route, 'done');
+});
