@@ -127,11 +127,16 @@ test('piw/builtins and @osolmaz/pi-workflows/builtins resolve in a workflow file
     assert.equal(run.status, 'completed', `${specifier}: ${JSON.stringify(run)}`);
     assert.equal(run.result.status, 'continue');
   }
-  // One of the reference's built-ins piw lacks: the run fails to load, naming it.
-  const file = write('lacking.workflow.ts', 'export { monitorWorkflow as default } from "@osolmaz/pi-workflows/builtins";\n');
+  // The reference's monitor re-exported: piw's loads, and checks its input.
+  const monitor = write('reexport-monitor.workflow.ts', 'export { monitorWorkflow as default } from "@osolmaz/pi-workflows/builtins";\n');
+  const checked = await c.waitForRun((await c.startRun(monitor, { input: {}, projectDir: project })).run_id, { timeoutMs: 30_000 });
+  assert.equal(checked.status, 'failed', JSON.stringify(checked));
+  assert.match(checked.error, /monitor input task .* must be a non-empty string/);
+  // An export of the reference's piw lacks: the run fails to load, naming it.
+  const file = write('lacking.workflow.ts', 'export { presentPlan as default } from "@osolmaz/pi-workflows/builtins";\n');
   const run = await c.waitForRun((await c.startRun(file, { input: {}, projectDir: project })).run_id, { timeoutMs: 30_000 });
   assert.equal(run.status, 'failed', JSON.stringify(run));
-  assert.match(run.error, /does not provide an export named 'monitorWorkflow'/);
+  assert.match(run.error, /does not provide an export named 'presentPlan'/);
 });
 
 test("pi-workflows' example that re-exports its autoplan loads unchanged and asks its first step", async () => {
