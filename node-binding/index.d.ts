@@ -150,6 +150,8 @@ export interface Run {
   error: string | null;
   /** Why the run stopped for review (for example `source_changed: ...`). */
   review_reason: string | null;
+  /** When the durable timer the run waits on fires (Unix ms); `null` when it waits on none. */
+  wake_at: number | null;
   created_at: number;
   updated_at: number;
   finished_at: number | null;
@@ -653,7 +655,7 @@ export interface WorkflowActionContext<I = unknown> extends WorkflowNodeContext<
 declare const nodeBrand: unique symbol;
 export interface WorkflowNode {
   readonly [nodeBrand]: true;
-  readonly kind: 'compute' | 'action' | 'agent' | 'assistant_message' | 'checkpoint' | 'human_decision' | 'notify';
+  readonly kind: 'compute' | 'action' | 'agent' | 'assistant_message' | 'checkpoint' | 'human_decision' | 'notify' | 'wait';
 }
 
 type Text<I> = string | ((ctx: WorkflowNodeContext<I>) => Awaitable<string>);
@@ -674,6 +676,23 @@ export declare function compute<I = any, O = unknown>(spec: {
 
 /** Queues a plain-text message for the session that started the run; output `{ kind, message }`. */
 export declare function notify<I = any>(spec: { kind?: 'progress' | 'final'; message: Text<I> }): WorkflowNode;
+/** A duration: milliseconds or text such as `'90s'`, `'5m'`, `'2h'`, `'1d'`. */
+export type Duration = number | string;
+/** A time: a `Date`, Unix milliseconds or ISO 8601 text. */
+export type WakeTime = Date | number | string;
+/**
+ * A durable wait: the run parks until a time on a timer the host holds (no process, no child
+ * slot), decided once when the node runs; then the node succeeds with `output`.
+ */
+export declare function wait<I = any>(
+  spec:
+    | { for: Duration | ((ctx: WorkflowNodeContext<I>) => Duration | Promise<Duration>); until?: never; output?: any }
+    | { until: WakeTime | ((ctx: WorkflowNodeContext<I>) => WakeTime | Promise<WakeTime>); for?: never; output?: any },
+): WorkflowNode;
+/** Returned by a compute node's `run`: park on a durable timer, then succeed with `output`. */
+export declare function waitThen(
+  spec: { for: Duration; until?: never; output?: any } | { until: WakeTime; for?: never; output?: any },
+): unknown;
 
 declare const assistantBrand: unique symbol;
 export interface AssistantMessageOutput {

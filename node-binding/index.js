@@ -7,6 +7,8 @@ export {
   isWorkflow as isWorkflowDefinition,
   compute,
   notify,
+  wait,
+  waitThen,
   agent,
   assistantMessage,
   decision,

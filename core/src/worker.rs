@@ -179,7 +179,8 @@ pub struct HelloReply {
     /// `run` or `validate`.
     #[serde(default)]
     pub mode: String,
-    /// Where to pick up (`fresh`, `continue`, `validate`, `accepted`, `interaction_expired`).
+    /// Where to pick up (`fresh`, `continue`, `validate`, `accepted`, `interaction_expired`,
+    /// `timer_fired`).
     #[serde(default)]
     pub resume: Value,
     /// The run's input.
@@ -207,6 +208,10 @@ pub struct HelloReply {
     /// The submission a `validate` child must judge, or the one an `accepted` resume carries.
     #[serde(default)]
     pub submission: Option<Value>,
+    /// The fired timer a `timer_fired` resume continues after: `{timer_id, wake_at, output}`;
+    /// the attempt succeeds with `output`.
+    #[serde(default)]
+    pub timer: Option<Value>,
     /// What the host understands beyond the protocol's first release
     /// ([`payload::HOST_FEATURES`]); empty from a host older than the list.
     #[serde(default)]
@@ -591,6 +596,30 @@ impl Worker {
             request,
         }))?;
         str_field(&r.body, "decision_id")
+    }
+
+    /// Parks the run on a durable timer until `wake`: the host decides the wake time once and
+    /// holds the timer; when it fires, the next child continues the attempt with `output`
+    /// (`timer_fired`). Returns the timer id and the wake time. Exit after it.
+    pub fn wait_until(
+        &mut self,
+        wake: crate::store::Wake,
+        output: Value,
+    ) -> Result<(String, i64), WorkerError> {
+        self.flush_for_node_operation()?;
+        let (for_ms, until_ms) = match wake {
+            crate::store::Wake::After(ms) => (Some(ms), None),
+            crate::store::Wake::At(at) => (None, Some(u64::try_from(at).unwrap_or(0))),
+        };
+        let r = self.call(RequestBody::WorkerWaitUntil(payload::WorkerWaitUntil {
+            for_ms,
+            until_ms,
+            output,
+        }))?;
+        let wake_at = r.body["wake_at"]
+            .as_i64()
+            .ok_or_else(|| WorkerError::Reply("worker.wait_until: no wake_at".into()))?;
+        Ok((str_field(&r.body, "timer_id")?, wake_at))
     }
 
     /// Parks the run on an interactive request for the origin session. Exit after it.

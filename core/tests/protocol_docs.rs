@@ -319,6 +319,8 @@ struct Scenario {
     reviewed: String,
     /// Parked.
     parked: String,
+    /// Waited on a durable timer, which fired.
+    timed: String,
 }
 
 fn scenario() -> Scenario {
@@ -466,6 +468,21 @@ fn scenario() -> Scenario {
         .write(|w| w.cancel(&reviewed, Fence::Claim(&control), "given up"))
         .unwrap();
 
+    // Waited on a durable timer, which fired.
+    let (timed, act, a) = f.running();
+    f.store
+        .write(|w| {
+            w.wait_until(
+                &act.claim,
+                &a,
+                piw_core::store::Wake::After(1_000),
+                &json!({"x": 1}),
+            )
+        })
+        .unwrap();
+    f.clock.advance(1_000);
+    f.store.write(|w| w.fire_due_timers()).unwrap();
+
     let (parked, act, _a) = f.running();
     f.store.write(|w| w.park(&act.claim, None)).unwrap();
 
@@ -476,6 +493,7 @@ fn scenario() -> Scenario {
         decided,
         reviewed,
         parked,
+        timed,
     }
 }
 
@@ -592,6 +610,7 @@ fn the_documented_event_data_is_what_the_host_sends() {
         &s.decided,
         &s.reviewed,
         &s.parked,
+        &s.timed,
     ] {
         for event in s.f.store.events(run, 0).unwrap() {
             let fields = documented.get(&event.kind).unwrap_or_else(|| {

@@ -153,6 +153,11 @@ fn sample(kind: RequestKind) -> Request {
             decision_kind: DecisionKind::HumanDecision,
             request: json!({"question": "ship it?"}),
         }),
+        RequestKind::WorkerWaitUntil => RequestBody::WorkerWaitUntil(WorkerWaitUntil {
+            for_ms: Some(60_000),
+            until_ms: None,
+            output: json!({"checked": 3}),
+        }),
         RequestKind::WorkerInteractionRequest => {
             RequestBody::WorkerInteractionRequest(WorkerInteractionRequest {
                 interaction_kind: InteractionKind::AssistantMessage,
@@ -830,7 +835,7 @@ fn decode_error_messages_are_bounded() {
 
 #[test]
 fn every_request_kind_round_trips() {
-    assert_eq!(RequestKind::ALL.len(), 37);
+    assert_eq!(RequestKind::ALL.len(), 38);
     for &kind in RequestKind::ALL {
         let request = sample(kind)
             .with_expected_revision(3)

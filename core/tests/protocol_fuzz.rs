@@ -44,6 +44,7 @@ const CORPUS: &[&str] = &[
     r#"{"schema":"piw.protocol.v1","request_id":"w5","kind":"worker.fail","run_id":"run-1","generation":2,"payload":{"error":"boom"}}"#,
     r#"{"schema":"piw.protocol.v1","request_id":"w6","kind":"worker.progress","run_id":"run-1","generation":2,"payload":{"message":"half","data":{"pct":50}}}"#,
     r#"{"schema":"piw.protocol.v1","request_id":"w7","kind":"worker.wait","run_id":"run-1","generation":2,"node_id":"n3","attempt_id":"a3","payload":{"decision_kind":"checkpoint","request":{"q":"?"}}}"#,
+    r#"{"schema":"piw.protocol.v1","request_id":"w7t","kind":"worker.wait_until","run_id":"run-1","generation":2,"node_id":"n3","attempt_id":"a3","payload":{"for_ms":60000,"until_ms":null,"output":{"x":1}}}"#,
     r#"{"schema":"piw.protocol.v1","request_id":"w8","kind":"worker.interaction_request","run_id":"run-1","generation":2,"node_id":"n4","attempt_id":"a4","payload":{"interaction_kind":"agent","request":{"prompt":"p"},"deadline_ms":5}}"#,
     r#"{"schema":"piw.protocol.v1","request_id":"w9","kind":"worker.notify","run_id":"run-1","generation":2,"node_id":"n5","attempt_id":"a5","payload":{"content":"hi"}}"#,
     r#"{"schema":"piw.protocol.v1","request_id":"w10","kind":"worker.effect_reserve","run_id":"run-1","generation":2,"node_id":"n6","attempt_id":"a6","payload":{"effect_key":"mail","fingerprint":"f","retry_contract":"read_back"}}"#,

@@ -1941,3 +1941,58 @@ fn reopening_an_interrupted_node_at_the_step_limit_is_not_a_new_step() {
         "the second node of a two-step run could not run after a pause: {reopened:?}"
     );
 }
+
+#[test]
+fn a_timer_is_the_hosts_next_deadline_fires_once_due_and_its_attempt_continues_after_a_loss() {
+    let mut f = Fixture::new();
+    let (run_id, act, a) = f.running();
+    let set = f
+        .store
+        .write(|w| w.wait_until(&act.claim, &a, Wake::After(60_000), &json!({"x": 1})))
+        .unwrap();
+    let now = f.store.now_ms();
+    assert_eq!(set.wake_at, now + 60_000);
+    let run = f.store.run(&run_id).unwrap();
+    assert_eq!(run.status, RunStatus::Waiting);
+    assert_eq!(run.wake_at, Some(set.wake_at));
+    assert_eq!(f.store.next_deadline().unwrap(), Some(set.wake_at));
+    // Not due yet: nothing fires, and the run is not ready for a child.
+    f.clock.advance(59_999);
+    assert_eq!(f.store.write(|w| w.fire_due_timers()).unwrap(), vec![]);
+    assert!(f.store.ready_runs(f.store.now_ms(), 10).unwrap().is_empty());
+    f.clock.advance(1);
+    let fired = f.store.write(|w| w.fire_due_timers()).unwrap();
+    assert_eq!(fired, vec![(set.timer_id.clone(), run_id.clone())]);
+    assert_eq!(f.store.next_deadline().unwrap(), None);
+    assert_eq!(f.store.run(&run_id).unwrap().wake_at, None);
+    let act = f.activate(&run_id);
+    let resumed = Resume::TimerFired {
+        node_id: "a".into(),
+        attempt_id: a.clone(),
+    };
+    assert_eq!(act.resume, resumed);
+    // A child lost after the timer fired: the attempt continues the same way, never waits
+    // again nor reruns the node.
+    f.store
+        .write(|w| w.child_lost(&act.claim, "killed"))
+        .unwrap();
+    let act = f.activate(&run_id);
+    assert_eq!(act.resume, resumed);
+    f.assert_clean();
+}
+
+#[test]
+fn cancelling_a_waiting_run_cancels_its_timer() {
+    let mut f = Fixture::new();
+    let (run_id, act, a) = f.running();
+    f.store
+        .write(|w| w.wait_until(&act.claim, &a, Wake::At(0), &Value::Null))
+        .unwrap();
+    f.store
+        .write(|w| w.cancel(&run_id, Fence::Unclaimed, "enough"))
+        .unwrap();
+    assert_eq!(f.store.run(&run_id).unwrap().wake_at, None);
+    assert_eq!(f.store.next_deadline().unwrap(), None);
+    assert_eq!(f.store.write(|w| w.fire_due_timers()).unwrap(), vec![]);
+    f.assert_clean();
+}

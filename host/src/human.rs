@@ -25,6 +25,29 @@ pub(crate) fn ago(then_ms: u64, now_ms: u64) -> String {
     }
 }
 
+/// A time still to come relative to `now`: "in 42 s", "in 3 min", "in 5 h", "in 2 days",
+/// beyond a week "on" the UTC date; "now" once it has come (a due timer fires at the host's
+/// next deadline pass).
+pub(crate) fn until(then_ms: u64, now_ms: u64) -> String {
+    let secs = then_ms.saturating_sub(now_ms).div_ceil(1000);
+    match secs {
+        0 => "now".into(),
+        1..=59 => format!("in {secs} s"),
+        // Rounded to the nearest minute or hour: "in 60 min" reads as "in 1 h".
+        60..=3_569 => format!("in {} min", (secs + 30) / 60),
+        3_570..=86_399 => format!("in {} h", ((secs + 1_800) / 3_600).max(1)),
+        86_400..=172_799 => "in 1 day".into(),
+        172_800..=604_799 => format!("in {} days", secs / 86_400),
+        _ => format!("on {}", &utc(then_ms)[..10]),
+    }
+}
+
+/// "in 3 min (2026-12-05T03:01:02Z)" for a time to come in a record, `None` when there is none.
+pub(crate) fn coming(v: &Value, now: u64) -> Option<String> {
+    v.as_u64()
+        .map(|ms| format!("{} ({})", until(ms, now), utc(ms)))
+}
+
 /// A Unix-milliseconds time in RFC 3339, UTC, to the second: `2026-12-05T03:01:02Z`.
 pub(crate) fn utc(ms: u64) -> String {
     let secs = ms / 1000;
@@ -132,6 +155,25 @@ fn text_rule(input: &Value) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn times_to_come_read_as_in_with_their_utc_form() {
+        let now = 1_700_000_000_000;
+        assert_eq!(until(now, now), "now");
+        assert_eq!(until(now - 5_000, now), "now");
+        assert_eq!(until(now + 1, now), "in 1 s");
+        assert_eq!(until(now + 90_000, now), "in 2 min");
+        assert_eq!(until(now + 3_598_000, now), "in 1 h");
+        assert_eq!(until(now + 3 * 3_600_000, now), "in 3 h");
+        assert_eq!(until(now + 86_400_000, now), "in 1 day");
+        assert_eq!(until(now + 3 * 86_400_000, now), "in 3 days");
+        assert_eq!(until(now + 30 * 86_400_000, now), "on 2023-12-14");
+        assert_eq!(
+            coming(&serde_json::json!(now + 60_000), now).as_deref(),
+            Some("in 1 min (2023-11-14T22:14:20Z)")
+        );
+        assert_eq!(coming(&Value::Null, now), None);
+    }
 
     #[test]
     fn times_read_as_ago_with_their_utc_form() {

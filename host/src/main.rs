@@ -345,7 +345,11 @@ fn run(cli: Cli, json: bool) -> Result<(), CliError> {
                                    "next_cursor": next_cursor });
             // The times as UTC text beside their Unix milliseconds: absolute, for scripts.
             for run in body["runs"].as_array_mut().into_iter().flatten() {
-                for (ms, text) in [("created_at", "started"), ("finished_at", "ended")] {
+                for (ms, text) in [
+                    ("created_at", "started"),
+                    ("finished_at", "ended"),
+                    ("wake_at", "wakes"),
+                ] {
                     run[text] = run[ms].as_u64().map(human::utc).into();
                 }
             }
@@ -364,7 +368,11 @@ fn run(cli: Cli, json: bool) -> Result<(), CliError> {
                         ago(&run["created_at"]),
                         ago(&run["finished_at"]),
                         str_of(&run["workflow_name"]),
-                        str_of(&run["current_node"])
+                        match human::coming(&run["wake_at"], now) {
+                            Some(wakes) =>
+                                format!("{} · wakes {wakes}", str_of(&run["current_node"])),
+                            None => str_of(&run["current_node"]),
+                        }
                     ));
                 }
                 out

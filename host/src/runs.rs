@@ -351,6 +351,9 @@ pub(crate) fn run_cmd(paths: &PiwPaths, mut cmd: RunCmd, json: bool) -> Result<(
                     human::when(&run["finished_at"], now)
                 ));
             }
+            if let Some(wakes) = human::coming(&run["wake_at"], now) {
+                text.push_str(&format!("\nwakes {wakes}"));
+            }
             if !run["result"].is_null() {
                 text.push_str(&format!("\nresult {}", run["result"]));
             }

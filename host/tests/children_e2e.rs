@@ -2956,3 +2956,171 @@ fn a_childs_connection_outlasts_a_burst_of_connections_before_its_hello() {
     drop(idle);
     env.stop(host);
 }
+
+/// A workflow that prepares a value, waits on a durable timer at `nap` (behaviour `timer`),
+/// then passes the value on: the wait node's output is its input.
+fn timer_fixture(env: &Env, name: &str, timer: Value) -> String {
+    env.fixture(
+        name,
+        json!({
+            "graph": {"name": name, "start": "prep", "nodes": {
+                "prep": {"kind": "compute"}, "nap": {"kind": "wait"}, "after": {"kind": "compute"}
+            }, "edges": [{"from": "prep", "to": "nap"}, {"from": "nap", "to": "after"}]},
+            "behaviors": {"prep": {"return": {"x": 1}}, "nap": {"timer": timer}}
+        }),
+    )
+}
+
+const HOUR_MS: i64 = 3_600_000;
+
+/// Waits until the host runs no child at all.
+fn wait_for_no_child(env: &Env) {
+    let start = Instant::now();
+    loop {
+        let status = env.client().call(RequestBody::HostStatus).unwrap();
+        if status.body["active_children"] == json!(0) {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "a child still runs: {:#}",
+            status.body
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A run that waited until `wake_at` and then completed: the wait held no child, and one
+/// child ran before it and one after.
+fn assert_woke_and_completed(env: &Env, run_id: &str, s: &Value) {
+    assert_eq!(s["run"]["status"], json!("completed"), "{s:#}");
+    assert_eq!(
+        s["run"]["result"],
+        json!({"x": 1}),
+        "the wait passes its input on"
+    );
+    assert_eq!(s["run"]["wake_at"], Value::Null, "{s:#}");
+    let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
+    assert_eq!(
+        store.children(run_id).unwrap().len(),
+        2,
+        "one child before, one after"
+    );
+    assert!(store.diagnose().unwrap().is_empty());
+}
+
+#[test]
+fn a_wait_parks_the_run_without_a_child_until_the_hosts_clock_reaches_its_wake_time() {
+    let env = Env::with_test_clock(&[]);
+    let host = env.serve(None);
+    let file = timer_fixture(&env, "nap", json!({"for_ms": HOUR_MS}));
+    let run_id = env.start(&file, json!({}));
+    let s = env.wait_for(&run_id, &["waiting"], Duration::from_secs(20));
+    let wake_at = s["run"]["wake_at"]
+        .as_i64()
+        .expect("a waiting run says when it wakes");
+    assert_eq!(
+        wake_at,
+        s["run"]["updated_at"].as_i64().unwrap() + HOUR_MS,
+        "the wake time is the host's time at the wait plus its duration: {s:#}"
+    );
+    assert_eq!(
+        s["claim"]["owner_kind"],
+        Value::Null,
+        "no claim is held: {s:#}"
+    );
+    wait_for_no_child(&env);
+    // A second short of the wake time, through a host restart, the run still waits for the
+    // same time: it was decided once.
+    env.advance_clock(HOUR_MS - 1_000);
+    let s = env.settle(&run_id);
+    assert_eq!(s["run"]["status"], json!("waiting"), "{s:#}");
+    env.stop(host);
+    let host = env.serve(None);
+    let s = env.settle(&run_id);
+    assert_eq!(s["run"]["status"], json!("waiting"), "{s:#}");
+    assert_eq!(s["run"]["wake_at"], json!(wake_at));
+    env.advance_clock(1_000);
+    let s = env.wait_for(&run_id, &["completed", "failed"], Duration::from_secs(20));
+    assert_woke_and_completed(&env, &run_id, &s);
+    env.stop(host);
+}
+
+#[test]
+fn a_timer_that_came_due_while_the_host_was_down_fires_at_start() {
+    let env = Env::with_test_clock(&[]);
+    let host = env.serve(None);
+    // The wake time is computed from the context (the input's `at`) by the node's code.
+    let file = env.fixture(
+        "until",
+        json!({
+            "graph": {"name": "until", "start": "nap", "nodes": {"nap": {"kind": "wait"}}, "edges": []},
+            "behaviors": {"nap": {"timer": {"until_from": "at"}, "return": {"x": 1}}}
+        }),
+    );
+    let now = env.status(&env.start(&env.one_node("now", json!({})), json!({})))["run"]
+        ["created_at"]
+        .as_i64()
+        .unwrap();
+    let run_id = env.start(&file, json!({"at": now + 2 * HOUR_MS}));
+    let s = env.wait_for(&run_id, &["waiting"], Duration::from_secs(20));
+    assert_eq!(s["run"]["wake_at"], json!(now + 2 * HOUR_MS), "{s:#}");
+    env.stop(host);
+    env.advance_clock(3 * HOUR_MS);
+    let host = env.serve(None);
+    let s = env.wait_for(&run_id, &["completed", "failed"], Duration::from_secs(20));
+    assert_eq!(s["run"]["status"], json!("completed"), "{s:#}");
+    assert_eq!(s["run"]["result"], json!({"x": 1}));
+    env.stop(host);
+}
+
+#[test]
+fn pause_and_cancel_of_a_waiting_run_act_at_once_and_resume_honours_the_wake_time() {
+    let env = Env::with_test_clock(&[]);
+    let host = env.serve(None);
+    let file = timer_fixture(&env, "nap", json!({"for_ms": HOUR_MS}));
+    let paused = env.start(&file, json!({}));
+    let cancelled = env.start(&file, json!({}));
+    env.wait_for(&paused, &["waiting"], Duration::from_secs(20));
+    env.wait_for(&cancelled, &["waiting"], Duration::from_secs(20));
+    let mut c = env.client();
+    c.send(Request::new("pause", RequestBody::RunPause).with_run_id(&paused))
+        .unwrap();
+    let s = env.status(&paused);
+    assert_eq!(s["run"]["paused"], json!(true), "{s:#}");
+    assert_eq!(s["run"]["status"], json!("waiting"), "{s:#}");
+    let wake_at = s["run"]["wake_at"].clone();
+    assert!(
+        wake_at.is_i64(),
+        "a paused waiting run keeps its wake time: {s:#}"
+    );
+    let r = env.cancel("cancel-waiting", &cancelled);
+    assert_eq!(r["status"], json!("cancelled"), "cancelled at once: {r:#}");
+    let s = env.status(&cancelled);
+    assert_eq!(s["run"]["status"], json!("cancelled"), "{s:#}");
+    assert_eq!(s["run"]["wake_at"], Value::Null, "its timer is gone: {s:#}");
+    // Resumed before its wake time, the run waits on for the same time.
+    c.send(Request::new("resume-early", RequestBody::RunResume).with_run_id(&paused))
+        .unwrap();
+    let s = env.settle(&paused);
+    assert_eq!(s["run"]["status"], json!("waiting"), "{s:#}");
+    assert_eq!(s["run"]["wake_at"], wake_at);
+    // Paused again, it passes its wake time without going on; resumed, it goes on at once.
+    c.send(Request::new("pause-again", RequestBody::RunPause).with_run_id(&paused))
+        .unwrap();
+    env.advance_clock(2 * HOUR_MS);
+    let s = env.settle(&paused);
+    assert_eq!(
+        s["run"]["status"],
+        json!("queued"),
+        "the timer fired: {s:#}"
+    );
+    assert_eq!(s["run"]["paused"], json!(true), "{s:#}");
+    assert_eq!(env.settle(&paused)["run"]["status"], json!("queued"));
+    c.send(Request::new("resume", RequestBody::RunResume).with_run_id(&paused))
+        .unwrap();
+    let s = env.wait_for(&paused, &["completed", "failed"], Duration::from_secs(20));
+    assert_woke_and_completed(&env, &paused, &s);
+    assert_eq!(env.status(&cancelled)["run"]["status"], json!("cancelled"));
+    env.stop(host);
+}

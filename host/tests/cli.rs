@@ -2967,3 +2967,63 @@ fn runs_lists_thousands_of_runs_a_page_at_a_time() {
         Some(2)
     );
 }
+
+/// A run waiting on a durable timer says when it wakes in `piw run status` (text and
+/// `--json`) and `piw runs`; it holds no child meanwhile, and it goes on when the host's clock
+/// reaches that time.
+#[test]
+fn a_waiting_runs_wake_time_shows_in_status_and_runs_and_it_goes_on_then() {
+    let h = home();
+    let clock = h.home.with_file_name("clock");
+    std::fs::write(&clock, "0").unwrap();
+    let nap = workflow_file(
+        &h,
+        "nap",
+        &serde_json::json!({
+            "graph": {"name": "nap", "start": "nap",
+                      "nodes": {"nap": {"kind": "wait"}, "done": {"kind": "compute"}},
+                      "edges": [{"from": "nap", "to": "done"}]},
+            "behaviors": {"nap": {"timer": {"for_ms": 7_200_000}, "return": {"slept": true}}}
+        }),
+    );
+    let o = piw_on_clock(
+        &h.home,
+        &clock,
+        &["run", "start", nap.to_str().unwrap(), "--json"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let run_id = json_of(&o)["run_id"].as_str().unwrap().to_owned();
+    let s = wait_status(&h.home, &run_id, &["waiting"]);
+    let wake_at = s["run"]["wake_at"].as_u64().expect("wake_at in --json");
+    let o = piw(&h.home, &["run", "status", &run_id]);
+    let shown = text(&o);
+    let line = shown
+        .lines()
+        .find(|l| l.starts_with("wakes "))
+        .unwrap_or_else(|| panic!("no wakes line: {shown}"));
+    assert!(line.starts_with("wakes in 2 h ("), "{shown}");
+    let o = piw(&h.home, &["runs"]);
+    assert!(text(&o).contains("nap · wakes in 2 h ("), "{}", text(&o));
+    let o = piw(&h.home, &["runs", "--json"]);
+    let listed = &json_of(&o)["runs"][0];
+    assert_eq!(listed["wake_at"], serde_json::json!(wake_at));
+    assert!(listed["wakes"].as_str().unwrap().ends_with('Z'), "{listed}");
+    // The child that set the timer exits; none runs while the run waits.
+    let started = std::time::Instant::now();
+    loop {
+        let o = piw(&h.home, &["host", "status", "--json"]);
+        if json_of(&o)["active_children"] == serde_json::json!(0) {
+            break;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "a child still runs: {}",
+            text(&o)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::fs::write(&clock, "7200000").unwrap();
+    let s = wait_status(&h.home, &run_id, &["completed", "failed"]);
+    assert_eq!(s["run"]["status"], "completed", "{s}");
+    assert_eq!(s["run"]["result"], serde_json::json!({"slept": true}));
+}

@@ -77,6 +77,73 @@ export function compute(spec) {
   return node('compute', { run: fn(o.run, 'compute run') }, timeout(o.timeoutMs, 'compute'));
 }
 
+const WAIT_THEN = Symbol.for('piw.wait_then');
+const DURATION = /^(\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)$/;
+const UNIT_MS = { ms: 1, s: 1_000, m: 60_000, min: 60_000, h: 3_600_000, d: 86_400_000 };
+
+/** A duration: milliseconds (a non-negative number) or text such as `'90s'`, `'5m'`, `'2h'`, `'1d'`. */
+function durationMs(value, what) {
+  if (typeof value === 'number' && Number.isFinite(value) && value >= 0) return Math.ceil(value);
+  const m = typeof value === 'string' ? DURATION.exec(value.trim()) : null;
+  if (m) return Math.ceil(Number(m[1]) * UNIT_MS[m[2]]);
+  throw shape(`${what} must be milliseconds or a duration such as '90s', '5m', '2h', '1d', got ${JSON.stringify(value)}`);
+}
+
+/** A time: a `Date`, Unix milliseconds, or text `Date.parse` reads (ISO 8601). */
+function timeMs(value, what) {
+  const ms = value instanceof Date ? value.getTime() : typeof value === 'string' ? Date.parse(value) : value;
+  if (typeof ms === 'number' && Number.isFinite(ms)) return Math.max(0, Math.ceil(ms));
+  throw shape(`${what} must be a Date, Unix milliseconds or an ISO time, got ${JSON.stringify(value)}`);
+}
+
+/** `{ forMs }` or `{ untilMs }` from a resolved `{ for }` / `{ until }` (exactly one). */
+export function wakeOf(spec, what) {
+  const hasFor = spec.for !== undefined;
+  if (hasFor === (spec.until !== undefined)) throw shape(`${what} needs exactly one of for and until`);
+  return hasFor ? { forMs: durationMs(spec.for, `${what} for`) } : { untilMs: timeMs(spec.until, `${what} until`) };
+}
+
+/**
+ * A durable wait: the run parks until a time, and the host holds the timer (no process runs
+ * and no child slot is held meanwhile; it survives host restarts). `{ for }` a duration
+ * (milliseconds or `'90s'`, `'5m'`, `'2h'`, `'1d'`) or `{ until }` a time (a `Date`, Unix
+ * milliseconds or ISO text); either may be a function of the node context, called once when
+ * the node runs: the wake time is decided then and stored, never recomputed after a crash, a
+ * restart or a resume. When it comes the node succeeds with `output` (a value or a function
+ * of the context, called when the node runs; default `null`) and the run goes on.
+ */
+export function wait(spec) {
+  const o = options(spec, 'wait()');
+  if ((o.for === undefined) === (o.until === undefined)) throw shape('wait() needs exactly one of for and until');
+  const given = (v) => (typeof v === 'function' ? v : () => v);
+  if (typeof o.for !== 'function' && o.for !== undefined) durationMs(o.for, 'wait() for');
+  if (typeof o.until !== 'function' && o.until !== undefined) timeMs(o.until, 'wait() until');
+  return node(
+    'wait',
+    {
+      wakeFor: o.for === undefined ? undefined : given(o.for),
+      wakeUntil: o.until === undefined ? undefined : given(o.until),
+      output: given(o.output ?? null),
+    },
+    null,
+  );
+}
+
+/**
+ * What a compute node returns to wait before the run goes on: `return waitThen({ for: '5m',
+ * output })` (or `{ until }`, as for `wait()`). The run parks on a durable timer the host
+ * holds; when it fires, the node succeeds with `output` without running again.
+ */
+export function waitThen(spec) {
+  const o = options(spec, 'waitThen()');
+  return Object.freeze({ [WAIT_THEN]: true, ...wakeOf(o, 'waitThen()'), output: o.output ?? null });
+}
+
+/** Whether a node's result is a `waitThen(...)`. */
+export function isWaitThen(value) {
+  return Boolean(value && typeof value === 'object' && value[WAIT_THEN] === true);
+}
+
 /**
  * Queues a plain-text message for the session that started the run:
  * `{ kind: 'progress' | 'final', message: string | (ctx) => string }`. Output: `{ kind, message }`.

@@ -14,7 +14,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 
 import { native as addon, packageDir } from './native.js';
 import { CancelledError, fromNative, TimeoutError } from './errors.js';
-import { checkOnTimeout, DECIDED_WITH_REQUEST, humanResponse, isWorkflow, resolveIncludes } from './authoring.js';
+import { checkOnTimeout, DECIDED_WITH_REQUEST, humanResponse, isWaitThen, isWorkflow, resolveIncludes, wakeOf } from './authoring.js';
 import { BUILTINS_DIR, looksLikePath, resolveWorkflow as resolveReference } from '../extension/resolve.js';
 import { registerPackageAliases } from './aliases.js';
 import { warmTypeScript } from './typescript.js';
@@ -500,8 +500,26 @@ async function execute(w, run, impl, ctx) {
 async function executeNode(w, run, impl, ctx) {
   const ok = (output, what = 'the output') => ({ outcome: { status: 'succeeded', output: toJson(output, what) } });
   switch (impl.kind) {
-    case 'compute':
-      return ok(await nodeCode(ctx, 'run', () => impl.run(ctx)));
+    case 'compute': {
+      const value = await nodeCode(ctx, 'run', () => impl.run(ctx));
+      if (!isWaitThen(value)) return ok(value);
+      parkOnTimer(w, value, value.output);
+      return { parked: true };
+    }
+    case 'wait': {
+      // Decided once, here: the host stores the wake time and the output with the timer.
+      const spec = impl.wakeFor
+        ? { for: await nodeCode(ctx, 'for', () => impl.wakeFor(ctx)) }
+        : { until: await nodeCode(ctx, 'until', () => impl.wakeUntil(ctx)) };
+      let wake;
+      try {
+        wake = wakeOf(spec, `wait node ${ctx.state.node}`);
+      } catch (e) {
+        return { outcome: { status: 'failed', error: e.message } };
+      }
+      parkOnTimer(w, wake, await nodeCode(ctx, 'output', () => impl.output(ctx)));
+      return { parked: true };
+    }
     case 'action': {
       // The reference's effect identity: run, effect type, node path and visit. Workflow code
       // does not supply it, so two actions can never share a receipt by accident.
@@ -566,6 +584,11 @@ async function executeNode(w, run, impl, ctx) {
     default:
       return { outcome: { status: 'failed', error: `unknown node kind ${impl.kind}` } };
   }
+}
+
+/** Parks the run on the host's durable timer: `wake` is `{ forMs }` or `{ untilMs }`. */
+function parkOnTimer(w, wake, output) {
+  w.waitUntil(wake.forMs ?? null, wake.untilMs ?? null, toJson(output, 'the output after the wait'));
 }
 
 /**
@@ -971,6 +994,12 @@ async function drive(w) {
           : { status: 'timed_out' };
       break;
     }
+    case 'timer_fired':
+      // The wait's output was decided when it set the timer: no node code runs again.
+      nodeId = resume.node_id;
+      if (!hello.timer) throw new Error('protocol: a timer_fired resume without a timer');
+      carried = { status: 'succeeded', output: hello.timer.output ?? null };
+      break;
     case 'validate': {
       nodeId = resume.node_id;
       if (!hello.submission) throw new Error('protocol: a validate resume without a submission');

@@ -11,6 +11,7 @@ use piw_core::graph::Graph;
 use piw_core::protocol::payload::{
     AttemptOutcome, DecisionKind, EffectResult, InteractionKind, RetryContract,
 };
+use piw_core::store::Wake;
 use piw_core::worker::{self, LaunchEnvelope, MountedSource, WorkerError};
 use serde_json::{json, Value};
 
@@ -117,7 +118,7 @@ impl Worker {
             "stop": reply.stop,
             "mode": reply.mode, "resume": reply.resume, "input": reply.input,
             "nodeInput": reply.node_input, "results": reply.results, "definition": reply.definition,
-            "answer": reply.answer, "submission": reply.submission,
+            "answer": reply.answer, "submission": reply.submission, "timer": reply.timer,
             "features": reply.features,
         }))
     }
@@ -237,6 +238,35 @@ impl Worker {
         self.session()?.wait(kind, request).map_err(worker_error)
     }
 
+    /// Parks the run on a durable timer the host holds: `forMs` after the host's now, or at
+    /// `untilMs` (Unix ms), exactly one of them; the attempt succeeds with `output` when it
+    /// fires (resume `timer_fired`). Returns `{ timerId, wakeAt }`. Exit afterwards.
+    #[napi]
+    pub fn wait_until(
+        &mut self,
+        for_ms: Option<f64>,
+        until_ms: Option<f64>,
+        output: Value,
+    ) -> Result<Value> {
+        let wake = match (for_ms, until_ms) {
+            (Some(ms), None) => Wake::After(millis_arg("forMs", ms)?),
+            (None, Some(at)) => {
+                Wake::At(i64::try_from(millis_arg("untilMs", at)?).unwrap_or(i64::MAX))
+            }
+            _ => {
+                return Err(js_error(
+                    "invalid_input",
+                    "waitUntil needs exactly one of forMs and untilMs",
+                ))
+            }
+        };
+        let (timer_id, wake_at) = self
+            .session()?
+            .wait_until(wake, output)
+            .map_err(worker_error)?;
+        Ok(json!({ "timerId": timer_id, "wakeAt": wake_at }))
+    }
+
     /// Parks the run on an interactive step (`agent` or `assistant_message`) answered in the
     /// origin session; returns the interaction id. Exit afterwards.
     #[napi]
@@ -333,6 +363,20 @@ impl Worker {
 }
 
 /// A timeout in milliseconds from JavaScript: a positive whole number (rounded up), or none.
+/// A non-negative whole number of milliseconds from JavaScript (a duration or a Unix time).
+fn millis_arg(what: &str, ms: f64) -> Result<u64> {
+    if ms.is_finite() && (0.0..=9_007_199_254_740_991.0).contains(&ms) {
+        // In range and not negative: the conversion is exact after `ceil`.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        Ok(ms.ceil() as u64)
+    } else {
+        Err(js_error(
+            "invalid_input",
+            format!("{what} must be a non-negative number of milliseconds, got {ms}"),
+        ))
+    }
+}
+
 fn timeout_arg(ms: Option<f64>) -> Result<Option<u64>> {
     match ms {
         None => Ok(None),

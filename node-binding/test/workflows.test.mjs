@@ -1381,3 +1381,70 @@ test('a node deadline longer than a Node timer can wait does not abort the node 
   assert.equal(run.status, 'completed', run.error ?? run.review_reason);
   assert.deepEqual(run.result, { aborted: false });
 });
+
+test('wait() and waitThen(): the run parks on the host timer with no child, the wake time is decided once, and it goes on then', async () => {
+  const { Client } = await import('../index.js');
+  const { hostBin, killInstallation, tempDir } = await import('./helpers.mjs');
+  const dir = tempDir();
+  const home = join(dir, 'home');
+  const clock = join(dir, 'clock');
+  let offset = 0;
+  const advance = (ms) => {
+    offset += ms;
+    writeFileSync(`${clock}.tmp`, String(offset));
+    renameSync(`${clock}.tmp`, clock);
+  };
+  const env = { HOME: dir, PIW_KILL_GRACE_MS: '300', PIW_TEST_CLOCK: clock };
+  const calls = join(dir, 'calls');
+  const file = writeWorkflow(
+    dir,
+    'naps',
+    `import { appendFileSync } from 'node:fs';
+    export default piw.defineWorkflow({ name: 'naps', startAt: 'check',
+      nodes: {
+        // Computed from the context, once: the file counts how often the code runs.
+        check: piw.compute({ run: ({ input }) => {
+          appendFileSync(${JSON.stringify(calls)}, 'check\\n');
+          return piw.waitThen({ for: input.every, output: { checked: 1 } });
+        } }),
+        nap: piw.wait({ until: ({ outputs }) => { appendFileSync(${JSON.stringify(calls)}, 'nap\\n'); return Date.now() + 3 * 3600_000 + outputs.check.checked; },
+                        output: ({ outputs }) => ({ after: outputs.check }) }),
+      },
+      edges: [{ from: 'check', to: 'nap' }] });`,
+  );
+  let c = await Client.connect({ home, hostBin, hostEnv: env });
+  try {
+    const { run_id: runId } = await c.startRun(file, { input: { every: '2h' } });
+    const parked = await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
+    assert.equal(parked.status, 'waiting');
+    const first = parked.wake_at;
+    assert.equal(first, parked.updated_at + 2 * 3600_000, 'two hours from the host clock');
+    for (let i = 0; i < 1500 && (await c.status()).active_children !== 0; i++) await sleep(20);
+    assert.equal((await c.status()).active_children, 0, 'no child runs while the run waits');
+    // Across a host restart, the same wake time.
+    const { pid } = await c.status();
+    await c.request('host.stop').catch(() => {});
+    await c.close().catch(() => {});
+    for (let i = 0; i < 1500 && alive(pid); i++) await sleep(20);
+    c = await Client.connect({ home, hostBin, hostEnv: env });
+    assert.equal((await c.runStatus(runId)).run.wake_at, first);
+    advance(2 * 3600_000);
+    await c.runStatus(runId); // wakes a host asleep until the old deadline
+    const atNap = (r) => r.current_node === 'nap' && r.status === 'waiting';
+    for (let i = 0; i < 1500 && !atNap((await c.runStatus(runId)).run); i++) await sleep(20);
+    const napping = (await c.runStatus(runId)).run;
+    assert.equal(napping.status, 'waiting');
+    assert.equal(napping.current_node, 'nap');
+    assert.ok(napping.wake_at > first, 'the wait node has its own wake time');
+    advance(4 * 3600_000);
+    await c.runStatus(runId);
+    const done = await c.waitForRun(runId, { timeoutMs: 30_000 });
+    assert.equal(done.status, 'completed', done.error);
+    assert.deepEqual(done.result, { after: { checked: 1 } });
+    assert.equal(readFileSync(calls, 'utf8'), 'check\nnap\n', 'each node code ran once');
+  } finally {
+    await c.request('host.stop').catch(() => {});
+    await c.close().catch(() => {});
+    await killInstallation(home);
+  }
+});

@@ -1,13 +1,18 @@
 //! The host's own deadlines: when the store thread must wake next, and the deadline pass of
-//! the store (expired interactions, decisions and claims). Deciding code: it names no I/O
+//! the store (expired interactions, decisions and claims, due durable timers); and what a
+//! child's `worker.wait_until` sets. Deciding code: it names no I/O
 //! (`engine_io_free`); what it commits is published by the store thread.
+
+use serde_json::{json, Value};
 
 use super::children;
 use super::dispatch::HostState;
-use crate::store::Store;
+use crate::protocol::payload;
+pub use crate::store::Wake;
+use crate::store::{Claim, Store, StoreError, WriteTx};
 
 /// The earliest time the host has deadline work: the store's own deadlines (claim
-/// expiry, interaction deadlines) and the children's (heartbeats, node deadlines, handshake
+/// expiry, interaction deadlines, timers' wake times) and the children's (heartbeats, node deadlines, handshake
 /// timeouts, lingering children, delayed runs). `None` when nothing is due.
 pub fn next_deadline_at(store: &Store, state: &HostState) -> Option<i64> {
     let store_deadline = match store.next_deadline() {
@@ -23,13 +28,15 @@ pub fn next_deadline_at(store: &Store, state: &HostState) -> Option<i64> {
         .min()
 }
 
-/// Deadlines owned by the host: expired interactions and decisions, and expired claims.
+/// Deadlines owned by the host: expired interactions and decisions, due timers, and expired
+/// claims.
 /// What they committed waits in `state.unpublished`.
 pub fn run_due_work(store: &mut Store, state: &mut HostState) {
     let owner_id = state.owner_id.as_str();
     let result = store.write(|w| {
         w.expire_due_interactions()?;
         w.expire_due_decisions()?;
+        w.fire_due_timers()?;
         w.recover_expired_claims(Some(owner_id))?;
         // Every run written, from its revision before this pass: a run that both expired
         // and was recovered here publishes all its events.
@@ -42,5 +49,54 @@ pub fn run_due_work(store: &mut Store, state: &mut HostState) {
         }
         Ok(_) => {}
         Err(e) => tracing::error!(error = %e, "deadline work failed"),
+    }
+}
+
+/// The wake of a `worker.wait_until`: after `for_ms`, or at `until_ms` (clamped to the
+/// store's time range). The decoder lets exactly one through.
+pub fn wake_of(wait: &payload::WorkerWaitUntil) -> Wake {
+    match (wait.for_ms, wait.until_ms) {
+        (Some(ms), _) => Wake::After(ms),
+        (None, Some(at)) => Wake::At(i64::try_from(at).unwrap_or(i64::MAX)),
+        (None, None) => Wake::After(0),
+    }
+}
+
+/// `worker.wait_until`: parks the attempt on a durable timer. The wake time is decided here,
+/// once, from the host's clock, and stored; the reply says when.
+pub fn worker_wait_until(
+    w: &mut WriteTx<'_>,
+    claim: &Claim,
+    attempt_id: &str,
+    wait: &payload::WorkerWaitUntil,
+) -> Result<Value, StoreError> {
+    let set = w.wait_until(claim, attempt_id, wake_of(wait), &wait.output)?;
+    Ok(json!({ "timer_id": set.timer_id, "wake_at": set.wake_at }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_duration_wakes_after_the_hosts_now_and_a_time_at_itself() {
+        let after = payload::WorkerWaitUntil {
+            for_ms: Some(60_000),
+            until_ms: None,
+            output: Value::Null,
+        };
+        assert_eq!(wake_of(&after).at(1_000), 61_000);
+        let at = payload::WorkerWaitUntil {
+            for_ms: None,
+            until_ms: Some(5_000),
+            output: Value::Null,
+        };
+        assert_eq!(wake_of(&at).at(1_000), 5_000);
+        let far = payload::WorkerWaitUntil {
+            for_ms: Some(u64::MAX),
+            until_ms: None,
+            output: Value::Null,
+        };
+        assert_eq!(wake_of(&far).at(1_000), i64::MAX);
     }
 }

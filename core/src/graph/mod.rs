@@ -18,6 +18,7 @@
 //!     "msg":   {"kind": "assistant_message"},
 //!     "ok":    {"kind": "checkpoint"},
 //!     "tell":  {"kind": "notify"},
+//!     "later": {"kind": "wait"},
 //!     "wait":  {"kind": "agent", "timeout_at_start": true},
 //!     "fix.run": {"kind": "compute"}
 //!   },
@@ -212,11 +213,14 @@ pub enum NodeKind {
     HumanDecision,
     /// Creates a workflow message in the same transaction as the node result.
     Notify,
+    /// Parks the run until a time (`worker.wait_until`): the host holds the timer, no child
+    /// runs meanwhile, and the node then succeeds with the output its child gave.
+    Wait,
 }
 
 impl NodeKind {
     /// Every kind, in declaration order.
-    pub const ALL: [NodeKind; 7] = [
+    pub const ALL: [NodeKind; 8] = [
         NodeKind::Compute,
         NodeKind::Action,
         NodeKind::Agent,
@@ -224,6 +228,7 @@ impl NodeKind {
         NodeKind::Checkpoint,
         NodeKind::HumanDecision,
         NodeKind::Notify,
+        NodeKind::Wait,
     ];
 
     /// The snake_case name used in the JSON form.
@@ -236,6 +241,7 @@ impl NodeKind {
             NodeKind::Checkpoint => "checkpoint",
             NodeKind::HumanDecision => "human_decision",
             NodeKind::Notify => "notify",
+            NodeKind::Wait => "wait",
         }
     }
 

@@ -273,6 +273,8 @@ request_kinds! {
     WorkerProgress = "worker.progress" => WorkerProgress, WORKER, Worker;
     /// Park until a checkpoint or human decision is answered. Worker.
     WorkerWait = "worker.wait" => WorkerWait, WORKER_ATTEMPT, Worker;
+    /// Park until a time (a durable timer the host holds). Worker.
+    WorkerWaitUntil = "worker.wait_until" => WorkerWaitUntil, WORKER_ATTEMPT, Worker;
     /// Park until the origin session answers an interactive step. Worker.
     WorkerInteractionRequest = "worker.interaction_request" => WorkerInteractionRequest, WORKER_ATTEMPT, Worker;
     /// Record a notify node's message for the origin session. Worker.
@@ -328,7 +330,7 @@ mod tests {
             assert!(seen.insert(kind.as_str()), "duplicate {kind}");
             assert_eq!(RequestKind::parse(kind.as_str()), Some(kind));
         }
-        assert_eq!(RequestKind::ALL.len(), 37);
+        assert_eq!(RequestKind::ALL.len(), 38);
         assert_eq!(RequestKind::parse("run.explode"), None);
     }
 

@@ -46,7 +46,7 @@ pub use payload::{
     RunStart, RunStatusQuery, Subscribe, Unsubscribe, WorkerComplete, WorkerEffectApplying,
     WorkerEffectReserve, WorkerEffectSettle, WorkerExit, WorkerFail, WorkerHello,
     WorkerInteractionRequest, WorkerNodeStarted, WorkerNotify, WorkerProgress, WorkerResults,
-    WorkerTransition, WorkerValidationResult, WorkerWait,
+    WorkerTransition, WorkerValidationResult, WorkerWait, WorkerWaitUntil,
 };
 pub use rejection::RejectionCode;
 pub use request::{DecodeError, Request, MAX_ID_CHARS, MAX_REQUEST_DEPTH};

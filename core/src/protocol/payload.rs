@@ -391,6 +391,19 @@ pub struct WorkerWait {
     pub request: Value,
 }
 
+/// Payload of `worker.wait_until`: park the run until a time (a durable timer). Exactly one of
+/// `for_ms` and `until_ms`; the host decides the wake time once, from its own clock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerWaitUntil {
+    /// Wake this many milliseconds after the host receives the request.
+    pub for_ms: Option<u64>,
+    /// Wake at this time (Unix milliseconds); a time already past wakes at once.
+    pub until_ms: Option<u64>,
+    /// The node's output when it wakes (`null` when absent).
+    #[serde(default)]
+    pub output: Value,
+}
+
 /// Payload of `worker.interaction_request`: park the run until the origin session answers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerInteractionRequest {

@@ -580,6 +580,13 @@ fn check_body(body: &RequestBody) -> Result<(), DecodeError> {
             ));
         }
     }
+    if let RequestBody::WorkerWaitUntil(wait) = body {
+        if wait.for_ms.is_some() == wait.until_ms.is_some() {
+            return Err(DecodeError::malformed(
+                "invalid payload for `worker.wait_until`: needs exactly one of `for_ms` and `until_ms`",
+            ));
+        }
+    }
     Ok(())
 }
 

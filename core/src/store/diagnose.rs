@@ -127,10 +127,11 @@ fn checks() -> Vec<Check> {
         Check {
             code: "waiting_without_request",
             sql: "SELECT r.run_id, COALESCE(r.current_attempt, ''),
-                         'run is waiting but has no pending decision or interaction'
+                         'run is waiting but has no pending decision, interaction or timer'
                   FROM runs r WHERE r.status = 'waiting'
                     AND NOT EXISTS (SELECT 1 FROM decisions d WHERE d.run_id = r.run_id AND d.status = 'pending')
-                    AND NOT EXISTS (SELECT 1 FROM interactions i WHERE i.run_id = r.run_id AND i.status = 'pending')",
+                    AND NOT EXISTS (SELECT 1 FROM interactions i WHERE i.run_id = r.run_id AND i.status = 'pending')
+                    AND NOT EXISTS (SELECT 1 FROM timers t WHERE t.run_id = r.run_id AND t.status = 'pending')",
             repairable: false,
         },
         Check {

@@ -43,8 +43,8 @@ pub use effects::Reservation;
 pub use error::{StoreError, StoreResult};
 pub use host_ops::{ClaimedMessages, NodeResult};
 pub use lifecycle::{
-    Activation, CancelSummary, NewRun, Provenance, RecoveredRun, Resume, TransitionRequest,
-    Transitioned,
+    Activation, CancelSummary, NewRun, Provenance, RecoveredRun, Resume, TimerSet,
+    TransitionRequest, Transitioned, Wake,
 };
 pub use model::*;
 pub use read::{

@@ -45,7 +45,8 @@ string_enum! {
         Queued = "queued",
         /// Claimed by a host, with a child executing it.
         Running = "running",
-        /// Waiting for a checkpoint answer, a human decision, or an interactive submission.
+        /// Waiting for a checkpoint answer, a human decision, an interactive submission, or a
+        /// timer's wake time.
         Waiting = "waiting",
         /// Stopped for manual review (uncertain effect, crash loop, changed source).
         Review = "review",
@@ -322,6 +323,10 @@ pub enum Op {
     Transition,
     Park,
     Wait,
+    /// Park the current attempt until a time (a durable timer).
+    WaitUntil,
+    /// The host fires a due timer: the run is queued to continue its attempt.
+    FireTimer,
     RequestInteraction,
     Submit,
     Settle,
@@ -353,6 +358,8 @@ impl Op {
             Op::Transition => "transition",
             Op::Park => "park",
             Op::Wait => "wait",
+            Op::WaitUntil => "wait_until",
+            Op::FireTimer => "fire_timer",
             Op::RequestInteraction => "request_interaction",
             Op::Submit => "submit",
             Op::Settle => "settle",
@@ -384,6 +391,7 @@ impl Op {
             | Op::Transition
             | Op::Park
             | Op::Wait
+            | Op::WaitUntil
             | Op::RequestInteraction
             | Op::Settle
             | Op::Complete
@@ -392,9 +400,11 @@ impl Op {
             | Op::Recover
             | Op::Effect
             | Op::Review => &[Running],
-            Op::Submit | Op::AnswerDecision | Op::ExpireInteraction | Op::ExpireDecision => {
-                &[Waiting]
-            }
+            Op::Submit
+            | Op::AnswerDecision
+            | Op::ExpireInteraction
+            | Op::ExpireDecision
+            | Op::FireTimer => &[Waiting],
             Op::Pause => &[Queued, Running, Waiting],
             Op::Resume => &[Queued, Running, Waiting],
             Op::Cancel | Op::ControlClaim => &[Queued, Running, Waiting, Review],
@@ -578,6 +588,8 @@ mod tests {
             Op::Transition,
             Op::Park,
             Op::Wait,
+            Op::WaitUntil,
+            Op::FireTimer,
             Op::RequestInteraction,
             Op::Submit,
             Op::Settle,

@@ -31,6 +31,9 @@ pub struct RunRecord {
     pub result_omitted: bool,
     pub error: Option<String>,
     pub review_reason: Option<String>,
+    /// When the timer the run waits on fires (Unix milliseconds); `None` when it waits on
+    /// none. A paused run keeps it: resumed before then, it waits on; after, it goes on.
+    pub wake_at: Option<UnixMillis>,
     pub created_at: UnixMillis,
     pub updated_at: UnixMillis,
     pub finished_at: Option<UnixMillis>,
@@ -206,7 +209,8 @@ const TERMINAL_STATUSES: &str = "'completed', 'failed', 'cancelled', 'timed_out'
 
 const RUN_COLUMNS: &str = "run_id, workflow_name, source_root, source_hash, definition_digest,
     input_hash, origin_session, execution_mode, project_dir, status, paused, current_node,
-    current_attempt, revision, result, error, review_reason, created_at, updated_at, finished_at";
+    current_attempt, revision, result, error, review_reason, created_at, updated_at, finished_at,
+    (SELECT MIN(t.wake_at) FROM timers t WHERE t.run_id = runs.run_id AND t.status = 'pending')";
 
 fn run_from_row(r: &Row<'_>) -> rusqlite::Result<(RunRecord, String)> {
     Ok((
@@ -232,6 +236,7 @@ fn run_from_row(r: &Row<'_>) -> rusqlite::Result<(RunRecord, String)> {
             created_at: r.get(17)?,
             updated_at: r.get(18)?,
             finished_at: r.get(19)?,
+            wake_at: r.get(20)?,
         },
         r.get(9)?,
     ))
@@ -661,8 +666,8 @@ impl Store {
     }
 
     /// The earliest time the host's own deadline work has something to do: a running run's
-    /// claim expires (recovery), a pending interaction's or decision's deadline passes on a run no live
-    /// claim holds (expiry; when an operator's claim holds it, at that claim's expiry), or an
+    /// claim expires (recovery), a pending interaction's or decision's deadline or a pending
+    /// timer's wake time passes on a run no live claim holds (expiry; when an operator's claim holds it, at that claim's expiry), or an
     /// operator's claim on a ready run expires (the run can be launched).
     /// `None` when nothing is due, so the host can sleep without waking.
     pub fn next_deadline(&self) -> StoreResult<Option<UnixMillis>> {
@@ -686,6 +691,12 @@ impl Store {
                     JOIN runs r ON r.run_id = d.run_id JOIN claims c ON c.run_id = d.run_id
                     WHERE d.status = 'pending' AND r.status = 'waiting'
                       AND a.deadline_at IS NOT NULL
+                    UNION ALL
+                    SELECT MIN(MAX(t.wake_at,
+                                   CASE WHEN c.owner_kind IS NOT NULL THEN c.expires_at ELSE 0 END))
+                    FROM timers t JOIN runs r ON r.run_id = t.run_id
+                    JOIN claims c ON c.run_id = t.run_id
+                    WHERE t.status = 'pending' AND r.status = 'waiting'
                     UNION ALL
                     -- A ready run an operator's claim holds becomes launchable when it expires.
                     SELECT MIN(c.expires_at) FROM claims c JOIN queue q ON q.run_id = c.run_id

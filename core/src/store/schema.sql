@@ -110,6 +110,25 @@ CREATE INDEX decisions_by_run ON decisions (run_id, status);
 -- A resumed attempt looks up what it waited on (`resume_point`).
 CREATE INDEX decisions_by_attempt ON decisions (attempt_id);
 
+-- Durable timers: an attempt parked until wake_at (a `wait` node, or a node's code that waits).
+-- wake_at is decided once, when the timer is set, and never recomputed; the host fires a
+-- pending timer at or after it (at start when it passed while no host ran), and the run's next
+-- child continues the attempt with `output`.
+CREATE TABLE timers (
+    timer_id    TEXT    PRIMARY KEY,
+    run_id      TEXT    NOT NULL REFERENCES runs (run_id),
+    attempt_id  TEXT    NOT NULL REFERENCES attempts (attempt_id),
+    node_id     TEXT    NOT NULL,
+    wake_at     INTEGER NOT NULL,
+    output      TEXT    NOT NULL,      -- JSON: the node's output when it wakes
+    status      TEXT    NOT NULL CHECK (status IN ('pending', 'fired', 'cancelled')),
+    created_at  INTEGER NOT NULL,
+    fired_at    INTEGER
+);
+CREATE INDEX timers_due ON timers (status, wake_at);
+CREATE INDEX timers_by_attempt ON timers (attempt_id);
+CREATE INDEX timers_by_run ON timers (run_id, status);
+
 CREATE TABLE interactions (
     interaction_id  TEXT    PRIMARY KEY,
     run_id          TEXT    NOT NULL REFERENCES runs (run_id),

@@ -20,7 +20,9 @@
 //! `once_marker` file), `effect` (`{key, fingerprint, contract, append_to, line,
 //! crash_while_applying_marker}`: appends `line` to `append_to`; under the `idempotency_key`
 //! contract only when the file does not hold that line yet, as an external system with
-//! idempotency keys would), `wait` (`checkpoint` / `human_decision`; `request` replaces its request), `interact`
+//! idempotency keys would), `wait` (`checkpoint` / `human_decision`; `request` replaces its request),
+//! `timer` (`{"for_ms": n}`, `{"until_ms": t}` or `{"until_from": "field"}`, a time in the node's
+//! input: park on a durable timer; the node then succeeds with `return`, default the input), `interact`
 //! (`agent` / `assistant_message`), `validate` (`{"field": "value"}` the submission must contain;
 //! `validate_sleep_ms` delays the verdict),
 //! `close_connection_and_hang` (shut the connection to the host down and run on for ever),
@@ -42,7 +44,7 @@ use piw_core::graph::{Graph, NodeKind, Outcome, Route};
 use piw_core::protocol::payload::{
     AttemptOutcome, DecisionKind, EffectResult, InteractionKind, RetryContract,
 };
-use piw_core::store::Reservation;
+use piw_core::store::{Reservation, Wake};
 use piw_core::worker::{self, LaunchEnvelope, MountedSource, Worker, WorkerError};
 use serde_json::{json, Value};
 
@@ -126,6 +128,17 @@ fn run() -> Result<(), WorkerError> {
         Some("interaction_expired") => {
             node = str_of(&resume["node_id"]);
             carried = Some(AttemptOutcome::TimedOut);
+        }
+        Some("timer_fired") => {
+            // The node's output was decided when it set the timer: no behaviour runs again.
+            node = str_of(&resume["node_id"]);
+            let timer = hello
+                .timer
+                .clone()
+                .ok_or_else(|| WorkerError::Reply("a timer_fired resume without a timer".into()))?;
+            carried = Some(AttemptOutcome::Succeeded {
+                output: timer["output"].clone(),
+            });
         }
         Some("validate") => {
             node = str_of(&resume["node_id"]);
@@ -320,6 +333,17 @@ fn execute(w: &mut Worker, b: &Value, input: &Value) -> Result<Step, WorkerError
             .cloned()
             .unwrap_or_else(|| json!({ "question": "continue?" }));
         w.wait(kind, request)?;
+        return Ok(Step::Parked);
+    }
+    if let Some(timer) = b.get("timer") {
+        let wake = match (timer["for_ms"].as_u64(), timer["until_ms"].as_i64()) {
+            (Some(ms), _) => Wake::After(ms),
+            (None, Some(at)) => Wake::At(at),
+            // The wake time computed from the context: a field of the node's input.
+            (None, None) => Wake::At(input[str_of(&timer["until_from"])].as_i64().unwrap_or(0)),
+        };
+        let output = b.get("return").cloned().unwrap_or_else(|| input.clone());
+        w.wait_until(wake, output)?;
         return Ok(Step::Parked);
     }
     if let Some(kind) = b["interact"].as_str() {

@@ -48,6 +48,9 @@ pub fn apply_worker(
         RequestBody::WorkerFail(f) => worker_fail(w, &claim, req, f)?,
         RequestBody::WorkerProgress(p) => worker_progress(w, &claim, p)?,
         RequestBody::WorkerWait(wait) => worker_wait(w, &claim, req, wait)?,
+        RequestBody::WorkerWaitUntil(wait) => {
+            crate::engine::timers::worker_wait_until(w, &claim, &attempt_of(req)?, wait)?
+        }
         RequestBody::WorkerInteractionRequest(i) => worker_interaction_request(w, &claim, req, i)?,
         RequestBody::WorkerNotify(n) => worker_notify(w, &claim, n)?,
         RequestBody::WorkerEffectReserve(e) => worker_effect_reserve(w, &claim, req, e)?,
@@ -451,6 +454,9 @@ pub(super) fn worker_hello(
     }
     if let Some(attempt_id) = resume.get("attempt_id").and_then(Value::as_str) {
         reply["answer"] = w.answer_for_attempt(attempt_id)?.unwrap_or(Value::Null);
+        if resume["resume"] == "timer_fired" {
+            reply["timer"] = w.fired_timer_of_attempt(attempt_id)?.unwrap_or(Value::Null);
+        }
     }
     if let Some(sub) = resume.get("submission_id").and_then(Value::as_str) {
         reply["submission"] =

@@ -4,7 +4,7 @@
 //! This module holds a run's own course (start, activation and what a child resumes, node
 //! starts, transitions, parking, pause and resume, completion, failure, cancellation);
 //! [`requests`] what a run waits for (decisions, interactive requests, their deadlines) and the
-//! messages it leaves for its session; [`recovery`] what follows a loss (a dead child or host,
+//! messages it leaves for its session; [`timers`] the durable timers a run waits on; [`recovery`] what follows a loss (a dead child or host,
 //! an expired claim) and the ways out of review. All of them are methods of [`WriteTx`].
 
 use rusqlite::{params, OptionalExtension as _};
@@ -13,8 +13,10 @@ use serde_json::{json, Value};
 
 mod recovery;
 mod requests;
+mod timers;
 
 pub use recovery::Provenance;
+pub use timers::{TimerSet, Wake};
 
 use super::{
     parse_enum, parse_status, Answerer, AttemptOutcome, AttemptStatus, ChildMode, Claim,
@@ -66,6 +68,9 @@ pub enum Resume {
         attempt_id: String,
         submission_id: String,
     },
+    /// The attempt's timer fired: continue it with the output saved with the timer (child
+    /// mode `run`; the hello reply's `timer`).
+    TimerFired { node_id: String, attempt_id: String },
 }
 
 /// The result of activating a queued run.
@@ -395,6 +400,26 @@ impl WriteTx<'_> {
             ));
         };
         let node_id = attempt.node_id;
+        match self.latest_timer(&attempt_id)? {
+            Some((timer_id, status)) if status == "pending" => {
+                return Err(invalid(
+                    run_id,
+                    Op::Activate,
+                    run.status,
+                    format!("attempt {attempt_id} waits on timer {timer_id}, which has not fired"),
+                ))
+            }
+            Some((_, status)) if status == "fired" => {
+                return Ok((
+                    ChildMode::Run,
+                    Resume::TimerFired {
+                        node_id,
+                        attempt_id,
+                    },
+                ))
+            }
+            _ => {}
+        }
         let interaction: Option<(String, String)> = self
             .conn()
             .prepare_cached(
@@ -898,6 +923,12 @@ impl WriteTx<'_> {
                  WHERE run_id = ?1 AND status = 'pending'",
             )?
             .execute(params![run_id, self.now])?;
+        // A timer is no request of anyone's: nothing to count, only nothing left to fire.
+        c.prepare_cached(
+            "UPDATE timers SET status = 'cancelled', fired_at = ?2
+             WHERE run_id = ?1 AND status = 'pending'",
+        )?
+        .execute(params![run_id, self.now])?;
         summary.submissions_rejected = c
             .prepare_cached(
                 "UPDATE submissions SET state = 'rejected', error = ?3, settled_at = ?2

@@ -219,7 +219,7 @@ impl WriteTx<'_> {
     }
 
     /// Whether the run's current attempt waits on a request nobody has answered yet (a
-    /// pending decision or interactive request): such a run waits for the answer, it is not
+    /// pending decision or interactive request) or on a timer that has not fired: such a run waits for the answer, it is not
     /// ready for a child (which would take the missing answer for one).
     fn waits_on_pending_request(&self, run: &RunRow) -> StoreResult<bool> {
         let Some(attempt_id) = &run.current_attempt else {
@@ -231,17 +231,19 @@ impl WriteTx<'_> {
                 "SELECT EXISTS (SELECT 1 FROM attempts WHERE attempt_id = ?1 AND status = 'waiting')
                     AND (EXISTS (SELECT 1 FROM decisions WHERE attempt_id = ?1 AND status = 'pending')
                          OR EXISTS (SELECT 1 FROM interactions
+                                    WHERE attempt_id = ?1 AND status = 'pending')
+                         OR EXISTS (SELECT 1 FROM timers
                                     WHERE attempt_id = ?1 AND status = 'pending'))",
             )?
             .query_row([attempt_id], |r| r.get(0))?)
     }
 
-    /// A running attempt that continues after an answered decision, an accepted submission or
-    /// a request whose deadline passed holds a committed outcome: interrupting it would rerun
+    /// A running attempt that continues after an answered decision, an accepted submission,
+    /// a request whose deadline passed or a fired timer holds a committed outcome: interrupting it would rerun
     /// the node and ask again, dropping what a person (or the model) answered, or giving an
     /// expired request a fresh deadline. It waits again instead, so the next activation
     /// continues it the same way ([`Resume::Continue`], [`Resume::Accepted`],
-    /// [`Resume::InteractionExpired`]). Returns whether it did.
+    /// [`Resume::InteractionExpired`], [`Resume::TimerFired`]). Returns whether it did.
     fn rewait_answered_attempt(&mut self, run: &RunRow) -> StoreResult<bool> {
         let Some(attempt_id) = &run.current_attempt else {
             return Ok(false);
@@ -254,7 +256,9 @@ impl WriteTx<'_> {
                    AND (EXISTS (SELECT 1 FROM decisions
                                 WHERE attempt_id = ?1 AND status IN ('answered', 'cancelled'))
                         OR EXISTS (SELECT 1 FROM interactions
-                                   WHERE attempt_id = ?1 AND status IN ('settled', 'expired')))",
+                                   WHERE attempt_id = ?1 AND status IN ('settled', 'expired'))
+                        OR EXISTS (SELECT 1 FROM timers
+                                   WHERE attempt_id = ?1 AND status = 'fired'))",
             )?
             .execute([attempt_id])?;
         Ok(changed > 0)

@@ -103,7 +103,7 @@ impl WriteTx<'_> {
     }
 
     /// attempt -> waiting, claim released, run -> waiting.
-    fn suspend_attempt(&mut self, run_id: &str, attempt_id: &str) -> StoreResult<()> {
+    pub(super) fn suspend_attempt(&mut self, run_id: &str, attempt_id: &str) -> StoreResult<()> {
         self.conn()
             .prepare_cached("UPDATE attempts SET status = 'waiting' WHERE attempt_id = ?1")?
             .execute([attempt_id])?;
@@ -795,7 +795,12 @@ impl WriteTx<'_> {
 
     /// Stops a waiting run for review with `reason` (`op` is the operation that could not
     /// proceed). Its attempt keeps waiting on its request: a retry makes it wait again.
-    fn review_waiting_run(&mut self, op: Op, run_id: &str, reason: &str) -> StoreResult<()> {
+    pub(super) fn review_waiting_run(
+        &mut self,
+        op: Op,
+        run_id: &str,
+        reason: &str,
+    ) -> StoreResult<()> {
         self.run_for(run_id, op)?;
         self.authorize(run_id, Fence::Unclaimed, op)?;
         self.set_status(run_id, RunStatus::Review)?;
