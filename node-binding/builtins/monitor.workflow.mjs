@@ -240,8 +240,9 @@ export default defineWorkflow({
   title: ({ input }) => `monitor: ${input.task.slice(0, 60)}`,
   input: readInput,
   startAt: 'observe',
-  // Each check is at most five steps; a repair adds plan-change's and autoimplement's.
-  maxSteps: 20_000,
+  // The most a run may take (the host's bound): a check is at most five steps, so 1,000 checks
+  // and their repairs fit.
+  maxSteps: 10_000,
   includes: {
     plan: includeWorkflow(planChange, {
       input: ({ input, outputs }) => {

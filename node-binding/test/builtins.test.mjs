@@ -362,10 +362,10 @@ test('monitor: a repair whose facts come back unchanged is not tried again; a fa
   assert.deepEqual(repairs.map((t) => t.route), ['repair', 'repair', 'stop']);
   assert.match(repairs[2].reason, /the repair of f1 did not change what the check sees \(s1\); not repairing it again/);
 
-  const direct = checks([act('recover'), act('advance'), { route: 'wait' }, act('recover'), act('recover', 'f2')]);
-  assert.deepEqual(direct.map((t) => t.route), ['direct', 'direct', 'wait', 'stop', 'direct']);
-  assert.match(direct[3].reason, /3 actions for f1 did not resolve it/);
-  assert.deepEqual(direct.map((t) => t.checks), [1, 2, 3, 4, 5]);
+  const direct = checks([act('recover'), act('advance'), { route: 'wait' }, act('recover', 'f2'), act('recover'), act('recover')]);
+  assert.deepEqual(direct.map((t) => t.route), ['direct', 'direct', 'wait', 'direct', 'direct', 'stop']);
+  assert.match(direct[5].reason, /3 actions for f1 did not resolve it/);
+  assert.deepEqual(direct.map((t) => t.checks), [1, 2, 3, 4, 5, 6]);
 
   const limited = checks(Array.from({ length: 10 }, () => ({ route: 'wait' })));
   assert.deepEqual(limited.map((t) => t.route), [...Array(9).fill('wait'), 'limit']);

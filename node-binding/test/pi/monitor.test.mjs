@@ -1,15 +1,15 @@
 // The built-in monitor end to end: real Pi with the extension, the mock model answering each
 // check as the test scripts it, and the host on a test clock so that the durable wait between
 // checks ends when the test moves the clock (never by waiting real time). A goal reached after
-// a wait and an action; a host killed while the run waits; the checks running out; input refused
-// before a run exists. (The bounds on actions and repairs: test/builtins.test.mjs.)
+// a wait and an action; a host killed while the run waits; the checks running out; unknown
+// input failing the run before any step. (The bounds on actions and repairs: test/builtins.test.mjs.)
 import assert from 'node:assert/strict';
 import { renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, test } from 'node:test';
 
 import { Client } from '../../index.js';
-import { hostBin, piEnv, until } from './harness.mjs';
+import { alive, hostBin, piEnv, until } from './harness.mjs';
 
 let env;
 let clock;
@@ -94,7 +94,7 @@ async function onlyRun(client) {
 async function sleeping(client, runId) {
   return until(async () => {
     const s = await client.runStatus(runId);
-    return s.run.wake_at && !s.claim && s;
+    return s.run.status === 'waiting' && s.run.wake_at && !s.claim?.owner_id && s;
   }, 'the run waiting on its timer');
 }
 
@@ -110,8 +110,12 @@ test('monitor: a check that waits reports progress and sleeps without a process;
     const waiting = await sleeping(client, runId);
     // The wake time was decided once, 15 minutes after the check; nothing runs meanwhile.
     assert.ok(waiting.run.wake_at >= Date.now() + 14 * 60_000, JSON.stringify(waiting.run));
-    const status = await client.status();
-    assert.equal(status.active_children, 0, JSON.stringify(status));
+    // The run's child has exited: the timer is the host's.
+    const child = (await until(async () => {
+      const s = await client.runStatus(runId);
+      return s.last_child?.exited && s;
+    }, "the run's child gone")).last_child;
+    assert.equal(alive(child.pid), false, JSON.stringify(child));
     // The check's tracks are progress updates (the widget and `piw view` give their ETA), and
     // the session got the report without a model turn.
     const track = waiting.updates.find((u) => u.key === 'monitor/modules');
@@ -167,7 +171,7 @@ test('monitor: the host killed while a run waits; the timer fires after the rest
   }
 });
 
-test('monitor: the checks run out (limit); bad input starts no run', async () => {
+test('monitor: the checks run out (limit); unknown input fails the run before any step', async () => {
   const seen = [];
   env.model.script = sequenced({ observe: [moving(1), moving(2)] }, seen);
   const client = await clockedClient();
@@ -185,11 +189,13 @@ test('monitor: the checks run out (limit); bad input starts no run', async () =>
       { status: 'limit', checks: 2, goal: 'incomplete', work: 'active' },
     );
 
-    // Unknown input is refused by the workflow's input check: no run is made.
+    // Unknown input fails the run at its input check, before any step, saying why.
     const refused = pi.mark();
     await pi.prompt(`/workflow monitor --input-json ${JSON.stringify({ task: TASK, repair: true })}`);
-    await pi.waitNotify(/monitor input repair is not supported \(it takes task, stopWhen, everyMinutes, maxChecks\)/, refused);
-    assert.equal((await client.listRuns({ sessionId: 'session-a' })).length, 1);
+    await pi.waitNotify(/workflow monitor failed/, refused);
+    const [failed] = (await client.listRuns({ sessionId: 'session-a' })).filter((r) => r.run_id !== runId);
+    assert.match((await client.runStatus(failed.run_id)).run.error, /monitor input repair is not supported \(it takes task, stopWhen, everyMinutes, maxChecks\)/);
+    assert.equal(seen.length, 2, 'no step of the refused run reached the model');
     await pi.quit();
   } finally {
     await client.close().catch(() => {});
