@@ -257,7 +257,7 @@ pub(crate) enum HostCmd {
 pub(crate) enum RunCmd {
     /// Start a run of a workflow: a name (found in ./.pi/workflows/, then
     /// ~/.pi/agent/workflows/, then the built-ins), builtin:<id> (autoplan, autodoc,
-    /// plan-approval, plan-change, autoimplement, sanity-check) or a path to a workflow file.
+    /// plan-approval, plan-change, autoimplement, sanity-check, monitor) or a path to a workflow file.
     Start {
         #[arg(value_name = "NAME|builtin:ID|PATH")]
         workflow: String,

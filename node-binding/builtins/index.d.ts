@@ -12,3 +12,9 @@ export declare const DEFAULT_AUTO_CONTINUE_MS: number;
 export declare const autoimplementWorkflow: Workflow;
 /** sanity-check: the change's evidence, independent read-only model reviews, one summary. */
 export declare const sanityCheckWorkflow: Workflow;
+/** monitor: checks a goal on a schedule, waits on durable timers, acts or repairs when allowed. */
+export declare const monitorWorkflow: Workflow;
+/** Minutes between monitor's checks while work is moving, unless its input says. */
+export declare const DEFAULT_EVERY_MINUTES: number;
+/** monitor's checks at most, unless its input says. */
+export declare const DEFAULT_MAX_CHECKS: number;

@@ -7,3 +7,4 @@ export { default as planApprovalWorkflow, DEFAULT_AUTO_CONTINUE_MS } from './pla
 export { default as planChangeWorkflow } from './plan-change.workflow.mjs';
 export { default as autoimplementWorkflow } from './autoimplement.workflow.mjs';
 export { default as sanityCheckWorkflow } from './sanity-check.workflow.mjs';
+export { default as monitorWorkflow, DEFAULT_EVERY_MINUTES, DEFAULT_MAX_CHECKS } from './monitor.workflow.mjs';

@@ -168,7 +168,7 @@ export default function piwExtension(pi) {
       type: 'object',
       properties: {
         action: { type: 'string', enum: ACTIONS, description: 'what to do' },
-        workflow: { type: 'string', description: 'start: a workflow name, builtin:<id> (autoplan, autodoc, plan-approval, plan-change, autoimplement, sanity-check) or a path to a workflow file' },
+        workflow: { type: 'string', description: 'start: a workflow name, builtin:<id> (autoplan, autodoc, plan-approval, plan-change, autoimplement, sanity-check, monitor) or a path to a workflow file' },
         input: { description: 'start: the run input (JSON)' },
         detached: { type: 'boolean', description: "start: run its agent steps in Pi children of the piw host instead of this session (it still reports here); refused if the host cannot run Pi" },
         runId: { type: 'string', description: "status/pause/resume/cancel/answer: the run (default: this session's active run)" },

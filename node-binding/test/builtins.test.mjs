@@ -12,7 +12,7 @@ import { BUILTINS_DIR, listWorkflows, resolveWorkflow } from '../extension/resol
 import { Client } from '../index.js';
 import { alive, hostBin, killInstallation, pkgDir, startHost, tempDir } from './helpers.mjs';
 
-const IDS = ['autodoc', 'autoimplement', 'autoplan', 'plan-approval', 'plan-change', 'sanity-check'];
+const IDS = ['autodoc', 'autoimplement', 'autoplan', 'monitor', 'plan-approval', 'plan-change', 'sanity-check'];
 
 test('builtin:<id> names the built-in; a bare name finds it after the project and global files; both are listed', async () => {
   const dir = tempDir();
@@ -39,7 +39,7 @@ test('builtin:<id> names the built-in; a bare name finds it after the project an
   listed = await listWorkflows(cwd, home);
   assert.deepEqual(listed.filter((w) => w.name === 'autoplan'), [{ name: 'autoplan', path: own, scope: 'project' }]);
 
-  await assert.rejects(resolveWorkflow('builtin:nope', cwd, home), /no built-in workflow "nope"; the built-ins are autodoc, autoimplement, autoplan, plan-approval, plan-change, sanity-check/);
+  await assert.rejects(resolveWorkflow('builtin:nope', cwd, home), /no built-in workflow "nope"; the built-ins are autodoc, autoimplement, autoplan, monitor, plan-approval, plan-change, sanity-check/);
   await assert.rejects(resolveWorkflow('nope', cwd, home), /no workflow named "nope" .* nor among the built-ins/);
 });
 
@@ -127,11 +127,16 @@ test('piw/builtins and @osolmaz/pi-workflows/builtins resolve in a workflow file
     assert.equal(run.status, 'completed', `${specifier}: ${JSON.stringify(run)}`);
     assert.equal(run.result.status, 'continue');
   }
-  // One of the reference's built-ins piw lacks: the run fails to load, naming it.
-  const file = write('lacking.workflow.ts', 'export { monitorWorkflow as default } from "@osolmaz/pi-workflows/builtins";\n');
+  // The reference's monitor re-exported: piw's loads, and checks its input.
+  const monitor = write('reexport-monitor.workflow.ts', 'export { monitorWorkflow as default } from "@osolmaz/pi-workflows/builtins";\n');
+  const checked = await c.waitForRun((await c.startRun(monitor, { input: {}, projectDir: project })).run_id, { timeoutMs: 30_000 });
+  assert.equal(checked.status, 'failed', JSON.stringify(checked));
+  assert.match(checked.error, /monitor input task .* must be a non-empty string/);
+  // An export of the reference's piw lacks: the run fails to load, naming it.
+  const file = write('lacking.workflow.ts', 'export { presentPlan as default } from "@osolmaz/pi-workflows/builtins";\n');
   const run = await c.waitForRun((await c.startRun(file, { input: {}, projectDir: project })).run_id, { timeoutMs: 30_000 });
   assert.equal(run.status, 'failed', JSON.stringify(run));
-  assert.match(run.error, /does not provide an export named 'monitorWorkflow'/);
+  assert.match(run.error, /does not provide an export named 'presentPlan'/);
 });
 
 test("pi-workflows' example that re-exports its autoplan loads unchanged and asks its first step", async () => {
@@ -340,4 +345,30 @@ test("a copy of pi-workflows' approved-plan example: its import of the reference
   assert.equal(blocked.status, 'completed', blocked.error ?? blocked.review_reason);
   assert.equal(blocked.result.outcome, 'refused');
   assert.deepEqual(blocked.result.change, { exit: 'blocked', output: { status: 'blocked', task: 'parser', stage: 'doc', reason: 'no docs folder', planDigest: blocked.result.change.output.planDigest } });
+});
+
+test('monitor: a repair whose facts come back unchanged is not tried again; a failure gets at most three direct actions; the checks are counted', async () => {
+  const { monitorWorkflow } = await import('../builtins/index.js');
+  const tally = monitorWorkflow.nodes.tally.run;
+  const input = { task: 't', stopWhen: 's', everyMinutes: 5, maxChecks: 10 };
+  const act = (kind, failureId = 'f1', stateId = 's1') => ({ route: 'act', action: { kind, next: 'do it', failureId, stateId } });
+  // Each check goes through tally with the tally before it, as the runtime gives `outputs`.
+  const checks = (observations) => {
+    let before;
+    return observations.map((observe) => (before = tally({ input, outputs: { observe, ...(before ? { tally: before } : {}) } })));
+  };
+
+  const repairs = checks([act('repair'), act('repair', 'f1', 's2'), act('repair', 'f1', 's1')]);
+  assert.deepEqual(repairs.map((t) => t.route), ['repair', 'repair', 'stop']);
+  assert.match(repairs[2].reason, /the repair of f1 did not change what the check sees \(s1\); not repairing it again/);
+
+  const direct = checks([act('recover'), act('advance'), { route: 'wait' }, act('recover', 'f2'), act('recover'), act('recover')]);
+  assert.deepEqual(direct.map((t) => t.route), ['direct', 'direct', 'wait', 'direct', 'direct', 'stop']);
+  assert.match(direct[5].reason, /3 actions for f1 did not resolve it/);
+  assert.deepEqual(direct.map((t) => t.checks), [1, 2, 3, 4, 5, 6]);
+
+  const limited = checks(Array.from({ length: 10 }, () => ({ route: 'wait' })));
+  assert.deepEqual(limited.map((t) => t.route), [...Array(9).fill('wait'), 'limit']);
+  // The goal reached on the last allowed check is `done`, not `limit`.
+  assert.equal(checks([...Array(9).fill({ route: 'wait' }), { route: 'done' }])[9].route, 'done');
 });
