@@ -378,6 +378,8 @@ export declare class Client {
   startRun(workflowFile: string, options?: StartRunOptions): Promise<{ run_id: string; status: RunStatusName }>;
   runStatus(runId: string, options?: RunStatusOptions): Promise<RunStatus>;
   pauseRun(runId: string, options?: CommandOptions): Promise<{ run_id: string; paused: true }>;
+  /** Its steps go to a Pi the host starts from now on, not to its session. */
+  detachRun(runId: string, options?: CommandOptions): Promise<{ run_id: string; execution_mode: 'detached'; changed: boolean }>;
   resumeRun(runId: string, options?: CommandOptions): Promise<{ run_id: string; paused: false }>;
   cancelRun(runId: string, options?: CommandOptions & { reason?: string }): Promise<{ run_id: string; status: 'cancelled'; summary: unknown }>;
   /**

@@ -342,6 +342,8 @@ pub enum Op {
     Retry,
     /// A person settles an uncertain effect of a run in review.
     ResolveEffect,
+    /// An interactive run becomes detached: its steps go to host-launched bridges.
+    Detach,
 }
 
 impl Op {
@@ -371,6 +373,7 @@ impl Op {
             Op::Review => "review",
             Op::Retry => "retry",
             Op::ResolveEffect => "resolve_effect",
+            Op::Detach => "detach",
         }
     }
 
@@ -399,6 +402,7 @@ impl Op {
             Op::Resume => &[Queued, Running, Waiting],
             Op::Cancel | Op::ControlClaim => &[Queued, Running, Waiting, Review],
             Op::Retry | Op::ResolveEffect => &[Review],
+            Op::Detach => &[Queued, Running, Waiting, Review],
         }
     }
 
