@@ -415,6 +415,8 @@ export declare class Client {
   /** A stored place as the workflow gave it: a reference read back, a literal unwrapped, else itself. */
   resolveValue(runId: string, stored: unknown): Promise<unknown>;
   pauseRun(runId: string, options?: CommandOptions): Promise<{ run_id: string; paused: true }>;
+  /** Its steps go to a Pi the host starts from now on, not to its session. */
+  detachRun(runId: string, options?: CommandOptions): Promise<{ run_id: string; execution_mode: 'detached'; changed: boolean }>;
   resumeRun(runId: string, options?: CommandOptions): Promise<{ run_id: string; paused: false }>;
   cancelRun(runId: string, options?: CommandOptions & { reason?: string }): Promise<{ run_id: string; status: 'cancelled'; summary: unknown }>;
   /**

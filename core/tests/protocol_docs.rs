@@ -376,6 +376,7 @@ fn scenario() -> Scenario {
     f.store
         .write(|w| w.resume(&completed, Fence::Claim(&claim)))
         .unwrap();
+    f.store.write(|w| w.detach(&completed)).unwrap();
     f.store
         .write(|w| w.complete(&claim, &b, &json!({"done": true}), &json!({"done": true})))
         .unwrap();

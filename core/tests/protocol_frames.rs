@@ -54,6 +54,7 @@ fn sample(kind: RequestKind) -> Request {
             ..Default::default()
         }),
         RequestKind::RunPause => RequestBody::RunPause,
+        RequestKind::RunDetach => RequestBody::RunDetach,
         RequestKind::RunResume => RequestBody::RunResume,
         RequestKind::RunCancel => RequestBody::RunCancel(RunCancel {
             reason: Some("user asked".into()),
@@ -853,7 +854,7 @@ fn decode_error_messages_are_bounded() {
 
 #[test]
 fn every_request_kind_round_trips() {
-    assert_eq!(RequestKind::ALL.len(), 41);
+    assert_eq!(RequestKind::ALL.len(), 42);
     for &kind in RequestKind::ALL {
         let request = sample(kind)
             .with_expected_revision(3)

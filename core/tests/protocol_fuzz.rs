@@ -25,6 +25,7 @@ const CORPUS: &[&str] = &[
     r#"{"schema":"piw.protocol.v1","request_id":"c8","kind":"run.cancel","run_id":"run-1","payload":{"reason":"no"}}"#,
     r#"{"schema":"piw.protocol.v1","request_id":"c8v","kind":"value.get","run_id":"run-1","payload":{"sha256":"ab","offset":0,"max_bytes":1024}}"#,
     r#"{"schema":"piw.protocol.v1","request_id":"w7v","kind":"worker.value_put","run_id":"run-1","generation":2,"payload":{"sha256":"ab","bytes":2,"offset":0,"data":"7b7d"}}"#,
+    r#"{"schema":"piw.protocol.v1","request_id":"c8d","kind":"run.detach","run_id":"run-1"}"#,
     r#"{"schema":"piw.protocol.v1","request_id":"c8p","kind":"run.prune","payload":{"older_than_ms":86400000,"statuses":["completed","failed"],"keep":10,"dry_run":true,"limit":50,"cursor":null}}"#,
     r#"{"schema":"piw.protocol.v1","request_id":"c8r","kind":"run.retry","run_id":"run-1","payload":{"reason":"fixed","by":"ana"}}"#,
     r#"{"schema":"piw.protocol.v1","request_id":"c8e","kind":"effect.resolve","run_id":"run-1","payload":{"effect_id":"eff-1","result":{"status":"failed","error":"never sent"}}}"#,

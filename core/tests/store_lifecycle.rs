@@ -1257,6 +1257,63 @@ fn a_request_of_a_detached_run_is_not_listed_for_its_origin_session() {
     f.assert_clean();
 }
 
+/// `run.detach` on an interactive run waiting on its session's step: the step leaves the
+/// session's list (a bridge serves it now), the run says `detached` and records the event; a
+/// second detach writes nothing; a run that ended is refused.
+#[test]
+fn detaching_a_run_takes_its_steps_from_its_session_once_and_never_after_it_ended() {
+    let mut f = Fixture::new();
+    let run_id = f.start_with(NewRun {
+        execution_mode: ExecutionMode::Interactive,
+        ..common::new_run(Some("session-1"))
+    });
+    let act = f.activate(&run_id);
+    let a = f
+        .store
+        .write(|w| w.node_started(&act.claim, "a", None))
+        .unwrap();
+    let i = f.ask(&act.claim, &a, None);
+    let listed = |f: &Fixture| f.store.interactions(None, Some("session-1")).unwrap();
+    assert_eq!(listed(&f).len(), 1, "the session serves the step");
+    let revision = f.store.run_view(&run_id).unwrap().unwrap().revision;
+    assert!(f.store.write(|w| w.detach(&run_id)).unwrap());
+    assert_eq!(listed(&f), vec![], "no longer the session's");
+    let view = f.store.run_view(&run_id).unwrap().unwrap();
+    assert_eq!(f.store.run(&run_id).unwrap().execution_mode, "detached");
+    assert_eq!(view.revision, revision + 1);
+    assert_eq!(
+        view.status, "waiting",
+        "the step still waits, now for a bridge"
+    );
+    let events = f.store.events(&run_id, revision).unwrap();
+    assert_eq!(
+        events.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>(),
+        ["detached"]
+    );
+    let on_run = f.store.interactions(Some(&run_id), None).unwrap();
+    assert_eq!(
+        (on_run[0].interaction_id.as_str(), on_run[0].status.as_str()),
+        (i.as_str(), "pending")
+    );
+    // Again: nothing written.
+    assert!(!f.store.write(|w| w.detach(&run_id)).unwrap());
+    assert_eq!(
+        f.store.run_view(&run_id).unwrap().unwrap().revision,
+        revision + 1
+    );
+    f.assert_clean();
+    // A run that ended stays as it ended.
+    f.store
+        .write(|w| w.cancel(&run_id, Fence::Unclaimed, "stop"))
+        .unwrap();
+    let refused = f.store.write(|w| w.detach(&run_id)).unwrap_err();
+    assert!(
+        matches!(refused, StoreError::InvalidTransition { .. }),
+        "{refused:?}"
+    );
+    f.assert_clean();
+}
+
 /// A notify node that runs again after its child was lost (its transition never committed)
 /// adds no second message: the message's identity is the run, the node and the visit. A loop
 /// that enters the node again is a new visit with a new message (found by the host's crash

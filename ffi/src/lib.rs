@@ -261,7 +261,7 @@ pub unsafe extern "C" fn piw_connect(
 /// Sends one request and waits for its receipt.
 ///
 /// In: `kind` is a request kind of the protocol (`"run.start"`, `"run.status"`, `"run.list"`,
-/// `"run.pause"`, `"run.resume"`, `"run.cancel"`, `"checkpoint.answer"`, `"decision.answer"`,
+/// `"run.pause"`, `"run.resume"`, `"run.detach"`, `"run.cancel"`, `"checkpoint.answer"`, `"decision.answer"`,
 /// `"interaction.list"`, `"interaction.submit"`, `"message.claim"`, `"message.ack"`,
 /// `"host.status"`, ...; docs/WORKFLOW_SERVER.md lists them and their payloads).
 /// `envelope_json` (NULL for none) is a JSON object of the envelope fields, with their wire

@@ -308,6 +308,14 @@ pub(crate) enum RunCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Detach a run: its agent and assistant-message steps are answered by a Pi the host
+    /// starts (`--detached` runs are so from the start), not by its Pi session, so it carries
+    /// on once that Pi is closed. Its session still gets its messages while it is open.
+    Detach {
+        run_id: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// Resume a paused run.
     Resume {
         run_id: String,

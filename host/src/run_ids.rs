@@ -115,6 +115,7 @@ pub(crate) fn run_id_of(cmd: &mut RunCmd) -> Option<&mut String> {
         | RunCmd::Status { run_id, .. }
         | RunCmd::Value { run_id, .. }
         | RunCmd::Pause { run_id, .. }
+        | RunCmd::Detach { run_id, .. }
         | RunCmd::Resume { run_id, .. }
         | RunCmd::Cancel { run_id, .. }
         | RunCmd::Answer { run_id, .. }

@@ -170,6 +170,10 @@ pub(crate) fn run_cmd(paths: &PiwPaths, mut cmd: RunCmd, json: bool) -> Result<(
             client.send(run_request(&run_id, RequestBody::RunPause))?,
             json,
         ),
+        RunCmd::Detach { run_id, json } => (
+            client.send(run_request(&run_id, RequestBody::RunDetach))?,
+            json,
+        ),
         RunCmd::Resume { run_id, json } => (
             client.send(run_request(&run_id, RequestBody::RunResume))?,
             json,

@@ -3209,3 +3209,42 @@ fn a_detached_start_is_refused_without_a_pi_to_serve_it_and_status_shows_the_mod
         "{status}"
     );
 }
+
+/// `piw run detach`: a run started in a session becomes detached (status says so), a second
+/// detach changes nothing, and a run that ended is refused with the reason.
+#[test]
+fn run_detach_makes_a_session_run_detached_once_and_refuses_a_finished_one() {
+    let h = home();
+    let file = workflow_file(
+        &h,
+        "park",
+        &serde_json::json!({
+            "graph": {"name": "park", "start": "ask",
+                      "nodes": {"ask": {"kind": "checkpoint"}}, "edges": []},
+            "behaviors": {"ask": {"wait": "checkpoint"}}
+        }),
+    );
+    let run_id = start_in_session(&h.home, &file);
+    let mode = |h: &Home| {
+        let o = piw(&h.home, &["run", "status", &run_id, "--json"]);
+        json_of(&o)["run"]["execution_mode"].clone()
+    };
+    assert_eq!(mode(&h), "interactive");
+    pending_at(&h.home, &run_id, "decisions", "ask");
+    let o = piw(&h.home, &["run", "detach", &run_id, "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(
+        json_of(&o),
+        serde_json::json!({"run_id": run_id, "execution_mode": "detached", "changed": true})
+    );
+    assert_eq!(mode(&h), "detached");
+    let o = piw(&h.home, &["run", "detach", &run_id, "--json"]);
+    assert_eq!(json_of(&o)["changed"], false, "{}", text(&o));
+    // The checkpoint is still answered as before; then the run has ended and stays as it is.
+    let o = piw(&h.home, &["run", "answer", &run_id, "yes"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    wait_status(&h.home, &run_id, &["completed"]);
+    let o = piw(&h.home, &["run", "detach", &run_id]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("the run is completed"), "{}", text(&o));
+}

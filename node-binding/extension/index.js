@@ -9,8 +9,8 @@ import { RESERVED, ResolveError, listWorkflows, resolveWorkflow } from './resolv
 import { WorkflowSession, humanAnswer } from './session.js';
 import { STEP_ACTIONS_TEXT, STEP_PARAMETERS, WorkflowError, submit, text, update } from './tool.js';
 
-const ACTIONS = ['list', 'start', 'status', 'pause', 'resume', 'cancel', 'answer', 'update', 'submit'];
-const SUBCOMMANDS = ['list', 'status', 'pause', 'resume', 'cancel', 'answer'];
+const ACTIONS = ['list', 'start', 'status', 'pause', 'resume', 'detach', 'cancel', 'answer', 'update', 'submit'];
+const SUBCOMMANDS = ['list', 'status', 'pause', 'resume', 'detach', 'cancel', 'answer'];
 
 /** Whether two JSON values are equal (an object's key order does not matter). */
 function sameJson(a, b) {
@@ -81,6 +81,13 @@ export default function piwExtension(pi) {
       throw new WorkflowError(`run ${runId} belongs to ${whose}: only the session that started it can ${verb} it from Pi${shell}`);
     }
     return st;
+  }
+
+  /** What `detach` tells the person (or the model). */
+  function detachedText(r) {
+    return r.changed
+      ? `detached run ${r.run_id}: a Pi the host starts answers its steps from now on; it carries on when this Pi is closed, and its messages still come here while it is open`
+      : `run ${r.run_id} was already detached`;
   }
 
   /** `runOf`, refused unless the run is this session's (see `ownRun`): `{ runId, status }`. */
@@ -159,7 +166,7 @@ export default function piwExtension(pi) {
     name: 'workflow',
     label: 'Workflow',
     description:
-      `Start, follow and answer piw workflows. Actions: list; start (workflow = a name, builtin:<id> or a path; input = JSON); status, pause, resume, cancel (runId, default: this session\'s active run); answer (an ordinary checkpoint: runId, answer); ${STEP_ACTIONS_TEXT}.`,
+      `Start, follow and answer piw workflows. Actions: list; start (workflow = a name, builtin:<id> or a path; input = JSON); status, pause, resume, cancel (runId, default: this session\'s active run); detach (runId: a Pi the host starts answers the run\'s steps from now on, so it carries on once this Pi is closed; only when the user asks); answer (an ordinary checkpoint: runId, answer); ${STEP_ACTIONS_TEXT}.`,
     promptSnippet: 'Start, follow and answer durable piw workflows',
     promptGuidelines: [
       'When a workflow step message arrives, do the step and finish it with the workflow tool action "submit" exactly as the message says.',
@@ -171,7 +178,7 @@ export default function piwExtension(pi) {
         workflow: { type: 'string', description: 'start: a workflow name, builtin:<id> (autoplan, autodoc, plan-approval, plan-change, autoimplement, sanity-check, monitor) or a path to a workflow file' },
         input: { description: 'start: the run input (JSON)' },
         detached: { type: 'boolean', description: "start: run its agent steps in Pi children of the piw host instead of this session (it still reports here); refused if the host cannot run Pi" },
-        runId: { type: 'string', description: "status/pause/resume/cancel/answer: the run (default: this session's active run)" },
+        runId: { type: 'string', description: "status/pause/resume/detach/cancel/answer: the run (default: this session's active run)" },
         answer: { description: 'answer: the checkpoint answer (JSON)' },
         ...STEP_PARAMETERS,
       },
@@ -200,6 +207,12 @@ export default function piwExtension(pi) {
           await s.call('run.pause', (c) => c.pauseRun(runId));
           s.kick();
           return text(`paused run ${runId}`, { runId });
+        }
+        case 'detach': {
+          const { runId } = await ownRunOf(s, params.runId, 'detach');
+          const r = await s.call('run.detach', (c) => c.detachRun(runId));
+          s.kick();
+          return text(detachedText(r), r);
         }
         case 'resume': {
           const { runId } = await ownRunOf(s, params.runId, 'resume');
@@ -251,7 +264,7 @@ export default function piwExtension(pi) {
   // The person's command
 
   pi.registerCommand('workflow', {
-    description: 'Workflows: /workflow [name|path] [--detached] [task | --input-json JSON] | status|pause|resume|cancel [runId] | answer [runId] <answer>',
+    description: 'Workflows: /workflow [name|path] [--detached] [task | --input-json JSON] | status|pause|resume|detach|cancel [runId] | answer [runId] <answer>',
     async getArgumentCompletions(prefix) {
       const words = prefix.split(/\s+/);
       // Nothing to offer once the argument is complete: Pi's Enter on an argument menu only
@@ -263,7 +276,7 @@ export default function piwExtension(pi) {
           const items = [...SUBCOMMANDS, ...names].filter((w) => w.startsWith(words[0] ?? ''));
           return offer(items.map((w) => ({ value: w, label: w })));
         }
-        if (['status', 'pause', 'resume', 'cancel', 'answer'].includes(words[0]) && words.length === 2 && session) {
+        if (['status', 'pause', 'resume', 'detach', 'cancel', 'answer'].includes(words[0]) && words.length === 2 && session) {
           const runs = await session.call('run.list', (c) => c.listRuns({ sessionId: session.sessionId, limit: 20 }));
           const items = runs.filter((r) => r.run_id.startsWith(words[1])).map((r) => ({
             value: `${words[0]} ${r.run_id}`,
@@ -309,6 +322,12 @@ export default function piwExtension(pi) {
         await s.call('run.pause', (c) => c.pauseRun(runId));
         s.kick();
         say(`paused run ${runId}`);
+        return;
+      }
+      case 'detach': {
+        const { runId } = await ownRunOf(s, runIdArg(), 'detach', true);
+        say(detachedText(await s.call('run.detach', (c) => c.detachRun(runId))));
+        s.kick();
         return;
       }
       case 'resume': {

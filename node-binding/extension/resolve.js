@@ -24,6 +24,7 @@ export const RESERVED = new Set([
   'pause',
   'resume',
   'cancel',
+  'detach',
   'answer',
   'update',
   'submit',

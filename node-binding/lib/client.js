@@ -264,6 +264,16 @@ export class Client {
     return options.references ? status : this.#resolveStatus(runId, status);
   }
 
+  /**
+   * Detaches a run: from now on a Pi the host starts answers its `agent` and
+   * `assistantMessage` steps, not its session (which still gets its messages), so it carries on
+   * once that Pi is closed. Resolves with `{ run_id, execution_mode: 'detached', changed }`
+   * (`changed` false when it already was detached); a run that ended is refused.
+   */
+  detachRun(runId, options = {}) {
+    return this.#body('run.detach', { ...envelope(options), runId });
+  }
+
   /** Pauses a run at its next durable boundary. */
   pauseRun(runId, options = {}) {
     return this.#body('run.pause', { ...envelope(options), runId });

@@ -106,7 +106,7 @@ test('checkpoint, human decision, notify and messages', async () => {
   assert.deepEqual(await c.claimMessages(session), []);
 });
 
-test('pause, resume and cancel, with stale revisions refused', async () => {
+test('pause, resume, detach and cancel, with stale revisions refused', async () => {
   const c = host.client;
   const { run_id: runId } = await c.startRun(steps, { sessionId: session });
   await assert.rejects(c.pauseRun(runId, { expectedRevision: 999_999 }), (err) => {
@@ -127,11 +127,16 @@ test('pause, resume and cancel, with stale revisions refused', async () => {
   assert.equal(paused.paused, true);
   const resumed = await c.resumeRun(runId);
   assert.equal(resumed.paused, false);
+  // Detached once: the status says so, and a second detach changes nothing.
+  assert.deepEqual(await c.detachRun(runId), { run_id: runId, execution_mode: 'detached', changed: true });
+  assert.equal((await c.runStatus(runId)).run.execution_mode, 'detached');
+  assert.equal((await c.detachRun(runId)).changed, false);
   const cancelled = await c.cancelRun(runId, { reason: 'test' });
   assert.equal(cancelled.status, 'cancelled');
   const run = await c.waitForRun(runId, { timeoutMs: 20_000 });
   assert.equal(run.status, 'cancelled');
   await assert.rejects(c.cancelRun(runId), code('invalid_transition'));
+  await assert.rejects(c.detachRun(runId), code('invalid_transition'));
 });
 
 test('listRuns filters by session and limit', async () => {

@@ -231,6 +231,8 @@ request_kinds! {
     RunResume = "run.resume", RUN, Command;
     /// Cancel a run. Client.
     RunCancel = "run.cancel" => RunCancel, RUN, Command;
+    /// Detach an interactive run: its steps go to host-launched Pi bridges from now on. Client.
+    RunDetach = "run.detach", RUN, Command;
     /// Run the current node of a run in review again (a person's way out). Client.
     RunRetry = "run.retry" => RunRetry, RUN, Command;
     /// Record what became of an uncertain effect of a run in review. Client.
@@ -336,7 +338,7 @@ mod tests {
             assert!(seen.insert(kind.as_str()), "duplicate {kind}");
             assert_eq!(RequestKind::parse(kind.as_str()), Some(kind));
         }
-        assert_eq!(RequestKind::ALL.len(), 41);
+        assert_eq!(RequestKind::ALL.len(), 42);
         assert_eq!(RequestKind::parse("run.explode"), None);
     }
 

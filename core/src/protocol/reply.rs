@@ -39,6 +39,17 @@ pub struct RunPaused {
     pub paused: bool,
 }
 
+/// `run.detach`.
+#[derive(Debug, Serialize)]
+pub struct RunDetached {
+    /// The run.
+    pub run_id: String,
+    /// Always `detached`.
+    pub execution_mode: crate::store::ExecutionMode,
+    /// Whether this command changed it (`false`: the run already was detached).
+    pub changed: bool,
+}
+
 /// `run.cancel`.
 #[derive(Debug, Serialize)]
 pub struct RunCancelled {

@@ -347,6 +347,8 @@ pub enum Op {
     Retry,
     /// A person settles an uncertain effect of a run in review.
     ResolveEffect,
+    /// An interactive run becomes detached: its steps go to host-launched bridges.
+    Detach,
 }
 
 impl Op {
@@ -378,6 +380,7 @@ impl Op {
             Op::Review => "review",
             Op::Retry => "retry",
             Op::ResolveEffect => "resolve_effect",
+            Op::Detach => "detach",
         }
     }
 
@@ -409,6 +412,7 @@ impl Op {
             Op::Resume => &[Queued, Running, Waiting],
             Op::Cancel | Op::ControlClaim => &[Queued, Running, Waiting, Review],
             Op::Retry | Op::ResolveEffect => &[Review],
+            Op::Detach => &[Queued, Running, Waiting, Review],
         }
     }
 

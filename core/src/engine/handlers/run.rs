@@ -6,9 +6,11 @@ use serde_json::Value;
 use super::{fence_for, required};
 use crate::engine::dispatch::{HostState, PreparedStart};
 use crate::engine::fit::{fit_run_status, omit_until_it_fits, reply_excess, reply_room};
-use crate::protocol::reply::{RunCancelled, RunListReply, RunPaused, RunQueued, RunStatusReply};
+use crate::protocol::reply::{
+    RunCancelled, RunDetached, RunListReply, RunPaused, RunQueued, RunStatusReply,
+};
 use crate::protocol::{json_len, payload, Request};
-use crate::store::{Fence, Provenance, RunStatus, Store, StoreError, WriteTx};
+use crate::store::{ExecutionMode, Fence, Provenance, RunStatus, Store, StoreError, WriteTx};
 
 /// `run.start`: start a new run.
 pub(crate) fn start(
@@ -36,6 +38,17 @@ pub(crate) fn pause(
     Ok(RunPaused {
         run_id: run_id.to_owned(),
         paused: true,
+    })
+}
+
+/// `run.detach`: an interactive run's steps go to host-launched bridges from now on.
+pub(crate) fn detach(w: &mut WriteTx<'_>, req: &Request) -> Result<RunDetached, StoreError> {
+    let run_id = required(&req.run_id, "run_id")?;
+    let changed = w.detach(run_id)?;
+    Ok(RunDetached {
+        run_id: run_id.to_owned(),
+        execution_mode: ExecutionMode::Detached,
+        changed,
     })
 }
 

@@ -768,6 +768,26 @@ impl WriteTx<'_> {
         self.finish_paused_write(run_id, "paused", &run, true)
     }
 
+    /// Makes an interactive run detached: from now on its `agent` and `assistantMessage` steps
+    /// are served by host-launched bridges, never by a session (its origin session keeps its
+    /// messages). Returns `false` for a run that already was detached (nothing written), so a
+    /// repeated detach is harmless. A run that ended is refused.
+    pub fn detach(&mut self, run_id: &str) -> StoreResult<bool> {
+        let run = self.run_for(run_id, Op::Detach)?;
+        let mode: String = self
+            .conn()
+            .prepare_cached("SELECT execution_mode FROM runs WHERE run_id = ?1")?
+            .query_row([run_id], |r| r.get(0))?;
+        if mode == ExecutionMode::Detached.as_str() {
+            return Ok(false);
+        }
+        self.conn()
+            .prepare_cached("UPDATE runs SET execution_mode = ?2 WHERE run_id = ?1")?
+            .execute(params![run_id, ExecutionMode::Detached.as_str()])?;
+        self.finish_paused_write(run_id, "detached", &run, run.paused)?;
+        Ok(true)
+    }
+
     /// Clears the paused flag; a queued run becomes ready now.
     pub fn resume(&mut self, run_id: &str, fence: Fence<'_>) -> StoreResult<u64> {
         let run = self.run_for_claim_holder(run_id, fence, Op::Resume)?;
