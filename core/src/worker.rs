@@ -19,8 +19,12 @@ use crate::paths::PiwPaths;
 use crate::protocol::value::{self, read_slot, Slot, ValueReader, ValueRef};
 use crate::protocol::{canonical_json, payload, Receipt, RejectionCode, Request, RequestBody};
 
-/// How often a worker message is resent after an `internal` rejection before it counts.
-const INTERNAL_RETRIES: usize = 3;
+/// How long a worker keeps resending a message the host could not commit (`internal`: a full
+/// disk, usually for seconds) before the refusal counts: well under the claim's lease (30 s by
+/// default), during which the host cannot renew it either.
+const INTERNAL_RETRY_BUDGET: std::time::Duration = std::time::Duration::from_secs(20);
+/// The longest pause between two such resends.
+const INTERNAL_RETRY_MAX_PAUSE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Room in a payload for what surrounds the outcomes and result: field names, the next node,
 /// the earlier steps' framing.
@@ -341,22 +345,26 @@ impl Worker {
     }
 
     /// Sends `req`; an `internal` rejection (the host's commit failed, this attempt committed nothing:
-    /// a full disk for a moment) is retried with the same request id, a few times with a
-    /// growing pause, before it counts. The host takes back what such a message changed in its
-    /// memory, so even a hello may be said again.
+    /// a full disk for a while) is retried with the same request id, with growing pauses, for
+    /// [`INTERNAL_RETRY_BUDGET`] before it counts: a child that gave up after a moment would be
+    /// counted lost and its node run again. The host takes back what such a message changed in
+    /// its memory, so even a hello may be said again.
     fn send_retrying_internal(&mut self, req: Request) -> Result<Receipt, ClientError> {
+        let started = std::time::Instant::now();
         let mut pause = std::time::Duration::from_millis(50);
-        for _ in 0..INTERNAL_RETRIES {
+        loop {
             match self.client.send(req.clone()) {
-                Err(ClientError::Rejected(r)) if r.code == RejectionCode::Internal => {
+                Err(ClientError::Rejected(r))
+                    if r.code == RejectionCode::Internal
+                        && started.elapsed() + pause < INTERNAL_RETRY_BUDGET =>
+                {
                     tracing::warn!(kind = req.body.kind_str(), message = %r.message, "the host could not commit; trying again");
                     std::thread::sleep(pause);
-                    pause *= 2;
+                    pause = (pause * 2).min(INTERNAL_RETRY_MAX_PAUSE);
                 }
                 other => return other,
             }
         }
-        self.client.send(req)
     }
 
     /// `value` as it is sent to the host: itself when small (wrapped when its top level would

@@ -3128,3 +3128,46 @@ fn pause_and_cancel_of_a_waiting_run_act_at_once_and_resume_honours_the_wake_tim
     assert_eq!(env.status(&cancelled)["run"]["status"], json!("cancelled"));
     env.stop(host);
 }
+
+/// The disk holding the database fills while a child finishes its node: the host refuses the
+/// child's result (`internal`, nothing stored), and the child sends it again, with growing
+/// pauses, for as long as a lease lasts rather than a fraction of a second. Once there is space
+/// again its result is taken: no child is lost, nothing runs twice, the run completes.
+#[test]
+fn a_childs_result_refused_by_a_full_disk_is_taken_once_space_is_back() {
+    let env = Env::new(&[]);
+    let full = env.path("disk-is-full");
+    let host = env.serve(Some(&format!("disk_full:{}", full.display())));
+    let gate = env.path("gate");
+    let file = env.one_node(
+        "refused",
+        json!({"wait_for_file": gate.display().to_string(), "return": {"done": true}}),
+    );
+    let run_id = env.start(&file, json!({}));
+    wait_for_running_attempt(&env, &run_id, "a");
+    std::fs::write(&full, "").unwrap();
+    std::fs::write(&gate, "").unwrap();
+    // The host has refused the child's result at least once.
+    let log = env.path("hosts.log");
+    let start = Instant::now();
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("batch commit failed")
+    {
+        assert!(start.elapsed() < Duration::from_secs(30), "no refusal");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A full disk lasts a while: longer than a few quick retries.
+    std::thread::sleep(Duration::from_millis(1_500));
+    std::fs::remove_file(&full).unwrap();
+    let s = env.wait_for(
+        &run_id,
+        &["completed", "failed", "review"],
+        Duration::from_secs(60),
+    );
+    assert_eq!(s["run"]["status"], json!("completed"), "{s:#}");
+    let attempts = s["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 1, "the node ran once: {attempts:#?}");
+    assert_eq!(s["claim"]["generation"], json!(1), "its first child: {s:#}");
+    env.stop(host);
+}
