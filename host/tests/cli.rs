@@ -3210,8 +3210,9 @@ fn a_detached_start_is_refused_without_a_pi_to_serve_it_and_status_shows_the_mod
     );
 }
 
-/// `piw run detach`: a run started in a session becomes detached (status says so), a second
-/// detach changes nothing, and a run that ended is refused with the reason.
+/// `piw run detach`: refused while the host names no Pi model for detached steps; then a run
+/// started in a session becomes detached (status says so), a second detach changes nothing,
+/// and a run that ended is refused with the reason.
 #[test]
 fn run_detach_makes_a_session_run_detached_once_and_refuses_a_finished_one() {
     let h = home();
@@ -3231,6 +3232,26 @@ fn run_detach_makes_a_session_run_detached_once_and_refuses_a_finished_one() {
     };
     assert_eq!(mode(&h), "interactive");
     pending_at(&h.home, &run_id, "decisions", "ask");
+    // A host that names no Pi model for detached steps refuses: the run would wait for ever.
+    let o = piw(&h.home, &["run", "detach", &run_id]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("nothing names a Pi provider and model to answer its steps"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(mode(&h), "interactive");
+    // One that does detaches it.
+    assert_eq!(piw(&h.home, &["host", "stop"]).status.code(), Some(0));
+    let o = Command::new(env!("CARGO_BIN_EXE_piw"))
+        .args(["host", "start"])
+        .env("PIW_HOME", &h.home)
+        .env("PIW_LOG", "warn")
+        .env("PIW_DETACHED_PROVIDER", "mock")
+        .env("PIW_DETACHED_MODEL", "mock-model")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let o = piw(&h.home, &["run", "detach", &run_id, "--json"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_eq!(

@@ -183,7 +183,7 @@ pub fn apply_command(
     match &req.body {
         RequestBody::RunStart(_) => body(&run::start(w, start)?),
         RequestBody::RunPause => body(&run::pause(w, state, req)?),
-        RequestBody::RunDetach => body(&run::detach(w, req)?),
+        RequestBody::RunDetach => body(&run::detach(w, state, req)?),
         RequestBody::RunResume => body(&run::resume(w, state, req)?),
         RequestBody::RunCancel(cancel) => body(&run::cancel(w, state, req, cancel)?),
         RequestBody::RunRetry(r) => body(&run::retry(w, req, r)?),

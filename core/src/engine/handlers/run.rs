@@ -41,10 +41,36 @@ pub(crate) fn pause(
     })
 }
 
-/// `run.detach`: an interactive run's steps go to host-launched bridges from now on.
-pub(crate) fn detach(w: &mut WriteTx<'_>, req: &Request) -> Result<RunDetached, StoreError> {
+/// `run.detach`: an interactive run's steps go to host-launched bridges from now on. Refused
+/// when this host could not serve them (it runs no bridges, or nothing names a Pi provider and
+/// model for the run): the run would wait for ever once its session is closed.
+pub(crate) fn detach(
+    w: &mut WriteTx<'_>,
+    state: &HostState,
+    req: &Request,
+) -> Result<RunDetached, StoreError> {
     let run_id = required(&req.run_id, "run_id")?;
+    let Some(settings) = state.child_config.bridges.as_ref() else {
+        return Err(StoreError::InvalidTransition {
+            run_id: run_id.to_owned(),
+            op: crate::store::Op::Detach,
+            status: w.run_status(run_id)?,
+            detail: "this host runs no Pi for detached steps (PIW_DETACHED_BRIDGES=off)".into(),
+        });
+    };
+    // The run's state is checked first (an ended run is refused as such, a detached one is
+    // left as it is); a refusal below undoes the write with the command.
     let changed = w.detach(run_id)?;
+    let (input, definition, _) = w.run_payload(run_id)?;
+    if changed && crate::engine::bridges::pi_model(definition.as_ref(), &input, settings).is_none()
+    {
+        return Err(StoreError::InvalidTransition {
+            run_id: run_id.to_owned(),
+            op: crate::store::Op::Detach,
+            status: w.run_status(run_id)?,
+            detail: "nothing names a Pi provider and model to answer its steps once detached: start the host with PIW_DETACHED_PROVIDER and PIW_DETACHED_MODEL (then `piw host stop`), or give the workflow `detached: { provider, model }`; the run stays as it is".into(),
+        });
+    }
     Ok(RunDetached {
         run_id: run_id.to_owned(),
         execution_mode: ExecutionMode::Detached,
