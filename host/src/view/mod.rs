@@ -11,6 +11,7 @@ pub mod export;
 mod live;
 pub mod model;
 pub mod render;
+pub mod value;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -25,6 +26,7 @@ use ratatui::Terminal;
 
 use model::{RunModel, RunsModel};
 use render::{Screen, Theme};
+use value::{PaneBody, StoreValues, ValuePane, ValueSource, ValueText};
 
 /// How often the live viewer checks the database for changes (and redraws ages).
 pub const POLL: Duration = Duration::from_millis(250);
@@ -50,10 +52,16 @@ pub fn open_store(paths: &PiwPaths) -> Result<Store, ViewError> {
     Ok(Store::open_read_only(&paths.db, StoreConfig::default())?)
 }
 
-/// The viewer's state between keys: the run list, and the run opened from it (or named).
+/// The viewer's state between keys: the run list, the run opened from it (or named), and a
+/// value stored apart opened from the run's inspector.
 pub struct App {
     pub runs: RunsModel,
     pub run: Option<RunModel>,
+    pub value: Option<ValuePane>,
+    /// Where `v` reads a value stored apart (the read-only store unless told otherwise).
+    pub values: Box<dyn ValueSource>,
+    /// The screen's columns and rows, which the value pane scrolls by.
+    pub size: (u16, u16),
     pub quit: bool,
 }
 
@@ -73,14 +81,84 @@ impl App {
         Ok(Self {
             runs,
             run,
+            value: None,
+            values: Box::new(StoreValues),
+            size: ONCE_SIZE,
             quit: false,
         })
     }
 
     pub fn screen(&self) -> Screen<'_> {
-        match &self.run {
-            Some(run) => Screen::Run(run),
-            None => Screen::Runs(&self.runs),
+        match (&self.value, &self.run) {
+            (Some(pane), Some(_)) => Screen::Value(pane),
+            (_, Some(run)) => Screen::Run(run),
+            (_, None) => Screen::Runs(&self.runs),
+        }
+    }
+
+    /// Opens the run view's `index`th value stored apart (wrapping), to be fetched.
+    fn open_value(&mut self, index: usize) {
+        let Some(run) = &self.run else {
+            return;
+        };
+        let stored = value::stored_values(run);
+        if stored.is_empty() {
+            return;
+        }
+        let index = index % stored.len();
+        self.value = Some(ValuePane {
+            value: stored[index].clone(),
+            index,
+            count: stored.len(),
+            body: PaneBody::Fetching,
+        });
+    }
+
+    /// Whether a value was asked for and not fetched yet (the loop draws the pane first).
+    pub fn value_pending(&self) -> bool {
+        self.value
+            .as_ref()
+            .is_some_and(|p| p.body == PaneBody::Fetching)
+    }
+
+    /// Fetches the value asked for; a failure shows in the pane.
+    pub fn fetch_value(&mut self, store: &Store) {
+        let (Some(pane), Some(run)) = (&mut self.value, &self.run) else {
+            return;
+        };
+        if pane.body != PaneBody::Fetching {
+            return;
+        }
+        pane.body = match self
+            .values
+            .fetch(store, &run.run.run_id, &pane.value.reference)
+        {
+            Ok(v) => PaneBody::Fetched(ValueText::new(&v)),
+            Err(e) => PaneBody::Failed(e),
+        };
+    }
+
+    /// A key while the value pane is open.
+    fn value_key(&mut self, code: KeyCode) {
+        let (width, rows) = value::pane_inner(self.size.0, self.size.1);
+        let Some(pane) = &mut self.value else {
+            return;
+        };
+        let next = pane.index + 1;
+        let text = match &mut pane.body {
+            PaneBody::Fetched(text) => Some(text),
+            _ => None,
+        };
+        match (code, text) {
+            (KeyCode::Esc | KeyCode::Backspace, _) => self.value = None,
+            (KeyCode::Char('v'), _) => self.open_value(next),
+            (KeyCode::Up | KeyCode::Char('k'), Some(t)) => t.up(1, width),
+            (KeyCode::Down | KeyCode::Char('j'), Some(t)) => t.down(1, width, rows),
+            (KeyCode::PageUp, Some(t)) => t.up(rows.saturating_sub(1).max(1), width),
+            (KeyCode::PageDown, Some(t)) => t.down(rows.saturating_sub(1).max(1), width, rows),
+            (KeyCode::Home, Some(t)) => t.home(),
+            (KeyCode::End, Some(t)) => t.end(width, rows),
+            _ => {}
         }
     }
 
@@ -97,6 +175,10 @@ impl App {
     pub fn key(&mut self, store: &Store, code: KeyCode) -> StoreResult<()> {
         if matches!(code, KeyCode::Char('q')) {
             self.quit = true;
+            return Ok(());
+        }
+        if self.value.is_some() {
+            self.value_key(code);
             return Ok(());
         }
         match &mut self.run {
@@ -128,6 +210,7 @@ impl App {
                 KeyCode::Left | KeyCode::Char('h') => run.history_back(store)?,
                 KeyCode::Right | KeyCode::Char('l') => run.history_forward(store)?,
                 KeyCode::End => run.live(store)?,
+                KeyCode::Char('v') => self.open_value(0),
                 KeyCode::Esc | KeyCode::Backspace => {
                     self.run = None;
                     self.runs.reload(store)?;
@@ -213,6 +296,9 @@ pub fn interactive(
 ) -> Result<(), ViewError> {
     let store = open_store(paths)?;
     let mut app = App::load(&store, filter, run_id)?;
+    app.values = Box::new(value::HostValues {
+        paths: paths.clone(),
+    });
     let theme = Theme::from_env();
     let mut terminal = ratatui::try_init()?;
     let result = event_loop(&mut terminal, paths, &store, &mut app, theme);
@@ -238,7 +324,14 @@ fn event_loop(
             subscription = shown
                 .map(|id| live::RunSubscription::start(paths.clone(), id.to_owned(), tx.clone()));
         }
+        let size = terminal.size()?;
+        app.size = (size.width, size.height);
         terminal.draw(|f| render::draw(f, app.screen(), theme, model::now_ms()))?;
+        if app.value_pending() {
+            // The pane says what it fetches while it does.
+            app.fetch_value(store);
+            continue;
+        }
         // Sleep until a key or an event, at most one poll interval: no busy loop.
         let mut changed = false;
         match live::next(&rx, POLL) {

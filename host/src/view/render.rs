@@ -17,6 +17,7 @@ use serde_json::Value;
 use unicode_width::UnicodeWidthStr as _;
 
 use super::model::{event_node, precise_duration, short_duration, NodeRow, RunModel, RunsModel};
+use super::value::{PaneBody, ValuePane};
 
 /// How the viewer styles text: colour only when the terminal may have it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +56,8 @@ impl Theme {
 pub enum Screen<'a> {
     Runs(&'a RunsModel),
     Run(&'a RunModel),
+    /// A value stored apart, opened from the run's inspector.
+    Value(&'a ValuePane),
 }
 
 /// Draws one frame: the screen, then the footer with its keys.
@@ -68,7 +71,15 @@ pub fn draw(frame: &mut Frame<'_>, screen: Screen<'_>, theme: Theme, now: UnixMi
         }
         Screen::Run(run) => {
             draw_run(frame, body, run, theme, now);
-            "↑↓ node  ←→ history  End live  Esc runs  q quit"
+            if super::value::stored_values(run).is_empty() {
+                "↑↓ node  ←→ history  End live  Esc runs  q quit"
+            } else {
+                "↑↓ node  ←→ history  End live  v value  Esc runs  q quit"
+            }
+        }
+        Screen::Value(pane) => {
+            draw_value(frame, body, pane);
+            "↑↓ PgUp PgDn Home End scroll  v next value  Esc run  q quit"
         }
     };
     frame.render_widget(
@@ -660,6 +671,41 @@ fn inspector(m: &RunModel, now: UnixMillis) -> Paragraph<'static> {
     Paragraph::new(inspector_lines(m, now))
         .block(Block::bordered().title(" inspector "))
         .wrap(Wrap { trim: false })
+}
+
+/// The value pane: the value's pretty JSON, only the rows on screen laid out.
+fn draw_value(frame: &mut Frame<'_>, area: Rect, pane: &ValuePane) {
+    let (width, rows) = super::value::pane_inner(area.width, area.height + 1);
+    let (lines, place) = match &pane.body {
+        PaneBody::Fetching => (vec![Line::from("fetching…")], String::new()),
+        PaneBody::Failed(why) => (
+            vec![Line::from(format!(
+                "could not fetch the value: {}",
+                one_line(why)
+            ))],
+            String::new(),
+        ),
+        PaneBody::Fetched(text) => (
+            text.visible(width, rows)
+                .into_iter()
+                .map(|row| Line::from(row.to_owned()))
+                .collect(),
+            format!(" · {}%", text.percent()),
+        ),
+    };
+    let v = &pane.value;
+    let title = format!(
+        " {} · {} bytes{place} · value {} of {} ",
+        v.label,
+        v.reference.bytes,
+        pane.index + 1,
+        pane.count
+    );
+    frame.render_widget(
+        Paragraph::new(lines)
+            .block(Block::bordered().title(fit_text(&title, area.width.saturating_sub(2)))),
+        area,
+    );
 }
 
 /// One line of the event list.

@@ -1142,3 +1142,138 @@ fn a_value_stored_apart_shows_its_preview_and_size() {
     let literal = piw_core::protocol::value::wrap_inline(own.clone());
     assert_eq!(super::render::compact(&literal), own.to_string());
 }
+
+/// A run whose first attempt's output is a value stored apart: 400 numbered lines of text, so
+/// its pretty JSON is an array with one string per row. Returns the run and the value.
+fn run_with_a_stored_output(f: &mut Fixture) -> (String, Value) {
+    let lines: Vec<String> = (0..400)
+        .map(|i| format!("line {i:04} {}", "x".repeat(200)))
+        .collect();
+    let output = json!({ "lines": lines });
+    let text = output.to_string();
+    let r = piw_core::protocol::ValueRef::for_canonical(&text);
+    let (run_id, act, attempt) = f.start(&loop_graph(), None);
+    f.store
+        .write(|w| w.put_value_chunk(&act.claim, &r.sha256, r.bytes, 0, text.as_bytes()))
+        .unwrap();
+    f.step(&act, &attempt, r.to_json(), "review", 1000);
+    (run_id, output)
+}
+
+/// The app on run `run_id` with the first node (the attempt holding the value) selected.
+fn app_on_draft(f: &Fixture, run_id: &str, size: (u16, u16)) -> App {
+    let mut app = App::load(&f.store, RunFilter::default(), Some(run_id)).unwrap();
+    app.size = size;
+    app.key(&f.store, KeyCode::Up).unwrap();
+    app
+}
+
+/// `v` in the inspector fetches the value stored apart whole (here from the store: no host
+/// answers) and shows it as pretty JSON in a pane that scrolls; before it, the inspector
+/// shows the preview and the footer the key. Esc goes back to the run.
+#[test]
+fn v_fetches_a_stored_value_whole_and_scrolls_it() {
+    let mut f = Fixture::new();
+    let (run_id, _) = run_with_a_stored_output(&mut f);
+    let size = (120, 30);
+    let mut app = app_on_draft(&f, &run_id, size);
+    app.values = Box::new(super::value::HostValues {
+        paths: f.paths.clone(),
+    });
+    let now = f.clock_now();
+    let shown = |app: &App| buffer_text(&frame(app, PLAIN, now, size.0, size.1).unwrap());
+    let before = shown(&app);
+    assert!(
+        before.contains(r#"output: {"lines":["line 0000"#),
+        "{before}"
+    );
+    assert!(before.contains("v value"), "{before}");
+    assert!(!before.contains("line 0001"), "{before}");
+
+    app.key(&f.store, KeyCode::Char('v')).unwrap();
+    assert!(shown(&app).contains("fetching…"), "{}", shown(&app));
+    assert!(app.value_pending());
+    app.fetch_value(&f.store);
+    let text = shown(&app);
+    let bytes = app.value.as_ref().unwrap().value.reference.bytes;
+    assert!(
+        text.contains(&format!(" output · {bytes} bytes · 0% · value 1 of 1 ")),
+        "{text}"
+    );
+    assert!(line_with(&text, "{").starts_with("│{"), "{text}");
+    assert!(text.contains(r#"│  "lines": ["#), "{text}");
+    // Each 212-column string wraps into two rows of 118.
+    assert!(text.contains(r#"│    "line 0000 xxx"#), "{text}");
+    assert!(text.contains("Esc run"), "{text}");
+    assert!(!text.contains("line 0020"), "{text}");
+
+    for _ in 0..3 {
+        app.key(&f.store, KeyCode::PageDown).unwrap();
+    }
+    // 27 rows, a page is 26: `{`, `"lines": [` and 38 strings of two rows each went by.
+    let text = shown(&app);
+    assert!(!text.contains("line 0037"), "{text}");
+    assert!(text.contains(r#"│    "line 0038 xxx"#), "{text}");
+    app.key(&f.store, KeyCode::Up).unwrap();
+    let text = shown(&app);
+    assert!(text.contains(r#"│xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx","#), "{text}");
+    assert!(!text.contains("line 0037"), "{text}");
+    app.key(&f.store, KeyCode::Up).unwrap();
+    assert!(
+        shown(&app).contains(r#"│    "line 0037 xxx"#),
+        "{}",
+        shown(&app)
+    );
+    app.key(&f.store, KeyCode::End).unwrap();
+    let text = shown(&app);
+    assert!(text.contains(r#"│    "line 0399 xxx"#), "{text}");
+    assert!(text.contains("│  ]"), "{text}");
+    assert!(text.contains("│}"), "{text}");
+    app.key(&f.store, KeyCode::Home).unwrap();
+    assert!(shown(&app).contains("│{"), "{}", shown(&app));
+
+    app.key(&f.store, KeyCode::Esc).unwrap();
+    let text = shown(&app);
+    assert!(text.contains(" inspector "), "{text}");
+    assert!(text.contains(r#"output: {"lines":["line 0000"#), "{text}");
+}
+
+/// A value that cannot be read (the host gone, the value missing) shows why, as a line.
+#[test]
+fn a_value_that_cannot_be_fetched_shows_why() {
+    struct Gone;
+    impl super::value::ValueSource for Gone {
+        fn fetch(
+            &mut self,
+            _: &Store,
+            _: &str,
+            _: &piw_core::protocol::ValueRef,
+        ) -> Result<Value, String> {
+            Err("the host: disconnected".into())
+        }
+    }
+    let mut f = Fixture::new();
+    let (run_id, _) = run_with_a_stored_output(&mut f);
+    let mut app = app_on_draft(&f, &run_id, (100, 30));
+    app.values = Box::new(Gone);
+    app.key(&f.store, KeyCode::Char('v')).unwrap();
+    app.fetch_value(&f.store);
+    // Scroll keys on a failed fetch change nothing.
+    app.key(&f.store, KeyCode::PageDown).unwrap();
+    let text = buffer_text(&frame(&app, PLAIN, f.clock_now(), 100, 30).unwrap());
+    assert!(
+        text.contains("could not fetch the value: the host: disconnected"),
+        "{text}"
+    );
+
+    // A value the store does not hold: the store says so.
+    let missing = piw_core::protocol::ValueRef::for_canonical("\"gone\"");
+    let error = super::value::ValueSource::fetch(
+        &mut super::value::StoreValues,
+        &f.store,
+        &run_id,
+        &missing,
+    )
+    .unwrap_err();
+    assert!(error.contains(&missing.sha256), "{error}");
+}
