@@ -1168,15 +1168,19 @@ fn app_on_draft(f: &Fixture, run_id: &str, size: (u16, u16)) -> App {
     app
 }
 
-/// `v` in the inspector fetches the value stored apart whole (here from the store: no host
-/// answers) and shows it as pretty JSON in a pane that scrolls; before it, the inspector
+/// `v` in the inspector fetches the value stored apart whole (here from the store opened
+/// read-only: no host answers) and shows it as pretty JSON in a pane that scrolls; before it, the inspector
 /// shows the preview and the footer the key. Esc goes back to the run.
 #[test]
 fn v_fetches_a_stored_value_whole_and_scrolls_it() {
     let mut f = Fixture::new();
     let (run_id, _) = run_with_a_stored_output(&mut f);
     let size = (120, 30);
-    let mut app = app_on_draft(&f, &run_id, size);
+    // As `piw view` reads a stopped installation: read-only, no host answering.
+    let store = super::open_store(&f.paths).unwrap();
+    let mut app = App::load(&store, RunFilter::default(), Some(&run_id)).unwrap();
+    app.size = size;
+    app.key(&store, KeyCode::Up).unwrap();
     app.values = Box::new(super::value::HostValues {
         paths: f.paths.clone(),
     });
@@ -1190,10 +1194,10 @@ fn v_fetches_a_stored_value_whole_and_scrolls_it() {
     assert!(before.contains("v value"), "{before}");
     assert!(!before.contains("line 0001"), "{before}");
 
-    app.key(&f.store, KeyCode::Char('v')).unwrap();
+    app.key(&store, KeyCode::Char('v')).unwrap();
     assert!(shown(&app).contains("fetching…"), "{}", shown(&app));
     assert!(app.value_pending());
-    app.fetch_value(&f.store);
+    app.fetch_value(&store);
     let text = shown(&app);
     let bytes = app.value.as_ref().unwrap().value.reference.bytes;
     assert!(
@@ -1208,31 +1212,31 @@ fn v_fetches_a_stored_value_whole_and_scrolls_it() {
     assert!(!text.contains("line 0020"), "{text}");
 
     for _ in 0..3 {
-        app.key(&f.store, KeyCode::PageDown).unwrap();
+        app.key(&store, KeyCode::PageDown).unwrap();
     }
     // 27 rows, a page is 26: `{`, `"lines": [` and 38 strings of two rows each went by.
     let text = shown(&app);
     assert!(!text.contains("line 0037"), "{text}");
     assert!(text.contains(r#"│    "line 0038 xxx"#), "{text}");
-    app.key(&f.store, KeyCode::Up).unwrap();
+    app.key(&store, KeyCode::Up).unwrap();
     let text = shown(&app);
     assert!(text.contains(r#"│xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx","#), "{text}");
     assert!(!text.contains("line 0037"), "{text}");
-    app.key(&f.store, KeyCode::Up).unwrap();
+    app.key(&store, KeyCode::Up).unwrap();
     assert!(
         shown(&app).contains(r#"│    "line 0037 xxx"#),
         "{}",
         shown(&app)
     );
-    app.key(&f.store, KeyCode::End).unwrap();
+    app.key(&store, KeyCode::End).unwrap();
     let text = shown(&app);
     assert!(text.contains(r#"│    "line 0399 xxx"#), "{text}");
     assert!(text.contains("│  ]"), "{text}");
     assert!(text.contains("│}"), "{text}");
-    app.key(&f.store, KeyCode::Home).unwrap();
+    app.key(&store, KeyCode::Home).unwrap();
     assert!(shown(&app).contains("│{"), "{}", shown(&app));
 
-    app.key(&f.store, KeyCode::Esc).unwrap();
+    app.key(&store, KeyCode::Esc).unwrap();
     let text = shown(&app);
     assert!(text.contains(" inspector "), "{text}");
     assert!(text.contains(r#"output: {"lines":["line 0000"#), "{text}");
