@@ -13,8 +13,10 @@ use std::time::Duration;
 
 use piw_core::client::{BlockingClient, ClientError};
 use piw_core::paths::PiwPaths;
-use piw_core::protocol::{payload, RequestBody};
+use piw_core::protocol::{payload, RequestBody, ValueRef};
 use ratatui::crossterm::event::{self, Event};
+
+use super::value::{ValueSource, ValueText};
 
 /// How long the subscriber waits before connecting again when no host answers or it left.
 pub const RESUBSCRIBE: Duration = Duration::from_secs(2);
@@ -28,6 +30,32 @@ pub enum Wake {
     RunChanged,
     /// Reading the terminal failed: the viewer ends with this error.
     TerminalFailed(std::io::Error),
+    /// A value stored apart was read (or could not be).
+    ValueFetched {
+        sha256: String,
+        result: Result<ValueText, String>,
+    },
+}
+
+/// Reads value `reference` of run `run_id` whole on a thread of its own (with its own
+/// read-only store) and wakes the viewer with it, laid out.
+pub fn fetch_value(
+    paths: PiwPaths,
+    source: Arc<dyn ValueSource>,
+    run_id: String,
+    reference: ValueRef,
+    tx: Sender<Wake>,
+) {
+    std::thread::spawn(move || {
+        let result = super::open_store(&paths)
+            .map_err(|e| e.to_string())
+            .and_then(|store| super::fetch_text(source.as_ref(), &store, &run_id, &reference));
+        // The viewer may be gone: nobody to tell.
+        let _ = tx.send(Wake::ValueFetched {
+            sha256: reference.sha256,
+            result,
+        });
+    });
 }
 
 /// Starts the thread that forwards terminal events. It blocks in `event::read`; it ends when

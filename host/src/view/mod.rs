@@ -14,6 +14,7 @@ pub mod render;
 pub mod value;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use piw_core::clock::UnixMillis;
@@ -59,7 +60,7 @@ pub struct App {
     pub run: Option<RunModel>,
     pub value: Option<ValuePane>,
     /// Where `v` reads a value stored apart (the read-only store unless told otherwise).
-    pub values: Box<dyn ValueSource>,
+    pub values: Arc<dyn ValueSource>,
     /// The screen's columns and rows, which the value pane scrolls by.
     pub size: (u16, u16),
     pub quit: bool,
@@ -82,7 +83,7 @@ impl App {
             runs,
             run,
             value: None,
-            values: Box::new(StoreValues),
+            values: Arc::new(StoreValues),
             size: ONCE_SIZE,
             quit: false,
         })
@@ -114,28 +115,35 @@ impl App {
         });
     }
 
-    /// Whether a value was asked for and not fetched yet (the loop draws the pane first).
-    pub fn value_pending(&self) -> bool {
-        self.value
-            .as_ref()
-            .is_some_and(|p| p.body == PaneBody::Fetching)
+    /// The value asked for and not fetched yet: its run and reference.
+    pub fn pending_fetch(&self) -> Option<(String, piw_core::protocol::ValueRef)> {
+        let (Some(pane), Some(run)) = (&self.value, &self.run) else {
+            return None;
+        };
+        (pane.body == PaneBody::Fetching)
+            .then(|| (run.run.run_id.clone(), pane.value.reference.clone()))
     }
 
-    /// Fetches the value asked for; a failure shows in the pane.
-    pub fn fetch_value(&mut self, store: &Store) {
-        let (Some(pane), Some(run)) = (&mut self.value, &self.run) else {
-            return;
-        };
-        if pane.body != PaneBody::Fetching {
-            return;
+    /// A fetch's outcome: shown when the pane still waits for that value (a failure as a
+    /// line), dropped when the pane was closed or moved on.
+    pub fn value_fetched(&mut self, sha256: &str, result: Result<ValueText, String>) {
+        if let Some(pane) = &mut self.value {
+            if pane.body == PaneBody::Fetching && pane.value.reference.sha256 == sha256 {
+                pane.body = match result {
+                    Ok(text) => PaneBody::Fetched(text),
+                    Err(why) => PaneBody::Failed(why),
+                };
+            }
         }
-        pane.body = match self
-            .values
-            .fetch(store, &run.run.run_id, &pane.value.reference)
-        {
-            Ok(v) => PaneBody::Fetched(ValueText::new(&v)),
-            Err(e) => PaneBody::Failed(e),
-        };
+    }
+
+    /// Fetches the value asked for here and now (the terminal loop does it on a thread).
+    #[cfg(test)]
+    pub fn fetch_value(&mut self, store: &Store) {
+        if let Some((run_id, reference)) = self.pending_fetch() {
+            let result = fetch_text(self.values.as_ref(), store, &run_id, &reference);
+            self.value_fetched(&reference.sha256, result);
+        }
     }
 
     /// A key while the value pane is open.
@@ -222,6 +230,18 @@ impl App {
     }
 }
 
+/// A value read whole and laid out as pretty JSON.
+pub fn fetch_text(
+    source: &dyn ValueSource,
+    store: &Store,
+    run_id: &str,
+    reference: &piw_core::protocol::ValueRef,
+) -> Result<ValueText, String> {
+    source
+        .fetch(store, run_id, reference)
+        .map(|v| ValueText::new(&v))
+}
+
 /// Draws one frame of `app` into a buffer of `width` x `height`.
 pub fn frame(
     app: &App,
@@ -296,7 +316,7 @@ pub fn interactive(
 ) -> Result<(), ViewError> {
     let store = open_store(paths)?;
     let mut app = App::load(&store, filter, run_id)?;
-    app.values = Box::new(value::HostValues {
+    app.values = Arc::new(value::HostValues {
         paths: paths.clone(),
     });
     let theme = Theme::from_env();
@@ -316,6 +336,8 @@ fn event_loop(
     let (tx, rx) = std::sync::mpsc::channel();
     live::forward_terminal(tx.clone());
     let mut subscription: Option<live::RunSubscription> = None;
+    // The value a thread is fetching, so a pane asked for again does not fetch it twice.
+    let mut fetching: Option<String> = None;
     let mut seen_version = store.data_version()?;
     while !app.quit {
         // Follow the run on screen through the host's events while one answers.
@@ -327,10 +349,17 @@ fn event_loop(
         let size = terminal.size()?;
         app.size = (size.width, size.height);
         terminal.draw(|f| render::draw(f, app.screen(), theme, model::now_ms()))?;
-        if app.value_pending() {
-            // The pane says what it fetches while it does.
-            app.fetch_value(store);
-            continue;
+        if let Some((run_id, reference)) = app.pending_fetch() {
+            if fetching.as_ref() != Some(&reference.sha256) {
+                fetching = Some(reference.sha256.clone());
+                live::fetch_value(
+                    paths.clone(),
+                    app.values.clone(),
+                    run_id,
+                    reference,
+                    tx.clone(),
+                );
+            }
         }
         // Sleep until a key or an event, at most one poll interval: no busy loop.
         let mut changed = false;
@@ -344,6 +373,12 @@ fn event_loop(
             }
             Some(live::Wake::Terminal(_)) | None => {}
             Some(live::Wake::RunChanged) => changed = true,
+            Some(live::Wake::ValueFetched { sha256, result }) => {
+                if fetching.as_ref() == Some(&sha256) {
+                    fetching = None;
+                }
+                app.value_fetched(&sha256, result);
+            }
             Some(live::Wake::TerminalFailed(e)) => return Err(e.into()),
         }
         let version = store.data_version()?;

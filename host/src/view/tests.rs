@@ -1181,7 +1181,7 @@ fn v_fetches_a_stored_value_whole_and_scrolls_it() {
     let mut app = App::load(&store, RunFilter::default(), Some(&run_id)).unwrap();
     app.size = size;
     app.key(&store, KeyCode::Up).unwrap();
-    app.values = Box::new(super::value::HostValues {
+    app.values = std::sync::Arc::new(super::value::HostValues {
         paths: f.paths.clone(),
     });
     let now = f.clock_now();
@@ -1196,7 +1196,7 @@ fn v_fetches_a_stored_value_whole_and_scrolls_it() {
 
     app.key(&store, KeyCode::Char('v')).unwrap();
     assert!(shown(&app).contains("fetching…"), "{}", shown(&app));
-    assert!(app.value_pending());
+    assert!(app.pending_fetch().is_some());
     app.fetch_value(&store);
     let text = shown(&app);
     let bytes = app.value.as_ref().unwrap().value.reference.bytes;
@@ -1248,7 +1248,7 @@ fn a_value_that_cannot_be_fetched_shows_why() {
     struct Gone;
     impl super::value::ValueSource for Gone {
         fn fetch(
-            &mut self,
+            &self,
             _: &Store,
             _: &str,
             _: &piw_core::protocol::ValueRef,
@@ -1259,7 +1259,7 @@ fn a_value_that_cannot_be_fetched_shows_why() {
     let mut f = Fixture::new();
     let (run_id, _) = run_with_a_stored_output(&mut f);
     let mut app = app_on_draft(&f, &run_id, (100, 30));
-    app.values = Box::new(Gone);
+    app.values = std::sync::Arc::new(Gone);
     app.key(&f.store, KeyCode::Char('v')).unwrap();
     app.fetch_value(&f.store);
     // Scroll keys on a failed fetch change nothing.
@@ -1272,12 +1272,39 @@ fn a_value_that_cannot_be_fetched_shows_why() {
 
     // A value the store does not hold: the store says so.
     let missing = piw_core::protocol::ValueRef::for_canonical("\"gone\"");
-    let error = super::value::ValueSource::fetch(
-        &mut super::value::StoreValues,
-        &f.store,
-        &run_id,
-        &missing,
-    )
-    .unwrap_err();
+    let error =
+        super::value::ValueSource::fetch(&super::value::StoreValues, &f.store, &run_id, &missing)
+            .unwrap_err();
     assert!(error.contains(&missing.sha256), "{error}");
+}
+
+/// The terminal loop fetches on a thread (its own read-only store) and hands the laid-out
+/// value back; a result for a value the pane no longer waits for is dropped.
+#[test]
+fn a_value_fetched_on_a_thread_fills_the_pane_waiting_for_it() {
+    let mut f = Fixture::new();
+    let (run_id, _) = run_with_a_stored_output(&mut f);
+    let mut app = app_on_draft(&f, &run_id, (100, 30));
+    app.key(&f.store, KeyCode::Char('v')).unwrap();
+    let (run, reference) = app.pending_fetch().unwrap();
+    assert_eq!(run, run_id);
+    let (tx, rx) = std::sync::mpsc::channel();
+    super::live::fetch_value(f.paths.clone(), app.values.clone(), run, reference, tx);
+    let (sha256, result) = match rx.recv_timeout(std::time::Duration::from_secs(30)) {
+        Ok(super::live::Wake::ValueFetched { sha256, result }) => (sha256, result),
+        other => panic!("expected the value, got {other:?}"),
+    };
+
+    app.value_fetched(&"0".repeat(64), Err("another value".into()));
+    let text = buffer_text(&frame(&app, PLAIN, f.clock_now(), 100, 30).unwrap());
+    assert!(text.contains("fetching…"), "{text}");
+    app.value_fetched(&sha256, result);
+    assert_eq!(app.pending_fetch(), None);
+    let text = buffer_text(&frame(&app, PLAIN, f.clock_now(), 100, 30).unwrap());
+    assert!(text.contains(r#"│    "line 0000 xxx"#), "{text}");
+
+    // Closed before its value came: the value is dropped, the run shown.
+    app.key(&f.store, KeyCode::Esc).unwrap();
+    app.value_fetched(&sha256, Err("late".into()));
+    assert!(app.value.is_none());
 }

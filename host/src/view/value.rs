@@ -61,23 +61,18 @@ pub fn stored_values(m: &RunModel) -> Vec<StoredValue> {
         .collect()
 }
 
-/// Where the viewer reads a value stored apart.
-pub trait ValueSource {
+/// Where the viewer reads a value stored apart (on a thread of its own, so keys still work
+/// while a large value arrives).
+pub trait ValueSource: Send + Sync {
     /// The value `reference` names, which run `run_id` holds, or why it could not be read.
-    fn fetch(&mut self, store: &Store, run_id: &str, reference: &ValueRef)
-        -> Result<Value, String>;
+    fn fetch(&self, store: &Store, run_id: &str, reference: &ValueRef) -> Result<Value, String>;
 }
 
 /// The store the viewer opened read-only (a stopped installation).
 pub struct StoreValues;
 
 impl ValueSource for StoreValues {
-    fn fetch(
-        &mut self,
-        store: &Store,
-        run_id: &str,
-        reference: &ValueRef,
-    ) -> Result<Value, String> {
+    fn fetch(&self, store: &Store, run_id: &str, reference: &ValueRef) -> Result<Value, String> {
         let bytes = store
             .read_value(run_id, &reference.sha256)
             .map_err(|e| e.to_string())?;
@@ -101,12 +96,7 @@ pub struct HostValues {
 }
 
 impl ValueSource for HostValues {
-    fn fetch(
-        &mut self,
-        store: &Store,
-        run_id: &str,
-        reference: &ValueRef,
-    ) -> Result<Value, String> {
+    fn fetch(&self, store: &Store, run_id: &str, reference: &ValueRef) -> Result<Value, String> {
         let Ok(mut client) = BlockingClient::connect(&self.paths) else {
             return StoreValues.fetch(store, run_id, reference);
         };
@@ -313,7 +303,7 @@ mod tests {
         let value = json!({ "text": "y".repeat(3000) });
         let text = value.to_string();
         let reference = ValueRef::for_canonical(&text);
-        let mut source = HostValues {
+        let source = HostValues {
             paths: paths.clone(),
         };
 
