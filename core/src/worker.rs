@@ -557,6 +557,9 @@ impl Worker {
         if let Some(submission) = reply.submission.take() {
             reply.submission = Some(self.resolve_value_once(submission, &mut read)?);
         }
+        if let Some(output) = reply.timer.as_mut().and_then(|t| t.get_mut("output")) {
+            *output = self.resolve_value_once(output.take(), &mut read)?;
+        }
         Ok(reply)
     }
 
@@ -777,6 +780,8 @@ impl Worker {
         output: Value,
     ) -> Result<(String, i64), WorkerError> {
         self.flush_for_node_operation()?;
+        // The node's output when it wakes may be as large as any output: stored apart.
+        let output = self.send_value("the wait's output", output)?;
         let (for_ms, until_ms) = match wake {
             crate::store::Wake::After(ms) => (Some(ms), None),
             crate::store::Wake::At(at) => (None, Some(u64::try_from(at).unwrap_or(0))),

@@ -55,6 +55,7 @@ impl WriteTx<'_> {
         output: &Value,
     ) -> StoreResult<TimerSet> {
         self.fence(claim)?;
+        self.check_slot(&claim.run_id, output)?;
         let run = self.run_for(&claim.run_id, Op::WaitUntil)?;
         let attempt =
             self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
