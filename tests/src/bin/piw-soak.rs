@@ -24,7 +24,9 @@
 //! one succeeded attempt per node (every graph visits each node once), `diagnose`. It prints
 //! one line on stdout,
 //! `soak seed=N faults=F runs=R completed=C lost=L doubled=D diagnose=clean review=V frames=X`,
-//! each problem on stderr, and exits 1 when anything is lost, doubled, unexpected or not clean.
+//! each problem on stderr. Then it prunes every finished run (a host killed between two
+//! `run.prune`s) and prints `soak prune: batches=B removed=R left=L diagnose=clean`. It exits 1
+//! when anything is lost, doubled, unexpected or not clean.
 //! Every process of the installation is killed when it ends, pass or fail.
 
 use std::collections::BTreeMap;
@@ -322,7 +324,70 @@ impl Soak {
             std::thread::sleep(Duration::from_millis(20));
         }
         self.stop_host()?;
-        self.check()
+        let checked = self.check()?;
+        Ok(self.prune_finished()? && checked)
+    }
+
+    /// Retention after the check: every finished run is pruned through a host, a few runs per
+    /// `run.prune`, and the host is killed (SIGKILL) between two of them. Afterwards only the
+    /// runs in review are left, nothing of the pruned runs remains (`diagnose`: no dangling
+    /// reference, no value no run holds) and the line says so.
+    fn prune_finished(&mut self) -> Res<bool> {
+        self.serve()?;
+        let mut batches = 0u32;
+        let mut removed = 0usize;
+        loop {
+            let request = Request::new(
+                format!("soak-prune-{batches}"),
+                RequestBody::RunPrune(payload::RunPrune {
+                    older_than_ms: Some(0),
+                    limit: Some(5),
+                    ..payload::RunPrune::default()
+                }),
+            );
+            let reply = self
+                .call(&request)?
+                .map_err(|e| format!("run.prune refused: {e}"))?;
+            batches += 1;
+            removed += reply.body["removed"].as_array().map_or(0, Vec::len);
+            if batches == 2 {
+                self.kill_host(libc::SIGKILL)?;
+            }
+            if reply.body["more"] != json!(true) {
+                break;
+            }
+            if batches > 10_000 {
+                return Err("run.prune never said it was done".into());
+            }
+        }
+        self.stop_host()?;
+        let store = Store::open_read_only(&self.paths.db, StoreConfig::default())?;
+        let left = store.list_runs(None, 100_000)?;
+        let only_review = left
+            .iter()
+            .all(|r| r.status == piw_core::store::RunStatus::Review);
+        let findings = store.diagnose()?;
+        for f in &findings {
+            eprintln!("piw-soak: after the prune: diagnose: {f:?}");
+        }
+        if !only_review {
+            eprintln!(
+                "piw-soak: after the prune: {:?}",
+                left.iter()
+                    .map(|r| (&r.run_id, &r.status))
+                    .collect::<Vec<_>>()
+            );
+        }
+        println!(
+            "soak prune: batches={batches} removed={removed} left={} diagnose={}",
+            left.len(),
+            if findings.is_empty() {
+                "clean"
+            } else {
+                "findings"
+            }
+        );
+        Ok(only_review && findings.is_empty())
     }
 
     /// One step of the schedule: start a run, move one along, or inject a fault.
