@@ -313,6 +313,10 @@ export interface RunStatus {
   updates: RunUpdate[];
   /** Progress and notify events dropped over the run's event budget. */
   events_dropped: number;
+  /** The run's newest 20 workflow messages, oldest of them first (a run without a session keeps its messages only here). */
+  messages: WorkflowMessage[];
+  /** How many workflow messages the run has in all. */
+  message_count: number;
 }
 
 /** The run's latest update for one `(type, key)` (`RunStatus.updates`). */
@@ -338,6 +342,8 @@ export interface WorkflowMessage {
   /** `notify` (from a notify node) or `terminal` (the run ended). */
   kind: string;
   content: unknown;
+  /** `content` was left out so that the status fits a frame. */
+  content_omitted?: true;
   delivered_at: number | null;
 }
 

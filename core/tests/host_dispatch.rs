@@ -863,6 +863,62 @@ fn message_claim_of_a_session_fits_a_reply() {
     assert_eq!(delivered.len(), 5, "every message delivered");
 }
 
+/// `run.status` of a run without a session carries its messages and still fits a frame when
+/// they are large: the oldest messages' content is left out first (marked), the newest stays.
+#[test]
+fn run_status_with_large_messages_of_a_sessionless_run_fits_a_reply() {
+    use piw_core::protocol::{encode_frame, Limits, Receipt, ServerFrame};
+    use piw_core::store::{ExecutionMode, NewRun};
+    let mut f = Fixture::new();
+    let big = |n: usize| json!({ "message": format!("{n}").repeat(220 * 1024) });
+    let run_id = f.start_with(NewRun {
+        execution_mode: ExecutionMode::Detached,
+        ..common::new_run(None)
+    });
+    let act = f.activate(&run_id);
+    let mut attempt = f
+        .store
+        .write(|w| w.node_started(&act.claim, "a", None))
+        .unwrap();
+    // One notify per visit: each node says something, then the run moves on.
+    for n in 0..5 {
+        f.store.write(|w| w.notify(&act.claim, &big(n))).unwrap();
+        attempt = f
+            .store
+            .write(|w| w.transition(&act.claim, &common::step(&attempt, &format!("n{n}"))))
+            .unwrap()
+            .next_attempt_id;
+    }
+    f.store
+        .write(|w| w.complete(&act.claim, &attempt, &json!(null), &json!("done")))
+        .unwrap();
+    let limits = Limits::default();
+    let state = HostState {
+        reply_limit: limits.max_frame_bytes,
+        ..HostState::default()
+    };
+    let req = Request::new("st", RequestBody::RunStatus(Default::default())).with_run_id(&run_id);
+    let body = apply_read(&f.store, &state, &req).unwrap().body;
+    let encoded = encode_frame(
+        &ServerFrame::receipt("st", Receipt::new(None, body.clone())),
+        &limits,
+    );
+    assert!(encoded.is_ok(), "does not fit a frame: {:?}", encoded.err());
+    assert_eq!(body["message_count"], json!(6));
+    let messages = body["messages"].as_array().unwrap();
+    let omitted: Vec<bool> = messages
+        .iter()
+        .map(|m| m["content_omitted"] == json!(true) && m["content"].is_null())
+        .collect();
+    assert_eq!(
+        omitted,
+        [true, false, false, false, false, false],
+        "oldest first"
+    );
+    assert_eq!(messages[5]["kind"], json!("terminal"));
+    assert_eq!(messages[4]["content"], big(4), "the newest whole");
+}
+
 /// A `worker.hello` reply fits a frame however large the run's outputs were: the node results
 /// that do not fit are left out (`results_more`) and come in `worker.results` pages, each
 /// fitting a frame too, until the child holds every one. A run whose nodes returned a few

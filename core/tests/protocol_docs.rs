@@ -564,6 +564,17 @@ fn the_documented_records_are_the_ones_the_host_sends() {
             "run.list lacks {field}"
         );
     }
+    // So are `run.status`'s, in its row.
+    let row = table_after(&doc, "### Receipt bodies")
+        .into_iter()
+        .find(|r| r[0] == "`run.status`")
+        .expect("run.status row");
+    for field in keys(&statuses[0]) {
+        assert!(
+            row[1].contains(&format!("`{field}`")),
+            "run.status lacks {field}"
+        );
+    }
     let cases = [
         ("The run record (", statuses[0]["run"].clone()),
         ("The run record (", list["runs"][0].clone()),
@@ -574,6 +585,7 @@ fn the_documented_records_are_the_ones_the_host_sends() {
         ("An effect (", first("effects")),
         ("The last child (", statuses[0]["last_child"].clone()),
         ("An update (", first("updates")),
+        ("A workflow message (", first("messages")),
     ];
     for (marker, record) in cases {
         let (always, marks) = documented_fields(&doc, marker);

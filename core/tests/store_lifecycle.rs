@@ -1364,6 +1364,64 @@ fn a_notify_node_rerun_after_a_crash_adds_no_second_message() {
     f.assert_clean();
 }
 
+/// A run without an origin session keeps its notify and terminal messages (for `run.status`
+/// and the viewer), and no session's claim ever takes them; a session's run still sends its
+/// own to that session.
+#[test]
+fn a_sessionless_runs_messages_are_kept_and_never_claimed() {
+    let mut f = Fixture::new();
+    let run_id = f.start_with(NewRun {
+        execution_mode: ExecutionMode::Detached,
+        ..common::new_run(None)
+    });
+    let act = f.activate(&run_id);
+    let a = f
+        .store
+        .write(|w| w.node_started(&act.claim, "a", None))
+        .unwrap();
+    let id = f
+        .store
+        .write(|w| w.notify(&act.claim, &json!({"message": "half way"})))
+        .unwrap();
+    f.store
+        .write(|w| w.complete(&act.claim, &a, &json!(1), &json!("done")))
+        .unwrap();
+    let (kept, count) = f.store.newest_messages(&run_id, 20).unwrap();
+    let kinds: Vec<_> = kept.iter().map(|m| m.kind.as_str()).collect();
+    assert_eq!(kinds, ["notify", "terminal"], "oldest first");
+    assert_eq!(count, 2);
+    assert_eq!(kept[0].message_id, id);
+    assert_eq!(kept[0].content, json!({"message": "half way"}));
+    assert_eq!(kept[1].content["status"], json!("completed"));
+    assert!(kept.iter().all(|m| m.origin_session.is_none()), "{kept:?}");
+    // The newest one alone, when fewer are asked for.
+    let (newest, count) = f.store.newest_messages(&run_id, 1).unwrap();
+    assert_eq!((newest[0].kind.as_str(), count), ("terminal", 2));
+    // A session's own run's messages are claimed; the sessionless run's never are.
+    let (own, own_act, own_attempt) = f.running();
+    f.store
+        .write(|w| w.notify(&own_act.claim, &json!({"message": "mine"})))
+        .unwrap();
+    f.store
+        .write(|w| w.complete(&own_act.claim, &own_attempt, &json!(1), &json!(1)))
+        .unwrap();
+    for session in ["session-1", "", "null"] {
+        let claimed = f
+            .store
+            .write(|w| w.claim_messages(session, "pi-1", 100, 60_000, 1 << 20))
+            .unwrap();
+        assert!(
+            claimed.messages.iter().all(|m| m.run_id == own),
+            "session {session:?} claimed {:?}",
+            claimed.messages
+        );
+        if session == "session-1" {
+            assert_eq!(claimed.messages.len(), 2, "its notify and terminal");
+        }
+    }
+    f.assert_clean();
+}
+
 const PERSON: Provenance<'static> = Provenance {
     by: "ana",
     reason: "fixed the config",

@@ -384,6 +384,7 @@ pub(crate) fn run_cmd(paths: &PiwPaths, mut cmd: RunCmd, json: bool) -> Result<(
             text.push_str(&why_lines(run));
             text.push_str(&request_lines(b));
             text.push_str(&update_lines(b));
+            text.push_str(&message_lines(b));
             text.push_str(&last_child_lines(&b["last_child"]));
             text
         } else {
@@ -426,7 +427,7 @@ pub(crate) fn mode_line(run: &Value) -> String {
     let session = run["origin_session"].as_str();
     match (str_of(&run["execution_mode"]).as_str(), session) {
         ("detached", Some(s)) => format!("\nmode detached (the host's Pi children answer its steps when a Pi model is set for it; its messages go to Pi session {s})"),
-        ("detached", None) => "\nmode detached (the host's Pi children answer its steps when a Pi model is set for it; no Pi session gets its messages: this status shows how it went)".to_owned(),
+        ("detached", None) => "\nmode detached (the host's Pi children answer its steps when a Pi model is set for it; no Pi session gets its messages: this status shows them)".to_owned(),
         ("interactive", Some(s)) => format!("\nmode interactive (Pi session {s} answers its steps and gets its messages)"),
         (mode, _) if mode != "-" => format!("\nmode {mode}"),
         _ => String::new(),
@@ -552,6 +553,57 @@ pub(crate) fn update_lines(status: &Value) -> String {
         ));
     }
     text
+}
+
+/// The run's newest workflow messages (`run.status` → `messages`), one line each: its kind and
+/// text (a notify node's message; a run's end, its status and error or reason), cut at 200
+/// characters on one line. `--json` has them whole.
+pub(crate) fn message_lines(status: &Value) -> String {
+    let messages = status["messages"].as_array().map_or(&[][..], Vec::as_slice);
+    let mut text = String::new();
+    let count = status["message_count"].as_u64().unwrap_or_default();
+    if let Some(older) = count.checked_sub(messages.len() as u64).filter(|n| *n > 0) {
+        text.push_str(&format!("\nmessages: {older} older ones not shown"));
+    }
+    for m in messages {
+        text.push_str(&format!(
+            "\nmessage {} {}",
+            str_of(&m["kind"]),
+            message_text(m)
+        ));
+    }
+    text
+}
+
+/// What a workflow message says, on one line of at most 200 characters.
+fn message_text(message: &Value) -> String {
+    const MAX_CHARS: usize = 200;
+    let c = &message["content"];
+    let text = if message["content_omitted"] == json!(true) {
+        "(left out: the status was too large for one reply)".to_owned()
+    } else if message["kind"] == json!("terminal") && c.is_object() {
+        let mut line = str_of(&c["status"]);
+        for key in ["error", "reason"] {
+            if let Some(why) = c[key].as_str() {
+                line.push_str(&format!(": {why}"));
+            }
+        }
+        line
+    } else if let Some(said) = c
+        .as_str()
+        .or_else(|| c["message"].as_str())
+        .or_else(|| c["text"].as_str())
+    {
+        said.to_owned()
+    } else {
+        c.to_string()
+    };
+    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if one_line.chars().count() > MAX_CHARS {
+        format!("{}…", one_line.chars().take(MAX_CHARS).collect::<String>())
+    } else {
+        one_line
+    }
 }
 
 pub(crate) fn last_child_lines(child: &Value) -> String {

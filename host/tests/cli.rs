@@ -3210,6 +3210,57 @@ fn a_detached_start_is_refused_without_a_pi_to_serve_it_and_status_shows_the_mod
     );
 }
 
+/// A run started without a session keeps what it said: `piw run status` prints its notify and
+/// terminal messages one line each, `--json` has them whole (no session, nothing delivered).
+#[test]
+fn run_status_shows_the_messages_of_a_run_started_without_a_session() {
+    let h = home();
+    let file = workflow_file(
+        &h,
+        "tell",
+        &serde_json::json!({
+            "graph": {
+                "name": "tell",
+                "start": "say",
+                "nodes": { "say": { "kind": "compute" } },
+                "edges": []
+            },
+            "behaviors": {
+                "say": {
+                    "notify": { "kind": "final", "message": "Deployed a,\nb and c" },
+                    "return": { "deployed": 3 }
+                }
+            }
+        }),
+    );
+    let o = piw(&h.home, &["run", "start", file.to_str().unwrap(), "--wait"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let run_id = json_of(&piw(&h.home, &["runs", "--json"]))["runs"][0]["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let status = text(&piw(&h.home, &["run", "status", &run_id]));
+    assert!(
+        status.contains("\nmessage notify Deployed a, b and c\nmessage terminal completed\n"),
+        "{status}"
+    );
+    let body = json_of(&piw(&h.home, &["run", "status", &run_id, "--json"]));
+    assert_eq!(body["message_count"], serde_json::json!(2), "{body}");
+    let messages = body["messages"].as_array().unwrap();
+    assert_eq!(
+        messages[0]["content"],
+        serde_json::json!({ "kind": "final", "message": "Deployed a,\nb and c" })
+    );
+    assert_eq!(
+        messages[1]["content"]["result"],
+        serde_json::json!({ "deployed": 3 })
+    );
+    for m in messages {
+        assert_eq!(m["origin_session"], Value::Null, "{m}");
+        assert_eq!(m["delivered_at"], Value::Null, "{m}");
+    }
+}
+
 /// `piw run detach`: refused while the host names no Pi model for detached steps; then a run
 /// started in a session becomes detached (status says so), a second detach changes nothing,
 /// and a run that ended is refused with the reason.

@@ -60,6 +60,8 @@ pub struct RunStatusQuery {
 pub const DEFAULT_STATUS_ATTEMPTS: u32 = 100;
 /// The most attempts one `run.status` reply includes.
 pub const MAX_STATUS_ATTEMPTS: u32 = 1000;
+/// How many of a run's newest workflow messages `run.status` includes.
+pub const STATUS_MESSAGES: u32 = 20;
 
 /// Payload of `run.list`. Every field but `cursor` and `limit` is a filter; absent means
 /// "no filter".

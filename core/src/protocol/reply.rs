@@ -157,6 +157,11 @@ pub struct RunStatusReply {
     pub updates: Vec<UpdateRecord>,
     /// How many of its events were over its event budget.
     pub events_dropped: u64,
+    /// Its newest workflow messages (notify and terminal), oldest of them first: what a
+    /// detached run said, or what its origin session was sent.
+    pub messages: Vec<MessageRecord>,
+    /// How many workflow messages it has in all.
+    pub message_count: u64,
 }
 
 /// `run.list`: a page of runs.
@@ -381,8 +386,8 @@ pub struct TimerSet {
 /// `worker.notify`.
 #[derive(Debug, Serialize)]
 pub struct Notified {
-    /// The workflow message recorded for the origin session (`null` when none was).
-    pub message_id: Option<String>,
+    /// The workflow message recorded (for the origin session, or kept for `run.status`).
+    pub message_id: String,
 }
 
 /// `worker.effect_applying` and `worker.effect_settle`.

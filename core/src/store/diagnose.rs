@@ -243,13 +243,12 @@ fn checks() -> Vec<Check> {
         },
         Check {
             code: "terminal_message_count",
-            // A finished run of a session has its one terminal message (added in the commit
-            // that finished it); a run still going has none yet.
+            // A finished run has its one terminal message (added in the commit that finished
+            // it, with or without an origin session); a run still going has none yet.
             sql: "SELECT r.run_id, GROUP_CONCAT(m.message_id), r.status || ' run has '
                          || COUNT(m.message_id) || ' terminal messages'
                   FROM runs r LEFT JOIN workflow_messages m
                        ON m.run_id = r.run_id AND m.kind = 'terminal'
-                  WHERE r.origin_session IS NOT NULL
                   GROUP BY r.run_id
                   HAVING COUNT(m.message_id) != CASE WHEN r.status IN
                          ('completed','failed','cancelled','timed_out') THEN 1 ELSE 0 END",

@@ -126,7 +126,7 @@ impl WriteTx<'_> {
                     Ok((
                         r.get::<_, String>(0)?,
                         r.get::<_, String>(1)?,
-                        r.get::<_, String>(2)?,
+                        r.get::<_, Option<String>>(2)?,
                         r.get::<_, String>(3)?,
                         r.get::<_, String>(4)?,
                         r.get::<_, Option<i64>>(5)?,
@@ -138,6 +138,7 @@ impl WriteTx<'_> {
                 origin_session: rec.2,
                 kind: rec.3,
                 content: serde_json::from_str::<Value>(&rec.4)?,
+                content_omitted: false,
                 delivered_at: rec.5,
             });
         }

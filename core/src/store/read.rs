@@ -187,9 +187,13 @@ pub struct EffectRecord {
 pub struct MessageRecord {
     pub message_id: String,
     pub run_id: String,
-    pub origin_session: String,
+    /// `None` for a run without an origin session: no session claims it.
+    pub origin_session: Option<String>,
     pub kind: String,
     pub content: Value,
+    /// Whether `content` was left out to fit a reply (it is then `null`). Absent when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub content_omitted: bool,
     pub delivered_at: Option<UnixMillis>,
 }
 
@@ -643,21 +647,39 @@ impl Store {
 
     /// Workflow messages of a run in order.
     pub fn messages(&self, run_id: &str) -> StoreResult<Vec<MessageRecord>> {
+        Ok(self.newest_messages(run_id, u32::MAX)?.0)
+    }
+
+    /// The newest `limit` workflow messages of a run, oldest of them first, and how many it
+    /// has in all.
+    pub fn newest_messages(
+        &self,
+        run_id: &str,
+        limit: u32,
+    ) -> StoreResult<(Vec<MessageRecord>, u64)> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT message_id, run_id, origin_session, kind, content, delivered_at
-             FROM workflow_messages WHERE run_id = ?1 ORDER BY created_at, rowid",
+             FROM workflow_messages WHERE run_id = ?1
+             ORDER BY created_at DESC, rowid DESC LIMIT ?2",
         )?;
-        let rows = stmt.query_map([run_id], |r| {
+        let rows = stmt.query_map(params![run_id, limit], |r| {
             Ok(MessageRecord {
                 message_id: r.get(0)?,
                 run_id: r.get(1)?,
                 origin_session: r.get(2)?,
                 kind: r.get(3)?,
                 content: json_col(r, 4)?.unwrap_or(Value::Null),
+                content_omitted: false,
                 delivered_at: r.get(5)?,
             })
         })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        let mut messages: Vec<MessageRecord> = rows.collect::<Result<_, _>>()?;
+        messages.reverse();
+        let count: i64 = self
+            .conn
+            .prepare_cached("SELECT COUNT(*) FROM workflow_messages WHERE run_id = ?1")?
+            .query_row([run_id], |r| r.get(0))?;
+        Ok((messages, u64::try_from(count).unwrap_or_default()))
     }
 
     /// Runs ready to activate at `now`, oldest first.

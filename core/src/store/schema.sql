@@ -205,11 +205,12 @@ CREATE TABLE children (
 );
 CREATE INDEX children_live ON children (exited_at, host_epoch);
 
--- The only record of content Pi must add to an origin session.
+-- A run's notify and terminal messages: content Pi must add to the origin session, or, for a
+-- run without one (NULL origin_session, which no session's claim matches), kept for status.
 CREATE TABLE workflow_messages (
     message_id        TEXT    PRIMARY KEY,
     run_id            TEXT    NOT NULL REFERENCES runs (run_id),
-    origin_session    TEXT    NOT NULL,
+    origin_session    TEXT,
     kind              TEXT    NOT NULL CHECK (kind IN ('notify', 'terminal')),
     content           TEXT    NOT NULL,
     created_at        INTEGER NOT NULL,

@@ -6,14 +6,17 @@ use piw_core::clock::UnixMillis;
 use piw_core::graph::{Edge, Graph, NodeKind};
 use piw_core::store::{
     AttemptDetail, AttemptRequest, AttemptSpan, ChildRecord, EffectRecord, EventCursor,
-    EventRecord, NodeActivity, RunFilter, RunRecord, RunStatus, RunSummary, Store, StoreResult,
-    UpdateRecord,
+    EventRecord, MessageRecord, NodeActivity, RunFilter, RunRecord, RunStatus, RunSummary, Store,
+    StoreResult, UpdateRecord,
 };
 
 /// How many runs one page of the run list holds (more than any terminal shows at once).
 pub const RUNS_PAGE: u32 = 200;
 /// How many events the run view loads at a time; stepping back past them loads the next page.
 pub const EVENTS_PAGE: u32 = 100;
+/// How many of a run's newest workflow messages the run view reads: a `notified` event shows
+/// its message's text when it is one of them.
+pub const VIEW_MESSAGES: u32 = 200;
 
 /// The run list.
 #[derive(Debug, Clone)]
@@ -139,6 +142,8 @@ pub struct RunModel {
     /// Loaded events, newest first (the newest [`EVENTS_PAGE`], more as history goes back).
     pub events: Vec<EventRecord>,
     pub older_events: Option<EventCursor>,
+    /// The run's newest workflow messages (a detached run's are kept only there).
+    pub messages: Vec<MessageRecord>,
     /// Stepping through history: the index into `events` of the event shown; `None` is live.
     pub history: Option<usize>,
     /// The run's attempts placed in its history, read when history is first shown (and again
@@ -158,6 +163,7 @@ impl RunModel {
             child: None,
             events: Vec::new(),
             older_events: None,
+            messages: Vec::new(),
             history: None,
             spans: None,
         };
@@ -179,6 +185,7 @@ impl RunModel {
             }
         }
         self.child = store.last_child(&run_id)?;
+        self.messages = store.newest_messages(&run_id, VIEW_MESSAGES)?.0;
         // The newest page again; an event shown in history keeps its place by seq.
         let shown_seq = self.shown_event().map(|e| e.seq);
         let page = store.events_page(&run_id, None, EVENTS_PAGE)?;

@@ -7,7 +7,7 @@
 //! colour and reverse video only repeat it, and `NO_COLOR` turns colour off.
 
 use piw_core::clock::UnixMillis;
-use piw_core::store::{EventRecord, RunStatus};
+use piw_core::store::{EventRecord, MessageRecord, RunStatus};
 use ratatui::layout::{Constraint, Flex, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
@@ -708,16 +708,23 @@ fn draw_value(frame: &mut Frame<'_>, area: Rect, pane: &ValuePane) {
     );
 }
 
-/// One line of the event list.
-pub fn event_line(e: &EventRecord) -> String {
-    let what = match e.kind.as_str() {
-        "transitioned" => format!(
+/// One line of the event list; a `notified` event says its message when `messages` has it.
+pub fn event_line(e: &EventRecord, messages: &[MessageRecord]) -> String {
+    let said = match e.kind.as_str() {
+        "notified" => e.data["message"]
+            .as_str()
+            .and_then(|id| messages.iter().find(|m| m.message_id == id)),
+        _ => None,
+    };
+    let what = match (e.kind.as_str(), said) {
+        (_, Some(m)) => message_text(&m.content),
+        ("transitioned", _) => format!(
             "{} ─▶ {} ({})",
             e.data["from"].as_str().unwrap_or("?"),
             e.data["to"].as_str().unwrap_or("?"),
             piw_core::protocol::outcome_word(e.data["outcome"].as_str().unwrap_or("?"))
         ),
-        "timer_set" | "timer_fired" => format!(
+        ("timer_set" | "timer_fired", _) => format!(
             "wake {}",
             e.data["wake_at"].as_i64().map_or("?".into(), clock_time)
         ),
@@ -727,6 +734,16 @@ pub fn event_line(e: &EventRecord) -> String {
         },
     };
     format!("#{:<4} {} {:<14} {what}", e.seq, clock_time(e.at), e.kind)
+}
+
+/// What a workflow message says on one line: a notify node's `{kind, message}` (or a
+/// `{text}`) its text, any other content compacted.
+fn message_text(content: &Value) -> String {
+    let text = [&content["message"], &content["text"]]
+        .into_iter()
+        .find(|t| t.is_string())
+        .unwrap_or(content);
+    compact(text)
 }
 
 fn draw_events(frame: &mut Frame<'_>, area: Rect, m: &RunModel) {
@@ -746,7 +763,7 @@ fn draw_events(frame: &mut Frame<'_>, area: Rect, m: &RunModel) {
                 Line::from(format!(
                     "{}{}",
                     if shown { "▸" } else { " " },
-                    event_line(e)
+                    event_line(e, &m.messages)
                 )),
                 area.width.saturating_sub(2),
             );

@@ -663,6 +663,34 @@ fn a_failed_run_shows_its_error_and_its_childs_stderr() {
     );
 }
 
+/// A run without a session keeps its notify messages: its `notified` events say them.
+#[test]
+fn a_sessionless_runs_notified_events_show_their_messages() {
+    let mut f = Fixture::new();
+    let graph = json!({
+        "name": "tell", "start": "say",
+        "nodes": {"say": {"kind": "notify"}}, "edges": []
+    });
+    let (run_id, act, a) = f.start(&graph, None);
+    f.store
+        .write(|w| {
+            w.notify(
+                &act.claim,
+                &json!({"kind": "final", "message": "Deployed a,\nb and c"}),
+            )
+        })
+        .unwrap();
+    f.store
+        .write(|w| w.complete(&act.claim, &a, &json!(null), &json!("done")))
+        .unwrap();
+    let text = f.view(&run_id, 100, 30);
+    let notified = text.lines().find(|l| l.contains("notified")).unwrap();
+    assert!(
+        notified.contains("notified       Deployed a, b and c"),
+        "{text}"
+    );
+}
+
 #[test]
 fn a_composed_run_shows_the_included_workflow() {
     let mut f = Fixture::new();

@@ -176,21 +176,34 @@ pub(crate) fn status(
     });
     let mut updates = store.updates(run_id)?;
     let events_dropped = store.events_dropped(run_id)?;
-    let body_len =
-        |attempts: &[_], decisions: &[_], interactions: &[_], effects: &[_], updates: &[_]| {
-            json_len(&(
-                &run,
-                &claim,
-                attempts,
-                decisions,
-                interactions,
-                effects,
-                &last_child,
-                updates,
-            ))
-        };
+    let (mut messages, message_count) = store.newest_messages(run_id, payload::STATUS_MESSAGES)?;
+    let body_len = |attempts: &[_],
+                    decisions: &[_],
+                    interactions: &[_],
+                    effects: &[_],
+                    updates: &[_],
+                    messages: &[_]| {
+        json_len(&(
+            &run,
+            &claim,
+            attempts,
+            decisions,
+            interactions,
+            effects,
+            &last_child,
+            updates,
+            messages,
+        ))
+    };
     let excess = reply_excess(
-        body_len(&attempts, &decisions, &interactions, &effects, &updates),
+        body_len(
+            &attempts,
+            &decisions,
+            &interactions,
+            &effects,
+            &updates,
+            &messages,
+        ),
         reply_limit,
     );
     fit_run_status(
@@ -200,15 +213,29 @@ pub(crate) fn status(
         &mut effects,
         excess,
     );
-    // Then the data of the oldest updates, when what is left still does not fit.
+    // Then the data of the oldest updates, then the oldest messages' content, when what is
+    // left still does not fit.
     let excess = reply_excess(
-        body_len(&attempts, &decisions, &interactions, &effects, &updates),
+        body_len(
+            &attempts,
+            &decisions,
+            &interactions,
+            &effects,
+            &updates,
+            &messages,
+        ),
         reply_limit,
     );
-    omit_until_it_fits(
+    let excess = omit_until_it_fits(
         updates
             .iter_mut()
             .map(|u| (&mut u.data, &mut u.data_omitted)),
+        excess,
+    );
+    omit_until_it_fits(
+        messages
+            .iter_mut()
+            .map(|m| (&mut m.content, &mut m.content_omitted)),
         excess,
     );
     Ok(RunStatusReply {
@@ -222,6 +249,8 @@ pub(crate) fn status(
         last_child,
         updates,
         events_dropped,
+        messages,
+        message_count,
     })
 }
 

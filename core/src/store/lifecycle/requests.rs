@@ -858,14 +858,14 @@ impl WriteTx<'_> {
         Ok(())
     }
 
-    /// Adds a notify-node message for the origin session in the same transaction as the
-    /// source fact. Detached runs without an origin session record the event only.
+    /// Adds a notify-node message in the same transaction as the source fact: for the origin
+    /// session, or kept for `run.status` when the run has none.
     ///
     /// The message's id is derived from the run, the node and the visit (how many attempts of
     /// the node have finished before): a node that runs again because its child was lost after
     /// this commit (its transition never committed) adds nothing new, while a loop that enters
     /// the node again is a new visit with its own message.
-    pub fn notify(&mut self, claim: &Claim, content: &Value) -> StoreResult<Option<String>> {
+    pub fn notify(&mut self, claim: &Claim, content: &Value) -> StoreResult<String> {
         self.fence(claim)?;
         self.check_slot(&claim.run_id, content)?;
         let run = self.run_for(&claim.run_id, Op::NodeStarted)?;
@@ -901,11 +901,12 @@ impl WriteTx<'_> {
         run: &RunRow,
         kind: MessageKind,
         content: &Value,
-    ) -> StoreResult<Option<String>> {
+    ) -> StoreResult<String> {
         self.add_message_once(run_id, run, kind, content, &new_id("msg"))
     }
 
-    /// Adds message `message_id` for the run's origin session unless it exists already.
+    /// Adds message `message_id` unless it exists already: for the run's origin session, or
+    /// with none (a detached run's, which no session claims).
     fn add_message_once(
         &mut self,
         run_id: &str,
@@ -913,10 +914,7 @@ impl WriteTx<'_> {
         kind: MessageKind,
         content: &Value,
         message_id: &str,
-    ) -> StoreResult<Option<String>> {
-        let Some(session) = &run.origin_session else {
-            return Ok(None);
-        };
+    ) -> StoreResult<String> {
         self.conn()
             .prepare_cached(
                 "INSERT INTO workflow_messages (message_id, run_id, origin_session, kind, content,
@@ -927,12 +925,12 @@ impl WriteTx<'_> {
             .execute(params![
                 message_id,
                 run_id,
-                session,
+                run.origin_session,
                 kind.as_str(),
                 content.to_string(),
                 self.now
             ])?;
-        Ok(Some(message_id.to_owned()))
+        Ok(message_id.to_owned())
     }
 }
 
