@@ -133,7 +133,7 @@ test('the tool schema is plain JSON Schema: a flat object with an enum action', 
   const { parameters } = tools.find((t) => t.name === 'workflow');
   assert.equal(parameters.type, 'object');
   assert.deepEqual(parameters.required, ['action']);
-  assert.deepEqual(parameters.properties.action.enum, ['list', 'start', 'status', 'pause', 'resume', 'cancel', 'answer', 'update', 'submit']);
+  assert.deepEqual(parameters.properties.action.enum, ['list', 'start', 'status', 'pause', 'resume', 'detach', 'cancel', 'answer', 'update', 'submit']);
   for (const p of Object.values(parameters.properties)) assert.notEqual(p.type, 'object', 'flat');
 });
 
