@@ -11,9 +11,7 @@ import { afterEach, beforeEach, test } from 'node:test';
 
 import { BRIDGE_EXIT, Client, preflightBridge } from '../../index.js';
 import { WorkflowSession } from '../../extension/session.js';
-import { alive, piCli, piEnv, pkgDir, until } from './harness.mjs';
-
-const DETACHED = { PIW_DETACHED_PROVIDER: 'mock', PIW_DETACHED_MODEL: 'mock-model', PIW_DETACHED_PI_ARGS: '--offline --no-builtin-tools' };
+import { alive, DETACHED, piCli, piEnv, pkgDir, until } from './harness.mjs';
 
 let env;
 beforeEach(async () => {

@@ -6,9 +6,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, test } from 'node:test';
 
-import { piEnv, until } from './harness.mjs';
-
-const DETACHED = { PIW_DETACHED_PROVIDER: 'mock', PIW_DETACHED_MODEL: 'mock-model', PIW_DETACHED_PI_ARGS: '--offline --no-builtin-tools' };
+import { DETACHED, piEnv, until } from './harness.mjs';
 
 let env;
 beforeEach(async () => {

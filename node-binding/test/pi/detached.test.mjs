@@ -8,9 +8,7 @@ import { chmodSync, existsSync, readFileSync, renameSync, writeFileSync } from '
 import { join } from 'node:path';
 import { afterEach, beforeEach, test } from 'node:test';
 
-import { alive, hostBin, piCli, piEnv, until } from './harness.mjs';
-
-const DETACHED = { PIW_DETACHED_PROVIDER: 'mock', PIW_DETACHED_MODEL: 'mock-model', PIW_DETACHED_PI_ARGS: '--offline --no-builtin-tools' };
+import { alive, DETACHED, hostBin, piCli, piEnv, until } from './harness.mjs';
 
 let env;
 beforeEach(async () => {

@@ -247,6 +247,9 @@ export async function stopHost(piwHome) {
   if (alive(pid)) process.kill(pid, 'SIGKILL');
 }
 
+/** The host's settings under which it serves detached steps with the mock model. */
+export const DETACHED = { PIW_DETACHED_PROVIDER: 'mock', PIW_DETACHED_MODEL: 'mock-model', PIW_DETACHED_PI_ARGS: '--offline --no-builtin-tools' };
+
 export function alive(pid) {
   try {
     process.kill(pid, 0);

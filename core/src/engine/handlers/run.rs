@@ -50,13 +50,22 @@ pub(crate) fn detach(
     req: &Request,
 ) -> Result<RunDetached, StoreError> {
     let run_id = required(&req.run_id, "run_id")?;
+    let refused = |w: &WriteTx<'_>, detail: &str| -> StoreError {
+        match w.run_status(run_id) {
+            Ok(status) => StoreError::InvalidTransition {
+                run_id: run_id.to_owned(),
+                op: crate::store::Op::Detach,
+                status,
+                detail: detail.to_owned(),
+            },
+            Err(e) => e,
+        }
+    };
     let Some(settings) = state.child_config.bridges.as_ref() else {
-        return Err(StoreError::InvalidTransition {
-            run_id: run_id.to_owned(),
-            op: crate::store::Op::Detach,
-            status: w.run_status(run_id)?,
-            detail: "this host runs no Pi for detached steps (PIW_DETACHED_BRIDGES=off)".into(),
-        });
+        return Err(refused(
+            w,
+            "this host runs no Pi for detached steps (PIW_DETACHED_BRIDGES=off)",
+        ));
     };
     // The run's state is checked first (an ended run is refused as such, a detached one is
     // left as it is); a refusal below undoes the write with the command.
@@ -64,12 +73,10 @@ pub(crate) fn detach(
     let (input, definition, _) = w.run_payload(run_id)?;
     if changed && crate::engine::bridges::pi_model(definition.as_ref(), &input, settings).is_none()
     {
-        return Err(StoreError::InvalidTransition {
-            run_id: run_id.to_owned(),
-            op: crate::store::Op::Detach,
-            status: w.run_status(run_id)?,
-            detail: "nothing names a Pi provider and model to answer its steps once detached: start the host with PIW_DETACHED_PROVIDER and PIW_DETACHED_MODEL (then `piw host stop`), or give the workflow `detached: { provider, model }`; the run stays as it is".into(),
-        });
+        return Err(refused(
+            w,
+            "nothing names a Pi provider and model to answer its steps once detached: start the host with PIW_DETACHED_PROVIDER and PIW_DETACHED_MODEL (then `piw host stop`), or give the workflow `detached: { provider, model }`; the run stays as it is",
+        ));
     }
     Ok(RunDetached {
         run_id: run_id.to_owned(),
