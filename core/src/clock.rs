@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Milliseconds since the Unix epoch. All durable timestamps use this unit.
-pub type UnixMillis = i64;
+pub use piw_engine::time::UnixMillis;
 
 /// A source of the current time.
 pub trait Clock: Send + Sync + std::fmt::Debug {

@@ -5,6 +5,7 @@
 use rusqlite::params;
 
 use super::{ChildMode, Store, StoreResult, WriteTx};
+use piw_engine::store::records::*;
 
 /// A child that an earlier host launched and never saw exit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,24 +24,6 @@ pub struct ChildExitRecord {
     pub reason: String,
     pub stdout_tail: Vec<u8>,
     pub stderr_tail: Vec<u8>,
-}
-
-/// A child row, for status and tests.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct ChildRecord {
-    pub child_epoch: i64,
-    pub run_id: String,
-    pub generation: u64,
-    pub host_epoch: i64,
-    pub mode: String,
-    pub pid: Option<u32>,
-    pub exit_code: Option<i32>,
-    pub signal: Option<i32>,
-    pub reason: Option<String>,
-    pub stdout_tail: String,
-    pub stderr_tail: String,
-    pub handshake: bool,
-    pub exited: bool,
 }
 
 impl WriteTx<'_> {

@@ -5,34 +5,10 @@
 //! table of checks drives both: a check either names its repair or says a person must look.
 
 use rusqlite::params;
-use serde::Serialize;
 use serde_json::json;
 
 use super::{queue_state_for, RunStatus, Store, StoreResult};
-
-/// One contradiction.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Finding {
-    /// Stable identifier of the check.
-    pub code: &'static str,
-    pub run_id: String,
-    /// The rows involved (attempt, decision, interaction, effect ids ...).
-    pub ids: Vec<String>,
-    pub detail: String,
-    /// Whether `repair` can fix it from durable evidence.
-    pub repairable: bool,
-}
-
-/// What `repair` did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct RepairReport {
-    pub repaired: Vec<Finding>,
-    /// The runs the repair wrote, each with its revision before: whose events to publish.
-    #[serde(skip)]
-    pub runs_written: Vec<(String, u64)>,
-    /// Findings that need a person (the evidence does not decide the fix).
-    pub left_for_review: Vec<Finding>,
-}
+use piw_engine::store::records::*;
 
 struct Check {
     code: &'static str,

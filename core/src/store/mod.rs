@@ -25,7 +25,6 @@ mod effects;
 mod error;
 mod host_ops;
 mod lifecycle;
-pub mod model;
 mod prune;
 mod read;
 mod receipts;
@@ -40,28 +39,27 @@ use std::sync::Arc;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension as _, TransactionBehavior};
 
 pub use bridges::DetachedStep;
-pub use children::{ChildExitRecord, ChildRecord, OrphanChild};
-pub use diagnose::{Finding, RepairReport, DATABASE_MALFORMED};
+pub use children::{ChildExitRecord, OrphanChild};
+pub use diagnose::DATABASE_MALFORMED;
 pub use durability::WalSync;
 pub use effects::Reservation;
 pub use error::{StoreError, StoreResult};
 pub use host_ops::{ClaimedMessages, NodeResult};
 pub use lifecycle::{
-    Activation, CancelSummary, NewRun, Provenance, RecoveredRun, Resume, TimerSet,
-    TransitionRequest, Transitioned, Wake,
+    Activation, NewRun, Provenance, RecoveredRun, Resume, TimerSet, TransitionRequest,
+    Transitioned, Wake,
 };
 pub use model::*;
+pub use piw_engine::store::model;
+pub use piw_engine::store::records::*;
 pub use prune::{PrunablePage, PruneSelector};
-pub use read::{
-    AttemptRecord, ClaimInfo, DecisionRecord, EffectRecord, EventRecord, InteractionRecord,
-    MessageRecord, RunListKey, RunRecord, RunView, SubmissionRecord, SubmissionSummary,
-};
+pub use read::{EventRecord, RunView};
 pub use receipts::{CommandMeta, CommandOutcome, StoredReceipt};
 pub use schema::{ddl_digest, DDL, SCHEMA_ID};
 pub use updates::{
-    workflow_update, ProgressKept, UpdateRecord, EVENT_BURST, EVENT_RATE_PER_SECOND,
-    MAX_ATTEMPT_EVENTS, MAX_ATTEMPT_EVENT_BYTES, MAX_RUN_EVENTS, MAX_RUN_EVENT_BYTES,
-    MAX_UPDATE_DATA_BYTES, MAX_UPDATE_KEYS,
+    workflow_update, ProgressKept, EVENT_BURST, EVENT_RATE_PER_SECOND, MAX_ATTEMPT_EVENTS,
+    MAX_ATTEMPT_EVENT_BYTES, MAX_RUN_EVENTS, MAX_RUN_EVENT_BYTES, MAX_UPDATE_DATA_BYTES,
+    MAX_UPDATE_KEYS,
 };
 pub use values::{ValueChunk, ValuePut};
 pub use view::{

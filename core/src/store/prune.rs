@@ -9,7 +9,7 @@
 use rusqlite::{params, OptionalExtension as _};
 
 use super::model::RunStatus;
-use super::read::RunListKey;
+use super::RunListKey;
 use super::{Store, StoreError, StoreResult, WriteTx};
 use crate::clock::UnixMillis;
 

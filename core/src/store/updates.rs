@@ -7,12 +7,12 @@
 //! the budget is dropped and counted; the next one kept says how many were dropped before it.
 
 use rusqlite::{params, OptionalExtension as _};
-use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::read::json_col;
 use super::{Store, StoreError, StoreResult, WriteTx};
 use crate::clock::UnixMillis;
+use piw_engine::store::records::*;
 
 /// Progress and notify events a run keeps per second, sustained.
 pub const EVENT_RATE_PER_SECOND: i64 = 20;
@@ -168,25 +168,6 @@ fn next_samples(
         samples.drain(..samples.len() - SAMPLES);
     }
     samples
-}
-
-/// The latest update of a run for one `(type, key)` (`run.status` → `updates`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct UpdateRecord {
-    #[serde(rename = "type")]
-    pub update_type: String,
-    pub key: String,
-    pub node_id: Option<String>,
-    pub attempt_id: Option<String>,
-    pub data: Value,
-    /// `data` was left out so that `run.status` fits a frame. Absent when false.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub data_omitted: bool,
-    pub seq: u64,
-    pub at: UnixMillis,
-    /// A counted progress track's `[at, completed]` pairs of its current estimation epoch,
-    /// oldest first (at most nine).
-    pub samples: Vec<(UnixMillis, f64)>,
 }
 
 /// What became of one progress.

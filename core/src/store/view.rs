@@ -6,8 +6,9 @@ use rusqlite::{params, OptionalExtension as _};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::read::{AttemptRecord, EffectRecord, EventRecord, RunListKey};
+use super::read::EventRecord;
 use super::{parse_status, RunStatus, Store, StoreError, StoreResult};
+use super::{AttemptRecord, EffectRecord, RunListKey};
 use crate::clock::UnixMillis;
 use crate::protocol::outcome_word;
 

@@ -26,6 +26,7 @@ use super::{
 };
 use crate::clock::UnixMillis;
 use crate::ids::{new_id, sha256_hex};
+use piw_engine::store::records::*;
 
 /// Everything needed to create a run.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -99,17 +100,6 @@ pub struct Transitioned {
     pub revision: u64,
     /// A pause was requested: the owner should park the run at this boundary.
     pub pause_requested: bool,
-}
-
-/// What a cancellation closed, all in its one commit.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct CancelSummary {
-    pub attempts_closed: usize,
-    pub decisions_cancelled: usize,
-    pub interactions_cancelled: usize,
-    pub submissions_rejected: usize,
-    pub effects_cancelled: usize,
-    pub effects_uncertain: usize,
 }
 
 /// One run that recovery or a child loss put back (or stopped for review).

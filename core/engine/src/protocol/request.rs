@@ -656,7 +656,7 @@ fn optional_u64(field: &str, value: Option<StrictValue>) -> Result<Option<u64>, 
 }
 
 /// `text` cut to at most `max_bytes` at a character boundary, with `…` when cut.
-pub(crate) fn bounded_message(text: &str, max_bytes: usize) -> String {
+pub fn bounded_message(text: &str, max_bytes: usize) -> String {
     if text.len() <= max_bytes {
         return text.to_owned();
     }

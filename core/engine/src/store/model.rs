@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::clock::UnixMillis;
+use crate::time::UnixMillis;
 
 macro_rules! string_enum {
     ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident = $text:literal),+ $(,)? }) => {

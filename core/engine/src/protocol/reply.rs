@@ -7,12 +7,12 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::clock::UnixMillis;
 use crate::store::{
     Answerer, AttemptRecord, CancelSummary, ChildMode, ChildRecord, ClaimInfo, DecisionRecord,
     EffectRecord, EffectState, Finding, InteractionRecord, MessageRecord, RepairReport, RunRecord,
     RunStatus, UpdateRecord,
 };
+use crate::time::UnixMillis;
 
 use super::payload::RunListCursor;
 
