@@ -1905,7 +1905,7 @@ fn an_expiry_the_database_fails_is_tried_again_not_sent_to_review() {
     );
     f.clock.advance(61_000);
     let failed = deadline_pass(&mut f).expect_err("the pass fails with the database");
-    assert!(matches!(failed, StoreError::Sqlite(_)), "{failed:?}");
+    assert!(matches!(failed, StoreError::Database(_)), "{failed:?}");
     assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Waiting);
     f.corrupt("DROP TRIGGER disk_trouble");
     deadline_pass(&mut f).expect("the next pass commits");

@@ -454,9 +454,3 @@ fn revisions<R>(store: &Store, writes: &[Job<R>]) -> Vec<(String, u64)> {
         })
         .collect()
 }
-
-impl From<StoreError> for Rejection {
-    fn from(e: StoreError) -> Self {
-        dispatch::rejection_for(&e)
-    }
-}

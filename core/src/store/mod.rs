@@ -22,7 +22,6 @@ mod diagnose;
 mod dump;
 mod durability;
 mod effects;
-mod error;
 mod host_ops;
 mod lifecycle;
 mod prune;
@@ -43,13 +42,13 @@ pub use children::{ChildExitRecord, OrphanChild};
 pub use diagnose::DATABASE_MALFORMED;
 pub use durability::WalSync;
 pub use effects::Reservation;
-pub use error::{StoreError, StoreResult};
 pub use host_ops::{ClaimedMessages, NodeResult};
 pub use lifecycle::{
     Activation, NewRun, Provenance, RecoveredRun, Resume, TimerSet, TransitionRequest,
     Transitioned, Wake,
 };
 pub use model::*;
+pub use piw_engine::store::error::{DatabaseError, StoreError, StoreResult};
 pub use piw_engine::store::model;
 pub use piw_engine::store::records::*;
 pub use prune::{PrunablePage, PruneSelector};

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension as _};
 
-use super::error::{StoreError, StoreResult};
+use super::{StoreError, StoreResult};
 use crate::ids::sha256_hex;
 
 /// The schema id. It stays `piw.state.v1` for the whole alpha.
@@ -30,7 +30,32 @@ fn incompatible(path: &Path, detail: impl Into<String>) -> StoreError {
     StoreError::IncompatibleDatabase {
         path: path.to_path_buf(),
         detail: detail.into(),
+        instruction: reset_instruction(path),
     }
+}
+
+/// The instruction every refused database error ends with: a command that works as printed
+/// (quoted paths) and keeps every commit (the `-wal` file too, when there is one: a host that
+/// crashed leaves its last commits there).
+fn reset_instruction(path: &std::path::Path) -> String {
+    let with = |suffix: &str| {
+        let mut p = path.as_os_str().to_owned();
+        p.push(suffix);
+        crate::paths::shell_quoted(std::path::Path::new(&p))
+    };
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    let copy_wal = if std::path::Path::new(&wal).exists() {
+        format!(" && cp {} {}", with("-wal"), with(".bak-wal"))
+    } else {
+        String::new()
+    };
+    format!(
+        "The file was left untouched. To start over, back it up and reset: \
+         `cp {} {}{copy_wal} && piw state reset --yes` (the backup keeps every run for inspection).",
+        with(""),
+        with(".bak"),
+    )
 }
 
 /// Decides, without writing anything, whether the existing file at `path` is a piw state
@@ -205,4 +230,28 @@ pub(crate) fn create_new(path: &Path, now_ms: i64) -> StoreResult<()> {
     let _ = fs::remove_file(&tmp);
     fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reset_instruction_copies_the_wal_when_there_is_one_and_quotes_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("it's").join("state.sqlite");
+        let plain = reset_instruction(&db);
+        assert!(plain.contains(r"it'\''s/state.sqlite' "), "{plain}");
+        assert!(!plain.contains("-wal"), "{plain}");
+        std::fs::create_dir(db.parent().unwrap()).unwrap();
+        std::fs::write(&db, "").unwrap();
+        let mut wal = db.clone().into_os_string();
+        wal.push("-wal");
+        std::fs::write(&wal, "").unwrap();
+        let with_wal = reset_instruction(&db);
+        assert!(
+            with_wal.contains(r"state.sqlite-wal' '") && with_wal.contains("state.sqlite.bak-wal'"),
+            "{with_wal}"
+        );
+    }
 }

@@ -1,32 +1,10 @@
-//! Typed store errors. None of them carries a claim token or a token hash.
+//! Typed store errors: what the store refuses (the engine decides on these) and how it fails
+//! (the database or the disk; opaque to the engine, retried or reported). None of them carries
+//! a claim token or a token hash.
 
 use std::path::PathBuf;
 
 use super::model::{ClaimLostReason, Op, RunStatus};
-
-/// The instruction every refused database error ends with: a command that works as printed
-/// (quoted paths) and keeps every commit (the `-wal` file too, when there is one: a host that
-/// crashed leaves its last commits there).
-pub(crate) fn reset_instruction(path: &std::path::Path) -> String {
-    let with = |suffix: &str| {
-        let mut p = path.as_os_str().to_owned();
-        p.push(suffix);
-        crate::paths::shell_quoted(std::path::Path::new(&p))
-    };
-    let mut wal = path.as_os_str().to_owned();
-    wal.push("-wal");
-    let copy_wal = if std::path::Path::new(&wal).exists() {
-        format!(" && cp {} {}", with("-wal"), with(".bak-wal"))
-    } else {
-        String::new()
-    };
-    format!(
-        "The file was left untouched. To start over, back it up and reset: \
-         `cp {} {}{copy_wal} && piw state reset --yes` (the backup keeps every run for inspection).",
-        with(""),
-        with(".bak"),
-    )
-}
 
 /// Everything a store operation can refuse or fail with.
 #[derive(Debug, thiserror::Error)]
@@ -39,8 +17,13 @@ pub enum StoreError {
     },
 
     /// The database at `path` is not a piw state database of this version.
-    #[error("refusing to open {path}: {detail}. {instruction}", instruction = reset_instruction(path))]
-    IncompatibleDatabase { path: PathBuf, detail: String },
+    /// `instruction` says how to start over and keep the file (the store words it).
+    #[error("refusing to open {path}: {detail}. {instruction}")]
+    IncompatibleDatabase {
+        path: PathBuf,
+        detail: String,
+        instruction: String,
+    },
 
     #[error("run {0} not found")]
     RunNotFound(String),
@@ -136,8 +119,9 @@ pub enum StoreError {
     #[error("the disk holding {} is full: nothing of this was stored; free some space and try again", .path.display())]
     DiskFull { path: PathBuf },
 
+    /// The database failed (SQLite's error, said as text: the engine knows no SQL).
     #[error("database error: {0}")]
-    Sqlite(#[from] rusqlite::Error),
+    Database(#[from] DatabaseError),
 
     #[error("i/o error on {path}: {source}")]
     Io {
@@ -163,14 +147,14 @@ impl StoreError {
     pub fn is_disk_full(&self) -> bool {
         match self {
             StoreError::DiskFull { .. } => true,
-            StoreError::Sqlite(e) => e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull),
+            StoreError::Database(e) => e.disk_full,
             _ => false,
         }
     }
 
     /// This error, said as [`StoreError::DiskFull`] of the database at `path` when SQLite
     /// said the disk is full.
-    pub(crate) fn on_disk(self, path: &std::path::Path) -> Self {
+    pub fn on_disk(self, path: &std::path::Path) -> Self {
         if self.is_disk_full() {
             StoreError::DiskFull {
                 path: path.to_path_buf(),
@@ -185,7 +169,7 @@ impl StoreError {
     pub fn is_infrastructure(&self) -> bool {
         matches!(
             self,
-            StoreError::Sqlite(_)
+            StoreError::Database(_)
                 | StoreError::DiskFull { .. }
                 | StoreError::Io { .. }
                 | StoreError::TransactionLost
@@ -198,26 +182,31 @@ impl StoreError {
 /// Shorthand for store results.
 pub type StoreResult<T> = Result<T, StoreError>;
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// A failure of the database itself, as the store saw it.
+#[derive(Debug, thiserror::Error)]
+#[error("{source}")]
+pub struct DatabaseError {
+    /// SQLite said the disk is full (`SQLITE_FULL`).
+    pub disk_full: bool,
+    source: Box<dyn std::error::Error + Send + Sync + 'static>,
+}
 
-    #[test]
-    fn the_reset_instruction_copies_the_wal_when_there_is_one_and_quotes_paths() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("it's").join("state.sqlite");
-        let plain = reset_instruction(&db);
-        assert!(plain.contains(r"it'\''s/state.sqlite' "), "{plain}");
-        assert!(!plain.contains("-wal"), "{plain}");
-        std::fs::create_dir(db.parent().unwrap()).unwrap();
-        std::fs::write(&db, "").unwrap();
-        let mut wal = db.clone().into_os_string();
-        wal.push("-wal");
-        std::fs::write(&wal, "").unwrap();
-        let with_wal = reset_instruction(&db);
-        assert!(
-            with_wal.contains(r"state.sqlite-wal' '") && with_wal.contains("state.sqlite.bak-wal'"),
-            "{with_wal}"
-        );
+impl DatabaseError {
+    /// The database's error `source`; `disk_full` when it says the disk is full.
+    pub fn new(source: impl std::error::Error + Send + Sync + 'static, disk_full: bool) -> Self {
+        Self {
+            disk_full,
+            source: Box::new(source),
+        }
+    }
+}
+
+/// The store's `?` on a rusqlite call: the only place the engine's crate names SQLite, and only
+/// with the `rusqlite` feature, which `piw-core` turns on (a conversion must live with the type).
+#[cfg(feature = "rusqlite")]
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        let disk_full = e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull);
+        StoreError::Database(DatabaseError::new(e, disk_full))
     }
 }
