@@ -19,6 +19,8 @@ use crate::paths::PiwPaths;
 use crate::protocol::value::{self, read_slot, Slot, ValueReader, ValueRef};
 use crate::protocol::{canonical_json, payload, Receipt, RejectionCode, Request, RequestBody};
 
+pub use crate::protocol::launch::{LaunchEnvelope, MountedSource, LAUNCH_SCHEMA};
+
 /// How long a worker keeps resending a message the host could not commit (`internal`: a full
 /// disk, usually for seconds) before the refusal counts: well under the claim's lease (30 s by
 /// default), during which the host cannot renew it either.
@@ -33,51 +35,6 @@ const PAYLOAD_ROOM: usize = 4 * 1024;
 /// The length of `value` as JSON; a value that cannot be encoded counts as too large to fit.
 fn encoded_len(value: &impl serde::Serialize) -> usize {
     serde_json::to_vec(value).map_or(usize::MAX / 2, |v| v.len())
-}
-
-/// The launch envelope's schema tag.
-pub const LAUNCH_SCHEMA: &str = "piw.launch.v1";
-
-/// One mounted source: where it is and the hash it had when the run first loaded it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MountedSource {
-    pub path: String,
-    pub hash: String,
-}
-
-/// What the host gives a child, once, on its stdin.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LaunchEnvelope {
-    pub schema: String,
-    pub run_id: String,
-    pub generation: u64,
-    /// One-time secret for `worker.hello`. Never log it.
-    pub child_token: String,
-    /// `run` or `validate`.
-    pub mode: String,
-    /// The workflow file (root source identity).
-    pub source_root: String,
-    /// SHA-256 hex of the root source when the run started.
-    pub source_hash: String,
-    /// Mount name to source, as saved at the first activation (empty before it).
-    pub mounted_sources: BTreeMap<String, MountedSource>,
-    pub project_dir: String,
-    pub input_hash: String,
-    /// The host's socket.
-    pub socket_path: PathBuf,
-}
-
-impl std::fmt::Debug for LaunchEnvelope {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LaunchEnvelope")
-            .field("run_id", &self.run_id)
-            .field("generation", &self.generation)
-            .field("child_token", &"<redacted>")
-            .field("mode", &self.mode)
-            .field("source_root", &self.source_root)
-            .field("mounted_sources", &self.mounted_sources)
-            .finish()
-    }
 }
 
 /// Why a worker call failed.

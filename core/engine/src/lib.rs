@@ -11,6 +11,7 @@
 
 pub mod graph;
 pub mod ids;
+pub mod process;
 pub mod protocol;
 pub mod store;
 pub mod time;

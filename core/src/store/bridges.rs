@@ -4,19 +4,7 @@
 use rusqlite::params;
 
 use super::{Store, StoreResult};
-
-/// An open `agent` / `assistantMessage` step of a detached run that is neither paused nor in
-/// review: what a bridge serves.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DetachedStep {
-    pub run_id: String,
-    pub interaction_id: String,
-    pub attempt_id: String,
-    pub node_id: String,
-    /// `pending` (waits for a submission) or `validating` (one is being judged).
-    pub validating: bool,
-    pub project_dir: String,
-}
+use piw_engine::store::records::*;
 
 /// Most steps listed at once: a host serves no more bridges than child slots anyway.
 const MAX_DETACHED_STEPS: u32 = 256;

@@ -16,16 +16,6 @@ pub struct OrphanChild {
     pub process_start_time: u64,
 }
 
-/// How a child ended, as recorded.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ChildExitRecord {
-    pub exit_code: Option<i32>,
-    pub signal: Option<i32>,
-    pub reason: String,
-    pub stdout_tail: Vec<u8>,
-    pub stderr_tail: Vec<u8>,
-}
-
 impl WriteTx<'_> {
     /// Records a child about to be launched for `run_id` at `generation`. Returns its epoch.
     pub fn record_child_launch(

@@ -3,8 +3,8 @@
 //! may do live in [`decide_reserve`], a pure function.
 
 use rusqlite::{params, OptionalExtension as _};
-use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+
+use serde_json::json;
 
 use super::lifecycle::invalid;
 use super::{
@@ -12,19 +12,7 @@ use super::{
     StoreResult, WriteTx,
 };
 use crate::ids::new_id;
-
-/// The answer to a reserve.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "reservation", rename_all = "snake_case")]
-pub enum Reservation {
-    /// Go ahead: mark it applying, apply it, settle it. `retry` is true when an earlier
-    /// application was interrupted and the retry contract allows another.
-    Reserved { effect_id: String, retry: bool },
-    /// It already happened: here is the stored receipt. Do not apply again.
-    AlreadyApplied { effect_id: String, receipt: Value },
-    /// It already failed definitively: here is the stored error.
-    AlreadyFailed { effect_id: String, error: String },
-}
+use piw_engine::store::records::*;
 
 /// What to do with a reserve for a key that already has a record.
 #[derive(Debug, PartialEq, Eq)]

@@ -37,23 +37,18 @@ use std::sync::Arc;
 
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension as _, TransactionBehavior};
 
-pub use bridges::DetachedStep;
-pub use children::{ChildExitRecord, OrphanChild};
+pub use children::OrphanChild;
 pub use diagnose::DATABASE_MALFORMED;
 pub use durability::WalSync;
-pub use effects::Reservation;
 pub use host_ops::{ClaimedMessages, NodeResult};
-pub use lifecycle::{
-    Activation, NewRun, Provenance, RecoveredRun, Resume, TimerSet, TransitionRequest,
-    Transitioned, Wake,
-};
+pub use lifecycle::{RecoveredRun, TimerSet, TransitionRequest, Transitioned};
 pub use model::*;
 pub use piw_engine::store::error::{DatabaseError, StoreError, StoreResult};
 pub use piw_engine::store::model;
 pub use piw_engine::store::records::*;
-pub use prune::{PrunablePage, PruneSelector};
+pub use prune::PrunablePage;
 pub use read::{EventRecord, RunView};
-pub use receipts::{CommandMeta, CommandOutcome, StoredReceipt};
+pub use receipts::StoredReceipt;
 pub use schema::{ddl_digest, DDL, SCHEMA_ID};
 pub use updates::{
     workflow_update, ProgressKept, EVENT_BURST, EVENT_RATE_PER_SECOND, MAX_ATTEMPT_EVENTS,
@@ -135,27 +130,6 @@ impl std::fmt::Debug for StoreConfig {
             .field("disk_full_while", &self.disk_full_while)
             .finish()
     }
-}
-
-/// The authority a writer holds over one run.
-///
-/// The token is secret: `Debug` redacts it and only its hash reaches the database.
-#[derive(Debug, Clone)]
-pub struct Claim {
-    pub run_id: String,
-    pub owner_kind: OwnerKind,
-    pub owner_id: String,
-    pub generation: u64,
-    pub token: ClaimToken,
-}
-
-/// How a write that may or may not need ownership is authorized.
-#[derive(Debug, Clone, Copy)]
-pub enum Fence<'a> {
-    /// The writer holds this claim; the fence checks and renews it.
-    Claim(&'a Claim),
-    /// The writer holds no claim; the write is refused if anyone holds a live one.
-    Unclaimed,
 }
 
 /// The durable state store.

@@ -9,46 +9,32 @@
 use rusqlite::{params, OptionalExtension as _};
 
 use super::model::RunStatus;
-use super::RunListKey;
+use super::{PruneSelector, RunListKey};
 use super::{Store, StoreError, StoreResult, WriteTx};
-use crate::clock::UnixMillis;
 
-/// Which finished runs a prune removes: each given selector must hold.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PruneSelector {
-    /// Only runs in these statuses, each a finished one; empty: every finished status.
-    pub statuses: Vec<RunStatus>,
-    /// Only runs that finished before this time.
-    pub finished_before: Option<UnixMillis>,
-    /// The newest this many finished runs (of the selected statuses, by start) always stay.
-    pub keep: Option<u64>,
-}
-
-impl PruneSelector {
-    /// The four statuses bound to the selection's `status IN (?, ?, ?, ?)` (one fixed
-    /// statement, whatever the selection): the given ones, the first repeated to fill.
-    fn bound_statuses(&self) -> StoreResult<[&'static str; 4]> {
-        let finished: Vec<RunStatus> = RunStatus::ALL
-            .iter()
-            .copied()
-            .filter(|s| s.is_terminal())
-            .collect();
-        if let Some(s) = self.statuses.iter().find(|s| !s.is_terminal()) {
-            return Err(StoreError::InvalidInput(format!(
-                "a {s} run has not finished and is never pruned"
-            )));
-        }
-        let chosen = if self.statuses.is_empty() {
-            &finished
-        } else {
-            &self.statuses
-        };
-        let mut out = [chosen[0].as_str(); 4];
-        for (slot, s) in out.iter_mut().zip(chosen.iter()) {
-            *slot = s.as_str();
-        }
-        Ok(out)
+/// The four statuses bound to the selection's `status IN (?, ?, ?, ?)` (one fixed
+/// statement, whatever the selection): the given ones, the first repeated to fill.
+fn bound_statuses(selector: &PruneSelector) -> StoreResult<[&'static str; 4]> {
+    let finished: Vec<RunStatus> = RunStatus::ALL
+        .iter()
+        .copied()
+        .filter(|s| s.is_terminal())
+        .collect();
+    if let Some(s) = selector.statuses.iter().find(|s| !s.is_terminal()) {
+        return Err(StoreError::InvalidInput(format!(
+            "a {s} run has not finished and is never pruned"
+        )));
     }
+    let chosen = if selector.statuses.is_empty() {
+        &finished
+    } else {
+        &selector.statuses
+    };
+    let mut out = [chosen[0].as_str(); 4];
+    for (slot, s) in out.iter_mut().zip(chosen.iter()) {
+        *slot = s.as_str();
+    }
+    Ok(out)
 }
 
 // The order of a prune is the run list's (`created_at DESC, run_id`: the start index) walked
@@ -127,7 +113,7 @@ impl Store {
         after: Option<&RunListKey>,
         limit: usize,
     ) -> StoreResult<PrunablePage> {
-        let s = selector.bound_statuses()?;
+        let s = bound_statuses(selector)?;
         let kept = match self.kept(&s, selector.keep)? {
             Kept::All => return Ok(PrunablePage::default()),
             Kept::None => None,
@@ -164,7 +150,7 @@ impl Store {
 
     /// How many finished runs `selector` matches. Read-only.
     pub fn count_prunable(&self, selector: &PruneSelector) -> StoreResult<u64> {
-        let s = selector.bound_statuses()?;
+        let s = bound_statuses(selector)?;
         let kept = match self.kept(&s, selector.keep)? {
             Kept::All => return Ok(0),
             Kept::None => None,

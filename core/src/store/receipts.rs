@@ -6,17 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{StoreError, StoreResult, WriteTx};
-
-/// Identity of one durable command.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CommandMeta {
-    pub request_id: String,
-    pub idempotency_key: Option<String>,
-    /// Hash of the request's meaning (kind, target and payload), independent of its ids.
-    pub fingerprint: String,
-    pub kind: String,
-    pub run_id: Option<String>,
-}
+use piw_engine::store::records::*;
 
 /// A stored response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -24,18 +14,6 @@ pub struct StoredReceipt {
     pub request_id: String,
     pub response: Value,
     pub created_at: i64,
-}
-
-/// The response of a command and whether it came from an earlier commit.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CommandOutcome {
-    pub response: Value,
-    /// The response is a stored receipt: the command had run before.
-    pub replayed: bool,
-    /// The receipt replayed was committed by an earlier transaction, not by this one: the
-    /// answer holds whether or not this transaction commits (a client that resent a committed
-    /// command must get its receipt even when the batch carrying the resend fails).
-    pub committed_before: bool,
 }
 
 impl WriteTx<'_> {

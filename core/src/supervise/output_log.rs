@@ -9,20 +9,13 @@
 use std::fs::File;
 use std::io::{self, Write as _};
 use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::OutputLog;
 
 /// How much output a child may write before its log file is known that is still kept.
 pub const HELD_BEFORE_FILE: usize = 64 * 1024;
-
-/// Where one child's output goes, and how much of it at most.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OutputLog {
-    /// The file (created with mode 0600, its directory with 0700; appended to).
-    pub path: PathBuf,
-    /// The most bytes of output written to it; the line [`cut_line`] follows them.
-    pub cap_bytes: u64,
-}
 
 /// The line written after the first `cap` bytes of a child's output, when it wrote more.
 pub fn cut_line(cap: u64) -> String {

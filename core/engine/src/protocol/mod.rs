@@ -25,6 +25,7 @@
 pub mod canonical;
 pub mod frame;
 pub mod kind;
+pub mod launch;
 pub mod payload;
 pub mod rejection;
 pub mod reply;

@@ -2,10 +2,11 @@
 //! store maps its rows onto these (`piw_core::store`); nothing here knows SQL. None of them
 //! carries a claim token or its hash.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::model::*;
+use crate::ids::ClaimToken;
 use crate::time::UnixMillis;
 
 /// A run as stored (without the definition snapshot and input, which can be large).
@@ -245,4 +246,179 @@ pub struct SubmissionRecord {
     pub payload: Value,
     pub state: String,
     pub error: Option<String>,
+}
+
+/// The authority a writer holds over one run.
+///
+/// The token is secret: `Debug` redacts it and only its hash reaches the database.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    pub run_id: String,
+    pub owner_kind: OwnerKind,
+    pub owner_id: String,
+    pub generation: u64,
+    pub token: ClaimToken,
+}
+
+/// How a write that may or may not need ownership is authorized.
+#[derive(Debug, Clone, Copy)]
+pub enum Fence<'a> {
+    /// The writer holds this claim; the fence checks and renews it.
+    Claim(&'a Claim),
+    /// The writer holds no claim; the write is refused if anyone holds a live one.
+    Unclaimed,
+}
+
+/// The result of activating a queued run.
+#[derive(Debug, Clone)]
+pub struct Activation {
+    pub claim: Claim,
+    pub mode: ChildMode,
+    pub resume: Resume,
+    pub revision: u64,
+}
+
+/// Everything needed to create a run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NewRun {
+    pub workflow_name: String,
+    /// Root source identity (for example the canonical path of the workflow file).
+    pub source_root: String,
+    /// Content hash of the root source.
+    pub source_hash: String,
+    /// Mount name to source hash, as resolved at start.
+    pub mounted_sources: Value,
+    /// Data-only graph snapshot, when already known at start.
+    pub definition: Option<Value>,
+    pub input: Value,
+    pub origin_session: Option<String>,
+    pub execution_mode: ExecutionMode,
+    pub project_dir: String,
+}
+
+/// Who asked a person's command on a run in review, and why: kept in its event.
+#[derive(Debug, Clone, Copy)]
+pub struct Provenance<'a> {
+    /// The person (the CLI sends the login name) or client.
+    pub by: &'a str,
+    /// Why, in their words.
+    pub reason: &'a str,
+}
+
+/// When a timer wakes, as the node asked for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// This many milliseconds after the host's clock when the timer is set.
+    After(u64),
+    /// At this time (Unix milliseconds); a time already past wakes at the next deadline pass.
+    At(UnixMillis),
+}
+
+impl Wake {
+    /// The wake time of a timer set at `now`.
+    pub fn at(self, now: UnixMillis) -> UnixMillis {
+        match self {
+            Wake::After(ms) => now.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX)),
+            Wake::At(at) => at,
+        }
+    }
+}
+
+/// The answer to a reserve.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "reservation", rename_all = "snake_case")]
+pub enum Reservation {
+    /// Go ahead: mark it applying, apply it, settle it. `retry` is true when an earlier
+    /// application was interrupted and the retry contract allows another.
+    Reserved { effect_id: String, retry: bool },
+    /// It already happened: here is the stored receipt. Do not apply again.
+    AlreadyApplied { effect_id: String, receipt: Value },
+    /// It already failed definitively: here is the stored error.
+    AlreadyFailed { effect_id: String, error: String },
+}
+
+/// Identity of one durable command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandMeta {
+    pub request_id: String,
+    pub idempotency_key: Option<String>,
+    /// Hash of the request's meaning (kind, target and payload), independent of its ids.
+    pub fingerprint: String,
+    pub kind: String,
+    pub run_id: Option<String>,
+}
+
+/// The response of a command and whether it came from an earlier commit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommandOutcome {
+    pub response: Value,
+    /// The response is a stored receipt: the command had run before.
+    pub replayed: bool,
+    /// The receipt replayed was committed by an earlier transaction, not by this one: the
+    /// answer holds whether or not this transaction commits (a client that resent a committed
+    /// command must get its receipt even when the batch carrying the resend fails).
+    pub committed_before: bool,
+}
+
+/// How a child ended, as recorded.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChildExitRecord {
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub reason: String,
+    pub stdout_tail: Vec<u8>,
+    pub stderr_tail: Vec<u8>,
+}
+
+/// An open `agent` / `assistantMessage` step of a detached run that is neither paused nor in
+/// review: what a bridge serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DetachedStep {
+    pub run_id: String,
+    pub interaction_id: String,
+    pub attempt_id: String,
+    pub node_id: String,
+    /// `pending` (waits for a submission) or `validating` (one is being judged).
+    pub validating: bool,
+    pub project_dir: String,
+}
+
+/// Which finished runs a prune removes: each given selector must hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PruneSelector {
+    /// Only runs in these statuses, each a finished one; empty: every finished status.
+    pub statuses: Vec<RunStatus>,
+    /// Only runs that finished before this time.
+    pub finished_before: Option<UnixMillis>,
+    /// The newest this many finished runs (of the selected statuses, by start) always stay.
+    pub keep: Option<u64>,
+}
+
+/// Where the child of a fresh activation picks up, derived from durable state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "resume", rename_all = "snake_case")]
+pub enum Resume {
+    /// No open attempt: start the run's current node (or the graph's start node when none).
+    Fresh { node_id: Option<String> },
+    /// A waiting attempt was answered (checkpoint or human decision); continue it.
+    Continue { node_id: String, attempt_id: String },
+    /// A submission awaits validation by the workflow's `validate` (child mode `validate`).
+    Validate {
+        node_id: String,
+        attempt_id: String,
+        submission_id: String,
+    },
+    /// The interaction's deadline passed: record the attempt as timed out and route.
+    InteractionExpired { node_id: String, attempt_id: String },
+    /// A submission was accepted, but the child that accepted it went away before it
+    /// proposed the transition: continue the attempt with the accepted submission's payload
+    /// as the node's output (child mode `run`).
+    Accepted {
+        node_id: String,
+        attempt_id: String,
+        submission_id: String,
+    },
+    /// The attempt's timer fired: continue it with the output saved with the timer (child
+    /// mode `run`; the hello reply's `timer`).
+    TimerFired { node_id: String, attempt_id: String },
 }

@@ -9,15 +9,14 @@
 //! of review. All of them are methods of [`WriteTx`].
 
 use rusqlite::{params, OptionalExtension as _};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{json, Value};
 
 mod recovery;
 mod requests;
 mod timers;
 
-pub use recovery::Provenance;
-pub use timers::{TimerSet, Wake};
+pub use timers::TimerSet;
 
 use super::{
     parse_enum, parse_status, Answerer, AttemptOutcome, AttemptStatus, ChildMode, Claim,
@@ -27,62 +26,6 @@ use super::{
 use crate::clock::UnixMillis;
 use crate::ids::{new_id, sha256_hex};
 use piw_engine::store::records::*;
-
-/// Everything needed to create a run.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct NewRun {
-    pub workflow_name: String,
-    /// Root source identity (for example the canonical path of the workflow file).
-    pub source_root: String,
-    /// Content hash of the root source.
-    pub source_hash: String,
-    /// Mount name to source hash, as resolved at start.
-    pub mounted_sources: Value,
-    /// Data-only graph snapshot, when already known at start.
-    pub definition: Option<Value>,
-    pub input: Value,
-    pub origin_session: Option<String>,
-    pub execution_mode: ExecutionMode,
-    pub project_dir: String,
-}
-
-/// Where the child of a fresh activation picks up, derived from durable state.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "resume", rename_all = "snake_case")]
-pub enum Resume {
-    /// No open attempt: start the run's current node (or the graph's start node when none).
-    Fresh { node_id: Option<String> },
-    /// A waiting attempt was answered (checkpoint or human decision); continue it.
-    Continue { node_id: String, attempt_id: String },
-    /// A submission awaits validation by the workflow's `validate` (child mode `validate`).
-    Validate {
-        node_id: String,
-        attempt_id: String,
-        submission_id: String,
-    },
-    /// The interaction's deadline passed: record the attempt as timed out and route.
-    InteractionExpired { node_id: String, attempt_id: String },
-    /// A submission was accepted, but the child that accepted it went away before it
-    /// proposed the transition: continue the attempt with the accepted submission's payload
-    /// as the node's output (child mode `run`).
-    Accepted {
-        node_id: String,
-        attempt_id: String,
-        submission_id: String,
-    },
-    /// The attempt's timer fired: continue it with the output saved with the timer (child
-    /// mode `run`; the hello reply's `timer`).
-    TimerFired { node_id: String, attempt_id: String },
-}
-
-/// The result of activating a queued run.
-#[derive(Debug, Clone)]
-pub struct Activation {
-    pub claim: Claim,
-    pub mode: ChildMode,
-    pub resume: Resume,
-    pub revision: u64,
-}
 
 /// A child's proposal to close the current attempt and start the next node.
 #[derive(Debug, Clone)]

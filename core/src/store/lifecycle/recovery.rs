@@ -3,17 +3,9 @@
 //! review (retry the node, resolve an uncertain effect).
 
 use super::*;
+use piw_engine::store::records::*;
 use rusqlite::params;
 use serde_json::json;
-
-/// Who asked a person's command on a run in review, and why: kept in its event.
-#[derive(Debug, Clone, Copy)]
-pub struct Provenance<'a> {
-    /// The person (the CLI sends the login name) or client.
-    pub by: &'a str,
-    /// Why, in their words.
-    pub reason: &'a str,
-}
 
 impl WriteTx<'_> {
     /// The owner reports that the run's child went away without finishing (crash, kill,

@@ -3,6 +3,7 @@
 //! expired at their deadline), and the workflow messages a run leaves for its session.
 
 use super::*;
+use piw_engine::store::records::*;
 use rusqlite::params;
 use serde_json::{json, Value};
 

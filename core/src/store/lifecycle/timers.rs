@@ -5,27 +5,9 @@
 //! No claim, child or child slot is held meanwhile.
 
 use super::*;
+use piw_engine::store::records::*;
 use rusqlite::params;
 use serde_json::{json, Value};
-
-/// When a timer wakes, as the node asked for it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Wake {
-    /// This many milliseconds after the host's clock when the timer is set.
-    After(u64),
-    /// At this time (Unix milliseconds); a time already past wakes at the next deadline pass.
-    At(UnixMillis),
-}
-
-impl Wake {
-    /// The wake time of a timer set at `now`.
-    pub fn at(self, now: UnixMillis) -> UnixMillis {
-        match self {
-            Wake::After(ms) => now.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX)),
-            Wake::At(at) => at,
-        }
-    }
-}
 
 /// A timer set by [`WriteTx::wait_until`].
 #[derive(Debug, Clone, PartialEq, Eq)]
