@@ -2,12 +2,13 @@
 //! without I/O) and driver (its I/O: connections, the store thread, supervision), and the
 //! client and worker libraries. See `ARCHITECTURE.md` at the repository root.
 
-pub use piw_engine::{graph, ids, protocol};
+pub use piw_engine as engine;
+pub use piw_engine::{graph, protocol};
 
 pub mod client;
 pub mod clock;
 pub mod driver;
-pub mod engine;
+pub mod ids;
 pub mod paths;
 pub mod store;
 pub mod supervise;

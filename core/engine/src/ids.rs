@@ -1,26 +1,10 @@
-//! Identifiers and secrets.
+//! Secrets and digests. (New row ids, which read the clock, are `piw_core::ids::new_id`.)
 //!
-//! Ids are random and opaque. A [`ClaimToken`] is a secret: it has no `Display`, its `Debug`
+//! A [`ClaimToken`] is a secret: it has no `Display`, its `Debug`
 //! is redacted, and only its SHA-256 hash is ever stored or compared.
 
 use rand::RngExt as _;
 use sha2::{Digest, Sha256};
-
-/// A new id with a readable prefix, e.g. `run-019a3c…`: 48 bits of milliseconds since the
-/// epoch, then 64 random bits. Time-ordered ids keep B-tree inserts on the rightmost pages
-/// (fewer pages written per commit) and sort roughly by creation.
-pub fn new_id(prefix: &str) -> String {
-    let millis = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
-    let random: [u8; 8] = rand::rng().random();
-    format!(
-        "{prefix}-{:012x}{}",
-        millis & 0xffff_ffff_ffff,
-        hex::encode(random)
-    )
-}
 
 /// SHA-256 of `bytes`, lower-case hex.
 pub fn sha256_hex(bytes: &[u8]) -> String {
@@ -71,12 +55,5 @@ mod tests {
         assert_eq!(t.hash(), t.clone().hash());
         assert_ne!(t.hash(), ClaimToken::generate().hash());
         assert_eq!(t.hash().len(), 64);
-    }
-
-    #[test]
-    fn ids_are_prefixed_and_unique() {
-        let a = new_id("run");
-        assert!(a.starts_with("run-"));
-        assert_ne!(a, new_id("run"));
     }
 }

@@ -1,11 +1,18 @@
-//! piw's engine: what the host decides, with no I/O (in the manner of quinn-proto under quinn).
-//! `piw-core`'s driver does the I/O around it: sockets, the SQLite store, processes, clocks.
+//! piw's engine: every decision the host makes about a request batch, a child's message or
+//! report, and the time, with no I/O (in the manner of quinn-proto under quinn). No runtime,
+//! thread, channel, socket, file, process, environment or clock: this crate depends on none
+//! (`Cargo.toml`), and `core/tests/engine_io_free.rs` reads every deciding file.
 //!
-//! - [`protocol`]: the wire format shared by the host, its clients and its workers;
-//! - [`graph`]: the workflow snapshot and its pure routing;
-//! - [`store`]: what the engine knows of the durable state: its vocabulary and pure rules
-//!   ([`store::model`]), the records the store hands out ([`store::records`]);
-//! - [`ids`]: random ids and claim tokens (stored only as hashes).
+//! It reaches the durable state through the interface it owns ([`store::Storage`] and
+//! [`store::Transaction`], which `piw_core::store` implements over SQLite); a [`turn`] hands
+//! what must happen outside (reply, publish, launch or stop a child) to the driver
+//! (`piw_core::driver`) as typed effects, in order.
+//!
+//! - the wire and the vocabulary: [`protocol`] (shared by the host, its clients and its
+//!   workers), [`graph`] (the workflow snapshot and its pure routing), [`store`] (statuses,
+//!   records, errors and the store interface), [`ids`], [`process`] (what a child process is);
+//! - the decisions: [`turn`], [`dispatch`] and [`handlers`] (client requests), [`children`]
+//!   (scheduling, worker messages, child reports), [`timers`], [`retention`], [`bridges`].
 //!
 //! See `ARCHITECTURE.md` at the repository root.
 
@@ -15,3 +22,12 @@ pub mod process;
 pub mod protocol;
 pub mod store;
 pub mod time;
+
+pub mod bridges;
+pub mod children;
+pub mod dispatch;
+mod fit;
+pub mod handlers;
+pub mod retention;
+pub mod timers;
+pub mod turn;

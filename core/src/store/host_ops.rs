@@ -6,14 +6,7 @@ use serde_json::Value;
 
 use super::{MessageRecord, RecoveredRun, Store, StoreError, StoreResult, WriteTx};
 use crate::clock::UnixMillis;
-
-/// What `message.claim` took: the messages, oldest first, and whether undelivered messages
-/// were left unclaimed so that the reply fits a frame (claim again after acknowledging these).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ClaimedMessages {
-    pub messages: Vec<MessageRecord>,
-    pub more: bool,
-}
+use piw_engine::store::records::*;
 
 impl WriteTx<'_> {
     /// Records a new host process and returns its epoch (strictly increasing).
@@ -512,20 +505,4 @@ impl Store {
             )?
             .query_row([self.now_ms()], |r| r.get(0))?)
     }
-}
-
-/// The latest finished attempt of one node of a run (see [`WriteTx::latest_results`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct NodeResult {
-    /// The node id.
-    pub node: String,
-    /// `succeeded`, `failed` or `timed_out`.
-    pub status: String,
-    /// The output (`null` unless it succeeded).
-    pub output: Value,
-    /// The error of a failed attempt.
-    pub error: Option<String>,
-    /// How many attempts of the node finished (its visits so far; an interrupted attempt does
-    /// not count, so a node rerun after a crash is the same visit).
-    pub finished: u64,
 }

@@ -24,6 +24,7 @@ mod durability;
 mod effects;
 mod host_ops;
 mod lifecycle;
+mod port;
 mod prune;
 mod read;
 mod receipts;
@@ -40,22 +41,17 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension as _, Transactio
 pub use children::OrphanChild;
 pub use diagnose::DATABASE_MALFORMED;
 pub use durability::WalSync;
-pub use host_ops::{ClaimedMessages, NodeResult};
-pub use lifecycle::{RecoveredRun, TimerSet, TransitionRequest, Transitioned};
 pub use model::*;
 pub use piw_engine::store::error::{DatabaseError, StoreError, StoreResult};
 pub use piw_engine::store::model;
 pub use piw_engine::store::records::*;
-pub use prune::PrunablePage;
-pub use read::{EventRecord, RunView};
 pub use receipts::StoredReceipt;
 pub use schema::{ddl_digest, DDL, SCHEMA_ID};
 pub use updates::{
-    workflow_update, ProgressKept, EVENT_BURST, EVENT_RATE_PER_SECOND, MAX_ATTEMPT_EVENTS,
+    workflow_update, EVENT_BURST, EVENT_RATE_PER_SECOND, MAX_ATTEMPT_EVENTS,
     MAX_ATTEMPT_EVENT_BYTES, MAX_RUN_EVENTS, MAX_RUN_EVENT_BYTES, MAX_UPDATE_DATA_BYTES,
     MAX_UPDATE_KEYS,
 };
-pub use values::{ValueChunk, ValuePut};
 pub use view::{
     attempt_spans, AttemptDetail, AttemptRequest, AttemptSpan, EventCursor, EventPage,
     NodeActivity, RunFilter, RunSummary,

@@ -11,6 +11,7 @@ use rusqlite::{params, OptionalExtension as _};
 use super::model::RunStatus;
 use super::{PruneSelector, RunListKey};
 use super::{Store, StoreError, StoreResult, WriteTx};
+use piw_engine::store::records::*;
 
 /// The four statuses bound to the selection's `status IN (?, ?, ?, ?)` (one fixed
 /// statement, whatever the selection): the given ones, the first repeated to fill.
@@ -74,15 +75,6 @@ enum Kept {
     None,
     From(RunListKey),
     All,
-}
-
-/// A page of the runs a selector matches.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PrunablePage {
-    /// Oldest start first.
-    pub runs: Vec<RunListKey>,
-    /// More runs match after the last of this page.
-    pub more: bool,
 }
 
 impl Store {

@@ -1,35 +1,11 @@
 //! Read-only queries. They never return claim tokens or token hashes.
 
 use rusqlite::{params, OptionalExtension as _, Row};
-use serde::Serialize;
 use serde_json::Value;
 
 use super::{parse_enum, parse_status, OwnerKind, RunStatus, Store, StoreError, StoreResult};
 use crate::clock::UnixMillis;
 use piw_engine::store::records::*;
-
-/// One row of the viewer projection.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct RunView {
-    pub run_id: String,
-    pub workflow_name: String,
-    pub origin_session: Option<String>,
-    pub status: String,
-    pub paused: bool,
-    pub current_node: Option<String>,
-    pub revision: u64,
-    pub last_event: String,
-    pub updated_at: UnixMillis,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct EventRecord {
-    pub run_id: String,
-    pub seq: u64,
-    pub kind: String,
-    pub at: UnixMillis,
-    pub data: Value,
-}
 
 pub(super) fn json_col(row: &Row<'_>, idx: usize) -> rusqlite::Result<Option<Value>> {
     let text: Option<String> = row.get(idx)?;

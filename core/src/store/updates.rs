@@ -170,15 +170,6 @@ fn next_samples(
     samples
 }
 
-/// What became of one progress.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProgressKept {
-    /// The run's revision after it (its event's `seq` when the event was kept).
-    pub seq: u64,
-    /// Whether its event was kept (else it was over the run's event budget).
-    pub event_kept: bool,
-}
-
 impl WriteTx<'_> {
     fn budget(&self, run_id: &str, attempt_id: &str) -> StoreResult<Budget> {
         let row = self

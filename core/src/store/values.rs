@@ -7,25 +7,7 @@ use sha2::{Digest as _, Sha256};
 
 use super::{Claim, Store, StoreError, StoreResult, WriteTx};
 use crate::protocol::value::{is_sha256_hex, read_slot, Slot, ValueRef, MAX_VALUE_BYTES};
-
-/// What the store holds of a value after a chunk: how many bytes, in order from the start.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ValuePut {
-    /// Bytes stored so far: where the next chunk starts.
-    pub received: u64,
-    /// Whether the value is whole (and its hash checked).
-    pub complete: bool,
-}
-
-/// A piece of a stored value.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ValueChunk {
-    /// The value's whole length.
-    pub bytes: u64,
-    /// Where `data` starts.
-    pub offset: u64,
-    pub data: Vec<u8>,
-}
+use piw_engine::store::records::*;
 
 fn invalid(message: impl Into<String>) -> StoreError {
     StoreError::InvalidInput(message.into())

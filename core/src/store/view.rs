@@ -6,11 +6,11 @@ use rusqlite::{params, OptionalExtension as _};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::read::EventRecord;
 use super::{parse_status, RunStatus, Store, StoreError, StoreResult};
 use super::{AttemptRecord, EffectRecord, RunListKey};
 use crate::clock::UnixMillis;
 use crate::protocol::outcome_word;
+use piw_engine::store::records::*;
 
 /// Which runs a run list shows.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

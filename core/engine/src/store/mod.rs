@@ -3,8 +3,10 @@
 
 pub mod error;
 pub mod model;
+pub mod port;
 pub mod records;
 
 pub use error::{DatabaseError, StoreError, StoreResult};
 pub use model::*;
+pub use port::{Storage, Transaction};
 pub use records::*;

@@ -422,3 +422,120 @@ pub enum Resume {
     /// mode `run`; the hello reply's `timer`).
     TimerFired { node_id: String, attempt_id: String },
 }
+
+/// What became of one progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProgressKept {
+    /// The run's revision after it (its event's `seq` when the event was kept).
+    pub seq: u64,
+    /// Whether its event was kept (else it was over the run's event budget).
+    pub event_kept: bool,
+}
+
+/// A child's proposal to close the current attempt and start the next node.
+#[derive(Debug, Clone)]
+pub struct TransitionRequest {
+    pub attempt_id: String,
+    pub outcome: AttemptOutcome,
+    pub next_node: String,
+    pub next_deadline_at: Option<UnixMillis>,
+}
+
+/// What a committed transition produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transitioned {
+    pub next_attempt_id: String,
+    pub revision: u64,
+    /// A pause was requested: the owner should park the run at this boundary.
+    pub pause_requested: bool,
+}
+
+/// One run that recovery or a child loss put back (or stopped for review).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RecoveredRun {
+    pub run_id: String,
+    pub status: RunStatus,
+    pub reason: String,
+}
+
+/// A timer set by [`WriteTx::wait_until`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimerSet {
+    pub timer_id: String,
+    pub wake_at: UnixMillis,
+}
+
+/// What the store holds of a value after a chunk: how many bytes, in order from the start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ValuePut {
+    /// Bytes stored so far: where the next chunk starts.
+    pub received: u64,
+    /// Whether the value is whole (and its hash checked).
+    pub complete: bool,
+}
+
+/// A piece of a stored value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValueChunk {
+    /// The value's whole length.
+    pub bytes: u64,
+    /// Where `data` starts.
+    pub offset: u64,
+    pub data: Vec<u8>,
+}
+
+/// One row of the viewer projection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RunView {
+    pub run_id: String,
+    pub workflow_name: String,
+    pub origin_session: Option<String>,
+    pub status: String,
+    pub paused: bool,
+    pub current_node: Option<String>,
+    pub revision: u64,
+    pub last_event: String,
+    pub updated_at: UnixMillis,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EventRecord {
+    pub run_id: String,
+    pub seq: u64,
+    pub kind: String,
+    pub at: UnixMillis,
+    pub data: Value,
+}
+
+/// A page of the runs a selector matches.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PrunablePage {
+    /// Oldest start first.
+    pub runs: Vec<RunListKey>,
+    /// More runs match after the last of this page.
+    pub more: bool,
+}
+
+/// The latest finished attempt of one node of a run (see [`WriteTx::latest_results`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeResult {
+    /// The node id.
+    pub node: String,
+    /// `succeeded`, `failed` or `timed_out`.
+    pub status: String,
+    /// The output (`null` unless it succeeded).
+    pub output: Value,
+    /// The error of a failed attempt.
+    pub error: Option<String>,
+    /// How many attempts of the node finished (its visits so far; an interrupted attempt does
+    /// not count, so a node rerun after a crash is the same visit).
+    pub finished: u64,
+}
+
+/// What `message.claim` took: the messages, oldest first, and whether undelivered messages
+/// were left unclaimed so that the reply fits a frame (claim again after acknowledging these).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimedMessages {
+    pub messages: Vec<MessageRecord>,
+    pub more: bool,
+}

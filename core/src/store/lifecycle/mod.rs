@@ -9,14 +9,11 @@
 //! of review. All of them are methods of [`WriteTx`].
 
 use rusqlite::{params, OptionalExtension as _};
-use serde::Serialize;
 use serde_json::{json, Value};
 
 mod recovery;
 mod requests;
 mod timers;
-
-pub use timers::TimerSet;
 
 use super::{
     parse_enum, parse_status, Answerer, AttemptOutcome, AttemptStatus, ChildMode, Claim,
@@ -26,32 +23,6 @@ use super::{
 use crate::clock::UnixMillis;
 use crate::ids::{new_id, sha256_hex};
 use piw_engine::store::records::*;
-
-/// A child's proposal to close the current attempt and start the next node.
-#[derive(Debug, Clone)]
-pub struct TransitionRequest {
-    pub attempt_id: String,
-    pub outcome: AttemptOutcome,
-    pub next_node: String,
-    pub next_deadline_at: Option<UnixMillis>,
-}
-
-/// What a committed transition produced.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Transitioned {
-    pub next_attempt_id: String,
-    pub revision: u64,
-    /// A pause was requested: the owner should park the run at this boundary.
-    pub pause_requested: bool,
-}
-
-/// One run that recovery or a child loss put back (or stopped for review).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct RecoveredRun {
-    pub run_id: String,
-    pub status: RunStatus,
-    pub reason: String,
-}
 
 /// The slice of a run row the operations decide on.
 #[derive(Debug, Clone)]

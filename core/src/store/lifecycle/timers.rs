@@ -9,13 +9,6 @@ use piw_engine::store::records::*;
 use rusqlite::params;
 use serde_json::{json, Value};
 
-/// A timer set by [`WriteTx::wait_until`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TimerSet {
-    pub timer_id: String,
-    pub wake_at: UnixMillis,
-}
-
 /// Every pending timer due at `?1` on a waiting run that no live control claim holds (an
 /// operator mid-cancel has it), earliest first. A paused run's timer fires too: the run then
 /// stays queued and paused until it is resumed.

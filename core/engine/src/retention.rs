@@ -7,11 +7,11 @@
 //! reply says `more`, the retention pass is due again at once while runs are left.
 
 use super::dispatch::HostState;
-use crate::clock::UnixMillis;
 use crate::protocol::payload::{RunListCursor, RunPrune, MAX_PRUNE_RUNS};
 use crate::protocol::reply::{PruneListed, Pruned};
 use crate::protocol::Receipt;
-use crate::store::{PruneSelector, Store, StoreError, StoreResult};
+use crate::store::{PruneSelector, Storage, StoreError, StoreResult};
+use crate::time::UnixMillis;
 
 /// How often the host's retention pass runs once it has nothing left to remove.
 pub const RETENTION_INTERVAL_MS: i64 = 60 * 60 * 1000;
@@ -51,7 +51,7 @@ fn finished_before(now: UnixMillis, older_than_ms: u64) -> UnixMillis {
 
 /// `run.prune`: a dry run lists a page of what would go; otherwise one batch goes.
 pub fn prune_request(
-    store: &mut Store,
+    store: &mut dyn Storage,
     state: &mut HostState,
     request: &RunPrune,
 ) -> Result<Receipt, StoreError> {
@@ -111,7 +111,7 @@ pub fn next_retention_at(state: &HostState) -> Option<UnixMillis> {
 
 /// The host's retention pass, when due: one batch, then due again at once while runs are
 /// left, else after [`RETENTION_INTERVAL_MS`].
-pub fn run_due_retention(store: &mut Store, state: &mut HostState) {
+pub fn run_due_retention(store: &mut dyn Storage, state: &mut HostState) {
     let now = store.now_ms();
     let (Some(retention), Some(due)) = (state.retention, state.retention_due_at) else {
         return;
@@ -151,7 +151,7 @@ pub fn run_due_retention(store: &mut Store, state: &mut HostState) {
 /// gives their pages back; returns the runs removed and whether more match. A finished run
 /// whose child is still exiting stays until its exit is recorded.
 fn prune_batch(
-    store: &mut Store,
+    store: &mut dyn Storage,
     state: &mut HostState,
     selector: &PruneSelector,
     limit: usize,

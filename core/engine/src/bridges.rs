@@ -31,7 +31,7 @@ use std::time::Duration;
 use super::children::{workflow_environment, ChildConfig, SupervisorCmd, CHILD_LOG_BYTES};
 use super::dispatch::{self, HostState};
 use crate::protocol::{payload, Request, RequestBody, RequestKind};
-use crate::store::{ChildExitRecord, DetachedStep, Store};
+use crate::store::{ChildExitRecord, DetachedStep, Storage};
 
 /// Bytes of a bridge's stdout and stderr kept for its exit reason.
 const BRIDGE_TAIL_BYTES: usize = 16 * 1024;
@@ -387,7 +387,7 @@ pub enum BridgeReport {
 
 /// Handles bridge reports: a hello marks the handshake; an exit frees the slot and, when the
 /// host did not order it while the step was open, fails the step ([`exit_verdict`]).
-pub fn on_reports(store: &mut Store, state: &mut HostState, reports: Vec<BridgeReport>) {
+pub fn on_reports(store: &mut dyn Storage, state: &mut HostState, reports: Vec<BridgeReport>) {
     if reports.is_empty() {
         return;
     }
@@ -446,7 +446,7 @@ pub fn on_reports(store: &mut Store, state: &mut HostState, reports: Vec<BridgeR
 
 /// Compares the open steps of detached runs with the bridges alive, and orders launches,
 /// stops and failed attempts ([`plan`]). Runs on the store thread after each turn's work.
-pub fn reconcile(store: &mut Store, state: &mut HostState) {
+pub fn reconcile(store: &mut dyn Storage, state: &mut HostState) {
     let Some(settings) = state.child_config.bridges.clone() else {
         return;
     };
@@ -538,14 +538,14 @@ fn launch(state: &mut HostState, settings: &BridgeSettings, step: &DetachedStep,
     let cfg: &ChildConfig = &state.child_config;
     let mut env = workflow_environment(&cfg.workflow_env, Some(("PIW_BRIDGE_RUN", &step.run_id)));
     env.push(("PIW_HOME".into(), settings.home.clone().into_os_string()));
-    let spec = crate::supervise::SpawnSpec {
+    let spec = crate::process::SpawnSpec {
         program,
         args: args.into_iter().map(Into::into).collect(),
         env,
         cwd: PathBuf::from(&step.project_dir),
         // Never written: Pi in RPC mode reads commands from stdin and exits at its end.
         stdin_payload: Vec::new(),
-        limits: crate::supervise::ChildLimits {
+        limits: crate::process::ChildLimits {
             cpu_seconds: cfg.cpu_seconds,
             memory_bytes: cfg.memory_bytes,
         },
@@ -553,7 +553,7 @@ fn launch(state: &mut HostState, settings: &BridgeSettings, step: &DetachedStep,
         tail_bytes: BRIDGE_TAIL_BYTES,
         scope: state.supervision_scope.clone(),
         output_log: cfg.output_logs.as_ref().map(|dir| {
-            Box::new(crate::supervise::OutputLog {
+            Box::new(crate::process::OutputLog {
                 path: dir.join(&step.run_id).join(format!("bridge-{launch}.log")),
                 cap_bytes: CHILD_LOG_BYTES,
             })
@@ -579,7 +579,7 @@ fn launch(state: &mut HostState, settings: &BridgeSettings, step: &DetachedStep,
 }
 
 /// Fails the attempt of `step` as `interaction.fail` does (the run routes as its node says).
-fn fail_step(store: &mut Store, state: &mut HostState, step: &DetachedStep, reason: &str) {
+fn fail_step(store: &mut dyn Storage, state: &mut HostState, step: &DetachedStep, reason: &str) {
     let mut request = Request::new(
         format!("bridge-{}", step.interaction_id),
         RequestBody::InteractionFail(payload::InteractionFail {

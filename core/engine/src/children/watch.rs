@@ -6,7 +6,7 @@ use super::*;
 
 /// Child reports of one batch: the pids of started children are recorded in one
 /// transaction; each exit is handled on its own (it may requeue its run).
-pub fn on_child_reports(store: &mut Store, state: &mut HostState, reports: Vec<ChildReport>) {
+pub fn on_child_reports(store: &mut dyn Storage, state: &mut HostState, reports: Vec<ChildReport>) {
     if !reports.is_empty() {
         // A slot freed, a judge lost: what bridges are needed may have changed.
         state.bridges.up_to_date = false;
@@ -21,7 +21,7 @@ pub fn on_child_reports(store: &mut Store, state: &mut HostState, reports: Vec<C
             _ => None,
         })
         .collect();
-    crate::engine::bridges::on_reports(store, state, bridge_reports);
+    crate::bridges::on_reports(store, state, bridge_reports);
     let (started, exited): (Vec<_>, Vec<_>) = reports
         .into_iter()
         .filter(|r| {
@@ -99,7 +99,7 @@ const LAUNCH_RETRY_MS: i64 = 1_000;
 
 /// A child report: record it, and when a child died while its run was still running under
 /// our claim, requeue the run from its last committed boundary (or stop it for review).
-pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildReport) {
+pub fn on_child_report(store: &mut dyn Storage, state: &mut HostState, report: ChildReport) {
     match report {
         ChildReport::Started {
             run_id,
@@ -234,7 +234,7 @@ pub fn on_child_report(store: &mut Store, state: &mut HostState, report: ChildRe
             }
         }
         ChildReport::Bridge(report) => {
-            crate::engine::bridges::on_reports(store, state, vec![report]);
+            crate::bridges::on_reports(store, state, vec![report]);
         }
     }
 }
@@ -307,7 +307,7 @@ pub fn mask_hex_runs(text: &str) -> String {
 /// Also forgets the forgiven standby deaths of runs that ended. `only` limits the check to the
 /// runs a batch touched (`None`: every held claim, after deadline work such as expiry
 /// recovery).
-pub fn forget_released_claims(store: &Store, state: &mut HostState, only: Option<&[String]>) {
+pub fn forget_released_claims(store: &dyn Storage, state: &mut HostState, only: Option<&[String]>) {
     let now = store.now_ms();
     // A forgiven standby death matters only to the run's next launch; a run that ended
     // before one (cancelled while queued) leaves nothing behind.
@@ -345,8 +345,8 @@ pub fn forget_released_claims(store: &Store, state: &mut HostState, only: Option
 }
 
 /// The earliest time a child-related deadline needs the store thread.
-pub fn next_child_deadline(store: &Store, state: &HostState) -> Option<i64> {
-    let lease = store.config().lease_ms;
+pub fn next_child_deadline(store: &dyn Storage, state: &HostState) -> Option<i64> {
+    let lease = store.lease_ms();
     let heartbeat = state.renewed_at.values().map(|t| t + lease / 3).min();
     let handshake = state
         .children
@@ -411,7 +411,7 @@ pub(super) fn child_stopping(state: &HostState, run_id: &str) -> bool {
 
 /// The earliest node deadline of the held runs whose child is not being stopped.
 pub(super) fn node_deadline_of_children_not_stopping(
-    store: &Store,
+    store: &dyn Storage,
     state: &HostState,
 ) -> Option<i64> {
     state
@@ -435,13 +435,13 @@ pub(super) fn validation_deadline(state: &HostState, e: &ChildEntry) -> Option<i
 
 /// Host-owned child deadlines: heartbeats for long-running children, handshake timeouts,
 /// node deadlines (route `timed_out` or end the run `timed_out`, then stop the child).
-pub fn due_child_work(store: &mut Store, state: &mut HostState) {
+pub fn due_child_work(store: &mut dyn Storage, state: &mut HostState) {
     let now = store.now_ms();
     // A retry of failed activations is due: the scheduling that follows due work does it.
     if state.activation_retry_at.is_some_and(|at| at <= now) {
         state.activation_retry_at = None;
     }
-    let lease = store.config().lease_ms;
+    let lease = store.lease_ms();
     // Renewal times only exist for claims we hold; anything else would be a deadline that
     // never clears.
     let held = &state.claims;
@@ -560,7 +560,7 @@ pub fn due_child_work(store: &mut Store, state: &mut HostState) {
 }
 
 pub(super) fn time_out_attempt(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     state: &mut HostState,
     claim: &Claim,
 ) -> StoreResult<()> {

@@ -4,11 +4,11 @@
 use super::required;
 use crate::protocol::reply::DecisionAnswered;
 use crate::protocol::{payload, Request};
-use crate::store::{Answerer, StoreError, WriteTx};
+use crate::store::{Answerer, StoreError, Transaction};
 
 /// `checkpoint.answer`: answer an ordinary checkpoint (the model-facing path).
 pub(crate) fn checkpoint_answer(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     req: &Request,
     a: &payload::DecisionAnswer,
 ) -> Result<DecisionAnswered, StoreError> {
@@ -18,7 +18,7 @@ pub(crate) fn checkpoint_answer(
 
 /// `decision.answer`: answer a protected human decision (a person in the origin session).
 pub(crate) fn decision_answer(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     req: &Request,
     a: &payload::DecisionAnswer,
 ) -> Result<DecisionAnswered, StoreError> {
@@ -27,7 +27,7 @@ pub(crate) fn decision_answer(
 }
 
 fn answer(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     a: &payload::DecisionAnswer,
     answered_by: Answerer,
 ) -> Result<DecisionAnswered, StoreError> {

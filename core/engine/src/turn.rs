@@ -15,7 +15,7 @@ use super::dispatch::{self, HostState, PreparedStart};
 use super::{retention, timers};
 use crate::protocol::reply::RepairReply;
 use crate::protocol::{Receipt, Rejection, RejectionCode, Request, RequestBody, RequestClass};
-use crate::store::{CommandMeta, CommandOutcome, Store, StoreError};
+use crate::store::{CommandMeta, CommandOutcome, Storage, StoreError};
 
 /// Most commands committed in one transaction.
 pub const MAX_BATCH: usize = 256;
@@ -102,7 +102,7 @@ pub trait Effects<R> {
 /// the earliest deadline it knew of before it waited): requests answered and committed, child
 /// reports handled, due work run once `deadline` has passed, ready runs scheduled.
 pub fn turn<R>(
-    store: &mut Store,
+    store: &mut dyn Storage,
     state: &mut HostState,
     inputs: Vec<Input<R>>,
     deadline: Option<i64>,
@@ -169,7 +169,7 @@ fn send_child_commands<R>(state: &mut HostState, fx: &mut dyn Effects<R>) {
 /// once from its earliest revision, in the order the runs were first written. Called after
 /// each step of a turn that may ask, before the next step publishes a run itself: no event
 /// goes out twice.
-fn publish_unpublished<R>(store: &Store, state: &mut HostState, fx: &mut dyn Effects<R>) {
+fn publish_unpublished<R>(store: &dyn Storage, state: &mut HostState, fx: &mut dyn Effects<R>) {
     if state.unpublished.is_empty() {
         return;
     }
@@ -190,7 +190,7 @@ fn publish_unpublished<R>(store: &Store, state: &mut HostState, fx: &mut dyn Eff
 }
 
 /// The events of `run_id` after revision `after`, to subscribers (when there are any).
-fn publish_run<R>(store: &Store, fx: &mut dyn Effects<R>, run_id: &str, after: u64) {
+fn publish_run<R>(store: &dyn Storage, fx: &mut dyn Effects<R>, run_id: &str, after: u64) {
     if !fx.publishing() {
         return;
     }
@@ -220,7 +220,7 @@ fn publish_run<R>(store: &Store, fx: &mut dyn Effects<R>, run_id: &str, after: u
 /// does not undo its neighbours (`WriteTx::command_group`). Returns the runs the commands
 /// could change.
 fn handle_batch<R>(
-    store: &mut Store,
+    store: &mut dyn Storage,
     state: &mut HostState,
     batch: Vec<Job<R>>,
     fx: &mut dyn Effects<R>,
@@ -398,7 +398,7 @@ fn handle_batch<R>(
 /// The receipt of a command's `outcome`, with its run's revision after the batch: known from
 /// the batch's `written` revisions, read only for a command that wrote nothing (a replay).
 fn receipt_of<R>(
-    store: &Store,
+    store: &dyn Storage,
     written: &HashMap<String, u64>,
     job: &Job<R>,
     outcome: CommandOutcome,
@@ -419,7 +419,7 @@ fn receipt_of<R>(
 
 /// A maintenance request: a write in a transaction of its own, without a receipt.
 fn maintain<R>(
-    store: &mut Store,
+    store: &mut dyn Storage,
     state: &mut HostState,
     fx: &mut dyn Effects<R>,
     request: &Request,
@@ -444,7 +444,7 @@ fn maintain<R>(
 }
 
 /// The revision of every run a batch may touch, before it runs (for event publication).
-fn revisions<R>(store: &Store, writes: &[Job<R>]) -> Vec<(String, u64)> {
+fn revisions<R>(store: &dyn Storage, writes: &[Job<R>]) -> Vec<(String, u64)> {
     writes
         .iter()
         .filter_map(|j| j.request.run_id.clone())

@@ -1,12 +1,12 @@
 //! Requests about the host and its store as a whole: `host.status`, `diagnose`, `subscribe`.
 
-use crate::engine::dispatch::HostState;
+use crate::dispatch::HostState;
 use crate::protocol::payload;
 use crate::protocol::reply::{DiagnoseReply, HostCounts};
-use crate::store::{Store, StoreError};
+use crate::store::{Storage, StoreError};
 
 /// `subscribe`: receive events of a run or a session on this connection (no body).
-pub(crate) fn subscribe(store: &Store, s: &payload::Subscribe) -> Result<(), StoreError> {
+pub(crate) fn subscribe(store: &dyn Storage, s: &payload::Subscribe) -> Result<(), StoreError> {
     // The connection asks only whether the run exists; it makes the subscription itself.
     if let Some(run_id) = &s.run_id {
         store.run_state(run_id)?;
@@ -15,7 +15,7 @@ pub(crate) fn subscribe(store: &Store, s: &payload::Subscribe) -> Result<(), Sto
 }
 
 /// `host.status`: host health and identity.
-pub(crate) fn status(store: &Store, state: &HostState) -> Result<HostCounts, StoreError> {
+pub(crate) fn status(store: &dyn Storage, state: &HostState) -> Result<HostCounts, StoreError> {
     let runs = store
         .count_by_status()?
         .into_iter()
@@ -28,7 +28,7 @@ pub(crate) fn status(store: &Store, state: &HostState) -> Result<HostCounts, Sto
 }
 
 /// `diagnose`: what the store's consistency checks find.
-pub(crate) fn diagnose(store: &Store) -> Result<DiagnoseReply, StoreError> {
+pub(crate) fn diagnose(store: &dyn Storage) -> Result<DiagnoseReply, StoreError> {
     Ok(DiagnoseReply {
         findings: store.diagnose()?,
     })

@@ -4,7 +4,7 @@
 //! checks who speaks and dispatches.
 
 use super::*;
-use crate::engine::dispatch::body;
+use crate::dispatch::body;
 use crate::protocol::reply::{
     DecisionRequested, EffectRecorded, HelloReply, InteractionRequested, NodeResultBody,
     NodeStarted, Notified, ProgressRecorded, ResultsPage, RunEnded, StepRefused, Stepped,
@@ -13,7 +13,7 @@ use crate::protocol::reply::{
 
 /// Applies one worker message inside the batch transaction.
 pub fn apply_worker(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     state: &mut HostState,
     req: &Request,
 ) -> Result<Value, StoreError> {
@@ -57,7 +57,7 @@ pub fn apply_worker(
         RequestBody::WorkerInteractionRequest(i) => {
             body(&worker_interaction_request(w, &claim, req, i)?)?
         }
-        RequestBody::WorkerWaitUntil(wait) => body(&crate::engine::timers::worker_wait_until(
+        RequestBody::WorkerWaitUntil(wait) => body(&crate::timers::worker_wait_until(
             w,
             &claim,
             &attempt_of(req)?,
@@ -86,7 +86,7 @@ pub fn apply_worker(
 
 /// `worker.node_started`: a node attempt begins.
 fn worker_node_started(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     state: &mut HostState,
     claim: &Claim,
     req: &Request,
@@ -115,7 +115,7 @@ fn worker_node_started(
 
 /// `worker.transition`: the current attempt ended; propose the next node.
 fn worker_transition(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     state: &mut HostState,
     claim: &Claim,
     req: &Request,
@@ -162,7 +162,7 @@ fn worker_transition(
 
 /// `worker.complete`: the current attempt ended and the run finished.
 fn worker_complete(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     state: &mut HostState,
     claim: &Claim,
     req: &Request,
@@ -206,7 +206,7 @@ fn worker_complete(
 
 /// `worker.fail`: the run cannot continue.
 fn worker_fail(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     claim: &Claim,
     req: &Request,
     f: &payload::WorkerFail,
@@ -229,7 +229,7 @@ fn worker_fail(
 
 /// `worker.progress`: informational progress.
 fn worker_progress(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     claim: &Claim,
     p: &payload::WorkerProgress,
 ) -> Result<ProgressRecorded, StoreError> {
@@ -242,7 +242,7 @@ fn worker_progress(
 
 /// `worker.wait`: park until a checkpoint or human decision is answered.
 fn worker_wait(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     claim: &Claim,
     req: &Request,
     wait: &payload::WorkerWait,
@@ -253,7 +253,7 @@ fn worker_wait(
 
 /// `worker.interaction_request`: park until the origin session answers an interactive step.
 fn worker_interaction_request(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     claim: &Claim,
     req: &Request,
     i: &payload::WorkerInteractionRequest,
@@ -271,7 +271,7 @@ fn worker_interaction_request(
 
 /// `worker.notify`: record a notify node's message for the origin session.
 fn worker_notify(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     claim: &Claim,
     n: &payload::WorkerNotify,
 ) -> Result<Notified, StoreError> {
@@ -281,7 +281,7 @@ fn worker_notify(
 
 /// `worker.effect_reserve`: reserve a managed effect.
 fn worker_effect_reserve(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     claim: &Claim,
     req: &Request,
     e: &payload::WorkerEffectReserve,
@@ -299,7 +299,7 @@ fn worker_effect_reserve(
 
 /// `worker.effect_applying`: a reserved effect is about to be performed.
 fn worker_effect_applying(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     claim: &Claim,
     e: &payload::WorkerEffectApplying,
 ) -> Result<EffectRecorded, StoreError> {
@@ -311,7 +311,7 @@ fn worker_effect_applying(
 
 /// `worker.effect_settle`: a performed effect ended.
 fn worker_effect_settle(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     claim: &Claim,
     e: &payload::WorkerEffectSettle,
 ) -> Result<EffectRecorded, StoreError> {
@@ -323,7 +323,7 @@ fn worker_effect_settle(
 
 /// `worker.validation_result`: the verdict of a validate-mode child on a submission.
 fn worker_validation_result(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     state: &mut HostState,
     claim: &Claim,
     run_id: &str,
@@ -346,7 +346,7 @@ fn worker_validation_result(
 
 /// `worker.results`: the next page of the node results a hello reply left out to fit its frame.
 fn worker_results(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     state: &HostState,
     run_id: &str,
     page: &payload::WorkerResults,
@@ -358,10 +358,8 @@ fn worker_results(
         .unwrap_or(usize::MAX)
         .min(results.len());
     let mut rest = results[offset..].to_vec();
-    let more = crate::engine::dispatch::keep_what_fits(
-        &mut rest,
-        crate::engine::dispatch::reply_room(state.reply_limit),
-    );
+    let more =
+        crate::dispatch::keep_what_fits(&mut rest, crate::dispatch::reply_room(state.reply_limit));
     Ok(ResultsPage {
         results: rest,
         more,
@@ -370,7 +368,7 @@ fn worker_results(
 
 /// `worker.value_put`: a chunk of a large value, stored under the run's claim.
 fn worker_value_put(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     claim: &Claim,
     put: &payload::WorkerValuePut,
 ) -> Result<ValueStored, StoreError> {
@@ -425,7 +423,7 @@ pub fn forget_uncommitted_worker_message(state: &mut HostState, req: &Request, n
 }
 
 pub(super) fn worker_hello(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     state: &mut HostState,
     run_id: &str,
     hello: &payload::WorkerHello,
@@ -544,9 +542,9 @@ pub(super) fn worker_hello(
     // Every node's latest output may be as large as a payload: the results that do not fit
     // the frame with the rest of the reply are left for `worker.results` pages.
     let mut results = node_results(w, run_id)?;
-    let room = crate::engine::dispatch::reply_room(state.reply_limit)
+    let room = crate::dispatch::reply_room(state.reply_limit)
         .saturating_sub(crate::protocol::json_len(&reply) + r#","results_more":true"#.len());
-    let fits = crate::engine::dispatch::fitting_prefix(&results, room);
+    let fits = crate::dispatch::fitting_prefix(&results, room);
     if fits < results.len() {
         results.truncate(fits);
         reply.results_more = true;
@@ -568,7 +566,7 @@ pub(super) fn worker_hello(
 /// The latest finished attempt of every node of the run, in the order they finished, as a
 /// child's hello reply and `worker.results` carry them: outcome names as a workflow routes on
 /// them (`$result.outcome`).
-fn node_results(w: &WriteTx<'_>, run_id: &str) -> Result<Vec<NodeResultBody>, StoreError> {
+fn node_results(w: &dyn Transaction, run_id: &str) -> Result<Vec<NodeResultBody>, StoreError> {
     Ok(w.latest_results(run_id)?
         .into_iter()
         .map(|r| {
@@ -591,7 +589,7 @@ fn node_results(w: &WriteTx<'_>, run_id: &str) -> Result<Vec<NodeResultBody>, St
 /// The attempt a worker's proposal closes and the node it ran, from the store: the graph
 /// check routes from the node the host recorded, never from what the child says it ran.
 pub(super) fn current_step(
-    w: &WriteTx<'_>,
+    w: &dyn Transaction,
     run_id: &str,
     req: &Request,
 ) -> Result<(String, String), StoreError> {
@@ -622,7 +620,7 @@ pub(super) fn current_step(
 /// The run's graph and the attempt (with its node) that a worker's transition or completion
 /// closes, after the earlier steps the message carries were applied; or the refusal body.
 pub(super) fn step_after_earlier(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     state: &mut HostState,
     claim: &Claim,
     req: &Request,
@@ -639,7 +637,7 @@ pub(super) fn step_after_earlier(
 /// against the graph like any transition. Returns the attempt then open and its node, or the
 /// refusal body when a step disagrees with the graph (the run has failed then).
 pub(super) fn apply_earlier_steps(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     claim: &Claim,
     graph: &Graph,
     current: (String, String),
@@ -697,7 +695,7 @@ pub(super) fn apply_earlier_steps(
 }
 
 pub(super) fn graph_of(
-    w: &WriteTx<'_>,
+    w: &dyn Transaction,
     state: &mut HostState,
     run_id: &str,
 ) -> Result<Graph, StoreError> {
@@ -716,7 +714,7 @@ pub(super) fn graph_of(
 /// (`reported`; none: no deadline). A reported timeout for a node whose graph fixes its
 /// deadline is refused: the host enforces the graph, not the child's word.
 pub(super) fn deadline_for(
-    w: &WriteTx<'_>,
+    w: &dyn Transaction,
     graph: &Graph,
     node: &str,
     reported: Option<u64>,
@@ -744,7 +742,7 @@ pub(super) fn ms_after(now: i64, ms: u64) -> i64 {
 /// the reason; the failure is the command's committed result (`Some(body)` with `refused`),
 /// not an error, so the savepoint around the command keeps it.
 pub(super) fn check_route(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     claim: &Claim,
     graph: &Graph,
     from: &str,
@@ -773,7 +771,7 @@ pub(super) fn check_route(
 /// attempt a refused transition was closing keeps its own outcome (a timed-out one fails:
 /// the run ends on the limit, not on the timeout).
 pub(super) fn fail_at_step_limit<T>(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     claim: &Claim,
     closing: Option<&TransitionRequest>,
     stepped: Result<T, StoreError>,

@@ -4,17 +4,17 @@
 use serde_json::Value;
 
 use super::{fence_for, required};
-use crate::engine::dispatch::{HostState, PreparedStart};
-use crate::engine::fit::{fit_run_status, omit_until_it_fits, reply_excess, reply_room};
+use crate::dispatch::{HostState, PreparedStart};
+use crate::fit::{fit_run_status, omit_until_it_fits, reply_excess, reply_room};
 use crate::protocol::reply::{
     RunCancelled, RunDetached, RunListReply, RunPaused, RunQueued, RunStatusReply,
 };
 use crate::protocol::{json_len, payload, Request};
-use crate::store::{ExecutionMode, Fence, Provenance, RunStatus, Store, StoreError, WriteTx};
+use crate::store::{ExecutionMode, Fence, Provenance, RunStatus, Storage, StoreError, Transaction};
 
 /// `run.start`: start a new run.
 pub(crate) fn start(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     start: Option<&PreparedStart>,
 ) -> Result<RunQueued, StoreError> {
     let start =
@@ -28,7 +28,7 @@ pub(crate) fn start(
 
 /// `run.pause`: pause a run at its next durable boundary.
 pub(crate) fn pause(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     state: &HostState,
     req: &Request,
 ) -> Result<RunPaused, StoreError> {
@@ -45,12 +45,12 @@ pub(crate) fn pause(
 /// when this host could not serve them (it runs no bridges, or nothing names a Pi provider and
 /// model for the run): the run would wait for ever once its session is closed.
 pub(crate) fn detach(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     state: &HostState,
     req: &Request,
 ) -> Result<RunDetached, StoreError> {
     let run_id = required(&req.run_id, "run_id")?;
-    let refused = |w: &WriteTx<'_>, detail: &str| -> StoreError {
+    let refused = |w: &dyn Transaction, detail: &str| -> StoreError {
         match w.run_status(run_id) {
             Ok(status) => StoreError::InvalidTransition {
                 run_id: run_id.to_owned(),
@@ -71,8 +71,7 @@ pub(crate) fn detach(
     // left as it is); a refusal below undoes the write with the command.
     let changed = w.detach(run_id)?;
     let (input, definition, _) = w.run_payload(run_id)?;
-    if changed && crate::engine::bridges::pi_model(definition.as_ref(), &input, settings).is_none()
-    {
+    if changed && crate::bridges::pi_model(definition.as_ref(), &input, settings).is_none() {
         return Err(refused(
             w,
             "nothing names a Pi provider and model to answer its steps once detached: start the host with PIW_DETACHED_PROVIDER and PIW_DETACHED_MODEL (then `piw host stop`), or give the workflow `detached: { provider, model }`; the run stays as it is",
@@ -87,7 +86,7 @@ pub(crate) fn detach(
 
 /// `run.resume`: resume a paused run.
 pub(crate) fn resume(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     state: &HostState,
     req: &Request,
 ) -> Result<RunPaused, StoreError> {
@@ -102,7 +101,7 @@ pub(crate) fn resume(
 
 /// `run.cancel`: cancel a run.
 pub(crate) fn cancel(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     state: &HostState,
     req: &Request,
     cancel: &payload::RunCancel,
@@ -116,7 +115,7 @@ pub(crate) fn cancel(
         held @ Fence::Claim(_) => w.cancel(run_id, held, &reason)?,
         // A running row this host does not hold: its lease must have expired. The
         // control claim refuses live owners and fences the old one before the cancel.
-        Fence::Unclaimed if w.run_row(run_id)?.status == RunStatus::Running => {
+        Fence::Unclaimed if w.run_status(run_id)? == RunStatus::Running => {
             let control = w.control_claim(run_id, &format!("{}-control", state.owner_id))?;
             w.cancel(run_id, Fence::Claim(&control), &reason)?
         }
@@ -133,7 +132,7 @@ pub(crate) fn cancel(
 
 /// `run.retry`: run the current node of a run in review again (a person's way out).
 pub(crate) fn retry(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     req: &Request,
     r: &payload::RunRetry,
 ) -> Result<RunQueued, StoreError> {
@@ -153,7 +152,7 @@ pub(crate) fn retry(
 
 /// `run.status`: status of one run.
 pub(crate) fn status(
-    store: &Store,
+    store: &dyn Storage,
     req: &Request,
     reply_limit: usize,
     query: &payload::RunStatusQuery,
@@ -177,8 +176,8 @@ pub(crate) fn status(
     // What the newest child said (its exit and output tails, masked like the loss
     // reasons): a run that failed or stopped for review shows why in its own words.
     let last_child = store.last_child(run_id)?.map(|mut c| {
-        c.stdout_tail = crate::engine::children::mask_hex_runs(&c.stdout_tail);
-        c.stderr_tail = crate::engine::children::mask_hex_runs(&c.stderr_tail);
+        c.stdout_tail = crate::children::mask_hex_runs(&c.stdout_tail);
+        c.stderr_tail = crate::children::mask_hex_runs(&c.stderr_tail);
         c
     });
     let mut updates = store.updates(run_id)?;
@@ -263,7 +262,7 @@ pub(crate) fn status(
 
 /// `run.list`: a page of runs, newest first, with where the next page starts.
 pub(crate) fn list(
-    store: &Store,
+    store: &dyn Storage,
     reply_limit: usize,
     list: &payload::RunList,
 ) -> Result<RunListReply, StoreError> {

@@ -2,10 +2,10 @@
 //! `children::messages`).
 
 use super::required;
-use crate::engine::fit::reply_room;
+use crate::fit::reply_room;
 use crate::protocol::reply::ValuePiece;
 use crate::protocol::{payload, Request};
-use crate::store::{Store, StoreError};
+use crate::store::{Storage, StoreError};
 
 /// What a `value.get` reply holds besides its data.
 const VALUE_REPLY_FIELDS_ROOM: usize = 512;
@@ -13,7 +13,7 @@ const VALUE_REPLY_FIELDS_ROOM: usize = 512;
 /// `value.get`: a piece of a value the run holds, hex-encoded, as much as was asked for and
 /// fits the reply.
 pub(crate) fn get(
-    store: &Store,
+    store: &dyn Storage,
     req: &Request,
     reply_limit: usize,
     get: &payload::ValueGet,

@@ -1,18 +1,18 @@
 //! The `interaction.*` requests: submit, fail, update (durable commands) and list (a read).
 
 use super::required;
-use crate::engine::dispatch::HostState;
-use crate::engine::fit::{keep_what_fits, reply_room};
+use crate::dispatch::HostState;
+use crate::fit::{keep_what_fits, reply_room};
 use crate::graph::{Graph, Outcome, Route};
 use crate::protocol::reply::{
     InteractionFailed, InteractionListReply, InteractionSubmitted, InteractionUpdated,
 };
 use crate::protocol::{payload, Request};
-use crate::store::{Store, StoreError, SubmissionState, WriteTx};
+use crate::store::{Storage, StoreError, SubmissionState, Transaction};
 
 /// `interaction.submit`: submit a provisional result for an interactive request.
 pub(crate) fn submit(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     req: &Request,
     s: &payload::InteractionSubmit,
 ) -> Result<InteractionSubmitted, StoreError> {
@@ -52,7 +52,7 @@ pub(crate) fn submit(
 
 /// `interaction.fail`: fail the attempt of a pending interactive request the session gave up on.
 pub(crate) fn fail(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     state: &HostState,
     req: &Request,
     f: &payload::InteractionFail,
@@ -94,7 +94,7 @@ pub(crate) fn fail(
 
 /// `interaction.update`: a progress update from the agent working on a pending interactive request.
 pub(crate) fn update(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     req: &Request,
     u: &payload::InteractionUpdate,
 ) -> Result<InteractionUpdated, StoreError> {
@@ -118,7 +118,7 @@ pub(crate) fn update(
 
 /// `interaction.list`: list pending interactive requests of a Pi session.
 pub(crate) fn list(
-    store: &Store,
+    store: &dyn Storage,
     reply_limit: usize,
     l: &payload::InteractionList,
 ) -> Result<InteractionListReply, StoreError> {

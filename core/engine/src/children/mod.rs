@@ -17,12 +17,12 @@ use serde_json::{json, Value};
 use super::dispatch::HostState;
 use crate::graph::{Graph, NodeKind, Outcome, Route};
 use crate::ids::ClaimToken;
+use crate::protocol::launch::{LaunchEnvelope, MountedSource, LAUNCH_SCHEMA};
 use crate::protocol::{payload, Request, RequestBody};
 use crate::store::{
-    AttemptOutcome, ChildExitRecord, ChildMode, Claim, Resume, RunStatus, Store, StoreError,
-    StoreResult, TransitionRequest, WriteTx,
+    AttemptOutcome, ChildExitRecord, ChildMode, Claim, Resume, RunStatus, Storage, StoreError,
+    StoreResult, Transaction, TransitionRequest,
 };
-use crate::worker::{LaunchEnvelope, MountedSource, LAUNCH_SCHEMA};
 
 mod commands;
 mod messages;
@@ -244,7 +244,7 @@ fn stale(run_id: &str) -> StoreError {
 /// Runs are usually activated inside the batch transaction that made them ready
 /// ([`activate_and_launch`] from the store thread's batch); this catches the rest: runs made ready by
 /// a child's exit, a deadline, or a slot freed by an exit.
-pub fn schedule(store: &mut Store, state: &mut HostState) {
+pub fn schedule(store: &mut dyn Storage, state: &mut HostState) {
     schedule_with(store, state, &mut |_| {});
 }
 
@@ -252,7 +252,7 @@ pub fn schedule(store: &mut Store, state: &mut HostState) {
 /// are ordered: the store thread sends them on there, so a worker loads while the commit
 /// reaches the disk.
 pub fn schedule_with(
-    store: &mut Store,
+    store: &mut dyn Storage,
     state: &mut HostState,
     before_commit: &mut dyn FnMut(&mut HostState),
 ) {
@@ -317,7 +317,7 @@ fn publish(state: &mut HostState, run_id: &str, after: u64) {
     state.unpublished.push((run_id.to_owned(), after));
 }
 
-fn revision_of(store: &Store, run_id: &str) -> u64 {
+fn revision_of(store: &dyn Storage, run_id: &str) -> u64 {
     store.run_state(run_id).map(|(_, rev)| rev).unwrap_or(0)
 }
 
@@ -340,7 +340,7 @@ impl ActivatedRun {
 /// Activates ready runs inside the open transaction `w`, as many as there are free child
 /// slots, each in its own savepoint (one that cannot be activated does not hold back the
 /// others). Nothing is launched here (see [`activate_and_launch`]).
-fn activate_ready(w: &mut WriteTx<'_>, state: &mut HostState) -> Vec<ActivatedRun> {
+fn activate_ready(w: &mut dyn Transaction, state: &mut HostState) -> Vec<ActivatedRun> {
     let free = activation_slots(state);
     if free == 0 || state.shutting_down || !state.supervising {
         return Vec::new();
@@ -457,7 +457,7 @@ pub struct Activations {
 /// their commit until one succeeds (`HostState::launch_after_commit`), so a commit that keeps
 /// failing does not start and stop children in a loop. Pass the result to
 /// [`settle_activations`] once the transaction has ended, whatever its outcome.
-pub fn activate_and_launch(w: &mut WriteTx<'_>, state: &mut HostState) -> Activations {
+pub fn activate_and_launch(w: &mut dyn Transaction, state: &mut HostState) -> Activations {
     let mut runs = activate_ready(w, state);
     let launched_early = !state.launch_after_commit;
     let pending = if launched_early {
@@ -618,7 +618,7 @@ fn launch(
     if !state.supervising {
         return None;
     }
-    let limits = crate::supervise::ChildLimits {
+    let limits = crate::process::ChildLimits {
         cpu_seconds: cfg.cpu_seconds,
         memory_bytes: cfg.memory_bytes,
     };
@@ -632,7 +632,7 @@ fn launch(
         Box::new(StandbyPool {
             key: format!("{} {}", runtime.program.display(), runtime.args.join(" ")),
             size: cfg.standby_workers,
-            template: crate::supervise::SpawnSpec {
+            template: crate::process::SpawnSpec {
                 program: runtime.program.clone(),
                 args: runtime.args.iter().map(Into::into).collect(),
                 // Tells the runtime it may warm up while it waits for a run's envelope.
@@ -656,7 +656,7 @@ fn launch(
         generation: act.claim.generation,
         child_epoch,
         launch,
-        spec: crate::supervise::SpawnSpec {
+        spec: crate::process::SpawnSpec {
             program: runtime.program.clone(),
             args: args.into_iter().map(Into::into).collect(),
             env: workflow_environment(&cfg.workflow_env, Some(("PIW_RUN_ID", run_id))),
@@ -667,7 +667,7 @@ fn launch(
             tail_bytes: CHILD_TAIL_BYTES,
             scope: state.supervision_scope.clone(),
             output_log: cfg.output_logs.as_ref().map(|dir| {
-                Box::new(crate::supervise::OutputLog {
+                Box::new(crate::process::OutputLog {
                     path: child_log_path(dir, run_id, child_epoch),
                     cap_bytes: CHILD_LOG_BYTES,
                 })

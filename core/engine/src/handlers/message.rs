@@ -1,14 +1,14 @@
 //! The `message.*` requests: claim and acknowledge workflow messages of a Pi session.
 
-use crate::engine::dispatch::{HostState, MESSAGE_CLAIM_LEASE_MS};
-use crate::engine::fit::reply_room;
+use crate::dispatch::{HostState, MESSAGE_CLAIM_LEASE_MS};
+use crate::fit::reply_room;
 use crate::protocol::reply::{MessageAcked, MessagesClaimed};
 use crate::protocol::{payload, Request};
-use crate::store::{StoreError, WriteTx};
+use crate::store::{StoreError, Transaction};
 
 /// `message.claim`: claim undelivered workflow messages of a Pi session.
 pub(crate) fn claim(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     state: &HostState,
     req: &Request,
     m: &payload::MessageClaim,
@@ -33,7 +33,7 @@ pub(crate) fn claim(
 
 /// `message.ack`: acknowledge delivery of a claimed workflow message.
 pub(crate) fn ack(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     m: &payload::MessageAck,
 ) -> Result<MessageAcked, StoreError> {
     let at = w.ack_message(&m.message_id)?;

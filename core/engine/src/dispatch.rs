@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use crate::protocol::reply::body_of;
 use crate::protocol::{Receipt, Rejection, RejectionCode, Request, RequestBody};
-use crate::store::{Claim, ClaimLostReason, CommandMeta, NewRun, Store, StoreError, WriteTx};
+use crate::store::{Claim, ClaimLostReason, CommandMeta, NewRun, Storage, StoreError, Transaction};
 
 /// How long a claimed workflow message stays with one client before another may take it.
 pub const MESSAGE_CLAIM_LEASE_MS: i64 = 60_000;
@@ -172,7 +172,7 @@ pub struct PreparedStart {
 /// body. It reads the host's memory and never changes it: a command of a group may run twice
 /// (`WriteTx::command_group`).
 pub fn apply_command(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     state: &HostState,
     req: &Request,
     start: Option<&PreparedStart>,
@@ -205,7 +205,11 @@ pub fn apply_command(
 /// Answers a read-only request from the store, fitting `run.status` and `run.list` under
 /// `state.reply_limit` (the frame limit) as `fit::fit_run_status` says, and
 /// `interaction.list` by leaving the newest requests for a later list.
-pub fn apply_read(store: &Store, state: &HostState, req: &Request) -> Result<Receipt, StoreError> {
+pub fn apply_read(
+    store: &dyn Storage,
+    state: &HostState,
+    req: &Request,
+) -> Result<Receipt, StoreError> {
     let limit = state.reply_limit;
     match &req.body {
         RequestBody::RunStatus(query) => {

@@ -7,14 +7,14 @@ use super::children;
 use super::dispatch::HostState;
 use crate::protocol::payload;
 pub use crate::store::Wake;
-use crate::store::{Claim, Store, StoreError, WriteTx};
+use crate::store::{Claim, Storage, StoreError, Transaction};
 
 /// The earliest time the host has deadline work: the store's own deadlines (claim
 /// expiry, interaction deadlines, timers' wake times), the children's (heartbeats, node
 /// deadlines, handshake timeouts, lingering children, delayed runs) and the retention pass.
 /// `None` when nothing is
 /// due.
-pub fn next_deadline_at(store: &Store, state: &HostState) -> Option<i64> {
+pub fn next_deadline_at(store: &dyn Storage, state: &HostState) -> Option<i64> {
     let store_deadline = match store.next_deadline() {
         Ok(d) => d,
         Err(e) => {
@@ -35,7 +35,7 @@ pub fn next_deadline_at(store: &Store, state: &HostState) -> Option<i64> {
 
 /// Deadlines owned by the host: expired interactions and decisions, due timers, and expired
 /// claims. What they committed waits in `state.unpublished`.
-pub fn run_due_work(store: &mut Store, state: &mut HostState) {
+pub fn run_due_work(store: &mut dyn Storage, state: &mut HostState) {
     // A step may have expired, a bridge's handshake bound passed.
     state.bridges.up_to_date = false;
     let owner_id = state.owner_id.as_str();
@@ -71,7 +71,7 @@ pub fn wake_of(wait: &payload::WorkerWaitUntil) -> Wake {
 /// `worker.wait_until`: parks the attempt on a durable timer. The wake time is decided here,
 /// once, from the host's clock, and stored; the reply says when.
 pub fn worker_wait_until(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     claim: &Claim,
     attempt_id: &str,
     wait: &payload::WorkerWaitUntil,

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::supervise::SpawnSpec;
+use crate::process::SpawnSpec;
 
 /// Pre-started workers for one runtime.
 #[derive(Debug, Clone)]
@@ -41,7 +41,7 @@ pub enum SupervisorCmd {
     /// Remove these directories of child output (`logs/<run_id>`: runs a prune removed),
     /// away from the store thread.
     RemoveLogs { dirs: Vec<std::path::PathBuf> },
-    /// Start a detached run's bridge (`crate::engine::bridges`): its stdin stays open and
+    /// Start a detached run's bridge (`crate::bridges`): its stdin stays open and
     /// empty for its life; it has shaken hands once `lock_file` holds its pid.
     LaunchBridge {
         run_id: String,

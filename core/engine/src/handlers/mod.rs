@@ -11,8 +11,8 @@ pub mod message;
 pub mod run;
 pub mod value;
 
-use crate::engine::dispatch::HostState;
-use crate::store::{Fence, StoreError, WriteTx};
+use crate::dispatch::HostState;
+use crate::store::{Fence, StoreError, Transaction};
 
 fn required<'a>(value: &'a Option<String>, name: &str) -> Result<&'a str, StoreError> {
     value
@@ -25,7 +25,7 @@ fn required<'a>(value: &'a Option<String>, name: &str) -> Result<&'a str, StoreE
 /// still agrees. A child's message earlier in the same batch may have released it (the run
 /// parked or waits), and the host's cache of held claims is updated only after the commit.
 fn fence_for<'a>(
-    w: &WriteTx<'_>,
+    w: &dyn Transaction,
     state: &'a HostState,
     run_id: &str,
 ) -> Result<Fence<'a>, StoreError> {

@@ -3,11 +3,11 @@
 use super::required;
 use crate::protocol::reply::EffectResolved;
 use crate::protocol::{payload, Request};
-use crate::store::{EffectResult, EffectState, Provenance, StoreError, WriteTx};
+use crate::store::{EffectResult, EffectState, Provenance, StoreError, Transaction};
 
 /// `effect.resolve`: record what became of an uncertain effect of a run in review.
 pub(crate) fn resolve(
-    w: &mut WriteTx<'_>,
+    w: &mut dyn Transaction,
     req: &Request,
     e: &payload::EffectResolve,
 ) -> Result<EffectResolved, StoreError> {
