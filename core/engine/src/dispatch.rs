@@ -42,7 +42,7 @@ pub struct HostState {
     pub child_commands: Vec<super::children::SupervisorCmd>,
     /// The socket children connect to.
     pub socket_path: std::path::PathBuf,
-    /// This installation's [`crate::driver::supervision_scope`], computed once: every child's marker
+    /// This installation's `piw_core::driver::supervision_scope`, computed once: every child's marker
     /// starts with it.
     pub supervision_scope: String,
     /// The largest reply frame connections send (`Limits::max_frame_bytes`): `run.status`
@@ -170,7 +170,7 @@ pub struct PreparedStart {
 
 /// Applies one durable client command inside the batch transaction and returns the receipt
 /// body. It reads the host's memory and never changes it: a command of a group may run twice
-/// (`WriteTx::command_group`).
+/// (`Transaction::command_group_dyn`).
 pub fn apply_command(
     w: &mut dyn Transaction,
     state: &HostState,

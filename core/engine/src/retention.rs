@@ -1,5 +1,5 @@
 //! Retention: `run.prune` and the host's own retention pass (`PIW_RETAIN_DAYS`,
-//! `PIW_RETAIN_RUNS`). Deciding code: it names no I/O (`engine_io_free`); the runs it removed
+//! `PIW_RETAIN_RUNS`). Deciding code: it names no I/O (`io_free`); the runs it removed
 //! wait in `HostState::pruned_runs` for the driver to remove their log files.
 //!
 //! Each pass removes at most [`MAX_PRUNE_RUNS`] runs in one transaction, so the store thread

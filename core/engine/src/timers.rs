@@ -1,6 +1,6 @@
 //! The host's own deadlines: when the store thread must wake next, and the deadline pass of
 //! the store (expired interactions, decisions and claims, due durable timers); and what a
-//! child's `worker.wait_until` sets. Deciding code: it names no I/O (`engine_io_free`); what
+//! child's `worker.wait_until` sets. Deciding code: it names no I/O (`io_free`); what
 //! it commits is published by the store thread.
 
 use super::children;

@@ -217,7 +217,7 @@ fn publish_run<R>(store: &dyn Storage, fx: &mut dyn Effects<R>, run_id: &str, af
 
 /// A batch of requests: the reads answered from what is committed, then every durable
 /// command in **one** transaction (group commit), each with its receipt; one failing command
-/// does not undo its neighbours (`WriteTx::command_group`). Returns the runs the commands
+/// does not undo its neighbours (`Transaction::command_group_dyn`). Returns the runs the commands
 /// could change.
 fn handle_batch<R>(
     store: &mut dyn Storage,
@@ -289,7 +289,7 @@ fn handle_batch<R>(
                 .ok_or_else(|| StoreError::InvalidInput("the command has no identity".into()))
         };
         // Consecutive client commands run as one group (one savepoint for all of them unless
-        // one fails after writing: `WriteTx::command_group`); they may run twice, which is
+        // one fails after writing: `Transaction::command_group_dyn`); they may run twice, which is
         // why they cannot change the host's memory. A worker's message changes it (its
         // child's hello, the cached graph), so it runs once, in a savepoint of its own.
         for group in writes.chunk_by(|a, b| !a.request.is_worker() && !b.request.is_worker()) {

@@ -1,6 +1,6 @@
 //! What the deciding code orders the supervisor to do: launch a child (from a standby pool
 //! when there is one) or stop one, or remove the child output of pruned runs. The orders wait in `HostState::child_commands` until the
-//! store thread sends them on; the supervisor ([`crate::driver::supervisor`]) carries them out.
+//! store thread sends them on; the supervisor (`piw_core::driver::supervisor`) carries them out.
 
 use std::time::Duration;
 

@@ -39,8 +39,8 @@ pub trait Storage {
     /// The claim's public fields.
     fn claim_info(&self, run_id: &str) -> StoreResult<ClaimInfo>;
 
-    /// How many transactions [`Storage::write`] committed through this handle: a caller that
-    /// deferred the WAL sync ([`Storage::defer_wal_sync`]) holds back what a commit revealed
+    /// How many transactions `dyn Storage::write` committed through this handle: a caller that
+    /// deferred the WAL sync (`Store::defer_wal_sync`) holds back what a commit revealed
     /// until a sync covers this count.
     fn commits(&self) -> u64;
 
@@ -58,7 +58,7 @@ pub trait Storage {
     fn detached_steps(&self) -> StoreResult<Vec<DetachedStep>>;
 
     /// Lists every contradiction in the database. Read-only. A file SQLite calls malformed is
-    /// one finding, [`DATABASE_MALFORMED`] (with no run), and nothing else is checked: rows
+    /// one finding, `DATABASE_MALFORMED` (with no run), and nothing else is checked: rows
     /// read from damaged pages prove nothing.
     fn diagnose(&self) -> StoreResult<Vec<Finding>>;
 
@@ -86,7 +86,7 @@ pub trait Storage {
     /// tails say what the child said).
     fn last_child(&self, run_id: &str) -> StoreResult<Option<ChildRecord>>;
 
-    /// [`Storage::list_runs_where`], continued after the run whose place in the list is `after`
+    /// `Store::list_runs_where`, continued after the run whose place in the list is `after`
     /// (the [`RunListKey`] of the last run of the previous page). The order is by key, and a
     /// run's key never changes, so paging lists every run that existed when it began exactly
     /// once, whatever is inserted or changes status meanwhile.
@@ -276,7 +276,7 @@ pub trait Transaction {
         max_bytes: usize,
     ) -> StoreResult<ClaimedMessages>;
 
-    /// [`Self::complete`], with the presentation instructions the workflow's
+    /// `WriteTx::complete`, with the presentation instructions the workflow's
     /// `presentationPrompt` function gave (they go with the terminal message in place of the
     /// snapshot's `presentation_prompt`).
     fn complete_presented(
@@ -316,7 +316,7 @@ pub trait Transaction {
     fn expect_revision(&mut self, run_id: &str, expected: u64) -> StoreResult<()>;
 
     /// Expires every pending decision whose attempt's deadline has passed (see
-    /// [`Transaction::expire_decision`]). Returns their ids, each with its run.
+    /// `WriteTx::expire_decision`). Returns their ids, each with its run.
     fn expire_due_decisions(&mut self) -> StoreResult<Vec<(String, String)>>;
 
     /// Expires every pending interaction whose deadline has passed. Returns their ids, each
@@ -350,7 +350,7 @@ pub trait Transaction {
         owner_id: &str,
     ) -> StoreResult<()>;
 
-    /// Fires every due timer (see [`DUE_TIMERS`]), each in its own savepoint. A timer that
+    /// Fires every due timer (see `DUE_TIMERS`), each in its own savepoint. A timer that
     /// cannot fire although due stops its run for review rather than being tried again at
     /// every wake-up; a failure of the database itself fails the pass. Returns the fired
     /// timers, each with its run.
@@ -423,7 +423,7 @@ pub trait Transaction {
 
     /// Records a child's progress message: an event within the run's event budget, and the
     /// latest update for its `(type, key)` when its data is a workflow update (see
-    /// [`super::updates`]). No other state changes.
+    /// `super::updates`). No other state changes.
     fn progress(&mut self, claim: &Claim, message: &str, data: &Value)
         -> StoreResult<ProgressKept>;
 
@@ -478,7 +478,7 @@ pub trait Transaction {
         mounted_sources: &Value,
     ) -> StoreResult<()>;
 
-    /// [`Transaction::recover_expired`] for a running host whose owner id is `stalled_owner`. The
+    /// `WriteTx::recover_expired` for a running host whose owner id is `stalled_owner`. The
     /// host renews its own claims while their children work, so one of them expires only when
     /// the host could not renew it in time (it stalled past the lease, or its writes kept
     /// failing): its child did nothing wrong, and the run is requeued without counting a loss

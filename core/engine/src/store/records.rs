@@ -458,7 +458,7 @@ pub struct RecoveredRun {
     pub reason: String,
 }
 
-/// A timer set by [`WriteTx::wait_until`].
+/// A timer set by [`Transaction::wait_until`](super::Transaction::wait_until).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TimerSet {
     pub timer_id: String,
@@ -516,7 +516,7 @@ pub struct PrunablePage {
     pub more: bool,
 }
 
-/// The latest finished attempt of one node of a run (see [`WriteTx::latest_results`]).
+/// The latest finished attempt of one node of a run (see [`Transaction::latest_results`](super::Transaction::latest_results)).
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeResult {
     /// The node id.
