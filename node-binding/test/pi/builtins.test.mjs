@@ -160,6 +160,8 @@ test('autodoc, started by the tool, has the workflow write the plan into the doc
     { inspect: { route: 'blocked', reason: 'the project forbids docs changes without review' } },
     (t) => (/again/.test(t) ? { tool: { name: 'workflow', arguments: { action: 'start', workflow: 'autodoc', input: { task: 'again', plan: 'a text plan' } } } } : { text: 'ok' }),
   );
+  // The run completed when the step's answer committed; Pi may still be finishing that turn.
+  await pi.waitIdle();
   await pi.prompt('again');
   const blockedId = await until(async () => (await client.listRuns({ sessionId: 'session-a' })).find((r) => r.run_id !== runId)?.run_id, 'the second run');
   const blocked = await client.waitForRun(blockedId, { timeoutMs: 60_000 });

@@ -325,8 +325,20 @@ export class PiProcess {
     return withBound(reply, WAIT_MS, `pi's answer to ${cmd.type}`);
   }
 
-  prompt(message) {
-    return this.send({ type: 'prompt', message });
+  /** Sends a prompt; rejects when Pi refuses it (a plain prompt while the agent is busy is
+   *  refused, not queued: wait with `waitIdle` first). */
+  async prompt(message) {
+    const reply = await this.send({ type: 'prompt', message });
+    if (!reply.success) throw new Error(`pi refused the prompt ${JSON.stringify(message)}: ${reply.error}`);
+    return reply;
+  }
+
+  /** Waits until the agent is not working and has nothing queued (up to WAIT_MS). */
+  async waitIdle() {
+    await until(async () => {
+      const { data } = await this.send({ type: 'get_state' });
+      return !data.isStreaming && !data.isCompacting && data.pendingMessageCount === 0;
+    }, 'the agent to be idle');
   }
 
   respondUi(id, answer) {
