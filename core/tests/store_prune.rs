@@ -279,6 +279,47 @@ fn a_selection_pages_oldest_first() {
     assert_eq!(paged, runs);
 }
 
+/// A run's receipts are found through its window of receipt rowids (`runs.receipts_from`,
+/// `receipts_to`), which other runs' receipts interleave: a prune takes exactly the pruned
+/// run's, and a kept run's receipts still replay.
+#[test]
+fn a_prune_takes_the_runs_receipts_and_none_of_those_between_them() {
+    let mut f = Fixture::new();
+    let a = completed_run(&mut f);
+    let b = completed_run(&mut f);
+    let command = |f: &mut Fixture, request_id: &str, run_id: &str| {
+        let meta = CommandMeta {
+            request_id: request_id.into(),
+            idempotency_key: None,
+            fingerprint: "fp".into(),
+            kind: "run.status".into(),
+            run_id: Some(run_id.into()),
+        };
+        f.store
+            .write(|w| w.command(&meta, |_| Ok(json!({"n": request_id}))))
+            .unwrap()
+    };
+    for n in 0..3 {
+        command(&mut f, &format!("a-{n}"), &a);
+        command(&mut f, &format!("b-{n}"), &b);
+    }
+    let receipts_of = |f: &Fixture, run_id: &str| {
+        let dump = f.store.canonical_dump().unwrap();
+        dump.lines()
+            .filter(|l| l.contains(run_id) && l.contains("\"fp\""))
+            .count()
+    };
+    assert_eq!((receipts_of(&f, &a), receipts_of(&f, &b)), (4, 4));
+    let pruned = f.store.prune_runs(std::slice::from_ref(&a)).unwrap();
+    assert_eq!(pruned, std::slice::from_ref(&a));
+    assert_eq!((receipts_of(&f, &a), receipts_of(&f, &b)), (0, 4));
+    // b's receipts inside a's window stayed: a repeated request replays, not runs again.
+    let again = command(&mut f, "b-1", &b);
+    assert!(again.replayed, "{again:?}");
+    assert_eq!(again.response, json!({"n": "b-1"}));
+    f.assert_clean();
+}
+
 #[test]
 fn receipts_naming_no_run_go_once_older_than_every_run_left() {
     let mut f = Fixture::new();

@@ -271,7 +271,9 @@ impl WriteTx<'_> {
     fn remove_receipts_older_than_every_run(&mut self) -> StoreResult<()> {
         self.conn()
             .prepare_cached(
-                "DELETE FROM command_receipts WHERE run_id IS NULL
+                "DELETE FROM command_receipts
+                 WHERE rowid < COALESCE((SELECT receipts_from FROM runs ORDER BY created_at LIMIT 1), 1 << 62)
+                   AND run_id IS NULL
                    AND created_at < COALESCE((SELECT MIN(created_at) FROM runs), ?1)",
             )?
             .execute([self.now])?;
@@ -300,7 +302,10 @@ const DELETE_BY_RUN: &[&str] = &[
     "DELETE FROM children WHERE run_id = ?1",
     "DELETE FROM run_values WHERE run_id = ?1",
     "DELETE FROM workflow_messages WHERE run_id = ?1",
-    "DELETE FROM command_receipts WHERE run_id = ?1",
+    "DELETE FROM command_receipts
+         WHERE rowid BETWEEN (SELECT receipts_from FROM runs WHERE run_id = ?1)
+                         AND (SELECT receipts_to FROM runs WHERE run_id = ?1)
+           AND run_id = ?1",
     "DELETE FROM run_updates WHERE run_id = ?1",
     "DELETE FROM event_budgets WHERE run_id = ?1",
     "DELETE FROM run_views WHERE run_id = ?1",

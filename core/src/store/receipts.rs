@@ -211,6 +211,16 @@ impl WriteTx<'_> {
                 response.to_string(),
                 self.now
             ])?;
+        if let Some(run_id) = run_id {
+            // The run's row is written by this command already: widening its window costs no
+            // page of its own.
+            self.conn()
+                .prepare_cached(
+                    "UPDATE runs SET receipts_from = COALESCE(receipts_from, ?2), receipts_to = ?2
+                     WHERE run_id = ?1",
+                )?
+                .execute(params![run_id, self.tx.last_insert_rowid()])?;
+        }
         // Kept also if a savepoint undoes the insert: the set is only asked about receipts
         // found, and a request id found after its insert was undone was inserted again here.
         self.receipts_written.insert(meta.request_id.clone());

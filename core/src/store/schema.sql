@@ -44,7 +44,12 @@ CREATE TABLE runs (
     review_reason      TEXT,
     created_at         INTEGER NOT NULL,
     updated_at         INTEGER NOT NULL,
-    finished_at        INTEGER
+    finished_at        INTEGER,
+    -- The rowids of the run's first and latest command receipt: receipts are appended in
+    -- time order, so a prune finds a run's receipts in this window (store/prune.rs) without
+    -- an index by run, which would cost every command one more page written.
+    receipts_from      INTEGER,
+    receipts_to        INTEGER
 );
 CREATE INDEX runs_by_status ON runs (status);
 CREATE INDEX runs_by_session ON runs (origin_session);
@@ -282,9 +287,9 @@ CREATE TABLE event_budgets (
 
 -- Retention (store/prune.rs). A prune deletes by run from every table keyed by one; these are
 -- the tables that had no index by run. Receipts name their run (also the one a `run.start`
--- made); those naming none go once they are older than every run left. The file is created
--- with auto_vacuum = INCREMENTAL (schema.rs), so the pages a prune frees go back.
-CREATE INDEX command_receipts_by_run ON command_receipts (run_id, created_at);
+-- made) and are found through the run's window (`runs.receipts_from`, `receipts_to`); those
+-- naming none go once they are older than every run left. The file is created with
+-- auto_vacuum = INCREMENTAL (schema.rs), so the pages a prune frees go back.
 CREATE INDEX children_by_run ON children (run_id);
 CREATE INDEX workflow_messages_by_run ON workflow_messages (run_id);
 
