@@ -10,8 +10,9 @@ use piw_engine::store::records::*;
 const MAX_DETACHED_STEPS: u32 = 256;
 
 impl Store {
-    /// The open interactive steps of detached runs, oldest first. Reads only live runs
-    /// (`runs_by_status`), so its cost follows the active runs, not the history.
+    /// The open interactive steps of detached runs, oldest first. Reads only live detached
+    /// runs (the partial index `runs_detached`): the host asks every turn, and a host with
+    /// none pays nothing.
     pub fn detached_steps(&self) -> StoreResult<Vec<DetachedStep>> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT i.run_id, i.interaction_id, i.attempt_id, i.node_id, i.status, r.project_dir

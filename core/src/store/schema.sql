@@ -55,6 +55,9 @@ CREATE INDEX runs_by_status ON runs (status);
 CREATE INDEX runs_by_session ON runs (origin_session);
 -- Run lists: newest first, each page continuing after the key of the last one's last run.
 CREATE INDEX runs_by_start ON runs (created_at DESC, run_id);
+-- The live detached runs, read every turn by the bridges (`Store::detached_steps`): partial,
+-- so an interactive run's writes never touch it and the read costs nothing without them.
+CREATE INDEX runs_detached ON runs (status) WHERE execution_mode = 'detached';
 
 -- Exactly one row per run. The generation survives release so it is never reused.
 CREATE TABLE claims (

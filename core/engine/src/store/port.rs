@@ -53,8 +53,8 @@ pub trait Storage {
     /// The run's decisions in creation order.
     fn decisions(&self, run_id: &str) -> StoreResult<Vec<DecisionRecord>>;
 
-    /// The open interactive steps of detached runs, oldest first. Reads only live runs
-    /// (`runs_by_status`), so its cost follows the active runs, not the history.
+    /// The open interactive steps of detached runs, oldest first. Reads only live detached
+    /// runs (the partial index `runs_detached`): asked every turn, free without them.
     fn detached_steps(&self) -> StoreResult<Vec<DetachedStep>>;
 
     /// Lists every contradiction in the database. Read-only. A file SQLite calls malformed is
