@@ -207,3 +207,42 @@ fn a_rebuilt_claim_never_reuses_a_generation() {
     f.assert_clean();
     assert_eq!(f.activate(&run_id).claim.generation, 3, "a new generation");
 }
+
+/// A receipt outside its run's window (`runs.receipts_from`, `receipts_to`) would outlive a
+/// prune of the run: `diagnose` names it and `repair` widens the window, so the prune takes it.
+#[test]
+fn a_receipt_outside_its_runs_window_is_reported_and_taken_back_in_by_repair() {
+    let mut f = Fixture::new();
+    let (run_id, act, _attempt) = f.running();
+    let meta = CommandMeta {
+        request_id: "req-status".into(),
+        idempotency_key: None,
+        fingerprint: "fp".into(),
+        kind: "run.status".into(),
+        run_id: Some(run_id.clone()),
+    };
+    f.store
+        .write(|w| w.command(&meta, |_| Ok(json!({}))))
+        .unwrap();
+    f.assert_clean();
+    f.corrupt(&format!(
+        "UPDATE runs SET receipts_to = receipts_from - 1 WHERE run_id = '{run_id}'"
+    ));
+    let findings = f.store.diagnose().unwrap();
+    assert_eq!(codes(&findings), vec!["receipt_outside_window"]);
+    assert_eq!(findings[0].run_id, run_id);
+    f.store.repair().unwrap();
+    f.assert_clean();
+    f.store
+        .write(|w| w.cancel(&run_id, Fence::Claim(&act.claim), "enough"))
+        .unwrap();
+    assert_eq!(
+        f.store
+            .prune_runs(std::slice::from_ref(&run_id))
+            .unwrap()
+            .len(),
+        1
+    );
+    let dump = f.store.canonical_dump().unwrap();
+    assert!(!dump.contains("req-status"), "the receipt outlived its run");
+}

@@ -45,6 +45,18 @@ fn checks() -> Vec<Check> {
             repairable: true,
         },
         Check {
+            // A prune finds a run's receipts through its window (`runs.receipts_from`,
+            // `receipts_to`): one outside it would outlive the run. Repair widens the window,
+            // which the receipt naming the run decides.
+            code: "receipt_outside_window",
+            sql: "SELECT c.run_id, c.request_id, 'the receipt of request ' || c.request_id
+                         || ' lies outside the run''s receipt window: a prune would leave it'
+                  FROM command_receipts c JOIN runs r ON r.run_id = c.run_id
+                  WHERE r.receipts_from IS NULL
+                     OR c.rowid NOT BETWEEN r.receipts_from AND r.receipts_to",
+            repairable: true,
+        },
+        Check {
             code: "running_without_live_owner_record",
             sql: "SELECT r.run_id, '', 'run is running but its claim has no owner'
                   FROM runs r JOIN claims c ON c.run_id = r.run_id
@@ -426,6 +438,15 @@ impl super::WriteTx<'_> {
                 return Ok(());
             }
             "host_claim_on_idle_run" | "claim_on_terminal_run" => self.release_claim(run_id)?,
+            "receipt_outside_window" => {
+                c.prepare_cached(
+                    "UPDATE runs SET
+                         receipts_from = (SELECT MIN(rowid) FROM command_receipts WHERE run_id = ?1),
+                         receipts_to = (SELECT MAX(rowid) FROM command_receipts WHERE run_id = ?1)
+                     WHERE run_id = ?1",
+                )?
+                .execute([run_id])?;
+            }
             "missing_claim_row" => {
                 // The highest generation the run ever handed out, so the next claim's is new:
                 // an activation or a control claim need not have opened an attempt, but each
