@@ -1,6 +1,5 @@
 //! The launch envelope: what the host gives a child, once, on its stdin (the engine builds it,
-//! `piw_core::worker` reads it).
-#![allow(missing_docs)]
+//! `piw_core::worker` reads it). Its `Debug` never shows the child's token.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -13,15 +12,20 @@ pub const LAUNCH_SCHEMA: &str = "piw.launch.v1";
 /// One mounted source: where it is and the hash it had when the run first loaded it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MountedSource {
+    /// The source file.
     pub path: String,
+    /// Its SHA-256 (hex) when the run first loaded it.
     pub hash: String,
 }
 
 /// What the host gives a child, once, on its stdin.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LaunchEnvelope {
+    /// [`LAUNCH_SCHEMA`].
     pub schema: String,
+    /// The run the child serves, and only it.
     pub run_id: String,
+    /// The claim generation the child works under: a message of another one is refused.
     pub generation: u64,
     /// One-time secret for `worker.hello`. Never log it.
     pub child_token: String,
@@ -33,7 +37,9 @@ pub struct LaunchEnvelope {
     pub source_hash: String,
     /// Mount name to source, as saved at the first activation (empty before it).
     pub mounted_sources: BTreeMap<String, MountedSource>,
+    /// The run's project directory (absolute), the child's working directory.
     pub project_dir: String,
+    /// SHA-256 of the run's canonical input.
     pub input_hash: String,
     /// The host's socket.
     pub socket_path: PathBuf,

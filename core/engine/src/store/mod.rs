@@ -1,5 +1,6 @@
-//! What the engine knows of the durable state: its vocabulary and pure rules ([`model`]) and
-//! the records the store hands out ([`records`]). The SQL lives in `piw_core::store`.
+//! What the engine knows of the durable state: its vocabulary and pure rules ([`model`]), the
+//! records the store hands out ([`records`]), what it refuses or fails with ([`error`]), and
+//! the interface the engine calls it through ([`port`]). The SQL lives in `piw_core::store`.
 
 pub mod error;
 pub mod model;
