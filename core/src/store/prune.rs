@@ -271,8 +271,11 @@ impl WriteTx<'_> {
     fn remove_receipts_older_than_every_run(&mut self) -> StoreResult<()> {
         self.conn()
             .prepare_cached(
+                // The rowid bound only limits the scan: receipts are appended in time
+                // order, so none older than the oldest run lies past its first receipt.
                 "DELETE FROM command_receipts
-                 WHERE rowid < COALESCE((SELECT receipts_from FROM runs ORDER BY created_at LIMIT 1), 1 << 62)
+                 WHERE rowid < COALESCE(
+                           (SELECT receipts_from FROM runs ORDER BY created_at LIMIT 1), 1 << 62)
                    AND run_id IS NULL
                    AND created_at < COALESCE((SELECT MIN(created_at) FROM runs), ?1)",
             )?
