@@ -1712,3 +1712,96 @@ fn a_detached_step_gets_one_bridge_and_a_killed_bridge_fails_its_attempt() {
         Some("the Pi bridge was killed by signal 9")
     );
 }
+
+/// `run.detach` of an interactive run whose agent step is already open hands that step to a
+/// bridge in the same turn. The bridges look again only after requests that can change a
+/// detached step; `run.detach` was not among them, so such a run stayed `waiting` with no Pi
+/// serving it until something else happened (a deadline, a host restart).
+#[test]
+fn detaching_a_run_whose_step_is_open_launches_its_bridge_at_once() {
+    use piw_core::driver::fault::FaultPlan;
+    use piw_core::driver::outbox::Outbox;
+    use piw_core::driver::store_thread::{turn, Job, StoreMsg};
+    use piw_core::driver::supervisor::SupervisorCmd;
+    use piw_core::engine::bridges::{BridgeSettings, PiCommand};
+    use piw_core::store::NewRun;
+
+    let mut f = Fixture::new();
+    let run_id = f.start_with(NewRun {
+        definition: Some(json!({"name": "w", "start": "a",
+            "nodes": {"a": {"kind": "agent"}}, "edges": []})),
+        ..common::new_run(Some("session-1"))
+    });
+    let act = f.activate(&run_id);
+    let attempt = f
+        .store
+        .write(|w| w.node_started(&act.claim, "a", None))
+        .unwrap();
+    f.ask(&act.claim, &attempt, None);
+    let mut state = host_state_with_runtime(&mut f, false);
+    state.child_config.bridges = Some(BridgeSettings {
+        pi: Ok(PiCommand {
+            program: "/bin/node".into(),
+            prefix: vec!["/pi/cli.js".into()],
+            describe: "test".into(),
+        }),
+        extension: "/pkg/extension/bridge.js".into(),
+        preflight: None,
+        provider: Some("mock".into()),
+        model: Some("mock-model".into()),
+        pi_args: Vec::new(),
+        home: f.dir.path().to_path_buf(),
+        handshake_timeout: std::time::Duration::from_secs(60),
+    });
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut supervisor = Some(tx);
+    let mut one_turn = |f: &mut Fixture, state: &mut HostState, msgs: Vec<StoreMsg>| {
+        let mut outbox = Outbox::default();
+        turn(
+            &mut f.store,
+            state,
+            &mut outbox,
+            msgs,
+            None,
+            &FaultPlan::default(),
+            &mut supervisor,
+        );
+        outbox.flush(f.store.commits(), true);
+    };
+    let mut bridges_launched = || {
+        let mut runs = Vec::new();
+        while let Ok(cmd) = rx.try_recv() {
+            if let SupervisorCmd::LaunchBridge { run_id, .. } = cmd {
+                runs.push(run_id);
+            }
+        }
+        runs
+    };
+
+    // The session presents the step: the host has looked and found nothing to serve.
+    one_turn(&mut f, &mut state, Vec::new());
+    assert!(bridges_launched().is_empty(), "an interactive run's step");
+    assert!(state.bridges.up_to_date);
+
+    let (reply, mut answer) = tokio::sync::oneshot::channel();
+    let detach = Job {
+        request: Request::new("d-1", RequestBody::RunDetach).with_run_id(&run_id),
+        start: None,
+        start_refused: None,
+        meta: None,
+        reply,
+    };
+    one_turn(
+        &mut f,
+        &mut state,
+        vec![StoreMsg::Request(Box::new(detach))],
+    );
+    let receipt = answer.try_recv().expect("answered").expect("detached");
+    assert_eq!(receipt.body["changed"], json!(true));
+    assert_eq!(
+        bridges_launched(),
+        vec![run_id.clone()],
+        "the open step goes to a bridge in the turn that detached its run"
+    );
+    f.assert_clean();
+}
