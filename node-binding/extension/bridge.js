@@ -68,6 +68,11 @@ class BridgeSession extends WorkflowSession {
     return null;
   }
 
+  /** The bridge is the one a detached run's steps are handed to. */
+  handedAway() {
+    return null;
+  }
+
   /** An aborted turn (a step closed under it, or Pi stopping) pauses nothing: nobody is there to resume it. */
   async settled(turn) {
     if (turn.aborted) return;

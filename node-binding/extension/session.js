@@ -46,7 +46,7 @@ const KEY = 'piw';
  * `<point>.passed` that it goes on (written just before the code after the point runs, which
  * runs on without yielding to anything but what it awaits).
  */
-async function barrier(point) {
+export async function barrier(point) {
   const dir = process.env.PIW_PI_BARRIER_DIR;
   if (!dir || !existsSync(join(dir, `${point}.hold`))) return;
   writeFileSync(join(dir, `${point}.reached`), '');
@@ -771,8 +771,20 @@ export class WorkflowSession {
   }
 
   /**
+   * Why the interaction `id` of run `status`, still open, is no longer this session's to
+   * answer: its run was detached, so the Pi the host starts (its bridge) answers it. Null when
+   * it is still this session's (or closed: `closedWithout` says why). A bridge overrides it.
+   */
+  handedAway(status, id) {
+    if (status.run.execution_mode !== 'detached' || isFinal(status.run.status)) return null;
+    const open = status.interactions.some((i) => i.interaction_id === id && (i.status === 'pending' || i.status === 'validating'));
+    return open ? 'the run was detached: the Pi the host starts answers its steps now' : null;
+  }
+
+  /**
    * Turns follow the run: when the request the running turn carries is closed without its
-   * submission (cancelled, timed out, its run ended), the turn is stopped and the session told
+   * submission (cancelled, timed out, its run ended) or handed to a bridge (its run was
+   * detached), the turn is stopped and the session told
    * why, in one message that starts no turn. Its aborted settle pauses nothing: the request is
    * no longer pending.
    */
@@ -784,7 +796,7 @@ export class WorkflowSession {
       const presented = this.presentedHere.get(id);
       if (!presented || this.stoppedTurns.has(id)) continue;
       const status = statuses.get(presented.runId) ?? (await this.call('run.status', (c) => c.runStatus(presented.runId)));
-      const why = closedWithout(status, id);
+      const why = closedWithout(status, id) ?? this.handedAway(status, id);
       if (!why || this.closed || this.ctx.isIdle()) continue;
       this.stoppedTurns.add(id);
       this.stoppingTurn = true;
@@ -878,6 +890,9 @@ export class WorkflowSession {
     if (!wasCarried && !wasDropped) return;
     const status = await this.call('run.status', (c) => c.runStatus(active.runId));
     if (status.run.paused || isFinal(status.run.status)) return;
+    // Detached meanwhile: its bridge answers the request; this session neither pauses the run
+    // nor reminds its model.
+    if (active.type === 'interaction' && this.handedAway(status, active.id)) return;
     const stillPending =
       active.type === 'interaction'
         ? status.interactions.some((i) => i.interaction_id === active.id && i.status === 'pending')
@@ -960,12 +975,22 @@ export class WorkflowSession {
   reportVerdictLater(interaction, submissionId, verdictCall) {
     const where = `step ${interaction.node_id} (run ${interaction.run_id})`;
     verdictCall.then(
-      (verdict) => {
+      async (verdict) => {
         if (this.closed) return;
         const accepted = verdict.state === 'accepted';
+        // Rejected after its run was detached: the bridge answers the step from here.
+        const away = accepted
+          ? null
+          : await this.call('run.status', (c) => c.runStatus(interaction.run_id)).then(
+              (status) => this.handedAway(status, interaction.interaction_id),
+              () => null,
+            );
+        if (this.closed) return;
         const content = accepted
           ? `The workflow accepted the submission for ${where}.`
-          : `The workflow rejected the submission for ${where}: ${verdict.error}. Fix it and submit again (interactionId ${interaction.interaction_id}).`;
+          : away
+            ? `The workflow rejected the submission for ${where}: ${verdict.error}. The step is no longer this session's (${away}): do not submit it again.`
+            : `The workflow rejected the submission for ${where}: ${verdict.error}. Fix it and submit again (interactionId ${interaction.interaction_id}).`;
         const details = { kind: 'verdict', runId: interaction.run_id, interactionId: interaction.interaction_id, submissionId, state: verdict.state };
         this.pi.sendMessage({ customType: MESSAGE, content, display: true, details }, { triggerTurn: false });
         this.ctx.ui.notify(`workflow ${where}: submission ${verdict.state}${accepted ? '' : `: ${verdict.error}`}`, accepted ? 'info' : 'warning');

@@ -6,7 +6,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 
 import { validateWorkflowUpdate } from '../index.js';
-import { VALIDATION_WAIT_MS, closedWithout } from './session.js';
+import { VALIDATION_WAIT_MS, barrier, closedWithout } from './session.js';
 
 /** Errors of a call whose host went away or did not answer: its outcome is the host's to say. */
 export const HOST_LOST = new Set(['disconnected', 'timeout', 'io', 'host_shutting_down', 'client_closed', 'connect_failed', 'host_not_ready']);
@@ -65,6 +65,10 @@ export async function boundInteraction(s, interactionId) {
   const interaction = st.interactions.find((i) => i.interaction_id === id);
   if (!interaction) throw new WorkflowError(`interaction ${id} is not a request of run ${shown.runId}${current}`);
   if (interaction.status === 'pending' || interaction.status === 'validating') {
+    const away = s.handedAway(st, id);
+    if (away) {
+      throw new WorkflowError(`interaction ${id} (step ${interaction.node_id} of run ${shown.runId}) is no longer this session's: ${away}. Do not submit it or work on it further${current}`);
+    }
     const why = st.run.paused
       ? `its run ${shown.runId} is paused (/workflow resume ${shown.runId} presents it again)`
       : 'another request of this session goes first';
@@ -127,6 +131,8 @@ export async function update(s, params, toolCallId) {
 }
 
 export async function submit(s, params, signal) {
+  // A test point: the model's call has arrived and is not yet bound to a step.
+  await barrier('submit');
   const bound = await boundInteraction(s, params.interactionId);
   const current = bound.interaction;
   // One request id for the submission and its resend: the host answers a resend of a
@@ -185,6 +191,14 @@ export async function submit(s, params, signal) {
   const verdict = await verdictCall;
   s.kick();
   if (verdict.state === 'rejected') {
+    // Detached while it was being judged: the bridge takes the step over from here.
+    const status = await s.call('run.status', (c) => c.runStatus(current.run_id));
+    const away = s.handedAway(status, current.interaction_id);
+    if (away) {
+      throw new WorkflowError(
+        `the workflow rejected this output for step ${current.node_id}: ${verdict.error}. The step is no longer this session's (${away}): do not submit it again.`,
+      );
+    }
     throw new WorkflowError(
       `the workflow rejected this output for step ${current.node_id}: ${verdict.error}. Fix it and submit again (interactionId ${current.interaction_id}).`,
     );
