@@ -3,40 +3,161 @@
 //! dependency is a decision, not an accident); it reaches the store through the interface it
 //! owns (`store::port`), the time through that store's clock, the supervisor through the orders
 //! it leaves in `HostState::child_commands`, and subscribers through the runs it leaves in
-//! `HostState::unpublished`. Every file of the crate is read but `protocol/frame.rs`, whose
+//! `HostState::unpublished`. Every file of the crate is read as Rust (with `syn`: every path,
+//! `use` tree and macro body, so no spelling hides a name) but `protocol/frame.rs`, whose
 //! blocking helpers take any `Read`/`Write` (ARCHITECTURE.md, "Engine and driver").
 
-/// Names of I/O a deciding module may not use.
-const IO_NAMES: &[&str] = &[
+/// Paths a deciding module may not name, as their first segments (`std::fs` also catches
+/// `std::fs::read`, `use std::{fs, ...}` and `::std::fs`).
+const IO_PATHS: &[&str] = &[
     "tokio",
+    "libc",
     "std::thread",
     "std::net",
     "std::fs",
     "std::io",
     "std::process",
     "std::env",
-    "mpsc",
-    "UnixStream",
-    "SystemClock",
+    "std::os",
+    "std::time::SystemTime",
+    "std::time::Instant",
+    "std::sync::mpsc",
+    "core::time::Instant",
+];
+
+/// Names a deciding module may not use anywhere in a path, however it reached them: clocks,
+/// channels, sockets, and the driver's handles (replies and events leave through the outbox,
+/// orders through the supervisor's channel, both held by the store thread).
+const IO_NAMES: &[&str] = &[
     "SystemTime",
-    "Instant::now",
-    "libc::",
-    // The driver's handles: replies and events leave through the outbox, orders through the
-    // supervisor's channel, both held by the store thread.
-    "Outbox",
-    "broadcast",
+    "Instant",
+    "SystemClock",
+    "UnixStream",
+    "mpsc",
     "oneshot",
+    "broadcast",
+    "Outbox",
     "SupervisorTx",
 ];
 
-/// Names that are not I/O where they appear: the protocol's doc of its `Read`/`Write` helpers,
-/// the byte counter canonical JSON writes into (an `io::Write` that only counts), and the type
-/// of the file error the store reports.
+/// Names that are not I/O where they appear: the protocol's `Read`/`Write` helpers' trait
+/// bounds, the byte counter canonical JSON writes into (an `io::Write` that only counts), and
+/// the type of the file error the store reports.
 const ALLOWED: &[(&str, &str)] = &[
     ("protocol/mod.rs", "std::io"),
     ("protocol/canonical.rs", "std::io"),
     ("store/error.rs", "std::io"),
 ];
+
+/// Every path `source` names, as `a::b::c`: each `use` tree expanded (a group,
+/// a rename and a glob give the paths they bring in), every path in code, and the paths inside
+/// macro bodies (read from their tokens, since syn does not parse them).
+fn named_paths(source: &str) -> Result<Vec<String>, syn::Error> {
+    use syn::visit::Visit;
+
+    struct Paths(Vec<String>);
+    impl Paths {
+        fn add(&mut self, path: String) {
+            self.0.push(path);
+        }
+        fn use_tree(&mut self, prefix: &str, tree: &syn::UseTree) {
+            let join = |name: &str| {
+                if prefix.is_empty() {
+                    name.to_owned()
+                } else {
+                    format!("{prefix}::{name}")
+                }
+            };
+            match tree {
+                syn::UseTree::Path(p) => self.use_tree(&join(&p.ident.to_string()), &p.tree),
+                syn::UseTree::Name(n) => self.add(join(&n.ident.to_string())),
+                syn::UseTree::Rename(r) => self.add(join(&r.ident.to_string())),
+                syn::UseTree::Glob(_) => self.add(join("*")),
+                syn::UseTree::Group(g) => {
+                    for t in &g.items {
+                        self.use_tree(prefix, t);
+                    }
+                }
+            }
+        }
+        /// `a :: b :: c` sequences in a macro's tokens.
+        fn tokens(&mut self, tokens: proc_macro2::TokenStream) {
+            let mut path: Vec<String> = Vec::new();
+            let mut colons = 0;
+            let flush = |this: &mut Paths, path: &mut Vec<String>| {
+                if !path.is_empty() {
+                    this.add(path.join("::"));
+                    path.clear();
+                }
+            };
+            for tt in tokens {
+                match tt {
+                    proc_macro2::TokenTree::Ident(ident) => {
+                        if colons != 2 {
+                            flush(self, &mut path);
+                        }
+                        path.push(ident.to_string());
+                        colons = 0;
+                    }
+                    proc_macro2::TokenTree::Punct(p) if p.as_char() == ':' => colons += 1,
+                    proc_macro2::TokenTree::Group(g) => {
+                        flush(self, &mut path);
+                        colons = 0;
+                        self.tokens(g.stream());
+                    }
+                    _ => {
+                        flush(self, &mut path);
+                        colons = 0;
+                    }
+                }
+            }
+            flush(self, &mut path);
+        }
+    }
+    impl<'ast> Visit<'ast> for Paths {
+        fn visit_item_use(&mut self, item: &'ast syn::ItemUse) {
+            self.use_tree("", &item.tree);
+        }
+        fn visit_path(&mut self, path: &'ast syn::Path) {
+            let names: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
+            self.add(names.join("::"));
+            syn::visit::visit_path(self, path);
+        }
+        fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+            self.tokens(mac.tokens.clone());
+            syn::visit::visit_macro(self, mac);
+        }
+    }
+    let file = syn::parse_file(source)?;
+    let mut paths = Paths(Vec::new());
+    paths.visit_file(&file);
+    Ok(paths.0)
+}
+
+/// What of `source` names I/O: `(the I/O it names, the path)`; `allowed` are the
+/// [`IO_PATHS`] this file may name.
+fn io_in(source: &str, allowed: &[&str]) -> Result<Vec<(String, String)>, syn::Error> {
+    let mut found = Vec::new();
+    for path in named_paths(source)? {
+        let segments: Vec<&str> = path.split("::").collect();
+        let io_path = IO_PATHS.iter().find(|io| {
+            let io: Vec<&str> = io.split("::").collect();
+            segments.len() >= io.len() && segments[..io.len()] == io[..]
+        });
+        let io = match io_path {
+            Some(io) if allowed.contains(io) => None,
+            Some(io) => Some((*io).to_owned()),
+            None => IO_NAMES
+                .iter()
+                .find(|name| segments.contains(name))
+                .map(|name| (*name).to_owned()),
+        };
+        if let Some(io) = io {
+            found.push((io, path));
+        }
+    }
+    Ok(found)
+}
 
 #[test]
 fn the_deciding_modules_name_no_io() {
@@ -47,14 +168,16 @@ fn the_deciding_modules_name_no_io() {
     assert!(modules.len() >= 30, "the engine's files: {modules:?}");
     let mut found = Vec::new();
     for path in &modules {
-        let module = path.strip_prefix(&engine).unwrap().display();
+        let module = path.strip_prefix(&engine).unwrap().display().to_string();
         let text = std::fs::read_to_string(path).expect("the module exists");
-        for (n, line) in text.lines().enumerate() {
-            for name in IO_NAMES {
-                if line.contains(name) && !ALLOWED.contains(&(module.to_string().as_str(), *name)) {
-                    found.push(format!("{module}:{}: {name}: {}", n + 1, line.trim()));
-                }
-            }
+        let allowed: Vec<&str> = ALLOWED
+            .iter()
+            .filter(|(file, _)| *file == module)
+            .map(|(_, io)| *io)
+            .collect();
+        let io = io_in(&text, &allowed).unwrap_or_else(|e| panic!("{module}: {e}"));
+        for (io, named) in io {
+            found.push(format!("{module}: {io}: {named}"));
         }
     }
     assert!(
@@ -62,6 +185,47 @@ fn the_deciding_modules_name_no_io() {
         "I/O in deciding code:\n{}",
         found.join("\n")
     );
+}
+
+/// The check reads Rust, not text: a `use` group, a leading `::`, a rename, a path in a macro
+/// and a name brought in by an earlier `use` are all seen; comments, strings and look-alike
+/// names are not I/O.
+#[test]
+fn no_spelling_hides_io_from_the_check() {
+    let io = |source: &str| -> Vec<String> {
+        io_in(source, &[])
+            .expect("parses")
+            .into_iter()
+            .map(|(io, _)| io)
+            .collect()
+    };
+    assert_eq!(io("use std::{fs, process};"), ["std::fs", "std::process"]);
+    assert_eq!(
+        io("use std::{collections::HashMap, io::{self, Read}};"),
+        ["std::io", "std::io"]
+    );
+    assert_eq!(
+        io("fn f() { let _ = ::std::fs::read(\"x\"); }"),
+        ["std::fs"]
+    );
+    assert_eq!(io("use std::env as environment;"), ["std::env"]);
+    assert_eq!(io("use std::thread::*;"), ["std::thread"]);
+    assert_eq!(
+        io("use std::time::Instant; fn f() { let _ = Instant::now(); }"),
+        ["std::time::Instant", "Instant"]
+    );
+    assert_eq!(
+        io("fn f() { tracing::info!(\"{:?}\", std::env::var(\"HOME\")); }"),
+        ["std::env"]
+    );
+    assert_eq!(io("fn f(tx: tokio::sync::mpsc::Sender<u8>) {}"), ["tokio"]);
+    assert!(
+        io("// std::fs in a comment\n/// and `std::process` in a doc\nuse std::collections::HashMap;\nuse std::time::Duration;\nconst S: &str = \"std::net\";\nfn instantly() {}").is_empty(),
+        "comments, strings and look-alike names are not I/O"
+    );
+    assert!(io_in("use std::io::Write;", &["std::io"])
+        .unwrap()
+        .is_empty());
 }
 
 /// Every `.rs` file under `dir`, recursively.
