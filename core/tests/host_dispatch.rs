@@ -292,6 +292,26 @@ fn a_run_whose_standby_worker_died_before_its_hello_restarts_in_a_fresh_process(
     );
 }
 
+/// `PIW_STANDBY_WORKERS=0`: a launch of a runtime that could keep standby workers names no
+/// pool, so the supervisor never starts one (it keeps a pool only for launches that name it);
+/// with workers configured, the same launch names its pool.
+#[test]
+fn no_standby_pool_is_named_when_standby_workers_is_zero() {
+    use piw_core::engine::children::schedule;
+    for (configured, pooled) in [(0, false), (2, true)] {
+        let mut f = Fixture::new();
+        f.start();
+        let mut state = host_state_with_runtime(&mut f, true);
+        state.child_config.standby_workers = configured;
+        schedule(&mut f.store, &mut state);
+        let launched = launches(&mut state);
+        assert!(
+            matches!(launched[..], [(_, _, _, p)] if p == pooled),
+            "standby_workers = {configured}: {launched:?}"
+        );
+    }
+}
+
 #[test]
 fn a_forgiven_standby_death_is_forgotten_when_its_run_ends_before_a_relaunch() {
     let mut f = Fixture::new();

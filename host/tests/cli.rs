@@ -529,7 +529,8 @@ fn wait_gives_up_after_its_timeout_and_the_run_goes_on() {
         )),
         "{stderr}"
     );
-    assert!(started.elapsed() < std::time::Duration::from_secs(15));
+    // It gave up at its timeout rather than waiting on: a bound no loaded machine misses.
+    assert!(started.elapsed() < std::time::Duration::from_secs(120));
     assert_eq!(
         runs["runs"][0]["status"], "waiting",
         "the run goes on: {runs}"
@@ -1595,7 +1596,12 @@ fn host_stop_waits_for_a_host_that_is_already_stopping() {
     // SAFETY: kill has no memory preconditions; the pid is the test's own host.
     assert_eq!(unsafe { libc::kill(host_pid, libc::SIGTERM) }, 0);
     let socket = socket_of(&h.home);
+    let began = std::time::Instant::now();
     while socket.exists() {
+        assert!(
+            began.elapsed() < std::time::Duration::from_secs(60),
+            "the stopping host kept its socket"
+        );
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     let o = piw(&h.home, &["host", "stop"]);

@@ -169,7 +169,7 @@ test('one active request per session: the second run waits; a stale interaction 
   const from = pi.mark();
   const file = `${env.project}/.pi/workflows/titles.workflow.mjs`;
   const a = await client.startRun(file, { input: { task: 'a' }, sessionId: 'session-a' });
-  await client.waitForRun(a.run_id, { untilParked: true, timeoutMs: 30_000 }).catch(() => {});
+  await client.waitForRun(a.run_id, { untilParked: true, timeoutMs: 30_000 });
   const b = await client.startRun(file, { input: { task: 'b' }, sessionId: 'session-a' });
   const ra = await client.waitForRun(a.run_id, { timeoutMs: 30_000 });
   const rb = await client.waitForRun(b.run_id, { timeoutMs: 30_000 });
