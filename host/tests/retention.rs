@@ -358,3 +358,59 @@ fn retention_applies_at_start_and_on_the_hosts_timer() {
     env.assert_diagnose_clean();
     env.stop(host);
 }
+
+/// `piw runs prune` through the real host takes a pruned run's stored values (outputs over
+/// 64 KiB, kept apart in chunks) with it, and keeps a value a run that stays also holds: the
+/// store's rule, checked end to end.
+#[test]
+fn a_prune_through_the_host_takes_the_runs_values_and_keeps_shared_ones() {
+    let env = Env::new();
+    let host = env.serve(&[]);
+    let big = |fill: char| json!({"return": {"text": fill.to_string().repeat(200_000)}});
+    let shared = env.workflow("shared", big('a'));
+    let own = env.workflow("own", big('b'));
+    let first = env.run(&shared, &["completed"]);
+    let pruned_own = env.run(&own, &["completed"]);
+    env.advance_clock(1_000);
+    let kept = env.run(&shared, &["completed"]);
+
+    let values = || -> Vec<(String, i64)> {
+        let db = rusqlite::Connection::open_with_flags(
+            env.paths.home.join("state.sqlite"),
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .unwrap();
+        let mut stmt = db
+            .prepare(
+                "SELECT b.sha256, (SELECT count(*) FROM run_values r WHERE r.sha256 = b.sha256)
+                 FROM value_blobs b ORDER BY b.sha256",
+            )
+            .unwrap();
+        let rows = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        rows
+    };
+    assert_eq!(values().len(), 2, "two distinct values, stored apart");
+
+    let o = env.json(&["runs", "prune", "--keep", "1", "--json"]);
+    let removed = sorted(strings(&o["run_ids"]));
+    assert_eq!(removed, sorted(vec![first, pruned_own]), "{o}");
+    let left = values();
+    assert_eq!(left.len(), 1, "the pruned run's own value went: {left:?}");
+    assert_eq!(
+        left[0].1, 1,
+        "the value the kept run holds stays, held once"
+    );
+    // The kept run's value still reads back whole.
+    let out = env.piw(&["run", "value", &kept, &left[0].0]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&"a".repeat(200_000)),
+        "the kept value reads back"
+    );
+    env.assert_diagnose_clean();
+    env.stop(host);
+}
