@@ -1825,3 +1825,44 @@ fn detaching_a_run_whose_step_is_open_launches_its_bridge_at_once() {
     );
     f.assert_clean();
 }
+
+/// A finished run whose child is still exiting (its exit not yet recorded) is not pruned: its
+/// child's record and log directory are still being written. Once the exit is recorded, the
+/// next prune takes it. `more` says runs are left meanwhile.
+#[test]
+fn a_prune_skips_a_finished_run_whose_child_is_still_exiting() {
+    use piw_core::engine::retention::prune_request;
+    use piw_core::protocol::payload::RunPrune;
+
+    let mut f = Fixture::new();
+    let (exiting, act, attempt) = f.running();
+    f.store
+        .write(|w| w.complete(&act.claim, &attempt, &json!(null), &json!("done")))
+        .unwrap();
+    let (gone, act, attempt) = f.running();
+    f.store
+        .write(|w| w.complete(&act.claim, &attempt, &json!(null), &json!("done")))
+        .unwrap();
+    let mut state = host_state_with_runtime(&mut f, false);
+    let token = piw_core::ids::ClaimToken::generate();
+    state
+        .children
+        .insert(exiting.clone(), launched_child(&act, &token));
+
+    let prune = RunPrune::default();
+    let first = prune_request(&mut f.store, &mut state, &prune).unwrap();
+    assert_eq!(first.body["removed"], json!([gone]), "{:?}", first.body);
+    assert_eq!(f.store.run(&exiting).unwrap().status, RunStatus::Completed);
+
+    // Its exit is recorded: the next prune takes it.
+    state.children.remove(&exiting);
+    let second = prune_request(&mut f.store, &mut state, &prune).unwrap();
+    assert_eq!(
+        second.body["removed"],
+        json!([exiting]),
+        "{:?}",
+        second.body
+    );
+    assert_eq!(second.body["more"], json!(false));
+    f.assert_clean();
+}
