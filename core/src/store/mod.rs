@@ -45,7 +45,7 @@ pub use model::*;
 pub use piw_engine::store::error::{DatabaseError, StoreError, StoreResult};
 pub use piw_engine::store::model;
 pub use piw_engine::store::records::*;
-pub use receipts::StoredReceipt;
+pub use receipts::{receipt_is_windowed, StoredReceipt, RECEIPTS_KEPT_PER_RUN_AND_KIND};
 pub use schema::{ddl_digest, DDL, SCHEMA_ID};
 pub use updates::{
     workflow_update, EVENT_BURST, EVENT_RATE_PER_SECOND, MAX_ATTEMPT_EVENTS,
