@@ -31,6 +31,12 @@ pub fn next_deadline_at(store: &dyn Storage, state: &HostState) -> Option<i64> {
     .into_iter()
     .flatten()
     .min()
+    // While the disk is full, nothing due can be committed: waking at once for it again would
+    // spin (and log) until there is space. The store says when to try again.
+    .map(|at| match store.disk_full_retry_at() {
+        Some(retry_at) => at.max(retry_at),
+        None => at,
+    })
 }
 
 /// Deadlines owned by the host: expired interactions and decisions, due timers, and expired
@@ -54,7 +60,7 @@ pub fn run_due_work(store: &mut dyn Storage, state: &mut HostState) {
             state.unpublished.extend(touched);
         }
         Ok(_) => {}
-        Err(e) => tracing::error!(error = %e, "deadline work failed"),
+        Err(e) => crate::store_error!(e, "deadline work failed"),
     }
 }
 

@@ -151,8 +151,8 @@ impl WriteTx<'_> {
         let mut results = Vec::with_capacity(items.len());
         for item in items {
             let result = meta_of(item).and_then(|meta| self.command(&meta, |w| apply(w, item)));
-            if let Err(StoreError::TransactionLost) = result {
-                return Err(StoreError::TransactionLost);
+            if self.lost() {
+                return Err(super::lost_after(result.err()));
             }
             results.push(result);
         }
@@ -180,7 +180,9 @@ impl WriteTx<'_> {
                 Some(replayed) => Ok(replayed),
                 None => self.apply_and_store(&meta, |w| apply(w, item)),
             });
-            self.ensure_in_transaction()?;
+            if self.lost() {
+                return Err(super::lost_after(result.err()));
+            }
             if result.is_err() {
                 if self.conn().total_changes() != changes_before {
                     wrote_then_failed = true;
