@@ -3120,6 +3120,39 @@ fn a_large_output_is_printed_whole_with_json_and_as_a_preview_without() {
     );
 }
 
+/// A node's output over the 64 MiB value limit fails the node with `value_too_large`, in the
+/// child that computed it: no relaunch recomputes it, and the run does not go to review.
+#[test]
+fn an_output_over_the_value_limit_fails_its_node_with_value_too_large() {
+    let h = home();
+    let over = piw_core::protocol::value::MAX_VALUE_BYTES;
+    let file = workflow_file(
+        &h,
+        "huge",
+        &serde_json::json!({
+            "graph": {"name": "huge", "start": "a", "nodes": {"a": {"kind": "compute"}},
+                      "edges": []},
+            "behaviors": {"a": {"return_bytes": over}}
+        }),
+    );
+    let o = piw(
+        &h.home,
+        &["run", "start", file.to_str().unwrap(), "--wait", "--json"],
+    );
+    let run = json_of(&o);
+    assert_eq!(run["run"]["status"], "failed", "{}", text(&o));
+    let run_id = run["run"]["run_id"].as_str().unwrap().to_owned();
+    let status = json_of(&piw(&h.home, &["run", "status", &run_id, "--json"]));
+    let attempts = status["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 1, "{status:#}");
+    let error = attempts[0]["error"].as_str().unwrap_or_default();
+    assert!(error.starts_with("value_too_large"), "{status:#}");
+    assert_eq!(
+        status["claim"]["generation"], 1,
+        "its first child: {status:#}"
+    );
+}
+
 /// A batched step whose output is stored apart, reported later on its own (here: at once,
 /// after a lost child, `report_each_step`), keeps the value, not its reference: the
 /// reference is made once, when the step is deferred.
