@@ -3103,6 +3103,21 @@ fn a_large_output_is_printed_whole_with_json_and_as_a_preview_without() {
     let o = piw(&h.home, &["run", "value", &run_id, &sha256]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_eq!(json_of(&o)["blob"], blob.as_str());
+    // Its exact stored bytes: they hash to its name.
+    assert_eq!(piw_core::engine::ids::sha256_hex(&o.stdout), sha256);
+    // A reader that goes away (`| head`) ends it quietly: no panic, exit 0.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_piw"))
+        .args(["run", "value", &run_id, &sha256])
+        .env("PIW_HOME", &h.home)
+        .env("PIW_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(o.stderr.is_empty(), "{}", text(&o));
     // `a`'s output, `b`'s (its input, the same value, sent again by a new child) and the
     // run's result: one value stored once.
     let db = rusqlite::Connection::open(h.home.join("state.sqlite")).unwrap();
