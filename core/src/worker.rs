@@ -324,6 +324,27 @@ impl Worker {
         }
     }
 
+    /// Refuses `v` as a value (a node's output, a run's result) when its canonical JSON is
+    /// over [`value::MAX_VALUE_BYTES`], as [`Worker::send_value`] would when it is sent. A
+    /// runtime checks a node's output with it before proposing the step, so that the node
+    /// fails with `value_too_large` (routed like any failure) rather than the child ending
+    /// with an error, which the host takes for a lost child and relaunches, to compute the
+    /// same value again, until the run stops for review.
+    pub fn check_value_size(&self, what: &'static str, v: &Value) -> Result<(), WorkerError> {
+        if !self.host_stores_large_values {
+            return Ok(());
+        }
+        let bytes = u64::try_from(canonical_json(v).len()).unwrap_or(u64::MAX);
+        if bytes > value::MAX_VALUE_BYTES {
+            return Err(WorkerError::ValueTooLarge {
+                what,
+                bytes,
+                limit: value::MAX_VALUE_BYTES,
+            });
+        }
+        Ok(())
+    }
+
     /// `value` as it is sent to the host: itself when small (wrapped when its top level would
     /// read as a reference), or, over [`value::INLINE_VALUE_BYTES`], uploaded in chunks
     /// (`worker.value_put`) and replaced by its reference. A host without `large_values` gets

@@ -1865,4 +1865,32 @@ fn a_prune_skips_a_finished_run_whose_child_is_still_exiting() {
     );
     assert_eq!(second.body["more"], json!(false));
     f.assert_clean();
+
+/// `run.list` with `limit: 0` is refused (`invalid_input`): a page of no runs has no cursor to
+/// go on from, and used to answer `more: false` with every run still unlisted.
+#[test]
+fn run_list_with_limit_zero_is_refused() {
+    let mut f = Fixture::new();
+    for _ in 0..30 {
+        f.start();
+    }
+    let list = |limit: u32| {
+        let payload: payload::RunList = serde_json::from_value(json!({ "limit": limit })).unwrap();
+        apply_read(
+            &f.store,
+            &HostState {
+                reply_limit: piw_core::protocol::DEFAULT_MAX_FRAME_BYTES,
+                ..HostState::default()
+            },
+            &Request::new("ls", RequestBody::RunList(payload)),
+        )
+    };
+    let refused = list(0).expect_err("limit 0 is refused");
+    assert!(
+        matches!(refused, piw_core::store::StoreError::InvalidInput(_)),
+        "{refused:?}"
+    );
+    let one = list(1).expect("limit 1 answers").body;
+    assert_eq!(one["runs"].as_array().unwrap().len(), 1);
+    assert_eq!(one["more"], json!(true), "{one}");
 }

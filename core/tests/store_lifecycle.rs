@@ -2143,3 +2143,45 @@ fn a_timer_under_a_live_control_claim_waits_for_the_claim_to_expire() {
     assert_eq!(fired, vec![(set.timer_id, run_id.clone())]);
     drop(control);
 }
+
+/// A `worker.wait_until` whose wake time is past what a clock can mean (`until_ms` above
+/// 2^63, or `for_ms` as large) is refused (`invalid_input`), not clamped into a timer that
+/// fires at once; the run keeps running and a sane wait still parks it.
+#[test]
+fn a_wake_time_past_the_clocks_range_is_refused() {
+    use piw_core::engine::timers::worker_wait_until;
+    use piw_core::protocol::payload::WorkerWaitUntil;
+    let mut f = Fixture::new();
+    let (run_id, act, a) = f.running();
+    for (until_ms, for_ms) in [
+        (Some((1u64 << 63) + 5), None),
+        (Some(u64::MAX), None),
+        (None, Some(u64::MAX)),
+    ] {
+        let wait = WorkerWaitUntil {
+            for_ms,
+            until_ms,
+            output: Value::Null,
+        };
+        let refused = f
+            .store
+            .write(|w| worker_wait_until(w, &act.claim, &a, &wait))
+            .expect_err("refused");
+        assert!(
+            matches!(refused, piw_core::store::StoreError::InvalidInput(_)),
+            "{refused:?}"
+        );
+        assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Running);
+    }
+    let wait = WorkerWaitUntil {
+        for_ms: None,
+        until_ms: Some(u64::try_from(T0).unwrap() + 60_000),
+        output: Value::Null,
+    };
+    let set = f
+        .store
+        .write(|w| worker_wait_until(w, &act.claim, &a, &wait))
+        .unwrap();
+    assert_eq!(set.wake_at, T0 + 60_000);
+    assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Waiting);
+}

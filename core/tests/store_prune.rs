@@ -370,3 +370,104 @@ fn freed_pages_go_back_to_the_file_system() {
         "the file kept its size: {full} bytes before, {pruned} after"
     );
 }
+
+/// A chatty run (thousands of `worker.progress`, `worker.notify` and `interaction.update`
+/// calls) keeps only the latest few receipts per kind, not one per call; the latest still
+/// replay exactly, its receipt window stays whole for `diagnose`, and a prune takes the rest.
+#[test]
+fn a_chatty_run_keeps_a_bounded_number_of_receipts() {
+    use piw_core::store::RECEIPTS_KEPT_PER_RUN_AND_KIND as KEPT;
+    let mut f = Fixture::new();
+    let (run_id, act, attempt) = f.running();
+    let claim = act.claim.clone();
+    let meta = |request_id: String, kind: &str| CommandMeta {
+        request_id,
+        idempotency_key: None,
+        fingerprint: "fp".into(),
+        kind: kind.into(),
+        run_id: Some(run_id.clone()),
+    };
+    const CALLS: usize = 3_000;
+    for n in 0..CALLS {
+        let progress = meta(format!("progress-{n}"), "worker.progress");
+        let notify = meta(format!("notify-{n}"), "worker.notify");
+        f.store
+            .write(|w| {
+                w.command(&progress, |w| {
+                    let kept = w.progress(&claim, &format!("step {n}"), &json!({"n": n}))?;
+                    Ok(json!({"seq": kept.seq}))
+                })?;
+                w.command(&notify, |w| {
+                    Ok(json!({"message_id": w.notify(&claim, &json!({"text": n}))?}))
+                })
+            })
+            .unwrap();
+    }
+    let interaction = f.ask(&claim, &attempt, None);
+    for n in 0..CALLS {
+        let update = meta(format!("update-{n}"), "interaction.update");
+        f.store
+            .write(|w| {
+                w.command(&update, |w| {
+                    let kept =
+                        w.interaction_progress(&interaction, &attempt, "working", &json!(n))?;
+                    Ok(json!({"seq": kept.seq}))
+                })
+            })
+            .unwrap();
+    }
+    let db = rusqlite::Connection::open(f.store.path()).unwrap();
+    let count = |kind: &str| -> i64 {
+        db.query_row(
+            "SELECT COUNT(*) FROM command_receipts WHERE run_id = ?1 AND kind = ?2",
+            [&run_id, kind],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    for kind in ["worker.progress", "worker.notify", "interaction.update"] {
+        assert_eq!(count(kind), KEPT, "{kind}: only the latest are kept");
+    }
+    // One notify node visit, one message, however often it was sent.
+    let messages: i64 = db
+        .query_row(
+            "SELECT COUNT(*) FROM workflow_messages WHERE run_id = ?1",
+            [&run_id],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(messages, 1);
+    // The latest of each kind replays its first answer, runs nothing again.
+    let last = CALLS - 1;
+    let again = f
+        .store
+        .write(|w| {
+            w.command(
+                &meta(format!("update-{last}"), "interaction.update"),
+                |_| panic!("a resend of a kept receipt must replay"),
+            )
+        })
+        .unwrap();
+    assert!(again.replayed && again.committed_before, "{again:?}");
+    let first_seq = again.response["seq"].clone();
+    assert!(first_seq.as_u64().is_some(), "{again:?}");
+    let again = f
+        .store
+        .write(|w| {
+            w.command(&meta(format!("progress-{last}"), "worker.progress"), |_| {
+                panic!("a resend of a kept receipt must replay")
+            })
+        })
+        .unwrap();
+    assert!(again.replayed, "{again:?}");
+    f.assert_clean();
+    f.store
+        .write(|w| w.cancel(&run_id, Fence::Unclaimed, "done"))
+        .unwrap();
+    f.store.prune_runs(std::slice::from_ref(&run_id)).unwrap();
+    let left: i64 = db
+        .query_row("SELECT COUNT(*) FROM command_receipts", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(left, 0, "the prune took the run's receipts");
+    f.assert_clean();
+}

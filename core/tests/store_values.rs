@@ -320,3 +320,67 @@ fn a_pruned_run_takes_its_values_and_leaves_the_ones_another_run_holds() {
     );
     f.assert_clean();
 }
+
+/// A value whose stored bytes were damaged after it was stored is not named "complete" to the
+/// next run producing it: that run's upload (asking first, as a worker does) finds the damage,
+/// stores the value again, and heals it for every run that refers to it.
+#[test]
+fn a_damaged_value_is_healed_by_the_next_correct_upload() {
+    let mut f = Fixture::new();
+    let (first, act, attempt) = f.running();
+    let (_v, r, bytes) = big_value(5000, 'v');
+    upload(&mut f, &act.claim, &r, &bytes, 2000);
+    f.store
+        .write(|w| {
+            w.transition(
+                &act.claim,
+                &TransitionRequest {
+                    attempt_id: attempt.clone(),
+                    outcome: AttemptOutcome::Succeeded {
+                        output: r.to_json(),
+                    },
+                    next_node: "b".into(),
+                    next_deadline_at: None,
+                },
+            )
+        })
+        .unwrap();
+    // The same length, other bytes: only the hash tells.
+    f.corrupt(&format!(
+        "UPDATE value_chunks SET data = CAST(replace(CAST(data AS TEXT), 'v', 'w') AS BLOB)
+         WHERE sha256 = '{}' AND offset = 2000",
+        r.sha256
+    ));
+    let codes: Vec<_> = f.store.diagnose().unwrap().iter().map(|x| x.code).collect();
+    assert_eq!(codes, vec!["value_corrupt"]);
+
+    let (second, act2, _) = f.running();
+    let claim = act2.claim.clone();
+    let asked = f
+        .store
+        .write(|w| w.put_value_chunk(&claim, &r.sha256, r.bytes, 0, &[]))
+        .unwrap();
+    assert_eq!(
+        asked,
+        ValuePut {
+            received: 0,
+            complete: false
+        },
+        "a damaged value is not complete"
+    );
+    let put = upload(&mut f, &claim, &r, &bytes, 2000);
+    assert!(put.complete);
+    assert_eq!(f.store.read_value(&second, &r.sha256).unwrap(), bytes);
+    assert_eq!(f.store.read_value(&first, &r.sha256).unwrap(), bytes);
+    f.assert_clean();
+    // A whole, intact value is still stored once and not sent again.
+    let (third, act3, _) = f.running();
+    let claim = act3.claim.clone();
+    let again = f
+        .store
+        .write(|w| w.put_value_chunk(&claim, &r.sha256, r.bytes, 0, &[]))
+        .unwrap();
+    assert!(again.complete, "{again:?}");
+    assert_eq!(f.store.read_value(&third, &r.sha256).unwrap(), bytes);
+    assert_eq!(count(&f, "value_blobs"), 1);
+}

@@ -149,11 +149,7 @@ pub(crate) fn run_cmd(paths: &PiwPaths, mut cmd: RunCmd, json: bool) -> Result<(
                 preview: String::new(),
             };
             let value = client.read_value(&run_id, &reference)?;
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&value).unwrap_or_default()
-            );
-            return Ok(());
+            return print_value_bytes(&value);
         }
         RunCmd::Status { run_id, json } => {
             let mut r = client.send(run_request(
@@ -874,6 +870,26 @@ pub(crate) fn wait_for_run(
 /// The connection ended without a goodbye: the host process died (or was killed).
 pub(crate) fn host_went_away(e: &ClientError) -> bool {
     matches!(e, ClientError::Disconnected | ClientError::Io(_))
+}
+
+/// `piw run value`: the value's exact stored bytes (its canonical JSON, which its SHA-256
+/// names: `piw run value <run> <sha256> | sha256sum` prints that hash), with a newline only
+/// on a terminal. A reader that went away (`| head`) ends the output quietly: nothing is
+/// wrong with the value or the host.
+fn print_value_bytes(value: &Value) -> Result<(), CliError> {
+    use std::io::{IsTerminal as _, Write as _};
+    let text = piw_core::protocol::canonical_json(value);
+    let mut out = std::io::stdout().lock();
+    let written = out.write_all(text.as_bytes()).and_then(|()| {
+        if out.is_terminal() {
+            out.write_all(b"\n")?;
+        }
+        out.flush()
+    });
+    match written {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
 }
 
 #[cfg(test)]

@@ -3147,12 +3147,13 @@ fn a_childs_result_refused_by_a_full_disk_is_taken_once_space_is_back() {
     wait_for_running_attempt(&env, &run_id, "a");
     std::fs::write(&full, "").unwrap();
     std::fs::write(&gate, "").unwrap();
-    // The host has refused the child's result at least once.
+    // The host has refused the child's result at least once: the full disk is logged once,
+    // when the first commit fails (not per attempt).
     let log = env.path("hosts.log");
     let start = Instant::now();
     while !std::fs::read_to_string(&log)
         .unwrap_or_default()
-        .contains("batch commit failed")
+        .contains("the disk holding the database is full")
     {
         assert!(start.elapsed() < Duration::from_secs(30), "no refusal");
         std::thread::sleep(Duration::from_millis(20));
@@ -3170,4 +3171,15 @@ fn a_childs_result_refused_by_a_full_disk_is_taken_once_space_is_back() {
     assert_eq!(attempts.len(), 1, "the node ran once: {attempts:#?}");
     assert_eq!(s["claim"]["generation"], json!(1), "its first child: {s:#}");
     env.stop(host);
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        log.matches("the disk holding the database is full").count(),
+        1,
+        "the condition is logged once: {log}"
+    );
+    assert_eq!(
+        log.matches("has space again").count(),
+        1,
+        "and once when it clears: {log}"
+    );
 }

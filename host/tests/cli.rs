@@ -3109,6 +3109,21 @@ fn a_large_output_is_printed_whole_with_json_and_as_a_preview_without() {
     let o = piw(&h.home, &["run", "value", &run_id, &sha256]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_eq!(json_of(&o)["blob"], blob.as_str());
+    // Its exact stored bytes: they hash to its name.
+    assert_eq!(piw_core::engine::ids::sha256_hex(&o.stdout), sha256);
+    // A reader that goes away (`| head`) ends it quietly: no panic, exit 0.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_piw"))
+        .args(["run", "value", &run_id, &sha256])
+        .env("PIW_HOME", &h.home)
+        .env("PIW_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(o.stderr.is_empty(), "{}", text(&o));
     // `a`'s output, `b`'s (its input, the same value, sent again by a new child) and the
     // run's result: one value stored once.
     let db = rusqlite::Connection::open(h.home.join("state.sqlite")).unwrap();
@@ -3123,6 +3138,39 @@ fn a_large_output_is_printed_whole_with_json_and_as_a_preview_without() {
     assert_eq!(
         json_of(&piw(&h.home, &["diagnose", "--json"]))["findings"],
         serde_json::json!([])
+    );
+}
+
+/// A node's output over the 64 MiB value limit fails the node with `value_too_large`, in the
+/// child that computed it: no relaunch recomputes it, and the run does not go to review.
+#[test]
+fn an_output_over_the_value_limit_fails_its_node_with_value_too_large() {
+    let h = home();
+    let over = piw_core::protocol::value::MAX_VALUE_BYTES;
+    let file = workflow_file(
+        &h,
+        "huge",
+        &serde_json::json!({
+            "graph": {"name": "huge", "start": "a", "nodes": {"a": {"kind": "compute"}},
+                      "edges": []},
+            "behaviors": {"a": {"return_bytes": over}}
+        }),
+    );
+    let o = piw(
+        &h.home,
+        &["run", "start", file.to_str().unwrap(), "--wait", "--json"],
+    );
+    let run = json_of(&o);
+    assert_eq!(run["run"]["status"], "failed", "{}", text(&o));
+    let run_id = run["run"]["run_id"].as_str().unwrap().to_owned();
+    let status = json_of(&piw(&h.home, &["run", "status", &run_id, "--json"]));
+    let attempts = status["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 1, "{status:#}");
+    let error = attempts[0]["error"].as_str().unwrap_or_default();
+    assert!(error.starts_with("value_too_large"), "{status:#}");
+    assert_eq!(
+        status["claim"]["generation"], 1,
+        "its first child: {status:#}"
     );
 }
 

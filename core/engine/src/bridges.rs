@@ -637,7 +637,7 @@ fn fail_step(store: &mut dyn Storage, state: &mut HostState, step: &DetachedStep
             state.unpublished.extend(written);
         }
         Err(e) => {
-            tracing::error!(run_id = %step.run_id, error = %e, "cannot fail the detached step");
+            crate::store_error!(e, run_id = %step.run_id, "cannot fail the detached step");
         }
     }
     state.bridges.lost.remove(&step.interaction_id);

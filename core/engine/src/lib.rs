@@ -16,6 +16,22 @@
 //!
 //! See `ARCHITECTURE.md` at the repository root.
 
+/// Logs a failed store write as `tracing::error!` would, except on a full disk: the store
+/// says once when the disk fills and once when it has space again (`Store::write`), and the
+/// host retries with growing pauses, so a line per failed attempt would only fill the log
+/// (of the same full disk) at the retry rate.
+macro_rules! store_error {
+    ($e:expr, $($rest:tt)+) => {{
+        let e: &$crate::store::error::StoreError = &$e;
+        if e.is_disk_full() {
+            tracing::debug!(error = %e, $($rest)+);
+        } else {
+            tracing::error!(error = %e, $($rest)+);
+        }
+    }};
+}
+pub(crate) use store_error;
+
 pub mod graph;
 pub mod ids;
 pub mod process;

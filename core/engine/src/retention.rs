@@ -140,7 +140,7 @@ pub fn run_due_retention(store: &mut dyn Storage, state: &mut HostState) {
             }
         }
         Err(e) => {
-            tracing::error!(error = %e, "the retention pass failed");
+            crate::store_error!(e, "the retention pass failed");
             now + RETENTION_INTERVAL_MS
         }
     };

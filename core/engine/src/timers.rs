@@ -8,6 +8,7 @@ use super::dispatch::HostState;
 use crate::protocol::payload;
 pub use crate::store::Wake;
 use crate::store::{Claim, Storage, StoreError, Transaction};
+use crate::time::UnixMillis;
 
 /// The earliest time the host has deadline work: the store's own deadlines (claim
 /// expiry, interaction deadlines, timers' wake times), the children's (heartbeats, node
@@ -31,6 +32,12 @@ pub fn next_deadline_at(store: &dyn Storage, state: &HostState) -> Option<i64> {
     .into_iter()
     .flatten()
     .min()
+    // While the disk is full, nothing due can be committed: waking at once for it again would
+    // spin (and log) until there is space. The store says when to try again.
+    .map(|at| match store.disk_full_retry_at() {
+        Some(retry_at) => at.max(retry_at),
+        None => at,
+    })
 }
 
 /// Deadlines owned by the host: expired interactions and decisions, due timers, and expired
@@ -54,12 +61,13 @@ pub fn run_due_work(store: &mut dyn Storage, state: &mut HostState) {
             state.unpublished.extend(touched);
         }
         Ok(_) => {}
-        Err(e) => tracing::error!(error = %e, "deadline work failed"),
+        Err(e) => crate::store_error!(e, "deadline work failed"),
     }
 }
 
 /// The wake of a `worker.wait_until`: after `for_ms`, or at `until_ms` (clamped to the
-/// store's time range). The decoder lets exactly one through.
+/// store's time range; [`worker_wait_until`] refuses one past [`MAX_WAKE_MS`]). The decoder
+/// lets exactly one through.
 pub fn wake_of(wait: &payload::WorkerWaitUntil) -> Wake {
     match (wait.for_ms, wait.until_ms) {
         (Some(ms), _) => Wake::After(ms),
@@ -68,15 +76,30 @@ pub fn wake_of(wait: &payload::WorkerWaitUntil) -> Wake {
     }
 }
 
+/// The latest wake time a timer may have: the end of the year 9999 (Unix milliseconds).
+/// A wake time beyond it is a mistake of the workflow (a time in microseconds or
+/// nanoseconds, say), and one past `i64::MAX` would be clamped or wrap in the arithmetic of
+/// deadlines: refused rather than stored.
+pub const MAX_WAKE_MS: UnixMillis = 253_402_300_799_999;
+
 /// `worker.wait_until`: parks the attempt on a durable timer. The wake time is decided here,
-/// once, from the host's clock, and stored; the reply says when.
+/// once, from the host's clock, and stored; the reply says when. A wake time past
+/// [`MAX_WAKE_MS`] is `invalid_input`.
 pub fn worker_wait_until(
     w: &mut dyn Transaction,
     claim: &Claim,
     attempt_id: &str,
     wait: &payload::WorkerWaitUntil,
 ) -> Result<crate::protocol::reply::TimerSet, StoreError> {
-    let set = w.wait_until(claim, attempt_id, wake_of(wait), &wait.output)?;
+    let wake = wake_of(wait);
+    if wake.at(w.now_ms()) > MAX_WAKE_MS {
+        return Err(StoreError::InvalidInput(format!(
+            "the wake time is past the year 9999 ({MAX_WAKE_MS} ms): `until_ms` and `for_ms` \
+             are milliseconds (until_ms {:?}, for_ms {:?})",
+            wait.until_ms, wait.for_ms
+        )));
+    }
+    let set = w.wait_until(claim, attempt_id, wake, &wait.output)?;
     Ok(crate::protocol::reply::TimerSet {
         timer_id: set.timer_id,
         wake_at: set.wake_at,

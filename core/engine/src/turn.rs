@@ -364,7 +364,7 @@ fn handle_batch<R>(
             }
         }
         Err(e) => {
-            tracing::error!(error = %e, "batch commit failed; only replays were acknowledged");
+            crate::store_error!(e, "batch commit failed; only replays were acknowledged");
             let rejection = Rejection::new(RejectionCode::Internal, format!("commit failed: {e}"));
             let now = store.now_ms();
             let no_writes = HashMap::new();

@@ -373,7 +373,13 @@ impl Store {
                 code: "value_corrupt",
                 run_id: String::new(),
                 ids: vec![sha256],
-                detail,
+                // Not repairable here (only the run that made the value has its bytes), but
+                // not a dead end: the next upload of the value checks and replaces it
+                // (`put_value_chunk`).
+                detail: format!(
+                    "{detail}; the next run that uploads this value stores it again: retry or \
+                     start a run that produces it"
+                ),
                 repairable: false,
             });
         }

@@ -45,7 +45,7 @@ pub use model::*;
 pub use piw_engine::store::error::{DatabaseError, StoreError, StoreResult};
 pub use piw_engine::store::model;
 pub use piw_engine::store::records::*;
-pub use receipts::StoredReceipt;
+pub use receipts::{receipt_is_windowed, StoredReceipt, RECEIPTS_KEPT_PER_RUN_AND_KIND};
 pub use schema::{ddl_digest, DDL, SCHEMA_ID};
 pub use updates::{
     workflow_update, EVENT_BURST, EVENT_RATE_PER_SECOND, MAX_ATTEMPT_EVENTS,
@@ -135,6 +135,39 @@ pub struct Store {
     config: StoreConfig,
     /// Transactions committed through this handle (see [`Store::commits`]).
     commits: u64,
+    /// While commits fail because the disk is full: since when, and how often (see
+    /// [`Store::disk_full_retry_at`]).
+    disk_full: Option<DiskFullSpell>,
+}
+
+/// A time during which every commit failed because the disk holding the database was full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiskFullSpell {
+    /// When the first commit failed.
+    pub since: UnixMillis,
+    /// When the latest commit failed.
+    pub last_failure: UnixMillis,
+    /// How many commits failed so far.
+    pub failures: u64,
+}
+
+/// The first retry's delay after a commit failed on a full disk; each further failure
+/// doubles it, up to [`DISK_FULL_MAX_BACKOFF_MS`].
+pub const DISK_FULL_FIRST_BACKOFF_MS: i64 = 50;
+/// The longest wait between two attempts of the host's own work while the disk stays full:
+/// short enough that work resumes within seconds once there is space, long enough that a
+/// full disk costs the host nothing noticeable.
+pub const DISK_FULL_MAX_BACKOFF_MS: i64 = 5_000;
+
+impl DiskFullSpell {
+    /// When the host's own work (deadlines, heartbeats, scheduling) should be tried again.
+    pub fn retry_at(&self) -> UnixMillis {
+        let doublings = u32::try_from(self.failures.saturating_sub(1).min(16)).unwrap_or(16);
+        let delay = DISK_FULL_FIRST_BACKOFF_MS
+            .saturating_mul(1_i64 << doublings)
+            .min(DISK_FULL_MAX_BACKOFF_MS);
+        self.last_failure.saturating_add(delay)
+    }
 }
 
 impl std::fmt::Debug for Store {
@@ -179,6 +212,7 @@ impl Store {
             path,
             config,
             commits: 0,
+            disk_full: None,
         })
     }
 
@@ -202,6 +236,7 @@ impl Store {
             path,
             config,
             commits: 0,
+            disk_full: None,
         })
     }
 
@@ -227,6 +262,67 @@ impl Store {
     /// [`WriteTx::savepoint`]. A transaction SQLite rolled back by itself is never reported as
     /// committed ([`StoreError::TransactionLost`]).
     pub fn write<T>(
+        &mut self,
+        f: impl FnOnce(&mut WriteTx<'_>) -> StoreResult<T>,
+    ) -> StoreResult<T> {
+        let changes_before = self.conn.total_changes();
+        let result = self.write_once(f);
+        // A transaction that wrote nothing commits even on a full disk: it says nothing about
+        // space being back.
+        let wrote = self.conn.total_changes() != changes_before;
+        self.note_disk_full(&result, wrote);
+        result
+    }
+
+    /// Keeps [`Store::disk_full_retry_at`] up to date after a commit attempt, and says when
+    /// the disk fills and when it has space again: once each, not per attempt (a host whose
+    /// disk stays full would otherwise log a line per retry).
+    fn note_disk_full<T>(&mut self, result: &StoreResult<T>, wrote: bool) {
+        let now = self.config.clock.now_ms();
+        match (result, &mut self.disk_full) {
+            (Err(e), None) if e.is_disk_full() => {
+                tracing::warn!(
+                    path = %self.path.display(),
+                    "the disk holding the database is full: nothing is stored until there is \
+                     space; the host retries its own work with growing pauses (up to {} s)",
+                    DISK_FULL_MAX_BACKOFF_MS / 1_000
+                );
+                self.disk_full = Some(DiskFullSpell {
+                    since: now,
+                    last_failure: now,
+                    failures: 1,
+                });
+            }
+            (Err(e), Some(spell)) if e.is_disk_full() => {
+                spell.failures += 1;
+                spell.last_failure = now;
+            }
+            (Ok(_), Some(spell)) if wrote => {
+                tracing::warn!(
+                    failed_commits = spell.failures,
+                    full_for_ms = now - spell.since,
+                    "the disk holding the database has space again; the host works on"
+                );
+                self.disk_full = None;
+            }
+            _ => {}
+        }
+    }
+
+    /// While the disk holding the database is full (the latest commit failed so): the
+    /// current spell. `None` once a commit succeeded again.
+    pub fn disk_full_spell(&self) -> Option<DiskFullSpell> {
+        self.disk_full
+    }
+
+    /// While the disk is full: when the host's own work should be tried again (a growing
+    /// pause after each failed commit, up to [`DISK_FULL_MAX_BACKOFF_MS`]). A due deadline
+    /// that cannot be committed would otherwise be retried at once, in a loop.
+    pub fn disk_full_retry_at(&self) -> Option<UnixMillis> {
+        self.disk_full.map(|spell| spell.retry_at())
+    }
+
+    fn write_once<T>(
         &mut self,
         f: impl FnOnce(&mut WriteTx<'_>) -> StoreResult<T>,
     ) -> StoreResult<T> {
@@ -280,11 +376,42 @@ impl Store {
         Ok(out)
     }
 
+    /// Caps the database at `pages` pages (SQLite's `max_page_count`, on this connection
+    /// only), or lifts the cap (`None`): a write that needs a page beyond it fails with a real
+    /// `SQLITE_FULL`, as on a full disk. For tests of a full disk without a full mount; the
+    /// cap is never below the pages in use. Returns the cap now in force.
+    pub fn limit_pages(&mut self, pages: Option<u32>) -> StoreResult<i64> {
+        // SQLite's largest page count: no cap.
+        const UNCAPPED: u32 = 4_294_967_294;
+        let pages = pages.unwrap_or(UNCAPPED);
+        Ok(self
+            .conn
+            .query_row(&format!("PRAGMA max_page_count = {pages}"), [], |r| {
+                r.get(0)
+            })?)
+    }
+
+    /// The pages the database uses now.
+    pub fn page_count(&self) -> StoreResult<i64> {
+        Ok(self.conn.query_row("PRAGMA page_count", [], |r| r.get(0))?)
+    }
+
     /// How many transactions [`Store::write`] committed through this handle: a caller that
     /// deferred the WAL sync ([`Store::defer_wal_sync`]) holds back what a commit revealed
     /// until a sync covers this count.
     pub fn commits(&self) -> u64 {
         self.commits
+    }
+}
+
+/// The error of a transaction SQLite rolled back by itself after `cause` failed: a full
+/// disk stays a full disk (SQLite rolls back on `SQLITE_FULL`, and the host must know the
+/// disk is full to say so and to pause its retries), anything else is
+/// [`StoreError::TransactionLost`].
+pub(crate) fn lost_after(cause: Option<StoreError>) -> StoreError {
+    match cause {
+        Some(e) if e.is_disk_full() => e,
+        _ => StoreError::TransactionLost,
     }
 }
 
@@ -319,7 +446,9 @@ impl WriteTx<'_> {
         let ops_before = self.ops.len();
         let revisions_before = self.revisions.len();
         let result = f(self);
-        self.ensure_in_transaction()?;
+        if self.tx.is_autocommit() {
+            return Err(lost_after(result.err()));
+        }
         match result {
             Ok(v) => {
                 self.tx.prepare_cached("RELEASE piw_op")?.execute([])?;
@@ -333,6 +462,11 @@ impl WriteTx<'_> {
                 Err(e)
             }
         }
+    }
+
+    /// Whether SQLite has rolled the whole transaction back on its own.
+    pub(crate) fn lost(&self) -> bool {
+        self.tx.is_autocommit()
     }
 
     /// Fails with [`StoreError::TransactionLost`] when SQLite has rolled the whole transaction

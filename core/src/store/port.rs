@@ -107,6 +107,10 @@ impl Storage for Store {
         Store::now_ms(self)
     }
 
+    fn disk_full_retry_at(&self) -> Option<UnixMillis> {
+        Store::disk_full_retry_at(self)
+    }
+
     fn open_attempt_deadline(&self, run_id: &str) -> StoreResult<Option<UnixMillis>> {
         Store::open_attempt_deadline(self, run_id)
     }

@@ -8,6 +8,32 @@ use serde_json::Value;
 use super::{StoreError, StoreResult, WriteTx};
 use piw_engine::store::records::*;
 
+/// How many receipts of a progress-like kind (`worker.progress`, `worker.notify`,
+/// `interaction.update`) a run keeps: the latest this many per run and kind; older ones are
+/// dropped as new ones arrive.
+///
+/// Why a window and not every receipt: a chatty run reports without end (once a second is
+/// 86,400 receipts a day, ~23 MB), while events are bounded per run already. A receipt exists
+/// for a resend after a lost reply, and a resend is of a call still waiting for its answer:
+/// a child sends one call at a time (`core::worker::Worker` is synchronous) and a client's
+/// outstanding calls are few, so the latest receipts of a kind are the ones a resend can ask
+/// for, and they still replay exactly. Why not none at all: the replay of a recent resend must
+/// give the same answer (the same `seq`, `message_id`), which only the receipt knows.
+/// And a resend older than the window is still harmless, because these kinds change nothing
+/// but a bounded log: a progress or an update adds one more event to the run's bounded events
+/// (`admit_event`), and a notify's message id is derived from the node's visit
+/// (`WriteTx::notify`, `add_message_once`), so a second notify never makes a second message.
+pub const RECEIPTS_KEPT_PER_RUN_AND_KIND: i64 = 16;
+
+/// Whether a kind's receipts are kept only in a window per run (see
+/// [`RECEIPTS_KEPT_PER_RUN_AND_KIND`]). The list is the partial index's in `schema.sql`.
+pub fn receipt_is_windowed(kind: &str) -> bool {
+    matches!(
+        kind,
+        "worker.progress" | "worker.notify" | "interaction.update"
+    )
+}
+
 /// A stored response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StoredReceipt {
@@ -125,8 +151,8 @@ impl WriteTx<'_> {
         let mut results = Vec::with_capacity(items.len());
         for item in items {
             let result = meta_of(item).and_then(|meta| self.command(&meta, |w| apply(w, item)));
-            if let Err(StoreError::TransactionLost) = result {
-                return Err(StoreError::TransactionLost);
+            if self.lost() {
+                return Err(super::lost_after(result.err()));
             }
             results.push(result);
         }
@@ -154,7 +180,9 @@ impl WriteTx<'_> {
                 Some(replayed) => Ok(replayed),
                 None => self.apply_and_store(&meta, |w| apply(w, item)),
             });
-            self.ensure_in_transaction()?;
+            if self.lost() {
+                return Err(super::lost_after(result.err()));
+            }
             if result.is_err() {
                 if self.conn().total_changes() != changes_before {
                     wrote_then_failed = true;
@@ -220,6 +248,23 @@ impl WriteTx<'_> {
                      WHERE run_id = ?1",
                 )?
                 .execute(params![run_id, self.tx.last_insert_rowid()])?;
+        }
+        if let (Some(run_id), true) = (run_id, receipt_is_windowed(&meta.kind)) {
+            // The oldest receipts of this run and kind beyond the window go. They lie inside
+            // the run's rowid window still, so prune and `diagnose` see nothing changed.
+            // The literal `kind IN (...)` lets SQLite use the partial index.
+            self.conn()
+                .prepare_cached(
+                    "DELETE FROM command_receipts
+                     WHERE run_id = ?1 AND kind = ?2
+                       AND kind IN ('worker.progress', 'worker.notify', 'interaction.update')
+                       AND rowid <= (SELECT rowid FROM command_receipts
+                                     WHERE run_id = ?1 AND kind = ?2
+                                       AND kind IN ('worker.progress', 'worker.notify',
+                                                    'interaction.update')
+                                     ORDER BY rowid DESC LIMIT 1 OFFSET ?3)",
+                )?
+                .execute(params![run_id, meta.kind, RECEIPTS_KEPT_PER_RUN_AND_KIND])?;
         }
         // Kept also if a savepoint undoes the insert: the set is only asked about receipts
         // found, and a request id found after its insert was undone was inserted again here.

@@ -294,6 +294,12 @@ CREATE TABLE event_budgets (
 -- naming none go once they are older than every run left. The file is created with
 -- auto_vacuum = INCREMENTAL (schema.rs), so the pages a prune frees go back.
 CREATE INDEX children_by_run ON children (run_id);
+-- The receipts of the progress-like kinds, which a chatty run sends without end: only the
+-- latest few per run and kind are kept (store/receipts.rs, `RECEIPTS_KEPT_PER_RUN_AND_KIND`),
+-- and this index finds the one to drop. Partial: every other kind's receipt costs no second
+-- B-tree (docs/PERFORMANCE.md, "The engine crate").
+CREATE INDEX command_receipts_windowed ON command_receipts (run_id, kind)
+    WHERE kind IN ('worker.progress', 'worker.notify', 'interaction.update');
 CREATE INDEX workflow_messages_by_run ON workflow_messages (run_id);
 
 -- Large values (node outputs, receipts, requests, messages over what a frame carries), stored

@@ -85,6 +85,32 @@ impl WriteTx<'_> {
                     "value {sha256} is {stored} bytes, not {bytes}"
                 )))
             }
+            // Already whole: the start of an upload (offset 0: its first chunk, or the empty
+            // one asking where to go on from) checks the stored bytes against the hash before
+            // it is told so. Bytes damaged since they were stored would otherwise be named
+            // "complete" to every later run producing the same value, which would then end
+            // holding them, and a correct upload could never heal them. A damaged value's
+            // chunks go, and this upload stores it again: the runs that refer to it read it
+            // whole again once it is (until then it reads as missing, not as wrong bytes).
+            // One hash of the value per upload of a value stored before, about what sending
+            // it would have cost; a resent later chunk (offset > 0) is not checked again.
+            Some((_, received)) if received == bytes && offset == 0 => {
+                let (hash, len) = hash_chunks(c, sha256)?;
+                if hash == sha256 && len == bytes {
+                    received
+                } else {
+                    tracing::warn!(
+                        %sha256,
+                        "a stored value does not match its hash (`value_corrupt`): its chunks \
+                         are dropped and this upload stores it again"
+                    );
+                    c.prepare_cached("DELETE FROM value_chunks WHERE sha256 = ?1")?
+                        .execute([sha256])?;
+                    c.prepare_cached("UPDATE value_blobs SET received = 0 WHERE sha256 = ?1")?
+                        .execute([sha256])?;
+                    0
+                }
+            }
             Some((_, received)) => received,
             None => {
                 c.prepare_cached(

@@ -177,13 +177,24 @@ fn run() -> Result<(), WorkerError> {
     let mut last_output = hello.node_input.clone();
     drop(input);
     loop {
-        let outcome = match carried.take() {
+        let mut outcome = match carried.take() {
             Some(o) => o,
             None => match execute(&mut w, &behaviors[&node], &last_output)? {
                 Step::Done(o) => o,
                 Step::Parked => return Ok(()),
             },
         };
+        // An output over the value limit fails its node (`value_too_large`), as the Node
+        // runtime does: sending it would end this child with an error, and the host would
+        // relaunch it to compute the same value again until the run went to review.
+        if let AttemptOutcome::Succeeded { output } = &outcome {
+            if let Err(e) = w.check_value_size("the node's output", output) {
+                eprintln!("piw-json-worker: {e}");
+                outcome = AttemptOutcome::Failed {
+                    error: e.to_string(),
+                };
+            }
+        }
         if let AttemptOutcome::Succeeded { output } = &outcome {
             last_output = output.clone();
         }

@@ -276,7 +276,7 @@ pub fn schedule_with(
             Ok(())
         });
         if let Err(e) = &committed {
-            tracing::error!(error = %e, "activation batch failed");
+            crate::store_error!(e, "activation batch failed");
         }
         settle_activations(state, store.now_ms(), committed.is_ok(), &mut activations);
         if committed.is_err() || activations.runs.is_empty() {

@@ -68,7 +68,7 @@ pub fn on_child_reports(store: &mut dyn Storage, state: &mut HostState, reports:
             Ok(())
         });
         if let Err(e) = recorded {
-            tracing::error!(error = %e, "cannot record child pids");
+            crate::store_error!(e, "cannot record child pids");
         }
     }
     for report in exited {
@@ -120,7 +120,7 @@ pub fn on_child_report(store: &mut dyn Storage, state: &mut HostState, report: C
                 }
             }
             if let Err(e) = store.write(|w| w.record_child_process(child_epoch, pid, start_time)) {
-                tracing::error!(%run_id, generation, error = %e, "cannot record child pid");
+                crate::store_error!(e, %run_id, generation, "cannot record child pid");
             }
         }
         ChildReport::Exited {
@@ -215,7 +215,7 @@ pub fn on_child_report(store: &mut dyn Storage, state: &mut HostState, report: C
                 Ok(())
             });
             if let Err(e) = &result {
-                tracing::error!(%run_id, error = %e, "cannot record child exit");
+                crate::store_error!(e, %run_id, "cannot record child exit");
             }
             if forgiven && result.is_ok() {
                 tracing::warn!(%run_id, reason = %exit.reason, "a standby worker died before its hello; requeued without counting a loss");

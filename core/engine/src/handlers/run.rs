@@ -266,6 +266,13 @@ pub(crate) fn list(
     reply_limit: usize,
     list: &payload::RunList,
 ) -> Result<RunListReply, StoreError> {
+    // A page of no runs could not say where the next one starts (its cursor is its last
+    // run), so it would answer `more: false` with runs left: refused instead.
+    if list.limit == Some(0) {
+        return Err(StoreError::InvalidInput(
+            "`limit` must be at least 1 (a page of no runs has no place to go on from)".into(),
+        ));
+    }
     let limit = list
         .limit
         .unwrap_or(payload::DEFAULT_LIST_RUNS)

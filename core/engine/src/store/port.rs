@@ -122,6 +122,10 @@ pub trait Storage {
     /// The store's current time.
     fn now_ms(&self) -> UnixMillis;
 
+    /// While commits fail because the disk is full: when the host's own work should be tried
+    /// again (a growing, bounded pause after each failure). `None` while commits succeed.
+    fn disk_full_retry_at(&self) -> Option<UnixMillis>;
+
     /// The deadline of the run's running attempt.
     fn open_attempt_deadline(&self, run_id: &str) -> StoreResult<Option<UnixMillis>>;
 
