@@ -1865,6 +1865,7 @@ fn a_prune_skips_a_finished_run_whose_child_is_still_exiting() {
     );
     assert_eq!(second.body["more"], json!(false));
     f.assert_clean();
+}
 
 /// `run.list` with `limit: 0` is refused (`invalid_input`): a page of no runs has no cursor to
 /// go on from, and used to answer `more: false` with every run still unlisted.
