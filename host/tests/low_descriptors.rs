@@ -60,16 +60,38 @@ impl Env {
     }
 }
 
-fn status(c: &mut BlockingClient, run_id: &str) -> Value {
-    c.send(
+/// A run's status ([`send`]).
+fn status(env: &Env, c: &mut BlockingClient, run_id: &str) -> Value {
+    send(env, c, || {
         Request::new(
             piw_core::ids::new_id("st"),
             RequestBody::RunStatus(Default::default()),
         )
-        .with_run_id(run_id),
-    )
-    .unwrap()
-    .body
+        .with_run_id(run_id)
+    })
+}
+
+/// The reply to `request()`. The test's own client may be closed to make room for another
+/// (the cap), so a call that fails is made again on a new connection, for up to a minute (a
+/// command under the same request id, which the host answers from its receipt).
+fn send(env: &Env, c: &mut BlockingClient, request: impl Fn() -> Request) -> Value {
+    let start = Instant::now();
+    loop {
+        match c.send(request()) {
+            Ok(r) => return r.body,
+            Err(e) => {
+                assert!(
+                    start.elapsed() < Duration::from_secs(60),
+                    "no answer for a minute: {e}"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+                if let Ok(fresh) = BlockingClient::connect(&env.paths) {
+                    fresh.set_timeout(Some(Duration::from_secs(30))).unwrap();
+                    *c = fresh;
+                }
+            }
+        }
+    }
 }
 
 fn node_running(s: &Value) -> bool {
@@ -111,6 +133,7 @@ fn a_low_open_file_limit_runs_fewer_children_and_loses_none() {
     let s = c.call(RequestBody::HostStatus).unwrap().body;
     let slots = s["child_slots"].as_u64().unwrap_or(MAX_CHILDREN as u64) as usize;
     assert!(slots < MAX_CHILDREN, "fewer children than asked for: {s:#}");
+
     assert!(
         s["max_connections"].as_u64().is_some_and(|n| n >= 8),
         "{s:#}"
@@ -132,26 +155,27 @@ fn a_low_open_file_limit_runs_fewer_children_and_loses_none() {
     std::fs::write(&file, fixture.to_string()).unwrap();
     let mut c = env.client();
     let run_ids: Vec<String> = (0..RUNS)
-        .map(|_| {
-            c.call(RequestBody::RunStart(payload::RunStart {
-                workflow_file: file.display().to_string(),
-                input: json!({}),
-                session_id: Some("s1".into()),
-                execution_mode: None,
-                project_dir: None,
-            }))
-            .unwrap()
-            .body["run_id"]
-                .as_str()
-                .unwrap()
-                .to_owned()
+        .map(|i| {
+            let started = send(&env, &mut c, || {
+                Request::new(
+                    format!("start-{i}"),
+                    RequestBody::RunStart(payload::RunStart {
+                        workflow_file: file.display().to_string(),
+                        input: json!({}),
+                        session_id: Some("s1".into()),
+                        execution_mode: None,
+                        project_dir: None,
+                    }),
+                )
+            });
+            started["run_id"].as_str().unwrap().to_owned()
         })
         .collect();
 
     // Every slot busy: as many nodes running as the host has child slots.
     let start = Instant::now();
     loop {
-        let statuses: Vec<Value> = run_ids.iter().map(|r| status(&mut c, r)).collect();
+        let statuses: Vec<Value> = run_ids.iter().map(|r| status(&env, &mut c, r)).collect();
         for s in &statuses {
             assert!(
                 !["review", "failed"].contains(&s["run"]["status"].as_str().unwrap()),
@@ -163,8 +187,7 @@ fn a_low_open_file_limit_runs_fewer_children_and_loses_none() {
         }
         assert!(
             start.elapsed() < Duration::from_secs(90),
-            "the child slots never filled: {:#}",
-            c.call(RequestBody::HostStatus).unwrap().body
+            "the child slots never filled"
         );
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -178,7 +201,7 @@ fn a_low_open_file_limit_runs_fewer_children_and_loses_none() {
     let start = Instant::now();
     for run_id in &run_ids {
         loop {
-            let s = status(&mut c, run_id);
+            let s = status(&env, &mut c, run_id);
             match s["run"]["status"].as_str().unwrap() {
                 "completed" => break,
                 "review" | "failed" | "cancelled" | "timed_out" => panic!("{s:#}"),
