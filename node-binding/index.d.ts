@@ -357,6 +357,10 @@ export interface HostStatus {
   schema_id: string;
   runs: Partial<Record<RunStatusName, number>>;
   active_children: number;
+  /** The most children it runs at once: `PIW_MAX_CHILDREN`, or fewer under a low open-file limit. */
+  child_slots: number;
+  /** The most client connections it keeps open (its children's are counted apart). */
+  max_connections: number;
   /** Pre-started workers waiting for a run (`PIW_STANDBY_WORKERS`). */
   standby_workers: number;
   stopping: boolean;

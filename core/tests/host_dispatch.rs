@@ -1464,6 +1464,7 @@ fn launched_child(
         from_standby: false,
         stop_reason: None,
         disconnected_at: None,
+        pid: None,
     }
 }
 

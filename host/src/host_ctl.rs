@@ -146,6 +146,35 @@ pub(crate) fn lock_holder(paths: &PiwPaths) -> Option<String> {
 /// host: a host's start-up recovery would change the very state being diagnosed, and a host
 /// that cannot start is when diagnosis matters most.
 pub(crate) fn diagnose(paths: &PiwPaths) -> Result<Value, CliError> {
+    let mut body = diagnose_state(paths)?;
+    // A database with another name is read, not refused (the lock keeps other hosts away
+    // meanwhile, and a person must be able to look at and back up the runs), but it is what
+    // is wrong: no host starts on it.
+    if let Some(links) = piw_core::store::files::database_links(&paths.db).filter(|&n| n > 1) {
+        let refusal = HostError::DatabaseHasLinks {
+            db: paths.db.display().to_string(),
+            links,
+        };
+        if let Some(findings) = body["findings"].as_array_mut() {
+            findings.insert(
+                0,
+                file_finding(
+                    piw_core::store::files::DATABASE_HAS_LINKS,
+                    refusal.to_string(),
+                ),
+            );
+        }
+    }
+    Ok(body)
+}
+
+/// A `diagnose` finding about the database's files, not a run's rows.
+fn file_finding(code: &str, detail: String) -> Value {
+    json!({ "code": code, "run_id": "", "ids": [], "detail": detail, "repairable": false })
+}
+
+/// [`diagnose`]'s findings in the state itself.
+fn diagnose_state(paths: &PiwPaths) -> Result<Value, CliError> {
     let started = std::time::Instant::now();
     loop {
         if let Ok(mut client) = BlockingClient::connect(paths) {
@@ -169,7 +198,10 @@ pub(crate) fn diagnose(paths: &PiwPaths) -> Result<Value, CliError> {
             // Nothing to diagnose, and nothing (not even PIW_HOME) is created to find that out.
             return Ok(json!({ "findings": [] }));
         }
-        let _lock = match piw_core::driver::lock_installation(paths) {
+        let _lock = match piw_core::driver::lock_installation_with(
+            paths,
+            piw_core::driver::Links::Allow,
+        ) {
             Ok(lock) => lock,
             // Another process holds the installation: a host that is starting (ask it once it
             // answers) or stopping, or a `piw state reset`. Wait for either, never starting a
@@ -187,7 +219,17 @@ pub(crate) fn diagnose(paths: &PiwPaths) -> Result<Value, CliError> {
             }
             Err(e) => return Err(e.into()),
         };
-        let store = Store::open_read_only(&paths.db, StoreConfig::default())?;
+        let store = match Store::open_read_only(&paths.db, StoreConfig::default()) {
+            Ok(store) => store,
+            // A link, FIFO or second name beside the database: what is wrong is that file,
+            // said by name, not the pages SQLite would misread through it.
+            Err(e @ piw_core::store::StoreError::UnsafeFile { .. }) => {
+                return Ok(json!({
+                    "findings": [file_finding(piw_core::store::files::DATABASE_FILE_UNSAFE, e.to_string())]
+                }))
+            }
+            Err(e) => return Err(e.into()),
+        };
         return Ok(json!({ "findings": store.diagnose()? }));
     }
 }

@@ -269,9 +269,9 @@ fn run(cli: Cli, json: bool) -> Result<(), CliError> {
             let r = host_call(&paths, &mut client, RequestBody::HostStatus)?;
             print(&r.body, json, |b| {
                 format!(
-                    "pid {}  epoch {}  uptime {} s\nruns {}\nactive children {}\nruntimes {}\nsocket {}\ndatabase {}\nschema {}",
+                    "pid {}  epoch {}  uptime {} s\nruns {}\nactive children {} of {}\nconnections at most {}\nruntimes {}\nsocket {}\ndatabase {}\nschema {}",
                     b["pid"], b["epoch"], b["uptime_ms"].as_u64().unwrap_or(0) / 1000, b["runs"],
-                    b["active_children"],
+                    b["active_children"], b["child_slots"], b["max_connections"],
                     b["runtimes"].as_array().map(|r| r.iter().map(str_of).collect::<Vec<_>>().join(" ")).unwrap_or_default(),
                     str_of(&b["socket"]), str_of(&b["database"]), str_of(&b["schema_id"])
                 )
@@ -482,6 +482,7 @@ fn run(cli: Cli, json: bool) -> Result<(), CliError> {
                     paths.db.display()
                 )));
             }
+            warn_if_linked(&paths);
             let store = Store::open_read_only(&paths.db, StoreConfig::default())?;
             store.backup_to(&path)?;
             print(
@@ -580,6 +581,22 @@ fn init_logging() {
         .log_internal_errors(false)
         .with_ansi(ansi)
         .init();
+}
+
+/// Readers (`piw view`, `piw state backup`) of a database with more than one name go on, with
+/// a warning: reading changes nothing, and a backup is the copy the host's refusal asks for.
+/// What they read may be stale while a host of another installation serves the other name
+/// (with its own `-wal`), which is why no host starts on such a file.
+pub(crate) fn warn_if_linked(paths: &PiwPaths) {
+    if let Some(links) = piw_core::store::files::database_links(&paths.db).filter(|&n| n > 1) {
+        let refusal = HostError::DatabaseHasLinks {
+            db: paths.db.display().to_string(),
+            links,
+        };
+        eprintln!(
+            "piw: warning: {refusal}; no host will start on it, and what is read here may be stale"
+        );
+    }
 }
 
 #[cfg(test)]

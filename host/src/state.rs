@@ -10,7 +10,7 @@ use super::*;
 /// stopping. Returns whether there was anything to remove.
 pub(crate) fn remove_state(paths: &PiwPaths) -> Result<bool, CliError> {
     // Held until the database is gone: no host runs, is still stopping, or starts meanwhile.
-    let _lock = piw_core::driver::lock_installation(paths).map_err(|e| match e {
+    let _lock = piw_core::driver::lock_installation_with(paths, piw_core::driver::Links::Allow).map_err(|e| match e {
         HostError::AlreadyRunning { pid, .. } => CliError::Runtime(format!(
             "a piw host is running or still stopping (pid {pid}); stop it first with `piw host stop`"
         )),
@@ -112,7 +112,7 @@ pub(crate) fn restore_state(
     }
     paths.ensure_dirs()?;
     // Held from the removal to the copy: no host starts on a half-restored installation.
-    let _lock = piw_core::driver::lock_installation(paths).map_err(|e| match e {
+    let _lock = piw_core::driver::lock_installation_with(paths, piw_core::driver::Links::Allow).map_err(|e| match e {
         HostError::AlreadyRunning { pid, .. } => CliError::Runtime(format!(
             "a piw host is running or still stopping (pid {pid}); stop it first with `piw host stop`"
         )),

@@ -56,6 +56,10 @@ pub struct HostState {
     /// Runs whose last child was a standby worker that died before its hello, and whose loss
     /// was therefore not counted (`children::on_child_report`); cleared by the next hello.
     pub forgiven_standby_exits: std::collections::HashSet<String>,
+    /// Own children whose connection the host refused for want of room (the connection cap):
+    /// by pid, until the child's exit is handled (`children::child_refused`). Such a child
+    /// dies of the host's shortage, not its run's fault, and its exit is no loss.
+    pub refused_children: std::collections::HashSet<u32>,
     /// The number the next launch gets (unique for this host's life).
     pub next_launch: u64,
     /// Launches whose transaction failed to commit after their child was already handed its

@@ -28,6 +28,9 @@ pub enum Input<R> {
     Child(children::ChildReport),
     /// A worker connection (the child of `run_id` at `generation`) closed.
     WorkerDisconnected { run_id: String, generation: u64 },
+    /// The host refused a connection of its own child `pid` for want of room (the connection
+    /// cap): that child cannot go on, and its exit is not its run's fault.
+    ChildRefused { pid: u32 },
     /// The host has begun to stop (sent before any connection is told): launch nothing more,
     /// and a child that exits from now on (its connection was closed by the stop) leaves its
     /// run resumable without counting a loss. Requests still in flight are answered.
@@ -118,6 +121,7 @@ pub fn turn<R>(
                 Input::WorkerDisconnected { run_id, generation } => {
                     children::worker_disconnected(state, store.now_ms(), &run_id, generation);
                 }
+                Input::ChildRefused { pid } => children::child_refused(state, pid),
                 Input::Draining => state.shutting_down = true,
                 Input::Shutdown => {
                     state.shutting_down = true;

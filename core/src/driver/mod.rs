@@ -10,6 +10,7 @@
 pub mod bridge_launch;
 pub mod conn;
 pub mod fault;
+pub mod lock;
 pub mod log;
 pub mod node_runtime;
 pub mod outbox;
@@ -18,9 +19,10 @@ pub mod start_file;
 pub mod store_thread;
 pub mod supervisor;
 
-use std::fs::{File, OpenOptions};
-use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+pub use lock::{lock_installation, lock_installation_with, InstallationLock, Links};
+
+use std::io::Write as _;
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -52,7 +54,7 @@ pub struct HostConfig {
     /// Runtimes, limits and timeouts of children.
     pub children: children::ChildConfig,
     /// The most connections kept open ([`slots`]); `None`: what the descriptor limit leaves
-    /// ([`slots::cap_for`]).
+    /// ([`slots::budget`]).
     pub max_connections: Option<usize>,
     /// What the host keeps of finished runs on its own; `None` (the default): everything.
     pub retention: Option<crate::engine::retention::Retention>,
@@ -227,14 +229,21 @@ pub enum HostError {
     /// Another host holds the installation lock.
     #[error("another piw host (pid {pid}) is already running for {home}")]
     AlreadyRunning { pid: String, home: String },
-    /// Another host serves the same database file through another installation (a symbolic
-    /// link at one's `state.sqlite`).
-    #[error("another piw host ({holder}) already serves the database in {database_dir} (where {db} leads); one database is served by one host")]
+    /// Another process (a host, or a reset or diagnosis of another installation) holds the
+    /// same database file through another path: a symbolic or hard link at one's
+    /// `state.sqlite`, a bind mount. Locked by the file's device and inode, not its name.
+    #[error("another piw host ({holder}) already serves the database {db} ({locked}); one database is served by one host")]
     DatabaseInUse {
         holder: String,
-        database_dir: String,
+        /// What was found locked, in words: the file itself, or the directory that holds it.
+        locked: String,
         db: String,
     },
+    /// The database file has more than one name (hard links). Another installation could use
+    /// the other name with its own `-wal` file: two hosts, or a host and a reader, each
+    /// seeing other pages, which lost acknowledged runs and corrupted the file.
+    #[error("{db} has {links} links (names of the same file); piw needs its database to have one name, or two hosts could serve it at once and lose runs. Remove the other link (find it with `find / -xdev -samefile {db}`), or copy the file (`piw state backup <file>`) and use the copy instead")]
+    DatabaseHasLinks { db: String, links: u64 },
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("{what}: {source}")]
@@ -278,6 +287,8 @@ struct HostFacts {
     paths: PiwPaths,
     /// Standby workers waiting for a run (kept by the supervisor).
     standby_waiting: Arc<std::sync::atomic::AtomicUsize>,
+    /// How the descriptor limit was split between children and connections.
+    budget: slots::Budget,
 }
 
 impl HostShared {
@@ -322,6 +333,8 @@ impl HostShared {
             schema_id: SCHEMA_ID,
             runs,
             active_children,
+            child_slots: f.budget.child_slots,
+            max_connections: f.budget.connections,
             standby_workers: f.standby_waiting.load(std::sync::atomic::Ordering::Relaxed),
             stopping: *self.stopping.borrow(),
             runtimes: self.runtime_suffixes.to_vec(),
@@ -331,139 +344,48 @@ impl HostShared {
     }
 }
 
-/// Takes the installation lock (`$PIW_HOME/host.lock`) or says who holds it, and writes this
-/// process's pid into it. The lock lives as long as the returned file. A host holds it for its
-/// whole life, stop included; `piw state reset` holds it while it deletes the database, so no
-/// host can start, run or still be stopping meanwhile.
-///
-/// A holder whose recorded process is already dead (killed, its leader a zombie) is still
-/// exiting: a multi-threaded process's open files, and with them the lock, go only when its
-/// last thread has exited, which on a loaded machine can be a while after its main thread
-/// shows as dead. Such a lock is waited for, up to [`DYING_HOLDER_WAIT`]; a live holder is
-/// reported at once.
-///
-/// The lock also covers the directory that really holds the database
-/// ([`crate::paths::database_dir`]): an installation whose `state.sqlite` is a link to
-/// another's database cannot start a second host on it ([`HostError::DatabaseInUse`]).
-pub fn lock_installation(paths: &PiwPaths) -> Result<InstallationLock, HostError> {
-    let deadline = Instant::now() + DYING_HOLDER_WAIT;
-    let file = loop {
-        match try_lock_installation(paths)? {
-            LockAttempt::Locked(file) => break file,
-            LockAttempt::Held { pid } => {
-                let dying = pid
-                    .parse::<u32>()
-                    .is_ok_and(|pid| !crate::supervise::process_alive(pid));
-                if !dying || Instant::now() >= deadline {
-                    return Err(HostError::AlreadyRunning {
-                        pid,
-                        home: paths.home.display().to_string(),
-                    });
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-    };
-    let dir = crate::paths::database_dir(&paths.db).map_err(io_err(format!(
-        "cannot find where {} leads",
-        paths.db.display()
-    )))?;
-    let database_dir = loop {
-        let handle = File::open(&dir).map_err(io_err(format!("cannot open {}", dir.display())))?;
-        match handle.try_lock() {
-            Ok(()) => break handle,
-            Err(std::fs::TryLockError::WouldBlock) => {
-                let holders = crate::supervise::flock_holders(&dir).unwrap_or_default();
-                let dying = !holders.is_empty()
-                    && holders
-                        .iter()
-                        .all(|&pid| !crate::supervise::process_alive(pid));
-                if !dying || Instant::now() >= deadline {
-                    return Err(HostError::DatabaseInUse {
-                        holder: match holders.first() {
-                            Some(pid) => format!("pid {pid}"),
-                            None => "another process".into(),
-                        },
-                        database_dir: dir.display().to_string(),
-                        db: paths.db.display().to_string(),
-                    });
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(std::fs::TryLockError::Error(e)) => {
-                return Err(io_err(format!("cannot lock {}", dir.display()))(e))
-            }
-        }
-    };
-    Ok(InstallationLock {
-        _file: file,
-        _database_dir: database_dir,
-    })
-}
-
-/// An installation's lock ([`lock_installation`]), held until dropped: `host.lock` and the
-/// directory that really holds the database.
-#[derive(Debug)]
-pub struct InstallationLock {
-    _file: File,
-    _database_dir: File,
-}
-
-/// How long [`lock_installation`] waits for a lock whose holder is dead but still exiting.
-const DYING_HOLDER_WAIT: Duration = Duration::from_secs(10);
-
-enum LockAttempt {
-    Locked(File),
-    /// Another process holds the lock; `pid` is what the file says (at most 20 characters).
-    Held {
-        pid: String,
-    },
-}
-
-fn try_lock_installation(paths: &PiwPaths) -> Result<LockAttempt, HostError> {
-    // Never a link (its target would be truncated below) nor anything but a regular file.
-    let mut file = crate::paths::open_installation_file(
-        &paths.lock,
-        OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600),
-    )
-    .map_err(io_err(format!("cannot open {}", paths.lock.display())))?;
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
-            let mut pid = String::new();
-            let _ = file.read_to_string(&mut pid);
-            return Ok(LockAttempt::Held {
-                pid: pid.trim().chars().take(20).collect::<String>(),
-            });
-        }
-        Err(std::fs::TryLockError::Error(e)) => {
-            return Err(io_err(format!("cannot lock {}", paths.lock.display()))(e))
-        }
-    }
-    file.set_len(0)
-        .map_err(io_err("cannot write the lock file"))?;
-    file.seek(SeekFrom::Start(0))
-        .map_err(io_err("cannot write the lock file"))?;
-    writeln!(file, "{}", std::process::id()).map_err(io_err("cannot write the lock file"))?;
-    file.sync_all()
-        .map_err(io_err("cannot write the lock file"))?;
-    Ok(LockAttempt::Locked(file))
-}
-
 /// Runs a host in the foreground until SIGTERM, SIGINT or a `host.stop` request, then stops
 /// gracefully: stop accepting, finish in-flight commits, leave every run resumable.
-pub fn serve(config: HostConfig) -> Result<(), HostError> {
+pub fn serve(mut config: HostConfig) -> Result<(), HostError> {
     config.paths.ensure_dirs().map_err(io_err(format!(
         "cannot create {}",
         config.paths.home.display()
     )))?;
-    let _lock = lock_installation(&config.paths)?;
+    // Declared before the store: dropped after it (the lock's descriptor on the database
+    // must outlive SQLite's, see `lock`).
+    let mut lock = lock_installation(&config.paths)?;
     let nofile = raise_descriptor_limit();
+    // Children and connections share the descriptors: the host runs only as many children as
+    // can connect beside a few clients (before, the cap refused children it had launched,
+    // and their runs counted losses).
+    let standby = if config.children.runtimes.iter().any(|r| r.standby) {
+        config.children.standby_workers
+    } else {
+        0
+    };
+    let budget = slots::budget(
+        nofile,
+        config.children.max_children,
+        standby,
+        config.max_connections,
+    );
+    if budget.child_slots < config.children.max_children {
+        tracing::warn!(
+            open_file_limit = nofile,
+            child_slots = budget.child_slots,
+            max_children = config.children.max_children,
+            connections = budget.connections,
+            "few file descriptors: running fewer children at once than PIW_MAX_CHILDREN asks for (raise the limit with `ulimit -n`)"
+        );
+    } else {
+        tracing::info!(
+            open_file_limit = nofile,
+            child_slots = budget.child_slots,
+            connections = budget.connections,
+            "descriptor budget"
+        );
+    }
+    config.children.max_children = budget.child_slots;
 
     let pid = std::process::id();
     let mut store_config = config.store.clone();
@@ -473,6 +395,7 @@ pub fn serve(config: HostConfig) -> Result<(), HostError> {
     }
     store_config.disk_full_while = fault.disk_full_while();
     let mut store = Store::open(&config.paths.db, store_config)?;
+    lock.hold_database(&config.paths.db)?;
     let epoch = recover_at_start(&mut store, pid)?;
     cleanup_orphans(&mut store, epoch, config.children.kill_grace)?;
     crate::supervise::kill_marked_leftovers(
@@ -488,10 +411,13 @@ pub fn serve(config: HostConfig) -> Result<(), HostError> {
         .enable_all()
         .build()
         .map_err(io_err("cannot start the async runtime"))?;
-    let cap = config
-        .max_connections
-        .unwrap_or_else(|| slots::cap_for(nofile, config.children.max_children));
-    runtime.block_on(serve_async(config, store, epoch, host_owner_id(epoch), cap))
+    runtime.block_on(serve_async(
+        config,
+        store,
+        epoch,
+        host_owner_id(epoch),
+        budget,
+    ))
 }
 
 /// Raises this process's soft limit of open descriptors to its hard limit (its children
@@ -664,7 +590,7 @@ async fn serve_async(
     mut store: Store,
     epoch: i64,
     owner_id: String,
-    max_connections: usize,
+    budget: slots::Budget,
 ) -> Result<(), HostError> {
     let paths = config.paths.clone();
     // Before the socket exists: from the moment a client can reach this host, a stop signal
@@ -754,6 +680,7 @@ async fn serve_async(
             started: Instant::now(),
             paths: paths.clone(),
             standby_waiting,
+            budget,
         }),
     };
     tracing::info!(pid = std::process::id(), epoch, socket = %paths.socket.display(), "piw host ready");
@@ -768,7 +695,7 @@ async fn serve_async(
     );
 
     let mut connections = tokio::task::JoinSet::new();
-    let mut slots = slots::Slots::new(max_connections);
+    let mut slots = slots::Slots::new(budget.connections, budget.child_connections);
     let mut stop_watch = stop_rx.clone();
     let mut supervisor_task = supervisor_task;
     loop {
@@ -777,15 +704,23 @@ async fn serve_async(
             // that, its end (a panic) leaves children nobody watches.
             _ = &mut supervisor_task => state_owner_died("the supervisor", &paths.socket),
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => match slots.admit(slots::peer_is_own_child(&stream)) {
+                Ok((stream, _)) => {
+                    let child = slots::own_child_pid(&stream);
+                    match slots.admit(child.is_some()) {
                     slots::Admit::Serve(slot) => {
                         connections.spawn(conn::serve(stream, shared.clone(), stop_rx.clone(), slot));
                     }
                     slots::Admit::Refuse(why) => {
-                        tracing::warn!(cap = slots.cap(), "refused a connection: none is idle");
+                        tracing::warn!(cap = slots.cap(), child, "refused a connection: no room");
+                        // Before the goodbye: the child exits only after reading it, so the
+                        // store thread hears of the refusal before it hears of the exit.
+                        if let Some(pid) = child {
+                            let _ = shared.jobs.send(StoreMsg::ChildRefused { pid });
+                        }
                         connections.spawn(conn::refuse(stream, shared.limits, why));
                     }
-                },
+                    }
+                }
                 Err(e) => {
                     // Out of descriptors: make room by closing the longest-idle connection.
                     let exhausted = matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE));

@@ -22,6 +22,7 @@ mod diagnose;
 mod dump;
 mod durability;
 mod effects;
+pub mod files;
 mod host_ops;
 mod lifecycle;
 mod port;
@@ -42,7 +43,7 @@ pub use children::OrphanChild;
 pub use diagnose::DATABASE_MALFORMED;
 pub use durability::WalSync;
 pub use model::*;
-pub use piw_engine::store::error::{DatabaseError, StoreError, StoreResult};
+pub use piw_engine::store::error::{DatabaseError, FileProblem, StoreError, StoreResult};
 pub use piw_engine::store::model;
 pub use piw_engine::store::records::*;
 pub use receipts::{receipt_is_windowed, StoredReceipt, RECEIPTS_KEPT_PER_RUN_AND_KIND};
@@ -185,6 +186,7 @@ impl Store {
     pub fn open(path: impl AsRef<Path>, config: StoreConfig) -> StoreResult<Self> {
         let path = path.as_ref().to_path_buf();
         configure_sqlite_once();
+        files::check_siblings(&path)?;
         if path.exists() {
             schema::check_existing(&path)?;
         } else {
@@ -225,6 +227,7 @@ impl Store {
                 source: std::io::Error::from(std::io::ErrorKind::NotFound),
             });
         }
+        files::check_siblings(&path)?;
         schema::check_existing(&path)?;
         let conn = Connection::open_with_flags(
             &path,

@@ -50,6 +50,7 @@ pub fn open_store(paths: &PiwPaths) -> Result<Store, ViewError> {
     if !paths.db.exists() {
         return Err(ViewError::NoDatabase(paths.db.clone()));
     }
+    crate::warn_if_linked(paths);
     Ok(Store::open_read_only(&paths.db, StoreConfig::default())?)
 }
 

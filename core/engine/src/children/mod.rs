@@ -220,6 +220,8 @@ pub struct ChildEntry {
     /// When the child's connection to the host closed while its run still needed it; a child
     /// still alive a kill grace later is stopped (and its exit is a loss).
     pub disconnected_at: Option<i64>,
+    /// Its process id, once the supervisor reported it started.
+    pub pid: Option<u32>,
 }
 
 impl HostState {
@@ -608,6 +610,7 @@ fn launch(
             from_standby: false,
             stop_reason: None,
             disconnected_at: None,
+            pid: None,
         },
     );
     state.renewed_at.insert(run_id.to_owned(), now);

@@ -39,7 +39,8 @@ pub fn on_child_reports(store: &mut dyn Storage, state: &mut HostState, reports:
         if let ChildReport::Started {
             run_id,
             generation,
-            standby: true,
+            standby,
+            pid,
             ..
         } = report
         {
@@ -48,7 +49,8 @@ pub fn on_child_reports(store: &mut dyn Storage, state: &mut HostState, reports:
                 .get_mut(run_id)
                 .filter(|e| e.generation == *generation)
             {
-                entry.from_standby = true;
+                entry.from_standby |= *standby;
+                entry.pid = Some(*pid);
             }
         }
     }
@@ -93,6 +95,21 @@ pub fn worker_disconnected(state: &mut HostState, now: i64, run_id: &str, genera
     }
 }
 
+/// The most refused children remembered ([`child_refused`]): a refused connection that is not
+/// a run's child (a standby worker, a bridge) leaves its pid behind until an exit clears it.
+const MAX_REFUSED_CHILDREN: usize = 1_024;
+
+/// The host refused a connection of its own child `pid` for want of room: remember it, so
+/// that the child's exit (it cannot work without the host) requeues its run without counting
+/// a loss, as a launch the host had no resources for does ([`on_child_report`]). Only a child
+/// that never said hello is forgiven this way: one that is already working holds its slot.
+pub fn child_refused(state: &mut HostState, pid: u32) {
+    if state.refused_children.len() >= MAX_REFUSED_CHILDREN {
+        state.refused_children.clear();
+    }
+    state.refused_children.insert(pid);
+}
+
 /// How long a run whose child could not be started for lack of the host's own resources
 /// waits before it is launched again.
 const LAUNCH_RETRY_MS: i64 = 1_000;
@@ -110,14 +127,13 @@ pub fn on_child_report(store: &mut dyn Storage, state: &mut HostState, report: C
             start_time,
             standby,
         } => {
-            if standby {
-                if let Some(entry) = state
-                    .children
-                    .get_mut(&run_id)
-                    .filter(|e| e.generation == generation)
-                {
-                    entry.from_standby = true;
-                }
+            if let Some(entry) = state
+                .children
+                .get_mut(&run_id)
+                .filter(|e| e.generation == generation)
+            {
+                entry.from_standby |= standby;
+                entry.pid = Some(pid);
             }
             if let Err(e) = store.write(|w| w.record_child_process(child_epoch, pid, start_time)) {
                 crate::store_error!(e, %run_id, generation, "cannot record child pid");
@@ -150,6 +166,22 @@ pub fn on_child_report(store: &mut dyn Storage, state: &mut HostState, report: C
                     .get(&run_id)
                     .is_some_and(|e| e.from_standby && !e.hello)
                 && !state.forgiven_standby_exits.contains(&run_id);
+            // A child whose connection the host refused for want of room, before its hello.
+            let refused_for_room = ours
+                && state
+                    .children
+                    .get(&run_id)
+                    .and_then(|e| e.pid.filter(|_| !e.hello))
+                    .is_some_and(|pid| state.refused_children.contains(&pid));
+            if let Some(pid) = state
+                .children
+                .get(&run_id)
+                .and_then(|e| e.pid)
+                .filter(|_| ours)
+            {
+                state.refused_children.remove(&pid);
+            }
+            let host_ran_out_of = host_ran_out_of.or(refused_for_room.then_some("connections"));
             let mut forgiven = false;
             let stop_reason = state
                 .children
@@ -182,7 +214,15 @@ pub fn on_child_report(store: &mut dyn Storage, state: &mut HostState, report: C
                             if shutting_down {
                                 w.release_at_shutdown(claim)
                             } else if host_ran_out_of.is_some() && ours {
-                                w.release_after_launch_failure(claim, &exit.reason, retry_at)
+                                let why = if refused_for_room {
+                                    format!(
+                                        "the host had no room for the child's connection ({}); launched again",
+                                        exit.reason
+                                    )
+                                } else {
+                                    exit.reason.clone()
+                                };
+                                w.release_after_launch_failure(claim, &why, retry_at)
                             } else if may_forgive {
                                 w.release_uncounted(
                                     claim,

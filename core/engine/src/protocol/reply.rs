@@ -228,6 +228,11 @@ pub struct HostStatusReply {
     pub runs: Option<BTreeMap<String, u64>>,
     /// Active child processes (`null` when the store thread did not answer).
     pub active_children: Option<usize>,
+    /// The most children it runs at once: `PIW_MAX_CHILDREN`, or fewer when its open-file
+    /// limit holds fewer beside its connections.
+    pub child_slots: usize,
+    /// The most client connections it keeps open (children's connections are counted apart).
+    pub max_connections: usize,
     /// Standby workers waiting for a run.
     pub standby_workers: usize,
     /// Whether the host is stopping.

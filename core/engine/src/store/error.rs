@@ -25,6 +25,19 @@ pub enum StoreError {
         instruction: String,
     },
 
+    /// A file SQLite would open beside the database (`-wal`, `-shm`) is not one it could
+    /// have made: SQLite would follow the link, block on the FIFO or share the log with
+    /// another name, and report an intact database as malformed or fail with a disk I/O error.
+    /// Refused before SQLite opens anything; nothing is changed.
+    #[error("refusing to open the database {}: {} {problem}; piw opens its database only beside files SQLite made there. Nothing was opened or changed: with no piw host running, move {} aside and try again", .db.display(), .path.display(), .path.display())]
+    UnsafeFile {
+        /// The database the file belongs to.
+        db: PathBuf,
+        /// The file that is not what SQLite would have made.
+        path: PathBuf,
+        problem: FileProblem,
+    },
+
     #[error("run {0} not found")]
     RunNotFound(String),
 
@@ -137,6 +150,27 @@ pub enum StoreError {
     CorruptRow(String),
 }
 
+/// What is wrong with a file piw would hand to SQLite ([`StoreError::UnsafeFile`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileProblem {
+    /// A symbolic link: SQLite would read and write the file it leads to.
+    Symlink,
+    /// Not a regular file (`kind` in words: "a FIFO", "a directory", "a socket", "a device").
+    NotRegular { kind: &'static str },
+    /// A regular file with more than one name (hard links): another name's user writes it too.
+    Links { links: u64 },
+}
+
+impl std::fmt::Display for FileProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FileProblem::Symlink => write!(f, "is a symlink"),
+            FileProblem::NotRegular { kind } => write!(f, "is {kind}, not a regular file"),
+            FileProblem::Links { links } => write!(f, "has {links} links"),
+        }
+    }
+}
+
 impl StoreError {
     /// Whether this error is a claim loss (the caller must stop quietly, not fail the run).
     pub fn is_claim_lost(&self) -> bool {
@@ -175,6 +209,7 @@ impl StoreError {
                 | StoreError::TransactionLost
                 | StoreError::InjectedFault(_)
                 | StoreError::IncompatibleDatabase { .. }
+                | StoreError::UnsafeFile { .. }
         )
     }
 }

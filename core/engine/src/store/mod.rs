@@ -7,7 +7,7 @@ pub mod model;
 pub mod port;
 pub mod records;
 
-pub use error::{DatabaseError, StoreError, StoreResult};
+pub use error::{DatabaseError, FileProblem, StoreError, StoreResult};
 pub use model::*;
 pub use port::{Storage, Transaction};
 pub use records::*;
