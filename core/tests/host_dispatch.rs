@@ -1671,6 +1671,7 @@ fn a_detached_step_gets_one_bridge_and_a_killed_bridge_fails_its_attempt() {
         provider: Some("mock".into()),
         model: Some("mock-model".into()),
         pi_args: Vec::new(),
+        pi_default: None,
         home: f.dir.path().to_path_buf(),
         handshake_timeout: std::time::Duration::from_secs(60),
     });
@@ -1771,6 +1772,7 @@ fn detaching_a_run_whose_step_is_open_launches_its_bridge_at_once() {
         provider: Some("mock".into()),
         model: Some("mock-model".into()),
         pi_args: Vec::new(),
+        pi_default: None,
         home: f.dir.path().to_path_buf(),
         handshake_timeout: std::time::Duration::from_secs(60),
     });

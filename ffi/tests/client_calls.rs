@@ -653,13 +653,24 @@ fn a_value_stored_apart_is_read_back_through_the_abi() {
 }
 
 /// Through the C ABI, `run.start` asks for a detached run with `"execution_mode": "detached"`:
-/// a host with no Pi provider and model for detached steps (none in the input either) refuses
-/// it at once, saying why, and starts nothing.
+/// one with an agent step, on a host with no Pi model for detached steps (none in the input,
+/// the workflow or Pi's settings either), is refused at once, saying why, and starts nothing.
+/// A workflow without a step for a model needs none: its detached start goes on.
 #[test]
 fn a_detached_start_the_host_cannot_serve_is_refused_with_why() {
     let install = common::Install::new();
     let client = connect(&install);
-    let workflow = common::repo_root().join("examples/hello.workflow.json");
+    let workflow = install.path().join("asks.workflow.json");
+    std::fs::write(
+        &workflow,
+        serde_json::json!({
+            "graph": {"name": "asks", "start": "draft",
+                      "nodes": {"draft": {"kind": "agent"}}, "edges": []},
+            "behaviors": {"draft": {"interact": "agent"}}
+        })
+        .to_string(),
+    )
+    .unwrap();
     let err = call(
         client,
         "run.start",
@@ -677,5 +688,16 @@ fn a_detached_start_the_host_cannot_serve_is_refused_with_why() {
     );
     let runs = call(client, "run.list", None, Some(serde_json::json!({}))).unwrap();
     assert_eq!(runs["body"]["runs"], serde_json::json!([]), "{runs}");
+    let compute = common::repo_root().join("examples/hello.workflow.json");
+    let started = call(
+        client,
+        "run.start",
+        None,
+        Some(serde_json::json!({
+            "workflow_file": compute, "execution_mode": "detached", "project_dir": install.path(),
+        })),
+    )
+    .expect("a workflow of compute nodes needs no model");
+    assert_eq!(started["body"]["status"], "queued", "{started}");
     assert_eq!(unsafe { piw_client_close(client) }, PiwStatus::Ok);
 }

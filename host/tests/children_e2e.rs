@@ -3,7 +3,7 @@
 //! "Effects").
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use piw_core::client::BlockingClient;
@@ -13,10 +13,6 @@ use serde_json::{json, Value};
 
 mod common;
 use common::HostProc;
-
-fn piw() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_piw"))
-}
 
 /// The runtime for `.workflow.json` workflows, built with `piw`.
 fn json_worker() -> PathBuf {
@@ -81,7 +77,7 @@ impl Env {
     }
 
     fn serve(&self, fault: Option<&str>) -> HostProc {
-        let mut cmd = Command::new(piw());
+        let mut cmd = common::piw_command();
         cmd.args(["host", "serve"])
             .env("PIW_HOME", &self.paths.home)
             .env("PIW_LOG", "warn")

@@ -10,7 +10,7 @@ use serde_json::Value;
 mod common;
 
 fn piw(home: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_piw"))
+    common::piw_command()
         .args(args)
         .env("PIW_HOME", home)
         .env("PIW_LOG", "warn")
@@ -122,7 +122,7 @@ fn usage_errors_exit_2_and_every_verb_has_help() {
 fn a_relative_piw_home_is_refused() {
     let cwd = tempfile::tempdir().unwrap();
     let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_piw"))
+        common::piw_command()
             .args(args)
             .current_dir(cwd.path())
             .env("PIW_HOME", "./rel/home")
@@ -246,7 +246,7 @@ fn run_start_resolves_a_relative_file_from_the_callers_directory() {
     let project = file.parent().unwrap().to_path_buf();
     let elsewhere = h._dir.path().join("elsewhere");
     std::fs::create_dir_all(&elsewhere).unwrap();
-    let started = Command::new(env!("CARGO_BIN_EXE_piw"))
+    let started = common::piw_command()
         .args(["host", "start"])
         .current_dir(&elsewhere)
         .env("PIW_HOME", &h.home)
@@ -254,7 +254,7 @@ fn run_start_resolves_a_relative_file_from_the_callers_directory() {
         .output()
         .unwrap();
     assert_eq!(started.status.code(), Some(0), "{}", text(&started));
-    let o = Command::new(env!("CARGO_BIN_EXE_piw"))
+    let o = common::piw_command()
         .args(["run", "start", "hello.workflow.json", "--wait", "--json"])
         .current_dir(&project)
         .env("PIW_HOME", &h.home)
@@ -787,7 +787,7 @@ fn run_status_says_why_a_run_could_not_load() {
 
 /// Runs `piw` with `PIW_RUNTIMES` set (the host it starts serves that runtime too).
 fn piw_with_runtime(home: &Path, runtimes: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_piw"))
+    common::piw_command()
         .args(args)
         .env("PIW_HOME", home)
         .env("PIW_LOG", "warn")
@@ -1095,7 +1095,7 @@ fn a_person_answers_decides_submits_and_waits_from_the_command_line() {
         serde_json::json!({"kind": "agent", "behavior": {"interact": "agent", "validate": {"value": 42}}}),
     );
     let run_id = start(&file);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_piw"))
+    let mut child = common::piw_command()
         .args(["run", "submit", &run_id, "--input", "-"])
         .env("PIW_HOME", &h.home)
         .env("PIW_LOG", "warn")
@@ -1192,7 +1192,7 @@ fn run_status_shows_the_last_childs_exit_and_stderr() {
         "echo starting on stdout\necho 'token 0123456789abcdef0123456789abcdef01234567' >&2\necho 'boom: missing config' >&2\nexit 3\n",
     )
     .unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_piw"))
+    let o = common::piw_command()
         .args(["run", "start", file.to_str().unwrap(), "--wait", "--json"])
         .env("PIW_HOME", &h.home)
         .env("PIW_LOG", "warn")
@@ -1291,7 +1291,7 @@ fn waiting_for_a_run_outlives_a_host_that_was_killed_but_not_one_that_was_stoppe
     });
     let file = workflow_file(&h, "slow", &fixture);
     let wait = |h: &Home| {
-        Command::new(env!("CARGO_BIN_EXE_piw"))
+        common::piw_command()
             .args(["run", "start", file.to_str().unwrap(), "--wait", "--json"])
             .env("PIW_HOME", &h.home)
             .env("PIW_LOG", "warn")
@@ -1450,7 +1450,7 @@ fn state_backup_finishes_while_the_host_commits_steadily() {
         })
     };
     let backup = h.home.with_file_name("busy-backup.sqlite");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_piw"))
+    let mut child = common::piw_command()
         .args(["state", "backup", backup.to_str().unwrap()])
         .env("PIW_HOME", &h.home)
         .env("PIW_LOG", "warn")
@@ -1524,7 +1524,7 @@ fn host_status_and_stop_give_up_on_a_host_that_does_not_answer() {
     let _resume = Resume(host_pid);
     // `diagnose` too: it asks a running host, and gave no answer for as long as it waited.
     for verb in [&["host", "status"][..], &["host", "stop"], &["diagnose"]] {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_piw"))
+        let mut child = common::piw_command()
             .args(verb)
             .env("PIW_HOME", &h.home)
             .env("PIW_LOG", "warn")
@@ -1568,7 +1568,7 @@ fn host_stop_waits_for_a_host_that_is_already_stopping() {
         }}
     });
     let file = workflow_file(&h, "stubborn", &fixture);
-    let start = Command::new(env!("CARGO_BIN_EXE_piw"))
+    let start = common::piw_command()
         .args(["host", "start"])
         .env("PIW_HOME", &h.home)
         .env("PIW_LOG", "warn")
@@ -1772,7 +1772,7 @@ fn run_start_finds_a_workflow_by_name_the_project_first_and_refuses_reserved_wor
         std::fs::copy(example, dir.join("greet.workflow.json")).unwrap();
     }
     let start = |name: &str| {
-        Command::new(env!("CARGO_BIN_EXE_piw"))
+        common::piw_command()
             .args(["run", "start", name, "--wait", "--json"])
             .current_dir(&project)
             .env("PIW_HOME", &h.home)
@@ -2344,7 +2344,7 @@ fn a_human_decision_shows_as_its_question_and_choices() {
 
 /// Runs `piw` whose host (if it starts one) runs on the test clock in `clock`.
 fn piw_on_clock(home: &Path, clock: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_piw"))
+    common::piw_command()
         .args(args)
         .env("PIW_HOME", home)
         .env("PIW_LOG", "warn")
@@ -2684,7 +2684,7 @@ fn logs_show_every_childs_whole_output_and_the_events() {
     // one line read, the pipe closed.
     {
         use std::io::BufRead as _;
-        let mut head = Command::new(env!("CARGO_BIN_EXE_piw"))
+        let mut head = common::piw_command()
             .args(["logs", &run_id])
             .env("PIW_HOME", &h.home)
             .env("PIW_LOG", "warn")
@@ -2746,7 +2746,7 @@ fn logs_follow_prints_output_and_events_live_until_the_run_ends() {
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let run_id = json_of(&o)["run_id"].as_str().unwrap().to_owned();
-    let mut follow = Command::new(env!("CARGO_BIN_EXE_piw"))
+    let mut follow = common::piw_command()
         .args(["logs", &run_id, "--follow"])
         .env("PIW_HOME", &h.home)
         .env("PIW_LOG", "warn")
@@ -2821,7 +2821,7 @@ fn run_start_finds_a_built_in_by_prefix_and_by_name_after_the_files() {
     std::fs::create_dir_all(&user_home).unwrap();
     let input = r#"{"task":"fix the parser","plan":"add a test, then fix it","mode":"skip"}"#;
     let start = |name: &str, builtins: Option<&Path>| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_piw"));
+        let mut cmd = common::piw_command();
         cmd.args(["run", "start", name, "--input", input, "--wait", "--json"])
             .current_dir(&project)
             .env("PIW_HOME", &h.home)
@@ -3112,7 +3112,7 @@ fn a_large_output_is_printed_whole_with_json_and_as_a_preview_without() {
     // Its exact stored bytes: they hash to its name.
     assert_eq!(piw_core::engine::ids::sha256_hex(&o.stdout), sha256);
     // A reader that goes away (`| head`) ends it quietly: no panic, exit 0.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_piw"))
+    let mut child = common::piw_command()
         .args(["run", "value", &run_id, &sha256])
         .env("PIW_HOME", &h.home)
         .env("PIW_LOG", "warn")
@@ -3228,16 +3228,26 @@ fn a_deferred_step_with_a_large_output_is_reported_with_the_value() {
     }
 }
 
-/// `piw run start --detached` asks for a detached run: a host without a Pi provider and model
-/// for detached steps (and none in the run's input) refuses it at once with why, and starts nothing; `piw run status` says
-/// which runs are detached and where their messages go.
+/// `piw run start --detached` asks for a detached run. One with an agent step, on a host
+/// without a Pi model for detached steps (none in the run's input, the workflow or Pi's own
+/// settings), is refused at once with why, and starts nothing; with Pi's default model set in
+/// Pi's settings the start is checked with that model instead; a workflow with no step a model
+/// answers needs none. `piw run status` says which runs are detached and where their messages go.
 #[test]
 fn a_detached_start_is_refused_without_a_pi_to_serve_it_and_status_shows_the_mode() {
     let h = home();
-    let hello = hello_example(&h);
+    let agent = workflow_file(
+        &h,
+        "asks",
+        &serde_json::json!({
+            "graph": {"name": "asks", "start": "draft",
+                      "nodes": {"draft": {"kind": "agent"}}, "edges": []},
+            "behaviors": {"draft": {"interact": "agent"}}
+        }),
+    );
     let o = piw(
         &h.home,
-        &["run", "start", hello.to_str().unwrap(), "--detached"],
+        &["run", "start", agent.to_str().unwrap(), "--detached"],
     );
     assert_ne!(o.status.code(), Some(0), "{}", text(&o));
     assert!(
@@ -3245,8 +3255,48 @@ fn a_detached_start_is_refused_without_a_pi_to_serve_it_and_status_shows_the_mod
         "{}",
         text(&o)
     );
+    assert!(text(&o).contains("Pi has no default model"), "{}", text(&o));
+    // Pi's own default model (its settings.json): the start is checked with it. This Pi has
+    // no credentials for it, so the refusal names that model and why.
+    let agent_dir = h.home.with_file_name("pi-agent");
+    std::fs::create_dir_all(&agent_dir).unwrap();
+    std::fs::write(
+        agent_dir.join("settings.json"),
+        r#"{"defaultProvider": "nowhere", "defaultModel": "no-model"}"#,
+    )
+    .unwrap();
+    assert_eq!(piw(&h.home, &["host", "stop"]).status.code(), Some(0));
+    let o = common::piw_command()
+        .args(["run", "start", agent.to_str().unwrap(), "--detached"])
+        .env("PIW_HOME", &h.home)
+        .env("PIW_LOG", "warn")
+        .env("PI_CODING_AGENT_DIR", &agent_dir)
+        .output()
+        .unwrap();
+    assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        !text(&o).contains("no Pi provider and model"),
+        "Pi's default was not read: {}",
+        text(&o)
+    );
+    assert!(text(&o).contains("no-model"), "{}", text(&o));
+    assert_eq!(piw(&h.home, &["host", "stop"]).status.code(), Some(0));
+    // No step for a model: nothing to check, the detached start goes on.
+    let hello = hello_example(&h);
+    let o = piw(
+        &h.home,
+        &[
+            "run",
+            "start",
+            hello.to_str().unwrap(),
+            "--detached",
+            "--wait",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let runs = json_of(&piw(&h.home, &["runs", "--json"]));
-    assert_eq!(runs["runs"].as_array().map(Vec::len), Some(0), "{runs}");
+    assert_eq!(runs["runs"].as_array().map(Vec::len), Some(1), "{runs}");
+    assert_eq!(runs["runs"][0]["status"], "completed", "{runs}");
     // Without a session a run is detached: status says so, and that no session gets its messages.
     let o = piw(
         &h.home,
@@ -3348,7 +3398,7 @@ fn run_detach_makes_a_session_run_detached_once_and_refuses_a_finished_one() {
     assert_eq!(mode(&h), "interactive");
     // One that does detaches it.
     assert_eq!(piw(&h.home, &["host", "stop"]).status.code(), Some(0));
-    let o = Command::new(env!("CARGO_BIN_EXE_piw"))
+    let o = common::piw_command()
         .args(["host", "start"])
         .env("PIW_HOME", &h.home)
         .env("PIW_LOG", "warn")

@@ -18,7 +18,7 @@
 use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use piw_core::client::{BlockingClient, ClientError};
@@ -96,7 +96,7 @@ impl Scenario {
                 .append(true)
                 .open(self.path("hosts.log"))
                 .unwrap();
-            let mut cmd = Command::new(env!("CARGO_BIN_EXE_piw"));
+            let mut cmd = common::piw_command();
             cmd.args(["host", "serve"])
                 .env("PIW_HOME", &self.paths.home)
                 .env("PIW_LOG", "warn")

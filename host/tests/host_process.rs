@@ -39,7 +39,7 @@ impl Home {
     }
 
     fn serve(&self, fault: Option<&str>) -> HostProc {
-        let mut cmd = Command::new(piw());
+        let mut cmd = common::piw_command();
         cmd.args(["host", "serve"])
             .env("PIW_HOME", &self.paths.home)
             .env("PIW_LOG", "warn")
@@ -185,7 +185,7 @@ fn host_pids(home: &Path) -> Vec<u32> {
 fn a_second_host_on_the_same_home_is_refused_with_the_running_pid() {
     let home = Home::new();
     let first = home.serve(None);
-    let out = Command::new(piw())
+    let out = common::piw_command()
         .args(["host", "serve"])
         .env("PIW_HOME", &home.paths.home)
         .output()
@@ -1352,7 +1352,7 @@ fn run_start_paths_never_depend_on_the_hosts_directory() {
         text
     })
     .unwrap();
-    let mut cmd = Command::new(piw());
+    let mut cmd = common::piw_command();
     cmd.args(["host", "serve"])
         .current_dir(&host_cwd)
         .env("PIW_HOME", &home.paths.home)
@@ -1461,7 +1461,7 @@ fn a_retried_run_start_replays_its_receipt_after_the_file_moved() {
 #[test]
 fn a_host_whose_log_cannot_be_written_keeps_serving() {
     let home = Home::new();
-    let mut cmd = Command::new(piw());
+    let mut cmd = common::piw_command();
     // Debug: the store thread logs on every launch.
     cmd.args(["host", "serve"])
         .env("PIW_HOME", &home.paths.home)
@@ -1529,7 +1529,7 @@ fn a_host_whose_stdout_is_a_full_device_still_serves() {
         .write(true)
         .open("/dev/full")
         .unwrap();
-    let mut cmd = Command::new(piw());
+    let mut cmd = common::piw_command();
     cmd.args(["host", "serve"])
         .env("PIW_HOME", &home.paths.home)
         .env("PIW_LOG", "warn")
@@ -1580,7 +1580,7 @@ fn a_full_disk_refuses_commands_clearly_and_the_host_serves_again_once_space_is_
 
 /// `piw host serve` for `paths` that must refuse to start: its exit code and what it said.
 fn refused_serve(paths: &PiwPaths) -> (Option<i32>, String) {
-    let mut child = Command::new(piw())
+    let mut child = common::piw_command()
         .args(["host", "serve"])
         .env("PIW_HOME", &paths.home)
         .env("PIW_LOG", "warn")
@@ -1618,7 +1618,7 @@ fn a_database_linked_from_another_installation_gets_no_second_host() {
     let (code, err) = refused_serve(&second.paths);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("already serves the database"), "{err}");
-    let reset = Command::new(piw())
+    let reset = common::piw_command()
         .args(["state", "reset", "--yes"])
         .env("PIW_HOME", &second.paths.home)
         .output()
@@ -1738,7 +1738,7 @@ fn open_file_limits(pid: u32) -> (u64, u64) {
 fn idle_connections_cannot_lock_other_clients_out() {
     use std::os::unix::process::CommandExt as _;
     let home = Home::new();
-    let mut cmd = Command::new(piw());
+    let mut cmd = common::piw_command();
     cmd.args(["host", "serve"])
         .env("PIW_HOME", &home.paths.home)
         .env("PIW_LOG", "warn")

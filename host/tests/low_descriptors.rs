@@ -39,7 +39,7 @@ impl Drop for Env {
 
 impl Env {
     fn piw(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_piw"));
+        let mut cmd = common::piw_command();
         cmd.args(args)
             .env("PIW_HOME", &self.paths.home)
             .env("HOME", self.dir.path().join("user"))

@@ -18,10 +18,6 @@ use serde_json::{json, Value};
 mod common;
 use common::HostProc;
 
-fn piw() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_piw"))
-}
-
 struct Home {
     dir: tempfile::TempDir,
     paths: PiwPaths,
@@ -49,7 +45,7 @@ impl Home {
 
     /// `piw <args>` for this installation, never the real home directory.
     fn piw(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(piw());
+        let mut cmd = common::piw_command();
         cmd.args(args)
             .env("PIW_HOME", &self.paths.home)
             .env("HOME", self.path("user"))

@@ -3,7 +3,7 @@
 //! retention (`PIW_RETAIN_DAYS`) at start and on its timer, on the test clock.
 
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use piw_core::paths::PiwPaths;
@@ -61,7 +61,7 @@ impl Env {
             .append(true)
             .open(&log)
             .unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_piw"));
+        let mut cmd = common::piw_command();
         cmd.args(["host", "serve"])
             .env("PIW_HOME", &self.paths.home)
             .env("PIW_TEST_CLOCK", self.clock())
@@ -80,7 +80,7 @@ impl Env {
     }
 
     fn piw(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_piw"))
+        common::piw_command()
             .args(args)
             .env("PIW_HOME", &self.paths.home)
             .env("PIW_TEST_CLOCK", self.clock())

@@ -15,7 +15,7 @@ mod common;
 const HANG: Duration = Duration::from_secs(30);
 
 fn piw(home: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_piw"))
+    common::piw_command()
         .args(args)
         .env("PIW_HOME", home)
         .env("PIW_LOG", "warn")

@@ -27,7 +27,8 @@ const isScript = (pi) => /\.(c|m)?js$/.test(pi);
 /**
  * The command line of the bridge of run `runId`: `{ command, args, env }`, `env` what to add to
  * the launcher's environment. `pi`: Pi's CLI (a `.js` script runs under `node`, default this
- * Node); `provider`, `model`: the model the bridge's Pi uses; `piArgs`: more of Pi's arguments;
+ * Node); `provider`, `model`: the model the bridge's Pi uses (neither: Pi's own default, as in
+ * a session in the project); `piArgs`: more of Pi's arguments;
  * `home`: the installation (`PIW_HOME`), default the launcher's.
  */
 export function bridgeCommand({ pi, runId, provider, model, piArgs = [], node = process.execPath, home } = {}) {
@@ -37,7 +38,9 @@ export function bridgeCommand({ pi, runId, provider, model, piArgs = [], node = 
     ...(isScript(pi) ? [pi] : []),
     '--mode', 'rpc',
     '--no-session',
-    '--no-extensions', '--no-skills', '--no-prompt-templates', '--no-themes', '--no-context-files',
+    // What a session's model sees in the project (context files, skills, prompt templates),
+    // without any other extension.
+    '--no-extensions', '--no-themes',
     '-e', BRIDGE_EXTENSION,
     ...(provider ? ['--provider', provider] : []),
     ...(model ? ['--model', model] : []),

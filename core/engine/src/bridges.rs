@@ -12,7 +12,8 @@
 //!
 //! The rules:
 //! - one bridge per run, launched when the run has an open `pending` step, none serves it and
-//!   something names its Pi model ([`pi_model`]; else the step waits for a client); it holds a child slot (`PIW_MAX_CHILDREN`), shared with its run's own child (the
+//!   something names its Pi model, or Pi has a default one ([`pi_model`]; else the step waits
+//!   for a client); it holds a child slot (`PIW_MAX_CHILDREN`), shared with its run's own child (the
 //!   validation of its submissions), so a run never waits on itself for a slot;
 //! - handshake: the bridge takes its run's lock (`$PIW_HOME/bridges/<run>.lock`, which then
 //!   holds its pid) as its extension loads, before its first call; one that has not within
@@ -74,6 +75,10 @@ pub struct BridgeSettings {
     pub provider: Option<String>,
     pub model: Option<String>,
     pub pi_args: Vec<String>,
+    /// Pi's own default model (`defaultProvider` and `defaultModel` of the settings in Pi's
+    /// agent directory, read when the host starts): what a bridge uses when nothing above
+    /// names one, as `pi` started in the project would.
+    pub pi_default: Option<PiDefault>,
     /// The installation (`PIW_HOME`): where the bridge locks live.
     pub home: PathBuf,
     pub handshake_timeout: Duration,
@@ -85,7 +90,10 @@ impl BridgeSettings {
         self.home.join("bridges").join(format!("{run_id}.lock"))
     }
 
-    /// The bridge's command line (`lib/bridge.js` `bridgeCommand`'s) with `model`.
+    /// The bridge's command line (`lib/bridge.js` `bridgeCommand`'s) with `model`. The model
+    /// sees what a session's model sees in the run's project (its context files, skills and
+    /// prompt templates) but no other extension; a model from Pi's own settings is left to Pi
+    /// to choose (no `--provider`, `--model`), so the project's settings apply as in a session.
     fn command(&self, pi: &PiCommand, model: &PiModel) -> (PathBuf, Vec<String>) {
         let mut args = pi.prefix.clone();
         args.extend(
@@ -94,24 +102,39 @@ impl BridgeSettings {
                 "rpc",
                 "--no-session",
                 "--no-extensions",
-                "--no-skills",
-                "--no-prompt-templates",
                 "--no-themes",
-                "--no-context-files",
                 "-e",
             ]
             .map(str::to_owned),
         );
         args.push(self.extension.display().to_string());
-        args.extend([
-            "--provider".to_owned(),
-            model.provider.clone(),
-            "--model".to_owned(),
-            model.model.clone(),
-        ]);
+        if model.source == ModelSource::Named {
+            args.extend([
+                "--provider".to_owned(),
+                model.provider.clone(),
+                "--model".to_owned(),
+                model.model.clone(),
+            ]);
+        }
         args.extend(model.pi_args.iter().cloned());
         (pi.program.clone(), args)
     }
+}
+
+/// Pi's default model, from its settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PiDefault {
+    pub provider: String,
+    pub model: String,
+}
+
+/// Where a detached run's Pi model came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelSource {
+    /// The workflow, the run's input or the host's settings named it.
+    Named,
+    /// Nothing did: Pi's own default.
+    PiSettings,
 }
 
 /// The Pi model a detached run's bridge uses.
@@ -120,6 +143,7 @@ pub struct PiModel {
     pub provider: String,
     pub model: String,
     pub pi_args: Vec<String>,
+    pub source: ModelSource,
 }
 
 /// The key of a run's input that names its Pi model: `{"piw_detached": {"provider", "model",
@@ -128,7 +152,8 @@ pub const INPUT_KEY: &str = "piw_detached";
 
 /// The Pi model of a detached run: each of provider, model and extra arguments from the first
 /// place that sets it, the workflow (`definition`'s `detached`), the run's `input`
-/// ([`INPUT_KEY`]), the host's settings. `None` when no place names a provider and a model.
+/// ([`INPUT_KEY`]), the host's settings; when none of them names both a provider and a model,
+/// Pi's own default ([`BridgeSettings::pi_default`]). `None` when Pi has none either.
 pub fn pi_model(
     definition: Option<&serde_json::Value>,
     input: &serde_json::Value,
@@ -153,11 +178,34 @@ pub fn pi_model(
             })
         })
         .unwrap_or_else(|| settings.pi_args.clone());
-    Some(PiModel {
-        provider: text("provider").or_else(|| settings.provider.clone())?,
-        model: text("model").or_else(|| settings.model.clone())?,
-        pi_args,
-    })
+    let named = text("provider")
+        .or_else(|| settings.provider.clone())
+        .zip(text("model").or_else(|| settings.model.clone()));
+    match (named, &settings.pi_default) {
+        (Some((provider, model)), _) => Some(PiModel {
+            provider,
+            model,
+            pi_args,
+            source: ModelSource::Named,
+        }),
+        (None, Some(default)) => Some(PiModel {
+            provider: default.provider.clone(),
+            model: default.model.clone(),
+            pi_args,
+            source: ModelSource::PiSettings,
+        }),
+        (None, None) => None,
+    }
+}
+
+/// Whether a workflow snapshot has a step a Pi model answers in a detached run (`agent`,
+/// `assistantMessage`), in it or in a workflow it includes; true when it cannot be read (the
+/// safe answer: the start is then checked as one that needs a model).
+pub fn needs_a_model(definition: &serde_json::Value) -> bool {
+    match crate::graph::Graph::parse(definition) {
+        Ok(graph) => graph.nodes.values().any(|n| n.kind.is_interactive()),
+        Err(_) => true,
+    }
 }
 
 /// One bridge the host launched and has not seen exit.
@@ -683,6 +731,7 @@ mod tests {
             provider: Some("mock".into()),
             model: Some("mock-model".into()),
             pi_args: vec!["--offline".into()],
+            pi_default: None,
             home: "/home/piw".into(),
             handshake_timeout: Duration::from_secs(30),
         }
@@ -920,12 +969,42 @@ mod tests {
             ["--a"],
             "each field from the first place that sets it"
         );
+        assert_eq!(m.source, ModelSource::Named);
         let mut bare = settings();
         bare.provider = None;
         assert_eq!(
             pi_model(None, &json!({}), &bare),
             None,
-            "no provider anywhere"
+            "no provider anywhere, and Pi has no default"
+        );
+        bare.pi_default = Some(PiDefault {
+            provider: "pi-p".into(),
+            model: "pi-m".into(),
+        });
+        let m = pi_model(None, &json!({}), &bare).expect("Pi's own default");
+        assert_eq!(
+            (m.provider.as_str(), m.model.as_str(), m.source),
+            ("pi-p", "pi-m", ModelSource::PiSettings)
+        );
+        let m = pi_model(Some(&definition), &json!({}), &bare).expect("the workflow's");
+        assert_eq!(
+            (m.model.as_str(), m.source),
+            ("from-workflow", ModelSource::Named),
+            "a model the workflow names comes before Pi's default"
+        );
+    }
+
+    #[test]
+    fn only_agent_and_assistant_message_steps_need_a_model() {
+        use serde_json::json;
+        let graph = |kind: &str| json!({"name": "w", "start": "a", "nodes": {"a": {"kind": kind}}, "edges": []});
+        assert!(!needs_a_model(&graph("compute")));
+        assert!(!needs_a_model(&graph("checkpoint")));
+        assert!(needs_a_model(&graph("agent")));
+        assert!(needs_a_model(&graph("assistant_message")));
+        assert!(
+            needs_a_model(&json!({"not": "a graph"})),
+            "unreadable: checked"
         );
     }
 
@@ -970,9 +1049,22 @@ mod tests {
         assert_eq!(program, PathBuf::from("/node"));
         assert_eq!(
             args.join(" "),
-            "/pi/cli.js --mode rpc --no-session --no-extensions --no-skills --no-prompt-templates \
-             --no-themes --no-context-files -e /pkg/extension/bridge.js --provider mock --model \
-             mock-model --offline"
+            "/pi/cli.js --mode rpc --no-session --no-extensions --no-themes \
+             -e /pkg/extension/bridge.js --provider mock --model mock-model --offline"
+        );
+        // Pi's own default: Pi chooses, as in a session in the project.
+        let mut bare = settings();
+        bare.provider = None;
+        bare.pi_default = Some(PiDefault {
+            provider: "p".into(),
+            model: "m".into(),
+        });
+        let model = pi_model(None, &serde_json::json!({}), &bare).expect("Pi's default");
+        let (_, args) = bare.command(bare.pi.as_ref().expect("a pi"), &model);
+        assert_eq!(
+            args.join(" "),
+            "/pi/cli.js --mode rpc --no-session --no-extensions --no-themes \
+             -e /pkg/extension/bridge.js --offline"
         );
         assert_eq!(
             s.lock_file("run-1"),

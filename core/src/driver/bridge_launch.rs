@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 
 use super::node_runtime::NodeRuntime;
 use super::store_thread::StoreMsg;
-use crate::engine::bridges::{BridgeReport, BridgeSettings, PiCommand};
+use crate::engine::bridges::{BridgeReport, BridgeSettings, PiCommand, PiDefault};
 use crate::engine::children::ChildReport;
 use crate::store::ChildExitRecord;
 use crate::supervise::{self, SpawnSpec};
@@ -46,6 +46,9 @@ pub struct Inputs {
     pub off: bool,
     pub path: Option<OsString>,
     pub handshake_ms: Option<u64>,
+    /// The text of Pi's settings in its agent directory (`$PI_CODING_AGENT_DIR/settings.json`,
+    /// else `$HOME/.pi/agent/settings.json`), when there is one: its default model.
+    pub pi_settings: Option<String>,
 }
 
 impl Inputs {
@@ -59,8 +62,37 @@ impl Inputs {
             off: text("PIW_DETACHED_BRIDGES").is_some_and(|v| v.trim() == "off"),
             path: std::env::var_os("PATH"),
             handshake_ms: text("PIW_BRIDGE_HANDSHAKE_MS").and_then(|v| v.trim().parse().ok()),
+            pi_settings: pi_agent_dir()
+                .and_then(|dir| std::fs::read_to_string(dir.join("settings.json")).ok()),
         }
     }
+}
+
+/// Pi's agent directory, as Pi finds it: `PI_CODING_AGENT_DIR`, else `~/.pi/agent`.
+fn pi_agent_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("PI_CODING_AGENT_DIR").filter(|d| !d.is_empty()) {
+        return Some(PathBuf::from(dir));
+    }
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(|home| PathBuf::from(home).join(".pi").join("agent"))
+}
+
+/// Pi's default model in the text of its settings (`defaultProvider` and `defaultModel`, both
+/// non-empty); `None` for anything else, a file Pi would not read included.
+fn pi_default(settings: &str) -> Option<PiDefault> {
+    let v: serde_json::Value = serde_json::from_str(settings).ok()?;
+    let text = |key: &str| {
+        v.get(key)
+            .and_then(|x| x.as_str())
+            .map(str::trim)
+            .filter(|x| !x.is_empty())
+            .map(str::to_owned)
+    };
+    Some(PiDefault {
+        provider: text("defaultProvider")?,
+        model: text("defaultModel")?,
+    })
 }
 
 /// How this host runs bridges; `None` when it runs none (see the module documentation).
@@ -97,6 +129,7 @@ pub fn settings(
             .as_deref()
             .map(|a| a.split_whitespace().map(str::to_owned).collect())
             .unwrap_or_default(),
+        pi_default: inputs.pi_settings.as_deref().and_then(pi_default),
         home: home.to_path_buf(),
         handshake_timeout: inputs
             .handshake_ms
@@ -173,21 +206,27 @@ fn find_pi(
 
 /// Checks, before an explicit detached start, that the host can serve its steps: it runs
 /// bridges, has a Pi, and Pi has the provider's credentials and offers the model
-/// (`lib/bridge-preflight.js`). Blocking (Pi starts twice): the connection's blocking thread
-/// runs it. `Err` says why, for the refusal.
+/// (`lib/bridge-preflight.js`). `definition`: the workflow's snapshot when the start already
+/// has it (a `.workflow.json`): a workflow without a step a model answers needs none, and one
+/// that names its own model (`detached`) is checked with it. Blocking (Pi starts twice): the
+/// connection's blocking thread runs it. `Err` says why, for the refusal.
 pub fn preflight(
     settings: Option<&BridgeSettings>,
+    definition: Option<&serde_json::Value>,
     input: &serde_json::Value,
     env: &[(OsString, OsString)],
     home: &Path,
     cwd: &Path,
 ) -> Result<(), String> {
+    if definition.is_some_and(|d| !crate::engine::bridges::needs_a_model(d)) {
+        return Ok(());
+    }
     let Some(settings) = settings else {
         return Err("this host runs no detached steps (PIW_DETACHED_BRIDGES=off)".into());
     };
-    let Some(model) = crate::engine::bridges::pi_model(None, input, settings) else {
+    let Some(model) = crate::engine::bridges::pi_model(definition, input, settings) else {
         return Err(format!(
-            "no Pi provider and model to serve its steps: start the host with PIW_DETACHED_PROVIDER and PIW_DETACHED_MODEL, or give them in the run's input as {{\"{}\": {{\"provider\": ..., \"model\": ...}}}}",
+            "no Pi provider and model to serve its steps, and Pi has no default model (defaultProvider and defaultModel in its settings.json): set them in Pi, or start the host with PIW_DETACHED_PROVIDER and PIW_DETACHED_MODEL, or give them in the run's input as {{\"{}\": {{\"provider\": ..., \"model\": ...}}}}",
             crate::engine::bridges::INPUT_KEY
         ));
     };
@@ -225,6 +264,25 @@ pub fn preflight(
             why
         }
     ))
+}
+
+/// The workflow's snapshot when the host can know it before the run starts: a
+/// `.workflow.json` file's `graph`, read as its runtime will (a file that includes others is
+/// not known whole, nor is a JavaScript module before it runs in its child): what
+/// [`preflight`] reads for its steps and its own model.
+pub fn known_definition(source_root: &str) -> Option<serde_json::Value> {
+    if !source_root.ends_with(".workflow.json") {
+        return None;
+    }
+    let text = std::fs::read(source_root).ok()?;
+    let file: serde_json::Value = serde_json::from_slice(&text).ok()?;
+    let includes_others = file
+        .get("mounts")
+        .and_then(|m| m.as_object())
+        .is_some_and(|m| !m.is_empty());
+    (!includes_others)
+        .then(|| file.get("graph").cloned())
+        .flatten()
 }
 
 /// One bridge's life: spawned with its stdin open and never written (Pi in RPC mode exits at
@@ -410,12 +468,79 @@ mod tests {
     }
 
     #[test]
+    fn pis_default_model_comes_from_its_settings() {
+        let mut i = inputs();
+        i.pi_settings =
+            Some(r#"{"defaultProvider": "anthropic", "defaultModel": "m-1", "theme": "x"}"#.into());
+        let s = settings(&i, Some(&runtime()), Path::new("/h"), &|_| true).expect("settings");
+        assert_eq!(
+            s.pi_default,
+            Some(PiDefault {
+                provider: "anthropic".into(),
+                model: "m-1".into()
+            })
+        );
+        for text in [
+            r#"{"defaultProvider": "anthropic"}"#,
+            r#"{"defaultProvider": "", "defaultModel": "m"}"#,
+            "not json",
+        ] {
+            i.pi_settings = Some(text.into());
+            let s = settings(&i, Some(&runtime()), Path::new("/h"), &|_| true).expect("settings");
+            assert_eq!(s.pi_default, None, "{text}");
+        }
+    }
+
+    #[test]
+    fn a_detached_start_without_a_step_for_a_model_needs_none() {
+        let mut i = inputs();
+        i.provider = None;
+        i.off = true;
+        let compute = serde_json::json!({"name": "w", "start": "a",
+            "nodes": {"a": {"kind": "compute"}}, "edges": []});
+        let input = serde_json::json!({});
+        assert_eq!(
+            preflight(
+                None,
+                Some(&compute),
+                &input,
+                &[],
+                Path::new("/h"),
+                Path::new("/")
+            ),
+            Ok(()),
+            "nothing to serve: no Pi, no model, not even bridges needed"
+        );
+        let agent = serde_json::json!({"name": "w", "start": "a",
+            "nodes": {"a": {"kind": "agent"}}, "edges": []});
+        let why = preflight(
+            None,
+            Some(&agent),
+            &input,
+            &[],
+            Path::new("/h"),
+            Path::new("/"),
+        )
+        .unwrap_err();
+        assert!(why.contains("PIW_DETACHED_BRIDGES=off"), "{why}");
+    }
+
+    #[test]
     fn an_explicit_detached_start_needs_a_provider_and_a_model() {
         let mut i = inputs();
         i.provider = None;
         let s = settings(&i, Some(&runtime()), Path::new("/h"), &|_| true);
         let input = serde_json::json!({"task": "x"});
-        let why = preflight(s.as_ref(), &input, &[], Path::new("/h"), Path::new("/")).unwrap_err();
+        let why = preflight(
+            s.as_ref(),
+            None,
+            &input,
+            &[],
+            Path::new("/h"),
+            Path::new("/"),
+        )
+        .unwrap_err();
         assert!(why.contains("PIW_DETACHED_PROVIDER"), "{why}");
+        assert!(why.contains("Pi has no default model"), "{why}");
     }
 }

@@ -74,3 +74,19 @@ impl Drop for HostProc {
 }
 
 pub use piw_tests::kill_installation;
+
+/// The `piw` binary with Pi's agent directory pointed away from the real home: a host reads
+/// Pi's settings for the default model of detached runs' steps, and a test's host must never
+/// find the user's (nor start their Pi with their model).
+#[allow(dead_code)]
+pub fn piw_command() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_piw"));
+    cmd.env("PI_CODING_AGENT_DIR", no_pi_agent_dir());
+    cmd
+}
+
+/// A Pi agent directory that does not exist (see [`piw_command`]).
+#[allow(dead_code)]
+pub fn no_pi_agent_dir() -> std::path::PathBuf {
+    std::env::temp_dir().join("piw-tests-no-pi-agent")
+}

@@ -35,7 +35,7 @@ before(async () => {
   ghState = join(env.root, 'gh.json');
   // The host (started here, before Pi) and so every run sees only these tools: never a real gh.
   path = toolsPath(env.root, { ghState, origin: `${env.project}.git` });
-  client = await Client.connect({ home: env.piwHome, hostBin, hostEnv: { HOME: env.home, PIW_KILL_GRACE_MS: '300', PATH: path } });
+  client = await Client.connect({ home: env.piwHome, hostBin, hostEnv: { HOME: env.home, PI_CODING_AGENT_DIR: env.agentDir, PIW_KILL_GRACE_MS: '300', PATH: path } });
   // So does a host the extension starts again.
   pi = await env.startPi({ extraEnv: { PATH: path } });
 });
@@ -298,7 +298,7 @@ test('the host killed while the model reviews: a host starts again, the run resu
   process.kill(pid, 'SIGKILL');
   await until(() => !alive(pid), 'the host gone');
   await client.close().catch(() => {});
-  client = await Client.connect({ home: env.piwHome, hostBin, hostEnv: { HOME: env.home, PIW_KILL_GRACE_MS: '300', PATH: path } });
+  client = await Client.connect({ home: env.piwHome, hostBin, hostEnv: { HOME: env.home, PI_CODING_AGENT_DIR: env.agentDir, PIW_KILL_GRACE_MS: '300', PATH: path } });
   release.open();
   const run = await client.waitForRun(runId, { timeoutMs: 90_000 });
   assert.equal(run.status, 'completed', run.error ?? run.review_reason);

@@ -234,7 +234,7 @@ test('plan-approval in auto mode continues by itself at its deadline; skip never
     writeFileSync(`${clock}.tmp`, String(ms));
     renameSync(`${clock}.tmp`, clock);
   };
-  const client = await Client.connect({ home: env.piwHome, hostBin, hostEnv: { HOME: env.home, PIW_KILL_GRACE_MS: '300', PIW_TEST_CLOCK: clock } });
+  const client = await Client.connect({ home: env.piwHome, hostBin, hostEnv: { HOME: env.home, PI_CODING_AGENT_DIR: env.agentDir, PIW_KILL_GRACE_MS: '300', PIW_TEST_CLOCK: clock } });
   try {
     const pi = await env.startPi();
     let from = pi.mark();

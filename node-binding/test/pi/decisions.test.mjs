@@ -175,7 +175,7 @@ test('an open dialog closes when the host applies the decision\'s onTimeout resp
     writeFileSync(`${clock}.tmp`, String(ms));
     renameSync(`${clock}.tmp`, clock);
   };
-  const client = await Client.connect({ home: env.piwHome, hostBin, hostEnv: { HOME: env.home, PIW_KILL_GRACE_MS: '300', PIW_TEST_CLOCK: clock } });
+  const client = await Client.connect({ home: env.piwHome, hostBin, hostEnv: { HOME: env.home, PI_CODING_AGENT_DIR: env.agentDir, PIW_KILL_GRACE_MS: '300', PIW_TEST_CLOCK: clock } });
   try {
     env.addWorkflow('expiring.workflow.mjs', 'expiring');
     const pi = await env.startPi({ sessionId: 'session-c' });

@@ -203,7 +203,7 @@ test('an explicit detached start is refused at once when Pi cannot serve it: no 
   const bare = await env.client();
   await assert.rejects(
     bare.startRun(workflowFile('titles'), { input: { task: 'x' }, executionMode: 'detached', projectDir: env.project }),
-    (e) => /cannot start a detached run: no Pi provider and model to serve its steps: start the host with PIW_DETACHED_PROVIDER/.test(e.message),
+    (e) => /cannot start a detached run: no Pi provider and model to serve its steps, and Pi has no default model .*PIW_DETACHED_PROVIDER/.test(e.message),
   );
   const piw_detached = { provider: 'mock', model: 'no-such-model' };
   await assert.rejects(
@@ -272,6 +272,26 @@ test("the Pi model comes from the workflow, else the run's input, else the host;
   await c.submitInteraction(open, { title: 'by script' });
   assert.deepEqual((await c.waitForRun(unnamed.run_id, { timeoutMs: 60_000 })).result, { title: 'by script' });
   assert.equal(env.model.requests.length, requests, 'no model turn for it');
+});
+
+test("nothing else naming one, Pi's own default model (its settings) serves a detached step, and the bridge's model sees the project's context files", async () => {
+  writeFileSync(join(env.agentDir, 'settings.json'), JSON.stringify({ defaultProvider: 'mock', defaultModel: 'mock-model' }));
+  writeFileSync(join(env.project, 'AGENTS.md'), 'Project rule: keep titles short. CONTEXT-MARKER-7f3a\n');
+  let sawContext = null;
+  env.model.script = ({ last, lastText, allText }) => {
+    const id = last.role === 'user' ? stepId(lastText) : null;
+    if (!id) return { text: 'ok' };
+    sawContext = allText.includes('CONTEXT-MARKER-7f3a');
+    return submit(id, { title: 'from Pi defaults' });
+  };
+  // The host names no model (no PIW_DETACHED_PROVIDER / _MODEL), nor does the run or the
+  // workflow: Pi's agent directory has the default.
+  const c = await env.client({ hostEnv: { PI_CODING_AGENT_DIR: env.agentDir, PI_OFFLINE: '1', PIW_DETACHED_PI_ARGS: '--offline --no-builtin-tools' } });
+  const run = await c.startRun(workflowFile('titles'), { input: { task: 'x' }, executionMode: 'detached', sessionId: 'someone', projectDir: env.project });
+  const done = await c.waitForRun(run.run_id, { timeoutMs: 60_000 });
+  assert.equal(done.status, 'completed', done.error ?? done.review_reason);
+  assert.deepEqual(done.result, { title: 'from Pi defaults' });
+  assert.equal(sawContext, true, "the bridge's model saw the project's AGENTS.md");
 });
 
 test('host stop stops the Pi child with the host, and loses nothing: the next host presents the step again', async () => {

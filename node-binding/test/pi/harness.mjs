@@ -199,7 +199,7 @@ export async function piEnv(script = () => ({ text: 'ok' })) {
      * environment), closed by `close()`.
      */
     async client({ hostEnv = {} } = {}) {
-      const c = await Client.connect({ home: piwHome, hostBin, hostEnv: { HOME: home, PIW_KILL_GRACE_MS: '300', ...hostEnv } });
+      const c = await Client.connect({ home: piwHome, hostBin, hostEnv: { HOME: home, PI_CODING_AGENT_DIR: agentDir, PIW_KILL_GRACE_MS: '300', ...hostEnv } });
       clients.push(c);
       return c;
     },

@@ -28,7 +28,7 @@ const advance = (ms) => {
 };
 /** A client that starts the host (when none runs) on the test clock. */
 const clockedClient = () =>
-  Client.connect({ home: env.piwHome, hostBin, hostEnv: { HOME: env.home, PIW_KILL_GRACE_MS: '300', PIW_TEST_CLOCK: clock } });
+  Client.connect({ home: env.piwHome, hostBin, hostEnv: { HOME: env.home, PI_CODING_AGENT_DIR: env.agentDir, PIW_KILL_GRACE_MS: '300', PIW_TEST_CLOCK: clock } });
 
 const textOf = (m) => (typeof m.content === 'string' ? m.content : (m.content ?? []).map((b) => b.text ?? '').join(''));
 const stepOf = (m) => {

@@ -391,7 +391,7 @@ test('a step that times out while the model works on it stops the turn with one 
     writeFileSync(`${clock}.tmp`, String(ms));
     renameSync(`${clock}.tmp`, clock);
   };
-  const client = await Client.connect({ home: env.piwHome, hostBin, hostEnv: { HOME: env.home, PIW_KILL_GRACE_MS: '300', PIW_TEST_CLOCK: clock } });
+  const client = await Client.connect({ home: env.piwHome, hostBin, hostEnv: { HOME: env.home, PI_CODING_AGENT_DIR: env.agentDir, PIW_KILL_GRACE_MS: '300', PIW_TEST_CLOCK: clock } });
   try {
     env.addWorkflow('deadline.workflow.mjs', 'deadline');
     let firstId = null;

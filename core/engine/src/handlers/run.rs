@@ -74,7 +74,7 @@ pub(crate) fn detach(
     if changed && crate::bridges::pi_model(definition.as_ref(), &input, settings).is_none() {
         return Err(refused(
             w,
-            "nothing names a Pi provider and model to answer its steps once detached: start the host with PIW_DETACHED_PROVIDER and PIW_DETACHED_MODEL (then `piw host stop`), or give the workflow `detached: { provider, model }`; the run stays as it is",
+            "nothing names a Pi provider and model to answer its steps once detached, and Pi has no default model: set defaultProvider and defaultModel in Pi's settings.json or start the host with PIW_DETACHED_PROVIDER and PIW_DETACHED_MODEL (then `piw host stop`), or give the workflow `detached: { provider, model }`; the run stays as it is",
         ));
     }
     Ok(RunDetached {
