@@ -2946,7 +2946,7 @@ fn runs_lists_thousands_of_runs_a_page_at_a_time() {
     assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 101);
     let hint = String::from_utf8_lossy(&o.stderr);
     assert!(
-        hint.contains("piw runs --all") && hint.contains("--cursor r1."),
+        hint.contains("piw runs --all") && hint.contains("--cursor r2."),
         "{hint}"
     );
 
