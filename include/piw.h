@@ -10,7 +10,8 @@
  * - Strings in: NUL-terminated UTF-8 (`const char *`). NULL where a value is required is
  *   PIW_STATUS_NULL_ARGUMENT (optional ones say "or NULL"); bytes that are not UTF-8 are
  *   PIW_STATUS_INVALID_UTF8; a string longer than its limit (JSON: PIW_MAX_JSON_BYTES, the
- *   protocol's payload limit; other text: PIW_MAX_TEXT_BYTES) is PIW_STATUS_TOO_LARGE, and
+ *   protocol's payload limit, or PIW_MAX_VALUE_JSON_BYTES for a node's output or a run's
+ *   result; other text: PIW_MAX_TEXT_BYTES) is PIW_STATUS_TOO_LARGE, and
  *   the bytes past the limit are never read. JSON arguments must parse (PIW_STATUS_INVALID_ARGUMENT otherwise).
  * - Strings out: written through a `char **` as an owned NUL-terminated UTF-8 string, which the
  *   caller frees with piw_string_free(). On failure the out pointer is set to NULL. Pointers
@@ -52,6 +53,13 @@
 // Longest JSON argument, in bytes: the protocol's payload limit (a request's whole JSON is
 // checked against the protocol's limits again before it is sent).
 #define PIW_MAX_JSON_BYTES (256 * 1024)
+
+// Longest JSON argument that carries a node's output or a run's result (`outcome_json`,
+// `result_json` of the worker's steps), in bytes: the largest value (64 MiB of canonical JSON,
+// sent in chunks) and room for what surrounds it. A value within this but over 64 MiB once
+// canonical is refused by the worker as `value_too_large` (`PIW_STATUS_INVALID_ARGUMENT`),
+// before anything is sent; a longer argument is not read (`PIW_STATUS_TOO_LARGE`).
+#define PIW_MAX_VALUE_JSON_BYTES (((64 * 1024) * 1024) + (256 * 1024))
 
 // The protocol's rejection codes (`docs/WORKFLOW_SERVER.md`). `PIW_REJECTION_CODE_NONE` when a
 // failure carries no code; `PIW_REJECTION_CODE_UNKNOWN` for a code this library does not know
@@ -450,7 +458,11 @@ enum piw_status piw_worker_node_started(const struct piw_worker *worker,
 // `next_node`, which must be where the graph routes that outcome (the host checks it and fails
 // the run otherwise: `PIW_STATUS_REFUSED`). `*reply_out` (owned by the caller) is
 // `{"attempt_id": "...", "parked": bool}`: the next node's attempt; when `parked` the run was
-// paused at this boundary and the child must exit. Thread safety: serialized per handle.
+// paused at this boundary and the child must exit. The output may be up to 64 MiB of JSON
+// once canonical (`outcome_json` up to `PIW_MAX_VALUE_JSON_BYTES`; a large one is uploaded
+// in chunks first); a larger one is `PIW_STATUS_INVALID_ARGUMENT` with code
+// `value_too_large` and nothing is sent: fail the node instead. Thread safety: serialized
+// per handle.
 enum piw_status piw_worker_transition(const struct piw_worker *worker,
                                       const char *outcome_json,
                                       const char *next_node,
@@ -468,7 +480,10 @@ enum piw_status piw_worker_defer_transition(const struct piw_worker *worker,
 enum piw_status piw_worker_flush(const struct piw_worker *worker, bool *parked_out);
 
 // The current attempt ended with `outcome_json` and the run finishes with `result_json`
-// (NULL for `null`). Thread safety: serialized per handle.
+// (NULL for `null`). The output and the result may each be up to 64 MiB of JSON once
+// canonical (each argument up to `PIW_MAX_VALUE_JSON_BYTES`); a larger one is
+// `PIW_STATUS_INVALID_ARGUMENT` with code `value_too_large` and nothing is sent. Thread
+// safety: serialized per handle.
 enum piw_status piw_worker_complete(const struct piw_worker *worker,
                                     const char *outcome_json,
                                     const char *result_json);

@@ -1898,3 +1898,126 @@ fn run_list_with_limit_zero_is_refused() {
     assert_eq!(one["runs"].as_array().unwrap().len(), 1);
     assert_eq!(one["more"], json!(true), "{one}");
 }
+
+/// A `run.list` or dry `run.prune` cursor shaped like one the host makes but not made by this
+/// database's host (its place edited, or signed with another key, another database's among
+/// them) is refused as `invalid_input`; a genuine one pages on, also after the store is
+/// opened again (a host restart).
+#[test]
+fn a_cursor_shaped_like_the_hosts_but_not_made_by_it_is_refused() {
+    use piw_core::engine::retention::prune_request;
+    use piw_core::protocol::payload::{CursorKey, RunListCursor, RunPrune};
+    use piw_core::store::{Store, StoreError};
+
+    let mut f = Fixture::new();
+    let mut runs = Vec::new();
+    for _ in 0..5 {
+        let (run_id, act, attempt) = f.running();
+        f.store
+            .write(|w| w.complete(&act.claim, &attempt, &json!(null), &json!("done")))
+            .unwrap();
+        runs.push(run_id);
+        f.clock.advance(10);
+    }
+    let list = |store: &Store, cursor: Option<RunListCursor>| {
+        let req = Request::new(
+            "ls",
+            RequestBody::RunList(payload::RunList {
+                limit: Some(2),
+                cursor,
+                ..Default::default()
+            }),
+        );
+        apply_read(store, &HostState::default(), &req).map(|r| r.body)
+    };
+    let cursor_of = |body: &serde_json::Value| {
+        RunListCursor::decode(body["next_cursor"].as_str().expect("a next_cursor"))
+            .expect("a cursor's shape")
+    };
+    let refused = |what: &str, result: Result<serde_json::Value, StoreError>| match result {
+        Err(StoreError::InvalidInput(message)) => {
+            assert!(message.contains("not handed out"), "{what}: {message}")
+        }
+        other => panic!("{what}: {other:?}"),
+    };
+
+    let first = list(&f.store, None).unwrap();
+    let genuine = cursor_of(&first);
+
+    // Its place edited, the MAC kept: another time, and another run's id that exists.
+    let text = genuine.encode();
+    let (head, _) = text.rsplit_once(&genuine.key.run_id).unwrap();
+    let moved_run = RunListCursor::decode(&format!("{head}{}", runs[0])).unwrap();
+    refused("another run", list(&f.store, Some(moved_run)));
+    let time = genuine.key.created_at.to_string();
+    let moved_time = RunListCursor::decode(&text.replacen(
+        &format!(".{time}."),
+        &format!(".{}.", genuine.key.created_at - 10),
+        1,
+    ))
+    .unwrap();
+    refused("another time", list(&f.store, Some(moved_time)));
+    // The same place signed with another key, and a cursor of another database.
+    let foreign = RunListCursor::sign(&CursorKey([0x5a; 32]), genuine.key.clone());
+    refused("another key", list(&f.store, Some(foreign)));
+    let mut other = Fixture::new();
+    for _ in 0..3 {
+        other.start();
+    }
+    let other_cursor = cursor_of(&list(&other.store, None).unwrap());
+    refused("another database", list(&f.store, Some(other_cursor)));
+
+    // The genuine cursor pages on, also from a store opened again (the key is the database's).
+    let mut seen: Vec<String> = first["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["run_id"].as_str().unwrap().to_owned())
+        .collect();
+    let reopened = Store::open(f.store.path(), f.store.config().clone()).unwrap();
+    let mut cursor = Some(genuine);
+    while let Some(c) = cursor.take() {
+        let body = list(&reopened, Some(c)).unwrap();
+        seen.extend(
+            body["runs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["run_id"].as_str().unwrap().to_owned()),
+        );
+        if body["more"] == json!(true) {
+            cursor = Some(cursor_of(&body));
+        }
+    }
+    let mut newest_first = runs.clone();
+    newest_first.reverse();
+    assert_eq!(seen, newest_first);
+
+    // A dry prune's cursor is checked the same way.
+    let mut state = HostState::default();
+    let dry = |cursor| RunPrune {
+        dry_run: Some(true),
+        limit: Some(2),
+        cursor,
+        ..Default::default()
+    };
+    let page = prune_request(&mut f.store, &mut state, &dry(None)).unwrap();
+    let next = cursor_of(&page.body);
+    let forged = RunListCursor::sign(&CursorKey([0x5a; 32]), next.key.clone());
+    refused(
+        "a prune's cursor with another key",
+        prune_request(&mut f.store, &mut state, &dry(Some(forged))).map(|r| r.body),
+    );
+    let more = prune_request(&mut f.store, &mut state, &dry(Some(next))).unwrap();
+    assert_eq!(
+        more.body["run_ids"],
+        json!([runs[2], runs[3]]),
+        "{}",
+        more.body
+    );
+    assert_eq!(
+        f.store.list_runs(None, 10).unwrap().len(),
+        5,
+        "a dry run removes nothing"
+    );
+}

@@ -384,3 +384,74 @@ fn a_damaged_value_is_healed_by_the_next_correct_upload() {
     assert_eq!(f.store.read_value(&third, &r.sha256).unwrap(), bytes);
     assert_eq!(count(&f, "value_blobs"), 1);
 }
+
+/// Half of a value uploaded by a child that then crashed: while a live claim of a run holding
+/// it can still go on with it, it is no finding; once none can (the child lost, or its claim
+/// expired), `diagnose` reports `value_partial` with the run and what was received, and
+/// `repair` removes it. A prune takes a pruned run's partial value too.
+#[test]
+fn a_partial_upload_no_live_child_can_complete_is_found_repaired_and_pruned() {
+    let mut f = Fixture::new();
+    let (run_id, act, _) = f.running();
+    let (_v, r, bytes) = big_value(200_000, 'p');
+    f.store
+        .write(|w| w.put_value_chunk(&act.claim, &r.sha256, r.bytes, 0, &bytes[..70_000]))
+        .unwrap();
+    // In progress: the child's claim is live.
+    f.assert_clean();
+    // Its claim expired (a host that died): no child can renew it or store another chunk.
+    f.clock.advance(LEASE_MS + 1);
+    let findings = f.store.diagnose().unwrap();
+    assert_eq!(
+        findings.iter().map(|x| x.code).collect::<Vec<_>>(),
+        vec!["value_partial"],
+        "{findings:#?}"
+    );
+    // The run's next child goes on with it (it asks where to) while its claim is live.
+    f.store.write(|w| w.recover_expired()).unwrap();
+    let act = f.activate(&run_id);
+    let asked = f
+        .store
+        .write(|w| w.put_value_chunk(&act.claim, &r.sha256, r.bytes, 0, &[]))
+        .unwrap();
+    assert_eq!(asked.received, 70_000);
+    f.assert_clean();
+    // That child crashes too: the run is requeued, its claim released.
+    f.store
+        .write(|w| w.child_lost(&act.claim, "crashed"))
+        .unwrap();
+    let findings = f.store.diagnose().unwrap();
+    assert_eq!(findings.len(), 1, "{findings:#?}");
+    let found = &findings[0];
+    assert_eq!(found.code, "value_partial");
+    assert_eq!(found.run_id, run_id);
+    assert_eq!(found.ids, vec![r.sha256.clone()]);
+    assert!(
+        found.detail.contains("70000 of 200000 bytes"),
+        "{}",
+        found.detail
+    );
+    assert!(found.repairable);
+    let report = f.store.repair().unwrap();
+    assert_eq!(report.repaired.len(), 1, "{report:#?}");
+    for table in ["value_blobs", "value_chunks", "run_values"] {
+        assert_eq!(count(&f, table), 0, "{table}");
+    }
+    f.assert_clean();
+
+    // A prune of a finished run takes its partial value.
+    let (gone, act_gone, _) = f.running();
+    f.store
+        .write(|w| w.put_value_chunk(&act_gone.claim, &r.sha256, r.bytes, 0, &bytes[..70_000]))
+        .unwrap();
+    f.store
+        .write(|w| w.cancel(&gone, Fence::Claim(&act_gone.claim), "done"))
+        .unwrap();
+    assert_eq!(count(&f, "value_blobs"), 1);
+    let removed = f.store.prune_runs(std::slice::from_ref(&gone)).unwrap();
+    assert_eq!(removed, std::slice::from_ref(&gone));
+    for table in ["value_blobs", "value_chunks", "run_values"] {
+        assert_eq!(count(&f, table), 0, "{table}");
+    }
+    f.assert_clean();
+}

@@ -208,7 +208,8 @@ impl From<ClientError> for Error {
             ClientError::Protocol(_) => PiwStatus::Protocol,
             ClientError::HostNotReady { .. }
             | ClientError::HostExited { .. }
-            | ClientError::HostNotStarted { .. } => PiwStatus::HostNotReady,
+            | ClientError::HostNotStarted { .. }
+            | ClientError::HostLog { .. } => PiwStatus::HostNotReady,
             ClientError::ClientClosed => PiwStatus::Closed,
             ClientError::SubscriptionOverflow => PiwStatus::Overflow,
         };

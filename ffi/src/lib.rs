@@ -32,7 +32,8 @@ use error::{ffi_call, ffi_value, Error};
 pub use error::{PiwRejectionCode, PiwStatus};
 use handles::HasErrorSlot;
 use strings::{
-    give, json, max_json_bytes, opt_json, opt_text, out_ptr, out_string, text, PIW_MAX_TEXT_BYTES,
+    give, json, max_json_bytes, opt_json, opt_text, opt_value_json, out_ptr, out_string, text,
+    value_json, PIW_MAX_TEXT_BYTES,
 };
 use worker::{WorkerObject, WORKERS};
 
@@ -759,7 +760,11 @@ pub unsafe extern "C" fn piw_worker_node_started(
 /// `next_node`, which must be where the graph routes that outcome (the host checks it and fails
 /// the run otherwise: `PIW_STATUS_REFUSED`). `*reply_out` (owned by the caller) is
 /// `{"attempt_id": "...", "parked": bool}`: the next node's attempt; when `parked` the run was
-/// paused at this boundary and the child must exit. Thread safety: serialized per handle.
+/// paused at this boundary and the child must exit. The output may be up to 64 MiB of JSON
+/// once canonical (`outcome_json` up to `PIW_MAX_VALUE_JSON_BYTES`; a large one is uploaded
+/// in chunks first); a larger one is `PIW_STATUS_INVALID_ARGUMENT` with code
+/// `value_too_large` and nothing is sent: fail the node instead. Thread safety: serialized
+/// per handle.
 #[no_mangle]
 pub unsafe extern "C" fn piw_worker_transition(
     worker: *const PiwWorker,
@@ -769,7 +774,7 @@ pub unsafe extern "C" fn piw_worker_transition(
 ) -> PiwStatus {
     on_worker(worker, |w| {
         let out = unsafe { out_string(reply_out, "reply_out") }?;
-        let outcome = unsafe { json(outcome_json, "outcome_json") }?;
+        let outcome = unsafe { value_json(outcome_json, "outcome_json") }?;
         let next = unsafe { text(next_node, "next_node", PIW_MAX_TEXT_BYTES) }?;
         give(out, &w.transition(outcome, next)?);
         Ok(())
@@ -811,7 +816,10 @@ pub unsafe extern "C" fn piw_worker_flush(
 }
 
 /// The current attempt ended with `outcome_json` and the run finishes with `result_json`
-/// (NULL for `null`). Thread safety: serialized per handle.
+/// (NULL for `null`). The output and the result may each be up to 64 MiB of JSON once
+/// canonical (each argument up to `PIW_MAX_VALUE_JSON_BYTES`); a larger one is
+/// `PIW_STATUS_INVALID_ARGUMENT` with code `value_too_large` and nothing is sent. Thread
+/// safety: serialized per handle.
 #[no_mangle]
 pub unsafe extern "C" fn piw_worker_complete(
     worker: *const PiwWorker,
@@ -819,8 +827,8 @@ pub unsafe extern "C" fn piw_worker_complete(
     result_json: *const c_char,
 ) -> PiwStatus {
     on_worker(worker, |w| {
-        let outcome = unsafe { json(outcome_json, "outcome_json") }?;
-        let result = unsafe { opt_json(result_json, "result_json") }?;
+        let outcome = unsafe { value_json(outcome_json, "outcome_json") }?;
+        let result = unsafe { opt_value_json(result_json, "result_json") }?;
         w.complete(outcome, result)
     })
 }

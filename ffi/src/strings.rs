@@ -20,6 +20,13 @@ pub const PIW_MAX_TEXT_BYTES: usize = 64 * 1024;
 /// checked against the protocol's limits again before it is sent).
 pub const PIW_MAX_JSON_BYTES: usize = 256 * 1024;
 
+/// Longest JSON argument that carries a node's output or a run's result (`outcome_json`,
+/// `result_json` of the worker's steps), in bytes: the largest value (64 MiB of canonical JSON,
+/// sent in chunks) and room for what surrounds it. A value within this but over 64 MiB once
+/// canonical is refused by the worker as `value_too_large` (`PIW_STATUS_INVALID_ARGUMENT`),
+/// before anything is sent; a longer argument is not read (`PIW_STATUS_TOO_LARGE`).
+pub const PIW_MAX_VALUE_JSON_BYTES: usize = 64 * 1024 * 1024 + 256 * 1024;
+
 /// [`PIW_MAX_JSON_BYTES`], which must equal the protocol's payload limit (a unit test checks).
 pub fn max_json_bytes() -> usize {
     PIW_MAX_JSON_BYTES
@@ -82,6 +89,32 @@ pub unsafe fn opt_json(ptr: *const c_char, what: &str) -> Result<Value, Error> {
     }
 }
 
+/// Reads a JSON argument that carries a value (NULL is `null`), up to
+/// [`PIW_MAX_VALUE_JSON_BYTES`].
+///
+/// # Safety
+/// As [`text`].
+pub unsafe fn opt_value_json(ptr: *const c_char, what: &str) -> Result<Value, Error> {
+    // SAFETY: forwarded from the caller.
+    match unsafe { opt_text(ptr, what, PIW_MAX_VALUE_JSON_BYTES) }? {
+        None => Ok(Value::Null),
+        Some(text) => serde_json::from_str(text)
+            .map_err(|e| Error::invalid(format!("{what} is not valid JSON: {e}"))),
+    }
+}
+
+/// Reads a required JSON argument that carries a value, as [`opt_value_json`].
+///
+/// # Safety
+/// As [`text`].
+pub unsafe fn value_json(ptr: *const c_char, what: &str) -> Result<Value, Error> {
+    if ptr.is_null() {
+        return Err(Error::null(what));
+    }
+    // SAFETY: forwarded from the caller.
+    unsafe { opt_value_json(ptr, what) }
+}
+
 /// Reads a required JSON argument.
 ///
 /// # Safety
@@ -127,6 +160,14 @@ pub unsafe fn out_string<'a>(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_value_json_limit_holds_the_largest_value_and_its_frame() {
+        assert_eq!(
+            super::PIW_MAX_VALUE_JSON_BYTES as u64,
+            piw_core::protocol::value::MAX_VALUE_BYTES + super::PIW_MAX_JSON_BYTES as u64
+        );
+    }
+
     #[test]
     fn the_json_limit_is_the_protocols_payload_limit() {
         assert_eq!(

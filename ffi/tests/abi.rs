@@ -20,11 +20,12 @@ fn bad() -> *const c_char {
     BAD.as_ptr().cast()
 }
 
-/// A JSON string longer than the JSON limit, and a text longer than the text limit.
+/// A JSON string longer than every JSON limit (that of an argument carrying a value too), and
+/// a text longer than the text limit.
 fn huge_json() -> CString {
     c(&format!(
         "\"{}\"",
-        "a".repeat(strings::PIW_MAX_JSON_BYTES + 10)
+        "a".repeat(strings::PIW_MAX_VALUE_JSON_BYTES + 10)
     ))
 }
 

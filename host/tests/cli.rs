@@ -2946,7 +2946,7 @@ fn runs_lists_thousands_of_runs_a_page_at_a_time() {
     assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 101);
     let hint = String::from_utf8_lossy(&o.stderr);
     assert!(
-        hint.contains("piw runs --all") && hint.contains("--cursor r1."),
+        hint.contains("piw runs --all") && hint.contains("--cursor r2."),
         "{hint}"
     );
 
@@ -3423,4 +3423,60 @@ fn run_detach_makes_a_session_run_detached_once_and_refuses_a_finished_one() {
     let o = piw(&h.home, &["run", "detach", &run_id]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("the run is completed"), "{}", text(&o));
+}
+
+/// A `host.log` the host's output cannot go to (a directory, a FIFO, a dangling link, a file
+/// this user may not write) is refused by what is wrong with it, with its path, not as an i/o
+/// error talking to the host; no host starts, and the file is left as it was.
+#[test]
+fn a_host_log_that_cannot_be_written_is_named_with_its_cause() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let h = home();
+    std::fs::create_dir_all(&h.home).unwrap();
+    let log = h.home.join("host.log");
+    let refused = |what: &str, cause: &str| {
+        let o = piw(&h.home, &["host", "start"]);
+        let said = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{what}: {said}");
+        assert!(
+            said.contains(&format!("its log {} cannot be opened", log.display()))
+                && said.contains(cause)
+                && !said.contains("i/o error talking to the host"),
+            "{what}: {said}"
+        );
+        assert!(
+            !h.home.join("host.sock").exists(),
+            "{what}: a host started: {said}"
+        );
+    };
+
+    std::fs::create_dir(&log).unwrap();
+    refused("a directory", "it is a directory");
+    std::fs::remove_dir(&log).unwrap();
+
+    let fifo = std::ffi::CString::new(log.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo on a NUL-terminated path this test owns.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    refused("a FIFO", "is a FIFO");
+    std::fs::remove_file(&log).unwrap();
+
+    std::os::unix::fs::symlink(h.home.join("nowhere"), &log).unwrap();
+    refused("a dangling link", "is a symbolic link");
+    assert!(
+        !h.home.join("nowhere").exists(),
+        "nothing written through the link"
+    );
+    std::fs::remove_file(&log).unwrap();
+
+    // Permissions do not stop root: this case needs another user.
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        std::fs::write(&log, "").unwrap();
+        std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o400)).unwrap();
+        refused("an unwritable file", "may not write it");
+        std::fs::remove_file(&log).unwrap();
+    }
+
+    // A usable log: the host starts.
+    assert_eq!(piw(&h.home, &["host", "start"]).status.code(), Some(0));
 }

@@ -71,10 +71,16 @@ pub fn prune_request(
     .unwrap_or(1);
     if request.dry_run == Some(true) {
         let count = store.count_prunable(&selector)?;
-        let page = store.prunable_runs(&selector, request.cursor.as_ref().map(|c| &c.0), limit)?;
+        let cursor_key = store.cursor_key();
+        let after = crate::protocol::payload::checked_cursor(request.cursor.as_ref(), &cursor_key)?;
+        let page = store.prunable_runs(&selector, after, limit)?;
         let next_cursor = page
             .more
-            .then(|| page.runs.last().map(|k| RunListCursor(k.clone())))
+            .then(|| {
+                page.runs
+                    .last()
+                    .map(|k| RunListCursor::sign(&cursor_key, k.clone()))
+            })
             .flatten();
         let run_ids = page.runs.iter().map(|k| k.run_id.clone()).collect();
         return super::dispatch::receipt(

@@ -109,6 +109,13 @@ pub enum ClientError {
         bin: PathBuf,
         source: std::io::Error,
     },
+    /// `ensure_host` could not open `host.log`, where the host it starts writes its output:
+    /// it is a directory, a FIFO, a link, unwritable, on a full disk... No host was started.
+    #[error("{}", host_log_message(.path, .source))]
+    HostLog {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     /// The caller closed this client while the call was in flight (or before it was made).
     #[error("the client was closed")]
     ClientClosed,
@@ -152,12 +159,34 @@ impl ClientError {
             // the message says which.
             ClientError::HostNotReady { .. }
             | ClientError::HostExited { .. }
-            | ClientError::HostNotStarted { .. } => "host_not_ready",
+            | ClientError::HostNotStarted { .. }
+            | ClientError::HostLog { .. } => "host_not_ready",
             ClientError::ForeignHost { .. } => "foreign_host",
             ClientError::ClientClosed => "client_closed",
             ClientError::SubscriptionOverflow => "subscription_overflow",
         }
     }
+}
+
+/// The message of [`ClientError::HostLog`]: the file and what is wrong with it.
+fn host_log_message(path: &Path, source: &std::io::Error) -> String {
+    let cause = match source.raw_os_error() {
+        Some(libc::EISDIR) => "it is a directory, not a regular file (remove it)".to_owned(),
+        Some(libc::EACCES) | Some(libc::EPERM) => {
+            format!("this user may not write it ({source}): fix its permissions or remove it")
+        }
+        Some(libc::ENOSPC) | Some(libc::EDQUOT) => {
+            format!("the disk holding it is full ({source})")
+        }
+        Some(libc::EROFS) => format!("it is on a read-only file system ({source})"),
+        // `open_installation_file`'s refusals (a link, a FIFO, ...) already name the file and
+        // what it is.
+        _ => source.to_string(),
+    };
+    format!(
+        "cannot start the piw host: its log {} cannot be opened for writing: {cause}",
+        path.display()
+    )
 }
 
 /// The message of [`ClientError::HostExited`].
@@ -926,19 +955,26 @@ fn start_host(
     // The owner's only, like the state it logs about.
     // Never appended through a link planted at its name, nor a FIFO that would block.
     use std::os::unix::fs::OpenOptionsExt as _;
+    // Said as what is wrong with host.log, not as a failure to talk to the host.
+    let log_error = |source| ClientError::HostLog {
+        path: paths.log.clone(),
+        source,
+    };
     let log = crate::paths::open_installation_file(
         &paths.log,
         std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .mode(0o600),
-    )?;
+    )
+    .map_err(log_error)?;
+    let stdout = log.try_clone().map_err(log_error)?;
     let mut cmd = Command::new(host_bin);
     cmd.args(["host", "serve"])
         .envs(env.iter().map(|(k, v)| (k, v)))
         .env("PIW_HOME", &paths.home)
         .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
+        .stdout(stdout)
         .stderr(log);
     // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
     unsafe {

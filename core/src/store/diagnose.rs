@@ -383,6 +383,20 @@ impl Store {
                 repairable: false,
             });
         }
+        for (run_id, sha256, bytes, received) in self.abandoned_partial_values(self.now_ms())? {
+            findings.push(Finding {
+                code: "value_partial",
+                run_id,
+                ids: vec![sha256],
+                // Repairable: nothing refers to a partial value and no live child can go on
+                // with it (the rule: `values::ABANDONED`), so removing it loses no fact; a
+                // later child producing the value uploads it from the start.
+                detail: format!(
+                    "an upload of {received} of {bytes} bytes that no live child can complete"
+                ),
+                repairable: true,
+            });
+        }
         findings.sort_by(|a, b| (&a.run_id, a.code).cmp(&(&b.run_id, b.code)));
         Ok(findings)
     }
@@ -441,6 +455,14 @@ impl super::WriteTx<'_> {
             }
             "value_unreferenced" => {
                 self.remove_unreferenced_values()?;
+                return Ok(());
+            }
+            "value_partial" => {
+                // One finding per run holding the value: the first removes it, the rest find
+                // it gone.
+                for sha256 in &f.ids {
+                    self.remove_abandoned_partial_value(sha256)?;
+                }
                 return Ok(());
             }
             "host_claim_on_idle_run" | "claim_on_terminal_run" => self.release_claim(run_id)?,

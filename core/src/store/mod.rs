@@ -139,6 +139,8 @@ pub struct Store {
     /// While commits fail because the disk is full: since when, and how often (see
     /// [`Store::disk_full_retry_at`]).
     disk_full: Option<DiskFullSpell>,
+    /// What `run.list` and `run.prune` sign their cursors with (`schema_info.cursor_key`).
+    cursor_key: crate::protocol::payload::CursorKey,
 }
 
 /// A time during which every commit failed because the disk holding the database was full.
@@ -209,12 +211,14 @@ impl Store {
         )?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         conn.set_prepared_statement_cache_capacity(128);
+        let cursor_key = schema::cursor_key(&conn)?;
         Ok(Self {
             conn,
             path,
             config,
             commits: 0,
             disk_full: None,
+            cursor_key,
         })
     }
 
@@ -234,12 +238,14 @@ impl Store {
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        let cursor_key = schema::cursor_key(&conn)?;
         Ok(Self {
             conn,
             path,
             config,
             commits: 0,
             disk_full: None,
+            cursor_key,
         })
     }
 
@@ -256,6 +262,11 @@ impl Store {
     /// The store's current time.
     pub fn now_ms(&self) -> UnixMillis {
         self.config.clock.now_ms()
+    }
+
+    /// The key this database signs run list cursors with.
+    pub fn cursor_key(&self) -> crate::protocol::payload::CursorKey {
+        self.cursor_key.clone()
     }
 
     /// Runs `f` in one `BEGIN IMMEDIATE` transaction and commits it if `f` succeeds.

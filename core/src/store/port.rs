@@ -107,6 +107,10 @@ impl Storage for Store {
         Store::now_ms(self)
     }
 
+    fn cursor_key(&self) -> crate::protocol::payload::CursorKey {
+        Store::cursor_key(self)
+    }
+
     fn disk_full_retry_at(&self) -> Option<UnixMillis> {
         Store::disk_full_retry_at(self)
     }

@@ -183,6 +183,25 @@ fn immutable_uri(path: &Path) -> String {
 /// Creates a new database at `path` atomically: the schema is written to a temporary file in
 /// the same directory, synced, and renamed into place, so a crash never leaves a half-made file
 /// at `path` that later opens would refuse.
+/// A new database's cursor key: 32 random bytes, as hex.
+fn new_cursor_key() -> String {
+    use rand::RngExt as _;
+    let bytes: [u8; 32] = rand::rng().random();
+    hex::encode(bytes)
+}
+
+/// The cursor key of the database `conn` opened.
+pub(crate) fn cursor_key(conn: &Connection) -> StoreResult<crate::protocol::payload::CursorKey> {
+    let text: String =
+        conn.query_row("SELECT cursor_key FROM schema_info WHERE id = 1", [], |r| {
+            r.get(0)
+        })?;
+    let mut key = [0u8; 32];
+    hex::decode_to_slice(&text, &mut key)
+        .map_err(|e| StoreError::InvalidInput(format!("the database's cursor key: {e}")))?;
+    Ok(crate::protocol::payload::CursorKey(key))
+}
+
 pub(crate) fn create_new(path: &Path, now_ms: i64) -> StoreResult<()> {
     let io = |source| StoreError::Io {
         path: path.to_path_buf(),
@@ -204,8 +223,9 @@ pub(crate) fn create_new(path: &Path, now_ms: i64) -> StoreResult<()> {
         let tx = conn.transaction()?;
         tx.execute_batch(DDL)?;
         tx.execute(
-            "INSERT INTO schema_info (id, schema_id, ddl_digest, created_at) VALUES (1, ?1, ?2, ?3)",
-            rusqlite::params![SCHEMA_ID, ddl_digest(), now_ms],
+            "INSERT INTO schema_info (id, schema_id, ddl_digest, created_at, cursor_key)
+             VALUES (1, ?1, ?2, ?3, ?4)",
+            rusqlite::params![SCHEMA_ID, ddl_digest(), now_ms, new_cursor_key()],
         )?;
         tx.commit()?;
     }

@@ -6,7 +6,11 @@ CREATE TABLE schema_info (
     id          INTEGER PRIMARY KEY CHECK (id = 1),
     schema_id   TEXT    NOT NULL,
     ddl_digest  TEXT    NOT NULL,
-    created_at  INTEGER NOT NULL
+    created_at  INTEGER NOT NULL,
+    -- 64 hex digits, random, made with the database: the key `run.list` and `run.prune` sign
+    -- their cursors with (`protocol::payload::RunListCursor`), so a cursor outlives a host
+    -- restart and no cursor another database or a client made is taken.
+    cursor_key  TEXT    NOT NULL CHECK (length(cursor_key) = 64)
 );
 
 -- One row per host process that opened the store for writing. The epoch fences children of

@@ -2,7 +2,7 @@
 //! chunks (`value_blobs`, `value_chunks`), and kept while a run links to them (`run_values`).
 //! The wire form of a reference is `protocol::value`.
 
-use rusqlite::{params, OptionalExtension as _};
+use rusqlite::{named_params, params, OptionalExtension as _};
 use sha2::{Digest as _, Sha256};
 
 use super::{Claim, Store, StoreError, StoreResult, WriteTx};
@@ -52,6 +52,39 @@ fn hash_chunks(c: &rusqlite::Connection, sha256: &str) -> StoreResult<(String, u
     }
     Ok((hex::encode(hasher.finalize()), len))
 }
+
+/// The condition (on `value_blobs v`, with the time as `:now`) under which a
+/// partial value is abandoned: what `diagnose` reports as `value_partial` and `repair` removes.
+///
+/// - Partial: `received < bytes`. No row may refer to a value that is not whole
+///   (`check_value_ref`, called by every write that stores a place), so a partial one holds no
+///   committed fact. The one exception is a whole value found damaged and being stored again
+///   (`put_value_chunk` sets it back to `received = 0`): rows refer to it, and it is
+///   `value_missing` until an upload heals it, so it is excluded here (removing it would drop
+///   the links the heal restores the referring runs through).
+/// - Held by some run: a partial value no run holds is `value_unreferenced` already.
+/// - No live child can go on with it: a chunk is only stored under the fence of a claim of a
+///   run holding the value (or of a new run, which links it again first), and a claim whose
+///   `expires_at` has passed can never renew itself (`check_fence`). While the host runs it
+///   renews the claims of its live children every lease/3, so a value one of them is still
+///   uploading always has a run with an unexpired claim and is never a finding, whether the
+///   host or a stopped installation answers `diagnose`. A claim still unexpired after its host
+///   died only delays the finding until the lease passes.
+const ABANDONED: &str = "v.received < v.bytes
+    AND EXISTS (SELECT 1 FROM run_values h WHERE h.sha256 = v.sha256)
+    AND NOT EXISTS (SELECT 1 FROM run_values l JOIN claims c ON c.run_id = l.run_id
+                    WHERE l.sha256 = v.sha256 AND c.owner_kind IS NOT NULL
+                      AND c.expires_at > :now)
+    AND NOT EXISTS (SELECT 1 FROM (
+            SELECT output AS x FROM attempts WHERE output LIKE '{\"$piw\":\"value\"%'
+            UNION ALL SELECT result FROM runs WHERE result LIKE '{\"$piw\":\"value\"%'
+            UNION ALL SELECT receipt FROM effects WHERE receipt LIKE '{\"$piw\":\"value\"%'
+            UNION ALL SELECT request FROM decisions WHERE request LIKE '{\"$piw\":\"value\"%'
+            UNION ALL SELECT request FROM interactions
+                      WHERE request LIKE '{\"$piw\":\"value\"%'
+            UNION ALL SELECT content FROM workflow_messages
+                      WHERE content LIKE '{\"$piw\":\"value\"%') refs
+        WHERE json_valid(refs.x) AND json_extract(refs.x, '$.sha256') = v.sha256)";
 
 impl WriteTx<'_> {
     /// Stores the chunk of value `sha256` (`bytes` long) that starts at `offset`, for the run
@@ -208,6 +241,31 @@ impl WriteTx<'_> {
         Ok(u64::try_from(n).unwrap_or(u64::MAX))
     }
 
+    /// Removes value `sha256` (its chunks, its blob and every run's link to it) if it is still
+    /// partial and still one [`Store::abandoned_partial_values`] names (no live claim can go on
+    /// with it, no row refers to it): `repair`'s fix for `value_partial`. Checked again here,
+    /// in the write, so a finding read before it cannot remove an upload that became live or
+    /// referred to since. Returns whether it went.
+    pub fn remove_abandoned_partial_value(&mut self, sha256: &str) -> StoreResult<bool> {
+        let now = self.now;
+        let c = self.conn();
+        let abandoned: bool = c
+            .prepare_cached(&format!(
+                "SELECT EXISTS (SELECT 1 FROM value_blobs v WHERE v.sha256 = :sha256 AND {ABANDONED})"
+            ))?
+            .query_row(named_params! {":sha256": sha256, ":now": now}, |r| r.get(0))?;
+        if !abandoned {
+            return Ok(false);
+        }
+        c.prepare_cached("DELETE FROM run_values WHERE sha256 = ?1")?
+            .execute([sha256])?;
+        c.prepare_cached("DELETE FROM value_chunks WHERE sha256 = ?1")?
+            .execute([sha256])?;
+        c.prepare_cached("DELETE FROM value_blobs WHERE sha256 = ?1")?
+            .execute([sha256])?;
+        Ok(true)
+    }
+
     /// Removes every value no run links to, with its chunks; returns how many.
     pub fn remove_unreferenced_values(&mut self) -> StoreResult<u64> {
         let c = self.conn();
@@ -305,6 +363,31 @@ impl Store {
                 return Ok(out);
             }
         }
+    }
+
+    /// The partial values (`received < bytes`) no live child can still complete, one row per
+    /// run holding it: (run_id, sha256, bytes, received). See [`ABANDONED`] for the rule.
+    pub(crate) fn abandoned_partial_values(
+        &self,
+        now: i64,
+    ) -> StoreResult<Vec<(String, String, u64, u64)>> {
+        let rows = self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT rv.run_id, v.sha256, v.bytes, v.received
+                 FROM value_blobs v JOIN run_values rv ON rv.sha256 = v.sha256
+                 WHERE {ABANDONED} ORDER BY rv.run_id, v.sha256"
+            ))?
+            .query_map(named_params! {":now": now}, |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    to_u64(r.get(2)?),
+                    to_u64(r.get(3)?),
+                ))
+            })?
+            .collect::<Result<_, _>>()?;
+        Ok(rows)
     }
 
     /// The whole values whose chunks do not add up to their length or hash: (sha256, detail).

@@ -273,6 +273,8 @@ pub(crate) fn list(
             "`limit` must be at least 1 (a page of no runs has no place to go on from)".into(),
         ));
     }
+    let cursor_key = store.cursor_key();
+    let after = payload::checked_cursor(list.cursor.as_ref(), &cursor_key)?;
     let limit = list
         .limit
         .unwrap_or(payload::DEFAULT_LIST_RUNS)
@@ -282,7 +284,7 @@ pub(crate) fn list(
         list.session_id.as_deref(),
         list.unfinished == Some(true),
         list.statuses.as_deref().unwrap_or_default(),
-        list.cursor.as_ref().map(|c| &c.0),
+        after,
         limit.saturating_add(1),
     )?;
     let mut more = runs.len() > limit as usize;
@@ -301,7 +303,10 @@ pub(crate) fn list(
         excess,
     );
     let next_cursor = more
-        .then(|| runs.last().map(|r| payload::RunListCursor(r.list_key())))
+        .then(|| {
+            runs.last()
+                .map(|r| payload::RunListCursor::sign(&cursor_key, r.list_key()))
+        })
         .flatten();
     Ok(RunListReply {
         runs,

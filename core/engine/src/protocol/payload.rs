@@ -89,30 +89,132 @@ pub const DEFAULT_LIST_RUNS: u32 = 100;
 /// The most runs one `run.list` reply lists.
 pub const MAX_LIST_RUNS: u32 = 10_000;
 
-/// Where a run list continues (`run.list`'s `next_cursor`, given back as its `cursor`): the
-/// place of the last run listed, which never changes, so paging is not disturbed by runs that
-/// start or change status meanwhile. Opaque to clients: they pass on what the host gave.
+/// Where a run list continues (`run.list`'s `next_cursor`, given back as its `cursor`; a
+/// dry `run.prune`'s too): the place of the last run listed, which never changes, so paging is
+/// not disturbed by runs that start or change status meanwhile. Opaque to clients: they pass
+/// on what the host gave.
+///
+/// The place travels with an HMAC-SHA256 of it under the database's [`CursorKey`]: a cursor
+/// shaped like one but naming a place the host did not hand out (edited, or made with another
+/// database's key) decodes, and the handler refuses it (`invalid_input`) when
+/// [`RunListCursor::verify`] fails. The key lives in the database, so a cursor outlives a
+/// host restart but not a `piw state reset`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunListCursor(pub crate::store::RunListKey);
+pub struct RunListCursor {
+    /// The place of the last run listed.
+    pub key: crate::store::RunListKey,
+    mac: [u8; 32],
+}
+
+/// The secret a database signs its cursors with (32 random bytes made with the database and
+/// kept in it). Its `Debug` shows nothing of it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct CursorKey(pub [u8; 32]);
+
+impl fmt::Debug for CursorKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("CursorKey(..)")
+    }
+}
+
+/// HMAC-SHA256 (RFC 2104) of `message` under `key` (32 bytes, under SHA-256's 64-byte block:
+/// padded with zeros, never hashed first).
+fn hmac_sha256(key: &[u8; 32], message: &[&[u8]]) -> [u8; 32] {
+    use sha2::{Digest as _, Sha256};
+    let mut block = [0u8; 64];
+    block[..32].copy_from_slice(key);
+    let pad = |byte: u8| block.map(|b| b ^ byte);
+    let mut inner = Sha256::new();
+    inner.update(pad(0x36));
+    for part in message {
+        inner.update(part);
+    }
+    let mut outer = Sha256::new();
+    outer.update(pad(0x5c));
+    outer.update(inner.finalize());
+    outer.finalize().into()
+}
 
 impl RunListCursor {
-    const PREFIX: &'static str = "r1.";
+    const PREFIX: &'static str = "r2.";
 
-    /// The cursor as it travels: `r1.<created_at>.<run_id>`.
-    pub fn encode(&self) -> String {
-        format!("{}{}.{}", Self::PREFIX, self.0.created_at, self.0.run_id)
+    /// The MAC of `place`: the time and the run id, each whole and separated (a run id cannot
+    /// take digits from the time, nor the reverse), after a label naming what it signs.
+    fn mac_of(key: &CursorKey, place: &crate::store::RunListKey) -> [u8; 32] {
+        hmac_sha256(
+            &key.0,
+            &[
+                b"piw run list cursor\0",
+                place.created_at.to_string().as_bytes(),
+                b"\0",
+                place.run_id.as_bytes(),
+            ],
+        )
     }
 
-    /// A cursor from its text; `None` for text no host made.
+    /// The cursor the host hands out for `place`, signed with the database's `key`.
+    pub fn sign(key: &CursorKey, place: crate::store::RunListKey) -> Self {
+        let mac = Self::mac_of(key, &place);
+        Self { key: place, mac }
+    }
+
+    /// Whether this cursor was made with `key` for the place it names. The comparison takes
+    /// the same time wherever the first difference is.
+    pub fn verify(&self, key: &CursorKey) -> bool {
+        let expected = Self::mac_of(key, &self.key);
+        expected
+            .iter()
+            .zip(self.mac.iter())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+    }
+
+    /// The cursor as it travels: `r2.<mac, 64 hex digits>.<created_at>.<run_id>`.
+    pub fn encode(&self) -> String {
+        format!(
+            "{}{}.{}.{}",
+            Self::PREFIX,
+            hex::encode(self.mac),
+            self.key.created_at,
+            self.key.run_id
+        )
+    }
+
+    /// A cursor from its text; `None` for text not shaped like one (whether the host made it
+    /// is [`RunListCursor::verify`]'s question).
     pub fn decode(text: &str) -> Option<Self> {
-        let (created_at, run_id) = text.strip_prefix(Self::PREFIX)?.split_once('.')?;
+        let (mac, rest) = text.strip_prefix(Self::PREFIX)?.split_once('.')?;
+        let (created_at, run_id) = rest.split_once('.')?;
+        let mut bytes = [0u8; 32];
+        if mac.len() != 64 || !mac.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            return None;
+        }
+        hex::decode_to_slice(mac, &mut bytes).ok()?;
         let created_at = created_at.parse().ok()?;
-        (!run_id.is_empty()).then(|| {
-            Self(crate::store::RunListKey {
+        (!run_id.is_empty()).then(|| Self {
+            key: crate::store::RunListKey {
                 created_at,
                 run_id: run_id.to_owned(),
-            })
+            },
+            mac: bytes,
         })
+    }
+}
+
+/// The place `cursor` names, if any, once it is known to be one this database's host handed
+/// out; a forged or foreign one is `invalid_input` (its shape was checked when it decoded).
+pub fn checked_cursor<'a>(
+    cursor: Option<&'a RunListCursor>,
+    key: &CursorKey,
+) -> Result<Option<&'a crate::store::RunListKey>, crate::store::StoreError> {
+    match cursor {
+        None => Ok(None),
+        Some(c) if c.verify(key) => Ok(Some(&c.key)),
+        Some(c) => Err(crate::store::StoreError::InvalidInput(format!(
+            "cursor {:?} was not handed out by this installation's host (send back a reply's \
+             `next_cursor` unchanged)",
+            c.encode()
+        ))),
     }
 }
 
@@ -128,6 +230,48 @@ impl<'de> Deserialize<'de> for RunListCursor {
         Self::decode(&text).ok_or_else(|| {
             serde::de::Error::custom(format!("cursor {text:?} is not a run list's next_cursor"))
         })
+    }
+}
+
+#[cfg(test)]
+mod cursor_tests {
+    use super::*;
+
+    /// RFC 4231, test case 2 ("Jefe"): the key is padded as a 32-byte key is.
+    #[test]
+    fn hmac_matches_rfc_4231() {
+        let mut key = [0u8; 32];
+        key[..4].copy_from_slice(b"Jefe");
+        // HMAC pads a short key with zeros, so "Jefe" and "Jefe" + 28 zeros are one key.
+        let mac = hmac_sha256(&key, &[b"what do ya want ", b"for nothing?"]);
+        assert_eq!(
+            hex::encode(mac),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+    }
+
+    #[test]
+    fn a_cursor_verifies_only_with_its_key_and_place() {
+        let key = CursorKey([7; 32]);
+        let place = crate::store::RunListKey {
+            created_at: 1_700_000_000_000,
+            run_id: "run.with.dots".into(),
+        };
+        let cursor = RunListCursor::sign(&key, place.clone());
+        let back = RunListCursor::decode(&cursor.encode()).expect("decodes");
+        assert_eq!(back, cursor);
+        assert!(back.verify(&key));
+        assert!(!back.verify(&CursorKey([8; 32])));
+        let moved = RunListCursor {
+            key: crate::store::RunListKey {
+                created_at: place.created_at - 1,
+                ..place
+            },
+            mac: cursor.mac,
+        };
+        assert!(!moved.verify(&key));
+        assert_eq!(RunListCursor::decode("page-2"), None);
+        assert_eq!(RunListCursor::decode("r1.5.run"), None);
     }
 }
 

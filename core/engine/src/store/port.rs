@@ -122,6 +122,9 @@ pub trait Storage {
     /// The store's current time.
     fn now_ms(&self) -> UnixMillis;
 
+    /// The key this database signs run list cursors with (made with it, kept in it).
+    fn cursor_key(&self) -> crate::protocol::payload::CursorKey;
+
     /// While commits fail because the disk is full: when the host's own work should be tried
     /// again (a growing, bounded pause after each failure). `None` while commits succeed.
     fn disk_full_retry_at(&self) -> Option<UnixMillis>;
