@@ -10,7 +10,8 @@
 //! written, whole or in part, on a connection closed before the reply), a stalled host
 //! (SIGSTOP, then SIGCONT), malformed frames, a full disk for a while (`PIW_FAULT=disk_full`:
 //! commands refused, sent again), a host whose log is a pipe nobody reads, a burst of idle
-//! connections past the host's connection cap, a chatty child (a run whose node sends progress
+//! connections past the host's connection cap, a host under a low open-file limit, a second
+//! host on a hard link of the database (refused), a chatty child (a run whose node sends progress
 //! updates and notify calls far past its event budget: the excess is dropped and counted, the
 //! latest update per key kept). A command whose connection broke is sent again
 //! with the same request id (as a client that retries must), so a command the host committed
@@ -63,6 +64,8 @@ const MAX_ACTIVE: usize = 6;
 /// The host's connection cap in the soak (`PIW_MAX_CONNECTIONS`), low enough for a burst of
 /// idle connections to pass it.
 const MAX_CONNECTIONS: usize = 48;
+/// The open-file limit of a host started after a `low_fd_limit` fault: a few child slots.
+const LOW_NOFILE: libc::rlim_t = 256;
 /// The origin session of every run (for interactions and messages).
 const SESSION: &str = "soak";
 
@@ -172,6 +175,8 @@ struct Soak {
     /// The next host started gets a stderr pipe whose reader is gone (its log cannot be
     /// written).
     closed_log_next: bool,
+    /// The next host starts under a low open-file limit ([`LOW_NOFILE`]).
+    low_fds_next: bool,
     plans: Vec<Plan>,
     tally: Tally,
 }
@@ -275,6 +280,7 @@ impl Soak {
             worker,
             host: None,
             closed_log_next: false,
+            low_fds_next: false,
             plans: Vec::new(),
             tally: Tally::default(),
         })
@@ -398,7 +404,7 @@ impl Soak {
             kind: self.rng.random_range(0..KINDS.len()),
             value: self.rng.random_range(1..1_000_000),
             sleep_ms: self.rng.random_range(0..1_500),
-            fault: self.rng.random_range(0..9),
+            fault: self.rng.random_range(0..11),
             param: self.rng.random(),
             pause_ms: self.rng.random_range(0..40),
         };
@@ -495,6 +501,19 @@ impl Soak {
                 std::thread::sleep(Duration::from_millis(20 + param % 200));
                 drop(idle);
             }
+            9 => {
+                // A second name for the database (a hard link in another installation): a
+                // host started there is refused, and the soak's host serves on.
+                self.count("hard_link");
+                self.second_host_on_a_hard_link()?;
+            }
+            10 => {
+                // The next host runs under a low open-file limit: it runs fewer children at
+                // once rather than losing any, and clients still get in.
+                self.count("low_fd_limit");
+                self.low_fds_next = true;
+                self.kill_host(libc::SIGTERM)?;
+            }
             _ => {
                 // A status read by a client that dies before its reply; the commands' own
                 // abandoned sends happen in `command`.
@@ -527,7 +546,25 @@ impl Soak {
         } else {
             (Stdio::from(log), "warn")
         };
-        let child = Command::new(&self.piw)
+        let mut cmd = Command::new(&self.piw);
+        if std::mem::take(&mut self.low_fds_next) {
+            use std::os::unix::process::CommandExt as _;
+            // SAFETY: setrlimit is async-signal-safe and touches only the child's limits.
+            unsafe {
+                cmd.pre_exec(|| {
+                    let limit = libc::rlimit {
+                        rlim_cur: LOW_NOFILE,
+                        rlim_max: LOW_NOFILE,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
+        }
+        let child = cmd
             .args(["host", "serve"])
             .env("PIW_HOME", &self.paths.home)
             .env("HOME", self.path("home"))
@@ -570,6 +607,53 @@ impl Soak {
                 return Err(format!("the host never became ready: {}", self.log()).into());
             }
             std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Hard-links the database into a second installation and starts a host there: it must
+    /// be refused (the database has two names, and the soak's host holds the file), within
+    /// [`BOUND`]; the link is removed before anything else happens (a host of the soak's own
+    /// would refuse the database while it has two names).
+    fn second_host_on_a_hard_link(&mut self) -> Res<()> {
+        let second = self.path("second-home");
+        std::fs::create_dir_all(&second)?;
+        let link = second.join("state.sqlite");
+        let _ = std::fs::remove_file(&link);
+        std::fs::hard_link(&self.paths.db, &link)?;
+        let mut other = Command::new(&self.piw)
+            .args(["host", "serve"])
+            .env("PIW_HOME", &second)
+            .env("HOME", self.path("home"))
+            .env("PI_CODING_AGENT_DIR", self.path("agent"))
+            .env("PIW_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = other.try_wait()? {
+                break Some(status);
+            }
+            if start.elapsed() > BOUND {
+                let _ = other.kill();
+                let _ = other.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let mut said = String::new();
+        if let Some(mut err) = other.stderr.take() {
+            let _ = err.read_to_string(&mut said);
+        }
+        std::fs::remove_file(&link)?;
+        match status {
+            Some(status) if !status.success() && said.contains("links") => Ok(()),
+            Some(status) => Err(format!(
+                "a host on a hard link of the database was not refused as it should be ({status}): {said}"
+            )
+            .into()),
+            None => Err("a second host served a hard link of the database".into()),
         }
     }
 
