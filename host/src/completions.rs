@@ -83,10 +83,10 @@ pub(crate) fn man(args: ManArgs) -> Result<(), CliError> {
             page(cmd.clone()).generate_to(dir).map(drop)
         }
         write_pages(&cmd, &dir)?;
-        println!(
-            "wrote the man pages of piw and its commands to {}",
+        crate::emit(&format!(
+            "wrote the man pages of piw and its commands to {}\n",
             dir.display()
-        );
+        ));
         return Ok(());
     }
     for word in &args.command {

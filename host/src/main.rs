@@ -136,10 +136,11 @@ fn main() -> ExitCode {
 /// `piw: <message>` on stderr.
 fn report_error(json: bool, code: &str, message: &str, details: Value, exit: u8) -> ExitCode {
     if json {
-        println!(
-            "{}",
+        // The error's exit code stands even when nobody reads the report (a closed pipe).
+        let _ = write_stdout(&format!(
+            "{}\n",
             json!({ "error": { "code": code, "message": message, "details": details } })
-        );
+        ));
     } else {
         eprintln!("piw: {message}");
     }
@@ -213,12 +214,33 @@ fn ensure_installation_dirs(paths: &PiwPaths) -> Result<(), CliError> {
 
 fn print(receipt_body: &Value, json_out: bool, human: impl FnOnce(&Value) -> String) {
     if json_out {
-        println!(
-            "{}",
+        emit(&format!(
+            "{}\n",
             serde_json::to_string_pretty(receipt_body).unwrap_or_default()
-        );
+        ));
     } else {
-        println!("{}", human(receipt_body));
+        emit(&format!("{}\n", human(receipt_body)));
+    }
+}
+
+/// Writes `text` to standard output, whole.
+fn write_stdout(text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes()).and_then(|()| out.flush())
+}
+
+/// Writes a command's output to standard output. A reader that went away (`piw runs | head`) ends the
+/// command quietly with success: what it printed was what the reader wanted, and nothing is
+/// wrong with the runs or the host (Rust's `println!` would panic there instead).
+pub(crate) fn emit(text: &str) {
+    match write_stdout(text) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(e) => {
+            eprintln!("piw: cannot write to standard output: {e}");
+            std::process::exit(1);
+        }
     }
 }
 
@@ -410,7 +432,7 @@ fn run(cli: Cli, json: bool) -> Result<(), CliError> {
                 if json {
                     print(&json!({ "frame": frame }), true, |_| String::new());
                 } else {
-                    print!("{frame}");
+                    emit(&frame);
                 }
             } else if json {
                 return Err(CliError::Usage(

@@ -90,7 +90,7 @@ fn run_graph(
             |_| String::new(),
         );
     } else {
-        print!("{graph}");
+        crate::emit(&graph);
     }
     Ok(())
 }

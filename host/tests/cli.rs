@@ -3480,3 +3480,37 @@ fn a_host_log_that_cannot_be_written_is_named_with_its_cause() {
     // A usable log: the host starts.
     assert_eq!(piw(&h.home, &["host", "start"]).status.code(), Some(0));
 }
+
+/// A reader that went away (`piw runs | head`) ends a command quietly and with its exit code: every
+/// printed result goes through one writer that treats a closed pipe as the end of the output.
+/// `println!` panicked there ("failed printing to stdout: Broken pipe").
+#[test]
+fn output_into_a_closed_pipe_ends_quietly() {
+    let h = home();
+    let hello = hello_example(&h);
+    let o = piw(
+        &h.home,
+        &["run", "start", hello.to_str().unwrap(), "--wait"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    for (args, code) in [
+        (&["runs", "--json"][..], 0),
+        (&["runs"][..], 0),
+        (&["host", "status", "--json"][..], 0),
+        // A failure keeps its exit code when nobody reads its report.
+        (&["run", "status", "run-nope", "--json"][..], 1),
+    ] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let o = common::piw_command()
+            .args(args)
+            .env("PIW_HOME", &h.home)
+            .env("PIW_LOG", "warn")
+            .stdout(writer)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(!stderr.contains("panicked"), "piw {args:?}: {stderr}");
+        assert_eq!(o.status.code(), Some(code), "piw {args:?}: {stderr}");
+    }
+}
