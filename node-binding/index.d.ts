@@ -477,6 +477,8 @@ export declare class Client {
     limit?: number;
     /** A stable name of this client: messages it already holds are claimed again at once (after a restart). */
     claimant?: string;
+    /** Only messages after this one (claim order): the next page while the ones before are held, not acknowledged. */
+    after?: string;
   }): Promise<WorkflowMessage[]>;
   ackMessage(messageId: string, options?: CommandOptions): Promise<{ message_id: string; delivered_at: number }>;
   /**

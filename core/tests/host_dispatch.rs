@@ -853,6 +853,7 @@ fn message_claim_of_a_session_fits_a_reply() {
                 session_id: "session-1".into(),
                 limit: Some(20),
                 claimant: Some("pi:session-1".into()),
+                after: None,
             }),
         );
         let body = f

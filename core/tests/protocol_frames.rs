@@ -100,6 +100,7 @@ fn sample(kind: RequestKind) -> Request {
             session_id: "session-1".into(),
             limit: None,
             claimant: Some("pi:session-1".into()),
+            after: Some("msg-1".into()),
         }),
         RequestKind::MessageAck => RequestBody::MessageAck(MessageAck {
             message_id: "msg-1".into(),

@@ -1408,7 +1408,7 @@ fn a_sessionless_runs_messages_are_kept_and_never_claimed() {
     for session in ["session-1", "", "null"] {
         let claimed = f
             .store
-            .write(|w| w.claim_messages(session, "pi-1", 100, 60_000, 1 << 20))
+            .write(|w| w.claim_messages(session, "pi-1", None, 100, 60_000, 1 << 20))
             .unwrap();
         assert!(
             claimed.messages.iter().all(|m| m.run_id == own),

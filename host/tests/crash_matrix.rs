@@ -374,6 +374,7 @@ impl Scenario {
                 // Each round claims as someone new: what an earlier round claimed and did not
                 // acknowledge comes back only once its lease has passed.
                 claimant: None,
+                after: None,
             });
             let claimed = self
                 .call(Request::new(format!("claim-{round}"), claim))

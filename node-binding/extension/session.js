@@ -586,9 +586,13 @@ export class WorkflowSession {
    * the next start. The branch's message ids keep a message from being added twice.
    */
   async deliverMessages() {
+    // While Pi keeps no session file, nothing can be acknowledged, and a claim gives the held
+    // messages first: the next page is asked for after the last message seen.
+    let after;
+    const seen = new Set();
     for (;;) {
       const messages = await this.call('message.claim', (c) =>
-        c.claimMessages(this.sessionId, { limit: CLAIM_LIMIT, claimant: `pi:${this.sessionId}` }),
+        c.claimMessages(this.sessionId, { limit: CLAIM_LIMIT, claimant: `pi:${this.sessionId}`, ...(after ? { after } : {}) }),
       );
       await barrier('claimed');
       // Pi is quitting (its session is closing): nothing more is added to the session; what was
@@ -620,6 +624,11 @@ export class WorkflowSession {
         }
         // Its turn runs in this process: acknowledged once the turn settled.
         if (copy.turn && this.deliveredHere.has(id) && !this.presentedTurns.has(id)) continue;
+        // In the session, but not yet where the person will see it again: Pi keeps no session
+        // file until the session has a message of the person's or the model's. Acknowledged at
+        // a later refresh once it has one (the host gives it again at the next start if Pi
+        // quits before: the branch then lacks it, and it is added once).
+        if (!this.sessionKept()) continue;
         this.outbox.delete(key);
         // Fault injection for the tests (as the host's PIW_FAULT): die between adding a
         // message to the session and acknowledging it.
@@ -629,9 +638,28 @@ export class WorkflowSession {
       }
       // Claims give back what this claimant holds first: claim again only when all were
       // acknowledged. A claim may hold fewer than CLAIM_LIMIT though more wait (only what fits a
-      // frame is claimed), so claim again until one comes back empty.
+      // frame is claimed), so claim again until one comes back empty. In a session Pi has not
+      // kept yet, every message is in the branch and none acknowledged: the next page.
+      if (!this.sessionKept() && !this.closed) {
+        // A host that does not page (`after` unknown to it) gives the same ones again.
+        if (messages.some((m) => seen.has(m.message_id))) return;
+        for (const m of messages) seen.add(m.message_id);
+        after = messages[messages.length - 1].message_id;
+        continue;
+      }
       if (acked < messages.length) return;
     }
+  }
+
+  /**
+   * Whether what is in this session's branch is kept where the person will see it again: the
+   * session file exists (Pi 1.6 writes it once the session has a user or assistant message,
+   * with every entry before that). A session Pi never keeps (`--no-session`) has no file to
+   * wait for: what is in it is all there will be.
+   */
+  sessionKept() {
+    const file = this.ctx.sessionManager.getSessionFile?.();
+    return !file || existsSync(file);
   }
 
   /**

@@ -397,6 +397,7 @@ export class Client {
       session_id: sessionId,
       limit: options.limit ?? null,
       claimant: options.claimant ?? null,
+      ...(options.after ? { after: options.after } : {}),
     });
     for (const m of messages) m.content = await this.resolveValue(m.run_id, m.content);
     return messages;

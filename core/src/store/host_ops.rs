@@ -64,11 +64,14 @@ impl WriteTx<'_> {
     /// more than fit `max_bytes` of reply (the first always does): a claimed message must
     /// reach its claimant, or it waits out the lease and the same oldest messages are taken
     /// again, for good. Messages whose earlier delivery claim expired are handed out again
-    /// (at-least-once; the acknowledgement makes delivery final).
+    /// (at-least-once; the acknowledgement makes delivery final). `after`: only those that
+    /// come after that message (a message id of the session; an unknown one gives none).
+    #[allow(clippy::too_many_arguments)]
     pub fn claim_messages(
         &mut self,
         session: &str,
         owner: &str,
+        after: Option<&str>,
         limit: u32,
         lease_ms: i64,
         max_bytes: usize,
@@ -85,9 +88,12 @@ impl WriteTx<'_> {
                  FROM workflow_messages
                  WHERE origin_session = ?1 AND delivered_at IS NULL
                    AND (claim_expires_at IS NULL OR claim_expires_at <= ?2 OR claimed_by = ?3)
+                   AND (?5 IS NULL OR (created_at, rowid) > (
+                        SELECT created_at, rowid FROM workflow_messages
+                        WHERE message_id = ?5 AND origin_session = ?1))
                  ORDER BY created_at, rowid LIMIT ?4",
             )?
-            .query_map(params![session, self.now, owner, limit], |r| {
+            .query_map(params![session, self.now, owner, limit, after], |r| {
                 Ok((r.get(0)?, r.get::<_, i64>(1)?))
             })?
             .map(|row| row.map(|(id, len)| (id, usize::try_from(len).unwrap_or(usize::MAX))))

@@ -244,11 +244,12 @@ impl Transaction for WriteTx<'_> {
         &mut self,
         session: &str,
         owner: &str,
+        after: Option<&str>,
         limit: u32,
         lease_ms: i64,
         max_bytes: usize,
     ) -> StoreResult<ClaimedMessages> {
-        WriteTx::claim_messages(self, session, owner, limit, lease_ms, max_bytes)
+        WriteTx::claim_messages(self, session, owner, after, limit, lease_ms, max_bytes)
     }
 
     fn complete_presented(

@@ -48,6 +48,11 @@ test('SIGKILL Pi while a run computes: the run completes, the next start shows i
   const second = await env.startPi({ sessionId: 'crash' });
   const card = await until(() => terminalCards(second)[0], 'the result card');
   assert.match(card.content, /gate completed/);
+  // The person says something: Pi keeps the session, and the card with it (a session with
+  // nothing but cards is not kept, and its cards come again: cards-kept.test.mjs).
+  const said = second.mark();
+  await second.prompt('thanks');
+  await second.waitSettled(said);
   await second.quit();
   const third = await env.startPi({ sessionId: 'crash' });
   await third.prompt('/workflow status ' + started.run_id);

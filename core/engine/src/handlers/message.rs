@@ -21,6 +21,7 @@ pub(crate) fn claim(
     let claimed = w.claim_messages(
         &m.session_id,
         &owner,
+        m.after.as_deref(),
         m.limit.unwrap_or(16).min(256),
         MESSAGE_CLAIM_LEASE_MS,
         reply_room(state.reply_limit),

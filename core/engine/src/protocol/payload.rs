@@ -398,6 +398,11 @@ pub struct MessageClaim {
     /// messages this claimant holds are claimed again at once, so a client that restarted
     /// after a crash does not wait for the claims of its previous process to expire.
     pub claimant: Option<String>,
+    /// Only messages after this one (in the order they are claimed): the next page for a
+    /// client that holds messages it cannot acknowledge yet (the Pi extension, while Pi keeps
+    /// no session file), since a claim gives back what the claimant holds first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
 }
 
 /// Payload of `message.ack`.

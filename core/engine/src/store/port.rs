@@ -278,6 +278,7 @@ pub trait Transaction {
         &mut self,
         session: &str,
         owner: &str,
+        after: Option<&str>,
         limit: u32,
         lease_ms: i64,
         max_bytes: usize,
