@@ -11,6 +11,8 @@ import { STEP_ACTIONS_TEXT, STEP_PARAMETERS, WorkflowError, submit, text, update
 
 const ACTIONS = ['list', 'start', 'status', 'pause', 'resume', 'detach', 'cancel', 'answer', 'update', 'submit'];
 const SUBCOMMANDS = ['list', 'status', 'pause', 'resume', 'detach', 'cancel', 'answer'];
+/** How many runs an ambiguous run id prefix lists (as the CLI). */
+const CANDIDATES_SHOWN = 10;
 
 /** Whether two JSON values are equal (an object's key order does not matter). */
 function sameJson(a, b) {
@@ -57,9 +59,35 @@ export default function piwExtension(pi) {
   // ---------------------------------------------------------------------------------------
   // Shared operations of the tool and the command
 
-  /** A run id given, else this session's active (newest unfinished) run. */
+  /**
+   * The run `given` names, as the CLI resolves it (`host/src/run_ids.rs`): the run with that
+   * id, else the one run whose id begins with it. Several: the candidates are listed; none: no
+   * run has it. The host looks it up (`run.list`'s `run_id_prefix`), among every run.
+   */
+  async function resolveRunId(s, given) {
+    const runs = await s.call('run.list', (c) => c.listRuns({ runIdPrefix: given, limit: CANDIDATES_SHOWN + 1 }));
+    if (runs.some((r) => r.run_id === given) || runs.length === 1) return runs.length === 1 ? runs[0].run_id : given;
+    if (runs.length === 0) {
+      throw new WorkflowError(`no run has the id ${given} (nor an id beginning with it); /workflow list shows this session's runs`);
+    }
+    if (runs.length > CANDIDATES_SHOWN) {
+      // Among more runs than were listed, the exact id may be one left out.
+      const exact = await s.call('run.status', (c) => c.runStatus(given, { attemptsLimit: 1 })).catch((e) => {
+        if (e?.code === 'not_found') return null;
+        throw e;
+      });
+      if (exact) return given;
+    }
+    const shown = runs.slice(0, CANDIDATES_SHOWN);
+    const more = runs.length > shown.length ? `more than ${CANDIDATES_SHOWN} runs, the newest` : `${runs.length} runs`;
+    throw new WorkflowError(
+      [`run id ${given} is ambiguous: it begins ${more}`, ...shown.map((r) => `  ${r.run_id}  ${r.paused ? 'paused' : r.status}  ${r.workflow_name}`), 'give more of the id'].join('\n'),
+    );
+  }
+
+  /** The run `runId` names (a run id or a unique prefix of one), else this session's active (newest unfinished) run. */
   async function runOf(s, runId) {
-    if (runId) return runId;
+    if (runId) return resolveRunId(s, runId);
     const runs = await s.call('run.list', (c) => c.listRuns({ sessionId: s.sessionId, unfinished: true, limit: 1 }));
     const live = runs.find((r) => !isFinal(r.status));
     if (!live) throw new WorkflowError('this session has no active workflow run; pass a runId');
@@ -178,7 +206,7 @@ export default function piwExtension(pi) {
         workflow: { type: 'string', description: 'start: a workflow name, builtin:<id> (autoplan, autodoc, plan-approval, plan-change, autoimplement, sanity-check, monitor) or a path to a workflow file' },
         input: { description: 'start: the run input (JSON)' },
         detached: { type: 'boolean', description: "start: run its agent steps in Pi children of the piw host instead of this session (it still reports here); refused if the host cannot run Pi" },
-        runId: { type: 'string', description: "status/pause/resume/detach/cancel/answer: the run (default: this session's active run)" },
+        runId: { type: 'string', description: "status/pause/resume/detach/cancel/answer: the run, its id or a unique prefix of it (default: this session's active run)" },
         answer: { description: 'answer: the checkpoint answer (JSON)' },
         ...STEP_PARAMETERS,
       },
@@ -228,8 +256,9 @@ export default function piwExtension(pi) {
         case 'answer': {
           // Bound to the checkpoint the model was shown last (of the run named), as `submit`
           // is: a repeated call never answers a checkpoint presented later, nor another run's.
-          const shown = s.presentedRequest({ runId: params.runId, kind: 'checkpoint' });
-          const { runId, status } = await ownRunOf(s, params.runId ?? shown?.runId, 'answer');
+          const named = params.runId ? await resolveRunId(s, params.runId) : undefined;
+          const shown = s.presentedRequest({ runId: named, kind: 'checkpoint' });
+          const { runId, status } = await ownRunOf(s, named ?? shown?.runId, 'answer');
           const answer = params.answer ?? null;
           const presented = shown && status.decisions.find((x) => x.decision_id === shown.key);
           if (presented && presented.status !== 'pending') {
@@ -304,8 +333,9 @@ export default function piwExtension(pi) {
   async function command(s, args, say) {
     const [word = '', ...rest] = args.split(/\s+/).filter(Boolean);
     let tail = args.slice(args.indexOf(word) + word.length).trim();
-    // A run id as the host makes them (`run-` and a lowercase hex id), not any word starting with "run".
-    const runIdArg = () => (rest[0] && /^run-[0-9a-f]{8,}$/.test(rest[0]) ? rest[0] : undefined);
+    // The run: its id or a unique prefix of it (resolved by `runOf`). `answer`'s first word is
+    // its run only when it begins with `run-` (as the host's ids do): else it is the answer.
+    const runIdArg = () => (word === 'answer' ? (rest[0]?.startsWith('run-') ? rest[0] : undefined) : rest[0]);
     switch (word) {
       // Both also refresh the session: what it missed (a host that restarted) is delivered.
       case '':
