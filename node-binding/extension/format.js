@@ -105,6 +105,25 @@ function storedText(result, runId) {
   return `${result.preview}… (${result.bytes} bytes: piw run value ${runId ?? '<run>'} ${result.sha256})`;
 }
 
+/** The most characters of a run's result `/workflow status` shows; the rest is a command away. */
+export const RESULT_PREVIEW_CHARS = 2_000;
+
+/**
+ * A run's result as `/workflow status` shows it: whole when short, else its start, its size and
+ * how to see it whole (a result of megabytes is never one notification). `result` may be the
+ * reference of a value stored apart (`run.status` with references).
+ */
+export function resultPreview(result, runId) {
+  const whole = `piw run status ${runId} --json prints it whole, piw view shows it`;
+  if (result?.$piw === 'literal') return resultPreview(result.value, runId);
+  if (result?.$piw === 'value') return `${result.preview}… (${result.bytes} bytes; ${whole})`;
+  const text = JSON.stringify(result) ?? String(result);
+  if (text.length <= RESULT_PREVIEW_CHARS) return text;
+  // Not half a surrogate pair at the cut.
+  const cut = /[\uD800-\uDBFF]/.test(text[RESULT_PREVIEW_CHARS - 1]) ? RESULT_PREVIEW_CHARS - 1 : RESULT_PREVIEW_CHARS;
+  return `${text.slice(0, cut)}… (${Buffer.byteLength(text)} bytes; ${whole})`;
+}
+
 /** Text of a workflow message (`notify` output or a run's end). */
 export function messageText(message) {
   const c = message.content;

@@ -4,7 +4,7 @@
 // No import of typebox, pi-ai or pi-tui: the tool's schema is plain JSON Schema (Pi validates any)
 // and the card is ./format.js's CardComponent, which keeps Pi's start fast (docs/PERFORMANCE.md).
 import { isFinal } from '../index.js';
-import { CardComponent, MESSAGE, STEP, wakeText } from './format.js';
+import { CardComponent, MESSAGE, STEP, resultPreview, wakeText } from './format.js';
 import { RESERVED, ResolveError, listWorkflows, resolveWorkflow } from './resolve.js';
 import { WorkflowSession, humanAnswer } from './session.js';
 import { STEP_ACTIONS_TEXT, STEP_PARAMETERS, WorkflowError, submit, text, update } from './tool.js';
@@ -143,13 +143,14 @@ export default function piwExtension(pi) {
   }
 
   async function statusText(s, runId) {
-    const st = await s.call('run.status', (c) => c.runStatus(runId));
+    // Values stored apart (over 64 KiB) stay references: shown as a preview, never read whole.
+    const st = await s.call('run.status', (c) => c.runStatus(runId, { references: true }));
     const { run } = st;
     const lines = [`run ${run.run_id}: ${run.workflow_name} ${run.paused ? 'paused' : run.status}${run.current_node ? ` at ${run.current_node}` : ''}`];
     if (run.error) lines.push(`error: ${run.error}`);
     if (run.review_reason) lines.push(`review: ${run.review_reason}`);
     if (typeof run.wake_at === 'number') lines.push(`${wakeText(run.wake_at)} (${new Date(run.wake_at).toISOString()}): a durable wait, no process runs until then`);
-    if (run.status === 'completed') lines.push(`result: ${JSON.stringify(run.result)}`);
+    if (run.status === 'completed') lines.push(`result: ${resultPreview(run.result, run.run_id)}`);
     for (const i of st.interactions.filter((x) => x.status === 'pending' || x.status === 'validating')) {
       lines.push(`waiting for ${i.kind} ${i.node_id} (interaction ${i.interaction_id}, attempt ${i.attempt_id})`);
     }
@@ -228,7 +229,10 @@ export default function piwExtension(pi) {
         case 'status': {
           const st = await statusText(s, await runOf(s, params.runId));
           s.kick();
-          return text(st.text, { run: st.status.run });
+          // The run's record without its input and result (the text previews the result): a
+          // tool result's details are kept in the session file.
+          const { input: _input, result: _result, ...run } = st.status.run;
+          return text(st.text, { run });
         }
         case 'pause': {
           const { runId } = await ownRunOf(s, params.runId, 'pause');
