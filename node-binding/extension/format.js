@@ -126,15 +126,33 @@ export function resultPreview(result, runId) {
 
 /** Text of a workflow message (`notify` output or a run's end). */
 export function messageText(message) {
+  return messageParts(message).text;
+}
+
+/**
+ * Text of a workflow message, and for a run's end where in it its `error`, `result` and
+ * `reason` are (`parts`: name -> `[start, end]` offsets): a card reads them from the
+ * message's own text, so the session keeps each value once (not again in `details`).
+ */
+export function messageParts(message) {
   const c = message.content;
   if (message.kind === 'terminal' && c && typeof c === 'object') {
-    const head = `Workflow ${c.workflow ?? ''} ${c.status ?? 'ended'} (run ${message.run_id})`;
-    const rest = [];
-    if (c.error) rest.push(`error: ${c.error}`);
-    if (c.result !== undefined && c.result !== null) rest.push(`result: ${storedText(c.result, message.run_id) ?? json(c.result)}`);
-    if (c.reason) rest.push(`reason: ${c.reason}`);
-    return [head, ...rest].join('\n');
+    let text = `Workflow ${c.workflow ?? ''} ${c.status ?? 'ended'} (run ${message.run_id})`;
+    const parts = {};
+    const add = (name, value) => {
+      text += `\n${name}: `;
+      parts[name] = [text.length, text.length + value.length];
+      text += value;
+    };
+    if (c.error) add('error', String(c.error));
+    if (c.result !== undefined && c.result !== null) add('result', storedText(c.result, message.run_id) ?? json(c.result));
+    if (c.reason) add('reason', String(c.reason));
+    return { text, parts };
   }
+  return { text: otherText(c), parts: null };
+}
+
+function otherText(c) {
   if (typeof c === 'string') return c;
   // A `notify` node's output is `{ kind, message }`: the message is what it says.
   if (c && typeof c === 'object' && typeof c.message === 'string') return c.message;
@@ -238,21 +256,51 @@ export function cardText(message) {
     const head = `workflow step ${d.node ?? ''} · run ${d.runId ?? ''}${d.reminder ? ` · reminder ${d.reminder}` : ''}`;
     return { head, lines, compact: lines.filter((l) => l.trim() !== '') };
   }
-  const c = d.content;
-  if (d.kind === 'terminal' && c && typeof c === 'object') {
-    const head = `${['workflow', str(c.workflow), str(c.status) ?? 'ended'].filter(Boolean).join(' ')} · run ${d.runId ?? ''}`;
+  const end = d.kind === 'terminal' ? runEnd(d, text) : null;
+  if (end) {
+    const head = `${['workflow', str(end.workflow), str(end.status) ?? 'ended'].filter(Boolean).join(' ')} · run ${d.runId ?? ''}`;
     const about = [];
-    if (c.error) about.push(...`error: ${c.error}`.split('\n'));
-    if (c.reason) about.push(...`reason: ${c.reason}`.split('\n'));
-    const has = c.result !== undefined && c.result !== null;
-    const shown = storedText(c.result, d.runId);
-    const compact = has ? [...about, `result: ${shown ?? JSON.stringify(c.result)}`] : about;
-    const pretty = shown ?? json(c.result);
+    if (end.error) about.push(...`error: ${end.error}`.split('\n'));
+    if (end.reason) about.push(...`reason: ${end.reason}`.split('\n'));
+    const has = end.result !== null;
+    const compact = has ? [...about, `result: ${end.result.line}`] : about;
+    const pretty = has ? end.result.pretty : '';
     const full = !has ? about : pretty.includes('\n') ? [...about, 'result:', ...pretty.split('\n')] : compact;
     return { head, lines: full, compact };
   }
   const head = `workflow ${d.kind ?? 'message'} · run ${d.runId ?? ''}`;
   return { head, lines, compact: lines.filter((l) => l.trim() !== '') };
+}
+
+/**
+ * A run's end as its card shows it: `{ workflow, status, error, reason, result: { line, pretty }
+ * | null }`, read from the message's text at the places `details.parts` names (`messageParts`),
+ * or from `details.content` (what earlier versions kept there); null when the details have
+ * neither.
+ */
+function runEnd(d, text) {
+  const c = d.content;
+  if (c && typeof c === 'object') {
+    if (c.result === undefined || c.result === null) return { ...c, result: null };
+    const shown = storedText(c.result, d.runId);
+    return { ...c, result: { line: shown ?? JSON.stringify(c.result), pretty: shown ?? json(c.result) } };
+  }
+  if (!d.parts || typeof d.parts !== 'object') return null;
+  const at = (name) => {
+    const p = d.parts[name];
+    return Array.isArray(p) && p.length === 2 ? text.slice(p[0], p[1]) : null;
+  };
+  const result = at('result');
+  let line = result;
+  if (result !== null && !d.stored) {
+    // Kept pretty in the text; one line collapsed.
+    try {
+      line = JSON.stringify(JSON.parse(result));
+    } catch {
+      // shown as it is
+    }
+  }
+  return { workflow: d.workflow, status: d.status, error: at('error'), reason: at('reason'), result: result === null ? null : { line, pretty: result } };
 }
 
 /**

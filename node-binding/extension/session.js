@@ -10,7 +10,7 @@ import {
   MESSAGE,
   STEP,
   checkpointMessage,
-  messageText,
+  messageParts,
   presentationOf,
   readRequest,
   stepMessage,
@@ -641,17 +641,26 @@ export class WorkflowSession {
    */
   deliver(m, { interrupted = false } = {}) {
     if (this.closed) return;
-    const text = messageText(m);
+    const { text, parts } = messageParts(m);
     const presentation = presentationOf(m);
     // A message Pi dropped when the person stopped the turn (Escape) comes back without starting one.
     const turn = Boolean(presentation) && !(this.lastSettleAborted && this.droppedMessages.has(m.message_id));
-    const details = { messageId: m.message_id, runId: m.run_id, kind: m.kind, content: m.content, turn };
+    const again = turn && interrupted ? 'Pi stopped before the turn that presents this ended; present it now.\n\n' : '';
+    // Ids and kinds: the message's content is kept once, in its text. A run's end adds what its
+    // card's head says and where in the text its error, result and reason are.
+    const details = { messageId: m.message_id, runId: m.run_id, kind: m.kind, turn };
+    if (parts) {
+      const c = m.content;
+      details.workflow = typeof c.workflow === 'string' ? c.workflow : null;
+      details.status = typeof c.status === 'string' ? c.status : null;
+      details.stored = c.result?.$piw === 'value';
+      details.parts = Object.fromEntries(Object.entries(parts).map(([name, [from, to]]) => [name, [from + again.length, to + again.length]]));
+    }
     const key = `message:${m.message_id}`;
     const count = (this.branchIndex().get(key)?.count ?? 0) + 1;
     this.outbox.set(key, { type: 'message', id: m.message_id, count, settles: this.settles });
     this.deliveredHere.set(m.message_id, count);
     if (turn) {
-      const again = interrupted ? 'Pi stopped before the turn that presents this ended; present it now.\n\n' : '';
       this.pi.sendMessage(
         { customType: MESSAGE, content: `${again}${text}\n\n${presentation}`, display: true, details },
         { triggerTurn: true, deliverAs: this.ctx.isIdle() ? 'followUp' : 'steer' },
