@@ -170,15 +170,21 @@ export default function piwExtension(pi) {
     return { text: lines.join('\n'), workflows: files, runs };
   }
 
+  /**
+   * What the model hears about a protected human decision it tried to answer: a person decides
+   * it, and how a person does; nothing the model could do instead.
+   */
+  function protectedDecision(d, runId) {
+    return new WorkflowError(
+      `decision ${d.node_id} (${d.decision_id}) of run ${runId} is a protected human decision: a person must decide it, in the Pi session that started the run (its dialog, or /workflow answer ${runId} <answer>) or from a shell (piw run decide ${runId} …); the workflow tool cannot answer it. Do not try to answer it another way: tell the user it waits for their decision.`,
+    );
+  }
+
   async function pendingDecision(st, kindWanted) {
     const runId = st.run.run_id;
     const d = st.decisions.find((x) => x.status === 'pending');
     if (!d) throw new WorkflowError(`run ${runId} has no pending checkpoint or decision`);
-    if (kindWanted === 'checkpoint' && d.kind === 'human_decision') {
-      throw new WorkflowError(
-        `decision ${d.decision_id} of run ${runId} is a protected human decision: a person must decide it in the Pi session that started the run (its dialog, or /workflow answer ${runId} <answer>); the workflow tool cannot answer it`,
-      );
-    }
+    if (kindWanted === 'checkpoint' && d.kind === 'human_decision') throw protectedDecision(d, runId);
     return d;
   }
 
@@ -273,6 +279,10 @@ export default function piwExtension(pi) {
                 { runId, decisionId: presented.decision_id, repeated: true },
               );
             }
+            // What the run waits for now is a person's decision: said so, not that the
+            // checkpoint answered before is closed.
+            const protectedNow = status.decisions.find((x) => x.status === 'pending' && x.kind === 'human_decision');
+            if (protectedNow) throw protectedDecision(protectedNow, runId);
             throw new WorkflowError(
               `checkpoint ${presented.node_id} of run ${runId} (decision ${presented.decision_id}) is closed (${presented.status}); this answer was not sent`,
             );
