@@ -97,6 +97,19 @@ export function checkpointMessage(decision, run, reminder = 0) {
 }
 
 /**
+ * The card of a detached run parked at an ordinary checkpoint: where, what it asks (its summary,
+ * bounded), and how a person answers it. Its model is not asked: a person answers.
+ */
+export function parkedCheckpointText(decision, run) {
+  const req = readRequest(decision.request);
+  const what = req.summary ?? req.prompt;
+  const lines = [`Workflow ${req.workflow ?? run.workflow_name} (run ${run.run_id}, detached) is parked at checkpoint ${req.node ?? decision.node_id}, waiting for a person's answer.`];
+  if (what) lines.push('', what.length > 1_000 ? `${what.slice(0, 1_000)}…` : what);
+  lines.push('', `A person answers it: /workflow answer ${run.run_id} <answer> here, or piw run answer ${run.run_id} <answer> from a shell.`);
+  return lines.join('\n');
+}
+
+/**
  * A result over 64 KiB, which the host stores apart and names by a reference: its start, its
  * size and the command that prints it whole; `null` for any other value.
  */

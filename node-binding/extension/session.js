@@ -11,6 +11,7 @@ import {
   STEP,
   checkpointMessage,
   messageParts,
+  parkedCheckpointText,
   presentationOf,
   readRequest,
   stepMessage,
@@ -257,6 +258,8 @@ export class WorkflowSession {
     /** Messages Pi dropped once in this process, and those whose end was already notified. */
     this.droppedMessages = new Set();
     this.notified = new Set();
+    /** Checkpoints of detached runs whose card this process sent or found in the branch (decision ids). */
+    this.announced = new Set();
     /** A run just resumed: its active request is presented again, once, by the next refresh. */
     this.resumedRun = null;
     /** Connections given up, with why (for the calls still waiting on them). */
@@ -575,7 +578,40 @@ export class WorkflowSession {
     await this.stopClosedTurn(statuses);
     await this.presentActive(statuses);
     this.offerDecisions(statuses);
+    this.announceParkedCheckpoints(statuses);
     await this.updateWidget(runs, statuses);
+  }
+
+  /**
+   * A detached run of this session waiting on an ordinary checkpoint: its model is not asked
+   * (`pendingCheckpoint`), so the session gets one card that says the run is parked there and
+   * how a person answers it. Once per checkpoint: not again in this process, nor after a
+   * restart (the card's entry in the session's branch, by decision id).
+   */
+  announceParkedCheckpoints(statuses) {
+    let inBranch = null;
+    for (const { run, decisions } of statuses.values()) {
+      if (run.execution_mode !== 'detached' || run.paused || isFinal(run.status)) continue;
+      for (const d of decisions) {
+        if (d.kind !== 'checkpoint' || d.status !== 'pending' || this.announced.has(d.decision_id) || this.closed) continue;
+        inBranch ??= new Set(
+          this.entries()
+            .filter((e) => e.type === 'custom_message' && e.customType === MESSAGE && e.details?.kind === 'checkpoint')
+            .map((e) => e.details.decisionId),
+        );
+        this.announced.add(d.decision_id);
+        if (inBranch.has(d.decision_id)) continue;
+        this.pi.sendMessage(
+          {
+            customType: MESSAGE,
+            content: parkedCheckpointText(d, run),
+            display: true,
+            details: { kind: 'checkpoint', runId: run.run_id, decisionId: d.decision_id, node: d.node_id },
+          },
+          { triggerTurn: false },
+        );
+      }
+    }
   }
 
   /**
