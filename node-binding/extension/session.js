@@ -447,9 +447,10 @@ export class WorkflowSession {
 
   /**
    * This extension's entries in the session's branch: `step:<key>` / `message:<id>` ->
-   * `{ count, reminder, turn, completed }`: how many copies, the most reminders one carries,
-   * whether the last copy asked for a turn, and whether a turn was completed after it (an
-   * assistant reply that ended, not one cut short: Pi died or quit mid-turn).
+   * `{ count, reminder, turn, completed, displayed }`: how many copies, the most reminders one
+   * carries, whether the last copy asked for a turn, whether a turn was completed after it (an
+   * assistant reply that ended, not one cut short: Pi died or quit mid-turn), and whether one
+   * is shown (a card).
    */
   branchIndex() {
     const index = new Map();
@@ -462,8 +463,9 @@ export class WorkflowSession {
         const id = e.customType === STEP ? e.details?.key : e.details?.messageId;
         if (!id) return;
         const key = `${e.customType === STEP ? 'step' : 'message'}:${id}`;
-        const seen = index.get(key) ?? { count: 0, reminder: 0, turn: false, completed: false };
+        const seen = index.get(key) ?? { count: 0, reminder: 0, turn: false, completed: false, displayed: false };
         seen.count += 1;
+        seen.displayed ||= e.display !== false;
         seen.reminder = Math.max(seen.reminder, Number(e.details.reminder) || 0);
         seen.turn = e.customType === STEP || e.details.turn === true;
         index.set(key, seen);
@@ -693,17 +695,22 @@ export class WorkflowSession {
       details.parts = Object.fromEntries(Object.entries(parts).map(([name, [from, to]]) => [name, [from + again.length, to + again.length]]));
     }
     const key = `message:${m.message_id}`;
-    const count = (this.branchIndex().get(key)?.count ?? 0) + 1;
+    const inBranch = this.branchIndex().get(key);
+    const count = (inBranch?.count ?? 0) + 1;
     this.outbox.set(key, { type: 'message', id: m.message_id, count, settles: this.settles });
     this.deliveredHere.set(m.message_id, count);
+    // A card the session already shows (given again because the turn that presents it did not
+    // end, or Pi dropped the copy sent again) is not shown a second time: the copy goes to the
+    // model (Pi keeps hidden custom messages in its context), not onto the screen.
+    const display = !inBranch?.displayed;
     if (turn) {
       this.pi.sendMessage(
-        { customType: MESSAGE, content: `${again}${text}\n\n${presentation}`, display: true, details },
+        { customType: MESSAGE, content: `${again}${text}\n\n${presentation}`, display, details },
         { triggerTurn: true, deliverAs: this.ctx.isIdle() ? 'followUp' : 'steer' },
       );
     } else {
       this.pi.sendMessage(
-        { customType: MESSAGE, content: presentation ? `${text}\n\n${presentation}` : text, display: true, details },
+        { customType: MESSAGE, content: presentation ? `${text}\n\n${presentation}` : text, display, details },
         { triggerTurn: false },
       );
     }
