@@ -166,6 +166,8 @@ export interface ListRunsOptions {
   statuses?: RunStatusName[];
   /** Where to continue: a page's `nextCursor` (opaque). */
   cursor?: string | null;
+  /** Only runs whose id begins with this text (resolving a shortened run id). */
+  runIdPrefix?: string;
 }
 
 export interface PruneRunsOptions {

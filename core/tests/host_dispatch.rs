@@ -1445,6 +1445,72 @@ fn run_list_pages_through_every_run_exactly_once_while_runs_start_and_end() {
     assert!(bad.is_err(), "{bad:?}");
 }
 
+/// `run.list`'s `run_id_prefix` lists exactly the runs whose id begins with it, with the
+/// other filters: how a client without the database (the Pi extension) resolves the run id
+/// prefix a person types, as the CLI does. `%` and `_` are ordinary characters.
+#[test]
+fn run_list_filters_by_run_id_prefix() {
+    let mut f = Fixture::new();
+    let mut ids: Vec<(String, bool)> = Vec::new();
+    for i in 0..60 {
+        let mine = i % 3 != 0;
+        let id = f
+            .store
+            .write(|w| w.start_run(&common::new_run(Some(if mine { "s-1" } else { "s-2" }))))
+            .unwrap();
+        ids.push((id, mine));
+    }
+    let list = |payload: payload::RunList| {
+        let req = Request::new("ls", RequestBody::RunList(payload));
+        let state = HostState {
+            reply_limit: piw_core::protocol::DEFAULT_MAX_FRAME_BYTES,
+            ..HostState::default()
+        };
+        let body = apply_read(&f.store, &state, &req).unwrap().body;
+        let mut got: Vec<String> = body["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["run_id"].as_str().unwrap().to_owned())
+            .collect();
+        got.sort();
+        got
+    };
+    let expected = |prefix: &str, session_only: bool| {
+        let mut want: Vec<String> = ids
+            .iter()
+            .filter(|(id, mine)| id.starts_with(prefix) && (*mine || !session_only))
+            .map(|(id, _)| id.clone())
+            .collect();
+        want.sort();
+        want
+    };
+    let (one, _) = &ids[17];
+    // Ids begin with their time: every length, from one all runs share to the whole id.
+    for len in "run-".len() + 1..=one.len() {
+        let prefix = &one[..len];
+        let all = list(payload::RunList {
+            run_id_prefix: Some(prefix.to_owned()),
+            ..Default::default()
+        });
+        assert_eq!(all, expected(prefix, false), "prefix {prefix}");
+        assert!(all.contains(one));
+        let session = list(payload::RunList {
+            run_id_prefix: Some(prefix.to_owned()),
+            session_id: Some("s-1".into()),
+            ..Default::default()
+        });
+        assert_eq!(session, expected(prefix, true), "prefix {prefix} in s-1");
+    }
+    for nothing in ["run-%", "run-_", "zzz"] {
+        let none = list(payload::RunList {
+            run_id_prefix: Some(nothing.into()),
+            ..Default::default()
+        });
+        assert!(none.is_empty(), "{nothing}: {none:?}");
+    }
+}
+
 /// The host's record of a child just launched for `act`'s claim, before its hello.
 fn launched_child(
     act: &piw_core::store::Activation,

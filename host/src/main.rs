@@ -350,6 +350,7 @@ fn run(cli: Cli, json: bool) -> Result<(), CliError> {
                     unfinished: unfinished.then_some(true),
                     statuses: (!status.is_empty()).then(|| status.clone()),
                     cursor: cursor.take(),
+                    run_id_prefix: None,
                 }))?;
                 let mut body = r.body;
                 runs.extend(

@@ -97,6 +97,19 @@ export function checkpointMessage(decision, run, reminder = 0) {
 }
 
 /**
+ * The card of a detached run parked at an ordinary checkpoint: where, what it asks (its summary,
+ * bounded), and how a person answers it. Its model is not asked: a person answers.
+ */
+export function parkedCheckpointText(decision, run) {
+  const req = readRequest(decision.request);
+  const what = req.summary ?? req.prompt;
+  const lines = [`Workflow ${req.workflow ?? run.workflow_name} (run ${run.run_id}, detached) is parked at checkpoint ${req.node ?? decision.node_id}, waiting for a person's answer.`];
+  if (what) lines.push('', what.length > 1_000 ? `${what.slice(0, 1_000)}…` : what);
+  lines.push('', `A person answers it: /workflow answer ${run.run_id} <answer> here, or piw run answer ${run.run_id} <answer> from a shell.`);
+  return lines.join('\n');
+}
+
+/**
  * A result over 64 KiB, which the host stores apart and names by a reference: its start, its
  * size and the command that prints it whole; `null` for any other value.
  */
@@ -105,17 +118,54 @@ function storedText(result, runId) {
   return `${result.preview}… (${result.bytes} bytes: piw run value ${runId ?? '<run>'} ${result.sha256})`;
 }
 
+/** The most characters of a run's result `/workflow status` shows; the rest is a command away. */
+export const RESULT_PREVIEW_CHARS = 2_000;
+
+/**
+ * A run's result as `/workflow status` shows it: whole when short, else its start, its size and
+ * how to see it whole (a result of megabytes is never one notification). `result` may be the
+ * reference of a value stored apart (`run.status` with references).
+ */
+export function resultPreview(result, runId) {
+  const whole = `piw run status ${runId} --json prints it whole, piw view shows it`;
+  if (result?.$piw === 'literal') return resultPreview(result.value, runId);
+  if (result?.$piw === 'value') return `${result.preview}… (${result.bytes} bytes; ${whole})`;
+  const text = JSON.stringify(result) ?? String(result);
+  if (text.length <= RESULT_PREVIEW_CHARS) return text;
+  // Not half a surrogate pair at the cut.
+  const cut = /[\uD800-\uDBFF]/.test(text[RESULT_PREVIEW_CHARS - 1]) ? RESULT_PREVIEW_CHARS - 1 : RESULT_PREVIEW_CHARS;
+  return `${text.slice(0, cut)}… (${Buffer.byteLength(text)} bytes; ${whole})`;
+}
+
 /** Text of a workflow message (`notify` output or a run's end). */
 export function messageText(message) {
+  return messageParts(message).text;
+}
+
+/**
+ * Text of a workflow message, and for a run's end where in it its `error`, `result` and
+ * `reason` are (`parts`: name -> `[start, end]` offsets): a card reads them from the
+ * message's own text, so the session keeps each value once (not again in `details`).
+ */
+export function messageParts(message) {
   const c = message.content;
   if (message.kind === 'terminal' && c && typeof c === 'object') {
-    const head = `Workflow ${c.workflow ?? ''} ${c.status ?? 'ended'} (run ${message.run_id})`;
-    const rest = [];
-    if (c.error) rest.push(`error: ${c.error}`);
-    if (c.result !== undefined && c.result !== null) rest.push(`result: ${storedText(c.result, message.run_id) ?? json(c.result)}`);
-    if (c.reason) rest.push(`reason: ${c.reason}`);
-    return [head, ...rest].join('\n');
+    let text = `Workflow ${c.workflow ?? ''} ${c.status ?? 'ended'} (run ${message.run_id})`;
+    const parts = {};
+    const add = (name, value) => {
+      text += `\n${name}: `;
+      parts[name] = [text.length, text.length + value.length];
+      text += value;
+    };
+    if (c.error) add('error', String(c.error));
+    if (c.result !== undefined && c.result !== null) add('result', storedText(c.result, message.run_id) ?? json(c.result));
+    if (c.reason) add('reason', String(c.reason));
+    return { text, parts };
   }
+  return { text: otherText(c), parts: null };
+}
+
+function otherText(c) {
   if (typeof c === 'string') return c;
   // A `notify` node's output is `{ kind, message }`: the message is what it says.
   if (c && typeof c === 'object' && typeof c.message === 'string') return c.message;
@@ -219,21 +269,51 @@ export function cardText(message) {
     const head = `workflow step ${d.node ?? ''} · run ${d.runId ?? ''}${d.reminder ? ` · reminder ${d.reminder}` : ''}`;
     return { head, lines, compact: lines.filter((l) => l.trim() !== '') };
   }
-  const c = d.content;
-  if (d.kind === 'terminal' && c && typeof c === 'object') {
-    const head = `${['workflow', str(c.workflow), str(c.status) ?? 'ended'].filter(Boolean).join(' ')} · run ${d.runId ?? ''}`;
+  const end = d.kind === 'terminal' ? runEnd(d, text) : null;
+  if (end) {
+    const head = `${['workflow', str(end.workflow), str(end.status) ?? 'ended'].filter(Boolean).join(' ')} · run ${d.runId ?? ''}`;
     const about = [];
-    if (c.error) about.push(...`error: ${c.error}`.split('\n'));
-    if (c.reason) about.push(...`reason: ${c.reason}`.split('\n'));
-    const has = c.result !== undefined && c.result !== null;
-    const shown = storedText(c.result, d.runId);
-    const compact = has ? [...about, `result: ${shown ?? JSON.stringify(c.result)}`] : about;
-    const pretty = shown ?? json(c.result);
+    if (end.error) about.push(...`error: ${end.error}`.split('\n'));
+    if (end.reason) about.push(...`reason: ${end.reason}`.split('\n'));
+    const has = end.result !== null;
+    const compact = has ? [...about, `result: ${end.result.line}`] : about;
+    const pretty = has ? end.result.pretty : '';
     const full = !has ? about : pretty.includes('\n') ? [...about, 'result:', ...pretty.split('\n')] : compact;
     return { head, lines: full, compact };
   }
   const head = `workflow ${d.kind ?? 'message'} · run ${d.runId ?? ''}`;
   return { head, lines, compact: lines.filter((l) => l.trim() !== '') };
+}
+
+/**
+ * A run's end as its card shows it: `{ workflow, status, error, reason, result: { line, pretty }
+ * | null }`, read from the message's text at the places `details.parts` names (`messageParts`),
+ * or from `details.content` (what earlier versions kept there); null when the details have
+ * neither.
+ */
+function runEnd(d, text) {
+  const c = d.content;
+  if (c && typeof c === 'object') {
+    if (c.result === undefined || c.result === null) return { ...c, result: null };
+    const shown = storedText(c.result, d.runId);
+    return { ...c, result: { line: shown ?? JSON.stringify(c.result), pretty: shown ?? json(c.result) } };
+  }
+  if (!d.parts || typeof d.parts !== 'object') return null;
+  const at = (name) => {
+    const p = d.parts[name];
+    return Array.isArray(p) && p.length === 2 ? text.slice(p[0], p[1]) : null;
+  };
+  const result = at('result');
+  let line = result;
+  if (result !== null && !d.stored) {
+    // Kept pretty in the text; one line collapsed.
+    try {
+      line = JSON.stringify(JSON.parse(result));
+    } catch {
+      // shown as it is
+    }
+  }
+  return { workflow: d.workflow, status: d.status, error: at('error'), reason: at('reason'), result: result === null ? null : { line, pretty: result } };
 }
 
 /**

@@ -4,13 +4,15 @@
 // No import of typebox, pi-ai or pi-tui: the tool's schema is plain JSON Schema (Pi validates any)
 // and the card is ./format.js's CardComponent, which keeps Pi's start fast (docs/PERFORMANCE.md).
 import { isFinal } from '../index.js';
-import { CardComponent, MESSAGE, STEP, wakeText } from './format.js';
+import { CardComponent, MESSAGE, STEP, resultPreview, wakeText } from './format.js';
 import { RESERVED, ResolveError, listWorkflows, resolveWorkflow } from './resolve.js';
 import { WorkflowSession, humanAnswer } from './session.js';
 import { STEP_ACTIONS_TEXT, STEP_PARAMETERS, WorkflowError, submit, text, update } from './tool.js';
 
 const ACTIONS = ['list', 'start', 'status', 'pause', 'resume', 'detach', 'cancel', 'answer', 'update', 'submit'];
 const SUBCOMMANDS = ['list', 'status', 'pause', 'resume', 'detach', 'cancel', 'answer'];
+/** How many runs an ambiguous run id prefix lists (as the CLI). */
+const CANDIDATES_SHOWN = 10;
 
 /** Whether two JSON values are equal (an object's key order does not matter). */
 function sameJson(a, b) {
@@ -57,9 +59,35 @@ export default function piwExtension(pi) {
   // ---------------------------------------------------------------------------------------
   // Shared operations of the tool and the command
 
-  /** A run id given, else this session's active (newest unfinished) run. */
+  /**
+   * The run `given` names, as the CLI resolves it (`host/src/run_ids.rs`): the run with that
+   * id, else the one run whose id begins with it. Several: the candidates are listed; none: no
+   * run has it. The host looks it up (`run.list`'s `run_id_prefix`), among every run.
+   */
+  async function resolveRunId(s, given) {
+    const runs = await s.call('run.list', (c) => c.listRuns({ runIdPrefix: given, limit: CANDIDATES_SHOWN + 1 }));
+    if (runs.some((r) => r.run_id === given) || runs.length === 1) return runs.length === 1 ? runs[0].run_id : given;
+    if (runs.length === 0) {
+      throw new WorkflowError(`no run has the id ${given} (nor an id beginning with it); /workflow list shows this session's runs`);
+    }
+    if (runs.length > CANDIDATES_SHOWN) {
+      // Among more runs than were listed, the exact id may be one left out.
+      const exact = await s.call('run.status', (c) => c.runStatus(given, { attemptsLimit: 1 })).catch((e) => {
+        if (e?.code === 'not_found') return null;
+        throw e;
+      });
+      if (exact) return given;
+    }
+    const shown = runs.slice(0, CANDIDATES_SHOWN);
+    const more = runs.length > shown.length ? `more than ${CANDIDATES_SHOWN} runs, the newest` : `${runs.length} runs`;
+    throw new WorkflowError(
+      [`run id ${given} is ambiguous: it begins ${more}`, ...shown.map((r) => `  ${r.run_id}  ${r.paused ? 'paused' : r.status}  ${r.workflow_name}`), 'give more of the id'].join('\n'),
+    );
+  }
+
+  /** The run `runId` names (a run id or a unique prefix of one), else this session's active (newest unfinished) run. */
   async function runOf(s, runId) {
-    if (runId) return runId;
+    if (runId) return resolveRunId(s, runId);
     const runs = await s.call('run.list', (c) => c.listRuns({ sessionId: s.sessionId, unfinished: true, limit: 1 }));
     const live = runs.find((r) => !isFinal(r.status));
     if (!live) throw new WorkflowError('this session has no active workflow run; pass a runId');
@@ -115,13 +143,14 @@ export default function piwExtension(pi) {
   }
 
   async function statusText(s, runId) {
-    const st = await s.call('run.status', (c) => c.runStatus(runId));
+    // Values stored apart (over 64 KiB) stay references: shown as a preview, never read whole.
+    const st = await s.call('run.status', (c) => c.runStatus(runId, { references: true }));
     const { run } = st;
     const lines = [`run ${run.run_id}: ${run.workflow_name} ${run.paused ? 'paused' : run.status}${run.current_node ? ` at ${run.current_node}` : ''}`];
     if (run.error) lines.push(`error: ${run.error}`);
     if (run.review_reason) lines.push(`review: ${run.review_reason}`);
     if (typeof run.wake_at === 'number') lines.push(`${wakeText(run.wake_at)} (${new Date(run.wake_at).toISOString()}): a durable wait, no process runs until then`);
-    if (run.status === 'completed') lines.push(`result: ${JSON.stringify(run.result)}`);
+    if (run.status === 'completed') lines.push(`result: ${resultPreview(run.result, run.run_id)}`);
     for (const i of st.interactions.filter((x) => x.status === 'pending' || x.status === 'validating')) {
       lines.push(`waiting for ${i.kind} ${i.node_id} (interaction ${i.interaction_id}, attempt ${i.attempt_id})`);
     }
@@ -141,15 +170,21 @@ export default function piwExtension(pi) {
     return { text: lines.join('\n'), workflows: files, runs };
   }
 
+  /**
+   * What the model hears about a protected human decision it tried to answer: a person decides
+   * it, and how a person does; nothing the model could do instead.
+   */
+  function protectedDecision(d, runId) {
+    return new WorkflowError(
+      `decision ${d.node_id} (${d.decision_id}) of run ${runId} is a protected human decision: a person must decide it, in the Pi session that started the run (its dialog, or /workflow answer ${runId} <answer>) or from a shell (piw run decide ${runId} …); the workflow tool cannot answer it. Do not try to answer it another way: tell the user it waits for their decision.`,
+    );
+  }
+
   async function pendingDecision(st, kindWanted) {
     const runId = st.run.run_id;
     const d = st.decisions.find((x) => x.status === 'pending');
     if (!d) throw new WorkflowError(`run ${runId} has no pending checkpoint or decision`);
-    if (kindWanted === 'checkpoint' && d.kind === 'human_decision') {
-      throw new WorkflowError(
-        `decision ${d.decision_id} of run ${runId} is a protected human decision: a person must decide it in the Pi session that started the run (its dialog, or /workflow answer ${runId} <answer>); the workflow tool cannot answer it`,
-      );
-    }
+    if (kindWanted === 'checkpoint' && d.kind === 'human_decision') throw protectedDecision(d, runId);
     return d;
   }
 
@@ -178,7 +213,7 @@ export default function piwExtension(pi) {
         workflow: { type: 'string', description: 'start: a workflow name, builtin:<id> (autoplan, autodoc, plan-approval, plan-change, autoimplement, sanity-check, monitor) or a path to a workflow file' },
         input: { description: 'start: the run input (JSON)' },
         detached: { type: 'boolean', description: "start: run its agent steps in Pi children of the piw host instead of this session (it still reports here); refused if the host cannot run Pi" },
-        runId: { type: 'string', description: "status/pause/resume/detach/cancel/answer: the run (default: this session's active run)" },
+        runId: { type: 'string', description: "status/pause/resume/detach/cancel/answer: the run, its id or a unique prefix of it (default: this session's active run)" },
         answer: { description: 'answer: the checkpoint answer (JSON)' },
         ...STEP_PARAMETERS,
       },
@@ -200,7 +235,10 @@ export default function piwExtension(pi) {
         case 'status': {
           const st = await statusText(s, await runOf(s, params.runId));
           s.kick();
-          return text(st.text, { run: st.status.run });
+          // The run's record without its input and result (the text previews the result): a
+          // tool result's details are kept in the session file.
+          const { input: _input, result: _result, ...run } = st.status.run;
+          return text(st.text, { run });
         }
         case 'pause': {
           const { runId } = await ownRunOf(s, params.runId, 'pause');
@@ -228,8 +266,9 @@ export default function piwExtension(pi) {
         case 'answer': {
           // Bound to the checkpoint the model was shown last (of the run named), as `submit`
           // is: a repeated call never answers a checkpoint presented later, nor another run's.
-          const shown = s.presentedRequest({ runId: params.runId, kind: 'checkpoint' });
-          const { runId, status } = await ownRunOf(s, params.runId ?? shown?.runId, 'answer');
+          const named = params.runId ? await resolveRunId(s, params.runId) : undefined;
+          const shown = s.presentedRequest({ runId: named, kind: 'checkpoint' });
+          const { runId, status } = await ownRunOf(s, named ?? shown?.runId, 'answer');
           const answer = params.answer ?? null;
           const presented = shown && status.decisions.find((x) => x.decision_id === shown.key);
           if (presented && presented.status !== 'pending') {
@@ -240,6 +279,10 @@ export default function piwExtension(pi) {
                 { runId, decisionId: presented.decision_id, repeated: true },
               );
             }
+            // What the run waits for now is a person's decision: said so, not that the
+            // checkpoint answered before is closed.
+            const protectedNow = status.decisions.find((x) => x.status === 'pending' && x.kind === 'human_decision');
+            if (protectedNow) throw protectedDecision(protectedNow, runId);
             throw new WorkflowError(
               `checkpoint ${presented.node_id} of run ${runId} (decision ${presented.decision_id}) is closed (${presented.status}); this answer was not sent`,
             );
@@ -304,8 +347,9 @@ export default function piwExtension(pi) {
   async function command(s, args, say) {
     const [word = '', ...rest] = args.split(/\s+/).filter(Boolean);
     let tail = args.slice(args.indexOf(word) + word.length).trim();
-    // A run id as the host makes them (`run-` and a lowercase hex id), not any word starting with "run".
-    const runIdArg = () => (rest[0] && /^run-[0-9a-f]{8,}$/.test(rest[0]) ? rest[0] : undefined);
+    // The run: its id or a unique prefix of it (resolved by `runOf`). `answer`'s first word is
+    // its run only when it begins with `run-` (as the host's ids do): else it is the answer.
+    const runIdArg = () => (word === 'answer' ? (rest[0]?.startsWith('run-') ? rest[0] : undefined) : rest[0]);
     switch (word) {
       // Both also refresh the session: what it missed (a host that restarted) is delivered.
       case '':

@@ -10,7 +10,8 @@ import {
   MESSAGE,
   STEP,
   checkpointMessage,
-  messageText,
+  messageParts,
+  parkedCheckpointText,
   presentationOf,
   readRequest,
   stepMessage,
@@ -257,6 +258,8 @@ export class WorkflowSession {
     /** Messages Pi dropped once in this process, and those whose end was already notified. */
     this.droppedMessages = new Set();
     this.notified = new Set();
+    /** Checkpoints of detached runs whose card this process sent or found in the branch (decision ids). */
+    this.announced = new Set();
     /** A run just resumed: its active request is presented again, once, by the next refresh. */
     this.resumedRun = null;
     /** Connections given up, with why (for the calls still waiting on them). */
@@ -444,9 +447,10 @@ export class WorkflowSession {
 
   /**
    * This extension's entries in the session's branch: `step:<key>` / `message:<id>` ->
-   * `{ count, reminder, turn, completed }`: how many copies, the most reminders one carries,
-   * whether the last copy asked for a turn, and whether a turn was completed after it (an
-   * assistant reply that ended, not one cut short: Pi died or quit mid-turn).
+   * `{ count, reminder, turn, completed, displayed }`: how many copies, the most reminders one
+   * carries, whether the last copy asked for a turn, whether a turn was completed after it (an
+   * assistant reply that ended, not one cut short: Pi died or quit mid-turn), and whether one
+   * is shown (a card).
    */
   branchIndex() {
     const index = new Map();
@@ -459,8 +463,9 @@ export class WorkflowSession {
         const id = e.customType === STEP ? e.details?.key : e.details?.messageId;
         if (!id) return;
         const key = `${e.customType === STEP ? 'step' : 'message'}:${id}`;
-        const seen = index.get(key) ?? { count: 0, reminder: 0, turn: false, completed: false };
+        const seen = index.get(key) ?? { count: 0, reminder: 0, turn: false, completed: false, displayed: false };
         seen.count += 1;
+        seen.displayed ||= e.display !== false;
         seen.reminder = Math.max(seen.reminder, Number(e.details.reminder) || 0);
         seen.turn = e.customType === STEP || e.details.turn === true;
         index.set(key, seen);
@@ -575,7 +580,40 @@ export class WorkflowSession {
     await this.stopClosedTurn(statuses);
     await this.presentActive(statuses);
     this.offerDecisions(statuses);
+    this.announceParkedCheckpoints(statuses);
     await this.updateWidget(runs, statuses);
+  }
+
+  /**
+   * A detached run of this session waiting on an ordinary checkpoint: its model is not asked
+   * (`pendingCheckpoint`), so the session gets one card that says the run is parked there and
+   * how a person answers it. Once per checkpoint: not again in this process, nor after a
+   * restart (the card's entry in the session's branch, by decision id).
+   */
+  announceParkedCheckpoints(statuses) {
+    let inBranch = null;
+    for (const { run, decisions } of statuses.values()) {
+      if (run.execution_mode !== 'detached' || run.paused || isFinal(run.status)) continue;
+      for (const d of decisions) {
+        if (d.kind !== 'checkpoint' || d.status !== 'pending' || this.announced.has(d.decision_id) || this.closed) continue;
+        inBranch ??= new Set(
+          this.entries()
+            .filter((e) => e.type === 'custom_message' && e.customType === MESSAGE && e.details?.kind === 'checkpoint')
+            .map((e) => e.details.decisionId),
+        );
+        this.announced.add(d.decision_id);
+        if (inBranch.has(d.decision_id)) continue;
+        this.pi.sendMessage(
+          {
+            customType: MESSAGE,
+            content: parkedCheckpointText(d, run),
+            display: true,
+            details: { kind: 'checkpoint', runId: run.run_id, decisionId: d.decision_id, node: d.node_id },
+          },
+          { triggerTurn: false },
+        );
+      }
+    }
   }
 
   /**
@@ -669,24 +707,38 @@ export class WorkflowSession {
    */
   deliver(m, { interrupted = false } = {}) {
     if (this.closed) return;
-    const text = messageText(m);
+    const { text, parts } = messageParts(m);
     const presentation = presentationOf(m);
     // A message Pi dropped when the person stopped the turn (Escape) comes back without starting one.
     const turn = Boolean(presentation) && !(this.lastSettleAborted && this.droppedMessages.has(m.message_id));
-    const details = { messageId: m.message_id, runId: m.run_id, kind: m.kind, content: m.content, turn };
+    const again = turn && interrupted ? 'Pi stopped before the turn that presents this ended; present it now.\n\n' : '';
+    // Ids and kinds: the message's content is kept once, in its text. A run's end adds what its
+    // card's head says and where in the text its error, result and reason are.
+    const details = { messageId: m.message_id, runId: m.run_id, kind: m.kind, turn };
+    if (parts) {
+      const c = m.content;
+      details.workflow = typeof c.workflow === 'string' ? c.workflow : null;
+      details.status = typeof c.status === 'string' ? c.status : null;
+      details.stored = c.result?.$piw === 'value';
+      details.parts = Object.fromEntries(Object.entries(parts).map(([name, [from, to]]) => [name, [from + again.length, to + again.length]]));
+    }
     const key = `message:${m.message_id}`;
-    const count = (this.branchIndex().get(key)?.count ?? 0) + 1;
+    const inBranch = this.branchIndex().get(key);
+    const count = (inBranch?.count ?? 0) + 1;
     this.outbox.set(key, { type: 'message', id: m.message_id, count, settles: this.settles });
     this.deliveredHere.set(m.message_id, count);
+    // A card the session already shows (given again because the turn that presents it did not
+    // end, or Pi dropped the copy sent again) is not shown a second time: the copy goes to the
+    // model (Pi keeps hidden custom messages in its context), not onto the screen.
+    const display = !inBranch?.displayed;
     if (turn) {
-      const again = interrupted ? 'Pi stopped before the turn that presents this ended; present it now.\n\n' : '';
       this.pi.sendMessage(
-        { customType: MESSAGE, content: `${again}${text}\n\n${presentation}`, display: true, details },
+        { customType: MESSAGE, content: `${again}${text}\n\n${presentation}`, display, details },
         { triggerTurn: true, deliverAs: this.ctx.isIdle() ? 'followUp' : 'steer' },
       );
     } else {
       this.pi.sendMessage(
-        { customType: MESSAGE, content: presentation ? `${text}\n\n${presentation}` : text, display: true, details },
+        { customType: MESSAGE, content: presentation ? `${text}\n\n${presentation}` : text, display, details },
         { triggerTurn: false },
       );
     }

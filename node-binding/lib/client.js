@@ -190,6 +190,7 @@ export class Client {
   /**
    * Runs, newest first: one page (`limit`, default 100; fewer when their records do not fit
    * one reply). `cursor`: the `nextCursor` of an earlier `listRunsPage`, for the runs after it.
+   * `runIdPrefix`: only runs whose id begins with it (a shortened run id names the one it finds).
    */
   async listRuns(options = {}) {
     return (await this.listRunsPage(options)).runs;
@@ -209,6 +210,7 @@ export class Client {
       unfinished: options.unfinished ?? null,
       statuses: options.statuses ?? null,
       cursor: options.cursor ?? null,
+      ...(options.runIdPrefix != null ? { run_id_prefix: options.runIdPrefix } : {}),
     });
     for (const run of body.runs) {
       // A literal needs no read: unwrapped here as everywhere.

@@ -149,6 +149,7 @@ export async function use(): Promise<number> {
   const run = await client.waitForRun(run_id, { timeoutMs: 1000, untilParked: true });
   const page = await client.listRunsPage({ unfinished: true, statuses: ['waiting'], limit: 50 });
   const next: Run[] = page.more && page.nextCursor !== null ? await client.listRuns({ cursor: page.nextCursor }) : [];
+  const byPrefix: Run[] = await client.listRuns({ runIdPrefix: 'run-01', sessionId: 's' });
   const pruned: PruneResult = await client.pruneRuns({ olderThanMs: 86_400_000, statuses: ['failed'], keep: 10, dryRun: true });
   const prunedIds: string[] = pruned.runIds;
   for await (const each of client.allRuns({ sessionId: 's' })) {

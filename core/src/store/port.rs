@@ -81,10 +81,19 @@ impl Storage for Store {
         session: Option<&str>,
         unfinished_only: bool,
         statuses: &[RunStatus],
+        id_prefix: Option<&str>,
         after: Option<&RunListKey>,
         limit: u32,
     ) -> StoreResult<Vec<RunRecord>> {
-        Store::list_runs_after(self, session, unfinished_only, statuses, after, limit)
+        Store::list_runs_after(
+            self,
+            session,
+            unfinished_only,
+            statuses,
+            id_prefix,
+            after,
+            limit,
+        )
     }
 
     fn newest_messages(&self, run_id: &str, limit: u32) -> StoreResult<(Vec<MessageRecord>, u64)> {

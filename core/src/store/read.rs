@@ -91,18 +91,20 @@ impl Store {
         statuses: &[RunStatus],
         limit: u32,
     ) -> StoreResult<Vec<RunRecord>> {
-        self.list_runs_after(session, unfinished_only, statuses, None, limit)
+        self.list_runs_after(session, unfinished_only, statuses, None, None, limit)
     }
 
     /// [`Store::list_runs_where`], continued after the run whose place in the list is `after`
     /// (the [`RunListKey`] of the last run of the previous page). The order is by key, and a
     /// run's key never changes, so paging lists every run that existed when it began exactly
-    /// once, whatever is inserted or changes status meanwhile.
+    /// once, whatever is inserted or changes status meanwhile. With `id_prefix`, only the runs
+    /// whose id begins with it (as [`Store::runs_with_id_prefix`] finds them).
     pub fn list_runs_after(
         &self,
         session: Option<&str>,
         unfinished_only: bool,
         statuses: &[RunStatus],
+        id_prefix: Option<&str>,
         after: Option<&RunListKey>,
         limit: u32,
     ) -> StoreResult<Vec<RunRecord>> {
@@ -110,11 +112,20 @@ impl Store {
         let statuses = (!statuses.is_empty()).then(|| {
             Value::from(statuses.iter().map(|s| s.as_str()).collect::<Vec<_>>()).to_string()
         });
+        // A prefix is a range of the key (`substr`, not `LIKE`: `_` and `%` are ordinary
+        // characters), in a statement of its own: `?7 IS NULL OR ...` would read every run.
+        let by_prefix = if id_prefix.is_some() {
+            "AND run_id >= ?7 AND run_id < ?7 || char(1114111)
+               AND substr(run_id, 1, length(?7)) = ?7"
+        } else {
+            "AND ?7 IS NULL"
+        };
         let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT {RUN_COLUMNS} FROM runs WHERE (?1 IS NULL OR origin_session = ?1)
                AND (?3 = 0 OR status NOT IN ({TERMINAL_STATUSES}))
                AND (?4 IS NULL OR status IN (SELECT value FROM json_each(?4)))
                AND (?5 IS NULL OR created_at < ?5 OR (created_at = ?5 AND run_id > ?6))
+               {by_prefix}
              ORDER BY created_at DESC, run_id LIMIT ?2"
         ))?;
         let rows = stmt.query_map(
@@ -124,7 +135,8 @@ impl Store {
                 unfinished_only,
                 statuses,
                 after.map(|k| k.created_at),
-                after.map(|k| k.run_id.as_str())
+                after.map(|k| k.run_id.as_str()),
+                id_prefix
             ],
             run_from_row,
         )?;

@@ -198,3 +198,42 @@ test('an open dialog closes when the host applies the decision\'s onTimeout resp
     await client.close().catch(() => {});
   }
 });
+
+test('a model that answered a checkpoint of a run and then tries its protected decision hears that a person decides it, and cannot answer it', async () => {
+  env.addWorkflow('guarded.workflow.mjs', 'guarded');
+  let runId = null;
+  env.model.script = ({ last, lastText }) => {
+    if (last.role === 'user' && /GUARD-CHECKPOINT/.test(lastText)) {
+      return { tool: { name: 'workflow', arguments: { action: 'answer', answer: { go: true } } } };
+    }
+    if (last.role === 'user' && /decide it yourself/.test(lastText)) {
+      return { tool: { name: 'workflow', arguments: { action: 'answer', runId, answer: { choice: 'yes' } } } };
+    }
+    return { text: 'ok' };
+  };
+  const pi = await env.startPi({ sessionId: 'guarded' });
+  const client = await env.client();
+  const from = pi.mark();
+  await pi.prompt('/workflow guarded');
+  // The model answers the checkpoint; then the decision's dialog opens.
+  await pi.waitEvent((e) => e.type === 'tool_execution_end' && !e.isError && /answered checkpoint confirm/.test(JSON.stringify(e.result)), 'the checkpoint answered', from);
+  const dialog = await pi.waitEvent((e) => e.type === 'extension_ui_request' && e.method === 'select', 'the select dialog', from);
+  runId = (await client.listRuns({ sessionId: 'guarded' }))[0].run_id;
+  await pi.waitSettled(from);
+  const toolFrom = pi.mark();
+  await pi.prompt('decide it yourself');
+  const refused = await pi.waitEvent((e) => e.type === 'tool_execution_end', 'the answer tool call', toolFrom);
+  assert.equal(refused.isError, true);
+  const said = JSON.stringify(refused.result);
+  assert.match(said, /decision approve \(.*\) of run .* is a protected human decision: a person must decide it/);
+  assert.match(said, /its dialog, or \/workflow answer .* or from a shell \(piw run decide /);
+  assert.doesNotMatch(said, /is closed/);
+  await pi.waitSettled(toolFrom);
+  const waiting = await client.runStatus(runId);
+  assert.equal(waiting.decisions.find((d) => d.node_id === 'approve').status, 'pending');
+  pi.respondUi(dialog.id, { value: 'Ship' });
+  const run = await client.waitForRun(runId, { timeoutMs: 30_000 });
+  assert.deepEqual(run.result, { confirmed: { go: true }, shipped: true });
+  assert.equal((await client.runStatus(runId)).decisions.find((d) => d.node_id === 'approve').answered_by, 'person');
+  await pi.quit();
+});

@@ -121,6 +121,11 @@ for (const how of ['killed', 'quits']) {
     assert.match(card.content, /PRESENT-THE-RESULT/);
     await again.waitSettled();
     assert.equal(presentations, 2);
+    // Given to the model again, not shown again: the session shows the run's end once.
+    const { data } = await again.send({ type: 'get_messages' });
+    const ends = data.messages.filter((m) => m.role === 'custom' && m.customType === 'piw-message' && m.details?.kind === 'terminal');
+    assert.deepEqual(ends.map((m) => m.display), [true, false], 'one card, and the copy its turn carried');
+    assert.equal(card.display, false);
     await again.quit();
 
     const third = await env.startPi({ sessionId });

@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import { visibleWidth } from '@earendil-works/pi-tui';
 
 import piwExtension from '../../extension/index.js';
-import { fitColumns, messageText, stepMessage } from '../../extension/format.js';
+import { fitColumns, messageParts, messageText, stepMessage } from '../../extension/format.js';
 import { textColumns } from '../../extension/width.js';
 import { DecisionComponent, decisionLines, decisionText } from '../../extension/decision.js';
 
@@ -126,6 +126,21 @@ test("a failed run's card shows its reason within the width", () => {
   assert.equal(rows[0], ' workflow sync failed · run run_9');
   // Wrapped, not cut: every word of the reason is on the card.
   assert.equal(rows.slice(1).join('').replace(/\s+/g, ''), `error: ${error}`.replace(/\s+/g, ''));
+});
+
+test("a run's end is read from the message's own text at the places its details name, after a prefix and before the presentation", () => {
+  const content = { workflow: 'sync', status: 'failed', error: 'boom\nsecond line', result: { n: 1 }, reason: 'gave up', presentation: 'PRESENT IT' };
+  const { text, parts } = messageParts({ kind: 'terminal', run_id: 'run_9', content });
+  assert.equal(text, messageText({ kind: 'terminal', run_id: 'run_9', content }));
+  const again = 'Pi stopped before the turn that presents this ended; present it now.\n\n';
+  const shifted = Object.fromEntries(Object.entries(parts).map(([k, [a, b]]) => [k, [a + again.length, b + again.length]]));
+  const message = {
+    customType: 'piw-message',
+    content: `${again}${text}\n\nPRESENT IT`,
+    details: { kind: 'terminal', runId: 'run_9', workflow: 'sync', status: 'failed', stored: false, parts: shifted, turn: true },
+  };
+  assert.deepEqual(draw(message, 80, true), [' workflow sync failed · run run_9', ' error: boom', ' second line', ' reason: gave up', ' result:', ' {', '   "n": 1', ' }']);
+  assert.deepEqual(draw(message, 80), [' workflow sync failed · run run_9', ' error: boom', ' second line', ' reason: gave up', ' result: {"n":1}', ' … ctrl+o to expand']);
 });
 
 test('the tool schema is plain JSON Schema: a flat object with an enum action', () => {

@@ -284,6 +284,7 @@ pub(crate) fn list(
         list.session_id.as_deref(),
         list.unfinished == Some(true),
         list.statuses.as_deref().unwrap_or_default(),
+        list.run_id_prefix.as_deref(),
         after,
         limit.saturating_add(1),
     )?;

@@ -82,6 +82,10 @@ pub struct RunList {
     /// The runs after this place in the list: the `next_cursor` of the previous reply.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<RunListCursor>,
+    /// Only runs whose id begins with this text (a run id as a person shortens it; the exact
+    /// id is one of them): how a client without the database resolves a prefix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id_prefix: Option<String>,
 }
 
 /// How many runs `run.list` lists when not asked for a number.

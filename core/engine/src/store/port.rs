@@ -89,12 +89,14 @@ pub trait Storage {
     /// `Store::list_runs_where`, continued after the run whose place in the list is `after`
     /// (the [`RunListKey`] of the last run of the previous page). The order is by key, and a
     /// run's key never changes, so paging lists every run that existed when it began exactly
-    /// once, whatever is inserted or changes status meanwhile.
+    /// once, whatever is inserted or changes status meanwhile. With `id_prefix`, only the
+    /// runs whose id begins with it.
     fn list_runs_after(
         &self,
         session: Option<&str>,
         unfinished_only: bool,
         statuses: &[RunStatus],
+        id_prefix: Option<&str>,
         after: Option<&RunListKey>,
         limit: u32,
     ) -> StoreResult<Vec<RunRecord>>;
