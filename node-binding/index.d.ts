@@ -432,8 +432,14 @@ export declare class Client {
   /**
    * A run in review: runs its current node again (`queued`), or, when that node's attempt waits
    * for an answer nobody gave yet, waits for it again (`waiting`). Refused while an effect is uncertain.
+   * `acceptSource`: a run stopped because a source changed (`review_reason` starting with
+   * `source_changed`) goes on with its workflow file as it is now; the `retried` event keeps the
+   * old and new hash. Refused (`invalid_transition`) for a run in review for another reason.
    */
-  retryRun(runId: string, options?: CommandOptions & { reason?: string; by?: string }): Promise<{ run_id: string; status: 'queued' | 'waiting' }>;
+  retryRun(
+    runId: string,
+    options?: CommandOptions & { reason?: string; by?: string; acceptSource?: boolean },
+  ): Promise<{ run_id: string; status: 'queued' | 'waiting' }>;
   /** A run in review: records what became of an uncertain effect; the run continues once none is. */
   resolveEffect(
     runId: string,

@@ -292,12 +292,14 @@ export class Client {
   /**
    * A run in review: runs its current node again (a person's way out, once the cause is
    * fixed). `by` and `reason` are kept in the run's `retried` event. Refused while an effect
-   * is uncertain (`resolveEffect` first).
+   * is uncertain (`resolveEffect` first). `acceptSource: true`: a run stopped because a source
+   * changed goes on with its workflow file as it is now (refused for any other review).
    */
   retryRun(runId, options = {}) {
     return this.#body('run.retry', { ...envelope(options), runId }, {
       reason: options.reason ?? null,
       by: options.by ?? null,
+      ...(options.acceptSource ? { accept_source: true } : {}),
     });
   }
 
