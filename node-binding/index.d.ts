@@ -73,6 +73,12 @@ export type ClientErrorCode =
   | 'protocol'
   /** `waitForRun` / `waitForSubmission` gave up after `timeoutMs`. */
   | 'timeout'
+  /**
+   * `waitForSubmission`: the run stopped for review before the submission was judged
+   * (`details`: `run_id`, `submission_id`, `review_reason`). The submission is kept and judged
+   * once a person lets the run go on (`piw run retry`).
+   */
+  | 'run_in_review'
   /** `defineWorkflow` refused the graph. */
   | 'invalid_graph';
 
@@ -500,7 +506,10 @@ export declare class Client {
    * again and re-reads the run. The same holds for `waitForSubmission`.
    */
   waitForRun(runId: string, options?: WaitOptions & { untilParked?: boolean }): Promise<Run>;
-  /** The verdict on a submission once the workflow's `validate` judged it. */
+  /**
+   * The verdict on a submission once the workflow's `validate` judged it. Rejects at once with
+   * `run_in_review` when the run stopped for review first (`details.review_reason` says why).
+   */
   waitForSubmission(runId: string, submissionId: string, options?: WaitOptions): Promise<SubmissionVerdict>;
   /** Closes the connection; calls in flight reject with `client_closed`. */
   close(): Promise<void>;

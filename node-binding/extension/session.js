@@ -997,6 +997,8 @@ export class WorkflowSession {
         this.kick();
       },
       (e) => {
+        // The run stopped for review: the submission is kept and judged once a person lets it go on.
+        if (e?.code === 'run_in_review') return;
         if (!this.closed) this.ctx.ui.notify(`workflow ${where}: the verdict on its submission is not known (${e?.message ?? e}); /workflow status shows it`, 'warning');
       },
     );
