@@ -13,6 +13,7 @@ import {
   messageText,
   presentationOf,
   readRequest,
+  reviewCardText,
   stepMessage,
   widgetOf,
 } from './format.js';
@@ -266,6 +267,8 @@ export class WorkflowSession {
     this.liveRuns = [];
     this.reconnectTimer = null;
     this.reconnectAttempt = 0;
+    /** Review cards sent by this process (their `reviewKey`s), until the branch holds them. */
+    this.reviewCards = new Set();
     /** The last refresh failure reported to the person (reported once, until a refresh succeeds). */
     this.refreshFailure = null;
     /** Whether a call may start a host when none answers (a bridge never does: see ./bridge.js). */
@@ -572,6 +575,7 @@ export class WorkflowSession {
     for (const run of runs) {
       if (!isFinal(run.status)) statuses.set(run.run_id, await this.call('run.status', (c) => c.runStatus(run.run_id)));
     }
+    this.reportReviews(statuses);
     await this.stopClosedTurn(statuses);
     await this.presentActive(statuses);
     this.offerDecisions(statuses);
@@ -782,10 +786,48 @@ export class WorkflowSession {
   }
 
   /**
+   * One card, starting no turn, for each stop for review of a run of the session: why, and what
+   * a person does (`reviewCardText`). A stop for review is known by its run and the claim
+   * generation of the child that stopped it (each retry activates a new one), so a Pi restart
+   * finds the card in the branch and shows it no second time, and a run that stops again after
+   * a retry gets a card again.
+   */
+  reportReviews(statuses) {
+    let branch = null;
+    for (const status of statuses.values()) {
+      if (status.run.status !== 'review' || this.closed) continue;
+      const reviewKey = `${status.run.run_id}:${status.claim?.generation ?? 0}`;
+      if (this.reviewCards.has(reviewKey)) continue;
+      branch ??= new Set(
+        this.entries()
+          .filter((e) => e.type === 'custom_message' && e.customType === MESSAGE && e.details?.kind === 'review')
+          .map((e) => e.details.reviewKey),
+      );
+      if (branch.has(reviewKey)) continue;
+      this.reviewCards.add(reviewKey);
+      const reason = status.run.review_reason ?? null;
+      this.pi.sendMessage(
+        {
+          customType: MESSAGE,
+          content: reviewCardText(status),
+          display: true,
+          details: { kind: 'review', runId: status.run.run_id, reviewKey, reason },
+        },
+        { triggerTurn: false },
+      );
+      try {
+        this.ctx.ui.notify(`workflow ${status.run.workflow_name} stopped for review (run ${status.run.run_id}): ${reason ?? 'no reason given'}`, 'warning');
+      } catch {
+        // no UI (print mode)
+      }
+    }
+  }
+
+  /**
    * Turns follow the run: when the request the running turn carries is closed without its
-   * submission (cancelled, timed out, its run ended) or handed to a bridge (its run was
-   * detached), the turn is stopped and the session told
-   * why, in one message that starts no turn. Its aborted settle pauses nothing: the request is
+   * submission (cancelled, timed out, its run ended), handed to a bridge (its run was
+   * detached) or its run stopped for review, the turn is stopped and the session told
+   * why, in one message that starts no turn (for a review, its review card). Its aborted settle pauses nothing: the request is
    * no longer pending.
    */
   async stopClosedTurn(statuses) {
@@ -796,13 +838,15 @@ export class WorkflowSession {
       const presented = this.presentedHere.get(id);
       if (!presented || this.stoppedTurns.has(id)) continue;
       const status = statuses.get(presented.runId) ?? (await this.call('run.status', (c) => c.runStatus(presented.runId)));
-      const why = closedWithout(status, id) ?? this.handedAway(status, id);
+      // A run stopped for review: its review card (`reportReviews`) is the one message.
+      const review = status.run.status === 'review' ? `its run stopped for review (${status.run.review_reason ?? 'no reason given'})` : null;
+      const why = closedWithout(status, id) ?? this.handedAway(status, id) ?? review;
       if (!why || this.closed || this.ctx.isIdle()) continue;
       this.stoppedTurns.add(id);
       this.stoppingTurn = true;
       const what = presented.type === 'checkpoint' ? 'checkpoint' : 'step';
       // A run that ended says so in its own card (its terminal message): that is the one message.
-      if (!isFinal(status.run.status)) this.pi.sendMessage(
+      if (!isFinal(status.run.status) && !review) this.pi.sendMessage(
         {
           customType: MESSAGE,
           content: `Stop working on workflow ${what} ${presented.node} (run ${presented.runId}): ${why}. Do not submit it.`,
@@ -889,7 +933,8 @@ export class WorkflowSession {
     const wasDropped = dropped.get(active.id);
     if (!wasCarried && !wasDropped) return;
     const status = await this.call('run.status', (c) => c.runStatus(active.runId));
-    if (status.run.paused || isFinal(status.run.status)) return;
+    // Stopped for review: its card says what a person does; nothing to pause or remind.
+    if (status.run.paused || isFinal(status.run.status) || status.run.status === 'review') return;
     // Detached meanwhile: its bridge answers the request; this session neither pauses the run
     // nor reminds its model.
     if (active.type === 'interaction' && this.handedAway(status, active.id)) return;
@@ -997,7 +1042,7 @@ export class WorkflowSession {
         this.kick();
       },
       (e) => {
-        // The run stopped for review: the submission is kept and judged once a person lets it go on.
+        // Stopped for review: the session's review card says so (the submission is kept).
         if (e?.code === 'run_in_review') return;
         if (!this.closed) this.ctx.ui.notify(`workflow ${where}: the verdict on its submission is not known (${e?.message ?? e}); /workflow status shows it`, 'warning');
       },

@@ -1,6 +1,9 @@
 // A run of the session that stops for review while the model works on its step: the workflow
 // file is edited while the model works on step 2 of 2, so the child that judges the submission
-// finds a changed source and the run stops for review. `submit` says so at once (not a timeout).
+// finds a changed source and the run stops for review. `submit` says so at once (not a timeout),
+// the session gets one card saying what a person does (no second one after a Pi restart), the
+// turn on the step is stopped, and `retryRun(..., { acceptSource: true })` lets the run go on
+// with the edited file, judging the submission it kept.
 import assert from 'node:assert/strict';
 import { appendFileSync } from 'node:fs';
 import { afterEach, beforeEach, test } from 'node:test';
@@ -18,6 +21,7 @@ afterEach(async () => {
 });
 
 const stepId = (text) => /"interactionId":"([^"]+)"/.exec(text)?.[1];
+const reviewCards = (pi, from = 0) => pi.customMessages('piw-message', from).filter((m) => m.details.kind === 'review');
 
 /**
  * The model submits step one at once; on step two it streams its first chunk and waits until
@@ -69,4 +73,39 @@ test('submit says at once that the run stopped for review because its workflow f
   assert.match(st.run.review_reason, /^source_changed: /);
   assert.equal(st.interactions.find((i) => i.node_id === 'second').last_submission.state, 'validating');
   await pi.quit();
+});
+
+test('the session gets one review card saying what a person does, the turn on the step stops, and an accepted source lets the run go on', async () => {
+  // After hearing of the review the model would go on working: its turn is held open.
+  const model = scriptModel(() => ({ text: 'still working', hold: new Promise(() => {}) }));
+  const pi = await env.startPi({ sessionId: 'review-card' });
+  const client = await env.client();
+  const { runId, from } = await editWhileOnStepTwo(pi, client, 'review-card', model);
+  const card = await until(() => reviewCards(pi, from)[0], 'the review card');
+  assert.match(card.content, /stopped for review: source_changed/);
+  assert.ok(card.content.includes(`piw run retry ${runId}`), card.content);
+  assert.ok(card.content.includes(`piw run retry ${runId} --accept-source`), card.content);
+  assert.match(card.content, /submission for step second is kept/);
+  assert.equal(card.details.runId, runId);
+  // The turn working on the step is stopped; the card is the one message about it.
+  await pi.waitEvent((e) => e.type === 'agent_settled' && e.aborted === true, 'the turn stopped', from);
+  assert.equal(pi.customMessages('piw-message', from).filter((m) => m.details.kind === 'turn_stopped').length, 0);
+  assert.equal((await client.runStatus(runId)).run.paused, false, 'nothing paused');
+  assert.equal(reviewCards(pi, from).length, 1);
+  await pi.quit();
+
+  // A restarted Pi finds the card in the session: not shown a second time.
+  const again = await env.startPi({ sessionId: 'review-card' });
+  const after = again.mark();
+  await again.prompt('/workflow list');
+  await again.waitEvent((e) => e.type === 'extension_ui_request' && e.method === 'setWidget', 'a refresh after the restart', after);
+  assert.equal(reviewCards(again).length, 0, 'not shown a second time');
+
+  // A person accepts the edited file: the kept submission is judged and the run completes.
+  const retried = await client.retryRun(runId, { acceptSource: true, reason: 'the edit is wanted', by: 'test' });
+  assert.ok(['queued', 'waiting'].includes(retried.status), retried.status);
+  const run = await client.waitForRun(runId, { timeoutMs: 30_000 });
+  assert.equal(run.status, 'completed');
+  assert.deepEqual(run.result, { first: { title: 'one' }, second: { title: 'two' } });
+  await again.quit();
 });
