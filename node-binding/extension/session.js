@@ -269,6 +269,9 @@ export class WorkflowSession {
     this.reconnectAttempt = 0;
     /** Review cards sent by this process (their `reviewKey`s), until the branch holds them. */
     this.reviewCards = new Set();
+    /** Runs of the session seen in review, and those that went on since (presented again, once). */
+    this.reviewRuns = new Set();
+    this.wentOn = new Set();
     /** The last refresh failure reported to the person (reported once, until a refresh succeeds). */
     this.refreshFailure = null;
     /** Whether a call may start a host when none answers (a bridge never does: see ./bridge.js). */
@@ -752,12 +755,13 @@ export class WorkflowSession {
     if (resumed && statuses.has(resumed) && !statuses.get(resumed).run.paused) this.resumedRun = null;
     if (!next) return;
     if (next.type === 'interaction' && next.item.status !== 'pending') return;
-    const again = resumed === next.runId;
+    // Resumed, or gone on after its review: the model continues the same request.
+    const again = resumed === next.runId || this.wentOn.has(next.runId);
     const run = statuses.get(next.runId)?.run;
     const content = next.type === 'interaction' ? stepMessage(next.item, run?.workflow_name) : checkpointMessage(next.item, next.run);
     if (again || (this.presentedSteps().get(next.id) ?? 0) === 0) {
       // After a resume the model continues the same request: presented again, once.
-      this.sendStep(next, again ? `The workflow was resumed.\n\n${content}` : content, this.remindersOf(next.id));
+      this.sendStep(next, again ? `${this.resumedText(next)}\n\n${content}` : content, this.remindersOf(next.id));
       return;
     }
     if (this.presentedHere.has(next.id) || this.recovered.has(next.id)) return;
@@ -774,6 +778,14 @@ export class WorkflowSession {
     }
   }
 
+  /** What a request presented again after a resume, or after its run's review, says first. */
+  resumedText(next) {
+    if (!this.wentOn.delete(next.runId)) return 'The workflow was resumed.';
+    const last = next.type === 'interaction' ? next.item.last_submission : null;
+    const rejected = last?.state === 'rejected' ? ` The submission kept during the review was rejected: ${last.error}. Fix it and submit again.` : '';
+    return `The workflow run went on after its review.${rejected}`;
+  }
+
   /**
    * Why the interaction `id` of run `status`, still open, is no longer this session's to
    * answer: its run was detached, so the Pi the host starts (its bridge) answers it. Null when
@@ -787,15 +799,24 @@ export class WorkflowSession {
 
   /**
    * One card, starting no turn, for each stop for review of a run of the session: why, and what
-   * a person does (`reviewCardText`). A stop for review is known by its run and the claim
+   * a person does (`reviewCardText`). A run seen in review that went on has its request
+   * presented again, once (as after a resume), with the verdict on a kept submission that was
+   * rejected meanwhile. A stop for review is known by its run and the claim
    * generation of the child that stopped it (each retry activates a new one), so a Pi restart
    * finds the card in the branch and shows it no second time, and a run that stops again after
    * a retry gets a card again.
    */
   reportReviews(statuses) {
+    // Ended (no longer listed): nothing of theirs is presented again.
+    for (const id of this.wentOn) if (!statuses.has(id)) this.wentOn.delete(id);
     let branch = null;
     for (const status of statuses.values()) {
+      if (status.run.status !== 'review' && this.reviewRuns.delete(status.run.run_id)) {
+        // A person let it go on: its request is presented again, once, saying so.
+        this.wentOn.add(status.run.run_id);
+      }
       if (status.run.status !== 'review' || this.closed) continue;
+      this.reviewRuns.add(status.run.run_id);
       const reviewKey = `${status.run.run_id}:${status.claim?.generation ?? 0}`;
       if (this.reviewCards.has(reviewKey)) continue;
       branch ??= new Set(
@@ -890,6 +911,8 @@ export class WorkflowSession {
     const count = (this.presentedSteps().get(active.id) ?? 0) + 1;
     this.outbox.set(`step:${active.id}`, { type: 'step', id: active.id, count, reminder, settles: this.settles });
     this.presentedHere.set(active.id, { type: active.type, runId: active.runId, node: active.item.node_id });
+    // Presented again (its run went on after a review): its turn may be stopped again.
+    this.stoppedTurns.delete(active.id);
     this.pi.sendMessage(
       { customType: STEP, content, display: true, details },
       { triggerTurn: true, deliverAs: this.ctx.isIdle() ? 'followUp' : 'steer' },

@@ -5,10 +5,11 @@
 // turn on the step is stopped, and `retryRun(..., { acceptSource: true })` lets the run go on
 // with the edited file, judging the submission it kept.
 import assert from 'node:assert/strict';
-import { appendFileSync } from 'node:fs';
+import { appendFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterEach, beforeEach, test } from 'node:test';
 
-import { piEnv, until } from './harness.mjs';
+import { piEnv, pkgDir, until } from './harness.mjs';
 
 let env;
 let file;
@@ -108,4 +109,58 @@ test('the session gets one review card saying what a person does, the turn on th
   assert.equal(run.status, 'completed');
   assert.deepEqual(run.result, { first: { title: 'one' }, second: { title: 'two' } });
   await again.quit();
+});
+
+test('a run that goes on after its review presents its step again, once, with the verdict on the submission it kept', async () => {
+  const wf = join(env.project, '.pi', 'workflows', 'picky.workflow.mjs');
+  writeFileSync(
+    wf,
+    `import { defineWorkflow, agent, compute } from ${JSON.stringify(join(pkgDir, 'index.js'))};
+export default defineWorkflow({
+  name: 'picky', startAt: 'draft',
+  nodes: {
+    draft: agent({ prompt: 'PICKY-STEP give a title', expectedOutput: '{"title": string}', validate: (o) => {
+      if (o?.title === 'bad') throw new Error('title must not be "bad"');
+      return o;
+    } }),
+    done: compute({ run: ({ outputs }) => outputs.draft }),
+  },
+  edges: [{ from: 'draft', to: 'done' }],
+});`,
+  );
+  let release;
+  const released = new Promise((r) => (release = r));
+  let reached;
+  const atStep = new Promise((r) => (reached = r));
+  env.model.script = ({ lastText }) => {
+    const id = stepId(lastText);
+    if (id && /went on after its review/.test(lastText)) return { tool: { name: 'workflow', arguments: { action: 'submit', interactionId: id, output: { title: 'good' } } } };
+    if (id && /PICKY-STEP/.test(lastText)) {
+      reached();
+      return { hold: released, tool: { name: 'workflow', arguments: { action: 'submit', interactionId: id, output: { title: 'bad' } } } };
+    }
+    return { text: 'ok' };
+  };
+  const pi = await env.startPi({ sessionId: 'review-again' });
+  const client = await env.client();
+  const { run_id: runId } = await client.startRun(wf, { input: {}, sessionId: 'review-again' });
+  await atStep;
+  appendFileSync(wf, '\n// edited\n');
+  const from = pi.mark();
+  release();
+  await until(() => reviewCards(pi, from)[0], 'the review card');
+  await pi.waitSettled(from);
+  const after = pi.mark();
+  await client.retryRun(runId, { acceptSource: true, reason: 'keep the edit', by: 'test' });
+  // The kept submission is judged (rejected), and the step comes back to the model, saying so.
+  const step = await until(
+    () => pi.customMessages('piw-step', after).find((m) => /went on after its review/.test(m.content)),
+    'the step presented again',
+  );
+  assert.match(step.content, /rejected: title must not be "bad"/);
+  const run = await client.waitForRun(runId, { timeoutMs: 30_000 });
+  assert.equal(run.status, 'completed');
+  assert.deepEqual(run.result, { title: 'good' });
+  assert.equal(pi.customMessages('piw-step', after).length, 1, 'presented again once');
+  await pi.quit();
 });
