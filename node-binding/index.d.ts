@@ -73,6 +73,12 @@ export type ClientErrorCode =
   | 'protocol'
   /** `waitForRun` / `waitForSubmission` gave up after `timeoutMs`. */
   | 'timeout'
+  /**
+   * `waitForSubmission`: the run stopped for review before the submission was judged
+   * (`details`: `run_id`, `submission_id`, `review_reason`). The submission is kept and judged
+   * once a person lets the run go on (`piw run retry`).
+   */
+  | 'run_in_review'
   /** `defineWorkflow` refused the graph. */
   | 'invalid_graph';
 
@@ -434,8 +440,14 @@ export declare class Client {
   /**
    * A run in review: runs its current node again (`queued`), or, when that node's attempt waits
    * for an answer nobody gave yet, waits for it again (`waiting`). Refused while an effect is uncertain.
+   * `acceptSource`: a run stopped because a source changed (`review_reason` starting with
+   * `source_changed`) goes on with its workflow file as it is now; the `retried` event keeps the
+   * old and new hash. Refused (`invalid_transition`) for a run in review for another reason.
    */
-  retryRun(runId: string, options?: CommandOptions & { reason?: string; by?: string }): Promise<{ run_id: string; status: 'queued' | 'waiting' }>;
+  retryRun(
+    runId: string,
+    options?: CommandOptions & { reason?: string; by?: string; acceptSource?: boolean },
+  ): Promise<{ run_id: string; status: 'queued' | 'waiting' }>;
   /** A run in review: records what became of an uncertain effect; the run continues once none is. */
   resolveEffect(
     runId: string,
@@ -498,7 +510,10 @@ export declare class Client {
    * again and re-reads the run. The same holds for `waitForSubmission`.
    */
   waitForRun(runId: string, options?: WaitOptions & { untilParked?: boolean }): Promise<Run>;
-  /** The verdict on a submission once the workflow's `validate` judged it. */
+  /**
+   * The verdict on a submission once the workflow's `validate` judged it. Rejects at once with
+   * `run_in_review` when the run stopped for review first (`details.review_reason` says why).
+   */
   waitForSubmission(runId: string, submissionId: string, options?: WaitOptions): Promise<SubmissionVerdict>;
   /** Closes the connection; calls in flight reject with `client_closed`. */
   close(): Promise<void>;

@@ -350,6 +350,7 @@ impl Sim {
         self.outgoing.push(StoreMsg::Request(Box::new(Job {
             request,
             start,
+            accepted_source: None,
             start_refused: None,
             meta: None,
             reply,

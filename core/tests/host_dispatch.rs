@@ -24,7 +24,7 @@ fn in_the_releasing_batch(
     f.store
         .write(|w| {
             w.wait_for_decision(&act.claim, attempt, DecisionKind::Checkpoint, &json!({}))?;
-            apply_command(w, &state, &req, None)
+            apply_command(w, &state, &req, None, None)
         })
         .expect("the command commits")
 }
@@ -597,7 +597,7 @@ fn an_answer_naming_another_run_or_node_is_refused() {
         let before = f.store.canonical_dump().unwrap();
         let err = f
             .store
-            .write(|w| apply_command(w, &state, &req, None))
+            .write(|w| apply_command(w, &state, &req, None, None))
             .expect_err(&req.request_id);
         let code = piw_core::engine::dispatch::rejection_for(&err).code;
         assert!(
@@ -626,7 +626,7 @@ fn an_answer_naming_another_run_or_node_is_refused() {
     ];
     for req in ok {
         f.store
-            .write(|w| apply_command(w, &state, &req, None))
+            .write(|w| apply_command(w, &state, &req, None, None))
             .expect(&req.request_id);
     }
     assert_eq!(f.store.run(&run_d).unwrap().status, RunStatus::Queued);
@@ -858,7 +858,7 @@ fn message_claim_of_a_session_fits_a_reply() {
         );
         let body = f
             .store
-            .write(|w| apply_command(w, &state, &req, None))
+            .write(|w| apply_command(w, &state, &req, None, None))
             .unwrap();
         let encoded = encode_frame(
             &ServerFrame::receipt("req-claim", Receipt::new(None, body.clone())),
@@ -1077,12 +1077,13 @@ fn a_retry_reports_a_run_that_waits_for_its_answer_again() {
         RequestBody::RunRetry(payload::RunRetry {
             reason: Some("fixed".into()),
             by: Some("ana".into()),
+            accept_source: false,
         }),
     )
     .with_run_id(&run_id);
     let body = f
         .store
-        .write(|w| apply_command(w, &HostState::default(), &req, None))
+        .write(|w| apply_command(w, &HostState::default(), &req, None, None))
         .unwrap();
     assert_eq!(body["status"], json!("waiting"));
     assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Waiting);
@@ -1110,13 +1111,29 @@ fn a_submission_sent_again_gets_its_receipt_and_changes_nothing() {
     };
     let first = f
         .store
-        .write(|w| apply_command(w, &state, &submit("s1", json!({"v": 1, "w": 2})), None))
+        .write(|w| {
+            apply_command(
+                w,
+                &state,
+                &submit("s1", json!({"v": 1, "w": 2})),
+                None,
+                None,
+            )
+        })
         .unwrap();
     assert_eq!(first["repeated"], false, "{first}");
     let before = f.store.canonical_dump().unwrap();
     let again = f
         .store
-        .write(|w| apply_command(w, &state, &submit("s2", json!({"w": 2, "v": 1})), None))
+        .write(|w| {
+            apply_command(
+                w,
+                &state,
+                &submit("s2", json!({"w": 2, "v": 1})),
+                None,
+                None,
+            )
+        })
         .unwrap();
     assert_eq!(again["repeated"], true, "{again}");
     assert_eq!(again["submission_id"], first["submission_id"]);
@@ -1128,7 +1145,7 @@ fn a_submission_sent_again_gets_its_receipt_and_changes_nothing() {
     );
     let err = f
         .store
-        .write(|w| apply_command(w, &state, &submit("s3", json!({"v": 2})), None))
+        .write(|w| apply_command(w, &state, &submit("s3", json!({"v": 2})), None, None))
         .unwrap_err();
     assert_eq!(
         piw_core::engine::dispatch::rejection_for(&err).code,
@@ -1239,6 +1256,7 @@ fn a_command_sent_again_gets_its_receipt_even_when_its_batch_fails_to_commit() {
         let job = Job {
             request: Request::new(request_id, body).with_run_id(run_id),
             start: None,
+            accepted_source: None,
             start_refused: None,
             meta: None,
             reply,
@@ -1579,6 +1597,7 @@ fn a_turn_hands_its_effects_to_the_driver_in_order() {
         Input::Request(Box::new(Job {
             request,
             start,
+            accepted_source: None,
             start_refused: None,
             meta: None,
             reply,
@@ -1877,6 +1896,7 @@ fn detaching_a_run_whose_step_is_open_launches_its_bridge_at_once() {
     let detach = Job {
         request: Request::new("d-1", RequestBody::RunDetach).with_run_id(&run_id),
         start: None,
+        accepted_source: None,
         start_refused: None,
         meta: None,
         reply,

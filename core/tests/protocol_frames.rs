@@ -62,6 +62,7 @@ fn sample(kind: RequestKind) -> Request {
         RequestKind::RunRetry => RequestBody::RunRetry(RunRetry {
             reason: Some("fixed the config".into()),
             by: Some("ana".into()),
+            accept_source: true,
         }),
         RequestKind::EffectResolve => RequestBody::EffectResolve(EffectResolve {
             effect_id: "eff-1".into(),

@@ -171,6 +171,7 @@ fn start_job(request_id: &str, input: serde_json::Value, to: u32) -> Input<u32> 
     Input::Request(Box::new(Job {
         request: Request::new(request_id, body),
         start: Some(PreparedStart { new_run: run }),
+        accepted_source: None,
         start_refused: None,
         meta: None,
         reply: to,

@@ -391,11 +391,18 @@ pub(crate) enum RunCmd {
     },
     /// A run in review: run its current node again (once the cause of its lost children is
     /// fixed, or a changed source is put back). Refused while an effect is uncertain.
+    /// With `--accept-source`, a run stopped because its workflow file changed goes on with
+    /// the file as it is now.
     Retry {
         run_id: String,
         /// Why: what was fixed (kept in the run's `retried` event, with your login name).
         #[arg(long, default_value = "")]
         reason: String,
+        /// The run stopped because a source changed: go on with the workflow file as it is
+        /// now (its new hash, graph and mounts become the run's; the `retried` event keeps the
+        /// old and the new hash). Refused for a run in review for any other reason.
+        #[arg(long)]
+        accept_source: bool,
         #[arg(long)]
         json: bool,
     },

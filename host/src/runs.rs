@@ -293,6 +293,7 @@ pub(crate) fn run_cmd(paths: &PiwPaths, mut cmd: RunCmd, json: bool) -> Result<(
         RunCmd::Retry {
             run_id,
             reason,
+            accept_source,
             json,
         } => (
             client.send(run_request(
@@ -300,6 +301,7 @@ pub(crate) fn run_cmd(paths: &PiwPaths, mut cmd: RunCmd, json: bool) -> Result<(
                 RequestBody::RunRetry(payload::RunRetry {
                     reason: Some(reason),
                     by: Some(login_name()),
+                    accept_source,
                 }),
             ))?,
             json,

@@ -966,6 +966,222 @@ fn a_person_resolves_an_uncertain_effect_from_the_command_line() {
     assert_eq!(lines.lines().count(), 1, "applied once: {lines}");
 }
 
+/// The events of a run, as `piw logs --json` prints them.
+fn events_of(home: &Path, run_id: &str) -> Vec<Value> {
+    let logs = json_of(&piw(home, &["logs", run_id, "--json"]));
+    logs["events"].as_array().cloned().unwrap_or_default()
+}
+
+/// `piw run retry <run>` with `--reason` and more arguments; the run's status afterwards (the
+/// command must succeed).
+fn retry(home: &Path, run_id: &str, args: &[&str]) -> Value {
+    let mut all = vec!["run", "retry", run_id, "--json"];
+    all.extend_from_slice(args);
+    let o = piw(home, &all);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    json_of(&o)
+}
+
+/// A workflow file edited while its run waits on a checkpoint stops the run for review once
+/// the answer lets it go on (the child finds the changed source before loading it). A plain
+/// retry stops it again, since the file still differs; `--accept-source` lets it go on with
+/// the file as it is now, and its `retried` event keeps the decision (who, why, both hashes).
+/// A run in review for another reason has no source to accept.
+#[test]
+fn a_person_accepts_a_changed_source_of_a_run_in_review() {
+    let h = home();
+    let fixture = |edited: bool| {
+        serde_json::json!({
+            "graph": {"name": "edit", "start": "ask",
+                      "nodes": {"ask": {"kind": "checkpoint"}, "done": {"kind": "compute"}},
+                      "edges": [{"from": "ask", "to": "done"}]},
+            "behaviors": {"ask": {"wait": "checkpoint"},
+                          "done": {"return": {"edited": edited}}}
+        })
+    };
+    let file = workflow_file(&h, "edit", &fixture(false));
+    let run_id = start_in_session(&h.home, &file);
+    let decision = pending_at(&h.home, &run_id, "decisions", "ask");
+    let old_hash = piw_core::worker::hash_file(&file).unwrap();
+    std::fs::write(&file, fixture(true).to_string()).unwrap();
+    let new_hash = piw_core::worker::hash_file(&file).unwrap();
+    let o = piw(
+        &h.home,
+        &["run", "answer", &run_id, "yes", "--decision", &decision],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let s = wait_status(&h.home, &run_id, &["review", "completed", "failed"]);
+    assert_eq!(s["run"]["status"], "review", "{s}");
+    let reason = s["run"]["review_reason"].as_str().unwrap().to_owned();
+    assert!(reason.starts_with("source_changed: "), "{reason}");
+
+    // The file still differs: a plain retry stops again, for the same reason.
+    assert_eq!(retry(&h.home, &run_id, &[])["status"], "queued");
+    let reviews = |events: &[Value]| events.iter().filter(|e| e["kind"] == "review").count();
+    let started = std::time::Instant::now();
+    while reviews(&events_of(&h.home, &run_id)) < 2 {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "never stopped again"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let s = wait_status(&h.home, &run_id, &["review"]);
+    assert!(s["run"]["review_reason"]
+        .as_str()
+        .unwrap()
+        .starts_with("source_changed: "));
+
+    // Accepted: the run goes on with the edited file (the answered checkpoint continues).
+    let r = retry(
+        &h.home,
+        &run_id,
+        &["--accept-source", "--reason", "the edit is wanted"],
+    );
+    assert_eq!(r["status"], "queued", "{r}");
+    let s = wait_status(&h.home, &run_id, &["completed", "failed", "review"]);
+    assert_eq!(s["run"]["status"], "completed", "{s}");
+    assert_eq!(
+        s["run"]["result"],
+        serde_json::json!({"edited": true}),
+        "{s}"
+    );
+    assert_eq!(s["run"]["source_hash"], new_hash.as_str(), "{s}");
+    let events = events_of(&h.home, &run_id);
+    let retried: Vec<&Value> = events.iter().filter(|e| e["kind"] == "retried").collect();
+    assert_eq!(retried.len(), 2, "{events:?}");
+    assert!(
+        retried[0]["data"].get("accepted_source").is_none(),
+        "{events:?}"
+    );
+    let decision = &retried[1]["data"];
+    assert_eq!(decision["reason"], "the edit is wanted", "{decision}");
+    assert!(
+        !decision["by"].as_str().unwrap_or_default().is_empty(),
+        "{decision}"
+    );
+    let accepted = &decision["accepted_source"];
+    assert_eq!(accepted["old_hash"], old_hash.as_str(), "{decision}");
+    assert_eq!(accepted["new_hash"], new_hash.as_str(), "{decision}");
+    assert_eq!(accepted["review_reason"], reason.as_str(), "{decision}");
+    // Once done, there is nothing to accept.
+    let o = piw(
+        &h.home,
+        &["run", "retry", &run_id, "--accept-source", "--json"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(json_of(&o)["error"]["code"], "invalid_transition");
+
+    // A run in review because its children kept dying has no changed source to accept.
+    let crashing = workflow_file(
+        &h,
+        "crashing",
+        &serde_json::json!({
+            "graph": {"name": "crashing", "start": "a", "nodes": {"a": {"kind": "compute"}}, "edges": []},
+            "behaviors": {"a": {"crash": "before_propose"}}
+        }),
+    );
+    let o = piw(
+        &h.home,
+        &[
+            "run",
+            "start",
+            crashing.to_str().unwrap(),
+            "--wait",
+            "--json",
+        ],
+    );
+    let crashed = json_of(&o)["run"]["run_id"].as_str().unwrap().to_owned();
+    let s = wait_status(&h.home, &crashed, &["review"]);
+    assert!(
+        !s["run"]["review_reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("source_changed"),
+        "{s}"
+    );
+    let o = piw(
+        &h.home,
+        &["run", "retry", &crashed, "--accept-source", "--json"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let error = &json_of(&o)["error"];
+    assert_eq!(error["code"], "invalid_transition", "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("not a changed source")
+            || error["message"]
+                .as_str()
+                .unwrap()
+                .contains("another reason"),
+        "{error}"
+    );
+    assert_eq!(
+        wait_status(&h.home, &crashed, &["review"])["run"]["status"],
+        "review"
+    );
+}
+
+/// A source accepted as changed whose graph no longer has the node the run stands at: the
+/// run is not resumed at a node that does not exist, it stops for review again saying which
+/// node is missing; with that node put back and accepted, it goes on.
+#[test]
+fn an_accepted_source_without_the_runs_current_node_stops_for_review() {
+    let h = home();
+    let fixture = |ask: &str| {
+        serde_json::json!({
+            "graph": {"name": "renamed", "start": ask,
+                      "nodes": {ask: {"kind": "checkpoint"}, "done": {"kind": "compute"}},
+                      "edges": [{"from": ask, "to": "done"}]},
+            "behaviors": {ask: {"wait": "checkpoint"}, "done": {"return": {"ok": true}}}
+        })
+    };
+    let file = workflow_file(&h, "renamed", &fixture("ask"));
+    let run_id = start_in_session(&h.home, &file);
+    let decision = pending_at(&h.home, &run_id, "decisions", "ask");
+    std::fs::write(&file, fixture("question").to_string()).unwrap();
+    let o = piw(
+        &h.home,
+        &["run", "answer", &run_id, "yes", "--decision", &decision],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let s = wait_status(&h.home, &run_id, &["review", "completed", "failed"]);
+    assert_eq!(s["run"]["status"], "review", "{s}");
+    retry(&h.home, &run_id, &["--accept-source"]);
+    let started = std::time::Instant::now();
+    let s = loop {
+        let s = wait_status(&h.home, &run_id, &["review", "completed", "failed"]);
+        if s["run"]["review_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("no longer has the node"))
+            || s["run"]["status"] != "review"
+        {
+            break s;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "{s}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(s["run"]["status"], "review", "{s}");
+    let reason = s["run"]["review_reason"].as_str().unwrap();
+    assert!(reason.starts_with("source_changed: "), "{reason}");
+    assert!(reason.contains("node ask"), "{reason}");
+    // The answer the person gave is still the run's: put the node back, accept, go on.
+    std::fs::write(&file, fixture("ask").to_string()).unwrap();
+    retry(
+        &h.home,
+        &run_id,
+        &["--accept-source", "--reason", "put ask back"],
+    );
+    let s = wait_status(&h.home, &run_id, &["completed", "failed"]);
+    assert_eq!(s["run"]["status"], "completed", "{s}");
+    assert_eq!(s["run"]["result"], serde_json::json!({"ok": true}), "{s}");
+}
+
 /// A person answers from the command line: `piw run status` shows what a waiting run asks
 /// (the question, its id, the command that answers it), `piw run answer` answers a checkpoint
 /// (plain text or `--input @file`), `piw run decide` a protected decision, `piw run submit` an

@@ -250,6 +250,45 @@ export const CARD_ROWS = 4;
 export const CARD_EXPANDED_ROWS = 400;
 
 /**
+ * Whether a run's review reason is about a changed source (a child found a source that differs
+ * from the one the run recorded): the host's `is_source_change`, the one review a person may
+ * leave with `piw run retry --accept-source`.
+ */
+export function isSourceChange(reason) {
+  return typeof reason === 'string' && /^source_changed(?::|$)/.test(reason);
+}
+
+/**
+ * The card a session gets when one of its runs stops for review (`status`: its `run.status`):
+ * that it stopped, why, and what a person does to let it go on. No turn: the model is told not
+ * to work on the run's steps meanwhile.
+ */
+export function reviewCardText(status) {
+  const { run } = status;
+  const id = run.run_id;
+  const reason = run.review_reason ?? 'no reason given';
+  const lines = [`Workflow ${run.workflow_name} (run ${id}) stopped for review: ${reason}`];
+  const kept = (status.interactions ?? []).filter((i) => i.last_submission?.state === 'validating' || i.status === 'validating');
+  for (const i of kept) lines.push(`The submission for step ${i.node_id} is kept: it is judged when the run goes on.`);
+  const uncertain = (status.effects ?? []).filter((e) => e.state === 'uncertain');
+  if (isSourceChange(reason)) {
+    lines.push(
+      `Its workflow file changed while it ran. A person either restores the file and runs \`piw run retry ${id}\`, or continues with the edited workflow: \`piw run retry ${id} --accept-source\`.`,
+    );
+  } else if (uncertain.length > 0) {
+    for (const e of uncertain) {
+      lines.push(
+        `Effect ${e.effect_key ?? e.effect_id} may have happened: a person checks, then records it with \`piw run resolve-effect ${id} ${e.effect_id} --applied <receipt-json>\` or \`--failed <error>\`; the run then goes on.`,
+      );
+    }
+  } else {
+    lines.push(`A person fixes the cause, then runs \`piw run retry ${id}\` (\`piw run cancel ${id}\` ends it instead).`);
+  }
+  lines.push('The run does not go on until then: do not work on its steps or submit for it.');
+  return lines.join('\n');
+}
+
+/**
  * What a step or message card carries: `{ head, lines, compact }`. `lines` is everything
  * (shown expanded); `compact` what a collapsed card shows first. A run's end is read from the
  * message's own content (its error, reason and result), not from the text the model got

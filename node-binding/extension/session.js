@@ -14,6 +14,7 @@ import {
   parkedCheckpointText,
   presentationOf,
   readRequest,
+  reviewCardText,
   stepMessage,
   widgetOf,
 } from './format.js';
@@ -269,6 +270,11 @@ export class WorkflowSession {
     this.liveRuns = [];
     this.reconnectTimer = null;
     this.reconnectAttempt = 0;
+    /** Review cards sent by this process (their `reviewKey`s), until the branch holds them. */
+    this.reviewCards = new Set();
+    /** Runs of the session seen in review, and those that went on since (presented again, once). */
+    this.reviewRuns = new Set();
+    this.wentOn = new Set();
     /** The last refresh failure reported to the person (reported once, until a refresh succeeds). */
     this.refreshFailure = null;
     /** Whether a call may start a host when none answers (a bridge never does: see ./bridge.js). */
@@ -577,6 +583,7 @@ export class WorkflowSession {
     for (const run of runs) {
       if (!isFinal(run.status)) statuses.set(run.run_id, await this.call('run.status', (c) => c.runStatus(run.run_id)));
     }
+    this.reportReviews(statuses);
     await this.stopClosedTurn(statuses);
     await this.presentActive(statuses);
     this.offerDecisions(statuses);
@@ -828,12 +835,13 @@ export class WorkflowSession {
     if (resumed && statuses.has(resumed) && !statuses.get(resumed).run.paused) this.resumedRun = null;
     if (!next) return;
     if (next.type === 'interaction' && next.item.status !== 'pending') return;
-    const again = resumed === next.runId;
+    // Resumed, or gone on after its review: the model continues the same request.
+    const again = resumed === next.runId || this.wentOn.has(next.runId);
     const run = statuses.get(next.runId)?.run;
     const content = next.type === 'interaction' ? stepMessage(next.item, run?.workflow_name) : checkpointMessage(next.item, next.run);
     if (again || (this.presentedSteps().get(next.id) ?? 0) === 0) {
       // After a resume the model continues the same request: presented again, once.
-      this.sendStep(next, again ? `The workflow was resumed.\n\n${content}` : content, this.remindersOf(next.id));
+      this.sendStep(next, again ? `${this.resumedText(next)}\n\n${content}` : content, this.remindersOf(next.id));
       return;
     }
     if (this.presentedHere.has(next.id) || this.recovered.has(next.id)) return;
@@ -850,6 +858,14 @@ export class WorkflowSession {
     }
   }
 
+  /** What a request presented again after a resume, or after its run's review, says first. */
+  resumedText(next) {
+    if (!this.wentOn.delete(next.runId)) return 'The workflow was resumed.';
+    const last = next.type === 'interaction' ? next.item.last_submission : null;
+    const rejected = last?.state === 'rejected' ? ` The submission kept during the review was rejected: ${last.error}. Fix it and submit again.` : '';
+    return `The workflow run went on after its review.${rejected}`;
+  }
+
   /**
    * Why the interaction `id` of run `status`, still open, is no longer this session's to
    * answer: its run was detached, so the Pi the host starts (its bridge) answers it. Null when
@@ -862,10 +878,57 @@ export class WorkflowSession {
   }
 
   /**
+   * One card, starting no turn, for each stop for review of a run of the session: why, and what
+   * a person does (`reviewCardText`). A run seen in review that went on has its request
+   * presented again, once (as after a resume), with the verdict on a kept submission that was
+   * rejected meanwhile. A stop for review is known by its run and the claim
+   * generation of the child that stopped it (each retry activates a new one), so a Pi restart
+   * finds the card in the branch and shows it no second time, and a run that stops again after
+   * a retry gets a card again.
+   */
+  reportReviews(statuses) {
+    // Ended (no longer listed): nothing of theirs is presented again.
+    for (const id of this.wentOn) if (!statuses.has(id)) this.wentOn.delete(id);
+    let branch = null;
+    for (const status of statuses.values()) {
+      if (status.run.status !== 'review' && this.reviewRuns.delete(status.run.run_id)) {
+        // A person let it go on: its request is presented again, once, saying so.
+        this.wentOn.add(status.run.run_id);
+      }
+      if (status.run.status !== 'review' || this.closed) continue;
+      this.reviewRuns.add(status.run.run_id);
+      const reviewKey = `${status.run.run_id}:${status.claim?.generation ?? 0}`;
+      if (this.reviewCards.has(reviewKey)) continue;
+      branch ??= new Set(
+        this.entries()
+          .filter((e) => e.type === 'custom_message' && e.customType === MESSAGE && e.details?.kind === 'review')
+          .map((e) => e.details.reviewKey),
+      );
+      if (branch.has(reviewKey)) continue;
+      this.reviewCards.add(reviewKey);
+      const reason = status.run.review_reason ?? null;
+      this.pi.sendMessage(
+        {
+          customType: MESSAGE,
+          content: reviewCardText(status),
+          display: true,
+          details: { kind: 'review', runId: status.run.run_id, reviewKey, reason },
+        },
+        { triggerTurn: false },
+      );
+      try {
+        this.ctx.ui.notify(`workflow ${status.run.workflow_name} stopped for review (run ${status.run.run_id}): ${reason ?? 'no reason given'}`, 'warning');
+      } catch {
+        // no UI (print mode)
+      }
+    }
+  }
+
+  /**
    * Turns follow the run: when the request the running turn carries is closed without its
-   * submission (cancelled, timed out, its run ended) or handed to a bridge (its run was
-   * detached), the turn is stopped and the session told
-   * why, in one message that starts no turn. Its aborted settle pauses nothing: the request is
+   * submission (cancelled, timed out, its run ended), handed to a bridge (its run was
+   * detached) or its run stopped for review, the turn is stopped and the session told
+   * why, in one message that starts no turn (for a review, its review card). Its aborted settle pauses nothing: the request is
    * no longer pending.
    */
   async stopClosedTurn(statuses) {
@@ -876,13 +939,15 @@ export class WorkflowSession {
       const presented = this.presentedHere.get(id);
       if (!presented || this.stoppedTurns.has(id)) continue;
       const status = statuses.get(presented.runId) ?? (await this.call('run.status', (c) => c.runStatus(presented.runId)));
-      const why = closedWithout(status, id) ?? this.handedAway(status, id);
+      // A run stopped for review: its review card (`reportReviews`) is the one message.
+      const review = status.run.status === 'review' ? `its run stopped for review (${status.run.review_reason ?? 'no reason given'})` : null;
+      const why = closedWithout(status, id) ?? this.handedAway(status, id) ?? review;
       if (!why || this.closed || this.ctx.isIdle()) continue;
       this.stoppedTurns.add(id);
       this.stoppingTurn = true;
       const what = presented.type === 'checkpoint' ? 'checkpoint' : 'step';
       // A run that ended says so in its own card (its terminal message): that is the one message.
-      if (!isFinal(status.run.status)) this.pi.sendMessage(
+      if (!isFinal(status.run.status) && !review) this.pi.sendMessage(
         {
           customType: MESSAGE,
           content: `Stop working on workflow ${what} ${presented.node} (run ${presented.runId}): ${why}. Do not submit it.`,
@@ -926,6 +991,8 @@ export class WorkflowSession {
     const count = (this.presentedSteps().get(active.id) ?? 0) + 1;
     this.outbox.set(`step:${active.id}`, { type: 'step', id: active.id, count, reminder, settles: this.settles });
     this.presentedHere.set(active.id, { type: active.type, runId: active.runId, node: active.item.node_id });
+    // Presented again (its run went on after a review): its turn may be stopped again.
+    this.stoppedTurns.delete(active.id);
     this.pi.sendMessage(
       { customType: STEP, content, display: true, details },
       { triggerTurn: true, deliverAs: this.ctx.isIdle() ? 'followUp' : 'steer' },
@@ -969,7 +1036,8 @@ export class WorkflowSession {
     const wasDropped = dropped.get(active.id);
     if (!wasCarried && !wasDropped) return;
     const status = await this.call('run.status', (c) => c.runStatus(active.runId));
-    if (status.run.paused || isFinal(status.run.status)) return;
+    // Stopped for review: its card says what a person does; nothing to pause or remind.
+    if (status.run.paused || isFinal(status.run.status) || status.run.status === 'review') return;
     // Detached meanwhile: its bridge answers the request; this session neither pauses the run
     // nor reminds its model.
     if (active.type === 'interaction' && this.handedAway(status, active.id)) return;
@@ -1077,6 +1145,8 @@ export class WorkflowSession {
         this.kick();
       },
       (e) => {
+        // Stopped for review: the session's review card says so (the submission is kept).
+        if (e?.code === 'run_in_review') return;
         if (!this.closed) this.ctx.ui.notify(`workflow ${where}: the verdict on its submission is not known (${e?.message ?? e}); /workflow status shows it`, 'warning');
       },
     );

@@ -69,6 +69,11 @@ export async function boundInteraction(s, interactionId) {
     if (away) {
       throw new WorkflowError(`interaction ${id} (step ${interaction.node_id} of run ${shown.runId}) is no longer this session's: ${away}. Do not submit it or work on it further${current}`);
     }
+    if (st.run.status === 'review') {
+      throw new WorkflowError(
+        `interaction ${id} (step ${interaction.node_id}) waits: its run ${shown.runId} stopped for review (${st.run.review_reason ?? 'no reason given'}). ${interaction.status === 'validating' ? 'Its submission is kept and is judged' : 'The step comes back'} when a person lets the run go on (piw run retry). Do not submit it again or work on it further${current}`,
+      );
+    }
     const why = st.run.paused
       ? `its run ${shown.runId} is paused (/workflow resume ${shown.runId} presents it again)`
       : 'another request of this session goes first';
@@ -181,6 +186,10 @@ export async function submit(s, params, signal) {
   // The turn stopped (Escape): the submission stands (the host keeps it and validates it
   // once); the model hears that its outcome is unknown, the session hears the verdict later.
   const stopped = await untilAborted(signal, verdictCall);
+  // Stopped because the run stopped for review (the session stops a turn on a run in review):
+  // the model hears that, as when the wait itself ended on it.
+  const review = stopped ? await inReview(s, current.run_id, submitted.submission_id) : null;
+  if (review) return reviewResult(s, current, submitted, review);
   if (stopped) {
     s.reportVerdictLater(current, submitted.submission_id, verdictCall);
     return text(
@@ -188,7 +197,15 @@ export async function submit(s, params, signal) {
       { runId: current.run_id, interactionId: current.interaction_id, submissionId: submitted.submission_id, verdict: 'unknown' },
     );
   }
-  const verdict = await verdictCall;
+  let verdict;
+  try {
+    verdict = await verdictCall;
+  } catch (e) {
+    if (e?.code !== 'run_in_review') throw e;
+    // The run stopped for review while the output was being judged (its workflow file
+    // changed, say): the host keeps the submission and judges it when a person continues.
+    return reviewResult(s, current, submitted, e.details?.review_reason ?? e.message);
+  }
   s.kick();
   if (verdict.state === 'rejected') {
     // Detached while it was being judged: the bridge takes the step over from here.
@@ -208,6 +225,36 @@ export async function submit(s, params, signal) {
     interactionId: current.interaction_id,
     submissionId: submitted.submission_id,
   });
+}
+
+/**
+ * The review reason when run `runId` is in review with submission `submissionId` not judged
+ * yet, else null (also when the host cannot say).
+ */
+async function inReview(s, runId, submissionId) {
+  try {
+    const st = await s.call('run.status', (c) => c.runStatus(runId));
+    const last = st.interactions.find((i) => i.last_submission?.submission_id === submissionId)?.last_submission;
+    if (st.run.status !== 'review' || (last && last.state !== 'validating')) return null;
+    return st.run.review_reason ?? 'no reason given';
+  } catch {
+    return null;
+  }
+}
+
+/** What `submit` answers when the run stopped for review before judging the submission. */
+function reviewResult(s, current, submitted, reason) {
+  s.kick();
+  return text(
+    `submitted the output for step ${current.node_id} of run ${current.run_id}, but the run stopped for review before the workflow judged it: ${reason}. The submission is kept: it is judged when a person lets the run go on (piw run retry). Do not submit it again, and stop working on this step.`,
+    {
+      runId: current.run_id,
+      interactionId: current.interaction_id,
+      submissionId: submitted.submission_id,
+      verdict: 'review',
+      reviewReason: reason,
+    },
+  );
 }
 
 /** Resolves true when `signal` aborts before `promise` settles, false once it settles (either way). */

@@ -294,12 +294,14 @@ export class Client {
   /**
    * A run in review: runs its current node again (a person's way out, once the cause is
    * fixed). `by` and `reason` are kept in the run's `retried` event. Refused while an effect
-   * is uncertain (`resolveEffect` first).
+   * is uncertain (`resolveEffect` first). `acceptSource: true`: a run stopped because a source
+   * changed goes on with its workflow file as it is now (refused for any other review).
    */
   retryRun(runId, options = {}) {
     return this.#body('run.retry', { ...envelope(options), runId }, {
       reason: options.reason ?? null,
       by: options.by ?? null,
+      ...(options.acceptSource ? { accept_source: true } : {}),
     });
   }
 
@@ -480,7 +482,9 @@ export class Client {
   /**
    * Resolves with `{ submission_id, state, error }` once the workflow's `validate` judged the
    * submission (`state` `accepted` or `rejected`, with the error). Rejects with `timeout` after
-   * `options.timeoutMs`.
+   * `options.timeoutMs`; at once with `run_in_review` when the run stopped for review before
+   * judging it (`details`: `run_id`, `submission_id`, `review_reason`; the host keeps the
+   * submission and judges it once a person lets the run go on: `piw run retry`).
    */
   waitForSubmission(runId, submissionId, options = {}) {
     return this.#waitFor(
@@ -492,11 +496,18 @@ export class Client {
         if (isFinal(run.status)) {
           throw new PiwError('invalid_transition', `run ${runId} ended (${run.status}) before judging ${submissionId}`);
         }
+        if (run.status === 'review') {
+          const reason = run.review_reason ?? 'no reason given';
+          throw new PiwError('run_in_review', `run ${runId} stopped for review before judging ${submissionId}: ${reason}`, {
+            details: { run_id: runId, submission_id: submissionId, review_reason: reason },
+          });
+        }
         return undefined;
       },
       (event) =>
         event.event_kind === 'submission_accepted' ||
         event.event_kind === 'submission_rejected' ||
+        event.status === 'review' ||
         isFinal(event.status),
       options,
     );

@@ -676,7 +676,7 @@ fn fail_step(store: &mut dyn Storage, state: &mut HostState, step: &DetachedStep
     request.attempt_id = Some(step.attempt_id.clone());
     let state_ref: &HostState = state;
     let result = store.write(|w| {
-        dispatch::apply_command(w, state_ref, &request, None)?;
+        dispatch::apply_command(w, state_ref, &request, None, None)?;
         Ok(w.take_runs_written())
     });
     match result {

@@ -172,6 +172,15 @@ pub struct PreparedStart {
     pub new_run: NewRun,
 }
 
+/// What the connection task read of a run's workflow file for `run.retry` with
+/// `accept_source`: the file the run was started with, hashed as it is now (file I/O stays off
+/// the store thread, as for [`PreparedStart`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcceptedSource {
+    pub source_root: String,
+    pub source_hash: String,
+}
+
 /// Applies one durable client command inside the batch transaction and returns the receipt
 /// body. It reads the host's memory and never changes it: a command of a group may run twice
 /// (`Transaction::command_group_dyn`).
@@ -180,6 +189,7 @@ pub fn apply_command(
     state: &HostState,
     req: &Request,
     start: Option<&PreparedStart>,
+    accepted: Option<&AcceptedSource>,
 ) -> Result<Value, StoreError> {
     if let (Some(run_id), Some(expected)) = (&req.run_id, req.expected_revision) {
         w.expect_revision(run_id, expected)?;
@@ -190,7 +200,7 @@ pub fn apply_command(
         RequestBody::RunDetach => body(&run::detach(w, state, req)?),
         RequestBody::RunResume => body(&run::resume(w, state, req)?),
         RequestBody::RunCancel(cancel) => body(&run::cancel(w, state, req, cancel)?),
-        RequestBody::RunRetry(r) => body(&run::retry(w, req, r)?),
+        RequestBody::RunRetry(r) => body(&run::retry(w, req, r, accepted)?),
         RequestBody::EffectResolve(e) => body(&effect::resolve(w, req, e)?),
         RequestBody::CheckpointAnswer(a) => body(&decision::checkpoint_answer(w, req, a)?),
         RequestBody::DecisionAnswer(a) => body(&decision::decision_answer(w, req, a)?),

@@ -43,7 +43,10 @@ pub enum Input<R> {
 pub struct Job<R> {
     pub request: Request,
     pub start: Option<PreparedStart>,
-    /// Why a `run.start` could not be prepared (its file is gone or unreadable): only the
+    /// The workflow file of a `run.retry` with `accept_source`, read by the connection task.
+    pub accepted_source: Option<dispatch::AcceptedSource>,
+    /// Why a `run.start` (or a `run.retry` accepting the source) could not be prepared (its
+    /// file is gone or unreadable): only the
     /// receipt of an earlier commit of the same request may answer it; otherwise this does.
     pub start_refused: Option<Rejection>,
     /// The command's receipt identity, computed by the connection task (hashing stays off the
@@ -308,7 +311,13 @@ fn handle_batch<R>(
             } else {
                 let state: &HostState = state;
                 w.command_group(group, meta_of, |w, job| {
-                    dispatch::apply_command(w, state, &job.request, job.start.as_ref())
+                    dispatch::apply_command(
+                        w,
+                        state,
+                        &job.request,
+                        job.start.as_ref(),
+                        job.accepted_source.as_ref(),
+                    )
                 })?
             };
             results.extend(outcomes.into_iter().zip(group).map(|(r, job)| {

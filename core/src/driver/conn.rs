@@ -15,8 +15,8 @@ use crate::engine::children;
 use crate::engine::dispatch;
 use crate::protocol::reply::{body_of, HostStopping, Subscription};
 use crate::protocol::{
-    encode_frame, Event, FrameDecoder, FrameError, Limits, Receipt, Rejection, RejectionCode,
-    Request, RequestBody, ServerFrame,
+    encode_frame, payload, Event, FrameDecoder, FrameError, Limits, Receipt, Rejection,
+    RejectionCode, Request, RequestBody, ServerFrame,
 };
 
 /// A frame that has started must be complete within this time, or the connection is closed
@@ -451,7 +451,7 @@ async fn handle_frame(
             // A run filter must name a run that exists (the store answers `not_found`
             // otherwise); a session needs no record before its first run.
             if filter.0.is_some() {
-                if let Err(rejection) = ask_store(shared, request.clone(), None, None, None).await {
+                if let Err(rejection) = ask_store(shared, request.clone(), Prepared::default(), None).await {
                     return Ok(answer(Err(rejection)));
                 }
             }
@@ -480,6 +480,7 @@ async fn handle_frame(
         )))),
         body => {
             let mut start_refused = None;
+            let mut accepted_source = None;
             let start = match body {
                 RequestBody::RunStart(start)
                     if !shared.runtime_suffixes.iter().any(|sfx| start.workflow_file.ends_with(sfx.as_str())) =>
@@ -532,6 +533,17 @@ async fn handle_frame(
                         }
                     }
                 }
+                // A person keeps a changed source: the run's file is hashed again, here (file
+                // I/O, on a blocking thread); the store decides whether the run may take it.
+                RequestBody::RunRetry(retry) if retry.accept_source => {
+                    match accepted_source_of(shared, &request).await {
+                        Ok(accepted) => accepted_source = Some(accepted),
+                        // As for a start: a replay of a retry that committed still gets its
+                        // receipt; otherwise this refusal answers.
+                        Err(rejection) => start_refused = Some(rejection),
+                    }
+                    None
+                }
                 _ => None,
             };
             let meta = if request.class().is_durable_command() {
@@ -544,7 +556,12 @@ async fn handle_frame(
             };
             let hello = matches!(request.body, RequestBody::WorkerHello(_))
                 .then(|| (request.run_id.clone(), request.generation));
-            let result = ask_store(shared, request, start, start_refused, meta).await;
+            let prepared = Prepared {
+                start,
+                accepted_source,
+                start_refused,
+            };
+            let result = ask_store(shared, request, prepared, meta).await;
             if let (Some((Some(run_id), Some(generation))), Ok(receipt)) = (hello, &result) {
                 if receipt.body.get("stop").is_none() {
                     *worker = Some((run_id, generation));
@@ -555,20 +572,69 @@ async fn handle_frame(
     }
 }
 
+/// What the connection task read from files for a request, before the store thread sees it.
+#[derive(Default)]
+struct Prepared {
+    start: Option<dispatch::PreparedStart>,
+    accepted_source: Option<dispatch::AcceptedSource>,
+    start_refused: Option<Rejection>,
+}
+
+/// `run.retry` with `accept_source`: the run's workflow file (read from the store first: the
+/// client does not name it) hashed as it is now, on a blocking thread.
+async fn accepted_source_of(
+    shared: &HostShared,
+    retry: &Request,
+) -> Result<dispatch::AcceptedSource, Rejection> {
+    let run_id = retry.run_id.clone().unwrap_or_default();
+    let read = Request::new(
+        format!("{}-source", retry.request_id),
+        RequestBody::RunStatus(payload::RunStatusQuery {
+            attempts_limit: Some(1),
+            ..Default::default()
+        }),
+    )
+    .with_run_id(&run_id);
+    let status = ask_store(shared, read, Prepared::default(), None).await?;
+    let Some(source_root) = status.body["run"]["source_root"]
+        .as_str()
+        .map(str::to_owned)
+    else {
+        return Err(Rejection::new(
+            RejectionCode::Internal,
+            format!("run {run_id}: its status names no workflow file"),
+        ));
+    };
+    match tokio::task::spawn_blocking(move || super::start_file::hash_accepted_source(&source_root))
+        .await
+    {
+        Ok(result) => result,
+        Err(e) => Err(Rejection::new(
+            RejectionCode::Internal,
+            format!("reading the workflow file failed: {e}"),
+        )),
+    }
+}
+
 /// Hands `request` to the store thread and waits for its answer (a read, or a durable
 /// command with its receipt identity `meta`).
 async fn ask_store(
     shared: &HostShared,
     request: Request,
-    start: Option<dispatch::PreparedStart>,
-    start_refused: Option<Rejection>,
+    prepared: Prepared,
     meta: Option<crate::store::CommandMeta>,
 ) -> Result<Receipt, Rejection> {
     let stopping = || Rejection::new(RejectionCode::HostShuttingDown, "host is stopping");
     let (tx, rx) = oneshot::channel();
+    let Prepared {
+        start,
+        accepted_source,
+        start_refused,
+    } = prepared;
     let job = Job {
         request,
         start,
+        accepted_source,
         start_refused,
         meta,
         reply: tx,

@@ -308,6 +308,7 @@ impl HostShared {
             .send(StoreMsg::Request(Box::new(Job {
                 request: Request::new("host-status", RequestBody::HostStatus),
                 start: None,
+                accepted_source: None,
                 start_refused: None,
                 meta: None,
                 reply: tx,

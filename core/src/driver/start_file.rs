@@ -1,10 +1,12 @@
 //! The driver's half of `run.start`: reading the workflow file the request names, on the
 //! connection's blocking thread, before the store thread decides anything. The deciding code
-//! (`dispatch`) gets the run record this builds ([`PreparedStart`]) and touches no file.
+//! (`dispatch`) gets the run record this builds ([`PreparedStart`]) and touches no file. The
+//! same for `run.retry` with `accept_source`: the run's workflow file hashed again
+//! ([`hash_accepted_source`], an [`AcceptedSource`]).
 
 use serde_json::json;
 
-use crate::engine::dispatch::PreparedStart;
+use crate::engine::dispatch::{AcceptedSource, PreparedStart};
 use crate::protocol::{payload, Rejection, RejectionCode};
 use crate::store::{ExecutionMode, NewRun};
 
@@ -68,6 +70,19 @@ pub fn prepare_start(start: &payload::RunStart) -> Result<PreparedStart, Rejecti
             },
             project_dir,
         },
+    })
+}
+
+/// Hashes a run's workflow file (`source_root`, as the run recorded it) as it is now, for a
+/// person's `run.retry` with `accept_source`. Blocking file I/O, like [`prepare_start`]. A file
+/// that is gone or unreadable is `not_found`, naming it: there is nothing to accept.
+pub fn hash_accepted_source(source_root: &str) -> Result<AcceptedSource, Rejection> {
+    let what = || format!("workflow file {source_root} (the run's source, to accept as it is now)");
+    let source_hash = hash_workflow_file(std::path::Path::new(source_root))
+        .map_err(|e| unreadable(what(), &e))?;
+    Ok(AcceptedSource {
+        source_root: source_root.to_owned(),
+        source_hash,
     })
 }
 

@@ -538,6 +538,15 @@ impl Transaction for WriteTx<'_> {
         WriteTx::retry_from_review(self, run_id, who)
     }
 
+    fn retry_accepting_source(
+        &mut self,
+        run_id: &str,
+        source_hash: &str,
+        who: Provenance<'_>,
+    ) -> StoreResult<u64> {
+        WriteTx::retry_accepting_source(self, run_id, source_hash, who)
+    }
+
     fn run(&self, run_id: &str) -> StoreResult<RunRecord> {
         WriteTx::run(self, run_id)
     }

@@ -422,6 +422,18 @@ pub fn forget_uncommitted_worker_message(state: &mut HostState, req: &Request, n
     }
 }
 
+/// The node a resumed run stands at (`None`: a fresh run starts at the graph's start node).
+fn resume_node(resume: &Resume) -> Option<&str> {
+    match resume {
+        Resume::Fresh { node_id } => node_id.as_deref(),
+        Resume::Continue { node_id, .. }
+        | Resume::Validate { node_id, .. }
+        | Resume::InteractionExpired { node_id, .. }
+        | Resume::Accepted { node_id, .. }
+        | Resume::TimerFired { node_id, .. } => Some(node_id),
+    }
+}
+
 pub(super) fn worker_hello(
     w: &mut dyn Transaction,
     state: &mut HostState,
@@ -477,6 +489,27 @@ pub(super) fn worker_hello(
     let Some(entry) = state.children.get(run_id) else {
         return Err(stale(run_id));
     };
+    // The node the run stands at must be one of the graph's: a source a person accepted as
+    // changed (`run.retry` with `accept_source`) may have dropped or renamed it. Resuming a
+    // node the workflow no longer has would run nothing the run recorded, so the run stops
+    // for review, saying which node is missing (the file can be changed again and accepted).
+    if let (Some(graph), Some(node)) = (&graph, resume_node(&entry.resume)) {
+        if graph.node(node).is_none() {
+            let reason = format!(
+                "{}: the workflow no longer has the node {node}, where the run stands \
+                 (its graph now has {}); the run cannot go on from there",
+                crate::store::SOURCE_CHANGED,
+                graph
+                    .nodes
+                    .keys()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            w.send_to_review(&claim, &reason)?;
+            return Ok(HelloReply::Stop { stop: reason });
+        }
+    }
     let (child_epoch, mode) = (entry.child_epoch, entry.mode);
     let resume = serde_json::to_value(&entry.resume)?;
     w.record_child_handshake(child_epoch)?;

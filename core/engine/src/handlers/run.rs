@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::{fence_for, required};
-use crate::dispatch::{HostState, PreparedStart};
+use crate::dispatch::{AcceptedSource, HostState, PreparedStart};
 use crate::fit::{fit_run_status, omit_until_it_fits, reply_excess, reply_room};
 use crate::protocol::reply::{
     RunCancelled, RunDetached, RunListReply, RunPaused, RunQueued, RunStatusReply,
@@ -135,13 +135,26 @@ pub(crate) fn retry(
     w: &mut dyn Transaction,
     req: &Request,
     r: &payload::RunRetry,
+    accepted: Option<&AcceptedSource>,
 ) -> Result<RunQueued, StoreError> {
     let run_id = required(&req.run_id, "run_id")?;
     let who = Provenance {
         by: r.by.as_deref().unwrap_or("unknown"),
         reason: r.reason.as_deref().unwrap_or(""),
     };
-    w.retry_from_review(run_id, who)?;
+    if r.accept_source {
+        // The driver read the file (`driver::start_file::hash_accepted_source`); a retry
+        // that reaches here without it was not prepared, and its refusal says why.
+        let accepted = accepted.ok_or_else(|| {
+            StoreError::InvalidInput(
+                "run.retry with accept_source needs the run's workflow file read by the host"
+                    .into(),
+            )
+        })?;
+        w.retry_accepting_source(run_id, &accepted.source_hash, who)?;
+    } else {
+        w.retry_from_review(run_id, who)?;
+    }
     // `queued`, or `waiting` when its attempt waits on a request nobody answered.
     let (status, _) = w.run_state(run_id)?;
     Ok(RunQueued {

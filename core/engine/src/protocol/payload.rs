@@ -322,6 +322,11 @@ pub struct RunRetry {
     pub reason: Option<String>,
     /// Who asked (the CLI sends the login name), kept in the event.
     pub by: Option<String>,
+    /// Go on with the workflow file as it is now: only for a run in review because a source
+    /// changed. The host hashes the run's workflow file again and the run takes it (and the
+    /// graph and mounts its next child loads) as its own; the `retried` event keeps both hashes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub accept_source: bool,
 }
 
 /// Payload of `effect.resolve`: a person records what became of an uncertain effect.

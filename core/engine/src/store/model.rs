@@ -79,6 +79,18 @@ string_enum! {
     }
 }
 
+/// The code a review reason starts with when a source of the run differs from the one it
+/// recorded (a child found it before loading, or its graph differs from the stored snapshot).
+pub const SOURCE_CHANGED: &str = "source_changed";
+
+/// Whether a run's review reason is about a changed source: the only review a person may
+/// leave by accepting the source as it is now (`run.retry` with `accept_source`).
+pub fn is_source_change(review_reason: &str) -> bool {
+    review_reason
+        .strip_prefix(SOURCE_CHANGED)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(':'))
+}
+
 /// The queue state a run in `status` with the `paused` flag must have. Every write derives the
 /// queue row from this one function, and `diagnose` checks stored rows against it.
 ///
@@ -502,6 +514,19 @@ mod tests {
             owner_id: "host-1",
             token_hash: "h",
         }
+    }
+
+    #[test]
+    fn only_a_changed_source_is_a_source_change() {
+        assert!(is_source_change(
+            "source_changed: workflow source /w changed"
+        ));
+        assert!(is_source_change("source_changed"));
+        assert!(!is_source_change("source_changed_elsewhere: no"));
+        assert!(!is_source_change(
+            "its child was lost 3 times: source_changed"
+        ));
+        assert!(!is_source_change(""));
     }
 
     #[test]

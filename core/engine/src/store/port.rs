@@ -598,6 +598,18 @@ pub trait Transaction {
     /// success.
     fn retry_from_review(&mut self, run_id: &str, who: Provenance<'_>) -> StoreResult<u64>;
 
+    /// A person leaves a review for a changed source by keeping the change: the run takes
+    /// `source_hash` (its workflow file as the host read it now), its stored mounts and graph
+    /// snapshot are cleared for the next child's hello, and it goes on as after
+    /// [`Self::retry_from_review`]; the `retried` event keeps both hashes. Refused for a run
+    /// not in review, one in review for another reason, and while an effect is uncertain.
+    fn retry_accepting_source(
+        &mut self,
+        run_id: &str,
+        source_hash: &str,
+        who: Provenance<'_>,
+    ) -> StoreResult<u64>;
+
     /// One run, as this transaction sees it.
     fn run(&self, run_id: &str) -> StoreResult<RunRecord>;
 

@@ -328,6 +328,60 @@ impl WriteTx<'_> {
         )
     }
 
+    /// A person's way out of a review for a changed source that keeps the change: the run
+    /// takes its workflow file as it is now (`source_hash`, which the host just read) and goes
+    /// on as [`Self::retry_from_review`] does. The stored mounted sources and graph snapshot
+    /// are cleared, so the next child's hello stores the ones it loads; the `retried` event
+    /// keeps the decision (who, why, the old and the new hash). Refused for a run not in
+    /// review, one in review for another reason, and while an effect is uncertain.
+    pub fn retry_accepting_source(
+        &mut self,
+        run_id: &str,
+        source_hash: &str,
+        who: Provenance<'_>,
+    ) -> StoreResult<u64> {
+        let run = self.run_for(run_id, Op::Retry)?;
+        let (reason, old_hash): (Option<String>, String) = self
+            .conn()
+            .prepare_cached("SELECT review_reason, source_hash FROM runs WHERE run_id = ?1")?
+            .query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let reason = reason.unwrap_or_default();
+        if !piw_engine::store::model::is_source_change(&reason) {
+            return Err(invalid(
+                run_id,
+                Op::Retry,
+                run.status,
+                format!(
+                    "the run is in review for another reason than a changed source ({reason}): \
+                     there is no source to accept; retry it without --accept-source"
+                ),
+            ));
+        }
+        if let Some(key) = self.first_uncertain_effect(run_id)? {
+            return Err(invalid(
+                run_id,
+                Op::Retry,
+                run.status,
+                format!("effect {key} is uncertain: resolve it first (`resolve-effect`, applied or failed)"),
+            ));
+        }
+        self.authorize(run_id, Fence::Unclaimed, Op::Retry)?;
+        self.conn()
+            .prepare_cached(
+                "UPDATE runs SET source_hash = ?2, mounted_sources = '{}', definition = NULL,
+                        definition_digest = NULL
+                 WHERE run_id = ?1",
+            )?
+            .execute(params![run_id, source_hash])?;
+        self.requeue_from_review(run_id, &run)?;
+        self.finish_run_write(
+            run_id,
+            "retried",
+            json!({ "by": who.by, "reason": who.reason, "accepted_source": {
+                "review_reason": reason, "old_hash": old_hash, "new_hash": source_hash } }),
+        )
+    }
+
     /// A person settles an `uncertain` effect of a run in review with what they found out:
     /// it was `applied` (with the receipt they provide) or it `failed` (it did not happen).
     /// Once no effect of the run is uncertain, the run continues: its current node runs
