@@ -1020,7 +1020,8 @@ fn a_child_killed_while_applying_leaves_the_effect_uncertain_and_the_run_in_revi
 }
 
 #[test]
-fn an_interaction_deadline_counts_no_time_while_the_host_is_down_and_routes_timed_out_once_it_passes() {
+fn an_interaction_deadline_counts_no_time_while_the_host_is_down_and_routes_timed_out_once_it_passes(
+) {
     let env = Env::with_test_clock(&[]);
     let host = env.serve(None);
     let file = deadline_fixture(
@@ -1060,7 +1061,10 @@ fn an_interaction_deadline_counts_no_time_while_the_host_is_down_and_routes_time
     let _session = env.present();
     let start = Instant::now();
     while env.status(&run_id)["interactions"][0]["deadline_at"].is_null() {
-        assert!(start.elapsed() < Duration::from_secs(30), "never held again");
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "never held again"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     env.advance_clock(NODE_DEADLINE_MS as i64 + 1);

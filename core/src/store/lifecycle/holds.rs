@@ -41,7 +41,6 @@ impl WriteTx<'_> {
     /// `holder` is there: every open step it presents that nobody held yet is held from now,
     /// its deadline set from what is left of its budget (the attempt's too). Returns how many.
     pub fn hold_interactions(&mut self, holder: &Holder) -> StoreResult<usize> {
-        self.ops.push("hold_interactions");
         let (filter, key) = holder_filter(holder);
         let sql = format!(
             "UPDATE interactions AS i SET held_since = ?2,
@@ -56,13 +55,16 @@ impl WriteTx<'_> {
             .query_map(params![key, self.now], |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect::<Result<_, _>>()?;
         self.mirror_attempt_deadlines(&held)?;
+        // A fault point only where something changed (`PIW_FAULT`, the crash matrix).
+        if !held.is_empty() {
+            self.ops.push("hold_interactions");
+        }
         Ok(held.len())
     }
 
     /// `holder` went away: the open steps it held stop using their time (what they used is
     /// added up) and have no deadline until held again. Returns how many.
     pub fn release_interactions(&mut self, holder: &Holder) -> StoreResult<usize> {
-        self.ops.push("release_interactions");
         let (filter, key) = holder_filter(holder);
         let sql = format!(
             "UPDATE interactions AS i
@@ -77,6 +79,9 @@ impl WriteTx<'_> {
             .query_map(params![key, self.now], |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect::<Result<_, _>>()?;
         self.mirror_attempt_deadlines(&released)?;
+        if !released.is_empty() {
+            self.ops.push("release_interactions");
+        }
         Ok(released.len())
     }
 
@@ -86,7 +91,6 @@ impl WriteTx<'_> {
     /// after it was the host being down, which counts for no step. Steps without a holder
     /// (see [`WriteTx::holder_of`]) stay held. Returns how many were released.
     pub fn release_all_interactions(&mut self, alive_until: UnixMillis) -> StoreResult<usize> {
-        self.ops.push("release_all_interactions");
         let released: Vec<(String, Option<UnixMillis>)> = self
             .conn()
             .prepare_cached(
@@ -104,6 +108,9 @@ impl WriteTx<'_> {
             })?
             .collect::<Result<_, _>>()?;
         self.mirror_attempt_deadlines(&released)?;
+        if !released.is_empty() {
+            self.ops.push("release_all_interactions");
+        }
         Ok(released.len())
     }
 
