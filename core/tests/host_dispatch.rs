@@ -755,7 +755,11 @@ fn interaction_list_of_a_session_fits_a_reply() {
         let (run_id, act, a) = f.running();
         let i = f
             .store
-            .write(|w| w.request_interaction(&act.claim, &a, InteractionKind::Agent, &big, None))
+            .write(|w| {
+                w.request_interaction(&act.claim, &a, InteractionKind::Agent, &big, None, &|_| {
+                    true
+                })
+            })
             .unwrap();
         asked.push((run_id, i, a));
     }

@@ -152,6 +152,7 @@ fn interaction_submit_settle_expire() {
             InteractionKind::Agent,
             &json!({"ask": 1}),
             Some(T0 + 60_000),
+            &|_| true,
         )
     });
     let s1 = crash_then_commit(&mut f, "submit", |w| {
@@ -182,6 +183,7 @@ fn interaction_submit_settle_expire() {
                 InteractionKind::AssistantMessage,
                 &json!({}),
                 Some(T0 + 1),
+                &|_| true,
             )
         })
         .unwrap();

@@ -86,6 +86,7 @@ fn impossible_transitions_are_refused() {
                 InteractionKind::Agent,
                 &json!({}),
                 None,
+                &|_| true,
             )
         })
         .unwrap();
@@ -465,6 +466,7 @@ fn interactive_validation_reject_then_accept_and_duplicate_submission() {
                 InteractionKind::Agent,
                 &json!({"ask": "x"}),
                 Some(T0 + 60_000),
+                &|_| true,
             )
         })
         .unwrap();

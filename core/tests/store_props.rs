@@ -982,6 +982,7 @@ impl Harness {
                         kind,
                         &json!({ "ask": "name" }),
                         deadline,
+                        &|_| true,
                     )
                 });
                 Outcome::of(Some(ix), r).fenced(&claim).stale_attempt(stale)
@@ -1402,7 +1403,14 @@ impl Harness {
                 .wait_for_decision(claim, &attempt, DecisionKind::Checkpoint, &json!({}))
                 .map(unit),
             StaleOp::RequestInteraction => w
-                .request_interaction(claim, &attempt, InteractionKind::Agent, &json!({}), None)
+                .request_interaction(
+                    claim,
+                    &attempt,
+                    InteractionKind::Agent,
+                    &json!({}),
+                    None,
+                    &|_| true,
+                )
                 .map(unit),
             StaleOp::Park => w.park(claim, None).map(unit),
             StaleOp::Complete => w

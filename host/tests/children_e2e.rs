@@ -109,6 +109,18 @@ impl Env {
         c
     }
 
+    /// A client following session `s1`'s events (the session of [`Env::start`]'s runs): while
+    /// it is open, the session presents its runs' interactive steps, whose time runs only then.
+    fn present(&self) -> BlockingClient {
+        let mut c = self.client();
+        c.call(RequestBody::Subscribe(payload::Subscribe {
+            run_id: None,
+            session_id: Some("s1".into()),
+        }))
+        .unwrap();
+        c
+    }
+
     fn fixture(&self, name: &str, fixture: Value) -> String {
         let p = self.path(&format!("{name}.workflow.json"));
         std::fs::write(&p, serde_json::to_vec_pretty(&fixture).unwrap()).unwrap();
@@ -1008,7 +1020,8 @@ fn a_child_killed_while_applying_leaves_the_effect_uncertain_and_the_run_in_revi
 }
 
 #[test]
-fn an_interaction_deadline_that_passed_while_the_host_was_down_routes_timed_out_after_restart() {
+fn an_interaction_deadline_counts_no_time_while_the_host_is_down_and_routes_timed_out_once_it_passes(
+) {
     let env = Env::with_test_clock(&[]);
     let host = env.serve(None);
     let file = deadline_fixture(
@@ -1018,12 +1031,14 @@ fn an_interaction_deadline_that_passed_while_the_host_was_down_routes_timed_out_
         NODE_DEADLINE_MS,
         json!({"interact": "agent"}),
     );
+    let session = env.present();
     let run_id = env.start(&file, json!({}));
     let s = env.wait_for(&run_id, &["waiting"], Duration::from_secs(20));
     assert!(
         s["interactions"][0]["deadline_at"].as_i64().is_some(),
-        "the request keeps the node deadline: {s:#}"
+        "the session presents the request: its deadline runs: {s:#}"
     );
+    drop(session);
     env.stop(host);
     // The request was still pending when the host stopped: what follows is the restart's doing.
     let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
@@ -1031,9 +1046,29 @@ fn an_interaction_deadline_that_passed_while_the_host_was_down_routes_timed_out_
     assert_eq!(requests.len(), 1);
     assert_eq!(requests[0].status, "pending", "{requests:#?}");
     drop(store);
-    // The deadline passes while no host runs.
-    env.advance_clock(NODE_DEADLINE_MS as i64 + 1);
+    // Far more than the node's timeout passes while no host runs: it uses up none of it.
+    env.advance_clock(10 * NODE_DEADLINE_MS as i64);
     let host = env.serve(None);
+    let s = env.settle(&run_id);
+    assert_eq!(s["run"]["status"], json!("waiting"), "{s:#}");
+    assert_eq!(s["interactions"][0]["status"], json!("pending"), "{s:#}");
+    assert_eq!(
+        s["interactions"][0]["deadline_at"],
+        json!(null),
+        "nobody presents it after the start: {s:#}"
+    );
+    // Presented again, it has its time left; once that passes it times out.
+    let _session = env.present();
+    let start = Instant::now();
+    while env.status(&run_id)["interactions"][0]["deadline_at"].is_null() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "never held again"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    env.advance_clock(NODE_DEADLINE_MS as i64 + 1);
+    env.settle(&run_id);
     let s = env.wait_for(
         &run_id,
         &["completed", "failed", "timed_out", "review"],
@@ -2245,6 +2280,9 @@ fn a_validation_overtaken_by_the_deadline_expires_the_request_without_a_loss() {
         NODE_DEADLINE_MS,
         json!({"interact": "agent", "validate": {"value": 42}, "validate_sleep_ms": 3_600_000}),
     );
+    // The session presents the request: its deadline runs, and goes on running while the
+    // submission it made is judged.
+    let _session = env.present();
     let run_id = env.start(&file, json!({}));
     let s = env.wait_for(&run_id, &["waiting"], Duration::from_secs(20));
     submit(&env, &run_id, &s, "in-time", 42).unwrap();

@@ -494,6 +494,8 @@ pub fn on_reports(store: &mut dyn Storage, state: &mut HostState, reports: Vec<B
                 {
                     entry.hello = true;
                     tracing::info!(%run_id, launch, "the bridge took its run");
+                    // From its hello the bridge presents its run's steps: their time runs.
+                    super::presence::bridge_changed(store, state, &run_id);
                 }
             }
             BridgeReport::Exited {
@@ -511,6 +513,10 @@ pub fn on_reports(store: &mut dyn Storage, state: &mut HostState, reports: Vec<B
                     continue;
                 };
                 state.bridges.live.remove(&run_id);
+                // Nobody presents the run's steps any more: their time stops.
+                if entry.hello {
+                    super::presence::bridge_changed(store, state, &run_id);
+                }
                 let open = steps
                     .iter()
                     .any(|s| s.interaction_id == entry.interaction_id);

@@ -88,6 +88,8 @@ pub struct HostState {
     pub run_logs_swept: bool,
     /// Detached runs' bridges (`super::bridges`).
     pub bridges: super::bridges::Bridges,
+    /// The sessions that present their runs' interactive steps now (`super::presence`).
+    pub presence: super::presence::Presence,
 }
 
 impl HostState {

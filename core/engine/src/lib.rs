@@ -12,7 +12,8 @@
 //!   workers), [`graph`] (the workflow snapshot and its pure routing), [`store`] (statuses,
 //!   records, errors and the store interface), [`ids`], [`process`] (what a child process is);
 //! - the decisions: [`turn`], [`dispatch`] and [`handlers`] (client requests), [`children`]
-//!   (scheduling, worker messages, child reports), [`timers`], [`retention`], [`bridges`].
+//!   (scheduling, worker messages, child reports), [`timers`], [`retention`], [`bridges`],
+//!   [`presence`] (who presents interactive steps, whose time runs only then).
 //!
 //! See `ARCHITECTURE.md` at the repository root.
 
@@ -44,6 +45,7 @@ pub mod children;
 pub mod dispatch;
 mod fit;
 pub mod handlers;
+pub mod presence;
 pub mod retention;
 pub mod timers;
 pub mod turn;

@@ -28,6 +28,13 @@ pub enum Input<R> {
     Child(children::ChildReport),
     /// A worker connection (the child of `run_id` at `generation`) closed.
     WorkerDisconnected { run_id: String, generation: u64 },
+    /// Connection `connection` (a number the driver gives each) subscribed to the events of
+    /// session `session_id`, its first subscription to them: the session is there, and its
+    /// runs' interactive steps are presented (their time runs: `presence`).
+    SessionWatched { session_id: String, connection: u64 },
+    /// Connection `connection` no longer follows session `session_id` (its last such
+    /// subscription ended, or it closed).
+    SessionUnwatched { session_id: String, connection: u64 },
     /// The host refused a connection of its own child `pid` for want of room (the connection
     /// cap): that child cannot go on, and its exit is not its run's fault.
     ChildRefused { pid: u32 },
@@ -124,6 +131,14 @@ pub fn turn<R>(
                 Input::WorkerDisconnected { run_id, generation } => {
                     children::worker_disconnected(state, store.now_ms(), &run_id, generation);
                 }
+                Input::SessionWatched {
+                    session_id,
+                    connection,
+                } => super::presence::session_watched(store, state, session_id, connection),
+                Input::SessionUnwatched {
+                    session_id,
+                    connection,
+                } => super::presence::session_unwatched(store, state, session_id, connection),
                 Input::ChildRefused { pid } => children::child_refused(state, pid),
                 Input::Draining => state.shutting_down = true,
                 Input::Shutdown => {
@@ -145,6 +160,7 @@ pub fn turn<R>(
     // Due work runs whenever its deadline has passed, also while messages keep arriving.
     // Heartbeats first: a claim renewed in time must not be recovered as expired.
     if deadline.is_some_and(|at| at <= store.now_ms()) {
+        super::presence::retry(store, state);
         children::due_child_work(store, state);
         timers::run_due_work(store, state);
         retention::run_due_retention(store, state);

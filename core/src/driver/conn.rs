@@ -26,6 +26,10 @@ pub const FRAME_COMPLETION_TIMEOUT: Duration = Duration::from_secs(5);
 /// Subscriptions one connection may hold (each costs memory and a frame per matching event).
 pub const MAX_SUBSCRIPTIONS: usize = 64;
 
+/// The number of the next connection: the engine counts a session as there while any
+/// connection follows its events (`engine::presence`), and tells connections apart by it.
+static NEXT_CONNECTION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 /// Decides whether a peer may talk to this host: only the host's own user.
 pub fn authorize_peer(peer_uid: Option<u32>, host_uid: u32) -> Result<(), Rejection> {
     match peer_uid {
@@ -77,6 +81,7 @@ pub async fn serve(
         .await;
         return;
     }
+    let connection = NEXT_CONNECTION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut inbound = Inbound::new(shared.limits);
     // Created at the first subscription, so the store thread publishes only while someone
     // listens. A subscriber may still receive events committed shortly before it subscribed
@@ -96,7 +101,14 @@ pub async fn serve(
             Ok(Some(body)) => {
                 frames_taken += 1;
                 slot.set_busy(true);
+                let watched = watched_sessions(&subscriptions);
                 let frame = handle_frame(&body, &shared, &mut subscriptions, &mut worker).await;
+                report_watched(
+                    &shared,
+                    connection,
+                    &watched,
+                    &watched_sessions(&subscriptions),
+                );
                 slot.set_role(worker.is_some(), !subscriptions.is_empty());
                 if subscriptions.is_empty() {
                     events = None;
@@ -171,6 +183,13 @@ pub async fn serve(
             _ = slot.evict.notified() => break Close::Goodbye(RejectionCode::Internal, slot.eviction_reason()),
         }
     };
+    // The sessions it followed are no longer followed through it.
+    report_watched(
+        &shared,
+        connection,
+        &watched_sessions(&subscriptions),
+        &Default::default(),
+    );
     // A child's connection is gone: if its run still needs it, the host stops it after a
     // bound (a child without its connection can only hold its run).
     if let Some((run_id, generation)) = worker.take() {
@@ -188,6 +207,39 @@ pub async fn serve(
         .await;
     }
     let _ = stream.shutdown().await;
+}
+
+/// The sessions a connection's subscriptions follow (a subscription with a session filter).
+fn watched_sessions(
+    subscriptions: &HashMap<String, (Option<String>, Option<String>)>,
+) -> std::collections::BTreeSet<String> {
+    subscriptions
+        .values()
+        .filter_map(|(_, session)| session.clone())
+        .collect()
+}
+
+/// Tells the store thread which sessions connection `connection` began (`after`, not
+/// `before`) or stopped following: a session followed by a live client presents its runs'
+/// steps, whose time runs only then (`engine::presence`). The engine decides what that means.
+fn report_watched(
+    shared: &HostShared,
+    connection: u64,
+    before: &std::collections::BTreeSet<String>,
+    after: &std::collections::BTreeSet<String>,
+) {
+    for session_id in after.difference(before) {
+        let _ = shared.jobs.send(StoreMsg::SessionWatched {
+            session_id: session_id.clone(),
+            connection,
+        });
+    }
+    for session_id in before.difference(after) {
+        let _ = shared.jobs.send(StoreMsg::SessionUnwatched {
+            session_id: session_id.clone(),
+            connection,
+        });
+    }
 }
 
 async fn next_event(

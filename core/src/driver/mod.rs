@@ -509,7 +509,18 @@ pub fn host_owner_id(epoch: i64) -> String {
 /// once, and it is all or nothing. Returns the new epoch.
 pub fn recover_at_start(store: &mut Store, pid: u32) -> Result<i64, StoreError> {
     let (epoch, recovered, unconfirmed) = store.write(|w| {
+        // Nobody presents an interactive step at a start (sessions connect again, bridges
+        // start again): the time of steps an earlier host left held stops where that host
+        // was last known up (its down time counts for none).
+        let alive_until = w.earlier_host_alive_until()?;
         let epoch = w.begin_host_epoch(pid)?;
+        let released = w.release_all_interactions(alive_until.unwrap_or(w.now_ms()))?;
+        if released > 0 {
+            tracing::info!(
+                count = released,
+                "released the interactive steps an earlier host held"
+            );
+        }
         let mut recovered = w.recover_runs_of_dead_hosts(&host_owner_id(epoch))?;
         recovered.extend(w.recover_expired()?);
         let unconfirmed = w.close_unconfirmed_children(epoch)?;

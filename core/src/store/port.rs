@@ -341,6 +341,10 @@ impl Transaction for WriteTx<'_> {
         WriteTx::holds(self, claim)
     }
 
+    fn hold_interactions(&mut self, holder: &Holder) -> StoreResult<usize> {
+        WriteTx::hold_interactions(self, holder)
+    }
+
     fn interaction_progress(
         &mut self,
         interaction_id: &str,
@@ -472,6 +476,10 @@ impl Transaction for WriteTx<'_> {
         WriteTx::release_at_shutdown(self, claim)
     }
 
+    fn release_interactions(&mut self, holder: &Holder) -> StoreResult<usize> {
+        WriteTx::release_interactions(self, holder)
+    }
+
     fn release_uncounted(&mut self, claim: &Claim, why: &str) -> StoreResult<RecoveredRun> {
         WriteTx::release_uncounted(self, claim, why)
     }
@@ -492,8 +500,9 @@ impl Transaction for WriteTx<'_> {
         kind: InteractionKind,
         request: &Value,
         deadline_at: Option<UnixMillis>,
+        present: &dyn Fn(&Holder) -> bool,
     ) -> StoreResult<String> {
-        WriteTx::request_interaction(self, claim, attempt_id, kind, request, deadline_at)
+        WriteTx::request_interaction(self, claim, attempt_id, kind, request, deadline_at, present)
     }
 
     fn require_decision_of(&self, run_id: &str, decision_id: &str) -> StoreResult<()> {

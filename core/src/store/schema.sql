@@ -149,6 +149,15 @@ CREATE TABLE interactions (
     origin_session  TEXT,
     kind            TEXT    NOT NULL CHECK (kind IN ('agent', 'assistant_message')),
     request         TEXT    NOT NULL,
+    -- The step's time runs only while it is presented (held: by its origin session's live
+    -- client, or by its detached run's bridge), never while nobody holds it (Pi closed, a
+    -- bridge not yet started, the host down). budget_ms: the node's timeout left when it was
+    -- asked (NULL: none); used_ms: the time held so far, before held_since; held_since: since
+    -- when it is held (NULL: nobody holds it). deadline_at = held_since + budget_ms - used_ms
+    -- while held and NULL otherwise (the attempt's deadline_at mirrors it while it is open).
+    budget_ms       INTEGER CHECK (budget_ms >= 0),
+    used_ms         INTEGER NOT NULL DEFAULT 0 CHECK (used_ms >= 0),
+    held_since      INTEGER,
     deadline_at     INTEGER,
     status          TEXT    NOT NULL CHECK (status IN
                         ('pending', 'validating', 'settled', 'expired', 'cancelled')),

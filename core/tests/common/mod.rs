@@ -84,6 +84,7 @@ impl Fixture {
                     piw_core::store::InteractionKind::Agent,
                     &json!({}),
                     deadline,
+                    &|_| true,
                 )
             })
             .expect("request interaction")

@@ -1,6 +1,6 @@
 // Pi going away never costs a run: SIGKILL while a run computes, a request that comes while
-// Pi is closed, a deadline that passes while Pi is closed; two sessions in one project never
-// see each other's requests or messages. The host going away never holds Pi: a host that does
+// Pi is closed (nor does a step's deadline run then: presence.test.mjs); two sessions in one
+// project never see each other's requests or messages. The host going away never holds Pi: a host that does
 // not answer does not keep Pi from quitting; a host that restarts is followed again.
 import assert from 'node:assert/strict';
 import { writeFileSync } from 'node:fs';
@@ -122,21 +122,6 @@ for (const how of ['killed', 'quits']) {
     await again.quit();
   });
 }
-
-test('a node deadline that passes while Pi is closed: the next start shows the timeout route and presents the next request', async () => {
-  env.addWorkflow('deadline.workflow.mjs', 'deadline');
-  env.model.script = () => ({ text: 'noted' });
-  const client = await env.client();
-  const { run_id } = await client.startRun(join(env.project, '.pi/workflows/deadline.workflow.mjs'), { sessionId: 'away' });
-  await until(async () => (await client.listInteractions('away')).some((i) => i.node_id === 'second'), 'the second request after the timeout');
-  const pi = await env.startPi({ sessionId: 'away' });
-  const notice = await until(() => pi.customMessages('piw-message').find((m) => m.details.kind === 'notify'), 'the timeout notice');
-  assert.match(notice.content, /the first step timed out/);
-  const step = await until(() => pi.customMessages('piw-step')[0], 'the next request');
-  assert.equal(step.details.node, 'second');
-  assert.equal(step.details.runId, run_id);
-  await pi.quit();
-});
 
 test('two Pi sessions in one project never see each other\'s requests or messages', async () => {
   env.addWorkflow('agent.workflow.mjs', 'titles');

@@ -55,7 +55,7 @@ pub fn apply_worker(
         RequestBody::WorkerProgress(p) => body(&worker_progress(w, &claim, p)?)?,
         RequestBody::WorkerWait(wait) => body(&worker_wait(w, &claim, req, wait)?)?,
         RequestBody::WorkerInteractionRequest(i) => {
-            body(&worker_interaction_request(w, &claim, req, i)?)?
+            body(&worker_interaction_request(w, state, &claim, req, i)?)?
         }
         RequestBody::WorkerWaitUntil(wait) => body(&crate::timers::worker_wait_until(
             w,
@@ -254,15 +254,20 @@ fn worker_wait(
 /// `worker.interaction_request`: park until the origin session answers an interactive step.
 fn worker_interaction_request(
     w: &mut dyn Transaction,
+    state: &HostState,
     claim: &Claim,
     req: &Request,
     i: &payload::WorkerInteractionRequest,
 ) -> Result<InteractionRequested, StoreError> {
     let kind = i.interaction_kind;
     let attempt_id = attempt_of(req)?;
-    // The node's saved deadline, which the host enforces while no worker runs.
+    // The node's saved deadline: what is left of it is the step's budget, which runs only
+    // while the step is presented (held from the start when its holder is there already).
+    let budget_from = w.attempt_deadline(&attempt_id)?;
+    let present = |holder: &crate::store::Holder| crate::presence::is_present(state, holder);
+    let id = w.request_interaction(claim, &attempt_id, kind, &i.request, budget_from, &present)?;
+    // The step's deadline as of now (none while nobody presents it).
     let deadline = w.attempt_deadline(&attempt_id)?;
-    let id = w.request_interaction(claim, &attempt_id, kind, &i.request, deadline)?;
     Ok(InteractionRequested {
         interaction_id: id,
         deadline_at: deadline,

@@ -377,6 +377,11 @@ pub trait Transaction {
     /// renewing it or writing anything.
     fn holds(&self, claim: &Claim) -> StoreResult<bool>;
 
+    /// `holder` is there: every open interactive step it presents that nobody held yet is
+    /// held from now (its time runs; its deadline, and its attempt's, is what is left of its
+    /// budget from now). Writes no event. Returns how many.
+    fn hold_interactions(&mut self, holder: &Holder) -> StoreResult<usize>;
+
     /// A durable progress update from the agent working on a pending interactive request
     /// (the Pi tool's `update`): kept as a `progress` event of the run, like a worker's, and
     /// does not complete the request. Refuses a stale attempt and a request that is not
@@ -520,6 +525,11 @@ pub trait Transaction {
     /// `applying` effects of `never` contracts still become uncertain.
     fn release_at_shutdown(&mut self, claim: &Claim) -> StoreResult<RecoveredRun>;
 
+    /// `holder` went away: the open interactive steps it held stop using their time and
+    /// have no deadline (nor their attempts) until held again. Writes no event. Returns how
+    /// many.
+    fn release_interactions(&mut self, holder: &Holder) -> StoreResult<usize>;
+
     /// Requeues a running run from its last committed boundary without counting a loss, for
     /// a reason that is not the run's doing (`why` is kept with the run and its event).
     fn release_uncounted(&mut self, claim: &Claim, why: &str) -> StoreResult<RecoveredRun>;
@@ -538,7 +548,10 @@ pub trait Transaction {
     ) -> StoreResult<Option<(String, String)>>;
 
     /// Records a durable interactive request bound to the run's origin session, parks the
-    /// attempt and releases the claim. Returns the interaction id.
+    /// attempt and releases the claim. Returns the interaction id. What is left of the
+    /// attempt's `deadline_at` is the step's budget, which runs only while the step is held
+    /// (from the start when `present` says its holder is there); the attempt's deadline is
+    /// the step's from now on.
     fn request_interaction(
         &mut self,
         claim: &Claim,
@@ -546,6 +559,7 @@ pub trait Transaction {
         kind: InteractionKind,
         request: &Value,
         deadline_at: Option<UnixMillis>,
+        present: &dyn Fn(&Holder) -> bool,
     ) -> StoreResult<String>;
 
     /// Refuses with [`StoreError::NotFound`] unless decision `decision_id` belongs to run

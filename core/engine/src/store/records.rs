@@ -370,6 +370,16 @@ pub struct ChildExitRecord {
     pub stderr_tail: Vec<u8>,
 }
 
+/// Who presents a run's interactive steps (`agent`, `assistantMessage`) and so holds their
+/// time: a step's deadline counts only the time it is held (`WriteTx::hold_interactions`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Holder {
+    /// An interactive run's origin session, while a live client of it follows its events.
+    Session(String),
+    /// A detached run's bridge (by run id), from its hello until it exits.
+    Bridge(String),
+}
+
 /// An open `agent` / `assistantMessage` step of a detached run that is neither paused nor in
 /// review: what a bridge serves.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,11 +6,13 @@
 //! [`requests`] what a run waits for (decisions, interactive requests, their deadlines) and the
 //! messages it leaves for its session; [`timers`] the durable timers a run waits on;
 //! [`recovery`] what follows a loss (a dead child or host, an expired claim) and the ways out
-//! of review. All of them are methods of [`WriteTx`].
+//! of review; [`holds`] who presents an interactive step, whose time runs only then. All of
+//! them are methods of [`WriteTx`].
 
 use rusqlite::{params, OptionalExtension as _};
 use serde_json::{json, Value};
 
+mod holds;
 mod recovery;
 mod requests;
 mod timers;
@@ -688,6 +690,9 @@ impl WriteTx<'_> {
         self.conn()
             .prepare_cached("UPDATE runs SET execution_mode = ?2 WHERE run_id = ?1")?
             .execute(params![run_id, ExecutionMode::Detached.as_str()])?;
+        // Its session no longer presents its open step: the step's time stops until its
+        // bridge holds it.
+        self.release_run_interactions(run_id)?;
         self.finish_paused_write(run_id, "detached", &run, run.paused)?;
         Ok(true)
     }

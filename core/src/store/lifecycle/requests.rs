@@ -114,7 +114,13 @@ impl WriteTx<'_> {
     }
 
     /// Records a durable interactive request bound to the run's origin session, parks the
-    /// attempt and releases the claim. Returns the interaction id.
+    /// attempt and releases the claim. Returns the interaction id (its deadline is its
+    /// attempt's from now on: `attempt_deadline`).
+    ///
+    /// `deadline_at` is the attempt's (the node's timeout from its start): what is left of it
+    /// now is the step's budget, which runs only while the step is held (`holds.rs`). The step
+    /// is held from the start when `present` says its holder is there already; a step without
+    /// a holder is always held.
     pub fn request_interaction(
         &mut self,
         claim: &Claim,
@@ -122,6 +128,7 @@ impl WriteTx<'_> {
         kind: InteractionKind,
         request: &Value,
         deadline_at: Option<UnixMillis>,
+        present: &dyn Fn(&Holder) -> bool,
     ) -> StoreResult<String> {
         self.fence(claim)?;
         let run = self.run_for(&claim.run_id, Op::RequestInteraction)?;
@@ -130,12 +137,18 @@ impl WriteTx<'_> {
         self.require_settled(&claim.run_id, Op::RequestInteraction, run.status)?;
         self.check_slot(&claim.run_id, request)?;
         let interaction_id = new_id("int");
+        let budget_ms = deadline_at.map(|d| d.saturating_sub(self.now).max(0));
+        let held = self.holder_of(&claim.run_id)?.is_none_or(|h| present(&h));
+        let held_since = held.then_some(self.now);
+        let deadline_at = budget_ms
+            .filter(|_| held)
+            .map(|b| self.now.saturating_add(b));
         self.conn()
             .prepare_cached(
                 "INSERT INTO interactions (interaction_id, run_id, attempt_id, node_id,
-                                           origin_session, kind, request, deadline_at, status,
-                                           created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'pending', ?9)",
+                                           origin_session, kind, request, budget_ms,
+                                           held_since, deadline_at, status, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', ?11)",
             )?
             .execute(params![
                 interaction_id,
@@ -145,9 +158,15 @@ impl WriteTx<'_> {
                 run.origin_session,
                 kind.as_str(),
                 request.to_string(),
+                budget_ms,
+                held_since,
                 deadline_at,
                 self.now
             ])?;
+        // The waiting attempt's deadline is the step's (none while nobody holds it).
+        self.conn()
+            .prepare_cached("UPDATE attempts SET deadline_at = ?2 WHERE attempt_id = ?1")?
+            .execute(params![attempt_id, deadline_at])?;
         self.suspend_attempt(&claim.run_id, attempt_id)?;
         self.finish_run_write(
             &claim.run_id,
