@@ -128,6 +128,8 @@ test('a step that runs out of time is asked again, twice at most; the third time
   };
   const c = await Client.connect({ home, hostBin, hostEnv: { ...env, PIW_TEST_CLOCK: clock } });
   try {
+    // A step's time runs while its session is there to present it: this client stands in for it.
+    await c.subscribe({ sessionId: 's-late' });
     const { run_id: runId } = await c.startRun(WORKFLOW, { input: { task: 'empty input', plan: PLAN, checks: CHECKS }, sessionId: 's-late', projectDir });
     const seen = [];
     for (let round = 1; round <= 3; round++) {

@@ -1120,6 +1120,8 @@ test('timeoutMs as a function: decided with the node context when the attempt st
   );
   const askMs = 7 * 24 * 3600 * 1000;
   const session = 'session-dyn-timeout';
+  // A step's time runs while its session is there to present it: this client stands in for it.
+  const present = await c.subscribe({ sessionId: session });
   const before = Date.now();
   const { run_id: runId } = await c.startRun(file, { sessionId: session, input: { askMinutes: askMs / 60000 } });
   await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
@@ -1159,6 +1161,7 @@ test('timeoutMs as a function: decided with the node context when the attempt st
   assert.equal(failed.status, 'failed');
   assert.match(failed.error, /node a failed in its timeoutMs: no policy/);
   await c.cancelRun(none.run_id).catch(() => {});
+  await present.close();
 });
 
 test("an included workflow's own maxSteps bounds each invocation of its mount; re-entering starts a new count", async () => {
