@@ -88,6 +88,8 @@ pub struct HostState {
     pub run_logs_swept: bool,
     /// Detached runs' bridges (`super::bridges`).
     pub bridges: super::bridges::Bridges,
+    /// Decision channels' adapters (`super::channels`).
+    pub channels: super::channels::Channels,
 }
 
 impl HostState {

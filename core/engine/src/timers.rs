@@ -28,6 +28,7 @@ pub fn next_deadline_at(store: &dyn Storage, state: &HostState) -> Option<i64> {
         children::next_child_deadline(store, state),
         super::retention::next_retention_at(state),
         super::bridges::next_deadline(state),
+        super::channels::next_deadline(state),
     ]
     .into_iter()
     .flatten()
