@@ -278,6 +278,8 @@ test('a killed adapter is restarted and loses nothing; a text reply answers', as
   assert.equal(sentTo(CHAT).filter((c) => c.body.text.includes(runId)).length, 1, 'not sent again after the restart');
   const answered = events(runId).find((e) => e.kind === 'decision_answered');
   assert.equal(answered.data.channel, `telegram:${CHAT}`);
+  // The restarted adapter went on from its durable offset: no earlier update handled again.
+  assert.equal(api.calls.filter((c) => c.method === 'answerCallbackQuery' && c.body.callback_query_id === 'cb-ship').length, 2);
 });
 
 test('the token is in its own file only: no log, status, list, event or database holds it', async () => {
