@@ -502,8 +502,8 @@ export declare class Client {
   pruneRuns(options?: PruneRunsOptions): Promise<PruneResult>;
   /** Contradictory durable state, if any (empty when healthy). */
   diagnose(): Promise<unknown[]>;
-  /** Events of a run or of a session. */
-  subscribe(filter: { runId: string } | { sessionId: string }): Promise<Subscription>;
+  /** Events of a run, of a session, or of every run (`{ all: true }`: a decision channel's adapter). */
+  subscribe(filter: { runId: string } | { sessionId: string } | { all: true }): Promise<Subscription>;
   /**
    * The run once it is final (or, with `untilParked`, also waiting or in review). A burst of
    * events this wait falls behind on (`subscription_overflow`) does not end it: it subscribes

@@ -5,6 +5,7 @@
 pub use piw_engine as engine;
 pub use piw_engine::{graph, protocol};
 
+pub mod channels;
 pub mod client;
 pub mod clock;
 pub mod driver;

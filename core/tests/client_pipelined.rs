@@ -99,6 +99,7 @@ async fn subscribed() -> (FakeHost, PipelinedClient, Peer, Subscription) {
             c.subscribe(payload::Subscribe {
                 run_id: Some("run-1".into()),
                 session_id: None,
+                all: None,
             })
             .await
         })

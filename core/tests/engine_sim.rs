@@ -477,6 +477,7 @@ impl Sim {
         let body = RequestBody::CheckpointAnswer(payload::DecisionAnswer {
             decision_id,
             answer: json!({"approved": true}),
+            channel: None,
         });
         self.send(
             Request::new(id, body).with_run_id(&run_id),
@@ -854,7 +855,9 @@ impl Sim {
             // The simulation never prunes.
             SupervisorCmd::RemoveLogs { .. } => (usize::MAX, String::new(), 0),
             SupervisorCmd::LaunchBridge { run_id, .. } => order(run_id, u64::MAX),
-            SupervisorCmd::StopBridge { .. } => (usize::MAX, String::new(), u64::MAX),
+            SupervisorCmd::StopBridge { .. }
+            | SupervisorCmd::LaunchChannel { .. }
+            | SupervisorCmd::StopChannel { .. } => (usize::MAX, String::new(), u64::MAX),
         });
         for cmd in commands {
             match cmd {
@@ -902,6 +905,8 @@ impl Sim {
                     }
                 }
                 // Its hosts have no bridge settings: detached steps wait for the simulation.
+                // Nor channel settings: no adapters.
+                SupervisorCmd::LaunchChannel { .. } | SupervisorCmd::StopChannel { .. } => {}
                 SupervisorCmd::LaunchBridge { .. } | SupervisorCmd::StopBridge { .. } => {
                     panic!("the simulation configures no bridges")
                 }

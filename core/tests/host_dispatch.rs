@@ -157,6 +157,9 @@ fn after_a_failed_activation_commit_children_wait_for_their_commit() {
                 SupervisorCmd::LaunchBridge { .. } | SupervisorCmd::StopBridge { .. } => {
                     "bridge".to_owned()
                 }
+                SupervisorCmd::LaunchChannel { .. } | SupervisorCmd::StopChannel { .. } => {
+                    "channel".to_owned()
+                }
             })
             .collect::<Vec<_>>()
     };
@@ -572,6 +575,7 @@ fn an_answer_naming_another_run_or_node_is_refused() {
     let answer = payload::DecisionAnswer {
         decision_id: decision.clone(),
         answer: json!("yes"),
+        channel: None,
     };
     let submit = payload::InteractionSubmit {
         interaction_id: interaction.clone(),

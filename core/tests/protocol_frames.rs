@@ -40,6 +40,7 @@ fn sample(kind: RequestKind) -> Request {
     let body = match kind {
         RequestKind::HostStatus => RequestBody::HostStatus,
         RequestKind::HostStop => RequestBody::HostStop,
+        RequestKind::ChannelReload => RequestBody::ChannelReload,
         RequestKind::RunStart => RequestBody::RunStart(RunStart {
             workflow_file: "flows/review.workflow.mjs".into(),
             input: json!({"pr": 42, "labels": ["a", "b"]}),
@@ -75,10 +76,12 @@ fn sample(kind: RequestKind) -> Request {
         RequestKind::CheckpointAnswer => RequestBody::CheckpointAnswer(DecisionAnswer {
             decision_id: "dec-1".into(),
             answer: json!("yes"),
+            channel: None,
         }),
         RequestKind::DecisionAnswer => RequestBody::DecisionAnswer(DecisionAnswer {
             decision_id: "dec-2".into(),
             answer: json!({"approved": false}),
+            channel: None,
         }),
         RequestKind::InteractionList => RequestBody::InteractionList(InteractionList {
             session_id: "session-1".into(),
@@ -109,6 +112,7 @@ fn sample(kind: RequestKind) -> Request {
         RequestKind::Subscribe => RequestBody::Subscribe(Subscribe {
             run_id: Some("run-1".into()),
             session_id: None,
+            all: None,
         }),
         RequestKind::Unsubscribe => RequestBody::Unsubscribe(Unsubscribe {
             subscription_id: "sub-1".into(),
@@ -856,7 +860,7 @@ fn decode_error_messages_are_bounded() {
 
 #[test]
 fn every_request_kind_round_trips() {
-    assert_eq!(RequestKind::ALL.len(), 42);
+    assert_eq!(RequestKind::ALL.len(), 43);
     for &kind in RequestKind::ALL {
         let request = sample(kind)
             .with_expected_revision(3)

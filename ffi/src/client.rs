@@ -268,6 +268,7 @@ impl ClientObject {
                 .subscribe(payload::Subscribe {
                     run_id: Some(run_id.to_owned()),
                     session_id: None,
+                    all: None,
                 })
                 .await?;
             let found = loop {
@@ -316,6 +317,7 @@ impl ClientObject {
         let sub = rt.block_on(self.client.subscribe(payload::Subscribe {
             run_id: text("run_id")?,
             session_id: text("session_id")?,
+            all: None,
         }))?;
         SubscriptionObject::start(&rt, self.client.clone(), sub)
     }

@@ -700,6 +700,7 @@ impl BenchHost for Host {
         c.call(RequestBody::Subscribe(payload::Subscribe {
             run_id: None,
             session_id: Some(session.to_owned()),
+            all: None,
         }))
         .expect("subscribe");
     }

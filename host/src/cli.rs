@@ -116,6 +116,10 @@ pub(crate) enum Cmd {
     /// Start or control one run.
     #[command(subcommand)]
     Run(RunCmd),
+    /// Decision channels: where protected human decisions also go (Telegram), so a person can
+    /// answer them while Pi is closed.
+    #[command(subcommand)]
+    Channel(crate::channel::ChannelCmd),
     /// List contradictory durable state (read-only; never starts a host). Exit 3 when it finds
     /// any.
     Diagnose {

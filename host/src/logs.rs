@@ -120,6 +120,7 @@ fn wait_for_news(paths: &PiwPaths, run_id: &str, client: &mut Option<BlockingCli
             c.call(RequestBody::Subscribe(payload::Subscribe {
                 run_id: Some(run_id.to_owned()),
                 session_id: None,
+                all: None,
             }))
             .ok()?;
             c.set_timeout(Some(FOLLOW_POLL)).ok()?;

@@ -14,6 +14,7 @@ use piw_core::protocol::{payload, Receipt, RejectionCode, Request, RequestBody};
 use piw_core::store::{Store, StoreConfig};
 use serde_json::{json, Value};
 
+mod channel;
 mod cli;
 mod completions;
 mod host_ctl;
@@ -417,6 +418,7 @@ fn run(cli: Cli, json: bool) -> Result<(), CliError> {
             Ok(())
         }
         Cmd::Run(cmd) => run_cmd(&paths, cmd, json),
+        Cmd::Channel(cmd) => channel::channel_cmd(&paths, cmd, json),
         Cmd::Logs(args) => logs::logs(&paths, args, json),
         Cmd::View {
             run_id,

@@ -25,6 +25,7 @@ pub(crate) fn needs_installation(cmd: &Cmd) -> bool {
         Cmd::State(_) => false,
         Cmd::Runs { .. } | Cmd::Diagnose { .. } | Cmd::Repair { .. } | Cmd::View { .. } => true,
         Cmd::Logs(_) => true,
+        Cmd::Channel(_) => true,
         Cmd::Completions(_) | Cmd::Man(_) => false,
     }
 }

@@ -199,6 +199,7 @@ pub(crate) fn run_cmd(paths: &PiwPaths, mut cmd: RunCmd, json: bool) -> Result<(
                     RequestBody::DecisionAnswer(payload::DecisionAnswer {
                         decision_id: decision,
                         answer,
+                        channel: None,
                     }),
                 ))?,
                 json,
@@ -231,6 +232,7 @@ pub(crate) fn run_cmd(paths: &PiwPaths, mut cmd: RunCmd, json: bool) -> Result<(
                     RequestBody::DecisionAnswer(payload::DecisionAnswer {
                         decision_id: decision,
                         answer,
+                        channel: None,
                     }),
                 ))?,
                 json,
@@ -747,6 +749,7 @@ pub(crate) fn wait_for_run(
         client.call(RequestBody::Subscribe(payload::Subscribe {
             run_id: Some(run_id.to_owned()),
             session_id: None,
+            all: None,
         }))
     };
     subscribe(&mut client)?;

@@ -656,6 +656,7 @@ fn a_changed_included_source_stops_the_resumed_run_before_any_module_code() {
                 RequestBody::CheckpointAnswer(payload::DecisionAnswer {
                     decision_id: decision,
                     answer: json!("go"),
+                    channel: None,
                 }),
             )
             .with_run_id(&run_id),
@@ -1102,6 +1103,7 @@ fn a_session_subscriber_sees_every_event_of_a_run_in_order() {
     sub.call(RequestBody::Subscribe(payload::Subscribe {
         run_id: None,
         session_id: Some("s1".into()),
+        all: None,
     }))
     .unwrap();
     let file = env.fixture("pipeline", pipeline());
@@ -1137,6 +1139,7 @@ fn a_replayed_run_start_publishes_no_event_again() {
     sub.call(RequestBody::Subscribe(payload::Subscribe {
         run_id: None,
         session_id: Some("s1".into()),
+        all: None,
     }))
     .unwrap();
     let file = env.fixture("pipeline", pipeline());
@@ -1681,6 +1684,7 @@ fn a_validation_that_takes_too_long_is_stopped_and_its_submission_rejected() {
     sub.call(RequestBody::Subscribe(payload::Subscribe {
         run_id: Some(run_id.clone()),
         session_id: None,
+        all: None,
     }))
     .unwrap();
     let submission = submit(&env, &run_id, &s, "slow-1", 42).unwrap().body["submission_id"].clone();
@@ -2030,6 +2034,7 @@ fn answer_decision(
     let a = payload::DecisionAnswer {
         decision_id: decision["decision_id"].as_str().unwrap().to_owned(),
         answer,
+        channel: None,
     };
     let body = if person {
         RequestBody::DecisionAnswer(a)
@@ -2237,6 +2242,7 @@ fn a_subscriber_sees_the_expiry_of_a_request_and_of_a_decision() {
         sub.call(RequestBody::Subscribe(payload::Subscribe {
             run_id: None,
             session_id: Some("s1".into()),
+            all: None,
         }))
         .unwrap();
         let run_id = env.start(&file, json!({}));

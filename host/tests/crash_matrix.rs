@@ -322,6 +322,7 @@ impl Scenario {
         let answer = RequestBody::CheckpointAnswer(payload::DecisionAnswer {
             decision_id: decision["decision_id"].as_str().unwrap().to_owned(),
             answer: json!("yes"),
+            channel: None,
         });
         self.call(Request::new("answer-ask", answer).with_run_id(&flow_id))
             .unwrap();

@@ -57,6 +57,7 @@ impl Home {
         sub.call(RequestBody::Subscribe(payload::Subscribe {
             run_id: Some(run_id.to_owned()),
             session_id: None,
+            all: None,
         }))
         .unwrap();
         sub
@@ -767,6 +768,7 @@ fn a_subscriber_that_falls_too_far_behind_is_closed_with_subscriber_lagged() {
         sub.call(RequestBody::Subscribe(payload::Subscribe {
             run_id: Some(run_id.clone()),
             session_id: None,
+            all: None,
         }))
         .unwrap();
     }
@@ -814,6 +816,7 @@ fn a_subscriber_that_falls_too_far_behind_is_closed_with_subscriber_lagged() {
         .call(RequestBody::Subscribe(payload::Subscribe {
             run_id: Some(run_ids[0].clone()),
             session_id: None,
+            all: None,
         }))
         .unwrap();
     let status = home.wait_status(&mut again, &run_ids[0], "waiting");
@@ -1134,6 +1137,7 @@ fn the_async_client_calls_and_subscribes() {
         s.call(RequestBody::Subscribe(payload::Subscribe {
             run_id: None,
             session_id: Some("sess".into()),
+            all: None,
         }))
         .await
         .unwrap();
@@ -1223,6 +1227,7 @@ fn a_connection_cannot_pile_up_subscriptions() {
         RequestBody::Subscribe(payload::Subscribe {
             run_id: None,
             session_id: Some("s1".into()),
+            all: None,
         })
     };
     for _ in 0..piw_core::driver::conn::MAX_SUBSCRIPTIONS {
@@ -1313,6 +1318,7 @@ fn a_subscription_to_an_unknown_run_is_not_found() {
         .call(RequestBody::Subscribe(payload::Subscribe {
             run_id: Some("run-missing".into()),
             session_id: None,
+            all: None,
         }))
         .unwrap_err();
     assert_eq!(err.code(), Some(RejectionCode::NotFound), "{err}");
@@ -1320,12 +1326,14 @@ fn a_subscription_to_an_unknown_run_is_not_found() {
     c.call(RequestBody::Subscribe(payload::Subscribe {
         run_id: None,
         session_id: Some("no-runs-yet".into()),
+        all: None,
     }))
     .unwrap();
     let run_id = home.start_run(&mut c);
     c.call(RequestBody::Subscribe(payload::Subscribe {
         run_id: Some(run_id),
         session_id: None,
+        all: None,
     }))
     .unwrap();
     home.stop(host);

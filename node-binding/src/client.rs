@@ -114,7 +114,8 @@ impl Client {
         env.spawn_future(async move { Ok(receipt_json(receipt.await.map_err(client_error)?)) })
     }
 
-    /// Subscribes to events of a run (`{ runId }`) or of a session (`{ sessionId }`).
+    /// Subscribes to events of a run (`{ runId }`), of a session (`{ sessionId }`), or of
+    /// every run (`{ all: true }`).
     #[napi]
     pub async fn subscribe(&self, filter: Value) -> Result<Subscription> {
         let text = |k: &str| filter.get(k).and_then(Value::as_str).map(str::to_owned);
@@ -123,6 +124,7 @@ impl Client {
             .subscribe(payload::Subscribe {
                 run_id: text("runId"),
                 session_id: text("sessionId"),
+                all: filter.get("all").and_then(Value::as_bool),
             })
             .await
             .map_err(client_error)?;

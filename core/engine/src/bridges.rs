@@ -291,6 +291,7 @@ pub fn may_change_detached_steps(kind: RequestKind) -> bool {
         // which must not pay for a read of the detached steps.
         K::HostStatus
         | K::HostStop
+        | K::ChannelReload
         | K::RunStart
         | K::RunStatus
         | K::RunList

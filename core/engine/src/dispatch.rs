@@ -90,6 +90,8 @@ pub struct HostState {
     pub bridges: super::bridges::Bridges,
     /// The sessions that present their runs' interactive steps now (`super::presence`).
     pub presence: super::presence::Presence,
+    /// Decision channels' adapters (`super::channels`).
+    pub channels: super::channels::Channels,
 }
 
 impl HostState {

@@ -41,6 +41,7 @@ pub mod store;
 pub mod time;
 
 pub mod bridges;
+pub mod channels;
 pub mod children;
 pub mod dispatch;
 mod fit;

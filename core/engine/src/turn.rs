@@ -44,6 +44,8 @@ pub enum Input<R> {
     Draining,
     /// The host is stopping: stop launching, let the supervisor stop every child.
     Shutdown,
+    /// The decision channels configured now (`channel.reload`): their adapters follow.
+    Channels(Vec<super::channels::ChannelSpec>),
 }
 
 /// One request, with what its connection prepared, and where its reply goes.
@@ -145,6 +147,7 @@ pub fn turn<R>(
                     state.shutting_down = true;
                     state.supervising = false;
                 }
+                Input::Channels(specs) => super::channels::configure(state, specs),
             }
         }
         if !batch.is_empty() {
@@ -170,6 +173,7 @@ pub fn turn<R>(
     if !state.shutting_down {
         // Bridges first: a step they fail makes its run ready for the scheduling below.
         super::bridges::reconcile(store, state);
+        super::channels::reconcile(state, store.now_ms());
         publish_unpublished(store, state, fx);
         children::schedule_with(store, state, &mut |state| send_child_commands(state, fx));
         publish_unpublished(store, state, fx);

@@ -13,7 +13,7 @@ use super::store_thread::{Job, RunEvent, StoreMsg};
 use super::HostShared;
 use crate::engine::children;
 use crate::engine::dispatch;
-use crate::protocol::reply::{body_of, HostStopping, Subscription};
+use crate::protocol::reply::{body_of, ChannelsReloaded, HostStopping, Subscription};
 use crate::protocol::{
     encode_frame, payload, Event, FrameDecoder, FrameError, Limits, Receipt, Rejection,
     RejectionCode, Request, RequestBody, ServerFrame,
@@ -434,14 +434,14 @@ fn event_frames(
 }
 
 /// Whether a subscription's filter (`run_id`, `session_id`) takes `event`: every filter it set
-/// must match (a `subscribe` sets at least one).
+/// must match; one that set neither is `all` (a `subscribe` sets one of the three).
 fn subscription_matches(filter: &(Option<String>, Option<String>), event: &RunEvent) -> bool {
     let (run, session) = filter;
     let run_matches = run.as_deref().is_none_or(|run| run == event.run_id);
     let session_matches = session
         .as_deref()
         .is_none_or(|session| event.origin_session.as_deref() == Some(session));
-    (run.is_some() || session.is_some()) && run_matches && session_matches
+    run_matches && session_matches
 }
 
 /// A request the host could not decode: answered (when it had a request id), then the
@@ -486,11 +486,42 @@ async fn handle_frame(
             shared.begin_stop();
             Ok(answer(reply(&HostStopping { stopping: true })))
         }
+        // The channels' files, off the runtime's one worker thread; the store thread's next
+        // turn starts and stops adapters to match.
+        RequestBody::ChannelReload => {
+            let home = shared.facts.paths.home.clone();
+            let read = move || super::channel_launch::read_specs(&home);
+            let specs = match tokio::task::spawn_blocking(read).await {
+                Ok(Ok(specs)) => specs,
+                Ok(Err(e)) => {
+                    return Ok(answer(Err(Rejection::new(
+                        RejectionCode::Malformed,
+                        format!("cannot read the decision channels: {e}"),
+                    ))))
+                }
+                Err(e) => {
+                    return Ok(answer(Err(Rejection::new(
+                        RejectionCode::Internal,
+                        format!("reading the decision channels failed: {e}"),
+                    ))))
+                }
+            };
+            let names = specs.iter().map(|s| s.name.clone()).collect();
+            if shared.jobs.send(StoreMsg::Channels(specs)).is_err() {
+                return Ok(answer(Err(Rejection::new(
+                    RejectionCode::HostShuttingDown,
+                    "host is stopping",
+                ))));
+            }
+            Ok(answer(reply(&ChannelsReloaded { channels: names })))
+        }
         RequestBody::Subscribe(s) => {
-            if s.run_id.is_none() && s.session_id.is_none() {
+            let all = s.all == Some(true);
+            let filtered = s.run_id.is_some() || s.session_id.is_some();
+            if all == filtered {
                 return Ok(answer(Err(Rejection::new(
                     RejectionCode::Malformed,
-                    "subscribe needs run_id or session_id",
+                    "subscribe needs run_id or session_id, or all: true alone",
                 ))));
             }
             if subscriptions.len() >= MAX_SUBSCRIPTIONS {

@@ -8,6 +8,7 @@
 //! commits commands in batches. They talk over a channel; replies go back on oneshots.
 
 pub mod bridge_launch;
+pub mod channel_launch;
 pub mod conn;
 pub mod fault;
 pub mod lock;
@@ -120,6 +121,12 @@ impl HostConfig {
             &config.paths.home,
             &|p: &std::path::Path| p.is_file(),
         );
+        config.children.channels = Some(channel_launch::settings(
+            node.as_ref().map_err(ToString::to_string),
+            &config.paths.home,
+            &config.paths.logs,
+            &config.children.workflow_env,
+        ));
         match node_runtimes(node) {
             Ok(runtimes) => config.children.runtimes.extend(runtimes),
             Err(missing) => config.children.missing_runtimes.push(missing),
@@ -323,7 +330,11 @@ impl HostShared {
             None
         };
         let f = &self.facts;
-        let (runs, active_children) = counts.map(|c| (c.runs, c.active_children)).unzip();
+        let (channels, counts) = match counts {
+            Some(c) => (c.channels, Some((c.runs, c.active_children))),
+            None => (Vec::new(), None),
+        };
+        let (runs, active_children) = counts.unzip();
         let reply = HostStatusReply {
             pid: f.pid,
             epoch: f.epoch,
@@ -340,6 +351,7 @@ impl HostShared {
             stopping: *self.stopping.borrow(),
             runtimes: self.runtime_suffixes.to_vec(),
             log_writes_lost: log::writes_lost(),
+            channels,
         };
         Receipt::new(None, body_of(&reply).unwrap_or(Value::Null))
     }
@@ -619,6 +631,16 @@ async fn serve_async(
         .map_err(io_err("cannot restrict the socket to its user"))?;
 
     let (jobs_tx, jobs_rx) = std::sync::mpsc::channel::<StoreMsg>();
+    // The decision channels configured now: their adapters start with the store thread's
+    // first turns. One that cannot be read is said in the log; the host runs without it.
+    if config.children.channels.is_some() {
+        match channel_launch::read_specs(&paths.home) {
+            Ok(specs) => {
+                let _ = jobs_tx.send(StoreMsg::Channels(specs));
+            }
+            Err(e) => tracing::error!(error = %e, "cannot read the decision channels"),
+        }
+    }
     // Events committed in one burst (a batch of commands, each worker message up to 257 steps)
     // must fit, or every subscriber is cut off as lagging.
     let (events, _) = broadcast::channel::<RunEvent>(EVENT_BUFFER);

@@ -105,6 +105,8 @@ pub async fn run(
     let mut stops: HashMap<(String, u64), mpsc::UnboundedSender<Duration>> = HashMap::new();
     // Detached runs' bridges, by launch number.
     let mut bridge_stops: HashMap<u64, mpsc::UnboundedSender<Duration>> = HashMap::new();
+    // Decision channels' adapters, by launch number.
+    let mut channel_stops: HashMap<u64, mpsc::UnboundedSender<Duration>> = HashMap::new();
     let mut tasks = tokio::task::JoinSet::new();
     let mut pools = Pools {
         waiting: standby_waiting,
@@ -135,6 +137,7 @@ pub async fn run(
         };
         stops.retain(|_, tx| !tx.is_closed());
         bridge_stops.retain(|_, tx| !tx.is_closed());
+        channel_stops.retain(|_, tx| !tx.is_closed());
         match cmd {
             SupervisorCmd::Launch {
                 run_id,
@@ -214,13 +217,33 @@ pub async fn run(
                     let _ = tx.send(grace);
                 }
             }
+            SupervisorCmd::LaunchChannel { name, launch, spec } => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                channel_stops.insert(launch, tx);
+                tasks.spawn(super::channel_launch::watch_channel(
+                    name,
+                    launch,
+                    spec,
+                    rx,
+                    reports.clone(),
+                ));
+            }
+            SupervisorCmd::StopChannel { launch, grace } => {
+                if let Some(tx) = channel_stops.get(&launch) {
+                    let _ = tx.send(grace);
+                }
+            }
         }
     }
     // The host is stopping: stop the standby workers and every child's group, then wait for
     // the children's exits to be reported.
     let mut standby = pools.clear(stop_grace);
     pools.publish();
-    for tx in stops.values().chain(bridge_stops.values()) {
+    for tx in stops
+        .values()
+        .chain(bridge_stops.values())
+        .chain(channel_stops.values())
+    {
         let _ = tx.send(stop_grace);
     }
     while tasks.join_next().await.is_some() {}

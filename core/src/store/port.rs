@@ -223,6 +223,15 @@ impl Transaction for WriteTx<'_> {
     ) -> StoreResult<()> {
         WriteTx::answer_decision(self, decision_id, answer, answered_by)
     }
+    fn answer_decision_via(
+        &mut self,
+        decision_id: &str,
+        answer: &Value,
+        answered_by: Answerer,
+        channel: Option<&str>,
+    ) -> StoreResult<()> {
+        WriteTx::answer_decision_via(self, decision_id, answer, answered_by, channel)
+    }
 
     fn answer_for_attempt(&self, attempt_id: &str) -> StoreResult<Option<Value>> {
         WriteTx::answer_for_attempt(self, attempt_id)

@@ -122,6 +122,7 @@ fn follow(
             .call(RequestBody::Subscribe(payload::Subscribe {
                 run_id: Some(run_id.to_owned()),
                 session_id: None,
+                all: None,
             }))
             .is_err()
     {

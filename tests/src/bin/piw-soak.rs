@@ -1016,6 +1016,7 @@ impl Soak {
             let body = payload::DecisionAnswer {
                 decision_id: decision_id.clone(),
                 answer: answer.clone(),
+                channel: None,
             };
             let body = if kind == Kind::Decision {
                 RequestBody::DecisionAnswer(body)
@@ -1423,6 +1424,7 @@ impl Background {
                         c.call(RequestBody::Subscribe(payload::Subscribe {
                             run_id: None,
                             session_id: Some(SESSION.into()),
+                            all: None,
                         }))?;
                         Ok(c)
                     });

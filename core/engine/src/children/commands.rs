@@ -51,4 +51,12 @@ pub enum SupervisorCmd {
     },
     /// Stop the bridge of launch `launch`: SIGTERM to its group, SIGKILL after `grace`.
     StopBridge { launch: u64, grace: Duration },
+    /// Start a decision channel's adapter (`crate::channels`).
+    LaunchChannel {
+        name: String,
+        launch: u64,
+        spec: SpawnSpec,
+    },
+    /// Stop the adapter of launch `launch`: SIGTERM to its group, SIGKILL after `grace`.
+    StopChannel { launch: u64, grace: Duration },
 }

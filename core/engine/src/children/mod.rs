@@ -112,6 +112,9 @@ pub struct ChildConfig {
     /// How detached runs' steps are served (`super::bridges`); `None`: the host launches no
     /// bridges (`PIW_DETACHED_BRIDGES=off`, and in hosts built by hand, as in tests).
     pub bridges: Option<super::bridges::BridgeSettings>,
+    /// How decision channels' adapters run (`super::channels`); `None`: the host runs none
+    /// (hosts built by hand, as in tests).
+    pub channels: Option<super::channels::ChannelSettings>,
 }
 
 /// A runtime that is not available: the suffixes it would serve, and what is missing.
@@ -147,6 +150,7 @@ impl Default for ChildConfig {
             missing_runtimes: Vec::new(),
             workflow_env: Vec::new(),
             bridges: None,
+            channels: None,
         }
     }
 }
@@ -176,6 +180,8 @@ pub enum ChildReport {
     },
     /// About a detached run's bridge (`super::bridges`).
     Bridge(super::bridges::BridgeReport),
+    /// About a decision channel's adapter (`super::channels`).
+    Channel(super::channels::ChannelReport),
 }
 
 impl ChildReport {
@@ -187,6 +193,7 @@ impl ChildReport {
                 super::bridges::BridgeReport::Hello { launch, .. }
                 | super::bridges::BridgeReport::Exited { launch, .. },
             ) => *launch,
+            ChildReport::Channel(super::channels::ChannelReport::Exited { launch, .. }) => *launch,
         }
     }
 }

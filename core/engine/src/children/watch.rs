@@ -22,6 +22,17 @@ pub fn on_child_reports(store: &mut dyn Storage, state: &mut HostState, reports:
         })
         .collect();
     crate::bridges::on_reports(store, state, bridge_reports);
+    let (channel_reports, reports): (Vec<_>, Vec<_>) = reports
+        .into_iter()
+        .partition(|r| matches!(r, ChildReport::Channel(_)));
+    let channel_reports = channel_reports
+        .into_iter()
+        .filter_map(|r| match r {
+            ChildReport::Channel(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+    crate::channels::on_reports(state, store.now_ms(), channel_reports);
     let (started, exited): (Vec<_>, Vec<_>) = reports
         .into_iter()
         .filter(|r| {
@@ -275,6 +286,9 @@ pub fn on_child_report(store: &mut dyn Storage, state: &mut HostState, report: C
         }
         ChildReport::Bridge(report) => {
             crate::bridges::on_reports(store, state, vec![report]);
+        }
+        ChildReport::Channel(report) => {
+            crate::channels::on_reports(state, store.now_ms(), vec![report]);
         }
     }
 }

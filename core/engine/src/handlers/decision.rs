@@ -13,6 +13,12 @@ pub(crate) fn checkpoint_answer(
     a: &payload::DecisionAnswer,
 ) -> Result<DecisionAnswered, StoreError> {
     w.require_decision_of(required(&req.run_id, "run_id")?, &a.decision_id)?;
+    if a.channel.is_some() {
+        return Err(StoreError::InvalidInput(
+            "checkpoint.answer takes no channel: only a person's answer (decision.answer) names one"
+                .into(),
+        ));
+    }
     answer(w, a, Answerer::Model)
 }
 
@@ -23,7 +29,30 @@ pub(crate) fn decision_answer(
     a: &payload::DecisionAnswer,
 ) -> Result<DecisionAnswered, StoreError> {
     w.require_decision_of(required(&req.run_id, "run_id")?, &a.decision_id)?;
+    if let Some(channel) = &a.channel {
+        check_channel(channel)?;
+    }
     answer(w, a, Answerer::Person)
+}
+
+/// A channel is `<kind>:<address>`: a lowercase kind, then printable ASCII without spaces,
+/// bounded ([`payload::MAX_CHANNEL_BYTES`]).
+fn check_channel(channel: &str) -> Result<(), StoreError> {
+    let well_formed = channel.len() <= payload::MAX_CHANNEL_BYTES
+        && channel.split_once(':').is_some_and(|(kind, address)| {
+            !kind.is_empty()
+                && kind.bytes().all(|b| b.is_ascii_lowercase() || b == b'-')
+                && !address.is_empty()
+                && address.bytes().all(|b| b.is_ascii_graphic())
+        });
+    if well_formed {
+        Ok(())
+    } else {
+        Err(StoreError::InvalidInput(format!(
+            "channel must be <kind>:<address> (printable, no spaces, at most {} bytes)",
+            payload::MAX_CHANNEL_BYTES
+        )))
+    }
 }
 
 fn answer(
@@ -31,7 +60,7 @@ fn answer(
     a: &payload::DecisionAnswer,
     answered_by: Answerer,
 ) -> Result<DecisionAnswered, StoreError> {
-    w.answer_decision(&a.decision_id, &a.answer, answered_by)?;
+    w.answer_decision_via(&a.decision_id, &a.answer, answered_by, a.channel.as_deref())?;
     Ok(DecisionAnswered {
         decision_id: a.decision_id.clone(),
         answered_by,

@@ -22,6 +22,7 @@ pub(crate) fn status(store: &dyn Storage, state: &HostState) -> Result<HostCount
         .map(|(status, n)| (status.as_str().to_owned(), n))
         .collect();
     Ok(HostCounts {
+        channels: crate::channels::status(state, store.now_ms()),
         active_children: state.live_children(),
         runs,
     })

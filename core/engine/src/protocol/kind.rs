@@ -219,6 +219,8 @@ request_kinds! {
     HostStatus = "host.status", NONE, Connection;
     /// Ask the host to stop after in-flight commands. Client.
     HostStop = "host.stop", NONE, Connection;
+    /// Read the decision channels' configuration again (`$PIW_HOME/channels`). Client.
+    ChannelReload = "channel.reload", NONE, Connection;
     /// Start a new run. Client.
     RunStart = "run.start" => RunStart, NONE, Command;
     /// Status of one run. Client.

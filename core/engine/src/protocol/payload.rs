@@ -349,7 +349,16 @@ pub struct DecisionAnswer {
     pub decision_id: String,
     /// The answer (required; `null` is an explicit answer).
     pub answer: Value,
+    /// `decision.answer` only: where the person answered when it was not where the run asked,
+    /// `<kind>:<address>` (a decision channel: `telegram:<chat id>`), at most
+    /// [`MAX_CHANNEL_BYTES`] bytes; kept with the answer's provenance (the `decision_answered`
+    /// event's `channel`). Absent: the client itself (a Pi session, the CLI).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<String>,
 }
+
+/// The longest `channel` a `decision.answer` may name.
+pub const MAX_CHANNEL_BYTES: usize = 200;
 
 /// Payload of `interaction.list`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -429,6 +438,10 @@ pub struct Subscribe {
     pub run_id: Option<String>,
     /// Events of runs started from this Pi session.
     pub session_id: Option<String>,
+    /// `true`: every run's events (a decision channel's adapter watches for decisions of any
+    /// run). Neither of the other filters may be given with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub all: Option<bool>,
 }
 
 /// Payload of `unsubscribe`.

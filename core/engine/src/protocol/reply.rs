@@ -205,6 +205,9 @@ pub struct HostCounts {
     pub active_children: usize,
     /// How many runs are in each status (statuses without runs left out).
     pub runs: BTreeMap<String, u64>,
+    /// The decision channels configured and their adapters' state (never a credential).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub channels: Vec<Value>,
 }
 
 /// `host.status`: host health and identity.
@@ -241,6 +244,17 @@ pub struct HostStatusReply {
     pub runtimes: Vec<String>,
     /// Log writes that failed since it started.
     pub log_writes_lost: u64,
+    /// Each decision channel configured: `{name, kind, state, restart_in_ms, exits_in_a_row,
+    /// launches}` (`state`: `running`, `restarting` after its adapter exited, `stopped`);
+    /// never its credentials.
+    pub channels: Vec<Value>,
+}
+
+/// `channel.reload`: the decision channels the host read.
+#[derive(Debug, Serialize)]
+pub struct ChannelsReloaded {
+    /// Their names.
+    pub channels: Vec<String>,
 }
 
 /// `host.stop`.
@@ -559,6 +573,7 @@ mod tests {
             ),
             (
                 body_of(&HostCounts {
+                    channels: Vec::new(),
                     active_children: 2,
                     runs: [("queued".to_owned(), 1), ("completed".to_owned(), 3)]
                         .into_iter()

@@ -574,9 +574,10 @@ fn json_depth(value: &Value) -> usize {
 /// Payload rules that serde's derive cannot express.
 fn check_body(body: &RequestBody) -> Result<(), DecodeError> {
     if let RequestBody::Subscribe(subscribe) = body {
-        if subscribe.run_id.is_none() && subscribe.session_id.is_none() {
+        let filtered = subscribe.run_id.is_some() || subscribe.session_id.is_some();
+        if filtered == (subscribe.all == Some(true)) {
             return Err(DecodeError::malformed(
-                "invalid payload for `subscribe`: needs `run_id` or `session_id`",
+                "invalid payload for `subscribe`: needs `run_id` or `session_id`, or `all: true` alone",
             ));
         }
     }

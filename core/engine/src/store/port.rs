@@ -243,6 +243,16 @@ pub trait Transaction {
         answered_by: Answerer,
     ) -> StoreResult<()>;
 
+    /// [`Transaction::answer_decision`], answered in a decision channel (`channel`,
+    /// `telegram:<chat id>`): kept in the `decision_answered` event's `channel`.
+    fn answer_decision_via(
+        &mut self,
+        decision_id: &str,
+        answer: &Value,
+        answered_by: Answerer,
+        channel: Option<&str>,
+    ) -> StoreResult<()>;
+
     /// The answer of the latest answered decision of an attempt.
     fn answer_for_attempt(&self, attempt_id: &str) -> StoreResult<Option<Value>>;
 

@@ -597,6 +597,18 @@ impl WriteTx<'_> {
         answer: &Value,
         answered_by: Answerer,
     ) -> StoreResult<()> {
+        self.answer_decision_via(decision_id, answer, answered_by, None)
+    }
+
+    /// [`Self::answer_decision`], by a person who answered in a decision channel (`channel`,
+    /// `telegram:<chat id>`): the `decision_answered` event keeps it beside `by`.
+    pub fn answer_decision_via(
+        &mut self,
+        decision_id: &str,
+        answer: &Value,
+        answered_by: Answerer,
+        channel: Option<&str>,
+    ) -> StoreResult<()> {
         let (run_id, kind, status, attempt_id, deadline, request): (
             String,
             String,
@@ -683,7 +695,12 @@ impl WriteTx<'_> {
         self.finish_run_write(
             &run_id,
             "decision_answered",
-            json!({ "decision": decision_id, "by": answered_by.as_str() }),
+            match channel {
+                Some(channel) => {
+                    json!({ "decision": decision_id, "by": answered_by.as_str(), "channel": channel })
+                }
+                None => json!({ "decision": decision_id, "by": answered_by.as_str() }),
+            },
         )?;
         Ok(())
     }

@@ -1,0 +1,118 @@
+//! The I/O of decision channels' adapters (`engine::channels` decides): how they run
+//! ([`settings`], read once when the host starts), the configured channels ([`read_specs`]: at
+//! the start and on `channel.reload`, on the connection's blocking thread), and one adapter's
+//! process ([`watch_channel`], a supervisor task).
+//!
+//! An adapter is `node <package>/lib/channel-<kind>.js serve <name>`, the host's Node worker
+//! runtime's Node (`PIW_NODE`) and package (beside `PIW_NODE_WORKER`). It gets the user's
+//! environment (as a workflow child does), `PIW_HOME`, and `PIW_TELEGRAM_API` when the host has
+//! it (the Bot API's base URL; tests point it at 127.0.0.1). Its output goes to
+//! `logs/channels/<name>.log`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use super::node_runtime::NodeRuntime;
+use super::store_thread::StoreMsg;
+use crate::engine::channels::{ChannelReport, ChannelSettings, ChannelSpec};
+use crate::engine::children::{ChildReport, WorkflowEnv};
+use crate::store::ChildExitRecord;
+use crate::supervise::{self, SpawnSpec};
+
+/// The host's settings that reach an adapter (beyond the user's environment): the Bot API's
+/// base URL, and the adapter's test-only fault point.
+const ADAPTER_VARS: [&str; 2] = ["PIW_TELEGRAM_API", "PIW_CHANNEL_FAULT"];
+
+/// How this host runs adapters. `node`: the worker runtime (its Node runs the adapter, its
+/// package holds it); `workflow_env`: the user's environment as children get it.
+pub fn settings(
+    node: Result<&NodeRuntime, String>,
+    home: &Path,
+    logs: &Path,
+    workflow_env: &WorkflowEnv,
+) -> ChannelSettings {
+    let runtime = node.and_then(|rt| match rt.worker.parent() {
+        Some(package) => Ok((rt.node.clone(), package.join("lib"))),
+        None => Err("the Node worker runtime has no package directory".to_owned()),
+    });
+    let mut env: Vec<_> = workflow_env
+        .iter()
+        .filter(|(k, _)| k != "PIW_HOME")
+        .cloned()
+        .collect();
+    env.push(("PIW_HOME".into(), home.as_os_str().to_owned()));
+    for var in ADAPTER_VARS {
+        if let Some(value) = std::env::var_os(var).filter(|v| !v.is_empty()) {
+            env.push((var.into(), value));
+        }
+    }
+    ChannelSettings {
+        runtime,
+        home: home.to_path_buf(),
+        env,
+        logs: Some(logs.join("channels")),
+    }
+}
+
+/// The configured channels, for the engine (names, kinds, digests; never a token).
+pub fn read_specs(home: &Path) -> Result<Vec<ChannelSpec>, crate::channels::ChannelError> {
+    crate::channels::specs(home)
+}
+
+/// One adapter's life: spawned, stopped on request (SIGTERM to the group, SIGKILL after the
+/// grace), its exit reported.
+pub async fn watch_channel(
+    name: String,
+    launch: u64,
+    spec: SpawnSpec,
+    mut stop: mpsc::UnboundedReceiver<Duration>,
+    reports: std::sync::mpsc::Sender<StoreMsg>,
+) {
+    let report = |exit: ChildExitRecord| {
+        let _ = reports.send(StoreMsg::Child(ChildReport::Channel(
+            ChannelReport::Exited {
+                name: name.clone(),
+                launch,
+                exit,
+            },
+        )));
+    };
+    let mut child = match supervise::spawn(spec).await {
+        Ok(child) => child,
+        Err(e) => {
+            tracing::error!(channel = %name, error = %e, "cannot launch the channel adapter");
+            return report(ChildExitRecord {
+                reason: format!("launch failed: {e}"),
+                ..Default::default()
+            });
+        }
+    };
+    tracing::debug!(channel = %name, launch, pid = child.pid(), "channel adapter started");
+    let killer = child.killer();
+    let mut reason = "exited";
+    let exit = loop {
+        tokio::select! {
+            exit = child.wait() => break exit,
+            grace = stop.recv() => match grace {
+                Some(grace) => {
+                    reason = "stopped by the host";
+                    killer.terminate(grace);
+                }
+                None => break child.wait().await,
+            },
+        }
+    };
+    report(ChildExitRecord {
+        exit_code: exit.code,
+        signal: exit.signal,
+        reason: match (exit.code, exit.signal) {
+            (Some(c), _) => format!("{reason} with code {c}"),
+            (None, Some(s)) => format!("{reason} by signal {s}"),
+            _ => reason.to_owned(),
+        },
+        stdout_tail: exit.stdout_tail,
+        stderr_tail: exit.stderr_tail,
+    });
+}
