@@ -1185,6 +1185,16 @@ class DeferredBatch {
  * a stand-in for the host that records nothing. Best effort: a failure only costs speed.
  * Resolves with whether the rehearsal ran to its end.
  */
+/**
+ * The graph snapshot of the workflow in `file` (loaded as a child loads it, in `projectDir`):
+ * what the host reads before an explicit detached start, when the workflow's own `detached`
+ * model and whether any step needs a model are known only to its module (`describe.js`).
+ */
+export async function describeWorkflow(file, projectDir) {
+  const { workflow } = await loadWorkflow(file, projectDir);
+  return workflow.graph;
+}
+
 export async function warmUp() {
   try {
     const file = fileURLToPath(new URL('./warmup.workflow.mjs', import.meta.url));

@@ -266,6 +266,78 @@ pub fn preflight(
     ))
 }
 
+/// How long the workflow module may take to load when [`describe_definition`] asks for its
+/// graph: a start waits for it, and a module that hangs must not hold the start for ever.
+const DESCRIBE_BOUND: Duration = Duration::from_secs(30);
+
+/// The snapshot of the workflow an explicit detached start names, so that its own `detached`
+/// model and whether any step needs a model count before the run exists: a `.workflow.json`
+/// file's graph ([`known_definition`]), else the graph a JavaScript or TypeScript module
+/// defines, loaded as its child would load it (`<package>/lib/describe.js`, with the worker
+/// runtime's Node, in the run's project directory and the environment its bridge would have;
+/// bounded by [`DESCRIBE_BOUND`]). `None` when neither can be had: the start is then checked
+/// against the input, the host and Pi's settings alone.
+pub fn start_definition(
+    settings: Option<&BridgeSettings>,
+    source_root: &str,
+    env: &[(OsString, OsString)],
+    home: &Path,
+    cwd: &Path,
+) -> Option<serde_json::Value> {
+    if let Some(definition) = known_definition(source_root) {
+        return Some(definition);
+    }
+    let (node, preflight) = settings?.preflight.as_ref()?;
+    let script = preflight.with_file_name("describe.js");
+    let mut cmd = std::process::Command::new(node);
+    cmd.arg(&script)
+        .args([source_root.as_ref(), cwd.as_os_str()])
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("PIW_HOME", home)
+        .current_dir(cwd)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    // Its own process group, so that whatever the module starts goes with it on the bound.
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let mut child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            tracing::warn!(error = %e, script = %script.display(), "cannot read the workflow's graph before a detached start");
+            return None;
+        }
+    };
+    let started = std::time::Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if started.elapsed() < DESCRIBE_BOUND => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Ok(None) | Err(_) => {
+                tracing::warn!(file = source_root, "the workflow's module did not load within the bound; its start is checked without its graph");
+                let _ = crate::supervise::procfs::signal_group(child.id(), libc::SIGKILL);
+                let _ = child.wait();
+                return None;
+            }
+        }
+    }
+    let out = match child.wait_with_output() {
+        Ok(out) => out,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the workflow's graph");
+            return None;
+        }
+    };
+    if !out.status.success() {
+        // A module that does not load fails its run at once, saying why; the start goes on.
+        tracing::info!(file = source_root, why = %String::from_utf8_lossy(&out.stderr).trim(), "the workflow's graph could not be read before its detached start");
+        return None;
+    }
+    serde_json::from_slice(&out.stdout).ok()
+}
+
 /// The workflow's snapshot when the host can know it before the run starts: a
 /// `.workflow.json` file's `graph`, read as its runtime will (a file that includes others is
 /// not known whole, nor is a JavaScript module before it runs in its child): what

@@ -32,7 +32,7 @@
 
 mod orphan;
 mod output_log;
-mod procfs;
+pub(crate) mod procfs;
 mod tail;
 
 use std::fmt;

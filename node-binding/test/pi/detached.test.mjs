@@ -294,6 +294,28 @@ test("nothing else naming one, Pi's own default model (its settings) serves a de
   assert.equal(sawContext, true, "the bridge's model saw the project's AGENTS.md");
 });
 
+test("an explicit detached start reads a JavaScript workflow's graph first: its own model counts, and a workflow with no step for a model needs none", async () => {
+  env.addWorkflow('pinned.workflow.mjs', 'pinned');
+  env.model.script = ({ last, lastText }) => {
+    const id = last.role === 'user' ? stepId(lastText) : null;
+    return id ? submit(id, { title: 'pinned by the workflow' }) : { text: 'ok' };
+  };
+  // A host with no detached model of its own, and Pi with no default: only the workflow names one.
+  const c = await env.client();
+  const pinned = await c.startRun(workflowFile('pinned'), { input: { task: 'x' }, executionMode: 'detached', sessionId: 'someone', projectDir: env.project });
+  const done = await c.waitForRun(pinned.run_id, { timeoutMs: 60_000 });
+  assert.equal(done.status, 'completed', done.error ?? done.review_reason);
+  assert.deepEqual(done.result, { title: 'pinned by the workflow' });
+  // Compute nodes only: nothing to check, the start goes on.
+  const echo = await c.startRun(workflowFile('echo'), { input: { task: 'y' }, executionMode: 'detached', projectDir: env.project });
+  assert.equal((await c.waitForRun(echo.run_id, { timeoutMs: 60_000 })).status, 'completed');
+  // An agent step and no model anywhere: refused, as before.
+  await assert.rejects(
+    c.startRun(workflowFile('titles'), { input: { task: 'z' }, executionMode: 'detached', projectDir: env.project }),
+    /cannot start a detached run: no Pi provider and model/,
+  );
+});
+
 test('host stop stops the Pi child with the host, and loses nothing: the next host presents the step again', async () => {
   env.model.script = ({ last, lastText }) => (last.role === 'user' && stepId(lastText) ? { text: 'thinking', hold: new Promise(() => {}) } : { text: 'ok' });
   const first = await client();
