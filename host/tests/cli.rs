@@ -2203,6 +2203,114 @@ fn a_repeated_submit_from_the_command_line_does_not_answer_the_next_step() {
     assert_eq!(outputs.len(), 2, "{done}");
 }
 
+/// `piw run submit` waits for the workflow's verdict and says it: a rejected result exits 1
+/// with the workflow's reason, an accepted one exits 0 with `state accepted`, a run that stops
+/// for review before judging it exits 1 saying so, and no verdict within `--timeout` exits 4
+/// (the submission stands).
+#[test]
+fn submit_waits_for_the_verdict_and_exits_by_it() {
+    let h = home();
+    let fixture = |name: &str, behavior: Value| {
+        serde_json::json!({
+            "graph": {"name": name, "start": "ask",
+                      "nodes": {"ask": {"kind": "agent"}, "done": {"kind": "compute"}},
+                      "edges": [{"from": "ask", "to": "done"}]},
+            "behaviors": {"ask": behavior, "done": {}}
+        })
+    };
+    let judged = workflow_file(
+        &h,
+        "judged",
+        &fixture(
+            "judged",
+            serde_json::json!({"interact": "agent", "validate": {"value": 42}}),
+        ),
+    );
+    let run_id = start_in_session(&h.home, &judged);
+    pending_at(&h.home, &run_id, "interactions", "ask");
+
+    // Rejected: exit 1 with the workflow's reason (and `--json` says it as an error).
+    let o = piw(&h.home, &["run", "submit", &run_id, r#"{"value": 1}"#]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("rejected") && text(&o).contains("field value must be 42, got 1"),
+        "{}",
+        text(&o)
+    );
+    pending_at(&h.home, &run_id, "interactions", "ask");
+    let o = piw(
+        &h.home,
+        &["run", "submit", &run_id, r#"{"value": 2}"#, "--json"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let error = &json_of(&o)["error"];
+    assert_eq!(error["code"], "submission_rejected", "{error}");
+    assert_eq!(
+        error["details"]["error"], "field value must be 42, got 2",
+        "{error}"
+    );
+
+    // Accepted: exit 0, `state accepted`.
+    pending_at(&h.home, &run_id, "interactions", "ask");
+    let o = piw(&h.home, &["run", "submit", &run_id, r#"{"value": 42}"#]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("state accepted"), "{}", text(&o));
+    wait_status(&h.home, &run_id, &["completed"]);
+
+    // The run stops for review before judging (its file changed while it waited): exit 1.
+    let changing = workflow_file(
+        &h,
+        "changing",
+        &fixture("changing", serde_json::json!({"interact": "agent"})),
+    );
+    let run_id = start_in_session(&h.home, &changing);
+    pending_at(&h.home, &run_id, "interactions", "ask");
+    workflow_file(
+        &h,
+        "changing",
+        &fixture(
+            "changing",
+            serde_json::json!({"interact": "agent", "validate": {"value": 7}}),
+        ),
+    );
+    let o = piw(
+        &h.home,
+        &["run", "submit", &run_id, r#"{"value": 7}"#, "--json"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let error = &json_of(&o)["error"];
+    assert_eq!(error["code"], "run_in_review", "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("stopped for review before judging"),
+        "{error}"
+    );
+
+    // No verdict within `--timeout`: exit 4, the submission stands.
+    let slow = workflow_file(
+        &h,
+        "slow",
+        &fixture(
+            "slow",
+            serde_json::json!({"interact": "agent", "validate_sleep_ms": 600_000}),
+        ),
+    );
+    let run_id = start_in_session(&h.home, &slow);
+    pending_at(&h.home, &run_id, "interactions", "ask");
+    let o = piw(&h.home, &["run", "submit", &run_id, "{}", "--timeout", "1"]);
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+    assert!(text(&o).contains("no verdict"), "{}", text(&o));
+    // With `--timeout 0` it does not wait: the state is `validating`.
+    let o = piw(
+        &h.home,
+        &["run", "submit", &run_id, "{}", "--timeout", "0", "--json"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(json_of(&o)["state"], "validating");
+}
+
 /// `piw run answer` and `piw run decide` answer the decision the person meant, as `piw run
 /// submit` does: run again, the same command does not answer the next checkpoint; named with
 /// `--decision`, an answered one gives back its receipt for the same answer.
