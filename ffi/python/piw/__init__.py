@@ -322,8 +322,12 @@ class Client:
         if wanted is not None:
             open_ = [r for r in open_ if r[id_field] == wanted]
         if not open_:
-            what = wanted or f"a pending {kind or records[:-1]}"
-            raise NotFound("rejected", "not_found", f"run {run_id} has no {what}")
+            what = f"pending {kind or records[:-1]}" + (f" {wanted}" if wanted else "")
+            state = body["run"]["status"]
+            hint = ("; wait(run_id, until_parked=True) returns once it asks"
+                    if state in ("queued", "running") else "")
+            raise NotFound("rejected", "not_found",
+                           f"run {run_id} has no {what} (the run is {state}){hint}")
         return open_[0]
 
     def answer(self, run_id: str, answer: Any, *, decision_id: Optional[str] = None) -> dict:
