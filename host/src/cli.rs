@@ -280,6 +280,12 @@ pub(crate) enum RunCmd {
         /// With --wait: give up after this many seconds (exit 4; the run goes on).
         #[arg(long, value_name = "SECS", requires = "wait")]
         timeout: Option<u64>,
+        /// Start at most one run for this key: the same command with the same key again (a
+        /// retry after a lost reply, a script run twice) gives the run the first one started;
+        /// the key with another workflow, input or directory is refused
+        /// (`idempotency_conflict`). 1 to 128 characters.
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
         #[arg(long)]
         json: bool,
     },

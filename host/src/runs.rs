@@ -113,6 +113,7 @@ pub(crate) fn run_cmd(paths: &PiwPaths, mut cmd: RunCmd, json: bool) -> Result<(
             detached,
             wait,
             timeout,
+            idempotency_key,
             json,
         } => {
             // A name is found like the Pi extension finds it (the project's .pi/workflows,
@@ -129,7 +130,12 @@ pub(crate) fn run_cmd(paths: &PiwPaths, mut cmd: RunCmd, json: bool) -> Result<(
             if detached {
                 start.execution_mode = Some(piw_core::store::ExecutionMode::Detached);
             }
-            let r = client.call(RequestBody::RunStart(start))?;
+            let mut request =
+                Request::new(piw_core::ids::new_id("cli"), RequestBody::RunStart(start));
+            if let Some(key) = idempotency_key {
+                request = request.with_idempotency_key(key);
+            }
+            let r = client.send(request)?;
             if wait {
                 let run_id = str_of(&r.body["run_id"]);
                 // The run id first (on stderr, so `--json` output stays one document): a wait

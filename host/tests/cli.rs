@@ -2203,6 +2203,62 @@ fn a_repeated_submit_from_the_command_line_does_not_answer_the_next_step() {
     assert_eq!(outputs.len(), 2, "{done}");
 }
 
+/// `piw run start --idempotency-key K` starts at most one run for the key: the same command
+/// again gives the first run back (with `--wait` too), and the key with another input is
+/// refused.
+#[test]
+fn starting_with_an_idempotency_key_twice_gives_the_same_run() {
+    let h = home();
+    let file = hello_example(&h);
+    let file = file.to_str().unwrap();
+    let start = |extra: &[&str]| {
+        piw(
+            &h.home,
+            &[
+                &[
+                    "run",
+                    "start",
+                    file,
+                    "--idempotency-key",
+                    "nightly-1",
+                    "--json",
+                ][..],
+                extra,
+            ]
+            .concat(),
+        )
+    };
+    let o = start(&[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let first = json_of(&o)["run_id"].as_str().unwrap().to_owned();
+    let o = start(&[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(json_of(&o)["run_id"], first.as_str());
+    let o = start(&["--wait"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(json_of(&o)["run"]["run_id"], first.as_str());
+    let runs = json_of(&piw(&h.home, &["runs", "--json"]));
+    assert_eq!(runs["runs"].as_array().unwrap().len(), 1, "{runs}");
+
+    let o = start(&["--input", r#"{"other": true}"#]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(json_of(&o)["error"]["code"], "idempotency_conflict");
+    // Another key: another run.
+    let o = piw(
+        &h.home,
+        &[
+            "run",
+            "start",
+            file,
+            "--idempotency-key",
+            "nightly-2",
+            "--json",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_ne!(json_of(&o)["run_id"], first.as_str());
+}
+
 /// `piw run submit` waits for the workflow's verdict and says it: a rejected result exits 1
 /// with the workflow's reason, an accepted one exits 0 with `state accepted`, a run that stops
 /// for review before judging it exits 1 saying so, and no verdict within `--timeout` exits 4

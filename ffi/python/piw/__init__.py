@@ -225,15 +225,19 @@ class Client:
     # -- runs -----------------------------------------------------------------------------
 
     def start(self, workflow: str, input: Any = None, *, session_id: Optional[str] = None,
-              project_dir: Optional[str] = None) -> str:
+              project_dir: Optional[str] = None, idempotency_key: Optional[str] = None) -> str:
         """Starts a run of ``workflow`` (a path; relative to ``project_dir``, default the
-        current directory) and returns its id."""
+        current directory) and returns its id. With ``idempotency_key`` (1 to 128
+        characters) at most one run starts for the key: the same start again returns the first
+        run's id; the key with another workflow, input or directory is :class:`Rejected`
+        (``idempotency_conflict``)."""
         project_dir = os.path.abspath(project_dir or os.getcwd())
         payload = {"workflow_file": os.path.join(project_dir, workflow), "input": input,
                    "project_dir": project_dir}
         if session_id is not None:
             payload["session_id"] = session_id
-        return self.call("run.start", payload=payload)["body"]["run_id"]
+        envelope = {"idempotency_key": idempotency_key} if idempotency_key is not None else None
+        return self.call("run.start", envelope, payload)["body"]["run_id"]
 
     def status(self, run_id: str) -> dict:
         """The run's status: ``run``, ``attempts``, ``decisions``, ``interactions``, ``effects``,

@@ -1,5 +1,5 @@
 """Drives a real host through the installed piw package (run by ffi/tests/python_package.rs in a
-fresh virtual environment): start, follow, answer, submit (rejected, then accepted), decide,
+fresh virtual environment): start (with an idempotency key), follow, answer, submit (rejected, then accepted), decide,
 wait, the typed errors, and paging through thousands of runs. Prints `ok` at the end; any
 failure raises."""
 
@@ -15,7 +15,17 @@ assert "site-packages" in piw.__file__, piw.__file__
 
 with piw.Client() as client:
     run_id = client.start(os.path.basename(workflow), {"n": 1},
-                          project_dir=os.path.dirname(workflow))
+                          project_dir=os.path.dirname(workflow), idempotency_key="drive-1")
+    # The same start with the same key: the same run, no second one (`runs()` below lists one).
+    again = client.start(os.path.basename(workflow), {"n": 1},
+                         project_dir=os.path.dirname(workflow), idempotency_key="drive-1")
+    assert again == run_id, (again, run_id)
+    try:
+        client.start(os.path.basename(workflow), {"n": 2},
+                     project_dir=os.path.dirname(workflow), idempotency_key="drive-1")
+        raise AssertionError("the key with another input is refused")
+    except piw.Rejected as e:
+        assert e.code == "idempotency_conflict", e.code
 
     # Follow until it parks on the checkpoint (events committed after the subscription). A
     # child quicker than the subscription parks the run before it: no event comes then, and
