@@ -88,3 +88,21 @@ fn the_readme_python_example_runs_as_written() {
     );
     assert_eq!(text(&out.stdout), "{'answer': 'go'}\n");
 }
+
+/// Every place that states `PIW_HOME`'s default names the one the code uses
+/// (`~/.pi/agent/piw`): the README, `examples/run.mjs`, the CLI's help.
+#[test]
+fn every_doc_names_the_same_piw_home_default() {
+    for doc in ["README.md", "examples/run.mjs", "host/src/cli.rs"] {
+        let text = std::fs::read_to_string(repo_root().join(doc)).unwrap();
+        let stated: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("PIW_HOME") && l.contains("default"))
+            .collect();
+        for line in &stated {
+            if line.contains("~/.pi/agent/") {
+                assert!(line.contains("~/.pi/agent/piw"), "{doc}: {line}");
+            }
+        }
+    }
+}

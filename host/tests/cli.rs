@@ -2524,7 +2524,12 @@ fn wait_json_shows_the_last_childs_exit_once_it_exited() {
 #[test]
 fn read_only_commands_on_a_missing_installation_say_so_and_create_nothing() {
     let h = home();
+    // A backup of nothing fails (a script must not go on as if it had a copy).
+    let backup = h.home.with_file_name("backup.sqlite");
+    let backup = backup.to_str().unwrap();
     for args in [
+        &["state", "backup", backup][..],
+        &["logs", "run-x"],
         &["runs"][..],
         &["runs", "--status", "waiting"],
         &["run", "status", "run-x"],
@@ -2552,6 +2557,7 @@ fn read_only_commands_on_a_missing_installation_say_so_and_create_nothing() {
         assert_eq!(o.status.code(), Some(1), "{args:?}: {}", text(&o));
         assert_eq!(json_of(&o)["error"]["code"], "no_installation", "{args:?}");
         assert!(!h.home.exists(), "{args:?} created {}", h.home.display());
+        assert!(!Path::new(backup).exists(), "{args:?} wrote a backup");
     }
     // Commands that need no installation still work and create none either.
     assert_eq!(piw(&h.home, &["host", "stop"]).status.code(), Some(0));
@@ -2968,6 +2974,50 @@ fn completions_complete_commands_and_run_ids_and_man_prints_the_page() {
     assert_eq!(words.trim(), "waiting", "{words}");
     let words = complete(&format!("piw view {}", &run_id[..6]));
     assert_eq!(words.trim(), run_id, "{words}");
+}
+
+/// `piw logs` reads the database itself and starts no host (`--follow` too, for a run that
+/// ended), and says `ok` for a step that succeeded, as every other client word does.
+#[test]
+fn logs_start_no_host_and_say_ok_for_a_step_that_succeeded() {
+    let h = home();
+    let file = hello_example(&h);
+    let o = piw(
+        &h.home,
+        &["run", "start", file.to_str().unwrap(), "--wait", "--json"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let run_id = json_of(&o)["run"]["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(piw(&h.home, &["host", "stop"]).status.code(), Some(0));
+    let socket = piw_core::paths::PiwPaths::for_home(h.home.clone()).socket;
+    assert!(!socket.exists());
+
+    let o = piw(&h.home, &["logs", &run_id]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let shown = String::from_utf8_lossy(&o.stdout).into_owned();
+    let moves: Vec<&str> = shown
+        .lines()
+        .filter(|l| l.contains(" transitioned "))
+        .collect();
+    assert_eq!(moves.len(), 3, "{shown}");
+    for line in moves {
+        assert!(line.contains(r#""outcome":"ok""#), "{line}");
+    }
+    assert!(!shown.contains("succeeded"), "{shown}");
+    let o = piw(&h.home, &["logs", &run_id, "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let events = json_of(&o)["events"].clone();
+    let outcomes: Vec<&Value> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "transitioned")
+        .map(|e| &e["data"]["outcome"])
+        .collect();
+    assert_eq!(outcomes, [&Value::from("ok"); 3], "{events}");
+    let o = piw(&h.home, &["logs", &run_id, "--follow"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(!socket.exists(), "piw logs started a host");
 }
 
 /// `piw logs <run>` prints every child's whole output (each attempt's child, not the last

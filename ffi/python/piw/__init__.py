@@ -335,9 +335,12 @@ class Client:
         return open_[0]
 
     def answer(self, run_id: str, answer: Any, *, decision_id: Optional[str] = None) -> dict:
-        """Answers the run's ordinary checkpoint (the pending one, or ``decision_id``)."""
+        """Answers the run's ordinary checkpoint (the pending one, or ``decision_id``) as a
+        person (``answered_by: person``, as ``piw run answer`` does: a person at a script is a
+        person)."""
         decision = self._pending(run_id, "decisions", "checkpoint", decision_id, "decision_id")
-        return self.call("checkpoint.answer", {"run_id": run_id},
+        # `decision.answer` takes checkpoints too, and records a person's answer.
+        return self.call("decision.answer", {"run_id": run_id},
                          {"decision_id": decision["decision_id"], "answer": answer})["body"]
 
     def decide(self, run_id: str, choice: str, text: Optional[str] = None, *,

@@ -45,6 +45,9 @@ with piw.Client() as client:
         raise AssertionError("a waiting run is not final")
     except piw.Timeout as e:
         assert e.code == "timeout", e.code
+        # The run did not get there; the host answered all along and is not blamed.
+        assert f"run {run_id} did not reach a final state within the timeout" in e.message, e.message
+        assert "host" not in e.message, e.message
     def until(events, kind, waits_on=None):
         """Reads events until one of `kind` (a `waiting` one on `waits_on`); bounded, so a
         hang fails the test."""
@@ -57,6 +60,9 @@ with piw.Client() as client:
 
     with client.follow(run_id, until_parked=False) as events:
         client.answer(run_id, "go")
+        # A person at a script is a person, as at the command line.
+        [answered] = [d for d in client.status(run_id)["decisions"] if d["kind"] == "checkpoint"]
+        assert answered["answered_by"] == "person", answered
         # The agent step: a result the workflow's validate refuses, then one it takes.
         until(events, "interaction_requested")
         client.submit(run_id, {"value": 41})
