@@ -1,6 +1,6 @@
 // Runs one workflow end to end through the Node client and prints its result:
 //   node examples/run.mjs <workflow file> [input JSON]
-// The host is started on demand for PIW_HOME (an absolute path; default ~/.pi/agent/workflows).
+// The host is started on demand for PIW_HOME (an absolute path; default ~/.pi/agent/piw).
 import { Client } from '../node-binding/index.js';
 
 const [file, inputText] = process.argv.slice(2);

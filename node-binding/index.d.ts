@@ -505,7 +505,9 @@ export declare class Client {
   /** Events of a run, of a session, or of every run (`{ all: true }`: a decision channel's adapter). */
   subscribe(filter: { runId: string } | { sessionId: string } | { all: true }): Promise<Subscription>;
   /**
-   * The run once it is final (or, with `untilParked`, also waiting or in review). A burst of
+   * The run once it is final (or, with `untilParked`, also once it waits on a request: a
+   * pending decision or interactive step; waits paused; or is in review; a run asleep on a
+   * durable timer, `wake_at` set, is not parked: the wait goes on). A burst of
    * events this wait falls behind on (`subscription_overflow`) does not end it: it subscribes
    * again and re-reads the run. The same holds for `waitForSubmission`.
    */

@@ -294,9 +294,25 @@ impl ClientObject {
         let rt = runtime()?;
         match timeout {
             None => rt.block_on(wait),
+            // The run did not get there in time: the host answered all along, so say so and
+            // not that the host did not answer.
             Some(t) => rt
                 .block_on(async { tokio::time::timeout(t, wait).await })
-                .map_err(|_| Error::from(client::ClientError::TimedOut))?,
+                .map_err(|_| {
+                    let state = if until_parked {
+                        "a final state, a wait or review"
+                    } else {
+                        "a final state"
+                    };
+                    Error::new(
+                        PiwStatus::Timeout,
+                        "timeout",
+                        format!(
+                            "run {run_id} did not reach {state} within the timeout ({} ms); the run goes on",
+                            t.as_millis()
+                        ),
+                    )
+                })?,
         }
     }
 

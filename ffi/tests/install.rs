@@ -53,6 +53,15 @@ fn cc(src: &Path, flags: &[String], out: &Path) {
     assert!(status.success(), "cc {flags:?}");
 }
 
+/// include/README.md's `cc` line for a build used in place (`in_place`) or for an installed
+/// libpiw.
+fn documented_cc_line(in_place: bool) -> String {
+    common::doc_lines("include/README.md", "## Build and link (no make)")
+        .into_iter()
+        .find(|l| l.starts_with("cc ") && l.contains("PKG_CONFIG_PATH=target/release") == in_place)
+        .expect("include/README.md shows how to link")
+}
+
 fn readelf_dynamic(file: &Path) -> String {
     let out = Command::new("readelf")
         .arg("-d")
@@ -100,10 +109,16 @@ fn the_build_has_a_soname_and_a_pkg_config_file_that_works_in_place() {
         "{dynamic}"
     );
     let install = Install::new();
-    let src = install.path().join("connect.c");
-    std::fs::write(&src, CONNECT_C).unwrap();
-    let program = install.path().join("bin/connect");
-    cc(&src, &pkg_config(&build_dir(), &[]), &program);
+    // include/README.md's line, as written, in a directory whose `target/release` is this
+    // build.
+    let dir = install.path().join("project");
+    std::fs::create_dir_all(dir.join("target")).unwrap();
+    std::os::unix::fs::symlink(build_dir(), dir.join("target/release")).unwrap();
+    std::fs::write(dir.join("my_program.c"), CONNECT_C).unwrap();
+    let line = documented_cc_line(true);
+    let o = common::run_doc_line(&line, &dir, &common::env_without_host_hint(&install));
+    assert!(o.status.success(), "{line}: {}", text(&o.stderr));
+    let program = dir.join("my_program");
     assert!(readelf_dynamic(&program).contains("Shared library: [libpiw.so.0.1]"));
     // No LD_LIBRARY_PATH: the in-place flags carry the rpath; the host is the `piw` of the
     // same build directory.
@@ -150,8 +165,16 @@ fn an_installed_libpiw_links_by_pkg_config_and_starts_its_own_host() {
     let src = install.path().join("connect.c");
     std::fs::write(&src, CONNECT_C).unwrap();
     let pc_dir = lib.join("pkgconfig");
-    let shared = install.path().join("bin/connect-shared");
-    cc(&src, &pkg_config(&pc_dir, &[]), &shared);
+    // include/README.md's line, as written, with the prefix's pkg-config file.
+    let dir = install.path().join("project");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("my_program.c"), CONNECT_C).unwrap();
+    let line = documented_cc_line(false);
+    let mut env = common::env_without_host_hint(&install);
+    env.push(("PKG_CONFIG_PATH".into(), pc_dir.display().to_string()));
+    let o = common::run_doc_line(&line, &dir, &env);
+    assert!(o.status.success(), "{line}: {}", text(&o.stderr));
+    let shared = dir.join("my_program");
     assert!(readelf_dynamic(&shared).contains("Shared library: [libpiw.so.0.1]"));
     // The library found through its SONAME in the prefix; the host it starts is the prefix's
     // bin/piw (nothing else names one).

@@ -7,41 +7,12 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{build_dir, repo_root, run_bounded, text, Install};
+use common::{repo_root, run_bounded, text, Install};
 
 #[test]
 fn the_wheel_installs_into_a_fresh_venv_and_drives_a_real_host() {
     let install = Install::new();
-    let wheels = install.path().join("wheels");
-    let built = Command::new(repo_root().join("scripts/build-python-wheel"))
-        .arg(&wheels)
-        .env("PIW_WHEEL_FROM", build_dir())
-        .output()
-        .unwrap();
-    assert!(built.status.success(), "{}", text(&built.stderr));
-    let wheel = text(&built.stdout).trim().to_owned();
-    assert!(wheel.ends_with(".whl"), "{wheel}");
-
-    let venv = install.path().join("venv");
-    let made = Command::new("python3")
-        .args(["-m", "venv"])
-        .arg(&venv)
-        .status()
-        .unwrap();
-    assert!(made.success());
-    let pip = Command::new(venv.join("bin/pip"))
-        .args([
-            "install",
-            "--no-index",
-            "--no-deps",
-            "--disable-pip-version-check",
-            "-q",
-        ])
-        .arg(&wheel)
-        .env("HOME", install.path().join("home"))
-        .output()
-        .unwrap();
-    assert!(pip.status.success(), "{}", text(&pip.stderr));
+    let venv = common::python_venv(&install);
 
     let workflow = install.path().join("flow.workflow.json");
     std::fs::write(
@@ -68,13 +39,7 @@ fn the_wheel_installs_into_a_fresh_venv_and_drives_a_real_host() {
         .arg(&workflow)
         .current_dir(install.path())
         .env_clear()
-        .envs(
-            install
-                .env()
-                .into_iter()
-                .filter(|(k, _)| k != "PIW_HOST_BIN"),
-        )
-        .env("PATH", "/usr/bin:/bin")
+        .envs(common::env_without_host_hint(&install))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

@@ -71,7 +71,9 @@ other commands on an installation that does not exist say so and create nothing.
 A run id may be shortened to any prefix that names one run.
 
 Exit codes: 0 ok, 1 failed, 2 usage (an ambiguous run id too), 3 `diagnose` found \
-contradictions, 4 `--wait`/`run wait` gave up after `--timeout` (the run goes on)."
+contradictions, 4 `--wait`/`run wait` gave up after `--timeout` (the run goes on). `run submit` \
+waits for the workflow's verdict: 0 accepted, 1 rejected (or the run stopped for review or ended \
+first), 4 no verdict within `--timeout` (the submission stands)."
 )]
 pub(crate) struct Cli {
     #[command(subcommand)]
@@ -282,6 +284,12 @@ pub(crate) enum RunCmd {
         /// With --wait: give up after this many seconds (exit 4; the run goes on).
         #[arg(long, value_name = "SECS", requires = "wait")]
         timeout: Option<u64>,
+        /// Start at most one run for this key: the same command with the same key again (a
+        /// retry after a lost reply, a script run twice) gives the run the first one started;
+        /// the key with another workflow, input or directory is refused
+        /// (`idempotency_conflict`). 1 to 128 characters.
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -370,6 +378,11 @@ pub(crate) enum RunCmd {
     /// Without, for the request the run waits for now, refused when an earlier request of the
     /// run already accepted the same result: the same command run again never answers the
     /// next visit (name the interaction to submit an equal result on purpose).
+    ///
+    /// Then it waits for the workflow's verdict: exit 0 when the result is accepted, 1 when it
+    /// is rejected (with the workflow's reason) or the run stopped for review or ended before
+    /// judging it (the submission stands and is judged once the run goes on), 4 when no verdict
+    /// came within `--timeout` (the submission stands).
     Submit {
         run_id: String,
         /// The result as JSON.
@@ -381,6 +394,10 @@ pub(crate) enum RunCmd {
         /// The interactive request answered (`int-…`, from `piw run status`).
         #[arg(long, value_name = "ID")]
         interaction: Option<String>,
+        /// How long to wait for the workflow's verdict; 0 does not wait (the state printed is
+        /// then `validating`).
+        #[arg(long, value_name = "SECS", default_value_t = 60)]
+        timeout: u64,
         #[arg(long)]
         json: bool,
     },

@@ -233,8 +233,14 @@ fn child_header(c: &ChildRecord) -> String {
     )
 }
 
+/// An event's data in the words clients see everywhere else (`ok` where the store says
+/// `succeeded`: `protocol::event_data_for_clients`).
+fn event_data(e: &EventRecord) -> Value {
+    piw_core::protocol::event_data_for_clients(&e.kind, e.data.clone())
+}
+
 fn event_json(e: &EventRecord) -> Value {
-    json!({ "seq": e.seq, "kind": e.kind, "at": e.at, "time": human::utc(u64::try_from(e.at).unwrap_or(0)), "data": e.data })
+    json!({ "seq": e.seq, "kind": e.kind, "at": e.at, "time": human::utc(u64::try_from(e.at).unwrap_or(0)), "data": event_data(e) })
 }
 
 /// How much of an event's data one line shows.
@@ -245,7 +251,7 @@ fn event_line(e: &EventRecord) -> String {
     let mut data = if e.data.is_null() {
         String::new()
     } else {
-        mask_hex_runs(&e.data.to_string())
+        mask_hex_runs(&event_data(e).to_string())
     };
     if data.chars().count() > EVENT_DATA_CHARS {
         data = data.chars().take(EVENT_DATA_CHARS).collect::<String>() + "…";

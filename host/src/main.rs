@@ -501,12 +501,9 @@ fn run(cli: Cli, json: bool) -> Result<(), CliError> {
                     path.display()
                 )));
             }
-            if !paths.db.exists() {
-                return Err(CliError::Runtime(format!(
-                    "there is no state database at {} (no host has run for this PIW_HOME); nothing to back up",
-                    paths.db.display()
-                )));
-            }
+            // Nothing to copy is a failure (exit 1, `no_installation`), not "nothing to do": a
+            // script must not go on as if it had a backup, and a mistyped PIW_HOME says so.
+            require_installation(&paths)?;
             warn_if_linked(&paths);
             let store = Store::open_read_only(&paths.db, StoreConfig::default())?;
             store.backup_to(&path)?;

@@ -113,6 +113,7 @@ pub(crate) fn run_cmd(paths: &PiwPaths, mut cmd: RunCmd, json: bool) -> Result<(
             detached,
             wait,
             timeout,
+            idempotency_key,
             json,
         } => {
             // A name is found like the Pi extension finds it (the project's .pi/workflows,
@@ -129,7 +130,12 @@ pub(crate) fn run_cmd(paths: &PiwPaths, mut cmd: RunCmd, json: bool) -> Result<(
             if detached {
                 start.execution_mode = Some(piw_core::store::ExecutionMode::Detached);
             }
-            let r = client.call(RequestBody::RunStart(start))?;
+            let mut request =
+                Request::new(piw_core::ids::new_id("cli"), RequestBody::RunStart(start));
+            if let Some(key) = idempotency_key {
+                request = request.with_idempotency_key(key);
+            }
+            let r = client.send(request)?;
             if wait {
                 let run_id = str_of(&r.body["run_id"]);
                 // The run id first (on stderr, so `--json` output stays one document): a wait
@@ -243,6 +249,7 @@ pub(crate) fn run_cmd(paths: &PiwPaths, mut cmd: RunCmd, json: bool) -> Result<(
             result,
             input,
             interaction,
+            timeout,
             json,
         } => {
             let result = input.or(result).unwrap_or(Value::Null);
@@ -282,7 +289,14 @@ pub(crate) fn run_cmd(paths: &PiwPaths, mut cmd: RunCmd, json: bool) -> Result<(
             .with_run_id(&run_id)
             .with_node_id(str_of(&bound["node_id"]))
             .with_attempt_id(str_of(&bound["attempt_id"]));
-            (client.send(request)?, json)
+            let mut receipt = client.send(request)?;
+            if timeout > 0 && receipt.body["state"] == "validating" {
+                let deadline = std::time::Instant::now() + Duration::from_secs(timeout);
+                let submission_id = str_of(&receipt.body["submission_id"]);
+                wait_for_verdict(paths, client, &run_id, &submission_id, deadline)?;
+                receipt.body["state"] = json!("accepted");
+            }
+            (receipt, json)
         }
         RunCmd::Wait {
             run_id,
@@ -867,6 +881,109 @@ pub(crate) fn wait_for_run(
                 )));
             }
             Err(e) if host_went_away(&e) => client = start_again(e)?,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Waits (until `deadline`) for the workflow's verdict on submission `submission_id` of
+/// `run_id`. `Ok` once it is accepted; an error saying why when it is
+/// rejected (`submission_rejected`, the workflow's reason), or the run stopped for review
+/// (`run_in_review`) or ended before judging it, or no verdict came in time (exit 4).
+fn wait_for_verdict(
+    paths: &PiwPaths,
+    mut client: BlockingClient,
+    run_id: &str,
+    submission_id: &str,
+    deadline: std::time::Instant,
+) -> Result<(), CliError> {
+    let subscribe = |client: &mut BlockingClient| {
+        client.call(RequestBody::Subscribe(payload::Subscribe {
+            run_id: Some(run_id.to_owned()),
+            session_id: None,
+        }))
+    };
+    subscribe(&mut client)?;
+    let gave_up = |state: &str| {
+        CliError::GaveUpWaiting(format!(
+            "no verdict on submission {submission_id} of run {run_id} yet (the run {}): the submission stands and is judged later (`piw run status {run_id}`)",
+            status_words(state)
+        ))
+    };
+    loop {
+        // Subscribed first, then read: no verdict can fall between the read and the wait.
+        let status = client.send(run_request(
+            run_id,
+            RequestBody::RunStatus(Default::default()),
+        ))?;
+        let run = &status.body["run"];
+        let run_status = str_of(&run["status"]);
+        let last = status.body["interactions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|i| &i["last_submission"])
+            .find(|s| s["submission_id"] == submission_id);
+        let details = json!({ "run_id": run_id, "submission_id": submission_id });
+        match last.map(|s| str_of(&s["state"])).as_deref() {
+            Some("accepted") => return Ok(()),
+            Some("rejected") => {
+                let why = last
+                    .and_then(|s| s["error"].as_str())
+                    .unwrap_or("no reason given");
+                let mut details = details;
+                details["error"] = json!(why);
+                return Err(CliError::Client {
+                    code: "submission_rejected",
+                    message: format!(
+                        "the workflow rejected submission {submission_id} of run {run_id}: {why}"
+                    ),
+                    details,
+                });
+            }
+            _ if run_status == "review" => {
+                let why = run["review_reason"].as_str().unwrap_or("no reason given");
+                let mut details = details;
+                details["review_reason"] = json!(why);
+                return Err(CliError::Client {
+                    code: "run_in_review",
+                    message: format!(
+                        "run {run_id} stopped for review before judging submission {submission_id}: {why}; the submission stands and is judged once the run goes on (`piw run retry {run_id}`)"
+                    ),
+                    details,
+                });
+            }
+            _ if ["completed", "failed", "cancelled", "timed_out"]
+                .contains(&run_status.as_str()) =>
+            {
+                return Err(CliError::Client {
+                    code: "invalid_transition",
+                    message: format!(
+                        "run {run_id} {} before judging submission {submission_id}",
+                        status_words(&run_status)
+                    ),
+                    details,
+                });
+            }
+            _ => {}
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(gave_up(&run_status));
+        }
+        client.set_timeout(Some(left))?;
+        match client.next_event() {
+            Ok(_) | Err(ClientError::SubscriptionOverflow) => {
+                client.discard_queued_events();
+            }
+            Err(ClientError::Closed {
+                code: RejectionCode::SubscriberLagged,
+                ..
+            }) => {
+                client = BlockingClient::connect(paths)?;
+                subscribe(&mut client)?;
+            }
+            Err(ClientError::TimedOut) => return Err(gave_up(&run_status)),
             Err(e) => return Err(e.into()),
         }
     }

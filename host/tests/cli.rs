@@ -2203,6 +2203,170 @@ fn a_repeated_submit_from_the_command_line_does_not_answer_the_next_step() {
     assert_eq!(outputs.len(), 2, "{done}");
 }
 
+/// `piw run start --idempotency-key K` starts at most one run for the key: the same command
+/// again gives the first run back (with `--wait` too), and the key with another input is
+/// refused.
+#[test]
+fn starting_with_an_idempotency_key_twice_gives_the_same_run() {
+    let h = home();
+    let file = hello_example(&h);
+    let file = file.to_str().unwrap();
+    let start = |extra: &[&str]| {
+        piw(
+            &h.home,
+            &[
+                &[
+                    "run",
+                    "start",
+                    file,
+                    "--idempotency-key",
+                    "nightly-1",
+                    "--json",
+                ][..],
+                extra,
+            ]
+            .concat(),
+        )
+    };
+    let o = start(&[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let first = json_of(&o)["run_id"].as_str().unwrap().to_owned();
+    let o = start(&[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(json_of(&o)["run_id"], first.as_str());
+    let o = start(&["--wait"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(json_of(&o)["run"]["run_id"], first.as_str());
+    let runs = json_of(&piw(&h.home, &["runs", "--json"]));
+    assert_eq!(runs["runs"].as_array().unwrap().len(), 1, "{runs}");
+
+    let o = start(&["--input", r#"{"other": true}"#]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(json_of(&o)["error"]["code"], "idempotency_conflict");
+    // Another key: another run.
+    let o = piw(
+        &h.home,
+        &[
+            "run",
+            "start",
+            file,
+            "--idempotency-key",
+            "nightly-2",
+            "--json",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_ne!(json_of(&o)["run_id"], first.as_str());
+}
+
+/// `piw run submit` waits for the workflow's verdict and says it: a rejected result exits 1
+/// with the workflow's reason, an accepted one exits 0 with `state accepted`, a run that stops
+/// for review before judging it exits 1 saying so, and no verdict within `--timeout` exits 4
+/// (the submission stands).
+#[test]
+fn submit_waits_for_the_verdict_and_exits_by_it() {
+    let h = home();
+    let fixture = |name: &str, behavior: Value| {
+        serde_json::json!({
+            "graph": {"name": name, "start": "ask",
+                      "nodes": {"ask": {"kind": "agent"}, "done": {"kind": "compute"}},
+                      "edges": [{"from": "ask", "to": "done"}]},
+            "behaviors": {"ask": behavior, "done": {}}
+        })
+    };
+    let judged = workflow_file(
+        &h,
+        "judged",
+        &fixture(
+            "judged",
+            serde_json::json!({"interact": "agent", "validate": {"value": 42}}),
+        ),
+    );
+    let run_id = start_in_session(&h.home, &judged);
+    pending_at(&h.home, &run_id, "interactions", "ask");
+
+    // Rejected: exit 1 with the workflow's reason (and `--json` says it as an error).
+    let o = piw(&h.home, &["run", "submit", &run_id, r#"{"value": 1}"#]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("rejected") && text(&o).contains("field value must be 42, got 1"),
+        "{}",
+        text(&o)
+    );
+    pending_at(&h.home, &run_id, "interactions", "ask");
+    let o = piw(
+        &h.home,
+        &["run", "submit", &run_id, r#"{"value": 2}"#, "--json"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let error = &json_of(&o)["error"];
+    assert_eq!(error["code"], "submission_rejected", "{error}");
+    assert_eq!(
+        error["details"]["error"], "field value must be 42, got 2",
+        "{error}"
+    );
+
+    // Accepted: exit 0, `state accepted`.
+    pending_at(&h.home, &run_id, "interactions", "ask");
+    let o = piw(&h.home, &["run", "submit", &run_id, r#"{"value": 42}"#]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("state accepted"), "{}", text(&o));
+    wait_status(&h.home, &run_id, &["completed"]);
+
+    // The run stops for review before judging (its file changed while it waited): exit 1.
+    let changing = workflow_file(
+        &h,
+        "changing",
+        &fixture("changing", serde_json::json!({"interact": "agent"})),
+    );
+    let run_id = start_in_session(&h.home, &changing);
+    pending_at(&h.home, &run_id, "interactions", "ask");
+    workflow_file(
+        &h,
+        "changing",
+        &fixture(
+            "changing",
+            serde_json::json!({"interact": "agent", "validate": {"value": 7}}),
+        ),
+    );
+    let o = piw(
+        &h.home,
+        &["run", "submit", &run_id, r#"{"value": 7}"#, "--json"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let error = &json_of(&o)["error"];
+    assert_eq!(error["code"], "run_in_review", "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("stopped for review before judging"),
+        "{error}"
+    );
+
+    // No verdict within `--timeout`: exit 4, the submission stands.
+    let slow = workflow_file(
+        &h,
+        "slow",
+        &fixture(
+            "slow",
+            serde_json::json!({"interact": "agent", "validate_sleep_ms": 600_000}),
+        ),
+    );
+    let run_id = start_in_session(&h.home, &slow);
+    pending_at(&h.home, &run_id, "interactions", "ask");
+    let o = piw(&h.home, &["run", "submit", &run_id, "{}", "--timeout", "1"]);
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+    assert!(text(&o).contains("no verdict"), "{}", text(&o));
+    // With `--timeout 0` it does not wait: the state is `validating`.
+    let o = piw(
+        &h.home,
+        &["run", "submit", &run_id, "{}", "--timeout", "0", "--json"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(json_of(&o)["state"], "validating");
+}
+
 /// `piw run answer` and `piw run decide` answer the decision the person meant, as `piw run
 /// submit` does: run again, the same command does not answer the next checkpoint; named with
 /// `--decision`, an answered one gives back its receipt for the same answer.
@@ -2360,7 +2524,12 @@ fn wait_json_shows_the_last_childs_exit_once_it_exited() {
 #[test]
 fn read_only_commands_on_a_missing_installation_say_so_and_create_nothing() {
     let h = home();
+    // A backup of nothing fails (a script must not go on as if it had a copy).
+    let backup = h.home.with_file_name("backup.sqlite");
+    let backup = backup.to_str().unwrap();
     for args in [
+        &["state", "backup", backup][..],
+        &["logs", "run-x"],
         &["runs"][..],
         &["runs", "--status", "waiting"],
         &["run", "status", "run-x"],
@@ -2388,6 +2557,7 @@ fn read_only_commands_on_a_missing_installation_say_so_and_create_nothing() {
         assert_eq!(o.status.code(), Some(1), "{args:?}: {}", text(&o));
         assert_eq!(json_of(&o)["error"]["code"], "no_installation", "{args:?}");
         assert!(!h.home.exists(), "{args:?} created {}", h.home.display());
+        assert!(!Path::new(backup).exists(), "{args:?} wrote a backup");
     }
     // Commands that need no installation still work and create none either.
     assert_eq!(piw(&h.home, &["host", "stop"]).status.code(), Some(0));
@@ -2804,6 +2974,50 @@ fn completions_complete_commands_and_run_ids_and_man_prints_the_page() {
     assert_eq!(words.trim(), "waiting", "{words}");
     let words = complete(&format!("piw view {}", &run_id[..6]));
     assert_eq!(words.trim(), run_id, "{words}");
+}
+
+/// `piw logs` reads the database itself and starts no host (`--follow` too, for a run that
+/// ended), and says `ok` for a step that succeeded, as every other client word does.
+#[test]
+fn logs_start_no_host_and_say_ok_for_a_step_that_succeeded() {
+    let h = home();
+    let file = hello_example(&h);
+    let o = piw(
+        &h.home,
+        &["run", "start", file.to_str().unwrap(), "--wait", "--json"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let run_id = json_of(&o)["run"]["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(piw(&h.home, &["host", "stop"]).status.code(), Some(0));
+    let socket = piw_core::paths::PiwPaths::for_home(h.home.clone()).socket;
+    assert!(!socket.exists());
+
+    let o = piw(&h.home, &["logs", &run_id]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let shown = String::from_utf8_lossy(&o.stdout).into_owned();
+    let moves: Vec<&str> = shown
+        .lines()
+        .filter(|l| l.contains(" transitioned "))
+        .collect();
+    assert_eq!(moves.len(), 3, "{shown}");
+    for line in moves {
+        assert!(line.contains(r#""outcome":"ok""#), "{line}");
+    }
+    assert!(!shown.contains("succeeded"), "{shown}");
+    let o = piw(&h.home, &["logs", &run_id, "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let events = json_of(&o)["events"].clone();
+    let outcomes: Vec<&Value> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "transitioned")
+        .map(|e| &e["data"]["outcome"])
+        .collect();
+    assert_eq!(outcomes, [&Value::from("ok"); 3], "{events}");
+    let o = piw(&h.home, &["logs", &run_id, "--follow"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(!socket.exists(), "piw logs started a host");
 }
 
 /// `piw logs <run>` prints every child's whole output (each attempt's child, not the last

@@ -44,6 +44,21 @@ export function isFinal(status) {
   return FINAL.has(status);
 }
 
+/**
+ * Whether a run's status (`runStatus`'s reply) says it is parked: in review, or waiting on a
+ * request (a pending decision or interactive step) or paused. Nothing happens until someone
+ * acts. A run asleep on a durable timer is not parked: it goes on by itself.
+ */
+function isParked({ run, decisions = [], interactions = [] }) {
+  if (run.status === 'review') return true;
+  if (run.status !== 'waiting') return false;
+  return (
+    run.paused === true ||
+    decisions.some((d) => d.status === 'pending') ||
+    interactions.some((i) => i.status === 'pending')
+  );
+}
+
 /** A fresh request id, time-ordered like the host's ids. */
 function newRequestId() {
   return `req-${Date.now().toString(16).padStart(12, '0')}${randomBytes(8).toString('hex')}`;
@@ -459,22 +474,26 @@ export class Client {
   }
 
   /**
-   * Resolves with the run (as in `runStatus(runId).run`) once it is final, or also when it
-   * waits for a person or a session or stops for review if `options.untilParked`. Rejects with
-   * `timeout` after `options.timeoutMs`.
+   * Resolves with the run (as in `runStatus(runId).run`) once it is final, or, with
+   * `options.untilParked`, also once it waits on a request (a pending decision, checkpoint or
+   * interactive step: someone must answer it), waits paused, or stops for review. A run asleep on
+   * a durable timer (`wake_at` set: a `wait` node, `waitThen`) is not parked: it goes on by
+   * itself, so the wait goes on too. Rejects with `timeout` after `options.timeoutMs`.
    */
   waitForRun(runId, options = {}) {
-    const stopAt = (s) => isFinal(s) || (options.untilParked && (s === 'waiting' || s === 'review'));
+    const mayStop = (s) => isFinal(s) || (options.untilParked && (s === 'waiting' || s === 'review'));
     return this.#waitFor(
       runId,
       async () => {
         // References kept until the run is there: only its result is read back, once.
-        const { run } = await this.runStatus(runId, { references: true });
-        if (!stopAt(run.status)) return undefined;
+        const status = await this.runStatus(runId, { references: true });
+        const { run } = status;
+        if (!mayStop(run.status) || !(isFinal(run.status) || isParked(status))) return undefined;
         run.result = await this.resolveValue(runId, run.result);
         return run;
       },
-      (event) => stopAt(event.status),
+      // Every event that may leave the run parked or final; `check` reads what it waits on.
+      (event) => mayStop(event.status),
       options,
     );
   }

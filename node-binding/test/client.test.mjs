@@ -7,7 +7,7 @@ import { DatabaseSync } from 'node:sqlite';
 import { after, before, test } from 'node:test';
 
 import { Client, PiwError } from '../index.js';
-import { code, hostBin, startHost, writeWorkflow } from './helpers.mjs';
+import { code, hostBin, sleep, startHost, writeWorkflow } from './helpers.mjs';
 
 let host;
 let steps;
@@ -537,4 +537,62 @@ test('a run in review is retried once fixed; runStatus pages its attempts', asyn
   const older = await c.runStatus(runId, { attemptsBefore: page.attempts[0].attempt_id });
   assert.equal(older.attempts.length, page.attempt_count - 1);
   assert.ok(older.attempts.every((a) => a.status === 'interrupted'));
+});
+
+test('waitForRun({ untilParked }) goes on past a durable timer and returns once the run waits on a request', async () => {
+  const { mkdtempSync, renameSync, rmSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  // The host runs on a test clock: the timer fires when this test moves the clock, never by
+  // itself, so the run sleeps on it for as long as the test says.
+  const clockDir = mkdtempSync(join(tmpdir(), 'piw-clock-'));
+  const clock = join(clockDir, 'clock');
+  writeFileSync(clock, '0');
+  const timed = await startHost({ PIW_TEST_CLOCK: clock });
+  try {
+    const c = timed.client;
+    const file = writeWorkflow(
+      timed.dir,
+      'nap-then-ask',
+      `export default piw.defineWorkflow({
+        name: 'nap-then-ask', startAt: 'nap',
+        nodes: {
+          nap: piw.wait({ for: '1h', output: { slept: true } }),
+          ask: piw.checkpoint({ summary: 'go on?' }),
+        },
+        edges: [{ from: 'nap', to: 'ask' }],
+      });`,
+    );
+    const { run_id: runId } = await c.startRun(file);
+    const onTimer = (r) => r.status === 'waiting' && r.wake_at != null;
+    for (let i = 0; i < 1500 && !onTimer((await c.runStatus(runId)).run); i++) await sleep(20);
+    assert.ok(onTimer((await c.runStatus(runId)).run), 'the run sleeps on its timer');
+    // Asked while the run sleeps: no request to answer yet, so the wait goes on...
+    let checked;
+    const firstCheck = new Promise((resolve) => (checked = resolve));
+    c.runStatus = async (...args) => {
+      const status = await Client.prototype.runStatus.apply(c, args);
+      checked();
+      return status;
+    };
+    const parked = c.waitForRun(runId, { untilParked: true, timeoutMs: 60_000 });
+    await firstCheck; // it has read the run, asleep on its timer (the clock stands still)
+    delete c.runStatus;
+    // ...until the timer fires (the clock moves past it) and the run asks its checkpoint.
+    writeFileSync(`${clock}.tmp`, String(2 * 3600_000));
+    renameSync(`${clock}.tmp`, clock);
+    await c.runStatus(runId); // wakes a host asleep until the old deadline
+    const run = await parked;
+    assert.equal(run.status, 'waiting');
+    assert.equal(run.current_node, 'ask', JSON.stringify(run));
+    assert.equal(run.wake_at ?? null, null);
+    // The request the "Driving runs" pattern looks for is there.
+    const { decisions } = await c.runStatus(runId);
+    const [pending] = decisions.filter((d) => d.status === 'pending');
+    assert.equal(pending?.node_id, 'ask');
+    await c.answerCheckpoint(runId, pending.decision_id, 'yes');
+    assert.equal((await c.waitForRun(runId, { timeoutMs: 60_000 })).status, 'completed');
+  } finally {
+    await timed.stop();
+    rmSync(clockDir, { recursive: true, force: true });
+  }
 });

@@ -1481,7 +1481,10 @@ test('wait() and waitThen(): the run parks on the host timer with no child, the 
   let c = await Client.connect({ home, hostBin, hostEnv: env });
   try {
     const { run_id: runId } = await c.startRun(file, { input: { every: '2h' } });
-    const parked = await c.waitForRun(runId, { untilParked: true, timeoutMs: 20_000 });
+    // A run on a timer is not parked for a request (`untilParked` waits on): read its status.
+    const onTimer = (r) => r.status === 'waiting' && r.wake_at != null;
+    for (let i = 0; i < 1500 && !onTimer((await c.runStatus(runId)).run); i++) await sleep(20);
+    const parked = (await c.runStatus(runId)).run;
     assert.equal(parked.status, 'waiting');
     const first = parked.wake_at;
     assert.equal(first, parked.updated_at + 2 * 3600_000, 'two hours from the host clock');

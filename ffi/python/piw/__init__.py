@@ -225,15 +225,19 @@ class Client:
     # -- runs -----------------------------------------------------------------------------
 
     def start(self, workflow: str, input: Any = None, *, session_id: Optional[str] = None,
-              project_dir: Optional[str] = None) -> str:
+              project_dir: Optional[str] = None, idempotency_key: Optional[str] = None) -> str:
         """Starts a run of ``workflow`` (a path; relative to ``project_dir``, default the
-        current directory) and returns its id."""
+        current directory) and returns its id. With ``idempotency_key`` (1 to 128
+        characters) at most one run starts for the key: the same start again returns the first
+        run's id; the key with another workflow, input or directory is :class:`Rejected`
+        (``idempotency_conflict``)."""
         project_dir = os.path.abspath(project_dir or os.getcwd())
         payload = {"workflow_file": os.path.join(project_dir, workflow), "input": input,
                    "project_dir": project_dir}
         if session_id is not None:
             payload["session_id"] = session_id
-        return self.call("run.start", payload=payload)["body"]["run_id"]
+        envelope = {"idempotency_key": idempotency_key} if idempotency_key is not None else None
+        return self.call("run.start", envelope, payload)["body"]["run_id"]
 
     def status(self, run_id: str) -> dict:
         """The run's status: ``run``, ``attempts``, ``decisions``, ``interactions``, ``effects``,
@@ -322,14 +326,21 @@ class Client:
         if wanted is not None:
             open_ = [r for r in open_ if r[id_field] == wanted]
         if not open_:
-            what = wanted or f"a pending {kind or records[:-1]}"
-            raise NotFound("rejected", "not_found", f"run {run_id} has no {what}")
+            what = f"pending {kind or records[:-1]}" + (f" {wanted}" if wanted else "")
+            state = body["run"]["status"]
+            hint = ("; wait(run_id, until_parked=True) returns once it asks"
+                    if state in ("queued", "running") else "")
+            raise NotFound("rejected", "not_found",
+                           f"run {run_id} has no {what} (the run is {state}){hint}")
         return open_[0]
 
     def answer(self, run_id: str, answer: Any, *, decision_id: Optional[str] = None) -> dict:
-        """Answers the run's ordinary checkpoint (the pending one, or ``decision_id``)."""
+        """Answers the run's ordinary checkpoint (the pending one, or ``decision_id``) as a
+        person (``answered_by: person``, as ``piw run answer`` does: a person at a script is a
+        person)."""
         decision = self._pending(run_id, "decisions", "checkpoint", decision_id, "decision_id")
-        return self.call("checkpoint.answer", {"run_id": run_id},
+        # `decision.answer` takes checkpoints too, and records a person's answer.
+        return self.call("decision.answer", {"run_id": run_id},
                          {"decision_id": decision["decision_id"], "answer": answer})["body"]
 
     def decide(self, run_id: str, choice: str, text: Optional[str] = None, *,

@@ -1,5 +1,5 @@
 """Drives a real host through the installed piw package (run by ffi/tests/python_package.rs in a
-fresh virtual environment): start, follow, answer, submit (rejected, then accepted), decide,
+fresh virtual environment): start (with an idempotency key), follow, answer, submit (rejected, then accepted), decide,
 wait, the typed errors, and paging through thousands of runs. Prints `ok` at the end; any
 failure raises."""
 
@@ -15,7 +15,17 @@ assert "site-packages" in piw.__file__, piw.__file__
 
 with piw.Client() as client:
     run_id = client.start(os.path.basename(workflow), {"n": 1},
-                          project_dir=os.path.dirname(workflow))
+                          project_dir=os.path.dirname(workflow), idempotency_key="drive-1")
+    # The same start with the same key: the same run, no second one (`runs()` below lists one).
+    again = client.start(os.path.basename(workflow), {"n": 1},
+                         project_dir=os.path.dirname(workflow), idempotency_key="drive-1")
+    assert again == run_id, (again, run_id)
+    try:
+        client.start(os.path.basename(workflow), {"n": 2},
+                     project_dir=os.path.dirname(workflow), idempotency_key="drive-1")
+        raise AssertionError("the key with another input is refused")
+    except piw.Rejected as e:
+        assert e.code == "idempotency_conflict", e.code
 
     # Follow until it parks on the checkpoint (events committed after the subscription). A
     # child quicker than the subscription parks the run before it: no event comes then, and
@@ -35,6 +45,9 @@ with piw.Client() as client:
         raise AssertionError("a waiting run is not final")
     except piw.Timeout as e:
         assert e.code == "timeout", e.code
+        # The run did not get there; the host answered all along and is not blamed.
+        assert f"run {run_id} did not reach a final state within the timeout" in e.message, e.message
+        assert "host" not in e.message, e.message
     def until(events, kind, waits_on=None):
         """Reads events until one of `kind` (a `waiting` one on `waits_on`); bounded, so a
         hang fails the test."""
@@ -47,6 +60,9 @@ with piw.Client() as client:
 
     with client.follow(run_id, until_parked=False) as events:
         client.answer(run_id, "go")
+        # A person at a script is a person, as at the command line.
+        [answered] = [d for d in client.status(run_id)["decisions"] if d["kind"] == "checkpoint"]
+        assert answered["answered_by"] == "person", answered
         # The agent step: a result the workflow's validate refuses, then one it takes.
         until(events, "interaction_requested")
         client.submit(run_id, {"value": 41})

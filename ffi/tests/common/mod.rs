@@ -212,3 +212,104 @@ pub fn write_timing_out_workflow(dir: &Path) -> PathBuf {
     .unwrap();
     workflow
 }
+
+/// The first fenced code block of `lang` (```` ```lang ````) after the line `heading` of the
+/// Markdown file `doc` (relative to the repository): the docs' examples, read by the tests that
+/// run them, so the two cannot drift apart.
+pub fn doc_block(doc: &str, heading: &str, lang: &str) -> String {
+    let text = std::fs::read_to_string(repo_root().join(doc)).unwrap();
+    let mut lines = text
+        .lines()
+        .skip_while(|l| *l != heading)
+        .skip(1)
+        .skip_while(|l| l.trim_end() != format!("```{lang}"))
+        .skip(1);
+    let mut block = String::new();
+    for line in lines.by_ref() {
+        if line.trim_end() == "```" {
+            return block;
+        }
+        block.push_str(line);
+        block.push('\n');
+    }
+    panic!("{doc} has no ```{lang} block after {heading:?}");
+}
+
+/// The lines of `doc`'s section under the line `heading` (up to the next heading) that are
+/// indented four spaces (commands the docs show), without the indentation.
+pub fn doc_lines(doc: &str, heading: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(repo_root().join(doc)).unwrap();
+    let lines: Vec<String> = text
+        .lines()
+        .skip_while(|l| *l != heading)
+        .skip(1)
+        .take_while(|l| !l.starts_with('#'))
+        .filter_map(|l| l.strip_prefix("    "))
+        .map(str::to_owned)
+        .collect();
+    assert!(!lines.is_empty(), "{doc} has no commands under {heading:?}");
+    lines
+}
+
+/// Runs `line` with `sh -c` in `dir` with `env` (and nothing else), bounded; its output.
+pub fn run_doc_line(line: &str, dir: &Path, env: &[(String, String)]) -> Output {
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(line)
+        .current_dir(dir)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    run_bounded(&mut cmd, Duration::from_secs(120))
+}
+
+/// Builds the Python wheel from this build (`scripts/build-python-wheel`) and installs it with
+/// pip into a fresh virtual environment in `install` (nothing from the network); returns the
+/// environment's directory.
+pub fn python_venv(install: &Install) -> PathBuf {
+    let wheels = install.path().join("wheels");
+    let built = Command::new(repo_root().join("scripts/build-python-wheel"))
+        .arg(&wheels)
+        .env("PIW_WHEEL_FROM", build_dir())
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "{}", text(&built.stderr));
+    let wheel = text(&built.stdout).trim().to_owned();
+    assert!(wheel.ends_with(".whl"), "{wheel}");
+
+    let venv = install.path().join("venv");
+    let made = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let pip = Command::new(venv.join("bin/pip"))
+        .args([
+            "install",
+            "--no-index",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "-q",
+        ])
+        .arg(&wheel)
+        .env("HOME", install.path().join("home"))
+        .output()
+        .unwrap();
+    assert!(pip.status.success(), "{}", text(&pip.stderr));
+    venv
+}
+
+/// The installation's environment without `PIW_HOST_BIN` and with a `PATH` that has no `piw`:
+/// a program finds the host only as a user's would, by the library's own lookup.
+pub fn env_without_host_hint(install: &Install) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = install
+        .env()
+        .into_iter()
+        .filter(|(k, _)| k != "PIW_HOST_BIN")
+        .collect();
+    env.push(("PATH".into(), "/usr/bin:/bin".into()));
+    env
+}
