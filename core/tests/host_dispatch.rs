@@ -1163,7 +1163,7 @@ fn a_submission_sent_again_gets_its_receipt_and_changes_nothing() {
     assert_eq!(f.store.canonical_dump().unwrap(), before);
 }
 
-/// A raw worker gets no more events stored than the budget allows (issue 26: one wrote 202 MB
+/// A raw worker gets no more events stored than the budget allows (one wrote 202 MB
 /// of progress in 32 s): its `worker.progress` and `worker.notify` messages are answered, the
 /// latest update per key is kept, the excess is counted in `run.status` and not stored.
 #[test]
@@ -1730,7 +1730,7 @@ fn value_get_pieces_fit_a_frame_and_add_up_to_the_value() {
     assert!(pieces >= 6, "{pieces} pieces of 3 MB");
 }
 
-/// Bridges (issue 29), on a real store: a detached run waiting on an agent step gets one
+/// Bridges, on a real store: a detached run waiting on an agent step gets one
 /// bridge, counted as a child; while it lives no second one is ordered; when it is killed the
 /// step's attempt fails with why (the run routes), and no new bridge starts for that step.
 #[test]

@@ -209,7 +209,7 @@ fn a_broken_event_chain_is_reported_and_never_followed() {
         .contains(&format!("{} events", r2_ids.len() - 1)));
 }
 
-/// A workflow that publishes updates in a tight loop (issue 26: 20,000 of them wrote 82 MB of
+/// A workflow that publishes updates in a tight loop (20,000 of them wrote 82 MB of
 /// events) keeps a bounded number of events: a burst, then the rate, per run; the latest update
 /// per `(type, key)` is kept whatever was dropped, the drops are counted, and the next event
 /// kept says how many were dropped before it. A notify loop is bounded the same way.

@@ -1,5 +1,5 @@
 //! Lifecycle rules: impossible transitions are refused with typed errors and change nothing;
-//! stale runs are cancelled or recovered (plan Part 3); effects and command receipts dedupe.
+//! stale runs are cancelled or recovered (docs/RULES.md, "Recovery and cancel"); effects and command receipts dedupe.
 mod common;
 
 use common::*;

@@ -1,4 +1,4 @@
-//! Property tests of the store's lifecycle, fencing and projection rules (plan "Core rules" 1–6,
+//! Property tests of the store's lifecycle, fencing and projection rules (docs/RULES.md, rules 1–6,
 //! Parts 1–3, and the hand-offs of Parts 7–8): random sequences of up to 60 commands against one
 //! store with a fake clock (30 s lease) and one to three runs. Every command is attempted whatever
 //! the state: the store is the authority and an impossible command must simply be refused. Most
@@ -1768,7 +1768,7 @@ impl Harness {
         Ok(())
     }
 
-    /// Work in flight when a run changes hands is never silently dropped (plan Parts 7 and 8):
+    /// Work in flight when a run changes hands is never silently dropped (docs/RULES.md, "Interactive steps" and "Effects"):
     /// - a validating submission belongs to the run's current attempt, and the run is queued
     ///   for its validation child, running it, or stopped for review;
     /// - an effect applying under the `never` contract exists only while a child runs the run
@@ -2024,7 +2024,7 @@ fn sweeps_never_fail() {
 }
 
 /// A validating submission or an effect being applied is never dropped when the run parks,
-/// waits, moves on or loses its child (plan Parts 7 and 8).
+/// waits, moves on or loses its child (docs/RULES.md, "Interactive steps" and "Effects").
 #[test]
 fn work_in_flight_survives_handoffs() {
     check_property(

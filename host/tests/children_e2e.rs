@@ -1,5 +1,5 @@
 //! Children end to end: the real `piw` host supervising `piw-json-worker` children that run
-//! `.workflow.json` fixtures with scripted behaviours (plan "Server and child isolation" and
+//! `.workflow.json` fixtures with scripted behaviours (docs/RULES.md, "Child isolation" and
 //! "Effects").
 
 use std::path::{Path, PathBuf};
@@ -265,7 +265,7 @@ fn a_pipeline_runs_to_completion_in_children() {
 }
 
 /// A graph whose edges form a cycle of pure nodes (`a -> b -> a`) stops at the step limit the
-/// host enforces, with the reason and exactly that many attempts (issue 16.1: it used to make
+/// host enforces, with the reason and exactly that many attempts (it used to make
 /// 30,000 attempts in 2 s and go on until cancelled).
 #[test]
 fn a_pure_cycle_stops_at_the_hosts_step_limit_with_bounded_attempts() {
@@ -317,7 +317,7 @@ fn a_child_that_disagrees_with_the_graph_fails_the_run_with_the_reason() {
 }
 
 /// A JSON workflow file that cannot be loaded fails its run at once, with the reason, instead
-/// of losing three children that each die before they can say why (issue 16.6).
+/// of losing three children that each die before they can say why.
 #[test]
 fn a_workflow_file_that_cannot_be_loaded_fails_the_run_at_once_with_the_reason() {
     let env = Env::new(&[]);

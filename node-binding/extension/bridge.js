@@ -1,4 +1,4 @@
-// The bridge of a detached run (issue 29): a Pi extension that serves one run's interactive
+// The bridge of a detached run a Pi extension that serves one run's interactive
 // steps without a person's session. Pi runs it as
 //   pi --mode rpc --no-session --no-extensions ... -e <package>/extension/bridge.js
 // with PIW_BRIDGE_RUN=<run id> (and PIW_HOME) in its environment (../lib/bridge.js

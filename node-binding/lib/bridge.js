@@ -1,4 +1,4 @@
-// The launcher's side of a detached run's bridge (issue 29): the command line that runs Pi in
+// The launcher's side of a detached run's bridge the command line that runs Pi in
 // RPC mode with the bridge extension (../extension/bridge.js) for one run, its exit codes, the
 // per-run lock the bridge holds, and the preflight a launcher runs before a detached start.
 // Which Pi to run is the caller's (`pi`: Pi's CLI script or executable).

@@ -1,5 +1,5 @@
 //! Bridges: the host's Pi RPC children that serve the interactive steps (`agent`,
-//! `assistantMessage`) of detached runs (issue 29). A bridge is Pi in RPC mode with the
+//! `assistantMessage`) of detached runs. A bridge is Pi in RPC mode with the
 //! package's `extension/bridge.js`, bound to one run (`PIW_BRIDGE_RUN`); it presents the run's
 //! open step to its model, lets it submit through the same validation path as a session, and
 //! exits once the run has no step for it (`node-binding/lib/bridge.js`, `BRIDGE_EXIT`).

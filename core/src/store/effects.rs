@@ -1,4 +1,4 @@
-//! Managed effects, store side (plan Part 8): reserve with a stable key and a request
+//! Managed effects, store side (docs/RULES.md, "Effects"): reserve with a stable key and a request
 //! fingerprint, mark applying, store the receipt. The rules that decide what a repeated reserve
 //! may do live in [`decide_reserve`], a pure function.
 

@@ -10,7 +10,7 @@
 //! Operations that need ownership first pass the fence ([`WriteTx::fence`]), which checks and
 //! renews the claim in the same transaction.
 //!
-//! Invariants kept here (plan "Core rules" 1–6, 11, 12):
+//! Invariants kept here (docs/RULES.md, rules 1–6, 11, 12):
 //! - a run has one claim row; its generation only grows and is never reused;
 //! - a fenced write with a stale, expired, foreign or released claim changes nothing;
 //! - an expired claim never renews itself;

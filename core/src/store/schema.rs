@@ -1,6 +1,6 @@
 //! The DDL, its digest, and the checks that decide whether a file may be opened.
 //!
-//! Alpha policy (plan Part 9): there are no migrations. A file whose schema id or DDL digest
+//! Alpha policy (docs/RULES.md, "Alpha state"): there are no migrations. A file whose schema id or DDL digest
 //! differs from this build's is refused and left byte-for-byte untouched, with one instruction:
 //! back it up, then `piw state reset`.
 

@@ -1,4 +1,4 @@
-// The bridge of detached runs (issue 29): real Pi in RPC mode with extension/bridge.js serving
+// The bridge of detached runs real Pi in RPC mode with extension/bridge.js serving
 // one run's steps, started here as the host's launcher starts it (`env.startBridge`, which uses
 // `bridgeCommand`); the run is started through the client as a detached run is. These hosts
 // launch no bridges themselves (no `PIW_DETACHED_PROVIDER`), except where a test says so;

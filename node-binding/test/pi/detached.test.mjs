@@ -1,4 +1,4 @@
-// Detached runs with the HOST launching their bridges (issue 29): real Pi in RPC mode with
+// Detached runs with the HOST launching their bridges real Pi in RPC mode with
 // extension/bridge.js as a supervised child of the host, the mock model, and the host's
 // settings `PIW_DETACHED_PROVIDER` / `_MODEL` / `_PI_ARGS`. A bridge's pid is what its run's
 // lock file (`$PIW_HOME/bridges/<run>.lock`, its handshake) holds.

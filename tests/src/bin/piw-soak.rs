@@ -1,4 +1,4 @@
-//! `piw-soak`: the seeded fault soak (issue 13, part 3). Run it with `scripts/soak --seed N
+//! `piw-soak`: the seeded fault soak. Run it with `scripts/soak --seed N
 //! --seconds S`.
 //!
 //! A driver starts a real host (`piw host serve`, the `piw` binary beside this one) on a temp

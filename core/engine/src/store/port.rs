@@ -310,7 +310,7 @@ pub trait Transaction {
 
     /// Takes an atomic control claim on a run whose lease is expired or absent: refuses live
     /// claims and terminal rows, bumps the generation and binds a new token before anything
-    /// else changes (plan Part 3).
+    /// else changes (docs/RULES.md, "Recovery and cancel").
     fn control_claim(&mut self, run_id: &str, owner_id: &str) -> StoreResult<Claim>;
 
     /// The run's open (running) attempt and its node.

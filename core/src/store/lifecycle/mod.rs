@@ -1,5 +1,5 @@
 //! Lifecycle operations: each one is a single atomic change of run, queue, attempt, decision,
-//! interaction, effect, claim, event and projection (plan Part 2).
+//! interaction, effect, claim, event and projection (docs/RULES.md, "Lifecycle consistency").
 //!
 //! This module holds a run's own course (start, activation and what a child resumes, node
 //! starts, transitions, parking, pause and resume, completion, failure, cancellation);
@@ -954,7 +954,7 @@ impl WriteTx<'_> {
 
     /// Takes an atomic control claim on a run whose lease is expired or absent: refuses live
     /// claims and terminal rows, bumps the generation and binds a new token before anything
-    /// else changes (plan Part 3).
+    /// else changes (docs/RULES.md, "Recovery and cancel").
     pub fn control_claim(&mut self, run_id: &str, owner_id: &str) -> StoreResult<Claim> {
         self.run_for(run_id, Op::ControlClaim)?;
         self.authorize(run_id, Fence::Unclaimed, Op::ControlClaim)?;
