@@ -632,7 +632,13 @@ fn the_documented_event_data_is_what_the_host_sends() {
         }
     }
     // Fields the table names with a condition: absent when it does not hold.
-    let conditional = ["retry", "interaction", "dropped", "accepted_source", "channel"];
+    let conditional = [
+        "retry",
+        "interaction",
+        "dropped",
+        "accepted_source",
+        "channel",
+    ];
     let mut seen = BTreeSet::new();
     for run in [
         &s.completed,

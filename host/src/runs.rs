@@ -901,6 +901,7 @@ fn wait_for_verdict(
         client.call(RequestBody::Subscribe(payload::Subscribe {
             run_id: Some(run_id.to_owned()),
             session_id: None,
+            all: None,
         }))
     };
     subscribe(&mut client)?;

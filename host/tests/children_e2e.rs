@@ -116,6 +116,7 @@ impl Env {
         c.call(RequestBody::Subscribe(payload::Subscribe {
             run_id: None,
             session_id: Some("s1".into()),
+            all: None,
         }))
         .unwrap();
         c
