@@ -3,14 +3,15 @@
 // runs no workflow code: runs execute in the host's supervised children.
 // No import of typebox, pi-ai or pi-tui: the tool's schema is plain JSON Schema (Pi validates any)
 // and the card is ./format.js's CardComponent, which keeps Pi's start fast (docs/PERFORMANCE.md).
-import { isFinal } from '../index.js';
+import { findHostBin, isFinal } from '../index.js';
+import { channelCommand } from './channel.js';
 import { CardComponent, MESSAGE, STEP, resultPreview, wakeText } from './format.js';
 import { RESERVED, ResolveError, listWorkflows, resolveWorkflow } from './resolve.js';
 import { WorkflowSession, humanAnswer } from './session.js';
 import { STEP_ACTIONS_TEXT, STEP_PARAMETERS, WorkflowError, submit, text, update } from './tool.js';
 
 const ACTIONS = ['list', 'start', 'status', 'pause', 'resume', 'detach', 'cancel', 'answer', 'update', 'submit'];
-const SUBCOMMANDS = ['list', 'status', 'pause', 'resume', 'detach', 'cancel', 'answer'];
+const SUBCOMMANDS = ['list', 'status', 'pause', 'resume', 'detach', 'cancel', 'answer', 'channel'];
 /** How many runs an ambiguous run id prefix lists (as the CLI). */
 const CANDIDATES_SHOWN = 10;
 
@@ -307,7 +308,7 @@ export default function piwExtension(pi) {
   // The person's command
 
   pi.registerCommand('workflow', {
-    description: 'Workflows: /workflow [name|path] [--detached] [task | --input-json JSON] | status|pause|resume|detach|cancel [runId] | answer [runId] <answer>',
+    description: 'Workflows: /workflow [name|path] [--detached] [task | --input-json JSON] | status|pause|resume|detach|cancel [runId] | answer [runId] <answer> | channel list|add|test|remove',
     async getArgumentCompletions(prefix) {
       const words = prefix.split(/\s+/);
       // Nothing to offer once the argument is complete: Pi's Enter on an argument menu only
@@ -351,6 +352,11 @@ export default function piwExtension(pi) {
     // its run only when it begins with `run-` (as the host's ids do): else it is the answer.
     const runIdArg = () => (word === 'answer' ? (rest[0]?.startsWith('run-') ? rest[0] : undefined) : rest[0]);
     switch (word) {
+      case 'channel':
+        // The installation (and its host, told of changes) exists once the session reached it.
+        await s.call('host.status', (c) => c.status());
+        say(await channelCommand(rest, { piw: findHostBin(), ui: s.ctx.ui }));
+        return;
       // Both also refresh the session: what it missed (a host that restarted) is delivered.
       case '':
       case 'list':

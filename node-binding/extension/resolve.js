@@ -26,6 +26,7 @@ export const RESERVED = new Set([
   'cancel',
   'detach',
   'answer',
+  'channel',
   'update',
   'submit',
   'help',

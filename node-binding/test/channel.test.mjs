@@ -4,79 +4,16 @@
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:http';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 
+import { fakeTelegram } from './fake-telegram.mjs';
 import { hostBin, startHost, writeWorkflow } from './helpers.mjs';
 
 const TOKEN = '7345012345:AAH-very-secret-test-token_0123456789';
 const CHAT = '4242';
 const OTHER_CHAT = '999';
 
-/** The fake Bot API: `{ url, calls, push(update), close() }`. */
-async function fakeTelegram() {
-  const calls = [];
-  const updates = [];
-  const polls = new Set();
-  let messageId = 100;
-  const answerPolls = () => {
-    for (const poll of [...polls]) {
-      const ready = updates.filter((u) => u.update_id >= poll.offset);
-      if (ready.length > 0) {
-        polls.delete(poll);
-        poll.res.end(JSON.stringify({ ok: true, result: ready }));
-      }
-    }
-  };
-  const server = createServer((req, res) => {
-    let text = '';
-    req.on('data', (c) => (text += c));
-    req.on('end', () => {
-      res.setHeader('content-type', 'application/json');
-      const m = /^\/bot([^/]+)\/(\w+)$/.exec(req.url ?? '');
-      const body = text ? JSON.parse(text) : {};
-      if (!m || decodeURIComponent(m[1]) !== TOKEN) {
-        calls.push({ method: m?.[2] ?? req.url, body, refused: true });
-        // Like a proxy that names the URL: the adapter must take the token out of it.
-        res.statusCode = 401;
-        return res.end(JSON.stringify({ ok: false, error_code: 401, description: `Unauthorized: ${req.url}` }));
-      }
-      const method = m[2];
-      calls.push({ method, body });
-      switch (method) {
-        case 'getMe':
-          return res.end(JSON.stringify({ ok: true, result: { id: 1, is_bot: true, username: 'piw_test_bot' } }));
-        case 'sendMessage':
-          return res.end(JSON.stringify({ ok: true, result: { message_id: ++messageId, chat: { id: Number(body.chat_id) }, text: body.text } }));
-        case 'getUpdates': {
-          polls.add({ offset: body.offset ?? 0, res });
-          res.on('close', () => polls.forEach((p) => p.res === res && polls.delete(p)));
-          return answerPolls();
-        }
-        default:
-          return res.end(JSON.stringify({ ok: true, result: true }));
-      }
-    });
-  });
-  await new Promise((r) => server.listen(0, '127.0.0.1', r));
-  const url = `http://127.0.0.1:${server.address().port}`;
-  let nextUpdate = 1;
-  return {
-    url,
-    calls,
-    push(update) {
-      const u = { update_id: nextUpdate++, ...update };
-      updates.push(u);
-      answerPolls();
-      return u;
-    },
-    close() {
-      server.closeAllConnections();
-      server.close();
-    },
-  };
-}
 
 async function until(what, check, ms = 60_000) {
   const deadline = Date.now() + ms;
@@ -139,7 +76,7 @@ function press(chat, message, data, id = `cb-${Math.random()}`) {
 }
 
 before(async () => {
-  api = await fakeTelegram();
+  api = await fakeTelegram(TOKEN);
   host = await startHost({ PIW_TELEGRAM_API: api.url, PIW_CHANNEL_FAULT: 'exit_before_offset' });
   piw = host.client;
   tokenFile = join(host.dir, 'bot-token');
