@@ -83,6 +83,7 @@ typedef enum piw_rejection_code {
   PIW_REJECTION_CODE_HOST_SHUTTING_DOWN = 14,
   PIW_REJECTION_CODE_SUBSCRIBER_LAGGED = 15,
   PIW_REJECTION_CODE_INTERNAL = 16,
+  PIW_REJECTION_CODE_PI_UNUSABLE = 17,
   // A code this library does not know.
   PIW_REJECTION_CODE_UNKNOWN = 255,
 } piw_rejection_code;

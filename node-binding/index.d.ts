@@ -49,6 +49,8 @@ export type RejectionCode =
    * events and closed it. Not a failure: connect again, resubscribe and re-read the run's status.
    */
   | 'subscriber_lagged'
+  /** A detached start that no Pi the host can run could serve; the message says what is missing. */
+  | 'pi_unusable'
   /** A failure in the host, not the caller's fault; as a rejection this attempt committed nothing (a resend with the same request id gets an earlier attempt's receipt). */
   | 'internal';
 

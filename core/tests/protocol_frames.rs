@@ -1188,6 +1188,7 @@ fn rejection_codes_have_stable_strings() {
         "effect_uncertain",
         "host_shutting_down",
         "subscriber_lagged",
+        "pi_unusable",
         "internal",
     ];
     let actual: Vec<&str> = RejectionCode::ALL.iter().map(|c| c.as_str()).collect();

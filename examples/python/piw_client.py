@@ -27,7 +27,7 @@ REJECTION_CODES = {
     4: "unauthorized", 5: "not_found", 6: "invalid_transition", 7: "stale_revision",
     8: "stale_generation", 9: "stale_attempt", 10: "claim_lost", 11: "idempotency_conflict",
     12: "effect_conflict", 13: "effect_uncertain", 14: "host_shutting_down",
-    15: "subscriber_lagged", 16: "internal", 255: "unknown",
+    15: "subscriber_lagged", 16: "internal", 17: "pi_unusable", 255: "unknown",
 }
 WAIT_UNTIL_PARKED = 1
 

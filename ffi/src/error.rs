@@ -92,6 +92,7 @@ pub enum PiwRejectionCode {
     HostShuttingDown = 14,
     SubscriberLagged = 15,
     Internal = 16,
+    PiUnusable = 17,
     /// A code this library does not know.
     Unknown = 255,
 }
@@ -115,6 +116,7 @@ impl From<RejectionCode> for PiwRejectionCode {
             RejectionCode::EffectUncertain => P::EffectUncertain,
             RejectionCode::HostShuttingDown => P::HostShuttingDown,
             RejectionCode::SubscriberLagged => P::SubscriberLagged,
+            RejectionCode::PiUnusable => P::PiUnusable,
             RejectionCode::Internal => P::Internal,
             RejectionCode::Unknown => P::Unknown,
         }

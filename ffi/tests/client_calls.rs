@@ -680,7 +680,7 @@ fn a_detached_start_the_host_cannot_serve_is_refused_with_why() {
         })),
     );
     assert_eq!(err, Err(PiwStatus::Rejected));
-    assert_eq!(piw_last_rejection_code(), PiwRejectionCode::NotFound);
+    assert_eq!(piw_last_rejection_code(), PiwRejectionCode::PiUnusable);
     let message = last(piw_last_error_message);
     assert!(
         message.contains("cannot start a detached run: no Pi provider and model"),

@@ -594,7 +594,7 @@ async fn handle_frame(
                             let (settings, env) = &*bridges;
                             let cwd = std::path::Path::new(&prepared.new_run.project_dir);
                             super::bridge_launch::preflight(settings.as_ref(), super::bridge_launch::start_definition(settings.as_ref(), &prepared.new_run.source_root, env, &home, cwd).as_ref(), &start.input, env, &home, cwd).map_err(|why| {
-                                Rejection::new(RejectionCode::NotFound, format!("cannot start a detached run: {why}"))
+                                Rejection::new(RejectionCode::PiUnusable, format!("cannot start a detached run: {why}"))
                             })?;
                         }
                         Ok(prepared)

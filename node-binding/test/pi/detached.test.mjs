@@ -203,12 +203,12 @@ test('an explicit detached start is refused at once when Pi cannot serve it: no 
   const bare = await env.client();
   await assert.rejects(
     bare.startRun(workflowFile('titles'), { input: { task: 'x' }, executionMode: 'detached', projectDir: env.project }),
-    (e) => /cannot start a detached run: no Pi provider and model to serve its steps, and Pi has no default model .*PIW_DETACHED_PROVIDER/.test(e.message),
+    (e) => e.code === 'pi_unusable' && /cannot start a detached run: no Pi provider and model to serve its steps, and Pi has no default model .*PIW_DETACHED_PROVIDER/.test(e.message),
   );
   const piw_detached = { provider: 'mock', model: 'no-such-model' };
   await assert.rejects(
     bare.startRun(workflowFile('titles'), { input: { task: 'x', piw_detached }, executionMode: 'detached', projectDir: env.project }),
-    (e) => /cannot start a detached run: Pi .* cannot serve a detached run with provider mock and model no-such-model: Pi offers no model no-such-model of provider mock/.test(e.message),
+    (e) => e.code === 'pi_unusable' && /cannot start a detached run: Pi .* cannot serve a detached run with provider mock and model no-such-model: Pi offers no model no-such-model of provider mock/.test(e.message),
   );
   assert.deepEqual(await bare.listRuns({}), []);
   assert.equal(env.model.requests.length, 0);

@@ -69,6 +69,12 @@ pub enum RejectionCode {
     /// the connection rather than skip events silently. Nothing is wrong with the host or the
     /// runs. Connect again, subscribe again and reread the status of the runs you follow.
     SubscriberLagged,
+    /// A detached start that no Pi the host can run could serve: no Pi found, none
+    /// of 1.6 or newer, no provider and model named anywhere (the workflow, the input, the
+    /// host, Pi's own settings), or a provider without credentials or a model Pi does not
+    /// offer. Nothing was started. Retrying helps once Pi is set up (the message says what is
+    /// missing); a host reads its Pi settings when it starts.
+    PiUnusable,
     /// The host failed for a reason that is not the caller's fault (for example a database
     /// error; as a goodbye, an I/O error on the connection). This attempt committed nothing;
     /// an earlier one with the same `request_id` may have (its reply lost), and a resend then
@@ -85,7 +91,7 @@ pub enum RejectionCode {
 
 impl RejectionCode {
     /// Every code, in declaration order.
-    pub const ALL: [RejectionCode; 16] = [
+    pub const ALL: [RejectionCode; 17] = [
         RejectionCode::Malformed,
         RejectionCode::UnsupportedProtocol,
         RejectionCode::PayloadTooLarge,
@@ -101,6 +107,7 @@ impl RejectionCode {
         RejectionCode::EffectUncertain,
         RejectionCode::HostShuttingDown,
         RejectionCode::SubscriberLagged,
+        RejectionCode::PiUnusable,
         RejectionCode::Internal,
     ];
 
@@ -122,6 +129,7 @@ impl RejectionCode {
             RejectionCode::EffectUncertain => "effect_uncertain",
             RejectionCode::HostShuttingDown => "host_shutting_down",
             RejectionCode::SubscriberLagged => "subscriber_lagged",
+            RejectionCode::PiUnusable => "pi_unusable",
             RejectionCode::Internal => "internal",
             RejectionCode::Unknown => "unknown",
         }
