@@ -43,8 +43,10 @@
 // The patch version of the library this header belongs to.
 #define PIW_VERSION_PATCH 0
 
-// Flag of `piw_wait_run`: return also when the run waits (on a checkpoint, a decision, an
-// interaction or a pause) or is in review, not only when it is final.
+// Flag of `piw_wait_run`: return also when the run is parked, not only when it is final:
+// it waits on a request (a pending checkpoint, decision or interaction: `run.status` lists it),
+// waits paused, or is in review. A run asleep on a durable timer (`waiting` with `wake_at`
+// set: a `wait` node) is not parked: it goes on by itself, so the wait goes on too.
 #define PIW_WAIT_UNTIL_PARKED 1
 
 // Longest identifier, kind, path or short text argument, in bytes.
@@ -284,7 +286,8 @@ enum piw_status piw_client_call(const struct piw_client *client,
 int piw_run_status_is_final(const char *status);
 
 // Waits until run `run_id` is final (`piw_run_status_is_final`), or, with
-// `PIW_WAIT_UNTIL_PARKED` in `flags`, also until it waits or is in review, and stores its
+// `PIW_WAIT_UNTIL_PARKED` in `flags`, also until it is parked (it waits on a pending request,
+// waits paused or is in review; not while it sleeps on a durable timer), and stores its
 // record in `*run_out` (the `run` object of `run.status`: `status`, `result`, `error`,
 // `revision`, ...; owned by the caller). Already there: returns at once.
 //

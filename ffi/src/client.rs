@@ -244,21 +244,26 @@ impl ClientObject {
     }
 
     /// Waits until run `run_id` is final ([`RunStatus::is_terminal`], the one list of final
-    /// states), or with `until_parked` also waiting or in review, and returns its record (the
-    /// `run` of `run.status`). Reads the status, then again after each event that says so, on
-    /// a subscription of its own opened first (so no change falls between the read and the
-    /// wait).
+    /// states), or with `until_parked` also parked ([`is_parked`]), and returns its record (the
+    /// `run` of `run.status`). Reads the status, then again after each event that may leave the
+    /// run there, on a subscription of its own opened first (so no change falls between the
+    /// read and the wait).
     pub fn wait_run(
         &self,
         run_id: &str,
         until_parked: bool,
         timeout: Option<Duration>,
     ) -> Result<Value, Error> {
-        let stops = move |status: &str| {
+        // Every status the run may stop at; `run.status` then says whether it did.
+        let may_stop = move |status: &str| {
             RunStatus::parse(status).is_some_and(|s| {
                 s.is_terminal()
                     || (until_parked && matches!(s, RunStatus::Waiting | RunStatus::Review))
             })
+        };
+        let stops = move |body: &Value| {
+            let status = body["run"]["status"].as_str().and_then(RunStatus::parse);
+            status.is_some_and(|s| s.is_terminal()) || (until_parked && is_parked(body))
         };
         let status_request =
             || build_request("run.status", &json!({ "run_id": run_id }), Value::Null);
@@ -273,13 +278,12 @@ impl ClientObject {
                 .await?;
             let found = loop {
                 let receipt = self.client.send(status_request()?).await?;
-                let run = receipt.body.get("run").cloned().unwrap_or(Value::Null);
-                if run.get("status").and_then(Value::as_str).is_some_and(stops) {
-                    break run;
+                if stops(&receipt.body) {
+                    break receipt.body.get("run").cloned().unwrap_or(Value::Null);
                 }
                 loop {
                     match sub.next().await {
-                        Some(Ok(event)) if stops(&event.status) => break,
+                        Some(Ok(event)) if may_stop(&event.status) => break,
                         Some(Ok(_)) => {}
                         Some(Err(e)) => return Err(Error::from(e)),
                         None => return Err(Error::from(client::ClientError::Disconnected)),
@@ -300,7 +304,7 @@ impl ClientObject {
                 .block_on(async { tokio::time::timeout(t, wait).await })
                 .map_err(|_| {
                     let state = if until_parked {
-                        "a final state, a wait or review"
+                        "a final state, a request to answer, a pause or review"
                     } else {
                         "a final state"
                     };
@@ -342,6 +346,29 @@ impl ClientObject {
         if let Ok(rt) = runtime() {
             rt.block_on(self.client.close());
         }
+    }
+}
+
+/// Whether `run.status`'s reply `body` says the run is parked: in review, or waiting on a
+/// request (a pending decision, checkpoint or interaction: someone must answer it) or paused.
+/// Nothing happens until someone acts. A run asleep on a durable timer (`waiting` with
+/// `wake_at` set, nothing pending) is not parked: it goes on by itself. The Node client's
+/// `isParked` reads the same fields.
+fn is_parked(body: &Value) -> bool {
+    let run = &body["run"];
+    match run["status"].as_str().and_then(RunStatus::parse) {
+        Some(RunStatus::Review) => true,
+        Some(RunStatus::Waiting) => {
+            let pending = |records: &str| {
+                body[records]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|r| r["status"] == "pending")
+            };
+            run["paused"] == true || pending("decisions") || pending("interactions")
+        }
+        _ => false,
     }
 }
 

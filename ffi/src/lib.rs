@@ -314,8 +314,10 @@ pub unsafe extern "C" fn piw_client_call(
     })
 }
 
-/// Flag of `piw_wait_run`: return also when the run waits (on a checkpoint, a decision, an
-/// interaction or a pause) or is in review, not only when it is final.
+/// Flag of `piw_wait_run`: return also when the run is parked, not only when it is final:
+/// it waits on a request (a pending checkpoint, decision or interaction: `run.status` lists it),
+/// waits paused, or is in review. A run asleep on a durable timer (`waiting` with `wake_at`
+/// set: a `wait` node) is not parked: it goes on by itself, so the wait goes on too.
 pub const PIW_WAIT_UNTIL_PARKED: u32 = 1;
 
 /// Whether `status` (a run's `status`, as in `run.status` and every event) is final: 1 for
@@ -334,7 +336,8 @@ pub unsafe extern "C" fn piw_run_status_is_final(status: *const c_char) -> c_int
 }
 
 /// Waits until run `run_id` is final (`piw_run_status_is_final`), or, with
-/// `PIW_WAIT_UNTIL_PARKED` in `flags`, also until it waits or is in review, and stores its
+/// `PIW_WAIT_UNTIL_PARKED` in `flags`, also until it is parked (it waits on a pending request,
+/// waits paused or is in review; not while it sleeps on a durable timer), and stores its
 /// record in `*run_out` (the `run` object of `run.status`: `status`, `result`, `error`,
 /// `revision`, ...; owned by the caller). Already there: returns at once.
 ///

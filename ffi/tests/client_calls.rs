@@ -480,6 +480,145 @@ fn waiting_for_a_run_stops_where_it_is_asked_to() {
     assert_eq!(unsafe { piw_client_close(client) }, PiwStatus::Ok);
 }
 
+/// `PIW_WAIT_UNTIL_PARKED` waits past a durable timer: a run asleep on one (`waiting` with
+/// `wake_at` set, nothing pending) goes on by itself, so the wait returns only once the timer
+/// fired and the run waits on its checkpoint. The host runs on a test clock that stands still
+/// until the test moves it, so the run sleeps for as long as the test says.
+#[test]
+fn waiting_until_parked_goes_on_past_a_durable_timer() {
+    let install = common::Install::new();
+    let clock = install.path().join("clock");
+    std::fs::write(&clock, "0").unwrap();
+    let options = c(&serde_json::json!({
+        "home": install.piw_home(),
+        "host_bin": common::built("piw"),
+        "host_env": {"PIW_TEST_CLOCK": clock},
+    })
+    .to_string());
+    let mut client = null_mut();
+    let st = unsafe { piw_connect(options.as_ptr(), &mut client) };
+    assert_eq!(st, PiwStatus::Ok, "{}", last(piw_last_error_message));
+    let workflow = install.path().join("nap-then-ask.workflow.json");
+    std::fs::write(
+        &workflow,
+        serde_json::json!({
+            "graph": {"name": "nap-then-ask", "start": "nap",
+                      "nodes": {"nap": {"kind": "wait"}, "ask": {"kind": "checkpoint"},
+                                "done": {"kind": "compute"}},
+                      "edges": [{"from": "nap", "to": "ask"}, {"from": "ask", "to": "done"}]},
+            "behaviors": {"nap": {"timer": {"for_ms": 3_600_000}, "return": {"slept": true}},
+                          "ask": {"wait": "checkpoint"},
+                          "done": {"return": {"ok": true}}}
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let started = call(
+        client,
+        "run.start",
+        None,
+        Some(serde_json::json!({
+            "workflow_file": workflow, "session_id": "nap", "project_dir": install.path(),
+        })),
+    )
+    .unwrap();
+    let run_id = started["body"]["run_id"].as_str().unwrap().to_owned();
+    let status = || {
+        call(
+            client,
+            "run.status",
+            Some(serde_json::json!({ "run_id": run_id })),
+            None,
+        )
+        .unwrap()["body"]
+            .take()
+    };
+    // The wait starts before the run reaches its timer, so it sees the run park there.
+    let waiter = {
+        let (client, run_id) = (client as usize, run_id.clone());
+        std::thread::spawn(move || {
+            let run_c = c(&run_id);
+            let mut out = null_mut();
+            let st = unsafe {
+                piw_wait_run(
+                    client as *const PiwClient,
+                    run_c.as_ptr(),
+                    PIW_WAIT_UNTIL_PARKED,
+                    60_000,
+                    &mut out,
+                )
+            };
+            assert_eq!(st, PiwStatus::Ok, "{}", last(piw_last_error_message));
+            serde_json::from_str::<serde_json::Value>(&take(out)).unwrap()
+        })
+    };
+    // The host reports the run asleep on its timer: waiting, wake_at set, nothing pending.
+    let on_timer =
+        |s: &serde_json::Value| s["run"]["status"] == "waiting" && s["run"]["wake_at"].is_u64();
+    let since = std::time::Instant::now();
+    let asleep = loop {
+        let s = status();
+        if on_timer(&s) {
+            break s;
+        }
+        assert!(
+            since.elapsed() < std::time::Duration::from_secs(30),
+            "the run never slept on its timer: {s}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(asleep["run"]["current_node"], "nap", "{asleep}");
+    assert!(
+        asleep["decisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|d| d["status"] != "pending"),
+        "{asleep}"
+    );
+    // Nobody can answer anything yet (and the clock stands still): the wait goes on.
+    assert!(
+        !waiter.is_finished(),
+        "the wait returned while the run slept"
+    );
+    // The clock moves past the timer; a request wakes the host asleep until the old deadline.
+    let moved = install.path().join("clock.tmp");
+    std::fs::write(&moved, (2 * 3_600_000).to_string()).unwrap();
+    std::fs::rename(&moved, &clock).unwrap();
+    status();
+    let parked = waiter.join().unwrap();
+    assert_eq!(parked["run_id"], run_id.as_str(), "{parked}");
+    assert_eq!(parked["status"], "waiting", "{parked}");
+    assert_eq!(parked["current_node"], "ask", "{parked}");
+    assert!(parked["wake_at"].is_null(), "{parked}");
+    // The request it returned for is there; answered, the run ends.
+    let now = status();
+    let pending: Vec<_> = now["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["status"] == "pending")
+        .collect();
+    assert_eq!(pending.len(), 1, "{now}");
+    assert_eq!(pending[0]["node_id"], "ask", "{now}");
+    call(
+        client,
+        "checkpoint.answer",
+        Some(serde_json::json!({ "run_id": run_id })),
+        Some(serde_json::json!({ "decision_id": pending[0]["decision_id"], "answer": "yes" })),
+    )
+    .unwrap();
+    let run_c = c(&run_id);
+    let mut out = null_mut();
+    assert_eq!(
+        unsafe { piw_wait_run(client, run_c.as_ptr(), 0, 60_000, &mut out) },
+        PiwStatus::Ok
+    );
+    let done: serde_json::Value = serde_json::from_str(&take(out)).unwrap();
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(unsafe { piw_client_close(client) }, PiwStatus::Ok);
+}
+
 /// The one list of final states.
 #[test]
 fn final_run_statuses_are_the_terminal_ones() {

@@ -308,8 +308,11 @@ class Client:
 
     def wait(self, run_id: str, *, until_parked: bool = False,
              timeout: Optional[float] = None) -> dict:
-        """The run's record once it is final (or, with ``until_parked``, waiting or in review).
-        :class:`Timeout` when ``timeout`` seconds pass first (the run goes on)."""
+        """The run's record once it is final (or, with ``until_parked``, once it is parked: it
+        waits on a request, a pending checkpoint, decision or interaction that :meth:`status`
+        lists; waits paused; or is in review). A run asleep on a durable timer (``waiting`` with
+        ``wake_at`` set: a ``wait`` node) is not parked: it goes on by itself, so the wait goes
+        on too. :class:`Timeout` when ``timeout`` seconds pass first (the run goes on)."""
         out = ctypes.c_void_p()
         flags = _WAIT_UNTIL_PARKED if until_parked else 0
         _check(self._lib.piw_wait_run(self._handle, run_id.encode(), flags, _ms(timeout),
