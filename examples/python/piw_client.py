@@ -106,7 +106,7 @@ class Piw:
         return bool(self.lib.piw_run_status_is_final(status.encode()))
 
     def wait_run(self, run_id, until_parked=False, timeout_ms=-1):
-        """The run's record once it is final (or, with until_parked, waiting or in review)."""
+        """The run's record once it is final (or, with until_parked, once it waits for an answer, is paused or is in review: not while it sleeps on a durable timer)."""
         out = ctypes.c_void_p()
         flags = WAIT_UNTIL_PARKED if until_parked else 0
         self._check(self.lib.piw_wait_run(self.handle, run_id.encode(), flags, timeout_ms, ctypes.byref(out)))
