@@ -1964,7 +1964,8 @@ fn state_backup_without_a_database_says_there_is_none() {
     let o = piw(&h.home, &["state", "backup", backup.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(
-        text(&o).contains("there is no state database at"),
+        text(&o).contains("there is no piw installation at")
+            && text(&o).contains("no piw state database at"),
         "{}",
         text(&o)
     );

@@ -340,7 +340,7 @@ mod tests {
             assert!(seen.insert(kind.as_str()), "duplicate {kind}");
             assert_eq!(RequestKind::parse(kind.as_str()), Some(kind));
         }
-        assert_eq!(RequestKind::ALL.len(), 42);
+        assert_eq!(RequestKind::ALL.len(), 43);
         assert_eq!(RequestKind::parse("run.explode"), None);
     }
 
