@@ -67,3 +67,27 @@ test('a 70 MB output is refused at once: the tool result names the size and the 
   assert.equal(interactions[0].last_submission ?? null, null);
   await pi.quit();
 });
+
+test('a step that fails for want of a submission names the last refusal, not "no submission"', async () => {
+  // The session's end of a step after its reminders, on a stand-in for Pi and the host: the 70 MB
+  // turn above would take minutes of Pi's time per reminder.
+  const { WorkflowSession } = await import('../../extension/session.js');
+  const failed = [];
+  const item = { interaction_id: 'int-1', run_id: 'run-1', node_id: 'make', attempt_id: 'att-1' };
+  const session = Object.assign(Object.create(WorkflowSession.prototype), {
+    submitRefusals: new Map(),
+    remindersOf: () => 2,
+    lastAssistantText: () => null,
+    call: async (_kind, fn) => fn({ failInteraction: async (_i, reason) => (failed.push(reason), { routed_to: 'gaveUp' }) }),
+    ctx: { ui: { notify: () => {} } },
+  });
+  const active = { type: 'interaction', kind: 'agent', id: 'int-1', runId: 'run-1', item };
+  const status = { run: { workflow_name: 'large' }, interactions: [{ interaction_id: 'int-1', last_submission: null }] };
+  session.noteSubmitRefusal('int-1', 'this output is too large to submit: ... over the limit of 67108864 bytes');
+  await session.afterTurn(active, status);
+  assert.deepEqual(failed, ['no submission after 2 reminders; the last was refused: this output is too large to submit: ... over the limit of 67108864 bytes']);
+  // Without a refusal, as before.
+  session.submitRefusals.clear();
+  await session.afterTurn(active, status);
+  assert.equal(failed[1], 'no submission after 2 reminders');
+});
