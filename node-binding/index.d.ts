@@ -75,6 +75,8 @@ export type ClientErrorCode =
   | 'protocol'
   /** `waitForRun` / `waitForSubmission` gave up after `timeoutMs`. */
   | 'timeout'
+  /** `submitInteraction`: the result's canonical JSON passes `MAX_VALUE_BYTES` (64 MiB); nothing was sent (`details`: `bytes`, `limit`). */
+  | 'value_too_large'
   /**
    * `waitForSubmission`: the run stopped for review before the submission was judged
    * (`details`: `run_id`, `submission_id`, `review_reason`). The submission is kept and judged
@@ -408,6 +410,11 @@ export interface WaitOptions {
  * A connection to the piw host. Every method returns a Promise and never blocks the event loop;
  * many calls may be in flight at once. Close it when done.
  */
+/** A value (a submission's result) whose canonical JSON passes this (64 KiB) travels apart, uploaded in chunks. */
+export declare const INLINE_VALUE_BYTES: number;
+/** The largest value, its canonical JSON in bytes (64 MiB): a node output, a submission's result. */
+export declare const MAX_VALUE_BYTES: number;
+
 export declare class Client {
   private constructor();
   /** Connects, starting a host on demand. */
@@ -483,6 +490,11 @@ export declare class Client {
    * Submits a result; the workflow's `validate` judges it in a supervised child before it counts.
    * Sent again for a request that already took an equal result (being judged or accepted):
    * that submission's receipt, `repeated: true`; another result for a closed request is refused.
+   * A result whose canonical JSON passes `INLINE_VALUE_BYTES` (64 KiB) is uploaded first
+   * (`interaction.value_put`, bound to this request, in chunks) and submitted as its reference:
+   * up to `MAX_VALUE_BYTES` (64 MiB), as large as a node output; the workflow's `validate` sees
+   * the whole value. A larger one rejects at once with `PiwError` code `value_too_large`
+   * (`details: { bytes, limit }`), nothing sent.
    */
   submitInteraction(
     interaction: Pick<Interaction, 'interaction_id' | 'run_id' | 'node_id' | 'attempt_id'>,

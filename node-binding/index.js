@@ -1,5 +1,5 @@
 // piw: run durable AI-agent workflows outside Pi. See index.d.ts for the documented API.
-export { Client, Subscription, ensureHost, findHostBin, hostEnvironment, isFinal } from './lib/client.js';
+export { Client, INLINE_VALUE_BYTES, MAX_VALUE_BYTES, Subscription, ensureHost, findHostBin, hostEnvironment, isFinal } from './lib/client.js';
 export {
   defineWorkflow,
   defineWorkflowRegistry,

@@ -532,8 +532,10 @@ impl Worker {
         if let Some(answer) = reply.answer.take() {
             reply.answer = Some(self.resolve_value_once(answer, &mut read)?);
         }
-        if let Some(submission) = reply.submission.take() {
-            reply.submission = Some(self.resolve_value_once(submission, &mut read)?);
+        // A large submission comes as the reference of a value its client uploaded
+        // (`interaction.value_put`): the child judges the whole value.
+        if let Some(payload) = reply.submission.as_mut().and_then(|s| s.get_mut("payload")) {
+            *payload = self.resolve_value_once(payload.take(), &mut read)?;
         }
         if let Some(output) = reply.timer.as_mut().and_then(|t| t.get_mut("output")) {
             *output = self.resolve_value_once(output.take(), &mut read)?;

@@ -2116,3 +2116,240 @@ fn a_cursor_shaped_like_the_hosts_but_not_made_by_it_is_refused() {
         "a dry run removes nothing"
     );
 }
+
+/// `interaction.value_put` then `interaction.submit` of its reference: a client's submission
+/// as large as a node output (here 3 MB, far over the 256 KiB a request's payload carries).
+/// The upload is bound to a pending request of the run and node it names: another run's, or
+/// a closed one, is refused and changes nothing. The validation child reads the whole value,
+/// the accepted output is stored like any large output. An upload never submitted is no
+/// finding while its request is pending (a client may still be sending it), and once the
+/// request closes it is `value_partial`, which `repair` removes.
+#[test]
+fn a_client_uploads_a_large_submission_for_its_open_interaction() {
+    use piw_core::protocol::canonical_json;
+    use piw_core::protocol::value::{chunk_to_hex, ValueRef, VALUE_PUT_CHUNK_BYTES};
+    use piw_core::protocol::RejectionCode;
+    use piw_core::store::{AttemptOutcome, ChildMode, TransitionRequest};
+
+    let mut f = Fixture::new();
+    let (other, _, _) = f.running();
+    let (run_i, attempt_i, interaction) = f.waiting();
+    let state = HostState::default();
+    let value = json!({ "blob": "v".repeat(3_000_000) });
+    let text = canonical_json(&value);
+    let r = ValueRef::for_canonical(&text);
+    let put = |id: &str, run: &str, interaction: &str, attempt: &str, at: usize| {
+        let end = (at + VALUE_PUT_CHUNK_BYTES).min(text.len());
+        Request::new(
+            id,
+            RequestBody::InteractionValuePut(payload::InteractionValuePut {
+                interaction_id: interaction.to_owned(),
+                sha256: r.sha256.clone(),
+                bytes: r.bytes,
+                offset: at as u64,
+                data: chunk_to_hex(&text.as_bytes()[at..end]),
+            }),
+        )
+        .with_run_id(run)
+        .with_node_id("a")
+        .with_attempt_id(attempt)
+    };
+    let refused = |f: &mut Fixture, req: Request, want: &[RejectionCode]| {
+        let before = f.store.canonical_dump().unwrap();
+        let err = f
+            .store
+            .write(|w| apply_command(w, &state, &req, None, None))
+            .expect_err(&req.request_id);
+        let code = piw_core::engine::dispatch::rejection_for(&err).code;
+        assert!(want.contains(&code), "{}: {err:?}", req.request_id);
+        assert_eq!(
+            f.store.canonical_dump().unwrap(),
+            before,
+            "{}",
+            req.request_id
+        );
+    };
+    // Another run's interaction.
+    refused(
+        &mut f,
+        put("x1", &other, &interaction, &attempt_i, 0),
+        &[RejectionCode::NotFound],
+    );
+    // The whole value, a chunk at a time, as the client sends it.
+    let mut at = 0usize;
+    let mut n = 0;
+    loop {
+        let body = f
+            .store
+            .write(|w| {
+                apply_command(
+                    w,
+                    &state,
+                    &put(&format!("p{n}"), &run_i, &interaction, &attempt_i, at),
+                    None,
+                    None,
+                )
+            })
+            .unwrap();
+        n += 1;
+        if body["complete"] == true {
+            break;
+        }
+        at = body["received"].as_u64().unwrap() as usize;
+    }
+    assert!(n > 20, "{n} chunks");
+    // A reference to a value the run does not hold, and user data shaped like a reference
+    // (not wrapped as a literal), are refused.
+    let other_value = ValueRef::for_canonical("\"not uploaded\"");
+    for (k, result) in [other_value.to_json(), json!({"$piw": "other"})]
+        .into_iter()
+        .enumerate()
+    {
+        refused(
+            &mut f,
+            Request::new(
+                format!("bad{k}"),
+                RequestBody::InteractionSubmit(payload::InteractionSubmit {
+                    interaction_id: interaction.clone(),
+                    result,
+                    refuse_repeat: false,
+                }),
+            )
+            .with_run_id(&run_i)
+            .with_node_id("a")
+            .with_attempt_id(&attempt_i),
+            &[RejectionCode::Malformed],
+        );
+    }
+    // Its reference is the submission's result (a payload of a few hundred bytes).
+    let submit = Request::new(
+        "s1",
+        RequestBody::InteractionSubmit(payload::InteractionSubmit {
+            interaction_id: interaction.clone(),
+            result: r.to_json(),
+            refuse_repeat: false,
+        }),
+    )
+    .with_run_id(&run_i)
+    .with_node_id("a")
+    .with_attempt_id(&attempt_i);
+    let receipt = f
+        .store
+        .write(|w| apply_command(w, &state, &submit, None, None))
+        .unwrap();
+    let submission = receipt["submission_id"].as_str().unwrap().to_owned();
+    // The request is being judged: no more uploads for it.
+    refused(
+        &mut f,
+        put("x2", &run_i, &interaction, &attempt_i, 0),
+        &[RejectionCode::InvalidTransition],
+    );
+    // The validation child gets the reference and reads the whole value.
+    let judge = f.activate(&run_i);
+    assert_eq!(judge.mode, ChildMode::Validate);
+    let stored = f
+        .store
+        .write(|w| w.submission_payload(&submission))
+        .unwrap();
+    assert_eq!(stored, r.to_json());
+    let read = f.store.read_value(&run_i, &r.sha256).unwrap();
+    let judged: serde_json::Value = serde_json::from_slice(&read).unwrap();
+    assert_eq!(judged["blob"].as_str().unwrap().len(), 3_000_000);
+    f.store
+        .write(|w| w.settle(&judge.claim, &submission, Ok(())))
+        .unwrap();
+    // The accepted output is the node's output: the child sends the same reference (its
+    // upload finds the value whole).
+    let asked = f
+        .store
+        .write(|w| w.put_value_chunk(&judge.claim, &r.sha256, r.bytes, 0, &[]))
+        .unwrap();
+    assert!(asked.complete);
+    f.store
+        .write(|w| {
+            w.transition(
+                &judge.claim,
+                &TransitionRequest {
+                    attempt_id: attempt_i.clone(),
+                    outcome: AttemptOutcome::Succeeded {
+                        output: r.to_json(),
+                    },
+                    next_node: "b".into(),
+                    next_deadline_at: None,
+                },
+            )
+        })
+        .unwrap();
+    let output = f
+        .store
+        .attempts(&run_i)
+        .unwrap()
+        .into_iter()
+        .find(|a| a.attempt_id == attempt_i)
+        .and_then(|a| a.output)
+        .unwrap();
+    assert_eq!(output, r.to_json());
+    assert_eq!(
+        f.store.read_value(&run_i, &r.sha256).unwrap(),
+        text.as_bytes()
+    );
+    // Closed now: refused.
+    refused(
+        &mut f,
+        put("x3", &run_i, &interaction, &attempt_i, 0),
+        &[RejectionCode::InvalidTransition],
+    );
+    f.assert_clean();
+
+    // An upload never submitted: half of another value for another run's request.
+    let (run_o, attempt_o, orphan_i) = f.waiting();
+    let orphan = json!({ "blob": "o".repeat(1_000_000) });
+    let orphan_text = canonical_json(&orphan);
+    let o = ValueRef::for_canonical(&orphan_text);
+    for (k, at) in [0usize, VALUE_PUT_CHUNK_BYTES].into_iter().enumerate() {
+        let req = Request::new(
+            format!("o{k}"),
+            RequestBody::InteractionValuePut(payload::InteractionValuePut {
+                interaction_id: orphan_i.clone(),
+                sha256: o.sha256.clone(),
+                bytes: o.bytes,
+                offset: at as u64,
+                data: chunk_to_hex(&orphan_text.as_bytes()[at..at + VALUE_PUT_CHUNK_BYTES]),
+            }),
+        )
+        .with_run_id(&run_o)
+        .with_node_id("a")
+        .with_attempt_id(&attempt_o);
+        f.store
+            .write(|w| apply_command(w, &state, &req, None, None))
+            .unwrap();
+    }
+    // Still pending (its client may go on): no finding, even long after (no claim is held).
+    f.clock.advance(10 * common::LEASE_MS);
+    f.assert_clean();
+    // The request closes without it (the session gave up): the chunks are abandoned.
+    f.store
+        .write(|w| w.fail_interaction(&orphan_i, &attempt_o, "gave up", None, "host-control"))
+        .unwrap();
+    let findings = f.store.diagnose().unwrap();
+    assert_eq!(
+        findings
+            .iter()
+            .map(|x| (x.code, x.ids.clone()))
+            .collect::<Vec<_>>(),
+        vec![("value_partial", vec![o.sha256.clone()])],
+        "{findings:#?}"
+    );
+    let report = f.store.repair().unwrap();
+    assert_eq!(report.repaired.len(), 1, "{report:#?}");
+    assert!(matches!(
+        f.store.read_value_chunk(&run_o, &o.sha256, 0, 10),
+        Err(piw_core::store::StoreError::NotFound { .. })
+    ));
+    // The submitted value stays.
+    assert_eq!(
+        f.store.read_value(&run_i, &r.sha256).unwrap(),
+        text.as_bytes()
+    );
+    f.assert_clean();
+}

@@ -100,6 +100,15 @@ fn sample(kind: RequestKind) -> Request {
             message: "half done".into(),
             data: json!({"files": 3}),
         }),
+        RequestKind::InteractionValuePut => {
+            RequestBody::InteractionValuePut(piw_core::protocol::InteractionValuePut {
+                interaction_id: "int-1".into(),
+                sha256: "ab".repeat(32),
+                bytes: 70_000,
+                offset: 0,
+                data: "00ff".into(),
+            })
+        }
         RequestKind::MessageClaim => RequestBody::MessageClaim(MessageClaim {
             session_id: "session-1".into(),
             limit: None,
@@ -860,7 +869,7 @@ fn decode_error_messages_are_bounded() {
 
 #[test]
 fn every_request_kind_round_trips() {
-    assert_eq!(RequestKind::ALL.len(), 43);
+    assert_eq!(RequestKind::ALL.len(), 44);
     for &kind in RequestKind::ALL {
         let request = sample(kind)
             .with_expected_revision(3)

@@ -42,6 +42,7 @@ const CORPUS: &[&str] = &[
     r#"{"schema":"piw.protocol.v1","request_id":"c17","kind":"diagnose"}"#,
     r#"{"schema":"piw.protocol.v1","request_id":"c18","kind":"repair","run_id":"run-1"}"#,
     r#"{"schema":"piw.protocol.v1","request_id":"c19","kind":"channel.reload"}"#,
+    r#"{"schema":"piw.protocol.v1","request_id":"c20","kind":"interaction.value_put","run_id":"run-1","node_id":"n1","attempt_id":"a1","payload":{"interaction_id":"i1","sha256":"ab","bytes":2,"offset":0,"data":"7b7d"}}"#,
     r#"{"schema":"piw.protocol.v1","request_id":"w1","kind":"worker.hello","run_id":"run-1","generation":2,"payload":{"child_token":"t","pid":99}}"#,
     r#"{"schema":"piw.protocol.v1","request_id":"w2","kind":"worker.node_started","run_id":"run-1","generation":2,"node_id":"n1","payload":{"deadline_ms":1700000000000}}"#,
     r#"{"schema":"piw.protocol.v1","request_id":"w3","kind":"worker.transition","run_id":"run-1","generation":2,"node_id":"n1","attempt_id":"a1","payload":{"outcome":{"status":"succeeded","output":{"path":"b"}},"next_node":"n2"}}"#,

@@ -229,6 +229,8 @@ export class WorkflowSession {
     this.outbox = new Map();
     /** agent_settled events seen, and those not handled yet: `{ aborted, carried }`. */
     this.settles = 0;
+    /** Interaction id -> why its last submission was refused before the host took it (`value_too_large`, a rejection). */
+    this.submitRefusals = new Map();
     this.settleQueue = [];
     /**
      * What the turn now running carries: `step:<key>` and `message:<id>` (a message that asks
@@ -1088,10 +1090,14 @@ export class WorkflowSession {
       this.sendStep(active, content, reminder);
     } else if (active.type === 'interaction') {
       const last = status.interactions.find((i) => i.interaction_id === active.id)?.last_submission;
+      const refused = this.submitRefusals.get(active.id);
+      // A refusal is kept only until the host takes a submission: one kept is the latest.
       const reason =
-        last?.state === 'rejected'
-          ? `no accepted submission after ${MAX_REMINDERS} reminders; the last was rejected: ${last.error}`
-          : `no submission after ${MAX_REMINDERS} reminders`;
+        refused !== undefined
+          ? `no ${last ? 'accepted ' : ''}submission after ${MAX_REMINDERS} reminders; the last was refused: ${refused}`
+          : last?.state === 'rejected'
+            ? `no accepted submission after ${MAX_REMINDERS} reminders; the last was rejected: ${last.error}`
+            : `no submission after ${MAX_REMINDERS} reminders`;
       const { routed_to: next } = await this.call('interaction.fail', (c) => c.failInteraction(active.item, reason));
       this.ctx.ui.notify(
         `workflow step ${active.item.node_id} (run ${active.runId}) failed: ${reason}${next ? `; the run goes on at ${next}` : ''}`,
@@ -1120,6 +1126,12 @@ export class WorkflowSession {
    * The verdict on a submission whose tool call the person stopped (Escape) before the
    * validation judged it: told to the person, and to the model as a card that starts no turn.
    */
+  /** Keeps why a submission for `interactionId` was refused before the host took it. */
+  noteSubmitRefusal(interactionId, why) {
+    this.submitRefusals.set(interactionId, why);
+    if (this.submitRefusals.size > 64) this.submitRefusals.delete(this.submitRefusals.keys().next().value);
+  }
+
   reportVerdictLater(interaction, submissionId, verdictCall) {
     const where = `step ${interaction.node_id} (run ${interaction.run_id})`;
     verdictCall.then(

@@ -162,6 +162,14 @@ export async function submit(s, params, signal) {
       }
     }
   } catch (e) {
+    if (e?.code === 'value_too_large') {
+      // Refused before anything was sent: the model must make the output smaller. Kept, so a
+      // step that ends without a submission names this cause.
+      const why = `this output is too large to submit: ${e.message}. Submit a smaller output (the limit is ${e.details?.limit ?? 67108864} bytes of JSON)`;
+      s.noteSubmitRefusal?.(current.interaction_id, why);
+      throw new WorkflowError(why);
+    }
+    if (e?.code && !HOST_LOST.has(e.code)) s.noteSubmitRefusal?.(current.interaction_id, `${e.code}: ${e.message}`);
     if (e?.code === 'stale_attempt') {
       throw new WorkflowError(`attempt ${current.attempt_id} is no longer current: ${e.message}`);
     }
@@ -171,6 +179,7 @@ export async function submit(s, params, signal) {
     if (e?.code === 'invalid_transition' && !bound.open) throw closedError(bound);
     throw e;
   }
+  s.submitRefusals?.delete(current.interaction_id);
   if (submitted.repeated && submitted.state === 'accepted') {
     s.kick();
     return text(

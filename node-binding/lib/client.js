@@ -7,6 +7,7 @@ import { join, resolve } from 'node:path';
 import { native as addon, packageDir } from './native.js';
 import { installedPlatformPackage, nodeRunsWorkflows } from './platform.js';
 import { native, PiwError } from './errors.js';
+import { canonicalJson } from './helpers.js';
 
 /**
  * Where the `piw` binary is: `options.hostBin`, `PIW_HOST_BIN`, a checkout's build, the
@@ -68,6 +69,21 @@ function newRequestId() {
 function withRequestId(err, requestId) {
   if (err instanceof PiwError && err.requestId === undefined) err.requestId = requestId;
   return err;
+}
+
+// Large values, as the host's protocol (core/engine/src/protocol/value.rs) sizes them: a value
+// whose canonical JSON passes INLINE_VALUE_BYTES travels apart, in chunks of at most
+// VALUE_PUT_CHUNK_BYTES, and no value may pass MAX_VALUE_BYTES.
+export const INLINE_VALUE_BYTES = 64 * 1024;
+export const MAX_VALUE_BYTES = 64 * 1024 * 1024;
+const VALUE_PUT_CHUNK_BYTES = 120 * 1024;
+const VALUE_PREVIEW_CHARS = 200;
+
+/** A value as a place holds it inline: itself, or wrapped when its top level reads as a reference. */
+function wrapInline(value) {
+  return value !== null && typeof value === 'object' && !Array.isArray(value) && '$piw' in value
+    ? { $piw: 'literal', value }
+    : value;
 }
 
 function envelope(opts = {}) {
@@ -365,17 +381,55 @@ export class Client {
    * Submits a result for an interactive request; it is validated by the workflow in a
    * supervised child before it counts (watch the run, or the interaction's state).
    */
-  submitInteraction(interaction, result, options = {}) {
-    return this.#body(
-      'interaction.submit',
-      {
-        ...envelope(options),
-        runId: interaction.run_id ?? interaction.runId,
-        nodeId: interaction.node_id ?? interaction.nodeId,
-        attemptId: interaction.attempt_id ?? interaction.attemptId,
-      },
-      { interaction_id: interaction.interaction_id ?? interaction.interactionId, result: result ?? null },
-    );
+  async submitInteraction(interaction, result, options = {}) {
+    const at = {
+      runId: interaction.run_id ?? interaction.runId,
+      nodeId: interaction.node_id ?? interaction.nodeId,
+      attemptId: interaction.attempt_id ?? interaction.attemptId,
+    };
+    const interactionId = interaction.interaction_id ?? interaction.interactionId;
+    const sent = await this.#submittable(at, interactionId, result ?? null);
+    return this.#body('interaction.submit', { ...envelope(options), ...at }, { interaction_id: interactionId, result: sent });
+  }
+
+  /**
+   * A submission's `result` as it is sent: itself when its canonical JSON fits
+   * INLINE_VALUE_BYTES (wrapped when its top level would read as a reference), else uploaded
+   * for the request (`interaction.value_put`, in order, from where the host's copy ends) and
+   * replaced by its reference. Over MAX_VALUE_BYTES: `value_too_large` before anything is sent.
+   */
+  async #submittable(at, interactionId, result) {
+    const text = canonicalJson(result);
+    const bytes = Buffer.byteLength(text, 'utf8');
+    if (bytes <= INLINE_VALUE_BYTES) return wrapInline(result);
+    if (bytes > MAX_VALUE_BYTES) {
+      throw new PiwError(
+        'value_too_large',
+        `the submission is ${bytes} bytes of JSON, over the limit of ${MAX_VALUE_BYTES} bytes (64 MiB) a value may have; nothing was submitted`,
+        { details: { bytes, limit: MAX_VALUE_BYTES } },
+      );
+    }
+    const data = Buffer.from(text, 'utf8');
+    const sha256 = createHash('sha256').update(data).digest('hex');
+    let offset = 0;
+    let end = 0; // the first chunk is empty: it asks where to go on from
+    for (;;) {
+      const r = await this.#body('interaction.value_put', at, {
+        interaction_id: interactionId,
+        sha256,
+        bytes,
+        offset,
+        data: data.subarray(offset, end).toString('hex'),
+      });
+      if (r.complete === true) break;
+      const received = r.received;
+      if (!Number.isSafeInteger(received) || received >= bytes || (received <= offset && end !== offset)) {
+        throw new PiwError('protocol', `interaction.value_put answered ${JSON.stringify(r)}`);
+      }
+      offset = received;
+      end = Math.min(offset + VALUE_PUT_CHUNK_BYTES, bytes);
+    }
+    return { $piw: 'value', sha256, bytes, preview: Array.from(text.slice(0, 2 * VALUE_PREVIEW_CHARS)).slice(0, VALUE_PREVIEW_CHARS).join('') };
   }
 
   /**

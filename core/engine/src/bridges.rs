@@ -299,6 +299,7 @@ pub fn may_change_detached_steps(kind: RequestKind) -> bool {
         | K::DecisionAnswer
         | K::InteractionList
         | K::InteractionUpdate
+        | K::InteractionValuePut
         | K::MessageClaim
         | K::MessageAck
         | K::Subscribe

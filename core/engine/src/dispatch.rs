@@ -211,6 +211,7 @@ pub fn apply_command(
         RequestBody::InteractionSubmit(s) => body(&interaction::submit(w, req, s)?),
         RequestBody::InteractionFail(f) => body(&interaction::fail(w, state, req, f)?),
         RequestBody::InteractionUpdate(u) => body(&interaction::update(w, req, u)?),
+        RequestBody::InteractionValuePut(p) => body(&interaction::value_put(w, req, p)?),
         RequestBody::MessageClaim(m) => body(&message::claim(w, state, req, m)?),
         RequestBody::MessageAck(m) => body(&message::ack(w, m)?),
         other => Err(StoreError::Forbidden(format!(

@@ -421,6 +421,26 @@ impl Transaction for WriteTx<'_> {
         WriteTx::put_value_chunk(self, claim, sha256, bytes, offset, data)
     }
 
+    fn put_interaction_value_chunk(
+        &mut self,
+        interaction_id: &str,
+        attempt_id: &str,
+        sha256: &str,
+        bytes: u64,
+        offset: u64,
+        data: &[u8],
+    ) -> StoreResult<ValuePut> {
+        WriteTx::put_interaction_value_chunk(
+            self,
+            interaction_id,
+            attempt_id,
+            sha256,
+            bytes,
+            offset,
+            data,
+        )
+    }
+
     fn ready_runs(&self, limit: u32) -> StoreResult<Vec<String>> {
         WriteTx::ready_runs(self, limit)
     }

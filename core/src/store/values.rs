@@ -70,11 +70,17 @@ fn hash_chunks(c: &rusqlite::Connection, sha256: &str) -> StoreResult<(String, u
 ///   uploading always has a run with an unexpired claim and is never a finding, whether the
 ///   host or a stopped installation answers `diagnose`. A claim still unexpired after its host
 ///   died only delays the finding until the lease passes.
+/// - No pending interactive request of a run holding it: a client may still be uploading it
+///   for a submission (`interaction.value_put`; a waiting run holds no claim). Once the
+///   request closes (answered, failed, expired, cancelled) an upload never submitted is
+///   abandoned like a dead child's.
 const ABANDONED: &str = "v.received < v.bytes
     AND EXISTS (SELECT 1 FROM run_values h WHERE h.sha256 = v.sha256)
     AND NOT EXISTS (SELECT 1 FROM run_values l JOIN claims c ON c.run_id = l.run_id
                     WHERE l.sha256 = v.sha256 AND c.owner_kind IS NOT NULL
                       AND c.expires_at > :now)
+    AND NOT EXISTS (SELECT 1 FROM run_values l JOIN interactions i ON i.run_id = l.run_id
+                    WHERE l.sha256 = v.sha256 AND i.status = 'pending')
     AND NOT EXISTS (SELECT 1 FROM (
             SELECT output AS x FROM attempts WHERE output LIKE '{\"$piw\":\"value\"%'
             UNION ALL SELECT result FROM runs WHERE result LIKE '{\"$piw\":\"value\"%'
@@ -103,6 +109,39 @@ impl WriteTx<'_> {
     ) -> StoreResult<ValuePut> {
         self.fence(claim)?;
         self.ops.push("value_put");
+        self.store_value_chunk(&claim.run_id, sha256, bytes, offset, data)
+    }
+
+    /// Stores a chunk of value `sha256` for a client's submission to the pending interactive
+    /// request `interaction_id` (`interaction.value_put`): the request gate of a submission
+    /// (its own attempt, pending, before its deadline), then as [`WriteTx::put_value_chunk`],
+    /// the value linked to the request's run. An upload that is never submitted is left
+    /// partial or unreferenced; once the request closes, a partial one is `value_partial`
+    /// (see [`ABANDONED`]) and `repair` removes it.
+    pub fn put_interaction_value_chunk(
+        &mut self,
+        interaction_id: &str,
+        attempt_id: &str,
+        sha256: &str,
+        bytes: u64,
+        offset: u64,
+        data: &[u8],
+    ) -> StoreResult<ValuePut> {
+        let request = self.interaction_row(interaction_id)?;
+        self.require_pending_interaction(interaction_id, &request, attempt_id, true)?;
+        self.ops.push("interaction_value_put");
+        self.store_value_chunk(&request.run_id, sha256, bytes, offset, data)
+    }
+
+    /// The chunk store behind both uploads, once the writer is known to be allowed.
+    fn store_value_chunk(
+        &mut self,
+        run_id: &str,
+        sha256: &str,
+        bytes: u64,
+        offset: u64,
+        data: &[u8],
+    ) -> StoreResult<ValuePut> {
         if !is_sha256_hex(sha256) {
             return Err(invalid("`sha256` must be 64 lowercase hex digits"));
         }
@@ -155,7 +194,7 @@ impl WriteTx<'_> {
             }
         };
         c.prepare_cached("INSERT OR IGNORE INTO run_values (run_id, sha256) VALUES (?1, ?2)")?
-            .execute(params![claim.run_id, sha256])?;
+            .execute(params![run_id, sha256])?;
         // An empty chunk asks how much is stored (where to go on from).
         if received == bytes || offset < received || data.is_empty() {
             return Ok(ValuePut {

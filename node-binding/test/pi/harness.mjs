@@ -346,7 +346,7 @@ export class PiProcess {
   }
 
   /** The first event after index `from` matching `pred` (waits up to WAIT_MS). */
-  waitEvent(pred, what = 'an event', from = 0) {
+  waitEvent(pred, what = 'an event', from = 0, ms = WAIT_MS) {
     return new Promise((resolveEvent, reject) => {
       const check = () => {
         for (let i = from; i < this.events.length; i++) {
@@ -369,7 +369,7 @@ export class PiProcess {
               : e.type,
         );
         reject(new Error(`timed out waiting for ${what}; Pi's events since: ${seen.join(', ').slice(-4000)}; stderr:\n${this.stderr.slice(-3000)}`));
-      }, WAIT_MS);
+      }, ms);
       const cleanup = () => {
         clearTimeout(timer);
         this.waiters.delete(check);
@@ -388,8 +388,8 @@ export class PiProcess {
     return this.events.slice(from).filter((e) => e.type === 'extension_ui_request' && e.method === 'notify').map((e) => e.message);
   }
 
-  waitNotify(re, from = 0) {
-    return this.waitEvent((e) => e.type === 'extension_ui_request' && e.method === 'notify' && re.test(e.message), `a notification ${re}`, from);
+  waitNotify(re, from = 0, ms = WAIT_MS) {
+    return this.waitEvent((e) => e.type === 'extension_ui_request' && e.method === 'notify' && re.test(e.message), `a notification ${re}`, from, ms);
   }
 
   /** Custom messages of `customType` that reached the session (message_end, role custom). */

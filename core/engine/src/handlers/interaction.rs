@@ -5,8 +5,9 @@ use crate::dispatch::HostState;
 use crate::fit::{keep_what_fits, reply_room};
 use crate::graph::{Graph, Outcome, Route};
 use crate::protocol::reply::{
-    InteractionFailed, InteractionListReply, InteractionSubmitted, InteractionUpdated,
+    InteractionFailed, InteractionListReply, InteractionSubmitted, InteractionUpdated, ValueStored,
 };
+use crate::protocol::value::{chunk_from_hex, VALUE_PUT_CHUNK_BYTES};
 use crate::protocol::{payload, Request};
 use crate::store::{Storage, StoreError, SubmissionState, Transaction};
 
@@ -113,6 +114,39 @@ pub(crate) fn update(
         interaction_id: u.interaction_id.clone(),
         seq: kept.seq,
         event_kept: kept.event_kept,
+    })
+}
+
+/// `interaction.value_put`: a chunk of a large value a submission to a pending interactive
+/// request will refer to, stored for the request's run (bound to the request: of this run and
+/// node, pending, its own attempt, before its deadline).
+pub(crate) fn value_put(
+    w: &mut dyn Transaction,
+    req: &Request,
+    put: &payload::InteractionValuePut,
+) -> Result<ValueStored, StoreError> {
+    w.require_interaction_of(
+        required(&req.run_id, "run_id")?,
+        required(&req.node_id, "node_id")?,
+        &put.interaction_id,
+    )?;
+    let data = chunk_from_hex(&put.data).map_err(StoreError::InvalidInput)?;
+    if data.len() > VALUE_PUT_CHUNK_BYTES {
+        return Err(StoreError::InvalidInput(format!(
+            "a value chunk carries at most {VALUE_PUT_CHUNK_BYTES} bytes"
+        )));
+    }
+    let stored = w.put_interaction_value_chunk(
+        &put.interaction_id,
+        required(&req.attempt_id, "attempt_id")?,
+        &put.sha256,
+        put.bytes,
+        put.offset,
+        &data,
+    )?;
+    Ok(ValueStored {
+        received: stored.received,
+        complete: stored.complete,
     })
 }
 

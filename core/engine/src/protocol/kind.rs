@@ -251,6 +251,8 @@ request_kinds! {
     InteractionFail = "interaction.fail" => InteractionFail, RUN_NODE_ATTEMPT, Command;
     /// A progress update from the agent working on a pending interactive request. Client.
     InteractionUpdate = "interaction.update" => InteractionUpdate, RUN_NODE_ATTEMPT, Command;
+    /// A chunk of a large value a submission to a pending interactive request will refer to. Client.
+    InteractionValuePut = "interaction.value_put" => InteractionValuePut, RUN_NODE_ATTEMPT, Command;
     /// Claim undelivered workflow messages of a Pi session. Client.
     MessageClaim = "message.claim" => MessageClaim, NONE, Command;
     /// Acknowledge delivery of a claimed workflow message. Client.
@@ -340,7 +342,7 @@ mod tests {
             assert!(seen.insert(kind.as_str()), "duplicate {kind}");
             assert_eq!(RequestKind::parse(kind.as_str()), Some(kind));
         }
-        assert_eq!(RequestKind::ALL.len(), 43);
+        assert_eq!(RequestKind::ALL.len(), 44);
         assert_eq!(RequestKind::parse("run.explode"), None);
     }
 

@@ -45,8 +45,8 @@ pub use kind::{RequestBody, RequestClass, RequestKind, RequiredFields};
 pub use payload::{
     AttemptOutcome, DecisionAnswer, DecisionKind, EarlierStep, EffectResolve, EffectResult,
     ExecutionMode, InteractionFail, InteractionKind, InteractionList, InteractionSubmit,
-    InteractionUpdate, MessageAck, MessageClaim, RetryContract, RunCancel, RunList, RunRetry,
-    RunStart, RunStatusQuery, Subscribe, Unsubscribe, ValueGet, WorkerComplete,
+    InteractionUpdate, InteractionValuePut, MessageAck, MessageClaim, RetryContract, RunCancel,
+    RunList, RunRetry, RunStart, RunStatusQuery, Subscribe, Unsubscribe, ValueGet, WorkerComplete,
     WorkerEffectApplying, WorkerEffectReserve, WorkerEffectSettle, WorkerExit, WorkerFail,
     WorkerHello, WorkerInteractionRequest, WorkerNodeStarted, WorkerNotify, WorkerProgress,
     WorkerResults, WorkerTransition, WorkerValidationResult, WorkerValuePut, WorkerWait,

@@ -382,6 +382,24 @@ pub struct InteractionSubmit {
     pub refuse_repeat: bool,
 }
 
+/// Payload of `interaction.value_put`: a chunk of a large value (see [`super::value`]) that a
+/// client uploads for a submission to a pending interactive request, sent in order before the
+/// `interaction.submit` whose `result` is the value's reference. Bound to the request: only a
+/// client that may answer it may store values for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InteractionValuePut {
+    /// The interactive request the value will answer (pending).
+    pub interaction_id: String,
+    /// SHA-256 of the value's canonical JSON, 64 lowercase hex digits.
+    pub sha256: String,
+    /// The value's whole length in bytes, at most [`super::value::MAX_VALUE_BYTES`].
+    pub bytes: u64,
+    /// Where this chunk starts: the `received` of the previous reply (0 first).
+    pub offset: u64,
+    /// The chunk, hex-encoded, at most [`super::value::VALUE_PUT_CHUNK_BYTES`] bytes.
+    pub data: String,
+}
+
 /// Payload of `interaction.fail`: the origin session gave up on a pending interactive
 /// request (no submission after its reminders); the attempt fails and the run routes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

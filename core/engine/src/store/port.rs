@@ -467,6 +467,19 @@ pub trait Transaction {
         data: &[u8],
     ) -> StoreResult<ValuePut>;
 
+    /// Stores a chunk of value `sha256` as [`Transaction::put_value_chunk`] does, for a
+    /// client's submission to `interaction_id`: the request must be pending, `attempt_id` its
+    /// own and its deadline not passed; the value is linked to the request's run.
+    fn put_interaction_value_chunk(
+        &mut self,
+        interaction_id: &str,
+        attempt_id: &str,
+        sha256: &str,
+        bytes: u64,
+        offset: u64,
+        data: &[u8],
+    ) -> StoreResult<ValuePut>;
+
     /// Runs ready to activate at the transaction time, oldest first (including runs this
     /// transaction queued).
     fn ready_runs(&self, limit: u32) -> StoreResult<Vec<String>>;

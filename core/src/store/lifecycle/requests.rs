@@ -56,8 +56,8 @@ const EXPIRING_INTERACTION: ExpiringRequest = ExpiringRequest {
 };
 
 /// An interactive request's row, as the answers to it need it.
-struct InteractionRow {
-    run_id: String,
+pub(crate) struct InteractionRow {
+    pub(crate) run_id: String,
     attempt_id: String,
     status: String,
     deadline_at: Option<UnixMillis>,
@@ -177,7 +177,7 @@ impl WriteTx<'_> {
     }
 
     /// The interactive request `interaction_id`, as stored.
-    fn interaction_row(&self, interaction_id: &str) -> StoreResult<InteractionRow> {
+    pub(crate) fn interaction_row(&self, interaction_id: &str) -> StoreResult<InteractionRow> {
         self.conn()
             .prepare_cached(
                 "SELECT run_id, attempt_id, status, deadline_at FROM interactions
@@ -203,7 +203,7 @@ impl WriteTx<'_> {
     /// `StaleAttempt`, naming the current one), the run takes submissions and the request is
     /// pending; with `before_deadline`, a request whose deadline passed is refused too
     /// (`DeadlinePassed`: it is about to expire).
-    fn require_pending_interaction(
+    pub(crate) fn require_pending_interaction(
         &self,
         interaction_id: &str,
         request: &InteractionRow,
@@ -274,6 +274,10 @@ impl WriteTx<'_> {
         self.require_pending_interaction(interaction_id, &request, attempt_id, true)?;
         let run_id = request.run_id;
         self.authorize(&run_id, Fence::Unclaimed, Op::Submit)?;
+        // A large result comes as the reference of a value uploaded for this request
+        // (`interaction.value_put`): the run must hold it whole. User data shaped like a
+        // reference is refused unless wrapped as a literal.
+        self.check_slot(&run_id, payload)?;
         let submission_id = new_id("sub");
         self.conn()
             .prepare_cached(
