@@ -1730,13 +1730,34 @@ fn value_get_pieces_fit_a_frame_and_add_up_to_the_value() {
     assert!(pieces >= 6, "{pieces} pieces of 3 MB");
 }
 
+/// Bridge settings of a host that runs Pi (a made-up command: nothing is spawned) with the
+/// mock model, its bridge locks in `f`'s installation.
+fn bridge_settings(f: &Fixture) -> piw_core::engine::bridges::BridgeSettings {
+    use piw_core::engine::bridges::{BridgeSettings, PiCommand};
+    BridgeSettings {
+        pi: Ok(PiCommand {
+            program: "/bin/node".into(),
+            prefix: vec!["/pi/cli.js".into()],
+            describe: "test".into(),
+        }),
+        extension: "/pkg/extension/bridge.js".into(),
+        preflight: None,
+        provider: Some("mock".into()),
+        model: Some("mock-model".into()),
+        pi_args: Vec::new(),
+        pi_default: None,
+        home: f.dir.path().to_path_buf(),
+        handshake_timeout: std::time::Duration::from_secs(60),
+    }
+}
+
 /// Bridges, on a real store: a detached run waiting on an agent step gets one
 /// bridge, counted as a child; while it lives no second one is ordered; when it is killed the
 /// step's attempt fails with why (the run routes), and no new bridge starts for that step.
 #[test]
 fn a_detached_step_gets_one_bridge_and_a_killed_bridge_fails_its_attempt() {
     use piw_core::driver::supervisor::SupervisorCmd;
-    use piw_core::engine::bridges::{self, BridgeReport, BridgeSettings, PiCommand};
+    use piw_core::engine::bridges::{self, BridgeReport};
     use piw_core::engine::children::{on_child_reports, ChildReport};
     use piw_core::store::{ChildExitRecord, ExecutionMode, NewRun};
 
@@ -1754,21 +1775,7 @@ fn a_detached_step_gets_one_bridge_and_a_killed_bridge_fails_its_attempt() {
         .unwrap();
     let interaction = f.ask(&act.claim, &attempt, None);
     let mut state = host_state_with_runtime(&mut f, false);
-    state.child_config.bridges = Some(BridgeSettings {
-        pi: Ok(PiCommand {
-            program: "/bin/node".into(),
-            prefix: vec!["/pi/cli.js".into()],
-            describe: "test".into(),
-        }),
-        extension: "/pkg/extension/bridge.js".into(),
-        preflight: None,
-        provider: Some("mock".into()),
-        model: Some("mock-model".into()),
-        pi_args: Vec::new(),
-        pi_default: None,
-        home: f.dir.path().to_path_buf(),
-        handshake_timeout: std::time::Duration::from_secs(60),
-    });
+    state.child_config.bridges = Some(bridge_settings(&f));
     let bridge_launches = |state: &mut HostState| {
         state
             .child_commands
@@ -1839,7 +1846,6 @@ fn detaching_a_run_whose_step_is_open_launches_its_bridge_at_once() {
     use piw_core::driver::outbox::Outbox;
     use piw_core::driver::store_thread::{turn, Job, StoreMsg};
     use piw_core::driver::supervisor::SupervisorCmd;
-    use piw_core::engine::bridges::{BridgeSettings, PiCommand};
     use piw_core::store::NewRun;
 
     let mut f = Fixture::new();
@@ -1855,21 +1861,7 @@ fn detaching_a_run_whose_step_is_open_launches_its_bridge_at_once() {
         .unwrap();
     f.ask(&act.claim, &attempt, None);
     let mut state = host_state_with_runtime(&mut f, false);
-    state.child_config.bridges = Some(BridgeSettings {
-        pi: Ok(PiCommand {
-            program: "/bin/node".into(),
-            prefix: vec!["/pi/cli.js".into()],
-            describe: "test".into(),
-        }),
-        extension: "/pkg/extension/bridge.js".into(),
-        preflight: None,
-        provider: Some("mock".into()),
-        model: Some("mock-model".into()),
-        pi_args: Vec::new(),
-        pi_default: None,
-        home: f.dir.path().to_path_buf(),
-        handshake_timeout: std::time::Duration::from_secs(60),
-    });
+    state.child_config.bridges = Some(bridge_settings(&f));
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut supervisor = Some(tx);
     let mut one_turn = |f: &mut Fixture, state: &mut HostState, msgs: Vec<StoreMsg>| {
