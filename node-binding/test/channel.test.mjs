@@ -192,6 +192,16 @@ test('a decision answered elsewhere gets its message marked closed', async () =>
 test('a killed adapter is restarted and loses nothing; a text reply answers', async () => {
   const { run_id: runId } = await piw.startRun(approval());
   const message = await until('the decision in the chat', () => decisionMessage(runId));
+  // Killed once it has recorded what it sent (a kill between Telegram's answer and that record
+  // sends the decision again: sending is at least once, answering exactly once).
+  const statePath = join(host.home, 'channels', 'telegram.state.json');
+  await until('the message recorded in the adapter\'s state', () => {
+    try {
+      return Object.values(JSON.parse(readFileSync(statePath, 'utf8')).sent).some((e) => e.run_id === runId);
+    } catch {
+      return false;
+    }
+  });
   const before = (await piw.status()).channels[0].launches;
   const adapter = readdirSync('/proc')
     .filter((p) => /^\d+$/.test(p))
