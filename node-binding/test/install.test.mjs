@@ -219,6 +219,36 @@ test('`npx piw run start --wait` runs a .workflow.mjs and a .workflow.ts with no
   assert.equal(stopped.code, 0, stopped.text);
 });
 
+/** The fenced blocks of `lang` in README.md's section `heading`, in order. */
+function readmeBlocks(heading, lang) {
+  const readme = readFileSync(join(repoRoot, 'README.md'), 'utf8');
+  const start = readme.indexOf(`\n${heading}\n`);
+  assert.ok(start >= 0, `README.md has a section ${heading}`);
+  const next = readme.indexOf('\n## ', start + heading.length + 2);
+  const section = readme.slice(start, next < 0 ? undefined : next);
+  return [...section.matchAll(/```(\w+)\n([\s\S]*?)```/g)].filter((m) => m[1] === lang).map((m) => m[2]);
+}
+
+test("the README's quickstart runs as written: its workflow file, then its commands", async () => {
+  const [workflow] = readmeBlocks('## Quickstart', 'js');
+  const dir = join(project, '.pi', 'workflows');
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, 'hello.workflow.mjs'), workflow);
+  const commands = readmeBlocks('## Quickstart', 'sh')
+    .flatMap((block) => block.split('\n'))
+    .filter((line) => line.startsWith('npx piw '));
+  assert.ok(commands.length >= 2, `the quickstart's commands: ${commands.join(' | ')}`);
+  for (const line of commands) {
+    const [command, comment = ''] = line.split(/\s+#\s+/);
+    const done = await run('sh', ['-c', command]);
+    assert.equal(done.code, 0, `${command}: ${done.text}`);
+    const printed = /^prints (.*)$/.exec(comment.trim());
+    if (printed) assert.ok(done.stdout.includes(printed[1]), `${command} prints ${printed[1]}: ${done.text}`);
+  }
+  const stopped = await run('npx', ['piw', 'host', 'stop']);
+  assert.equal(stopped.code, 0, stopped.text);
+});
+
 test('on a platform without prebuilt binaries, the package and its launcher say which platforms have them', async () => {
   const pretend = "Object.defineProperty(process, 'arch', { value: 'riscv64' });";
   const loaded = await run('node', ['--input-type=module', '-e', `${pretend} try { await import('piw'); } catch (e) { console.log(e.code, e.message); }`]);
