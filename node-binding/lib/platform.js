@@ -71,5 +71,12 @@ export function missingBinaryMessage(what) {
   if (!SUPPORTED[platform]) {
     return `piw has no prebuilt ${what} for ${platform}: the npm package ships binaries for ${supported} only.${checkout}`;
   }
-  return `the prebuilt ${what} of piw for ${platform} is missing: its package piw-${platform} (an optional dependency of piw) is not installed. Reinstall piw without --omit=optional / --no-optional.${checkout}`;
+  // Installed from the registry, npm picks the platform package itself unless optional
+  // dependencies were left out; installed from tarballs, npm cannot fetch it: both cases.
+  const version = JSON.parse(readFileSync(join(packageDir, 'package.json'), 'utf8')).version;
+  return (
+    `the prebuilt ${what} of piw for ${platform} is missing: its package piw-${platform} (an optional dependency of piw) is not installed. ` +
+    `Installed from the npm registry: reinstall piw without --omit=optional / --no-optional. ` +
+    `Installed from tarballs: install piw-${platform}-${version}.tgz with piw-${version}.tgz, in one npm install.${checkout}`
+  );
 }

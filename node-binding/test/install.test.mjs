@@ -35,6 +35,9 @@ let project;
 let userEnv;
 let userPath;
 let piwHome;
+/** The two packed tarballs (main, platform) and the main package's dependencies, packed. */
+let tarballs;
+let dependencyTarballs;
 const pis = [];
 
 /** Runs `cmd args` in the user's environment; resolves with `{ code, signal, stdout, stderr }`. */
@@ -80,7 +83,7 @@ before(async () => {
     stdio: ['ignore', 'pipe', 'inherit'],
     timeout: 600_000,
   });
-  const tarballs = packed.trim().split('\n');
+  tarballs = packed.trim().split('\n');
   assert.equal(tarballs.length, 2, packed);
 
   // The user's PATH: this Node (>= 22.19), npm and npx first, then the system's directories
@@ -100,7 +103,7 @@ before(async () => {
   // The package's own runtime dependencies (and theirs) are packed from the repository's
   // node_modules, which `npm ci` filled, and installed from those tarballs with the others:
   // --offline and an empty cache, so nothing at all is fetched.
-  const dependencyTarballs = packDependencies(pkgDir, join(root, 'deps'), { ...process.env, HOME: home, npm_config_cache: join(root, 'npm-cache'), npm_config_offline: 'true', ...npmQuiet });
+  dependencyTarballs = packDependencies(pkgDir, join(root, 'deps'), { ...process.env, HOME: home, npm_config_cache: join(root, 'npm-cache'), npm_config_offline: 'true', ...npmQuiet });
   userEnv = {
     PATH: userPath,
     HOME: home,
@@ -247,6 +250,38 @@ test("the README's quickstart runs as written: its workflow file, then its comma
   }
   const stopped = await run('npx', ['piw', 'host', 'stop']);
   assert.equal(stopped.code, 0, stopped.text);
+});
+
+test('installed globally from its tarballs: `piw` and its man pages on the prefix; one uninstall of both leaves nothing', async () => {
+  const prefix = join(root, 'global');
+  const env = { ...userEnv, npm_config_prefix: prefix, PATH: [join(prefix, 'bin'), userPath].join(delimiter) };
+  const installed = await run('npm', ['install', '-g', ...dependencyTarballs, ...tarballs], { env });
+  assert.equal(installed.code, 0, installed.text);
+  const version = await run('piw', ['--version'], { env });
+  assert.equal(version.code, 0, version.text);
+  const pages = readdirSync(join(prefix, 'share', 'man', 'man1'));
+  for (const page of ['piw.1', 'piw-run-start.1', 'piw-view.1']) assert.ok(pages.includes(page), `${page} in ${pages.join(' ')}`);
+  const page = readFileSync(join(prefix, 'share', 'man', 'man1', 'piw-run-start.1'), 'utf8');
+  assert.match(page, /^\.TH/m, 'a roff page');
+
+  const removed = await run('npm', ['uninstall', '-g', 'piw', 'piw-linux-x64-gnu'], { env });
+  assert.equal(removed.code, 0, removed.text);
+  const left = readdirSync(join(prefix, 'lib', 'node_modules')).filter((p) => p.startsWith('piw'));
+  assert.deepEqual(left, [], 'no piw package is left');
+  assert.equal(existsSync(join(prefix, 'bin', 'piw')), false, 'no piw on the prefix');
+  assert.deepEqual(readdirSync(join(prefix, 'share', 'man', 'man1')).filter((p) => p.startsWith('piw')), [], 'no man page left');
+});
+
+test('the main package installed without its platform package says to install the platform tarball with it', async () => {
+  const alone = join(root, 'alone');
+  mkdirSync(alone);
+  writeFileSync(join(alone, 'package.json'), JSON.stringify({ name: 'alone', version: '1.0.0', private: true }));
+  const installed = await run('npm', ['install', ...dependencyTarballs, tarballs[0]], { cwd: alone });
+  assert.equal(installed.code, 0, installed.text);
+  const started = await run('npx', ['piw', 'runs'], { cwd: alone });
+  assert.notEqual(started.code, 0, started.text);
+  assert.match(started.text, /piw-linux-x64-gnu \(an optional dependency of piw\) is not installed/);
+  assert.match(started.text, /install piw-linux-x64-gnu-[0-9.]+\.tgz with piw-[0-9.]+\.tgz/);
 });
 
 test('on a platform without prebuilt binaries, the package and its launcher say which platforms have them', async () => {
