@@ -10,7 +10,7 @@ export declare const planChangeWorkflow: Workflow;
 export declare const DEFAULT_AUTO_CONTINUE_MS: number;
 /** Implements a chosen plan: checks, review rounds, commit and the pull request's CI. */
 export declare const autoimplementWorkflow: Workflow;
-/** sanity-check: the change's evidence, independent read-only model reviews, one summary. */
+/** sanity-check: the change's evidence, read-only reviews in four areas, a verification pass, one verdict. */
 export declare const sanityCheckWorkflow: Workflow;
 /** monitor: checks a goal on a schedule, waits on durable timers, acts or repairs when allowed. */
 export declare const monitorWorkflow: Workflow;

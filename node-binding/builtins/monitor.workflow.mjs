@@ -10,8 +10,14 @@
 // configuration) through plan-change and autoimplement; the next check follows at once, never
 // after a sleep, so every action is verified. Bounded: at most `maxChecks` checks, a few actions
 // per failure, and one repair per failure and target state.
+// `repair: false` makes it observe only (no `act` at all); `repair: { approval, scope,
+// constraints, repository }` shapes the repairs. A check (and an action) that outlasts
+// `checkTimeoutMinutes` ends the monitor `blocked`.
 // Exits: `done`, `blocked` (with the stage and why) and `limit` (the checks ran out; what the
-// last check saw).
+// last check saw); each result has `reason`, `observation`, `goalState`, `workState`, `checks`.
+import { realpathSync } from 'node:fs';
+import { isAbsolute } from 'node:path';
+
 import { action, agent, compute, defineWorkflow, idempotentEffect, includeWorkflow, notify, wait } from '../index.js';
 import autoimplement from './autoimplement.workflow.mjs';
 import planChange from './plan-change.workflow.mjs';
@@ -22,10 +28,14 @@ export const DEFAULT_MAX_CHECKS = 1_000;
 /** Direct actions (`advance`, `recover`) taken for one failure before the monitor stops. */
 const MAX_ACTIONS_PER_FAILURE = 3;
 const DEFAULT_STOP_WHEN = 'Only when the person explicitly asks to stop.';
-const INPUT_KEYS = ['task', 'stopWhen', 'everyMinutes', 'maxChecks'];
+/** A check's (and an action's) bound: at least an hour, and at least the interval. */
+const MIN_CHECK_TIMEOUT_MINUTES = 60;
+const INPUT_KEYS = ['task', 'stopWhen', 'everyMinutes', 'maxChecks', 'checkTimeoutMinutes', 'repair'];
+const REPAIR_KEYS = ['authorized', 'approval', 'scope', 'constraints', 'repository', 'baseBranch', 'merge'];
+const APPROVAL_KEYS = ['mode', 'audience', 'timeoutMinutes', 'maxReplans'];
 const ROUTES = ['done', 'blocked', 'wait', 'act'];
-const GOAL_STATES = ['complete', 'incomplete', 'unknown'];
-const WORK_STATES = ['active', 'waiting', 'idle', 'failed', 'none'];
+const GOAL_STATES = ['complete', 'incomplete', 'blocked'];
+const WORK_STATES = ['running', 'waiting', 'idle', 'failed', 'stopped', 'unknown'];
 const ACTION_KINDS = ['advance', 'recover', 'repair'];
 const TRACK_STATUSES = ['pending', 'running', 'waiting', 'blocked', 'failed', 'completed'];
 const ID = /^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$/;
@@ -37,16 +47,61 @@ function bounded(value, fallback, what, min, max) {
   return n;
 }
 
-/** `{ task, stopWhen?, everyMinutes?, maxChecks? }`; anything else is refused before the run starts. */
+/**
+ * The repair policy: absent, repairs are allowed (with plan-change's approval of their plan);
+ * `false`, the monitor only observes; an object shapes the repairs.
+ */
+function readRepair(value) {
+  if (value === false) return { authorized: false };
+  if (value === undefined || value === null) return { authorized: true };
+  const repair = record(value, 'monitor input repair (false to only observe, or { approval?, scope?, constraints?, repository? })');
+  const unknown = Object.keys(repair).find((k) => !REPAIR_KEYS.includes(k));
+  if (unknown) throw new Error(`monitor input repair.${unknown} is not supported (it takes approval, scope, constraints, repository; merge only as false)`);
+  if (repair.authorized !== undefined && repair.authorized !== true) {
+    throw new Error('monitor input repair.authorized must be true when given; to only observe, give repair: false');
+  }
+  if (repair.baseBranch !== undefined) {
+    throw new Error("monitor input repair.baseBranch is not supported: a repair commits on the project's checked-out branch (and pushes to its pull request's branch); check that branch out before starting the monitor");
+  }
+  if (repair.merge !== undefined && repair.merge !== false) {
+    throw new Error('monitor input repair.merge must be false or left out: a repair never merges a pull request (merge it yourself once its checks pass)');
+  }
+  let approval;
+  if (repair.approval !== undefined) {
+    approval = record(repair.approval, 'monitor input repair.approval');
+    const bad = Object.keys(approval).find((k) => !APPROVAL_KEYS.includes(k));
+    if (bad) throw new Error(`monitor input repair.approval.${bad} is not supported (it takes ${APPROVAL_KEYS.join(', ')})`);
+  }
+  let repository;
+  if (repair.repository !== undefined) {
+    repository = text(repair.repository, 'monitor input repair.repository', 4_000);
+    if (!isAbsolute(repository)) throw new Error('monitor input repair.repository must be an absolute path (the project the monitor runs in)');
+  }
+  return {
+    authorized: true,
+    ...(approval ? { approval } : {}),
+    ...(repair.scope === undefined ? {} : { scope: text(repair.scope, 'monitor input repair.scope', 4_000) }),
+    ...(repair.constraints === undefined ? {} : { constraints: texts(repair.constraints, 'monitor input repair.constraints', { max: 32, chars: 2_000 }) }),
+    ...(repository ? { repository } : {}),
+  };
+}
+
+/**
+ * `{ task, stopWhen?, everyMinutes?, maxChecks?, checkTimeoutMinutes?, repair? }`; anything
+ * else is refused before the run starts.
+ */
 function readInput(raw) {
   const input = record(raw ?? {}, 'monitor input');
   const unknown = Object.keys(input).find((k) => !INPUT_KEYS.includes(k));
   if (unknown) throw new Error(`monitor input ${unknown} is not supported (it takes ${INPUT_KEYS.join(', ')})`);
+  const everyMinutes = bounded(input.everyMinutes, DEFAULT_EVERY_MINUTES, 'everyMinutes', 1, 1_440);
   return {
     task: text(input.task, 'monitor input task (the goal, what the monitor may do, and its limits)', 8_000),
     stopWhen: input.stopWhen === undefined || input.stopWhen === null ? DEFAULT_STOP_WHEN : text(input.stopWhen, 'monitor input stopWhen', 4_000),
-    everyMinutes: bounded(input.everyMinutes, DEFAULT_EVERY_MINUTES, 'everyMinutes', 1, 1_440),
+    everyMinutes,
     maxChecks: bounded(input.maxChecks, DEFAULT_MAX_CHECKS, 'maxChecks', 1, 1_000),
+    checkTimeoutMinutes: bounded(input.checkTimeoutMinutes, Math.max(MIN_CHECK_TIMEOUT_MINUTES, everyMinutes), 'checkTimeoutMinutes', 5, 1_440),
+    repair: readRepair(input.repair),
   };
 }
 
@@ -82,10 +137,11 @@ function checkTracks(value) {
   });
 }
 
-/** What the read-only check saw, and its route. */
-function checkObservation(value) {
+/** What the read-only check saw, and its route; `observeOnly` refuses every action. */
+function checkObservation(value, observeOnly = false) {
   const seen = record(value, 'the check');
   const route = oneOf(seen.route, ROUTES, 'route');
+  if (route === 'act' && observeOnly) throw new Error('this monitor only observes (its input says repair: false): choose "wait", "done" or "blocked"');
   const out = {
     route,
     summary: text(seen.summary, 'summary (what you saw, in a sentence or two)', 2_000),
@@ -95,7 +151,11 @@ function checkObservation(value) {
     progress: checkTracks(seen.progress),
   };
   if (route === 'done' && out.goal !== 'complete') throw new Error('route "done" needs goal "complete": say what is left, or choose another route');
+  if (route !== 'done' && out.goal === 'complete') throw new Error('goal "complete" needs route "done"');
+  if ((route === 'wait' || route === 'act') && out.goal !== 'incomplete') throw new Error(`route "${route}" needs goal "incomplete"`);
+  if (route === 'act' && !['idle', 'failed', 'stopped'].includes(out.work)) throw new Error('route "act" needs work "idle", "failed" or "stopped": while work is running or waiting, choose "wait"');
   if (route === 'blocked') out.reason = text(seen.reason, 'reason (what stops the monitor, or the decision it needs)', 4_000);
+  else if (seen.reason !== undefined && seen.reason !== null) out.reason = text(seen.reason, 'reason', 4_000);
   if (route === 'act') {
     const a = record(seen.action, 'action (required with route "act")');
     out.action = {
@@ -143,6 +203,7 @@ function briefing({ input, outputs }) {
 
 const observe = agent({
   statusDetail: 'checking the target',
+  timeoutMs: ({ input }) => input.checkTimeoutMinutes * 60_000,
   prompt: (ctx) =>
     [
       briefing(ctx),
@@ -155,19 +216,25 @@ const observe = agent({
       '- "blocked": it cannot go on safely, or the next step needs authority the task does not give',
       '  (spending, a change it forbids, a decision): say what in `reason`;',
       '- "wait": work is moving, or something outside must happen first;',
-      '- "act": the goal is not reached, nothing is moving, and one step the task already allows',
-      '  would move it: "advance" (start or continue the work), "recover" (restart or resume it',
-      '  after it stopped) or "repair" (fix a defect in code or configuration). Give the same',
-      '  `failureId` and `stateId` for the same facts as an earlier check did.',
+      ...(ctx.input.repair.authorized
+        ? [
+            '- "act": the goal is not reached, nothing is moving, and one step the task already allows',
+            '  would move it: "advance" (start or continue the work), "recover" (restart or resume it',
+            '  after it stopped) or "repair" (fix a defect in code or configuration). Give the same',
+            '  `failureId` and `stateId` for the same facts as an earlier check did.',
+          ]
+        : ['This monitor only observes: it takes no action of any kind, so never answer "act".']),
+      '`goal` is "complete", "incomplete" or "blocked"; `work` (the target\'s own work, not this',
+      'monitor) is "running", "waiting" (on something outside), "idle", "failed", "stopped" or "unknown".',
       'Counted work (items, modules, steps) goes in `progress` as tracks with `completed` and `total`.',
     ].join('\n'),
   expectedOutput:
-    '{ "route": "done" | "blocked" | "wait" | "act", "summary": string, "goal": "complete" | "incomplete" | "unknown", ' +
-    '"work": "active" | "waiting" | "idle" | "failed" | "none", "evidence": [string], ' +
+    '{ "route": "done" | "blocked" | "wait" | "act", "summary": string, "goal": "complete" | "incomplete" | "blocked", ' +
+    '"work": "running" | "waiting" | "idle" | "failed" | "stopped" | "unknown", "evidence": [string], ' +
     '"progress"?: [{ "key": string, "label": string, "status": "running" | "waiting" | "blocked" | "failed" | "completed" | "pending", "completed"?: number, "total"?: number, "unit"?: string }], ' +
     '"reason"?: string, "action"?: { "kind": "advance" | "recover" | "repair", "what": string, "next": string, "authority": string, ' +
     '"changes": [string], "verify": string, "failureId": string, "stateId": string } }',
-  validate: checkObservation,
+  validate: (output, { input }) => checkObservation(output, !input.repair.authorized),
 });
 
 /**
@@ -205,6 +272,7 @@ const tally = compute({
 
 const act = agent({
   statusDetail: 'acting on the last check',
+  timeoutMs: ({ input }) => input.checkTimeoutMinutes * 60_000,
   prompt: (ctx) => {
     const a = ctx.outputs.observe.action;
     return [
@@ -235,33 +303,89 @@ const report = action({
   },
 });
 
+/**
+ * The node whose step outlasted `checkTimeoutMinutes` and ended the monitor: `observe`, `act`,
+ * or null. A step that timed out routes straight to `blocked`, so its latest result tells.
+ */
+function lateNode(results) {
+  if (results.observe?.outcome === 'timed_out') return 'observe';
+  if (results.act?.outcome === 'timed_out') return 'act';
+  return null;
+}
+
+/**
+ * The fields every exit's result has: why it ended, what the last check saw (its goal and the
+ * target's work), how many checks ran, and the last repair's result when one ran. `reported`:
+ * the run's end message carries this result to the session that started it.
+ */
+function finishFields(outputs, reason, goalState) {
+  const seen = outputs.observe;
+  return {
+    reason,
+    observation: seen?.summary ?? null,
+    goalState: goalState ?? seen?.goal ?? 'incomplete',
+    workState: seen?.work ?? 'unknown',
+    checks: outputs.tally?.checks ?? 0,
+    reported: true,
+    ...(outputs.implement ? { repair: { exit: outputs.implement.exit, output: outputs.implement.output } } : {}),
+  };
+}
+
 export default defineWorkflow({
   name: 'monitor',
   title: ({ input }) => `monitor: ${input.task.slice(0, 60)}`,
   input: readInput,
-  startAt: 'observe',
+  startAt: 'prepare',
   // The most a run may take (the host's bound): a check is at most five steps, so 1,000 checks
   // and their repairs fit.
   maxSteps: 10_000,
   includes: {
+    // The repair's plan, approved as `repair.approval` says (plan-change's own default: a
+    // person decides) before anything changes.
     plan: includeWorkflow(planChange, {
       input: ({ input, outputs }) => {
         const a = outputs.observe.action;
+        const { repair } = input;
         return {
           task: `${a.what}\n\nFix: ${a.next}`,
-          constraints: [`Within the monitor's task: ${input.task}`, `It may change only: ${a.changes.join('; ')}`, `Verified by: ${a.verify}`],
+          constraints: [`Within the monitor's task: ${input.task}`, `It may change only: ${a.changes.join('; ')}`, `Verified by: ${a.verify}`, ...(repair.constraints ?? [])],
+          ...(repair.scope ? { scope: repair.scope } : {}),
+          ...(repair.approval ? { approval: repair.approval } : {}),
         };
       },
     }),
     implement: includeWorkflow(autoimplement, {
-      input: ({ outputs }) => ({ task: outputs.plan.output.task, plan: outputs.plan.output.plan, planDigest: outputs.plan.output.planDigest }),
+      input: ({ input, outputs }) => {
+        const { repair } = input;
+        const scope = [repair.scope, ...(repair.constraints ?? []).map((c) => `Constraint: ${c}`)].filter(Boolean).join('\n');
+        return { task: outputs.plan.output.task, plan: outputs.plan.output.plan, planDigest: outputs.plan.output.planDigest, ...(scope ? { scope } : {}) };
+      },
     }),
   },
   exits: { done: { from: 'done' }, blocked: { from: 'blocked' }, limit: { from: 'limit' } },
   nodes: {
+    // A repair works in the project the monitor runs in: a `repair.repository` naming another
+    // fails the run here, before any check, saying where to start it instead.
+    prepare: compute({
+      run: ({ input, state }) => {
+        const where = input.repair.repository;
+        if (where) {
+          let same = false;
+          try {
+            same = realpathSync(where) === realpathSync(state.projectDir);
+          } catch {
+            // a path that does not exist is not the project: said below
+          }
+          if (!same) throw new Error(`monitor input repair.repository ${where} is not the project this run works in (${state.projectDir}): start the monitor from ${where}, or leave repair.repository out`);
+        }
+        return { checkTimeoutMinutes: input.checkTimeoutMinutes, repair: input.repair.authorized ? 'authorized' : 'observe only' };
+      },
+    }),
     observe,
     tally,
     act,
+    // The action's answer, to route on (an `act` that timed out routes to `blocked` instead).
+    acted: compute({ run: ({ outputs }) => outputs.act }),
     report,
     tell: notify({
       kind: 'progress',
@@ -270,24 +394,31 @@ export default defineWorkflow({
     }),
     sleep: wait({ for: ({ input }) => input.everyMinutes * 60_000 }),
     done: compute({
-      run: ({ outputs }) => ({ status: 'done', checks: outputs.tally.checks, summary: outputs.observe.summary, evidence: outputs.observe.evidence }),
+      run: ({ outputs }) => ({
+        status: 'done',
+        ...finishFields(outputs, outputs.observe.reason ?? `the goal holds: ${outputs.observe.summary}`),
+        summary: outputs.observe.summary,
+        evidence: outputs.observe.evidence,
+      }),
     }),
     limit: compute({
-      run: ({ outputs }) => ({
+      run: ({ input, outputs }) => ({
         status: 'limit',
-        checks: outputs.tally.checks,
-        goal: outputs.observe.goal,
-        work: outputs.observe.work,
+        ...finishFields(outputs, `reached the limit of ${input.maxChecks} checks`),
         summary: outputs.observe.summary,
       }),
     }),
     // Reached from a blocked check, an action that was blocked, a repair that was refused or
     // did not help, or too many actions for one failure.
     blocked: compute({
-      run: ({ outputs }) => {
+      run: ({ input, outputs, results }) => {
         const t = outputs.tally;
         const why =
-          outputs.observe.route === 'blocked'
+          lateNode(results) === 'observe'
+            ? { stage: 'check', reason: `a check gave no answer within checkTimeoutMinutes (${input.checkTimeoutMinutes} minutes)` }
+            : lateNode(results) === 'act'
+              ? { stage: 'act', reason: `the action gave no result within checkTimeoutMinutes (${input.checkTimeoutMinutes} minutes)` }
+              : outputs.observe.route === 'blocked'
             ? { stage: 'check', reason: outputs.observe.reason }
             : t.route === 'stop'
               ? { stage: 'act', reason: t.reason }
@@ -296,17 +427,19 @@ export default defineWorkflow({
                   ? { stage: 'repair-plan', reason: outputs.plan.output.reason }
                   : { stage: 'repair', reason: outputs.implement.output.reason }
                 : { stage: 'act', reason: `the action was blocked: ${outputs.act.evidence.join(' ')}` };
-        return { status: 'blocked', checks: t.checks, summary: outputs.observe.summary, ...why };
+        return { status: 'blocked', ...finishFields(outputs, why.reason, 'blocked'), summary: outputs.observe?.summary ?? null, ...why };
       },
     }),
   },
   edges: [
-    { from: 'observe', to: 'tally' },
+    { from: 'prepare', to: 'observe' },
+    { from: 'observe', switch: { on: '$result.outcome', cases: { ok: 'tally', timed_out: 'blocked' } } },
     {
       from: 'tally',
       switch: { on: '$.route', cases: { done: 'done', blocked: 'blocked', stop: 'blocked', limit: 'limit', wait: 'report', direct: 'act', repair: 'plan' } },
     },
-    { from: 'act', switch: { on: '$.status', cases: { done: 'observe', failed: 'observe', blocked: 'blocked' } } },
+    { from: 'act', switch: { on: '$result.outcome', cases: { ok: 'acted', timed_out: 'blocked' } } },
+    { from: 'acted', switch: { on: '$.status', cases: { done: 'observe', failed: 'observe', blocked: 'blocked' } } },
     { from: 'report', to: 'tell' },
     { from: 'tell', to: 'sleep' },
     { from: 'sleep', to: 'observe' },

@@ -372,3 +372,48 @@ test('monitor: a repair whose facts come back unchanged is not tried again; a fa
   // The goal reached on the last allowed check is `done`, not `limit`.
   assert.equal(checks([...Array(9).fill({ route: 'wait' }), { route: 'done' }])[9].route, 'done');
 });
+
+test("sanity-check: the reference's input, areas and verdicts; lenses refused with what to use; an unsupported claim is removed", async () => {
+  const sanity = await import('../builtins/sanity-check.workflow.mjs');
+  const readInput = sanity.default.input;
+  assert.deepEqual(readInput({}), { mode: 'serial', reviewTimeoutMs: 20 * 60_000, maxConcurrency: 1 });
+  assert.deepEqual(readInput({ mode: 'parallel', baseRef: 'origin/main' }), { mode: 'parallel', baseRef: 'origin/main', reviewTimeoutMs: 20 * 60_000, maxConcurrency: 4 });
+  assert.throws(() => readInput({ lenses: ['necessity'] }), /input\.lenses is not taken: every run reviews the four areas necessity, duplication, contracts, scope_tests/);
+  assert.throws(() => readInput({ mode: 'serial', maxConcurrency: 2 }), /maxConcurrency applies to mode "parallel"/);
+  assert.throws(() => readInput({ baseRef: '--output=x' }), /plain git reference/);
+  assert.deepEqual(sanity.reviewersFor('serial').map((r) => [r.id, r.areas]), [['review', ['necessity', 'duplication', 'contracts', 'scope_tests']]]);
+  assert.deepEqual(sanity.reviewersFor('parallel').map((r) => r.areas), [['necessity'], ['duplication'], ['contracts'], ['scope_tests']]);
+  assert.deepEqual(sanity.VERDICTS, ['keep', 'simplify', 'refactor', 'drop', 'needs_evidence']);
+
+  const finding = (area, assessment, evidence) => ({ area, assessment, summary: `${area} said`, evidence });
+  const ev = (path, symbol) => ({ path, symbol, detail: 'shows it' });
+  const verification = (verdict, findings) => ({ verdict, summary: 's', findings, requiredChanges: [], questionsForContributor: [], unknowns: [] });
+  const four = [finding('necessity', 'pass', [ev('a.js', 'parse')]), finding('duplication', 'unclear', []), finding('contracts', 'concern', [ev('pull request', 'body')]), finding('scope_tests', 'pass', [ev('a.test.js', 'empty input')])];
+  assert.equal(sanity.checkVerification(verification('refactor', four)).verdict, 'refactor');
+  assert.throws(() => sanity.checkVerification(verification('rework', four)), /verdict must be one of keep, simplify, refactor, drop, needs_evidence/);
+  assert.throws(() => sanity.checkVerification(verification('keep', four.slice(1))), /exactly one entry for each of necessity, duplication, contracts, scope_tests \(missing necessity\)/);
+  assert.throws(() => sanity.checkVerification(verification('keep', [finding('necessity', 'pass', []), ...four.slice(1)])), /the necessity finding says pass: it needs evidence/);
+  assert.throws(() => sanity.checkReview({ areas: four, acceptanceCase: 'x' }, ['necessity']), /not asked: duplication, contracts, scope_tests/);
+
+  // Claims checked against a repository: a missing file, a symbol not in its file, a file the
+  // change deleted (in the diff), and evidence that is no file (kept).
+  const repository = tempDir();
+  writeFileSync(join(repository, 'a.js'), 'export const parse = () => [];\n');
+  const context = { repository, diff: '--- a/old.js\n+++ /dev/null\n-export function legacyParse() {}\n' };
+  const result = sanity.dropUnsupported(
+    verification('simplify', [
+      finding('necessity', 'pass', [ev('a.js', 'parse()'), ev('./a.js:1', 'function frobnicate')]),
+      finding('duplication', 'concern', [ev('src/registry.js', 'registerParser')]),
+      finding('contracts', 'concern', [ev('pull request', 'body'), ev('old.js', 'legacyParse')]),
+      finding('scope_tests', 'unclear', [ev('../outside.js', 'x')]),
+    ]),
+    context,
+  );
+  assert.deepEqual(result.removedClaims.map((c) => [c.area, c.path, c.reason]), [
+    ['necessity', './a.js:1', 'function frobnicate is not in ./a.js:1'],
+    ['duplication', 'src/registry.js', 'src/registry.js is not in the repository'],
+    ['scope_tests', '../outside.js', '../outside.js is outside the repository'],
+  ]);
+  assert.deepEqual(result.findings.map((f) => [f.area, f.assessment, f.evidence.length]), [['necessity', 'pass', 1], ['duplication', 'unclear', 0], ['contracts', 'concern', 2], ['scope_tests', 'unclear', 0]]);
+  assert.deepEqual(result.unknowns, ['duplication: the evidence for "duplication said" is not in the repository, so the finding is unclear']);
+});

@@ -267,7 +267,7 @@ test('pi install brings the skills: one for operating workflows and one per buil
   const pi = await env.startPi({ sessionId: 'installed', extension: false, skills: true });
   const reply = await pi.send({ type: 'get_commands' });
   const skills = reply.data.commands.filter((c) => c.source === 'skill');
-  assert.deepEqual(skills.map((c) => c.name).sort(), ['skill:autodoc', 'skill:autoimplement', 'skill:autoplan', 'skill:monitor', 'skill:piw-workflows', 'skill:plan-approval', 'skill:plan-change', 'skill:sanity-check']);
+  assert.deepEqual(skills.map((c) => c.name).sort(), ['skill:autodoc', 'skill:autoimplement', 'skill:autoplan', 'skill:monitor', 'skill:pi-workflows', 'skill:plan-approval', 'skill:plan-change', 'skill:sanity-check']);
   for (const s of skills) assert.ok(s.description.length > 80, `${s.name} says when to use it`);
   assert.equal(pi.stderr.includes('skill'), false, pi.stderr);
   await pi.quit();
@@ -279,7 +279,7 @@ test('pi install brings the skills: one for operating workflows and one per buil
   writeFileSync(settingsFile, JSON.stringify(settings));
   const filtered = await env.startPi({ sessionId: 'filtered', extension: false, skills: true });
   const names = (await filtered.send({ type: 'get_commands' })).data.commands.filter((c) => c.source === 'skill').map((c) => c.name);
-  assert.deepEqual(names.sort(), ['skill:autoimplement', 'skill:autoplan', 'skill:monitor', 'skill:piw-workflows', 'skill:plan-approval', 'skill:plan-change', 'skill:sanity-check']);
+  assert.deepEqual(names.sort(), ['skill:autoimplement', 'skill:autoplan', 'skill:monitor', 'skill:pi-workflows', 'skill:plan-approval', 'skill:plan-change', 'skill:sanity-check']);
   await filtered.quit();
 });
 

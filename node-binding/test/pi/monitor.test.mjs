@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, test } from 'node:test';
 
 import { Client } from '../../index.js';
+import { PLAN, PLAN_DOC, fixtureRepo } from '../fixture-repo.mjs';
 import { alive, hostBin, piEnv, until } from './harness.mjs';
 
 let env;
@@ -63,7 +64,7 @@ const moving = (completed) => ({
   route: 'wait',
   summary: `The build is running: ${completed} of 10 modules built.`,
   goal: 'incomplete',
-  work: 'active',
+  work: 'running',
   evidence: [`build.log: module ${completed} finished`],
   progress: [{ key: 'modules', label: 'Modules built', status: 'running', completed, total: 10, unit: 'modules' }],
 });
@@ -84,7 +85,7 @@ const stalled = {
     stateId: 'module-7',
   },
 };
-const finished = { route: 'done', summary: 'All 10 modules are built.', goal: 'complete', work: 'none', evidence: ['build.log: 10 of 10'] };
+const finished = { route: 'done', summary: 'All 10 modules are built.', goal: 'complete', work: 'stopped', evidence: ['build.log: 10 of 10'] };
 
 async function onlyRun(client) {
   return until(async () => (await client.listRuns({ sessionId: 'session-a' }))[0]?.run_id, 'the run');
@@ -129,6 +130,11 @@ test('monitor: a check that waits reports progress and sleeps without a process;
     const run = await client.waitForRun(runId, { timeoutMs: 60_000 });
     assert.equal(run.status, 'completed', run.error ?? run.review_reason);
     assert.deepEqual({ status: run.result.status, checks: run.result.checks, summary: run.result.summary }, { status: 'done', checks: 3, summary: 'All 10 modules are built.' });
+    // The reference's result fields.
+    assert.deepEqual(
+      { reason: run.result.reason, observation: run.result.observation, goalState: run.result.goalState, workState: run.result.workState, reported: run.result.reported },
+      { reason: 'the goal holds: All 10 modules are built.', observation: 'All 10 modules are built.', goalState: 'complete', workState: 'stopped', reported: true },
+    );
     assert.deepEqual(seen.map((s) => s.node), ['observe', 'observe', 'act', 'observe']);
     assert.match(seen[1].text, /Check 2 of at most 1000/);
     assert.match(seen[2].text, /Take exactly this step \(recover\), nothing more: run `make resume`/);
@@ -185,17 +191,146 @@ test('monitor: the checks run out (limit); unknown input fails the run before an
     const run = await client.waitForRun(runId, { timeoutMs: 60_000 });
     assert.equal(run.status, 'completed', run.error ?? run.review_reason);
     assert.deepEqual(
-      { status: run.result.status, checks: run.result.checks, goal: run.result.goal, work: run.result.work },
-      { status: 'limit', checks: 2, goal: 'incomplete', work: 'active' },
+      { status: run.result.status, checks: run.result.checks, goalState: run.result.goalState, workState: run.result.workState, reason: run.result.reason, observation: run.result.observation },
+      { status: 'limit', checks: 2, goalState: 'incomplete', workState: 'running', reason: 'reached the limit of 2 checks', observation: 'The build is running: 2 of 10 modules built.' },
     );
 
     // Unknown input fails the run at its input check, before any step, saying why.
     const refused = pi.mark();
-    await pi.prompt(`/workflow monitor --input-json ${JSON.stringify({ task: TASK, repair: true })}`);
+    await pi.prompt(`/workflow monitor --input-json ${JSON.stringify({ task: TASK, audience: 'ops' })}`);
     await pi.waitNotify(/workflow monitor failed/, refused);
     const [failed] = (await client.listRuns({ sessionId: 'session-a' })).filter((r) => r.run_id !== runId);
-    assert.match((await client.runStatus(failed.run_id)).run.error, /monitor input repair is not supported \(it takes task, stopWhen, everyMinutes, maxChecks\)/);
+    assert.match((await client.runStatus(failed.run_id)).run.error, /monitor input audience is not supported \(it takes task, stopWhen, everyMinutes, maxChecks, checkTimeoutMinutes, repair\)/);
     assert.equal(seen.length, 2, 'no step of the refused run reached the model');
+    await pi.quit();
+  } finally {
+    await client.close().catch(() => {});
+  }
+});
+
+test('monitor: a check that outlasts checkTimeoutMinutes on the host clock ends the monitor blocked, saying so', async () => {
+  let presented;
+  const shown = new Promise((r) => (presented = r));
+  env.model.script = ({ last }) => {
+    const step = stepOf(last);
+    if (!step) return { text: 'ok' };
+    presented();
+    return { text: 'Looking at the build', hold: new Promise(() => {}) };
+  };
+  const client = await clockedClient();
+  try {
+    const pi = await env.startPi({ extraEnv: { PIW_TEST_CLOCK: clock } });
+    await pi.prompt(`/workflow monitor --input-json ${JSON.stringify({ task: TASK, everyMinutes: 1, checkTimeoutMinutes: 5 })}`);
+    const runId = await onlyRun(client);
+    await shown;
+    // Four minutes on the host's clock: the check still runs.
+    advance(4 * 60_000);
+    await client.runStatus(runId);
+    const before = await client.runStatus(runId);
+    assert.equal(before.run.status, 'waiting', JSON.stringify(before.run)); // on its step, not ended
+    // Past five: the step times out and the monitor ends, its result saying why.
+    advance(5 * 60_000 + 1_000);
+    await client.runStatus(runId); // wakes a host asleep until the old deadline
+    const run = await client.waitForRun(runId, { timeoutMs: 60_000 });
+    assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+    assert.deepEqual(
+      { status: run.result.status, stage: run.result.stage, reason: run.result.reason, checks: run.result.checks, goalState: run.result.goalState },
+      { status: 'blocked', stage: 'check', reason: 'a check gave no answer within checkTimeoutMinutes (5 minutes)', checks: 0, goalState: 'blocked' },
+    );
+    await pi.quit();
+  } finally {
+    await client.close().catch(() => {});
+  }
+});
+
+const repairing = {
+  route: 'act',
+  summary: 'The build fails: parse("") gives [0].',
+  goal: 'incomplete',
+  work: 'failed',
+  evidence: ['npm test: empty input fails'],
+  action: {
+    kind: 'repair',
+    what: 'parse("") gives [0]',
+    next: 'make parse return [] for empty input',
+    authority: 'the task allows fixing the parser',
+    changes: ['src/parse.js'],
+    verify: 'npm test passes',
+    failureId: 'empty-input',
+    stateId: 'broken',
+  },
+};
+
+test('monitor: repair: false only observes; an action is refused and the model is told so', async () => {
+  const seen = [];
+  let refusal = null;
+  env.model.script = ({ last }) => {
+    if (last.role === 'tool') {
+      const said = textOf(last);
+      if (/only observes/.test(said) && refusal === null) {
+        refusal = said;
+        const id = seen.at(-1).id;
+        return { tool: { name: 'workflow', arguments: { action: 'submit', interactionId: id, output: { ...repairing, route: 'blocked', reason: 'a repair is needed and this monitor only observes', action: undefined } } } };
+      }
+      return { text: 'done' };
+    }
+    const step = stepOf(last);
+    if (!step) return { text: 'ok' };
+    seen.push(step);
+    return { tool: { name: 'workflow', arguments: { action: 'submit', interactionId: step.id, output: repairing } } };
+  };
+  const client = await clockedClient();
+  try {
+    const pi = await env.startPi({ extraEnv: { PIW_TEST_CLOCK: clock } });
+    await pi.prompt(`/workflow monitor --input-json ${JSON.stringify({ task: TASK, repair: false })}`);
+    const runId = await onlyRun(client);
+    const run = await client.waitForRun(runId, { timeoutMs: 60_000 });
+    assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+    assert.match(refusal, /this monitor only observes \(its input says repair: false\): choose "wait", "done" or "blocked"/);
+    assert.deepEqual({ status: run.result.status, stage: run.result.stage, reason: run.result.reason }, { status: 'blocked', stage: 'check', reason: 'a repair is needed and this monitor only observes' });
+    assert.deepEqual(seen.map((s) => s.node), ['observe'], 'no plan, repair or action step');
+    assert.match(seen[0].text, /This monitor only observes: it takes no action of any kind/);
+    await pi.quit();
+  } finally {
+    await client.close().catch(() => {});
+  }
+});
+
+test('monitor: repair.approval asks before repairing: the plan waits in its approval dialog, then goes on as the policy says', async () => {
+  fixtureRepo(env.project);
+  const seen = [];
+  const answers = {
+    observe: repairing,
+    'plan.plan.frame': { problem: 'parse("") gives [0]', success: ['npm test passes'], inScope: ['src/parse.js'], outOfScope: ['the test'] },
+    'plan.plan.options': { options: [{ id: 'guard', title: 'Guard empty input', approach: 'Return [] for an empty string.', tradeoffs: ['one branch'] }, { id: 'rewrite', title: 'Rewrite', approach: 'A tokenizer.', tradeoffs: ['more code'] }] },
+    'plan.plan.choose': { status: 'ready', chosen: 'guard', why: 'smallest change', rejected: [{ id: 'rewrite', reason: 'too much' }] },
+    'plan.plan.plan': PLAN,
+    'plan.doc.inspect': { route: 'update', file: PLAN_DOC, content: '# Plan: empty input\n\nReturn [] for empty input.\n', reason: 'docs/plans holds plans' },
+  };
+  env.model.script = ({ last }) => {
+    if (last.role === 'tool') return { text: 'done' };
+    const step = stepOf(last);
+    if (!step) return { text: 'ok' };
+    if (!seen.some((s) => s.id === step.id)) seen.push(step);
+    if (!Object.hasOwn(answers, step.node)) return { text: 'waiting', hold: new Promise(() => {}) };
+    return { tool: { name: 'workflow', arguments: { action: 'submit', interactionId: step.id, output: answers[step.node] } } };
+  };
+  const client = await clockedClient();
+  try {
+    const pi = await env.startPi({ extraEnv: { PIW_TEST_CLOCK: clock } });
+    const from = pi.mark();
+    await pi.prompt(`/workflow monitor --input-json ${JSON.stringify({ task: TASK, repair: { approval: { mode: 'auto', timeoutMinutes: 3 }, constraints: ['keep the public API'] } })}`);
+    const dialog = await pi.waitEvent((e) => e.type === 'extension_ui_request' && e.method === 'select', 'the approval dialog', from);
+    assert.match(dialog.title, /Guard/);
+    const runId = await onlyRun(client);
+    assert.equal(seen.some((s) => s.node.startsWith('implement.')), false, 'nothing implemented before the approval');
+    // The policy's own deadline (3 minutes, on the host's clock) lets the plan go on.
+    advance(3 * 60_000 + 1_000);
+    await client.runStatus(runId);
+    await until(() => seen.some((s) => s.node.startsWith('implement.')), 'the repair implemented after the approval');
+    const planned = seen.find((s) => s.node === 'plan.plan.frame');
+    assert.match(planned.text, /keep the public API/);
+    await client.cancelRun(runId);
     await pi.quit();
   } finally {
     await client.close().catch(() => {});

@@ -55,24 +55,41 @@ function fakeGh() {
   return `${bin}:${env.env.PATH}`;
 }
 
-const lensOf = (t) => /^# Sanity review/m.test(t) && /^Lens: (\w+)/m.exec(t)?.[1];
-const REVIEWS = {
-  necessity: { verdict: 'keep', summary: 'The failing empty-input test shows the bug; the guard is the smallest fix.', findings: [], questions: [] },
-  tests: {
-    verdict: 'simplify',
-    summary: 'The test covers empty input only.',
-    findings: [{ severity: 'low', file: 'src/parse.test.js', detail: 'no test for whitespace-only input' }],
-    questions: ['Is " " valid input?'],
-  },
+/** Which prompt a model request is: `review:<areas>`, `verification`, or null (anything else). */
+const kindOf = (t) => {
+  if (/^# Sanity verification/m.test(t)) return 'verification';
+  if (/^# Sanity review/m.test(t)) return `review:${/^Areas: (.+)$/m.exec(t)?.[1]}`;
+  return null;
+};
+const isReview = (t) => kindOf(t)?.startsWith('review:');
+const AREAS = ['necessity', 'duplication', 'contracts', 'scope_tests'];
+const ev = (path, symbol, detail) => ({ path, symbol, detail });
+/** A reviewer's answer per area; `contracts` cites a function the repository does not have. */
+const FINDINGS = {
+  necessity: { area: 'necessity', assessment: 'pass', summary: 'The empty-input test fails without the guard.', evidence: [ev('src/parse.test.js', 'empty input', 'asserts parse("") is []')] },
+  duplication: { area: 'duplication', assessment: 'pass', summary: 'No other parser exists.', evidence: [ev('src/parse.js', 'parse', 'the only parser')] },
+  contracts: { area: 'contracts', assessment: 'concern', summary: 'It adds a parser registry nobody calls.', evidence: [ev('src/registry.js', 'registerParser', 'a new public registry')] },
+  scope_tests: { area: 'scope_tests', assessment: 'concern', summary: 'Whitespace-only input is not tested.', evidence: [ev('src/parse.test.js', 'empty input', 'only the empty string is tested')], alternative: 'add one test for " "' },
+};
+const reviewOf = (areas) => ({ areas: areas.map((a) => FINDINGS[a]), acceptanceCase: 'The guard is one line and fixes a real bug.', questions: ['Is " " valid input?'], unknowns: [] });
+/** A verifier that carries the reviews' claims over as they are (the workflow checks them). */
+const VERIFIED = {
+  verdict: 'simplify',
+  summary: 'The fix is right; the registry it mentions is not needed.',
+  findings: AREAS.map((a) => FINDINGS[a]),
+  requiredChanges: ['Add a test for whitespace-only input.'],
+  questionsForContributor: ['Is " " valid input?'],
+  unknowns: [],
 };
 
-/** The mock model as the reviewers meet it: `answer(lens, request)` gives each one's reply. */
+/** The mock model as the reviewers meet it: `answer(kind, request)` gives each one's reply. */
 function reviewers(answer) {
   return (request) => {
-    const lens = lensOf(request.lastText);
-    return lens ? answer(lens, request) : { text: 'ok' };
+    const kind = kindOf(request.lastText);
+    return kind ? answer(kind, request) : { text: 'ok' };
   };
 }
+const areasOf = (kind) => kind.slice('review:'.length).split(', ');
 
 /**
  * Reviewer processes working in the test's project, any left behind: Pi processes (Pi names
@@ -96,8 +113,10 @@ async function onlyRun(client, sessionId = 'session-a') {
   return until(async () => (await client.listRuns({ sessionId }))[0]?.run_id, 'the run');
 }
 
-test("pi-workflows' sanity-check example runs unchanged: two parallel reviewers, each isolated with read tools, then one summary", async () => {
-  env.model.script = reviewers((lens) => ({ text: `Here is my review.\n\`\`\`json\n${JSON.stringify(REVIEWS[lens])}\n\`\`\`` }));
+test("pi-workflows' sanity-check example runs unchanged: four parallel reviewers, each isolated with read tools, then a verification that keeps only supported claims", async () => {
+  env.model.script = reviewers((kind) =>
+    kind === 'verification' ? { text: `\`\`\`json\n${JSON.stringify(VERIFIED)}\n\`\`\`` } : { text: `Here is my review.\n\`\`\`json\n${JSON.stringify(reviewOf(areasOf(kind)))}\n\`\`\`` },
+  );
   // The reviewers' model is Pi's default one.
   writeFileSync(join(env.agentDir, 'settings.json'), JSON.stringify({ defaultProvider: 'mock', defaultModel: 'mock-model' }));
   // examples/workflows/sanity-check.workflow.ts of pi-workflows 0.12.1, as it is.
@@ -105,71 +124,92 @@ test("pi-workflows' sanity-check example runs unchanged: two parallel reviewers,
   const pi = await env.startPi({ extraEnv: { PATH: fakeGh() } });
   const from = pi.mark();
   // The extension starts the host with Pi's environment (the fake gh's PATH); then this client.
-  await pi.prompt(`/workflow sanity --input-json ${JSON.stringify({ mode: 'parallel', lenses: ['necessity', 'tests'] })}`);
+  await pi.prompt(`/workflow sanity --input-json ${JSON.stringify({ mode: 'parallel' })}`);
   const client = await env.client();
   const runId = await onlyRun(client);
   const run = await client.waitForRun(runId, { timeoutMs: 120_000 });
   assert.equal(run.status, 'completed', run.error ?? run.review_reason);
-  assert.equal(run.result.verdict, 'simplify', 'the worst verdict a reviewer gave');
-  assert.equal(run.result.incomplete, false);
-  assert.deepEqual(run.result.reviews.map((r) => [r.lens, r.status, r.model]), [['necessity', 'reviewed', 'mock/mock-model'], ['tests', 'reviewed', 'mock/mock-model']]);
-  assert.deepEqual(run.result.reviews[1].review, REVIEWS.tests);
-  assert.equal(run.result.evidence.pullRequest, 'read');
-  assert.equal(run.result.evidence.base.how, 'the parent commit');
+  const result = run.result;
+  // The reference's result fields, the verification's verdict.
+  assert.equal(result.verdict, 'simplify');
+  assert.equal(result.summary, VERIFIED.summary);
+  assert.deepEqual(result.requiredChanges, VERIFIED.requiredChanges);
+  assert.deepEqual(result.questionsForContributor, VERIFIED.questionsForContributor);
+  // The four areas reach the result, one finding each.
+  assert.deepEqual(result.findings.map((f) => f.area), AREAS);
+  assert.deepEqual(result.findings[0], FINDINGS.necessity);
+  assert.deepEqual(result.findings[3], FINDINGS.scope_tests);
+  // The claim about a function the repository does not have is removed; its finding, left
+  // without evidence, is unclear and said so.
+  assert.deepEqual(result.removedClaims, [{ area: 'contracts', path: 'src/registry.js', symbol: 'registerParser', detail: 'a new public registry', reason: 'src/registry.js is not in the repository' }]);
+  assert.deepEqual({ assessment: result.findings[2].assessment, evidence: result.findings[2].evidence }, { assessment: 'unclear', evidence: [] });
+  assert.match(result.unknowns.join('\n'), /contracts: the evidence for "It adds a parser registry nobody calls\." is not in the repository/);
+  assert.equal(result.incomplete, false);
+  assert.deepEqual(result.reviews.map((r) => [r.id, r.status, r.model]), AREAS.map((a) => [a, 'reviewed', 'mock/mock-model']));
+  assert.equal(result.evidence.pullRequest, 'read');
+  assert.equal(result.evidence.base.how, 'the parent commit');
   // Progress per reviewer, as the widget and `piw view` show it.
   const { updates } = await client.runStatus(runId);
   assert.deepEqual(
-    updates.map((u) => [u.key, u.data.status, u.data.completed ?? null]).sort(),
-    [['sanity-check/reviewers', 'completed', 2], ['sanity-check/reviewers/necessity', 'completed', null], ['sanity-check/reviewers/tests', 'completed', null]],
+    updates.map((u) => [u.key, u.data.status, u.data.completed]).sort(),
+    [['agents/review', 'completed', 4], ...AREAS.map((a) => [`agents/review/${a}`, 'completed', 1]), ['agents/verification', 'completed', 1], ['agents/verification/verification', 'completed', 1]].sort(),
   );
 
   // Each reviewer was asked once, in a session of its own (no other reviewer's words in it),
-  // with only the read tools, and saw the change, the commits and the pull request.
-  const asked = env.model.requests.filter((r) => lensOf(r.lastText));
-  assert.deepEqual(asked.map((r) => lensOf(r.lastText)).sort(), ['necessity', 'tests']);
+  // with only the read tools, and saw the change, the commits and the pull request; then the
+  // verifier, with the reviews and the claim the workflow could not find.
+  const asked = env.model.requests.filter((r) => kindOf(r.lastText));
+  assert.deepEqual(asked.map((r) => kindOf(r.lastText)).sort(), [...AREAS.map((a) => `review:${a}`), 'verification'].sort());
+  assert.equal(kindOf(asked.at(-1).lastText), 'verification', 'the verification comes after every review');
   for (const r of asked) {
     assert.deepEqual(r.tools.map((t) => t.function?.name ?? t.name).sort(), ['find', 'grep', 'ls', 'read']);
     assert.equal(r.messages.filter((m) => m.role === 'user').length, 1, 'a fresh session');
     assert.match(r.lastText, /\+export const parse = \(text\) => \(text === "" \? \[\] :/);
     assert.match(r.lastText, /parse: guard empty input/);
     assert.match(r.lastText, /Guard empty input in parse/);
-    assert.doesNotMatch(r.lastText, new RegExp(`Lens: ${lensOf(r.lastText) === 'tests' ? 'necessity' : 'tests'}`));
   }
+  const verification = asked.at(-1).lastText;
+  assert.match(verification, /Remove every claim the evidence does not support/);
+  assert.match(verification, /src\/registry\.js :: registerParser \(src\/registry\.js is not in the repository\)/);
+  assert.match(verification, /The guard is one line and fixes a real bug\./, 'the reviews');
 
-  // One summary reached the session, as the run's notification.
+  // One report reached the session, as the run's notification.
   const summary = await until(() => {
     const m = pi.customMessages('piw-message', from).filter((x) => x.details?.kind === 'notify');
     return pi.customMessages('piw-message', from).some((x) => x.details?.kind === 'terminal') && m;
-  }, 'the summary and the run end');
+  }, 'the report and the run end');
   assert.equal(summary.length, 1, JSON.stringify(summary));
   const text = JSON.stringify(summary[0].content);
   assert.match(text, /Sanity check: simplify/);
   assert.match(text, /Pull request: read with gh/);
-  assert.match(text, /\[low\] src\/parse\.test\.js: no test for whitespace-only input/);
+  assert.match(text, /scope_tests \(concern\): Whitespace-only input is not tested\./);
+  assert.match(text, /Claims removed \(not in the repository\):\\n- contracts: src\/registry\.js :: registerParser/);
+  assert.match(result.report, /^Sanity check: simplify\n/);
   assert.deepEqual(processesIn(env.project), []);
   await pi.quit();
 });
 
-test('a reviewer that fails and one that hangs past its bound: the run says which and why, and no reviewer is left running', async () => {
+test('reviewers that fail or hang past their bound: the run says which and why, and no reviewer is left running', async () => {
   const held = new Promise((r) => (releaseHeld = r));
-  env.model.script = reviewers((lens) => {
-    if (lens === 'necessity') return { text: 'I think it is fine.' }; // no JSON: not the review asked for
+  env.model.script = reviewers((kind) => {
+    if (kind === 'review:necessity') return { text: 'I think it is fine.' }; // no JSON: not the review asked for
     // Hangs after its first chunk until the test ends.
     return { hold: held, text: '{}' };
   });
   const pi = await env.startPi();
   // The bound every reviewer gets: the one that answers must start its Pi and answer within
   // it however loaded the machine is, so it is the suite's wait for what must happen.
-  await pi.prompt(`/workflow builtin:sanity-check --input-json ${JSON.stringify({ model: 'mock/mock-model', lenses: ['necessity', 'tests'], reviewTimeoutMs: WAIT_MS })}`);
+  await pi.prompt(`/workflow builtin:sanity-check --input-json ${JSON.stringify({ model: 'mock/mock-model', mode: 'parallel', reviewTimeoutMs: WAIT_MS })}`);
   const client = await env.client();
   const runId = await onlyRun(client);
-  // The held reviewer runs (its Pi is found as the check below looks for one).
-  await until(() => processesIn(env.project).length === 1, 'the held reviewer running');
+  // The held reviewers run (their Pi is found as the check below looks for one).
+  await until(() => processesIn(env.project).length === 3, 'the held reviewers running');
   const run = await client.waitForRun(runId, { timeoutMs: 120_000 });
   assert.equal(run.status, 'failed', JSON.stringify(run));
-  assert.match(run.error, new RegExp(`no reviewer answered: necessity failed: answered without the review asked for: .*; tests timed out: no answer within ${WAIT_MS} ms; its Pi process was killed`));
-  assert.equal(env.model.requests.filter((r) => lensOf(r.lastText)).length, 2, 'serial: one, then the other');
-  // The hung reviewer's Pi is gone: nothing runs in the project any more.
+  assert.match(run.error, new RegExp(`no reviewer answered: necessity failed: answered without the review asked for: .*; duplication timed out: no answer within ${WAIT_MS} ms; its Pi process was killed; contracts timed out: .*; scope_tests timed out: `));
+  assert.equal(env.model.requests.filter((r) => isReview(r.lastText)).length, 4);
+  assert.equal(env.model.requests.filter((r) => kindOf(r.lastText) === 'verification').length, 0, 'nothing to verify');
+  // The hung reviewers' Pi processes are gone: nothing runs in the project any more.
   await until(() => processesIn(env.project).length === 0, `no reviewer left: ${processesIn(env.project).join('; ')}`);
   await pi.quit();
 });
@@ -179,14 +219,16 @@ test('the host killed while a reviewer runs: the restarted host kills that revie
   let asked = 0;
   let firstArrived;
   const arrived = new Promise((r) => (firstArrived = r));
-  env.model.script = reviewers(() => {
+  env.model.script = reviewers((kind) => {
+    if (kind === 'verification') return { text: JSON.stringify(VERIFIED) };
     asked += 1;
-    if (asked > 1) return { text: JSON.stringify(REVIEWS.necessity) };
+    if (asked > 1) return { text: JSON.stringify(reviewOf(areasOf(kind))) };
     firstArrived();
     return { hold: held, text: '{}' };
   });
   const pi = await env.startPi();
-  await pi.prompt(`/workflow builtin:sanity-check --input-json ${JSON.stringify({ model: 'mock/mock-model', lenses: ['necessity'] })}`);
+  // Serial (the default): one reviewer for the four areas, then the verification.
+  await pi.prompt(`/workflow builtin:sanity-check --input-json ${JSON.stringify({ model: 'mock/mock-model' })}`);
   let client = await env.client();
   const runId = await onlyRun(client);
   await arrived;
@@ -211,8 +253,10 @@ test('the host killed while a reviewer runs: the restarted host kills that revie
   client = await env.client();
   const run = await client.waitForRun(runId, { timeoutMs: 120_000 });
   assert.equal(run.status, 'completed', run.error ?? run.review_reason);
-  assert.deepEqual(run.result.reviews.map((r) => [r.lens, r.status]), [['necessity', 'reviewed']]);
+  assert.deepEqual(run.result.reviews.map((r) => [r.id, r.areas, r.status]), [['review', AREAS, 'reviewed']]);
+  assert.equal(run.result.verdict, 'simplify');
   assert.equal(asked, 2, 'the review ran again');
+  assert.deepEqual(env.model.requests.map((r) => kindOf(r.lastText)).filter(Boolean), [`review:${AREAS.join(', ')}`, `review:${AREAS.join(', ')}`, 'verification'], 'serial: two sessions (the first killed with its host)');
   const firstPid = first[0].split(' ')[0];
   await until(() => !alive(Number(firstPid)), `the first reviewer (${first[0]}) gone`);
   assert.deepEqual(processesIn(env.project), []);
@@ -223,7 +267,7 @@ test('a run cancelled while its reviewers run takes them along', async () => {
   const held = new Promise((r) => (releaseHeld = r));
   env.model.script = reviewers(() => ({ hold: held, text: '{}' }));
   const pi = await env.startPi();
-  await pi.prompt(`/workflow builtin:sanity-check --input-json ${JSON.stringify({ model: 'mock/mock-model', mode: 'parallel', lenses: ['necessity', 'design'] })}`);
+  await pi.prompt(`/workflow builtin:sanity-check --input-json ${JSON.stringify({ model: 'mock/mock-model', mode: 'parallel', maxConcurrency: 2 })}`);
   const client = await env.client();
   const runId = await onlyRun(client);
   await until(() => processesIn(env.project).length === 2, 'both reviewers running');
@@ -234,7 +278,7 @@ test('a run cancelled while its reviewers run takes them along', async () => {
 });
 
 test('an unusable Pi or model is refused before any reviewer starts or any evidence is read', async () => {
-  env.model.script = reviewers(() => ({ text: JSON.stringify(REVIEWS.necessity) }));
+  env.model.script = reviewers(() => ({ text: '{}' }));
   const old = join(env.root, 'old-pi');
   writeFileSync(old, '#!/bin/sh\necho 1.5.2\n');
   chmodSync(old, 0o755);
@@ -258,5 +302,5 @@ test('an unusable Pi or model is refused before any reviewer starts or any evide
     await pi.quit();
     await stopHost(env.piwHome);
   }
-  assert.equal(env.model.requests.filter((r) => lensOf(r.lastText)).length, 0, 'no reviewer asked the model');
+  assert.equal(env.model.requests.filter((r) => kindOf(r.lastText)).length, 0, 'no reviewer asked the model');
 });
