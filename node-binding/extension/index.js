@@ -7,7 +7,8 @@ import { findHostBin, isFinal } from '../index.js';
 import { channelCommand } from './channel.js';
 import { CardComponent, MESSAGE, STEP, resultPreview, wakeText } from './format.js';
 import { RESERVED, ResolveError, listWorkflows, resolveWorkflow } from './resolve.js';
-import { WorkflowSession, humanAnswer } from './session.js';
+import { humanAnswer } from './decision-answer.js';
+import { WorkflowSession } from './session.js';
 import { STEP_ACTIONS_TEXT, STEP_PARAMETERS, WorkflowError, submit, text, update } from './tool.js';
 
 const ACTIONS = ['list', 'start', 'status', 'pause', 'resume', 'detach', 'cancel', 'answer', 'update', 'submit'];

@@ -6,7 +6,11 @@
 import { createHash, randomBytes } from 'node:crypto';
 
 import { validateWorkflowUpdate } from '../index.js';
-import { VALIDATION_WAIT_MS, barrier, closedWithout } from './session.js';
+import { barrier } from './barrier.js';
+import { closedWithout } from './step-presentation.js';
+
+/** How long `submit` waits for the workflow's `validate` to judge a submission. */
+const VALIDATION_WAIT_MS = Number(process.env.PIW_PI_VALIDATION_WAIT_MS) || 90_000;
 
 /** Errors of a call whose host went away or did not answer: its outcome is the host's to say. */
 export const HOST_LOST = new Set(['disconnected', 'timeout', 'io', 'host_shutting_down', 'client_closed', 'connect_failed', 'host_not_ready']);

@@ -23,7 +23,7 @@ import { join } from 'node:path';
 
 import { Client, isFinal } from './client.js';
 import { decisionText } from '../extension/decision.js';
-import { choiceInputs, humanAnswer, textRule } from '../extension/session.js';
+import { choiceInputs, humanAnswer, textRule } from '../extension/decision-answer.js';
 
 const API = (process.env.PIW_TELEGRAM_API || 'https://api.telegram.org').replace(/\/+$/, '');
 /** Telegram's limit is 4096 characters a message; the rest says where the whole request is. */
