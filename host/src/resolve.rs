@@ -2,7 +2,7 @@
 //! `.pi/workflows/`, then `~/.pi/agent/workflows/`, then the package's built-ins (the first
 //! wins a collision, so a project or global file overrides a built-in of the same name);
 //! `builtin:<id>` names the built-in itself; anything else with a `/` is a path.
-//! The Pi extension (`node-binding/extension/resolve.js`) resolves names by the same rules.
+//! The Pi extension (`node-binding/lib/workflow-names.js`) resolves names by the same rules.
 
 use std::path::{Path, PathBuf};
 

@@ -1,9 +1,10 @@
 // Protected human decisions: asked of the person in dialogs (TUI: a scrollable `custom()`; RPC:
 // the select's title), never a model turn; a dialog closes when the host reports its decision
 // answered elsewhere, expired or cancelled, and the person hears why.
-import { DecisionComponent, decisionLines, decisionText } from './decision.js';
-import { choiceInputs, textProblem, textRule } from './decision-answer.js';
-import { readRequest } from './format.js';
+import { choiceInputs, textProblem, textRule } from '../lib/decision-answer.js';
+import { decisionLines, decisionText } from '../lib/decision-text.js';
+import { readRequest } from '../lib/request-contract.js';
+import { DecisionComponent } from './decision.js';
 
 /** The session's part that asks the person its protected decisions: `offerDecisions`, `askPerson`, `reportClosed`, `closeDialogs`. */
 export const DecisionDialogs = (Base) =>

@@ -2,6 +2,7 @@
 // the request contract, tolerating missing fields), result cards, widget lines and the footer.
 
 import { formatProgressLine, prioritizeProgressEstimates, progressTracksFromStatus } from '../lib/progress.js';
+import { readRequest } from '../lib/request-contract.js';
 import { fitColumns, wrapColumns } from './width.js';
 
 /** Custom message types this extension adds to a session. */
@@ -16,31 +17,6 @@ const json = (v) => {
     return String(v);
   }
 };
-
-/** The request of an interaction or a decision, read through the contract. */
-export function readRequest(request) {
-  const r = request && typeof request === 'object' && !Array.isArray(request) ? request : {};
-  return {
-    workflow: str(r.workflow),
-    title: str(r.title),
-    node: str(r.node),
-    kind: str(r.kind),
-    prompt: str(r.prompt),
-    expectedOutput: str(r.expectedOutput),
-    statusDetail: str(r.statusDetail),
-    maxChars: typeof r.maxChars === 'number' ? r.maxChars : null,
-    summary: str(r.summary),
-    question: str(r.question),
-    details: str(r.details),
-    choices: Array.isArray(r.choices)
-      ? r.choices.filter((c) => c && typeof c.id === 'string').map((c) => ({ id: c.id, label: str(c.label) ?? c.id, description: str(c.description) }))
-      : [],
-    textInput: r.textInput && typeof r.textInput === 'object' ? r.textInput : null,
-    extra: r.extra && typeof r.extra === 'object' ? r.extra : null,
-    // Nothing the contract names: an older runtime's request, shown raw.
-    raw: str(r.prompt) || str(r.summary) || str(r.question) ? null : request,
-  };
-}
 
 /**
  * The step message of an agent or assistant-message request (`reminder` 0 for the first

@@ -4,10 +4,10 @@
 // No import of typebox, pi-ai or pi-tui: the tool's schema is plain JSON Schema (Pi validates any)
 // and the card is ./format.js's CardComponent, which keeps Pi's start fast (docs/PERFORMANCE.md).
 import { findHostBin, isFinal } from '../index.js';
+import { humanAnswer } from '../lib/decision-answer.js';
+import { RESERVED, ResolveError, listWorkflows, resolveWorkflow } from '../lib/workflow-names.js';
 import { channelCommand } from './channel.js';
 import { CardComponent, MESSAGE, STEP, resultPreview, wakeText } from './format.js';
-import { RESERVED, ResolveError, listWorkflows, resolveWorkflow } from './resolve.js';
-import { humanAnswer } from './decision-answer.js';
 import { WorkflowSession } from './session.js';
 import { STEP_ACTIONS_TEXT, STEP_PARAMETERS, WorkflowError, submit, text, update } from './tool.js';
 

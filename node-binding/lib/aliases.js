@@ -8,7 +8,7 @@ import module from 'node:module';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
-import { BUILTINS_DIR } from '../extension/resolve.js';
+import { BUILTINS_DIR } from './workflow-names.js';
 import { packageDir } from './native.js';
 import { registerTypeScript } from './typescript.js';
 

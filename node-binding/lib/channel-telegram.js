@@ -22,8 +22,8 @@ import { closeSync, existsSync, fsyncSync, openSync, readFileSync, renameSync, s
 import { join } from 'node:path';
 
 import { Client, isFinal } from './client.js';
-import { decisionText } from '../extension/decision.js';
-import { choiceInputs, humanAnswer, textRule } from '../extension/decision-answer.js';
+import { choiceInputs, humanAnswer, textRule } from './decision-answer.js';
+import { decisionText } from './decision-text.js';
 
 const API = (process.env.PIW_TELEGRAM_API || 'https://api.telegram.org').replace(/\/+$/, '');
 /** Telegram's limit is 4096 characters a message; the rest says where the whole request is. */

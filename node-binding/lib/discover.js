@@ -6,7 +6,7 @@ import { pathToFileURL } from 'node:url';
 
 import { isWorkflow } from './authoring.js';
 import { registerPackageAliases } from './aliases.js';
-import { listWorkflows, resolveWorkflow, SUFFIXES, workflowDirs } from '../extension/resolve.js';
+import { listWorkflows, resolveWorkflow, SUFFIXES, workflowDirs } from './workflow-names.js';
 
 /** The directories searched for workflow files, project first: `[{ dir, source }]`. */
 export function workflowSearchDirs({ cwd, homeDir = homedir() }) {

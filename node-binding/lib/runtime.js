@@ -15,7 +15,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { native as addon, packageDir } from './native.js';
 import { CancelledError, fromNative, TimeoutError } from './errors.js';
 import { checkOnTimeout, DECIDED_WITH_REQUEST, humanResponse, isWaitThen, isWorkflow, resolveIncludes, wakeOf } from './authoring.js';
-import { BUILTINS_DIR, looksLikePath, resolveWorkflow as resolveReference } from '../extension/resolve.js';
+import { BUILTINS_DIR, looksLikePath, resolveWorkflow as resolveReference } from './workflow-names.js';
 import { registerPackageAliases } from './aliases.js';
 import { warmTypeScript } from './typescript.js';
 import { validateWorkflowUpdate } from './updates.js';

@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { before, test } from 'node:test';
 
 import { planDigest } from '../builtins/plan.mjs';
-import { BUILTINS_DIR } from '../extension/resolve.js';
+import { BUILTINS_DIR } from '../lib/workflow-names.js';
 import { Client } from '../index.js';
 import { CHECKS, FIX, fixtureRepo, gitIn, PLAN, PLAN_DOC, toolsPath } from './fixture-repo.mjs';
 import { alive, hostBin, killInstallation, tempDir } from './helpers.mjs';

@@ -8,7 +8,7 @@ import { appendFileSync, cpSync, mkdirSync, readFileSync, rmSync, symlinkSync, w
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 
-import { BUILTINS_DIR, listWorkflows, resolveWorkflow } from '../extension/resolve.js';
+import { BUILTINS_DIR, listWorkflows, resolveWorkflow } from '../lib/workflow-names.js';
 import { Client } from '../index.js';
 import { alive, hostBin, killInstallation, pkgDir, startHost, tempDir } from './helpers.mjs';
 

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { humanAnswer } from '../../extension/decision-answer.js';
+import { humanAnswer } from '../../lib/decision-answer.js';
 import { WorkflowSession } from '../../extension/session.js';
 
 /** The request a human decision with Approve (no text) and Reject (a reason of 5 to 40 characters) carries. */

@@ -8,7 +8,8 @@ import { visibleWidth } from '@earendil-works/pi-tui';
 import piwExtension from '../../extension/index.js';
 import { fitColumns, messageParts, messageText, stepMessage } from '../../extension/format.js';
 import { textColumns } from '../../extension/width.js';
-import { DecisionComponent, decisionLines, decisionText } from '../../extension/decision.js';
+import { decisionLines, decisionText } from '../../lib/decision-text.js';
+import { DecisionComponent } from '../../extension/decision.js';
 
 /** The extension's registrations, through a stand-in for Pi's ExtensionAPI. */
 function register() {

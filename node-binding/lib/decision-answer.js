@@ -1,7 +1,7 @@
 // A human decision's answers: the text each choice collects, its length rule, and an answer
 // typed as text (`/workflow answer`, a channel's reply) read against the decision's choices.
 // Pure: the session's dialogs, the `/workflow` command and the decision channels share them.
-import { readRequest } from './format.js';
+import { readRequest } from './request-contract.js';
 
 /**
  * The text each choice of a human decision collects: choice id -> `{ label, placeholder,
