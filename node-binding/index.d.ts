@@ -212,8 +212,15 @@ export interface Attempt {
   node_id: string;
   /** `ok` as the authoring API says it (the `$result.outcome` word). */
   status: 'running' | 'waiting' | 'ok' | 'failed' | 'timed_out' | 'interrupted' | 'cancelled';
+  /** 1 for a node's first attempt, 2 for its second … */
+  ordinal: number;
+  /** The claim generation it ran under. */
+  generation: number;
+  /** When the node times out; `null` without a timeout (an attempt waiting on an interactive request has the request's). */
+  deadline_at: number | null;
   error: string | null;
-  output?: unknown;
+  /** An `ok` attempt's output; `null` otherwise. */
+  output: unknown;
   /** `run.status` left this output out to fit its reply (a run whose outputs add up to more). */
   output_omitted?: true;
   /** When it opened, and when it ended (`null` while it runs or waits), in Unix ms. */
@@ -224,13 +231,20 @@ export interface Attempt {
 
 export interface Decision {
   decision_id: string;
+  run_id: string;
+  /** The attempt that asked it. */
+  attempt_id: string;
   node_id: string;
   kind: 'checkpoint' | 'human_decision';
   status: 'pending' | 'answered' | 'cancelled';
   request: unknown;
   /** `run.status` left this closed decision's request (or answer) out to fit its reply. */
   request_omitted?: true;
+  /** The answer; `null` until answered. */
+  answer: unknown;
   answer_omitted?: true;
+  /** `model` (`answerCheckpoint`) or `person` (`answerHumanDecision`: a dialog, the CLI, a channel); `null` until answered. */
+  answered_by: 'model' | 'person' | null;
   [field: string]: unknown;
 }
 
@@ -309,9 +323,20 @@ export interface ValueReference {
   preview: string;
 }
 
+/** Who holds a run and under which generation (never a token or its hash). */
+export interface RunClaim {
+  /** One more at every activation. */
+  generation: number;
+  /** `host` (a child runs it) or `control` (an operator's cancel); `null` when nobody holds the run. */
+  owner_kind: 'host' | 'control' | null;
+  owner_id: string | null;
+  heartbeat_at: number | null;
+  expires_at: number | null;
+}
+
 export interface RunStatus {
   run: Run;
-  claim: unknown;
+  claim: RunClaim;
   /** The newest attempts first, at most the `attemptsLimit` asked for (default 100). */
   attempts: Attempt[];
   /** How many attempts the run has in all. */
@@ -378,10 +403,38 @@ export interface HostStatus {
   stopping: boolean;
   /** The workflow file suffixes this host can run. */
   runtimes: string[];
+  /** Log lines that could not be written. */
+  log_writes_lost: number;
+  /** Each decision channel configured (never a credential). */
+  channels: ChannelStatus[];
+}
+
+/** A decision channel as `HostStatus.channels` reports it. */
+export interface ChannelStatus {
+  name: string;
+  kind: string;
+  state: 'running' | 'restarting' | 'stopped';
+  /** When a channel that exited starts again; `null` while it runs, or when it will not. */
+  restart_in_ms: number | null;
+  exits_in_a_row: number;
+  /** How many times this host started it. */
+  launches: number;
+}
+
+/** What a cancellation closed, all in its one commit. */
+export interface CancelSummary {
+  attempts_closed: number;
+  decisions_cancelled: number;
+  interactions_cancelled: number;
+  submissions_rejected: number;
+  effects_cancelled: number;
+  effects_uncertain: number;
 }
 
 /** One committed change of a run, delivered in order without gaps. */
 export interface RunEvent {
+  /** The protocol's schema (`piw.protocol.v1`). */
+  schema: string;
   subscription_id: string;
   run_id: string;
   /** Increasing, never reused; equal to the run's revision after the change. */
@@ -445,7 +498,7 @@ export declare class Client {
   /** Its steps go to a Pi the host starts from now on, not to its session. */
   detachRun(runId: string, options?: CommandOptions): Promise<{ run_id: string; execution_mode: 'detached'; changed: boolean }>;
   resumeRun(runId: string, options?: CommandOptions): Promise<{ run_id: string; paused: false }>;
-  cancelRun(runId: string, options?: CommandOptions & { reason?: string }): Promise<{ run_id: string; status: 'cancelled'; summary: unknown }>;
+  cancelRun(runId: string, options?: CommandOptions & { reason?: string }): Promise<{ run_id: string; status: 'cancelled'; summary: CancelSummary }>;
   /**
    * A run in review: runs its current node again (`queued`), or, when that node's attempt waits
    * for an answer nobody gave yet, waits for it again (`waiting`). Refused while an effect is uncertain.
@@ -485,7 +538,13 @@ export declare class Client {
     message: string,
     data?: unknown,
     options?: CommandOptions,
-  ): Promise<{ interaction_id: string }>;
+  ): Promise<{
+    interaction_id: string;
+    /** The run's revision after the update. */
+    seq: number;
+    /** `false`: its event was over the run's event budget (the update is still the latest for its `(type, key)`). */
+    event_kept: boolean;
+  }>;
   /**
    * Submits a result; the workflow's `validate` judges it in a supervised child before it counts.
    * Sent again for a request that already took an equal result (being judged or accepted):
