@@ -8,6 +8,9 @@ import { native as addon, packageDir } from './native.js';
 import { installedPlatformPackage, nodeRunsWorkflows } from './platform.js';
 import { native, PiwError } from './errors.js';
 import { canonicalJson } from './helpers.js';
+import { mayChangeOutcome, readOutcome } from './outcomes.js';
+
+export { isFinal } from './outcomes.js';
 
 /**
  * Where the `piw` binary is: `options.hostBin`, `PIW_HOST_BIN`, a checkout's build, the
@@ -35,29 +38,6 @@ export function hostEnvironment() {
     ...(node ? { PIW_NODE: node } : {}),
     PIW_NODE_WORKER: process.env.PIW_NODE_WORKER || join(packageDir, 'worker.js'),
   };
-}
-
-// The host's own list (core's RunStatus::is_terminal), not a copy of it.
-const FINAL = new Set(addon.finalRunStatuses());
-
-/** Whether a run status is final. */
-export function isFinal(status) {
-  return FINAL.has(status);
-}
-
-/**
- * Whether a run's status (`runStatus`'s reply) says it is parked: in review, or waiting on a
- * request (a pending decision or interactive step) or paused. Nothing happens until someone
- * acts. A run asleep on a durable timer is not parked: it goes on by itself.
- */
-function isParked({ run, decisions = [], interactions = [] }) {
-  if (run.status === 'review') return true;
-  if (run.status !== 'waiting') return false;
-  return (
-    run.paused === true ||
-    decisions.some((d) => d.status === 'pending') ||
-    interactions.some((i) => i.status === 'pending')
-  );
 }
 
 /** A fresh request id, time-ordered like the host's ids. */
@@ -341,11 +321,8 @@ export class Client {
    * `{ failed: error }`; once none is uncertain, the run continues (its node runs again and
    * finds the recorded receipt).
    */
-  resolveEffect(runId, effectId, outcome, options = {}) {
-    const result =
-      outcome && 'applied' in outcome
-        ? { status: 'applied', receipt: outcome.applied ?? null }
-        : { status: 'failed', error: String(outcome?.failed ?? '') };
+  async resolveEffect(runId, effectId, outcome, options = {}) {
+    const { value: result } = readOutcome('effect', outcome);
     return this.#body('effect.resolve', { ...envelope(options), runId }, {
       effect_id: effectId,
       result,
@@ -535,19 +512,19 @@ export class Client {
    * itself, so the wait goes on too. Rejects with `timeout` after `options.timeoutMs`.
    */
   waitForRun(runId, options = {}) {
-    const mayStop = (s) => isFinal(s) || (options.untilParked && (s === 'waiting' || s === 'review'));
+    const ask = { untilParked: options.untilParked === true };
     return this.#waitFor(
       runId,
       async () => {
         // References kept until the run is there: only its result is read back, once.
-        const status = await this.runStatus(runId, { references: true });
-        const { run } = status;
-        if (!mayStop(run.status) || !(isFinal(run.status) || isParked(status))) return undefined;
+        const ended = readOutcome('run', await this.runStatus(runId, { references: true }), ask);
+        if (!ended) return undefined;
+        const run = ended.value;
         run.result = await this.resolveValue(runId, run.result);
         return run;
       },
       // Every event that may leave the run parked or final; `check` reads what it waits on.
-      (event) => mayStop(event.status),
+      (event) => mayChangeOutcome('run', event, ask),
       options,
     );
   }
@@ -560,28 +537,11 @@ export class Client {
    * submission and judges it once a person lets the run go on: `piw run retry`).
    */
   waitForSubmission(runId, submissionId, options = {}) {
+    const ask = { runId, submissionId };
     return this.#waitFor(
       runId,
-      async () => {
-        const { interactions, run } = await this.runStatus(runId, { references: true });
-        const last = interactions.find((i) => i.last_submission?.submission_id === submissionId)?.last_submission;
-        if (last && last.state !== 'validating') return last;
-        if (isFinal(run.status)) {
-          throw new PiwError('invalid_transition', `run ${runId} ended (${run.status}) before judging ${submissionId}`);
-        }
-        if (run.status === 'review') {
-          const reason = run.review_reason ?? 'no reason given';
-          throw new PiwError('run_in_review', `run ${runId} stopped for review before judging ${submissionId}: ${reason}`, {
-            details: { run_id: runId, submission_id: submissionId, review_reason: reason },
-          });
-        }
-        return undefined;
-      },
-      (event) =>
-        event.event_kind === 'submission_accepted' ||
-        event.event_kind === 'submission_rejected' ||
-        event.status === 'review' ||
-        isFinal(event.status),
+      async () => readOutcome('submission', await this.runStatus(runId, { references: true }), ask)?.value,
+      (event) => mayChangeOutcome('submission', event, ask),
       options,
     );
   }

@@ -522,6 +522,8 @@ test('a run in review is retried once fixed; runStatus pages its attempts', asyn
     c.resolveEffect(runId, 'eff-nope', { failed: 'no such effect' }),
     code('not_found'),
   );
+  // An outcome that is neither `{ applied }` nor `{ failed }` is refused before it is sent.
+  await assert.rejects(c.resolveEffect(runId, 'eff-nope', { done: true }), code('invalid_input'));
   writeFileSync(fixed, '');
   const retried = await c.retryRun(runId, { reason: 'fixed it', by: 'test' });
   assert.equal(retried.status, 'queued');
