@@ -4,12 +4,14 @@
 // workflow runs the project's own checks (a bounded command batch, one progress track in the
 // widget) and sends failures back for another round; the model then reviews the change, and
 // P0-P2 findings go back for another round until a review finds none (each finding keeps its
-// id across rounds, so a later review must say what became of it); the workflow commits the
-// change and, where the branch has a pull request and `gh` is installed, pushes it and follows
-// its CI (a failure is another round). Every loop is bounded. A model that says it is blocked
+// id across rounds, so a later review must say what became of it); then the change is
+// delivered (`./autoimplement/delivery.mjs`): committed in each repository it spans, pushed to
+// a branch of its own, one pull request each (opened once), its review comments sent back and
+// answered, its CI followed (a failure is another round), merged when asked at the head that
+// was checked, and reported on once. Every loop is bounded. A model that says it is blocked
 // is challenged once before the run ends `blocked`; a step that runs out of time is tried
 // again a bounded number of times.
-// Exits: `completed` (what was done, checked, reviewed, committed and what CI said) or
+// Exits: `completed` (what was done, checked, reviewed, committed, what CI said, the delivery) or
 // `blocked` (the stage, why, and the evidence).
 import { execFileSync } from 'node:child_process';
 import { statSync } from 'node:fs';
@@ -82,8 +84,8 @@ function bounded(value, fallback, what, min, max) {
 
 /**
  * `{ task, plan?, planDigest?, documents?, checks?, maxRounds?, maxReviews?, concurrency?,
- * commit?, push?, ciTimeoutMs? }`: without `plan`, the task names the work whose plan the
- * model finds (in `documents` when given).
+ * commit?, push?, ciTimeoutMs?, repository?, baseBranch?, merge? }`: without `plan`, the task
+ * names the work whose plan the model finds (in `documents` when given).
  */
 function readInput(raw) {
   const input = record(raw ?? {}, 'autoimplement input');
