@@ -433,7 +433,9 @@ test('the host killed between the merge and its receipt: the next host reads the
     assert.equal(run.result.delivery.repositories[0].reason, `merged at ${head.slice(0, 12)}`, 'the retry found it merged');
     assert.equal(pr.comments.filter((x) => x.body.includes('piw:report')).length, 1, 'one report');
     const { attempts, effects } = await c.runStatus(runId);
-    assert.equal(attempts.filter((a) => a.node_id === 'merge').length, 2, 'the merge step ran again after the crash');
+    const mergeSteps = attempts.filter((a) => a.node_id === 'merge');
+    assert.equal(mergeSteps.length, 2, 'the merge step ran again after the crash');
+    assert.equal(mergeSteps.find((a) => a.status === 'ok').output.retried, true, 'it knew it was a retry');
     assert.ok(effects.some((e) => JSON.stringify(e).includes(':github_merge:')), JSON.stringify(effects));
   } finally {
     writeFileSync(`${state}.release`, '');

@@ -433,7 +433,7 @@ export function deliveryNodes({ planOf, digestOf }) {
           }
           repositories.push({ repository: p.repository, pr: p.pr, merged: true, mergeCommit: after.mergeCommit?.oid ?? null, reason: `merged at ${short(p.headRevision)} (${method})` });
         }
-        return { route: 'report', repositories };
+        return { route: 'report', repositories, ...(ctx.effect.retry ? { retried: true } : {}) };
       },
     }),
     // Posts the final report on each pull request once: one already there for this run is used.
