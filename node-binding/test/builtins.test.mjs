@@ -373,6 +373,14 @@ test('monitor: a repair whose facts come back unchanged is not tried again; a fa
   assert.equal(checks([...Array(9).fill({ route: 'wait' }), { route: 'done' }])[9].route, 'done');
 });
 
+test("monitor: a repair's baseBranch and merge are kept for autoimplement; a merge that is not a boolean is refused", async () => {
+  const { monitorWorkflow } = await import('../builtins/index.js');
+  const repair = (r) => monitorWorkflow.input({ task: 't', repair: r }).repair;
+  assert.deepEqual(repair({ baseBranch: 'release', merge: true }), { authorized: true, baseBranch: 'release', merge: true });
+  assert.deepEqual(repair(undefined), { authorized: true });
+  assert.throws(() => repair({ merge: 'yes' }), /repair\.merge must be true .* or false/);
+});
+
 test("sanity-check: the reference's input, areas and verdicts; lenses refused with what to use; an unsupported claim is removed", async () => {
   const sanity = await import('../builtins/sanity-check.workflow.mjs');
   const readInput = sanity.default.input;
