@@ -6,9 +6,16 @@
 //! is dropped; the next host is rebuilt from the file as `driver::serve` does).
 //!
 //! After every step: `diagnose` is clean; no run is both terminal and claimed; no stale
-//! generation is acknowledged; no start is applied twice; an acknowledged cancel holds. At the
-//! end, with faults off, every run ends as its fault-free twin does (completed with the
-//! twin's result), unless it was cancelled or the faults sent it to review.
+//! generation is acknowledged; no start is applied twice; an acknowledged cancel holds; a
+//! durable timer's wake time is the one its wait asked for, and it fires once, never before
+//! it. At the end, with faults off, every run ends as its fault-free twin does (completed with
+//! the twin's result), unless it was cancelled or a real loss sent it to review: a kill, a
+//! failed commit, a lapsed lease. A host restart is not a loss: a run recovered after one
+//! never goes to review for it.
+//!
+//! The seed gives everything: the schedule, and every id and token the host draws (a seeded
+//! `IdSource`, which only this file has), so a seed replays the same history and database
+//! byte for byte.
 //!
 //! `PIW_SIM_SEEDS=first..last` (or one seed) and `PIW_SIM_STEPS` choose how much to run. Each
 //! step draws from a stream of its own (the seed and the step's number), so a step left out
@@ -42,6 +49,8 @@ use serde_json::{json, Value};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 const LEASE_MS: i64 = 30_000;
+/// How long the workflow's durable wait sleeps.
+const WAIT_MS: i64 = 120_000;
 const T0: i64 = 1_700_000_000_000;
 
 /// The workflow every simulated run executes: two compute nodes around a checkpoint and a
@@ -223,6 +232,12 @@ struct Sim {
     outgoing: Vec<StoreMsg>,
     children: Vec<SimChild>,
     cancelled: BTreeSet<String>,
+    /// Durable timers an acknowledged `worker.wait_until` set: their wake times, as the
+    /// simulation computed them from its own clock.
+    timers: std::collections::BTreeMap<String, i64>,
+    /// Timers seen firing (a `timer_fired` event), and how far each run's events were read.
+    fired: BTreeSet<String>,
+    events_read: std::collections::BTreeMap<String, u64>,
     /// Runs a fault touched while they ran (a kill, a crash, a lapsed lease): they may end in
     /// review where their twin completed.
     faulted: BTreeSet<String>,
@@ -302,6 +317,9 @@ impl Sim {
             outgoing: Vec::new(),
             children: Vec::new(),
             cancelled: BTreeSet::new(),
+            timers: Default::default(),
+            fired: BTreeSet::new(),
+            events_read: Default::default(),
             faulted: BTreeSet::new(),
         };
         sim.boot();
@@ -626,7 +644,7 @@ impl Sim {
             }
             piw_core::graph::NodeKind::Wait if answer.is_none() => {
                 let body = RequestBody::WorkerWaitUntil(payload::WorkerWaitUntil {
-                    for_ms: Some(120_000),
+                    for_ms: Some(WAIT_MS as u64),
                     until_ms: None,
                     output: json!({"node": node}),
                 });
@@ -797,8 +815,8 @@ impl Sim {
         } else {
             self.note("crash".into());
         }
-        let running = self.running_runs();
-        self.faulted.extend(running);
+        // A restart is not a lost child: the runs that were running are recovered by the next
+        // host, and none of them may go to review for it (only a real loss may send one).
         self.outgoing.clear();
         for c in &mut self.children {
             c.gone = true;
@@ -991,6 +1009,17 @@ impl Sim {
             }
         };
         let body = receipt.body;
+        if let (Some(timer), Some(wake_at)) = (body["timer_id"].as_str(), body["wake_at"].as_i64())
+        {
+            // Its wake time is fixed once, from the time the wait was asked.
+            let now = piw_core::clock::Clock::now_ms(&self.clock);
+            if wake_at != now + WAIT_MS {
+                self.fail(&format!(
+                    "timer {timer} wakes at {wake_at}, asked at {now} for {WAIT_MS} ms"
+                ));
+            }
+            self.timers.insert(timer.to_owned(), wake_at);
+        }
         let next = match phase {
             Phase::Greeting if body.get("stop").is_none() => {
                 self.children[child].greeted = true;
@@ -1032,12 +1061,50 @@ impl Sim {
         self.children[child].phase = next;
     }
 
+    /// Every timer fires once, never before its wake time: each run's new events are read, and
+    /// a `timer_fired` is checked against the wake time its acknowledged wait was given (or,
+    /// when that reply was lost, the one the event carries).
+    fn check_timers(&mut self, runs: &[String]) {
+        for run_id in runs {
+            let after = self.events_read.get(run_id).copied().unwrap_or(0);
+            let events = self.store().events(run_id, after).expect("events");
+            for event in events {
+                self.events_read.insert(run_id.clone(), event.seq);
+                if event.kind != "timer_fired" {
+                    continue;
+                }
+                let timer = event.data["timer"].as_str().unwrap_or("").to_owned();
+                let wake_at = self
+                    .timers
+                    .get(&timer)
+                    .copied()
+                    .or_else(|| event.data["wake_at"].as_i64())
+                    .unwrap_or(i64::MAX);
+                if event.at < wake_at {
+                    self.fail(&format!(
+                        "timer {timer} of {run_id} fired at {}, before its wake time {wake_at}",
+                        event.at
+                    ));
+                }
+                if !self.fired.insert(timer.clone()) {
+                    self.fail(&format!("timer {timer} of {run_id} fired twice"));
+                }
+            }
+        }
+    }
+
     /// The invariants that hold after every step.
     fn check(&mut self) {
         let findings = self.store().diagnose().expect("diagnose");
         if !findings.is_empty() {
             self.fail(&format!("diagnose found {findings:?}"));
         }
+        let run_ids: Vec<String> = self
+            .starts
+            .iter()
+            .filter_map(|s| s.run_id.clone())
+            .collect();
+        self.check_timers(&run_ids);
         let runs = self
             .store()
             .list_runs_where(None, false, &[], 10_000)
