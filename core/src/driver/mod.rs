@@ -670,7 +670,8 @@ async fn serve_async(
         // Retention runs once at start (the store thread's first deadline), then on its timer.
         retention: config.retention,
         retention_due_at: config.retention.map(|_| store.now_ms()),
-        ..HostState::default()
+        // Children's tokens must be unguessable: OS randomness, never a seed.
+        ..HostState::new(Box::new(crate::ids::OsIds))
     };
     let store_thread = std::thread::Builder::new()
         .name("piw-store".into())

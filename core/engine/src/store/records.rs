@@ -372,7 +372,7 @@ pub struct ChildExitRecord {
 
 /// Who presents a run's interactive steps (`agent`, `assistantMessage`) and so holds their
 /// time: a step's deadline counts only the time it is held (`WriteTx::hold_interactions`).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Holder {
     /// An interactive run's origin session, while a live client of it follows its events.
     Session(String),
