@@ -8,6 +8,14 @@ export function record(value, what) {
   return value;
 }
 
+/** Refuses a field of `value` not in `allowed`, naming the fields it takes. */
+export function exactKeys(value, allowed, what) {
+  const unknown = Object.keys(value).filter((k) => !allowed.includes(k));
+  if (unknown.length) {
+    throw new Error(`${what} has no field ${unknown.map((k) => JSON.stringify(k)).join(', ')}; it takes ${allowed.join(', ')}`);
+  }
+}
+
 /** Trimmed non-empty text of at most `max` characters. */
 export function text(value, what, max = 20_000) {
   if (typeof value !== 'string' || value.trim() === '') throw new Error(`${what} must be a non-empty string`);
