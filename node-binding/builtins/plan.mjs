@@ -1,6 +1,6 @@
 // What the planning built-ins share: checks of the model's structured answers, the plan's
 // digest, and the plan as text a person reads (the approval dialog, the documentation).
-import { createHash } from 'node:crypto';
+import { digest } from '../index.js';
 
 /** An object, or an error naming `what`. */
 export function record(value, what) {
@@ -38,9 +38,13 @@ export function texts(value, what, { min = 0, max = 32, chars = 4_000 } = {}) {
   return value.map((v, i) => text(v, `${what}[${i}]`, chars));
 }
 
-/** The plan's identity: a digest of its JSON, so an approval names the exact plan it approved. */
+/**
+ * The plan's identity, so an approval names the exact plan it approved: `sha256:` and the
+ * SHA-256 of its canonical JSON (keys in a fixed order, as `digest` writes it), which a plan
+ * keeps through storage, whatever order its keys were in.
+ */
 export function planDigest(plan) {
-  return `sha256:${createHash('sha256').update(JSON.stringify(plan)).digest('hex')}`;
+  return digest(plan);
 }
 
 /**

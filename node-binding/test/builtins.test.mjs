@@ -388,6 +388,37 @@ test("a copy of pi-workflows' approved-plan example: its import of the reference
   assert.equal(evidence.stage, 'inspect');
 });
 
+test('plan-change: a revision that gives the same plan again is not documented or asked about: blocked; autoplan gives its plan step 30 minutes', async () => {
+  const c = host.client;
+  const same = {
+    'plan.frame': { problem: 'p', success: ['npm test passes'], inScope: ['src'], outOfScope: [] },
+    'plan.options': {
+      options: [
+        { id: 'guard', title: 'Guard', approach: 'Return [] for empty input', tradeoffs: ['a branch'] },
+        { id: 'rewrite', title: 'Rewrite', approach: 'A tokenizer', tradeoffs: ['more code'] },
+      ],
+    },
+    'plan.ideal': { ideal: 'i', beyondReach: [], worth: [] },
+    'plan.choose': { status: 'ready', chosen: 'guard', why: 'smallest', againstIdeal: 'close', leftOut: [], rejected: [{ id: 'rewrite', reason: 'too big' }] },
+    'plan.plan': PLAN,
+  };
+  const previousPlan = { ...PLAN, risks: [] };
+  const { run_id: runId } = await c.startRun(join(BUILTINS_DIR, 'plan-change.workflow.mjs'), {
+    input: { task: 'parser', previousPlan, newEvidence: 'the tests still fail' },
+    sessionId: 's-same',
+    projectDir: project,
+  });
+  const run = await drive(c, runId, 's-same', same, () => assert.fail('no decision for an unchanged plan'));
+  assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+  assert.deepEqual(
+    { status: run.result.status, stage: run.result.stage, changed: run.result.evidence.changed, previous: run.result.evidence.previousPlanDigest },
+    { status: 'blocked', stage: 'plan', changed: false, previous: planDigest(previousPlan) },
+  );
+  assert.match(run.result.reason, /planning gave the same plan again/);
+  const { autoplanWorkflow } = await import('../builtins/index.js');
+  assert.equal(autoplanWorkflow.graph.nodes.plan.timeout_ms, 30 * 60_000);
+});
+
 test('monitor: a repair whose facts come back unchanged is not tried again; a failure gets at most three direct actions; the checks are counted', async () => {
   const { monitorWorkflow } = await import('../builtins/index.js');
   const tally = monitorWorkflow.nodes.tally.run;
