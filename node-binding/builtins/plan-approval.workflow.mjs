@@ -98,7 +98,7 @@ function readInput(raw) {
   exactKeys(input, INPUT_KEYS, 'plan-approval input');
   if (input.plan === undefined || input.plan === null) throw new Error('plan-approval input needs plan (the plan to decide on)');
   if (input.planDigest === undefined) {
-    throw new Error("plan-approval input needs planDigest: the plan's identity, as autoplan's result gives it (sha256: and the SHA-256 of the plan's JSON)");
+    throw new Error("plan-approval input needs planDigest: the plan's identity, as autoplan's result gives it (sha256: and the SHA-256 of the plan's canonical JSON, as `digest` of the package gives it)");
   }
   const revision = input.revision ?? 1;
   if (!(Number.isSafeInteger(revision) && revision > 0)) throw new Error('plan-approval revision must be a positive integer');
