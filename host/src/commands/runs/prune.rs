@@ -1,18 +1,18 @@
 //! `piw runs prune`: asks the host to remove finished runs, a batch per request, until none
 //! that the selectors match is left (the host serves other clients between batches).
 
-use super::*;
+use crate::*;
 
 /// Sends `run.prune` until the host says nothing more matches. A dry run collects the whole
 /// list page by page and changes nothing.
-pub(crate) fn prune(
-    paths: &PiwPaths,
-    older_than_ms: Option<u64>,
-    statuses: Vec<piw_core::store::RunStatus>,
-    keep: Option<u64>,
-    dry_run: bool,
-    json: bool,
-) -> Result<(), CliError> {
+pub(crate) fn run(paths: &PiwPaths, args: PruneArgs, json: bool) -> Result<(), CliError> {
+    let PruneArgs {
+        older_than: older_than_ms,
+        status: statuses,
+        keep,
+        dry_run,
+        json: _,
+    } = args;
     let mut client = connect(paths)?;
     let request = |cursor| {
         RequestBody::RunPrune(payload::RunPrune {

@@ -1,0 +1,165 @@
+//! `piw run submit`: a result for an interactive step, then the workflow's verdict on it.
+
+use crate::*;
+
+pub(crate) fn run(
+    paths: &PiwPaths,
+    mut client: BlockingClient,
+    args: SubmitArgs,
+) -> Result<(), CliError> {
+    let SubmitArgs {
+        run_id,
+        result,
+        input,
+        interaction,
+        timeout,
+        json,
+    } = args;
+    let result = input.or(result).unwrap_or(Value::Null);
+    let status = client.send(run_request(
+        &run_id,
+        RequestBody::RunStatus(Default::default()),
+    ))?;
+    let interactions = status.body["interactions"].as_array().into_iter().flatten();
+    // Named: that request, whatever it has become (the host refuses a closed one). Else
+    // the open one, guarded against a result an earlier request already took.
+    let named = interaction.is_some();
+    let bound = match &interaction {
+        Some(id) => interactions
+            .clone()
+            .find(|i| i["interaction_id"] == id.as_str())
+            .ok_or_else(|| CliError::Runtime(format!("run {run_id} has no interaction {id}")))?,
+        None => interactions
+            .clone()
+            .find(|i| i["status"] == "pending" || i["status"] == "validating")
+            .ok_or_else(|| {
+                CliError::Runtime(format!(
+                    "run {run_id} waits for no interactive step (the run {})",
+                    status_words(&str_of(&status.body["run"]["status"]))
+                ))
+            })?,
+    };
+    let request = Request::new(
+        piw_core::ids::new_id("cli"),
+        RequestBody::InteractionSubmit(payload::InteractionSubmit {
+            interaction_id: str_of(&bound["interaction_id"]),
+            result,
+            refuse_repeat: !named,
+        }),
+    )
+    .with_run_id(&run_id)
+    .with_node_id(str_of(&bound["node_id"]))
+    .with_attempt_id(str_of(&bound["attempt_id"]));
+    let mut receipt = client.send(request)?;
+    if timeout > 0 && receipt.body["state"] == "validating" {
+        let deadline = std::time::Instant::now() + Duration::from_secs(timeout);
+        let submission_id = str_of(&receipt.body["submission_id"]);
+        wait_for_verdict(paths, client, &run_id, &submission_id, deadline)?;
+        receipt.body["state"] = json!("accepted");
+    }
+    print_receipt(&receipt.body, json)
+}
+
+/// Waits (until `deadline`) for the workflow's verdict on submission `submission_id` of
+/// `run_id`. `Ok` once it is accepted; an error saying why when it is
+/// rejected (`submission_rejected`, the workflow's reason), or the run stopped for review
+/// (`run_in_review`) or ended before judging it, or no verdict came in time (exit 4).
+fn wait_for_verdict(
+    paths: &PiwPaths,
+    mut client: BlockingClient,
+    run_id: &str,
+    submission_id: &str,
+    deadline: std::time::Instant,
+) -> Result<(), CliError> {
+    let subscribe = |client: &mut BlockingClient| {
+        client.call(RequestBody::Subscribe(payload::Subscribe {
+            run_id: Some(run_id.to_owned()),
+            session_id: None,
+            all: None,
+        }))
+    };
+    subscribe(&mut client)?;
+    let gave_up = |state: &str| {
+        CliError::GaveUpWaiting(format!(
+            "no verdict on submission {submission_id} of run {run_id} yet (the run {}): the submission stands and is judged later (`piw run status {run_id}`)",
+            status_words(state)
+        ))
+    };
+    loop {
+        // Subscribed first, then read: no verdict can fall between the read and the wait.
+        let status = client.send(run_request(
+            run_id,
+            RequestBody::RunStatus(Default::default()),
+        ))?;
+        let run = &status.body["run"];
+        let run_status = str_of(&run["status"]);
+        let last = status.body["interactions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|i| &i["last_submission"])
+            .find(|s| s["submission_id"] == submission_id);
+        let details = json!({ "run_id": run_id, "submission_id": submission_id });
+        match last.map(|s| str_of(&s["state"])).as_deref() {
+            Some("accepted") => return Ok(()),
+            Some("rejected") => {
+                let why = last
+                    .and_then(|s| s["error"].as_str())
+                    .unwrap_or("no reason given");
+                let mut details = details;
+                details["error"] = json!(why);
+                return Err(CliError::Client {
+                    code: "submission_rejected",
+                    message: format!(
+                        "the workflow rejected submission {submission_id} of run {run_id}: {why}"
+                    ),
+                    details,
+                });
+            }
+            _ if run_status == "review" => {
+                let why = run["review_reason"].as_str().unwrap_or("no reason given");
+                let mut details = details;
+                details["review_reason"] = json!(why);
+                return Err(CliError::Client {
+                    code: "run_in_review",
+                    message: format!(
+                        "run {run_id} stopped for review before judging submission {submission_id}: {why}; the submission stands and is judged once the run goes on (`piw run retry {run_id}`)"
+                    ),
+                    details,
+                });
+            }
+            _ if ["completed", "failed", "cancelled", "timed_out"]
+                .contains(&run_status.as_str()) =>
+            {
+                return Err(CliError::Client {
+                    code: "invalid_transition",
+                    message: format!(
+                        "run {run_id} {} before judging submission {submission_id}",
+                        status_words(&run_status)
+                    ),
+                    details,
+                });
+            }
+            _ => {}
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(gave_up(&run_status));
+        }
+        client.set_timeout(Some(left))?;
+        match client.next_event() {
+            Ok(_) | Err(ClientError::SubscriptionOverflow) => {
+                client.discard_queued_events();
+            }
+            Err(ClientError::Closed {
+                code: RejectionCode::SubscriberLagged,
+                ..
+            }) => {
+                client = BlockingClient::connect(paths)?;
+                subscribe(&mut client)?;
+            }
+            Err(ClientError::TimedOut) => return Err(gave_up(&run_status)),
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
