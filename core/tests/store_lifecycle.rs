@@ -1719,7 +1719,7 @@ fn activation_refuses_to_continue_an_unanswered_request() {
         .diagnose()
         .unwrap()
         .into_iter()
-        .map(|x| x.code)
+        .map(|x| &*x.code)
         .collect();
     assert!(
         codes.contains(&"pending_request_on_active_run"),

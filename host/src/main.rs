@@ -10,7 +10,7 @@ use clap::{FromArgMatches as _, Parser, Subcommand};
 use piw_core::client::{ensure_host, BlockingClient, ClientError, DEFAULT_READY_TIMEOUT};
 use piw_core::driver::{HostConfig, HostError};
 use piw_core::paths::PiwPaths;
-use piw_core::protocol::{payload, Receipt, RejectionCode, Request, RequestBody};
+use piw_core::protocol::{payload, reply as replies, Receipt, RejectionCode, Request, RequestBody};
 use piw_core::store::{Store, StoreConfig};
 use serde_json::{json, Value};
 
@@ -241,6 +241,20 @@ pub(crate) fn emit(text: &str) {
             std::process::exit(1);
         }
     }
+}
+
+/// A receipt's body as its kind's typed reply (`piw_core::protocol::reply`), which the host
+/// built it from: the CLI reads fields through these types, never by name.
+fn reply<T: replies::Reply>(receipt: &Receipt) -> Result<T, CliError> {
+    receipt.reply().map_err(|e| {
+        CliError::Runtime(format!(
+            "cannot read the host's reply as {}: {e}",
+            std::any::type_name::<T>()
+                .rsplit("::")
+                .next()
+                .unwrap_or_default()
+        ))
+    })
 }
 
 fn run_request(run_id: &str, body: RequestBody) -> Request {

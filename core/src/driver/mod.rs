@@ -342,7 +342,7 @@ impl HostShared {
             socket: f.paths.socket.display().to_string(),
             database: f.paths.db.display().to_string(),
             home: f.paths.home.display().to_string(),
-            schema_id: SCHEMA_ID,
+            schema_id: SCHEMA_ID.to_owned(),
             runs,
             active_children,
             child_slots: f.budget.child_slots,

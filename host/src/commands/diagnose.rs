@@ -4,35 +4,31 @@
 use crate::*;
 
 pub(crate) fn run(paths: &PiwPaths, json: bool) -> Result<(), CliError> {
-    let body = diagnose(paths)?;
-    let found = body["findings"].as_array().is_some_and(|f| !f.is_empty());
-    print(&body, json, |b| {
-        let findings = b["findings"].as_array().cloned().unwrap_or_default();
+    let findings = diagnose(paths)?;
+    print(&json!({ "findings": findings }), json, |_| {
         if findings.is_empty() {
             return "no contradictions".into();
         }
         findings
             .iter()
             .map(|f| {
-                let ids = f["ids"]
-                    .as_array()
-                    .filter(|ids| !ids.is_empty())
-                    .map(|ids| {
-                        let ids: Vec<String> = ids.iter().map(str_of).collect();
-                        format!(" ({})", ids.join(", "))
-                    })
-                    .unwrap_or_default();
-                // A finding about the whole file names no run.
-                let run = match f["run_id"].as_str() {
-                    Some("") => String::new(),
-                    _ => format!(" run {}", str_of(&f["run_id"])),
+                let ids = if f.ids.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", f.ids.join(", "))
                 };
-                format!("{}{run} {}{ids}", str_of(&f["code"]), str_of(&f["detail"]),)
+                // A finding about the whole file names no run.
+                let run = if f.run_id.is_empty() {
+                    String::new()
+                } else {
+                    format!(" run {}", f.run_id)
+                };
+                format!("{}{run} {}{ids}", f.code, f.detail)
             })
             .collect::<Vec<_>>()
             .join("\n")
     });
-    if found {
+    if !findings.is_empty() {
         Err(CliError::Findings)
     } else {
         Ok(())

@@ -4,13 +4,12 @@ use crate::*;
 
 pub(crate) fn run(paths: &PiwPaths, json: bool) -> Result<(), CliError> {
     let r = connect(paths)?.call(RequestBody::Repair)?;
-    print(&r.body, json, |b| {
+    let report = reply::<replies::RepairReply>(&r)?.report;
+    print(&r.body, json, |_| {
         format!(
             "repaired {} finding(s); {} left for review",
-            b["report"]["repaired"].as_array().map_or(0, |a| a.len()),
-            b["report"]["left_for_review"]
-                .as_array()
-                .map_or(0, |a| a.len())
+            report.repaired.len(),
+            report.left_for_review.len()
         )
     });
     Ok(())

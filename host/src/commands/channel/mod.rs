@@ -64,8 +64,8 @@ pub(super) fn reload(paths: &PiwPaths) -> Result<Option<bool>, CliError> {
 /// The adapters' state as a running host reports it (`host.status` → `channels`).
 pub(super) fn host_channels(paths: &PiwPaths) -> Option<Vec<Value>> {
     let mut client = BlockingClient::connect(paths).ok()?;
-    let status = client.call(RequestBody::HostStatus).ok()?;
-    status.body["channels"].as_array().cloned()
+    let r = client.call(RequestBody::HostStatus).ok()?;
+    Some(reply::<replies::HostStatusReply>(&r).ok()?.channels)
 }
 
 pub(crate) fn run(paths: &PiwPaths, cmd: ChannelCmd, json: bool) -> Result<(), CliError> {

@@ -11,13 +11,13 @@ pub(crate) fn run(paths: &PiwPaths, json: bool) -> Result<(), CliError> {
         other => other.into(),
     })?;
     let r = host_call(paths, &mut client, RequestBody::HostStatus)?;
-    print(&r.body, json, |b| {
+    let s: replies::HostStatusReply = reply(&r)?;
+    print(&r.body, json, |_| {
         format!(
             "pid {}  epoch {}  uptime {} s\nruns {}\nactive children {} of {}\nconnections at most {}\nruntimes {}\nsocket {}\ndatabase {}\nschema {}",
-            b["pid"], b["epoch"], b["uptime_ms"].as_u64().unwrap_or(0) / 1000, b["runs"],
-            b["active_children"], b["child_slots"], b["max_connections"],
-            b["runtimes"].as_array().map(|r| r.iter().map(str_of).collect::<Vec<_>>().join(" ")).unwrap_or_default(),
-            str_of(&b["socket"]), str_of(&b["database"]), str_of(&b["schema_id"])
+            s.pid, s.epoch, s.uptime_ms / 1000, json!(s.runs),
+            json!(s.active_children), s.child_slots, s.max_connections,
+            s.runtimes.join(" "), s.socket, s.database, s.schema_id
         )
     });
     Ok(())

@@ -1,6 +1,8 @@
 //! `piw run answer`: a person's answer to an ordinary checkpoint, bound to one decision.
 
+use super::status_request;
 use crate::*;
+use piw_core::store::DecisionRecord;
 
 pub(crate) fn run(client: &mut BlockingClient, args: AnswerArgs) -> Result<(), CliError> {
     let AnswerArgs {
@@ -40,25 +42,21 @@ pub(crate) fn bound_decision(
     named: Option<&str>,
     answer: &Value,
 ) -> Result<Result<String, Value>, CliError> {
-    let status = client.send(run_request(
-        run_id,
-        RequestBody::RunStatus(Default::default()),
-    ))?;
-    let of_kind: Vec<&Value> = status.body["decisions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|d| d["kind"] == kind)
-        .collect();
-    let took = |d: &Value| d["status"] == "answered" && &d["answer"] == answer;
+    let status: replies::RunStatusReply = reply(&client.send(status_request(run_id))?)?;
+    let of_kind: Vec<&DecisionRecord> =
+        status.decisions.iter().filter(|d| d.kind == kind).collect();
+    // An answer of `null` reads back as no answer.
+    let took = |d: &DecisionRecord| {
+        d.status == "answered" && d.answer.as_ref().unwrap_or(&Value::Null) == answer
+    };
     if let Some(id) = named {
         let d = of_kind
             .iter()
-            .find(|d| d["decision_id"] == id)
+            .find(|d| d.decision_id == id)
             .ok_or_else(|| CliError::Runtime(format!("run {run_id} has no {kind} {id}")))?;
         if took(d) {
             return Ok(Err(
-                json!({ "decision_id": id, "answered_by": d["answered_by"],
+                json!({ "decision_id": id, "answered_by": d.answered_by,
                                   "repeated": true }),
             ));
         }
@@ -66,7 +64,7 @@ pub(crate) fn bound_decision(
     }
     let pending = of_kind
         .iter()
-        .find(|d| d["status"] == "pending")
+        .find(|d| d.status == "pending")
         .ok_or_else(|| {
             let what = if kind == "checkpoint" {
                 "a checkpoint answer (`piw run answer`)"
@@ -75,15 +73,14 @@ pub(crate) fn bound_decision(
             };
             CliError::Runtime(format!(
                 "run {run_id} does not wait for {what} (the run {})",
-                status_words(&str_of(&status.body["run"]["status"]))
+                status_words(status.run.status.as_str())
             ))
         })?;
-    let id = str_of(&pending["decision_id"]);
+    let id = pending.decision_id.clone();
     if let Some(earlier) = of_kind.iter().find(|d| took(d)) {
         return Err(CliError::Runtime(format!(
             "run {run_id}: this answer was already given to decision {} (node {}); to give it to decision {id} too, name it: --decision {id}",
-            str_of(&earlier["decision_id"]),
-            str_of(&earlier["node_id"]),
+            earlier.decision_id, earlier.node_id,
         )));
     }
     Ok(Ok(id))

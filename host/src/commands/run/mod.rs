@@ -56,3 +56,9 @@ pub(crate) fn login_name() -> String {
         .find_map(|v| std::env::var(v).ok().filter(|n| !n.is_empty()))
         .unwrap_or_else(|| "unknown".into())
 }
+
+/// `run.status` of `run_id`, its first page of attempts: what every command that reads a run
+/// asks.
+pub(crate) fn status_request(run_id: &str) -> Request {
+    run_request(run_id, RequestBody::RunStatus(Default::default()))
+}

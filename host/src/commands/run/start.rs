@@ -38,7 +38,7 @@ pub(crate) fn run(
     }
     let r = client.send(request)?;
     if wait {
-        let run_id = str_of(&r.body["run_id"]);
+        let run_id = reply::<replies::RunQueued>(&r)?.run_id;
         // The run id first (on stderr, so `--json` output stays one document): a wait
         // may be long, for example on a step that needs an answer.
         eprintln!(

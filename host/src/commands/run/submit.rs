@@ -1,6 +1,8 @@
 //! `piw run submit`: a result for an interactive step, then the workflow's verdict on it.
 
+use super::status_request;
 use crate::*;
+use piw_core::store::RunStatus;
 
 pub(crate) fn run(
     paths: &PiwPaths,
@@ -16,45 +18,40 @@ pub(crate) fn run(
         json,
     } = args;
     let result = input.or(result).unwrap_or(Value::Null);
-    let status = client.send(run_request(
-        &run_id,
-        RequestBody::RunStatus(Default::default()),
-    ))?;
-    let interactions = status.body["interactions"].as_array().into_iter().flatten();
+    let status: replies::RunStatusReply = reply(&client.send(status_request(&run_id))?)?;
+    let mut interactions = status.interactions.iter();
     // Named: that request, whatever it has become (the host refuses a closed one). Else
     // the open one, guarded against a result an earlier request already took.
     let named = interaction.is_some();
     let bound = match &interaction {
         Some(id) => interactions
-            .clone()
-            .find(|i| i["interaction_id"] == id.as_str())
+            .find(|i| i.interaction_id == *id)
             .ok_or_else(|| CliError::Runtime(format!("run {run_id} has no interaction {id}")))?,
         None => interactions
-            .clone()
-            .find(|i| i["status"] == "pending" || i["status"] == "validating")
+            .find(|i| i.status == "pending" || i.status == "validating")
             .ok_or_else(|| {
                 CliError::Runtime(format!(
                     "run {run_id} waits for no interactive step (the run {})",
-                    status_words(&str_of(&status.body["run"]["status"]))
+                    status_words(status.run.status.as_str())
                 ))
             })?,
     };
     let request = Request::new(
         piw_core::ids::new_id("cli"),
         RequestBody::InteractionSubmit(payload::InteractionSubmit {
-            interaction_id: str_of(&bound["interaction_id"]),
+            interaction_id: bound.interaction_id.clone(),
             result,
             refuse_repeat: !named,
         }),
     )
     .with_run_id(&run_id)
-    .with_node_id(str_of(&bound["node_id"]))
-    .with_attempt_id(str_of(&bound["attempt_id"]));
+    .with_node_id(bound.node_id.clone())
+    .with_attempt_id(bound.attempt_id.clone());
     let mut receipt = client.send(request)?;
-    if timeout > 0 && receipt.body["state"] == "validating" {
+    let submitted: replies::InteractionSubmitted = reply(&receipt)?;
+    if timeout > 0 && submitted.state == "validating" {
         let deadline = std::time::Instant::now() + Duration::from_secs(timeout);
-        let submission_id = str_of(&receipt.body["submission_id"]);
-        wait_for_verdict(paths, client, &run_id, &submission_id, deadline)?;
+        wait_for_verdict(paths, client, &run_id, &submitted.submission_id, deadline)?;
         receipt.body["state"] = json!("accepted");
     }
     print_receipt(&receipt.body, json)
@@ -87,24 +84,20 @@ fn wait_for_verdict(
     };
     loop {
         // Subscribed first, then read: no verdict can fall between the read and the wait.
-        let status = client.send(run_request(
-            run_id,
-            RequestBody::RunStatus(Default::default()),
-        ))?;
-        let run = &status.body["run"];
-        let run_status = str_of(&run["status"]);
-        let last = status.body["interactions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|i| &i["last_submission"])
-            .find(|s| s["submission_id"] == submission_id);
+        let status: replies::RunStatusReply = reply(&client.send(status_request(run_id))?)?;
+        let run = &status.run;
+        let run_status = run.status.as_str();
+        let last = status
+            .interactions
+            .iter()
+            .filter_map(|i| i.last_submission.as_ref())
+            .find(|s| s.submission_id == submission_id);
         let details = json!({ "run_id": run_id, "submission_id": submission_id });
-        match last.map(|s| str_of(&s["state"])).as_deref() {
+        match last.map(|s| s.state.as_str()) {
             Some("accepted") => return Ok(()),
             Some("rejected") => {
                 let why = last
-                    .and_then(|s| s["error"].as_str())
+                    .and_then(|s| s.error.as_deref())
                     .unwrap_or("no reason given");
                 let mut details = details;
                 details["error"] = json!(why);
@@ -116,8 +109,8 @@ fn wait_for_verdict(
                     details,
                 });
             }
-            _ if run_status == "review" => {
-                let why = run["review_reason"].as_str().unwrap_or("no reason given");
+            _ if run.status == RunStatus::Review => {
+                let why = run.review_reason.as_deref().unwrap_or("no reason given");
                 let mut details = details;
                 details["review_reason"] = json!(why);
                 return Err(CliError::Client {
@@ -128,14 +121,12 @@ fn wait_for_verdict(
                     details,
                 });
             }
-            _ if ["completed", "failed", "cancelled", "timed_out"]
-                .contains(&run_status.as_str()) =>
-            {
+            _ if run.status.is_terminal() => {
                 return Err(CliError::Client {
                     code: "invalid_transition",
                     message: format!(
                         "run {run_id} {} before judging submission {submission_id}",
-                        status_words(&run_status)
+                        status_words(run_status)
                     ),
                     details,
                 });
@@ -144,7 +135,7 @@ fn wait_for_verdict(
         }
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         if left.is_zero() {
-            return Err(gave_up(&run_status));
+            return Err(gave_up(run_status));
         }
         client.set_timeout(Some(left))?;
         match client.next_event() {
@@ -158,7 +149,7 @@ fn wait_for_verdict(
                 client = BlockingClient::connect(paths)?;
                 subscribe(&mut client)?;
             }
-            Err(ClientError::TimedOut) => return Err(gave_up(&run_status)),
+            Err(ClientError::TimedOut) => return Err(gave_up(run_status)),
             Err(e) => return Err(e.into()),
         }
     }

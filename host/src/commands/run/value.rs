@@ -22,7 +22,7 @@ fn value_length(client: &mut BlockingClient, run_id: &str, sha256: &str) -> Resu
             max_bytes: Some(1),
         }),
     ))?;
-    Ok(r.body["bytes"].as_u64().unwrap_or_default())
+    Ok(reply::<replies::ValuePiece>(&r)?.bytes)
 }
 
 /// `piw run value`: the value's exact stored bytes (its canonical JSON, which its SHA-256

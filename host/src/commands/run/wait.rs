@@ -1,7 +1,9 @@
 //! `piw run wait` (and `piw run start --wait`): until the run ends or stops for review, through
 //! a host that went away meanwhile.
 
+use super::status_request;
 use crate::*;
+use piw_core::store::RunStatus;
 
 pub(crate) fn run(
     paths: &PiwPaths,
@@ -24,15 +26,13 @@ const CHILD_EXIT_WAIT: Duration = Duration::from_secs(10);
 fn with_last_child_exited(client: &mut BlockingClient, run_id: &str, status: Receipt) -> Receipt {
     let started = std::time::Instant::now();
     let mut status = status;
-    while status.body["last_child"].is_object()
-        && status.body["last_child"]["exited"] != json!(true)
-        && started.elapsed() < CHILD_EXIT_WAIT
-    {
+    let child_runs = |status: &Receipt| {
+        reply::<replies::RunStatusReply>(status)
+            .is_ok_and(|s| s.last_child.is_some_and(|child| !child.exited))
+    };
+    while child_runs(&status) && started.elapsed() < CHILD_EXIT_WAIT {
         std::thread::sleep(Duration::from_millis(25));
-        match client.send(run_request(
-            run_id,
-            RequestBody::RunStatus(Default::default()),
-        )) {
+        match client.send(status_request(run_id)) {
             Ok(r) => status = r,
             Err(_) => break,
         }
@@ -80,10 +80,7 @@ pub(crate) fn wait_for_run(
         Ok(client)
     };
     loop {
-        let r = match client.send(run_request(
-            run_id,
-            RequestBody::RunStatus(Default::default()),
-        )) {
+        let r = match client.send(status_request(run_id)) {
             Ok(r) => r,
             Err(e) if host_went_away(&e) => {
                 client = start_again(e)?;
@@ -91,7 +88,7 @@ pub(crate) fn wait_for_run(
             }
             Err(e) => return Err(e.into()),
         };
-        let status = str_of(&r.body["run"]["status"]);
+        let status = reply::<replies::RunStatusReply>(&r)?.run.status;
         // A run that waits for a person (or is paused) goes on only when someone acts: say so
         // once per thing it waits for, so a long wait never looks like a hang.
         for notice in waiting_notices(run_id, &r.body) {
@@ -100,7 +97,7 @@ pub(crate) fn wait_for_run(
             }
         }
         // Terminal, or stopped until a person acts: either way nothing more happens by itself.
-        if ["completed", "failed", "cancelled", "timed_out", "review"].contains(&status.as_str()) {
+        if status.is_terminal() || status == RunStatus::Review {
             // The run ends before its child does: wait (bounded) for that exit, so what is
             // printed has the child's exit and the end of its output.
             let mut r = with_last_child_exited(&mut client, run_id, r);
@@ -111,12 +108,12 @@ pub(crate) fn wait_for_run(
                 let run = &b["run"];
                 // Only the lines that say something: a completed run has no error, a failed
                 // one no result.
-                let mut text = format!("run {run_id} {}", status_words(&status));
+                let mut text = format!("run {run_id} {}", status_words(status.as_str()));
                 text.push_str(&result_line(&run["result"]));
                 text.push_str(&why_lines(run));
                 text
             });
-            return if status == "completed" {
+            return if status == RunStatus::Completed {
                 Ok(())
             } else if json_out {
                 // The status printed says how it ended; stdout stays one JSON document.
@@ -124,7 +121,7 @@ pub(crate) fn wait_for_run(
             } else {
                 Err(CliError::Runtime(format!(
                     "run {run_id} {}",
-                    status_words(&status)
+                    status_words(status.as_str())
                 )))
             };
         }
@@ -133,7 +130,7 @@ pub(crate) fn wait_for_run(
             if left.is_zero() {
                 return Err(CliError::GaveUpWaiting(format!(
                     "gave up waiting for run {run_id} (the run {})",
-                    status_words(&status)
+                    status_words(status.as_str())
                 )));
             }
             client.set_timeout(Some(left))?;

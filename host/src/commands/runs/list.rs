@@ -1,6 +1,7 @@
 //! `piw runs`: runs, newest first, a page of the host's at a time.
 
 use crate::*;
+use piw_core::store::RunRecord;
 
 pub(crate) fn run(paths: &PiwPaths, args: RunsArgs, json: bool) -> Result<(), CliError> {
     let RunsArgs {
@@ -17,7 +18,7 @@ pub(crate) fn run(paths: &PiwPaths, args: RunsArgs, json: bool) -> Result<(), Cl
     // until `limit` runs are here, or every run with `--all`.
     let wanted = if all { u64::MAX } else { u64::from(limit) };
     let mut client = connect(paths)?;
-    let mut runs: Vec<Value> = Vec::new();
+    let mut runs: Vec<RunRecord> = Vec::new();
     let mut cursor = cursor;
     let mut more;
     loop {
@@ -32,18 +33,10 @@ pub(crate) fn run(paths: &PiwPaths, args: RunsArgs, json: bool) -> Result<(), Cl
             cursor: cursor.take(),
             run_id_prefix: None,
         }))?;
-        let mut body = r.body;
-        runs.extend(
-            body["runs"]
-                .as_array_mut()
-                .map(std::mem::take)
-                .into_iter()
-                .flatten(),
-        );
-        more = body["more"] == true;
-        cursor = body["next_cursor"]
-            .as_str()
-            .and_then(payload::RunListCursor::decode);
+        let page: replies::RunListReply = reply(&r)?;
+        runs.extend(page.runs);
+        more = page.more;
+        cursor = page.next_cursor;
         if !more || cursor.is_none() || runs.len() as u64 >= wanted {
             break;
         }
@@ -70,24 +63,28 @@ pub(crate) fn run(paths: &PiwPaths, args: RunsArgs, json: bool) -> Result<(), Cl
         }
     }
     let now = human::now_ms();
-    print(&body, json, |b| {
-        let ago = |v: &Value| v.as_u64().map_or("-".into(), |ms| human::ago(ms, now));
+    print(&body, json, |_| {
+        let ago = |ms: Option<i64>| {
+            ms.and_then(|ms| u64::try_from(ms).ok())
+                .map_or("-".into(), |ms| human::ago(ms, now))
+        };
         let mut out = format!(
             "{:<33} {:<11} {:<11} {:<14} {:<14} {:<9} NODE",
             "RUN", "STATUS", "MODE", "STARTED", "ENDED", "WORKFLOW"
         );
-        for run in b["runs"].as_array().into_iter().flatten() {
+        for run in &runs {
+            let node = run.current_node.as_deref().unwrap_or("-");
             out.push_str(&format!(
                 "\n{:<33} {:<11} {:<11} {:<14} {:<14} {:<9} {}",
-                str_of(&run["run_id"]),
-                str_of(&run["status"]),
-                str_of(&run["execution_mode"]),
-                ago(&run["created_at"]),
-                ago(&run["finished_at"]),
-                str_of(&run["workflow_name"]),
-                match human::coming(&run["wake_at"], now) {
-                    Some(wakes) => format!("{} · wakes {wakes}", str_of(&run["current_node"])),
-                    None => str_of(&run["current_node"]),
+                run.run_id,
+                run.status.as_str(),
+                run.execution_mode,
+                ago(Some(run.created_at)),
+                ago(run.finished_at),
+                run.workflow_name,
+                match human::coming(&Value::from(run.wake_at), now) {
+                    Some(wakes) => format!("{node} · wakes {wakes}"),
+                    None => node.to_owned(),
                 }
             ));
         }
