@@ -1719,10 +1719,10 @@ fn activation_refuses_to_continue_an_unanswered_request() {
         .diagnose()
         .unwrap()
         .into_iter()
-        .map(|x| &*x.code)
+        .map(|x| x.code)
         .collect();
     assert!(
-        codes.contains(&"pending_request_on_active_run"),
+        codes.iter().any(|c| c == "pending_request_on_active_run"),
         "{codes:?}"
     );
     match f.store.write(|w| w.activate(&run_id, HOST)) {

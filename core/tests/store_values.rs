@@ -227,8 +227,8 @@ fn diagnose_finds_missing_corrupt_and_unreferenced_values_and_repair_removes_the
         .store
         .diagnose()
         .unwrap()
-        .iter()
-        .map(|x| &*x.code)
+        .into_iter()
+        .map(|x| x.code)
         .collect();
     assert_eq!(codes, vec!["value_corrupt"]);
     // A value gone: the attempt's reference is missing (and repair invents nothing).
@@ -361,8 +361,8 @@ fn a_damaged_value_is_healed_by_the_next_correct_upload() {
         .store
         .diagnose()
         .unwrap()
-        .iter()
-        .map(|x| &*x.code)
+        .into_iter()
+        .map(|x| x.code)
         .collect();
     assert_eq!(codes, vec!["value_corrupt"]);
 
