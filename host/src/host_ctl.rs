@@ -2,6 +2,7 @@
 //! that a host that accepts but never answers cannot hang the command.
 
 use super::*;
+use piw_core::driver::{installation_held, lock_holder};
 use piw_core::store::Finding;
 
 /// One host-control call, bounded by [`HOST_ANSWER_TIMEOUT`]; a host that does not answer in
@@ -112,27 +113,6 @@ pub(crate) fn stop_answering_host(
         "the host did not stop within {} s",
         STOP_WAIT_MS / 1000
     )))
-}
-
-/// Whether some process holds the installation lock (`/proc/locks`; the pid in the lock file
-/// when that cannot be read).
-pub(crate) fn installation_held(paths: &PiwPaths) -> bool {
-    if !paths.lock.exists() {
-        return false;
-    }
-    piw_core::supervise::flock_held(&paths.lock).unwrap_or_else(|| {
-        lock_holder(paths)
-            .and_then(|pid| pid.parse().ok())
-            .is_some_and(piw_core::supervise::process_alive)
-    })
-}
-
-/// The pid written in the installation lock file: the process that took the lock last.
-pub(crate) fn lock_holder(paths: &PiwPaths) -> Option<String> {
-    std::fs::read_to_string(&paths.lock)
-        .ok()
-        .map(|pid| pid.trim().to_owned())
-        .filter(|pid| !pid.is_empty())
 }
 
 /// The `diagnose` receipt body. Through the running host when one answers; otherwise straight

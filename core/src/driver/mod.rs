@@ -20,7 +20,10 @@ pub mod start_file;
 pub mod store_thread;
 pub mod supervisor;
 
-pub use lock::{lock_installation, lock_installation_with, InstallationLock, Links};
+pub use lock::{
+    installation_held, lock_holder, lock_installation, lock_installation_with, InstallationLock,
+    Links,
+};
 
 use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt;
