@@ -1,6 +1,7 @@
 //! `piw run submit`: a result for an interactive step, then the workflow's verdict on it.
 
 use super::status_request;
+use super::wait::{await_news, subscribe, Woke};
 use crate::*;
 use piw_core::store::RunStatus;
 
@@ -68,14 +69,7 @@ fn wait_for_verdict(
     submission_id: &str,
     deadline: std::time::Instant,
 ) -> Result<(), CliError> {
-    let subscribe = |client: &mut BlockingClient| {
-        client.call(RequestBody::Subscribe(payload::Subscribe {
-            run_id: Some(run_id.to_owned()),
-            session_id: None,
-            all: None,
-        }))
-    };
-    subscribe(&mut client)?;
+    subscribe(&mut client, run_id)?;
     let gave_up = |state: &str| {
         CliError::GaveUpWaiting(format!(
             "no verdict on submission {submission_id} of run {run_id} yet (the run {}): the submission stands and is judged later (`piw run status {run_id}`)",
@@ -133,24 +127,10 @@ fn wait_for_verdict(
             }
             _ => {}
         }
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        if left.is_zero() {
-            return Err(gave_up(run_status));
-        }
-        client.set_timeout(Some(left))?;
-        match client.next_event() {
-            Ok(_) | Err(ClientError::SubscriptionOverflow) => {
-                client.discard_queued_events();
-            }
-            Err(ClientError::Closed {
-                code: RejectionCode::SubscriberLagged,
-                ..
-            }) => {
-                client = BlockingClient::connect(paths)?;
-                subscribe(&mut client)?;
-            }
-            Err(ClientError::TimedOut) => return Err(gave_up(run_status)),
-            Err(e) => return Err(e.into()),
+        match await_news(paths, &mut client, run_id, Some(deadline))? {
+            Woke::News => {}
+            Woke::GaveUp => return Err(gave_up(run_status)),
+            Woke::Failed(e) => return Err(e.into()),
         }
     }
 }

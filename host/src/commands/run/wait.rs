@@ -47,14 +47,7 @@ pub(crate) fn wait_for_run(
     json_out: bool,
     deadline: Option<std::time::Instant>,
 ) -> Result<(), CliError> {
-    let subscribe = |client: &mut BlockingClient| {
-        client.call(RequestBody::Subscribe(payload::Subscribe {
-            run_id: Some(run_id.to_owned()),
-            session_id: None,
-            all: None,
-        }))
-    };
-    subscribe(&mut client)?;
+    subscribe(&mut client, run_id)?;
     let mut announced = std::collections::HashSet::new();
     let mut restarts = 0;
     // The host died under the wait (killed, crashed): runs are durable and a new host recovers
@@ -76,7 +69,7 @@ pub(crate) fn wait_for_run(
             "piw: the host went away ({e}); starting it again to go on waiting for run {run_id}"
         );
         let mut client = connect(paths)?;
-        subscribe(&mut client)?;
+        subscribe(&mut client, run_id)?;
         Ok(client)
     };
     loop {
@@ -125,39 +118,16 @@ pub(crate) fn wait_for_run(
                 )))
             };
         }
-        if let Some(deadline) = deadline {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
+        match await_news(paths, &mut client, run_id, deadline)? {
+            Woke::News => {}
+            Woke::GaveUp => {
                 return Err(CliError::GaveUpWaiting(format!(
                     "gave up waiting for run {run_id} (the run {})",
                     status_words(status.as_str())
-                )));
-            }
-            client.set_timeout(Some(left))?;
-        }
-        match client.next_event() {
-            // Any event (or events dropped while a status call was in flight): reread the
-            // status once, whatever else was queued meanwhile.
-            Ok(_) | Err(ClientError::SubscriptionOverflow) => {
-                client.discard_queued_events();
-            }
-            // The host ended the subscription because it fell too far behind: an ordinary
-            // condition under load, so subscribe again on a new connection and reread the
-            // status. Any other goodbye (`internal` included) is a real failure, reported below.
-            Err(ClientError::Closed {
-                code: RejectionCode::SubscriberLagged,
-                ..
-            }) => {
-                client = BlockingClient::connect(paths)?;
-                subscribe(&mut client)?;
-            }
-            Err(ClientError::TimedOut) if deadline.is_some() => {
-                return Err(CliError::GaveUpWaiting(format!(
-                    "gave up waiting for run {run_id} (it is {status})"
-                )));
+                )))
             }
             // Someone stops the host on purpose: do not start it again behind their back.
-            Err(ClientError::Closed {
+            Woke::Failed(ClientError::Closed {
                 code: RejectionCode::HostShuttingDown,
                 ..
             }) => {
@@ -165,9 +135,68 @@ pub(crate) fn wait_for_run(
                     "the host is stopping; run {run_id} ({status}) goes on when a host runs again (`piw run status {run_id}`)"
                 )));
             }
-            Err(e) if host_went_away(&e) => client = start_again(e)?,
-            Err(e) => return Err(e.into()),
+            Woke::Failed(e) if host_went_away(&e) => client = start_again(e)?,
+            Woke::Failed(e) => return Err(e.into()),
         }
+    }
+}
+
+/// Subscribes `client` to the events of `run_id`: what wakes a wait up.
+pub(crate) fn subscribe(client: &mut BlockingClient, run_id: &str) -> Result<Receipt, ClientError> {
+    client.call(RequestBody::Subscribe(payload::Subscribe {
+        run_id: Some(run_id.to_owned()),
+        session_id: None,
+        all: None,
+    }))
+}
+
+/// What [`await_news`] came to.
+pub(crate) enum Woke {
+    /// Something happened to the run (or may have): read it again.
+    News,
+    /// The deadline passed first.
+    GaveUp,
+    /// The connection failed; the caller says what that means for its wait.
+    Failed(ClientError),
+}
+
+/// Waits, until `deadline` when there is one, for the next event of `run_id`, whose events
+/// `client` is subscribed to ([`subscribe`], before the caller read the run: no change can fall
+/// between its read and this wait). A subscription the host ended for lagging is made again on
+/// a new connection.
+pub(crate) fn await_news(
+    paths: &PiwPaths,
+    client: &mut BlockingClient,
+    run_id: &str,
+    deadline: Option<std::time::Instant>,
+) -> Result<Woke, CliError> {
+    if let Some(deadline) = deadline {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Ok(Woke::GaveUp);
+        }
+        client.set_timeout(Some(left))?;
+    }
+    match client.next_event() {
+        // Any event (or events dropped while a status call was in flight): reread the
+        // status once, whatever else was queued meanwhile.
+        Ok(_) | Err(ClientError::SubscriptionOverflow) => {
+            client.discard_queued_events();
+            Ok(Woke::News)
+        }
+        // The host ended the subscription because it fell too far behind: an ordinary
+        // condition under load, so subscribe again on a new connection and reread the
+        // status. Any other goodbye (`internal` included) is a real failure.
+        Err(ClientError::Closed {
+            code: RejectionCode::SubscriberLagged,
+            ..
+        }) => {
+            *client = BlockingClient::connect(paths)?;
+            subscribe(client, run_id)?;
+            Ok(Woke::News)
+        }
+        Err(ClientError::TimedOut) if deadline.is_some() => Ok(Woke::GaveUp),
+        Err(e) => Ok(Woke::Failed(e)),
     }
 }
 
