@@ -13,14 +13,34 @@ pub(crate) fn run(client: &mut BlockingClient, args: AnswerArgs) -> Result<(), C
         json,
     } = args;
     let answer = input.unwrap_or_else(|| json_or_text(&answer.unwrap_or_default()));
-    let decision =
-        match bound_decision(client, &run_id, "checkpoint", decision.as_deref(), &answer)? {
-            Ok(id) => id,
-            Err(receipt) => return print_receipt(&receipt, json),
-        };
-    // A person's answer (`answered_by: person`): `decision.answer` takes checkpoints too.
-    let r = client.send(run_request(
+    answer_decision(
+        client,
         &run_id,
+        "checkpoint",
+        decision.as_deref(),
+        answer,
+        json,
+    )
+}
+
+/// Answers, as a person, the decision of `kind` of `run_id` that `answer` binds to
+/// ([`bound_decision`]), and prints the receipt (the original one when the named decision
+/// already took this very answer). `decision.answer` takes checkpoints too (`answered_by:
+/// person`).
+pub(crate) fn answer_decision(
+    client: &mut BlockingClient,
+    run_id: &str,
+    kind: &str,
+    named: Option<&str>,
+    answer: Value,
+    json: bool,
+) -> Result<(), CliError> {
+    let decision = match bound_decision(client, run_id, kind, named, &answer)? {
+        Ok(id) => id,
+        Err(receipt) => return print_receipt(&receipt, json),
+    };
+    let r = client.send(run_request(
+        run_id,
         RequestBody::DecisionAnswer(payload::DecisionAnswer {
             decision_id: decision,
             answer,
