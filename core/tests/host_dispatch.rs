@@ -2366,7 +2366,7 @@ fn a_client_uploads_a_large_submission_for_its_open_interaction() {
     assert_eq!(
         findings
             .iter()
-            .map(|x| (x.code, x.ids.clone()))
+            .map(|x| (&*x.code, x.ids.clone()))
             .collect::<Vec<_>>(),
         vec![("value_partial", vec![o.sha256.clone()])],
         "{findings:#?}"
