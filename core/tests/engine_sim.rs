@@ -6,9 +6,16 @@
 //! is dropped; the next host is rebuilt from the file as `driver::serve` does).
 //!
 //! After every step: `diagnose` is clean; no run is both terminal and claimed; no stale
-//! generation is acknowledged; no start is applied twice; an acknowledged cancel holds. At the
-//! end, with faults off, every run ends as its fault-free twin does (completed with the
-//! twin's result), unless it was cancelled or the faults sent it to review.
+//! generation is acknowledged; no start is applied twice; an acknowledged cancel holds; a
+//! durable timer's wake time is the one its wait asked for, and it fires once, never before
+//! it. At the end, with faults off, every run ends as its fault-free twin does (completed with
+//! the twin's result), unless it was cancelled or a real loss sent it to review: a kill, a
+//! failed commit, a lapsed lease. A host restart is not a loss: a run recovered after one
+//! never goes to review for it.
+//!
+//! The seed gives everything: the schedule, and every id and token the host draws (a seeded
+//! `IdSource`, which only this file has), so a seed replays the same history and database
+//! byte for byte.
 //!
 //! `PIW_SIM_SEEDS=first..last` (or one seed) and `PIW_SIM_STEPS` choose how much to run. Each
 //! step draws from a stream of its own (the seed and the step's number), so a step left out
@@ -32,6 +39,7 @@ use piw_core::engine::children::{ChildReport, Runtime};
 use piw_core::engine::dispatch::{HostState, PreparedStart};
 use piw_core::engine::timers::next_deadline_at;
 use piw_core::graph::{Graph, Outcome, Route};
+use piw_core::ids::IdSource;
 use piw_core::protocol::{payload, Receipt, Rejection, Request, RequestBody};
 use piw_core::store::{
     AttemptOutcome, ChildExitRecord, DecisionKind, ExecutionMode, NewRun, RunStatus, Store,
@@ -41,6 +49,8 @@ use serde_json::{json, Value};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 const LEASE_MS: i64 = 30_000;
+/// How long the workflow's durable wait sleeps.
+const WAIT_MS: i64 = 120_000;
 const T0: i64 = 1_700_000_000_000;
 
 /// The workflow every simulated run executes: two compute nodes around a checkpoint and a
@@ -71,6 +81,7 @@ fn twin_result() -> Value {
 }
 
 /// splitmix64: the simulation's only source of randomness.
+#[derive(Debug)]
 struct Rng(u64);
 
 impl Rng {
@@ -95,6 +106,27 @@ impl Rng {
 
     fn chance(&mut self, percent: u64) -> bool {
         self.next() % 100 < percent
+    }
+}
+
+/// The simulation's id source: the random part of every id and token the host draws (row ids,
+/// claim tokens, children's tokens, the cursor key) comes from the seed, so a seed replays
+/// the same ids. It exists only here: the host's only source is `piw_core::ids::OsIds`.
+#[derive(Debug)]
+struct SeededIds(Rng);
+
+impl SeededIds {
+    fn new(seed: u64, stream: u64) -> Self {
+        SeededIds(Rng::for_step(seed, usize::MAX - 1 - stream as usize))
+    }
+}
+
+impl IdSource for SeededIds {
+    fn fill(&mut self, out: &mut [u8]) {
+        for chunk in out.chunks_mut(8) {
+            let bytes = self.0.next().to_le_bytes();
+            chunk.copy_from_slice(&bytes[..chunk.len()]);
+        }
     }
 }
 
@@ -179,6 +211,9 @@ struct Host {
 struct Sim {
     /// The stream of the step running (`Rng::for_step`).
     rng: Rng,
+    seed: u64,
+    /// The store's id source (shared by every host of the simulation, as the file is).
+    ids: piw_core::store::SharedIds,
     _dir: tempfile::TempDir,
     path: std::path::PathBuf,
     clock: FakeClock,
@@ -197,16 +232,27 @@ struct Sim {
     outgoing: Vec<StoreMsg>,
     children: Vec<SimChild>,
     cancelled: BTreeSet<String>,
+    /// Durable timers an acknowledged `worker.wait_until` set: their wake times, as the
+    /// simulation computed them from its own clock.
+    timers: std::collections::BTreeMap<String, i64>,
+    /// Timers seen firing (a `timer_fired` event), and how far each run's events were read.
+    fired: BTreeSet<String>,
+    events_read: std::collections::BTreeMap<String, u64>,
     /// Runs a fault touched while they ran (a kill, a crash, a lapsed lease): they may end in
     /// review where their twin completed.
     faulted: BTreeSet<String>,
 }
 
-fn config(clock: &FakeClock, fail: &Arc<AtomicBool>) -> StoreConfig {
+fn config(
+    clock: &FakeClock,
+    ids: &piw_core::store::SharedIds,
+    fail: &Arc<AtomicBool>,
+) -> StoreConfig {
     let flag = fail.clone();
     StoreConfig {
         lease_ms: LEASE_MS,
         clock: Arc::new(clock.clone()),
+        ids: ids.clone(),
         fault_hook: Some(Arc::new(move |_ops: &[&'static str]| {
             flag.swap(false, Ordering::SeqCst)
         })),
@@ -253,6 +299,8 @@ impl Sim {
         let fail_next_commit = Arc::new(AtomicBool::new(false));
         let mut sim = Sim {
             rng: Rng(seed),
+            seed,
+            ids: Arc::new(std::sync::Mutex::new(SeededIds::new(seed, 0))),
             _dir: dir,
             path,
             clock,
@@ -269,6 +317,9 @@ impl Sim {
             outgoing: Vec::new(),
             children: Vec::new(),
             cancelled: BTreeSet::new(),
+            timers: Default::default(),
+            fired: BTreeSet::new(),
+            events_read: Default::default(),
             faulted: BTreeSet::new(),
         };
         sim.boot();
@@ -282,8 +333,11 @@ impl Sim {
     /// Opens the store and starts a host on it as `driver::serve` does: a new epoch, the runs of
     /// earlier hosts recovered, their children's ends recorded.
     fn boot(&mut self) {
-        let mut store =
-            Store::open(&self.path, config(&self.clock, &self.fail_next_commit)).expect("open");
+        let mut store = Store::open(
+            &self.path,
+            config(&self.clock, &self.ids, &self.fail_next_commit),
+        )
+        .expect("open");
         let epoch = piw_core::driver::recover_at_start(&mut store, 1).expect("startup recovery");
         // The orphans of the crashed host are "killed" here (the simulation's children have no
         // processes): only their ends are recorded.
@@ -308,11 +362,15 @@ impl Sim {
             supervising: true,
             socket_path: "/nonexistent/host.sock".into(),
             reply_limit: piw_core::protocol::DEFAULT_MAX_FRAME_BYTES,
-            ..HostState::default()
+            // Each host life draws its children's tokens from a stream of its own.
+            ..HostState::new(Box::new(SeededIds::new(
+                self.seed,
+                u64::from(self.host_life) + 1,
+            )))
         };
-        // Slots for every run and its lingering children: which of several ready runs created
-        // in the same millisecond gets a slot first depends on the random part of their ids.
-        state.child_config.max_children = 64;
+        // Fewer slots than runs: which ready run gets one is decided by the engine's order
+        // (replayed by the seed), and runs wait for slots.
+        state.child_config.max_children = 4;
         state.child_config.runtimes = vec![Runtime {
             suffix: ".workflow.json".into(),
             program: "/bin/true".into(),
@@ -586,7 +644,7 @@ impl Sim {
             }
             piw_core::graph::NodeKind::Wait if answer.is_none() => {
                 let body = RequestBody::WorkerWaitUntil(payload::WorkerWaitUntil {
-                    for_ms: Some(120_000),
+                    for_ms: Some(WAIT_MS as u64),
                     until_ms: None,
                     output: json!({"node": node}),
                 });
@@ -757,8 +815,8 @@ impl Sim {
         } else {
             self.note("crash".into());
         }
-        let running = self.running_runs();
-        self.faulted.extend(running);
+        // A restart is not a lost child: the runs that were running are recovered by the next
+        // host, and none of them may go to review for it (only a real loss may send one).
         self.outgoing.clear();
         for c in &mut self.children {
             c.gone = true;
@@ -804,7 +862,7 @@ impl Sim {
         }
         let host = self.host.as_mut().expect("a host");
         let store = self.store.as_mut().expect("a store");
-        let deadline = next_deadline_at(store, &host.state);
+        let deadline = next_deadline_at(store, &host.state, store.now_ms());
         turn(
             store,
             &mut host.state,
@@ -837,28 +895,6 @@ impl Sim {
         while let Ok(cmd) = host.supervisor.try_recv() {
             commands.push(cmd);
         }
-        // In the order of the runs' starts: the host's maps iterate in no fixed order.
-        let order = |run_id: &str, generation: u64| {
-            let index = self
-                .starts
-                .iter()
-                .position(|s| s.run_id.as_deref() == Some(run_id));
-            (index.unwrap_or(usize::MAX), run_id.to_owned(), generation)
-        };
-        commands.sort_by_key(|cmd| match cmd {
-            SupervisorCmd::Launch {
-                run_id, generation, ..
-            }
-            | SupervisorCmd::Stop {
-                run_id, generation, ..
-            } => order(run_id, *generation),
-            // The simulation never prunes.
-            SupervisorCmd::RemoveLogs { .. } => (usize::MAX, String::new(), 0),
-            SupervisorCmd::LaunchBridge { run_id, .. } => order(run_id, u64::MAX),
-            SupervisorCmd::StopBridge { .. }
-            | SupervisorCmd::LaunchChannel { .. }
-            | SupervisorCmd::StopChannel { .. } => (usize::MAX, String::new(), u64::MAX),
-        });
         for cmd in commands {
             match cmd {
                 SupervisorCmd::Launch {
@@ -973,6 +1009,17 @@ impl Sim {
             }
         };
         let body = receipt.body;
+        if let (Some(timer), Some(wake_at)) = (body["timer_id"].as_str(), body["wake_at"].as_i64())
+        {
+            // Its wake time is fixed once, from the time the wait was asked.
+            let now = piw_core::clock::Clock::now_ms(&self.clock);
+            if wake_at != now + WAIT_MS {
+                self.fail(&format!(
+                    "timer {timer} wakes at {wake_at}, asked at {now} for {WAIT_MS} ms"
+                ));
+            }
+            self.timers.insert(timer.to_owned(), wake_at);
+        }
         let next = match phase {
             Phase::Greeting if body.get("stop").is_none() => {
                 self.children[child].greeted = true;
@@ -1014,12 +1061,50 @@ impl Sim {
         self.children[child].phase = next;
     }
 
+    /// Every timer fires once, never before its wake time: each run's new events are read, and
+    /// a `timer_fired` is checked against the wake time its acknowledged wait was given (or,
+    /// when that reply was lost, the one the event carries).
+    fn check_timers(&mut self, runs: &[String]) {
+        for run_id in runs {
+            let after = self.events_read.get(run_id).copied().unwrap_or(0);
+            let events = self.store().events(run_id, after).expect("events");
+            for event in events {
+                self.events_read.insert(run_id.clone(), event.seq);
+                if event.kind != "timer_fired" {
+                    continue;
+                }
+                let timer = event.data["timer"].as_str().unwrap_or("").to_owned();
+                let wake_at = self
+                    .timers
+                    .get(&timer)
+                    .copied()
+                    .or_else(|| event.data["wake_at"].as_i64())
+                    .unwrap_or(i64::MAX);
+                if event.at < wake_at {
+                    self.fail(&format!(
+                        "timer {timer} of {run_id} fired at {}, before its wake time {wake_at}",
+                        event.at
+                    ));
+                }
+                if !self.fired.insert(timer.clone()) {
+                    self.fail(&format!("timer {timer} of {run_id} fired twice"));
+                }
+            }
+        }
+    }
+
     /// The invariants that hold after every step.
     fn check(&mut self) {
         let findings = self.store().diagnose().expect("diagnose");
         if !findings.is_empty() {
             self.fail(&format!("diagnose found {findings:?}"));
         }
+        let run_ids: Vec<String> = self
+            .starts
+            .iter()
+            .filter_map(|s| s.run_id.clone())
+            .collect();
+        self.check_timers(&run_ids);
         let runs = self
             .store()
             .list_runs_where(None, false, &[], 10_000)
@@ -1080,12 +1165,6 @@ impl Sim {
             if runs.is_empty() && !children_left && self.starts.iter().all(|s| s.run_id.is_some()) {
                 return;
             }
-            // In the order of their starts (the store lists runs of one millisecond by id).
-            runs.sort_by_key(|r| {
-                self.starts
-                    .iter()
-                    .position(|s| s.run_id.as_deref() == Some(r.run_id.as_str()))
-            });
             for run in &runs {
                 if run.paused && round % 4 == 0 {
                     let id = self.request_id();
@@ -1108,7 +1187,7 @@ impl Sim {
                 let next = {
                     let host = self.host.as_ref().expect("a host");
                     let store = self.store.as_ref().expect("a store");
-                    next_deadline_at(store, &host.state)
+                    next_deadline_at(store, &host.state, store.now_ms())
                 };
                 let now = piw_core::clock::Clock::now_ms(&self.clock);
                 let to = next.map_or(1_000, |at| (at - now).clamp(1, 60_000));
@@ -1160,6 +1239,11 @@ impl Sim {
 /// Runs the simulation of `seed` with the steps `plan` names (each draws from its own stream:
 /// `Rng::for_step`), then settles with faults off and checks how every run ended. Its history.
 fn simulate(seed: u64, plan: &[usize]) -> Vec<String> {
+    simulate_to_the_end(seed, plan).0
+}
+
+/// `simulate`, and the store's canonical dump at the end.
+fn simulate_to_the_end(seed: u64, plan: &[usize]) -> (Vec<String>, String) {
     let mut sim = Sim::new(seed);
     for &step in plan {
         sim.steps_begun += 1;
@@ -1170,7 +1254,8 @@ fn simulate(seed: u64, plan: &[usize]) -> Vec<String> {
     sim.fail_next_commit.store(false, Ordering::SeqCst);
     sim.settle();
     sim.check_ends();
-    std::mem::take(&mut sim.history)
+    let dump = sim.store().canonical_dump().expect("dump");
+    (std::mem::take(&mut sim.history), dump)
 }
 
 /// A simulation that failed: why (the panic's message), its history, and how many steps of
@@ -1182,9 +1267,10 @@ struct Failure {
 }
 
 impl Failure {
-    /// What two failures must share to be the same: `why` without its random ids and numbers.
+    /// What two failures must share to be the same: `why` without its ids and numbers (a
+    /// shorter history draws other ids).
     fn kind(&self) -> String {
-        normalized(std::slice::from_ref(&self.why))[0]
+        self.why
             .split(' ')
             .map(|w| {
                 if w.chars().any(|c| c.is_ascii_digit()) {
@@ -1347,37 +1433,6 @@ fn env_number(name: &str) -> Option<usize> {
     std::env::var(name).ok().and_then(|s| s.trim().parse().ok())
 }
 
-/// `history` with the ids the store draws at random (runs, decisions) replaced by the order in
-/// which they first appear: what two runs of one seed must share.
-fn normalized(history: &[String]) -> Vec<String> {
-    let mut names: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
-    history
-        .iter()
-        .map(|line| {
-            line.split(' ')
-                .map(|word| {
-                    let (word, colon) = match word.strip_suffix(':') {
-                        Some(w) => (w, ":"),
-                        None => (word, ""),
-                    };
-                    let random = word.len() > 20
-                        && word.contains('-')
-                        && word.rsplit('-').next().is_some_and(|tail| {
-                            tail.len() >= 16 && tail.chars().all(|c| c.is_ascii_hexdigit())
-                        });
-                    if random {
-                        let n = names.len();
-                        format!("#{}{colon}", names.entry(word.to_owned()).or_insert(n))
-                    } else {
-                        format!("{word}{colon}")
-                    }
-                })
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .collect()
-}
-
 fn seeds() -> std::ops::Range<u64> {
     match std::env::var("PIW_SIM_SEEDS") {
         Ok(spec) => match spec.split_once("..") {
@@ -1391,18 +1446,34 @@ fn seeds() -> std::ops::Range<u64> {
     }
 }
 
+/// A seed replays bit for bit: the same ids, the same order of launches and replies, the same
+/// history and the same database, byte for byte; another seed makes another one.
 #[test]
-fn the_same_seed_replays_the_same_history() {
+fn the_same_seed_replays_the_same_history_and_bytes() {
     let plan: Vec<usize> = (0..150).collect();
-    let run = || normalized(&quietly(7, &plan).unwrap_or_else(|f| panic!("seed 7: {}", f.why)));
-    let (first, second) = (run(), run());
+    let run = |seed: u64| {
+        let _one_at_a_time = QUIET.lock().unwrap_or_else(|e| e.into_inner());
+        simulate_to_the_end(seed, &plan)
+    };
+    let (first, first_dump) = run(7);
+    let (second, second_dump) = run(7);
     if let Some(at) = (0..first.len().min(second.len())).find(|&i| first[i] != second[i]) {
         panic!(
-            "seed 7 diverged at step line {at}: {:?} vs {:?}",
+            "seed 7 diverged at history line {at}: {:?} vs {:?}",
             first[at], second[at]
         );
     }
     assert_eq!(first.len(), second.len());
+    assert!(
+        first_dump == second_dump,
+        "seed 7 left two different databases"
+    );
+    let (other, other_dump) = run(8);
+    assert_ne!(first, other, "seeds 7 and 8 made the same history");
+    assert_ne!(
+        first_dump, other_dump,
+        "seeds 7 and 8 left the same database"
+    );
 }
 
 #[test]

@@ -18,7 +18,7 @@ fn in_the_releasing_batch(
     attempt: &str,
     body: RequestBody,
 ) -> serde_json::Value {
-    let mut state = HostState::default();
+    let mut state = HostState::new(Box::new(piw_core::ids::OsIds));
     state.claims.insert(run_id.to_owned(), act.claim.clone());
     let req = Request::new("cmd-1", body).with_run_id(run_id);
     f.store
@@ -80,7 +80,7 @@ fn reports_about_an_abandoned_launch_are_ignored() {
             w.record_child_launch(&run_id, generation, host_epoch, act.mode)
         })
         .unwrap();
-    let mut state = HostState::default();
+    let mut state = HostState::new(Box::new(piw_core::ids::OsIds));
     state.abandoned_launches.insert(7, run_id.clone());
     let started = |launch, pid| ChildReport::Started {
         run_id: run_id.clone(),
@@ -103,6 +103,7 @@ fn reports_about_an_abandoned_launch_are_ignored() {
             ..Default::default()
         },
     };
+    state.now = f.store.now_ms();
     on_child_reports(&mut f.store, &mut state, vec![started(7, 4242), exited]);
     let record = &f.store.children(&run_id).unwrap()[0];
     assert_eq!((record.pid, record.exited), (None, false), "{record:?}");
@@ -111,6 +112,7 @@ fn reports_about_an_abandoned_launch_are_ignored() {
         "forgotten after its exit"
     );
     // The report of the launch that did commit is recorded.
+    state.now = f.store.now_ms();
     on_child_reports(&mut f.store, &mut state, vec![started(8, 4343)]);
     assert_eq!(f.store.children(&run_id).unwrap()[0].pid, Some(4343));
 }
@@ -122,7 +124,7 @@ fn host_state_with_runtime(f: &mut Fixture, standby: bool) -> HostState {
         owner_id: "host-epoch-1".into(),
         epoch: f.store.write(|w| w.begin_host_epoch(1)).unwrap(),
         supervising: true,
-        ..HostState::default()
+        ..HostState::new(Box::new(piw_core::ids::OsIds))
     };
     state.child_config.runtimes = vec![piw_core::engine::children::Runtime {
         suffix: ".workflow.mjs".into(),
@@ -166,6 +168,7 @@ fn after_a_failed_activation_commit_children_wait_for_their_commit() {
 
     // The first failure: the child was launched early, so it is stopped.
     f.fail_next_commit.store(true, Ordering::SeqCst);
+    state.now = f.store.now_ms();
     schedule(&mut f.store, &mut state);
     assert_eq!(sent(&mut state), ["launch 0", "stop"]);
     assert!(state.launch_after_commit);
@@ -174,6 +177,7 @@ fn after_a_failed_activation_commit_children_wait_for_their_commit() {
         1,
         "the stopped child holds its slot until it exits"
     );
+    state.now = f.store.now_ms();
     on_child_reports(
         &mut f.store,
         &mut state,
@@ -190,11 +194,13 @@ fn after_a_failed_activation_commit_children_wait_for_their_commit() {
 
     // Failing again: nothing starts.
     f.fail_next_commit.store(true, Ordering::SeqCst);
+    state.now = f.store.now_ms();
     schedule(&mut f.store, &mut state);
     assert_eq!(sent(&mut state), Vec::<String>::new());
     assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Queued);
 
     // The next commit succeeds: the child is launched after it, and early launching resumes.
+    state.now = f.store.now_ms();
     schedule(&mut f.store, &mut state);
     assert_eq!(sent(&mut state), ["launch 1"]);
     assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Running);
@@ -210,6 +216,7 @@ fn standby_worker_died_before_hello(f: &mut Fixture, run_id: &str) -> HostState 
 
     let mut state = host_state_with_runtime(f, true);
     state.child_config.standby_workers = 2;
+    state.now = f.store.now_ms();
     schedule(&mut f.store, &mut state);
     let first = launches(&mut state);
     let [launched @ (_, _, _, true)] = first[..] else {
@@ -220,6 +227,7 @@ fn standby_worker_died_before_hello(f: &mut Fixture, run_id: &str) -> HostState 
         reason: "killed by SIGKILL".into(),
         ..Default::default()
     };
+    state.now = f.store.now_ms();
     on_child_reports(
         &mut f.store,
         &mut state,
@@ -287,6 +295,7 @@ fn a_run_whose_standby_worker_died_before_its_hello_restarts_in_a_fresh_process(
     let mut f = Fixture::new();
     let run_id = f.start();
     let mut state = standby_worker_died_before_hello(&mut f, &run_id);
+    state.now = f.store.now_ms();
     piw_core::engine::children::schedule(&mut f.store, &mut state);
     let second = launches(&mut state);
     assert!(
@@ -306,6 +315,7 @@ fn no_standby_pool_is_named_when_standby_workers_is_zero() {
         f.start();
         let mut state = host_state_with_runtime(&mut f, true);
         state.child_config.standby_workers = configured;
+        state.now = f.store.now_ms();
         schedule(&mut f.store, &mut state);
         let launched = launches(&mut state);
         assert!(
@@ -325,6 +335,7 @@ fn a_forgiven_standby_death_is_forgotten_when_its_run_ends_before_a_relaunch() {
         .write(|w| w.cancel(&run_id, piw_core::store::Fence::Unclaimed, "not needed"))
         .unwrap();
     // What the store thread does after a batch that touched the run.
+    state.now = f.store.now_ms();
     piw_core::engine::children::forget_released_claims(
         &f.store,
         &mut state,
@@ -350,24 +361,31 @@ fn ready_runs_whose_activation_failed_to_commit_are_tried_again() {
     let mut state = host_state_with_runtime(&mut f, false);
     state.launch_after_commit = true; // an earlier activation commit failed
     f.fail_next_commit.store(true, Ordering::SeqCst);
+    state.now = f.store.now_ms();
     schedule(&mut f.store, &mut state);
     assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Queued);
     assert!(state.child_commands.is_empty(), "nothing launched");
-    let retry = next_child_deadline(&f.store, &state).expect("a deadline to try again");
+    let retry =
+        next_child_deadline(&f.store, &state, f.store.now_ms()).expect("a deadline to try again");
     assert!(retry > f.store.now_ms(), "not at once: {retry}");
 
     // It fails again: the next try waits twice as long (no log flood, no spin).
     let first_wait = retry - f.store.now_ms();
     f.clock.advance(first_wait);
     f.fail_next_commit.store(true, Ordering::SeqCst);
+    state.now = f.store.now_ms();
     due_child_work(&mut f.store, &mut state);
+    state.now = f.store.now_ms();
     schedule(&mut f.store, &mut state);
     assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Queued);
-    let retry = next_child_deadline(&f.store, &state).expect("a deadline to try again");
+    let retry =
+        next_child_deadline(&f.store, &state, f.store.now_ms()).expect("a deadline to try again");
     assert_eq!(retry - f.store.now_ms(), 2 * first_wait);
 
     f.clock.advance(retry - f.store.now_ms());
+    state.now = f.store.now_ms();
     due_child_work(&mut f.store, &mut state);
+    state.now = f.store.now_ms();
     schedule(&mut f.store, &mut state);
     assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Running);
     assert!(matches!(
@@ -394,6 +412,7 @@ fn a_hello_whose_batch_failed_to_commit_can_be_said_again() {
     let mut f = Fixture::new();
     let run_id = f.start();
     let mut state = host_state_with_runtime(&mut f, false);
+    state.now = f.store.now_ms();
     schedule(&mut f.store, &mut state);
     let Some(SupervisorCmd::Launch {
         spec, generation, ..
@@ -442,6 +461,7 @@ fn an_unroutable_node_timeout_does_not_make_the_store_thread_spin() {
     let mut f = Fixture::new();
     let run_id = f.start();
     let mut state = host_state_with_runtime(&mut f, false);
+    state.now = f.store.now_ms();
     schedule(&mut f.store, &mut state);
     let claim = state.claims[&run_id].clone();
     let graph = json!({"name": "w", "start": "a",
@@ -458,12 +478,13 @@ fn an_unroutable_node_timeout_does_not_make_the_store_thread_spin() {
         .unwrap();
     f.reserve_and_apply(&claim, &attempt, "k", RetryContract::Never);
     f.clock.advance(2000);
+    state.now = f.store.now_ms();
     due_child_work(&mut f.store, &mut state);
     assert!(
         state.children[&run_id].stopping,
         "the child is being stopped"
     );
-    let next = next_child_deadline(&f.store, &state);
+    let next = next_child_deadline(&f.store, &state, f.store.now_ms());
     assert!(
         next.is_none_or(|at| at > f.store.now_ms()),
         "a passed deadline is still the next wake-up: {next:?} at {}",
@@ -526,6 +547,7 @@ fn a_child_that_keeps_dying_leaves_its_last_stderr_line_in_the_review_reason() {
     let run_id = f.start();
     let mut state = host_state_with_runtime(&mut f, false);
     for _ in 0..3 {
+        state.now = f.store.now_ms();
         schedule(&mut f.store, &mut state);
         let launched = launches(&mut state);
         let [one @ (_, _, _, false)] = launched[..] else {
@@ -537,6 +559,7 @@ fn a_child_that_keeps_dying_leaves_its_last_stderr_line_in_the_review_reason() {
             stderr_tail: b"starting\ncannot spawn /nope/node: not found\n".to_vec(),
             ..Default::default()
         };
+        state.now = f.store.now_ms();
         on_child_reports(
             &mut f.store,
             &mut state,
@@ -571,7 +594,7 @@ fn an_answer_naming_another_run_or_node_is_refused() {
         .write(|w| w.wait_for_decision(&act.claim, &a, DecisionKind::Checkpoint, &json!({})))
         .unwrap();
     let (run_i, attempt_i, interaction) = f.waiting();
-    let state = HostState::default();
+    let state = HostState::new(Box::new(piw_core::ids::OsIds));
     let answer = payload::DecisionAnswer {
         decision_id: decision.clone(),
         answer: json!("yes"),
@@ -675,7 +698,7 @@ fn the_status_of_a_run_with_thousands_of_attempts_fits_and_pages_back() {
             &f.store,
             &HostState {
                 reply_limit: DEFAULT_MAX_FRAME_BYTES,
-                ..HostState::default()
+                ..HostState::new(Box::new(piw_core::ids::OsIds))
             },
             &req,
         )
@@ -734,7 +757,7 @@ fn the_status_of_a_run_with_thousands_of_attempts_fits_and_pages_back() {
         &f.store,
         &HostState {
             reply_limit: DEFAULT_MAX_FRAME_BYTES,
-            ..HostState::default()
+            ..HostState::new(Box::new(piw_core::ids::OsIds))
         },
         &req,
     )
@@ -779,7 +802,7 @@ fn interaction_list_of_a_session_fits_a_reply() {
             &f.store,
             &HostState {
                 reply_limit: limits.max_frame_bytes,
-                ..HostState::default()
+                ..HostState::new(Box::new(piw_core::ids::OsIds))
             },
             &req,
         )
@@ -851,7 +874,7 @@ fn message_claim_of_a_session_fits_a_reply() {
     let limits = Limits::default();
     let state = HostState {
         reply_limit: limits.max_frame_bytes,
-        ..HostState::default()
+        ..HostState::new(Box::new(piw_core::ids::OsIds))
     };
     let mut delivered = Vec::new();
     for round in 0..5 {
@@ -924,7 +947,7 @@ fn run_status_with_large_messages_of_a_sessionless_run_fits_a_reply() {
     let limits = Limits::default();
     let state = HostState {
         reply_limit: limits.max_frame_bytes,
-        ..HostState::default()
+        ..HostState::new(Box::new(piw_core::ids::OsIds))
     };
     let req = Request::new("st", RequestBody::RunStatus(Default::default())).with_run_id(&run_id);
     let body = apply_read(&f.store, &state, &req).unwrap().body;
@@ -988,11 +1011,11 @@ fn a_hello_reply_fits_a_frame_after_large_outputs() {
         .write(|w| w.answer_decision(&d, &json!("yes"), Answerer::Model))
         .unwrap();
     let act = f.activate(&run_id);
-    let token = ClaimToken::generate();
+    let token = ClaimToken::generate(&mut piw_core::ids::OsIds);
     let limits = Limits::default();
     let mut state = HostState {
         reply_limit: limits.max_frame_bytes,
-        ..HostState::default()
+        ..HostState::new(Box::new(piw_core::ids::OsIds))
     };
     state.claims.insert(run_id.clone(), act.claim.clone());
     state
@@ -1091,7 +1114,15 @@ fn a_retry_reports_a_run_that_waits_for_its_answer_again() {
     .with_run_id(&run_id);
     let body = f
         .store
-        .write(|w| apply_command(w, &HostState::default(), &req, None, None))
+        .write(|w| {
+            apply_command(
+                w,
+                &HostState::new(Box::new(piw_core::ids::OsIds)),
+                &req,
+                None,
+                None,
+            )
+        })
         .unwrap();
     assert_eq!(body["status"], json!("waiting"));
     assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Waiting);
@@ -1103,7 +1134,7 @@ fn a_retry_reports_a_run_that_waits_for_its_answer_again() {
 fn a_submission_sent_again_gets_its_receipt_and_changes_nothing() {
     let mut f = Fixture::new();
     let (run_i, attempt_i, interaction) = f.waiting();
-    let state = HostState::default();
+    let state = HostState::new(Box::new(piw_core::ids::OsIds));
     let submit = |id: &str, result: serde_json::Value| {
         Request::new(
             id,
@@ -1172,8 +1203,8 @@ fn a_raw_workers_progress_and_notify_events_are_bounded() {
     use piw_core::ids::ClaimToken;
     let mut f = Fixture::new();
     let (run_id, act, attempt) = f.running();
-    let token = ClaimToken::generate();
-    let mut state = HostState::default();
+    let token = ClaimToken::generate(&mut piw_core::ids::OsIds);
+    let mut state = HostState::new(Box::new(piw_core::ids::OsIds));
     state.claims.insert(run_id.clone(), act.claim.clone());
     state
         .children
@@ -1230,7 +1261,7 @@ fn a_raw_workers_progress_and_notify_events_are_bounded() {
         &f.store,
         &HostState {
             reply_limit: 1 << 20,
-            ..HostState::default()
+            ..HostState::new(Box::new(piw_core::ids::OsIds))
         },
         &Request::new("st", RequestBody::RunStatus(Default::default())).with_run_id(&run_id),
     )
@@ -1290,7 +1321,7 @@ fn a_command_sent_again_gets_its_receipt_even_when_its_batch_fails_to_commit() {
     // Nothing is scheduled: the test is about the batch alone.
     let mut state = HostState {
         shutting_down: true,
-        ..HostState::default()
+        ..HostState::new(Box::new(piw_core::ids::OsIds))
     };
     let (first, mut rx) = cancel("c-1", &cancelled);
     one_turn(&mut f, &mut state, vec![first]);
@@ -1376,7 +1407,7 @@ fn run_list_pages_through_every_run_exactly_once_while_runs_start_and_end() {
             &f.store,
             &HostState {
                 reply_limit: DEFAULT_MAX_FRAME_BYTES,
-                ..HostState::default()
+                ..HostState::new(Box::new(piw_core::ids::OsIds))
             },
             &req,
         )
@@ -1421,7 +1452,9 @@ fn run_list_pages_through_every_run_exactly_once_while_runs_start_and_end() {
             f.clock.advance(5);
             started.push(f.start());
             let now = f.store.now_ms();
-            f.clock.set(common::T0);
+            // Older than every run listed so far (the oldest share `T0`): it sorts after them
+            // all, among the runs not listed yet, whatever the random part of its id.
+            f.clock.set(common::T0 - 1);
             started.push(f.start());
             f.clock.set(now);
             for victim in [&originals[pages * 7], &originals[RUNS - pages * 11]] {
@@ -1490,7 +1523,7 @@ fn run_list_filters_by_run_id_prefix() {
         let req = Request::new("ls", RequestBody::RunList(payload));
         let state = HostState {
             reply_limit: piw_core::protocol::DEFAULT_MAX_FRAME_BYTES,
-            ..HostState::default()
+            ..HostState::new(Box::new(piw_core::ids::OsIds))
         };
         let body = apply_read(&f.store, &state, &req).unwrap().body;
         let mut got: Vec<String> = body["runs"]
@@ -1633,7 +1666,8 @@ fn a_turn_hands_its_effects_to_the_driver_in_order() {
         ),
     ];
     let mut recorder = Recorder::default();
-    turn(&mut f.store, &mut state, inputs, None, &mut recorder);
+    let now = f.store.now_ms();
+    turn(&mut f.store, &mut state, now, inputs, None, &mut recorder);
     let log = recorder.0;
     let at = |prefix: &str| {
         log.iter()
@@ -1714,7 +1748,7 @@ fn value_get_pieces_fit_a_frame_and_add_up_to_the_value() {
         .with_run_id(&run_id);
         let state = HostState {
             reply_limit: limits.max_frame_bytes,
-            ..HostState::default()
+            ..HostState::new(Box::new(piw_core::ids::OsIds))
         };
         let receipt = apply_read(&f.store, &state, &req).unwrap();
         let encoded = encode_frame(&ServerFrame::receipt("req-get", receipt.clone()), &limits);
@@ -1806,6 +1840,7 @@ fn a_detached_step_gets_one_bridge_and_a_killed_bridge_fails_its_attempt() {
     bridges::reconcile(&mut f.store, &mut state);
     assert!(bridge_launches(&mut state).is_empty(), "one bridge per run");
 
+    state.now = f.store.now_ms();
     on_child_reports(
         &mut f.store,
         &mut state,
@@ -1934,18 +1969,20 @@ fn a_prune_skips_a_finished_run_whose_child_is_still_exiting() {
         .write(|w| w.complete(&act.claim, &attempt, &json!(null), &json!("done")))
         .unwrap();
     let mut state = host_state_with_runtime(&mut f, false);
-    let token = piw_core::ids::ClaimToken::generate();
+    let token = piw_core::ids::ClaimToken::generate(&mut piw_core::ids::OsIds);
     state
         .children
         .insert(exiting.clone(), launched_child(&act, &token));
 
     let prune = RunPrune::default();
+    state.now = f.store.now_ms();
     let first = prune_request(&mut f.store, &mut state, &prune).unwrap();
     assert_eq!(first.body["removed"], json!([gone]), "{:?}", first.body);
     assert_eq!(f.store.run(&exiting).unwrap().status, RunStatus::Completed);
 
     // Its exit is recorded: the next prune takes it.
     state.children.remove(&exiting);
+    state.now = f.store.now_ms();
     let second = prune_request(&mut f.store, &mut state, &prune).unwrap();
     assert_eq!(
         second.body["removed"],
@@ -1971,7 +2008,7 @@ fn run_list_with_limit_zero_is_refused() {
             &f.store,
             &HostState {
                 reply_limit: piw_core::protocol::DEFAULT_MAX_FRAME_BYTES,
-                ..HostState::default()
+                ..HostState::new(Box::new(piw_core::ids::OsIds))
             },
             &Request::new("ls", RequestBody::RunList(payload)),
         )
@@ -2015,7 +2052,7 @@ fn a_cursor_shaped_like_the_hosts_but_not_made_by_it_is_refused() {
                 ..Default::default()
             }),
         );
-        apply_read(store, &HostState::default(), &req).map(|r| r.body)
+        apply_read(store, &HostState::new(Box::new(piw_core::ids::OsIds)), &req).map(|r| r.body)
     };
     let cursor_of = |body: &serde_json::Value| {
         RunListCursor::decode(body["next_cursor"].as_str().expect("a next_cursor"))
@@ -2081,13 +2118,14 @@ fn a_cursor_shaped_like_the_hosts_but_not_made_by_it_is_refused() {
     assert_eq!(seen, newest_first);
 
     // A dry prune's cursor is checked the same way.
-    let mut state = HostState::default();
+    let mut state = HostState::new(Box::new(piw_core::ids::OsIds));
     let dry = |cursor| RunPrune {
         dry_run: Some(true),
         limit: Some(2),
         cursor,
         ..Default::default()
     };
+    state.now = f.store.now_ms();
     let page = prune_request(&mut f.store, &mut state, &dry(None)).unwrap();
     let next = cursor_of(&page.body);
     let forged = RunListCursor::sign(&CursorKey([0x5a; 32]), next.key.clone());
@@ -2095,6 +2133,7 @@ fn a_cursor_shaped_like_the_hosts_but_not_made_by_it_is_refused() {
         "a prune's cursor with another key",
         prune_request(&mut f.store, &mut state, &dry(Some(forged))).map(|r| r.body),
     );
+    state.now = f.store.now_ms();
     let more = prune_request(&mut f.store, &mut state, &dry(Some(next))).unwrap();
     assert_eq!(
         more.body["run_ids"],
@@ -2126,7 +2165,7 @@ fn a_client_uploads_a_large_submission_for_its_open_interaction() {
     let mut f = Fixture::new();
     let (other, _, _) = f.running();
     let (run_i, attempt_i, interaction) = f.waiting();
-    let state = HostState::default();
+    let state = HostState::new(Box::new(piw_core::ids::OsIds));
     let value = json!({ "blob": "v".repeat(3_000_000) });
     let text = canonical_json(&value);
     let r = ValueRef::for_canonical(&text);
@@ -2327,7 +2366,7 @@ fn a_client_uploads_a_large_submission_for_its_open_interaction() {
     assert_eq!(
         findings
             .iter()
-            .map(|x| (x.code, x.ids.clone()))
+            .map(|x| (&*x.code, x.ids.clone()))
             .collect::<Vec<_>>(),
         vec![("value_partial", vec![o.sha256.clone()])],
         "{findings:#?}"

@@ -513,7 +513,7 @@ fn run_status(s: &Scenario, run_id: &str) -> Value {
         &s.f.store,
         &dispatch::HostState {
             reply_limit: DEFAULT_MAX_FRAME_BYTES,
-            ..dispatch::HostState::default()
+            ..dispatch::HostState::new(Box::new(piw_core::ids::OsIds))
         },
         &request,
     )
@@ -547,7 +547,7 @@ fn the_documented_records_are_the_ones_the_host_sends() {
         &s.f.store,
         &dispatch::HostState {
             reply_limit: DEFAULT_MAX_FRAME_BYTES,
-            ..dispatch::HostState::default()
+            ..dispatch::HostState::new(Box::new(piw_core::ids::OsIds))
         },
         &Request::new("ls", RequestBody::RunList(payload::RunList::default())),
     )

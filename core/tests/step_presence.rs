@@ -63,7 +63,8 @@ fn expire(f: &mut Fixture) -> Vec<(String, String)> {
 #[test]
 fn a_step_uses_its_time_only_while_its_session_is_there() {
     let mut f = Fixture::new();
-    let mut state = HostState::default();
+    let mut state = HostState::new(Box::new(piw_core::ids::OsIds));
+    state.now = f.store.now_ms();
     presence::session_watched(&mut f.store, &mut state, "session-1".into(), 1);
     let (run_id, attempt, step) = ask(&mut f, &state, ExecutionMode::Interactive, 8_000);
     let start = f.store.now_ms();
@@ -74,6 +75,7 @@ fn a_step_uses_its_time_only_while_its_session_is_there() {
     );
 
     f.clock.advance(3_000);
+    state.now = f.store.now_ms();
     presence::session_unwatched(&mut f.store, &mut state, "session-1".into(), 1);
     assert_eq!(deadlines(&mut f, &run_id, &attempt), (None, None));
     assert_eq!(
@@ -91,7 +93,9 @@ fn a_step_uses_its_time_only_while_its_session_is_there() {
 
     // Two connections of the session (a reconnect overlapping the old one): it is there
     // until the last one goes.
+    state.now = f.store.now_ms();
     presence::session_watched(&mut f.store, &mut state, "session-1".into(), 2);
+    state.now = f.store.now_ms();
     presence::session_watched(&mut f.store, &mut state, "session-1".into(), 3);
     let back = f.store.now_ms();
     assert_eq!(
@@ -119,8 +123,9 @@ fn a_step_uses_its_time_only_while_its_session_is_there() {
 #[test]
 fn a_step_asked_while_nobody_is_there_has_no_deadline_until_held() {
     let mut f = Fixture::new();
-    let mut state = HostState::default();
+    let mut state = HostState::new(Box::new(piw_core::ids::OsIds));
     // Another session is there: not this run's.
+    state.now = f.store.now_ms();
     presence::session_watched(&mut f.store, &mut state, "session-2".into(), 1);
     let (run_id, attempt, step) = ask(&mut f, &state, ExecutionMode::Interactive, 8_000);
     assert_eq!(deadlines(&mut f, &run_id, &attempt), (None, None));
@@ -136,7 +141,7 @@ fn a_step_asked_while_nobody_is_there_has_no_deadline_until_held() {
 #[test]
 fn a_checkpoint_deadline_counts_while_nobody_is_there() {
     let mut f = Fixture::new();
-    let state = HostState::default();
+    let state = HostState::new(Box::new(piw_core::ids::OsIds));
     assert!(!presence::is_present(
         &state,
         &piw_core::store::Holder::Session("session-1".into())
@@ -166,8 +171,9 @@ fn a_checkpoint_deadline_counts_while_nobody_is_there() {
 #[test]
 fn the_hosts_down_time_uses_up_no_step_time() {
     let mut f = Fixture::new();
-    let mut state = HostState::default();
+    let mut state = HostState::new(Box::new(piw_core::ids::OsIds));
     let epoch = f.store.write(|w| w.begin_host_epoch(1)).unwrap();
+    state.now = f.store.now_ms();
     presence::session_watched(&mut f.store, &mut state, "session-1".into(), 1);
     let (run_id, attempt, _) = ask(&mut f, &state, ExecutionMode::Interactive, 8_000);
     f.clock.advance(2_000);
@@ -175,7 +181,8 @@ fn the_hosts_down_time_uses_up_no_step_time() {
     f.clock.advance(100_000);
     piw_core::driver::recover_at_start(&mut f.store, 2).unwrap();
     assert_eq!(deadlines(&mut f, &run_id, &attempt), (None, None));
-    let mut state = HostState::default();
+    let mut state = HostState::new(Box::new(piw_core::ids::OsIds));
+    state.now = f.store.now_ms();
     presence::session_watched(&mut f.store, &mut state, "session-1".into(), 1);
     let now = f.store.now_ms();
     assert_eq!(
@@ -192,7 +199,8 @@ fn the_hosts_down_time_uses_up_no_step_time() {
 #[test]
 fn a_detached_step_uses_its_time_only_while_its_bridge_holds_it() {
     let mut f = Fixture::new();
-    let mut state = HostState::default();
+    let mut state = HostState::new(Box::new(piw_core::ids::OsIds));
+    state.now = f.store.now_ms();
     presence::session_watched(&mut f.store, &mut state, "session-1".into(), 1);
     let (run_id, attempt, step) = ask(&mut f, &state, ExecutionMode::Detached, 8_000);
     assert_eq!(deadlines(&mut f, &run_id, &attempt), (None, None));
@@ -212,6 +220,7 @@ fn a_detached_step_uses_its_time_only_while_its_bridge_holds_it() {
         run_id: run_id.clone(),
         launch: 7,
     };
+    state.now = f.store.now_ms();
     piw_core::engine::bridges::on_reports(&mut f.store, &mut state, vec![hello]);
     let held = f.store.now_ms();
     assert_eq!(
@@ -230,6 +239,7 @@ fn a_detached_step_uses_its_time_only_while_its_bridge_holds_it() {
             stderr_tail: Vec::new(),
         },
     };
+    state.now = f.store.now_ms();
     piw_core::engine::bridges::on_reports(&mut f.store, &mut state, vec![exit]);
     assert_eq!(deadlines(&mut f, &run_id, &attempt), (None, None));
     f.clock.advance(60_000);
@@ -241,7 +251,8 @@ fn a_detached_step_uses_its_time_only_while_its_bridge_holds_it() {
 #[test]
 fn detaching_takes_the_step_from_its_session() {
     let mut f = Fixture::new();
-    let mut state = HostState::default();
+    let mut state = HostState::new(Box::new(piw_core::ids::OsIds));
+    state.now = f.store.now_ms();
     presence::session_watched(&mut f.store, &mut state, "session-1".into(), 1);
     let (run_id, attempt, _) = ask(&mut f, &state, ExecutionMode::Interactive, 8_000);
     f.clock.advance(1_000);

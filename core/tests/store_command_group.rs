@@ -173,7 +173,7 @@ fn setup(store: &mut Store) -> Runs {
     store.write(|w| w.pause(&ids[1], Fence::Unclaimed)).unwrap();
     let held = store.write(|w| w.activate(&ids[2], HOST)).unwrap().claim;
     let forged = Claim {
-        token: ClaimToken::generate(),
+        token: ClaimToken::generate(&mut piw_core::ids::OsIds),
         ..held.clone()
     };
     Runs { ids, held, forged }

@@ -6,8 +6,8 @@ use common::*;
 use piw_core::store::*;
 use serde_json::json;
 
-fn codes(findings: &[Finding]) -> Vec<&'static str> {
-    findings.iter().map(|f| f.code).collect()
+fn codes(findings: &[Finding]) -> Vec<&str> {
+    findings.iter().map(|f| &*f.code).collect()
 }
 
 #[test]

@@ -57,7 +57,7 @@ fn host(store: &mut Store) -> HostState {
         supervising: true,
         socket_path: "/nonexistent/host.sock".into(),
         reply_limit: piw_core::protocol::DEFAULT_MAX_FRAME_BYTES,
-        ..HostState::default()
+        ..HostState::new(Box::new(piw_core::ids::OsIds))
     };
     state.child_config.max_children = 0;
     state
@@ -76,7 +76,7 @@ fn run_for(
     let end = clock.now_ms() + interval_ms;
     let mut turns = Vec::new();
     while clock.now_ms() < end && turns.len() < max_turns {
-        let Some(deadline) = next_deadline_at(store, state) else {
+        let Some(deadline) = next_deadline_at(store, state, clock.now_ms()) else {
             break;
         };
         if deadline > clock.now_ms() {
@@ -87,6 +87,7 @@ fn run_for(
         turn(
             store,
             state,
+            clock.now_ms(),
             Vec::new(),
             Some(deadline),
             &mut Edges::default(),
@@ -192,6 +193,7 @@ fn a_real_sqlite_full_is_refused_clearly_and_work_resumes_once_space_is_back() {
     turn(
         &mut store,
         &mut state,
+        clock.now_ms(),
         vec![start_job("before", json!({"n": 0}), 0)],
         None,
         &mut edges,
@@ -208,6 +210,7 @@ fn a_real_sqlite_full_is_refused_clearly_and_work_resumes_once_space_is_back() {
     turn(
         &mut store,
         &mut state,
+        clock.now_ms(),
         vec![start_job("during", big.clone(), 1)],
         None,
         &mut edges,
@@ -232,6 +235,7 @@ fn a_real_sqlite_full_is_refused_clearly_and_work_resumes_once_space_is_back() {
     turn(
         &mut store,
         &mut state,
+        clock.now_ms(),
         vec![start_job("during", big.clone(), 2)],
         None,
         &mut edges,

@@ -122,7 +122,7 @@ fn a_new_generation_fences_the_old_token() {
     );
     // Same generation, wrong token or owner.
     let forged = Claim {
-        token: piw_core::ids::ClaimToken::generate(),
+        token: piw_core::ids::ClaimToken::generate(&mut piw_core::ids::OsIds),
         ..new.claim.clone()
     };
     let err = f.store.write(|w| w.heartbeat(&forged)).unwrap_err();

@@ -1343,7 +1343,7 @@ impl Harness {
                         return Ok(Outcome::skipped());
                     };
                     Claim {
-                        token: ClaimToken::generate(),
+                        token: ClaimToken::generate(&mut piw_core::ids::OsIds),
                         ..latest
                     }
                 } else {

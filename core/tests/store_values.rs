@@ -207,7 +207,7 @@ fn diagnose_finds_missing_corrupt_and_unreferenced_values_and_repair_removes_the
     ));
     let findings = f.store.diagnose().unwrap();
     assert_eq!(
-        findings.iter().map(|x| x.code).collect::<Vec<_>>(),
+        findings.iter().map(|x| &*x.code).collect::<Vec<_>>(),
         vec!["value_unreferenced"],
         "{findings:#?}"
     );
@@ -223,13 +223,19 @@ fn diagnose_finds_missing_corrupt_and_unreferenced_values_and_repair_removes_the
         "UPDATE value_chunks SET data = X'00' WHERE sha256 = '{}' AND offset = 2000",
         r.sha256
     ));
-    let codes: Vec<_> = f.store.diagnose().unwrap().iter().map(|x| x.code).collect();
+    let codes: Vec<_> = f
+        .store
+        .diagnose()
+        .unwrap()
+        .into_iter()
+        .map(|x| x.code)
+        .collect();
     assert_eq!(codes, vec!["value_corrupt"]);
     // A value gone: the attempt's reference is missing (and repair invents nothing).
     f.corrupt("DELETE FROM value_chunks; DELETE FROM run_values; DELETE FROM value_blobs;");
     let findings = f.store.diagnose().unwrap();
     assert_eq!(
-        findings.iter().map(|x| x.code).collect::<Vec<_>>(),
+        findings.iter().map(|x| &*x.code).collect::<Vec<_>>(),
         vec!["value_missing"],
         "{findings:#?}"
     );
@@ -351,7 +357,13 @@ fn a_damaged_value_is_healed_by_the_next_correct_upload() {
          WHERE sha256 = '{}' AND offset = 2000",
         r.sha256
     ));
-    let codes: Vec<_> = f.store.diagnose().unwrap().iter().map(|x| x.code).collect();
+    let codes: Vec<_> = f
+        .store
+        .diagnose()
+        .unwrap()
+        .into_iter()
+        .map(|x| x.code)
+        .collect();
     assert_eq!(codes, vec!["value_corrupt"]);
 
     let (second, act2, _) = f.running();
@@ -403,7 +415,7 @@ fn a_partial_upload_no_live_child_can_complete_is_found_repaired_and_pruned() {
     f.clock.advance(LEASE_MS + 1);
     let findings = f.store.diagnose().unwrap();
     assert_eq!(
-        findings.iter().map(|x| x.code).collect::<Vec<_>>(),
+        findings.iter().map(|x| &*x.code).collect::<Vec<_>>(),
         vec!["value_partial"],
         "{findings:#?}"
     );

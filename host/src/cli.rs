@@ -87,41 +87,14 @@ pub(crate) enum Cmd {
     Host(HostCmd),
     /// List runs, newest first; `piw runs prune` removes finished ones.
     #[command(args_conflicts_with_subcommands = true)]
-    Runs {
-        #[command(subcommand)]
-        action: Option<RunsCmd>,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
-        /// Only runs of this origin session.
-        #[arg(long)]
-        session: Option<String>,
-        /// Only runs that have not ended (queued, running, waiting or in review).
-        #[arg(long)]
-        unfinished: bool,
-        /// Only runs in this status; repeat it or give a list (`--status waiting,review`).
-        #[arg(long, value_name = "STATUS", value_delimiter = ',', value_parser = run_status_values())]
-        status: Vec<piw_core::store::RunStatus>,
-        /// At most this many runs, newest first. When more follow, a line on stderr says so
-        /// (`more` and `next_cursor` in `--json`).
-        #[arg(long, value_name = "N", default_value_t = DEFAULT_RUNS_LIMIT,
-              value_parser = clap::value_parser!(u32).range(1..))]
-        limit: u32,
-        /// Every run, however many (the host is asked a page at a time).
-        #[arg(long, conflicts_with = "limit")]
-        all: bool,
-        /// Only the runs after this place in the list: the `next_cursor` of an earlier
-        /// `piw runs --json`.
-        #[arg(long, value_name = "CURSOR", value_parser = parse_run_list_cursor)]
-        cursor: Option<piw_core::protocol::payload::RunListCursor>,
-    },
+    Runs(RunsArgs),
     /// Start or control one run.
     #[command(subcommand)]
     Run(RunCmd),
     /// Decision channels: where protected human decisions also go (Telegram), so a person can
     /// answer them while Pi is closed.
     #[command(subcommand)]
-    Channel(crate::channel::ChannelCmd),
+    Channel(crate::commands::ChannelCmd),
     /// List contradictory durable state (read-only; never starts a host). Exit 3 when it finds
     /// any.
     Diagnose {
@@ -138,29 +111,17 @@ pub(crate) enum Cmd {
     State(StateCmd),
     /// Watch runs live in the terminal: the run list, a run's graph with node states, an
     /// inspector and the run's history. Read-only: it never starts a host or changes a row.
-    View {
-        /// Open this run (Esc goes to the run list).
-        run_id: Option<String>,
-        /// Print one plain-text frame and exit.
-        #[arg(long)]
-        once: bool,
-        /// List only runs in this status.
-        #[arg(long, value_parser = parse_run_status)]
-        status: Option<piw_core::store::RunStatus>,
-        /// List only runs of this origin session.
-        #[arg(long)]
-        session: Option<String>,
-    },
+    View(ViewArgs),
     /// Print a run's child output (every child of every attempt, whole, up to 16 MiB each)
     /// and its events; `--follow` goes on printing them as they come until the run ends.
     /// Read-only: it never starts a host.
-    Logs(logs::LogsArgs),
+    Logs(commands::logs::LogsArgs),
     /// Print a completion script for a shell (run ids complete too), e.g.
     /// `piw completions bash > ~/.local/share/bash-completion/completions/piw`.
-    Completions(completions::CompletionsArgs),
+    Completions(commands::CompletionsArgs),
     /// Print the man page (roff) of piw or of one command, e.g. `piw man run start | man -l -`;
     /// `--dir` writes every page instead.
-    Man(completions::ManArgs),
+    Man(commands::ManArgs),
 }
 
 /// A run status, with every status listed in `--help`, in an error and for shell completion.
@@ -174,24 +135,7 @@ pub(crate) enum RunsCmd {
     /// gives the space back.
     #[command(group(clap::ArgGroup::new("selector").required(true).multiple(true)
         .args(["older_than", "status", "keep"])))]
-    Prune {
-        /// Only runs that finished at least this long ago: a number and a unit, `s`, `m`,
-        /// `h` or `d` (`30d`, `12h`).
-        #[arg(long, value_name = "AGE", value_parser = parse_age)]
-        older_than: Option<u64>,
-        /// Only runs in this finished status; repeat it or give a list
-        /// (`--status failed,cancelled`).
-        #[arg(long, value_name = "STATUS", value_delimiter = ',', value_parser = finished_status_values())]
-        status: Vec<piw_core::store::RunStatus>,
-        /// Keep the newest N finished runs (of the selected statuses), whatever their age.
-        #[arg(long, value_name = "N")]
-        keep: Option<u64>,
-        /// Say what would go (how many; the ids with `--json`) and change nothing.
-        #[arg(long)]
-        dry_run: bool,
-        #[arg(long)]
-        json: bool,
-    },
+    Prune(PruneArgs),
 }
 
 fn finished_status_values(
@@ -264,35 +208,7 @@ pub(crate) enum RunCmd {
     /// Start a run of a workflow: a name (found in ./.pi/workflows/, then
     /// ~/.pi/agent/workflows/, then the built-ins), builtin:<id> (autoplan, autodoc,
     /// plan-approval, plan-change, autoimplement, sanity-check, monitor) or a path to a workflow file.
-    Start {
-        #[arg(value_name = "NAME|builtin:ID|PATH")]
-        workflow: String,
-        /// The run's input as JSON; without it `{}`, as a start from Pi gives (workflows
-        /// written for pi-workflows read fields of their input, `input.task`, unguarded).
-        #[arg(long, default_value = "{}", value_parser = parse_json)]
-        input: Value,
-        /// The origin Pi session.
-        #[arg(long)]
-        session: Option<String>,
-        /// Run its interactive steps in Pi children of the host (`PIW_DETACHED_PROVIDER`,
-        /// `PIW_DETACHED_MODEL`), even with --session; refused at once if Pi cannot serve them.
-        #[arg(long)]
-        detached: bool,
-        /// Wait until the run finishes (or stops for review) and print its result.
-        #[arg(long)]
-        wait: bool,
-        /// With --wait: give up after this many seconds (exit 4; the run goes on).
-        #[arg(long, value_name = "SECS", requires = "wait")]
-        timeout: Option<u64>,
-        /// Start at most one run for this key: the same command with the same key again (a
-        /// retry after a lost reply, a script run twice) gives the run the first one started;
-        /// the key with another workflow, input or directory is refused
-        /// (`idempotency_conflict`). 1 to 128 characters.
-        #[arg(long, value_name = "KEY")]
-        idempotency_key: Option<String>,
-        #[arg(long)]
-        json: bool,
-    },
+    Start(StartArgs),
     /// Print a run's graph with each node's state (read-only; never starts a host).
     Graph {
         run_id: String,
@@ -345,33 +261,11 @@ pub(crate) enum RunCmd {
     /// receipt and another is refused. Without, the one the run waits for now, refused when an
     /// earlier checkpoint of the run took the same answer: the same command run again never
     /// answers the next visit (name the decision to give an equal answer on purpose).
-    Answer {
-        run_id: String,
-        /// The answer: JSON, or plain text (sent as a JSON string).
-        #[arg(required_unless_present = "input", conflicts_with = "input")]
-        answer: Option<String>,
-        /// The answer as JSON, from `@file` or `-` (stdin) or inline.
-        #[arg(long, value_parser = parse_json)]
-        input: Option<Value>,
-        /// The checkpoint answered (`dec-…`, from `piw run status`).
-        #[arg(long, value_name = "ID")]
-        decision: Option<String>,
-        #[arg(long)]
-        json: bool,
-    },
+    Answer(AnswerArgs),
     /// Answer a protected human decision of a run, as the person deciding: the answer is
     /// `{"choice": CHOICE, "text": TEXT}` (`text` only when given). `--decision` binds it as
     /// for `piw run answer`.
-    Decide {
-        run_id: String,
-        choice: String,
-        text: Option<String>,
-        /// The decision answered (`dec-…`, from `piw run status`).
-        #[arg(long, value_name = "ID")]
-        decision: Option<String>,
-        #[arg(long)]
-        json: bool,
-    },
+    Decide(DecideArgs),
     /// Submit a result for an interactive step of a run (the workflow validates it). With
     /// `--interaction`, for that request (as `piw run status` names it): refused once it is
     /// closed, except that the result it already took gives back the original receipt.
@@ -383,24 +277,7 @@ pub(crate) enum RunCmd {
     /// is rejected (with the workflow's reason) or the run stopped for review or ended before
     /// judging it (the submission stands and is judged once the run goes on), 4 when no verdict
     /// came within `--timeout` (the submission stands).
-    Submit {
-        run_id: String,
-        /// The result as JSON.
-        #[arg(required_unless_present = "input", conflicts_with = "input", value_parser = parse_json)]
-        result: Option<Value>,
-        /// The result as JSON, from `@file` or `-` (stdin) or inline.
-        #[arg(long, value_parser = parse_json)]
-        input: Option<Value>,
-        /// The interactive request answered (`int-…`, from `piw run status`).
-        #[arg(long, value_name = "ID")]
-        interaction: Option<String>,
-        /// How long to wait for the workflow's verdict; 0 does not wait (the state printed is
-        /// then `validating`).
-        #[arg(long, value_name = "SECS", default_value_t = 60)]
-        timeout: u64,
-        #[arg(long)]
-        json: bool,
-    },
+    Submit(SubmitArgs),
     /// Wait until a run finishes (or stops for review) and print how it ended.
     Wait {
         run_id: String,
@@ -414,36 +291,10 @@ pub(crate) enum RunCmd {
     /// fixed, or a changed source is put back). Refused while an effect is uncertain.
     /// With `--accept-source`, a run stopped because its workflow file changed goes on with
     /// the file as it is now.
-    Retry {
-        run_id: String,
-        /// Why: what was fixed (kept in the run's `retried` event, with your login name).
-        #[arg(long, default_value = "")]
-        reason: String,
-        /// The run stopped because a source changed: go on with the workflow file as it is
-        /// now (its new hash, graph and mounts become the run's; the `retried` event keeps the
-        /// old and the new hash). Refused for a run in review for any other reason.
-        #[arg(long)]
-        accept_source: bool,
-        #[arg(long)]
-        json: bool,
-    },
+    Retry(RetryArgs),
     /// A run in review: record what became of an uncertain effect (it was applied, with the
     /// receipt you provide, or it failed); once none is uncertain, the run continues.
-    ResolveEffect {
-        run_id: String,
-        effect_id: String,
-        /// It happened: the external system's receipt, as JSON.
-        #[arg(long, value_name = "RECEIPT_JSON", value_parser = parse_json, conflicts_with = "failed", required_unless_present = "failed")]
-        applied: Option<Value>,
-        /// It did not happen: why.
-        #[arg(long, value_name = "ERROR")]
-        failed: Option<String>,
-        /// How you know (kept in the `effect_resolved` event, with your login name).
-        #[arg(long, default_value = "")]
-        reason: String,
-        #[arg(long)]
-        json: bool,
-    },
+    ResolveEffect(ResolveEffectArgs),
 }
 
 #[derive(Subcommand)]
@@ -465,4 +316,189 @@ pub(crate) enum StateCmd {
         #[arg(long)]
         yes: bool,
     },
+}
+
+// `piw runs`: the list's filters, or `prune`.
+#[derive(clap::Args)]
+pub(crate) struct RunsArgs {
+    #[command(subcommand)]
+    pub(crate) action: Option<RunsCmd>,
+    /// Print JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Only runs of this origin session.
+    #[arg(long)]
+    pub(crate) session: Option<String>,
+    /// Only runs that have not ended (queued, running, waiting or in review).
+    #[arg(long)]
+    pub(crate) unfinished: bool,
+    /// Only runs in this status; repeat it or give a list (`--status waiting,review`).
+    #[arg(long, value_name = "STATUS", value_delimiter = ',', value_parser = run_status_values())]
+    pub(crate) status: Vec<piw_core::store::RunStatus>,
+    /// At most this many runs, newest first. When more follow, a line on stderr says so
+    /// (`more` and `next_cursor` in `--json`).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_RUNS_LIMIT,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) limit: u32,
+    /// Every run, however many (the host is asked a page at a time).
+    #[arg(long, conflicts_with = "limit")]
+    pub(crate) all: bool,
+    /// Only the runs after this place in the list: the `next_cursor` of an earlier
+    /// `piw runs --json`.
+    #[arg(long, value_name = "CURSOR", value_parser = parse_run_list_cursor)]
+    pub(crate) cursor: Option<piw_core::protocol::payload::RunListCursor>,
+}
+
+// `piw runs prune`.
+#[derive(clap::Args)]
+pub(crate) struct PruneArgs {
+    /// Only runs that finished at least this long ago: a number and a unit, `s`, `m`,
+    /// `h` or `d` (`30d`, `12h`).
+    #[arg(long, value_name = "AGE", value_parser = parse_age)]
+    pub(crate) older_than: Option<u64>,
+    /// Only runs in this finished status; repeat it or give a list
+    /// (`--status failed,cancelled`).
+    #[arg(long, value_name = "STATUS", value_delimiter = ',', value_parser = finished_status_values())]
+    pub(crate) status: Vec<piw_core::store::RunStatus>,
+    /// Keep the newest N finished runs (of the selected statuses), whatever their age.
+    #[arg(long, value_name = "N")]
+    pub(crate) keep: Option<u64>,
+    /// Say what would go (how many; the ids with `--json`) and change nothing.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+// `piw run start`.
+#[derive(clap::Args)]
+pub(crate) struct StartArgs {
+    #[arg(value_name = "NAME|builtin:ID|PATH")]
+    pub(crate) workflow: String,
+    /// The run's input as JSON; without it `{}`, as a start from Pi gives (workflows
+    /// written for pi-workflows read fields of their input, `input.task`, unguarded).
+    #[arg(long, default_value = "{}", value_parser = parse_json)]
+    pub(crate) input: Value,
+    /// The origin Pi session.
+    #[arg(long)]
+    pub(crate) session: Option<String>,
+    /// Run its interactive steps in Pi children of the host (`PIW_DETACHED_PROVIDER`,
+    /// `PIW_DETACHED_MODEL`), even with --session; refused at once if Pi cannot serve them.
+    #[arg(long)]
+    pub(crate) detached: bool,
+    /// Wait until the run finishes (or stops for review) and print its result.
+    #[arg(long)]
+    pub(crate) wait: bool,
+    /// With --wait: give up after this many seconds (exit 4; the run goes on).
+    #[arg(long, value_name = "SECS", requires = "wait")]
+    pub(crate) timeout: Option<u64>,
+    /// Start at most one run for this key: the same command with the same key again (a
+    /// retry after a lost reply, a script run twice) gives the run the first one started;
+    /// the key with another workflow, input or directory is refused
+    /// (`idempotency_conflict`). 1 to 128 characters.
+    #[arg(long, value_name = "KEY")]
+    pub(crate) idempotency_key: Option<String>,
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+// `piw run answer`.
+#[derive(clap::Args)]
+pub(crate) struct AnswerArgs {
+    pub(crate) run_id: String,
+    /// The answer: JSON, or plain text (sent as a JSON string).
+    #[arg(required_unless_present = "input", conflicts_with = "input")]
+    pub(crate) answer: Option<String>,
+    /// The answer as JSON, from `@file` or `-` (stdin) or inline.
+    #[arg(long, value_parser = parse_json)]
+    pub(crate) input: Option<Value>,
+    /// The checkpoint answered (`dec-…`, from `piw run status`).
+    #[arg(long, value_name = "ID")]
+    pub(crate) decision: Option<String>,
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+// `piw run decide`.
+#[derive(clap::Args)]
+pub(crate) struct DecideArgs {
+    pub(crate) run_id: String,
+    pub(crate) choice: String,
+    pub(crate) text: Option<String>,
+    /// The decision answered (`dec-…`, from `piw run status`).
+    #[arg(long, value_name = "ID")]
+    pub(crate) decision: Option<String>,
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+// `piw run submit`.
+#[derive(clap::Args)]
+pub(crate) struct SubmitArgs {
+    pub(crate) run_id: String,
+    /// The result as JSON.
+    #[arg(required_unless_present = "input", conflicts_with = "input", value_parser = parse_json)]
+    pub(crate) result: Option<Value>,
+    /// The result as JSON, from `@file` or `-` (stdin) or inline.
+    #[arg(long, value_parser = parse_json)]
+    pub(crate) input: Option<Value>,
+    /// The interactive request answered (`int-…`, from `piw run status`).
+    #[arg(long, value_name = "ID")]
+    pub(crate) interaction: Option<String>,
+    /// How long to wait for the workflow's verdict; 0 does not wait (the state printed is
+    /// then `validating`).
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    pub(crate) timeout: u64,
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+// `piw run retry`.
+#[derive(clap::Args)]
+pub(crate) struct RetryArgs {
+    pub(crate) run_id: String,
+    /// Why: what was fixed (kept in the run's `retried` event, with your login name).
+    #[arg(long, default_value = "")]
+    pub(crate) reason: String,
+    /// The run stopped because a source changed: go on with the workflow file as it is
+    /// now (its new hash, graph and mounts become the run's; the `retried` event keeps the
+    /// old and the new hash). Refused for a run in review for any other reason.
+    #[arg(long)]
+    pub(crate) accept_source: bool,
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+// `piw run resolve-effect`.
+#[derive(clap::Args)]
+pub(crate) struct ResolveEffectArgs {
+    pub(crate) run_id: String,
+    pub(crate) effect_id: String,
+    /// It happened: the external system's receipt, as JSON.
+    #[arg(long, value_name = "RECEIPT_JSON", value_parser = parse_json, conflicts_with = "failed", required_unless_present = "failed")]
+    pub(crate) applied: Option<Value>,
+    /// It did not happen: why.
+    #[arg(long, value_name = "ERROR")]
+    pub(crate) failed: Option<String>,
+    /// How you know (kept in the `effect_resolved` event, with your login name).
+    #[arg(long, default_value = "")]
+    pub(crate) reason: String,
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+// `piw view`.
+#[derive(clap::Args)]
+pub(crate) struct ViewArgs {
+    /// Open this run (Esc goes to the run list).
+    pub(crate) run_id: Option<String>,
+    /// Print one plain-text frame and exit.
+    #[arg(long)]
+    pub(crate) once: bool,
+    /// List only runs in this status.
+    #[arg(long, value_parser = parse_run_status)]
+    pub(crate) status: Option<piw_core::store::RunStatus>,
+    /// List only runs of this origin session.
+    #[arg(long)]
+    pub(crate) session: Option<String>,
 }

@@ -2,6 +2,8 @@
 //! that a host that accepts but never answers cannot hang the command.
 
 use super::*;
+use piw_core::driver::{installation_held, lock_holder};
+use piw_core::store::Finding;
 
 /// One host-control call, bounded by [`HOST_ANSWER_TIMEOUT`]; a host that does not answer in
 /// time is named by the pid in its lock file.
@@ -90,9 +92,8 @@ pub(crate) fn stop_answering_host(
     paths: &PiwPaths,
     client: &mut BlockingClient,
 ) -> Result<bool, CliError> {
-    let pid = host_call(paths, client, RequestBody::HostStatus)?.body["pid"]
-        .as_u64()
-        .and_then(|p| u32::try_from(p).ok());
+    let status = host_call(paths, client, RequestBody::HostStatus)?;
+    let pid = reply::<replies::HostStatusReply>(&status)?.pid;
     match client.call(RequestBody::HostStop) {
         Ok(_) => {}
         // It began to stop between the two calls: wait for it all the same.
@@ -103,11 +104,7 @@ pub(crate) fn stop_answering_host(
     // The socket goes first; the host then finishes its connections, stops its children and
     // makes its last commits durable. Stopped means the process ended.
     for _ in 0..STOP_WAIT_MS / 25 {
-        let gone = match pid {
-            Some(pid) => !piw_core::supervise::process_alive(pid),
-            None => BlockingClient::connect(paths).is_err(),
-        };
-        if gone {
+        if !piw_core::supervise::process_alive(pid) {
             return Ok(true);
         }
         std::thread::sleep(Duration::from_millis(25));
@@ -118,35 +115,14 @@ pub(crate) fn stop_answering_host(
     )))
 }
 
-/// Whether some process holds the installation lock (`/proc/locks`; the pid in the lock file
-/// when that cannot be read).
-pub(crate) fn installation_held(paths: &PiwPaths) -> bool {
-    if !paths.lock.exists() {
-        return false;
-    }
-    piw_core::supervise::flock_held(&paths.lock).unwrap_or_else(|| {
-        lock_holder(paths)
-            .and_then(|pid| pid.parse().ok())
-            .is_some_and(piw_core::supervise::process_alive)
-    })
-}
-
-/// The pid written in the installation lock file: the process that took the lock last.
-pub(crate) fn lock_holder(paths: &PiwPaths) -> Option<String> {
-    std::fs::read_to_string(&paths.lock)
-        .ok()
-        .map(|pid| pid.trim().to_owned())
-        .filter(|pid| !pid.is_empty())
-}
-
 /// The `diagnose` receipt body. Through the running host when one answers; otherwise straight
 /// from the database, read-only, while holding the installation lock (no host starts
 /// meanwhile). While another process holds the lock (a host that is starting or stopping, a
 /// reset) it waits for that host to answer or the holder to let go. Diagnosing never starts a
 /// host: a host's start-up recovery would change the very state being diagnosed, and a host
 /// that cannot start is when diagnosis matters most.
-pub(crate) fn diagnose(paths: &PiwPaths) -> Result<Value, CliError> {
-    let mut body = diagnose_state(paths)?;
+pub(crate) fn diagnose(paths: &PiwPaths) -> Result<Vec<Finding>, CliError> {
+    let mut findings = diagnose_state(paths)?;
     // A database with another name is read, not refused (the lock keeps other hosts away
     // meanwhile, and a person must be able to look at and back up the runs), but it is what
     // is wrong: no host starts on it.
@@ -155,32 +131,36 @@ pub(crate) fn diagnose(paths: &PiwPaths) -> Result<Value, CliError> {
             db: paths.db.display().to_string(),
             links,
         };
-        if let Some(findings) = body["findings"].as_array_mut() {
-            findings.insert(
-                0,
-                file_finding(
-                    piw_core::store::files::DATABASE_HAS_LINKS,
-                    refusal.to_string(),
-                ),
-            );
-        }
+        findings.insert(
+            0,
+            file_finding(
+                piw_core::store::files::DATABASE_HAS_LINKS,
+                refusal.to_string(),
+            ),
+        );
     }
-    Ok(body)
+    Ok(findings)
 }
 
 /// A `diagnose` finding about the database's files, not a run's rows.
-fn file_finding(code: &str, detail: String) -> Value {
-    json!({ "code": code, "run_id": "", "ids": [], "detail": detail, "repairable": false })
+fn file_finding(code: &'static str, detail: String) -> Finding {
+    Finding {
+        code: code.into(),
+        run_id: String::new(),
+        ids: Vec::new(),
+        detail,
+        repairable: false,
+    }
 }
 
 /// [`diagnose`]'s findings in the state itself.
-fn diagnose_state(paths: &PiwPaths) -> Result<Value, CliError> {
+fn diagnose_state(paths: &PiwPaths) -> Result<Vec<Finding>, CliError> {
     let started = std::time::Instant::now();
     loop {
         if let Ok(mut client) = BlockingClient::connect(paths) {
             client.set_timeout(Some(HOST_ANSWER_TIMEOUT))?;
             match client.call(RequestBody::Diagnose) {
-                Ok(r) => return Ok(r.body),
+                Ok(r) => return Ok(reply::<replies::DiagnoseReply>(&r)?.findings),
                 // A host that accepts but never answers (stopped, stuck on a disk).
                 Err(ClientError::TimedOut) => return Err(not_answering(paths)),
                 // The host is stopping (or just died): read the database once it let go.
@@ -196,7 +176,7 @@ fn diagnose_state(paths: &PiwPaths) -> Result<Value, CliError> {
         }
         if !paths.db.exists() {
             // Nothing to diagnose, and nothing (not even PIW_HOME) is created to find that out.
-            return Ok(json!({ "findings": [] }));
+            return Ok(Vec::new());
         }
         let _lock = match piw_core::driver::lock_installation_with(
             paths,
@@ -224,12 +204,13 @@ fn diagnose_state(paths: &PiwPaths) -> Result<Value, CliError> {
             // A link, FIFO or second name beside the database: what is wrong is that file,
             // said by name, not the pages SQLite would misread through it.
             Err(e @ piw_core::store::StoreError::UnsafeFile { .. }) => {
-                return Ok(json!({
-                    "findings": [file_finding(piw_core::store::files::DATABASE_FILE_UNSAFE, e.to_string())]
-                }))
+                return Ok(vec![file_finding(
+                    piw_core::store::files::DATABASE_FILE_UNSAFE,
+                    e.to_string(),
+                )])
             }
             Err(e) => return Err(e.into()),
         };
-        return Ok(json!({ "findings": store.diagnose()? }));
+        return Ok(store.diagnose()?);
     }
 }

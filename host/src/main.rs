@@ -10,26 +10,24 @@ use clap::{FromArgMatches as _, Parser, Subcommand};
 use piw_core::client::{ensure_host, BlockingClient, ClientError, DEFAULT_READY_TIMEOUT};
 use piw_core::driver::{HostConfig, HostError};
 use piw_core::paths::PiwPaths;
-use piw_core::protocol::{payload, Receipt, RejectionCode, Request, RequestBody};
+use piw_core::protocol::{payload, reply as replies, Receipt, RejectionCode, Request, RequestBody};
 use piw_core::store::{Store, StoreConfig};
 use serde_json::{json, Value};
 
-mod channel;
 mod cli;
+mod commands;
 mod completions;
 mod host_ctl;
 mod human;
-mod logs;
-mod prune;
 mod resolve;
 mod run_ids;
-mod runs;
+mod run_text;
 mod state;
 mod view;
 use cli::*;
 use host_ctl::*;
 use run_ids::*;
-use runs::*;
+use run_text::*;
 use state::*;
 
 /// How long `piw host status`, `piw host stop` and `piw diagnose` wait for the host to answer. A host that
@@ -101,7 +99,7 @@ fn main() -> ExitCode {
         }
         Err(e) => e.exit(), // usage errors exit 2, help and version 0
     };
-    match run(cli, json) {
+    match commands::run(cli, json) {
         Ok(()) => ExitCode::SUCCESS,
         Err(CliError::Runtime(msg)) => report_error(json, "failed", &msg, Value::Null, 1),
         Err(CliError::Client {
@@ -245,331 +243,22 @@ pub(crate) fn emit(text: &str) {
     }
 }
 
-fn run_request(run_id: &str, body: RequestBody) -> Request {
-    Request::new(piw_core::ids::new_id("cli"), body).with_run_id(run_id)
+/// A receipt's body as its kind's typed reply (`piw_core::protocol::reply`), which the host
+/// built it from: the CLI reads fields through these types, never by name.
+fn reply<T: replies::Reply>(receipt: &Receipt) -> Result<T, CliError> {
+    receipt.reply().map_err(|e| {
+        CliError::Runtime(format!(
+            "cannot read the host's reply as {}: {e}",
+            std::any::type_name::<T>()
+                .rsplit("::")
+                .next()
+                .unwrap_or_default()
+        ))
+    })
 }
 
-/// Runs one command. `json` is its `--json`, which every command that prints a result takes
-/// ([`cli::command`] adds it where the grammar has no field for it).
-fn run(cli: Cli, json: bool) -> Result<(), CliError> {
-    match cli.command {
-        Cmd::Completions(args) => return completions::print_completions(args.shell),
-        Cmd::Man(args) => return completions::man(args),
-        _ => {}
-    }
-    let paths = PiwPaths::from_env()?;
-    if needs_installation(&cli.command) {
-        require_installation(&paths)?;
-    }
-    match cli.command {
-        Cmd::Completions(_) | Cmd::Man(_) => Ok(()),
-        Cmd::Host(HostCmd::Serve) => {
-            init_logging();
-            match piw_core::driver::serve(HostConfig::from_env(paths)) {
-                Ok(()) => Ok(()),
-                Err(e @ HostError::AlreadyRunning { .. }) => Err(CliError::Runtime(e.to_string())),
-                Err(e) => Err(e.into()),
-            }
-        }
-        Cmd::Host(HostCmd::Start) => {
-            ensure_installation_dirs(&paths)?;
-            ensure_host(&paths, &host_bin(), DEFAULT_READY_TIMEOUT)?;
-            let mut client = BlockingClient::connect(&paths)?;
-            let status = host_call(&paths, &mut client, RequestBody::HostStatus)?;
-            print(&status.body, json, |b| {
-                format!("piw host running: pid {}", b["pid"])
-            });
-            Ok(())
-        }
-        Cmd::Host(HostCmd::Status { json }) => {
-            let mut client = BlockingClient::connect(&paths).map_err(|e| match e {
-                ClientError::Connect { .. } => CliError::Runtime(format!(
-                    "no piw host is running for {}",
-                    paths.home.display()
-                )),
-                other => other.into(),
-            })?;
-            let r = host_call(&paths, &mut client, RequestBody::HostStatus)?;
-            print(&r.body, json, |b| {
-                format!(
-                    "pid {}  epoch {}  uptime {} s\nruns {}\nactive children {} of {}\nconnections at most {}\nruntimes {}\nsocket {}\ndatabase {}\nschema {}",
-                    b["pid"], b["epoch"], b["uptime_ms"].as_u64().unwrap_or(0) / 1000, b["runs"],
-                    b["active_children"], b["child_slots"], b["max_connections"],
-                    b["runtimes"].as_array().map(|r| r.iter().map(str_of).collect::<Vec<_>>().join(" ")).unwrap_or_default(),
-                    str_of(&b["socket"]), str_of(&b["database"]), str_of(&b["schema_id"])
-                )
-            });
-            Ok(())
-        }
-        Cmd::Host(HostCmd::Stop) => {
-            let was_running = stop_host(&paths)?;
-            print(&json!({ "stopped": was_running }), json, |_| {
-                if was_running {
-                    "piw host stopped"
-                } else {
-                    "no piw host is running"
-                }
-                .into()
-            });
-            Ok(())
-        }
-        Cmd::Runs {
-            action:
-                Some(RunsCmd::Prune {
-                    older_than,
-                    status,
-                    keep,
-                    dry_run,
-                    json: _,
-                }),
-            ..
-        } => prune::prune(&paths, older_than, status, keep, dry_run, json),
-        Cmd::Runs {
-            action: None,
-            json,
-            session,
-            unfinished,
-            status,
-            limit,
-            all,
-            cursor,
-        } => {
-            // The host answers a page at a time (as many runs as fit a reply): ask for pages
-            // until `limit` runs are here, or every run with `--all`.
-            let wanted = if all { u64::MAX } else { u64::from(limit) };
-            let mut client = connect(&paths)?;
-            let mut runs: Vec<Value> = Vec::new();
-            let mut cursor = cursor;
-            let mut more;
-            loop {
-                let page_limit = u32::try_from(wanted - runs.len() as u64)
-                    .unwrap_or(u32::MAX)
-                    .min(payload::MAX_LIST_RUNS);
-                let r = client.call(RequestBody::RunList(payload::RunList {
-                    limit: Some(page_limit),
-                    session_id: session.clone(),
-                    unfinished: unfinished.then_some(true),
-                    statuses: (!status.is_empty()).then(|| status.clone()),
-                    cursor: cursor.take(),
-                    run_id_prefix: None,
-                }))?;
-                let mut body = r.body;
-                runs.extend(
-                    body["runs"]
-                        .as_array_mut()
-                        .map(std::mem::take)
-                        .into_iter()
-                        .flatten(),
-                );
-                more = body["more"] == true;
-                cursor = body["next_cursor"]
-                    .as_str()
-                    .and_then(payload::RunListCursor::decode);
-                if !more || cursor.is_none() || runs.len() as u64 >= wanted {
-                    break;
-                }
-            }
-            let next_cursor = cursor.filter(|_| more).map(|c| c.encode());
-            if !json && more {
-                if let Some(next) = &next_cursor {
-                    eprintln!(
-                        "piw: more runs follow: `piw runs --all` lists every one, `--limit N` more, \
-                         `--cursor {next}` the ones after these"
-                    );
-                }
-            }
-            let mut body = json!({ "runs": runs, "more": next_cursor.is_some(),
-                                   "next_cursor": next_cursor });
-            // The times as UTC text beside their Unix milliseconds: absolute, for scripts.
-            for run in body["runs"].as_array_mut().into_iter().flatten() {
-                for (ms, text) in [
-                    ("created_at", "started"),
-                    ("finished_at", "ended"),
-                    ("wake_at", "wakes"),
-                ] {
-                    run[text] = run[ms].as_u64().map(human::utc).into();
-                }
-            }
-            let now = human::now_ms();
-            print(&body, json, |b| {
-                let ago = |v: &Value| v.as_u64().map_or("-".into(), |ms| human::ago(ms, now));
-                let mut out = format!(
-                    "{:<33} {:<11} {:<11} {:<14} {:<14} {:<9} NODE",
-                    "RUN", "STATUS", "MODE", "STARTED", "ENDED", "WORKFLOW"
-                );
-                for run in b["runs"].as_array().into_iter().flatten() {
-                    out.push_str(&format!(
-                        "\n{:<33} {:<11} {:<11} {:<14} {:<14} {:<9} {}",
-                        str_of(&run["run_id"]),
-                        str_of(&run["status"]),
-                        str_of(&run["execution_mode"]),
-                        ago(&run["created_at"]),
-                        ago(&run["finished_at"]),
-                        str_of(&run["workflow_name"]),
-                        match human::coming(&run["wake_at"], now) {
-                            Some(wakes) =>
-                                format!("{} · wakes {wakes}", str_of(&run["current_node"])),
-                            None => str_of(&run["current_node"]),
-                        }
-                    ));
-                }
-                out
-            });
-            Ok(())
-        }
-        Cmd::Run(cmd) => run_cmd(&paths, cmd, json),
-        Cmd::Channel(cmd) => channel::channel_cmd(&paths, cmd, json),
-        Cmd::Logs(args) => logs::logs(&paths, args, json),
-        Cmd::View {
-            run_id,
-            once,
-            status,
-            session,
-        } => {
-            let filter = piw_core::store::RunFilter { status, session };
-            let run_id = run_id
-                .map(|given| resolve_run_id(&paths, &given))
-                .transpose()?;
-            if once {
-                let frame = view::once(&paths, filter, run_id.as_deref(), view::ONCE_SIZE)?;
-                if json {
-                    print(&json!({ "frame": frame }), true, |_| String::new());
-                } else {
-                    emit(&frame);
-                }
-            } else if json {
-                return Err(CliError::Usage(
-                    "the live viewer draws a terminal; `piw view --once --json` prints one frame as JSON".into(),
-                ));
-            } else {
-                view::interactive(&paths, filter, run_id.as_deref())?;
-            }
-            Ok(())
-        }
-        Cmd::Diagnose { json } => {
-            let body = diagnose(&paths)?;
-            let found = body["findings"].as_array().is_some_and(|f| !f.is_empty());
-            print(&body, json, |b| {
-                let findings = b["findings"].as_array().cloned().unwrap_or_default();
-                if findings.is_empty() {
-                    return "no contradictions".into();
-                }
-                findings
-                    .iter()
-                    .map(|f| {
-                        let ids = f["ids"]
-                            .as_array()
-                            .filter(|ids| !ids.is_empty())
-                            .map(|ids| {
-                                let ids: Vec<String> = ids.iter().map(str_of).collect();
-                                format!(" ({})", ids.join(", "))
-                            })
-                            .unwrap_or_default();
-                        // A finding about the whole file names no run.
-                        let run = match f["run_id"].as_str() {
-                            Some("") => String::new(),
-                            _ => format!(" run {}", str_of(&f["run_id"])),
-                        };
-                        format!("{}{run} {}{ids}", str_of(&f["code"]), str_of(&f["detail"]),)
-                    })
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            });
-            if found {
-                Err(CliError::Findings)
-            } else {
-                Ok(())
-            }
-        }
-        Cmd::Repair { json } => {
-            let r = connect(&paths)?.call(RequestBody::Repair)?;
-            print(&r.body, json, |b| {
-                format!(
-                    "repaired {} finding(s); {} left for review",
-                    b["report"]["repaired"].as_array().map_or(0, |a| a.len()),
-                    b["report"]["left_for_review"]
-                        .as_array()
-                        .map_or(0, |a| a.len())
-                )
-            });
-            Ok(())
-        }
-        Cmd::State(StateCmd::Backup { path }) => {
-            if path.exists() {
-                return Err(CliError::Runtime(format!(
-                    "{} exists; choose a new path",
-                    path.display()
-                )));
-            }
-            // Nothing to copy is a failure (exit 1, `no_installation`), not "nothing to do": a
-            // script must not go on as if it had a backup, and a mistyped PIW_HOME says so.
-            require_installation(&paths)?;
-            warn_if_linked(&paths);
-            let store = Store::open_read_only(&paths.db, StoreConfig::default())?;
-            store.backup_to(&path)?;
-            print(
-                &json!({ "database": paths.db, "backup": path }),
-                json,
-                |_| format!("backed up {} to {}", paths.db.display(), path.display()),
-            );
-            Ok(())
-        }
-        Cmd::State(StateCmd::Restore { file, yes }) => {
-            restore_state(&paths, &file, yes)?;
-            print(
-                &json!({ "database": paths.db, "restored_from": file }),
-                json,
-                |_| {
-                    format!(
-                        "restored {} from {}; note: {RESTORE_MEANS}",
-                        paths.db.display(),
-                        file.display()
-                    )
-                },
-            );
-            Ok(())
-        }
-        Cmd::State(StateCmd::Reset { yes }) => {
-            if !paths.home.exists() {
-                print(
-                    &json!({ "database": paths.db, "removed": false }),
-                    json,
-                    |_| format!("{} does not exist; nothing to reset", paths.home.display()),
-                );
-                return Ok(());
-            }
-            if !yes {
-                // `piw state backup`, not `cp`: a copy of state.sqlite alone misses the
-                // commits still in its -wal file. Quoted so that it works as printed.
-                let mut backup = paths.db.clone().into_os_string();
-                backup.push(".bak");
-                return Err(CliError::Usage(format!(
-                    "this deletes {} and every run in it; back it up first (`piw state backup {}`), then run `piw state reset --yes`",
-                    paths.db.display(),
-                    piw_core::paths::shell_quoted(std::path::Path::new(&backup))
-                )));
-            }
-            let removed = remove_state(&paths)?;
-            print(
-                &json!({ "database": paths.db, "removed": removed }),
-                json,
-                |_| {
-                    if removed {
-                        format!(
-                            "removed {}; the next host start creates a fresh database",
-                            paths.db.display()
-                        )
-                    } else {
-                        format!(
-                            "nothing to remove: there is no {}; the next host start creates a fresh database",
-                            paths.db.display()
-                        )
-                    }
-                },
-            );
-            Ok(())
-        }
-    }
+fn run_request(run_id: &str, body: RequestBody) -> Request {
+    Request::new(piw_core::ids::new_id("cli"), body).with_run_id(run_id)
 }
 
 /// What restoring an older copy of the state means, said before and after `piw state restore`.
@@ -618,59 +307,5 @@ pub(crate) fn warn_if_linked(paths: &PiwPaths) {
         eprintln!(
             "piw: warning: {refusal}; no host will start on it, and what is read here may be stale"
         );
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn waiting_notices_name_what_only_someone_else_can_give_the_run() {
-        let body = json!({
-            "run": {"status": "waiting", "paused": true, "origin_session": "s-1"},
-            "decisions": [
-                {"decision_id": "d-1", "node_id": "ask", "kind": "checkpoint", "status": "pending"},
-                {"decision_id": "d-0", "node_id": "old", "kind": "checkpoint", "status": "answered"},
-                {"decision_id": "d-2", "node_id": "gate", "kind": "human_decision", "status": "pending"}
-            ],
-            "interactions": [
-                {"interaction_id": "i-1", "node_id": "chat", "kind": "agent", "status": "validating"},
-                {"interaction_id": "i-0", "node_id": "chat", "kind": "agent", "status": "settled"}
-            ]
-        });
-        let notices = waiting_notices("run-1", &body);
-        assert_eq!(notices.len(), 4, "{notices:#?}");
-        assert!(notices[0].contains("paused; `piw run resume run-1`"));
-        assert!(notices[1].contains("a checkpoint answer (d-1) at node ask"));
-        // Each names the command that answers it here, and the session that can too.
-        assert!(notices[1]
-            .contains("answer it with `piw run answer run-1 <answer>` or in Pi session s-1"));
-        assert!(notices[2].contains("a person's decision (d-2) at node gate"));
-        assert!(notices[2].contains("`piw run decide run-1 <choice> [text]`"));
-        assert!(notices[3].contains("interaction i-1 (agent) at node chat"));
-        assert!(notices[3].contains("`piw run submit run-1 <json>`"));
-        // Without a Pi session, nobody presents the request: the notice says so.
-        let mut sessionless = body.clone();
-        sessionless["run"]["origin_session"] = Value::Null;
-        let notices = waiting_notices("run-1", &sessionless);
-        assert!(
-            notices[1].contains("has no Pi session to answer it in")
-                && notices[1].contains("`piw run cancel run-1`"),
-            "{notices:#?}"
-        );
-        // A durable timer: when the run goes on by itself.
-        let timed = json!({"run": {"status": "waiting", "paused": false, "current_node": "nap",
-                                   "wake_at": 1_700_000_060_000_u64}});
-        let notices = waiting_notices("run-1", &timed);
-        assert_eq!(notices.len(), 1, "{notices:#?}");
-        assert!(
-            notices[0].contains("waits on a durable timer at node nap until 2023-11-14T22:14:20Z"),
-            "{notices:#?}"
-        );
-        // A run that goes on by itself waits for nobody, whatever its rows say.
-        let running =
-            json!({"run": {"status": "running", "paused": false}, "decisions": body["decisions"]});
-        assert!(waiting_notices("run-1", &running).is_empty());
     }
 }

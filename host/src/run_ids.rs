@@ -20,10 +20,10 @@ pub(crate) fn needs_installation(cmd: &Cmd) -> bool {
     match cmd {
         Cmd::Host(HostCmd::Start | HostCmd::Serve | HostCmd::Stop) => false,
         Cmd::Host(HostCmd::Status { .. }) => true,
-        Cmd::Run(RunCmd::Start { .. }) => false,
+        Cmd::Run(RunCmd::Start(_)) => false,
         Cmd::Run(_) => true,
         Cmd::State(_) => false,
-        Cmd::Runs { .. } | Cmd::Diagnose { .. } | Cmd::Repair { .. } | Cmd::View { .. } => true,
+        Cmd::Runs(_) | Cmd::Diagnose { .. } | Cmd::Repair { .. } | Cmd::View(_) => true,
         Cmd::Logs(_) => true,
         Cmd::Channel(_) => true,
         Cmd::Completions(_) | Cmd::Man(_) => false,
@@ -111,7 +111,7 @@ fn ambiguous(given: &str, candidates: &[RunSummary]) -> CliError {
 /// The run id a run command names, to be resolved before it is sent.
 pub(crate) fn run_id_of(cmd: &mut RunCmd) -> Option<&mut String> {
     match cmd {
-        RunCmd::Start { .. } => None,
+        RunCmd::Start(_) => None,
         RunCmd::Graph { run_id, .. }
         | RunCmd::Status { run_id, .. }
         | RunCmd::Value { run_id, .. }
@@ -119,12 +119,12 @@ pub(crate) fn run_id_of(cmd: &mut RunCmd) -> Option<&mut String> {
         | RunCmd::Detach { run_id, .. }
         | RunCmd::Resume { run_id, .. }
         | RunCmd::Cancel { run_id, .. }
-        | RunCmd::Answer { run_id, .. }
-        | RunCmd::Decide { run_id, .. }
-        | RunCmd::Submit { run_id, .. }
+        | RunCmd::Answer(AnswerArgs { run_id, .. })
+        | RunCmd::Decide(DecideArgs { run_id, .. })
+        | RunCmd::Submit(SubmitArgs { run_id, .. })
         | RunCmd::Wait { run_id, .. }
-        | RunCmd::Retry { run_id, .. }
-        | RunCmd::ResolveEffect { run_id, .. } => Some(run_id),
+        | RunCmd::Retry(RetryArgs { run_id, .. })
+        | RunCmd::ResolveEffect(ResolveEffectArgs { run_id, .. }) => Some(run_id),
     }
 }
 

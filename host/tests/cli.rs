@@ -559,6 +559,65 @@ fn wait_gives_up_after_its_timeout_and_the_run_goes_on() {
     );
 }
 
+/// What a fake host answers the CLI's `run start --wait`: the typed reply of each kind for run
+/// `run-1`, which is in `status` (with the result `1`).
+fn fake_wait_reply(body: &piw_core::protocol::RequestBody, status: &str) -> Value {
+    use piw_core::protocol::reply::{body_of, RunQueued, RunStatusReply};
+    use piw_core::protocol::RequestBody;
+    use piw_core::store::{ClaimInfo, RunRecord, RunStatus};
+    let reply = match body {
+        RequestBody::RunStart(_) => body_of(&RunQueued {
+            run_id: "run-1".into(),
+            status: RunStatus::Queued,
+        }),
+        RequestBody::RunStatus(_) => body_of(&RunStatusReply {
+            run: RunRecord {
+                run_id: "run-1".into(),
+                workflow_name: "x".into(),
+                source_root: "/nowhere".into(),
+                source_hash: String::new(),
+                definition_digest: None,
+                input_hash: String::new(),
+                origin_session: None,
+                execution_mode: "interactive".into(),
+                project_dir: "/nowhere".into(),
+                status: RunStatus::parse(status).expect("a run status"),
+                paused: false,
+                current_node: None,
+                current_attempt: None,
+                revision: 1,
+                result: Some(serde_json::json!(1)),
+                result_omitted: false,
+                error: None,
+                review_reason: None,
+                wake_at: None,
+                created_at: 0,
+                updated_at: 0,
+                finished_at: None,
+            },
+            claim: ClaimInfo {
+                generation: 0,
+                owner_kind: None,
+                owner_id: None,
+                heartbeat_at: None,
+                expires_at: None,
+            },
+            attempts: Vec::new(),
+            attempt_count: 0,
+            decisions: Vec::new(),
+            interactions: Vec::new(),
+            effects: Vec::new(),
+            last_child: None,
+            updates: Vec::new(),
+            events_dropped: 0,
+            messages: Vec::new(),
+            message_count: 0,
+        }),
+        _ => Ok(serde_json::json!({ "subscription_id": "sub-1" })),
+    };
+    reply.expect("a reply as JSON")
+}
+
 /// `run start --wait` rereads the run on events; a burst of events larger than the client's
 /// event buffer (dropped, reported as `subscription_overflow`) must not end the wait. A fake
 /// host sends the burst during the first status call, one more event after every status reply,
@@ -604,25 +663,21 @@ fn waiting_for_a_run_survives_a_burst_of_events_the_client_drops() {
             while let Ok(Some(body)) = read_frame(&mut s, &limits) {
                 let r = Request::decode(&body, &limits).unwrap();
                 let mut out = Vec::new();
-                let reply = match r.body {
-                    RequestBody::RunStart(_) => serde_json::json!({ "run_id": "run-1" }),
-                    RequestBody::RunStatus(_) => {
-                        statuses += 1;
-                        if statuses == 1 {
-                            for _ in 0..burst {
-                                seq += 1;
-                                out.extend(event(seq));
-                            }
+                if matches!(r.body, RequestBody::RunStatus(_)) {
+                    statuses += 1;
+                    if statuses == 1 {
+                        for _ in 0..burst {
+                            seq += 1;
+                            out.extend(event(seq));
                         }
-                        let status = if statuses >= complete_at {
-                            "completed"
-                        } else {
-                            "running"
-                        };
-                        serde_json::json!({ "run": { "status": status, "result": 1 } })
                     }
-                    _ => serde_json::json!({ "subscription_id": "sub-1" }),
+                }
+                let status = if statuses >= complete_at {
+                    "completed"
+                } else {
+                    "running"
                 };
+                let reply = fake_wait_reply(&r.body, status);
                 out.extend(
                     encode_frame(
                         &ServerFrame::receipt(r.request_id.clone(), Receipt::new(None, reply)),
@@ -682,17 +737,10 @@ fn wait_through_a_goodbye(code: piw_core::protocol::RejectionCode, message: &str
                 } else {
                     "running"
                 };
-                let reply = match r.body {
-                    RequestBody::RunStart(_) => serde_json::json!({ "run_id": "run-1" }),
-                    RequestBody::RunStatus(_) => {
-                        serde_json::json!({ "run": { "status": status, "result": 1 } })
-                    }
-                    RequestBody::Subscribe(_) => {
-                        subscriptions += 1;
-                        serde_json::json!({ "subscription_id": "sub-1" })
-                    }
-                    _ => serde_json::json!({}),
-                };
+                if matches!(r.body, RequestBody::Subscribe(_)) {
+                    subscriptions += 1;
+                }
+                let reply = fake_wait_reply(&r.body, status);
                 let mut out = encode_frame(
                     &ServerFrame::receipt(r.request_id.clone(), Receipt::new(None, reply)),
                     &limits,

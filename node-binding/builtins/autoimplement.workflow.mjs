@@ -4,18 +4,31 @@
 // workflow runs the project's own checks (a bounded command batch, one progress track in the
 // widget) and sends failures back for another round; the model then reviews the change, and
 // P0-P2 findings go back for another round until a review finds none (each finding keeps its
-// id across rounds, so a later review must say what became of it); the workflow commits the
-// change and, where the branch has a pull request and `gh` is installed, pushes it and follows
-// its CI (a failure is another round). Every loop is bounded. A model that says it is blocked
+// id across rounds, so a later review must say what became of it); then the change is
+// delivered (`./autoimplement/delivery.mjs`): committed in each repository it spans, pushed to
+// a branch of its own, one pull request each (opened once), its review comments sent back and
+// answered, its CI followed (a failure is another round), merged when asked at the head that
+// was checked, and reported on once. Every loop is bounded. A model that says it is blocked
 // is challenged once before the run ends `blocked`; a step that runs out of time is tried
 // again a bounded number of times.
-// Exits: `completed` (what was done, checked, reviewed, committed and what CI said) or
+// Exits: `completed` (what was done, checked, reviewed, committed, what CI said, the delivery) or
 // `blocked` (the stage, why, and the evidence).
 import { execFileSync } from 'node:child_process';
-import { accessSync, constants, statSync } from 'node:fs';
-import { delimiter, isAbsolute, join, normalize, sep } from 'node:path';
+import { statSync } from 'node:fs';
+import { isAbsolute, join, normalize, sep } from 'node:path';
 
-import { action, agent, compute, defineWorkflow, idempotentEffect, manualEffect, runCommandBatch } from '../index.js';
+import { action, agent, compute, defineWorkflow, idempotentEffect, runCommandBatch } from '../index.js';
+import {
+  checkDeliveryAnswer,
+  deliveryEdges,
+  deliveryNodes,
+  deliveryPromptLines,
+  deliveryResult,
+  deliveryRoutes,
+  deliveryWork,
+  readDeliveryInput,
+  workDir,
+} from './autoimplement/delivery.mjs';
 import { checkPlan, optionalText, planDigest, planSections, record, sectionsText, text, texts } from './plan.mjs';
 
 /** Rounds of implementation after the first (failing checks, review findings, failing CI). */
@@ -71,8 +84,8 @@ function bounded(value, fallback, what, min, max) {
 
 /**
  * `{ task, plan?, planDigest?, documents?, checks?, maxRounds?, maxReviews?, concurrency?,
- * commit?, push?, ciTimeoutMs? }`: without `plan`, the task names the work whose plan the
- * model finds (in `documents` when given).
+ * commit?, push?, ciTimeoutMs?, repository?, baseBranch?, merge? }`: without `plan`, the task
+ * names the work whose plan the model finds (in `documents` when given).
  */
 function readInput(raw) {
   const input = record(raw ?? {}, 'autoimplement input');
@@ -96,6 +109,7 @@ function readInput(raw) {
     push: input.push !== false,
     ciTimeoutMs,
     scope: optionalText(input.scope, 'autoimplement input scope', 4_000),
+    ...readDeliveryInput(input),
   };
 }
 
@@ -133,12 +147,13 @@ const digestOf = ({ input, outputs }) => input.planDigest ?? outputs.findPlan.pl
 const sourceOf = ({ input, outputs }) =>
   input.plan !== undefined ? { from: 'input' } : { from: 'found', documents: outputs.findPlan.documents, reason: outputs.findPlan.reason };
 
-function checkImplementation(value, { state }) {
+function checkImplementation(value, ctx) {
+  const { state } = ctx;
   const answer = record(value, 'the answer');
   if (answer.status !== 'done' && answer.status !== 'blocked') throw new Error('status must be "done" or "blocked"');
   const summary = text(answer.summary, 'summary', 4_000);
   if (answer.status === 'blocked') return { status: 'blocked', summary, blocker: text(answer.blocker, 'blocker (what stops the work now)', 4_000), round: state.visit };
-  return { status: 'done', summary, files: texts(answer.files, 'files', { max: 200, chars: 400 }), round: state.visit };
+  return { status: 'done', summary, files: texts(answer.files, 'files', { max: 200, chars: 400 }), round: state.visit, ...checkDeliveryAnswer(answer, ctx) };
 }
 
 function checkChallenge(value) {
@@ -210,20 +225,6 @@ function clip(s, max) {
 }
 const tail = (s) => (s.length > OUTPUT_TAIL_CHARS ? `…${s.slice(-OUTPUT_TAIL_CHARS)}` : s);
 
-/** A command's path on PATH, or null: `gh` absent is said, not discovered by a failure. */
-function onPath(name) {
-  for (const dir of (process.env.PATH ?? '').split(delimiter)) {
-    if (!dir) continue;
-    try {
-      accessSync(join(dir, name), constants.X_OK);
-      return join(dir, name);
-    } catch {
-      // not here
-    }
-  }
-  return null;
-}
-
 /** Publishes one progress track's state; a run stopped meanwhile is not an error. */
 async function progress(ctx, key, label, completed, total, status) {
   if (ctx.signal.aborted) return;
@@ -253,7 +254,8 @@ async function batch(ctx, key, label, items, maxConcurrency) {
 }
 
 /** What the model is told about the work still open: failing checks, findings, CI, its own next step. */
-function openWork({ outputs, results }) {
+function openWork(ctx) {
+  const { outputs, results } = ctx;
   const lines = [];
   if (outputs.verify && !outputs.verify.passed) {
     lines.push('These checks fail:');
@@ -266,9 +268,7 @@ function openWork({ outputs, results }) {
     lines.push('The review found (address every one; the next review checks each by its id):');
     for (const f of findings) lines.push(`- ${f.id} [${f.severity}] ${f.title}: ${f.detail}${f.file ? ` (${f.file})` : ''}`);
   }
-  if (outputs.watchCi?.route === 'failed') {
-    lines.push(`The pull request's CI failed: ${outputs.watchCi.failed.map((c) => `${c.name}${c.link ? ` (${c.link})` : ''}`).join(', ')}`);
-  }
+  lines.push(...deliveryWork(ctx));
   if (outputs.challenge?.route === 'continue') lines.push(`You decided to go on despite a blocker: ${outputs.challenge.nextAction}`);
   if (results.implement?.outcome === 'timed_out') lines.push('Your last attempt ran out of time: carry on from what is already in the working tree.');
   return lines;
@@ -315,6 +315,7 @@ export default defineWorkflow({
           `The plan to carry out (${digestOf(ctx)}):`,
           sectionsText(planSections(planOf(ctx)), 3),
           input.scope ? `Scope: ${input.scope}` : null,
+          ...deliveryPromptLines(ctx),
           '',
           state.visit === 1 && open.length === 0
             ? 'Implement this plan in the working tree: make the changes its steps describe, keep to its scope, and add or update tests where the plan says.'
@@ -326,7 +327,8 @@ export default defineWorkflow({
           .filter((l) => l !== null)
           .join('\n');
       },
-      expectedOutput: '{ "status": "done" | "blocked", "summary": string, "files"?: [string], "blocker"?: string }',
+      expectedOutput:
+        '{ "status": "done" | "blocked", "summary": string, "files"?: [string], "repositories"?: [string], "replies"?: [{ "id": string, "reply": string }], "blocker"?: string }',
       validate: checkImplementation,
     }),
     afterImplement: compute({
@@ -357,7 +359,7 @@ export default defineWorkflow({
           id: c.id,
           command: c.command,
           args: c.args,
-          cwd: join(ctx.state.projectDir, c.cwd),
+          cwd: join(workDir(ctx), c.cwd),
           timeoutMs: c.timeoutMs,
           maxOutputChars: 200_000,
         }));
@@ -372,8 +374,8 @@ export default defineWorkflow({
     }),
     // The change as the reviewer sees it: reading the working tree is no side effect.
     change: compute({
-      run: ({ state }) => {
-        const dir = state.projectDir;
+      run: (ctx) => {
+        const dir = workDir(ctx);
         return {
           stat: git(dir, ['diff', 'HEAD', '--stat']).trim(),
           diff: clip(git(dir, ['diff', 'HEAD']), MAX_DIFF_BYTES),
@@ -422,84 +424,8 @@ export default defineWorkflow({
         return { route: state.visit >= input.maxReviews ? 'exhausted' : 'rework', reviews: state.visit };
       },
     }),
-    // Idempotent by its trailer: a retry after a crash finds its own commit and makes no other.
-    commit: action({
-      effect: idempotentEffect('git_commit'),
-      timeoutMs: 5 * 60_000,
-      run: (ctx) => {
-        const { input, outputs, state } = ctx;
-        if (!input.commit) return { committed: false, reason: 'commit: false in the input' };
-        const dir = state.projectDir;
-        const trailer = `Piw-Run: ${state.runId}/${state.visit}`;
-        if (git(dir, ['log', '-1', '--format=%B']).includes(trailer)) {
-          return { committed: true, sha: git(dir, ['rev-parse', 'HEAD']).trim(), retried: true };
-        }
-        git(dir, ['add', '--all']);
-        if (git(dir, ['diff', '--cached', '--name-only']).trim() === '') return { committed: false, reason: 'nothing to commit' };
-        const [subject, ...body] = outputs.implement.summary.split('\n');
-        const message = [subject.slice(0, 72), body.join('\n').trim(), `Plan: ${digestOf(ctx)}\n${trailer}`].filter(Boolean).join('\n\n');
-        git(dir, ['commit', '-q', '-m', message]);
-        return { committed: true, sha: git(dir, ['rev-parse', 'HEAD']).trim() };
-      },
-    }),
-    // Reading the pull request changes nothing.
-    ci: action({
-      effect: idempotentEffect('ci_status'),
-      timeoutMs: 2 * 60_000,
-      run: async (ctx) => {
-        const { input, outputs, state } = ctx;
-        if (!outputs.commit.committed) return { route: 'skipped', reason: `no CI to follow: the change was not committed (${outputs.commit.reason})` };
-        if (!onPath('gh')) return { route: 'skipped', reason: 'no CI followed: gh (the GitHub CLI) is not installed' };
-        const [view] = await batch(ctx, 'ci', 'pull request', [
-          { id: 'pr-view', command: 'gh', args: ['pr', 'view', '--json', 'number,url,headRefName,headRefOid'], cwd: state.projectDir, timeoutMs: 60_000, maxOutputChars: 100_000 },
-        ], 1);
-        if (view.outcome !== 'succeeded') return { route: 'skipped', reason: `no CI followed: no pull request for this branch (${(view.stderr || view.error || '').trim().slice(0, 300)})` };
-        const pr = JSON.parse(view.stdout);
-        const head = git(state.projectDir, ['rev-parse', 'HEAD']).trim();
-        if (pr.headRefOid === head) return { route: 'watch', pr };
-        if (!input.push) return { route: 'skipped', reason: `no CI followed: the pull request is not at this commit and push is false`, pr };
-        return { route: 'push', pr, head };
-      },
-    }),
-    // A push reaches other people: never repeated by itself after a crash.
-    push: action({
-      effect: manualEffect('git_push'),
-      timeoutMs: 5 * 60_000,
-      run: ({ outputs, state }) => {
-        const { pr, head } = outputs.ci;
-        try {
-          git(state.projectDir, ['push', '--quiet', 'origin', `HEAD:refs/heads/${pr.headRefName}`]);
-          return { pushed: true, sha: head, branch: pr.headRefName };
-        } catch (e) {
-          return { pushed: false, error: String(e.stderr || e.message).trim().slice(0, 2_000) };
-        }
-      },
-    }),
-    afterPush: compute({ run: ({ outputs }) => ({ route: outputs.push.pushed ? 'watch' : 'failed' }) }),
-    // Waiting for and reading the checks changes nothing.
-    watchCi: action({
-      effect: idempotentEffect('ci_watch'),
-      timeoutMs: ({ input }) => input.ciTimeoutMs + 2 * 60_000,
-      run: async (ctx) => {
-        const { input, outputs, state } = ctx;
-        const pr = outputs.ci.pr;
-        const item = (id, args, timeoutMs) => ({ id, command: 'gh', args, cwd: state.projectDir, timeoutMs, maxOutputChars: 200_000 });
-        const [watched] = await batch(ctx, 'ci', `CI of ${pr.url}`, [item('watch', ['pr', 'checks', pr.url, '--watch', '--interval', '30'], input.ciTimeoutMs)], 1);
-        if (watched.outcome === 'timedOut') return { route: 'pending', pr: pr.url, reason: `CI still running after ${Math.round(input.ciTimeoutMs / 60_000)} minutes` };
-        const [listed] = await batch(ctx, 'ci', `CI of ${pr.url}`, [item('checks', ['pr', 'checks', pr.url, '--json', 'name,state,bucket,link'], 60_000)], 1);
-        let checks;
-        try {
-          checks = JSON.parse(listed.stdout);
-        } catch {
-          return { route: 'pending', pr: pr.url, reason: `gh pr checks gave no readable list: ${(listed.stderr || listed.error || '').trim().slice(0, 300)}` };
-        }
-        const failed = checks.filter((c) => c.bucket === 'fail' || c.bucket === 'cancel');
-        if (failed.length) return { route: 'failed', pr: pr.url, failed: failed.map((c) => ({ name: c.name, link: c.link })) };
-        if (checks.some((c) => c.bucket === 'pending')) return { route: 'pending', pr: pr.url, reason: 'CI checks are still pending' };
-        return { route: 'green', pr: pr.url, checks: checks.map((c) => ({ name: c.name, bucket: c.bucket })) };
-      },
-    }),
-    afterCi: compute({ run: ({ outputs }) => ({ route: outputs.watchCi.route }) }),
+    ...deliveryNodes({ planOf, digestOf }),
+    ...deliveryRoutes,
     // Counts a claimed blocker: the first is challenged, the next ends the run.
     challengeGate: compute({ run: ({ state }) => ({ route: state.visit > MAX_CHALLENGES ? 'blocked' : 'challenge' }) }),
     challenge: agent({
@@ -544,10 +470,7 @@ export default defineWorkflow({
         if (outputs.triage?.route === 'exhausted') {
           return { ...base, stage: 'review', reason: `${outputs.review.blocking} P0-P2 findings still open after ${input.maxReviews} reviews`, evidence: openFindings(outputs.review) };
         }
-        if (outputs.afterPush?.route === 'failed') {
-          return { ...base, stage: 'ci', reason: `the push to the pull request's branch failed: ${outputs.push.error}`, evidence: outputs.ci.pr, commit: outputs.commit };
-        }
-        return { ...base, stage: 'ci', reason: outputs.watchCi.reason, evidence: outputs.watchCi, commit: outputs.commit };
+        return { ...base, ...outputs.deliveryStop, commit: outputs.commit };
       },
     }),
     finalize: compute({
@@ -564,8 +487,7 @@ export default defineWorkflow({
           checks: outputs.verify.items.map((i) => ({ id: i.id, outcome: i.outcome })),
           reviews: outputs.review.round,
           findings: outputs.review.findings,
-          commit: outputs.commit,
-          ci: outputs.ci.route === 'skipped' ? { route: 'skipped', reason: outputs.ci.reason } : { route: outputs.watchCi.route, pr: outputs.watchCi.pr, checks: outputs.watchCi.checks },
+          ...deliveryResult(ctx),
         };
       },
     }),
@@ -583,15 +505,10 @@ export default defineWorkflow({
     { from: 'change', to: 'review' },
     { from: 'review', switch: { on: '$result.outcome', cases: { ok: 'triage', timed_out: 'timedOut' } } },
     { from: 'triage', switch: { on: '$.route', cases: { clean: 'commit', rework: 'rework', exhausted: 'blocked' } } },
-    { from: 'commit', to: 'ci' },
-    { from: 'ci', switch: { on: '$.route', cases: { skipped: 'finalize', watch: 'watchCi', push: 'push' } } },
-    { from: 'push', to: 'afterPush' },
-    { from: 'afterPush', switch: { on: '$.route', cases: { watch: 'watchCi', failed: 'blocked' } } },
-    { from: 'watchCi', switch: { on: '$result.outcome', cases: { ok: 'afterCi', timed_out: 'timedOut' } } },
     { from: 'challengeGate', switch: { on: '$.route', cases: { challenge: 'challenge', blocked: 'blocked' } } },
-    { from: 'afterCi', switch: { on: '$.route', cases: { green: 'finalize', failed: 'rework', pending: 'blocked' } } },
     { from: 'challenge', switch: { on: '$result.outcome', cases: { ok: 'afterChallenge', timed_out: 'timedOut' } } },
     { from: 'afterChallenge', switch: { on: '$.route', cases: { continue: 'implement', blocked: 'blocked' } } },
+    ...deliveryEdges,
     {
       from: 'timedOut',
       switch: {

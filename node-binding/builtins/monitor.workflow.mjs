@@ -56,15 +56,12 @@ function readRepair(value) {
   if (value === undefined || value === null) return { authorized: true };
   const repair = record(value, 'monitor input repair (false to only observe, or { approval?, scope?, constraints?, repository? })');
   const unknown = Object.keys(repair).find((k) => !REPAIR_KEYS.includes(k));
-  if (unknown) throw new Error(`monitor input repair.${unknown} is not supported (it takes approval, scope, constraints, repository; merge only as false)`);
+  if (unknown) throw new Error(`monitor input repair.${unknown} is not supported (it takes ${REPAIR_KEYS.join(', ')})`);
   if (repair.authorized !== undefined && repair.authorized !== true) {
     throw new Error('monitor input repair.authorized must be true when given; to only observe, give repair: false');
   }
-  if (repair.baseBranch !== undefined) {
-    throw new Error("monitor input repair.baseBranch is not supported: a repair commits on the project's checked-out branch (and pushes to its pull request's branch); check that branch out before starting the monitor");
-  }
-  if (repair.merge !== undefined && repair.merge !== false) {
-    throw new Error('monitor input repair.merge must be false or left out: a repair never merges a pull request (merge it yourself once its checks pass)');
+  if (repair.merge !== undefined && typeof repair.merge !== 'boolean') {
+    throw new Error('monitor input repair.merge must be true (a repair merges its pull request once CI is green) or false (the default: it leaves it ready)');
   }
   let approval;
   if (repair.approval !== undefined) {
@@ -83,6 +80,9 @@ function readRepair(value) {
     ...(repair.scope === undefined ? {} : { scope: text(repair.scope, 'monitor input repair.scope', 4_000) }),
     ...(repair.constraints === undefined ? {} : { constraints: texts(repair.constraints, 'monitor input repair.constraints', { max: 32, chars: 2_000 }) }),
     ...(repository ? { repository } : {}),
+    // Passed on to autoimplement, which checks the branch name and merges only when `true`.
+    ...(repair.baseBranch === undefined ? {} : { baseBranch: repair.baseBranch }),
+    ...(repair.merge === undefined ? {} : { merge: repair.merge }),
   };
 }
 
@@ -358,7 +358,14 @@ export default defineWorkflow({
       input: ({ input, outputs }) => {
         const { repair } = input;
         const scope = [repair.scope, ...(repair.constraints ?? []).map((c) => `Constraint: ${c}`)].filter(Boolean).join('\n');
-        return { task: outputs.plan.output.task, plan: outputs.plan.output.plan, planDigest: outputs.plan.output.planDigest, ...(scope ? { scope } : {}) };
+        return {
+          task: outputs.plan.output.task,
+          plan: outputs.plan.output.plan,
+          planDigest: outputs.plan.output.planDigest,
+          ...(scope ? { scope } : {}),
+          ...(repair.baseBranch === undefined ? {} : { baseBranch: repair.baseBranch }),
+          ...(repair.merge === undefined ? {} : { merge: repair.merge }),
+        };
       },
     }),
   },

@@ -1,60 +1,54 @@
 // plan-change: a change from problem to an approved, documented plan. autoplan makes the plan,
-// autodoc records it in the project's docs, plan-approval asks the person; a replan goes back
-// to autoplan with the plan and the person's instructions, at most `maxReplans` times.
-// Exits (the reference's names): `ready` (the approved plan, its digest and where it is
-// documented) and `blocked` (no plan could be made or documented, the person stopped it, or the
-// replans ran out: `stage` and `reason` say which).
+// autodoc records it in the documentation, plan-approval asks the person (by default it goes
+// on with the plan when nobody answered in 10 minutes); a replan goes back to autoplan with the
+// plan and the person's instructions, at most `maxReplans` times. A plan that comes back the
+// same as the one it revises is not asked about again: the change ends blocked.
+// Exits (the reference's names): `ready` (the approved plan, its digest, its documents and who
+// approved it) and `blocked` (no plan could be made or documented, it did not change, the
+// person stopped it, or the replans ran out: `stage` and `reason` say which).
 import { compute, defineWorkflow, includeWorkflow } from '../index.js';
 import autodoc from './autodoc.workflow.mjs';
 import autoplan from './autoplan.workflow.mjs';
-import planApproval from './plan-approval.workflow.mjs';
-import { record, text, texts } from './plan.mjs';
+import planApproval, { readApproval } from './plan-approval.workflow.mjs';
+import { exactKeys, optionalText, record, text, texts } from './plan.mjs';
 
-const DEFAULT_MAX_REPLANS = 2;
-const APPROVAL_KEYS = ['mode', 'audience', 'timeoutMinutes', 'maxReplans'];
+const INPUT_KEYS = [
+  'task',
+  'scope',
+  'constraints',
+  'repository',
+  'documents',
+  'previousPlan',
+  'newEvidence',
+  'approval',
+  // piw's older flat form of the approval policy.
+  'mode',
+  'audience',
+  'autoContinueMs',
+  'maxReplans',
+];
 
-/**
- * The approval settings, flat (`mode`, `autoContinueMs`, `maxReplans`, `audience`) or as the
- * reference gives them (`approval: { mode, audience, timeoutMinutes, maxReplans }`).
- */
-function readApproval(input) {
-  if (input.approval === undefined) return { mode: input.mode, autoContinueMs: input.autoContinueMs, maxReplans: input.maxReplans, audience: input.audience };
-  const approval = record(input.approval, 'plan-change input approval');
-  const unknown = Object.keys(approval).find((k) => !APPROVAL_KEYS.includes(k));
-  if (unknown) throw new Error(`plan-change approval.${unknown} is not supported (it takes ${APPROVAL_KEYS.join(', ')})`);
-  const minutes = approval.timeoutMinutes;
-  if (minutes !== undefined && !(Number.isSafeInteger(minutes) && minutes >= 1 && minutes * 60_000 <= 2 ** 31 - 1)) {
-    throw new Error('plan-change approval.timeoutMinutes must be a whole number of minutes, from 1 to 35791');
-  }
-  return {
-    mode: approval.mode ?? input.mode,
-    autoContinueMs: minutes === undefined ? input.autoContinueMs : minutes * 60_000,
-    maxReplans: approval.maxReplans ?? input.maxReplans,
-    audience: approval.audience ?? input.audience,
-  };
-}
-
-/** `{ task, scope?, constraints?, documents?, previousPlan?, mode?, autoContinueMs?, maxReplans?, audience?, approval? }`. */
+/** `{ task, scope?, constraints?, repository?, documents?, previousPlan?, newEvidence?, approval? }`. */
 function readInput(raw) {
   const input = record(raw ?? {}, 'plan-change input');
-  const { mode, autoContinueMs, maxReplans = DEFAULT_MAX_REPLANS, audience } = readApproval(input);
-  if (!(Number.isSafeInteger(maxReplans) && maxReplans >= 0 && maxReplans <= 10)) {
-    throw new Error('plan-change maxReplans must be an integer from 0 to 10');
-  }
-  const { approval: _approval, ...rest } = input;
+  exactKeys(input, INPUT_KEYS, 'plan-change input');
   return {
-    ...rest,
-    task: text(input.task ?? input.problem, 'plan-change input task', 8_000),
-    documents: texts(input.documents, 'plan-change input documents'),
-    maxReplans,
-    ...(mode === undefined ? {} : { mode }),
-    ...(autoContinueMs === undefined ? {} : { autoContinueMs }),
-    ...(audience === undefined ? {} : { audience: text(audience, 'plan-change audience', 200) }),
+    task: text(input.task, 'plan-change input task', 8_000),
+    ...(input.scope === undefined ? {} : { scope: text(input.scope, 'plan-change input scope', 4_000) }),
+    constraints: texts(input.constraints, 'plan-change input constraints'),
+    ...(input.repository === undefined ? {} : { repository: optionalText(input.repository, 'plan-change input repository', 4_000) }),
+    documents: texts(input.documents, 'plan-change input documents', { max: 64 }),
+    ...(input.previousPlan === undefined ? {} : { previousPlan: input.previousPlan }),
+    ...(input.newEvidence === undefined ? {} : { newEvidence: input.newEvidence }),
+    approval: readApproval(input, 'plan-change'),
   };
 }
 
 /** The plan autoplan made last (its `ready` exit's output). */
 const planOf = (outputs) => outputs.plan.output;
+
+/** The latest replan the person asked for, or null. */
+const replanOf = (outputs) => (outputs.approval?.exit === 'replan' ? outputs.approval.output : null);
 
 export default defineWorkflow({
   name: 'plan-change',
@@ -65,16 +59,17 @@ export default defineWorkflow({
   includes: {
     plan: includeWorkflow(autoplan, {
       input: ({ input, outputs }) => {
-        const replan = outputs.approval?.exit === 'replan' ? outputs.approval.output : null;
+        const replan = replanOf(outputs);
+        // After a replan: the plan the person saw, and their instructions; the change's own
+        // evidence goes with every round.
+        const previousPlan = replan ? replan.plan : input.previousPlan;
         return {
-          task: input.task,
+          problem: input.task,
           ...(input.scope === undefined ? {} : { scope: input.scope }),
-          ...(input.constraints === undefined ? {} : { constraints: input.constraints }),
-          ...(replan
-            ? { previousPlan: replan.plan, feedback: replan.instructions }
-            : input.previousPlan === undefined
-              ? {}
-              : { previousPlan: input.previousPlan }),
+          constraints: input.constraints,
+          ...(previousPlan === undefined ? {} : { previousPlan }),
+          ...(input.newEvidence === undefined ? {} : { newEvidence: input.newEvidence }),
+          ...(replan ? { feedback: replan.instructions } : {}),
         };
       },
     }),
@@ -83,68 +78,104 @@ export default defineWorkflow({
         task: input.task,
         plan: planOf(outputs).plan,
         planDigest: planOf(outputs).planDigest,
+        ...(input.repository === undefined ? {} : { repository: input.repository }),
         documents: input.documents,
+        ...(input.newEvidence === undefined ? {} : { evidence: input.newEvidence }),
       }),
     }),
     approval: includeWorkflow(planApproval, {
-      input: ({ input, outputs }) => ({
-        task: input.task,
-        plan: planOf(outputs).plan,
-        planDigest: planOf(outputs).planDigest,
-        revision: (outputs.again?.replans ?? 0) + 1,
-        ...(input.mode === undefined ? {} : { mode: input.mode }),
-        ...(input.autoContinueMs === undefined ? {} : { autoContinueMs: input.autoContinueMs }),
-        ...(input.audience === undefined ? {} : { audience: input.audience }),
-      }),
+      input: ({ input, outputs }) => {
+        const { mode, audience, maxReplans, autoContinueMs } = input.approval;
+        return {
+          task: input.task,
+          plan: planOf(outputs).plan,
+          planDigest: planOf(outputs).planDigest,
+          revision: (outputs.again?.replans ?? 0) + 1,
+          // The resolved policy, in the flat form (it keeps a wait of any length in milliseconds).
+          mode,
+          audience,
+          maxReplans,
+          ...(autoContinueMs === undefined ? {} : { autoContinueMs }),
+        };
+      },
     }),
   },
   exits: { ready: { from: 'ready' }, blocked: { from: 'blocked' } },
   nodes: {
+    // A revision (of the input's previous plan, or after a replan) that changed nothing is not
+    // documented or asked about again.
+    assess: compute({
+      run: ({ outputs }) => {
+        const design = planOf(outputs);
+        return design.previousPlanDigest !== undefined && !design.changed ? { route: 'unchanged' } : { route: 'document' };
+      },
+    }),
     // Counts the replans asked for: one more than allowed stops the change.
     again: compute({
-      run: ({ input, state }) => ({ replans: state.visit, route: state.visit > input.maxReplans ? 'exhausted' : 'replan' }),
+      run: ({ input, state }) => ({ replans: state.visit, limit: input.approval.maxReplans, route: state.visit > input.approval.maxReplans ? 'exhausted' : 'replan' }),
     }),
-    ready: compute({
-      run: ({ input, outputs }) => ({
-        status: 'ready',
-        task: input.task,
-        plan: planOf(outputs).plan,
-        planDigest: planOf(outputs).planDigest,
-        revision: outputs.approval.output.revision,
-        documentedIn: outputs.doc.output.file ?? null,
-        decidedBy: outputs.approval.output.decidedBy,
+    // Why the change is blocked: exactly one of these runs, and `blocked` reports it.
+    planBlocked: compute({ run: ({ outputs }) => ({ stage: 'plan', reason: outputs.plan.output.reason, evidence: outputs.plan.output }) }),
+    unchanged: compute({
+      run: ({ outputs }) => ({
+        stage: 'plan',
+        reason: 'planning gave the same plan again: the new evidence or instructions changed nothing in it',
+        evidence: planOf(outputs),
       }),
     }),
-    // Reached from a blocked plan, a blocked documentation, the person's stop, or the replans
-    // running out; the latest result of each stage says which (a stage that ran again after a
-    // replan replaced its earlier result).
+    docBlocked: compute({ run: ({ outputs }) => ({ stage: 'doc', reason: outputs.doc.output.reason, evidence: outputs.doc.output }) }),
+    stopped: compute({ run: ({ outputs }) => ({ stage: 'approval', reason: 'the person stopped the plan change', evidence: outputs.approval.output }) }),
+    exhausted: compute({
+      run: ({ outputs }) => ({
+        stage: 'approval',
+        reason: `the person asked for a new plan ${outputs.again.replans} times; at most ${outputs.again.limit} replans`,
+        evidence: { replans: outputs.again.replans, limit: outputs.again.limit },
+      }),
+    }),
+    ready: compute({
+      run: ({ input, outputs }) => {
+        const approved = outputs.approval.output;
+        const documented = outputs.doc.output;
+        return {
+          status: 'ready',
+          task: input.task,
+          plan: approved.plan,
+          planDigest: approved.planDigest,
+          documents: documented.documentation.files,
+          revision: approved.revision,
+          approval: approved.resolution,
+          documentation: documented.documentation,
+          documentedIn: documented.file,
+          decidedBy: approved.decidedBy,
+        };
+      },
+    }),
     blocked: compute({
       run: ({ input, outputs }) => {
-        const why =
-          outputs.plan.exit === 'blocked'
-            ? { stage: 'plan', reason: outputs.plan.output.reason }
-            : outputs.doc?.exit === 'blocked'
-              ? { stage: 'doc', reason: outputs.doc.output.reason }
-              : outputs.approval?.exit === 'stop'
-                ? { stage: 'approval', reason: 'the person stopped it' }
-                : { stage: 'approval', reason: `the person asked for a new plan ${outputs.again.replans} times; at most ${input.maxReplans} replans` };
+        const cause = ['planBlocked', 'unchanged', 'docBlocked', 'stopped', 'exhausted'].map((id) => outputs[id]).find(Boolean);
         return {
           status: 'blocked',
           task: input.task,
-          ...why,
+          ...cause,
           ...(outputs.plan.exit === 'ready' ? { planDigest: planOf(outputs).planDigest } : {}),
         };
       },
     }),
   },
   edges: [
-    { from: 'plan.ready', to: 'doc' },
-    { from: 'plan.blocked', to: 'blocked' },
-    { from: 'doc.documented', to: 'approval' },
-    { from: 'doc.blocked', to: 'blocked' },
+    { from: 'plan.ready', to: 'assess' },
+    { from: 'plan.blocked', to: 'planBlocked' },
+    { from: 'assess', switch: { on: '$.route', cases: { document: 'doc', unchanged: 'unchanged' } } },
+    { from: 'doc.ready', to: 'approval' },
+    { from: 'doc.blocked', to: 'docBlocked' },
     { from: 'approval.continue', to: 'ready' },
-    { from: 'approval.stop', to: 'blocked' },
+    { from: 'approval.stop', to: 'stopped' },
     { from: 'approval.replan', to: 'again' },
-    { from: 'again', switch: { on: '$.route', cases: { replan: 'plan', exhausted: 'blocked' } } },
+    { from: 'again', switch: { on: '$.route', cases: { replan: 'plan', exhausted: 'exhausted' } } },
+    { from: 'planBlocked', to: 'blocked' },
+    { from: 'unchanged', to: 'blocked' },
+    { from: 'docBlocked', to: 'blocked' },
+    { from: 'stopped', to: 'blocked' },
+    { from: 'exhausted', to: 'blocked' },
   ],
 });

@@ -1,11 +1,19 @@
 // What the planning built-ins share: checks of the model's structured answers, the plan's
 // digest, and the plan as text a person reads (the approval dialog, the documentation).
-import { createHash } from 'node:crypto';
+import { digest } from '../index.js';
 
 /** An object, or an error naming `what`. */
 export function record(value, what) {
   if (value === null || typeof value !== 'object' || Array.isArray(value)) throw new Error(`${what} must be a JSON object`);
   return value;
+}
+
+/** Refuses a field of `value` not in `allowed`, naming the fields it takes. */
+export function exactKeys(value, allowed, what) {
+  const unknown = Object.keys(value).filter((k) => !allowed.includes(k));
+  if (unknown.length) {
+    throw new Error(`${what} has no field ${unknown.map((k) => JSON.stringify(k)).join(', ')}; it takes ${allowed.join(', ')}`);
+  }
 }
 
 /** Trimmed non-empty text of at most `max` characters. */
@@ -30,9 +38,13 @@ export function texts(value, what, { min = 0, max = 32, chars = 4_000 } = {}) {
   return value.map((v, i) => text(v, `${what}[${i}]`, chars));
 }
 
-/** The plan's identity: a digest of its JSON, so an approval names the exact plan it approved. */
+/**
+ * The plan's identity, so an approval names the exact plan it approved: `sha256:` and the
+ * SHA-256 of its canonical JSON (keys in a fixed order, as `digest` writes it), which a plan
+ * keeps through storage, whatever order its keys were in.
+ */
 export function planDigest(plan) {
-  return `sha256:${createHash('sha256').update(JSON.stringify(plan)).digest('hex')}`;
+  return digest(plan);
 }
 
 /**

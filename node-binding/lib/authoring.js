@@ -669,6 +669,16 @@ export function defineWorkflow(def) {
       ...(n.kind === 'action' ? { retry: n.retry } : {}),
     };
   }
+  // An edge from `<mount>.<name>` where `name` is no exit of the included workflow (an exit
+  // renamed in a newer version, say) is refused naming the exits it has.
+  for (const [index, e] of o.edges.entries()) {
+    if (typeof e?.from !== 'string' || !e.from.includes('.')) continue;
+    const mount = e.from.split('.')[0];
+    if (Object.hasOwn(o.includes ?? {}, mount) && !Object.hasOwn(leaves, e.from) && !Object.hasOwn(impls, e.from)) {
+      const names = Object.keys(o.includes[mount].workflow.exits);
+      throw shape(`edge ${index} from ${e.from}: ${o.includes[mount].workflow.name} (mount ${mount}) has no exit ${JSON.stringify(e.from.slice(mount.length + 1))}; its exits are ${names.map((n) => `${mount}.${n}`).join(', ')}`);
+    }
+  }
   const edges = [
     ...o.edges.map(checkEdge).map((e) => rewriteEdge(e, (id) => source(id, leaves), (id) => target(id, entries))),
     ...mountedEdges,

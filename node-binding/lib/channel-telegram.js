@@ -1,8 +1,9 @@
 // A decision channel's adapter for Telegram: the host runs one per configured channel
 // (`piw channel add telegram`) as a supervised child, and restarts it when it dies. It is a
 // client of the host like any other: it watches every run's events, sends each pending
-// protected human decision once to the one configured chat (its text, bounded, and its choices
-// as buttons), takes answers from that chat only (a button, or a text reply), and answers
+// protected human decision for this channel once to the one configured chat (its text,
+// bounded, and its choices as buttons; a decision with an `audience` only when the audience
+// names this channel, see `audience.js`), takes answers from that chat only (a button, or a text reply), and answers
 // through `decision.answer`, as a person (`answered_by: person`) with its channel
 // (`telegram:<chat id>`). A decision closed another way (in Pi, by the CLI, at its deadline)
 // gets its message marked closed.
@@ -18,9 +19,10 @@
 // messages it sent. `PIW_TELEGRAM_API` is the Bot API's base URL (default
 // https://api.telegram.org).
 
-import { closeSync, existsSync, fsyncSync, openSync, readFileSync, renameSync, statSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, fsyncSync, openSync, readdirSync, readFileSync, renameSync, statSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 
+import { channelsFor } from './audience.js';
 import { Client, isFinal } from './client.js';
 import { choiceInputs, humanAnswer, textRule } from './decision-answer.js';
 import { decisionText } from './decision-text.js';
@@ -61,9 +63,23 @@ class ApiError extends Error {
   }
 }
 
+const CHANNEL_NAME = /^[a-z0-9][a-z0-9_-]{0,31}$/;
+
+/** The names of the channels configured now (`<name>.json` in the channels folder). */
+function configuredChannels() {
+  try {
+    return readdirSync(join(home, 'channels'))
+      .filter((f) => f.endsWith('.json'))
+      .map((f) => f.slice(0, -'.json'.length))
+      .filter((n) => CHANNEL_NAME.test(n));
+  } catch {
+    return [name];
+  }
+}
+
 function loadChannel() {
   if (!home) throw new Error('PIW_HOME is not set');
-  if (!/^[a-z0-9][a-z0-9_-]{0,31}$/.test(name ?? '')) throw new Error(`invalid channel name ${JSON.stringify(name)}`);
+  if (!CHANNEL_NAME.test(name ?? '')) throw new Error(`invalid channel name ${JSON.stringify(name)}`);
   const dir = join(home, 'channels');
   const configPath = join(dir, `${name}.json`);
   if (!existsSync(configPath)) throw new Error(`no channel named ${name} (${configPath})`);
@@ -201,6 +217,22 @@ async function serve() {
     }
   }
 
+  /** Decisions whose audience names no configured channel, already logged. */
+  const unroutedLogged = new Set();
+  /** Whether this channel sends `decision` (its audience), logging once one that no channel gets. */
+  function forThisChannel(decision, run) {
+    const audience = decision.request?.audience ?? null;
+    const { channels, unrouted } = channelsFor(audience, configuredChannels());
+    if (unrouted && !unroutedLogged.has(decision.decision_id)) {
+      unroutedLogged.add(decision.decision_id);
+      log(
+        `decision ${decision.decision_id} of run ${run.run_id} is for audience ${JSON.stringify(audience)}, which names no configured channel: ` +
+          `it is sent to none; it shows in the run's Pi session and in \`piw run status\`, and \`piw run decide\` answers it`,
+      );
+    }
+    return channels.includes(name);
+  }
+
   /** Reads every waiting run's pending protected decisions; sends new ones, closes gone ones. */
   async function scan() {
     const pending = new Map();
@@ -219,7 +251,7 @@ async function serve() {
       }
     }
     for (const [id, { run, decision }] of pending) {
-      if (state.sent[id]) continue;
+      if (state.sent[id] || !forThisChannel(decision, run)) continue;
       const choices = choicesOf(decision.request);
       const seq = ++state.seq;
       let message;

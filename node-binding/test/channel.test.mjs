@@ -262,3 +262,64 @@ test('the token is in its own file only: no log, status, list, event or database
 function messageIdOf(call) {
   return 101 + api.calls.filter((c) => c.method === 'sendMessage' && !c.refused).indexOf(call);
 }
+
+test("a decision's audience picks the channels: named ones only, none for an audience that names none (said in the log; still answered by the CLI), every one without", async () => {
+  const OPS_CHAT = '5151';
+  const added = await cli(['channel', 'add', 'telegram', '--name', 'ops', '--chat', OPS_CHAT, '--token-file', tokenFile]);
+  assert.equal(added.code, 0, added.stderr);
+  try {
+    await until('the ops adapter', async () => (await piw.status()).channels.find((c) => c.name === 'ops')?.state === 'running');
+    const asked = (audience) =>
+      writeWorkflow(
+        host.dir,
+        `audience-${Math.random().toString(16).slice(2, 8)}`,
+        `const choices = piw.defineHumanChoices({ yes: piw.choice({ label: 'Yes' }), no: piw.choice({ label: 'No' }) });
+         export default piw.defineWorkflow({
+           name: 'asked', startAt: 'ask',
+           nodes: {
+             ask: piw.humanDecision({ choices, ${audience === undefined ? '' : `audience: ${JSON.stringify(audience)},`} request: () => ({ title: 'Proceed?' }) }),
+             done: piw.compute({ run: ({ outputs }) => outputs.ask.choice }),
+           },
+           edges: [piw.humanDecisionEdge({ from: 'ask', choices, cases: { yes: 'done', no: 'done' } })],
+         });`,
+      );
+    const start = async (audience) => {
+      const { run_id: runId } = await piw.startRun(asked(audience));
+      assert.equal((await piw.waitForRun(runId, { untilParked: true, timeoutMs: 30_000 })).status, 'waiting');
+      return runId;
+    };
+    const opsOnly = await start('ops');
+    const nobody = await start('reviewers');
+    const both = await start('telegram, ops');
+    const operator = await start('operator');
+    // Started last: once each chat has it, each adapter has scanned the decisions before it.
+    const everyone = await start(undefined);
+    const has = (chat, runId) => sentTo(chat).some((c) => c.body.reply_markup?.inline_keyboard && c.body.text.includes(runId));
+    await until('the decision without audience in both chats', () => has(CHAT, everyone) && has(OPS_CHAT, everyone));
+    assert.deepEqual(
+      [opsOnly, nobody, both, operator].map((runId) => [has(CHAT, runId), has(OPS_CHAT, runId)]),
+      [
+        [false, true],
+        [false, false],
+        [true, true],
+        [true, true],
+      ],
+    );
+    // The one no channel got is said so in each adapter's log, and answered from the CLI.
+    const logOf = (channel) => {
+      try {
+        return readFileSync(join(host.home, 'logs', 'channels', `${channel}.log`), 'utf8');
+      } catch {
+        return '';
+      }
+    };
+    for (const channel of ['telegram', 'ops']) {
+      await until(`${channel}'s log`, () => logOf(channel).includes(`of run ${nobody} is for audience "reviewers", which names no configured channel`));
+    }
+    assert.equal((await cli(['run', 'decide', nobody, 'yes'])).code, 0);
+    assert.equal((await piw.waitForRun(nobody, { timeoutMs: 60_000 })).result, 'yes');
+    for (const runId of [opsOnly, both, operator, everyone]) await piw.cancelRun(runId);
+  } finally {
+    assert.equal((await cli(['channel', 'remove', 'ops'])).code, 0);
+  }
+});

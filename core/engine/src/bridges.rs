@@ -25,7 +25,7 @@
 //!   the node says (`interaction.fail`); a submission being judged is judged first, and the
 //!   attempt fails only if it is rejected (no submission is taken twice, none is lost).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -237,10 +237,10 @@ pub enum StopReason {
 pub struct Bridges {
     pub live: BTreeMap<String, BridgeEntry>,
     /// Interaction id -> why its bridge was lost.
-    pub lost: HashMap<String, String>,
+    pub lost: BTreeMap<String, String>,
     /// The Pi model of each run with an open step ([`pi_model`]; `None`: nothing names one,
     /// and its steps wait for a client), read once per run.
-    pub models: HashMap<String, Option<PiModel>>,
+    pub models: BTreeMap<String, Option<PiModel>>,
     /// Nothing that could open or close a detached step happened since the last [`reconcile`]
     /// (false at the host's start): the store thread's turns under load (steps and transitions
     /// of workflow children) skip its read.
@@ -257,7 +257,7 @@ impl Bridges {
     }
 
     /// Slots the bridges hold: one per run that has a bridge and no child of its own.
-    pub fn slots_held(&self, children: &HashMap<String, super::children::ChildEntry>) -> usize {
+    pub fn slots_held(&self, children: &BTreeMap<String, super::children::ChildEntry>) -> usize {
         self.live
             .keys()
             .filter(|run| !children.contains_key(*run))
@@ -598,11 +598,11 @@ pub fn reconcile(store: &mut dyn Storage, state: &mut HostState) {
         &|run| children.contains_key(run),
         free,
         Some(&settings),
-        store.now_ms(),
+        state.now,
     );
     for order in orders {
         match order {
-            BridgeOrder::Launch(step) => launch(state, &settings, &step, store.now_ms()),
+            BridgeOrder::Launch(step) => launch(state, &settings, &step, state.now),
             BridgeOrder::Stop { run_id, why } => {
                 if let Some(entry) = state.bridges.live.get_mut(&run_id) {
                     tracing::info!(%run_id, ?why, "stopping the bridge");
@@ -683,7 +683,7 @@ fn fail_step(store: &mut dyn Storage, state: &mut HostState, step: &DetachedStep
     request.node_id = Some(step.node_id.clone());
     request.attempt_id = Some(step.attempt_id.clone());
     let state_ref: &HostState = state;
-    let result = store.write(|w| {
+    let result = store.write(state.now, |w| {
         dispatch::apply_command(w, state_ref, &request, None, None)?;
         Ok(w.take_runs_written())
     });

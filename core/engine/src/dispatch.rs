@@ -3,35 +3,44 @@
 //! transaction) and reads ([`apply_read`]); the host's memory between batches
 //! ([`HostState`]); the protocol's stable rejection code of each store error.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 pub(crate) use super::fit::{fitting_prefix, keep_what_fits, reply_room};
 use super::handlers::{decision, effect, host, interaction, message, run, value};
 
 use serde_json::{json, Value};
 
+use crate::ids::IdSource;
 use crate::protocol::reply::body_of;
 use crate::protocol::{Receipt, Rejection, RejectionCode, Request, RequestBody};
 use crate::store::{Claim, ClaimLostReason, CommandMeta, NewRun, Storage, StoreError, Transaction};
+use crate::time::UnixMillis;
 
 /// How long a claimed workflow message stays with one client before another may take it.
 pub const MESSAGE_CLAIM_LEASE_MS: i64 = 60_000;
 
-/// In-memory facts the store thread keeps between batches.
-#[derive(Debug, Default)]
+/// In-memory facts the store thread keeps between batches, and the engine's two inputs that
+/// are not messages: the time of the turn being decided and where new ids come from.
+#[derive(Debug)]
 pub struct HostState {
+    /// The time of the turn being decided (`turn::turn`'s `now`): every decision of the turn
+    /// and every transaction it opens read this, never a clock.
+    pub now: UnixMillis,
+    /// Where the engine's secrets (children's one-time tokens) get their random bits: the
+    /// driver's is OS-seeded, a simulation's seeded (`HostState::new`).
+    pub ids: Box<dyn IdSource>,
     /// The owner id of this host's claims (`host-epoch-N`).
     pub owner_id: String,
     /// This host's epoch.
     pub epoch: i64,
     /// Claims this host holds, by run id (one per running run with a child).
-    pub claims: HashMap<String, Claim>,
+    pub claims: BTreeMap<String, Claim>,
     /// Launched children, by run id.
-    pub children: HashMap<String, super::children::ChildEntry>,
+    pub children: BTreeMap<String, super::children::ChildEntry>,
     /// Parsed graph snapshots of runs with children.
-    pub graphs: HashMap<String, crate::graph::Graph>,
+    pub graphs: BTreeMap<String, crate::graph::Graph>,
     /// When each held claim was last renewed (by a write or a heartbeat).
-    pub renewed_at: HashMap<String, i64>,
+    pub renewed_at: BTreeMap<String, i64>,
     pub child_config: super::children::ChildConfig,
     /// Whether children may be launched and stopped: true from the host's start until it
     /// stops (then the supervisor stops every child itself).
@@ -55,11 +64,11 @@ pub struct HostState {
     pub unpublished: Vec<(String, u64)>,
     /// Runs whose last child was a standby worker that died before its hello, and whose loss
     /// was therefore not counted (`children::on_child_report`); cleared by the next hello.
-    pub forgiven_standby_exits: std::collections::HashSet<String>,
+    pub forgiven_standby_exits: std::collections::BTreeSet<String>,
     /// Own children whose connection the host refused for want of room (the connection cap):
     /// by pid, until the child's exit is handled (`children::child_refused`). Such a child
     /// dies of the host's shortage, not its run's fault, and its exit is no loss.
-    pub refused_children: std::collections::HashSet<u32>,
+    pub refused_children: std::collections::BTreeSet<u32>,
     /// The number the next launch gets (unique for this host's life).
     pub next_launch: u64,
     /// Launches whose transaction failed to commit after their child was already handed its
@@ -67,7 +76,7 @@ pub struct HostState {
     /// report about it is ignored (its run, generation and child epoch were never committed
     /// and may be issued again). Until it has exited it still holds a child slot, and its run
     /// is not launched again.
-    pub abandoned_launches: HashMap<u64, String>,
+    pub abandoned_launches: BTreeMap<u64, String>,
     /// The last activation commit failed after launching children: launch after the commit
     /// until one succeeds, so a commit that keeps failing (a full disk) does not start and
     /// stop children in a loop.
@@ -95,6 +104,43 @@ pub struct HostState {
 }
 
 impl HostState {
+    /// A host's memory at its start, drawing new secrets from `ids`; the caller sets what it
+    /// knows (owner, epoch, configuration) with struct update syntax.
+    pub fn new(ids: Box<dyn IdSource>) -> Self {
+        Self {
+            now: 0,
+            ids,
+            owner_id: String::new(),
+            epoch: 0,
+            claims: BTreeMap::new(),
+            children: BTreeMap::new(),
+            graphs: BTreeMap::new(),
+            renewed_at: BTreeMap::new(),
+            child_config: Default::default(),
+            supervising: false,
+            child_commands: Vec::new(),
+            socket_path: Default::default(),
+            supervision_scope: String::new(),
+            reply_limit: 0,
+            shutting_down: false,
+            unpublished: Vec::new(),
+            forgiven_standby_exits: Default::default(),
+            refused_children: Default::default(),
+            next_launch: 0,
+            abandoned_launches: BTreeMap::new(),
+            launch_after_commit: false,
+            activation_retry_at: None,
+            activation_retry_delay_ms: 0,
+            retention: None,
+            retention_due_at: None,
+            sweep_run_logs: false,
+            run_logs_swept: false,
+            bridges: Default::default(),
+            presence: Default::default(),
+            channels: Default::default(),
+        }
+    }
+
     /// Child processes this host runs or is still stopping (abandoned launches included).
     pub fn live_children(&self) -> usize {
         self.children.len()

@@ -15,7 +15,7 @@
 //! Each change is one store transaction. One that fails (a full disk) is tried again at the
 //! next turn after [`RETRY_MS`], with whatever the holder's presence is by then.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::dispatch::HostState;
 use crate::store::{Holder, Storage};
@@ -27,9 +27,9 @@ pub const RETRY_MS: i64 = 1_000;
 #[derive(Debug, Default)]
 pub struct Presence {
     /// Session id -> the connections (driver-given numbers) that follow its events.
-    sessions: HashMap<String, HashSet<u64>>,
+    sessions: BTreeMap<String, BTreeSet<u64>>,
     /// Holders whose hold or release did not commit, to try again from `retry_at`.
-    unsynced: HashSet<Holder>,
+    unsynced: BTreeSet<Holder>,
     retry_at: Option<i64>,
 }
 
@@ -93,7 +93,7 @@ pub fn bridge_changed(store: &mut dyn Storage, state: &mut HostState, run_id: &s
 /// kept for [`retry`].
 fn sync(store: &mut dyn Storage, state: &mut HostState, holder: Holder) {
     let present = is_present(state, &holder);
-    let result = store.write(|w| {
+    let result = store.write(state.now, |w| {
         if present {
             w.hold_interactions(&holder)
         } else {
@@ -112,18 +112,20 @@ fn sync(store: &mut dyn Storage, state: &mut HostState, holder: Holder) {
                 "cannot record who presents steps; trying again"
             );
             state.presence.unsynced.insert(holder);
-            state.presence.retry_at = Some(store.now_ms().saturating_add(RETRY_MS));
+            state.presence.retry_at = Some(state.now.saturating_add(RETRY_MS));
         }
     }
 }
 
 /// Tries again the holds and releases that did not commit, once their time has come.
 pub fn retry(store: &mut dyn Storage, state: &mut HostState) {
-    if state.presence.retry_at.is_none_or(|at| at > store.now_ms()) {
+    if state.presence.retry_at.is_none_or(|at| at > state.now) {
         return;
     }
     state.presence.retry_at = None;
-    let unsynced: Vec<Holder> = state.presence.unsynced.drain().collect();
+    let unsynced: Vec<Holder> = std::mem::take(&mut state.presence.unsynced)
+        .into_iter()
+        .collect();
     for holder in unsynced {
         sync(store, state, holder);
     }

@@ -59,7 +59,7 @@ pub fn prune_request(
         statuses: request.statuses.clone().unwrap_or_default(),
         finished_before: request
             .older_than_ms
-            .map(|ms| finished_before(store.now_ms(), ms)),
+            .map(|ms| finished_before(state.now, ms)),
         keep: request.keep,
     };
     let limit = usize::try_from(
@@ -118,7 +118,7 @@ pub fn next_retention_at(state: &HostState) -> Option<UnixMillis> {
 /// The host's retention pass, when due: one batch, then due again at once while runs are
 /// left, else after [`RETENTION_INTERVAL_MS`].
 pub fn run_due_retention(store: &mut dyn Storage, state: &mut HostState) {
-    let now = store.now_ms();
+    let now = state.now;
     let (Some(retention), Some(due)) = (state.retention, state.retention_due_at) else {
         return;
     };
@@ -226,7 +226,7 @@ mod tests {
         let mut state = HostState {
             retention: Retention::from_settings(Some(1), None),
             retention_due_at: Some(0),
-            ..HostState::default()
+            ..HostState::new(Box::new(crate::ids::tests::CountingIds::default()))
         };
         assert_eq!(next_retention_at(&state), Some(0));
         // `run_due_retention` does nothing while the host stops: a deadline in the past would

@@ -13,19 +13,18 @@ use crate::time::UnixMillis;
 /// The earliest time the host has deadline work: the store's own deadlines (claim
 /// expiry, interaction deadlines, timers' wake times), the children's (heartbeats, node
 /// deadlines, handshake timeouts, lingering children, delayed runs) and the retention pass.
-/// `None` when nothing is
-/// due.
-pub fn next_deadline_at(store: &dyn Storage, state: &HostState) -> Option<i64> {
+/// `None` when nothing is due. `now` is the time the driver reads before it sleeps.
+pub fn next_deadline_at(store: &dyn Storage, state: &HostState, now: UnixMillis) -> Option<i64> {
     let store_deadline = match store.next_deadline() {
         Ok(d) => d,
         Err(e) => {
             tracing::error!(error = %e, "cannot compute the next deadline; retrying in 1 s");
-            Some(store.now_ms() + 1_000)
+            Some(now + 1_000)
         }
     };
     [
         store_deadline,
-        children::next_child_deadline(store, state),
+        children::next_child_deadline(store, state, now),
         super::retention::next_retention_at(state),
         super::bridges::next_deadline(state),
         super::presence::next_deadline(state),
@@ -48,7 +47,7 @@ pub fn run_due_work(store: &mut dyn Storage, state: &mut HostState) {
     // A step may have expired, a bridge's handshake bound passed.
     state.bridges.up_to_date = false;
     let owner_id = state.owner_id.as_str();
-    let result = store.write(|w| {
+    let result = store.write(state.now, |w| {
         w.expire_due_interactions()?;
         w.expire_due_decisions()?;
         w.fire_due_timers()?;

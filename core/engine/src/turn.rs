@@ -8,7 +8,9 @@
 //!
 //! A request's reply handle is opaque here (`R`): the engine hands it back with the reply.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
+
+use crate::time::UnixMillis;
 
 use super::children::{self, SupervisorCmd};
 use super::dispatch::{self, HostState, PreparedStart};
@@ -115,14 +117,19 @@ pub trait Effects<R> {
 
 /// One turn, after the driver took `inputs` off its queue (none when it woke for `deadline`,
 /// the earliest deadline it knew of before it waited): requests answered and committed, child
-/// reports handled, due work run once `deadline` has passed, ready runs scheduled.
+/// reports handled, due work run once `deadline` has passed, ready runs scheduled. `now` is
+/// the turn's time, read by the driver (quinn-proto's `handle_timeout(now)`): every decision
+/// of the turn and every transaction it opens use it, so a simulation that replays the same
+/// inputs at the same times gets the same turn.
 pub fn turn<R>(
     store: &mut dyn Storage,
     state: &mut HostState,
+    now: UnixMillis,
     inputs: Vec<Input<R>>,
     deadline: Option<i64>,
     fx: &mut dyn Effects<R>,
 ) {
+    state.now = now;
     if !inputs.is_empty() {
         let mut batch = Vec::with_capacity(inputs.len());
         let mut reports = Vec::new();
@@ -131,7 +138,7 @@ pub fn turn<R>(
                 Input::Request(job) => batch.push(*job),
                 Input::Child(report) => reports.push(report),
                 Input::WorkerDisconnected { run_id, generation } => {
-                    children::worker_disconnected(state, store.now_ms(), &run_id, generation);
+                    children::worker_disconnected(state, state.now, &run_id, generation);
                 }
                 Input::SessionWatched {
                     session_id,
@@ -162,7 +169,7 @@ pub fn turn<R>(
     }
     // Due work runs whenever its deadline has passed, also while messages keep arriving.
     // Heartbeats first: a claim renewed in time must not be recovered as expired.
-    if deadline.is_some_and(|at| at <= store.now_ms()) {
+    if deadline.is_some_and(|at| at <= state.now) {
         super::presence::retry(store, state);
         children::due_child_work(store, state);
         timers::run_due_work(store, state);
@@ -173,7 +180,7 @@ pub fn turn<R>(
     if !state.shutting_down {
         // Bridges first: a step they fail makes its run ready for the scheduling below.
         super::bridges::reconcile(store, state);
-        super::channels::reconcile(state, store.now_ms());
+        super::channels::reconcile(state, state.now);
         publish_unpublished(store, state, fx);
         children::schedule_with(store, state, &mut |state| send_child_commands(state, fx));
         publish_unpublished(store, state, fx);
@@ -200,7 +207,7 @@ fn publish_unpublished<R>(store: &dyn Storage, state: &mut HostState, fx: &mut d
     if state.unpublished.is_empty() {
         return;
     }
-    let mut earliest: HashMap<String, u64> = HashMap::new();
+    let mut earliest: BTreeMap<String, u64> = BTreeMap::new();
     let mut order = Vec::new();
     for (run_id, after) in state.unpublished.drain(..) {
         match earliest.get_mut(&run_id) {
@@ -308,7 +315,7 @@ fn handle_batch<R>(
     let mut activations = children::Activations::default();
     // Outside the transaction: a replay of an earlier commit is answered even if this one fails.
     let mut results = Vec::with_capacity(writes.len());
-    let committed = store.write(|w| {
+    let committed = store.write(state.now, |w| {
         // Every job's identity was computed above.
         let meta_of = |job: &Job<R>| {
             job.meta
@@ -356,7 +363,7 @@ fn handle_batch<R>(
         fx.before_commit(&kinds)?;
         Ok(w.take_revisions())
     });
-    children::settle_activations(state, store.now_ms(), committed.is_ok(), &mut activations);
+    children::settle_activations(state, state.now, committed.is_ok(), &mut activations);
     match committed {
         Ok(written) => {
             fx.after_commit(&kinds);
@@ -399,8 +406,8 @@ fn handle_batch<R>(
         Err(e) => {
             crate::store_error!(e, "batch commit failed; only replays were acknowledged");
             let rejection = Rejection::new(RejectionCode::Internal, format!("commit failed: {e}"));
-            let now = store.now_ms();
-            let no_writes = HashMap::new();
+            let now = state.now;
+            let no_writes = BTreeMap::new();
             // A command the failed transaction never reached has no result.
             let results = results.into_iter().map(Some).chain(std::iter::repeat(None));
             for (job, result) in writes.into_iter().zip(results) {
@@ -432,7 +439,7 @@ fn handle_batch<R>(
 /// the batch's `written` revisions, read only for a command that wrote nothing (a replay).
 fn receipt_of<R>(
     store: &dyn Storage,
-    written: &HashMap<String, u64>,
+    written: &BTreeMap<String, u64>,
     job: &Job<R>,
     outcome: CommandOutcome,
 ) -> Receipt {

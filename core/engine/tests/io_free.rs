@@ -1,7 +1,9 @@
-//! The engine names no I/O: no runtime, thread, channel, socket, file, process, environment or
-//! clock of its own. Its crate depends on none (checked here against `Cargo.toml`, so a new
-//! dependency is a decision, not an accident); it reaches the store through the interface it
-//! owns (`store::port`), the time through that store's clock, the supervisor through the orders
+//! The engine names no I/O: no runtime, thread, channel, socket, file, process, environment,
+//! clock or randomness of its own, and no map that iterates in an order the OS seeds. Its crate
+//! depends on none (checked here against `Cargo.toml`, so a new dependency is a decision, not an
+//! accident); it reaches the store through the interface it owns (`store::port`), the time
+//! through the `now` each turn is handed, new ids through the `IdSource` it is handed (so a
+//! seed replays a simulation bit for bit), the supervisor through the orders
 //! it leaves in `HostState::child_commands`, and subscribers through the runs it leaves in
 //! `HostState::unpublished`. Every file of the crate is read as Rust (with `syn`: every path,
 //! `use` tree and macro body, so no spelling hides a name) but `protocol/frame.rs`, whose
@@ -21,8 +23,21 @@ const IO_PATHS: &[&str] = &[
     "std::os",
     "std::time::SystemTime",
     "std::time::Instant",
+    "std::time::UNIX_EPOCH",
     "std::sync::mpsc",
     "core::time::Instant",
+    // Randomness and clocks of other crates: the driver hands both in.
+    "rand",
+    "getrandom",
+    "chrono",
+    "time",
+    // Maps whose iteration order is seeded by the OS per process: the order of decisions
+    // taken over them would differ between two runs of one seed.
+    "std::collections::HashMap",
+    "std::collections::HashSet",
+    "std::collections::hash_map",
+    "std::collections::hash_set",
+    "std::hash::RandomState",
 ];
 
 /// Names a deciding module may not use anywhere in a path, however it reached them: clocks,
@@ -31,7 +46,17 @@ const IO_PATHS: &[&str] = &[
 const IO_NAMES: &[&str] = &[
     "SystemTime",
     "Instant",
+    "UNIX_EPOCH",
     "SystemClock",
+    "FakeClock",
+    "OffsetFileClock",
+    "OsIds",
+    "thread_rng",
+    "OsRng",
+    "ThreadRng",
+    "RandomState",
+    "HashMap",
+    "HashSet",
     "UnixStream",
     "mpsc",
     "oneshot",
@@ -201,7 +226,7 @@ fn no_spelling_hides_io_from_the_check() {
     };
     assert_eq!(io("use std::{fs, process};"), ["std::fs", "std::process"]);
     assert_eq!(
-        io("use std::{collections::HashMap, io::{self, Read}};"),
+        io("use std::{collections::BTreeMap, io::{self, Read}};"),
         ["std::io", "std::io"]
     );
     assert_eq!(
@@ -220,8 +245,29 @@ fn no_spelling_hides_io_from_the_check() {
     );
     assert_eq!(io("fn f(tx: tokio::sync::mpsc::Sender<u8>) {}"), ["tokio"]);
     assert!(
-        io("// std::fs in a comment\n/// and `std::process` in a doc\nuse std::collections::HashMap;\nuse std::time::Duration;\nconst S: &str = \"std::net\";\nfn instantly() {}").is_empty(),
+        io("// std::fs in a comment\n/// and `std::process` in a doc\nuse std::collections::BTreeMap;\nuse std::time::Duration;\nconst S: &str = \"std::net\";\nfn instantly() {}").is_empty(),
         "comments, strings and look-alike names are not I/O"
+    );
+    assert_eq!(io("fn f() -> u64 { rand::random() }"), ["rand"]);
+    assert_eq!(io("use rand::RngExt as _;"), ["rand"]);
+    assert_eq!(
+        io("fn f() { let _ = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH); }"),
+        ["std::time::SystemTime", "std::time::UNIX_EPOCH"]
+    );
+    assert_eq!(
+        io("fn f() { let _ = time::OffsetDateTime::now_utc(); }"),
+        ["time"]
+    );
+    assert_eq!(io("fn f() { let _ = chrono::Utc::now(); }"), ["chrono"]);
+    assert_eq!(
+        io("use std::collections::{BTreeMap, HashMap};"),
+        ["std::collections::HashMap"]
+    );
+    assert_eq!(io("fn f(m: &HashSet<u8>) {}"), ["HashSet"]);
+    assert!(
+        io("use std::collections::BTreeSet; use crate::time::UnixMillis; fn f(now: UnixMillis) {}")
+            .is_empty(),
+        "ordered maps and the time the engine is handed are not I/O"
     );
     assert!(io_in("use std::io::Write;", &["std::io"])
         .unwrap()
@@ -244,7 +290,6 @@ fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
 /// the `rusqlite` feature adds only `From<rusqlite::Error> for StoreError`, in one file.
 const DEPENDENCIES: &[&str] = &[
     "hex",
-    "rand",
     "rusqlite",
     "serde",
     "serde_json",

@@ -807,7 +807,7 @@ pub fn ensure_host_with_env(
             exited = Some((status, false));
         }
         if let Some((status, held)) = exited {
-            match (installation_held(paths), held) {
+            match (crate::driver::installation_held(paths), held) {
                 // Another process holds the installation: a host that is starting (it will
                 // answer) or stopping, or a reset. Wait for it to answer or to let go.
                 (true, _) => exited = Some((status, true)),
@@ -823,7 +823,7 @@ pub fn ensure_host_with_env(
                     if probe(paths) {
                         return Ok(());
                     }
-                    if installation_held(paths) {
+                    if crate::driver::installation_held(paths) {
                         continue;
                     }
                     // A holder (a host that was stopping) may have refused this host and let
@@ -989,23 +989,6 @@ fn start_host(
         bin: host_bin.to_owned(),
         source,
     })
-}
-
-/// Whether a process holds `host.lock`, read from the kernel's lock table (`/proc/locks`)
-/// without touching the lock: trying to take it, even for a moment, could make a host that
-/// starts at that instant give up. Where the table cannot be read, the pid the file names is
-/// asked instead (it may be a holder's that has exited and been reused).
-fn installation_held(paths: &PiwPaths) -> bool {
-    if !paths.lock.exists() {
-        return false;
-    }
-    if let Some(held) = crate::supervise::flock_held(&paths.lock) {
-        return held;
-    }
-    let pid = std::fs::read_to_string(&paths.lock)
-        .ok()
-        .and_then(|text| text.trim().parse().ok());
-    pid.is_some_and(crate::supervise::process_alive)
 }
 
 /// The length of `path` now (0 when it does not exist yet).

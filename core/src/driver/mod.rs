@@ -20,7 +20,10 @@ pub mod start_file;
 pub mod store_thread;
 pub mod supervisor;
 
-pub use lock::{lock_installation, lock_installation_with, InstallationLock, Links};
+pub use lock::{
+    installation_held, lock_holder, lock_installation, lock_installation_with, InstallationLock,
+    Links,
+};
 
 use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt;
@@ -342,7 +345,7 @@ impl HostShared {
             socket: f.paths.socket.display().to_string(),
             database: f.paths.db.display().to_string(),
             home: f.paths.home.display().to_string(),
-            schema_id: SCHEMA_ID,
+            schema_id: SCHEMA_ID.to_owned(),
             runs,
             active_children,
             child_slots: f.budget.child_slots,
@@ -670,7 +673,8 @@ async fn serve_async(
         // Retention runs once at start (the store thread's first deadline), then on its timer.
         retention: config.retention,
         retention_due_at: config.retention.map(|_| store.now_ms()),
-        ..HostState::default()
+        // Children's tokens must be unguessable: OS randomness, never a seed.
+        ..HostState::new(Box::new(crate::ids::OsIds))
     };
     let store_thread = std::thread::Builder::new()
         .name("piw-store".into())

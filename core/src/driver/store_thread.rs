@@ -55,10 +55,11 @@ pub fn run(
     // A message taken off the queue to learn whether the thread was idle, handled next.
     let mut next: Option<StoreMsg> = None;
     loop {
-        let deadline = timers::next_deadline_at(&store, &state);
+        let now = store.now_ms();
+        let deadline = timers::next_deadline_at(&store, &state, now);
         let wait = deadline.map(|at| {
             // A floor of 1 ms: a deadline that the due work could not clear must not spin.
-            Duration::from_millis(u64::try_from(at - store.now_ms()).unwrap_or(0).max(1))
+            Duration::from_millis(u64::try_from(at - now).unwrap_or(0).max(1))
         });
         let first = match next.take() {
             Some(msg) => Some(msg),
@@ -111,8 +112,9 @@ pub fn run(
 }
 
 /// One turn of the store thread, after it took `msgs` off its queue (none when it woke for
-/// `deadline`, the earliest deadline it knew of before it waited): the engine's turn, its
-/// effects carried out as it asks. What it reveals waits in `outbox` for the next flush.
+/// `deadline`, the earliest deadline it knew of before it waited): the engine's turn at the
+/// store's clock's time (read once here: the engine reads no clock), its effects carried out
+/// as it asks. What it reveals waits in `outbox` for the next flush.
 pub fn turn(
     store: &mut Store,
     state: &mut HostState,
@@ -127,7 +129,8 @@ pub fn turn(
         fault,
         supervisor,
     };
-    engine_turn::turn(store, state, msgs, deadline, &mut edges);
+    let now = store.now_ms();
+    engine_turn::turn(store, state, now, msgs, deadline, &mut edges);
     sweep_run_logs(store, state, supervisor);
 }
 

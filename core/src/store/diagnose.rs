@@ -304,7 +304,7 @@ impl Store {
         let problems = self.integrity_problems()?;
         if !problems.is_empty() {
             return Ok(vec![Finding {
-                code: DATABASE_MALFORMED,
+                code: DATABASE_MALFORMED.into(),
                 run_id: String::new(),
                 ids: Vec::new(),
                 detail: format!(
@@ -327,7 +327,7 @@ impl Store {
             for row in rows {
                 let (run_id, ids, detail) = row?;
                 findings.push(Finding {
-                    code: check.code,
+                    code: check.code.into(),
                     run_id,
                     ids: ids
                         .unwrap_or_default()
@@ -360,7 +360,7 @@ impl Store {
             let expected = queue_state_for(status, paused);
             if expected.as_str() != state {
                 findings.push(Finding {
-                    code: "queue_state_mismatch",
+                    code: "queue_state_mismatch".into(),
                     run_id,
                     ids: vec![],
                     detail: format!("queue is {state}, a {status} run needs {expected}"),
@@ -370,7 +370,7 @@ impl Store {
         }
         for (sha256, detail) in self.corrupt_values()? {
             findings.push(Finding {
-                code: "value_corrupt",
+                code: "value_corrupt".into(),
                 run_id: String::new(),
                 ids: vec![sha256],
                 // Not repairable here (only the run that made the value has its bytes), but
@@ -385,7 +385,7 @@ impl Store {
         }
         for (run_id, sha256, bytes, received) in self.abandoned_partial_values(self.now_ms())? {
             findings.push(Finding {
-                code: "value_partial",
+                code: "value_partial".into(),
                 run_id,
                 ids: vec![sha256],
                 // Repairable: nothing refers to a partial value and no live child can go on
@@ -397,7 +397,7 @@ impl Store {
                 repairable: true,
             });
         }
-        findings.sort_by(|a, b| (&a.run_id, a.code).cmp(&(&b.run_id, b.code)));
+        findings.sort_by(|a, b| (&a.run_id, &a.code).cmp(&(&b.run_id, &b.code)));
         Ok(findings)
     }
 
@@ -441,7 +441,7 @@ impl super::WriteTx<'_> {
         let run_id = f.run_id.as_str();
         let now = self.now;
         let c = self.conn();
-        match f.code {
+        match f.code.as_ref() {
             "running_without_live_owner_record" => {
                 let run = self.run_row(run_id)?;
                 // Same path as expiry recovery: interrupt, count the loss, requeue or review.

@@ -11,7 +11,6 @@ use super::{
     parse_enum, AttemptStatus, Claim, EffectResult, EffectState, Op, RetryContract, StoreError,
     StoreResult, WriteTx,
 };
-use crate::ids::new_id;
 use piw_engine::store::records::*;
 
 /// What to do with a reserve for a key that already has a record.
@@ -100,7 +99,7 @@ impl WriteTx<'_> {
             })
             .optional()?;
         let Some((effect_id, stored_fp, state, stored_contract, receipt, error)) = existing else {
-            let effect_id = new_id("eff");
+            let effect_id = self.new_id("eff");
             self.conn()
                 .prepare_cached(
                     "INSERT INTO effects (effect_id, run_id, attempt_id, effect_key, fingerprint,

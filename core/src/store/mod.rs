@@ -59,7 +59,12 @@ pub use view::{
 };
 
 use crate::clock::{Clock, SystemClock, UnixMillis};
-use crate::ids::ClaimToken;
+use crate::ids::{ClaimToken, IdSource, OsIds};
+
+/// Where a store draws the random part of its row ids, its claim tokens and a new database's
+/// cursor key: shared by the clones of one configuration (a host reopening its file after a
+/// crash goes on drawing from it).
+pub type SharedIds = Arc<std::sync::Mutex<dyn IdSource>>;
 
 /// Default claim lease: a claim not renewed by a write or heartbeat for this long expires.
 pub const DEFAULT_LEASE_MS: i64 = 30_000;
@@ -92,8 +97,12 @@ pub struct StoreConfig {
     pub lease_ms: i64,
     /// Consecutive child losses without a committed transition before the run stops for review.
     pub max_child_losses: u32,
-    /// The time source for every lease decision.
+    /// The time source of transactions opened with [`Store::write`] (the engine's give their
+    /// time: [`Store::write_at`]).
     pub clock: Arc<dyn Clock>,
+    /// The random bits of new ids and claim tokens: [`OsIds`] (the default, and every
+    /// production path's); a simulation gives a seeded source to replay a seed bit for bit.
+    pub ids: SharedIds,
     /// Test-only: abort a transaction just before commit.
     pub fault_hook: Option<FaultHook>,
     /// Test-only: watch every commit (crash points of the host process).
@@ -109,6 +118,7 @@ impl Default for StoreConfig {
             lease_ms: DEFAULT_LEASE_MS,
             max_child_losses: DEFAULT_MAX_CHILD_LOSSES,
             clock: Arc::new(SystemClock),
+            ids: Arc::new(std::sync::Mutex::new(OsIds)),
             fault_hook: None,
             commit_observer: None,
             disk_full_while: None,
@@ -122,6 +132,7 @@ impl std::fmt::Debug for StoreConfig {
             .field("lease_ms", &self.lease_ms)
             .field("max_child_losses", &self.max_child_losses)
             .field("clock", &self.clock)
+            .field("ids", &self.ids)
             .field("fault_hook", &self.fault_hook.is_some())
             .field("commit_observer", &self.commit_observer.is_some())
             .field("disk_full_while", &self.disk_full_while)
@@ -192,7 +203,7 @@ impl Store {
         if path.exists() {
             schema::check_existing(&path)?;
         } else {
-            schema::create_new(&path, config.clock.now_ms())?;
+            schema::create_new(&path, config.clock.now_ms(), &config.ids)?;
         }
         let conn = Connection::open_with_flags(
             &path,
@@ -279,20 +290,31 @@ impl Store {
         &mut self,
         f: impl FnOnce(&mut WriteTx<'_>) -> StoreResult<T>,
     ) -> StoreResult<T> {
+        let now = self.config.clock.now_ms();
+        self.write_at(now, f)
+    }
+
+    /// [`Store::write`] at time `now` (the transaction's every expiry comparison and
+    /// timestamp) instead of the clock's: the engine's turns write at the time they were
+    /// handed.
+    pub fn write_at<T>(
+        &mut self,
+        now: UnixMillis,
+        f: impl FnOnce(&mut WriteTx<'_>) -> StoreResult<T>,
+    ) -> StoreResult<T> {
         let changes_before = self.conn.total_changes();
-        let result = self.write_once(f);
+        let result = self.write_once(now, f);
         // A transaction that wrote nothing commits even on a full disk: it says nothing about
         // space being back.
         let wrote = self.conn.total_changes() != changes_before;
-        self.note_disk_full(&result, wrote);
+        self.note_disk_full(now, &result, wrote);
         result
     }
 
     /// Keeps [`Store::disk_full_retry_at`] up to date after a commit attempt, and says when
     /// the disk fills and when it has space again: once each, not per attempt (a host whose
     /// disk stays full would otherwise log a line per retry).
-    fn note_disk_full<T>(&mut self, result: &StoreResult<T>, wrote: bool) {
-        let now = self.config.clock.now_ms();
+    fn note_disk_full<T>(&mut self, now: UnixMillis, result: &StoreResult<T>, wrote: bool) {
         match (result, &mut self.disk_full) {
             (Err(e), None) if e.is_disk_full() => {
                 tracing::warn!(
@@ -338,9 +360,9 @@ impl Store {
 
     fn write_once<T>(
         &mut self,
+        now: UnixMillis,
         f: impl FnOnce(&mut WriteTx<'_>) -> StoreResult<T>,
     ) -> StoreResult<T> {
-        let now = self.config.clock.now_ms();
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -448,6 +470,19 @@ impl WriteTx<'_> {
         self.now
     }
 
+    /// A new row id (`run-…`, `att-…`): the transaction's time and the store's id source
+    /// ([`StoreConfig::ids`]).
+    pub(crate) fn new_id(&self, prefix: &str) -> String {
+        let mut ids = self.config.ids.lock().unwrap_or_else(|e| e.into_inner());
+        piw_engine::ids::new_id(prefix, self.now, &mut *ids)
+    }
+
+    /// A fresh claim token from the store's id source.
+    fn new_claim_token(&self) -> ClaimToken {
+        let mut ids = self.config.ids.lock().unwrap_or_else(|e| e.into_inner());
+        ClaimToken::generate(&mut *ids)
+    }
+
     /// Runs `f` inside a savepoint: if it fails, only its own changes are undone and the error
     /// is returned, while the enclosing transaction stays usable.
     ///
@@ -501,7 +536,7 @@ impl WriteTx<'_> {
     /// The revision each run has after this transaction's writes so far (the last write of a
     /// run wins), and forgets them: a caller learns its commands' revisions without reading
     /// them again after the commit. Writes undone by a rolled-back savepoint are not included.
-    pub fn take_revisions(&mut self) -> std::collections::HashMap<String, u64> {
+    pub fn take_revisions(&mut self) -> std::collections::BTreeMap<String, u64> {
         std::mem::take(&mut self.revisions).into_iter().collect()
     }
 
@@ -640,7 +675,7 @@ impl WriteTx<'_> {
         owner_kind: OwnerKind,
         owner_id: &str,
     ) -> StoreResult<Claim> {
-        let token = ClaimToken::generate();
+        let token = self.new_claim_token();
         let generation: i64 = self
             .conn()
             .prepare_cached(

@@ -7,8 +7,8 @@ use serde_json::Value;
 use super::*;
 
 impl Storage for Store {
-    fn write_dyn(&mut self, body: TxBody<'_, ()>) -> StoreResult<()> {
-        Store::write(self, |w| body(w))
+    fn write_dyn(&mut self, now: UnixMillis, body: TxBody<'_, ()>) -> StoreResult<()> {
+        Store::write_at(self, now, |w| body(w))
     }
 
     fn lease_ms(&self) -> i64 {
@@ -110,10 +110,6 @@ impl Storage for Store {
 
     fn next_node_deadline(&self, owner_id: &str) -> StoreResult<Option<UnixMillis>> {
         Store::next_node_deadline(self, owner_id)
-    }
-
-    fn now_ms(&self) -> UnixMillis {
-        Store::now_ms(self)
     }
 
     fn cursor_key(&self) -> crate::protocol::payload::CursorKey {
@@ -641,7 +637,7 @@ impl Transaction for WriteTx<'_> {
         WriteTx::submit(self, interaction_id, attempt_id, payload, idempotency_key)
     }
 
-    fn take_revisions(&mut self) -> std::collections::HashMap<String, u64> {
+    fn take_revisions(&mut self) -> std::collections::BTreeMap<String, u64> {
         WriteTx::take_revisions(self)
     }
 

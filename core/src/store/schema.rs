@@ -183,10 +183,12 @@ fn immutable_uri(path: &Path) -> String {
 /// Creates a new database at `path` atomically: the schema is written to a temporary file in
 /// the same directory, synced, and renamed into place, so a crash never leaves a half-made file
 /// at `path` that later opens would refuse.
-/// A new database's cursor key: 32 random bytes, as hex.
-fn new_cursor_key() -> String {
-    use rand::RngExt as _;
-    let bytes: [u8; 32] = rand::rng().random();
+/// A new database's cursor key: 32 bytes of the store's id source, as hex.
+fn new_cursor_key(ids: &super::SharedIds) -> String {
+    let mut bytes = [0u8; 32];
+    ids.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .fill(&mut bytes);
     hex::encode(bytes)
 }
 
@@ -202,7 +204,7 @@ pub(crate) fn cursor_key(conn: &Connection) -> StoreResult<crate::protocol::payl
     Ok(crate::protocol::payload::CursorKey(key))
 }
 
-pub(crate) fn create_new(path: &Path, now_ms: i64) -> StoreResult<()> {
+pub(crate) fn create_new(path: &Path, now_ms: i64, ids: &super::SharedIds) -> StoreResult<()> {
     let io = |source| StoreError::Io {
         path: path.to_path_buf(),
         source,
@@ -225,7 +227,7 @@ pub(crate) fn create_new(path: &Path, now_ms: i64) -> StoreResult<()> {
         tx.execute(
             "INSERT INTO schema_info (id, schema_id, ddl_digest, created_at, cursor_key)
              VALUES (1, ?1, ?2, ?3, ?4)",
-            rusqlite::params![SCHEMA_ID, ddl_digest(), now_ms, new_cursor_key()],
+            rusqlite::params![SCHEMA_ID, ddl_digest(), now_ms, new_cursor_key(ids)],
         )?;
         tx.commit()?;
     }

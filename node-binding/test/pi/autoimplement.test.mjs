@@ -2,10 +2,11 @@
 // the test scripts it (its "implementation" writes the fixture's files), on one fixture git
 // repository (a parser whose check fails) reset between tests, with a bare origin and a fake
 // `gh` on a PATH of git and node only. The happy path (checks named by the model, one review,
-// the commit pushed to the pull request and its CI green); a fix that fails the check and a
-// review with a P1 finding, each needing another round (no pull request: CI skipped, and
-// said); a blocker challenged once, then the run ends blocked; the pull request's CI failing
-// once (another round, a second commit pushed); the host killed while the model reviews; started
+// the commit pushed to a branch of its own, its pull request opened, CI green, reported on and
+// left ready); a fix that fails the check and a review with a P1 finding, each needing another
+// round (push: false: nothing pushed, CI skipped, and said); a blocker challenged once, then the
+// run ends blocked; the pull request's CI failing once (another round, a second commit pushed,
+// the same pull request); the host killed while the model reviews; started
 // with a task only (through pi-workflows' example file): the model finds the plan in the
 // fixture's docs, or finds none and the run ends blocked with nothing changed.
 import assert from 'node:assert/strict';
@@ -15,7 +16,7 @@ import { after, before, beforeEach, test } from 'node:test';
 
 import { planDigest } from '../../builtins/plan.mjs';
 import { Client } from '../../index.js';
-import { CHECKS, FIX, fixtureRepo, gitIn, PLAN, PLAN_DOC, resetRepo, toolsPath, WRONG_FIX } from '../fixture-repo.mjs';
+import { CHECKS, FIX, fixtureRepo, ghLog, gitIn, PLAN, PLAN_DOC, resetRepo, toolsPath, WRONG_FIX } from '../fixture-repo.mjs';
 import { alive, hostBin, piEnv, until } from './harness.mjs';
 
 let env;
@@ -34,7 +35,7 @@ before(async () => {
   first = fixtureRepo(env.project);
   ghState = join(env.root, 'gh.json');
   // The host (started here, before Pi) and so every run sees only these tools: never a real gh.
-  path = toolsPath(env.root, { ghState, origin: `${env.project}.git` });
+  path = toolsPath(env.root, { ghState });
   client = await Client.connect({ home: env.piwHome, hostBin, hostEnv: { HOME: env.home, PI_CODING_AGENT_DIR: env.agentDir, PIW_KILL_GRACE_MS: '300', PATH: path } });
   // So does a host the extension starts again.
   pi = await env.startPi({ extraEnv: { PATH: path } });
@@ -87,15 +88,16 @@ function latch() {
 }
 
 const write = (content) => writeFileSync(join(env.project, 'src', 'parse.js'), content);
-const ghCalls = () => readFileSync(`${ghState}.log`, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l).slice(0, 3).join(' '));
+const ghCalls = () => ghLog(ghState).map((a) => a.slice(0, 2).join(' '));
+const PASS = { name: 'test', state: 'SUCCESS', bucket: 'pass', link: 'https://example.invalid/ci/1' };
 
 async function newRun(before) {
   return until(async () => (await client.listRuns({ sessionId: 'session-a' })).find((r) => !before.includes(r.run_id))?.run_id, 'the run');
 }
 const runIds = async () => (await client.listRuns({ sessionId: 'session-a' })).map((r) => r.run_id);
 
-test('the happy path: implemented, checked (the checks the model named), reviewed, committed, pushed to the pull request, CI green', async () => {
-  writeFileSync(ghState, JSON.stringify({ pr: { number: 7, url: 'https://example.invalid/pr/7' }, checks: [{ name: 'test', state: 'SUCCESS', bucket: 'pass', link: 'https://example.invalid/ci/1' }] }));
+test('the happy path: implemented, checked (the checks the model named), reviewed, committed, pushed, its pull request opened, CI green, reported', async () => {
+  writeFileSync(ghState, JSON.stringify({ checks: [PASS] }));
   const widgetShown = latch();
   const asked = scripted({
     implement: () => {
@@ -121,26 +123,38 @@ test('the happy path: implemented, checked (the checks the model named), reviewe
   assert.equal(run.status, 'completed', run.error ?? run.review_reason);
   assert.equal(run.result.status, 'completed');
   assert.deepEqual(run.result.checks, [{ id: 'test', outcome: 'succeeded' }]);
-  assert.deepEqual(run.result.ci, { route: 'green', pr: 'https://example.invalid/pr/7', checks: [{ name: 'test', bucket: 'pass' }] });
+  const url = 'https://example.invalid/p/pull/1';
+  assert.deepEqual(run.result.ci, { route: 'green', reason: 'every check passed', relatedFailures: [], unrelatedFailures: [], pr: url, checks: [{ name: 'test', bucket: 'pass' }] });
+  assert.deepEqual(
+    { status: run.result.delivery.status, merged: run.result.delivery.merged, pr: run.result.delivery.pr, reportComment: run.result.delivery.reportComment },
+    { status: 'completed', merged: false, pr: url, reportComment: `${url}#issuecomment-9000` },
+  );
   assert.deepEqual(Object.fromEntries(Object.entries(asked).map(([k, v]) => [k, v.length])), { implement: 1, chooseChecks: 1, review: 1 });
   assert.match(asked.implement[0], /Implement this plan in the working tree/);
   assert.match(asked.review[0], /\+export const parse = \(text\) => \(text === "" \? \[\] :/);
-  // Committed and pushed to the pull request's branch; the fake gh was asked in this order.
+  // Committed on a branch of its own, pushed, proposed; the fake gh was asked in this order.
   const head = gitIn(env.project, 'rev-parse', 'HEAD');
+  const branch = gitIn(env.project, 'branch', '--show-current');
+  assert.match(branch, /^piw\/autoimplement-/);
   assert.equal(run.result.commit.sha, head);
-  assert.equal(gitIn(env.project, 'rev-parse', 'origin/main'), head);
-  assert.deepEqual(ghCalls(), ['pr view --json', 'pr checks https://example.invalid/pr/7', 'pr checks https://example.invalid/pr/7']);
+  assert.equal(gitIn(env.project, 'rev-parse', `origin/${branch}`), head);
+  assert.equal(gitIn(env.project, 'rev-parse', 'origin/main'), first, 'the base is untouched');
+  assert.deepEqual(ghCalls(), ['pr list', 'pr create', 'pr view', 'pr view', 'api repos/{owner}/{repo}/pulls/1/comments', 'pr checks', 'pr checks', 'pr view', 'pr comment']);
   // Each side effect a managed effect: the push a manual one, the rest safe to repeat.
   const { effects, updates } = await client.runStatus(runId);
-  const kinds = effects.map((e) => /:(run_checks|git_commit|ci_status|git_push|ci_watch):/.exec(JSON.stringify(e))?.[1] ?? JSON.stringify(e)).sort();
-  assert.deepEqual(kinds, ['ci_status', 'ci_watch', 'git_commit', 'git_push', 'run_checks'], JSON.stringify(effects));
+  const kinds = effects.map((e) => /:(run_checks|git_commit|git_push|ci_watch|github_[a-z]+):/.exec(JSON.stringify(e))?.[1] ?? JSON.stringify(e)).sort();
+  assert.deepEqual(
+    kinds,
+    ['ci_watch', 'git_commit', 'git_push', 'github_answer', 'github_merge', 'github_pr', 'github_read', 'github_report', 'run_checks'],
+    JSON.stringify(effects),
+  );
   // The progress tracks kept with the run: the checks' and CI's.
   const track = (key) => updates.find((u) => u.type === 'progress' && u.key === key)?.data;
   assert.deepEqual(track('checks'), { schema: 'pi-workflows.progress.v1', status: 'completed', label: 'project checks', completed: 1, total: 1, unit: 'checks' });
   assert.equal(track('ci').status, 'completed');
 });
 
-test('a fix that fails the check, then a review finding, each go back for another round; no pull request: CI skipped, and said', async () => {
+test('a fix that fails the check, then a review finding, each go back for another round; push: false: CI skipped, and said', async () => {
   writeFileSync(ghState, JSON.stringify({}));
   const asked = scripted({
     implement: (n) => {
@@ -154,7 +168,7 @@ test('a fix that fails the check, then a review finding, each go back for anothe
         : { findings: [{ id: 'nit', severity: 'P3', title: 'naming', detail: 'text could be input' }], resolved: ['blank'] },
   });
   const earlier = await runIds();
-  await pi.prompt(`/workflow builtin:autoimplement --input-json ${JSON.stringify({ task: 'parse("") should give []', plan: PLAN, checks: CHECKS })}`);
+  await pi.prompt(`/workflow builtin:autoimplement --input-json ${JSON.stringify({ task: 'parse("") should give []', plan: PLAN, checks: CHECKS, push: false })}`);
   const runId = await newRun(earlier);
   const run = await client.waitForRun(runId, { timeoutMs: 90_000 });
   assert.equal(run.status, 'completed', run.error ?? run.review_reason);
@@ -170,10 +184,13 @@ test('a fix that fails the check, then a review finding, each go back for anothe
   // The second review was asked about the finding the first left open.
   assert.match(asked.review[1], /The last review left these open.*\n- blank \[P1\]/);
   assert.match(asked.review[1], /New files \(read them\): src\/blank\.test\.js/);
-  assert.deepEqual(run.result.ci, { route: 'skipped', reason: 'no CI followed: no pull request for this branch (no pull requests found for branch "main")' });
+  assert.deepEqual(run.result.ci, { route: 'skipped', reason: 'no CI followed: push: false in the input' });
+  assert.equal(run.result.delivery.status, 'skipped');
+  assert.deepEqual(ghCalls(), [], 'GitHub not asked');
   assert.equal(gitIn(env.project, 'log', '-1', '--format=%s'), 'Cover blank input with a test');
   assert.equal(gitIn(env.project, 'rev-list', '--count', `${first}..HEAD`), '1', 'one commit, after the last round');
-  assert.equal(gitIn(env.project, 'rev-parse', 'origin/main'), first, 'nothing pushed without a pull request');
+  assert.equal(gitIn(env.project, 'rev-parse', 'origin/main'), first, 'nothing pushed');
+  assert.equal(gitIn(env.project, 'branch', '--show-current'), 'main', 'committed where the work was');
   const { attempts } = await client.runStatus(runId);
   assert.deepEqual(attempts.filter((a) => a.node_id === 'verify').map((a) => a.output.passed).reverse(), [false, true, true]); // (newest first)
 });
@@ -257,9 +274,9 @@ test('started with a task only and no plan for it in the project: the run ends b
   assert.equal(gitIn(env.project, 'status', '--porcelain'), '');
 });
 
-test("the pull request's CI fails: another round with the failure, a second commit pushed, CI green", async () => {
+test("the pull request's CI fails: another round with the failure, a second commit pushed to the same pull request, CI green", async () => {
   const lint = { name: 'lint', state: 'FAILURE', bucket: 'fail', link: 'https://example.invalid/ci/lint' };
-  writeFileSync(ghState, JSON.stringify({ pr: { number: 7, url: 'https://example.invalid/pr/7' }, rounds: [[lint], [{ ...lint, state: 'SUCCESS', bucket: 'pass' }]] }));
+  writeFileSync(ghState, JSON.stringify({ checkRounds: [[lint], [{ ...lint, state: 'SUCCESS', bucket: 'pass' }]] }));
   const asked = scripted({
     implement: (n) => {
       write(n === 1 ? FIX : FIX.replace('(text)', '(input)').replaceAll('text', 'input'));
@@ -273,10 +290,12 @@ test("the pull request's CI fails: another round with the failure, a second comm
   const run = await client.waitForRun(runId, { timeoutMs: 90_000 });
   assert.equal(run.status, 'completed', run.error ?? run.review_reason);
   assert.equal(run.result.ci.route, 'green');
-  assert.match(asked.implement[1], /The pull request's CI failed: lint \(https:\/\/example\.invalid\/ci\/lint\)/);
+  assert.match(asked.implement[1], /The pull request's CI failed:\n- https:\/\/example\.invalid\/p\/pull\/1: lint \(https:\/\/example\.invalid\/ci\/lint\)/);
   assert.equal(asked.review.length, 2, 'the second round was reviewed too');
-  assert.equal(gitIn(env.project, 'rev-list', '--count', `${first}..origin/main`), '2', 'two commits, both pushed');
-  assert.equal(gitIn(env.project, 'log', '-1', '--format=%s', 'origin/main'), 'Name the parameter input, as lint wants');
+  const branch = gitIn(env.project, 'branch', '--show-current');
+  assert.equal(gitIn(env.project, 'rev-list', '--count', `${first}..origin/${branch}`), '2', 'two commits, both pushed');
+  assert.equal(gitIn(env.project, 'log', '-1', '--format=%s', `origin/${branch}`), 'Name the parameter input, as lint wants');
+  assert.equal(ghCalls().filter((c) => c === 'pr create').length, 1, 'one pull request for both rounds');
 });
 
 test('the host killed while the model reviews: a host starts again, the run resumes at its review, nothing done twice', async () => {

@@ -4,8 +4,8 @@
 // a wait and an action; a host killed while the run waits; the checks running out; unknown
 // input failing the run before any step. (The bounds on actions and repairs: test/builtins.test.mjs.)
 import assert from 'node:assert/strict';
-import { renameSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { mkdirSync, renameSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { afterEach, beforeEach, test } from 'node:test';
 
 import { Client } from '../../index.js';
@@ -303,9 +303,16 @@ test('monitor: repair.approval asks before repairing: the plan waits in its appr
     observe: repairing,
     'plan.plan.frame': { problem: 'parse("") gives [0]', success: ['npm test passes'], inScope: ['src/parse.js'], outOfScope: ['the test'] },
     'plan.plan.options': { options: [{ id: 'guard', title: 'Guard empty input', approach: 'Return [] for an empty string.', tradeoffs: ['one branch'] }, { id: 'rewrite', title: 'Rewrite', approach: 'A tokenizer.', tradeoffs: ['more code'] }] },
-    'plan.plan.choose': { status: 'ready', chosen: 'guard', why: 'smallest change', rejected: [{ id: 'rewrite', reason: 'too much' }] },
+    'plan.plan.ideal': { ideal: 'A parser whose grammar makes empty input an empty list', beyondReach: [], worth: ['no special cases'] },
+    'plan.plan.choose': { status: 'ready', chosen: 'guard', why: 'smallest change', againstIdeal: 'the guard reaches it for this input', leftOut: [], rejected: [{ id: 'rewrite', reason: 'too much' }] },
     'plan.plan.plan': PLAN,
-    'plan.doc.inspect': { route: 'update', file: PLAN_DOC, content: '# Plan: empty input\n\nReturn [] for empty input.\n', reason: 'docs/plans holds plans' },
+    'plan.doc.inspect': { route: 'update', files: [PLAN_DOC], reason: 'docs/plans holds plans' },
+    'plan.doc.update': () => {
+      mkdirSync(join(env.project, dirname(PLAN_DOC)), { recursive: true });
+      writeFileSync(join(env.project, PLAN_DOC), '# Plan: empty input\n\nReturn [] for empty input.\n');
+      return { files: [PLAN_DOC], summary: 'recorded the plan' };
+    },
+    'plan.doc.verify': { passed: true, commands: [], failures: [] },
   };
   env.model.script = ({ last }) => {
     if (last.role === 'tool') return { text: 'done' };
@@ -313,7 +320,8 @@ test('monitor: repair.approval asks before repairing: the plan waits in its appr
     if (!step) return { text: 'ok' };
     if (!seen.some((s) => s.id === step.id)) seen.push(step);
     if (!Object.hasOwn(answers, step.node)) return { text: 'waiting', hold: new Promise(() => {}) };
-    return { tool: { name: 'workflow', arguments: { action: 'submit', interactionId: step.id, output: answers[step.node] } } };
+    const answer = answers[step.node];
+    return { tool: { name: 'workflow', arguments: { action: 'submit', interactionId: step.id, output: typeof answer === 'function' ? answer() : answer } } };
   };
   const client = await clockedClient();
   try {

@@ -272,14 +272,14 @@ pub fn schedule_with(
         }
         // A read first: most loops of the store thread find nothing ready, and need no write
         // transaction to learn it.
-        match store.ready_runs(store.now_ms(), free as u32) {
+        match store.ready_runs(state.now, free as u32) {
             Ok(ready) if ready.is_empty() => return,
             Ok(_) => {}
             Err(e) => return tracing::error!(error = %e, "cannot list ready runs"),
         }
         let before = state.children.len();
         let mut activations = Activations::default();
-        let committed = store.write(|w| {
+        let committed = store.write(state.now, |w| {
             activations = activate_and_launch(w, state);
             before_commit(state);
             Ok(())
@@ -287,7 +287,7 @@ pub fn schedule_with(
         if let Err(e) = &committed {
             crate::store_error!(e, "activation batch failed");
         }
-        settle_activations(state, store.now_ms(), committed.is_ok(), &mut activations);
+        settle_activations(state, state.now, committed.is_ok(), &mut activations);
         if committed.is_err() || activations.runs.is_empty() {
             return;
         }
@@ -583,7 +583,7 @@ fn launch(
     let run_id = run.run_id.as_str();
     let mounted: BTreeMap<String, MountedSource> =
         serde_json::from_value(mounted).unwrap_or_default();
-    let token = ClaimToken::generate();
+    let token = ClaimToken::generate(&mut *state.ids);
     let launch = state.next_launch;
     state.next_launch += 1;
     let envelope = LaunchEnvelope {

@@ -32,7 +32,7 @@ pub fn on_child_reports(store: &mut dyn Storage, state: &mut HostState, reports:
             _ => None,
         })
         .collect();
-    crate::channels::on_reports(state, store.now_ms(), channel_reports);
+    crate::channels::on_reports(state, state.now, channel_reports);
     let (started, exited): (Vec<_>, Vec<_>) = reports
         .into_iter()
         .filter(|r| {
@@ -66,7 +66,7 @@ pub fn on_child_reports(store: &mut dyn Storage, state: &mut HostState, reports:
         }
     }
     if !started.is_empty() {
-        let recorded = store.write(|w| {
+        let recorded = store.write(state.now, |w| {
             for report in &started {
                 if let ChildReport::Started {
                     child_epoch,
@@ -146,7 +146,9 @@ pub fn on_child_report(store: &mut dyn Storage, state: &mut HostState, report: C
                 entry.from_standby |= standby;
                 entry.pid = Some(pid);
             }
-            if let Err(e) = store.write(|w| w.record_child_process(child_epoch, pid, start_time)) {
+            if let Err(e) = store.write(state.now, |w| {
+                w.record_child_process(child_epoch, pid, start_time)
+            }) {
                 crate::store_error!(e, %run_id, generation, "cannot record child pid");
             }
         }
@@ -200,7 +202,7 @@ pub fn on_child_report(store: &mut dyn Storage, state: &mut HostState, report: C
                 .filter(|_| ours)
                 .and_then(|e| e.stop_reason.clone());
             let before = revision_of(store, &run_id);
-            let result = store.write(|w| {
+            let result = store.write(state.now, |w| {
                 w.record_child_exit(child_epoch, &exit)?;
                 if let Some(claim) = &claim {
                     if w.run_status(&claim.run_id)? == RunStatus::Running {
@@ -288,7 +290,7 @@ pub fn on_child_report(store: &mut dyn Storage, state: &mut HostState, report: C
             crate::bridges::on_reports(store, state, vec![report]);
         }
         ChildReport::Channel(report) => {
-            crate::channels::on_reports(state, store.now_ms(), vec![report]);
+            crate::channels::on_reports(state, state.now, vec![report]);
         }
     }
 }
@@ -362,7 +364,7 @@ pub fn mask_hex_runs(text: &str) -> String {
 /// runs a batch touched (`None`: every held claim, after deadline work such as expiry
 /// recovery).
 pub fn forget_released_claims(store: &dyn Storage, state: &mut HostState, only: Option<&[String]>) {
-    let now = store.now_ms();
+    let now = state.now;
     // A forgiven standby death matters only to the run's next launch; a run that ended
     // before one (cancelled while queued) leaves nothing behind.
     state.forgiven_standby_exits.retain(|run_id| {
@@ -398,8 +400,12 @@ pub fn forget_released_claims(store: &dyn Storage, state: &mut HostState, only: 
     }
 }
 
-/// The earliest time a child-related deadline needs the store thread.
-pub fn next_child_deadline(store: &dyn Storage, state: &HostState) -> Option<i64> {
+/// The earliest time a child-related deadline needs the store thread, seen at `now`.
+pub fn next_child_deadline(
+    store: &dyn Storage,
+    state: &HostState,
+    now: crate::time::UnixMillis,
+) -> Option<i64> {
     let lease = store.lease_ms();
     let heartbeat = state.renewed_at.values().map(|t| t + lease / 3).min();
     let handshake = state
@@ -424,13 +430,11 @@ pub fn next_child_deadline(store: &dyn Storage, state: &HostState) -> Option<i64
             // A passed deadline may belong to a child being stopped because its timeout could
             // not be routed (an effect was applying): its exit settles the run, and waking up
             // for that deadline until then would spin. Look closer (rare).
-            Ok(Some(at)) if at <= store.now_ms() => {
-                node_deadline_of_children_not_stopping(store, state)
-            }
+            Ok(Some(at)) if at <= now => node_deadline_of_children_not_stopping(store, state),
             Ok(at) => at,
             Err(e) => {
                 tracing::error!(error = %e, "cannot read node deadlines; checking again in 1 s");
-                Some(store.now_ms() + 1_000)
+                Some(now + 1_000)
             }
         }
     };
@@ -490,7 +494,7 @@ pub(super) fn validation_deadline(state: &HostState, e: &ChildEntry) -> Option<i
 /// Host-owned child deadlines: heartbeats for long-running children, handshake timeouts,
 /// node deadlines (route `timed_out` or end the run `timed_out`, then stop the child).
 pub fn due_child_work(store: &mut dyn Storage, state: &mut HostState) {
-    let now = store.now_ms();
+    let now = state.now;
     // A retry of failed activations is due: the scheduling that follows due work does it.
     if state.activation_retry_at.is_some_and(|at| at <= now) {
         state.activation_retry_at = None;
@@ -510,7 +514,7 @@ pub fn due_child_work(store: &mut dyn Storage, state: &mut HostState) {
         .filter_map(|(run_id, _)| state.claims.get(run_id).cloned())
         .collect();
     if !due.is_empty() {
-        let renewed = store.write(|w| {
+        let renewed = store.write(state.now, |w| {
             let mut ok = Vec::new();
             for claim in &due {
                 if w.savepoint(|w| w.heartbeat(claim)).is_ok() {
@@ -594,7 +598,7 @@ pub fn due_child_work(store: &mut dyn Storage, state: &mut HostState) {
             continue;
         }
         let before = revision_of(store, &claim.run_id);
-        let result = store.write(|w| time_out_attempt(w, state, &claim));
+        let result = store.write(state.now, |w| time_out_attempt(w, state, &claim));
         publish(state, &claim.run_id, before);
         match result {
             Ok(()) => {

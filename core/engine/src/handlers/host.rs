@@ -22,7 +22,7 @@ pub(crate) fn status(store: &dyn Storage, state: &HostState) -> Result<HostCount
         .map(|(status, n)| (status.as_str().to_owned(), n))
         .collect();
     Ok(HostCounts {
-        channels: crate::channels::status(state, store.now_ms()),
+        channels: crate::channels::status(state, state.now),
         active_children: state.live_children(),
         runs,
     })

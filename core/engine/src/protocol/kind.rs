@@ -337,7 +337,7 @@ mod tests {
 
     #[test]
     fn wire_strings_are_unique_and_parse_back() {
-        let mut seen = std::collections::HashSet::new();
+        let mut seen = std::collections::BTreeSet::new();
         for &kind in RequestKind::ALL {
             assert!(seen.insert(kind.as_str()), "duplicate {kind}");
             assert_eq!(RequestKind::parse(kind.as_str()), Some(kind));

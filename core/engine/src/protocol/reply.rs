@@ -21,8 +21,22 @@ pub fn body_of<T: Serialize>(reply: &T) -> serde_json::Result<Value> {
     serde_json::to_value(reply)
 }
 
+/// A reply a client reads back from a receipt's body ([`super::Receipt::reply`]).
+pub trait Reply: serde::de::DeserializeOwned {}
+
+impl Reply for RunQueued {}
+impl Reply for InteractionSubmitted {}
+impl Reply for RunStatusReply {}
+impl Reply for RunListReply {}
+impl Reply for DiagnoseReply {}
+impl Reply for RepairReply {}
+impl Reply for HostStatusReply {}
+impl Reply for PruneListed {}
+impl Reply for Pruned {}
+impl Reply for ValuePiece {}
+
 /// `run.start` and `run.retry`: the run and the status the command left it in.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct RunQueued {
     /// The run.
     pub run_id: String,
@@ -84,7 +98,7 @@ pub struct DecisionAnswered {
 }
 
 /// `interaction.submit`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct InteractionSubmitted {
     /// The interactive request.
     pub interaction_id: String,
@@ -135,7 +149,7 @@ pub struct MessageAcked {
 }
 
 /// `run.status`: one run, fitted under the frame limit.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct RunStatusReply {
     /// The run.
     pub run: RunRecord,
@@ -165,7 +179,7 @@ pub struct RunStatusReply {
 }
 
 /// `run.list`: a page of runs.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct RunListReply {
     /// The runs, newest first.
     pub runs: Vec<RunRecord>,
@@ -185,14 +199,14 @@ pub struct InteractionListReply {
 }
 
 /// `diagnose`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct DiagnoseReply {
     /// Every contradiction found.
     pub findings: Vec<Finding>,
 }
 
 /// `repair`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct RepairReply {
     /// What the repair did.
     pub report: RepairReport,
@@ -211,7 +225,7 @@ pub struct HostCounts {
 }
 
 /// `host.status`: host health and identity.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct HostStatusReply {
     /// The host's process id.
     pub pid: u32,
@@ -226,7 +240,7 @@ pub struct HostStatusReply {
     /// The installation's home.
     pub home: String,
     /// The database's schema id.
-    pub schema_id: &'static str,
+    pub schema_id: String,
     /// How many runs are in each status (`null` when the store thread did not answer).
     pub runs: Option<BTreeMap<String, u64>>,
     /// Active child processes (`null` when the store thread did not answer).
@@ -344,7 +358,7 @@ pub struct InteractionRequested {
 }
 
 /// `run.prune` with `dry_run`: what would go.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct PruneListed {
     /// Always `true`.
     pub dry_run: bool,
@@ -359,7 +373,7 @@ pub struct PruneListed {
 }
 
 /// `run.prune`: one batch removed.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Pruned {
     /// Always `false`.
     pub dry_run: bool,
@@ -370,7 +384,7 @@ pub struct Pruned {
 }
 
 /// `value.get`: a piece of a large value.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct ValuePiece {
     /// The value.
     pub sha256: String,

@@ -191,6 +191,12 @@ pub struct Receipt {
 }
 
 impl Receipt {
+    /// The body as its kind's typed reply (`reply.rs`): what a client reads instead of looking
+    /// fields up by name.
+    pub fn reply<T: super::reply::Reply>(&self) -> serde_json::Result<T> {
+        T::deserialize(&self.body)
+    }
+
     /// A fresh (not replayed) receipt.
     pub fn new(revision: Option<u64>, body: Value) -> Self {
         Receipt {
@@ -302,6 +308,19 @@ pub fn serialize_outcome_word<S: serde::Serializer>(
     serializer: S,
 ) -> Result<S::Ok, S::Error> {
     serializer.serialize_str(outcome_word(stored))
+}
+
+/// Reads an attempt status sent as [`outcome_word`] back as the stored word (for
+/// `deserialize_with`).
+pub fn deserialize_outcome_word<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<String, D::Error> {
+    let word = <String as serde::Deserialize>::deserialize(deserializer)?;
+    Ok(if word == "ok" {
+        "succeeded".to_owned()
+    } else {
+        word
+    })
 }
 
 /// An event's `data` as clients see it: the `outcome` of `transitioned` in the words of

@@ -18,10 +18,12 @@ pub type TxBody<'f, T> = Box<dyn FnOnce(&mut dyn Transaction) -> StoreResult<T> 
 
 /// Reads of the durable state, and the one way to change it ([`Storage::write_dyn`]).
 pub trait Storage {
-    /// Runs `body` in one transaction and commits it if `body` succeeds; if it fails, nothing
-    /// it did is kept. A transaction the database rolled back by itself is never reported as
-    /// committed ([`StoreError::TransactionLost`]). The engine calls [`dyn Storage::write`].
-    fn write_dyn(&mut self, body: TxBody<'_, ()>) -> StoreResult<()>;
+    /// Runs `body` in one transaction at time `now` (the transaction's every expiry comparison
+    /// and timestamp: the engine's turn's time, never a clock the store reads) and commits it
+    /// if `body` succeeds; if it fails, nothing it did is kept. A transaction the database
+    /// rolled back by itself is never reported as committed ([`StoreError::TransactionLost`]).
+    /// The engine calls [`dyn Storage::write`].
+    fn write_dyn(&mut self, now: UnixMillis, body: TxBody<'_, ()>) -> StoreResult<()>;
 
     /// How long a claim lives without renewal, in milliseconds.
     fn lease_ms(&self) -> i64;
@@ -120,9 +122,6 @@ pub trait Storage {
     /// indexed read (running runs only) instead of one per held run, for the store thread's
     /// every wake-up.
     fn next_node_deadline(&self, owner_id: &str) -> StoreResult<Option<UnixMillis>>;
-
-    /// The store's current time.
-    fn now_ms(&self) -> UnixMillis;
 
     /// The key this database signs run list cursors with (made with it, kept in it).
     fn cursor_key(&self) -> crate::protocol::payload::CursorKey;
@@ -703,7 +702,7 @@ pub trait Transaction {
     /// The revision each run has after this transaction's writes so far (the last write of a
     /// run wins), and forgets them: a caller learns its commands' revisions without reading
     /// them again after the commit. Writes undone by a rolled-back savepoint are not included.
-    fn take_revisions(&mut self) -> std::collections::HashMap<String, u64>;
+    fn take_revisions(&mut self) -> std::collections::BTreeMap<String, u64>;
 
     /// Each run this transaction has written so far, with the revision it had before the
     /// first of those writes (so its events are those with a greater `seq`), in run id order;
@@ -748,16 +747,21 @@ fn body_not_run() -> StoreError {
 }
 
 impl dyn Storage + '_ {
-    /// Runs `body` in one write transaction ([`Storage::write_dyn`]) and returns its value.
+    /// Runs `body` in one write transaction at `now` ([`Storage::write_dyn`]) and returns its
+    /// value.
     pub fn write<T>(
         &mut self,
+        now: UnixMillis,
         body: impl FnOnce(&mut dyn Transaction) -> StoreResult<T>,
     ) -> StoreResult<T> {
         let mut out = None;
-        self.write_dyn(Box::new(|w| {
-            out = Some(body(w)?);
-            Ok(())
-        }))?;
+        self.write_dyn(
+            now,
+            Box::new(|w| {
+                out = Some(body(w)?);
+                Ok(())
+            }),
+        )?;
         out.ok_or_else(body_not_run)
     }
 }

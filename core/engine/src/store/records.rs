@@ -10,7 +10,7 @@ use crate::ids::ClaimToken;
 use crate::time::UnixMillis;
 
 /// A run as stored (without the definition snapshot and input, which can be large).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRecord {
     pub run_id: String,
     pub workflow_name: String,
@@ -29,7 +29,7 @@ pub struct RunRecord {
     pub result: Option<Value>,
     /// The result was left out of this reply to keep it under the frame limit (`run.list` of
     /// runs whose results add up to more). Absent when false.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub result_omitted: bool,
     pub error: Option<String>,
     pub review_reason: Option<String>,
@@ -60,7 +60,7 @@ pub struct RunListKey {
 }
 
 /// The claim's public face: who and which generation, never the token or its hash.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClaimInfo {
     pub generation: u64,
     pub owner_kind: Option<OwnerKind>,
@@ -69,20 +69,24 @@ pub struct ClaimInfo {
     pub expires_at: Option<UnixMillis>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AttemptRecord {
     pub attempt_id: String,
     pub node_id: String,
     pub ordinal: u64,
     pub generation: u64,
-    /// As stored (`succeeded`, ...); clients see it in the authoring words (`ok`, ...).
-    #[serde(serialize_with = "crate::protocol::serialize_outcome_word")]
+    /// As stored (`succeeded`, ...); clients see it in the authoring words (`ok`, ...), and a
+    /// client reading a reply gets the stored word back.
+    #[serde(
+        serialize_with = "crate::protocol::serialize_outcome_word",
+        deserialize_with = "crate::protocol::deserialize_outcome_word"
+    )]
     pub status: String,
     pub deadline_at: Option<UnixMillis>,
     pub output: Option<Value>,
     /// The output was left out of this reply to keep it under the frame limit (`run.status`
     /// of a run whose outputs add up to more). Absent when false.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub output_omitted: bool,
     pub error: Option<String>,
     /// When the attempt opened, and when it ended (`None` while it runs or waits).
@@ -90,7 +94,7 @@ pub struct AttemptRecord {
     pub finished_at: Option<UnixMillis>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DecisionRecord {
     pub decision_id: String,
     pub run_id: String,
@@ -99,17 +103,17 @@ pub struct DecisionRecord {
     pub kind: String,
     pub request: Value,
     /// Left out of this `run.status` reply to fit it (a closed decision). Absent when false.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub request_omitted: bool,
     pub status: String,
     pub answer: Option<Value>,
     /// Left out of this `run.status` reply to fit it. Absent when false.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub answer_omitted: bool,
     pub answered_by: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EffectRecord {
     pub effect_id: String,
     pub run_id: String,
@@ -121,12 +125,12 @@ pub struct EffectRecord {
     pub receipt: Option<Value>,
     /// Left out of this `run.status` reply to fit it (a settled effect's receipt, which its
     /// attempt's output usually repeats). Absent when false.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub receipt_omitted: bool,
     pub error: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InteractionRecord {
     pub interaction_id: String,
     pub run_id: String,
@@ -136,7 +140,7 @@ pub struct InteractionRecord {
     pub kind: String,
     pub request: Value,
     /// Left out of this `run.status` reply to fit it (a closed interaction). Absent when false.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub request_omitted: bool,
     pub deadline_at: Option<UnixMillis>,
     pub status: String,
@@ -145,7 +149,7 @@ pub struct InteractionRecord {
     pub last_submission: Option<SubmissionSummary>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MessageRecord {
     pub message_id: String,
     pub run_id: String,
@@ -154,13 +158,13 @@ pub struct MessageRecord {
     pub kind: String,
     pub content: Value,
     /// Whether `content` was left out to fit a reply (it is then `null`). Absent when false.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub content_omitted: bool,
     pub delivered_at: Option<UnixMillis>,
 }
 
 /// What a cancellation closed, all in its one commit.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CancelSummary {
     pub attempts_closed: usize,
     pub decisions_cancelled: usize,
@@ -171,7 +175,7 @@ pub struct CancelSummary {
 }
 
 /// A child row, for status and tests.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChildRecord {
     pub child_epoch: i64,
     pub run_id: String,
@@ -189,10 +193,10 @@ pub struct ChildRecord {
 }
 
 /// One contradiction.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Finding {
-    /// Stable identifier of the check.
-    pub code: &'static str,
+    /// Stable identifier of the check (the store's are `'static`; a client reads it owned).
+    pub code: std::borrow::Cow<'static, str>,
     pub run_id: String,
     /// The rows involved (attempt, decision, interaction, effect ids ...).
     pub ids: Vec<String>,
@@ -202,7 +206,7 @@ pub struct Finding {
 }
 
 /// What `repair` did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RepairReport {
     pub repaired: Vec<Finding>,
     /// The runs the repair wrote, each with its revision before: whose events to publish.
@@ -213,7 +217,7 @@ pub struct RepairReport {
 }
 
 /// The latest update of a run for one `(type, key)` (`run.status` → `updates`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UpdateRecord {
     #[serde(rename = "type")]
     pub update_type: String,
@@ -222,7 +226,7 @@ pub struct UpdateRecord {
     pub attempt_id: Option<String>,
     pub data: Value,
     /// `data` was left out so that `run.status` fits a frame. Absent when false.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub data_omitted: bool,
     pub seq: u64,
     pub at: UnixMillis,
@@ -232,7 +236,7 @@ pub struct UpdateRecord {
 }
 
 /// The state of one submission, without its payload.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SubmissionSummary {
     pub submission_id: String,
     pub state: String,
@@ -372,7 +376,7 @@ pub struct ChildExitRecord {
 
 /// Who presents a run's interactive steps (`agent`, `assistantMessage`) and so holds their
 /// time: a step's deadline counts only the time it is held (`WriteTx::hold_interactions`).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Holder {
     /// An interactive run's origin session, while a live client of it follows its events.
     Session(String),

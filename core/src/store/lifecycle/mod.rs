@@ -23,7 +23,7 @@ use super::{
     RunStatus, StoreError, StoreResult, WriteTx,
 };
 use crate::clock::UnixMillis;
-use crate::ids::{new_id, sha256_hex};
+use crate::ids::sha256_hex;
 use piw_engine::store::records::*;
 
 /// The slice of a run row the operations decide on.
@@ -136,7 +136,7 @@ impl WriteTx<'_> {
         deadline_at: Option<UnixMillis>,
     ) -> StoreResult<String> {
         validate_node_id(node_id)?;
-        let attempt_id = new_id("att");
+        let attempt_id = self.new_id("att");
         self.conn()
             .prepare_cached(
                 "INSERT INTO attempts (attempt_id, run_id, node_id, ordinal, generation, status,
@@ -211,7 +211,7 @@ impl WriteTx<'_> {
 
     /// Creates a queued run. Returns its id.
     pub fn start_run(&mut self, new: &NewRun) -> StoreResult<String> {
-        let run_id = new_id("run");
+        let run_id = self.new_id("run");
         // A place like an output: an input whose top level reads as a reference is the
         // caller's own data, kept as a literal (`protocol::value`).
         let input = crate::protocol::value::wrap_inline(new.input.clone()).to_string();

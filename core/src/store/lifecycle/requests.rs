@@ -79,7 +79,7 @@ impl WriteTx<'_> {
             self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
         self.require_settled(&claim.run_id, Op::Wait, run.status)?;
         self.check_slot(&claim.run_id, request)?;
-        let decision_id = new_id("dec");
+        let decision_id = self.new_id("dec");
         self.conn()
             .prepare_cached(
                 "INSERT INTO decisions (decision_id, run_id, attempt_id, node_id, kind, request,
@@ -136,7 +136,7 @@ impl WriteTx<'_> {
             self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
         self.require_settled(&claim.run_id, Op::RequestInteraction, run.status)?;
         self.check_slot(&claim.run_id, request)?;
-        let interaction_id = new_id("int");
+        let interaction_id = self.new_id("int");
         let budget_ms = deadline_at.map(|d| d.saturating_sub(self.now).max(0));
         let held = self.holder_of(&claim.run_id)?.is_none_or(|h| present(&h));
         let held_since = held.then_some(self.now);
@@ -278,7 +278,7 @@ impl WriteTx<'_> {
         // (`interaction.value_put`): the run must hold it whole. User data shaped like a
         // reference is refused unless wrapped as a literal.
         self.check_slot(&run_id, payload)?;
-        let submission_id = new_id("sub");
+        let submission_id = self.new_id("sub");
         self.conn()
             .prepare_cached(
                 "INSERT INTO submissions (submission_id, interaction_id, payload, state,
@@ -943,7 +943,7 @@ impl WriteTx<'_> {
         kind: MessageKind,
         content: &Value,
     ) -> StoreResult<String> {
-        self.add_message_once(run_id, run, kind, content, &new_id("msg"))
+        self.add_message_once(run_id, run, kind, content, &self.new_id("msg"))
     }
 
     /// Adds message `message_id` unless it exists already: for the run's origin session, or

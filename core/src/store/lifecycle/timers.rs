@@ -35,7 +35,7 @@ impl WriteTx<'_> {
         let attempt =
             self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
         self.require_settled(&claim.run_id, Op::WaitUntil, run.status)?;
-        let timer_id = new_id("tmr");
+        let timer_id = self.new_id("tmr");
         let wake_at = wake.at(self.now);
         self.conn()
             .prepare_cached(

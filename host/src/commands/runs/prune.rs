@@ -1,18 +1,18 @@
 //! `piw runs prune`: asks the host to remove finished runs, a batch per request, until none
 //! that the selectors match is left (the host serves other clients between batches).
 
-use super::*;
+use crate::*;
 
 /// Sends `run.prune` until the host says nothing more matches. A dry run collects the whole
 /// list page by page and changes nothing.
-pub(crate) fn prune(
-    paths: &PiwPaths,
-    older_than_ms: Option<u64>,
-    statuses: Vec<piw_core::store::RunStatus>,
-    keep: Option<u64>,
-    dry_run: bool,
-    json: bool,
-) -> Result<(), CliError> {
+pub(crate) fn run(paths: &PiwPaths, args: PruneArgs, json: bool) -> Result<(), CliError> {
+    let PruneArgs {
+        older_than: older_than_ms,
+        status: statuses,
+        keep,
+        dry_run,
+        json: _,
+    } = args;
     let mut client = connect(paths)?;
     let request = |cursor| {
         RequestBody::RunPrune(payload::RunPrune {
@@ -24,25 +24,25 @@ pub(crate) fn prune(
             cursor,
         })
     };
-    let mut run_ids: Vec<Value> = Vec::new();
+    let mut run_ids: Vec<String> = Vec::new();
     let mut cursor = None;
     let mut count = None;
     loop {
-        let mut body = client.call(request(cursor.take()))?.body;
-        count = count.or_else(|| body["count"].as_u64());
-        let page = if dry_run { "run_ids" } else { "removed" };
-        let got = body[page]
-            .as_array_mut()
-            .map(std::mem::take)
-            .unwrap_or_default();
+        let r = client.call(request(cursor.take()))?;
+        let (got, more_match) = if dry_run {
+            let page: replies::PruneListed = reply(&r)?;
+            count = count.or(Some(page.count));
+            cursor = page.next_cursor;
+            (page.run_ids, page.more)
+        } else {
+            let batch: replies::Pruned = reply(&r)?;
+            (batch.removed, batch.more)
+        };
         let progressed = !got.is_empty();
         run_ids.extend(got);
-        cursor = body["next_cursor"]
-            .as_str()
-            .and_then(payload::RunListCursor::decode);
         // A batch that removed nothing while more match: those left are runs whose child is
         // still exiting; a later prune takes them.
-        let more = body["more"] == true && progressed;
+        let more = more_match && progressed;
         if !more || (dry_run && cursor.is_none()) {
             break;
         }

@@ -11,7 +11,7 @@
 
 use std::io::Write as _;
 
-use super::*;
+use crate::*;
 use piw_core::engine::children::{child_log_path, mask_hex_runs};
 use piw_core::store::{ChildRecord, EventRecord};
 
@@ -37,7 +37,7 @@ struct Printed {
     last_seq: u64,
 }
 
-pub(crate) fn logs(paths: &PiwPaths, args: LogsArgs, json_out: bool) -> Result<(), CliError> {
+pub(crate) fn run(paths: &PiwPaths, args: LogsArgs, json_out: bool) -> Result<(), CliError> {
     let run_id = resolve_run_id(paths, &args.run_id)?;
     let store = Store::open_read_only(&paths.db, StoreConfig::default())?;
     // An unknown run is `not_found`, as in every command.
