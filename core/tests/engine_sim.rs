@@ -1687,7 +1687,8 @@ impl Sim {
             let held = held_since.is_some();
             let used_now = used + held_since.map_or(0, |t| (now - t).max(0));
             let present = if mode == "detached" {
-                self.bridge_present(&id)
+                // No simulated run is detached (no `run.detach`, no bridges) yet.
+                self.fail(&format!("step {id} is of a detached run"))
             } else {
                 session
                     .as_ref()
@@ -1740,11 +1741,6 @@ impl Sim {
         if let Some(id) = twice {
             self.fail(&format!("step {id} accepted two submissions"));
         }
-    }
-
-    /// Whether the bridge of the run of step `interaction` said hello and has not exited.
-    fn bridge_present(&self, _interaction: &str) -> bool {
-        false
     }
 
     /// One receipt per effect, for good; only an effect that may not be retried becomes
