@@ -294,8 +294,21 @@ async fn watch_child(
         },
         ChildSource::Standby(child) => Ok(child),
     };
-    let mut child = match spawned {
-        Ok(c) => c,
+    let (exit, host_ran_out_of) = match spawned {
+        Ok(mut child) => {
+            let _ = reports.send(StoreMsg::Child(ChildReport::Started {
+                run_id: run_id.clone(),
+                generation,
+                child_epoch,
+                launch,
+                pid: child.pid(),
+                start_time: child.start_time(),
+                standby,
+            }));
+            tracing::debug!(%run_id, generation, pid = child.pid(), program = %child.program().display(), "child started");
+            let exit = wait_or_stop(&mut child, stop, std::future::pending()).await;
+            (exit, None)
+        }
         Err(e) => {
             let host_ran_out_of = e.exhausted_resource();
             tracing::error!(%run_id, error = %e, ?host_ran_out_of, "cannot launch the child");
@@ -306,35 +319,16 @@ async fn watch_child(
                 },
                 ..Default::default()
             };
-            let _ = reports.send(StoreMsg::Child(ChildReport::Exited {
-                run_id,
-                generation,
-                child_epoch,
-                launch,
-                exit,
-                host_ran_out_of,
-            }));
-            return;
+            (exit, host_ran_out_of)
         }
     };
-    let _ = reports.send(StoreMsg::Child(ChildReport::Started {
-        run_id: run_id.clone(),
-        generation,
-        child_epoch,
-        launch,
-        pid: child.pid(),
-        start_time: child.start_time(),
-        standby,
-    }));
-    tracing::debug!(%run_id, generation, pid = child.pid(), program = %child.program().display(), "child started");
-    let exit = wait_or_stop(&mut child, stop, std::future::pending()).await;
     let _ = reports.send(StoreMsg::Child(ChildReport::Exited {
         run_id,
         generation,
         child_epoch,
         launch,
         exit,
-        host_ran_out_of: None,
+        host_ran_out_of,
     }));
 }
 
