@@ -15,6 +15,39 @@ fn big_value(len: usize, fill: char) -> (serde_json::Value, ValueRef, Vec<u8>) {
     (value, ValueRef::for_canonical(&text), text.into_bytes())
 }
 
+/// Stores `data` at `at` of the value `r` for `claim`'s run.
+fn put_chunk(
+    f: &mut Fixture,
+    claim: &Claim,
+    r: &ValueRef,
+    at: u64,
+    data: &[u8],
+) -> Result<ValuePut, StoreError> {
+    f.store
+        .write(|w| w.put_value_chunk(claim, &r.sha256, r.bytes, at, data))
+}
+
+/// Ends `attempt` with the value `r` as its output, on to node `b`.
+fn step_with_value(
+    f: &mut Fixture,
+    claim: &Claim,
+    attempt: &str,
+    r: &ValueRef,
+) -> Result<(), StoreError> {
+    let output = r.to_json();
+    let request = TransitionRequest {
+        outcome: AttemptOutcome::Succeeded { output },
+        ..step(attempt, "b")
+    };
+    f.store.write(|w| w.transition(claim, &request)).map(drop)
+}
+
+/// The codes of what `diagnose` finds now.
+fn finding_codes(f: &Fixture) -> Vec<std::borrow::Cow<'static, str>> {
+    let findings = f.store.diagnose().unwrap();
+    findings.into_iter().map(|x| x.code).collect()
+}
+
 /// Uploads `bytes` as the value `r` for `claim`'s run, `chunk` bytes at a time.
 fn upload(f: &mut Fixture, claim: &Claim, r: &ValueRef, bytes: &[u8], chunk: usize) -> ValuePut {
     let mut put = ValuePut {
@@ -24,10 +57,7 @@ fn upload(f: &mut Fixture, claim: &Claim, r: &ValueRef, bytes: &[u8], chunk: usi
     while !put.complete {
         let at = put.received as usize;
         let data = &bytes[at..(at + chunk).min(bytes.len())];
-        put = f
-            .store
-            .write(|w| w.put_value_chunk(claim, &r.sha256, r.bytes, at as u64, data))
-            .expect("put chunk");
+        put = put_chunk(f, claim, r, at as u64, data).expect("put chunk");
     }
     put
 }
@@ -44,55 +74,21 @@ fn a_value_uploaded_in_chunks_is_referred_to_and_read_back_whole() {
     let (run_id, act, attempt) = f.running();
     let (_value, r, bytes) = big_value(300_000, 'x');
     // Before it is whole, no row may refer to it.
-    let half = f
-        .store
-        .write(|w| w.put_value_chunk(&act.claim, &r.sha256, r.bytes, 0, &bytes[..100_000]))
-        .unwrap();
+    let half = put_chunk(&mut f, &act.claim, &r, 0, &bytes[..100_000]).unwrap();
     assert_eq!(half.received, 100_000);
-    let early = f.store.write(|w| {
-        w.transition(
-            &act.claim,
-            &TransitionRequest {
-                attempt_id: attempt.clone(),
-                outcome: AttemptOutcome::Succeeded {
-                    output: r.to_json(),
-                },
-                next_node: "b".into(),
-                next_deadline_at: None,
-            },
-        )
-    });
+    let early = step_with_value(&mut f, &act.claim, &attempt, &r);
     assert!(
         matches!(early, Err(StoreError::InvalidInput(_))),
         "{early:?}"
     );
     // A chunk sent again changes nothing; one past what is stored is refused.
-    let again = f
-        .store
-        .write(|w| w.put_value_chunk(&act.claim, &r.sha256, r.bytes, 0, &bytes[..100_000]))
-        .unwrap();
+    let again = put_chunk(&mut f, &act.claim, &r, 0, &bytes[..100_000]).unwrap();
     assert_eq!(again.received, 100_000);
-    let gap = f
-        .store
-        .write(|w| w.put_value_chunk(&act.claim, &r.sha256, r.bytes, 200_000, &bytes[200_000..]));
+    let gap = put_chunk(&mut f, &act.claim, &r, 200_000, &bytes[200_000..]);
     assert!(matches!(gap, Err(StoreError::InvalidInput(_))), "{gap:?}");
     let whole = upload(&mut f, &act.claim, &r, &bytes, 70_000);
     assert!(whole.complete);
-    f.store
-        .write(|w| {
-            w.transition(
-                &act.claim,
-                &TransitionRequest {
-                    attempt_id: attempt.clone(),
-                    outcome: AttemptOutcome::Succeeded {
-                        output: r.to_json(),
-                    },
-                    next_node: "b".into(),
-                    next_deadline_at: None,
-                },
-            )
-        })
-        .expect("a whole value may be referred to");
+    step_with_value(&mut f, &act.claim, &attempt, &r).expect("a whole value may be referred to");
     assert_eq!(f.store.read_value(&run_id, &r.sha256).unwrap(), bytes);
     // A read from the middle crosses chunk boundaries.
     let piece = f
@@ -120,10 +116,7 @@ fn the_same_value_written_twice_is_stored_once() {
     // A second run: its first chunk learns the value is whole and sends no more.
     let run_b = f.start();
     let act_b = f.activate(&run_b);
-    let put = f
-        .store
-        .write(|w| w.put_value_chunk(&act_b.claim, &r.sha256, r.bytes, 0, &bytes[..64_000]))
-        .unwrap();
+    let put = put_chunk(&mut f, &act_b.claim, &r, 0, &bytes[..64_000]).unwrap();
     assert!(put.complete);
     assert_eq!(put.received, 200_000);
     assert_eq!(count(&f, "value_blobs"), 1);
@@ -138,9 +131,7 @@ fn bytes_that_do_not_hash_to_the_name_are_refused_and_the_limit_holds() {
     let (run_id, act, _) = f.running();
     let (_v, r, mut bytes) = big_value(1000, 'z');
     bytes[500] = b'q';
-    let bad = f
-        .store
-        .write(|w| w.put_value_chunk(&act.claim, &r.sha256, r.bytes, 0, &bytes));
+    let bad = put_chunk(&mut f, &act.claim, &r, 0, &bytes);
     assert!(matches!(bad, Err(StoreError::InvalidInput(_))), "{bad:?}");
     assert!(matches!(
         f.store.read_value_chunk(&run_id, &r.sha256, 0, 10),
@@ -158,9 +149,7 @@ fn a_write_after_the_claim_is_lost_stores_no_chunk() {
     let (_run_id, act, _) = f.running();
     let (_v, r, bytes) = big_value(1000, 'w');
     f.clock.advance(LEASE_MS + 1);
-    let lost = f
-        .store
-        .write(|w| w.put_value_chunk(&act.claim, &r.sha256, r.bytes, 0, &bytes));
+    let lost = put_chunk(&mut f, &act.claim, &r, 0, &bytes);
     assert!(
         matches!(lost, Err(StoreError::ClaimLost { .. })),
         "{lost:?}"
@@ -174,21 +163,7 @@ fn diagnose_finds_missing_corrupt_and_unreferenced_values_and_repair_removes_the
     let (run_id, act, attempt) = f.running();
     let (_v, r, bytes) = big_value(5000, 'v');
     upload(&mut f, &act.claim, &r, &bytes, 2000);
-    f.store
-        .write(|w| {
-            w.transition(
-                &act.claim,
-                &TransitionRequest {
-                    attempt_id: attempt.clone(),
-                    outcome: AttemptOutcome::Succeeded {
-                        output: r.to_json(),
-                    },
-                    next_node: "b".into(),
-                    next_deadline_at: None,
-                },
-            )
-        })
-        .unwrap();
+    step_with_value(&mut f, &act.claim, &attempt, &r).unwrap();
     f.assert_clean();
 
     // Backup carries the value.
@@ -223,14 +198,7 @@ fn diagnose_finds_missing_corrupt_and_unreferenced_values_and_repair_removes_the
         "UPDATE value_chunks SET data = X'00' WHERE sha256 = '{}' AND offset = 2000",
         r.sha256
     ));
-    let codes: Vec<_> = f
-        .store
-        .diagnose()
-        .unwrap()
-        .into_iter()
-        .map(|x| x.code)
-        .collect();
-    assert_eq!(codes, vec!["value_corrupt"]);
+    assert_eq!(finding_codes(&f), ["value_corrupt"]);
     // A value gone: the attempt's reference is missing (and repair invents nothing).
     f.corrupt("DELETE FROM value_chunks; DELETE FROM run_values; DELETE FROM value_blobs;");
     let findings = f.store.diagnose().unwrap();
@@ -336,42 +304,18 @@ fn a_damaged_value_is_healed_by_the_next_correct_upload() {
     let (first, act, attempt) = f.running();
     let (_v, r, bytes) = big_value(5000, 'v');
     upload(&mut f, &act.claim, &r, &bytes, 2000);
-    f.store
-        .write(|w| {
-            w.transition(
-                &act.claim,
-                &TransitionRequest {
-                    attempt_id: attempt.clone(),
-                    outcome: AttemptOutcome::Succeeded {
-                        output: r.to_json(),
-                    },
-                    next_node: "b".into(),
-                    next_deadline_at: None,
-                },
-            )
-        })
-        .unwrap();
+    step_with_value(&mut f, &act.claim, &attempt, &r).unwrap();
     // The same length, other bytes: only the hash tells.
     f.corrupt(&format!(
         "UPDATE value_chunks SET data = CAST(replace(CAST(data AS TEXT), 'v', 'w') AS BLOB)
          WHERE sha256 = '{}' AND offset = 2000",
         r.sha256
     ));
-    let codes: Vec<_> = f
-        .store
-        .diagnose()
-        .unwrap()
-        .into_iter()
-        .map(|x| x.code)
-        .collect();
-    assert_eq!(codes, vec!["value_corrupt"]);
+    assert_eq!(finding_codes(&f), ["value_corrupt"]);
 
     let (second, act2, _) = f.running();
     let claim = act2.claim.clone();
-    let asked = f
-        .store
-        .write(|w| w.put_value_chunk(&claim, &r.sha256, r.bytes, 0, &[]))
-        .unwrap();
+    let asked = put_chunk(&mut f, &claim, &r, 0, &[]).unwrap();
     assert_eq!(
         asked,
         ValuePut {
@@ -388,10 +332,7 @@ fn a_damaged_value_is_healed_by_the_next_correct_upload() {
     // A whole, intact value is still stored once and not sent again.
     let (third, act3, _) = f.running();
     let claim = act3.claim.clone();
-    let again = f
-        .store
-        .write(|w| w.put_value_chunk(&claim, &r.sha256, r.bytes, 0, &[]))
-        .unwrap();
+    let again = put_chunk(&mut f, &claim, &r, 0, &[]).unwrap();
     assert!(again.complete, "{again:?}");
     assert_eq!(f.store.read_value(&third, &r.sha256).unwrap(), bytes);
     assert_eq!(count(&f, "value_blobs"), 1);
@@ -406,9 +347,7 @@ fn a_partial_upload_no_live_child_can_complete_is_found_repaired_and_pruned() {
     let mut f = Fixture::new();
     let (run_id, act, _) = f.running();
     let (_v, r, bytes) = big_value(200_000, 'p');
-    f.store
-        .write(|w| w.put_value_chunk(&act.claim, &r.sha256, r.bytes, 0, &bytes[..70_000]))
-        .unwrap();
+    put_chunk(&mut f, &act.claim, &r, 0, &bytes[..70_000]).unwrap();
     // In progress: the child's claim is live.
     f.assert_clean();
     // Its claim expired (a host that died): no child can renew it or store another chunk.
@@ -422,10 +361,7 @@ fn a_partial_upload_no_live_child_can_complete_is_found_repaired_and_pruned() {
     // The run's next child goes on with it (it asks where to) while its claim is live.
     f.store.write(|w| w.recover_expired()).unwrap();
     let act = f.activate(&run_id);
-    let asked = f
-        .store
-        .write(|w| w.put_value_chunk(&act.claim, &r.sha256, r.bytes, 0, &[]))
-        .unwrap();
+    let asked = put_chunk(&mut f, &act.claim, &r, 0, &[]).unwrap();
     assert_eq!(asked.received, 70_000);
     f.assert_clean();
     // That child crashes too: the run is requeued, its claim released.
@@ -453,9 +389,7 @@ fn a_partial_upload_no_live_child_can_complete_is_found_repaired_and_pruned() {
 
     // A prune of a finished run takes its partial value.
     let (gone, act_gone, _) = f.running();
-    f.store
-        .write(|w| w.put_value_chunk(&act_gone.claim, &r.sha256, r.bytes, 0, &bytes[..70_000]))
-        .unwrap();
+    put_chunk(&mut f, &act_gone.claim, &r, 0, &bytes[..70_000]).unwrap();
     f.store
         .write(|w| w.cancel(&gone, Fence::Claim(&act_gone.claim), "done"))
         .unwrap();

@@ -27,15 +27,104 @@ fn last(f: extern "C" fn() -> *const c_char) -> String {
 }
 
 fn connect(install: &common::Install) -> *mut PiwClient {
+    connect_with(install, serde_json::Value::Null)
+}
+
+/// A client of `install`'s host, which it starts with `host_env` (an object, or null for
+/// nothing) added to its environment.
+fn connect_with(install: &common::Install, host_env: serde_json::Value) -> *mut PiwClient {
     let options = c(&serde_json::json!({
         "home": install.piw_home(),
         "host_bin": common::built("piw"),
+        "host_env": host_env,
     })
     .to_string());
     let mut client = null_mut();
     let st = unsafe { piw_connect(options.as_ptr(), &mut client) };
     assert_eq!(st, PiwStatus::Ok, "{}", last(piw_last_error_message));
     client
+}
+
+/// Writes the `.workflow.json` file `fixture` as `<name>.workflow.json` in the installation's
+/// directory; its path.
+fn write_workflow(
+    install: &common::Install,
+    name: &str,
+    fixture: serde_json::Value,
+) -> std::path::PathBuf {
+    let workflow = install.path().join(format!("{name}.workflow.json"));
+    std::fs::write(&workflow, fixture.to_string()).unwrap();
+    workflow
+}
+
+/// Starts a run of `workflow` in the installation's directory, with what `more` (an object)
+/// adds to `run.start`'s payload; its id.
+fn start_run(
+    client: *const PiwClient,
+    install: &common::Install,
+    workflow: &std::path::Path,
+    more: serde_json::Value,
+) -> String {
+    let mut payload = serde_json::json!({
+        "workflow_file": workflow, "project_dir": install.path(),
+    });
+    for (key, value) in more.as_object().unwrap() {
+        payload[key] = value.clone();
+    }
+    let started = call(client, "run.start", None, Some(payload)).unwrap();
+    started["body"]["run_id"].as_str().unwrap().to_owned()
+}
+
+/// The body of `run.status` for `run_id`.
+fn run_status(client: *const PiwClient, run_id: &str) -> serde_json::Value {
+    let envelope = serde_json::json!({ "run_id": run_id });
+    call(client, "run.status", Some(envelope), None).unwrap()["body"].take()
+}
+
+/// Answers `decision` of `run_id` with `answer` (`kind`: `checkpoint.answer` or
+/// `decision.answer`).
+fn answer(
+    client: *const PiwClient,
+    kind: &str,
+    run_id: &str,
+    decision: &serde_json::Value,
+    answer: serde_json::Value,
+) -> Result<serde_json::Value, PiwStatus> {
+    let envelope = serde_json::json!({ "run_id": run_id });
+    let payload = serde_json::json!({ "decision_id": decision, "answer": answer });
+    call(client, kind, Some(envelope), Some(payload))
+}
+
+/// A subscription of `client` to what `filter` names.
+fn subscribe(client: *const PiwClient, filter: serde_json::Value) -> *mut PiwSubscription {
+    let filter = c(&filter.to_string());
+    let mut sub = null_mut();
+    assert_eq!(
+        unsafe { piw_subscribe(client, filter.as_ptr(), &mut sub) },
+        PiwStatus::Ok
+    );
+    sub
+}
+
+/// The next event of `sub` (a bound of 30 s only a hang reaches).
+fn next_event(sub: *const PiwSubscription) -> serde_json::Value {
+    let mut out = null_mut();
+    let st = unsafe { piw_subscription_next(sub, 30_000, &mut out) };
+    assert_eq!(st, PiwStatus::Ok, "{}", last(piw_last_error_message));
+    serde_json::from_str(&take(out)).unwrap()
+}
+
+/// Events of `sub` until one `until` takes; that one.
+fn next_event_until(
+    sub: *const PiwSubscription,
+    until: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    loop {
+        let event = next_event(sub);
+        if until(&event) {
+            return event;
+        }
+    }
 }
 
 fn call(
@@ -82,12 +171,7 @@ fn readable_within(fd: c_int, ms: c_int) -> bool {
 fn the_subscription_fd_is_readable_exactly_while_events_wait() {
     let install = common::Install::new();
     let client = connect(&install);
-    let filter = c(r#"{"session_id":"fd-test"}"#);
-    let mut sub = null_mut();
-    assert_eq!(
-        unsafe { piw_subscribe(client, filter.as_ptr(), &mut sub) },
-        PiwStatus::Ok
-    );
+    let sub = subscribe(client, serde_json::json!({"session_id": "fd-test"}));
     let mut fd: c_int = -1;
     assert_eq!(unsafe { piw_subscription_fd(sub, &mut fd) }, PiwStatus::Ok);
     // Nothing happened yet: not readable, and a poll with no wait times out.
@@ -101,16 +185,12 @@ fn the_subscription_fd_is_readable_exactly_while_events_wait() {
     assert!(out.is_null());
 
     let workflow = common::repo_root().join("examples/hello.workflow.json");
-    let started = call(
+    let run_id = start_run(
         client,
-        "run.start",
-        None,
-        Some(serde_json::json!({
-            "workflow_file": workflow, "session_id": "fd-test", "project_dir": install.path(),
-        })),
-    )
-    .unwrap();
-    let run_id = started["body"]["run_id"].as_str().unwrap().to_owned();
+        &install,
+        &workflow,
+        serde_json::json!({"session_id": "fd-test"}),
+    );
     let mut seqs = Vec::new();
     loop {
         // A bound only a hang reaches.
@@ -214,77 +294,27 @@ fn a_source_changed_under_a_waiting_run_stops_it_for_review() {
         &workflow,
     )
     .unwrap();
-    let options = c(&serde_json::json!({
-        "home": install.piw_home(),
-        "host_bin": common::built("piw"),
-        "host_env": { "PIW_RUNTIMES": format!(".workflow.c-demo={}", child.display()) },
-    })
-    .to_string());
-    let mut client = null_mut();
-    assert_eq!(
-        unsafe { piw_connect(options.as_ptr(), &mut client) },
-        PiwStatus::Ok,
-        "{}",
-        last(piw_last_error_message)
-    );
-    let filter = c(r#"{"session_id":"changed"}"#);
-    let mut sub = null_mut();
-    assert_eq!(
-        unsafe { piw_subscribe(client, filter.as_ptr(), &mut sub) },
-        PiwStatus::Ok
-    );
-    let started = call(
-        client,
-        "run.start",
-        None,
-        Some(serde_json::json!({
-            "workflow_file": workflow, "input": {"text": "a b"},
-            "session_id": "changed", "project_dir": install.path(),
-        })),
-    )
-    .unwrap();
-    let run_id = started["body"]["run_id"].as_str().unwrap().to_owned();
-    // Events until `until` (a bound of 30 s per event only a hang reaches).
-    let next_until = |until: &dyn Fn(&serde_json::Value) -> bool| -> serde_json::Value {
-        loop {
-            let mut out = null_mut();
-            let st = unsafe { piw_subscription_next(sub, 30_000, &mut out) };
-            assert_eq!(st, PiwStatus::Ok, "{}", last(piw_last_error_message));
-            let event: serde_json::Value = serde_json::from_str(&take(out)).unwrap();
-            if until(&event) {
-                return event;
-            }
-        }
-    };
-    let waiting = next_until(&|e| e["event_kind"] == "waiting");
+    let runtime = format!(".workflow.c-demo={}", child.display());
+    let client = connect_with(&install, serde_json::json!({ "PIW_RUNTIMES": runtime }));
+    let sub = subscribe(client, serde_json::json!({"session_id": "changed"}));
+    let more = serde_json::json!({"input": {"text": "a b"}, "session_id": "changed"});
+    let run_id = start_run(client, &install, &workflow, more);
+    let waiting = next_event_until(sub, |e| e["event_kind"] == "waiting");
     // From here on, a subscription to the run itself sees the same events.
-    let run_filter = c(&serde_json::json!({ "run_id": run_id }).to_string());
-    let mut run_sub = null_mut();
-    assert_eq!(
-        unsafe { piw_subscribe(client, run_filter.as_ptr(), &mut run_sub) },
-        PiwStatus::Ok
-    );
+    let run_sub = subscribe(client, serde_json::json!({ "run_id": run_id }));
     // The workflow file changes while no child runs it.
     let mut text = std::fs::read_to_string(&workflow).unwrap();
     text.push('\n');
     std::fs::write(&workflow, text).unwrap();
-    call(
-        client,
-        "checkpoint.answer",
-        Some(serde_json::json!({ "run_id": run_id })),
-        Some(serde_json::json!({ "decision_id": waiting["data"]["decision"], "answer": true })),
-    )
-    .unwrap();
-    let last_event = next_until(&|e| {
+    let decision = &waiting["data"]["decision"];
+    answer(client, "checkpoint.answer", &run_id, decision, true.into()).unwrap();
+    let last_event = next_event_until(sub, |e| {
         ["completed", "failed", "review", "cancelled"].contains(&e["status"].as_str().unwrap_or(""))
     });
     assert_eq!(last_event["status"], "review", "{last_event}");
     let mut run_events = Vec::new();
     loop {
-        let mut out = null_mut();
-        let st = unsafe { piw_subscription_next(run_sub, 30_000, &mut out) };
-        assert_eq!(st, PiwStatus::Ok, "{}", last(piw_last_error_message));
-        let event: serde_json::Value = serde_json::from_str(&take(out)).unwrap();
+        let event = next_event(run_sub);
         assert_eq!(event["run_id"], run_id.as_str());
         // It may also get events committed shortly before its subscribe was answered.
         if event["seq"].as_u64().unwrap() > waiting["seq"].as_u64().unwrap() {
@@ -299,14 +329,7 @@ fn a_source_changed_under_a_waiting_run_stops_it_for_review() {
         run_events,
         (after_waiting..=last_event["seq"].as_u64().unwrap()).collect::<Vec<_>>()
     );
-    let status = call(
-        client,
-        "run.status",
-        Some(serde_json::json!({ "run_id": run_id })),
-        None,
-    )
-    .unwrap();
-    let reason = status["body"]["run"]["review_reason"].to_string();
+    let reason = run_status(client, &run_id)["run"]["review_reason"].to_string();
     assert!(reason.contains("changed since the run started"), "{reason}");
     unsafe {
         piw_subscription_close(run_sub);
@@ -322,9 +345,9 @@ fn a_source_changed_under_a_waiting_run_stops_it_for_review() {
 fn an_answer_that_fits_no_choice_is_refused_with_the_choices() {
     let install = common::Install::new();
     let client = connect(&install);
-    let workflow = install.path().join("decide.workflow.json");
-    std::fs::write(
-        &workflow,
+    let workflow = write_workflow(
+        &install,
+        "decide",
         serde_json::json!({
             "graph": {"name": "decide", "start": "ask",
                       "nodes": {"ask": {"kind": "human_decision"}, "done": {"kind": "compute"}},
@@ -332,45 +355,14 @@ fn an_answer_that_fits_no_choice_is_refused_with_the_choices() {
             "behaviors": {"ask": {"wait": "human_decision", "request": {"choices": [
                 {"id": "approve"}, {"id": "reject", "input": {"name": "why", "maxLength": 3}}]}},
                           "done": {}}
-        })
-        .to_string(),
-    )
-    .unwrap();
-    let filter = c(r#"{"session_id":"decide"}"#);
-    let mut sub = null_mut();
-    assert_eq!(
-        unsafe { piw_subscribe(client, filter.as_ptr(), &mut sub) },
-        PiwStatus::Ok
+        }),
     );
-    let started = call(
-        client,
-        "run.start",
-        None,
-        Some(serde_json::json!({
-            "workflow_file": workflow, "session_id": "decide", "project_dir": install.path(),
-        })),
-    )
-    .unwrap();
-    let run_id = started["body"]["run_id"].as_str().unwrap().to_owned();
-    let waiting = loop {
-        let mut out = null_mut();
-        let st = unsafe { piw_subscription_next(sub, 30_000, &mut out) };
-        assert_eq!(st, PiwStatus::Ok, "{}", last(piw_last_error_message));
-        let event: serde_json::Value = serde_json::from_str(&take(out)).unwrap();
-        if event["event_kind"] == "waiting" {
-            break event;
-        }
-    };
-    let answer = |answer: serde_json::Value| {
-        call(
-            client,
-            "decision.answer",
-            Some(serde_json::json!({ "run_id": run_id })),
-            Some(
-                serde_json::json!({ "decision_id": waiting["data"]["decision"], "answer": answer }),
-            ),
-        )
-    };
+    let sub = subscribe(client, serde_json::json!({"session_id": "decide"}));
+    let more = serde_json::json!({"session_id": "decide"});
+    let run_id = start_run(client, &install, &workflow, more);
+    let waiting = next_event_until(sub, |e| e["event_kind"] == "waiting");
+    let decision = &waiting["data"]["decision"];
+    let answer = |choice| answer(client, "decision.answer", &run_id, decision, choice);
     let err = answer(serde_json::json!({"choice": "reject", "text": "much too long"}));
     assert_eq!(err, Err(PiwStatus::Rejected));
     assert_eq!(piw_last_rejection_code(), PiwRejectionCode::Malformed);
@@ -388,14 +380,8 @@ fn an_answer_that_fits_no_choice_is_refused_with_the_choices() {
             {"id": "approve", "text": null},
             {"id": "reject", "text": {"name": "why", "min_length": null, "max_length": 3}}]})
     );
-    let status = call(
-        client,
-        "run.status",
-        Some(serde_json::json!({ "run_id": run_id })),
-        None,
-    )
-    .unwrap();
-    assert_eq!(status["body"]["run"]["status"], "waiting", "{status}");
+    let status = run_status(client, &run_id);
+    assert_eq!(status["run"]["status"], "waiting", "{status}");
     answer(serde_json::json!({"choice": "reject", "text": "no"})).unwrap();
     assert_eq!(unsafe { piw_subscription_close(sub) }, PiwStatus::Ok);
     assert_eq!(unsafe { piw_client_close(client) }, PiwStatus::Ok);
@@ -408,28 +394,18 @@ fn an_answer_that_fits_no_choice_is_refused_with_the_choices() {
 fn waiting_for_a_run_stops_where_it_is_asked_to() {
     let install = common::Install::new();
     let client = connect(&install);
-    let workflow = install.path().join("ask.workflow.json");
-    std::fs::write(
-        &workflow,
+    let workflow = write_workflow(
+        &install,
+        "ask",
         serde_json::json!({
             "graph": {"name": "ask", "start": "ask",
                       "nodes": {"ask": {"kind": "checkpoint"}, "done": {"kind": "compute"}},
                       "edges": [{"from": "ask", "to": "done"}]},
             "behaviors": {"ask": {"wait": "checkpoint"}, "done": {"return": {"ok": true}}}
-        })
-        .to_string(),
-    )
-    .unwrap();
-    let started = call(
-        client,
-        "run.start",
-        None,
-        Some(serde_json::json!({
-            "workflow_file": workflow, "session_id": "wait", "project_dir": install.path(),
-        })),
-    )
-    .unwrap();
-    let run_id = started["body"]["run_id"].as_str().unwrap().to_owned();
+        }),
+    );
+    let more = serde_json::json!({"session_id": "wait"});
+    let run_id = start_run(client, &install, &workflow, more);
     let run_c = c(&run_id);
     let wait = |flags: u32, timeout_ms: i64| -> Result<serde_json::Value, PiwStatus> {
         let mut out = null_mut();
@@ -446,19 +422,13 @@ fn waiting_for_a_run_stops_where_it_is_asked_to() {
     assert_eq!(parked["run_id"], run_id.as_str(), "{parked}");
     // Waiting is not final: the wait runs out (the run cannot end while nobody answers).
     assert_eq!(wait(0, 200), Err(PiwStatus::Timeout));
-    let status = call(
-        client,
-        "run.status",
-        Some(serde_json::json!({ "run_id": run_id })),
-        None,
-    )
-    .unwrap();
-    let decision = status["body"]["decisions"][0]["decision_id"].clone();
-    call(
+    let decision = run_status(client, &run_id)["decisions"][0]["decision_id"].clone();
+    answer(
         client,
         "checkpoint.answer",
-        Some(serde_json::json!({ "run_id": run_id })),
-        Some(serde_json::json!({ "decision_id": decision, "answer": "yes" })),
+        &run_id,
+        &decision,
+        "yes".into(),
     )
     .unwrap();
     let done = wait(0, 60_000).unwrap();
@@ -489,18 +459,10 @@ fn waiting_until_parked_goes_on_past_a_durable_timer() {
     let install = common::Install::new();
     let clock = install.path().join("clock");
     std::fs::write(&clock, "0").unwrap();
-    let options = c(&serde_json::json!({
-        "home": install.piw_home(),
-        "host_bin": common::built("piw"),
-        "host_env": {"PIW_TEST_CLOCK": clock},
-    })
-    .to_string());
-    let mut client = null_mut();
-    let st = unsafe { piw_connect(options.as_ptr(), &mut client) };
-    assert_eq!(st, PiwStatus::Ok, "{}", last(piw_last_error_message));
-    let workflow = install.path().join("nap-then-ask.workflow.json");
-    std::fs::write(
-        &workflow,
+    let client = connect_with(&install, serde_json::json!({"PIW_TEST_CLOCK": clock}));
+    let workflow = write_workflow(
+        &install,
+        "nap-then-ask",
         serde_json::json!({
             "graph": {"name": "nap-then-ask", "start": "nap",
                       "nodes": {"nap": {"kind": "wait"}, "ask": {"kind": "checkpoint"},
@@ -509,30 +471,11 @@ fn waiting_until_parked_goes_on_past_a_durable_timer() {
             "behaviors": {"nap": {"timer": {"for_ms": 3_600_000}, "return": {"slept": true}},
                           "ask": {"wait": "checkpoint"},
                           "done": {"return": {"ok": true}}}
-        })
-        .to_string(),
-    )
-    .unwrap();
-    let started = call(
-        client,
-        "run.start",
-        None,
-        Some(serde_json::json!({
-            "workflow_file": workflow, "session_id": "nap", "project_dir": install.path(),
-        })),
-    )
-    .unwrap();
-    let run_id = started["body"]["run_id"].as_str().unwrap().to_owned();
-    let status = || {
-        call(
-            client,
-            "run.status",
-            Some(serde_json::json!({ "run_id": run_id })),
-            None,
-        )
-        .unwrap()["body"]
-            .take()
-    };
+        }),
+    );
+    let more = serde_json::json!({"session_id": "nap"});
+    let run_id = start_run(client, &install, &workflow, more);
+    let status = || run_status(client, &run_id);
     // The wait starts before the run reaches its timer, so it sees the run park there.
     let waiter = {
         let (client, run_id) = (client as usize, run_id.clone());
@@ -601,13 +544,8 @@ fn waiting_until_parked_goes_on_past_a_durable_timer() {
         .collect();
     assert_eq!(pending.len(), 1, "{now}");
     assert_eq!(pending[0]["node_id"], "ask", "{now}");
-    call(
-        client,
-        "checkpoint.answer",
-        Some(serde_json::json!({ "run_id": run_id })),
-        Some(serde_json::json!({ "decision_id": pending[0]["decision_id"], "answer": "yes" })),
-    )
-    .unwrap();
+    let decision = &pending[0]["decision_id"];
+    answer(client, "checkpoint.answer", &run_id, decision, "yes".into()).unwrap();
     let run_c = c(&run_id);
     let mut out = null_mut();
     assert_eq!(
@@ -705,16 +643,8 @@ fn run_list_pages_reach_every_run_through_the_abi() {
         assert!(cursor.is_some(), "{}", page["body"]["next_cursor"]);
         if pages == 1 {
             let workflow = common::repo_root().join("examples/hello.workflow.json");
-            call(
-                client,
-                "run.start",
-                None,
-                Some(serde_json::json!({
-                    "workflow_file": workflow, "session_id": "many",
-                    "project_dir": install.path(),
-                })),
-            )
-            .unwrap();
+            let more = serde_json::json!({"session_id": "many"});
+            start_run(client, &install, &workflow, more);
         }
     }
     assert!(pages > 1, "{pages} pages");
@@ -743,24 +673,15 @@ fn run_list_pages_reach_every_run_through_the_abi() {
 fn a_value_stored_apart_is_read_back_through_the_abi() {
     let install = common::Install::new();
     let client = connect(&install);
-    let workflow = install.path().join("big.workflow.json");
-    std::fs::write(
-        &workflow,
+    let workflow = write_workflow(
+        &install,
+        "big",
         serde_json::json!({
             "graph": {"name": "big", "start": "a", "nodes": {"a": {"kind": "compute"}}, "edges": []},
             "behaviors": {"a": {"return_bytes": 300_000}}
-        })
-        .to_string(),
-    )
-    .unwrap();
-    let started = call(
-        client,
-        "run.start",
-        None,
-        Some(serde_json::json!({ "workflow_file": workflow, "project_dir": install.path() })),
-    )
-    .unwrap();
-    let run_id = started["body"]["run_id"].as_str().unwrap().to_owned();
+        }),
+    );
+    let run_id = start_run(client, &install, &workflow, serde_json::json!({}));
     let run_c = c(&run_id);
     let mut out = null_mut();
     let st = unsafe { piw_wait_run(client, run_c.as_ptr(), 0, 60_000, &mut out) };
@@ -799,17 +720,15 @@ fn a_value_stored_apart_is_read_back_through_the_abi() {
 fn a_detached_start_the_host_cannot_serve_is_refused_with_why() {
     let install = common::Install::new();
     let client = connect(&install);
-    let workflow = install.path().join("asks.workflow.json");
-    std::fs::write(
-        &workflow,
+    let workflow = write_workflow(
+        &install,
+        "asks",
         serde_json::json!({
             "graph": {"name": "asks", "start": "draft",
                       "nodes": {"draft": {"kind": "agent"}}, "edges": []},
             "behaviors": {"draft": {"interact": "agent"}}
-        })
-        .to_string(),
-    )
-    .unwrap();
+        }),
+    );
     let err = call(
         client,
         "run.start",

@@ -10,12 +10,29 @@ use serde_json::Value;
 mod common;
 
 fn piw(home: &Path, args: &[&str]) -> Output {
-    common::piw_command()
-        .args(args)
-        .env("PIW_HOME", home)
-        .env("PIW_LOG", "warn")
-        .output()
-        .expect("run piw")
+    piw_cmd(home, args).output().expect("run piw")
+}
+
+/// `piw <args>` for the installation `home` (warnings and errors only in its log).
+fn piw_cmd(home: &Path, args: &[&str]) -> Command {
+    let mut cmd = common::piw_command();
+    cmd.args(args).env("PIW_HOME", home).env("PIW_LOG", "warn");
+    cmd
+}
+
+/// `piw <args>` started with its stdout and stderr piped.
+fn spawn_piw(home: &Path, args: &[&str]) -> std::process::Child {
+    piw_cmd(home, args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// The id of the run `piw runs` lists first (the newest).
+fn newest_run_id(home: &Path) -> String {
+    let runs = json_of(&piw(home, &["runs", "--json"]));
+    runs["runs"][0]["run_id"].as_str().unwrap().to_owned()
 }
 
 fn text(o: &Output) -> String {
@@ -50,6 +67,17 @@ fn workflow_file(h: &Home, name: &str, fixture: &serde_json::Value) -> PathBuf {
     let file = h.home.with_file_name(format!("{name}.workflow.json"));
     std::fs::write(&file, fixture.to_string()).unwrap();
     file
+}
+
+/// A workflow `ask` that waits on a checkpoint at its node `ask`, then ends at `done`.
+fn ask_workflow(h: &Home) -> PathBuf {
+    let fixture = serde_json::json!({
+        "graph": {"name": "ask", "start": "ask",
+                  "nodes": {"ask": {"kind": "checkpoint"}, "done": {"kind": "compute"}},
+                  "edges": [{"from": "ask", "to": "done"}]},
+        "behaviors": {"ask": {"wait": "checkpoint"}}
+    });
+    workflow_file(h, "ask", &fixture)
 }
 
 fn hello_example(h: &Home) -> PathBuf {
@@ -122,11 +150,8 @@ fn usage_errors_exit_2_and_every_verb_has_help() {
 fn a_relative_piw_home_is_refused() {
     let cwd = tempfile::tempdir().unwrap();
     let run = |args: &[&str]| {
-        common::piw_command()
-            .args(args)
+        piw_cmd(Path::new("./rel/home"), args)
             .current_dir(cwd.path())
-            .env("PIW_HOME", "./rel/home")
-            .env("PIW_LOG", "warn")
             .output()
             .expect("run piw")
     };
@@ -246,21 +271,18 @@ fn run_start_resolves_a_relative_file_from_the_callers_directory() {
     let project = file.parent().unwrap().to_path_buf();
     let elsewhere = h._dir.path().join("elsewhere");
     std::fs::create_dir_all(&elsewhere).unwrap();
-    let started = common::piw_command()
-        .args(["host", "start"])
+    let started = piw_cmd(&h.home, &["host", "start"])
         .current_dir(&elsewhere)
-        .env("PIW_HOME", &h.home)
-        .env("PIW_LOG", "warn")
         .output()
         .unwrap();
     assert_eq!(started.status.code(), Some(0), "{}", text(&started));
-    let o = common::piw_command()
-        .args(["run", "start", "hello.workflow.json", "--wait", "--json"])
-        .current_dir(&project)
-        .env("PIW_HOME", &h.home)
-        .env("PIW_LOG", "warn")
-        .output()
-        .unwrap();
+    let o = piw_cmd(
+        &h.home,
+        &["run", "start", "hello.workflow.json", "--wait", "--json"],
+    )
+    .current_dir(&project)
+    .output()
+    .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let run = json_of(&o);
     assert_eq!(run["run"]["status"], "completed");
@@ -487,13 +509,7 @@ fn state_reset_stops_the_children_a_crashed_host_left_running() {
 #[test]
 fn wait_gives_up_after_its_timeout_and_the_run_goes_on() {
     let h = home();
-    let fixture = serde_json::json!({
-        "graph": {"name": "ask", "start": "ask",
-                  "nodes": {"ask": {"kind": "checkpoint"}, "done": {"kind": "compute"}},
-                  "edges": [{"from": "ask", "to": "done"}]},
-        "behaviors": {"ask": {"wait": "checkpoint"}}
-    });
-    let file = workflow_file(&h, "ask", &fixture);
+    let file = ask_workflow(&h);
     let started = std::time::Instant::now();
     let o = piw(
         &h.home,
@@ -835,10 +851,7 @@ fn run_status_says_why_a_run_could_not_load() {
 
 /// Runs `piw` with `PIW_RUNTIMES` set (the host it starts serves that runtime too).
 fn piw_with_runtime(home: &Path, runtimes: &str, args: &[&str]) -> Output {
-    common::piw_command()
-        .args(args)
-        .env("PIW_HOME", home)
-        .env("PIW_LOG", "warn")
+    piw_cmd(home, args)
         .env("PIW_RUNTIMES", runtimes)
         .output()
         .expect("run piw")
@@ -1359,10 +1372,7 @@ fn a_person_answers_decides_submits_and_waits_from_the_command_line() {
         serde_json::json!({"kind": "agent", "behavior": {"interact": "agent", "validate": {"value": 42}}}),
     );
     let run_id = start(&file);
-    let mut child = common::piw_command()
-        .args(["run", "submit", &run_id, "--input", "-"])
-        .env("PIW_HOME", &h.home)
-        .env("PIW_LOG", "warn")
+    let mut child = piw_cmd(&h.home, &["run", "submit", &run_id, "--input", "-"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -1456,13 +1466,13 @@ fn run_status_shows_the_last_childs_exit_and_stderr() {
         "echo starting on stdout\necho 'token 0123456789abcdef0123456789abcdef01234567' >&2\necho 'boom: missing config' >&2\nexit 3\n",
     )
     .unwrap();
-    let o = common::piw_command()
-        .args(["run", "start", file.to_str().unwrap(), "--wait", "--json"])
-        .env("PIW_HOME", &h.home)
-        .env("PIW_LOG", "warn")
-        .env("PIW_RUNTIMES", ".workflow.sh=/bin/sh")
-        .output()
-        .unwrap();
+    let o = piw_cmd(
+        &h.home,
+        &["run", "start", file.to_str().unwrap(), "--wait", "--json"],
+    )
+    .env("PIW_RUNTIMES", ".workflow.sh=/bin/sh")
+    .output()
+    .unwrap();
     let run = json_of(&o);
     assert_eq!(run["run"]["status"], "review", "{}", text(&o));
     let run_id = run["run"]["run_id"].as_str().unwrap().to_owned();
@@ -1555,14 +1565,10 @@ fn waiting_for_a_run_outlives_a_host_that_was_killed_but_not_one_that_was_stoppe
     });
     let file = workflow_file(&h, "slow", &fixture);
     let wait = |h: &Home| {
-        common::piw_command()
-            .args(["run", "start", file.to_str().unwrap(), "--wait", "--json"])
-            .env("PIW_HOME", &h.home)
-            .env("PIW_LOG", "warn")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap()
+        spawn_piw(
+            &h.home,
+            &["run", "start", file.to_str().unwrap(), "--wait", "--json"],
+        )
     };
     // Until the run's first node is running (its child sleeps in it).
     let running = |h: &Home| {
@@ -1714,14 +1720,7 @@ fn state_backup_finishes_while_the_host_commits_steadily() {
         })
     };
     let backup = h.home.with_file_name("busy-backup.sqlite");
-    let mut child = common::piw_command()
-        .args(["state", "backup", backup.to_str().unwrap()])
-        .env("PIW_HOME", &h.home)
-        .env("PIW_LOG", "warn")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_piw(&h.home, &["state", "backup", backup.to_str().unwrap()]);
     let started = Instant::now();
     let finished = loop {
         if child.try_wait().unwrap().is_some() {
@@ -1788,14 +1787,7 @@ fn host_status_and_stop_give_up_on_a_host_that_does_not_answer() {
     let _resume = Resume(host_pid);
     // `diagnose` too: it asks a running host, and gave no answer for as long as it waited.
     for verb in [&["host", "status"][..], &["host", "stop"], &["diagnose"]] {
-        let mut child = common::piw_command()
-            .args(verb)
-            .env("PIW_HOME", &h.home)
-            .env("PIW_LOG", "warn")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = spawn_piw(&h.home, verb);
         let started = Instant::now();
         while child.try_wait().unwrap().is_none() && started.elapsed() < Duration::from_secs(60) {
             std::thread::sleep(Duration::from_millis(50));
@@ -1832,10 +1824,7 @@ fn host_stop_waits_for_a_host_that_is_already_stopping() {
         }}
     });
     let file = workflow_file(&h, "stubborn", &fixture);
-    let start = common::piw_command()
-        .args(["host", "start"])
-        .env("PIW_HOME", &h.home)
-        .env("PIW_LOG", "warn")
+    let start = piw_cmd(&h.home, &["host", "start"])
         .env("PIW_KILL_GRACE_MS", "3000")
         .output()
         .unwrap();
@@ -2037,12 +2026,9 @@ fn run_start_finds_a_workflow_by_name_the_project_first_and_refuses_reserved_wor
         std::fs::copy(example, dir.join("greet.workflow.json")).unwrap();
     }
     let start = |name: &str| {
-        common::piw_command()
-            .args(["run", "start", name, "--wait", "--json"])
+        piw_cmd(&h.home, &["run", "start", name, "--wait", "--json"])
             .current_dir(&project)
-            .env("PIW_HOME", &h.home)
             .env("HOME", &user_home)
-            .env("PIW_LOG", "warn")
             .output()
             .expect("run piw")
     };
@@ -2750,10 +2736,7 @@ fn a_human_decision_shows_as_its_question_and_choices() {
         ],
     );
     assert_eq!(o.status.code(), Some(4), "{}", text(&o));
-    let run_id = json_of(&piw(&h.home, &["runs", "--json"]))["runs"][0]["run_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let run_id = newest_run_id(&h.home);
     let asked = "\n  Ship release 1.2?\n  All checks passed.\n  choices:\n    approve (Approve)\n    reject + text \"why\" (at least 5 characters)";
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(
@@ -2779,10 +2762,7 @@ fn a_human_decision_shows_as_its_question_and_choices() {
 
 /// Runs `piw` whose host (if it starts one) runs on the test clock in `clock`.
 fn piw_on_clock(home: &Path, clock: &Path, args: &[&str]) -> Output {
-    common::piw_command()
-        .args(args)
-        .env("PIW_HOME", home)
-        .env("PIW_LOG", "warn")
+    piw_cmd(home, args)
         .env("PIW_TEST_CLOCK", clock)
         .output()
         .expect("run piw")
@@ -2805,16 +2785,7 @@ fn runs_filter_by_status_show_times_as_people_read_them_and_take_run_id_prefixes
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let done = json_of(&o)["run"]["run_id"].as_str().unwrap().to_owned();
-    let ask = workflow_file(
-        &h,
-        "ask",
-        &serde_json::json!({
-            "graph": {"name": "ask", "start": "ask",
-                      "nodes": {"ask": {"kind": "checkpoint"}, "done": {"kind": "compute"}},
-                      "edges": [{"from": "ask", "to": "done"}]},
-            "behaviors": {"ask": {"wait": "checkpoint"}}
-        }),
-    );
+    let ask = ask_workflow(&h);
     let o = piw_on_clock(
         &h.home,
         &clock,
@@ -3163,14 +3134,7 @@ fn logs_show_every_childs_whole_output_and_the_events() {
     // one line read, the pipe closed.
     {
         use std::io::BufRead as _;
-        let mut head = common::piw_command()
-            .args(["logs", &run_id])
-            .env("PIW_HOME", &h.home)
-            .env("PIW_LOG", "warn")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut head = spawn_piw(&h.home, &["logs", &run_id]);
         let mut first = String::new();
         std::io::BufReader::new(head.stdout.take().unwrap())
             .read_line(&mut first)
@@ -3225,14 +3189,7 @@ fn logs_follow_prints_output_and_events_live_until_the_run_ends() {
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let run_id = json_of(&o)["run_id"].as_str().unwrap().to_owned();
-    let mut follow = common::piw_command()
-        .args(["logs", &run_id, "--follow"])
-        .env("PIW_HOME", &h.home)
-        .env("PIW_LOG", "warn")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut follow = spawn_piw(&h.home, &["logs", &run_id, "--follow"]);
     let (tx, rx) = std::sync::mpsc::channel::<String>();
     let stdout = follow.stdout.take().unwrap();
     std::thread::spawn(move || {
@@ -3300,12 +3257,12 @@ fn run_start_finds_a_built_in_by_prefix_and_by_name_after_the_files() {
     std::fs::create_dir_all(&user_home).unwrap();
     let input = r#"{"task":"fix the parser","plan":"add a test, then fix it","mode":"skip"}"#;
     let start = |name: &str, builtins: Option<&Path>| {
-        let mut cmd = common::piw_command();
-        cmd.args(["run", "start", name, "--input", input, "--wait", "--json"])
-            .current_dir(&project)
-            .env("PIW_HOME", &h.home)
+        let mut cmd = piw_cmd(
+            &h.home,
+            &["run", "start", name, "--input", input, "--wait", "--json"],
+        );
+        cmd.current_dir(&project)
             .env("HOME", &user_home)
-            .env("PIW_LOG", "warn")
             .env_remove("PIW_BUILTINS_DIR")
             .env_remove("PIW_NODE_WORKER");
         if let Some(dir) = builtins {
@@ -3591,14 +3548,7 @@ fn a_large_output_is_printed_whole_with_json_and_as_a_preview_without() {
     // Its exact stored bytes: they hash to its name.
     assert_eq!(piw_core::engine::ids::sha256_hex(&o.stdout), sha256);
     // A reader that goes away (`| head`) ends it quietly: no panic, exit 0.
-    let mut child = common::piw_command()
-        .args(["run", "value", &run_id, &sha256])
-        .env("PIW_HOME", &h.home)
-        .env("PIW_LOG", "warn")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_piw(&h.home, &["run", "value", &run_id, &sha256]);
     drop(child.stdout.take());
     let o = child.wait_with_output().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
@@ -3745,13 +3695,13 @@ fn a_detached_start_is_refused_without_a_pi_to_serve_it_and_status_shows_the_mod
     )
     .unwrap();
     assert_eq!(piw(&h.home, &["host", "stop"]).status.code(), Some(0));
-    let o = common::piw_command()
-        .args(["run", "start", agent.to_str().unwrap(), "--detached"])
-        .env("PIW_HOME", &h.home)
-        .env("PIW_LOG", "warn")
-        .env("PI_CODING_AGENT_DIR", &agent_dir)
-        .output()
-        .unwrap();
+    let o = piw_cmd(
+        &h.home,
+        &["run", "start", agent.to_str().unwrap(), "--detached"],
+    )
+    .env("PI_CODING_AGENT_DIR", &agent_dir)
+    .output()
+    .unwrap();
     assert_ne!(o.status.code(), Some(0), "{}", text(&o));
     assert!(
         !text(&o).contains("no Pi provider and model"),
@@ -3782,10 +3732,7 @@ fn a_detached_start_is_refused_without_a_pi_to_serve_it_and_status_shows_the_mod
         &["run", "start", hello.to_str().unwrap(), "--wait"],
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let run_id = json_of(&piw(&h.home, &["runs", "--json"]))["runs"][0]["run_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let run_id = newest_run_id(&h.home);
     let status = text(&piw(&h.home, &["run", "status", &run_id]));
     assert!(
         status.contains("mode detached (the host's Pi children answer its steps when a Pi model is set for it; no Pi session gets its messages"),
@@ -3818,10 +3765,7 @@ fn run_status_shows_the_messages_of_a_run_started_without_a_session() {
     );
     let o = piw(&h.home, &["run", "start", file.to_str().unwrap(), "--wait"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let run_id = json_of(&piw(&h.home, &["runs", "--json"]))["runs"][0]["run_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let run_id = newest_run_id(&h.home);
     let status = text(&piw(&h.home, &["run", "status", &run_id]));
     assert!(
         status.contains("\nmessage notify Deployed a, b and c\nmessage terminal completed\n"),
@@ -3877,10 +3821,7 @@ fn run_detach_makes_a_session_run_detached_once_and_refuses_a_finished_one() {
     assert_eq!(mode(&h), "interactive");
     // One that does detaches it.
     assert_eq!(piw(&h.home, &["host", "stop"]).status.code(), Some(0));
-    let o = common::piw_command()
-        .args(["host", "start"])
-        .env("PIW_HOME", &h.home)
-        .env("PIW_LOG", "warn")
+    let o = piw_cmd(&h.home, &["host", "start"])
         .env("PIW_DETACHED_PROVIDER", "mock")
         .env("PIW_DETACHED_MODEL", "mock-model")
         .output()
@@ -3981,13 +3922,7 @@ fn output_into_a_closed_pipe_ends_quietly() {
     ] {
         let (reader, writer) = std::io::pipe().unwrap();
         drop(reader);
-        let o = common::piw_command()
-            .args(args)
-            .env("PIW_HOME", &h.home)
-            .env("PIW_LOG", "warn")
-            .stdout(writer)
-            .output()
-            .unwrap();
+        let o = piw_cmd(&h.home, args).stdout(writer).output().unwrap();
         let stderr = String::from_utf8_lossy(&o.stderr);
         assert!(!stderr.contains("panicked"), "piw {args:?}: {stderr}");
         assert_eq!(o.status.code(), Some(code), "piw {args:?}: {stderr}");

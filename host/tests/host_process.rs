@@ -4,154 +4,41 @@
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use piw_core::client::{ensure_host, BlockingClient, ClientError};
-use piw_core::paths::PiwPaths;
 use piw_core::protocol::{payload, RejectionCode, Request, RequestBody};
 use serde_json::json;
 
 mod common;
-use common::HostProc;
+use common::{run_status, wait_exit, wait_for_status, HostProc, TempHome};
 
 fn piw() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_piw"))
 }
 
-struct Home {
-    _dir: tempfile::TempDir,
-    paths: PiwPaths,
+/// A ready host with the fault point `fault` (`PIW_FAULT`).
+fn serve_faulty(home: &TempHome, fault: &str) -> HostProc {
+    home.serve_with(|cmd| {
+        cmd.env("PIW_FAULT", fault);
+    })
 }
 
-/// Whatever the test's outcome, none of its hosts or children outlive it.
-impl Drop for Home {
-    fn drop(&mut self) {
-        common::kill_installation(&self.paths.home);
-    }
+/// A connection subscribed to `run_id`'s events.
+fn subscriber(home: &TempHome, run_id: &str) -> BlockingClient {
+    let mut sub = home.client();
+    sub.call(RequestBody::Subscribe(payload::Subscribe {
+        run_id: Some(run_id.to_owned()),
+        session_id: None,
+        all: None,
+    }))
+    .unwrap();
+    sub
 }
 
-impl Home {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let paths = PiwPaths::for_home(dir.path().join("home"));
-        Self { _dir: dir, paths }
-    }
-
-    fn serve(&self, fault: Option<&str>) -> HostProc {
-        let mut cmd = common::piw_command();
-        cmd.args(["host", "serve"])
-            .env("PIW_HOME", &self.paths.home)
-            .env("PIW_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        if let Some(f) = fault {
-            cmd.env("PIW_FAULT", f);
-        }
-        HostProc::start_ready(&mut cmd, &self.paths, None)
-    }
-
-    /// A connection subscribed to `run_id`'s events.
-    fn subscriber(&self, run_id: &str) -> BlockingClient {
-        let mut sub = self.client();
-        sub.call(RequestBody::Subscribe(payload::Subscribe {
-            run_id: Some(run_id.to_owned()),
-            session_id: None,
-            all: None,
-        }))
-        .unwrap();
-        sub
-    }
-
-    fn client(&self) -> BlockingClient {
-        let c = BlockingClient::connect(&self.paths).unwrap();
-        c.set_timeout(Some(Duration::from_secs(10))).unwrap();
-        c
-    }
-
-    /// A workflow that parks at once on a checkpoint: its runs sit `waiting`, held by nobody,
-    /// which is what these host-level tests act on.
-    fn workflow(&self) -> String {
-        let p = self.paths.home.join("w.workflow.json");
-        let fixture = json!({
-            "graph": {"name": "w", "start": "ask",
-                      "nodes": {"ask": {"kind": "checkpoint"}, "done": {"kind": "compute"}},
-                      "edges": [{"from": "ask", "to": "done"}]},
-            "behaviors": {"ask": {"wait": "checkpoint"}}
-        });
-        std::fs::write(&p, fixture.to_string()).unwrap();
-        p.display().to_string()
-    }
-
-    fn start_run(&self, c: &mut BlockingClient) -> String {
-        let r = c
-            .call(RequestBody::RunStart(payload::RunStart {
-                workflow_file: self.workflow(),
-                input: json!({}),
-                session_id: Some("s1".into()),
-                execution_mode: None,
-                project_dir: None,
-            }))
-            .unwrap();
-        let run_id = r.body["run_id"].as_str().unwrap().to_owned();
-        self.wait_status(c, &run_id, "waiting");
-        run_id
-    }
-
-    fn wait_status(&self, c: &mut BlockingClient, run_id: &str, wanted: &str) -> serde_json::Value {
-        let start = Instant::now();
-        loop {
-            let r = c
-                .send(
-                    Request::new(
-                        piw_core::ids::new_id("st"),
-                        RequestBody::RunStatus(Default::default()),
-                    )
-                    .with_run_id(run_id),
-                )
-                .unwrap();
-            if r.body["run"]["status"] == json!(wanted) {
-                return r.body;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "run never became {wanted}: {:#}",
-                r.body
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    fn revision(&self, c: &mut BlockingClient, run_id: &str) -> u64 {
-        let r = c
-            .send(
-                Request::new(
-                    piw_core::ids::new_id("rv"),
-                    RequestBody::RunStatus(Default::default()),
-                )
-                .with_run_id(run_id),
-            )
-            .unwrap();
-        r.body["run"]["revision"].as_u64().unwrap()
-    }
-
-    fn stop(&self, mut child: HostProc) {
-        let _ = self.client().call(RequestBody::HostStop);
-        let status = wait_exit(&mut child, Duration::from_secs(10));
-        assert_eq!(status, Some(0), "graceful stop exits 0");
-    }
-}
-
-fn wait_exit(child: &mut Child, within: Duration) -> Option<i32> {
-    let start = Instant::now();
-    while start.elapsed() < within {
-        if let Some(s) = child.try_wait().unwrap() {
-            return s.code();
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let _ = child.kill();
-    None
+fn revision(c: &mut BlockingClient, run_id: &str) -> u64 {
+    run_status(c, run_id)["run"]["revision"].as_u64().unwrap()
 }
 
 fn host_pids(home: &Path) -> Vec<u32> {
@@ -184,15 +71,10 @@ fn host_pids(home: &Path) -> Vec<u32> {
 
 #[test]
 fn a_second_host_on_the_same_home_is_refused_with_the_running_pid() {
-    let home = Home::new();
-    let first = home.serve(None);
-    let out = common::piw_command()
-        .args(["host", "serve"])
-        .env("PIW_HOME", &home.paths.home)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let home = TempHome::new();
+    let first = home.serve();
+    let (code, err) = home.refused_serve();
+    assert_eq!(code, Some(1));
     assert!(
         err.contains(&format!("pid {}", first.id())),
         "names the running host's pid: {err}"
@@ -204,7 +86,7 @@ fn a_second_host_on_the_same_home_is_refused_with_the_running_pid() {
 
 #[test]
 fn ten_racing_ensure_host_calls_end_with_exactly_one_host() {
-    let home = Home::new();
+    let home = TempHome::new();
     let handles: Vec<_> = (0..10)
         .map(|_| {
             let paths = home.paths.clone();
@@ -235,7 +117,7 @@ fn ten_racing_ensure_host_calls_end_with_exactly_one_host() {
 /// installation is free instead of waiting out its timeout for nothing.
 #[test]
 fn ensure_host_starts_a_host_once_a_stopping_one_has_let_go() {
-    let home = Home::new();
+    let home = TempHome::new();
     home.paths.ensure_dirs().unwrap();
     let held = piw_core::driver::lock_installation(&home.paths).unwrap();
     let release = std::thread::spawn(move || {
@@ -257,7 +139,7 @@ fn ensure_host_starts_a_host_once_a_stopping_one_has_let_go() {
 /// waits.
 #[test]
 fn the_lock_of_a_dead_but_still_exiting_holder_is_waited_for() {
-    let home = Home::new();
+    let home = TempHome::new();
     home.paths.ensure_dirs().unwrap();
     let held = piw_core::driver::lock_installation(&home.paths).unwrap();
     let mut dead = std::process::Command::new("true").spawn().unwrap();
@@ -281,7 +163,7 @@ fn the_lock_of_a_dead_but_still_exiting_holder_is_waited_for() {
 /// timeout, naming the lock that was not let go.
 #[test]
 fn ensure_host_names_a_lock_that_is_held_past_its_wait() {
-    let home = Home::new();
+    let home = TempHome::new();
     home.paths.ensure_dirs().unwrap();
     let held = piw_core::driver::lock_installation(&home.paths).unwrap();
     // The lock stays held for the whole wait, so the outcome does not depend on its length;
@@ -301,7 +183,7 @@ fn ensure_host_names_a_lock_that_is_held_past_its_wait() {
 /// from the host's log, not a bare "not ready" after the whole timeout.
 #[test]
 fn ensure_host_reports_why_a_host_could_not_start() {
-    let home = Home::new();
+    let home = TempHome::new();
     home.paths.ensure_dirs().unwrap();
     std::fs::write(&home.paths.db, b"not a database at all").unwrap();
     // What earlier hosts wrote is not this failure's story.
@@ -333,9 +215,9 @@ fn fake_host(dir: &Path, name: &str, body: &str) -> PathBuf {
 /// a timeout and invites a longer wait).
 #[test]
 fn ensure_host_says_a_host_that_exited_at_once_exited() {
-    let home = Home::new();
+    let home = TempHome::new();
     let bin = fake_host(
-        home._dir.path(),
+        home.dir.path(),
         "exits",
         "echo 'piw: cannot use this PIW_HOME' >&2; exit 3",
     );
@@ -356,8 +238,8 @@ fn ensure_host_says_a_host_that_exited_at_once_exited() {
 /// A host program that cannot be started at all is said to be that, with the path tried.
 #[test]
 fn ensure_host_says_a_host_program_that_cannot_start_cannot_start() {
-    let home = Home::new();
-    let bin = home._dir.path().join("no-such-piw");
+    let home = TempHome::new();
+    let bin = home.dir.path().join("no-such-piw");
     let err = ensure_host(&home.paths, &bin, Duration::from_secs(60)).unwrap_err();
     assert!(
         matches!(&err, ClientError::HostNotStarted { source, .. } if source.kind() == std::io::ErrorKind::NotFound),
@@ -376,8 +258,8 @@ fn ensure_host_says_a_host_program_that_cannot_start_cannot_start() {
 /// yet come up.
 #[test]
 fn ensure_host_reports_a_timeout_for_a_host_still_starting() {
-    let home = Home::new();
-    let bin = fake_host(home._dir.path(), "slow", "exec sleep 3");
+    let home = TempHome::new();
+    let bin = fake_host(home.dir.path(), "slow", "exec sleep 3");
     let err = ensure_host(&home.paths, &bin, Duration::from_millis(300)).unwrap_err();
     let ClientError::HostNotReady { detail, .. } = &err else {
         panic!("expected host_not_ready, got {err:?}");
@@ -393,7 +275,7 @@ fn ensure_host_reports_a_timeout_for_a_host_still_starting() {
 /// A detached host logs to host.log as plain text: no terminal colour codes in a file.
 #[test]
 fn a_started_host_logs_plain_text() {
-    let home = Home::new();
+    let home = TempHome::new();
     ensure_host(&home.paths, &piw(), Duration::from_secs(60)).unwrap();
     let log = std::fs::read_to_string(&home.paths.log).unwrap();
     assert!(log.contains("piw host ready"), "{log}");
@@ -405,22 +287,22 @@ fn a_started_host_logs_plain_text() {
 #[test]
 fn the_socket_and_directory_are_user_only() {
     use std::os::unix::fs::PermissionsExt;
-    let home = Home::new();
-    let host = home.serve(None);
+    let home = TempHome::new();
+    let host = home.serve();
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&home.paths.home), 0o700);
     assert_eq!(mode(&home.paths.socket), 0o600);
     // The database and its WAL hold every run's input and output: the owner's only, even
     // under a permissive umask.
     let mut c = home.client();
-    home.start_run(&mut c);
+    home.start_parked(&mut c);
     assert_eq!(mode(&home.paths.db), 0o600);
     let wal = home.paths.db.with_file_name("state.sqlite-wal");
     assert_eq!(mode(&wal), 0o600);
     home.stop(host);
 }
 
-fn raw(home: &Home) -> UnixStream {
+fn raw(home: &TempHome) -> UnixStream {
     let s = UnixStream::connect(&home.paths.socket).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
     s
@@ -454,11 +336,11 @@ fn send_json(s: &mut UnixStream, request: serde_json::Value) {
 
 #[test]
 fn bad_input_closes_only_the_offending_connection() {
-    let home = Home::new();
-    let host = home.serve(None);
+    let home = TempHome::new();
+    let host = home.serve();
     // A second client keeps working throughout.
     let mut good = home.client();
-    let run_id = home.start_run(&mut good);
+    let run_id = home.start_parked(&mut good);
     let check = |good: &mut BlockingClient| {
         let r = good
             .send(
@@ -562,8 +444,8 @@ fn rss_kib(pid: u32) -> u64 {
 
 #[test]
 fn a_client_that_floods_and_never_reads_keeps_host_memory_bounded() {
-    let home = Home::new();
-    let host = home.serve(None);
+    let home = TempHome::new();
+    let host = home.serve();
     let mut good = home.client();
     good.call(RequestBody::HostStatus).unwrap();
     let before = rss_kib(host.id());
@@ -613,8 +495,8 @@ fn a_client_that_floods_and_never_reads_keeps_host_memory_bounded() {
 /// trickle in (each byte used to restart the timer).
 #[test]
 fn a_frame_trickled_in_a_byte_a_second_is_closed_within_the_frame_timeout() {
-    let home = Home::new();
-    let host = home.serve(None);
+    let home = TempHome::new();
+    let host = home.serve();
     let mut s = raw(&home);
     let f = frame(
         json!({"schema": "piw.protocol.v1", "request_id": "x".repeat(64), "kind": "host.status"})
@@ -645,8 +527,8 @@ fn a_frame_trickled_in_a_byte_a_second_is_closed_within_the_frame_timeout() {
 /// client to read them.
 #[test]
 fn a_pipeline_written_whole_before_reading_gets_every_reply() {
-    let home = Home::new();
-    let host = home.serve(None);
+    let home = TempHome::new();
+    let host = home.serve();
     let mut s = raw(&home);
     s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
     let n = 8000;
@@ -678,10 +560,10 @@ fn a_pipeline_written_whole_before_reading_gets_every_reply() {
 /// writes. Without that, both writes wait for each other forever.
 #[test]
 fn a_large_request_from_a_subscriber_the_host_is_writing_to_gets_its_reply() {
-    let home = Home::new();
-    let host = home.serve(None);
+    let home = TempHome::new();
+    let host = home.serve();
     let mut c = home.client();
-    let run_id = home.start_run(&mut c);
+    let run_id = home.start_parked(&mut c);
     let mut sub = raw(&home);
     send_json(
         &mut sub,
@@ -756,13 +638,13 @@ fn a_large_request_from_a_subscriber_the_host_is_writing_to_gets_its_reply() {
 /// the runs are fine, and a new connection subscribes again.
 #[test]
 fn a_subscriber_that_falls_too_far_behind_is_closed_with_subscriber_lagged() {
-    let home = Home::new();
-    let host = home.serve(None);
+    let home = TempHome::new();
+    let host = home.serve();
     let mut c = home.client();
     // Runs of their own per writer, so the writers' pauses and resumes never collide and the
     // host commits them in groups (one connection carries one request at a time).
     let writers = 8;
-    let run_ids: Vec<String> = (0..writers).map(|_| home.start_run(&mut c)).collect();
+    let run_ids: Vec<String> = (0..writers).map(|_| home.start_parked(&mut c)).collect();
     let mut sub = home.client();
     for run_id in &run_ids {
         sub.call(RequestBody::Subscribe(payload::Subscribe {
@@ -819,7 +701,7 @@ fn a_subscriber_that_falls_too_far_behind_is_closed_with_subscriber_lagged() {
             all: None,
         }))
         .unwrap();
-    let status = home.wait_status(&mut again, &run_ids[0], "waiting");
+    let status = wait_for_status(&mut again, &run_ids[0], "waiting");
     assert_eq!(status["run"]["paused"], json!(false), "{status:#}");
     home.stop(host);
 }
@@ -841,12 +723,12 @@ fn a_peer_of_another_uid_is_refused() {
         return;
     }
     use std::os::unix::fs::PermissionsExt;
-    let home = Home::new();
-    let host = home.serve(None);
+    let home = TempHome::new();
+    let host = home.serve();
     let open = |p: &Path, mode| {
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap()
     };
-    open(home._dir.path(), 0o755);
+    open(home.dir.path(), 0o755);
     open(&home.paths.home, 0o755);
     open(&home.paths.socket, 0o666);
 
@@ -899,11 +781,11 @@ fn a_peer_of_another_uid_is_refused() {
 }
 
 /// A run parked on its checkpoint, with its revision, on a home whose host is stopped.
-fn parked_run(home: &Home) -> (String, u64) {
-    let host = home.serve(None);
+fn parked_run(home: &TempHome) -> (String, u64) {
+    let host = home.serve();
     let mut c = home.client();
-    let run_id = home.start_run(&mut c);
-    let before = home.revision(&mut c, &run_id);
+    let run_id = home.start_parked(&mut c);
+    let before = revision(&mut c, &run_id);
     home.stop(host);
     (run_id, before)
 }
@@ -921,12 +803,12 @@ fn assert_unanswered(err: &ClientError, why: &str) {
 
 /// On a new host, `pause` is replayed, not applied again: one revision more than `before`.
 fn assert_paused_once(
-    home: &Home,
+    home: &TempHome,
     pause: Request,
     run_id: &str,
     before: u64,
 ) -> (HostProc, BlockingClient) {
-    let host = home.serve(None);
+    let host = home.serve();
     let mut c = home.client();
     let replay = c
         .send(pause)
@@ -942,11 +824,11 @@ fn assert_paused_once(
 
 #[test]
 fn a_command_committed_before_a_crash_replays_its_receipt_after_restart() {
-    let home = Home::new();
+    let home = TempHome::new();
     let (run_id, before) = parked_run(&home);
 
     // This host aborts right after committing the pause, before replying.
-    let mut crashing = home.serve(Some("after_commit:run.pause"));
+    let mut crashing = serve_faulty(&home, "after_commit:run.pause");
     let pause = Request::new("pause-once", RequestBody::RunPause).with_run_id(&run_id);
     let err = home.client().send(pause.clone()).unwrap_err();
     assert_unanswered(&err, "the host crashed before replying");
@@ -969,11 +851,11 @@ fn a_command_committed_before_a_crash_replays_its_receipt_after_restart() {
 /// than carry on building on a commit the disk may have dropped.
 #[test]
 fn a_commit_whose_wal_sync_fails_is_never_acknowledged() {
-    let home = Home::new();
+    let home = TempHome::new();
     let (run_id, before) = parked_run(&home);
 
-    let mut failing = home.serve(Some("fail_sync"));
-    let mut sub = home.subscriber(&run_id);
+    let mut failing = serve_faulty(&home, "fail_sync");
+    let mut sub = subscriber(&home, &run_id);
     let pause = Request::new("pause-unsynced", RequestBody::RunPause).with_run_id(&run_id);
     let err = home.client().send(pause.clone()).unwrap_err();
     assert_unanswered(&err, "no receipt for an unsynced commit");
@@ -996,12 +878,12 @@ fn a_commit_whose_wal_sync_fails_is_never_acknowledged() {
 
 #[test]
 fn subscriptions_receive_committed_events() {
-    let home = Home::new();
-    let host = home.serve(None);
+    let home = TempHome::new();
+    let host = home.serve();
     let mut c = home.client();
-    let run_id = home.start_run(&mut c);
-    let before = home.revision(&mut c, &run_id);
-    let mut sub = home.subscriber(&run_id);
+    let run_id = home.start_parked(&mut c);
+    let before = revision(&mut c, &run_id);
+    let mut sub = subscriber(&home, &run_id);
     c.send(Request::new("p", RequestBody::RunPause).with_run_id(&run_id))
         .unwrap();
     let e = sub.next_event().unwrap();
@@ -1016,12 +898,12 @@ fn subscriptions_receive_committed_events() {
 /// other, with no gap in `seq` (a follower would otherwise think it missed events).
 #[test]
 fn events_a_repair_writes_reach_subscribers() {
-    let home = Home::new();
-    let host = home.serve(None);
+    let home = TempHome::new();
+    let host = home.serve();
     let mut c = home.client();
-    let run_id = home.start_run(&mut c);
-    let before = home.revision(&mut c, &run_id);
-    let mut sub = home.subscriber(&run_id);
+    let run_id = home.start_parked(&mut c);
+    let before = revision(&mut c, &run_id);
+    let mut sub = subscriber(&home, &run_id);
     // A contradiction written behind the host's back: the waiting run says it is running,
     // with nobody holding it, which `repair` requeues.
     let db = rusqlite::Connection::open(&home.paths.db).unwrap();
@@ -1039,7 +921,7 @@ fn events_a_repair_writes_reach_subscribers() {
         "{}",
         r.body
     );
-    let after = home.revision(&mut c, &run_id);
+    let after = revision(&mut c, &run_id);
     assert!(
         after > before,
         "the repair wrote events: {before} -> {after}"
@@ -1054,10 +936,10 @@ fn events_a_repair_writes_reach_subscribers() {
 /// A `piw host serve` whose terminal closes gets SIGHUP: it stops as gracefully as on SIGTERM.
 #[test]
 fn sighup_stops_gracefully() {
-    let home = Home::new();
-    let mut host = home.serve(None);
+    let home = TempHome::new();
+    let mut host = home.serve();
     let mut c = home.client();
-    let run_id = home.start_run(&mut c);
+    let run_id = home.start_parked(&mut c);
     // SAFETY: kill with a valid pid of our own child.
     assert_eq!(unsafe { libc_kill(host.id() as i32, 1) }, 0);
     assert_eq!(
@@ -1076,11 +958,11 @@ fn sighup_stops_gracefully() {
 
 #[test]
 fn sigterm_stops_gracefully_and_runs_stay_resumable() {
-    let home = Home::new();
-    let mut host = home.serve(None);
+    let home = TempHome::new();
+    let mut host = home.serve();
     let mut c = home.client();
-    let run_id = home.start_run(&mut c);
-    let before = home.revision(&mut c, &run_id);
+    let run_id = home.start_parked(&mut c);
+    let before = revision(&mut c, &run_id);
     // SAFETY: kill with a valid pid of our own child.
     assert_eq!(unsafe { libc_kill(host.id() as i32, 15) }, 0);
     assert_eq!(
@@ -1089,7 +971,7 @@ fn sigterm_stops_gracefully_and_runs_stay_resumable() {
         "SIGTERM exits 0"
     );
     assert!(!home.paths.socket.exists(), "the socket is removed");
-    let host = home.serve(None);
+    let host = home.serve();
     let r = home
         .client()
         .send(Request::new("st", RequestBody::RunStatus(Default::default())).with_run_id(&run_id))
@@ -1110,8 +992,8 @@ extern "C" {
 
 #[test]
 fn the_async_client_calls_and_subscribes() {
-    let home = Home::new();
-    let host = home.serve(None);
+    let home = TempHome::new();
+    let host = home.serve();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -1125,7 +1007,7 @@ fn the_async_client_calls_and_subscribes() {
             .unwrap();
         let r = c
             .call(RequestBody::RunStart(payload::RunStart {
-                workflow_file: home.workflow(),
+                workflow_file: home.parking_workflow(),
                 input: json!({"a": 1}),
                 session_id: Some("sess".into()),
                 execution_mode: None,
@@ -1201,12 +1083,12 @@ fn context_switches(pid: u32) -> u64 {
 
 #[test]
 fn an_idle_host_does_not_wake_up() {
-    let home = Home::new();
-    let host = home.serve(None);
+    let home = TempHome::new();
+    let host = home.serve();
     let mut c = home.client();
     // Queued, paused and waiting-free runs: nothing the host must act on by itself.
-    let run_id = home.start_run(&mut c);
-    home.start_run(&mut c);
+    let run_id = home.start_parked(&mut c);
+    home.start_parked(&mut c);
     c.send(Request::new("p", RequestBody::RunPause).with_run_id(&run_id))
         .unwrap();
     drop(c);
@@ -1220,8 +1102,8 @@ fn an_idle_host_does_not_wake_up() {
 
 #[test]
 fn a_connection_cannot_pile_up_subscriptions() {
-    let home = Home::new();
-    let host = home.serve(None);
+    let home = TempHome::new();
+    let host = home.serve();
     let mut c = home.client();
     let subscribe = || {
         RequestBody::Subscribe(payload::Subscribe {
@@ -1247,12 +1129,12 @@ fn a_connection_cannot_pile_up_subscriptions() {
 /// ready" and a log saying another host runs.
 #[test]
 fn ensure_host_starts_again_when_the_holder_let_go_before_the_refused_host_was_seen_to_exit() {
-    let home = Home::new();
+    let home = TempHome::new();
     home.paths.ensure_dirs().unwrap();
-    let refused = home._dir.path().join("refused");
+    let refused = home.dir.path().join("refused");
     // The real host, then (once it exits) a mark and a moment before the exit is visible.
     let bin = fake_host(
-        home._dir.path(),
+        home.dir.path(),
         "slow-exit",
         &format!(
             "\"{}\" \"$@\"; rc=$?; touch \"{}\"; sleep 0.5; exit $rc",
@@ -1279,8 +1161,8 @@ fn ensure_host_starts_again_when_the_holder_let_go_before_the_refused_host_was_s
 /// that wait must not hold the task that serves every connection, nor the connection itself.
 #[test]
 fn a_run_start_of_a_fifo_is_refused_and_the_host_keeps_serving() {
-    let home = Home::new();
-    let host = home.serve(None);
+    let home = TempHome::new();
+    let host = home.serve();
     let fifo = home.paths.home.join("pipe.workflow.json");
     let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
     assert!(made.success(), "mkfifo failed");
@@ -1311,8 +1193,8 @@ fn a_run_start_of_a_fifo_is_refused_and_the_host_keeps_serving() {
 /// events that never come); the connection stays open, and a session needs no run yet.
 #[test]
 fn a_subscription_to_an_unknown_run_is_not_found() {
-    let home = Home::new();
-    let host = home.serve(None);
+    let home = TempHome::new();
+    let host = home.serve();
     let mut c = home.client();
     let err = c
         .call(RequestBody::Subscribe(payload::Subscribe {
@@ -1329,7 +1211,7 @@ fn a_subscription_to_an_unknown_run_is_not_found() {
         all: None,
     }))
     .unwrap();
-    let run_id = home.start_run(&mut c);
+    let run_id = home.start_parked(&mut c);
     c.call(RequestBody::Subscribe(payload::Subscribe {
         run_id: Some(run_id),
         session_id: None,
@@ -1343,15 +1225,15 @@ fn a_subscription_to_an_unknown_run_is_not_found() {
 /// directory the host happened to start in, and refuses paths it cannot place, naming them.
 #[test]
 fn run_start_paths_never_depend_on_the_hosts_directory() {
-    let home = Home::new();
+    let home = TempHome::new();
     home.paths.ensure_dirs().unwrap();
     // The host starts in `host_cwd`, which holds a workflow of the same name that parks on a
     // checkpoint; the project's own one is a different file.
-    let host_cwd = home._dir.path().join("host-cwd");
-    let project = home._dir.path().join("project");
+    let host_cwd = home.dir.path().join("host-cwd");
+    let project = home.dir.path().join("project");
     std::fs::create_dir_all(&host_cwd).unwrap();
     std::fs::create_dir_all(&project).unwrap();
-    let workflow = home.workflow();
+    let workflow = home.parking_workflow();
     std::fs::copy(&workflow, host_cwd.join("w.workflow.json")).unwrap();
     std::fs::copy(&workflow, project.join("w.workflow.json")).unwrap();
     std::fs::write(project.join("w.workflow.json"), {
@@ -1360,14 +1242,9 @@ fn run_start_paths_never_depend_on_the_hosts_directory() {
         text
     })
     .unwrap();
-    let mut cmd = common::piw_command();
-    cmd.args(["host", "serve"])
-        .current_dir(&host_cwd)
-        .env("PIW_HOME", &home.paths.home)
-        .env("PIW_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let host = HostProc::start_ready(&mut cmd, &home.paths, None);
+    let host = home.serve_with(|cmd| {
+        cmd.current_dir(&host_cwd);
+    });
     let mut c = home.client();
     let start = |workflow_file: &str, project_dir: Option<&Path>| {
         RequestBody::RunStart(payload::RunStart {
@@ -1383,7 +1260,7 @@ fn run_start_paths_never_depend_on_the_hosts_directory() {
         .call(start("w.workflow.json", Some(&project)))
         .expect("a relative file in the project");
     let run_id = r.body["run_id"].as_str().unwrap().to_owned();
-    let status = home.wait_status(&mut c, &run_id, "waiting");
+    let status = wait_for_status(&mut c, &run_id, "waiting");
     let expected = std::fs::canonicalize(project.join("w.workflow.json")).unwrap();
     assert_eq!(
         status["run"]["source_root"],
@@ -1408,7 +1285,7 @@ fn run_start_paths_never_depend_on_the_hosts_directory() {
     assert_eq!(err.code(), Some(RejectionCode::Malformed), "{err}");
     assert!(err.to_string().contains("project_dir `rel`"), "{err}");
     // So is one that does not exist, or is not a directory.
-    let missing = home._dir.path().join("missing");
+    let missing = home.dir.path().join("missing");
     for dir in [missing.as_path(), Path::new(&workflow)] {
         let err = c.call(start(&workflow, Some(dir))).unwrap_err();
         assert_eq!(err.code(), Some(RejectionCode::NotFound), "{err}");
@@ -1420,11 +1297,11 @@ fn run_start_paths_never_depend_on_the_hosts_directory() {
     // Absent, the project directory is the workflow file's.
     let r = c.call(start(&workflow, None)).unwrap();
     let run_id = r.body["run_id"].as_str().unwrap().to_owned();
-    let status = home.wait_status(&mut c, &run_id, "waiting");
-    let home_dir = std::fs::canonicalize(&home.paths.home).unwrap();
+    let status = wait_for_status(&mut c, &run_id, "waiting");
+    let workflow_dir = std::fs::canonicalize(Path::new(&workflow).parent().unwrap()).unwrap();
     assert_eq!(
         status["run"]["project_dir"],
-        json!(home_dir.display().to_string())
+        json!(workflow_dir.display().to_string())
     );
     home.stop(host);
 }
@@ -1435,10 +1312,10 @@ fn run_start_paths_never_depend_on_the_hosts_directory() {
 /// new request for the missing file is still `not_found`.
 #[test]
 fn a_retried_run_start_replays_its_receipt_after_the_file_moved() {
-    let home = Home::new();
-    let host = home.serve(None);
+    let home = TempHome::new();
+    let host = home.serve();
     let mut c = home.client();
-    let workflow = home.workflow();
+    let workflow = home.parking_workflow();
     let start = |id: &str| {
         Request::new(
             id,
@@ -1468,19 +1345,15 @@ fn a_retried_run_start_replays_its_receipt_after_the_file_moved() {
 /// not stop the thread that owns the state, and `host.status` counts what was lost.
 #[test]
 fn a_host_whose_log_cannot_be_written_keeps_serving() {
-    let home = Home::new();
-    let mut cmd = common::piw_command();
-    // Debug: the store thread logs on every launch.
-    cmd.args(["host", "serve"])
-        .env("PIW_HOME", &home.paths.home)
-        .env("PIW_LOG", "debug")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut host = HostProc::start_ready(&mut cmd, &home.paths, None);
+    let home = TempHome::new();
+    let mut host = home.serve_with(|cmd| {
+        // Debug: the store thread logs on every launch.
+        cmd.env("PIW_LOG", "debug").stderr(Stdio::piped());
+    });
     drop(host.stderr.take());
     let mut c = home.client();
     for _ in 0..3 {
-        let run_id = home.start_run(&mut c);
+        let run_id = home.start_parked(&mut c);
         c.send(
             Request::new(piw_core::ids::new_id("p"), RequestBody::RunPause).with_run_id(&run_id),
         )
@@ -1507,9 +1380,9 @@ fn a_host_whose_log_cannot_be_written_keeps_serving() {
 /// nothing of the failed batch was committed.
 #[test]
 fn a_store_thread_that_dies_takes_the_host_down_and_a_new_host_serves() {
-    let home = Home::new();
+    let home = TempHome::new();
     let (run_id, before) = parked_run(&home);
-    let mut dying = home.serve(Some("panic_commit:run.pause"));
+    let mut dying = serve_faulty(&home, "panic_commit:run.pause");
     let pause = Request::new("pause-panics", RequestBody::RunPause).with_run_id(&run_id);
     let err = home.client().send(pause).unwrap_err();
     // Unanswered, or told the host is stopping (its reply was dropped with the thread).
@@ -1522,9 +1395,9 @@ fn a_store_thread_that_dies_takes_the_host_down_and_a_new_host_serves() {
         "the host exits instead of staying half-alive"
     );
     assert!(!home.paths.socket.exists(), "the socket is removed");
-    let host = home.serve(None);
+    let host = home.serve();
     let mut c = home.client();
-    assert_eq!(home.revision(&mut c, &run_id), before, "nothing committed");
+    assert_eq!(revision(&mut c, &run_id), before, "nothing committed");
     home.stop(host);
 }
 
@@ -1532,20 +1405,16 @@ fn a_store_thread_that_dies_takes_the_host_down_and_a_new_host_serves() {
 /// still serves.
 #[test]
 fn a_host_whose_stdout_is_a_full_device_still_serves() {
-    let home = Home::new();
+    let home = TempHome::new();
     let full = std::fs::OpenOptions::new()
         .write(true)
         .open("/dev/full")
         .unwrap();
-    let mut cmd = common::piw_command();
-    cmd.args(["host", "serve"])
-        .env("PIW_HOME", &home.paths.home)
-        .env("PIW_LOG", "warn")
-        .stdout(full)
-        .stderr(Stdio::piped());
-    let host = HostProc::start_ready(&mut cmd, &home.paths, None);
+    let host = home.serve_with(|cmd| {
+        cmd.stdout(full);
+    });
     let mut c = home.client();
-    home.start_run(&mut c);
+    home.start_parked(&mut c);
     home.stop(host);
 }
 
@@ -1554,10 +1423,10 @@ fn a_host_whose_stdout_is_a_full_device_still_serves() {
 /// it acknowledged survives a restart.
 #[test]
 fn a_full_disk_refuses_commands_clearly_and_the_host_serves_again_once_space_is_back() {
-    let home = Home::new();
+    let home = TempHome::new();
     let (run_id, before) = parked_run(&home);
     let full = home.paths.home.join("disk-is-full");
-    let host = home.serve(Some(&format!("disk_full:{}", full.display())));
+    let host = serve_faulty(&home, &format!("disk_full:{}", full.display()));
     let mut c = home.client();
     std::fs::write(&full, "").unwrap();
     for attempt in 0..2 {
@@ -1576,7 +1445,7 @@ fn a_full_disk_refuses_commands_clearly_and_the_host_serves_again_once_space_is_
             "{r:?}"
         );
     }
-    assert_eq!(home.revision(&mut c, &run_id), before, "nothing stored");
+    assert_eq!(revision(&mut c, &run_id), before, "nothing stored");
     std::fs::remove_file(&full).unwrap();
     let pause = Request::new("pause-after", RequestBody::RunPause).with_run_id(&run_id);
     c.send(pause.clone())
@@ -1586,66 +1455,39 @@ fn a_full_disk_refuses_commands_clearly_and_the_host_serves_again_once_space_is_
     home.stop(host);
 }
 
-/// `piw host serve` for `paths` that must refuse to start: its exit code and what it said.
-fn refused_serve(paths: &PiwPaths) -> (Option<i32>, String) {
-    let mut child = common::piw_command()
-        .args(["host", "serve"])
-        .env("PIW_HOME", &paths.home)
-        .env("PIW_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let code = wait_exit(&mut child, Duration::from_secs(20));
-    let mut err = String::new();
-    if code.is_some() {
-        child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut err)
-            .unwrap();
-    }
-    (code, err)
-}
-
 /// One host per database whatever the paths: an installation whose `state.sqlite` is a link
 /// to another's database gets no second host beside the first (which would take the first's
 /// children for orphans and run their work again), and cannot reset it while it is served.
 #[test]
 fn a_database_linked_from_another_installation_gets_no_second_host() {
-    let first = Home::new();
-    let host = first.serve(None);
+    let first = TempHome::new();
+    let host = first.serve();
     let mut c = first.client();
-    let run_id = first.start_run(&mut c);
-    let before = first.revision(&mut c, &run_id);
-    let second = Home::new();
+    let run_id = first.start_parked(&mut c);
+    let before = revision(&mut c, &run_id);
+    let second = TempHome::new();
     second.paths.ensure_dirs().unwrap();
     std::os::unix::fs::symlink(&first.paths.db, &second.paths.db).unwrap();
 
-    let (code, err) = refused_serve(&second.paths);
+    let (code, err) = second.refused_serve();
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("already serves the database"), "{err}");
-    let reset = common::piw_command()
-        .args(["state", "reset", "--yes"])
-        .env("PIW_HOME", &second.paths.home)
-        .output()
-        .unwrap();
+    let reset = second.piw(&["state", "reset", "--yes"]).output().unwrap();
     assert_eq!(reset.status.code(), Some(1), "{reset:?}");
     assert!(first.paths.db.exists() && second.paths.db.exists());
     // The first host serves on, its run untouched.
-    assert_eq!(first.revision(&mut c, &run_id), before);
+    assert_eq!(revision(&mut c, &run_id), before);
     assert_eq!(host_pids(&second.paths.home), Vec::<u32>::new());
     first.stop(host);
 }
 
 /// A file outside any installation that a link planted in one points at, and a fresh
 /// installation directory.
-fn victim_and_home() -> (tempfile::TempDir, PathBuf, Home) {
+fn victim_and_home() -> (tempfile::TempDir, PathBuf, TempHome) {
     let outside = tempfile::tempdir().unwrap();
     let victim = outside.path().join("precious");
     std::fs::write(&victim, "keep me\n").unwrap();
-    let home = Home::new();
+    let home = TempHome::new();
     home.paths.ensure_dirs().unwrap();
     (outside, victim, home)
 }
@@ -1660,7 +1502,7 @@ fn a_fifo_at_the_database_is_refused() {
     let fifo = std::ffi::CString::new(home.paths.db.as_os_str().as_encoded_bytes()).unwrap();
     // SAFETY: mkfifo with a valid C string.
     assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
-    let (code, err) = refused_serve(&home.paths);
+    let (code, err) = home.refused_serve();
     assert_eq!(code, Some(1), "a FIFO at state.sqlite: {err}");
     assert!(err.contains("is a FIFO, not a regular file"), "{err}");
 }
@@ -1670,7 +1512,7 @@ fn a_fifo_at_the_database_is_refused() {
 fn a_link_at_the_lock_is_refused() {
     let (_outside, victim, home) = victim_and_home();
     std::os::unix::fs::symlink(&victim, &home.paths.lock).unwrap();
-    let (code, err) = refused_serve(&home.paths);
+    let (code, err) = home.refused_serve();
     assert_eq!(code, Some(1), "a link at host.lock: {err}");
     assert!(
         err.contains("is a symbolic link, not a regular file"),
@@ -1698,7 +1540,7 @@ fn a_link_at_the_log_is_refused() {
 fn a_file_at_the_socket_is_left_alone_and_refused() {
     let (_outside, _, home) = victim_and_home();
     std::fs::write(&home.paths.socket, "not a socket\n").unwrap();
-    let (code, err) = refused_serve(&home.paths);
+    let (code, err) = home.refused_serve();
     assert_eq!(code, Some(1), "a file at host.sock: {err}");
     assert!(
         err.contains("is a regular file, not a socket piw made"),
@@ -1715,7 +1557,7 @@ fn a_file_at_the_socket_is_left_alone_and_refused() {
 fn another_programs_live_socket_is_not_taken_over() {
     let (_outside, _, home) = victim_and_home();
     let theirs = std::os::unix::net::UnixListener::bind(&home.paths.socket).unwrap();
-    let (code, err) = refused_serve(&home.paths);
+    let (code, err) = home.refused_serve();
     assert_eq!(code, Some(1), "another program's socket: {err}");
     assert!(err.contains("another program listens on it"), "{err}");
     let _client = UnixStream::connect(&home.paths.socket).unwrap();
@@ -1744,28 +1586,8 @@ fn open_file_limits(pid: u32) -> (u64, u64) {
 /// make room for a new one: a client still gets its answer.
 #[test]
 fn idle_connections_cannot_lock_other_clients_out() {
-    use std::os::unix::process::CommandExt as _;
-    let home = Home::new();
-    let mut cmd = common::piw_command();
-    cmd.args(["host", "serve"])
-        .env("PIW_HOME", &home.paths.home)
-        .env("PIW_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    // SAFETY: setrlimit in the forked child before exec, async-signal-safe.
-    unsafe {
-        cmd.pre_exec(|| {
-            let limit = libc::rlimit {
-                rlim_cur: 256,
-                rlim_max: 512,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let host = HostProc::start_ready(&mut cmd, &home.paths, None);
+    let home = TempHome::new();
+    let host = home.serve_with(|cmd| common::limit_open_files(cmd, 256, 512));
     assert_eq!(
         open_file_limits(host.id()),
         (512, 512),
@@ -1773,9 +1595,8 @@ fn idle_connections_cannot_lock_other_clients_out() {
     );
 
     let mut idle: Vec<UnixStream> = (0..600).map(|_| raw(&home)).collect();
-    let mut c = BlockingClient::connect(&home.paths).unwrap();
-    c.set_timeout(Some(Duration::from_secs(20))).unwrap();
-    c.call(RequestBody::HostStatus)
+    home.client()
+        .call(RequestBody::HostStatus)
         .expect("a client is answered past 600 idle connections");
     let said = read_to_close(&mut idle[0]);
     assert!(said.contains("idle the longest"), "{said}");
@@ -1787,9 +1608,9 @@ fn idle_connections_cannot_lock_other_clients_out() {
 /// starts; the same number written as a string, or one that fits, keeps its value.
 #[test]
 fn an_integer_that_would_lose_its_value_is_refused_not_changed() {
-    let home = Home::new();
-    let host = home.serve(None);
-    let wf = serde_json::to_string(&home.workflow()).unwrap();
+    let home = TempHome::new();
+    let host = home.serve();
+    let wf = serde_json::to_string(&home.parking_workflow()).unwrap();
     let start = |input: &str| {
         let mut s = raw(&home);
         let body = format!(
@@ -1815,7 +1636,7 @@ fn an_integer_that_would_lose_its_value_is_refused_not_changed() {
     let mut c = home.client();
     let runs = c.call(RequestBody::RunList(Default::default())).unwrap();
     let run_id = runs.body["runs"][0]["run_id"].as_str().unwrap().to_owned();
-    home.wait_status(&mut c, &run_id, "waiting");
+    wait_for_status(&mut c, &run_id, "waiting");
     let stored: String = rusqlite::Connection::open_with_flags(
         &home.paths.db,
         rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,

@@ -4,17 +4,14 @@
 //! `PIW_HOME`; every process of the installation is killed when the test ends.
 
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt as _;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use piw_core::client::BlockingClient;
-use piw_core::paths::PiwPaths;
 use piw_core::protocol::{payload, Request, RequestBody};
 use serde_json::{json, Value};
 
 mod common;
-use common::HostProc;
+use common::TempHome;
 
 /// The open-file limit (soft and hard) the host runs under: 16 children's descriptors do not
 /// fit beside its own reserve and a few clients.
@@ -26,55 +23,27 @@ const MAX_CHILDREN: usize = 16;
 /// More runs than it can hold children for.
 const RUNS: usize = 24;
 
-struct Env {
-    dir: tempfile::TempDir,
-    paths: PiwPaths,
-}
-
-impl Drop for Env {
-    fn drop(&mut self) {
-        common::kill_installation(&self.paths.home);
-    }
-}
-
-impl Env {
-    fn piw(&self, args: &[&str]) -> Command {
-        let mut cmd = common::piw_command();
-        cmd.args(args)
-            .env("PIW_HOME", &self.paths.home)
-            .env("HOME", self.dir.path().join("user"))
-            .env("PIW_LOG", "warn")
-            .env("PIW_STANDBY_WORKERS", "0")
-            .env("PIW_MAX_CHILDREN", MAX_CHILDREN.to_string())
-            .env(
-                "PIW_RUNTIMES",
-                format!(".workflow.json={}", env!("CARGO_BIN_EXE_piw-json-worker")),
-            );
-        cmd
-    }
-
-    fn client(&self) -> BlockingClient {
-        let c = BlockingClient::connect(&self.paths).unwrap();
-        c.set_timeout(Some(Duration::from_secs(30))).unwrap();
-        c
-    }
+/// An installation whose hosts ask for [`MAX_CHILDREN`] children and run `.workflow.json`
+/// files with `piw-json-worker`.
+fn home() -> TempHome {
+    TempHome::new()
+        .with_env("PIW_STANDBY_WORKERS", "0")
+        .with_env("PIW_MAX_CHILDREN", MAX_CHILDREN.to_string())
+        .with_env(
+            "PIW_RUNTIMES",
+            format!(".workflow.json={}", env!("CARGO_BIN_EXE_piw-json-worker")),
+        )
 }
 
 /// A run's status ([`send`]).
-fn status(env: &Env, c: &mut BlockingClient, run_id: &str) -> Value {
-    send(env, c, || {
-        Request::new(
-            piw_core::ids::new_id("st"),
-            RequestBody::RunStatus(Default::default()),
-        )
-        .with_run_id(run_id)
-    })
+fn status(env: &TempHome, c: &mut BlockingClient, run_id: &str) -> Value {
+    send(env, c, || common::status_request(run_id))
 }
 
 /// The reply to `request()`. The test's own client may be closed to make room for another
 /// (the cap), so a call that fails is made again on a new connection, for up to a minute (a
 /// command under the same request id, which the host answers from its receipt).
-fn send(env: &Env, c: &mut BlockingClient, request: impl Fn() -> Request) -> Value {
+fn send(env: &TempHome, c: &mut BlockingClient, request: impl Fn() -> Request) -> Value {
     let start = Instant::now();
     loop {
         match c.send(request()) {
@@ -86,7 +55,7 @@ fn send(env: &Env, c: &mut BlockingClient, request: impl Fn() -> Request) -> Val
                 );
                 std::thread::sleep(Duration::from_millis(50));
                 if let Ok(fresh) = BlockingClient::connect(&env.paths) {
-                    fresh.set_timeout(Some(Duration::from_secs(30))).unwrap();
+                    fresh.set_timeout(Some(common::HANG_BOUND)).unwrap();
                     *c = fresh;
                 }
             }
@@ -107,28 +76,8 @@ fn node_running(s: &Value) -> bool {
 /// cap (a floor of 8) refused children the host had launched, whose runs went to review.
 #[test]
 fn a_low_open_file_limit_runs_fewer_children_and_loses_none() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("user")).unwrap();
-    let env = Env {
-        paths: PiwPaths::for_home(dir.path().join("home")),
-        dir,
-    };
-    let mut cmd = env.piw(&["host", "serve"]);
-    cmd.stdout(Stdio::null()).stderr(Stdio::null());
-    // SAFETY: setrlimit in the forked child before exec, async-signal-safe.
-    unsafe {
-        cmd.pre_exec(|| {
-            let limit = libc::rlimit {
-                rlim_cur: NOFILE,
-                rlim_max: NOFILE,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let host = HostProc::start_ready(&mut cmd, &env.paths, None);
+    let env = home();
+    let host = env.serve_with(|cmd| common::limit_open_files(cmd, NOFILE, NOFILE));
     let mut c = env.client();
     let s = c.call(RequestBody::HostStatus).unwrap().body;
     let slots = s["child_slots"].as_u64().unwrap_or(MAX_CHILDREN as u64) as usize;
@@ -146,8 +95,8 @@ fn a_low_open_file_limit_runs_fewer_children_and_loses_none() {
         .collect();
 
     // Each run's node holds its child until the barrier file exists.
-    let barrier = env.dir.path().join("barrier");
-    let file = env.dir.path().join("held.workflow.json");
+    let barrier = env.path("barrier");
+    let file = env.path("held.workflow.json");
     let fixture = json!({
         "graph": {"name": "held", "start": "a", "nodes": {"a": {"kind": "compute"}}, "edges": []},
         "behaviors": {"a": {"wait_for_file": barrier.display().to_string(), "return": {"ok": true}}}
@@ -215,16 +164,7 @@ fn a_low_open_file_limit_runs_fewer_children_and_loses_none() {
         }
     }
     drop(idle);
-    let _ = c.call(RequestBody::HostStop);
-    let mut host = host;
-    let start = Instant::now();
-    while host.try_wait().unwrap().is_none() {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "the host did not stop"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    env.stop(host);
     // No run's child was lost or released for want of room: no loss counted, none requeued.
     let db = rusqlite::Connection::open_with_flags(
         &env.paths.db,

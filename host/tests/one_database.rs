@@ -4,164 +4,32 @@
 //! name) are refused by name before SQLite opens anything (`store::files`). Real processes,
 //! temp `HOME` and `PIW_HOME`; every process of the test's installations is killed at its end.
 
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use piw_core::client::BlockingClient;
 use piw_core::driver::{lock_installation_with, HostError, Links};
-use piw_core::paths::PiwPaths;
-use piw_core::protocol::{payload, Request, RequestBody};
+use piw_core::protocol::RequestBody;
 use serde_json::{json, Value};
 
 mod common;
-use common::HostProc;
+use common::{run_status, TempHome};
 
-struct Home {
-    dir: tempfile::TempDir,
-    paths: PiwPaths,
+/// An installation whose directories exist, its hosts without standby workers.
+fn home() -> TempHome {
+    let home = TempHome::new().with_env("PIW_STANDBY_WORKERS", "0");
+    home.paths.ensure_dirs().unwrap();
+    home
 }
 
-/// Whatever the test's outcome, none of its hosts or children outlive it.
-impl Drop for Home {
-    fn drop(&mut self) {
-        common::kill_installation(&self.paths.home);
-    }
-}
-
-impl Home {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let paths = PiwPaths::for_home(dir.path().join("home"));
-        std::fs::create_dir_all(dir.path().join("user")).unwrap();
-        paths.ensure_dirs().unwrap();
-        Self { dir, paths }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    /// `piw <args>` for this installation, never the real home directory.
-    fn piw(&self, args: &[&str]) -> Command {
-        let mut cmd = common::piw_command();
-        cmd.args(args)
-            .env("PIW_HOME", &self.paths.home)
-            .env("HOME", self.path("user"))
-            .env("PIW_LOG", "warn")
-            .env("PIW_STANDBY_WORKERS", "0");
-        cmd
-    }
-
-    fn serve(&self) -> HostProc {
-        let mut cmd = self.piw(&["host", "serve"]);
-        cmd.stdout(Stdio::null()).stderr(Stdio::piped());
-        HostProc::start_ready(&mut cmd, &self.paths, None)
-    }
-
-    /// A `piw host serve` that must refuse to start: its exit code and what it said.
-    fn refused_serve(&self) -> (Option<i32>, String) {
-        let mut child = self
-            .piw(&["host", "serve"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let start = Instant::now();
-        let code = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status.code();
-            }
-            if start.elapsed() > Duration::from_secs(30) {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("the host did not refuse to start within 30 s");
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        let mut err = String::new();
-        child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut err)
-            .unwrap();
-        (code, err)
-    }
-
-    fn client(&self) -> BlockingClient {
-        let c = BlockingClient::connect(&self.paths).unwrap();
-        c.set_timeout(Some(Duration::from_secs(20))).unwrap();
-        c
-    }
-
-    fn stop(&self, mut host: HostProc) {
-        let _ = self.client().call(RequestBody::HostStop);
-        let start = Instant::now();
-        while host.try_wait().unwrap().is_none() {
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "the host did not stop"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// Starts a run that parks at once on a checkpoint (it then holds no child) and waits
-    /// until it is `waiting`.
-    fn start_parked(&self, c: &mut BlockingClient) -> String {
-        let file = self.path("parks.workflow.json");
-        let fixture = json!({
-            "graph": {"name": "parks", "start": "ask",
-                      "nodes": {"ask": {"kind": "checkpoint"}, "done": {"kind": "compute"}},
-                      "edges": [{"from": "ask", "to": "done"}]},
-            "behaviors": {"ask": {"wait": "checkpoint"}}
-        });
-        std::fs::write(&file, fixture.to_string()).unwrap();
-        let r = c
-            .call(RequestBody::RunStart(payload::RunStart {
-                workflow_file: file.display().to_string(),
-                input: json!({}),
-                session_id: Some("s1".into()),
-                execution_mode: None,
-                project_dir: None,
-            }))
-            .unwrap();
-        let run_id = r.body["run_id"].as_str().unwrap().to_owned();
-        let start = Instant::now();
-        while status(c, &run_id)["run"]["status"] != json!("waiting") {
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "the run never parked"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        run_id
-    }
-
-    /// `piw diagnose --json`: its exit code and findings.
-    fn diagnose(&self) -> (Option<i32>, Value, String) {
-        let out = self.piw(&["diagnose", "--json"]).output().unwrap();
-        let body = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-        (
-            out.status.code(),
-            body,
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-}
-
-fn status(c: &mut BlockingClient, run_id: &str) -> Value {
-    c.send(
-        Request::new(
-            piw_core::ids::new_id("st"),
-            RequestBody::RunStatus(Default::default()),
-        )
-        .with_run_id(run_id),
+/// `piw diagnose --json`: its exit code and findings.
+fn diagnose(home: &TempHome) -> (Option<i32>, Value, String) {
+    let out = home.piw(&["diagnose", "--json"]).output().unwrap();
+    let body = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (
+        out.status.code(),
+        body,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-    .unwrap()
-    .body
 }
 
 /// Every run of the installation, by id, with its status and revision.
@@ -173,7 +41,7 @@ fn runs(c: &mut BlockingClient) -> Vec<(String, String, u64)> {
         .iter()
         .map(|r| {
             let id = r["run_id"].as_str().unwrap().to_owned();
-            let s = status(c, &id);
+            let s = run_status(c, &id);
             (
                 id,
                 s["run"]["status"].as_str().unwrap().to_owned(),
@@ -196,7 +64,7 @@ fn digest(path: &Path) -> String {
 /// and starts with every run once it is gone.
 #[test]
 fn a_hard_linked_database_gets_no_second_host_and_nothing_is_lost() {
-    let first = Home::new();
+    let first = home();
     let host = first.serve();
     let mut c = first.client();
     for _ in 0..3 {
@@ -204,7 +72,7 @@ fn a_hard_linked_database_gets_no_second_host_and_nothing_is_lost() {
     }
     let before = runs(&mut c);
 
-    let second = Home::new();
+    let second = home();
     std::fs::hard_link(&first.paths.db, &second.paths.db).unwrap();
     let (code, err) = second.refused_serve();
     assert_eq!(code, Some(1), "{err}");
@@ -245,7 +113,7 @@ fn a_hard_linked_database_gets_no_second_host_and_nothing_is_lost() {
         "{err}"
     );
     // Reading still works, and says what is wrong.
-    let (code, body, err) = first.diagnose();
+    let (code, body, err) = diagnose(&first);
     assert_eq!(code, Some(3), "{body} {err}");
     assert_eq!(
         body["findings"][0]["code"],
@@ -265,7 +133,7 @@ fn a_hard_linked_database_gets_no_second_host_and_nothing_is_lost() {
         .iter()
         .any(|(id, status, _)| *id == fourth && status == "waiting"));
     first.stop(host);
-    let (code, body, err) = first.diagnose();
+    let (code, body, err) = diagnose(&first);
     assert_eq!((code, &body["findings"]), (Some(0), &json!([])), "{err}");
 }
 
@@ -273,12 +141,12 @@ fn a_hard_linked_database_gets_no_second_host_and_nothing_is_lost() {
 /// installation's host runs: no second host, no reset, no diagnosis through it.
 #[test]
 fn a_symlinked_database_of_a_running_host_gets_no_second_host() {
-    let first = Home::new();
+    let first = home();
     let host = first.serve();
     let mut c = first.client();
     let run_id = first.start_parked(&mut c);
     let before = runs(&mut c);
-    let second = Home::new();
+    let second = home();
     std::os::unix::fs::symlink(&first.paths.db, &second.paths.db).unwrap();
 
     let (code, err) = second.refused_serve();
@@ -291,12 +159,15 @@ fn a_symlinked_database_of_a_running_host_gets_no_second_host() {
         ),
         "the served file was locked through a symbolic link"
     );
-    let (code, body, err) = second.diagnose();
+    let (code, body, err) = diagnose(&second);
     assert_eq!(code, Some(1), "{body} {err}");
     let said = body["error"]["message"].as_str().unwrap_or_default();
     assert!(said.contains("already serves the database"), "{body} {err}");
     assert_eq!(runs(&mut c), before);
-    assert_eq!(status(&mut c, &run_id)["run"]["status"], json!("waiting"));
+    assert_eq!(
+        run_status(&mut c, &run_id)["run"]["status"],
+        json!("waiting")
+    );
     first.stop(host);
 }
 
@@ -306,7 +177,7 @@ fn a_symlinked_database_of_a_running_host_gets_no_second_host() {
 /// by the host and by `diagnose`, and the database is never changed by the refusal.
 #[test]
 fn files_beside_the_database_that_sqlite_did_not_make_are_refused_by_name() {
-    let home = Home::new();
+    let home = home();
     let host = home.serve();
     let run_id = home.start_parked(&mut home.client());
     home.stop(host);
@@ -351,7 +222,7 @@ fn files_beside_the_database_that_sqlite_did_not_make_are_refused_by_name() {
         assert_eq!(code, Some(1), "{suffix} {problem}: {err}");
         assert!(err.contains(&said), "{said}: {err}");
 
-        let (code, body, err) = home.diagnose();
+        let (code, body, err) = diagnose(&home);
         assert_eq!(code, Some(3), "{said}: {body} {err}");
         let findings = body["findings"].as_array().unwrap();
         assert_eq!(findings.len(), 1, "{body}");
@@ -380,6 +251,9 @@ fn files_beside_the_database_that_sqlite_did_not_make_are_refused_by_name() {
     // Once they are gone, the host starts on the same database with its run.
     let host = home.serve();
     let mut c = home.client();
-    assert_eq!(status(&mut c, &run_id)["run"]["status"], json!("waiting"));
+    assert_eq!(
+        run_status(&mut c, &run_id)["run"]["status"],
+        json!("waiting")
+    );
     home.stop(host);
 }

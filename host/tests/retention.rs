@@ -3,40 +3,37 @@
 //! retention (`PIW_RETAIN_DAYS`) at start and on its timer, on the test clock.
 
 use std::path::PathBuf;
-use std::process::{Output, Stdio};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
-use piw_core::paths::PiwPaths;
 use piw_core::protocol::payload::{RunListCursor, RunPrune};
 use piw_core::protocol::RequestBody;
 use serde_json::{json, Value};
 
 mod common;
-use common::HostProc;
+use common::{HostProc, TempHome};
 
 const DAY_MS: i64 = 86_400_000;
 
+/// An installation on the test clock (`clock` beside it).
 struct Env {
-    dir: tempfile::TempDir,
-    paths: PiwPaths,
+    home: TempHome,
 }
 
-/// Whatever the test's outcome, none of its hosts, children or grandchildren outlive it.
-impl Drop for Env {
-    fn drop(&mut self) {
-        common::kill_installation(&self.paths.home);
+impl std::ops::Deref for Env {
+    type Target = TempHome;
+    fn deref(&self) -> &TempHome {
+        &self.home
     }
 }
 
 impl Env {
     fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let paths = PiwPaths::for_home(dir.path().join("home"));
-        Self { dir, paths }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
+        let home = TempHome::new();
+        let clock = home.path("clock");
+        Self {
+            home: home.with_env("PIW_TEST_CLOCK", clock),
+        }
     }
 
     fn clock(&self) -> PathBuf {
@@ -55,23 +52,9 @@ impl Env {
 
     /// `piw host serve` on the test clock, with `env` added.
     fn serve(&self, env: &[(&str, &str)]) -> HostProc {
-        let log = self.path("hosts.log");
-        let sink = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .unwrap();
-        let mut cmd = common::piw_command();
-        cmd.args(["host", "serve"])
-            .env("PIW_HOME", &self.paths.home)
-            .env("PIW_TEST_CLOCK", self.clock())
-            .env("PIW_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(sink);
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        HostProc::start_ready(&mut cmd, &self.paths, Some(&log))
+        self.home.serve_with(|cmd| {
+            cmd.envs(env.iter().copied());
+        })
     }
 
     fn stop(&self, mut host: HostProc) {
@@ -80,13 +63,7 @@ impl Env {
     }
 
     fn piw(&self, args: &[&str]) -> Output {
-        common::piw_command()
-            .args(args)
-            .env("PIW_HOME", &self.paths.home)
-            .env("PIW_TEST_CLOCK", self.clock())
-            .env("PIW_LOG", "warn")
-            .output()
-            .expect("run piw")
+        self.home.piw(args).output().expect("run piw")
     }
 
     fn json(&self, args: &[&str]) -> Value {

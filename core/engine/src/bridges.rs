@@ -29,8 +29,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::children::{workflow_environment, ChildConfig, SupervisorCmd, CHILD_LOG_BYTES};
+use super::children::{workflow_environment, ChildConfig, SupervisorCmd};
 use super::dispatch::{self, HostState};
+use super::helper_processes::{self, HelperCommand};
 use crate::protocol::{payload, Request, RequestBody, RequestKind};
 use crate::store::{ChildExitRecord, DetachedStep, Storage};
 
@@ -343,66 +344,60 @@ pub fn plan(
     settings: Option<&BridgeSettings>,
     now: i64,
 ) -> Vec<BridgeOrder> {
-    let mut orders = Vec::new();
     let mut open: BTreeMap<&str, &DetachedStep> = BTreeMap::new();
     for step in steps {
         open.entry(step.run_id.as_str()).or_insert(step);
     }
-    for (run_id, entry) in &bridges.live {
-        if entry.stopping.is_some() {
-            continue;
-        }
-        if !open.contains_key(run_id.as_str()) {
-            orders.push(BridgeOrder::Stop {
-                run_id: run_id.clone(),
-                why: StopReason::StepClosed,
-            });
-            continue;
-        }
-        if let Some(settings) = settings {
-            let bound = i64::try_from(settings.handshake_timeout.as_millis()).unwrap_or(i64::MAX);
-            if !entry.hello && now.saturating_sub(entry.launched_at) >= bound {
-                orders.push(BridgeOrder::Stop {
-                    run_id: run_id.clone(),
-                    why: StopReason::Handshake {
-                        after_ms: u64::try_from(bound).unwrap_or(0),
-                    },
-                });
+    let handshake_bound =
+        settings.map(|s| i64::try_from(s.handshake_timeout.as_millis()).unwrap_or(i64::MAX));
+    let check_live = |run_id: &str, entry: &BridgeEntry| {
+        let why = if !open.contains_key(run_id) {
+            StopReason::StepClosed
+        } else {
+            let bound = handshake_bound?;
+            if entry.hello || now.saturating_sub(entry.launched_at) < bound {
+                return None;
             }
-        }
-    }
-    for (run_id, step) in open {
-        if bridges.live.contains_key(run_id) || step.validating {
-            // Served, or being judged: the verdict comes first.
-            continue;
+            StopReason::Handshake {
+                after_ms: u64::try_from(bound).unwrap_or(0),
+            }
+        };
+        let run_id = run_id.to_owned();
+        Some(BridgeOrder::Stop { run_id, why })
+    };
+    let check_open = |run_id: &str, step: &DetachedStep| {
+        if step.validating {
+            // Being judged: the verdict comes first.
+            return None;
         }
         if let Some(reason) = bridges.lost.get(&step.interaction_id) {
-            orders.push(BridgeOrder::Fail {
-                step: step.clone(),
-                reason: reason.clone(),
-            });
-            continue;
+            let (step, reason) = (step.clone(), reason.clone());
+            return Some(BridgeOrder::Fail { step, reason });
         }
-        let Some(settings) = settings else { continue };
+        let settings = settings?;
         // Nothing names a Pi model for it: its steps wait for a client, as before bridges.
         if !matches!(bridges.models.get(run_id), Some(Some(_))) {
-            continue;
+            return None;
         }
         if let Err(why) = &settings.pi {
-            orders.push(BridgeOrder::Fail {
+            let reason = format!("no Pi to serve this detached step: {why}");
+            return Some(BridgeOrder::Fail {
                 step: step.clone(),
-                reason: format!("no Pi to serve this detached step: {why}"),
+                reason,
             });
-            continue;
         }
-        if has_child(run_id) {
-            orders.push(BridgeOrder::Launch(step.clone()));
-        } else if free_slots > 0 {
-            free_slots -= 1;
-            orders.push(BridgeOrder::Launch(step.clone()));
+        if !has_child(run_id) {
+            free_slots = free_slots.checked_sub(1)?;
         }
-    }
-    orders
+        Some(BridgeOrder::Launch(step.clone()))
+    };
+    helper_processes::plan(
+        &bridges.live,
+        |entry| entry.stopping.is_some(),
+        check_live,
+        open.iter().map(|(run_id, step)| (*run_id, *step)),
+        check_open,
+    )
 }
 
 /// What a bridge's exit means for the step it served: `Some(reason)` when the step must fail
@@ -630,27 +625,17 @@ fn launch(state: &mut HostState, settings: &BridgeSettings, step: &DetachedStep,
     let cfg: &ChildConfig = &state.child_config;
     let mut env = workflow_environment(&cfg.workflow_env, Some(("PIW_BRIDGE_RUN", &step.run_id)));
     env.push(("PIW_HOME".into(), settings.home.clone().into_os_string()));
-    let spec = crate::process::SpawnSpec {
+    // Its stdin is never written: Pi in RPC mode reads commands from it and exits at its end.
+    let command = HelperCommand {
         program,
-        args: args.into_iter().map(Into::into).collect(),
+        args,
         env,
         cwd: PathBuf::from(&step.project_dir),
-        // Never written: Pi in RPC mode reads commands from stdin and exits at its end.
-        stdin_payload: Vec::new(),
-        limits: crate::process::ChildLimits {
-            cpu_seconds: cfg.cpu_seconds,
-            memory_bytes: cfg.memory_bytes,
-        },
-        nice: cfg.nice,
-        tail_bytes: BRIDGE_TAIL_BYTES,
-        scope: state.supervision_scope.clone(),
-        output_log: cfg.output_logs.as_ref().map(|dir| {
-            Box::new(crate::process::OutputLog {
-                path: dir.join(&step.run_id).join(format!("bridge-{launch}.log")),
-                cap_bytes: CHILD_LOG_BYTES,
-            })
-        }),
     };
+    let log = cfg.output_logs.as_ref();
+    let log = log.map(|dir| dir.join(&step.run_id).join(format!("bridge-{launch}.log")));
+    let spec =
+        helper_processes::spawn_spec(state, command, cfg.cpu_seconds, BRIDGE_TAIL_BYTES, log);
     tracing::info!(run_id = %step.run_id, interaction = %step.interaction_id, launch, "launching a bridge");
     state.bridges.live.insert(
         step.run_id.clone(),

@@ -22,8 +22,9 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use super::children::{SupervisorCmd, CHILD_LOG_BYTES};
+use super::children::SupervisorCmd;
 use super::dispatch::HostState;
+use super::helper_processes::{self, HelperCommand};
 use crate::store::ChildExitRecord;
 
 /// The first pause before an adapter that exited runs again.
@@ -136,26 +137,24 @@ pub fn restart_delay_ms(failures: u32) -> i64 {
 
 /// What the host must do about adapters at `now`.
 pub fn plan(channels: &Channels, now: i64) -> Vec<ChannelOrder> {
-    let mut orders = Vec::new();
-    for (name, entry) in &channels.live {
-        if entry.stopping {
-            continue;
-        }
-        let current = channels.configured.get(name);
-        if current.is_none_or(|c| c.digest != entry.digest) {
-            orders.push(ChannelOrder::Stop { name: name.clone() });
-        }
-    }
-    for (name, spec) in &channels.configured {
-        if channels.live.contains_key(name) {
-            continue;
-        }
-        if channels.restarts.get(name).is_some_and(|r| r.at > now) {
-            continue;
-        }
-        orders.push(ChannelOrder::Launch(spec.clone()));
-    }
-    orders
+    helper_processes::plan(
+        &channels.live,
+        |entry| entry.stopping,
+        |name, entry| {
+            let current = channels.configured.get(name);
+            current
+                .is_none_or(|c| c.digest != entry.digest)
+                .then(|| ChannelOrder::Stop { name: name.into() })
+        },
+        channels
+            .configured
+            .iter()
+            .map(|(name, spec)| (name.as_str(), spec)),
+        |name, spec| {
+            let pausing = channels.restarts.get(name).is_some_and(|r| r.at > now);
+            (!pausing).then(|| ChannelOrder::Launch(spec.clone()))
+        },
+    )
 }
 
 /// Notes the exit of adapter `launch` of channel `name` at `now`: an exit the host did not
@@ -283,27 +282,15 @@ fn launch(state: &mut HostState, settings: &ChannelSettings, spec: &ChannelSpec,
         .launches
         .entry(spec.name.clone())
         .or_default() += 1;
-    let cfg = &state.child_config;
-    let spawn = crate::process::SpawnSpec {
+    let command = HelperCommand {
         program,
-        args: args.into_iter().map(Into::into).collect(),
+        args,
         env: settings.env.clone(),
         cwd: settings.home.clone(),
-        stdin_payload: Vec::new(),
-        limits: crate::process::ChildLimits {
-            cpu_seconds: None,
-            memory_bytes: cfg.memory_bytes,
-        },
-        nice: cfg.nice,
-        tail_bytes: TAIL_BYTES,
-        scope: state.supervision_scope.clone(),
-        output_log: settings.logs.as_ref().map(|dir| {
-            Box::new(crate::process::OutputLog {
-                path: dir.join(format!("{}.log", spec.name)),
-                cap_bytes: CHILD_LOG_BYTES,
-            })
-        }),
     };
+    let log = settings.logs.as_ref();
+    let log = log.map(|dir| dir.join(format!("{}.log", spec.name)));
+    let spawn = helper_processes::spawn_spec(state, command, None, TAIL_BYTES, log);
     tracing::info!(channel = %spec.name, kind = %spec.kind, launch, "launching the channel adapter");
     state.channels.live.insert(
         spec.name.clone(),

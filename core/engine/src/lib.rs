@@ -46,6 +46,7 @@ pub mod children;
 pub mod dispatch;
 mod fit;
 pub mod handlers;
+pub mod helper_processes;
 pub mod presence;
 pub mod retention;
 pub mod timers;

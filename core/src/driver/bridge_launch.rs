@@ -21,6 +21,7 @@ use tokio::sync::mpsc;
 
 use super::node_runtime::NodeRuntime;
 use super::store_thread::StoreMsg;
+use super::supervisor::{run_helper, HelperStdin};
 use crate::engine::bridges::{BridgeReport, BridgeSettings, PiCommand, PiDefault};
 use crate::engine::children::ChildReport;
 use crate::store::ChildExitRecord;
@@ -357,83 +358,51 @@ pub fn known_definition(source_root: &str) -> Option<serde_json::Value> {
         .flatten()
 }
 
-/// One bridge's life: spawned with its stdin open and never written (Pi in RPC mode exits at
-/// its end), its handshake when `lock_file` holds its pid, a stop on request (SIGTERM to the
-/// group, SIGKILL after the grace), its exit reported.
+/// One bridge's life ([`run_helper`]): spawned with its stdin open and never written (Pi in
+/// RPC mode exits at its end), its handshake when `lock_file` holds its pid, a stop on request,
+/// its exit reported.
 pub async fn watch_bridge(
     run_id: String,
     launch: u64,
     spec: SpawnSpec,
     lock_file: PathBuf,
-    mut stop: mpsc::UnboundedReceiver<Duration>,
+    stop: mpsc::UnboundedReceiver<Duration>,
     reports: std::sync::mpsc::Sender<StoreMsg>,
 ) {
     let report = |r: BridgeReport| {
         let _ = reports.send(StoreMsg::Child(ChildReport::Bridge(r)));
     };
-    let log = spec.output_log.clone();
-    let (mut child, stdin) = match supervise::spawn_standby(spec).await {
-        Ok(started) => started,
-        Err(e) => {
-            tracing::error!(%run_id, error = %e, "cannot launch the bridge");
-            return report(BridgeReport::Exited {
-                run_id,
-                launch,
-                exit: ChildExitRecord {
-                    reason: format!("launch failed: {e}"),
-                    stderr_tail: format!("cannot start Pi: {e}").into_bytes(),
-                    exit_code: Some(crate::engine::bridges::exit_code::PI_FAILED),
-                    ..Default::default()
-                },
-            });
-        }
-    };
-    if let Some(log) = &log {
-        if let Err(e) = child.log_output_to(log) {
-            tracing::warn!(%run_id, path = %log.path.display(), error = %e, "cannot open the bridge's output log");
-        }
-    }
-    tracing::debug!(%run_id, launch, pid = child.pid(), "bridge started");
-    let group = child.pid();
-    let killer = child.killer();
-    let mut reason = "exited";
-    let mut hello = false;
-    let mut poll = tokio::time::interval(HANDSHAKE_POLL);
-    let exit = loop {
-        tokio::select! {
-            exit = child.wait() => break exit,
-            grace = stop.recv() => match grace {
-                Some(grace) => {
-                    reason = "stopped by the host";
-                    killer.terminate(grace);
-                }
-                None => break child.wait().await,
-            },
-            _ = poll.tick(), if !hello => {
+    let handshake = |group| {
+        tracing::debug!(%run_id, launch, pid = group, "bridge started");
+        let (run_id, lock_file, report) = (&run_id, &lock_file, &report);
+        async move {
+            let mut poll = tokio::time::interval(HANDSHAKE_POLL);
+            loop {
+                poll.tick().await;
                 // A few bytes of a local file: read in place.
-                let holder = std::fs::read_to_string(&lock_file).unwrap_or_default();
+                let holder = std::fs::read_to_string(lock_file).unwrap_or_default();
                 if holder_is_ours(holder.trim(), group) {
-                    hello = true;
-                    report(BridgeReport::Hello { run_id: run_id.clone(), launch });
+                    let run_id = run_id.clone();
+                    return report(BridgeReport::Hello { run_id, launch });
                 }
             }
         }
     };
-    drop(stdin);
+    let exit = run_helper(spec, HelperStdin::OpenForLife, stop, handshake)
+        .await
+        .unwrap_or_else(|e| {
+            tracing::error!(%run_id, error = %e, "cannot launch the bridge");
+            ChildExitRecord {
+                reason: format!("launch failed: {e}"),
+                stderr_tail: format!("cannot start Pi: {e}").into_bytes(),
+                exit_code: Some(crate::engine::bridges::exit_code::PI_FAILED),
+                ..Default::default()
+            }
+        });
     report(BridgeReport::Exited {
         run_id,
         launch,
-        exit: ChildExitRecord {
-            exit_code: exit.code,
-            signal: exit.signal,
-            reason: match (exit.code, exit.signal) {
-                (Some(c), _) => format!("{reason} with code {c}"),
-                (None, Some(s)) => format!("{reason} by signal {s}"),
-                _ => reason.to_owned(),
-            },
-            stdout_tail: exit.stdout_tail,
-            stderr_tail: exit.stderr_tail,
-        },
+        exit,
     });
 }
 

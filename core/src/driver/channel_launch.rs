@@ -16,10 +16,11 @@ use tokio::sync::mpsc;
 
 use super::node_runtime::NodeRuntime;
 use super::store_thread::StoreMsg;
+use super::supervisor::{run_helper, HelperStdin};
 use crate::engine::channels::{ChannelReport, ChannelSettings, ChannelSpec};
 use crate::engine::children::{ChildReport, WorkflowEnv};
 use crate::store::ChildExitRecord;
-use crate::supervise::{self, SpawnSpec};
+use crate::supervise::SpawnSpec;
 
 /// The host's settings that reach an adapter (beyond the user's environment): the Bot API's
 /// base URL, and the adapter's test-only fault point.
@@ -61,58 +62,28 @@ pub fn read_specs(home: &Path) -> Result<Vec<ChannelSpec>, crate::channels::Chan
     crate::channels::specs(home)
 }
 
-/// One adapter's life: spawned, stopped on request (SIGTERM to the group, SIGKILL after the
-/// grace), its exit reported.
+/// One adapter's life ([`run_helper`]): spawned, stopped on request, its exit reported.
 pub async fn watch_channel(
     name: String,
     launch: u64,
     spec: SpawnSpec,
-    mut stop: mpsc::UnboundedReceiver<Duration>,
+    stop: mpsc::UnboundedReceiver<Duration>,
     reports: std::sync::mpsc::Sender<StoreMsg>,
 ) {
-    let report = |exit: ChildExitRecord| {
-        let _ = reports.send(StoreMsg::Child(ChildReport::Channel(
-            ChannelReport::Exited {
-                name: name.clone(),
-                launch,
-                exit,
-            },
-        )));
+    let started = |pid| {
+        tracing::debug!(channel = %name, launch, pid, "channel adapter started");
+        std::future::pending()
     };
-    let mut child = match supervise::spawn(spec).await {
-        Ok(child) => child,
-        Err(e) => {
+    let exit = run_helper(spec, HelperStdin::Closed, stop, started)
+        .await
+        .unwrap_or_else(|e| {
             tracing::error!(channel = %name, error = %e, "cannot launch the channel adapter");
-            return report(ChildExitRecord {
+            ChildExitRecord {
                 reason: format!("launch failed: {e}"),
                 ..Default::default()
-            });
-        }
-    };
-    tracing::debug!(channel = %name, launch, pid = child.pid(), "channel adapter started");
-    let killer = child.killer();
-    let mut reason = "exited";
-    let exit = loop {
-        tokio::select! {
-            exit = child.wait() => break exit,
-            grace = stop.recv() => match grace {
-                Some(grace) => {
-                    reason = "stopped by the host";
-                    killer.terminate(grace);
-                }
-                None => break child.wait().await,
-            },
-        }
-    };
-    report(ChildExitRecord {
-        exit_code: exit.code,
-        signal: exit.signal,
-        reason: match (exit.code, exit.signal) {
-            (Some(c), _) => format!("{reason} with code {c}"),
-            (None, Some(s)) => format!("{reason} by signal {s}"),
-            _ => reason.to_owned(),
-        },
-        stdout_tail: exit.stdout_tail,
-        stderr_tail: exit.stderr_tail,
-    });
+            }
+        });
+    let _ = reports.send(StoreMsg::Child(ChildReport::Channel(
+        ChannelReport::Exited { name, launch, exit },
+    )));
 }

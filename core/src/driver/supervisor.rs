@@ -1,6 +1,8 @@
 //! The supervisor task: owns the child processes. It launches what the store thread asks
 //! for, reports starts and exits back, and stops process groups on request. It decides
-//! nothing about runs.
+//! nothing about runs. Its helpers (detached runs' bridges, decision channels' adapters) live
+//! through [`run_helper`]; their modules keep what is theirs (a bridge's handshake, what each
+//! reports).
 //!
 //! It also keeps the standby pools: for runtimes that start slowly (Node), a few workers are
 //! started ahead of time, load their runtime, and wait on stdin. A launch takes one and hands
@@ -8,6 +10,7 @@
 //! the one run whose envelope it receives, so isolation stays one run per process.
 
 use std::collections::{HashMap, VecDeque};
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -271,7 +274,7 @@ struct Launched {
 async fn watch_child(
     launched: Launched,
     source: ChildSource,
-    mut stop: mpsc::UnboundedReceiver<Duration>,
+    stop: mpsc::UnboundedReceiver<Duration>,
     reports: std::sync::mpsc::Sender<StoreMsg>,
 ) {
     let Launched {
@@ -291,8 +294,21 @@ async fn watch_child(
         },
         ChildSource::Standby(child) => Ok(child),
     };
-    let mut child = match spawned {
-        Ok(c) => c,
+    let (exit, host_ran_out_of) = match spawned {
+        Ok(mut child) => {
+            let _ = reports.send(StoreMsg::Child(ChildReport::Started {
+                run_id: run_id.clone(),
+                generation,
+                child_epoch,
+                launch,
+                pid: child.pid(),
+                start_time: child.start_time(),
+                standby,
+            }));
+            tracing::debug!(%run_id, generation, pid = child.pid(), program = %child.program().display(), "child started");
+            let exit = wait_or_stop(&mut child, stop, std::future::pending()).await;
+            (exit, None)
+        }
         Err(e) => {
             let host_ran_out_of = e.exhausted_resource();
             tracing::error!(%run_id, error = %e, ?host_ran_out_of, "cannot launch the child");
@@ -303,44 +319,79 @@ async fn watch_child(
                 },
                 ..Default::default()
             };
-            let _ = reports.send(StoreMsg::Child(ChildReport::Exited {
-                run_id,
-                generation,
-                child_epoch,
-                launch,
-                exit,
-                host_ran_out_of,
-            }));
-            return;
+            (exit, host_ran_out_of)
         }
     };
-    let _ = reports.send(StoreMsg::Child(ChildReport::Started {
-        run_id: run_id.clone(),
+    let _ = reports.send(StoreMsg::Child(ChildReport::Exited {
+        run_id,
         generation,
         child_epoch,
         launch,
-        pid: child.pid(),
-        start_time: child.start_time(),
-        standby,
+        exit,
+        host_ran_out_of,
     }));
-    tracing::debug!(%run_id, generation, pid = child.pid(), program = %child.program().display(), "child started");
+}
+
+/// How a helper process's stdin is kept.
+pub(super) enum HelperStdin {
+    /// Closed empty at once (a decision channel's adapter).
+    Closed,
+    /// Open and empty for its life (a bridge: Pi in RPC mode exits at its end).
+    OpenForLife,
+}
+
+/// One supervised helper process's life (a detached run's bridge, a decision channel's
+/// adapter): spawned, `alongside` called with its pid (its process group) and the future it
+/// returns run until it completes or the helper exits, a stop on request (SIGTERM to the
+/// group, SIGKILL after the grace). Its exit, or why it could not be started: what a caller
+/// reports either way is its own.
+pub(super) async fn run_helper<F: Future<Output = ()>>(
+    spec: SpawnSpec,
+    stdin: HelperStdin,
+    stop: mpsc::UnboundedReceiver<Duration>,
+    alongside: impl FnOnce(u32) -> F,
+) -> Result<ChildExitRecord, supervise::SuperviseError> {
+    let (mut child, open_stdin) = match stdin {
+        HelperStdin::Closed => (supervise::spawn(spec).await?, None),
+        HelperStdin::OpenForLife => {
+            let (child, handoff) = supervise::spawn_standby(spec).await?;
+            (child, Some(handoff))
+        }
+    };
+    let alongside = alongside(child.pid());
+    let exit = wait_or_stop(&mut child, stop, alongside).await;
+    drop(open_stdin);
+    Ok(exit)
+}
+
+/// Waits for `child` to exit, stopping its group when `stop` asks (SIGTERM now, SIGKILL after
+/// the grace it sends), while `alongside` runs until it completes. Its exit as stored: how
+/// it ended and whether the host stopped it.
+async fn wait_or_stop(
+    child: &mut Supervised,
+    mut stop: mpsc::UnboundedReceiver<Duration>,
+    alongside: impl Future<Output = ()>,
+) -> ChildExitRecord {
     let killer = child.killer();
     let mut reason = "exited";
+    let mut alongside = std::pin::pin!(alongside);
+    let mut alongside_done = false;
     let exit = loop {
         tokio::select! {
             exit = child.wait() => break exit,
             grace = stop.recv() => match grace {
                 Some(grace) => {
                     reason = "stopped by the host";
-                    // SIGTERM to the group now, SIGKILL after the grace; the exit arrives above.
+                    // The exit arrives above.
                     killer.terminate(grace);
                 }
                 // Nobody can ask us to stop any more; just wait.
                 None => break child.wait().await,
             },
+            () = &mut alongside, if !alongside_done => alongside_done = true,
         }
     };
-    let record = ChildExitRecord {
+    ChildExitRecord {
         exit_code: exit.code,
         signal: exit.signal,
         reason: match (exit.code, exit.signal) {
@@ -350,15 +401,7 @@ async fn watch_child(
         },
         stdout_tail: exit.stdout_tail,
         stderr_tail: exit.stderr_tail,
-    };
-    let _ = reports.send(StoreMsg::Child(ChildReport::Exited {
-        run_id,
-        generation,
-        child_epoch,
-        launch,
-        exit: record,
-        host_ran_out_of: None,
-    }));
+    }
 }
 
 /// Removes each directory and what is in it; one that is gone already is no failure, and a

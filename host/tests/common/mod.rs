@@ -2,12 +2,13 @@
 #![allow(dead_code)] // each suite uses its own part
 
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use piw_core::client::BlockingClient;
 use piw_core::paths::PiwPaths;
-use piw_core::protocol::RequestBody;
+use piw_core::protocol::{payload, Request, RequestBody};
+use serde_json::{json, Value};
 
 /// How long a test waits for a host it started to answer.
 const READY_BOUND: Duration = Duration::from_secs(30);
@@ -89,4 +90,211 @@ pub fn piw_command() -> Command {
 #[allow(dead_code)]
 pub fn no_pi_agent_dir() -> std::path::PathBuf {
     std::env::temp_dir().join("piw-tests-no-pi-agent")
+}
+
+/// How long a test's client call, a host's stop or a run's way to a status may take: only a
+/// hang reaches it.
+pub const HANG_BOUND: Duration = Duration::from_secs(30);
+
+/// Where [`TempHome::serve`]'s hosts write their stderr, beside the installation.
+const HOSTS_LOG: &str = "hosts.log";
+
+/// A temporary installation: `dir` holds `home/` (`PIW_HOME`), `user/` (the `HOME` of every
+/// `piw` it runs: never the real one) and whatever a test writes beside them. Whatever the
+/// test's outcome, no process of the installation outlives it.
+pub struct TempHome {
+    pub dir: tempfile::TempDir,
+    pub paths: PiwPaths,
+    /// Added to the environment of every `piw` this installation runs.
+    env: Vec<(String, std::ffi::OsString)>,
+}
+
+impl Drop for TempHome {
+    fn drop(&mut self) {
+        kill_installation(&self.paths.home);
+    }
+}
+
+impl TempHome {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("user")).unwrap();
+        let paths = PiwPaths::for_home(dir.path().join("home"));
+        Self {
+            dir,
+            paths,
+            env: Vec::new(),
+        }
+    }
+
+    /// This installation with `key=value` in the environment of every `piw` it runs.
+    pub fn with_env(mut self, key: &str, value: impl Into<std::ffi::OsString>) -> Self {
+        self.env.push((key.to_owned(), value.into()));
+        self
+    }
+
+    /// `name` beside the installation.
+    pub fn path(&self, name: &str) -> std::path::PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// `piw <args>` for this installation (warnings and errors only in its log).
+    pub fn piw(&self, args: &[&str]) -> Command {
+        let mut cmd = piw_command();
+        cmd.args(args)
+            .env("PIW_HOME", &self.paths.home)
+            .env("HOME", self.path("user"))
+            .env("PIW_LOG", "warn");
+        for (key, value) in &self.env {
+            cmd.env(key, value);
+        }
+        cmd
+    }
+
+    /// A ready `piw host serve`, its stdout discarded and its stderr appended to `hosts.log`
+    /// beside the installation (what a host that fails to start says).
+    pub fn serve(&self) -> HostProc {
+        self.serve_with(|_| {})
+    }
+
+    /// [`serve`](Self::serve) with `configure` applied to its command last (more variables,
+    /// other output, limits).
+    pub fn serve_with(&self, configure: impl FnOnce(&mut Command)) -> HostProc {
+        let log = self.path(HOSTS_LOG);
+        let sink = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
+        let mut cmd = self.piw(&["host", "serve"]);
+        cmd.stdout(Stdio::null()).stderr(sink);
+        configure(&mut cmd);
+        HostProc::start_ready(&mut cmd, &self.paths, Some(&log))
+    }
+
+    /// A `piw host serve` that must refuse to start: its exit code ([`wait_exit`]) and what it
+    /// said.
+    pub fn refused_serve(&self) -> (Option<i32>, String) {
+        let mut child = self
+            .piw(&["host", "serve"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let code = wait_exit(&mut child, HANG_BOUND);
+        let mut err = String::new();
+        // One that did not exit was killed; what it left on its stderr may never end.
+        if code.is_some() {
+            let mut stderr = child.stderr.take().unwrap();
+            std::io::Read::read_to_string(&mut stderr, &mut err).unwrap();
+        }
+        (code, err)
+    }
+
+    /// A client of this installation's host whose calls give up after [`HANG_BOUND`].
+    pub fn client(&self) -> BlockingClient {
+        let c = BlockingClient::connect(&self.paths).unwrap();
+        c.set_timeout(Some(HANG_BOUND)).unwrap();
+        c
+    }
+
+    /// Asks the host to stop and waits until it has exited, cleanly (code 0).
+    pub fn stop(&self, mut host: HostProc) {
+        let _ = self.client().call(RequestBody::HostStop);
+        let code = wait_exit(&mut host, HANG_BOUND);
+        assert_eq!(code, Some(0), "a graceful stop exits 0");
+    }
+
+    /// A workflow whose runs park at once on a checkpoint: they sit `waiting`, held by nobody
+    /// (no child), which is what host-level tests act on. Its path.
+    pub fn parking_workflow(&self) -> String {
+        let file = self.path("parks.workflow.json");
+        let fixture = json!({
+            "graph": {"name": "parks", "start": "ask",
+                      "nodes": {"ask": {"kind": "checkpoint"}, "done": {"kind": "compute"}},
+                      "edges": [{"from": "ask", "to": "done"}]},
+            "behaviors": {"ask": {"wait": "checkpoint"}}
+        });
+        std::fs::write(&file, fixture.to_string()).unwrap();
+        file.display().to_string()
+    }
+
+    /// Starts a run of the [`parking_workflow`](Self::parking_workflow) in session `s1` and
+    /// waits until it is `waiting`. Its id.
+    pub fn start_parked(&self, c: &mut BlockingClient) -> String {
+        let r = c
+            .call(RequestBody::RunStart(payload::RunStart {
+                workflow_file: self.parking_workflow(),
+                input: json!({}),
+                session_id: Some("s1".into()),
+                execution_mode: None,
+                project_dir: None,
+            }))
+            .unwrap();
+        let run_id = r.body["run_id"].as_str().unwrap().to_owned();
+        wait_for_status(c, &run_id, "waiting");
+        run_id
+    }
+}
+
+/// `child`'s exit code once it exits within `within`; `None` if it was killed by a signal, or
+/// did not exit in time (it is killed then).
+pub fn wait_exit(child: &mut Child, within: Duration) -> Option<i32> {
+    let start = Instant::now();
+    while start.elapsed() < within {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s.code();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    None
+}
+
+/// A `run.status` request for `run_id` (a new request id each time).
+pub fn status_request(run_id: &str) -> Request {
+    Request::new(
+        piw_core::ids::new_id("st"),
+        RequestBody::RunStatus(Default::default()),
+    )
+    .with_run_id(run_id)
+}
+
+/// The status of `run_id`.
+pub fn run_status(c: &mut BlockingClient, run_id: &str) -> Value {
+    c.send(status_request(run_id)).unwrap().body
+}
+
+/// Polls `run_id`'s status until the run is `wanted` ([`HANG_BOUND`]); that status.
+pub fn wait_for_status(c: &mut BlockingClient, run_id: &str, wanted: &str) -> Value {
+    let start = Instant::now();
+    loop {
+        let status = run_status(c, run_id);
+        if status["run"]["status"] == json!(wanted) {
+            return status;
+        }
+        assert!(
+            start.elapsed() < HANG_BOUND,
+            "the run never became {wanted}: {status:#}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Starts `cmd` under an open-file limit of `soft` (and `hard`).
+pub fn limit_open_files(cmd: &mut Command, soft: u64, hard: u64) {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: setrlimit in the forked child before exec, async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            let limit = libc::rlimit {
+                rlim_cur: soft,
+                rlim_max: hard,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }
