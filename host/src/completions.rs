@@ -34,7 +34,7 @@ pub(crate) fn complete_run_ids(typed: &std::ffi::OsStr) -> Vec<CompletionCandida
         return Vec::new();
     }
     let runs = Store::open_read_only(&paths.db, StoreConfig::default())
-        .and_then(|store| store.runs_with_id_prefix(typed, RUN_IDS_OFFERED));
+        .and_then(|store| store.runs_named_by(typed, RUN_IDS_OFFERED));
     runs.unwrap_or_default()
         .into_iter()
         .map(|r| {

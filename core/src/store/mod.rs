@@ -55,7 +55,7 @@ pub use updates::{
 };
 pub use view::{
     attempt_spans, AttemptDetail, AttemptRequest, AttemptSpan, EventCursor, EventPage,
-    NodeActivity, RunFilter, RunSummary,
+    is_short_id, NodeActivity, RunFilter, RunSummary,
 };
 
 use crate::clock::{Clock, SystemClock, UnixMillis};
