@@ -3993,3 +3993,219 @@ fn output_into_a_closed_pipe_ends_quietly() {
         assert_eq!(o.status.code(), Some(code), "piw {args:?}: {stderr}");
     }
 }
+
+/// `piw` run in `dir` (its project directory, for `last`).
+fn piw_in(home: &Path, dir: &Path, args: &[&str]) -> Output {
+    common::piw_command()
+        .args(args)
+        .current_dir(dir)
+        .env("PIW_HOME", home)
+        .env("PIW_LOG", "warn")
+        .output()
+        .expect("run piw")
+}
+
+/// Each run has a short id (the shortest ending of its id unique in the installation, at
+/// least 6 hex digits): `run start` and `piw runs` show it, every command takes it, and so does
+/// the host's `run.list` (`run_id_prefix`), for clients without the database. `last` names the
+/// newest run started in the directory or a directory above it.
+#[test]
+fn short_ids_and_last_name_runs_in_every_command() {
+    let h = home();
+    let project = h.home.with_file_name("project");
+    std::fs::create_dir_all(project.join("src")).unwrap();
+    let file = hello_example(&h);
+    let start = |dir: &Path| {
+        let o = piw_in(
+            &h.home,
+            dir,
+            &["run", "start", file.to_str().unwrap(), "--json"],
+        );
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        let started = json_of(&o);
+        let (id, short) = (
+            started["run_id"].as_str().unwrap().to_owned(),
+            started["short_id"].as_str().unwrap().to_owned(),
+        );
+        assert!(
+            short.len() >= 6 && id.ends_with(&short) && short.len() < 12,
+            "{started}"
+        );
+        (id, short)
+    };
+    let (first, first_short) = start(&project);
+    let (second, second_short) = start(&project);
+    let elsewhere = h.home.with_file_name("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    // Every command takes a short id.
+    for (id, short) in [(&first, &first_short), (&second, &second_short)] {
+        let o = piw(&h.home, &["run", "wait", short, "--json"]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        assert_eq!(json_of(&o)["run"]["run_id"], id.as_str());
+        let o = piw(&h.home, &["logs", short, "--json"]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    }
+    // `piw runs` lists the short ids (and `--json` has them beside the ids).
+    let o = piw(&h.home, &["runs"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let listed = String::from_utf8_lossy(&o.stdout).into_owned();
+    let rows: Vec<&str> = listed.lines().skip(1).collect();
+    assert!(
+        rows[0].starts_with(&format!("{second_short} "))
+            && rows[1].starts_with(&format!("{first_short} ")),
+        "{listed}"
+    );
+    let o = piw(&h.home, &["runs", "--json"]);
+    assert_eq!(json_of(&o)["runs"][0]["short_id"], second_short.as_str());
+    // `last`: the newest run of this directory, from it or below it; none elsewhere.
+    for dir in [&project, &project.join("src")] {
+        let o = piw_in(&h.home, dir, &["run", "status", "last", "--json"]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        assert_eq!(json_of(&o)["run"]["run_id"], second.as_str());
+    }
+    let (third, _) = start(&elsewhere);
+    let o = piw_in(&h.home, &project, &["run", "status", "last", "--json"]);
+    assert_eq!(json_of(&o)["run"]["run_id"], second.as_str(), "{}", text(&o));
+    let o = piw_in(&h.home, &elsewhere, &["logs", "last", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = piw_in(&h.home, &elsewhere, &["run", "status", "last"]);
+    assert!(text(&o).contains(&third), "{}", text(&o));
+    let o = piw_in(&h.home, &h.home, &["run", "status", "last"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("no run was started in") && text(&o).contains("piw runs"),
+        "{}",
+        text(&o)
+    );
+    // The host resolves short ids too, for every client (the Pi extension's `/workflow`).
+    let paths = piw_core::paths::PiwPaths::for_home(h.home.clone());
+    let mut client = piw_core::client::BlockingClient::connect(&paths).unwrap();
+    for (given, expected) in [
+        (first_short.as_str(), vec![first.as_str()]),
+        (&first[..first.len() - 3], vec![first.as_str()]),
+        ("0123456789abcdef0123456789", vec![]),
+    ] {
+        let listed = client
+            .call(piw_core::protocol::RequestBody::RunList(
+                piw_core::protocol::payload::RunList {
+                    run_id_prefix: Some(given.to_owned()),
+                    ..Default::default()
+                },
+            ))
+            .unwrap();
+        let ids: Vec<&str> = listed.body["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["run_id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, expected, "{given}");
+    }
+}
+
+/// `piw runs` sizes each column to its widest cell: a long workflow name does not push the
+/// node out of its column, and ids are whole.
+#[test]
+fn runs_columns_are_as_wide_as_their_content() {
+    let h = home();
+    let long = h.home.with_file_name("a-workflow-with-a-long-name.workflow.json");
+    std::fs::copy(hello_example(&h), &long).unwrap();
+    for file in [&long, &hello_example(&h)] {
+        let o = piw(
+            &h.home,
+            &["run", "start", file.to_str().unwrap(), "--wait", "--json"],
+        );
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    }
+    let o = piw(&h.home, &["runs"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let listed = String::from_utf8_lossy(&o.stdout).into_owned();
+    let lines: Vec<&str> = listed.lines().collect();
+    let header = lines[0];
+    let column = |name: &str| header.find(name).unwrap();
+    assert_eq!(lines.len(), 3, "{listed}");
+    for row in &lines[1..] {
+        // Each value starts where its header does, after at least one space.
+        for (name, value) in [("WORKFLOW", None), ("NODE", Some("done"))] {
+            let at = column(name);
+            assert_eq!(&row[at - 1..at], " ", "{name} collides:\n{listed}");
+            if let Some(value) = value {
+                assert_eq!(&row[at..], value, "{name}:\n{listed}");
+            }
+        }
+    }
+    assert!(
+        listed.contains("a-workflow-with-a-long-name  done"),
+        "{listed}"
+    );
+}
+
+/// `--help` wraps at the terminal's width (100 columns without a terminal), every command's,
+/// and the main commands show examples; the man pages still generate, into a directory that
+/// `--dir` creates, and an I/O error names its path.
+#[test]
+fn help_fits_the_terminal_has_examples_and_man_creates_its_directory() {
+    let h = home();
+    let o = piw(&h.home, &["man", "--dir", "/dev/null"]);
+    let commands: Vec<Vec<&str>> = vec![
+        vec![],
+        vec!["host"],
+        vec!["host", "status"],
+        vec!["runs"],
+        vec!["runs", "prune"],
+        vec!["run"],
+        vec!["run", "start"],
+        vec!["run", "status"],
+        vec!["run", "answer"],
+        vec!["run", "submit"],
+        vec!["run", "wait"],
+        vec!["run", "retry"],
+        vec!["run", "resolve-effect"],
+        vec!["channel", "add"],
+        vec!["view"],
+        vec!["logs"],
+        vec!["state", "restore"],
+        vec!["completions"],
+        vec!["man"],
+    ];
+    for command in &commands {
+        let mut args = command.clone();
+        args.push("--help");
+        let o = piw(&h.home, &args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", text(&o));
+        let help = String::from_utf8_lossy(&o.stdout).into_owned();
+        for line in help.lines() {
+            assert!(
+                line.chars().count() <= 100,
+                "{args:?}: a line of {} characters: {line}",
+                line.chars().count()
+            );
+        }
+        let examples = [
+            &[][..],
+            &["runs"],
+            &["run", "start"],
+            &["run", "status"],
+            &["run", "wait"],
+            &["view"],
+            &["logs"],
+            &["completions"],
+            &["man"],
+        ];
+        if examples.contains(&command.as_slice()) {
+            assert!(help.contains("\nExamples:\n  piw "), "{args:?}: {help}");
+        }
+    }
+    // `/dev/null` is no directory: the error names it.
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("/dev/null"), "{}", text(&o));
+    let pages = h.home.with_file_name("share/man/man1");
+    let o = piw(&h.home, &["man", "--dir", pages.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    for name in ["piw.1", "piw-run-start.1", "piw-runs-prune.1"] {
+        assert!(pages.join(name).is_file(), "{name}");
+    }
+    let page = std::fs::read_to_string(pages.join("piw-run-start.1")).unwrap();
+    assert!(page.contains("Examples:"), "{page}");
+    assert!(!h.home.exists(), "man created an installation");
+}
