@@ -257,9 +257,13 @@ mod tests {
             shortest_unique_ending(id, &others(&[id, "run-01a251f8cfeb0000000004230d21"])),
             "c4230d21"
         );
-        // Only a run that shares every hex digit leaves the whole id.
+        // As long as it takes, time digits included; the whole id when no hex ending will do.
         assert_eq!(
             shortest_unique_ending(id, &others(&["run-11a251f8cfebf1bb6b58c4230d21"])),
+            "01a251f8cfebf1bb6b58c4230d21"
+        );
+        assert_eq!(
+            shortest_unique_ending(id, &others(&["x-run-01a251f8cfebf1bb6b58c4230d21"])),
             id
         );
     }

@@ -118,9 +118,9 @@ mod tests {
         );
         assert_eq!(
             table,
-            "RUN     WORKFLOW                    NODE\n\
+            "RUN     WORKFLOW                     NODE\n\
              3bf1bb  a-rather-long-workflow-name  draft\n\
-             c4230d  w                           -"
+             c4230d  w                            -"
         );
     }
 
