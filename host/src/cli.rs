@@ -430,7 +430,10 @@ pub(crate) struct PruneArgs {
 // `piw run start`.
 #[derive(clap::Args)]
 pub(crate) struct StartArgs {
-    #[arg(value_name = "NAME|builtin:ID|PATH")]
+    /// The workflow: a name (its file in ./.pi/workflows/, then ~/.pi/agent/workflows/, then a
+    /// built-in), builtin:<id>, or a path to a workflow file.
+    #[arg(value_name = "NAME|builtin:ID|PATH",
+          add = clap_complete::ArgValueCompleter::new(completions::complete_workflows))]
     pub(crate) workflow: String,
     /// The run's input as JSON; without it `{}`, as a start from Pi gives (workflows
     /// written for pi-workflows read fields of their input, `input.task`, unguarded).

@@ -4209,3 +4209,110 @@ fn help_fits_the_terminal_has_examples_and_man_creates_its_directory() {
     assert!(page.contains("Examples:"), "{page}");
     assert!(!h.home.exists(), "man created an installation");
 }
+
+/// `piw run start <TAB>` completes the workflow names it resolves (the project's
+/// `.pi/workflows/`, `~/.pi/agent/workflows/`, the built-ins by id and as `builtin:<id>`) and
+/// workflow files, in bash (a real one), zsh and fish (their requests to `piw`, as their
+/// scripts send them).
+#[test]
+fn run_start_completes_workflow_names_and_files_in_every_shell() {
+    let h = home();
+    let root = h.home.parent().unwrap().to_path_buf();
+    let (project, user_home, shipped) = (
+        root.join("project"),
+        root.join("user"),
+        root.join("builtins"),
+    );
+    for file in [
+        project.join(".pi/workflows/review.workflow.mjs"),
+        project.join("flows/nightly-sweep.workflow.json"),
+        project.join("flows/notes.txt"),
+        user_home.join(".pi/agent/workflows/triage.workflow.ts"),
+        shipped.join("autoplan.workflow.mjs"),
+    ] {
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(&file, "{}").unwrap();
+    }
+    let bin = root.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_piw"), bin.join("piw")).unwrap();
+    let script = root.join("piw.bash");
+    std::fs::write(&script, &piw(&h.home, &["completions", "bash"]).stdout).unwrap();
+    let in_project = |cmd: &mut Command| {
+        cmd.current_dir(&project)
+            .env("PIW_HOME", &h.home)
+            .env("PIW_LOG", "warn")
+            .env("HOME", &user_home)
+            .env("PIW_BUILTINS_DIR", &shipped)
+            .env(
+                "PATH",
+                format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
+            );
+    };
+    let bash = |words: &str| -> Vec<String> {
+        let mut cmd = Command::new("bash");
+        cmd.arg("--norc")
+            .arg("-c")
+            .arg(format!(
+                r#"source "$1"; COMP_WORDS=({words}); COMP_CWORD=$(( ${{#COMP_WORDS[@]}} - 1 )); COMP_TYPE=9
+                   _clap_complete_piw piw "${{COMP_WORDS[COMP_CWORD]}}" "${{COMP_WORDS[COMP_CWORD-1]}}"
+                   printf '%s\n' "${{COMPREPLY[@]}}""#
+            ))
+            .arg("bash")
+            .arg(&script);
+        in_project(&mut cmd);
+        let o = cmd.output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    // (Nothing typed: the options follow.)
+    let offered: Vec<String> = bash("piw run start ''")
+        .into_iter()
+        .filter(|w| !w.starts_with("--"))
+        .collect();
+    assert_eq!(
+        offered,
+        [
+            "autoplan",
+            "builtin:autoplan",
+            "review",
+            "triage",
+            "flows/",
+        ],
+    );
+    assert_eq!(bash("piw run start tr"), ["triage"]);
+    assert_eq!(bash("piw run start builtin"), ["builtin:autoplan"]);
+    assert_eq!(bash("piw run start fl"), ["flows/"]);
+    // Only workflow files of a folder, and only paths once a `/` is typed.
+    assert_eq!(
+        bash("piw run start flows/"),
+        ["flows/nightly-sweep.workflow.json"]
+    );
+    // zsh and fish ask `piw` the same way, with each candidate's help.
+    let ask = |shell: &str, typed: &str| -> String {
+        let mut cmd = Command::new(bin.join("piw"));
+        cmd.args(["--", "piw", "run", "start", typed])
+            .env("PIW_COMPLETE", shell)
+            .env("_CLAP_IFS", "\n")
+            .env("_CLAP_COMPLETE_INDEX", "3");
+        in_project(&mut cmd);
+        let o = cmd.output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let zsh = ask("zsh", "");
+    for line in [
+        "review:workflow in .pi/workflows/",
+        "triage:workflow in ~/.pi/agent/workflows/",
+        "builtin\\:autoplan:built-in workflow",
+        "flows/",
+    ] {
+        assert!(zsh.lines().any(|l| l == line), "{line}: {zsh}");
+    }
+    let fish = ask("fish", "re");
+    assert_eq!(fish.trim(), "review\tworkflow in .pi/workflows/", "{fish}");
+}
