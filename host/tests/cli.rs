@@ -612,6 +612,7 @@ fn fake_wait_reply(body: &piw_core::protocol::RequestBody, status: &str) -> Valu
             events_dropped: 0,
             messages: Vec::new(),
             message_count: 0,
+            step_service: None,
         }),
         _ => Ok(serde_json::json!({ "subscription_id": "sub-1" })),
     };
@@ -4315,4 +4316,91 @@ fn run_start_completes_workflow_names_and_files_in_every_shell() {
     }
     let fish = ask("fish", "re");
     assert_eq!(fish.trim(), "review\tworkflow in .pi/workflows/", "{fish}");
+}
+
+/// A run parked on an agent step that nobody can serve says so, and how to serve it: a
+/// detached run (started from the shell) for which nothing names a Pi model, Pi's settings
+/// included, and an interactive run whose Pi session is not open. `run start --wait`, `run
+/// wait` and `run status` say it; `--json` has the host's `step_service`.
+#[test]
+fn a_step_nobody_can_serve_says_how_to_serve_it() {
+    let h = home();
+    // A home of its own: no Pi settings (so no default model), and no model from the
+    // environment.
+    let user_home = h.home.with_file_name("user");
+    std::fs::create_dir_all(&user_home).unwrap();
+    let piw_here = |args: &[&str]| {
+        common::piw_command()
+            .args(args)
+            .env("PIW_HOME", &h.home)
+            .env("PIW_LOG", "warn")
+            .env("HOME", &user_home)
+            .env("PI_CODING_AGENT_DIR", user_home.join(".pi/agent"))
+            .env_remove("PIW_DETACHED_PROVIDER")
+            .env_remove("PIW_DETACHED_MODEL")
+            .env_remove("PIW_DETACHED_BRIDGES")
+            .output()
+            .unwrap()
+    };
+    let file = workflow_file(
+        &h,
+        "ask",
+        &serde_json::json!({
+            "graph": {"name": "ask", "start": "ask",
+                      "nodes": {"ask": {"kind": "agent"}, "done": {"kind": "compute"}},
+                      "edges": [{"from": "ask", "to": "done"}]},
+            "behaviors": {"ask": {"interact": "agent", "validate": {"value": 42}}, "done": {}}
+        }),
+    );
+    let file = file.to_str().unwrap();
+    let o = piw_here(&["run", "start", file, "--wait", "--timeout", "20"]);
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+    let said = String::from_utf8_lossy(&o.stderr).into_owned();
+    for words in [
+        "nobody serves step int-",
+        "the run is detached",
+        "nothing names a Pi model",
+        "`/workflow <name>`",
+        "PIW_DETACHED_PROVIDER and PIW_DETACHED_MODEL",
+        "piw_detached",
+    ] {
+        assert!(said.contains(words), "{words}: {said}");
+    }
+    let o = piw_here(&["run", "status", "last", "--json"]);
+    let status = json_of(&o);
+    assert_eq!(status["step_service"]["served_by"], "nobody", "{status}");
+    assert_eq!(status["step_service"]["why"], "no_model", "{status}");
+    assert_eq!(
+        status["step_service"]["interaction_id"],
+        status["interactions"][0]["interaction_id"]
+    );
+    let o = piw_here(&["run", "status", "last"]);
+    assert!(
+        text(&o).contains("nobody serves step int-") && text(&o).contains("nothing names a Pi model"),
+        "{}",
+        text(&o)
+    );
+    let o = piw_here(&["run", "wait", "last", "--timeout", "1"]);
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+    assert!(text(&o).contains("nothing names a Pi model"), "{}", text(&o));
+
+    // An interactive run whose Pi session nobody has open.
+    let o = piw_here(&["run", "start", file, "--session", "s-gone", "--json"]);
+    let run_id = json_of(&o)["run_id"].as_str().unwrap().to_owned();
+    wait_status(&h.home, &run_id, &["waiting"]);
+    let o = piw_here(&["run", "wait", "last", "--timeout", "1"]);
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+    let said = text(&o);
+    assert!(
+        said.contains("Pi session s-gone is not open") && said.contains("piw run detach"),
+        "{said}"
+    );
+    let status = json_of(&piw_here(&["run", "status", "last", "--json"]));
+    assert_eq!(status["step_service"]["why"], "session_closed", "{status}");
+    // Once the step is answered nobody needs to serve it.
+    let o = piw_here(&["run", "submit", "last", r#"{"value": 42}"#]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let status = json_of(&piw_here(&["run", "wait", "last", "--json"]));
+    assert_eq!(status["run"]["status"], "completed", "{status}");
+    assert!(status.get("step_service").is_none(), "{status}");
 }
