@@ -69,15 +69,16 @@ pub(crate) fn complete_workflows(typed: &std::ffi::OsStr) -> Vec<CompletionCandi
                 }),
         );
     }
-    let is_workflow_file =
-        |p: &std::path::Path| p.is_file() && p.to_str().is_some_and(|p| resolve::SUFFIXES.iter().any(|s| p.ends_with(s)));
-    candidates.extend(
-        clap_complete::engine::ValueCompleter::complete(
-            &clap_complete::engine::PathCompleter::any()
-                .filter(is_workflow_file)
-                .current_dir(cwd),
-            typed,
-        ),
-    );
+    let is_workflow_file = |p: &std::path::Path| {
+        p.is_file()
+            && p.to_str()
+                .is_some_and(|p| resolve::SUFFIXES.iter().any(|s| p.ends_with(s)))
+    };
+    candidates.extend(clap_complete::engine::ValueCompleter::complete(
+        &clap_complete::engine::PathCompleter::any()
+            .filter(is_workflow_file)
+            .current_dir(cwd),
+        typed,
+    ));
     candidates
 }

@@ -155,7 +155,11 @@ impl NameSource {
 /// found: the names of the project's and the user's workflow files (the first folder wins a
 /// name, as it does there) and the built-ins by bare id (unless a file has its name) and as
 /// `builtin:<id>`. Reserved words are left out: they name no workflow.
-pub fn workflow_names(cwd: &Path, home: &Path, builtins: Option<&Path>) -> Vec<(String, NameSource)> {
+pub fn workflow_names(
+    cwd: &Path,
+    home: &Path,
+    builtins: Option<&Path>,
+) -> Vec<(String, NameSource)> {
     let stems = |dir: &Path, suffixes: &[&str]| -> Vec<String> {
         let mut found: Vec<String> = std::fs::read_dir(dir)
             .into_iter()

@@ -75,7 +75,10 @@ pub(crate) fn short_ids(paths: &PiwPaths, ids: &[&str]) -> Vec<String> {
 }
 
 /// [`short_ids`] from an open store.
-pub(crate) fn short_ids_in(store: &Store, ids: &[&str]) -> piw_core::store::StoreResult<Vec<String>> {
+pub(crate) fn short_ids_in(
+    store: &Store,
+    ids: &[&str],
+) -> piw_core::store::StoreResult<Vec<String>> {
     let others = store.run_ids_ending_like(ids, SHORT_ID_MIN)?;
     Ok(ids
         .iter()

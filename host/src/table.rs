@@ -134,11 +134,17 @@ mod tests {
         let table = render(&["RUN", "WORKFLOW", "NODE"], &data, &[2, 1], Some(60));
         let lines: Vec<&str> = table.lines().collect();
         assert!(lines.iter().all(|l| l.width() <= 60), "{table}");
-        assert!(lines[1].starts_with("run-01a251f8cfebf1bb6b58c4230d21  "), "{table}");
+        assert!(
+            lines[1].starts_with("run-01a251f8cfebf1bb6b58c4230d21  "),
+            "{table}"
+        );
         assert!(lines[1].contains('…'), "{table}");
         // Too narrow for the id itself: the id stays whole, the others shrink to their floor.
         let table = render(&["RUN", "WORKFLOW", "NODE"], &data, &[2, 1], Some(20));
-        assert!(table.contains("run-01a251f8cfebf1bb6b58c4230d21"), "{table}");
+        assert!(
+            table.contains("run-01a251f8cfebf1bb6b58c4230d21"),
+            "{table}"
+        );
         assert!(table.contains("a-rathe…"), "{table}");
     }
 }

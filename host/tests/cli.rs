@@ -4066,7 +4066,12 @@ fn short_ids_and_last_name_runs_in_every_command() {
     }
     let (third, _) = start(&elsewhere);
     let o = piw_in(&h.home, &project, &["run", "status", "last", "--json"]);
-    assert_eq!(json_of(&o)["run"]["run_id"], second.as_str(), "{}", text(&o));
+    assert_eq!(
+        json_of(&o)["run"]["run_id"],
+        second.as_str(),
+        "{}",
+        text(&o)
+    );
     let o = piw_in(&h.home, &elsewhere, &["logs", "last", "--json"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let o = piw_in(&h.home, &elsewhere, &["run", "status", "last"]);
@@ -4109,7 +4114,9 @@ fn short_ids_and_last_name_runs_in_every_command() {
 #[test]
 fn runs_columns_are_as_wide_as_their_content() {
     let h = home();
-    let long = h.home.with_file_name("a-workflow-with-a-long-name.workflow.json");
+    let long = h
+        .home
+        .with_file_name("a-workflow-with-a-long-name.workflow.json");
     std::fs::copy(hello_example(&h), &long).unwrap();
     for file in [&long, &hello_example(&h)] {
         let o = piw(
@@ -4277,13 +4284,7 @@ fn run_start_completes_workflow_names_and_files_in_every_shell() {
         .collect();
     assert_eq!(
         offered,
-        [
-            "autoplan",
-            "builtin:autoplan",
-            "review",
-            "triage",
-            "flows/",
-        ],
+        ["autoplan", "builtin:autoplan", "review", "triage", "flows/",],
     );
     assert_eq!(bash("piw run start tr"), ["triage"]);
     assert_eq!(bash("piw run start builtin"), ["builtin:autoplan"]);
@@ -4376,13 +4377,18 @@ fn a_step_nobody_can_serve_says_how_to_serve_it() {
     );
     let o = piw_here(&["run", "status", "last"]);
     assert!(
-        text(&o).contains("nobody serves step int-") && text(&o).contains("nothing names a Pi model"),
+        text(&o).contains("nobody serves step int-")
+            && text(&o).contains("nothing names a Pi model"),
         "{}",
         text(&o)
     );
     let o = piw_here(&["run", "wait", "last", "--timeout", "1"]);
     assert_eq!(o.status.code(), Some(4), "{}", text(&o));
-    assert!(text(&o).contains("nothing names a Pi model"), "{}", text(&o));
+    assert!(
+        text(&o).contains("nothing names a Pi model"),
+        "{}",
+        text(&o)
+    );
 
     // An interactive run whose Pi session nobody has open.
     let o = piw_here(&["run", "start", file, "--session", "s-gone", "--json"]);

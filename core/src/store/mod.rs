@@ -54,8 +54,8 @@ pub use updates::{
     MAX_UPDATE_KEYS,
 };
 pub use view::{
-    attempt_spans, AttemptDetail, AttemptRequest, AttemptSpan, EventCursor, EventPage,
-    is_short_id, NodeActivity, RunFilter, RunSummary,
+    attempt_spans, is_short_id, AttemptDetail, AttemptRequest, AttemptSpan, EventCursor, EventPage,
+    NodeActivity, RunFilter, RunSummary,
 };
 
 use crate::clock::{Clock, SystemClock, UnixMillis};

@@ -15,7 +15,10 @@ use piw_engine::store::records::*;
 /// Whether `given` is a run's short id (the end of its id: lower-case hex digits, which no
 /// beginning of a run id is, as every one begins `run-`), rather than a prefix.
 pub fn is_short_id(given: &str) -> bool {
-    !given.is_empty() && given.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    !given.is_empty()
+        && given
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// Which runs a run list shows.

@@ -98,7 +98,9 @@ pub(crate) fn run(paths: &PiwPaths, args: RunsArgs, json: bool) -> Result<(), Cl
             .collect();
         // On a narrow terminal the node gives way first, then the workflow's name.
         crate::table::render(
-            &["RUN", "STATUS", "MODE", "STARTED", "ENDED", "WORKFLOW", "NODE"],
+            &[
+                "RUN", "STATUS", "MODE", "STARTED", "ENDED", "WORKFLOW", "NODE",
+            ],
             &rows,
             &[6, 5],
             crate::table::terminal_width(),
