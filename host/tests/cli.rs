@@ -820,7 +820,7 @@ fn run_status_says_why_a_run_could_not_load() {
     let run_id = json_of(&o)["run"]["run_id"].as_str().unwrap().to_owned();
     // The run id was said before the wait began.
     assert!(
-        String::from_utf8_lossy(&o.stderr).contains(&format!("started run {run_id}; waiting")),
+        String::from_utf8_lossy(&o.stderr).contains(&format!("started run {run_id} (short id ")),
         "{}",
         text(&o)
     );
@@ -2663,10 +2663,12 @@ fn every_command_takes_json_and_its_help_says_so() {
             help.contains("--json") && help.contains("Print the result as one JSON document"),
             "{args:?}: {help}"
         );
-        // Where a run id is taken, the help says a prefix does.
+        // Where a run id is taken, the help says a short id, a prefix and `last` do.
         if help.contains("<RUN_ID>") {
             assert!(
-                help.contains("a prefix of it that names one run"),
+                help.contains("its short id")
+                    && help.contains("a prefix of its id")
+                    && help.contains("`last`"),
                 "{args:?}: {help}"
             );
         }
@@ -2693,7 +2695,8 @@ fn every_command_takes_json_and_its_help_says_so() {
     let o = piw(&h.home, &["view", "--once", "--json"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(
-        json_of(&o)["frame"].as_str().unwrap().contains(&run_id),
+        // The run list shows its short id: the end of its id.
+        json_of(&o)["frame"].as_str().unwrap().contains(&run_id[run_id.len() - 6..]),
         "{}",
         text(&o)
     );
@@ -2859,13 +2862,35 @@ fn runs_filter_by_status_show_times_as_people_read_them_and_take_run_id_prefixes
         table.contains("STARTED") && table.contains("ENDED"),
         "{table}"
     );
-    let done_line = table.lines().find(|l| l.starts_with(&done)).unwrap();
+    // Each run by its short id: the end of its id.
+    let line_of = |id: &str| {
+        table
+            .lines()
+            .find(|l| {
+                l.split_whitespace()
+                    .next()
+                    .is_some_and(|w| w.len() >= 6 && id.ends_with(w))
+            })
+            .unwrap_or_else(|| panic!("{id}: {table}"))
+    };
+    let done_line = line_of(&done);
     assert_eq!(done_line.matches("10 min ago").count(), 2, "{table}");
-    let waiting_line = table.lines().find(|l| l.starts_with(&waiting)).unwrap();
+    let waiting_line = line_of(&waiting);
+    let waiting_short = waiting_line.split_whitespace().next().unwrap();
     assert_eq!(
         waiting_line.split_whitespace().collect::<Vec<_>>(),
         // Started without a session: detached.
-        [&waiting, "waiting", "detached", "10", "min", "ago", "-", "ask", "ask"],
+        [
+            waiting_short,
+            "waiting",
+            "detached",
+            "10",
+            "min",
+            "ago",
+            "-",
+            "ask",
+            "ask"
+        ],
         "{table}"
     );
     let runs = json_of(&piw(&h.home, &["runs", "--json", "--status", "completed"]));
