@@ -2696,7 +2696,10 @@ fn every_command_takes_json_and_its_help_says_so() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(
         // The run list shows its short id: the end of its id.
-        json_of(&o)["frame"].as_str().unwrap().contains(&run_id[run_id.len() - 6..]),
+        json_of(&o)["frame"]
+            .as_str()
+            .unwrap()
+            .contains(&run_id[run_id.len() - 6..]),
         "{}",
         text(&o)
     );
