@@ -176,7 +176,7 @@ export interface ListRunsOptions {
   statuses?: RunStatusName[];
   /** Where to continue: a page's `nextCursor` (opaque). */
   cursor?: string | null;
-  /** Only runs whose id begins with this text (resolving a shortened run id). */
+  /** Only runs whose id begins with this text, or, for lower-case hex digits (a short id), ends with it (resolving a shortened run id). */
   runIdPrefix?: string;
 }
 
@@ -354,6 +354,20 @@ export interface RunStatus {
   messages: WorkflowMessage[];
   /** How many workflow messages the run has in all. */
   message_count: number;
+  /** Who serves the run's pending interactive step now (absent without one, or while paused). */
+  step_service?: StepService;
+}
+
+/** `RunStatus.step_service`: who serves a run's pending interactive step, as the host sees it. */
+export interface StepService {
+  interaction_id: string;
+  served_by: 'session' | 'bridge' | 'bridge_starting' | 'nobody';
+  /** Why nobody serves it. */
+  why?: 'session_closed' | 'no_model' | 'bridges_off' | 'no_pi';
+  /** `provider/model`, when a bridge serves it or will. */
+  model?: string;
+  /** More about `why` (for `no_pi`). */
+  detail?: string;
 }
 
 /** The run's latest update for one `(type, key)` (`RunStatus.updates`). */

@@ -5,6 +5,9 @@ use super::*;
 /// The `--json` of every command, with one help text.
 pub(crate) const JSON_HELP: &str = "Print the result as one JSON document on stdout; an error too (`{\"error\": {\"code\", \"message\", \"details\"}}`), with the same exit codes";
 
+/// What a run id argument takes, in every command's help.
+pub(crate) const RUN_ID_HELP: &str = "The run: its id, its short id (as `piw runs` shows it), a prefix of its id, or `last` (the newest run started in this directory or one above it)";
+
 /// The commands that print no result of their own (a script, a page, completion words), so
 /// take no `--json`.
 const WITHOUT_JSON: [&str; 2] = ["completions", "man"];
@@ -32,7 +35,7 @@ pub(crate) fn command() -> clap::Command {
                     completions::complete_run_ids,
                 ));
                 if a.get_help().is_none() {
-                    a.help("The run: its id, or a prefix of it that names one run")
+                    a.help(RUN_ID_HELP)
                 } else {
                     a
                 }
@@ -68,12 +71,22 @@ pub(crate) fn command() -> clap::Command {
 ~/.pi/agent/piw). Only `host start`, `host serve`, `run start` and `state restore` create one; \
 other commands on an installation that does not exist say so and create nothing.
 
-A run id may be shortened to any prefix that names one run.
+A run is named by its id, its short id (the end of its id, at least 6 characters, as `piw runs` \
+and `piw run start` show it), any prefix of its id that names one run, or `last`: the newest run \
+started in this directory or a directory above it.
 
 Exit codes: 0 ok, 1 failed, 2 usage (an ambiguous run id too), 3 `diagnose` found \
 contradictions, 4 `--wait`/`run wait` gave up after `--timeout` (the run goes on). `run submit` \
 waits for the workflow's verdict: 0 accepted, 1 rejected (or the run stopped for review or ended \
-first), 4 no verdict within `--timeout` (the submission stands)."
+first), 4 no verdict within `--timeout` (the submission stands).
+
+Examples:
+  piw run start review --input '{\"task\": \"fix the login test\"}'   # .pi/workflows/review.workflow.*
+  piw runs                              # the newest runs, with their short ids
+  piw run status last                   # the run just started here
+  piw run wait 3bf1bb --timeout 600     # a run by its short id
+  piw view                              # watch runs live
+  piw man run start | man -l -          # one command's manual"
 )]
 pub(crate) struct Cli {
     #[command(subcommand)]
@@ -86,7 +99,15 @@ pub(crate) enum Cmd {
     #[command(subcommand)]
     Host(HostCmd),
     /// List runs, newest first; `piw runs prune` removes finished ones.
-    #[command(args_conflicts_with_subcommands = true)]
+    #[command(
+        args_conflicts_with_subcommands = true,
+        after_help = "Examples:
+  piw runs                                  # the newest 100 runs
+  piw runs --unfinished                     # runs that have not ended
+  piw runs --status waiting,review          # runs that wait for someone
+  piw runs --all --json | jq -r '.runs[].short_id'
+  piw runs prune --older-than 30d --dry-run # what a prune would remove"
+    )]
     Runs(RunsArgs),
     /// Start or control one run.
     #[command(subcommand)]
@@ -111,16 +132,34 @@ pub(crate) enum Cmd {
     State(StateCmd),
     /// Watch runs live in the terminal: the run list, a run's graph with node states, an
     /// inspector and the run's history. Read-only: it never starts a host or changes a row.
+    #[command(after_help = "Examples:
+  piw view                         # the run list; Enter opens a run
+  piw view last                    # the newest run started here
+  piw view --status waiting        # runs that wait for someone
+  piw view 3bf1bb --once           # one frame as text, for a script or a bug report")]
     View(ViewArgs),
     /// Print a run's child output (every child of every attempt, whole, up to 16 MiB each)
     /// and its events; `--follow` goes on printing them as they come until the run ends.
     /// Read-only: it never starts a host.
+    #[command(after_help = "Examples:
+  piw logs last                    # the newest run started here
+  piw logs 3bf1bb --follow         # as it comes, until the run ends")]
     Logs(commands::logs::LogsArgs),
     /// Print a completion script for a shell (run ids complete too), e.g.
     /// `piw completions bash > ~/.local/share/bash-completion/completions/piw`.
+    #[command(after_help = "Examples:
+  piw completions bash > ~/.local/share/bash-completion/completions/piw
+  piw completions zsh > \"${fpath[1]}/_piw\"
+  piw completions fish > ~/.config/fish/completions/piw.fish
+
+Run ids, workflow names (the project's .pi/workflows/, ~/.pi/agent/workflows/, builtin:<id>), \
+files and statuses complete.")]
     Completions(commands::CompletionsArgs),
     /// Print the man page (roff) of piw or of one command, e.g. `piw man run start | man -l -`;
     /// `--dir` writes every page instead.
+    #[command(after_help = "Examples:
+  piw man run start | man -l -
+  piw man --dir ~/.local/share/man/man1        # every page; created when missing")]
     Man(commands::ManArgs),
 }
 
@@ -208,6 +247,16 @@ pub(crate) enum RunCmd {
     /// Start a run of a workflow: a name (found in ./.pi/workflows/, then
     /// ~/.pi/agent/workflows/, then the built-ins), builtin:<id> (autoplan, autodoc,
     /// plan-approval, plan-change, autoimplement, sanity-check, monitor) or a path to a workflow file.
+    #[command(after_help = "Examples:
+  piw run start review                              # .pi/workflows/review.workflow.*
+  piw run start builtin:autoplan --input '{\"task\": \"add a --dry-run flag\"}' --wait
+  piw run start ./flows/nightly.workflow.mjs --input @input.json
+  piw run start review --detached --input @in.json  # {\"piw_detached\": {\"provider\", \"model\"}}
+
+A run with agent steps needs someone to serve them: its Pi session (start it from Pi with \
+`/workflow`), or a Pi the host starts with a model (--detached): the run's input `piw_detached`, \
+the host's PIW_DETACHED_PROVIDER and PIW_DETACHED_MODEL (read when the host starts: `piw host \
+stop` first), or Pi's default model (defaultProvider and defaultModel in its settings.json).")]
     Start(StartArgs),
     /// Print a run's graph with each node's state (read-only; never starts a host).
     Graph {
@@ -215,7 +264,12 @@ pub(crate) enum RunCmd {
         #[arg(long, value_enum, default_value = "mermaid")]
         format: view::export::GraphFormat,
     },
-    /// Show one run.
+    /// Show one run: its status, what it waits for and the command that answers it, its
+    /// result or error, its messages and its newest child's output.
+    #[command(after_help = "Examples:
+  piw run status last              # the newest run started here
+  piw run status 3bf1bb            # by short id (`piw runs` shows them)
+  piw run status last --json | jq .run.status")]
     Status {
         run_id: String,
         #[arg(long)]
@@ -279,6 +333,9 @@ pub(crate) enum RunCmd {
     /// came within `--timeout` (the submission stands).
     Submit(SubmitArgs),
     /// Wait until a run finishes (or stops for review) and print how it ended.
+    #[command(after_help = "Examples:
+  piw run wait last                          # until the newest run here ends
+  piw run wait 3bf1bb --timeout 600 || echo \"still going (exit $?)\"")]
     Wait {
         run_id: String,
         /// Give up after this many seconds (exit 4; the run goes on).
@@ -373,7 +430,10 @@ pub(crate) struct PruneArgs {
 // `piw run start`.
 #[derive(clap::Args)]
 pub(crate) struct StartArgs {
-    #[arg(value_name = "NAME|builtin:ID|PATH")]
+    /// The workflow: a name (its file in ./.pi/workflows/, then ~/.pi/agent/workflows/, then a
+    /// built-in), builtin:<id>, or a path to a workflow file.
+    #[arg(value_name = "NAME|builtin:ID|PATH",
+          add = clap_complete::ArgValueCompleter::new(completions::complete_workflows))]
     pub(crate) workflow: String,
     /// The run's input as JSON; without it `{}`, as a start from Pi gives (workflows
     /// written for pi-workflows read fields of their input, `input.task`, unguarded).
@@ -490,7 +550,8 @@ pub(crate) struct ResolveEffectArgs {
 // `piw view`.
 #[derive(clap::Args)]
 pub(crate) struct ViewArgs {
-    /// Open this run (Esc goes to the run list).
+    /// Open this run (Esc goes to the run list): its id, short id, a prefix of its id, or
+    /// `last`.
     pub(crate) run_id: Option<String>,
     /// Print one plain-text frame and exit.
     #[arg(long)]

@@ -23,6 +23,7 @@ mod resolve;
 mod run_ids;
 mod run_text;
 mod state;
+mod table;
 mod view;
 use cli::*;
 use host_ctl::*;

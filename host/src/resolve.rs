@@ -133,6 +133,73 @@ pub fn resolve_workflow(
     })
 }
 
+/// Where a workflow name is found, for completion's help.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameSource {
+    Project,
+    Global,
+    Builtin,
+}
+
+impl NameSource {
+    pub fn describe(self) -> &'static str {
+        match self {
+            NameSource::Project => "workflow in .pi/workflows/",
+            NameSource::Global => "workflow in ~/.pi/agent/workflows/",
+            NameSource::Builtin => "built-in workflow",
+        }
+    }
+}
+
+/// Every reference [`resolve_workflow`] resolves by name, sorted, each once with where it is
+/// found: the names of the project's and the user's workflow files (the first folder wins a
+/// name, as it does there) and the built-ins by bare id (unless a file has its name) and as
+/// `builtin:<id>`. Reserved words are left out: they name no workflow.
+pub fn workflow_names(
+    cwd: &Path,
+    home: &Path,
+    builtins: Option<&Path>,
+) -> Vec<(String, NameSource)> {
+    let stems = |dir: &Path, suffixes: &[&str]| -> Vec<String> {
+        let mut found: Vec<String> = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+            .filter(|e| e.path().is_file())
+            .filter_map(|e| {
+                let name = e.file_name().to_str()?.to_owned();
+                suffixes
+                    .iter()
+                    .find_map(|s| name.strip_suffix(s).filter(|stem| !stem.is_empty()))
+                    .map(str::to_owned)
+            })
+            .collect();
+        found.sort();
+        found
+    };
+    let mut names: Vec<(String, NameSource)> = Vec::new();
+    let mut add = |name: String, source: NameSource| {
+        if !RESERVED.contains(&name.as_str()) && !names.iter().any(|(n, _)| *n == name) {
+            names.push((name, source));
+        }
+    };
+    for name in stems(&cwd.join(".pi/workflows"), &SUFFIXES) {
+        add(name, NameSource::Project);
+    }
+    for name in stems(&home.join(".pi/agent/workflows"), &SUFFIXES) {
+        add(name, NameSource::Global);
+    }
+    let shipped = builtins.map_or_else(Vec::new, |dir| stems(dir, &[BUILTIN_SUFFIX]));
+    for id in &shipped {
+        add(id.clone(), NameSource::Builtin);
+    }
+    for id in shipped {
+        add(format!("{BUILTIN_PREFIX}{id}"), NameSource::Builtin);
+    }
+    names.sort_by(|a, b| a.0.cmp(&b.0));
+    names
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,6 +228,44 @@ mod tests {
             resolve_workflow("only", &cwd, &home, None).unwrap(),
             home.join(".pi/agent/workflows/only.workflow.json")
         );
+    }
+
+    #[test]
+    fn completion_lists_every_name_the_resolver_takes_and_where_it_finds_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cwd, home, shipped) = (
+            dir.path().join("p"),
+            dir.path().join("h"),
+            dir.path().join("b"),
+        );
+        write(&cwd.join(".pi/workflows/review.workflow.ts"));
+        write(&cwd.join(".pi/workflows/status.workflow.mjs"));
+        write(&cwd.join(".pi/workflows/notes.md"));
+        write(&home.join(".pi/agent/workflows/review.workflow.json"));
+        write(&home.join(".pi/agent/workflows/nightly.workflow.json"));
+        write(&shipped.join("autoplan.workflow.mjs"));
+        write(&shipped.join("nightly.workflow.mjs"));
+        let names = workflow_names(&cwd, &home, Some(&shipped));
+        assert_eq!(
+            names,
+            vec![
+                ("autoplan".to_owned(), NameSource::Builtin),
+                ("builtin:autoplan".to_owned(), NameSource::Builtin),
+                ("builtin:nightly".to_owned(), NameSource::Builtin),
+                ("nightly".to_owned(), NameSource::Global),
+                ("review".to_owned(), NameSource::Project),
+            ]
+        );
+        // Each resolves to the file the list says.
+        for (name, source) in names {
+            let path = resolve_workflow(&name, &cwd, &home, Some(&shipped)).unwrap();
+            let root = match source {
+                NameSource::Project => cwd.join(".pi/workflows"),
+                NameSource::Global => home.join(".pi/agent/workflows"),
+                NameSource::Builtin => shipped.clone(),
+            };
+            assert!(path.starts_with(&root), "{name}: {}", path.display());
+        }
     }
 
     #[test]

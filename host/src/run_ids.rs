@@ -5,8 +5,10 @@
 //! (its state database): on a mistyped `PIW_HOME` it says so and creates nothing, rather than
 //! starting a host for an empty installation and reporting that it has no runs.
 //!
-//! A run id may be given by any unique prefix (`piw run status 7f3a`): it is looked up in the
-//! state database, read-only, so it works the same with or without a host.
+//! A run id may be given whole, by any unique prefix (`piw run status run-01a2`), by its short
+//! id (`piw run status c4230d`: [`short_ids`]) or as `last` (the newest run of this directory):
+//! it is looked up in the state database, read-only, so it works the same with or without a
+//! host.
 
 use super::*;
 use piw_core::store::RunSummary;
@@ -43,19 +45,98 @@ pub(crate) fn require_installation(paths: &PiwPaths) -> Result<(), CliError> {
     )))
 }
 
-/// The run `given` names: the run with that id, else the one run whose id begins with it. An
-/// ambiguous prefix is a usage error that lists the runs it could mean; a prefix that matches
-/// nothing is passed on as it is, so the host reports it as any unknown run.
+/// The word that names the newest run started in the current directory (or a directory above
+/// it): no run id is `last`, as every one begins `run-`, and no short id, as it is not hex.
+pub(crate) const LAST: &str = "last";
+
+/// The fewest characters a short id has. A short id is the end of the run id, which is 16
+/// random hex digits (its beginning is the time, which runs of one day share), so 6 of them
+/// (24 bits) tell apart any two runs but for one pair in 16 million: an installation of a
+/// thousand runs gives a new run a short id that an old one already has about once in 16,000
+/// starts, and only then does either's short id grow a character. So the short id shown today
+/// still names its run tomorrow, and it is short enough to read off and type; a fixed length
+/// could not stay unique, and the shortest unique ending with no floor would be 3 or 4
+/// characters that the next run would likely make ambiguous.
+pub(crate) const SHORT_ID_MIN: usize = 6;
+
+/// The short id of each of `ids`: its shortest ending of at least [`SHORT_ID_MIN`] characters
+/// that no other run of the installation has (the whole id when even that is shared). Read
+/// from the database read-only; the ids themselves when it cannot be read.
+pub(crate) fn short_ids(paths: &PiwPaths, ids: &[&str]) -> Vec<String> {
+    match Store::open_read_only(&paths.db, StoreConfig::default())
+        .and_then(|store| short_ids_in(&store, ids))
+    {
+        Ok(short) => short,
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot read run ids; showing them whole");
+            ids.iter().map(|id| (*id).to_owned()).collect()
+        }
+    }
+}
+
+/// [`short_ids`] from an open store.
+pub(crate) fn short_ids_in(
+    store: &Store,
+    ids: &[&str],
+) -> piw_core::store::StoreResult<Vec<String>> {
+    let others = store.run_ids_ending_like(ids, SHORT_ID_MIN)?;
+    Ok(ids
+        .iter()
+        .map(|id| shortest_unique_ending(id, &others))
+        .collect())
+}
+
+/// The decision of [`short_ids`]: `id`'s shortest ending of at least [`SHORT_ID_MIN`]
+/// characters that ends none of `others` (`id` itself among them is ignored), made only of
+/// hex digits (so it reads back as a short id); else the whole id.
+fn shortest_unique_ending(id: &str, others: &[String]) -> String {
+    let shared = others
+        .iter()
+        .filter(|other| other.as_str() != id)
+        .map(|other| {
+            id.bytes()
+                .rev()
+                .zip(other.bytes().rev())
+                .take_while(|(a, b)| a == b)
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    let len = (shared + 1).max(SHORT_ID_MIN);
+    let ending = &id[id.len().saturating_sub(len)..];
+    if len < id.len() && piw_core::store::is_short_id(ending) {
+        ending.to_owned()
+    } else {
+        id.to_owned()
+    }
+}
+
+/// The run `given` names: `last`, the newest run of the current directory; else the run with
+/// that id, else the one run whose id begins with it, or, for a short id, ends with it. An
+/// ambiguous one is a usage error that lists the runs it could mean; one that matches nothing
+/// is passed on as it is, so the host reports it as any unknown run.
 pub(crate) fn resolve_run_id(paths: &PiwPaths, given: &str) -> Result<String, CliError> {
     let store = match Store::open_read_only(&paths.db, StoreConfig::default()) {
         Ok(store) => store,
         // A database this build cannot read: the host (or the viewer) says why.
-        Err(e) => {
+        Err(e) if given != LAST => {
             tracing::debug!(error = %e, "cannot read run ids; using the run id as given");
             return Ok(given.to_owned());
         }
+        Err(e) => return Err(e.into()),
     };
-    let candidates = store.runs_with_id_prefix(given, CANDIDATES_SHOWN + 1)?;
+    if given == LAST {
+        let here = std::env::current_dir()?;
+        return store
+            .newest_run_in(&here.display().to_string())?
+            .ok_or_else(|| {
+                CliError::Usage(format!(
+                    "`last` names the newest run started in this directory or one above it, and no run was started in {}: give a run id (`piw runs` lists them)",
+                    here.display()
+                ))
+            });
+    }
+    let candidates = store.runs_named_by(given, CANDIDATES_SHOWN + 1)?;
     match pick(given, &candidates) {
         Picked::One(run_id) => Ok(run_id),
         Picked::Unknown => Ok(given.to_owned()),
@@ -86,7 +167,12 @@ fn pick(given: &str, candidates: &[RunSummary]) -> Picked {
 fn ambiguous(given: &str, candidates: &[RunSummary]) -> CliError {
     let now = human::now_ms();
     let shown = &candidates[..candidates.len().min(CANDIDATES_SHOWN as usize)];
-    let mut message = format!("run id {given:?} is ambiguous: it begins");
+    let how = if piw_core::store::is_short_id(given) {
+        "ends"
+    } else {
+        "begins"
+    };
+    let mut message = format!("run id {given:?} is ambiguous: it {how}");
     if candidates.len() > shown.len() {
         message.push_str(&format!(" more than {CANDIDATES_SHOWN} runs, the newest"));
     } else {
@@ -157,5 +243,31 @@ mod tests {
         );
         assert!(matches!(pick("run-a", &[abc, ab]), Picked::Ambiguous));
         assert!(matches!(pick("run-z", &[]), Picked::Unknown));
+    }
+
+    #[test]
+    fn a_short_id_is_the_shortest_unique_ending_of_at_least_six_characters() {
+        let id = "run-01a251f8cfebf1bb6b58c4230d21";
+        let others = |list: &[&str]| list.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        // Alone, or among runs that share less than six characters of its ending: six.
+        assert_eq!(shortest_unique_ending(id, &others(&[id])), "230d21");
+        assert_eq!(
+            shortest_unique_ending(id, &others(&[id, "run-01a251f8cfeb00000000003d0d21"])),
+            "230d21"
+        );
+        // A run that shares its last six: one character more than they share.
+        assert_eq!(
+            shortest_unique_ending(id, &others(&[id, "run-01a251f8cfeb0000000004230d21"])),
+            "c4230d21"
+        );
+        // As long as it takes, time digits included; the whole id when no hex ending will do.
+        assert_eq!(
+            shortest_unique_ending(id, &others(&["run-11a251f8cfebf1bb6b58c4230d21"])),
+            "01a251f8cfebf1bb6b58c4230d21"
+        );
+        assert_eq!(
+            shortest_unique_ending(id, &others(&["x-run-01a251f8cfebf1bb6b58c4230d21"])),
+            id
+        );
     }
 }

@@ -40,6 +40,9 @@ pub(crate) fn status_text(b: &Value) -> String {
         text.push_str(&result_line(&run["result"]));
         text.push_str(&why_lines(run));
         text.push_str(&request_lines(b));
+        if let Some(service) = step_service_text(&str_of(&run["run_id"]), b) {
+            text.push_str(&format!("\n{service}"));
+        }
         text.push_str(&update_lines(b));
         text.push_str(&message_lines(b));
         text.push_str(&last_child_lines(&b["last_child"]));
@@ -154,6 +157,43 @@ pub(crate) fn request_lines(status: &Value) -> String {
         }
     }
     text
+}
+
+/// Who serves the run's open interactive step (the host's `step_service`), one line, and when
+/// nobody does, what a person can do about it; `None` when it has no such step.
+pub(crate) fn step_service_text(run_id: &str, status: &Value) -> Option<String> {
+    let service = status.get("step_service").filter(|s| s.is_object())?;
+    let step = str_of(&service["interaction_id"]);
+    let model = service["model"].as_str().unwrap_or("its model");
+    let session = str_of(&status["run"]["origin_session"]);
+    // How to give a detached run a model: any of these, from the host's next start on.
+    let give_a_model = "give it a Pi model: `piw host stop`, then any piw command with PIW_DETACHED_PROVIDER and PIW_DETACHED_MODEL set starts a host that serves it (the host reads them, and Pi's default model, defaultProvider and defaultModel in Pi's settings.json, when it starts); a new run can name one in its input instead, `--input '{\"piw_detached\": {\"provider\": ..., \"model\": ...}}'`";
+    let by_hand = format!("or submit a result yourself (`piw run submit {run_id} <json>`), or `piw run cancel {run_id}`");
+    Some(match (service["served_by"].as_str(), service["why"].as_str()) {
+        (Some("session"), _) => format!("step {step} is served by Pi session {session}"),
+        (Some("bridge"), _) => format!("step {step} is served by a Pi the host started ({model})"),
+        (Some("bridge_starting"), _) => {
+            format!("step {step} will be served by a Pi the host starts ({model}; it waits for a child slot or for Pi to start)")
+        }
+        (_, Some("session_closed")) => format!(
+            "nobody serves step {step}: the run is interactive and its Pi session {session} is not open. Open that session in Pi, or `piw run detach {run_id}` to have a Pi the host starts serve it (it needs a Pi model: PIW_DETACHED_PROVIDER and PIW_DETACHED_MODEL, or Pi's default model); {by_hand}"
+        ),
+        (_, Some("no_model")) => format!(
+            "nobody serves step {step}: the run is detached (started without a Pi session, or with --detached) and nothing names a Pi model for it, so the host starts no Pi for it. Start the workflow from Pi instead (`/workflow <name>`: your session serves its steps), or {give_a_model}; {by_hand}"
+        ),
+        (_, Some("bridges_off")) => format!(
+            "nobody serves step {step}: the run is detached and this host starts no Pi (PIW_DETACHED_BRIDGES=off). Start the workflow from Pi instead (`/workflow <name>`), or `piw host stop` and let a host without PIW_DETACHED_BRIDGES=off serve it; {by_hand}"
+        ),
+        (_, Some("no_pi")) => format!(
+            "nobody serves step {step}: the run is detached with model {model}, and the host has no Pi to start: {}; {by_hand}",
+            str_of(&service["detail"])
+        ),
+        (served_by, why) => format!(
+            "step {step}: served by {}{}",
+            served_by.unwrap_or("-"),
+            why.map(|w| format!(" ({w})")).unwrap_or_default()
+        ),
+    })
 }
 
 /// How the run's newest child ended (or that it runs) and the end of what it wrote to stderr:
@@ -339,6 +379,12 @@ pub(crate) fn waiting_notices(run_id: &str, status_body: &Value) -> Vec<String> 
                 answered_in(command)
             ));
         }
+    }
+    // A step nobody serves waits for ever unless a person acts: say so, and how.
+    if let Some(service) = step_service_text(run_id, status_body)
+        .filter(|_| status_body["step_service"]["served_by"] == json!("nobody"))
+    {
+        notices.push(format!("run {run_id}: {service}"));
     }
     for i in status_body["interactions"].as_array().into_iter().flatten() {
         if i["status"] == "pending" || i["status"] == "validating" {

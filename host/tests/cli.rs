@@ -628,6 +628,7 @@ fn fake_wait_reply(body: &piw_core::protocol::RequestBody, status: &str) -> Valu
             events_dropped: 0,
             messages: Vec::new(),
             message_count: 0,
+            step_service: None,
         }),
         _ => Ok(serde_json::json!({ "subscription_id": "sub-1" })),
     };
@@ -835,7 +836,7 @@ fn run_status_says_why_a_run_could_not_load() {
     let run_id = json_of(&o)["run"]["run_id"].as_str().unwrap().to_owned();
     // The run id was said before the wait began.
     assert!(
-        String::from_utf8_lossy(&o.stderr).contains(&format!("started run {run_id}; waiting")),
+        String::from_utf8_lossy(&o.stderr).contains(&format!("started run {run_id} (short id ")),
         "{}",
         text(&o)
     );
@@ -2648,10 +2649,12 @@ fn every_command_takes_json_and_its_help_says_so() {
             help.contains("--json") && help.contains("Print the result as one JSON document"),
             "{args:?}: {help}"
         );
-        // Where a run id is taken, the help says a prefix does.
+        // Where a run id is taken, the help says a short id, a prefix and `last` do.
         if help.contains("<RUN_ID>") {
             assert!(
-                help.contains("a prefix of it that names one run"),
+                help.contains("its short id")
+                    && help.contains("a prefix of its id")
+                    && help.contains("`last`"),
                 "{args:?}: {help}"
             );
         }
@@ -2678,7 +2681,11 @@ fn every_command_takes_json_and_its_help_says_so() {
     let o = piw(&h.home, &["view", "--once", "--json"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(
-        json_of(&o)["frame"].as_str().unwrap().contains(&run_id),
+        // The run list shows its short id: the end of its id.
+        json_of(&o)["frame"]
+            .as_str()
+            .unwrap()
+            .contains(&run_id[run_id.len() - 6..]),
         "{}",
         text(&o)
     );
@@ -2829,13 +2836,35 @@ fn runs_filter_by_status_show_times_as_people_read_them_and_take_run_id_prefixes
         table.contains("STARTED") && table.contains("ENDED"),
         "{table}"
     );
-    let done_line = table.lines().find(|l| l.starts_with(&done)).unwrap();
+    // Each run by its short id: the end of its id.
+    let line_of = |id: &str| {
+        table
+            .lines()
+            .find(|l| {
+                l.split_whitespace()
+                    .next()
+                    .is_some_and(|w| w.len() >= 6 && id.ends_with(w))
+            })
+            .unwrap_or_else(|| panic!("{id}: {table}"))
+    };
+    let done_line = line_of(&done);
     assert_eq!(done_line.matches("10 min ago").count(), 2, "{table}");
-    let waiting_line = table.lines().find(|l| l.starts_with(&waiting)).unwrap();
+    let waiting_line = line_of(&waiting);
+    let waiting_short = waiting_line.split_whitespace().next().unwrap();
     assert_eq!(
         waiting_line.split_whitespace().collect::<Vec<_>>(),
         // Started without a session: detached.
-        [&waiting, "waiting", "detached", "10", "min", "ago", "-", "ask", "ask"],
+        [
+            waiting_short,
+            "waiting",
+            "detached",
+            "10",
+            "min",
+            "ago",
+            "-",
+            "ask",
+            "ask"
+        ],
         "{table}"
     );
     let runs = json_of(&piw(&h.home, &["runs", "--json", "--status", "completed"]));
@@ -3927,4 +3956,420 @@ fn output_into_a_closed_pipe_ends_quietly() {
         assert!(!stderr.contains("panicked"), "piw {args:?}: {stderr}");
         assert_eq!(o.status.code(), Some(code), "piw {args:?}: {stderr}");
     }
+}
+
+/// `piw` run in `dir` (its project directory, for `last`).
+fn piw_in(home: &Path, dir: &Path, args: &[&str]) -> Output {
+    common::piw_command()
+        .args(args)
+        .current_dir(dir)
+        .env("PIW_HOME", home)
+        .env("PIW_LOG", "warn")
+        .output()
+        .expect("run piw")
+}
+
+/// Each run has a short id (the shortest ending of its id unique in the installation, at
+/// least 6 hex digits): `run start` and `piw runs` show it, every command takes it, and so does
+/// the host's `run.list` (`run_id_prefix`), for clients without the database. `last` names the
+/// newest run started in the directory or a directory above it.
+#[test]
+fn short_ids_and_last_name_runs_in_every_command() {
+    let h = home();
+    let project = h.home.with_file_name("project");
+    std::fs::create_dir_all(project.join("src")).unwrap();
+    let file = hello_example(&h);
+    let start = |dir: &Path| {
+        let o = piw_in(
+            &h.home,
+            dir,
+            &["run", "start", file.to_str().unwrap(), "--json"],
+        );
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        let started = json_of(&o);
+        let (id, short) = (
+            started["run_id"].as_str().unwrap().to_owned(),
+            started["short_id"].as_str().unwrap().to_owned(),
+        );
+        assert!(
+            short.len() >= 6 && id.ends_with(&short) && short.len() < 12,
+            "{started}"
+        );
+        (id, short)
+    };
+    let (first, first_short) = start(&project);
+    let (second, second_short) = start(&project);
+    let elsewhere = h.home.with_file_name("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    // Every command takes a short id.
+    for (id, short) in [(&first, &first_short), (&second, &second_short)] {
+        let o = piw(&h.home, &["run", "wait", short, "--json"]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        assert_eq!(json_of(&o)["run"]["run_id"], id.as_str());
+        let o = piw(&h.home, &["logs", short, "--json"]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    }
+    // `piw runs` lists the short ids (and `--json` has them beside the ids).
+    let o = piw(&h.home, &["runs"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let listed = String::from_utf8_lossy(&o.stdout).into_owned();
+    let rows: Vec<&str> = listed.lines().skip(1).collect();
+    assert!(
+        rows[0].starts_with(&format!("{second_short} "))
+            && rows[1].starts_with(&format!("{first_short} ")),
+        "{listed}"
+    );
+    let o = piw(&h.home, &["runs", "--json"]);
+    assert_eq!(json_of(&o)["runs"][0]["short_id"], second_short.as_str());
+    // `last`: the newest run of this directory, from it or below it; none elsewhere.
+    for dir in [&project, &project.join("src")] {
+        let o = piw_in(&h.home, dir, &["run", "status", "last", "--json"]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        assert_eq!(json_of(&o)["run"]["run_id"], second.as_str());
+    }
+    let (third, _) = start(&elsewhere);
+    let o = piw_in(&h.home, &project, &["run", "status", "last", "--json"]);
+    assert_eq!(
+        json_of(&o)["run"]["run_id"],
+        second.as_str(),
+        "{}",
+        text(&o)
+    );
+    let o = piw_in(&h.home, &elsewhere, &["logs", "last", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = piw_in(&h.home, &elsewhere, &["run", "status", "last"]);
+    assert!(text(&o).contains(&third), "{}", text(&o));
+    let o = piw_in(&h.home, &h.home, &["run", "status", "last"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("no run was started in") && text(&o).contains("piw runs"),
+        "{}",
+        text(&o)
+    );
+    // The host resolves short ids too, for every client (the Pi extension's `/workflow`).
+    let paths = piw_core::paths::PiwPaths::for_home(h.home.clone());
+    let mut client = piw_core::client::BlockingClient::connect(&paths).unwrap();
+    for (given, expected) in [
+        (first_short.as_str(), vec![first.as_str()]),
+        (&first[..first.len() - 3], vec![first.as_str()]),
+        ("0123456789abcdef0123456789", vec![]),
+    ] {
+        let listed = client
+            .call(piw_core::protocol::RequestBody::RunList(
+                piw_core::protocol::payload::RunList {
+                    run_id_prefix: Some(given.to_owned()),
+                    ..Default::default()
+                },
+            ))
+            .unwrap();
+        let ids: Vec<&str> = listed.body["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["run_id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, expected, "{given}");
+    }
+}
+
+/// `piw runs` sizes each column to its widest cell: a long workflow name does not push the
+/// node out of its column, and ids are whole.
+#[test]
+fn runs_columns_are_as_wide_as_their_content() {
+    let h = home();
+    let long = h
+        .home
+        .with_file_name("a-workflow-with-a-long-name.workflow.json");
+    std::fs::copy(hello_example(&h), &long).unwrap();
+    for file in [&long, &hello_example(&h)] {
+        let o = piw(
+            &h.home,
+            &["run", "start", file.to_str().unwrap(), "--wait", "--json"],
+        );
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    }
+    let o = piw(&h.home, &["runs"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let listed = String::from_utf8_lossy(&o.stdout).into_owned();
+    let lines: Vec<&str> = listed.lines().collect();
+    let header = lines[0];
+    let column = |name: &str| header.find(name).unwrap();
+    assert_eq!(lines.len(), 3, "{listed}");
+    for row in &lines[1..] {
+        // Each value starts where its header does, after at least one space.
+        for (name, value) in [("WORKFLOW", None), ("NODE", Some("done"))] {
+            let at = column(name);
+            assert_eq!(&row[at - 1..at], " ", "{name} collides:\n{listed}");
+            if let Some(value) = value {
+                assert_eq!(&row[at..], value, "{name}:\n{listed}");
+            }
+        }
+    }
+    assert!(
+        listed.contains("a-workflow-with-a-long-name  done"),
+        "{listed}"
+    );
+}
+
+/// `--help` wraps at the terminal's width (100 columns without a terminal), every command's,
+/// and the main commands show examples; the man pages still generate, into a directory that
+/// `--dir` creates, and an I/O error names its path.
+#[test]
+fn help_fits_the_terminal_has_examples_and_man_creates_its_directory() {
+    let h = home();
+    let o = piw(&h.home, &["man", "--dir", "/dev/null"]);
+    let commands: Vec<Vec<&str>> = vec![
+        vec![],
+        vec!["host"],
+        vec!["host", "status"],
+        vec!["runs"],
+        vec!["runs", "prune"],
+        vec!["run"],
+        vec!["run", "start"],
+        vec!["run", "status"],
+        vec!["run", "answer"],
+        vec!["run", "submit"],
+        vec!["run", "wait"],
+        vec!["run", "retry"],
+        vec!["run", "resolve-effect"],
+        vec!["channel", "add"],
+        vec!["view"],
+        vec!["logs"],
+        vec!["state", "restore"],
+        vec!["completions"],
+        vec!["man"],
+    ];
+    for command in &commands {
+        let mut args = command.clone();
+        args.push("--help");
+        let o = piw(&h.home, &args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", text(&o));
+        let help = String::from_utf8_lossy(&o.stdout).into_owned();
+        for line in help.lines() {
+            assert!(
+                line.chars().count() <= 100,
+                "{args:?}: a line of {} characters: {line}",
+                line.chars().count()
+            );
+        }
+        let examples = [
+            &[][..],
+            &["runs"],
+            &["run", "start"],
+            &["run", "status"],
+            &["run", "wait"],
+            &["view"],
+            &["logs"],
+            &["completions"],
+            &["man"],
+        ];
+        if examples.contains(&command.as_slice()) {
+            assert!(help.contains("\nExamples:\n  piw "), "{args:?}: {help}");
+        }
+    }
+    // `/dev/null` is no directory: the error names it.
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("/dev/null"), "{}", text(&o));
+    let pages = h.home.with_file_name("share/man/man1");
+    let o = piw(&h.home, &["man", "--dir", pages.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    for name in ["piw.1", "piw-run-start.1", "piw-runs-prune.1"] {
+        assert!(pages.join(name).is_file(), "{name}");
+    }
+    let page = std::fs::read_to_string(pages.join("piw-run-start.1")).unwrap();
+    assert!(page.contains("Examples:"), "{page}");
+    assert!(!h.home.exists(), "man created an installation");
+}
+
+/// `piw run start <TAB>` completes the workflow names it resolves (the project's
+/// `.pi/workflows/`, `~/.pi/agent/workflows/`, the built-ins by id and as `builtin:<id>`) and
+/// workflow files, in bash (a real one), zsh and fish (their requests to `piw`, as their
+/// scripts send them).
+#[test]
+fn run_start_completes_workflow_names_and_files_in_every_shell() {
+    let h = home();
+    let root = h.home.parent().unwrap().to_path_buf();
+    let (project, user_home, shipped) = (
+        root.join("project"),
+        root.join("user"),
+        root.join("builtins"),
+    );
+    for file in [
+        project.join(".pi/workflows/review.workflow.mjs"),
+        project.join("flows/nightly-sweep.workflow.json"),
+        project.join("flows/notes.txt"),
+        user_home.join(".pi/agent/workflows/triage.workflow.ts"),
+        shipped.join("autoplan.workflow.mjs"),
+    ] {
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(&file, "{}").unwrap();
+    }
+    let bin = root.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_piw"), bin.join("piw")).unwrap();
+    let script = root.join("piw.bash");
+    std::fs::write(&script, &piw(&h.home, &["completions", "bash"]).stdout).unwrap();
+    let in_project = |cmd: &mut Command| {
+        cmd.current_dir(&project)
+            .env("PIW_HOME", &h.home)
+            .env("PIW_LOG", "warn")
+            .env("HOME", &user_home)
+            .env("PIW_BUILTINS_DIR", &shipped)
+            .env(
+                "PATH",
+                format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
+            );
+    };
+    let bash = |words: &str| -> Vec<String> {
+        let mut cmd = Command::new("bash");
+        cmd.arg("--norc")
+            .arg("-c")
+            .arg(format!(
+                r#"source "$1"; COMP_WORDS=({words}); COMP_CWORD=$(( ${{#COMP_WORDS[@]}} - 1 )); COMP_TYPE=9
+                   _clap_complete_piw piw "${{COMP_WORDS[COMP_CWORD]}}" "${{COMP_WORDS[COMP_CWORD-1]}}"
+                   printf '%s\n' "${{COMPREPLY[@]}}""#
+            ))
+            .arg("bash")
+            .arg(&script);
+        in_project(&mut cmd);
+        let o = cmd.output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    // (Nothing typed: the options follow.)
+    let offered: Vec<String> = bash("piw run start ''")
+        .into_iter()
+        .filter(|w| !w.starts_with("--"))
+        .collect();
+    assert_eq!(
+        offered,
+        ["autoplan", "builtin:autoplan", "review", "triage", "flows/",],
+    );
+    assert_eq!(bash("piw run start tr"), ["triage"]);
+    assert_eq!(bash("piw run start builtin"), ["builtin:autoplan"]);
+    assert_eq!(bash("piw run start fl"), ["flows/"]);
+    // Only workflow files of a folder, and only paths once a `/` is typed.
+    assert_eq!(
+        bash("piw run start flows/"),
+        ["flows/nightly-sweep.workflow.json"]
+    );
+    // zsh and fish ask `piw` the same way, with each candidate's help.
+    let ask = |shell: &str, typed: &str| -> String {
+        let mut cmd = Command::new(bin.join("piw"));
+        cmd.args(["--", "piw", "run", "start", typed])
+            .env("PIW_COMPLETE", shell)
+            .env("_CLAP_IFS", "\n")
+            .env("_CLAP_COMPLETE_INDEX", "3");
+        in_project(&mut cmd);
+        let o = cmd.output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let zsh = ask("zsh", "");
+    for line in [
+        "review:workflow in .pi/workflows/",
+        "triage:workflow in ~/.pi/agent/workflows/",
+        "builtin\\:autoplan:built-in workflow",
+        "flows/",
+    ] {
+        assert!(zsh.lines().any(|l| l == line), "{line}: {zsh}");
+    }
+    let fish = ask("fish", "re");
+    assert_eq!(fish.trim(), "review\tworkflow in .pi/workflows/", "{fish}");
+}
+
+/// A run parked on an agent step that nobody can serve says so, and how to serve it: a
+/// detached run (started from the shell) for which nothing names a Pi model, Pi's settings
+/// included, and an interactive run whose Pi session is not open. `run start --wait`, `run
+/// wait` and `run status` say it; `--json` has the host's `step_service`.
+#[test]
+fn a_step_nobody_can_serve_says_how_to_serve_it() {
+    let h = home();
+    // A home of its own: no Pi settings (so no default model), and no model from the
+    // environment.
+    let user_home = h.home.with_file_name("user");
+    std::fs::create_dir_all(&user_home).unwrap();
+    let piw_here = |args: &[&str]| {
+        common::piw_command()
+            .args(args)
+            .env("PIW_HOME", &h.home)
+            .env("PIW_LOG", "warn")
+            .env("HOME", &user_home)
+            .env("PI_CODING_AGENT_DIR", user_home.join(".pi/agent"))
+            .env_remove("PIW_DETACHED_PROVIDER")
+            .env_remove("PIW_DETACHED_MODEL")
+            .env_remove("PIW_DETACHED_BRIDGES")
+            .output()
+            .unwrap()
+    };
+    let file = workflow_file(
+        &h,
+        "ask",
+        &serde_json::json!({
+            "graph": {"name": "ask", "start": "ask",
+                      "nodes": {"ask": {"kind": "agent"}, "done": {"kind": "compute"}},
+                      "edges": [{"from": "ask", "to": "done"}]},
+            "behaviors": {"ask": {"interact": "agent", "validate": {"value": 42}}, "done": {}}
+        }),
+    );
+    let file = file.to_str().unwrap();
+    let o = piw_here(&["run", "start", file, "--wait", "--timeout", "20"]);
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+    let said = String::from_utf8_lossy(&o.stderr).into_owned();
+    for words in [
+        "nobody serves step int-",
+        "the run is detached",
+        "nothing names a Pi model",
+        "`/workflow <name>`",
+        "PIW_DETACHED_PROVIDER and PIW_DETACHED_MODEL",
+        "piw_detached",
+    ] {
+        assert!(said.contains(words), "{words}: {said}");
+    }
+    let o = piw_here(&["run", "status", "last", "--json"]);
+    let status = json_of(&o);
+    assert_eq!(status["step_service"]["served_by"], "nobody", "{status}");
+    assert_eq!(status["step_service"]["why"], "no_model", "{status}");
+    assert_eq!(
+        status["step_service"]["interaction_id"],
+        status["interactions"][0]["interaction_id"]
+    );
+    let o = piw_here(&["run", "status", "last"]);
+    assert!(
+        text(&o).contains("nobody serves step int-")
+            && text(&o).contains("nothing names a Pi model"),
+        "{}",
+        text(&o)
+    );
+    let o = piw_here(&["run", "wait", "last", "--timeout", "1"]);
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+    assert!(
+        text(&o).contains("nothing names a Pi model"),
+        "{}",
+        text(&o)
+    );
+
+    // An interactive run whose Pi session nobody has open.
+    let o = piw_here(&["run", "start", file, "--session", "s-gone", "--json"]);
+    let run_id = json_of(&o)["run_id"].as_str().unwrap().to_owned();
+    wait_status(&h.home, &run_id, &["waiting"]);
+    let o = piw_here(&["run", "wait", "last", "--timeout", "1"]);
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+    let said = text(&o);
+    assert!(
+        said.contains("Pi session s-gone is not open") && said.contains("piw run detach"),
+        "{said}"
+    );
+    let status = json_of(&piw_here(&["run", "status", "last", "--json"]));
+    assert_eq!(status["step_service"]["why"], "session_closed", "{status}");
+    // Once the step is answered nobody needs to serve it.
+    let o = piw_here(&["run", "submit", "last", r#"{"value": 42}"#]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let status = json_of(&piw_here(&["run", "wait", "last", "--json"]));
+    assert_eq!(status["run"]["status"], "completed", "{status}");
+    assert!(status.get("step_service").is_none(), "{status}");
 }

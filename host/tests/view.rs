@@ -263,13 +263,15 @@ fn the_viewer_follows_a_live_host_in_a_real_terminal() {
     // Newest first, the newest selected.
     tmux.wait_for("the run list, the gated run selected", |s| {
         s.contains("piw runs: 2 of 2")
-            && has_line(s, &[&gate, "> running"])
-            && has_line(s, &[&hello, "completed"])
+            && has_line(s, &[short(&gate), "> running"])
+            && has_line(s, &[short(&hello), "completed"])
     });
 
     // Down selects the older run; Enter opens it; the history steps back and forth.
     tmux.keys(&["Down"]);
-    tmux.wait_for("hello selected", |s| has_line(s, &[&hello, "> completed"]));
+    tmux.wait_for("hello selected", |s| {
+        has_line(s, &[short(&hello), "> completed"])
+    });
     tmux.keys(&["Enter"]);
     // The current node's box is in view (at 80x24 the panel scrolls to it).
     tmux.wait_for("the hello run, its last node in view", |s| {
@@ -297,7 +299,7 @@ fn the_viewer_follows_a_live_host_in_a_real_terminal() {
     // Back to the list, up to the gated run, open it: it waits at b.
     tmux.keys(&["Escape"]);
     tmux.wait_for("the run list again, hello selected", |s| {
-        s.contains("piw runs: 2 of 2") && has_line(s, &[&hello, "> completed"])
+        s.contains("piw runs: 2 of 2") && has_line(s, &[short(&hello), "> completed"])
     });
     tmux.keys(&["Up", "Enter"]);
     // Started without a session, it is detached: its header says so.
@@ -317,6 +319,12 @@ fn the_viewer_follows_a_live_host_in_a_real_terminal() {
     tmux.quit();
 }
 
+/// The short id the run list shows for `run_id`: its last 6 characters (no two runs of a
+/// test share them).
+fn short(run_id: &str) -> &str {
+    &run_id[run_id.len() - 6..]
+}
+
 #[test]
 fn viewing_a_stopped_installation_starts_no_host_and_leaves_the_database_as_it_was() {
     let inst = Installation::new();
@@ -326,7 +334,7 @@ fn viewing_a_stopped_installation_starts_no_host_and_leaves_the_database_as_it_w
 
     let once = stdout(&piw(&inst.home, &["view", "--once"]));
     assert!(
-        once.contains(&hello) && once.contains("completed"),
+        once.contains(short(&hello)) && once.contains("completed"),
         "{once}"
     );
     let once = stdout(&piw(&inst.home, &["view", "--once", &hello]));
@@ -357,7 +365,7 @@ fn viewing_a_stopped_installation_starts_no_host_and_leaves_the_database_as_it_w
         });
         tmux.keys(&["Left", "Down", "Escape"]);
         tmux.wait_for("the run list, the run selected", |s| {
-            s.contains("piw runs: 1 of 1") && has_line(s, &[&hello, "> completed"])
+            s.contains("piw runs: 1 of 1") && has_line(s, &[short(&hello), "> completed"])
         });
         tmux.quit();
     }

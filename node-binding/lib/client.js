@@ -201,7 +201,8 @@ export class Client {
   /**
    * Runs, newest first: one page (`limit`, default 100; fewer when their records do not fit
    * one reply). `cursor`: the `nextCursor` of an earlier `listRunsPage`, for the runs after it.
-   * `runIdPrefix`: only runs whose id begins with it (a shortened run id names the one it finds).
+   * `runIdPrefix`: only runs whose id begins with it, or, for lower-case hex digits (a short id,
+   * as `piw runs` shows it), ends with it (a shortened run id names the one it finds).
    */
   async listRuns(options = {}) {
     return (await this.listRunsPage(options)).runs;

@@ -209,6 +209,74 @@ pub fn needs_a_model(definition: &serde_json::Value) -> bool {
     }
 }
 
+/// Who serves `run`'s open interactive step now (`run.status`'s `step_service`), from what the
+/// host knows: the run's mode, whether its session is there, its bridge, the host's bridge
+/// settings and the run's Pi model. `None` when the run has no pending step, is paused (its
+/// steps wait for the resume) or has ended.
+pub fn step_service(
+    store: &dyn Storage,
+    state: &HostState,
+    run: &crate::store::RunRecord,
+    interactions: &[crate::store::InteractionRecord],
+) -> Option<crate::protocol::reply::StepService> {
+    use crate::store::{Holder, RunStatus};
+    if run.paused || run.status.is_terminal() || run.status == RunStatus::Review {
+        return None;
+    }
+    let step = interactions
+        .iter()
+        .find(|i| i.run_id == run.run_id && i.status == "pending")?;
+    let service = |served_by: &str, why: Option<&str>| crate::protocol::reply::StepService {
+        interaction_id: step.interaction_id.clone(),
+        served_by: served_by.to_owned(),
+        why: why.map(str::to_owned),
+        model: None,
+        detail: None,
+    };
+    if run.execution_mode != "detached" {
+        let present = run.origin_session.as_ref().is_some_and(|session| {
+            super::presence::is_present(state, &Holder::Session(session.clone()))
+        });
+        return Some(if present {
+            service("session", None)
+        } else {
+            service("nobody", Some("session_closed"))
+        });
+    }
+    let Some(settings) = state.child_config.bridges.as_ref() else {
+        return Some(service("nobody", Some("bridges_off")));
+    };
+    // The model the host read for the step, else read now as it will be.
+    let model = match state.bridges.models.get(&run.run_id) {
+        Some(model) => model.clone(),
+        None => store
+            .run_payload(&run.run_id)
+            .ok()
+            .and_then(|(input, definition, _)| pi_model(definition.as_ref(), &input, settings)),
+    };
+    let Some(model) = model else {
+        return Some(service("nobody", Some("no_model")));
+    };
+    let named = Some(format!("{}/{}", model.provider, model.model));
+    if state.bridges.live.contains_key(&run.run_id) {
+        return Some(crate::protocol::reply::StepService {
+            model: named,
+            ..service("bridge", None)
+        });
+    }
+    Some(match &settings.pi {
+        Err(why) => crate::protocol::reply::StepService {
+            model: named,
+            detail: Some(why.clone()),
+            ..service("nobody", Some("no_pi"))
+        },
+        Ok(_) => crate::protocol::reply::StepService {
+            model: named,
+            ..service("bridge_starting", None)
+        },
+    })
+}
+
 /// One bridge the host launched and has not seen exit.
 #[derive(Debug, Clone)]
 pub struct BridgeEntry {

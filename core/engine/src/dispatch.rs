@@ -278,7 +278,9 @@ pub fn apply_read(
     let limit = state.reply_limit;
     match &req.body {
         RequestBody::RunStatus(query) => {
-            let reply = run::status(store, req, limit, query)?;
+            let mut reply = run::status(store, req, limit, query)?;
+            reply.step_service =
+                super::bridges::step_service(store, state, &reply.run, &reply.interactions);
             receipt(Some(reply.run.revision), &reply)
         }
         RequestBody::RunList(list) => receipt(None, &run::list(store, limit, list)?),

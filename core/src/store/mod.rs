@@ -54,7 +54,7 @@ pub use updates::{
     MAX_UPDATE_KEYS,
 };
 pub use view::{
-    attempt_spans, AttemptDetail, AttemptRequest, AttemptSpan, EventCursor, EventPage,
+    attempt_spans, is_short_id, AttemptDetail, AttemptRequest, AttemptSpan, EventCursor, EventPage,
     NodeActivity, RunFilter, RunSummary,
 };
 

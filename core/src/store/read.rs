@@ -98,7 +98,8 @@ impl Store {
     /// (the [`RunListKey`] of the last run of the previous page). The order is by key, and a
     /// run's key never changes, so paging lists every run that existed when it began exactly
     /// once, whatever is inserted or changes status meanwhile. With `id_prefix`, only the runs
-    /// whose id begins with it (as [`Store::runs_with_id_prefix`] finds them).
+    /// it names as a person's shortened run id: a prefix, or a short id, the end of the id (as
+    /// [`Store::runs_named_by`] finds them).
     pub fn list_runs_after(
         &self,
         session: Option<&str>,
@@ -114,11 +115,16 @@ impl Store {
         });
         // A prefix is a range of the key (`substr`, not `LIKE`: `_` and `%` are ordinary
         // characters), in a statement of its own: `?7 IS NULL OR ...` would read every run.
-        let by_prefix = if id_prefix.is_some() {
-            "AND run_id >= ?7 AND run_id < ?7 || char(1114111)
+        // A short id is the end of the id, as `Store::runs_named_by` finds it.
+        let by_prefix = match id_prefix {
+            Some(given) if super::view::is_short_id(given) => {
+                "AND substr(run_id, -length(?7)) = ?7"
+            }
+            Some(_) => {
+                "AND run_id >= ?7 AND run_id < ?7 || char(1114111)
                AND substr(run_id, 1, length(?7)) = ?7"
-        } else {
-            "AND ?7 IS NULL"
+            }
+            None => "AND ?7 IS NULL",
         };
         let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT {RUN_COLUMNS} FROM runs WHERE (?1 IS NULL OR origin_session = ?1)

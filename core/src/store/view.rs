@@ -12,6 +12,15 @@ use crate::clock::UnixMillis;
 use crate::protocol::outcome_word;
 use piw_engine::store::records::*;
 
+/// Whether `given` is a run's short id (the end of its id: lower-case hex digits, which no
+/// beginning of a run id is, as every one begins `run-`), rather than a prefix.
+pub fn is_short_id(given: &str) -> bool {
+    !given.is_empty()
+        && given
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 /// Which runs a run list shows.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RunFilter {
@@ -310,27 +319,71 @@ impl Store {
         Ok((page, u64::try_from(total).unwrap_or(0)))
     }
 
-    /// The runs whose id begins with `prefix`, newest first, at most `limit`: how a person's
-    /// shortened run id is resolved (an exact id is one of them).
-    pub fn runs_with_id_prefix(&self, prefix: &str, limit: u32) -> StoreResult<Vec<RunSummary>> {
+    /// The runs a person's `given` run id names, newest first, at most `limit`: those whose id
+    /// begins with it, or, when it is a short id ([`is_short_id`]), those whose id ends with
+    /// it. An exact id is one of them.
+    pub fn runs_named_by(&self, given: &str, limit: u32) -> StoreResult<Vec<RunSummary>> {
         // `substr`, not `LIKE`: `_` and `%` in a prefix are ordinary characters. The range on
         // the key (every id starting with the prefix sorts from it to it followed by the
-        // highest character) makes it a search, not a scan of every run (40 ms of each `piw
-        // run` command at 100,000 runs).
-        let mut stmt = self.conn.prepare_cached(
+        // highest character) makes a prefix a search, not a scan of every run (40 ms of each
+        // `piw run` command at 100,000 runs). An ending has no such range: it is a scan of
+        // the key's index (about 25 ms at 100,000 runs), only for a short id.
+        let which = if is_short_id(given) {
+            "substr(run_id, -length(?1)) = ?1"
+        } else {
+            "run_id >= ?1 AND run_id < ?1 || char(1114111) AND substr(run_id, 1, length(?1)) = ?1"
+        };
+        let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT run_id, workflow_name, origin_session, status, paused, current_node, revision,
                     created_at, updated_at
-             FROM runs WHERE run_id >= ?1 AND run_id < ?1 || char(1114111)
-               AND substr(run_id, 1, length(?1)) = ?1
-             ORDER BY created_at DESC, run_id LIMIT ?2",
-        )?;
-        let rows = stmt.query_map(params![prefix, i64::from(limit)], summary_from_row)?;
+             FROM runs WHERE {which}
+             ORDER BY created_at DESC, run_id LIMIT ?2"
+        ))?;
+        let rows = stmt.query_map(params![given, i64::from(limit)], summary_from_row)?;
         rows.map(|row| {
             let (mut run, status) = row?;
             run.status = parse_status(&status)?;
             Ok(run)
         })
         .collect()
+    }
+
+    /// The ids of the runs whose last `len` characters are those of one of `ids`: every run
+    /// that could share more than `len` characters of ending with one of them (one scan of the
+    /// key's index, whatever the number of `ids`), for their short ids.
+    pub fn run_ids_ending_like(&self, ids: &[&str], len: usize) -> StoreResult<Vec<String>> {
+        let endings: Vec<&str> = ids
+            .iter()
+            .map(|id| &id[id.len().saturating_sub(len)..])
+            .collect();
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT run_id FROM runs
+             WHERE substr(run_id, -?2) IN (SELECT value FROM json_each(?1))",
+        )?;
+        let rows = stmt.query_map(
+            params![
+                Value::from(endings).to_string(),
+                i64::try_from(len).unwrap_or(i64::MAX)
+            ],
+            |r| r.get(0),
+        )?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The newest run started in `dir` or in a directory above it (its `project_dir`), as
+    /// `last` names it: a person in a project's subdirectory means the project's runs. A walk
+    /// of the runs newest first that stops at the first one.
+    pub fn newest_run_in(&self, dir: &str) -> StoreResult<Option<String>> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT run_id FROM runs
+                 WHERE project_dir = ?1
+                    OR substr(?1, 1, length(rtrim(project_dir, '/')) + 1) = rtrim(project_dir, '/') || '/'
+                 ORDER BY created_at DESC, run_id LIMIT 1",
+            )?
+            .query_row([dir], |r| r.get(0))
+            .optional()?)
     }
 
     /// The run's stored graph snapshot (`None` before its first activation records it).

@@ -21,7 +21,7 @@ const FOLLOW_POLL: Duration = Duration::from_millis(250);
 
 #[derive(clap::Args)]
 pub(crate) struct LogsArgs {
-    /// The run (its id, or a prefix of it that names one run).
+    /// The run: its id, short id, a prefix of its id, or `last`.
     pub(crate) run_id: String,
     /// Go on printing output and events as they come, until the run ends (with --json, one
     /// JSON document a line: `{"child"}`, `{"output"}`, `{"event"}`).

@@ -20,12 +20,9 @@ pub(crate) fn run(args: ManArgs) -> Result<(), CliError> {
     // Built, so that each command has its page name (`piw-run-start`).
     cmd.build();
     if let Some(dir) = args.dir {
-        fn write_pages(cmd: &clap::Command, dir: &std::path::Path) -> std::io::Result<()> {
-            for sub in cmd.get_subcommands().filter(|c| !c.is_hide_set()) {
-                write_pages(sub, dir)?;
-            }
-            page(cmd.clone()).generate_to(dir).map(drop)
-        }
+        // A directory for a `man` path need not exist yet (`piw man --dir ~/.local/share/man/man1`).
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| CliError::Runtime(format!("cannot create {}: {e}", dir.display())))?;
         write_pages(&cmd, &dir)?;
         crate::emit(&format!(
             "wrote the man pages of piw and its commands to {}\n",
@@ -44,8 +41,21 @@ pub(crate) fn run(args: ManArgs) -> Result<(), CliError> {
     }
     let mut out = Vec::new();
     page(cmd).render(&mut out)?;
-    std::io::Write::write_all(&mut std::io::stdout(), &out)?;
+    crate::emit(&String::from_utf8_lossy(&out));
     Ok(())
+}
+
+/// Writes the page of `cmd` and of each of its commands into `dir`; an error names the file.
+fn write_pages(cmd: &clap::Command, dir: &std::path::Path) -> Result<(), CliError> {
+    for sub in cmd.get_subcommands().filter(|c| !c.is_hide_set()) {
+        write_pages(sub, dir)?;
+    }
+    let man = page(cmd.clone());
+    let file = dir.join(man.get_filename());
+    let mut out = Vec::new();
+    man.render(&mut out)
+        .and_then(|()| std::fs::write(&file, out))
+        .map_err(|e| CliError::Runtime(format!("cannot write {}: {e}", file.display())))
 }
 
 /// One command's page, every one naming piw and its version (commands have no version of

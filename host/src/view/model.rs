@@ -26,17 +26,35 @@ pub struct RunsModel {
     /// Runs matching the filter in all (the list loads [`RUNS_PAGE`] at a time).
     pub total: u64,
     pub selected: usize,
+    /// The short id of each run listed (`crate::run_ids::short_ids`), by run id.
+    pub short_ids: std::collections::HashMap<String, String>,
 }
 
 impl RunsModel {
     pub fn load(store: &Store, filter: RunFilter) -> StoreResult<Self> {
         let (rows, total) = store.runs_page(&filter, None, RUNS_PAGE)?;
-        Ok(Self {
+        let mut model = Self {
             filter,
             rows,
             total,
             selected: 0,
-        })
+            short_ids: Default::default(),
+        };
+        model.read_short_ids(store)?;
+        Ok(model)
+    }
+
+    /// The short ids of the runs listed now.
+    fn read_short_ids(&mut self, store: &Store) -> StoreResult<()> {
+        let ids: Vec<&str> = self.rows.iter().map(|r| r.run_id.as_str()).collect();
+        let short = crate::run_ids::short_ids_in(store, &ids)?;
+        self.short_ids = ids.iter().map(|id| (*id).to_owned()).zip(short).collect();
+        Ok(())
+    }
+
+    /// The short id of `run_id` (the id whole when it was not read).
+    pub fn short_id<'a>(&'a self, run_id: &'a str) -> &'a str {
+        self.short_ids.get(run_id).map_or(run_id, String::as_str)
     }
 
     /// Reads the list again, keeping the selected run selected when it is still listed.
@@ -51,7 +69,7 @@ impl RunsModel {
             .and_then(|id| self.rows.iter().position(|r| r.run_id == id))
             .unwrap_or(self.selected)
             .min(self.rows.len().saturating_sub(1));
-        Ok(())
+        self.read_short_ids(store)
     }
 
     pub fn selected_run(&self) -> Option<&str> {
@@ -68,6 +86,7 @@ impl RunsModel {
             let (more, total) = store.runs_page(&self.filter, after.as_ref(), RUNS_PAGE)?;
             self.rows.extend(more);
             self.total = total;
+            self.read_short_ids(store)?;
         }
         self.selected = step(self.selected, delta, self.rows.len());
         Ok(())

@@ -107,8 +107,15 @@ fn draw_runs(frame: &mut Frame<'_>, area: Rect, runs: &RunsModel, theme: Theme, 
         Constraint::Fill(2),
         Constraint::Fill(2),
         Constraint::Length(4),
-        // Run ids are 32 characters: shown whole, so they can be copied.
-        Constraint::Length(32),
+        // Short ids (`piw runs` shows them too), whole, so they can be copied: any command
+        // takes one.
+        Constraint::Length(
+            runs.rows
+                .iter()
+                .map(|r| runs.short_id(&r.run_id).len())
+                .max()
+                .map_or(3, |w| u16::try_from(w).unwrap_or(u16::MAX).max(3)),
+        ),
     ];
     // The columns as the table lays them out (inside the border, after the `> ` of the
     // selection), so a cell too long for its column is cut with `…` rather than silently.
@@ -134,7 +141,7 @@ fn draw_runs(frame: &mut Frame<'_>, area: Rect, runs: &RunsModel, theme: Theme, 
             )),
             Cell::from(cut(3, r.current_node.clone().unwrap_or_else(|| "-".into()))),
             Cell::from(cut(4, short_duration(now - r.created_at))),
-            Cell::from(r.run_id.clone()),
+            Cell::from(runs.short_id(&r.run_id).to_owned()),
         ])
     });
     let table = Table::new(rows, widths)

@@ -270,6 +270,7 @@ pub(crate) fn status(
         events_dropped,
         messages,
         message_count,
+        step_service: None,
     })
 }
 

@@ -82,8 +82,10 @@ pub struct RunList {
     /// The runs after this place in the list: the `next_cursor` of the previous reply.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<RunListCursor>,
-    /// Only runs whose id begins with this text (a run id as a person shortens it; the exact
-    /// id is one of them): how a client without the database resolves a prefix.
+    /// Only the runs this text names as a person shortens a run id (the exact id is one of
+    /// them): a prefix of the id (`run-01a2`), or a short id, lower-case hex digits that end
+    /// it (`c4230d21`, as `piw runs` shows them): how a client without the database resolves
+    /// what a person typed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id_prefix: Option<String>,
 }

@@ -176,6 +176,34 @@ pub struct RunStatusReply {
     pub messages: Vec<MessageRecord>,
     /// How many workflow messages it has in all.
     pub message_count: u64,
+    /// Who serves its open interactive step now, as the host sees it; absent when it has
+    /// none (or is paused, or has ended).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_service: Option<StepService>,
+}
+
+/// Who serves a run's open interactive step (`agent`, `assistantMessage`) now: what a client
+/// tells a person whose run waits on such a step, so a run nobody can serve never just waits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepService {
+    /// The open step (`int-…`).
+    pub interaction_id: String,
+    /// `session`: its Pi session presents it now; `bridge`: a Pi the host started for it
+    /// serves it; `bridge_starting`: the host starts one (a model is named; it waits for a
+    /// child slot or Pi's start); `nobody`: nobody does until someone acts (`why`).
+    pub served_by: String,
+    /// Why nobody serves it: `session_closed` (an interactive run whose Pi session no client
+    /// follows now), `no_model` (a detached run for which nothing names a Pi model, Pi's
+    /// settings included), `bridges_off` (the host runs no Pi children:
+    /// `PIW_DETACHED_BRIDGES=off`), `no_pi` (no Pi to start: `detail` says why).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+    /// The Pi model serving it or to serve it, `provider/model`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// More about `why` (the host's own words, for `no_pi`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
 /// `run.list`: a page of runs.

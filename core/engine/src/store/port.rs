@@ -92,7 +92,8 @@ pub trait Storage {
     /// (the [`RunListKey`] of the last run of the previous page). The order is by key, and a
     /// run's key never changes, so paging lists every run that existed when it began exactly
     /// once, whatever is inserted or changes status meanwhile. With `id_prefix`, only the
-    /// runs whose id begins with it.
+    /// runs it names as a person shortens an id: those whose id begins with it, or, for a
+    /// short id (lower-case hex digits), ends with it.
     fn list_runs_after(
         &self,
         session: Option<&str>,

@@ -37,14 +37,18 @@ pub(crate) fn run(
         request = request.with_idempotency_key(key);
     }
     let r = client.send(request)?;
+    let run_id = reply::<replies::RunQueued>(&r)?.run_id;
+    // The short id, which every command takes for the run, beside the id.
+    let short_id = short_ids(paths, &[run_id.as_str()]).remove(0);
     if wait {
-        let run_id = reply::<replies::RunQueued>(&r)?.run_id;
         // The run id first (on stderr, so `--json` output stays one document): a wait
         // may be long, for example on a step that needs an answer.
         eprintln!(
-            "piw: started run {run_id}; waiting for it to finish (interrupting the wait leaves the run going)"
+            "piw: started run {run_id} (short id {short_id}); waiting for it to finish (interrupting the wait leaves the run going)"
         );
         return super::wait::run(paths, client, &run_id, timeout, json);
     }
-    print_receipt(&r.body, json)
+    let mut body = r.body;
+    body["short_id"] = json!(short_id);
+    print_receipt(&body, json)
 }

@@ -50,10 +50,19 @@ pub(crate) fn run(paths: &PiwPaths, args: RunsArgs, json: bool) -> Result<(), Cl
             );
         }
     }
+    let ids: Vec<&str> = runs.iter().map(|r| r.run_id.as_str()).collect();
+    let short_ids = short_ids(paths, &ids);
     let mut body = json!({ "runs": runs, "more": next_cursor.is_some(),
                            "next_cursor": next_cursor });
-    // The times as UTC text beside their Unix milliseconds: absolute, for scripts.
-    for run in body["runs"].as_array_mut().into_iter().flatten() {
+    // The times as UTC text beside their Unix milliseconds: absolute, for scripts; and each
+    // run's short id, which every command takes for it.
+    for (run, short_id) in body["runs"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+        .zip(&short_ids)
+    {
+        run["short_id"] = json!(short_id);
         for (ms, text) in [
             ("created_at", "started"),
             ("finished_at", "ended"),
@@ -68,27 +77,34 @@ pub(crate) fn run(paths: &PiwPaths, args: RunsArgs, json: bool) -> Result<(), Cl
             ms.and_then(|ms| u64::try_from(ms).ok())
                 .map_or("-".into(), |ms| human::ago(ms, now))
         };
-        let mut out = format!(
-            "{:<33} {:<11} {:<11} {:<14} {:<14} {:<9} NODE",
-            "RUN", "STATUS", "MODE", "STARTED", "ENDED", "WORKFLOW"
-        );
-        for run in &runs {
-            let node = run.current_node.as_deref().unwrap_or("-");
-            out.push_str(&format!(
-                "\n{:<33} {:<11} {:<11} {:<14} {:<14} {:<9} {}",
-                run.run_id,
-                run.status.as_str(),
-                run.execution_mode,
-                ago(Some(run.created_at)),
-                ago(run.finished_at),
-                run.workflow_name,
-                match human::coming(&Value::from(run.wake_at), now) {
-                    Some(wakes) => format!("{node} · wakes {wakes}"),
-                    None => node.to_owned(),
-                }
-            ));
-        }
-        out
+        let rows: Vec<Vec<String>> = runs
+            .iter()
+            .zip(&short_ids)
+            .map(|(run, short_id)| {
+                let node = run.current_node.as_deref().unwrap_or("-");
+                vec![
+                    short_id.clone(),
+                    run.status.as_str().to_owned(),
+                    run.execution_mode.to_string(),
+                    ago(Some(run.created_at)),
+                    ago(run.finished_at),
+                    run.workflow_name.clone(),
+                    match human::coming(&Value::from(run.wake_at), now) {
+                        Some(wakes) => format!("{node} · wakes {wakes}"),
+                        None => node.to_owned(),
+                    },
+                ]
+            })
+            .collect();
+        // On a narrow terminal the node gives way first, then the workflow's name.
+        crate::table::render(
+            &[
+                "RUN", "STATUS", "MODE", "STARTED", "ENDED", "WORKFLOW", "NODE",
+            ],
+            &rows,
+            &[6, 5],
+            crate::table::terminal_width(),
+        )
     });
     Ok(())
 }
