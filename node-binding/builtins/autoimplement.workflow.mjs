@@ -1,20 +1,20 @@
 // autoimplement: carries out a plan that was already chosen. Given only the task, the model
 // first finds that plan where the project keeps its plans (the input's `documents`, else its
-// docs); none found ends the run `blocked` before anything changes. The model implements it; the
-// workflow runs the project's own checks (a bounded command batch, one progress track in the
-// widget) and sends failures back for another round; the model then reviews the change, and
-// P0-P2 findings go back for another round until a review finds none (each finding keeps its
-// id across rounds, so a later review must say what became of it); then the change is
+// docs); none found ends the run `blocked` before anything changes, and a plan whose
+// documentation is missing or stale is documented first. The model implements it; the workflow
+// runs the project's own checks (a bounded command batch, one progress track in the widget) and
+// sends failures back for another round; an independent reviewer (a separate read-only Pi)
+// reviews the change, and P0/P1 findings go back for another round (P2 alone is addressed
+// once); work or findings that show the plan does not hold re-plan it through plan-change
+// (./autoimplement/review.mjs has these phases); then the change is
 // delivered (`./autoimplement/delivery.mjs`): committed in each repository it spans, pushed to
 // a branch of its own, one pull request each (opened once), its review comments sent back and
 // answered, its CI followed (a failure is another round), merged when asked at the head that
 // was checked, and reported on once. Every loop is bounded. A model that says it is blocked
-// is challenged once before the run ends `blocked`; a step that runs out of time is tried
-// again a bounded number of times.
+// is challenged three times before the run ends `blocked`; a step that runs out of time gets a
+// bounded fallback decision of where to go.
 // Exits: `completed` (what was done, checked, reviewed, committed, what CI said, the delivery) or
 // `blocked` (the stage, why, and the evidence).
-import { execFileSync } from 'node:child_process';
-import { statSync } from 'node:fs';
 import { isAbsolute, join, normalize, sep } from 'node:path';
 
 import { action, agent, compute, defineWorkflow, idempotentEffect, runCommandBatch } from '../index.js';
@@ -29,23 +29,29 @@ import {
   readDeliveryInput,
   workDir,
 } from './autoimplement/delivery.mjs';
-import { checkPlan, optionalText, planDigest, planSections, record, sectionsText, text, texts } from './plan.mjs';
+import {
+  authorityLines,
+  currentDigest,
+  currentPlan,
+  planSource,
+  readReviewInput,
+  reviewBlocked,
+  reviewEdges,
+  reviewIncludes,
+  reviewNodes,
+  reviewRoundsOf,
+} from './autoimplement/review.mjs';
+import { planDigest, planSections, record, sectionsText, text, texts } from './plan.mjs';
 
 /** Rounds of implementation after the first (failing checks, review findings, failing CI). */
 const DEFAULT_MAX_ROUNDS = 4;
-/** Reviews of one change before open findings end the run. */
+/** Reviews with P0/P1 findings before they end the run. */
 const DEFAULT_MAX_REVIEWS = 3;
-/** Retries of a step that ran out of time, over the whole run. */
-const MAX_TIMEOUT_RETRIES = 2;
-/** A claim of being blocked is challenged this many times; the next one ends the run. */
-const MAX_CHALLENGES = 1;
 const DEFAULT_CHECK_TIMEOUT_MS = 15 * 60_000;
 const DEFAULT_CI_TIMEOUT_MS = 30 * 60_000;
 /** What a receipt keeps of a command's output: its end, where test runners put the verdict. */
 const OUTPUT_TAIL_CHARS = 4_000;
 const CHECK_ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$/;
-const SEVERITIES = ['P0', 'P1', 'P2', 'P3'];
-const BLOCKING = new Set(['P0', 'P1', 'P2']);
 
 /** A path inside the project: relative, never out of it through `..`. */
 function projectPath(value, what) {
@@ -83,9 +89,11 @@ function bounded(value, fallback, what, min, max) {
 }
 
 /**
- * `{ task, plan?, planDigest?, documents?, checks?, maxRounds?, maxReviews?, concurrency?,
- * commit?, push?, ciTimeoutMs?, repository?, baseBranch?, merge? }`: without `plan`, the task
- * names the work whose plan the model finds (in `documents` when given).
+ * `{ task, plan?, planDigest?, documents?, checks?, maxRounds?, maxReviews?, commit?, push?,
+ * ciTimeoutMs? }`, the review and planning fields (`scope`, `constraints`, `approval`,
+ * `documentation`, `concurrency`: ./autoimplement/review.mjs) and the delivery's
+ * (`repository`, `baseBranch`, `merge`): without `plan`, the task names the work whose plan the
+ * model finds (in `documents` when given).
  */
 function readInput(raw) {
   const input = record(raw ?? {}, 'autoimplement input');
@@ -104,99 +112,31 @@ function readInput(raw) {
     ...(input.checks === undefined ? {} : { checks: checkList(input.checks, 'autoimplement input checks') }),
     maxRounds: bounded(input.maxRounds, DEFAULT_MAX_ROUNDS, 'maxRounds', 0, 20),
     maxReviews: bounded(input.maxReviews, DEFAULT_MAX_REVIEWS, 'maxReviews', 1, 10),
-    concurrency: bounded(input.concurrency, 1, 'concurrency', 1, 8),
     commit: input.commit !== false,
     push: input.push !== false,
     ciTimeoutMs,
-    scope: optionalText(input.scope, 'autoimplement input scope', 4_000),
+    ...readReviewInput(input),
     ...readDeliveryInput(input),
   };
 }
 
-/**
- * The plan the model found: `found` with the plan (a planning built-in's shape, or its text)
- * and the project files it came from, each there; or `none` with the reason.
- */
-function checkFoundPlan(value, { state }) {
-  const answer = record(value, 'the answer');
-  if (answer.route !== 'found' && answer.route !== 'none') throw new Error('route must be "found" or "none"');
-  const reason = text(answer.reason, 'reason', 4_000);
-  if (answer.route === 'none') return { route: 'none', reason };
-  const documents = texts(answer.documents, 'documents (the files the plan is written in)', { min: 1, max: 16, chars: 400 }).map((d, i) => {
-    const file = projectPath(d, `documents[${i}]`);
-    let isFile = false;
-    try {
-      isFile = statSync(join(state.projectDir, file)).isFile();
-    } catch {
-      // absent: said below
-    }
-    if (!isFile) throw new Error(`documents[${i}] ${JSON.stringify(file)} is no file in the project: name the files the plan is written in`);
-    return file;
-  });
-  let plan;
-  if (typeof answer.plan === 'string') plan = text(answer.plan, 'plan', 40_000);
-  else if (answer.plan !== null && typeof answer.plan === 'object' && !Array.isArray(answer.plan)) plan = checkPlan(answer.plan);
-  else throw new Error('plan must be { summary, steps: [{ title, detail, files? }], checks?, risks? } or the plan\'s text as written');
-  return { route: 'found', plan, planDigest: planDigest(plan), documents, reason };
-}
-
-/** The plan being carried out: the input's, or the one the model found. */
-const planOf = ({ input, outputs }) => (input.plan !== undefined ? input.plan : outputs.findPlan.plan);
-const digestOf = ({ input, outputs }) => input.planDigest ?? outputs.findPlan.planDigest;
-/** Where the plan came from, as the result says it. */
-const sourceOf = ({ input, outputs }) =>
-  input.plan !== undefined ? { from: 'input' } : { from: 'found', documents: outputs.findPlan.documents, reason: outputs.findPlan.reason };
+/** The plan being carried out, its digest and where it came from (the last re-plan's, the found one, the input's). */
+const planOf = currentPlan;
+const digestOf = currentDigest;
+const sourceOf = planSource;
 
 function checkImplementation(value, ctx) {
   const { state } = ctx;
   const answer = record(value, 'the answer');
-  if (answer.status !== 'done' && answer.status !== 'blocked') throw new Error('status must be "done" or "blocked"');
+  if (!['done', 'issue', 'blocked'].includes(answer.status)) throw new Error('status must be "done", "issue" or "blocked"');
   const summary = text(answer.summary, 'summary', 4_000);
-  if (answer.status === 'blocked') return { status: 'blocked', summary, blocker: text(answer.blocker, 'blocker (what stops the work now)', 4_000), round: state.visit };
-  return { status: 'done', summary, files: texts(answer.files, 'files', { max: 200, chars: 400 }), round: state.visit, ...checkDeliveryAnswer(answer, ctx) };
-}
-
-function checkChallenge(value) {
-  const answer = record(value, 'the answer');
-  if (answer.route !== 'continue' && answer.route !== 'blocked') throw new Error('route must be "continue" or "blocked"');
-  const reason = text(answer.reason, 'reason', 2_000);
-  const tried = texts(answer.tried, 'tried (what you checked before concluding)', { max: 8, chars: 500 });
-  if (answer.route === 'continue') return { route: 'continue', reason, tried, nextAction: text(answer.nextAction, 'nextAction (what you will do now)', 2_000) };
-  if (tried.length === 0) throw new Error('a confirmed blocker needs tried: the ways around it you checked');
-  return { route: 'blocked', reason, tried };
-}
-
-/** The findings a review left open that block: P0 to P2. */
-const openFindings = (review) => (review?.findings ?? []).filter((f) => BLOCKING.has(f.severity));
-
-/**
- * A review: every finding with an id, a severity, what and where; each blocking finding the
- * last review left open is either still listed (same id) or named in `resolved`.
- */
-function checkReview(value, { outputs, state }) {
-  const answer = record(value, 'the review');
-  if (!Array.isArray(answer.findings) || answer.findings.length > 50) throw new Error('findings must be an array of at most 50 findings (empty when there are none)');
-  const seen = new Set();
-  const findings = answer.findings.map((f, i) => {
-    const finding = record(f, `findings[${i}]`);
-    const id = text(finding.id, `findings[${i}].id`, 40);
-    if (seen.has(id)) throw new Error(`finding id ${JSON.stringify(id)} is used twice`);
-    seen.add(id);
-    if (!SEVERITIES.includes(finding.severity)) throw new Error(`findings[${i}].severity must be one of ${SEVERITIES.join(', ')}`);
-    return {
-      id,
-      severity: finding.severity,
-      title: text(finding.title, `findings[${i}].title`, 200),
-      detail: text(finding.detail, `findings[${i}].detail`, 4_000),
-      ...(finding.file === undefined ? {} : { file: text(finding.file, `findings[${i}].file`, 400) }),
-    };
-  });
-  const resolved = texts(answer.resolved, 'resolved', { max: 50, chars: 40 });
-  const unaccounted = openFindings(outputs.review).filter((f) => !seen.has(f.id) && !resolved.includes(f.id));
-  if (unaccounted.length) {
-    throw new Error(`say what became of the open findings ${unaccounted.map((f) => f.id).join(', ')}: list each again (still open) or name it in resolved`);
+  const planned = currentDigest(ctx);
+  if (answer.status === 'issue') {
+    if (answer.issueKind !== 'design' && answer.issueKind !== 'implementation') throw new Error('an issue needs issueKind: "design" (the plan does not hold) or "implementation" (a local problem)');
+    return { status: 'issue', summary, issueKind: answer.issueKind, evidence: text(answer.evidence, 'evidence (what shows it)', 4_000), files: texts(answer.files, 'files', { max: 200, chars: 400 }), round: state.visit, planDigest: planned };
   }
-  return { round: state.visit, findings, resolved, blocking: findings.filter((f) => BLOCKING.has(f.severity)).length };
+  if (answer.status === 'blocked') return { status: 'blocked', summary, blocker: text(answer.blocker, 'blocker (what stops the work now)', 4_000), round: state.visit, planDigest: planned };
+  return { status: 'done', summary, files: texts(answer.files, 'files', { max: 200, chars: 400 }), round: state.visit, planDigest: planned, ...checkDeliveryAnswer(answer, ctx) };
 }
 
 function checkChecks(value) {
@@ -204,25 +144,7 @@ function checkChecks(value) {
 }
 
 const checksOf = ({ input, outputs }) => input.checks ?? outputs.chooseChecks.checks;
-/** The most of the diff a review request carries (requests are at most 240 KiB). */
-const MAX_DIFF_BYTES = 100_000;
 
-/** `git <args>` in `cwd`: its output, or an error with the command and git's own words. */
-function git(cwd, args) {
-  try {
-    return execFileSync('git', args, { cwd, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], maxBuffer: 64 * 1024 * 1024 });
-  } catch (e) {
-    const why = String(e.stderr || e.message).trim().slice(0, 1_000);
-    throw new Error(`git ${args.join(' ')} failed in ${cwd} (autoimplement works in a git repository): ${why}`);
-  }
-}
-
-/** At most `max` bytes of `s` (cut at a character), saying so when cut. */
-function clip(s, max) {
-  const bytes = Buffer.from(s, 'utf8');
-  if (bytes.length <= max) return s;
-  return `${bytes.subarray(0, max).toString('utf8').replace(/\uFFFD$/, '')}\n… (cut at ${max} bytes of ${bytes.length}: read the rest with git diff HEAD)`;
-}
 const tail = (s) => (s.length > OUTPUT_TAIL_CHARS ? `…${s.slice(-OUTPUT_TAIL_CHARS)}` : s);
 
 /** Publishes one progress track's state; a run stopped meanwhile is not an error. */
@@ -263,13 +185,16 @@ function openWork(ctx) {
       lines.push(`- ${item.id} (${item.outcome}, exit ${item.exitCode}):\n${[item.stderr, item.stdout].filter(Boolean).join('\n').slice(-2_000)}`);
     }
   }
-  const findings = openFindings(outputs.review);
-  if (findings.length) {
-    lines.push('The review found (address every one; the next review checks each by its id):');
-    for (const f of findings) lines.push(`- ${f.id} [${f.severity}] ${f.title}: ${f.detail}${f.file ? ` (${f.file})` : ''}`);
+  if (outputs.triageReview?.route === 'fix' && outputs.triageReview.implementRound === outputs.implement?.round) {
+    lines.push('The independent review found (fix every one; the next review checks them):');
+    for (const f of [...outputs.review.p0, ...outputs.review.p1]) lines.push(`- [${f.severity}] ${f.summary}${f.file ? ` (${f.file})` : ''}`);
+  }
+  if (outputs.implement?.status === 'issue') lines.push(`You reported a local problem: ${outputs.implement.summary} (${outputs.implement.evidence})`);
+  if (outputs.adoptPlan && outputs.implement && outputs.implement.planDigest !== outputs.adoptPlan.planDigest) {
+    lines.push(`The plan was changed (revision ${outputs.adoptPlan.revision}) because of: ${JSON.stringify(outputs.replanGuard.evidence)}\nCarry out the plan above from what is already in the working tree.`);
   }
   lines.push(...deliveryWork(ctx));
-  if (outputs.challenge?.route === 'continue') lines.push(`You decided to go on despite a blocker: ${outputs.challenge.nextAction}`);
+  if (outputs.challengeBlocker?.route === 'continue' && outputs.implement?.status === 'blocked') lines.push(`You decided to go on despite a blocker: ${outputs.challengeBlocker.nextAction}`);
   if (results.implement?.outcome === 'timed_out') lines.push('Your last attempt ran out of time: carry on from what is already in the working tree.');
   return lines;
 }
@@ -278,35 +203,15 @@ export default defineWorkflow({
   name: 'autoimplement',
   title: ({ input }) => `autoimplement: ${input.task.slice(0, 60)}`,
   input: readInput,
-  startAt: 'start',
+  startAt: 'prepare',
   maxSteps: 300,
+  includes: reviewIncludes,
   exits: { completed: { from: 'finalize' }, blocked: { from: 'blocked' } },
   nodes: {
-    start: compute({ run: ({ input }) => ({ route: input.plan !== undefined ? 'given' : 'find' }) }),
-    findPlan: agent({
-      statusDetail: 'finding the chosen plan',
-      timeoutMs: 30 * 60_000,
-      prompt: ({ input }) =>
-        [
-          `Task: ${input.task}`,
-          '',
-          'A plan for this task was already chosen and written down; find it. Do not devise, improve or',
-          'implement a plan, and change nothing.',
-          input.documents.length
-            ? `Look in the documents the person points at: ${input.documents.join(', ')}.`
-            : 'Look where the project keeps its plans and design decisions (its docs folder, a plans directory,\nan architecture or design file; follow the project\'s own guidance such as AGENTS.md or CONTRIBUTING).',
-          '- route "found": the plan (as { summary, steps: [{ title, detail, files? }], checks?, risks? },',
-          '  or its text as written), the files it is written in (relative to the project root) and why it is this task\'s plan.',
-          '- route "none": no plan for this task is written down, or none clearly is the chosen one; say why.',
-        ].join('\n'),
-      expectedOutput:
-        '{ "route": "found" | "none", "plan"?: { "summary": string, "steps": [{ "title": string, "detail": string, "files"?: [string] }], "checks"?: [string], "risks"?: [string] } | string, "documents"?: [string], "reason": string }',
-      validate: checkFoundPlan,
-    }),
-    afterFind: compute({ run: ({ outputs }) => ({ route: outputs.findPlan.route }) }),
+    ...reviewNodes(),
     implement: agent({
       statusDetail: 'implementing the plan',
-      timeoutMs: 2 * 60 * 60_000,
+      timeoutMs: 8 * 60 * 60_000,
       prompt: (ctx) => {
         const { input, state } = ctx;
         const open = openWork(ctx);
@@ -314,7 +219,7 @@ export default defineWorkflow({
           `Task: ${input.task}`,
           `The plan to carry out (${digestOf(ctx)}):`,
           sectionsText(planSections(planOf(ctx)), 3),
-          input.scope ? `Scope: ${input.scope}` : null,
+          ...authorityLines(input),
           ...deliveryPromptLines(ctx),
           '',
           state.visit === 1 && open.length === 0
@@ -322,19 +227,16 @@ export default defineWorkflow({
             : `Round ${state.visit}: the work is not done yet.\n${open.join('\n')}`,
           'Do not commit or push: the workflow runs the project\'s checks, has the change reviewed and commits it.',
           'Answer status "done" with a summary (its first line becomes the commit subject) and the files you changed;',
+          'or status "issue" with issueKind "design" and the evidence when what you found shows the plan itself does not hold',
+          '(the plan is then changed), or issueKind "implementation" for a local problem you will fix next round;',
           'or status "blocked" with the blocker, only when something outside your reach stops the work now.',
         ]
           .filter((l) => l !== null)
           .join('\n');
       },
       expectedOutput:
-        '{ "status": "done" | "blocked", "summary": string, "files"?: [string], "repositories"?: [string], "replies"?: [{ "id": string, "reply": string }], "blocker"?: string }',
+        '{ "status": "done" | "issue" | "blocked", "summary": string, "files"?: [string], "repositories"?: [string], "replies"?: [{ "id": string, "reply": string }], "issueKind"?: "design" | "implementation", "evidence"?: string, "blocker"?: string }',
       validate: checkImplementation,
-    }),
-    afterImplement: compute({
-      run: ({ input, outputs }) => ({
-        route: outputs.implement.status === 'blocked' ? 'blocked' : input.checks || outputs.chooseChecks ? 'verify' : 'choose',
-      }),
     }),
     chooseChecks: agent({
       statusDetail: 'finding the project\'s checks',
@@ -363,112 +265,26 @@ export default defineWorkflow({
           timeoutMs: c.timeoutMs,
           maxOutputChars: 200_000,
         }));
-        const ran = await batch(ctx, 'checks', 'project checks', items, ctx.input.concurrency);
+        const ran = await batch(ctx, 'checks', 'project checks', items, ctx.input.concurrency.verification);
         return { passed: ran.every((i) => i.outcome === 'succeeded'), items: ran };
       },
     }),
-    afterVerify: compute({ run: ({ outputs }) => ({ route: outputs.verify.passed ? 'review' : 'rework' }) }),
     // Counts the rounds of rework asked for: one more than allowed ends the run.
     rework: compute({
       run: ({ input, state }) => ({ reworks: state.visit, route: state.visit > input.maxRounds ? 'exhausted' : 'again' }),
     }),
-    // The change as the reviewer sees it: reading the working tree is no side effect.
-    change: compute({
-      run: (ctx) => {
-        const dir = workDir(ctx);
-        return {
-          stat: git(dir, ['diff', 'HEAD', '--stat']).trim(),
-          diff: clip(git(dir, ['diff', 'HEAD']), MAX_DIFF_BYTES),
-          added: git(dir, ['ls-files', '--others', '--exclude-standard']).split('\n').filter(Boolean).slice(0, 200),
-        };
-      },
-    }),
-    review: agent({
-      statusDetail: 'reviewing the change',
-      timeoutMs: 60 * 60_000,
-      prompt: (ctx) => {
-        const { input, outputs, state } = ctx;
-        const open = openFindings(outputs.review);
-        return [
-          `Task: ${input.task}`,
-          `The plan (${digestOf(ctx)}):`,
-          sectionsText(planSections(planOf(ctx)), 3),
-          '',
-          `Review ${state.visit} of the change in the working tree (uncommitted; the project's checks pass):`,
-          outputs.change.stat || '(no tracked file changed)',
-          outputs.change.added.length ? `New files (read them): ${outputs.change.added.join(', ')}` : null,
-          '```diff',
-          outputs.change.diff,
-          '```',
-          '',
-          'Review it as a strict senior engineer: does it do what the plan says, is it correct, safe, tested,',
-          'and does it fit the project? Report each problem as a finding with a short unique id, a severity',
-          '(P0 broken or unsafe, P1 wrong or missing behaviour, P2 should be fixed before merging, P3 a nit),',
-          'a title, the detail and the file. Do not change anything; the findings go back to the implementation.',
-          open.length
-            ? `The last review left these open; list each again with the same id if it still holds, or name it in "resolved":\n${open
-                .map((f) => `- ${f.id} [${f.severity}] ${f.title}: ${f.detail}`)
-                .join('\n')}`
-            : null,
-        ]
-          .filter((l) => l !== null)
-          .join('\n');
-      },
-      expectedOutput: '{ "findings": [{ "id": string, "severity": "P0" | "P1" | "P2" | "P3", "title": string, "detail": string, "file"?: string }], "resolved"?: [string] }',
-      validate: checkReview,
-    }),
-    // Counts the reviews that found blocking problems: one more than allowed ends the run.
-    triage: compute({
-      run: ({ input, outputs, state }) => {
-        if (outputs.review.blocking === 0) return { route: 'clean' };
-        return { route: state.visit >= input.maxReviews ? 'exhausted' : 'rework', reviews: state.visit };
-      },
-    }),
     ...deliveryNodes({ planOf, digestOf }),
     ...deliveryRoutes,
-    // Counts a claimed blocker: the first is challenged, the next ends the run.
-    challengeGate: compute({ run: ({ state }) => ({ route: state.visit > MAX_CHALLENGES ? 'blocked' : 'challenge' }) }),
-    challenge: agent({
-      statusDetail: 'challenging a blocker',
-      prompt: ({ input, outputs }) =>
-        [
-          `Task: ${input.task}`,
-          `You said the work is blocked: ${outputs.implement.blocker}`,
-          '',
-          'Before the run stops, look at that claim once more. It is blocked only if the problem stops the',
-          'work now, is outside what you may change or decide, and no practical way around it exists',
-          '(a different approach within the plan, a reasonable default, a smaller first step).',
-          'Answer route "continue" with the next action you will take, or route "blocked" with what you tried.',
-        ].join('\n'),
-      expectedOutput: '{ "route": "continue" | "blocked", "reason": string, "tried": [string], "nextAction"?: string }',
-      validate: checkChallenge,
-    }),
-    afterChallenge: compute({ run: ({ outputs }) => ({ route: outputs.challenge.route }) }),
-    // Counts the steps that ran out of time; the one that did is tried again while some are left.
-    timedOut: compute({
-      run: ({ results, state }) => {
-        const node = ['findPlan', 'implement', 'chooseChecks', 'review', 'challenge', 'verify', 'watchCi'].find((n) => results[n]?.outcome === 'timed_out');
-        return { node, timeouts: state.visit, route: state.visit > MAX_TIMEOUT_RETRIES ? 'blocked' : node };
-      },
-    }),
     blocked: compute({
       run: (ctx) => {
-        const { input, outputs, results } = ctx;
-        if (outputs.findPlan?.route === 'none') return { status: 'blocked', task: input.task, stage: 'plan', reason: outputs.findPlan.reason, evidence: null };
+        const { input, outputs } = ctx;
         const found = input.plan !== undefined || outputs.findPlan?.route === 'found';
         const base = { status: 'blocked', task: input.task, ...(found ? { planDigest: digestOf(ctx), planSource: sourceOf(ctx) } : {}) };
-        if (outputs.timedOut?.route === 'blocked') {
-          return { ...base, stage: 'timeout', reason: `${outputs.timedOut.node} ran out of time ${MAX_TIMEOUT_RETRIES + 1} times`, evidence: results[outputs.timedOut.node]?.error ?? null };
-        }
-        if (outputs.implement?.status === 'blocked') {
-          return { ...base, stage: 'implement', reason: outputs.implement.blocker, evidence: outputs.challenge ?? null };
-        }
+        const stopped = reviewBlocked(ctx);
+        if (stopped) return { ...base, ...stopped };
         if (outputs.rework?.route === 'exhausted') {
           const failing = outputs.verify && !outputs.verify.passed ? outputs.verify.items.filter((i) => i.outcome !== 'succeeded').map((i) => i.id) : [];
           return { ...base, stage: 'rework', reason: `still not done after ${input.maxRounds} rounds of rework`, evidence: { failingChecks: failing, ci: outputs.watchCi ?? null } };
-        }
-        if (outputs.triage?.route === 'exhausted') {
-          return { ...base, stage: 'review', reason: `${outputs.review.blocking} P0-P2 findings still open after ${input.maxReviews} reviews`, evidence: openFindings(outputs.review) };
         }
         return { ...base, ...outputs.deliveryStop, commit: outputs.commit };
       },
@@ -481,40 +297,25 @@ export default defineWorkflow({
           task: input.task,
           planDigest: digestOf(ctx),
           planSource: sourceOf(ctx),
+          plan: planOf(ctx),
+          implementation: outputs.implement,
+          verification: { passed: outputs.verify.passed, checks: outputs.verify.items.map((i) => ({ id: i.id, outcome: i.outcome, exitCode: i.exitCode })) },
+          reviewRounds: reviewRoundsOf(outputs.triageReview.rounds),
+          ...(outputs.addressP2 && outputs.triageReview.route === 'p2' ? { p2: { addressed: outputs.addressP2.addressed, skipped: outputs.addressP2.skipped } } : {}),
           summary: outputs.implement.summary,
           files: outputs.implement.files,
           rounds: outputs.implement.round,
           checks: outputs.verify.items.map((i) => ({ id: i.id, outcome: i.outcome })),
           reviews: outputs.review.round,
-          findings: outputs.review.findings,
           ...deliveryResult(ctx),
         };
       },
     }),
   },
   edges: [
-    { from: 'start', switch: { on: '$.route', cases: { given: 'implement', find: 'findPlan' } } },
-    { from: 'findPlan', switch: { on: '$result.outcome', cases: { ok: 'afterFind', timed_out: 'timedOut' } } },
-    { from: 'afterFind', switch: { on: '$.route', cases: { found: 'implement', none: 'blocked' } } },
-    { from: 'implement', switch: { on: '$result.outcome', cases: { ok: 'afterImplement', timed_out: 'timedOut' } } },
-    { from: 'afterImplement', switch: { on: '$.route', cases: { verify: 'verify', choose: 'chooseChecks', blocked: 'challengeGate' } } },
+    ...reviewEdges(),
     { from: 'chooseChecks', switch: { on: '$result.outcome', cases: { ok: 'verify', timed_out: 'timedOut' } } },
-    { from: 'verify', switch: { on: '$result.outcome', cases: { ok: 'afterVerify', timed_out: 'timedOut' } } },
-    { from: 'afterVerify', switch: { on: '$.route', cases: { review: 'change', rework: 'rework' } } },
     { from: 'rework', switch: { on: '$.route', cases: { again: 'implement', exhausted: 'blocked' } } },
-    { from: 'change', to: 'review' },
-    { from: 'review', switch: { on: '$result.outcome', cases: { ok: 'triage', timed_out: 'timedOut' } } },
-    { from: 'triage', switch: { on: '$.route', cases: { clean: 'commit', rework: 'rework', exhausted: 'blocked' } } },
-    { from: 'challengeGate', switch: { on: '$.route', cases: { challenge: 'challenge', blocked: 'blocked' } } },
-    { from: 'challenge', switch: { on: '$result.outcome', cases: { ok: 'afterChallenge', timed_out: 'timedOut' } } },
-    { from: 'afterChallenge', switch: { on: '$.route', cases: { continue: 'implement', blocked: 'blocked' } } },
     ...deliveryEdges,
-    {
-      from: 'timedOut',
-      switch: {
-        on: '$.route',
-        cases: { findPlan: 'findPlan', implement: 'implement', chooseChecks: 'chooseChecks', review: 'review', challenge: 'challenge', verify: 'verify', watchCi: 'watchCi', blocked: 'blocked' },
-      },
-    },
   ],
 });

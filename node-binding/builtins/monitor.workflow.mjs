@@ -362,6 +362,8 @@ export default defineWorkflow({
           task: outputs.plan.output.task,
           plan: outputs.plan.output.plan,
           planDigest: outputs.plan.output.planDigest,
+          // plan-change documented it: autoimplement does not document it again.
+          documentation: { status: 'current', planDigest: outputs.plan.output.planDigest, documents: outputs.plan.output.documents },
           ...(scope ? { scope } : {}),
           ...(repair.baseBranch === undefined ? {} : { baseBranch: repair.baseBranch }),
           ...(repair.merge === undefined ? {} : { merge: repair.merge }),

@@ -1,10 +1,13 @@
-// The autoimplement built-in through the client, on a fixture git repository: a host killed
-// while the run waits for its review and another killed just after the commit, before its
-// receipt is kept (the run resumes from its durable boundary: nothing is implemented, checked
-// or committed twice); and the timeout route on the host's test clock (a step that runs out of
-// time is asked again, a bounded number of times, then the run ends blocked). `gh` is not on
-// the PATH here: CI is skipped, and the result says why. Without a plan in the input: the
-// model's answer of where the plan is written is checked before the run carries it out.
+// The autoimplement built-in through the client, on a fixture git repository, with a stand-in
+// for Pi as its independent reviewer (`PIW_PI`: a script that logs what it was started with and
+// answers as the test says): a P2-only review addressed once and checked without another
+// review, then a host killed after those checks ran, before their receipt (the run resumes:
+// nothing is implemented, checked or committed twice); P1 findings back to fixing; a reviewer
+// that dies, retried then blocking; the timeout fallback on the host's test clock (a step that
+// runs out of time gets a bounded decision of where to go); a re-plan through plan-change when
+// the work shows the plan does not hold; a found plan documented through autodoc; the input
+// fields of the review and planning half. `gh` is not on the PATH in these: CI is skipped, and
+// the result says why.
 // Delivery, with a fake `gh` on the PATH whose every call is logged: a pull request opened once
 // although the host died between its creation and the receipt; its review comments sent back and
 // answered once; a failing check sent back; no merge unless asked; a host killed between the
@@ -15,13 +18,17 @@ import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync 
 import { join } from 'node:path';
 import { before, test } from 'node:test';
 
+import { readReviewInput, REVIEWER_SYSTEM_PROMPT, reviewerModel } from '../builtins/autoimplement/review.mjs';
 import { planDigest } from '../builtins/plan.mjs';
 import { BUILTINS_DIR } from '../lib/workflow-names.js';
 import { Client } from '../index.js';
-import { CHECKS, FIX, fixtureRepo, ghLog, gitIn, PLAN, PLAN_DOC, toolsPath } from './fixture-repo.mjs';
+import { CHECKS, fakeReviewer, FIX, fixtureRepo, ghLog, gitIn, PLAN, PLAN_DOC, toolsPath } from './fixture-repo.mjs';
 import { alive, hostBin, killInstallation, tempDir } from './helpers.mjs';
 
 const WORKFLOW = join(BUILTINS_DIR, 'autoimplement.workflow.mjs');
+/** The plan given, said to be documented already (no autodoc step). */
+const DOCUMENTED = { status: 'current', planDigest: planDigest(PLAN), documents: [PLAN_DOC] };
+const CLEAN = { review: { p0: [], p1: [], p2: [], lower: [], reason: 'does what the plan says' } };
 
 // The fixture's check is `node --test`: under this test runner's variable it would report to a
 // parent that is not there and exit 0 whatever its tests say. The hosts inherit this process's
@@ -30,14 +37,40 @@ before(() => {
   delete process.env.NODE_TEST_CONTEXT;
 });
 
-/** A fixture project, a PIW_HOME and the host environment (PATH: git and node only). */
+/**
+ * A fixture project, a PIW_HOME, the reviewer stand-in and the host environment (PATH: git and
+ * node only; Pi's default model in its settings, as the reviewer finds it).
+ */
 function setup() {
   const dir = tempDir('piw-autoimpl-');
   const projectDir = join(dir, 'project');
   mkdirSync(projectDir);
   const first = fixtureRepo(projectDir);
-  const env = { HOME: dir, PIW_KILL_GRACE_MS: '300', PATH: toolsPath(dir) };
-  return { dir, home: join(dir, 'home'), projectDir, first, env };
+  const agentDir = join(dir, 'agent');
+  mkdirSync(agentDir);
+  writeFileSync(join(agentDir, 'settings.json'), JSON.stringify({ defaultProvider: 'mock', defaultModel: 'mock-model' }));
+  const reviewer = fakeReviewer(dir);
+  const env = { HOME: dir, PIW_KILL_GRACE_MS: '300', PATH: toolsPath(dir), PIW_PI: reviewer.file, PI_CODING_AGENT_DIR: agentDir };
+  return { dir, home: join(dir, 'home'), projectDir, first, env, reviewer };
+}
+
+/** Answers the steps of run `runId` one by one: `answer(node, output)` -> `{ ask, verdict }`. */
+function answerer(c, runId, sessionId) {
+  return async (node, output) => {
+    await c.waitForRun(runId, { untilParked: true, timeoutMs: 30_000 });
+    const ask = await pending(c, sessionId, node);
+    const { submission_id } = await c.submitInteraction(ask, output);
+    return { ask, verdict: await c.waitForSubmission(runId, submission_id, { timeoutMs: 30_000 }) };
+  };
+}
+
+async function cleanup(clients, home, dir) {
+  for (const c of clients) {
+    await c.request('host.stop').catch(() => {});
+    await c.close().catch(() => {});
+  }
+  await killInstallation(home);
+  rmSync(dir, { recursive: true, force: true });
 }
 
 async function pending(client, sessionId, node) {
@@ -46,13 +79,23 @@ async function pending(client, sessionId, node) {
   return ask;
 }
 
+/** Waits (bounded) until the session's open step is `node`'s. */
+async function stepAt(client, sessionId, node) {
+  for (let i = 0; i < 3000; i++) {
+    const [ask] = await client.listInteractions(sessionId);
+    if (ask?.node_id === node) return ask;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return pending(client, sessionId, node);
+}
+
 async function waitDead(pid) {
   for (let i = 0; i < 1500 && alive(pid); i++) await new Promise((r) => setTimeout(r, 20));
   assert.equal(alive(pid), false, 'the host died');
 }
 
-test('a host killed at the review, then one killed after the commit before its receipt: the run resumes, nothing is done twice', async () => {
-  const { dir, home, projectDir, first, env } = setup();
+test('a P2-only review is addressed once and checked, not reviewed again; a host killed after those checks ran, before their receipt: nothing is done twice', async () => {
+  const { dir, home, projectDir, first, env, reviewer } = setup();
   const clients = [];
   const connect = async (extra = {}) => {
     const c = await Client.connect({ home, hostBin, hostEnv: { ...env, ...extra } });
@@ -60,32 +103,32 @@ test('a host killed at the review, then one killed after the commit before its r
     return c;
   };
   try {
+    reviewer.setAnswers([{ review: { p0: [], p1: [], p2: [{ kind: 'implementation', summary: 'parse(" ") is untested', file: 'src/parse.test.js' }], lower: [{ kind: 'implementation', summary: 'text could be input' }], reason: 'fine but for a missing test' } }]);
     let c = await connect();
-    const { run_id: runId } = await c.startRun(WORKFLOW, { input: { task: 'empty input', plan: PLAN, checks: CHECKS }, sessionId: 's-impl', projectDir });
+    const { run_id: runId } = await c.startRun(WORKFLOW, { input: { task: 'empty input', plan: PLAN, documentation: DOCUMENTED, checks: CHECKS }, sessionId: 's-impl', projectDir });
+    const answer = answerer(c, runId, 's-impl');
+    const implement = await answer('implement', (writeFileSync(join(projectDir, 'src', 'parse.js'), FIX), { status: 'done', summary: 'Return [] for empty input\n\nparse("") gave [0].', files: ['src/parse.js'] }));
+    assert.match(implement.ask.request.prompt, /1\. Guard: Return \[\] when text is empty \(src\/parse\.js\)/);
+    // The reviewer ran (one process), then the P2 finding goes to addressP2.
     await c.waitForRun(runId, { untilParked: true, timeoutMs: 30_000 });
-    const implement = await pending(c, 's-impl', 'implement');
-    assert.match(implement.request.prompt, /1\. Guard: Return \[\] when text is empty \(src\/parse\.js\)/);
-    // The scripted implementation: the fix, then the answer.
-    writeFileSync(join(projectDir, 'src', 'parse.js'), FIX);
-    await c.submitInteraction(implement, { status: 'done', summary: 'Return [] for empty input\n\nparse("") gave [0].', files: ['src/parse.js'] });
-    let parked = await c.waitForRun(runId, { untilParked: true, timeoutMs: 60_000 });
-    assert.equal(parked.status, 'waiting', JSON.stringify(parked));
-    const review = await pending(c, 's-impl', 'review');
-    assert.match(review.request.prompt, /-export const parse = \(text\) => text\.split/);
+    const p2 = await pending(c, 's-impl', 'addressP2');
+    assert.match(p2.request.prompt, /- \(implementation\) parse\(" "\) is untested \(src\/parse\.test\.js\)/);
+    assert.doesNotMatch(p2.request.prompt, /text could be input/, 'lower findings are not sent back');
+    const [call] = reviewer.calls();
+    assert.match(call.prompt, /-export const parse = \(text\) => text\.split/);
 
-    // The first kill: the run waits for its review.
-    const { pid: first_pid } = await c.status();
-    process.kill(first_pid, 'SIGKILL');
-    await waitDead(first_pid);
+    // The first host is killed while the run waits; the second dies just before it keeps the
+    // receipt of the checks that follow the P2 work (the first effect it settles).
+    const { pid: firstPid } = await c.status();
+    process.kill(firstPid, 'SIGKILL');
+    await waitDead(firstPid);
     await c.close().catch(() => {});
-
-    // The second host dies just before it keeps the commit's receipt.
     c = await connect({ PIW_FAULT: 'before_op:effect_settled' });
-    const { pid: second_pid } = await c.status();
-    await c.submitInteraction(await pending(c, 's-impl', 'review'), { findings: [{ id: 'n1', severity: 'P3', title: 'naming', detail: 'text could be input' }] });
-    await waitDead(second_pid);
+    const { pid } = await c.status();
+    await c.submitInteraction(await pending(c, 's-impl', 'addressP2'), { addressed: [], skipped: [{ finding: 'parse(" ") is untested', reason: 'blank input is out of the plan' }] });
+    await waitDead(pid);
     await c.close().catch(() => {});
-    assert.equal(gitIn(projectDir, 'rev-list', '--count', 'HEAD'), '2', 'the commit was made before the host died');
+    assert.equal(gitIn(projectDir, 'rev-list', '--count', 'HEAD'), '1', 'the host died before the commit');
 
     c = await connect();
     const run = await c.waitForRun(runId, { timeoutMs: 60_000 });
@@ -93,36 +136,100 @@ test('a host killed at the review, then one killed after the commit before its r
     assert.equal(run.result.status, 'completed');
     assert.deepEqual(run.result.checks, [{ id: 'test', outcome: 'succeeded' }]);
     assert.deepEqual(run.result.ci, { route: 'skipped', reason: 'no CI followed: gh (the GitHub CLI) is not installed' });
-    assert.equal(run.result.findings[0].severity, 'P3', 'a P3 finding does not hold the change');
+    assert.deepEqual(run.result.plan, PLAN);
+    assert.equal(run.result.implementation.summary, 'Return [] for empty input\n\nparse("") gave [0].');
+    assert.deepEqual(run.result.verification, { passed: true, checks: [{ id: 'test', outcome: 'succeeded', exitCode: 0 }] });
+    assert.deepEqual(
+      run.result.reviewRounds.map((r) => [r.round, r.route, r.p2.length, r.lower.length, r.reviewer.tools.join(',')]),
+      [[1, 'p2', 1, 1, 'read,grep,find,ls']],
+    );
+    assert.deepEqual(run.result.p2.skipped, [{ finding: 'parse(" ") is untested', reason: 'blank input is out of the plan' }]);
+    assert.equal(reviewer.calls().length, 1, 'not reviewed again for the P2 work');
     // One commit, with the summary as its subject and the run's trailer.
     assert.equal(gitIn(projectDir, 'rev-list', '--count', `${first}..HEAD`), '1');
-    const message = gitIn(projectDir, 'log', '-1', '--format=%B');
-    assert.match(message, /^Return \[\] for empty input\n\nparse\(""\) gave \[0\]\.\n\nPlan: sha256:[0-9a-f]{64}\nPiw-Run: /);
+    assert.match(gitIn(projectDir, 'log', '-1', '--format=%B'), /^Return \[\] for empty input\n\nparse\(""\) gave \[0\]\.\n\nPlan: sha256:[0-9a-f]{64}\nPiw-Run: /);
     assert.equal(run.result.commit.sha, gitIn(projectDir, 'rev-parse', 'HEAD'));
     assert.equal(gitIn(projectDir, 'status', '--porcelain'), '');
 
     const { attempts, effects } = await c.runStatus(runId);
     const of = (node) => attempts.filter((a) => a.node_id === node);
     assert.equal(of('implement').length, 1, 'implemented once');
-    assert.equal(of('verify').length, 1, 'checked once');
-    assert.equal(of('review').length, 1, 'the review waited through the first kill and was answered once');
-    assert.equal(of('commit').length, 2, JSON.stringify(of('commit')));
-    assert.equal(of('commit').find((a) => a.status === 'ok').output.retried, true, 'the retry found the commit and made none');
+    assert.equal(of('verify').filter((a) => a.status === 'ok').length, 2, 'checked after the implementation and after the P2 work (that once more after the crash)');
+    assert.equal(of('addressP2').length, 1, 'P2 addressed once');
+    assert.equal(of('review').length, 1, 'reviewed once');
+    assert.equal(of('commit').length, 1, JSON.stringify(of('commit')));
     assert.deepEqual(
-      effects.map((e) => [e.effect_type ?? JSON.stringify(e).match(/:(run_checks|git_commit):/)?.[1], e.state]).sort(),
-      [['git_commit', 'applied'], ['run_checks', 'applied']],
+      effects.map((e) => [JSON.stringify(e).match(/:(run_checks|git_commit|pi_review):/)?.[1], e.state]).filter(([kind]) => kind).sort(),
+      [['git_commit', 'applied'], ['pi_review', 'applied'], ['run_checks', 'applied'], ['run_checks', 'applied']],
     );
   } finally {
-    for (const c of clients) {
-      await c.request('host.stop').catch(() => {});
-      await c.close().catch(() => {});
-    }
-    await killInstallation(home);
-    rmSync(dir, { recursive: true, force: true });
+    await cleanup(clients, home, dir);
   }
 });
 
-test('a step that runs out of time is asked again, twice at most; the third time ends the run blocked', async () => {
+test('the reviewer is a separate read-only Pi: its P1 findings go back to fixing, a clean review lets the change through; constraints reach every prompt', async () => {
+  const { dir, home, projectDir, first, env, reviewer } = setup();
+  const c = await Client.connect({ home, hostBin, hostEnv: env });
+  try {
+    reviewer.setAnswers([
+      { text: `Here is the review:\n\`\`\`json\n${JSON.stringify({ p0: [], p1: [{ kind: 'implementation', summary: 'parse(" ") gives [0]', file: 'src/parse.js' }], p2: [], lower: [], reason: 'one bug' })}\n\`\`\`` },
+      CLEAN,
+    ]);
+    const input = { task: 'empty input', plan: PLAN, documentation: DOCUMENTED, checks: CHECKS, scope: 'src/ only', constraints: ['Keep parse synchronous'], concurrency: { reviewer: 1, verification: 1 } };
+    const { run_id: runId } = await c.startRun(WORKFLOW, { input, sessionId: 's-p1', projectDir });
+    const answer = answerer(c, runId, 's-p1');
+    writeFileSync(join(projectDir, 'src', 'parse.js'), FIX);
+    const firstRound = await answer('implement', { status: 'done', summary: 'Guard the empty string' });
+    assert.match(firstRound.ask.request.prompt, /Authorized scope: src\/ only\nConstraints \(keep every one\):\n- Keep parse synchronous/);
+    const second = await answer('implement', { status: 'done', summary: 'Guard blank input too' });
+    assert.match(second.ask.request.prompt, /Round 2: the work is not done yet\.\nThe independent review found .*\n- \[P1\] parse\(" "\) gives \[0\] \(src\/parse\.js\)/);
+    const run = await c.waitForRun(runId, { timeoutMs: 30_000 });
+    assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+    assert.equal(run.result.status, 'completed');
+    assert.deepEqual(run.result.reviewRounds.map((r) => r.route), ['critical', 'clean']);
+    const calls = reviewer.calls();
+    assert.equal(calls.length, 2);
+    for (const { args, prompt } of calls) {
+      // A review of its own: no session, only the read tools (last, so nothing widens them), its own system prompt.
+      assert.deepEqual(args.slice(0, 2), ['--print', '--no-session']);
+      assert.deepEqual(args.slice(-3, -1), ['--tools', 'read,grep,find,ls']);
+      assert.equal(args[args.indexOf('--system-prompt') + 1], REVIEWER_SYSTEM_PROMPT);
+      assert.ok(!args.includes('--provider'), "Pi's default model: Pi chooses it, as a bridge's Pi does");
+      assert.match(prompt, /Constraints \(keep every one\):\n- Keep parse synchronous/);
+      assert.match(prompt, new RegExp(`## The change: ${projectDir.replaceAll('/', '\\/')} against ${first}`));
+    }
+    assert.match(calls[1].prompt, /The last review found these P0\/P1 problems; check whether each is fixed:\n- \[P1\] parse\(" "\) gives \[0\]/);
+    assert.equal(gitIn(projectDir, 'rev-list', '--count', `${first}..HEAD`), '1', 'one commit, after the clean review');
+  } finally {
+    await cleanup([c], home, dir);
+  }
+});
+
+test('a reviewer that dies or answers garbage is retried, twice at most, then the run ends blocked saying why: never a silent pass', async () => {
+  const { dir, home, projectDir, first, env, reviewer } = setup();
+  const c = await Client.connect({ home, hostBin, hostEnv: env });
+  try {
+    reviewer.setAnswers([{ exit: 1 }, { text: 'looks good to me' }, { exit: 3 }, CLEAN]);
+    const { run_id: runId } = await c.startRun(WORKFLOW, { input: { task: 'empty input', plan: PLAN, documentation: DOCUMENTED, checks: CHECKS }, sessionId: 's-dead', projectDir });
+    writeFileSync(join(projectDir, 'src', 'parse.js'), FIX);
+    await answerer(c, runId, 's-dead')('implement', { status: 'done', summary: 'Guard the empty string' });
+    const run = await c.waitForRun(runId, { timeoutMs: 30_000 });
+    assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+    assert.equal(run.result.status, 'blocked');
+    assert.equal(run.result.stage, 'review');
+    assert.match(run.result.reason, /^the independent reviewer gave no review: no review after 3 reviewer starts: the reviewer's Pi \(PIW_PI=.*fake-pi\.mjs\) exited with 3: fake reviewer: crashed$/);
+    const [{ failedAttempts }] = run.result.evidence;
+    assert.equal(failedAttempts.length, 3);
+    assert.match(failedAttempts[0], /fake reviewer: crashed/);
+    assert.match(failedAttempts[1], /the reviewer answered without the review asked for/);
+    assert.equal(reviewer.calls().length, 3, 'three starts, the fourth answer never asked for');
+    assert.equal(gitIn(projectDir, 'rev-parse', 'HEAD'), first, 'nothing committed');
+  } finally {
+    await cleanup([c], home, dir);
+  }
+});
+
+test('a step that runs out of time gets a fallback decision, three at most; the route must fit the step; the fourth timeout ends the run blocked', async () => {
   const { dir, home, projectDir, env } = setup();
   const clock = join(dir, 'clock');
   let offset = 0;
@@ -132,71 +239,127 @@ test('a step that runs out of time is asked again, twice at most; the third time
     renameSync(`${clock}.tmp`, clock);
   };
   const c = await Client.connect({ home, hostBin, hostEnv: { ...env, PIW_TEST_CLOCK: clock } });
+  // A step's time runs while its session is there to present it: a client that follows the
+  // session stands in for it. A step opened after an answered one was seen not held until the
+  // session was followed anew, so each round follows it from a fresh connection.
+  let presence = null;
+  const follow = async () => {
+    const next = await Client.connect({ home, hostBin });
+    await next.subscribe({ sessionId: 's-late' });
+    await presence?.close().catch(() => {});
+    presence = next;
+  };
   try {
-    // A step's time runs while its session is there to present it: this client stands in for it.
-    await c.subscribe({ sessionId: 's-late' });
-    const { run_id: runId } = await c.startRun(WORKFLOW, { input: { task: 'empty input', plan: PLAN, checks: CHECKS }, sessionId: 's-late', projectDir });
-    const seen = [];
-    for (let round = 1; round <= 3; round++) {
-      await c.waitForRun(runId, { untilParked: true, timeoutMs: 30_000 });
-      const ask = await pending(c, 's-late', 'implement');
-      assert.ok(!seen.includes(ask.interaction_id), 'a new request each time');
-      seen.push(ask.interaction_id);
-      if (round > 1) assert.match(ask.request.prompt, /Your last attempt ran out of time: carry on from what is already in the working tree/);
-      advance(2 * 60 * 60_000 + 1);
+    // findPlan (30 minutes) is the step that runs out of time.
+    const { run_id: runId } = await c.startRun(WORKFLOW, { input: { task: 'empty input', checks: CHECKS }, sessionId: 's-late', projectDir });
+    const answer = answerer(c, runId, 's-late');
+    for (let round = 1; round <= 4; round++) {
+      const ask = await stepAt(c, 's-late', 'findPlan');
+      await follow();
+      // Its time runs once it is held (presented to the session): only then is the clock moved.
+      const held = async () => (await c.runStatus(runId)).attempts.some((t) => t.attempt_id === ask.attempt_id && t.deadline_at !== null);
+      for (let i = 0; i < 3000 && !(await held()); i++) await new Promise((r) => setTimeout(r, 20));
+      assert.ok(await held(), `findPlan (round ${round}) presented to the session`);
+      // Twice its bound: its deadline counts only held time, so a hold that came a little after
+      // the request moved it on; the next step opens after this, with a deadline of its own.
+      advance(2 * 30 * 60_000);
       await c.runStatus(runId); // wakes a host asleep until the old deadline
+      if (round === 4) break;
+      await stepAt(c, 's-late', 'timeoutFallback');
+      const verify = await answer('timeoutFallback', { route: 'verify', reason: 'it looks done', evidence: ['git diff is empty'] });
+      assert.match(verify.ask.request.prompt, new RegExp(`The step findPlan ran out of time .*; fallback ${round} of 3\\.`));
+      assert.equal(verify.verdict.state, 'rejected');
+      assert.match(verify.verdict.error, /route after findPlan ran out of time must be one of retry, blocked/);
+      assert.equal((await answer('timeoutFallback', { route: 'retry', reason: 'nothing found yet', evidence: ['git status is clean'] })).verdict.state, 'accepted');
     }
     const run = await c.waitForRun(runId, { timeoutMs: 30_000 });
     assert.equal(run.status, 'completed', run.error ?? run.review_reason);
     assert.equal(run.result.status, 'blocked');
     assert.equal(run.result.stage, 'timeout');
-    assert.equal(run.result.reason, 'implement ran out of time 3 times');
+    assert.equal(run.result.reason, 'findPlan ran out of time after 3 timeout fallbacks');
     const { attempts } = await c.runStatus(runId);
-    assert.deepEqual(attempts.filter((a) => a.node_id === 'implement').map((a) => a.status), ['timed_out', 'timed_out', 'timed_out']);
+    assert.deepEqual(attempts.filter((a) => a.node_id === 'findPlan').map((a) => a.status), ['timed_out', 'timed_out', 'timed_out', 'timed_out']);
+    assert.equal(attempts.filter((a) => a.node_id === 'timeoutFallback' && a.status === 'ok').length, 3);
   } finally {
-    await c.request('host.stop').catch(() => {});
-    await c.close().catch(() => {});
-    await killInstallation(home);
-    rmSync(dir, { recursive: true, force: true });
+    await presence?.close().catch(() => {});
+    await cleanup([c], home, dir);
   }
 });
 
-test('a review must say what became of each finding the last one left open; P0-P2 go back, P3 do not; reviews are bounded', async () => {
+test('work that shows the plan does not hold is re-planned through plan-change (autoplan, autodoc, approval) and the new plan carried out', async () => {
+  const { dir, home, projectDir, first, env } = setup();
+  const c = await Client.connect({ home, hostBin, hostEnv: env });
+  try {
+    const input = { task: 'empty input', plan: PLAN, documentation: DOCUMENTED, checks: CHECKS, constraints: ['No new dependencies'], approval: { mode: 'skip' } };
+    const { run_id: runId } = await c.startRun(WORKFLOW, { input, sessionId: 's-replan', projectDir });
+    const answer = answerer(c, runId, 's-replan');
+    await answer('implement', { status: 'issue', issueKind: 'design', summary: 'the plan guards the wrong function', evidence: 'parse is called through split(); the guard belongs there' });
+    // plan-change, with the evidence and the old plan: autoplan's steps, then autodoc's.
+    const frame = await answer('redesign.plan.frame', { problem: 'guard empty input', success: ['parse("") is []'], inScope: ['src'], outOfScope: [] });
+    assert.match(frame.ask.request.prompt, /No new dependencies/);
+    assert.match(frame.ask.request.prompt, /A plan made before .*Return an empty list for empty input/);
+    await answer('redesign.plan.options', { options: [{ id: 'split', title: 'Guard split', approach: 'guard in split', tradeoffs: ['small'] }, { id: 'parse', title: 'Guard parse', approach: 'as before', tradeoffs: ['wrong place'] }] });
+    await answer('redesign.plan.ideal', { ideal: 'empty input handled where the text is split', beyondReach: [], worth: ['one place'] });
+    await answer('redesign.plan.choose', { status: 'ready', chosen: 'split', why: 'the evidence', againstIdeal: 'it is the ideal here', leftOut: [], rejected: [{ id: 'parse', reason: 'wrong place' }] });
+    const newPlan = { summary: 'Guard split for empty input', steps: [{ title: 'Guard split', detail: 'Return [] before splitting an empty text', files: ['src/parse.js'] }], checks: ['node --test'], risks: [] };
+    await answer('redesign.plan.plan', newPlan);
+    const [doc] = await c.listInteractions('s-replan').then(async () => {
+      await c.waitForRun(runId, { untilParked: true, timeoutMs: 30_000 });
+      return c.listInteractions('s-replan');
+    });
+    assert.match(doc.node_id, /^redesign\.doc/);
+    await c.waitForSubmission(runId, (await c.submitInteraction(doc, { route: 'current', files: [PLAN_DOC], reason: 'the doc is rewritten later' })).submission_id, { timeoutMs: 30_000 });
+    writeFileSync(join(projectDir, 'src', 'parse.js'), FIX);
+    const again = await answer('implement', { status: 'done', summary: 'Guard split for empty input' });
+    assert.match(again.ask.request.prompt, /1\. Guard split: Return \[\] before splitting an empty text/);
+    assert.match(again.ask.request.prompt, /The plan was changed \(revision 1\) because of: .*the guard belongs there/);
+    const run = await c.waitForRun(runId, { timeoutMs: 30_000 });
+    assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+    assert.equal(run.result.status, 'completed', JSON.stringify(run.result));
+    assert.equal(run.result.plan.summary, 'Guard split for empty input');
+    assert.equal(run.result.planSource.from, 'replanned');
+    assert.equal(gitIn(projectDir, 'rev-list', '--count', `${first}..HEAD`), '1');
+  } finally {
+    await cleanup([c], home, dir);
+  }
+});
+
+test('the review and planning inputs: concurrency, approval, documentation and constraints are read with their defaults, or refused saying what to use', async () => {
+  const read = (extra) => readReviewInput({ task: 't', ...extra });
+  assert.deepEqual(read({}), { constraints: [], approval: { mode: 'auto', audience: 'operator', timeoutMinutes: 10, maxReplans: 3 }, concurrency: { reviewer: 4, ciWatch: 4, verification: 2 } });
+  assert.deepEqual(read({ concurrency: { reviewer: 2 } }).concurrency, { reviewer: 2, ciWatch: 4, verification: 2 });
+  assert.throws(() => read({ concurrency: 3 }), /concurrency must be an object \{ reviewer, ciWatch, verification \}: for 3 checks at once, give \{ "verification": 3 \}/);
+  assert.throws(() => read({ concurrency: { reviewer: 9 } }), /concurrency\.reviewer must be an integer from 1 to 8/);
+  assert.throws(() => read({ concurrency: { checks: 1 } }), /concurrency\.checks is not supported \(it takes reviewer, ciWatch, verification\)/);
+  assert.deepEqual(read({ approval: { mode: 'required', audience: 'lead' } }).approval, { mode: 'required', audience: 'lead', maxReplans: 3 });
+  assert.throws(() => read({ approval: { mode: 'skip', timeoutMinutes: 5 } }), /autoimplement approval timeoutMinutes applies only to mode "auto"/);
+  assert.throws(() => read({ approval: { mode: 'later' } }), /autoimplement approval mode must be one of/);
+  assert.throws(() => read({ constraints: 'one' }), /constraints must be an array/);
+  assert.deepEqual(read({ plan: PLAN, documentation: DOCUMENTED }).documentation, DOCUMENTED);
+  assert.throws(() => read({ documentation: DOCUMENTED }), /documentation needs plan/);
+  assert.throws(() => read({ plan: PLAN, documentation: { ...DOCUMENTED, planDigest: 'sha256:0' } }), /documentation\.planDigest sha256:0 is not the given plan's digest/);
+  assert.throws(() => read({ plan: PLAN, documentation: { ...DOCUMENTED, status: 'stale' } }), /documentation\.status must be "current" \(leave documentation out to have the plan documented\)/);
+
+  // The reviewer's model, found as a detached run's bridge finds its own: the run's
+  // piw_detached, the host's PIW_DETACHED_*, Pi's default; none: null (the review says so).
+  const agentDir = tempDir('piw-agent-');
+  const named = read({ piw_detached: { provider: 'p', model: 'm', pi_args: ['--offline'] } });
+  assert.deepEqual(reviewerModel(named, { PI_CODING_AGENT_DIR: agentDir, PIW_DETACHED_PROVIDER: 'hp', PIW_DETACHED_MODEL: 'hm' }), { provider: 'p', model: 'm', piArgs: ['--offline'], source: 'named' });
+  assert.deepEqual(reviewerModel(read({}), { PI_CODING_AGENT_DIR: agentDir, PIW_DETACHED_PROVIDER: 'hp', PIW_DETACHED_MODEL: 'hm', PIW_DETACHED_PI_ARGS: '--a --b' }), { provider: 'hp', model: 'hm', piArgs: ['--a', '--b'], source: 'named' });
+  assert.equal(reviewerModel(read({}), { PI_CODING_AGENT_DIR: agentDir }), null);
+  writeFileSync(join(agentDir, 'settings.json'), JSON.stringify({ defaultProvider: 'dp', defaultModel: 'dm' }));
+  assert.deepEqual(reviewerModel(read({}), { PI_CODING_AGENT_DIR: agentDir }), { provider: 'dp', model: 'dm', piArgs: [], source: 'pi-settings' });
+  rmSync(agentDir, { recursive: true, force: true });
+
+  // Through a run: refused at the start, with the same words.
   const { dir, home, projectDir, env } = setup();
   const c = await Client.connect({ home, hostBin, hostEnv: env });
   try {
-    const { run_id: runId } = await c.startRun(WORKFLOW, { input: { task: 'empty input', plan: PLAN, checks: CHECKS, maxReviews: 2 }, sessionId: 's-rev', projectDir });
-    const answer = async (node, output) => {
-      await c.waitForRun(runId, { untilParked: true, timeoutMs: 30_000 });
-      const ask = await pending(c, 's-rev', node);
-      const { submission_id } = await c.submitInteraction(ask, output);
-      return { ask, verdict: await c.waitForSubmission(runId, submission_id, { timeoutMs: 30_000 }) };
-    };
-    writeFileSync(join(projectDir, 'src', 'parse.js'), FIX);
-    await answer('implement', { status: 'done', summary: 'Guard the empty string' });
-    const p2 = { id: 'blank', severity: 'P2', title: 'blank input', detail: 'parse(" ") untested' };
-    assert.equal((await answer('review', { findings: [p2, { id: 'nit', severity: 'P3', title: 'naming', detail: 'input' }] })).verdict.state, 'accepted');
-    const { ask } = await answer('implement', { status: 'done', summary: 'Test blank input' });
-    assert.match(ask.request.prompt, /- blank \[P2\] blank input: parse\(" "\) untested/);
-    assert.doesNotMatch(ask.request.prompt, /nit/);
-    // Forgetting the open finding is refused, naming it; the model answers again.
-    const forgot = await answer('review', { findings: [] });
-    assert.equal(forgot.verdict.state, 'rejected');
-    assert.match(forgot.verdict.error, /say what became of the open findings blank: list each again \(still open\) or name it in resolved/);
-    assert.match(forgot.ask.request.prompt, /The last review left these open; .*\n- blank \[P2\]/);
-    // Still open at the last review allowed: the run ends blocked with it.
-    assert.equal((await c.submitInteraction(await pending(c, 's-rev', 'review'), { findings: [p2] })).state, 'validating');
-    const run = await c.waitForRun(runId, { timeoutMs: 30_000 });
-    assert.equal(run.status, 'completed', run.error ?? run.review_reason);
-    assert.deepEqual(
-      { status: run.result.status, stage: run.result.stage, reason: run.result.reason, open: run.result.evidence.map((f) => f.id) },
-      { status: 'blocked', stage: 'review', reason: '1 P0-P2 findings still open after 2 reviews', open: ['blank'] },
-    );
+    const refused = await c.waitForRun((await c.startRun(WORKFLOW, { input: { task: 'x', concurrency: 2 }, sessionId: 's-in', projectDir })).run_id, { timeoutMs: 30_000 });
+    assert.equal(refused.status, 'failed');
+    assert.match(refused.error, /invalid input: autoimplement concurrency must be an object/);
   } finally {
-    await c.request('host.stop').catch(() => {});
-    await c.close().catch(() => {});
-    await killInstallation(home);
-    rmSync(dir, { recursive: true, force: true });
+    await cleanup([c], home, dir);
   }
 });
 
@@ -209,12 +372,7 @@ test("without a plan the model finds it in the documents given: an answer naming
     assert.match(refused.error, /invalid input: autoimplement input needs task \(the work whose chosen plan it finds and carries out\), or plan/);
 
     const { run_id: runId } = await c.startRun(WORKFLOW, { input: { task: 'empty input', documents: [PLAN_DOC], checks: CHECKS }, sessionId: 's-find', projectDir });
-    const answer = async (node, output) => {
-      await c.waitForRun(runId, { untilParked: true, timeoutMs: 30_000 });
-      const ask = await pending(c, 's-find', node);
-      const { submission_id } = await c.submitInteraction(ask, output);
-      return { ask, verdict: await c.waitForSubmission(runId, submission_id, { timeoutMs: 30_000 }) };
-    };
+    const answer = answerer(c, runId, 's-find');
     const missing = await answer('findPlan', { route: 'found', plan: PLAN, documents: ['docs/plans/other.md'], reason: 'it is there' });
     assert.match(missing.ask.request.prompt, /Look in the documents the person points at: docs\/plans\/empty-input\.md\./);
     assert.equal(missing.verdict.state, 'rejected');
@@ -223,12 +381,13 @@ test("without a plan the model finds it in the documents given: an answer naming
     assert.match(outside.verdict.error, /documents\[0\] must be a path inside the project/);
     const noSteps = await answer('findPlan', { route: 'found', plan: { summary: 'guard it' }, documents: [PLAN_DOC], reason: 'it is there' });
     assert.match(noSteps.verdict.error, /the plan needs steps/);
+    const badDoc = await answer('findPlan', { route: 'found', plan: PLAN, documentation: 'old', documents: [PLAN_DOC], reason: 'it is there' });
+    assert.match(badDoc.verdict.error, /documentation must be "current", "missing" or "stale"/);
     const planText = readFileSync(join(projectDir, PLAN_DOC), 'utf8');
-    assert.equal((await answer('findPlan', { route: 'found', plan: planText, documents: [PLAN_DOC], reason: 'the accepted plan' })).verdict.state, 'accepted');
+    assert.equal((await answer('findPlan', { route: 'found', plan: planText, documentation: 'current', documents: [PLAN_DOC], reason: 'the accepted plan' })).verdict.state, 'accepted');
     writeFileSync(join(projectDir, 'src', 'parse.js'), FIX);
     const implemented = await answer('implement', { status: 'done', summary: 'Guard the empty string' });
     assert.match(implemented.ask.request.prompt, /1\. Guard: Return \[\] when text is empty \(src\/parse\.js\)/);
-    assert.equal((await answer('review', { findings: [] })).verdict.state, 'accepted');
     const run = await c.waitForRun(runId, { timeoutMs: 30_000 });
     assert.equal(run.status, 'completed', run.error ?? run.review_reason);
     assert.equal(run.result.status, 'completed');
@@ -236,10 +395,37 @@ test("without a plan the model finds it in the documents given: an answer naming
     assert.equal(run.result.planDigest, planDigest(planText.trim()));
     assert.equal(gitIn(projectDir, 'rev-list', '--count', `${first}..HEAD`), '1');
   } finally {
-    await c.request('host.stop').catch(() => {});
-    await c.close().catch(() => {});
-    await killInstallation(home);
-    rmSync(dir, { recursive: true, force: true });
+    await cleanup([c], home, dir);
+  }
+});
+
+test('a plan found whose documentation is stale is documented through autodoc before it is carried out', async () => {
+  const { dir, home, projectDir, env } = setup();
+  const c = await Client.connect({ home, hostBin, hostEnv: env });
+  try {
+    const { run_id: runId } = await c.startRun(WORKFLOW, { input: { task: 'empty input', checks: CHECKS }, sessionId: 's-doc', projectDir });
+    const answer = answerer(c, runId, 's-doc');
+    await answer('findPlan', { route: 'found', plan: PLAN, documentation: 'stale', documents: [PLAN_DOC], reason: 'the accepted plan, its doc lacks the risks' });
+    await c.waitForRun(runId, { untilParked: true, timeoutMs: 30_000 });
+    const [doc] = await c.listInteractions('s-doc');
+    assert.match(doc.node_id, /^documentation\./);
+    assert.match(doc.request.prompt, /Return \[\] when text is empty/);
+    const content = `${readFileSync(join(projectDir, PLAN_DOC), 'utf8')}\n## Risks\n\n- none known\n`;
+    await c.waitForSubmission(runId, (await c.submitInteraction(doc, { route: 'update', files: [PLAN_DOC], reason: 'add the risks' })).submission_id, { timeoutMs: 30_000 });
+    // autodoc's model edits the document, then runs the documentation checks.
+    writeFileSync(join(projectDir, PLAN_DOC), content);
+    await answer('documentation.update', { files: [PLAN_DOC], summary: 'added the risks' });
+    await answer('documentation.verify', { passed: true, commands: [], failures: [] });
+    writeFileSync(join(projectDir, 'src', 'parse.js'), FIX);
+    const implemented = await answer('implement', { status: 'done', summary: 'Guard the empty string' });
+    assert.match(implemented.ask.request.prompt, /1\. Guard: Return \[\] when text is empty/);
+    assert.equal(readFileSync(join(projectDir, PLAN_DOC), 'utf8'), content, 'written by autodoc before the implementation');
+    const run = await c.waitForRun(runId, { timeoutMs: 30_000 });
+    assert.equal(run.status, 'completed', run.error ?? run.review_reason);
+    assert.equal(run.result.status, 'completed', JSON.stringify(run.result));
+    assert.equal(run.result.planSource.from, 'found');
+  } finally {
+    await cleanup([c], home, dir);
   }
 });
 
@@ -294,12 +480,10 @@ test('the pull request is opened once though the host died before its receipt; i
   };
   try {
     let c = await connect();
-    const { run_id: runId } = await c.startRun(WORKFLOW, { input: { task: 'empty input', plan: PLAN, checks: CHECKS }, sessionId: 's-pr', projectDir });
+    const { run_id: runId } = await c.startRun(WORKFLOW, { input: { task: 'empty input', plan: PLAN, documentation: DOCUMENTED, checks: CHECKS }, sessionId: 's-pr', projectDir });
     await c.waitForRun(runId, { untilParked: true, timeoutMs: 30_000 });
     writeFileSync(join(projectDir, 'src', 'parse.js'), FIX);
     await c.submitInteraction(await pending(c, 's-pr', 'implement'), { status: 'done', summary: 'Return [] for empty input', files: ['src/parse.js'] });
-    await c.waitForRun(runId, { untilParked: true, timeoutMs: 60_000 });
-    await c.submitInteraction(await pending(c, 's-pr', 'review'), { findings: [] });
 
     // gh has opened the pull request; the host dies before the step's receipt is kept.
     await reached(`${state}.reached`);
@@ -339,7 +523,6 @@ test('the pull request is opened once though the host died before its receipt; i
         writeFileSync(join(projectDir, 'src', 'parse.js'), FIX.replaceAll('text', 'input'));
         return { status: 'done', summary: 'Satisfy lint' };
       },
-      review: () => ({ findings: [] }),
     });
     assert.equal(run.status, 'completed', run.error ?? run.review_reason);
     assert.equal(run.result.status, 'completed', JSON.stringify(run.result));
@@ -405,12 +588,10 @@ test('the host killed between the merge and its receipt: the next host reads the
   };
   try {
     let c = await connect();
-    const { run_id: runId } = await c.startRun(WORKFLOW, { input: { task: 'empty input', plan: PLAN, checks: CHECKS, merge: true }, sessionId: 's-merge', projectDir });
+    const { run_id: runId } = await c.startRun(WORKFLOW, { input: { task: 'empty input', plan: PLAN, documentation: DOCUMENTED, checks: CHECKS, merge: true }, sessionId: 's-merge', projectDir });
     await c.waitForRun(runId, { untilParked: true, timeoutMs: 30_000 });
     writeFileSync(join(projectDir, 'src', 'parse.js'), FIX);
     await c.submitInteraction(await pending(c, 's-merge', 'implement'), { status: 'done', summary: 'Return [] for empty input' });
-    await c.waitForRun(runId, { untilParked: true, timeoutMs: 60_000 });
-    await c.submitInteraction(await pending(c, 's-merge', 'review'), { findings: [] });
     // GitHub merged; the host dies before the step's receipt is kept.
     await reached(`${state}.reached`);
     const { pid } = await c.status();
@@ -456,8 +637,8 @@ for (const [when, expected] of [
     const { dir, home, projectDir, env, ghState: state } = setupGh({ moveHeadOn: when, checks: [PASS] });
     const c = await Client.connect({ home, hostBin, hostEnv: env });
     try {
-      const { run_id: runId } = await c.startRun(WORKFLOW, { input: { task: 'empty input', plan: PLAN, checks: CHECKS, merge: true }, sessionId: 's-moved', projectDir });
-      const { run } = await drive(c, runId, 's-moved', { implement: fixed(projectDir), review: () => ({ findings: [] }) });
+      const { run_id: runId } = await c.startRun(WORKFLOW, { input: { task: 'empty input', plan: PLAN, documentation: DOCUMENTED, checks: CHECKS, merge: true }, sessionId: 's-moved', projectDir });
+      const { run } = await drive(c, runId, 's-moved', { implement: fixed(projectDir) });
       assert.equal(run.status, 'completed', run.error ?? run.review_reason);
       const head = gitIn(projectDir, 'rev-parse', 'HEAD');
       const [pr] = ghState(state).prs;
@@ -498,7 +679,7 @@ test('a change spanning two repositories, the first given as repository: a pull 
     }
 
     const { run_id: runId } = await c.startRun(WORKFLOW, {
-      input: { task: 'empty input', plan: PLAN, checks: CHECKS, repository: projectDir, merge: true },
+      input: { task: 'empty input', plan: PLAN, documentation: DOCUMENTED, checks: CHECKS, repository: projectDir, merge: true },
       sessionId: 's-two',
       projectDir: workspace,
     });
@@ -508,7 +689,6 @@ test('a change spanning two repositories, the first given as repository: a pull 
         writeFileSync(join(otherDir, 'src', 'parse.js'), FIX);
         return { status: 'done', summary: 'Return [] for empty input', repositories: [otherDir, projectDir] };
       },
-      review: () => ({ findings: [] }),
     });
     assert.match(asked.implement[0], new RegExp(`Work in the repository ${projectDir.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\\.`));
     assert.equal(run.status, 'completed', run.error ?? run.review_reason);

@@ -11,6 +11,7 @@ import { after, before, test } from 'node:test';
 
 import { planDigest } from '../builtins/plan.mjs';
 import { BUILTINS_DIR, listWorkflows, resolveWorkflow } from '../lib/workflow-names.js';
+import { fixtureRepo } from './fixture-repo.mjs';
 import { pkgDir, startHost, tempDir } from './helpers.mjs';
 
 const IDS = ['autodoc', 'autoimplement', 'autoplan', 'monitor', 'plan-approval', 'plan-change', 'sanity-check'];
@@ -218,16 +219,19 @@ test("pi-workflows' example that re-exports its autoplan loads unchanged and ask
   await c.cancelRun(runId);
 });
 
-test("pi-workflows' example that re-exports its autoimplement loads unchanged and asks for the implementation", async () => {
+test("pi-workflows' example that re-exports its autoimplement loads unchanged and, given a plan without its documentation, has it documented first", async () => {
   const c = host.client;
   // examples/workflows/autoimplement.workflow.ts of pi-workflows 0.12.1, as it is.
   const file = write('example-autoimplement.workflow.ts', 'export { autoimplementWorkflow as default } from "@osolmaz/pi-workflows/builtins";\n');
-  const { run_id: runId } = await c.startRun(file, { input: { task: 'empty input', plan: PLAN }, sessionId: 's-example-impl', projectDir: project });
+  // autoimplement works in a git repository (the reviewer diffs against the commit it started from).
+  const repo = join(host.dir, 'impl-project');
+  mkdirSync(repo);
+  fixtureRepo(repo);
+  const { run_id: runId } = await c.startRun(file, { input: { task: 'empty input', plan: PLAN }, sessionId: 's-example-impl', projectDir: repo });
   const parked = await c.waitForRun(runId, { untilParked: true, timeoutMs: 30_000 });
   assert.equal(parked.status, 'waiting', JSON.stringify(parked));
   const [ask] = await c.listInteractions('s-example-impl');
-  assert.equal(ask.node_id, 'implement');
-  assert.match(ask.request.prompt, /Implement this plan in the working tree/);
+  assert.equal(ask.node_id, 'documentation.inspect', 'autodoc, included as documentation');
   assert.match(ask.request.prompt, /2\. Fix: Handle empty input/);
   await c.cancelRun(runId);
 });

@@ -212,3 +212,40 @@ if (a0 === 'pr' && a1 === 'list') {
   fail('fake gh: unexpected ' + args.join(' '), 2);
 }
 `;
+
+/**
+ * A stand-in for Pi as the autoimplement reviewer starts it (`PIW_PI=<the returned file>`): it
+ * answers `--version` with 1.6.0; a review (`--print`) reads its prompt from stdin, logs `{ args,
+ * prompt }` as one JSON line to `<dir>/reviewer.log`, and answers with the n-th entry of
+ * `<dir>/reviewer.json` (the last one from then on): `{ review }` (printed as JSON), `{ text }`,
+ * or `{ exit }` (dies with that code and a line on stderr). `setAnswers(list)` rewrites them;
+ * `calls()` reads the log.
+ */
+export function fakeReviewer(dir) {
+  const file = join(dir, 'fake-pi.mjs');
+  const log = join(dir, 'reviewer.log');
+  const answers = join(dir, 'reviewer.json');
+  writeFileSync(
+    file,
+    `import { appendFileSync, readFileSync } from 'node:fs';
+const args = process.argv.slice(2);
+if (args.includes('--version')) { process.stdout.write('pi 1.6.0\\n'); process.exit(0); }
+let prompt = '';
+process.stdin.setEncoding('utf8');
+for await (const chunk of process.stdin) prompt += chunk;
+appendFileSync(${JSON.stringify(log)}, JSON.stringify({ args, prompt }) + '\\n');
+const n = readFileSync(${JSON.stringify(log)}, 'utf8').split('\\n').filter(Boolean).length;
+const list = JSON.parse(readFileSync(${JSON.stringify(answers)}, 'utf8'));
+const answer = list[Math.min(n, list.length) - 1];
+if (answer.exit !== undefined) { process.stderr.write('fake reviewer: crashed\\n'); process.exit(answer.exit); }
+process.stdout.write(answer.text ?? JSON.stringify(answer.review));
+`,
+  );
+  writeFileSync(log, '');
+  writeFileSync(answers, JSON.stringify([{ review: { p0: [], p1: [], p2: [], lower: [], reason: 'clean' } }]));
+  return {
+    file,
+    setAnswers: (list) => writeFileSync(answers, JSON.stringify(list)),
+    calls: () => readFileSync(log, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l)),
+  };
+}

@@ -172,7 +172,7 @@ async function pullRequestBody(ctx, repo) {
     `## Why\n\n${input.task}`,
     plan ? `## The plan it carries out\n\n${plan.slice(0, 20_000)}` : null,
     `## What changed\n\n${outputs.implement.summary}${stat ? `\n\n\`\`\`\n${stat.slice(0, 8_000)}\n\`\`\`` : ''}`,
-    `## How it was checked\n\n${checks || 'No checks were run.'}\n\nReviewed ${outputs.review?.round ?? 0} time(s); no P0-P2 finding is open.`,
+    `## How it was checked\n\n${checks || 'No checks were run.'}\n\nReviewed ${outputs.review?.round ?? 0} time(s); no P0 or P1 finding is open.`,
     `Proposed by piw's autoimplement workflow (run ${state.runId}).`,
   ]
     .filter(Boolean)
@@ -455,7 +455,7 @@ export function deliveryNodes({ planOf, digestOf }) {
             `**autoimplement: ${merged.merged ? 'merged' : 'ready'}**`,
             outputs.implement.summary,
             `Checks: ${(outputs.verify?.items ?? []).map((c) => `\`${c.id}\` ${c.outcome}`).join(', ') || 'none'}.`,
-            `Review: ${outputs.review?.round ?? 0} round(s), no P0-P2 finding open. CI at ${short(p.headRevision)}: ${outputs.watchCi.targets[i].reason}.`,
+            `Review: ${outputs.review?.round ?? 0} round(s), no P0 or P1 finding open. CI at ${short(p.headRevision)}: ${outputs.watchCi.targets[i].reason}.`,
             merged.reason,
           ].join('\n\n');
           const url = existing ? existing.url : await gh.commentOn(p.repository, p.pr, body, opts);

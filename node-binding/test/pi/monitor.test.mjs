@@ -336,6 +336,7 @@ test('monitor: repair.approval asks before repairing: the plan waits in its appr
     advance(3 * 60_000 + 1_000);
     await client.runStatus(runId);
     await until(() => seen.some((s) => s.node.startsWith('implement.')), 'the repair implemented after the approval');
+    assert.equal(seen.find((s) => s.node.startsWith('implement.')).node, 'implement.implement', 'the plan plan-change documented is not documented again');
     const planned = seen.find((s) => s.node === 'plan.plan.frame');
     assert.match(planned.text, /keep the public API/);
     await client.cancelRun(runId);

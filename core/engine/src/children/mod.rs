@@ -726,8 +726,16 @@ pub fn workflow_env_of(
 }
 
 /// `PIW_*` settings meant for the code a child runs, not for the host: `PIW_PI`, the Pi command
-/// that built-ins start Pi processes with (`node-binding/pi-cli.mjs`).
-pub const WORKFLOW_RUNTIME_VARS: [&str; 1] = ["PIW_PI"];
+/// that built-ins start Pi processes with (`node-binding/pi-cli.mjs`), and the Pi model a
+/// detached run's bridge is given (`PIW_DETACHED_PROVIDER`, `PIW_DETACHED_MODEL`,
+/// `PIW_DETACHED_PI_ARGS`), which built-ins that start Pi themselves (autoimplement's
+/// reviewer) use as the bridges do.
+pub const WORKFLOW_RUNTIME_VARS: [&str; 4] = [
+    "PIW_PI",
+    "PIW_DETACHED_PROVIDER",
+    "PIW_DETACHED_MODEL",
+    "PIW_DETACHED_PI_ARGS",
+];
 
 #[cfg(test)]
 mod env_tests {
@@ -740,15 +748,20 @@ mod env_tests {
             "GH_TOKEN",
             "PIW_HOME",
             "PIW_PI",
+            "PIW_DETACHED_MODEL",
             "PIW_MAX_CHILDREN",
             "PIW_FAULT",
             "PIW_PIX",
+            "PIW_DETACHED_BRIDGES",
         ]
         .map(|k| (OsString::from(k), OsString::from("v")));
         let kept: Vec<_> = workflow_env_of(vars.into_iter())
             .into_iter()
             .map(|(k, _)| k.into_string().unwrap_or_default())
             .collect();
-        assert_eq!(kept, ["GH_TOKEN", "PIW_HOME", "PIW_PI"]);
+        assert_eq!(
+            kept,
+            ["GH_TOKEN", "PIW_HOME", "PIW_PI", "PIW_DETACHED_MODEL"]
+        );
     }
 }
