@@ -3284,7 +3284,13 @@ fn run_start_finds_a_built_in_by_prefix_and_by_name_after_the_files() {
     let user_home = h.home.with_file_name("user");
     std::fs::create_dir_all(project.join(".pi/workflows")).unwrap();
     std::fs::create_dir_all(&user_home).unwrap();
-    let input = r#"{"task":"fix the parser","plan":"add a test, then fix it","mode":"skip"}"#;
+    // plan-approval names the plan it decides on by the digest of its canonical JSON.
+    let plan = "add a test, then fix it";
+    let digest = piw_core::ids::sha256_hex(format!("{plan:?}").as_bytes());
+    let input = format!(
+        r#"{{"task":"fix the parser","plan":"{plan}","planDigest":"sha256:{digest}","mode":"skip"}}"#
+    );
+    let input = input.as_str();
     let start = |name: &str, builtins: Option<&Path>| {
         let mut cmd = piw_cmd(
             &h.home,
