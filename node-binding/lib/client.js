@@ -56,6 +56,12 @@ function withRequestId(err, requestId) {
 // VALUE_PUT_CHUNK_BYTES, and no value may pass MAX_VALUE_BYTES.
 export const INLINE_VALUE_BYTES = 64 * 1024;
 export const MAX_VALUE_BYTES = 64 * 1024 * 1024;
+/**
+ * The largest submission this client uploads: the host's value limit. Tests lower it with
+ * `PIW_TEST_SUBMISSION_LIMIT` (never raise it) to drive the refusal through Pi without carrying
+ * 64 MiB through every later model request of the session, which only a slow machine notices.
+ */
+const SUBMISSION_LIMIT = Math.min(MAX_VALUE_BYTES, Number(process.env.PIW_TEST_SUBMISSION_LIMIT) || MAX_VALUE_BYTES);
 const VALUE_PUT_CHUNK_BYTES = 120 * 1024;
 const VALUE_PREVIEW_CHARS = 200;
 
@@ -374,17 +380,17 @@ export class Client {
    * A submission's `result` as it is sent: itself when its canonical JSON fits
    * INLINE_VALUE_BYTES (wrapped when its top level would read as a reference), else uploaded
    * for the request (`interaction.value_put`, in order, from where the host's copy ends) and
-   * replaced by its reference. Over MAX_VALUE_BYTES: `value_too_large` before anything is sent.
+   * replaced by its reference. Over MAX_VALUE_BYTES (SUBMISSION_LIMIT): `value_too_large` before anything is sent.
    */
   async #submittable(at, interactionId, result) {
     const text = canonicalJson(result);
     const bytes = Buffer.byteLength(text, 'utf8');
     if (bytes <= INLINE_VALUE_BYTES) return wrapInline(result);
-    if (bytes > MAX_VALUE_BYTES) {
+    if (bytes > SUBMISSION_LIMIT) {
       throw new PiwError(
         'value_too_large',
-        `the submission is ${bytes} bytes of JSON, over the limit of ${MAX_VALUE_BYTES} bytes (64 MiB) a value may have; nothing was submitted`,
-        { details: { bytes, limit: MAX_VALUE_BYTES } },
+        `the submission is ${bytes} bytes of JSON, over the limit of ${SUBMISSION_LIMIT} bytes (${+(SUBMISSION_LIMIT / 1048576).toFixed(2)} MiB) a value may have; nothing was submitted`,
+        { details: { bytes, limit: SUBMISSION_LIMIT } },
       );
     }
     const data = Buffer.from(text, 'utf8');

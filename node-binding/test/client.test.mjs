@@ -55,6 +55,17 @@ after(async () => {
   await host?.stop();
 });
 
+test('a submission over the 64 MiB value limit is refused before anything is sent', async () => {
+  // The step does not exist: a submission that reached the host would be refused as unknown.
+  const output = { blob: 'z'.repeat(64 * 1024 * 1024) };
+  await assert.rejects(host.client.submitInteraction({ run_id: 'run-none', node_id: 'ask', attempt_id: 'att-none', interaction_id: 'int-none' }, output), (e) => {
+    assert.equal(e.code, 'value_too_large', e.message);
+    assert.match(e.message, /over the limit of 67108864 bytes \(64 MiB\) a value may have; nothing was submitted/);
+    assert.equal(e.details.limit, 64 * 1024 * 1024);
+    return true;
+  });
+});
+
 test('status names the host, its pid, epoch and paths', async () => {
   const s = await host.client.status();
   assert.equal(s.pid, host.pid);

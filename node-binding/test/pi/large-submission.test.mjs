@@ -40,10 +40,11 @@ test('a 1 MB output is uploaded, validated whole and is the run result', async (
   await pi.quit();
 });
 
-test('a 70 MB output is refused at once: the tool result names the size and the limit', async () => {
-  // Pi carries the 70 MB tool call in every later request of the session: only a hang reaches
-  // the bound below.
-  const size = 70 * 1024 * 1024;
+test('an output over the limit is refused at once: the tool result names the size and the limit', async () => {
+  // The session's client refuses over its limit, lowered here to 1 MiB (the 64 MiB limit itself:
+  // client.test.mjs): Pi carries the refused tool call in every later request of the session.
+  const limit = 1024 * 1024;
+  const size = 2 * limit;
   let sent = false;
   env.model.script = ({ last, lastText }) => {
     if (last.role === 'tool') return { text: 'I cannot make it smaller' };
@@ -54,12 +55,12 @@ test('a 70 MB output is refused at once: the tool result names the size and the 
     }
     return { text: 'no' };
   };
-  const pi = await env.startPi();
+  const pi = await env.startPi({ extraEnv: { PIW_TEST_SUBMISSION_LIMIT: String(limit) } });
   const client = await env.client();
   const { run_id } = await client.startRun(`${env.project}/.pi/workflows/large.workflow.mjs`, { input: { size }, sessionId: 'session-a' });
-  await until(() => env.model.requests.some((r) => r.last.role === 'tool'), 'the tool result of the submission', 240_000);
+  await until(() => env.model.requests.some((r) => r.last.role === 'tool'), 'the tool result of the submission', 120_000);
   const toolReply = env.model.requests.find((r) => r.last.role === 'tool');
-  assert.match(toolReply.lastText, /too large to submit: the submission is \d+ bytes of JSON, over the limit of 67108864 bytes \(64 MiB\) a value may have; nothing was submitted/);
+  assert.match(toolReply.lastText, /too large to submit: the submission is \d+ bytes of JSON, over the limit of 1048576 bytes \(1 MiB\) a value may have; nothing was submitted/);
   assert.doesNotMatch(toolReply.lastText, /262144/);
   // Nothing reached the host: the step is still open, no submission was taken.
   const { interactions } = await client.runStatus(run_id);
