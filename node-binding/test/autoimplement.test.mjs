@@ -240,22 +240,17 @@ test('a step that runs out of time gets a fallback decision, three at most; the 
   };
   const c = await Client.connect({ home, hostBin, hostEnv: { ...env, PIW_TEST_CLOCK: clock } });
   // A step's time runs while its session is there to present it: a client that follows the
-  // session stands in for it. A step opened after an answered one was seen not held until the
-  // session was followed anew, so each round follows it from a fresh connection.
-  let presence = null;
-  const follow = async () => {
-    const next = await Client.connect({ home, hostBin });
-    await next.subscribe({ sessionId: 's-late' });
-    await presence?.close().catch(() => {});
-    presence = next;
-  };
+  // session stands in for it. The subscription is kept referenced: one the garbage collector
+  // takes is ended on the host, and the session goes away with it.
+  const presence = await Client.connect({ home, hostBin });
+  let following = null;
   try {
     // findPlan (30 minutes) is the step that runs out of time.
     const { run_id: runId } = await c.startRun(WORKFLOW, { input: { task: 'empty input', checks: CHECKS }, sessionId: 's-late', projectDir });
     const answer = answerer(c, runId, 's-late');
     for (let round = 1; round <= 4; round++) {
       const ask = await stepAt(c, 's-late', 'findPlan');
-      await follow();
+      following ??= await presence.subscribe({ sessionId: 's-late' });
       // Its time runs once it is held (presented to the session): only then is the clock moved.
       const held = async () => (await c.runStatus(runId)).attempts.some((t) => t.attempt_id === ask.attempt_id && t.deadline_at !== null);
       for (let i = 0; i < 3000 && !(await held()); i++) await new Promise((r) => setTimeout(r, 20));
@@ -281,7 +276,8 @@ test('a step that runs out of time gets a fallback decision, three at most; the 
     assert.deepEqual(attempts.filter((a) => a.node_id === 'findPlan').map((a) => a.status), ['timed_out', 'timed_out', 'timed_out', 'timed_out']);
     assert.equal(attempts.filter((a) => a.node_id === 'timeoutFallback' && a.status === 'ok').length, 3);
   } finally {
-    await presence?.close().catch(() => {});
+    await following?.close().catch(() => {});
+    await presence.close().catch(() => {});
     await cleanup([c], home, dir);
   }
 });
