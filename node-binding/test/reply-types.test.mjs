@@ -24,6 +24,8 @@ const OPTIONAL_UNSEEN = new Map([
   ['Effect.receipt_omitted', 'only when a status would not fit a frame'],
   ['RunUpdate.data_omitted', 'only when a status would not fit a frame'],
   ['WorkflowMessage.content_omitted', 'only when a status would not fit a frame'],
+  ['StepService.model', 'only when a bridge serves a detached step: this host has no Pi model (test/pi/detached.test.mjs)'],
+  ['StepService.detail', 'only when no Pi can serve a detached step (`no_pi`), which needs a detached model configured'],
 ]);
 
 // ---------------------------------------------------------------------------------------------
