@@ -4,7 +4,8 @@
 mod common;
 
 use common::Fixture;
-use piw_core::engine::dispatch::{apply_command, apply_read, HostState};
+use piw_core::engine::dispatch::{apply_command, apply_read};
+use piw_core::engine::state::HostState;
 use piw_core::protocol::{payload, Request, RequestBody};
 use piw_core::store::{DecisionKind, Fence, InteractionKind, RunStatus};
 use serde_json::json;
@@ -1600,7 +1601,7 @@ fn launched_child(
 /// before its receipts (a client that subscribes after a receipt misses no event before it).
 #[test]
 fn a_turn_hands_its_effects_to_the_driver_in_order() {
-    use piw_core::engine::dispatch::PreparedStart;
+    use piw_core::engine::handlers::run::PreparedStart;
     use piw_core::engine::turn::{turn, Effect, Effects, Input, Job};
     use piw_core::store::StoreError;
 

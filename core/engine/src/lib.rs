@@ -13,7 +13,8 @@
 //!   records, errors and the store interface), [`ids`], [`process`] (what a child process is);
 //! - the decisions: [`turn`], [`dispatch`] and [`handlers`] (client requests), [`children`]
 //!   (scheduling, worker messages, child reports), [`timers`], [`retention`], [`bridges`],
-//!   [`presence`] (who presents interactive steps, whose time runs only then).
+//!   [`presence`] (who presents interactive steps, whose time runs only then), over the
+//!   host's memory between turns, [`state`].
 //!
 //! See `ARCHITECTURE.md` at the repository root.
 
@@ -49,5 +50,6 @@ pub mod handlers;
 pub mod helper_processes;
 pub mod presence;
 pub mod retention;
+pub mod state;
 pub mod timers;
 pub mod turn;

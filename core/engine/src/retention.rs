@@ -6,10 +6,11 @@
 //! goes back to its queue between batches: a client's `run.prune` is sent again while its
 //! reply says `more`, the retention pass is due again at once while runs are left.
 
-use super::dispatch::HostState;
 use crate::protocol::payload::{RunListCursor, RunPrune, MAX_PRUNE_RUNS};
 use crate::protocol::reply::{PruneListed, Pruned};
 use crate::protocol::Receipt;
+pub use crate::state::retention::Retention;
+use crate::state::HostState;
 use crate::store::{PruneSelector, Storage, StoreError, StoreResult};
 use crate::time::UnixMillis;
 
@@ -17,16 +18,6 @@ use crate::time::UnixMillis;
 pub const RETENTION_INTERVAL_MS: i64 = 60 * 60 * 1000;
 
 const DAY_MS: u64 = 86_400_000;
-
-/// What the host keeps of finished runs on its own (off unless configured): a finished run
-/// goes when every given bound says so.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Retention {
-    /// Runs that finished more than this many days ago go (`PIW_RETAIN_DAYS`).
-    pub days: Option<u64>,
-    /// The newest this many finished runs stay (`PIW_RETAIN_RUNS`).
-    pub runs: Option<u64>,
-}
 
 impl Retention {
     /// Retention from the two settings; `None` (off) when neither is given.
@@ -83,7 +74,7 @@ pub fn prune_request(
             })
             .flatten();
         let run_ids = page.runs.iter().map(|k| k.run_id.clone()).collect();
-        return super::dispatch::receipt(
+        return crate::fit::receipt(
             None,
             &PruneListed {
                 dry_run: true,
@@ -95,7 +86,7 @@ pub fn prune_request(
         );
     }
     let (removed, more) = prune_batch(store, state, &selector, limit)?;
-    super::dispatch::receipt(
+    crate::fit::receipt(
         None,
         &Pruned {
             dry_run: false,

@@ -4,8 +4,8 @@
 //! it commits is published by the store thread.
 
 use super::children;
-use super::dispatch::HostState;
 use crate::protocol::payload;
+use crate::state::HostState;
 pub use crate::store::Wake;
 use crate::store::{Claim, Storage, StoreError, Transaction};
 use crate::time::UnixMillis;

@@ -13,11 +13,31 @@ use std::collections::BTreeMap;
 use crate::time::UnixMillis;
 
 use super::children::{self, SupervisorCmd};
-use super::dispatch::{self, HostState, PreparedStart};
+use super::dispatch;
+use super::fit::receipt;
+use super::handlers::run::{AcceptedSource, PreparedStart};
 use super::{retention, timers};
 use crate::protocol::reply::RepairReply;
 use crate::protocol::{Receipt, Rejection, RejectionCode, Request, RequestBody, RequestClass};
+use crate::state::HostState;
 use crate::store::{CommandMeta, CommandOutcome, Storage, StoreError};
+
+/// The durable identity of a command for its receipt.
+pub fn command_meta(req: &Request) -> Result<CommandMeta, Rejection> {
+    let fingerprint = req.fingerprint().map_err(|e| {
+        Rejection::new(
+            RejectionCode::Internal,
+            format!("cannot fingerprint request: {e}"),
+        )
+    })?;
+    Ok(CommandMeta {
+        request_id: req.request_id.clone(),
+        idempotency_key: req.idempotency_key.clone(),
+        fingerprint,
+        kind: req.body.kind_str().to_owned(),
+        run_id: req.run_id.clone(),
+    })
+}
 
 /// Most commands committed in one transaction.
 pub const MAX_BATCH: usize = 256;
@@ -55,7 +75,7 @@ pub struct Job<R> {
     pub request: Request,
     pub start: Option<PreparedStart>,
     /// The workflow file of a `run.retry` with `accept_source`, read by the connection task.
-    pub accepted_source: Option<dispatch::AcceptedSource>,
+    pub accepted_source: Option<AcceptedSource>,
     /// Why a `run.start` (or a `run.retry` accepting the source) could not be prepared (its
     /// file is gone or unreadable): only the
     /// receipt of an earlier commit of the same request may answer it; otherwise this does.
@@ -283,7 +303,7 @@ fn handle_batch<R>(
         .into_iter()
         .filter_map(|mut job| {
             if job.meta.is_none() {
-                match dispatch::command_meta(&job.request) {
+                match command_meta(&job.request) {
                     Ok(meta) => job.meta = Some(meta),
                     Err(rejection) => {
                         fx.apply(Effect::Reply {
@@ -471,7 +491,7 @@ fn maintain<R>(
             for (run_id, before) in &report.runs_written {
                 publish_run(store, fx, run_id, *before);
             }
-            dispatch::receipt(None, &RepairReply { report })
+            receipt(None, &RepairReply { report })
         }
         // The log directories of pruned runs go through the supervisor (off this thread);
         // the driver's sweep of leftovers runs after the turn (`state.sweep_run_logs`).

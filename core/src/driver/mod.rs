@@ -36,7 +36,7 @@ use tokio::net::UnixListener;
 use tokio::sync::{broadcast, oneshot, watch};
 
 use crate::engine::children;
-use crate::engine::dispatch::HostState;
+use crate::engine::state::HostState;
 use crate::paths::PiwPaths;
 use crate::protocol::reply::{body_of, HostCounts, HostStatusReply};
 use crate::protocol::{Limits, Receipt, Request, RequestBody};

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use super::fault::FaultPlan;
 use super::outbox::{Outbox, ReplyTx};
-use crate::engine::dispatch::HostState;
+use crate::engine::state::HostState;
 use crate::engine::turn::{self as engine_turn, Effect, Effects};
 use crate::engine::{retention, timers};
 use crate::store::{Store, StoreError};

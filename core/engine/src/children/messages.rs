@@ -4,7 +4,7 @@
 //! checks who speaks and dispatches.
 
 use super::*;
-use crate::dispatch::body;
+use crate::fit::body;
 use crate::protocol::reply::{
     DecisionRequested, EffectRecorded, HelloReply, InteractionRequested, NodeResultBody,
     NodeStarted, Notified, ProgressRecorded, ResultsPage, RunEnded, StepRefused, Stepped,
@@ -363,8 +363,7 @@ fn worker_results(
         .unwrap_or(usize::MAX)
         .min(results.len());
     let mut rest = results[offset..].to_vec();
-    let more =
-        crate::dispatch::keep_what_fits(&mut rest, crate::dispatch::reply_room(state.reply_limit));
+    let more = crate::fit::keep_what_fits(&mut rest, crate::fit::reply_room(state.reply_limit));
     Ok(ResultsPage {
         results: rest,
         more,
@@ -580,9 +579,9 @@ pub(super) fn worker_hello(
     // Every node's latest output may be as large as a payload: the results that do not fit
     // the frame with the rest of the reply are left for `worker.results` pages.
     let mut results = node_results(w, run_id)?;
-    let room = crate::dispatch::reply_room(state.reply_limit)
+    let room = crate::fit::reply_room(state.reply_limit)
         .saturating_sub(crate::protocol::json_len(&reply) + r#","results_more":true"#.len());
-    let fits = crate::dispatch::fitting_prefix(&results, room);
+    let fits = crate::fit::fitting_prefix(&results, room);
     if fits < results.len() {
         results.truncate(fits);
         reply.results_more = true;

@@ -4,13 +4,31 @@
 use serde_json::Value;
 
 use super::{fence_for, required};
-use crate::dispatch::{AcceptedSource, HostState, PreparedStart};
 use crate::fit::{fit_run_status, omit_until_it_fits, reply_excess, reply_room};
 use crate::protocol::reply::{
     RunCancelled, RunDetached, RunListReply, RunPaused, RunQueued, RunStatusReply,
 };
 use crate::protocol::{json_len, payload, Request};
-use crate::store::{ExecutionMode, Fence, Provenance, RunStatus, Storage, StoreError, Transaction};
+use crate::state::HostState;
+use crate::store::{
+    ExecutionMode, Fence, NewRun, Provenance, RunStatus, Storage, StoreError, Transaction,
+};
+
+/// A run start with its source already read and hashed by the connection task (file I/O
+/// stays off the store thread).
+#[derive(Debug, Clone)]
+pub struct PreparedStart {
+    pub new_run: NewRun,
+}
+
+/// What the connection task read of a run's workflow file for `run.retry` with
+/// `accept_source`: the file the run was started with, hashed as it is now (file I/O stays off
+/// the store thread, as for [`PreparedStart`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcceptedSource {
+    pub source_root: String,
+    pub source_hash: String,
+}
 
 /// `run.start`: start a new run.
 pub(crate) fn start(
