@@ -28,12 +28,14 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use super::children::{workflow_environment, ChildConfig, SupervisorCmd};
 use super::helper_processes::{self, HelperCommand};
+pub use crate::detached_model::{pi_model, INPUT_KEY};
+use crate::process::workflow_environment;
 use crate::protocol::{payload, Request, RequestBody, RequestKind};
 pub use crate::state::bridges::{
     BridgeEntry, BridgeSettings, Bridges, ModelSource, PiCommand, PiDefault, PiModel, StopReason,
 };
+use crate::state::children::{ChildConfig, SupervisorCmd};
 use crate::state::HostState;
 use crate::store::{ChildExitRecord, DetachedStep, Storage};
 
@@ -88,58 +90,6 @@ impl BridgeSettings {
         }
         args.extend(model.pi_args.iter().cloned());
         (pi.program.clone(), args)
-    }
-}
-
-/// The key of a run's input that names its Pi model: `{"piw_detached": {"provider", "model",
-/// "pi_args"}}`.
-pub const INPUT_KEY: &str = "piw_detached";
-
-/// The Pi model of a detached run: each of provider, model and extra arguments from the first
-/// place that sets it, the workflow (`definition`'s `detached`), the run's `input`
-/// ([`INPUT_KEY`]), the host's settings; when none of them names both a provider and a model,
-/// Pi's own default ([`BridgeSettings::pi_default`]). `None` when Pi has none either.
-pub fn pi_model(
-    definition: Option<&serde_json::Value>,
-    input: &serde_json::Value,
-    settings: &BridgeSettings,
-) -> Option<PiModel> {
-    let workflow = definition.and_then(|d| d.get("detached"));
-    let from_input = input.get(INPUT_KEY);
-    let text = |key: &str| {
-        [workflow, from_input]
-            .into_iter()
-            .flatten()
-            .find_map(|v| v.get(key).and_then(|v| v.as_str()).map(str::to_owned))
-    };
-    let pi_args = [workflow, from_input]
-        .into_iter()
-        .flatten()
-        .find_map(|v| {
-            v.get("pi_args").and_then(|a| a.as_array()).map(|a| {
-                a.iter()
-                    .filter_map(|x| x.as_str().map(str::to_owned))
-                    .collect::<Vec<_>>()
-            })
-        })
-        .unwrap_or_else(|| settings.pi_args.clone());
-    let named = text("provider")
-        .or_else(|| settings.provider.clone())
-        .zip(text("model").or_else(|| settings.model.clone()));
-    match (named, &settings.pi_default) {
-        (Some((provider, model)), _) => Some(PiModel {
-            provider,
-            model,
-            pi_args,
-            source: ModelSource::Named,
-        }),
-        (None, Some(default)) => Some(PiModel {
-            provider: default.provider.clone(),
-            model: default.model.clone(),
-            pi_args,
-            source: ModelSource::PiSettings,
-        }),
-        (None, None) => None,
     }
 }
 
@@ -231,7 +181,10 @@ impl Bridges {
     }
 
     /// Slots the bridges hold: one per run that has a bridge and no child of its own.
-    pub fn slots_held(&self, children: &BTreeMap<String, super::children::ChildEntry>) -> usize {
+    pub fn slots_held(
+        &self,
+        children: &BTreeMap<String, crate::state::children::ChildEntry>,
+    ) -> usize {
         self.live
             .keys()
             .filter(|run| !children.contains_key(*run))

@@ -21,9 +21,9 @@
 
 use std::path::PathBuf;
 
-use super::children::SupervisorCmd;
 use super::helper_processes::{self, HelperCommand};
 pub use crate::state::channels::{AdapterEntry, ChannelSettings, ChannelSpec, Channels, Restart};
+use crate::state::children::SupervisorCmd;
 use crate::state::HostState;
 use crate::store::ChildExitRecord;
 

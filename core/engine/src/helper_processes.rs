@@ -8,8 +8,7 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use super::children::CHILD_LOG_BYTES;
-use crate::process::{ChildLimits, OutputLog, SpawnSpec};
+use crate::process::{ChildLimits, OutputLog, SpawnSpec, CHILD_LOG_BYTES};
 use crate::state::HostState;
 
 /// The orders for helpers kept one per key, stops first: each live helper the host is not

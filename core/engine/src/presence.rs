@@ -24,7 +24,7 @@ pub const RETRY_MS: i64 = 1_000;
 
 impl Presence {
     /// Whether `holder` is there now (a bridge: it said hello and has not exited).
-    pub fn is_present(&self, holder: &Holder, bridges: &super::bridges::Bridges) -> bool {
+    pub fn is_present(&self, holder: &Holder, bridges: &crate::state::bridges::Bridges) -> bool {
         match holder {
             Holder::Session(session) => self.sessions.get(session).is_some_and(|c| !c.is_empty()),
             Holder::Bridge(run_id) => bridges.live.get(run_id).is_some_and(|e| e.hello),

@@ -189,7 +189,7 @@ fn prune_batch(
             .collect();
         state
             .child_commands
-            .push(super::children::SupervisorCmd::RemoveLogs { dirs });
+            .push(crate::state::children::SupervisorCmd::RemoveLogs { dirs });
     }
     // Log files a prune's commit left behind can only come from an earlier host's life (this
     // one orders their removal right after its commits): one sweep per host, at its first

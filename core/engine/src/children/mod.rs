@@ -26,6 +26,8 @@ use crate::store::{
 
 mod messages;
 mod watch;
+use crate::process::workflow_environment;
+pub use crate::process::{mask_hex_runs, CHILD_LOG_BYTES};
 pub use crate::state::children::{
     ChildConfig, ChildEntry, MissingRuntime, Runtime, StandbyPool, SupervisorCmd,
 };
@@ -34,10 +36,6 @@ pub use watch::*;
 
 /// Bytes of stdout and of stderr kept on a child's record.
 const CHILD_TAIL_BYTES: usize = 64 * 1024;
-
-/// The most output of one child kept in its log file (`piw logs`): 16 MiB, then a line says
-/// the rest was not kept.
-pub const CHILD_LOG_BYTES: u64 = 16 * 1024 * 1024;
 
 /// The log file of child `child_epoch` of run `run_id` under the installation's `logs`
 /// directory: `<logs>/<run_id>/<child_epoch>.log`.
@@ -569,20 +567,6 @@ fn launch(
         generation: act.claim.generation,
         launch,
     })
-}
-
-/// The environment a workflow's child gets besides what the supervisor always passes on:
-/// `base` (the host's own environment, taken once at start by [`ChildConfig::workflow_env`]'s
-/// caller) and `extra`.
-pub(crate) fn workflow_environment(
-    base: &[(std::ffi::OsString, std::ffi::OsString)],
-    extra: Option<(&str, &str)>,
-) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
-    let mut env = base.to_vec();
-    if let Some((key, value)) = extra {
-        env.push((key.into(), value.into()));
-    }
-    env
 }
 
 /// The part of the host's environment a workflow's child gets: the one the process that

@@ -6,6 +6,7 @@ use serde_json::Value;
 use super::canonical::StrictValue;
 use super::request::{bounded_message, DecodeError};
 use super::{ProtocolSchema, RejectionCode, PROTOCOL_SCHEMA};
+pub use crate::store::model::{deserialize_outcome_word, outcome_word, serialize_outcome_word};
 
 /// Anything the host writes to a connection, tagged by `"type"`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -288,39 +289,6 @@ impl Goodbye {
             message: message.into(),
         }
     }
-}
-
-/// The word clients see for an attempt's status or a step's outcome: the authoring reference's
-/// `ok` (what `$result.outcome` routes on and a node's `results` say) where the store records
-/// `succeeded`; every other word as stored. Only what leaves the host changes: the stored
-/// value stays, so no migration.
-pub fn outcome_word(stored: &str) -> &str {
-    if stored == "succeeded" {
-        "ok"
-    } else {
-        stored
-    }
-}
-
-/// Serializes a stored attempt status as [`outcome_word`] (for `serialize_with`).
-pub fn serialize_outcome_word<S: serde::Serializer>(
-    stored: &str,
-    serializer: S,
-) -> Result<S::Ok, S::Error> {
-    serializer.serialize_str(outcome_word(stored))
-}
-
-/// Reads an attempt status sent as [`outcome_word`] back as the stored word (for
-/// `deserialize_with`).
-pub fn deserialize_outcome_word<'de, D: serde::Deserializer<'de>>(
-    deserializer: D,
-) -> Result<String, D::Error> {
-    let word = <String as serde::Deserialize>::deserialize(deserializer)?;
-    Ok(if word == "ok" {
-        "succeeded".to_owned()
-    } else {
-        word
-    })
 }
 
 /// An event's `data` as clients see it: the `outcome` of `transitioned` in the words of
