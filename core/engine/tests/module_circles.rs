@@ -150,39 +150,48 @@ fn named_modules(module: &[String], source: &str) -> Vec<Vec<String>> {
     names.found
 }
 
-/// The import graph of the engine's top-level modules.
-fn engine_graph() -> Graph {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+/// The import graph of the modules directly under `parent` (the crate's top-level modules for
+/// `[]`) in the crate whose sources are `src`: each node is one of them with its own
+/// submodules; what they name of `parent` itself (its `mod.rs`) is no edge, since a module
+/// and its own submodules may name each other.
+fn import_graph(src: &Path, parent: &[&str]) -> Graph {
+    let depth = parent.len();
+    let under = |module: &[String]| {
+        module.len() > depth && module[..depth].iter().zip(parent).all(|(a, b)| a == b)
+    };
     let mut files = Vec::new();
-    rust_files(&src, &mut files);
+    rust_files(&src.join(parent.join("/")), &mut files);
     let modules: Vec<(PathBuf, Vec<String>)> = files
         .into_iter()
         .map(|file| {
-            let module = module_of(file.strip_prefix(&src).expect("under src"));
+            let module = module_of(file.strip_prefix(src).expect("under src"));
             (file, module)
         })
+        .filter(|(_, module)| under(module))
         .collect();
-    let top_level: BTreeSet<String> = modules
-        .iter()
-        .filter_map(|(_, m)| m.first().cloned())
-        .collect();
+    let nodes: BTreeSet<String> = modules.iter().map(|(_, m)| m[depth].clone()).collect();
     let mut graph = Graph::new();
     for (file, module) in &modules {
-        let Some(own) = module.first() else {
-            continue; // the crate root declares the modules; it is no module of its own
-        };
+        let own = &module[depth];
         let source = std::fs::read_to_string(file).expect("the file reads");
         let edges = graph.entry(own.clone()).or_default();
         for named in named_modules(module, &source) {
-            match named.first() {
-                Some(other) if other != own && top_level.contains(other) => {
-                    edges.insert(other.clone());
-                }
-                _ => {}
+            if under(&named) && named[depth] != *own && nodes.contains(&named[depth]) {
+                edges.insert(named[depth].clone());
             }
         }
     }
     graph
+}
+
+/// The engine's sources.
+fn engine_src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// The import graph of the engine's top-level modules.
+fn engine_graph() -> Graph {
+    import_graph(&engine_src(), &[])
 }
 
 /// The circles of `graph`: its strongly connected sets of more than one module.
@@ -259,14 +268,37 @@ fn the_graph_sees_the_engines_imports() {
     );
 }
 
-#[test]
-fn the_engines_modules_import_each_other_without_circles() {
-    let graph = engine_graph();
-    let found = circles(&graph);
-    let report: Vec<String> = found.iter().map(|c| describe(&graph, c)).collect();
+/// Fails with the circles of `graph`, each module with what it names inside its circle.
+fn assert_no_circle(what: &str, graph: &Graph) {
+    let found = circles(graph);
+    let report: Vec<String> = found.iter().map(|c| describe(graph, c)).collect();
     assert!(
         found.is_empty(),
-        "the engine's top-level modules import each other in a circle:\n{}",
+        "{what} import each other in a circle:\n{}",
         report.join("\n\n")
     );
+}
+
+#[test]
+fn the_engines_modules_import_each_other_without_circles() {
+    assert_no_circle("the engine's top-level modules", &engine_graph());
+}
+
+#[test]
+fn the_protocols_files_import_each_other_without_circles() {
+    let graph = import_graph(&engine_src(), &["protocol"]);
+    assert!(graph.len() >= 9, "the protocol's files: {graph:?}");
+    assert_no_circle("the protocol's files", &graph);
+}
+
+/// The host's driver is in `piw-core`, whose sources sit around this crate's
+/// (`core/src/driver`): its tasks name what they send each other from `driver::queues`, and a
+/// helper process's life from `driver::helper`, none from another task's module.
+#[test]
+fn the_drivers_files_import_each_other_without_circles() {
+    let core_src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../src");
+    let graph = import_graph(&core_src, &["driver"]);
+    assert!(graph.len() >= 12, "the driver's files: {graph:?}");
+    assert!(graph["store_thread"].contains("outbox"), "{graph:?}");
+    assert_no_circle("the driver's files", &graph);
 }

@@ -9,7 +9,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::sync::{broadcast, oneshot, watch};
 
-use super::store_thread::{Job, RunEvent, StoreMsg};
+use super::queues::{Job, RunEvent, StoreMsg};
 use super::HostShared;
 use crate::engine::children;
 use crate::engine::handlers::run::{AcceptedSource, PreparedStart};

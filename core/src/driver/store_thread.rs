@@ -14,19 +14,15 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::Duration;
 
 use super::fault::FaultPlan;
-use super::outbox::{Outbox, ReplyTx};
+use super::outbox::Outbox;
+use super::queues::{ReplyTx, SupervisorTx};
 use crate::engine::state::HostState;
 use crate::engine::turn::{self as engine_turn, Effect, Effects};
 use crate::engine::{retention, timers};
 use crate::store::{Store, StoreError};
 
-pub use crate::engine::turn::{RunEvent, MAX_BATCH};
-
-/// What the store thread receives.
-pub type StoreMsg = engine_turn::Input<ReplyTx>;
-
-/// One request for the store thread.
-pub type Job = engine_turn::Job<ReplyTx>;
+pub use super::queues::{Job, RunEvent, StoreMsg};
+pub use crate::engine::turn::MAX_BATCH;
 
 /// Runs the store thread until every sender is gone and the queue is drained. What it reveals
 /// leaves through `outbox`.
@@ -154,12 +150,9 @@ fn sweep_run_logs(store: &Store, state: &mut HostState, supervisor: &mut Option<
         .filter_map(|run_id| retention::run_log_dir(&logs, &run_id))
         .collect();
     if let (false, Some(tx)) = (dirs.is_empty(), supervisor.as_ref()) {
-        let _ = tx.send(super::supervisor::SupervisorCmd::RemoveLogs { dirs });
+        let _ = tx.send(crate::engine::children::SupervisorCmd::RemoveLogs { dirs });
     }
 }
-
-/// The supervisor's command channel, as the store thread holds it.
-pub type SupervisorTx = tokio::sync::mpsc::UnboundedSender<super::supervisor::SupervisorCmd>;
 
 /// Where a turn's effects go: the outbox, the supervisor's channel, the fault plan.
 struct Edges<'a> {

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::canonical::StrictValue;
-use super::request::{bounded_message, DecodeError};
+use super::rejection::bounded_message;
 use super::{ProtocolSchema, RejectionCode, PROTOCOL_SCHEMA};
 pub use crate::store::model::{deserialize_outcome_word, outcome_word, serialize_outcome_word};
 
@@ -302,6 +302,66 @@ pub fn event_data_for_clients(kind: &str, mut data: Value) -> Value {
         }
     }
     data
+}
+
+/// Longest message a [`DecodeError`] carries, in bytes. Error text can quote the peer's input;
+/// the bound keeps a hostile frame from being echoed back or logged at full size.
+const MAX_ERROR_MESSAGE_BYTES: usize = 512;
+
+/// Why a frame body is not a valid request (or server frame).
+///
+/// Carries the [`RejectionCode`] to report and, when the body got far enough to have a usable
+/// `request_id`, that id. Every decode error ends the connection: the host sends
+/// [`rejection_frame`](DecodeError::rejection_frame) when there is one, then
+/// [`goodbye_frame`](DecodeError::goodbye_frame), then closes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct DecodeError {
+    /// `malformed`, `unsupported_protocol` or `payload_too_large`.
+    pub code: RejectionCode,
+    /// What was wrong, for people; at most 512 bytes.
+    pub message: String,
+    /// The request's id, when it could be read.
+    pub request_id: Option<String>,
+}
+
+impl DecodeError {
+    /// An error with no request id.
+    pub fn new(code: RejectionCode, message: impl Into<String>) -> Self {
+        DecodeError {
+            code,
+            message: bounded_message(&message.into(), MAX_ERROR_MESSAGE_BYTES),
+            request_id: None,
+        }
+    }
+
+    /// A `malformed` error with no request id.
+    pub fn malformed(message: impl Into<String>) -> Self {
+        DecodeError::new(RejectionCode::Malformed, message)
+    }
+
+    /// The same error, with `request_id` set (unless `request_id` is `None`).
+    pub fn with_request_id(mut self, request_id: Option<String>) -> Self {
+        if request_id.is_some() {
+            self.request_id = request_id;
+        }
+        self
+    }
+
+    /// The typed rejection to send for the request, if its id is known.
+    pub fn rejection_frame(&self) -> Option<ServerFrame> {
+        self.request_id.as_ref().map(|request_id| {
+            ServerFrame::rejection(
+                request_id.clone(),
+                Rejection::new(self.code, self.message.clone()),
+            )
+        })
+    }
+
+    /// The goodbye to send before closing the connection.
+    pub fn goodbye_frame(&self) -> ServerFrame {
+        ServerFrame::Goodbye(Goodbye::new(self.code, self.message.clone()))
+    }
 }
 
 #[cfg(test)]
