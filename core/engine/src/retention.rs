@@ -1,6 +1,7 @@
 //! Retention: `run.prune` and the host's own retention pass (`PIW_RETAIN_DAYS`,
-//! `PIW_RETAIN_RUNS`). Deciding code: it names no I/O (`io_free`); the runs it removed
-//! wait in `HostState::pruned_runs` for the driver to remove their log files.
+//! `PIW_RETAIN_RUNS`). Deciding code: it names no I/O (`io_free`); the supervisor removes the
+//! log files of the runs it removed (`SupervisorCmd::RemoveLogs`), and the host's first prune
+//! has the driver sweep those a crash left (`turn::Effect::SweepRunLogs`).
 //!
 //! Each pass removes at most [`MAX_PRUNE_RUNS`] runs in one transaction, so the store thread
 //! goes back to its queue between batches: a client's `run.prune` is sent again while its

@@ -118,6 +118,11 @@ pub enum Effect<R> {
     /// The host no longer supervises: close the supervisor's channel (it then stops every
     /// child itself).
     EndSupervision,
+    /// Look under `logs` for the log directories of runs that no longer exist (those a crash
+    /// between a prune's commit and their removal left) and have the supervisor remove them.
+    /// Asked once per host, at its first prune, as the turn's last effect; reading the
+    /// directory is I/O, so the driver does it, with the store the turn used.
+    SweepRunLogs { logs: std::path::PathBuf },
 }
 
 /// The driver's side of a turn: carries out effects, and names the points where a test may
@@ -206,6 +211,11 @@ pub fn turn<R>(
         publish_unpublished(store, state, fx);
     }
     send_child_commands(state, fx);
+    if std::mem::take(&mut state.sweep_run_logs) {
+        if let Some(logs) = state.child_config.output_logs.clone() {
+            fx.apply(Effect::SweepRunLogs { logs });
+        }
+    }
 }
 
 /// Hands the driver what the deciding code ordered (launches, stops), in order; once the host
@@ -494,7 +504,7 @@ fn maintain<R>(
             receipt(None, &RepairReply { report })
         }
         // The log directories of pruned runs go through the supervisor (off this thread);
-        // the driver's sweep of leftovers runs after the turn (`state.sweep_run_logs`).
+        // the sweep of leftovers is the turn's last effect (`Effect::SweepRunLogs`).
         RequestBody::RunPrune(prune) => retention::prune_request(store, state, prune),
         other => Err(StoreError::Forbidden(format!(
             "{} is not a maintenance request",

@@ -10,6 +10,7 @@
 //! batches the thread sleeps until the next durable deadline, or indefinitely when nothing is
 //! due (no idle wake-ups).
 
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::Duration;
 
@@ -124,30 +125,28 @@ pub fn turn(
         outbox,
         fault,
         supervisor,
+        sweep_run_logs: None,
     };
     let now = store.now_ms();
     engine_turn::turn(store, state, now, msgs, deadline, &mut edges);
-    sweep_run_logs(store, state, supervisor);
+    // The turn holds the store while it runs: its sweep, which reads it, comes after.
+    if let Some(logs) = edges.sweep_run_logs.take() {
+        sweep_run_logs(store, &logs, edges.supervisor);
+    }
 }
 
-/// Once the engine asked for it (at the host's first prune): the log directories of runs that
-/// no longer exist (a crash between a prune's commit and their removal left them), for the
+/// `Effect::SweepRunLogs` (at the host's first prune): the log directories under `logs` of runs
+/// that no longer exist (a crash between a prune's commit and their removal left them), for the
 /// supervisor to remove. Reading the directory is I/O, so it is the driver's.
-fn sweep_run_logs(store: &Store, state: &mut HostState, supervisor: &mut Option<SupervisorTx>) {
-    if !std::mem::take(&mut state.sweep_run_logs) {
-        return;
-    }
-    let Some(logs) = state.child_config.output_logs.clone() else {
-        return;
-    };
-    let Ok(entries) = std::fs::read_dir(&logs) else {
+fn sweep_run_logs(store: &Store, logs: &Path, supervisor: &mut Option<SupervisorTx>) {
+    let Ok(entries) = std::fs::read_dir(logs) else {
         return;
     };
     let dirs: Vec<_> = entries
         .flatten()
         .filter_map(|entry| entry.file_name().to_str().map(str::to_owned))
         .filter(|run_id| run_id.starts_with("run-") && matches!(store.run_view(run_id), Ok(None)))
-        .filter_map(|run_id| retention::run_log_dir(&logs, &run_id))
+        .filter_map(|run_id| retention::run_log_dir(logs, &run_id))
         .collect();
     if let (false, Some(tx)) = (dirs.is_empty(), supervisor.as_ref()) {
         let _ = tx.send(crate::engine::children::SupervisorCmd::RemoveLogs { dirs });
@@ -159,6 +158,8 @@ struct Edges<'a> {
     outbox: &'a mut Outbox,
     fault: &'a FaultPlan,
     supervisor: &'a mut Option<SupervisorTx>,
+    /// Where the turn asked for a sweep of leftover run logs, carried out after it.
+    sweep_run_logs: Option<PathBuf>,
 }
 
 impl Effects<ReplyTx> for Edges<'_> {
@@ -173,6 +174,7 @@ impl Effects<ReplyTx> for Edges<'_> {
                 }
             }
             Effect::EndSupervision => *self.supervisor = None,
+            Effect::SweepRunLogs { logs } => self.sweep_run_logs = Some(logs),
         }
     }
 

@@ -87,8 +87,8 @@ pub struct HostState {
     pub retention: Option<retention::Retention>,
     /// When the retention pass runs next (`engine::retention`).
     pub retention_due_at: Option<i64>,
-    /// The host's first prune ran: the driver looks for log files of runs that no longer
-    /// exist (those a crash after a prune's commit left).
+    /// The host's first prune ran: the turn ends by asking the driver to look for log files
+    /// of runs that no longer exist (`turn::Effect::SweepRunLogs`).
     pub sweep_run_logs: bool,
     /// This host has asked for that sweep once already.
     pub run_logs_swept: bool,
