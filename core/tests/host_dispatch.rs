@@ -4,7 +4,8 @@
 mod common;
 
 use common::Fixture;
-use piw_core::engine::dispatch::{apply_command, apply_read, HostState};
+use piw_core::engine::dispatch::{apply_command, apply_read};
+use piw_core::engine::state::HostState;
 use piw_core::protocol::{payload, Request, RequestBody};
 use piw_core::store::{DecisionKind, Fence, InteractionKind, RunStatus};
 use serde_json::json;
@@ -1598,9 +1599,10 @@ fn launched_child(
 /// a batch's reads are answered (and may leave) before its commands commit; a launch goes to
 /// the supervisor inside the transaction, before the commit; the commit's events go out
 /// before its receipts (a client that subscribes after a receipt misses no event before it).
+/// The host's first prune ends its turn with the sweep of leftover run logs, once.
 #[test]
 fn a_turn_hands_its_effects_to_the_driver_in_order() {
-    use piw_core::engine::dispatch::PreparedStart;
+    use piw_core::engine::handlers::run::PreparedStart;
     use piw_core::engine::turn::{turn, Effect, Effects, Input, Job};
     use piw_core::store::StoreError;
 
@@ -1617,6 +1619,7 @@ fn a_turn_hands_its_effects_to_the_driver_in_order() {
                 Effect::ReadsAnswered { .. } => "reads answered".into(),
                 Effect::Child(_) => "child command".into(),
                 Effect::EndSupervision => "end supervision".into(),
+                Effect::SweepRunLogs { logs } => format!("sweep {}", logs.display()),
             });
         }
         fn publishing(&self) -> bool {
@@ -1692,6 +1695,47 @@ fn a_turn_hands_its_effects_to_the_driver_in_order() {
         f.store.run(&log_run_id(&log)).unwrap().status,
         RunStatus::Running
     );
+
+    // The host's first prune ends its turn by asking the driver to sweep the log directories
+    // of runs that no longer exist; a later prune does not ask again.
+    let logs = std::path::PathBuf::from("/nonexistent/piw-test-logs");
+    state.child_config.output_logs = Some(logs.clone());
+    for round in 0..2 {
+        let prune = Request::new(
+            format!("prune-{round}"),
+            RequestBody::RunPrune(payload::RunPrune::default()),
+        );
+        let mut recorder = Recorder::default();
+        let now = f.store.now_ms();
+        turn(
+            &mut f.store,
+            &mut state,
+            now,
+            vec![job(prune, None, "prune")],
+            None,
+            &mut recorder,
+        );
+        let sweeps: Vec<&String> = recorder
+            .0
+            .iter()
+            .filter(|l| l.starts_with("sweep"))
+            .collect();
+        if round == 0 {
+            assert_eq!(
+                sweeps,
+                [&format!("sweep {}", logs.display())],
+                "{:#?}",
+                recorder.0
+            );
+            assert!(
+                recorder.0.last().unwrap().starts_with("sweep"),
+                "{:#?}",
+                recorder.0
+            );
+        } else {
+            assert!(sweeps.is_empty(), "{:#?}", recorder.0);
+        }
+    }
 }
 
 /// The run id in a recorded `run.start` receipt.

@@ -511,9 +511,9 @@ fn run_status(s: &Scenario, run_id: &str) -> Value {
         Request::new("st", RequestBody::RunStatus(Default::default())).with_run_id(run_id);
     dispatch::apply_read(
         &s.f.store,
-        &dispatch::HostState {
+        &piw_core::engine::state::HostState {
             reply_limit: DEFAULT_MAX_FRAME_BYTES,
-            ..dispatch::HostState::new(Box::new(piw_core::ids::OsIds))
+            ..piw_core::engine::state::HostState::new(Box::new(piw_core::ids::OsIds))
         },
         &request,
     )
@@ -545,9 +545,9 @@ fn the_documented_records_are_the_ones_the_host_sends() {
     };
     let list = dispatch::apply_read(
         &s.f.store,
-        &dispatch::HostState {
+        &piw_core::engine::state::HostState {
             reply_limit: DEFAULT_MAX_FRAME_BYTES,
-            ..dispatch::HostState::new(Box::new(piw_core::ids::OsIds))
+            ..piw_core::engine::state::HostState::new(Box::new(piw_core::ids::OsIds))
         },
         &Request::new("ls", RequestBody::RunList(payload::RunList::default())),
     )

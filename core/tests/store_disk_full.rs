@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use common::{new_run, LEASE_MS, T0};
 use piw_core::clock::{Clock as _, FakeClock};
-use piw_core::engine::dispatch::{HostState, PreparedStart};
+use piw_core::engine::handlers::run::PreparedStart;
+use piw_core::engine::state::HostState;
 use piw_core::engine::timers::next_deadline_at;
 use piw_core::engine::turn::{turn, Effect, Effects, Input, Job};
 use piw_core::protocol::{payload, Receipt, Rejection, Request, RequestBody};

@@ -27,12 +27,16 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::Duration;
 
-use super::children::{workflow_environment, ChildConfig, SupervisorCmd};
-use super::dispatch::{self, HostState};
 use super::helper_processes::{self, HelperCommand};
+pub use crate::detached_model::{pi_model, INPUT_KEY};
+use crate::process::workflow_environment;
 use crate::protocol::{payload, Request, RequestBody, RequestKind};
+pub use crate::state::bridges::{
+    BridgeEntry, BridgeSettings, Bridges, ModelSource, PiCommand, PiDefault, PiModel, StopReason,
+};
+use crate::state::children::{ChildConfig, SupervisorCmd};
+use crate::state::HostState;
 use crate::store::{ChildExitRecord, DetachedStep, Storage};
 
 /// Bytes of a bridge's stdout and stderr kept for its exit reason.
@@ -50,39 +54,6 @@ pub mod exit_code {
     pub const UNUSABLE: i32 = 4;
     /// The host did not answer.
     pub const HOST_GONE: i32 = 5;
-}
-
-/// The command that runs Pi: `program ...prefix ...args`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PiCommand {
-    pub program: PathBuf,
-    /// Pi's CLI script when `program` is Node.
-    pub prefix: Vec<String>,
-    /// Where it was found, for messages (`PIW_PI=...`, the package's, `pi` on PATH).
-    pub describe: String,
-}
-
-/// How the host runs bridges (`driver::bridge_launch::settings` reads them when it starts).
-#[derive(Debug, Clone)]
-pub struct BridgeSettings {
-    /// The Pi to run, or why there is none.
-    pub pi: Result<PiCommand, String>,
-    /// The bridge extension (`<package>/extension/bridge.js`).
-    pub extension: PathBuf,
-    /// Node and `<package>/lib/bridge-preflight.js`, which check Pi before a detached start.
-    pub preflight: Option<(PathBuf, PathBuf)>,
-    /// The host's own choice (`PIW_DETACHED_PROVIDER`, `_MODEL`, `_PI_ARGS`), the last place
-    /// [`pi_model`] looks.
-    pub provider: Option<String>,
-    pub model: Option<String>,
-    pub pi_args: Vec<String>,
-    /// Pi's own default model (`defaultProvider` and `defaultModel` of the settings in Pi's
-    /// agent directory, read when the host starts): what a bridge uses when nothing above
-    /// names one, as `pi` started in the project would.
-    pub pi_default: Option<PiDefault>,
-    /// The installation (`PIW_HOME`): where the bridge locks live.
-    pub home: PathBuf,
-    pub handshake_timeout: Duration,
 }
 
 impl BridgeSettings {
@@ -119,83 +90,6 @@ impl BridgeSettings {
         }
         args.extend(model.pi_args.iter().cloned());
         (pi.program.clone(), args)
-    }
-}
-
-/// Pi's default model, from its settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PiDefault {
-    pub provider: String,
-    pub model: String,
-}
-
-/// Where a detached run's Pi model came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ModelSource {
-    /// The workflow, the run's input or the host's settings named it.
-    Named,
-    /// Nothing did: Pi's own default.
-    PiSettings,
-}
-
-/// The Pi model a detached run's bridge uses.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PiModel {
-    pub provider: String,
-    pub model: String,
-    pub pi_args: Vec<String>,
-    pub source: ModelSource,
-}
-
-/// The key of a run's input that names its Pi model: `{"piw_detached": {"provider", "model",
-/// "pi_args"}}`.
-pub const INPUT_KEY: &str = "piw_detached";
-
-/// The Pi model of a detached run: each of provider, model and extra arguments from the first
-/// place that sets it, the workflow (`definition`'s `detached`), the run's `input`
-/// ([`INPUT_KEY`]), the host's settings; when none of them names both a provider and a model,
-/// Pi's own default ([`BridgeSettings::pi_default`]). `None` when Pi has none either.
-pub fn pi_model(
-    definition: Option<&serde_json::Value>,
-    input: &serde_json::Value,
-    settings: &BridgeSettings,
-) -> Option<PiModel> {
-    let workflow = definition.and_then(|d| d.get("detached"));
-    let from_input = input.get(INPUT_KEY);
-    let text = |key: &str| {
-        [workflow, from_input]
-            .into_iter()
-            .flatten()
-            .find_map(|v| v.get(key).and_then(|v| v.as_str()).map(str::to_owned))
-    };
-    let pi_args = [workflow, from_input]
-        .into_iter()
-        .flatten()
-        .find_map(|v| {
-            v.get("pi_args").and_then(|a| a.as_array()).map(|a| {
-                a.iter()
-                    .filter_map(|x| x.as_str().map(str::to_owned))
-                    .collect::<Vec<_>>()
-            })
-        })
-        .unwrap_or_else(|| settings.pi_args.clone());
-    let named = text("provider")
-        .or_else(|| settings.provider.clone())
-        .zip(text("model").or_else(|| settings.model.clone()));
-    match (named, &settings.pi_default) {
-        (Some((provider, model)), _) => Some(PiModel {
-            provider,
-            model,
-            pi_args,
-            source: ModelSource::Named,
-        }),
-        (None, Some(default)) => Some(PiModel {
-            provider: default.provider.clone(),
-            model: default.model.clone(),
-            pi_args,
-            source: ModelSource::PiSettings,
-        }),
-        (None, None) => None,
     }
 }
 
@@ -277,45 +171,6 @@ pub fn step_service(
     })
 }
 
-/// One bridge the host launched and has not seen exit.
-#[derive(Debug, Clone)]
-pub struct BridgeEntry {
-    /// Host-unique, from the children's launch numbers.
-    pub launch: u64,
-    /// The step it serves now (the run's open one, updated as the run moves on).
-    pub interaction_id: String,
-    pub launched_at: i64,
-    /// It took its run's lock.
-    pub hello: bool,
-    /// Why the host stopped it, once it did.
-    pub stopping: Option<StopReason>,
-}
-
-/// Why the host stopped a bridge.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StopReason {
-    /// Its run has no open step any more: nothing is lost.
-    StepClosed,
-    /// It did not take its run within the handshake bound: the step fails.
-    Handshake { after_ms: u64 },
-}
-
-/// The host's bridges: the settings, the live ones by run, and the steps whose bridge was lost
-/// while a submission of theirs was being judged (failed if it is rejected).
-#[derive(Debug, Default)]
-pub struct Bridges {
-    pub live: BTreeMap<String, BridgeEntry>,
-    /// Interaction id -> why its bridge was lost.
-    pub lost: BTreeMap<String, String>,
-    /// The Pi model of each run with an open step ([`pi_model`]; `None`: nothing names one,
-    /// and its steps wait for a client), read once per run.
-    pub models: BTreeMap<String, Option<PiModel>>,
-    /// Nothing that could open or close a detached step happened since the last [`reconcile`]
-    /// (false at the host's start): the store thread's turns under load (steps and transitions
-    /// of workflow children) skip its read.
-    pub up_to_date: bool,
-}
-
 impl Bridges {
     /// Notes a batch of requests of `kinds`: those that can open or close an interactive step
     /// of a detached run ([`may_change_detached_steps`]) make the next [`reconcile`] look.
@@ -326,7 +181,10 @@ impl Bridges {
     }
 
     /// Slots the bridges hold: one per run that has a bridge and no child of its own.
-    pub fn slots_held(&self, children: &BTreeMap<String, super::children::ChildEntry>) -> usize {
+    pub fn slots_held(
+        &self,
+        children: &BTreeMap<String, crate::state::children::ChildEntry>,
+    ) -> usize {
         self.live
             .keys()
             .filter(|run| !children.contains_key(*run))
@@ -725,19 +583,20 @@ fn launch(state: &mut HostState, settings: &BridgeSettings, step: &DetachedStep,
 
 /// Fails the attempt of `step` as `interaction.fail` does (the run routes as its node says).
 fn fail_step(store: &mut dyn Storage, state: &mut HostState, step: &DetachedStep, reason: &str) {
+    let fail = payload::InteractionFail {
+        interaction_id: step.interaction_id.clone(),
+        reason: reason.to_owned(),
+    };
     let mut request = Request::new(
         format!("bridge-{}", step.interaction_id),
-        RequestBody::InteractionFail(payload::InteractionFail {
-            interaction_id: step.interaction_id.clone(),
-            reason: reason.to_owned(),
-        }),
+        RequestBody::InteractionFail(fail.clone()),
     );
     request.run_id = Some(step.run_id.clone());
     request.node_id = Some(step.node_id.clone());
     request.attempt_id = Some(step.attempt_id.clone());
     let state_ref: &HostState = state;
     let result = store.write(state.now, |w| {
-        dispatch::apply_command(w, state_ref, &request, None, None)?;
+        crate::handlers::interaction::fail(w, state_ref, &request, &fail)?;
         Ok(w.take_runs_written())
     });
     match result {
@@ -768,6 +627,7 @@ pub fn next_deadline(state: &HostState) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn step(run: &str, interaction: &str, validating: bool) -> DetachedStep {
         DetachedStep {

@@ -1,9 +1,12 @@
 //! Fitting a reply under the frame limit: how much room a body has, and which values a
-//! `run.status` or a list leaves out (each with its "omitted" mark) when it is too large.
+//! `run.status` or a list leaves out (each with its "omitted" mark) when it is too large; and
+//! where a typed reply becomes JSON ([`body`], [`receipt`]).
 
 use serde_json::Value;
 
-use crate::protocol::json_len;
+use crate::protocol::reply::body_of;
+use crate::protocol::{json_len, Receipt};
+use crate::store::StoreError;
 
 /// Room left in a reply frame for what is not the body: the envelope, the request id (up
 /// to its own limit), the receipt's fields.
@@ -12,6 +15,20 @@ pub(crate) const REPLY_ENVELOPE_ROOM: usize = 8 * 1024;
 /// The bytes of body a reply under `reply_limit` can carry.
 pub(crate) fn reply_room(reply_limit: usize) -> usize {
     reply_limit.saturating_sub(REPLY_ENVELOPE_ROOM)
+}
+
+/// The receipt body of a command's typed reply: the one place it becomes JSON (a command's
+/// body is stored with its receipt, for replays).
+pub(crate) fn body<T: serde::Serialize>(reply: &T) -> Result<Value, StoreError> {
+    Ok(body_of(reply)?)
+}
+
+/// The receipt of a read's typed reply.
+pub(crate) fn receipt<T: serde::Serialize>(
+    revision: Option<u64>,
+    reply: &T,
+) -> Result<Receipt, StoreError> {
+    Ok(Receipt::new(revision, body_of(reply)?))
 }
 
 /// How many of `items`, from the first, fit `room` bytes of JSON together.

@@ -8,9 +8,8 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use super::children::CHILD_LOG_BYTES;
-use super::dispatch::HostState;
-use crate::process::{ChildLimits, OutputLog, SpawnSpec};
+use crate::process::{ChildLimits, OutputLog, SpawnSpec, CHILD_LOG_BYTES};
+use crate::state::HostState;
 
 /// The orders for helpers kept one per key, stops first: each live helper the host is not
 /// already stopping (`is_stopping`) gets what `check_live` orders for it (a stop, or nothing),

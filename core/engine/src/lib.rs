@@ -13,7 +13,8 @@
 //!   records, errors and the store interface), [`ids`], [`process`] (what a child process is);
 //! - the decisions: [`turn`], [`dispatch`] and [`handlers`] (client requests), [`children`]
 //!   (scheduling, worker messages, child reports), [`timers`], [`retention`], [`bridges`],
-//!   [`presence`] (who presents interactive steps, whose time runs only then).
+//!   [`presence`] (who presents interactive steps, whose time runs only then), over the
+//!   host's memory between turns, [`state`].
 //!
 //! See `ARCHITECTURE.md` at the repository root.
 
@@ -43,11 +44,13 @@ pub mod time;
 pub mod bridges;
 pub mod channels;
 pub mod children;
+pub mod detached_model;
 pub mod dispatch;
 mod fit;
 pub mod handlers;
 pub mod helper_processes;
 pub mod presence;
 pub mod retention;
+pub mod state;
 pub mod timers;
 pub mod turn;

@@ -15,27 +15,16 @@
 //! Each change is one store transaction. One that fails (a full disk) is tried again at the
 //! next turn after [`RETRY_MS`], with whatever the holder's presence is by then.
 
-use std::collections::{BTreeMap, BTreeSet};
-
-use super::dispatch::HostState;
+pub use crate::state::presence::Presence;
+use crate::state::HostState;
 use crate::store::{Holder, Storage};
 
 /// How long after a failed hold or release it is tried again.
 pub const RETRY_MS: i64 = 1_000;
 
-/// The holders the host knows to be there.
-#[derive(Debug, Default)]
-pub struct Presence {
-    /// Session id -> the connections (driver-given numbers) that follow its events.
-    sessions: BTreeMap<String, BTreeSet<u64>>,
-    /// Holders whose hold or release did not commit, to try again from `retry_at`.
-    unsynced: BTreeSet<Holder>,
-    retry_at: Option<i64>,
-}
-
 impl Presence {
     /// Whether `holder` is there now (a bridge: it said hello and has not exited).
-    pub fn is_present(&self, holder: &Holder, bridges: &super::bridges::Bridges) -> bool {
+    pub fn is_present(&self, holder: &Holder, bridges: &crate::state::bridges::Bridges) -> bool {
         match holder {
             Holder::Session(session) => self.sessions.get(session).is_some_and(|c| !c.is_empty()),
             Holder::Bridge(run_id) => bridges.live.get(run_id).is_some_and(|e| e.hello),

@@ -1,5 +1,6 @@
-//! What the engine asks of a process: the program, its environment and limits, and where its
-//! output goes. Data only: `piw_core::supervise` starts and watches the processes.
+//! What the engine asks of a process: the program, its environment and limits, where its
+//! output goes and what of that output may be shown. Data only: `piw_core::supervise` starts
+//! and watches the processes.
 
 use std::ffi::OsString;
 use std::fmt;
@@ -7,6 +8,50 @@ use std::path::PathBuf;
 
 /// Default size of each of the stdout and stderr tails: 64 KiB.
 pub const DEFAULT_TAIL_BYTES: usize = 64 * 1024;
+
+/// The most output of one child kept in its log file (`piw logs`): 16 MiB, then a line says
+/// the rest was not kept.
+pub const CHILD_LOG_BYTES: u64 = 16 * 1024 * 1024;
+
+/// The environment a workflow's child gets besides what the supervisor always passes on:
+/// `base` (the host's own environment, taken once at start by `ChildConfig::workflow_env`'s
+/// caller) and `extra`.
+pub(crate) fn workflow_environment(
+    base: &[(std::ffi::OsString, std::ffi::OsString)],
+    extra: Option<(&str, &str)>,
+) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    let mut env = base.to_vec();
+    if let Some((key, value)) = extra {
+        env.push((key.into(), value.into()));
+    }
+    env
+}
+
+/// `text` with every run of 32 or more hex digits replaced by `<hex>`: what a child printed
+/// reaches status and reasons, and nothing shaped like a token may.
+pub fn mask_hex_runs(text: &str) -> String {
+    const HEX_RUN: usize = 32;
+    let mut out = String::with_capacity(text.len());
+    let mut hex = String::new();
+    let flush = |out: &mut String, hex: &mut String| {
+        if hex.len() >= HEX_RUN {
+            out.push_str("<hex>");
+        } else {
+            out.push_str(hex);
+        }
+        hex.clear();
+    };
+    for c in text.chars() {
+        if c.is_ascii_hexdigit() {
+            hex.push(c);
+        } else {
+            flush(&mut out, &mut hex);
+            out.push(c);
+        }
+    }
+    flush(&mut out, &mut hex);
+    out
+}
 
 /// Where one child's output goes, and how much of it at most.
 #[derive(Debug, Clone, PartialEq, Eq)]

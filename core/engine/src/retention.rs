@@ -1,15 +1,17 @@
 //! Retention: `run.prune` and the host's own retention pass (`PIW_RETAIN_DAYS`,
-//! `PIW_RETAIN_RUNS`). Deciding code: it names no I/O (`io_free`); the runs it removed
-//! wait in `HostState::pruned_runs` for the driver to remove their log files.
+//! `PIW_RETAIN_RUNS`). Deciding code: it names no I/O (`io_free`); the supervisor removes the
+//! log files of the runs it removed (`SupervisorCmd::RemoveLogs`), and the host's first prune
+//! has the driver sweep those a crash left (`turn::Effect::SweepRunLogs`).
 //!
 //! Each pass removes at most [`MAX_PRUNE_RUNS`] runs in one transaction, so the store thread
 //! goes back to its queue between batches: a client's `run.prune` is sent again while its
 //! reply says `more`, the retention pass is due again at once while runs are left.
 
-use super::dispatch::HostState;
 use crate::protocol::payload::{RunListCursor, RunPrune, MAX_PRUNE_RUNS};
 use crate::protocol::reply::{PruneListed, Pruned};
 use crate::protocol::Receipt;
+pub use crate::state::retention::Retention;
+use crate::state::HostState;
 use crate::store::{PruneSelector, Storage, StoreError, StoreResult};
 use crate::time::UnixMillis;
 
@@ -17,16 +19,6 @@ use crate::time::UnixMillis;
 pub const RETENTION_INTERVAL_MS: i64 = 60 * 60 * 1000;
 
 const DAY_MS: u64 = 86_400_000;
-
-/// What the host keeps of finished runs on its own (off unless configured): a finished run
-/// goes when every given bound says so.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Retention {
-    /// Runs that finished more than this many days ago go (`PIW_RETAIN_DAYS`).
-    pub days: Option<u64>,
-    /// The newest this many finished runs stay (`PIW_RETAIN_RUNS`).
-    pub runs: Option<u64>,
-}
 
 impl Retention {
     /// Retention from the two settings; `None` (off) when neither is given.
@@ -83,7 +75,7 @@ pub fn prune_request(
             })
             .flatten();
         let run_ids = page.runs.iter().map(|k| k.run_id.clone()).collect();
-        return super::dispatch::receipt(
+        return crate::fit::receipt(
             None,
             &PruneListed {
                 dry_run: true,
@@ -95,7 +87,7 @@ pub fn prune_request(
         );
     }
     let (removed, more) = prune_batch(store, state, &selector, limit)?;
-    super::dispatch::receipt(
+    crate::fit::receipt(
         None,
         &Pruned {
             dry_run: false,
@@ -198,7 +190,7 @@ fn prune_batch(
             .collect();
         state
             .child_commands
-            .push(super::children::SupervisorCmd::RemoveLogs { dirs });
+            .push(crate::state::children::SupervisorCmd::RemoveLogs { dirs });
     }
     // Log files a prune's commit left behind can only come from an earlier host's life (this
     // one orders their removal right after its commits): one sweep per host, at its first

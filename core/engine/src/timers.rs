@@ -1,13 +1,13 @@
 //! The host's own deadlines: when the store thread must wake next, and the deadline pass of
-//! the store (expired interactions, decisions and claims, due durable timers); and what a
-//! child's `worker.wait_until` sets. Deciding code: it names no I/O (`io_free`); what
+//! the store (expired interactions, decisions and claims, due durable timers). What a child's
+//! `worker.wait_until` sets is decided with its other messages (`children::messages`). Deciding code: it names no I/O (`io_free`); what
 //! it commits is published by the store thread.
 
 use super::children;
-use super::dispatch::HostState;
-use crate::protocol::payload;
+pub use super::children::{wake_of, worker_wait_until, MAX_WAKE_MS};
+use crate::state::HostState;
+use crate::store::Storage;
 pub use crate::store::Wake;
-use crate::store::{Claim, Storage, StoreError, Transaction};
 use crate::time::UnixMillis;
 
 /// The earliest time the host has deadline work: the store's own deadlines (claim
@@ -63,74 +63,5 @@ pub fn run_due_work(store: &mut dyn Storage, state: &mut HostState) {
         }
         Ok(_) => {}
         Err(e) => crate::store_error!(e, "deadline work failed"),
-    }
-}
-
-/// The wake of a `worker.wait_until`: after `for_ms`, or at `until_ms` (clamped to the
-/// store's time range; [`worker_wait_until`] refuses one past [`MAX_WAKE_MS`]). The decoder
-/// lets exactly one through.
-pub fn wake_of(wait: &payload::WorkerWaitUntil) -> Wake {
-    match (wait.for_ms, wait.until_ms) {
-        (Some(ms), _) => Wake::After(ms),
-        (None, Some(at)) => Wake::At(i64::try_from(at).unwrap_or(i64::MAX)),
-        (None, None) => Wake::After(0),
-    }
-}
-
-/// The latest wake time a timer may have: the end of the year 9999 (Unix milliseconds).
-/// A wake time beyond it is a mistake of the workflow (a time in microseconds or
-/// nanoseconds, say), and one past `i64::MAX` would be clamped or wrap in the arithmetic of
-/// deadlines: refused rather than stored.
-pub const MAX_WAKE_MS: UnixMillis = 253_402_300_799_999;
-
-/// `worker.wait_until`: parks the attempt on a durable timer. The wake time is decided here,
-/// once, from the host's clock, and stored; the reply says when. A wake time past
-/// [`MAX_WAKE_MS`] is `invalid_input`.
-pub fn worker_wait_until(
-    w: &mut dyn Transaction,
-    claim: &Claim,
-    attempt_id: &str,
-    wait: &payload::WorkerWaitUntil,
-) -> Result<crate::protocol::reply::TimerSet, StoreError> {
-    let wake = wake_of(wait);
-    if wake.at(w.now_ms()) > MAX_WAKE_MS {
-        return Err(StoreError::InvalidInput(format!(
-            "the wake time is past the year 9999 ({MAX_WAKE_MS} ms): `until_ms` and `for_ms` \
-             are milliseconds (until_ms {:?}, for_ms {:?})",
-            wait.until_ms, wait.for_ms
-        )));
-    }
-    let set = w.wait_until(claim, attempt_id, wake, &wait.output)?;
-    Ok(crate::protocol::reply::TimerSet {
-        timer_id: set.timer_id,
-        wake_at: set.wake_at,
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::Value;
-
-    #[test]
-    fn a_duration_wakes_after_the_hosts_now_and_a_time_at_itself() {
-        let after = payload::WorkerWaitUntil {
-            for_ms: Some(60_000),
-            until_ms: None,
-            output: Value::Null,
-        };
-        assert_eq!(wake_of(&after).at(1_000), 61_000);
-        let at = payload::WorkerWaitUntil {
-            for_ms: None,
-            until_ms: Some(5_000),
-            output: Value::Null,
-        };
-        assert_eq!(wake_of(&at).at(1_000), 5_000);
-        let far = payload::WorkerWaitUntil {
-            for_ms: Some(u64::MAX),
-            until_ms: None,
-            output: Value::Null,
-        };
-        assert_eq!(wake_of(&far).at(1_000), i64::MAX);
     }
 }

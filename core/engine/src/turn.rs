@@ -13,11 +13,31 @@ use std::collections::BTreeMap;
 use crate::time::UnixMillis;
 
 use super::children::{self, SupervisorCmd};
-use super::dispatch::{self, HostState, PreparedStart};
+use super::dispatch;
+use super::fit::receipt;
+use super::handlers::run::{AcceptedSource, PreparedStart};
 use super::{retention, timers};
 use crate::protocol::reply::RepairReply;
 use crate::protocol::{Receipt, Rejection, RejectionCode, Request, RequestBody, RequestClass};
+use crate::state::HostState;
 use crate::store::{CommandMeta, CommandOutcome, Storage, StoreError};
+
+/// The durable identity of a command for its receipt.
+pub fn command_meta(req: &Request) -> Result<CommandMeta, Rejection> {
+    let fingerprint = req.fingerprint().map_err(|e| {
+        Rejection::new(
+            RejectionCode::Internal,
+            format!("cannot fingerprint request: {e}"),
+        )
+    })?;
+    Ok(CommandMeta {
+        request_id: req.request_id.clone(),
+        idempotency_key: req.idempotency_key.clone(),
+        fingerprint,
+        kind: req.body.kind_str().to_owned(),
+        run_id: req.run_id.clone(),
+    })
+}
 
 /// Most commands committed in one transaction.
 pub const MAX_BATCH: usize = 256;
@@ -55,7 +75,7 @@ pub struct Job<R> {
     pub request: Request,
     pub start: Option<PreparedStart>,
     /// The workflow file of a `run.retry` with `accept_source`, read by the connection task.
-    pub accepted_source: Option<dispatch::AcceptedSource>,
+    pub accepted_source: Option<AcceptedSource>,
     /// Why a `run.start` (or a `run.retry` accepting the source) could not be prepared (its
     /// file is gone or unreadable): only the
     /// receipt of an earlier commit of the same request may answer it; otherwise this does.
@@ -98,6 +118,11 @@ pub enum Effect<R> {
     /// The host no longer supervises: close the supervisor's channel (it then stops every
     /// child itself).
     EndSupervision,
+    /// Look under `logs` for the log directories of runs that no longer exist (those a crash
+    /// between a prune's commit and their removal left) and have the supervisor remove them.
+    /// Asked once per host, at its first prune, as the turn's last effect; reading the
+    /// directory is I/O, so the driver does it, with the store the turn used.
+    SweepRunLogs { logs: std::path::PathBuf },
 }
 
 /// The driver's side of a turn: carries out effects, and names the points where a test may
@@ -186,6 +211,11 @@ pub fn turn<R>(
         publish_unpublished(store, state, fx);
     }
     send_child_commands(state, fx);
+    if std::mem::take(&mut state.sweep_run_logs) {
+        if let Some(logs) = state.child_config.output_logs.clone() {
+            fx.apply(Effect::SweepRunLogs { logs });
+        }
+    }
 }
 
 /// Hands the driver what the deciding code ordered (launches, stops), in order; once the host
@@ -283,7 +313,7 @@ fn handle_batch<R>(
         .into_iter()
         .filter_map(|mut job| {
             if job.meta.is_none() {
-                match dispatch::command_meta(&job.request) {
+                match command_meta(&job.request) {
                     Ok(meta) => job.meta = Some(meta),
                     Err(rejection) => {
                         fx.apply(Effect::Reply {
@@ -471,10 +501,10 @@ fn maintain<R>(
             for (run_id, before) in &report.runs_written {
                 publish_run(store, fx, run_id, *before);
             }
-            dispatch::receipt(None, &RepairReply { report })
+            receipt(None, &RepairReply { report })
         }
         // The log directories of pruned runs go through the supervisor (off this thread);
-        // the driver's sweep of leftovers runs after the turn (`state.sweep_run_logs`).
+        // the sweep of leftovers is the turn's last effect (`Effect::SweepRunLogs`).
         RequestBody::RunPrune(prune) => retention::prune_request(store, state, prune),
         other => Err(StoreError::Forbidden(format!(
             "{} is not a maintenance request",

@@ -19,9 +19,9 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
+use super::helper::{run_helper, HelperStdin};
 use super::node_runtime::NodeRuntime;
-use super::store_thread::StoreMsg;
-use super::supervisor::{run_helper, HelperStdin};
+use super::queues::StoreMsg;
 use crate::engine::bridges::{BridgeReport, BridgeSettings, PiCommand, PiDefault};
 use crate::engine::children::ChildReport;
 use crate::store::ChildExitRecord;

@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
+use super::helper::{run_helper, HelperStdin};
 use super::node_runtime::NodeRuntime;
-use super::store_thread::StoreMsg;
-use super::supervisor::{run_helper, HelperStdin};
+use super::queues::StoreMsg;
 use crate::engine::channels::{ChannelReport, ChannelSettings, ChannelSpec};
 use crate::engine::children::{ChildReport, WorkflowEnv};
 use crate::store::ChildExitRecord;

@@ -9,10 +9,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::sync::{broadcast, oneshot, watch};
 
-use super::store_thread::{Job, RunEvent, StoreMsg};
+use super::queues::{Job, RunEvent, StoreMsg};
 use super::HostShared;
 use crate::engine::children;
-use crate::engine::dispatch;
+use crate::engine::handlers::run::{AcceptedSource, PreparedStart};
+use crate::engine::turn;
 use crate::protocol::reply::{body_of, ChannelsReloaded, HostStopping, Subscription};
 use crate::protocol::{
     encode_frame, payload, Event, FrameDecoder, FrameError, Limits, Receipt, Rejection,
@@ -630,7 +631,7 @@ async fn handle_frame(
                 _ => None,
             };
             let meta = if request.class().is_durable_command() {
-                match dispatch::command_meta(&request) {
+                match turn::command_meta(&request) {
                     Ok(meta) => Some(meta),
                     Err(rejection) => return Ok(answer(Err(rejection))),
                 }
@@ -658,8 +659,8 @@ async fn handle_frame(
 /// What the connection task read from files for a request, before the store thread sees it.
 #[derive(Default)]
 struct Prepared {
-    start: Option<dispatch::PreparedStart>,
-    accepted_source: Option<dispatch::AcceptedSource>,
+    start: Option<PreparedStart>,
+    accepted_source: Option<AcceptedSource>,
     start_refused: Option<Rejection>,
 }
 
@@ -668,7 +669,7 @@ struct Prepared {
 async fn accepted_source_of(
     shared: &HostShared,
     retry: &Request,
-) -> Result<dispatch::AcceptedSource, Rejection> {
+) -> Result<AcceptedSource, Rejection> {
     let run_id = retry.run_id.clone().unwrap_or_default();
     let read = Request::new(
         format!("{}-source", retry.request_id),

@@ -11,10 +11,12 @@ pub mod bridge_launch;
 pub mod channel_launch;
 pub mod conn;
 pub mod fault;
+pub mod helper;
 pub mod lock;
 pub mod log;
 pub mod node_runtime;
 pub mod outbox;
+pub mod queues;
 pub mod slots;
 pub mod start_file;
 pub mod store_thread;
@@ -36,13 +38,13 @@ use tokio::net::UnixListener;
 use tokio::sync::{broadcast, oneshot, watch};
 
 use crate::engine::children;
-use crate::engine::dispatch::HostState;
+use crate::engine::state::HostState;
 use crate::paths::PiwPaths;
 use crate::protocol::reply::{body_of, HostCounts, HostStatusReply};
 use crate::protocol::{Limits, Receipt, Request, RequestBody};
 use crate::store::{Store, StoreConfig, StoreError, SCHEMA_ID};
 use fault::FaultPlan;
-use store_thread::{Job, RunEvent, StoreMsg};
+use queues::{Job, RunEvent, StoreMsg};
 
 /// How a host is set up.
 #[derive(Debug, Clone)]

@@ -24,15 +24,12 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use tokio::sync::{broadcast, oneshot};
+use tokio::sync::broadcast;
 
 use super::fault::FaultPlan;
-use super::store_thread::RunEvent;
+use super::queues::{ReplyTx, RunEvent};
 use crate::protocol::{Receipt, Rejection};
 use crate::store::WalSync;
-
-/// A reply to one request.
-pub type ReplyTx = oneshot::Sender<Result<Receipt, Rejection>>;
 
 /// One thing the store thread reveals.
 pub enum Outbound {
@@ -313,6 +310,7 @@ fn run_syncer(
 mod tests {
     use super::*;
     use std::time::Duration;
+    use tokio::sync::oneshot;
     use tokio::sync::oneshot::error::TryRecvError;
 
     /// A fake WAL sync that counts its calls, finishes only when the test says so, and

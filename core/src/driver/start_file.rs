@@ -6,7 +6,7 @@
 
 use serde_json::json;
 
-use crate::engine::dispatch::{AcceptedSource, PreparedStart};
+use crate::engine::handlers::run::{AcceptedSource, PreparedStart};
 use crate::protocol::{payload, Rejection, RejectionCode};
 use crate::store::{ExecutionMode, NewRun};
 

@@ -10,23 +10,20 @@
 //! batches the thread sleeps until the next durable deadline, or indefinitely when nothing is
 //! due (no idle wake-ups).
 
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::Duration;
 
 use super::fault::FaultPlan;
-use super::outbox::{Outbox, ReplyTx};
-use crate::engine::dispatch::HostState;
+use super::outbox::Outbox;
+use super::queues::{ReplyTx, SupervisorTx};
+use crate::engine::state::HostState;
 use crate::engine::turn::{self as engine_turn, Effect, Effects};
 use crate::engine::{retention, timers};
 use crate::store::{Store, StoreError};
 
-pub use crate::engine::turn::{RunEvent, MAX_BATCH};
-
-/// What the store thread receives.
-pub type StoreMsg = engine_turn::Input<ReplyTx>;
-
-/// One request for the store thread.
-pub type Job = engine_turn::Job<ReplyTx>;
+pub use super::queues::{Job, RunEvent, StoreMsg};
+pub use crate::engine::turn::MAX_BATCH;
 
 /// Runs the store thread until every sender is gone and the queue is drained. What it reveals
 /// leaves through `outbox`.
@@ -128,44 +125,41 @@ pub fn turn(
         outbox,
         fault,
         supervisor,
+        sweep_run_logs: None,
     };
     let now = store.now_ms();
     engine_turn::turn(store, state, now, msgs, deadline, &mut edges);
-    sweep_run_logs(store, state, supervisor);
+    // The turn holds the store while it runs: its sweep, which reads it, comes after.
+    if let Some(logs) = edges.sweep_run_logs.take() {
+        sweep_run_logs(store, &logs, edges.supervisor);
+    }
 }
 
-/// Once the engine asked for it (at the host's first prune): the log directories of runs that
-/// no longer exist (a crash between a prune's commit and their removal left them), for the
+/// `Effect::SweepRunLogs` (at the host's first prune): the log directories under `logs` of runs
+/// that no longer exist (a crash between a prune's commit and their removal left them), for the
 /// supervisor to remove. Reading the directory is I/O, so it is the driver's.
-fn sweep_run_logs(store: &Store, state: &mut HostState, supervisor: &mut Option<SupervisorTx>) {
-    if !std::mem::take(&mut state.sweep_run_logs) {
-        return;
-    }
-    let Some(logs) = state.child_config.output_logs.clone() else {
-        return;
-    };
-    let Ok(entries) = std::fs::read_dir(&logs) else {
+fn sweep_run_logs(store: &Store, logs: &Path, supervisor: &mut Option<SupervisorTx>) {
+    let Ok(entries) = std::fs::read_dir(logs) else {
         return;
     };
     let dirs: Vec<_> = entries
         .flatten()
         .filter_map(|entry| entry.file_name().to_str().map(str::to_owned))
         .filter(|run_id| run_id.starts_with("run-") && matches!(store.run_view(run_id), Ok(None)))
-        .filter_map(|run_id| retention::run_log_dir(&logs, &run_id))
+        .filter_map(|run_id| retention::run_log_dir(logs, &run_id))
         .collect();
     if let (false, Some(tx)) = (dirs.is_empty(), supervisor.as_ref()) {
-        let _ = tx.send(super::supervisor::SupervisorCmd::RemoveLogs { dirs });
+        let _ = tx.send(crate::engine::children::SupervisorCmd::RemoveLogs { dirs });
     }
 }
-
-/// The supervisor's command channel, as the store thread holds it.
-pub type SupervisorTx = tokio::sync::mpsc::UnboundedSender<super::supervisor::SupervisorCmd>;
 
 /// Where a turn's effects go: the outbox, the supervisor's channel, the fault plan.
 struct Edges<'a> {
     outbox: &'a mut Outbox,
     fault: &'a FaultPlan,
     supervisor: &'a mut Option<SupervisorTx>,
+    /// Where the turn asked for a sweep of leftover run logs, carried out after it.
+    sweep_run_logs: Option<PathBuf>,
 }
 
 impl Effects<ReplyTx> for Edges<'_> {
@@ -180,6 +174,7 @@ impl Effects<ReplyTx> for Edges<'_> {
                 }
             }
             Effect::EndSupervision => *self.supervisor = None,
+            Effect::SweepRunLogs { logs } => self.sweep_run_logs = Some(logs),
         }
     }
 

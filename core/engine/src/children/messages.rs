@@ -4,12 +4,14 @@
 //! checks who speaks and dispatches.
 
 use super::*;
-use crate::dispatch::body;
+use crate::fit::body;
 use crate::protocol::reply::{
     DecisionRequested, EffectRecorded, HelloReply, InteractionRequested, NodeResultBody,
     NodeStarted, Notified, ProgressRecorded, ResultsPage, RunEnded, StepRefused, Stepped,
     SubmissionToJudge, Transitioned, ValueStored, VerdictRecorded, WorkerContext, WorkerExited,
 };
+use crate::store::Wake;
+use crate::time::UnixMillis;
 
 /// Applies one worker message inside the batch transaction.
 pub fn apply_worker(
@@ -57,12 +59,9 @@ pub fn apply_worker(
         RequestBody::WorkerInteractionRequest(i) => {
             body(&worker_interaction_request(w, state, &claim, req, i)?)?
         }
-        RequestBody::WorkerWaitUntil(wait) => body(&crate::timers::worker_wait_until(
-            w,
-            &claim,
-            &attempt_of(req)?,
-            wait,
-        )?)?,
+        RequestBody::WorkerWaitUntil(wait) => {
+            body(&worker_wait_until(w, &claim, &attempt_of(req)?, wait)?)?
+        }
         RequestBody::WorkerNotify(n) => body(&worker_notify(w, &claim, n)?)?,
         RequestBody::WorkerEffectReserve(e) => body(&worker_effect_reserve(w, &claim, req, e)?)?,
         RequestBody::WorkerEffectApplying(e) => body(&worker_effect_applying(w, &claim, e)?)?,
@@ -363,8 +362,7 @@ fn worker_results(
         .unwrap_or(usize::MAX)
         .min(results.len());
     let mut rest = results[offset..].to_vec();
-    let more =
-        crate::dispatch::keep_what_fits(&mut rest, crate::dispatch::reply_room(state.reply_limit));
+    let more = crate::fit::keep_what_fits(&mut rest, crate::fit::reply_room(state.reply_limit));
     Ok(ResultsPage {
         results: rest,
         more,
@@ -580,9 +578,9 @@ pub(super) fn worker_hello(
     // Every node's latest output may be as large as a payload: the results that do not fit
     // the frame with the rest of the reply are left for `worker.results` pages.
     let mut results = node_results(w, run_id)?;
-    let room = crate::dispatch::reply_room(state.reply_limit)
+    let room = crate::fit::reply_room(state.reply_limit)
         .saturating_sub(crate::protocol::json_len(&reply) + r#","results_more":true"#.len());
-    let fits = crate::dispatch::fitting_prefix(&results, room);
+    let fits = crate::fit::fitting_prefix(&results, room);
     if fits < results.len() {
         results.truncate(fits);
         reply.results_more = true;
@@ -830,4 +828,73 @@ pub(super) fn fail_at_step_limit<T>(
         refused: error,
         status: RunStatus::Failed,
     }))
+}
+
+/// The wake of a `worker.wait_until`: after `for_ms`, or at `until_ms` (clamped to the
+/// store's time range; [`worker_wait_until`] refuses one past [`MAX_WAKE_MS`]). The decoder
+/// lets exactly one through.
+pub fn wake_of(wait: &payload::WorkerWaitUntil) -> Wake {
+    match (wait.for_ms, wait.until_ms) {
+        (Some(ms), _) => Wake::After(ms),
+        (None, Some(at)) => Wake::At(i64::try_from(at).unwrap_or(i64::MAX)),
+        (None, None) => Wake::After(0),
+    }
+}
+
+/// The latest wake time a timer may have: the end of the year 9999 (Unix milliseconds).
+/// A wake time beyond it is a mistake of the workflow (a time in microseconds or
+/// nanoseconds, say), and one past `i64::MAX` would be clamped or wrap in the arithmetic of
+/// deadlines: refused rather than stored.
+pub const MAX_WAKE_MS: UnixMillis = 253_402_300_799_999;
+
+/// `worker.wait_until`: parks the attempt on a durable timer. The wake time is decided here,
+/// once, from the host's clock, and stored; the reply says when. A wake time past
+/// [`MAX_WAKE_MS`] is `invalid_input`.
+pub fn worker_wait_until(
+    w: &mut dyn Transaction,
+    claim: &Claim,
+    attempt_id: &str,
+    wait: &payload::WorkerWaitUntil,
+) -> Result<crate::protocol::reply::TimerSet, StoreError> {
+    let wake = wake_of(wait);
+    if wake.at(w.now_ms()) > MAX_WAKE_MS {
+        return Err(StoreError::InvalidInput(format!(
+            "the wake time is past the year 9999 ({MAX_WAKE_MS} ms): `until_ms` and `for_ms` \
+             are milliseconds (until_ms {:?}, for_ms {:?})",
+            wait.until_ms, wait.for_ms
+        )));
+    }
+    let set = w.wait_until(claim, attempt_id, wake, &wait.output)?;
+    Ok(crate::protocol::reply::TimerSet {
+        timer_id: set.timer_id,
+        wake_at: set.wake_at,
+    })
+}
+
+#[cfg(test)]
+mod wait_until_tests {
+    use super::*;
+    use serde_json::Value;
+
+    #[test]
+    fn a_duration_wakes_after_the_hosts_now_and_a_time_at_itself() {
+        let after = payload::WorkerWaitUntil {
+            for_ms: Some(60_000),
+            until_ms: None,
+            output: Value::Null,
+        };
+        assert_eq!(wake_of(&after).at(1_000), 61_000);
+        let at = payload::WorkerWaitUntil {
+            for_ms: None,
+            until_ms: Some(5_000),
+            output: Value::Null,
+        };
+        assert_eq!(wake_of(&at).at(1_000), 5_000);
+        let far = payload::WorkerWaitUntil {
+            for_ms: Some(u64::MAX),
+            until_ms: None,
+            output: Value::Null,
+        };
+        assert_eq!(wake_of(&far).at(1_000), i64::MAX);
+    }
 }

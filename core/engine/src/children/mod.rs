@@ -14,29 +14,28 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::dispatch::HostState;
 use crate::graph::{Graph, NodeKind, Outcome, Route};
 use crate::ids::ClaimToken;
 use crate::protocol::launch::{LaunchEnvelope, MountedSource, LAUNCH_SCHEMA};
 use crate::protocol::{payload, Request, RequestBody};
+use crate::state::HostState;
 use crate::store::{
     AttemptOutcome, ChildExitRecord, ChildMode, Claim, Resume, RunStatus, Storage, StoreError,
     StoreResult, Transaction, TransitionRequest,
 };
 
-mod commands;
 mod messages;
 mod watch;
-pub use commands::{StandbyPool, SupervisorCmd};
+use crate::process::workflow_environment;
+pub use crate::process::{mask_hex_runs, CHILD_LOG_BYTES};
+pub use crate::state::children::{
+    ChildConfig, ChildEntry, MissingRuntime, Runtime, StandbyPool, SupervisorCmd,
+};
 pub use messages::*;
 pub use watch::*;
 
 /// Bytes of stdout and of stderr kept on a child's record.
 const CHILD_TAIL_BYTES: usize = 64 * 1024;
-
-/// The most output of one child kept in its log file (`piw logs`): 16 MiB, then a line says
-/// the rest was not kept.
-pub const CHILD_LOG_BYTES: u64 = 16 * 1024 * 1024;
 
 /// The log file of child `child_epoch` of run `run_id` under the installation's `logs`
 /// directory: `<logs>/<run_id>/<child_epoch>.log`.
@@ -46,20 +45,6 @@ pub fn child_log_path(logs: &Path, run_id: &str, child_epoch: i64) -> PathBuf {
 
 /// Environment variables a child gets besides what the supervisor always passes on.
 pub type WorkflowEnv = Vec<(std::ffi::OsString, std::ffi::OsString)>;
-
-/// A runtime: the command the host runs for workflow files with a given suffix.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Runtime {
-    /// File name suffix, e.g. `.workflow.json`.
-    pub suffix: String,
-    pub program: PathBuf,
-    pub args: Vec<String>,
-    /// Whether workers of this runtime may be started ahead of time and wait for their
-    /// envelope on stdin ([`ChildConfig::standby_workers`]). The runtime must then take the
-    /// workflow file from the envelope, not from its arguments, and move to the envelope's
-    /// project directory itself.
-    pub standby: bool,
-}
 
 /// Parses `PIW_RUNTIMES`: `suffix=program [args...]` entries separated by `;`.
 pub fn parse_runtimes(spec: &str) -> Vec<Runtime> {
@@ -76,83 +61,6 @@ pub fn parse_runtimes(spec: &str) -> Vec<Runtime> {
             })
         })
         .collect()
-}
-
-/// How children are run.
-#[derive(Debug, Clone)]
-pub struct ChildConfig {
-    pub runtimes: Vec<Runtime>,
-    /// Most children alive at once; further ready runs wait in the queue.
-    pub max_children: usize,
-    /// A child must say `worker.hello` within this time or it is stopped.
-    pub handshake_timeout: Duration,
-    /// A child judging a submission (`validate` mode) must give its verdict within this time
-    /// after its hello, or it is stopped and the submission rejected (`PIW_VALIDATION_TIMEOUT_MS`).
-    pub validation_timeout: Duration,
-    /// SIGTERM to SIGKILL grace when stopping a child's process group.
-    pub kill_grace: Duration,
-    pub cpu_seconds: Option<u64>,
-    pub memory_bytes: Option<u64>,
-    /// How much lower than the host's a child's CPU priority is (`PIW_CHILD_NICE`, default 5):
-    /// a node that spins cannot starve the host or the clients on a small machine.
-    pub nice: i32,
-    /// Pre-started workers kept waiting per runtime that allows it (`PIW_STANDBY_WORKERS`,
-    /// default 2; 0 turns the pools off). A pool fills after its runtime's first launch, so a
-    /// host that never runs such a workflow starts none.
-    pub standby_workers: usize,
-    /// Runtimes the host looked for and did not find (the Node worker runtime without Node
-    /// 22.19 or its `worker.js`): their files are refused with the reason.
-    pub missing_runtimes: Vec<MissingRuntime>,
-    /// What of the host's environment a workflow's child gets ([`workflow_env_of`]), taken
-    /// when the host starts; empty by default.
-    pub workflow_env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
-    /// Where each child's whole output is kept ([`child_log_path`]); `None` keeps only the
-    /// tails in the database. The installation's `logs` directory for a real host.
-    pub output_logs: Option<PathBuf>,
-    /// How detached runs' steps are served (`super::bridges`); `None`: the host launches no
-    /// bridges (`PIW_DETACHED_BRIDGES=off`, and in hosts built by hand, as in tests).
-    pub bridges: Option<super::bridges::BridgeSettings>,
-    /// How decision channels' adapters run (`super::channels`); `None`: the host runs none
-    /// (hosts built by hand, as in tests).
-    pub channels: Option<super::channels::ChannelSettings>,
-}
-
-/// A runtime that is not available: the suffixes it would serve, and what is missing.
-#[derive(Debug, Clone)]
-pub struct MissingRuntime {
-    pub suffixes: Vec<String>,
-    pub reason: String,
-}
-
-impl MissingRuntime {
-    /// The reason `file` has no runtime, if it is one of these suffixes.
-    pub fn reason_for<'a>(missing: &'a [MissingRuntime], file: &str) -> Option<&'a str> {
-        missing
-            .iter()
-            .find(|m| m.suffixes.iter().any(|s| file.ends_with(s.as_str())))
-            .map(|m| m.reason.as_str())
-    }
-}
-
-impl Default for ChildConfig {
-    fn default() -> Self {
-        Self {
-            runtimes: Vec::new(),
-            max_children: 16,
-            handshake_timeout: Duration::from_secs(10),
-            validation_timeout: Duration::from_secs(60),
-            output_logs: None,
-            kill_grace: Duration::from_secs(2),
-            cpu_seconds: None,
-            memory_bytes: None,
-            nice: 5,
-            standby_workers: 2,
-            missing_runtimes: Vec::new(),
-            workflow_env: Vec::new(),
-            bridges: None,
-            channels: None,
-        }
-    }
 }
 
 /// What the supervisor reports back about a process.
@@ -196,39 +104,6 @@ impl ChildReport {
             ChildReport::Channel(super::channels::ChannelReport::Exited { launch, .. }) => *launch,
         }
     }
-}
-
-/// One launched child, by run id.
-#[derive(Debug)]
-pub struct ChildEntry {
-    pub generation: u64,
-    pub child_epoch: i64,
-    /// The launch's host-unique number (see [`HostState::abandoned_launches`]).
-    pub launch: u64,
-    pub token_hash: String,
-    pub hello: bool,
-    pub launched_at: i64,
-    /// Since when a validate-mode child has been judging its submission (from its hello until
-    /// its verdict); the validation deadline runs from here.
-    pub judging_since: Option<i64>,
-    /// Set once the host decided the child must go (deadline, cancel, handshake timeout).
-    pub stopping: bool,
-    /// When the run stopped needing this child (it parked, waited or ended). A child exits by
-    /// itself at such a boundary; one still alive after the kill grace is stopped.
-    pub released_at: Option<i64>,
-    /// Where the child picks up, as the activation decided.
-    pub mode: ChildMode,
-    pub resume: Resume,
-    /// The child was a standby worker (started before its run was known).
-    pub from_standby: bool,
-    /// Why the host stopped it, when a deadline of the host's did (the loss reason names it:
-    /// "validation timed out after N ms" rather than just the signal that ended the child).
-    pub stop_reason: Option<String>,
-    /// When the child's connection to the host closed while its run still needed it; a child
-    /// still alive a kill grace later is stopped (and its exit is a loss).
-    pub disconnected_at: Option<i64>,
-    /// Its process id, once the supervisor reported it started.
-    pub pid: Option<u32>,
 }
 
 impl HostState {
@@ -692,20 +567,6 @@ fn launch(
         generation: act.claim.generation,
         launch,
     })
-}
-
-/// The environment a workflow's child gets besides what the supervisor always passes on:
-/// `base` (the host's own environment, taken once at start by [`ChildConfig::workflow_env`]'s
-/// caller) and `extra`.
-pub(crate) fn workflow_environment(
-    base: &[(std::ffi::OsString, std::ffi::OsString)],
-    extra: Option<(&str, &str)>,
-) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
-    let mut env = base.to_vec();
-    if let Some((key, value)) = extra {
-        env.push((key.into(), value.into()));
-    }
-    env
 }
 
 /// The part of the host's environment a workflow's child gets: the one the process that

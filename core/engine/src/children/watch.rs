@@ -332,32 +332,6 @@ fn is_trace_line(line: &str) -> bool {
         || line.starts_with("Node.js v")
 }
 
-/// `text` with every run of 32 or more hex digits replaced by `<hex>`: what a child printed
-/// reaches status and reasons, and nothing shaped like a token may.
-pub fn mask_hex_runs(text: &str) -> String {
-    const HEX_RUN: usize = 32;
-    let mut out = String::with_capacity(text.len());
-    let mut hex = String::new();
-    let flush = |out: &mut String, hex: &mut String| {
-        if hex.len() >= HEX_RUN {
-            out.push_str("<hex>");
-        } else {
-            out.push_str(hex);
-        }
-        hex.clear();
-    };
-    for c in text.chars() {
-        if c.is_ascii_hexdigit() {
-            hex.push(c);
-        } else {
-            flush(&mut out, &mut hex);
-            out.push(c);
-        }
-    }
-    flush(&mut out, &mut hex);
-    out
-}
-
 /// After a batch, forget claims the store released (the run parked, waited or ended). A
 /// cancelled run's child is stopped at once; others get the kill grace to exit by themselves.
 /// Also forgets the forgiven standby deaths of runs that ended. `only` limits the check to the

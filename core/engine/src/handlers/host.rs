@@ -1,8 +1,8 @@
 //! Requests about the host and its store as a whole: `host.status`, `diagnose`, `subscribe`.
 
-use crate::dispatch::HostState;
 use crate::protocol::payload;
 use crate::protocol::reply::{DiagnoseReply, HostCounts};
+use crate::state::HostState;
 use crate::store::{Storage, StoreError};
 
 /// `subscribe`: receive events of a run or a session on this connection (no body).

@@ -1,7 +1,6 @@
 //! The `interaction.*` requests: submit, fail, update (durable commands) and list (a read).
 
 use super::required;
-use crate::dispatch::HostState;
 use crate::fit::{keep_what_fits, reply_room};
 use crate::graph::{Graph, Outcome, Route};
 use crate::protocol::reply::{
@@ -9,6 +8,7 @@ use crate::protocol::reply::{
 };
 use crate::protocol::value::{chunk_from_hex, VALUE_PUT_CHUNK_BYTES};
 use crate::protocol::{payload, Request};
+use crate::state::HostState;
 use crate::store::{Storage, StoreError, SubmissionState, Transaction};
 
 /// `interaction.submit`: submit a provisional result for an interactive request.

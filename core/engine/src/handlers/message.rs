@@ -1,10 +1,13 @@
 //! The `message.*` requests: claim and acknowledge workflow messages of a Pi session.
 
-use crate::dispatch::{HostState, MESSAGE_CLAIM_LEASE_MS};
 use crate::fit::reply_room;
 use crate::protocol::reply::{MessageAcked, MessagesClaimed};
 use crate::protocol::{payload, Request};
+use crate::state::HostState;
 use crate::store::{StoreError, Transaction};
+
+/// How long a claimed workflow message stays with one client before another may take it.
+pub const MESSAGE_CLAIM_LEASE_MS: i64 = 60_000;
 
 /// `message.claim`: claim undelivered workflow messages of a Pi session.
 pub(crate) fn claim(

@@ -11,7 +11,7 @@ pub mod message;
 pub mod run;
 pub mod value;
 
-use crate::dispatch::HostState;
+use crate::state::HostState;
 use crate::store::{Fence, StoreError, Transaction};
 
 fn required<'a>(value: &'a Option<String>, name: &str) -> Result<&'a str, StoreError> {

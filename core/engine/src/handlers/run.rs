@@ -4,13 +4,31 @@
 use serde_json::Value;
 
 use super::{fence_for, required};
-use crate::dispatch::{AcceptedSource, HostState, PreparedStart};
 use crate::fit::{fit_run_status, omit_until_it_fits, reply_excess, reply_room};
 use crate::protocol::reply::{
     RunCancelled, RunDetached, RunListReply, RunPaused, RunQueued, RunStatusReply,
 };
 use crate::protocol::{json_len, payload, Request};
-use crate::store::{ExecutionMode, Fence, Provenance, RunStatus, Storage, StoreError, Transaction};
+use crate::state::HostState;
+use crate::store::{
+    ExecutionMode, Fence, NewRun, Provenance, RunStatus, Storage, StoreError, Transaction,
+};
+
+/// A run start with its source already read and hashed by the connection task (file I/O
+/// stays off the store thread).
+#[derive(Debug, Clone)]
+pub struct PreparedStart {
+    pub new_run: NewRun,
+}
+
+/// What the connection task read of a run's workflow file for `run.retry` with
+/// `accept_source`: the file the run was started with, hashed as it is now (file I/O stays off
+/// the store thread, as for [`PreparedStart`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcceptedSource {
+    pub source_root: String,
+    pub source_hash: String,
+}
 
 /// `run.start`: start a new run.
 pub(crate) fn start(
@@ -71,7 +89,7 @@ pub(crate) fn detach(
     // left as it is); a refusal below undoes the write with the command.
     let changed = w.detach(run_id)?;
     let (input, definition, _) = w.run_payload(run_id)?;
-    if changed && crate::bridges::pi_model(definition.as_ref(), &input, settings).is_none() {
+    if changed && crate::detached_model::pi_model(definition.as_ref(), &input, settings).is_none() {
         return Err(refused(
             w,
             "nothing names a Pi provider and model to answer its steps once detached, and Pi has no default model: set defaultProvider and defaultModel in Pi's settings.json or start the host with PIW_DETACHED_PROVIDER and PIW_DETACHED_MODEL (then `piw host stop`), or give the workflow `detached: { provider, model }`; the run stays as it is",
@@ -189,8 +207,8 @@ pub(crate) fn status(
     // What the newest child said (its exit and output tails, masked like the loss
     // reasons): a run that failed or stopped for review shows why in its own words.
     let last_child = store.last_child(run_id)?.map(|mut c| {
-        c.stdout_tail = crate::children::mask_hex_runs(&c.stdout_tail);
-        c.stderr_tail = crate::children::mask_hex_runs(&c.stderr_tail);
+        c.stdout_tail = crate::process::mask_hex_runs(&c.stdout_tail);
+        c.stderr_tail = crate::process::mask_hex_runs(&c.stderr_tail);
         c
     });
     let mut updates = store.updates(run_id)?;

@@ -284,7 +284,7 @@ impl<'de> Visitor<'de> for StrictValueVisitor {
             if map.contains_key(&key) {
                 return Err(de::Error::custom(format_args!(
                     "duplicate key `{}`",
-                    super::request::bounded_message(&key, 64)
+                    super::rejection::bounded_message(&key, 64)
                 )));
             }
             let StrictValue(value) = access.next_value()?;

@@ -53,10 +53,10 @@ pub use payload::{
     WorkerWaitUntil,
 };
 pub use rejection::RejectionCode;
-pub use request::{DecodeError, Request, MAX_ID_CHARS, MAX_REQUEST_DEPTH};
+pub use request::{Request, MAX_ID_CHARS, MAX_REQUEST_DEPTH};
 pub use server::{
-    deserialize_outcome_word, event_data_for_clients, outcome_word, serialize_outcome_word, Event,
-    Goodbye, Receipt, Rejection, Response, ServerFrame,
+    deserialize_outcome_word, event_data_for_clients, outcome_word, serialize_outcome_word,
+    DecodeError, Event, Goodbye, Receipt, Rejection, Response, ServerFrame,
 };
 pub use value::{ValueRef, MAX_VALUE_BYTES};
 

@@ -13,6 +13,7 @@ use serde_json::Value;
 pub use crate::store::model::{
     AttemptOutcome, DecisionKind, EffectResult, ExecutionMode, InteractionKind, RetryContract,
 };
+pub use crate::store::records::CursorKey;
 
 fn empty_input() -> Value {
     Value::Object(serde_json::Map::new())
@@ -110,17 +111,6 @@ pub struct RunListCursor {
     /// The place of the last run listed.
     pub key: crate::store::RunListKey,
     mac: [u8; 32],
-}
-
-/// The secret a database signs its cursors with (32 random bytes made with the database and
-/// kept in it). Its `Debug` shows nothing of it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct CursorKey(pub [u8; 32]);
-
-impl fmt::Debug for CursorKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("CursorKey(..)")
-    }
 }
 
 /// HMAC-SHA256 (RFC 2104) of `message` under `key` (32 bytes, under SHA-256's 64-byte block:

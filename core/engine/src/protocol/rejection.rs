@@ -1,4 +1,4 @@
-//! Stable rejection codes.
+//! Stable rejection codes, and how long a rejection's message may be ([`bounded_message`]).
 //!
 //! A rejection code is part of the wire contract: clients in other languages match on the
 //! string, so a code's spelling never changes within [`PROTOCOL_SCHEMA`](super::PROTOCOL_SCHEMA).
@@ -162,6 +162,21 @@ impl fmt::Display for RejectionCode {
     }
 }
 
+/// `text` cut to at most `max_bytes` at a character boundary, with `…` when cut.
+pub fn bounded_message(text: &str, max_bytes: usize) -> String {
+    if text.len() <= max_bytes {
+        return text.to_owned();
+    }
+    let ellipsis = '…';
+    let mut end = max_bytes.saturating_sub(ellipsis.len_utf8());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut bounded = text.get(..end).unwrap_or_default().to_owned();
+    bounded.push(ellipsis);
+    bounded
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,5 +218,13 @@ mod tests {
         assert_eq!(RejectionCode::parse("subscriber_lagged"), Some(code));
         assert_ne!(code, RejectionCode::Internal);
         assert!(code.retry_may_help(), "subscribing again is the remedy");
+    }
+
+    #[test]
+    fn bounded_message_cuts_at_char_boundary() {
+        assert_eq!(bounded_message("short", 10), "short");
+        let cut = bounded_message(&"é".repeat(100), 11);
+        assert!(cut.len() <= 11, "{cut}");
+        assert!(cut.ends_with('…'));
     }
 }

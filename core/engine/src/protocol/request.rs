@@ -8,7 +8,8 @@ use sha2::{Digest, Sha256};
 
 use super::canonical::{canonical_json, canonical_json_len, StrictValue};
 use super::kind::{RequestBody, RequestKind};
-use super::server::{Goodbye, Rejection, ServerFrame};
+pub use super::rejection::bounded_message;
+pub use super::server::DecodeError;
 use super::{Limits, RejectionCode, PROTOCOL_SCHEMA};
 
 /// Longest accepted `request_id` and `idempotency_key`, in Unicode code points.
@@ -21,10 +22,6 @@ pub const MAX_ID_CHARS: usize = 128;
 /// frames that embed request values (a run's input inside a status receipt), so everything the
 /// host accepts it can also send back in a frame any client can parse.
 pub const MAX_REQUEST_DEPTH: usize = 64;
-
-/// Longest message a [`DecodeError`] carries, in bytes. Error text can quote the peer's input;
-/// the bound keeps a hostile frame from being echoed back or logged at full size.
-const MAX_ERROR_MESSAGE_BYTES: usize = 512;
 
 /// A decoded request: the envelope fields and the typed body.
 ///
@@ -316,62 +313,6 @@ fn serialize_optional<S: SerializeStruct, T: Serialize>(
     }
 }
 
-/// Why a frame body is not a valid request (or server frame).
-///
-/// Carries the [`RejectionCode`] to report and, when the body got far enough to have a usable
-/// `request_id`, that id. Every decode error ends the connection: the host sends
-/// [`rejection_frame`](DecodeError::rejection_frame) when there is one, then
-/// [`goodbye_frame`](DecodeError::goodbye_frame), then closes.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{code}: {message}")]
-pub struct DecodeError {
-    /// `malformed`, `unsupported_protocol` or `payload_too_large`.
-    pub code: RejectionCode,
-    /// What was wrong, for people; at most 512 bytes.
-    pub message: String,
-    /// The request's id, when it could be read.
-    pub request_id: Option<String>,
-}
-
-impl DecodeError {
-    /// An error with no request id.
-    pub fn new(code: RejectionCode, message: impl Into<String>) -> Self {
-        DecodeError {
-            code,
-            message: bounded_message(&message.into(), MAX_ERROR_MESSAGE_BYTES),
-            request_id: None,
-        }
-    }
-
-    /// A `malformed` error with no request id.
-    pub fn malformed(message: impl Into<String>) -> Self {
-        DecodeError::new(RejectionCode::Malformed, message)
-    }
-
-    /// The same error, with `request_id` set (unless `request_id` is `None`).
-    pub fn with_request_id(mut self, request_id: Option<String>) -> Self {
-        if request_id.is_some() {
-            self.request_id = request_id;
-        }
-        self
-    }
-
-    /// The typed rejection to send for the request, if its id is known.
-    pub fn rejection_frame(&self) -> Option<ServerFrame> {
-        self.request_id.as_ref().map(|request_id| {
-            ServerFrame::rejection(
-                request_id.clone(),
-                Rejection::new(self.code, self.message.clone()),
-            )
-        })
-    }
-
-    /// The goodbye to send before closing the connection.
-    pub fn goodbye_frame(&self) -> ServerFrame {
-        ServerFrame::Goodbye(Goodbye::new(self.code, self.message.clone()))
-    }
-}
-
 /// The envelope as parsed, before any field is interpreted. Every field is an untyped strict
 /// value so each problem gets a precise message, and a repeated key anywhere is an error, in
 /// unknown fields too (they are parsed strictly and dropped). A `null` field is absent.
@@ -656,25 +597,8 @@ fn optional_u64(field: &str, value: Option<StrictValue>) -> Result<Option<u64>, 
     }
 }
 
-/// `text` cut to at most `max_bytes` at a character boundary, with `…` when cut.
-pub fn bounded_message(text: &str, max_bytes: usize) -> String {
-    if text.len() <= max_bytes {
-        return text.to_owned();
-    }
-    let ellipsis = '…';
-    let mut end = max_bytes.saturating_sub(ellipsis.len_utf8());
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    let mut bounded = text.get(..end).unwrap_or_default().to_owned();
-    bounded.push(ellipsis);
-    bounded
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
-
     #[test]
     fn a_run_start_without_input_or_with_null_gets_an_empty_object() {
         for text in [
@@ -687,13 +611,5 @@ mod tests {
         let given: super::super::payload::RunStart =
             serde_json::from_str(r#"{"workflow_file":"/w.mjs","input":[1]}"#).unwrap();
         assert_eq!(given.input, serde_json::json!([1]));
-    }
-
-    #[test]
-    fn bounded_message_cuts_at_char_boundary() {
-        assert_eq!(bounded_message("short", 10), "short");
-        let cut = bounded_message(&"é".repeat(100), 11);
-        assert!(cut.len() <= 11, "{cut}");
-        assert!(cut.ends_with('…'));
     }
 }

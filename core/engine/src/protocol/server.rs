@@ -4,8 +4,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::canonical::StrictValue;
-use super::request::{bounded_message, DecodeError};
+use super::rejection::bounded_message;
 use super::{ProtocolSchema, RejectionCode, PROTOCOL_SCHEMA};
+pub use crate::store::model::{deserialize_outcome_word, outcome_word, serialize_outcome_word};
 
 /// Anything the host writes to a connection, tagged by `"type"`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -290,39 +291,6 @@ impl Goodbye {
     }
 }
 
-/// The word clients see for an attempt's status or a step's outcome: the authoring reference's
-/// `ok` (what `$result.outcome` routes on and a node's `results` say) where the store records
-/// `succeeded`; every other word as stored. Only what leaves the host changes: the stored
-/// value stays, so no migration.
-pub fn outcome_word(stored: &str) -> &str {
-    if stored == "succeeded" {
-        "ok"
-    } else {
-        stored
-    }
-}
-
-/// Serializes a stored attempt status as [`outcome_word`] (for `serialize_with`).
-pub fn serialize_outcome_word<S: serde::Serializer>(
-    stored: &str,
-    serializer: S,
-) -> Result<S::Ok, S::Error> {
-    serializer.serialize_str(outcome_word(stored))
-}
-
-/// Reads an attempt status sent as [`outcome_word`] back as the stored word (for
-/// `deserialize_with`).
-pub fn deserialize_outcome_word<'de, D: serde::Deserializer<'de>>(
-    deserializer: D,
-) -> Result<String, D::Error> {
-    let word = <String as serde::Deserialize>::deserialize(deserializer)?;
-    Ok(if word == "ok" {
-        "succeeded".to_owned()
-    } else {
-        word
-    })
-}
-
 /// An event's `data` as clients see it: the `outcome` of `transitioned` in the words of
 /// [`outcome_word`]; everything else as stored.
 pub fn event_data_for_clients(kind: &str, mut data: Value) -> Value {
@@ -334,6 +302,66 @@ pub fn event_data_for_clients(kind: &str, mut data: Value) -> Value {
         }
     }
     data
+}
+
+/// Longest message a [`DecodeError`] carries, in bytes. Error text can quote the peer's input;
+/// the bound keeps a hostile frame from being echoed back or logged at full size.
+const MAX_ERROR_MESSAGE_BYTES: usize = 512;
+
+/// Why a frame body is not a valid request (or server frame).
+///
+/// Carries the [`RejectionCode`] to report and, when the body got far enough to have a usable
+/// `request_id`, that id. Every decode error ends the connection: the host sends
+/// [`rejection_frame`](DecodeError::rejection_frame) when there is one, then
+/// [`goodbye_frame`](DecodeError::goodbye_frame), then closes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct DecodeError {
+    /// `malformed`, `unsupported_protocol` or `payload_too_large`.
+    pub code: RejectionCode,
+    /// What was wrong, for people; at most 512 bytes.
+    pub message: String,
+    /// The request's id, when it could be read.
+    pub request_id: Option<String>,
+}
+
+impl DecodeError {
+    /// An error with no request id.
+    pub fn new(code: RejectionCode, message: impl Into<String>) -> Self {
+        DecodeError {
+            code,
+            message: bounded_message(&message.into(), MAX_ERROR_MESSAGE_BYTES),
+            request_id: None,
+        }
+    }
+
+    /// A `malformed` error with no request id.
+    pub fn malformed(message: impl Into<String>) -> Self {
+        DecodeError::new(RejectionCode::Malformed, message)
+    }
+
+    /// The same error, with `request_id` set (unless `request_id` is `None`).
+    pub fn with_request_id(mut self, request_id: Option<String>) -> Self {
+        if request_id.is_some() {
+            self.request_id = request_id;
+        }
+        self
+    }
+
+    /// The typed rejection to send for the request, if its id is known.
+    pub fn rejection_frame(&self) -> Option<ServerFrame> {
+        self.request_id.as_ref().map(|request_id| {
+            ServerFrame::rejection(
+                request_id.clone(),
+                Rejection::new(self.code, self.message.clone()),
+            )
+        })
+    }
+
+    /// The goodbye to send before closing the connection.
+    pub fn goodbye_frame(&self) -> ServerFrame {
+        ServerFrame::Goodbye(Goodbye::new(self.code, self.message.clone()))
+    }
 }
 
 #[cfg(test)]

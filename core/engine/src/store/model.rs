@@ -493,6 +493,39 @@ pub fn check_fence(
     Ok(())
 }
 
+/// The word clients see for an attempt's status or a step's outcome: the authoring reference's
+/// `ok` (what `$result.outcome` routes on and a node's `results` say) where the store records
+/// `succeeded`; every other word as stored. Only what leaves the host changes: the stored
+/// value stays, so no migration.
+pub fn outcome_word(stored: &str) -> &str {
+    if stored == "succeeded" {
+        "ok"
+    } else {
+        stored
+    }
+}
+
+/// Serializes a stored attempt status as [`outcome_word`] (for `serialize_with`).
+pub fn serialize_outcome_word<S: serde::Serializer>(
+    stored: &str,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(outcome_word(stored))
+}
+
+/// Reads an attempt status sent as [`outcome_word`] back as the stored word (for
+/// `deserialize_with`).
+pub fn deserialize_outcome_word<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<String, D::Error> {
+    let word = <String as serde::Deserialize>::deserialize(deserializer)?;
+    Ok(if word == "ok" {
+        "succeeded".to_owned()
+    } else {
+        word
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -125,7 +125,7 @@ pub trait Storage {
     fn next_node_deadline(&self, owner_id: &str) -> StoreResult<Option<UnixMillis>>;
 
     /// The key this database signs run list cursors with (made with it, kept in it).
-    fn cursor_key(&self) -> crate::protocol::payload::CursorKey;
+    fn cursor_key(&self) -> super::records::CursorKey;
 
     /// While commits fail because the disk is full: when the host's own work should be tried
     /// again (a growing, bounded pause after each failure). `None` while commits succeed.

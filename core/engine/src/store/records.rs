@@ -5,6 +5,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use std::fmt;
+
 use super::model::*;
 use crate::ids::ClaimToken;
 use crate::time::UnixMillis;
@@ -78,8 +80,8 @@ pub struct AttemptRecord {
     /// As stored (`succeeded`, ...); clients see it in the authoring words (`ok`, ...), and a
     /// client reading a reply gets the stored word back.
     #[serde(
-        serialize_with = "crate::protocol::serialize_outcome_word",
-        deserialize_with = "crate::protocol::deserialize_outcome_word"
+        serialize_with = "super::model::serialize_outcome_word",
+        deserialize_with = "super::model::deserialize_outcome_word"
     )]
     pub status: String,
     pub deadline_at: Option<UnixMillis>,
@@ -552,4 +554,15 @@ pub struct NodeResult {
 pub struct ClaimedMessages {
     pub messages: Vec<MessageRecord>,
     pub more: bool,
+}
+
+/// The secret a database signs its cursors with (32 random bytes made with the database and
+/// kept in it). Its `Debug` shows nothing of it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct CursorKey(pub [u8; 32]);
+
+impl fmt::Debug for CursorKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("CursorKey(..)")
+    }
 }
