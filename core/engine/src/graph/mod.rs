@@ -217,7 +217,7 @@ impl Node {
     }
 }
 
-/// What a node does (DESIGN.md §5).
+/// What a node does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NodeKind {
