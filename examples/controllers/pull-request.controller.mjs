@@ -82,7 +82,20 @@ export default defineController({
 
     const pull = await api.pull();
     const head = pull.head.sha;
+    const mergeKey = `merge:${metadata.generation}:${head}`;
+    const mergeRequest = { repository: spec.repository, number: spec.number, sha: head };
+    const observeMerge = async () => {
+      const now = await api.pull();
+      if (now.merged) return { state: 'applied', ...(now.merge_commit_sha ? { externalRef: now.merge_commit_sha } : {}) };
+      return { state: 'not_applied' };
+    };
     if (pull.merged) {
+      // A merge this controller asked for and never heard back about: the forge says it is
+      // done, so its record says so too (ensure observes a recorded effect before anything).
+      const asked = await ctx.effects.get(mergeKey);
+      if (asked && asked.state !== 'applied' && asked.state !== 'rejected') {
+        await ctx.effects.ensure({ key: mergeKey, kind: 'forge-merge', request: mergeRequest, observe: observeMerge, apply: () => ({ state: 'indeterminate', error: 'not applied again: observe decides' }) });
+      }
       return ctx.settled({
         controllerStatus: { phase: 'merged', headSha: head, mergeSha: pull.merge_commit_sha ?? null },
         conditions: [conditionTrue('Merged', 'Merged', `merged as ${pull.merge_commit_sha}`)],
@@ -134,14 +147,10 @@ export default defineController({
     const passed = conditionTrue('ChecksPassed', 'ChecksPassed');
 
     const merge = await ctx.effects.ensure({
-      key: `merge:${metadata.generation}:${head}`,
+      key: mergeKey,
       kind: 'forge-merge',
-      request: { repository: spec.repository, number: spec.number, sha: head },
-      observe: async () => {
-        const now = await api.pull();
-        if (now.merged) return { state: 'applied', ...(now.merge_commit_sha ? { externalRef: now.merge_commit_sha } : {}) };
-        return { state: 'not_applied' };
-      },
+      request: mergeRequest,
+      observe: observeMerge,
       apply: async () => {
         // The forge merges only if the head is still `head` (its own precondition).
         const r = await api.merge(head);

@@ -1,6 +1,6 @@
 // A forge on 127.0.0.1 for the controller tests: pull requests (head, state, labels, merged),
 // commit statuses by sha, and merges that check the expected head, in GitHub's REST shape. It
-// counts merges and logs every request; `onMerge` runs after a merge is done and before its
+// counts merges (of each pull request) and logs every request; `onMerge` runs after a merge is done and before its
 // answer is sent (a test kills the caller there).
 import { createServer } from 'node:http';
 import { createHash } from 'node:crypto';
@@ -46,6 +46,7 @@ export async function startFakeForge({ repository = 'acme/widgets' } = {}) {
       if (sha !== pull.head) return json(res, 409, { message: 'Head branch was modified. Review and try the merge again.' });
       if (checks.get(pull.head) !== 'success') return json(res, 405, { message: 'Required status check is failing' });
       merges += 1;
+      pull.merges += 1;
       pull.merged = true;
       pull.state = 'closed';
       pull.mergeSha = createHash('sha1').update(`merge of ${pull.head}`).digest('hex');
@@ -75,11 +76,16 @@ export async function startFakeForge({ repository = 'acme/widgets' } = {}) {
     url: `http://127.0.0.1:${server.address().port}`,
     repository,
     log,
+    /** Merges done, of every pull request. */
     get merges() {
       return merges;
     },
+    /** Merges done of pull request `number` (one more than one is a bug of the caller). */
+    mergesOf(number) {
+      return pulls.get(number).merges;
+    },
     openPull(number, head) {
-      pulls.set(number, { head, state: 'open', merged: false, mergeSha: null, labels: [] });
+      pulls.set(number, { head, state: 'open', merged: false, mergeSha: null, labels: [], merges: 0 });
     },
     pull(number) {
       return structuredClone(pulls.get(number));

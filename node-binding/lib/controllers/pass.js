@@ -42,6 +42,11 @@ function guard(backend, isOver) {
 function effectsFor(resource, backend, signal, touched) {
   let used = false;
   return {
+    /** The record kept under `key` for this resource, or null: what an earlier pass did. */
+    async get(key) {
+      assertKey(key, 'effect key');
+      return backend.effect({ resourceUid: resource.metadata.uid, key });
+    },
     async ensure(definition) {
       if (definition === null || typeof definition !== 'object') {
         throw new ControllerError('invalid_effect', 'ctx.effects.ensure takes { key, kind, request, observe, apply }');
