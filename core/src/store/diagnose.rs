@@ -315,7 +315,14 @@ impl Store {
             }]);
         }
         let mut findings = Vec::new();
-        for check in checks() {
+        let controller_checks = super::controllers::DIAGNOSE_CHECKS
+            .iter()
+            .map(|&(code, sql)| Check {
+                code,
+                sql,
+                repairable: false,
+            });
+        for check in checks().into_iter().chain(controller_checks) {
             let mut stmt = self.conn.prepare_cached(check.sql)?;
             let rows = stmt.query_map([], |r| {
                 Ok((

@@ -18,6 +18,7 @@
 
 mod bridges;
 mod children;
+mod controllers;
 mod diagnose;
 mod dump;
 mod durability;

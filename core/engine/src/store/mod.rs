@@ -2,6 +2,7 @@
 //! records the store hands out ([`records`]), what it refuses or fails with ([`error`]), and
 //! the interface the engine calls it through ([`port`]). The SQL lives in `piw_core::store`.
 
+pub mod controllers;
 pub mod error;
 pub mod model;
 pub mod port;
