@@ -308,9 +308,10 @@ fn the_queue_after_each_outcome() {
     assert_eq!(done.next_due_at, Some(T0 + 5_000));
     assert_eq!(f.store.due_resources(T0 + 4_999, 10).unwrap(), vec![]);
     assert_eq!(
-        f.store.next_controller_deadline().unwrap(),
+        f.store.next_controller_due_after(T0).unwrap(),
         Some(T0 + 5_000)
     );
+    assert_eq!(f.store.next_controller_due_after(T0 + 5_000).unwrap(), None);
     f.clock.advance(5_000);
 
     // errors: growing backoff, counted; a success resets the count.

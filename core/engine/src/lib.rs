@@ -44,6 +44,7 @@ pub mod time;
 pub mod bridges;
 pub mod channels;
 pub mod children;
+pub mod controllers;
 pub mod detached_model;
 pub mod dispatch;
 mod fit;

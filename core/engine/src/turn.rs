@@ -186,6 +186,7 @@ pub fn turn<R>(
             state
                 .bridges
                 .note_requests(batch.iter().map(|j| j.request.body.kind()));
+            super::controllers::note_requests(state, batch.iter().map(|j| j.request.body.kind()));
             let touched = handle_batch(store, state, batch, fx);
             children::forget_released_claims(store, state, Some(&touched));
         }
@@ -206,6 +207,7 @@ pub fn turn<R>(
         // Bridges first: a step they fail makes its run ready for the scheduling below.
         super::bridges::reconcile(store, state);
         super::channels::reconcile(state, state.now);
+        super::controllers::reconcile(store, state);
         publish_unpublished(store, state, fx);
         children::schedule_with(store, state, &mut |state| send_child_commands(state, fx));
         publish_unpublished(store, state, fx);

@@ -405,19 +405,17 @@ macro_rules! controller_reads {
                 Ok(rows.collect::<Result<_, _>>()?)
             }
 
-            /// When the next queued pass of an enabled controller is due, or a running pass's
-            /// deadline passes, whichever is first: when the host must look again.
-            pub fn next_controller_deadline(&self) -> StoreResult<Option<i64>> {
+            /// The earliest due time after `after` of a queued pass of an enabled
+            /// controller: when the host must look at the queue again (what is due already
+            /// waits for a free slot, whose pass's end wakes the host).
+            pub fn next_controller_due_after(&self, after: i64) -> StoreResult<Option<i64>> {
                 Ok(self.$conn().prepare_cached(
-                    "SELECT min(t) FROM (
-                        SELECT min(q.due_at) AS t FROM controller_queue q
-                        JOIN controller_resources r ON r.uid = q.resource_uid
-                        JOIN controllers c ON c.project_dir = r.project_dir AND c.name = r.controller
-                        WHERE q.pass_id IS NULL AND c.enabled = 1
-                        UNION ALL
-                        SELECT min(lease_expires_at) FROM controller_queue WHERE pass_id IS NOT NULL)",
+                    "SELECT min(q.due_at) FROM controller_queue q
+                     JOIN controller_resources r ON r.uid = q.resource_uid
+                     JOIN controllers c ON c.project_dir = r.project_dir AND c.name = r.controller
+                     WHERE q.pass_id IS NULL AND c.enabled = 1 AND q.due_at > ?1",
                 )?
-                .query_row([], |r| r.get(0))?)
+                .query_row([after], |r| r.get(0))?)
             }
         }
     };
@@ -1277,3 +1275,128 @@ pub(super) const DIAGNOSE_CHECKS: &[(&str, &str)] = &[
             OR NOT json_valid(finalizers) OR json_type(finalizers) != 'array'",
     ),
 ];
+
+impl piw_engine::store::ControllerStorage for Store {
+    fn controller(&self, project_dir: &str, name: &str) -> StoreResult<Option<ControllerRecord>> {
+        Store::controller(self, project_dir, name)
+    }
+    fn resource(
+        &self,
+        project_dir: &str,
+        controller: &str,
+        key: &str,
+    ) -> StoreResult<Option<ResourceRecord>> {
+        Store::resource(self, project_dir, controller, key)
+    }
+    fn resources(
+        &self,
+        project_dir: &str,
+        controller: Option<&str>,
+    ) -> StoreResult<Vec<ResourceRecord>> {
+        Store::resources(self, project_dir, controller)
+    }
+    fn queue_entry(&self, uid: &str) -> StoreResult<Option<QueueEntry>> {
+        Store::queue_entry(self, uid)
+    }
+    fn controller_effects(&self, uid: &str) -> StoreResult<Vec<ControllerEffectRecord>> {
+        Store::controller_effects(self, uid)
+    }
+    fn controller_passes(&self, uid: &str) -> StoreResult<Vec<PassRecord>> {
+        Store::controller_passes(self, uid)
+    }
+    fn running_passes(&self) -> StoreResult<Vec<QueueEntry>> {
+        Store::running_passes(self)
+    }
+    fn due_resources(&self, now: i64, limit: usize) -> StoreResult<Vec<QueueEntry>> {
+        Store::due_resources(self, now, limit)
+    }
+    fn next_controller_due_after(&self, after: i64) -> StoreResult<Option<i64>> {
+        Store::next_controller_due_after(self, after)
+    }
+}
+
+impl piw_engine::store::ControllerTransaction for WriteTx<'_> {
+    fn register_controller(
+        &mut self,
+        reg: &ControllerRegistration,
+    ) -> StoreResult<ControllerRecord> {
+        WriteTx::register_controller(self, reg)
+    }
+    fn set_controller_enabled(
+        &mut self,
+        project_dir: &str,
+        name: &str,
+        enabled: bool,
+    ) -> StoreResult<ControllerRecord> {
+        WriteTx::set_controller_enabled(self, project_dir, name, enabled)
+    }
+    fn apply_resource(
+        &mut self,
+        project_dir: &str,
+        controller: &str,
+        key: &str,
+        spec: &Value,
+        expected_version: Option<u64>,
+    ) -> StoreResult<(ApplyOutcome, ResourceRecord)> {
+        WriteTx::apply_resource(self, project_dir, controller, key, spec, expected_version)
+    }
+    fn delete_resource(
+        &mut self,
+        project_dir: &str,
+        controller: &str,
+        key: &str,
+        expected_version: Option<u64>,
+    ) -> StoreResult<DeleteOutcome> {
+        WriteTx::delete_resource(self, project_dir, controller, key, expected_version)
+    }
+    fn reconcile_resource(
+        &mut self,
+        project_dir: &str,
+        controller: &str,
+        key: &str,
+        reason: &str,
+    ) -> StoreResult<QueueEntry> {
+        WriteTx::reconcile_resource(self, project_dir, controller, key, reason)
+    }
+    fn claim_pass(&mut self, resource_uid: &str, host_epoch: i64) -> StoreResult<PassLaunch> {
+        WriteTx::claim_pass(self, resource_uid, host_epoch)
+    }
+    fn record_controller_effect(
+        &mut self,
+        fence: &PassFence,
+        effect: &NewControllerEffect,
+    ) -> StoreResult<(ControllerEffectRecord, bool)> {
+        WriteTx::record_controller_effect(self, fence, effect)
+    }
+    fn controller_effect(
+        &mut self,
+        fence: &PassFence,
+        key: &str,
+    ) -> StoreResult<Option<ControllerEffectRecord>> {
+        WriteTx::controller_effect(self, fence, key)
+    }
+    fn settle_controller_effect(
+        &mut self,
+        fence: &PassFence,
+        settlement: &EffectSettlement,
+    ) -> StoreResult<ControllerEffectRecord> {
+        WriteTx::settle_controller_effect(self, fence, settlement)
+    }
+    fn finish_pass(&mut self, fence: &PassFence, result: &PassResult) -> StoreResult<PassFinished> {
+        WriteTx::finish_pass(self, fence, result)
+    }
+    fn end_pass(
+        &mut self,
+        resource_uid: &str,
+        pass_id: &str,
+        end: &PassEnd,
+    ) -> StoreResult<Option<PassFinished>> {
+        WriteTx::end_pass(self, resource_uid, pass_id, end)
+    }
+    fn requeue_passes_of_dead_hosts(&mut self, current_epoch: i64) -> StoreResult<Vec<String>> {
+        WriteTx::requeue_passes_of_dead_hosts(self, current_epoch)
+    }
+    fn wake_resources_of_runs(&mut self, run_ids: &[String]) -> StoreResult<Vec<String>> {
+        WriteTx::wake_resources_of_runs(self, run_ids)
+    }
+}

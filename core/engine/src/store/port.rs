@@ -17,7 +17,7 @@ use crate::time::UnixMillis;
 pub type TxBody<'f, T> = Box<dyn FnOnce(&mut dyn Transaction) -> StoreResult<T> + 'f>;
 
 /// Reads of the durable state, and the one way to change it ([`Storage::write_dyn`]).
-pub trait Storage {
+pub trait Storage: ControllerStorage {
     /// Runs `body` in one transaction at time `now` (the transaction's every expiry comparison
     /// and timestamp: the engine's turn's time, never a clock the store reads) and commits it
     /// if `body` succeeds; if it fails, nothing it did is kept. A transaction the database
@@ -201,7 +201,7 @@ pub trait Storage {
 }
 
 /// Every change the engine makes, inside one transaction that commits or rolls back whole.
-pub trait Transaction {
+pub trait Transaction: ControllerTransaction {
     /// Runs `body` in a savepoint: if it fails, what it did is undone and its error returned,
     /// while the transaction stays usable. The engine calls [`dyn Transaction::savepoint`].
     fn savepoint_dyn(&mut self, body: TxBody<'_, ()>) -> StoreResult<()>;

@@ -1,0 +1,230 @@
+// Controllers served by a real host, with no Pi anywhere: the pull-request example
+// (examples/controllers/) registered in a project, its resources applied, and every pass run by
+// the host in a child of its own against a fake forge on 127.0.0.1: checks failing then
+// passing, the head moving, one merge when the pass's child is killed (SIGKILL) between the
+// forge's merge and the effect's settle, a deletion that waits for its finalizer, and a host
+// stopped and started again in the middle of a merge, which loses and doubles nothing.
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { copyFileSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, before, test } from 'node:test';
+
+import { startFakeForge } from './fake-forge.mjs';
+import { pkgDir, sleep, startHost } from './helpers.mjs';
+
+const EXAMPLE = join(pkgDir, '..', 'examples', 'controllers', 'pull-request.controller.mjs');
+const NAME = 'pull-request';
+const HEAD = 'a1b2c3d';
+
+let forge;
+let host;
+let client;
+let project;
+let source;
+
+before(async () => {
+  forge = await startFakeForge();
+  host = await startHost();
+  client = host.client;
+  project = join(host.dir, 'project');
+  mkdirSync(join(project, '.pi', 'controllers'), { recursive: true });
+  source = join(project, '.pi', 'controllers', 'pull-request.controller.mjs');
+  copyFileSync(EXAMPLE, source);
+  await register(client);
+});
+
+after(async () => {
+  await host?.stop();
+  await forge?.close();
+});
+
+async function register(c) {
+  const sourceHash = createHash('sha256').update(readFileSync(source)).digest('hex');
+  const reg = await c.request('controller.register', {}, { project_dir: project, name: NAME, source_path: source, source_hash: sourceHash, pass_deadline_ms: 60_000 });
+  assert.equal(reg.body.controller.enabled, false, 'registered, not yet started');
+  const on = await c.request('controller.enable', {}, { project_dir: project, name: NAME });
+  assert.equal(on.body.controller.enabled, true);
+}
+
+const ref = (key) => ({ project_dir: project, controller: NAME, key });
+
+async function apply(key, spec, c = client) {
+  return (await c.request('resource.apply', {}, { ...ref(key), spec })).body;
+}
+
+async function get(key, c = client) {
+  return (await c.request('resource.get', {}, ref(key))).body;
+}
+
+/** Reads the resource until `done(reply)` holds (or it is gone, when `done` accepts null); only a hang reaches the bound. */
+async function until(key, done, what, c = client) {
+  const deadline = Date.now() + 60_000;
+  let last;
+  while (Date.now() < deadline) {
+    try {
+      last = await get(key, c);
+    } catch (e) {
+      if (e.code !== 'not_found') throw e;
+      last = null;
+    }
+    if (done(last)) return last;
+    await sleep(50);
+  }
+  assert.fail(`waiting for ${what}: ${JSON.stringify(last, null, 2)?.slice(0, 4000)}`);
+}
+
+const condition = (reply, type) => reply?.resource.status?.conditions.find((c) => c.type === type);
+const phase = (reply) => reply?.resource.status?.controllerStatus?.phase;
+
+function spec(number, expectedHeadSha = HEAD) {
+  return { apiUrl: forge.url, repository: forge.repository, number, expectedHeadSha, pollMs: 200 };
+}
+
+/** The pids of this installation's pass children. */
+function passChildren() {
+  const entry = `PIW_HOME=${host.home}`;
+  return readdirSync('/proc')
+    .filter((name) => /^\d+$/.test(name))
+    .filter((name) => {
+      try {
+        const env = readFileSync(`/proc/${name}/environ`, 'latin1').split('\0');
+        return env.includes(entry) && readFileSync(`/proc/${name}/cmdline`, 'latin1').includes('controllers/child.js');
+      } catch {
+        return false;
+      }
+    })
+    .map(Number);
+}
+
+test('checks failing then passing: the host reconciles with no Pi and merges the expected head once', async () => {
+  forge.openPull(1, HEAD);
+  forge.setChecks(HEAD, 'failure');
+  const created = await apply(`${forge.repository}#1`, spec(1));
+  assert.equal(created.outcome, 'created');
+  assert.deepEqual([created.resource.resource_version, created.resource.generation, created.resource.status], [1, 1, null]);
+
+  const waiting = await until(created.resource.key, (r) => condition(r, 'ChecksPassed')?.reason === 'ChecksFailing', 'failing checks reported');
+  assert.deepEqual(waiting.resource.finalizers, ['pull-request.label']);
+  assert.deepEqual(forge.pull(1).labels, ['piw-watching']);
+  assert.equal(forge.mergesOf(1), 0);
+  assert.equal(waiting.queue.reason, 'requeue after 200 ms', 'waiting on the checks, not failing');
+
+  forge.setChecks(HEAD, 'success');
+  const merged = await until(created.resource.key, (r) => phase(r) === 'merged' && r.queue === null, 'the merge, settled');
+  assert.equal(forge.mergesOf(1), 1);
+  assert.equal(merged.resource.status.controllerStatus.mergeSha, forge.pull(1).mergeSha);
+  assert.deepEqual(
+    merged.effects.filter((e) => e.kind === 'forge-merge').map((e) => [e.key, e.state, e.external_ref]),
+    [[`merge:1:${HEAD}`, 'applied', forge.pull(1).mergeSha]],
+  );
+  assert.ok(merged.passes.every((p) => p.outcome !== 'error' && p.outcome !== 'deadline'), JSON.stringify(merged.passes));
+
+  // Asking again runs another pass; it reads the forge and merges nothing.
+  const before = merged.passes.at(-1).pass_id;
+  await client.request('resource.reconcile', {}, ref(created.resource.key));
+  await until(created.resource.key, (r) => r.passes.at(-1).pass_id !== before && r.queue === null, 'another settled pass');
+  assert.equal(forge.mergesOf(1), 1);
+});
+
+test('a moved head is reported, never merged; a new spec (generation 2) merges the new head', async () => {
+  const key = `${forge.repository}#2`;
+  forge.openPull(2, HEAD);
+  forge.setChecks('e5f6a7b', 'success');
+  forge.push(2, 'e5f6a7b');
+  await apply(key, spec(2));
+  const moved = await until(key, (r) => phase(r) === 'head-moved', 'the moved head reported');
+  assert.equal(condition(moved, 'HeadCurrent').reason, 'HeadMoved');
+  assert.equal(forge.mergesOf(2), 0);
+
+  const updated = await apply(key, spec(2, 'e5f6a7b'));
+  assert.equal(updated.outcome, 'updated');
+  assert.equal(updated.resource.generation, 2);
+  const merged = await until(key, (r) => phase(r) === 'merged', 'the new head merged');
+  assert.equal(merged.resource.status.observedGeneration, 2);
+  assert.equal(forge.mergesOf(2), 1);
+});
+
+test("a pass child killed between the forge's merge and the effect's settle: the next pass observes and merges nothing", async () => {
+  const key = `${forge.repository}#3`;
+  forge.openPull(3, HEAD);
+  forge.setChecks(HEAD, 'success');
+  let killed = 0;
+  forge.onMerge = async () => {
+    // The forge has merged; its answer is never read: the pass's child dies first.
+    for (const pid of passChildren()) {
+      process.kill(pid, 'SIGKILL');
+      killed += 1;
+    }
+  };
+  try {
+    await apply(key, spec(3));
+    const merged = await until(key, (r) => phase(r) === 'merged' && r.queue === null, 'the merge observed after the kill');
+    assert.equal(killed, 1, 'one pass child was killed in the merge');
+    assert.equal(forge.mergesOf(3), 1, 'observed as merged: not merged again');
+    const [effect] = merged.effects.filter((e) => e.kind === 'forge-merge');
+    assert.deepEqual([effect.state, effect.external_ref], ['applied', forge.pull(3).mergeSha]);
+    const outcomes = merged.passes.map((p) => p.outcome);
+    assert.ok(outcomes.includes('error'), `the killed pass is recorded as failed: ${outcomes}`);
+    assert.match(merged.passes.find((p) => p.outcome === 'error').message, /^the pass's child exited by signal 9 before it finished$/);
+  } finally {
+    forge.onMerge = null;
+  }
+});
+
+test('deletion: the finalizer keeps the resource until the label is off the pull request', async () => {
+  const key = `${forge.repository}#4`;
+  forge.openPull(4, HEAD);
+  forge.setChecks(HEAD, 'pending');
+  await apply(key, spec(4));
+  await until(key, (r) => condition(r, 'ChecksPassed')?.reason === 'ChecksPending', 'pending checks reported');
+  assert.deepEqual(forge.pull(4).labels, ['piw-watching']);
+
+  const asked = (await client.request('resource.delete', {}, ref(key))).body;
+  assert.equal(asked.state, 'pending');
+  assert.ok(asked.resource.deletion_requested_at > 0);
+  await until(key, (r) => r === null, 'the resource gone');
+  assert.deepEqual(forge.pull(4).labels, []);
+  assert.equal(forge.log.filter((l) => l.method === 'DELETE' && l.path.includes('/issues/4/')).length, 1);
+  assert.equal(forge.mergesOf(4), 0);
+  const list = (await client.request('resource.list', {}, { project_dir: project, controller: NAME })).body;
+  assert.ok(!list.resources.some((r) => r.key === key));
+});
+
+test('a host stopped in the middle of a merge and started again loses and doubles nothing', async () => {
+  const key = `${forge.repository}#5`;
+  forge.openPull(5, HEAD);
+  forge.setChecks(HEAD, 'success');
+  let reached;
+  const inMerge = new Promise((resolve) => {
+    reached = resolve;
+  });
+  forge.onMerge = async () => {
+    reached();
+    await new Promise(() => {}); // the answer never comes: the host stops under the pass
+  };
+  let restarted;
+  try {
+    await apply(key, spec(5));
+    await inMerge;
+    forge.onMerge = null;
+    await client.request('host.stop').catch(() => {});
+    const deadline = Date.now() + 30_000;
+    while (passChildren().length > 0 && Date.now() < deadline) await sleep(20);
+    assert.deepEqual(passChildren(), [], "the host stopped its pass's child");
+
+    restarted = await host.connect(); // starts a new host on the same installation
+    const merged = await until(key, (r) => phase(r) === 'merged' && r.queue === null, 'the merge after the restart', restarted);
+    assert.equal(forge.mergesOf(5), 1, 'merged once');
+    const [effect] = merged.effects.filter((e) => e.kind === 'forge-merge');
+    assert.equal(effect.state, 'applied');
+    const outcomes = merged.passes.map((p) => p.outcome);
+    assert.ok(outcomes.includes('interrupted'), `the stopped pass is recorded as interrupted: ${outcomes}`);
+    assert.ok(!outcomes.includes('error') && !outcomes.includes('deadline'), `a restart is not the controller's failure: ${outcomes}`);
+    const findings = (await restarted.request('diagnose')).body.findings;
+    assert.deepEqual(findings, []);
+  } finally {
+    forge.onMerge = null;
+    client = restarted ?? client;
+  }
+});
