@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 
 import { startFakeForge } from './fake-forge.mjs';
-import { pkgDir, sleep, startHost } from './helpers.mjs';
+import { alive, pkgDir, sleep, startHost } from './helpers.mjs';
 
 const EXAMPLE = join(pkgDir, '..', 'examples', 'controllers', 'pull-request.controller.mjs');
 const NAME = 'pull-request';
@@ -223,6 +223,42 @@ test('a host stopped in the middle of a merge and started again loses and double
     assert.ok(!outcomes.includes('error') && !outcomes.includes('deadline'), `a restart is not the controller's failure: ${outcomes}`);
     const findings = (await restarted.request('diagnose')).body.findings;
     assert.deepEqual(findings, []);
+  } finally {
+    forge.onMerge = null;
+    client = restarted ?? client;
+  }
+});
+
+test('a host killed (SIGKILL) in the middle of a merge: the next host requeues the pass without counting an error', async () => {
+  const key = `${forge.repository}#6`;
+  forge.openPull(6, HEAD);
+  forge.setChecks(HEAD, 'success');
+  let reached;
+  const inMerge = new Promise((resolve) => {
+    reached = resolve;
+  });
+  forge.onMerge = async () => {
+    reached();
+    await new Promise(() => {}); // the answer never comes: the host dies under the pass
+  };
+  let restarted;
+  try {
+    await apply(key, spec(6));
+    await inMerge;
+    forge.onMerge = null;
+    const { pid } = await client.status();
+    process.kill(pid, 'SIGKILL');
+    const deadline = Date.now() + 30_000;
+    while (alive(pid) && Date.now() < deadline) await sleep(20);
+    assert.equal(alive(pid), false);
+
+    restarted = await host.connect();
+    const merged = await until(key, (r) => phase(r) === 'merged' && r.queue === null, 'the merge after the crash', restarted);
+    assert.equal(forge.mergesOf(6), 1, 'merged once');
+    const outcomes = merged.passes.map((p) => p.outcome);
+    assert.ok(outcomes.includes('interrupted'), `the dead host's pass is recorded as interrupted: ${outcomes}`);
+    assert.ok(!outcomes.includes('error') && !outcomes.includes('deadline'), `a crash of the host is not the controller's failure: ${outcomes}`);
+    assert.deepEqual((await restarted.request('diagnose')).body.findings, []);
   } finally {
     forge.onMerge = null;
     client = restarted ?? client;
