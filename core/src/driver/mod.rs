@@ -282,7 +282,7 @@ pub struct HostShared {
     /// Runtimes looked for and not found, with why: the refusal of their files says it.
     pub(crate) missing_runtimes: Arc<Vec<children::MissingRuntime>>,
     /// How detached steps are served, and the environment their Pi gets: an explicit
-    /// detached start is checked against them (`bridge_launch::preflight`).
+    /// detached start is checked against them (`bridge_launch::check_detached_start`).
     pub(crate) bridges: Arc<(
         Option<crate::engine::bridges::BridgeSettings>,
         children::WorkflowEnv,
