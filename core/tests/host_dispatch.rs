@@ -1599,7 +1599,7 @@ fn launched_child(
 /// a batch's reads are answered (and may leave) before its commands commit; a launch goes to
 /// the supervisor inside the transaction, before the commit; the commit's events go out
 /// before its receipts (a client that subscribes after a receipt misses no event before it).
-/// The host's first prune ends its turn with the sweep of leftover run logs, once.
+/// The host's first prune asks for the sweep of leftover run logs, once.
 #[test]
 fn a_turn_hands_its_effects_to_the_driver_in_order() {
     use piw_core::engine::handlers::run::PreparedStart;
@@ -1696,8 +1696,9 @@ fn a_turn_hands_its_effects_to_the_driver_in_order() {
         RunStatus::Running
     );
 
-    // The host's first prune ends its turn by asking the driver to sweep the log directories
-    // of runs that no longer exist; a later prune does not ask again.
+    // The host's first prune asks the driver to sweep the log directories of runs that no
+    // longer exist (the driver does it once the turn has returned); a later prune does not
+    // ask again.
     let logs = std::path::PathBuf::from("/nonexistent/piw-test-logs");
     state.child_config.output_logs = Some(logs.clone());
     for round in 0..2 {
@@ -1727,14 +1728,30 @@ fn a_turn_hands_its_effects_to_the_driver_in_order() {
                 "{:#?}",
                 recorder.0
             );
-            assert!(
-                recorder.0.last().unwrap().starts_with("sweep"),
-                "{:#?}",
-                recorder.0
-            );
         } else {
             assert!(sweeps.is_empty(), "{:#?}", recorder.0);
         }
+    }
+
+    // The host's own retention pass asks the same way, once, at its first prune.
+    let mut state = host_state_with_runtime(&mut f, false);
+    state.child_config.output_logs = Some(logs.clone());
+    state.retention = piw_core::engine::retention::Retention::from_settings(Some(1), None);
+    for round in 0..2 {
+        state.retention_due_at = Some(0);
+        let mut recorder = Recorder::default();
+        let now = f.store.now_ms();
+        turn(
+            &mut f.store,
+            &mut state,
+            now,
+            Vec::new(),
+            Some(0),
+            &mut recorder,
+        );
+        assert_ne!(state.retention_due_at, Some(0), "the pass ran");
+        let sweeps = recorder.0.iter().filter(|l| l.starts_with("sweep")).count();
+        assert_eq!(sweeps, usize::from(round == 0), "{:#?}", recorder.0);
     }
 }
 
@@ -2020,14 +2037,18 @@ fn a_prune_skips_a_finished_run_whose_child_is_still_exiting() {
 
     let prune = RunPrune::default();
     state.now = f.store.now_ms();
-    let first = prune_request(&mut f.store, &mut state, &prune).unwrap();
+    let first = prune_request(&mut f.store, &mut state, &prune)
+        .unwrap()
+        .receipt;
     assert_eq!(first.body["removed"], json!([gone]), "{:?}", first.body);
     assert_eq!(f.store.run(&exiting).unwrap().status, RunStatus::Completed);
 
     // Its exit is recorded: the next prune takes it.
     state.children.remove(&exiting);
     state.now = f.store.now_ms();
-    let second = prune_request(&mut f.store, &mut state, &prune).unwrap();
+    let second = prune_request(&mut f.store, &mut state, &prune)
+        .unwrap()
+        .receipt;
     assert_eq!(
         second.body["removed"],
         json!([exiting]),
@@ -2170,15 +2191,19 @@ fn a_cursor_shaped_like_the_hosts_but_not_made_by_it_is_refused() {
         ..Default::default()
     };
     state.now = f.store.now_ms();
-    let page = prune_request(&mut f.store, &mut state, &dry(None)).unwrap();
+    let page = prune_request(&mut f.store, &mut state, &dry(None))
+        .unwrap()
+        .receipt;
     let next = cursor_of(&page.body);
     let forged = RunListCursor::sign(&CursorKey([0x5a; 32]), next.key.clone());
     refused(
         "a prune's cursor with another key",
-        prune_request(&mut f.store, &mut state, &dry(Some(forged))).map(|r| r.body),
+        prune_request(&mut f.store, &mut state, &dry(Some(forged))).map(|r| r.receipt.body),
     );
     state.now = f.store.now_ms();
-    let more = prune_request(&mut f.store, &mut state, &dry(Some(next))).unwrap();
+    let more = prune_request(&mut f.store, &mut state, &dry(Some(next)))
+        .unwrap()
+        .receipt;
     assert_eq!(
         more.body["run_ids"],
         json!([runs[2], runs[3]]),

@@ -120,8 +120,9 @@ pub enum Effect<R> {
     EndSupervision,
     /// Look under `logs` for the log directories of runs that no longer exist (those a crash
     /// between a prune's commit and their removal left) and have the supervisor remove them.
-    /// Asked once per host, at its first prune, as the turn's last effect; reading the
-    /// directory is I/O, so the driver does it, with the store the turn used.
+    /// Asked once per host, by its first prune (a client's or the retention pass's); reading
+    /// the directory is I/O, and reading the store for each run needs the store the turn
+    /// holds, so the driver does it once the turn has returned.
     SweepRunLogs { logs: std::path::PathBuf },
 }
 
@@ -198,7 +199,9 @@ pub fn turn<R>(
         super::presence::retry(store, state);
         children::due_child_work(store, state);
         timers::run_due_work(store, state);
-        retention::run_due_retention(store, state);
+        if let Some(logs) = retention::run_due_retention(store, state) {
+            fx.apply(Effect::SweepRunLogs { logs });
+        }
         publish_unpublished(store, state, fx);
         children::forget_released_claims(store, state, None);
     }
@@ -211,11 +214,6 @@ pub fn turn<R>(
         publish_unpublished(store, state, fx);
     }
     send_child_commands(state, fx);
-    if std::mem::take(&mut state.sweep_run_logs) {
-        if let Some(logs) = state.child_config.output_logs.clone() {
-            fx.apply(Effect::SweepRunLogs { logs });
-        }
-    }
 }
 
 /// Hands the driver what the deciding code ordered (launches, stops), in order; once the host
@@ -504,8 +502,14 @@ fn maintain<R>(
             receipt(None, &RepairReply { report })
         }
         // The log directories of pruned runs go through the supervisor (off this thread);
-        // the sweep of leftovers is the turn's last effect (`Effect::SweepRunLogs`).
-        RequestBody::RunPrune(prune) => retention::prune_request(store, state, prune),
+        // the host's first prune also has the driver sweep for leftovers.
+        RequestBody::RunPrune(prune) => {
+            let answer = retention::prune_request(store, state, prune)?;
+            if let Some(logs) = answer.sweep_run_logs {
+                fx.apply(Effect::SweepRunLogs { logs });
+            }
+            Ok(answer.receipt)
+        }
         other => Err(StoreError::Forbidden(format!(
             "{} is not a maintenance request",
             other.kind_str()

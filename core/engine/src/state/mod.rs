@@ -87,10 +87,8 @@ pub struct HostState {
     pub retention: Option<retention::Retention>,
     /// When the retention pass runs next (`engine::retention`).
     pub retention_due_at: Option<i64>,
-    /// The host's first prune ran: the turn ends by asking the driver to look for log files
-    /// of runs that no longer exist (`turn::Effect::SweepRunLogs`).
-    pub sweep_run_logs: bool,
-    /// This host has asked for that sweep once already.
+    /// This host has pruned once already, and so asked the driver to look for log files of
+    /// runs that no longer exist (`turn::Effect::SweepRunLogs`): one sweep per host.
     pub run_logs_swept: bool,
     /// Detached runs' bridges (`crate::bridges`).
     pub bridges: bridges::Bridges,
@@ -130,7 +128,6 @@ impl HostState {
             activation_retry_delay_ms: 0,
             retention: None,
             retention_due_at: None,
-            sweep_run_logs: false,
             run_logs_swept: false,
             bridges: Default::default(),
             presence: Default::default(),
