@@ -55,13 +55,12 @@ pub struct PruneAnswer {
 pub fn prune_request(
     store: &mut dyn Storage,
     state: &mut HostState,
+    now: UnixMillis,
     request: &RunPrune,
 ) -> Result<PruneAnswer, StoreError> {
     let selector = PruneSelector {
         statuses: request.statuses.clone().unwrap_or_default(),
-        finished_before: request
-            .older_than_ms
-            .map(|ms| finished_before(state.now, ms)),
+        finished_before: request.older_than_ms.map(|ms| finished_before(now, ms)),
         keep: request.keep,
     };
     let limit = usize::try_from(
@@ -100,7 +99,7 @@ pub fn prune_request(
             sweep_run_logs: None,
         });
     }
-    let batch = prune_batch(store, state, &selector, limit)?;
+    let batch = prune_batch(store, state, now, &selector, limit)?;
     let receipt = crate::fit::receipt(
         None,
         &Pruned {
@@ -128,8 +127,11 @@ pub fn next_retention_at(state: &HostState) -> Option<UnixMillis> {
 /// The host's retention pass, when due: one batch, then due again at once while runs are
 /// left, else after [`RETENTION_INTERVAL_MS`]. Returns the directory the driver must sweep
 /// for leftover run logs, when this was the host's first prune (`turn::Effect::SweepRunLogs`).
-pub fn run_due_retention(store: &mut dyn Storage, state: &mut HostState) -> Option<PathBuf> {
-    let now = state.now;
+pub fn run_due_retention(
+    store: &mut dyn Storage,
+    state: &mut HostState,
+    now: UnixMillis,
+) -> Option<PathBuf> {
     let (Some(retention), Some(due)) = (state.retention, state.retention_due_at) else {
         return None;
     };
@@ -140,6 +142,7 @@ pub fn run_due_retention(store: &mut dyn Storage, state: &mut HostState) -> Opti
     let next = match prune_batch(
         store,
         state,
+        now,
         &retention.selector(now),
         MAX_PRUNE_RUNS as usize,
     ) {
@@ -188,6 +191,7 @@ struct PruneBatch {
 fn prune_batch(
     store: &mut dyn Storage,
     state: &mut HostState,
+    now: UnixMillis,
     selector: &PruneSelector,
     limit: usize,
 ) -> StoreResult<PruneBatch> {
@@ -212,7 +216,7 @@ fn prune_batch(
             break page.more || left_in_page;
         }
     };
-    let removed = store.prune_runs(&chosen)?;
+    let removed = store.prune_runs(now, &chosen)?;
     if !removed.is_empty() {
         // The pages go back now, a batch's worth at a time; a failure costs only space.
         if let Err(e) = store.reclaim_free_pages(u32::MAX) {

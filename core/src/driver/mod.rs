@@ -277,7 +277,8 @@ pub struct HostShared {
     pub(crate) events: broadcast::Sender<RunEvent>,
     pub(crate) limits: Limits,
     pub(crate) expected_uid: u32,
-    /// File suffixes the runtime table can run; `run.start` refuses other files.
+    /// File suffixes the runtime table can run; `run.start` refuses other files
+    /// (`engine::admission::runtime_for_start`).
     pub(crate) runtime_suffixes: Arc<Vec<String>>,
     /// Runtimes looked for and not found, with why: the refusal of their files says it.
     pub(crate) missing_runtimes: Arc<Vec<children::MissingRuntime>>,
