@@ -22,7 +22,6 @@ fn host(f: &mut Fixture) -> HostState {
     let mut state = HostState::new(Box::new(piw_core::ids::OsIds));
     state.epoch = epoch;
     state.supervising = true;
-    state.now = T0;
     state.child_config.controllers = Some(PassSettings {
         runtime: Ok(("/opt/node".into(), "/opt/piw/lib".into())),
         env: Vec::new(),
@@ -99,7 +98,7 @@ fn passes_launch_within_the_limits_and_never_twice_for_one_resource() {
     register(&mut f, "alpha");
     register(&mut f, "beta");
     // Applied one after another: due in this order.
-    let mut applied = |f: &mut Fixture, c: &str, k: String| {
+    let applied = |f: &mut Fixture, c: &str, k: String| {
         f.clock.advance(1);
         apply(f, c, &k)
     };
@@ -109,9 +108,9 @@ fn passes_launch_within_the_limits_and_never_twice_for_one_resource() {
     let betas: Vec<_> = (0..2)
         .map(|i| applied(&mut f, "beta", format!("b{i}")))
         .collect();
-    state.now = f.store.now_ms();
+    let now = f.store.now_ms();
 
-    controllers::reconcile(&mut f.store, &mut state);
+    controllers::reconcile(&mut f.store, &mut state, now);
     let (launched, _) = orders(&mut state);
     let by = |c: &str| {
         launched
@@ -143,7 +142,7 @@ fn passes_launch_within_the_limits_and_never_twice_for_one_resource() {
             .unwrap();
     }
     controllers::note_requests(&mut state, [RequestKind::ResourceReconcile]);
-    controllers::reconcile(&mut f.store, &mut state);
+    controllers::reconcile(&mut f.store, &mut state, now);
     assert_eq!(orders(&mut state).0.len(), 0);
 
     // One finishes (settled, but poked meanwhile: another pass follows) and its child exits:
@@ -171,6 +170,7 @@ fn passes_launch_within_the_limits_and_never_twice_for_one_resource() {
     controllers::on_reports(
         &mut f.store,
         &mut state,
+        now,
         vec![PassReport::Exited {
             resource_uid: first_uid.clone(),
             launch,
@@ -181,7 +181,7 @@ fn passes_launch_within_the_limits_and_never_twice_for_one_resource() {
             },
         }],
     );
-    controllers::reconcile(&mut f.store, &mut state);
+    controllers::reconcile(&mut f.store, &mut state, now);
     let (next, _) = orders(&mut state);
     assert_eq!(next.len(), 1);
     assert_eq!(controller_of(&next[0].1), "beta", "alpha is at its limit");
@@ -211,15 +211,20 @@ fn an_overdue_pass_is_stopped_an_unfinished_exit_is_an_error_and_disabling_inter
     register(&mut f, "beta");
     let a = apply(&mut f, "alpha", "a");
     let b = apply(&mut f, "beta", "b");
-    controllers::reconcile(&mut f.store, &mut state);
+    let now = T0;
+    controllers::reconcile(&mut f.store, &mut state, now);
     assert_eq!(orders(&mut state).0.len(), 2);
-    assert_eq!(controllers::next_deadline(&state), Some(T0 + DEADLINE_MS));
+    assert_eq!(
+        controllers::next_deadline(&state, now),
+        Some(T0 + DEADLINE_MS)
+    );
 
     // beta's child dies on its own: an error, with backoff.
     let launch_b = state.controllers.live[&b].launch;
     controllers::on_reports(
         &mut f.store,
         &mut state,
+        now,
         vec![PassReport::Exited {
             resource_uid: b.clone(),
             launch: launch_b,
@@ -242,8 +247,8 @@ fn an_overdue_pass_is_stopped_an_unfinished_exit_is_an_error_and_disabling_inter
     assert!(q.due_at > T0, "backed off");
 
     // alpha's pass runs past its deadline: stopped and recorded.
-    state.now = T0 + DEADLINE_MS;
-    controllers::reconcile(&mut f.store, &mut state);
+    let now = T0 + DEADLINE_MS;
+    controllers::reconcile(&mut f.store, &mut state, now);
     let (launched, stopped) = orders(&mut state);
     assert_eq!(stopped, vec![state.controllers.live[&a].launch]);
     let relaunched: Vec<_> = launched.iter().map(|(u, _)| u.clone()).collect();
@@ -262,15 +267,15 @@ fn an_overdue_pass_is_stopped_an_unfinished_exit_is_an_error_and_disabling_inter
         PassOutcome::Deadline
     );
     // Due again after its backoff, but its killed child has not exited yet: not launched.
-    state.now = T0 + DEADLINE_MS + 1_000;
+    let now = T0 + DEADLINE_MS + 1_000;
     assert!(f
         .store
-        .due_resources(state.now, 10)
+        .due_resources(now, 10)
         .unwrap()
         .iter()
         .any(|q| q.resource_uid == a));
     controllers::note_requests(&mut state, [RequestKind::ResourceReconcile]);
-    controllers::reconcile(&mut f.store, &mut state);
+    controllers::reconcile(&mut f.store, &mut state, now);
     assert_eq!(
         orders(&mut state).0.len(),
         0,
@@ -281,6 +286,7 @@ fn an_overdue_pass_is_stopped_an_unfinished_exit_is_an_error_and_disabling_inter
     controllers::on_reports(
         &mut f.store,
         &mut state,
+        now,
         vec![PassReport::Exited {
             resource_uid: a.clone(),
             launch: launch_a,
@@ -291,7 +297,7 @@ fn an_overdue_pass_is_stopped_an_unfinished_exit_is_an_error_and_disabling_inter
         }],
     );
     assert_eq!(f.store.controller_passes(&a).unwrap().len(), 1);
-    controllers::reconcile(&mut f.store, &mut state);
+    controllers::reconcile(&mut f.store, &mut state, now);
     let (launched, _) = orders(&mut state);
     assert_eq!(
         launched.iter().map(|(u, _)| u.clone()).collect::<Vec<_>>(),
@@ -303,7 +309,7 @@ fn an_overdue_pass_is_stopped_an_unfinished_exit_is_an_error_and_disabling_inter
         .write(|w| w.set_controller_enabled(PROJECT, "beta", false))
         .unwrap();
     controllers::note_requests(&mut state, [RequestKind::ControllerDisable]);
-    controllers::reconcile(&mut f.store, &mut state);
+    controllers::reconcile(&mut f.store, &mut state, now);
     let (launched, stopped) = orders(&mut state);
     assert_eq!((launched.len(), stopped.len()), (0, 1));
     assert_eq!(
@@ -322,7 +328,7 @@ fn an_overdue_pass_is_stopped_an_unfinished_exit_is_an_error_and_disabling_inter
         "no error counted"
     );
     assert_eq!(
-        f.store.due_resources(state.now, 10).unwrap().len(),
+        f.store.due_resources(now, 10).unwrap().len(),
         0,
         "beta is off"
     );

@@ -267,7 +267,7 @@ struct SimChild {
     /// The host asked the supervisor to stop it.
     stop_requested: bool,
     /// Its hello was acknowledged: its connection speaks for its run and generation (the
-    /// connection refuses any other worker message, `conn::worker_may_send`).
+    /// connection refuses any other worker message, `admission::worker_may_send`).
     greeted: bool,
     /// Its process ended (the report is on its way).
     exited: bool,

@@ -515,6 +515,7 @@ fn run_status(s: &Scenario, run_id: &str) -> Value {
             reply_limit: DEFAULT_MAX_FRAME_BYTES,
             ..piw_core::engine::state::HostState::new(Box::new(piw_core::ids::OsIds))
         },
+        s.f.store.now_ms(),
         &request,
     )
     .unwrap()
@@ -549,6 +550,7 @@ fn the_documented_records_are_the_ones_the_host_sends() {
             reply_limit: DEFAULT_MAX_FRAME_BYTES,
             ..piw_core::engine::state::HostState::new(Box::new(piw_core::ids::OsIds))
         },
+        s.f.store.now_ms(),
         &Request::new("ls", RequestBody::RunList(payload::RunList::default())),
     )
     .unwrap()

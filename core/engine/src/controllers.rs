@@ -24,6 +24,7 @@ pub use crate::state::controllers::{Controllers, PassEntry, PassSettings};
 use crate::state::HostState;
 use crate::store::controllers::{PassEnd, PassLaunch};
 use crate::store::{ChildExitRecord, Storage};
+use crate::time::UnixMillis;
 
 /// Bytes of a pass child's output kept for its exit's record.
 const TAIL_BYTES: usize = 8 * 1024;
@@ -71,21 +72,20 @@ pub fn note_requests(state: &mut HostState, kinds: impl IntoIterator<Item = Requ
 }
 
 /// Kills, stops and launches passes as the module documentation says. Runs each turn.
-pub fn reconcile(store: &mut dyn Storage, state: &mut HostState) {
+pub fn reconcile(store: &mut dyn Storage, state: &mut HostState, now: UnixMillis) {
     if state.shutting_down || !state.supervising {
         return;
     }
     let Some(settings) = state.child_config.controllers.clone() else {
         return;
     };
-    let now = state.now;
-    kill_overdue(store, state);
+    kill_overdue(store, state, now);
     let due = state.controllers.next_at.is_some_and(|at| at <= now);
     if state.controllers.up_to_date && !due {
         return;
     }
-    stop_disabled(store, state);
-    launch_due(store, state, &settings);
+    stop_disabled(store, state, now);
+    launch_due(store, state, now, &settings);
     state.controllers.up_to_date = true;
     state.controllers.next_at = match store.next_controller_due_after(now) {
         Ok(at) => at,
@@ -100,8 +100,7 @@ pub fn reconcile(store: &mut dyn Storage, state: &mut HostState) {
 }
 
 /// Passes past their deadline: stopped, and recorded `deadline` (the backoff follows).
-fn kill_overdue(store: &mut dyn Storage, state: &mut HostState) {
-    let now = state.now;
+fn kill_overdue(store: &mut dyn Storage, state: &mut HostState, now: UnixMillis) {
     let overdue: Vec<(String, PassEntry)> = state
         .controllers
         .live
@@ -111,12 +110,12 @@ fn kill_overdue(store: &mut dyn Storage, state: &mut HostState) {
         .collect();
     for (uid, entry) in overdue {
         tracing::warn!(resource = %uid, pass = %entry.pass_id, "a reconcile pass ran past its deadline; killing it");
-        end(store, state, &uid, &entry, PassEnd::Deadline);
+        end(store, state, now, &uid, &entry, PassEnd::Deadline);
     }
 }
 
 /// The passes of controllers no longer enabled: stopped, recorded `interrupted`.
-fn stop_disabled(store: &mut dyn Storage, state: &mut HostState) {
+fn stop_disabled(store: &mut dyn Storage, state: &mut HostState, now: UnixMillis) {
     let live: Vec<(String, PassEntry)> = state
         .controllers
         .live
@@ -135,14 +134,21 @@ fn stop_disabled(store: &mut dyn Storage, state: &mut HostState) {
         };
         if !enabled {
             tracing::info!(resource = %uid, controller = %name, "the controller was disabled; stopping its pass");
-            end(store, state, &uid, &entry, PassEnd::Interrupted);
+            end(store, state, now, &uid, &entry, PassEnd::Interrupted);
         }
     }
 }
 
 /// Orders a pass's child stopped and records how the pass ended.
-fn end(store: &mut dyn Storage, state: &mut HostState, uid: &str, entry: &PassEntry, how: PassEnd) {
-    let result = store.write(state.now, |w| {
+fn end(
+    store: &mut dyn Storage,
+    state: &mut HostState,
+    now: UnixMillis,
+    uid: &str,
+    entry: &PassEntry,
+    how: PassEnd,
+) {
+    let result = store.write(now, |w| {
         w.end_pass(uid, &entry.pass_id, &how)?;
         Ok(())
     });
@@ -160,7 +166,12 @@ fn end(store: &mut dyn Storage, state: &mut HostState, uid: &str, entry: &PassEn
 }
 
 /// Claims and launches due passes within the limits.
-fn launch_due(store: &mut dyn Storage, state: &mut HostState, settings: &PassSettings) {
+fn launch_due(
+    store: &mut dyn Storage,
+    state: &mut HostState,
+    now: UnixMillis,
+    settings: &PassSettings,
+) {
     if let Err(why) = &settings.runtime {
         // Nothing is claimed: the resources stay queued for a host that can run them.
         if state.controllers.launches == 0 && !state.controllers.up_to_date {
@@ -177,7 +188,7 @@ fn launch_due(store: &mut dyn Storage, state: &mut HostState, settings: &PassSet
         .max_passes
         .saturating_add(running)
         .saturating_add(16);
-    let due = match store.due_resources(state.now, look_at) {
+    let due = match store.due_resources(now, look_at) {
         Ok(due) => due,
         Err(e) => {
             crate::store_error!(e, "cannot read the due passes");
@@ -202,12 +213,12 @@ fn launch_due(store: &mut dyn Storage, state: &mut HostState, settings: &PassSet
         }
         let epoch = state.epoch;
         let mut claimed = None;
-        let result = store.write(state.now, |w| {
+        let result = store.write(now, |w| {
             claimed = Some(w.claim_pass(&row.resource_uid, epoch)?);
             Ok(())
         });
         match (result, claimed) {
-            (Ok(()), Some(pass)) => launch(state, settings, pass),
+            (Ok(()), Some(pass)) => launch(state, now, settings, pass),
             (Err(e), _) => {
                 crate::store_error!(e, resource = %row.resource_uid, "cannot claim a due pass")
             }
@@ -217,7 +228,7 @@ fn launch_due(store: &mut dyn Storage, state: &mut HostState, settings: &PassSet
 }
 
 /// The child of a claimed pass: `node <lib>/controllers/child.js`, its envelope on stdin.
-fn launch(state: &mut HostState, settings: &PassSettings, pass: PassLaunch) {
+fn launch(state: &mut HostState, now: UnixMillis, settings: &PassSettings, pass: PassLaunch) {
     let uid = pass.resource.uid.clone();
     let entry = PassEntry {
         launch: state.next_launch,
@@ -242,7 +253,7 @@ fn launch(state: &mut HostState, settings: &PassSettings, pass: PassLaunch) {
         "controller": pass.controller.name,
         "source_path": pass.controller.source_path,
         "source_hash": pass.controller.source_hash,
-        "deadline_ms": (pass.deadline_at - state.now).max(1),
+        "deadline_ms": (pass.deadline_at - now).max(1),
         "resource": pass.resource,
     });
     let command = HelperCommand {
@@ -272,7 +283,12 @@ fn launch(state: &mut HostState, settings: &PassSettings, pass: PassLaunch) {
 
 /// Handles pass children's exits: one that ended on its own without finishing its pass failed
 /// (the store records nothing when the pass was finished or ended already).
-pub fn on_reports(store: &mut dyn Storage, state: &mut HostState, reports: Vec<PassReport>) {
+pub fn on_reports(
+    store: &mut dyn Storage,
+    state: &mut HostState,
+    now: UnixMillis,
+    reports: Vec<PassReport>,
+) {
     for report in reports {
         let PassReport::Exited {
             resource_uid,
@@ -311,9 +327,7 @@ pub fn on_reports(store: &mut dyn Storage, state: &mut HostState, reports: Vec<P
                 message: format!("the pass's child {} before it finished{said}", exit.reason),
             }
         };
-        let result = store.write(state.now, |w| {
-            w.end_pass(&resource_uid, &entry.pass_id, &how)
-        });
+        let result = store.write(now, |w| w.end_pass(&resource_uid, &entry.pass_id, &how));
         match result {
             Ok(Some(ended)) => {
                 tracing::warn!(resource = %resource_uid, pass = %entry.pass_id, outcome = ended.outcome.as_str(), reason = %exit.reason, "a reconcile pass's child exited before it finished")
@@ -328,7 +342,7 @@ pub fn on_reports(store: &mut dyn Storage, state: &mut HostState, reports: Vec<P
 
 /// When the host must look at passes next: a running pass's deadline, the next due pass;
 /// at once when the queue changed since it was read.
-pub fn next_deadline(state: &HostState) -> Option<i64> {
+pub fn next_deadline(state: &HostState, now: UnixMillis) -> Option<i64> {
     state.child_config.controllers.as_ref()?;
     if state.shutting_down || !state.supervising {
         return None;
@@ -339,7 +353,7 @@ pub fn next_deadline(state: &HostState) -> Option<i64> {
         .values()
         .filter(|e| !e.stopping)
         .map(|e| e.deadline_at);
-    let stale = (!c.up_to_date).then_some(state.now);
+    let stale = (!c.up_to_date).then_some(now);
     deadlines.chain(c.next_at).chain(stale).min()
 }
 

@@ -4,6 +4,7 @@
 //! store error ([`rejection_for`]). Only [`crate::turn`] calls them; the host's memory they
 //! read is [`crate::state`].
 
+use crate::time::UnixMillis;
 use serde_json::{json, Value};
 
 use super::fit::{body, receipt};
@@ -145,6 +146,7 @@ pub fn apply_command(
 pub fn apply_read(
     store: &dyn Storage,
     state: &HostState,
+    now: UnixMillis,
     req: &Request,
 ) -> Result<Receipt, StoreError> {
     let limit = state.reply_limit;
@@ -157,10 +159,10 @@ pub fn apply_read(
         }
         RequestBody::RunList(list) => receipt(None, &run::list(store, limit, list)?),
         RequestBody::InteractionList(l) => receipt(None, &interaction::list(store, limit, l)?),
-        RequestBody::Diagnose => receipt(None, &host::diagnose(store)?),
+        RequestBody::Diagnose => receipt(None, &host::diagnose(store, now)?),
         RequestBody::ValueGet(get) => receipt(None, &value::get(store, req, limit, get)?),
         RequestBody::Subscribe(s) => receipt(None, &host::subscribe(store, s)?),
-        RequestBody::HostStatus => receipt(None, &host::status(store, state)?),
+        RequestBody::HostStatus => receipt(None, &host::status(store, state, now)?),
         RequestBody::ResourceGet(r) => receipt(None, &controller::get(store, r)?),
         RequestBody::ResourceList(l) => receipt(None, &controller::list(store, l)?),
         other => Err(StoreError::Forbidden(format!(

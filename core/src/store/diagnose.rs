@@ -4,6 +4,7 @@
 //! Each check is one SQL query that returns the offending run and the ids involved. The same
 //! table of checks drives both: a check either names its repair or says a person must look.
 
+use crate::clock::UnixMillis;
 use rusqlite::params;
 use serde_json::json;
 
@@ -301,6 +302,12 @@ impl Store {
     /// one finding, [`DATABASE_MALFORMED`] (with no run), and nothing else is checked: rows
     /// read from damaged pages prove nothing.
     pub fn diagnose(&self) -> StoreResult<Vec<Finding>> {
+        self.diagnose_at(self.now_ms())
+    }
+
+    /// [`Store::diagnose`] at time `now` instead of the clock's (what counts as an abandoned
+    /// upload depends on it): the engine's turns diagnose at the time they were handed.
+    pub fn diagnose_at(&self, now: UnixMillis) -> StoreResult<Vec<Finding>> {
         let problems = self.integrity_problems()?;
         if !problems.is_empty() {
             return Ok(vec![Finding {
@@ -390,7 +397,7 @@ impl Store {
                 repairable: false,
             });
         }
-        for (run_id, sha256, bytes, received) in self.abandoned_partial_values(self.now_ms())? {
+        for (run_id, sha256, bytes, received) in self.abandoned_partial_values(now)? {
             findings.push(Finding {
                 code: "value_partial".into(),
                 run_id,
@@ -420,13 +427,20 @@ impl Store {
     ///
     /// Findings that need judgement are reported in `left_for_review` and left alone.
     pub fn repair(&mut self) -> StoreResult<RepairReport> {
-        let findings = self.diagnose()?;
+        let now = self.now_ms();
+        self.repair_at(now)
+    }
+
+    /// [`Store::repair`] at time `now` instead of the clock's (its diagnosis and its
+    /// transaction): the engine's turns repair at the time they were handed.
+    pub fn repair_at(&mut self, now: UnixMillis) -> StoreResult<RepairReport> {
+        let findings = self.diagnose_at(now)?;
         let mut report = RepairReport::default();
         if findings.iter().all(|f| !f.repairable) {
             report.left_for_review = findings;
             return Ok(report);
         }
-        self.write(|w| {
+        self.write_at(now, |w| {
             w.ops.push("repair");
             for f in findings {
                 if !f.repairable {

@@ -504,11 +504,16 @@ impl Store {
 
     /// The earliest future time a ready run becomes available (a parked run with a delay).
     pub fn next_delayed_ready(&self) -> StoreResult<Option<UnixMillis>> {
+        self.next_delayed_ready_at(self.now_ms())
+    }
+
+    /// [`Store::next_delayed_ready`] after time `now` instead of the clock's.
+    pub fn next_delayed_ready_at(&self, now: UnixMillis) -> StoreResult<Option<UnixMillis>> {
         Ok(self
             .conn
             .prepare_cached(
                 "SELECT MIN(available_at) FROM queue WHERE state = 'ready' AND available_at > ?1",
             )?
-            .query_row([self.now_ms()], |r| r.get(0))?)
+            .query_row([now], |r| r.get(0))?)
     }
 }

@@ -48,8 +48,8 @@ impl Storage for Store {
         Store::detached_steps(self)
     }
 
-    fn diagnose(&self) -> StoreResult<Vec<Finding>> {
-        Store::diagnose(self)
+    fn diagnose(&self, now: UnixMillis) -> StoreResult<Vec<Finding>> {
+        Store::diagnose_at(self, now)
     }
 
     fn effects(&self, run_id: &str) -> StoreResult<Vec<EffectRecord>> {
@@ -100,12 +100,12 @@ impl Storage for Store {
         Store::newest_messages(self, run_id, limit)
     }
 
-    fn next_deadline(&self) -> StoreResult<Option<UnixMillis>> {
-        Store::next_deadline(self)
+    fn next_deadline(&self, now: UnixMillis) -> StoreResult<Option<UnixMillis>> {
+        Store::next_deadline_at(self, now)
     }
 
-    fn next_delayed_ready(&self) -> StoreResult<Option<UnixMillis>> {
-        Store::next_delayed_ready(self)
+    fn next_delayed_ready(&self, now: UnixMillis) -> StoreResult<Option<UnixMillis>> {
+        Store::next_delayed_ready_at(self, now)
     }
 
     fn next_node_deadline(&self, owner_id: &str) -> StoreResult<Option<UnixMillis>> {
@@ -133,8 +133,8 @@ impl Storage for Store {
         Store::prunable_runs(self, selector, after, limit)
     }
 
-    fn prune_runs(&mut self, run_ids: &[String]) -> StoreResult<Vec<String>> {
-        Store::prune_runs(self, run_ids)
+    fn prune_runs(&mut self, now: UnixMillis, run_ids: &[String]) -> StoreResult<Vec<String>> {
+        Store::prune_runs_at(self, now, run_ids)
     }
 
     fn read_value_chunk(
@@ -155,8 +155,8 @@ impl Storage for Store {
         Store::reclaim_free_pages(self, max_pages)
     }
 
-    fn repair(&mut self) -> StoreResult<RepairReport> {
-        Store::repair(self)
+    fn repair(&mut self, now: UnixMillis) -> StoreResult<RepairReport> {
+        Store::repair_at(self, now)
     }
 
     fn run(&self, run_id: &str) -> StoreResult<RunRecord> {

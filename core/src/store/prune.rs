@@ -6,6 +6,7 @@
 //! changed meanwhile stays. Each removal is one transaction: a crash keeps or removes a run
 //! wholly.
 
+use crate::clock::UnixMillis;
 use rusqlite::{params, OptionalExtension as _};
 
 use super::model::RunStatus;
@@ -172,11 +173,22 @@ impl Store {
     /// The deletes name every such table (`diagnose`'s `dangling_reference` checks that none
     /// was missed).
     pub fn prune_runs(&mut self, run_ids: &[String]) -> StoreResult<Vec<String>> {
+        let now = self.now_ms();
+        self.prune_runs_at(now, run_ids)
+    }
+
+    /// [`Store::prune_runs`] in a transaction at time `now` instead of the clock's: the
+    /// engine's turns prune at the time they were handed.
+    pub fn prune_runs_at(
+        &mut self,
+        now: UnixMillis,
+        run_ids: &[String],
+    ) -> StoreResult<Vec<String>> {
         if run_ids.is_empty() {
             return Ok(Vec::new());
         }
         self.conn.pragma_update(None, "foreign_keys", "OFF")?;
-        let removed = self.write(|w| {
+        let removed = self.write_at(now, |w| {
             let mut removed = Vec::with_capacity(run_ids.len());
             for run_id in run_ids {
                 if w.remove_finished_run(run_id)? {

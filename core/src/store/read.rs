@@ -522,6 +522,12 @@ impl Store {
     /// run expires (the run can be launched).
     /// `None` when nothing is due, so the host can sleep without waking.
     pub fn next_deadline(&self) -> StoreResult<Option<UnixMillis>> {
+        self.next_deadline_at(self.now_ms())
+    }
+
+    /// [`Store::next_deadline`] as of time `now` (a claim live then holds its run's timers)
+    /// instead of the clock's: the engine asks at the time of its turn.
+    pub fn next_deadline_at(&self, now: UnixMillis) -> StoreResult<Option<UnixMillis>> {
         Ok(self
             .conn
             .prepare_cached(
@@ -564,7 +570,7 @@ impl Store {
                     WHERE c.owner_kind IS NOT NULL AND q.state = 'ready' AND c.expires_at > ?1
                 )",
             )?
-            .query_row([self.now_ms()], |r| r.get(0))?)
+            .query_row([now], |r| r.get(0))?)
     }
 }
 

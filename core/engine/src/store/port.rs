@@ -61,8 +61,9 @@ pub trait Storage: ControllerStorage {
 
     /// Lists every contradiction in the database. Read-only. A file SQLite calls malformed is
     /// one finding, `DATABASE_MALFORMED` (with no run), and nothing else is checked: rows
-    /// read from damaged pages prove nothing.
-    fn diagnose(&self) -> StoreResult<Vec<Finding>>;
+    /// read from damaged pages prove nothing. `now`: what counts as an abandoned upload
+    /// depends on it.
+    fn diagnose(&self, now: UnixMillis) -> StoreResult<Vec<Finding>>;
 
     /// Effects of a run.
     fn effects(&self, run_id: &str) -> StoreResult<Vec<EffectRecord>>;
@@ -113,11 +114,13 @@ pub trait Storage: ControllerStorage {
     /// timer's wake time passes on a run no live claim holds (expiry, or firing; when an
     /// operator's claim holds it, at that claim's expiry), or an operator's claim on a ready
     /// run expires (the run can be launched).
-    /// `None` when nothing is due, so the host can sleep without waking.
-    fn next_deadline(&self) -> StoreResult<Option<UnixMillis>>;
+    /// `None` when nothing is due, so the host can sleep without waking. `now`: which claims
+    /// are live (a live claim holds its run's timers).
+    fn next_deadline(&self, now: UnixMillis) -> StoreResult<Option<UnixMillis>>;
 
-    /// The earliest future time a ready run becomes available (a parked run with a delay).
-    fn next_delayed_ready(&self) -> StoreResult<Option<UnixMillis>>;
+    /// The earliest time after `now` a ready run becomes available (a parked run with a
+    /// delay).
+    fn next_delayed_ready(&self, now: UnixMillis) -> StoreResult<Option<UnixMillis>>;
 
     /// The earliest deadline of an open attempt of a run that host `owner_id` holds: one
     /// indexed read (running runs only) instead of one per held run, for the store thread's
@@ -150,8 +153,8 @@ pub trait Storage: ControllerStorage {
     /// run, an attempt or an event by a column with no index (events by run, children,
     /// messages, effects by attempt), and with enforcement each deleted row would scan them.
     /// The deletes name every such table (`diagnose`'s `dangling_reference` checks that none
-    /// was missed).
-    fn prune_runs(&mut self, run_ids: &[String]) -> StoreResult<Vec<String>>;
+    /// was missed). The transaction is at time `now`.
+    fn prune_runs(&mut self, now: UnixMillis, run_ids: &[String]) -> StoreResult<Vec<String>>;
 
     /// Up to `max` bytes of value `sha256` from `offset`, if `run_id` holds it whole.
     fn read_value_chunk(
@@ -180,8 +183,9 @@ pub trait Storage: ControllerStorage {
     ///   cancelled (effects that were applying become uncertain, never applied);
     /// - queue rows and viewer projections are rebuilt from the run row.
     ///
-    /// Findings that need judgement are reported in `left_for_review` and left alone.
-    fn repair(&mut self) -> StoreResult<RepairReport>;
+    /// Findings that need judgement are reported in `left_for_review` and left alone. The
+    /// diagnosis and the transaction are at time `now`.
+    fn repair(&mut self, now: UnixMillis) -> StoreResult<RepairReport>;
 
     /// One run.
     fn run(&self, run_id: &str) -> StoreResult<RunRecord>;
