@@ -203,6 +203,17 @@ fn sample(kind: RequestKind) -> Request {
                 error: None,
             })
         }
+        RequestKind::ControllerWorkflowEnsure => {
+            RequestBody::ControllerWorkflowEnsure(ControllerWorkflowEnsure {
+                pass: pass_credentials(),
+                request_key: "repair:1:a1b2c3d".into(),
+                workflow: "repair".into(),
+                workflow_file: "/home/u/project/.pi/workflows/repair.workflow.mjs".into(),
+                project_dir: "/home/u/project".into(),
+                input: json!({"number": 7}),
+                input_fingerprint: "ef".repeat(32),
+            })
+        }
         RequestKind::ControllerPassFinish => {
             RequestBody::ControllerPassFinish(ControllerPassFinish {
                 pass: pass_credentials(),
@@ -949,7 +960,7 @@ fn decode_error_messages_are_bounded() {
 
 #[test]
 fn every_request_kind_round_trips() {
-    assert_eq!(RequestKind::ALL.len(), 56);
+    assert_eq!(RequestKind::ALL.len(), 57);
     for &kind in RequestKind::ALL {
         let request = sample(kind)
             .with_expected_revision(3)

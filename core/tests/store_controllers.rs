@@ -689,20 +689,27 @@ fn a_child_workflow_request_is_found_by_its_key_and_an_interrupted_run_gets_a_ne
         ControllerStoreError::WorkflowConflict { what: "input", .. }
     ));
 
-    // The run is cancelled: the resource wakes, and the next ensure starts attempt 2.
-    f.store
-        .write(|w| w.cancel(&run1, Fence::Unclaimed, "stopped").map(|_| ()))
-        .unwrap();
+    // The pass settles; then the run is cancelled: its end queues the resource in the same
+    // transaction, and the next ensure starts attempt 2.
     f.store
         .write(|w| w.finish_pass(&fence, &result(PassResultKind::Settled, Some(json!({})))))
         .unwrap();
     assert_eq!(f.store.queue_entry(&r.uid).unwrap(), None);
+    f.store
+        .write(|w| w.cancel(&run1, Fence::Unclaimed, "stopped").map(|_| ()))
+        .unwrap();
+    let q = f
+        .store
+        .queue_entry(&r.uid)
+        .unwrap()
+        .expect("woken by its run's end");
+    assert_eq!(q.reason, format!("child workflow run {run1} changed"));
+    // Waking again changes nothing but the reason.
     let woken = f
         .store
         .write(|w| w.wake_resources_of_runs(std::slice::from_ref(&run1)))
         .unwrap();
     assert_eq!(woken, vec![r.uid.clone()]);
-    assert!(f.store.queue_entry(&r.uid).unwrap().is_some());
     assert_eq!(
         f.store.workflow_requests(&r.uid).unwrap()[0].state,
         WorkflowRequestState::Interrupted

@@ -6,7 +6,7 @@
 // stopped and started again in the middle of a merge, which loses and doubles nothing.
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { copyFileSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 
@@ -263,4 +263,79 @@ test('a host killed (SIGKILL) in the middle of a merge: the next host requeues t
     forge.onMerge = null;
     client = restarted ?? client;
   }
+});
+
+test('a child workflow run: started once by its request key, its end wakes a settled resource, a cancelled run gets a new attempt', async () => {
+  const gate = join(host.dir, 'tally.gate');
+  mkdirSync(join(project, '.pi', 'workflows'), { recursive: true });
+  writeFileSync(
+    join(project, '.pi', 'workflows', 'tally.workflow.mjs'),
+    `import * as piw from ${JSON.stringify(join(pkgDir, 'index.js'))};
+import { existsSync } from 'node:fs';
+export default piw.defineWorkflow({
+  name: 'tally', startAt: 'count',
+  nodes: { count: piw.compute({ run: async ({ input }) => {
+    while (!existsSync(input.gate)) await new Promise((r) => setTimeout(r, 50));
+    return { doubled: input.n * 2 };
+  } }) },
+  edges: [],
+});
+`,
+  );
+  const tally = join(project, '.pi', 'controllers', 'tally.controller.mjs');
+  writeFileSync(
+    tally,
+    `import { defineController } from 'piw/controllers';
+export default defineController({
+  name: 'tally',
+  initialStatus: () => ({ phase: 'new' }),
+  async reconcile(ctx, resource) {
+    const run = await ctx.workflows.ensure({ requestKey: 'tally:' + resource.metadata.generation, workflow: 'tally', input: { n: resource.spec.n, gate: resource.spec.gate } });
+    const seen = { phase: run.state, runId: run.runId ?? null, attempt: run.attempt };
+    // Settled whatever the run's state: only the run's end brings the next pass.
+    return ctx.settled({ controllerStatus: seen, workflowRun: { requestId: run.requestId, runId: run.runId, state: run.state, attempt: run.attempt } });
+  },
+});
+`,
+  );
+  const hash = createHash('sha256').update(readFileSync(tally)).digest('hex');
+  await client.request('controller.register', {}, { project_dir: project, name: 'tally', source_path: tally, source_hash: hash, pass_deadline_ms: null });
+  await client.request('controller.enable', {}, { project_dir: project, name: 'tally' });
+  const at = { project_dir: project, controller: 'tally', key: 'one' };
+  const read = async () => (await client.request('resource.get', {}, at)).body;
+  const wait = async (done, what) => {
+    const deadline = Date.now() + 60_000;
+    let last;
+    while (Date.now() < deadline) {
+      last = await read();
+      if (done(last)) return last;
+      await sleep(50);
+    }
+    assert.fail(`waiting for ${what}: ${JSON.stringify(last)?.slice(0, 3000)}`);
+  };
+  const cs = (r) => r.resource.status?.controllerStatus;
+  await client.request('resource.apply', {}, { ...at, spec: { n: 21, gate } });
+
+  const first = await wait((r) => cs(r)?.phase === 'running' && r.queue === null, 'the first attempt running, the resource settled');
+  assert.equal(first.resource.status.controllerStatus.attempt, 1);
+  const run1 = cs(first).runId;
+  // Another pass finds the same request: no second run.
+  const before = first.passes.length;
+  await client.request('resource.reconcile', {}, at);
+  const again = await wait((r) => r.passes.length > before && r.queue === null, 'another settled pass');
+  assert.deepEqual([cs(again).runId, cs(again).attempt], [run1, 1]);
+
+  // Cancelled: the run's end wakes the resource, whose pass starts attempt 2.
+  await client.cancelRun(run1, { reason: 'the test stops it' });
+  const second = await wait((r) => cs(r)?.attempt === 2 && r.queue === null, 'a second attempt after the cancel');
+  const run2 = cs(second).runId;
+  assert.notEqual(run2, run1);
+
+  // It succeeds: its end wakes the settled resource once more.
+  writeFileSync(gate, '');
+  const done = await wait((r) => cs(r)?.phase === 'succeeded' && r.queue === null, 'the run succeeded and seen');
+  assert.deepEqual([cs(done).runId, cs(done).attempt], [run2, 2]);
+  assert.deepEqual(done.resource.status.workflowRun.state, 'succeeded');
+  const status = await client.runStatus(run2);
+  assert.equal(status.run.status, 'completed');
 });

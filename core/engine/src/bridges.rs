@@ -258,6 +258,7 @@ pub fn may_change_detached_steps(kind: RequestKind) -> bool {
         | K::ControllerEffectRecord
         | K::ControllerEffectGet
         | K::ControllerEffectSettle
+        | K::ControllerWorkflowEnsure
         | K::ControllerPassFinish => false,
     }
 }

@@ -61,14 +61,26 @@ pub fn may_change_queue(kind: RequestKind) -> bool {
             | K::ResourceDelete
             | K::ResourceReconcile
             | K::ControllerPassFinish
+            | K::ControllerWorkflowEnsure
     )
 }
 
-/// Notes the kinds of a batch: one that may change the queue makes the next turn read it.
+/// Notes the kinds of a batch: one that may change the queue makes the next turn read it
+/// (a run that ends wakes the resources it is a child workflow of: any kind that may end a
+/// run counts).
 pub fn note_requests(state: &mut HostState, kinds: impl IntoIterator<Item = RequestKind>) {
-    if kinds.into_iter().any(may_change_queue) {
+    if kinds
+        .into_iter()
+        .any(|k| may_change_queue(k) || crate::bridges::may_change_detached_steps(k))
+    {
         state.controllers.up_to_date = false;
     }
+}
+
+/// Something other than a request may have ended a run (a child's loss, a deadline): the
+/// next turn reads the queue.
+pub fn note_other_writes(state: &mut HostState) {
+    state.controllers.up_to_date = false;
 }
 
 /// Kills, stops and launches passes as the module documentation says. Runs each turn.

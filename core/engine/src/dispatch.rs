@@ -133,6 +133,9 @@ pub fn apply_command(
         RequestBody::ControllerEffectGet(e) => body(&controller::effect_get(w, e)?),
         RequestBody::ControllerEffectSettle(e) => body(&controller::effect_settle(w, e)?),
         RequestBody::ControllerPassFinish(f) => body(&controller::pass_finish(w, f)?),
+        RequestBody::ControllerWorkflowEnsure(e) => {
+            body(&controller::workflow_ensure(w, e, start)?)
+        }
         other => Err(StoreError::Forbidden(format!(
             "{} is not accepted on this connection",
             other.kind_str()

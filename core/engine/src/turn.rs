@@ -190,6 +190,9 @@ pub fn turn<R>(
             let touched = handle_batch(store, state, now, batch, fx);
             children::forget_released_claims(store, state, now, Some(&touched));
         }
+        if !reports.is_empty() {
+            super::controllers::note_other_writes(state);
+        }
         children::on_child_reports(store, state, now, reports);
         publish_unpublished(store, state, fx);
     }
@@ -199,6 +202,7 @@ pub fn turn<R>(
         super::presence::retry(store, state, now);
         children::due_child_work(store, state, now);
         timers::run_due_work(store, state, now);
+        super::controllers::note_other_writes(state);
         if let Some(logs) = retention::run_due_retention(store, state, now) {
             fx.apply(Effect::SweepRunLogs { logs });
         }

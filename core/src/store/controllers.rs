@@ -1385,6 +1385,19 @@ impl piw_engine::store::ControllerTransaction for WriteTx<'_> {
     fn finish_pass(&mut self, fence: &PassFence, result: &PassResult) -> StoreResult<PassFinished> {
         WriteTx::finish_pass(self, fence, result)
     }
+    fn ensure_workflow_run(
+        &mut self,
+        fence: &PassFence,
+        request: &WorkflowRequest,
+        new_run: Option<&super::NewRun>,
+    ) -> StoreResult<WorkflowRequestRecord> {
+        WriteTx::ensure_workflow_request(self, fence, request, &mut |w, _, _| match new_run {
+            Some(run) => w.start_run(run),
+            None => Err(StoreError::InvalidInput(
+                "the workflow file was not read; a new run cannot start".into(),
+            )),
+        })
+    }
     fn end_pass(
         &mut self,
         resource_uid: &str,

@@ -880,6 +880,11 @@ impl WriteTx<'_> {
                 )?
                 .execute(params![run_id, op])?;
         }
+        if status.is_terminal() {
+            // A controller's child workflow run ended: its resource looks again (rare: once
+            // per run, one indexed read).
+            self.wake_resources_of_runs(&[run_id.to_owned()])?;
+        }
         self.revisions.push((run_id.to_owned(), revision as u64));
         Ok(revision as u64)
     }

@@ -8,6 +8,7 @@ import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 
 import { Client } from '../client.js';
+import { resolveWorkflow } from '../workflow-names.js';
 import { loadControllerFile } from './discover.js';
 import { ControllerError } from './errors.js';
 import { runReconcilePass } from './pass.js';
@@ -52,8 +53,24 @@ function effectOf(r) {
   return out;
 }
 
+/** A child workflow request as the pass reads it, from the host's. */
+function workflowOf(r) {
+  const out = {
+    requestId: r.request_id,
+    resourceUid: r.resource_uid,
+    requestKey: r.request_key,
+    workflow: r.workflow,
+    inputFingerprint: r.input_fingerprint,
+    state: r.state,
+    attempt: r.attempt,
+  };
+  if (r.run_id !== null && r.run_id !== undefined) out.runId = r.run_id;
+  if (r.error !== null && r.error !== undefined) out.error = r.error;
+  return out;
+}
+
 /** The backend of a pass served by the host: each call one request, fenced by `pass`. */
-function hostBackend(client, pass) {
+function hostBackend(client, pass, projectDir) {
   const body = async (kind, payload) => (await client.request(kind, {}, { pass, ...payload })).body;
   return {
     async recordEffect({ key, kind, generation, requestFingerprint }) {
@@ -67,11 +84,24 @@ function hostBackend(client, pass) {
       const b = await body('controller.effect.settle', { key, state, external_ref: externalRef ?? null, error: error ?? null });
       return effectOf(b.record);
     },
-    async ensureWorkflowRun({ requestKey }) {
-      throw new ControllerError(
-        'unsupported',
-        `ctx.workflows.ensure(${JSON.stringify(requestKey)}): this host does not start child workflows from a controller yet; start the run from a workflow, or record the work as an effect`,
-      );
+    async ensureWorkflowRun({ requestKey, workflow, input, inputFingerprint }) {
+      // The name is resolved in the project as `piw run start <name>` resolves it; the host
+      // reads the file.
+      let file;
+      try {
+        file = (await resolveWorkflow(workflow, projectDir)).path;
+      } catch (e) {
+        throw new ControllerError('not_found', `ctx.workflows.ensure(${JSON.stringify(requestKey)}): ${e.message}`);
+      }
+      const b = await body('controller.workflow.ensure', {
+        request_key: requestKey,
+        workflow,
+        workflow_file: file,
+        project_dir: projectDir,
+        input,
+        input_fingerprint: inputFingerprint,
+      });
+      return workflowOf(b.request);
     },
   };
 }
@@ -116,7 +146,7 @@ async function main() {
   }
   const resource = resourceOf(envelope.resource, definition);
   const deadlineMs = Math.max(1, envelope.deadline_ms - DEADLINE_MARGIN_MS);
-  const outcome = await runReconcilePass({ definition, resource, backend: hostBackend(client, pass), deadlineMs });
+  const outcome = await runReconcilePass({ definition, resource, backend: hostBackend(client, pass, envelope.project_dir), deadlineMs });
   for (const entry of outcome.logs) process.stderr.write(`${JSON.stringify(entry)}\n`);
   try {
     await finish(outcome);

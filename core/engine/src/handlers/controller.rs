@@ -174,6 +174,25 @@ pub(crate) fn effect_settle(
     })
 }
 
+/// `controller.workflow.ensure`: a new attempt starts the run the connection prepared (the
+/// workflow file read and hashed, a detached run of the project).
+pub(crate) fn workflow_ensure(
+    w: &mut dyn Transaction,
+    e: &wire::ControllerWorkflowEnsure,
+    start: Option<&crate::handlers::run::PreparedStart>,
+) -> Result<WorkflowEnsured, StoreError> {
+    let request = w.ensure_workflow_run(
+        &fence(&e.pass),
+        &WorkflowRequest {
+            request_key: e.request_key.clone(),
+            workflow: e.workflow.clone(),
+            input_fingerprint: e.input_fingerprint.clone(),
+        },
+        start.map(|s| &s.new_run),
+    )?;
+    Ok(WorkflowEnsured { request })
+}
+
 /// `controller.pass.finish`.
 pub(crate) fn pass_finish(
     w: &mut dyn Transaction,

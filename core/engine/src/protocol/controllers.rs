@@ -132,6 +132,26 @@ pub struct ControllerEffectSettle {
     pub error: Option<String>,
 }
 
+/// Payload of `controller.workflow.ensure`: a child workflow run of the pass's resource, found
+/// by its request key or started (a detached run of the project).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControllerWorkflowEnsure {
+    /// The pass's credentials.
+    pub pass: PassCredentials,
+    /// The request's stable key (1-512 printable characters).
+    pub request_key: String,
+    /// The workflow's name, as the controller asked for it.
+    pub workflow: String,
+    /// The workflow file the name resolved to (absolute; the host reads and hashes it).
+    pub workflow_file: String,
+    /// The project the run works in (absolute).
+    pub project_dir: String,
+    /// The run's input.
+    pub input: Value,
+    /// Hex SHA-256 of the input's canonical JSON.
+    pub input_fingerprint: String,
+}
+
 /// Payload of `controller.pass.finish`: what the pass came to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ControllerPassFinish {
@@ -247,4 +267,11 @@ pub mod reply {
 
     /// `controller.pass.finish`.
     pub type PassFinishedReply = PassFinished;
+
+    /// `controller.workflow.ensure`: the request, its current attempt's run and state.
+    #[derive(Debug, Serialize)]
+    pub struct WorkflowEnsured {
+        /// The request.
+        pub request: crate::store::controllers::WorkflowRequestRecord,
+    }
 }

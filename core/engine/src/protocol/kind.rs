@@ -291,6 +291,8 @@ request_kinds! {
     ControllerEffectGet = "controller.effect.get" => ControllerEffectGet, NONE, Command;
     /// Record what became of an effect. A controller's pass child.
     ControllerEffectSettle = "controller.effect.settle" => ControllerEffectSettle, NONE, Command;
+    /// Find or start a child workflow run by its request key. A controller's pass child.
+    ControllerWorkflowEnsure = "controller.workflow.ensure" => ControllerWorkflowEnsure, NONE, Command;
     /// Commit what a pass came to (status, finalizers, the next pass). A controller's pass child.
     ControllerPassFinish = "controller.pass.finish" => ControllerPassFinish, NONE, Command;
     /// Authenticate a worker connection; the first message a worker sends. Worker.
@@ -366,7 +368,7 @@ mod tests {
             assert!(seen.insert(kind.as_str()), "duplicate {kind}");
             assert_eq!(RequestKind::parse(kind.as_str()), Some(kind));
         }
-        assert_eq!(RequestKind::ALL.len(), 56);
+        assert_eq!(RequestKind::ALL.len(), 57);
         assert_eq!(RequestKind::parse("run.explode"), None);
     }
 

@@ -90,6 +90,14 @@ pub trait ControllerTransaction {
         fence: &PassFence,
         settlement: &EffectSettlement,
     ) -> StoreResult<ControllerEffectRecord>;
+    /// `ensure_workflow_request`, whose new attempt (if one is needed) starts `new_run`;
+    /// without one (its file could not be read), a new attempt is refused.
+    fn ensure_workflow_run(
+        &mut self,
+        fence: &PassFence,
+        request: &WorkflowRequest,
+        new_run: Option<&super::NewRun>,
+    ) -> StoreResult<WorkflowRequestRecord>;
     fn finish_pass(&mut self, fence: &PassFence, result: &PassResult) -> StoreResult<PassFinished>;
     fn end_pass(
         &mut self,
