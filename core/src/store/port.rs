@@ -211,14 +211,6 @@ impl Transaction for WriteTx<'_> {
         WriteTx::activate(self, run_id, owner_id)
     }
 
-    fn answer_decision(
-        &mut self,
-        decision_id: &str,
-        answer: &Value,
-        answered_by: Answerer,
-    ) -> StoreResult<()> {
-        WriteTx::answer_decision(self, decision_id, answer, answered_by)
-    }
     fn answer_decision_via(
         &mut self,
         decision_id: &str,

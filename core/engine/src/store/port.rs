@@ -234,17 +234,9 @@ pub trait Transaction {
     /// running. A waiting attempt that was answered, submitted or expired is reopened.
     fn activate(&mut self, run_id: &str, owner_id: &str) -> StoreResult<Activation>;
 
-    /// Answers a pending decision and queues the run to continue. A protected human decision
-    /// refuses the model-facing path.
-    fn answer_decision(
-        &mut self,
-        decision_id: &str,
-        answer: &Value,
-        answered_by: Answerer,
-    ) -> StoreResult<()>;
-
-    /// [`Transaction::answer_decision`], answered in a decision channel (`channel`,
-    /// `telegram:<chat id>`): kept in the `decision_answered` event's `channel`.
+    /// Answers a pending decision and queues the run to continue; `channel` names the decision
+    /// channel it was answered in (`telegram:<chat id>`), kept in the `decision_answered`
+    /// event's `channel`. A protected human decision refuses the model-facing path.
     fn answer_decision_via(
         &mut self,
         decision_id: &str,
