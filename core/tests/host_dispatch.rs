@@ -2415,7 +2415,7 @@ fn a_client_uploads_a_large_submission_for_its_open_interaction() {
         vec![("value_partial", vec![o.sha256.clone()])],
         "{findings:#?}"
     );
-    let report = f.store.repair().unwrap();
+    let report = f.store.write(|w| w.repair()).unwrap();
     assert_eq!(report.repaired.len(), 1, "{report:#?}");
     assert!(matches!(
         f.store.read_value_chunk(&run_o, &o.sha256, 0, 10),

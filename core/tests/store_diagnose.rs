@@ -42,7 +42,7 @@ fn diagnose_lists_contradictions_with_ids_and_changes_nothing() {
     assert_eq!(open.run_id, run_id);
     assert_eq!(open.ids, vec![attempt.clone()]);
 
-    let report = f.store.repair().unwrap();
+    let report = f.store.write(|w| w.repair()).unwrap();
     // A run finished by a corrupted row never told its session how it ended: nothing says
     // what to tell it, so that is left to a person.
     assert_eq!(
@@ -70,7 +70,7 @@ fn a_running_row_without_an_owner_is_requeued_not_completed() {
         codes(&f.store.diagnose().unwrap()),
         vec!["running_without_live_owner_record"]
     );
-    let report = f.store.repair().unwrap();
+    let report = f.store.write(|w| w.repair()).unwrap();
     assert_eq!(report.repaired.len(), 1);
     let run = f.store.run(&run_id).unwrap();
     assert_eq!(
@@ -95,7 +95,7 @@ fn contradictions_without_exact_evidence_are_left_for_review() {
         "UPDATE decisions SET status = 'cancelled' WHERE run_id = '{run_id}'"
     ));
     let before = f.store.canonical_dump().unwrap();
-    let report = f.store.repair().unwrap();
+    let report = f.store.write(|w| w.repair()).unwrap();
     assert!(report.repaired.is_empty());
     assert_eq!(
         codes(&report.left_for_review),
@@ -127,7 +127,7 @@ fn a_pending_timer_of_an_ended_run_is_reported_and_cancelled_by_repair() {
         codes(&f.store.diagnose().unwrap()),
         vec!["pending_request_on_terminal_run"]
     );
-    f.store.repair().unwrap();
+    f.store.write(|w| w.repair()).unwrap();
     f.assert_clean();
     assert_eq!(f.store.run(&run_id).unwrap().wake_at, None);
 }
@@ -144,7 +144,7 @@ fn derived_rows_are_rebuilt_from_the_run() {
         codes(&f.store.diagnose().unwrap()),
         vec!["projection_mismatch", "queue_state_mismatch"]
     );
-    f.store.repair().unwrap();
+    f.store.write(|w| w.repair()).unwrap();
     f.assert_clean();
     assert_eq!(f.store.run_view(&run_id).unwrap().unwrap().status, "queued");
     assert_eq!(
@@ -203,7 +203,7 @@ fn a_rebuilt_claim_never_reuses_a_generation() {
         codes(&f.store.diagnose().unwrap()),
         vec!["missing_claim_row"]
     );
-    f.store.repair().unwrap();
+    f.store.write(|w| w.repair()).unwrap();
     f.assert_clean();
     assert_eq!(f.activate(&run_id).claim.generation, 3, "a new generation");
 }
@@ -231,7 +231,7 @@ fn a_receipt_outside_its_runs_window_is_reported_and_taken_back_in_by_repair() {
     let findings = f.store.diagnose().unwrap();
     assert_eq!(codes(&findings), vec!["receipt_outside_window"]);
     assert_eq!(findings[0].run_id, run_id);
-    f.store.repair().unwrap();
+    f.store.write(|w| w.repair()).unwrap();
     f.assert_clean();
     f.store
         .write(|w| w.cancel(&run_id, Fence::Claim(&act.claim), "enough"))

@@ -362,7 +362,10 @@ fn freed_pages_go_back_to_the_file_system() {
     let full = size(&f);
     assert_eq!(f.store.prune_runs(&runs).unwrap().len(), 200);
     assert!(f.store.free_pages().unwrap() > 0);
-    assert_eq!(f.store.reclaim_free_pages(u32::MAX).unwrap(), 0);
+    assert_eq!(
+        f.store.write(|w| w.reclaim_free_pages(u32::MAX)).unwrap(),
+        0
+    );
     f.store.checkpoint_now().unwrap();
     let pruned = size(&f);
     assert!(

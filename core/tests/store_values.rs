@@ -187,7 +187,7 @@ fn diagnose_finds_missing_corrupt_and_unreferenced_values_and_repair_removes_the
         "{findings:#?}"
     );
     assert_eq!(findings[0].ids, vec![orphan.sha256.clone()]);
-    let report = f.store.repair().unwrap();
+    let report = f.store.write(|w| w.repair()).unwrap();
     assert_eq!(report.repaired.len(), 1, "{report:#?}");
     assert_eq!(count(&f, "value_blobs"), 1);
     assert_eq!(count(&f, "value_chunks"), 3);
@@ -380,7 +380,7 @@ fn a_partial_upload_no_live_child_can_complete_is_found_repaired_and_pruned() {
         found.detail
     );
     assert!(found.repairable);
-    let report = f.store.repair().unwrap();
+    let report = f.store.write(|w| w.repair()).unwrap();
     assert_eq!(report.repaired.len(), 1, "{report:#?}");
     for table in ["value_blobs", "value_chunks", "run_values"] {
         assert_eq!(count(&f, table), 0, "{table}");

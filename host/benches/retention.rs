@@ -167,7 +167,7 @@ fn store_level(dir: &Path, paths: &piw_core::paths::PiwPaths, keep: u64) {
     let remove = t.elapsed();
     let free = store.free_pages().unwrap();
     let t = Instant::now();
-    store.reclaim_free_pages(u32::MAX).unwrap();
+    store.write(|w| w.reclaim_free_pages(u32::MAX)).unwrap();
     let reclaim = t.elapsed();
     println!(
         "  one batch in-process: select {:.1} ms, remove {} runs {:.1} ms, give back {free} pages {:.1} ms",

@@ -496,7 +496,7 @@ fn maintain<R>(
 ) -> Result<Receipt, StoreError> {
     match &request.body {
         RequestBody::Repair => {
-            let report = store.repair()?;
+            let report = store.write(state.now, |w| w.repair())?;
             // A write outside the batches: its events go out before its reply.
             for (run_id, before) in &report.runs_written {
                 publish_run(store, fx, run_id, *before);

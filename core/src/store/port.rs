@@ -151,14 +151,6 @@ impl Storage for Store {
         Store::ready_runs(self, now, limit)
     }
 
-    fn reclaim_free_pages(&mut self, max_pages: u32) -> StoreResult<u64> {
-        Store::reclaim_free_pages(self, max_pages)
-    }
-
-    fn repair(&mut self) -> StoreResult<RepairReport> {
-        Store::repair(self)
-    }
-
     fn run(&self, run_id: &str) -> StoreResult<RunRecord> {
         Store::run(self, run_id)
     }
@@ -635,6 +627,14 @@ impl Transaction for WriteTx<'_> {
 
     fn take_runs_written(&mut self) -> Vec<(String, u64)> {
         WriteTx::take_runs_written(self)
+    }
+
+    fn reclaim_free_pages(&mut self, max_pages: u32) -> StoreResult<u64> {
+        WriteTx::reclaim_free_pages(self, max_pages)
+    }
+
+    fn repair(&mut self) -> StoreResult<RepairReport> {
+        WriteTx::repair(self)
     }
 
     fn transition(&mut self, claim: &Claim, req: &TransitionRequest) -> StoreResult<Transitioned> {

@@ -197,21 +197,6 @@ impl Store {
         Ok(removed)
     }
 
-    /// Gives back to the file system up to `max_pages` of the pages a prune freed
-    /// (`auto_vacuum = INCREMENTAL`, set when the database was created); returns how many
-    /// free pages are left. A transaction of its own: it moves pages, it changes no row.
-    pub fn reclaim_free_pages(&mut self, max_pages: u32) -> StoreResult<u64> {
-        // `incremental_vacuum` returns no rows; its work happens as the statement steps.
-        let mut stmt = self
-            .conn
-            .prepare(&format!("PRAGMA incremental_vacuum({max_pages})"))?;
-        let mut rows = stmt.query([])?;
-        while rows.next()?.is_some() {}
-        drop(rows);
-        drop(stmt);
-        self.free_pages()
-    }
-
     /// Copies the WAL's pages into the database file without waiting for readers
     /// (`wal_checkpoint(PASSIVE)`): once every page is copied, the file's freed tail is cut.
     pub fn checkpoint_now(&mut self) -> StoreResult<()> {
@@ -230,6 +215,25 @@ impl Store {
 }
 
 impl WriteTx<'_> {
+    /// Gives back to the file system up to `max_pages` of the pages a prune freed
+    /// (`auto_vacuum = INCREMENTAL`, set when the database was created); returns how many
+    /// free pages are left. It moves pages, it changes no row: a transaction of its own after
+    /// the prune's, so that a failure here costs only space.
+    pub fn reclaim_free_pages(&mut self, max_pages: u32) -> StoreResult<u64> {
+        // `incremental_vacuum` returns no rows; its work happens as the statement steps.
+        let mut stmt = self
+            .conn()
+            .prepare(&format!("PRAGMA incremental_vacuum({max_pages})"))?;
+        let mut rows = stmt.query([])?;
+        while rows.next()?.is_some() {}
+        drop(rows);
+        drop(stmt);
+        let n: i64 = self
+            .conn()
+            .query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
     /// Removes one run and everything keyed by it, if it is finished and unclaimed; `false`
     /// (nothing written) otherwise or when it does not exist.
     fn remove_finished_run(&mut self, run_id: &str) -> StoreResult<bool> {

@@ -281,7 +281,7 @@ impl WriteTx<'_> {
     }
 
     /// Removes value `sha256` (its chunks, its blob and every run's link to it) if it is still
-    /// partial and still one [`Store::abandoned_partial_values`] names (no live claim can go on
+    /// partial and still one [`abandoned_partial_values`] names (no live claim can go on
     /// with it, no row refers to it): `repair`'s fix for `value_partial`. Checked again here,
     /// in the write, so a finding read before it cannot remove an upload that became live or
     /// referred to since. Returns whether it went.
@@ -403,51 +403,49 @@ impl Store {
             }
         }
     }
+}
 
-    /// The partial values (`received < bytes`) no live child can still complete, one row per
-    /// run holding it: (run_id, sha256, bytes, received). See [`ABANDONED`] for the rule.
-    pub(crate) fn abandoned_partial_values(
-        &self,
-        now: i64,
-    ) -> StoreResult<Vec<(String, String, u64, u64)>> {
-        let rows = self
-            .conn
-            .prepare_cached(&format!(
-                "SELECT rv.run_id, v.sha256, v.bytes, v.received
-                 FROM value_blobs v JOIN run_values rv ON rv.sha256 = v.sha256
-                 WHERE {ABANDONED} ORDER BY rv.run_id, v.sha256"
-            ))?
-            .query_map(named_params! {":now": now}, |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    to_u64(r.get(2)?),
-                    to_u64(r.get(3)?),
-                ))
-            })?
-            .collect::<Result<_, _>>()?;
-        Ok(rows)
-    }
+/// The partial values (`received < bytes`) no live child can still complete, one row per
+/// run holding it: (run_id, sha256, bytes, received). See [`ABANDONED`] for the rule.
+pub(super) fn abandoned_partial_values(
+    c: &rusqlite::Connection,
+    now: i64,
+) -> StoreResult<Vec<(String, String, u64, u64)>> {
+    let rows = c
+        .prepare_cached(&format!(
+            "SELECT rv.run_id, v.sha256, v.bytes, v.received
+             FROM value_blobs v JOIN run_values rv ON rv.sha256 = v.sha256
+             WHERE {ABANDONED} ORDER BY rv.run_id, v.sha256"
+        ))?
+        .query_map(named_params! {":now": now}, |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                to_u64(r.get(2)?),
+                to_u64(r.get(3)?),
+            ))
+        })?
+        .collect::<Result<_, _>>()?;
+    Ok(rows)
+}
 
-    /// The whole values whose chunks do not add up to their length or hash: (sha256, detail).
-    pub(crate) fn corrupt_values(&self) -> StoreResult<Vec<(String, String)>> {
-        let whole: Vec<(String, i64)> = self
-            .conn
-            .prepare_cached("SELECT sha256, bytes FROM value_blobs WHERE received = bytes")?
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-            .collect::<Result<_, _>>()?;
-        let mut corrupt = Vec::new();
-        for (sha256, bytes) in whole {
-            let (hash, len) = hash_chunks(&self.conn, &sha256)?;
-            if len != to_u64(bytes) {
-                corrupt.push((
-                    sha256,
-                    format!("value has {len} bytes in its chunks, {bytes} expected"),
-                ));
-            } else if hash != sha256 {
-                corrupt.push((sha256, format!("value's chunks hash to {hash}")));
-            }
+/// The whole values whose chunks do not add up to their length or hash: (sha256, detail).
+pub(super) fn corrupt_values(c: &rusqlite::Connection) -> StoreResult<Vec<(String, String)>> {
+    let whole: Vec<(String, i64)> = c
+        .prepare_cached("SELECT sha256, bytes FROM value_blobs WHERE received = bytes")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    let mut corrupt = Vec::new();
+    for (sha256, bytes) in whole {
+        let (hash, len) = hash_chunks(c, &sha256)?;
+        if len != to_u64(bytes) {
+            corrupt.push((
+                sha256,
+                format!("value has {len} bytes in its chunks, {bytes} expected"),
+            ));
+        } else if hash != sha256 {
+            corrupt.push((sha256, format!("value's chunks hash to {hash}")));
         }
-        Ok(corrupt)
     }
+    Ok(corrupt)
 }

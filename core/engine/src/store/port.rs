@@ -16,7 +16,8 @@ use crate::time::UnixMillis;
 /// The body of a write transaction or of a savepoint.
 pub type TxBody<'f, T> = Box<dyn FnOnce(&mut dyn Transaction) -> StoreResult<T> + 'f>;
 
-/// Reads of the durable state, and the one way to change it ([`Storage::write_dyn`]).
+/// Reads of the durable state, and the one way to change it ([`Storage::write_dyn`]; only
+/// [`Storage::prune_runs`], which must change how the transaction is opened, writes outside it).
 pub trait Storage {
     /// Runs `body` in one transaction at time `now` (the transaction's every expiry comparison
     /// and timestamp: the engine's turn's time, never a clock the store reads) and commits it
@@ -150,7 +151,9 @@ pub trait Storage {
     /// run, an attempt or an event by a column with no index (events by run, children,
     /// messages, effects by attempt), and with enforcement each deleted row would scan them.
     /// The deletes name every such table (`diagnose`'s `dangling_reference` checks that none
-    /// was missed).
+    /// was missed). SQLite switches enforcement only between transactions (`PRAGMA
+    /// foreign_keys` does nothing inside one), so this is the one write that is not a
+    /// [`Transaction`] operation: it opens its own transaction.
     fn prune_runs(&mut self, run_ids: &[String]) -> StoreResult<Vec<String>>;
 
     /// Up to `max` bytes of value `sha256` from `offset`, if `run_id` holds it whole.
@@ -164,24 +167,6 @@ pub trait Storage {
 
     /// Runs ready to activate at `now`, oldest first.
     fn ready_runs(&self, now: UnixMillis, limit: u32) -> StoreResult<Vec<String>>;
-
-    /// Gives back to the file system up to `max_pages` of the pages a prune freed
-    /// (`auto_vacuum = INCREMENTAL`, set when the database was created); returns how many
-    /// free pages are left. A transaction of its own: it moves pages, it changes no row.
-    fn reclaim_free_pages(&mut self, max_pages: u32) -> StoreResult<u64>;
-
-    /// Fixes the repairable findings, each from its durable evidence, in one transaction:
-    ///
-    /// - a `running` run nobody owns is requeued and its running attempt interrupted (the
-    ///   work is redone, never assumed done); `applying` effects of `never` contracts become
-    ///   uncertain and the run goes to review, exactly as recovery does;
-    /// - claims bound to idle or terminal runs are released; missing claim/queue rows created;
-    /// - a terminal run's open attempts, pending requests and live effects are closed as
-    ///   cancelled (effects that were applying become uncertain, never applied);
-    /// - queue rows and viewer projections are rebuilt from the run row.
-    ///
-    /// Findings that need judgement are reported in `left_for_review` and left alone.
-    fn repair(&mut self) -> StoreResult<RepairReport>;
 
     /// One run.
     fn run(&self, run_id: &str) -> StoreResult<RunRecord>;
@@ -702,6 +687,25 @@ pub trait Transaction {
     /// and forgets them. What a writer outside the request batches publishes from: a write
     /// that appends several events to a run publishes them all.
     fn take_runs_written(&mut self) -> Vec<(String, u64)>;
+
+    /// Gives back to the file system up to `max_pages` of the pages a prune freed
+    /// (`auto_vacuum = INCREMENTAL`); returns how many free pages are left. It moves pages
+    /// and changes no row: the engine runs it in a transaction of its own after the prune's.
+    fn reclaim_free_pages(&mut self, max_pages: u32) -> StoreResult<u64>;
+
+    /// Fixes the repairable findings of [`Storage::diagnose`], each from its durable
+    /// evidence, in this transaction (the findings are read in it):
+    ///
+    /// - a `running` run nobody owns is requeued and its running attempt interrupted (the
+    ///   work is redone, never assumed done); `applying` effects of `never` contracts become
+    ///   uncertain and the run goes to review, exactly as recovery does;
+    /// - claims bound to idle or terminal runs are released; missing claim/queue rows created;
+    /// - a terminal run's open attempts, pending requests and live effects are closed as
+    ///   cancelled (effects that were applying become uncertain, never applied);
+    /// - queue rows and viewer projections are rebuilt from the run row.
+    ///
+    /// Findings that need judgement are reported in `left_for_review` and left alone.
+    fn repair(&mut self) -> StoreResult<RepairReport>;
 
     /// Closes the current attempt with its outcome and opens the next node's attempt.
     /// Refused with [`StoreError::StepLimitReached`] (nothing written, the attempt still
