@@ -39,6 +39,7 @@
 //! the `PIW_SIM_ONLY` steps that replay it. `PIW_SIM_VERBOSE=1` also prints the history of the
 //! failing run before shrinking.
 
+use piw_core::store::prelude::*;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};

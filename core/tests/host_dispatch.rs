@@ -7,6 +7,7 @@ use common::Fixture;
 use piw_core::engine::dispatch::{apply_command, apply_read};
 use piw_core::engine::state::HostState;
 use piw_core::protocol::{payload, Request, RequestBody};
+use piw_core::store::prelude::*;
 use piw_core::store::{DecisionKind, Fence, InteractionKind, RunStatus};
 use serde_json::json;
 

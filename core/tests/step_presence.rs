@@ -8,6 +8,7 @@ use common::*;
 use piw_core::engine::bridges::{BridgeEntry, BridgeReport};
 use piw_core::engine::presence;
 use piw_core::engine::state::HostState;
+use piw_core::store::prelude::*;
 use piw_core::store::{ChildExitRecord, DecisionKind, ExecutionMode, InteractionKind, StoreError};
 use serde_json::json;
 

@@ -5,6 +5,7 @@
 
 mod common;
 
+use piw_core::store::prelude::*;
 use std::sync::Arc;
 
 use common::{new_run, LEASE_MS, T0};

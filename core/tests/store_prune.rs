@@ -5,6 +5,7 @@ mod common;
 
 use common::*;
 use piw_core::clock::Clock as _;
+use piw_core::store::prelude::*;
 use piw_core::store::{
     ChildMode, CommandMeta, EffectResult, Fence, PruneSelector, RetryContract, RunStatus,
 };

@@ -15,6 +15,7 @@
 
 mod support;
 
+use piw_core::store::prelude::*;
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;

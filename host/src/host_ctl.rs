@@ -3,6 +3,7 @@
 
 use super::*;
 use piw_core::driver::{installation_held, lock_holder};
+use piw_core::store::prelude::*;
 use piw_core::store::Finding;
 
 /// One host-control call, bounded by [`HOST_ANSWER_TIMEOUT`]; a host that does not answer in

@@ -2,6 +2,7 @@
 //! `.workflow.json` fixtures with scripted behaviours (docs/RULES.md, "Child isolation" and
 //! "Effects").
 
+use piw_core::store::prelude::*;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};

@@ -2,6 +2,7 @@
 //! contradictions found by `diagnose`), and `PIW_HOME` selecting the installation. Runs the real
 //! binary against temp homes.
 
+use piw_core::store::prelude::*;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

@@ -15,6 +15,7 @@
 //! one did, with `diagnose` clean, every acknowledged command applied exactly once, the effect
 //! applied once, and no child of the cancelled run left alive.
 
+use piw_core::store::prelude::*;
 use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};

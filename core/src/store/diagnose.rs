@@ -288,13 +288,6 @@ impl Store {
     pub fn integrity_problems(&self) -> StoreResult<Vec<String>> {
         integrity_problems(&self.conn)
     }
-
-    /// Lists every contradiction in the database. Read-only. A file SQLite calls malformed is
-    /// one finding, [`DATABASE_MALFORMED`] (with no run), and nothing else is checked: rows
-    /// read from damaged pages prove nothing.
-    pub fn diagnose(&self) -> StoreResult<Vec<Finding>> {
-        findings(&self.conn, self.now_ms())
-    }
 }
 
 /// [`Store::integrity_problems`] on connection `c`.
@@ -313,7 +306,7 @@ fn integrity_problems(c: &Connection) -> StoreResult<Vec<String>> {
 }
 
 /// [`Store::diagnose`] on connection `c` at time `now` (when an upload is abandoned).
-fn findings(c: &Connection, now: UnixMillis) -> StoreResult<Vec<Finding>> {
+pub(super) fn findings(c: &Connection, now: UnixMillis) -> StoreResult<Vec<Finding>> {
     let problems = integrity_problems(c)?;
     if !problems.is_empty() {
         return Ok(vec![Finding {
@@ -415,38 +408,7 @@ fn findings(c: &Connection, now: UnixMillis) -> StoreResult<Vec<Finding>> {
 }
 
 impl super::WriteTx<'_> {
-    /// Fixes the repairable findings, each from its durable evidence, in this transaction
-    /// (the findings are read in it too, so nothing changes between the check and the fix):
-    ///
-    /// - a `running` run nobody owns is requeued and its running attempt interrupted (the
-    ///   work is redone, never assumed done); `applying` effects of `never` contracts become
-    ///   uncertain and the run goes to review, exactly as recovery does;
-    /// - claims bound to idle or terminal runs are released; missing claim/queue rows created;
-    /// - a terminal run's open attempts, pending requests and live effects are closed as
-    ///   cancelled (effects that were applying become uncertain, never applied);
-    /// - queue rows and viewer projections are rebuilt from the run row.
-    ///
-    /// Findings that need judgement are reported in `left_for_review` and left alone.
-    pub fn repair(&mut self) -> StoreResult<RepairReport> {
-        let findings = findings(self.conn(), self.now)?;
-        let mut report = RepairReport::default();
-        if findings.iter().all(|f| !f.repairable) {
-            report.left_for_review = findings;
-            return Ok(report);
-        }
-        self.ops.push("repair");
-        for f in findings {
-            if !f.repairable {
-                report.left_for_review.push(f);
-                continue;
-            }
-            self.repair_one(&f)?;
-            report.repaired.push(f);
-        }
-        report.runs_written = self.take_runs_written();
-        Ok(report)
-    }
-    fn repair_one(&mut self, f: &Finding) -> StoreResult<()> {
+    pub(super) fn repair_one(&mut self, f: &Finding) -> StoreResult<()> {
         let run_id = f.run_id.as_str();
         let now = self.now;
         let c = self.conn();

@@ -2,6 +2,8 @@
 //! chunks (`value_blobs`, `value_chunks`), and kept while a run links to them (`run_values`).
 //! The wire form of a reference is `protocol::value`.
 
+use crate::store::prelude::*;
+use crate::store::ValueWrites;
 use rusqlite::{named_params, params, OptionalExtension as _};
 use sha2::{Digest as _, Sha256};
 
@@ -9,22 +11,22 @@ use super::{Claim, Store, StoreError, StoreResult, WriteTx};
 use crate::protocol::value::{is_sha256_hex, read_slot, Slot, ValueRef, MAX_VALUE_BYTES};
 use piw_engine::store::records::*;
 
-fn invalid(message: impl Into<String>) -> StoreError {
+pub(super) fn invalid(message: impl Into<String>) -> StoreError {
     StoreError::InvalidInput(message.into())
 }
 
-fn not_found(sha256: &str) -> StoreError {
+pub(super) fn not_found(sha256: &str) -> StoreError {
     StoreError::NotFound {
         what: "value",
         id: sha256.to_owned(),
     }
 }
 
-fn to_i64(n: u64) -> i64 {
+pub(super) fn to_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-fn to_u64(n: i64) -> u64 {
+pub(super) fn to_u64(n: i64) -> u64 {
     u64::try_from(n).unwrap_or(0)
 }
 
@@ -93,46 +95,6 @@ const ABANDONED: &str = "v.received < v.bytes
         WHERE json_valid(refs.x) AND json_extract(refs.x, '$.sha256') = v.sha256)";
 
 impl WriteTx<'_> {
-    /// Stores the chunk of value `sha256` (`bytes` long) that starts at `offset`, for the run
-    /// holding `claim`, and links the value to that run. Chunks come in order: a chunk that
-    /// starts before what is stored is one sent again (it changes nothing), one after it is
-    /// refused; an empty one only asks how much is stored. A value already whole needs no
-    /// chunk (the answer says so at once, whatever was sent): the same value is stored once.
-    /// The last chunk's arrival checks the hash.
-    pub fn put_value_chunk(
-        &mut self,
-        claim: &Claim,
-        sha256: &str,
-        bytes: u64,
-        offset: u64,
-        data: &[u8],
-    ) -> StoreResult<ValuePut> {
-        self.fence(claim)?;
-        self.ops.push("value_put");
-        self.store_value_chunk(&claim.run_id, sha256, bytes, offset, data)
-    }
-
-    /// Stores a chunk of value `sha256` for a client's submission to the pending interactive
-    /// request `interaction_id` (`interaction.value_put`): the request gate of a submission
-    /// (its own attempt, pending, before its deadline), then as [`WriteTx::put_value_chunk`],
-    /// the value linked to the request's run. An upload that is never submitted is left
-    /// partial or unreferenced; once the request closes, a partial one is `value_partial`
-    /// (see [`ABANDONED`]) and `repair` removes it.
-    pub fn put_interaction_value_chunk(
-        &mut self,
-        interaction_id: &str,
-        attempt_id: &str,
-        sha256: &str,
-        bytes: u64,
-        offset: u64,
-        data: &[u8],
-    ) -> StoreResult<ValuePut> {
-        let request = self.interaction_row(interaction_id)?;
-        self.require_pending_interaction(interaction_id, &request, attempt_id, true)?;
-        self.ops.push("interaction_value_put");
-        self.store_value_chunk(&request.run_id, sha256, bytes, offset, data)
-    }
-
     /// The chunk store behind both uploads, once the writer is known to be allowed.
     fn store_value_chunk(
         &mut self,
@@ -325,68 +287,6 @@ impl WriteTx<'_> {
 }
 
 impl Store {
-    /// Up to `max` bytes of value `sha256` from `offset`, if `run_id` holds it whole.
-    pub fn read_value_chunk(
-        &self,
-        run_id: &str,
-        sha256: &str,
-        offset: u64,
-        max: usize,
-    ) -> StoreResult<ValueChunk> {
-        let bytes: Option<(i64, i64)> = self
-            .conn
-            .prepare_cached(
-                "SELECT v.bytes, v.received FROM run_values rv JOIN value_blobs v USING (sha256)
-                 WHERE rv.run_id = ?1 AND rv.sha256 = ?2",
-            )?
-            .query_row(params![run_id, sha256], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()?;
-        let bytes = match bytes {
-            Some((bytes, received)) if bytes == received => to_u64(bytes),
-            _ => return Err(not_found(sha256)),
-        };
-        if offset > bytes {
-            return Err(invalid(format!(
-                "value {sha256} is {bytes} bytes: no offset {offset}"
-            )));
-        }
-        let want = u64::try_from(max.max(1))
-            .unwrap_or(u64::MAX)
-            .min(bytes - offset);
-        let end = offset + want;
-        // The chunks that overlap [offset, end): the one that starts at or before `offset`,
-        // then those that start before `end`.
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT offset, data FROM value_chunks WHERE sha256 = ?1 AND offset < ?3
-               AND offset >= COALESCE((SELECT MAX(offset) FROM value_chunks
-                                       WHERE sha256 = ?1 AND offset <= ?2), 0)
-             ORDER BY offset",
-        )?;
-        let mut rows = stmt.query(params![sha256, to_i64(offset), to_i64(end)])?;
-        let mut data = Vec::with_capacity(usize::try_from(want).unwrap_or(0));
-        while let Some(row) = rows.next()? {
-            let start = to_u64(row.get(0)?);
-            let chunk = row.get_ref(1)?.as_blob().map_err(rusqlite::Error::from)?;
-            let from = usize::try_from(offset.saturating_sub(start)).unwrap_or(usize::MAX);
-            let to = usize::try_from(end.saturating_sub(start))
-                .unwrap_or(usize::MAX)
-                .min(chunk.len());
-            if from < to {
-                data.extend_from_slice(&chunk[from..to]);
-            }
-        }
-        if u64::try_from(data.len()).unwrap_or(u64::MAX) != want {
-            return Err(StoreError::InvalidInput(format!(
-                "value {sha256} is damaged: its chunks do not cover {offset}..{end} (see `piw diagnose`)"
-            )));
-        }
-        Ok(ValueChunk {
-            bytes,
-            offset,
-            data,
-        })
-    }
-
     /// The whole value `sha256` of `run_id`, read chunk by chunk.
     pub fn read_value(&self, run_id: &str, sha256: &str) -> StoreResult<Vec<u8>> {
         let mut out = Vec::new();
@@ -448,4 +348,34 @@ pub(super) fn corrupt_values(c: &rusqlite::Connection) -> StoreResult<Vec<(Strin
         }
     }
     Ok(corrupt)
+}
+
+impl ValueWrites for WriteTx<'_> {
+    fn put_value_chunk(
+        &mut self,
+        claim: &Claim,
+        sha256: &str,
+        bytes: u64,
+        offset: u64,
+        data: &[u8],
+    ) -> StoreResult<ValuePut> {
+        self.fence(claim)?;
+        self.ops.push("value_put");
+        self.store_value_chunk(&claim.run_id, sha256, bytes, offset, data)
+    }
+
+    fn put_interaction_value_chunk(
+        &mut self,
+        interaction_id: &str,
+        attempt_id: &str,
+        sha256: &str,
+        bytes: u64,
+        offset: u64,
+        data: &[u8],
+    ) -> StoreResult<ValuePut> {
+        let request = self.interaction_row(interaction_id)?;
+        self.require_pending_interaction(interaction_id, &request, attempt_id, true)?;
+        self.ops.push("interaction_value_put");
+        self.store_value_chunk(&request.run_id, sha256, bytes, offset, data)
+    }
 }

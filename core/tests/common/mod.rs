@@ -1,6 +1,7 @@
 //! Shared fixtures for the store's integration tests.
 #![allow(dead_code)]
 
+use piw_core::store::prelude::*;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 

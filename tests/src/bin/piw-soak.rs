@@ -30,6 +30,7 @@
 //! when anything is lost, doubled, unexpected or not clean.
 //! Every process of the installation is killed when it ends, pass or fail.
 
+use piw_core::store::prelude::*;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
