@@ -305,7 +305,7 @@ fn integrity_problems(c: &Connection) -> StoreResult<Vec<String>> {
     })
 }
 
-/// [`Store::diagnose`] on connection `c` at time `now` (when an upload is abandoned).
+/// `RunReads::diagnose` on connection `c` at time `now` (when an upload is abandoned).
 pub(super) fn findings(c: &Connection, now: UnixMillis) -> StoreResult<Vec<Finding>> {
     let problems = integrity_problems(c)?;
     if !problems.is_empty() {
