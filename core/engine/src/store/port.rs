@@ -270,7 +270,8 @@ pub trait Transaction:
     fn reclaim_free_pages(&mut self, max_pages: u32) -> StoreResult<u64>;
 }
 
-/// A run's life under its claim: start, activation, attempts, transitions, parking, pause and cancel, and the end.
+/// A run's life under its claim: start, activation, attempts, transitions, parking, pause and
+/// cancel, and the end.
 pub trait Lifecycle {
     /// Creates a queued run. Returns its id.
     fn start_run(&mut self, new: &NewRun) -> StoreResult<String>;
@@ -518,8 +519,8 @@ pub trait Holds {
     fn hold_interactions(&mut self, holder: &Holder) -> StoreResult<usize>;
 
     /// `holder` went away: the open interactive steps it held stop using their time (what
-    /// they used is added up) and have no deadline (nor their attempts) until held again. Writes no event. Returns how
-    /// many.
+    /// they used is added up) and have no deadline (nor their attempts) until held again.
+    /// Writes no event. Returns how many.
     fn release_interactions(&mut self, holder: &Holder) -> StoreResult<usize>;
 }
 
@@ -604,7 +605,8 @@ pub trait ValueWrites {
     ) -> StoreResult<ValuePut>;
 }
 
-/// Runs whose child or claim was lost, runs in review and the ways out, and the repair of contradictions.
+/// Runs whose child or claim was lost, runs in review and the ways out, and the repair of
+/// contradictions.
 pub trait Recovery {
     /// The owner reports that the run's child went away without finishing (crash, kill,
     /// handshake timeout). The run is requeued, or stopped for review after too many losses
