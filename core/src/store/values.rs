@@ -243,7 +243,7 @@ impl WriteTx<'_> {
     }
 
     /// Removes value `sha256` (its chunks, its blob and every run's link to it) if it is still
-    /// partial and still one [`abandoned_partial_values`] names (no live claim can go on
+    /// partial and still one `abandoned_partial_values` names (no live claim can go on
     /// with it, no row refers to it): `repair`'s fix for `value_partial`. Checked again here,
     /// in the write, so a finding read before it cannot remove an upload that became live or
     /// referred to since. Returns whether it went.
