@@ -65,7 +65,7 @@ pub fn rejection_for(err: &StoreError) -> Rejection {
 
 /// Applies one durable client command inside the batch transaction and returns the receipt
 /// body. It reads the host's memory and never changes it: a command of a group may run twice
-/// (`Transaction::command_group_dyn`).
+/// (`Transaction::command_group`).
 pub fn apply_command(
     w: &mut dyn Transaction,
     state: &HostState,

@@ -1,6 +1,7 @@
 //! Shared fixtures for the store's integration tests.
 #![allow(dead_code)]
 
+use piw_core::store::prelude::*;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -131,7 +132,7 @@ impl Fixture {
     }
 
     pub fn assert_clean(&self) {
-        let findings = self.store.diagnose().expect("diagnose");
+        let findings = self.store.diagnose(self.store.now_ms()).expect("diagnose");
         assert!(findings.is_empty(), "diagnose found: {findings:#?}");
     }
 }
