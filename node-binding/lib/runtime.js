@@ -5,8 +5,6 @@
 // every saved mounted source *before importing any workflow code*; import the workflow; compare
 // the mounts it resolves with the saved ones; say hello; execute nodes and propose each
 // transition; exit when the run parks, finishes, or the host says the run moved on.
-import { spawnSync } from 'node:child_process';
-import { randomUUID } from 'node:crypto';
 import { readFileSync, realpathSync } from 'node:fs';
 import module from 'node:module';
 import { dirname, join, relative, resolve as resolvePath, sep } from 'node:path';
@@ -102,7 +100,7 @@ function locate(e, candidates) {
   if (!(e instanceof SyntaxError)) return null;
   for (const file of candidates) {
     if (!/\.(m?js)$/.test(file)) continue;
-    const check = spawnSync(process.execPath, ['--check', file], { encoding: 'utf8', timeout: 30_000 });
+    const check = process.getBuiltinModule('node:child_process').spawnSync(process.execPath, ['--check', file], { encoding: 'utf8', timeout: 30_000 });
     const m = /^(\/[^\n]*?):(\d+)\n[^\n]*\n([ \t]*)\^/.exec(check.stderr ?? '');
     if (check.status !== 0 && m) return `${m[1]}:${m[2]}:${m[3].length + 1}`;
   }
@@ -537,7 +535,7 @@ async function executeNode(w, run, impl, ctx) {
       const publishUpdate = async (update) => {
         const checked = validateWorkflowUpdate(update);
         const seq = w.progress(`${checked.type}:${checked.key}`, toJson(checked, 'the update'));
-        return { updateId: `upd_${randomUUID()}`, seq: seq ?? null, at: new Date().toISOString(), type: checked.type, key: checked.key };
+        return { updateId: `upd_${process.getBuiltinModule('node:crypto').randomUUID()}`, seq: seq ?? null, at: new Date().toISOString(), type: checked.type, key: checked.key };
       };
       let receipt;
       try {
