@@ -4,13 +4,12 @@
 
 pub use piw_engine as engine;
 pub use piw_engine::{graph, protocol};
+// The client side moved to `piw-client` (what the bindings link, without the store or the
+// server); the host and the CLI keep reaching it here.
+pub use piw_client::{client, ids, paths, worker};
 
 pub mod channels;
-pub mod client;
 pub mod clock;
 pub mod driver;
-pub mod ids;
-pub mod paths;
 pub mod store;
 pub mod supervise;
-pub mod worker;
