@@ -1,6 +1,7 @@
 //! piw core: the durable state store, the wire protocol, the host's engine (its decisions,
-//! without I/O) and driver (its I/O: connections, the store thread, supervision), and the
-//! client and worker libraries. See `ARCHITECTURE.md` at the repository root.
+//! without I/O) and driver (its I/O: connections, the store thread, supervision). The client
+//! and worker libraries are `piw-client`'s, re-exported here. See `ARCHITECTURE.md` at the
+//! repository root.
 
 pub use piw_engine as engine;
 pub use piw_engine::{graph, protocol};

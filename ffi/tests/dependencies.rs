@@ -21,7 +21,15 @@ fn normal_graph(package: &str) -> BTreeMap<String, Vec<String>> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let out = Command::new(cargo)
         .current_dir(root)
-        .args(["tree", "--locked", "--offline", "-p", package, "-e", "normal"])
+        .args([
+            "tree",
+            "--locked",
+            "--offline",
+            "-p",
+            package,
+            "-e",
+            "normal",
+        ])
         .args(["--prefix", "none", "--format", "{p}|{f}"])
         .output()
         .expect("cargo tree runs");

@@ -1,6 +1,6 @@
 //! `piw-node`: the native half of the `piw` npm package.
 //!
-//! It exposes three things to JavaScript, each a thin face over `piw-core`:
+//! It exposes three things to JavaScript, each a thin face over `piw-client`:
 //! - [`client::Client`]: the async client (every call returns a Promise, runs on napi's tokio
 //!   runtime and never blocks Node's event loop), with subscriptions;
 //! - [`worker::Worker`]: the worker library the Node worker runtime drives inside a run's child
