@@ -161,19 +161,3 @@ pub fn step(attempt_id: &str, next: &str) -> TransitionRequest {
         next_deadline_at: None,
     }
 }
-
-/// A run event of run `run-1` for `subscription`, as a host sends it (fake hosts of the client
-/// tests).
-pub fn event_frame(subscription: &str, seq: u64) -> piw_core::protocol::ServerFrame {
-    piw_core::protocol::ServerFrame::Event(piw_core::protocol::Event {
-        schema: piw_core::protocol::ProtocolSchema,
-        subscription_id: subscription.into(),
-        run_id: "run-1".into(),
-        seq,
-        event_kind: "transitioned".into(),
-        status: "running".into(),
-        revision: seq,
-        at_ms: 0,
-        data: json!(null),
-    })
-}
