@@ -39,6 +39,7 @@
 //! the `PIW_SIM_ONLY` steps that replay it. `PIW_SIM_VERBOSE=1` also prints the history of the
 //! failing run before shrinking.
 
+use piw_core::store::prelude::*;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -1811,7 +1812,8 @@ impl Sim {
 
     /// The invariants that hold after every step.
     fn check(&mut self) {
-        let mut findings = self.store().diagnose().expect("diagnose");
+        let store = self.store();
+        let mut findings = store.diagnose(store.now_ms()).expect("diagnose");
         // The part of a large value a lost child left (`value_partial`, which `repair`
         // removes) is no contradiction: no row names it, and the run's next child uploads the
         // value again.

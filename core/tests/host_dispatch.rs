@@ -7,6 +7,7 @@ use common::Fixture;
 use piw_core::engine::dispatch::{apply_command, apply_read};
 use piw_core::engine::state::HostState;
 use piw_core::protocol::{payload, Request, RequestBody};
+use piw_core::store::prelude::*;
 use piw_core::store::{DecisionKind, Fence, InteractionKind, RunStatus};
 use serde_json::json;
 
@@ -2463,7 +2464,7 @@ fn a_client_uploads_a_large_submission_for_its_open_interaction() {
     f.store
         .write(|w| w.fail_interaction(&orphan_i, &attempt_o, "gave up", None, "host-control"))
         .unwrap();
-    let findings = f.store.diagnose().unwrap();
+    let findings = f.store.diagnose(f.store.now_ms()).unwrap();
     assert_eq!(
         findings
             .iter()
@@ -2472,7 +2473,7 @@ fn a_client_uploads_a_large_submission_for_its_open_interaction() {
         vec![("value_partial", vec![o.sha256.clone()])],
         "{findings:#?}"
     );
-    let report = f.store.repair().unwrap();
+    let report = f.store.write(|w| w.repair()).unwrap();
     assert_eq!(report.repaired.len(), 1, "{report:#?}");
     assert!(matches!(
         f.store.read_value_chunk(&run_o, &o.sha256, 0, 10),
@@ -2491,7 +2492,6 @@ fn a_client_uploads_a_large_submission_for_its_open_interaction() {
 /// the clock says (here it stays before `at`).
 #[test]
 fn the_engines_deadline_reads_are_at_the_time_it_is_handed() {
-    use piw_core::engine::store::port::Storage;
     use piw_core::engine::timers::next_deadline_at;
 
     let mut f = Fixture::new();
@@ -2499,11 +2499,8 @@ fn the_engines_deadline_reads_are_at_the_time_it_is_handed() {
     let now = f.store.now_ms();
     let at = now + 3_600_000;
     f.store.write(|w| w.park(&act.claim, Some(at))).unwrap();
-    assert_eq!(
-        Storage::next_delayed_ready(&f.store, now).unwrap(),
-        Some(at)
-    );
-    assert_eq!(Storage::next_delayed_ready(&f.store, at).unwrap(), None);
+    assert_eq!(f.store.next_delayed_ready(now).unwrap(), Some(at));
+    assert_eq!(f.store.next_delayed_ready(at).unwrap(), None);
     let state = host_state_with_runtime(&mut f, false);
     assert_eq!(next_deadline_at(&f.store, &state, now), Some(at));
     assert_eq!(next_deadline_at(&f.store, &state, at), None);

@@ -3,6 +3,7 @@
 //! examples are checked against the code, and the record and event data tables against what the
 //! host sends. The Node package's `RejectionCode` type too.
 
+use piw_core::store::prelude::*;
 use std::collections::BTreeMap;
 
 use piw_core::protocol::*;

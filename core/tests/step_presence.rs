@@ -8,6 +8,7 @@ use common::*;
 use piw_core::engine::bridges::{BridgeEntry, BridgeReport};
 use piw_core::engine::presence;
 use piw_core::engine::state::HostState;
+use piw_core::store::prelude::*;
 use piw_core::store::{ChildExitRecord, DecisionKind, ExecutionMode, InteractionKind, StoreError};
 use serde_json::json;
 
@@ -79,7 +80,7 @@ fn a_step_uses_its_time_only_while_its_session_is_there() {
     presence::session_unwatched(&mut f.store, &mut state, now, "session-1".into(), 1);
     assert_eq!(deadlines(&mut f, &run_id, &attempt), (None, None));
     assert_eq!(
-        f.store.next_deadline().unwrap(),
+        f.store.next_deadline(f.store.now_ms()).unwrap(),
         None,
         "nothing to wake for"
     );
@@ -157,7 +158,10 @@ fn a_checkpoint_deadline_counts_while_nobody_is_there() {
         .store
         .write(|w| w.wait_for_decision(&act.claim, &attempt, DecisionKind::Checkpoint, &json!({})))
         .unwrap();
-    assert_eq!(f.store.next_deadline().unwrap(), Some(deadline));
+    assert_eq!(
+        f.store.next_deadline(f.store.now_ms()).unwrap(),
+        Some(deadline)
+    );
     f.clock.advance(8_000);
     assert_eq!(
         f.store.write(|w| w.expire_due_decisions()).unwrap(),

@@ -456,7 +456,7 @@ fn a_host_restart_requeues_its_passes_without_counting_an_error() {
     let next = f.store.write(|w| w.begin_host_epoch(2)).unwrap();
     let codes: Vec<_> = f
         .store
-        .diagnose()
+        .diagnose(f.store.now_ms())
         .unwrap()
         .into_iter()
         .map(|x| x.code)
@@ -919,7 +919,7 @@ fn diagnose_finds_rows_of_a_resource_that_does_not_exist() {
          VALUES ('res-x', '/nowhere', 'ghost', 'g', 1, 2, '[]', '{{}}', 0, 0)",
         r.uid
     ));
-    let findings = f.store.diagnose().unwrap();
+    let findings = f.store.diagnose(f.store.now_ms()).unwrap();
     let mut codes: Vec<_> = findings.iter().map(|x| x.code.to_string()).collect();
     codes.sort();
     assert_eq!(

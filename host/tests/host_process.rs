@@ -1,6 +1,7 @@
 //! The real host process: one host per installation, on-demand start, bad input isolation,
 //! peer checks, and durable receipts across a SIGKILL.
 
+use piw_core::store::prelude::*;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};

@@ -96,7 +96,7 @@ fn controller_rejection(e: &ControllerStoreError) -> RejectionCode {
 
 /// Applies one durable client command inside the batch transaction and returns the receipt
 /// body. It reads the host's memory and never changes it: a command of a group may run twice
-/// (`Transaction::command_group_dyn`).
+/// (`Transaction::command_group`).
 pub fn apply_command(
     w: &mut dyn Transaction,
     state: &HostState,

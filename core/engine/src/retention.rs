@@ -219,7 +219,7 @@ fn prune_batch(
     let removed = store.prune_runs(now, &chosen)?;
     if !removed.is_empty() {
         // The pages go back now, a batch's worth at a time; a failure costs only space.
-        if let Err(e) = store.reclaim_free_pages(u32::MAX) {
+        if let Err(e) = store.write(now, |w| w.reclaim_free_pages(u32::MAX)) {
             tracing::warn!(error = %e, "cannot give a prune's free pages back");
         }
     }

@@ -286,7 +286,7 @@ fn publish_run<R>(store: &dyn Storage, fx: &mut dyn Effects<R>, run_id: &str, af
 
 /// A batch of requests: the reads answered from what is committed, then every durable
 /// command in **one** transaction (group commit), each with its receipt; one failing command
-/// does not undo its neighbours (`Transaction::command_group_dyn`). Returns the runs the commands
+/// does not undo its neighbours (`Transaction::command_group`). Returns the runs the commands
 /// could change.
 fn handle_batch<R>(
     store: &mut dyn Storage,
@@ -359,21 +359,31 @@ fn handle_batch<R>(
                 .ok_or_else(|| StoreError::InvalidInput("the command has no identity".into()))
         };
         // Consecutive client commands run as one group (one savepoint for all of them unless
-        // one fails after writing: `Transaction::command_group_dyn`); they may run twice, which is
+        // one fails after writing: `Transaction::command_group`); they may run twice, which is
         // why they cannot change the host's memory. A worker's message changes it (its
         // child's hello, the cached graph), so it runs once, in a savepoint of its own.
         for group in writes.chunk_by(|a, b| !a.request.is_worker() && !b.request.is_worker()) {
             let outcomes = if group[0].request.is_worker() {
                 let job = &group[0];
                 let outcome = meta_of(job).and_then(|meta| {
-                    w.command(&meta, |w| children::apply_worker(w, state, &job.request))
+                    w.command(
+                        &meta,
+                        Box::new(|w| children::apply_worker(w, state, &job.request)),
+                    )
                 });
                 // Nothing after a transaction SQLite rolled back may run: it would commit.
                 w.ensure_in_transaction()?;
                 vec![outcome]
             } else {
                 let state: &HostState = state;
-                w.command_group(group, meta_of, |w, job| {
+                // The store names a command by its index in the group.
+                let job = |i: usize| {
+                    group.get(i).ok_or_else(|| {
+                        StoreError::InvalidInput(format!("the group has no command {i}"))
+                    })
+                };
+                w.command_group(group.len(), &mut |i| meta_of(job(i)?), &mut |w, i| {
+                    let job = job(i)?;
                     dispatch::apply_command(
                         w,
                         state,
@@ -502,7 +512,7 @@ fn maintain<R>(
 ) -> Result<Receipt, StoreError> {
     match &request.body {
         RequestBody::Repair => {
-            let report = store.repair(now)?;
+            let report = store.write(now, |w| w.repair())?;
             // A write outside the batches: its events go out before its reply.
             for (run_id, before) in &report.runs_written {
                 publish_run(store, fx, run_id, *before);

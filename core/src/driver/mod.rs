@@ -28,6 +28,7 @@ pub use lock::{
     Links,
 };
 
+use crate::store::prelude::*;
 use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;

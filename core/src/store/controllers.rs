@@ -16,6 +16,7 @@
 use rusqlite::{params, Connection, OptionalExtension as _};
 use serde_json::Value;
 
+use super::prelude::*;
 use super::{parse_enum, RunStatus, Store, StoreError, StoreResult, WriteTx};
 use crate::protocol::canonical::canonical_json;
 use piw_engine::store::controllers::*;
