@@ -1331,6 +1331,8 @@ impl Sim {
                 // Its hosts have no bridge settings: detached steps wait for the simulation.
                 // Nor channel settings: no adapters.
                 SupervisorCmd::LaunchChannel { .. } | SupervisorCmd::StopChannel { .. } => {}
+                // Nor pass settings: no controllers' passes.
+                SupervisorCmd::LaunchPass { .. } | SupervisorCmd::StopPass { .. } => {}
                 SupervisorCmd::LaunchBridge { .. } | SupervisorCmd::StopBridge { .. } => {
                     panic!("the simulation configures no bridges")
                 }

@@ -169,6 +169,9 @@ fn after_a_failed_activation_commit_children_wait_for_their_commit() {
                 SupervisorCmd::LaunchChannel { .. } | SupervisorCmd::StopChannel { .. } => {
                     "channel".to_owned()
                 }
+                SupervisorCmd::LaunchPass { .. } | SupervisorCmd::StopPass { .. } => {
+                    "pass".to_owned()
+                }
             })
             .collect::<Vec<_>>()
     };

@@ -2,6 +2,7 @@
 
 use std::io::{self, Read};
 
+use piw_core::protocol::controllers::*;
 use piw_core::protocol::*;
 use serde_json::{json, Value};
 
@@ -33,6 +34,30 @@ fn assert_malformed(result: Result<Request, DecodeError>, needle: &str) -> Decod
         err.message
     );
     err
+}
+
+fn controller_name() -> ControllerName {
+    ControllerName {
+        project_dir: "/home/u/project".into(),
+        name: "pull-request".into(),
+    }
+}
+
+fn resource_ref() -> ResourceRef {
+    ResourceRef {
+        project_dir: "/home/u/project".into(),
+        controller: "pull-request".into(),
+        key: "acme/widgets#7".into(),
+        expected_resource_version: None,
+    }
+}
+
+fn pass_credentials() -> PassCredentials {
+    PassCredentials {
+        resource_uid: "res-1".into(),
+        pass_id: "pass-1".into(),
+        token: "00".repeat(32),
+    }
 }
 
 /// One request of every kind, with every envelope field the kind requires.
@@ -133,6 +158,72 @@ fn sample(kind: RequestKind) -> Request {
             max_bytes: Some(1024),
         }),
         RequestKind::Repair => RequestBody::Repair,
+        RequestKind::ControllerRegister => RequestBody::ControllerRegister(ControllerRegister {
+            project_dir: "/home/u/project".into(),
+            name: "pull-request".into(),
+            source_path: "/home/u/project/.pi/controllers/pull-request.controller.ts".into(),
+            source_hash: "ab".repeat(32),
+            pass_deadline_ms: Some(60_000),
+        }),
+        RequestKind::ControllerEnable => RequestBody::ControllerEnable(controller_name()),
+        RequestKind::ControllerDisable => RequestBody::ControllerDisable(controller_name()),
+        RequestKind::ResourceApply => RequestBody::ResourceApply(ResourceApply {
+            project_dir: "/home/u/project".into(),
+            controller: "pull-request".into(),
+            key: "acme/widgets#7".into(),
+            spec: json!({"number": 7, "expectedHeadSha": "a1b2c3d"}),
+            expected_resource_version: Some(3),
+        }),
+        RequestKind::ResourceGet => RequestBody::ResourceGet(resource_ref()),
+        RequestKind::ResourceList => RequestBody::ResourceList(ResourceList {
+            project_dir: "/home/u/project".into(),
+            controller: None,
+        }),
+        RequestKind::ResourceDelete => RequestBody::ResourceDelete(resource_ref()),
+        RequestKind::ResourceReconcile => RequestBody::ResourceReconcile(resource_ref()),
+        RequestKind::ControllerEffectRecord => {
+            RequestBody::ControllerEffectRecord(ControllerEffectRecord {
+                pass: pass_credentials(),
+                key: "merge:1:a1b2c3d".into(),
+                kind: "forge-merge".into(),
+                generation: 1,
+                request_fingerprint: "cd".repeat(32),
+            })
+        }
+        RequestKind::ControllerEffectGet => RequestBody::ControllerEffectGet(ControllerEffectGet {
+            pass: pass_credentials(),
+            key: "merge:1:a1b2c3d".into(),
+        }),
+        RequestKind::ControllerEffectSettle => {
+            RequestBody::ControllerEffectSettle(ControllerEffectSettle {
+                pass: pass_credentials(),
+                key: "merge:1:a1b2c3d".into(),
+                state: ControllerEffectState::Applied,
+                external_ref: Some("f00".into()),
+                error: None,
+            })
+        }
+        RequestKind::ControllerWorkflowEnsure => {
+            RequestBody::ControllerWorkflowEnsure(ControllerWorkflowEnsure {
+                pass: pass_credentials(),
+                request_key: "repair:1:a1b2c3d".into(),
+                workflow: "repair".into(),
+                workflow_file: "/home/u/project/.pi/workflows/repair.workflow.mjs".into(),
+                project_dir: "/home/u/project".into(),
+                input: json!({"number": 7}),
+                input_fingerprint: "ef".repeat(32),
+            })
+        }
+        RequestKind::ControllerPassFinish => {
+            RequestBody::ControllerPassFinish(ControllerPassFinish {
+                pass: pass_credentials(),
+                kind: PassResultKind::Requeue,
+                after_ms: Some(30_000),
+                message: None,
+                status: Some(json!({"observedGeneration": 1, "conditions": []})),
+                finalizers: Some(vec!["pull-request.label".into()]),
+            })
+        }
         RequestKind::RunPrune => RequestBody::RunPrune(piw_core::protocol::payload::RunPrune {
             older_than_ms: Some(30 * 86_400_000),
             statuses: Some(vec![piw_core::store::RunStatus::Failed]),
@@ -869,7 +960,7 @@ fn decode_error_messages_are_bounded() {
 
 #[test]
 fn every_request_kind_round_trips() {
-    assert_eq!(RequestKind::ALL.len(), 44);
+    assert_eq!(RequestKind::ALL.len(), 57);
     for &kind in RequestKind::ALL {
         let request = sample(kind)
             .with_expected_revision(3)

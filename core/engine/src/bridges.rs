@@ -246,6 +246,20 @@ pub fn may_change_detached_steps(kind: RequestKind) -> bool {
         | K::WorkerEffectSettle
         | K::WorkerValuePut
         | K::WorkerResults => false,
+        // Controllers' resources and passes: no run's step.
+        K::ControllerRegister
+        | K::ControllerEnable
+        | K::ControllerDisable
+        | K::ResourceApply
+        | K::ResourceGet
+        | K::ResourceList
+        | K::ResourceDelete
+        | K::ResourceReconcile
+        | K::ControllerEffectRecord
+        | K::ControllerEffectGet
+        | K::ControllerEffectSettle
+        | K::ControllerWorkflowEnsure
+        | K::ControllerPassFinish => false,
     }
 }
 

@@ -9,9 +9,10 @@ use serde_json::{json, Value};
 
 use super::fit::{body, receipt};
 use super::handlers::run::{AcceptedSource, PreparedStart};
-use super::handlers::{decision, effect, host, interaction, message, run, value};
+use super::handlers::{controller, decision, effect, host, interaction, message, run, value};
 use crate::protocol::{Receipt, Rejection, RejectionCode, Request, RequestBody};
 use crate::state::HostState;
+use crate::store::controllers::ControllerStoreError;
 use crate::store::{ClaimLostReason, Storage, StoreError, Transaction};
 
 /// The stable protocol code for a store error.
@@ -35,6 +36,7 @@ pub fn rejection_for(err: &StoreError) -> Rejection {
         StoreError::EffectUncertain { .. } => RejectionCode::EffectUncertain,
         StoreError::Forbidden(_) => RejectionCode::Unauthorized,
         StoreError::InvalidInput(_) | StoreError::InvalidAnswer { .. } => RejectionCode::Malformed,
+        StoreError::Controller(e) => controller_rejection(e),
         _ => RejectionCode::Internal,
     };
     let details = match err {
@@ -52,6 +54,15 @@ pub fn rejection_for(err: &StoreError) -> Rejection {
             json!({ "op": op.as_str(), "status": status.as_str() })
         }
         StoreError::InvalidAnswer { rule, .. } => rule.clone(),
+        StoreError::Controller(ControllerStoreError::ResourceConflict {
+            expected, actual, ..
+        }) => json!({ "expected": expected, "current": actual, "of": "resource_version" }),
+        StoreError::Controller(ControllerStoreError::TooLarge { what, bytes, limit }) => {
+            json!({ "field": what, "bytes": bytes, "limit": limit })
+        }
+        StoreError::Controller(ControllerStoreError::PassLost { reason, .. }) => {
+            json!({ "reason": reason })
+        }
         _ => Value::Null,
     };
     let message = if err.is_disk_full() {
@@ -61,6 +72,26 @@ pub fn rejection_for(err: &StoreError) -> Rejection {
         err.to_string()
     };
     Rejection::new(code, message).with_details(details)
+}
+
+/// The protocol code of a controller refusal: a resource written over another version is
+/// `stale_revision` (read it again; details say `of: resource_version`); a value over its
+/// bound `malformed` (details: field, bytes, limit); a pass that no longer holds its claim
+/// `claim_lost` (its child stops); an effect or workflow key reused with another request, or
+/// a final effect moved, `effect_conflict`.
+fn controller_rejection(e: &ControllerStoreError) -> RejectionCode {
+    use ControllerStoreError as E;
+    match e {
+        E::ControllerNotFound { .. } | E::ResourceNotFound { .. } => RejectionCode::NotFound,
+        E::ResourceConflict { .. } => RejectionCode::StaleRevision,
+        E::TooLarge { .. } => RejectionCode::Malformed,
+        E::BeingDeleted { .. } | E::NotReady { .. } => RejectionCode::InvalidTransition,
+        E::EffectConflict { .. }
+        | E::EffectNotRecorded { .. }
+        | E::EffectFinal { .. }
+        | E::WorkflowConflict { .. } => RejectionCode::EffectConflict,
+        E::PassLost { .. } => RejectionCode::ClaimLost,
+    }
 }
 
 /// Applies one durable client command inside the batch transaction and returns the receipt
@@ -92,6 +123,19 @@ pub fn apply_command(
         RequestBody::InteractionValuePut(p) => body(&interaction::value_put(w, req, p)?),
         RequestBody::MessageClaim(m) => body(&message::claim(w, state, req, m)?),
         RequestBody::MessageAck(m) => body(&message::ack(w, m)?),
+        RequestBody::ControllerRegister(r) => body(&controller::register(w, r)?),
+        RequestBody::ControllerEnable(c) => body(&controller::set_enabled(w, c, true)?),
+        RequestBody::ControllerDisable(c) => body(&controller::set_enabled(w, c, false)?),
+        RequestBody::ResourceApply(a) => body(&controller::apply(w, a)?),
+        RequestBody::ResourceDelete(r) => body(&controller::delete(w, r)?),
+        RequestBody::ResourceReconcile(r) => body(&controller::reconcile(w, r)?),
+        RequestBody::ControllerEffectRecord(e) => body(&controller::effect_record(w, e)?),
+        RequestBody::ControllerEffectGet(e) => body(&controller::effect_get(w, e)?),
+        RequestBody::ControllerEffectSettle(e) => body(&controller::effect_settle(w, e)?),
+        RequestBody::ControllerPassFinish(f) => body(&controller::pass_finish(w, f)?),
+        RequestBody::ControllerWorkflowEnsure(e) => {
+            body(&controller::workflow_ensure(w, e, start)?)
+        }
         other => Err(StoreError::Forbidden(format!(
             "{} is not accepted on this connection",
             other.kind_str()
@@ -122,6 +166,8 @@ pub fn apply_read(
         RequestBody::ValueGet(get) => receipt(None, &value::get(store, req, limit, get)?),
         RequestBody::Subscribe(s) => receipt(None, &host::subscribe(store, s)?),
         RequestBody::HostStatus => receipt(None, &host::status(store, state, now)?),
+        RequestBody::ResourceGet(r) => receipt(None, &controller::get(store, r)?),
+        RequestBody::ResourceList(l) => receipt(None, &controller::list(store, l)?),
         other => Err(StoreError::Forbidden(format!(
             "{} is not a read",
             other.kind_str()

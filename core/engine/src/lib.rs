@@ -46,6 +46,7 @@ pub mod admission;
 pub mod bridges;
 pub mod channels;
 pub mod children;
+pub mod controllers;
 pub mod detached_model;
 pub mod dispatch;
 mod fit;

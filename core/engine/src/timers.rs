@@ -29,6 +29,7 @@ pub fn next_deadline_at(store: &dyn Storage, state: &HostState, now: UnixMillis)
         super::bridges::next_deadline(state),
         super::presence::next_deadline(state),
         super::channels::next_deadline(state),
+        super::controllers::next_deadline(state, now),
     ]
     .into_iter()
     .flatten()

@@ -186,8 +186,12 @@ pub fn turn<R>(
             state
                 .bridges
                 .note_requests(batch.iter().map(|j| j.request.body.kind()));
+            super::controllers::note_requests(state, batch.iter().map(|j| j.request.body.kind()));
             let touched = handle_batch(store, state, now, batch, fx);
             children::forget_released_claims(store, state, now, Some(&touched));
+        }
+        if !reports.is_empty() {
+            super::controllers::note_other_writes(state);
         }
         children::on_child_reports(store, state, now, reports);
         publish_unpublished(store, state, fx);
@@ -198,6 +202,7 @@ pub fn turn<R>(
         super::presence::retry(store, state, now);
         children::due_child_work(store, state, now);
         timers::run_due_work(store, state, now);
+        super::controllers::note_other_writes(state);
         if let Some(logs) = retention::run_due_retention(store, state, now) {
             fx.apply(Effect::SweepRunLogs { logs });
         }
@@ -208,6 +213,7 @@ pub fn turn<R>(
         // Bridges first: a step they fail makes its run ready for the scheduling below.
         super::bridges::reconcile(store, state, now);
         super::channels::reconcile(state, now);
+        super::controllers::reconcile(store, state, now);
         publish_unpublished(store, state, fx);
         children::schedule_with(store, state, now, &mut |state| {
             send_child_commands(state, fx)

@@ -580,6 +580,34 @@ async fn handle_frame(
                         }
                     }
                 }
+                // A controller's child workflow: its file read and hashed as a start's is, for
+                // the new attempt the store may need (a found request needs none).
+                RequestBody::ControllerWorkflowEnsure(ensure) => {
+                    let start = payload::RunStart {
+                        workflow_file: ensure.workflow_file.clone(),
+                        input: ensure.input.clone(),
+                        session_id: None,
+                        execution_mode: None,
+                        project_dir: Some(ensure.project_dir.clone()),
+                    };
+                    match tokio::task::spawn_blocking(move || {
+                        super::start_file::prepare_start(&start)
+                    })
+                    .await
+                    {
+                        Ok(Ok(p)) => Some(p),
+                        Ok(Err(rejection)) => {
+                            start_refused = Some(rejection);
+                            None
+                        }
+                        Err(e) => {
+                            return Ok(answer(Err(Rejection::new(
+                                RejectionCode::Internal,
+                                format!("reading the workflow file failed: {e}"),
+                            ))))
+                        }
+                    }
+                }
                 // A person keeps a changed source: the run's file is hashed again, here (file
                 // I/O, on a blocking thread); the store decides whether the run may take it.
                 RequestBody::RunRetry(retry) if retry.accept_source => {

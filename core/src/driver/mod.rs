@@ -16,6 +16,7 @@ pub mod lock;
 pub mod log;
 pub mod node_runtime;
 pub mod outbox;
+pub mod pass_launch;
 pub mod queues;
 pub mod slots;
 pub mod start_file;
@@ -128,6 +129,12 @@ impl HostConfig {
             &|p: &std::path::Path| p.is_file(),
         );
         config.children.channels = Some(channel_launch::settings(
+            node.as_ref().map_err(ToString::to_string),
+            &config.paths.home,
+            &config.paths.logs,
+            &config.children.workflow_env,
+        ));
+        config.children.controllers = Some(pass_launch::settings(
             node.as_ref().map_err(ToString::to_string),
             &config.paths.home,
             &config.paths.logs,
@@ -543,6 +550,14 @@ pub fn recover_at_start(store: &mut Store, pid: u32) -> Result<i64, StoreError> 
         let mut recovered = w.recover_runs_of_dead_hosts(&host_owner_id(epoch))?;
         recovered.extend(w.recover_expired()?);
         let unconfirmed = w.close_unconfirmed_children(epoch)?;
+        // A pass an earlier host ran died with it: due again at once, no error counted.
+        let passes = w.requeue_passes_of_dead_hosts(epoch)?;
+        if !passes.is_empty() {
+            tracing::info!(
+                count = passes.len(),
+                "startup recovery requeued the reconcile passes of earlier hosts"
+            );
+        }
         Ok((epoch, recovered, unconfirmed))
     })?;
     if !recovered.is_empty() {

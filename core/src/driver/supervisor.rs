@@ -110,6 +110,7 @@ pub async fn run(
     let mut bridge_stops: HashMap<u64, mpsc::UnboundedSender<Duration>> = HashMap::new();
     // Decision channels' adapters, by launch number.
     let mut channel_stops: HashMap<u64, mpsc::UnboundedSender<Duration>> = HashMap::new();
+    let mut pass_stops: HashMap<u64, mpsc::UnboundedSender<Duration>> = HashMap::new();
     let mut tasks = tokio::task::JoinSet::new();
     let mut pools = Pools {
         waiting: standby_waiting,
@@ -141,6 +142,7 @@ pub async fn run(
         stops.retain(|_, tx| !tx.is_closed());
         bridge_stops.retain(|_, tx| !tx.is_closed());
         channel_stops.retain(|_, tx| !tx.is_closed());
+        pass_stops.retain(|_, tx| !tx.is_closed());
         match cmd {
             SupervisorCmd::Launch {
                 run_id,
@@ -236,6 +238,26 @@ pub async fn run(
                     let _ = tx.send(grace);
                 }
             }
+            SupervisorCmd::LaunchPass {
+                resource_uid,
+                launch,
+                spec,
+            } => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                pass_stops.insert(launch, tx);
+                tasks.spawn(super::pass_launch::watch_pass(
+                    resource_uid,
+                    launch,
+                    spec,
+                    rx,
+                    reports.clone(),
+                ));
+            }
+            SupervisorCmd::StopPass { launch, grace } => {
+                if let Some(tx) = pass_stops.get(&launch) {
+                    let _ = tx.send(grace);
+                }
+            }
         }
     }
     // The host is stopping: stop the standby workers and every child's group, then wait for
@@ -246,6 +268,7 @@ pub async fn run(
         .values()
         .chain(bridge_stops.values())
         .chain(channel_stops.values())
+        .chain(pass_stops.values())
     {
         let _ = tx.send(stop_grace);
     }

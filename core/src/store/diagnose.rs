@@ -321,7 +321,14 @@ pub(super) fn findings(c: &Connection, now: UnixMillis) -> StoreResult<Vec<Findi
         }]);
     }
     let mut findings = Vec::new();
-    for check in checks() {
+    let controller_checks = super::controllers::DIAGNOSE_CHECKS
+        .iter()
+        .map(|&(code, sql)| Check {
+            code,
+            sql,
+            repairable: false,
+        });
+    for check in checks().into_iter().chain(controller_checks) {
         let mut stmt = c.prepare_cached(check.sql)?;
         let rows = stmt.query_map([], |r| {
             Ok((

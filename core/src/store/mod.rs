@@ -17,6 +17,7 @@
 //! - the claim token is never stored (only its SHA-256), logged, or put in an error.
 
 mod children;
+mod controllers;
 mod diagnose;
 mod dump;
 mod durability;
@@ -65,6 +66,9 @@ pub use view::{
 /// piw_core::store::prelude::*` (or `crate::store::prelude::*`) brings them all into scope for
 /// calls on a `Store` or a `WriteTx`.
 pub mod prelude {
+    pub use piw_engine::store::controller_port::{
+        ControllerStorage as _, ControllerTransaction as _,
+    };
     pub use piw_engine::store::port::{
         ChildRecords as _, Effects as _, Holds as _, HostOps as _, Lifecycle as _, Recovery as _,
         Requests as _, Retention as _, RunReads as _, Storage as _, Timers as _, Transaction as _,
@@ -815,6 +819,11 @@ impl WriteTx<'_> {
                             revision, ?2, updated_at FROM runs WHERE run_id = ?1",
                 )?
                 .execute(params![run_id, op])?;
+        }
+        if status.is_terminal() {
+            // A controller's child workflow run ended: its resource looks again (rare: once
+            // per run, one indexed read).
+            self.wake_resources_of_runs(&[run_id.to_owned()])?;
         }
         self.revisions.push((run_id.to_owned(), revision as u64));
         Ok(revision as u64)

@@ -339,3 +339,113 @@ CREATE TABLE run_values (
     PRIMARY KEY (run_id, sha256)
 ) WITHOUT ROWID;
 CREATE INDEX run_values_by_value ON run_values (sha256);
+
+-- Controllers (store/controllers.rs): definitions a client registered per project, the
+-- resources they drive toward their spec, the work queue of reconcile passes, and what passes
+-- recorded. The host runs no controller code: each pass runs in a supervised child.
+CREATE TABLE controllers (
+    project_dir       TEXT    NOT NULL,
+    name              TEXT    NOT NULL,
+    source_path       TEXT    NOT NULL,
+    source_hash       TEXT    NOT NULL,
+    enabled           INTEGER NOT NULL DEFAULT 0 CHECK (enabled IN (0, 1)),
+    pass_deadline_ms  INTEGER NOT NULL CHECK (pass_deadline_ms > 0),
+    registered_at     INTEGER NOT NULL,
+    updated_at        INTEGER NOT NULL,
+    PRIMARY KEY (project_dir, name)
+) WITHOUT ROWID;
+
+-- One requested outcome: spec (its callers') and status (its controller's; NULL until the
+-- first pass), both canonical JSON of at most 1 MiB. resource_version grows with every write;
+-- generation only when the spec changes. uid is a row id (time and random bits): a resource
+-- made again under the same key gets a new one.
+CREATE TABLE controller_resources (
+    uid                    TEXT    PRIMARY KEY,
+    project_dir            TEXT    NOT NULL,
+    controller             TEXT    NOT NULL,
+    resource_key           TEXT    NOT NULL,
+    resource_version       INTEGER NOT NULL CHECK (resource_version >= 1),
+    generation             INTEGER NOT NULL CHECK (generation >= 1),
+    deletion_requested_at  INTEGER,
+    finalizers             TEXT    NOT NULL,   -- JSON array of names
+    spec                   TEXT    NOT NULL,
+    status                 TEXT,
+    created_at             INTEGER NOT NULL,
+    updated_at             INTEGER NOT NULL,
+    UNIQUE (project_dir, controller, resource_key),
+    FOREIGN KEY (project_dir, controller) REFERENCES controllers (project_dir, name)
+);
+
+-- The work queue: at most one row per resource (an event for a queued resource moves its row,
+-- never adds one). A pass holds the row while it runs: its claim token's hash (the token is
+-- never stored), its claim's end (the pass's deadline), the host epoch that launched its
+-- child, the resource_version it read. requeue_requested: an event arrived while it ran.
+CREATE TABLE controller_queue (
+    resource_uid        TEXT    PRIMARY KEY REFERENCES controller_resources (uid),
+    due_at              INTEGER NOT NULL,
+    reason              TEXT    NOT NULL,
+    consecutive_errors  INTEGER NOT NULL DEFAULT 0 CHECK (consecutive_errors >= 0),
+    pass_id             TEXT,
+    token_hash          TEXT,
+    lease_expires_at    INTEGER,
+    host_epoch          INTEGER REFERENCES host_epochs (epoch),
+    pass_started_at     INTEGER,
+    read_version        INTEGER,
+    requeue_requested   INTEGER NOT NULL DEFAULT 0 CHECK (requeue_requested IN (0, 1)),
+    CHECK ((pass_id IS NULL) = (token_hash IS NULL)),
+    CHECK ((pass_id IS NULL) = (lease_expires_at IS NULL)),
+    CHECK ((pass_id IS NULL) = (host_epoch IS NULL)),
+    CHECK ((pass_id IS NULL) = (read_version IS NULL))
+);
+CREATE INDEX controller_queue_due ON controller_queue (due_at) WHERE pass_id IS NULL;
+
+-- External effects a pass recorded before attempting them, one per (resource, key).
+CREATE TABLE controller_effects (
+    resource_uid         TEXT    NOT NULL REFERENCES controller_resources (uid),
+    effect_key           TEXT    NOT NULL,
+    kind                 TEXT    NOT NULL,
+    generation           INTEGER NOT NULL,
+    request_fingerprint  TEXT    NOT NULL,
+    state                TEXT    NOT NULL CHECK (state IN
+                             ('pending', 'applied', 'rejected', 'indeterminate')),
+    external_ref         TEXT,
+    error                TEXT,
+    started_at           INTEGER NOT NULL,
+    completed_at         INTEGER,
+    PRIMARY KEY (resource_uid, effect_key)
+) WITHOUT ROWID;
+
+-- Child workflow requests, one per (resource, request key); each attempt is a run of its own
+-- (run_ids: every attempt's, oldest first; run_id: the current one's). The request's state is
+-- its current run's status.
+CREATE TABLE controller_workflows (
+    resource_uid       TEXT    NOT NULL REFERENCES controller_resources (uid),
+    request_key        TEXT    NOT NULL,
+    request_id         TEXT    NOT NULL UNIQUE,
+    workflow           TEXT    NOT NULL,
+    input_fingerprint  TEXT    NOT NULL,
+    attempt            INTEGER NOT NULL CHECK (attempt >= 0),
+    run_id             TEXT,               -- no reference: a prune may remove an ended run
+    run_ids            TEXT    NOT NULL,   -- JSON array
+    created_at         INTEGER NOT NULL,
+    updated_at         INTEGER NOT NULL,
+    PRIMARY KEY (resource_uid, request_key)
+);
+CREATE INDEX controller_workflows_by_run ON controller_workflows (run_id);
+
+-- What each pass came to, the latest few per resource (store/controllers.rs keeps them).
+CREATE TABLE controller_passes (
+    pass_id         TEXT    PRIMARY KEY,
+    resource_uid    TEXT    NOT NULL,
+    project_dir     TEXT    NOT NULL,
+    controller      TEXT    NOT NULL,
+    resource_key    TEXT    NOT NULL,
+    generation      INTEGER NOT NULL,
+    outcome         TEXT    NOT NULL CHECK (outcome IN
+                        ('settled', 'requeue', 'error', 'deadline', 'conflict', 'interrupted')),
+    started_at      INTEGER NOT NULL,
+    duration_ms     INTEGER NOT NULL CHECK (duration_ms >= 0),
+    requeue_reason  TEXT,
+    message         TEXT
+);
+CREATE INDEX controller_passes_by_resource ON controller_passes (resource_uid, started_at);

@@ -91,6 +91,8 @@ pub enum ChildReport {
     Bridge(super::bridges::BridgeReport),
     /// About a decision channel's adapter (`super::channels`).
     Channel(super::channels::ChannelReport),
+    /// About a controller's pass child (`super::controllers`).
+    Pass(super::controllers::PassReport),
 }
 
 impl ChildReport {
@@ -103,6 +105,7 @@ impl ChildReport {
                 | super::bridges::BridgeReport::Exited { launch, .. },
             ) => *launch,
             ChildReport::Channel(super::channels::ChannelReport::Exited { launch, .. }) => *launch,
+            ChildReport::Pass(report) => report.launch(),
         }
     }
 }

@@ -39,6 +39,17 @@ pub fn on_child_reports(
         })
         .collect();
     crate::channels::on_reports(state, now, channel_reports);
+    let (pass_reports, reports): (Vec<_>, Vec<_>) = reports
+        .into_iter()
+        .partition(|r| matches!(r, ChildReport::Pass(_)));
+    let pass_reports = pass_reports
+        .into_iter()
+        .filter_map(|r| match r {
+            ChildReport::Pass(p) => Some(p),
+            _ => None,
+        })
+        .collect();
+    crate::controllers::on_reports(store, state, now, pass_reports);
     let (started, exited): (Vec<_>, Vec<_>) = reports
         .into_iter()
         .filter(|r| {
@@ -302,6 +313,9 @@ pub fn on_child_report(
         }
         ChildReport::Channel(report) => {
             crate::channels::on_reports(state, now, vec![report]);
+        }
+        ChildReport::Pass(report) => {
+            crate::controllers::on_reports(store, state, now, vec![report]);
         }
     }
 }

@@ -3,6 +3,7 @@
 //! request's class (read, durable command, worker, connection) is declared once, in
 //! `protocol::kind`.
 
+pub mod controller;
 pub mod decision;
 pub mod effect;
 pub mod host;

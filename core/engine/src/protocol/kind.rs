@@ -269,6 +269,32 @@ request_kinds! {
     Repair = "repair", NONE, Maintenance;
     /// Remove finished runs with everything that belongs to them, a batch at a time. Client.
     RunPrune = "run.prune" => RunPrune, NONE, Maintenance;
+    /// Register a controller discovered in a project (its file, its pass deadline). Client.
+    ControllerRegister = "controller.register" => ControllerRegister, NONE, Command;
+    /// Start a registered controller's passes. Client.
+    ControllerEnable = "controller.enable" => ControllerName, NONE, Command;
+    /// Stop a controller's passes (a running one is stopped; its resources stay queued). Client.
+    ControllerDisable = "controller.disable" => ControllerName, NONE, Command;
+    /// Create a resource or give it a new spec. Client.
+    ResourceApply = "resource.apply" => ResourceApply, NONE, Command;
+    /// One resource. Client.
+    ResourceGet = "resource.get" => ResourceRef, NONE, Read;
+    /// The resources of a project (of one controller). Client.
+    ResourceList = "resource.list" => ResourceList, NONE, Read;
+    /// Ask for a resource's deletion (it goes once its finalizers are empty). Client.
+    ResourceDelete = "resource.delete" => ResourceRef, NONE, Command;
+    /// Queue a pass of a resource now. Client.
+    ResourceReconcile = "resource.reconcile" => ResourceRef, NONE, Command;
+    /// Record an effect before attempting it. A controller's pass child.
+    ControllerEffectRecord = "controller.effect.record" => ControllerEffectRecord, NONE, Command;
+    /// The effect kept under a key. A controller's pass child.
+    ControllerEffectGet = "controller.effect.get" => ControllerEffectGet, NONE, Command;
+    /// Record what became of an effect. A controller's pass child.
+    ControllerEffectSettle = "controller.effect.settle" => ControllerEffectSettle, NONE, Command;
+    /// Find or start a child workflow run by its request key. A controller's pass child.
+    ControllerWorkflowEnsure = "controller.workflow.ensure" => ControllerWorkflowEnsure, NONE, Command;
+    /// Commit what a pass came to (status, finalizers, the next pass). A controller's pass child.
+    ControllerPassFinish = "controller.pass.finish" => ControllerPassFinish, NONE, Command;
     /// Authenticate a worker connection; the first message a worker sends. Worker.
     WorkerHello = "worker.hello" => WorkerHello, WORKER, Worker;
     /// A node attempt begins. Worker.
@@ -342,7 +368,7 @@ mod tests {
             assert!(seen.insert(kind.as_str()), "duplicate {kind}");
             assert_eq!(RequestKind::parse(kind.as_str()), Some(kind));
         }
-        assert_eq!(RequestKind::ALL.len(), 44);
+        assert_eq!(RequestKind::ALL.len(), 57);
         assert_eq!(RequestKind::parse("run.explode"), None);
     }
 

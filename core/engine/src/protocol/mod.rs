@@ -23,6 +23,7 @@
 #![warn(missing_docs)]
 
 pub mod canonical;
+pub mod controllers;
 pub mod frame;
 pub mod kind;
 pub mod launch;

@@ -15,6 +15,8 @@ pub use crate::store::model::{
 };
 pub use crate::store::records::CursorKey;
 
+pub use super::controllers::*;
+
 fn empty_input() -> Value {
     Value::Object(serde_json::Map::new())
 }

@@ -63,6 +63,9 @@ pub struct ChildConfig {
     /// How decision channels' adapters run (`crate::channels`); `None`: the host runs none
     /// (hosts built by hand, as in tests).
     pub channels: Option<ChannelSettings>,
+    /// How controllers' pass children run (`crate::controllers`); `None`: the host runs no
+    /// passes (hosts built by hand, as in tests).
+    pub controllers: Option<super::controllers::PassSettings>,
 }
 
 /// A runtime that is not available: the suffixes it would serve, and what is missing.
@@ -99,6 +102,7 @@ impl Default for ChildConfig {
             workflow_env: Vec::new(),
             bridges: None,
             channels: None,
+            controllers: None,
         }
     }
 }
@@ -189,4 +193,13 @@ pub enum SupervisorCmd {
     },
     /// Stop the adapter of launch `launch`: SIGTERM to its group, SIGKILL after `grace`.
     StopChannel { launch: u64, grace: Duration },
+    /// Start a controller's pass child for resource `resource_uid` (`crate::controllers`);
+    /// its envelope (with the pass's token) is the spec's stdin.
+    LaunchPass {
+        resource_uid: String,
+        launch: u64,
+        spec: SpawnSpec,
+    },
+    /// Stop the pass child of launch `launch`: SIGTERM to its group, SIGKILL after `grace`.
+    StopPass { launch: u64, grace: Duration },
 }

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 pub mod bridges;
 pub mod channels;
 pub mod children;
+pub mod controllers;
 pub mod presence;
 pub mod retention;
 
@@ -93,6 +94,8 @@ pub struct HostState {
     pub presence: presence::Presence,
     /// Decision channels' adapters (`crate::channels`).
     pub channels: channels::Channels,
+    /// Controllers' pass children (`crate::controllers`).
+    pub controllers: controllers::Controllers,
 }
 
 impl HostState {
@@ -128,6 +131,7 @@ impl HostState {
             bridges: Default::default(),
             presence: Default::default(),
             channels: Default::default(),
+            controllers: Default::default(),
         }
     }
 

@@ -148,6 +148,10 @@ pub enum StoreError {
     /// A stored value is outside the schema's vocabulary (hand-edited database).
     #[error("corrupt row: {0}")]
     CorruptRow(String),
+
+    /// A refusal of controllers' resources, effects, workflow requests or passes.
+    #[error(transparent)]
+    Controller(#[from] super::controllers::ControllerStoreError),
 }
 
 /// What is wrong with a file piw would hand to SQLite ([`StoreError::UnsafeFile`]).

@@ -36,7 +36,7 @@ pub type TxBody<'f, T> = Box<dyn FnOnce(&mut dyn Transaction) -> StoreResult<T> 
 /// Reads of the durable state, and the way to change it ([`Storage::write_dyn`]; only
 /// [`Retention::prune_runs`], which must change how its transaction is opened, writes
 /// outside it).
-pub trait Storage: RunReads + Retention {
+pub trait Storage: RunReads + Retention + ControllerStorage {
     /// Runs `body` in one transaction at time `now` (the transaction's every expiry comparison
     /// and timestamp: the engine's turn's time, never a clock the store reads) and commits it
     /// if `body` succeeds; if it fails, nothing it did is kept. A transaction the database
@@ -214,7 +214,16 @@ pub trait Retention {
 
 /// Every change the engine makes, inside one transaction that commits or rolls back whole.
 pub trait Transaction:
-    Lifecycle + Requests + Holds + Timers + Effects + ValueWrites + Recovery + ChildRecords + HostOps
+    Lifecycle
+    + Requests
+    + Holds
+    + Timers
+    + Effects
+    + ValueWrites
+    + Recovery
+    + ChildRecords
+    + HostOps
+    + ControllerTransaction
 {
     /// Runs `body` in a savepoint: if it fails, what it did is undone and its error returned,
     /// while the transaction stays usable. The engine calls [`dyn Transaction::savepoint`].
