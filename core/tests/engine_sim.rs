@@ -2783,6 +2783,11 @@ impl Sim {
             if round % 4 == 2 {
                 self.submit(false);
             }
+            // Runs finish here most: prunes (and dry ones) meet many finished runs.
+            if round % 8 == 3 {
+                let dry = self.rng.chance(40);
+                self.send_prune(dry);
+            }
             for child in 0..self.children.len() {
                 if self.live(child) {
                     self.child_step_of(child);
