@@ -1154,9 +1154,14 @@ impl Sim {
         };
         let pending = steps.iter().find(|s| s.3 == "pending").cloned();
         let Some((interaction, node, attempt, _)) = pending else {
-            // Nothing open for it: it ends by itself (`BRIDGE_EXIT.done`).
-            if steps.is_empty() && self.rng.chance(30) {
-                self.exit_bridge(bridge, Some(0), None, "the run has no step for it");
+            if steps.is_empty() {
+                // Nothing open for it: it ends by itself (`BRIDGE_EXIT.done`).
+                if self.rng.chance(30) {
+                    self.exit_bridge(bridge, Some(0), None, "the run has no step for it");
+                }
+            } else if self.rng.chance(25) {
+                // Its answer is being judged: Pi crashes meanwhile. The answer must stand.
+                self.exit_bridge(bridge, None, Some(9), "crashed while its answer was judged");
             }
             return;
         };
@@ -1727,10 +1732,10 @@ impl Sim {
                     });
                 }
                 SupervisorCmd::RemoveLogs { dirs } => {
-                    self.history.push(format!(
-                        "supervisor: remove the logs of {} runs",
-                        dirs.len()
-                    ));
+                    if !dirs.is_empty() {
+                        self.history
+                            .push(format!("supervisor: remove the logs of {} runs", dirs.len()));
+                    }
                     for dir in dirs {
                         if !dir.starts_with(&self.logs) {
                             self.fail(&format!(
