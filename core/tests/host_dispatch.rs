@@ -118,6 +118,57 @@ fn reports_about_an_abandoned_launch_are_ignored() {
     assert_eq!(f.store.children(&run_id).unwrap()[0].pid, Some(4343));
 }
 
+/// A launch whose transaction failed to commit may be of a run that was never stored (its
+/// `run.start` was in the same batch): the supervisor created the child's log at its spawn, and
+/// once the child exits that log directory goes, as a pruned run's does. A run that is stored
+/// keeps its logs.
+#[test]
+fn the_logs_of_an_abandoned_launch_of_a_run_never_stored_are_removed() {
+    use piw_core::engine::children::{on_child_reports, ChildReport, SupervisorCmd};
+    use piw_core::store::ChildExitRecord;
+
+    let mut f = Fixture::new();
+    let stored = f.start();
+    let never = "run-0000000000000000000000000000".to_owned();
+    let mut state = HostState::new(Box::new(piw_core::ids::OsIds));
+    state.child_config.output_logs = Some("/home/piw/logs".into());
+    state.abandoned_launches.insert(7, never.clone());
+    state.abandoned_launches.insert(8, stored.clone());
+    let exited = |run_id: &str, launch| ChildReport::Exited {
+        host_ran_out_of: None,
+        run_id: run_id.to_owned(),
+        generation: 1,
+        child_epoch: 1,
+        launch,
+        exit: ChildExitRecord {
+            reason: "stopped by the host by signal 9".into(),
+            signal: Some(9),
+            ..Default::default()
+        },
+    };
+    state.now = f.store.now_ms();
+    on_child_reports(
+        &mut f.store,
+        &mut state,
+        vec![exited(&never, 7), exited(&stored, 8)],
+    );
+    let removed: Vec<_> = state
+        .child_commands
+        .iter()
+        .filter_map(|c| match c {
+            SupervisorCmd::RemoveLogs { dirs } => Some(dirs.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        removed,
+        vec![vec![std::path::PathBuf::from(format!(
+            "/home/piw/logs/{never}"
+        ))]]
+    );
+    assert!(state.abandoned_launches.is_empty());
+}
+
 /// A host state of epoch 1 that supervises (its orders wait in `child_commands`), with one
 /// runtime for `.workflow.mjs` (`/bin/true`; `standby`: whether it keeps pooled workers).
 fn host_state_with_runtime(f: &mut Fixture, standby: bool) -> HostState {

@@ -33,6 +33,7 @@ pub fn on_child_reports(store: &mut dyn Storage, state: &mut HostState, reports:
         })
         .collect();
     crate::channels::on_reports(state, state.now, channel_reports);
+    let mut abandoned_ended = Vec::new();
     let (started, exited): (Vec<_>, Vec<_>) = reports
         .into_iter()
         .filter(|r| {
@@ -41,11 +42,12 @@ pub fn on_child_reports(store: &mut dyn Storage, state: &mut HostState, reports:
                 return true;
             }
             if matches!(r, ChildReport::Exited { .. }) {
-                state.abandoned_launches.remove(&r.launch());
+                abandoned_ended.extend(state.abandoned_launches.remove(&r.launch()));
             }
             false
         })
         .partition(|r| matches!(r, ChildReport::Started { .. }));
+    remove_logs_of_runs_never_stored(store, state, abandoned_ended);
     for report in &started {
         if let ChildReport::Started {
             run_id,
@@ -86,6 +88,32 @@ pub fn on_child_reports(store: &mut dyn Storage, state: &mut HostState, reports:
     }
     for report in exited {
         on_child_report(store, state, report);
+    }
+}
+
+/// The log directories of abandoned launches (their exits just reported) whose run the store
+/// does not hold: the run's `run.start` was in the batch that failed to commit, so the run
+/// never existed, but the supervisor created its child's log at the spawn. Nothing else would
+/// remove it (a prune removes stored runs' logs; the sweep at a host's first prune looks only
+/// once, before this can happen). A stored run keeps its logs.
+fn remove_logs_of_runs_never_stored(
+    store: &dyn Storage,
+    state: &mut HostState,
+    run_ids: Vec<String>,
+) {
+    let Some(logs) = state.child_config.output_logs.clone() else {
+        return;
+    };
+    let dirs: Vec<_> = run_ids
+        .iter()
+        .filter(|run_id| !state.children.contains_key(*run_id))
+        .filter(|run_id| matches!(store.run_view(run_id), Ok(None)))
+        .filter_map(|run_id| crate::retention::run_log_dir(&logs, run_id))
+        .collect();
+    if !dirs.is_empty() {
+        state
+            .child_commands
+            .push(SupervisorCmd::RemoveLogs { dirs });
     }
 }
 
