@@ -1966,6 +1966,72 @@ fn a_detached_step_gets_one_bridge_and_a_killed_bridge_fails_its_attempt() {
     );
 }
 
+/// A killed bridge's step whose failing does not commit (a full disk) is not left open with no
+/// bridge and nothing to look at it again: the loss is kept, a retry is due, and the step fails
+/// then (found by the simulation, seed 27).
+#[test]
+fn a_lost_bridges_step_whose_failing_did_not_commit_fails_at_the_retry() {
+    use piw_core::engine::bridges::{self, BridgeReport};
+    use piw_core::engine::children::{on_child_reports, ChildReport};
+    use piw_core::store::{ChildExitRecord, ExecutionMode, NewRun};
+    use std::sync::atomic::Ordering;
+
+    let mut f = Fixture::new();
+    let run_id = f.start_with(NewRun {
+        definition: Some(json!({"name": "w", "start": "a",
+            "nodes": {"a": {"kind": "agent"}}, "edges": []})),
+        execution_mode: ExecutionMode::Detached,
+        ..common::new_run(None)
+    });
+    let act = f.activate(&run_id);
+    let attempt = f
+        .store
+        .write(|w| w.node_started(&act.claim, "a", None))
+        .unwrap();
+    let interaction = f.ask(&act.claim, &attempt, None);
+    let mut state = host_state_with_runtime(&mut f, false);
+    state.child_config.bridges = Some(bridge_settings(&f));
+    state.now = f.store.now_ms();
+    bridges::reconcile(&mut f.store, &mut state);
+    let launch = state.bridges.live[&run_id].launch;
+    on_child_reports(
+        &mut f.store,
+        &mut state,
+        vec![ChildReport::Bridge(BridgeReport::Exited {
+            run_id: run_id.clone(),
+            launch,
+            exit: ChildExitRecord {
+                signal: Some(9),
+                reason: "exited by signal 9".into(),
+                ..Default::default()
+            },
+        })],
+    );
+    f.fail_next_commit.store(true, Ordering::SeqCst);
+    bridges::reconcile(&mut f.store, &mut state);
+    let status = |f: &Fixture| {
+        f.store.interactions(Some(&run_id), None).unwrap()[0]
+            .status
+            .clone()
+    };
+    assert_eq!(status(&f), "pending", "the failing did not commit");
+    let retry = bridges::next_deadline(&state).expect("a retry is due");
+    state.now = retry;
+    bridges::reconcile(&mut f.store, &mut state);
+    let interactions = f.store.interactions(Some(&run_id), None).unwrap();
+    assert_eq!(interactions[0].interaction_id, interaction);
+    assert_eq!(interactions[0].status, "cancelled");
+    assert_eq!(
+        f.store.attempts(&run_id).unwrap()[0].error.as_deref(),
+        Some("the Pi bridge was killed by signal 9")
+    );
+    assert_eq!(
+        bridges::next_deadline(&state),
+        None,
+        "nothing left to retry"
+    );
+}
+
 /// `run.detach` of an interactive run whose agent step is already open hands that step to a
 /// bridge in the same turn. The bridges look again only after requests that can change a
 /// detached step; `run.detach` was not among them, so such a run stayed `waiting` with no Pi
