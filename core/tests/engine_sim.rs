@@ -27,6 +27,22 @@
 //! faults could have cost it (a kill, a failed commit, a stop the host ordered). A host
 //! restart or a clock jump alone is no loss.
 //!
+//! Clients also prune (`run.prune` by age, status and `keep`, dry runs, a status not finished,
+//! which is refused), some host lives prune on their own (retention), and a host is killed
+//! right after a prune commits. A prune's answer is the one a model of the selection computes
+//! from the store before its turn; no prune removes a run that was not finished or whose child
+//! is still exiting; a pruned run leaves no row of any table with a `run_id`, no submission and
+//! not its large value; the store holds every acknowledged run no prune removed; once a host
+//! has pruned, no log directory stays of a run it does not hold (its first prune sweeps those
+//! an earlier life left). Every fourth run starts detached, and clients detach others, also
+//! mid-step; each host life has Pi for bridges, no bridges (`run.detach` is refused) or no Pi.
+//! Simulated bridges say hello, submit, crash (also while their answer is judged), refuse
+//! their run, are too slow for the handshake, or exit when stopped. A detached run's open step
+//! is served by a live bridge, by one starting while no child slot is free, or by nobody with a
+//! reason, never silently unserved; it is held exactly from its bridge's hello to its exit; a
+//! submission being judged or accepted is never dropped (a bridge's crash fails a step only
+//! once its judged answer is rejected). The settling ends with every finished run pruned.
+//!
 //! The seed gives everything: the schedule, and every id and token the host draws (a seeded
 //! `IdSource`, which only this file has), so a seed replays the same history and database
 //! byte for byte.
@@ -2701,7 +2717,8 @@ impl Sim {
 
     /// A detached run's open step is never silently unserved: the host reports (`run.status`'s
     /// `step_service`) a bridge that is alive, or one starting while no child slot is free
-    /// for it, or nobody with a reason; never a session.
+    /// for it (or while the failing of a lost bridge's step waits for its retry after a
+    /// failed commit), or nobody with a reason; never a session.
     fn check_detached_steps_served(&mut self) {
         let Some(host) = self.host.as_ref() else {
             return;
@@ -2730,7 +2747,10 @@ impl Sim {
             let has_child = host.state.children.contains_key(&run.run_id);
             let wrong = match service.served_by.as_str() {
                 "bridge" => !bridge_alive,
-                "bridge_starting" => free > 0 || has_child,
+                // Waiting for a slot, or for the retry of a failing that did not commit.
+                "bridge_starting" => {
+                    (free > 0 || has_child) && host.state.bridges.retry_at.is_none()
+                }
                 "nobody" => service.why.is_none(),
                 _ => true,
             };
