@@ -135,7 +135,7 @@ fn start_is_detached(index: usize) -> bool {
 
 /// Whether start `index`'s input names a Pi model for its detached steps.
 fn start_names_a_model(index: usize) -> bool {
-    index % 3 != 0
+    !index.is_multiple_of(3)
 }
 
 fn start_input(index: usize) -> Value {
