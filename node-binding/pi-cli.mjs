@@ -15,7 +15,6 @@
 //     Rejects with a PiUnavailableError unless Pi lists `provider/model` and has credentials
 //     for the provider (`pi --list-models`, `pi auth check`).
 //   piCommand(pi, args) -> { command, args }: the command that runs Pi with `args`.
-import { spawn } from 'node:child_process';
 import { accessSync, constants, existsSync, readFileSync } from 'node:fs';
 import { delimiter, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -123,7 +122,8 @@ function locate(env) {
 function runPi(pi, args, { env, cwd, timeoutMs }) {
   const { command, args: argv } = piCommand(pi, args);
   return new Promise((resolve, reject) => {
-    const child = spawn(command, argv, { env, cwd, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+    // `node:child_process` on first use: every workflow worker imports this module through the package.
+    const child = process.getBuiltinModule('node:child_process').spawn(command, argv, { env, cwd, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.setEncoding('utf8').on('data', (c) => (stdout = (stdout + c).slice(-200_000)));

@@ -8,10 +8,11 @@ import { runWorker, warmUp } from './lib/runtime.js';
 import './index.js';
 
 // A standby worker (started before its run was known) warms the runtime up while it waits.
-if (process.env.PIW_STANDBY === '1') {
+const standby = process.env.PIW_STANDBY === '1';
+if (standby) {
   delete process.env.PIW_STANDBY;
   await warmUp();
 }
-const code = await runWorker();
+const code = await runWorker({ standby });
 // Exit now: workflow code may have left timers or handles behind, and the child's job is done.
 process.exit(code);

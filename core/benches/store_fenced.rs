@@ -17,6 +17,7 @@
 //! 3. 64 runs: the same, round-robin across 64 activated runs, one transaction per transition;
 //! 4. 64 runs, group commit: K transitions per `store.write`, each in its own savepoint.
 
+use piw_core::store::prelude::*;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 

@@ -55,6 +55,7 @@
 //! the `PIW_SIM_ONLY` steps that replay it. `PIW_SIM_VERBOSE=1` also prints the history of the
 //! failing run before shrinking.
 
+use piw_core::store::prelude::*;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -305,7 +306,7 @@ struct SimChild {
     /// The host asked the supervisor to stop it.
     stop_requested: bool,
     /// Its hello was acknowledged: its connection speaks for its run and generation (the
-    /// connection refuses any other worker message, `conn::worker_may_send`).
+    /// connection refuses any other worker message, `admission::worker_may_send`).
     greeted: bool,
     /// Its process ended (the report is on its way).
     exited: bool,
@@ -2625,7 +2626,8 @@ impl Sim {
 
     /// The invariants that hold after every step.
     fn check(&mut self) {
-        let mut findings = self.store().diagnose().expect("diagnose");
+        let store = self.store();
+        let mut findings = store.diagnose(store.now_ms()).expect("diagnose");
         // The part of a large value a lost child left (`value_partial`, which `repair`
         // removes) is no contradiction: no row names it, and the run's next child uploads the
         // value again.

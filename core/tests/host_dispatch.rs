@@ -7,6 +7,7 @@ use common::Fixture;
 use piw_core::engine::dispatch::{apply_command, apply_read};
 use piw_core::engine::state::HostState;
 use piw_core::protocol::{payload, Request, RequestBody};
+use piw_core::store::prelude::*;
 use piw_core::store::{DecisionKind, Fence, InteractionKind, RunStatus};
 use serde_json::json;
 
@@ -104,8 +105,13 @@ fn reports_about_an_abandoned_launch_are_ignored() {
             ..Default::default()
         },
     };
-    state.now = f.store.now_ms();
-    on_child_reports(&mut f.store, &mut state, vec![started(7, 4242), exited]);
+    let now = f.store.now_ms();
+    on_child_reports(
+        &mut f.store,
+        &mut state,
+        now,
+        vec![started(7, 4242), exited],
+    );
     let record = &f.store.children(&run_id).unwrap()[0];
     assert_eq!((record.pid, record.exited), (None, false), "{record:?}");
     assert!(
@@ -113,8 +119,8 @@ fn reports_about_an_abandoned_launch_are_ignored() {
         "forgotten after its exit"
     );
     // The report of the launch that did commit is recorded.
-    state.now = f.store.now_ms();
-    on_child_reports(&mut f.store, &mut state, vec![started(8, 4343)]);
+    let now = f.store.now_ms();
+    on_child_reports(&mut f.store, &mut state, now, vec![started(8, 4343)]);
     assert_eq!(f.store.children(&run_id).unwrap()[0].pid, Some(4343));
 }
 
@@ -146,10 +152,11 @@ fn the_logs_of_an_abandoned_launch_of_a_run_never_stored_are_removed() {
             ..Default::default()
         },
     };
-    state.now = f.store.now_ms();
+    let now = f.store.now_ms();
     on_child_reports(
         &mut f.store,
         &mut state,
+        now,
         vec![exited(&never, 7), exited(&stored, 8)],
     );
     let removed: Vec<_> = state
@@ -220,8 +227,8 @@ fn after_a_failed_activation_commit_children_wait_for_their_commit() {
 
     // The first failure: the child was launched early, so it is stopped.
     f.fail_next_commit.store(true, Ordering::SeqCst);
-    state.now = f.store.now_ms();
-    schedule(&mut f.store, &mut state);
+    let now = f.store.now_ms();
+    schedule(&mut f.store, &mut state, now);
     assert_eq!(sent(&mut state), ["launch 0", "stop"]);
     assert!(state.launch_after_commit);
     assert_eq!(
@@ -229,10 +236,11 @@ fn after_a_failed_activation_commit_children_wait_for_their_commit() {
         1,
         "the stopped child holds its slot until it exits"
     );
-    state.now = f.store.now_ms();
+    let now = f.store.now_ms();
     on_child_reports(
         &mut f.store,
         &mut state,
+        now,
         vec![ChildReport::Exited {
             host_ran_out_of: None,
             run_id: run_id.clone(),
@@ -246,14 +254,14 @@ fn after_a_failed_activation_commit_children_wait_for_their_commit() {
 
     // Failing again: nothing starts.
     f.fail_next_commit.store(true, Ordering::SeqCst);
-    state.now = f.store.now_ms();
-    schedule(&mut f.store, &mut state);
+    let now = f.store.now_ms();
+    schedule(&mut f.store, &mut state, now);
     assert_eq!(sent(&mut state), Vec::<String>::new());
     assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Queued);
 
     // The next commit succeeds: the child is launched after it, and early launching resumes.
-    state.now = f.store.now_ms();
-    schedule(&mut f.store, &mut state);
+    let now = f.store.now_ms();
+    schedule(&mut f.store, &mut state, now);
     assert_eq!(sent(&mut state), ["launch 1"]);
     assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Running);
     assert!(!state.launch_after_commit);
@@ -268,8 +276,8 @@ fn standby_worker_died_before_hello(f: &mut Fixture, run_id: &str) -> HostState 
 
     let mut state = host_state_with_runtime(f, true);
     state.child_config.standby_workers = 2;
-    state.now = f.store.now_ms();
-    schedule(&mut f.store, &mut state);
+    let now = f.store.now_ms();
+    schedule(&mut f.store, &mut state, now);
     let first = launches(&mut state);
     let [launched @ (_, _, _, true)] = first[..] else {
         panic!("the first launch draws on the pool: {first:?}");
@@ -279,10 +287,11 @@ fn standby_worker_died_before_hello(f: &mut Fixture, run_id: &str) -> HostState 
         reason: "killed by SIGKILL".into(),
         ..Default::default()
     };
-    state.now = f.store.now_ms();
+    let now = f.store.now_ms();
     on_child_reports(
         &mut f.store,
         &mut state,
+        now,
         started_then_exited(run_id, launched, exit),
     );
     assert_eq!(
@@ -347,8 +356,8 @@ fn a_run_whose_standby_worker_died_before_its_hello_restarts_in_a_fresh_process(
     let mut f = Fixture::new();
     let run_id = f.start();
     let mut state = standby_worker_died_before_hello(&mut f, &run_id);
-    state.now = f.store.now_ms();
-    piw_core::engine::children::schedule(&mut f.store, &mut state);
+    let now = f.store.now_ms();
+    piw_core::engine::children::schedule(&mut f.store, &mut state, now);
     let second = launches(&mut state);
     assert!(
         matches!(second[..], [(_, _, _, false)]),
@@ -367,8 +376,8 @@ fn no_standby_pool_is_named_when_standby_workers_is_zero() {
         f.start();
         let mut state = host_state_with_runtime(&mut f, true);
         state.child_config.standby_workers = configured;
-        state.now = f.store.now_ms();
-        schedule(&mut f.store, &mut state);
+        let now = f.store.now_ms();
+        schedule(&mut f.store, &mut state, now);
         let launched = launches(&mut state);
         assert!(
             matches!(launched[..], [(_, _, _, p)] if p == pooled),
@@ -387,10 +396,11 @@ fn a_forgiven_standby_death_is_forgotten_when_its_run_ends_before_a_relaunch() {
         .write(|w| w.cancel(&run_id, piw_core::store::Fence::Unclaimed, "not needed"))
         .unwrap();
     // What the store thread does after a batch that touched the run.
-    state.now = f.store.now_ms();
+    let now = f.store.now_ms();
     piw_core::engine::children::forget_released_claims(
         &f.store,
         &mut state,
+        now,
         Some(std::slice::from_ref(&run_id)),
     );
     assert!(
@@ -413,8 +423,8 @@ fn ready_runs_whose_activation_failed_to_commit_are_tried_again() {
     let mut state = host_state_with_runtime(&mut f, false);
     state.launch_after_commit = true; // an earlier activation commit failed
     f.fail_next_commit.store(true, Ordering::SeqCst);
-    state.now = f.store.now_ms();
-    schedule(&mut f.store, &mut state);
+    let now = f.store.now_ms();
+    schedule(&mut f.store, &mut state, now);
     assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Queued);
     assert!(state.child_commands.is_empty(), "nothing launched");
     let retry =
@@ -425,20 +435,20 @@ fn ready_runs_whose_activation_failed_to_commit_are_tried_again() {
     let first_wait = retry - f.store.now_ms();
     f.clock.advance(first_wait);
     f.fail_next_commit.store(true, Ordering::SeqCst);
-    state.now = f.store.now_ms();
-    due_child_work(&mut f.store, &mut state);
-    state.now = f.store.now_ms();
-    schedule(&mut f.store, &mut state);
+    let now = f.store.now_ms();
+    due_child_work(&mut f.store, &mut state, now);
+    let now = f.store.now_ms();
+    schedule(&mut f.store, &mut state, now);
     assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Queued);
     let retry =
         next_child_deadline(&f.store, &state, f.store.now_ms()).expect("a deadline to try again");
     assert_eq!(retry - f.store.now_ms(), 2 * first_wait);
 
     f.clock.advance(retry - f.store.now_ms());
-    state.now = f.store.now_ms();
-    due_child_work(&mut f.store, &mut state);
-    state.now = f.store.now_ms();
-    schedule(&mut f.store, &mut state);
+    let now = f.store.now_ms();
+    due_child_work(&mut f.store, &mut state, now);
+    let now = f.store.now_ms();
+    schedule(&mut f.store, &mut state, now);
     assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Running);
     assert!(matches!(
         state.child_commands.first(),
@@ -464,8 +474,8 @@ fn a_hello_whose_batch_failed_to_commit_can_be_said_again() {
     let mut f = Fixture::new();
     let run_id = f.start();
     let mut state = host_state_with_runtime(&mut f, false);
-    state.now = f.store.now_ms();
-    schedule(&mut f.store, &mut state);
+    let now = f.store.now_ms();
+    schedule(&mut f.store, &mut state, now);
     let Some(SupervisorCmd::Launch {
         spec, generation, ..
     }) = state.child_commands.pop()
@@ -513,8 +523,8 @@ fn an_unroutable_node_timeout_does_not_make_the_store_thread_spin() {
     let mut f = Fixture::new();
     let run_id = f.start();
     let mut state = host_state_with_runtime(&mut f, false);
-    state.now = f.store.now_ms();
-    schedule(&mut f.store, &mut state);
+    let now = f.store.now_ms();
+    schedule(&mut f.store, &mut state, now);
     let claim = state.claims[&run_id].clone();
     let graph = json!({"name": "w", "start": "a",
         "nodes": {"a": {"kind": "action", "timeout_ms": 1000}, "b": {"kind": "compute"}},
@@ -530,8 +540,8 @@ fn an_unroutable_node_timeout_does_not_make_the_store_thread_spin() {
         .unwrap();
     f.reserve_and_apply(&claim, &attempt, "k", RetryContract::Never);
     f.clock.advance(2000);
-    state.now = f.store.now_ms();
-    due_child_work(&mut f.store, &mut state);
+    let now = f.store.now_ms();
+    due_child_work(&mut f.store, &mut state, now);
     assert!(
         state.children[&run_id].stopping,
         "the child is being stopped"
@@ -599,8 +609,8 @@ fn a_child_that_keeps_dying_leaves_its_last_stderr_line_in_the_review_reason() {
     let run_id = f.start();
     let mut state = host_state_with_runtime(&mut f, false);
     for _ in 0..3 {
-        state.now = f.store.now_ms();
-        schedule(&mut f.store, &mut state);
+        let now = f.store.now_ms();
+        schedule(&mut f.store, &mut state, now);
         let launched = launches(&mut state);
         let [one @ (_, _, _, false)] = launched[..] else {
             panic!("one fresh launch: {launched:?}");
@@ -611,10 +621,11 @@ fn a_child_that_keeps_dying_leaves_its_last_stderr_line_in_the_review_reason() {
             stderr_tail: b"starting\ncannot spawn /nope/node: not found\n".to_vec(),
             ..Default::default()
         };
-        state.now = f.store.now_ms();
+        let now = f.store.now_ms();
         on_child_reports(
             &mut f.store,
             &mut state,
+            now,
             started_then_exited(&run_id, one, exit),
         );
         // Past any back-off before the next launch.
@@ -752,6 +763,7 @@ fn the_status_of_a_run_with_thousands_of_attempts_fits_and_pages_back() {
                 reply_limit: DEFAULT_MAX_FRAME_BYTES,
                 ..HostState::new(Box::new(piw_core::ids::OsIds))
             },
+            f.store.now_ms(),
             &req,
         )
         .expect("a status that fits")
@@ -811,6 +823,7 @@ fn the_status_of_a_run_with_thousands_of_attempts_fits_and_pages_back() {
             reply_limit: DEFAULT_MAX_FRAME_BYTES,
             ..HostState::new(Box::new(piw_core::ids::OsIds))
         },
+        f.store.now_ms(),
         &req,
     )
     .unwrap_err();
@@ -856,6 +869,7 @@ fn interaction_list_of_a_session_fits_a_reply() {
                 reply_limit: limits.max_frame_bytes,
                 ..HostState::new(Box::new(piw_core::ids::OsIds))
             },
+            f.store.now_ms(),
             &req,
         )
         .unwrap();
@@ -1002,7 +1016,9 @@ fn run_status_with_large_messages_of_a_sessionless_run_fits_a_reply() {
         ..HostState::new(Box::new(piw_core::ids::OsIds))
     };
     let req = Request::new("st", RequestBody::RunStatus(Default::default())).with_run_id(&run_id);
-    let body = apply_read(&f.store, &state, &req).unwrap().body;
+    let body = apply_read(&f.store, &state, f.store.now_ms(), &req)
+        .unwrap()
+        .body;
     let encoded = encode_frame(
         &ServerFrame::receipt("st", Receipt::new(None, body.clone())),
         &limits,
@@ -1315,6 +1331,7 @@ fn a_raw_workers_progress_and_notify_events_are_bounded() {
             reply_limit: 1 << 20,
             ..HostState::new(Box::new(piw_core::ids::OsIds))
         },
+        f.store.now_ms(),
         &Request::new("st", RequestBody::RunStatus(Default::default())).with_run_id(&run_id),
     )
     .unwrap()
@@ -1461,6 +1478,7 @@ fn run_list_pages_through_every_run_exactly_once_while_runs_start_and_end() {
                 reply_limit: DEFAULT_MAX_FRAME_BYTES,
                 ..HostState::new(Box::new(piw_core::ids::OsIds))
             },
+            f.store.now_ms(),
             &req,
         )
         .expect("a list that fits")
@@ -1577,7 +1595,9 @@ fn run_list_filters_by_run_id_prefix() {
             reply_limit: piw_core::protocol::DEFAULT_MAX_FRAME_BYTES,
             ..HostState::new(Box::new(piw_core::ids::OsIds))
         };
-        let body = apply_read(&f.store, &state, &req).unwrap().body;
+        let body = apply_read(&f.store, &state, f.store.now_ms(), &req)
+            .unwrap()
+            .body;
         let mut got: Vec<String> = body["runs"]
             .as_array()
             .unwrap()
@@ -1650,7 +1670,7 @@ fn launched_child(
 /// a batch's reads are answered (and may leave) before its commands commit; a launch goes to
 /// the supervisor inside the transaction, before the commit; the commit's events go out
 /// before its receipts (a client that subscribes after a receipt misses no event before it).
-/// The host's first prune ends its turn with the sweep of leftover run logs, once.
+/// The host's first prune asks for the sweep of leftover run logs, once.
 #[test]
 fn a_turn_hands_its_effects_to_the_driver_in_order() {
     use piw_core::engine::handlers::run::PreparedStart;
@@ -1747,8 +1767,9 @@ fn a_turn_hands_its_effects_to_the_driver_in_order() {
         RunStatus::Running
     );
 
-    // The host's first prune ends its turn by asking the driver to sweep the log directories
-    // of runs that no longer exist; a later prune does not ask again.
+    // The host's first prune asks the driver to sweep the log directories of runs that no
+    // longer exist (the driver does it once the turn has returned); a later prune does not
+    // ask again.
     let logs = std::path::PathBuf::from("/nonexistent/piw-test-logs");
     state.child_config.output_logs = Some(logs.clone());
     for round in 0..2 {
@@ -1778,14 +1799,30 @@ fn a_turn_hands_its_effects_to_the_driver_in_order() {
                 "{:#?}",
                 recorder.0
             );
-            assert!(
-                recorder.0.last().unwrap().starts_with("sweep"),
-                "{:#?}",
-                recorder.0
-            );
         } else {
             assert!(sweeps.is_empty(), "{:#?}", recorder.0);
         }
+    }
+
+    // The host's own retention pass asks the same way, once, at its first prune.
+    let mut state = host_state_with_runtime(&mut f, false);
+    state.child_config.output_logs = Some(logs.clone());
+    state.retention = piw_core::engine::retention::Retention::from_settings(Some(1), None);
+    for round in 0..2 {
+        state.retention_due_at = Some(0);
+        let mut recorder = Recorder::default();
+        let now = f.store.now_ms();
+        turn(
+            &mut f.store,
+            &mut state,
+            now,
+            Vec::new(),
+            Some(0),
+            &mut recorder,
+        );
+        assert_ne!(state.retention_due_at, Some(0), "the pass ran");
+        let sweeps = recorder.0.iter().filter(|l| l.starts_with("sweep")).count();
+        assert_eq!(sweeps, usize::from(round == 0), "{:#?}", recorder.0);
     }
 }
 
@@ -1845,7 +1882,7 @@ fn value_get_pieces_fit_a_frame_and_add_up_to_the_value() {
             reply_limit: limits.max_frame_bytes,
             ..HostState::new(Box::new(piw_core::ids::OsIds))
         };
-        let receipt = apply_read(&f.store, &state, &req).unwrap();
+        let receipt = apply_read(&f.store, &state, f.store.now_ms(), &req).unwrap();
         let encoded = encode_frame(&ServerFrame::receipt("req-get", receipt.clone()), &limits);
         assert!(
             encoded.is_ok(),
@@ -1921,7 +1958,8 @@ fn a_detached_step_gets_one_bridge_and_a_killed_bridge_fails_its_attempt() {
             .collect::<Vec<_>>()
     };
 
-    bridges::reconcile(&mut f.store, &mut state);
+    let now = f.store.now_ms();
+    bridges::reconcile(&mut f.store, &mut state, now);
     let launched = bridge_launches(&mut state);
     assert_eq!(launched.len(), 1);
     let (launched_run, launch, spec) = &launched[0];
@@ -1932,13 +1970,15 @@ fn a_detached_step_gets_one_bridge_and_a_killed_bridge_fails_its_attempt() {
         .iter()
         .any(|(k, v)| k == "PIW_BRIDGE_RUN" && v.to_str() == Some(run_id.as_str())));
     assert_eq!(state.live_children(), 1, "the bridge holds a child slot");
-    bridges::reconcile(&mut f.store, &mut state);
+    let now = f.store.now_ms();
+    bridges::reconcile(&mut f.store, &mut state, now);
     assert!(bridge_launches(&mut state).is_empty(), "one bridge per run");
 
-    state.now = f.store.now_ms();
+    let now = f.store.now_ms();
     on_child_reports(
         &mut f.store,
         &mut state,
+        now,
         vec![ChildReport::Bridge(BridgeReport::Exited {
             run_id: run_id.clone(),
             launch: *launch,
@@ -1950,7 +1990,8 @@ fn a_detached_step_gets_one_bridge_and_a_killed_bridge_fails_its_attempt() {
         })],
     );
     assert_eq!(state.live_children(), 0);
-    bridges::reconcile(&mut f.store, &mut state);
+    let now = f.store.now_ms();
+    bridges::reconcile(&mut f.store, &mut state, now);
     assert!(
         bridge_launches(&mut state).is_empty(),
         "no new bridge for a lost step"
@@ -1991,12 +2032,13 @@ fn a_lost_bridges_step_whose_failing_did_not_commit_fails_at_the_retry() {
     let interaction = f.ask(&act.claim, &attempt, None);
     let mut state = host_state_with_runtime(&mut f, false);
     state.child_config.bridges = Some(bridge_settings(&f));
-    state.now = f.store.now_ms();
-    bridges::reconcile(&mut f.store, &mut state);
+    let now = f.store.now_ms();
+    bridges::reconcile(&mut f.store, &mut state, now);
     let launch = state.bridges.live[&run_id].launch;
     on_child_reports(
         &mut f.store,
         &mut state,
+        now,
         vec![ChildReport::Bridge(BridgeReport::Exited {
             run_id: run_id.clone(),
             launch,
@@ -2008,7 +2050,7 @@ fn a_lost_bridges_step_whose_failing_did_not_commit_fails_at_the_retry() {
         })],
     );
     f.fail_next_commit.store(true, Ordering::SeqCst);
-    bridges::reconcile(&mut f.store, &mut state);
+    bridges::reconcile(&mut f.store, &mut state, now);
     let status = |f: &Fixture| {
         f.store.interactions(Some(&run_id), None).unwrap()[0]
             .status
@@ -2016,8 +2058,7 @@ fn a_lost_bridges_step_whose_failing_did_not_commit_fails_at_the_retry() {
     };
     assert_eq!(status(&f), "pending", "the failing did not commit");
     let retry = bridges::next_deadline(&state).expect("a retry is due");
-    state.now = retry;
-    bridges::reconcile(&mut f.store, &mut state);
+    bridges::reconcile(&mut f.store, &mut state, retry);
     let interactions = f.store.interactions(Some(&run_id), None).unwrap();
     assert_eq!(interactions[0].interaction_id, interaction);
     assert_eq!(interactions[0].status, "cancelled");
@@ -2136,15 +2177,19 @@ fn a_prune_skips_a_finished_run_whose_child_is_still_exiting() {
         .insert(exiting.clone(), launched_child(&act, &token));
 
     let prune = RunPrune::default();
-    state.now = f.store.now_ms();
-    let first = prune_request(&mut f.store, &mut state, &prune).unwrap();
+    let now = f.store.now_ms();
+    let first = prune_request(&mut f.store, &mut state, now, &prune)
+        .unwrap()
+        .receipt;
     assert_eq!(first.body["removed"], json!([gone]), "{:?}", first.body);
     assert_eq!(f.store.run(&exiting).unwrap().status, RunStatus::Completed);
 
     // Its exit is recorded: the next prune takes it.
     state.children.remove(&exiting);
-    state.now = f.store.now_ms();
-    let second = prune_request(&mut f.store, &mut state, &prune).unwrap();
+    let now = f.store.now_ms();
+    let second = prune_request(&mut f.store, &mut state, now, &prune)
+        .unwrap()
+        .receipt;
     assert_eq!(
         second.body["removed"],
         json!([exiting]),
@@ -2171,6 +2216,7 @@ fn run_list_with_limit_zero_is_refused() {
                 reply_limit: piw_core::protocol::DEFAULT_MAX_FRAME_BYTES,
                 ..HostState::new(Box::new(piw_core::ids::OsIds))
             },
+            f.store.now_ms(),
             &Request::new("ls", RequestBody::RunList(payload)),
         )
     };
@@ -2213,7 +2259,13 @@ fn a_cursor_shaped_like_the_hosts_but_not_made_by_it_is_refused() {
                 ..Default::default()
             }),
         );
-        apply_read(store, &HostState::new(Box::new(piw_core::ids::OsIds)), &req).map(|r| r.body)
+        apply_read(
+            store,
+            &HostState::new(Box::new(piw_core::ids::OsIds)),
+            store.now_ms(),
+            &req,
+        )
+        .map(|r| r.body)
     };
     let cursor_of = |body: &serde_json::Value| {
         RunListCursor::decode(body["next_cursor"].as_str().expect("a next_cursor"))
@@ -2286,16 +2338,20 @@ fn a_cursor_shaped_like_the_hosts_but_not_made_by_it_is_refused() {
         cursor,
         ..Default::default()
     };
-    state.now = f.store.now_ms();
-    let page = prune_request(&mut f.store, &mut state, &dry(None)).unwrap();
+    let now = f.store.now_ms();
+    let page = prune_request(&mut f.store, &mut state, now, &dry(None))
+        .unwrap()
+        .receipt;
     let next = cursor_of(&page.body);
     let forged = RunListCursor::sign(&CursorKey([0x5a; 32]), next.key.clone());
     refused(
         "a prune's cursor with another key",
-        prune_request(&mut f.store, &mut state, &dry(Some(forged))).map(|r| r.body),
+        prune_request(&mut f.store, &mut state, now, &dry(Some(forged))).map(|r| r.receipt.body),
     );
-    state.now = f.store.now_ms();
-    let more = prune_request(&mut f.store, &mut state, &dry(Some(next))).unwrap();
+    let now = f.store.now_ms();
+    let more = prune_request(&mut f.store, &mut state, now, &dry(Some(next)))
+        .unwrap()
+        .receipt;
     assert_eq!(
         more.body["run_ids"],
         json!([runs[2], runs[3]]),
@@ -2523,7 +2579,7 @@ fn a_client_uploads_a_large_submission_for_its_open_interaction() {
     f.store
         .write(|w| w.fail_interaction(&orphan_i, &attempt_o, "gave up", None, "host-control"))
         .unwrap();
-    let findings = f.store.diagnose().unwrap();
+    let findings = f.store.diagnose(f.store.now_ms()).unwrap();
     assert_eq!(
         findings
             .iter()
@@ -2532,7 +2588,7 @@ fn a_client_uploads_a_large_submission_for_its_open_interaction() {
         vec![("value_partial", vec![o.sha256.clone()])],
         "{findings:#?}"
     );
-    let report = f.store.repair().unwrap();
+    let report = f.store.write(|w| w.repair()).unwrap();
     assert_eq!(report.repaired.len(), 1, "{report:#?}");
     assert!(matches!(
         f.store.read_value_chunk(&run_o, &o.sha256, 0, 10),
@@ -2544,4 +2600,23 @@ fn a_client_uploads_a_large_submission_for_its_open_interaction() {
         text.as_bytes()
     );
     f.assert_clean();
+}
+
+/// The engine reads the store's deadlines as of the time it is handed, not by the store's
+/// clock: a run parked until `at` is a deadline before `at` and none from then on, whatever
+/// the clock says (here it stays before `at`).
+#[test]
+fn the_engines_deadline_reads_are_at_the_time_it_is_handed() {
+    use piw_core::engine::timers::next_deadline_at;
+
+    let mut f = Fixture::new();
+    let (_run_id, act, _attempt) = f.running();
+    let now = f.store.now_ms();
+    let at = now + 3_600_000;
+    f.store.write(|w| w.park(&act.claim, Some(at))).unwrap();
+    assert_eq!(f.store.next_delayed_ready(now).unwrap(), Some(at));
+    assert_eq!(f.store.next_delayed_ready(at).unwrap(), None);
+    let state = host_state_with_runtime(&mut f, false);
+    assert_eq!(next_deadline_at(&f.store, &state, now), Some(at));
+    assert_eq!(next_deadline_at(&f.store, &state, at), None);
 }

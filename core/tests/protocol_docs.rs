@@ -3,6 +3,7 @@
 //! examples are checked against the code, and the record and event data tables against what the
 //! host sends. The Node package's `RejectionCode` type too.
 
+use piw_core::store::prelude::*;
 use std::collections::BTreeMap;
 
 use piw_core::protocol::*;
@@ -515,6 +516,7 @@ fn run_status(s: &Scenario, run_id: &str) -> Value {
             reply_limit: DEFAULT_MAX_FRAME_BYTES,
             ..piw_core::engine::state::HostState::new(Box::new(piw_core::ids::OsIds))
         },
+        s.f.store.now_ms(),
         &request,
     )
     .unwrap()
@@ -549,6 +551,7 @@ fn the_documented_records_are_the_ones_the_host_sends() {
             reply_limit: DEFAULT_MAX_FRAME_BYTES,
             ..piw_core::engine::state::HostState::new(Box::new(piw_core::ids::OsIds))
         },
+        s.f.store.now_ms(),
         &Request::new("ls", RequestBody::RunList(payload::RunList::default())),
     )
     .unwrap()

@@ -8,6 +8,7 @@ use common::*;
 use piw_core::engine::bridges::{BridgeEntry, BridgeReport};
 use piw_core::engine::presence;
 use piw_core::engine::state::HostState;
+use piw_core::store::prelude::*;
 use piw_core::store::{ChildExitRecord, DecisionKind, ExecutionMode, InteractionKind, StoreError};
 use serde_json::json;
 
@@ -64,8 +65,8 @@ fn expire(f: &mut Fixture) -> Vec<(String, String)> {
 fn a_step_uses_its_time_only_while_its_session_is_there() {
     let mut f = Fixture::new();
     let mut state = HostState::new(Box::new(piw_core::ids::OsIds));
-    state.now = f.store.now_ms();
-    presence::session_watched(&mut f.store, &mut state, "session-1".into(), 1);
+    let now = f.store.now_ms();
+    presence::session_watched(&mut f.store, &mut state, now, "session-1".into(), 1);
     let (run_id, attempt, step) = ask(&mut f, &state, ExecutionMode::Interactive, 8_000);
     let start = f.store.now_ms();
     assert_eq!(
@@ -75,11 +76,11 @@ fn a_step_uses_its_time_only_while_its_session_is_there() {
     );
 
     f.clock.advance(3_000);
-    state.now = f.store.now_ms();
-    presence::session_unwatched(&mut f.store, &mut state, "session-1".into(), 1);
+    let now = f.store.now_ms();
+    presence::session_unwatched(&mut f.store, &mut state, now, "session-1".into(), 1);
     assert_eq!(deadlines(&mut f, &run_id, &attempt), (None, None));
     assert_eq!(
-        f.store.next_deadline().unwrap(),
+        f.store.next_deadline(f.store.now_ms()).unwrap(),
         None,
         "nothing to wake for"
     );
@@ -93,10 +94,10 @@ fn a_step_uses_its_time_only_while_its_session_is_there() {
 
     // Two connections of the session (a reconnect overlapping the old one): it is there
     // until the last one goes.
-    state.now = f.store.now_ms();
-    presence::session_watched(&mut f.store, &mut state, "session-1".into(), 2);
-    state.now = f.store.now_ms();
-    presence::session_watched(&mut f.store, &mut state, "session-1".into(), 3);
+    let now = f.store.now_ms();
+    presence::session_watched(&mut f.store, &mut state, now, "session-1".into(), 2);
+    let now = f.store.now_ms();
+    presence::session_watched(&mut f.store, &mut state, now, "session-1".into(), 3);
     let back = f.store.now_ms();
     assert_eq!(
         deadlines(&mut f, &run_id, &attempt),
@@ -125,8 +126,8 @@ fn a_step_asked_while_nobody_is_there_has_no_deadline_until_held() {
     let mut f = Fixture::new();
     let mut state = HostState::new(Box::new(piw_core::ids::OsIds));
     // Another session is there: not this run's.
-    state.now = f.store.now_ms();
-    presence::session_watched(&mut f.store, &mut state, "session-2".into(), 1);
+    let now = f.store.now_ms();
+    presence::session_watched(&mut f.store, &mut state, now, "session-2".into(), 1);
     let (run_id, attempt, step) = ask(&mut f, &state, ExecutionMode::Interactive, 8_000);
     assert_eq!(deadlines(&mut f, &run_id, &attempt), (None, None));
     f.clock.advance(3_600_000);
@@ -157,7 +158,10 @@ fn a_checkpoint_deadline_counts_while_nobody_is_there() {
         .store
         .write(|w| w.wait_for_decision(&act.claim, &attempt, DecisionKind::Checkpoint, &json!({})))
         .unwrap();
-    assert_eq!(f.store.next_deadline().unwrap(), Some(deadline));
+    assert_eq!(
+        f.store.next_deadline(f.store.now_ms()).unwrap(),
+        Some(deadline)
+    );
     f.clock.advance(8_000);
     assert_eq!(
         f.store.write(|w| w.expire_due_decisions()).unwrap(),
@@ -173,8 +177,8 @@ fn the_hosts_down_time_uses_up_no_step_time() {
     let mut f = Fixture::new();
     let mut state = HostState::new(Box::new(piw_core::ids::OsIds));
     let epoch = f.store.write(|w| w.begin_host_epoch(1)).unwrap();
-    state.now = f.store.now_ms();
-    presence::session_watched(&mut f.store, &mut state, "session-1".into(), 1);
+    let now = f.store.now_ms();
+    presence::session_watched(&mut f.store, &mut state, now, "session-1".into(), 1);
     let (run_id, attempt, _) = ask(&mut f, &state, ExecutionMode::Interactive, 8_000);
     f.clock.advance(2_000);
     f.store.write(|w| w.end_host_epoch(epoch)).unwrap();
@@ -182,8 +186,8 @@ fn the_hosts_down_time_uses_up_no_step_time() {
     piw_core::driver::recover_at_start(&mut f.store, 2).unwrap();
     assert_eq!(deadlines(&mut f, &run_id, &attempt), (None, None));
     let mut state = HostState::new(Box::new(piw_core::ids::OsIds));
-    state.now = f.store.now_ms();
-    presence::session_watched(&mut f.store, &mut state, "session-1".into(), 1);
+    let now = f.store.now_ms();
+    presence::session_watched(&mut f.store, &mut state, now, "session-1".into(), 1);
     let now = f.store.now_ms();
     assert_eq!(
         deadlines(&mut f, &run_id, &attempt),
@@ -200,8 +204,8 @@ fn the_hosts_down_time_uses_up_no_step_time() {
 fn a_detached_step_uses_its_time_only_while_its_bridge_holds_it() {
     let mut f = Fixture::new();
     let mut state = HostState::new(Box::new(piw_core::ids::OsIds));
-    state.now = f.store.now_ms();
-    presence::session_watched(&mut f.store, &mut state, "session-1".into(), 1);
+    let now = f.store.now_ms();
+    presence::session_watched(&mut f.store, &mut state, now, "session-1".into(), 1);
     let (run_id, attempt, step) = ask(&mut f, &state, ExecutionMode::Detached, 8_000);
     assert_eq!(deadlines(&mut f, &run_id, &attempt), (None, None));
     state.bridges.live.insert(
@@ -220,8 +224,8 @@ fn a_detached_step_uses_its_time_only_while_its_bridge_holds_it() {
         run_id: run_id.clone(),
         launch: 7,
     };
-    state.now = f.store.now_ms();
-    piw_core::engine::bridges::on_reports(&mut f.store, &mut state, vec![hello]);
+    let now = f.store.now_ms();
+    piw_core::engine::bridges::on_reports(&mut f.store, &mut state, now, vec![hello]);
     let held = f.store.now_ms();
     assert_eq!(
         deadlines(&mut f, &run_id, &attempt),
@@ -239,8 +243,8 @@ fn a_detached_step_uses_its_time_only_while_its_bridge_holds_it() {
             stderr_tail: Vec::new(),
         },
     };
-    state.now = f.store.now_ms();
-    piw_core::engine::bridges::on_reports(&mut f.store, &mut state, vec![exit]);
+    let now = f.store.now_ms();
+    piw_core::engine::bridges::on_reports(&mut f.store, &mut state, now, vec![exit]);
     assert_eq!(deadlines(&mut f, &run_id, &attempt), (None, None));
     f.clock.advance(60_000);
     assert_eq!(expire(&mut f), vec![]);
@@ -252,8 +256,8 @@ fn a_detached_step_uses_its_time_only_while_its_bridge_holds_it() {
 fn detaching_takes_the_step_from_its_session() {
     let mut f = Fixture::new();
     let mut state = HostState::new(Box::new(piw_core::ids::OsIds));
-    state.now = f.store.now_ms();
-    presence::session_watched(&mut f.store, &mut state, "session-1".into(), 1);
+    let now = f.store.now_ms();
+    presence::session_watched(&mut f.store, &mut state, now, "session-1".into(), 1);
     let (run_id, attempt, _) = ask(&mut f, &state, ExecutionMode::Interactive, 8_000);
     f.clock.advance(1_000);
     assert!(f.store.write(|w| w.detach(&run_id)).unwrap());

@@ -20,7 +20,7 @@ fn diagnose_lists_contradictions_with_ids_and_changes_nothing() {
         "UPDATE runs SET status = 'completed', finished_at = 1 WHERE run_id = '{run_id}'"
     ));
     let before = f.store.canonical_dump().unwrap();
-    let findings = f.store.diagnose().unwrap();
+    let findings = f.store.diagnose(f.store.now_ms()).unwrap();
     assert_eq!(
         f.store.canonical_dump().unwrap(),
         before,
@@ -42,7 +42,7 @@ fn diagnose_lists_contradictions_with_ids_and_changes_nothing() {
     assert_eq!(open.run_id, run_id);
     assert_eq!(open.ids, vec![attempt.clone()]);
 
-    let report = f.store.repair().unwrap();
+    let report = f.store.write(|w| w.repair()).unwrap();
     // A run finished by a corrupted row never told its session how it ended: nothing says
     // what to tell it, so that is left to a person.
     assert_eq!(
@@ -51,7 +51,7 @@ fn diagnose_lists_contradictions_with_ids_and_changes_nothing() {
         "{report:#?}"
     );
     assert_eq!(
-        codes(&f.store.diagnose().unwrap()),
+        codes(&f.store.diagnose(f.store.now_ms()).unwrap()),
         vec!["terminal_message_count"]
     );
     // Never invents success: the attempt is cancelled, not succeeded.
@@ -67,10 +67,10 @@ fn a_running_row_without_an_owner_is_requeued_not_completed() {
         "UPDATE claims SET owner_kind = NULL, owner_id = NULL, token_hash = NULL, expires_at = NULL WHERE run_id = '{run_id}'"
     ));
     assert_eq!(
-        codes(&f.store.diagnose().unwrap()),
+        codes(&f.store.diagnose(f.store.now_ms()).unwrap()),
         vec!["running_without_live_owner_record"]
     );
-    let report = f.store.repair().unwrap();
+    let report = f.store.write(|w| w.repair()).unwrap();
     assert_eq!(report.repaired.len(), 1);
     let run = f.store.run(&run_id).unwrap();
     assert_eq!(
@@ -95,7 +95,7 @@ fn contradictions_without_exact_evidence_are_left_for_review() {
         "UPDATE decisions SET status = 'cancelled' WHERE run_id = '{run_id}'"
     ));
     let before = f.store.canonical_dump().unwrap();
-    let report = f.store.repair().unwrap();
+    let report = f.store.write(|w| w.repair()).unwrap();
     assert!(report.repaired.is_empty());
     assert_eq!(
         codes(&report.left_for_review),
@@ -124,10 +124,10 @@ fn a_pending_timer_of_an_ended_run_is_reported_and_cancelled_by_repair() {
         "UPDATE timers SET status = 'pending', fired_at = NULL WHERE run_id = '{run_id}'"
     ));
     assert_eq!(
-        codes(&f.store.diagnose().unwrap()),
+        codes(&f.store.diagnose(f.store.now_ms()).unwrap()),
         vec!["pending_request_on_terminal_run"]
     );
-    f.store.repair().unwrap();
+    f.store.write(|w| w.repair()).unwrap();
     f.assert_clean();
     assert_eq!(f.store.run(&run_id).unwrap().wake_at, None);
 }
@@ -141,10 +141,10 @@ fn derived_rows_are_rebuilt_from_the_run() {
          UPDATE queue SET state = 'done' WHERE run_id = '{run_id}';"
     ));
     assert_eq!(
-        codes(&f.store.diagnose().unwrap()),
+        codes(&f.store.diagnose(f.store.now_ms()).unwrap()),
         vec!["projection_mismatch", "queue_state_mismatch"]
     );
-    f.store.repair().unwrap();
+    f.store.write(|w| w.repair()).unwrap();
     f.assert_clean();
     assert_eq!(f.store.run_view(&run_id).unwrap().unwrap().status, "queued");
     assert_eq!(
@@ -169,7 +169,7 @@ fn messages_that_contradict_their_run_are_reported() {
          FROM workflow_messages WHERE run_id = '{run_id}' AND kind = 'terminal';"
     ));
     assert_eq!(
-        codes(&f.store.diagnose().unwrap()),
+        codes(&f.store.diagnose(f.store.now_ms()).unwrap()),
         vec!["terminal_message_count"]
     );
     f.corrupt(
@@ -177,7 +177,7 @@ fn messages_that_contradict_their_run_are_reported() {
          UPDATE workflow_messages SET origin_session = 'another-session';",
     );
     assert_eq!(
-        codes(&f.store.diagnose().unwrap()),
+        codes(&f.store.diagnose(f.store.now_ms()).unwrap()),
         vec!["message_session_mismatch"]
     );
 }
@@ -200,10 +200,10 @@ fn a_rebuilt_claim_never_reuses_a_generation() {
         .unwrap();
     f.corrupt(&format!("DELETE FROM claims WHERE run_id = '{run_id}'"));
     assert_eq!(
-        codes(&f.store.diagnose().unwrap()),
+        codes(&f.store.diagnose(f.store.now_ms()).unwrap()),
         vec!["missing_claim_row"]
     );
-    f.store.repair().unwrap();
+    f.store.write(|w| w.repair()).unwrap();
     f.assert_clean();
     assert_eq!(f.activate(&run_id).claim.generation, 3, "a new generation");
 }
@@ -228,17 +228,17 @@ fn a_receipt_outside_its_runs_window_is_reported_and_taken_back_in_by_repair() {
     f.corrupt(&format!(
         "UPDATE runs SET receipts_to = receipts_from - 1 WHERE run_id = '{run_id}'"
     ));
-    let findings = f.store.diagnose().unwrap();
+    let findings = f.store.diagnose(f.store.now_ms()).unwrap();
     assert_eq!(codes(&findings), vec!["receipt_outside_window"]);
     assert_eq!(findings[0].run_id, run_id);
-    f.store.repair().unwrap();
+    f.store.write(|w| w.repair()).unwrap();
     f.assert_clean();
     f.store
         .write(|w| w.cancel(&run_id, Fence::Claim(&act.claim), "enough"))
         .unwrap();
     assert_eq!(
         f.store
-            .prune_runs(std::slice::from_ref(&run_id))
+            .prune_runs(f.store.now_ms(), std::slice::from_ref(&run_id))
             .unwrap()
             .len(),
         1

@@ -5,6 +5,7 @@
 
 mod common;
 
+use piw_core::store::prelude::*;
 use std::sync::Arc;
 
 use common::{new_run, LEASE_MS, T0};
@@ -156,7 +157,7 @@ fn while_the_disk_stays_full_the_host_retries_with_growing_bounded_pauses() {
     let after = store.run(&run_id).unwrap();
     assert_eq!(after.status, RunStatus::Queued, "{after:?}");
     assert!(after.revision > before.revision);
-    let findings = store.diagnose().unwrap();
+    let findings = store.diagnose(store.now_ms()).unwrap();
     assert!(findings.is_empty(), "{findings:#?}");
 }
 
@@ -248,6 +249,6 @@ fn a_real_sqlite_full_is_refused_clearly_and_work_resumes_once_space_is_back() {
     assert_eq!(store.run(run_id).unwrap().status, RunStatus::Queued);
     assert_eq!(store.disk_full_spell(), None);
     assert_eq!(store.run(&first_run).unwrap().status, RunStatus::Queued);
-    let findings = store.diagnose().unwrap();
+    let findings = store.diagnose(store.now_ms()).unwrap();
     assert!(findings.is_empty(), "{findings:#?}");
 }

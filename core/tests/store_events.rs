@@ -165,7 +165,7 @@ fn a_broken_event_chain_is_reported_and_never_followed() {
         r1_ids.len() - 2,
         "the intact part"
     );
-    let findings = f.store.diagnose().unwrap();
+    let findings = f.store.diagnose(f.store.now_ms()).unwrap();
     let broken: Vec<&Finding> = findings
         .iter()
         .filter(|x| x.code == "event_chain_broken")
@@ -184,7 +184,7 @@ fn a_broken_event_chain_is_reported_and_never_followed() {
         f.store.events(&r2, 0),
         Err(StoreError::CorruptRow(_))
     ));
-    let findings = f.store.diagnose().unwrap();
+    let findings = f.store.diagnose(f.store.now_ms()).unwrap();
     assert!(
         findings
             .iter()
@@ -199,7 +199,7 @@ fn a_broken_event_chain_is_reported_and_never_followed() {
         r2_ids[r2_ids.len() - 2],
         r2_ids.last().unwrap()
     ));
-    let findings = f.store.diagnose().unwrap();
+    let findings = f.store.diagnose(f.store.now_ms()).unwrap();
     let mismatch = findings
         .iter()
         .find(|x| x.code == "event_sequence_mismatch" && x.run_id == r2)

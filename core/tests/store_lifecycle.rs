@@ -891,20 +891,20 @@ fn the_next_deadline_covers_an_operator_claim_on_a_ready_run_and_only_future_one
     let mut f = Fixture::new();
     let run_id = f.start();
     assert_eq!(
-        f.store.next_deadline().unwrap(),
+        f.store.next_deadline(f.store.now_ms()).unwrap(),
         None,
         "a plain ready run needs no timer"
     );
     let control = f.store.write(|w| w.control_claim(&run_id, "cli")).unwrap();
     let expiry = f.store.claim_info(&run_id).unwrap().expires_at.unwrap();
     assert_eq!(
-        f.store.next_deadline().unwrap(),
+        f.store.next_deadline(f.store.now_ms()).unwrap(),
         Some(expiry),
         "wake when the operator's claim lapses"
     );
     f.clock.set(expiry + 1);
     assert_eq!(
-        f.store.next_deadline().unwrap(),
+        f.store.next_deadline(f.store.now_ms()).unwrap(),
         None,
         "a lapsed claim is no future deadline (no spin)"
     );
@@ -1096,7 +1096,7 @@ fn a_decision_expires_at_its_node_deadline_and_a_late_answer_is_refused() {
         .write(|w| w.wait_for_decision(&act.claim, &a, DecisionKind::HumanDecision, &json!({})))
         .unwrap();
     assert_eq!(
-        f.store.next_deadline().unwrap(),
+        f.store.next_deadline(f.store.now_ms()).unwrap(),
         Some(T0 + 1_000),
         "the host wakes up for the decision's deadline"
     );
@@ -1716,7 +1716,7 @@ fn activation_refuses_to_continue_an_unanswered_request() {
     ));
     let codes: Vec<_> = f
         .store
-        .diagnose()
+        .diagnose(f.store.now_ms())
         .unwrap()
         .into_iter()
         .map(|x| x.code)
@@ -1769,7 +1769,7 @@ fn diagnose_reports_a_validating_submission_nobody_will_judge() {
          UPDATE runs SET status = 'review' WHERE run_id = '{run_id}';
          UPDATE queue SET state = 'review' WHERE run_id = '{run_id}';"
     ));
-    let findings = f.store.diagnose().unwrap();
+    let findings = f.store.diagnose(f.store.now_ms()).unwrap();
     let found = findings
         .iter()
         .find(|x| x.code == "validating_submission_without_judge")
@@ -1885,7 +1885,7 @@ fn one_run_with_two_due_requests_does_not_block_every_other_runs_deadlines() {
     assert!(reason.contains(&broken_decision), "{reason}");
     assert!(
         f.store
-            .next_deadline()
+            .next_deadline(f.store.now_ms())
             .unwrap()
             .is_none_or(|at| at > f.store.now_ms()),
         "nothing is due any more: the host sleeps"
@@ -2072,7 +2072,10 @@ fn a_timer_is_the_hosts_next_deadline_fires_once_due_and_its_attempt_continues_a
     let run = f.store.run(&run_id).unwrap();
     assert_eq!(run.status, RunStatus::Waiting);
     assert_eq!(run.wake_at, Some(set.wake_at));
-    assert_eq!(f.store.next_deadline().unwrap(), Some(set.wake_at));
+    assert_eq!(
+        f.store.next_deadline(f.store.now_ms()).unwrap(),
+        Some(set.wake_at)
+    );
     // Not due yet: nothing fires, and the run is not ready for a child.
     f.clock.advance(59_999);
     assert_eq!(f.store.write(|w| w.fire_due_timers()).unwrap(), vec![]);
@@ -2080,7 +2083,7 @@ fn a_timer_is_the_hosts_next_deadline_fires_once_due_and_its_attempt_continues_a
     f.clock.advance(1);
     let fired = f.store.write(|w| w.fire_due_timers()).unwrap();
     assert_eq!(fired, vec![(set.timer_id.clone(), run_id.clone())]);
-    assert_eq!(f.store.next_deadline().unwrap(), None);
+    assert_eq!(f.store.next_deadline(f.store.now_ms()).unwrap(), None);
     assert_eq!(f.store.run(&run_id).unwrap().wake_at, None);
     let act = f.activate(&run_id);
     let resumed = Resume::TimerFired {
@@ -2109,7 +2112,7 @@ fn cancelling_a_waiting_run_cancels_its_timer() {
         .write(|w| w.cancel(&run_id, Fence::Unclaimed, "enough"))
         .unwrap();
     assert_eq!(f.store.run(&run_id).unwrap().wake_at, None);
-    assert_eq!(f.store.next_deadline().unwrap(), None);
+    assert_eq!(f.store.next_deadline(f.store.now_ms()).unwrap(), None);
     assert_eq!(f.store.write(|w| w.fire_due_timers()).unwrap(), vec![]);
     f.assert_clean();
 }
@@ -2134,12 +2137,18 @@ fn a_timer_under_a_live_control_claim_waits_for_the_claim_to_expire() {
         .write(|w| w.control_claim(&run_id, "operator"))
         .unwrap();
     let expires = f.store.now_ms() + LEASE_MS;
-    assert_eq!(f.store.next_deadline().unwrap(), Some(set.wake_at + 4_000));
+    assert_eq!(
+        f.store.next_deadline(f.store.now_ms()).unwrap(),
+        Some(set.wake_at + 4_000)
+    );
     f.clock.advance(5_000);
     let fired = f.store.write(|w| w.fire_due_timers()).unwrap();
     assert_eq!(fired.len(), 1);
     assert_eq!(fired[0].1, other);
-    assert_eq!(f.store.next_deadline().unwrap(), Some(expires));
+    assert_eq!(
+        f.store.next_deadline(f.store.now_ms()).unwrap(),
+        Some(expires)
+    );
     f.clock.advance(LEASE_MS);
     let fired = f.store.write(|w| w.fire_due_timers()).unwrap();
     assert_eq!(fired, vec![(set.timer_id, run_id.clone())]);

@@ -1,6 +1,7 @@
 //! Opening refuses anything that is not this build's state database, and leaves it untouched.
 mod common;
 
+use piw_core::store::prelude::*;
 use std::path::Path;
 
 use piw_core::store::{Store, StoreConfig, StoreError, SCHEMA_ID};

@@ -1505,7 +1505,7 @@ impl Harness {
             self.check_projection()?;
         }
         if self.checks.diagnose {
-            let findings = store_err("diagnose", self.store.diagnose())?;
+            let findings = store_err("diagnose", self.store.diagnose(self.store.now_ms()))?;
             ensure!(findings.is_empty(), "diagnose found: {findings:#?}");
         }
         Ok(())

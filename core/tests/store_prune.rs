@@ -5,6 +5,7 @@ mod common;
 
 use common::*;
 use piw_core::clock::Clock as _;
+use piw_core::store::prelude::*;
 use piw_core::store::{
     ChildMode, CommandMeta, EffectResult, Fence, PruneSelector, RetryContract, RunStatus,
 };
@@ -134,7 +135,7 @@ fn a_prune_removes_finished_runs_wholly_and_leaves_everything_else_as_it_was() {
         .into_iter()
         .cloned()
         .collect();
-    let removed = f.store.prune_runs(&asked).unwrap();
+    let removed = f.store.prune_runs(f.store.now_ms(), &asked).unwrap();
     assert_eq!(removed, [cancelled.clone(), completed.clone()]);
     let after = f.store.canonical_dump().unwrap();
 
@@ -179,7 +180,7 @@ fn a_claimed_finished_run_is_never_removed() {
     assert_eq!(f.store.count_prunable(&all).unwrap(), 0);
     assert!(f
         .store
-        .prune_runs(std::slice::from_ref(&run_id))
+        .prune_runs(f.store.now_ms(), std::slice::from_ref(&run_id))
         .unwrap()
         .is_empty());
     assert_eq!(f.store.run(&run_id).unwrap().status, RunStatus::Completed);
@@ -310,7 +311,10 @@ fn a_prune_takes_the_runs_receipts_and_none_of_those_between_them() {
             .count()
     };
     assert_eq!((receipts_of(&f, &a), receipts_of(&f, &b)), (4, 4));
-    let pruned = f.store.prune_runs(std::slice::from_ref(&a)).unwrap();
+    let pruned = f
+        .store
+        .prune_runs(f.store.now_ms(), std::slice::from_ref(&a))
+        .unwrap();
     assert_eq!(pruned, std::slice::from_ref(&a));
     assert_eq!((receipts_of(&f, &a), receipts_of(&f, &b)), (0, 4));
     // b's receipts inside a's window stayed: a repeated request replays, not runs again.
@@ -346,7 +350,13 @@ fn receipts_naming_no_run_go_once_older_than_every_run_left() {
             .to_owned()
     };
     assert_eq!(receipts(&f), "## command_receipts (3 rows)");
-    assert_eq!(f.store.prune_runs(&[pruned]).unwrap().len(), 1);
+    assert_eq!(
+        f.store
+            .prune_runs(f.store.now_ms(), &[pruned])
+            .unwrap()
+            .len(),
+        1
+    );
     // The run.start receipt of the pruned run and the older message.claim went.
     assert_eq!(receipts(&f), "## command_receipts (1 rows)");
     let _ = kept;
@@ -360,9 +370,15 @@ fn freed_pages_go_back_to_the_file_system() {
     f.store.checkpoint_now().unwrap();
     let size = |f: &Fixture| std::fs::metadata(f.store.path()).unwrap().len();
     let full = size(&f);
-    assert_eq!(f.store.prune_runs(&runs).unwrap().len(), 200);
+    assert_eq!(
+        f.store.prune_runs(f.store.now_ms(), &runs).unwrap().len(),
+        200
+    );
     assert!(f.store.free_pages().unwrap() > 0);
-    assert_eq!(f.store.reclaim_free_pages(u32::MAX).unwrap(), 0);
+    assert_eq!(
+        f.store.write(|w| w.reclaim_free_pages(u32::MAX)).unwrap(),
+        0
+    );
     f.store.checkpoint_now().unwrap();
     let pruned = size(&f);
     assert!(
@@ -464,7 +480,9 @@ fn a_chatty_run_keeps_a_bounded_number_of_receipts() {
     f.store
         .write(|w| w.cancel(&run_id, Fence::Unclaimed, "done"))
         .unwrap();
-    f.store.prune_runs(std::slice::from_ref(&run_id)).unwrap();
+    f.store
+        .prune_runs(f.store.now_ms(), std::slice::from_ref(&run_id))
+        .unwrap();
     let left: i64 = db
         .query_row("SELECT COUNT(*) FROM command_receipts", [], |r| r.get(0))
         .unwrap();

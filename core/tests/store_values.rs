@@ -44,7 +44,7 @@ fn step_with_value(
 
 /// The codes of what `diagnose` finds now.
 fn finding_codes(f: &Fixture) -> Vec<std::borrow::Cow<'static, str>> {
-    let findings = f.store.diagnose().unwrap();
+    let findings = f.store.diagnose(f.store.now_ms()).unwrap();
     findings.into_iter().map(|x| x.code).collect()
 }
 
@@ -180,14 +180,14 @@ fn diagnose_finds_missing_corrupt_and_unreferenced_values_and_repair_removes_the
         "DELETE FROM run_values WHERE sha256 = '{}'",
         orphan.sha256
     ));
-    let findings = f.store.diagnose().unwrap();
+    let findings = f.store.diagnose(f.store.now_ms()).unwrap();
     assert_eq!(
         findings.iter().map(|x| &*x.code).collect::<Vec<_>>(),
         vec!["value_unreferenced"],
         "{findings:#?}"
     );
     assert_eq!(findings[0].ids, vec![orphan.sha256.clone()]);
-    let report = f.store.repair().unwrap();
+    let report = f.store.write(|w| w.repair()).unwrap();
     assert_eq!(report.repaired.len(), 1, "{report:#?}");
     assert_eq!(count(&f, "value_blobs"), 1);
     assert_eq!(count(&f, "value_chunks"), 3);
@@ -201,7 +201,7 @@ fn diagnose_finds_missing_corrupt_and_unreferenced_values_and_repair_removes_the
     assert_eq!(finding_codes(&f), ["value_corrupt"]);
     // A value gone: the attempt's reference is missing (and repair invents nothing).
     f.corrupt("DELETE FROM value_chunks; DELETE FROM run_values; DELETE FROM value_blobs;");
-    let findings = f.store.diagnose().unwrap();
+    let findings = f.store.diagnose(f.store.now_ms()).unwrap();
     assert_eq!(
         findings.iter().map(|x| &*x.code).collect::<Vec<_>>(),
         vec!["value_missing"],
@@ -279,7 +279,10 @@ fn a_pruned_run_takes_its_values_and_leaves_the_ones_another_run_holds() {
     f.store
         .write(|w| w.cancel(&gone, Fence::Claim(&act_gone.claim), "done"))
         .unwrap();
-    let removed = f.store.prune_runs(std::slice::from_ref(&gone)).unwrap();
+    let removed = f
+        .store
+        .prune_runs(f.store.now_ms(), std::slice::from_ref(&gone))
+        .unwrap();
     assert_eq!(removed, std::slice::from_ref(&gone));
     assert_eq!(
         count(&f, "value_blobs"),
@@ -352,7 +355,7 @@ fn a_partial_upload_no_live_child_can_complete_is_found_repaired_and_pruned() {
     f.assert_clean();
     // Its claim expired (a host that died): no child can renew it or store another chunk.
     f.clock.advance(LEASE_MS + 1);
-    let findings = f.store.diagnose().unwrap();
+    let findings = f.store.diagnose(f.store.now_ms()).unwrap();
     assert_eq!(
         findings.iter().map(|x| &*x.code).collect::<Vec<_>>(),
         vec!["value_partial"],
@@ -368,7 +371,7 @@ fn a_partial_upload_no_live_child_can_complete_is_found_repaired_and_pruned() {
     f.store
         .write(|w| w.child_lost(&act.claim, "crashed"))
         .unwrap();
-    let findings = f.store.diagnose().unwrap();
+    let findings = f.store.diagnose(f.store.now_ms()).unwrap();
     assert_eq!(findings.len(), 1, "{findings:#?}");
     let found = &findings[0];
     assert_eq!(found.code, "value_partial");
@@ -380,7 +383,7 @@ fn a_partial_upload_no_live_child_can_complete_is_found_repaired_and_pruned() {
         found.detail
     );
     assert!(found.repairable);
-    let report = f.store.repair().unwrap();
+    let report = f.store.write(|w| w.repair()).unwrap();
     assert_eq!(report.repaired.len(), 1, "{report:#?}");
     for table in ["value_blobs", "value_chunks", "run_values"] {
         assert_eq!(count(&f, table), 0, "{table}");
@@ -394,7 +397,10 @@ fn a_partial_upload_no_live_child_can_complete_is_found_repaired_and_pruned() {
         .write(|w| w.cancel(&gone, Fence::Claim(&act_gone.claim), "done"))
         .unwrap();
     assert_eq!(count(&f, "value_blobs"), 1);
-    let removed = f.store.prune_runs(std::slice::from_ref(&gone)).unwrap();
+    let removed = f
+        .store
+        .prune_runs(f.store.now_ms(), std::slice::from_ref(&gone))
+        .unwrap();
     assert_eq!(removed, std::slice::from_ref(&gone));
     for table in ["value_blobs", "value_chunks", "run_values"] {
         assert_eq!(count(&f, table), 0, "{table}");

@@ -3,6 +3,7 @@
 mod common;
 
 use common::{new_run, step, Fixture};
+use piw_core::store::prelude::*;
 use piw_core::store::{Answerer, DecisionKind, Fence, RunFilter, RunStatus, Store, StoreConfig};
 use serde_json::json;
 

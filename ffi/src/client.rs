@@ -12,10 +12,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use piw_core::client::{self, PipelinedClient, SUBSCRIPTION_BUFFER};
-use piw_core::paths::PiwPaths;
-use piw_core::protocol::{payload, Limits, Request, PROTOCOL_SCHEMA};
-use piw_core::store::RunStatus;
+use piw_client::client::{self, PipelinedClient, SUBSCRIPTION_BUFFER};
+use piw_client::engine::store::RunStatus;
+use piw_client::paths::PiwPaths;
+use piw_client::protocol::{payload, Limits, Request, PROTOCOL_SCHEMA};
 use serde_json::{json, Map, Value};
 
 use crate::error::{Error, ErrorSlot, PiwStatus};
@@ -223,7 +223,7 @@ impl ClientObject {
         stored: Value,
         timeout: Option<Duration>,
     ) -> Result<Value, Error> {
-        use piw_core::protocol::value::{read_slot, Slot, ValueReader};
+        use piw_client::protocol::value::{read_slot, Slot, ValueReader};
         let protocol = |message: String| Error::new(PiwStatus::Protocol, "protocol", message);
         let reference = match read_slot(&stored) {
             Ok(Slot::Inline(value)) => return Ok(value.clone()),
@@ -385,7 +385,7 @@ fn build_request(kind: &str, envelope: &Value, payload: Value) -> Result<Request
     let request_id = envelope
         .get("request_id")
         .cloned()
-        .unwrap_or_else(|| json!(piw_core::ids::new_id("req")));
+        .unwrap_or_else(|| json!(piw_client::ids::new_id("req")));
     wire.insert("request_id".into(), request_id);
     wire.insert("kind".into(), json!(kind));
     for (field, value) in envelope {

@@ -5,9 +5,9 @@ use std::cell::RefCell;
 use std::ffi::{c_char, CString};
 use std::sync::Mutex;
 
-use piw_core::client::ClientError;
-use piw_core::protocol::{Rejection, RejectionCode};
-use piw_core::worker::WorkerError;
+use piw_client::client::ClientError;
+use piw_client::protocol::{Rejection, RejectionCode};
+use piw_client::worker::WorkerError;
 
 /// What every piw function returns. `PIW_STATUS_OK` (0) is success; every other value is a
 /// failure whose message, stable code string and rejection code are readable with

@@ -1,7 +1,7 @@
 //! libpiw: the C ABI of piw (`include/piw.h`, generated from this crate by cbindgen).
 //!
 //! A thin layer over the core's client library (`PipelinedClient`) and worker library
-//! (`piw_core::worker`), mirroring the Node addon's surface; it speaks no protocol of its own.
+//! (`piw_client::worker`), mirroring the Node addon's surface; it speaks no protocol of its own.
 //! The rules every entry point keeps:
 //!
 //! - **Handles** are opaque numbers looked up in a table ([`handles`]): use after close gives
@@ -211,7 +211,7 @@ pub unsafe extern "C" fn piw_hash_file(path: *const c_char, out: *mut *mut c_cha
     ffi_call(|| {
         let out = unsafe { out_string(out, "out") }?;
         let path = unsafe { text(path, "path", PIW_MAX_TEXT_BYTES) }?;
-        let hash = piw_core::worker::hash_file(std::path::Path::new(path))
+        let hash = piw_client::worker::hash_file(std::path::Path::new(path))
             .map_err(|e| Error::new(PiwStatus::Io, "io", format!("{path}: {e}")))?;
         give(out, &hash);
         Ok(())
@@ -331,7 +331,9 @@ pub unsafe extern "C" fn piw_run_status_is_final(status: *const c_char) -> c_int
         let Ok(status) = (unsafe { text(status, "status", PIW_MAX_TEXT_BYTES) }) else {
             return 0;
         };
-        c_int::from(piw_core::store::RunStatus::parse(status).is_some_and(|s| s.is_terminal()))
+        c_int::from(
+            piw_client::engine::store::RunStatus::parse(status).is_some_and(|s| s.is_terminal()),
+        )
     })
 }
 

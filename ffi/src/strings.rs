@@ -164,7 +164,7 @@ mod tests {
     fn the_value_json_limit_holds_the_largest_value_and_its_frame() {
         assert_eq!(
             super::PIW_MAX_VALUE_JSON_BYTES as u64,
-            piw_core::protocol::value::MAX_VALUE_BYTES + super::PIW_MAX_JSON_BYTES as u64
+            piw_client::protocol::value::MAX_VALUE_BYTES + super::PIW_MAX_JSON_BYTES as u64
         );
     }
 
@@ -172,7 +172,7 @@ mod tests {
     fn the_json_limit_is_the_protocols_payload_limit() {
         assert_eq!(
             super::PIW_MAX_JSON_BYTES,
-            piw_core::protocol::Limits::default().max_payload_bytes
+            piw_client::protocol::Limits::default().max_payload_bytes
         );
     }
 }

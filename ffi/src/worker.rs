@@ -1,15 +1,15 @@
 //! The worker surface: what a workflow child written in C (or anything that loads libpiw)
-//! calls, a face over `piw_core::worker` with the same checks the Rust and Node runtimes get.
+//! calls, a face over `piw_client::worker` with the same checks the Rust and Node runtimes get.
 //! A child serves one run, so every call blocks its thread until the host answers.
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
-use piw_core::graph::{Graph, Outcome, Route};
-use piw_core::protocol::payload::{
+use piw_client::graph::{Graph, Outcome, Route};
+use piw_client::protocol::payload::{
     AttemptOutcome, DecisionKind, EffectResult, InteractionKind, RetryContract,
 };
-use piw_core::worker::{self, LaunchEnvelope, MountedSource};
+use piw_client::worker::{self, LaunchEnvelope, MountedSource};
 use serde_json::{json, Value};
 
 use crate::error::{Error, ErrorSlot};
@@ -206,8 +206,10 @@ impl WorkerObject {
         }
         let spec: WakeSpec = parse("wake ({\"for_ms\": n} or {\"until_ms\": t})", wake)?;
         let wake = match (spec.for_ms, spec.until_ms) {
-            (Some(ms), None) => piw_core::store::Wake::After(ms),
-            (None, Some(at)) => piw_core::store::Wake::At(i64::try_from(at).unwrap_or(i64::MAX)),
+            (Some(ms), None) => piw_client::engine::store::Wake::After(ms),
+            (None, Some(at)) => {
+                piw_client::engine::store::Wake::At(i64::try_from(at).unwrap_or(i64::MAX))
+            }
             _ => {
                 return Err(Error::invalid(
                     "wake needs exactly one of for_ms and until_ms",

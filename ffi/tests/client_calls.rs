@@ -4,6 +4,7 @@
 
 mod common;
 
+use piw_core::store::prelude::*;
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::ptr::{null, null_mut};
 

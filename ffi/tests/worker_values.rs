@@ -7,9 +7,9 @@ use std::os::unix::net::UnixListener;
 use std::ptr::{null, null_mut};
 
 use piw::*;
-use piw_core::protocol::payload::FEATURE_LARGE_VALUES;
-use piw_core::protocol::value::MAX_VALUE_BYTES;
-use piw_core::protocol::{
+use piw_client::protocol::payload::FEATURE_LARGE_VALUES;
+use piw_client::protocol::value::MAX_VALUE_BYTES;
+use piw_client::protocol::{
     read_frame, write_frame, Limits, Receipt, Request, RequestBody, ServerFrame,
 };
 use serde_json::json;

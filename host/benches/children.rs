@@ -43,6 +43,7 @@
 
 mod support;
 
+use piw_core::store::prelude::*;
 use std::collections::HashMap;
 use std::io::Write as _;
 use std::os::unix::net::UnixListener;

@@ -15,6 +15,7 @@
 
 mod support;
 
+use piw_core::store::prelude::*;
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
@@ -163,11 +164,11 @@ fn store_level(dir: &Path, paths: &piw_core::paths::PiwPaths, keep: u64) {
     let select = t.elapsed();
     let ids: Vec<String> = page.runs.into_iter().map(|k| k.run_id).collect();
     let t = Instant::now();
-    let removed = store.prune_runs(&ids).unwrap();
+    let removed = store.prune_runs(store.now_ms(), &ids).unwrap();
     let remove = t.elapsed();
     let free = store.free_pages().unwrap();
     let t = Instant::now();
-    store.reclaim_free_pages(u32::MAX).unwrap();
+    store.write(|w| w.reclaim_free_pages(u32::MAX)).unwrap();
     let reclaim = t.elapsed();
     println!(
         "  one batch in-process: select {:.1} ms, remove {} runs {:.1} ms, give back {free} pages {:.1} ms",

@@ -12,6 +12,7 @@
 
 mod support;
 
+use piw_core::store::prelude::*;
 use std::process::Command;
 use std::time::Instant;
 

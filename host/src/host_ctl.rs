@@ -3,6 +3,7 @@
 
 use super::*;
 use piw_core::driver::{installation_held, lock_holder};
+use piw_core::store::prelude::*;
 use piw_core::store::Finding;
 
 /// One host-control call, bounded by [`HOST_ANSWER_TIMEOUT`]; a host that does not answer in
@@ -211,6 +212,6 @@ fn diagnose_state(paths: &PiwPaths) -> Result<Vec<Finding>, CliError> {
             }
             Err(e) => return Err(e.into()),
         };
-        return Ok(store.diagnose()?);
+        return Ok(store.diagnose(store.now_ms())?);
     }
 }

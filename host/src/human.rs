@@ -1,6 +1,7 @@
 //! Text for people: times relative to now ("3 min ago") with their absolute UTC form, and a
 //! human decision as its question and choices.
 
+use piw_core::engine::time::UnixMillis;
 use serde_json::Value;
 
 /// Now, in Unix milliseconds (the clock runs use is the host's; "ago" is the reader's).
@@ -43,8 +44,8 @@ pub(crate) fn until(then_ms: u64, now_ms: u64) -> String {
 }
 
 /// "in 3 min (2026-12-05T03:01:02Z)" for a time to come in a record, `None` when there is none.
-pub(crate) fn coming(v: &Value, now: u64) -> Option<String> {
-    v.as_u64()
+pub(crate) fn coming(at: Option<UnixMillis>, now: u64) -> Option<String> {
+    at.and_then(|ms| u64::try_from(ms).ok())
         .map(|ms| format!("{} ({})", until(ms, now), utc(ms)))
 }
 
@@ -76,8 +77,8 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
 }
 
 /// "3 min ago (2026-12-05T03:01:02Z)" for a time in a record, `-` when there is none.
-pub(crate) fn when(v: &Value, now: u64) -> String {
-    match v.as_u64() {
+pub(crate) fn when(at: Option<UnixMillis>, now: u64) -> String {
+    match at.and_then(|ms| u64::try_from(ms).ok()) {
         Some(ms) => format!("{} ({})", ago(ms, now), utc(ms)),
         None => "-".into(),
     }
@@ -169,10 +170,10 @@ mod tests {
         assert_eq!(until(now + 3 * 86_400_000, now), "in 3 days");
         assert_eq!(until(now + 30 * 86_400_000, now), "on 2023-12-14");
         assert_eq!(
-            coming(&serde_json::json!(now + 60_000), now).as_deref(),
+            coming(Some(now as i64 + 60_000), now).as_deref(),
             Some("in 1 min (2023-11-14T22:14:20Z)")
         );
-        assert_eq!(coming(&Value::Null, now), None);
+        assert_eq!(coming(None, now), None);
     }
 
     #[test]
@@ -193,7 +194,11 @@ mod tests {
         assert_eq!(ago(now - 30 * 3_600_000, now), "1 day ago");
         assert_eq!(ago(now - 3 * 86_400_000, now), "3 days ago");
         assert_eq!(ago(now - 30 * 86_400_000, now), "on 2025-11-05");
-        assert_eq!(when(&json!(null), now), "-");
+        assert_eq!(when(None, now), "-");
+        assert_eq!(
+            when(Some(now as i64 - 42_000), now),
+            "42 s ago (2025-12-05T03:00:20Z)"
+        );
     }
 
     #[test]

@@ -223,6 +223,22 @@ fn print(receipt_body: &Value, json_out: bool, human: impl FnOnce(&Value) -> Str
     }
 }
 
+/// Prints a reply: with `--json` its body as the host sent it, else `human` of the typed
+/// reply (a body that is not a `T` is an error, never a page of dashes).
+fn print_reply<T: replies::Reply>(
+    receipt: &Receipt,
+    json_out: bool,
+    human: impl FnOnce(&T) -> String,
+) -> Result<(), CliError> {
+    if json_out {
+        print(&receipt.body, true, |_| String::new());
+    } else {
+        let typed = reply::<T>(receipt)?;
+        emit(&format!("{}\n", human(&typed)));
+    }
+    Ok(())
+}
+
 /// Writes `text` to standard output, whole.
 fn write_stdout(text: &str) -> std::io::Result<()> {
     use std::io::Write as _;

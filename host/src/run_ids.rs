@@ -11,6 +11,7 @@
 //! host.
 
 use super::*;
+use piw_core::store::prelude::*;
 use piw_core::store::RunSummary;
 
 /// How many runs an ambiguous prefix lists.

@@ -2,6 +2,7 @@
 //! `.workflow.json` fixtures with scripted behaviours (docs/RULES.md, "Child isolation" and
 //! "Effects").
 
+use piw_core::store::prelude::*;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -3051,7 +3052,7 @@ fn assert_woke_and_completed(env: &Env, run_id: &str, s: &Value) {
         2,
         "one child before, one after"
     );
-    assert!(store.diagnose().unwrap().is_empty());
+    assert!(store.diagnose(store.now_ms()).unwrap().is_empty());
 }
 
 #[test]

@@ -2,6 +2,7 @@
 //! contradictions found by `diagnose`), and `PIW_HOME` selecting the installation. Runs the real
 //! binary against temp homes.
 
+use piw_core::store::prelude::*;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -1743,7 +1744,7 @@ fn state_backup_finishes_while_the_host_commits_steadily() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let copy = piw_core::store::Store::open_read_only(&backup, Default::default()).unwrap();
     assert_eq!(copy.list_runs(None, 100).unwrap().len(), run_ids.len());
-    assert!(copy.diagnose().unwrap().is_empty());
+    assert!(copy.diagnose(copy.now_ms()).unwrap().is_empty());
     // A backup that fails part-way (here: a file size limit, its signal ignored so the write
     // fails instead) leaves no file that could pass for a backup.
     let cut = h.home.with_file_name("cut-backup.sqlite");

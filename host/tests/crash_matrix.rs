@@ -15,6 +15,7 @@
 //! one did, with `diagnose` clean, every acknowledged command applied exactly once, the effect
 //! applied once, and no child of the cancelled run left alive.
 
+use piw_core::store::prelude::*;
 use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -455,7 +456,7 @@ impl Scenario {
                 }
             }
         }
-        let findings = store.diagnose().unwrap();
+        let findings = store.diagnose(store.now_ms()).unwrap();
         assert!(findings.is_empty(), "diagnose: {findings:#?}");
 
         let outcome = Outcome {
@@ -524,7 +525,7 @@ impl Scenario {
         }
         let store =
             piw_core::store::Store::open_read_only(&self.paths.db, Default::default()).unwrap();
-        let findings = store.diagnose().unwrap();
+        let findings = store.diagnose(store.now_ms()).unwrap();
         assert!(
             findings.is_empty(),
             "diagnose after the prune: {findings:#?}"

@@ -1,6 +1,7 @@
 //! The real host process: one host per installation, on-demand start, bad input isolation,
 //! peer checks, and durable receipts across a SIGKILL.
 
+use piw_core::store::prelude::*;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -709,10 +710,10 @@ fn a_subscriber_that_falls_too_far_behind_is_closed_with_subscriber_lagged() {
 #[test]
 fn a_peer_of_another_uid_is_refused() {
     // The check itself, with a fake credential.
-    use piw_core::driver::conn::authorize_peer;
+    use piw_core::engine::admission::authorize_peer;
     assert!(authorize_peer(Some(1000), 1000).is_ok());
     let r = authorize_peer(Some(1001), 1000).unwrap_err();
-    assert_eq!(r.code, RejectionCode::Unauthorized);
+    assert_eq!(r.code(), RejectionCode::Unauthorized);
     assert!(authorize_peer(None, 1000).is_err());
 
     // Real connections across uids, when this test runs as root. The socket's mode (0600 in a
@@ -1112,7 +1113,7 @@ fn a_connection_cannot_pile_up_subscriptions() {
             all: None,
         })
     };
-    for _ in 0..piw_core::driver::conn::MAX_SUBSCRIPTIONS {
+    for _ in 0..piw_core::engine::admission::MAX_SUBSCRIPTIONS {
         c.call(subscribe()).unwrap();
     }
     let err = c.call(subscribe()).unwrap_err();

@@ -1,8 +1,8 @@
 // How a workflow file reaches this package: `import ... from "piw"` and `from
 // "@osolmaz/pi-workflows"` resolve to it with no install step (a file under `.pi/workflows/`
 // has no `node_modules`, and pi-workflows files import the reference's name), and their
-// `/builtins` subpath to the built-in workflows; the reference's subpaths piw lacks fail with
-// what they are.
+// `/builtins` subpath to the built-in workflows, their `/controllers` subpath to the controller
+// API; the reference's subpaths piw lacks fail with what they are.
 import { existsSync, readFileSync } from 'node:fs';
 import module from 'node:module';
 import { join } from 'node:path';
@@ -16,7 +16,6 @@ import { registerTypeScript } from './typescript.js';
 const PACKAGE_NAMES = new Set(['piw', '@osolmaz/pi-workflows']);
 /** What the reference's subpaths are, and why an import of one cannot load here. */
 const MISSING_SUBPATHS = {
-  controllers: 'the reference\'s controllers; piw has none',
   extension: 'the reference\'s Pi extension; piw\'s is this package itself (`pi install` it), with no API for workflow files',
 };
 let aliases = null;
@@ -74,11 +73,15 @@ export function registerPackageAliases() {
   registerTypeScript();
   const index = pathToFileURL(join(packageDir, 'index.js')).href;
   const builtins = pathToFileURL(join(BUILTINS_DIR, 'index.js')).href;
+  const controllers = pathToFileURL(join(packageDir, 'lib', 'controllers', 'index.js')).href;
   aliases = module.registerHooks({
     resolve(specifier, context, nextResolve) {
       if (PACKAGE_NAMES.has(specifier)) return { url: index, shortCircuit: true };
       if (specifier === 'piw/builtins' || specifier === '@osolmaz/pi-workflows/builtins') {
         return { url: builtins, shortCircuit: true };
+      }
+      if (specifier === 'piw/controllers' || specifier === '@osolmaz/pi-workflows/controllers') {
+        return { url: controllers, shortCircuit: true };
       }
       if (/^(?:@osolmaz\/pi-workflows|piw)\//.test(specifier) && specifier !== 'piw/worker') {
         throw missingSubpath(specifier);

@@ -2,7 +2,6 @@
 // RPC mode with the bridge extension (../extension/bridge.js) for one run, its exit codes, the
 // per-run lock the bridge holds, and the preflight a launcher runs before a detached start.
 // Which Pi to run is the caller's (`pi`: Pi's CLI script or executable).
-import { execFile } from 'node:child_process';
 import { join } from 'node:path';
 
 import { MIN_PI_VERSION } from '../pi-cli.mjs';
@@ -64,7 +63,8 @@ export function lockBridge(runId, home = process.env.PIW_HOME || undefined) {
 function runPi(pi, node, args, env, cwd) {
   const [command, argv] = isScript(pi) ? [node, [pi, ...args]] : [pi, args];
   return new Promise((resolve) => {
-    execFile(command, argv, { env, cwd, timeout: 60_000, maxBuffer: 4 << 20 }, (error, stdout, stderr) => {
+    // `node:child_process` on first use: every workflow worker imports this module through the package.
+    process.getBuiltinModule('node:child_process').execFile(command, argv, { env, cwd, timeout: 60_000, maxBuffer: 4 << 20 }, (error, stdout, stderr) => {
       resolve({ code: typeof error?.code === 'number' ? error.code : error ? null : 0, spawnError: typeof error?.code === 'string' ? error : null, stdout, stderr });
     });
   });

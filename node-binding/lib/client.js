@@ -1,6 +1,5 @@
 // The async client: a thin JavaScript face over the native pipelined client. Every method
 // returns a Promise; many calls may be in flight on one client.
-import { createHash, randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 
@@ -11,6 +10,10 @@ import { canonicalJson } from './helpers.js';
 import { mayChangeOutcome, readOutcome } from './outcomes.js';
 
 export { isFinal } from './outcomes.js';
+
+// Built-ins the package loads on first use, not at import: every worker imports the package,
+// and most never hash or make request ids (docs/PERFORMANCE.md, "The Node workloads").
+const crypto = () => process.getBuiltinModule('node:crypto');
 
 /**
  * Where the `piw` binary is: `options.hostBin`, `PIW_HOST_BIN`, a checkout's build, the
@@ -42,7 +45,7 @@ export function hostEnvironment() {
 
 /** A fresh request id, time-ordered like the host's ids. */
 function newRequestId() {
-  return `req-${Date.now().toString(16).padStart(12, '0')}${randomBytes(8).toString('hex')}`;
+  return `req-${Date.now().toString(16).padStart(12, '0')}${crypto().randomBytes(8).toString('hex')}`;
 }
 
 /** `err` with the id of the request that failed: resend with it to retry without acting twice. */
@@ -157,7 +160,7 @@ export class Client {
       offset += data.length;
     }
     const bytes = Buffer.concat(pieces);
-    const sha256 = createHash('sha256').update(bytes).digest('hex');
+    const sha256 = crypto().createHash('sha256').update(bytes).digest('hex');
     if (sha256 !== reference.sha256) {
       throw new PiwError('protocol', `value ${reference.sha256} read back hashing to ${sha256}`);
     }
@@ -394,7 +397,7 @@ export class Client {
       );
     }
     const data = Buffer.from(text, 'utf8');
-    const sha256 = createHash('sha256').update(data).digest('hex');
+    const sha256 = crypto().createHash('sha256').update(data).digest('hex');
     let offset = 0;
     let end = 0; // the first chunk is empty: it asks where to go on from
     for (;;) {

@@ -1,7 +1,6 @@
 // Commands a workflow runs (a `shell` node, `runCommandBatch`): each in its own process group,
 // so its timeout, or this child being stopped, kills everything it started; stdout and stderr
 // captured up to a cap; complete lines handed on in order.
-import { spawn } from 'node:child_process';
 import { isAbsolute } from 'node:path';
 
 /** The reference's default cap on each of stdout and stderr, in characters. */
@@ -115,7 +114,8 @@ export async function runCommand(spec, { cwd, env, signal, onLine = null, stopRe
     stderrTruncated: err.truncated,
   });
   if (signal?.aborted) throw new CommandError(`${shown(spec)} was stopped before it started`, 'stopped', result(null, null));
-  const child = spawn(spec.command, spec.args, {
+  // `node:child_process` on first use: every worker imports this module, few run commands.
+  const child = process.getBuiltinModule('node:child_process').spawn(spec.command, spec.args, {
     cwd,
     env: { ...env, ...(spec.env ?? {}) },
     shell: spec.shell ?? false,

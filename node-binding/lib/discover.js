@@ -1,12 +1,14 @@
 // Finding and loading workflow files, as pi-workflows exports it (`discoverWorkflows`,
 // `loadWorkflowFile`, ...), on the rules `piw run start <name>` and the Pi extension use.
-import { homedir } from 'node:os';
 import { basename, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 
 import { isWorkflow } from './authoring.js';
 import { registerPackageAliases } from './aliases.js';
 import { listWorkflows, resolveWorkflow, SUFFIXES, workflowDirs } from './workflow-names.js';
+
+// `node:os` on first use: every worker imports the package, and few look for workflow files.
+const homedir = () => process.getBuiltinModule('node:os').homedir();
 
 /** The directories searched for workflow files, project first: `[{ dir, source }]`. */
 export function workflowSearchDirs({ cwd, homeDir = homedir() }) {

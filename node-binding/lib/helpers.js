@@ -1,6 +1,5 @@
 // Public helpers pi-workflows workflows import: JSON out of model text, canonical JSON and its
 // digest.
-import { createHash } from 'node:crypto';
 
 /** How many `{`/`[` starts the embedded-JSON scan tries, so hostile text cannot stall it. */
 const MAX_EMBEDDED_STARTS = 64;
@@ -102,5 +101,5 @@ export function canonicalJson(value) {
 
 /** `sha256:<hex>` of `canonicalJson(value)`. */
 export function digest(value) {
-  return `sha256:${createHash('sha256').update(canonicalJson(value)).digest('hex')}`;
+  return `sha256:${process.getBuiltinModule('node:crypto').createHash('sha256').update(canonicalJson(value)).digest('hex')}`;
 }

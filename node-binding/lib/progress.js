@@ -107,7 +107,12 @@ export function formatRemaining(duration) {
   return `${(h / 24).toFixed(1)}d`;
 }
 
-const number = new Intl.NumberFormat('en-US', { maximumFractionDigits: 2 });
+// Made on first use: constructing an Intl formatter loads ICU's locale data, ~12 ms of CPU in
+// every process that imports the package, workers included, which mostly never format.
+let numberFormat = null;
+const number = {
+  format: (n) => (numberFormat ??= new Intl.NumberFormat('en-US', { maximumFractionDigits: 2 })).format(n),
+};
 // One line of a terminal: no control characters, runs of space made one.
 const clean = (text) => String(text).replace(/[\p{Cc}\p{Cf}]+/gu, ' ').replace(/\s+/g, ' ').trim();
 

@@ -5,9 +5,7 @@
 // every saved mounted source *before importing any workflow code*; import the workflow; compare
 // the mounts it resolves with the saved ones; say hello; execute nodes and propose each
 // transition; exit when the run parks, finishes, or the host says the run moved on.
-import { spawnSync } from 'node:child_process';
-import { randomUUID } from 'node:crypto';
-import { readFileSync, realpathSync } from 'node:fs';
+import { readFile, readFileSync, realpathSync } from 'node:fs';
 import module from 'node:module';
 import { dirname, join, relative, resolve as resolvePath, sep } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -22,9 +20,9 @@ import { validateWorkflowUpdate } from './updates.js';
 import { checkCommand, commandGroups, killGroup, MAX_TIMER_MS, runCommand } from './command.js';
 
 /**
- * The launch envelope: all of stdin, up to its end. Read synchronously: a child (and a standby
- * worker waiting for its run) has nothing else to do meanwhile, and it skips setting up
- * `process.stdin`, which costs milliseconds on every start.
+ * The launch envelope: all of stdin, up to its end. Read synchronously: a child started for its
+ * run has nothing else to do meanwhile, and it skips setting up `process.stdin`, which costs
+ * milliseconds on every start.
  */
 function readStdin() {
   try {
@@ -33,6 +31,40 @@ function readStdin() {
     // A non-blocking stdin (not how the host starts workers) cannot be read this way.
     if (e.code !== 'EAGAIN') throw e;
     return readStdinAsync();
+  }
+}
+
+/**
+ * How long a standby worker waits for its run before it loads the TypeScript compiler. Loading
+ * it takes ~70 ms of CPU (amaro is 3.7 MB of JavaScript and WebAssembly): done at once, every
+ * worker the pool starts while runs are busy took that from them, and a run that arrived
+ * during the load waited for its end. A worker that has waited this long is on a quiet host.
+ */
+export const TYPESCRIPT_WARM_DELAY_MS = 500;
+
+/**
+ * All of `fd` up to its end, read without blocking the thread; `onIdle` runs once if the end has
+ * not come within `idleMs`. A standby worker reads its launch envelope so, and loads the
+ * TypeScript compiler when idle (see {@link TYPESCRIPT_WARM_DELAY_MS}).
+ */
+export function readWhileIdle(fd, idleMs, onIdle) {
+  return new Promise((resolve, reject) => {
+    const idle = setTimeout(onIdle, idleMs);
+    readFile(fd, 'utf8', (e, text) => {
+      clearTimeout(idle);
+      if (!e) resolve(text);
+      else if (e.code === 'EAGAIN' && fd === 0) readStdinAsync().then(resolve, reject);
+      else reject(e);
+    });
+  });
+}
+
+/** The TypeScript compiler, loaded ahead of a run; a failure only costs speed. */
+function warmTypeScriptQuietly() {
+  try {
+    warmTypeScript();
+  } catch {
+    // the first TypeScript file loads it again, and says what is wrong
   }
 }
 
@@ -102,7 +134,7 @@ function locate(e, candidates) {
   if (!(e instanceof SyntaxError)) return null;
   for (const file of candidates) {
     if (!/\.(m?js)$/.test(file)) continue;
-    const check = spawnSync(process.execPath, ['--check', file], { encoding: 'utf8', timeout: 30_000 });
+    const check = process.getBuiltinModule('node:child_process').spawnSync(process.execPath, ['--check', file], { encoding: 'utf8', timeout: 30_000 });
     const m = /^(\/[^\n]*?):(\d+)\n[^\n]*\n([ \t]*)\^/.exec(check.stderr ?? '');
     if (check.status !== 0 && m) return `${m[1]}:${m[2]}:${m[3].length + 1}`;
   }
@@ -537,7 +569,7 @@ async function executeNode(w, run, impl, ctx) {
       const publishUpdate = async (update) => {
         const checked = validateWorkflowUpdate(update);
         const seq = w.progress(`${checked.type}:${checked.key}`, toJson(checked, 'the update'));
-        return { updateId: `upd_${randomUUID()}`, seq: seq ?? null, at: new Date().toISOString(), type: checked.type, key: checked.key };
+        return { updateId: `upd_${process.getBuiltinModule('node:crypto').randomUUID()}`, seq: seq ?? null, at: new Date().toISOString(), type: checked.type, key: checked.key };
       };
       let receipt;
       try {
@@ -1211,7 +1243,6 @@ export async function warmUp() {
       input_hash: '',
       socket_path: '/nonexistent',
     };
-    warmTypeScript();
     const parsed = new addon.Worker(JSON.stringify(envelope));
     parsed.verifySources();
     const host = new Rehearsal(parsed.envelope);
@@ -1275,11 +1306,14 @@ class Rehearsal {
   fail() {}
 }
 
-/** Runs one child's life; resolves with the process exit code. */
-export async function runWorker() {
+/**
+ * Runs one child's life; resolves with the process exit code. `standby`: the worker was started
+ * before its run was known (it may warm the TypeScript compiler up while it waits).
+ */
+export async function runWorker({ standby = false } = {}) {
   let w;
   try {
-    w = wrap(new addon.Worker(await readStdin()));
+    w = wrap(new addon.Worker(await (standby ? readWhileIdle(0, TYPESCRIPT_WARM_DELAY_MS, warmTypeScriptQuietly) : readStdin())));
     // A standby worker was started before its run was known: take on the run's place now.
     const { projectDir, runId } = w.envelope;
     process.chdir(projectDir);

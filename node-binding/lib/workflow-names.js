@@ -3,10 +3,13 @@
 // first wins a collision, so a project or global file overrides a built-in of the same name.
 // `builtin:<id>` names the built-in itself; anything else with a `/` (or a workflow suffix) is
 // a path. `piw run start <name>` (host/src/resolve.rs) resolves names by the same rules.
-import { readdir, stat } from 'node:fs/promises';
-import { homedir } from 'node:os';
 import { isAbsolute, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+
+// Loaded on first use, not at import: every worker imports this module and few look names up.
+const homedir = () => process.getBuiltinModule('node:os').homedir();
+const readdir = (dir) => process.getBuiltinModule('node:fs/promises').readdir(dir);
+const stat = (path) => process.getBuiltinModule('node:fs/promises').stat(path);
 
 /** The package's built-in workflows: `<id>.workflow.mjs` files, shipped with the package. */
 export const BUILTINS_DIR = fileURLToPath(new URL('../builtins/', import.meta.url)).replace(/\/$/, '');

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use napi::Result;
 use napi_derive::napi;
-use piw_core::paths::PiwPaths;
+use piw_client::paths::PiwPaths;
 
 use crate::js_error;
 
@@ -56,7 +56,7 @@ pub fn lock_bridge(run_id: String, home: Option<String>) -> Result<BridgeLock> {
         .create(&dir)
         .map_err(|e| js_error("io", format!("cannot create {}: {e}", dir.display())))?;
     let path = dir.join(format!("{run_id}.lock"));
-    let mut file = piw_core::paths::open_installation_file(
+    let mut file = piw_client::paths::open_installation_file(
         &path,
         OpenOptions::new()
             .read(true)

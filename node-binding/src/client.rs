@@ -9,9 +9,9 @@ use std::time::Duration;
 use napi::bindgen_prelude::PromiseRaw;
 use napi::{Env, Result};
 use napi_derive::napi;
-use piw_core::client::{self, PipelinedClient};
-use piw_core::paths::PiwPaths;
-use piw_core::protocol::{payload, Limits, Receipt, Request, PROTOCOL_SCHEMA};
+use piw_client::client::{self, PipelinedClient};
+use piw_client::paths::PiwPaths;
+use piw_client::protocol::{payload, Limits, Receipt, Request, PROTOCOL_SCHEMA};
 use serde_json::{json, Map, Value};
 
 use crate::{client_error, js_error};
@@ -201,7 +201,7 @@ fn build_request(kind: &str, envelope: &Value, payload: Value) -> Result<Request
     let request_id = envelope
         .get("requestId")
         .cloned()
-        .unwrap_or_else(|| json!(piw_core::ids::new_id("req")));
+        .unwrap_or_else(|| json!(piw_client::ids::new_id("req")));
     wire.insert("request_id".into(), request_id);
     wire.insert("kind".into(), json!(kind));
     for (js, field) in [

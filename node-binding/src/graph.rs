@@ -3,7 +3,7 @@
 
 use napi::Result;
 use napi_derive::napi;
-use piw_core::graph::{Graph, Outcome, Route};
+use piw_client::graph::{Graph, Outcome, Route};
 use serde_json::{json, Value};
 
 use crate::js_error;

@@ -1,6 +1,6 @@
 //! `piw-node`: the native half of the `piw` npm package.
 //!
-//! It exposes three things to JavaScript, each a thin face over `piw-core`:
+//! It exposes three things to JavaScript, each a thin face over `piw-client`:
 //! - [`client::Client`]: the async client (every call returns a Promise, runs on napi's tokio
 //!   runtime and never blocks Node's event loop), with subscriptions;
 //! - [`worker::Worker`]: the worker library the Node worker runtime drives inside a run's child
@@ -36,7 +36,7 @@ const DETAILS_SEPARATOR: char = '\u{1e}';
 
 /// [`js_error`] for a host's rejection: its `details` (say `{expected, current}` of a
 /// `stale_revision`) travel too, so a client can act on them without parsing the message.
-fn js_rejection(r: &piw_core::protocol::Rejection) -> napi::Error {
+fn js_rejection(r: &piw_client::protocol::Rejection) -> napi::Error {
     if r.details.is_null() {
         return js_error(r.code.as_str(), &r.message);
     }
@@ -46,8 +46,8 @@ fn js_rejection(r: &piw_core::protocol::Rejection) -> napi::Error {
     )
 }
 
-pub(crate) fn client_error(e: piw_core::client::ClientError) -> napi::Error {
-    use piw_core::client::ClientError;
+pub(crate) fn client_error(e: piw_client::client::ClientError) -> napi::Error {
+    use piw_client::client::ClientError;
     // The code travels separately, so the message does not repeat it.
     let message = match &e {
         ClientError::Rejected(r) => return js_rejection(r),
@@ -61,7 +61,7 @@ pub(crate) fn client_error(e: piw_core::client::ClientError) -> napi::Error {
 /// reads, so none keeps a copy that misses one.
 #[napi_derive::napi(js_name = "finalRunStatuses")]
 pub fn final_run_statuses() -> Vec<String> {
-    piw_core::store::RunStatus::ALL
+    piw_client::engine::store::RunStatus::ALL
         .iter()
         .filter(|s| s.is_terminal())
         .map(|s| s.as_str().to_owned())

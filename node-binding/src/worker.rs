@@ -1,5 +1,5 @@
 //! The worker library for the Node worker runtime (`worker.js`): a thin, synchronous face over
-//! `piw_core::worker`. A child serves exactly one run, so blocking its own thread on a reply is
+//! `piw_client::worker`. A child serves exactly one run, so blocking its own thread on a reply is
 //! the simplest correct thing; the host, not the child, renews the claim while node code runs.
 
 use std::collections::BTreeMap;
@@ -7,12 +7,12 @@ use std::path::Path;
 
 use napi::Result;
 use napi_derive::napi;
-use piw_core::graph::Graph;
-use piw_core::protocol::payload::{
+use piw_client::engine::store::Wake;
+use piw_client::graph::Graph;
+use piw_client::protocol::payload::{
     AttemptOutcome, DecisionKind, EffectResult, InteractionKind, RetryContract,
 };
-use piw_core::store::Wake;
-use piw_core::worker::{self, LaunchEnvelope, MountedSource, WorkerError};
+use piw_client::worker::{self, LaunchEnvelope, MountedSource, WorkerError};
 use serde_json::{json, Value};
 
 use crate::{graph, js_error};
@@ -172,7 +172,7 @@ impl Worker {
         Ok(json!({ "attemptId": r.next_attempt_id, "parked": r.parked }))
     }
 
-    /// Records a step without telling the host yet (see `piw_core::worker::Worker::
+    /// Records a step without telling the host yet (see `piw_client::worker::Worker::
     /// defer_transition`): `nextNode` must be a compute node without a timeout. The next
     /// `transition` or `complete` carries it; other node operations report it first, and so
     /// does this one when the step would not fit beside them in one message.

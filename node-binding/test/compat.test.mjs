@@ -198,9 +198,9 @@ export default defineWorkflow({
 test('an import of a subpath piw lacks, or TypeScript that does not parse, fails the run at once with what to do', async () => {
   const cases = [
     [
-      'controllers.workflow.ts',
-      'export { something as default } from "@osolmaz/pi-workflows/controllers";\n',
-      /@osolmaz\/pi-workflows\/controllers is not available in piw: the reference's controllers; piw has none/,
+      'extension.workflow.ts',
+      'export { something as default } from "@osolmaz/pi-workflows/extension";\n',
+      /@osolmaz\/pi-workflows\/extension is not available in piw: the reference's Pi extension/,
     ],
     [
       'broken.workflow.ts',
@@ -213,6 +213,27 @@ test('an import of a subpath piw lacks, or TypeScript that does not parse, fails
     assert.equal(run.status, 'failed', `${name}: ${JSON.stringify(run)}`);
     assert.match(run.error, reason, name);
   }
+});
+
+test('the controllers subpath resolves in a run: its helpers load, under both package names', async () => {
+  const file = write(
+    'conditions.workflow.ts',
+    `import { compute, defineWorkflow } from "@osolmaz/pi-workflows";
+import { conditionTrue, jsonFingerprint } from "@osolmaz/pi-workflows/controllers";
+import { isControllerDefinition } from "piw/controllers";
+
+export default defineWorkflow({
+  name: "conditions",
+  startAt: "make",
+  nodes: { make: compute({ run: () => ({ ready: conditionTrue("Ready", "Merged"), same: jsonFingerprint({ a: 1, b: 2 }) === jsonFingerprint({ b: 2, a: 1 }), branded: isControllerDefinition({}) }) }) },
+  edges: [],
+  exits: { done: { from: "make" } },
+});
+`,
+  );
+  const run = await runToEnd(file);
+  assert.equal(run.status, 'completed', JSON.stringify(run));
+  assert.deepEqual(run.result, { ready: { type: 'Ready', status: true, reason: 'Merged' }, same: true, branded: false });
 });
 
 test('shell as pi-workflows has it: the shell option, updates.streams, parseLine({ stream, text }, ctx), command/args/cwd in the result', async () => {

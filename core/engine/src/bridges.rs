@@ -25,6 +25,7 @@
 //!   the node says (`interaction.fail`); a submission being judged is judged first, and the
 //!   attempt fails only if it is rejected (no submission is taken twice, none is lost).
 
+use crate::time::UnixMillis;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -394,7 +395,12 @@ pub enum BridgeReport {
 
 /// Handles bridge reports: a hello marks the handshake; an exit frees the slot and, when the
 /// host did not order it while the step was open, fails the step ([`exit_verdict`]).
-pub fn on_reports(store: &mut dyn Storage, state: &mut HostState, reports: Vec<BridgeReport>) {
+pub fn on_reports(
+    store: &mut dyn Storage,
+    state: &mut HostState,
+    now: UnixMillis,
+    reports: Vec<BridgeReport>,
+) {
     if reports.is_empty() {
         return;
     }
@@ -418,7 +424,7 @@ pub fn on_reports(store: &mut dyn Storage, state: &mut HostState, reports: Vec<B
                     entry.hello = true;
                     tracing::info!(%run_id, launch, "the bridge took its run");
                     // From its hello the bridge presents its run's steps: their time runs.
-                    super::presence::bridge_changed(store, state, &run_id);
+                    super::presence::bridge_changed(store, state, now, &run_id);
                 }
             }
             BridgeReport::Exited {
@@ -438,7 +444,7 @@ pub fn on_reports(store: &mut dyn Storage, state: &mut HostState, reports: Vec<B
                 state.bridges.live.remove(&run_id);
                 // Nobody presents the run's steps any more: their time stops.
                 if entry.hello {
-                    super::presence::bridge_changed(store, state, &run_id);
+                    super::presence::bridge_changed(store, state, now, &run_id);
                 }
                 let open = steps
                     .iter()
@@ -459,11 +465,11 @@ pub fn on_reports(store: &mut dyn Storage, state: &mut HostState, reports: Vec<B
 
 /// Compares the open steps of detached runs with the bridges alive, and orders launches,
 /// stops and failed attempts ([`plan`]). Runs on the store thread after each turn's work.
-pub fn reconcile(store: &mut dyn Storage, state: &mut HostState) {
+pub fn reconcile(store: &mut dyn Storage, state: &mut HostState, now: UnixMillis) {
     let Some(settings) = state.child_config.bridges.clone() else {
         return;
     };
-    if state.bridges.retry_at.is_some_and(|at| at <= state.now) {
+    if state.bridges.retry_at.is_some_and(|at| at <= now) {
         state.bridges.retry_at = None;
         state.bridges.up_to_date = false;
     }
@@ -523,11 +529,11 @@ pub fn reconcile(store: &mut dyn Storage, state: &mut HostState) {
         &|run| children.contains_key(run),
         free,
         Some(&settings),
-        state.now,
+        now,
     );
     for order in orders {
         match order {
-            BridgeOrder::Launch(step) => launch(state, &settings, &step, state.now),
+            BridgeOrder::Launch(step) => launch(state, &settings, &step, now),
             BridgeOrder::Stop { run_id, why } => {
                 if let Some(entry) = state.bridges.live.get_mut(&run_id) {
                     tracing::info!(%run_id, ?why, "stopping the bridge");
@@ -538,7 +544,7 @@ pub fn reconcile(store: &mut dyn Storage, state: &mut HostState) {
                     });
                 }
             }
-            BridgeOrder::Fail { step, reason } => fail_step(store, state, &step, &reason),
+            BridgeOrder::Fail { step, reason } => fail_step(store, state, now, &step, &reason),
         }
     }
 }
@@ -586,7 +592,13 @@ fn launch(state: &mut HostState, settings: &BridgeSettings, step: &DetachedStep,
 }
 
 /// Fails the attempt of `step` as `interaction.fail` does (the run routes as its node says).
-fn fail_step(store: &mut dyn Storage, state: &mut HostState, step: &DetachedStep, reason: &str) {
+fn fail_step(
+    store: &mut dyn Storage,
+    state: &mut HostState,
+    now: UnixMillis,
+    step: &DetachedStep,
+    reason: &str,
+) {
     let fail = payload::InteractionFail {
         interaction_id: step.interaction_id.clone(),
         reason: reason.to_owned(),
@@ -599,7 +611,7 @@ fn fail_step(store: &mut dyn Storage, state: &mut HostState, step: &DetachedStep
     request.node_id = Some(step.node_id.clone());
     request.attempt_id = Some(step.attempt_id.clone());
     let state_ref: &HostState = state;
-    let result = store.write(state.now, |w| {
+    let result = store.write(now, |w| {
         crate::handlers::interaction::fail(w, state_ref, &request, &fail)?;
         Ok(w.take_runs_written())
     });
@@ -612,7 +624,7 @@ fn fail_step(store: &mut dyn Storage, state: &mut HostState, step: &DetachedStep
             crate::store_error!(e, run_id = %step.run_id, "cannot fail the detached step; trying again");
             // The step stays open with no bridge, and nothing else may make the bridges look
             // again: the loss is kept and failed again at the retry.
-            state.bridges.retry_at = Some(state.now.saturating_add(FAIL_RETRY_MS));
+            state.bridges.retry_at = Some(now.saturating_add(FAIL_RETRY_MS));
             return;
         }
     }

@@ -4,6 +4,7 @@
 //! store error ([`rejection_for`]). Only [`crate::turn`] calls them; the host's memory they
 //! read is [`crate::state`].
 
+use crate::time::UnixMillis;
 use serde_json::{json, Value};
 
 use super::fit::{body, receipt};
@@ -64,7 +65,7 @@ pub fn rejection_for(err: &StoreError) -> Rejection {
 
 /// Applies one durable client command inside the batch transaction and returns the receipt
 /// body. It reads the host's memory and never changes it: a command of a group may run twice
-/// (`Transaction::command_group_dyn`).
+/// (`Transaction::command_group`).
 pub fn apply_command(
     w: &mut dyn Transaction,
     state: &HostState,
@@ -104,6 +105,7 @@ pub fn apply_command(
 pub fn apply_read(
     store: &dyn Storage,
     state: &HostState,
+    now: UnixMillis,
     req: &Request,
 ) -> Result<Receipt, StoreError> {
     let limit = state.reply_limit;
@@ -116,10 +118,10 @@ pub fn apply_read(
         }
         RequestBody::RunList(list) => receipt(None, &run::list(store, limit, list)?),
         RequestBody::InteractionList(l) => receipt(None, &interaction::list(store, limit, l)?),
-        RequestBody::Diagnose => receipt(None, &host::diagnose(store)?),
+        RequestBody::Diagnose => receipt(None, &host::diagnose(store, now)?),
         RequestBody::ValueGet(get) => receipt(None, &value::get(store, req, limit, get)?),
         RequestBody::Subscribe(s) => receipt(None, &host::subscribe(store, s)?),
-        RequestBody::HostStatus => receipt(None, &host::status(store, state)?),
+        RequestBody::HostStatus => receipt(None, &host::status(store, state, now)?),
         other => Err(StoreError::Forbidden(format!(
             "{} is not a read",
             other.kind_str()

@@ -11,7 +11,8 @@
 //! - the wire and the vocabulary: [`protocol`] (shared by the host, its clients and its
 //!   workers), [`graph`] (the workflow snapshot and its pure routing), [`store`] (statuses,
 //!   records, errors and the store interface), [`ids`], [`process`] (what a child process is);
-//! - the decisions: [`turn`], [`dispatch`] and [`handlers`] (client requests), [`children`]
+//! - the decisions: [`admission`] (what a connection may do before its request reaches a
+//!   turn), [`turn`], [`dispatch`] and [`handlers`] (client requests), [`children`]
 //!   (scheduling, worker messages, child reports), [`timers`], [`retention`], [`bridges`],
 //!   [`presence`] (who presents interactive steps, whose time runs only then), over the
 //!   host's memory between turns, [`state`].
@@ -41,6 +42,7 @@ pub mod protocol;
 pub mod store;
 pub mod time;
 
+pub mod admission;
 pub mod bridges;
 pub mod channels;
 pub mod children;

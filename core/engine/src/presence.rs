@@ -18,6 +18,7 @@
 pub use crate::state::presence::Presence;
 use crate::state::HostState;
 use crate::store::{Holder, Storage};
+use crate::time::UnixMillis;
 
 /// How long after a failed hold or release it is tried again.
 pub const RETRY_MS: i64 = 1_000;
@@ -42,6 +43,7 @@ pub fn is_present(state: &HostState, holder: &Holder) -> bool {
 pub fn session_watched(
     store: &mut dyn Storage,
     state: &mut HostState,
+    now: UnixMillis,
     session: String,
     connection: u64,
 ) {
@@ -50,7 +52,7 @@ pub fn session_watched(
     watchers.insert(connection);
     if arrived {
         tracing::debug!(%session, connection, "a session is there; its steps are held");
-        sync(store, state, Holder::Session(session));
+        sync(store, state, now, Holder::Session(session));
     }
 }
 
@@ -59,6 +61,7 @@ pub fn session_watched(
 pub fn session_unwatched(
     store: &mut dyn Storage,
     state: &mut HostState,
+    now: UnixMillis,
     session: String,
     connection: u64,
 ) {
@@ -69,20 +72,25 @@ pub fn session_unwatched(
     if watchers.is_empty() {
         state.presence.sessions.remove(&session);
         tracing::debug!(%session, connection, "a session went away; its steps are released");
-        sync(store, state, Holder::Session(session));
+        sync(store, state, now, Holder::Session(session));
     }
 }
 
 /// A bridge said hello (`present`) or exited: its run's steps are held or released.
-pub fn bridge_changed(store: &mut dyn Storage, state: &mut HostState, run_id: &str) {
-    sync(store, state, Holder::Bridge(run_id.to_owned()));
+pub fn bridge_changed(
+    store: &mut dyn Storage,
+    state: &mut HostState,
+    now: UnixMillis,
+    run_id: &str,
+) {
+    sync(store, state, now, Holder::Bridge(run_id.to_owned()));
 }
 
 /// Tells the store whether `holder` is there now, in a transaction of its own; a failure is
 /// kept for [`retry`].
-fn sync(store: &mut dyn Storage, state: &mut HostState, holder: Holder) {
+fn sync(store: &mut dyn Storage, state: &mut HostState, now: UnixMillis, holder: Holder) {
     let present = is_present(state, &holder);
-    let result = store.write(state.now, |w| {
+    let result = store.write(now, |w| {
         if present {
             w.hold_interactions(&holder)
         } else {
@@ -101,14 +109,14 @@ fn sync(store: &mut dyn Storage, state: &mut HostState, holder: Holder) {
                 "cannot record who presents steps; trying again"
             );
             state.presence.unsynced.insert(holder);
-            state.presence.retry_at = Some(state.now.saturating_add(RETRY_MS));
+            state.presence.retry_at = Some(now.saturating_add(RETRY_MS));
         }
     }
 }
 
 /// Tries again the holds and releases that did not commit, once their time has come.
-pub fn retry(store: &mut dyn Storage, state: &mut HostState) {
-    if state.presence.retry_at.is_none_or(|at| at > state.now) {
+pub fn retry(store: &mut dyn Storage, state: &mut HostState, now: UnixMillis) {
+    if state.presence.retry_at.is_none_or(|at| at > now) {
         return;
     }
     state.presence.retry_at = None;
@@ -116,7 +124,7 @@ pub fn retry(store: &mut dyn Storage, state: &mut HostState) {
         .into_iter()
         .collect();
     for holder in unsynced {
-        sync(store, state, holder);
+        sync(store, state, now, holder);
     }
 }
 

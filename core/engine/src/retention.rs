@@ -14,6 +14,7 @@ pub use crate::state::retention::Retention;
 use crate::state::HostState;
 use crate::store::{PruneSelector, Storage, StoreError, StoreResult};
 use crate::time::UnixMillis;
+use std::path::PathBuf;
 
 /// How often the host's retention pass runs once it has nothing left to remove.
 pub const RETENTION_INTERVAL_MS: i64 = 60 * 60 * 1000;
@@ -41,17 +42,25 @@ fn finished_before(now: UnixMillis, older_than_ms: u64) -> UnixMillis {
     now.saturating_sub(i64::try_from(older_than_ms).unwrap_or(i64::MAX))
 }
 
+/// What a `run.prune` answers, and whether the driver must now sweep the log directory.
+#[derive(Debug)]
+pub struct PruneAnswer {
+    pub receipt: Receipt,
+    /// The directory to sweep for the logs of runs that no longer exist (the host's first
+    /// prune: `turn::Effect::SweepRunLogs`).
+    pub sweep_run_logs: Option<PathBuf>,
+}
+
 /// `run.prune`: a dry run lists a page of what would go; otherwise one batch goes.
 pub fn prune_request(
     store: &mut dyn Storage,
     state: &mut HostState,
+    now: UnixMillis,
     request: &RunPrune,
-) -> Result<Receipt, StoreError> {
+) -> Result<PruneAnswer, StoreError> {
     let selector = PruneSelector {
         statuses: request.statuses.clone().unwrap_or_default(),
-        finished_before: request
-            .older_than_ms
-            .map(|ms| finished_before(state.now, ms)),
+        finished_before: request.older_than_ms.map(|ms| finished_before(now, ms)),
         keep: request.keep,
     };
     let limit = usize::try_from(
@@ -75,7 +84,7 @@ pub fn prune_request(
             })
             .flatten();
         let run_ids = page.runs.iter().map(|k| k.run_id.clone()).collect();
-        return crate::fit::receipt(
+        let receipt = crate::fit::receipt(
             None,
             &PruneListed {
                 dry_run: true,
@@ -84,17 +93,25 @@ pub fn prune_request(
                 more: page.more,
                 next_cursor,
             },
-        );
+        )?;
+        return Ok(PruneAnswer {
+            receipt,
+            sweep_run_logs: None,
+        });
     }
-    let (removed, more) = prune_batch(store, state, &selector, limit)?;
-    crate::fit::receipt(
+    let batch = prune_batch(store, state, now, &selector, limit)?;
+    let receipt = crate::fit::receipt(
         None,
         &Pruned {
             dry_run: false,
-            removed,
-            more,
+            removed: batch.removed,
+            more: batch.more,
         },
-    )
+    )?;
+    Ok(PruneAnswer {
+        receipt,
+        sweep_run_logs: batch.sweep_run_logs,
+    })
 }
 
 /// The earliest time the retention pass is due; `None` when retention is off or the host is
@@ -108,22 +125,33 @@ pub fn next_retention_at(state: &HostState) -> Option<UnixMillis> {
 }
 
 /// The host's retention pass, when due: one batch, then due again at once while runs are
-/// left, else after [`RETENTION_INTERVAL_MS`].
-pub fn run_due_retention(store: &mut dyn Storage, state: &mut HostState) {
-    let now = state.now;
+/// left, else after [`RETENTION_INTERVAL_MS`]. Returns the directory the driver must sweep
+/// for leftover run logs, when this was the host's first prune (`turn::Effect::SweepRunLogs`).
+pub fn run_due_retention(
+    store: &mut dyn Storage,
+    state: &mut HostState,
+    now: UnixMillis,
+) -> Option<PathBuf> {
     let (Some(retention), Some(due)) = (state.retention, state.retention_due_at) else {
-        return;
+        return None;
     };
     if due > now || state.shutting_down {
-        return;
+        return None;
     }
+    let mut sweep_run_logs = None;
     let next = match prune_batch(
         store,
         state,
+        now,
         &retention.selector(now),
         MAX_PRUNE_RUNS as usize,
     ) {
-        Ok((removed, more)) => {
+        Ok(PruneBatch {
+            removed,
+            more,
+            sweep_run_logs: sweep,
+        }) => {
+            sweep_run_logs = sweep;
             if !removed.is_empty() {
                 tracing::info!(
                     count = removed.len(),
@@ -143,17 +171,30 @@ pub fn run_due_retention(store: &mut dyn Storage, state: &mut HostState) {
         }
     };
     state.retention_due_at = Some(next);
+    sweep_run_logs
+}
+
+/// What one prune batch did.
+struct PruneBatch {
+    /// The runs it removed.
+    removed: Vec<String>,
+    /// More runs match.
+    more: bool,
+    /// The log directory to sweep once, at the host's first prune.
+    sweep_run_logs: Option<PathBuf>,
 }
 
 /// Removes up to `limit` of the runs `selector` matches, oldest first, in one transaction, and
-/// gives their pages back; returns the runs removed and whether more match. A finished run
-/// whose child is still exiting stays until its exit is recorded.
+/// gives their pages back; returns the runs removed, whether more match, and at the host's
+/// first prune the log directory to sweep. A finished run whose child is still exiting stays
+/// until its exit is recorded.
 fn prune_batch(
     store: &mut dyn Storage,
     state: &mut HostState,
+    now: UnixMillis,
     selector: &PruneSelector,
     limit: usize,
-) -> StoreResult<(Vec<String>, bool)> {
+) -> StoreResult<PruneBatch> {
     let mut chosen = Vec::with_capacity(limit);
     let mut after = None;
     let more = loop {
@@ -175,10 +216,10 @@ fn prune_batch(
             break page.more || left_in_page;
         }
     };
-    let removed = store.prune_runs(&chosen)?;
+    let removed = store.prune_runs(now, &chosen)?;
     if !removed.is_empty() {
         // The pages go back now, a batch's worth at a time; a failure costs only space.
-        if let Err(e) = store.reclaim_free_pages(u32::MAX) {
+        if let Err(e) = store.write(now, |w| w.reclaim_free_pages(u32::MAX)) {
             tracing::warn!(error = %e, "cannot give a prune's free pages back");
         }
     }
@@ -196,11 +237,17 @@ fn prune_batch(
     // one orders their removal right after its commits): one sweep per host, at its first
     // prune, before the supervisor removes anything (a directory being emptied meanwhile
     // made the sweep of 100,000 runs take 40 s).
-    if !state.run_logs_swept {
+    let sweep_run_logs = if state.run_logs_swept {
+        None
+    } else {
         state.run_logs_swept = true;
-        state.sweep_run_logs = true;
-    }
-    Ok((removed, more))
+        state.child_config.output_logs.clone()
+    };
+    Ok(PruneBatch {
+        removed,
+        more,
+        sweep_run_logs,
+    })
 }
 
 /// `logs/<run_id>`, for a run id that is one plain path component (every id the store makes).

@@ -15,7 +15,7 @@ use crate::time::UnixMillis;
 /// deadlines, handshake timeouts, lingering children, delayed runs) and the retention pass.
 /// `None` when nothing is due. `now` is the time the driver reads before it sleeps.
 pub fn next_deadline_at(store: &dyn Storage, state: &HostState, now: UnixMillis) -> Option<i64> {
-    let store_deadline = match store.next_deadline() {
+    let store_deadline = match store.next_deadline(now) {
         Ok(d) => d,
         Err(e) => {
             tracing::error!(error = %e, "cannot compute the next deadline; retrying in 1 s");
@@ -43,11 +43,11 @@ pub fn next_deadline_at(store: &dyn Storage, state: &HostState, now: UnixMillis)
 
 /// Deadlines owned by the host: expired interactions and decisions, due timers, and expired
 /// claims. What they committed waits in `state.unpublished`.
-pub fn run_due_work(store: &mut dyn Storage, state: &mut HostState) {
+pub fn run_due_work(store: &mut dyn Storage, state: &mut HostState, now: UnixMillis) {
     // A step may have expired, a bridge's handshake bound passed.
     state.bridges.up_to_date = false;
     let owner_id = state.owner_id.as_str();
-    let result = store.write(state.now, |w| {
+    let result = store.write(now, |w| {
         w.expire_due_interactions()?;
         w.expire_due_decisions()?;
         w.fire_due_timers()?;

@@ -120,8 +120,9 @@ pub enum Effect<R> {
     EndSupervision,
     /// Look under `logs` for the log directories of runs that no longer exist (those a crash
     /// between a prune's commit and their removal left) and have the supervisor remove them.
-    /// Asked once per host, at its first prune, as the turn's last effect; reading the
-    /// directory is I/O, so the driver does it, with the store the turn used.
+    /// Asked once per host, by its first prune (a client's or the retention pass's); reading
+    /// the directory is I/O, and reading the store for each run needs the store the turn
+    /// holds, so the driver does it once the turn has returned.
     SweepRunLogs { logs: std::path::PathBuf },
 }
 
@@ -154,7 +155,6 @@ pub fn turn<R>(
     deadline: Option<i64>,
     fx: &mut dyn Effects<R>,
 ) {
-    state.now = now;
     if !inputs.is_empty() {
         let mut batch = Vec::with_capacity(inputs.len());
         let mut reports = Vec::new();
@@ -163,16 +163,16 @@ pub fn turn<R>(
                 Input::Request(job) => batch.push(*job),
                 Input::Child(report) => reports.push(report),
                 Input::WorkerDisconnected { run_id, generation } => {
-                    children::worker_disconnected(state, state.now, &run_id, generation);
+                    children::worker_disconnected(state, now, &run_id, generation);
                 }
                 Input::SessionWatched {
                     session_id,
                     connection,
-                } => super::presence::session_watched(store, state, session_id, connection),
+                } => super::presence::session_watched(store, state, now, session_id, connection),
                 Input::SessionUnwatched {
                     session_id,
                     connection,
-                } => super::presence::session_unwatched(store, state, session_id, connection),
+                } => super::presence::session_unwatched(store, state, now, session_id, connection),
                 Input::ChildRefused { pid } => children::child_refused(state, pid),
                 Input::Draining => state.shutting_down = true,
                 Input::Shutdown => {
@@ -186,36 +186,35 @@ pub fn turn<R>(
             state
                 .bridges
                 .note_requests(batch.iter().map(|j| j.request.body.kind()));
-            let touched = handle_batch(store, state, batch, fx);
-            children::forget_released_claims(store, state, Some(&touched));
+            let touched = handle_batch(store, state, now, batch, fx);
+            children::forget_released_claims(store, state, now, Some(&touched));
         }
-        children::on_child_reports(store, state, reports);
+        children::on_child_reports(store, state, now, reports);
         publish_unpublished(store, state, fx);
     }
     // Due work runs whenever its deadline has passed, also while messages keep arriving.
     // Heartbeats first: a claim renewed in time must not be recovered as expired.
-    if deadline.is_some_and(|at| at <= state.now) {
-        super::presence::retry(store, state);
-        children::due_child_work(store, state);
-        timers::run_due_work(store, state);
-        retention::run_due_retention(store, state);
+    if deadline.is_some_and(|at| at <= now) {
+        super::presence::retry(store, state, now);
+        children::due_child_work(store, state, now);
+        timers::run_due_work(store, state, now);
+        if let Some(logs) = retention::run_due_retention(store, state, now) {
+            fx.apply(Effect::SweepRunLogs { logs });
+        }
         publish_unpublished(store, state, fx);
-        children::forget_released_claims(store, state, None);
+        children::forget_released_claims(store, state, now, None);
     }
     if !state.shutting_down {
         // Bridges first: a step they fail makes its run ready for the scheduling below.
-        super::bridges::reconcile(store, state);
-        super::channels::reconcile(state, state.now);
+        super::bridges::reconcile(store, state, now);
+        super::channels::reconcile(state, now);
         publish_unpublished(store, state, fx);
-        children::schedule_with(store, state, &mut |state| send_child_commands(state, fx));
+        children::schedule_with(store, state, now, &mut |state| {
+            send_child_commands(state, fx)
+        });
         publish_unpublished(store, state, fx);
     }
     send_child_commands(state, fx);
-    if std::mem::take(&mut state.sweep_run_logs) {
-        if let Some(logs) = state.child_config.output_logs.clone() {
-            fx.apply(Effect::SweepRunLogs { logs });
-        }
-    }
 }
 
 /// Hands the driver what the deciding code ordered (launches, stops), in order; once the host
@@ -281,11 +280,12 @@ fn publish_run<R>(store: &dyn Storage, fx: &mut dyn Effects<R>, run_id: &str, af
 
 /// A batch of requests: the reads answered from what is committed, then every durable
 /// command in **one** transaction (group commit), each with its receipt; one failing command
-/// does not undo its neighbours (`Transaction::command_group_dyn`). Returns the runs the commands
+/// does not undo its neighbours (`Transaction::command_group`). Returns the runs the commands
 /// could change.
 fn handle_batch<R>(
     store: &mut dyn Storage,
     state: &mut HostState,
+    now: UnixMillis,
     batch: Vec<Job<R>>,
     fx: &mut dyn Effects<R>,
 ) -> Vec<String> {
@@ -294,8 +294,8 @@ fn handle_batch<R>(
         .partition(|j| j.request.class().is_durable_command());
     for job in reads {
         let result = match job.request.class() {
-            RequestClass::Maintenance => maintain(store, state, fx, &job.request),
-            _ => dispatch::apply_read(store, state, &job.request),
+            RequestClass::Maintenance => maintain(store, state, now, fx, &job.request),
+            _ => dispatch::apply_read(store, state, now, &job.request),
         }
         .map_err(|e| dispatch::rejection_for(&e));
         fx.apply(Effect::Reply {
@@ -345,7 +345,7 @@ fn handle_batch<R>(
     let mut activations = children::Activations::default();
     // Outside the transaction: a replay of an earlier commit is answered even if this one fails.
     let mut results = Vec::with_capacity(writes.len());
-    let committed = store.write(state.now, |w| {
+    let committed = store.write(now, |w| {
         // Every job's identity was computed above.
         let meta_of = |job: &Job<R>| {
             job.meta
@@ -353,21 +353,31 @@ fn handle_batch<R>(
                 .ok_or_else(|| StoreError::InvalidInput("the command has no identity".into()))
         };
         // Consecutive client commands run as one group (one savepoint for all of them unless
-        // one fails after writing: `Transaction::command_group_dyn`); they may run twice, which is
+        // one fails after writing: `Transaction::command_group`); they may run twice, which is
         // why they cannot change the host's memory. A worker's message changes it (its
         // child's hello, the cached graph), so it runs once, in a savepoint of its own.
         for group in writes.chunk_by(|a, b| !a.request.is_worker() && !b.request.is_worker()) {
             let outcomes = if group[0].request.is_worker() {
                 let job = &group[0];
                 let outcome = meta_of(job).and_then(|meta| {
-                    w.command(&meta, |w| children::apply_worker(w, state, &job.request))
+                    w.command(
+                        &meta,
+                        Box::new(|w| children::apply_worker(w, state, &job.request)),
+                    )
                 });
                 // Nothing after a transaction SQLite rolled back may run: it would commit.
                 w.ensure_in_transaction()?;
                 vec![outcome]
             } else {
                 let state: &HostState = state;
-                w.command_group(group, meta_of, |w, job| {
+                // The store names a command by its index in the group.
+                let job = |i: usize| {
+                    group.get(i).ok_or_else(|| {
+                        StoreError::InvalidInput(format!("the group has no command {i}"))
+                    })
+                };
+                w.command_group(group.len(), &mut |i| meta_of(job(i)?), &mut |w, i| {
+                    let job = job(i)?;
                     dispatch::apply_command(
                         w,
                         state,
@@ -393,7 +403,7 @@ fn handle_batch<R>(
         fx.before_commit(&kinds)?;
         Ok(w.take_revisions())
     });
-    children::settle_activations(state, state.now, committed.is_ok(), &mut activations);
+    children::settle_activations(state, now, committed.is_ok(), &mut activations);
     match committed {
         Ok(written) => {
             fx.after_commit(&kinds);
@@ -436,7 +446,6 @@ fn handle_batch<R>(
         Err(e) => {
             crate::store_error!(e, "batch commit failed; only replays were acknowledged");
             let rejection = Rejection::new(RejectionCode::Internal, format!("commit failed: {e}"));
-            let now = state.now;
             let no_writes = BTreeMap::new();
             // A command the failed transaction never reached has no result.
             let results = results.into_iter().map(Some).chain(std::iter::repeat(None));
@@ -491,12 +500,13 @@ fn receipt_of<R>(
 fn maintain<R>(
     store: &mut dyn Storage,
     state: &mut HostState,
+    now: UnixMillis,
     fx: &mut dyn Effects<R>,
     request: &Request,
 ) -> Result<Receipt, StoreError> {
     match &request.body {
         RequestBody::Repair => {
-            let report = store.repair()?;
+            let report = store.write(now, |w| w.repair())?;
             // A write outside the batches: its events go out before its reply.
             for (run_id, before) in &report.runs_written {
                 publish_run(store, fx, run_id, *before);
@@ -504,8 +514,14 @@ fn maintain<R>(
             receipt(None, &RepairReply { report })
         }
         // The log directories of pruned runs go through the supervisor (off this thread);
-        // the sweep of leftovers is the turn's last effect (`Effect::SweepRunLogs`).
-        RequestBody::RunPrune(prune) => retention::prune_request(store, state, prune),
+        // the host's first prune also has the driver sweep for leftovers.
+        RequestBody::RunPrune(prune) => {
+            let answer = retention::prune_request(store, state, now, prune)?;
+            if let Some(logs) = answer.sweep_run_logs {
+                fx.apply(Effect::SweepRunLogs { logs });
+            }
+            Ok(answer.receipt)
+        }
         other => Err(StoreError::Forbidden(format!(
             "{} is not a maintenance request",
             other.kind_str()

@@ -2,12 +2,13 @@
 //! clock or randomness of its own, and no map that iterates in an order the OS seeds. Its crate
 //! depends on none (checked here against `Cargo.toml`, so a new dependency is a decision, not an
 //! accident); it reaches the store through the interface it owns (`store::port`), the time
-//! through the `now` each turn is handed, new ids through the `IdSource` it is handed (so a
-//! seed replays a simulation bit for bit), the supervisor through the orders
-//! it leaves in `HostState::child_commands`, and subscribers through the runs it leaves in
-//! `HostState::unpublished`. Every file of the crate is read as Rust (with `syn`: every path,
-//! `use` tree and macro body, so no spelling hides a name) but `protocol/frame.rs`, whose
-//! blocking helpers take any `Read`/`Write` (ARCHITECTURE.md, "Engine and driver").
+//! through the `now` each turn (and every other entry point that decides by it) is handed,
+//! new ids through the `IdSource` it is handed (so a seed replays a simulation bit for bit),
+//! the supervisor through the orders it leaves in `HostState::child_commands`, and
+//! subscribers through the runs it leaves in `HostState::unpublished`. Every file of the crate
+//! is read as Rust (with `syn`: every path, `use` tree and macro body, so no spelling hides a
+//! name) but `protocol/frame.rs`, whose blocking helpers take any `Read`/`Write`
+//! (ARCHITECTURE.md, "Engine and driver").
 
 /// Paths a deciding module may not name, as their first segments (`std::fs` also catches
 /// `std::fs::read`, `use std::{fs, ...}` and `::std::fs`).

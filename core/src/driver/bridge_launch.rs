@@ -1,6 +1,7 @@
 //! The I/O of detached runs' bridges (`engine::bridges` decides): which Pi to run and with
 //! what model ([`settings`], read once when the host starts), the preflight of an explicit
-//! detached start ([`preflight`], on the connection's blocking thread), and one bridge's
+//! detached start ([`check_detached_start`], on the connection's blocking thread; the engine
+//! decides), and one bridge's
 //! process ([`watch_bridge`], a supervisor task).
 //!
 //! Pi, first found wins: `PIW_PI` (an executable, or a `.js`/`.mjs` file run with the worker
@@ -22,6 +23,7 @@ use tokio::sync::mpsc;
 use super::helper::{run_helper, HelperStdin};
 use super::node_runtime::NodeRuntime;
 use super::queues::StoreMsg;
+use crate::engine::admission::{self, DetachedPreflight, PiPreflight, PiPreflightOutcome, Refusal};
 use crate::engine::bridges::{BridgeReport, BridgeSettings, PiCommand, PiDefault};
 use crate::engine::children::ChildReport;
 use crate::store::ChildExitRecord;
@@ -205,66 +207,55 @@ fn find_pi(
     }
 }
 
-/// Checks, before an explicit detached start, that the host can serve its steps: it runs
-/// bridges, has a Pi, and Pi has the provider's credentials and offers the model
-/// (`lib/bridge-preflight.js`). `definition`: the workflow's snapshot when the start already
-/// has it (a `.workflow.json`): a workflow without a step a model answers needs none, and one
-/// that names its own model (`detached`) is checked with it. Blocking (Pi starts twice): the
-/// connection's blocking thread runs it. `Err` says why, for the refusal.
-pub fn preflight(
+/// Checks, before an explicit detached start, that the host can serve its steps: the engine
+/// decides from the settings, the workflow's snapshot when the start already has it
+/// (`definition`: see [`start_definition`]) and the input
+/// (`engine::admission::detached_preflight`); when it asks, Pi checks the provider's
+/// credentials and the model ([`run_pi_preflight`]), and the engine judges Pi's answer
+/// (`detached_verdict`). Blocking (Pi starts twice): the connection's blocking thread runs it.
+pub fn check_detached_start(
     settings: Option<&BridgeSettings>,
     definition: Option<&serde_json::Value>,
     input: &serde_json::Value,
     env: &[(OsString, OsString)],
     home: &Path,
     cwd: &Path,
-) -> Result<(), String> {
-    if definition.is_some_and(|d| !crate::engine::bridges::needs_a_model(d)) {
-        return Ok(());
+) -> Result<(), Refusal> {
+    match admission::detached_preflight(settings, definition, input)? {
+        DetachedPreflight::NotNeeded => Ok(()),
+        DetachedPreflight::AskPi(check) => {
+            let outcome = run_pi_preflight(&check, env, home, cwd);
+            admission::detached_verdict(&check, outcome)
+        }
     }
-    let Some(settings) = settings else {
-        return Err("this host runs no detached steps (PIW_DETACHED_BRIDGES=off)".into());
-    };
-    let Some(model) = crate::engine::bridges::pi_model(definition, input, settings) else {
-        return Err(format!(
-            "no Pi provider and model to serve its steps, and Pi has no default model (defaultProvider and defaultModel in its settings.json): set them in Pi, or start the host with PIW_DETACHED_PROVIDER and PIW_DETACHED_MODEL, or give them in the run's input as {{\"{}\": {{\"provider\": ..., \"model\": ...}}}}",
-            crate::engine::bridges::INPUT_KEY
-        ));
-    };
-    let pi = settings.pi.as_ref().map_err(Clone::clone)?;
-    let Some((node, script)) = &settings.preflight else {
-        return Err("the host has no Node worker runtime to check Pi with".into());
-    };
-    let pi_arg = pi
-        .prefix
-        .first()
-        .map_or_else(|| pi.program.display().to_string(), Clone::clone);
-    let out = std::process::Command::new(node)
-        .arg(script)
-        .args([pi_arg.as_str(), &model.provider, &model.model])
+}
+
+/// Runs Pi's preflight (`node lib/bridge-preflight.js pi provider model`) in the run's project
+/// directory with the environment its bridge would have, and says how it ended.
+fn run_pi_preflight(
+    check: &PiPreflight,
+    env: &[(OsString, OsString)],
+    home: &Path,
+    cwd: &Path,
+) -> PiPreflightOutcome {
+    let out = std::process::Command::new(&check.node)
+        .arg(&check.script)
+        .args(check.args())
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k, v)))
         .env("PIW_HOME", home)
         .current_dir(cwd)
         .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run the Pi preflight ({}): {e}", node.display()))?;
-    if out.status.success() {
-        return Ok(());
+        .output();
+    match out {
+        Err(e) => PiPreflightOutcome::NotRun {
+            error: e.to_string(),
+        },
+        Ok(out) if out.status.success() => PiPreflightOutcome::Passed,
+        Ok(out) => PiPreflightOutcome::Failed {
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        },
     }
-    let why = String::from_utf8_lossy(&out.stderr);
-    let why = why.trim();
-    Err(format!(
-        "Pi ({}) cannot serve a detached run with provider {} and model {}: {}",
-        pi.describe,
-        model.provider,
-        model.model,
-        if why.is_empty() {
-            "its preflight failed"
-        } else {
-            why
-        }
-    ))
 }
 
 /// How long the workflow module may take to load when [`describe_definition`] asks for its
@@ -342,7 +333,7 @@ pub fn start_definition(
 /// The workflow's snapshot when the host can know it before the run starts: a
 /// `.workflow.json` file's `graph`, read as its runtime will (a file that includes others is
 /// not known whole, nor is a JavaScript module before it runs in its child): what
-/// [`preflight`] reads for its steps and its own model.
+/// [`check_detached_start`] reads for its steps and its own model.
 pub fn known_definition(source_root: &str) -> Option<serde_json::Value> {
     if !source_root.ends_with(".workflow.json") {
         return None;
@@ -534,36 +525,32 @@ mod tests {
 
     #[test]
     fn a_detached_start_without_a_step_for_a_model_needs_none() {
-        let mut i = inputs();
-        i.provider = None;
-        i.off = true;
         let compute = serde_json::json!({"name": "w", "start": "a",
             "nodes": {"a": {"kind": "compute"}}, "edges": []});
         let input = serde_json::json!({});
-        assert_eq!(
-            preflight(
+        let check = |definition| {
+            check_detached_start(
                 None,
-                Some(&compute),
+                Some(definition),
                 &input,
                 &[],
                 Path::new("/h"),
-                Path::new("/")
-            ),
+                Path::new("/"),
+            )
+        };
+        assert_eq!(
+            check(&compute),
             Ok(()),
             "nothing to serve: no Pi, no model, not even bridges needed"
         );
         let agent = serde_json::json!({"name": "w", "start": "a",
             "nodes": {"a": {"kind": "agent"}}, "edges": []});
-        let why = preflight(
-            None,
-            Some(&agent),
-            &input,
-            &[],
-            Path::new("/h"),
-            Path::new("/"),
-        )
-        .unwrap_err();
-        assert!(why.contains("PIW_DETACHED_BRIDGES=off"), "{why}");
+        let refusal = check(&agent).unwrap_err();
+        assert_eq!(refusal.code(), crate::protocol::RejectionCode::PiUnusable);
+        assert!(
+            refusal.message().contains("PIW_DETACHED_BRIDGES=off"),
+            "{refusal:?}"
+        );
     }
 
     #[test]
@@ -572,7 +559,7 @@ mod tests {
         i.provider = None;
         let s = settings(&i, Some(&runtime()), Path::new("/h"), &|_| true);
         let input = serde_json::json!({"task": "x"});
-        let why = preflight(
+        let why = check_detached_start(
             s.as_ref(),
             None,
             &input,
@@ -580,8 +567,47 @@ mod tests {
             Path::new("/h"),
             Path::new("/"),
         )
-        .unwrap_err();
+        .unwrap_err()
+        .message();
         assert!(why.contains("PIW_DETACHED_PROVIDER"), "{why}");
         assert!(why.contains("Pi has no default model"), "{why}");
+    }
+
+    /// Pi's preflight as the driver runs it: its exit and its stderr reach the engine's
+    /// verdict; a Node that cannot start is said so.
+    #[test]
+    fn pis_preflight_runs_with_the_checks_arguments() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        let check = |node: &str, script: &str| PiPreflight {
+            node: node.into(),
+            script: script.into(),
+            pi: "/p/pi".into(),
+            pi_describe: "PIW_PI=/p/pi".into(),
+            provider: "mock".into(),
+            model: "m".into(),
+        };
+        let script = dir.join("preflight.sh");
+        // Refuses unless it was given exactly `pi provider model`, saying what it got.
+        std::fs::write(
+            &script,
+            "[ \"$1 $2 $3\" = \"/p/pi mock m\" ] && [ \"$PIW_HOME\" = /h ] || { echo \"got $1 $2 $3\" >&2; exit 1; }\n",
+        )
+        .unwrap();
+        let script = script.display().to_string();
+        let run = |check: &PiPreflight| run_pi_preflight(check, &[], Path::new("/h"), &dir);
+        assert_eq!(run(&check("/bin/sh", &script)), PiPreflightOutcome::Passed);
+        let mut wrong = check("/bin/sh", &script);
+        wrong.model = "other".into();
+        assert_eq!(
+            run(&wrong),
+            PiPreflightOutcome::Failed {
+                stderr: "got /p/pi mock other\n".into()
+            }
+        );
+        assert!(matches!(
+            run(&check("/nonexistent/node", &script)),
+            PiPreflightOutcome::NotRun { .. }
+        ));
     }
 }

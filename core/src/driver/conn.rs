@@ -11,7 +11,7 @@ use tokio::sync::{broadcast, oneshot, watch};
 
 use super::queues::{Job, RunEvent, StoreMsg};
 use super::HostShared;
-use crate::engine::children;
+use crate::engine::admission::{self, SubscriptionFilter, WorkerBinding};
 use crate::engine::handlers::run::{AcceptedSource, PreparedStart};
 use crate::engine::turn;
 use crate::protocol::reply::{body_of, ChannelsReloaded, HostStopping, Subscription};
@@ -24,27 +24,9 @@ use crate::protocol::{
 /// (a client sending one byte per second cannot hold a slot forever).
 pub const FRAME_COMPLETION_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Subscriptions one connection may hold (each costs memory and a frame per matching event).
-pub const MAX_SUBSCRIPTIONS: usize = 64;
-
 /// The number of the next connection: the engine counts a session as there while any
 /// connection follows its events (`engine::presence`), and tells connections apart by it.
 static NEXT_CONNECTION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-
-/// Decides whether a peer may talk to this host: only the host's own user.
-pub fn authorize_peer(peer_uid: Option<u32>, host_uid: u32) -> Result<(), Rejection> {
-    match peer_uid {
-        Some(uid) if uid == host_uid => Ok(()),
-        Some(uid) => Err(Rejection::new(
-            RejectionCode::Unauthorized,
-            format!("peer uid {uid} is not the host's user ({host_uid})"),
-        )),
-        None => Err(Rejection::new(
-            RejectionCode::Unauthorized,
-            "peer credentials are unavailable",
-        )),
-    }
-}
 
 enum Close {
     Eof,
@@ -72,12 +54,12 @@ pub async fn serve(
 ) {
     let _guard = super::slots::SlotGuard(slot.clone());
     let peer = stream.peer_cred().ok().map(|c| c.uid());
-    if let Err(rejection) = authorize_peer(peer, shared.expected_uid) {
+    if let Err(refusal) = admission::authorize_peer(peer, shared.expected_uid) {
         tracing::warn!(?peer, "refused a connection from another user");
         let _ = write(
             &mut stream,
             &mut Inbound::new(shared.limits),
-            &ServerFrame::goodbye(rejection.code, rejection.message),
+            &ServerFrame::goodbye(refusal.code(), refusal.message()),
         )
         .await;
         return;
@@ -88,9 +70,9 @@ pub async fn serve(
     // listens. A subscriber may still receive events committed shortly before it subscribed
     // (their fsync was pending); it reads the run's status anyway.
     let mut events: Option<broadcast::Receiver<RunEvent>> = None;
-    let mut subscriptions: HashMap<String, (Option<String>, Option<String>)> = HashMap::new();
+    let mut subscriptions: HashMap<String, SubscriptionFilter> = HashMap::new();
     // The run and generation this connection speaks for, after a successful worker.hello.
-    let mut worker: Option<(String, u64)> = None;
+    let mut worker: Option<WorkerBinding> = None;
     let mut buf = vec![0u8; 64 * 1024];
     // Frames taken so far, and when the partial frame after them was first seen: a frame
     // must be complete within FRAME_COMPLETION_TIMEOUT of that, however it trickles in.
@@ -193,7 +175,7 @@ pub async fn serve(
     );
     // A child's connection is gone: if its run still needs it, the host stops it after a
     // bound (a child without its connection can only hold its run).
-    if let Some((run_id, generation)) = worker.take() {
+    if let Some(WorkerBinding { run_id, generation }) = worker.take() {
         let _ = shared
             .jobs
             .send(StoreMsg::WorkerDisconnected { run_id, generation });
@@ -212,11 +194,11 @@ pub async fn serve(
 
 /// The sessions a connection's subscriptions follow (a subscription with a session filter).
 fn watched_sessions(
-    subscriptions: &HashMap<String, (Option<String>, Option<String>)>,
+    subscriptions: &HashMap<String, SubscriptionFilter>,
 ) -> std::collections::BTreeSet<String> {
     subscriptions
         .values()
-        .filter_map(|(_, session)| session.clone())
+        .filter_map(|filter| filter.session_id.clone())
         .collect()
 }
 
@@ -412,12 +394,9 @@ fn oversized(frame: &ServerFrame, len: usize, limit: usize) -> (ServerFrame, boo
     }
 }
 
-fn event_frames(
-    event: &RunEvent,
-    subs: &HashMap<String, (Option<String>, Option<String>)>,
-) -> Vec<ServerFrame> {
+fn event_frames(event: &RunEvent, subs: &HashMap<String, SubscriptionFilter>) -> Vec<ServerFrame> {
     subs.iter()
-        .filter(|(_, filter)| subscription_matches(filter, event))
+        .filter(|(_, filter)| filter.matches(&event.run_id, event.origin_session.as_deref()))
         .map(|(id, _)| {
             ServerFrame::Event(Event {
                 schema: Default::default(),
@@ -434,17 +413,6 @@ fn event_frames(
         .collect()
 }
 
-/// Whether a subscription's filter (`run_id`, `session_id`) takes `event`: every filter it set
-/// must match; one that set neither is `all` (a `subscribe` sets one of the three).
-fn subscription_matches(filter: &(Option<String>, Option<String>), event: &RunEvent) -> bool {
-    let (run, session) = filter;
-    let run_matches = run.as_deref().is_none_or(|run| run == event.run_id);
-    let session_matches = session
-        .as_deref()
-        .is_none_or(|session| event.origin_session.as_deref() == Some(session));
-    run_matches && session_matches
-}
-
 /// A request the host could not decode: answered (when it had a request id), then the
 /// connection is closed with a goodbye.
 struct Undecodable {
@@ -457,8 +425,8 @@ struct Undecodable {
 async fn handle_frame(
     body: &[u8],
     shared: &HostShared,
-    subscriptions: &mut HashMap<String, (Option<String>, Option<String>)>,
-    worker: &mut Option<(String, u64)>,
+    subscriptions: &mut HashMap<String, SubscriptionFilter>,
+    worker: &mut Option<WorkerBinding>,
 ) -> Result<ServerFrame, Undecodable> {
     let request = match Request::decode(body, &shared.limits) {
         Ok(r) => r,
@@ -480,6 +448,12 @@ async fn handle_frame(
             RejectionCode::HostShuttingDown,
             "host is stopping",
         ))));
+    }
+    // A worker speaks only for the run and generation its connection is bound to.
+    if request.is_worker() {
+        if let Err(refusal) = admission::worker_may_send(&request, worker.as_ref()) {
+            return Ok(answer(Err(refusal.into())));
+        }
     }
     match &request.body {
         RequestBody::HostStatus => Ok(answer(Ok(shared.status().await))),
@@ -517,25 +491,15 @@ async fn handle_frame(
             Ok(answer(reply(&ChannelsReloaded { channels: names })))
         }
         RequestBody::Subscribe(s) => {
-            let all = s.all == Some(true);
-            let filtered = s.run_id.is_some() || s.session_id.is_some();
-            if all == filtered {
-                return Ok(answer(Err(Rejection::new(
-                    RejectionCode::Malformed,
-                    "subscribe needs run_id or session_id, or all: true alone",
-                ))));
-            }
-            if subscriptions.len() >= MAX_SUBSCRIPTIONS {
-                return Ok(answer(Err(Rejection::new(
-                    RejectionCode::Malformed,
-                    format!("at most {MAX_SUBSCRIPTIONS} subscriptions per connection"),
-                ))));
-            }
-            let filter = (s.run_id.clone(), s.session_id.clone());
-            // A run filter must name a run that exists (the store answers `not_found`
-            // otherwise); a session needs no record before its first run.
-            if filter.0.is_some() {
-                if let Err(rejection) = ask_store(shared, request.clone(), Prepared::default(), None).await {
+            let filter = match admission::admit_subscription(s, subscriptions.len()) {
+                Ok(filter) => filter,
+                Err(refusal) => return Ok(answer(Err(refusal.into()))),
+            };
+            // The store answers `not_found` for a run that does not exist.
+            if filter.names_a_run() {
+                if let Err(rejection) =
+                    ask_store(shared, request.clone(), Prepared::default(), None).await
+                {
                     return Ok(answer(Err(rejection)));
                 }
             }
@@ -558,32 +522,19 @@ async fn handle_frame(
                 ))
             }))
         }
-        _ if request.is_worker() && !worker_may_send(&request, worker) => Ok(answer(Err(Rejection::new(
-            RejectionCode::Unauthorized,
-            "a worker connection must start with worker.hello and speak only for its own run and generation",
-        )))),
         body => {
             let mut start_refused = None;
             let mut accepted_source = None;
             let start = match body {
-                RequestBody::RunStart(start)
-                    if !shared.runtime_suffixes.iter().any(|sfx| start.workflow_file.ends_with(sfx.as_str())) =>
-                {
-                    let message = match children::MissingRuntime::reason_for(&shared.missing_runtimes, &start.workflow_file) {
-                        Some(reason) => format!(
-                            "cannot run {}: {reason} (the host looks when it starts: then `piw host stop` and retry)",
-                            start.workflow_file
-                        ),
-                        None => format!(
-                            "no runtime is configured for {} (this host runs: {}; runtimes come from PIW_RUNTIMES, PIW_NODE and PIW_NODE_WORKER when the host starts: set them, then `piw host stop` and retry)",
-                            start.workflow_file,
-                            if shared.runtime_suffixes.is_empty() { "nothing".to_owned() } else { shared.runtime_suffixes.join(", ") }
-                        ),
-                    };
-                    return Ok(answer(Err(Rejection::new(RejectionCode::NotFound, message))));
-                }
-                // File I/O, off the runtime's one worker thread: it serves every connection.
                 RequestBody::RunStart(start) => {
+                    if let Err(refusal) = admission::runtime_for_start(
+                        &start.workflow_file,
+                        &shared.runtime_suffixes,
+                        &shared.missing_runtimes,
+                    ) {
+                        return Ok(answer(Err(refusal.into())));
+                    }
+                    // File I/O, off the runtime's one worker thread: it serves every connection.
                     let start = start.clone();
                     let bridges = shared.bridges.clone();
                     let home = shared.facts.paths.home.clone();
@@ -594,9 +545,21 @@ async fn handle_frame(
                         if start.execution_mode == Some(crate::store::ExecutionMode::Detached) {
                             let (settings, env) = &*bridges;
                             let cwd = std::path::Path::new(&prepared.new_run.project_dir);
-                            super::bridge_launch::preflight(settings.as_ref(), super::bridge_launch::start_definition(settings.as_ref(), &prepared.new_run.source_root, env, &home, cwd).as_ref(), &start.input, env, &home, cwd).map_err(|why| {
-                                Rejection::new(RejectionCode::PiUnusable, format!("cannot start a detached run: {why}"))
-                            })?;
+                            let definition = super::bridge_launch::start_definition(
+                                settings.as_ref(),
+                                &prepared.new_run.source_root,
+                                env,
+                                &home,
+                                cwd,
+                            );
+                            super::bridge_launch::check_detached_start(
+                                settings.as_ref(),
+                                definition.as_ref(),
+                                &start.input,
+                                env,
+                                &home,
+                                cwd,
+                            )?;
                         }
                         Ok(prepared)
                     };
@@ -638,18 +601,15 @@ async fn handle_frame(
             } else {
                 None
             };
-            let hello = matches!(request.body, RequestBody::WorkerHello(_))
-                .then(|| (request.run_id.clone(), request.generation));
+            let hello = admission::hello_binding(&request);
             let prepared = Prepared {
                 start,
                 accepted_source,
                 start_refused,
             };
             let result = ask_store(shared, request, prepared, meta).await;
-            if let (Some((Some(run_id), Some(generation))), Ok(receipt)) = (hello, &result) {
-                if receipt.body.get("stop").is_none() {
-                    *worker = Some((run_id, generation));
-                }
+            if let (Some(binding), true) = (hello, admission::hello_accepted(&result)) {
+                *worker = Some(binding);
             }
             Ok(answer(result))
         }
@@ -741,20 +701,6 @@ fn reply<T: serde::Serialize>(reply: &T) -> Result<Receipt, Rejection> {
         })
 }
 
-/// A worker request is allowed on a connection that said hello for the same run and
-/// generation; `worker.hello` itself only on a connection that has not.
-fn worker_may_send(request: &Request, worker: &Option<(String, u64)>) -> bool {
-    match (&request.body, worker) {
-        (RequestBody::WorkerHello(_), None) => true,
-        (RequestBody::WorkerHello(_), Some(_)) => false,
-        (_, Some((run_id, generation))) => {
-            request.run_id.as_deref() == Some(run_id.as_str())
-                && request.generation == Some(*generation)
-        }
-        (_, None) => false,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -837,10 +783,7 @@ mod tests {
     }
 
     /// The subscriptions `event` is delivered to.
-    fn delivered_to(
-        event: &RunEvent,
-        subs: &HashMap<String, (Option<String>, Option<String>)>,
-    ) -> Vec<String> {
+    fn delivered_to(event: &RunEvent, subs: &HashMap<String, SubscriptionFilter>) -> Vec<String> {
         let mut ids: Vec<String> = event_frames(event, subs)
             .into_iter()
             .map(|frame| match frame {
@@ -854,13 +797,14 @@ mod tests {
 
     #[test]
     fn a_subscription_with_a_run_and_a_session_gets_only_events_matching_both() {
-        let subs: HashMap<String, (Option<String>, Option<String>)> = [
-            ("by-run".to_owned(), (Some("run-a".to_owned()), None)),
-            ("by-session".to_owned(), (None, Some("s1".to_owned()))),
-            (
-                "by-both".to_owned(),
-                (Some("run-a".to_owned()), Some("s1".to_owned())),
-            ),
+        let filter = |run: Option<&str>, session: Option<&str>| SubscriptionFilter {
+            run_id: run.map(str::to_owned),
+            session_id: session.map(str::to_owned),
+        };
+        let subs: HashMap<String, SubscriptionFilter> = [
+            ("by-run".to_owned(), filter(Some("run-a"), None)),
+            ("by-session".to_owned(), filter(None, Some("s1"))),
+            ("by-both".to_owned(), filter(Some("run-a"), Some("s1"))),
         ]
         .into_iter()
         .collect();

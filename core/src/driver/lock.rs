@@ -39,6 +39,7 @@ use std::time::{Duration, Instant};
 
 use super::{io_err, HostError};
 use crate::paths::PiwPaths;
+pub use piw_client::lock::{installation_held, lock_holder};
 
 /// What [`lock_installation_with`] does with a database file that has more than one name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,30 +118,6 @@ pub fn lock_installation_with(
         database,
         links,
     })
-}
-
-/// Whether a process holds `host.lock`, read from the kernel's lock table (`/proc/locks`)
-/// without touching the lock: trying to take it, even for a moment, could make a host that
-/// starts at that instant give up. Where the table cannot be read, the pid the file names is
-/// asked instead (it may be a holder's that has exited and been reused).
-pub fn installation_held(paths: &PiwPaths) -> bool {
-    if !paths.lock.exists() {
-        return false;
-    }
-    crate::supervise::flock_held(&paths.lock).unwrap_or_else(|| {
-        lock_holder(paths)
-            .and_then(|pid| pid.parse().ok())
-            .is_some_and(crate::supervise::process_alive)
-    })
-}
-
-/// The pid written in `host.lock`: the process that took the installation lock last (it may
-/// have let go since: [`installation_held`] says whether anyone holds it).
-pub fn lock_holder(paths: &PiwPaths) -> Option<String> {
-    std::fs::read_to_string(&paths.lock)
-        .ok()
-        .map(|pid| pid.trim().to_owned())
-        .filter(|pid| !pid.is_empty())
 }
 
 /// An installation's lock ([`lock_installation_with`]), held until dropped: `host.lock`, the

@@ -27,6 +27,7 @@ pub use lock::{
     Links,
 };
 
+use crate::store::prelude::*;
 use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
@@ -277,12 +278,13 @@ pub struct HostShared {
     pub(crate) events: broadcast::Sender<RunEvent>,
     pub(crate) limits: Limits,
     pub(crate) expected_uid: u32,
-    /// File suffixes the runtime table can run; `run.start` refuses other files.
+    /// File suffixes the runtime table can run; `run.start` refuses other files
+    /// (`engine::admission::runtime_for_start`).
     pub(crate) runtime_suffixes: Arc<Vec<String>>,
     /// Runtimes looked for and not found, with why: the refusal of their files says it.
     pub(crate) missing_runtimes: Arc<Vec<children::MissingRuntime>>,
     /// How detached steps are served, and the environment their Pi gets: an explicit
-    /// detached start is checked against them (`bridge_launch::preflight`).
+    /// detached start is checked against them (`bridge_launch::check_detached_start`).
     pub(crate) bridges: Arc<(
         Option<crate::engine::bridges::BridgeSettings>,
         children::WorkflowEnv,

@@ -10,6 +10,7 @@
 //! batches the thread sleeps until the next durable deadline, or indefinitely when nothing is
 //! due (no idle wake-ups).
 
+use crate::store::prelude::*;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::Duration;

@@ -2,6 +2,7 @@
 //! can find and stop children of earlier hosts, and so every exit keeps its code, signal,
 //! reason and output tails. Bookkeeping only: these writes change no run state.
 
+use crate::store::ChildRecords;
 use rusqlite::params;
 
 use super::{ChildMode, Store, StoreResult, WriteTx};
@@ -17,58 +18,6 @@ pub struct OrphanChild {
 }
 
 impl WriteTx<'_> {
-    /// Records a child about to be launched for `run_id` at `generation`. Returns its epoch.
-    pub fn record_child_launch(
-        &mut self,
-        run_id: &str,
-        generation: u64,
-        host_epoch: i64,
-        mode: ChildMode,
-    ) -> StoreResult<i64> {
-        self.ops.push("record_child_launch");
-        Ok(self
-            .conn()
-            .prepare_cached(
-                "INSERT INTO children (run_id, generation, host_epoch, mode, spawned_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5) RETURNING child_epoch",
-            )?
-            .query_row(
-                params![
-                    run_id,
-                    generation as i64,
-                    host_epoch,
-                    mode.as_str(),
-                    self.now
-                ],
-                |r| r.get(0),
-            )?)
-    }
-
-    /// Records the spawned process's pid and start time (so a reused pid is never killed).
-    pub fn record_child_process(
-        &mut self,
-        child_epoch: i64,
-        pid: u32,
-        start_time: u64,
-    ) -> StoreResult<()> {
-        self.ops.push("record_child_process");
-        self.conn()
-            .prepare_cached(
-                "UPDATE children SET pid = ?2, process_start_time = ?3 WHERE child_epoch = ?1",
-            )?
-            .execute(params![child_epoch, pid, start_time as i64])?;
-        Ok(())
-    }
-
-    /// Records the child's successful `worker.hello`.
-    pub fn record_child_handshake(&mut self, child_epoch: i64) -> StoreResult<()> {
-        self.ops.push("record_child_handshake");
-        self.conn()
-            .prepare_cached("UPDATE children SET handshake_at = ?2 WHERE child_epoch = ?1 AND handshake_at IS NULL")?
-            .execute(params![child_epoch, self.now])?;
-        Ok(())
-    }
-
     /// Closes the records of children that earlier hosts launched but never saw start (the
     /// host died between the launch and the pid's commit). Without a pid nothing can be
     /// signalled; such a child finds no host that knows its token and exits by itself.
@@ -82,31 +31,6 @@ impl WriteTx<'_> {
                  WHERE exited_at IS NULL AND pid IS NULL AND host_epoch != ?1",
             )?
             .execute(params![current_epoch, self.now])?)
-    }
-
-    /// Records how the child ended. Only the first exit counts.
-    pub fn record_child_exit(
-        &mut self,
-        child_epoch: i64,
-        exit: &ChildExitRecord,
-    ) -> StoreResult<()> {
-        self.ops.push("record_child_exit");
-        self.conn()
-            .prepare_cached(
-                "UPDATE children SET exited_at = ?2, exit_code = ?3, signal = ?4, reason = ?5,
-                        stdout_tail = ?6, stderr_tail = ?7
-                 WHERE child_epoch = ?1 AND exited_at IS NULL",
-            )?
-            .execute(params![
-                child_epoch,
-                self.now,
-                exit.exit_code,
-                exit.signal,
-                exit.reason,
-                exit.stdout_tail,
-                exit.stderr_tail
-            ])?;
-        Ok(())
     }
 }
 
@@ -134,15 +58,11 @@ impl Store {
         self.children_where(run_id, "ORDER BY child_epoch")
     }
 
-    /// The run's newest child, if it ever had one (for `run.status`: its exit and output
-    /// tails say what the child said).
-    pub fn last_child(&self, run_id: &str) -> StoreResult<Option<ChildRecord>> {
-        Ok(self
-            .children_where(run_id, "ORDER BY child_epoch DESC LIMIT 1")?
-            .pop())
-    }
-
-    fn children_where(&self, run_id: &str, order: &str) -> StoreResult<Vec<ChildRecord>> {
+    pub(super) fn children_where(
+        &self,
+        run_id: &str,
+        order: &str,
+    ) -> StoreResult<Vec<ChildRecord>> {
         let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT child_epoch, run_id, generation, host_epoch, mode, pid, exit_code, signal, reason,
                     stdout_tail, stderr_tail, handshake_at IS NOT NULL, exited_at IS NOT NULL
@@ -168,5 +88,76 @@ impl Store {
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+impl ChildRecords for WriteTx<'_> {
+    fn record_child_launch(
+        &mut self,
+        run_id: &str,
+        generation: u64,
+        host_epoch: i64,
+        mode: ChildMode,
+    ) -> StoreResult<i64> {
+        self.ops.push("record_child_launch");
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "INSERT INTO children (run_id, generation, host_epoch, mode, spawned_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5) RETURNING child_epoch",
+            )?
+            .query_row(
+                params![
+                    run_id,
+                    generation as i64,
+                    host_epoch,
+                    mode.as_str(),
+                    self.now
+                ],
+                |r| r.get(0),
+            )?)
+    }
+
+    fn record_child_process(
+        &mut self,
+        child_epoch: i64,
+        pid: u32,
+        start_time: u64,
+    ) -> StoreResult<()> {
+        self.ops.push("record_child_process");
+        self.conn()
+            .prepare_cached(
+                "UPDATE children SET pid = ?2, process_start_time = ?3 WHERE child_epoch = ?1",
+            )?
+            .execute(params![child_epoch, pid, start_time as i64])?;
+        Ok(())
+    }
+
+    fn record_child_handshake(&mut self, child_epoch: i64) -> StoreResult<()> {
+        self.ops.push("record_child_handshake");
+        self.conn()
+            .prepare_cached("UPDATE children SET handshake_at = ?2 WHERE child_epoch = ?1 AND handshake_at IS NULL")?
+            .execute(params![child_epoch, self.now])?;
+        Ok(())
+    }
+
+    fn record_child_exit(&mut self, child_epoch: i64, exit: &ChildExitRecord) -> StoreResult<()> {
+        self.ops.push("record_child_exit");
+        self.conn()
+            .prepare_cached(
+                "UPDATE children SET exited_at = ?2, exit_code = ?3, signal = ?4, reason = ?5,
+                        stdout_tail = ?6, stderr_tail = ?7
+                 WHERE child_epoch = ?1 AND exited_at IS NULL",
+            )?
+            .execute(params![
+                child_epoch,
+                self.now,
+                exit.exit_code,
+                exit.signal,
+                exit.reason,
+                exit.stdout_tail,
+                exit.stderr_tail
+            ])?;
+        Ok(())
     }
 }

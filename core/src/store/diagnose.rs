@@ -7,7 +7,10 @@
 use rusqlite::params;
 use serde_json::json;
 
-use super::{queue_state_for, RunStatus, Store, StoreResult};
+use rusqlite::Connection;
+
+use super::values::{abandoned_partial_values, corrupt_values};
+use super::{queue_state_for, RunStatus, Store, StoreResult, UnixMillis};
 use piw_engine::store::records::*;
 
 struct Check {
@@ -283,161 +286,129 @@ impl Store {
     /// and indexes), at most [`INTEGRITY_PROBLEMS`] lines; empty when it says `ok`. A check
     /// that SQLite cannot even finish (the file is that damaged) is one problem, its error.
     pub fn integrity_problems(&self) -> StoreResult<Vec<String>> {
-        let checked = self
-            .conn
-            .prepare(&format!("PRAGMA integrity_check({INTEGRITY_PROBLEMS})"))
-            .and_then(|mut stmt| {
-                stmt.query_map([], |r| r.get::<_, String>(0))?
-                    .collect::<Result<Vec<_>, _>>()
-            });
-        Ok(match checked {
-            Ok(lines) if lines.len() == 1 && lines[0] == "ok" => Vec::new(),
-            Ok(lines) => lines,
-            Err(e) => vec![e.to_string()],
-        })
-    }
-
-    /// Lists every contradiction in the database. Read-only. A file SQLite calls malformed is
-    /// one finding, [`DATABASE_MALFORMED`] (with no run), and nothing else is checked: rows
-    /// read from damaged pages prove nothing.
-    pub fn diagnose(&self) -> StoreResult<Vec<Finding>> {
-        let problems = self.integrity_problems()?;
-        if !problems.is_empty() {
-            return Ok(vec![Finding {
-                code: DATABASE_MALFORMED.into(),
-                run_id: String::new(),
-                ids: Vec::new(),
-                detail: format!(
-                    "SQLite's integrity check says the file is malformed: {}",
-                    problems.join("; ")
-                ),
-                repairable: false,
-            }]);
-        }
-        let mut findings = Vec::new();
-        for check in checks() {
-            let mut stmt = self.conn.prepare_cached(check.sql)?;
-            let rows = stmt.query_map([], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, Option<String>>(1)?,
-                    r.get::<_, String>(2)?,
-                ))
-            })?;
-            for row in rows {
-                let (run_id, ids, detail) = row?;
-                findings.push(Finding {
-                    code: check.code.into(),
-                    run_id,
-                    ids: ids
-                        .unwrap_or_default()
-                        .split(',')
-                        .filter(|s| !s.is_empty())
-                        .map(str::to_owned)
-                        .collect(),
-                    detail,
-                    repairable: check.repairable,
-                });
-            }
-        }
-        // The queue row must be what the status and pause flag say it is.
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT r.run_id, r.status, r.paused, q.state FROM runs r JOIN queue q USING (run_id)",
-        )?;
-        let rows = stmt.query_map([], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, bool>(2)?,
-                r.get::<_, String>(3)?,
-            ))
-        })?;
-        for row in rows {
-            let (run_id, status, paused, state) = row?;
-            let Some(status) = RunStatus::parse(&status) else {
-                continue;
-            };
-            let expected = queue_state_for(status, paused);
-            if expected.as_str() != state {
-                findings.push(Finding {
-                    code: "queue_state_mismatch".into(),
-                    run_id,
-                    ids: vec![],
-                    detail: format!("queue is {state}, a {status} run needs {expected}"),
-                    repairable: true,
-                });
-            }
-        }
-        for (sha256, detail) in self.corrupt_values()? {
-            findings.push(Finding {
-                code: "value_corrupt".into(),
-                run_id: String::new(),
-                ids: vec![sha256],
-                // Not repairable here (only the run that made the value has its bytes), but
-                // not a dead end: the next upload of the value checks and replaces it
-                // (`put_value_chunk`).
-                detail: format!(
-                    "{detail}; the next run that uploads this value stores it again: retry or \
-                     start a run that produces it"
-                ),
-                repairable: false,
-            });
-        }
-        for (run_id, sha256, bytes, received) in self.abandoned_partial_values(self.now_ms())? {
-            findings.push(Finding {
-                code: "value_partial".into(),
-                run_id,
-                ids: vec![sha256],
-                // Repairable: nothing refers to a partial value and no live child can go on
-                // with it (the rule: `values::ABANDONED`), so removing it loses no fact; a
-                // later child producing the value uploads it from the start.
-                detail: format!(
-                    "an upload of {received} of {bytes} bytes that no live child can complete"
-                ),
-                repairable: true,
-            });
-        }
-        findings.sort_by(|a, b| (&a.run_id, &a.code).cmp(&(&b.run_id, &b.code)));
-        Ok(findings)
-    }
-
-    /// Fixes the repairable findings, each from its durable evidence, in one transaction:
-    ///
-    /// - a `running` run nobody owns is requeued and its running attempt interrupted (the
-    ///   work is redone, never assumed done); `applying` effects of `never` contracts become
-    ///   uncertain and the run goes to review, exactly as recovery does;
-    /// - claims bound to idle or terminal runs are released; missing claim/queue rows created;
-    /// - a terminal run's open attempts, pending requests and live effects are closed as
-    ///   cancelled (effects that were applying become uncertain, never applied);
-    /// - queue rows and viewer projections are rebuilt from the run row.
-    ///
-    /// Findings that need judgement are reported in `left_for_review` and left alone.
-    pub fn repair(&mut self) -> StoreResult<RepairReport> {
-        let findings = self.diagnose()?;
-        let mut report = RepairReport::default();
-        if findings.iter().all(|f| !f.repairable) {
-            report.left_for_review = findings;
-            return Ok(report);
-        }
-        self.write(|w| {
-            w.ops.push("repair");
-            for f in findings {
-                if !f.repairable {
-                    report.left_for_review.push(f);
-                    continue;
-                }
-                w.repair_one(&f)?;
-                report.repaired.push(f);
-            }
-            report.runs_written = w.take_runs_written();
-            Ok(())
-        })?;
-        Ok(report)
+        integrity_problems(&self.conn)
     }
 }
 
+/// [`Store::integrity_problems`] on connection `c`.
+fn integrity_problems(c: &Connection) -> StoreResult<Vec<String>> {
+    let checked = c
+        .prepare(&format!("PRAGMA integrity_check({INTEGRITY_PROBLEMS})"))
+        .and_then(|mut stmt| {
+            stmt.query_map([], |r| r.get::<_, String>(0))?
+                .collect::<Result<Vec<_>, _>>()
+        });
+    Ok(match checked {
+        Ok(lines) if lines.len() == 1 && lines[0] == "ok" => Vec::new(),
+        Ok(lines) => lines,
+        Err(e) => vec![e.to_string()],
+    })
+}
+
+/// `RunReads::diagnose` on connection `c` at time `now` (when an upload is abandoned).
+pub(super) fn findings(c: &Connection, now: UnixMillis) -> StoreResult<Vec<Finding>> {
+    let problems = integrity_problems(c)?;
+    if !problems.is_empty() {
+        return Ok(vec![Finding {
+            code: DATABASE_MALFORMED.into(),
+            run_id: String::new(),
+            ids: Vec::new(),
+            detail: format!(
+                "SQLite's integrity check says the file is malformed: {}",
+                problems.join("; ")
+            ),
+            repairable: false,
+        }]);
+    }
+    let mut findings = Vec::new();
+    for check in checks() {
+        let mut stmt = c.prepare_cached(check.sql)?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, Option<String>>(1)?,
+                r.get::<_, String>(2)?,
+            ))
+        })?;
+        for row in rows {
+            let (run_id, ids, detail) = row?;
+            findings.push(Finding {
+                code: check.code.into(),
+                run_id,
+                ids: ids
+                    .unwrap_or_default()
+                    .split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
+                detail,
+                repairable: check.repairable,
+            });
+        }
+    }
+    // The queue row must be what the status and pause flag say it is.
+    let mut stmt = c.prepare_cached(
+        "SELECT r.run_id, r.status, r.paused, q.state FROM runs r JOIN queue q USING (run_id)",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, bool>(2)?,
+            r.get::<_, String>(3)?,
+        ))
+    })?;
+    for row in rows {
+        let (run_id, status, paused, state) = row?;
+        let Some(status) = RunStatus::parse(&status) else {
+            continue;
+        };
+        let expected = queue_state_for(status, paused);
+        if expected.as_str() != state {
+            findings.push(Finding {
+                code: "queue_state_mismatch".into(),
+                run_id,
+                ids: vec![],
+                detail: format!("queue is {state}, a {status} run needs {expected}"),
+                repairable: true,
+            });
+        }
+    }
+    for (sha256, detail) in corrupt_values(c)? {
+        findings.push(Finding {
+            code: "value_corrupt".into(),
+            run_id: String::new(),
+            ids: vec![sha256],
+            // Not repairable here (only the run that made the value has its bytes), but
+            // not a dead end: the next upload of the value checks and replaces it
+            // (`put_value_chunk`).
+            detail: format!(
+                "{detail}; the next run that uploads this value stores it again: retry or \
+                 start a run that produces it"
+            ),
+            repairable: false,
+        });
+    }
+    for (run_id, sha256, bytes, received) in abandoned_partial_values(c, now)? {
+        findings.push(Finding {
+            code: "value_partial".into(),
+            run_id,
+            ids: vec![sha256],
+            // Repairable: nothing refers to a partial value and no live child can go on
+            // with it (the rule: `values::ABANDONED`), so removing it loses no fact; a
+            // later child producing the value uploads it from the start.
+            detail: format!(
+                "an upload of {received} of {bytes} bytes that no live child can complete"
+            ),
+            repairable: true,
+        });
+    }
+    findings.sort_by(|a, b| (&a.run_id, &a.code).cmp(&(&b.run_id, &b.code)));
+    Ok(findings)
+}
+
 impl super::WriteTx<'_> {
-    fn repair_one(&mut self, f: &Finding) -> StoreResult<()> {
+    pub(super) fn repair_one(&mut self, f: &Finding) -> StoreResult<()> {
         let run_id = f.run_id.as_str();
         let now = self.now;
         let c = self.conn();

@@ -50,7 +50,7 @@ impl WalSync {
         &self.path
     }
 
-    /// How many of the store's commits ([`Store::commits`]) were durable when the sync was
+    /// How many of the store's commits ([`Storage::commits`](crate::store::Storage::commits)) were durable when the sync was
     /// deferred (they were fsynced at `synchronous=FULL`).
     pub fn synced_commits(&self) -> u64 {
         self.synced_commits

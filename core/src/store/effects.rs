@@ -2,6 +2,7 @@
 //! fingerprint, mark applying, store the receipt. The rules that decide what a repeated reserve
 //! may do live in [`decide_reserve`], a pure function.
 
+use crate::store::Effects;
 use rusqlite::{params, OptionalExtension as _};
 
 use serde_json::json;
@@ -61,8 +62,76 @@ type EffectRow = (
 );
 
 impl WriteTx<'_> {
-    /// Reserves the effect `effect_key` for the current attempt, or answers from its record.
-    pub fn reserve_effect(
+    fn move_effect(
+        &mut self,
+        claim: &Claim,
+        effect_id: &str,
+        from: EffectState,
+        to: EffectState,
+        receipt: Option<String>,
+        error: Option<String>,
+    ) -> StoreResult<()> {
+        self.fence(claim)?;
+        let run = self.run_row(&claim.run_id)?;
+        if !Op::Effect.allowed(run.status) {
+            return Err(invalid(
+                &claim.run_id,
+                Op::Effect,
+                run.status,
+                format!("the run is {}", run.status),
+            ));
+        }
+        let state: String = self
+            .conn()
+            .prepare_cached("SELECT state FROM effects WHERE effect_id = ?1 AND run_id = ?2")?
+            .query_row(params![effect_id, claim.run_id], |r| r.get(0))
+            .optional()?
+            .ok_or_else(|| StoreError::NotFound {
+                what: "effect",
+                id: effect_id.to_owned(),
+            })?;
+        if state != from.as_str() {
+            return Err(invalid(
+                &claim.run_id,
+                Op::Effect,
+                run.status,
+                format!("effect {effect_id} is {state}, not {from}"),
+            ));
+        }
+        self.conn()
+            .prepare_cached(
+                "UPDATE effects SET state = ?2, receipt = COALESCE(?3, receipt), error = ?4,
+                        updated_at = ?5 WHERE effect_id = ?1",
+            )?
+            .execute(params![effect_id, to.as_str(), receipt, error, self.now])?;
+        Ok(())
+    }
+
+    fn require_running_attempt(
+        &self,
+        run_id: &str,
+        current: Option<&str>,
+        attempt_id: &str,
+    ) -> StoreResult<()> {
+        let status: Option<String> = self
+            .conn()
+            .prepare_cached("SELECT status FROM attempts WHERE attempt_id = ?1")?
+            .query_row([attempt_id], |r| r.get(0))
+            .optional()?;
+        if current != Some(attempt_id) || status.as_deref() != Some(AttemptStatus::Running.as_str())
+        {
+            return Err(StoreError::StaleAttempt {
+                run_id: run_id.to_owned(),
+                presented: attempt_id.to_owned(),
+                current: current.unwrap_or("none").to_owned(),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Effects for WriteTx<'_> {
+    fn reserve_effect(
         &mut self,
         claim: &Claim,
         attempt_id: &str,
@@ -167,9 +236,7 @@ impl WriteTx<'_> {
         }
     }
 
-    /// Records that the child is about to apply the effect. From here on, a child that
-    /// vanishes without a receipt leaves the effect uncertain (contract `never`).
-    pub fn effect_applying(&mut self, claim: &Claim, effect_id: &str) -> StoreResult<()> {
+    fn effect_applying(&mut self, claim: &Claim, effect_id: &str) -> StoreResult<()> {
         self.move_effect(
             claim,
             effect_id,
@@ -186,8 +253,7 @@ impl WriteTx<'_> {
         Ok(())
     }
 
-    /// Stores the outcome of an application: the receipt, or a definitive failure.
-    pub fn settle_effect(
+    fn settle_effect(
         &mut self,
         claim: &Claim,
         effect_id: &str,
@@ -208,73 +274,6 @@ impl WriteTx<'_> {
             "effect_settled",
             json!({ "effect": effect_id, "state": to.as_str() }),
         )?;
-        Ok(())
-    }
-
-    fn move_effect(
-        &mut self,
-        claim: &Claim,
-        effect_id: &str,
-        from: EffectState,
-        to: EffectState,
-        receipt: Option<String>,
-        error: Option<String>,
-    ) -> StoreResult<()> {
-        self.fence(claim)?;
-        let run = self.run_row(&claim.run_id)?;
-        if !Op::Effect.allowed(run.status) {
-            return Err(invalid(
-                &claim.run_id,
-                Op::Effect,
-                run.status,
-                format!("the run is {}", run.status),
-            ));
-        }
-        let state: String = self
-            .conn()
-            .prepare_cached("SELECT state FROM effects WHERE effect_id = ?1 AND run_id = ?2")?
-            .query_row(params![effect_id, claim.run_id], |r| r.get(0))
-            .optional()?
-            .ok_or_else(|| StoreError::NotFound {
-                what: "effect",
-                id: effect_id.to_owned(),
-            })?;
-        if state != from.as_str() {
-            return Err(invalid(
-                &claim.run_id,
-                Op::Effect,
-                run.status,
-                format!("effect {effect_id} is {state}, not {from}"),
-            ));
-        }
-        self.conn()
-            .prepare_cached(
-                "UPDATE effects SET state = ?2, receipt = COALESCE(?3, receipt), error = ?4,
-                        updated_at = ?5 WHERE effect_id = ?1",
-            )?
-            .execute(params![effect_id, to.as_str(), receipt, error, self.now])?;
-        Ok(())
-    }
-
-    fn require_running_attempt(
-        &self,
-        run_id: &str,
-        current: Option<&str>,
-        attempt_id: &str,
-    ) -> StoreResult<()> {
-        let status: Option<String> = self
-            .conn()
-            .prepare_cached("SELECT status FROM attempts WHERE attempt_id = ?1")?
-            .query_row([attempt_id], |r| r.get(0))
-            .optional()?;
-        if current != Some(attempt_id) || status.as_deref() != Some(AttemptStatus::Running.as_str())
-        {
-            return Err(StoreError::StaleAttempt {
-                run_id: run_id.to_owned(),
-                presented: attempt_id.to_owned(),
-                current: current.unwrap_or("none").to_owned(),
-            });
-        }
         Ok(())
     }
 }

@@ -1,10 +1,12 @@
 //! Store operations that belong to the host rather than to one run's lifecycle: host epochs,
 //! startup recovery of runs held by an earlier host, and workflow message delivery.
 
+use crate::store::prelude::*;
+use crate::store::HostOps;
 use rusqlite::{params, OptionalExtension as _};
 use serde_json::Value;
 
-use super::{MessageRecord, RecoveredRun, Store, StoreError, StoreResult, WriteTx};
+use super::{MessageRecord, RecoveredRun, StoreError, StoreResult, WriteTx};
 use crate::clock::UnixMillis;
 use piw_engine::store::records::*;
 
@@ -59,215 +61,9 @@ impl WriteTx<'_> {
         }
         Ok(out)
     }
-
-    /// Claims up to `limit` undelivered messages of `session` for `owner` for `lease_ms`, no
-    /// more than fit `max_bytes` of reply (the first always does): a claimed message must
-    /// reach its claimant, or it waits out the lease and the same oldest messages are taken
-    /// again, for good. Messages whose earlier delivery claim expired are handed out again
-    /// (at-least-once; the acknowledgement makes delivery final). `after`: only those that
-    /// come after that message (a message id of the session; an unknown one gives none).
-    #[allow(clippy::too_many_arguments)]
-    pub fn claim_messages(
-        &mut self,
-        session: &str,
-        owner: &str,
-        after: Option<&str>,
-        limit: u32,
-        lease_ms: i64,
-        max_bytes: usize,
-    ) -> StoreResult<ClaimedMessages> {
-        self.ops.push("claim_messages");
-        // The record's JSON is its stored content and ids plus a bounded rest (field names,
-        // kind, delivery time): what `PER_MESSAGE_ROOM` covers.
-        const PER_MESSAGE_ROOM: usize = 256;
-        let candidates: Vec<(String, usize)> = self
-            .conn()
-            .prepare_cached(
-                "SELECT message_id, length(CAST(content AS BLOB)) + length(message_id)
-                                    + length(run_id) + length(origin_session)
-                 FROM workflow_messages
-                 WHERE origin_session = ?1 AND delivered_at IS NULL
-                   AND (claim_expires_at IS NULL OR claim_expires_at <= ?2 OR claimed_by = ?3)
-                   AND (?5 IS NULL OR (created_at, rowid) > (
-                        SELECT created_at, rowid FROM workflow_messages
-                        WHERE message_id = ?5 AND origin_session = ?1))
-                 ORDER BY created_at, rowid LIMIT ?4",
-            )?
-            .query_map(params![session, self.now, owner, limit, after], |r| {
-                Ok((r.get(0)?, r.get::<_, i64>(1)?))
-            })?
-            .map(|row| row.map(|(id, len)| (id, usize::try_from(len).unwrap_or(usize::MAX))))
-            .collect::<Result<_, _>>()?;
-        // Oldest first, as many whole messages as fit `max_bytes` (always the first: one
-        // message is smaller than a frame); the rest stay unclaimed for the next claim.
-        let mut ids = Vec::with_capacity(candidates.len());
-        let mut used = 0usize;
-        let mut more = false;
-        for (id, len) in candidates {
-            let len = len.saturating_add(PER_MESSAGE_ROOM);
-            if !ids.is_empty() && used.saturating_add(len) > max_bytes {
-                more = true;
-                break;
-            }
-            used = used.saturating_add(len);
-            ids.push(id);
-        }
-        let mut out = Vec::with_capacity(ids.len());
-        for id in ids {
-            let rec = self
-                .conn()
-                .prepare_cached(
-                    "UPDATE workflow_messages SET claimed_by = ?2, claim_expires_at = ?3
-                     WHERE message_id = ?1
-                     RETURNING message_id, run_id, origin_session, kind, content, delivered_at",
-                )?
-                .query_row(params![id, owner, self.now + lease_ms], |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, Option<String>>(2)?,
-                        r.get::<_, String>(3)?,
-                        r.get::<_, String>(4)?,
-                        r.get::<_, Option<i64>>(5)?,
-                    ))
-                })?;
-            out.push(MessageRecord {
-                message_id: rec.0,
-                run_id: rec.1,
-                origin_session: rec.2,
-                kind: rec.3,
-                content: serde_json::from_str::<Value>(&rec.4)?,
-                content_omitted: false,
-                delivered_at: rec.5,
-            });
-        }
-        Ok(ClaimedMessages {
-            messages: out,
-            more,
-        })
-    }
-
-    /// Marks a message delivered. Acknowledging twice is harmless and returns the first time.
-    pub fn ack_message(&mut self, message_id: &str) -> StoreResult<UnixMillis> {
-        self.ops.push("ack_message");
-        let delivered: Option<Option<i64>> = self
-            .conn()
-            .prepare_cached("SELECT delivered_at FROM workflow_messages WHERE message_id = ?1")?
-            .query_row([message_id], |r| r.get(0))
-            .optional()?;
-        match delivered {
-            None => Err(StoreError::NotFound {
-                what: "message",
-                id: message_id.to_owned(),
-            }),
-            Some(Some(at)) => Ok(at),
-            Some(None) => {
-                self.conn()
-                    .prepare_cached(
-                        "UPDATE workflow_messages SET delivered_at = ?2 WHERE message_id = ?1",
-                    )?
-                    .execute(params![message_id, self.now])?;
-                Ok(self.now)
-            }
-        }
-    }
 }
 
 impl WriteTx<'_> {
-    /// Records a child's progress message: an event within the run's event budget, and the
-    /// latest update for its `(type, key)` when its data is a workflow update (see
-    /// [`super::updates`]). No other state changes.
-    pub fn progress(
-        &mut self,
-        claim: &super::Claim,
-        message: &str,
-        data: &Value,
-    ) -> StoreResult<super::ProgressKept> {
-        self.fence(claim)?;
-        let run = self.run_row(&claim.run_id)?;
-        if run.status != super::RunStatus::Running {
-            return Err(super::lifecycle::invalid(
-                &claim.run_id,
-                super::Op::NodeStarted,
-                run.status,
-                format!("the run is {}", run.status),
-            ));
-        }
-        self.record_progress(
-            &claim.run_id,
-            run.current_node.as_deref(),
-            run.current_attempt.as_deref(),
-            message,
-            data,
-            None,
-        )
-    }
-
-    /// The run's status.
-    pub fn run_status(&self, run_id: &str) -> StoreResult<super::RunStatus> {
-        Ok(self.run_row(run_id)?.status)
-    }
-
-    /// The run's input, stored graph snapshot and mounted sources.
-    pub fn run_payload(&self, run_id: &str) -> StoreResult<(Value, Option<Value>, Value)> {
-        super::read::run_payload(self.conn(), run_id)
-    }
-
-    /// One run, as this transaction sees it.
-    pub fn run(&self, run_id: &str) -> StoreResult<super::RunRecord> {
-        super::read::run_record(self.conn(), run_id)
-    }
-
-    /// How many times in a row the run's child was lost without progress (a transition
-    /// clears it).
-    pub fn child_losses(&self, run_id: &str) -> StoreResult<u32> {
-        let losses: i64 = self
-            .conn()
-            .prepare_cached("SELECT crash_count FROM queue WHERE run_id = ?1")?
-            .query_row([run_id], |r| r.get(0))
-            .optional()?
-            .unwrap_or(0);
-        Ok(u32::try_from(losses).unwrap_or(u32::MAX))
-    }
-
-    /// A run's status and revision, as this transaction sees it.
-    pub fn run_state(&self, run_id: &str) -> StoreResult<(super::RunStatus, u64)> {
-        super::read::run_state(self.conn(), run_id)
-    }
-
-    /// Runs ready to activate at the transaction time, oldest first (including runs this
-    /// transaction queued).
-    pub fn ready_runs(&self, limit: u32) -> StoreResult<Vec<String>> {
-        super::read::ready_runs(self.conn(), self.now_ms(), limit)
-    }
-
-    /// The run's mounted sources as saved.
-    pub fn mounted_sources(&self, run_id: &str) -> StoreResult<Value> {
-        super::read::mounted_sources(self.conn(), run_id)
-    }
-
-    /// The attempt's deadline.
-    pub fn attempt_deadline(&self, attempt_id: &str) -> StoreResult<Option<UnixMillis>> {
-        Ok(self
-            .conn()
-            .prepare_cached("SELECT deadline_at FROM attempts WHERE attempt_id = ?1")?
-            .query_row([attempt_id], |r| r.get(0))
-            .optional()?
-            .flatten())
-    }
-
-    /// The run's open (running) attempt and its node.
-    pub fn current_open_attempt(&self, run_id: &str) -> StoreResult<Option<(String, String)>> {
-        Ok(self
-            .conn()
-            .prepare_cached(
-                "SELECT a.attempt_id, a.node_id FROM runs r JOIN attempts a ON a.attempt_id = r.current_attempt
-                 WHERE r.run_id = ?1 AND a.status = 'running'",
-            )?
-            .query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()?)
-    }
-
     /// The steps the run's graph's step limit counts: its attempts, except those interrupted
     /// (a pause, a lost child, a host restart, a route the host parks after): the node they
     /// were at opens again without the graph having moved, and child losses have their own
@@ -366,11 +162,201 @@ impl WriteTx<'_> {
             .query_row(params![run_id, prefix], |r| r.get(0))?;
         Ok(u64::try_from(count).unwrap_or(0))
     }
+}
 
-    /// The latest finished attempt of every node of the run, in the order they finished: what
-    /// a node's context holds as `results` (and, for the `succeeded` ones, `outputs`), so a
-    /// resumed child sees exactly the context an uninterrupted one would have.
-    pub fn latest_results(&self, run_id: &str) -> StoreResult<Vec<NodeResult>> {
+impl HostOps for WriteTx<'_> {
+    /// Claims up to `limit` undelivered messages of `session` for `owner` for `lease_ms`, no
+    /// more than fit `max_bytes` of reply (the first always does): a claimed message must
+    /// reach its claimant, or it waits out the lease and the same oldest messages are taken
+    /// again, for good. Messages whose earlier delivery claim expired are handed out again
+    /// (at-least-once; the acknowledgement makes delivery final). `after`: only those that
+    /// come after that message (a message id of the session; an unknown one gives none).
+    #[allow(clippy::too_many_arguments)]
+    fn claim_messages(
+        &mut self,
+        session: &str,
+        owner: &str,
+        after: Option<&str>,
+        limit: u32,
+        lease_ms: i64,
+        max_bytes: usize,
+    ) -> StoreResult<ClaimedMessages> {
+        self.ops.push("claim_messages");
+        // The record's JSON is its stored content and ids plus a bounded rest (field names,
+        // kind, delivery time): what `PER_MESSAGE_ROOM` covers.
+        const PER_MESSAGE_ROOM: usize = 256;
+        let candidates: Vec<(String, usize)> = self
+            .conn()
+            .prepare_cached(
+                "SELECT message_id, length(CAST(content AS BLOB)) + length(message_id)
+                                    + length(run_id) + length(origin_session)
+                 FROM workflow_messages
+                 WHERE origin_session = ?1 AND delivered_at IS NULL
+                   AND (claim_expires_at IS NULL OR claim_expires_at <= ?2 OR claimed_by = ?3)
+                   AND (?5 IS NULL OR (created_at, rowid) > (
+                        SELECT created_at, rowid FROM workflow_messages
+                        WHERE message_id = ?5 AND origin_session = ?1))
+                 ORDER BY created_at, rowid LIMIT ?4",
+            )?
+            .query_map(params![session, self.now, owner, limit, after], |r| {
+                Ok((r.get(0)?, r.get::<_, i64>(1)?))
+            })?
+            .map(|row| row.map(|(id, len)| (id, usize::try_from(len).unwrap_or(usize::MAX))))
+            .collect::<Result<_, _>>()?;
+        // Oldest first, as many whole messages as fit `max_bytes` (always the first: one
+        // message is smaller than a frame); the rest stay unclaimed for the next claim.
+        let mut ids = Vec::with_capacity(candidates.len());
+        let mut used = 0usize;
+        let mut more = false;
+        for (id, len) in candidates {
+            let len = len.saturating_add(PER_MESSAGE_ROOM);
+            if !ids.is_empty() && used.saturating_add(len) > max_bytes {
+                more = true;
+                break;
+            }
+            used = used.saturating_add(len);
+            ids.push(id);
+        }
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            let rec = self
+                .conn()
+                .prepare_cached(
+                    "UPDATE workflow_messages SET claimed_by = ?2, claim_expires_at = ?3
+                     WHERE message_id = ?1
+                     RETURNING message_id, run_id, origin_session, kind, content, delivered_at",
+                )?
+                .query_row(params![id, owner, self.now + lease_ms], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, Option<String>>(2)?,
+                        r.get::<_, String>(3)?,
+                        r.get::<_, String>(4)?,
+                        r.get::<_, Option<i64>>(5)?,
+                    ))
+                })?;
+            out.push(MessageRecord {
+                message_id: rec.0,
+                run_id: rec.1,
+                origin_session: rec.2,
+                kind: rec.3,
+                content: serde_json::from_str::<Value>(&rec.4)?,
+                content_omitted: false,
+                delivered_at: rec.5,
+            });
+        }
+        Ok(ClaimedMessages {
+            messages: out,
+            more,
+        })
+    }
+
+    fn ack_message(&mut self, message_id: &str) -> StoreResult<UnixMillis> {
+        self.ops.push("ack_message");
+        let delivered: Option<Option<i64>> = self
+            .conn()
+            .prepare_cached("SELECT delivered_at FROM workflow_messages WHERE message_id = ?1")?
+            .query_row([message_id], |r| r.get(0))
+            .optional()?;
+        match delivered {
+            None => Err(StoreError::NotFound {
+                what: "message",
+                id: message_id.to_owned(),
+            }),
+            Some(Some(at)) => Ok(at),
+            Some(None) => {
+                self.conn()
+                    .prepare_cached(
+                        "UPDATE workflow_messages SET delivered_at = ?2 WHERE message_id = ?1",
+                    )?
+                    .execute(params![message_id, self.now])?;
+                Ok(self.now)
+            }
+        }
+    }
+
+    fn progress(
+        &mut self,
+        claim: &super::Claim,
+        message: &str,
+        data: &Value,
+    ) -> StoreResult<super::ProgressKept> {
+        self.fence(claim)?;
+        let run = self.run_row(&claim.run_id)?;
+        if run.status != super::RunStatus::Running {
+            return Err(super::lifecycle::invalid(
+                &claim.run_id,
+                super::Op::NodeStarted,
+                run.status,
+                format!("the run is {}", run.status),
+            ));
+        }
+        self.record_progress(
+            &claim.run_id,
+            run.current_node.as_deref(),
+            run.current_attempt.as_deref(),
+            message,
+            data,
+            None,
+        )
+    }
+
+    fn run(&self, run_id: &str) -> StoreResult<super::RunRecord> {
+        super::read::run_record(self.conn(), run_id)
+    }
+
+    fn run_payload(&self, run_id: &str) -> StoreResult<(Value, Option<Value>, Value)> {
+        super::read::run_payload(self.conn(), run_id)
+    }
+
+    fn run_state(&self, run_id: &str) -> StoreResult<(super::RunStatus, u64)> {
+        super::read::run_state(self.conn(), run_id)
+    }
+
+    fn run_status(&self, run_id: &str) -> StoreResult<super::RunStatus> {
+        Ok(self.run_row(run_id)?.status)
+    }
+
+    fn ready_runs(&self, limit: u32) -> StoreResult<Vec<String>> {
+        super::read::ready_runs(self.conn(), self.now_ms(), limit)
+    }
+
+    fn mounted_sources(&self, run_id: &str) -> StoreResult<Value> {
+        super::read::mounted_sources(self.conn(), run_id)
+    }
+
+    fn child_losses(&self, run_id: &str) -> StoreResult<u32> {
+        let losses: i64 = self
+            .conn()
+            .prepare_cached("SELECT crash_count FROM queue WHERE run_id = ?1")?
+            .query_row([run_id], |r| r.get(0))
+            .optional()?
+            .unwrap_or(0);
+        Ok(u32::try_from(losses).unwrap_or(u32::MAX))
+    }
+
+    fn attempt_deadline(&self, attempt_id: &str) -> StoreResult<Option<UnixMillis>> {
+        Ok(self
+            .conn()
+            .prepare_cached("SELECT deadline_at FROM attempts WHERE attempt_id = ?1")?
+            .query_row([attempt_id], |r| r.get(0))
+            .optional()?
+            .flatten())
+    }
+
+    fn current_open_attempt(&self, run_id: &str) -> StoreResult<Option<(String, String)>> {
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT a.attempt_id, a.node_id FROM runs r JOIN attempts a ON a.attempt_id = r.current_attempt
+                 WHERE r.run_id = ?1 AND a.status = 'running'",
+            )?
+            .query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?)
+    }
+
+    fn latest_results(&self, run_id: &str) -> StoreResult<Vec<NodeResult>> {
         let mut stmt = self.conn().prepare_cached(
             "SELECT a.node_id, a.status, a.output, a.error,
                     (SELECT COUNT(*) FROM attempts c
@@ -410,9 +396,7 @@ impl WriteTx<'_> {
         Ok(out)
     }
 
-    /// The output of the run's latest succeeded attempt: the input of the node a resumed child
-    /// continues with (`None` before any node succeeded; the run's input applies then).
-    pub fn last_node_output(&self, run_id: &str) -> StoreResult<Option<Value>> {
+    fn last_node_output(&self, run_id: &str) -> StoreResult<Option<Value>> {
         let text: Option<Option<String>> = self
             .conn()
             .prepare_cached(
@@ -427,8 +411,7 @@ impl WriteTx<'_> {
             .transpose()?)
     }
 
-    /// The answer of the latest answered decision of an attempt.
-    pub fn answer_for_attempt(&self, attempt_id: &str) -> StoreResult<Option<Value>> {
+    fn answer_for_attempt(&self, attempt_id: &str) -> StoreResult<Option<Value>> {
         let text: Option<Option<String>> = self
             .conn()
             .prepare_cached(
@@ -443,8 +426,7 @@ impl WriteTx<'_> {
             .transpose()?)
     }
 
-    /// The submission of the run's requests that is being validated, if any.
-    pub fn validating_submission(&self, run_id: &str) -> StoreResult<Option<String>> {
+    fn validating_submission(&self, run_id: &str) -> StoreResult<Option<String>> {
         Ok(self
             .conn()
             .prepare_cached(
@@ -457,8 +439,7 @@ impl WriteTx<'_> {
             .optional()?)
     }
 
-    /// A submission's payload.
-    pub fn submission_payload(&self, submission_id: &str) -> StoreResult<Value> {
+    fn submission_payload(&self, submission_id: &str) -> StoreResult<Value> {
         let text: String = self
             .conn()
             .prepare_cached("SELECT payload FROM submissions WHERE submission_id = ?1")?
@@ -469,46 +450,5 @@ impl WriteTx<'_> {
                 id: submission_id.to_owned(),
             })?;
         Ok(serde_json::from_str(&text)?)
-    }
-}
-
-impl Store {
-    /// The deadline of the run's running attempt.
-    pub fn open_attempt_deadline(&self, run_id: &str) -> StoreResult<Option<UnixMillis>> {
-        Ok(self
-            .conn
-            .prepare_cached(
-                "SELECT a.deadline_at FROM runs r JOIN attempts a ON a.attempt_id = r.current_attempt
-                 WHERE r.run_id = ?1 AND a.status = 'running'",
-            )?
-            .query_row([run_id], |r| r.get(0))
-            .optional()?
-            .flatten())
-    }
-
-    /// The earliest deadline of an open attempt of a run that host `owner_id` holds: one
-    /// indexed read (running runs only) instead of one per held run, for the store thread's
-    /// every wake-up.
-    pub fn next_node_deadline(&self, owner_id: &str) -> StoreResult<Option<UnixMillis>> {
-        Ok(self
-            .conn
-            .prepare_cached(
-                "SELECT MIN(a.deadline_at) FROM runs r
-                 JOIN attempts a ON a.attempt_id = r.current_attempt
-                 JOIN claims c ON c.run_id = r.run_id
-                 WHERE r.status = 'running' AND a.status = 'running'
-                   AND c.owner_kind = 'host' AND c.owner_id = ?1",
-            )?
-            .query_row([owner_id], |r| r.get(0))?)
-    }
-
-    /// The earliest future time a ready run becomes available (a parked run with a delay).
-    pub fn next_delayed_ready(&self) -> StoreResult<Option<UnixMillis>> {
-        Ok(self
-            .conn
-            .prepare_cached(
-                "SELECT MIN(available_at) FROM queue WHERE state = 'ready' AND available_at > ?1",
-            )?
-            .query_row([self.now_ms()], |r| r.get(0))?)
     }
 }

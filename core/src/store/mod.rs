@@ -16,7 +16,6 @@
 //! - an expired claim never renews itself;
 //! - the claim token is never stored (only its SHA-256), logged, or put in an error.
 
-mod bridges;
 mod children;
 mod diagnose;
 mod dump;
@@ -45,6 +44,10 @@ pub use durability::WalSync;
 pub use model::*;
 pub use piw_engine::store::error::{DatabaseError, FileProblem, StoreError, StoreResult};
 pub use piw_engine::store::model;
+pub use piw_engine::store::port::{
+    ChildRecords, Effects, Holds, HostOps, Lifecycle, Recovery, Requests, Retention, RunReads,
+    Storage, Timers, Transaction, ValueWrites,
+};
 pub use piw_engine::store::records::*;
 pub use receipts::{receipt_is_windowed, StoredReceipt, RECEIPTS_KEPT_PER_RUN_AND_KIND};
 pub use schema::{ddl_digest, DDL, SCHEMA_ID};
@@ -57,6 +60,17 @@ pub use view::{
     attempt_spans, is_short_id, AttemptDetail, AttemptRequest, AttemptSpan, EventCursor, EventPage,
     NodeActivity, RunFilter, RunSummary,
 };
+
+/// The store's operations, which are methods of the engine's store traits: `use
+/// piw_core::store::prelude::*` (or `crate::store::prelude::*`) brings them all into scope for
+/// calls on a `Store` or a `WriteTx`.
+pub mod prelude {
+    pub use piw_engine::store::port::{
+        ChildRecords as _, Effects as _, Holds as _, HostOps as _, Lifecycle as _, Recovery as _,
+        Requests as _, Retention as _, RunReads as _, Storage as _, Timers as _, Transaction as _,
+        ValueWrites as _,
+    };
+}
 
 use crate::clock::{Clock, SystemClock, UnixMillis};
 use crate::ids::{ClaimToken, IdSource, OsIds};
@@ -275,11 +289,6 @@ impl Store {
         self.config.clock.now_ms()
     }
 
-    /// The key this database signs run list cursors with.
-    pub fn cursor_key(&self) -> crate::protocol::payload::CursorKey {
-        self.cursor_key.clone()
-    }
-
     /// Runs `f` in one `BEGIN IMMEDIATE` transaction and commits it if `f` succeeds.
     ///
     /// If `f` fails, nothing it did is kept. Operations inside `f` that should fail on their own
@@ -349,13 +358,6 @@ impl Store {
     /// current spell. `None` once a commit succeeded again.
     pub fn disk_full_spell(&self) -> Option<DiskFullSpell> {
         self.disk_full
-    }
-
-    /// While the disk is full: when the host's own work should be tried again (a growing
-    /// pause after each failed commit, up to [`DISK_FULL_MAX_BACKOFF_MS`]). A due deadline
-    /// that cannot be committed would otherwise be retried at once, in a loop.
-    pub fn disk_full_retry_at(&self) -> Option<UnixMillis> {
-        self.disk_full.map(|spell| spell.retry_at())
     }
 
     fn write_once<T>(
@@ -431,13 +433,6 @@ impl Store {
     pub fn page_count(&self) -> StoreResult<i64> {
         Ok(self.conn.query_row("PRAGMA page_count", [], |r| r.get(0))?)
     }
-
-    /// How many transactions [`Store::write`] committed through this handle: a caller that
-    /// deferred the WAL sync ([`Store::defer_wal_sync`]) holds back what a commit revealed
-    /// until a sync covers this count.
-    pub fn commits(&self) -> u64 {
-        self.commits
-    }
 }
 
 /// The error of a transaction SQLite rolled back by itself after `cause` failed: a full
@@ -465,11 +460,6 @@ pub struct WriteTx<'a> {
 }
 
 impl WriteTx<'_> {
-    /// The transaction time: every expiry comparison in this transaction uses it.
-    pub fn now_ms(&self) -> UnixMillis {
-        self.now
-    }
-
     /// A new row id (`run-…`, `att-…`): the transaction's time and the store's id source
     /// ([`StoreConfig::ids`]).
     pub(crate) fn new_id(&self, prefix: &str) -> String {
@@ -518,42 +508,8 @@ impl WriteTx<'_> {
         self.tx.is_autocommit()
     }
 
-    /// Fails with [`StoreError::TransactionLost`] when SQLite has rolled the whole transaction
-    /// back on its own (it may after a full disk or an I/O error). Whatever runs after that
-    /// would commit statement by statement, so a caller that goes on after a failed operation
-    /// checks this first.
-    pub fn ensure_in_transaction(&self) -> StoreResult<()> {
-        if self.tx.is_autocommit() {
-            return Err(StoreError::TransactionLost);
-        }
-        Ok(())
-    }
-
     fn conn(&self) -> &Connection {
         &self.tx
-    }
-
-    /// The revision each run has after this transaction's writes so far (the last write of a
-    /// run wins), and forgets them: a caller learns its commands' revisions without reading
-    /// them again after the commit. Writes undone by a rolled-back savepoint are not included.
-    pub fn take_revisions(&mut self) -> std::collections::BTreeMap<String, u64> {
-        std::mem::take(&mut self.revisions).into_iter().collect()
-    }
-
-    /// Each run this transaction has written so far, with the revision it had before the
-    /// first of those writes (so its events are those with a greater `seq`), in run id order;
-    /// and forgets them. What a writer outside the request batches publishes from: a write
-    /// that appends several events to a run publishes them all.
-    pub fn take_runs_written(&mut self) -> Vec<(String, u64)> {
-        let mut first: std::collections::BTreeMap<String, u64> = Default::default();
-        for (run_id, revision) in std::mem::take(&mut self.revisions) {
-            let before = revision.saturating_sub(1);
-            first
-                .entry(run_id)
-                .and_modify(|b| *b = (*b).min(before))
-                .or_insert(before);
-        }
-        first.into_iter().collect()
     }
 
     /// Checks `claim` against the stored claim at transaction time and, when it holds, renews
@@ -584,12 +540,6 @@ impl WriteTx<'_> {
             });
         }
         Ok(())
-    }
-
-    /// Whether `claim` would pass the fence now (it is current and not expired), without
-    /// renewing it or writing anything.
-    pub fn holds(&self, claim: &Claim) -> StoreResult<bool> {
-        Ok(self.check_claim(claim)?.is_ok())
     }
 
     /// `claim` against the stored claim at transaction time (the pure `check_fence`).
@@ -711,19 +661,6 @@ impl WriteTx<'_> {
                         expires_at = NULL WHERE run_id = ?1",
             )?
             .execute([run_id])?;
-        Ok(())
-    }
-
-    /// Refuses the write with [`StoreError::StaleRevision`] unless the run is at `expected`.
-    pub fn expect_revision(&mut self, run_id: &str, expected: u64) -> StoreResult<()> {
-        let actual = self.run_row(run_id)?.revision;
-        if actual != expected {
-            return Err(StoreError::StaleRevision {
-                run_id: run_id.to_owned(),
-                expected,
-                actual,
-            });
-        }
         Ok(())
     }
 

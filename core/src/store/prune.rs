@@ -6,6 +6,8 @@
 //! changed meanwhile stays. Each removal is one transaction: a crash keeps or removes a run
 //! wholly.
 
+use crate::clock::UnixMillis;
+use crate::store::Retention;
 use rusqlite::{params, OptionalExtension as _};
 
 use super::model::RunStatus;
@@ -95,121 +97,6 @@ impl Store {
             })
             .optional()?;
         Ok(key.map_or(Kept::All, Kept::From))
-    }
-
-    /// The finished runs `selector` matches, oldest start first, after `after` (a key of an
-    /// earlier page), at most `limit`. Read-only.
-    pub fn prunable_runs(
-        &self,
-        selector: &PruneSelector,
-        after: Option<&RunListKey>,
-        limit: usize,
-    ) -> StoreResult<PrunablePage> {
-        let s = bound_statuses(selector)?;
-        let kept = match self.kept(&s, selector.keep)? {
-            Kept::All => return Ok(PrunablePage::default()),
-            Kept::None => None,
-            Kept::From(key) => Some(key),
-        };
-        let wanted = i64::try_from(limit).unwrap_or(i64::MAX - 1);
-        let mut stmt = self.conn.prepare_cached(SELECT_PRUNABLE)?;
-        let mut runs = stmt
-            .query_map(
-                params![
-                    s[0],
-                    s[1],
-                    s[2],
-                    s[3],
-                    selector.finished_before,
-                    kept.as_ref().map(|k| k.created_at),
-                    kept.as_ref().map(|k| k.run_id.as_str()),
-                    after.map(|k| k.created_at),
-                    after.map(|k| k.run_id.as_str()),
-                    wanted + 1,
-                ],
-                |r| {
-                    Ok(RunListKey {
-                        run_id: r.get(0)?,
-                        created_at: r.get(1)?,
-                    })
-                },
-            )?
-            .collect::<Result<Vec<_>, _>>()?;
-        let more = runs.len() > limit;
-        runs.truncate(limit);
-        Ok(PrunablePage { runs, more })
-    }
-
-    /// How many finished runs `selector` matches. Read-only.
-    pub fn count_prunable(&self, selector: &PruneSelector) -> StoreResult<u64> {
-        let s = bound_statuses(selector)?;
-        let kept = match self.kept(&s, selector.keep)? {
-            Kept::All => return Ok(0),
-            Kept::None => None,
-            Kept::From(key) => Some(key),
-        };
-        let n: i64 = self.conn.prepare_cached(COUNT_PRUNABLE)?.query_row(
-            params![
-                s[0],
-                s[1],
-                s[2],
-                s[3],
-                selector.finished_before,
-                kept.as_ref().map(|k| k.created_at),
-                kept.as_ref().map(|k| k.run_id.as_str()),
-            ],
-            |r| r.get(0),
-        )?;
-        Ok(u64::try_from(n).unwrap_or(0))
-    }
-
-    /// Removes each of `run_ids` that is still finished and unclaimed, with every row that
-    /// belongs to it, in one transaction; returns the runs removed, in the order given.
-    ///
-    /// Foreign keys are not enforced during this one transaction: several tables refer to a
-    /// run, an attempt or an event by a column with no index (events by run, children,
-    /// messages, effects by attempt), and with enforcement each deleted row would scan them.
-    /// The deletes name every such table (`diagnose`'s `dangling_reference` checks that none
-    /// was missed).
-    pub fn prune_runs(&mut self, run_ids: &[String]) -> StoreResult<Vec<String>> {
-        if run_ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.conn.pragma_update(None, "foreign_keys", "OFF")?;
-        let removed = self.write(|w| {
-            let mut removed = Vec::with_capacity(run_ids.len());
-            for run_id in run_ids {
-                if w.remove_finished_run(run_id)? {
-                    removed.push(run_id.clone());
-                }
-            }
-            if !removed.is_empty() {
-                w.remove_receipts_older_than_every_run()?;
-                w.drop_values_no_run_refers_to()?;
-                w.ops.push("prune_runs");
-            }
-            Ok(removed)
-        });
-        // Enforcement comes back whatever happened to the transaction.
-        let restored = self.conn.pragma_update(None, "foreign_keys", "ON");
-        let removed = removed?;
-        restored?;
-        Ok(removed)
-    }
-
-    /// Gives back to the file system up to `max_pages` of the pages a prune freed
-    /// (`auto_vacuum = INCREMENTAL`, set when the database was created); returns how many
-    /// free pages are left. A transaction of its own: it moves pages, it changes no row.
-    pub fn reclaim_free_pages(&mut self, max_pages: u32) -> StoreResult<u64> {
-        // `incremental_vacuum` returns no rows; its work happens as the statement steps.
-        let mut stmt = self
-            .conn
-            .prepare(&format!("PRAGMA incremental_vacuum({max_pages})"))?;
-        let mut rows = stmt.query([])?;
-        while rows.next()?.is_some() {}
-        drop(rows);
-        drop(stmt);
-        self.free_pages()
     }
 
     /// Copies the WAL's pages into the database file without waiting for readers
@@ -316,3 +203,94 @@ const DELETE_BY_RUN: &[&str] = &[
     "DELETE FROM claims WHERE run_id = ?1",
     "DELETE FROM runs WHERE run_id = ?1",
 ];
+
+impl Retention for Store {
+    fn count_prunable(&self, selector: &PruneSelector) -> StoreResult<u64> {
+        let s = bound_statuses(selector)?;
+        let kept = match self.kept(&s, selector.keep)? {
+            Kept::All => return Ok(0),
+            Kept::None => None,
+            Kept::From(key) => Some(key),
+        };
+        let n: i64 = self.conn.prepare_cached(COUNT_PRUNABLE)?.query_row(
+            params![
+                s[0],
+                s[1],
+                s[2],
+                s[3],
+                selector.finished_before,
+                kept.as_ref().map(|k| k.created_at),
+                kept.as_ref().map(|k| k.run_id.as_str()),
+            ],
+            |r| r.get(0),
+        )?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    fn prunable_runs(
+        &self,
+        selector: &PruneSelector,
+        after: Option<&RunListKey>,
+        limit: usize,
+    ) -> StoreResult<PrunablePage> {
+        let s = bound_statuses(selector)?;
+        let kept = match self.kept(&s, selector.keep)? {
+            Kept::All => return Ok(PrunablePage::default()),
+            Kept::None => None,
+            Kept::From(key) => Some(key),
+        };
+        let wanted = i64::try_from(limit).unwrap_or(i64::MAX - 1);
+        let mut stmt = self.conn.prepare_cached(SELECT_PRUNABLE)?;
+        let mut runs = stmt
+            .query_map(
+                params![
+                    s[0],
+                    s[1],
+                    s[2],
+                    s[3],
+                    selector.finished_before,
+                    kept.as_ref().map(|k| k.created_at),
+                    kept.as_ref().map(|k| k.run_id.as_str()),
+                    after.map(|k| k.created_at),
+                    after.map(|k| k.run_id.as_str()),
+                    wanted + 1,
+                ],
+                |r| {
+                    Ok(RunListKey {
+                        run_id: r.get(0)?,
+                        created_at: r.get(1)?,
+                    })
+                },
+            )?
+            .collect::<Result<Vec<_>, _>>()?;
+        let more = runs.len() > limit;
+        runs.truncate(limit);
+        Ok(PrunablePage { runs, more })
+    }
+
+    fn prune_runs(&mut self, now: UnixMillis, run_ids: &[String]) -> StoreResult<Vec<String>> {
+        if run_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.conn.pragma_update(None, "foreign_keys", "OFF")?;
+        let removed = self.write_at(now, |w| {
+            let mut removed = Vec::with_capacity(run_ids.len());
+            for run_id in run_ids {
+                if w.remove_finished_run(run_id)? {
+                    removed.push(run_id.clone());
+                }
+            }
+            if !removed.is_empty() {
+                w.remove_receipts_older_than_every_run()?;
+                w.drop_values_no_run_refers_to()?;
+                w.ops.push("prune_runs");
+            }
+            Ok(removed)
+        });
+        // Enforcement comes back whatever happened to the transaction.
+        let restored = self.conn.pragma_update(None, "foreign_keys", "ON");
+        let removed = removed?;
+        restored?;
+        Ok(removed)
+    }
+}

@@ -3,7 +3,11 @@
 use rusqlite::{params, OptionalExtension as _, Row};
 use serde_json::Value;
 
-use super::{parse_enum, parse_status, OwnerKind, RunStatus, Store, StoreError, StoreResult};
+use super::diagnose::findings;
+use super::values::{invalid, not_found, to_i64, to_u64};
+use super::{
+    parse_enum, parse_status, OwnerKind, RunReads, RunStatus, Store, StoreError, StoreResult,
+};
 use crate::clock::UnixMillis;
 use piw_engine::store::records::*;
 
@@ -65,17 +69,10 @@ type ClaimRow = (
     Option<i64>,
 );
 
+/// Most detached steps listed at once: a host serves no more bridges than child slots anyway.
+const MAX_DETACHED_STEPS: u32 = 256;
+
 impl Store {
-    /// One run.
-    pub fn run(&self, run_id: &str) -> StoreResult<RunRecord> {
-        run_record(&self.conn, run_id)
-    }
-
-    /// The run's input, definition snapshot and mounted sources (for the child's launch).
-    pub fn run_payload(&self, run_id: &str) -> StoreResult<(Value, Option<Value>, Value)> {
-        run_payload(&self.conn, run_id)
-    }
-
     /// Runs, newest first, optionally of one origin session.
     pub fn list_runs(&self, session: Option<&str>, limit: u32) -> StoreResult<Vec<RunRecord>> {
         self.list_runs_where(session, false, &[], limit)
@@ -92,184 +89,6 @@ impl Store {
         limit: u32,
     ) -> StoreResult<Vec<RunRecord>> {
         self.list_runs_after(session, unfinished_only, statuses, None, None, limit)
-    }
-
-    /// [`Store::list_runs_where`], continued after the run whose place in the list is `after`
-    /// (the [`RunListKey`] of the last run of the previous page). The order is by key, and a
-    /// run's key never changes, so paging lists every run that existed when it began exactly
-    /// once, whatever is inserted or changes status meanwhile. With `id_prefix`, only the runs
-    /// it names as a person's shortened run id: a prefix, or a short id, the end of the id (as
-    /// [`Store::runs_named_by`] finds them).
-    pub fn list_runs_after(
-        &self,
-        session: Option<&str>,
-        unfinished_only: bool,
-        statuses: &[RunStatus],
-        id_prefix: Option<&str>,
-        after: Option<&RunListKey>,
-        limit: u32,
-    ) -> StoreResult<Vec<RunRecord>> {
-        // The statuses travel as one JSON array: one prepared statement whatever their number.
-        let statuses = (!statuses.is_empty()).then(|| {
-            Value::from(statuses.iter().map(|s| s.as_str()).collect::<Vec<_>>()).to_string()
-        });
-        // A prefix is a range of the key (`substr`, not `LIKE`: `_` and `%` are ordinary
-        // characters), in a statement of its own: `?7 IS NULL OR ...` would read every run.
-        // A short id is the end of the id, as `Store::runs_named_by` finds it.
-        let by_prefix = match id_prefix {
-            Some(given) if super::view::is_short_id(given) => {
-                "AND substr(run_id, -length(?7)) = ?7"
-            }
-            Some(_) => {
-                "AND run_id >= ?7 AND run_id < ?7 || char(1114111)
-               AND substr(run_id, 1, length(?7)) = ?7"
-            }
-            None => "AND ?7 IS NULL",
-        };
-        let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {RUN_COLUMNS} FROM runs WHERE (?1 IS NULL OR origin_session = ?1)
-               AND (?3 = 0 OR status NOT IN ({TERMINAL_STATUSES}))
-               AND (?4 IS NULL OR status IN (SELECT value FROM json_each(?4)))
-               AND (?5 IS NULL OR created_at < ?5 OR (created_at = ?5 AND run_id > ?6))
-               {by_prefix}
-             ORDER BY created_at DESC, run_id LIMIT ?2"
-        ))?;
-        let rows = stmt.query_map(
-            params![
-                session,
-                limit,
-                unfinished_only,
-                statuses,
-                after.map(|k| k.created_at),
-                after.map(|k| k.run_id.as_str()),
-                id_prefix
-            ],
-            run_from_row,
-        )?;
-        rows.map(|row| {
-            let (mut run, status) = row?;
-            run.status = parse_status(&status)?;
-            Ok(run)
-        })
-        .collect()
-    }
-
-    /// Run counts by status.
-    pub fn count_by_status(&self) -> StoreResult<Vec<(RunStatus, u64)>> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT status, COUNT(*) FROM runs GROUP BY status ORDER BY status")?;
-        let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
-        rows.map(|row| {
-            let (s, n) = row?;
-            Ok((parse_status(&s)?, n as u64))
-        })
-        .collect()
-    }
-
-    /// The claim's public fields.
-    pub fn claim_info(&self, run_id: &str) -> StoreResult<ClaimInfo> {
-        let row: Option<ClaimRow> = self
-            .conn
-            .prepare_cached(
-                "SELECT generation, owner_kind, owner_id, heartbeat_at, expires_at FROM claims
-                 WHERE run_id = ?1",
-            )?
-            .query_row([run_id], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-            })
-            .optional()?;
-        let (generation, kind, owner_id, heartbeat_at, expires_at) =
-            row.ok_or_else(|| StoreError::RunNotFound(run_id.to_owned()))?;
-        Ok(ClaimInfo {
-            generation: generation as u64,
-            owner_kind: kind
-                .as_deref()
-                .map(|k| parse_enum(k, OwnerKind::parse, "owner kind"))
-                .transpose()?,
-            owner_id,
-            heartbeat_at,
-            expires_at,
-        })
-    }
-
-    /// The viewer projection row.
-    pub fn run_view(&self, run_id: &str) -> StoreResult<Option<RunView>> {
-        Ok(self
-            .conn
-            .prepare_cached(
-                "SELECT run_id, workflow_name, origin_session, status, paused, current_node,
-                        revision, last_event, updated_at FROM run_views WHERE run_id = ?1",
-            )?
-            .query_row([run_id], |r| {
-                Ok(RunView {
-                    run_id: r.get(0)?,
-                    workflow_name: r.get(1)?,
-                    origin_session: r.get(2)?,
-                    status: r.get(3)?,
-                    paused: r.get(4)?,
-                    current_node: r.get(5)?,
-                    revision: r.get::<_, i64>(6)? as u64,
-                    last_event: r.get(7)?,
-                    updated_at: r.get(8)?,
-                })
-            })
-            .optional()?)
-    }
-
-    /// The run's events in order, optionally only those after `after_seq`.
-    ///
-    /// Events are stored in commit order, not by run: this walks the run's chain back from its
-    /// newest event, one point read per event returned (the host reads only what a write just
-    /// appended). A chain that breaks its own order is reported as corrupt, never followed.
-    pub fn events(&self, run_id: &str, after_seq: u64) -> StoreResult<Vec<EventRecord>> {
-        let mut next: Option<i64> = self
-            .conn
-            .prepare_cached("SELECT last_event_id FROM runs WHERE run_id = ?1")?
-            .query_row([run_id], |r| r.get(0))
-            .optional()?
-            .ok_or_else(|| StoreError::RunNotFound(run_id.to_owned()))?;
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT run_id, seq, kind, at, data, prev_event_id FROM events WHERE event_id = ?1",
-        )?;
-        let mut newest_first: Vec<EventRecord> = Vec::new();
-        while let Some(event_id) = next {
-            let (record, prev): (EventRecord, Option<i64>) = stmt.query_row([event_id], |r| {
-                Ok((
-                    EventRecord {
-                        run_id: r.get(0)?,
-                        seq: r.get::<_, i64>(1)? as u64,
-                        kind: r.get(2)?,
-                        at: r.get(3)?,
-                        data: json_col(r, 4)?.unwrap_or(Value::Null),
-                    },
-                    r.get(5)?,
-                ))
-            })?;
-            let expected_seq = newest_first.last().map(|later| later.seq - 1);
-            if record.run_id != run_id
-                || record.seq == 0
-                || expected_seq.is_some_and(|s| s != record.seq)
-            {
-                return Err(StoreError::CorruptRow(format!(
-                    "run {run_id}: event {event_id} (seq {}) breaks the run's event chain",
-                    record.seq
-                )));
-            }
-            if record.seq <= after_seq {
-                break;
-            }
-            if prev.is_none() && record.seq != 1 {
-                return Err(StoreError::CorruptRow(format!(
-                    "run {run_id}: the event chain ends at seq {}, not 1",
-                    record.seq
-                )));
-            }
-            next = prev;
-            newest_first.push(record);
-        }
-        newest_first.reverse();
-        Ok(newest_first)
     }
 
     /// The run's attempts in start order.
@@ -297,141 +116,6 @@ impl Store {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// A page of the run's attempts, newest first: at most `limit`, only those started before
-    /// attempt `before` when given (the last one of the previous page). Also returns how many
-    /// attempts the run has in all. An attempt `before` that is not the run's is `NotFound`.
-    pub fn attempts_page(
-        &self,
-        run_id: &str,
-        before: Option<&str>,
-        limit: u32,
-    ) -> StoreResult<(Vec<AttemptRecord>, u64)> {
-        let total: i64 = self
-            .conn
-            .prepare_cached("SELECT COUNT(*) FROM attempts WHERE run_id = ?1")?
-            .query_row([run_id], |r| r.get(0))?;
-        let cursor: Option<(i64, i64)> = match before {
-            Some(attempt_id) => Some(
-                self.conn
-                    .prepare_cached(
-                        "SELECT started_at, rowid FROM attempts WHERE attempt_id = ?1 AND run_id = ?2",
-                    )?
-                    .query_row(params![attempt_id, run_id], |r| Ok((r.get(0)?, r.get(1)?)))
-                    .optional()?
-                    .ok_or_else(|| StoreError::NotFound {
-                        what: "attempt",
-                        id: attempt_id.to_owned(),
-                    })?,
-            ),
-            None => None,
-        };
-        // Ordered as `attempts` orders them (start time, then insertion), reversed.
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT attempt_id, node_id, ordinal, generation, status, deadline_at, output, error,
-                    started_at, finished_at
-             FROM attempts WHERE run_id = ?1
-               AND (?2 IS NULL OR started_at < ?2 OR (started_at = ?2 AND rowid < ?3))
-             ORDER BY started_at DESC, rowid DESC LIMIT ?4",
-        )?;
-        let rows = stmt.query_map(
-            params![
-                run_id,
-                cursor.map(|c| c.0),
-                cursor.map(|c| c.1),
-                i64::from(limit)
-            ],
-            |r| {
-                Ok(AttemptRecord {
-                    attempt_id: r.get(0)?,
-                    node_id: r.get(1)?,
-                    ordinal: r.get::<_, i64>(2)? as u64,
-                    generation: r.get::<_, i64>(3)? as u64,
-                    status: r.get(4)?,
-                    deadline_at: r.get(5)?,
-                    output: json_col(r, 6)?,
-                    output_omitted: false,
-                    error: r.get(7)?,
-                    started_at: r.get(8)?,
-                    finished_at: r.get(9)?,
-                })
-            },
-        )?;
-        let page = rows.collect::<Result<_, _>>()?;
-        Ok((page, u64::try_from(total).unwrap_or(0)))
-    }
-
-    /// The run's decisions in creation order.
-    pub fn decisions(&self, run_id: &str) -> StoreResult<Vec<DecisionRecord>> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT decision_id, run_id, attempt_id, node_id, kind, request, status, answer,
-                    answered_by FROM decisions WHERE run_id = ?1 ORDER BY created_at, rowid",
-        )?;
-        let rows = stmt.query_map([run_id], |r| {
-            Ok(DecisionRecord {
-                decision_id: r.get(0)?,
-                run_id: r.get(1)?,
-                attempt_id: r.get(2)?,
-                node_id: r.get(3)?,
-                kind: r.get(4)?,
-                request: json_col(r, 5)?.unwrap_or(Value::Null),
-                request_omitted: false,
-                status: r.get(6)?,
-                answer: json_col(r, 7)?,
-                answer_omitted: false,
-                answered_by: r.get(8)?,
-            })
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
-    }
-
-    /// Interactions of a run (`by_run`) or the open ones of an origin session.
-    pub fn interactions(
-        &self,
-        run_id: Option<&str>,
-        session: Option<&str>,
-    ) -> StoreResult<Vec<InteractionRecord>> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT i.interaction_id, i.run_id, i.attempt_id, i.node_id, i.origin_session, i.kind,
-                    i.request, i.deadline_at, i.status, s.submission_id, s.state, s.error
-             FROM interactions i
-             LEFT JOIN submissions s ON s.rowid = (
-                 SELECT rowid FROM submissions WHERE interaction_id = i.interaction_id
-                 ORDER BY created_at DESC, rowid DESC LIMIT 1)
-             WHERE (?1 IS NULL OR i.run_id = ?1)
-               AND (?2 IS NULL OR (i.origin_session = ?2 AND i.status IN ('pending', 'validating')
-                    -- A run stopped for review takes no submission: its request is not
-                    -- offered to the session until a person resolves the run. A detached
-                    -- run's requests are its bridge's (run.status), never a session's.
-                    AND NOT EXISTS (SELECT 1 FROM runs r
-                                    WHERE r.run_id = i.run_id
-                                      AND (r.status = 'review' OR r.execution_mode = 'detached'))))
-             ORDER BY i.created_at, i.rowid",
-        )?;
-        let rows = stmt.query_map(params![run_id, session], |r| {
-            Ok(InteractionRecord {
-                interaction_id: r.get(0)?,
-                run_id: r.get(1)?,
-                attempt_id: r.get(2)?,
-                node_id: r.get(3)?,
-                origin_session: r.get(4)?,
-                kind: r.get(5)?,
-                request: json_col(r, 6)?.unwrap_or(Value::Null),
-                request_omitted: false,
-                deadline_at: r.get(7)?,
-                status: r.get(8)?,
-                last_submission: match r.get::<_, Option<String>>(9)? {
-                    Some(submission_id) => Some(SubmissionSummary {
-                        submission_id,
-                        state: r.get(10)?,
-                        error: r.get(11)?,
-                    }),
-                    None => None,
-                },
-            })
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
-    }
-
     /// Submissions of an interaction in order.
     pub fn submissions(&self, interaction_id: &str) -> StoreResult<Vec<SubmissionRecord>> {
         let mut stmt = self.conn.prepare_cached(
@@ -450,121 +134,9 @@ impl Store {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// Effects of a run.
-    pub fn effects(&self, run_id: &str) -> StoreResult<Vec<EffectRecord>> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT effect_id, run_id, attempt_id, effect_key, fingerprint, state, retry_contract,
-                    receipt, error FROM effects WHERE run_id = ?1 ORDER BY created_at, rowid",
-        )?;
-        let rows = stmt.query_map([run_id], |r| {
-            Ok(EffectRecord {
-                effect_id: r.get(0)?,
-                run_id: r.get(1)?,
-                attempt_id: r.get(2)?,
-                effect_key: r.get(3)?,
-                fingerprint: r.get(4)?,
-                state: r.get(5)?,
-                retry_contract: r.get(6)?,
-                receipt: json_col(r, 7)?,
-                receipt_omitted: false,
-                error: r.get(8)?,
-            })
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
-    }
-
     /// Workflow messages of a run in order.
     pub fn messages(&self, run_id: &str) -> StoreResult<Vec<MessageRecord>> {
         Ok(self.newest_messages(run_id, u32::MAX)?.0)
-    }
-
-    /// The newest `limit` workflow messages of a run, oldest of them first, and how many it
-    /// has in all.
-    pub fn newest_messages(
-        &self,
-        run_id: &str,
-        limit: u32,
-    ) -> StoreResult<(Vec<MessageRecord>, u64)> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT message_id, run_id, origin_session, kind, content, delivered_at
-             FROM workflow_messages WHERE run_id = ?1
-             ORDER BY created_at DESC, rowid DESC LIMIT ?2",
-        )?;
-        let rows = stmt.query_map(params![run_id, limit], |r| {
-            Ok(MessageRecord {
-                message_id: r.get(0)?,
-                run_id: r.get(1)?,
-                origin_session: r.get(2)?,
-                kind: r.get(3)?,
-                content: json_col(r, 4)?.unwrap_or(Value::Null),
-                content_omitted: false,
-                delivered_at: r.get(5)?,
-            })
-        })?;
-        let mut messages: Vec<MessageRecord> = rows.collect::<Result<_, _>>()?;
-        messages.reverse();
-        let count: i64 = self
-            .conn
-            .prepare_cached("SELECT COUNT(*) FROM workflow_messages WHERE run_id = ?1")?
-            .query_row([run_id], |r| r.get(0))?;
-        Ok((messages, u64::try_from(count).unwrap_or_default()))
-    }
-
-    /// Runs ready to activate at `now`, oldest first.
-    pub fn ready_runs(&self, now: UnixMillis, limit: u32) -> StoreResult<Vec<String>> {
-        ready_runs(&self.conn, now, limit)
-    }
-
-    /// The earliest time the host's own deadline work has something to do: a running run's
-    /// claim expires (recovery), a pending interaction's or decision's deadline or a pending
-    /// timer's wake time passes on a run no live claim holds (expiry, or firing; when an
-    /// operator's claim holds it, at that claim's expiry), or an operator's claim on a ready
-    /// run expires (the run can be launched).
-    /// `None` when nothing is due, so the host can sleep without waking.
-    pub fn next_deadline(&self) -> StoreResult<Option<UnixMillis>> {
-        Ok(self
-            .conn
-            .prepare_cached(
-                "SELECT MIN(t) FROM (
-                    SELECT MIN(c.expires_at) AS t FROM claims c JOIN runs r ON r.run_id = c.run_id
-                    WHERE c.owner_kind IS NOT NULL AND r.status = 'running'
-                    UNION ALL
-                    SELECT MIN(MAX(i.deadline_at,
-                                   CASE WHEN c.owner_kind IS NOT NULL THEN c.expires_at ELSE 0 END))
-                    FROM interactions i JOIN runs r ON r.run_id = i.run_id
-                    JOIN claims c ON c.run_id = i.run_id
-                    WHERE i.status = 'pending' AND r.status = 'waiting'
-                      AND i.deadline_at IS NOT NULL
-                    UNION ALL
-                    SELECT MIN(MAX(a.deadline_at,
-                                   CASE WHEN c.owner_kind IS NOT NULL THEN c.expires_at ELSE 0 END))
-                    FROM decisions d JOIN attempts a ON a.attempt_id = d.attempt_id
-                    JOIN runs r ON r.run_id = d.run_id JOIN claims c ON c.run_id = d.run_id
-                    WHERE d.status = 'pending' AND r.status = 'waiting'
-                      AND a.deadline_at IS NOT NULL
-                    UNION ALL
-                    -- Timers may be many (a waiting run each): the earliest one no live claim
-                    -- holds is found walking `timers_due` from the start, the ones a live
-                    -- claim holds (an operator mid-cancel: few) from the claims.
-                    SELECT * FROM (
-                        SELECT t.wake_at FROM timers t JOIN runs r ON r.run_id = t.run_id
-                        JOIN claims c ON c.run_id = t.run_id
-                        WHERE t.status = 'pending' AND r.status = 'waiting'
-                          AND NOT (c.owner_kind IS NOT NULL AND c.expires_at > ?1)
-                        ORDER BY t.wake_at LIMIT 1)
-                    UNION ALL
-                    SELECT MIN(MAX(t.wake_at, c.expires_at))
-                    FROM claims c JOIN timers t ON t.run_id = c.run_id
-                    JOIN runs r ON r.run_id = t.run_id
-                    WHERE c.owner_kind IS NOT NULL AND c.expires_at > ?1
-                      AND t.status = 'pending' AND r.status = 'waiting'
-                    UNION ALL
-                    -- A ready run an operator's claim holds becomes launchable when it expires.
-                    SELECT MIN(c.expires_at) FROM claims c JOIN queue q ON q.run_id = c.run_id
-                    WHERE c.owner_kind IS NOT NULL AND q.state = 'ready' AND c.expires_at > ?1
-                )",
-            )?
-            .query_row([self.now_ms()], |r| r.get(0))?)
     }
 }
 
@@ -624,11 +196,6 @@ impl Store {
 }
 
 impl Store {
-    /// A run's status and revision: the cheap read the host does after every batch.
-    pub fn run_state(&self, run_id: &str) -> StoreResult<(RunStatus, u64)> {
-        run_state(&self.conn, run_id)
-    }
-
     /// The run's mounted sources as saved (for the child's launch envelope).
     pub fn mounted_sources(&self, run_id: &str) -> StoreResult<Value> {
         mounted_sources(&self.conn, run_id)
@@ -697,6 +264,574 @@ pub(crate) fn run_payload(
         definition.map(|d| serde_json::from_str(&d)).transpose()?,
         serde_json::from_str(&mounted)?,
     ))
+}
+
+impl RunReads for Store {
+    fn run(&self, run_id: &str) -> StoreResult<RunRecord> {
+        run_record(&self.conn, run_id)
+    }
+
+    fn run_payload(&self, run_id: &str) -> StoreResult<(Value, Option<Value>, Value)> {
+        run_payload(&self.conn, run_id)
+    }
+
+    fn run_state(&self, run_id: &str) -> StoreResult<(RunStatus, u64)> {
+        run_state(&self.conn, run_id)
+    }
+
+    fn run_view(&self, run_id: &str) -> StoreResult<Option<RunView>> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT run_id, workflow_name, origin_session, status, paused, current_node,
+                        revision, last_event, updated_at FROM run_views WHERE run_id = ?1",
+            )?
+            .query_row([run_id], |r| {
+                Ok(RunView {
+                    run_id: r.get(0)?,
+                    workflow_name: r.get(1)?,
+                    origin_session: r.get(2)?,
+                    status: r.get(3)?,
+                    paused: r.get(4)?,
+                    current_node: r.get(5)?,
+                    revision: r.get::<_, i64>(6)? as u64,
+                    last_event: r.get(7)?,
+                    updated_at: r.get(8)?,
+                })
+            })
+            .optional()?)
+    }
+
+    fn list_runs_after(
+        &self,
+        session: Option<&str>,
+        unfinished_only: bool,
+        statuses: &[RunStatus],
+        id_prefix: Option<&str>,
+        after: Option<&RunListKey>,
+        limit: u32,
+    ) -> StoreResult<Vec<RunRecord>> {
+        // The statuses travel as one JSON array: one prepared statement whatever their number.
+        let statuses = (!statuses.is_empty()).then(|| {
+            Value::from(statuses.iter().map(|s| s.as_str()).collect::<Vec<_>>()).to_string()
+        });
+        // A prefix is a range of the key (`substr`, not `LIKE`: `_` and `%` are ordinary
+        // characters), in a statement of its own: `?7 IS NULL OR ...` would read every run.
+        // A short id is the end of the id, as `Store::runs_named_by` finds it.
+        let by_prefix = match id_prefix {
+            Some(given) if super::view::is_short_id(given) => {
+                "AND substr(run_id, -length(?7)) = ?7"
+            }
+            Some(_) => {
+                "AND run_id >= ?7 AND run_id < ?7 || char(1114111)
+               AND substr(run_id, 1, length(?7)) = ?7"
+            }
+            None => "AND ?7 IS NULL",
+        };
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE (?1 IS NULL OR origin_session = ?1)
+               AND (?3 = 0 OR status NOT IN ({TERMINAL_STATUSES}))
+               AND (?4 IS NULL OR status IN (SELECT value FROM json_each(?4)))
+               AND (?5 IS NULL OR created_at < ?5 OR (created_at = ?5 AND run_id > ?6))
+               {by_prefix}
+             ORDER BY created_at DESC, run_id LIMIT ?2"
+        ))?;
+        let rows = stmt.query_map(
+            params![
+                session,
+                limit,
+                unfinished_only,
+                statuses,
+                after.map(|k| k.created_at),
+                after.map(|k| k.run_id.as_str()),
+                id_prefix
+            ],
+            run_from_row,
+        )?;
+        rows.map(|row| {
+            let (mut run, status) = row?;
+            run.status = parse_status(&status)?;
+            Ok(run)
+        })
+        .collect()
+    }
+
+    fn count_by_status(&self) -> StoreResult<Vec<(RunStatus, u64)>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT status, COUNT(*) FROM runs GROUP BY status ORDER BY status")?;
+        let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+        rows.map(|row| {
+            let (s, n) = row?;
+            Ok((parse_status(&s)?, n as u64))
+        })
+        .collect()
+    }
+
+    fn claim_info(&self, run_id: &str) -> StoreResult<ClaimInfo> {
+        let row: Option<ClaimRow> = self
+            .conn
+            .prepare_cached(
+                "SELECT generation, owner_kind, owner_id, heartbeat_at, expires_at FROM claims
+                 WHERE run_id = ?1",
+            )?
+            .query_row([run_id], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })
+            .optional()?;
+        let (generation, kind, owner_id, heartbeat_at, expires_at) =
+            row.ok_or_else(|| StoreError::RunNotFound(run_id.to_owned()))?;
+        Ok(ClaimInfo {
+            generation: generation as u64,
+            owner_kind: kind
+                .as_deref()
+                .map(|k| parse_enum(k, OwnerKind::parse, "owner kind"))
+                .transpose()?,
+            owner_id,
+            heartbeat_at,
+            expires_at,
+        })
+    }
+
+    fn attempts_page(
+        &self,
+        run_id: &str,
+        before: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<(Vec<AttemptRecord>, u64)> {
+        let total: i64 = self
+            .conn
+            .prepare_cached("SELECT COUNT(*) FROM attempts WHERE run_id = ?1")?
+            .query_row([run_id], |r| r.get(0))?;
+        let cursor: Option<(i64, i64)> = match before {
+            Some(attempt_id) => Some(
+                self.conn
+                    .prepare_cached(
+                        "SELECT started_at, rowid FROM attempts WHERE attempt_id = ?1 AND run_id = ?2",
+                    )?
+                    .query_row(params![attempt_id, run_id], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()?
+                    .ok_or_else(|| StoreError::NotFound {
+                        what: "attempt",
+                        id: attempt_id.to_owned(),
+                    })?,
+            ),
+            None => None,
+        };
+        // Ordered as `attempts` orders them (start time, then insertion), reversed.
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT attempt_id, node_id, ordinal, generation, status, deadline_at, output, error,
+                    started_at, finished_at
+             FROM attempts WHERE run_id = ?1
+               AND (?2 IS NULL OR started_at < ?2 OR (started_at = ?2 AND rowid < ?3))
+             ORDER BY started_at DESC, rowid DESC LIMIT ?4",
+        )?;
+        let rows = stmt.query_map(
+            params![
+                run_id,
+                cursor.map(|c| c.0),
+                cursor.map(|c| c.1),
+                i64::from(limit)
+            ],
+            |r| {
+                Ok(AttemptRecord {
+                    attempt_id: r.get(0)?,
+                    node_id: r.get(1)?,
+                    ordinal: r.get::<_, i64>(2)? as u64,
+                    generation: r.get::<_, i64>(3)? as u64,
+                    status: r.get(4)?,
+                    deadline_at: r.get(5)?,
+                    output: json_col(r, 6)?,
+                    output_omitted: false,
+                    error: r.get(7)?,
+                    started_at: r.get(8)?,
+                    finished_at: r.get(9)?,
+                })
+            },
+        )?;
+        let page = rows.collect::<Result<_, _>>()?;
+        Ok((page, u64::try_from(total).unwrap_or(0)))
+    }
+
+    fn decisions(&self, run_id: &str) -> StoreResult<Vec<DecisionRecord>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT decision_id, run_id, attempt_id, node_id, kind, request, status, answer,
+                    answered_by FROM decisions WHERE run_id = ?1 ORDER BY created_at, rowid",
+        )?;
+        let rows = stmt.query_map([run_id], |r| {
+            Ok(DecisionRecord {
+                decision_id: r.get(0)?,
+                run_id: r.get(1)?,
+                attempt_id: r.get(2)?,
+                node_id: r.get(3)?,
+                kind: r.get(4)?,
+                request: json_col(r, 5)?.unwrap_or(Value::Null),
+                request_omitted: false,
+                status: r.get(6)?,
+                answer: json_col(r, 7)?,
+                answer_omitted: false,
+                answered_by: r.get(8)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn interactions(
+        &self,
+        run_id: Option<&str>,
+        session: Option<&str>,
+    ) -> StoreResult<Vec<InteractionRecord>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT i.interaction_id, i.run_id, i.attempt_id, i.node_id, i.origin_session, i.kind,
+                    i.request, i.deadline_at, i.status, s.submission_id, s.state, s.error
+             FROM interactions i
+             LEFT JOIN submissions s ON s.rowid = (
+                 SELECT rowid FROM submissions WHERE interaction_id = i.interaction_id
+                 ORDER BY created_at DESC, rowid DESC LIMIT 1)
+             WHERE (?1 IS NULL OR i.run_id = ?1)
+               AND (?2 IS NULL OR (i.origin_session = ?2 AND i.status IN ('pending', 'validating')
+                    -- A run stopped for review takes no submission: its request is not
+                    -- offered to the session until a person resolves the run. A detached
+                    -- run's requests are its bridge's (run.status), never a session's.
+                    AND NOT EXISTS (SELECT 1 FROM runs r
+                                    WHERE r.run_id = i.run_id
+                                      AND (r.status = 'review' OR r.execution_mode = 'detached'))))
+             ORDER BY i.created_at, i.rowid",
+        )?;
+        let rows = stmt.query_map(params![run_id, session], |r| {
+            Ok(InteractionRecord {
+                interaction_id: r.get(0)?,
+                run_id: r.get(1)?,
+                attempt_id: r.get(2)?,
+                node_id: r.get(3)?,
+                origin_session: r.get(4)?,
+                kind: r.get(5)?,
+                request: json_col(r, 6)?.unwrap_or(Value::Null),
+                request_omitted: false,
+                deadline_at: r.get(7)?,
+                status: r.get(8)?,
+                last_submission: match r.get::<_, Option<String>>(9)? {
+                    Some(submission_id) => Some(SubmissionSummary {
+                        submission_id,
+                        state: r.get(10)?,
+                        error: r.get(11)?,
+                    }),
+                    None => None,
+                },
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn effects(&self, run_id: &str) -> StoreResult<Vec<EffectRecord>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT effect_id, run_id, attempt_id, effect_key, fingerprint, state, retry_contract,
+                    receipt, error FROM effects WHERE run_id = ?1 ORDER BY created_at, rowid",
+        )?;
+        let rows = stmt.query_map([run_id], |r| {
+            Ok(EffectRecord {
+                effect_id: r.get(0)?,
+                run_id: r.get(1)?,
+                attempt_id: r.get(2)?,
+                effect_key: r.get(3)?,
+                fingerprint: r.get(4)?,
+                state: r.get(5)?,
+                retry_contract: r.get(6)?,
+                receipt: json_col(r, 7)?,
+                receipt_omitted: false,
+                error: r.get(8)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn events(&self, run_id: &str, after_seq: u64) -> StoreResult<Vec<EventRecord>> {
+        let mut next: Option<i64> = self
+            .conn
+            .prepare_cached("SELECT last_event_id FROM runs WHERE run_id = ?1")?
+            .query_row([run_id], |r| r.get(0))
+            .optional()?
+            .ok_or_else(|| StoreError::RunNotFound(run_id.to_owned()))?;
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT run_id, seq, kind, at, data, prev_event_id FROM events WHERE event_id = ?1",
+        )?;
+        let mut newest_first: Vec<EventRecord> = Vec::new();
+        while let Some(event_id) = next {
+            let (record, prev): (EventRecord, Option<i64>) = stmt.query_row([event_id], |r| {
+                Ok((
+                    EventRecord {
+                        run_id: r.get(0)?,
+                        seq: r.get::<_, i64>(1)? as u64,
+                        kind: r.get(2)?,
+                        at: r.get(3)?,
+                        data: json_col(r, 4)?.unwrap_or(Value::Null),
+                    },
+                    r.get(5)?,
+                ))
+            })?;
+            let expected_seq = newest_first.last().map(|later| later.seq - 1);
+            if record.run_id != run_id
+                || record.seq == 0
+                || expected_seq.is_some_and(|s| s != record.seq)
+            {
+                return Err(StoreError::CorruptRow(format!(
+                    "run {run_id}: event {event_id} (seq {}) breaks the run's event chain",
+                    record.seq
+                )));
+            }
+            if record.seq <= after_seq {
+                break;
+            }
+            if prev.is_none() && record.seq != 1 {
+                return Err(StoreError::CorruptRow(format!(
+                    "run {run_id}: the event chain ends at seq {}, not 1",
+                    record.seq
+                )));
+            }
+            next = prev;
+            newest_first.push(record);
+        }
+        newest_first.reverse();
+        Ok(newest_first)
+    }
+
+    fn events_dropped(&self, run_id: &str) -> StoreResult<u64> {
+        let dropped: Option<i64> = self
+            .conn
+            .prepare_cached(
+                "SELECT dropped FROM event_budgets WHERE run_id = ?1 AND attempt_id = ''",
+            )?
+            .query_row([run_id], |r| r.get(0))
+            .optional()?;
+        Ok(u64::try_from(dropped.unwrap_or(0)).unwrap_or(0))
+    }
+
+    fn updates(&self, run_id: &str) -> StoreResult<Vec<UpdateRecord>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT type, key, node_id, attempt_id, data, seq, at, samples FROM run_updates
+             WHERE run_id = ?1 ORDER BY ordinal",
+        )?;
+        let rows = stmt.query_map([run_id], |r| {
+            Ok(UpdateRecord {
+                update_type: r.get(0)?,
+                key: r.get(1)?,
+                node_id: r.get(2)?,
+                attempt_id: r.get(3)?,
+                data: json_col(r, 4)?.unwrap_or(Value::Null),
+                data_omitted: false,
+                seq: u64::try_from(r.get::<_, i64>(5)?).unwrap_or(0),
+                at: r.get(6)?,
+                samples: json_col(r, 7)?
+                    .and_then(|s| serde_json::from_value(s).ok())
+                    .unwrap_or_default(),
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn newest_messages(&self, run_id: &str, limit: u32) -> StoreResult<(Vec<MessageRecord>, u64)> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT message_id, run_id, origin_session, kind, content, delivered_at
+             FROM workflow_messages WHERE run_id = ?1
+             ORDER BY created_at DESC, rowid DESC LIMIT ?2",
+        )?;
+        let rows = stmt.query_map(params![run_id, limit], |r| {
+            Ok(MessageRecord {
+                message_id: r.get(0)?,
+                run_id: r.get(1)?,
+                origin_session: r.get(2)?,
+                kind: r.get(3)?,
+                content: json_col(r, 4)?.unwrap_or(Value::Null),
+                content_omitted: false,
+                delivered_at: r.get(5)?,
+            })
+        })?;
+        let mut messages: Vec<MessageRecord> = rows.collect::<Result<_, _>>()?;
+        messages.reverse();
+        let count: i64 = self
+            .conn
+            .prepare_cached("SELECT COUNT(*) FROM workflow_messages WHERE run_id = ?1")?
+            .query_row([run_id], |r| r.get(0))?;
+        Ok((messages, u64::try_from(count).unwrap_or_default()))
+    }
+
+    fn last_child(&self, run_id: &str) -> StoreResult<Option<ChildRecord>> {
+        Ok(self
+            .children_where(run_id, "ORDER BY child_epoch DESC LIMIT 1")?
+            .pop())
+    }
+
+    fn read_value_chunk(
+        &self,
+        run_id: &str,
+        sha256: &str,
+        offset: u64,
+        max: usize,
+    ) -> StoreResult<ValueChunk> {
+        let bytes: Option<(i64, i64)> = self
+            .conn
+            .prepare_cached(
+                "SELECT v.bytes, v.received FROM run_values rv JOIN value_blobs v USING (sha256)
+                 WHERE rv.run_id = ?1 AND rv.sha256 = ?2",
+            )?
+            .query_row(params![run_id, sha256], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?;
+        let bytes = match bytes {
+            Some((bytes, received)) if bytes == received => to_u64(bytes),
+            _ => return Err(not_found(sha256)),
+        };
+        if offset > bytes {
+            return Err(invalid(format!(
+                "value {sha256} is {bytes} bytes: no offset {offset}"
+            )));
+        }
+        let want = u64::try_from(max.max(1))
+            .unwrap_or(u64::MAX)
+            .min(bytes - offset);
+        let end = offset + want;
+        // The chunks that overlap [offset, end): the one that starts at or before `offset`,
+        // then those that start before `end`.
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT offset, data FROM value_chunks WHERE sha256 = ?1 AND offset < ?3
+               AND offset >= COALESCE((SELECT MAX(offset) FROM value_chunks
+                                       WHERE sha256 = ?1 AND offset <= ?2), 0)
+             ORDER BY offset",
+        )?;
+        let mut rows = stmt.query(params![sha256, to_i64(offset), to_i64(end)])?;
+        let mut data = Vec::with_capacity(usize::try_from(want).unwrap_or(0));
+        while let Some(row) = rows.next()? {
+            let start = to_u64(row.get(0)?);
+            let chunk = row.get_ref(1)?.as_blob().map_err(rusqlite::Error::from)?;
+            let from = usize::try_from(offset.saturating_sub(start)).unwrap_or(usize::MAX);
+            let to = usize::try_from(end.saturating_sub(start))
+                .unwrap_or(usize::MAX)
+                .min(chunk.len());
+            if from < to {
+                data.extend_from_slice(&chunk[from..to]);
+            }
+        }
+        if u64::try_from(data.len()).unwrap_or(u64::MAX) != want {
+            return Err(StoreError::InvalidInput(format!(
+                "value {sha256} is damaged: its chunks do not cover {offset}..{end} (see `piw diagnose`)"
+            )));
+        }
+        Ok(ValueChunk {
+            bytes,
+            offset,
+            data,
+        })
+    }
+
+    fn detached_steps(&self) -> StoreResult<Vec<DetachedStep>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT i.run_id, i.interaction_id, i.attempt_id, i.node_id, i.status, r.project_dir
+             FROM runs r
+             JOIN interactions i ON i.run_id = r.run_id AND i.status IN ('pending', 'validating')
+             WHERE r.status IN ('queued', 'running', 'waiting')
+               AND r.execution_mode = 'detached' AND r.paused = 0
+             ORDER BY i.created_at, i.rowid
+             LIMIT ?1",
+        )?;
+        let rows = stmt.query_map(params![MAX_DETACHED_STEPS], |r| {
+            Ok(DetachedStep {
+                run_id: r.get(0)?,
+                interaction_id: r.get(1)?,
+                attempt_id: r.get(2)?,
+                node_id: r.get(3)?,
+                validating: r.get::<_, String>(4)? == "validating",
+                project_dir: r.get(5)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn ready_runs(&self, now: UnixMillis, limit: u32) -> StoreResult<Vec<String>> {
+        ready_runs(&self.conn, now, limit)
+    }
+
+    fn next_deadline(&self, now: UnixMillis) -> StoreResult<Option<UnixMillis>> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT MIN(t) FROM (
+                    SELECT MIN(c.expires_at) AS t FROM claims c JOIN runs r ON r.run_id = c.run_id
+                    WHERE c.owner_kind IS NOT NULL AND r.status = 'running'
+                    UNION ALL
+                    SELECT MIN(MAX(i.deadline_at,
+                                   CASE WHEN c.owner_kind IS NOT NULL THEN c.expires_at ELSE 0 END))
+                    FROM interactions i JOIN runs r ON r.run_id = i.run_id
+                    JOIN claims c ON c.run_id = i.run_id
+                    WHERE i.status = 'pending' AND r.status = 'waiting'
+                      AND i.deadline_at IS NOT NULL
+                    UNION ALL
+                    SELECT MIN(MAX(a.deadline_at,
+                                   CASE WHEN c.owner_kind IS NOT NULL THEN c.expires_at ELSE 0 END))
+                    FROM decisions d JOIN attempts a ON a.attempt_id = d.attempt_id
+                    JOIN runs r ON r.run_id = d.run_id JOIN claims c ON c.run_id = d.run_id
+                    WHERE d.status = 'pending' AND r.status = 'waiting'
+                      AND a.deadline_at IS NOT NULL
+                    UNION ALL
+                    -- Timers may be many (a waiting run each): the earliest one no live claim
+                    -- holds is found walking `timers_due` from the start, the ones a live
+                    -- claim holds (an operator mid-cancel: few) from the claims.
+                    SELECT * FROM (
+                        SELECT t.wake_at FROM timers t JOIN runs r ON r.run_id = t.run_id
+                        JOIN claims c ON c.run_id = t.run_id
+                        WHERE t.status = 'pending' AND r.status = 'waiting'
+                          AND NOT (c.owner_kind IS NOT NULL AND c.expires_at > ?1)
+                        ORDER BY t.wake_at LIMIT 1)
+                    UNION ALL
+                    SELECT MIN(MAX(t.wake_at, c.expires_at))
+                    FROM claims c JOIN timers t ON t.run_id = c.run_id
+                    JOIN runs r ON r.run_id = t.run_id
+                    WHERE c.owner_kind IS NOT NULL AND c.expires_at > ?1
+                      AND t.status = 'pending' AND r.status = 'waiting'
+                    UNION ALL
+                    -- A ready run an operator's claim holds becomes launchable when it expires.
+                    SELECT MIN(c.expires_at) FROM claims c JOIN queue q ON q.run_id = c.run_id
+                    WHERE c.owner_kind IS NOT NULL AND q.state = 'ready' AND c.expires_at > ?1
+                )",
+            )?
+            .query_row([now], |r| r.get(0))?)
+    }
+
+    fn next_delayed_ready(&self, now: UnixMillis) -> StoreResult<Option<UnixMillis>> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT MIN(available_at) FROM queue WHERE state = 'ready' AND available_at > ?1",
+            )?
+            .query_row([now], |r| r.get(0))?)
+    }
+
+    fn next_node_deadline(&self, owner_id: &str) -> StoreResult<Option<UnixMillis>> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT MIN(a.deadline_at) FROM runs r
+                 JOIN attempts a ON a.attempt_id = r.current_attempt
+                 JOIN claims c ON c.run_id = r.run_id
+                 WHERE r.status = 'running' AND a.status = 'running'
+                   AND c.owner_kind = 'host' AND c.owner_id = ?1",
+            )?
+            .query_row([owner_id], |r| r.get(0))?)
+    }
+
+    fn open_attempt_deadline(&self, run_id: &str) -> StoreResult<Option<UnixMillis>> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT a.deadline_at FROM runs r JOIN attempts a ON a.attempt_id = r.current_attempt
+                 WHERE r.run_id = ?1 AND a.status = 'running'",
+            )?
+            .query_row([run_id], |r| r.get(0))
+            .optional()?
+            .flatten())
+    }
+
+    fn diagnose(&self, now: UnixMillis) -> StoreResult<Vec<Finding>> {
+        findings(&self.conn, now)
+    }
 }
 
 #[cfg(test)]

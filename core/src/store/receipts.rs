@@ -1,6 +1,7 @@
 //! Command receipts: the stored response of every committed durable command, so a repeated
 //! request id (or idempotency key) gets the original answer, also after a host restart.
 
+use crate::store::prelude::*;
 use rusqlite::{params, OptionalExtension as _};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

@@ -220,7 +220,7 @@ pub(crate) fn create_new(path: &Path, now_ms: i64, ids: &super::SharedIds) -> St
         let mut conn = Connection::open(&tmp)?;
         conn.pragma_update(None, "journal_mode", "DELETE")?;
         // Before the first table: only an empty database takes it. A prune's freed pages
-        // then go back to the file system (`Store::reclaim_free_pages`).
+        // then go back to the file system (`WriteTx::reclaim_free_pages`).
         conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
         let tx = conn.transaction()?;
         tx.execute_batch(DDL)?;

@@ -10,7 +10,7 @@ use rusqlite::{params, OptionalExtension as _};
 use serde_json::{json, Value};
 
 use super::read::json_col;
-use super::{Store, StoreError, StoreResult, WriteTx};
+use super::{StoreError, StoreResult, WriteTx};
 use crate::clock::UnixMillis;
 use piw_engine::store::records::*;
 
@@ -338,45 +338,6 @@ impl WriteTx<'_> {
                 ])?;
         }
         Ok(ProgressKept { seq, event_kept })
-    }
-}
-
-impl Store {
-    /// The run's latest update per `(type, key)`, oldest first (updates whose events were
-    /// dropped share a `seq`: their order is that of their arrival).
-    pub fn updates(&self, run_id: &str) -> StoreResult<Vec<UpdateRecord>> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT type, key, node_id, attempt_id, data, seq, at, samples FROM run_updates
-             WHERE run_id = ?1 ORDER BY ordinal",
-        )?;
-        let rows = stmt.query_map([run_id], |r| {
-            Ok(UpdateRecord {
-                update_type: r.get(0)?,
-                key: r.get(1)?,
-                node_id: r.get(2)?,
-                attempt_id: r.get(3)?,
-                data: json_col(r, 4)?.unwrap_or(Value::Null),
-                data_omitted: false,
-                seq: u64::try_from(r.get::<_, i64>(5)?).unwrap_or(0),
-                at: r.get(6)?,
-                samples: json_col(r, 7)?
-                    .and_then(|s| serde_json::from_value(s).ok())
-                    .unwrap_or_default(),
-            })
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
-    }
-
-    /// How many of the run's progress and notify events were dropped over its event budget.
-    pub fn events_dropped(&self, run_id: &str) -> StoreResult<u64> {
-        let dropped: Option<i64> = self
-            .conn
-            .prepare_cached(
-                "SELECT dropped FROM event_budgets WHERE run_id = ?1 AND attempt_id = ''",
-            )?
-            .query_row([run_id], |r| r.get(0))
-            .optional()?;
-        Ok(u64::try_from(dropped.unwrap_or(0)).unwrap_or(0))
     }
 }
 

@@ -2,6 +2,8 @@
 //! chunks (`value_blobs`, `value_chunks`), and kept while a run links to them (`run_values`).
 //! The wire form of a reference is `protocol::value`.
 
+use crate::store::prelude::*;
+use crate::store::ValueWrites;
 use rusqlite::{named_params, params, OptionalExtension as _};
 use sha2::{Digest as _, Sha256};
 
@@ -9,22 +11,22 @@ use super::{Claim, Store, StoreError, StoreResult, WriteTx};
 use crate::protocol::value::{is_sha256_hex, read_slot, Slot, ValueRef, MAX_VALUE_BYTES};
 use piw_engine::store::records::*;
 
-fn invalid(message: impl Into<String>) -> StoreError {
+pub(super) fn invalid(message: impl Into<String>) -> StoreError {
     StoreError::InvalidInput(message.into())
 }
 
-fn not_found(sha256: &str) -> StoreError {
+pub(super) fn not_found(sha256: &str) -> StoreError {
     StoreError::NotFound {
         what: "value",
         id: sha256.to_owned(),
     }
 }
 
-fn to_i64(n: u64) -> i64 {
+pub(super) fn to_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-fn to_u64(n: i64) -> u64 {
+pub(super) fn to_u64(n: i64) -> u64 {
     u64::try_from(n).unwrap_or(0)
 }
 
@@ -93,46 +95,6 @@ const ABANDONED: &str = "v.received < v.bytes
         WHERE json_valid(refs.x) AND json_extract(refs.x, '$.sha256') = v.sha256)";
 
 impl WriteTx<'_> {
-    /// Stores the chunk of value `sha256` (`bytes` long) that starts at `offset`, for the run
-    /// holding `claim`, and links the value to that run. Chunks come in order: a chunk that
-    /// starts before what is stored is one sent again (it changes nothing), one after it is
-    /// refused; an empty one only asks how much is stored. A value already whole needs no
-    /// chunk (the answer says so at once, whatever was sent): the same value is stored once.
-    /// The last chunk's arrival checks the hash.
-    pub fn put_value_chunk(
-        &mut self,
-        claim: &Claim,
-        sha256: &str,
-        bytes: u64,
-        offset: u64,
-        data: &[u8],
-    ) -> StoreResult<ValuePut> {
-        self.fence(claim)?;
-        self.ops.push("value_put");
-        self.store_value_chunk(&claim.run_id, sha256, bytes, offset, data)
-    }
-
-    /// Stores a chunk of value `sha256` for a client's submission to the pending interactive
-    /// request `interaction_id` (`interaction.value_put`): the request gate of a submission
-    /// (its own attempt, pending, before its deadline), then as [`WriteTx::put_value_chunk`],
-    /// the value linked to the request's run. An upload that is never submitted is left
-    /// partial or unreferenced; once the request closes, a partial one is `value_partial`
-    /// (see [`ABANDONED`]) and `repair` removes it.
-    pub fn put_interaction_value_chunk(
-        &mut self,
-        interaction_id: &str,
-        attempt_id: &str,
-        sha256: &str,
-        bytes: u64,
-        offset: u64,
-        data: &[u8],
-    ) -> StoreResult<ValuePut> {
-        let request = self.interaction_row(interaction_id)?;
-        self.require_pending_interaction(interaction_id, &request, attempt_id, true)?;
-        self.ops.push("interaction_value_put");
-        self.store_value_chunk(&request.run_id, sha256, bytes, offset, data)
-    }
-
     /// The chunk store behind both uploads, once the writer is known to be allowed.
     fn store_value_chunk(
         &mut self,
@@ -281,7 +243,7 @@ impl WriteTx<'_> {
     }
 
     /// Removes value `sha256` (its chunks, its blob and every run's link to it) if it is still
-    /// partial and still one [`Store::abandoned_partial_values`] names (no live claim can go on
+    /// partial and still one `abandoned_partial_values` names (no live claim can go on
     /// with it, no row refers to it): `repair`'s fix for `value_partial`. Checked again here,
     /// in the write, so a finding read before it cannot remove an upload that became live or
     /// referred to since. Returns whether it went.
@@ -325,68 +287,6 @@ impl WriteTx<'_> {
 }
 
 impl Store {
-    /// Up to `max` bytes of value `sha256` from `offset`, if `run_id` holds it whole.
-    pub fn read_value_chunk(
-        &self,
-        run_id: &str,
-        sha256: &str,
-        offset: u64,
-        max: usize,
-    ) -> StoreResult<ValueChunk> {
-        let bytes: Option<(i64, i64)> = self
-            .conn
-            .prepare_cached(
-                "SELECT v.bytes, v.received FROM run_values rv JOIN value_blobs v USING (sha256)
-                 WHERE rv.run_id = ?1 AND rv.sha256 = ?2",
-            )?
-            .query_row(params![run_id, sha256], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()?;
-        let bytes = match bytes {
-            Some((bytes, received)) if bytes == received => to_u64(bytes),
-            _ => return Err(not_found(sha256)),
-        };
-        if offset > bytes {
-            return Err(invalid(format!(
-                "value {sha256} is {bytes} bytes: no offset {offset}"
-            )));
-        }
-        let want = u64::try_from(max.max(1))
-            .unwrap_or(u64::MAX)
-            .min(bytes - offset);
-        let end = offset + want;
-        // The chunks that overlap [offset, end): the one that starts at or before `offset`,
-        // then those that start before `end`.
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT offset, data FROM value_chunks WHERE sha256 = ?1 AND offset < ?3
-               AND offset >= COALESCE((SELECT MAX(offset) FROM value_chunks
-                                       WHERE sha256 = ?1 AND offset <= ?2), 0)
-             ORDER BY offset",
-        )?;
-        let mut rows = stmt.query(params![sha256, to_i64(offset), to_i64(end)])?;
-        let mut data = Vec::with_capacity(usize::try_from(want).unwrap_or(0));
-        while let Some(row) = rows.next()? {
-            let start = to_u64(row.get(0)?);
-            let chunk = row.get_ref(1)?.as_blob().map_err(rusqlite::Error::from)?;
-            let from = usize::try_from(offset.saturating_sub(start)).unwrap_or(usize::MAX);
-            let to = usize::try_from(end.saturating_sub(start))
-                .unwrap_or(usize::MAX)
-                .min(chunk.len());
-            if from < to {
-                data.extend_from_slice(&chunk[from..to]);
-            }
-        }
-        if u64::try_from(data.len()).unwrap_or(u64::MAX) != want {
-            return Err(StoreError::InvalidInput(format!(
-                "value {sha256} is damaged: its chunks do not cover {offset}..{end} (see `piw diagnose`)"
-            )));
-        }
-        Ok(ValueChunk {
-            bytes,
-            offset,
-            data,
-        })
-    }
-
     /// The whole value `sha256` of `run_id`, read chunk by chunk.
     pub fn read_value(&self, run_id: &str, sha256: &str) -> StoreResult<Vec<u8>> {
         let mut out = Vec::new();
@@ -403,51 +303,79 @@ impl Store {
             }
         }
     }
+}
 
-    /// The partial values (`received < bytes`) no live child can still complete, one row per
-    /// run holding it: (run_id, sha256, bytes, received). See [`ABANDONED`] for the rule.
-    pub(crate) fn abandoned_partial_values(
-        &self,
-        now: i64,
-    ) -> StoreResult<Vec<(String, String, u64, u64)>> {
-        let rows = self
-            .conn
-            .prepare_cached(&format!(
-                "SELECT rv.run_id, v.sha256, v.bytes, v.received
-                 FROM value_blobs v JOIN run_values rv ON rv.sha256 = v.sha256
-                 WHERE {ABANDONED} ORDER BY rv.run_id, v.sha256"
-            ))?
-            .query_map(named_params! {":now": now}, |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    to_u64(r.get(2)?),
-                    to_u64(r.get(3)?),
-                ))
-            })?
-            .collect::<Result<_, _>>()?;
-        Ok(rows)
+/// The partial values (`received < bytes`) no live child can still complete, one row per
+/// run holding it: (run_id, sha256, bytes, received). See [`ABANDONED`] for the rule.
+pub(super) fn abandoned_partial_values(
+    c: &rusqlite::Connection,
+    now: i64,
+) -> StoreResult<Vec<(String, String, u64, u64)>> {
+    let rows = c
+        .prepare_cached(&format!(
+            "SELECT rv.run_id, v.sha256, v.bytes, v.received
+             FROM value_blobs v JOIN run_values rv ON rv.sha256 = v.sha256
+             WHERE {ABANDONED} ORDER BY rv.run_id, v.sha256"
+        ))?
+        .query_map(named_params! {":now": now}, |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                to_u64(r.get(2)?),
+                to_u64(r.get(3)?),
+            ))
+        })?
+        .collect::<Result<_, _>>()?;
+    Ok(rows)
+}
+
+/// The whole values whose chunks do not add up to their length or hash: (sha256, detail).
+pub(super) fn corrupt_values(c: &rusqlite::Connection) -> StoreResult<Vec<(String, String)>> {
+    let whole: Vec<(String, i64)> = c
+        .prepare_cached("SELECT sha256, bytes FROM value_blobs WHERE received = bytes")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    let mut corrupt = Vec::new();
+    for (sha256, bytes) in whole {
+        let (hash, len) = hash_chunks(c, &sha256)?;
+        if len != to_u64(bytes) {
+            corrupt.push((
+                sha256,
+                format!("value has {len} bytes in its chunks, {bytes} expected"),
+            ));
+        } else if hash != sha256 {
+            corrupt.push((sha256, format!("value's chunks hash to {hash}")));
+        }
+    }
+    Ok(corrupt)
+}
+
+impl ValueWrites for WriteTx<'_> {
+    fn put_value_chunk(
+        &mut self,
+        claim: &Claim,
+        sha256: &str,
+        bytes: u64,
+        offset: u64,
+        data: &[u8],
+    ) -> StoreResult<ValuePut> {
+        self.fence(claim)?;
+        self.ops.push("value_put");
+        self.store_value_chunk(&claim.run_id, sha256, bytes, offset, data)
     }
 
-    /// The whole values whose chunks do not add up to their length or hash: (sha256, detail).
-    pub(crate) fn corrupt_values(&self) -> StoreResult<Vec<(String, String)>> {
-        let whole: Vec<(String, i64)> = self
-            .conn
-            .prepare_cached("SELECT sha256, bytes FROM value_blobs WHERE received = bytes")?
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-            .collect::<Result<_, _>>()?;
-        let mut corrupt = Vec::new();
-        for (sha256, bytes) in whole {
-            let (hash, len) = hash_chunks(&self.conn, &sha256)?;
-            if len != to_u64(bytes) {
-                corrupt.push((
-                    sha256,
-                    format!("value has {len} bytes in its chunks, {bytes} expected"),
-                ));
-            } else if hash != sha256 {
-                corrupt.push((sha256, format!("value's chunks hash to {hash}")));
-            }
-        }
-        Ok(corrupt)
+    fn put_interaction_value_chunk(
+        &mut self,
+        interaction_id: &str,
+        attempt_id: &str,
+        sha256: &str,
+        bytes: u64,
+        offset: u64,
+        data: &[u8],
+    ) -> StoreResult<ValuePut> {
+        let request = self.interaction_row(interaction_id)?;
+        self.require_pending_interaction(interaction_id, &request, attempt_id, true)?;
+        self.ops.push("interaction_value_put");
+        self.store_value_chunk(&request.run_id, sha256, bytes, offset, data)
     }
 }

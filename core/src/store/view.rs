@@ -2,6 +2,7 @@
 //! thousands of attempts or events opens as fast as a small one. Like every read they never
 //! return claim tokens or token hashes, and they work on a store opened read-only.
 
+use crate::store::prelude::*;
 use rusqlite::{params, OptionalExtension as _};
 use serde::Serialize;
 use serde_json::Value;

@@ -1,6 +1,7 @@
 //! Shared fixtures for the store's integration tests.
 #![allow(dead_code)]
 
+use piw_core::store::prelude::*;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -131,7 +132,7 @@ impl Fixture {
     }
 
     pub fn assert_clean(&self) {
-        let findings = self.store.diagnose().expect("diagnose");
+        let findings = self.store.diagnose(self.store.now_ms()).expect("diagnose");
         assert!(findings.is_empty(), "diagnose found: {findings:#?}");
     }
 }
@@ -159,20 +160,4 @@ pub fn step(attempt_id: &str, next: &str) -> TransitionRequest {
         next_node: next.to_owned(),
         next_deadline_at: None,
     }
-}
-
-/// A run event of run `run-1` for `subscription`, as a host sends it (fake hosts of the client
-/// tests).
-pub fn event_frame(subscription: &str, seq: u64) -> piw_core::protocol::ServerFrame {
-    piw_core::protocol::ServerFrame::Event(piw_core::protocol::Event {
-        schema: piw_core::protocol::ProtocolSchema,
-        subscription_id: subscription.into(),
-        run_id: "run-1".into(),
-        seq,
-        event_kind: "transitioned".into(),
-        status: "running".into(),
-        revision: seq,
-        at_ms: 0,
-        data: json!(null),
-    })
 }

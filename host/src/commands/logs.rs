@@ -9,6 +9,7 @@
 //! printing both as they come (woken by the host's events for the run while a host answers)
 //! until the run ends. Anything shaped like a token is masked, as in `piw run status`.
 
+use piw_core::store::prelude::*;
 use std::io::Write as _;
 
 use crate::*;

@@ -4,6 +4,7 @@
 
 use piw_core::clock::UnixMillis;
 use piw_core::graph::{Edge, Graph, NodeKind};
+use piw_core::store::prelude::*;
 use piw_core::store::{
     AttemptDetail, AttemptRequest, AttemptSpan, ChildRecord, EffectRecord, EventCursor,
     EventRecord, MessageRecord, NodeActivity, RunFilter, RunRecord, RunStatus, RunSummary, Store,

@@ -1,6 +1,7 @@
 //! The viewer's model and layout on ratatui's `TestBackend`, `--once` and `run graph`, over runs
 //! built through the store's own lifecycle API (a `FakeClock`, so times and ages are exact).
 
+use piw_core::store::prelude::*;
 use std::sync::Arc;
 
 use piw_core::clock::FakeClock;

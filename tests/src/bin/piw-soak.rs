@@ -30,6 +30,7 @@
 //! when anything is lost, doubled, unexpected or not clean.
 //! Every process of the installation is killed when it ends, pass or fail.
 
+use piw_core::store::prelude::*;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -372,7 +373,7 @@ impl Soak {
         let only_review = left
             .iter()
             .all(|r| r.status == piw_core::store::RunStatus::Review);
-        let findings = store.diagnose()?;
+        let findings = store.diagnose(store.now_ms())?;
         for f in &findings {
             eprintln!("piw-soak: after the prune: diagnose: {f:?}");
         }
@@ -1316,7 +1317,7 @@ impl Soak {
                 }
             }
         }
-        let findings = store.diagnose()?;
+        let findings = store.diagnose(store.now_ms())?;
         for p in &problems {
             eprintln!("piw-soak: {p}");
         }

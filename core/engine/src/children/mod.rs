@@ -8,6 +8,7 @@
 //! business (`piw_core::driver::supervisor`); this module only decides: its orders (`commands`)
 //! wait in `HostState::child_commands` until the store thread sends them on.
 
+use crate::time::UnixMillis;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -128,8 +129,8 @@ fn stale(run_id: &str) -> StoreError {
 /// Runs are usually activated inside the batch transaction that made them ready
 /// ([`activate_and_launch`] from the store thread's batch); this catches the rest: runs made ready by
 /// a child's exit, a deadline, or a slot freed by an exit.
-pub fn schedule(store: &mut dyn Storage, state: &mut HostState) {
-    schedule_with(store, state, &mut |_| {});
+pub fn schedule(store: &mut dyn Storage, state: &mut HostState, now: UnixMillis) {
+    schedule_with(store, state, now, &mut |_| {});
 }
 
 /// [`schedule`], calling `before_commit` inside each activation's transaction once its launches
@@ -138,6 +139,7 @@ pub fn schedule(store: &mut dyn Storage, state: &mut HostState) {
 pub fn schedule_with(
     store: &mut dyn Storage,
     state: &mut HostState,
+    now: UnixMillis,
     before_commit: &mut dyn FnMut(&mut HostState),
 ) {
     loop {
@@ -147,14 +149,14 @@ pub fn schedule_with(
         }
         // A read first: most loops of the store thread find nothing ready, and need no write
         // transaction to learn it.
-        match store.ready_runs(state.now, free as u32) {
+        match store.ready_runs(now, free as u32) {
             Ok(ready) if ready.is_empty() => return,
             Ok(_) => {}
             Err(e) => return tracing::error!(error = %e, "cannot list ready runs"),
         }
         let before = state.children.len();
         let mut activations = Activations::default();
-        let committed = store.write(state.now, |w| {
+        let committed = store.write(now, |w| {
             activations = activate_and_launch(w, state);
             before_commit(state);
             Ok(())
@@ -162,7 +164,7 @@ pub fn schedule_with(
         if let Err(e) = &committed {
             crate::store_error!(e, "activation batch failed");
         }
-        settle_activations(state, state.now, committed.is_ok(), &mut activations);
+        settle_activations(state, now, committed.is_ok(), &mut activations);
         if committed.is_err() || activations.runs.is_empty() {
             return;
         }

@@ -3,10 +3,16 @@
 //! and the stops it orders.
 
 use super::*;
+use crate::time::UnixMillis;
 
 /// Child reports of one batch: the pids of started children are recorded in one
 /// transaction; each exit is handled on its own (it may requeue its run).
-pub fn on_child_reports(store: &mut dyn Storage, state: &mut HostState, reports: Vec<ChildReport>) {
+pub fn on_child_reports(
+    store: &mut dyn Storage,
+    state: &mut HostState,
+    now: UnixMillis,
+    reports: Vec<ChildReport>,
+) {
     if !reports.is_empty() {
         // A slot freed, a judge lost: what bridges are needed may have changed.
         state.bridges.up_to_date = false;
@@ -21,7 +27,7 @@ pub fn on_child_reports(store: &mut dyn Storage, state: &mut HostState, reports:
             _ => None,
         })
         .collect();
-    crate::bridges::on_reports(store, state, bridge_reports);
+    crate::bridges::on_reports(store, state, now, bridge_reports);
     let (channel_reports, reports): (Vec<_>, Vec<_>) = reports
         .into_iter()
         .partition(|r| matches!(r, ChildReport::Channel(_)));
@@ -32,7 +38,7 @@ pub fn on_child_reports(store: &mut dyn Storage, state: &mut HostState, reports:
             _ => None,
         })
         .collect();
-    crate::channels::on_reports(state, state.now, channel_reports);
+    crate::channels::on_reports(state, now, channel_reports);
     let mut abandoned_ended = Vec::new();
     let (started, exited): (Vec<_>, Vec<_>) = reports
         .into_iter()
@@ -68,7 +74,7 @@ pub fn on_child_reports(store: &mut dyn Storage, state: &mut HostState, reports:
         }
     }
     if !started.is_empty() {
-        let recorded = store.write(state.now, |w| {
+        let recorded = store.write(now, |w| {
             for report in &started {
                 if let ChildReport::Started {
                     child_epoch,
@@ -87,7 +93,7 @@ pub fn on_child_reports(store: &mut dyn Storage, state: &mut HostState, reports:
         }
     }
     for report in exited {
-        on_child_report(store, state, report);
+        on_child_report(store, state, now, report);
     }
 }
 
@@ -155,7 +161,12 @@ const LAUNCH_RETRY_MS: i64 = 1_000;
 
 /// A child report: record it, and when a child died while its run was still running under
 /// our claim, requeue the run from its last committed boundary (or stop it for review).
-pub fn on_child_report(store: &mut dyn Storage, state: &mut HostState, report: ChildReport) {
+pub fn on_child_report(
+    store: &mut dyn Storage,
+    state: &mut HostState,
+    now: UnixMillis,
+    report: ChildReport,
+) {
     match report {
         ChildReport::Started {
             run_id,
@@ -174,7 +185,7 @@ pub fn on_child_report(store: &mut dyn Storage, state: &mut HostState, report: C
                 entry.from_standby |= standby;
                 entry.pid = Some(pid);
             }
-            if let Err(e) = store.write(state.now, |w| {
+            if let Err(e) = store.write(now, |w| {
                 w.record_child_process(child_epoch, pid, start_time)
             }) {
                 crate::store_error!(e, %run_id, generation, "cannot record child pid");
@@ -230,7 +241,7 @@ pub fn on_child_report(store: &mut dyn Storage, state: &mut HostState, report: C
                 .filter(|_| ours)
                 .and_then(|e| e.stop_reason.clone());
             let before = revision_of(store, &run_id);
-            let result = store.write(state.now, |w| {
+            let result = store.write(now, |w| {
                 w.record_child_exit(child_epoch, &exit)?;
                 if let Some(claim) = &claim {
                     if w.run_status(&claim.run_id)? == RunStatus::Running {
@@ -315,10 +326,10 @@ pub fn on_child_report(store: &mut dyn Storage, state: &mut HostState, report: C
             }
         }
         ChildReport::Bridge(report) => {
-            crate::bridges::on_reports(store, state, vec![report]);
+            crate::bridges::on_reports(store, state, now, vec![report]);
         }
         ChildReport::Channel(report) => {
-            crate::channels::on_reports(state, state.now, vec![report]);
+            crate::channels::on_reports(state, now, vec![report]);
         }
     }
 }
@@ -365,8 +376,12 @@ fn is_trace_line(line: &str) -> bool {
 /// Also forgets the forgiven standby deaths of runs that ended. `only` limits the check to the
 /// runs a batch touched (`None`: every held claim, after deadline work such as expiry
 /// recovery).
-pub fn forget_released_claims(store: &dyn Storage, state: &mut HostState, only: Option<&[String]>) {
-    let now = state.now;
+pub fn forget_released_claims(
+    store: &dyn Storage,
+    state: &mut HostState,
+    now: UnixMillis,
+    only: Option<&[String]>,
+) {
     // A forgiven standby death matters only to the run's next launch; a run that ended
     // before one (cancelled while queued) leaves nothing behind.
     state.forgiven_standby_exits.retain(|run_id| {
@@ -440,7 +455,7 @@ pub fn next_child_deadline(
             }
         }
     };
-    let delayed = store.next_delayed_ready().ok().flatten();
+    let delayed = store.next_delayed_ready(now).ok().flatten();
     let grace = i64::try_from(state.child_config.kill_grace.as_millis()).unwrap_or(i64::MAX);
     let lingering = state
         .children
@@ -495,8 +510,7 @@ pub(super) fn validation_deadline(state: &HostState, e: &ChildEntry) -> Option<i
 
 /// Host-owned child deadlines: heartbeats for long-running children, handshake timeouts,
 /// node deadlines (route `timed_out` or end the run `timed_out`, then stop the child).
-pub fn due_child_work(store: &mut dyn Storage, state: &mut HostState) {
-    let now = state.now;
+pub fn due_child_work(store: &mut dyn Storage, state: &mut HostState, now: UnixMillis) {
     // A retry of failed activations is due: the scheduling that follows due work does it.
     if state.activation_retry_at.is_some_and(|at| at <= now) {
         state.activation_retry_at = None;
@@ -516,7 +530,7 @@ pub fn due_child_work(store: &mut dyn Storage, state: &mut HostState) {
         .filter_map(|(run_id, _)| state.claims.get(run_id).cloned())
         .collect();
     if !due.is_empty() {
-        let renewed = store.write(state.now, |w| {
+        let renewed = store.write(now, |w| {
             let mut ok = Vec::new();
             for claim in &due {
                 if w.savepoint(|w| w.heartbeat(claim)).is_ok() {
@@ -600,7 +614,7 @@ pub fn due_child_work(store: &mut dyn Storage, state: &mut HostState) {
             continue;
         }
         let before = revision_of(store, &claim.run_id);
-        let result = store.write(state.now, |w| time_out_attempt(w, state, &claim));
+        let result = store.write(now, |w| time_out_attempt(w, state, &claim));
         publish(state, &claim.run_id, before);
         match result {
             Ok(()) => {

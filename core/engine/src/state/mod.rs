@@ -14,15 +14,12 @@ pub mod retention;
 
 use crate::ids::IdSource;
 use crate::store::Claim;
-use crate::time::UnixMillis;
 
-/// In-memory facts the store thread keeps between batches, and the engine's two inputs that
-/// are not messages: the time of the turn being decided and where new ids come from.
+/// In-memory facts the store thread keeps between batches, and where new ids come from (an
+/// input that is not a message). The time is not kept here: `turn` and every other entry
+/// point of the engine that decides by it take it as `now`.
 #[derive(Debug)]
 pub struct HostState {
-    /// The time of the turn being decided (`turn::turn`'s `now`): every decision of the turn
-    /// and every transaction it opens read this, never a clock.
-    pub now: UnixMillis,
     /// Where the engine's secrets (children's one-time tokens) get their random bits: the
     /// driver's is OS-seeded, a simulation's seeded (`HostState::new`).
     pub ids: Box<dyn IdSource>,
@@ -87,10 +84,8 @@ pub struct HostState {
     pub retention: Option<retention::Retention>,
     /// When the retention pass runs next (`engine::retention`).
     pub retention_due_at: Option<i64>,
-    /// The host's first prune ran: the turn ends by asking the driver to look for log files
-    /// of runs that no longer exist (`turn::Effect::SweepRunLogs`).
-    pub sweep_run_logs: bool,
-    /// This host has asked for that sweep once already.
+    /// This host has pruned once already, and so asked the driver to look for log files of
+    /// runs that no longer exist (`turn::Effect::SweepRunLogs`): one sweep per host.
     pub run_logs_swept: bool,
     /// Detached runs' bridges (`crate::bridges`).
     pub bridges: bridges::Bridges,
@@ -105,7 +100,6 @@ impl HostState {
     /// knows (owner, epoch, configuration) with struct update syntax.
     pub fn new(ids: Box<dyn IdSource>) -> Self {
         Self {
-            now: 0,
             ids,
             owner_id: String::new(),
             epoch: 0,
@@ -130,7 +124,6 @@ impl HostState {
             activation_retry_delay_ms: 0,
             retention: None,
             retention_due_at: None,
-            sweep_run_logs: false,
             run_logs_swept: false,
             bridges: Default::default(),
             presence: Default::default(),

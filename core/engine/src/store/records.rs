@@ -474,7 +474,7 @@ pub struct RecoveredRun {
     pub reason: String,
 }
 
-/// A timer set by [`Transaction::wait_until`](super::Transaction::wait_until).
+/// A timer set by [`Timers::wait_until`](super::port::Timers::wait_until).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TimerSet {
     pub timer_id: String,
@@ -532,7 +532,7 @@ pub struct PrunablePage {
     pub more: bool,
 }
 
-/// The latest finished attempt of one node of a run (see [`Transaction::latest_results`](super::Transaction::latest_results)).
+/// The latest finished attempt of one node of a run (see [`HostOps::latest_results`](super::port::HostOps::latest_results)).
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeResult {
     /// The node id.

@@ -14,6 +14,7 @@
 //! attempt's `deadline_at` mirrors the step's, so every reader of the attempt's deadline (the
 //! deadline work while a submission is judged, `run.status`) sees the same one.
 
+use crate::store::Holds;
 use rusqlite::params;
 
 use super::{ExecutionMode, StoreResult, WriteTx};
@@ -36,53 +37,6 @@ impl WriteTx<'_> {
         } else {
             origin.map(Holder::Session)
         })
-    }
-
-    /// `holder` is there: every open step it presents that nobody held yet is held from now,
-    /// its deadline set from what is left of its budget (the attempt's too). Returns how many.
-    pub fn hold_interactions(&mut self, holder: &Holder) -> StoreResult<usize> {
-        let (filter, key) = holder_filter(holder);
-        let sql = format!(
-            "UPDATE interactions AS i SET held_since = ?2,
-                    deadline_at = CASE WHEN i.budget_ms IS NULL THEN NULL
-                                       ELSE ?2 + max(i.budget_ms - i.used_ms, 0) END
-             WHERE {filter} AND {OPEN} AND i.held_since IS NULL
-             RETURNING attempt_id, deadline_at"
-        );
-        let held: Vec<(String, Option<UnixMillis>)> = self
-            .conn()
-            .prepare_cached(&sql)?
-            .query_map(params![key, self.now], |r| Ok((r.get(0)?, r.get(1)?)))?
-            .collect::<Result<_, _>>()?;
-        self.mirror_attempt_deadlines(&held)?;
-        // A fault point only where something changed (`PIW_FAULT`, the crash matrix).
-        if !held.is_empty() {
-            self.ops.push("hold_interactions");
-        }
-        Ok(held.len())
-    }
-
-    /// `holder` went away: the open steps it held stop using their time (what they used is
-    /// added up) and have no deadline until held again. Returns how many.
-    pub fn release_interactions(&mut self, holder: &Holder) -> StoreResult<usize> {
-        let (filter, key) = holder_filter(holder);
-        let sql = format!(
-            "UPDATE interactions AS i
-             SET used_ms = i.used_ms + max(?2 - i.held_since, 0), held_since = NULL,
-                 deadline_at = NULL
-             WHERE {filter} AND {OPEN} AND i.held_since IS NOT NULL
-             RETURNING attempt_id, deadline_at"
-        );
-        let released: Vec<(String, Option<UnixMillis>)> = self
-            .conn()
-            .prepare_cached(&sql)?
-            .query_map(params![key, self.now], |r| Ok((r.get(0)?, r.get(1)?)))?
-            .collect::<Result<_, _>>()?;
-        self.mirror_attempt_deadlines(&released)?;
-        if !released.is_empty() {
-            self.ops.push("release_interactions");
-        }
-        Ok(released.len())
     }
 
     /// At a host's start nobody holds anything (sessions connect again, bridges start again):
@@ -192,5 +146,50 @@ fn holder_filter(holder: &Holder) -> (&'static str, &str) {
                                        AND r.execution_mode = 'detached')",
             run_id.as_str(),
         ),
+    }
+}
+
+impl Holds for WriteTx<'_> {
+    fn hold_interactions(&mut self, holder: &Holder) -> StoreResult<usize> {
+        let (filter, key) = holder_filter(holder);
+        let sql = format!(
+            "UPDATE interactions AS i SET held_since = ?2,
+                    deadline_at = CASE WHEN i.budget_ms IS NULL THEN NULL
+                                       ELSE ?2 + max(i.budget_ms - i.used_ms, 0) END
+             WHERE {filter} AND {OPEN} AND i.held_since IS NULL
+             RETURNING attempt_id, deadline_at"
+        );
+        let held: Vec<(String, Option<UnixMillis>)> = self
+            .conn()
+            .prepare_cached(&sql)?
+            .query_map(params![key, self.now], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<_, _>>()?;
+        self.mirror_attempt_deadlines(&held)?;
+        // A fault point only where something changed (`PIW_FAULT`, the crash matrix).
+        if !held.is_empty() {
+            self.ops.push("hold_interactions");
+        }
+        Ok(held.len())
+    }
+
+    fn release_interactions(&mut self, holder: &Holder) -> StoreResult<usize> {
+        let (filter, key) = holder_filter(holder);
+        let sql = format!(
+            "UPDATE interactions AS i
+             SET used_ms = i.used_ms + max(?2 - i.held_since, 0), held_since = NULL,
+                 deadline_at = NULL
+             WHERE {filter} AND {OPEN} AND i.held_since IS NOT NULL
+             RETURNING attempt_id, deadline_at"
+        );
+        let released: Vec<(String, Option<UnixMillis>)> = self
+            .conn()
+            .prepare_cached(&sql)?
+            .query_map(params![key, self.now], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<_, _>>()?;
+        self.mirror_attempt_deadlines(&released)?;
+        if !released.is_empty() {
+            self.ops.push("release_interactions");
+        }
+        Ok(released.len())
     }
 }

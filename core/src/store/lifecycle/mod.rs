@@ -9,6 +9,8 @@
 //! of review; [`holds`] who presents an interactive step, whose time runs only then. All of
 //! them are methods of [`WriteTx`].
 
+use crate::store::prelude::*;
+use crate::store::Lifecycle;
 use rusqlite::{params, OptionalExtension as _};
 use serde_json::{json, Value};
 
@@ -209,87 +211,6 @@ impl WriteTx<'_> {
 
     // ----- start and activation ------------------------------------------------------------
 
-    /// Creates a queued run. Returns its id.
-    pub fn start_run(&mut self, new: &NewRun) -> StoreResult<String> {
-        let run_id = self.new_id("run");
-        // A place like an output: an input whose top level reads as a reference is the
-        // caller's own data, kept as a literal (`protocol::value`).
-        let input = crate::protocol::value::wrap_inline(new.input.clone()).to_string();
-        let definition = new.definition.as_ref().map(|d| d.to_string());
-        let digest = definition.as_ref().map(|d| sha256_hex(d.as_bytes()));
-        self.conn()
-            .prepare_cached(
-                "INSERT INTO runs (run_id, workflow_name, source_root, source_hash, mounted_sources,
-                                   definition, definition_digest, input, input_hash, origin_session,
-                                   execution_mode, project_dir, status, revision, created_at,
-                                   updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 'queued', 0, ?13, ?13)",
-            )?
-            .execute(params![
-                run_id,
-                new.workflow_name,
-                new.source_root,
-                new.source_hash,
-                new.mounted_sources.to_string(),
-                definition,
-                digest,
-                input,
-                sha256_hex(input.as_bytes()),
-                new.origin_session,
-                new.execution_mode.as_str(),
-                new.project_dir,
-                self.now
-            ])?;
-        self.conn()
-            .prepare_cached("INSERT INTO claims (run_id, generation) VALUES (?1, 0)")?
-            .execute([&run_id])?;
-        self.conn()
-            .prepare_cached(
-                "INSERT INTO queue (run_id, state, available_at) VALUES (?1, 'ready', ?2)",
-            )?
-            .execute(params![run_id, self.now])?;
-        self.finish_run_write(&run_id, "started", json!({ "workflow": new.workflow_name }))?;
-        Ok(run_id)
-    }
-
-    /// Claims a queued run for the host `owner_id`: generation + 1, a new token, status
-    /// running. A waiting attempt that was answered, submitted or expired is reopened.
-    pub fn activate(&mut self, run_id: &str, owner_id: &str) -> StoreResult<Activation> {
-        let run = self.run_for(run_id, Op::Activate)?;
-        if run.paused {
-            return Err(invalid(
-                run_id,
-                Op::Activate,
-                run.status,
-                "the run is paused".into(),
-            ));
-        }
-        self.authorize(run_id, Fence::Unclaimed, Op::Activate)?;
-        let claim = self.bind_new_claim(run_id, OwnerKind::Host, owner_id)?;
-        let (mode, resume) = self.resume_point(run_id, &run)?;
-        if let Some(attempt_id) = &run.current_attempt {
-            // A waiting attempt continues under the new generation.
-            self.conn()
-                .prepare_cached(
-                    "UPDATE attempts SET status = 'running', generation = ?2
-                     WHERE attempt_id = ?1 AND status = 'waiting'",
-                )?
-                .execute(params![attempt_id, claim.generation as i64])?;
-        }
-        self.set_status(run_id, RunStatus::Running)?;
-        let revision = self.finish_run_write(
-            run_id,
-            "activated",
-            json!({ "generation": claim.generation, "mode": mode.as_str() }),
-        )?;
-        Ok(Activation {
-            claim,
-            mode,
-            resume,
-            revision,
-        })
-    }
-
     fn resume_point(&self, run_id: &str, run: &RunRow) -> StoreResult<(ChildMode, Resume)> {
         let Some(attempt_id) = run.current_attempt.clone() else {
             return Ok((
@@ -434,29 +355,6 @@ impl WriteTx<'_> {
             .optional()?)
     }
 
-    /// Renews the claim without any domain change (the host's backup timer while a child
-    /// computes for a long time). Writes no event and does not bump the revision.
-    pub fn heartbeat(&mut self, claim: &Claim) -> StoreResult<()> {
-        self.fence(claim)?;
-        self.ops.push("heartbeat");
-        Ok(())
-    }
-
-    /// Stores the graph snapshot and the resolved mounted sources at the first activation
-    /// (the host validates the snapshot first).
-    pub fn record_launch_facts(
-        &mut self,
-        claim: &Claim,
-        definition: &Value,
-        mounted_sources: &Value,
-    ) -> StoreResult<()> {
-        self.record_definition(claim, definition)?;
-        self.conn()
-            .prepare_cached("UPDATE runs SET mounted_sources = ?2 WHERE run_id = ?1")?
-            .execute(params![claim.run_id, mounted_sources.to_string()])?;
-        Ok(())
-    }
-
     /// Stores the graph snapshot at first activation (the host validates it first).
     pub fn record_definition(&mut self, claim: &Claim, definition: &Value) -> StoreResult<()> {
         self.fence(claim)?;
@@ -487,106 +385,6 @@ impl WriteTx<'_> {
     }
 
     // ----- execution -------------------------------------------------------------------------
-
-    /// Opens the first attempt of `node_id` after an activation without an open attempt.
-    /// Refused with [`StoreError::StepLimitReached`] (nothing written) when the run used
-    /// every step of its graph's limit.
-    pub fn node_started(
-        &mut self,
-        claim: &Claim,
-        node_id: &str,
-        deadline_at: Option<UnixMillis>,
-    ) -> StoreResult<String> {
-        self.fence(claim)?;
-        let run = self.run_for(&claim.run_id, Op::NodeStarted)?;
-        if let Some(current) = &run.current_attempt {
-            if self
-                .attempt_row(current)?
-                .is_some_and(|a| a.status.is_open())
-            {
-                return Err(invalid(
-                    &claim.run_id,
-                    Op::NodeStarted,
-                    run.status,
-                    format!("attempt {current} is still open"),
-                ));
-            }
-        }
-        self.require_within_step_limit(&claim.run_id, node_id)?;
-        let attempt_id =
-            self.open_attempt(&claim.run_id, node_id, claim.generation, deadline_at)?;
-        self.finish_run_write(
-            &claim.run_id,
-            "node_started",
-            json!({ "node": node_id, "attempt": attempt_id }),
-        )?;
-        Ok(attempt_id)
-    }
-
-    /// Closes the current attempt with its outcome and opens the next node's attempt.
-    /// Refused with [`StoreError::StepLimitReached`] (nothing written, the attempt still
-    /// running) when the next attempt would exceed a step limit of the run's graph.
-    pub fn transition(
-        &mut self,
-        claim: &Claim,
-        req: &TransitionRequest,
-    ) -> StoreResult<Transitioned> {
-        self.fence(claim)?;
-        let run = self.run_for(&claim.run_id, Op::Transition)?;
-        let from =
-            self.current_attempt(&claim.run_id, &run, &req.attempt_id, AttemptStatus::Running)?;
-        self.require_settled(&claim.run_id, Op::Transition, run.status)?;
-        // Before any write: a refusal leaves the attempt running, for the caller to fail.
-        self.require_within_step_limit(&claim.run_id, &req.next_node)?;
-        if let AttemptOutcome::Succeeded { output } = &req.outcome {
-            self.check_slot(&claim.run_id, output)?;
-        }
-        self.close_attempt(&req.attempt_id, &req.outcome)?;
-        let next_attempt_id = self.open_attempt(
-            &claim.run_id,
-            &req.next_node,
-            claim.generation,
-            req.next_deadline_at,
-        )?;
-        // Progress: the run no longer counts as crash-looping.
-        self.conn()
-            .prepare_cached(
-                "UPDATE queue SET crash_count = 0 WHERE run_id = ?1 AND crash_count != 0",
-            )?
-            .execute([&claim.run_id])?;
-        let revision = self.finish_run_write(
-            &claim.run_id,
-            "transitioned",
-            json!({
-                "from": from.node_id,
-                "outcome": req.outcome.status().as_str(),
-                "to": req.next_node,
-                "attempt": next_attempt_id,
-            }),
-        )?;
-        Ok(Transitioned {
-            next_attempt_id,
-            revision,
-            pause_requested: run.paused,
-        })
-    }
-
-    /// Releases the run at a durable boundary; it becomes ready again at `available_at` (now
-    /// when `None`). An attempt still running is interrupted and reruns on the next activation.
-    pub fn park(&mut self, claim: &Claim, available_at: Option<UnixMillis>) -> StoreResult<u64> {
-        self.fence(claim)?;
-        let run = self.run_for(&claim.run_id, Op::Park)?;
-        self.require_settled(&claim.run_id, Op::Park, run.status)?;
-        self.interrupt_running_attempt(&run, "parked")?;
-        self.release_claim(&claim.run_id)?;
-        self.set_status(&claim.run_id, RunStatus::Queued)?;
-        self.set_available(&claim.run_id, available_at.unwrap_or(self.now))?;
-        self.finish_run_write(
-            &claim.run_id,
-            "parked",
-            json!({ "available_at": available_at }),
-        )
-    }
 
     /// Refuses `op` while work of the current attempt is unsettled: an effect still applying
     /// (its outcome must be stored first) or a submission still validating (its verdict must
@@ -656,65 +454,6 @@ impl WriteTx<'_> {
 
     // ----- pause and resume ------------------------------------------------------------------
 
-    /// Sets the paused flag. A queued or waiting run is held back from activation; a running
-    /// run keeps going until its next boundary, where the owner parks it.
-    pub fn pause(&mut self, run_id: &str, fence: Fence<'_>) -> StoreResult<u64> {
-        let run = self.run_for_claim_holder(run_id, fence, Op::Pause)?;
-        if run.paused {
-            return Err(invalid(
-                run_id,
-                Op::Pause,
-                run.status,
-                "the run is already paused".into(),
-            ));
-        }
-        // The first write (a claim holder's renewal) comes after every check: a refused pause
-        // writes nothing (which lets a group of commands skip their savepoints).
-        self.authorize(run_id, fence, Op::Pause)?;
-        self.finish_paused_write(run_id, "paused", &run, true)
-    }
-
-    /// Makes an interactive run detached: from now on its `agent` and `assistantMessage` steps
-    /// are served by host-launched bridges, never by a session (its origin session keeps its
-    /// messages). Returns `false` for a run that already was detached (nothing written), so a
-    /// repeated detach is harmless. A run that ended is refused.
-    pub fn detach(&mut self, run_id: &str) -> StoreResult<bool> {
-        let run = self.run_for(run_id, Op::Detach)?;
-        let mode: String = self
-            .conn()
-            .prepare_cached("SELECT execution_mode FROM runs WHERE run_id = ?1")?
-            .query_row([run_id], |r| r.get(0))?;
-        if mode == ExecutionMode::Detached.as_str() {
-            return Ok(false);
-        }
-        self.conn()
-            .prepare_cached("UPDATE runs SET execution_mode = ?2 WHERE run_id = ?1")?
-            .execute(params![run_id, ExecutionMode::Detached.as_str()])?;
-        // Its session no longer presents its open step: the step's time stops until its
-        // bridge holds it.
-        self.release_run_interactions(run_id)?;
-        self.finish_paused_write(run_id, "detached", &run, run.paused)?;
-        Ok(true)
-    }
-
-    /// Clears the paused flag; a queued run becomes ready now.
-    pub fn resume(&mut self, run_id: &str, fence: Fence<'_>) -> StoreResult<u64> {
-        let run = self.run_for_claim_holder(run_id, fence, Op::Resume)?;
-        if !run.paused {
-            return Err(invalid(
-                run_id,
-                Op::Resume,
-                run.status,
-                "the run is not paused".into(),
-            ));
-        }
-        self.authorize(run_id, fence, Op::Resume)?;
-        if run.status == RunStatus::Queued {
-            self.set_available(run_id, self.now)?;
-        }
-        self.finish_paused_write(run_id, "resumed", &run, false)
-    }
-
     /// The run row for `op`. A claim holder's claim is checked first (read only): a stale
     /// writer learns it lost, whatever the run's state.
     fn run_for_claim_holder(&self, run_id: &str, fence: Fence<'_>, op: Op) -> StoreResult<RunRow> {
@@ -735,111 +474,6 @@ impl WriteTx<'_> {
         result: &Value,
     ) -> StoreResult<u64> {
         self.complete_presented(claim, attempt_id, output, result, None)
-    }
-
-    /// [`Self::complete`], with the presentation instructions the workflow's
-    /// `presentationPrompt` function gave (they go with the terminal message in place of the
-    /// snapshot's `presentation_prompt`).
-    pub fn complete_presented(
-        &mut self,
-        claim: &Claim,
-        attempt_id: &str,
-        output: &Value,
-        result: &Value,
-        presentation: Option<&str>,
-    ) -> StoreResult<u64> {
-        self.fence(claim)?;
-        let run = self.run_for(&claim.run_id, Op::Complete)?;
-        self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
-        self.require_settled(&claim.run_id, Op::Complete, run.status)?;
-        self.check_slot(&claim.run_id, output)?;
-        self.check_slot(&claim.run_id, result)?;
-        self.close_attempt(
-            attempt_id,
-            &AttemptOutcome::Succeeded {
-                output: output.clone(),
-            },
-        )?;
-        self.conn()
-            .prepare_cached("UPDATE runs SET result = ?2 WHERE run_id = ?1")?
-            .execute(params![claim.run_id, result.to_string()])?;
-        let (revision, _) = self.end_run(
-            &claim.run_id,
-            &run,
-            RunStatus::Completed,
-            "completed",
-            json!({ "result": result }),
-            presentation,
-        )?;
-        Ok(revision)
-    }
-
-    /// Ends the run `failed` (or `timed_out` when the outcome is a timeout), closing the
-    /// current attempt with `outcome` when one is named.
-    pub fn fail(
-        &mut self,
-        claim: &Claim,
-        attempt_id: Option<&str>,
-        outcome: &AttemptOutcome,
-        error: &str,
-    ) -> StoreResult<u64> {
-        self.fence(claim)?;
-        let run = self.run_for(&claim.run_id, Op::Fail)?;
-        if let Some(attempt_id) = attempt_id {
-            self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
-            self.close_attempt(attempt_id, outcome)?;
-        } else {
-            self.interrupt_running_attempt(&run, error)?;
-        }
-        self.conn()
-            .prepare_cached("UPDATE runs SET error = ?2 WHERE run_id = ?1")?
-            .execute(params![claim.run_id, error])?;
-        let status = if matches!(outcome, AttemptOutcome::TimedOut) {
-            RunStatus::TimedOut
-        } else {
-            RunStatus::Failed
-        };
-        let (revision, _) = self.end_run(
-            &claim.run_id,
-            &run,
-            status,
-            error,
-            json!({ "error": error }),
-            None,
-        )?;
-        Ok(revision)
-    }
-
-    /// Cancels the run in one commit: closes the open attempt, cancels pending decisions and
-    /// interactions (rejecting validating submissions), cancels effects that have not started
-    /// and marks `applying` effects `uncertain`, releases the claim.
-    ///
-    /// A run held by a live claim can only be cancelled by that claim's holder; an expired run
-    /// is cancelled through [`WriteTx::control_claim`].
-    pub fn cancel(
-        &mut self,
-        run_id: &str,
-        fence: Fence<'_>,
-        reason: &str,
-    ) -> StoreResult<CancelSummary> {
-        // A claim holder is fenced before anything else: a stale writer learns it lost.
-        if matches!(fence, Fence::Claim(_)) {
-            self.authorize(run_id, fence, Op::Cancel)?;
-        }
-        let run = self.run_for(run_id, Op::Cancel)?;
-        self.authorize(run_id, fence, Op::Cancel)?;
-        self.conn()
-            .prepare_cached("UPDATE runs SET error = ?2 WHERE run_id = ?1")?
-            .execute(params![run_id, reason])?;
-        let (_, summary) = self.end_run(
-            run_id,
-            &run,
-            RunStatus::Cancelled,
-            reason,
-            json!({ "reason": reason }),
-            None,
-        )?;
-        Ok(summary)
     }
 
     /// Closes everything still open on a run that is ending, so no attempt, request or effect
@@ -951,21 +585,6 @@ impl WriteTx<'_> {
     }
 
     // ----- stale runs, losses and review -----------------------------------------------------
-
-    /// Takes an atomic control claim on a run whose lease is expired or absent: refuses live
-    /// claims and terminal rows, bumps the generation and binds a new token before anything
-    /// else changes (docs/RULES.md, "Recovery and cancel").
-    pub fn control_claim(&mut self, run_id: &str, owner_id: &str) -> StoreResult<Claim> {
-        self.run_for(run_id, Op::ControlClaim)?;
-        self.authorize(run_id, Fence::Unclaimed, Op::ControlClaim)?;
-        let claim = self.bind_new_claim(run_id, OwnerKind::Control, owner_id)?;
-        self.finish_run_write(
-            run_id,
-            "control_claimed",
-            json!({ "generation": claim.generation, "owner": owner_id }),
-        )?;
-        Ok(claim)
-    }
 }
 
 pub(crate) fn invalid(run_id: &str, op: Op, status: RunStatus, detail: String) -> StoreError {
@@ -994,5 +613,350 @@ fn validate_node_id(node_id: &str) -> StoreResult<()> {
         Err(StoreError::InvalidInput(format!(
             "node id {node_id:?} must match [A-Za-z_][A-Za-z0-9_-]*, or such ids joined by '.' (at most 128 characters)"
         )))
+    }
+}
+
+impl Lifecycle for WriteTx<'_> {
+    fn start_run(&mut self, new: &NewRun) -> StoreResult<String> {
+        let run_id = self.new_id("run");
+        // A place like an output: an input whose top level reads as a reference is the
+        // caller's own data, kept as a literal (`protocol::value`).
+        let input = crate::protocol::value::wrap_inline(new.input.clone()).to_string();
+        let definition = new.definition.as_ref().map(|d| d.to_string());
+        let digest = definition.as_ref().map(|d| sha256_hex(d.as_bytes()));
+        self.conn()
+            .prepare_cached(
+                "INSERT INTO runs (run_id, workflow_name, source_root, source_hash, mounted_sources,
+                                   definition, definition_digest, input, input_hash, origin_session,
+                                   execution_mode, project_dir, status, revision, created_at,
+                                   updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 'queued', 0, ?13, ?13)",
+            )?
+            .execute(params![
+                run_id,
+                new.workflow_name,
+                new.source_root,
+                new.source_hash,
+                new.mounted_sources.to_string(),
+                definition,
+                digest,
+                input,
+                sha256_hex(input.as_bytes()),
+                new.origin_session,
+                new.execution_mode.as_str(),
+                new.project_dir,
+                self.now
+            ])?;
+        self.conn()
+            .prepare_cached("INSERT INTO claims (run_id, generation) VALUES (?1, 0)")?
+            .execute([&run_id])?;
+        self.conn()
+            .prepare_cached(
+                "INSERT INTO queue (run_id, state, available_at) VALUES (?1, 'ready', ?2)",
+            )?
+            .execute(params![run_id, self.now])?;
+        self.finish_run_write(&run_id, "started", json!({ "workflow": new.workflow_name }))?;
+        Ok(run_id)
+    }
+
+    fn activate(&mut self, run_id: &str, owner_id: &str) -> StoreResult<Activation> {
+        let run = self.run_for(run_id, Op::Activate)?;
+        if run.paused {
+            return Err(invalid(
+                run_id,
+                Op::Activate,
+                run.status,
+                "the run is paused".into(),
+            ));
+        }
+        self.authorize(run_id, Fence::Unclaimed, Op::Activate)?;
+        let claim = self.bind_new_claim(run_id, OwnerKind::Host, owner_id)?;
+        let (mode, resume) = self.resume_point(run_id, &run)?;
+        if let Some(attempt_id) = &run.current_attempt {
+            // A waiting attempt continues under the new generation.
+            self.conn()
+                .prepare_cached(
+                    "UPDATE attempts SET status = 'running', generation = ?2
+                     WHERE attempt_id = ?1 AND status = 'waiting'",
+                )?
+                .execute(params![attempt_id, claim.generation as i64])?;
+        }
+        self.set_status(run_id, RunStatus::Running)?;
+        let revision = self.finish_run_write(
+            run_id,
+            "activated",
+            json!({ "generation": claim.generation, "mode": mode.as_str() }),
+        )?;
+        Ok(Activation {
+            claim,
+            mode,
+            resume,
+            revision,
+        })
+    }
+
+    fn control_claim(&mut self, run_id: &str, owner_id: &str) -> StoreResult<Claim> {
+        self.run_for(run_id, Op::ControlClaim)?;
+        self.authorize(run_id, Fence::Unclaimed, Op::ControlClaim)?;
+        let claim = self.bind_new_claim(run_id, OwnerKind::Control, owner_id)?;
+        self.finish_run_write(
+            run_id,
+            "control_claimed",
+            json!({ "generation": claim.generation, "owner": owner_id }),
+        )?;
+        Ok(claim)
+    }
+
+    fn heartbeat(&mut self, claim: &Claim) -> StoreResult<()> {
+        self.fence(claim)?;
+        self.ops.push("heartbeat");
+        Ok(())
+    }
+
+    fn record_launch_facts(
+        &mut self,
+        claim: &Claim,
+        definition: &Value,
+        mounted_sources: &Value,
+    ) -> StoreResult<()> {
+        self.record_definition(claim, definition)?;
+        self.conn()
+            .prepare_cached("UPDATE runs SET mounted_sources = ?2 WHERE run_id = ?1")?
+            .execute(params![claim.run_id, mounted_sources.to_string()])?;
+        Ok(())
+    }
+
+    fn node_started(
+        &mut self,
+        claim: &Claim,
+        node_id: &str,
+        deadline_at: Option<UnixMillis>,
+    ) -> StoreResult<String> {
+        self.fence(claim)?;
+        let run = self.run_for(&claim.run_id, Op::NodeStarted)?;
+        if let Some(current) = &run.current_attempt {
+            if self
+                .attempt_row(current)?
+                .is_some_and(|a| a.status.is_open())
+            {
+                return Err(invalid(
+                    &claim.run_id,
+                    Op::NodeStarted,
+                    run.status,
+                    format!("attempt {current} is still open"),
+                ));
+            }
+        }
+        self.require_within_step_limit(&claim.run_id, node_id)?;
+        let attempt_id =
+            self.open_attempt(&claim.run_id, node_id, claim.generation, deadline_at)?;
+        self.finish_run_write(
+            &claim.run_id,
+            "node_started",
+            json!({ "node": node_id, "attempt": attempt_id }),
+        )?;
+        Ok(attempt_id)
+    }
+
+    fn transition(&mut self, claim: &Claim, req: &TransitionRequest) -> StoreResult<Transitioned> {
+        self.fence(claim)?;
+        let run = self.run_for(&claim.run_id, Op::Transition)?;
+        let from =
+            self.current_attempt(&claim.run_id, &run, &req.attempt_id, AttemptStatus::Running)?;
+        self.require_settled(&claim.run_id, Op::Transition, run.status)?;
+        // Before any write: a refusal leaves the attempt running, for the caller to fail.
+        self.require_within_step_limit(&claim.run_id, &req.next_node)?;
+        if let AttemptOutcome::Succeeded { output } = &req.outcome {
+            self.check_slot(&claim.run_id, output)?;
+        }
+        self.close_attempt(&req.attempt_id, &req.outcome)?;
+        let next_attempt_id = self.open_attempt(
+            &claim.run_id,
+            &req.next_node,
+            claim.generation,
+            req.next_deadline_at,
+        )?;
+        // Progress: the run no longer counts as crash-looping.
+        self.conn()
+            .prepare_cached(
+                "UPDATE queue SET crash_count = 0 WHERE run_id = ?1 AND crash_count != 0",
+            )?
+            .execute([&claim.run_id])?;
+        let revision = self.finish_run_write(
+            &claim.run_id,
+            "transitioned",
+            json!({
+                "from": from.node_id,
+                "outcome": req.outcome.status().as_str(),
+                "to": req.next_node,
+                "attempt": next_attempt_id,
+            }),
+        )?;
+        Ok(Transitioned {
+            next_attempt_id,
+            revision,
+            pause_requested: run.paused,
+        })
+    }
+
+    fn park(&mut self, claim: &Claim, available_at: Option<UnixMillis>) -> StoreResult<u64> {
+        self.fence(claim)?;
+        let run = self.run_for(&claim.run_id, Op::Park)?;
+        self.require_settled(&claim.run_id, Op::Park, run.status)?;
+        self.interrupt_running_attempt(&run, "parked")?;
+        self.release_claim(&claim.run_id)?;
+        self.set_status(&claim.run_id, RunStatus::Queued)?;
+        self.set_available(&claim.run_id, available_at.unwrap_or(self.now))?;
+        self.finish_run_write(
+            &claim.run_id,
+            "parked",
+            json!({ "available_at": available_at }),
+        )
+    }
+
+    fn pause(&mut self, run_id: &str, fence: Fence<'_>) -> StoreResult<u64> {
+        let run = self.run_for_claim_holder(run_id, fence, Op::Pause)?;
+        if run.paused {
+            return Err(invalid(
+                run_id,
+                Op::Pause,
+                run.status,
+                "the run is already paused".into(),
+            ));
+        }
+        // The first write (a claim holder's renewal) comes after every check: a refused pause
+        // writes nothing (which lets a group of commands skip their savepoints).
+        self.authorize(run_id, fence, Op::Pause)?;
+        self.finish_paused_write(run_id, "paused", &run, true)
+    }
+
+    fn resume(&mut self, run_id: &str, fence: Fence<'_>) -> StoreResult<u64> {
+        let run = self.run_for_claim_holder(run_id, fence, Op::Resume)?;
+        if !run.paused {
+            return Err(invalid(
+                run_id,
+                Op::Resume,
+                run.status,
+                "the run is not paused".into(),
+            ));
+        }
+        self.authorize(run_id, fence, Op::Resume)?;
+        if run.status == RunStatus::Queued {
+            self.set_available(run_id, self.now)?;
+        }
+        self.finish_paused_write(run_id, "resumed", &run, false)
+    }
+
+    fn cancel(
+        &mut self,
+        run_id: &str,
+        fence: Fence<'_>,
+        reason: &str,
+    ) -> StoreResult<CancelSummary> {
+        // A claim holder is fenced before anything else: a stale writer learns it lost.
+        if matches!(fence, Fence::Claim(_)) {
+            self.authorize(run_id, fence, Op::Cancel)?;
+        }
+        let run = self.run_for(run_id, Op::Cancel)?;
+        self.authorize(run_id, fence, Op::Cancel)?;
+        self.conn()
+            .prepare_cached("UPDATE runs SET error = ?2 WHERE run_id = ?1")?
+            .execute(params![run_id, reason])?;
+        let (_, summary) = self.end_run(
+            run_id,
+            &run,
+            RunStatus::Cancelled,
+            reason,
+            json!({ "reason": reason }),
+            None,
+        )?;
+        Ok(summary)
+    }
+
+    fn detach(&mut self, run_id: &str) -> StoreResult<bool> {
+        let run = self.run_for(run_id, Op::Detach)?;
+        let mode: String = self
+            .conn()
+            .prepare_cached("SELECT execution_mode FROM runs WHERE run_id = ?1")?
+            .query_row([run_id], |r| r.get(0))?;
+        if mode == ExecutionMode::Detached.as_str() {
+            return Ok(false);
+        }
+        self.conn()
+            .prepare_cached("UPDATE runs SET execution_mode = ?2 WHERE run_id = ?1")?
+            .execute(params![run_id, ExecutionMode::Detached.as_str()])?;
+        // Its session no longer presents its open step: the step's time stops until its
+        // bridge holds it.
+        self.release_run_interactions(run_id)?;
+        self.finish_paused_write(run_id, "detached", &run, run.paused)?;
+        Ok(true)
+    }
+
+    fn fail(
+        &mut self,
+        claim: &Claim,
+        attempt_id: Option<&str>,
+        outcome: &AttemptOutcome,
+        error: &str,
+    ) -> StoreResult<u64> {
+        self.fence(claim)?;
+        let run = self.run_for(&claim.run_id, Op::Fail)?;
+        if let Some(attempt_id) = attempt_id {
+            self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
+            self.close_attempt(attempt_id, outcome)?;
+        } else {
+            self.interrupt_running_attempt(&run, error)?;
+        }
+        self.conn()
+            .prepare_cached("UPDATE runs SET error = ?2 WHERE run_id = ?1")?
+            .execute(params![claim.run_id, error])?;
+        let status = if matches!(outcome, AttemptOutcome::TimedOut) {
+            RunStatus::TimedOut
+        } else {
+            RunStatus::Failed
+        };
+        let (revision, _) = self.end_run(
+            &claim.run_id,
+            &run,
+            status,
+            error,
+            json!({ "error": error }),
+            None,
+        )?;
+        Ok(revision)
+    }
+
+    fn complete_presented(
+        &mut self,
+        claim: &Claim,
+        attempt_id: &str,
+        output: &Value,
+        result: &Value,
+        presentation: Option<&str>,
+    ) -> StoreResult<u64> {
+        self.fence(claim)?;
+        let run = self.run_for(&claim.run_id, Op::Complete)?;
+        self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
+        self.require_settled(&claim.run_id, Op::Complete, run.status)?;
+        self.check_slot(&claim.run_id, output)?;
+        self.check_slot(&claim.run_id, result)?;
+        self.close_attempt(
+            attempt_id,
+            &AttemptOutcome::Succeeded {
+                output: output.clone(),
+            },
+        )?;
+        self.conn()
+            .prepare_cached("UPDATE runs SET result = ?2 WHERE run_id = ?1")?
+            .execute(params![claim.run_id, result.to_string()])?;
+        let (revision, _) = self.end_run(
+            &claim.run_id,
+            &run,
+            RunStatus::Completed,
+            "completed",
+            json!({ "result": result }),
+            presentation,
+        )?;
+        Ok(revision)
     }
 }

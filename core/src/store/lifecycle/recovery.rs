@@ -3,95 +3,17 @@
 //! review (retry the node, resolve an uncertain effect).
 
 use super::*;
+use crate::store::diagnose::findings;
+use crate::store::Recovery;
 use piw_engine::store::records::*;
 use rusqlite::params;
 use serde_json::json;
 
 impl WriteTx<'_> {
-    /// The owner reports that the run's child went away without finishing (crash, kill,
-    /// handshake timeout). The run is requeued, or stopped for review after too many losses
-    /// in a row or when an effect's outcome is unknown.
-    pub fn child_lost(&mut self, claim: &Claim, reason: &str) -> StoreResult<RecoveredRun> {
-        self.fence(claim)?;
-        let run = self.run_for(&claim.run_id, Op::ChildLost)?;
-        self.requeue_after_loss(&claim.run_id, &run, reason, "child_lost")
-    }
-
-    /// The owner stopped the run's child because the host is stopping: requeue the run from
-    /// its last committed boundary without counting a loss (the run did nothing wrong).
-    /// `applying` effects of `never` contracts still become uncertain.
-    pub fn release_at_shutdown(&mut self, claim: &Claim) -> StoreResult<RecoveredRun> {
-        self.release_uncounted(claim, "host stopping")
-    }
-
-    /// Requeues a running run from its last committed boundary without counting a loss, for
-    /// a reason that is not the run's doing (`why` is kept with the run and its event).
-    pub fn release_uncounted(&mut self, claim: &Claim, why: &str) -> StoreResult<RecoveredRun> {
-        self.fence(claim)?;
-        let run = self.run_for(&claim.run_id, Op::ChildLost)?;
-        self.requeue_after_loss_counted(&claim.run_id, &run, why, "recovered", false)
-    }
-
-    /// Requeues a run whose child could not even be started because the host itself ran out
-    /// of something (descriptors, memory, processes): the host's failure, not the run's, so
-    /// no loss is counted, and the run is ready again at `retry_at`.
-    pub fn release_after_launch_failure(
-        &mut self,
-        claim: &Claim,
-        why: &str,
-        retry_at: UnixMillis,
-    ) -> StoreResult<RecoveredRun> {
-        self.fence(claim)?;
-        let run = self.run_for(&claim.run_id, Op::ChildLost)?;
-        let recovered =
-            self.requeue_after_loss_counted(&claim.run_id, &run, why, "recovered", false)?;
-        if recovered.status == RunStatus::Queued {
-            self.set_available(&claim.run_id, retry_at)?;
-        }
-        Ok(recovered)
-    }
-
     /// Makes every running row whose claim has expired (or vanished) claimable again, in one
     /// commit per call, counting a loss for each. Used at host start.
     pub fn recover_expired(&mut self) -> StoreResult<Vec<RecoveredRun>> {
         self.recover_expired_claims(None)
-    }
-
-    /// [`WriteTx::recover_expired`] for a running host whose owner id is `stalled_owner`. The
-    /// host renews its own claims while their children work, so one of them expires only when
-    /// the host could not renew it in time (it stalled past the lease, or its writes kept
-    /// failing): its child did nothing wrong, and the run is requeued without counting a loss
-    /// (an effect the child was applying still becomes uncertain). Other claims count one.
-    pub fn recover_expired_claims(
-        &mut self,
-        stalled_owner: Option<&str>,
-    ) -> StoreResult<Vec<RecoveredRun>> {
-        let expired: Vec<(String, Option<String>)> = self
-            .conn()
-            .prepare_cached(
-                "SELECT r.run_id, c.owner_id FROM runs r JOIN claims c ON c.run_id = r.run_id
-                 WHERE r.status = 'running' AND (c.expires_at IS NULL OR c.expires_at <= ?1)
-                 ORDER BY r.run_id",
-            )?
-            .query_map([self.now], |r| Ok((r.get(0)?, r.get(1)?)))?
-            .collect::<Result<_, _>>()?;
-        let mut out = Vec::with_capacity(expired.len());
-        for (run_id, owner) in expired {
-            let run = self.run_row(&run_id)?;
-            let stalled = stalled_owner.is_some() && owner.as_deref() == stalled_owner;
-            out.push(if stalled {
-                self.requeue_after_loss_counted(
-                    &run_id,
-                    &run,
-                    "claim expired while the host was stalled",
-                    "recovered",
-                    false,
-                )?
-            } else {
-                self.requeue_after_loss(&run_id, &run, "claim expired", "recovered")?
-            });
-        }
-        Ok(out)
     }
 
     pub(crate) fn requeue_after_loss(
@@ -282,10 +204,101 @@ impl WriteTx<'_> {
         Ok(())
     }
 
-    /// Stops a running run for manual review (for example `source_changed`): the claim is
-    /// released and nothing is retried until a person acts. The attempt is interrupted unless
-    /// it carries committed work (see below), which the retry continues.
-    pub fn send_to_review(&mut self, claim: &Claim, reason: &str) -> StoreResult<u64> {
+    fn first_uncertain_effect(&self, run_id: &str) -> StoreResult<Option<String>> {
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT effect_key FROM effects WHERE run_id = ?1 AND state = 'uncertain'
+                 ORDER BY created_at, rowid LIMIT 1",
+            )?
+            .query_row([run_id], |r| r.get(0))
+            .optional()?)
+    }
+
+    /// A run in review becomes ready again, its lost children forgotten; one whose attempt
+    /// waits on an unanswered request (its validation children kept dying, each rejecting
+    /// the submission it judged) waits for the answer again, on the same attempt.
+    fn requeue_from_review(&mut self, run_id: &str, run: &RunRow) -> StoreResult<()> {
+        let status = if self.waits_on_pending_request(run)? {
+            RunStatus::Waiting
+        } else {
+            RunStatus::Queued
+        };
+        self.set_status(run_id, status)?;
+        self.set_available(run_id, self.now)?;
+        self.conn()
+            .prepare_cached("UPDATE queue SET crash_count = 0 WHERE run_id = ?1")?
+            .execute([run_id])?;
+        Ok(())
+    }
+}
+
+impl Recovery for WriteTx<'_> {
+    fn child_lost(&mut self, claim: &Claim, reason: &str) -> StoreResult<RecoveredRun> {
+        self.fence(claim)?;
+        let run = self.run_for(&claim.run_id, Op::ChildLost)?;
+        self.requeue_after_loss(&claim.run_id, &run, reason, "child_lost")
+    }
+
+    fn recover_expired_claims(
+        &mut self,
+        stalled_owner: Option<&str>,
+    ) -> StoreResult<Vec<RecoveredRun>> {
+        let expired: Vec<(String, Option<String>)> = self
+            .conn()
+            .prepare_cached(
+                "SELECT r.run_id, c.owner_id FROM runs r JOIN claims c ON c.run_id = r.run_id
+                 WHERE r.status = 'running' AND (c.expires_at IS NULL OR c.expires_at <= ?1)
+                 ORDER BY r.run_id",
+            )?
+            .query_map([self.now], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<_, _>>()?;
+        let mut out = Vec::with_capacity(expired.len());
+        for (run_id, owner) in expired {
+            let run = self.run_row(&run_id)?;
+            let stalled = stalled_owner.is_some() && owner.as_deref() == stalled_owner;
+            out.push(if stalled {
+                self.requeue_after_loss_counted(
+                    &run_id,
+                    &run,
+                    "claim expired while the host was stalled",
+                    "recovered",
+                    false,
+                )?
+            } else {
+                self.requeue_after_loss(&run_id, &run, "claim expired", "recovered")?
+            });
+        }
+        Ok(out)
+    }
+
+    fn release_after_launch_failure(
+        &mut self,
+        claim: &Claim,
+        why: &str,
+        retry_at: UnixMillis,
+    ) -> StoreResult<RecoveredRun> {
+        self.fence(claim)?;
+        let run = self.run_for(&claim.run_id, Op::ChildLost)?;
+        let recovered =
+            self.requeue_after_loss_counted(&claim.run_id, &run, why, "recovered", false)?;
+        if recovered.status == RunStatus::Queued {
+            self.set_available(&claim.run_id, retry_at)?;
+        }
+        Ok(recovered)
+    }
+
+    fn release_at_shutdown(&mut self, claim: &Claim) -> StoreResult<RecoveredRun> {
+        self.release_uncounted(claim, "host stopping")
+    }
+
+    fn release_uncounted(&mut self, claim: &Claim, why: &str) -> StoreResult<RecoveredRun> {
+        self.fence(claim)?;
+        let run = self.run_for(&claim.run_id, Op::ChildLost)?;
+        self.requeue_after_loss_counted(&claim.run_id, &run, why, "recovered", false)
+    }
+
+    fn send_to_review(&mut self, claim: &Claim, reason: &str) -> StoreResult<u64> {
         self.fence(claim)?;
         let run = self.run_for(&claim.run_id, Op::Review)?;
         // What the attempt already holds stays for the retry: a submission being judged is
@@ -302,92 +315,7 @@ impl WriteTx<'_> {
         self.finish_run_write(&claim.run_id, "review", json!({ "reason": reason }))
     }
 
-    /// A person's way out of review: the run goes on from the last committed boundary, with
-    /// its count of lost children cleared (for repeated losses once the cause is fixed, or a
-    /// changed source the person has put back): its current node runs again, or its attempt
-    /// continues with what it holds (an answer, a submission to judge), or it waits again for
-    /// the answer to its pending request. Refused while an effect is uncertain (resolve it
-    /// first: a retry must not apply it again) and for a run not in review. Never records a
-    /// success.
-    pub fn retry_from_review(&mut self, run_id: &str, who: Provenance<'_>) -> StoreResult<u64> {
-        let run = self.run_for(run_id, Op::Retry)?;
-        if let Some(key) = self.first_uncertain_effect(run_id)? {
-            return Err(invalid(
-                run_id,
-                Op::Retry,
-                run.status,
-                format!("effect {key} is uncertain: resolve it first (`resolve-effect`, applied or failed)"),
-            ));
-        }
-        self.authorize(run_id, Fence::Unclaimed, Op::Retry)?;
-        self.requeue_from_review(run_id, &run)?;
-        self.finish_run_write(
-            run_id,
-            "retried",
-            json!({ "by": who.by, "reason": who.reason }),
-        )
-    }
-
-    /// A person's way out of a review for a changed source that keeps the change: the run
-    /// takes its workflow file as it is now (`source_hash`, which the host just read) and goes
-    /// on as [`Self::retry_from_review`] does. The stored mounted sources and graph snapshot
-    /// are cleared, so the next child's hello stores the ones it loads; the `retried` event
-    /// keeps the decision (who, why, the old and the new hash). Refused for a run not in
-    /// review, one in review for another reason, and while an effect is uncertain.
-    pub fn retry_accepting_source(
-        &mut self,
-        run_id: &str,
-        source_hash: &str,
-        who: Provenance<'_>,
-    ) -> StoreResult<u64> {
-        let run = self.run_for(run_id, Op::Retry)?;
-        let (reason, old_hash): (Option<String>, String) = self
-            .conn()
-            .prepare_cached("SELECT review_reason, source_hash FROM runs WHERE run_id = ?1")?
-            .query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
-        let reason = reason.unwrap_or_default();
-        if !piw_engine::store::model::is_source_change(&reason) {
-            return Err(invalid(
-                run_id,
-                Op::Retry,
-                run.status,
-                format!(
-                    "the run is in review for another reason than a changed source ({reason}): \
-                     there is no source to accept; retry it without --accept-source"
-                ),
-            ));
-        }
-        if let Some(key) = self.first_uncertain_effect(run_id)? {
-            return Err(invalid(
-                run_id,
-                Op::Retry,
-                run.status,
-                format!("effect {key} is uncertain: resolve it first (`resolve-effect`, applied or failed)"),
-            ));
-        }
-        self.authorize(run_id, Fence::Unclaimed, Op::Retry)?;
-        self.conn()
-            .prepare_cached(
-                "UPDATE runs SET source_hash = ?2, mounted_sources = '{}', definition = NULL,
-                        definition_digest = NULL
-                 WHERE run_id = ?1",
-            )?
-            .execute(params![run_id, source_hash])?;
-        self.requeue_from_review(run_id, &run)?;
-        self.finish_run_write(
-            run_id,
-            "retried",
-            json!({ "by": who.by, "reason": who.reason, "accepted_source": {
-                "review_reason": reason, "old_hash": old_hash, "new_hash": source_hash } }),
-        )
-    }
-
-    /// A person settles an `uncertain` effect of a run in review with what they found out:
-    /// it was `applied` (with the receipt they provide) or it `failed` (it did not happen).
-    /// Once no effect of the run is uncertain, the run continues: its current node runs
-    /// again, and reserving the effect's key returns what the person recorded (the receipt,
-    /// or the failure) instead of applying it again.
-    pub fn resolve_effect(
+    fn resolve_effect(
         &mut self,
         run_id: &str,
         effect_id: &str,
@@ -442,31 +370,90 @@ impl WriteTx<'_> {
         )
     }
 
-    fn first_uncertain_effect(&self, run_id: &str) -> StoreResult<Option<String>> {
-        Ok(self
-            .conn()
-            .prepare_cached(
-                "SELECT effect_key FROM effects WHERE run_id = ?1 AND state = 'uncertain'
-                 ORDER BY created_at, rowid LIMIT 1",
-            )?
-            .query_row([run_id], |r| r.get(0))
-            .optional()?)
+    fn retry_from_review(&mut self, run_id: &str, who: Provenance<'_>) -> StoreResult<u64> {
+        let run = self.run_for(run_id, Op::Retry)?;
+        if let Some(key) = self.first_uncertain_effect(run_id)? {
+            return Err(invalid(
+                run_id,
+                Op::Retry,
+                run.status,
+                format!("effect {key} is uncertain: resolve it first (`resolve-effect`, applied or failed)"),
+            ));
+        }
+        self.authorize(run_id, Fence::Unclaimed, Op::Retry)?;
+        self.requeue_from_review(run_id, &run)?;
+        self.finish_run_write(
+            run_id,
+            "retried",
+            json!({ "by": who.by, "reason": who.reason }),
+        )
     }
 
-    /// A run in review becomes ready again, its lost children forgotten; one whose attempt
-    /// waits on an unanswered request (its validation children kept dying, each rejecting
-    /// the submission it judged) waits for the answer again, on the same attempt.
-    fn requeue_from_review(&mut self, run_id: &str, run: &RunRow) -> StoreResult<()> {
-        let status = if self.waits_on_pending_request(run)? {
-            RunStatus::Waiting
-        } else {
-            RunStatus::Queued
-        };
-        self.set_status(run_id, status)?;
-        self.set_available(run_id, self.now)?;
+    fn retry_accepting_source(
+        &mut self,
+        run_id: &str,
+        source_hash: &str,
+        who: Provenance<'_>,
+    ) -> StoreResult<u64> {
+        let run = self.run_for(run_id, Op::Retry)?;
+        let (reason, old_hash): (Option<String>, String) = self
+            .conn()
+            .prepare_cached("SELECT review_reason, source_hash FROM runs WHERE run_id = ?1")?
+            .query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let reason = reason.unwrap_or_default();
+        if !piw_engine::store::model::is_source_change(&reason) {
+            return Err(invalid(
+                run_id,
+                Op::Retry,
+                run.status,
+                format!(
+                    "the run is in review for another reason than a changed source ({reason}): \
+                     there is no source to accept; retry it without --accept-source"
+                ),
+            ));
+        }
+        if let Some(key) = self.first_uncertain_effect(run_id)? {
+            return Err(invalid(
+                run_id,
+                Op::Retry,
+                run.status,
+                format!("effect {key} is uncertain: resolve it first (`resolve-effect`, applied or failed)"),
+            ));
+        }
+        self.authorize(run_id, Fence::Unclaimed, Op::Retry)?;
         self.conn()
-            .prepare_cached("UPDATE queue SET crash_count = 0 WHERE run_id = ?1")?
-            .execute([run_id])?;
-        Ok(())
+            .prepare_cached(
+                "UPDATE runs SET source_hash = ?2, mounted_sources = '{}', definition = NULL,
+                        definition_digest = NULL
+                 WHERE run_id = ?1",
+            )?
+            .execute(params![run_id, source_hash])?;
+        self.requeue_from_review(run_id, &run)?;
+        self.finish_run_write(
+            run_id,
+            "retried",
+            json!({ "by": who.by, "reason": who.reason, "accepted_source": {
+                "review_reason": reason, "old_hash": old_hash, "new_hash": source_hash } }),
+        )
+    }
+
+    fn repair(&mut self) -> StoreResult<RepairReport> {
+        let findings = findings(self.conn(), self.now)?;
+        let mut report = RepairReport::default();
+        if findings.iter().all(|f| !f.repairable) {
+            report.left_for_review = findings;
+            return Ok(report);
+        }
+        self.ops.push("repair");
+        for f in findings {
+            if !f.repairable {
+                report.left_for_review.push(f);
+                continue;
+            }
+            self.repair_one(&f)?;
+            report.repaired.push(f);
+        }
+        report.runs_written = self.take_runs_written();
+        Ok(report)
     }
 }

@@ -3,6 +3,7 @@
 //! expired at their deadline), and the workflow messages a run leaves for its session.
 
 use super::*;
+use crate::store::Requests;
 use piw_engine::store::records::*;
 use rusqlite::params;
 use serde_json::{json, Value};
@@ -64,46 +65,6 @@ pub(crate) struct InteractionRow {
 }
 
 impl WriteTx<'_> {
-    /// Parks the current attempt on an ordinary checkpoint or a protected human decision and
-    /// releases the claim. Returns the decision id.
-    pub fn wait_for_decision(
-        &mut self,
-        claim: &Claim,
-        attempt_id: &str,
-        kind: DecisionKind,
-        request: &Value,
-    ) -> StoreResult<String> {
-        self.fence(claim)?;
-        let run = self.run_for(&claim.run_id, Op::Wait)?;
-        let attempt =
-            self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
-        self.require_settled(&claim.run_id, Op::Wait, run.status)?;
-        self.check_slot(&claim.run_id, request)?;
-        let decision_id = self.new_id("dec");
-        self.conn()
-            .prepare_cached(
-                "INSERT INTO decisions (decision_id, run_id, attempt_id, node_id, kind, request,
-                                        status, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7)",
-            )?
-            .execute(params![
-                decision_id,
-                claim.run_id,
-                attempt_id,
-                attempt.node_id,
-                kind.as_str(),
-                request.to_string(),
-                self.now
-            ])?;
-        self.suspend_attempt(&claim.run_id, attempt_id)?;
-        self.finish_run_write(
-            &claim.run_id,
-            "waiting",
-            json!({ "decision": decision_id, "kind": kind.as_str() }),
-        )?;
-        Ok(decision_id)
-    }
-
     /// attempt -> waiting, claim released, run -> waiting.
     pub(super) fn suspend_attempt(&mut self, run_id: &str, attempt_id: &str) -> StoreResult<()> {
         self.conn()
@@ -111,69 +72,6 @@ impl WriteTx<'_> {
             .execute([attempt_id])?;
         self.release_claim(run_id)?;
         self.set_status(run_id, RunStatus::Waiting)
-    }
-
-    /// Records a durable interactive request bound to the run's origin session, parks the
-    /// attempt and releases the claim. Returns the interaction id (its deadline is its
-    /// attempt's from now on: `attempt_deadline`).
-    ///
-    /// `deadline_at` is the attempt's (the node's timeout from its start): what is left of it
-    /// now is the step's budget, which runs only while the step is held (`holds.rs`). The step
-    /// is held from the start when `present` says its holder is there already; a step without
-    /// a holder is always held.
-    pub fn request_interaction(
-        &mut self,
-        claim: &Claim,
-        attempt_id: &str,
-        kind: InteractionKind,
-        request: &Value,
-        deadline_at: Option<UnixMillis>,
-        present: &dyn Fn(&Holder) -> bool,
-    ) -> StoreResult<String> {
-        self.fence(claim)?;
-        let run = self.run_for(&claim.run_id, Op::RequestInteraction)?;
-        let attempt =
-            self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
-        self.require_settled(&claim.run_id, Op::RequestInteraction, run.status)?;
-        self.check_slot(&claim.run_id, request)?;
-        let interaction_id = self.new_id("int");
-        let budget_ms = deadline_at.map(|d| d.saturating_sub(self.now).max(0));
-        let held = self.holder_of(&claim.run_id)?.is_none_or(|h| present(&h));
-        let held_since = held.then_some(self.now);
-        let deadline_at = budget_ms
-            .filter(|_| held)
-            .map(|b| self.now.saturating_add(b));
-        self.conn()
-            .prepare_cached(
-                "INSERT INTO interactions (interaction_id, run_id, attempt_id, node_id,
-                                           origin_session, kind, request, budget_ms,
-                                           held_since, deadline_at, status, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', ?11)",
-            )?
-            .execute(params![
-                interaction_id,
-                claim.run_id,
-                attempt_id,
-                attempt.node_id,
-                run.origin_session,
-                kind.as_str(),
-                request.to_string(),
-                budget_ms,
-                held_since,
-                deadline_at,
-                self.now
-            ])?;
-        // The waiting attempt's deadline is the step's (none while nobody holds it).
-        self.conn()
-            .prepare_cached("UPDATE attempts SET deadline_at = ?2 WHERE attempt_id = ?1")?
-            .execute(params![attempt_id, deadline_at])?;
-        self.suspend_attempt(&claim.run_id, attempt_id)?;
-        self.finish_run_write(
-            &claim.run_id,
-            "interaction_requested",
-            json!({ "interaction": interaction_id, "kind": kind.as_str() }),
-        )?;
-        Ok(interaction_id)
     }
 
     /// The interactive request `interaction_id`, as stored.
@@ -239,360 +137,6 @@ impl WriteTx<'_> {
         }
     }
 
-    /// Records a provisional submission (`validating`) for a pending interaction and queues
-    /// the run for a validation child. A repeat with the same idempotency key and payload
-    /// returns the original submission id; with another payload it is a conflict.
-    pub fn submit(
-        &mut self,
-        interaction_id: &str,
-        attempt_id: &str,
-        payload: &Value,
-        idempotency_key: Option<&str>,
-    ) -> StoreResult<String> {
-        let request = self.interaction_row(interaction_id)?;
-        let payload_text = payload.to_string();
-        if let Some(key) = idempotency_key {
-            let prior: Option<(String, String)> = self
-                .conn()
-                .prepare_cached(
-                    "SELECT submission_id, payload FROM submissions
-                     WHERE interaction_id = ?1 AND idempotency_key = ?2",
-                )?
-                .query_row(params![interaction_id, key], |r| Ok((r.get(0)?, r.get(1)?)))
-                .optional()?;
-            if let Some((submission_id, prior_payload)) = prior {
-                if prior_payload == payload_text {
-                    return Ok(submission_id);
-                }
-                return Err(StoreError::IdempotencyConflict {
-                    key: key.to_owned(),
-                });
-            }
-        }
-        // A request past its deadline is about to expire (the host's deadline work has not
-        // run yet): a submission now would be judged after the deadline, or dropped by it.
-        self.require_pending_interaction(interaction_id, &request, attempt_id, true)?;
-        let run_id = request.run_id;
-        self.authorize(&run_id, Fence::Unclaimed, Op::Submit)?;
-        // A large result comes as the reference of a value uploaded for this request
-        // (`interaction.value_put`): the run must hold it whole. User data shaped like a
-        // reference is refused unless wrapped as a literal.
-        self.check_slot(&run_id, payload)?;
-        let submission_id = self.new_id("sub");
-        self.conn()
-            .prepare_cached(
-                "INSERT INTO submissions (submission_id, interaction_id, payload, state,
-                                          idempotency_key, created_at)
-                 VALUES (?1, ?2, ?3, 'validating', ?4, ?5)",
-            )?
-            .execute(params![
-                submission_id,
-                interaction_id,
-                payload_text,
-                idempotency_key,
-                self.now
-            ])?;
-        self.conn()
-            .prepare_cached(
-                "UPDATE interactions SET status = 'validating' WHERE interaction_id = ?1",
-            )?
-            .execute([interaction_id])?;
-        self.set_status(&run_id, RunStatus::Queued)?;
-        self.set_available(&run_id, self.now)?;
-        self.finish_run_write(
-            &run_id,
-            "submitted",
-            json!({ "interaction": interaction_id, "submission": submission_id }),
-        )?;
-        Ok(submission_id)
-    }
-
-    /// The submission `payload` repeats, when it repeats one the request already took: the
-    /// request is no longer pending, `attempt_id` is its own, and its newest submission that
-    /// was not rejected (being judged, or accepted) carries an equal payload. Returns that
-    /// submission's `(submission_id, state)`; `None` otherwise (the submission is then judged
-    /// by [`WriteTx::submit`]'s rules). A client that sent a result again (a model retrying
-    /// its call) gets the original receipt instead of a refusal, and nothing changes.
-    pub fn repeated_submission(
-        &self,
-        interaction_id: &str,
-        attempt_id: &str,
-        payload: &Value,
-    ) -> StoreResult<Option<(String, String)>> {
-        let request = self.interaction_row(interaction_id)?;
-        if request.status == "pending" || request.attempt_id != attempt_id {
-            return Ok(None);
-        }
-        let newest: Option<(String, String, String)> = self
-            .conn()
-            .prepare_cached(
-                "SELECT submission_id, state, payload FROM submissions
-                 WHERE interaction_id = ?1 AND state IN ('validating', 'accepted')
-                 ORDER BY created_at DESC, rowid DESC LIMIT 1",
-            )?
-            .query_row([interaction_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .optional()?;
-        Ok(newest.and_then(|(submission_id, state, stored)| {
-            same_payload(&stored, payload).then_some((submission_id, state))
-        }))
-    }
-
-    /// Refuses (`InvalidTransition`) a submission for `interaction_id` whose payload equals one
-    /// an earlier request of the same run accepted: the guard of a client that bound the
-    /// submission to whatever request was current when it sent it (`piw run submit` without
-    /// an interaction id), so that a command run again does not answer the next visit with
-    /// the previous one's result.
-    pub fn refuse_accepted_before(&self, interaction_id: &str, payload: &Value) -> StoreResult<()> {
-        let request = self.interaction_row(interaction_id)?;
-        let accepted: Vec<(String, String, String)> = self
-            .conn()
-            .prepare_cached(
-                "SELECT i.interaction_id, i.node_id, s.payload
-                 FROM submissions s JOIN interactions i ON i.interaction_id = s.interaction_id
-                 WHERE i.run_id = ?1 AND i.interaction_id <> ?2 AND s.state = 'accepted'
-                 ORDER BY s.created_at DESC, s.rowid DESC",
-            )?
-            .query_map(params![request.run_id, interaction_id], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            })?
-            .collect::<Result<_, _>>()?;
-        let Some((earlier, node, _)) = accepted
-            .into_iter()
-            .find(|(_, _, stored)| same_payload(stored, payload))
-        else {
-            return Ok(());
-        };
-        let run = self.run_row(&request.run_id)?;
-        Err(invalid(
-            &request.run_id,
-            Op::Submit,
-            run.status,
-            format!(
-                "this result was already accepted for interaction {earlier} (node {node}); \
-                 name interaction {interaction_id} to submit it to this request too"
-            ),
-        ))
-    }
-
-    /// A durable progress update from the agent working on a pending interactive request
-    /// (the Pi tool's `update`): kept as a `progress` event of the run, like a worker's, and
-    /// does not complete the request. Refuses a stale attempt and a request that is not
-    /// pending.
-    pub fn interaction_progress(
-        &mut self,
-        interaction_id: &str,
-        attempt_id: &str,
-        message: &str,
-        data: &Value,
-    ) -> StoreResult<super::super::ProgressKept> {
-        let request = self.interaction_row(interaction_id)?;
-        self.require_pending_interaction(interaction_id, &request, attempt_id, false)?;
-        let run_id = request.run_id;
-        self.authorize(&run_id, Fence::Unclaimed, Op::Submit)?;
-        let node = self.run_row(&run_id)?.current_node;
-        self.record_progress(
-            &run_id,
-            node.as_deref(),
-            Some(attempt_id),
-            message,
-            data,
-            Some(interaction_id),
-        )
-    }
-
-    /// The origin session gave up on a pending interactive request (the model's turns
-    /// settled without a submission, reminders included): the attempt fails with `reason`
-    /// and the run routes `$result.outcome = failed` like any failed attempt. With `next`
-    /// (the node the run's graph routes to, computed by the caller, with that node's
-    /// deadline) the run moves there under a control claim and parks, so a fresh child
-    /// starts it; without, the run fails. Refuses a stale attempt, a request that is not
-    /// pending (a submission being judged goes first) and one past its deadline (it
-    /// expires instead).
-    pub fn fail_interaction(
-        &mut self,
-        interaction_id: &str,
-        attempt_id: &str,
-        reason: &str,
-        next: Option<(&str, Option<UnixMillis>)>,
-        owner_id: &str,
-    ) -> StoreResult<()> {
-        let request = self.interaction_row(interaction_id)?;
-        // Failing is the alternative to a submission: the same gate.
-        self.require_pending_interaction(interaction_id, &request, attempt_id, true)?;
-        let run_id = request.run_id;
-        let claim = self.control_claim(&run_id, owner_id)?;
-        self.conn()
-            .prepare_cached(
-                "UPDATE interactions SET status = 'cancelled', closed_at = ?2
-                 WHERE interaction_id = ?1",
-            )?
-            .execute(params![interaction_id, self.now])?;
-        // The waiting attempt runs again under the control claim only to be closed.
-        self.conn()
-            .prepare_cached(
-                "UPDATE attempts SET status = 'running', generation = ?2
-                 WHERE attempt_id = ?1 AND status = 'waiting'",
-            )?
-            .execute(params![attempt_id, claim.generation as i64])?;
-        self.set_status(&run_id, RunStatus::Running)?;
-        self.finish_run_write(
-            &run_id,
-            "interaction_failed",
-            json!({ "interaction": interaction_id, "reason": reason }),
-        )?;
-        let outcome = AttemptOutcome::Failed {
-            error: reason.to_owned(),
-        };
-        match next {
-            Some((next_node, next_deadline_at)) => {
-                let routed = self.transition(
-                    &claim,
-                    &TransitionRequest {
-                        attempt_id: attempt_id.to_owned(),
-                        outcome: outcome.clone(),
-                        next_node: next_node.to_owned(),
-                        next_deadline_at,
-                    },
-                );
-                match routed {
-                    Ok(_) => {
-                        self.park(&claim, None)?;
-                    }
-                    // The route would step past the graph's limit: the run fails instead.
-                    Err(StoreError::StepLimitReached { detail, .. }) => {
-                        self.fail(&claim, Some(attempt_id), &outcome, &detail)?;
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-            None => {
-                self.fail(&claim, Some(attempt_id), &outcome, reason)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Settles a validating submission with the validation child's verdict. Accepting settles
-    /// the interaction and keeps the attempt running under the claim (the child goes on to
-    /// propose the transition); rejecting keeps the request pending, parks the attempt and
-    /// releases the claim.
-    pub fn settle(
-        &mut self,
-        claim: &Claim,
-        submission_id: &str,
-        verdict: Result<(), String>,
-    ) -> StoreResult<()> {
-        self.fence(claim)?;
-        let run = self.run_for(&claim.run_id, Op::Settle)?;
-        let (interaction_id, state): (String, String) = self
-            .conn()
-            .prepare_cached(
-                "SELECT s.interaction_id, s.state FROM submissions s
-                 JOIN interactions i ON i.interaction_id = s.interaction_id
-                 WHERE s.submission_id = ?1 AND i.run_id = ?2",
-            )?
-            .query_row(params![submission_id, claim.run_id], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
-            .optional()?
-            .ok_or_else(|| StoreError::NotFound {
-                what: "submission",
-                id: submission_id.to_owned(),
-            })?;
-        if state != "validating" {
-            return Err(invalid(
-                &claim.run_id,
-                Op::Settle,
-                run.status,
-                format!("submission {submission_id} is already {state}"),
-            ));
-        }
-        let accepted = verdict.is_ok();
-        if !accepted {
-            // A rejection parks the attempt: no effect may be left applying behind it.
-            self.require_no_applying_effect(&claim.run_id, Op::Settle, run.status)?;
-        }
-        let (sub_state, int_state) = if accepted {
-            ("accepted", "settled")
-        } else {
-            ("rejected", "pending")
-        };
-        self.conn()
-            .prepare_cached(
-                "UPDATE submissions SET state = ?2, error = ?3, settled_at = ?4 WHERE submission_id = ?1",
-            )?
-            .execute(params![submission_id, sub_state, verdict.as_ref().err(), self.now])?;
-        self.conn()
-            .prepare_cached(
-                "UPDATE interactions SET status = ?2,
-                        closed_at = CASE WHEN ?2 = 'settled' THEN ?3 ELSE NULL END
-                 WHERE interaction_id = ?1",
-            )?
-            .execute(params![interaction_id, int_state, self.now])?;
-        if accepted {
-            if let Some(attempt_id) = &run.current_attempt {
-                self.clear_deadline_answered_in_time(attempt_id)?;
-            }
-        } else {
-            let attempt_id = run.current_attempt.clone().unwrap_or_default();
-            self.suspend_attempt(&claim.run_id, &attempt_id)?;
-        }
-        self.finish_run_write(
-            &claim.run_id,
-            if accepted {
-                "submission_accepted"
-            } else {
-                "submission_rejected"
-            },
-            json!({ "submission": submission_id, "error": verdict.err() }),
-        )?;
-        Ok(())
-    }
-
-    /// Refuses with [`StoreError::NotFound`] unless decision `decision_id` belongs to run
-    /// `run_id`. A client names the run it answers in the request's envelope, and the host
-    /// checks `expected_revision` against, reports the revision of and publishes the events of
-    /// that run: an answer applied to another run's decision would bypass all three.
-    pub fn require_decision_of(&self, run_id: &str, decision_id: &str) -> StoreResult<()> {
-        let found: bool = self
-            .conn()
-            .prepare_cached(
-                "SELECT EXISTS (SELECT 1 FROM decisions WHERE decision_id = ?1 AND run_id = ?2)",
-            )?
-            .query_row(params![decision_id, run_id], |r| r.get(0))?;
-        if !found {
-            return Err(StoreError::NotFound {
-                what: "decision",
-                id: format!("{decision_id} of run {run_id}"),
-            });
-        }
-        Ok(())
-    }
-
-    /// Refuses with [`StoreError::NotFound`] unless interaction `interaction_id` belongs to run
-    /// `run_id` and node `node_id` (see [`WriteTx::require_decision_of`] for why).
-    pub fn require_interaction_of(
-        &self,
-        run_id: &str,
-        node_id: &str,
-        interaction_id: &str,
-    ) -> StoreResult<()> {
-        let found: bool = self
-            .conn()
-            .prepare_cached(
-                "SELECT EXISTS (SELECT 1 FROM interactions
-                                WHERE interaction_id = ?1 AND run_id = ?2 AND node_id = ?3)",
-            )?
-            .query_row(params![interaction_id, run_id, node_id], |r| r.get(0))?;
-        if !found {
-            return Err(StoreError::NotFound {
-                what: "interaction",
-                id: format!("{interaction_id} of run {run_id} at node {node_id}"),
-            });
-        }
-        Ok(())
-    }
-
     /// Answers a pending decision and queues the run to continue. A protected human decision
     /// refuses the model-facing path.
     pub fn answer_decision(
@@ -602,111 +146,6 @@ impl WriteTx<'_> {
         answered_by: Answerer,
     ) -> StoreResult<()> {
         self.answer_decision_via(decision_id, answer, answered_by, None)
-    }
-
-    /// [`Self::answer_decision`], by a person who answered in a decision channel (`channel`,
-    /// `telegram:<chat id>`): the `decision_answered` event keeps it beside `by`.
-    pub fn answer_decision_via(
-        &mut self,
-        decision_id: &str,
-        answer: &Value,
-        answered_by: Answerer,
-        channel: Option<&str>,
-    ) -> StoreResult<()> {
-        let (run_id, kind, status, attempt_id, deadline, request): (
-            String,
-            String,
-            String,
-            String,
-            Option<i64>,
-            Option<String>,
-        ) = self
-            .conn()
-            .prepare_cached(
-                "SELECT d.run_id, d.kind, d.status, d.attempt_id, a.deadline_at, d.request
-                 FROM decisions d JOIN attempts a ON a.attempt_id = d.attempt_id
-                 WHERE d.decision_id = ?1",
-            )?
-            .query_row([decision_id], |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                ))
-            })
-            .optional()?
-            .ok_or_else(|| StoreError::NotFound {
-                what: "decision",
-                id: decision_id.to_owned(),
-            })?;
-        let kind = parse_enum(&kind, DecisionKind::parse, "decision kind")?;
-        let run = self.run_row(&run_id)?;
-        if kind == DecisionKind::HumanDecision && answered_by == Answerer::Model {
-            return Err(StoreError::Forbidden(format!(
-                "decision {decision_id} is a protected human decision; only a person may answer it"
-            )));
-        }
-        if !Op::AnswerDecision.allowed(run.status) || status != "pending" {
-            return Err(invalid(
-                &run_id,
-                Op::AnswerDecision,
-                run.status,
-                format!("decision {decision_id} is {status}"),
-            ));
-        }
-        // The node's deadline bounds the wait for the answer: a late answer is refused (the
-        // host expires the decision and the attempt times out), never taken and then dropped.
-        if let Some(deadline_at) = deadline.filter(|d| *d <= self.now) {
-            return Err(StoreError::DeadlinePassed {
-                run_id,
-                attempt_id,
-                deadline_at,
-            });
-        }
-        if kind == DecisionKind::HumanDecision {
-            // Refused here, with the run still waiting, rather than stored and then refused by
-            // the child that carries it on (which would fail the node and the run).
-            let request: Value = match request {
-                Some(text) => serde_json::from_str(&text)?,
-                None => Value::Null,
-            };
-            check_human_answer(&request, answer).map_err(|(detail, rule)| {
-                StoreError::InvalidAnswer {
-                    decision_id: decision_id.to_owned(),
-                    detail,
-                    rule,
-                }
-            })?;
-        }
-        self.authorize(&run_id, Fence::Unclaimed, Op::AnswerDecision)?;
-        self.clear_deadline_answered_in_time(&attempt_id)?;
-        self.conn()
-            .prepare_cached(
-                "UPDATE decisions SET status = 'answered', answer = ?2, answered_by = ?3,
-                        answered_at = ?4 WHERE decision_id = ?1",
-            )?
-            .execute(params![
-                decision_id,
-                answer.to_string(),
-                answered_by.as_str(),
-                self.now
-            ])?;
-        self.set_status(&run_id, RunStatus::Queued)?;
-        self.set_available(&run_id, self.now)?;
-        self.finish_run_write(
-            &run_id,
-            "decision_answered",
-            match channel {
-                Some(channel) => {
-                    json!({ "decision": decision_id, "by": answered_by.as_str(), "channel": channel })
-                }
-                None => json!({ "decision": decision_id, "by": answered_by.as_str() }),
-            },
-        )?;
-        Ok(())
     }
 
     /// The attempt's request was answered (a decision) or its result accepted (a submission)
@@ -775,18 +214,6 @@ impl WriteTx<'_> {
     /// records the same attempt as timed out and routes it.
     pub fn expire_interaction(&mut self, interaction_id: &str) -> StoreResult<()> {
         self.expire_request(&EXPIRING_INTERACTION, interaction_id)
-    }
-
-    /// Expires every pending interaction whose deadline has passed. Returns their ids, each
-    /// with its run.
-    pub fn expire_due_interactions(&mut self) -> StoreResult<Vec<(String, String)>> {
-        self.expire_due(&EXPIRING_INTERACTION)
-    }
-
-    /// Expires every pending decision whose attempt's deadline has passed (see
-    /// [`WriteTx::expire_decision`]). Returns their ids, each with its run.
-    pub fn expire_due_decisions(&mut self) -> StoreResult<Vec<(String, String)>> {
-        self.expire_due(&EXPIRING_DECISION)
     }
 
     /// Expires every due request of `kind`, each in its own savepoint: one that fails undoes
@@ -897,43 +324,6 @@ impl WriteTx<'_> {
         data.insert(kind.what.to_owned(), Value::from(id));
         self.finish_run_write(&run_id, kind.event, Value::Object(data))?;
         Ok(())
-    }
-
-    /// Adds a notify-node message in the same transaction as the source fact: for the origin
-    /// session, or kept for `run.status` when the run has none.
-    ///
-    /// The message's id is derived from the run, the node and the visit (how many attempts of
-    /// the node have finished before): a node that runs again because its child was lost after
-    /// this commit (its transition never committed) adds nothing new, while a loop that enters
-    /// the node again is a new visit with its own message.
-    pub fn notify(&mut self, claim: &Claim, content: &Value) -> StoreResult<String> {
-        self.fence(claim)?;
-        self.check_slot(&claim.run_id, content)?;
-        let run = self.run_for(&claim.run_id, Op::NodeStarted)?;
-        let node = run.current_node.clone().unwrap_or_default();
-        let visit: i64 = self
-            .conn()
-            .prepare_cached(
-                "SELECT COUNT(*) FROM attempts
-                 WHERE run_id = ?1 AND node_id = ?2
-                   AND status IN ('succeeded', 'failed', 'timed_out', 'cancelled')",
-            )?
-            .query_row(params![claim.run_id, node], |r| r.get(0))?;
-        let key = format!("{}\0notify\0{node}\0{visit}", claim.run_id);
-        let id = format!("msg-{}", &crate::ids::sha256_hex(key.as_bytes())[..28]);
-        let message_id =
-            self.add_message_once(&claim.run_id, &run, MessageKind::Notify, content, &id)?;
-        // The event is bounded as progress is (the message itself is one per visit).
-        let mut event = json!({ "message": message_id });
-        if let Some(dropped) =
-            self.admit_event(&claim.run_id, run.current_attempt.as_deref(), &event)?
-        {
-            if dropped > 0 {
-                event["dropped"] = json!(dropped);
-            }
-            self.finish_run_write(&claim.run_id, "notified", event)?;
-        }
-        Ok(message_id)
     }
 
     pub(super) fn add_message(
@@ -1074,6 +464,560 @@ fn text_rule_words(input: &Value) -> String {
 /// (compared as values: the order of an object's keys does not matter).
 fn same_payload(stored: &str, payload: &Value) -> bool {
     serde_json::from_str::<Value>(stored).is_ok_and(|v| &v == payload)
+}
+
+impl Requests for WriteTx<'_> {
+    fn wait_for_decision(
+        &mut self,
+        claim: &Claim,
+        attempt_id: &str,
+        kind: DecisionKind,
+        request: &Value,
+    ) -> StoreResult<String> {
+        self.fence(claim)?;
+        let run = self.run_for(&claim.run_id, Op::Wait)?;
+        let attempt =
+            self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
+        self.require_settled(&claim.run_id, Op::Wait, run.status)?;
+        self.check_slot(&claim.run_id, request)?;
+        let decision_id = self.new_id("dec");
+        self.conn()
+            .prepare_cached(
+                "INSERT INTO decisions (decision_id, run_id, attempt_id, node_id, kind, request,
+                                        status, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7)",
+            )?
+            .execute(params![
+                decision_id,
+                claim.run_id,
+                attempt_id,
+                attempt.node_id,
+                kind.as_str(),
+                request.to_string(),
+                self.now
+            ])?;
+        self.suspend_attempt(&claim.run_id, attempt_id)?;
+        self.finish_run_write(
+            &claim.run_id,
+            "waiting",
+            json!({ "decision": decision_id, "kind": kind.as_str() }),
+        )?;
+        Ok(decision_id)
+    }
+
+    fn answer_decision_via(
+        &mut self,
+        decision_id: &str,
+        answer: &Value,
+        answered_by: Answerer,
+        channel: Option<&str>,
+    ) -> StoreResult<()> {
+        let (run_id, kind, status, attempt_id, deadline, request): (
+            String,
+            String,
+            String,
+            String,
+            Option<i64>,
+            Option<String>,
+        ) = self
+            .conn()
+            .prepare_cached(
+                "SELECT d.run_id, d.kind, d.status, d.attempt_id, a.deadline_at, d.request
+                 FROM decisions d JOIN attempts a ON a.attempt_id = d.attempt_id
+                 WHERE d.decision_id = ?1",
+            )?
+            .query_row([decision_id], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                ))
+            })
+            .optional()?
+            .ok_or_else(|| StoreError::NotFound {
+                what: "decision",
+                id: decision_id.to_owned(),
+            })?;
+        let kind = parse_enum(&kind, DecisionKind::parse, "decision kind")?;
+        let run = self.run_row(&run_id)?;
+        if kind == DecisionKind::HumanDecision && answered_by == Answerer::Model {
+            return Err(StoreError::Forbidden(format!(
+                "decision {decision_id} is a protected human decision; only a person may answer it"
+            )));
+        }
+        if !Op::AnswerDecision.allowed(run.status) || status != "pending" {
+            return Err(invalid(
+                &run_id,
+                Op::AnswerDecision,
+                run.status,
+                format!("decision {decision_id} is {status}"),
+            ));
+        }
+        // The node's deadline bounds the wait for the answer: a late answer is refused (the
+        // host expires the decision and the attempt times out), never taken and then dropped.
+        if let Some(deadline_at) = deadline.filter(|d| *d <= self.now) {
+            return Err(StoreError::DeadlinePassed {
+                run_id,
+                attempt_id,
+                deadline_at,
+            });
+        }
+        if kind == DecisionKind::HumanDecision {
+            // Refused here, with the run still waiting, rather than stored and then refused by
+            // the child that carries it on (which would fail the node and the run).
+            let request: Value = match request {
+                Some(text) => serde_json::from_str(&text)?,
+                None => Value::Null,
+            };
+            check_human_answer(&request, answer).map_err(|(detail, rule)| {
+                StoreError::InvalidAnswer {
+                    decision_id: decision_id.to_owned(),
+                    detail,
+                    rule,
+                }
+            })?;
+        }
+        self.authorize(&run_id, Fence::Unclaimed, Op::AnswerDecision)?;
+        self.clear_deadline_answered_in_time(&attempt_id)?;
+        self.conn()
+            .prepare_cached(
+                "UPDATE decisions SET status = 'answered', answer = ?2, answered_by = ?3,
+                        answered_at = ?4 WHERE decision_id = ?1",
+            )?
+            .execute(params![
+                decision_id,
+                answer.to_string(),
+                answered_by.as_str(),
+                self.now
+            ])?;
+        self.set_status(&run_id, RunStatus::Queued)?;
+        self.set_available(&run_id, self.now)?;
+        self.finish_run_write(
+            &run_id,
+            "decision_answered",
+            match channel {
+                Some(channel) => {
+                    json!({ "decision": decision_id, "by": answered_by.as_str(), "channel": channel })
+                }
+                None => json!({ "decision": decision_id, "by": answered_by.as_str() }),
+            },
+        )?;
+        Ok(())
+    }
+
+    fn require_decision_of(&self, run_id: &str, decision_id: &str) -> StoreResult<()> {
+        let found: bool = self
+            .conn()
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM decisions WHERE decision_id = ?1 AND run_id = ?2)",
+            )?
+            .query_row(params![decision_id, run_id], |r| r.get(0))?;
+        if !found {
+            return Err(StoreError::NotFound {
+                what: "decision",
+                id: format!("{decision_id} of run {run_id}"),
+            });
+        }
+        Ok(())
+    }
+
+    fn expire_due_decisions(&mut self) -> StoreResult<Vec<(String, String)>> {
+        self.expire_due(&EXPIRING_DECISION)
+    }
+
+    fn request_interaction(
+        &mut self,
+        claim: &Claim,
+        attempt_id: &str,
+        kind: InteractionKind,
+        request: &Value,
+        deadline_at: Option<UnixMillis>,
+        present: &dyn Fn(&Holder) -> bool,
+    ) -> StoreResult<String> {
+        self.fence(claim)?;
+        let run = self.run_for(&claim.run_id, Op::RequestInteraction)?;
+        let attempt =
+            self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
+        self.require_settled(&claim.run_id, Op::RequestInteraction, run.status)?;
+        self.check_slot(&claim.run_id, request)?;
+        let interaction_id = self.new_id("int");
+        let budget_ms = deadline_at.map(|d| d.saturating_sub(self.now).max(0));
+        let held = self.holder_of(&claim.run_id)?.is_none_or(|h| present(&h));
+        let held_since = held.then_some(self.now);
+        let deadline_at = budget_ms
+            .filter(|_| held)
+            .map(|b| self.now.saturating_add(b));
+        self.conn()
+            .prepare_cached(
+                "INSERT INTO interactions (interaction_id, run_id, attempt_id, node_id,
+                                           origin_session, kind, request, budget_ms,
+                                           held_since, deadline_at, status, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', ?11)",
+            )?
+            .execute(params![
+                interaction_id,
+                claim.run_id,
+                attempt_id,
+                attempt.node_id,
+                run.origin_session,
+                kind.as_str(),
+                request.to_string(),
+                budget_ms,
+                held_since,
+                deadline_at,
+                self.now
+            ])?;
+        // The waiting attempt's deadline is the step's (none while nobody holds it).
+        self.conn()
+            .prepare_cached("UPDATE attempts SET deadline_at = ?2 WHERE attempt_id = ?1")?
+            .execute(params![attempt_id, deadline_at])?;
+        self.suspend_attempt(&claim.run_id, attempt_id)?;
+        self.finish_run_write(
+            &claim.run_id,
+            "interaction_requested",
+            json!({ "interaction": interaction_id, "kind": kind.as_str() }),
+        )?;
+        Ok(interaction_id)
+    }
+
+    fn require_interaction_of(
+        &self,
+        run_id: &str,
+        node_id: &str,
+        interaction_id: &str,
+    ) -> StoreResult<()> {
+        let found: bool = self
+            .conn()
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM interactions
+                                WHERE interaction_id = ?1 AND run_id = ?2 AND node_id = ?3)",
+            )?
+            .query_row(params![interaction_id, run_id, node_id], |r| r.get(0))?;
+        if !found {
+            return Err(StoreError::NotFound {
+                what: "interaction",
+                id: format!("{interaction_id} of run {run_id} at node {node_id}"),
+            });
+        }
+        Ok(())
+    }
+
+    fn interaction_progress(
+        &mut self,
+        interaction_id: &str,
+        attempt_id: &str,
+        message: &str,
+        data: &Value,
+    ) -> StoreResult<super::super::ProgressKept> {
+        let request = self.interaction_row(interaction_id)?;
+        self.require_pending_interaction(interaction_id, &request, attempt_id, false)?;
+        let run_id = request.run_id;
+        self.authorize(&run_id, Fence::Unclaimed, Op::Submit)?;
+        let node = self.run_row(&run_id)?.current_node;
+        self.record_progress(
+            &run_id,
+            node.as_deref(),
+            Some(attempt_id),
+            message,
+            data,
+            Some(interaction_id),
+        )
+    }
+
+    fn repeated_submission(
+        &self,
+        interaction_id: &str,
+        attempt_id: &str,
+        payload: &Value,
+    ) -> StoreResult<Option<(String, String)>> {
+        let request = self.interaction_row(interaction_id)?;
+        if request.status == "pending" || request.attempt_id != attempt_id {
+            return Ok(None);
+        }
+        let newest: Option<(String, String, String)> = self
+            .conn()
+            .prepare_cached(
+                "SELECT submission_id, state, payload FROM submissions
+                 WHERE interaction_id = ?1 AND state IN ('validating', 'accepted')
+                 ORDER BY created_at DESC, rowid DESC LIMIT 1",
+            )?
+            .query_row([interaction_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .optional()?;
+        Ok(newest.and_then(|(submission_id, state, stored)| {
+            same_payload(&stored, payload).then_some((submission_id, state))
+        }))
+    }
+
+    fn refuse_accepted_before(&self, interaction_id: &str, payload: &Value) -> StoreResult<()> {
+        let request = self.interaction_row(interaction_id)?;
+        let accepted: Vec<(String, String, String)> = self
+            .conn()
+            .prepare_cached(
+                "SELECT i.interaction_id, i.node_id, s.payload
+                 FROM submissions s JOIN interactions i ON i.interaction_id = s.interaction_id
+                 WHERE i.run_id = ?1 AND i.interaction_id <> ?2 AND s.state = 'accepted'
+                 ORDER BY s.created_at DESC, s.rowid DESC",
+            )?
+            .query_map(params![request.run_id, interaction_id], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })?
+            .collect::<Result<_, _>>()?;
+        let Some((earlier, node, _)) = accepted
+            .into_iter()
+            .find(|(_, _, stored)| same_payload(stored, payload))
+        else {
+            return Ok(());
+        };
+        let run = self.run_row(&request.run_id)?;
+        Err(invalid(
+            &request.run_id,
+            Op::Submit,
+            run.status,
+            format!(
+                "this result was already accepted for interaction {earlier} (node {node}); \
+                 name interaction {interaction_id} to submit it to this request too"
+            ),
+        ))
+    }
+
+    fn submit(
+        &mut self,
+        interaction_id: &str,
+        attempt_id: &str,
+        payload: &Value,
+        idempotency_key: Option<&str>,
+    ) -> StoreResult<String> {
+        let request = self.interaction_row(interaction_id)?;
+        let payload_text = payload.to_string();
+        if let Some(key) = idempotency_key {
+            let prior: Option<(String, String)> = self
+                .conn()
+                .prepare_cached(
+                    "SELECT submission_id, payload FROM submissions
+                     WHERE interaction_id = ?1 AND idempotency_key = ?2",
+                )?
+                .query_row(params![interaction_id, key], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?;
+            if let Some((submission_id, prior_payload)) = prior {
+                if prior_payload == payload_text {
+                    return Ok(submission_id);
+                }
+                return Err(StoreError::IdempotencyConflict {
+                    key: key.to_owned(),
+                });
+            }
+        }
+        // A request past its deadline is about to expire (the host's deadline work has not
+        // run yet): a submission now would be judged after the deadline, or dropped by it.
+        self.require_pending_interaction(interaction_id, &request, attempt_id, true)?;
+        let run_id = request.run_id;
+        self.authorize(&run_id, Fence::Unclaimed, Op::Submit)?;
+        // A large result comes as the reference of a value uploaded for this request
+        // (`interaction.value_put`): the run must hold it whole. User data shaped like a
+        // reference is refused unless wrapped as a literal.
+        self.check_slot(&run_id, payload)?;
+        let submission_id = self.new_id("sub");
+        self.conn()
+            .prepare_cached(
+                "INSERT INTO submissions (submission_id, interaction_id, payload, state,
+                                          idempotency_key, created_at)
+                 VALUES (?1, ?2, ?3, 'validating', ?4, ?5)",
+            )?
+            .execute(params![
+                submission_id,
+                interaction_id,
+                payload_text,
+                idempotency_key,
+                self.now
+            ])?;
+        self.conn()
+            .prepare_cached(
+                "UPDATE interactions SET status = 'validating' WHERE interaction_id = ?1",
+            )?
+            .execute([interaction_id])?;
+        self.set_status(&run_id, RunStatus::Queued)?;
+        self.set_available(&run_id, self.now)?;
+        self.finish_run_write(
+            &run_id,
+            "submitted",
+            json!({ "interaction": interaction_id, "submission": submission_id }),
+        )?;
+        Ok(submission_id)
+    }
+
+    fn settle(
+        &mut self,
+        claim: &Claim,
+        submission_id: &str,
+        verdict: Result<(), String>,
+    ) -> StoreResult<()> {
+        self.fence(claim)?;
+        let run = self.run_for(&claim.run_id, Op::Settle)?;
+        let (interaction_id, state): (String, String) = self
+            .conn()
+            .prepare_cached(
+                "SELECT s.interaction_id, s.state FROM submissions s
+                 JOIN interactions i ON i.interaction_id = s.interaction_id
+                 WHERE s.submission_id = ?1 AND i.run_id = ?2",
+            )?
+            .query_row(params![submission_id, claim.run_id], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()?
+            .ok_or_else(|| StoreError::NotFound {
+                what: "submission",
+                id: submission_id.to_owned(),
+            })?;
+        if state != "validating" {
+            return Err(invalid(
+                &claim.run_id,
+                Op::Settle,
+                run.status,
+                format!("submission {submission_id} is already {state}"),
+            ));
+        }
+        let accepted = verdict.is_ok();
+        if !accepted {
+            // A rejection parks the attempt: no effect may be left applying behind it.
+            self.require_no_applying_effect(&claim.run_id, Op::Settle, run.status)?;
+        }
+        let (sub_state, int_state) = if accepted {
+            ("accepted", "settled")
+        } else {
+            ("rejected", "pending")
+        };
+        self.conn()
+            .prepare_cached(
+                "UPDATE submissions SET state = ?2, error = ?3, settled_at = ?4 WHERE submission_id = ?1",
+            )?
+            .execute(params![submission_id, sub_state, verdict.as_ref().err(), self.now])?;
+        self.conn()
+            .prepare_cached(
+                "UPDATE interactions SET status = ?2,
+                        closed_at = CASE WHEN ?2 = 'settled' THEN ?3 ELSE NULL END
+                 WHERE interaction_id = ?1",
+            )?
+            .execute(params![interaction_id, int_state, self.now])?;
+        if accepted {
+            if let Some(attempt_id) = &run.current_attempt {
+                self.clear_deadline_answered_in_time(attempt_id)?;
+            }
+        } else {
+            let attempt_id = run.current_attempt.clone().unwrap_or_default();
+            self.suspend_attempt(&claim.run_id, &attempt_id)?;
+        }
+        self.finish_run_write(
+            &claim.run_id,
+            if accepted {
+                "submission_accepted"
+            } else {
+                "submission_rejected"
+            },
+            json!({ "submission": submission_id, "error": verdict.err() }),
+        )?;
+        Ok(())
+    }
+
+    fn fail_interaction(
+        &mut self,
+        interaction_id: &str,
+        attempt_id: &str,
+        reason: &str,
+        next: Option<(&str, Option<UnixMillis>)>,
+        owner_id: &str,
+    ) -> StoreResult<()> {
+        let request = self.interaction_row(interaction_id)?;
+        // Failing is the alternative to a submission: the same gate.
+        self.require_pending_interaction(interaction_id, &request, attempt_id, true)?;
+        let run_id = request.run_id;
+        let claim = self.control_claim(&run_id, owner_id)?;
+        self.conn()
+            .prepare_cached(
+                "UPDATE interactions SET status = 'cancelled', closed_at = ?2
+                 WHERE interaction_id = ?1",
+            )?
+            .execute(params![interaction_id, self.now])?;
+        // The waiting attempt runs again under the control claim only to be closed.
+        self.conn()
+            .prepare_cached(
+                "UPDATE attempts SET status = 'running', generation = ?2
+                 WHERE attempt_id = ?1 AND status = 'waiting'",
+            )?
+            .execute(params![attempt_id, claim.generation as i64])?;
+        self.set_status(&run_id, RunStatus::Running)?;
+        self.finish_run_write(
+            &run_id,
+            "interaction_failed",
+            json!({ "interaction": interaction_id, "reason": reason }),
+        )?;
+        let outcome = AttemptOutcome::Failed {
+            error: reason.to_owned(),
+        };
+        match next {
+            Some((next_node, next_deadline_at)) => {
+                let routed = self.transition(
+                    &claim,
+                    &TransitionRequest {
+                        attempt_id: attempt_id.to_owned(),
+                        outcome: outcome.clone(),
+                        next_node: next_node.to_owned(),
+                        next_deadline_at,
+                    },
+                );
+                match routed {
+                    Ok(_) => {
+                        self.park(&claim, None)?;
+                    }
+                    // The route would step past the graph's limit: the run fails instead.
+                    Err(StoreError::StepLimitReached { detail, .. }) => {
+                        self.fail(&claim, Some(attempt_id), &outcome, &detail)?;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            None => {
+                self.fail(&claim, Some(attempt_id), &outcome, reason)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn expire_due_interactions(&mut self) -> StoreResult<Vec<(String, String)>> {
+        self.expire_due(&EXPIRING_INTERACTION)
+    }
+
+    fn notify(&mut self, claim: &Claim, content: &Value) -> StoreResult<String> {
+        self.fence(claim)?;
+        self.check_slot(&claim.run_id, content)?;
+        let run = self.run_for(&claim.run_id, Op::NodeStarted)?;
+        let node = run.current_node.clone().unwrap_or_default();
+        let visit: i64 = self
+            .conn()
+            .prepare_cached(
+                "SELECT COUNT(*) FROM attempts
+                 WHERE run_id = ?1 AND node_id = ?2
+                   AND status IN ('succeeded', 'failed', 'timed_out', 'cancelled')",
+            )?
+            .query_row(params![claim.run_id, node], |r| r.get(0))?;
+        let key = format!("{}\0notify\0{node}\0{visit}", claim.run_id);
+        let id = format!("msg-{}", &crate::ids::sha256_hex(key.as_bytes())[..28]);
+        let message_id =
+            self.add_message_once(&claim.run_id, &run, MessageKind::Notify, content, &id)?;
+        // The event is bounded as progress is (the message itself is one per visit).
+        let mut event = json!({ "message": message_id });
+        if let Some(dropped) =
+            self.admit_event(&claim.run_id, run.current_attempt.as_deref(), &event)?
+        {
+            if dropped > 0 {
+                event["dropped"] = json!(dropped);
+            }
+            self.finish_run_write(&claim.run_id, "notified", event)?;
+        }
+        Ok(message_id)
+    }
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! No claim, child or child slot is held meanwhile.
 
 use super::*;
+use crate::store::Timers;
 use piw_engine::store::records::*;
 use rusqlite::params;
 use serde_json::{json, Value};
@@ -19,81 +20,6 @@ const DUE_TIMERS: &str = "SELECT t.timer_id, t.run_id FROM timers t
      ORDER BY t.wake_at, t.timer_id";
 
 impl WriteTx<'_> {
-    /// Parks the current attempt until `wake` and releases the claim; when the timer fires,
-    /// the attempt succeeds with `output`. The node's deadline bounds its code, not the wait,
-    /// so the attempt has none while it waits.
-    pub fn wait_until(
-        &mut self,
-        claim: &Claim,
-        attempt_id: &str,
-        wake: Wake,
-        output: &Value,
-    ) -> StoreResult<TimerSet> {
-        self.fence(claim)?;
-        self.check_slot(&claim.run_id, output)?;
-        let run = self.run_for(&claim.run_id, Op::WaitUntil)?;
-        let attempt =
-            self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
-        self.require_settled(&claim.run_id, Op::WaitUntil, run.status)?;
-        let timer_id = self.new_id("tmr");
-        let wake_at = wake.at(self.now);
-        self.conn()
-            .prepare_cached(
-                "INSERT INTO timers (timer_id, run_id, attempt_id, node_id, wake_at, output,
-                                     status, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7)",
-            )?
-            .execute(params![
-                timer_id,
-                claim.run_id,
-                attempt_id,
-                attempt.node_id,
-                wake_at,
-                output.to_string(),
-                self.now
-            ])?;
-        self.conn()
-            .prepare_cached("UPDATE attempts SET deadline_at = NULL WHERE attempt_id = ?1")?
-            .execute([attempt_id])?;
-        self.suspend_attempt(&claim.run_id, attempt_id)?;
-        self.finish_run_write(
-            &claim.run_id,
-            "timer_set",
-            json!({ "timer": timer_id, "wake_at": wake_at }),
-        )?;
-        Ok(TimerSet { timer_id, wake_at })
-    }
-
-    /// Fires every due timer (see [`DUE_TIMERS`]), each in its own savepoint. A timer that
-    /// cannot fire although due stops its run for review rather than being tried again at
-    /// every wake-up; a failure of the database itself fails the pass. Returns the fired
-    /// timers, each with its run.
-    pub fn fire_due_timers(&mut self) -> StoreResult<Vec<(String, String)>> {
-        let due = self.due_timers()?;
-        let mut fired = Vec::with_capacity(due.len());
-        for (timer_id, run_id) in due {
-            let error = match self.savepoint(|w| w.fire_timer(&timer_id)) {
-                Ok(()) => {
-                    fired.push((timer_id, run_id));
-                    continue;
-                }
-                Err(e) if e.is_infrastructure() => return Err(e),
-                Err(e) => e,
-            };
-            if !self.due_timers()?.iter().any(|(id, _)| *id == timer_id) {
-                continue;
-            }
-            tracing::warn!(%run_id, timer = %timer_id, %error, "cannot fire a due timer; the run goes to review");
-            let reason = format!("timer {timer_id} came due but could not fire: {error}");
-            if let Err(e) =
-                self.savepoint(|w| w.review_waiting_run(Op::FireTimer, &run_id, &reason))
-            {
-                tracing::error!(%run_id, timer = %timer_id, error = %e, "cannot stop the run for review either");
-            }
-        }
-        Ok(fired)
-    }
-
     fn due_timers(&self) -> StoreResult<Vec<(String, String)>> {
         Ok(self
             .conn()
@@ -150,9 +76,78 @@ impl WriteTx<'_> {
             .query_row([attempt_id], |r| Ok((r.get(0)?, r.get(1)?)))
             .optional()?)
     }
+}
 
-    /// The fired timer a resumed attempt continues after: `{timer_id, wake_at, output}`.
-    pub fn fired_timer_of_attempt(&self, attempt_id: &str) -> StoreResult<Option<Value>> {
+impl Timers for WriteTx<'_> {
+    fn wait_until(
+        &mut self,
+        claim: &Claim,
+        attempt_id: &str,
+        wake: Wake,
+        output: &Value,
+    ) -> StoreResult<TimerSet> {
+        self.fence(claim)?;
+        self.check_slot(&claim.run_id, output)?;
+        let run = self.run_for(&claim.run_id, Op::WaitUntil)?;
+        let attempt =
+            self.current_attempt(&claim.run_id, &run, attempt_id, AttemptStatus::Running)?;
+        self.require_settled(&claim.run_id, Op::WaitUntil, run.status)?;
+        let timer_id = self.new_id("tmr");
+        let wake_at = wake.at(self.now);
+        self.conn()
+            .prepare_cached(
+                "INSERT INTO timers (timer_id, run_id, attempt_id, node_id, wake_at, output,
+                                     status, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7)",
+            )?
+            .execute(params![
+                timer_id,
+                claim.run_id,
+                attempt_id,
+                attempt.node_id,
+                wake_at,
+                output.to_string(),
+                self.now
+            ])?;
+        self.conn()
+            .prepare_cached("UPDATE attempts SET deadline_at = NULL WHERE attempt_id = ?1")?
+            .execute([attempt_id])?;
+        self.suspend_attempt(&claim.run_id, attempt_id)?;
+        self.finish_run_write(
+            &claim.run_id,
+            "timer_set",
+            json!({ "timer": timer_id, "wake_at": wake_at }),
+        )?;
+        Ok(TimerSet { timer_id, wake_at })
+    }
+
+    fn fire_due_timers(&mut self) -> StoreResult<Vec<(String, String)>> {
+        let due = self.due_timers()?;
+        let mut fired = Vec::with_capacity(due.len());
+        for (timer_id, run_id) in due {
+            let error = match self.savepoint(|w| w.fire_timer(&timer_id)) {
+                Ok(()) => {
+                    fired.push((timer_id, run_id));
+                    continue;
+                }
+                Err(e) if e.is_infrastructure() => return Err(e),
+                Err(e) => e,
+            };
+            if !self.due_timers()?.iter().any(|(id, _)| *id == timer_id) {
+                continue;
+            }
+            tracing::warn!(%run_id, timer = %timer_id, %error, "cannot fire a due timer; the run goes to review");
+            let reason = format!("timer {timer_id} came due but could not fire: {error}");
+            if let Err(e) =
+                self.savepoint(|w| w.review_waiting_run(Op::FireTimer, &run_id, &reason))
+            {
+                tracing::error!(%run_id, timer = %timer_id, error = %e, "cannot stop the run for review either");
+            }
+        }
+        Ok(fired)
+    }
+
+    fn fired_timer_of_attempt(&self, attempt_id: &str) -> StoreResult<Option<Value>> {
         let row: Option<(String, UnixMillis, String)> = self
             .conn()
             .prepare_cached(

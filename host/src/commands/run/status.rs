@@ -11,6 +11,5 @@ pub(crate) fn run(client: &mut BlockingClient, run_id: &str, json: bool) -> Resu
     if json {
         client.resolve_run_status(&mut r.body)?;
     }
-    print(&r.body, json, status_text);
-    Ok(())
+    print_reply(&r, json, status_text)
 }

@@ -81,10 +81,11 @@ pub(crate) fn wait_for_run(
             }
             Err(e) => return Err(e.into()),
         };
-        let status = reply::<replies::RunStatusReply>(&r)?.run.status;
+        let typed = reply::<replies::RunStatusReply>(&r)?;
+        let status = typed.run.status;
         // A run that waits for a person (or is paused) goes on only when someone acts: say so
         // once per thing it waits for, so a long wait never looks like a hang.
-        for notice in waiting_notices(run_id, &r.body) {
+        for notice in waiting_notices(&typed) {
             if announced.insert(notice.clone()) {
                 eprintln!("piw: {notice}");
             }
@@ -97,15 +98,14 @@ pub(crate) fn wait_for_run(
             if json_out {
                 client.resolve_run_status(&mut r.body)?;
             }
-            print(&r.body, json_out, |b| {
-                let run = &b["run"];
+            print_reply(&r, json_out, |s: &replies::RunStatusReply| {
                 // Only the lines that say something: a completed run has no error, a failed
                 // one no result.
                 let mut text = format!("run {run_id} {}", status_words(status.as_str()));
-                text.push_str(&result_line(&run["result"]));
-                text.push_str(&why_lines(run));
+                text.push_str(&result_line(s.run.result.as_ref()));
+                text.push_str(&why_lines(&s.run));
                 text
-            });
+            })?;
             return if status == RunStatus::Completed {
                 Ok(())
             } else if json_out {

@@ -89,7 +89,7 @@ pub(crate) fn run(paths: &PiwPaths, args: RunsArgs, json: bool) -> Result<(), Cl
                     ago(Some(run.created_at)),
                     ago(run.finished_at),
                     run.workflow_name.clone(),
-                    match human::coming(&Value::from(run.wake_at), now) {
+                    match human::coming(run.wake_at, now) {
                         Some(wakes) => format!("{node} · wakes {wakes}"),
                         None => node.to_owned(),
                     },

@@ -6,11 +6,11 @@ use std::io::Write;
 use std::os::unix::net::UnixListener;
 use std::thread::JoinHandle;
 
-use piw_core::protocol::payload::{AttemptOutcome, HOST_FEATURES};
-use piw_core::protocol::{
+use piw_client::protocol::payload::{AttemptOutcome, HOST_FEATURES};
+use piw_client::protocol::{
     encode_frame, read_frame, Limits, Receipt, Request, RequestBody, ServerFrame,
 };
-use piw_core::worker::{LaunchEnvelope, Worker};
+use piw_client::worker::{LaunchEnvelope, Worker};
 use serde_json::{json, Value};
 
 /// A fake host for one worker connection: answers the hello with `features` (none when
@@ -50,7 +50,7 @@ fn complete_against(features: Option<Value>) -> Value {
     let socket = dir.path().join("host.sock");
     let host = fake_host(UnixListener::bind(&socket).unwrap(), features);
     let env = LaunchEnvelope {
-        schema: piw_core::worker::LAUNCH_SCHEMA.into(),
+        schema: piw_client::worker::LAUNCH_SCHEMA.into(),
         run_id: "run-1".into(),
         generation: 1,
         child_token: "secret".into(),

@@ -8,9 +8,9 @@ use std::os::unix::net::UnixListener;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use piw_core::client::{BlockingClient, Client, ClientError};
-use piw_core::paths::PiwPaths;
-use piw_core::protocol::{
+use piw_client::client::{BlockingClient, Client, ClientError};
+use piw_client::paths::PiwPaths;
+use piw_client::protocol::{
     encode_frame, payload, read_frame, Limits, Receipt, RejectionCode, Request, RequestBody,
     ServerFrame,
 };
@@ -257,7 +257,7 @@ fn eventful_host(
 
 #[test]
 fn events_queued_during_calls_are_bounded_and_an_overflow_takes_the_place_of_the_dropped_ones() {
-    use piw_core::client::SUBSCRIPTION_BUFFER;
+    use piw_client::client::SUBSCRIPTION_BUFFER;
     let (_dir, paths) = home();
     let per_call = 1000u64;
     let calls = SUBSCRIPTION_BUFFER / per_call as usize + 2;
@@ -292,7 +292,7 @@ fn events_queued_during_calls_are_bounded_and_an_overflow_takes_the_place_of_the
 /// connection goes on (the same for a goodbye, which ends it).
 #[test]
 fn a_rejection_code_from_a_newer_host_arrives_as_unknown_with_its_message() {
-    use piw_core::protocol::Rejection;
+    use piw_client::protocol::Rejection;
     // A frame of this build with its code respelled as one no code of this build has.
     let respelled = |f: &ServerFrame, new_code: &str| {
         let body = serde_json::to_string(f).unwrap();

@@ -4,9 +4,9 @@ mod common;
 
 use std::time::Duration;
 
-use piw_core::client::{ClientError, PipelinedClient, Subscription, SUBSCRIPTION_BUFFER};
-use piw_core::paths::PiwPaths;
-use piw_core::protocol::{
+use piw_client::client::{ClientError, PipelinedClient, Subscription, SUBSCRIPTION_BUFFER};
+use piw_client::paths::PiwPaths;
+use piw_client::protocol::{
     encode_frame, payload, FrameDecoder, Limits, Receipt, RejectionCode, Request, RequestBody,
     ServerFrame,
 };

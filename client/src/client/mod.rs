@@ -807,7 +807,7 @@ pub fn ensure_host_with_env(
             exited = Some((status, false));
         }
         if let Some((status, held)) = exited {
-            match (crate::driver::installation_held(paths), held) {
+            match (crate::lock::installation_held(paths), held) {
                 // Another process holds the installation: a host that is starting (it will
                 // answer) or stopping, or a reset. Wait for it to answer or to let go.
                 (true, _) => exited = Some((status, true)),
@@ -823,7 +823,7 @@ pub fn ensure_host_with_env(
                     if probe(paths) {
                         return Ok(());
                     }
-                    if crate::driver::installation_held(paths) {
+                    if crate::lock::installation_held(paths) {
                         continue;
                     }
                     // A holder (a host that was stopping) may have refused this host and let

@@ -756,15 +756,15 @@ impl Worker {
     /// (`timer_fired`). Returns the timer id and the wake time. Exit after it.
     pub fn wait_until(
         &mut self,
-        wake: crate::store::Wake,
+        wake: piw_engine::store::Wake,
         output: Value,
     ) -> Result<(String, i64), WorkerError> {
         self.flush_for_node_operation()?;
         // The node's output when it wakes may be as large as any output: stored apart.
         let output = self.send_value("the wait's output", output)?;
         let (for_ms, until_ms) = match wake {
-            crate::store::Wake::After(ms) => (Some(ms), None),
-            crate::store::Wake::At(at) => (None, Some(u64::try_from(at).unwrap_or(0))),
+            piw_engine::store::Wake::After(ms) => (Some(ms), None),
+            piw_engine::store::Wake::At(at) => (None, Some(u64::try_from(at).unwrap_or(0))),
         };
         let r = self.call(RequestBody::WorkerWaitUntil(payload::WorkerWaitUntil {
             for_ms,
@@ -816,7 +816,7 @@ impl Worker {
         key: &str,
         fingerprint: &str,
         contract: payload::RetryContract,
-    ) -> Result<crate::store::Reservation, WorkerError> {
+    ) -> Result<piw_engine::store::Reservation, WorkerError> {
         self.flush_for_node_operation()?;
         let r = self.call(RequestBody::WorkerEffectReserve(
             payload::WorkerEffectReserve {
@@ -828,8 +828,8 @@ impl Worker {
         let reservation =
             serde_json::from_value(r.body).map_err(|e| WorkerError::Reply(e.to_string()))?;
         Ok(match reservation {
-            crate::store::Reservation::AlreadyApplied { effect_id, receipt } => {
-                crate::store::Reservation::AlreadyApplied {
+            piw_engine::store::Reservation::AlreadyApplied { effect_id, receipt } => {
+                piw_engine::store::Reservation::AlreadyApplied {
                     effect_id,
                     receipt: self.resolve_value(receipt)?,
                 }
