@@ -27,6 +27,22 @@
 //! faults could have cost it (a kill, a failed commit, a stop the host ordered). A host
 //! restart or a clock jump alone is no loss.
 //!
+//! Clients also prune (`run.prune` by age, status and `keep`, dry runs, a status not finished,
+//! which is refused), some host lives prune on their own (retention), and a host is killed
+//! right after a prune commits. A prune's answer is the one a model of the selection computes
+//! from the store before its turn; no prune removes a run that was not finished or whose child
+//! is still exiting; a pruned run leaves no row of any table with a `run_id`, no submission and
+//! not its large value; the store holds every acknowledged run no prune removed; once a host
+//! has pruned, no log directory stays of a run it does not hold (its first prune sweeps those
+//! an earlier life left). Every fourth run starts detached, and clients detach others, also
+//! mid-step; each host life has Pi for bridges, no bridges (`run.detach` is refused) or no Pi.
+//! Simulated bridges say hello, submit, crash (also while their answer is judged), refuse
+//! their run, are too slow for the handshake, or exit when stopped. A detached run's open step
+//! is served by a live bridge, by one starting while no child slot is free, or by nobody with a
+//! reason, never silently unserved; it is held exactly from its bridge's hello to its exit; a
+//! submission being judged or accepted is never dropped (a bridge's crash fails a step only
+//! once its judged answer is rejected). The settling ends with every finished run pruned.
+//!
 //! The seed gives everything: the schedule, and every id and token the host draws (a seeded
 //! `IdSource`, which only this file has), so a seed replays the same history and database
 //! byte for byte.
@@ -50,8 +66,10 @@ use piw_core::driver::fault::FaultPlan;
 use piw_core::driver::outbox::Outbox;
 use piw_core::driver::store_thread::{turn, Job, RunEvent, StoreMsg};
 use piw_core::driver::supervisor::SupervisorCmd;
+use piw_core::engine::bridges::{BridgeReport, BridgeSettings, PiCommand};
 use piw_core::engine::children::{ChildReport, Runtime};
 use piw_core::engine::handlers::run::PreparedStart;
+use piw_core::engine::retention::Retention;
 use piw_core::engine::state::HostState;
 use piw_core::engine::timers::next_deadline_at;
 use piw_core::graph::{Graph, Outcome, Route};
@@ -73,6 +91,8 @@ const T0: i64 = 1_700_000_000_000;
 const ASK_MS: i64 = 60_000;
 /// The two sessions runs come from (a run's start index picks one).
 const SESSIONS: [&str; 2] = ["session-1", "session-2"];
+/// How long a bridge may take to say hello before the host stops it and fails its step.
+const BRIDGE_HANDSHAKE_MS: i64 = 30_000;
 /// How long the large value the `big` node outputs is: over the inline limit, two chunks.
 const BIG_BLOB_CHARS: usize = 150_000;
 
@@ -107,6 +127,24 @@ fn workflow() -> Value {
                 "cases": {"ok": "done", "timed_out": "b"}}}
         ]
     })
+}
+
+/// Whether start `index` is detached (no client session: bridges serve its steps).
+fn start_is_detached(index: usize) -> bool {
+    index % 4 == 3
+}
+
+/// Whether start `index`'s input names a Pi model for its detached steps.
+fn start_names_a_model(index: usize) -> bool {
+    !index.is_multiple_of(3)
+}
+
+fn start_input(index: usize) -> Value {
+    if start_names_a_model(index) {
+        json!({"start": index, "piw_detached": {"provider": "mock", "model": "sim-model"}})
+    } else {
+        json!({"start": index})
+    }
 }
 
 /// The large value run `run_id`'s `big` node outputs, as canonical JSON.
@@ -277,6 +315,44 @@ struct SimChild {
     gone: bool,
 }
 
+/// A detached run's bridge (Pi in RPC mode the host launched for its open step).
+struct SimBridge {
+    run_id: String,
+    launch: u64,
+    /// Which host launched it (a host's bridges die with it: they lose their connection).
+    host_life: u32,
+    /// Its hello (the run's lock taken) was reported.
+    hello: bool,
+    /// The host asked the supervisor to stop it.
+    stop_requested: bool,
+    /// Its process ended (the report is on its way).
+    exited: bool,
+    /// A submission of it is in flight.
+    submitting: bool,
+}
+
+/// What each host life offers detached runs (drawn at its start).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BridgeMode {
+    /// Pi is there: bridges serve the steps of runs that name a model.
+    Serving,
+    /// `PIW_DETACHED_BRIDGES=off`: no bridges; `run.detach` is refused, steps wait for clients.
+    Off,
+    /// Bridges are on but no Pi was found: a step that needs one fails with the reason.
+    NoPi,
+}
+
+/// What a `run.prune` must answer, from the model of the store taken before its turn.
+#[derive(Debug, Clone)]
+enum PruneExpected {
+    /// A dry run: how many match, and the first page of them.
+    Listed { count: u64, run_ids: Vec<String> },
+    /// A batch: the runs removed, in order, and whether more must be said to be left.
+    Removed { run_ids: Vec<String>, more: bool },
+    /// A selector naming an unfinished status: refused, nothing removed.
+    Refused,
+}
+
 /// A request in flight and what the simulation does with its answer.
 enum Waiting {
     Start(usize),
@@ -291,6 +367,18 @@ enum Waiting {
     Submit {
         interaction: String,
         late: bool,
+    },
+    /// A bridge's submission to its run's open step.
+    BridgeSubmit {
+        bridge: usize,
+        interaction: String,
+    },
+    /// A `run.prune` (its request id: its expectation is computed at its turn).
+    Prune(String),
+    /// A `run.detach` of `run_id`, whose start named a Pi model or not.
+    Detach {
+        run_id: String,
+        has_model: bool,
     },
 }
 
@@ -370,6 +458,33 @@ struct Sim {
     reader: Option<rusqlite::Connection>,
     /// How long no host ran, in all (the clock moves on while one is down).
     downtime: i64,
+    /// Bridges the hosts launched, in launch order.
+    bridges: Vec<SimBridge>,
+    /// What this host life offers detached runs.
+    bridge_mode: BridgeMode,
+    /// `$PIW_HOME/logs`: the simulated supervisor makes `logs/<run_id>` at each launch and
+    /// removes what `RemoveLogs` names.
+    logs: std::path::PathBuf,
+    /// Runs a prune removed (a client's `run.prune` or the retention pass).
+    pruned: BTreeSet<String>,
+    /// Pruned runs whose rows were checked gone.
+    pruned_checked: BTreeSet<String>,
+    /// What each `run.prune` in flight must answer (by request id).
+    prune_expected: BTreeMap<String, PruneExpected>,
+    /// This host life removed runs by a prune (its first prune sweeps the log directories an
+    /// earlier life left: `Effect::SweepRunLogs`).
+    host_pruned: bool,
+    /// Runs seen finished before a turn, checked against their twin then (a prune may remove
+    /// them before the end).
+    ended: BTreeSet<String>,
+    /// Runs a `run.cancel` was sent for.
+    cancel_sent: BTreeSet<String>,
+    /// Runs a detach was acknowledged for (or that started detached).
+    detached: BTreeSet<String>,
+    /// The settling has begun: every host from now on has Pi for its bridges.
+    settling: bool,
+    /// The `more` of the last `run.prune` answered.
+    last_prune_more: Option<bool>,
 }
 
 impl StepSeen {
@@ -447,6 +562,8 @@ impl Sim {
             tempfile::tempdir().expect("tempdir")
         };
         let path = dir.path().join("state.sqlite");
+        let logs = dir.path().join("logs");
+        std::fs::create_dir_all(&logs).expect("the logs directory");
         let clock = FakeClock::new(T0);
         let fail_next_commit = Arc::new(AtomicBool::new(false));
         let mut sim = Sim {
@@ -482,9 +599,25 @@ impl Sim {
             values_read: BTreeSet::new(),
             reader: None,
             downtime: 0,
+            bridges: Vec::new(),
+            bridge_mode: BridgeMode::Serving,
+            logs,
+            pruned: BTreeSet::new(),
+            pruned_checked: BTreeSet::new(),
+            prune_expected: BTreeMap::new(),
+            host_pruned: false,
+            ended: BTreeSet::new(),
+            cancel_sent: BTreeSet::new(),
+            detached: BTreeSet::new(),
+            settling: false,
+            last_prune_more: None,
         };
         sim.boot();
         sim
+    }
+
+    fn force_serving(&self) -> bool {
+        self.settling
     }
 
     fn store(&mut self) -> &mut Store {
@@ -538,6 +671,45 @@ impl Sim {
             args: Vec::new(),
             standby: false,
         }];
+        state.child_config.output_logs = Some(self.logs.clone());
+        // What this life offers detached runs: mostly Pi, now and then no bridges at all or
+        // no Pi to start (a settling host always has Pi: `force_serving`).
+        self.bridge_mode = match self.rng.below(10) {
+            _ if self.force_serving() => BridgeMode::Serving,
+            0 => BridgeMode::Off,
+            1 => BridgeMode::NoPi,
+            _ => BridgeMode::Serving,
+        };
+        state.child_config.bridges =
+            (self.bridge_mode != BridgeMode::Off).then(|| BridgeSettings {
+                pi: if self.bridge_mode == BridgeMode::NoPi {
+                    Err("no pi on PATH".into())
+                } else {
+                    Ok(PiCommand {
+                        program: "/sim/pi".into(),
+                        prefix: Vec::new(),
+                        describe: "the simulation's Pi".into(),
+                    })
+                },
+                extension: "/sim/extension/bridge.js".into(),
+                preflight: None,
+                // No host-wide model: a run's input names one (`piw_detached`), or none does.
+                provider: None,
+                model: None,
+                pi_args: Vec::new(),
+                pi_default: None,
+                home: self.logs.clone(),
+                handshake_timeout: std::time::Duration::from_millis(BRIDGE_HANDSHAKE_MS as u64),
+            });
+        // Now and then a life prunes on its own (`PIW_RETAIN_RUNS`, `PIW_RETAIN_DAYS=0`): its
+        // pass runs at its first turn, then hourly.
+        if self.rng.chance(35) {
+            let days = self.rng.chance(50).then_some(0);
+            let runs = (days.is_none() || self.rng.chance(50)).then(|| self.rng.below(4) as u64);
+            state.retention = Retention::from_settings(days, runs);
+            state.retention_due_at = Some(piw_core::clock::Clock::now_ms(&self.clock));
+        }
+        self.host_pruned = false;
         self.host_life += 1;
         self.store = Some(store);
         self.host = Some(Host {
@@ -593,11 +765,21 @@ impl Sim {
     fn send_start(&mut self, index: usize) {
         let request_id = self.starts[index].request_id.clone();
         self.starts[index].in_flight = true;
+        // Every fourth run starts detached (no session: bridges serve its steps); most runs
+        // name a Pi model in their input, the others' detached steps wait for clients.
+        let detached = start_is_detached(index);
+        let input = start_input(index);
+        let session = (!detached).then(|| SESSIONS[index % 2].to_owned());
+        let mode = if detached {
+            ExecutionMode::Detached
+        } else {
+            ExecutionMode::Interactive
+        };
         let body = RequestBody::RunStart(payload::RunStart {
             workflow_file: "/sim/sim.workflow.json".into(),
-            input: json!({"start": index}),
-            session_id: Some(SESSIONS[index % 2].into()),
-            execution_mode: None,
+            input: input.clone(),
+            session_id: session.clone(),
+            execution_mode: Some(mode),
             project_dir: Some("/".into()),
         });
         let start = PreparedStart {
@@ -607,9 +789,9 @@ impl Sim {
                 source_hash: "0".repeat(64),
                 mounted_sources: json!({}),
                 definition: None,
-                input: json!({"start": index}),
-                origin_session: Some(SESSIONS[index % 2].into()),
-                execution_mode: ExecutionMode::Interactive,
+                input,
+                origin_session: session,
+                execution_mode: mode,
                 project_dir: "/".into(),
             },
         };
@@ -632,7 +814,10 @@ impl Sim {
     }
 
     fn client_step(&mut self) {
-        match self.rng.below(27) {
+        match self.rng.below(31) {
+            27 => self.send_prune(false),
+            28 => self.send_prune(true),
+            29 => self.send_detach(),
             0..=4 if self.starts.len() < 12 => {
                 let request_id = self.request_id();
                 self.starts.push(Start {
@@ -646,6 +831,7 @@ impl Sim {
                 if let Some(run_id) = self.some_run() {
                     let id = self.request_id();
                     self.note(format!("client: cancel {run_id}"));
+                    self.cancel_sent.insert(run_id.clone());
                     let body = RequestBody::RunCancel(payload::RunCancel {
                         reason: Some("sim".into()),
                     });
@@ -726,6 +912,81 @@ impl Sim {
         }
     }
 
+    /// A client prunes finished runs with a random selection (by age, status, how many are
+    /// kept; now and then an unfinished status, which is refused) and a small `limit`, so a
+    /// batch leaves some for the next; or lists them (`dry`). One prune per turn: its expected
+    /// answer is computed from the store as it is before that turn.
+    fn send_prune(&mut self, dry: bool) {
+        if self
+            .in_flight
+            .iter()
+            .any(|(_, w, _)| matches!(w, Waiting::Prune(_)))
+        {
+            return;
+        }
+        let older_than_ms = self
+            .rng
+            .chance(40)
+            .then(|| [0, 1, 20_000][self.rng.below(3)]);
+        let statuses = match self.rng.below(8) {
+            0 => Some(vec![RunStatus::Cancelled]),
+            1 => Some(vec![RunStatus::Completed, RunStatus::Failed]),
+            2 => Some(vec![RunStatus::Cancelled, RunStatus::Running]),
+            _ => None,
+        };
+        let keep = self.rng.chance(40).then(|| self.rng.below(4) as u64);
+        let limit = Some(1 + self.rng.below(4) as u32);
+        let prune = payload::RunPrune {
+            older_than_ms,
+            statuses,
+            keep,
+            dry_run: dry.then_some(true),
+            limit,
+            cursor: None,
+        };
+        self.send_prune_request(prune);
+    }
+
+    fn send_prune_request(&mut self, prune: payload::RunPrune) {
+        let id = self.request_id();
+        self.note(format!(
+            "client: run.prune{} older_than {:?} statuses {:?} keep {:?} limit {:?}",
+            if prune.dry_run == Some(true) {
+                " (dry)"
+            } else {
+                ""
+            },
+            prune.older_than_ms,
+            prune.statuses,
+            prune.keep,
+            prune.limit
+        ));
+        let request = Request::new(id.clone(), RequestBody::RunPrune(prune));
+        self.send(request, None, Waiting::Prune(id));
+    }
+
+    /// A client detaches a run of a session (`run.detach`): from now on bridges serve its
+    /// steps, also the one open now. Refused on a host without bridges, or for a run whose
+    /// input names no Pi model.
+    fn send_detach(&mut self) {
+        let runs: Vec<(usize, String)> = self
+            .starts
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.run_id.clone().map(|r| (i, r)))
+            .filter(|(_, r)| !self.pruned.contains(r))
+            .collect();
+        if runs.is_empty() {
+            return;
+        }
+        let (index, run_id) = runs[self.rng.below(runs.len())].clone();
+        let id = self.request_id();
+        self.note(format!("client: run.detach {run_id}"));
+        let request = Request::new(id, RequestBody::RunDetach).with_run_id(&run_id);
+        let has_model = start_names_a_model(index);
+        self.send(request, None, Waiting::Detach { run_id, has_model });
+    }
+
     /// A client submits a result to a pending interactive step; with `late`, to one that is
     /// closed already (answered, expired, failed), which must refuse it.
     fn submit(&mut self, late: bool) {
@@ -780,6 +1041,9 @@ impl Sim {
             .collect();
         let mut pending = Vec::new();
         for run_id in runs {
+            if self.pruned.contains(&run_id) {
+                continue;
+            }
             for d in self.store().decisions(&run_id).expect("decisions") {
                 if d.status == "pending" {
                     pending.push((run_id.clone(), d.decision_id));
@@ -839,11 +1103,129 @@ impl Sim {
 
     fn child_step(&mut self) {
         let live: Vec<usize> = (0..self.children.len()).filter(|&c| self.live(c)).collect();
-        if live.is_empty() {
+        let bridges: Vec<usize> = (0..self.bridges.len())
+            .filter(|&b| self.bridge_live(b))
+            .collect();
+        if live.is_empty() && bridges.is_empty() {
             return;
         }
-        let child = live[self.rng.below(live.len())];
-        self.child_step_of(child);
+        let pick = self.rng.below(live.len() + bridges.len());
+        match live.get(pick) {
+            Some(&child) => self.child_step_of(child),
+            None => self.bridge_step_of(bridges[pick - live.len()]),
+        }
+    }
+
+    /// Whether the bridge's process runs.
+    fn bridge_live(&self, bridge: usize) -> bool {
+        let b = &self.bridges[bridge];
+        b.host_life == self.host_life && !b.exited
+    }
+
+    /// A bridge does what `extension/bridge.js` does: it takes its run (its hello) or fails to
+    /// start (Pi could not start, it refused the run, or it is slow past the handshake), then
+    /// submits to its run's open step as its model would; it exits when its run has no step
+    /// for it, and when the host stops it.
+    fn bridge_step_of(&mut self, bridge: usize) {
+        let run_id = self.bridges[bridge].run_id.clone();
+        if self.bridges[bridge].stop_requested && self.rng.chance(60) {
+            return self.exit_bridge(bridge, Some(0), None, "stopped: its step closed");
+        }
+        if !self.bridges[bridge].hello {
+            match self.rng.below(10) {
+                0 => self.exit_bridge(bridge, Some(1), None, "Pi could not start"),
+                1 => self.exit_bridge(bridge, Some(4), None, "it refused the run"),
+                // Slow: a clock jump may pass its handshake.
+                2 | 3 => {}
+                _ => {
+                    let launch = self.bridges[bridge].launch;
+                    self.note(format!("bridge {run_id} #{launch}: hello"));
+                    self.bridges[bridge].hello = true;
+                    self.outgoing
+                        .push(StoreMsg::Child(ChildReport::Bridge(BridgeReport::Hello {
+                            run_id,
+                            launch,
+                        })));
+                }
+            }
+            return;
+        }
+        if self.bridges[bridge].submitting {
+            return;
+        }
+        let steps: Vec<(String, String, String, String)> = {
+            let reader = self.reader();
+            let mut stmt = reader
+                .prepare_cached(
+                    "SELECT interaction_id, node_id, attempt_id, status FROM interactions
+                     WHERE run_id = ?1 AND status IN ('pending', 'validating')
+                     ORDER BY interaction_id",
+                )
+                .expect("a query");
+            let rows = stmt
+                .query_map([&run_id], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                })
+                .expect("steps");
+            rows.collect::<Result<_, _>>().expect("steps")
+        };
+        let pending = steps.iter().find(|s| s.3 == "pending").cloned();
+        let Some((interaction, node, attempt, _)) = pending else {
+            if steps.is_empty() {
+                // Nothing open for it: it ends by itself (`BRIDGE_EXIT.done`).
+                if self.rng.chance(30) {
+                    self.exit_bridge(bridge, Some(0), None, "the run has no step for it");
+                }
+            } else if self.rng.chance(25) {
+                // Its answer is being judged: Pi crashes meanwhile. The answer must stand.
+                self.exit_bridge(bridge, None, Some(9), "crashed while its answer was judged");
+            }
+            return;
+        };
+        if !self.rng.chance(60) {
+            return;
+        }
+        let id = self.request_id();
+        let result = json!({"answer": self.rng.below(3), "by": "bridge"});
+        self.note(format!("bridge {run_id}: submit {result} to {interaction}"));
+        let body = RequestBody::InteractionSubmit(payload::InteractionSubmit {
+            interaction_id: interaction.clone(),
+            result,
+            refuse_repeat: false,
+        });
+        let request = Request::new(id, body)
+            .with_run_id(&run_id)
+            .with_node_id(&node)
+            .with_attempt_id(&attempt);
+        self.bridges[bridge].submitting = true;
+        self.send(
+            request,
+            None,
+            Waiting::BridgeSubmit {
+                bridge,
+                interaction,
+            },
+        );
+    }
+
+    /// The bridge's process ends; the supervisor reports it.
+    fn exit_bridge(&mut self, bridge: usize, code: Option<i32>, signal: Option<i32>, why: &str) {
+        let b = &mut self.bridges[bridge];
+        b.exited = true;
+        let report = BridgeReport::Exited {
+            run_id: b.run_id.clone(),
+            launch: b.launch,
+            exit: ChildExitRecord {
+                reason: why.into(),
+                exit_code: code,
+                signal,
+                ..Default::default()
+            },
+        };
+        let what = format!("supervisor: bridge {} #{} {why}", b.run_id, b.launch);
+        self.note(what);
+        self.outgoing
+            .push(StoreMsg::Child(ChildReport::Bridge(report)));
     }
 
     fn child_step_of(&mut self, child: usize) {
@@ -1120,7 +1502,39 @@ impl Sim {
     }
 
     fn fault_step(&mut self) {
-        match self.rng.below(6) {
+        match self.rng.below(8) {
+            6 => {
+                // A bridge crashes (its step fails unless a submission of it is being judged).
+                let live: Vec<usize> = (0..self.bridges.len())
+                    .filter(|&b| self.bridge_live(b))
+                    .collect();
+                if !live.is_empty() {
+                    let bridge = live[self.rng.below(live.len())];
+                    self.exit_bridge(bridge, None, Some(9), "killed by signal 9");
+                }
+            }
+            7 => {
+                // The host is killed right after a prune commits, before the supervisor
+                // removed the pruned runs' log directories: the next host's first prune
+                // sweeps them.
+                if self
+                    .in_flight
+                    .iter()
+                    .any(|(_, w, _)| matches!(w, Waiting::Prune(_)))
+                {
+                    return;
+                }
+                let keep = Some(self.rng.below(3) as u64);
+                self.send_prune_request(payload::RunPrune {
+                    older_than_ms: None,
+                    statuses: None,
+                    keep,
+                    dry_run: None,
+                    limit: None,
+                    cursor: None,
+                });
+                self.crash(true);
+            }
             0 => {
                 let live: Vec<usize> = (0..self.children.len()).filter(|&c| self.live(c)).collect();
                 if !live.is_empty() {
@@ -1194,6 +1608,11 @@ impl Sim {
         for c in &mut self.children {
             c.gone = true;
         }
+        // Its bridges lose their connection and exit (`BRIDGE_EXIT.hostGone`).
+        for b in &mut self.bridges {
+            b.exited = true;
+        }
+        self.prune_expected.clear();
         self.host = None;
         self.store = None;
         // Every reply not delivered is lost: the clients send their commands again.
@@ -1239,10 +1658,25 @@ impl Sim {
     /// is false) and the supervisor's commands.
     fn run_turn(&mut self, deliver: bool) {
         let msgs = std::mem::take(&mut self.outgoing);
+        let before = self.before_a_prune(&msgs);
         // The ends reported in this turn are handled by it.
         for c in &mut self.children {
             c.gone |= c.exited;
         }
+        self.turn_with(before.as_ref(), msgs, deliver);
+    }
+
+    /// The turn itself (`run_turn`), with what `before_a_prune` saw.
+    fn turn_with(&mut self, before: Option<&BeforePrune>, msgs: Vec<StoreMsg>, deliver: bool) {
+        let cancels: BTreeSet<String> = msgs
+            .iter()
+            .filter_map(|m| match m {
+                StoreMsg::Request(job) if matches!(job.request.body, RequestBody::RunCancel(_)) => {
+                    job.request.run_id.clone()
+                }
+                _ => None,
+            })
+            .collect();
         let host = self.host.as_mut().expect("a host");
         let store = self.store.as_mut().expect("a store");
         let deadline = next_deadline_at(store, &host.state, store.now_ms());
@@ -1256,10 +1690,14 @@ impl Sim {
             &mut host.supervisor_tx,
         );
         while host.events.try_recv().is_ok() {}
+        if let Some(before) = before {
+            self.after_a_prune(before, &cancels);
+        }
         if !deliver {
             return;
         }
-        let commits = store.commits();
+        let host = self.host.as_mut().expect("a host");
+        let commits = self.store.as_ref().expect("a store").commits();
         host.outbox.flush(commits, true);
         let in_flight = std::mem::take(&mut self.in_flight);
         for (mut rx, waiting, what) in in_flight {
@@ -1293,6 +1731,8 @@ impl Sim {
                     let token = envelope["child_token"].as_str().unwrap_or("").to_owned();
                     self.history
                         .push(format!("supervisor: launch {run_id} g{generation}"));
+                    // Its output goes to `logs/<run_id>/<child_epoch>.log`.
+                    std::fs::create_dir_all(self.logs.join(&run_id)).expect("a log directory");
                     self.children.push(SimChild {
                         run_id,
                         generation,
@@ -1308,7 +1748,23 @@ impl Sim {
                         gone: false,
                     });
                 }
-                SupervisorCmd::RemoveLogs { .. } => {}
+                SupervisorCmd::RemoveLogs { dirs } => {
+                    if !dirs.is_empty() {
+                        self.history.push(format!(
+                            "supervisor: remove the logs of {} runs",
+                            dirs.len()
+                        ));
+                    }
+                    for dir in dirs {
+                        if !dir.starts_with(&self.logs) {
+                            self.fail(&format!(
+                                "asked to remove {}, not a run's logs",
+                                dir.display()
+                            ));
+                        }
+                        let _ = std::fs::remove_dir_all(&dir);
+                    }
+                }
                 SupervisorCmd::Stop {
                     run_id, generation, ..
                 } => {
@@ -1328,14 +1784,258 @@ impl Sim {
                         self.fault(&run_id);
                     }
                 }
-                // Its hosts have no bridge settings: detached steps wait for the simulation.
-                // Nor channel settings: no adapters.
+                // Its hosts have no channel settings: no adapters.
                 SupervisorCmd::LaunchChannel { .. } | SupervisorCmd::StopChannel { .. } => {}
                 // Nor pass settings: no controllers' passes.
                 SupervisorCmd::LaunchPass { .. } | SupervisorCmd::StopPass { .. } => {}
-                SupervisorCmd::LaunchBridge { .. } | SupervisorCmd::StopBridge { .. } => {
-                    panic!("the simulation configures no bridges")
+                SupervisorCmd::LaunchBridge { run_id, launch, .. } => {
+                    if self.bridge_mode != BridgeMode::Serving {
+                        self.fail(&format!(
+                            "a bridge for {run_id} launched with {:?}",
+                            self.bridge_mode
+                        ));
+                    }
+                    if let Some(b) = self.bridges.iter().position(|b| {
+                        b.run_id == run_id && b.host_life == self.host_life && !b.exited
+                    }) {
+                        self.fail(&format!(
+                            "a second bridge for {run_id} while #{} runs",
+                            self.bridges[b].launch
+                        ));
+                    }
+                    self.history
+                        .push(format!("supervisor: launch bridge {run_id} #{launch}"));
+                    std::fs::create_dir_all(self.logs.join(&run_id)).expect("a log directory");
+                    self.bridges.push(SimBridge {
+                        run_id,
+                        launch,
+                        host_life: self.host_life,
+                        hello: false,
+                        stop_requested: false,
+                        exited: false,
+                        submitting: false,
+                    });
                 }
+                SupervisorCmd::StopBridge { launch, .. } => {
+                    self.history
+                        .push(format!("supervisor: stop bridge #{launch}"));
+                    for b in &mut self.bridges {
+                        if b.launch == launch && b.host_life == self.host_life {
+                            b.stop_requested = true;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Before a turn that may prune (a `run.prune` is queued, or the retention pass is due):
+    /// the runs as the store holds them, every finished one checked against its twin now (it
+    /// may be gone at the end), and what each queued `run.prune` must answer.
+    fn before_a_prune(&mut self, msgs: &[StoreMsg]) -> Option<BeforePrune> {
+        let prunes: Vec<(String, payload::RunPrune)> = msgs
+            .iter()
+            .filter_map(|m| match m {
+                StoreMsg::Request(job) => match &job.request.body {
+                    RequestBody::RunPrune(p) => Some((job.request.request_id.clone(), p.clone())),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect();
+        let now = piw_core::clock::Clock::now_ms(&self.clock);
+        let host = self.host.as_ref()?;
+        let retention = host.state.retention.is_some();
+        let retention_due = retention && host.state.retention_due_at.is_some_and(|at| at <= now);
+        if prunes.is_empty() && !retention_due {
+            return None;
+        }
+        let children: BTreeSet<String> = host.state.children.keys().cloned().collect();
+        let runs: Vec<ModelRun> = {
+            let reader = self.reader();
+            let mut stmt = reader
+                .prepare_cached(
+                    "SELECT r.run_id, r.status, r.created_at, r.finished_at, c.owner_kind
+                     FROM runs r LEFT JOIN claims c USING (run_id) ORDER BY r.run_id",
+                )
+                .expect("a query");
+            let rows = stmt
+                .query_map([], |r| {
+                    Ok(ModelRun {
+                        run_id: r.get(0)?,
+                        status: RunStatus::parse(&r.get::<_, String>(1)?).expect("a run status"),
+                        created_at: r.get(2)?,
+                        finished_at: r.get(3)?,
+                        claimed: r.get::<_, Option<String>>(4)?.is_some(),
+                    })
+                })
+                .expect("runs");
+            rows.collect::<Result<_, _>>().expect("runs")
+        };
+        for run in &runs {
+            if run.status.is_terminal() && !self.ended.contains(&run.run_id) {
+                let record = self.store().run(&run.run_id).expect("a run");
+                if !self.ended_as_its_twin(&record, true) {
+                    self.fail(&format!(
+                        "{} ended {} (result {:?}, error {:?}) where its twin completed",
+                        record.run_id, record.status, record.result, record.error
+                    ));
+                }
+                self.ended.insert(run.run_id.clone());
+            }
+        }
+        // Client prunes run first in a turn (they are reads), in order, on what the last turn
+        // left; a later one sees what an earlier one removed.
+        let mut model = runs.clone();
+        for (id, prune) in prunes {
+            let expected = prune_model(&model, &prune, now, &children);
+            if let PruneExpected::Removed { run_ids, .. } = &expected {
+                model.retain(|r| !run_ids.contains(&r.run_id));
+            }
+            self.prune_expected.insert(id, expected);
+        }
+        Some(BeforePrune { runs, retention })
+    }
+
+    /// After a turn that may have pruned: each run gone was finished before it (or finished in
+    /// it by a cancel, for the retention pass, which runs after the turn's requests), had no
+    /// child still exiting, and left nothing behind.
+    fn after_a_prune(&mut self, before: &BeforePrune, cancels: &BTreeSet<String>) {
+        let left: BTreeSet<String> = {
+            let reader = self.reader();
+            let mut stmt = reader
+                .prepare_cached("SELECT run_id FROM runs")
+                .expect("a query");
+            let rows = stmt.query_map([], |r| r.get(0)).expect("runs");
+            rows.collect::<Result<_, _>>().expect("runs")
+        };
+        for run in &before.runs {
+            if left.contains(&run.run_id) {
+                continue;
+            }
+            let run_id = &run.run_id;
+            self.note(format!("{run_id} ({}) was pruned", run.status));
+            let finished_by_a_cancel = before.retention && cancels.contains(run_id);
+            if !run.status.is_terminal() && !finished_by_a_cancel {
+                self.fail(&format!(
+                    "a prune removed {run_id}, which was {}",
+                    run.status
+                ));
+            }
+            let still_exiting = self
+                .host
+                .as_ref()
+                .is_some_and(|h| h.state.children.contains_key(run_id));
+            if still_exiting {
+                self.fail(&format!(
+                    "a prune removed {run_id} while its child was still exiting"
+                ));
+            }
+            // Ended by this turn's cancel before the retention pass took it.
+            self.ended.insert(run_id.clone());
+            self.pruned.insert(run_id.clone());
+            self.host_pruned = true;
+        }
+    }
+
+    /// A pruned run left no row behind: none of a table with a `run_id`, no submission of its
+    /// steps, not its large value (no other run uploads the same bytes).
+    fn check_pruned_left_nothing(&mut self) {
+        let fresh: Vec<String> = self
+            .pruned
+            .difference(&self.pruned_checked)
+            .cloned()
+            .collect();
+        if fresh.is_empty() {
+            return;
+        }
+        let tables: Vec<String> = {
+            let reader = self.reader();
+            let mut stmt = reader
+                .prepare_cached(
+                    "SELECT m.name FROM sqlite_master m, pragma_table_info(m.name) c
+                     WHERE m.type = 'table' AND c.name = 'run_id' ORDER BY m.name",
+                )
+                .expect("a query");
+            let rows = stmt.query_map([], |r| r.get(0)).expect("tables");
+            rows.collect::<Result<_, _>>().expect("tables")
+        };
+        if tables.len() < 10 {
+            self.fail(&format!("only {tables:?} have a run_id"));
+        }
+        for run_id in fresh {
+            for table in &tables {
+                let n: i64 = self
+                    .reader()
+                    .query_row(
+                        &format!("SELECT count(*) FROM {table} WHERE run_id = ?1"),
+                        [&run_id],
+                        |r| r.get(0),
+                    )
+                    .expect("a count");
+                if n > 0 {
+                    self.fail(&format!("pruned {run_id} left {n} rows in {table}"));
+                }
+            }
+            let sha =
+                piw_core::protocol::value::ValueRef::for_canonical(&big_value(&run_id)).sha256;
+            let chunks: i64 = self
+                .reader()
+                .query_row(
+                    "SELECT (SELECT count(*) FROM value_blobs WHERE sha256 = ?1)
+                          + (SELECT count(*) FROM value_chunks WHERE sha256 = ?1)",
+                    [&sha],
+                    |r| r.get(0),
+                )
+                .expect("a count");
+            if chunks > 0 {
+                self.fail(&format!(
+                    "pruned {run_id} left its large value ({chunks} rows)"
+                ));
+            }
+            self.pruned_checked.insert(run_id);
+        }
+        let orphans: i64 = self
+            .reader()
+            .query_row(
+                "SELECT count(*) FROM submissions s
+                 WHERE NOT EXISTS (SELECT 1 FROM interactions i
+                                   WHERE i.interaction_id = s.interaction_id)",
+                [],
+                |r| r.get(0),
+            )
+            .expect("a count");
+        if orphans > 0 {
+            self.fail(&format!("{orphans} submissions of steps no run has"));
+        }
+    }
+
+    /// Once this host has pruned, every run's log directory is of a run the store holds (or
+    /// of a child still running): its first prune swept those an earlier life's crash left
+    /// (`Effect::SweepRunLogs`), each prune has the supervisor remove its runs'
+    /// (`RemoveLogs`), and so does the exit of a child whose run was never stored (its launch
+    /// and its run's start did not commit).
+    fn check_logs(&mut self) {
+        if !self.host_pruned {
+            return;
+        }
+        let mut dirs: Vec<String> = std::fs::read_dir(&self.logs)
+            .expect("the logs directory")
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+            .collect();
+        dirs.sort();
+        for run_id in dirs {
+            // A child whose launch did not commit writes its log until it exits, also when
+            // its run was never stored (its start did not commit either).
+            let writing = self
+                .children
+                .iter()
+                .any(|c| c.run_id == run_id && c.host_life == self.host_life && !c.gone);
+            if !writing && matches!(self.store().run_view(&run_id), Ok(None)) {
+                self.fail(&format!(
+                    "the logs of {run_id} stay after this host pruned, and no such run is stored"
+                ));
             }
         }
     }
@@ -1356,7 +2056,12 @@ impl Sim {
                             Some(earlier) if *earlier != run_id => self.fail(&format!(
                                 "start #{index} applied twice: {earlier} and {run_id}"
                             )),
-                            _ => self.starts[index].run_id = Some(run_id),
+                            _ => {
+                                if start_is_detached(index) {
+                                    self.detached.insert(run_id.clone());
+                                }
+                                self.starts[index].run_id = Some(run_id);
+                            }
                         }
                     }
                     // A failed commit: the client tries again, same request id.
@@ -1375,6 +2080,57 @@ impl Sim {
                 }
             }
             Waiting::Child(child) => self.child_answered(child, answer),
+            Waiting::BridgeSubmit {
+                bridge,
+                interaction,
+            } => {
+                self.bridges[bridge].submitting = false;
+                if let Ok(receipt) = answer {
+                    let submission = receipt.body["submission_id"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned();
+                    self.submissions
+                        .entry(interaction)
+                        .or_default()
+                        .insert(submission);
+                }
+            }
+            Waiting::Detach { run_id, has_model } => match answer {
+                Ok(receipt) => {
+                    // Only a host with bridges detaches, and only a run that names a model
+                    // (or one detached already, left as it is).
+                    let changed = receipt.body["changed"] == json!(true);
+                    if self.bridge_mode == BridgeMode::Off || (changed && !has_model) {
+                        self.fail(&format!(
+                            "{run_id} was detached ({}, model named: {has_model}) by a host with {:?}",
+                            receipt.body, self.bridge_mode
+                        ));
+                    }
+                    self.detached.insert(run_id);
+                }
+                Err(rejection) => {
+                    let mode: Option<String> = self
+                        .reader()
+                        .query_row(
+                            "SELECT execution_mode FROM runs WHERE run_id = ?1",
+                            [&run_id],
+                            |r| r.get(0),
+                        )
+                        .ok();
+                    // A refused detach leaves the run as it was.
+                    if mode.as_deref() == Some("detached") && !self.detached.contains(&run_id) {
+                        self.fail(&format!(
+                            "{run_id}'s detach was refused ({}) and it is detached",
+                            rejection.code
+                        ));
+                    }
+                }
+            },
+            Waiting::Prune(id) => {
+                let expected = self.prune_expected.remove(&id);
+                self.prune_answered(&id, expected, answer);
+            }
             Waiting::Submit { interaction, late } => {
                 let Ok(receipt) = answer else { return };
                 let submission = receipt.body["submission_id"]
@@ -1392,6 +2148,62 @@ impl Sim {
                     .or_default()
                     .insert(submission);
             }
+        }
+    }
+
+    /// A `run.prune` answers what the model says, and what it says it removed is gone.
+    fn prune_answered(
+        &mut self,
+        id: &str,
+        expected: Option<PruneExpected>,
+        answer: Result<Receipt, Rejection>,
+    ) {
+        let Some(expected) = expected else {
+            self.fail(&format!("{id}: a prune answered without a model"));
+        };
+        let receipt = match (answer, &expected) {
+            (Err(r), PruneExpected::Refused) if r.code.to_string() == "malformed" => return,
+            // A failed commit (an injected disk fault) removes nothing.
+            (Err(r), _) if r.code == piw_core::protocol::RejectionCode::Internal => return,
+            (Err(r), _) => self.fail(&format!("{id}: rejected {} where {expected:?}", r.code)),
+            (Ok(receipt), PruneExpected::Refused) => self.fail(&format!(
+                "{id}: a prune of an unfinished status answered {}",
+                receipt.body
+            )),
+            (Ok(receipt), _) => receipt,
+        };
+        let ids = |v: &Value| -> Vec<String> {
+            v.as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let body = receipt.body;
+        match expected {
+            PruneExpected::Listed { count, run_ids } => {
+                if body["count"].as_u64() != Some(count) || ids(&body["run_ids"]) != run_ids {
+                    self.fail(&format!(
+                        "{id}: a dry prune listed {body}, the model {count} {run_ids:?}"
+                    ));
+                }
+            }
+            PruneExpected::Removed { run_ids, more } => {
+                let removed = ids(&body["removed"]);
+                if removed != run_ids || (more && body["more"] != json!(true)) {
+                    self.fail(&format!(
+                        "{id}: a prune removed {body}, the model {run_ids:?} (more: {more})"
+                    ));
+                }
+                if let Some(kept) = removed.iter().find(|r| !self.pruned.contains(*r)) {
+                    self.fail(&format!("{id}: said it removed {kept}, which is stored"));
+                }
+                self.host_pruned = true;
+                self.last_prune_more = body["more"].as_bool();
+            }
+            PruneExpected::Refused => {}
         }
     }
 
@@ -1639,13 +2451,14 @@ impl Sim {
             i64,
             Option<i64>,
             String,
+            String,
         );
         let rows: Vec<Row> = {
             let reader = self.reader();
             let mut stmt = reader
                 .prepare_cached(
                     "SELECT i.interaction_id, i.status, i.origin_session, i.held_since,
-                            i.used_ms, i.budget_ms, r.execution_mode
+                            i.used_ms, i.budget_ms, r.execution_mode, i.run_id
                      FROM interactions i JOIN runs r ON r.run_id = i.run_id
                      ORDER BY i.interaction_id",
                 )
@@ -1660,6 +2473,7 @@ impl Sim {
                         r.get(4)?,
                         r.get(5)?,
                         r.get(6)?,
+                        r.get(7)?,
                     ))
                 })
                 .expect("steps");
@@ -1670,7 +2484,7 @@ impl Sim {
             .host
             .as_ref()
             .is_some_and(|h| piw_core::engine::presence::next_deadline(&h.state).is_none());
-        for (id, status, session, held_since, used, budget, mode) in rows {
+        for (id, status, session, held_since, used, budget, mode, run_id) in rows {
             let open = status == "pending" || status == "validating";
             let before = self.steps_seen.get(&id).copied();
             if !open {
@@ -1691,8 +2505,10 @@ impl Sim {
             let held = held_since.is_some();
             let used_now = used + held_since.map_or(0, |t| (now - t).max(0));
             let present = if mode == "detached" {
-                // No simulated run is detached (no `run.detach`, no bridges) yet.
-                self.fail(&format!("step {id} is of a detached run"))
+                // Presented by its run's bridge from its hello until it exits.
+                self.bridges.iter().any(|b| {
+                    b.run_id == run_id && b.host_life == self.host_life && b.hello && !b.exited
+                })
             } else {
                 session
                     .as_ref()
@@ -1822,10 +2638,15 @@ impl Sim {
             self.fail(&format!("diagnose found {findings:?}"));
         }
         self.check_steps();
+        self.check_answers_kept();
+        self.check_detached_steps_served();
+        self.check_pruned_left_nothing();
+        self.check_logs();
         let run_ids: Vec<String> = self
             .starts
             .iter()
             .filter_map(|s| s.run_id.clone())
+            .filter(|r| !self.pruned.contains(r))
             .collect();
         self.check_timers(&run_ids);
         self.check_effects_and_values(&run_ids);
@@ -1845,18 +2666,109 @@ impl Sim {
                 ));
             }
         }
+        // The store holds every acknowledged run a prune did not remove, none it removed, and
+        // no more runs than were started.
+        let stored: BTreeSet<&String> = runs.iter().map(|r| &r.run_id).collect();
         let acked: BTreeSet<&String> = self
             .starts
             .iter()
             .filter_map(|s| s.run_id.as_ref())
             .collect();
-        if runs.len() < acked.len() || runs.len() > self.starts.len() {
+        if let Some(lost) = acked
+            .iter()
+            .find(|r| !stored.contains(*r) && !self.pruned.contains(**r))
+        {
+            self.fail(&format!("{lost} is gone, and no prune removed it"));
+        }
+        if let Some(back) = stored.iter().find(|r| self.pruned.contains(**r)) {
+            self.fail(&format!("{back} was pruned and is stored again"));
+        }
+        if runs.len() + self.pruned.len() > self.starts.len() {
             self.fail(&format!(
-                "{} runs for {} starts ({} acknowledged)",
+                "{} runs and {} pruned for {} starts ({} acknowledged)",
                 runs.len(),
+                self.pruned.len(),
                 self.starts.len(),
                 acked.len()
             ));
+        }
+    }
+
+    /// An answer a step took is never lost: a submission being judged belongs to a step being
+    /// judged (a bridge's crash meanwhile must not close it), and an accepted one to a settled
+    /// step. A cancelled run closes whatever it had open.
+    fn check_answers_kept(&mut self) {
+        let lost: Option<(String, String, String, String)> = self
+            .reader()
+            .query_row(
+                "SELECT s.submission_id, s.state, i.interaction_id, i.status
+                 FROM submissions s JOIN interactions i USING (interaction_id)
+                 JOIN runs r ON r.run_id = i.run_id
+                 WHERE r.status != 'cancelled'
+                   AND ((s.state = 'validating' AND i.status != 'validating')
+                     OR (s.state = 'accepted' AND i.status != 'settled'))
+                 LIMIT 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .ok();
+        if let Some((submission, state, step, status)) = lost {
+            self.fail(&format!(
+                "submission {submission} is {state} while its step {step} is {status}"
+            ));
+        }
+    }
+
+    /// A detached run's open step is never silently unserved: the host reports (`run.status`'s
+    /// `step_service`) a bridge that is alive, or one starting while no child slot is free
+    /// for it (or while the failing of a lost bridge's step waits for its retry after a
+    /// failed commit), or nobody with a reason; never a session.
+    fn check_detached_steps_served(&mut self) {
+        let Some(host) = self.host.as_ref() else {
+            return;
+        };
+        let store = self.store.as_ref().expect("a store");
+        let runs = store
+            .list_runs_where(None, true, &[], 10_000)
+            .expect("runs");
+        let free = host
+            .state
+            .child_config
+            .max_children
+            .saturating_sub(host.state.live_children());
+        let mut unserved = None;
+        for run in runs.iter().filter(|r| r.execution_mode == "detached") {
+            let steps = store.interactions(Some(&run.run_id), None).expect("steps");
+            let Some(service) =
+                piw_core::engine::bridges::step_service(store, &host.state, run, &steps)
+            else {
+                continue;
+            };
+            let bridge_alive = self
+                .bridges
+                .iter()
+                .any(|b| b.run_id == run.run_id && b.host_life == self.host_life && !b.exited);
+            let has_child = host.state.children.contains_key(&run.run_id);
+            let wrong = match service.served_by.as_str() {
+                "bridge" => !bridge_alive,
+                // Waiting for a slot, or for the retry of a failing that did not commit.
+                "bridge_starting" => {
+                    (free > 0 || has_child) && host.state.bridges.retry_at.is_none()
+                }
+                "nobody" => service.why.is_none(),
+                _ => true,
+            };
+            if wrong {
+                unserved = Some(format!(
+                    "{}'s open step {} is served by {} ({:?}) with {free} free slots, a bridge \
+                     alive: {bridge_alive}",
+                    run.run_id, service.interaction_id, service.served_by, service.why
+                ));
+                break;
+            }
+        }
+        if let Some(why) = unserved {
+            self.fail(&why);
         }
     }
 
@@ -1878,6 +2790,13 @@ impl Sim {
     /// Faults off: everything goes on until every run has ended or waits for nothing the
     /// simulation can give.
     fn settle(&mut self) {
+        // A host with no Pi fails every detached step it would need one for, for ever: the
+        // settling host has Pi.
+        self.settling = true;
+        if self.bridge_mode != BridgeMode::Serving {
+            self.note("the host restarts with Pi for its bridges".into());
+            self.crash(false);
+        }
         for round in 0..4_000 {
             // Resume what is paused, answer what waits, let every child go on.
             let mut runs = self
@@ -1885,7 +2804,8 @@ impl Sim {
                 .list_runs_where(None, true, &[], 10_000)
                 .expect("runs");
             runs.retain(|r| r.status != RunStatus::Review);
-            let children_left = (0..self.children.len()).any(|c| self.live(c));
+            let children_left = (0..self.children.len()).any(|c| self.live(c))
+                || (0..self.bridges.len()).any(|b| self.bridge_live(b));
             if runs.is_empty() && !children_left && self.starts.iter().all(|s| s.run_id.is_some()) {
                 return;
             }
@@ -1902,9 +2822,19 @@ impl Sim {
             if round % 4 == 2 {
                 self.submit(false);
             }
+            // Runs finish here most: prunes (and dry ones) meet many finished runs.
+            if round % 8 == 3 {
+                let dry = self.rng.chance(40);
+                self.send_prune(dry);
+            }
             for child in 0..self.children.len() {
                 if self.live(child) {
                     self.child_step_of(child);
+                }
+            }
+            for bridge in 0..self.bridges.len() {
+                if self.bridge_live(bridge) {
+                    self.bridge_step_of(bridge);
                 }
             }
             let idle = self.outgoing.is_empty();
@@ -1932,6 +2862,40 @@ impl Sim {
         self.fail(&format!("runs that never ended: {left:?}"));
     }
 
+    /// After the settling: prunes every finished run, a few per `run.prune`, until none is
+    /// left; the runs in review stay.
+    fn prune_everything(&mut self) {
+        // `older_than_ms: 0` takes the runs finished before now: the clock moves past the last.
+        self.clock.advance(1);
+        for _ in 0..100 {
+            self.last_prune_more = None;
+            self.send_prune_request(payload::RunPrune {
+                older_than_ms: Some(0),
+                statuses: None,
+                keep: None,
+                dry_run: None,
+                limit: Some(5),
+                cursor: None,
+            });
+            self.run_turn(true);
+            self.check();
+            if self.last_prune_more == Some(false) {
+                break;
+            }
+        }
+        let left: Vec<String> = self
+            .store()
+            .list_runs_where(None, false, &[], 10_000)
+            .expect("runs")
+            .into_iter()
+            .filter(|r| r.status.is_terminal())
+            .map(|r| format!("{} {}", r.run_id, r.status))
+            .collect();
+        if !left.is_empty() {
+            self.fail(&format!("finished runs no prune removed: {left:?}"));
+        }
+    }
+
     /// Every run ends as its fault-free twin does, unless it was cancelled or a fault sent it
     /// to review.
     fn check_ends(&mut self) {
@@ -1939,49 +2903,139 @@ impl Sim {
             .store()
             .list_runs_where(None, false, &[], 10_000)
             .expect("runs");
-        if runs.len() != self.starts.len() {
+        if runs.len() + self.pruned.len() != self.starts.len() {
             self.fail(&format!(
-                "{} runs for {} starts",
+                "{} runs and {} pruned for {} starts",
                 runs.len(),
+                self.pruned.len(),
                 self.starts.len()
             ));
         }
         for run in runs {
-            let effects = self.store().effects(&run.run_id).expect("effects");
-            let uncertain = effects.iter().find(|e| e.state == "uncertain");
-            let reason = run.review_reason.clone().unwrap_or_default();
-            let ok = match run.status {
-                RunStatus::Completed => {
-                    run.result == Some(twin_result())
-                        && effects.len() == 2
-                        && effects.iter().all(|e| e.state == "applied")
-                }
-                RunStatus::Cancelled => self.cancelled.contains(&run.run_id),
-                // In review for an effect that may have happened and may not be applied again,
-                // or for as many lost children as faults could have cost it.
-                RunStatus::Review => match uncertain {
-                    Some(e) => {
-                        e.retry_contract == "never" && reason.starts_with("uncertain effect")
-                    }
-                    None => reason
-                        .strip_prefix("its child was lost ")
-                        .and_then(|r| r.split(' ').next())
-                        .and_then(|n| n.parse::<u32>().ok())
-                        .is_some_and(|n| n <= self.faults.get(&run.run_id).copied().unwrap_or(0)),
-                },
-                _ => false,
-            };
-            // An effect that may have happened without a receipt stops its run for a person.
-            let ok = ok
-                && (uncertain.is_none()
-                    || matches!(run.status, RunStatus::Review | RunStatus::Cancelled));
-            if !ok {
+            if !self.ended_as_its_twin(&run, false) {
                 self.fail(&format!(
                     "{} ended {} (result {:?}, error {:?}, review {:?}) where its twin completed",
                     run.run_id, run.status, run.result, run.error, run.review_reason
                 ));
             }
         }
+    }
+
+    /// Whether `run` ended as its fault-free twin does, or was cancelled, or a fault sent it to
+    /// review. `early`: checked before a prune may remove it, when the reply of its cancel may
+    /// still be owed (a crash lost it; the cancel is sent again).
+    fn ended_as_its_twin(&mut self, run: &piw_core::store::RunRecord, early: bool) -> bool {
+        let effects = self.store().effects(&run.run_id).expect("effects");
+        let uncertain = effects.iter().find(|e| e.state == "uncertain");
+        let reason = run.review_reason.clone().unwrap_or_default();
+        let ok = match run.status {
+            RunStatus::Completed => {
+                run.result == Some(twin_result())
+                    && effects.len() == 2
+                    && effects.iter().all(|e| e.state == "applied")
+            }
+            RunStatus::Cancelled => {
+                self.cancelled.contains(&run.run_id)
+                    || (early && self.cancel_sent.contains(&run.run_id))
+            }
+            // In review for an effect that may have happened and may not be applied again,
+            // or for as many lost children as faults could have cost it.
+            RunStatus::Review => match uncertain {
+                Some(e) => e.retry_contract == "never" && reason.starts_with("uncertain effect"),
+                None => reason
+                    .strip_prefix("its child was lost ")
+                    .and_then(|r| r.split(' ').next())
+                    .and_then(|n| n.parse::<u32>().ok())
+                    .is_some_and(|n| n <= self.faults.get(&run.run_id).copied().unwrap_or(0)),
+            },
+            _ => false,
+        };
+        // An effect that may have happened without a receipt stops its run for a person.
+        ok && (uncertain.is_none()
+            || matches!(run.status, RunStatus::Review | RunStatus::Cancelled))
+    }
+}
+
+/// A run as the prune model sees it.
+#[derive(Debug, Clone)]
+struct ModelRun {
+    run_id: String,
+    status: RunStatus,
+    created_at: i64,
+    finished_at: Option<i64>,
+    claimed: bool,
+}
+
+/// What a turn that may prune saw before it.
+struct BeforePrune {
+    runs: Vec<ModelRun>,
+    /// The host prunes on its own (its pass may run in this turn, after the requests).
+    retention: bool,
+}
+
+/// What `prune` must answer on `runs` at `now` (the documented selection, computed apart
+/// from the store's SQL): the finished runs of its statuses (default: every finished one),
+/// unclaimed, finished before `now - older_than_ms`, but for the newest `keep` of those
+/// statuses (by start), oldest start first; a batch removes the first `limit` of them whose
+/// child is not still exiting (`children`).
+fn prune_model(
+    runs: &[ModelRun],
+    prune: &payload::RunPrune,
+    now: i64,
+    children: &BTreeSet<String>,
+) -> PruneExpected {
+    let statuses: Vec<RunStatus> = match &prune.statuses {
+        Some(given) if !given.is_empty() => given.clone(),
+        _ => RunStatus::ALL
+            .iter()
+            .copied()
+            .filter(|s| s.is_terminal())
+            .collect(),
+    };
+    if statuses.iter().any(|s| !s.is_terminal()) {
+        return PruneExpected::Refused;
+    }
+    let mut matching: Vec<&ModelRun> = runs
+        .iter()
+        .filter(|r| statuses.contains(&r.status))
+        .collect();
+    // Newest first, as the run list: the first `keep` stay.
+    matching.sort_by(|a, b| {
+        b.created_at
+            .cmp(&a.created_at)
+            .then(a.run_id.cmp(&b.run_id))
+    });
+    let keep = usize::try_from(prune.keep.unwrap_or(0)).unwrap_or(usize::MAX);
+    let finished_before = prune
+        .older_than_ms
+        .map(|ms| now - i64::try_from(ms).unwrap_or(i64::MAX));
+    let mut prunable: Vec<&ModelRun> = matching
+        .iter()
+        .skip(keep)
+        .filter(|r| !r.claimed)
+        .filter(|r| finished_before.is_none_or(|at| r.finished_at.unwrap_or(0) < at))
+        .copied()
+        .collect();
+    prunable.reverse();
+    let limit = prune.limit.unwrap_or(500).clamp(1, 500) as usize;
+    if prune.dry_run == Some(true) {
+        return PruneExpected::Listed {
+            count: prunable.len() as u64,
+            run_ids: prunable
+                .iter()
+                .take(limit)
+                .map(|r| r.run_id.clone())
+                .collect(),
+        };
+    }
+    let eligible: Vec<String> = prunable
+        .iter()
+        .filter(|r| !children.contains(&r.run_id))
+        .map(|r| r.run_id.clone())
+        .collect();
+    PruneExpected::Removed {
+        more: eligible.len() > limit,
+        run_ids: eligible.into_iter().take(limit).collect(),
     }
 }
 
@@ -2003,6 +3057,7 @@ fn simulate_to_the_end(seed: u64, plan: &[usize]) -> (Vec<String>, String) {
     sim.fail_next_commit.store(false, Ordering::SeqCst);
     sim.settle();
     sim.check_ends();
+    sim.prune_everything();
     let dump = sim.store().canonical_dump().expect("dump");
     (std::mem::take(&mut sim.history), dump)
 }

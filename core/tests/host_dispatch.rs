@@ -124,6 +124,58 @@ fn reports_about_an_abandoned_launch_are_ignored() {
     assert_eq!(f.store.children(&run_id).unwrap()[0].pid, Some(4343));
 }
 
+/// A launch whose transaction failed to commit may be of a run that was never stored (its
+/// `run.start` was in the same batch): the supervisor created the child's log at its spawn, and
+/// once the child exits that log directory goes, as a pruned run's does. A run that is stored
+/// keeps its logs.
+#[test]
+fn the_logs_of_an_abandoned_launch_of_a_run_never_stored_are_removed() {
+    use piw_core::engine::children::{on_child_reports, ChildReport, SupervisorCmd};
+    use piw_core::store::ChildExitRecord;
+
+    let mut f = Fixture::new();
+    let stored = f.start();
+    let never = "run-0000000000000000000000000000".to_owned();
+    let mut state = HostState::new(Box::new(piw_core::ids::OsIds));
+    state.child_config.output_logs = Some("/home/piw/logs".into());
+    state.abandoned_launches.insert(7, never.clone());
+    state.abandoned_launches.insert(8, stored.clone());
+    let exited = |run_id: &str, launch| ChildReport::Exited {
+        host_ran_out_of: None,
+        run_id: run_id.to_owned(),
+        generation: 1,
+        child_epoch: 1,
+        launch,
+        exit: ChildExitRecord {
+            reason: "stopped by the host by signal 9".into(),
+            signal: Some(9),
+            ..Default::default()
+        },
+    };
+    let now = f.store.now_ms();
+    on_child_reports(
+        &mut f.store,
+        &mut state,
+        now,
+        vec![exited(&never, 7), exited(&stored, 8)],
+    );
+    let removed: Vec<_> = state
+        .child_commands
+        .iter()
+        .filter_map(|c| match c {
+            SupervisorCmd::RemoveLogs { dirs } => Some(dirs.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        removed,
+        vec![vec![std::path::PathBuf::from(format!(
+            "/home/piw/logs/{never}"
+        ))]]
+    );
+    assert!(state.abandoned_launches.is_empty());
+}
+
 /// A host state of epoch 1 that supervises (its orders wait in `child_commands`), with one
 /// runtime for `.workflow.mjs` (`/bin/true`; `standby`: whether it keeps pooled workers).
 fn host_state_with_runtime(f: &mut Fixture, standby: bool) -> HostState {
@@ -1955,6 +2007,72 @@ fn a_detached_step_gets_one_bridge_and_a_killed_bridge_fails_its_attempt() {
     assert_eq!(
         attempts[0].error.as_deref(),
         Some("the Pi bridge was killed by signal 9")
+    );
+}
+
+/// A killed bridge's step whose failing does not commit (a full disk) is not left open with no
+/// bridge and nothing to look at it again: the loss is kept, a retry is due, and the step fails
+/// then (found by the simulation, seed 27).
+#[test]
+fn a_lost_bridges_step_whose_failing_did_not_commit_fails_at_the_retry() {
+    use piw_core::engine::bridges::{self, BridgeReport};
+    use piw_core::engine::children::{on_child_reports, ChildReport};
+    use piw_core::store::{ChildExitRecord, ExecutionMode, NewRun};
+    use std::sync::atomic::Ordering;
+
+    let mut f = Fixture::new();
+    let run_id = f.start_with(NewRun {
+        definition: Some(json!({"name": "w", "start": "a",
+            "nodes": {"a": {"kind": "agent"}}, "edges": []})),
+        execution_mode: ExecutionMode::Detached,
+        ..common::new_run(None)
+    });
+    let act = f.activate(&run_id);
+    let attempt = f
+        .store
+        .write(|w| w.node_started(&act.claim, "a", None))
+        .unwrap();
+    let interaction = f.ask(&act.claim, &attempt, None);
+    let mut state = host_state_with_runtime(&mut f, false);
+    state.child_config.bridges = Some(bridge_settings(&f));
+    let now = f.store.now_ms();
+    bridges::reconcile(&mut f.store, &mut state, now);
+    let launch = state.bridges.live[&run_id].launch;
+    on_child_reports(
+        &mut f.store,
+        &mut state,
+        now,
+        vec![ChildReport::Bridge(BridgeReport::Exited {
+            run_id: run_id.clone(),
+            launch,
+            exit: ChildExitRecord {
+                signal: Some(9),
+                reason: "exited by signal 9".into(),
+                ..Default::default()
+            },
+        })],
+    );
+    f.fail_next_commit.store(true, Ordering::SeqCst);
+    bridges::reconcile(&mut f.store, &mut state, now);
+    let status = |f: &Fixture| {
+        f.store.interactions(Some(&run_id), None).unwrap()[0]
+            .status
+            .clone()
+    };
+    assert_eq!(status(&f), "pending", "the failing did not commit");
+    let retry = bridges::next_deadline(&state).expect("a retry is due");
+    bridges::reconcile(&mut f.store, &mut state, retry);
+    let interactions = f.store.interactions(Some(&run_id), None).unwrap();
+    assert_eq!(interactions[0].interaction_id, interaction);
+    assert_eq!(interactions[0].status, "cancelled");
+    assert_eq!(
+        f.store.attempts(&run_id).unwrap()[0].error.as_deref(),
+        Some("the Pi bridge was killed by signal 9")
+    );
+    assert_eq!(
+        bridges::next_deadline(&state),
+        None,
+        "nothing left to retry"
     );
 }
 

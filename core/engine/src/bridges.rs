@@ -483,6 +483,10 @@ pub fn reconcile(store: &mut dyn Storage, state: &mut HostState, now: UnixMillis
     let Some(settings) = state.child_config.bridges.clone() else {
         return;
     };
+    if state.bridges.retry_at.is_some_and(|at| at <= now) {
+        state.bridges.retry_at = None;
+        state.bridges.up_to_date = false;
+    }
     if state.shutting_down || !state.supervising || state.bridges.up_to_date {
         return;
     }
@@ -631,11 +635,18 @@ fn fail_step(
             state.unpublished.extend(written);
         }
         Err(e) => {
-            crate::store_error!(e, run_id = %step.run_id, "cannot fail the detached step");
+            crate::store_error!(e, run_id = %step.run_id, "cannot fail the detached step; trying again");
+            // The step stays open with no bridge, and nothing else may make the bridges look
+            // again: the loss is kept and failed again at the retry.
+            state.bridges.retry_at = Some(now.saturating_add(FAIL_RETRY_MS));
+            return;
         }
     }
     state.bridges.lost.remove(&step.interaction_id);
 }
+
+/// How long after a failed commit failing a detached step (a full disk) it is tried again.
+pub const FAIL_RETRY_MS: i64 = 1_000;
 
 /// When a bridge's handshake bound passes next.
 pub fn next_deadline(state: &HostState) -> Option<i64> {
@@ -647,6 +658,7 @@ pub fn next_deadline(state: &HostState) -> Option<i64> {
         .values()
         .filter(|e| !e.hello && e.stopping.is_none())
         .map(|e| e.launched_at.saturating_add(bound))
+        .chain(state.bridges.retry_at)
         .min()
 }
 

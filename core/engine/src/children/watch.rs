@@ -17,39 +17,22 @@ pub fn on_child_reports(
         // A slot freed, a judge lost: what bridges are needed may have changed.
         state.bridges.up_to_date = false;
     }
-    let (bridge_reports, reports): (Vec<_>, Vec<_>) = reports
-        .into_iter()
-        .partition(|r| matches!(r, ChildReport::Bridge(_)));
-    let bridge_reports = bridge_reports
-        .into_iter()
-        .filter_map(|r| match r {
-            ChildReport::Bridge(b) => Some(b),
-            _ => None,
-        })
-        .collect();
+    let (bridge_reports, reports) = split_reports(reports, |r| match r {
+        ChildReport::Bridge(b) => Ok(b),
+        other => Err(other),
+    });
     crate::bridges::on_reports(store, state, now, bridge_reports);
-    let (channel_reports, reports): (Vec<_>, Vec<_>) = reports
-        .into_iter()
-        .partition(|r| matches!(r, ChildReport::Channel(_)));
-    let channel_reports = channel_reports
-        .into_iter()
-        .filter_map(|r| match r {
-            ChildReport::Channel(c) => Some(c),
-            _ => None,
-        })
-        .collect();
+    let (channel_reports, reports) = split_reports(reports, |r| match r {
+        ChildReport::Channel(c) => Ok(c),
+        other => Err(other),
+    });
     crate::channels::on_reports(state, now, channel_reports);
-    let (pass_reports, reports): (Vec<_>, Vec<_>) = reports
-        .into_iter()
-        .partition(|r| matches!(r, ChildReport::Pass(_)));
-    let pass_reports = pass_reports
-        .into_iter()
-        .filter_map(|r| match r {
-            ChildReport::Pass(p) => Some(p),
-            _ => None,
-        })
-        .collect();
+    let (pass_reports, reports) = split_reports(reports, |r| match r {
+        ChildReport::Pass(p) => Ok(p),
+        other => Err(other),
+    });
     crate::controllers::on_reports(store, state, now, pass_reports);
+    let mut abandoned_ended = Vec::new();
     let (started, exited): (Vec<_>, Vec<_>) = reports
         .into_iter()
         .filter(|r| {
@@ -58,11 +41,12 @@ pub fn on_child_reports(
                 return true;
             }
             if matches!(r, ChildReport::Exited { .. }) {
-                state.abandoned_launches.remove(&r.launch());
+                abandoned_ended.extend(state.abandoned_launches.remove(&r.launch()));
             }
             false
         })
         .partition(|r| matches!(r, ChildReport::Started { .. }));
+    remove_logs_of_runs_never_stored(store, state, abandoned_ended);
     for report in &started {
         if let ChildReport::Started {
             run_id,
@@ -103,6 +87,32 @@ pub fn on_child_reports(
     }
     for report in exited {
         on_child_report(store, state, now, report);
+    }
+}
+
+/// The log directories of abandoned launches (their exits just reported) whose run the store
+/// does not hold: the run's `run.start` was in the batch that failed to commit, so the run
+/// never existed, but the supervisor created its child's log at the spawn. Nothing else would
+/// remove it (a prune removes stored runs' logs; the sweep at a host's first prune looks only
+/// once, before this can happen). A stored run keeps its logs.
+fn remove_logs_of_runs_never_stored(
+    store: &dyn Storage,
+    state: &mut HostState,
+    run_ids: Vec<String>,
+) {
+    let Some(logs) = state.child_config.output_logs.clone() else {
+        return;
+    };
+    let dirs: Vec<_> = run_ids
+        .iter()
+        .filter(|run_id| !state.children.contains_key(*run_id))
+        .filter(|run_id| matches!(store.run_view(run_id), Ok(None)))
+        .filter_map(|run_id| crate::retention::run_log_dir(&logs, run_id))
+        .collect();
+    if !dirs.is_empty() {
+        state
+            .child_commands
+            .push(SupervisorCmd::RemoveLogs { dirs });
     }
 }
 
@@ -681,4 +691,21 @@ pub fn stop_child(state: &mut HostState, run_id: &str) {
             }
         }
     }
+}
+
+/// The reports `pick` takes (bridges', adapters', passes': each has its own handler), and the
+/// rest, each side in the order reported.
+fn split_reports<T>(
+    reports: Vec<ChildReport>,
+    pick: impl Fn(ChildReport) -> Result<T, ChildReport>,
+) -> (Vec<T>, Vec<ChildReport>) {
+    let mut taken = Vec::new();
+    let mut rest = Vec::new();
+    for report in reports {
+        match pick(report) {
+            Ok(t) => taken.push(t),
+            Err(r) => rest.push(r),
+        }
+    }
+    (taken, rest)
 }

@@ -100,4 +100,7 @@ pub struct Bridges {
     /// (false at the host's start): the store thread's turns under load (steps and transitions
     /// of workflow children) skip its read.
     pub up_to_date: bool,
+    /// When to look again at the steps whose failing did not commit (a full disk): their
+    /// loss is kept in `lost`, and [`crate::bridges::reconcile`] tries again from then.
+    pub retry_at: Option<i64>,
 }
