@@ -18,18 +18,18 @@ pub fn on_child_reports(
         state.bridges.up_to_date = false;
     }
     let (bridge_reports, reports) = split_reports(reports, |r| match r {
-        ChildReport::Bridge(b) => Ok(b),
-        other => Err(other),
+        ChildReport::Bridge(b) => Sorted::Taken(b),
+        other => Sorted::Rest(other),
     });
     crate::bridges::on_reports(store, state, now, bridge_reports);
     let (channel_reports, reports) = split_reports(reports, |r| match r {
-        ChildReport::Channel(c) => Ok(c),
-        other => Err(other),
+        ChildReport::Channel(c) => Sorted::Taken(c),
+        other => Sorted::Rest(other),
     });
     crate::channels::on_reports(state, now, channel_reports);
     let (pass_reports, reports) = split_reports(reports, |r| match r {
-        ChildReport::Pass(p) => Ok(p),
-        other => Err(other),
+        ChildReport::Pass(p) => Sorted::Taken(p),
+        other => Sorted::Rest(other),
     });
     crate::controllers::on_reports(store, state, now, pass_reports);
     let mut abandoned_ended = Vec::new();
@@ -697,15 +697,21 @@ pub fn stop_child(state: &mut HostState, run_id: &str) {
 /// rest, each side in the order reported.
 fn split_reports<T>(
     reports: Vec<ChildReport>,
-    pick: impl Fn(ChildReport) -> Result<T, ChildReport>,
+    pick: impl Fn(ChildReport) -> Sorted<T>,
 ) -> (Vec<T>, Vec<ChildReport>) {
     let mut taken = Vec::new();
     let mut rest = Vec::new();
     for report in reports {
         match pick(report) {
-            Ok(t) => taken.push(t),
-            Err(r) => rest.push(r),
+            Sorted::Taken(t) => taken.push(t),
+            Sorted::Rest(r) => rest.push(r),
         }
     }
     (taken, rest)
+}
+
+/// Where [`split_reports`] puts one report.
+enum Sorted<T> {
+    Taken(T),
+    Rest(ChildReport),
 }
