@@ -39,7 +39,7 @@ def main(build_dir: str, out_dir: str) -> None:
     for native, mode in NATIVE.items():
         path = build / native
         if not path.is_file():
-            raise SystemExit(f"{path} is missing: build it first (cargo build -p piw-ffi -p piw-host)")
+            raise SystemExit(f"{path} is missing: build it first (cargo build -p piw-ffi -p piw-cli)")
         files.append((f"piw/_lib/{native}", path.read_bytes(), mode))
     files.append((f"{dist_info}/METADATA", (
         f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"

@@ -93,7 +93,7 @@ fn the_readme_python_example_runs_as_written() {
 /// (`~/.pi/agent/piw`): the README, `examples/run.mjs`, the CLI's help.
 #[test]
 fn every_doc_names_the_same_piw_home_default() {
-    for doc in ["README.md", "examples/run.mjs", "host/src/cli.rs"] {
+    for doc in ["README.md", "examples/run.mjs", "cli/src/cli.rs"] {
         let text = std::fs::read_to_string(repo_root().join(doc)).unwrap();
         let stated: Vec<&str> = text
             .lines()

@@ -62,7 +62,7 @@ export default function piwExtension(pi) {
   // Shared operations of the tool and the command
 
   /**
-   * The run `given` names, as the CLI resolves it (`host/src/run_ids.rs`): the run with that
+   * The run `given` names, as the CLI resolves it (`cli/src/run_ids.rs`): the run with that
    * id, else the one run whose id begins with it. Several: the candidates are listed; none: no
    * run has it. The host looks it up (`run.list`'s `run_id_prefix`), among every run.
    */

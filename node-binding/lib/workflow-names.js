@@ -2,7 +2,7 @@
 // the user's `~/.pi/agent/workflows/`, then among this package's built-ins (`builtins/`): the
 // first wins a collision, so a project or global file overrides a built-in of the same name.
 // `builtin:<id>` names the built-in itself; anything else with a `/` (or a workflow suffix) is
-// a path. `piw run start <name>` (host/src/resolve.rs) resolves names by the same rules.
+// a path. `piw run start <name>` (cli/src/resolve.rs) resolves names by the same rules.
 import { isAbsolute, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 

@@ -1,5 +1,5 @@
 //! piw-tests: the home of cross-crate integration suites and shared fixtures. The end-to-end
-//! suites that need the `piw` binaries live beside them in `host/tests/` (Cargo exposes a
+//! suites that need the `piw` binaries live beside them in `cli/tests/` (Cargo exposes a
 //! package's binaries only to its own tests); what they share with the soak lives here.
 
 use std::path::Path;

@@ -1,5 +1,5 @@
 // Run ids as a person types them in the Pi session: `/workflow <verb> <runId>` and the tool's
-// `runId` take a run's id or a unique prefix of it, as the CLI does (host/src/run_ids.rs); an
+// `runId` take a run's id or a unique prefix of it, as the CLI does (cli/src/run_ids.rs); an
 // ambiguous prefix lists the runs it could mean, an id no run has says so.
 import assert from 'node:assert/strict';
 import { join } from 'node:path';

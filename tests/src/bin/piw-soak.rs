@@ -261,7 +261,7 @@ impl Soak {
         let worker = bin_dir.join("piw-json-worker");
         for bin in [&piw, &worker] {
             if !bin.exists() {
-                return Err(format!("{} is missing: build piw-host first", bin.display()).into());
+                return Err(format!("{} is missing: build piw-cli first", bin.display()).into());
             }
         }
         let dir = tempfile::Builder::new().prefix("piw-soak").tempdir()?;

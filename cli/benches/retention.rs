@@ -8,7 +8,7 @@
 //! short real run leaves it: a `run.start` receipt, activation, two attempts, a progress
 //! update, a child record with a small log file, completion with its terminal message.
 //!
-//! Run: `cargo bench -p piw-host --bench retention` (a release build of the bench and `piw`).
+//! Run: `cargo bench -p piw-cli --bench retention` (a release build of the bench and `piw`).
 //!
 //! Environment: `PIW_BENCH_RUNS` (default `10000,100000`), `PIW_BENCH_KEEP` (1000),
 //! `PIW_BENCH_DIR` (see `support`).

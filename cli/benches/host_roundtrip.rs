@@ -6,7 +6,7 @@
 //! store thread) with `PIW_HOME` in one temporary directory under
 //! `target/bench-tmp` (same file system as the repository), removed at the end.
 //!
-//! Run: `cargo bench -p piw-host --bench host_roundtrip`
+//! Run: `cargo bench -p piw-cli --bench host_roundtrip`
 //!
 //! Environment:
 //! - `PIW_BENCH_SECS`: seconds per throughput measurement and per SQLite floor (default 3);

@@ -6,7 +6,7 @@
 //! through the store's own lifecycle API (one node looping: every step is an attempt and an
 //! event), in a temporary installation under `target/bench-tmp` with no host.
 //!
-//! Run: `cargo bench -p piw-host --bench view` (a release build of the bench and of `piw`).
+//! Run: `cargo bench -p piw-cli --bench view` (a release build of the bench and of `piw`).
 //!
 //! Environment: `PIW_BENCH_EVENTS` (default 10,000), `PIW_BENCH_DIR` (see `support`).
 

@@ -8,7 +8,7 @@
 //! `PIW_HOME` in one temporary directory under `target/bench-tmp` (same file system as the
 //! repository), removed at the end.
 //!
-//! Run: `cargo bench -p piw-host --bench children`
+//! Run: `cargo bench -p piw-cli --bench children`
 //!
 //! Environment:
 //! - `PIW_BENCH_SECS`: seconds of each bare-commit floor (default 2; the floors right before
