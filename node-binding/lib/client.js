@@ -54,7 +54,7 @@ function withRequestId(err, requestId) {
   return err;
 }
 
-// Large values, as the host's protocol (core/engine/src/protocol/value.rs) sizes them: a value
+// Large values, as the host's protocol (engine/src/protocol/value.rs) sizes them: a value
 // whose canonical JSON passes INLINE_VALUE_BYTES travels apart, in chunks of at most
 // VALUE_PUT_CHUNK_BYTES, and no value may pass MAX_VALUE_BYTES.
 export const INLINE_VALUE_BYTES = 64 * 1024;

@@ -1,7 +1,7 @@
 //! piw's engine: every decision the host makes about a request batch, a child's message or
 //! report, and the time, with no I/O (in the manner of quinn-proto under quinn). No runtime,
 //! thread, channel, socket, file, process, environment or clock: this crate depends on none
-//! (`Cargo.toml`), and `core/engine/tests/io_free.rs` reads every file.
+//! (`Cargo.toml`), and `engine/tests/io_free.rs` reads every file.
 //!
 //! It reaches the durable state through the interface it owns ([`store::Storage`] and
 //! [`store::Transaction`], which `piw_core::store` implements over SQLite); a [`turn`] hands
