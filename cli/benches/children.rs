@@ -43,7 +43,7 @@
 
 mod support;
 
-use piw_core::store::prelude::*;
+use piw_host::store::prelude::*;
 use std::collections::HashMap;
 use std::io::Write as _;
 use std::os::unix::net::UnixListener;
@@ -53,10 +53,10 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use piw_core::client::{BlockingClient, Client};
-use piw_core::ids::new_id;
-use piw_core::protocol::{payload, read_frame, Limits, Request, RequestBody};
-use piw_core::worker::{hash_file, LaunchEnvelope, LAUNCH_SCHEMA};
+use piw_host::client::{BlockingClient, Client};
+use piw_host::ids::new_id;
+use piw_host::protocol::{payload, read_frame, Limits, Request, RequestBody};
+use piw_host::worker::{hash_file, LaunchEnvelope, LAUNCH_SCHEMA};
 use serde_json::{json, Value};
 use support::{cpu_secs, BenchDir, Commits, CpuSnapshot, CpuUse, Host, Latencies, SqliteFloor};
 
@@ -819,7 +819,7 @@ fn unix_us() -> f64 {
 /// truncated to the millisecond is taken as the middle of its millisecond; over many runs
 /// the truncation averages out.
 fn activation_phases(db: &Path, samples: &[(String, f64, f64)]) -> Vec<f64> {
-    let store = piw_core::store::Store::open_read_only(db, Default::default())
+    let store = piw_host::store::Store::open_read_only(db, Default::default())
         .expect("open the host's database read-only");
     let mut sums = [0.0f64; PHASES.len()];
     for (run_id, call_us, arrive_us) in samples {

@@ -37,9 +37,9 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use piw_core::client::{BlockingClient, Client};
-use piw_core::ids::new_id;
-use piw_core::protocol::{payload, Receipt, Request, RequestBody};
+use piw_host::client::{BlockingClient, Client};
+use piw_host::ids::new_id;
+use piw_host::protocol::{payload, Receipt, Request, RequestBody};
 use serde_json::json;
 use support::{BenchDir, CpuSnapshot, Host, Latencies, SqliteFloor};
 

@@ -15,15 +15,15 @@
 
 mod support;
 
-use piw_core::store::prelude::*;
+use piw_host::store::prelude::*;
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use piw_core::clock::FakeClock;
-use piw_core::protocol::{payload, RequestBody};
-use piw_core::store::{
+use piw_host::clock::FakeClock;
+use piw_host::protocol::{payload, RequestBody};
+use piw_host::store::{
     AttemptOutcome, ChildMode, CommandMeta, ExecutionMode, NewRun, Store, StoreConfig,
     TransitionRequest,
 };
@@ -59,7 +59,7 @@ fn main() {
 fn bench_size(dir: &Path, n: usize, keep: u64) {
     let name = format!("runs-{n}");
     let home = dir.join(&name);
-    let paths = piw_core::paths::PiwPaths::for_home(home.clone());
+    let paths = piw_host::paths::PiwPaths::for_home(home.clone());
     paths.ensure_dirs().unwrap();
     let built = Instant::now();
     let newest = build(&paths, n);
@@ -151,11 +151,11 @@ fn bench_size(dir: &Path, n: usize, keep: u64) {
 
 /// One batch of the prune in this process, on a copy of the database: the removal and the
 /// page reclaim apart.
-fn store_level(dir: &Path, paths: &piw_core::paths::PiwPaths, keep: u64) {
+fn store_level(dir: &Path, paths: &piw_host::paths::PiwPaths, keep: u64) {
     let copy = dir.join("copy.sqlite");
     std::fs::copy(&paths.db, &copy).unwrap();
     let mut store = Store::open(&copy, StoreConfig::default()).unwrap();
-    let selector = piw_core::store::PruneSelector {
+    let selector = piw_host::store::PruneSelector {
         keep: Some(keep),
         ..Default::default()
     };
@@ -184,8 +184,8 @@ fn store_level(dir: &Path, paths: &piw_core::paths::PiwPaths, keep: u64) {
 }
 
 /// Writes `n` finished runs, a minute apart, the newest a minute ago; returns the newest.
-fn build(paths: &piw_core::paths::PiwPaths, n: usize) -> String {
-    let now = piw_core::clock::Clock::now_ms(&piw_core::clock::SystemClock);
+fn build(paths: &piw_host::paths::PiwPaths, n: usize) -> String {
+    let now = piw_host::clock::Clock::now_ms(&piw_host::clock::SystemClock);
     let clock = FakeClock::new(now - 60_000 * n as i64);
     let config = StoreConfig {
         clock: Arc::new(clock.clone()),
@@ -220,10 +220,10 @@ fn build(paths: &piw_core::paths::PiwPaths, n: usize) -> String {
 }
 
 fn one_run(
-    w: &mut piw_core::store::WriteTx<'_>,
+    w: &mut piw_host::store::WriteTx<'_>,
     epoch: i64,
     i: usize,
-) -> piw_core::store::StoreResult<String> {
+) -> piw_host::store::StoreResult<String> {
     let meta = CommandMeta {
         request_id: format!("bench-start-{i}"),
         idempotency_key: None,

@@ -12,12 +12,12 @@
 
 mod support;
 
-use piw_core::store::prelude::*;
+use piw_host::store::prelude::*;
 use std::process::Command;
 use std::time::Instant;
 
-use piw_core::paths::PiwPaths;
-use piw_core::store::{
+use piw_host::paths::PiwPaths;
+use piw_host::store::{
     AttemptOutcome, ExecutionMode, NewRun, RunFilter, Store, StoreConfig, TransitionRequest,
 };
 use serde_json::json;

@@ -178,9 +178,9 @@ pub(crate) enum RunsCmd {
 }
 
 fn finished_status_values(
-) -> impl clap::builder::TypedValueParser<Value = piw_core::store::RunStatus> {
+) -> impl clap::builder::TypedValueParser<Value = piw_host::store::RunStatus> {
     use clap::builder::TypedValueParser as _;
-    let names: Vec<&'static str> = piw_core::store::RunStatus::ALL
+    let names: Vec<&'static str> = piw_host::store::RunStatus::ALL
         .iter()
         .filter(|s| s.is_terminal())
         .map(|s| s.as_str())
@@ -203,18 +203,18 @@ pub(crate) fn parse_age(text: &str) -> Result<u64, String> {
     n.checked_mul(ms).ok_or_else(usage)
 }
 
-fn run_status_values() -> impl clap::builder::TypedValueParser<Value = piw_core::store::RunStatus> {
+fn run_status_values() -> impl clap::builder::TypedValueParser<Value = piw_host::store::RunStatus> {
     use clap::builder::TypedValueParser as _;
-    let names: Vec<&'static str> = piw_core::store::RunStatus::ALL
+    let names: Vec<&'static str> = piw_host::store::RunStatus::ALL
         .iter()
         .map(|s| s.as_str())
         .collect();
     clap::builder::PossibleValuesParser::new(names).try_map(|name| parse_run_status(&name))
 }
 
-fn parse_run_status(text: &str) -> Result<piw_core::store::RunStatus, String> {
-    piw_core::store::RunStatus::parse(text).ok_or_else(|| {
-        let all: Vec<&str> = piw_core::store::RunStatus::ALL
+fn parse_run_status(text: &str) -> Result<piw_host::store::RunStatus, String> {
+    piw_host::store::RunStatus::parse(text).ok_or_else(|| {
+        let all: Vec<&str> = piw_host::store::RunStatus::ALL
             .iter()
             .map(|s| s.as_str())
             .collect();
@@ -222,8 +222,8 @@ fn parse_run_status(text: &str) -> Result<piw_core::store::RunStatus, String> {
     })
 }
 
-fn parse_run_list_cursor(text: &str) -> Result<piw_core::protocol::payload::RunListCursor, String> {
-    piw_core::protocol::payload::RunListCursor::decode(text)
+fn parse_run_list_cursor(text: &str) -> Result<piw_host::protocol::payload::RunListCursor, String> {
+    piw_host::protocol::payload::RunListCursor::decode(text)
         .ok_or_else(|| "the `next_cursor` of an earlier `piw runs --json`".to_owned())
 }
 
@@ -391,7 +391,7 @@ pub(crate) struct RunsArgs {
     pub(crate) unfinished: bool,
     /// Only runs in this status; repeat it or give a list (`--status waiting,review`).
     #[arg(long, value_name = "STATUS", value_delimiter = ',', value_parser = run_status_values())]
-    pub(crate) status: Vec<piw_core::store::RunStatus>,
+    pub(crate) status: Vec<piw_host::store::RunStatus>,
     /// At most this many runs, newest first. When more follow, a line on stderr says so
     /// (`more` and `next_cursor` in `--json`).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_RUNS_LIMIT,
@@ -403,7 +403,7 @@ pub(crate) struct RunsArgs {
     /// Only the runs after this place in the list: the `next_cursor` of an earlier
     /// `piw runs --json`.
     #[arg(long, value_name = "CURSOR", value_parser = parse_run_list_cursor)]
-    pub(crate) cursor: Option<piw_core::protocol::payload::RunListCursor>,
+    pub(crate) cursor: Option<piw_host::protocol::payload::RunListCursor>,
 }
 
 // `piw runs prune`.
@@ -416,7 +416,7 @@ pub(crate) struct PruneArgs {
     /// Only runs in this finished status; repeat it or give a list
     /// (`--status failed,cancelled`).
     #[arg(long, value_name = "STATUS", value_delimiter = ',', value_parser = finished_status_values())]
-    pub(crate) status: Vec<piw_core::store::RunStatus>,
+    pub(crate) status: Vec<piw_host::store::RunStatus>,
     /// Keep the newest N finished runs (of the selected statuses), whatever their age.
     #[arg(long, value_name = "N")]
     pub(crate) keep: Option<u64>,
@@ -558,7 +558,7 @@ pub(crate) struct ViewArgs {
     pub(crate) once: bool,
     /// List only runs in this status.
     #[arg(long, value_parser = parse_run_status)]
-    pub(crate) status: Option<piw_core::store::RunStatus>,
+    pub(crate) status: Option<piw_host::store::RunStatus>,
     /// List only runs of this origin session.
     #[arg(long)]
     pub(crate) session: Option<String>,

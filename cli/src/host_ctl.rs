@@ -2,9 +2,9 @@
 //! that a host that accepts but never answers cannot hang the command.
 
 use super::*;
-use piw_core::driver::{installation_held, lock_holder};
-use piw_core::store::prelude::*;
-use piw_core::store::Finding;
+use piw_host::driver::{installation_held, lock_holder};
+use piw_host::store::prelude::*;
+use piw_host::store::Finding;
 
 /// One host-control call, bounded by [`HOST_ANSWER_TIMEOUT`]; a host that does not answer in
 /// time is named by the pid in its lock file.
@@ -56,7 +56,7 @@ pub(crate) fn stop_host(paths: &PiwPaths) -> Result<bool, CliError> {
             // Stopped means the process ended, as for a host that answers: it lets go of the
             // lock a moment before it exits.
             while let Some(pid) = holder_pid {
-                if !piw_core::supervise::process_alive(pid) || started.elapsed() >= wait {
+                if !piw_host::supervise::process_alive(pid) || started.elapsed() >= wait {
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(5));
@@ -105,7 +105,7 @@ pub(crate) fn stop_answering_host(
     // The socket goes first; the host then finishes its connections, stops its children and
     // makes its last commits durable. Stopped means the process ended.
     for _ in 0..STOP_WAIT_MS / 25 {
-        if !piw_core::supervise::process_alive(pid) {
+        if !piw_host::supervise::process_alive(pid) {
             return Ok(true);
         }
         std::thread::sleep(Duration::from_millis(25));
@@ -127,7 +127,7 @@ pub(crate) fn diagnose(paths: &PiwPaths) -> Result<Vec<Finding>, CliError> {
     // A database with another name is read, not refused (the lock keeps other hosts away
     // meanwhile, and a person must be able to look at and back up the runs), but it is what
     // is wrong: no host starts on it.
-    if let Some(links) = piw_core::store::files::database_links(&paths.db).filter(|&n| n > 1) {
+    if let Some(links) = piw_host::store::files::database_links(&paths.db).filter(|&n| n > 1) {
         let refusal = HostError::DatabaseHasLinks {
             db: paths.db.display().to_string(),
             links,
@@ -135,7 +135,7 @@ pub(crate) fn diagnose(paths: &PiwPaths) -> Result<Vec<Finding>, CliError> {
         findings.insert(
             0,
             file_finding(
-                piw_core::store::files::DATABASE_HAS_LINKS,
+                piw_host::store::files::DATABASE_HAS_LINKS,
                 refusal.to_string(),
             ),
         );
@@ -179,9 +179,9 @@ fn diagnose_state(paths: &PiwPaths) -> Result<Vec<Finding>, CliError> {
             // Nothing to diagnose, and nothing (not even PIW_HOME) is created to find that out.
             return Ok(Vec::new());
         }
-        let _lock = match piw_core::driver::lock_installation_with(
+        let _lock = match piw_host::driver::lock_installation_with(
             paths,
-            piw_core::driver::Links::Allow,
+            piw_host::driver::Links::Allow,
         ) {
             Ok(lock) => lock,
             // Another process holds the installation: a host that is starting (ask it once it
@@ -204,9 +204,9 @@ fn diagnose_state(paths: &PiwPaths) -> Result<Vec<Finding>, CliError> {
             Ok(store) => store,
             // A link, FIFO or second name beside the database: what is wrong is that file,
             // said by name, not the pages SQLite would misread through it.
-            Err(e @ piw_core::store::StoreError::UnsafeFile { .. }) => {
+            Err(e @ piw_host::store::StoreError::UnsafeFile { .. }) => {
                 return Ok(vec![file_finding(
-                    piw_core::store::files::DATABASE_FILE_UNSAFE,
+                    piw_host::store::files::DATABASE_FILE_UNSAFE,
                     e.to_string(),
                 )])
             }

@@ -1,7 +1,7 @@
 //! Text for people: times relative to now ("3 min ago") with their absolute UTC form, and a
 //! human decision as its question and choices.
 
-use piw_core::engine::time::UnixMillis;
+use piw_host::engine::time::UnixMillis;
 use serde_json::Value;
 
 /// Now, in Unix milliseconds (the clock runs use is the host's; "ago" is the reader's).

@@ -1,5 +1,5 @@
 //! `piw`: host control, runs, diagnosis and state maintenance, as a thin layer over
-//! `piw-core`. Exit codes: 0 ok, 1 runtime error, 2 usage (an ambiguous run id too), 3
+//! `piw-host`. Exit codes: 0 ok, 1 runtime error, 2 usage (an ambiguous run id too), 3
 //! `diagnose` found contradictions, 4 a wait gave up at its `--timeout`.
 
 use std::path::PathBuf;
@@ -7,11 +7,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{FromArgMatches as _, Parser, Subcommand};
-use piw_core::client::{ensure_host, BlockingClient, ClientError, DEFAULT_READY_TIMEOUT};
-use piw_core::driver::{HostConfig, HostError};
-use piw_core::paths::PiwPaths;
-use piw_core::protocol::{payload, reply as replies, Receipt, RejectionCode, Request, RequestBody};
-use piw_core::store::{Store, StoreConfig};
+use piw_host::client::{ensure_host, BlockingClient, ClientError, DEFAULT_READY_TIMEOUT};
+use piw_host::driver::{HostConfig, HostError};
+use piw_host::paths::PiwPaths;
+use piw_host::protocol::{payload, reply as replies, Receipt, RejectionCode, Request, RequestBody};
+use piw_host::store::{Store, StoreConfig};
 use serde_json::{json, Value};
 
 mod cli;
@@ -178,7 +178,7 @@ fn parse_json(text: &str) -> Result<Value, String> {
     } else {
         text
     };
-    if let Some(literal) = piw_core::protocol::integer_out_of_range(source) {
+    if let Some(literal) = piw_host::protocol::integer_out_of_range(source) {
         return Err(format!(
             "the integer {literal} does not fit 64 bits and would lose its value; write it as a string"
         ));
@@ -260,7 +260,7 @@ pub(crate) fn emit(text: &str) {
     }
 }
 
-/// A receipt's body as its kind's typed reply (`piw_core::protocol::reply`), which the host
+/// A receipt's body as its kind's typed reply (`piw_host::protocol::reply`), which the host
 /// built it from: the CLI reads fields through these types, never by name.
 fn reply<T: replies::Reply>(receipt: &Receipt) -> Result<T, CliError> {
     receipt.reply().map_err(|e| {
@@ -275,7 +275,7 @@ fn reply<T: replies::Reply>(receipt: &Receipt) -> Result<T, CliError> {
 }
 
 fn run_request(run_id: &str, body: RequestBody) -> Request {
-    Request::new(piw_core::ids::new_id("cli"), body).with_run_id(run_id)
+    Request::new(piw_host::ids::new_id("cli"), body).with_run_id(run_id)
 }
 
 /// What restoring an older copy of the state means, said before and after `piw state restore`.
@@ -305,7 +305,7 @@ fn init_logging() {
     // the default writer's fallback would panic in whichever thread logged.
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(piw_core::driver::log::LogSink::stderr)
+        .with_writer(piw_host::driver::log::LogSink::stderr)
         .log_internal_errors(false)
         .with_ansi(ansi)
         .init();
@@ -316,7 +316,7 @@ fn init_logging() {
 /// What they read may be stale while a host of another installation serves the other name
 /// (with its own `-wal`), which is why no host starts on such a file.
 pub(crate) fn warn_if_linked(paths: &PiwPaths) {
-    if let Some(links) = piw_core::store::files::database_links(&paths.db).filter(|&n| n > 1) {
+    if let Some(links) = piw_host::store::files::database_links(&paths.db).filter(|&n| n > 1) {
         let refusal = HostError::DatabaseHasLinks {
             db: paths.db.display().to_string(),
             links,

@@ -11,8 +11,8 @@
 //! host.
 
 use super::*;
-use piw_core::store::prelude::*;
-use piw_core::store::RunSummary;
+use piw_host::store::prelude::*;
+use piw_host::store::RunSummary;
 
 /// How many runs an ambiguous prefix lists.
 const CANDIDATES_SHOWN: u32 = 10;
@@ -79,7 +79,7 @@ pub(crate) fn short_ids(paths: &PiwPaths, ids: &[&str]) -> Vec<String> {
 pub(crate) fn short_ids_in(
     store: &Store,
     ids: &[&str],
-) -> piw_core::store::StoreResult<Vec<String>> {
+) -> piw_host::store::StoreResult<Vec<String>> {
     let others = store.run_ids_ending_like(ids, SHORT_ID_MIN)?;
     Ok(ids
         .iter()
@@ -105,7 +105,7 @@ fn shortest_unique_ending(id: &str, others: &[String]) -> String {
         .unwrap_or(0);
     let len = (shared + 1).max(SHORT_ID_MIN);
     let ending = &id[id.len().saturating_sub(len)..];
-    if len < id.len() && piw_core::store::is_short_id(ending) {
+    if len < id.len() && piw_host::store::is_short_id(ending) {
         ending.to_owned()
     } else {
         id.to_owned()
@@ -168,7 +168,7 @@ fn pick(given: &str, candidates: &[RunSummary]) -> Picked {
 fn ambiguous(given: &str, candidates: &[RunSummary]) -> CliError {
     let now = human::now_ms();
     let shown = &candidates[..candidates.len().min(CANDIDATES_SHOWN as usize)];
-    let how = if piw_core::store::is_short_id(given) {
+    let how = if piw_host::store::is_short_id(given) {
         "ends"
     } else {
         "begins"
@@ -224,7 +224,7 @@ mod tests {
             run_id: run_id.into(),
             workflow_name: "w".into(),
             origin_session: None,
-            status: piw_core::store::RunStatus::Queued,
+            status: piw_host::store::RunStatus::Queued,
             paused: false,
             current_node: None,
             revision: 1,

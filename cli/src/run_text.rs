@@ -2,7 +2,7 @@
 //! and what a wait says while a run waits for someone. Every renderer reads the typed
 //! `run.status` reply, so a field the host renames breaks the build, not the output.
 
-use piw_core::store::{
+use piw_host::store::{
     ChildRecord, DecisionRecord, InteractionRecord, MessageRecord, RunRecord, RunStatus,
 };
 use replies::RunStatusReply;
@@ -49,7 +49,7 @@ pub(crate) fn status_text(s: &RunStatusReply) -> String {
 /// The `result` line of a run's text, when it has a result: a value stored apart shows its
 /// start and size (`--json` reads it whole).
 pub(crate) fn result_line(result: Option<&Value>) -> String {
-    use piw_core::protocol::value::{read_slot, Slot};
+    use piw_host::protocol::value::{read_slot, Slot};
     let Some(result) = result.filter(|r| !r.is_null()) else {
         return String::new();
     };

@@ -10,7 +10,7 @@ use super::*;
 /// stopping. Returns whether there was anything to remove.
 pub(crate) fn remove_state(paths: &PiwPaths) -> Result<bool, CliError> {
     // Held until the database is gone: no host runs, is still stopping, or starts meanwhile.
-    let _lock = piw_core::driver::lock_installation_with(paths, piw_core::driver::Links::Allow).map_err(|e| match e {
+    let _lock = piw_host::driver::lock_installation_with(paths, piw_host::driver::Links::Allow).map_err(|e| match e {
         HostError::AlreadyRunning { pid, .. } => CliError::Runtime(format!(
             "a piw host is running or still stopping (pid {pid}); stop it first with `piw host stop`"
         )),
@@ -27,18 +27,18 @@ pub(crate) fn remove_state_locked(paths: &PiwPaths) -> Result<bool, CliError> {
         match Store::open_read_only(&paths.db, StoreConfig::default()) {
             Ok(store) => {
                 let (stopped, outcomes) =
-                    piw_core::driver::stop_recorded_children(&store, None, Duration::from_secs(2))?;
+                    piw_host::driver::stop_recorded_children(&store, None, Duration::from_secs(2))?;
                 let killed = outcomes
                     .iter()
-                    .filter(|o| **o == piw_core::supervise::OrphanOutcome::Killed)
+                    .filter(|o| **o == piw_host::supervise::OrphanOutcome::Killed)
                     .count();
                 if !stopped.is_empty() {
                     eprintln!(
                         "piw: stopped {killed} child process(es) an earlier host left running"
                     );
                 }
-                let leftovers = piw_core::supervise::kill_marked_leftovers(
-                    &piw_core::driver::supervision_scope(&paths.socket),
+                let leftovers = piw_host::supervise::kill_marked_leftovers(
+                    &piw_host::driver::supervision_scope(&paths.socket),
                     Duration::from_secs(2),
                 );
                 if leftovers > 0 {
@@ -106,13 +106,13 @@ pub(crate) fn restore_state(
             "this replaces {} with {}; {RESTORE_MEANS}. Back up the current state first (`piw state backup {}`), then run `piw state restore {} --yes`",
             paths.db.display(),
             file.display(),
-            piw_core::paths::shell_quoted(std::path::Path::new(&current)),
-            piw_core::paths::shell_quoted(file),
+            piw_host::paths::shell_quoted(std::path::Path::new(&current)),
+            piw_host::paths::shell_quoted(file),
         )));
     }
     paths.ensure_dirs()?;
     // Held from the removal to the copy: no host starts on a half-restored installation.
-    let _lock = piw_core::driver::lock_installation_with(paths, piw_core::driver::Links::Allow).map_err(|e| match e {
+    let _lock = piw_host::driver::lock_installation_with(paths, piw_host::driver::Links::Allow).map_err(|e| match e {
         HostError::AlreadyRunning { pid, .. } => CliError::Runtime(format!(
             "a piw host is running or still stopping (pid {pid}); stop it first with `piw host stop`"
         )),

@@ -2,14 +2,14 @@
 //! `.workflow.json` fixtures with scripted behaviours (docs/RULES.md, "Child isolation" and
 //! "Effects").
 
-use piw_core::store::prelude::*;
+use piw_host::store::prelude::*;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use piw_core::client::BlockingClient;
-use piw_core::paths::PiwPaths;
-use piw_core::protocol::{payload, RejectionCode, Request, RequestBody};
+use piw_host::client::BlockingClient;
+use piw_host::paths::PiwPaths;
+use piw_host::protocol::{payload, RejectionCode, Request, RequestBody};
 use serde_json::{json, Value};
 
 mod common;
@@ -173,7 +173,7 @@ impl Env {
             .client()
             .send(
                 Request::new(
-                    piw_core::ids::new_id("st"),
+                    piw_host::ids::new_id("st"),
                     RequestBody::RunStatus(Default::default()),
                 )
                 .with_run_id(run_id),
@@ -225,7 +225,7 @@ fn events(status_env: &Env, run_id: &str) -> Vec<String> {
 
 /// Events of every run, read through a read-only store (the host keeps running).
 fn rusqlite_open(db: &Path) -> Vec<(String, String)> {
-    let store = piw_core::store::Store::open_read_only(db, Default::default()).unwrap();
+    let store = piw_host::store::Store::open_read_only(db, Default::default()).unwrap();
     let mut out = Vec::new();
     for run in store.list_runs(None, 1000).unwrap() {
         for e in store.events(&run.run_id, 0).unwrap() {
@@ -423,7 +423,7 @@ fn a_spinning_child_cannot_take_ownership_and_its_deadline_routes_timed_out() {
         "the host kept ownership: {kinds:?}"
     );
     // The spinning child's group was killed.
-    let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
+    let store = piw_host::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
     let start = Instant::now();
     let first = loop {
         let first = store.children(&run_id).unwrap().remove(0);
@@ -713,7 +713,7 @@ fn a_test_leaves_no_host_child_or_grandchild_behind() {
     );
     let run_id = env.start(&file, json!({}));
     let grandchild = wait_for_pid_file(&pid_file);
-    let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
+    let store = piw_host::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
     let child = live_children(&store, &run_id)[0];
     drop(store);
     host.kill().unwrap();
@@ -906,7 +906,7 @@ fn a_child_flooding_100_mb_keeps_host_memory_bounded_and_the_tails() {
         "host memory bounded: {before} -> {after} KiB"
     );
     // The run completes before its child's exit (with the tails) is recorded.
-    let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
+    let store = piw_host::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
     let start = Instant::now();
     let child = loop {
         let child = store.children(&run_id).unwrap().remove(0);
@@ -1012,7 +1012,7 @@ fn a_child_killed_while_applying_leaves_the_effect_uncertain_and_the_run_in_revi
     env.advance_clock(3_600_000);
     let s = env.settle(&run_id);
     assert_eq!(s["run"]["status"], json!("review"), "{s:#}");
-    let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
+    let store = piw_host::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
     assert_eq!(
         store.children(&run_id).unwrap().len(),
         1,
@@ -1044,7 +1044,7 @@ fn an_interaction_deadline_counts_no_time_while_the_host_is_down_and_routes_time
     drop(session);
     env.stop(host);
     // The request was still pending when the host stopped: what follows is the restart's doing.
-    let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
+    let store = piw_host::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
     let requests = store.interactions(Some(&run_id), None).unwrap();
     assert_eq!(requests.len(), 1);
     assert_eq!(requests[0].status, "pending", "{requests:#?}");
@@ -1251,7 +1251,7 @@ extern "C" {
 }
 
 /// The pids of the run's recorded children that are alive (not exited, not zombies).
-fn live_children(store: &piw_core::store::Store, run_id: &str) -> Vec<u32> {
+fn live_children(store: &piw_host::store::Store, run_id: &str) -> Vec<u32> {
     store
         .children(run_id)
         .unwrap()
@@ -1280,7 +1280,7 @@ fn a_host_stall_longer_than_the_lease_never_leaves_two_live_children_for_one_run
     }
     // Watch the whole recovery, not one moment of it: at no sample are two children of the
     // run alive, and it ends with the run running again in a new generation.
-    let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
+    let store = piw_host::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
     let start = Instant::now();
     loop {
         let s = env.status(&run_id);
@@ -1332,7 +1332,7 @@ fn a_restarted_host_kills_the_orphaned_children_of_the_host_that_died() {
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(300));
-    let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
+    let store = piw_host::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
     let start = Instant::now();
     // The run's live child: recorded, not exited, and spinning.
     let orphan = loop {
@@ -1412,7 +1412,7 @@ fn active_children_are_capped_and_the_rest_wait_in_the_queue() {
     env.cancel("cancel-queued", &third);
     std::fs::write(&later_barrier, b"").unwrap();
     env.wait_for(&second, &["completed"], Duration::from_secs(20));
-    let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
+    let store = piw_host::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
     assert!(
         store.children(&third).unwrap().is_empty(),
         "a cancelled queued run is never activated"
@@ -1442,7 +1442,7 @@ fn a_cpu_limit_kills_a_runaway_child_and_repeated_losses_stop_the_run_for_review
             .contains("3 times"),
         "{s:#}"
     );
-    let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
+    let store = piw_host::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
     let children = store.children(&run_id).unwrap();
     assert_eq!(children.len(), 3, "{children:#?}");
     assert!(
@@ -1646,7 +1646,7 @@ fn submit(
     s: &Value,
     request_id: &str,
     value: i64,
-) -> Result<piw_core::protocol::Receipt, piw_core::client::ClientError> {
+) -> Result<piw_host::protocol::Receipt, piw_host::client::ClientError> {
     let interaction = &s["interactions"][0];
     env.client().send(
         Request::new(
@@ -1747,7 +1747,7 @@ fn a_submission_is_validated_in_a_child_rejected_then_corrected_for_the_same_req
         );
         std::thread::sleep(Duration::from_millis(20));
     };
-    let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
+    let store = piw_host::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
     let interaction_id = s["interactions"][0]["interaction_id"].as_str().unwrap();
     let subs = store.submissions(interaction_id).unwrap();
     assert_eq!(subs[0].state, "rejected");
@@ -1813,7 +1813,7 @@ fn a_submission_committed_just_before_a_host_crash_is_validated_after_restart() 
     );
     // The retried request id returns the committed receipt; nothing was submitted twice.
     assert!(submit(&env, &run_id, &s, "once", 42).unwrap().replayed);
-    let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
+    let store = piw_host::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
     let interaction_id = s["interactions"][0]["interaction_id"].as_str().unwrap();
     assert_eq!(store.submissions(interaction_id).unwrap().len(), 1);
     env.stop(host);
@@ -1911,7 +1911,7 @@ fn pure_steps_reported_together_are_checked_and_recorded_one_by_one() {
     assert_eq!(&attempts[..3], &expected[..], "{s:#}");
     assert_eq!(attempts[3].0, "z", "{s:#}");
     // Each step has its own event, in order, without gaps.
-    let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
+    let store = piw_host::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
     let events = store.events(&run_id, 0).unwrap();
     let transitions = events.iter().filter(|e| e.kind == "transitioned").count();
     assert!(transitions >= 3, "{events:#?}");
@@ -1944,7 +1944,7 @@ fn an_unreported_step_the_graph_does_not_allow_fails_the_run() {
 /// to send a healthy run to review during an ordinary stop).
 #[test]
 fn a_graceful_stop_held_open_by_a_slow_client_costs_a_busy_run_nothing() {
-    use piw_core::protocol::{write_frame, Limits};
+    use piw_host::protocol::{write_frame, Limits};
     use std::io::Write as _;
     let env = Env::new(&[("PIW_KILL_GRACE_MS", "200")]);
     let host = env.serve(None);
@@ -2026,7 +2026,7 @@ fn answer_decision(
     request_id: &str,
     person: bool,
     answer: Value,
-) -> Result<piw_core::protocol::Receipt, piw_core::client::ClientError> {
+) -> Result<piw_host::protocol::Receipt, piw_host::client::ClientError> {
     let decision = s["decisions"]
         .as_array()
         .unwrap()
@@ -2295,7 +2295,7 @@ fn a_validation_overtaken_by_the_deadline_expires_the_request_without_a_loss() {
     let s = env.wait_for(&run_id, &["waiting"], Duration::from_secs(20));
     submit(&env, &run_id, &s, "in-time", 42).unwrap();
     // The judging child is running when the deadline passes.
-    let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
+    let store = piw_host::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
     let start = Instant::now();
     while !store
         .children(&run_id)
@@ -2716,7 +2716,7 @@ fn an_effect_receipt_committed_before_a_host_crash_is_replayed_to_the_rerun() {
         Some(6),
         "{died}"
     );
-    let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
+    let store = piw_host::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
     let run_id = store.list_runs(None, 10).unwrap()[0].run_id.clone();
     let attempts_before = store.attempts(&run_id).unwrap();
     assert!(
@@ -3046,7 +3046,7 @@ fn assert_woke_and_completed(env: &Env, run_id: &str, s: &Value) {
         "the wait passes its input on"
     );
     assert_eq!(s["run"]["wake_at"], Value::Null, "{s:#}");
-    let store = piw_core::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
+    let store = piw_host::store::Store::open_read_only(&env.paths.db, Default::default()).unwrap();
     assert_eq!(
         store.children(run_id).unwrap().len(),
         2,

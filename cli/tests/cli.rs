@@ -2,7 +2,7 @@
 //! contradictions found by `diagnose`), and `PIW_HOME` selecting the installation. Runs the real
 //! binary against temp homes.
 
-use piw_core::store::prelude::*;
+use piw_host::store::prelude::*;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -314,7 +314,7 @@ fn state_backup_and_reset() {
         0o600
     );
     // The backup is a complete, compatible state database.
-    let copy = piw_core::store::Store::open_read_only(&backup, Default::default()).unwrap();
+    let copy = piw_host::store::Store::open_read_only(&backup, Default::default()).unwrap();
     assert_eq!(copy.list_runs(None, 10).unwrap().len(), 1);
     // Reset is refused while a host runs (it holds the installation lock), and without --yes.
     let host_pid: u32 = std::fs::read_to_string(h.home.join("host.lock"))
@@ -331,7 +331,7 @@ fn state_backup_and_reset() {
     );
     assert_eq!(piw(&h.home, &["host", "stop"]).status.code(), Some(0));
     // Stopped means the process ended, not only that its socket went away.
-    assert!(!piw_core::supervise::process_alive(host_pid));
+    assert!(!piw_host::supervise::process_alive(host_pid));
     // Without --yes: a usage error (exit 2) that says what to run.
     let o = piw(&h.home, &["state", "reset"]);
     assert_eq!(o.status.code(), Some(2));
@@ -366,7 +366,7 @@ fn state_restore_puts_a_backup_back_only_when_no_host_runs() {
     start(&h);
     let runs = |h: &Home| {
         let store =
-            piw_core::store::Store::open_read_only(h.home.join("state.sqlite"), Default::default())
+            piw_host::store::Store::open_read_only(h.home.join("state.sqlite"), Default::default())
                 .unwrap();
         store.list_runs(None, 10).unwrap().len()
     };
@@ -464,7 +464,7 @@ fn state_reset_stops_the_children_a_crashed_host_left_running() {
         std::thread::sleep(Duration::from_millis(20));
     };
     let store =
-        piw_core::store::Store::open_read_only(h.home.join("state.sqlite"), Default::default())
+        piw_host::store::Store::open_read_only(h.home.join("state.sqlite"), Default::default())
             .unwrap();
     let child_pid = store.children(&run_id).unwrap()[0]
         .pid
@@ -487,7 +487,7 @@ fn state_reset_stops_the_children_a_crashed_host_left_running() {
     // SAFETY: as above; the host is the test's own.
     assert_eq!(unsafe { libc::kill(host_pid, libc::SIGKILL) }, 0);
     let started = Instant::now();
-    while piw_core::supervise::process_alive(host_pid as u32) {
+    while piw_host::supervise::process_alive(host_pid as u32) {
         assert!(
             started.elapsed() < Duration::from_secs(30),
             "the host did not die"
@@ -495,7 +495,7 @@ fn state_reset_stops_the_children_a_crashed_host_left_running() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(
-        piw_core::supervise::process_alive(child_pid),
+        piw_host::supervise::process_alive(child_pid),
         "the child outlived its host"
     );
     let o = piw(&h.home, &["state", "reset", "--yes"]);
@@ -503,7 +503,7 @@ fn state_reset_stops_the_children_a_crashed_host_left_running() {
     assert!(text(&o).contains("stopped 1 child process"), "{}", text(&o));
     // The whole group went: the child and the grandchild that ignores SIGTERM.
     for pid in [child_pid, grandchild_pid] {
-        assert!(!piw_core::supervise::process_alive(pid), "{pid} still runs");
+        assert!(!piw_host::supervise::process_alive(pid), "{pid} still runs");
     }
 }
 
@@ -578,10 +578,10 @@ fn wait_gives_up_after_its_timeout_and_the_run_goes_on() {
 
 /// What a fake host answers the CLI's `run start --wait`: the typed reply of each kind for run
 /// `run-1`, which is in `status` (with the result `1`).
-fn fake_wait_reply(body: &piw_core::protocol::RequestBody, status: &str) -> Value {
-    use piw_core::protocol::reply::{body_of, RunQueued, RunStatusReply};
-    use piw_core::protocol::RequestBody;
-    use piw_core::store::{ClaimInfo, RunRecord, RunStatus};
+fn fake_wait_reply(body: &piw_host::protocol::RequestBody, status: &str) -> Value {
+    use piw_host::protocol::reply::{body_of, RunQueued, RunStatusReply};
+    use piw_host::protocol::RequestBody;
+    use piw_host::store::{ClaimInfo, RunRecord, RunStatus};
     let reply = match body {
         RequestBody::RunStart(_) => body_of(&RunQueued {
             run_id: "run-1".into(),
@@ -642,15 +642,15 @@ fn fake_wait_reply(body: &piw_core::protocol::RequestBody, status: &str) -> Valu
 /// and reports the run completed only after many status calls.
 #[test]
 fn waiting_for_a_run_survives_a_burst_of_events_the_client_drops() {
-    use piw_core::client::SUBSCRIPTION_BUFFER;
-    use piw_core::protocol::{
+    use piw_host::client::SUBSCRIPTION_BUFFER;
+    use piw_host::protocol::{
         encode_frame, read_frame, Event, Limits, ProtocolSchema, Receipt, Request, RequestBody,
         ServerFrame,
     };
     use std::io::Write;
 
     let h = home();
-    let paths = piw_core::paths::PiwPaths::for_home(h.home.clone());
+    let paths = piw_host::paths::PiwPaths::for_home(h.home.clone());
     paths.ensure_dirs().unwrap();
     let listener = std::os::unix::net::UnixListener::bind(&paths.socket).unwrap();
     let burst = SUBSCRIPTION_BUFFER as u64 + 500;
@@ -731,14 +731,14 @@ fn waiting_for_a_run_survives_a_burst_of_events_the_client_drops() {
 /// `run start --wait` against a fake host that ends the CLI's first subscription with a
 /// goodbye `code` (after answering a status call with `running`); a connection opened again is
 /// told the run `completed`. Returns the CLI's output and how many subscriptions it made.
-fn wait_through_a_goodbye(code: piw_core::protocol::RejectionCode, message: &str) -> (Output, u32) {
-    use piw_core::protocol::{
+fn wait_through_a_goodbye(code: piw_host::protocol::RejectionCode, message: &str) -> (Output, u32) {
+    use piw_host::protocol::{
         encode_frame, read_frame, Limits, Receipt, Request, RequestBody, ServerFrame,
     };
     use std::io::Write;
 
     let h = home();
-    let paths = piw_core::paths::PiwPaths::for_home(h.home.clone());
+    let paths = piw_host::paths::PiwPaths::for_home(h.home.clone());
     paths.ensure_dirs().unwrap();
     let listener = std::os::unix::net::UnixListener::bind(&paths.socket).unwrap();
     let message = message.to_owned();
@@ -793,7 +793,7 @@ fn wait_through_a_goodbye(code: piw_core::protocol::RejectionCode, message: &str
 #[test]
 fn waiting_for_a_run_subscribes_again_when_the_host_ends_a_lagging_subscription() {
     let (o, subscriptions) = wait_through_a_goodbye(
-        piw_core::protocol::RejectionCode::SubscriberLagged,
+        piw_host::protocol::RejectionCode::SubscriberLagged,
         "subscriber fell 20000 events behind; resubscribe and reread status",
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
@@ -806,7 +806,7 @@ fn waiting_for_a_run_subscribes_again_when_the_host_ends_a_lagging_subscription(
 #[test]
 fn waiting_for_a_run_reports_an_internal_goodbye_instead_of_subscribing_again() {
     let (o, subscriptions) = wait_through_a_goodbye(
-        piw_core::protocol::RejectionCode::Internal,
+        piw_host::protocol::RejectionCode::Internal,
         "cannot write to the connection",
     );
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
@@ -1065,9 +1065,9 @@ fn a_person_accepts_a_changed_source_of_a_run_in_review() {
     let file = workflow_file(&h, "edit", &fixture(false));
     let run_id = start_in_session(&h.home, &file);
     let decision = pending_at(&h.home, &run_id, "decisions", "ask");
-    let old_hash = piw_core::worker::hash_file(&file).unwrap();
+    let old_hash = piw_host::worker::hash_file(&file).unwrap();
     std::fs::write(&file, fixture(true).to_string()).unwrap();
-    let new_hash = piw_core::worker::hash_file(&file).unwrap();
+    let new_hash = piw_host::worker::hash_file(&file).unwrap();
     let o = piw(
         &h.home,
         &["run", "answer", &run_id, "yes", "--decision", &decision],
@@ -1644,8 +1644,8 @@ fn diagnose_waits_for_a_held_installation_without_starting_a_host() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_eq!(piw(&h.home, &["host", "stop"]).status.code(), Some(0));
 
-    let paths = piw_core::paths::PiwPaths::for_home(h.home.clone());
-    let lock = piw_core::driver::lock_installation(&paths).unwrap();
+    let paths = piw_host::paths::PiwPaths::for_home(h.home.clone());
+    let lock = piw_host::driver::lock_installation(&paths).unwrap();
     let holder = std::thread::spawn(move || {
         std::thread::sleep(std::time::Duration::from_millis(800));
         drop(lock);
@@ -1671,9 +1671,9 @@ fn diagnose_waits_for_a_held_installation_without_starting_a_host() {
 /// catches a backup that never ends; it is not a speed check (one takes well under a second).
 #[test]
 fn state_backup_finishes_while_the_host_commits_steadily() {
-    use piw_core::client::BlockingClient;
-    use piw_core::paths::PiwPaths;
-    use piw_core::protocol::{payload, Request, RequestBody};
+    use piw_host::client::BlockingClient;
+    use piw_host::paths::PiwPaths;
+    use piw_host::protocol::{payload, Request, RequestBody};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     use std::time::{Duration, Instant};
@@ -1713,7 +1713,7 @@ fn state_backup_finishes_while_the_host_commits_steadily() {
             while !done.load(Ordering::Relaxed) {
                 for body in [RequestBody::RunPause, RequestBody::RunResume] {
                     let request =
-                        Request::new(piw_core::ids::new_id("t"), body).with_run_id(run_id.clone());
+                        Request::new(piw_host::ids::new_id("t"), body).with_run_id(run_id.clone());
                     client.send(request).unwrap();
                     commits += 1;
                 }
@@ -1742,7 +1742,7 @@ fn state_backup_finishes_while_the_host_commits_steadily() {
         "the backup never finished under steady writes ({commits} commits meanwhile)"
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let copy = piw_core::store::Store::open_read_only(&backup, Default::default()).unwrap();
+    let copy = piw_host::store::Store::open_read_only(&backup, Default::default()).unwrap();
     assert_eq!(copy.list_runs(None, 100).unwrap().len(), run_ids.len());
     assert!(copy.diagnose(copy.now_ms()).unwrap().is_empty());
     // A backup that fails part-way (here: a file size limit, its signal ignored so the write
@@ -1862,7 +1862,7 @@ fn host_stop_waits_for_a_host_that_is_already_stopping() {
     let o = piw(&h.home, &["host", "stop"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(
-        !piw_core::supervise::process_alive(u32::try_from(host_pid).unwrap()),
+        !piw_host::supervise::process_alive(u32::try_from(host_pid).unwrap()),
         "`host stop` returned while the host was still stopping: {}",
         text(&o)
     );
@@ -1872,7 +1872,7 @@ fn host_stop_waits_for_a_host_that_is_already_stopping() {
 }
 
 fn socket_of(home: &Path) -> PathBuf {
-    piw_core::paths::PiwPaths::for_home(home.to_path_buf()).socket
+    piw_host::paths::PiwPaths::for_home(home.to_path_buf()).socket
 }
 
 /// `piw runs` lists run records whose results together may pass the 1 MiB reply limit (ten
@@ -1882,9 +1882,9 @@ fn socket_of(home: &Path) -> PathBuf {
 /// fewer or more.
 #[test]
 fn runs_lists_every_run_when_results_are_large_and_takes_a_limit() {
-    use piw_core::client::BlockingClient;
-    use piw_core::paths::PiwPaths;
-    use piw_core::protocol::{payload, RequestBody};
+    use piw_host::client::BlockingClient;
+    use piw_host::paths::PiwPaths;
+    use piw_host::protocol::{payload, RequestBody};
 
     let h = home();
     // No `return`: the node's output, and so the run's result, is its input.
@@ -1990,7 +1990,7 @@ fn the_backup_command_state_reset_suggests_works_as_printed() {
         .unwrap();
     assert_eq!(ran.status.code(), Some(0), "{command}: {}", text(&ran));
     let backup = h.home.join("state.sqlite.bak");
-    let copy = piw_core::store::Store::open_read_only(&backup, Default::default()).unwrap();
+    let copy = piw_host::store::Store::open_read_only(&backup, Default::default()).unwrap();
     assert_eq!(copy.list_runs(None, 10).unwrap().len(), 1);
 }
 
@@ -2129,7 +2129,7 @@ fn a_damaged_backup_is_refused_by_restore_and_reported_by_diagnose() {
     assert_eq!(o.status.code(), Some(3), "{}", text(&o));
     assert_eq!(
         json_of(&o)["findings"][0]["code"],
-        piw_core::store::DATABASE_MALFORMED
+        piw_host::store::DATABASE_MALFORMED
     );
     let o = piw(&h.home, &["diagnose"]);
     assert!(
@@ -3039,7 +3039,7 @@ fn logs_start_no_host_and_say_ok_for_a_step_that_succeeded() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let run_id = json_of(&o)["run"]["run_id"].as_str().unwrap().to_owned();
     assert_eq!(piw(&h.home, &["host", "stop"]).status.code(), Some(0));
-    let socket = piw_core::paths::PiwPaths::for_home(h.home.clone()).socket;
+    let socket = piw_host::paths::PiwPaths::for_home(h.home.clone()).socket;
     assert!(!socket.exists());
 
     let o = piw(&h.home, &["logs", &run_id]);
@@ -3287,7 +3287,7 @@ fn run_start_finds_a_built_in_by_prefix_and_by_name_after_the_files() {
     std::fs::create_dir_all(&user_home).unwrap();
     // plan-approval names the plan it decides on by the digest of its canonical JSON.
     let plan = "add a test, then fix it";
-    let digest = piw_core::ids::sha256_hex(format!("{plan:?}").as_bytes());
+    let digest = piw_host::ids::sha256_hex(format!("{plan:?}").as_bytes());
     let input = format!(
         r#"{{"task":"fix the parser","plan":"{plan}","planDigest":"sha256:{digest}","mode":"skip"}}"#
     );
@@ -3361,7 +3361,7 @@ fn run_start_finds_a_built_in_by_prefix_and_by_name_after_the_files() {
 /// store, a few transactions): a list of thousands of runs without launching thousands of
 /// children. The host must not be running.
 fn seed_ended_runs(h: &Home, n: usize) -> Vec<String> {
-    use piw_core::store::{ExecutionMode, Fence, NewRun, Store};
+    use piw_host::store::{ExecutionMode, Fence, NewRun, Store};
     let mut store = Store::open(h.home.join("state.sqlite"), Default::default()).unwrap();
     let mut ids = Vec::new();
     for chunk in 0..n.div_ceil(500) {
@@ -3572,7 +3572,7 @@ fn a_large_output_is_printed_whole_with_json_and_as_a_preview_without() {
     assert!(result.len() < 400, "{result}");
     // The value by its hash, alone.
     let store =
-        piw_core::store::Store::open_read_only(h.home.join("state.sqlite"), Default::default())
+        piw_host::store::Store::open_read_only(h.home.join("state.sqlite"), Default::default())
             .unwrap();
     let sha256 = store.attempts(&run_id).unwrap()[0].output.as_ref().unwrap()["sha256"]
         .as_str()
@@ -3582,7 +3582,7 @@ fn a_large_output_is_printed_whole_with_json_and_as_a_preview_without() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_eq!(json_of(&o)["blob"], blob.as_str());
     // Its exact stored bytes: they hash to its name.
-    assert_eq!(piw_core::engine::ids::sha256_hex(&o.stdout), sha256);
+    assert_eq!(piw_host::engine::ids::sha256_hex(&o.stdout), sha256);
     // A reader that goes away (`| head`) ends it quietly: no panic, exit 0.
     let mut child = spawn_piw(&h.home, &["run", "value", &run_id, &sha256]);
     drop(child.stdout.take());
@@ -3611,7 +3611,7 @@ fn a_large_output_is_printed_whole_with_json_and_as_a_preview_without() {
 #[test]
 fn an_output_over_the_value_limit_fails_its_node_with_value_too_large() {
     let h = home();
-    let over = piw_core::protocol::value::MAX_VALUE_BYTES;
+    let over = piw_host::protocol::value::MAX_VALUE_BYTES;
     let file = workflow_file(
         &h,
         "huge",
@@ -4054,16 +4054,16 @@ fn short_ids_and_last_name_runs_in_every_command() {
         text(&o)
     );
     // The host resolves short ids too, for every client (the Pi extension's `/workflow`).
-    let paths = piw_core::paths::PiwPaths::for_home(h.home.clone());
-    let mut client = piw_core::client::BlockingClient::connect(&paths).unwrap();
+    let paths = piw_host::paths::PiwPaths::for_home(h.home.clone());
+    let mut client = piw_host::client::BlockingClient::connect(&paths).unwrap();
     for (given, expected) in [
         (first_short.as_str(), vec![first.as_str()]),
         (&first[..first.len() - 3], vec![first.as_str()]),
         ("0123456789abcdef0123456789", vec![]),
     ] {
         let listed = client
-            .call(piw_core::protocol::RequestBody::RunList(
-                piw_core::protocol::payload::RunList {
+            .call(piw_host::protocol::RequestBody::RunList(
+                piw_host::protocol::payload::RunList {
                     run_id_prefix: Some(given.to_owned()),
                     ..Default::default()
                 },

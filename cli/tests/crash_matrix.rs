@@ -15,16 +15,16 @@
 //! one did, with `diagnose` clean, every acknowledged command applied exactly once, the effect
 //! applied once, and no child of the cancelled run left alive.
 
-use piw_core::store::prelude::*;
+use piw_host::store::prelude::*;
 use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use piw_core::client::{BlockingClient, ClientError};
-use piw_core::paths::PiwPaths;
-use piw_core::protocol::{payload, Receipt, Request, RequestBody};
+use piw_host::client::{BlockingClient, ClientError};
+use piw_host::paths::PiwPaths;
+use piw_host::protocol::{payload, Receipt, Request, RequestBody};
 use piw_tests::{is_final, pending};
 use serde_json::{json, Value};
 
@@ -183,7 +183,7 @@ impl Scenario {
 
     fn status(&mut self, run_id: &str) -> Value {
         let request = Request::new(
-            piw_core::ids::new_id("st"),
+            piw_host::ids::new_id("st"),
             RequestBody::RunStatus(Default::default()),
         )
         .with_run_id(run_id);
@@ -200,7 +200,7 @@ impl Scenario {
             }
             if start.elapsed() > BOUND {
                 let store =
-                    piw_core::store::Store::open_read_only(&self.paths.db, Default::default())
+                    piw_host::store::Store::open_read_only(&self.paths.db, Default::default())
                         .unwrap();
                 let events: Vec<String> = store
                     .events(run_id, 0)
@@ -424,12 +424,12 @@ impl Scenario {
         for round in 0.. {
             assert!(round < 5, "repair never left diagnose clean");
             let r = self.call(Request::new(
-                piw_core::ids::new_id("repair"),
+                piw_host::ids::new_id("repair"),
                 RequestBody::Repair,
             ));
             let findings = self
                 .call(Request::new(
-                    piw_core::ids::new_id("diag"),
+                    piw_host::ids::new_id("diag"),
                     RequestBody::Diagnose,
                 ))
                 .unwrap()
@@ -443,7 +443,7 @@ impl Scenario {
 
         // Nothing of the cancelled run lives on.
         let store =
-            piw_core::store::Store::open_read_only(&self.paths.db, Default::default()).unwrap();
+            piw_host::store::Store::open_read_only(&self.paths.db, Default::default()).unwrap();
         for child in store.children(&spin_id).unwrap() {
             if let Some(pid) = child.pid {
                 let start = Instant::now();
@@ -513,8 +513,8 @@ impl Scenario {
         for round in 0.. {
             assert!(round < 5, "the prune never ended");
             let r = self.call(Request::new(
-                piw_core::ids::new_id("prune"),
-                RequestBody::RunPrune(piw_core::protocol::payload::RunPrune {
+                piw_host::ids::new_id("prune"),
+                RequestBody::RunPrune(piw_host::protocol::payload::RunPrune {
                     keep: Some(0),
                     ..Default::default()
                 }),
@@ -524,7 +524,7 @@ impl Scenario {
             }
         }
         let store =
-            piw_core::store::Store::open_read_only(&self.paths.db, Default::default()).unwrap();
+            piw_host::store::Store::open_read_only(&self.paths.db, Default::default()).unwrap();
         let findings = store.diagnose(store.now_ms()).unwrap();
         assert!(
             findings.is_empty(),

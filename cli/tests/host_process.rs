@@ -1,15 +1,15 @@
 //! The real host process: one host per installation, on-demand start, bad input isolation,
 //! peer checks, and durable receipts across a SIGKILL.
 
-use piw_core::store::prelude::*;
+use piw_host::store::prelude::*;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use piw_core::client::{ensure_host, BlockingClient, ClientError};
-use piw_core::protocol::{payload, RejectionCode, Request, RequestBody};
+use piw_host::client::{ensure_host, BlockingClient, ClientError};
+use piw_host::protocol::{payload, RejectionCode, Request, RequestBody};
 use serde_json::json;
 
 mod common;
@@ -120,7 +120,7 @@ fn ten_racing_ensure_host_calls_end_with_exactly_one_host() {
 fn ensure_host_starts_a_host_once_a_stopping_one_has_let_go() {
     let home = TempHome::new();
     home.paths.ensure_dirs().unwrap();
-    let held = piw_core::driver::lock_installation(&home.paths).unwrap();
+    let held = piw_host::driver::lock_installation(&home.paths).unwrap();
     let release = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(700));
         drop(held);
@@ -142,7 +142,7 @@ fn ensure_host_starts_a_host_once_a_stopping_one_has_let_go() {
 fn the_lock_of_a_dead_but_still_exiting_holder_is_waited_for() {
     let home = TempHome::new();
     home.paths.ensure_dirs().unwrap();
-    let held = piw_core::driver::lock_installation(&home.paths).unwrap();
+    let held = piw_host::driver::lock_installation(&home.paths).unwrap();
     let mut dead = std::process::Command::new("true").spawn().unwrap();
     let dead_pid = dead.id();
     dead.wait().unwrap();
@@ -151,7 +151,7 @@ fn the_lock_of_a_dead_but_still_exiting_holder_is_waited_for() {
         std::thread::sleep(Duration::from_millis(300));
         drop(held);
     });
-    let taken = piw_core::driver::lock_installation(&home.paths);
+    let taken = piw_host::driver::lock_installation(&home.paths);
     release.join().unwrap();
     let file = taken.expect("the lock, once its dying holder let go");
     drop(file);
@@ -166,7 +166,7 @@ fn the_lock_of_a_dead_but_still_exiting_holder_is_waited_for() {
 fn ensure_host_names_a_lock_that_is_held_past_its_wait() {
     let home = TempHome::new();
     home.paths.ensure_dirs().unwrap();
-    let held = piw_core::driver::lock_installation(&home.paths).unwrap();
+    let held = piw_host::driver::lock_installation(&home.paths).unwrap();
     // The lock stays held for the whole wait, so the outcome does not depend on its length;
     // seconds let a loaded machine start (and lose) the host within it.
     let err = ensure_host(&home.paths, &piw(), Duration::from_secs(5)).unwrap_err();
@@ -324,7 +324,7 @@ fn read_to_close(s: &mut UnixStream) -> String {
 
 /// Reads the next host frame as JSON.
 fn read_json(s: &mut UnixStream) -> serde_json::Value {
-    let body = piw_core::protocol::read_frame(s, &piw_core::protocol::Limits::default())
+    let body = piw_host::protocol::read_frame(s, &piw_host::protocol::Limits::default())
         .expect("a frame")
         .expect("the host answers before it closes");
     serde_json::from_slice(&body).unwrap()
@@ -346,7 +346,7 @@ fn bad_input_closes_only_the_offending_connection() {
         let r = good
             .send(
                 Request::new(
-                    piw_core::ids::new_id("ok"),
+                    piw_host::ids::new_id("ok"),
                     RequestBody::RunStatus(Default::default()),
                 )
                 .with_run_id(&run_id),
@@ -710,7 +710,7 @@ fn a_subscriber_that_falls_too_far_behind_is_closed_with_subscriber_lagged() {
 #[test]
 fn a_peer_of_another_uid_is_refused() {
     // The check itself, with a fake credential.
-    use piw_core::engine::admission::authorize_peer;
+    use piw_host::engine::admission::authorize_peer;
     assert!(authorize_peer(Some(1000), 1000).is_ok());
     let r = authorize_peer(Some(1001), 1000).unwrap_err();
     assert_eq!(r.code(), RejectionCode::Unauthorized);
@@ -719,7 +719,7 @@ fn a_peer_of_another_uid_is_refused() {
     // Real connections across uids, when this test runs as root. The socket's mode (0600 in a
     // 0700 directory) is the first wall; open both up so the peers reach each other, and the
     // uid checks must refuse them.
-    if piw_core::paths::current_uid() != 0 {
+    if piw_host::paths::current_uid() != 0 {
         println!("not root: the uid checks are covered by the fake-credential assertions above and in the client's unit tests");
         return;
     }
@@ -949,10 +949,10 @@ fn sighup_stops_gracefully() {
         "SIGHUP exits 0"
     );
     assert!(!home.paths.socket.exists(), "the socket is removed");
-    let store = piw_core::store::Store::open_read_only(&home.paths.db, Default::default()).unwrap();
+    let store = piw_host::store::Store::open_read_only(&home.paths.db, Default::default()).unwrap();
     assert_ne!(
         store.run(&run_id).unwrap().status,
-        piw_core::store::RunStatus::Running,
+        piw_host::store::RunStatus::Running,
         "the run was released"
     );
 }
@@ -1000,10 +1000,10 @@ fn the_async_client_calls_and_subscribes() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let mut c = piw_core::client::Client::connect(&home.paths)
+        let mut c = piw_host::client::Client::connect(&home.paths)
             .await
             .unwrap();
-        let mut s = piw_core::client::Client::connect(&home.paths)
+        let mut s = piw_host::client::Client::connect(&home.paths)
             .await
             .unwrap();
         let r = c
@@ -1113,7 +1113,7 @@ fn a_connection_cannot_pile_up_subscriptions() {
             all: None,
         })
     };
-    for _ in 0..piw_core::engine::admission::MAX_SUBSCRIPTIONS {
+    for _ in 0..piw_host::engine::admission::MAX_SUBSCRIPTIONS {
         c.call(subscribe()).unwrap();
     }
     let err = c.call(subscribe()).unwrap_err();
@@ -1143,7 +1143,7 @@ fn ensure_host_starts_again_when_the_holder_let_go_before_the_refused_host_was_s
             refused.display()
         ),
     );
-    let held = piw_core::driver::lock_installation(&home.paths).unwrap();
+    let held = piw_host::driver::lock_installation(&home.paths).unwrap();
     let release = std::thread::spawn(move || {
         let started = std::time::Instant::now();
         while !refused.exists() && started.elapsed() < Duration::from_secs(20) {
@@ -1356,7 +1356,7 @@ fn a_host_whose_log_cannot_be_written_keeps_serving() {
     for _ in 0..3 {
         let run_id = home.start_parked(&mut c);
         c.send(
-            Request::new(piw_core::ids::new_id("p"), RequestBody::RunPause).with_run_id(&run_id),
+            Request::new(piw_host::ids::new_id("p"), RequestBody::RunPause).with_run_id(&run_id),
         )
         .expect("a command is answered while the log cannot be written");
     }
@@ -1392,7 +1392,7 @@ fn a_store_thread_that_dies_takes_the_host_down_and_a_new_host_serves() {
     }
     assert_eq!(
         wait_exit(&mut dying, Duration::from_secs(20)),
-        Some(piw_core::driver::STATE_OWNER_DIED_EXIT),
+        Some(piw_host::driver::STATE_OWNER_DIED_EXIT),
         "the host exits instead of staying half-alive"
     );
     assert!(!home.paths.socket.exists(), "the socket is removed");
@@ -1657,7 +1657,7 @@ fn an_integer_that_would_lose_its_value_is_refused_not_changed() {
 
 /// The first frame the host sends (a reply or a goodbye), as text.
 fn read_to_close_or_first(s: &mut UnixStream) -> String {
-    let body = piw_core::protocol::read_frame(s, &piw_core::protocol::Limits::default())
+    let body = piw_host::protocol::read_frame(s, &piw_host::protocol::Limits::default())
         .expect("a frame")
         .expect("the host answers");
     String::from_utf8_lossy(&body).into_owned()

@@ -6,8 +6,8 @@
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use piw_core::client::BlockingClient;
-use piw_core::protocol::{payload, Request, RequestBody};
+use piw_host::client::BlockingClient;
+use piw_host::protocol::{payload, Request, RequestBody};
 use serde_json::{json, Value};
 
 mod common;

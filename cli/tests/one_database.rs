@@ -6,9 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
-use piw_core::client::BlockingClient;
-use piw_core::driver::{lock_installation_with, HostError, Links};
-use piw_core::protocol::RequestBody;
+use piw_host::client::BlockingClient;
+use piw_host::driver::{lock_installation_with, HostError, Links};
+use piw_host::protocol::RequestBody;
 use serde_json::{json, Value};
 
 mod common;
@@ -54,7 +54,7 @@ fn runs(c: &mut BlockingClient) -> Vec<(String, String, u64)> {
 }
 
 fn digest(path: &Path) -> String {
-    piw_core::ids::sha256_hex(&std::fs::read(path).unwrap())
+    piw_host::ids::sha256_hex(&std::fs::read(path).unwrap())
 }
 
 /// A hard link to a served database, in another installation, gets no second host: the link

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use piw_core::protocol::payload::{RunListCursor, RunPrune};
-use piw_core::protocol::RequestBody;
+use piw_host::protocol::payload::{RunListCursor, RunPrune};
+use piw_host::protocol::RequestBody;
 use serde_json::{json, Value};
 
 mod common;
@@ -200,8 +200,8 @@ fn prune_removes_only_finished_runs_and_a_dry_run_changes_nothing() {
 
     // The protocol's pages and batches: a dry run's page continues at its cursor; a batch
     // removes at most `limit`, and `more` says to send it again.
-    let mut client = piw_core::client::BlockingClient::connect(&env.paths).unwrap();
-    let prune = |client: &mut piw_core::client::BlockingClient, request: RunPrune| {
+    let mut client = piw_host::client::BlockingClient::connect(&env.paths).unwrap();
+    let prune = |client: &mut piw_host::client::BlockingClient, request: RunPrune| {
         client.call(RequestBody::RunPrune(request)).unwrap().body
     };
     let first = prune(
@@ -229,7 +229,7 @@ fn prune_removes_only_finished_runs_and_a_dry_run_changes_nothing() {
     let batch = prune(
         &mut client,
         RunPrune {
-            statuses: Some(vec![piw_core::store::RunStatus::Completed]),
+            statuses: Some(vec![piw_host::store::RunStatus::Completed]),
             limit: Some(1),
             ..Default::default()
         },

@@ -9,7 +9,7 @@ pub use piw_engine::ids::*;
 /// Random bits from the operating system's generator (`rand`'s thread generator, seeded and
 /// reseeded from the OS): what the host draws its row ids, claim tokens and children's tokens
 /// from, so that none can be guessed. The only [`IdSource`] outside the tests: a seeded one
-/// exists only in the simulation (`core/tests/engine_sim.rs`), so no setting, variable or
+/// exists only in the simulation (`host/tests/engine_sim.rs`), so no setting, variable or
 /// path of a production build can select one.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct OsIds;

@@ -1,6 +1,6 @@
 //! The installation lock (`$PIW_HOME/host.lock`) as a client reads it: whether a host (or a
 //! maintenance command) holds it, and whose pid it names. Taking the lock is the host's
-//! (`piw_core::driver::lock_installation`); reading it never touches the lock.
+//! (`piw_host::driver::lock_installation`); reading it never touches the lock.
 
 use crate::paths::PiwPaths;
 use crate::procfs::{flock_held, process_alive};

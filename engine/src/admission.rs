@@ -1,5 +1,5 @@
 //! Admission: what a connection may do before its request reaches a turn, decided from facts
-//! the driver gathers (`piw_core::driver::conn` reads the peer's credentials, keeps the
+//! the driver gathers (`piw_host::driver::conn` reads the peer's credentials, keeps the
 //! connection's subscriptions and its worker binding, reads files and runs Pi's preflight;
 //! it acts on what these functions answer and decides nothing itself).
 //!

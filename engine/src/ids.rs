@@ -15,7 +15,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// Where new ids and secrets get their random bits: an input of the engine, like the time.
 ///
-/// The host's driver hands it an OS-seeded source (`piw_core::ids::OsIds`: claim tokens stay
+/// The host's driver hands it an OS-seeded source (`piw_host::ids::OsIds`: claim tokens stay
 /// unguessable); a deterministic simulation hands it a seeded one, so that a seed replays the
 /// same ids, in the same order, bit for bit. No production crate implements a seeded source.
 pub trait IdSource: Send + std::fmt::Debug {

@@ -4,9 +4,9 @@
 //! (`Cargo.toml`), and `engine/tests/io_free.rs` reads every file.
 //!
 //! It reaches the durable state through the interface it owns ([`store::Storage`] and
-//! [`store::Transaction`], which `piw_core::store` implements over SQLite); a [`turn`] hands
+//! [`store::Transaction`], which `piw_host::store` implements over SQLite); a [`turn`] hands
 //! what must happen outside (reply, publish, launch or stop a child) to the driver
-//! (`piw_core::driver`) as typed effects, in order.
+//! (`piw_host::driver`) as typed effects, in order.
 //!
 //! - the wire and the vocabulary: [`protocol`] (shared by the host, its clients and its
 //!   workers), [`graph`] (the workflow snapshot and its pure routing), [`store`] (statuses,

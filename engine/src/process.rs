@@ -1,5 +1,5 @@
 //! What the engine asks of a process: the program, its environment and limits, where its
-//! output goes and what of that output may be shown. Data only: `piw_core::supervise` starts
+//! output goes and what of that output may be shown. Data only: `piw_host::supervise` starts
 //! and watches the processes.
 
 use std::ffi::OsString;

@@ -291,12 +291,12 @@ fn the_protocols_files_import_each_other_without_circles() {
     assert_no_circle("the protocol's files", &graph);
 }
 
-/// The host's driver is in `piw-core`, whose sources sit beside this crate's
-/// (`core/src/driver`): its tasks name what they send each other from `driver::queues`, and a
+/// The host's driver is in `piw-host`, whose sources sit beside this crate's
+/// (`host/src/driver`): its tasks name what they send each other from `driver::queues`, and a
 /// helper process's life from `driver::helper`, none from another task's module.
 #[test]
 fn the_drivers_files_import_each_other_without_circles() {
-    let core_src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../core/src");
+    let core_src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../host/src");
     let graph = import_graph(&core_src, &["driver"]);
     assert!(graph.len() >= 12, "the driver's files: {graph:?}");
     assert!(graph["store_thread"].contains("outbox"), "{graph:?}");

@@ -4,7 +4,7 @@
 
 mod common;
 
-use piw_core::store::prelude::*;
+use piw_host::store::prelude::*;
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::ptr::{null, null_mut};
 
@@ -590,7 +590,7 @@ fn final_run_statuses_are_the_terminal_ones() {
 /// stopped at what one reply held.
 #[test]
 fn run_list_pages_reach_every_run_through_the_abi() {
-    use piw_core::store::{ExecutionMode, Fence, NewRun, Store};
+    use piw_host::store::{ExecutionMode, Fence, NewRun, Store};
     use std::collections::BTreeMap;
 
     let install = common::Install::new();

@@ -1,5 +1,5 @@
 //! The bindings link the client side only: libpiw (`piw-ffi`) and the Node addon (`piw-node`)
-//! build on `piw-client`, and their normal dependency graphs hold neither the host (`piw-core`)
+//! build on `piw-client`, and their normal dependency graphs hold neither the host (`piw-host`)
 //! nor SQLite, nor tokio's process and signal handling (what the host's supervision uses).
 //! Asked of `cargo tree`, which resolves each package's features on its own, as a build of that
 //! package alone does.
@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 
 /// Packages that belong to the host: none may be linked into a binding.
-const SERVER_PACKAGES: [&str; 3] = ["piw-core", "rusqlite", "libsqlite3-sys"];
+const SERVER_PACKAGES: [&str; 3] = ["piw-host", "rusqlite", "libsqlite3-sys"];
 
 /// tokio features only a server needs (children and their signals).
 const SERVER_TOKIO_FEATURES: [&str; 2] = ["process", "signal"];

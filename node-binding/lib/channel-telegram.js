@@ -11,7 +11,7 @@
 //   node channel-telegram.js serve <name>   the adapter (the host starts it)
 //   node channel-telegram.js test <name>    one test message; prints {"ok", "bot"|"error"}
 //
-// Files (`$PIW_HOME/channels/`, `piw_core::channels`): `<name>.json` (kind, chat), the token
+// Files (`$PIW_HOME/channels/`, `piw_host::channels`): `<name>.json` (kind, chat), the token
 // in `<name>.token` (0600; never logged: every error passes `redact`), and this adapter's state
 // in `<name>.state.json`: the next Telegram update to read (`offset`, committed after each
 // update is handled, so an update is handled once across restarts; one handled again after a

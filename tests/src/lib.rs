@@ -10,7 +10,7 @@ use std::time::Duration;
 /// environment (a host passes it on to its children, and they to theirs).
 pub fn installation_processes(home: &Path) -> Vec<u32> {
     let entry = format!("PIW_HOME={}", home.display()).into_bytes();
-    piw_core::supervise::processes_with_env(|kv| kv == entry.as_slice())
+    piw_host::supervise::processes_with_env(|kv| kv == entry.as_slice())
         .unwrap_or_default()
         .into_iter()
         .map(|(pid, _)| pid)

@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use piw_core::client::BlockingClient;
-use piw_core::paths::PiwPaths;
-use piw_core::protocol::RequestBody;
+use piw_host::client::BlockingClient;
+use piw_host::paths::PiwPaths;
+use piw_host::protocol::RequestBody;
 use rusqlite::{params, Connection, TransactionBehavior};
 
 // ----- settings and the temporary directory ------------------------------------------------

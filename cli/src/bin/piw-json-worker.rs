@@ -41,12 +41,12 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use piw_core::graph::{Graph, NodeKind, Outcome, Route};
-use piw_core::protocol::payload::{
+use piw_host::graph::{Graph, NodeKind, Outcome, Route};
+use piw_host::protocol::payload::{
     AttemptOutcome, DecisionKind, EffectResult, InteractionKind, RetryContract,
 };
-use piw_core::store::{Reservation, Wake};
-use piw_core::worker::{self, LaunchEnvelope, MountedSource, Worker, WorkerError};
+use piw_host::store::{Reservation, Wake};
+use piw_host::worker::{self, LaunchEnvelope, MountedSource, Worker, WorkerError};
 use serde_json::{json, Value};
 
 fn main() -> ExitCode {

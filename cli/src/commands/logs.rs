@@ -3,18 +3,18 @@
 //! Each child's whole output (stdout and stderr as they were read, every attempt's child, a
 //! standby worker's included from its start) is kept by the host's supervisor in
 //! `PIW_HOME/logs/<run_id>/<child_epoch>.log`, up to 16 MiB per child
-//! (`piw_core::engine::children::CHILD_LOG_BYTES`; a line then says the rest was not kept). The
+//! (`piw_host::engine::children::CHILD_LOG_BYTES`; a line then says the rest was not kept). The
 //! files go with the state on `piw state reset`. This command reads them and the run's events
 //! from the database, read-only, so it works with or without a host; `--follow` goes on
 //! printing both as they come (woken by the host's events for the run while a host answers)
 //! until the run ends. Anything shaped like a token is masked, as in `piw run status`.
 
-use piw_core::store::prelude::*;
+use piw_host::store::prelude::*;
 use std::io::Write as _;
 
 use crate::*;
-use piw_core::engine::children::{child_log_path, mask_hex_runs};
-use piw_core::store::{ChildRecord, EventRecord};
+use piw_host::engine::children::{child_log_path, mask_hex_runs};
+use piw_host::store::{ChildRecord, EventRecord};
 
 /// How often `--follow` looks at the log files (output is not an event) and, without a
 /// host, at the database.
@@ -43,7 +43,7 @@ pub(crate) fn run(paths: &PiwPaths, args: LogsArgs, json_out: bool) -> Result<()
     let store = Store::open_read_only(&paths.db, StoreConfig::default())?;
     // An unknown run is `not_found`, as in every command.
     let run = store.run(&run_id).map_err(|e| match e {
-        piw_core::store::StoreError::RunNotFound(_) => CliError::Client {
+        piw_host::store::StoreError::RunNotFound(_) => CliError::Client {
             code: "not_found",
             message: format!("not_found: run {run_id} not found"),
             details: Value::Null,
@@ -237,7 +237,7 @@ fn child_header(c: &ChildRecord) -> String {
 /// An event's data in the words clients see everywhere else (`ok` where the store says
 /// `succeeded`: `protocol::event_data_for_clients`).
 fn event_data(e: &EventRecord) -> Value {
-    piw_core::protocol::event_data_for_clients(&e.kind, e.data.clone())
+    piw_host::protocol::event_data_for_clients(&e.kind, e.data.clone())
 }
 
 fn event_json(e: &EventRecord) -> Value {

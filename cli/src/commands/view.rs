@@ -9,7 +9,7 @@ pub(crate) fn run(paths: &PiwPaths, args: ViewArgs, json: bool) -> Result<(), Cl
         status,
         session,
     } = args;
-    let filter = piw_core::store::RunFilter { status, session };
+    let filter = piw_host::store::RunFilter { status, session };
     let run_id = run_id
         .map(|given| resolve_run_id(paths, &given))
         .transpose()?;

@@ -11,9 +11,9 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::Duration;
 
-use piw_core::client::{BlockingClient, ClientError};
-use piw_core::paths::PiwPaths;
-use piw_core::protocol::{payload, RequestBody, ValueRef};
+use piw_host::client::{BlockingClient, ClientError};
+use piw_host::paths::PiwPaths;
+use piw_host::protocol::{payload, RequestBody, ValueRef};
 use ratatui::crossterm::event::{self, Event};
 
 use super::value::{ValueSource, ValueText};
@@ -170,7 +170,7 @@ mod tests {
     use std::io::Write as _;
     use std::os::unix::net::UnixListener;
 
-    use piw_core::protocol::{
+    use piw_host::protocol::{
         encode_frame, read_frame, Event, Limits, ProtocolSchema, Receipt, Request, ServerFrame,
     };
     use serde_json::json;

@@ -17,9 +17,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use piw_core::clock::UnixMillis;
-use piw_core::paths::PiwPaths;
-use piw_core::store::{RunFilter, Store, StoreConfig, StoreError, StoreResult};
+use piw_host::clock::UnixMillis;
+use piw_host::paths::PiwPaths;
+use piw_host::store::{RunFilter, Store, StoreConfig, StoreError, StoreResult};
 use ratatui::backend::TestBackend;
 use ratatui::buffer::Buffer;
 use ratatui::crossterm::event::{Event, KeyCode, KeyEventKind, KeyModifiers};
@@ -117,7 +117,7 @@ impl App {
     }
 
     /// The value asked for and not fetched yet: its run and reference.
-    pub fn pending_fetch(&self) -> Option<(String, piw_core::protocol::ValueRef)> {
+    pub fn pending_fetch(&self) -> Option<(String, piw_host::protocol::ValueRef)> {
         let (Some(pane), Some(run)) = (&self.value, &self.run) else {
             return None;
         };
@@ -236,7 +236,7 @@ pub fn fetch_text(
     source: &dyn ValueSource,
     store: &Store,
     run_id: &str,
-    reference: &piw_core::protocol::ValueRef,
+    reference: &piw_host::protocol::ValueRef,
 ) -> Result<ValueText, String> {
     source
         .fetch(store, run_id, reference)

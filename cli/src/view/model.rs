@@ -2,10 +2,10 @@
 //! what fits on it (a page of runs, the per-node summary, one attempt, a window of events), so a
 //! run with thousands of attempts or events loads as fast as a small one.
 
-use piw_core::clock::UnixMillis;
-use piw_core::graph::{Edge, Graph, NodeKind};
-use piw_core::store::prelude::*;
-use piw_core::store::{
+use piw_host::clock::UnixMillis;
+use piw_host::graph::{Edge, Graph, NodeKind};
+use piw_host::store::prelude::*;
+use piw_host::store::{
     AttemptDetail, AttemptRequest, AttemptSpan, ChildRecord, EffectRecord, EventCursor,
     EventRecord, MessageRecord, NodeActivity, RunFilter, RunRecord, RunStatus, RunSummary, Store,
     StoreResult, UpdateRecord,

@@ -6,8 +6,8 @@
 //! `>` marks the selected row, `▸` the current node or the one the event shown is about);
 //! colour and reverse video only repeat it, and `NO_COLOR` turns colour off.
 
-use piw_core::clock::UnixMillis;
-use piw_core::store::{EventRecord, MessageRecord, RunStatus};
+use piw_host::clock::UnixMillis;
+use piw_host::store::{EventRecord, MessageRecord, RunStatus};
 use ratatui::layout::{Constraint, Flex, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
@@ -160,7 +160,7 @@ fn draw_runs(frame: &mut Frame<'_>, area: Rect, runs: &RunsModel, theme: Theme, 
     }
 }
 
-fn title_str(filter: &piw_core::store::RunFilter) -> String {
+fn title_str(filter: &piw_host::store::RunFilter) -> String {
     format!(
         " piw runs · status {} · session {} ",
         filter.status.map_or("all", |s| s.as_str()),
@@ -596,7 +596,7 @@ pub fn inspector_lines(m: &RunModel, now: UnixMillis) -> Vec<Line<'static>> {
 
 /// An update in the inspector: a `progress` track as its count, status and ETA with the basis
 /// of the estimate (samples, source times); another type as its data.
-fn update_lines(u: &piw_core::store::UpdateRecord, now: UnixMillis) -> Vec<Line<'static>> {
+fn update_lines(u: &piw_host::store::UpdateRecord, now: UnixMillis) -> Vec<Line<'static>> {
     let head = format!("update {}:{} at {}", u.update_type, u.key, clock_time(u.at));
     if u.update_type != "progress" || u.data_omitted {
         return vec![
@@ -729,7 +729,7 @@ pub fn event_line(e: &EventRecord, messages: &[MessageRecord]) -> String {
             "{} ─▶ {} ({})",
             e.data["from"].as_str().unwrap_or("?"),
             e.data["to"].as_str().unwrap_or("?"),
-            piw_core::protocol::outcome_word(e.data["outcome"].as_str().unwrap_or("?"))
+            piw_host::protocol::outcome_word(e.data["outcome"].as_str().unwrap_or("?"))
         ),
         ("timer_set" | "timer_fired", _) => format!(
             "wake {}",
@@ -834,7 +834,7 @@ pub fn fit_text(text: &str, width: u16) -> String {
 
 /// A value on one line, cut to keep a panel readable.
 pub fn compact(value: &Value) -> String {
-    use piw_core::protocol::value::{read_slot, Slot};
+    use piw_host::protocol::value::{read_slot, Slot};
     let text = match read_slot(value) {
         // A value stored apart: its start and size (`piw run value` prints it whole).
         Ok(Slot::Reference(r)) => {

@@ -1,12 +1,12 @@
 //! The viewer's model and layout on ratatui's `TestBackend`, `--once` and `run graph`, over runs
 //! built through the store's own lifecycle API (a `FakeClock`, so times and ages are exact).
 
-use piw_core::store::prelude::*;
+use piw_host::store::prelude::*;
 use std::sync::Arc;
 
-use piw_core::clock::FakeClock;
-use piw_core::paths::PiwPaths;
-use piw_core::store::{
+use piw_host::clock::FakeClock;
+use piw_host::paths::PiwPaths;
+use piw_host::store::{
     Activation, Answerer, AttemptOutcome, ChildExitRecord, ChildMode, DecisionKind, ExecutionMode,
     NewRun, RunFilter, RunStatus, Store, StoreConfig, TransitionRequest,
 };
@@ -108,7 +108,7 @@ impl Fixture {
     }
 
     fn clock_now(&self) -> i64 {
-        use piw_core::clock::Clock as _;
+        use piw_host::clock::Clock as _;
         self.clock.now_ms()
     }
 }
@@ -541,7 +541,7 @@ fn a_run_waiting_on_a_timer_says_when_it_wakes() {
             w.wait_until(
                 &act.claim,
                 &a1,
-                piw_core::store::Wake::After(2 * 3_600_000),
+                piw_host::store::Wake::After(2 * 3_600_000),
                 &json!(null),
             )
         })
@@ -1052,7 +1052,7 @@ fn line_with<'a>(text: &'a str, needle: &str) -> &'a str {
 /// (no receipt) before it settled.
 #[test]
 fn history_takes_back_effects_settled_or_reserved_later() {
-    use piw_core::store::{EffectRecord, EventRecord};
+    use piw_host::store::{EffectRecord, EventRecord};
 
     use super::model::{undo_later_events, Inspector};
 
@@ -1166,7 +1166,7 @@ fn the_inspector_shows_a_nodes_updates_with_the_tracks_eta() {
 /// never as the reference's JSON; a literal shows as the workflow's own value.
 #[test]
 fn a_value_stored_apart_shows_its_preview_and_size() {
-    let r = piw_core::protocol::ValueRef {
+    let r = piw_host::protocol::ValueRef {
         sha256: "ab".repeat(32),
         bytes: 5_000_012,
         preview: "{\"stdout\":\"xxxx".into(),
@@ -1180,7 +1180,7 @@ fn a_value_stored_apart_shows_its_preview_and_size() {
         )
     );
     let own = serde_json::json!({ "$piw": "value" });
-    let literal = piw_core::protocol::value::wrap_inline(own.clone());
+    let literal = piw_host::protocol::value::wrap_inline(own.clone());
     assert_eq!(super::render::compact(&literal), own.to_string());
 }
 
@@ -1192,7 +1192,7 @@ fn run_with_a_stored_output(f: &mut Fixture) -> (String, Value) {
         .collect();
     let output = json!({ "lines": lines });
     let text = output.to_string();
-    let r = piw_core::protocol::ValueRef::for_canonical(&text);
+    let r = piw_host::protocol::ValueRef::for_canonical(&text);
     let (run_id, act, attempt) = f.start(&loop_graph(), None);
     f.store
         .write(|w| w.put_value_chunk(&act.claim, &r.sha256, r.bytes, 0, text.as_bytes()))
@@ -1292,7 +1292,7 @@ fn a_value_that_cannot_be_fetched_shows_why() {
             &self,
             _: &Store,
             _: &str,
-            _: &piw_core::protocol::ValueRef,
+            _: &piw_host::protocol::ValueRef,
         ) -> Result<Value, String> {
             Err("the host: disconnected".into())
         }
@@ -1312,7 +1312,7 @@ fn a_value_that_cannot_be_fetched_shows_why() {
     );
 
     // A value the store does not hold: the store says so.
-    let missing = piw_core::protocol::ValueRef::for_canonical("\"gone\"");
+    let missing = piw_host::protocol::ValueRef::for_canonical("\"gone\"");
     let error =
         super::value::ValueSource::fetch(&super::value::StoreValues, &f.store, &run_id, &missing)
             .unwrap_err();

@@ -8,11 +8,11 @@
 
 use std::time::Duration;
 
-use piw_core::client::BlockingClient;
-use piw_core::paths::PiwPaths;
-use piw_core::protocol::value::{read_slot, Slot};
-use piw_core::protocol::ValueRef;
-use piw_core::store::Store;
+use piw_host::client::BlockingClient;
+use piw_host::paths::PiwPaths;
+use piw_host::protocol::value::{read_slot, Slot};
+use piw_host::protocol::ValueRef;
+use piw_host::store::Store;
 use serde_json::Value;
 use unicode_width::UnicodeWidthChar as _;
 
@@ -76,7 +76,7 @@ impl ValueSource for StoreValues {
         let bytes = store
             .read_value(run_id, &reference.sha256)
             .map_err(|e| e.to_string())?;
-        let sha256 = piw_core::ids::sha256_hex(&bytes);
+        let sha256 = piw_host::ids::sha256_hex(&bytes);
         if sha256 != reference.sha256 {
             return Err(format!(
                 "value {} read back as {} bytes hashing to {sha256}",
@@ -242,11 +242,11 @@ mod tests {
     use std::io::Write as _;
     use std::os::unix::net::UnixListener;
 
-    use piw_core::protocol::value::chunk_to_hex;
-    use piw_core::protocol::{
+    use piw_host::protocol::value::chunk_to_hex;
+    use piw_host::protocol::{
         encode_frame, read_frame, Limits, Receipt, Request, RequestBody, ServerFrame,
     };
-    use piw_core::store::StoreConfig;
+    use piw_host::store::StoreConfig;
     use serde_json::json;
 
     use super::*;

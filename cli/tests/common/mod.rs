@@ -5,9 +5,9 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use piw_core::client::BlockingClient;
-use piw_core::paths::PiwPaths;
-use piw_core::protocol::{payload, Request, RequestBody};
+use piw_host::client::BlockingClient;
+use piw_host::paths::PiwPaths;
+use piw_host::protocol::{payload, Request, RequestBody};
 use serde_json::{json, Value};
 
 /// How long a test waits for a host it started to answer.
@@ -254,7 +254,7 @@ pub fn wait_exit(child: &mut Child, within: Duration) -> Option<i32> {
 /// A `run.status` request for `run_id` (a new request id each time).
 pub fn status_request(run_id: &str) -> Request {
     Request::new(
-        piw_core::ids::new_id("st"),
+        piw_host::ids::new_id("st"),
         RequestBody::RunStatus(Default::default()),
     )
     .with_run_id(run_id)

@@ -5,7 +5,7 @@
 //!
 //! This file holds the scheduler and the launches; [`messages`] applies what a child says;
 //! [`watch`] handles exits and the deadlines. Processes themselves are the supervisor task's
-//! business (`piw_core::driver::supervisor`); this module only decides: its orders (`commands`)
+//! business (`piw_host::driver::supervisor`); this module only decides: its orders (`commands`)
 //! wait in `HostState::child_commands` until the store thread sends them on.
 
 use crate::time::UnixMillis;

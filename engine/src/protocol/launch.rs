@@ -1,5 +1,5 @@
 //! The launch envelope: what the host gives a child, once, on its stdin (the engine builds it,
-//! `piw_core::worker` reads it). Its `Debug` never shows the child's token.
+//! `piw_host::worker` reads it). Its `Debug` never shows the child's token.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

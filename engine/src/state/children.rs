@@ -1,7 +1,7 @@
 //! The host's memory of its workflow children and how it runs them, and what it orders the
 //! supervisor to do: launch a child (from a standby pool when there is one) or stop one, or
 //! remove the child output of pruned runs. The orders wait in `HostState::child_commands`
-//! until the store thread sends them on; the supervisor (`piw_core::driver::supervisor`)
+//! until the store thread sends them on; the supervisor (`piw_host::driver::supervisor`)
 //! carries them out. The decisions are [`crate::children`]'s.
 
 use std::path::PathBuf;

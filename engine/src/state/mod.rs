@@ -46,7 +46,7 @@ pub struct HostState {
     pub child_commands: Vec<children::SupervisorCmd>,
     /// The socket children connect to.
     pub socket_path: std::path::PathBuf,
-    /// This installation's `piw_core::driver::supervision_scope`, computed once: every child's marker
+    /// This installation's `piw_host::driver::supervision_scope`, computed once: every child's marker
     /// starts with it.
     pub supervision_scope: String,
     /// The largest reply frame connections send (`Limits::max_frame_bytes`): `run.status`

@@ -1,6 +1,6 @@
 //! Controllers' part of the store as the engine calls it: [`ControllerStorage`] (reads) and
 //! [`ControllerTransaction`] (changes, inside a write transaction), supertraits of
-//! [`super::Storage`] and [`super::Transaction`]. `piw_core::store::controllers` implements
+//! [`super::Storage`] and [`super::Transaction`]. `piw_host::store::controllers` implements
 //! them; each method is the `Store` or `WriteTx` method of its name.
 
 use serde_json::Value;

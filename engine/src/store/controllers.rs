@@ -3,7 +3,7 @@
 //! reconcile passes, the effects and child workflow requests a pass records, and the record of
 //! each pass; the pure rules over them (names, keys and bounds; what the queue does after a
 //! pass; the backoff of a failing resource), and the typed refusals. The SQL is
-//! `piw_core::store::controllers`.
+//! `piw_host::store::controllers`.
 //!
 //! A resource's `resource_version` changes on every write of it (the compare-and-swap token);
 //! its `generation` only when its spec changes as canonical JSON. Its `uid` is a row id (the

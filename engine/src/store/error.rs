@@ -241,7 +241,7 @@ impl DatabaseError {
 }
 
 /// The store's `?` on a rusqlite call: the only place the engine's crate names SQLite, and only
-/// with the `rusqlite` feature, which `piw-core` turns on (a conversion must live with the type).
+/// with the `rusqlite` feature, which `piw-host` turns on (a conversion must live with the type).
 #[cfg(feature = "rusqlite")]
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {

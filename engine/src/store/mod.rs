@@ -1,6 +1,6 @@
 //! What the engine knows of the durable state: its vocabulary and pure rules ([`model`]), the
 //! records the store hands out ([`records`]), what it refuses or fails with ([`error`]), and
-//! the interface the engine calls it through ([`port`]). The SQL lives in `piw_core::store`.
+//! the interface the engine calls it through ([`port`]). The SQL lives in `piw_host::store`.
 
 pub mod controller_port;
 pub mod controllers;

@@ -1,11 +1,11 @@
 //! The store as the engine calls it: [`Storage`] (reads, and one write transaction at a time)
-//! and [`Transaction`] (every change, inside that transaction). `piw_core::store` implements
+//! and [`Transaction`] (every change, inside that transaction). `piw_host::store` implements
 //! them over SQLite; nothing else in the engine reaches the durable state, and nothing here
 //! names SQL. Every method is one the engine calls.
 //!
 //! Each operation is declared once, here, and implemented once, by the store module that owns
 //! its tables: the trait methods are the store's operations (there is no inherent method of
-//! the same name behind them), so go-to-definition from a call in `piw-core` lands on the
+//! the same name behind them), so go-to-definition from a call in `piw-host` lands on the
 //! body, and go-to-implementation from a declaration here does too. A trait is implemented in
 //! one `impl` block, so the operations are grouped by the module that implements them: the
 //! two traits' own methods (the write entry, savepoints, commands and the transaction's state)

@@ -1,5 +1,5 @@
 //! The rows the store hands out, as the engine, the replies and the clients read them. The
-//! store maps its rows onto these (`piw_core::store`); nothing here knows SQL. None of them
+//! store maps its rows onto these (`piw_host::store`); nothing here knows SQL. None of them
 //! carries a claim token or its hash.
 
 use serde::{Deserialize, Serialize};

@@ -30,7 +30,7 @@
 //! when anything is lost, doubled, unexpected or not clean.
 //! Every process of the installation is killed when it ends, pass or fail.
 
-use piw_core::store::prelude::*;
+use piw_host::store::prelude::*;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -40,12 +40,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use piw_core::client::{BlockingClient, ClientError};
-use piw_core::paths::PiwPaths;
-use piw_core::protocol::{
+use piw_host::client::{BlockingClient, ClientError};
+use piw_host::paths::PiwPaths;
+use piw_host::protocol::{
     encode_frame, payload, Limits, Receipt, RejectionCode, Request, RequestBody,
 };
-use piw_core::store::{Store, StoreConfig};
+use piw_host::store::{Store, StoreConfig};
 use piw_tests::{installation_processes, is_final, kill_installation, pending};
 use rand::rngs::StdRng;
 use rand::{RngExt as _, SeedableRng};
@@ -372,7 +372,7 @@ impl Soak {
         let left = store.list_runs(None, 100_000)?;
         let only_review = left
             .iter()
-            .all(|r| r.status == piw_core::store::RunStatus::Review);
+            .all(|r| r.status == piw_host::store::RunStatus::Review);
         let findings = store.diagnose(store.now_ms())?;
         for f in &findings {
             eprintln!("piw-soak: after the prune: diagnose: {f:?}");
@@ -519,7 +519,7 @@ impl Soak {
                 // A status read by a client that dies before its reply; the commands' own
                 // abandoned sends happen in `command`.
                 self.count("client_killed");
-                let r = Request::new(piw_core::ids::new_id("st"), RequestBody::HostStatus);
+                let r = Request::new(piw_host::ids::new_id("st"), RequestBody::HostStatus);
                 self.abandoned_send(&r, param & 1 == 0);
             }
         }
@@ -985,7 +985,7 @@ impl Soak {
 
     fn status(&mut self, run_id: &str) -> Res<Value> {
         let request = Request::new(
-            piw_core::ids::new_id("st"),
+            piw_host::ids::new_id("st"),
             RequestBody::RunStatus(Default::default()),
         )
         .with_run_id(run_id);
@@ -1291,8 +1291,8 @@ impl Soak {
                         .filter(|e| e.kind == "progress" || e.kind == "notified")
                         .count() as i64;
                     if dropped == 0
-                        || kept > piw_core::store::MAX_RUN_EVENTS
-                        || kept > attempts * piw_core::store::MAX_ATTEMPT_EVENTS
+                        || kept > piw_host::store::MAX_RUN_EVENTS
+                        || kept > attempts * piw_host::store::MAX_ATTEMPT_EVENTS
                     {
                         bad(
                             format!("chatter: {kept} events kept over {attempts} attempts, {dropped} dropped"),

@@ -3,7 +3,7 @@
 
 use super::{cli_error, reload, AddArgs};
 use crate::*;
-use piw_core::channels;
+use piw_host::channels;
 
 pub(crate) fn run(paths: &PiwPaths, args: AddArgs, json: bool) -> Result<(), CliError> {
     let AddArgs {

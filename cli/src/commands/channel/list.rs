@@ -2,7 +2,7 @@
 
 use super::{cli_error, host_channels};
 use crate::*;
-use piw_core::channels::{self, ChannelConfig};
+use piw_host::channels::{self, ChannelConfig};
 
 pub(crate) fn run(paths: &PiwPaths, json: bool) -> Result<(), CliError> {
     let configured = channels::list(&paths.home).map_err(cli_error)?;

@@ -1,9 +1,9 @@
-//! `piw channel add|list|test|remove`: decision channels (`piw_core::channels` keeps their
+//! `piw channel add|list|test|remove`: decision channels (`piw_host::channels` keeps their
 //! files; the host runs their adapters, `engine::channels`). A token is read from a file or
 //! stdin, never from the command line, and never printed.
 
 use crate::*;
-use piw_core::channels;
+use piw_host::channels;
 
 mod add;
 mod list;

@@ -2,7 +2,7 @@
 
 use super::{cli_error, reload};
 use crate::*;
-use piw_core::channels;
+use piw_host::channels;
 
 pub(crate) fn run(paths: &PiwPaths, name: &str, json: bool) -> Result<(), CliError> {
     channels::remove(&paths.home, name).map_err(cli_error)?;

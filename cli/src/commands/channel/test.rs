@@ -2,8 +2,8 @@
 
 use super::cli_error;
 use crate::*;
-use piw_core::channels;
-use piw_core::driver::node_runtime;
+use piw_host::channels;
+use piw_host::driver::node_runtime;
 
 pub(crate) fn run(paths: &PiwPaths, name: &str, json: bool) -> Result<(), CliError> {
     let config = channels::read(&paths.home, name).map_err(cli_error)?;

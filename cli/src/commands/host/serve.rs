@@ -4,7 +4,7 @@ use crate::*;
 
 pub(crate) fn run(paths: PiwPaths) -> Result<(), CliError> {
     init_logging();
-    match piw_core::driver::serve(HostConfig::from_env(paths)) {
+    match piw_host::driver::serve(HostConfig::from_env(paths)) {
         Ok(()) => Ok(()),
         Err(e @ HostError::AlreadyRunning { .. }) => Err(CliError::Runtime(e.to_string())),
         Err(e) => Err(e.into()),

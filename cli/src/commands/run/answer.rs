@@ -2,7 +2,7 @@
 
 use super::status_request;
 use crate::*;
-use piw_core::store::DecisionRecord;
+use piw_host::store::DecisionRecord;
 
 pub(crate) fn run(client: &mut BlockingClient, args: AnswerArgs) -> Result<(), CliError> {
     let AnswerArgs {

@@ -27,12 +27,12 @@ pub(crate) fn run(
         .unwrap_or_default();
     let builtins = resolve::builtins_dir();
     let file = resolve::resolve_workflow(&workflow, &cwd, &user_home, builtins.as_deref())?;
-    let mut start = piw_core::client::run_start_here(&file, input)?;
+    let mut start = piw_host::client::run_start_here(&file, input)?;
     start.session_id = session;
     if detached {
-        start.execution_mode = Some(piw_core::store::ExecutionMode::Detached);
+        start.execution_mode = Some(piw_host::store::ExecutionMode::Detached);
     }
-    let mut request = Request::new(piw_core::ids::new_id("cli"), RequestBody::RunStart(start));
+    let mut request = Request::new(piw_host::ids::new_id("cli"), RequestBody::RunStart(start));
     if let Some(key) = idempotency_key {
         request = request.with_idempotency_key(key);
     }

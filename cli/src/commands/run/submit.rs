@@ -3,7 +3,7 @@
 use super::status_request;
 use super::wait::{await_news, subscribe, Woke};
 use crate::*;
-use piw_core::store::RunStatus;
+use piw_host::store::RunStatus;
 
 pub(crate) fn run(
     paths: &PiwPaths,
@@ -38,7 +38,7 @@ pub(crate) fn run(
             })?,
     };
     let request = Request::new(
-        piw_core::ids::new_id("cli"),
+        piw_host::ids::new_id("cli"),
         RequestBody::InteractionSubmit(payload::InteractionSubmit {
             interaction_id: bound.interaction_id.clone(),
             result,

@@ -3,7 +3,7 @@
 use crate::*;
 
 pub(crate) fn run(client: &mut BlockingClient, run_id: &str, sha256: &str) -> Result<(), CliError> {
-    let reference = piw_core::protocol::ValueRef {
+    let reference = piw_host::protocol::ValueRef {
         sha256: sha256.to_owned(),
         bytes: value_length(client, run_id, sha256)?,
         preview: String::new(),
@@ -16,7 +16,7 @@ pub(crate) fn run(client: &mut BlockingClient, run_id: &str, sha256: &str) -> Re
 fn value_length(client: &mut BlockingClient, run_id: &str, sha256: &str) -> Result<u64, CliError> {
     let r = client.send(run_request(
         run_id,
-        RequestBody::ValueGet(piw_core::protocol::payload::ValueGet {
+        RequestBody::ValueGet(piw_host::protocol::payload::ValueGet {
             sha256: sha256.to_owned(),
             offset: 0,
             max_bytes: Some(1),
@@ -31,7 +31,7 @@ fn value_length(client: &mut BlockingClient, run_id: &str, sha256: &str) -> Resu
 /// wrong with the value or the host.
 fn print_value_bytes(value: &Value) -> Result<(), CliError> {
     use std::io::{IsTerminal as _, Write as _};
-    let text = piw_core::protocol::canonical_json(value);
+    let text = piw_host::protocol::canonical_json(value);
     let mut out = std::io::stdout().lock();
     let written = out.write_all(text.as_bytes()).and_then(|()| {
         if out.is_terminal() {

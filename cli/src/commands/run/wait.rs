@@ -3,7 +3,7 @@
 
 use super::status_request;
 use crate::*;
-use piw_core::store::RunStatus;
+use piw_host::store::RunStatus;
 
 pub(crate) fn run(
     paths: &PiwPaths,

@@ -1,7 +1,7 @@
 //! `piw runs`: runs, newest first, a page of the host's at a time.
 
 use crate::*;
-use piw_core::store::RunRecord;
+use piw_host::store::RunRecord;
 
 pub(crate) fn run(paths: &PiwPaths, args: RunsArgs, json: bool) -> Result<(), CliError> {
     let RunsArgs {

@@ -19,7 +19,7 @@ pub(crate) fn run(paths: &PiwPaths, yes: bool, json: bool) -> Result<(), CliErro
         return Err(CliError::Usage(format!(
             "this deletes {} and every run in it; back it up first (`piw state backup {}`), then run `piw state reset --yes`",
             paths.db.display(),
-            piw_core::paths::shell_quoted(std::path::Path::new(&backup))
+            piw_host::paths::shell_quoted(std::path::Path::new(&backup))
         )));
     }
     let removed = remove_state(paths)?;
