@@ -13,14 +13,14 @@
 //!   launches (`state::children::SupervisorCmd`), sent on before the commit;
 //!   `settle_activations` abandons those of a failed transaction, so no child runs a node on an
 //!   uncommitted claim (its hello counts only in a later batch).
-//! - [`messages`]: a worker connection speaks only for its own run and generation
+//! - `messages`: a worker connection speaks only for its own run and generation
 //!   (`admission::worker_may_send`, checked by the driver's `conn`); `apply_worker` checks the
 //!   token on hello, stores the graph snapshot at the first activation (a changed digest →
 //!   review), checks each step with `Graph::check_transition` (`check_route`), fails the run at
 //!   the step limits (`fail_at_step_limit`), sets node deadlines (`deadline_for`), and parks an
 //!   attempt on a durable timer (`worker_wait_until`: the wake time decided once, from the
 //!   host's clock).
-//! - [`watch`]: `on_child_report` records exits (a run still running → `child_lost`: requeue,
+//! - `watch`: `on_child_report` records exits (a run still running → `child_lost`: requeue,
 //!   review after 3 losses or an uncertain effect; while the host stops → released; a child
 //!   refused for want of room, `Input::ChildRefused`, is requeued without counting a loss);
 //!   `due_child_work`: heartbeats (lease/3), handshake and validation timeouts, node deadlines

@@ -34,7 +34,7 @@
 //! writing, replays the batch a savepoint each.
 //!
 //! Events are stored in commit order (one commit's events share a page); a run's events form a
-//! chain (`runs.last_event_id`, `prev_event_id`) that [`Store::events`] walks back and
+//! chain (`runs.last_event_id`, `prev_event_id`) that `Store::events` walks back and
 //! `diagnose` checks (`event_sequence_mismatch`, `event_chain_broken`), with the revision, the
 //! queue row and the projection every run write leaves.
 //!
