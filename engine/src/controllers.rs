@@ -12,6 +12,32 @@
 //! says). [`on_reports`] records a child that exited without finishing its pass (an error of
 //! the controller, with backoff; while the host stops, an interruption). At a host's start,
 //! the store requeues the passes of earlier hosts (`requeue_passes_of_dead_hosts`).
+//!
+//! A pass's life:
+//!
+//! ```text
+//! resource.apply / .delete / .reconcile ─► queue row due now (one per resource; a held row is
+//!    │                                      marked requeue_requested instead)
+//!    ▼ each turn: reconcile
+//! launch_due: rows due, controller enabled, < PIW_MAX_PASSES (4) at once, < PIW_MAX_PASSES_PER_
+//!    │        CONTROLLER (2) of its controller, no live child of the resource
+//!    │        → WriteTx::claim_pass (token hash, deadline, host epoch, read version)
+//!    │        → SupervisorCmd::LaunchPass: node lib/controllers/child.js, envelope on stdin
+//!    ▼
+//! child: checks the file's hash, loads it, runReconcilePass; each effect call is a request
+//!    │   (controller.effect.record/get/settle) fenced by the pass's claim (fence_pass); a child
+//!    │   workflow (controller.workflow.ensure: the name resolved by the child, the file read by
+//!    │   the connection as run.start's) starts a detached run per attempt in the same transaction
+//!    ▼
+//! controller.pass.finish ─► WriteTx::finish_pass, one transaction: status + finalizers written
+//!    only over read_version (else outcome `conflict`, due now), deletion when asked and no
+//!    finalizer is left, the queue row (`queue_after_pass`: settled → none; requeue → now or
+//!    after_ms; error/deadline → backoff with jitter from the store's id source), the pass record
+//! ```
+//!
+//! A pass of a host that died or stopped is requeued at the next start
+//! (`requeue_passes_of_dead_hosts` in `driver::recover_at_start`), recorded `interrupted`, no
+//! error counted. The protocol's kinds: docs/WORKFLOW_SERVER.md, "Controller kinds".
 
 use std::path::PathBuf;
 

@@ -17,6 +17,16 @@
 //!   [`presence`] (who presents interactive steps, whose time runs only then), over the
 //!   host's memory between turns, [`state`].
 //!
+//! Inputs only: the time is the turn's `now`, and every transaction of the turn is opened at it
+//! (`Storage::write(now, ..)`); every other entry point that decides by the time takes `now`
+//! too, [`state::HostState`] keeps none, and the store's reads that depend on it
+//! (`next_deadline`, `next_delayed_ready`, `diagnose`, `repair`, `prune_runs`) are asked at that
+//! `now`, never at the store's clock. New ids' random bits come from the [`ids::IdSource`]s it
+//! is handed (`HostState::new`, the store's `StoreConfig::ids`), so a seed replays a simulation
+//! bit for bit (`io_free` forbids `rand`, clocks and OS-seeded `HashMap`s). Out go effects:
+//! replies, events to publish, launches and stops, the sweep of leftover run logs, the next
+//! wake-up.
+//!
 //! See `ARCHITECTURE.md` at the repository root.
 
 /// Logs a failed store write as `tracing::error!` would, except on a full disk: the store

@@ -13,6 +13,17 @@
 //!   freed with [`piw_string_free`].
 //! - **No panic crosses the boundary**: every entry point runs inside [`error::ffi_call`] (or
 //!   [`error::ffi_value`]), which catches unwinding.
+//! - **Final run states** are the engine's `RunStatus::is_terminal` ([`piw_run_status_is_final`];
+//!   the Node client reads the same list).
+//! - [`piw_shutdown`] leaves nothing running.
+//!
+//! `piw_connect` starts a host on demand; one generic `piw_client_call` sends any request,
+//! checked by `Request::decode` first; subscriptions (`client.rs`) are filled by a reader task on
+//! the one `piw-io` thread into a bounded queue, polled or waited on through a notify socket;
+//! the worker is `worker.rs`. `build.rs` gives the SONAME and the in-place `piw.pc`;
+//! `scripts/install-libpiw` installs the library; `ffi/python` is the `piw` wheel. Tests:
+//! `ffi/tests/abi.rs` (every entry point × NULL, invalid UTF-8, oversized, closed, a panic),
+//! `c_consumers.rs` (the C examples under AddressSanitizer and valgrind).
 
 // Every entry point takes raw pointers from C; the rules for them are the same for all and are
 // written once, in the header's preamble ("Conventions"), instead of a `# Safety` per function.

@@ -6,6 +6,20 @@
 //! the run on screen through the host's events while a host answers (`live`), and otherwise
 //! (and on the run list) checks SQLite's `data_version` every [`POLL`]: one cheap read that
 //! moves when any other connection commits.
+//!
+//! ```text
+//! Store::open_read_only ─► model (RunsModel: a page of runs; RunModel: run, graph snapshot,
+//!    │                        node rows from Store::node_activity (in history replayed from
+//!    │                        Store::attempt_history), inspector of one attempt,
+//!    │                        a window of events, more loaded as history steps back)
+//!    │                   ─► render (ratatui widgets; pure: TestBackend in tests, a Buffer
+//!    │                        printed as text for --once)   export (dot, mermaid)
+//!    ▼
+//! mod.rs: App (keys → model), the terminal loop (crossterm); live.rs: what wakes it: keys
+//! (a thread), the shown run's events while a host answers (a subscription;
+//! BlockingClient::connect never starts one), else PRAGMA data_version; value.rs: `v` reads a
+//! stored value whole (value.get, else Store::read_value)
+//! ```
 
 pub mod export;
 mod live;

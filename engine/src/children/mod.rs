@@ -7,6 +7,24 @@
 //! [`watch`] handles exits and the deadlines. Processes themselves are the supervisor task's
 //! business (`piw_host::driver::supervisor`); this module only decides: its orders (`commands`)
 //! wait in `HostState::child_commands` until the store thread sends them on.
+//!
+//! - Here, the scheduler: `activate_and_launch` (in a batch's transaction, or `schedule`)
+//!   activates ready runs in free slots (claim, generation + 1, child record) and orders their
+//!   launches (`state::children::SupervisorCmd`), sent on before the commit;
+//!   `settle_activations` abandons those of a failed transaction, so no child runs a node on an
+//!   uncommitted claim (its hello counts only in a later batch).
+//! - `messages`: a worker connection speaks only for its own run and generation
+//!   (`admission::worker_may_send`, checked by the driver's `conn`); `apply_worker` checks the
+//!   token on hello, stores the graph snapshot at the first activation (a changed digest →
+//!   review), checks each step with `Graph::check_transition` (`check_route`), fails the run at
+//!   the step limits (`fail_at_step_limit`), sets node deadlines (`deadline_for`), and parks an
+//!   attempt on a durable timer (`worker_wait_until`: the wake time decided once, from the
+//!   host's clock).
+//! - `watch`: `on_child_report` records exits (a run still running → `child_lost`: requeue,
+//!   review after 3 losses or an uncertain effect; while the host stops → released; a child
+//!   refused for want of room, `Input::ChildRefused`, is requeued without counting a loss);
+//!   `due_child_work`: heartbeats (lease/3), handshake and validation timeouts, node deadlines
+//!   (`time_out_attempt`), lingering children. The store expires claims and pending requests.
 
 use crate::time::UnixMillis;
 use std::collections::BTreeMap;

@@ -30,6 +30,10 @@
 //! lock keeps every other host away while they work, `reset` removing this installation's name
 //! is one way out, and a person must be able to read and back up their runs to make the copy
 //! the refusal asks for.
+//!
+//! A dying holder is waited for (up to ten seconds). `piw state reset` holds the lock while it
+//! deletes; `piw host stop` returns once the lock is free, the host gone. Holding it proves any
+//! earlier host dead, so startup recovery requeues older epochs' runs at once.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read as _, Seek as _, SeekFrom, Write as _};

@@ -6,6 +6,33 @@
 //! Threads: a tokio runtime accepts connections and runs one task per connection
 //! ([`conn`]); a dedicated store thread ([`store_thread`]) owns the SQLite connection and
 //! commits commands in batches. They talk over a channel; replies go back on oneshots.
+//!
+//! ```text
+//! accept ─► conn::serve (tokio task per connection)
+//!             │ peer uid ≠ host uid → goodbye unauthorized (engine::admission decides)
+//!             │ FrameDecoder (limits) → Request::decode → typed rejection + goodbye on error
+//!             │ one request at a time per connection (backpressure through the socket)
+//!             ▼ std mpsc
+//!           store_thread::run (one OS thread, owns Store)
+//!             drain queue → reads answered into the outbox
+//!                         → durable commands: ONE transaction, each with its receipt; runs
+//!                           made ready activated and launched in it → commit (not fsynced)
+//!                           → events, replies into the outbox (failed: abandon launches)
+//!             due work (deadlines), schedule ready runs, flush, sleep until the next deadline
+//!                         │ outbox::flush(commits so far)
+//!                         ▼
+//!           syncer thread (outbox::run_syncer): one fdatasync per release → replies and
+//!             events in queue order (a failed fsync: exit 1; a dead store thread or
+//!             supervisor: exit 70, [`STATE_OWNER_DIED_EXIT`]; nothing unsynced acknowledged)
+//! ```
+//!
+//! Nothing is revealed before it is durable ([`outbox`]). Launches need no fsync: a child's
+//! hello counts only in a later batch, whose reply waits for its own. The supervisor task
+//! ([`supervisor`]) owns the children's processes and the standby pools; [`lock`] is the
+//! one-host guard, [`slots`] the descriptor budget.
+//!
+//! The `host.lock` held for the host's life proves any earlier host dead, so startup recovery
+//! ([`recover_at_start`]) requeues older epochs' runs at once.
 
 pub mod bridge_launch;
 pub mod channel_launch;

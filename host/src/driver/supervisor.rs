@@ -7,7 +7,8 @@
 //! It also keeps the standby pools: for runtimes that start slowly (Node), a few workers are
 //! started ahead of time, load their runtime, and wait on stdin. A launch takes one and hands
 //! it the run's envelope; the pool refills in the background. A standby worker serves exactly
-//! the one run whose envelope it receives, so isolation stays one run per process.
+//! the one run whose envelope it receives, so isolation stays one run per process. The pool's
+//! size is `PIW_STANDBY_WORKERS`; a standby worker is started with `PIW_STANDBY=1`.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -12,6 +12,21 @@
 //! - A pass's result commits in one transaction: the status as a compare-and-swap on the
 //!   version the pass read (a lost race requeues; it is not an error), the finalizers, the
 //!   deletion when it was asked for and no finalizer is left, the queue row, the pass record.
+//!
+//! The tables (`schema.sql`):
+//!
+//! | table | what it keeps |
+//! |---|---|
+//! | `controllers` | per (`project_dir`, `name`): the file (`source_path`, `source_hash`), `enabled`, `pass_deadline_ms` |
+//! | `controller_resources` | per (`project_dir`, `controller`, `resource_key`): `uid` (a row id, never reused), `resource_version` (every write), `generation` (a new spec as canonical JSON), `deletion_requested_at`, `finalizers`, `spec`, `status` (`NULL` before the first pass; 1 MiB each) |
+//! | `controller_queue` | one row per queued resource: `due_at`, `reason`, `consecutive_errors`; while a pass runs, its claim: `pass_id`, `token_hash` (never the token), `lease_expires_at` (its deadline), `host_epoch` (whose child), `read_version`, `requeue_requested` (an event during it) |
+//! | `controller_effects` | per (`resource_uid`, `effect_key`): kind, generation, request fingerprint, `pending`/`applied`/`rejected`/`indeterminate`, external ref, error |
+//! | `controller_workflows` | per (`resource_uid`, `request_key`): child workflow requests, attempts and their run ids (`controller.workflow.ensure`: a detached run of the project per attempt, started in the same transaction; a run's end queues its resource, `finish_run_write_tail`) |
+//! | `controller_passes` | the latest 20 passes per resource: generation, outcome, start, duration, requeue reason, message |
+//!
+//! `diagnose` checks these tables (`controller_pass_without_live_host`,
+//! `controller_row_without_resource`, `resource_without_controller`,
+//! `resource_version_behind_generation`, `controller_value_invalid`).
 
 use rusqlite::{params, Connection, OptionalExtension as _};
 use serde_json::Value;

@@ -7,8 +7,36 @@
 //! common tail of every run write ([`WriteTx::finish_run_write`], or `finish_paused_write` for
 //! pause and resume), which bumps the run's revision, appends exactly one event (whose sequence
 //! number equals the new revision), derives the queue row and refreshes the viewer projection.
-//! Operations that need ownership first pass the fence ([`WriteTx::fence`]), which checks and
-//! renews the claim in the same transaction.
+//! Operations that need ownership first pass the fence ([`WriteTx::fence`]): one read of the
+//! claim row, the engine's pure `check_fence`, then the renewal (`heartbeat_at`, `expires_at =
+//! now + lease`) in the same transaction; a failure is `StoreError::ClaimLost { reason }` and
+//! the transaction rolls back.
+//!
+//! Where the operations live: `lifecycle/mod.rs` a run's course; `lifecycle/requests.rs`
+//! decisions, interactive requests, messages; `lifecycle/timers.rs` durable timers;
+//! `lifecycle/recovery.rs` losses, review and `repair`; `lifecycle/holds.rs` holding and
+//! releasing interactive steps (whose time runs only while held); `prune.rs` retention;
+//! `values.rs` large values; `view.rs` the viewers' paged reads; `controllers.rs` the
+//! controllers' tables. `durability.rs`: [`Store::defer_wal_sync`] (commits stop fsyncing; the
+//! returned `WalSync` does it from another thread), the auto-checkpoint interval, and how many
+//! commits a sync must cover.
+//!
+//! The operations the engine calls are the methods of its store traits (`engine::store::port`),
+//! implemented once, in the module that holds their SQL: `impl Storage for Store` and
+//! `impl Transaction for WriteTx` in `port.rs` (the write entry, savepoints, commands, the
+//! transaction's state), and one supertrait per module (`RunReads` in `read.rs`, `Retention` in
+//! `prune.rs`, `Lifecycle`, `Requests`, `Holds`, `Timers`, `Recovery` in `lifecycle/`, and
+//! `Effects`, `ValueWrites`, `ChildRecords`, `HostOps`). No inherent method shares their names:
+//! callers outside the store `use store::prelude::*`. What only piw-host calls (`list_runs`,
+//! `events_page`, `begin_host_epoch`, ...) stays inherent. [`WriteTx::command`] stores a durable
+//! command's response in its transaction (acknowledgement and commit are one fact);
+//! [`WriteTx::command_group`] runs a batch under one savepoint and, when one command fails after
+//! writing, replays the batch a savepoint each.
+//!
+//! Events are stored in commit order (one commit's events share a page); a run's events form a
+//! chain (`runs.last_event_id`, `prev_event_id`) that `Store::events` walks back and
+//! `diagnose` checks (`event_sequence_mismatch`, `event_chain_broken`), with the revision, the
+//! queue row and the projection every run write leaves.
 //!
 //! Invariants kept here (docs/RULES.md, rules 1–6, 11, 12):
 //! - a run has one claim row; its generation only grows and is never reused;
