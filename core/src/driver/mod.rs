@@ -86,7 +86,7 @@ impl HostConfig {
     /// `PIW_RUNTIMES` (`suffix=program args;...`), `PIW_NODE` and `PIW_NODE_WORKER` (the Node
     /// runtime, else found from the installation: [`node_runtime`]), `PIW_MAX_CHILDREN`, `PIW_HANDSHAKE_TIMEOUT_MS`, `PIW_VALIDATION_TIMEOUT_MS`, `PIW_CHILD_NICE`, `PIW_KILL_GRACE_MS`,
     /// `PIW_LEASE_MS`, `PIW_CHILD_CPU_SECONDS`, `PIW_CHILD_MEMORY_BYTES`,
-    /// `PIW_STANDBY_WORKERS`, `PIW_MAX_CONNECTIONS`, `PIW_RETAIN_DAYS` and `PIW_RETAIN_RUNS`
+    /// `PIW_STANDBY_WORKERS`, `PIW_STANDBY_IDLE_MS`, `PIW_MAX_CONNECTIONS`, `PIW_RETAIN_DAYS` and `PIW_RETAIN_RUNS`
     /// (retention: [`crate::engine::retention`]); and, for tests only, `PIW_TEST_CLOCK` (a file holding an offset
     /// in milliseconds that moves the host's clock: [`crate::clock::OffsetFileClock`]).
     pub fn from_env(paths: PiwPaths) -> Self {
@@ -159,6 +159,9 @@ impl HostConfig {
             // Each waiting worker is a whole Node process: keep the pool small.
             config.children.standby_workers =
                 usize::try_from(n.min(MAX_STANDBY_WORKERS)).unwrap_or(0);
+        }
+        if let Some(ms) = num("PIW_STANDBY_IDLE_MS") {
+            config.children.standby_idle = Duration::from_millis(ms);
         }
         if let Some(file) = std::env::var_os("PIW_TEST_CLOCK") {
             tracing::warn!(file = %std::path::Path::new(&file).display(), "PIW_TEST_CLOCK: the host's clock follows a test's offset file");
@@ -656,7 +659,10 @@ async fn serve_async(
     let supervisor_task = tokio::spawn(supervisor::run(
         supervisor_rx,
         jobs_tx.clone(),
-        config.children.kill_grace,
+        supervisor::Settings {
+            stop_grace: config.children.kill_grace,
+            standby_idle: config.children.standby_idle,
+        },
         standby_waiting.clone(),
     ));
     let fault = FaultPlan::from_env();
