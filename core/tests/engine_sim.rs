@@ -48,7 +48,7 @@ use std::sync::Arc;
 use piw_core::clock::FakeClock;
 use piw_core::driver::fault::FaultPlan;
 use piw_core::driver::outbox::Outbox;
-use piw_core::driver::store_thread::{turn, Job, RunEvent, StoreMsg};
+use piw_core::driver::store_thread::{turn, Job, Published, StoreMsg};
 use piw_core::driver::supervisor::SupervisorCmd;
 use piw_core::engine::children::{ChildReport, Runtime};
 use piw_core::engine::handlers::run::PreparedStart;
@@ -315,7 +315,7 @@ struct Host {
     /// The store thread's end of the supervisor's channel, and the supervisor's.
     supervisor_tx: Option<mpsc::UnboundedSender<SupervisorCmd>>,
     supervisor: mpsc::UnboundedReceiver<SupervisorCmd>,
-    events: broadcast::Receiver<RunEvent>,
+    events: broadcast::Receiver<Published>,
 }
 
 struct Sim {

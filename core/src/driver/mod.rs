@@ -45,7 +45,7 @@ use crate::protocol::reply::{body_of, HostCounts, HostStatusReply};
 use crate::protocol::{Limits, Receipt, Request, RequestBody};
 use crate::store::{Store, StoreConfig, StoreError, SCHEMA_ID};
 use fault::FaultPlan;
-use queues::{Job, RunEvent, StoreMsg};
+use queues::{Job, Published, StoreMsg};
 
 /// How a host is set up.
 #[derive(Debug, Clone)]
@@ -278,7 +278,7 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> HostError {
 #[derive(Clone)]
 pub struct HostShared {
     pub(crate) jobs: std::sync::mpsc::Sender<StoreMsg>,
-    pub(crate) events: broadcast::Sender<RunEvent>,
+    pub(crate) events: broadcast::Sender<Published>,
     pub(crate) limits: Limits,
     pub(crate) expected_uid: u32,
     /// File suffixes the runtime table can run; `run.start` refuses other files
@@ -653,7 +653,7 @@ async fn serve_async(
     }
     // Events committed in one burst (a batch of commands, each worker message up to 257 steps)
     // must fit, or every subscriber is cut off as lagging.
-    let (events, _) = broadcast::channel::<RunEvent>(EVENT_BUFFER);
+    let (events, _) = broadcast::channel::<Published>(EVENT_BUFFER);
     let (supervisor_tx, supervisor_rx) = tokio::sync::mpsc::unbounded_channel();
     let standby_waiting = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let supervisor_task = tokio::spawn(supervisor::run(
