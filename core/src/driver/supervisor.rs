@@ -11,7 +11,7 @@
 //! [`Settings::standby_idle`] without a launch of their runtime the pools are drained, so an
 //! idle host keeps no Node process and sets no timer.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +28,12 @@ use crate::supervise::{self, SpawnSpec, StdinHandoff, Supervised};
 /// How long after a launch the pool starts its replacement worker (measured: p99 of W2
 /// 16-19 ms without the delay, 10-12 ms with it; docs/PERFORMANCE.md).
 const REFILL_DELAY: Duration = Duration::from_millis(25);
+
+/// The same for the first refill of an empty pool (the host's first launch, the first after a
+/// drain): that run's own worker is loading from nothing, and workers started beside it took
+/// its CPU (docs/PERFORMANCE.md, "The Node workloads"). Not after every launch that found the
+/// pool empty: in a burst the refills are the next launches' workers.
+const COLD_REFILL_DELAY: Duration = Duration::from_millis(250);
 
 pub use crate::engine::children::{StandbyPool, SupervisorCmd};
 
@@ -52,6 +58,9 @@ struct Pools {
     /// When a pool last changed: a launch took a worker or a started one joined. The drain
     /// counts from here, so a worker that was slow to start still waits the whole idle time.
     last_change: Option<tokio::time::Instant>,
+    /// The pools refilled since the host started or the last drain; the first refill of any
+    /// other waits [`COLD_REFILL_DELAY`].
+    refilled: HashSet<String>,
 }
 
 /// When the pools are to be drained: `idle` after their last change, while workers wait and
@@ -67,6 +76,16 @@ fn drain_at(
         return None;
     }
     last_change.map(|at| at + idle)
+}
+
+/// How long after a launch of pool `key` its refill starts; the first since the host started
+/// or the pools were drained (`refilled` cleared) waits longest.
+fn refill_delay(refilled: &mut HashSet<String>, key: &str) -> Duration {
+    if refilled.insert(key.to_owned()) {
+        COLD_REFILL_DELAY
+    } else {
+        REFILL_DELAY
+    }
 }
 
 impl Pools {
@@ -102,6 +121,7 @@ impl Pools {
     /// Starts workers until `pool` has its size (idle plus starting).
     fn refill(
         &mut self,
+        delay: Duration,
         pool: &StandbyPool,
         ready: &mpsc::UnboundedSender<(String, StandbyResult)>,
     ) {
@@ -113,7 +133,7 @@ impl Pools {
             tokio::spawn(async move {
                 // Not at once: the run that just took a worker is at its busiest now (hello,
                 // first commits), and forking the host competes with it for the CPU.
-                tokio::time::sleep(REFILL_DELAY).await;
+                tokio::time::sleep(delay).await;
                 let _ = ready.send((key, supervise::spawn_standby(template).await));
             });
         }
@@ -169,6 +189,7 @@ pub async fn run(
             },
             () = sleep_until_some(drain) => {
                 let stopping = pools.clear(stop_grace);
+                pools.refilled.clear();
                 pools.publish();
                 tracing::info!(workers = stopping.len(), "standby pools drained after an idle time");
                 for mut child in stopping {
@@ -227,7 +248,8 @@ pub async fn run(
                             source = ChildSource::Standby(child);
                         }
                     }
-                    pools.refill(pool, &ready_tx);
+                    let delay = refill_delay(&mut pools.refilled, &pool.key);
+                    pools.refill(delay, pool, &ready_tx);
                     pools.publish();
                 }
                 tasks.spawn(watch_child(
@@ -428,5 +450,27 @@ mod tests {
             "a start still to come"
         );
         assert_eq!(drain_at(2, 0, None, idle), None);
+    }
+
+    #[test]
+    fn an_empty_pool_refills_later_than_a_used_one() {
+        let mut refilled = HashSet::new();
+        assert_eq!(
+            refill_delay(&mut refilled, "node a"),
+            COLD_REFILL_DELAY,
+            "first launch"
+        );
+        assert_eq!(refill_delay(&mut refilled, "node a"), REFILL_DELAY);
+        assert_eq!(
+            refill_delay(&mut refilled, "node b"),
+            COLD_REFILL_DELAY,
+            "another pool"
+        );
+        refilled.clear(); // a drain
+        assert_eq!(
+            refill_delay(&mut refilled, "node a"),
+            COLD_REFILL_DELAY,
+            "after a drain"
+        );
     }
 }
