@@ -161,7 +161,11 @@ impl HostConfig {
                 usize::try_from(n.min(MAX_STANDBY_WORKERS)).unwrap_or(0);
         }
         if let Some(ms) = num("PIW_STANDBY_IDLE_MS") {
-            config.children.standby_idle = Duration::from_millis(ms);
+            // 0 keeps the standby workers for the host's life.
+            config.children.standby_idle = match ms {
+                0 => Duration::MAX,
+                ms => Duration::from_millis(ms),
+            };
         }
         if let Some(file) = std::env::var_os("PIW_TEST_CLOCK") {
             tracing::warn!(file = %std::path::Path::new(&file).display(), "PIW_TEST_CLOCK: the host's clock follows a test's offset file");

@@ -75,7 +75,8 @@ fn drain_at(
     if waiting == 0 || starting > 0 {
         return None;
     }
-    last_change.map(|at| at + idle)
+    // `Duration::MAX` (`PIW_STANDBY_IDLE_MS=0`): never.
+    last_change.and_then(|at| at.checked_add(idle))
 }
 
 /// How long after a launch of pool `key` its refill starts; the first since the host started
@@ -450,6 +451,11 @@ mod tests {
             "a start still to come"
         );
         assert_eq!(drain_at(2, 0, None, idle), None);
+        assert_eq!(
+            drain_at(2, 0, Some(at), Duration::MAX),
+            None,
+            "PIW_STANDBY_IDLE_MS=0"
+        );
     }
 
     #[test]

@@ -49,7 +49,7 @@ pub struct ChildConfig {
     /// host that never runs such a workflow starts none.
     pub standby_workers: usize,
     /// How long the standby pools keep their workers without a launch of their runtime
-    /// (`PIW_STANDBY_IDLE_MS`, default 10 minutes): then the idle workers are stopped, and the
+    /// (`PIW_STANDBY_IDLE_MS`, default 10 minutes; 0: `Duration::MAX`, never): then the idle workers are stopped, and the
     /// next launch starts cold and refills the pool. An idle host holds no Node processes.
     pub standby_idle: Duration,
     /// Runtimes the host looked for and did not find (the Node worker runtime without Node
