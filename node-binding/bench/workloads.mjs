@@ -51,9 +51,13 @@ function bareNodeStartMs(n = 15) {
   return median(times);
 }
 
+/** The hosts started, stopped at the end even when a workload fails. */
+const hosts = [];
+
 async function host(name, env = {}) {
   const home = join(dir, name);
   const client = await Client.connect({ home, hostBin, hostEnv: { HOME: dir, ...env } });
+  hosts.push({ home, client });
   return { home, client };
 }
 
@@ -193,12 +197,11 @@ try {
   console.log(
     `  p50 ${fmt(median(c))}   = ${(median(c) / nodeStart).toFixed(2)}x a bare node start   target <= 1.3x`,
   );
-
-  for (const h of [warm, drained, cold]) {
-    await h.client.request('host.stop').catch(() => {});
-    await h.client.close();
-  }
 } finally {
+  for (const h of hosts) {
+    await h.client.request('host.stop').catch(() => {});
+    await h.client.close().catch(() => {});
+  }
   await sleep(300);
   rmSync(dir, { recursive: true, force: true });
 }
