@@ -64,7 +64,7 @@ use std::sync::Arc;
 use piw_host::clock::FakeClock;
 use piw_host::driver::fault::FaultPlan;
 use piw_host::driver::outbox::Outbox;
-use piw_host::driver::store_thread::{turn, Job, RunEvent, StoreMsg};
+use piw_host::driver::store_thread::{turn, Job, Published, StoreMsg};
 use piw_host::driver::supervisor::SupervisorCmd;
 use piw_host::engine::bridges::{BridgeReport, BridgeSettings, PiCommand};
 use piw_host::engine::children::{ChildReport, Runtime};
@@ -403,7 +403,7 @@ struct Host {
     /// The store thread's end of the supervisor's channel, and the supervisor's.
     supervisor_tx: Option<mpsc::UnboundedSender<SupervisorCmd>>,
     supervisor: mpsc::UnboundedReceiver<SupervisorCmd>,
-    events: broadcast::Receiver<RunEvent>,
+    events: broadcast::Receiver<Published>,
 }
 
 struct Sim {

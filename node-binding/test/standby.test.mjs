@@ -125,6 +125,36 @@ test("a run served by a standby worker has that worker's output in its log (`piw
   }
 });
 
+test('an idle host drains its standby pools (PIW_STANDBY_IDLE_MS) and the next run refills them', async () => {
+  // The drain counts from the pool's last change (a launch, or a worker that joined), so each
+  // worker is seen waiting before it goes; a hang would only reach the generous deadlines.
+  const host = await startHost({ PIW_STANDBY_WORKERS: '2', PIW_STANDBY_IDLE_MS: '1500' });
+  try {
+    const file = writeWorkflow(host.dir, 'whoami', WHOAMI);
+    const c = host.client;
+    const run = async () => {
+      const { run_id: runId } = await c.startRun(file);
+      const r = await c.waitForRun(runId, { timeoutMs: 20_000 });
+      assert.equal(r.status, 'completed', r.error);
+      return r.result.pid;
+    };
+    for (let round = 0; round < 2; round++) {
+      const pid = await run();
+      const pool = await until(`round ${round}: the pool to fill`, () => {
+        const kids = childrenOf(host.pid).filter((p) => p !== pid);
+        return kids.length === 2 ? kids : null;
+      });
+      await until(`round ${round}: the pool to drain`, () => childrenOf(host.pid).length === 0, 30_000, () =>
+        `children ${childrenOf(host.pid)}`,
+      );
+      for (const p of pool) assert.ok(!running(p), `standby worker ${p} stopped`);
+      assert.equal((await c.status()).standby_workers, 0);
+    }
+  } finally {
+    await host.stop();
+  }
+});
+
 test('PIW_STANDBY_WORKERS=0 starts no standby worker', async () => {
   // The host keeps a pool only for launches that name one, and with 0 workers none does
   // (host_dispatch::no_standby_pool_is_named_when_standby_workers_is_zero): here, that the

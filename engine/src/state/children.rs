@@ -48,6 +48,10 @@ pub struct ChildConfig {
     /// default 2; 0 turns the pools off). A pool fills after its runtime's first launch, so a
     /// host that never runs such a workflow starts none.
     pub standby_workers: usize,
+    /// How long the standby pools keep their workers without a launch of their runtime
+    /// (`PIW_STANDBY_IDLE_MS`, default 10 minutes; 0: `Duration::MAX`, never): then the idle workers are stopped, and the
+    /// next launch starts cold and refills the pool. An idle host holds no Node processes.
+    pub standby_idle: Duration,
     /// Runtimes the host looked for and did not find (the Node worker runtime without Node
     /// 22.19 or its `worker.js`): their files are refused with the reason.
     pub missing_runtimes: Vec<MissingRuntime>,
@@ -98,6 +102,7 @@ impl Default for ChildConfig {
             memory_bytes: None,
             nice: 5,
             standby_workers: 2,
+            standby_idle: Duration::from_secs(600),
             missing_runtimes: Vec::new(),
             workflow_env: Vec::new(),
             bridges: None,

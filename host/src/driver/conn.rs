@@ -9,7 +9,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::sync::{broadcast, oneshot, watch};
 
-use super::queues::{Job, RunEvent, StoreMsg};
+use super::queues::{Job, Published, RunEvent, StoreMsg};
 use super::HostShared;
 use crate::engine::admission::{self, SubscriptionFilter, WorkerBinding};
 use crate::engine::handlers::run::{AcceptedSource, PreparedStart};
@@ -69,7 +69,7 @@ pub async fn serve(
     // Created at the first subscription, so the store thread publishes only while someone
     // listens. A subscriber may still receive events committed shortly before it subscribed
     // (their fsync was pending); it reads the run's status anyway.
-    let mut events: Option<broadcast::Receiver<RunEvent>> = None;
+    let mut events: Option<broadcast::Receiver<Published>> = None;
     let mut subscriptions: HashMap<String, SubscriptionFilter> = HashMap::new();
     // The run and generation this connection speaks for, after a successful worker.hello.
     let mut worker: Option<WorkerBinding> = None;
@@ -226,8 +226,8 @@ fn report_watched(
 }
 
 async fn next_event(
-    events: &mut Option<broadcast::Receiver<RunEvent>>,
-) -> Result<RunEvent, broadcast::error::RecvError> {
+    events: &mut Option<broadcast::Receiver<Published>>,
+) -> Result<Published, broadcast::error::RecvError> {
     match events {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,

@@ -73,7 +73,7 @@ use crate::protocol::reply::{body_of, HostCounts, HostStatusReply};
 use crate::protocol::{Limits, Receipt, Request, RequestBody};
 use crate::store::{Store, StoreConfig, StoreError, SCHEMA_ID};
 use fault::FaultPlan;
-use queues::{Job, RunEvent, StoreMsg};
+use queues::{Job, Published, StoreMsg};
 
 /// How a host is set up.
 #[derive(Debug, Clone)]
@@ -114,7 +114,7 @@ impl HostConfig {
     /// `PIW_RUNTIMES` (`suffix=program args;...`), `PIW_NODE` and `PIW_NODE_WORKER` (the Node
     /// runtime, else found from the installation: [`node_runtime`]), `PIW_MAX_CHILDREN`, `PIW_HANDSHAKE_TIMEOUT_MS`, `PIW_VALIDATION_TIMEOUT_MS`, `PIW_CHILD_NICE`, `PIW_KILL_GRACE_MS`,
     /// `PIW_LEASE_MS`, `PIW_CHILD_CPU_SECONDS`, `PIW_CHILD_MEMORY_BYTES`,
-    /// `PIW_STANDBY_WORKERS`, `PIW_MAX_CONNECTIONS`, `PIW_RETAIN_DAYS` and `PIW_RETAIN_RUNS`
+    /// `PIW_STANDBY_WORKERS`, `PIW_STANDBY_IDLE_MS`, `PIW_MAX_CONNECTIONS`, `PIW_RETAIN_DAYS` and `PIW_RETAIN_RUNS`
     /// (retention: [`crate::engine::retention`]); and, for tests only, `PIW_TEST_CLOCK` (a file holding an offset
     /// in milliseconds that moves the host's clock: [`crate::clock::OffsetFileClock`]).
     pub fn from_env(paths: PiwPaths) -> Self {
@@ -193,6 +193,13 @@ impl HostConfig {
             // Each waiting worker is a whole Node process: keep the pool small.
             config.children.standby_workers =
                 usize::try_from(n.min(MAX_STANDBY_WORKERS)).unwrap_or(0);
+        }
+        if let Some(ms) = num("PIW_STANDBY_IDLE_MS") {
+            // 0 keeps the standby workers for the host's life.
+            config.children.standby_idle = match ms {
+                0 => Duration::MAX,
+                ms => Duration::from_millis(ms),
+            };
         }
         if let Some(file) = std::env::var_os("PIW_TEST_CLOCK") {
             tracing::warn!(file = %std::path::Path::new(&file).display(), "PIW_TEST_CLOCK: the host's clock follows a test's offset file");
@@ -309,7 +316,7 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> HostError {
 #[derive(Clone)]
 pub struct HostShared {
     pub(crate) jobs: std::sync::mpsc::Sender<StoreMsg>,
-    pub(crate) events: broadcast::Sender<RunEvent>,
+    pub(crate) events: broadcast::Sender<Published>,
     pub(crate) limits: Limits,
     pub(crate) expected_uid: u32,
     /// File suffixes the runtime table can run; `run.start` refuses other files
@@ -692,13 +699,16 @@ async fn serve_async(
     }
     // Events committed in one burst (a batch of commands, each worker message up to 257 steps)
     // must fit, or every subscriber is cut off as lagging.
-    let (events, _) = broadcast::channel::<RunEvent>(EVENT_BUFFER);
+    let (events, _) = broadcast::channel::<Published>(EVENT_BUFFER);
     let (supervisor_tx, supervisor_rx) = tokio::sync::mpsc::unbounded_channel();
     let standby_waiting = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let supervisor_task = tokio::spawn(supervisor::run(
         supervisor_rx,
         jobs_tx.clone(),
-        config.children.kill_grace,
+        supervisor::Settings {
+            stop_grace: config.children.kill_grace,
+            standby_idle: config.children.standby_idle,
+        },
         standby_waiting.clone(),
     ));
     let fault = FaultPlan::from_env();

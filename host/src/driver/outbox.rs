@@ -27,7 +27,7 @@ use std::thread::JoinHandle;
 use tokio::sync::broadcast;
 
 use super::fault::FaultPlan;
-use super::queues::{ReplyTx, RunEvent};
+use super::queues::{Published, ReplyTx, RunEvent};
 use crate::protocol::{Receipt, Rejection};
 use crate::store::WalSync;
 
@@ -40,11 +40,11 @@ pub enum Outbound {
 }
 
 impl Outbound {
-    fn deliver(self, events: &broadcast::Sender<RunEvent>) {
+    fn deliver(self, events: &broadcast::Sender<Published>) {
         match self {
             // No subscriber is not an error.
             Outbound::Event(event) => {
-                let _ = events.send(event);
+                let _ = events.send(Published::new(event));
             }
             // The client may have gone away.
             Outbound::Reply(tx, result) => {
@@ -103,7 +103,7 @@ impl Progress {
 
 /// The store thread's side of the outbox.
 pub struct Outbox {
-    events: broadcast::Sender<RunEvent>,
+    events: broadcast::Sender<Published>,
     queued: Vec<Outbound>,
     syncer: Option<Syncer>,
 }
@@ -134,7 +134,7 @@ impl Default for Outbox {
 
 impl Outbox {
     /// An outbox that delivers at every flush: for a store that syncs at each commit.
-    pub fn immediate(events: broadcast::Sender<RunEvent>) -> Self {
+    pub fn immediate(events: broadcast::Sender<Published>) -> Self {
         Self {
             events,
             queued: Vec::new(),
@@ -145,7 +145,7 @@ impl Outbox {
     /// An outbox that delivers once `wal` has synced the commits a flush names, from a syncer
     /// thread it starts.
     pub fn deferred(
-        events: broadcast::Sender<RunEvent>,
+        events: broadcast::Sender<Published>,
         mut wal: WalSync,
         fault: FaultPlan,
     ) -> std::io::Result<Self> {
@@ -163,7 +163,7 @@ impl Outbox {
     }
 
     fn with_sync(
-        events: broadcast::Sender<RunEvent>,
+        events: broadcast::Sender<Published>,
         sync: SyncFn,
         synced: u64,
     ) -> std::io::Result<Self> {
@@ -280,7 +280,7 @@ fn stop_host(why: &str) -> ! {
     std::process::exit(1);
 }
 
-fn deliver(items: Vec<Outbound>, events: &broadcast::Sender<RunEvent>) {
+fn deliver(items: Vec<Outbound>, events: &broadcast::Sender<Published>) {
     for item in items {
         item.deliver(events);
     }
@@ -291,7 +291,7 @@ fn deliver(items: Vec<Outbound>, events: &broadcast::Sender<RunEvent>) {
 fn run_syncer(
     releases: Receiver<Release>,
     progress: &Progress,
-    events: &broadcast::Sender<RunEvent>,
+    events: &broadcast::Sender<Published>,
 ) {
     while let Ok(first) = releases.recv() {
         let mut waiting = vec![first];
@@ -332,7 +332,7 @@ mod tests {
         }
     }
 
-    fn outbox() -> (Outbox, FakeDisk, broadcast::Receiver<RunEvent>) {
+    fn outbox() -> (Outbox, FakeDisk, broadcast::Receiver<Published>) {
         let (go, wait) = std::sync::mpsc::channel::<()>();
         let calls = Arc::new(AtomicUsize::new(0));
         let leaked = Arc::new(std::sync::atomic::AtomicBool::new(false));

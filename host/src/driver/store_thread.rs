@@ -23,7 +23,7 @@ use crate::engine::turn::{self as engine_turn, Effect, Effects};
 use crate::engine::{retention, timers};
 use crate::store::{Store, StoreError};
 
-pub use super::queues::{Job, RunEvent, StoreMsg};
+pub use super::queues::{Job, Published, RunEvent, StoreMsg};
 pub use crate::engine::turn::MAX_BATCH;
 
 /// Runs the store thread until every sender is gone and the queue is drained. What it reveals

@@ -8,9 +8,11 @@
 //! started ahead of time, load their runtime, and wait on stdin. A launch takes one and hands
 //! it the run's envelope; the pool refills in the background. A standby worker serves exactly
 //! the one run whose envelope it receives, so isolation stays one run per process. The pool's
-//! size is `PIW_STANDBY_WORKERS`; a standby worker is started with `PIW_STANDBY=1`.
+//! size is `PIW_STANDBY_WORKERS`; a standby worker is started with `PIW_STANDBY=1`. After
+//! [`Settings::standby_idle`] without a launch of their runtime the pools are drained, so an
+//! idle host keeps no Node process and sets no timer.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,9 +30,24 @@ use crate::supervise::{self, SpawnSpec, StdinHandoff, Supervised};
 /// 16-19 ms without the delay, 10-12 ms with it; docs/PERFORMANCE.md).
 const REFILL_DELAY: Duration = Duration::from_millis(25);
 
+/// The same for the first refill of an empty pool (the host's first launch, the first after a
+/// drain): that run's own worker is loading from nothing, and workers started beside it took
+/// its CPU (docs/PERFORMANCE.md, "The Node workloads"). Not after every launch that found the
+/// pool empty: in a burst the refills are the next launches' workers.
+const COLD_REFILL_DELAY: Duration = Duration::from_millis(250);
+
 pub use crate::engine::children::{StandbyPool, SupervisorCmd};
 
 type Standby = (Supervised, StdinHandoff);
+
+/// What the supervisor is told at start.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// SIGTERM to SIGKILL grace when the host stops its children.
+    pub stop_grace: Duration,
+    /// How long standby workers wait for a run before the pools are drained.
+    pub standby_idle: Duration,
+}
 
 /// The idle workers of every pool and how many are being started.
 #[derive(Default)]
@@ -39,13 +56,54 @@ struct Pools {
     starting: HashMap<String, usize>,
     /// How many idle workers wait for a run, for `host.status` (`standby_workers`).
     waiting: Arc<AtomicUsize>,
+    /// When a pool last changed: a launch took a worker or a started one joined. The drain
+    /// counts from here, so a worker that was slow to start still waits the whole idle time.
+    last_change: Option<tokio::time::Instant>,
+    /// The pools refilled since the host started or the last drain; the first refill of any
+    /// other waits [`COLD_REFILL_DELAY`].
+    refilled: HashSet<String>,
+}
+
+/// When the pools are to be drained: `idle` after their last change, while workers wait and
+/// none is still starting (its arrival is a change); never when none waits (an idle host has
+/// no timer).
+fn drain_at(
+    waiting: usize,
+    starting: usize,
+    last_change: Option<tokio::time::Instant>,
+    idle: Duration,
+) -> Option<tokio::time::Instant> {
+    if waiting == 0 || starting > 0 {
+        return None;
+    }
+    // `Duration::MAX` (`PIW_STANDBY_IDLE_MS=0`): never.
+    last_change.and_then(|at| at.checked_add(idle))
+}
+
+/// How long after a launch of pool `key` its refill starts; the first since the host started
+/// or the pools were drained (`refilled` cleared) waits longest.
+fn refill_delay(refilled: &mut HashSet<String>, key: &str) -> Duration {
+    if refilled.insert(key.to_owned()) {
+        COLD_REFILL_DELAY
+    } else {
+        REFILL_DELAY
+    }
 }
 
 impl Pools {
+    /// Workers waiting for a run, over every pool.
+    fn waiting(&self) -> usize {
+        self.idle.values().map(VecDeque::len).sum()
+    }
+
+    /// Workers being started, over every pool.
+    fn starting(&self) -> usize {
+        self.starting.values().sum()
+    }
+
     /// Makes the number of idle workers visible to `host.status`.
     fn publish(&self) {
-        let n = self.idle.values().map(VecDeque::len).sum();
-        self.waiting.store(n, Ordering::Relaxed);
+        self.waiting.store(self.waiting(), Ordering::Relaxed);
     }
 
     /// A waiting worker of `key` that is still alive. The reaper may not have reported a
@@ -65,6 +123,7 @@ impl Pools {
     /// Starts workers until `pool` has its size (idle plus starting).
     fn refill(
         &mut self,
+        delay: Duration,
         pool: &StandbyPool,
         ready: &mpsc::UnboundedSender<(String, StandbyResult)>,
     ) {
@@ -76,7 +135,7 @@ impl Pools {
             tokio::spawn(async move {
                 // Not at once: the run that just took a worker is at its busiest now (hello,
                 // first commits), and forking the host competes with it for the CPU.
-                tokio::time::sleep(REFILL_DELAY).await;
+                tokio::time::sleep(delay).await;
                 let _ = ready.send((key, supervise::spawn_standby(template).await));
             });
         }
@@ -103,9 +162,10 @@ type StandbyResult = Result<Standby, supervise::SuperviseError>;
 pub async fn run(
     mut commands: mpsc::UnboundedReceiver<SupervisorCmd>,
     reports: std::sync::mpsc::Sender<StoreMsg>,
-    stop_grace: Duration,
+    settings: Settings,
     standby_waiting: Arc<AtomicUsize>,
 ) {
+    let stop_grace = settings.stop_grace;
     let mut stops: HashMap<(String, u64), mpsc::UnboundedSender<Duration>> = HashMap::new();
     // Detached runs' bridges, by launch number.
     let mut bridge_stops: HashMap<u64, mpsc::UnboundedSender<Duration>> = HashMap::new();
@@ -119,15 +179,34 @@ pub async fn run(
     };
     let (ready_tx, mut ready_rx) = mpsc::unbounded_channel::<(String, StandbyResult)>();
     loop {
+        let drain = drain_at(
+            pools.waiting(),
+            pools.starting(),
+            pools.last_change,
+            settings.standby_idle,
+        );
         let cmd = tokio::select! {
             cmd = commands.recv() => match cmd {
                 Some(cmd) => cmd,
                 None => break,
             },
+            () = sleep_until_some(drain) => {
+                let stopping = pools.clear(stop_grace);
+                pools.refilled.clear();
+                pools.publish();
+                tracing::info!(workers = stopping.len(), "standby pools drained after an idle time");
+                for mut child in stopping {
+                    tasks.spawn(async move {
+                        let _ = tokio::time::timeout(stop_grace * 2, child.wait()).await;
+                    });
+                }
+                continue;
+            }
             Some((key, started)) = ready_rx.recv() => {
                 if let Some(n) = pools.starting.get_mut(&key) {
                     *n = n.saturating_sub(1);
                 }
+                pools.last_change = Some(tokio::time::Instant::now());
                 match started {
                     Ok(standby) => {
                         pools.idle.entry(key).or_default().push_back(standby);
@@ -157,6 +236,7 @@ pub async fn run(
                 stops.insert((run_id.clone(), generation), tx);
                 let mut source = ChildSource::Spawn(spec);
                 if let Some(pool) = &standby {
+                    pools.last_change = Some(tokio::time::Instant::now());
                     if let (Some((child, handoff)), ChildSource::Spawn(spec)) =
                         (pools.take(&pool.key), &source)
                     {
@@ -172,7 +252,8 @@ pub async fn run(
                             source = ChildSource::Standby(child);
                         }
                     }
-                    pools.refill(pool, &ready_tx);
+                    let delay = refill_delay(&mut pools.refilled, &pool.key);
+                    pools.refill(delay, pool, &ready_tx);
                     pools.publish();
                 }
                 tasks.spawn(watch_child(
@@ -279,6 +360,14 @@ pub async fn run(
     }
 }
 
+/// Waits until `at`; forever when there is no `at`.
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Where a run's child comes from.
 enum ChildSource {
     /// Start it now.
@@ -367,5 +456,51 @@ fn remove_log_dirs(dirs: &[std::path::PathBuf]) {
                 tracing::warn!(dir = %dir.display(), error = %e, "cannot remove a pruned run's logs");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pools_drain_only_when_workers_wait_and_none_is_starting() {
+        let at = tokio::time::Instant::now();
+        let idle = Duration::from_secs(600);
+        assert_eq!(drain_at(2, 0, Some(at), idle), Some(at + idle));
+        assert_eq!(drain_at(0, 0, Some(at), idle), None, "no worker: no timer");
+        assert_eq!(
+            drain_at(1, 1, Some(at), idle),
+            None,
+            "a start still to come"
+        );
+        assert_eq!(drain_at(2, 0, None, idle), None);
+        assert_eq!(
+            drain_at(2, 0, Some(at), Duration::MAX),
+            None,
+            "PIW_STANDBY_IDLE_MS=0"
+        );
+    }
+
+    #[test]
+    fn an_empty_pool_refills_later_than_a_used_one() {
+        let mut refilled = HashSet::new();
+        assert_eq!(
+            refill_delay(&mut refilled, "node a"),
+            COLD_REFILL_DELAY,
+            "first launch"
+        );
+        assert_eq!(refill_delay(&mut refilled, "node a"), REFILL_DELAY);
+        assert_eq!(
+            refill_delay(&mut refilled, "node b"),
+            COLD_REFILL_DELAY,
+            "another pool"
+        );
+        refilled.clear(); // a drain
+        assert_eq!(
+            refill_delay(&mut refilled, "node a"),
+            COLD_REFILL_DELAY,
+            "after a drain"
+        );
     }
 }
