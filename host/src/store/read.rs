@@ -11,6 +11,24 @@ use super::{
 use crate::clock::UnixMillis;
 use piw_engine::store::records::*;
 
+/// An attempt from a row of `attempt_id, node_id, ordinal, generation, status, deadline_at,
+/// output, error, started_at, finished_at` (the one mapping of the attempts table).
+fn attempt_row(r: &Row<'_>) -> rusqlite::Result<AttemptRecord> {
+    Ok(AttemptRecord {
+        attempt_id: r.get(0)?,
+        node_id: r.get(1)?,
+        ordinal: r.get::<_, i64>(2)? as u64,
+        generation: r.get::<_, i64>(3)? as u64,
+        status: r.get(4)?,
+        deadline_at: r.get(5)?,
+        output: json_col(r, 6)?,
+        output_omitted: false,
+        error: r.get(7)?,
+        started_at: r.get(8)?,
+        finished_at: r.get(9)?,
+    })
+}
+
 pub(super) fn json_col(row: &Row<'_>, idx: usize) -> rusqlite::Result<Option<Value>> {
     let text: Option<String> = row.get(idx)?;
     text.map(|t| {
@@ -98,21 +116,7 @@ impl Store {
                     started_at, finished_at
              FROM attempts WHERE run_id = ?1 ORDER BY started_at, rowid",
         )?;
-        let rows = stmt.query_map([run_id], |r| {
-            Ok(AttemptRecord {
-                attempt_id: r.get(0)?,
-                node_id: r.get(1)?,
-                ordinal: r.get::<_, i64>(2)? as u64,
-                generation: r.get::<_, i64>(3)? as u64,
-                status: r.get(4)?,
-                deadline_at: r.get(5)?,
-                output: json_col(r, 6)?,
-                output_omitted: false,
-                error: r.get(7)?,
-                started_at: r.get(8)?,
-                finished_at: r.get(9)?,
-            })
-        })?;
+        let rows = stmt.query_map([run_id], attempt_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
@@ -433,21 +437,7 @@ impl RunReads for Store {
                 cursor.map(|c| c.1),
                 i64::from(limit)
             ],
-            |r| {
-                Ok(AttemptRecord {
-                    attempt_id: r.get(0)?,
-                    node_id: r.get(1)?,
-                    ordinal: r.get::<_, i64>(2)? as u64,
-                    generation: r.get::<_, i64>(3)? as u64,
-                    status: r.get(4)?,
-                    deadline_at: r.get(5)?,
-                    output: json_col(r, 6)?,
-                    output_omitted: false,
-                    error: r.get(7)?,
-                    started_at: r.get(8)?,
-                    finished_at: r.get(9)?,
-                })
-            },
+            attempt_row,
         )?;
         let page = rows.collect::<Result<_, _>>()?;
         Ok((page, u64::try_from(total).unwrap_or(0)))
