@@ -128,7 +128,7 @@ test("a run served by a standby worker has that worker's output in its log (`piw
 test('an idle host drains its standby pools (PIW_STANDBY_IDLE_MS) and the next run refills them', async () => {
   // The drain counts from the pool's last change (a launch, or a worker that joined), so each
   // worker is seen waiting before it goes; a hang would only reach the generous deadlines.
-  const host = await startHost({ PIW_STANDBY_WORKERS: '2', PIW_STANDBY_IDLE_MS: '1500' });
+  const host = await startHost({ PIW_STANDBY_WORKERS: '2', PIW_STANDBY_IDLE_MS: '5000' });
   try {
     const file = writeWorkflow(host.dir, 'whoami', WHOAMI);
     const c = host.client;
